@@ -1,0 +1,376 @@
+package config
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole configuration of one Usher process. The yaml tag of
+// each field is its key; the environment variable that overrides it is
+// USHER_ + section + "_" + key, upper-cased (server.public_url →
+// USHER_SERVER_PUBLIC_URL). Lists are comma-separated in the environment.
+type Config struct {
+	Server   Server   `yaml:"server"`
+	Log      Log      `yaml:"log"`
+	Database Database `yaml:"database"`
+	Identity Identity `yaml:"identity"`
+	Broker   Broker   `yaml:"broker"`
+}
+
+// Server configures the HTTP listener and the process's files.
+type Server struct {
+	// Addr is the listen address. Default "127.0.0.1:8080".
+	Addr string `yaml:"addr"`
+	// PublicURL is the URL clients use to reach this server; it is the
+	// broker's issuer and the base of every link Usher hands out. Default:
+	// http:// + the listen address. Plain http is accepted only on loopback.
+	PublicURL string `yaml:"public_url"`
+	// DataDir holds the SQLite database and generated key files. Default
+	// "./data".
+	DataDir string `yaml:"data_dir"`
+	// ShutdownTimeout bounds graceful shutdown. Default 15s.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// MaxBodyBytes limits every request body. Default 1048576 (1 MiB).
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+}
+
+// Log configures structured logging.
+type Log struct {
+	// Level is debug, info, warn or error. Default "info".
+	Level string `yaml:"level"`
+	// Format is text or json. Default "text".
+	Format string `yaml:"format"`
+}
+
+// Database selects the store.
+type Database struct {
+	// URL is a postgres:// URL for PostgreSQL. Default "": an embedded
+	// SQLite file, <data_dir>/usher.db.
+	URL string `yaml:"url"`
+	// MaxConns caps PostgreSQL pool connections. Default 0: pgx's default.
+	MaxConns int `yaml:"max_conns"`
+}
+
+// Identity configures how callers of the API are authenticated.
+type Identity struct {
+	// Issuer is the OIDC issuer URL, e.g.
+	// https://login.microsoftonline.com/<tenant-id>/v2.0. Default "": the
+	// built-in development provider at <public_url>/dev/oidc.
+	Issuer string `yaml:"issuer"`
+	// Audiences lists the accepted "aud" values (Entra: the API's client id
+	// and/or App ID URI). Required with an issuer; default ["usher-api"] for
+	// the development provider.
+	Audiences []string `yaml:"audiences"`
+	// RequiredScopes must all be present in the token's "scp". Default none;
+	// ["usher.api"] for the development provider.
+	RequiredScopes []string `yaml:"required_scopes"`
+	// Tenants is the allow-list of "tid" values. Default empty: any tenant.
+	Tenants []string `yaml:"tenants"`
+}
+
+// Broker configures the token broker.
+type Broker struct {
+	// TokenLifetime is the lifetime of minted broker tokens. Default 5m, at
+	// most 15m.
+	TokenLifetime Duration `yaml:"token_lifetime"`
+	// RotationPeriod is how long a signing key signs before its successor
+	// takes over. Default 720h (30 days); at least 1h.
+	RotationPeriod Duration `yaml:"rotation_period"`
+	// KeyEncryptionKey seals the private signing keys at rest: 32 bytes,
+	// base64. Default "": a key generated into <data_dir>/broker.key
+	// (mode 0600). Replicas sharing PostgreSQL must share this key.
+	KeyEncryptionKey string `yaml:"key_encryption_key"`
+	// ClientID names the assistant in the tokens it is minted ("client_id"
+	// and "act"). Default "usher-assistant".
+	ClientID string `yaml:"client_id"`
+}
+
+// Duration is a time.Duration written as "5m", "15s", "720h".
+type Duration time.Duration
+
+// UnmarshalYAML reads a duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration as a string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// Default returns the configuration of the embedded default: SQLite under
+// ./data, the development OIDC provider, 127.0.0.1:8080.
+func Default() Config {
+	return Config{
+		Server: Server{
+			Addr:            "127.0.0.1:8080",
+			DataDir:         "./data",
+			ShutdownTimeout: Duration(15 * time.Second),
+			MaxBodyBytes:    1 << 20,
+		},
+		Log: Log{Level: "info", Format: "text"},
+		Broker: Broker{
+			TokenLifetime:  Duration(5 * time.Minute),
+			RotationPeriod: Duration(30 * 24 * time.Hour),
+			ClientID:       "usher-assistant",
+		},
+	}
+}
+
+// Overrides are the command-line flags shared by every subcommand; a
+// non-empty field wins over the file and the environment.
+type Overrides struct {
+	Addr        string
+	DataDir     string
+	DatabaseURL string
+}
+
+// Load builds the configuration: defaults, then the YAML file at path (if
+// path is not empty), then USHER_* variables from getenv, then flags. It
+// returns one error naming every bad key.
+func Load(path string, getenv func(string) string, o Overrides) (Config, error) {
+	c := Default()
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("config: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+			return c, fmt.Errorf("config: %s: %w", path, err)
+		}
+	}
+	var errs []error
+	for _, k := range Keys() {
+		v := getenv(k.Env)
+		if v == "" {
+			continue
+		}
+		if err := k.set(&c, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s (from %s): %w", k.Name, k.Env, err))
+		}
+	}
+	if o.Addr != "" {
+		c.Server.Addr = o.Addr
+	}
+	if o.DataDir != "" {
+		c.Server.DataDir = o.DataDir
+	}
+	if o.DatabaseURL != "" {
+		c.Database.URL = o.DatabaseURL
+	}
+	c.applyDerivedDefaults()
+	if err := c.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	return c, nil
+}
+
+// DevIdentity reports whether the built-in development OIDC provider is in
+// use, i.e. no external issuer is configured.
+func (c *Config) DevIdentity() bool { return c.Identity.Issuer == "" }
+
+// DevAudience and DevScope are the audience and scope of the tokens the
+// built-in development provider issues for the API.
+const (
+	DevAudience = "usher-api"
+	DevScope    = "usher.api"
+)
+
+func (c *Config) applyDerivedDefaults() {
+	if c.DevIdentity() {
+		if len(c.Identity.Audiences) == 0 {
+			c.Identity.Audiences = []string{DevAudience}
+		}
+		if len(c.Identity.RequiredScopes) == 0 {
+			c.Identity.RequiredScopes = []string{DevScope}
+		}
+	}
+}
+
+// Validate checks every key and reports all problems together.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if _, _, err := net.SplitHostPort(c.Server.Addr); err != nil {
+		bad("server.addr", "want host:port, got %q", c.Server.Addr)
+	}
+	if c.Server.PublicURL != "" {
+		if err := checkPublicURL(c.Server.PublicURL); err != nil {
+			bad("server.public_url", "%v", err)
+		}
+	}
+	if c.Server.DataDir == "" {
+		bad("server.data_dir", "must not be empty")
+	}
+	if c.Server.ShutdownTimeout <= 0 {
+		bad("server.shutdown_timeout", "must be positive")
+	}
+	if c.Server.MaxBodyBytes < 1024 {
+		bad("server.max_body_bytes", "must be at least 1024")
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
+		bad("log.level", "want debug, info, warn or error, got %q", c.Log.Level)
+	}
+	if !slices.Contains([]string{"text", "json"}, c.Log.Format) {
+		bad("log.format", "want text or json, got %q", c.Log.Format)
+	}
+	if u := c.Database.URL; u != "" && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+		bad("database.url", "want a postgres:// URL (leave empty for the embedded SQLite file)")
+	}
+	if c.Database.MaxConns < 0 {
+		bad("database.max_conns", "must not be negative")
+	}
+	if c.Identity.Issuer != "" {
+		if err := checkPublicURL(c.Identity.Issuer); err != nil {
+			bad("identity.issuer", "%v", err)
+		}
+		if len(c.Identity.Audiences) == 0 {
+			bad("identity.audiences", "at least one audience is required with an issuer")
+		}
+	}
+	if slices.Contains(c.Identity.Audiences, "") {
+		bad("identity.audiences", "must not contain an empty value")
+	}
+	if lt := c.Broker.TokenLifetime.Std(); lt < 30*time.Second || lt > 15*time.Minute {
+		bad("broker.token_lifetime", "must be between 30s and 15m, got %s", lt)
+	}
+	if c.Broker.RotationPeriod.Std() < time.Hour {
+		bad("broker.rotation_period", "must be at least 1h, got %s", c.Broker.RotationPeriod.Std())
+	}
+	if k := c.Broker.KeyEncryptionKey; k != "" {
+		if b, err := base64.StdEncoding.DecodeString(k); err != nil || len(b) != 32 {
+			bad("broker.key_encryption_key", "must be 32 bytes, base64-encoded")
+		}
+	}
+	if c.Broker.ClientID == "" {
+		bad("broker.client_id", "must not be empty")
+	}
+	return errors.Join(errs...)
+}
+
+// checkPublicURL accepts an absolute https URL, or http on a loopback host.
+func checkPublicURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("want an absolute URL without query or fragment, got %q", s)
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		if isLoopback(u.Hostname()) {
+			return nil
+		}
+		return fmt.Errorf("plain http is allowed only on loopback, got %q", s)
+	}
+	return fmt.Errorf("want an http(s) URL, got %q", s)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Key describes one configuration key, for environment overrides and for the
+// documentation test that keeps the README complete.
+type Key struct {
+	Name  string // section.key, e.g. "server.addr"
+	Env   string // e.g. "USHER_SERVER_ADDR"
+	index []int
+}
+
+// Keys lists every configuration key in declaration order.
+func Keys() []Key {
+	var keys []Key
+	ct := reflect.TypeFor[Config]()
+	for i := range ct.NumField() {
+		sec := ct.Field(i)
+		sname := yamlName(sec)
+		for j := range sec.Type.NumField() {
+			f := sec.Type.Field(j)
+			kname := yamlName(f)
+			keys = append(keys, Key{
+				Name:  sname + "." + kname,
+				Env:   "USHER_" + strings.ToUpper(sname+"_"+kname),
+				index: []int{i, j},
+			})
+		}
+	}
+	return keys
+}
+
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return name
+}
+
+// set parses v into the key's field of c.
+func (k Key) set(c *Config, v string) error {
+	f := reflect.ValueOf(c).Elem().FieldByIndex(k.index)
+	switch p := f.Addr().Interface().(type) {
+	case *string:
+		*p = v
+	case *int:
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("want an integer, got %q", v)
+		}
+		*p = n
+	case *int64:
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("want an integer, got %q", v)
+		}
+		*p = n
+	case *Duration:
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("want a duration such as 5m, got %q", v)
+		}
+		*p = Duration(d)
+	case *[]string:
+		var list []string
+		for s := range strings.SplitSeq(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				list = append(list, s)
+			}
+		}
+		*p = list
+	default:
+		return fmt.Errorf("unsupported type %s", f.Type())
+	}
+	return nil
+}

@@ -1,0 +1,182 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "usher.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultsAreTheEmbeddedDefault(t *testing.T) {
+	c, err := Load("", env(nil), Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.Addr != "127.0.0.1:8080" || c.Server.DataDir != "./data" || c.Database.URL != "" {
+		t.Errorf("server/database defaults = %+v %+v", c.Server, c.Database)
+	}
+	if !c.DevIdentity() || c.Identity.Audiences[0] != DevAudience || c.Identity.RequiredScopes[0] != DevScope {
+		t.Errorf("identity defaults = %+v", c.Identity)
+	}
+	if c.Broker.TokenLifetime.Std() != 5*time.Minute {
+		t.Errorf("token lifetime = %s", c.Broker.TokenLifetime.Std())
+	}
+}
+
+func TestPrecedenceFileEnvFlags(t *testing.T) {
+	p := writeFile(t, `
+server:
+  addr: 127.0.0.1:9000
+  data_dir: /var/lib/usher
+log:
+  level: debug
+broker:
+  token_lifetime: 2m
+identity:
+  issuer: https://login.microsoftonline.com/72f988bf-86f1-41af-91ab-2d7cd011db47/v2.0
+  audiences: [api://usher]
+`)
+	c, err := Load(p, env(map[string]string{
+		"USHER_SERVER_ADDR":        "127.0.0.1:9001",
+		"USHER_IDENTITY_TENANTS":   "t1, t2",
+		"USHER_BROKER_CLIENT_ID":   "assistant",
+		"USHER_DATABASE_MAX_CONNS": "7",
+	}), Overrides{Addr: "127.0.0.1:9002"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.Addr != "127.0.0.1:9002" {
+		t.Errorf("flag must win: addr = %s", c.Server.Addr)
+	}
+	if c.Server.DataDir != "/var/lib/usher" || c.Log.Level != "debug" || c.Broker.TokenLifetime.Std() != 2*time.Minute {
+		t.Errorf("file values lost: %+v", c)
+	}
+	if strings.Join(c.Identity.Tenants, "|") != "t1|t2" || c.Broker.ClientID != "assistant" || c.Database.MaxConns != 7 {
+		t.Errorf("env values lost: %+v", c)
+	}
+	if c.DevIdentity() || len(c.Identity.RequiredScopes) != 0 {
+		t.Errorf("an external issuer must not get development defaults: %+v", c.Identity)
+	}
+}
+
+func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
+	values := map[string]string{
+		"server.addr": "127.0.0.1:1", "server.public_url": "https://usher.example.com",
+		"server.data_dir": "/d", "server.shutdown_timeout": "3s", "server.max_body_bytes": "4096",
+		"log.level": "warn", "log.format": "json",
+		"database.url": "postgres://u@h/db", "database.max_conns": "3",
+		"identity.issuer": "https://issuer.example.com", "identity.audiences": "a,b",
+		"identity.required_scopes": "s", "identity.tenants": "t",
+		"broker.token_lifetime": "1m", "broker.rotation_period": "2h",
+		"broker.key_encryption_key": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", "broker.client_id": "c",
+	}
+	m := map[string]string{}
+	for _, k := range Keys() {
+		v, ok := values[k.Name]
+		if !ok {
+			t.Fatalf("key %s has no test value", k.Name)
+		}
+		m[k.Env] = v
+	}
+	c, err := Load("", env(m), Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.PublicURL != "https://usher.example.com" || c.Server.ShutdownTimeout.Std() != 3*time.Second ||
+		c.Server.MaxBodyBytes != 4096 || c.Log.Format != "json" || c.Database.URL != "postgres://u@h/db" ||
+		c.Broker.RotationPeriod.Std() != 2*time.Hour || len(c.Identity.Audiences) != 2 {
+		t.Errorf("overrides not applied: %+v", c)
+	}
+}
+
+func TestValidationReportsEveryProblemByKey(t *testing.T) {
+	_, err := Load("", env(map[string]string{
+		"USHER_SERVER_ADDR":               "nope",
+		"USHER_SERVER_PUBLIC_URL":         "http://usher.example.com",
+		"USHER_LOG_LEVEL":                 "loud",
+		"USHER_DATABASE_URL":              "mysql://x",
+		"USHER_IDENTITY_ISSUER":           "https://issuer.example.com",
+		"USHER_BROKER_TOKEN_LIFETIME":     "1h",
+		"USHER_BROKER_KEY_ENCRYPTION_KEY": "c2hvcnQ=",
+		"USHER_SERVER_MAX_BODY_BYTES":     "lots",
+	}), Overrides{})
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	for _, key := range []string{
+		"server.addr", "server.public_url", "log.level", "database.url", "identity.audiences",
+		"broker.token_lifetime", "broker.key_encryption_key", "server.max_body_bytes (from USHER_SERVER_MAX_BODY_BYTES)",
+	} {
+		if !strings.Contains(err.Error(), key) {
+			t.Errorf("error does not name %s:\n%v", key, err)
+		}
+	}
+}
+
+func TestUnknownFileKeyIsAnError(t *testing.T) {
+	p := writeFile(t, "server:\n  adress: 127.0.0.1:1\n")
+	if _, err := Load(p, env(nil), Overrides{}); err == nil || !strings.Contains(err.Error(), "adress") {
+		t.Fatalf("want an error naming the unknown key, got %v", err)
+	}
+}
+
+func TestMissingFileIsAnError(t *testing.T) {
+	if _, err := Load(filepath.Join(t.TempDir(), "none.yaml"), env(nil), Overrides{}); err == nil {
+		t.Fatal("want an error")
+	}
+}
+
+func TestEmptyFileMeansDefaults(t *testing.T) {
+	c, err := Load(writeFile(t, ""), env(nil), Overrides{})
+	if err != nil || c.Server.Addr != "127.0.0.1:8080" {
+		t.Fatalf("c=%+v err=%v", c.Server, err)
+	}
+}
+
+func TestPublicURL(t *testing.T) {
+	for _, tc := range []struct {
+		url string
+		ok  bool
+	}{
+		{"https://usher.example.com", true},
+		{"http://127.0.0.1:8080", true},
+		{"http://localhost:8080", true},
+		{"http://[::1]:8080", true},
+		{"http://usher.example.com", false},
+		{"ftp://usher.example.com", false},
+		{"https://usher.example.com/?x=1", false},
+		{"/relative", false},
+	} {
+		if err := checkPublicURL(tc.url); (err == nil) != tc.ok {
+			t.Errorf("checkPublicURL(%q) = %v, want ok=%v", tc.url, err, tc.ok)
+		}
+	}
+}
+
+// TestREADMEDocumentsEveryKey keeps the configuration table complete.
+func TestREADMEDocumentsEveryKey(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range Keys() {
+		row := "| `" + k.Name + "` | `" + k.Env + "` |"
+		if !strings.Contains(string(b), row) {
+			t.Errorf("README has no configuration row for %s (%s)", k.Name, k.Env)
+		}
+	}
+}

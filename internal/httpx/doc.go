@@ -1,0 +1,3 @@
+// Package httpx owns the HTTP plumbing every endpoint shares: the one API
+// error shape and its writer, request body limits, and request metrics.
+package httpx

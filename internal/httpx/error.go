@@ -1,0 +1,60 @@
+package httpx
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+)
+
+// Error is an error a client may see: a stable machine-readable Code, a
+// human-readable Message, and the HTTP Status it is sent with. Anything that
+// is not an *Error is logged and answered with a generic 500, so internal
+// text (SQL, token parser detail, stack) never reaches a client.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Errorf builds an *Error.
+func Errorf(status int, code, message string) *Error {
+	return &Error{Status: status, Code: code, Message: message}
+}
+
+// Common errors.
+var (
+	ErrNotFound         = &Error{Status: http.StatusNotFound, Code: "not_found", Message: "The resource does not exist."}
+	ErrBodyTooLarge     = &Error{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large", Message: "The request body is too large."}
+	ErrMethodNotAllowed = &Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "The method is not allowed here."}
+	errInternal         = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "Something went wrong on our side. It has been logged."}
+)
+
+// errorBody is the one error shape of every Usher API response.
+type errorBody struct {
+	Error *Error `json:"error"`
+}
+
+// WriteError answers with err's shape when it is (or wraps) an *Error, and
+// otherwise logs err and answers a generic 500.
+func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		if log != nil {
+			log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		e = errInternal
+	}
+	WriteJSON(w, e.Status, errorBody{Error: e})
+}
+
+// WriteJSON writes v as a JSON response with the given status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,105 @@
+package httpx
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestWriteErrorNeverEchoesInternalText(t *testing.T) {
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	rec := httptest.NewRecorder()
+	WriteError(rec, httptest.NewRequest("GET", "/x", nil), log, errors.New(`pq: relation "runs" does not exist`))
+	if rec.Code != 500 {
+		t.Fatalf("status = %d", rec.Code)
+	}
+	if strings.Contains(rec.Body.String(), "relation") {
+		t.Errorf("internal text leaked: %s", rec.Body)
+	}
+	if !strings.Contains(logs.String(), "relation") {
+		t.Errorf("internal text not logged: %s", logs.String())
+	}
+	var body struct{ Error Error }
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Error.Code != "internal" {
+		t.Errorf("body = %s (%v)", rec.Body, err)
+	}
+}
+
+func TestWriteErrorUsesWrappedAPIError(t *testing.T) {
+	rec := httptest.NewRecorder()
+	err := fmt.Errorf("lookup: %w", Errorf(http.StatusConflict, "operator_run_closed", "The run is closed."))
+	WriteError(rec, httptest.NewRequest("GET", "/x", nil), nil, err)
+	if rec.Code != http.StatusConflict || !strings.Contains(rec.Body.String(), `"code":"operator_run_closed"`) {
+		t.Errorf("got %d %s", rec.Code, rec.Body)
+	}
+	if rec.Header().Get("Content-Type") != "application/json" || rec.Header().Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("headers = %v", rec.Header())
+	}
+}
+
+func TestLimitBody(t *testing.T) {
+	h := LimitBody(16, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				WriteError(w, r, nil, ErrBodyTooLarge)
+				return
+			}
+			t.Errorf("unexpected error %v", err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	for _, tc := range []struct {
+		name   string
+		body   io.Reader
+		length int64
+		want   int
+	}{
+		{"within", strings.NewReader("small"), 5, http.StatusNoContent},
+		{"declared too large", strings.NewReader(strings.Repeat("x", 17)), 17, http.StatusRequestEntityTooLarge},
+		{"chunked too large", io.MultiReader(strings.NewReader(strings.Repeat("x", 100))), -1, http.StatusRequestEntityTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", "/", tc.body)
+			r.ContentLength = tc.length
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			if rec.Code != tc.want {
+				t.Errorf("status = %d, want %d", rec.Code, tc.want)
+			}
+		})
+	}
+}
+
+func TestMetricsLabelByPatternNotPath(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /runs/{id}", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	srv := httptest.NewServer(m.Wrap(mux))
+	defer srv.Close()
+	for _, p := range []string{"/runs/a", "/runs/b", "/nothing/here"} {
+		resp, err := http.Get(srv.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("GET /runs/{id}", "GET", "418")); got != 2 {
+		t.Errorf("pattern count = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("unmatched", "GET", "404")); got != 1 {
+		t.Errorf("unmatched count = %v, want 1", got)
+	}
+}
