@@ -148,8 +148,11 @@ type Store interface {
 	// AppendEvent appends an event to the run's log and returns it with its
 	// sequence. Concurrent appends to one run get distinct, gapless,
 	// increasing sequences, and the run's LastSeq, UpdatedAt and
-	// LastActivityAt move with them. A nil payload is stored as {}; a payload
-	// that is not JSON fails with ErrInvalid and nothing is stored.
+	// LastActivityAt move with them. A nil payload is stored as {}. A
+	// payload that is not JSON, or that holds what PostgreSQL's jsonb cannot
+	// (the escape \u0000, an unpaired surrogate escape), fails on every
+	// engine with ErrInvalid, and nothing is stored. Engines may normalise
+	// the payload's whitespace and key order.
 	// ErrNotFound when the run does not exist.
 	AppendEvent(ctx context.Context, runID, typ string, payload json.RawMessage) (Event, error)
 	// ListEvents returns up to limit events of the run with Seq > after, in

@@ -1,0 +1,147 @@
+package identity
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// TenantPlaceholder in [Options.Issuer] makes the verifier multi-tenant, the
+// way Microsoft Entra ID names the issuer of its common endpoint:
+// "https://login.microsoftonline.com/{tenantid}/v2.0".
+const TenantPlaceholder = "{tenantid}"
+
+// multiTenantDiscovery replaces [TenantPlaceholder] to find the discovery
+// document of a multi-tenant issuer. Entra's common metadata names the
+// template itself as its issuer and publishes the keys of every tenant.
+const multiTenantDiscovery = "common"
+
+// defaultHTTPTimeout bounds discovery and key set requests when
+// [Options.HTTPClient] is nil.
+const defaultHTTPTimeout = 10 * time.Second
+
+// Options configure a [Verifier]. The zero value is not valid: Issuer and
+// Audiences are required.
+type Options struct {
+	// Issuer is the issuer URL exactly as the tokens' "iss" claim spells it,
+	// for example "https://login.microsoftonline.com/<tenant-id>/v2.0".
+	// Required. It must be https, or http on a loopback host. (Entra issues
+	// tokens with that v2.0 issuer when the API's app registration sets
+	// "requestedAccessTokenVersion": 2.)
+	//
+	// An issuer containing [TenantPlaceholder] accepts tokens from several
+	// Entra tenants: discovery uses the "common" metadata, a token's "iss"
+	// must equal the template with the token's own "tid" substituted, and
+	// Tenants is then required.
+	Issuer string
+
+	// Audiences lists the values of which a token's "aud" must contain at
+	// least one: for Entra, the API application's client id and its
+	// Application ID URI ("api://…"). Required.
+	Audiences []string
+
+	// RequiredScopes must each be present in the token's "scp" claim (Entra),
+	// or in "scope" when "scp" is absent. Default: none required.
+	RequiredScopes []string
+
+	// Tenants is the allow-list of tenant ids ("tid"). Default: empty, which
+	// accepts any tenant of a single-tenant Issuer. Required when Issuer
+	// contains [TenantPlaceholder].
+	Tenants []string
+
+	// JWKSURL, when set, is where the issuer's signing keys are fetched and
+	// no discovery is done, so [New] makes no request. This serves an
+	// issuer that is not listening yet, such as the built-in development
+	// issuer of the same process. Default: empty, the "jwks_uri" of the
+	// issuer's discovery document. It must be https, or http on a loopback
+	// host.
+	JWKSURL string
+
+	// HTTPClient fetches the discovery document and the key set.
+	// Default: a client with a 10 s timeout.
+	HTTPClient *http.Client
+
+	// Now is the clock for expiry checks and key set refreshes.
+	// Default: time.Now.
+	Now func() time.Time
+
+	// Logger records why a request was refused; tokens are never logged.
+	// Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// validate reports every problem of o in one error.
+func (o *Options) validate() error {
+	var errs []error
+	if o.Issuer == "" {
+		errs = append(errs, errors.New("issuer is required"))
+	} else if err := checkEndpoint(o.Issuer); err != nil {
+		errs = append(errs, fmt.Errorf("issuer: %w", err))
+	}
+	if n := strings.Count(o.Issuer, TenantPlaceholder); n > 1 {
+		errs = append(errs, fmt.Errorf("issuer: %s may appear only once", TenantPlaceholder))
+	} else if n == 1 && len(o.Tenants) == 0 {
+		errs = append(errs, fmt.Errorf("tenants: a multi-tenant issuer (containing %s) requires a tenant allow-list", TenantPlaceholder))
+	}
+	if len(o.Audiences) == 0 {
+		errs = append(errs, errors.New("audiences: at least one audience is required"))
+	}
+	for _, a := range o.Audiences {
+		if strings.TrimSpace(a) == "" {
+			errs = append(errs, errors.New("audiences: empty audience"))
+		}
+	}
+	for _, s := range o.RequiredScopes {
+		if s == "" || strings.ContainsAny(s, " \t\r\n") {
+			errs = append(errs, fmt.Errorf("required scopes: %q is not a scope", s))
+		}
+	}
+	for _, t := range o.Tenants {
+		if strings.TrimSpace(t) == "" {
+			errs = append(errs, errors.New("tenants: empty tenant id"))
+		}
+	}
+	if o.JWKSURL != "" {
+		if err := checkEndpoint(o.JWKSURL); err != nil {
+			errs = append(errs, fmt.Errorf("jwks url: %w", err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("identity: invalid options: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// checkEndpoint accepts an absolute https URL, or an http URL on a loopback
+// host, without user info, query or fragment.
+func checkEndpoint(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	switch {
+	case u.Host == "" || u.Opaque != "":
+		return errors.New("must be an absolute URL")
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(raw, "#"):
+		return errors.New("must not have user info, query or fragment")
+	case u.Scheme == "https":
+		return nil
+	case u.Scheme == "http" && isLoopback(u.Hostname()):
+		return nil
+	default:
+		return errors.New("must be https (http only on a loopback host)")
+	}
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,245 @@
+package identity
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+)
+
+// MaxTokenBytes is the longest access token accepted. Entra tokens with the
+// maximum of 200 group ids stay well below it.
+const MaxTokenBytes = 32 << 10
+
+// Errors returned by [Verifier.Verify]. They wrap a detail meant for logs
+// only; callers branch with errors.Is and answer clients generically.
+var (
+	// ErrUnauthenticated means the token is missing, malformed, not signed
+	// by a key of the issuer, from another issuer, expired, or not meant
+	// for this API. HTTP: 401 with error="invalid_token".
+	ErrUnauthenticated = errors.New("identity: unauthenticated")
+
+	// ErrForbidden means the token is authentic and meant for this API but
+	// its holder is not allowed: the tenant is not on the allow-list.
+	// HTTP: 403.
+	ErrForbidden = errors.New("identity: forbidden")
+
+	// ErrInsufficientScope means a required scope is missing. It also
+	// matches [ErrForbidden]. HTTP: 403 with error="insufficient_scope".
+	ErrInsufficientScope = fmt.Errorf("%w: insufficient scope", ErrForbidden)
+)
+
+// Verifier verifies access tokens of one issuer. It is safe for concurrent
+// use.
+type Verifier struct {
+	oidc           *oidc.IDTokenVerifier
+	issuer         string
+	multiTenant    bool
+	audiences      []string
+	requiredScopes []string
+	tenants        []string
+	logger         *slog.Logger
+}
+
+// New returns a Verifier for opts. Unless opts.JWKSURL is set, it fetches
+// the issuer's discovery document, so ctx bounds that request. Keys are
+// fetched on first use.
+func New(ctx context.Context, opts *Options) (*Verifier, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	o := *opts
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Timeout: defaultHTTPTimeout}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	multiTenant := strings.Contains(o.Issuer, TenantPlaceholder)
+	jwksURL := o.JWKSURL
+	if jwksURL == "" {
+		var err error
+		if jwksURL, err = discoverKeys(ctx, o.Issuer, multiTenant, o.HTTPClient); err != nil {
+			return nil, fmt.Errorf("identity: discovery for %s: %w", o.Issuer, err)
+		}
+	}
+	keys := newRemoteKeys(jwksURL, o.HTTPClient, o.Now)
+	return &Verifier{
+		oidc: oidc.NewVerifier(o.Issuer, keys, &oidc.Config{
+			// Access tokens are addressed to the API, not to a client:
+			// Verify checks the audience against Options.Audiences.
+			SkipClientIDCheck:    true,
+			SupportedSigningAlgs: []string{oidc.RS256},
+			// A multi-tenant issuer is a template; Verify compares "iss"
+			// with the template filled with the token's own tenant.
+			SkipIssuerCheck: multiTenant,
+			Now:             o.Now,
+		}),
+		issuer:         o.Issuer,
+		multiTenant:    multiTenant,
+		audiences:      slices.Clone(o.Audiences),
+		requiredScopes: slices.Clone(o.RequiredScopes),
+		tenants:        slices.Clone(o.Tenants),
+		logger:         o.Logger,
+	}, nil
+}
+
+// discoverKeys returns the jwks_uri of the issuer's discovery document after
+// checking that the document names the configured issuer.
+func discoverKeys(ctx context.Context, issuer string, multiTenant bool, client *http.Client) (string, error) {
+	ctx = oidc.ClientContext(ctx, client)
+	base := issuer
+	if multiTenant {
+		base = strings.Replace(issuer, TenantPlaceholder, multiTenantDiscovery, 1)
+		// The discovery URL differs from the issuer; the issuer the
+		// document names is compared below instead.
+		ctx = oidc.InsecureIssuerURLContext(ctx, issuer)
+	}
+	provider, err := oidc.NewProvider(ctx, base)
+	if err != nil {
+		return "", err
+	}
+	var meta struct {
+		Issuer  string `json:"issuer"`
+		JWKSURI string `json:"jwks_uri"`
+	}
+	if err := provider.Claims(&meta); err != nil {
+		return "", err
+	}
+	if meta.Issuer != issuer {
+		return "", fmt.Errorf("discovery document names issuer %q", meta.Issuer)
+	}
+	if err := checkEndpoint(meta.JWKSURI); err != nil {
+		return "", fmt.Errorf("jwks_uri %q: %w", meta.JWKSURI, err)
+	}
+	return meta.JWKSURI, nil
+}
+
+// Verify checks raw and returns its principal. Errors match
+// [ErrUnauthenticated], [ErrForbidden] or [ErrInsufficientScope].
+func (v *Verifier) Verify(ctx context.Context, raw string) (Principal, error) {
+	if raw == "" || len(raw) > MaxTokenBytes {
+		return Principal{}, fmt.Errorf("%w: token empty or longer than %d bytes", ErrUnauthenticated, MaxTokenBytes)
+	}
+	// RS256 only, signature by a key of the issuer's key set (by kid),
+	// expiry ("exp" required) and not-before, with go-oidc's rules.
+	tok, err := v.oidc.Verify(ctx, raw)
+	if err != nil {
+		return Principal{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	var c claims
+	if err := tok.Claims(&c); err != nil {
+		return Principal{}, fmt.Errorf("%w: claims: %w", ErrUnauthenticated, err)
+	}
+	if !v.issuerAccepted(c.Issuer, c.Tenant) {
+		return Principal{}, fmt.Errorf("%w: issuer %q not accepted", ErrUnauthenticated, c.Issuer)
+	}
+	if tok.IssuedAt.IsZero() {
+		return Principal{}, fmt.Errorf("%w: no iat", ErrUnauthenticated)
+	}
+	if c.ObjectID == "" && c.Subject == "" {
+		return Principal{}, fmt.Errorf("%w: neither oid nor sub", ErrUnauthenticated)
+	}
+	if !slices.ContainsFunc(tok.Audience, v.audienceAccepted) {
+		return Principal{}, fmt.Errorf("%w: audience %q not accepted", ErrUnauthenticated, tok.Audience)
+	}
+	if len(v.tenants) > 0 && !slices.Contains(v.tenants, c.Tenant) {
+		return Principal{}, fmt.Errorf("%w: tenant %q not allowed", ErrForbidden, c.Tenant)
+	}
+	scopes := c.scopes()
+	for _, s := range v.requiredScopes {
+		if !slices.Contains(scopes, s) {
+			return Principal{}, fmt.Errorf("%w: scope %q missing", ErrInsufficientScope, s)
+		}
+	}
+	return c.principal(scopes), nil
+}
+
+// issuerAccepted compares iss exactly with the configured issuer, or with
+// the multi-tenant template filled with the token's tenant.
+func (v *Verifier) issuerAccepted(iss, tenant string) bool {
+	if !v.multiTenant {
+		return iss == v.issuer
+	}
+	return tenant != "" && iss == strings.Replace(v.issuer, TenantPlaceholder, tenant, 1)
+}
+
+func (v *Verifier) audienceAccepted(aud string) bool {
+	return slices.Contains(v.audiences, aud)
+}
+
+// claims are the access token claims Usher reads beyond go-oidc's.
+type claims struct {
+	Issuer            string    `json:"iss"`
+	Subject           string    `json:"sub"`
+	Tenant            string    `json:"tid"`
+	ObjectID          string    `json:"oid"`
+	Name              string    `json:"name"`
+	PreferredUsername string    `json:"preferred_username"`
+	Email             string    `json:"email"`
+	Scp               *scopeSet `json:"scp"`
+	Scope             *scopeSet `json:"scope"`
+	Groups            []string  `json:"groups"`
+	Roles             []string  `json:"roles"`
+}
+
+// scopes returns "scp" (Entra) when present, else "scope" (RFC 9068): a
+// token's scopes are never the union of both.
+func (c *claims) scopes() []string {
+	if c.Scp != nil {
+		return *c.Scp
+	}
+	if c.Scope != nil {
+		return *c.Scope
+	}
+	return nil
+}
+
+func (c *claims) principal(scopes []string) Principal {
+	name := c.Name
+	if name == "" {
+		name = c.PreferredUsername
+	}
+	return Principal{
+		Issuer:   c.Issuer,
+		Tenant:   c.Tenant,
+		ObjectID: c.ObjectID,
+		Subject:  c.Subject,
+		Name:     name,
+		Email:    c.Email,
+		Scopes:   scopes,
+		Groups:   c.Groups,
+		Roles:    c.Roles,
+	}
+}
+
+// scopeSet reads a space-separated scope string or, as some issuers emit
+// it, an array of scopes.
+type scopeSet []string
+
+func (s *scopeSet) UnmarshalJSON(b []byte) error {
+	var str string
+	if err := json.Unmarshal(b, &str); err == nil {
+		*s = strings.Fields(str)
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return errors.New("scope claim is neither a string nor an array of strings")
+	}
+	*s = list
+	return nil
+}

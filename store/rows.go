@@ -1,0 +1,34 @@
+package store
+
+import "time"
+
+// How Go values map to columns, the same on every engine.
+
+// storedTime is t as every engine stores and returns it: UTC, truncated to
+// microseconds (PostgreSQL's precision, and SQLite's text form).
+func storedTime(t time.Time) time.Time {
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+// nullString maps the empty string to SQL NULL, for optional text columns
+// whose uniqueness must not count absent values.
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// runColumns is the column list every query returning a Run selects, in the
+// order the engines' scanners read it.
+const runColumns = `id, owner, title, status, coalesce(idempotency_key, ''),
+	last_seq, message_count, preview,
+	queued_at, coalesce(lease_owner, ''), lease_expires_at, fencing_token,
+	created_at, updated_at, last_activity_at, completed_at, deleted_at`
+
+// signingKeyColumns is the column list of a SigningKey, in field order.
+const signingKeyColumns = `id, purpose, generation, algorithm, public_key, private_key,
+	created_at, signs_from, published_until`
+
+// eventColumns is the column list of an Event, in field order.
+const eventColumns = `run_id, seq, type, payload, created_at`

@@ -1,0 +1,527 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// sqliteStore is the Store on one SQLite file. SQLite admits one writer at a
+// time, so every write goes through a pool of exactly one connection whose
+// transactions start with BEGIN IMMEDIATE: writers of this process queue in
+// database/sql instead of failing with SQLITE_BUSY, and the busy timeout
+// covers other processes. Reads use their own pool; in WAL mode they never
+// wait for the writer.
+type sqliteStore struct {
+	write    *sql.DB
+	read     *sql.DB
+	migrator *goose.Provider
+	log      *slog.Logger
+	now      func() time.Time
+
+	closeOnce sync.Once
+}
+
+// sqliteBusyTimeout is how long a connection waits for another process's
+// lock before failing with SQLITE_BUSY.
+const sqliteBusyTimeout = 5 * time.Second
+
+func openSQLite(ctx context.Context, path string, o Options) (*sqliteStore, error) {
+	// The DSN is not echoed: a mistyped URL may carry a password. A string
+	// with a scheme is refused rather than taken for a path, which would
+	// create directories named after it.
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") ||
+		strings.Contains(path, "://") || strings.ContainsAny(path, "?#") {
+		return nil, errors.New("store: the DSN must be a postgres:// or postgresql:// URL, or the path of a SQLite file " +
+			"(not :memory:, not a file: URI, without ? or #)")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("store: SQLite directory: %w", err)
+	}
+	busy := fmt.Sprintf("busy_timeout(%d)", sqliteBusyTimeout.Milliseconds())
+
+	write, err := sql.Open("sqlite", path+"?"+url.Values{
+		"_pragma": {busy, "foreign_keys(1)", "journal_mode(WAL)"},
+		"_txlock": {"immediate"},
+	}.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("store: open SQLite: %w", err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	write.SetConnMaxIdleTime(0)
+	// The writer connects first: it switches the file to WAL, which the
+	// read-only connections cannot do.
+	if err := write.PingContext(ctx); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("store: open SQLite %s: %w", path, err)
+	}
+
+	read, err := sql.Open("sqlite", path+"?"+url.Values{
+		"_pragma": {busy, "query_only(1)"},
+	}.Encode())
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("store: open SQLite: %w", err)
+	}
+	readers := o.MaxConns
+	if readers == 0 {
+		readers = max(4, runtime.NumCPU())
+	}
+	read.SetMaxOpenConns(readers)
+	read.SetMaxIdleConns(readers)
+	if err := read.PingContext(ctx); err != nil {
+		read.Close()
+		write.Close()
+		return nil, fmt.Errorf("store: open SQLite %s: %w", path, err)
+	}
+
+	migrator, err := newMigrator(goose.DialectSQLite3, write, sqliteMigrations, "migrations/sqlite")
+	if err != nil {
+		read.Close()
+		write.Close()
+		return nil, err
+	}
+	return &sqliteStore{write: write, read: read, migrator: migrator, log: o.Logger, now: o.Now}, nil
+}
+
+// sqliteMigrationTableExists reports whether goose's table exists.
+const sqliteMigrationTableExists = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?)`
+
+func (s *sqliteStore) Migrate(ctx context.Context) error {
+	if err := s.createMigrationTable(ctx); err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	// Within this process the single write connection serialises
+	// migrations. Another process sharing the file may apply a migration
+	// between goose's check and its write, failing ours; if nothing is
+	// pending afterwards, the schema is where it should be.
+	results, err := s.migrator.Up(ctx)
+	if err != nil {
+		if s.pending(ctx) == nil {
+			return nil
+		}
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	logApplied(s.log, results)
+	return nil
+}
+
+// createMigrationTable creates goose's table, as goose itself would, but
+// checks and creates under the write lock: two processes migrating a new
+// file at once then never both try to create it.
+func (s *sqliteStore) createMigrationTable(ctx context.Context) error {
+	versions, err := database.NewStore(database.DialectSQLite3, migrationTable)
+	if err != nil {
+		return err
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		var exists bool
+		if err := tx.QueryRowContext(ctx, sqliteMigrationTableExists, migrationTable).Scan(&exists); err != nil || exists {
+			return err
+		}
+		if err := versions.CreateVersionTable(ctx, tx); err != nil {
+			return err
+		}
+		return versions.Insert(ctx, tx, database.InsertRequest{Version: 0})
+	})
+}
+
+func (s *sqliteStore) Ready(ctx context.Context) error {
+	if err := s.write.PingContext(ctx); err != nil {
+		return fmt.Errorf("store: SQLite is not ready: %w", err)
+	}
+	return s.pending(ctx)
+}
+
+// pending returns nil when the schema is at the newest migration, an error
+// naming what is pending otherwise.
+func (s *sqliteStore) pending(ctx context.Context) error {
+	var exists bool
+	if err := s.read.QueryRowContext(ctx, sqliteMigrationTableExists, migrationTable).Scan(&exists); err != nil {
+		return fmt.Errorf("store: SQLite is not ready: %w", err)
+	}
+	if !exists {
+		return allMigrations(s.migrator)
+	}
+	return pendingMigrations(ctx, s.migrator)
+}
+
+func (s *sqliteStore) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		err = errors.Join(s.read.Close(), s.write.Close())
+	})
+	return err
+}
+
+// inTx runs fn in a write transaction (BEGIN IMMEDIATE) and commits it.
+func (s *sqliteStore) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
+			return errors.Join(err, rbErr)
+		}
+		return err
+	}
+	return tx.Commit()
+}
+
+const (
+	sqliteInsertRun = `
+INSERT INTO runs (id, owner, title, status, idempotency_key, queued_at,
+	created_at, updated_at, last_activity_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?7)
+RETURNING ` + runColumns
+
+	sqliteGetRun = `SELECT ` + runColumns + ` FROM runs WHERE id = ?`
+
+	sqliteListRuns = `
+SELECT ` + runColumns + ` FROM runs
+WHERE owner = ? AND deleted_at IS NULL
+ORDER BY created_at DESC, id DESC`
+
+	// sqliteTransitionRun is the compare-and-swap of a run's status; ?5 is
+	// the completion time when the new status is terminal, NULL otherwise.
+	sqliteTransitionRun = `
+UPDATE runs SET status = ?3, updated_at = ?4, completed_at = coalesce(?5, completed_at)
+WHERE id = ?1 AND status = ?2
+RETURNING ` + runColumns
+
+	sqliteRunExists = `SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?)`
+)
+
+func (s *sqliteStore) CreateRun(ctx context.Context, r Run) (Run, error) {
+	if err := checkNewRun(r); err != nil {
+		return Run{}, err
+	}
+	now := sqliteTime(s.now())
+	var out Run
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = scanSQLiteRun(tx.QueryRowContext(ctx, sqliteInsertRun,
+			r.ID, r.Owner, r.Title, string(r.Status), nullString(r.IdempotencyKey), sqliteNullTime(r.QueuedAt), now))
+		return err
+	})
+	if err != nil {
+		return Run{}, sqliteError(err)
+	}
+	return out, nil
+}
+
+func (s *sqliteStore) GetRun(ctx context.Context, id string) (Run, error) {
+	r, err := scanSQLiteRun(s.read.QueryRowContext(ctx, sqliteGetRun, id))
+	if err != nil {
+		return Run{}, sqliteError(err)
+	}
+	return r, nil
+}
+
+func (s *sqliteStore) ListRuns(ctx context.Context, owner string) ([]Run, error) {
+	rows, err := s.read.QueryContext(ctx, sqliteListRuns, owner)
+	if err != nil {
+		return nil, sqliteError(err)
+	}
+	defer rows.Close()
+	var runs []Run
+	for rows.Next() {
+		r, err := scanSQLiteRun(rows)
+		if err != nil {
+			return nil, sqliteError(err)
+		}
+		runs = append(runs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, sqliteError(err)
+	}
+	return runs, nil
+}
+
+func (s *sqliteStore) TransitionRun(ctx context.Context, id string, from, to RunStatus) (Run, error) {
+	if err := checkTransition(from, to); err != nil {
+		return Run{}, err
+	}
+	now := sqliteTime(s.now())
+	var completedAt any
+	if to.Terminal() {
+		completedAt = now
+	}
+	var out Run
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = scanSQLiteRun(tx.QueryRowContext(ctx, sqliteTransitionRun, id, string(from), string(to), now, completedAt))
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		// No row changed: tell a missing run from one in another state.
+		var exists bool
+		if err := tx.QueryRowContext(ctx, sqliteRunExists, id).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			return ErrNotFound
+		}
+		return ErrConflict
+	})
+	if err != nil {
+		return Run{}, sqliteError(err)
+	}
+	return out, nil
+}
+
+const (
+	// sqliteNextEventSeq advances the run's sequence. The transaction holds
+	// the database's write lock, so concurrent appends queue and leave no
+	// gap.
+	sqliteNextEventSeq = `
+UPDATE runs SET last_seq = last_seq + 1, updated_at = ?2, last_activity_at = ?2
+WHERE id = ?1
+RETURNING last_seq`
+
+	sqliteInsertEvent = `INSERT INTO run_events (` + eventColumns + `) VALUES (?, ?, ?, ?, ?)`
+
+	sqliteListEvents = `
+SELECT ` + eventColumns + ` FROM run_events
+WHERE run_id = ? AND seq > ?
+ORDER BY seq
+LIMIT ?`
+)
+
+func (s *sqliteStore) AppendEvent(ctx context.Context, runID, typ string, payload json.RawMessage) (Event, error) {
+	payload, err := eventPayload(typ, payload)
+	if err != nil {
+		return Event{}, err
+	}
+	e := Event{RunID: runID, Type: typ, Payload: payload, CreatedAt: storedTime(s.now())}
+	createdAt := sqliteTime(e.CreatedAt)
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, sqliteNextEventSeq, runID, createdAt).Scan(&e.Seq); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, sqliteInsertEvent, e.RunID, e.Seq, e.Type, string(e.Payload), createdAt)
+		return err
+	})
+	if err != nil {
+		return Event{}, sqliteError(err)
+	}
+	return e, nil
+}
+
+func (s *sqliteStore) ListEvents(ctx context.Context, runID string, after int64, limit int) ([]Event, error) {
+	if err := checkListLimit(limit); err != nil {
+		return nil, err
+	}
+	events, err := s.listEvents(ctx, runID, after, limit)
+	if err != nil {
+		return nil, sqliteError(err)
+	}
+	if len(events) == 0 {
+		// An empty page is either the end of the log or a missing run.
+		var exists bool
+		if err := s.read.QueryRowContext(ctx, sqliteRunExists, runID).Scan(&exists); err != nil {
+			return nil, sqliteError(err)
+		}
+		if !exists {
+			return nil, ErrNotFound
+		}
+	}
+	return events, nil
+}
+
+func (s *sqliteStore) listEvents(ctx context.Context, runID string, after int64, limit int) ([]Event, error) {
+	rows, err := s.read.QueryContext(ctx, sqliteListEvents, runID, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var events []Event
+	for rows.Next() {
+		var e Event
+		var payload, createdAt string
+		if err := rows.Scan(&e.RunID, &e.Seq, &e.Type, &payload, &createdAt); err != nil {
+			return nil, err
+		}
+		e.Payload = json.RawMessage(payload)
+		if e.CreatedAt, err = parseSQLiteTime(createdAt); err != nil {
+			return nil, err
+		}
+		events = append(events, e)
+	}
+	return events, rows.Err()
+}
+
+const (
+	sqliteInsertSigningKey = `
+INSERT INTO signing_keys (` + signingKeyColumns + `)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+	sqliteSigningKeys = `
+SELECT ` + signingKeyColumns + ` FROM signing_keys
+WHERE purpose = ? AND published_until > ?
+ORDER BY generation`
+)
+
+func (s *sqliteStore) InsertSigningKey(ctx context.Context, k SigningKey) error {
+	if err := checkSigningKey(k); err != nil {
+		return err
+	}
+	if k.CreatedAt.IsZero() {
+		k.CreatedAt = s.now()
+	}
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, sqliteInsertSigningKey,
+			k.ID, k.Purpose, k.Generation, k.Algorithm, k.PublicKey, k.PrivateKey,
+			sqliteTime(k.CreatedAt), sqliteTime(k.SignsFrom), sqliteTime(k.PublishedUntil))
+		return err
+	})
+	return sqliteError(err)
+}
+
+func (s *sqliteStore) SigningKeys(ctx context.Context, purpose string, now time.Time) ([]SigningKey, error) {
+	keys, err := s.signingKeys(ctx, purpose, now)
+	if err != nil {
+		return nil, sqliteError(err)
+	}
+	return keys, nil
+}
+
+func (s *sqliteStore) signingKeys(ctx context.Context, purpose string, now time.Time) ([]SigningKey, error) {
+	rows, err := s.read.QueryContext(ctx, sqliteSigningKeys, purpose, sqliteTime(now))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var keys []SigningKey
+	for rows.Next() {
+		var k SigningKey
+		var createdAt, signsFrom, publishedUntil string
+		if err := rows.Scan(&k.ID, &k.Purpose, &k.Generation, &k.Algorithm, &k.PublicKey, &k.PrivateKey,
+			&createdAt, &signsFrom, &publishedUntil); err != nil {
+			return nil, err
+		}
+		var tp sqliteTimeParser
+		k.CreatedAt = tp.parse(createdAt)
+		k.SignsFrom = tp.parse(signsFrom)
+		k.PublishedUntil = tp.parse(publishedUntil)
+		if tp.err != nil {
+			return nil, tp.err
+		}
+		keys = append(keys, k)
+	}
+	return keys, rows.Err()
+}
+
+// scanSQLiteRun reads one row of runColumns from a *sql.Row or *sql.Rows.
+func scanSQLiteRun(row interface{ Scan(...any) error }) (Run, error) {
+	var r Run
+	var status string
+	var queuedAt, leaseExpiresAt, completedAt, deletedAt sql.NullString
+	var createdAt, updatedAt, lastActivityAt string
+	err := row.Scan(&r.ID, &r.Owner, &r.Title, &status, &r.IdempotencyKey,
+		&r.LastSeq, &r.MessageCount, &r.Preview,
+		&queuedAt, &r.LeaseOwner, &leaseExpiresAt, &r.FencingToken,
+		&createdAt, &updatedAt, &lastActivityAt, &completedAt, &deletedAt)
+	if err != nil {
+		return Run{}, err
+	}
+	r.Status = RunStatus(status)
+	var tp sqliteTimeParser
+	r.QueuedAt = tp.parseNull(queuedAt)
+	r.LeaseExpiresAt = tp.parseNull(leaseExpiresAt)
+	r.CreatedAt = tp.parse(createdAt)
+	r.UpdatedAt = tp.parse(updatedAt)
+	r.LastActivityAt = tp.parse(lastActivityAt)
+	r.CompletedAt = tp.parseNull(completedAt)
+	r.DeletedAt = tp.parseNull(deletedAt)
+	return r, tp.err
+}
+
+// sqliteTimeLayout is how times are stored in SQLite: UTC, fixed width, six
+// fractional digits, so that comparing the text compares the times.
+const sqliteTimeLayout = "2006-01-02T15:04:05.000000Z"
+
+// sqliteTime formats t for a SQLite time column.
+func sqliteTime(t time.Time) string {
+	return storedTime(t).Format(sqliteTimeLayout)
+}
+
+// sqliteNullTime maps the zero time to NULL, for nullable time columns.
+func sqliteNullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return sqliteTime(t)
+}
+
+// parseSQLiteTime reads a time column.
+func parseSQLiteTime(s string) (time.Time, error) {
+	t, err := time.Parse(sqliteTimeLayout, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("store: SQLite time column holds %q: %w", s, err)
+	}
+	return t, nil
+}
+
+// sqliteTimeParser parses several time columns of a row, keeping the first
+// error.
+type sqliteTimeParser struct{ err error }
+
+func (p *sqliteTimeParser) parse(s string) time.Time {
+	t, err := parseSQLiteTime(s)
+	if err != nil && p.err == nil {
+		p.err = err
+	}
+	return t
+}
+
+func (p *sqliteTimeParser) parseNull(s sql.NullString) time.Time {
+	if !s.Valid {
+		return time.Time{}
+	}
+	return p.parse(s.String)
+}
+
+// sqliteError translates a modernc.org/sqlite error into the store's
+// sentinels. It is the one place that knows SQLite's result codes; the
+// driver error stays wrapped for logs, and errors.Is finds the sentinel.
+func sqliteError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	var liteErr *sqlite.Error
+	if !errors.As(err, &liteErr) {
+		return err
+	}
+	switch liteErr.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_ROWID:
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+		// A row refers to one that does not exist.
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case sqlite3.SQLITE_CONSTRAINT_NOTNULL, sqlite3.SQLITE_CONSTRAINT_CHECK, sqlite3.SQLITE_CONSTRAINT_DATATYPE:
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return err
+}

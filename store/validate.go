@@ -1,0 +1,169 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The checks every engine runs before it writes, so both refuse the same
+// values with the same ErrInvalid.
+
+// checkNewRun validates the fields CreateRun takes from the caller.
+func checkNewRun(r Run) error {
+	var errs []error
+	if r.ID == "" {
+		errs = append(errs, errors.New("run ID is empty"))
+	}
+	if r.Owner == "" {
+		errs = append(errs, errors.New("run owner is empty"))
+	}
+	if !r.Status.Valid() {
+		errs = append(errs, fmt.Errorf("run status %q is unknown", r.Status))
+	}
+	errs = append(errs, checkTime("run QueuedAt", r.QueuedAt))
+	return invalid(errs...)
+}
+
+// checkTransition validates a compare-and-swap of a run's status.
+func checkTransition(from, to RunStatus) error {
+	var errs []error
+	if !from.Valid() {
+		errs = append(errs, fmt.Errorf("run status %q is unknown", from))
+	} else if from.Terminal() {
+		errs = append(errs, fmt.Errorf("run status %s is terminal", from))
+	}
+	if !to.Valid() {
+		errs = append(errs, fmt.Errorf("run status %q is unknown", to))
+	}
+	return invalid(errs...)
+}
+
+// eventPayload returns the bytes to store for an event payload: {} for none,
+// a private copy of anything else that is valid JSON.
+func eventPayload(typ string, payload json.RawMessage) (json.RawMessage, error) {
+	if typ == "" {
+		return nil, invalid(errors.New("event type is empty"))
+	}
+	if len(payload) == 0 {
+		return json.RawMessage(`{}`), nil
+	}
+	if !json.Valid(payload) {
+		return nil, invalid(fmt.Errorf("payload of %s event is not valid JSON", typ))
+	}
+	if !jsonbStorable(payload) {
+		return nil, invalid(fmt.Errorf("payload of %s event holds \\u0000 or an unpaired surrogate, which PostgreSQL cannot store", typ))
+	}
+	return bytes.Clone(payload), nil
+}
+
+// jsonbStorable reports whether PostgreSQL's jsonb can hold the valid JSON
+// text p: it refuses the escape \u0000 and surrogate escapes that do not
+// form a pair. Every engine refuses such payloads, so that they agree.
+func jsonbStorable(p []byte) bool {
+	for i := 0; i < len(p); i++ {
+		// p is valid JSON, so a backslash always starts an escape in a
+		// string, and \u is always followed by four hex digits.
+		if p[i] != '\\' {
+			continue
+		}
+		i++
+		if p[i] != 'u' {
+			continue
+		}
+		r := hex4(p[i+1:])
+		i += 4
+		switch {
+		case r == 0, r >= 0xDC00 && r <= 0xDFFF:
+			return false
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+6 >= len(p) || p[i+1] != '\\' || p[i+2] != 'u' {
+				return false
+			}
+			if low := hex4(p[i+3:]); low < 0xDC00 || low > 0xDFFF {
+				return false
+			}
+			i += 6
+		}
+	}
+	return true
+}
+
+// hex4 decodes the four hex digits at the start of p.
+func hex4(p []byte) rune {
+	var r rune
+	for _, c := range p[:4] {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		}
+	}
+	return r
+}
+
+// checkListLimit validates the page size of a listing.
+func checkListLimit(limit int) error {
+	if limit < 1 {
+		return invalid(fmt.Errorf("limit is %d, want 1 or more", limit))
+	}
+	return nil
+}
+
+// checkSigningKey validates a key before it is stored.
+func checkSigningKey(k SigningKey) error {
+	var errs []error
+	if k.ID == "" {
+		errs = append(errs, errors.New("signing key ID is empty"))
+	}
+	if k.Purpose == "" {
+		errs = append(errs, errors.New("signing key purpose is empty"))
+	}
+	if k.Generation < 1 {
+		errs = append(errs, fmt.Errorf("signing key generation is %d, want 1 or more", k.Generation))
+	}
+	if k.Algorithm == "" {
+		errs = append(errs, errors.New("signing key algorithm is empty"))
+	}
+	if len(k.PublicKey) == 0 {
+		errs = append(errs, errors.New("signing key has no public key"))
+	}
+	if len(k.PrivateKey) == 0 {
+		errs = append(errs, errors.New("signing key has no private key"))
+	}
+	if k.SignsFrom.IsZero() {
+		errs = append(errs, errors.New("signing key SignsFrom is zero"))
+	}
+	if k.PublishedUntil.IsZero() {
+		errs = append(errs, errors.New("signing key PublishedUntil is zero"))
+	}
+	errs = append(errs,
+		checkTime("signing key CreatedAt", k.CreatedAt),
+		checkTime("signing key SignsFrom", k.SignsFrom),
+		checkTime("signing key PublishedUntil", k.PublishedUntil),
+	)
+	return invalid(errs...)
+}
+
+// checkTime refuses times outside the years 1 to 9999, which SQLite's
+// fixed-width text form cannot order.
+func checkTime(name string, t time.Time) error {
+	if y := t.UTC().Year(); y < 1 || y > 9999 {
+		return fmt.Errorf("%s is in year %d, want 1 to 9999", name, y)
+	}
+	return nil
+}
+
+// invalid wraps the non-nil errs in ErrInvalid, or returns nil for none.
+func invalid(errs ...error) error {
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
