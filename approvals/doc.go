@@ -1,5 +1,32 @@
 // Package approvals owns durable approval requests and decisions, their
 // binding to exact tool calls, and their single-use consumption.
 //
-// The package is not built yet; its table exists in the store schema.
+// A tool call the policy sends to a human becomes a request ([Service.Request])
+// bound to the exact call: principal, tool, server, tool definition hash,
+// SHA-256 of the canonical arguments, policy hash, run and client (a
+// [Binding]). The identical call finds the same pending request instead of
+// making another. A signed-in human approves or denies it through the API
+// ([Service.Handler]); the call, retried, then consumes the approval
+// ([Service.Consume]) in one atomic compare-and-swap, so an approval is used
+// at most once, and only by a call equal to its binding in every field. An
+// approval expires (by default after 24 hours), and is revoked when the
+// tool's definition changes ([Service.RevokeChanged]).
+//
+// # Who decides
+//
+// An approval without approver groups is decided by the principal who made
+// the call. An approval that names approver groups is decided by members of
+// those groups (Principal.Groups), with one restriction, the four-eyes
+// rule: the requester never approves their own request, even as a member
+// of an approver group; they may still deny (withdraw) it. Decisions are
+// final, and an expired approval cannot be decided. A caller who may
+// neither see nor decide an approval is told it does not exist.
+//
+// Only a human session decides: the handlers sit behind the identity
+// middleware, which accepts only the organisation's identity tokens and
+// never a broker token. [RefuseBrokerTokens] answers a broker token with a
+// clear 403 before that, as a courtesy.
+//
+// Every request, decision and revocation is written to the audit log when
+// one is configured.
 package approvals

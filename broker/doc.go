@@ -7,4 +7,17 @@
 // one audience, with scope "mcp:invoke" and at most a few minutes of life. The
 // user's own identity-provider token never leaves the API edge; the broker
 // token stands in for it.
+//
+// Keys. A [Keyring] keeps one purpose's keys in the database, each private
+// half sealed with AES-256-GCM under a 32-byte seal key and bound to its kid
+// (the RFC 7638 thumbprint) and purpose. A new key is published a while
+// before it signs, so verifiers that cached the key set learn it first; a
+// retired key stays published until every token it signed has expired.
+// Replicas sharing the database agree on one key per generation.
+//
+// Verification. A [Verifier] checks a token against a [KeySource] — the
+// Keyring in process, or a [RemoteKeySet] fetching the JWKS over HTTP — in
+// one function, cheap checks first. Its errors say how to answer: an
+// [ErrInvalidToken] is 401, an [ErrInsufficientScope] 403, anything else
+// 503. Their details are for logs, never for clients.
 package broker

@@ -1,7 +1,42 @@
-// Package policy owns the approval policy: loading, validating and evaluating
-// it, tool-definition pinning (the tool lock) and explanations of decisions.
-// It is pure: it performs no I/O beyond reading its own files.
+// Package policy owns the approval policy: loading, validating and
+// evaluating it, tool-definition pinning (the tool lock), linting, policy
+// test cases and explanations of decisions. It reads its own files and
+// writes the tool lock; it performs no other I/O and depends on no other
+// Usher package.
 //
-// The package is not built yet; this file reserves its place in the
-// architecture.
+// # The model
+//
+// A policy is a Cedar policy file evaluated once per tool call with
+//
+//   - principal: Usher::User::"<user id>", with attributes tenant (String),
+//     groups (Set<String>) and roles (Set<String>);
+//   - action: Usher::Action::"call_tool";
+//   - resource: Usher::Tool::"<full tool name>", with attributes name,
+//     server ("builtin" for built-in tools, else the upstream's name),
+//     definition_hash and reviewed (Bool: the definition hash equals the one
+//     in the tool lock);
+//   - context: {arguments: <the call's arguments as a record>, client_id}.
+//
+// Tool annotations (readOnlyHint and the like) come from the tool's server
+// and are never an input: they appear in no entity and no context.
+//
+// # Outcomes
+//
+// A decision is Allow (run unattended), Approve (a human decides) or Deny.
+// Every policy carries a unique @id. A matching forbid denies; a matching
+// permit annotated @outcome("allow") allows; a matching permit annotated
+// @outcome("approve"), or with no @outcome, requires approval, optionally
+// by the groups named in @approvers("group-a,group-b"). Deny wins over
+// Approve, which wins over Allow. Whatever the policy says, Decide enforces:
+//
+//   - nothing matched → Approve;
+//   - any evaluation error → Deny (Cedar skips a policy whose condition
+//     errors; a skipped forbid must not open anything);
+//   - arguments that cannot be evaluated → Deny;
+//   - a tool that is not reviewed, or whose name is not plain ASCII, is
+//     never Allow: such a decision becomes Approve.
+//
+// Every Decision carries the determining policy ids, human-readable
+// reasons, the SHA-256 of the policy file and the approver groups.
+// docs/policy.md is the reviewer's guide.
 package policy

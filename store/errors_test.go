@@ -31,6 +31,7 @@ func TestPgError(t *testing.T) {
 		{"not null violation", &pgconn.PgError{Code: "23502"}, ErrInvalid},
 		{"invalid JSON text", &pgconn.PgError{Code: "22P02"}, ErrInvalid},
 		{"NUL in jsonb", &pgconn.PgError{Code: "22P05"}, ErrInvalid},
+		{"NUL in text", &pgconn.PgError{Code: "22021"}, ErrInvalid},
 		{"undefined table", &pgconn.PgError{Code: "42P01"}, nil},
 		{"connection lost", io.ErrUnexpectedEOF, nil},
 		{"canceled", context.Canceled, nil},

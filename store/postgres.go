@@ -361,14 +361,15 @@ func pgTimeOrZero(t *time.Time) time.Time {
 // PostgreSQL error codes the store translates (SQLSTATE, Appendix A of the
 // PostgreSQL manual).
 const (
-	pgUniqueViolation         = "23505"
-	pgForeignKeyViolation     = "23503"
-	pgNotNullViolation        = "23502"
-	pgCheckViolation          = "23514"
-	pgSerializationFailure    = "40001"
-	pgDeadlockDetected        = "40P01"
-	pgInvalidTextRepr         = "22P02"
-	pgUntranslatableCharacter = "22P05"
+	pgUniqueViolation          = "23505"
+	pgForeignKeyViolation      = "23503"
+	pgNotNullViolation         = "23502"
+	pgCheckViolation           = "23514"
+	pgSerializationFailure     = "40001"
+	pgDeadlockDetected         = "40P01"
+	pgInvalidTextRepr          = "22P02"
+	pgUntranslatableCharacter  = "22P05"
+	pgCharacterNotInRepertoire = "22021"
 )
 
 // pgError translates a pgx error into the store's sentinels. It is the one
@@ -391,9 +392,9 @@ func pgError(err error) error {
 	case pgForeignKeyViolation:
 		// A row refers to one that does not exist.
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
-	case pgNotNullViolation, pgCheckViolation, pgInvalidTextRepr, pgUntranslatableCharacter:
+	case pgNotNullViolation, pgCheckViolation, pgInvalidTextRepr, pgUntranslatableCharacter, pgCharacterNotInRepertoire:
 		// A value the schema refuses, such as a JSON string holding \u0000,
-		// which jsonb cannot store.
+		// which jsonb cannot store, or text holding NUL or invalid UTF-8.
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return err

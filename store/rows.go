@@ -1,6 +1,10 @@
 package store
 
-import "time"
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
 
 // How Go values map to columns, the same on every engine.
 
@@ -32,3 +36,32 @@ const signingKeyColumns = `id, purpose, generation, algorithm, public_key, priva
 
 // eventColumns is the column list of an Event, in field order.
 const eventColumns = `run_id, seq, type, payload, created_at`
+
+// jsonOr returns v, or def when v is empty: the value a JSON column stores.
+func jsonOr(v json.RawMessage, def string) []byte {
+	if len(v) == 0 {
+		return []byte(def)
+	}
+	return v
+}
+
+// encodeNames stores a list of names as a JSON array ([] for none).
+func encodeNames(names []string) []byte {
+	if len(names) == 0 {
+		return []byte("[]")
+	}
+	b, _ := json.Marshal(names) // strings always marshal
+	return b
+}
+
+// decodeNames reads a JSON array of names; an empty array reads as nil.
+func decodeNames(column string, b []byte) ([]string, error) {
+	var names []string
+	if err := json.Unmarshal(b, &names); err != nil {
+		return nil, fmt.Errorf("store: %s column holds %q: %w", column, b, err)
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	return names, nil
+}

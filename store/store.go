@@ -166,4 +166,87 @@ type Store interface {
 	// SigningKeys returns the purpose's keys whose PublishedUntil is after
 	// now, oldest generation first.
 	SigningKeys(ctx context.Context, purpose string, now time.Time) ([]SigningKey, error)
+
+	// CreateApproval records a pending approval, or finds the identical
+	// one. ID, every field of Binding but Server, RunID and ClientID, and ExpiresAt
+	// are required; a zero CreatedAt means now; Status must be empty or
+	// pending. When a pending approval with the same Binding exists and has
+	// not expired, it is returned with created false and nothing is
+	// written, so concurrent identical requests yield one record. One that
+	// has expired is marked expired first. A duplicate ID fails with
+	// ErrConflict; a RunID naming no run with ErrNotFound.
+	CreateApproval(ctx context.Context, a Approval) (_ Approval, created bool, _ error)
+	// GetApproval returns the approval or ErrNotFound.
+	GetApproval(ctx context.Context, id string) (Approval, error)
+	// ListApprovals returns the principal's approvals in the given states
+	// (every state for none), oldest first.
+	ListApprovals(ctx context.Context, principal string, status ...ApprovalStatus) ([]Approval, error)
+	// ListApprovalsForApprovers returns the approvals in the given states
+	// (every state for none) that name one of groups among their
+	// approvers, oldest first.
+	ListApprovalsForApprovers(ctx context.Context, groups []string, status ...ApprovalStatus) ([]Approval, error)
+	// DecideApproval moves a pending approval that has not expired at now
+	// to approved or denied, as a compare-and-swap recording who decided,
+	// why, and when: ErrNotFound when it does not exist, ErrConflict when
+	// it is not pending or has expired, ErrInvalid when to is neither.
+	DecideApproval(ctx context.Context, id string, to ApprovalStatus, decidedBy, reason string, now time.Time) (Approval, error)
+	// FindApproved returns an approved approval for exactly the binding b
+	// that has not expired at now (the oldest decided, if several), or
+	// ErrNotFound.
+	FindApproved(ctx context.Context, b ApprovalBinding, now time.Time) (Approval, error)
+	// ConsumeApproval uses the approval once: in one atomic update it moves
+	// it from approved to consumed, provided it has not expired at now and
+	// its binding equals b in every field. ErrNotFound when it does not
+	// exist; ErrConflict when it exists but is not approved, has expired,
+	// or is bound to another call. Of concurrent consumers, one succeeds.
+	ConsumeApproval(ctx context.Context, id string, b ApprovalBinding, now time.Time) (Approval, error)
+	// RevokeApprovals revokes the tool's pending and approved (not yet
+	// consumed) approvals whose definition hash is not keepDefinitionHash,
+	// and returns how many.
+	RevokeApprovals(ctx context.Context, tool, keepDefinitionHash string, now time.Time) (int, error)
+	// ExpireApprovals marks every pending or approved approval whose
+	// ExpiresAt is not after now as expired, and returns how many.
+	ExpireApprovals(ctx context.Context, now time.Time) (int, error)
+
+	// BeginExecution starts the execution e of a tool call, or finds the
+	// one its idempotency key already names. IdempotencyKey, Principal,
+	// Tool and ArgumentsHash are required; a zero StartedAt means now. It
+	// returns started true only to the one caller that inserted the
+	// record; everyone else gets the record as stored, whatever its
+	// status. A key already used by another principal, tool or arguments
+	// hash fails with ErrConflict.
+	BeginExecution(ctx context.Context, e Execution) (_ Execution, started bool, _ error)
+	// GetExecution returns the execution or ErrNotFound.
+	GetExecution(ctx context.Context, idempotencyKey string) (Execution, error)
+	// FinishExecution records how a started execution ended (succeeded or
+	// failed) and its result, as a compare-and-swap from started:
+	// ErrNotFound when it does not exist, ErrConflict when it is not
+	// started (already finished, or marked outcome_unknown).
+	FinishExecution(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time) (Execution, error)
+	// MarkOutcomeUnknown marks every execution still started before
+	// olderThan as outcome_unknown, the trace of a process that stopped
+	// mid-call, and returns them, oldest first, so they can be reported.
+	MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]Execution, error)
+
+	// ListNotes returns the owner's notes by name.
+	ListNotes(ctx context.Context, owner string) ([]Note, error)
+	// GetNote returns the owner's note or ErrNotFound.
+	GetNote(ctx context.Context, owner, name string) (Note, error)
+	// PutNote creates the note or replaces its body, and returns it as
+	// stored; the store sets the times.
+	PutNote(ctx context.Context, n Note) (Note, error)
+	// DeleteNote deletes the owner's note, or fails with ErrNotFound.
+	DeleteNote(ctx context.Context, owner, name string) error
+
+	// AppendAudit appends one record to the audit log. It calls build with
+	// the current head inside a transaction that excludes every other
+	// appender, in this process or another, and inserts what build returns,
+	// which must have Seq = head.Seq + 1 and PrevHash = head.Hash (else
+	// ErrInvalid). The store computes no hash: build does. An error from
+	// build is returned as is and nothing is written. Concurrent appends
+	// produce a gapless chain.
+	AppendAudit(ctx context.Context, build func(head AuditHead) (AuditRecord, error)) (AuditRecord, error)
+	// AuditRecords returns up to limit records with Seq > afterSeq, in
+	// order; ErrInvalid when limit is not positive.
+	AuditRecords(ctx context.Context, afterSeq int64, limit int) ([]AuditRecord, error)
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // The checks every engine runs before it writes, so both refuse the same
@@ -166,4 +168,49 @@ func invalid(errs ...error) error {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
+}
+
+// checkText refuses text that not every engine can store: PostgreSQL's
+// text holds neither NUL nor invalid UTF-8, so neither engine takes it.
+func checkText(name, s string) error {
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%s is not valid UTF-8", name)
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return fmt.Errorf("%s holds a NUL character", name)
+	}
+	return nil
+}
+
+// checkNames validates a list of names stored as a JSON array, such as
+// policy ids or approver groups: each is set and storable as text.
+func checkNames(what string, names []string) error {
+	var errs []error
+	for i, n := range names {
+		if n == "" {
+			errs = append(errs, fmt.Errorf("%s #%d is empty", what, i+1))
+		}
+		errs = append(errs, checkText(fmt.Sprintf("%s #%d", what, i+1), n))
+	}
+	return errors.Join(errs...)
+}
+
+// checkJSON validates a JSON column's value: empty (the column's default),
+// or one valid JSON value in UTF-8.
+func checkJSON(name string, v json.RawMessage) error {
+	if len(v) == 0 {
+		return nil
+	}
+	if !json.Valid(v) || !utf8.Valid(v) {
+		return fmt.Errorf("%s is not valid JSON", name)
+	}
+	return nil
+}
+
+// checkNow validates the time a state change happens at.
+func checkNow(now time.Time) error {
+	if now.IsZero() {
+		return errors.New("the time of the change is zero")
+	}
+	return checkTime("the time of the change", now)
 }

@@ -41,6 +41,22 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Times", testTimes},
 		{"SigningKeys", testSigningKeys},
 		{"SigningKeyRotationRace", testSigningKeyRotationRace},
+		{"CreateApproval", testCreateApproval},
+		{"CreateApprovalAfterEnd", testCreateApprovalAfterEnd},
+		{"CreateApprovalInvalid", testCreateApprovalInvalid},
+		{"CreateApprovalConcurrent", testCreateApprovalConcurrent},
+		{"ListApprovals", testListApprovals},
+		{"DecideApproval", testDecideApproval},
+		{"ConsumeApproval", testConsumeApproval},
+		{"ConsumeApprovalRace", testConsumeApprovalRace},
+		{"RevokeApprovals", testRevokeApprovals},
+		{"ExpireApprovals", testExpireApprovals},
+		{"BeginExecution", testBeginExecution},
+		{"BeginExecutionRace", testBeginExecutionRace},
+		{"MarkOutcomeUnknown", testMarkOutcomeUnknown},
+		{"Notes", testNotes},
+		{"AppendAudit", testAppendAudit},
+		{"AppendAuditConcurrent", testAppendAuditConcurrent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,81 @@
+package approvals
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/usherhq/usher/internal/httpx"
+	"github.com/usherhq/usher/internal/identity"
+)
+
+// BrokerScope is the scope every broker token carries.
+const BrokerScope = "mcp:invoke"
+
+// RefuseBrokerTokens answers 403 broker_token_refused to a request whose
+// bearer token is a broker token, before next (the identity middleware and
+// the handlers) runs; other requests pass. A broker token is one whose
+// "iss" is brokerIssuer (when set), or whose "scope" or "scp" contains
+// mcp:invoke. The header's "typ" (at+jwt) does not decide: other issuers'
+// access tokens have it too.
+//
+// This is a courtesy, not the barrier: it reads the token without
+// verifying it, to tell an MCP client plainly that approvals are decided
+// by people. The barrier is the identity middleware, which accepts only
+// tokens of the organisation's identity provider for Usher's API and so
+// never a broker token, with or without this check. A token this cannot
+// read (malformed, over identity.MaxTokenBytes) passes on to be refused
+// there.
+func RefuseBrokerTokens(brokerIssuer string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, v := range r.Header.Values("Authorization") {
+			scheme, token, _ := strings.Cut(v, " ")
+			if strings.EqualFold(scheme, "Bearer") && isBrokerToken(strings.TrimSpace(token), brokerIssuer) {
+				httpx.WriteError(w, r, nil, errBrokerRefused)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// isBrokerToken reads the unverified claims of a JWT and reports whether
+// they are a broker token's.
+func isBrokerToken(token, brokerIssuer string) bool {
+	if len(token) > identity.MaxTokenBytes {
+		return false
+	}
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return false
+	}
+	var claims map[string]json.RawMessage
+	if json.Unmarshal(payload, &claims) != nil {
+		return false
+	}
+	var iss string
+	if brokerIssuer != "" && json.Unmarshal(claims["iss"], &iss) == nil && iss == brokerIssuer {
+		return true
+	}
+	return hasScope(claims["scope"], BrokerScope) || hasScope(claims["scp"], BrokerScope)
+}
+
+// hasScope reports whether a scope claim, a space-separated string or an
+// array of strings, holds scope.
+func hasScope(claim json.RawMessage, scope string) bool {
+	var s string
+	if json.Unmarshal(claim, &s) == nil {
+		return slices.Contains(strings.Fields(s), scope)
+	}
+	var list []string
+	if json.Unmarshal(claim, &list) == nil {
+		return slices.Contains(list, scope)
+	}
+	return false
+}

@@ -1,0 +1,321 @@
+package approvals
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/usherhq/usher/internal/httpx"
+	"github.com/usherhq/usher/internal/identity"
+)
+
+// maxDecisionBody bounds the body of a decision: a reason of
+// MaxReasonRunes characters, each escaped, fits.
+const maxDecisionBody = 16 << 10
+
+// maxIDLength bounds the approval ids the handlers look up.
+const maxIDLength = 128
+
+// API errors of the handlers, in the one error shape of httpx.
+var (
+	errUnauthenticated = httpx.Errorf(http.StatusUnauthorized, "unauthenticated", "Sign in to see and decide approvals.")
+	errForbidden       = httpx.Errorf(http.StatusForbidden, "approval_forbidden", "You may not make this decision: another approver must decide this request.")
+	errDecided         = httpx.Errorf(http.StatusConflict, "approval_decided", "The approval is no longer pending: it was decided, used or revoked.")
+	errExpired         = httpx.Errorf(http.StatusGone, "approval_expired", "The approval has expired.")
+	errBadDecision     = httpx.Errorf(http.StatusBadRequest, "invalid_request", fmt.Sprintf(
+		`The body must be one JSON object: {"decision": "approve" or "deny", "reason": optional text of at most %d characters}.`, MaxReasonRunes))
+	errBadReason = httpx.Errorf(http.StatusBadRequest, "invalid_request", fmt.Sprintf(
+		"The reason must be at most %d characters, without control characters.", MaxReasonRunes))
+	errNotJSON       = httpx.Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "Send the decision as application/json.")
+	errBrokerRefused = httpx.Errorf(http.StatusForbidden, "broker_token_refused",
+		"A broker token cannot see or decide approvals: a person signed in to Usher decides them.")
+)
+
+// view is an approval as the API shows it.
+type view struct {
+	ID             string          `json:"id"`
+	Status         string          `json:"status"`
+	URL            string          `json:"url"`
+	Tool           string          `json:"tool"`
+	Server         string          `json:"server,omitempty"`
+	Arguments      json.RawMessage `json:"arguments"`
+	ArgumentsHash  string          `json:"arguments_hash"`
+	DefinitionHash string          `json:"definition_hash"`
+	PolicyIDs      []string        `json:"policy_ids"`
+	PolicyHash     string          `json:"policy_hash"`
+	Reason         string          `json:"reason"`
+	RunID          string          `json:"run_id,omitempty"`
+	ClientID       string          `json:"client_id"`
+	RequestedBy    string          `json:"requested_by"`
+	Approvers      []string        `json:"approvers"`
+	CanApprove     bool            `json:"can_approve"`
+	CanDeny        bool            `json:"can_deny"`
+	DecidedBy      string          `json:"decided_by,omitempty"`
+	DecisionReason string          `json:"decision_reason,omitempty"`
+	DecidedAt      *time.Time      `json:"decided_at,omitempty"`
+	ConsumedAt     *time.Time      `json:"consumed_at,omitempty"`
+	ExpiresAt      time.Time       `json:"expires_at"`
+	CreatedAt      time.Time       `json:"created_at"`
+}
+
+// viewOf shows a to p at now. A pending approval past its expiry shows as
+// expired: expiry holds before the sweep records it.
+func (s *Service) viewOf(a Approval, p identity.Principal, now time.Time) view {
+	state := openAt(a, now)
+	open := state == nil
+	status := string(a.Status)
+	if errors.Is(state, ErrExpired) {
+		status = "expired"
+	}
+	v := view{
+		ID: a.ID, Status: status, URL: s.URL(a.ID),
+		Tool: a.Binding.Tool, Server: a.Binding.Server,
+		Arguments: a.Arguments, ArgumentsHash: a.Binding.ArgumentsHash,
+		DefinitionHash: a.Binding.DefinitionHash,
+		PolicyIDs:      nonNil(a.PolicyIDs), PolicyHash: a.Binding.PolicyHash,
+		Reason: a.Reason, RunID: a.Binding.RunID, ClientID: a.Binding.ClientID,
+		RequestedBy: a.Binding.Principal, Approvers: nonNil(a.Approvers),
+		CanApprove:     open && mayDecide(a, p, true),
+		CanDeny:        open && mayDecide(a, p, false),
+		DecidedBy:      a.DecidedBy,
+		DecisionReason: a.DecisionReason,
+		DecidedAt:      timeOrNil(a.DecidedAt),
+		ConsumedAt:     timeOrNil(a.ConsumedAt),
+		ExpiresAt:      a.ExpiresAt,
+		CreatedAt:      a.CreatedAt,
+	}
+	if len(v.Arguments) == 0 {
+		v.Arguments = json.RawMessage(`{}`)
+	}
+	return v
+}
+
+// Handler serves the approvals API:
+//
+//	GET  /api/approvals                  the caller's open requests, and those the caller may decide
+//	GET  /api/approvals/{id}             one approval, to its requester or an eligible approver
+//	POST /api/approvals/{id}/decision    {"decision": "approve"|"deny", "reason": "…"}
+//
+// It expects an authenticated request: mount it behind the identity
+// middleware, which puts the principal in the context, and behind
+// RefuseBrokerTokens. A request without a principal is answered 401. An
+// approval the caller may not see is 404, as if it did not exist. A
+// decision must be sent as application/json (which a cross-site form
+// cannot send), strictly: one object, no unknown or repeated members, no
+// trailing data. Errors are log's to see; clients get the one error shape.
+func (s *Service) Handler(log *slog.Logger) http.Handler {
+	if log == nil {
+		log = s.log
+	}
+	h := &handler{s: s, log: log}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/approvals", h.list)
+	mux.HandleFunc("GET /api/approvals/{id}", h.get)
+	mux.HandleFunc("POST /api/approvals/{id}/decision", h.decide)
+	for _, p := range []string{"/api/approvals", "/api/approvals/{id}", "/api/approvals/{id}/decision"} {
+		mux.HandleFunc(p, h.methodNotAllowed)
+	}
+	mux.HandleFunc("/api/approvals/", h.notFound)
+	return mux
+}
+
+type handler struct {
+	s   *Service
+	log *slog.Logger
+}
+
+// principal returns the caller, or answers 401.
+func (h *handler) principal(w http.ResponseWriter, r *http.Request) (identity.Principal, bool) {
+	p, ok := identity.FromContext(r.Context())
+	if !ok || !identified(p) {
+		httpx.WriteError(w, r, h.log, errUnauthenticated)
+		return identity.Principal{}, false
+	}
+	return p, true
+}
+
+func (h *handler) list(w http.ResponseWriter, r *http.Request) {
+	p, ok := h.principal(w, r)
+	if !ok {
+		return
+	}
+	list, err := h.s.Pending(r.Context(), p)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	now := h.s.now()
+	views := make([]view, len(list))
+	for i, a := range list {
+		views[i] = h.s.viewOf(a, p, now)
+	}
+	httpx.WriteJSON(w, http.StatusOK, struct {
+		Approvals []view `json:"approvals"`
+	}{views})
+}
+
+func (h *handler) get(w http.ResponseWriter, r *http.Request) {
+	p, ok := h.principal(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	if len(id) > maxIDLength {
+		httpx.WriteError(w, r, h.log, httpx.ErrNotFound)
+		return
+	}
+	a, err := h.s.Get(r.Context(), id, p)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, h.s.viewOf(a, p, h.s.now()))
+}
+
+func (h *handler) decide(w http.ResponseWriter, r *http.Request) {
+	p, ok := h.principal(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	if len(id) > maxIDLength {
+		httpx.WriteError(w, r, h.log, httpx.ErrNotFound)
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		httpx.WriteError(w, r, h.log, errNotJSON)
+		return
+	}
+	d, err := decodeDecision(http.MaxBytesReader(w, r.Body, maxDecisionBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			httpx.WriteError(w, r, h.log, httpx.ErrBodyTooLarge)
+			return
+		}
+		h.log.InfoContext(r.Context(), "approvals: decision refused", "id", id, "reason", err)
+		httpx.WriteError(w, r, h.log, errBadDecision)
+		return
+	}
+	a, err := h.s.Decide(r.Context(), id, p, d.approve, d.reason)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, h.s.viewOf(a, p, h.s.now()))
+}
+
+func (h *handler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	httpx.WriteError(w, r, h.log, httpx.ErrMethodNotAllowed)
+}
+
+func (h *handler) notFound(w http.ResponseWriter, r *http.Request) {
+	httpx.WriteError(w, r, h.log, httpx.ErrNotFound)
+}
+
+// fail answers err: the service's errors by their meaning, anything else
+// a logged 500.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		err = httpx.ErrNotFound
+	case errors.Is(err, ErrForbidden):
+		err = errForbidden
+	case errors.Is(err, ErrDecided):
+		err = errDecided
+	case errors.Is(err, ErrExpired):
+		err = errExpired
+	case errors.Is(err, ErrInvalid):
+		err = errBadReason
+	}
+	httpx.WriteError(w, r, h.log, err)
+}
+
+// decision is a decoded decision body.
+type decision struct {
+	approve bool
+	reason  string
+}
+
+// decodeDecision reads {"decision": "approve"|"deny", "reason": "…"}
+// strictly: one JSON object; member names exactly as written, each at most
+// once; string values; nothing after the object. encoding/json alone would
+// take "Decision" for "decision" and the last of repeated members.
+func decodeDecision(r io.Reader) (decision, error) {
+	dec := json.NewDecoder(r)
+	if tok, err := dec.Token(); err != nil {
+		return decision{}, err
+	} else if tok != json.Delim('{') {
+		return decision{}, errors.New("the body is not a JSON object")
+	}
+	var d decision
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return decision{}, err
+		}
+		name, _ := tok.(string)
+		if seen[name] {
+			return decision{}, fmt.Errorf("member %q repeated", name)
+		}
+		seen[name] = true
+		if name != "decision" && name != "reason" {
+			return decision{}, fmt.Errorf("unknown member %q", name)
+		}
+		tok, err = dec.Token()
+		if err != nil {
+			return decision{}, err
+		}
+		value, ok := tok.(string)
+		if !ok {
+			return decision{}, fmt.Errorf("member %q is not a string", name)
+		}
+		switch name {
+		case "decision":
+			switch value {
+			case "approve":
+				d.approve = true
+			case "deny":
+				d.approve = false
+			default:
+				return decision{}, fmt.Errorf("decision %q is neither approve nor deny", value)
+			}
+		case "reason":
+			d.reason = value
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return decision{}, err
+	}
+	if !seen["decision"] {
+		return decision{}, errors.New("no decision")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return decision{}, err
+		}
+		return decision{}, errors.New("data after the JSON object")
+	}
+	return d, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

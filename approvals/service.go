@@ -1,0 +1,474 @@
+package approvals
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/store"
+)
+
+// Binding is the exact call an approval is for; see store.ApprovalBinding.
+// Every field must match for an approval to be consumed.
+type Binding = store.ApprovalBinding
+
+// Approval is an approval request and its decision, as stored.
+type Approval = store.Approval
+
+// Errors the service returns; callers branch with errors.Is.
+var (
+	// ErrNotFound: no such approval, or one the caller may not see.
+	ErrNotFound = errors.New("approvals: not found")
+	// ErrForbidden: the caller may see the approval but not make this
+	// decision (the requester approving where approver groups decide).
+	ErrForbidden = errors.New("approvals: not allowed to decide")
+	// ErrDecided: the approval is no longer pending.
+	ErrDecided = errors.New("approvals: already decided")
+	// ErrExpired: the approval expired before it was decided.
+	ErrExpired = errors.New("approvals: expired")
+	// ErrNotApproved: no approved, unexpired, unused approval matches the
+	// call.
+	ErrNotApproved = errors.New("approvals: no approval for this call")
+	// ErrInvalid: the request is malformed (a missing binding field,
+	// arguments that are not JSON, a reason too long).
+	ErrInvalid = errors.New("approvals: invalid request")
+)
+
+// MaxReasonRunes bounds a decision's reason.
+const MaxReasonRunes = 2000
+
+// DefaultTTL is how long an approval stays open by default.
+const DefaultTTL = 24 * time.Hour
+
+// consumeAttempts bounds Consume's retries: another consumer may take the
+// approval it found, and a second approved one may match.
+const consumeAttempts = 3
+
+// Store is the part of store.Store the service uses.
+type Store interface {
+	CreateApproval(ctx context.Context, a store.Approval) (store.Approval, bool, error)
+	GetApproval(ctx context.Context, id string) (store.Approval, error)
+	ListApprovals(ctx context.Context, principal string, status ...store.ApprovalStatus) ([]store.Approval, error)
+	ListApprovalsForApprovers(ctx context.Context, groups []string, status ...store.ApprovalStatus) ([]store.Approval, error)
+	DecideApproval(ctx context.Context, id string, to store.ApprovalStatus, decidedBy, reason string, now time.Time) (store.Approval, error)
+	FindApproved(ctx context.Context, b store.ApprovalBinding, now time.Time) (store.Approval, error)
+	ConsumeApproval(ctx context.Context, id string, b store.ApprovalBinding, now time.Time) (store.Approval, error)
+	RevokeApprovals(ctx context.Context, tool, keepDefinitionHash string, now time.Time) (int, error)
+	ExpireApprovals(ctx context.Context, now time.Time) (int, error)
+}
+
+// Options configures New. A nil *Options means every default.
+type Options struct {
+	// TTL is how long a request stays open, to be decided and then
+	// consumed. Default: DefaultTTL (24 h).
+	TTL time.Duration
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+	// PublicURL is the external base URL of Usher, such as
+	// https://usher.example.com; URL builds the links to approvals under
+	// it. Default: empty, which makes links relative ("/approvals/<id>").
+	PublicURL string
+	// Audit receives every request, decision and revocation. Default:
+	// nil, no audit.
+	Audit *audit.Log
+	// Logger receives what the handlers cannot tell clients. Default:
+	// discard.
+	Logger *slog.Logger
+}
+
+// Service records approval requests, decides and consumes them.
+type Service struct {
+	st        Store
+	ttl       time.Duration
+	now       func() time.Time
+	publicURL string
+	audit     *audit.Log
+	log       *slog.Logger
+}
+
+// New returns a Service on st, or one error naming every problem of opts.
+func New(st Store, opts *Options) (*Service, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	var errs []error
+	if st == nil {
+		errs = append(errs, errors.New("a store is required"))
+	}
+	if o.TTL < 0 {
+		errs = append(errs, fmt.Errorf("TTL is %v, want 0 (the default) or more", o.TTL))
+	}
+	if o.PublicURL != "" {
+		u, err := url.Parse(o.PublicURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" ||
+			u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("PublicURL %q is not an http(s) URL without query, fragment or user", o.PublicURL))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("approvals: %w", err)
+	}
+	s := &Service{
+		st:        st,
+		ttl:       cmp.Or(o.TTL, DefaultTTL),
+		now:       o.Now,
+		publicURL: strings.TrimSuffix(o.PublicURL, "/"),
+		audit:     o.Audit,
+		log:       o.Logger,
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	return s, nil
+}
+
+// URL returns the link that opens the approval in the Sessions UI.
+func (s *Service) URL(id string) string {
+	return s.publicURL + "/approvals/" + url.PathEscape(id)
+}
+
+// Request records that the call b needs a human decision, or finds the
+// identical pending request, and returns it. args are the call's
+// canonical arguments, shown to whoever decides (b.ArgumentsHash is what
+// binds); policyIDs and reason say why approval is needed; approvers are
+// the groups whose members decide (none: the requester decides).
+func (s *Service) Request(ctx context.Context, b Binding, args json.RawMessage, policyIDs []string, reason string, approvers []string) (Approval, error) {
+	if err := checkBinding(b); err != nil {
+		return Approval{}, err
+	}
+	if len(args) > 0 && !json.Valid(args) {
+		return Approval{}, fmt.Errorf("%w: the arguments are not JSON", ErrInvalid)
+	}
+	groups, err := approverGroups(approvers)
+	if err != nil {
+		return Approval{}, err
+	}
+	now := s.now()
+	a, created, err := s.st.CreateApproval(ctx, store.Approval{
+		ID:        rand.Text(),
+		Binding:   b,
+		Arguments: args,
+		PolicyIDs: policyIDs,
+		Reason:    reason,
+		Approvers: groups,
+		CreatedAt: now,
+		ExpiresAt: now.Add(s.ttl),
+	})
+	if errors.Is(err, store.ErrInvalid) {
+		return Approval{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err != nil {
+		return Approval{}, fmt.Errorf("approvals: request: %w", err)
+	}
+	if created {
+		err := s.record(ctx, audit.Entry{
+			Kind: audit.KindApprovalRequested, At: now,
+			Principal: b.Principal, ClientID: b.ClientID, Tool: b.Tool,
+			DefinitionHash: b.DefinitionHash, ArgumentsHash: b.ArgumentsHash,
+			Decision: "approve", PolicyIDs: policyIDs, PolicyHash: b.PolicyHash,
+			ApprovalID: a.ID, RunID: b.RunID,
+			Details: details(map[string]any{"server": b.Server, "approvers": groups, "expires_at": a.ExpiresAt}),
+		})
+		if err != nil {
+			return Approval{}, err
+		}
+	}
+	return a, nil
+}
+
+// Get returns the approval id if p may see it: its requester, or a member
+// of one of its approver groups. To anyone else it does not exist.
+func (s *Service) Get(ctx context.Context, id string, p identity.Principal) (Approval, error) {
+	a, err := s.st.GetApproval(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Approval{}, ErrNotFound
+	}
+	if err != nil {
+		return Approval{}, fmt.Errorf("approvals: get: %w", err)
+	}
+	if !canSee(a, p) {
+		return Approval{}, ErrNotFound
+	}
+	return a, nil
+}
+
+// Pending returns the open requests p may act on: the ones p made and the
+// ones p may decide as a member of an approver group, oldest first.
+// Requests past their expiry are left out.
+func (s *Service) Pending(ctx context.Context, p identity.Principal) ([]Approval, error) {
+	if !identified(p) {
+		return nil, nil
+	}
+	own, err := s.st.ListApprovals(ctx, p.ID(), store.ApprovalPending)
+	if err != nil {
+		return nil, fmt.Errorf("approvals: list: %w", err)
+	}
+	theirs, err := s.st.ListApprovalsForApprovers(ctx, p.Groups, store.ApprovalPending)
+	if err != nil {
+		return nil, fmt.Errorf("approvals: list: %w", err)
+	}
+	now := s.now()
+	var out []Approval
+	for _, a := range append(own, theirs...) {
+		if now.Before(a.ExpiresAt) && !slices.ContainsFunc(out, func(b Approval) bool { return b.ID == a.ID }) {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, func(a, b Approval) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+// Decide records decider's decision on the approval id: approve or deny,
+// with a reason for the record. See the package documentation for who may
+// decide. It fails with ErrNotFound when decider may not see the approval,
+// ErrForbidden when they may not make this decision, ErrDecided when it
+// is no longer pending, ErrExpired when its time has passed, and
+// ErrInvalid for a reason over MaxReasonRunes or holding control
+// characters other than line breaks and tabs.
+func (s *Service) Decide(ctx context.Context, id string, decider identity.Principal, approve bool, reason string) (Approval, error) {
+	if err := checkReason(reason); err != nil {
+		return Approval{}, err
+	}
+	a, err := s.Get(ctx, id, decider)
+	if err != nil {
+		return Approval{}, err
+	}
+	if !mayDecide(a, decider, approve) {
+		return Approval{}, ErrForbidden
+	}
+	now := s.now()
+	if err := openAt(a, now); err != nil {
+		return Approval{}, err
+	}
+	to, decision := store.ApprovalDenied, "denied"
+	if approve {
+		to, decision = store.ApprovalApproved, "approved"
+	}
+	out, err := s.st.DecideApproval(ctx, id, to, decider.ID(), reason, now)
+	if errors.Is(err, store.ErrConflict) {
+		// Decided or expired since it was read: say which.
+		if a, err := s.st.GetApproval(ctx, id); err == nil {
+			if err := openAt(a, now); err != nil {
+				return Approval{}, err
+			}
+		}
+		return Approval{}, ErrDecided
+	}
+	if err != nil {
+		return Approval{}, fmt.Errorf("approvals: decide: %w", err)
+	}
+	err = s.record(ctx, audit.Entry{
+		Kind: audit.KindApprovalDecided, At: now,
+		Principal: decider.ID(), ClientID: a.Binding.ClientID, Tool: a.Binding.Tool,
+		DefinitionHash: a.Binding.DefinitionHash, ArgumentsHash: a.Binding.ArgumentsHash,
+		Decision: decision, PolicyIDs: a.PolicyIDs, PolicyHash: a.Binding.PolicyHash,
+		ApprovalID: a.ID, RunID: a.Binding.RunID,
+		Details: details(map[string]any{"requested_by": a.Binding.Principal, "reason": reason}),
+	})
+	if err != nil {
+		return Approval{}, err
+	}
+	return out, nil
+}
+
+// Consume finds the approved, unexpired, unused approval bound to exactly
+// the call b and uses it, atomically: of concurrent identical calls, one
+// gets the approval, the others ErrNotApproved. ErrNotApproved also when
+// nothing matches: a call that differs in any field of its binding, an
+// approval still pending, denied, expired, revoked or already used.
+func (s *Service) Consume(ctx context.Context, b Binding) (Approval, error) {
+	if err := checkBinding(b); err != nil {
+		return Approval{}, err
+	}
+	now := s.now()
+	for range consumeAttempts {
+		a, err := s.st.FindApproved(ctx, b, now)
+		if errors.Is(err, store.ErrNotFound) {
+			return Approval{}, ErrNotApproved
+		}
+		if err != nil {
+			return Approval{}, fmt.Errorf("approvals: consume: %w", err)
+		}
+		out, err := s.st.ConsumeApproval(ctx, a.ID, b, now)
+		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			continue // another call took it first
+		}
+		if err != nil {
+			return Approval{}, fmt.Errorf("approvals: consume: %w", err)
+		}
+		return out, nil
+	}
+	return Approval{}, ErrNotApproved
+}
+
+// RevokeChanged revokes the tool's pending and approved, unused approvals
+// that were granted for another definition than currentHash, and returns
+// how many. Call it whenever a tool's definition hash changes.
+func (s *Service) RevokeChanged(ctx context.Context, tool, currentHash string) (int, error) {
+	now := s.now()
+	n, err := s.st.RevokeApprovals(ctx, tool, currentHash, now)
+	if errors.Is(err, store.ErrInvalid) {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("approvals: revoke: %w", err)
+	}
+	if n > 0 {
+		err := s.record(ctx, audit.Entry{
+			Kind: audit.KindApprovalsRevoked, At: now, Tool: tool, DefinitionHash: currentHash,
+			Details: details(map[string]any{"revoked": n}),
+		})
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Expire marks every open approval past its expiry as expired, and returns
+// how many. Expiry holds without it (an expired approval is never decided
+// nor consumed); the sweep keeps listings and the database tidy.
+func (s *Service) Expire(ctx context.Context) (int, error) {
+	n, err := s.st.ExpireApprovals(ctx, s.now())
+	if err != nil {
+		return 0, fmt.Errorf("approvals: expire: %w", err)
+	}
+	return n, nil
+}
+
+// record appends e to the audit log, when there is one.
+func (s *Service) record(ctx context.Context, e audit.Entry) error {
+	if s.audit == nil {
+		return nil
+	}
+	if err := s.audit.Append(ctx, e); err != nil {
+		return fmt.Errorf("approvals: audit %s of approval %s: %w", e.Kind, e.ApprovalID, err)
+	}
+	return nil
+}
+
+// openAt returns nil when a can be decided at now, and otherwise why not.
+func openAt(a Approval, now time.Time) error {
+	switch {
+	case a.Status == store.ApprovalExpired:
+		return ErrExpired
+	case a.Status != store.ApprovalPending:
+		return ErrDecided
+	case !now.Before(a.ExpiresAt):
+		return ErrExpired
+	}
+	return nil
+}
+
+// identified reports whether p names someone: a zero principal must never
+// match a requester or a decider.
+func identified(p identity.Principal) bool {
+	return p.Issuer != "" && cmp.Or(p.ObjectID, p.Subject) != ""
+}
+
+// canSee reports whether p may see a: the requester, or a member of one of
+// its approver groups.
+func canSee(a Approval, p identity.Principal) bool {
+	if !identified(p) {
+		return false
+	}
+	return p.ID() == a.Binding.Principal || inGroups(p, a.Approvers)
+}
+
+// mayDecide reports whether p may approve (or deny) a. Without approver
+// groups the requester decides. With them, their members decide, and the
+// requester may only deny: nobody approves their own request when others
+// were asked to.
+func mayDecide(a Approval, p identity.Principal, approve bool) bool {
+	if !identified(p) {
+		return false
+	}
+	requester := p.ID() == a.Binding.Principal
+	if len(a.Approvers) == 0 {
+		return requester
+	}
+	if requester {
+		return !approve
+	}
+	return inGroups(p, a.Approvers)
+}
+
+// inGroups reports whether p is a member of one of groups.
+func inGroups(p identity.Principal, groups []string) bool {
+	return slices.ContainsFunc(p.Groups, func(g string) bool { return g != "" && slices.Contains(groups, g) })
+}
+
+// checkBinding requires what a binding needs to be exact; only Server and
+// RunID may be empty.
+func checkBinding(b Binding) error {
+	var missing []string
+	for _, f := range []struct{ name, value string }{
+		{"principal", b.Principal}, {"tool", b.Tool}, {"definition hash", b.DefinitionHash},
+		{"arguments hash", b.ArgumentsHash}, {"policy hash", b.PolicyHash}, {"client id", b.ClientID},
+	} {
+		if f.value == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: the binding has no %s", ErrInvalid, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// approverGroups returns the approver groups without repeats, refusing
+// empty names.
+func approverGroups(groups []string) ([]string, error) {
+	var out []string
+	for _, g := range groups {
+		if strings.TrimSpace(g) == "" {
+			return nil, fmt.Errorf("%w: an approver group is empty", ErrInvalid)
+		}
+		if !slices.Contains(out, g) {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+// checkReason refuses a reason that is too long or holds control
+// characters other than line breaks and tabs.
+func checkReason(reason string) error {
+	if !utf8.ValidString(reason) {
+		return fmt.Errorf("%w: the reason is not UTF-8", ErrInvalid)
+	}
+	if utf8.RuneCountInString(reason) > MaxReasonRunes {
+		return fmt.Errorf("%w: the reason is longer than %d characters", ErrInvalid, MaxReasonRunes)
+	}
+	if strings.ContainsFunc(reason, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\r' && r != '\t' }) {
+		return fmt.Errorf("%w: the reason holds control characters", ErrInvalid)
+	}
+	return nil
+}
+
+// details encodes an audit entry's details.
+func details(v map[string]any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	return b
+}

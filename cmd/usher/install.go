@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"time"
+
+	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/internal/config"
+	"github.com/usherhq/usher/internal/devoidc"
+	"github.com/usherhq/usher/store"
+)
+
+// environment is what a command may touch of the process.
+type environment struct {
+	getenv         func(string) string
+	stdout, stderr io.Writer
+}
+
+// installFlags are the flags shared by every subcommand that acts on an
+// installation, so that each acts on the same one as serve.
+type installFlags struct {
+	configPath string
+	overrides  config.Overrides
+}
+
+func (f *installFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.configPath, "config", "", "YAML configuration `file`")
+	fs.StringVar(&f.overrides.Addr, "addr", "", "listen address, host:port (server.addr)")
+	fs.StringVar(&f.overrides.DataDir, "data-dir", "", "data `directory` (server.data_dir)")
+	fs.StringVar(&f.overrides.DatabaseURL, "database-url", "", "postgres:// `URL`; empty means the embedded SQLite file")
+}
+
+func (e *environment) flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("usher "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	return fs
+}
+
+// parse parses args and rejects positional leftovers.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}
+
+func (e *environment) loadConfig(f *installFlags) (config.Config, *slog.Logger, error) {
+	cfg, err := config.Load(f.configPath, e.getenv, f.overrides)
+	if err != nil {
+		return cfg, nil, err
+	}
+	return cfg, newLogger(cfg.Log, e.stderr), nil
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level)) // validated by config
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// installation is an opened, migrated store and the key that seals the
+// private signing keys in it.
+type installation struct {
+	cfg     config.Config
+	log     *slog.Logger
+	store   store.Store
+	sealKey []byte
+}
+
+// open opens the installation's store, applies pending migrations and loads
+// the seal key.
+func open(ctx context.Context, cfg config.Config, log *slog.Logger) (*installation, error) {
+	if err := os.MkdirAll(cfg.Server.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	dsn := cfg.Database.URL
+	if dsn == "" {
+		dsn = filepath.Join(cfg.Server.DataDir, "usher.db")
+	}
+	st, err := store.Open(ctx, dsn, &store.Options{Logger: log, MaxConns: cfg.Database.MaxConns})
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if err := st.Migrate(ctx); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("migrate database: %w", err)
+	}
+	var seal []byte
+	if k := cfg.Broker.KeyEncryptionKey; k != "" {
+		seal, err = broker.ParseSealKey(k)
+	} else {
+		seal, err = broker.LoadOrCreateSealKey(filepath.Join(cfg.Server.DataDir, "broker.key"))
+	}
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("key encryption key: %w", err)
+	}
+	return &installation{cfg: cfg, log: log, store: st, sealKey: seal}, nil
+}
+
+// Keyring purposes: the broker's own keys, and the keys of the built-in
+// development OIDC provider.
+const (
+	purposeBroker  = "broker"
+	purposeDevOIDC = "devoidc"
+)
+
+// keyring returns the purpose's signing keys. maxTokenLifetime is the
+// longest-lived token they sign: an old key stays published that long after
+// it stops signing.
+func (in *installation) keyring(purpose string, maxTokenLifetime time.Duration) (*broker.Keyring, error) {
+	return broker.NewKeyring(in.store, purpose, in.sealKey, &broker.KeyringOptions{
+		RotationPeriod:   in.cfg.Broker.RotationPeriod.Std(),
+		MaxTokenLifetime: maxTokenLifetime,
+		Logger:           in.log.With("keyring", purpose),
+	})
+}
+
+// devOIDCPath is where the built-in development OIDC provider is mounted;
+// its issuer is the public URL plus this path.
+const devOIDCPath = "/dev/oidc"
+
+// devProvider returns the built-in development OIDC provider of an
+// installation whose public URL is publicURL. Its redirect URIs are the
+// Sessions UI's callback and, for native clients (RFC 8252), a loopback
+// callback on any port.
+func (in *installation) devProvider(publicURL string, keys *broker.Keyring) (*devoidc.Provider, error) {
+	return devoidc.New(&devoidc.Options{
+		Issuer:       publicURL + devOIDCPath,
+		Keys:         keys,
+		Audience:     config.DevAudience,
+		Scopes:       []string{config.DevScope},
+		RedirectURIs: []string{publicURL + "/auth/callback", "http://127.0.0.1/callback"},
+		Logger:       in.log.With("component", "devoidc"),
+	})
+}
+
+func (in *installation) Close() error { return in.store.Close() }
+
+// version reports the module version the binary was built from.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " (" + s.Value[:12] + ")"
+		}
+	}
+	return v
+}

@@ -1,0 +1,79 @@
+// Command usher is Usher's one binary: the server and its operator
+// subcommands. It reads configuration, wires the packages together and runs
+// them; everything else lives in the packages.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usher — an MCP-native assistant gateway with a token broker
+
+Usage:
+  usher serve   [flags]                 run the server
+  usher migrate [flags]                 apply database migrations and exit
+  usher token user --sub NAME [flags]   print an API access token from the built-in development provider
+  usher token mcp --sub PRINCIPAL --audience URL [flags]
+                                        print a broker token (mcp:invoke) for an MCP server
+  usher version                         print the version
+
+Flags shared by every subcommand that opens the installation:
+  --config FILE        YAML configuration file
+  --addr HOST:PORT     listen address (server.addr)
+  --data-dir DIR       data directory (server.data_dir)
+  --database-url URL   postgres:// URL; empty means the embedded SQLite file
+
+Every configuration key can also be set with USHER_<SECTION>_<KEY>,
+for example USHER_SERVER_ADDR or USHER_IDENTITY_ISSUER.
+`
+
+// errUsage marks a command-line mistake: the usage text is printed and the
+// exit code is 2.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	switch {
+	case err == nil:
+	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "usher:", err)
+		os.Exit(1)
+	}
+}
+
+// run executes one command line. It is main without the process: tests call
+// it directly.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	env := &environment{getenv: getenv, stdout: stdout, stderr: stderr}
+	switch args[0] {
+	case "serve":
+		return env.serve(ctx, args[1:])
+	case "migrate":
+		return env.migrate(ctx, args[1:])
+	case "token":
+		return env.token(ctx, args[1:])
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "usher", version())
+		return nil
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "usher: unknown command %q\n\n%s", args[0], usage)
+	return errUsage
+}

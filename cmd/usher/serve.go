@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/internal/config"
+	"github.com/usherhq/usher/internal/devoidc"
+	"github.com/usherhq/usher/internal/httpx"
+	"github.com/usherhq/usher/internal/identity"
+)
+
+func (e *environment) serve(ctx context.Context, args []string) error {
+	var f installFlags
+	fs := e.flagSet("serve")
+	f.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, log, err := e.loadConfig(&f)
+	if err != nil {
+		return err
+	}
+
+	// Listen first: with port 0 the public URL is only known afterwards.
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", cfg.Server.Addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+	localURL := "http://" + ln.Addr().String()
+	publicURL := cfg.Server.PublicURL
+	if publicURL == "" {
+		publicURL = localURL
+	}
+
+	in, err := open(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+
+	brokerKeys, err := in.keyring(purposeBroker, broker.MaxTokenLifetime)
+	if err != nil {
+		return err
+	}
+	if err := brokerKeys.Start(ctx); err != nil {
+		return fmt.Errorf("broker keys: %w", err)
+	}
+	defer brokerKeys.Stop()
+
+	mux := http.NewServeMux()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := httpx.NewMetrics(reg)
+
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if err := in.store.Ready(ctx); err != nil {
+			log.WarnContext(ctx, "not ready", "err", err)
+			httpx.WriteError(w, r, log, httpx.Errorf(http.StatusServiceUnavailable, "not_ready", "The database is unreachable or its schema is not current."))
+			return
+		}
+		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("GET /.well-known/jwks.json", brokerKeys.JWKSHandler())
+
+	idOpts := &identity.Options{
+		Issuer:         cfg.Identity.Issuer,
+		Audiences:      cfg.Identity.Audiences,
+		RequiredScopes: cfg.Identity.RequiredScopes,
+		Tenants:        cfg.Identity.Tenants,
+		Logger:         log.With("component", "identity"),
+	}
+	if cfg.DevIdentity() {
+		devKeys, err := in.keyring(purposeDevOIDC, devoidc.DefaultTokenLifetime)
+		if err != nil {
+			return err
+		}
+		if err := devKeys.Start(ctx); err != nil {
+			return fmt.Errorf("development provider keys: %w", err)
+		}
+		defer devKeys.Stop()
+		issuer := publicURL + devOIDCPath
+		dev, err := in.devProvider(publicURL, devKeys)
+		if err != nil {
+			return err
+		}
+		mux.Handle(devOIDCPath+"/", http.StripPrefix(devOIDCPath, dev.Handler()))
+		idOpts.Issuer = issuer
+		// The provider is this very process, which is not serving yet:
+		// fetch its keys lazily, over loopback.
+		idOpts.JWKSURL = localURL + devOIDCPath + "/jwks"
+		log.Warn("DEVELOPMENT SIGN-IN IS ON: the built-in OIDC provider signs in anyone who types a user name. Configure identity.issuer for any real use.",
+			"issuer", issuer)
+	}
+	verifier, err := identity.New(ctx, idOpts)
+	if err != nil {
+		return fmt.Errorf("identity: %w", err)
+	}
+	mux.Handle("GET /api/me", verifier.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, _ := identity.FromContext(r.Context())
+		httpx.WriteJSON(w, http.StatusOK, me{ID: p.ID(), Issuer: p.Issuer, Tenant: p.Tenant, ObjectID: p.ObjectID, Name: p.Name, Email: p.Email, Scopes: p.Scopes})
+	})))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteError(w, r, log, httpx.ErrNotFound)
+	})
+
+	srv := &http.Server{
+		Handler:           httpx.LimitBody(cfg.Server.MaxBodyBytes, metrics.Wrap(mux)),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("usher is serving", "url", publicURL, "listen", ln.Addr().String(), "version", version(), "database", in.engine())
+	e.banner(publicURL, cfg, &f)
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", cfg.Server.ShutdownTimeout.Std())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Server.ShutdownTimeout.Std())
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// me is the body of GET /api/me: who the API thinks the caller is.
+type me struct {
+	ID       string   `json:"id"`
+	Issuer   string   `json:"issuer"`
+	Tenant   string   `json:"tenant,omitempty"`
+	ObjectID string   `json:"objectId"`
+	Name     string   `json:"name,omitempty"`
+	Email    string   `json:"email,omitempty"`
+	Scopes   []string `json:"scopes"`
+}
+
+// banner tells a person at the terminal what to open and how to sign in.
+func (e *environment) banner(url string, cfg config.Config, f *installFlags) {
+	fmt.Fprintf(e.stdout, "\nUsher is running at %s\n\n", url)
+	fmt.Fprintf(e.stdout, "  health:    %s/healthz   readiness: %s/readyz   metrics: %s/metrics\n", url, url, url)
+	fmt.Fprintf(e.stdout, "  broker keys (JWKS): %s/.well-known/jwks.json\n", url)
+	if cfg.DevIdentity() {
+		fmt.Fprintf(e.stdout, "\n  Sign-in uses the built-in DEVELOPMENT provider at %s%s (any user name, no password).\n", url, devOIDCPath)
+		fmt.Fprintf(e.stdout, "  Get an API token and call the API:\n\n")
+		fmt.Fprintf(e.stdout, "    TOKEN=$(usher token user --sub alice%s)\n", f.echo())
+		fmt.Fprintf(e.stdout, "    curl -H \"Authorization: Bearer $TOKEN\" %s/api/me\n\n", url)
+	} else {
+		fmt.Fprintf(e.stdout, "\n  Sign-in: %s\n\n", cfg.Identity.Issuer)
+	}
+}
+
+// echo repeats the installation flags serve was given, so that a printed
+// command reaches the same installation. A database URL may hold a password:
+// it is referred to, never printed.
+func (f *installFlags) echo() string {
+	s := ""
+	if f.configPath != "" {
+		s += " --config " + f.configPath
+	}
+	if f.overrides.Addr != "" {
+		s += " --addr " + f.overrides.Addr
+	}
+	if f.overrides.DataDir != "" {
+		s += " --data-dir " + f.overrides.DataDir
+	}
+	if f.overrides.DatabaseURL != "" {
+		s += " --database-url \"$USHER_DATABASE_URL\""
+	}
+	return s
+}
+
+// engine names the database engine for logs, without credentials.
+func (in *installation) engine() string {
+	if in.cfg.Database.URL != "" {
+		return "postgresql"
+	}
+	return "sqlite"
+}

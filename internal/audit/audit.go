@@ -1,0 +1,176 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/usherhq/usher/store"
+)
+
+// Kind names what an entry records.
+type Kind string
+
+// The kinds Usher writes.
+const (
+	// KindAuthFailed: a request was refused authentication.
+	KindAuthFailed Kind = "auth_failed"
+	// KindDecision: the policy decided a tool call (allow, approve, deny).
+	KindDecision Kind = "decision"
+	// KindApprovalRequested: a call that needs approval created a request.
+	KindApprovalRequested Kind = "approval_requested"
+	// KindApprovalDecided: a human approved or denied a request.
+	KindApprovalDecided Kind = "approval_decided"
+	// KindApprovalsRevoked: a tool's definition changed and its open
+	// approvals were revoked.
+	KindApprovalsRevoked Kind = "approvals_revoked"
+	// KindExecutionStarted: a tool call started running.
+	KindExecutionStarted Kind = "execution_started"
+	// KindExecuted: a tool call finished.
+	KindExecuted Kind = "executed"
+	// KindExecutionFailed: a tool call failed.
+	KindExecutionFailed Kind = "execution_failed"
+	// KindOutcomeUnknown: a tool call started but its end was never
+	// recorded; it may or may not have acted.
+	KindOutcomeUnknown Kind = "outcome_unknown"
+)
+
+// kindPattern is what a Kind must look like.
+var kindPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+
+// ErrInvalidEntry reports an entry Append refuses to write.
+var ErrInvalidEntry = errors.New("audit: invalid entry")
+
+// Entry is one thing to record. Only Kind is required.
+type Entry struct {
+	Kind Kind
+	// At is when it happened; zero means now. It is kept in UTC to the
+	// microsecond.
+	At        time.Time
+	Principal string // who: the principal id, never an email
+	ClientID  string
+	// TokenJTI is the "jti" of the token the caller presented: never the
+	// token itself.
+	TokenJTI       string
+	Tool           string
+	DefinitionHash string
+	ArgumentsHash  string
+	Decision       string // allow, approve, deny; approved, denied
+	PolicyIDs      []string
+	PolicyHash     string
+	ApprovalID     string
+	RunID          string
+	Outcome        string
+	// Latency is how long it took, kept to the microsecond.
+	Latency time.Duration
+	// Details is any further JSON value; it is stored canonically (keys
+	// sorted, no whitespace). Nil is {}.
+	Details json.RawMessage
+}
+
+// Appender is the store an audit log writes to; store.Store is one.
+type Appender interface {
+	AppendAudit(ctx context.Context, build func(head store.AuditHead) (store.AuditRecord, error)) (store.AuditRecord, error)
+}
+
+// Options configures New. A nil *Options means every default.
+type Options struct {
+	// Now is the clock that stamps entries without a time. Default:
+	// time.Now.
+	Now func() time.Time
+}
+
+// Log appends entries to the audit log. It is safe for concurrent use, by
+// any number of processes sharing the database.
+type Log struct {
+	st  Appender
+	now func() time.Time
+}
+
+// New returns a Log writing to st.
+func New(st Appender, opts *Options) (*Log, error) {
+	if st == nil {
+		return nil, errors.New("audit: New needs a store")
+	}
+	l := &Log{st: st, now: time.Now}
+	if opts != nil && opts.Now != nil {
+		l.now = opts.Now
+	}
+	return l, nil
+}
+
+// Append writes e as the next record of the log, chained to the one before.
+// It fails with ErrInvalidEntry for an entry it refuses, and otherwise only
+// when the store does: an audited action should then not proceed.
+func (l *Log) Append(ctx context.Context, e Entry) error {
+	if err := checkEntry(e); err != nil {
+		return err
+	}
+	details, err := canonicalDetails(e.Details)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEntry, err)
+	}
+	at := e.At
+	if at.IsZero() {
+		at = l.now()
+	}
+	r := store.AuditRecord{
+		At:             at.UTC().Truncate(time.Microsecond),
+		Kind:           string(e.Kind),
+		Principal:      e.Principal,
+		ClientID:       e.ClientID,
+		TokenJTI:       e.TokenJTI,
+		Tool:           e.Tool,
+		DefinitionHash: e.DefinitionHash,
+		ArgumentsHash:  e.ArgumentsHash,
+		Decision:       e.Decision,
+		PolicyIDs:      e.PolicyIDs,
+		PolicyHash:     e.PolicyHash,
+		ApprovalID:     e.ApprovalID,
+		RunID:          e.RunID,
+		Outcome:        e.Outcome,
+		Latency:        storedLatency(e.Latency),
+		Details:        details,
+	}
+	_, err = l.st.AppendAudit(ctx, func(head store.AuditHead) (store.AuditRecord, error) {
+		r.Seq = head.Seq + 1
+		r.PrevHash = head.Hash
+		var err error
+		r.Hash, err = Hash(r)
+		return r, err
+	})
+	if errors.Is(err, store.ErrInvalid) {
+		return fmt.Errorf("%w: %w", ErrInvalidEntry, err)
+	}
+	if err != nil {
+		return fmt.Errorf("audit: append %s: %w", e.Kind, err)
+	}
+	return nil
+}
+
+// maxJTI bounds TokenJTI; real ones are a UUID or a few dozen characters.
+const maxJTI = 256
+
+// checkEntry refuses what must never be written: an entry of no known
+// shape, or one that would put a token in the log.
+func checkEntry(e Entry) error {
+	var errs []error
+	if !kindPattern.MatchString(string(e.Kind)) {
+		errs = append(errs, fmt.Errorf("kind %q is not lowercase letters, digits and underscores", e.Kind))
+	}
+	// A JWT has three dot-separated parts; a jti has none of that shape.
+	if len(e.TokenJTI) > maxJTI || strings.Count(e.TokenJTI, ".") >= 2 {
+		errs = append(errs, errors.New("TokenJTI looks like a token, not a token id"))
+	}
+	if e.Latency < 0 {
+		errs = append(errs, fmt.Errorf("latency %v is negative", e.Latency))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEntry, err)
+	}
+	return nil
+}

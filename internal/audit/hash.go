@@ -1,0 +1,163 @@
+package audit
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/usherhq/usher/store"
+)
+
+// timeLayout is how the body writes a record's time: RFC 3339 in UTC with
+// exactly six fractional digits.
+const timeLayout = "2006-01-02T15:04:05.000000Z"
+
+// body is a record as it is hashed. Its fields are in the byte order of
+// their JSON names, so that encoding/json writes the keys sorted; see the
+// package documentation.
+type body struct {
+	ApprovalID     string          `json:"approval_id"`
+	ArgumentsHash  string          `json:"arguments_hash"`
+	At             string          `json:"at"`
+	ClientID       string          `json:"client_id"`
+	Decision       string          `json:"decision"`
+	DefinitionHash string          `json:"definition_hash"`
+	Details        json.RawMessage `json:"details"`
+	Kind           string          `json:"kind"`
+	LatencyUS      int64           `json:"latency_us"`
+	Outcome        string          `json:"outcome"`
+	PolicyHash     string          `json:"policy_hash"`
+	PolicyIDs      []string        `json:"policy_ids"`
+	Principal      string          `json:"principal"`
+	RunID          string          `json:"run_id"`
+	Seq            int64           `json:"seq"`
+	TokenJTI       string          `json:"token_jti"`
+	Tool           string          `json:"tool"`
+}
+
+// exported is a record as Export writes it: the body with its hash and
+// prev_hash, keys still in byte order.
+type exported struct {
+	ApprovalID     string          `json:"approval_id"`
+	ArgumentsHash  string          `json:"arguments_hash"`
+	At             string          `json:"at"`
+	ClientID       string          `json:"client_id"`
+	Decision       string          `json:"decision"`
+	DefinitionHash string          `json:"definition_hash"`
+	Details        json.RawMessage `json:"details"`
+	Hash           string          `json:"hash"`
+	Kind           string          `json:"kind"`
+	LatencyUS      int64           `json:"latency_us"`
+	Outcome        string          `json:"outcome"`
+	PolicyHash     string          `json:"policy_hash"`
+	PolicyIDs      []string        `json:"policy_ids"`
+	PrevHash       string          `json:"prev_hash"`
+	Principal      string          `json:"principal"`
+	RunID          string          `json:"run_id"`
+	Seq            int64           `json:"seq"`
+	TokenJTI       string          `json:"token_jti"`
+	Tool           string          `json:"tool"`
+}
+
+// Hash returns the hash of r as the package documentation defines it: over
+// r.PrevHash and every field of r but Hash. It fails only when r.Details
+// is not JSON.
+func Hash(r store.AuditRecord) (string, error) {
+	b, err := bodyOf(r)
+	if err != nil {
+		return "", err
+	}
+	enc, err := marshal(b)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write([]byte(r.PrevHash))
+	h.Write(enc)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// bodyOf returns the hashed form of r.
+func bodyOf(r store.AuditRecord) (body, error) {
+	details, err := canonicalDetails(r.Details)
+	if err != nil {
+		return body{}, err
+	}
+	policyIDs := r.PolicyIDs
+	if policyIDs == nil {
+		policyIDs = []string{}
+	}
+	return body{
+		ApprovalID:     r.ApprovalID,
+		ArgumentsHash:  r.ArgumentsHash,
+		At:             r.At.UTC().Format(timeLayout),
+		ClientID:       r.ClientID,
+		Decision:       r.Decision,
+		DefinitionHash: r.DefinitionHash,
+		Details:        details,
+		Kind:           r.Kind,
+		LatencyUS:      r.Latency.Microseconds(),
+		Outcome:        r.Outcome,
+		PolicyHash:     r.PolicyHash,
+		PolicyIDs:      policyIDs,
+		Principal:      r.Principal,
+		RunID:          r.RunID,
+		Seq:            r.Seq,
+		TokenJTI:       r.TokenJTI,
+		Tool:           r.Tool,
+	}, nil
+}
+
+// exportOf returns r as Export writes it.
+func exportOf(r store.AuditRecord) (exported, error) {
+	b, err := bodyOf(r)
+	if err != nil {
+		return exported{}, err
+	}
+	return exported{
+		ApprovalID: b.ApprovalID, ArgumentsHash: b.ArgumentsHash, At: b.At, ClientID: b.ClientID,
+		Decision: b.Decision, DefinitionHash: b.DefinitionHash, Details: b.Details, Hash: r.Hash,
+		Kind: b.Kind, LatencyUS: b.LatencyUS, Outcome: b.Outcome, PolicyHash: b.PolicyHash,
+		PolicyIDs: b.PolicyIDs, PrevHash: r.PrevHash, Principal: b.Principal, RunID: b.RunID,
+		Seq: b.Seq, TokenJTI: b.TokenJTI, Tool: b.Tool,
+	}, nil
+}
+
+// canonicalDetails returns details with object keys sorted, no whitespace
+// and numbers as written; {} for none.
+func canonicalDetails(details json.RawMessage) (json.RawMessage, error) {
+	if len(details) == 0 {
+		return json.RawMessage(`{}`), nil
+	}
+	if !json.Valid(details) {
+		return nil, errors.New("audit: details are not one JSON value")
+	}
+	dec := json.NewDecoder(bytes.NewReader(details))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("audit: details: %w", err)
+	}
+	return marshal(v)
+}
+
+// marshal encodes v as compact JSON without HTML escaping; maps are
+// written with sorted keys.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("audit: encode: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// storedLatency is d as the log keeps it: whole microseconds.
+func storedLatency(d time.Duration) time.Duration {
+	return d.Truncate(time.Microsecond)
+}

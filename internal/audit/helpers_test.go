@@ -1,0 +1,69 @@
+package audit_test
+
+import (
+	"database/sql"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
+)
+
+// forEachEngine runs test on a migrated store of each engine, with a
+// connection of its own to the same database for tampering with it.
+func forEachEngine(t *testing.T, test func(t *testing.T, st store.Store, db *sql.DB)) {
+	t.Run("SQLite", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "usher.db")
+		test(t, openStore(t, path), openDB(t, "sqlite", path))
+	})
+	t.Run("PostgreSQL", func(t *testing.T) {
+		t.Parallel()
+		url := storetest.PostgresURL(t)
+		test(t, openStore(t, url), openDB(t, "pgx", url))
+	})
+}
+
+func openStore(t *testing.T, dsn string) store.Store {
+	t.Helper()
+	st, err := store.Open(t.Context(), dsn, nil)
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return st
+}
+
+// openDB opens the database directly, as someone with write access to it
+// would, outside the store.
+func openDB(t *testing.T, driver, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatalf("open database: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// clock is a test clock that moves one millisecond each time it is read.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock {
+	return &clock{now: time.Date(2031, 3, 4, 5, 6, 7, 123456789, time.UTC)}
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(time.Millisecond)
+	return c.now
+}

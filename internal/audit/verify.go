@@ -1,0 +1,122 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/usherhq/usher/store"
+)
+
+// Reader reads the audit log in order; store.Store is one.
+type Reader interface {
+	AuditRecords(ctx context.Context, afterSeq int64, limit int) ([]store.AuditRecord, error)
+}
+
+// pageSize is how many records Verify and Export read at a time.
+const pageSize = 1000
+
+// maxProblems bounds the problems a Report lists; it still counts them all.
+const maxProblems = 100
+
+// ProblemKind names what is wrong with the chain at a record.
+type ProblemKind string
+
+// What Verify finds.
+const (
+	// ProblemEdited: the record's content does not match its hash.
+	ProblemEdited ProblemKind = "edited"
+	// ProblemGap: records before this one are missing from the sequence.
+	ProblemGap ProblemKind = "gap"
+	// ProblemBrokenLink: the record's prev_hash is not the hash of the
+	// record before it: a record was deleted, replaced or moved.
+	ProblemBrokenLink ProblemKind = "broken_link"
+	// ProblemAnchor: the log does not hold the record an anchor names,
+	// with the anchor's hash: it was truncated or rewritten.
+	ProblemAnchor ProblemKind = "anchor_mismatch"
+)
+
+// Problem is one thing wrong with the chain.
+type Problem struct {
+	Seq    int64 // the record at which it shows
+	Kind   ProblemKind
+	Detail string
+}
+
+func (p Problem) String() string {
+	return fmt.Sprintf("seq %d: %s: %s", p.Seq, p.Kind, p.Detail)
+}
+
+// Report is what Verify found.
+type Report struct {
+	// Records is how many records were read.
+	Records int64
+	// Head is the last record read: record its Seq and Hash somewhere
+	// outside the database, and pass them to a later Verify as an anchor,
+	// to detect truncation and rewriting.
+	Head store.AuditHead
+	// Problems lists the first problems found, in order; ProblemCount
+	// counts them all.
+	Problems     []Problem
+	ProblemCount int
+}
+
+// Intact reports whether the chain verified with no problem.
+func (r Report) Intact() bool { return r.ProblemCount == 0 }
+
+func (r *Report) add(p Problem) {
+	r.ProblemCount++
+	if len(r.Problems) < maxProblems {
+		r.Problems = append(r.Problems, p)
+	}
+}
+
+// Verify walks the whole audit log in order and checks every record's
+// hash and its link to the record before; see the package documentation
+// for what that detects. Each anchor is a head recorded earlier: the log
+// must still hold a record with its Seq and Hash. Verify returns an error
+// only when it cannot read the log; a broken chain is a Report that is
+// not Intact.
+func Verify(ctx context.Context, st Reader, anchors ...store.AuditHead) (Report, error) {
+	var rep Report
+	want := make(map[int64]string, len(anchors))
+	for _, a := range anchors {
+		want[a.Seq] = a.Hash
+	}
+	seen := make(map[int64]bool, len(anchors))
+	var prev store.AuditHead
+	for {
+		page, err := st.AuditRecords(ctx, prev.Seq, pageSize)
+		if err != nil {
+			return rep, fmt.Errorf("audit: verify: read after seq %d: %w", prev.Seq, err)
+		}
+		for _, r := range page {
+			rep.Records++
+			switch {
+			case r.Seq != prev.Seq+1:
+				rep.add(Problem{r.Seq, ProblemGap, fmt.Sprintf("records %d to %d are missing", prev.Seq+1, r.Seq-1)})
+			case r.PrevHash != prev.Hash:
+				rep.add(Problem{r.Seq, ProblemBrokenLink, fmt.Sprintf("prev_hash %.16s… is not the hash of record %d", r.PrevHash, prev.Seq)})
+			}
+			if h, err := Hash(r); err != nil || h != r.Hash {
+				rep.add(Problem{r.Seq, ProblemEdited, "the record does not match its hash"})
+			}
+			if h, ok := want[r.Seq]; ok {
+				seen[r.Seq] = true
+				if h != r.Hash {
+					rep.add(Problem{r.Seq, ProblemAnchor, fmt.Sprintf("the hash is %.16s…, the anchor says %.16s…", r.Hash, h)})
+				}
+			}
+			prev = store.AuditHead{Seq: r.Seq, Hash: r.Hash}
+		}
+		if len(page) < pageSize {
+			break
+		}
+	}
+	rep.Head = prev
+	for _, a := range anchors {
+		if !seen[a.Seq] {
+			rep.add(Problem{a.Seq, ProblemAnchor, fmt.Sprintf("the log (head %d) no longer holds the anchored record", prev.Seq)})
+		}
+	}
+	return rep, nil
+}

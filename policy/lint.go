@@ -1,0 +1,78 @@
+package policy
+
+import (
+	"fmt"
+
+	cedar "github.com/cedar-policy/cedar-go"
+	"github.com/cedar-policy/cedar-go/x/exp/ast"
+)
+
+// FindingKind names what Lint found.
+type FindingKind string
+
+// The kinds of Finding.
+const (
+	// WildcardAllow is an allow permit whose scope does not name one tool:
+	// it can match tools that nobody has looked at, including tools added
+	// to an upstream later.
+	WildcardAllow FindingKind = "wildcard-allow"
+	// UnreviewedAllow is an allow permit naming a tool the tool lock does
+	// not list, so the permit cannot take effect until the tool is locked.
+	UnreviewedAllow FindingKind = "unreviewed-allow"
+)
+
+// Finding is one problem Lint found in a valid policy.
+type Finding struct {
+	Kind     FindingKind
+	PolicyID string
+	Position string // file:line:column
+	Message  string
+}
+
+// String renders the finding as `usher policy check` prints it.
+func (f Finding) String() string {
+	return fmt.Sprintf("%s: %s (policy %q): %s", f.Position, f.Kind, f.PolicyID, f.Message)
+}
+
+// Lint flags allow permits that may run tools nobody reviewed. An allow
+// permit must name exactly one tool in its scope (resource ==
+// Usher::Tool::"name", or resource in that entity, which is the same since
+// tools have no parents); anything else — including a condition on
+// resource.name — is a wildcard. With a lock, each named tool must be in
+// it. Problems that make a policy invalid (a missing or duplicate @id, an
+// unknown @outcome) are Parse errors, not findings.
+func (p *Policy) Lint(lock *Lock) []Finding {
+	var out []Finding
+	for _, r := range p.rules {
+		if r.outcome != Allow {
+			continue
+		}
+		name, named := scopeTool((*ast.Policy)(r.cedar.AST()).Resource)
+		switch {
+		case !named:
+			out = append(out, Finding{Kind: WildcardAllow, PolicyID: r.id, Position: r.position,
+				Message: `an allow permit should name one tool: resource == Usher::Tool::"name"`})
+		case lock != nil && lock.Tools[name] == "":
+			out = append(out, Finding{Kind: UnreviewedAllow, PolicyID: r.id, Position: r.position,
+				Message: fmt.Sprintf("tool %+q is not in the tool lock, so it will be approved, not allowed, until it is reviewed", name)})
+		}
+	}
+	return out
+}
+
+// scopeTool returns the tool a resource scope names, if it names exactly one.
+func scopeTool(scope ast.IsResourceScopeNode) (string, bool) {
+	var uid cedar.EntityUID
+	switch s := scope.(type) {
+	case ast.ScopeTypeEq:
+		uid = s.Entity
+	case ast.ScopeTypeIn:
+		uid = s.Entity
+	default:
+		return "", false
+	}
+	if uid.Type != typeTool {
+		return "", false
+	}
+	return string(uid.ID), true
+}

@@ -1,0 +1,189 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	cedar "github.com/cedar-policy/cedar-go"
+)
+
+// The annotations a policy statement may carry. Any other annotation is a
+// validation error, so that a misspelt @approvers cannot silently widen who
+// may approve.
+const (
+	annotationID        = "id"
+	annotationOutcome   = "outcome"
+	annotationApprovers = "approvers"
+	annotationReason    = "reason"
+)
+
+// idPattern is what an @id may look like: ids end up in decisions, audit
+// entries and terminal output, so they are kept to plain printable ASCII.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
+
+// Policy is a parsed and validated policy file. It is immutable and safe
+// for concurrent use.
+type Policy struct {
+	name  string
+	hash  string
+	set   *cedar.PolicySet
+	rules []*rule // in file order
+	byID  map[cedar.PolicyID]*rule
+}
+
+// rule is one policy statement with its annotations interpreted.
+type rule struct {
+	id        string
+	forbid    bool
+	outcome   Outcome  // Deny for a forbid, else Allow or Approve
+	approvers []string // approve permits only; empty: the requesting user
+	reason    string   // @reason, may be empty
+	position  string   // file:line:column
+	cedar     *cedar.Policy
+}
+
+// Load reads and parses the policy file at path.
+func Load(path string) (*Policy, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return Parse(path, src)
+}
+
+// Parse parses and validates the Cedar policy text src; name is used in
+// positions and error messages. Every problem found is reported in one
+// combined error: a Cedar syntax error, or, per statement, a missing,
+// malformed or duplicate @id, an unknown annotation, an @outcome other than
+// "allow" or "approve" on a permit (or other than "deny" on a forbid), and
+// @approvers anywhere but on an approve permit or with an empty group name.
+func Parse(name string, src []byte) (*Policy, error) {
+	list, err := cedar.NewPolicyListFromBytes(name, src)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", name, err)
+	}
+	sum := sha256.Sum256(src)
+	p := &Policy{
+		name: name,
+		hash: hex.EncodeToString(sum[:]),
+		set:  cedar.NewPolicySet(),
+		byID: make(map[cedar.PolicyID]*rule, len(list)),
+	}
+	var errs []error
+	for _, cp := range list {
+		r, ruleErrs := newRule(cp)
+		errs = append(errs, ruleErrs...)
+		if r.id == "" {
+			continue
+		}
+		if prev, dup := p.byID[cedar.PolicyID(r.id)]; dup {
+			errs = append(errs, fmt.Errorf("%s: duplicate @id(%q), first used at %s", r.position, r.id, prev.position))
+			continue
+		}
+		p.byID[cedar.PolicyID(r.id)] = r
+		p.rules = append(p.rules, r)
+		p.set.Add(cedar.PolicyID(r.id), cp)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("policy %s is invalid:\n%w", name, errors.Join(errs...))
+	}
+	return p, nil
+}
+
+// newRule interprets the annotations of one statement. It returns the
+// rule (with an empty id when the id is unusable) and every problem found.
+func newRule(cp *cedar.Policy) (*rule, []error) {
+	pos := cp.Position()
+	r := &rule{
+		forbid:   cp.Effect() == cedar.Forbid,
+		position: fmt.Sprintf("%s:%d:%d", pos.Filename, pos.Line, pos.Column),
+		cedar:    cp,
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{r.position}, args...)...))
+	}
+	ann := cp.Annotations()
+	for _, key := range slices.Sorted(maps.Keys(ann)) {
+		switch key {
+		case annotationID, annotationOutcome, annotationApprovers, annotationReason:
+		default:
+			bad("unknown annotation @%s (allowed: @id, @outcome, @approvers, @reason)", key)
+		}
+	}
+
+	id, hasID := ann[annotationID]
+	switch {
+	case !hasID:
+		bad("policy has no @id annotation")
+	case !idPattern.MatchString(string(id)):
+		bad("@id(%q) must be 1-128 characters of A-Z a-z 0-9 . _ : / - starting with a letter or digit", id)
+	default:
+		r.id = string(id)
+	}
+
+	outcome, hasOutcome := ann[annotationOutcome]
+	switch {
+	case r.forbid:
+		r.outcome = Deny
+		if hasOutcome && outcome != "deny" {
+			bad("a forbid always denies: @outcome(%q) is not allowed on it", outcome)
+		}
+	case !hasOutcome || outcome == "approve":
+		r.outcome = Approve
+	case outcome == "allow":
+		r.outcome = Allow
+	default:
+		bad("unknown @outcome(%q) on a permit (allowed: \"allow\", \"approve\")", outcome)
+	}
+
+	if groups, ok := ann[annotationApprovers]; ok {
+		if r.outcome != Approve {
+			bad("@approvers is only allowed on a permit whose outcome is \"approve\"")
+		}
+		for g := range strings.SplitSeq(string(groups), ",") {
+			g = strings.TrimSpace(g)
+			if g == "" || !printable(g) {
+				bad("@approvers(%q) names an empty or unprintable group", groups)
+				break
+			}
+			r.approvers = append(r.approvers, g)
+		}
+	}
+	r.reason = string(ann[annotationReason])
+	if len(r.reason) > 500 || !printable(r.reason) {
+		bad("@reason must be at most 500 printable characters")
+	}
+	return r, errs
+}
+
+// printable reports whether s is valid UTF-8 without control characters,
+// so that annotation text cannot forge lines in explanations or logs.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if unicode.IsControl(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// Hash returns the hex SHA-256 of the policy file's bytes. Decisions and
+// approvals carry it, so a changed policy file is visible in both.
+func (p *Policy) Hash() string { return p.hash }
+
+// Name returns the name the policy was parsed under (its path when loaded
+// from a file).
+func (p *Policy) Name() string { return p.name }

@@ -1,0 +1,123 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// AuditHead is the newest record of the audit log: its sequence and hash,
+// both zero for an empty log.
+type AuditHead struct {
+	Seq  int64
+	Hash string
+}
+
+// AuditRecord is one entry of the append-only audit log as stored. The
+// store assigns no field: the caller builds the record from the current
+// head and computes its Hash (see AppendAudit); the store keeps the chain
+// gapless and returns every field as it went in.
+type AuditRecord struct {
+	Seq            int64     // the head's Seq + 1
+	At             time.Time // whole microseconds
+	Kind           string
+	Principal      string
+	ClientID       string
+	TokenJTI       string // the token's id, never the token
+	Tool           string
+	DefinitionHash string
+	ArgumentsHash  string
+	Decision       string
+	PolicyIDs      []string // nil for none
+	PolicyHash     string
+	ApprovalID     string
+	RunID          string
+	Outcome        string
+	Latency        time.Duration // whole microseconds
+	// Details is a JSON value, stored and returned byte for byte; nil is
+	// stored as {} and reads back as {}.
+	Details  json.RawMessage
+	PrevHash string // the head's Hash
+	Hash     string
+}
+
+// auditColumns is the column list of an AuditRecord, in field order.
+const auditColumns = `seq, at, kind, principal, client_id, token_jti, tool,
+	definition_hash, arguments_hash, decision, policy_ids, policy_hash,
+	approval_id, run_id, outcome, latency_us, details, prev_hash, hash`
+
+// checkAuditRecord validates a record built on head before it is appended.
+func checkAuditRecord(r AuditRecord, head AuditHead) error {
+	var errs []error
+	if r.Seq != head.Seq+1 {
+		errs = append(errs, fmt.Errorf("audit record has seq %d, want %d (the head's + 1)", r.Seq, head.Seq+1))
+	}
+	if r.PrevHash != head.Hash {
+		errs = append(errs, fmt.Errorf("audit record's prev hash %q is not the head's hash %q", r.PrevHash, head.Hash))
+	}
+	if r.Hash == "" {
+		errs = append(errs, errors.New("audit record hash is empty"))
+	}
+	if r.Kind == "" {
+		errs = append(errs, errors.New("audit record kind is empty"))
+	}
+	if r.At.IsZero() {
+		errs = append(errs, errors.New("audit record time is zero"))
+	} else if !r.At.Equal(storedTime(r.At)) {
+		// The hash covers the time as stored; a finer one would never
+		// verify.
+		errs = append(errs, errors.New("audit record time has digits below the microsecond"))
+	}
+	if r.Latency < 0 || r.Latency%time.Microsecond != 0 {
+		errs = append(errs, fmt.Errorf("audit record latency %v is not a whole, non-negative number of microseconds", r.Latency))
+	}
+	texts := []struct{ name, value string }{
+		{"kind", r.Kind}, {"principal", r.Principal}, {"client id", r.ClientID},
+		{"token id", r.TokenJTI}, {"tool", r.Tool}, {"definition hash", r.DefinitionHash},
+		{"arguments hash", r.ArgumentsHash}, {"decision", r.Decision}, {"policy hash", r.PolicyHash},
+		{"approval id", r.ApprovalID}, {"run id", r.RunID}, {"outcome", r.Outcome},
+		{"hash", r.Hash},
+	}
+	for _, f := range texts {
+		errs = append(errs, checkText("audit record "+f.name, f.value))
+	}
+	errs = append(errs,
+		checkTime("audit record time", r.At),
+		checkNames("audit record policy id", r.PolicyIDs),
+		checkJSON("audit record details", r.Details))
+	return invalid(errs...)
+}
+
+// buildFailed carries the error of an AppendAudit build function through
+// the transaction, so that it is returned as is rather than translated.
+type buildFailed struct{ err error }
+
+func (b buildFailed) Error() string { return b.err.Error() }
+
+// builtRecord runs build on head and checks what it returns.
+func builtRecord(build func(AuditHead) (AuditRecord, error), head AuditHead) (AuditRecord, error) {
+	r, err := build(head)
+	if err != nil {
+		return AuditRecord{}, buildFailed{err}
+	}
+	if err := checkAuditRecord(r, head); err != nil {
+		return AuditRecord{}, err
+	}
+	r.At = storedTime(r.At)
+	r.Details = jsonOr(r.Details, "{}")
+	if len(r.PolicyIDs) == 0 {
+		r.PolicyIDs = nil
+	}
+	return r, nil
+}
+
+// appendError returns the error of an append: the build function's as it
+// returned it, anything else translated by translate.
+func appendError(err error, translate func(error) error) error {
+	var bf buildFailed
+	if errors.As(err, &bf) {
+		return bf.err
+	}
+	return translate(err)
+}

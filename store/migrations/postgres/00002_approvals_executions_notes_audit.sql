@@ -1,0 +1,89 @@
+-- What the approval flow, the idempotent execution of tool calls, the demo
+-- tools and the audit log need beyond the initial schema.
+
+-- +goose Up
+
+-- Approvals name the groups allowed to decide them (empty: the requester
+-- decides), and remember which tool call asked, for the retry.
+ALTER TABLE approvals
+    ADD COLUMN approvers       json NOT NULL DEFAULT '[]',
+    ADD COLUMN tool_call_id    text,
+    ADD COLUMN idempotency_key text;
+
+-- The pending request of one exact call is keyed by the whole binding. The
+-- initial key left out the server and the client, so a second client making
+-- the same call would have found a request bound to the first client, which
+-- it could never consume. No release wrote approvals under the old key.
+DROP INDEX approvals_pending_call_key;
+CREATE UNIQUE INDEX approvals_pending_binding_key ON approvals (
+    principal, tool, server, definition_hash, arguments_hash, policy_hash,
+    coalesce(run_id, ''), client_id
+) WHERE status = 'pending';
+-- The approved, unconsumed approval a retried call looks for.
+CREATE INDEX approvals_approved_call_idx ON approvals (principal, tool, arguments_hash)
+    WHERE status = 'approved';
+-- Open approvals by tool, for the revocation when a definition changes...
+CREATE INDEX approvals_open_tool_idx ON approvals (tool)
+    WHERE status IN ('pending', 'approved');
+-- ...and by deadline, for the expiry sweep.
+CREATE INDEX approvals_open_expiry_idx ON approvals (expires_at)
+    WHERE status IN ('pending', 'approved');
+
+-- One row per idempotency key: a tool call runs at most once. A row left
+-- 'started' by a process that died is marked 'outcome_unknown' and
+-- reported, never run again. Identifiers are plain text, like the audit
+-- log's: the ledger outlives the rows they name.
+CREATE TABLE tool_executions (
+    idempotency_key text        PRIMARY KEY,
+    principal       text        NOT NULL,
+    tool            text        NOT NULL,
+    arguments_hash  text        NOT NULL,
+    approval_id     text,
+    run_id          text,
+    status          text        NOT NULL CHECK (status IN (
+                                    'started', 'succeeded', 'failed', 'outcome_unknown')),
+    result          json,
+    started_at      timestamptz NOT NULL,
+    finished_at     timestamptz
+);
+
+-- Executions still running, for the sweep that finds abandoned ones.
+CREATE INDEX tool_executions_started_idx ON tool_executions (started_at)
+    WHERE status = 'started';
+
+-- The demo toolset's notes, per user.
+CREATE TABLE notes (
+    owner      text        NOT NULL,
+    name       text        NOT NULL,
+    body       text        NOT NULL DEFAULT '',
+    created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (owner, name)
+);
+
+-- The rest of what an audit entry records about a call.
+ALTER TABLE audit_log
+    ADD COLUMN definition_hash text   NOT NULL DEFAULT '',
+    ADD COLUMN arguments_hash  text   NOT NULL DEFAULT '',
+    ADD COLUMN outcome         text   NOT NULL DEFAULT '',
+    ADD COLUMN latency_us      bigint NOT NULL DEFAULT 0 CHECK (latency_us >= 0);
+
+-- +goose Down
+ALTER TABLE audit_log
+    DROP COLUMN latency_us,
+    DROP COLUMN outcome,
+    DROP COLUMN arguments_hash,
+    DROP COLUMN definition_hash;
+DROP TABLE notes;
+DROP TABLE tool_executions;
+DROP INDEX approvals_open_expiry_idx;
+DROP INDEX approvals_open_tool_idx;
+DROP INDEX approvals_approved_call_idx;
+DROP INDEX approvals_pending_binding_key;
+CREATE UNIQUE INDEX approvals_pending_call_key ON approvals (
+    principal, tool, definition_hash, arguments_hash, policy_hash, coalesce(run_id, '')
+) WHERE status = 'pending';
+ALTER TABLE approvals
+    DROP COLUMN idempotency_key,
+    DROP COLUMN tool_call_id,
+    DROP COLUMN approvers;

@@ -1,0 +1,130 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const (
+	// pgBeginExecution inserts a started execution unless its key is
+	// taken; a concurrent insert of the same key makes it wait for that
+	// transaction, then do nothing.
+	pgBeginExecution = `
+INSERT INTO tool_executions (idempotency_key, principal, tool, arguments_hash, approval_id, run_id, status, started_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'started', $7)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING ` + executionColumns
+
+	pgGetExecution = `SELECT ` + executionColumns + ` FROM tool_executions WHERE idempotency_key = $1`
+
+	pgExecutionExists = `SELECT EXISTS (SELECT 1 FROM tool_executions WHERE idempotency_key = $1)`
+
+	// pgFinishExecution is the compare-and-swap from started.
+	pgFinishExecution = `
+UPDATE tool_executions SET status = $2, result = $3, finished_at = $4
+WHERE idempotency_key = $1 AND status = 'started'
+RETURNING ` + executionColumns
+
+	pgMarkOutcomeUnknown = `
+UPDATE tool_executions SET status = 'outcome_unknown'
+WHERE status = 'started' AND started_at < $1
+RETURNING ` + executionColumns
+)
+
+func (s *postgresStore) BeginExecution(ctx context.Context, e Execution) (Execution, bool, error) {
+	if e.StartedAt.IsZero() {
+		e.StartedAt = s.now()
+	}
+	if err := checkNewExecution(e); err != nil {
+		return Execution{}, false, err
+	}
+	started := true
+	out, err := scanPostgresExecution(s.pool.QueryRow(ctx, pgBeginExecution,
+		e.IdempotencyKey, e.Principal, e.Tool, e.ArgumentsHash, nullString(e.ApprovalID), nullString(e.RunID),
+		storedTime(e.StartedAt)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The key was taken, and the insert that took it has committed.
+		started = false
+		out, err = scanPostgresExecution(s.pool.QueryRow(ctx, pgGetExecution, e.IdempotencyKey))
+	}
+	if err != nil {
+		return Execution{}, false, pgError(err)
+	}
+	if !sameCall(out, e) {
+		return Execution{}, false, ErrConflict
+	}
+	return out, started, nil
+}
+
+func (s *postgresStore) GetExecution(ctx context.Context, idempotencyKey string) (Execution, error) {
+	e, err := scanPostgresExecution(s.pool.QueryRow(ctx, pgGetExecution, idempotencyKey))
+	if err != nil {
+		return Execution{}, pgError(err)
+	}
+	return e, nil
+}
+
+func (s *postgresStore) FinishExecution(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time) (Execution, error) {
+	if err := checkFinish(idempotencyKey, status, result, now); err != nil {
+		return Execution{}, err
+	}
+	var res []byte // nil is NULL
+	if len(result) > 0 {
+		res = result
+	}
+	e, err := scanPostgresExecution(s.pool.QueryRow(ctx, pgFinishExecution, idempotencyKey, status, res, storedTime(now)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		var exists bool
+		if err := s.pool.QueryRow(ctx, pgExecutionExists, idempotencyKey).Scan(&exists); err != nil {
+			return Execution{}, pgError(err)
+		}
+		if !exists {
+			return Execution{}, ErrNotFound
+		}
+		return Execution{}, ErrConflict
+	}
+	if err != nil {
+		return Execution{}, pgError(err)
+	}
+	return e, nil
+}
+
+func (s *postgresStore) MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]Execution, error) {
+	if err := invalid(checkTime("olderThan", olderThan)); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, pgMarkOutcomeUnknown, storedTime(olderThan))
+	if err != nil {
+		return nil, pgError(err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Execution, error) {
+		return scanPostgresExecution(row)
+	})
+	if err != nil {
+		return nil, pgError(err)
+	}
+	sortExecutions(out)
+	return out, nil
+}
+
+// scanPostgresExecution reads one row of executionColumns.
+func scanPostgresExecution(row pgx.Row) (Execution, error) {
+	var e Execution
+	var result []byte
+	var finishedAt *time.Time
+	err := row.Scan(&e.IdempotencyKey, &e.Principal, &e.Tool, &e.ArgumentsHash, &e.ApprovalID, &e.RunID,
+		&e.Status, &result, &e.StartedAt, &finishedAt)
+	if err != nil {
+		return Execution{}, err
+	}
+	if result != nil {
+		e.Result = result
+	}
+	e.StartedAt = e.StartedAt.UTC()
+	e.FinishedAt = pgTimeOrZero(finishedAt)
+	return e, nil
+}

@@ -1,0 +1,607 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/store"
+)
+
+// approvalFixture is a store with two runs and a clock for approval tests.
+type approvalFixture struct {
+	t   *testing.T
+	s   store.Store
+	now time.Time
+}
+
+func newApprovalFixture(t *testing.T, s store.Store) *approvalFixture {
+	t.Helper()
+	mustCreateRun(t, s, store.Run{ID: "run-1", Owner: "alice", Status: store.RunInProgress})
+	mustCreateRun(t, s, store.Run{ID: "run-2", Owner: "alice", Status: store.RunInProgress})
+	// A fixed time with digits below the microsecond, which the store drops.
+	return &approvalFixture{t: t, s: s, now: time.Date(2031, 3, 4, 5, 6, 7, 891011121, time.UTC)}
+}
+
+// testBinding is the call most tests approve.
+func testBinding() store.ApprovalBinding {
+	return store.ApprovalBinding{
+		Principal:      "issuer|tenant|alice",
+		Tool:           "notes_write",
+		Server:         "demo",
+		DefinitionHash: "def-1",
+		ArgumentsHash:  "args-1",
+		PolicyHash:     "policy-1",
+		RunID:          "run-1",
+		ClientID:       "usher-assistant",
+	}
+}
+
+// approval returns a new pending approval of b, created now and expiring
+// in an hour.
+func (f *approvalFixture) approval(id string, b store.ApprovalBinding) store.Approval {
+	return store.Approval{
+		ID:        id,
+		Binding:   b,
+		Arguments: []byte(`{ "name" : "todo",  "body":"milk" }`),
+		PolicyIDs: []string{"notes-write-needs-approval"},
+		Reason:    "writes a note",
+		CreatedAt: f.now,
+		ExpiresAt: f.now.Add(time.Hour),
+	}
+}
+
+// create creates a and fails the test unless it is new.
+func (f *approvalFixture) create(a store.Approval) store.Approval {
+	f.t.Helper()
+	out, created, err := f.s.CreateApproval(f.t.Context(), a)
+	if err != nil || !created {
+		f.t.Fatalf("CreateApproval(%s) = created %v, %v; want a new approval", a.ID, created, err)
+	}
+	return out
+}
+
+// approved creates and approves an approval of b.
+func (f *approvalFixture) approved(id string, b store.ApprovalBinding) store.Approval {
+	f.t.Helper()
+	f.create(f.approval(id, b))
+	a, err := f.s.DecideApproval(f.t.Context(), id, store.ApprovalApproved, "issuer|tenant|alice", "fine", f.now.Add(time.Minute))
+	if err != nil {
+		f.t.Fatalf("DecideApproval(%s): %v", id, err)
+	}
+	return a
+}
+
+// status returns the stored status of the approval id.
+func (f *approvalFixture) status(id string) store.ApprovalStatus {
+	f.t.Helper()
+	a, err := f.s.GetApproval(f.t.Context(), id)
+	if err != nil {
+		f.t.Fatalf("GetApproval(%s): %v", id, err)
+	}
+	return a.Status
+}
+
+// bindingChanges each change one field of a binding: a call that differs in
+// any of them is another call.
+var bindingChanges = []struct {
+	name   string
+	change func(b *store.ApprovalBinding)
+}{
+	{"other principal", func(b *store.ApprovalBinding) { b.Principal = "issuer|tenant|mallory" }},
+	{"other tool", func(b *store.ApprovalBinding) { b.Tool = "notes_delete" }},
+	{"other server", func(b *store.ApprovalBinding) { b.Server = "other" }},
+	{"other definition", func(b *store.ApprovalBinding) { b.DefinitionHash = "def-2" }},
+	{"other arguments", func(b *store.ApprovalBinding) { b.ArgumentsHash = "args-2" }},
+	{"other policy", func(b *store.ApprovalBinding) { b.PolicyHash = "policy-2" }},
+	{"other run", func(b *store.ApprovalBinding) { b.RunID = "run-2" }},
+	{"outside the run", func(b *store.ApprovalBinding) { b.RunID = "" }},
+	{"other client", func(b *store.ApprovalBinding) { b.ClientID = "cursor" }},
+}
+
+func testCreateApproval(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	ctx := t.Context()
+	in := f.approval("apr-1", testBinding())
+	in.Approvers = []string{"grp-reviewers", "grp-admins"}
+	in.ToolCallID = "call-1"
+	in.IdempotencyKey = "run-1/call-1"
+	a := f.create(in)
+
+	want := in
+	want.Status = store.ApprovalPending
+	want.CreatedAt = f.now.Truncate(time.Microsecond)
+	want.UpdatedAt = want.CreatedAt
+	want.ExpiresAt = in.ExpiresAt.Truncate(time.Microsecond)
+	if !reflect.DeepEqual(a, want) {
+		t.Errorf("CreateApproval returned\n%+v\nwant\n%+v", a, want)
+	}
+	// The arguments come back byte for byte, spaces and all.
+	if string(a.Arguments) != string(in.Arguments) {
+		t.Errorf("Arguments = %s, want %s byte for byte", a.Arguments, in.Arguments)
+	}
+	if got, err := s.GetApproval(ctx, a.ID); err != nil || !reflect.DeepEqual(got, a) {
+		t.Errorf("GetApproval = %+v, %v; want %+v", got, err, a)
+	}
+
+	// The identical call finds it, whatever else the request says.
+	again := f.approval("apr-2", testBinding())
+	again.Reason = "asked again"
+	got, created, err := s.CreateApproval(ctx, again)
+	if err != nil || created || got.ID != a.ID {
+		t.Errorf("CreateApproval of the identical call = %s, created %v, %v; want %s, not created", got.ID, created, err, a.ID)
+	}
+	if _, err := s.GetApproval(ctx, "apr-2"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetApproval(apr-2) = %v, want ErrNotFound: the identical request made no record", err)
+	}
+
+	// Any other call is another request.
+	for i, tt := range bindingChanges {
+		b := testBinding()
+		tt.change(&b)
+		id := fmt.Sprintf("apr-other-%d", i)
+		if got, created, err := s.CreateApproval(ctx, f.approval(id, b)); err != nil || !created || got.ID != id {
+			t.Errorf("CreateApproval with %s = %s, created %v, %v; want a new approval %s", tt.name, got.ID, created, err, id)
+		}
+	}
+
+	// A taken ID is a conflict, a missing run is not found.
+	dup := f.approval("apr-1", testBinding())
+	dup.Binding.ArgumentsHash = "args-dup"
+	if _, _, err := s.CreateApproval(ctx, dup); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("CreateApproval with a taken ID = %v, want ErrConflict", err)
+	}
+	orphan := f.approval("apr-orphan", testBinding())
+	orphan.Binding.RunID = "run-missing"
+	if _, _, err := s.CreateApproval(ctx, orphan); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("CreateApproval in a missing run = %v, want ErrNotFound", err)
+	}
+}
+
+func testCreateApprovalAfterEnd(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	ctx := t.Context()
+
+	// Once the request is decided, the same call asks anew.
+	first := f.approved("apr-1", testBinding())
+	second, created, err := s.CreateApproval(ctx, f.approval("apr-2", testBinding()))
+	if err != nil || !created || second.ID != "apr-2" {
+		t.Fatalf("CreateApproval after a decision = %s, created %v, %v; want apr-2, created", second.ID, created, err)
+	}
+	if f.status(first.ID) != store.ApprovalApproved {
+		t.Errorf("the approved request became %s", f.status(first.ID))
+	}
+
+	// A pending request whose time has passed is expired and replaced.
+	later := f.approval("apr-3", testBinding())
+	later.CreatedAt = second.ExpiresAt
+	later.ExpiresAt = later.CreatedAt.Add(time.Hour)
+	third, created, err := s.CreateApproval(ctx, later)
+	if err != nil || !created || third.ID != "apr-3" {
+		t.Fatalf("CreateApproval after the pending one expired = %s, created %v, %v; want apr-3, created", third.ID, created, err)
+	}
+	if got := f.status("apr-2"); got != store.ApprovalExpired {
+		t.Errorf("the replaced pending request is %s, want expired", got)
+	}
+}
+
+func testCreateApprovalInvalid(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	tests := []struct {
+		name   string
+		change func(a *store.Approval)
+	}{
+		{"no ID", func(a *store.Approval) { a.ID = "" }},
+		{"no principal", func(a *store.Approval) { a.Binding.Principal = "" }},
+		{"no tool", func(a *store.Approval) { a.Binding.Tool = "" }},
+		{"no definition hash", func(a *store.Approval) { a.Binding.DefinitionHash = "" }},
+		{"no arguments hash", func(a *store.Approval) { a.Binding.ArgumentsHash = "" }},
+		{"no policy hash", func(a *store.Approval) { a.Binding.PolicyHash = "" }},
+		{"already approved", func(a *store.Approval) { a.Status = store.ApprovalApproved }},
+		{"no expiry", func(a *store.Approval) { a.ExpiresAt = time.Time{} }},
+		{"expires when created", func(a *store.Approval) { a.ExpiresAt = a.CreatedAt }},
+		{"arguments not JSON", func(a *store.Approval) { a.Arguments = []byte(`{"name":`) }},
+		{"arguments not UTF-8", func(a *store.Approval) { a.Arguments = []byte("\"\xff\"") }},
+		{"empty policy id", func(a *store.Approval) { a.PolicyIDs = []string{""} }},
+		{"empty approver", func(a *store.Approval) { a.Approvers = []string{"grp", ""} }},
+		{"NUL in the reason", func(a *store.Approval) { a.Reason = "a\x00b" }},
+		{"reason not UTF-8", func(a *store.Approval) { a.Reason = "\xff" }},
+		{"NUL in the client", func(a *store.Approval) { a.Binding.ClientID = "c\x00" }},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := f.approval(fmt.Sprintf("apr-%d", i), testBinding())
+			a.Binding.ArgumentsHash = fmt.Sprintf("args-%d", i)
+			tt.change(&a)
+			if _, _, err := s.CreateApproval(t.Context(), a); !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("CreateApproval = %v, want ErrInvalid", err)
+			}
+		})
+	}
+	if list, err := s.ListApprovals(t.Context(), testBinding().Principal); err != nil || len(list) != 0 {
+		t.Errorf("after refused creations ListApprovals = %d approvals, %v; want none", len(list), err)
+	}
+}
+
+func testCreateApprovalConcurrent(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	const racers = 8
+	start := make(chan struct{})
+	results := make([]store.Approval, racers)
+	created := make([]bool, racers)
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			results[i], created[i], errs[i] = s.CreateApproval(t.Context(), f.approval(fmt.Sprintf("apr-%d", i), testBinding()))
+		})
+	}
+	close(start)
+	wg.Wait()
+	creators := 0
+	for i := range racers {
+		if errs[i] != nil {
+			t.Errorf("racer %d: %v", i, errs[i])
+			continue
+		}
+		if created[i] {
+			creators++
+		}
+		if results[i].ID != results[0].ID {
+			t.Errorf("racer %d got approval %s, racer 0 got %s: want one record", i, results[i].ID, results[0].ID)
+		}
+	}
+	if creators != 1 {
+		t.Errorf("%d racers created the approval, want exactly 1", creators)
+	}
+	if list, err := s.ListApprovals(t.Context(), testBinding().Principal); err != nil || len(list) != 1 {
+		t.Errorf("ListApprovals = %d approvals, %v; want 1", len(list), err)
+	}
+}
+
+func testListApprovals(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	ctx := t.Context()
+	alice := testBinding()
+	bob := testBinding()
+	bob.Principal = "issuer|tenant|bob"
+	ids := func(list []store.Approval) []string {
+		out := make([]string, len(list))
+		for i, a := range list {
+			out[i] = a.ID
+		}
+		return out
+	}
+
+	mk := func(id string, b store.ApprovalBinding, minutes int, approvers ...string) {
+		b.ArgumentsHash = "args-" + id
+		a := f.approval(id, b)
+		a.CreatedAt = f.now.Add(time.Duration(minutes) * time.Minute)
+		a.ExpiresAt = a.CreatedAt.Add(time.Hour)
+		a.Approvers = approvers
+		f.create(a)
+	}
+	// Created out of ID order: listings are by creation time.
+	mk("apr-c", alice, 1)
+	mk("apr-a", alice, 2, "grp-reviewers")
+	mk("apr-b", bob, 3, "grp-admins", "grp-reviewers")
+	mk("apr-d", bob, 4)
+	if _, err := s.DecideApproval(ctx, "apr-c", store.ApprovalDenied, alice.Principal, "no", f.now.Add(5*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+
+	lists := []struct {
+		name string
+		list func() ([]store.Approval, error)
+		want []string
+	}{
+		{"alice's", func() ([]store.Approval, error) { return s.ListApprovals(ctx, alice.Principal) }, []string{"apr-c", "apr-a"}},
+		{"alice's pending", func() ([]store.Approval, error) {
+			return s.ListApprovals(ctx, alice.Principal, store.ApprovalPending)
+		}, []string{"apr-a"}},
+		{"alice's pending or denied", func() ([]store.Approval, error) {
+			return s.ListApprovals(ctx, alice.Principal, store.ApprovalPending, store.ApprovalDenied)
+		}, []string{"apr-c", "apr-a"}},
+		{"bob's", func() ([]store.Approval, error) { return s.ListApprovals(ctx, bob.Principal) }, []string{"apr-b", "apr-d"}},
+		{"nobody's", func() ([]store.Approval, error) { return s.ListApprovals(ctx, "nobody") }, []string{}},
+		{"reviewers'", func() ([]store.Approval, error) {
+			return s.ListApprovalsForApprovers(ctx, []string{"grp-reviewers"}, store.ApprovalPending)
+		}, []string{"apr-a", "apr-b"}},
+		{"admins' or others'", func() ([]store.Approval, error) {
+			return s.ListApprovalsForApprovers(ctx, []string{"grp-other", "grp-admins"})
+		}, []string{"apr-b"}},
+		{"no group's", func() ([]store.Approval, error) { return s.ListApprovalsForApprovers(ctx, nil) }, []string{}},
+		{"a group nobody names", func() ([]store.Approval, error) {
+			return s.ListApprovalsForApprovers(ctx, []string{"grp-review"})
+		}, []string{}},
+	}
+	for _, tt := range lists {
+		got, err := tt.list()
+		if err != nil || !slices.Equal(ids(got), tt.want) {
+			t.Errorf("%s approvals = %v, %v; want %v", tt.name, ids(got), err, tt.want)
+		}
+	}
+	if _, err := s.ListApprovals(ctx, alice.Principal, "waiting"); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("ListApprovals with an unknown status = %v, want ErrInvalid", err)
+	}
+	if _, err := s.GetApproval(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetApproval(missing) = %v, want ErrNotFound", err)
+	}
+}
+
+func testDecideApproval(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	ctx := t.Context()
+	a := f.create(f.approval("apr-1", testBinding()))
+	at := f.now.Add(time.Minute)
+
+	got, err := s.DecideApproval(ctx, a.ID, store.ApprovalApproved, "issuer|tenant|bob", "looks right", at)
+	if err != nil {
+		t.Fatalf("DecideApproval: %v", err)
+	}
+	want := a
+	want.Status = store.ApprovalApproved
+	want.DecidedBy = "issuer|tenant|bob"
+	want.DecisionReason = "looks right"
+	want.DecidedAt = at.Truncate(time.Microsecond)
+	want.UpdatedAt = want.DecidedAt
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("DecideApproval returned\n%+v\nwant\n%+v", got, want)
+	}
+
+	// Decisions are final.
+	for _, to := range []store.ApprovalStatus{store.ApprovalDenied, store.ApprovalApproved} {
+		if _, err := s.DecideApproval(ctx, a.ID, to, "issuer|tenant|carol", "", at); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("DecideApproval(%s) of a decided approval = %v, want ErrConflict", to, err)
+		}
+	}
+	if _, err := s.DecideApproval(ctx, "missing", store.ApprovalDenied, "issuer|tenant|bob", "", at); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("DecideApproval(missing) = %v, want ErrNotFound", err)
+	}
+
+	// An expired approval cannot be decided, even before a sweep.
+	b := testBinding()
+	b.ArgumentsHash = "args-2"
+	late := f.create(f.approval("apr-2", b))
+	if _, err := s.DecideApproval(ctx, late.ID, store.ApprovalApproved, "issuer|tenant|bob", "", late.ExpiresAt); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("DecideApproval at the expiry = %v, want ErrConflict", err)
+	}
+	if f.status(late.ID) != store.ApprovalPending {
+		t.Errorf("a refused decision changed the status to %s", f.status(late.ID))
+	}
+
+	invalid := []struct {
+		name      string
+		to        store.ApprovalStatus
+		decidedBy string
+		reason    string
+		at        time.Time
+	}{
+		{"to consumed", store.ApprovalConsumed, "bob", "", at},
+		{"to pending", store.ApprovalPending, "bob", "", at},
+		{"to unknown", "ok", "bob", "", at},
+		{"no decider", store.ApprovalApproved, "", "", at},
+		{"NUL in the reason", store.ApprovalApproved, "bob", "\x00", at},
+		{"no time", store.ApprovalApproved, "bob", "", time.Time{}},
+	}
+	for _, tt := range invalid {
+		if _, err := s.DecideApproval(ctx, late.ID, tt.to, tt.decidedBy, tt.reason, tt.at); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("DecideApproval %s = %v, want ErrInvalid", tt.name, err)
+		}
+	}
+}
+
+func testConsumeApproval(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	ctx := t.Context()
+	b := testBinding()
+	a := f.approved("apr-1", b)
+	at := f.now.Add(2 * time.Minute)
+
+	// Any other call is refused, and the approval stays usable.
+	for _, tt := range bindingChanges {
+		other := b
+		tt.change(&other)
+		if _, err := s.ConsumeApproval(ctx, a.ID, other, at); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("ConsumeApproval with %s = %v, want ErrConflict", tt.name, err)
+		}
+		if _, err := s.FindApproved(ctx, other, at); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("FindApproved with %s = %v, want ErrNotFound", tt.name, err)
+		}
+	}
+	if _, err := s.ConsumeApproval(ctx, a.ID, b, a.ExpiresAt); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("ConsumeApproval at the expiry = %v, want ErrConflict", err)
+	}
+	if _, err := s.FindApproved(ctx, b, a.ExpiresAt); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("FindApproved at the expiry = %v, want ErrNotFound", err)
+	}
+	if _, err := s.ConsumeApproval(ctx, "missing", b, at); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("ConsumeApproval(missing) = %v, want ErrNotFound", err)
+	}
+	if f.status(a.ID) != store.ApprovalApproved {
+		t.Fatalf("refused consumptions changed the status to %s", f.status(a.ID))
+	}
+
+	found, err := s.FindApproved(ctx, b, at)
+	if err != nil || found.ID != a.ID {
+		t.Fatalf("FindApproved = %s, %v; want %s", found.ID, err, a.ID)
+	}
+	used, err := s.ConsumeApproval(ctx, a.ID, b, at)
+	if err != nil {
+		t.Fatalf("ConsumeApproval: %v", err)
+	}
+	if used.Status != store.ApprovalConsumed || used.ConsumedAt != at.Truncate(time.Microsecond) || used.UpdatedAt != used.ConsumedAt {
+		t.Errorf("ConsumeApproval returned %+v, want consumed at %v", used, at)
+	}
+	if used.DecidedBy != a.DecidedBy || used.DecidedAt != a.DecidedAt {
+		t.Errorf("ConsumeApproval changed the decision: %+v, was %+v", used, a)
+	}
+
+	// Single use.
+	if _, err := s.ConsumeApproval(ctx, a.ID, b, at); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("second ConsumeApproval = %v, want ErrConflict", err)
+	}
+	if _, err := s.FindApproved(ctx, b, at); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("FindApproved after the use = %v, want ErrNotFound", err)
+	}
+
+	// Only approved approvals are consumed.
+	for i, to := range []store.ApprovalStatus{store.ApprovalPending, store.ApprovalDenied} {
+		other := b
+		other.ArgumentsHash = fmt.Sprintf("args-%s", to)
+		id := fmt.Sprintf("apr-%d", i+2)
+		f.create(f.approval(id, other))
+		if to != store.ApprovalPending {
+			if _, err := s.DecideApproval(ctx, id, to, b.Principal, "", at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.ConsumeApproval(ctx, id, other, at); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("ConsumeApproval of a %s approval = %v, want ErrConflict", to, err)
+		}
+		if _, err := s.FindApproved(ctx, other, at); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("FindApproved of a %s approval = %v, want ErrNotFound", to, err)
+		}
+	}
+
+	if _, err := s.ConsumeApproval(ctx, a.ID, store.ApprovalBinding{}, at); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("ConsumeApproval with an empty binding = %v, want ErrInvalid", err)
+	}
+	if _, err := s.FindApproved(ctx, b, time.Time{}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("FindApproved at the zero time = %v, want ErrInvalid", err)
+	}
+}
+
+func testConsumeApprovalRace(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	b := testBinding()
+	a := f.approved("apr-1", b)
+	at := f.now.Add(2 * time.Minute)
+
+	const racers = 8
+	start := make(chan struct{})
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			_, errs[i] = s.ConsumeApproval(t.Context(), a.ID, b, at)
+		})
+	}
+	close(start)
+	wg.Wait()
+	won := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, store.ErrConflict):
+			t.Errorf("racer %d: %v, want nil or ErrConflict", i, err)
+		}
+	}
+	if won != 1 {
+		t.Errorf("%d racers consumed the approval, want exactly 1", won)
+	}
+}
+
+func testRevokeApprovals(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	ctx := t.Context()
+	at := f.now.Add(2 * time.Minute)
+	with := func(tool, def, args string) store.ApprovalBinding {
+		b := testBinding()
+		b.Tool, b.DefinitionHash, b.ArgumentsHash = tool, def, args
+		return b
+	}
+	f.create(f.approval("pending-old", with("notes_write", "def-1", "a1")))
+	f.approved("approved-old", with("notes_write", "def-1", "a2"))
+	consumed := with("notes_write", "def-1", "a3")
+	f.approved("consumed-old", consumed)
+	if _, err := s.ConsumeApproval(ctx, "consumed-old", consumed, at); err != nil {
+		t.Fatal(err)
+	}
+	f.create(f.approval("denied-old", with("notes_write", "def-1", "a4")))
+	if _, err := s.DecideApproval(ctx, "denied-old", store.ApprovalDenied, "x", "", at); err != nil {
+		t.Fatal(err)
+	}
+	f.create(f.approval("pending-current", with("notes_write", "def-2", "a5")))
+	f.approved("approved-current", with("notes_write", "def-2", "a6"))
+	f.create(f.approval("pending-other-tool", with("notes_read", "def-1", "a7")))
+
+	n, err := s.RevokeApprovals(ctx, "notes_write", "def-2", at)
+	if err != nil || n != 2 {
+		t.Errorf("RevokeApprovals = %d, %v; want 2", n, err)
+	}
+	want := map[string]store.ApprovalStatus{
+		"pending-old":        store.ApprovalRevoked,
+		"approved-old":       store.ApprovalRevoked,
+		"consumed-old":       store.ApprovalConsumed,
+		"denied-old":         store.ApprovalDenied,
+		"pending-current":    store.ApprovalPending,
+		"approved-current":   store.ApprovalApproved,
+		"pending-other-tool": store.ApprovalPending,
+	}
+	for id, st := range want {
+		if got := f.status(id); got != st {
+			t.Errorf("after RevokeApprovals %s is %s, want %s", id, got, st)
+		}
+	}
+	// A revoked approval is never consumed.
+	if _, err := s.ConsumeApproval(ctx, "approved-old", with("notes_write", "def-1", "a2"), at); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("ConsumeApproval of a revoked approval = %v, want ErrConflict", err)
+	}
+	if n, err := s.RevokeApprovals(ctx, "notes_write", "def-2", at); err != nil || n != 0 {
+		t.Errorf("RevokeApprovals again = %d, %v; want 0", n, err)
+	}
+	for name, args := range map[string][2]string{"no tool": {"", "def-2"}, "no hash": {"notes_write", ""}} {
+		if _, err := s.RevokeApprovals(ctx, args[0], args[1], at); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("RevokeApprovals with %s = %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+func testExpireApprovals(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	ctx := t.Context()
+	with := func(args string, minutes int) store.Approval {
+		b := testBinding()
+		b.ArgumentsHash = args
+		a := f.approval(args, b)
+		a.ExpiresAt = f.now.Add(time.Duration(minutes) * time.Minute)
+		return a
+	}
+	f.create(with("pending-due", 10))
+	f.create(with("approved-due", 10))
+	if _, err := s.DecideApproval(ctx, "approved-due", store.ApprovalApproved, "x", "", f.now); err != nil {
+		t.Fatal(err)
+	}
+	f.create(with("denied-due", 10))
+	if _, err := s.DecideApproval(ctx, "denied-due", store.ApprovalDenied, "x", "", f.now); err != nil {
+		t.Fatal(err)
+	}
+	f.create(with("pending-later", 11))
+
+	n, err := s.ExpireApprovals(ctx, f.now.Add(10*time.Minute))
+	if err != nil || n != 2 {
+		t.Errorf("ExpireApprovals = %d, %v; want 2", n, err)
+	}
+	want := map[string]store.ApprovalStatus{
+		"pending-due":   store.ApprovalExpired,
+		"approved-due":  store.ApprovalExpired,
+		"denied-due":    store.ApprovalDenied,
+		"pending-later": store.ApprovalPending,
+	}
+	for id, st := range want {
+		if got := f.status(id); got != st {
+			t.Errorf("after ExpireApprovals %s is %s, want %s", id, got, st)
+		}
+	}
+	if _, err := s.ExpireApprovals(ctx, time.Time{}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("ExpireApprovals at the zero time = %v, want ErrInvalid", err)
+	}
+}

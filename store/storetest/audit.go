@@ -1,0 +1,204 @@
+package storetest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/store"
+)
+
+// chainHash is a stand-in for the audit log's hash: the store computes
+// none, it only keeps what its caller computed.
+func chainHash(prev string, seq int64, kind string) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s|%d|%s", prev, seq, kind))
+	return hex.EncodeToString(sum[:])
+}
+
+// chained returns a build function that chains r to the head.
+func chained(r store.AuditRecord) func(store.AuditHead) (store.AuditRecord, error) {
+	return func(head store.AuditHead) (store.AuditRecord, error) {
+		r.Seq = head.Seq + 1
+		r.PrevHash = head.Hash
+		r.Hash = chainHash(head.Hash, r.Seq, r.Kind)
+		return r, nil
+	}
+}
+
+func testAppendAudit(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	at := time.Date(2031, 3, 4, 5, 6, 7, 891011000, time.UTC)
+	full := store.AuditRecord{
+		At: at, Kind: "executed", Principal: "issuer|tenant|alice", ClientID: "usher-assistant",
+		TokenJTI: "jti-1", Tool: "notes_write", DefinitionHash: "def-1", ArgumentsHash: "args-1",
+		Decision: "approve", PolicyIDs: []string{"p1", "p2"}, PolicyHash: "policy-1",
+		ApprovalID: "apr-1", RunID: "run-1", Outcome: "succeeded", Latency: 1234 * time.Microsecond,
+		Details: json.RawMessage(`{ "b": 1,  "a": ["x", 2.50] }`),
+	}
+	var heads []store.AuditHead
+	first, err := s.AppendAudit(ctx, func(head store.AuditHead) (store.AuditRecord, error) {
+		heads = append(heads, head)
+		return chained(full)(head)
+	})
+	if err != nil {
+		t.Fatalf("AppendAudit: %v", err)
+	}
+	if len(heads) != 1 || heads[0] != (store.AuditHead{}) {
+		t.Errorf("build saw heads %v, want one call with the empty head", heads)
+	}
+	want := full
+	want.Seq, want.PrevHash, want.Hash = 1, "", chainHash("", 1, "executed")
+	if !reflect.DeepEqual(first, want) {
+		t.Errorf("AppendAudit returned\n%+v\nwant\n%+v", first, want)
+	}
+
+	second, err := s.AppendAudit(ctx, chained(store.AuditRecord{At: at.In(time.FixedZone("UTC+1", 3600)), Kind: "auth_failed"}))
+	if err != nil {
+		t.Fatalf("AppendAudit: %v", err)
+	}
+	if second.Seq != 2 || second.PrevHash != first.Hash || string(second.Details) != "{}" || second.PolicyIDs != nil {
+		t.Errorf("second record %+v, want seq 2 chained to the first, details {}, no policy ids", second)
+	}
+
+	records, err := s.AuditRecords(ctx, 0, 10)
+	if err != nil {
+		t.Fatalf("AuditRecords: %v", err)
+	}
+	if len(records) != 2 || !reflect.DeepEqual(records[0], first) || !reflect.DeepEqual(records[1], second) {
+		t.Fatalf("AuditRecords =\n%+v\nwant\n%+v", records, []store.AuditRecord{first, second})
+	}
+	// Hashes cover the details as stored: they come back byte for byte.
+	if string(records[0].Details) != string(full.Details) {
+		t.Errorf("Details = %s, want %s byte for byte", records[0].Details, full.Details)
+	}
+	if page, err := s.AuditRecords(ctx, 1, 1); err != nil || len(page) != 1 || page[0].Seq != 2 {
+		t.Errorf("AuditRecords(after 1, limit 1) = %+v, %v; want seq 2", page, err)
+	}
+	if page, err := s.AuditRecords(ctx, 2, 10); err != nil || len(page) != 0 {
+		t.Errorf("AuditRecords after the head = %+v, %v; want none", page, err)
+	}
+	if _, err := s.AuditRecords(ctx, 0, 0); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("AuditRecords(limit 0) = %v, want ErrInvalid", err)
+	}
+
+	// What build gets wrong is refused, and nothing is written.
+	ok := store.AuditRecord{At: at, Kind: "decision"}
+	refused := []struct {
+		name  string
+		build func(store.AuditHead) (store.AuditRecord, error)
+		want  error
+	}{
+		{"seq not the next", func(h store.AuditHead) (store.AuditRecord, error) {
+			r, _ := chained(ok)(h)
+			r.Seq++
+			return r, nil
+		}, store.ErrInvalid},
+		{"seq of the head", func(h store.AuditHead) (store.AuditRecord, error) {
+			r, _ := chained(ok)(h)
+			r.Seq = h.Seq
+			return r, nil
+		}, store.ErrInvalid},
+		{"prev hash not the head's", func(h store.AuditHead) (store.AuditRecord, error) {
+			r, _ := chained(ok)(h)
+			r.PrevHash = "forged"
+			return r, nil
+		}, store.ErrInvalid},
+		{"no hash", func(h store.AuditHead) (store.AuditRecord, error) {
+			r, _ := chained(ok)(h)
+			r.Hash = ""
+			return r, nil
+		}, store.ErrInvalid},
+		{"a hash already in the log", func(h store.AuditHead) (store.AuditRecord, error) {
+			r, _ := chained(ok)(h)
+			r.Hash = first.Hash
+			return r, nil
+		}, store.ErrConflict},
+		{"no kind", chained(store.AuditRecord{At: at}), store.ErrInvalid},
+		{"no time", chained(store.AuditRecord{Kind: "decision"}), store.ErrInvalid},
+		{"time below the microsecond", chained(store.AuditRecord{At: at.Add(1), Kind: "decision"}), store.ErrInvalid},
+		{"negative latency", chained(store.AuditRecord{At: at, Kind: "decision", Latency: -time.Microsecond}), store.ErrInvalid},
+		{"latency below the microsecond", chained(store.AuditRecord{At: at, Kind: "decision", Latency: 1500}), store.ErrInvalid},
+		{"details not JSON", chained(store.AuditRecord{At: at, Kind: "decision", Details: json.RawMessage(`{`)}), store.ErrInvalid},
+		{"empty policy id", chained(store.AuditRecord{At: at, Kind: "decision", PolicyIDs: []string{""}}), store.ErrInvalid},
+		{"NUL in the principal", chained(store.AuditRecord{At: at, Kind: "decision", Principal: "a\x00"}), store.ErrInvalid},
+	}
+	for _, tt := range refused {
+		if _, err := s.AppendAudit(ctx, tt.build); !errors.Is(err, tt.want) {
+			t.Errorf("AppendAudit %s = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	errBuild := errors.New("hashing failed")
+	if _, err := s.AppendAudit(ctx, func(store.AuditHead) (store.AuditRecord, error) { return store.AuditRecord{}, errBuild }); err != errBuild {
+		t.Errorf("AppendAudit with a failing build = %v, want its error as is", err)
+	}
+	if records, err := s.AuditRecords(ctx, 0, 10); err != nil || len(records) != 2 {
+		t.Errorf("after refused appends the log has %d records, %v; want 2", len(records), err)
+	}
+	third, err := s.AppendAudit(ctx, chained(ok))
+	if err != nil || third.Seq != 3 || third.PrevHash != second.Hash {
+		t.Errorf("AppendAudit after refusals = %+v, %v; want seq 3 chained to seq 2", third, err)
+	}
+}
+
+func testAppendAuditConcurrent(t *testing.T, s store.Store) {
+	const appenders, each = 8, 5
+	start := make(chan struct{})
+	errs := make([]error, appenders)
+	var wg sync.WaitGroup
+	for i := range appenders {
+		wg.Go(func() {
+			<-start
+			for j := range each {
+				_, err := s.AppendAudit(t.Context(), chained(store.AuditRecord{
+					At: time.Now().Truncate(time.Microsecond), Kind: fmt.Sprintf("k%d-%d", i, j),
+				}))
+				if err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("appender %d: %v", i, err)
+		}
+	}
+	// Read in pages smaller than the log, as a verifier would.
+	var all []store.AuditRecord
+	for after := int64(0); ; {
+		page, err := s.AuditRecords(t.Context(), after, 7)
+		if err != nil {
+			t.Fatalf("AuditRecords: %v", err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		all = append(all, page...)
+		after = page[len(page)-1].Seq
+	}
+	if len(all) != appenders*each {
+		t.Fatalf("the log has %d records, want %d", len(all), appenders*each)
+	}
+	prev := ""
+	for i, r := range all {
+		if r.Seq != int64(i+1) {
+			t.Errorf("record %d has seq %d, want %d: the chain has a gap", i, r.Seq, i+1)
+		}
+		if r.PrevHash != prev {
+			t.Errorf("record %d has prev hash %.8s, want the previous record's %.8s", r.Seq, r.PrevHash, prev)
+		}
+		if r.Hash != chainHash(r.PrevHash, r.Seq, r.Kind) {
+			t.Errorf("record %d has hash %.8s, not the one its build computed", r.Seq, r.Hash)
+		}
+		prev = r.Hash
+	}
+}

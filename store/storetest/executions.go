@@ -1,0 +1,224 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/store"
+)
+
+// testExecution is the execution most tests begin.
+func testExecution(key string, startedAt time.Time) store.Execution {
+	return store.Execution{
+		IdempotencyKey: key,
+		Principal:      "issuer|tenant|alice",
+		Tool:           "notes_write",
+		ArgumentsHash:  "args-1",
+		ApprovalID:     "apr-1",
+		RunID:          "run-1",
+		StartedAt:      startedAt,
+	}
+}
+
+func testBeginExecution(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	now := time.Date(2031, 3, 4, 5, 6, 7, 891011121, time.UTC)
+	in := testExecution("run-1/call-1", now)
+
+	e, started, err := s.BeginExecution(ctx, in)
+	if err != nil || !started {
+		t.Fatalf("BeginExecution = started %v, %v; want started", started, err)
+	}
+	want := in
+	want.Status = store.ExecutionStarted
+	want.StartedAt = now.Truncate(time.Microsecond)
+	if !reflect.DeepEqual(e, want) {
+		t.Errorf("BeginExecution returned\n%+v\nwant\n%+v", e, want)
+	}
+
+	// The same call again finds it and does not start it.
+	again, started, err := s.BeginExecution(ctx, testExecution("run-1/call-1", now.Add(time.Second)))
+	if err != nil || started || !reflect.DeepEqual(again, e) {
+		t.Errorf("BeginExecution again = %+v, started %v, %v; want the first record, not started", again, started, err)
+	}
+
+	// A key reused for another call is a conflict, never its result.
+	reuses := []struct {
+		name   string
+		change func(e *store.Execution)
+	}{
+		{"other principal", func(e *store.Execution) { e.Principal = "issuer|tenant|mallory" }},
+		{"other tool", func(e *store.Execution) { e.Tool = "notes_delete" }},
+		{"other arguments", func(e *store.Execution) { e.ArgumentsHash = "args-2" }},
+	}
+	for _, tt := range reuses {
+		other := testExecution("run-1/call-1", now)
+		tt.change(&other)
+		if _, _, err := s.BeginExecution(ctx, other); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("BeginExecution with the key of another call (%s) = %v, want ErrConflict", tt.name, err)
+		}
+	}
+
+	result := json.RawMessage(`{"content": [{"type":"text", "text":"saved"}]}`)
+	done, err := s.FinishExecution(ctx, e.IdempotencyKey, store.ExecutionSucceeded, result, now.Add(time.Second))
+	if err != nil {
+		t.Fatalf("FinishExecution: %v", err)
+	}
+	want.Status = store.ExecutionSucceeded
+	want.Result = result
+	want.FinishedAt = now.Add(time.Second).Truncate(time.Microsecond)
+	if !reflect.DeepEqual(done, want) {
+		t.Errorf("FinishExecution returned\n%+v\nwant\n%+v", done, want)
+	}
+	if got, err := s.GetExecution(ctx, e.IdempotencyKey); err != nil || !reflect.DeepEqual(got, done) {
+		t.Errorf("GetExecution = %+v, %v; want %+v", got, err, done)
+	}
+	// A retry after the end gets the result, and runs nothing.
+	if got, started, err := s.BeginExecution(ctx, in); err != nil || started || !reflect.DeepEqual(got, done) {
+		t.Errorf("BeginExecution after the end = %+v, started %v, %v; want the finished record", got, started, err)
+	}
+	if _, err := s.FinishExecution(ctx, e.IdempotencyKey, store.ExecutionFailed, nil, now); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("FinishExecution of a finished execution = %v, want ErrConflict", err)
+	}
+	if _, err := s.FinishExecution(ctx, "missing", store.ExecutionFailed, nil, now); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("FinishExecution(missing) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.GetExecution(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetExecution(missing) = %v, want ErrNotFound", err)
+	}
+
+	// Without a result, approval or run.
+	bare := store.Execution{IdempotencyKey: "client/key-1", Principal: "p", Tool: "t", ArgumentsHash: "h"}
+	b, started, err := s.BeginExecution(ctx, bare)
+	if err != nil || !started || b.ApprovalID != "" || b.RunID != "" {
+		t.Fatalf("BeginExecution(bare) = %+v, started %v, %v", b, started, err)
+	}
+	checkStoreTime(t, "StartedAt set by the store", b.StartedAt)
+	if f, err := s.FinishExecution(ctx, bare.IdempotencyKey, store.ExecutionFailed, nil, now); err != nil || f.Result != nil || f.Status != store.ExecutionFailed {
+		t.Errorf("FinishExecution without a result = %+v, %v; want failed with a nil result", f, err)
+	}
+
+	invalidBegin := []struct {
+		name   string
+		change func(e *store.Execution)
+	}{
+		{"no key", func(e *store.Execution) { e.IdempotencyKey = "" }},
+		{"no principal", func(e *store.Execution) { e.Principal = "" }},
+		{"no tool", func(e *store.Execution) { e.Tool = "" }},
+		{"no arguments hash", func(e *store.Execution) { e.ArgumentsHash = "" }},
+		{"already finished", func(e *store.Execution) { e.Status = store.ExecutionSucceeded }},
+		{"with a result", func(e *store.Execution) { e.Result = json.RawMessage(`{}`) }},
+		{"NUL in the key", func(e *store.Execution) { e.IdempotencyKey = "k\x00" }},
+	}
+	for i, tt := range invalidBegin {
+		e := testExecution(fmt.Sprintf("invalid-%d", i), now)
+		tt.change(&e)
+		if _, _, err := s.BeginExecution(ctx, e); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("BeginExecution %s = %v, want ErrInvalid", tt.name, err)
+		}
+	}
+	if _, _, err := s.BeginExecution(ctx, testExecution("open", now)); err != nil {
+		t.Fatal(err)
+	}
+	invalidFinish := []struct {
+		name   string
+		status store.ExecutionStatus
+		result json.RawMessage
+		at     time.Time
+	}{
+		{"to started", store.ExecutionStarted, nil, now},
+		{"to outcome unknown", store.ExecutionOutcomeUnknown, nil, now},
+		{"result not JSON", store.ExecutionSucceeded, json.RawMessage(`{`), now},
+		{"no time", store.ExecutionSucceeded, nil, time.Time{}},
+	}
+	for _, tt := range invalidFinish {
+		if _, err := s.FinishExecution(ctx, "open", tt.status, tt.result, tt.at); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("FinishExecution %s = %v, want ErrInvalid", tt.name, err)
+		}
+	}
+}
+
+func testBeginExecutionRace(t *testing.T, s store.Store) {
+	const racers = 8
+	start := make(chan struct{})
+	started := make([]bool, racers)
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			_, started[i], errs[i] = s.BeginExecution(t.Context(), testExecution("run-1/call-1", time.Now()))
+		})
+	}
+	close(start)
+	wg.Wait()
+	n := 0
+	for i := range racers {
+		if errs[i] != nil {
+			t.Errorf("racer %d: %v", i, errs[i])
+		}
+		if started[i] {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d racers started the execution, want exactly 1", n)
+	}
+}
+
+func testMarkOutcomeUnknown(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	now := time.Date(2031, 3, 4, 5, 0, 0, 0, time.UTC)
+	begin := func(key string, startedAt time.Time) {
+		if _, _, err := s.BeginExecution(ctx, testExecution(key, startedAt)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	begin("abandoned-2", now.Add(-2*time.Minute))
+	begin("abandoned-1", now.Add(-3*time.Minute))
+	begin("finished", now.Add(-4*time.Minute))
+	if _, err := s.FinishExecution(ctx, "finished", store.ExecutionSucceeded, nil, now.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	begin("running", now)
+
+	marked, err := s.MarkOutcomeUnknown(ctx, now)
+	if err != nil {
+		t.Fatalf("MarkOutcomeUnknown: %v", err)
+	}
+	var keys []string
+	for _, e := range marked {
+		keys = append(keys, e.IdempotencyKey)
+		if e.Status != store.ExecutionOutcomeUnknown || !e.FinishedAt.IsZero() {
+			t.Errorf("marked %+v, want outcome_unknown with no finish time", e)
+		}
+	}
+	if !reflect.DeepEqual(keys, []string{"abandoned-1", "abandoned-2"}) {
+		t.Errorf("MarkOutcomeUnknown marked %v, want [abandoned-1 abandoned-2], oldest first", keys)
+	}
+	for key, want := range map[string]store.ExecutionStatus{
+		"abandoned-1": store.ExecutionOutcomeUnknown,
+		"finished":    store.ExecutionSucceeded,
+		"running":     store.ExecutionStarted,
+	} {
+		if e, err := s.GetExecution(ctx, key); err != nil || e.Status != want {
+			t.Errorf("%s is %s, %v; want %s", key, e.Status, err, want)
+		}
+	}
+	// The late end of an abandoned execution does not overwrite the mark,
+	// and a retry finds the mark rather than running again.
+	if _, err := s.FinishExecution(ctx, "abandoned-1", store.ExecutionSucceeded, nil, now); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("FinishExecution after the mark = %v, want ErrConflict", err)
+	}
+	if e, started, err := s.BeginExecution(ctx, testExecution("abandoned-1", now)); err != nil || started || e.Status != store.ExecutionOutcomeUnknown {
+		t.Errorf("BeginExecution after the mark = %s, started %v, %v; want outcome_unknown, not started", e.Status, started, err)
+	}
+	if marked, err := s.MarkOutcomeUnknown(ctx, now); err != nil || len(marked) != 0 {
+		t.Errorf("MarkOutcomeUnknown again = %d, %v; want none", len(marked), err)
+	}
+}
