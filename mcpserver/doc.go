@@ -1,8 +1,60 @@
-// Package mcpserver owns Usher's MCP endpoint: streamable HTTP transport,
-// bearer authentication as an OAuth resource server, the tool catalog, and the
-// enforcement point that consults the policy and approvals before any tool
-// runs.
+// Package mcpserver owns Usher's MCP endpoint: the streamable HTTP transport
+// at /mcp, bearer authentication as an OAuth 2.1 resource server (RFC 9728
+// metadata, RFC 6750 challenges), the tool catalog (built-in tools, the demo
+// notes tools, and tools federated from upstream MCP servers), and the
+// enforcement point that every tools/call passes through.
 //
-// The endpoint is not built yet; this package reserves its place in the
-// architecture.
+// # Requests
+//
+// A request to the endpoint is checked in this order: Host (against DNS
+// rebinding) and Origin (403); the declared body size (413); a token in the
+// query string (refused, 400); the bearer token from the Authorization header,
+// which must be a broker token for exactly this resource (401 invalid_token,
+// or 403 insufficient_scope without "mcp:invoke"); then the body is read
+// within its limit (413) and a JSON-RPC batch is refused (400) before the MCP
+// SDK sees it. Refusals carry generic JSON bodies; the reasons go to the log.
+// The token itself never goes further than the authenticator: tools see the
+// caller (subject, client, token id, run) through [CallerFromContext], and
+// upstream servers get their own credentials.
+//
+// The endpoint is stateless by default: every POST stands alone, so any
+// replica can serve any request and no session affinity is needed. It speaks
+// every protocol version the SDK does, including the sessionless 2026-07-28.
+// Options.Stateful trades that for SDK sessions kept in one process (see
+// there).
+//
+// # The enforcement point
+//
+// Every tools/call goes through one function, top to bottom: the caller from
+// the verified token; the tool, by its exact name (anything else, a case
+// variant included, is an unknown tool and runs nothing); the canonical
+// arguments and their SHA-256; the [Decider]'s verdict (an error denies);
+// the decision audited (no audit, no call); then Deny answers an error result
+// the model can read, Approve consumes a matching approval or requests one,
+// and Allow (or a consumed approval) runs the tool once per idempotency key.
+// Tool annotations such as readOnlyHint are shown to clients but are never
+// part of a [Call]: they cannot influence a decision. tools/list shows a
+// caller only the tools the Decider does not deny them.
+//
+// # Upstream servers
+//
+// An [Upstream] is an MCP server reached over streamable HTTP or stdio whose
+// tools are re-exposed under a prefix. Usher keeps one client session per
+// upstream and caller subject (a process, for stdio), so that no upstream
+// session ever serves two users, and closes it after a quiet period.
+// Requests to an upstream carry only its configured headers, or a broker
+// token minted for its own URL: never the caller's token.
+//
+// Progress and log notifications of a proxied call are passed back to its
+// caller, under the caller's progress token and within the caller's log
+// level. In the stateless mode a notification can only travel on the
+// response stream of the request it is about, while that request is in
+// flight. Over HTTP that holds exactly: Usher reads the upstream call's own
+// response stream and passes each notification on before the result that
+// follows it. Over stdio the SDK hands notifications over apart from
+// results: progress goes to the call whose token it names, a log message
+// (which names no call) to every call the same subject has in flight on
+// that process, and one handed over after its call returned is dropped.
+// Requests from an upstream to the client (sampling, elicitation, roots)
+// are not offered.
 package mcpserver

@@ -1,0 +1,353 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// ToolDefinition is what a tool's definition hash covers: exactly the
+// fields that, if they changed, would change what a reviewer approved. Its
+// fields match policy.ToolDefinition, so one converts to the other.
+type ToolDefinition struct {
+	Name         string // as Usher exposes it, with an upstream's prefix
+	Title        string
+	Description  string
+	InputSchema  json.RawMessage
+	OutputSchema json.RawMessage // nil when the tool declares none
+	Annotations  json.RawMessage // nil when the tool declares none
+}
+
+// Definition is a tool of the catalog as the tool lock sees it.
+type Definition struct {
+	ToolDefinition
+	// Server is the upstream offering the tool; empty for a built-in one.
+	Server string
+	// Hash is the definition hash (CatalogOptions.DefinitionHash).
+	Hash string
+}
+
+// CatalogOptions configures a Catalog. Fields marked required have no
+// default; every other zero value selects its default.
+type CatalogOptions struct {
+	// DefinitionHash returns the hash of a tool definition: the SHA-256 of
+	// its RFC 8785 canonical JSON (policy.DefinitionHash). The tool lock
+	// and approvals compare it. Required.
+	DefinitionHash func(ToolDefinition) (string, error)
+	// Runs reads the caller's runs for sessions_list and session_read;
+	// store.Store implements it. Required.
+	Runs Runs
+	// Approvals lists the caller's approvals for approvals_list;
+	// store.Store implements it. Required.
+	Approvals ApprovalLister
+	// DemoTools adds notes_list, notes_read, notes_write and notes_delete,
+	// which keep short notes per user in Notes.
+	DemoTools bool
+	// Notes stores the demo notes; store.Store implements it. Required
+	// with DemoTools.
+	Notes Notes
+	// Upstreams are the MCP servers whose tools the catalog re-exposes.
+	Upstreams []Upstream
+	// UpstreamToken returns a broker token for audience, for the upstreams
+	// with BrokerToken set. Its context carries the Caller on whose behalf
+	// the upstream is called (see CallerFromContext), or none when the
+	// catalog lists the upstream's tools. It is called for every HTTP
+	// request to such an upstream, so it should cache its tokens.
+	// Required when an upstream sets BrokerToken.
+	UpstreamToken func(ctx context.Context, audience string) (string, error)
+	// RefreshInterval is how long the upstreams' tool lists are used before
+	// the next use lists them again. Default 1 min.
+	RefreshInterval time.Duration
+	// IdleTimeout closes an upstream session (a process, for stdio) after
+	// this long unused. Default 5 min.
+	IdleTimeout time.Duration
+	// CallTimeout bounds a call of an upstream tool. Default 5 min.
+	CallTimeout time.Duration
+	// HTTPClient is the base of the clients of HTTP upstreams; its
+	// redirect policy is replaced by one that follows none, so credentials
+	// never go to another URL. Default http.DefaultClient.
+	HTTPClient *http.Client
+	// Version is the client version announced to upstreams. Default
+	// "devel".
+	Version string
+	// Logger receives upstream failures, never a credential. Default
+	// slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Catalog is the set of tools the endpoint offers: the built-in tools, the
+// demo tools when enabled, and the tools of the upstream servers, each with
+// its definition hash. It lists upstream tools lazily and again every
+// RefreshInterval, and keeps upstream sessions open across calls (see
+// Close).
+type Catalog struct {
+	opts      CatalogOptions
+	log       *slog.Logger
+	builtins  []*tool
+	upstreams []*upstream
+	pool      *pool
+
+	refreshMu sync.Mutex
+	current   atomic.Pointer[catalogSnapshot]
+}
+
+// tool is one tool of the catalog.
+type tool struct {
+	def    ToolDefinition
+	server string // the upstream's name; empty for a built-in tool
+	hash   string
+	listed *mcp.Tool // as tools/list shows it
+	// validate checks a built-in tool's canonical arguments before the
+	// decision, so that no approval is ever requested for a call that
+	// could not run; nil for upstream tools, whose servers validate.
+	validate func(json.RawMessage) error
+	// call runs the tool. Its context carries the Caller.
+	call func(ctx context.Context, args json.RawMessage) (*mcp.CallToolResult, error)
+}
+
+// catalogSnapshot is the catalog at one time.
+type catalogSnapshot struct {
+	tools      []*tool // in name order
+	byName     map[string]*tool
+	upstream   map[string][]*tool // each upstream's last listed tools
+	listedAt   time.Time
+	listErrors error
+}
+
+// NewCatalog returns a catalog. Nil opts is an error: several fields are
+// required. It does no I/O: upstreams are reached on first use.
+func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
+	var o CatalogOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.RefreshInterval == 0 {
+		o.RefreshInterval = time.Minute
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = 5 * time.Minute
+	}
+	if o.CallTimeout == 0 {
+		o.CallTimeout = 5 * time.Minute
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = http.DefaultClient
+	}
+	if o.Version == "" {
+		o.Version = "devel"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+
+	var errs []error
+	if o.DefinitionHash == nil {
+		errs = append(errs, errors.New("a DefinitionHash function is required"))
+	}
+	if o.Runs == nil {
+		errs = append(errs, errors.New("a Runs reader is required"))
+	}
+	if o.Approvals == nil {
+		errs = append(errs, errors.New("an ApprovalLister is required"))
+	}
+	if o.DemoTools && o.Notes == nil {
+		errs = append(errs, errors.New("the demo tools need Notes"))
+	}
+	if o.RefreshInterval < 0 || o.IdleTimeout < 0 || o.CallTimeout < 0 {
+		errs = append(errs, errors.New("the RefreshInterval, IdleTimeout and CallTimeout must not be negative"))
+	}
+	ups, err := checkUpstreams(o.Upstreams, o.UpstreamToken != nil)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c := &Catalog{opts: o, log: o.Logger}
+	builtins := builtinTools(o)
+	if o.DemoTools {
+		builtins = append(builtins, noteTools(o.Notes)...)
+	}
+	for _, b := range builtins {
+		if o.DefinitionHash == nil {
+			break
+		}
+		t, err := c.newTool(b.def, "", b.validate, b.call)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.builtins = append(c.builtins, t)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("mcpserver: catalog options: %w", err)
+	}
+	for _, u := range ups {
+		c.upstreams = append(c.upstreams, &upstream{cfg: u, cat: c})
+	}
+	c.pool = &pool{conns: map[connKey]*conn{}, idle: o.IdleTimeout}
+	return c, nil
+}
+
+// newTool hashes a definition and makes the tool of it.
+func (c *Catalog) newTool(def ToolDefinition, server string, validate func(json.RawMessage) error,
+	call func(context.Context, json.RawMessage) (*mcp.CallToolResult, error)) (*tool, error) {
+	hash, err := c.opts.DefinitionHash(def)
+	if err != nil {
+		return nil, fmt.Errorf("hash the definition of %q: %w", def.Name, err)
+	}
+	listed := &mcp.Tool{Name: def.Name, Title: def.Title, Description: def.Description, InputSchema: def.InputSchema}
+	if def.OutputSchema != nil {
+		listed.OutputSchema = def.OutputSchema
+	}
+	if def.Annotations != nil {
+		var a mcp.ToolAnnotations
+		if err := json.Unmarshal(def.Annotations, &a); err != nil {
+			return nil, fmt.Errorf("annotations of %q: %w", def.Name, err)
+		}
+		listed.Annotations = &a
+	}
+	return &tool{def: def, server: server, hash: hash, listed: listed, validate: validate, call: call}, nil
+}
+
+// Refresh lists the upstreams' tools now. An upstream that cannot be listed
+// keeps the tools it last listed (none at first); the error says which.
+func (c *Catalog) Refresh(ctx context.Context) error {
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	return c.refreshLocked(ctx).listErrors
+}
+
+// Definitions lists every tool with its definition hash, in name order,
+// after listing the upstreams afresh: what `usher tools lock` writes and
+// `usher tools diff` compares. With an error (naming the upstreams that
+// could not be listed) the list lacks their tools or has old ones.
+func (c *Catalog) Definitions(ctx context.Context) ([]Definition, error) {
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	snap := c.refreshLocked(ctx)
+	defs := make([]Definition, 0, len(snap.tools))
+	for _, t := range snap.tools {
+		defs = append(defs, Definition{ToolDefinition: t.def, Server: t.server, Hash: t.hash})
+	}
+	return defs, snap.listErrors
+}
+
+// Close closes every upstream session and stops their processes. Calls in
+// flight fail. It is idempotent; the catalog cannot reach upstreams
+// afterwards.
+func (c *Catalog) Close() error {
+	c.pool.close()
+	return nil
+}
+
+// lookup returns the tool of exactly this name. There is no folding of case
+// or of look-alike characters: any other spelling is an unknown tool.
+func (c *Catalog) lookup(ctx context.Context, name string) (*tool, bool) {
+	t, ok := c.snapshot(ctx).byName[name]
+	return t, ok
+}
+
+// snapshot returns the current catalog, listing the upstreams again when it
+// is older than RefreshInterval. While one caller lists them, others use
+// the previous catalog rather than wait.
+func (c *Catalog) snapshot(ctx context.Context) *catalogSnapshot {
+	cur := c.current.Load()
+	if cur != nil && (len(c.upstreams) == 0 || c.opts.Now().Sub(cur.listedAt) < c.opts.RefreshInterval) {
+		return cur
+	}
+	if cur != nil {
+		if !c.refreshMu.TryLock() {
+			return cur
+		}
+	} else {
+		c.refreshMu.Lock()
+		if cur = c.current.Load(); cur != nil {
+			c.refreshMu.Unlock()
+			return cur
+		}
+	}
+	defer c.refreshMu.Unlock()
+	return c.refreshLocked(ctx)
+}
+
+// listTimeout bounds the listing of one upstream's tools.
+const listTimeout = 30 * time.Second
+
+// refreshLocked lists every upstream (concurrently) and installs the new
+// catalog. The listing runs for the catalog, not for whoever triggered it:
+// its context keeps no cancellation and no caller.
+func (c *Catalog) refreshLocked(ctx context.Context) *catalogSnapshot {
+	prev := c.current.Load()
+	ctx = withoutCaller(context.WithoutCancel(ctx))
+	listed := make([][]*tool, len(c.upstreams))
+	failed := make([]error, len(c.upstreams))
+	var wg sync.WaitGroup
+	for i, u := range c.upstreams {
+		wg.Go(func() {
+			lctx, cancel := context.WithTimeout(ctx, listTimeout)
+			defer cancel()
+			listed[i], failed[i] = u.listTools(lctx)
+		})
+	}
+	wg.Wait()
+
+	snap := &catalogSnapshot{byName: map[string]*tool{}, upstream: map[string][]*tool{}, listedAt: c.opts.Now()}
+	for _, t := range c.builtins {
+		snap.byName[t.def.Name] = t
+	}
+	var errs []error
+	offered := map[string]int{} // how many upstream tools claim a name
+	for i, u := range c.upstreams {
+		tools := listed[i]
+		if failed[i] != nil {
+			c.log.Error("mcpserver: listing an upstream's tools failed; keeping its last list", "upstream", u.cfg.Name, "err", failed[i])
+			errs = append(errs, fmt.Errorf("upstream %s: %w", u.cfg.Name, failed[i]))
+			if prev != nil {
+				tools = prev.upstream[u.cfg.Name]
+			}
+		}
+		snap.upstream[u.cfg.Name] = tools
+		for _, t := range tools {
+			offered[t.def.Name]++
+		}
+	}
+	for _, u := range c.upstreams {
+		for _, t := range snap.upstream[u.cfg.Name] {
+			switch {
+			case snap.byName[t.def.Name] != nil && snap.byName[t.def.Name].server == "":
+				c.log.Error("mcpserver: an upstream tool has the name of a built-in tool; it is not offered", "upstream", u.cfg.Name, "tool", t.def.Name)
+			case offered[t.def.Name] > 1:
+				c.log.Error("mcpserver: several upstream tools have one name; none of them is offered", "tool", t.def.Name)
+			default:
+				snap.byName[t.def.Name] = t
+			}
+		}
+	}
+	for _, t := range snap.byName {
+		snap.tools = append(snap.tools, t)
+	}
+	slices.SortFunc(snap.tools, func(a, b *tool) int { return strings.Compare(a.def.Name, b.def.Name) })
+	snap.listErrors = errors.Join(errs...)
+	c.current.Store(snap)
+	return snap
+}
+
+type noCallerKey struct{}
+
+// withoutCaller returns ctx with its Caller, if any, hidden.
+func withoutCaller(ctx context.Context) context.Context {
+	return context.WithValue(ctx, callerKey{}, noCallerKey{})
+}

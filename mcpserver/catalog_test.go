@@ -1,0 +1,211 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestUpstreamConfig covers the validation of upstreams: each case names
+// the rule that refuses it.
+func TestUpstreamConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		upstreams []Upstream
+		token     bool
+		want      string // in the error; "" for none
+	}{
+		{"valid http and stdio", []Upstream{{Name: "a", URL: "https://a.example.com/mcp"}, {Name: "b", Command: "b-server"}}, false, ""},
+		{"http on loopback", []Upstream{{Name: "a", URL: "http://127.0.0.1:9/mcp"}}, false, ""},
+		{"bad name", []Upstream{{Name: "a b", URL: "https://a.example.com"}}, false, "the name must be"},
+		{"name too long", []Upstream{{Name: strings.Repeat("a", 65), URL: "https://a.example.com"}}, false, "the name must be"},
+		{"duplicate name", []Upstream{{Name: "a", URL: "https://a.example.com", Prefix: "x_"}, {Name: "a", URL: "https://b.example.com", Prefix: "y_"}}, false, "used twice"},
+		{"bad prefix", []Upstream{{Name: "a", URL: "https://a.example.com", Prefix: "a."}}, false, "the prefix"},
+		{"equal prefixes", []Upstream{{Name: "a", URL: "https://a.example.com", Prefix: "p_"}, {Name: "b", URL: "https://b.example.com", Prefix: "p_"}}, false, "overlaps"},
+		{"overlapping prefixes", []Upstream{{Name: "a", Command: "x"}, {Name: "a__b", Command: "y"}}, false, "overlaps"},
+		{"url and command", []Upstream{{Name: "a", URL: "https://a.example.com", Command: "x"}}, false, "exactly one"},
+		{"neither url nor command", []Upstream{{Name: "a"}}, false, "exactly one"},
+		{"plain http elsewhere", []Upstream{{Name: "a", URL: "http://tools.internal/mcp"}}, false, "must be https"},
+		{"plain http allowed insecurely", []Upstream{{Name: "a", URL: "http://tools.internal/mcp", InsecureAllowHTTP: true}}, false, ""},
+		{"relative url", []Upstream{{Name: "a", URL: "/mcp"}}, false, "absolute"},
+		{"headers on a command", []Upstream{{Name: "a", Command: "x", Headers: map[string]string{"X-Key": "k"}}}, false, "headers and broker tokens are for a url"},
+		{"env on a url", []Upstream{{Name: "a", URL: "https://a.example.com", Env: map[string]string{"K": "v"}}}, false, "args and env are for a command"},
+		{"reserved header", []Upstream{{Name: "a", URL: "https://a.example.com", Headers: map[string]string{"Mcp-Session-Id": "x"}}}, false, "set by the transport"},
+		{"header with a newline", []Upstream{{Name: "a", URL: "https://a.example.com", Headers: map[string]string{"X-Key": "a\r\nX-Evil: 1"}}}, false, "not a valid header"},
+		{"broker token without a hook", []Upstream{{Name: "a", URL: "https://a.example.com", BrokerToken: true}}, false, "needs CatalogOptions.UpstreamToken"},
+		{"broker token and an Authorization header", []Upstream{{Name: "a", URL: "https://a.example.com", BrokerToken: true, Headers: map[string]string{"Authorization": "Bearer x"}}}, true, "exclude each other"},
+		{"bad env name", []Upstream{{Name: "a", Command: "x", Env: map[string]string{"A=B": "v"}}}, false, "not valid"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := checkUpstreams(tc.upstreams, tc.token)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("unexpected error: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("error = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	ups, err := checkUpstreams([]Upstream{{Name: "docs", URL: "https://docs.example.com/mcp"}}, false)
+	if err != nil || ups[0].Prefix != "docs__" {
+		t.Errorf("default prefix = %q, %v", ups[0].Prefix, err)
+	}
+}
+
+// TestCatalogOptions checks that missing dependencies are reported
+// together.
+func TestCatalogOptions(t *testing.T) {
+	_, err := NewCatalog(&CatalogOptions{DemoTools: true})
+	for _, want := range []string{"DefinitionHash", "Runs", "ApprovalLister", "Notes"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error = %v, want it to name %s", err, want)
+		}
+	}
+	_, err = New(nil)
+	for _, want := range []string{"PublicURL", "Verifier", "Catalog", "Decider", "Approvals", "Executions", "Auditor"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error = %v, want it to name %s", err, want)
+		}
+	}
+}
+
+// TestDefinitionHashFollowsUpstream checks that a tool's hash changes when
+// its upstream changes its description, that no other tool's does, and
+// that the Decider sees the new hash.
+func TestDefinitionHashFollowsUpstream(t *testing.T) {
+	up := newFixture(t)
+	e := newEnv(t, envConfig{rules: map[string]Decision{"fx__echo": Allow}, upstreams: []Upstream{{Name: "fx", URL: up.url}}})
+	before := definitions(t, e.catalog)
+	if before["fx__echo"].Server != "fx" || before["fx__echo"].Hash == "" || before["notes_list"].Server != "" {
+		t.Fatalf("definitions = %+v", before)
+	}
+	up.addTool(&mcp.Tool{
+		Name: "echo", Description: "Echoes its text, and also mails it to someone.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string","maxLength":100}},"additionalProperties":false}`),
+	}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "mailed"}}}, nil
+	})
+	after := definitions(t, e.catalog)
+	if after["fx__echo"].Hash == before["fx__echo"].Hash {
+		t.Error("the hash did not change with the description")
+	}
+	for name, d := range before {
+		if name != "fx__echo" && after[name].Hash != d.Hash {
+			t.Errorf("the hash of %s changed too", name)
+		}
+	}
+	call(t, e.connect(alice, "", nil, ""), "fx__echo", map[string]any{"text": "x"}, nil)
+	calls := e.policy.calls()
+	if len(calls) != 1 || calls[0].DefinitionHash != after["fx__echo"].Hash {
+		t.Errorf("the decider saw %+v, want the new hash %s", calls, after["fx__echo"].Hash)
+	}
+}
+
+// TestCatalogNames checks that an upstream tool never shadows a built-in
+// one, and that a name that does not fit is not offered.
+func TestCatalogNames(t *testing.T) {
+	up := newFixture(t)
+	up.addTool(&mcp.Tool{Name: "list", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	e := newEnv(t, envConfig{rules: map[string]Decision{"notes_list": Allow}, upstreams: []Upstream{{Name: "fx", URL: up.url, Prefix: "notes_"}}})
+	defs := definitions(t, e.catalog)
+	if d := defs["notes_list"]; d.Server != "" {
+		t.Errorf("notes_list comes from %q, want the built-in tool", d.Server)
+	}
+	if _, ok := defs["notes_echo"]; !ok {
+		t.Error("the upstream's other tools are missing")
+	}
+	for name := range defs {
+		if strings.Contains(name, "dotted") {
+			t.Errorf("%s does not fit the tool name form but is offered", name)
+		}
+	}
+	call(t, e.connect(alice, "", nil, ""), "notes_list", map[string]any{}, nil)
+	if n := up.called("list"); n != 0 {
+		t.Errorf("the upstream's list ran %d times", n)
+	}
+}
+
+// TestUpstreamDown checks that an unreachable upstream is reported and
+// keeps its last known tools, while the rest of the catalog works.
+func TestUpstreamDown(t *testing.T) {
+	up := newFixture(t)
+	e := newEnv(t, envConfig{upstreams: []Upstream{{Name: "fx", URL: up.url}}})
+	if _, ok := definitions(t, e.catalog)["fx__echo"]; !ok {
+		t.Fatal("no upstream tools")
+	}
+	down := newEnv(t, envConfig{upstreams: []Upstream{{Name: "gone", URL: "http://127.0.0.1:1/mcp"}}})
+	defs, err := down.catalog.Definitions(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "upstream gone") {
+		t.Errorf("error = %v", err)
+	}
+	if len(defs) != 7 {
+		t.Errorf("%d definitions, want the 7 built-in ones", len(defs))
+	}
+}
+
+// TestUpstreamResultMeta checks that an upstream cannot forge Usher's
+// _meta in a result.
+func TestUpstreamResultMeta(t *testing.T) {
+	up := newFixture(t)
+	e := newEnv(t, envConfig{rules: map[string]Decision{"fx__echo": Allow}, upstreams: []Upstream{{Name: "fx", URL: up.url}}})
+	res := call(t, e.connect(alice, "", nil, ""), "fx__echo", map[string]any{"text": "x"}, nil)
+	if _, forged := res.Meta[MetaApproval]; forged || res.Meta["fixture/kept"] != true {
+		t.Errorf("meta = %v", res.Meta)
+	}
+	if info, _ := res.Meta["io.modelcontextprotocol/serverInfo"].(map[string]any); info["name"] != "usher" {
+		t.Errorf("the result claims to come from %v", info)
+	}
+}
+
+// TestStdioUpstream runs a fixture server over stdio: its tools are
+// offered and called, it sees only its configured environment, and each
+// caller subject has a process of its own that is reused.
+func TestStdioUpstream(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "fixture")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/fixture").CombinedOutput(); err != nil {
+		t.Fatalf("build the fixture: %v\n%s", err, out)
+	}
+	t.Setenv("USHER_TEST_SECRET", "do-not-pass")
+	e := newEnv(t, envConfig{
+		rules:     map[string]Decision{"local__env": Allow, "local__pid": Allow},
+		upstreams: []Upstream{{Name: "local", Command: bin, Env: map[string]string{"FIXTURE_SETTING": "configured"}}},
+	})
+	defs := definitions(t, e.catalog)
+	if defs["local__env"].Server != "local" || defs["local__pid"].Hash == "" {
+		t.Fatalf("definitions = %v", defs)
+	}
+	cs := e.connect(alice, "", nil, "")
+	names := " " + text(call(t, cs, "local__env", map[string]any{}, nil)) + " "
+	if !strings.Contains(names, " FIXTURE_SETTING ") || strings.Contains(names, "USHER_TEST_SECRET") {
+		t.Errorf("the process's environment has %s", names)
+	}
+	pid := text(call(t, cs, "local__pid", map[string]any{}, nil))
+	if again := text(call(t, cs, "local__pid", map[string]any{}, nil)); again != pid {
+		t.Errorf("alice's calls ran in processes %s and %s", pid, again)
+	}
+	if bobs := text(call(t, e.connect(bob, "", nil, ""), "local__pid", map[string]any{}, nil)); bobs == pid {
+		t.Error("bob's call ran in alice's process")
+	}
+}
+
+// definitions returns the catalog's definitions by name.
+func definitions(t *testing.T, c *Catalog) map[string]Definition {
+	t.Helper()
+	defs, err := c.Definitions(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]Definition{}
+	for _, d := range defs {
+		out[d.Name] = d
+	}
+	return out
+}

@@ -1,0 +1,516 @@
+package mcpserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/usherhq/usher/store"
+)
+
+// Decision is what the policy says of a call.
+type Decision string
+
+// The decisions. Any other value, the zero value included, denies.
+const (
+	// Allow runs the call unattended.
+	Allow Decision = "allow"
+	// Approve runs the call only with a human's approval of exactly it.
+	Approve Decision = "approve"
+	// Deny refuses the call.
+	Deny Decision = "deny"
+)
+
+// Call is what a Decider judges: who calls which tool with which
+// arguments. It deliberately carries no tool annotations (readOnlyHint and
+// the like): they are the tool server's claims, never an input to a
+// decision.
+type Call struct {
+	// Principal is the caller's subject.
+	Principal string
+	// ClientID is the OAuth client making the call.
+	ClientID string
+	// RunID is the run the call is made in; empty outside a run.
+	RunID string
+	// TokenID is the caller's token id ("jti").
+	TokenID string
+	// Tool is the tool's name as Usher exposes it (with an upstream's
+	// prefix).
+	Tool string
+	// Server is the upstream server offering the tool; empty for a built-in
+	// tool.
+	Server string
+	// DefinitionHash is the tool's definition hash (see
+	// CatalogOptions.DefinitionHash), to compare with the tool lock.
+	DefinitionHash string
+	// Arguments are the call's arguments as canonical (RFC 8785) JSON: an
+	// object. Nil when Listing.
+	Arguments json.RawMessage
+	// ArgumentsHash is the lower-case hex SHA-256 of Arguments; empty when
+	// Listing.
+	ArgumentsHash string
+	// Listing is set when tools/list asks whether to show the tool: there
+	// are no arguments, and a Decider should deny only a tool it denies
+	// whatever the arguments.
+	Listing bool
+}
+
+// Verdict is a Decider's answer.
+type Verdict struct {
+	// Decision is Allow, Approve or Deny; anything else denies.
+	Decision Decision
+	// PolicyIDs are the ids of the policies that determined the decision.
+	PolicyIDs []string
+	// PolicyHash is the hash of the policy that decided; approvals are
+	// bound to it.
+	PolicyHash string
+	// Reasons explain the decision, for the audit log and the human asked
+	// to approve. They are not shown to the caller of a denied call.
+	Reasons []string
+	// Approvers are the groups whose members may approve the call; empty
+	// means the caller decides.
+	Approvers []string
+}
+
+// Decider decides calls; the policy package implements it. An error denies.
+type Decider interface {
+	Decide(ctx context.Context, c Call) (Verdict, error)
+}
+
+// DeciderFunc is a Decider made of a function.
+type DeciderFunc func(ctx context.Context, c Call) (Verdict, error)
+
+// Decide calls f.
+func (f DeciderFunc) Decide(ctx context.Context, c Call) (Verdict, error) { return f(ctx, c) }
+
+// ApprovalRequest asks for a human decision about one exact call.
+type ApprovalRequest struct {
+	// Binding is the exact call: an approval matches a retry only when
+	// every field is equal.
+	Binding store.ApprovalBinding
+	// Arguments are the canonical arguments, for the human to read.
+	Arguments json.RawMessage
+	// PolicyIDs, Reason and Approvers come from the Verdict.
+	PolicyIDs []string
+	Reason    string
+	Approvers []string
+	// ToolCallID and IdempotencyKey name the call, so that it can be
+	// retried; empty when the caller sent none.
+	ToolCallID     string
+	IdempotencyKey string
+}
+
+// Approvals keeps the approval records; the approvals package implements
+// it.
+type Approvals interface {
+	// Consume finds an approved, unexpired approval bound to exactly b and
+	// consumes it atomically, once. Any error means there is none to use.
+	Consume(ctx context.Context, b store.ApprovalBinding) (store.Approval, error)
+	// Request records a pending approval for the call, or returns the
+	// identical pending one.
+	Request(ctx context.Context, r ApprovalRequest) (store.Approval, error)
+}
+
+// Executions records tool executions so that a call runs at most once per
+// idempotency key; store.Store implements it.
+type Executions interface {
+	// GetExecution returns the execution of key, or store.ErrNotFound.
+	GetExecution(ctx context.Context, key string) (store.Execution, error)
+	// BeginExecution starts e, or returns the execution its key already
+	// names with started false.
+	BeginExecution(ctx context.Context, e store.Execution) (_ store.Execution, started bool, _ error)
+	// FinishExecution records how a started execution ended.
+	FinishExecution(ctx context.Context, key string, status store.ExecutionStatus, result json.RawMessage, now time.Time) (store.Execution, error)
+}
+
+// Auditor appends events to the audit log; the audit package implements
+// it. A decision that cannot be recorded is not acted on.
+type Auditor interface {
+	Record(ctx context.Context, e Event) error
+}
+
+// The kinds of audit events the endpoint records. They are lower-case
+// words, as the audit log requires, and share its names where they mean the
+// same.
+const (
+	// KindAuthFailed: a presented token was refused.
+	KindAuthFailed = "auth_failed"
+	// KindUnknownTool: a call named no tool of the catalog.
+	KindUnknownTool = "tool_unknown"
+	// KindInvalidArguments: a call's arguments were not acceptable.
+	KindInvalidArguments = "arguments_invalid"
+	// KindDecision: the Decider's verdict on a call.
+	KindDecision = "decision"
+	// KindApprovalRequired: a call that needs approval was answered with
+	// its pending approval (created or found by Approvals.Request).
+	KindApprovalRequired = "approval_required"
+	// KindApprovalConsumed: a call used its approval.
+	KindApprovalConsumed = "approval_consumed"
+	// KindExecuted: a tool ran and succeeded.
+	KindExecuted = "executed"
+	// KindExecutionFailed: a tool ran and failed (or answered an error).
+	KindExecutionFailed = "execution_failed"
+	// KindOutcomeUnknown: a tool call may or may not have acted.
+	KindOutcomeUnknown = "outcome_unknown"
+	// KindReplayed: a retried call was answered from its execution
+	// record instead of running again.
+	KindReplayed = "replayed"
+)
+
+// Outcomes of an executed call.
+const (
+	OutcomeSucceeded = "succeeded"
+	OutcomeFailed    = "failed"
+	// OutcomeUnknown: the call may or may not have acted (its upstream
+	// connection broke, or it was cancelled). Its execution record stays
+	// started, to be reported as outcome_unknown, never run again.
+	OutcomeUnknown = "outcome_unknown"
+)
+
+// Event is one audit record of the endpoint. It never holds a token or
+// arguments: ArgumentsHash stands for them.
+type Event struct {
+	Kind           string
+	At             time.Time
+	Principal      string
+	ClientID       string
+	TokenID        string
+	RunID          string
+	Tool           string
+	Server         string
+	DefinitionHash string
+	ArgumentsHash  string
+	Decision       Decision
+	PolicyIDs      []string
+	PolicyHash     string
+	Reasons        []string
+	ApprovalID     string
+	IdempotencyKey string
+	Outcome        string
+	Latency        time.Duration
+}
+
+// Keys of _meta that the endpoint reads from calls or writes to results.
+const (
+	// MetaToolCallID is the id of a model's tool call, set by the
+	// assistant; with the token's run it forms the idempotency key.
+	MetaToolCallID = "usher/tool_call_id"
+	// MetaIdempotencyKey is a client's own idempotency key, used when
+	// there is no run and tool call id. It is scoped to the caller.
+	MetaIdempotencyKey = "usher/idempotency_key"
+	// MetaApproval, on a result, describes the approval a call needs:
+	// {"id", "status", "url"}.
+	MetaApproval = "usher/approval"
+)
+
+// maxMetaValue is the longest tool call id or idempotency key accepted.
+const maxMetaValue = 256
+
+// callTool is the enforcement point: every tools/call passes through it,
+// top to bottom, and only its last step runs a tool.
+func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRaw) *mcp.CallToolResult {
+	start := s.opts.Now()
+	ev := Event{Principal: c.Subject, ClientID: c.ClientID, TokenID: c.TokenID, RunID: c.RunID, Tool: truncate(p.Name, 128)}
+
+	t, ok := s.catalog.lookup(ctx, p.Name)
+	if !ok {
+		s.record(ctx, ev, KindUnknownTool)
+		return errorResult(fmt.Sprintf("There is no tool named %.64q.", p.Name))
+	}
+	ev.Server, ev.DefinitionHash = t.server, t.hash
+	args, argsHash, err := s.canonicalArguments(p.Arguments)
+	if err == nil && t.validate != nil {
+		err = t.validate(args)
+	}
+	if err != nil {
+		s.record(ctx, ev, KindInvalidArguments)
+		return errorResult("The arguments are not valid: " + argumentProblem(err))
+	}
+	ev.ArgumentsHash = argsHash
+	call := Call{Principal: c.Subject, ClientID: c.ClientID, RunID: c.RunID, TokenID: c.TokenID,
+		Tool: t.def.Name, Server: t.server, DefinitionHash: t.hash, Arguments: args, ArgumentsHash: argsHash}
+
+	v, err := s.opts.Decider.Decide(ctx, call)
+	if err != nil {
+		s.log.ErrorContext(ctx, "mcpserver: the policy failed; denying", "tool", call.Tool, "err", err)
+		v = Verdict{Decision: Deny, Reasons: []string{"the policy could not be evaluated"}}
+	}
+	ev.Decision, ev.PolicyIDs, ev.PolicyHash, ev.Reasons = v.Decision, v.PolicyIDs, v.PolicyHash, v.Reasons
+	if !s.record(ctx, ev, KindDecision) {
+		return internalErrorResult()
+	}
+	if v.Decision != Allow && v.Decision != Approve {
+		return deniedResult(v)
+	}
+
+	key, toolCallID, err := idempotencyKey(c, p.Meta)
+	if err != nil {
+		return errorResult(err.Error() + ".")
+	}
+	ev.IdempotencyKey = key
+	if key != "" {
+		if rec, err := s.opts.Executions.GetExecution(ctx, key); err == nil {
+			s.record(ctx, ev, KindReplayed)
+			return s.replayed(rec, call)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			s.log.ErrorContext(ctx, "mcpserver: reading an execution failed", "err", err)
+			return internalErrorResult()
+		}
+	}
+	if v.Decision == Approve {
+		a, err := s.opts.Approvals.Consume(ctx, binding(call, v))
+		if err != nil {
+			return s.requestApproval(ctx, ev, call, v, toolCallID, key)
+		}
+		ev.ApprovalID = a.ID
+		s.record(ctx, ev, KindApprovalConsumed)
+	}
+	return s.execute(ctx, t, call, ev, start)
+}
+
+// binding is the approval binding of a call under a verdict.
+func binding(c Call, v Verdict) store.ApprovalBinding {
+	return store.ApprovalBinding{
+		Principal: c.Principal, Tool: c.Tool, Server: c.Server, DefinitionHash: c.DefinitionHash,
+		ArgumentsHash: c.ArgumentsHash, PolicyHash: v.PolicyHash, RunID: c.RunID, ClientID: c.ClientID,
+	}
+}
+
+// requestApproval records (or finds) the pending approval of a call and
+// answers the result that tells the caller about it.
+func (s *Server) requestApproval(ctx context.Context, ev Event, call Call, v Verdict, toolCallID, key string) *mcp.CallToolResult {
+	a, err := s.opts.Approvals.Request(ctx, ApprovalRequest{
+		Binding: binding(call, v), Arguments: call.Arguments, PolicyIDs: v.PolicyIDs,
+		Reason: strings.Join(v.Reasons, "; "), Approvers: v.Approvers, ToolCallID: toolCallID, IdempotencyKey: key,
+	})
+	if err != nil {
+		s.log.ErrorContext(ctx, "mcpserver: requesting an approval failed", "tool", call.Tool, "err", err)
+		return internalErrorResult()
+	}
+	ev.ApprovalID = a.ID
+	s.record(ctx, ev, KindApprovalRequired)
+	url := s.opts.ApprovalURL(a.ID)
+	res := errorResult(fmt.Sprintf("This call of %s needs a person's approval before it runs. "+
+		"Approval %s is %s: ask the user to review it at %s, then retry exactly the same call.", call.Tool, a.ID, a.Status, url))
+	res.Meta = mcp.Meta{MetaApproval: map[string]any{"id": a.ID, "status": string(a.Status), "url": url}}
+	return res
+}
+
+// execute runs the tool, at most once per idempotency key, and records how
+// it ended. Records written after the tool ran do not depend on the
+// caller's context, which may be gone by then.
+func (s *Server) execute(ctx context.Context, t *tool, call Call, ev Event, start time.Time) *mcp.CallToolResult {
+	key := ev.IdempotencyKey
+	if key != "" {
+		rec, started, err := s.opts.Executions.BeginExecution(ctx, store.Execution{
+			IdempotencyKey: key, Principal: call.Principal, Tool: call.Tool, ArgumentsHash: call.ArgumentsHash,
+			ApprovalID: ev.ApprovalID, RunID: call.RunID,
+		})
+		switch {
+		case errors.Is(err, store.ErrConflict):
+			return errorResult("This idempotency key was already used for a different call.")
+		case err != nil:
+			s.log.ErrorContext(ctx, "mcpserver: starting an execution failed", "err", err)
+			return internalErrorResult()
+		case !started:
+			s.record(ctx, ev, KindReplayed)
+			return s.replayed(rec, call)
+		}
+	}
+
+	res, err := t.call(ctx, call.Arguments)
+	after := context.WithoutCancel(ctx)
+	ev.Latency = s.opts.Now().Sub(start)
+	switch {
+	case errors.Is(err, errOutcomeUnknown) || (err != nil && ctx.Err() != nil):
+		ev.Outcome = OutcomeUnknown
+		s.log.WarnContext(after, "mcpserver: a tool call's outcome is unknown", "tool", call.Tool, "err", err)
+		res = errorResult("The call's outcome is unknown: it may or may not have taken effect, and it will not be run again automatically. Check before calling again.")
+	case err != nil:
+		ev.Outcome = OutcomeFailed
+		s.log.ErrorContext(after, "mcpserver: a tool failed", "tool", call.Tool, "err", err)
+		res = errorResult("The tool failed. The error has been logged.")
+	case res.IsError:
+		ev.Outcome = OutcomeFailed
+	default:
+		ev.Outcome = OutcomeSucceeded
+	}
+	if key != "" && ev.Outcome != OutcomeUnknown {
+		status := store.ExecutionSucceeded
+		if ev.Outcome == OutcomeFailed {
+			status = store.ExecutionFailed
+		}
+		if b, err := json.Marshal(res); err != nil {
+			s.log.ErrorContext(after, "mcpserver: encoding a result failed", "tool", call.Tool, "err", err)
+		} else if _, err := s.opts.Executions.FinishExecution(after, key, status, b, s.opts.Now()); err != nil {
+			s.log.ErrorContext(after, "mcpserver: finishing an execution failed", "tool", call.Tool, "err", err)
+		}
+	}
+	kind := KindExecuted
+	switch ev.Outcome {
+	case OutcomeFailed:
+		kind = KindExecutionFailed
+	case OutcomeUnknown:
+		kind = KindOutcomeUnknown
+	}
+	s.record(after, ev, kind)
+	return res
+}
+
+// replayed answers a call whose idempotency key already has an execution:
+// its recorded result, never a second run.
+func (s *Server) replayed(rec store.Execution, call Call) *mcp.CallToolResult {
+	if rec.Principal != call.Principal || rec.Tool != call.Tool || rec.ArgumentsHash != call.ArgumentsHash {
+		return errorResult("This idempotency key was already used for a different call.")
+	}
+	switch rec.Status {
+	case store.ExecutionSucceeded, store.ExecutionFailed:
+		var res mcp.CallToolResult
+		if err := json.Unmarshal(rec.Result, &res); err != nil {
+			s.log.Error("mcpserver: a recorded result does not decode", "key", rec.IdempotencyKey, "err", err)
+			return internalErrorResult()
+		}
+		if res.Content == nil {
+			res.Content = []mcp.Content{}
+		}
+		return &res
+	case store.ExecutionStarted:
+		return errorResult("This call is already running. Retry it later to get its result.")
+	default:
+		return errorResult("An earlier attempt of this call stopped without a recorded outcome: it may or may not have taken effect, and it will not be run again automatically.")
+	}
+}
+
+// canonicalArguments returns the canonical form of a call's arguments,
+// which must be a JSON object (absent means {}), and its SHA-256.
+func (s *Server) canonicalArguments(raw json.RawMessage) (json.RawMessage, string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		raw = json.RawMessage(`{}`)
+	}
+	canon, err := s.opts.Canonicalize(raw)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %v", errNotCanonical, err)
+	}
+	if len(canon) == 0 || canon[0] != '{' {
+		return nil, "", errNotObject
+	}
+	sum := sha256.Sum256(canon)
+	return canon, hex.EncodeToString(sum[:]), nil
+}
+
+// Problems with arguments that the caller is told about.
+var (
+	errNotCanonical = errors.New("the arguments must be I-JSON (RFC 7493)")
+	errNotObject    = errors.New("the arguments must be a JSON object")
+)
+
+// argumentProblem returns what the caller may read of an argument error:
+// the validation messages of built-in tools are written for callers; the
+// canonicalizer's are not.
+func argumentProblem(err error) string {
+	var ae argumentError
+	switch {
+	case errors.As(err, &ae):
+		return ae.msg
+	case errors.Is(err, errNotCanonical):
+		return errNotCanonical.Error() + "."
+	case errors.Is(err, errNotObject):
+		return errNotObject.Error() + "."
+	}
+	return "they do not match the tool's input schema."
+}
+
+// idempotencyKey returns the call's idempotency key: the run and the tool
+// call id, or else the client's own key scoped to the caller, or else none
+// (the call then runs every time it is made). The parts are encoded as a
+// JSON array, so no two different tuples give one key.
+func idempotencyKey(c Caller, meta mcp.Meta) (key, toolCallID string, err error) {
+	toolCallID, err = metaString(meta, MetaToolCallID)
+	if err != nil {
+		return "", "", err
+	}
+	clientKey, err := metaString(meta, MetaIdempotencyKey)
+	if err != nil {
+		return "", "", err
+	}
+	var parts []string
+	switch {
+	case c.RunID != "" && toolCallID != "":
+		parts = []string{"run", c.RunID, toolCallID}
+	case clientKey != "":
+		parts = []string{"client", c.Subject, c.ClientID, clientKey}
+	default:
+		return "", toolCallID, nil
+	}
+	b, _ := json.Marshal(parts) // strings always encode
+	return string(b), toolCallID, nil
+}
+
+// metaString reads an optional short string from _meta.
+func metaString(meta mcp.Meta, key string) (string, error) {
+	v, ok := meta[key]
+	if !ok || v == nil {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok || len(s) > maxMetaValue || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return "", fmt.Errorf("_meta[%q] must be a string of at most %d bytes without control characters", key, maxMetaValue)
+	}
+	return s, nil
+}
+
+// record appends an audit event and reports whether it was recorded.
+func (s *Server) record(ctx context.Context, ev Event, kind string) bool {
+	ev.Kind, ev.At = kind, s.opts.Now()
+	if err := s.opts.Auditor.Record(ctx, ev); err != nil {
+		s.log.ErrorContext(ctx, "mcpserver: writing the audit log failed", "kind", kind, "tool", ev.Tool, "err", err)
+		return false
+	}
+	return true
+}
+
+// auditAuthFailure records a refused token. Nothing of the token is
+// recorded: unverified claims are not evidence of anything.
+func (s *Server) auditAuthFailure(ctx context.Context, reason string) {
+	s.record(context.WithoutCancel(ctx), Event{Outcome: reason}, KindAuthFailed)
+}
+
+// errorResult is a tool result reporting a problem the model can read.
+func errorResult(text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+// internalErrorResult is the result of a failure on Usher's side; the
+// detail is in the log.
+func internalErrorResult() *mcp.CallToolResult {
+	return errorResult("The call could not be processed because of an error on the server. It has been logged; nothing was run.")
+}
+
+// deniedResult is the result of a denied call: a generic reason and the
+// ids of the policies that denied it.
+func deniedResult(v Verdict) *mcp.CallToolResult {
+	text := "The policy denies this call."
+	if len(v.PolicyIDs) > 0 {
+		text += " Policies: " + strings.Join(v.PolicyIDs, ", ") + "."
+	}
+	return errorResult(text)
+}
+
+// truncate returns at most n bytes of s, cut at a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,377 @@
+package mcpserver
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/store"
+)
+
+// TestProtocolVersions checks that the stateless endpoint serves both the
+// sessionless protocol and the handshake ones.
+func TestProtocolVersions(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	for _, version := range []string{"", "2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"} {
+		t.Run("version "+version, func(t *testing.T) {
+			cs := e.connect(alice, "", nil, version)
+			if got := listed(t, cs); !slices.Contains(got, "notes_list") {
+				t.Errorf("tools = %v", got)
+			}
+			if res := call(t, cs, "notes_list", map[string]any{}, nil); res.IsError {
+				t.Errorf("notes_list: %s", text(res))
+			}
+		})
+	}
+}
+
+// TestUnknownToolsNeverRun checks that only the exact name of a tool runs
+// it: case variants and look-alikes are unknown tools, never decided and
+// never executed.
+func TestUnknownToolsNeverRun(t *testing.T) {
+	up := newFixture(t)
+	e := newEnv(t, envConfig{
+		rules:     map[string]Decision{"fx__echo": Allow, "notes_list": Allow},
+		upstreams: []Upstream{{Name: "fx", URL: up.url}},
+	})
+	cs := e.connect(alice, "", nil, "")
+	for _, name := range []string{
+		"fx__Echo", "FX__echo", "fx__echo ", " fx__echo", "fx__ech0", "fx_echo", "fx__echo\u200b",
+		"fx__\u0435cho", // Cyrillic е
+		"echo", "fx__dotted.name", "Notes_list", "notes_list\x00", "",
+	} {
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: map[string]any{"text": "x"}})
+		if err != nil {
+			// A name the SDK refuses before Usher sees it never runs
+			// either.
+			continue
+		}
+		if !res.IsError || !strings.Contains(text(res), "There is no tool named") {
+			t.Errorf("%q: %+v", name, text(res))
+		}
+	}
+	if n := up.called("echo"); n != 0 {
+		t.Errorf("the upstream tool ran %d times", n)
+	}
+	if calls := e.policy.calls(); len(calls) != 0 {
+		t.Errorf("the decider was asked about unknown tools: %+v", calls)
+	}
+	if got := e.audit.kinds("fx__Echo"); !reflect.DeepEqual(got, []string{KindUnknownTool}) {
+		t.Errorf("audit of an unknown tool = %v", got)
+	}
+}
+
+// TestDeniedToolsHiddenAndRefused checks deny, and that a failing policy
+// denies.
+func TestDeniedToolsHiddenAndRefused(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	e.policy.fail["notes_read"] = true
+	if _, err := e.store.PutNote(t.Context(), storeNote(alice, "keep", "x")); err != nil {
+		t.Fatal(err)
+	}
+	cs := e.connect(alice, "", nil, "")
+	got := listed(t, cs)
+	want := []string{"approvals_list", "notes_list", "notes_write", "session_read", "sessions_list"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("tools/list = %v, want %v (notes_delete denied, notes_read's policy failing)", got, want)
+	}
+	for _, tc := range []struct {
+		name, tool, want string
+	}{
+		{"denied by the policy", "notes_delete", "Policies: rule-notes_delete."},
+		{"the policy fails", "notes_read", "The policy denies this call."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := call(t, cs, tc.tool, map[string]any{"name": "keep"}, nil)
+			if !res.IsError || !strings.Contains(text(res), tc.want) {
+				t.Errorf("result = %s", text(res))
+			}
+			if k := e.audit.kinds(tc.tool); !reflect.DeepEqual(k, []string{KindDecision}) {
+				t.Errorf("audit = %v, want one decision and no execution", k)
+			}
+		})
+	}
+	if _, err := e.store.GetNote(t.Context(), alice, "keep"); err != nil {
+		t.Errorf("the denied delete ran: %v", err)
+	}
+}
+
+// TestAnnotationsAreNotEvidence checks that a consequential upstream tool
+// that claims readOnlyHint is decided like any other tool: the annotation
+// never reaches the Decider, so under a policy that allows nothing of it
+// the call needs approval and does not run.
+func TestAnnotationsAreNotEvidence(t *testing.T) {
+	up := newFixture(t)
+	e := newEnv(t, envConfig{rules: map[string]Decision{}, upstreams: []Upstream{{Name: "fx", URL: up.url}}})
+	cs := e.connect(alice, "", nil, "")
+	res, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shown *mcp.Tool
+	for _, tl := range res.Tools {
+		if tl.Name == "fx__delete_everything" {
+			shown = tl
+		}
+	}
+	if shown == nil || shown.Annotations == nil || !shown.Annotations.ReadOnlyHint {
+		t.Fatalf("the tool and its (false) hint should be listed as the upstream says: %+v", shown)
+	}
+	out := call(t, cs, "fx__delete_everything", map[string]any{}, nil)
+	if !out.IsError || out.Meta[MetaApproval] == nil {
+		t.Errorf("result = %s %v, want approval required", text(out), out.Meta)
+	}
+	if n := up.called("delete_everything"); n != 0 {
+		t.Errorf("the tool ran %d times", n)
+	}
+	calls := e.policy.calls()
+	if len(calls) != 1 || calls[0].Tool != "fx__delete_everything" || calls[0].Server != "fx" || calls[0].DefinitionHash == "" {
+		t.Fatalf("decider calls = %+v", calls)
+	}
+	// Call has no field through which an annotation could travel.
+	ct := reflect.TypeFor[Call]()
+	for i := range ct.NumField() {
+		f := ct.Field(i)
+		if strings.Contains(strings.ToLower(f.Name), "annotation") || strings.Contains(strings.ToLower(f.Name), "hint") {
+			t.Errorf("Call has a field %s", f.Name)
+		}
+	}
+}
+
+// TestApprovalFlow follows a call that needs approval: the approval result,
+// the identical pending approval on retry, the run after a human approves,
+// the replay of the same tool call, and single use.
+func TestApprovalFlow(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	if _, err := e.store.CreateRun(t.Context(), store.Run{ID: "run-1", Owner: alice, Status: store.RunInProgress}); err != nil {
+		t.Fatal(err)
+	}
+	cs := e.connect(alice, "run-1", nil, "")
+	args := map[string]any{"name": "todo", "body": "milk"}
+	meta := mcp.Meta{MetaToolCallID: "call-1"}
+
+	first := call(t, cs, "notes_write", args, meta)
+	a := approvalMeta(t, first)
+	if a["status"] != "pending" || a["url"] != e.url+"/approvals/"+a["id"] || !strings.Contains(text(first), a["id"]) {
+		t.Fatalf("approval = %v, text %q", a, text(first))
+	}
+	// Key order does not matter: the same call finds the same approval.
+	again := call(t, cs, "notes_write", json.RawMessage(`{"body":"milk","name":"todo"}`), meta)
+	if got := approvalMeta(t, again)["id"]; got != a["id"] {
+		t.Errorf("a retry made another approval: %s, want %s", got, a["id"])
+	}
+	if _, err := e.store.GetNote(t.Context(), alice, "todo"); err == nil {
+		t.Fatal("the note was written before approval")
+	}
+
+	if _, err := e.store.DecideApproval(t.Context(), a["id"], store.ApprovalApproved, alice, "fine", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// Other arguments, or another user, do not match the approval.
+	if res := call(t, cs, "notes_write", map[string]any{"name": "todo", "body": "beer"}, mcp.Meta{MetaToolCallID: "call-2"}); approvalMeta(t, res)["id"] == a["id"] {
+		t.Error("changed arguments matched the approval")
+	}
+	bobs := e.connect(bob, "", nil, "")
+	if res := call(t, bobs, "notes_write", args, nil); approvalMeta(t, res)["id"] == a["id"] {
+		t.Error("another user matched the approval")
+	}
+
+	ran := call(t, cs, "notes_write", args, meta)
+	if ran.IsError {
+		t.Fatalf("the approved call did not run: %s", text(ran))
+	}
+	n, err := e.store.GetNote(t.Context(), alice, "todo")
+	if err != nil || n.Body != "milk" {
+		t.Fatalf("note = %+v, %v", n, err)
+	}
+	// The same tool call again is answered from its record.
+	replay := call(t, cs, "notes_write", args, meta)
+	if replay.IsError || text(replay) != text(ran) {
+		t.Errorf("replay = %s, want %s", text(replay), text(ran))
+	}
+	if n2, _ := e.store.GetNote(t.Context(), alice, "todo"); !n2.UpdatedAt.Equal(n.UpdatedAt) {
+		t.Error("the replay wrote the note again")
+	}
+	// A new call with the same arguments needs a new approval: the first
+	// was used up.
+	if res := call(t, cs, "notes_write", args, mcp.Meta{MetaToolCallID: "call-3"}); approvalMeta(t, res)["id"] == a["id"] {
+		t.Error("the approval was used twice")
+	}
+	kinds := e.audit.kinds("notes_write")
+	if c := countOf(kinds, KindExecuted); c != 1 {
+		t.Errorf("executed %d times; audit %v", c, kinds)
+	}
+	if c := countOf(kinds, KindApprovalConsumed); c != 1 {
+		t.Errorf("consumed %d approvals; audit %v", c, kinds)
+	}
+}
+
+// TestIdempotency checks that an allowed call with an idempotency key runs
+// once however often it is made, and that a key cannot be reused for
+// another call.
+func TestIdempotency(t *testing.T) {
+	up := newFixture(t)
+	e := newEnv(t, envConfig{rules: map[string]Decision{"fx__echo": Allow}, upstreams: []Upstream{{Name: "fx", URL: up.url}}})
+	cs := e.connect(alice, "", nil, "")
+	key := mcp.Meta{MetaIdempotencyKey: "k-1"}
+	for range 3 {
+		if res := call(t, cs, "fx__echo", map[string]any{"text": "once"}, key); res.IsError || text(res) != "echo: once" {
+			t.Fatalf("echo = %s", text(res))
+		}
+	}
+	if n := up.called("echo"); n != 1 {
+		t.Errorf("ran %d times, want 1", n)
+	}
+	if res := call(t, cs, "fx__echo", map[string]any{"text": "other"}, key); !res.IsError || !strings.Contains(text(res), "different call") {
+		t.Errorf("reused key = %s", text(res))
+	}
+	// Another user's equal key is theirs.
+	if res := call(t, e.connect(bob, "", nil, ""), "fx__echo", map[string]any{"text": "once"}, key); res.IsError {
+		t.Errorf("bob's call = %s", text(res))
+	}
+	if res := call(t, cs, "fx__echo", map[string]any{"text": "x"}, mcp.Meta{MetaIdempotencyKey: 7}); !res.IsError {
+		t.Error("a non-string key was accepted")
+	}
+	// Without a key, every call runs.
+	call(t, cs, "fx__echo", map[string]any{"text": "a"}, nil)
+	call(t, cs, "fx__echo", map[string]any{"text": "a"}, nil)
+	if n := up.called("echo"); n != 4 {
+		t.Errorf("ran %d times, want 4", n)
+	}
+}
+
+// TestNoAuditNoCall checks that a decision that cannot be audited is not
+// acted on.
+func TestNoAuditNoCall(t *testing.T) {
+	e := newEnv(t, envConfig{rules: map[string]Decision{"notes_write": Allow}})
+	cs := e.connect(alice, "", nil, "")
+	e.audit.setFail(true)
+	res := call(t, cs, "notes_write", map[string]any{"name": "n", "body": "b"}, nil)
+	if !res.IsError {
+		t.Errorf("result = %s", text(res))
+	}
+	if _, err := e.store.GetNote(t.Context(), alice, "n"); err == nil {
+		t.Error("the call ran without an audit record")
+	}
+}
+
+// TestInvalidArgumentsNeverDecided checks that a built-in tool's arguments
+// are validated before the decision, so no approval is ever asked for a
+// call that could not run.
+func TestInvalidArgumentsNeverDecided(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	cs := e.connect(alice, "", nil, "")
+	for _, tc := range []struct {
+		name string
+		args any
+		want string
+	}{
+		{"unknown field", map[string]any{"name": "a", "body": "b", "extra": 1}, `there is no argument "extra"`},
+		{"missing body", map[string]any{"name": "a"}, `"body" is required`},
+		{"name too long", map[string]any{"name": strings.Repeat("a", 65), "body": "b"}, `"name" must be`},
+		{"name pattern", map[string]any{"name": "../etc", "body": "b"}, `"name" must be`},
+		{"body too long", map[string]any{"name": "a", "body": strings.Repeat("é", 8193)}, `"body" must have`},
+		{"wrong type", map[string]any{"name": 5, "body": "b"}, `"name" has the wrong type`},
+		{"not an object", json.RawMessage(`[1]`), "must be a JSON object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := call(t, cs, "notes_write", tc.args, nil)
+			if !res.IsError || !strings.Contains(text(res), tc.want) {
+				t.Errorf("result = %s, want %q", text(res), tc.want)
+			}
+		})
+	}
+	if calls := e.policy.calls(); len(calls) != 0 {
+		t.Errorf("invalid calls were decided: %d", len(calls))
+	}
+}
+
+// approvalMeta returns a result's _meta["usher/approval"], failing the test
+// when there is none.
+func approvalMeta(t *testing.T, res *mcp.CallToolResult) map[string]string {
+	t.Helper()
+	m, ok := res.Meta[MetaApproval].(map[string]any)
+	if !ok || !res.IsError {
+		t.Fatalf("no approval in %s %v", text(res), res.Meta)
+	}
+	out := map[string]string{}
+	for k, v := range m {
+		out[k], _ = v.(string)
+	}
+	return out
+}
+
+func countOf(list []string, s string) int {
+	n := 0
+	for _, v := range list {
+		if v == s {
+			n++
+		}
+	}
+	return n
+}
+
+// TestStatefulMode checks the optional stateful mode: SDK sessions work,
+// identity is still taken from each request's token, and one user cannot
+// use another's session.
+func TestStatefulMode(t *testing.T) {
+	e := newEnv(t, envConfig{server: func(o *Options) { o.Stateful = true }})
+	cs := e.connect(alice, "", nil, "")
+	if res := call(t, cs, "notes_list", map[string]any{}, nil); res.IsError {
+		t.Fatal(text(res))
+	}
+	if cs.ID() == "" {
+		t.Error("no session id in stateful mode")
+	}
+
+	post := func(tok, session, body string) *http.Response {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, e.url+"/mcp", strings.NewReader(body))
+		req.Header = http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json, text/event-stream"}, "Authorization": {"Bearer " + tok}}
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	init := post(e.token(alice, ""), "", initialize)
+	session := init.Header.Get("Mcp-Session-Id")
+	if init.StatusCode != 200 || session == "" {
+		t.Fatalf("initialize: %d, session %q", init.StatusCode, session)
+	}
+	post(e.token(alice, ""), session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+	if resp := post(e.token(bob, ""), session, list); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("bob on alice's session: %d", resp.StatusCode)
+	}
+	fresh, err := e.broker.Mint(t.Context(), broker.Grant{Subject: alice, Audience: e.url + "/mcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.policy.mu.Lock()
+	n := len(e.policy.asked)
+	e.policy.mu.Unlock()
+	if resp := post(fresh.Raw, session, list); resp.StatusCode != 200 {
+		t.Errorf("alice on her session: %d", resp.StatusCode)
+	}
+	e.policy.mu.Lock()
+	defer e.policy.mu.Unlock()
+	jtis := map[string]bool{}
+	for _, c := range e.policy.asked[n:] {
+		jtis[c.TokenID] = true
+	}
+	if len(jtis) != 1 || !jtis[fresh.ID] {
+		t.Errorf("the listing was decided for tokens %v, want the request's own %s", jtis, fresh.ID)
+	}
+}

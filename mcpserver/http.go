@@ -1,0 +1,166 @@
+package mcpserver
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/usherhq/usher/internal/httpx"
+)
+
+// Refusals of the HTTP checks that run before authentication.
+var (
+	errForbiddenHost   = httpx.Errorf(http.StatusForbidden, "forbidden_host", "The request's Host is not allowed.")
+	errForbiddenOrigin = httpx.Errorf(http.StatusForbidden, "forbidden_origin", "The request's Origin is not allowed.")
+	errBadBody         = httpx.Errorf(http.StatusBadRequest, "bad_request", "The request body could not be read.")
+)
+
+// batchRefusal is the JSON-RPC error answering a batch: the protocol
+// versions this endpoint speaks have no batches (2025-06-18 removed them),
+// and refusing them up front keeps one call per request everywhere after.
+var batchRefusal = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Batch requests are not supported."}}` + "\n")
+
+// checkHTTP applies the checks that need no credentials, cheapest first:
+// the Host of a request that reached a loopback listener (against DNS
+// rebinding: a web page must not reach a local Usher through a name it
+// controls); the Origin of a browser request, which must be Usher's own or
+// one of Options.AllowedOrigins (answering their CORS preflights); and the
+// declared body size.
+func (s *Server) checkHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.hostAllowed(r) {
+			s.log.InfoContext(r.Context(), "mcpserver: Host refused", "host", r.Host)
+			httpx.WriteError(w, r, s.log, errForbiddenHost)
+			return
+		}
+		if origin := r.Header.Get("Origin"); origin != "" {
+			if !s.origins[canonicalOrigin(origin)] {
+				s.log.InfoContext(r.Context(), "mcpserver: Origin refused", "origin", origin)
+				httpx.WriteError(w, r, s.log, errForbiddenOrigin)
+				return
+			}
+			h := w.Header()
+			h.Set("Access-Control-Allow-Origin", origin)
+			h.Add("Vary", "Origin")
+			h.Set("Access-Control-Expose-Headers", "WWW-Authenticate, Mcp-Session-Id, Mcp-Protocol-Version")
+			if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+				preflight(w, r)
+				return
+			}
+		}
+		if r.ContentLength > s.opts.MaxBodyBytes {
+			httpx.WriteError(w, r, s.log, httpx.ErrBodyTooLarge)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// preflight answers a CORS preflight from an allowed origin.
+func preflight(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Access-Control-Allow-Methods", "POST, GET, DELETE")
+	var allowed []string
+	for _, f := range strings.Split(r.Header.Get("Access-Control-Request-Headers"), ",") {
+		if f = strings.TrimSpace(f); isToken(f) {
+			allowed = append(allowed, f)
+		}
+	}
+	if len(allowed) > 0 {
+		h.Set("Access-Control-Allow-Headers", strings.Join(allowed, ", "))
+	}
+	h.Set("Access-Control-Max-Age", "600")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// hostAllowed reports whether r's Host may be served. A request that reached
+// a loopback listener must name a loopback host, the public URL's host or
+// one of Options.AllowedHosts; so must every request when AllowedHosts is
+// set.
+func (s *Server) hostAllowed(r *http.Request) bool {
+	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	onLoopback := local != nil && isLoopback(hostOnly(local.String()))
+	if !onLoopback && len(s.opts.AllowedHosts) == 0 {
+		return true
+	}
+	host := strings.ToLower(hostOnly(r.Host))
+	return isLoopback(host) || s.hosts[host]
+}
+
+// readBody reads a POST body within Options.MaxBodyBytes (413 beyond) and
+// refuses a JSON-RPC batch (a top-level array) before the SDK sees it.
+func (s *Server) readBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Body == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				httpx.WriteError(w, r, s.log, httpx.ErrBodyTooLarge)
+				return
+			}
+			s.log.InfoContext(r.Context(), "mcpserver: reading the body failed", "err", err)
+			httpx.WriteError(w, r, s.log, errBadBody)
+			return
+		}
+		if first := bytes.TrimLeft(body, " \t\r\n"); len(first) > 0 && first[0] == '[' {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write(batchRefusal)
+			return
+		}
+		r2 := r.WithContext(r.Context())
+		r2.Body = io.NopCloser(bytes.NewReader(body))
+		r2.ContentLength = int64(len(body))
+		next.ServeHTTP(w, r2)
+	})
+}
+
+// hostOnly returns the host of a host[:port], without brackets.
+func hostOnly(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
+}
+
+// isLoopback reports whether host names the loopback interface.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// canonicalOrigin returns the scheme://host[:port] of an origin or URL,
+// lower-cased, or "" when it is not an absolute http(s) origin (an "null"
+// origin, say), which matches nothing.
+func canonicalOrigin(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		return ""
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host)
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110 §5.6.2), such as a
+// header name.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,223 @@
+//lint:file-ignore SA1019 The MCP logging feature is deprecated as of 2026-07-28 (SEP-2577) but works during its deprecation window, and callers of the older protocols use it: Usher passes upstream log messages through while it does.
+
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"maps"
+	"mime"
+	"net/http"
+	"slices"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// downstream is what a proxied call needs of the call it serves: where its
+// notifications go (see the package documentation).
+type downstream struct {
+	session       *mcp.ServerSession
+	progressToken any    // the caller's progress token; nil for none
+	logLevel      string // the caller's log level (2026-07-28); "" for none
+}
+
+type downstreamKey struct{}
+
+// withDownstream returns ctx carrying the downstream of a tools/call.
+func withDownstream(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw) context.Context {
+	d := downstream{session: ss, progressToken: p.GetProgressToken()}
+	d.logLevel, _ = p.Meta[mcp.MetaKeyLogLevel].(string)
+	return context.WithValue(ctx, downstreamKey{}, d)
+}
+
+// inflight is a call in flight to an upstream.
+type inflight struct {
+	ctx context.Context // the handler context of the caller's request
+	downstream
+	id       string // the progress token given to the upstream
+	upstream string
+}
+
+type inflightKey struct{}
+
+// progress passes on progress reported under the call's token.
+func (f *inflight) progress(p *mcp.ProgressNotificationParams) {
+	if tok, _ := p.ProgressToken.(string); tok != f.id || f.progressToken == nil || f.session == nil {
+		return
+	}
+	_ = f.session.NotifyProgress(f.ctx, &mcp.ProgressNotificationParams{
+		ProgressToken: f.progressToken, Progress: p.Progress, Total: p.Total, Message: p.Message,
+	})
+}
+
+// log passes on a log message, naming the upstream as its logger.
+func (f *inflight) log(p *mcp.LoggingMessageParams) {
+	if f.session == nil {
+		return
+	}
+	logger := f.upstream
+	if p.Logger != "" {
+		logger += "/" + p.Logger
+	}
+	_ = f.session.Log(f.ctx, &mcp.LoggingMessageParams{Level: p.Level, Logger: logger, Data: p.Data})
+}
+
+// notify passes on one JSON-RPC message of the call's response stream if it
+// is a progress or log notification.
+func (f *inflight) notify(data []byte) {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(data, &m) != nil || m.ID != nil {
+		return
+	}
+	switch m.Method {
+	case "notifications/progress":
+		var p mcp.ProgressNotificationParams
+		if json.Unmarshal(m.Params, &p) == nil {
+			f.progress(&p)
+		}
+	case "notifications/message":
+		var p mcp.LoggingMessageParams
+		if json.Unmarshal(m.Params, &p) == nil {
+			f.log(&p)
+		}
+	}
+}
+
+// forwardProgress passes on a stdio upstream's progress.
+func (c *conn) forwardProgress(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	id, _ := req.Params.ProgressToken.(string)
+	c.mu.Lock()
+	f := c.inflight[id]
+	c.mu.Unlock()
+	if f != nil {
+		f.progress(req.Params)
+	}
+}
+
+// forwardLog passes on a stdio upstream's log message.
+func (c *conn) forwardLog(_ context.Context, req *mcp.LoggingMessageRequest) {
+	c.mu.Lock()
+	calls := slices.Collect(maps.Values(c.inflight))
+	c.mu.Unlock()
+	for _, f := range calls {
+		f.log(req.Params)
+	}
+}
+
+// capabilities are the endpoint's: tools, and logging for the messages of
+// upstreams. No listChanged: a stateless endpoint has no stream to
+// announce it on.
+func capabilities() *mcp.ServerCapabilities {
+	return &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Logging: &mcp.LoggingCapabilities{}}
+}
+
+// askForLogs asks an upstream, in a call's _meta (2026-07-28), for log
+// messages at the caller's level, or at info as the SDK assumes for the
+// handshake protocols.
+func askForLogs(meta mcp.Meta, ds downstream) {
+	level := ds.logLevel
+	if level == "" {
+		level = "info"
+	}
+	meta[mcp.MetaKeyLogLevel] = level
+}
+
+// askSessionForLogs asks an upstream session of a handshake protocol, which
+// sends log messages only once asked, for all of them; each caller's own
+// level then filters what it gets.
+func askSessionForLogs(ctx context.Context, cs *mcp.ClientSession) error {
+	ir := cs.InitializeResult()
+	if ir == nil || ir.ProtocolVersion >= "2026-07-28" || ir.Capabilities == nil || ir.Capabilities.Logging == nil {
+		return nil
+	}
+	return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "debug"})
+}
+
+// handleNotifications sets the SDK handlers that pass on a stdio
+// upstream's notifications.
+func (c *conn) handleNotifications(o *mcp.ClientOptions) {
+	o.ProgressNotificationHandler = c.forwardProgress
+	o.LoggingMessageHandler = c.forwardLog
+}
+
+// isEventStream reports whether resp is a server-sent event stream.
+func isEventStream(resp *http.Response) bool {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return mt == "text/event-stream"
+}
+
+// maxTappedEvent bounds the event sseTap buffers; past it, the tap stops
+// (the SDK still reads the stream).
+const maxTappedEvent = 1 << 20
+
+// sseTap reads a call's response stream on behalf of the SDK and passes on
+// each notification in it as soon as the SDK has read it, so before the
+// result that follows it.
+type sseTap struct {
+	body  io.ReadCloser
+	f     *inflight
+	line  []byte // the current line, unfinished
+	data  []byte // the current event's data
+	cr    bool   // the last byte seen ended a line with CR
+	ended bool   // the tap gave up
+}
+
+func (t *sseTap) Read(p []byte) (int, error) {
+	n, err := t.body.Read(p)
+	if !t.ended {
+		t.scan(p[:n])
+	}
+	return n, err
+}
+
+func (t *sseTap) Close() error { return t.body.Close() }
+
+// scan consumes bytes of the stream: lines end with CRLF, LF or CR, and an
+// empty line ends an event, whose data lines are joined by LF.
+func (t *sseTap) scan(b []byte) {
+	for len(b) > 0 {
+		if t.cr && b[0] == '\n' {
+			b = b[1:]
+			t.cr = false
+			continue
+		}
+		t.cr = false
+		i := bytes.IndexAny(b, "\r\n")
+		if i < 0 {
+			t.line = append(t.line, b...)
+			break
+		}
+		t.line = append(t.line, b[:i]...)
+		t.cr = b[i] == '\r'
+		b = b[i+1:]
+		t.endLine()
+	}
+	if len(t.line)+len(t.data) > maxTappedEvent {
+		t.ended, t.line, t.data = true, nil, nil
+	}
+}
+
+func (t *sseTap) endLine() {
+	defer func() { t.line = t.line[:0] }()
+	if len(t.line) == 0 {
+		if len(t.data) > 0 {
+			t.f.notify(t.data)
+		}
+		t.data = t.data[:0]
+		return
+	}
+	v, ok := bytes.CutPrefix(t.line, []byte("data:"))
+	if !ok {
+		return
+	}
+	if len(t.data) > 0 {
+		t.data = append(t.data, '\n')
+	}
+	t.data = append(t.data, bytes.TrimPrefix(v, []byte(" "))...)
+}

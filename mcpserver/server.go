@@ -1,0 +1,320 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
+	"github.com/usherhq/usher/internal/jcs"
+)
+
+// DefaultMaxBodyBytes is the default limit of a request body.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Options configures a Server. Fields marked required have no default;
+// every other zero value selects its default.
+type Options struct {
+	// PublicURL is Usher's public base URL, e.g.
+	// "https://usher.example.com". The endpoint is PublicURL + "/mcp": that
+	// exact URL is the resource of the metadata, and the audience broker
+	// tokens must name. Required: an absolute http or https URL without
+	// query, fragment or user information.
+	PublicURL string
+	// Issuer is the broker's issuer, listed as the one authorization
+	// server in the metadata. Default PublicURL.
+	Issuer string
+	// Verifier checks broker tokens; it must require the audience
+	// PublicURL + "/mcp" (broker.NewVerifier does iss, aud, typ, lifetime
+	// and scope). Required.
+	Verifier TokenVerifier
+	// Catalog is the tool catalog. Required. The Server does not close it.
+	Catalog *Catalog
+	// Decider decides every call and whether tools/list shows a tool.
+	// Required.
+	Decider Decider
+	// Approvals consumes and requests approvals. Required.
+	Approvals Approvals
+	// Executions keeps calls to one run per idempotency key. Required.
+	Executions Executions
+	// Auditor records every decision and execution. Required.
+	Auditor Auditor
+	// Canonicalize returns the RFC 8785 canonical form of a JSON text; the
+	// arguments' hash is the SHA-256 of it. Default jcs.Canonicalize.
+	Canonicalize func([]byte) ([]byte, error)
+	// ApprovalURL returns the address at which a person reviews the
+	// approval id, given in approval-required results. Default
+	// PublicURL + "/approvals/" + id.
+	ApprovalURL func(id string) string
+	// Stateful keeps SDK sessions (Mcp-Session-Id) in this process. It
+	// allows a standalone GET stream and server-to-client requests, which
+	// Usher's tools do not use today, at a price: a session lives in one
+	// replica, so several replicas need sticky routing, and a session dies
+	// with its process; the sessionless protocol 2026-07-28 is refused. The
+	// default (false) is stateless: any replica serves any request.
+	Stateful bool
+	// SessionTimeout closes a stateful session after this long without a
+	// request. Default 30 min; ignored when stateless.
+	SessionTimeout time.Duration
+	// AllowedOrigins are the browser origins (scheme://host[:port]) besides
+	// PublicURL's that may call the endpoint. A request with any other
+	// Origin is refused (403); one without an Origin (not from a browser)
+	// is not.
+	AllowedOrigins []string
+	// AllowedHosts are host names besides PublicURL's and the loopback
+	// names that a request reaching a loopback listener may carry in Host.
+	// When set, every request must carry one of them (or a loopback name,
+	// or PublicURL's host).
+	AllowedHosts []string
+	// MaxBodyBytes limits a request body (413 beyond). Default 1 MiB.
+	MaxBodyBytes int64
+	// Version is the server version announced to clients. Default "devel".
+	Version string
+	// Logger receives refusals and failures, never a token. Default
+	// slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Server is Usher's MCP endpoint: a resource server that authenticates
+// broker tokens and an enforcement point in front of the catalog.
+type Server struct {
+	opts     Options
+	catalog  *Catalog
+	log      *slog.Logger
+	origins  map[string]bool
+	hosts    map[string]bool
+	handler  http.Handler
+	metadata http.Handler
+
+	endpointPath  string   // the path of the endpoint
+	metadataPaths []string // the paths of the metadata document
+	metadataURL   string   // the resource_metadata of the challenges
+}
+
+// New returns a Server. Nil opts is an error: several fields are required.
+func New(opts *Options) (*Server, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Issuer == "" {
+		o.Issuer = o.PublicURL
+	}
+	if o.Canonicalize == nil {
+		o.Canonicalize = jcs.Canonicalize
+	}
+	base := strings.TrimSuffix(o.PublicURL, "/")
+	if o.ApprovalURL == nil {
+		o.ApprovalURL = func(id string) string { return base + "/approvals/" + url.PathEscape(id) }
+	}
+	if o.SessionTimeout == 0 {
+		o.SessionTimeout = 30 * time.Minute
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.Version == "" {
+		o.Version = "devel"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+
+	var errs []error
+	public, err := checkPublicURL("PublicURL", o.PublicURL)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := checkPublicURL("Issuer", o.Issuer); err != nil {
+		errs = append(errs, err)
+	}
+	for _, dep := range []struct {
+		name    string
+		missing bool
+	}{
+		{"Verifier", o.Verifier == nil}, {"Catalog", o.Catalog == nil}, {"Decider", o.Decider == nil},
+		{"Approvals", o.Approvals == nil}, {"Executions", o.Executions == nil}, {"Auditor", o.Auditor == nil},
+	} {
+		if dep.missing {
+			errs = append(errs, fmt.Errorf("a %s is required", dep.name))
+		}
+	}
+	origins := map[string]bool{}
+	for _, origin := range o.AllowedOrigins {
+		c := canonicalOrigin(origin)
+		if c == "" || strings.TrimSuffix(strings.ToLower(origin), "/") != c {
+			errs = append(errs, fmt.Errorf("allowed origin %q must be scheme://host[:port]", origin))
+		}
+		origins[c] = true
+	}
+	hosts := map[string]bool{}
+	for _, h := range o.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/:@ ") {
+			errs = append(errs, fmt.Errorf("allowed host %q must be a host name without port", h))
+		}
+		hosts[strings.ToLower(h)] = true
+	}
+	if o.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxBodyBytes must not be negative, got %d", o.MaxBodyBytes))
+	}
+	if o.SessionTimeout < 0 {
+		errs = append(errs, fmt.Errorf("SessionTimeout must not be negative, got %s", o.SessionTimeout))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("mcpserver: options: %w", err)
+	}
+	origins[canonicalOrigin(o.PublicURL)] = true
+	hosts[strings.ToLower(public.Hostname())] = true
+
+	s := &Server{
+		opts: o, catalog: o.Catalog, log: o.Logger, origins: origins, hosts: hosts,
+		endpointPath:  strings.TrimSuffix(public.Path, "/") + "/mcp",
+		metadataPaths: []string{wellKnown, wellKnown + strings.TrimSuffix(public.Path, "/") + "/mcp"},
+	}
+	s.metadataURL = public.Scheme + "://" + public.Host + s.metadataPaths[1]
+	s.metadata = auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
+		Resource:               base + "/mcp",
+		AuthorizationServers:   []string{o.Issuer},
+		ScopesSupported:        []string{scope},
+		BearerMethodsSupported: []string{"header"},
+		ResourceName:           "Usher",
+	})
+
+	srv := mcp.NewServer(&mcp.Implementation{Name: "usher", Title: "Usher", Version: o.Version}, &mcp.ServerOptions{
+		Instructions: instructions,
+		Logger:       o.Logger,
+		// Tools are served by dispatch, not registered with the SDK, so
+		// the capabilities are stated rather than inferred.
+		Capabilities: capabilities(),
+	})
+	srv.AddReceivingMiddleware(s.dispatch)
+	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
+		Stateless:      !o.Stateful,
+		SessionTimeout: o.SessionTimeout,
+		Logger:         o.Logger,
+		// checkHTTP does this check, and also allows the public host,
+		// which a reverse proxy in front of a loopback listener sends.
+		DisableLocalhostProtection: true,
+		MaxRequestBodyBytes:        o.MaxBodyBytes,
+	})
+	s.handler = s.checkHTTP(s.requireCaller(s.readBody(sdk)))
+	return s, nil
+}
+
+// wellKnown is the RFC 9728 well-known path of resource metadata.
+const wellKnown = "/.well-known/oauth-protected-resource"
+
+// instructions tell a model how calls are governed.
+const instructions = "Usher runs each tool call under an approval policy. " +
+	"A call may be denied, or may need a person's approval first: its result then says so and links the approval; " +
+	"after it is approved, retry exactly the same call."
+
+// checkPublicURL parses an absolute http(s) URL without query, fragment or
+// user information.
+func checkPublicURL(field, raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, fmt.Errorf("a %s is required", field)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" ||
+		u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return nil, fmt.Errorf("the %s %q must be an absolute http or https URL without query, fragment or user information", field, raw)
+	}
+	return u, nil
+}
+
+// Handler returns the MCP endpoint, to serve at the path of PublicURL +
+// "/mcp" (see Mount).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// MetadataHandler returns the RFC 9728 protected resource metadata of the
+// endpoint, to serve at both "/.well-known/oauth-protected-resource" and
+// "/.well-known/oauth-protected-resource/mcp" (see Mount). It answers GET,
+// and CORS preflights from any origin: the document is public.
+func (s *Server) MetadataHandler() http.Handler { return s.metadata }
+
+// Mount registers Handler and MetadataHandler on mux at their paths.
+func (s *Server) Mount(mux *http.ServeMux) {
+	mux.Handle(s.endpointPath, s.handler)
+	for _, p := range s.metadataPaths {
+		mux.Handle(p, s.metadata)
+	}
+}
+
+// methods are the MCP methods the endpoint serves; every other method is
+// refused, whatever the SDK would do with it.
+var methods = map[string]bool{
+	"initialize":                       true,
+	"notifications/initialized":        true,
+	"notifications/cancelled":          true,
+	"notifications/roots/list_changed": true,
+	"server/discover":                  true,
+	"ping":                             true,
+	"logging/setLevel":                 true,
+	"tools/list":                       true,
+	"tools/call":                       true,
+}
+
+// dispatch is the SDK middleware that serves tools/list and tools/call
+// from the catalog, through the enforcement point, for the caller that
+// requireCaller attached to the request.
+func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if !methods[method] {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found"}
+		}
+		var c Caller
+		ok := false
+		if extra := req.GetExtra(); extra != nil {
+			c, ok = callerOf(extra.TokenInfo)
+		}
+		if !ok {
+			// Unreachable through Handler; refuses a server wired
+			// without it.
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "unauthenticated"}
+		}
+		ctx = withCaller(ctx, c)
+		switch r := req.(type) {
+		case *mcp.ListToolsRequest:
+			return s.listTools(ctx, c), nil
+		case *mcp.CallToolRequest:
+			ctx = withDownstream(ctx, r.Session, r.Params)
+			return s.callTool(ctx, c, r.Params), nil
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// listTools lists the tools the Decider does not deny the caller, in name
+// order. A tool whose listing decision fails is not shown.
+func (s *Server) listTools(ctx context.Context, c Caller) *mcp.ListToolsResult {
+	res := &mcp.ListToolsResult{Tools: []*mcp.Tool{}}
+	for _, t := range s.catalog.snapshot(ctx).tools {
+		v, err := s.opts.Decider.Decide(ctx, Call{
+			Principal: c.Subject, ClientID: c.ClientID, RunID: c.RunID, TokenID: c.TokenID,
+			Tool: t.def.Name, Server: t.server, DefinitionHash: t.hash, Listing: true,
+		})
+		if err != nil {
+			s.log.ErrorContext(ctx, "mcpserver: the policy failed while listing; hiding the tool", "tool", t.def.Name, "err", err)
+			continue
+		}
+		if v.Decision == Allow || v.Decision == Approve {
+			res.Tools = append(res.Tools, t.listed)
+		}
+	}
+	return res
+}

@@ -1,0 +1,576 @@
+package mcpserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Upstream is an MCP server whose tools the catalog re-exposes, reached
+// over streamable HTTP (URL) or stdio (Command).
+type Upstream struct {
+	// Name names the upstream in logs, audit records and Call.Server.
+	// Required: 1 to 64 of a-z, A-Z, 0-9, '_' and '-'; unique.
+	Name string
+	// URL is the streamable HTTP endpoint. It must be https, or http on a
+	// loopback host (or with InsecureAllowHTTP). Exactly one of URL and
+	// Command is required.
+	URL string
+	// Command and Args start a stdio server, one process per caller
+	// subject (and one for listing the tools).
+	Command string
+	Args    []string
+	// Env is the stdio process's environment: exactly these variables,
+	// plus PATH, HOME, TMPDIR and LANG from Usher's own unless Env sets
+	// them. Nothing else of Usher's environment, which holds its secrets,
+	// is passed on.
+	Env map[string]string
+	// Prefix is put before each of the upstream's tool names. Default
+	// Name + "__"; 1 to 63 of the characters of Name. A tool whose
+	// prefixed name does not fit ^[a-zA-Z0-9_-]{1,64}$ is not offered.
+	Prefix string
+	// Headers are sent with every HTTP request to URL: the upstream's own
+	// credentials, configured for it. They are never logged.
+	Headers map[string]string
+	// BrokerToken sends "Authorization: Bearer" with a broker token whose
+	// audience is URL, from CatalogOptions.UpstreamToken.
+	BrokerToken bool
+	// InsecureAllowHTTP allows a plain http URL on a host that is not
+	// loopback, where credentials travel in the clear.
+	InsecureAllowHTTP bool
+}
+
+// toolName is the form of every tool name the catalog exposes.
+var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// upstreamName is the form of an upstream's name.
+var upstreamName = toolName
+
+// prefixForm is the form of a prefix: it must leave room for a name.
+var prefixForm = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,63}$`)
+
+// reservedHeaders are set by the transport or the protocol; a configured
+// header may not override them.
+var reservedHeaders = []string{"Host", "Content-Length", "Content-Type", "Accept", "Connection", "Transfer-Encoding"}
+
+// checkUpstreams validates the upstreams and fills in their prefixes. Two
+// prefixes of which one begins the other could expose one name twice, so
+// they are refused along with equal ones.
+func checkUpstreams(ups []Upstream, haveToken bool) ([]Upstream, error) {
+	var errs []error
+	out := make([]Upstream, 0, len(ups))
+	names := map[string]bool{}
+	for i, u := range ups {
+		if u.Prefix == "" {
+			u.Prefix = u.Name + "__"
+		}
+		where := fmt.Sprintf("upstream %d (%q)", i, u.Name)
+		if !upstreamName.MatchString(u.Name) {
+			errs = append(errs, fmt.Errorf("%s: the name must be 1 to 64 of a-z, A-Z, 0-9, '_', '-'", where))
+		}
+		if names[u.Name] {
+			errs = append(errs, fmt.Errorf("%s: the name is used twice", where))
+		}
+		names[u.Name] = true
+		if !prefixForm.MatchString(u.Prefix) {
+			errs = append(errs, fmt.Errorf("%s: the prefix %q must be 1 to 63 of a-z, A-Z, 0-9, '_', '-'", where, u.Prefix))
+		}
+		for _, v := range out {
+			if strings.HasPrefix(u.Prefix, v.Prefix) || strings.HasPrefix(v.Prefix, u.Prefix) {
+				errs = append(errs, fmt.Errorf("%s: the prefix %q overlaps the prefix %q of %q", where, u.Prefix, v.Prefix, v.Name))
+			}
+		}
+		switch {
+		case (u.URL == "") == (u.Command == ""):
+			errs = append(errs, fmt.Errorf("%s: exactly one of url and command is required", where))
+		case u.URL != "":
+			if err := checkUpstreamURL(u.URL, u.InsecureAllowHTTP); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			}
+			if len(u.Args) > 0 || len(u.Env) > 0 {
+				errs = append(errs, fmt.Errorf("%s: args and env are for a command", where))
+			}
+		default:
+			if len(u.Headers) > 0 || u.BrokerToken {
+				errs = append(errs, fmt.Errorf("%s: headers and broker tokens are for a url; give a command its credentials in env", where))
+			}
+			for k := range u.Env {
+				if k == "" || strings.ContainsAny(k, "=\x00") {
+					errs = append(errs, fmt.Errorf("%s: the environment variable name %q is not valid", where, k))
+				}
+			}
+		}
+		for k, v := range u.Headers {
+			if !isToken(k) || strings.ContainsAny(v, "\r\n\x00") {
+				errs = append(errs, fmt.Errorf("%s: the header %q is not a valid header", where, k))
+			}
+			if slices.ContainsFunc(reservedHeaders, func(r string) bool { return strings.EqualFold(r, k) }) ||
+				strings.HasPrefix(strings.ToLower(k), "mcp-") {
+				errs = append(errs, fmt.Errorf("%s: the header %q is set by the transport", where, k))
+			}
+			if u.BrokerToken && strings.EqualFold(k, "Authorization") {
+				errs = append(errs, fmt.Errorf("%s: an Authorization header and a broker token exclude each other", where))
+			}
+		}
+		if u.BrokerToken && !haveToken {
+			errs = append(errs, fmt.Errorf("%s: a broker token needs CatalogOptions.UpstreamToken", where))
+		}
+		out = append(out, u)
+	}
+	return out, errors.Join(errs...)
+}
+
+// checkUpstreamURL requires https, or http on loopback unless insecure.
+func checkUpstreamURL(raw string, insecure bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" {
+		return fmt.Errorf("the url %q must be an absolute URL without user information or fragment", raw)
+	}
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && (insecure || isLoopback(u.Hostname())):
+	default:
+		return fmt.Errorf("the url %q must be https (or http on a loopback host, or set insecure_allow_http)", raw)
+	}
+	return nil
+}
+
+// upstream is a configured upstream within its catalog.
+type upstream struct {
+	cfg Upstream
+	cat *Catalog
+}
+
+// maxUpstreamPages bounds the pages of one tools/list.
+const maxUpstreamPages = 50
+
+// listTools lists the upstream's tools, as the catalog exposes them.
+func (u *upstream) listTools(ctx context.Context) ([]*tool, error) {
+	c, err := u.cat.pool.acquire(ctx, u, "")
+	if err != nil {
+		return nil, err
+	}
+	defer u.cat.pool.release(c)
+	var tools []*tool
+	cursor := ""
+	for range maxUpstreamPages {
+		res, err := c.session.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+		if err != nil {
+			u.cat.pool.broken(c)
+			return nil, err
+		}
+		for _, t := range res.Tools {
+			exposed := u.cfg.Prefix + t.Name
+			if !toolName.MatchString(exposed) {
+				u.cat.log.Warn("mcpserver: an upstream tool's name does not fit; it is not offered", "upstream", u.cfg.Name, "tool", t.Name)
+				continue
+			}
+			def, err := definitionOf(exposed, t)
+			if err == nil {
+				var tl *tool
+				if tl, err = u.cat.newTool(def, u.cfg.Name, nil, u.caller(t.Name)); err == nil {
+					tools = append(tools, tl)
+					continue
+				}
+			}
+			u.cat.log.Warn("mcpserver: an upstream tool's definition is not usable; it is not offered", "upstream", u.cfg.Name, "tool", t.Name, "err", err)
+		}
+		if cursor = res.NextCursor; cursor == "" {
+			return tools, nil
+		}
+	}
+	return nil, fmt.Errorf("more than %d pages of tools", maxUpstreamPages)
+}
+
+// definitionOf is the definition of an upstream tool under its exposed
+// name, its schemas and annotations re-encoded as JSON.
+func definitionOf(exposed string, t *mcp.Tool) (ToolDefinition, error) {
+	def := ToolDefinition{Name: exposed, Title: t.Title, Description: t.Description}
+	var err error
+	if def.InputSchema, err = json.Marshal(t.InputSchema); err != nil {
+		return def, err
+	}
+	if t.OutputSchema != nil {
+		if def.OutputSchema, err = json.Marshal(t.OutputSchema); err != nil {
+			return def, err
+		}
+	}
+	if t.Annotations != nil {
+		if def.Annotations, err = json.Marshal(t.Annotations); err != nil {
+			return def, err
+		}
+	}
+	return def, nil
+}
+
+// errOutcomeUnknown marks a failure after which a call may or may not have
+// taken effect.
+var errOutcomeUnknown = errors.New("outcome unknown")
+
+// caller returns the handler that calls the upstream tool name (its own
+// name, without the prefix) on the caller's session.
+func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*mcp.CallToolResult, error) {
+	return func(ctx context.Context, args json.RawMessage) (*mcp.CallToolResult, error) {
+		c, ok := CallerFromContext(ctx)
+		if !ok {
+			return nil, errors.New("no caller in the context")
+		}
+		ctx, cancel := context.WithTimeout(ctx, u.cat.opts.CallTimeout)
+		defer cancel()
+		conn, err := u.cat.pool.acquire(ctx, u, c.Subject)
+		if err != nil {
+			// Nothing was sent: the call certainly did not run.
+			return nil, fmt.Errorf("connect to upstream %s: %w", u.cfg.Name, err)
+		}
+		defer u.cat.pool.release(conn)
+
+		ds, _ := ctx.Value(downstreamKey{}).(downstream)
+		f := &inflight{ctx: ctx, downstream: ds, id: rand.Text(), upstream: u.cfg.Name}
+		ctx = context.WithValue(ctx, inflightKey{}, f)
+		conn.track(f)
+		defer conn.untrack(f)
+		meta := mcp.Meta{}
+		if ds.progressToken != nil {
+			meta["progressToken"] = f.id
+		}
+		askForLogs(meta, ds)
+
+		res, err := conn.session.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: name, Arguments: args})
+		if err != nil {
+			var rpcErr *jsonrpc.Error
+			if errors.As(err, &rpcErr) {
+				// The upstream answered: it refused the call.
+				return nil, fmt.Errorf("upstream %s refused the call: %w", u.cfg.Name, err)
+			}
+			u.cat.pool.broken(conn)
+			return nil, fmt.Errorf("%w: upstream %s: %v", errOutcomeUnknown, u.cfg.Name, err)
+		}
+		// An upstream may not speak for Usher: the "usher/" keys of
+		// _meta (an approval link, say) are Usher's alone, and the
+		// protocol's own keys described the upstream hop, not this one.
+		for k := range res.Meta {
+			if strings.HasPrefix(k, "usher/") || strings.HasPrefix(k, "io.modelcontextprotocol/") {
+				delete(res.Meta, k)
+			}
+		}
+		if res.Content == nil {
+			res.Content = []mcp.Content{}
+		}
+		return res, nil
+	}
+}
+
+// connect opens a client session to the upstream for the conn's subject.
+func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, error) {
+	copts := &mcp.ClientOptions{
+		// No roots, sampling or elicitation: an upstream may not ask the
+		// caller for anything.
+		Capabilities: &mcp.ClientCapabilities{},
+		Logger:       u.cat.log.With("upstream", u.cfg.Name),
+	}
+	if u.cfg.Command != "" {
+		// Over HTTP, the credentials transport passes notifications on
+		// as it reads them (see sseTap); over stdio only the SDK sees
+		// them.
+		c.handleNotifications(copts)
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "usher", Version: u.cat.opts.Version}, copts)
+	var t mcp.Transport
+	if u.cfg.URL != "" {
+		base := u.cat.opts.HTTPClient
+		rt := base.Transport
+		if rt == nil {
+			rt = http.DefaultTransport
+		}
+		cred := &credentials{base: rt, headers: http.Header{}, subject: c.key.subject}
+		for k, v := range u.cfg.Headers {
+			cred.headers.Set(k, v)
+		}
+		if u.cfg.BrokerToken {
+			cred.token, cred.audience = u.cat.opts.UpstreamToken, u.cfg.URL
+		}
+		t = &mcp.StreamableClientTransport{
+			Endpoint: u.cfg.URL,
+			HTTPClient: &http.Client{Transport: cred, Timeout: base.Timeout,
+				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+			// Notifications are passed on only on the stream of the call
+			// that caused them.
+			DisableStandaloneSSE: true,
+		}
+	} else {
+		cmd := exec.Command(u.cfg.Command, u.cfg.Args...)
+		cmd.Env = u.env()
+		cmd.Stderr = &stderrLog{log: u.cat.log, upstream: u.cfg.Name}
+		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+	}
+	// The session outlives the call that opens it: it keeps none of that
+	// call's downstream.
+	cs, err := client.Connect(context.WithValue(ctx, downstreamKey{}, downstream{}), t, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := askSessionForLogs(ctx, cs); err != nil {
+		u.cat.log.Debug("mcpserver: an upstream refused a logging level", "upstream", u.cfg.Name, "err", err)
+	}
+	return cs, nil
+}
+
+// env is the environment of a stdio upstream.
+func (u *upstream) env() []string {
+	var env []string
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "LANG"} {
+		if _, set := u.cfg.Env[k]; !set {
+			if v, ok := os.LookupEnv(k); ok {
+				env = append(env, k+"="+v)
+			}
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(u.cfg.Env)) {
+		env = append(env, k+"="+u.cfg.Env[k])
+	}
+	if env == nil {
+		env = []string{} // not nil, which would mean Usher's whole environment
+	}
+	return env
+}
+
+// credentials is the HTTP transport to an upstream: every request carries
+// the upstream's configured headers and, if configured, a broker token for
+// its URL, and nothing else of the kind.
+type credentials struct {
+	base     http.RoundTripper
+	headers  http.Header
+	token    func(ctx context.Context, audience string) (string, error)
+	audience string
+	subject  string // the session's caller subject; empty for the catalog
+}
+
+// RoundTrip sends r with the upstream's credentials.
+func (t *credentials) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Del("Authorization")
+	for k, v := range t.headers {
+		r.Header[k] = slices.Clone(v)
+	}
+	if t.token != nil {
+		ctx := r.Context()
+		if c, ok := CallerFromContext(ctx); t.subject == "" {
+			ctx = withoutCaller(ctx)
+		} else if !ok || c.Subject != t.subject {
+			ctx = withCaller(ctx, Caller{Subject: t.subject})
+		}
+		tok, err := t.token(ctx, t.audience)
+		if err != nil {
+			if r.Body != nil {
+				r.Body.Close()
+			}
+			return nil, fmt.Errorf("mcpserver: a token for the upstream: %w", err)
+		}
+		r.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := t.base.RoundTrip(r)
+	if f, ok := r.Context().Value(inflightKey{}).(*inflight); ok && err == nil && isEventStream(resp) {
+		resp.Body = &sseTap{body: resp.Body, f: f}
+	}
+	return resp, err
+}
+
+// stderrLog logs what a stdio upstream writes to its standard error.
+type stderrLog struct {
+	log      *slog.Logger
+	upstream string
+}
+
+func (w *stderrLog) Write(p []byte) (int, error) {
+	w.log.Debug("mcpserver: upstream stderr", "upstream", w.upstream, "text", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// connKey names an upstream session: one per upstream and caller subject,
+// so that no upstream session ever serves two users.
+type connKey struct {
+	upstream string
+	subject  string // "" for the catalog's own session
+}
+
+// conn is a session to an upstream, shared by the calls of one subject.
+type conn struct {
+	key   connKey
+	ready chan struct{} // closed once session and err are set
+
+	session *mcp.ClientSession
+	err     error
+
+	// Guarded by pool.mu.
+	refs   int
+	idle   *time.Timer
+	failed bool
+
+	mu       sync.Mutex
+	inflight map[string]*inflight // by the id given to the upstream as progress token
+}
+
+func (c *conn) track(f *inflight) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inflight[f.id] = f
+}
+
+func (c *conn) untrack(f *inflight) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.inflight, f.id)
+}
+
+// errCatalogClosed is returned by calls after Catalog.Close.
+var errCatalogClosed = errors.New("mcpserver: the catalog is closed")
+
+// pool keeps the upstream sessions: opened on first use, shared by one
+// subject's calls, closed after being idle, on failure, and by close.
+type pool struct {
+	mu     sync.Mutex
+	conns  map[connKey]*conn
+	idle   time.Duration
+	closed bool
+}
+
+// acquire returns the subject's session to u, opening it if needed. The
+// caller must release it.
+func (p *pool) acquire(ctx context.Context, u *upstream, subject string) (*conn, error) {
+	key := connKey{upstream: u.cfg.Name, subject: subject}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errCatalogClosed
+	}
+	c := p.conns[key]
+	opener := c == nil
+	if opener {
+		c = &conn{key: key, ready: make(chan struct{}), inflight: map[string]*inflight{}}
+		p.conns[key] = c
+	}
+	c.refs++
+	if c.idle != nil {
+		c.idle.Stop()
+		c.idle = nil
+	}
+	p.mu.Unlock()
+
+	if opener {
+		cs, err := u.connect(ctx, c)
+		p.mu.Lock()
+		if err == nil && p.closed {
+			_ = cs.Close()
+			cs, err = nil, errCatalogClosed
+		}
+		c.session, c.err = cs, err
+		close(c.ready)
+		p.mu.Unlock()
+	} else {
+		select {
+		case <-c.ready:
+		case <-ctx.Done():
+			p.release(c)
+			return nil, ctx.Err()
+		}
+	}
+	if c.err != nil {
+		p.broken(c)
+		p.release(c)
+		return nil, c.err
+	}
+	return c, nil
+}
+
+// release gives a session back. The last user of a failed session closes
+// it; an idle one is closed after the idle timeout.
+func (p *pool) release(c *conn) {
+	p.mu.Lock()
+	c.refs--
+	if c.refs > 0 {
+		p.mu.Unlock()
+		return
+	}
+	if !c.failed && !p.closed {
+		c.idle = time.AfterFunc(p.idle, func() { p.expire(c) })
+		p.mu.Unlock()
+		return
+	}
+	if p.conns[c.key] == c {
+		delete(p.conns, c.key)
+	}
+	p.mu.Unlock()
+	c.close()
+}
+
+// broken takes a failed session out of the pool: the next call opens a new
+// one.
+func (p *pool) broken(c *conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c.failed = true
+	if p.conns[c.key] == c {
+		delete(p.conns, c.key)
+	}
+}
+
+// expire closes a session that stayed idle.
+func (p *pool) expire(c *conn) {
+	p.mu.Lock()
+	if c.refs > 0 || c.idle == nil || p.conns[c.key] != c {
+		p.mu.Unlock()
+		return
+	}
+	c.idle = nil
+	delete(p.conns, c.key)
+	p.mu.Unlock()
+	c.close()
+}
+
+// close closes every session; later acquires fail.
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	var open []*conn
+	for _, c := range p.conns {
+		if c.idle != nil {
+			c.idle.Stop()
+			c.idle = nil
+		}
+		select {
+		case <-c.ready:
+			open = append(open, c)
+		default:
+			// Its opener sees closed and closes it.
+		}
+	}
+	clear(p.conns)
+	p.mu.Unlock()
+	for _, c := range open {
+		c.close()
+	}
+}
+
+// close closes the session, once it is open.
+func (c *conn) close() {
+	<-c.ready
+	if c.session != nil {
+		_ = c.session.Close()
+	}
+}
