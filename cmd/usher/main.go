@@ -22,6 +22,15 @@ Usage:
   usher token user --sub NAME [flags]   print an API access token from the built-in development provider
   usher token mcp --sub PRINCIPAL --audience URL [flags]
                                         print a broker token (mcp:invoke) for an MCP server
+  usher policy check [--policy FILE] [--lock FILE]
+                                        validate and lint the approval policy
+  usher policy explain --user U --tool T [--args JSON] [--server S] [--groups G1,G2]
+                                        explain the decision for one call
+  usher policy test [--policy FILE] CASES.yaml
+                                        check expected decisions; exit 1 on a mismatch
+  usher tools diff|lock [--lock FILE]   compare the tool catalog with the lock, or write the lock
+  usher audit verify [--anchor SEQ:HASH] check the audit log's hash chain
+  usher audit export [--after SEQ]      write the audit log as JSON lines
   usher version                         print the version
 
 Flags shared by every subcommand that opens the installation:
@@ -46,6 +55,8 @@ func main() {
 	case err == nil:
 	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
 		os.Exit(2)
+	case errors.Is(err, errFailed):
+		os.Exit(1)
 	default:
 		fmt.Fprintln(os.Stderr, "usher:", err)
 		os.Exit(1)
@@ -67,6 +78,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.migrate(ctx, args[1:])
 	case "token":
 		return env.token(ctx, args[1:])
+	case "policy":
+		return env.policyCmd(ctx, args[1:])
+	case "tools":
+		return env.toolsCmd(ctx, args[1:])
+	case "audit":
+		return env.auditCmd(ctx, args[1:])
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "usher", version())
 		return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/config"
 	"github.com/usherhq/usher/internal/devoidc"
 	"github.com/usherhq/usher/internal/httpx"
@@ -59,6 +60,15 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("broker keys: %w", err)
 	}
 	defer brokerKeys.Stop()
+
+	mint, err := broker.New(brokerKeys, &broker.Options{
+		Issuer:        publicURL,
+		TokenLifetime: cfg.Broker.TokenLifetime.Std(),
+		ClientID:      cfg.Broker.ClientID,
+	})
+	if err != nil {
+		return err
+	}
 
 	mux := http.NewServeMux()
 	reg := prometheus.NewRegistry()
@@ -118,6 +128,14 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		p, _ := identity.FromContext(r.Context())
 		httpx.WriteJSON(w, http.StatusOK, me{ID: p.ID(), Issuer: p.Issuer, Tenant: p.Tenant, ObjectID: p.ObjectID, Name: p.Name, Email: p.Email, Scopes: p.Scopes})
 	})))
+	mcp, err := in.buildMCP(ctx, publicURL, brokerKeys, mint)
+	if err != nil {
+		return err
+	}
+	defer mcp.catalog.Close()
+	mcp.mount(mux, verifier.Middleware, publicURL)
+	go in.sweep(ctx, mcp)
+
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, log, httpx.ErrNotFound)
 	})
@@ -151,6 +169,45 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// abandonedAfter is how long after its start a tool execution that never
+// finished is declared outcome_unknown.
+const abandonedAfter = 15 * time.Minute
+
+// sweep expires overdue approval requests and marks executions abandoned by
+// a crash as outcome_unknown, on a slow ticker, until ctx ends. Every
+// replica may run it: both are idempotent compare-and-swaps.
+func (in *installation) sweep(ctx context.Context, mcp *mcpStack) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		if n, err := mcp.approvals.Expire(ctx); err != nil && ctx.Err() == nil {
+			in.log.Warn("approval expiry sweep failed", "err", err)
+		} else if n > 0 {
+			in.log.Info("expired approval requests", "count", n)
+		}
+		// A call runs for at most the catalog's call timeout (5 min); one
+		// still "started" three times that long ago lost its process.
+		lost, err := in.store.MarkOutcomeUnknown(ctx, time.Now().Add(-abandonedAfter))
+		if err != nil && ctx.Err() == nil {
+			in.log.Warn("abandoned execution sweep failed", "err", err)
+		}
+		for _, e := range lost {
+			in.log.Warn("tool execution outcome unknown", "tool", e.Tool, "idempotency_key", e.IdempotencyKey)
+			if err := mcp.audit.Append(ctx, audit.Entry{
+				Kind: audit.KindOutcomeUnknown, Principal: e.Principal, Tool: e.Tool,
+				ArgumentsHash: e.ArgumentsHash, ApprovalID: e.ApprovalID, RunID: e.RunID, Outcome: "outcome_unknown",
+			}); err != nil {
+				in.log.Warn("audit of an unknown outcome failed", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // me is the body of GET /api/me: who the API thinks the caller is.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -28,6 +29,9 @@ type Config struct {
 	Database Database `yaml:"database"`
 	Identity Identity `yaml:"identity"`
 	Broker   Broker   `yaml:"broker"`
+	MCP      MCP      `yaml:"mcp"`
+	Policy   Policy   `yaml:"policy"`
+	Approval Approval `yaml:"approvals"`
 }
 
 // Server configures the HTTP listener and the process's files.
@@ -98,6 +102,52 @@ type Broker struct {
 	ClientID string `yaml:"client_id"`
 }
 
+// MCP configures Usher's MCP server and the upstream servers it federates.
+type MCP struct {
+	// Stateful keeps MCP sessions in the process (single replica only).
+	// Default false: stateless, any replica serves any request.
+	Stateful bool `yaml:"stateful"`
+	// DemoTools offers the per-user notes tools. Default true with the
+	// development provider, else false.
+	DemoTools *bool `yaml:"demo_tools"`
+	// AllowedOrigins are browser origins, besides public_url's, that may
+	// call /mcp. Default none.
+	AllowedOrigins []string `yaml:"allowed_origins"`
+	// Upstreams are MCP servers whose tools Usher re-exposes under a
+	// prefix. Set in the file only.
+	Upstreams []Upstream `yaml:"upstreams"`
+}
+
+// Upstream is one federated MCP server: url for streamable HTTP, or command
+// (with args and env) for stdio.
+type Upstream struct {
+	Name    string            `yaml:"name"`
+	URL     string            `yaml:"url"`
+	Command string            `yaml:"command"`
+	Args    []string          `yaml:"args"`
+	Env     map[string]string `yaml:"env"`
+	// Prefix namespaces its tools. Default "<name>__".
+	Prefix string `yaml:"prefix"`
+	// Headers are sent on every request to it (its own credentials).
+	Headers map[string]string `yaml:"headers"`
+	// BrokerToken sends a broker token minted for the upstream's own URL.
+	BrokerToken bool `yaml:"broker_token"`
+}
+
+// Policy locates the approval policy and the tool lock.
+type Policy struct {
+	// File is the Cedar policy. Default "": the shipped default policy.
+	File string `yaml:"file"`
+	// LockFile is the reviewed tool lock. Default "<data_dir>/tools.lock".
+	LockFile string `yaml:"lock_file"`
+}
+
+// Approval configures approval requests.
+type Approval struct {
+	// TTL is how long an approval request stays open. Default 24h.
+	TTL Duration `yaml:"ttl"`
+}
+
 // Duration is a time.Duration written as "5m", "15s", "720h".
 type Duration time.Duration
 
@@ -137,6 +187,7 @@ func Default() Config {
 			RotationPeriod: Duration(30 * 24 * time.Hour),
 			ClientID:       "usher-assistant",
 		},
+		Approval: Approval{TTL: Duration(24 * time.Hour)},
 	}
 }
 
@@ -197,6 +248,15 @@ func Load(path string, getenv func(string) string, o Overrides) (Config, error) 
 // use, i.e. no external issuer is configured.
 func (c *Config) DevIdentity() bool { return c.Identity.Issuer == "" }
 
+// DemoTools reports whether the demo notes tools are offered: as
+// configured, else only with the development provider.
+func (c *Config) DemoTools() bool {
+	if c.MCP.DemoTools != nil {
+		return *c.MCP.DemoTools
+	}
+	return c.DevIdentity()
+}
+
 // DevAudience and DevScope are the audience and scope of the tokens the
 // built-in development provider issues for the API.
 const (
@@ -205,6 +265,9 @@ const (
 )
 
 func (c *Config) applyDerivedDefaults() {
+	if c.Policy.LockFile == "" {
+		c.Policy.LockFile = filepath.Join(c.Server.DataDir, "tools.lock")
+	}
 	if c.DevIdentity() {
 		if len(c.Identity.Audiences) == 0 {
 			c.Identity.Audiences = []string{DevAudience}
@@ -274,6 +337,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Broker.ClientID == "" {
 		bad("broker.client_id", "must not be empty")
+	}
+	if c.Approval.TTL.Std() < time.Minute || c.Approval.TTL.Std() > 30*24*time.Hour {
+		bad("approvals.ttl", "must be between 1m and 720h, got %s", c.Approval.TTL.Std())
+	}
+	for i, u := range c.MCP.Upstreams {
+		key := fmt.Sprintf("mcp.upstreams[%d]", i)
+		if u.Name == "" {
+			bad(key+".name", "must not be empty")
+		}
+		if (u.URL == "") == (u.Command == "") {
+			bad(key, "set exactly one of url and command")
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -361,6 +436,18 @@ func (k Key) set(c *Config, v string) error {
 			return fmt.Errorf("want a duration such as 5m, got %q", v)
 		}
 		*p = Duration(d)
+	case **bool:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		*p = &b
+	case *bool:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		*p = b
 	case *[]string:
 		var list []string
 		for s := range strings.SplitSeq(v, ",") {
@@ -370,7 +457,7 @@ func (k Key) set(c *Config, v string) error {
 		}
 		*p = list
 	default:
-		return fmt.Errorf("unsupported type %s", f.Type())
+		return fmt.Errorf("can be set only in the configuration file")
 	}
 	return nil
 }

@@ -83,6 +83,9 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"identity.required_scopes": "s", "identity.tenants": "t",
 		"broker.token_lifetime": "1m", "broker.rotation_period": "2h",
 		"broker.key_encryption_key": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", "broker.client_id": "c",
+		"mcp.stateful": "true", "mcp.demo_tools": "false", "mcp.allowed_origins": "https://a.example.com",
+		"mcp.upstreams": "", "policy.file": "/etc/usher/policy.cedar", "policy.lock_file": "/etc/usher/tools.lock",
+		"approvals.ttl": "2h",
 	}
 	m := map[string]string{}
 	for _, k := range Keys() {
@@ -98,7 +101,9 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 	}
 	if c.Server.PublicURL != "https://usher.example.com" || c.Server.ShutdownTimeout.Std() != 3*time.Second ||
 		c.Server.MaxBodyBytes != 4096 || c.Log.Format != "json" || c.Database.URL != "postgres://u@h/db" ||
-		c.Broker.RotationPeriod.Std() != 2*time.Hour || len(c.Identity.Audiences) != 2 {
+		c.Broker.RotationPeriod.Std() != 2*time.Hour || len(c.Identity.Audiences) != 2 ||
+		!c.MCP.Stateful || c.DemoTools() || c.Policy.File == "" || c.Policy.LockFile != "/etc/usher/tools.lock" ||
+		c.Approval.TTL.Std() != 2*time.Hour || len(c.MCP.AllowedOrigins) != 1 {
 		t.Errorf("overrides not applied: %+v", c)
 	}
 }
@@ -124,6 +129,37 @@ func TestValidationReportsEveryProblemByKey(t *testing.T) {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("error does not name %s:\n%v", key, err)
 		}
+	}
+}
+
+func TestUpstreamsOnlyInTheFile(t *testing.T) {
+	_, err := Load("", env(map[string]string{"USHER_MCP_UPSTREAMS": "x"}), Overrides{})
+	if err == nil || !strings.Contains(err.Error(), "mcp.upstreams") {
+		t.Fatalf("err = %v", err)
+	}
+	p := writeFile(t, `
+mcp:
+  upstreams:
+    - name: files
+      command: /usr/bin/files-mcp
+    - name: ""
+      url: https://a.example.com/mcp
+      command: x
+`)
+	_, err = Load(p, env(nil), Overrides{})
+	if err == nil || !strings.Contains(err.Error(), "mcp.upstreams[1].name") || !strings.Contains(err.Error(), "exactly one of url and command") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestDemoToolsDefaultFollowsIdentity(t *testing.T) {
+	c, _ := Load("", env(nil), Overrides{})
+	if !c.DemoTools() {
+		t.Error("the embedded default offers the demo tools")
+	}
+	c, _ = Load("", env(map[string]string{"USHER_IDENTITY_ISSUER": "https://i.example.com", "USHER_IDENTITY_AUDIENCES": "a"}), Overrides{})
+	if c.DemoTools() {
+		t.Error("a configured issuer does not get the demo tools by default")
 	}
 }
 

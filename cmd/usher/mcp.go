@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/usherhq/usher/approvals"
+	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/mcpserver"
+	"github.com/usherhq/usher/policy"
+	"github.com/usherhq/usher/store"
+)
+
+// The adapters below connect the packages the MCP server reaches through
+// its own small interfaces. They only translate types.
+
+// loadPolicy reads the configured policy, or the shipped default.
+func (in *installation) loadPolicy() (*policy.Policy, error) {
+	if in.cfg.Policy.File == "" {
+		return policy.Default(), nil
+	}
+	p, err := policy.Load(in.cfg.Policy.File)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return p, nil
+}
+
+// loadLock reads the tool lock. A missing lock reviews nothing.
+func (in *installation) loadLock() (*policy.Lock, error) {
+	lock, err := policy.ReadLock(in.cfg.Policy.LockFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tool lock: %w", err)
+	}
+	return lock, nil
+}
+
+// catalog builds the tool catalog from the configuration. mint mints
+// upstream broker tokens.
+func (in *installation) catalog(mint *broker.Broker) (*mcpserver.Catalog, error) {
+	var ups []mcpserver.Upstream
+	for _, u := range in.cfg.MCP.Upstreams {
+		ups = append(ups, mcpserver.Upstream{
+			Name: u.Name, URL: u.URL, Command: u.Command, Args: u.Args, Env: u.Env,
+			Prefix: u.Prefix, Headers: u.Headers, BrokerToken: u.BrokerToken,
+		})
+	}
+	opts := &mcpserver.CatalogOptions{
+		DefinitionHash: func(d mcpserver.ToolDefinition) (string, error) {
+			return policy.DefinitionHash(policy.ToolDefinition(d))
+		},
+		Runs:      in.store,
+		Approvals: in.store,
+		DemoTools: in.cfg.DemoTools(),
+		Notes:     in.store,
+		Upstreams: ups,
+		Version:   version(),
+		Logger:    in.log.With("component", "catalog"),
+	}
+	if mint != nil {
+		opts.UpstreamToken = upstreamTokens(mint)
+	}
+	return mcpserver.NewCatalog(opts)
+}
+
+// upstreamTokens mints broker tokens for an upstream's own audience, for the
+// caller (or, when the catalog lists tools for itself, the assistant), and
+// reuses each until shortly before it expires.
+func upstreamTokens(b *broker.Broker) func(ctx context.Context, audience string) (string, error) {
+	var mu sync.Mutex
+	cache := map[[2]string]func() (string, error){}
+	return func(ctx context.Context, audience string) (string, error) {
+		subject := "usher"
+		if c, ok := mcpserver.CallerFromContext(ctx); ok {
+			subject = c.Subject
+		}
+		key := [2]string{subject, audience}
+		mu.Lock()
+		get, ok := cache[key]
+		if !ok {
+			ts := b.TokenSource(context.WithoutCancel(ctx), broker.Grant{Subject: subject, Audience: audience})
+			get = func() (string, error) {
+				t, err := ts.Token()
+				if err != nil {
+					return "", err
+				}
+				return t.AccessToken, nil
+			}
+			cache[key] = get
+		}
+		mu.Unlock()
+		return get()
+	}
+}
+
+// decider answers the MCP server with the policy, marking a tool reviewed
+// when its definition hash matches the tool lock.
+type decider struct {
+	policy *policy.Policy
+	lock   *policy.Lock
+}
+
+func (d decider) Decide(_ context.Context, c mcpserver.Call) (mcpserver.Verdict, error) {
+	server := c.Server
+	if server == "" {
+		server = policy.BuiltinServer
+	}
+	args := c.Arguments
+	if c.Listing {
+		args = json.RawMessage(`{}`)
+	}
+	dec := d.policy.Decide(policy.Request{
+		Principal: principalOf(c.Principal),
+		Tool: policy.Tool{
+			Name: c.Tool, Server: server, DefinitionHash: c.DefinitionHash,
+			Reviewed: d.lock.Reviewed(c.Tool, c.DefinitionHash),
+		},
+		Arguments: args,
+		ClientID:  c.ClientID,
+	})
+	v := mcpserver.Verdict{PolicyIDs: dec.PolicyIDs, PolicyHash: dec.PolicyHash, Reasons: dec.Reasons, Approvers: dec.Approvers}
+	switch dec.Outcome {
+	case policy.Allow:
+		v.Decision = mcpserver.Allow
+	case policy.Approve:
+		v.Decision = mcpserver.Approve
+	default:
+		v.Decision = mcpserver.Deny
+	}
+	return v, nil
+}
+
+// principalOf rebuilds the policy principal from a principal id
+// ("issuer|tenant|object id").
+func principalOf(id string) policy.Principal {
+	p := policy.Principal{ID: id}
+	if parts := strings.Split(id, "|"); len(parts) == 3 {
+		p.Tenant = parts[1]
+	}
+	return p
+}
+
+// approvalRequests adapts the approvals service to the MCP server.
+type approvalRequests struct{ svc *approvals.Service }
+
+func (a approvalRequests) Consume(ctx context.Context, b store.ApprovalBinding) (store.Approval, error) {
+	return a.svc.Consume(ctx, b)
+}
+
+func (a approvalRequests) Request(ctx context.Context, r mcpserver.ApprovalRequest) (store.Approval, error) {
+	return a.svc.Request(ctx, r.Binding, r.Arguments, r.PolicyIDs, r.Reason, r.Approvers)
+}
+
+// auditor writes the MCP server's events to the hash-chained audit log.
+type auditor struct{ log *audit.Log }
+
+func (a auditor) Record(ctx context.Context, e mcpserver.Event) error {
+	details, err := json.Marshal(map[string]any{
+		"server": e.Server, "reasons": e.Reasons, "idempotency_key": e.IdempotencyKey,
+	})
+	if err != nil {
+		return err
+	}
+	return a.log.Append(ctx, audit.Entry{
+		Kind: audit.Kind(e.Kind), At: e.At, Principal: e.Principal, ClientID: e.ClientID,
+		TokenJTI: e.TokenID, Tool: e.Tool, DefinitionHash: e.DefinitionHash,
+		ArgumentsHash: e.ArgumentsHash, Decision: string(e.Decision), PolicyIDs: e.PolicyIDs,
+		PolicyHash: e.PolicyHash, ApprovalID: e.ApprovalID, RunID: e.RunID, Outcome: e.Outcome,
+		Latency: e.Latency, Details: details,
+	})
+}
+
+// mcpStack is the MCP server and what it needs, built for serve.
+type mcpStack struct {
+	server    *mcpserver.Server
+	catalog   *mcpserver.Catalog
+	approvals *approvals.Service
+	audit     *audit.Log
+}
+
+// buildMCP wires the MCP server, the policy, approvals and the audit log.
+func (in *installation) buildMCP(ctx context.Context, publicURL string, keys *broker.Keyring, b *broker.Broker) (*mcpStack, error) {
+	pol, err := in.loadPolicy()
+	if err != nil {
+		return nil, err
+	}
+	lock, err := in.loadLock()
+	if err != nil {
+		return nil, err
+	}
+	auditLog, err := audit.New(in.store, nil)
+	if err != nil {
+		return nil, err
+	}
+	svc, err := approvals.New(in.store, &approvals.Options{
+		TTL: in.cfg.Approval.TTL.Std(), PublicURL: publicURL, Audit: auditLog,
+		Logger: in.log.With("component", "approvals"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	cat, err := in.catalog(b)
+	if err != nil {
+		return nil, err
+	}
+	if lock == nil {
+		if lock, err = in.lockBuiltins(ctx, cat); err != nil {
+			cat.Close()
+			return nil, err
+		}
+	}
+	verifier, err := broker.NewVerifier(keys, &broker.VerifierOptions{Issuer: publicURL, Audience: publicURL + "/mcp"})
+	if err != nil {
+		cat.Close()
+		return nil, err
+	}
+	srv, err := mcpserver.New(&mcpserver.Options{
+		PublicURL:      publicURL,
+		Verifier:       verifier,
+		Catalog:        cat,
+		Decider:        decider{policy: pol, lock: lock},
+		Approvals:      approvalRequests{svc},
+		Executions:     in.store,
+		Auditor:        auditor{auditLog},
+		ApprovalURL:    svc.URL,
+		Stateful:       in.cfg.MCP.Stateful,
+		AllowedOrigins: in.cfg.MCP.AllowedOrigins,
+		MaxBodyBytes:   in.cfg.Server.MaxBodyBytes,
+		Version:        version(),
+		Logger:         in.log.With("component", "mcp"),
+	})
+	if err != nil {
+		cat.Close()
+		return nil, err
+	}
+	in.log.Info("policy loaded", "policy", pol.Name(), "hash", pol.Hash(), "lock", in.cfg.Policy.LockFile)
+	return &mcpStack{server: srv, catalog: cat, approvals: svc, audit: auditLog}, nil
+}
+
+// lockBuiltins writes a first tool lock holding only the built-in tools,
+// which ship with the binary, so that a new installation's read-only
+// built-ins run unattended. Upstream tools stay unreviewed until an
+// operator runs `usher tools lock`.
+func (in *installation) lockBuiltins(ctx context.Context, cat *mcpserver.Catalog) (*policy.Lock, error) {
+	defs, err := cat.Definitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lock := &policy.Lock{Tools: map[string]string{}}
+	for _, d := range defs {
+		if d.Server == "" {
+			lock.Tools[d.Name] = d.Hash
+		}
+	}
+	if err := lock.Write(in.cfg.Policy.LockFile); err != nil {
+		return nil, fmt.Errorf("tool lock: %w", err)
+	}
+	in.log.Warn("no tool lock found: wrote one with the built-in tools only; review upstream tools with `usher tools diff` and `usher tools lock`",
+		"file", in.cfg.Policy.LockFile, "tools", len(lock.Tools))
+	return lock, nil
+}
+
+// mountMCP adds the MCP endpoint, its metadata and the approvals API.
+func (st *mcpStack) mount(mux *http.ServeMux, authenticated func(http.Handler) http.Handler, brokerIssuer string) {
+	st.server.Mount(mux)
+	api := approvals.RefuseBrokerTokens(brokerIssuer, authenticated(st.approvals.Handler(nil)))
+	mux.Handle("/api/approvals", api)
+	mux.Handle("/api/approvals/", api)
+}
