@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -82,10 +83,11 @@ func (e *environment) policyCmd(ctx context.Context, args []string) error {
 		fmt.Fprint(e.stdout, policy.Explain(req, p.Decide(req)))
 		return nil
 	case "test":
-		if err := fs.Parse(args[1:]); err != nil {
+		files, err := parseInterspersed(fs, args[1:])
+		if err != nil {
 			return err
 		}
-		if fs.NArg() != 1 {
+		if len(files) != 1 {
 			fmt.Fprintln(e.stderr, "usage: usher policy test [--policy FILE] CASES.yaml")
 			return errUsage
 		}
@@ -93,7 +95,7 @@ func (e *environment) policyCmd(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		cases, err := policy.LoadCases(fs.Arg(0))
+		cases, err := policy.LoadCases(files[0])
 		if err != nil {
 			return err
 		}
@@ -112,6 +114,22 @@ func (e *environment) policyCmd(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(e.stderr, "usher policy: unknown command %q (want check, explain or test)\n", args[0])
 	return errUsage
+}
+
+// parseInterspersed parses flags that may come before or after the
+// positional arguments, and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }
 
 // policyAndLock loads the policy and lock named by flags or configuration.

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+)
+
+// mcpCall posts one JSON-RPC request to /mcp and returns its result.
+func mcpCall(t *testing.T, url, token, method string, params any) map[string]any {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	req, _ := http.NewRequest("POST", url+"/mcp", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%s: %d %s", method, resp.StatusCode, raw)
+	}
+	// The answer is one SSE message event (or plain JSON).
+	payload := raw
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			payload = []byte(d)
+		}
+	}
+	var msg struct {
+		Result map[string]any
+		Error  any
+	}
+	if err := json.Unmarshal(payload, &msg); err != nil || msg.Error != nil {
+		t.Fatalf("%s: %s (%v)", method, raw, err)
+	}
+	return msg.Result
+}
+
+func post(t *testing.T, url, bearer, body string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// TestMCPApprovalFlowThroughServe walks the path a new user takes: an
+// unattended read, a write that waits for approval, the decision by the
+// signed-in user (never by a broker token), the retried call running once,
+// a denied tool, an intact audit chain and an explained decision.
+func TestMCPApprovalFlowThroughServe(t *testing.T) {
+	s := startServer(t, nil)
+	userTok, err := s.cli(t, "token", "user", "--sub", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, s.url+"/api/me", userTok)
+	var who me
+	if err := json.Unmarshal(body, &who); err != nil {
+		t.Fatal(err)
+	}
+	mcpTok, err := s.cli(t, "token", "mcp", "--sub", who.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The user's own IdP token is not a broker token.
+	req, _ := http.NewRequest("POST", s.url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	req.Header.Set("Authorization", "Bearer "+userTok)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 || !strings.Contains(resp.Header.Get("WWW-Authenticate"), "resource_metadata=") {
+		t.Errorf("IdP token at /mcp: %d %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	}
+
+	list := mcpCall(t, s.url, mcpTok, "tools/list", map[string]any{})
+	names := fmt.Sprint(list["tools"])
+	for _, want := range []string{"notes_list", "notes_write", "sessions_list"} {
+		if !strings.Contains(names, "name:"+want) {
+			t.Errorf("tools/list lacks %s", want)
+		}
+	}
+	if strings.Contains(names, "notes_delete") {
+		t.Error("a denied tool is listed")
+	}
+
+	write := map[string]any{"name": "notes_write", "arguments": map[string]any{"name": "todo", "body": "buy milk"}}
+	res := mcpCall(t, s.url, mcpTok, "tools/call", write)
+	meta, _ := res["_meta"].(map[string]any)
+	appr, _ := meta["usher/approval"].(map[string]any)
+	id, _ := appr["id"].(string)
+	if res["isError"] != true || id == "" || appr["status"] != "pending" {
+		t.Fatalf("notes_write = %v", res)
+	}
+
+	if code, body := post(t, s.url+"/api/approvals/"+id+"/decision", mcpTok, `{"decision":"approve"}`); code != 403 {
+		t.Errorf("a broker token decided an approval: %d %s", code, body)
+	}
+	if code, body := post(t, s.url+"/api/approvals/"+id+"/decision", userTok, `{"decision":"approve","reason":"ok"}`); code != 200 {
+		t.Fatalf("decision = %d %s", code, body)
+	}
+	// Key order does not matter: the canonical arguments are bound.
+	retry := map[string]any{"name": "notes_write", "arguments": json.RawMessage(`{"body":"buy milk","name":"todo"}`)}
+	if res := mcpCall(t, s.url, mcpTok, "tools/call", retry); res["isError"] == true {
+		t.Fatalf("approved retry = %v", res)
+	}
+	if res := mcpCall(t, s.url, mcpTok, "tools/call", retry); res["isError"] != true {
+		t.Errorf("an approval was used twice: %v", res)
+	}
+	notes := mcpCall(t, s.url, mcpTok, "tools/call", map[string]any{"name": "notes_list", "arguments": map[string]any{}})
+	if !strings.Contains(fmt.Sprint(notes["structuredContent"]), "todo") {
+		t.Errorf("notes_list = %v", notes)
+	}
+	if res := mcpCall(t, s.url, mcpTok, "tools/call", map[string]any{"name": "notes_delete", "arguments": map[string]any{"name": "todo"}}); res["isError"] != true {
+		t.Errorf("notes_delete ran: %v", res)
+	}
+
+	out, err := s.cli(t, "audit", "verify")
+	if err != nil || !strings.HasPrefix(out, "audit log intact:") {
+		t.Errorf("audit verify: %v %q", err, out)
+	}
+	out, err = s.cli(t, "policy", "explain", "--user", who.ID, "--tool", "notes_delete", "--args", `{"name":"todo"}`)
+	if err != nil || !strings.Contains(out, "decision:    deny") || !strings.Contains(out, "deny-notes-delete") {
+		t.Errorf("policy explain: %v\n%s", err, out)
+	}
+	if out, err := s.cli(t, "tools", "diff"); err != nil || !strings.Contains(out, "matches all") {
+		t.Errorf("tools diff: %v %q", err, out)
+	}
+}
+
+func TestPolicyCommands(t *testing.T) {
+	dir := t.TempDir()
+	run1 := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := run(t.Context(), append(args, "--data-dir", dir), getenv(nil), &out, &errOut)
+		return out.String() + errOut.String(), err
+	}
+	if out, err := run1("policy", "check"); err != nil || !strings.Contains(out, "default.cedar: valid") {
+		t.Errorf("policy check: %v\n%s", err, out)
+	}
+	if out, err := run1("policy", "test", "../../policy/testdata/default-cases.yaml"); err != nil || !strings.Contains(out, " 0 failed") {
+		t.Errorf("policy test: %v\n%s", err, out)
+	}
+	bad := dir + "/cases.yaml"
+	if err := writeTestFile(bad, "cases:\n  - name: delete is allowed?\n    user: alice\n    tool: notes_delete\n    reviewed: true\n    expect: allow\n"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run1("policy", "test", bad); !errors.Is(err, errFailed) || !strings.Contains(out, "1 failed") {
+		t.Errorf("a mismatching case must fail: %v\n%s", err, out)
+	}
+	wild := dir + "/wild.cedar"
+	if err := writeTestFile(wild, "@id(\"allow-everything\")\n@outcome(\"allow\")\npermit (principal, action, resource);\n"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run1("policy", "check", "--policy", wild); !errors.Is(err, errFailed) || !strings.Contains(out, "allow-everything") {
+		t.Errorf("a wildcard allow must be flagged: %v\n%s", err, out)
+	}
+	broken := dir + "/broken.cedar"
+	if err := writeTestFile(broken, "permit (principal, action, resource);\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run1("policy", "check", "--policy", broken); err == nil {
+		t.Error("a policy without @id must be refused")
+	}
+}
+
+func writeTestFile(path, body string) error { return os.WriteFile(path, []byte(body), 0o600) }
