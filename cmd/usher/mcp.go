@@ -157,7 +157,13 @@ func (a approvalRequests) Consume(ctx context.Context, b store.ApprovalBinding) 
 	return a.svc.Consume(ctx, b)
 }
 
+// Request first revokes the tool's open approvals for any other definition,
+// so that a person is never shown a request for a tool that has since
+// changed, then records (or finds) the request for this call.
 func (a approvalRequests) Request(ctx context.Context, r mcpserver.ApprovalRequest) (store.Approval, error) {
+	if _, err := a.svc.RevokeChanged(ctx, r.Binding.Tool, r.Binding.DefinitionHash); err != nil {
+		return store.Approval{}, err
+	}
 	return a.svc.Request(ctx, r.Binding, r.Arguments, r.PolicyIDs, r.Reason, r.Approvers)
 }
 

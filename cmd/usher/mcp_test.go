@@ -11,6 +11,11 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/usherhq/usher/approvals"
+	"github.com/usherhq/usher/mcpserver"
+	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
 )
 
 // mcpCall posts one JSON-RPC request to /mcp and returns its result.
@@ -189,3 +194,29 @@ func TestPolicyCommands(t *testing.T) {
 }
 
 func writeTestFile(path, body string) error { return os.WriteFile(path, []byte(body), 0o600) }
+
+// TestApprovalRequestRevokesOtherDefinitions shows that asking for an
+// approval of a tool revokes the open approvals bound to an older
+// definition of it.
+func TestApprovalRequestRevokesOtherDefinitions(t *testing.T) {
+	st := storetest.NewSQLite(t)
+	svc, err := approvals.New(st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := approvalRequests{svc}
+	b := store.ApprovalBinding{Principal: "iss|t|alice", Tool: "up__greet", Server: "up", DefinitionHash: "sha256:" + strings.Repeat("1", 64),
+		ArgumentsHash: strings.Repeat("a", 64), PolicyHash: strings.Repeat("b", 64), ClientID: "c"}
+	old, err := a.Request(t.Context(), mcpserver.ApprovalRequest{Binding: b, Arguments: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.DefinitionHash = "sha256:" + strings.Repeat("2", 64)
+	if _, err := a.Request(t.Context(), mcpserver.ApprovalRequest{Binding: b, Arguments: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.GetApproval(t.Context(), old.ID)
+	if err != nil || got.Status != store.ApprovalRevoked {
+		t.Fatalf("old approval = %v %v, want revoked", got.Status, err)
+	}
+}

@@ -175,13 +175,15 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 // finished is declared outcome_unknown.
 const abandonedAfter = 15 * time.Minute
 
-// sweep expires overdue approval requests and marks executions abandoned by
-// a crash as outcome_unknown, on a slow ticker, until ctx ends. Every
+// sweep revokes approvals of changed tools, expires overdue approval
+// requests and marks executions abandoned by a crash as outcome_unknown, on a slow ticker, until ctx ends. Every
 // replica may run it: both are idempotent compare-and-swaps.
 func (in *installation) sweep(ctx context.Context, mcp *mcpStack) {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
+	seen := map[string]string{} // tool → definition hash at the last sweep
 	for {
+		in.revokeChanged(ctx, mcp, seen)
 		if n, err := mcp.approvals.Expire(ctx); err != nil && ctx.Err() == nil {
 			in.log.Warn("approval expiry sweep failed", "err", err)
 		} else if n > 0 {
@@ -207,6 +209,30 @@ func (in *installation) sweep(ctx context.Context, mcp *mcpStack) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// revokeChanged revokes the open approvals of every tool whose definition
+// changed since the last sweep (every tool on the first), so that nobody
+// approves a call to a tool that is no longer what was requested.
+func (in *installation) revokeChanged(ctx context.Context, mcp *mcpStack, seen map[string]string) {
+	defs, err := mcp.catalog.Definitions(ctx)
+	if err != nil && ctx.Err() == nil {
+		in.log.Warn("listing tools for the revocation sweep", "err", err)
+	}
+	for _, d := range defs {
+		if seen[d.Name] == d.Hash {
+			continue
+		}
+		n, err := mcp.approvals.RevokeChanged(ctx, d.Name, d.Hash)
+		if err != nil {
+			in.log.Warn("revoking approvals of a changed tool failed", "tool", d.Name, "err", err)
+			continue
+		}
+		if n > 0 {
+			in.log.Warn("tool definition changed: revoked its open approvals", "tool", d.Name, "hash", d.Hash, "revoked", n)
+		}
+		seen[d.Name] = d.Hash
 	}
 }
 
