@@ -83,12 +83,12 @@ func preflight(w http.ResponseWriter, r *http.Request) {
 // set.
 func (s *Server) hostAllowed(r *http.Request) bool {
 	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	onLoopback := local != nil && isLoopback(hostOnly(local.String()))
+	onLoopback := local != nil && httpx.IsLoopbackHost(hostOnly(local.String()))
 	if !onLoopback && len(s.opts.AllowedHosts) == 0 {
 		return true
 	}
 	host := strings.ToLower(hostOnly(r.Host))
-	return isLoopback(host) || s.hosts[host]
+	return httpx.IsLoopbackHost(host) || s.hosts[host]
 }
 
 // readBody reads a POST body within Options.MaxBodyBytes (413 beyond) and
@@ -129,15 +129,6 @@ func hostOnly(hostport string) string {
 		return h
 	}
 	return strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
-}
-
-// isLoopback reports whether host names the loopback interface.
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // canonicalOrigin returns the scheme://host[:port] of an origin or URL,

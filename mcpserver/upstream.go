@@ -20,6 +20,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/usherhq/usher/internal/httpx"
 )
 
 // Upstream is an MCP server whose tools the catalog re-exposes, reached
@@ -144,7 +146,7 @@ func checkUpstreamURL(raw string, insecure bool) error {
 	}
 	switch {
 	case u.Scheme == "https":
-	case u.Scheme == "http" && (insecure || isLoopback(u.Hostname())):
+	case u.Scheme == "http" && (insecure || httpx.IsLoopbackHost(u.Hostname())):
 	default:
 		return fmt.Errorf("the url %q must be https (or http on a loopback host, or set insecure_allow_http)", raw)
 	}

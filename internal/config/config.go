@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/usherhq/usher/internal/httpx"
 )
 
 // Config is the whole configuration of one Usher process. The yaml tag of
@@ -363,20 +365,12 @@ func checkPublicURL(s string) error {
 	case "https":
 		return nil
 	case "http":
-		if isLoopback(u.Hostname()) {
+		if httpx.IsLoopbackHost(u.Hostname()) {
 			return nil
 		}
 		return fmt.Errorf("plain http is allowed only on loopback, got %q", s)
 	}
 	return fmt.Errorf("want an http(s) URL, got %q", s)
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Key describes one configuration key, for environment overrides and for the

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"regexp"
 	"slices"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/usherhq/usher/internal/httpx"
 )
 
 // Defaults of [Options].
@@ -164,17 +165,9 @@ func checkURL(raw string) error {
 		return errors.New("must not have user info or a fragment")
 	case u.Scheme == "https":
 		return nil
-	case u.Scheme == "http" && isLoopback(u.Hostname()):
+	case u.Scheme == "http" && httpx.IsLoopbackHost(u.Hostname()):
 		return nil
 	default:
 		return errors.New("must be https (http only on a loopback host)")
 	}
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

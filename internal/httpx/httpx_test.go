@@ -103,3 +103,14 @@ func TestMetricsLabelByPatternNotPath(t *testing.T) {
 		t.Errorf("unmatched count = %v, want 1", got)
 	}
 }
+
+func TestIsLoopbackHost(t *testing.T) {
+	for host, want := range map[string]bool{
+		"localhost": true, "LocalHost": true, "127.0.0.1": true, "127.8.9.10": true, "::1": true,
+		"": false, "localhost.example.com": false, "10.0.0.1": false, "[::1]": false, "0.0.0.0": false,
+	} {
+		if got := IsLoopbackHost(host); got != want {
+			t.Errorf("IsLoopbackHost(%q) = %v, want %v", host, got, want)
+		}
+	}
+}

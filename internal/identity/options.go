@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/usherhq/usher/internal/httpx"
 )
 
 // TenantPlaceholder in [Options.Issuer] makes the verifier multi-tenant, the
@@ -131,17 +132,9 @@ func checkEndpoint(raw string) error {
 		return errors.New("must not have user info, query or fragment")
 	case u.Scheme == "https":
 		return nil
-	case u.Scheme == "http" && isLoopback(u.Hostname()):
+	case u.Scheme == "http" && httpx.IsLoopbackHost(u.Hostname()):
 		return nil
 	default:
 		return errors.New("must be https (http only on a loopback host)")
 	}
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
