@@ -265,42 +265,61 @@ func (k *Keyring) Rotate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	now := k.opts.Now()
-	signsFrom, due := k.due(s, now)
-	if !due {
+	if _, due := k.due(s.windows(), k.opts.Now()); !due {
 		return nil
 	}
-	gen, err := k.nextGeneration(ctx)
+	// Decide again, and choose the generation, on one read of every key
+	// ever stored (all are published after the Unix epoch). A replica that
+	// rotated since the reload has either made rotation no longer due, or
+	// chosen the same generation, and the store refuses one of the two.
+	rows, err := k.ks.SigningKeys(ctx, k.purpose, time.Unix(0, 0).UTC())
 	if err != nil {
-		return err
+		return fmt.Errorf("broker: read %s signing keys: %w", k.purpose, err)
 	}
-	row, err := k.newKey(gen, now, signsFrom)
-	if err != nil {
-		return err
+	all := make([]window, len(rows))
+	for i, row := range rows {
+		all[i] = window{generation: row.Generation, signsFrom: row.SignsFrom, publishedUntil: row.PublishedUntil}
 	}
-	switch err := k.ks.InsertSigningKey(ctx, row); {
-	case errors.Is(err, store.ErrConflict):
-		k.opts.Logger.Info("broker: another replica rotated first", "purpose", k.purpose, "generation", gen)
-	case err != nil:
-		return fmt.Errorf("broker: store %s signing key: %w", k.purpose, err)
-	default:
-		k.opts.Logger.Info("broker: new signing key", "purpose", k.purpose, "kid", row.ID,
-			"generation", gen, "signs_from", row.SignsFrom, "published_until", row.PublishedUntil)
+	slices.SortFunc(all, func(a, b window) int { return cmp.Compare(a.generation, b.generation) })
+	now := k.opts.Now()
+	if signsFrom, due := k.due(all, now); due {
+		gen := int64(1)
+		if len(all) > 0 {
+			gen = all[len(all)-1].generation + 1
+		}
+		row, err := k.newKey(gen, now, signsFrom)
+		if err != nil {
+			return err
+		}
+		switch err := k.ks.InsertSigningKey(ctx, row); {
+		case errors.Is(err, store.ErrConflict):
+			k.opts.Logger.Info("broker: another replica rotated first", "purpose", k.purpose, "generation", gen)
+		case err != nil:
+			return fmt.Errorf("broker: store %s signing key: %w", k.purpose, err)
+		default:
+			k.opts.Logger.Info("broker: new signing key", "purpose", k.purpose, "kid", row.ID,
+				"generation", gen, "signs_from", row.SignsFrom, "published_until", row.PublishedUntil)
+		}
 	}
 	_, err = k.keys.reload(ctx)
 	return err
 }
 
 // due reports whether a new key is due at now, and when it should start
-// signing.
-func (k *Keyring) due(s *keySnapshot, now time.Time) (signsFrom time.Time, due bool) {
-	newest := s.newestPublished(now)
+// signing, given the windows of keys ordered by generation.
+func (k *Keyring) due(keys []window, now time.Time) (signsFrom time.Time, due bool) {
+	var newest *window
+	for i := range keys {
+		if keys[i].publishedUntil.After(now) {
+			newest = &keys[i]
+		}
+	}
 	if newest == nil {
 		return now, true // first start, or every key expired while nothing ran
 	}
 	// A successor published ahead is the newest key, and its end is
 	// RotationPeriod away: not due.
-	end := k.signsUntil(newest)
+	end := k.signsUntil(*newest)
 	if now.Before(end.Add(-k.opts.PublishAhead - k.opts.CheckInterval)) {
 		return time.Time{}, false
 	}
@@ -311,21 +330,6 @@ func (k *Keyring) due(s *keySnapshot, now time.Time) (signsFrom time.Time, due b
 		signsFrom = later(now, end)
 	}
 	return signsFrom, true
-}
-
-// nextGeneration returns one more than the purpose's highest generation
-// ever, including keys no longer published: reading the keys published
-// after the Unix epoch reads them all.
-func (k *Keyring) nextGeneration(ctx context.Context) (int64, error) {
-	all, err := k.ks.SigningKeys(ctx, k.purpose, time.Unix(0, 0).UTC())
-	if err != nil {
-		return 0, fmt.Errorf("broker: read %s key generations: %w", k.purpose, err)
-	}
-	var g int64
-	for _, row := range all {
-		g = max(g, row.Generation)
-	}
-	return g + 1, nil
 }
 
 // newKey generates a key of generation gen and seals its private half.
@@ -360,10 +364,10 @@ func (k *Keyring) newKey(gen int64, now, signsFrom time.Time) (store.SigningKey,
 	}, nil
 }
 
-// signsUntil is when key must stop signing so that every token it signs
+// signsUntil is when a key must stop signing so that every token it signs
 // expires (plus clock skew) while it is still published.
-func (k *Keyring) signsUntil(key *signingKey) time.Time {
-	return key.publishedUntil.Add(-k.opts.MaxTokenLifetime - clockSkew)
+func (k *Keyring) signsUntil(w window) time.Time {
+	return w.publishedUntil.Add(-k.opts.MaxTokenLifetime - clockSkew)
 }
 
 // Signer returns the key to sign with now: the newest key whose signing
@@ -391,7 +395,7 @@ func (k *Keyring) signer(s *keySnapshot, now time.Time) *signingKey {
 		return nil
 	}
 	for _, key := range slices.Backward(s.keys) {
-		if !key.signsFrom.After(now) && now.Before(k.signsUntil(key)) {
+		if !key.signsFrom.After(now) && now.Before(k.signsUntil(key.window)) {
 			return key
 		}
 	}
@@ -489,12 +493,10 @@ func (k *Keyring) load(ctx context.Context, prev *keySnapshot) (*keySnapshot, er
 // already opened key when the row's key material is unchanged.
 func (k *Keyring) openKey(prev *keySnapshot, row store.SigningKey) (*signingKey, error) {
 	key := &signingKey{
-		kid:            row.ID,
-		generation:     row.Generation,
-		signsFrom:      row.SignsFrom,
-		publishedUntil: row.PublishedUntil,
-		publicDER:      row.PublicKey,
-		sealed:         row.PrivateKey,
+		window:    window{generation: row.Generation, signsFrom: row.SignsFrom, publishedUntil: row.PublishedUntil},
+		kid:       row.ID,
+		publicDER: row.PublicKey,
+		sealed:    row.PrivateKey,
 	}
 	if old := prev.byKID(row.ID); old != nil && string(old.publicDER) == string(row.PublicKey) && string(old.sealed) == string(row.PrivateKey) {
 		key.pub, key.priv = old.pub, old.priv
@@ -550,14 +552,19 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// signingKey is a loaded key.
-type signingKey struct {
-	kid            string
+// window is when a key signs and when it leaves the key set.
+type window struct {
 	generation     int64
 	signsFrom      time.Time
 	publishedUntil time.Time
-	pub            *rsa.PublicKey
-	priv           *rsa.PrivateKey
+}
+
+// signingKey is a loaded key.
+type signingKey struct {
+	window
+	kid  string
+	pub  *rsa.PublicKey
+	priv *rsa.PrivateKey
 
 	publicDER, sealed []byte // as stored, to reuse the opened key on reload
 }
@@ -589,15 +596,14 @@ func (s *keySnapshot) published(kid string, now time.Time) *signingKey {
 	return nil
 }
 
-// newestPublished returns the highest generation published at now, or nil.
-func (s *keySnapshot) newestPublished(now time.Time) *signingKey {
+// windows returns the windows of the keys, oldest generation first.
+func (s *keySnapshot) windows() []window {
 	if s == nil {
 		return nil
 	}
-	for _, key := range slices.Backward(s.keys) {
-		if key.publishedUntil.After(now) {
-			return key
-		}
+	ws := make([]window, len(s.keys))
+	for i, key := range s.keys {
+		ws[i] = key.window
 	}
-	return nil
+	return ws
 }

@@ -306,6 +306,66 @@ func TestKeyringReplicasRace(t *testing.T) {
 	}
 }
 
+// afterFirstRead runs a function once, right after the first read through
+// it returns from the real store: another replica acting between this
+// replica's read and its decision.
+type afterFirstRead struct {
+	KeyStore
+	once sync.Once
+	then func()
+}
+
+func (a *afterFirstRead) SigningKeys(ctx context.Context, purpose string, now time.Time) ([]store.SigningKey, error) {
+	rows, err := a.KeyStore.SigningKeys(ctx, purpose, now)
+	a.once.Do(a.then)
+	return rows, err
+}
+
+// TestKeyringRotateAfterStaleRead: a replica whose first read missed the key
+// another replica just inserted does not insert a second one.
+func TestKeyringRotateAfterStaleRead(t *testing.T) {
+	for _, name := range []string{"first start", "rotation"} {
+		t.Run(name, func(t *testing.T) {
+			c := newClock()
+			ks := &memKeyStore{}
+			o := rotationOptions
+			o.Now, o.Logger = c.Now, quietLogger
+			other, err := NewKeyring(ks, "broker", testSealKey, &o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 1
+			if name == "rotation" {
+				if err := other.Rotate(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				c.Advance(2*time.Hour - 10*time.Minute)
+				want = 2
+			}
+			slow, err := NewKeyring(&afterFirstRead{KeyStore: ks, then: func() {
+				if err := other.Rotate(t.Context()); err != nil {
+					t.Error(err)
+				}
+			}}, "broker", testSealKey, &o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := slow.Rotate(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(ks.all("broker")); n != want {
+				t.Fatalf("%d keys, want %d: the slow replica inserted a key of its own", n, want)
+			}
+			c.Advance(10 * time.Minute) // past any successor's start
+			a, _, _ := other.Signer(t.Context())
+			b, _, _ := slow.Signer(t.Context())
+			if a != b {
+				t.Fatalf("replicas sign with %s and %s", a, b)
+			}
+		})
+	}
+}
+
 // TestKeyringReplicaLearnsNewKey: a replica that has not reloaded yet
 // verifies a token signed with a key another replica created, by reloading
 // on the unknown kid.
