@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -6,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -13,21 +16,26 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/mcpserver"
+	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
 )
 
 // benchWorkers is how many calls are in flight at once when the throughput
-// is measured: enough to keep two cores busy while each call waits on
-// PostgreSQL and the upstream.
+// is measured: many more than two cores, so that others run while calls
+// wait on PostgreSQL and the upstream.
 const benchWorkers = 16
 
 // benchWarmup calls are made on each path before anything is measured, so
@@ -40,11 +48,15 @@ const benchWarmup = 100
 // in the same run with the same client code. Results are recorded in
 // docs/benchmarks.md; `make bench` runs it.
 //
-// latency makes one call at a time, alternating the two paths, and reports
-// their p50 and p99 and what Usher adds (one op is one direct and one Usher
-// call). throughput makes b.N calls on each path with benchWorkers in
-// flight and reports calls/s. Client, Usher, upstream and PostgreSQL share
-// the machine.
+// latency makes one call at a time, b.N on each path, alternating the
+// two, and reports their p50 and p99 and what Usher adds. throughput makes
+// b.N calls on each path with benchWorkers in flight and reports calls/s,
+// and the CPU time and heap bytes this process spent per call (the client
+// and the upstream, plus Usher on its path; PostgreSQL is not counted).
+// store makes, b.N times, only the PostgreSQL writes of one allowed call,
+// to show their share of what Usher adds. Client, Usher, upstream and
+// PostgreSQL share the machine. ns/op is left out: an op is a call on each
+// path, and the metrics say more.
 func BenchmarkToolsCall(b *testing.B) {
 	if os.Getenv(storetest.DatabaseURLEnv) == "" {
 		b.Skipf("%s is not set: this benchmark measures Usher's audit and execution records on PostgreSQL; "+
@@ -54,7 +66,7 @@ func BenchmarkToolsCall(b *testing.B) {
 	upURL := startEchoUpstream(b)
 	u := startBenchUsher(b, upURL)
 
-	paths := []benchPath{
+	paths := []*benchPath{
 		{name: "direct", tool: "echo", session: connectBench(b, upURL, "")},
 		{name: "usher", tool: "up__echo", session: connectBench(b, u.url+"/mcp", u.token)},
 	}
@@ -91,21 +103,101 @@ func BenchmarkToolsCall(b *testing.B) {
 			b.ReportMetric(micros(u), "usher-"+q.name+"-µs")
 			b.ReportMetric(micros(u-d), "added-"+q.name+"-µs")
 		}
+		b.ReportMetric(0, "ns/op")
 	})
 
 	b.Run("throughput", func(b *testing.B) {
 		for _, p := range paths {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			cpu := processCPU()
 			elapsed, err := p.throughput(ctx, b.N, benchWorkers, keys)
 			if err != nil {
 				b.Fatalf("%s: %v", p.name, err)
 			}
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), p.name+"-calls/s")
+			cpu = processCPU() - cpu
+			runtime.ReadMemStats(&after)
+			n := float64(b.N)
+			b.ReportMetric(n/elapsed.Seconds(), p.name+"-calls/s")
+			b.ReportMetric(micros(cpu)/n, p.name+"-cpu-µs/call")
+			b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/1024/n, p.name+"-KiB/call")
 		}
+		b.ReportMetric(0, "ns/op")
 	})
 
-	// What was measured is what Usher must do: the calls left an intact
-	// chain of audit records.
-	b.Log(benchCLI(b, "audit", "verify", "--config", u.config))
+	b.Run("store", func(b *testing.B) { benchStoreCalls(b) })
+
+	// What was measured is what Usher must do: each call left its audit
+	// records (the decision and the execution), in an intact chain.
+	var records int64
+	out := benchCLI(b, "audit", "verify", "--config", u.config)
+	if _, err := fmt.Sscanf(out, "audit log intact: %d records", &records); err != nil || records < 2*paths[1].calls.Load() {
+		b.Fatalf("after %d calls through Usher, audit verify says: %s", paths[1].calls.Load(), out)
+	}
+}
+
+// benchStoreCalls makes the store calls of one allowed tools/call with an
+// idempotency key, in the order the MCP server makes them and through the
+// same adapter for the audit log, without the call itself: the decision
+// record, the execution lookup, its start, its finish and the execution
+// record. It reports the p50 of each and of the whole sequence.
+func benchStoreCalls(b *testing.B) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.PostgresURL(b), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	auditLog, err := audit.New(st, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rec := auditor{auditLog}
+	steps := []string{"decision-record", "execution-get", "execution-begin", "execution-finish", "execution-record"}
+	lat := make([][]time.Duration, len(steps)+1)
+	result := json.RawMessage(`{"content":[{"type":"text","text":"echo: x"}]}`)
+	keys := newKeySource()
+	for b.Loop() {
+		key := keys.next()
+		ev := mcpserver.Event{
+			Principal: "bench-user", ClientID: "usher-assistant", TokenID: rand.Text(), Tool: "up__echo", Server: "up",
+			DefinitionHash: "sha256:" + strings.Repeat("a", 64), ArgumentsHash: strings.Repeat("b", 64),
+			Decision: mcpserver.Allow, PolicyIDs: []string{"allow-bench-echo"}, PolicyHash: "sha256:" + strings.Repeat("c", 64),
+			Reasons: []string{"echo only returns its argument"}, IdempotencyKey: key,
+		}
+		exec := store.Execution{IdempotencyKey: key, Principal: ev.Principal, Tool: ev.Tool, ArgumentsHash: ev.ArgumentsHash}
+		start := time.Now()
+		t := start
+		step := func(i int, err error) {
+			if err != nil {
+				b.Fatalf("%s: %v", steps[i], err)
+			}
+			now := time.Now()
+			lat[i] = append(lat[i], now.Sub(t))
+			t = now
+		}
+		ev.Kind, ev.At = mcpserver.KindDecision, time.Now()
+		step(0, rec.Record(ctx, ev))
+		if _, err := st.GetExecution(ctx, key); !errors.Is(err, store.ErrNotFound) {
+			b.Fatalf("%s: %v", steps[1], err)
+		}
+		step(1, nil)
+		_, _, err := st.BeginExecution(ctx, exec)
+		step(2, err)
+		_, err = st.FinishExecution(ctx, key, store.ExecutionSucceeded, result, time.Now())
+		step(3, err)
+		ev.Kind, ev.At, ev.Outcome, ev.Latency = mcpserver.KindExecuted, time.Now(), mcpserver.OutcomeSucceeded, time.Since(start)
+		step(4, rec.Record(ctx, ev))
+		lat[len(steps)] = append(lat[len(steps)], time.Since(start))
+	}
+	for i, name := range steps {
+		b.ReportMetric(micros(percentile(lat[i], 0.5)), name+"-p50-µs")
+	}
+	b.ReportMetric(micros(percentile(lat[len(steps)], 0.5)), "all-p50-µs")
+	b.ReportMetric(0, "ns/op")
 }
 
 // benchPath is one way to the echo tool: directly or through Usher.
@@ -113,12 +205,13 @@ type benchPath struct {
 	name    string
 	tool    string
 	session *mcp.ClientSession
+	calls   atomic.Int64 // calls answered as expected
 }
 
 // call makes one call of the echo tool and returns how long it took. The
 // idempotency key makes Usher keep an execution record, as it does for
 // every call of the assistant; the upstream ignores it.
-func (p benchPath) call(ctx context.Context, key string) (time.Duration, error) {
+func (p *benchPath) call(ctx context.Context, key string) (time.Duration, error) {
 	params := &mcp.CallToolParams{
 		Name:      p.tool,
 		Arguments: map[string]any{"text": key},
@@ -138,12 +231,13 @@ func (p benchPath) call(ctx context.Context, key string) (time.Duration, error) 
 		b, _ := json.Marshal(res)
 		return 0, fmt.Errorf("unexpected result %s", b)
 	}
+	p.calls.Add(1)
 	return d, nil
 }
 
 // throughput makes n calls with workers in flight and returns how long
 // they took together.
-func (p benchPath) throughput(ctx context.Context, n, workers int, keys *keySource) (time.Duration, error) {
+func (p *benchPath) throughput(ctx context.Context, n, workers int, keys *keySource) (time.Duration, error) {
 	var (
 		next  atomic.Int64
 		wg    sync.WaitGroup
@@ -193,6 +287,15 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
+// processCPU returns the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // startEchoUpstream serves a stateless streamable-HTTP MCP server with one
 // tool, echo, and returns its endpoint.
 func startEchoUpstream(tb testing.TB) string {
@@ -233,10 +336,13 @@ func startBenchUsher(b *testing.B, upstreamURL string) benchUsher {
 	}
 	dir := b.TempDir()
 	cfg := filepath.Join(dir, "usher.yaml")
+	// The longest broker token lifetime, so that long runs keep theirs.
 	yaml := fmt.Sprintf(`server:
   data_dir: %q
 database:
   url: %q
+broker:
+  token_lifetime: 15m
 mcp:
   upstreams:
     - name: up
