@@ -5,8 +5,10 @@ GO       ?= go
 BIN      ?= bin/usher
 PKGS     ?= ./...
 BENCHTIME ?= 2s
+# Calls per path in BenchmarkToolsCall (PostgreSQL: TEST_DATABASE_URL).
+MCP_BENCHTIME ?= 1000x
 
-.PHONY: all build run test test-short bench lint fmt vet staticcheck clean
+.PHONY: all build run test test-short bench lint fmt vet staticcheck clean e2e-deps
 
 all: lint test build
 
@@ -16,14 +18,33 @@ build:
 run: build
 	./$(BIN) serve
 
-test: lint
+test: lint e2e-deps
 	CGO_ENABLED=1 $(GO) test -race -count=1 $(PKGS)
+
+# The end-to-end tests' Node.js tools (the MCP conformance suite, the MCP
+# Inspector and the Node.js that runs them), pinned in e2e/package-lock.json,
+# installed again only when it changes. Not `npm ci`: it refuses the lock
+# because an optional, Windows-only dependency of vite is not in the registry;
+# `npm install --no-save` installs the locked versions and leaves the lock
+# alone. Without npm the end-to-end tests skip, except under CI: they fail.
+E2E_DEPS := e2e/node_modules/.package-lock.json
+
+e2e-deps: $(E2E_DEPS)
+
+$(E2E_DEPS): e2e/package.json e2e/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		cd e2e && npm install --no-save --no-audit --no-fund; \
+	else \
+		echo "npm not found: the end-to-end tests will skip (and fail where CI is set)"; \
+	fi
 
 test-short:
 	$(GO) test -count=1 $(PKGS)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./broker/
+	@[ -n "$$TEST_DATABASE_URL" ] || echo "TEST_DATABASE_URL is not set: BenchmarkToolsCall (PostgreSQL) skips"
+	$(GO) test -run '^$$' -bench ToolsCall -benchtime $(MCP_BENCHTIME) -cpu 2 ./cmd/usher/
 
 lint: fmt vet staticcheck
 

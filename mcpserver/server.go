@@ -300,9 +300,11 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 }
 
 // listTools lists the tools the Decider does not deny the caller, in name
-// order. A tool whose listing decision fails is not shown.
+// order. A tool whose listing decision fails is not shown. The list depends
+// on the caller, so only the caller's own client may cache it, and it is
+// stale at once: policy or the catalog may change.
 func (s *Server) listTools(ctx context.Context, c Caller) *mcp.ListToolsResult {
-	res := &mcp.ListToolsResult{Tools: []*mcp.Tool{}}
+	res := &mcp.ListToolsResult{Tools: []*mcp.Tool{}, Cacheable: mcp.Cacheable{CacheScope: "private"}}
 	for _, t := range s.catalog.snapshot(ctx).tools {
 		v, err := s.opts.Decider.Decide(ctx, Call{
 			Principal: c.Subject, ClientID: c.ClientID, RunID: c.RunID, TokenID: c.TokenID,

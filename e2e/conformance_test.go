@@ -1,0 +1,312 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"text/template"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// suiteTimeout bounds one run of the conformance suite.
+const suiteTimeout = 150 * time.Second
+
+// modes are the modes of Usher's MCP endpoint, the default first.
+var modes = []string{"stateless", "stateful"}
+
+// TestConformance runs the official MCP conformance suite in server mode,
+// every scenario it has, against Usher's /mcp, once in each mode of the
+// endpoint, with the fixture upstream behind Usher and a policy that allows
+// its tools. Each scenario must pass, unless
+// testdata/conformance-expected.yaml lists it for that mode with the reason
+// it fails; a listed scenario that passes fails the test too, so that the
+// list stays true.
+//
+// The suite cannot send an Authorization header, and Usher's endpoint
+// requires a broker token. So the suite talks to a reverse proxy on
+// loopback that adds the token to every request and is otherwise
+// transparent: its own address in Host and Origin becomes Usher's, and any
+// other Host or Origin passes unchanged, so that Usher's DNS-rebinding
+// defence sees what the suite sends.
+func TestConformance(t *testing.T) {
+	nt := requireTools(t)
+	t.Parallel()
+	expected := readExpected(t)
+	scenarios := listScenarios(t, nt)
+	for name := range expected {
+		if !slices.Contains(scenarios, name) {
+			t.Errorf("testdata/conformance-expected.yaml lists %q, which is not a scenario of the suite", name)
+		}
+	}
+
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			config := filepath.Join(dir, "usher.yaml")
+			writeConfig(t, config, startFixture(t), mode == "stateful")
+			dataDir := filepath.Join(dir, "data")
+
+			// Review the fixture's tools as an operator would, and
+			// check the policy against the lock, before Usher starts.
+			offline := &usher{bin: usherBinary(t), dataDir: dataDir, config: config}
+			t.Log(offline.run(t, "tools", "lock"))
+			t.Log(offline.run(t, "policy", "check"))
+
+			u := startUsher(t, dataDir, config)
+			proxy := startAuthProxy(t, u.url, u.brokerToken(t, "conformance"))
+			results := runSuite(t, nt, proxy+"/mcp")
+
+			var passed, failedAsExpected []string
+			for _, name := range scenarios {
+				checks, ran := results[name]
+				want := expected[name]
+				listed := slices.Contains(want.Modes, mode)
+				failures := failedChecks(checks)
+				switch {
+				case !ran:
+					t.Errorf("scenario %s did not run", name)
+				case len(failures) > 0 && !listed:
+					t.Errorf("scenario %s failed, and testdata/conformance-expected.yaml does not expect it to in the %s mode:\n  %s",
+						name, mode, strings.Join(failures, "\n  "))
+				case len(failures) == 0 && listed:
+					t.Errorf("scenario %s passes in the %s mode, but testdata/conformance-expected.yaml expects it to fail (%s): remove the mode from its entry, here and in docs/conformance.md",
+						name, mode, want.Reason)
+				case listed:
+					failedAsExpected = append(failedAsExpected, name)
+					t.Logf("scenario %s fails, as expected: %s\n  %s", name, want.Reason, strings.Join(failures, "\n  "))
+				default:
+					passed = append(passed, name)
+				}
+			}
+			t.Logf("%s mode, %d scenarios: %d passed, %d failed as expected\npassed: %s\nfailed as expected: %s",
+				mode, len(scenarios), len(passed), len(failedAsExpected), strings.Join(passed, ", "), strings.Join(failedAsExpected, ", "))
+		})
+	}
+}
+
+// expectedFailure is an entry of testdata/conformance-expected.yaml.
+type expectedFailure struct {
+	Modes  []string `yaml:"modes"`
+	Reason string   `yaml:"reason"`
+}
+
+// readExpected reads the scenarios expected to fail, by name.
+func readExpected(t *testing.T) map[string]expectedFailure {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "conformance-expected.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]expectedFailure
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("testdata/conformance-expected.yaml: %v", err)
+	}
+	for name, e := range doc {
+		if strings.TrimSpace(e.Reason) == "" {
+			t.Errorf("testdata/conformance-expected.yaml: %s has no reason", name)
+		}
+		if len(e.Modes) == 0 {
+			t.Errorf("testdata/conformance-expected.yaml: %s names no mode", name)
+		}
+		for _, m := range e.Modes {
+			if !slices.Contains(modes, m) {
+				t.Errorf("testdata/conformance-expected.yaml: %s names the mode %q; the modes are %q", name, m, modes)
+			}
+		}
+	}
+	return doc
+}
+
+// writeConfig writes Usher's configuration from testdata/usher.yaml.tmpl.
+func writeConfig(t *testing.T, path, fixtureURL string, stateful bool) {
+	t.Helper()
+	tmpl, err := template.ParseFiles(filepath.Join("testdata", "usher.yaml.tmpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy, err := filepath.Abs(filepath.Join("testdata", "conformance.cedar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := tmpl.Option("missingkey=error").Execute(&b, map[string]any{"FixtureURL": fixtureURL, "Policy": policy, "Stateful": stateful}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startAuthProxy serves, on loopback until the test ends, a reverse proxy
+// to target that sends token as the bearer token of every request, and
+// returns its URL.
+func startAuthProxy(t *testing.T, target, token string) string {
+	t.Helper()
+	to, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(nil)
+	self := ts.Listener.Addr().String()
+	// The proxy logs each request, and its own complaints (a client that
+	// hung up, say); the log is shown when the test fails.
+	proxyLog := &lockedBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() && proxyLog.String() != "" {
+			t.Logf("proxy log:\n%s", proxyLog)
+		}
+	})
+	logger := log.New(proxyLog, "", log.Lmicroseconds)
+	rp := &httputil.ReverseProxy{
+		ErrorLog: logger,
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(to)
+			r.Out.Host = r.In.Host
+			if r.In.Host == self {
+				r.Out.Host = to.Host
+			}
+			if r.In.Header.Get("Origin") == "http://"+self {
+				r.Out.Header.Set("Origin", target)
+			}
+			r.Out.Header.Set("Authorization", "Bearer "+token)
+		},
+		FlushInterval: -1, // pass each event of a response stream on at once
+		// A connection per request, on both sides: with keep-alive
+		// connections between the suite's client and the proxy, a
+		// response stream was now and then cut (and its request timed
+		// out), which a direct client of Usher does not meet.
+		Transport: &http.Transport{DisableKeepAlives: true},
+	}
+	ts.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start, rw := time.Now(), &statusWriter{ResponseWriter: w}
+		logger.Printf("start %s %s session=%q", r.Method, r.URL.Path, r.Header.Get("Mcp-Session-Id"))
+		// Deferred: the proxy panics to abort a response it cannot
+		// finish.
+		defer func() {
+			logger.Printf("end %s %s: %d after %s", r.Method, r.URL.Path, rw.status, time.Since(start).Round(time.Microsecond))
+		}()
+		rp.ServeHTTP(rw, r)
+	})
+	ts.Config.SetKeepAlivesEnabled(false)
+	ts.Start()
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+// listScenarios returns the names of the suite's server scenarios.
+func listScenarios(t *testing.T, nt nodeTools) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stdout, stderr, err := nt.run(ctx, t.TempDir(), "conformance", "list", "--server")
+	if err != nil {
+		t.Fatalf("conformance list: %v\n%s%s", err, stdout, stderr)
+	}
+	var names []string
+	for line := range strings.Lines(stdout) {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "- "); ok {
+			name, _, _ = strings.Cut(name, " ")
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("conformance list named no scenario:\n%s", stdout)
+	}
+	return names
+}
+
+// check is one check of a scenario, as the suite writes it in checks.json.
+type check struct {
+	ID           string          `json:"id"`
+	Status       string          `json:"status"` // SUCCESS, FAILURE, WARNING, INFO, SKIPPED
+	ErrorMessage string          `json:"errorMessage"`
+	Details      json.RawMessage `json:"details"`
+}
+
+// failedChecks describes the checks that fail a scenario. As the suite's
+// own baseline does, a warning counts as a failure.
+func failedChecks(checks []check) []string {
+	var out []string
+	for _, c := range checks {
+		if c.Status == "FAILURE" || c.Status == "WARNING" {
+			details := string(c.Details)
+			if len(details) > 600 {
+				details = details[:600] + "…"
+			}
+			out = append(out, fmt.Sprintf("%s %s: %s %s", c.Status, c.ID, c.ErrorMessage, details))
+		}
+	}
+	return out
+}
+
+// resultDir is the name of the directory of one scenario's results:
+// server-<scenario>-<time>.
+var resultDir = regexp.MustCompile(`^server-(.+)-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z$`)
+
+// runSuite runs every server scenario of the suite against endpoint and
+// returns each one's checks.
+func runSuite(t *testing.T, nt nodeTools, endpoint string) map[string][]check {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "results")
+	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
+	defer cancel()
+	start := time.Now()
+	// It exits non-zero when a scenario fails; the results say which.
+	stdout, stderr, err := nt.run(ctx, t.TempDir(), "conformance", "server", "--url", endpoint, "--suite", "all", "--output-dir", out)
+	t.Logf("the conformance suite ran for %s (exit: %v)", time.Since(start).Round(time.Millisecond), err)
+	if ctx.Err() != nil {
+		t.Fatalf("the conformance suite did not finish within %s\nstdout:\n%s\nstderr:\n%s", suiteTimeout, stdout, stderr)
+	}
+	entries, rerr := os.ReadDir(out)
+	if rerr != nil {
+		t.Fatalf("the conformance suite wrote no results (%v, exit %v)\nstdout:\n%s\nstderr:\n%s", rerr, err, stdout, stderr)
+	}
+	results := map[string][]check{}
+	for _, e := range entries {
+		m := resultDir.FindStringSubmatch(e.Name())
+		if m == nil || !e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(out, e.Name(), "checks.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var checks []check
+		if err := json.Unmarshal(b, &checks); err != nil {
+			t.Fatalf("%s/checks.json: %v", e.Name(), err)
+		}
+		results[m[1]] = checks
+	}
+	if t.Failed() || len(results) == 0 {
+		t.Logf("conformance suite output:\n%s\n%s", stdout, stderr)
+	}
+	return results
+}
+
+// statusWriter remembers the status of a response, for the proxy's log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+
+// Unwrap lets http.ResponseController flush the response underneath.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,12 @@
+// Package e2e owns the end-to-end tests: they build the usher binary, run it
+// as a person would (`usher serve` on a loopback port with a fresh data
+// directory), and drive it with real MCP clients from outside the project —
+// the MCP Inspector CLI, and the official MCP conformance suite in server
+// mode against a fixture upstream that offers the suite's test tools.
+//
+// The Node.js tools are pinned in package.json and package-lock.json, with
+// the Node.js that runs them; `make e2e-deps` installs them into
+// node_modules. Without them the tests fail when CI is set, and skip
+// otherwise. The scenarios the suite is expected to fail, each with its
+// reason, are in testdata/conformance-expected.yaml and docs/conformance.md.
+package e2e
