@@ -151,7 +151,7 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("usher is serving", "url", publicURL, "listen", ln.Addr().String(), "version", version(), "database", in.engine())
-	e.banner(publicURL, cfg, &f)
+	e.banner(publicURL, cfg, &f, ln.Addr().String())
 
 	select {
 	case err := <-serveErr:
@@ -248,14 +248,14 @@ type me struct {
 }
 
 // banner tells a person at the terminal what to open and how to sign in.
-func (e *environment) banner(url string, cfg config.Config, f *installFlags) {
+func (e *environment) banner(url string, cfg config.Config, f *installFlags, listenAddr string) {
 	fmt.Fprintf(e.stdout, "\nUsher is running at %s\n\n", url)
 	fmt.Fprintf(e.stdout, "  health:    %s/healthz   readiness: %s/readyz   metrics: %s/metrics\n", url, url, url)
 	fmt.Fprintf(e.stdout, "  broker keys (JWKS): %s/.well-known/jwks.json\n", url)
 	if cfg.DevIdentity() {
 		fmt.Fprintf(e.stdout, "\n  Sign-in uses the built-in DEVELOPMENT provider at %s%s (any user name, no password).\n", url, devOIDCPath)
 		fmt.Fprintf(e.stdout, "  Get an API token and call the API:\n\n")
-		fmt.Fprintf(e.stdout, "    TOKEN=$(usher token user --sub alice%s)\n", f.echo())
+		fmt.Fprintf(e.stdout, "    TOKEN=$(usher token user --sub alice%s)\n", f.echo(listenAddr))
 		fmt.Fprintf(e.stdout, "    curl -H \"Authorization: Bearer $TOKEN\" %s/api/me\n\n", url)
 	} else {
 		fmt.Fprintf(e.stdout, "\n  Sign-in: %s\n\n", cfg.Identity.Issuer)
@@ -263,15 +263,16 @@ func (e *environment) banner(url string, cfg config.Config, f *installFlags) {
 }
 
 // echo repeats the installation flags serve was given, so that a printed
-// command reaches the same installation. A database URL may hold a password:
-// it is referred to, never printed.
-func (f *installFlags) echo() string {
+// command reaches the same installation; --addr names the address actually
+// listened on (a port 0 was chosen by the system). A database URL may hold
+// a password: it is referred to, never printed.
+func (f *installFlags) echo(listenAddr string) string {
 	s := ""
 	if f.configPath != "" {
 		s += " --config " + f.configPath
 	}
 	if f.overrides.Addr != "" {
-		s += " --addr " + f.overrides.Addr
+		s += " --addr " + listenAddr
 	}
 	if f.overrides.DataDir != "" {
 		s += " --data-dir " + f.overrides.DataDir

@@ -10,15 +10,6 @@ ALTER TABLE approvals
     ADD COLUMN tool_call_id    text,
     ADD COLUMN idempotency_key text;
 
--- The pending request of one exact call is keyed by the whole binding. The
--- initial key left out the server and the client, so a second client making
--- the same call would have found a request bound to the first client, which
--- it could never consume. No release wrote approvals under the old key.
-DROP INDEX approvals_pending_call_key;
-CREATE UNIQUE INDEX approvals_pending_binding_key ON approvals (
-    principal, tool, server, definition_hash, arguments_hash, policy_hash,
-    coalesce(run_id, ''), client_id
-) WHERE status = 'pending';
 -- The approved, unconsumed approval a retried call looks for.
 CREATE INDEX approvals_approved_call_idx ON approvals (principal, tool, arguments_hash)
     WHERE status = 'approved';
@@ -79,10 +70,6 @@ DROP TABLE tool_executions;
 DROP INDEX approvals_open_expiry_idx;
 DROP INDEX approvals_open_tool_idx;
 DROP INDEX approvals_approved_call_idx;
-DROP INDEX approvals_pending_binding_key;
-CREATE UNIQUE INDEX approvals_pending_call_key ON approvals (
-    principal, tool, definition_hash, arguments_hash, policy_hash, coalesce(run_id, '')
-) WHERE status = 'pending';
 ALTER TABLE approvals
     DROP COLUMN idempotency_key,
     DROP COLUMN tool_call_id,

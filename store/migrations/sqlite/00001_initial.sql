@@ -84,8 +84,9 @@ CREATE TABLE approvals (
 
 -- At most one pending approval per exact call, so retries find the same
 -- request instead of piling up new ones.
-CREATE UNIQUE INDEX approvals_pending_call_key ON approvals (
-    principal, tool, definition_hash, arguments_hash, policy_hash, coalesce(run_id, '')
+CREATE UNIQUE INDEX approvals_pending_binding_key ON approvals (
+    principal, tool, server, definition_hash, arguments_hash, policy_hash,
+    coalesce(run_id, ''), client_id
 ) WHERE status = 'pending';
 -- A principal's approvals by status (the pending list), oldest first.
 CREATE INDEX approvals_principal_status_idx ON approvals (principal, status, created_at);
