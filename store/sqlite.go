@@ -110,18 +110,31 @@ func (s *sqliteStore) Migrate(ctx context.Context) error {
 	}
 	// Within this process the single write connection serialises
 	// migrations. Another process sharing the file may apply a migration
-	// between goose's check and its write, failing ours; if nothing is
-	// pending afterwards, the schema is where it should be.
-	results, err := s.migrator.Up(ctx)
-	if err != nil {
+	// between goose's check and its write, failing ours. Each migration is
+	// one transaction, so trying again (the busy timeout waits out the
+	// other writer) resumes after what it applied; when nothing is pending
+	// any more, the schema is where it should be.
+	var err error
+	for range sqliteMigrateAttempts {
+		var results []*goose.MigrationResult
+		if results, err = s.migrator.Up(ctx); err == nil {
+			logApplied(s.log, results)
+			return nil
+		}
 		if s.pending(ctx) == nil {
 			return nil
 		}
-		return fmt.Errorf("store: migrate: %w", err)
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	logApplied(s.log, results)
-	return nil
+	return fmt.Errorf("store: migrate: %w", err)
 }
+
+// sqliteMigrateAttempts bounds Migrate's retries when other processes
+// migrate the same file at once: one more than there are migrations is
+// always enough, as every failed attempt follows another process's commit.
+const sqliteMigrateAttempts = 8
 
 // createMigrationTable creates goose's table, as goose itself would, but
 // checks and creates under the write lock: two processes migrating a new
