@@ -44,10 +44,11 @@ func (e *environment) policyCmd(ctx context.Context, args []string) error {
 		for _, fd := range findings {
 			fmt.Fprintln(e.stdout, fd)
 		}
-		fmt.Fprintf(e.stdout, "%s: %s, %d finding(s), hash %s\n", p.Name(), map[bool]string{true: "valid", false: "valid with findings"}[len(findings) == 0], len(findings), p.Hash())
 		if len(findings) > 0 {
+			fmt.Fprintf(e.stdout, "%s: valid with findings, %d finding(s), hash %s\n", p.Name(), len(findings), p.Hash())
 			return errFailed
 		}
+		fmt.Fprintf(e.stdout, "%s: valid, 0 finding(s), hash %s\n", p.Name(), p.Hash())
 		return nil
 	case "explain":
 		user := fs.String("user", "", "principal `id` (issuer|tenant|object id) or a user name (required)")
