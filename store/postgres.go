@@ -328,7 +328,8 @@ func scanPostgresRun(row pgx.Row) (Run, error) {
 	err := row.Scan(&r.ID, &r.Owner, &r.Title, &r.Status, &r.IdempotencyKey,
 		&r.LastSeq, &r.MessageCount, &r.Preview,
 		&queuedAt, &r.LeaseOwner, &leaseExpiresAt, &r.FencingToken,
-		&r.CreatedAt, &r.UpdatedAt, &r.LastActivityAt, &completedAt, &deletedAt)
+		&r.CreatedAt, &r.UpdatedAt, &r.LastActivityAt, &completedAt, &deletedAt,
+		&r.TurnSeq, &r.HandledSeq)
 	if err != nil {
 		return Run{}, err
 	}

@@ -33,6 +33,7 @@ type sqliteStore struct {
 	migrator *goose.Provider
 	log      *slog.Logger
 	now      func() time.Time
+	wakes    wakeHub
 
 	closeOnce sync.Once
 }
@@ -343,7 +344,7 @@ func (s *sqliteStore) ListEvents(ctx context.Context, runID string, after int64,
 	if err := checkListLimit(limit); err != nil {
 		return nil, err
 	}
-	events, err := s.listEvents(ctx, runID, after, limit)
+	events, err := s.queryEvents(ctx, sqliteListEvents, runID, after, limit)
 	if err != nil {
 		return nil, sqliteError(err)
 	}
@@ -360,8 +361,9 @@ func (s *sqliteStore) ListEvents(ctx context.Context, runID string, after int64,
 	return events, nil
 }
 
-func (s *sqliteStore) listEvents(ctx context.Context, runID string, after int64, limit int) ([]Event, error) {
-	rows, err := s.read.QueryContext(ctx, sqliteListEvents, runID, after, limit)
+// queryEvents runs a query returning eventColumns on the read pool.
+func (s *sqliteStore) queryEvents(ctx context.Context, query string, args ...any) ([]Event, error) {
+	rows, err := s.read.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -452,7 +454,8 @@ func scanSQLiteRun(row interface{ Scan(...any) error }) (Run, error) {
 	err := row.Scan(&r.ID, &r.Owner, &r.Title, &status, &r.IdempotencyKey,
 		&r.LastSeq, &r.MessageCount, &r.Preview,
 		&queuedAt, &r.LeaseOwner, &leaseExpiresAt, &r.FencingToken,
-		&createdAt, &updatedAt, &lastActivityAt, &completedAt, &deletedAt)
+		&createdAt, &updatedAt, &lastActivityAt, &completedAt, &deletedAt,
+		&r.TurnSeq, &r.HandledSeq)
 	if err != nil {
 		return Run{}, err
 	}

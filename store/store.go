@@ -20,6 +20,11 @@ var (
 	// missing required field, an unknown status, an event payload that is not
 	// JSON. It marks a bug in the caller, not a race.
 	ErrInvalid = errors.New("store: invalid argument")
+	// ErrLimit reports that an owner is at a limit, such as the number of
+	// active runs.
+	ErrLimit = errors.New("store: limit reached")
+	// ErrClosed reports a write to a run that has reached a terminal status.
+	ErrClosed = errors.New("store: run is closed")
 )
 
 // RunStatus is the lifecycle state of a run (a conversation).
@@ -74,6 +79,13 @@ type Run struct {
 	LeaseOwner     string
 	LeaseExpiresAt time.Time
 	FencingToken   int64
+
+	// TurnSeq is the sequence of the user message whose turn is open, 0
+	// when no turn is open; HandledSeq that of the last user message whose
+	// turn has ended. The next turn answers the first user message after
+	// HandledSeq.
+	TurnSeq    int64
+	HandledSeq int64
 
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -159,6 +171,71 @@ type Store interface {
 	// order. ErrNotFound when the run does not exist; ErrInvalid when limit
 	// is not positive.
 	ListEvents(ctx context.Context, runID string, after int64, limit int) ([]Event, error)
+
+	// OpenRun creates the run r for an owner who may have at most maxActive
+	// active runs (InProgress or AwaitingApproval, not deleted), counted and
+	// inserted atomically across processes. ID and Owner are required; the
+	// run starts InProgress. With first, the opening message is appended in
+	// the same transaction and the run is queued for a turn. When r has an
+	// IdempotencyKey and the owner already has a run with that key, that run
+	// is returned with created false and nothing is written (the limit is
+	// not checked). ErrLimit when the owner is at the limit.
+	OpenRun(ctx context.Context, r Run, maxActive int, first *NewEvent) (_ Run, created bool, _ error)
+	// PostMessage appends the user message e to the run and queues the run
+	// for a turn, in one transaction. An Idle run wakes (InProgress, as a
+	// compare-and-swap; the active-run limit is not checked again).
+	// ErrNotFound when the run does not exist or is deleted; ErrClosed when
+	// it is Completed, Failed or Cancelled.
+	PostMessage(ctx context.Context, runID string, e NewEvent) (Event, Run, error)
+	// ClaimRuns leases up to limit runs that have work for owner (a
+	// replica): InProgress runs that are queued and not leased, or whose
+	// lease expired. Each claim sets the lease, clears the queue mark and
+	// increments the fencing token; concurrent claimers never get the same
+	// run. Runs are returned with their new lease.
+	ClaimRuns(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Run, error)
+	// RenewLease extends a lease that is still held: ErrConflict when the
+	// run's fencing token or lease owner no longer match l (the lease was
+	// lost), ErrNotFound when the run does not exist.
+	RenewLease(ctx context.Context, l Lease, leaseFor time.Duration) (Lease, error)
+	// AppendLeased appends events to the run in one transaction, provided l
+	// still holds the run's lease (fencing token and owner), else
+	// ErrConflict and nothing is written.
+	AppendLeased(ctx context.Context, l Lease, events ...NewEvent) ([]Event, error)
+	// ReleaseRun ends the lease l and, when to is AwaitingApproval, moves
+	// the run to it (a leased run is InProgress; to may also be empty or
+	// InProgress, which keep it; CloseRun ends a run). A run
+	// queued meanwhile stays queued and can be claimed at once. ErrConflict
+	// when the lease was lost.
+	ReleaseRun(ctx context.Context, l Lease, to RunStatus) (Run, error)
+	// RequeueRun queues the run for a turn: an AwaitingApproval run goes
+	// back to InProgress. ErrConflict when the run is Idle or terminal,
+	// ErrNotFound when it does not exist or is deleted.
+	RequeueRun(ctx context.Context, runID string) (Run, error)
+	// CloseRun moves a run that is not terminal to the terminal status to,
+	// revokes any lease (incrementing the fencing token, so a turn still
+	// running can write nothing more) and clears the queue. When a turn is
+	// open it appends turnEnd (an agent.turn.end event) to end it.
+	// ErrClosed when the run is already terminal, ErrNotFound when it does
+	// not exist or is deleted.
+	CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd json.RawMessage) (Run, error)
+	// DeleteRun marks the run deleted (cancelling it first when it is not
+	// terminal, as CloseRun does). Its events stay, for the audit trail,
+	// but listings and GetRun's callers no longer show it. ErrNotFound when
+	// it does not exist or is already deleted.
+	DeleteRun(ctx context.Context, runID string, turnEnd json.RawMessage) error
+	// ParkIdleRuns moves InProgress runs with no lease, no queued work, no
+	// open turn and no activity since quietSince to Idle, and returns them.
+	ParkIdleRuns(ctx context.Context, quietSince time.Time) ([]Run, error)
+	// ListMessages returns the run's message events (types starting with
+	// "message.") with After < Seq < Before, in order: the first q.Limit
+	// of them, or the last q.Limit when q.Last. ErrNotFound when the run
+	// does not exist; ErrInvalid when the limit is not positive.
+	ListMessages(ctx context.Context, runID string, q MessageQuery) ([]Event, error)
+	// WakeUps returns a channel that receives a value (coalesced) whenever
+	// a run may have been queued, by this process or, on PostgreSQL, any
+	// other (LISTEN/NOTIFY), and after a lost notification connection is
+	// restored. It is closed when ctx ends.
+	WakeUps(ctx context.Context) (<-chan struct{}, error)
 
 	// InsertSigningKey stores a new key; a zero CreatedAt means now. A
 	// duplicate ID or (Purpose, Generation) fails with ErrConflict.

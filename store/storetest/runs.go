@@ -1,0 +1,441 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/store"
+)
+
+// The assistant runtime's queue: creation under the active-run limit,
+// messages, claims, leases and fencing, closing, parking and message
+// windows.
+
+const queueOwner = "issuer|tenant|alice"
+
+func userMessage(text string) store.NewEvent {
+	p, _ := json.Marshal(map[string]string{"content": text})
+	return store.NewEvent{Type: "message.user", Payload: p, Preview: text}
+}
+
+func mustOpenRun(t *testing.T, s store.Store, id string, first *store.NewEvent) store.Run {
+	t.Helper()
+	r, created, err := s.OpenRun(t.Context(), store.Run{ID: id, Owner: queueOwner}, 5, first)
+	if err != nil || !created {
+		t.Fatalf("OpenRun(%s) = created %v, %v", id, created, err)
+	}
+	return r
+}
+
+func testOpenRun(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first := userMessage("hello there")
+	r := mustOpenRun(t, s, "run-1", &first)
+	if r.Status != store.RunInProgress || r.QueuedAt.IsZero() || r.LastSeq != 1 || r.MessageCount != 1 || r.Preview != "hello there" {
+		t.Fatalf("OpenRun with a message = %+v, want InProgress, queued, one message", r)
+	}
+	empty := mustOpenRun(t, s, "run-2", nil)
+	if !empty.QueuedAt.IsZero() || empty.LastSeq != 0 {
+		t.Fatalf("OpenRun without a message = %+v, want not queued", empty)
+	}
+
+	// The idempotency key returns the first run, without a new one.
+	keyed := store.Run{ID: "run-3", Owner: queueOwner, Title: "keyed", IdempotencyKey: "key-1"}
+	if _, created, err := s.OpenRun(ctx, keyed, 5, nil); err != nil || !created {
+		t.Fatalf("OpenRun(key-1) = %v, %v", created, err)
+	}
+	keyed.ID = "run-4"
+	again, created, err := s.OpenRun(ctx, keyed, 5, nil)
+	if err != nil || created || again.ID != "run-3" {
+		t.Fatalf("OpenRun(key-1) again = %s, created %v, %v; want run-3, not created", again.ID, created, err)
+	}
+
+	// Three active runs; the limit of three refuses a fourth, but not for
+	// another owner, and a terminal or Idle run does not count.
+	if _, _, err := s.OpenRun(ctx, store.Run{ID: "run-5", Owner: queueOwner}, 3, nil); !errors.Is(err, store.ErrLimit) {
+		t.Fatalf("OpenRun over the limit = %v, want ErrLimit", err)
+	}
+	if _, _, err := s.OpenRun(ctx, store.Run{ID: "run-5", Owner: "issuer|tenant|bob"}, 3, nil); err != nil {
+		t.Fatalf("OpenRun for another owner = %v", err)
+	}
+	if _, err := s.CloseRun(ctx, "run-2", store.RunCompleted, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.OpenRun(ctx, store.Run{ID: "run-6", Owner: queueOwner}, 3, nil); err != nil {
+		t.Fatalf("OpenRun after one completed = %v", err)
+	}
+	if _, _, err := s.OpenRun(ctx, store.Run{ID: "run-7", Owner: queueOwner}, 3, nil); !errors.Is(err, store.ErrLimit) {
+		t.Fatalf("OpenRun at the limit again = %v, want ErrLimit", err)
+	}
+	if _, _, err := s.OpenRun(ctx, store.Run{ID: "run-1", Owner: queueOwner}, 10, nil); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("OpenRun with a duplicate ID = %v, want ErrConflict", err)
+	}
+	bad := store.NewEvent{Type: "message.user", Payload: json.RawMessage(`{`)}
+	if _, _, err := s.OpenRun(ctx, store.Run{ID: "run-8", Owner: "issuer|tenant|carol"}, 5, &bad); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("OpenRun with a bad message = %v, want ErrInvalid", err)
+	}
+	if _, err := s.GetRun(ctx, "run-8"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetRun after a refused OpenRun = %v, want ErrNotFound", err)
+	}
+}
+
+func testOpenRunLimitRace(t *testing.T, s store.Store) {
+	const callers, limit = 20, 5
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	created, limited := 0, 0
+	for i := range callers {
+		wg.Go(func() {
+			_, ok, err := s.OpenRun(t.Context(), store.Run{ID: fmt.Sprintf("race-%d", i), Owner: queueOwner}, limit, nil)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil && ok:
+				created++
+			case errors.Is(err, store.ErrLimit):
+				limited++
+			default:
+				t.Errorf("OpenRun = %v, %v", ok, err)
+			}
+		})
+	}
+	wg.Wait()
+	if created != limit || limited != callers-limit {
+		t.Fatalf("%d concurrent OpenRun: %d created, %d limited; want %d and %d", callers, created, limited, limit, callers-limit)
+	}
+}
+
+func testPostMessage(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	mustOpenRun(t, s, "run-1", nil)
+	ev, r, err := s.PostMessage(ctx, "run-1", userMessage("first   words\nhere"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Seq != 1 || r.QueuedAt.IsZero() || r.MessageCount != 1 || r.Preview != "first words here" || r.LastSeq != 1 {
+		t.Fatalf("PostMessage = %+v, %+v", ev, r)
+	}
+	// Not a message: no count, no preview.
+	if _, err := s.AppendEvent(ctx, "run-1", "agent.note", nil); err != nil {
+		t.Fatal(err)
+	}
+	// An Idle run wakes.
+	if _, err := s.TransitionRun(ctx, "run-1", store.RunInProgress, store.RunIdle); err != nil {
+		t.Fatal(err)
+	}
+	_, r, err = s.PostMessage(ctx, "run-1", userMessage("wake up"))
+	if err != nil || r.Status != store.RunInProgress || r.MessageCount != 2 || r.LastSeq != 3 {
+		t.Fatalf("PostMessage to an Idle run = %+v, %v", r, err)
+	}
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.PostMessage(ctx, "run-1", userMessage("late")); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("PostMessage to a completed run = %v, want ErrClosed", err)
+	}
+	if _, _, err := s.PostMessage(ctx, "missing", userMessage("x")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("PostMessage to a missing run = %v, want ErrNotFound", err)
+	}
+	mustOpenRun(t, s, "run-2", nil)
+	if err := s.DeleteRun(ctx, "run-2", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.PostMessage(ctx, "run-2", userMessage("x")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("PostMessage to a deleted run = %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteRun(ctx, "run-2", nil); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("DeleteRun twice = %v, want ErrNotFound", err)
+	}
+	if runs, err := s.ListRuns(ctx, queueOwner); err != nil || len(runs) != 1 {
+		t.Fatalf("ListRuns after a delete = %d runs, %v; want 1", len(runs), err)
+	}
+}
+
+func testClaimAndFence(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first := userMessage("hi")
+	mustOpenRun(t, s, "run-1", &first)
+	mustOpenRun(t, s, "run-2", nil) // nothing queued
+
+	claimed, err := s.ClaimRuns(ctx, "replica-a", 10, time.Minute)
+	if err != nil || len(claimed) != 1 || claimed[0].ID != "run-1" {
+		t.Fatalf("ClaimRuns = %+v, %v; want run-1 only", claimed, err)
+	}
+	r := claimed[0]
+	if r.LeaseOwner != "replica-a" || r.FencingToken != 1 || !r.QueuedAt.IsZero() || r.LeaseExpiresAt.IsZero() {
+		t.Fatalf("claimed run = %+v", r)
+	}
+	if again, err := s.ClaimRuns(ctx, "replica-b", 10, time.Minute); err != nil || len(again) != 0 {
+		t.Fatalf("ClaimRuns of a leased run = %+v, %v; want none", again, err)
+	}
+	lease := r.Lease()
+
+	// A turn: start, messages, end.
+	evs, err := s.AppendLeased(ctx, lease,
+		store.NewEvent{Type: "agent.turn.start", StartsTurn: 1},
+		store.NewEvent{Type: "message.assistant", Payload: json.RawMessage(`{"content":"hello"}`), Preview: "hello"})
+	if err != nil || len(evs) != 2 || evs[0].Seq != 2 || evs[1].Seq != 3 {
+		t.Fatalf("AppendLeased = %+v, %v", evs, err)
+	}
+	got, _ := s.GetRun(ctx, "run-1")
+	if got.TurnSeq != 1 || got.HandledSeq != 0 || got.MessageCount != 2 || got.Preview != "hello" {
+		t.Fatalf("run during the turn = %+v", got)
+	}
+	// A message while the turn runs queues the run, but does not free it.
+	if _, _, err := s.PostMessage(ctx, "run-1", userMessage("second")); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := s.ClaimRuns(ctx, "replica-b", 10, time.Minute); len(c) != 0 {
+		t.Fatalf("ClaimRuns while leased = %+v, want none", c)
+	}
+	if _, err := s.AppendLeased(ctx, lease, store.NewEvent{Type: store.EventTurnEnd, EndsTurn: true}); err != nil {
+		t.Fatal(err)
+	}
+	if lease, err = s.RenewLease(ctx, lease, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	released, err := s.ReleaseRun(ctx, lease, "")
+	if err != nil || released.LeaseOwner != "" || released.QueuedAt.IsZero() || released.TurnSeq != 0 || released.HandledSeq != 1 {
+		t.Fatalf("ReleaseRun = %+v, %v; want unleased, still queued, turn 1 handled", released, err)
+	}
+	// The queued message is claimable at once, with a higher token.
+	claimed, err = s.ClaimRuns(ctx, "replica-b", 10, time.Minute)
+	if err != nil || len(claimed) != 1 || claimed[0].FencingToken != 2 {
+		t.Fatalf("ClaimRuns after release = %+v, %v", claimed, err)
+	}
+	// The old lease is fenced off everywhere.
+	if _, err := s.AppendLeased(ctx, lease, store.NewEvent{Type: "message.assistant"}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("AppendLeased with a lost lease = %v, want ErrConflict", err)
+	}
+	if _, err := s.RenewLease(ctx, lease, time.Minute); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("RenewLease of a lost lease = %v, want ErrConflict", err)
+	}
+	if _, err := s.ReleaseRun(ctx, lease, ""); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("ReleaseRun of a lost lease = %v, want ErrConflict", err)
+	}
+	if _, err := s.RenewLease(ctx, store.Lease{RunID: "missing", Owner: "x", Token: 1}, time.Minute); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("RenewLease of a missing run = %v, want ErrNotFound", err)
+	}
+	if _, err := s.AppendLeased(ctx, store.Lease{RunID: "run-1"}, store.NewEvent{Type: "x"}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("AppendLeased with an empty lease = %v, want ErrInvalid", err)
+	}
+
+	// Pausing for an approval, then requeueing.
+	lease = claimed[0].Lease()
+	paused, err := s.ReleaseRun(ctx, lease, store.RunAwaitingApproval)
+	if err != nil || paused.Status != store.RunAwaitingApproval {
+		t.Fatalf("ReleaseRun to AwaitingApproval = %+v, %v", paused, err)
+	}
+	if c, _ := s.ClaimRuns(ctx, "replica-a", 10, time.Minute); len(c) != 0 {
+		t.Fatalf("ClaimRuns of a run awaiting approval = %+v, want none", c)
+	}
+	requeued, err := s.RequeueRun(ctx, "run-1")
+	if err != nil || requeued.Status != store.RunInProgress || requeued.QueuedAt.IsZero() {
+		t.Fatalf("RequeueRun = %+v, %v", requeued, err)
+	}
+	if _, err := s.ReleaseRun(ctx, lease, store.RunCompleted); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("ReleaseRun to Completed = %v, want ErrInvalid", err)
+	}
+}
+
+func testLeaseTakeover(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first := userMessage("hi")
+	mustOpenRun(t, s, "run-1", &first)
+	claimed, err := s.ClaimRuns(ctx, "replica-a", 1, time.Second)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("ClaimRuns = %v, %v", claimed, err)
+	}
+	// The lease lapses; another replica takes the run over.
+	deadline := time.Now().Add(10 * time.Second)
+	var taken []store.Run
+	for len(taken) == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		if taken, err = s.ClaimRuns(ctx, "replica-b", 1, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(taken) != 1 || taken[0].LeaseOwner != "replica-b" || taken[0].FencingToken != claimed[0].FencingToken+1 {
+		t.Fatalf("takeover = %+v", taken)
+	}
+	if _, err := s.AppendLeased(ctx, claimed[0].Lease(), store.NewEvent{Type: "message.assistant"}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("AppendLeased by the replica that lost the run = %v, want ErrConflict", err)
+	}
+}
+
+func testClaimRace(t *testing.T, s store.Store) {
+	const runs, claimers = 10, 4
+	for i := range runs {
+		first := userMessage("hi")
+		if _, _, err := s.OpenRun(t.Context(), store.Run{ID: fmt.Sprintf("run-%d", i), Owner: fmt.Sprintf("owner-%d", i)}, 5, &first); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[string]string{}
+	var wg sync.WaitGroup
+	for c := range claimers {
+		wg.Go(func() {
+			owner := fmt.Sprintf("replica-%d", c)
+			for {
+				got, err := s.ClaimRuns(t.Context(), owner, 2, time.Minute)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, r := range got {
+					if prev, dup := seen[r.ID]; dup {
+						t.Errorf("run %s claimed by %s and %s", r.ID, prev, owner)
+					}
+					seen[r.ID] = owner
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != runs {
+		t.Fatalf("claimed %d runs, want %d", len(seen), runs)
+	}
+}
+
+func testCloseRun(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first := userMessage("hi")
+	mustOpenRun(t, s, "run-1", &first)
+	claimed, _ := s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	lease := claimed[0].Lease()
+	if _, err := s.AppendLeased(ctx, lease, store.NewEvent{Type: "agent.turn.start", StartsTurn: 1}); err != nil {
+		t.Fatal(err)
+	}
+	closed, err := s.CloseRun(ctx, "run-1", store.RunCancelled, json.RawMessage(`{"status":"cancelled"}`))
+	if err != nil || closed.Status != store.RunCancelled || closed.CompletedAt.IsZero() || closed.LeaseOwner != "" || closed.TurnSeq != 0 || closed.HandledSeq != 1 {
+		t.Fatalf("CloseRun = %+v, %v", closed, err)
+	}
+	events, _ := s.ListEvents(ctx, "run-1", 0, 10)
+	if last := events[len(events)-1]; last.Type != store.EventTurnEnd || string(last.Payload) != `{"status": "cancelled"}` && string(last.Payload) != `{"status":"cancelled"}` {
+		t.Fatalf("last event = %s %s, want the turn's end", last.Type, last.Payload)
+	}
+	if _, err := s.AppendLeased(ctx, lease, store.NewEvent{Type: "message.assistant"}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("AppendLeased after CloseRun = %v, want ErrConflict", err)
+	}
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("CloseRun twice = %v, want ErrClosed", err)
+	}
+	if _, err := s.CloseRun(ctx, "run-1", store.RunIdle, nil); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("CloseRun to Idle = %v, want ErrInvalid", err)
+	}
+	if _, err := s.RequeueRun(ctx, "run-1"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("RequeueRun of a closed run = %v, want ErrConflict", err)
+	}
+	if _, err := s.RequeueRun(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("RequeueRun of a missing run = %v, want ErrNotFound", err)
+	}
+	// Deleting a closed run hides it.
+	if err := s.DeleteRun(ctx, "run-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("CloseRun of a deleted run = %v, want ErrNotFound", err)
+	}
+}
+
+func testParkIdleRuns(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	mustOpenRun(t, s, "quiet", nil)
+	first := userMessage("hi")
+	mustOpenRun(t, s, "queued", &first)
+	mustOpenRun(t, s, "leased", &first)
+	claimed, _ := s.ClaimRuns(ctx, "replica-a", 2, time.Minute)
+	for _, c := range claimed {
+		if c.ID == "queued" {
+			// Put it back in the queue: queued runs are not parked.
+			if _, err := s.ReleaseRun(ctx, c.Lease(), ""); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := s.PostMessage(ctx, "queued", userMessage("more")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	parked, err := s.ParkIdleRuns(ctx, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parked) != 1 || parked[0].ID != "quiet" || parked[0].Status != store.RunIdle {
+		t.Fatalf("ParkIdleRuns = %+v, want only the quiet run", parked)
+	}
+	if parked, _ := s.ParkIdleRuns(ctx, time.Now().Add(-time.Hour)); len(parked) != 0 {
+		t.Fatalf("ParkIdleRuns of recent runs = %+v, want none", parked)
+	}
+}
+
+func testListMessages(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	mustOpenRun(t, s, "run-1", nil)
+	for i := 1; i <= 10; i++ {
+		if _, _, err := s.PostMessage(ctx, "run-1", userMessage(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AppendEvent(ctx, "run-1", "agent.other", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seqs := func(q store.MessageQuery) []int64 {
+		t.Helper()
+		evs, err := s.ListMessages(ctx, "run-1", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for _, e := range evs {
+			out = append(out, e.Seq)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		q    store.MessageQuery
+		want string
+	}{
+		{store.MessageQuery{Limit: 3}, "[1 3 5]"},
+		{store.MessageQuery{Limit: 3, Last: true}, "[15 17 19]"},
+		{store.MessageQuery{After: 5, Before: 13, Limit: 10}, "[7 9 11]"},
+		{store.MessageQuery{Before: 13, Limit: 2, Last: true}, "[9 11]"},
+		{store.MessageQuery{After: 19, Limit: 2}, "[]"},
+	} {
+		if got := fmt.Sprint(seqs(tc.q)); got != tc.want {
+			t.Errorf("ListMessages(%+v) = %s, want %s", tc.q, got, tc.want)
+		}
+	}
+	if _, err := s.ListMessages(ctx, "missing", store.MessageQuery{Limit: 1}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("ListMessages of a missing run = %v, want ErrNotFound", err)
+	}
+	if _, err := s.ListMessages(ctx, "run-1", store.MessageQuery{Limit: 0}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("ListMessages with limit 0 = %v, want ErrInvalid", err)
+	}
+}
+
+func testWakeUps(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	wakes, err := s.WakeUps(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustOpenRun(t, s, "run-1", nil)
+	if _, _, err := s.PostMessage(ctx, "run-1", userMessage("hi")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wakes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up after PostMessage")
+	}
+}
