@@ -86,6 +86,10 @@ type Options struct {
 	// Logger receives what the handlers cannot tell clients. Default:
 	// discard.
 	Logger *slog.Logger
+	// Decided, when set, is called after every decision is recorded, with
+	// the decided approval: the assistant requeues the run that waits for
+	// it. Default: nil.
+	Decided func(ctx context.Context, a Approval)
 }
 
 // Service records approval requests, decides and consumes them.
@@ -96,6 +100,7 @@ type Service struct {
 	publicURL string
 	audit     *audit.Log
 	log       *slog.Logger
+	decided   func(ctx context.Context, a Approval)
 }
 
 // New returns a Service on st, or one error naming every problem of opts.
@@ -128,6 +133,7 @@ func New(st Store, opts *Options) (*Service, error) {
 		publicURL: strings.TrimSuffix(o.PublicURL, "/"),
 		audit:     o.Audit,
 		log:       o.Logger,
+		decided:   o.Decided,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -285,6 +291,9 @@ func (s *Service) Decide(ctx context.Context, id string, decider identity.Princi
 	})
 	if err != nil {
 		return Approval{}, err
+	}
+	if s.decided != nil {
+		s.decided(ctx, out)
 	}
 	return out, nil
 }

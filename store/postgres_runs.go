@@ -83,6 +83,13 @@ WHERE status = 'InProgress' AND deleted_at IS NULL AND lease_owner IS NULL
   AND queued_at IS NULL AND turn_seq = 0 AND last_activity_at < $1
 RETURNING ` + runColumns
 
+	pgRunsAwaitingNothing = `
+SELECT ` + runColumns + ` FROM runs r
+WHERE status = 'AwaitingApproval' AND deleted_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = r.id AND a.status = 'pending')
+ORDER BY updated_at
+LIMIT $1`
+
 	pgFirstMessages = `
 SELECT ` + eventColumns + ` FROM run_events
 WHERE run_id = $1 AND type LIKE 'message.%' AND seq > $2 AND seq < $3
@@ -432,6 +439,21 @@ func (s *postgresStore) DeleteRun(ctx context.Context, runID string, turnEnd jso
 
 func (s *postgresStore) ParkIdleRuns(ctx context.Context, quietSince time.Time) ([]Run, error) {
 	rows, err := s.pool.Query(ctx, pgParkIdleRuns, storedTime(quietSince), storedTime(s.now()))
+	if err != nil {
+		return nil, pgError(err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanPostgresRun(row) })
+	if err != nil {
+		return nil, pgError(err)
+	}
+	return runs, nil
+}
+
+func (s *postgresStore) RunsAwaitingNothing(ctx context.Context, limit int) ([]Run, error) {
+	if err := checkListLimit(limit); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, pgRunsAwaitingNothing, limit)
 	if err != nil {
 		return nil, pgError(err)
 	}

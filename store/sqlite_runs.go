@@ -70,6 +70,13 @@ WHERE status = 'InProgress' AND deleted_at IS NULL AND lease_owner IS NULL
   AND queued_at IS NULL AND turn_seq = 0 AND last_activity_at < ?1
 RETURNING ` + runColumns
 
+	sqliteRunsAwaitingNothing = `
+SELECT ` + runColumns + ` FROM runs r
+WHERE status = 'AwaitingApproval' AND deleted_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = r.id AND a.status = 'pending')
+ORDER BY updated_at
+LIMIT ?`
+
 	sqliteFirstMessages = `
 SELECT ` + eventColumns + ` FROM run_events
 WHERE run_id = ?1 AND type LIKE 'message.%' AND seq > ?2 AND seq < ?3
@@ -465,6 +472,29 @@ func (s *sqliteStore) ParkIdleRuns(ctx context.Context, quietSince time.Time) ([
 		return rows.Err()
 	})
 	if err != nil {
+		return nil, sqliteError(err)
+	}
+	return runs, nil
+}
+
+func (s *sqliteStore) RunsAwaitingNothing(ctx context.Context, limit int) ([]Run, error) {
+	if err := checkListLimit(limit); err != nil {
+		return nil, err
+	}
+	rows, err := s.read.QueryContext(ctx, sqliteRunsAwaitingNothing, limit)
+	if err != nil {
+		return nil, sqliteError(err)
+	}
+	defer rows.Close()
+	var runs []Run
+	for rows.Next() {
+		r, err := scanSQLiteRun(rows)
+		if err != nil {
+			return nil, sqliteError(err)
+		}
+		runs = append(runs, r)
+	}
+	if err := rows.Err(); err != nil {
 		return nil, sqliteError(err)
 	}
 	return runs, nil

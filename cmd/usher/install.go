@@ -81,6 +81,9 @@ type installation struct {
 	log     *slog.Logger
 	store   store.Store
 	sealKey []byte
+	// approvalDecided is told of every approval decision (serve sets it
+	// to requeue the run that waits).
+	approvalDecided func(ctx context.Context, a store.Approval)
 }
 
 // open opens the installation's store, applies pending migrations and loads

@@ -210,7 +210,7 @@ func (in *installation) buildMCP(ctx context.Context, publicURL string, keys *br
 	}
 	svc, err := approvals.New(in.store, &approvals.Options{
 		TTL: in.cfg.Approval.TTL.Std(), PublicURL: publicURL, Audit: auditLog,
-		Logger: in.log.With("component", "approvals"),
+		Logger: in.log.With("component", "approvals"), Decided: in.approvalDecided,
 	})
 	if err != nil {
 		return nil, err

@@ -19,6 +19,7 @@ import (
 	"github.com/usherhq/usher/internal/devoidc"
 	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/store"
 )
 
 func (e *environment) serve(ctx context.Context, args []string) error {
@@ -128,6 +129,11 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		p, _ := identity.FromContext(r.Context())
 		httpx.WriteJSON(w, http.StatusOK, me{ID: p.ID(), Issuer: p.Issuer, Tenant: p.Tenant, ObjectID: p.ObjectID, Name: p.Name, Email: p.Email, Scopes: p.Scopes})
 	})))
+	runtime, err := in.buildAssistant(publicURL, mint)
+	if err != nil {
+		return err
+	}
+	in.approvalDecided = func(ctx context.Context, a store.Approval) { runtime.ApprovalDecided(ctx, a.Binding.RunID) }
 	mcp, err := in.buildMCP(ctx, publicURL, brokerKeys, mint)
 	if err != nil {
 		return err
@@ -135,6 +141,11 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	defer mcp.catalog.Close()
 	mcp.mount(mux, verifier.Middleware, publicURL)
 	go in.sweep(ctx, mcp)
+	mountAssistant(mux, runtime, verifier.Middleware, publicURL)
+	if err := runtime.Start(ctx); err != nil {
+		return fmt.Errorf("assistant: %w", err)
+	}
+	defer runtime.Stop()
 
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, log, httpx.ErrNotFound)

@@ -34,6 +34,9 @@ type Config struct {
 	MCP      MCP      `yaml:"mcp"`
 	Policy   Policy   `yaml:"policy"`
 	Approval Approval `yaml:"approvals"`
+	// Assistant and Model configure the assistant runtime.
+	Assistant Assistant `yaml:"assistant"`
+	Model     Model     `yaml:"model"`
 }
 
 // Server configures the HTTP listener and the process's files.
@@ -150,6 +153,55 @@ type Approval struct {
 	TTL Duration `yaml:"ttl"`
 }
 
+// Assistant configures the assistant runtime. Zero values take the
+// runtime's defaults.
+type Assistant struct {
+	// MaxConcurrency is how many turns one process runs at once. Default 4.
+	MaxConcurrency int `yaml:"max_concurrency"`
+	// MaxActiveRuns is how many active runs a user may have. Default 5.
+	MaxActiveRuns int `yaml:"max_active_runs"`
+	// HistoryMessages is how many messages of history a turn starts from.
+	// Default 24.
+	HistoryMessages int `yaml:"history_messages"`
+	// MaxToolCallsPerSlice is how many tool calls a turn makes before it
+	// yields the run to the queue. Default 16.
+	MaxToolCallsPerSlice int `yaml:"max_tool_calls_per_slice"`
+	// MaxSteps is how many model steps one turn may take. Default 250.
+	MaxSteps int `yaml:"max_steps"`
+	// Lease is how long a claim on a run lasts unless renewed. Default 30s.
+	Lease Duration `yaml:"lease"`
+	// SweepInterval is how often a process looks for expired leases and
+	// quiet runs. Default 30s.
+	SweepInterval Duration `yaml:"sweep_interval"`
+	// HoldIdle is how long a run's MCP session is kept after its last
+	// turn. Default 5m.
+	HoldIdle Duration `yaml:"hold_idle"`
+	// IdleAfter is how long a run stays quiet before it is parked Idle.
+	// Default 30m.
+	IdleAfter Duration `yaml:"idle_after"`
+	// MaxMessageBytes is the largest user message. Default 65536.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
+	// SystemPrompt opens every model session. Default: Usher's own.
+	SystemPrompt string `yaml:"system_prompt"`
+}
+
+// Model configures the model provider.
+type Model struct {
+	// Provider is "demo" (deterministic, no network) or "openai" (any
+	// OpenAI-compatible Chat Completions endpoint). Default "demo".
+	Provider string `yaml:"provider"`
+	// BaseURL is the endpoint's base URL, such as
+	// https://api.openai.com/v1 or http://127.0.0.1:11434/v1 (Ollama).
+	BaseURL string `yaml:"base_url"`
+	// APIKey is the endpoint's key. Set it through USHER_MODEL_API_KEY
+	// rather than the file.
+	APIKey string `yaml:"api_key"`
+	// Name is the model, such as gpt-4.1-mini.
+	Name string `yaml:"name"`
+	// Timeout bounds one model step. Default 2m.
+	Timeout Duration `yaml:"timeout"`
+}
+
 // Duration is a time.Duration written as "5m", "15s", "720h".
 type Duration time.Duration
 
@@ -190,6 +242,7 @@ func Default() Config {
 			ClientID:       "usher-assistant",
 		},
 		Approval: Approval{TTL: Duration(24 * time.Hour)},
+		Model:    Model{Provider: "demo", Timeout: Duration(2 * time.Minute)},
 	}
 }
 
@@ -339,6 +392,37 @@ func (c *Config) Validate() error {
 	}
 	if c.Broker.ClientID == "" {
 		bad("broker.client_id", "must not be empty")
+	}
+	a := c.Assistant
+	for key, v := range map[string]int{"assistant.max_concurrency": a.MaxConcurrency, "assistant.max_active_runs": a.MaxActiveRuns,
+		"assistant.history_messages": a.HistoryMessages, "assistant.max_tool_calls_per_slice": a.MaxToolCallsPerSlice,
+		"assistant.max_steps": a.MaxSteps, "assistant.max_message_bytes": a.MaxMessageBytes} {
+		if v < 0 || v > 1<<20 {
+			bad(key, "must be between 0 (the default) and 1048576, got %d", v)
+		}
+	}
+	if a.Lease != 0 && (a.Lease.Std() < 3*time.Second || a.Lease.Std() > time.Hour) {
+		bad("assistant.lease", "must be between 3s and 1h, got %s", a.Lease.Std())
+	}
+	for key, v := range map[string]Duration{"assistant.sweep_interval": a.SweepInterval, "assistant.hold_idle": a.HoldIdle, "assistant.idle_after": a.IdleAfter} {
+		if v < 0 {
+			bad(key, "must not be negative, got %s", v.Std())
+		}
+	}
+	switch c.Model.Provider {
+	case "demo":
+	case "openai":
+		if c.Model.BaseURL == "" {
+			bad("model.base_url", "is required for the openai provider")
+		}
+		if c.Model.Name == "" {
+			bad("model.name", "is required for the openai provider")
+		}
+	default:
+		bad("model.provider", "must be demo or openai, got %q", c.Model.Provider)
+	}
+	if c.Model.Timeout.Std() < time.Second {
+		bad("model.timeout", "must be at least 1s, got %s", c.Model.Timeout.Std())
 	}
 	if c.Approval.TTL.Std() < time.Minute || c.Approval.TTL.Std() > 30*24*time.Hour {
 		bad("approvals.ttl", "must be between 1m and 720h, got %s", c.Approval.TTL.Std())

@@ -85,7 +85,13 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"broker.key_encryption_key": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", "broker.client_id": "c",
 		"mcp.stateful": "true", "mcp.demo_tools": "false", "mcp.allowed_origins": "https://a.example.com",
 		"mcp.upstreams": "", "policy.file": "/etc/usher/policy.cedar", "policy.lock_file": "/etc/usher/tools.lock",
-		"approvals.ttl": "2h",
+		"approvals.ttl":             "2h",
+		"assistant.max_concurrency": "2", "assistant.max_active_runs": "3", "assistant.history_messages": "10",
+		"assistant.max_tool_calls_per_slice": "4", "assistant.max_steps": "20", "assistant.lease": "10s",
+		"assistant.sweep_interval": "5s", "assistant.hold_idle": "1m", "assistant.idle_after": "10m",
+		"assistant.max_message_bytes": "1000", "assistant.system_prompt": "Be brief.",
+		"model.provider": "openai", "model.base_url": "http://127.0.0.1:1/v1", "model.api_key": "k",
+		"model.name": "m", "model.timeout": "30s",
 	}
 	m := map[string]string{}
 	for _, k := range Keys() {

@@ -439,3 +439,33 @@ func testWakeUps(t *testing.T, s store.Store) {
 		t.Fatal("no wake-up after PostMessage")
 	}
 }
+
+func testRunsAwaitingNothing(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	f := newApprovalFixture(t, s) // run-1 and run-2, InProgress, not leased
+	// run-1 pauses for an approval.
+	if _, _, err := s.PostMessage(ctx, "run-1", userMessage("write it")); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("ClaimRuns = %v, %v", claimed, err)
+	}
+	if _, err := s.ReleaseRun(ctx, claimed[0].Lease(), store.RunAwaitingApproval); err != nil {
+		t.Fatal(err)
+	}
+	a := f.create(f.approval("apr-1", testBinding()))
+	if runs, err := s.RunsAwaitingNothing(ctx, 10); err != nil || len(runs) != 0 {
+		t.Fatalf("RunsAwaitingNothing with a pending approval = %+v, %v; want none", runs, err)
+	}
+	if _, err := s.DecideApproval(ctx, a.ID, store.ApprovalDenied, "alice", "no", f.now); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := s.RunsAwaitingNothing(ctx, 10)
+	if err != nil || len(runs) != 1 || runs[0].ID != "run-1" {
+		t.Fatalf("RunsAwaitingNothing after the decision = %+v, %v; want run-1", runs, err)
+	}
+	if _, err := s.RunsAwaitingNothing(ctx, 0); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("RunsAwaitingNothing(0) = %v, want ErrInvalid", err)
+	}
+}

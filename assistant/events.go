@@ -1,0 +1,139 @@
+package assistant
+
+import (
+	"encoding/json"
+
+	"github.com/usherhq/usher/assistant/model"
+)
+
+// The event types of a run's log. Messages (types starting with
+// "message.") are the conversation; the agent.* events record how each turn
+// went, without its content.
+const (
+	EventUserMessage      = "message.user"
+	EventAssistantMessage = "message.assistant"
+	EventToolResult       = "message.tool"
+
+	EventTurnStart      = "agent.turn.start"
+	EventSystemPrompt   = "agent.system_prompt"
+	EventRuntimeContext = "agent.runtime_context"
+	EventTurnPause      = "agent.turn.pause"
+	EventTurnEnd        = "agent.turn.end"
+)
+
+// UserMessage is the payload of a message.user event.
+type UserMessage struct {
+	Content string `json:"content"`
+}
+
+// AssistantMessage is the payload of a message.assistant event.
+type AssistantMessage struct {
+	Content   string     `json:"content"`
+	ToolCalls []ToolCall `json:"toolCalls,omitempty"`
+}
+
+// ToolCall is one tool call the model made.
+type ToolCall struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// ToolResult is the payload of a message.tool event: what a tool call
+// returned. A call that waits for an approval has a result with Approval
+// set and Status "approval_pending"; when the approval is decided, a new
+// result for the same call follows.
+type ToolResult struct {
+	ToolCallID string          `json:"toolCallId"`
+	Name       string          `json:"name"`
+	Content    string          `json:"content"`
+	IsError    bool            `json:"isError,omitempty"`
+	Status     string          `json:"status"`
+	Approval   *ApprovalRef    `json:"approval,omitempty"`
+	Structured json.RawMessage `json:"structured,omitempty"`
+}
+
+// The statuses of a ToolResult.
+const (
+	ToolSucceeded       = "succeeded"
+	ToolFailed          = "failed"
+	ToolDenied          = "denied"
+	ToolApprovalPending = "approval_pending"
+)
+
+// ApprovalRef names the approval a tool call waits for.
+type ApprovalRef struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	URL    string `json:"url,omitempty"`
+}
+
+// TurnStart is the payload of agent.turn.start.
+type TurnStart struct {
+	MessageSeq int64 `json:"messageSeq"`
+}
+
+// TurnEnd is the payload of agent.turn.end.
+type TurnEnd struct {
+	MessageSeq int64 `json:"messageSeq"`
+	// Status is completed, failed or cancelled.
+	Status string `json:"status"`
+	// Error explains a failed turn in words fit for the user.
+	Error string `json:"error,omitempty"`
+}
+
+// The statuses of a TurnEnd.
+const (
+	TurnCompleted = "completed"
+	TurnFailed    = "failed"
+	TurnCancelled = "cancelled"
+)
+
+// TurnPause is the payload of agent.turn.pause: the turn waits for these
+// approvals.
+type TurnPause struct {
+	MessageSeq int64    `json:"messageSeq"`
+	Approvals  []string `json:"approvals"`
+}
+
+// SystemPromptRecord is the payload of agent.system_prompt: counts only,
+// never the prompt's text.
+type SystemPromptRecord struct {
+	RunID      string `json:"runId"`
+	Characters int    `json:"characters"`
+}
+
+// RuntimeContextRecord is the payload of agent.runtime_context: what the
+// model was given, as counts only — never history, tool names or schemas,
+// or any credential.
+type RuntimeContextRecord struct {
+	RunID      string `json:"runId"`
+	Messages   int    `json:"messages"`
+	Characters int    `json:"characters"`
+	Tools      int    `json:"tools"`
+	// Delivery is how the turn's tools were reached: "held" when the
+	// run's MCP session was reused, "fresh" when it was opened for the
+	// turn.
+	Delivery string `json:"delivery"`
+}
+
+// mustJSON encodes a payload type of this file, which always encodes.
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("assistant: encoding an event payload: " + err.Error())
+	}
+	return b
+}
+
+// toModelCalls converts recorded tool calls to the model's form.
+func toModelCalls(calls []ToolCall) []model.ToolCall {
+	if len(calls) == 0 {
+		return nil
+	}
+	out := make([]model.ToolCall, len(calls))
+	for i, c := range calls {
+		out[i] = model.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments}
+	}
+	return out
+}

@@ -1,0 +1,412 @@
+package assistant
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/usherhq/usher/internal/httpx"
+	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/store"
+)
+
+// API limits.
+const (
+	maxWait          = 120 * time.Second
+	defaultTake      = 50
+	maxTake          = 200
+	defaultPageBytes = 256 << 10
+	maxPageBytes     = 1 << 20
+	maxEventsPage    = 500
+	// The run view's window: the first and last messages, each bounded.
+	firstWindow, firstWindowBytes = 20, 128 << 10
+	lastWindow, lastWindowBytes   = 100, 384 << 10
+)
+
+// Handler returns the Assistant API, to mount at /api/assistant/. Every
+// route needs an authenticated principal in the request context (see
+// identity.Verifier.Middleware); a user sees only their own runs.
+func (rt *Runtime) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/assistant/runs", rt.handleCreate)
+	mux.HandleFunc("GET /api/assistant/runs", rt.handleList)
+	mux.HandleFunc("GET /api/assistant/runs/{id}", rt.handleGet)
+	mux.HandleFunc("DELETE /api/assistant/runs/{id}", rt.handleDelete)
+	mux.HandleFunc("POST /api/assistant/runs/{id}/messages", rt.handlePost)
+	mux.HandleFunc("GET /api/assistant/runs/{id}/messages", rt.handleMessages)
+	mux.HandleFunc("GET /api/assistant/runs/{id}/events", rt.handleEvents)
+	mux.HandleFunc("POST /api/assistant/runs/{id}/complete", rt.handleClose(store.RunCompleted))
+	mux.HandleFunc("POST /api/assistant/runs/{id}/cancel", rt.handleClose(store.RunCancelled))
+	mux.HandleFunc("/api/assistant/", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteError(w, r, rt.log, httpx.ErrNotFound)
+	})
+	// Bodies: a message of MaxMessageBytes, JSON-escaped, and some room.
+	return httpx.LimitBody(int64(rt.o.MaxMessageBytes)*6+4096, mux)
+}
+
+// principal returns the caller's principal id.
+func principal(r *http.Request) (string, bool) {
+	p, ok := identity.FromContext(r.Context())
+	if !ok {
+		return "", false
+	}
+	return p.ID(), true
+}
+
+var errUnauthenticated = httpx.Errorf(http.StatusUnauthorized, "unauthenticated", "Sign in first.")
+
+// decode reads a JSON object body into v, refusing unknown fields and
+// trailing data.
+func decode(r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return httpx.Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "Send the body as application/json.")
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return httpx.ErrBodyTooLarge
+		}
+		return httpx.Errorf(http.StatusBadRequest, "invalid_json", "The body must be one JSON object with the documented fields.")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return httpx.Errorf(http.StatusBadRequest, "invalid_json", "The body must be one JSON object with the documented fields.")
+	}
+	return nil
+}
+
+// RunView is a run as the API shows it.
+type RunView struct {
+	ID           string     `json:"runId"`
+	Title        string     `json:"title"`
+	Status       string     `json:"status"`
+	Preview      string     `json:"preview"`
+	MessageCount int        `json:"messageCount"`
+	LastSeq      int64      `json:"lastSeq"`
+	Working      bool       `json:"working"`
+	CreatedAt    time.Time  `json:"createdAt"`
+	UpdatedAt    time.Time  `json:"updatedAt"`
+	CompletedAt  *time.Time `json:"completedAt,omitempty"`
+}
+
+func viewRun(r store.Run) RunView {
+	v := RunView{ID: r.ID, Title: r.Title, Status: string(r.Status), Preview: r.Preview, MessageCount: r.MessageCount,
+		LastSeq: r.LastSeq, Working: r.TurnSeq != 0 || !r.QueuedAt.IsZero() || r.LeaseOwner != "",
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	if !r.CompletedAt.IsZero() {
+		v.CompletedAt = &r.CompletedAt
+	}
+	return v
+}
+
+// EventView is an event (a message or a turn record) as the API shows it.
+type EventView struct {
+	Seq       int64           `json:"seq"`
+	Type      string          `json:"type"`
+	CreatedAt time.Time       `json:"createdAt"`
+	Data      json.RawMessage `json:"data"`
+}
+
+func viewEvents(events []store.Event) []EventView {
+	out := make([]EventView, len(events))
+	for i, e := range events {
+		out[i] = EventView{Seq: e.Seq, Type: e.Type, CreatedAt: e.CreatedAt, Data: e.Payload}
+	}
+	return out
+}
+
+func (rt *Runtime) fail(w http.ResponseWriter, r *http.Request, err error) {
+	httpx.WriteError(w, r, rt.log, err)
+}
+
+func (rt *Runtime) handleCreate(w http.ResponseWriter, r *http.Request) {
+	owner, ok := principal(r)
+	if !ok {
+		rt.fail(w, r, errUnauthenticated)
+		return
+	}
+	var body struct {
+		Message *string `json:"message"`
+		Title   *string `json:"title"`
+	}
+	if r.ContentLength != 0 {
+		if err := decode(r, &body); err != nil {
+			rt.fail(w, r, err)
+			return
+		}
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > 200 || strings.ContainsFunc(key, isControl) {
+		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_idempotency_key", "The Idempotency-Key header must be at most 200 characters."))
+		return
+	}
+	var message, title string
+	if body.Message != nil {
+		message = *body.Message
+		if strings.TrimSpace(message) == "" {
+			rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The message is empty."))
+			return
+		}
+	}
+	if body.Title != nil {
+		title = *body.Title
+	}
+	run, created, err := rt.CreateRun(r.Context(), owner, title, message, key)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	status := http.StatusCreated
+	if !created {
+		status = http.StatusOK
+	}
+	w.Header().Set("Location", "/api/assistant/runs/"+run.ID)
+	httpx.WriteJSON(w, status, viewRun(run))
+}
+
+func (rt *Runtime) handleList(w http.ResponseWriter, r *http.Request) {
+	owner, ok := principal(r)
+	if !ok {
+		rt.fail(w, r, errUnauthenticated)
+		return
+	}
+	runs, err := rt.st.ListRuns(r.Context(), owner)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	views := make([]RunView, len(runs))
+	for i, run := range runs {
+		views[i] = viewRun(run)
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"runs": views})
+}
+
+func (rt *Runtime) handleGet(w http.ResponseWriter, r *http.Request) {
+	owner, ok := principal(r)
+	if !ok {
+		rt.fail(w, r, errUnauthenticated)
+		return
+	}
+	run, err := rt.Run(r.Context(), owner, r.PathValue("id"))
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	first, err := rt.page(r, run.ID, pageQuery{after: 0, take: firstWindow, maxBytes: firstWindowBytes})
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	var last messagePage
+	var lastAfter int64
+	if n := len(first.Messages); n > 0 {
+		lastAfter = first.Messages[n-1].Seq
+	}
+	if first.HasMore {
+		last, err = rt.page(r, run.ID, pageQuery{before: -1, take: lastWindow, maxBytes: lastWindowBytes})
+		if err != nil {
+			rt.fail(w, r, err)
+			return
+		}
+		// Drop what the first window already holds.
+		for len(last.Messages) > 0 && last.Messages[0].Seq <= lastAfter {
+			last.Messages = last.Messages[1:]
+		}
+	}
+	gap := first.HasMore && len(last.Messages) > 0 && last.Messages[0].Seq > lastAfter &&
+		run.MessageCount > len(first.Messages)+len(last.Messages)
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{
+		"run":      viewRun(run),
+		"first":    nonNilViews(first.Messages),
+		"last":     nonNilViews(last.Messages),
+		"gap":      gap,
+		"messages": run.MessageCount,
+	})
+}
+
+func nonNilViews(v []EventView) []EventView {
+	if v == nil {
+		return []EventView{}
+	}
+	return v
+}
+
+func (rt *Runtime) handleDelete(w http.ResponseWriter, r *http.Request) {
+	owner, ok := principal(r)
+	if !ok {
+		rt.fail(w, r, errUnauthenticated)
+		return
+	}
+	if err := rt.Delete(r.Context(), owner, r.PathValue("id")); err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (rt *Runtime) handleClose(to store.RunStatus) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		owner, ok := principal(r)
+		if !ok {
+			rt.fail(w, r, errUnauthenticated)
+			return
+		}
+		run, err := rt.Close(r.Context(), owner, r.PathValue("id"), to)
+		if err != nil {
+			rt.fail(w, r, err)
+			return
+		}
+		httpx.WriteJSON(w, http.StatusOK, viewRun(run))
+	}
+}
+
+func (rt *Runtime) handlePost(w http.ResponseWriter, r *http.Request) {
+	owner, ok := principal(r)
+	if !ok {
+		rt.fail(w, r, errUnauthenticated)
+		return
+	}
+	var wait time.Duration
+	if s := r.URL.Query().Get("wait"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 || d > maxWait {
+			rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_wait", "wait must be a duration such as 60s, at most 120s."))
+			return
+		}
+		wait = d
+	}
+	var body struct {
+		Content *string `json:"content"`
+	}
+	if err := decode(r, &body); err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	if body.Content == nil {
+		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The body needs a content field."))
+		return
+	}
+	ev, run, err := rt.PostMessage(r.Context(), owner, r.PathValue("id"), *body.Content)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	if wait == 0 {
+		httpx.WriteJSON(w, http.StatusAccepted, map[string]any{"runId": run.ID, "seq": ev.Seq, "status": "queued", "run": viewRun(run)})
+		return
+	}
+	out, err := rt.WaitTurn(r.Context(), owner, run.ID, ev.Seq, wait)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	body2 := map[string]any{"runId": run.ID, "seq": ev.Seq, "status": out.Status, "run": viewRun(out.Run),
+		"messages": nonNilViews(viewEvents(out.Messages))}
+	if out.End != nil && out.End.Error != "" {
+		body2["error"] = out.End.Error
+	}
+	if reply, ok := lastReply(out.Messages); ok {
+		body2["reply"] = reply
+	}
+	status := http.StatusOK
+	if out.Status == "running" || out.Status == "awaiting_approval" {
+		status = http.StatusAccepted
+	}
+	httpx.WriteJSON(w, status, body2)
+}
+
+// lastReply is the text of the last assistant message.
+func lastReply(events []store.Event) (string, bool) {
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].Type != EventAssistantMessage {
+			continue
+		}
+		var m AssistantMessage
+		if json.Unmarshal(events[i].Payload, &m) == nil && m.Content != "" {
+			return m.Content, true
+		}
+	}
+	return "", false
+}
+
+func (rt *Runtime) handleMessages(w http.ResponseWriter, r *http.Request) {
+	owner, ok := principal(r)
+	if !ok {
+		rt.fail(w, r, errUnauthenticated)
+		return
+	}
+	run, err := rt.Run(r.Context(), owner, r.PathValue("id"))
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	pq := pageQuery{take: defaultTake, maxBytes: defaultPageBytes}
+	var errs []string
+	intParam := func(name string, min, max int64, into *int64) {
+		s := q.Get(name)
+		if s == "" {
+			return
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < min || n > max {
+			errs = append(errs, name+" must be a whole number from "+strconv.FormatInt(min, 10)+" to "+strconv.FormatInt(max, 10))
+			return
+		}
+		*into = n
+	}
+	var take, maxBytes int64 = defaultTake, defaultPageBytes
+	intParam("before", 1, 1<<53, &pq.before)
+	intParam("after", 0, 1<<53, &pq.after)
+	intParam("take", 1, maxTake, &take)
+	intParam("maxBytes", 1024, maxPageBytes, &maxBytes)
+	if q.Has("before") && q.Has("after") {
+		errs = append(errs, "give before or after, not both")
+	}
+	if len(errs) > 0 {
+		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_query", strings.Join(errs, "; ")+"."))
+		return
+	}
+	pq.take, pq.maxBytes = int(take), int(maxBytes)
+	if !q.Has("before") && !q.Has("after") {
+		pq.before = -1 // the latest messages
+	}
+	page, err := rt.page(r, run.ID, pq)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"messages": nonNilViews(page.Messages), "hasMore": page.HasMore})
+}
+
+func (rt *Runtime) handleEvents(w http.ResponseWriter, r *http.Request) {
+	owner, ok := principal(r)
+	if !ok {
+		rt.fail(w, r, errUnauthenticated)
+		return
+	}
+	run, err := rt.Run(r.Context(), owner, r.PathValue("id"))
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	var after int64
+	if s := r.URL.Query().Get("after"); s != "" {
+		if after, err = strconv.ParseInt(s, 10, 64); err != nil || after < 0 {
+			rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_query", "after must be a sequence number (0 or more)."))
+			return
+		}
+	}
+	events, err := rt.st.ListEvents(r.Context(), run.ID, after, maxEventsPage)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"events": nonNilViews(viewEvents(events)), "hasMore": len(events) == maxEventsPage})
+}

@@ -1,0 +1,364 @@
+package assistant
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/usherhq/usher/assistant/model"
+	"github.com/usherhq/usher/store"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxConcurrency       = 4
+	DefaultMaxActiveRuns        = 5
+	DefaultHistoryMessages      = 24
+	DefaultMaxToolCallsPerSlice = 16
+	DefaultMaxSteps             = 250
+	DefaultLease                = 30 * time.Second
+	DefaultSweepInterval        = 30 * time.Second
+	DefaultHoldIdle             = 5 * time.Minute
+	DefaultIdleAfter            = 30 * time.Minute
+	DefaultMaxMessageBytes      = 64 << 10
+)
+
+// DefaultSystemPrompt is the system prompt when Options.SystemPrompt is
+// empty.
+const DefaultSystemPrompt = `You are Usher, an assistant that helps people through the tools you are offered. ` +
+	`Use only those tools. Some tool calls need a person's approval before they run: ` +
+	`when a call waits for one, say so plainly and do not retry it yourself.`
+
+// Options configure a Runtime. Store, Model, Tokens and MCPURL are
+// required; every other field has the default its comment gives.
+type Options struct {
+	// Store is the database: runs, their event logs, approvals.
+	Store store.Store
+	// Model is the model provider.
+	Model model.Provider
+	// Tokens mints the broker tokens a turn calls the MCP server with.
+	Tokens TokenSource
+	// MCPURL is the URL of Usher's MCP endpoint, which the runner calls
+	// like any MCP client.
+	MCPURL string
+	// HTTPClient carries the MCP calls. Default: a client with a 2-minute
+	// timeout.
+	HTTPClient *http.Client
+
+	// ReplicaID names this process in leases. Default: host name and a
+	// random suffix.
+	ReplicaID string
+	// MaxConcurrency is how many turns this process runs at once.
+	// Default: 4.
+	MaxConcurrency int
+	// MaxActiveRuns is how many active runs a user may have. Default: 5.
+	MaxActiveRuns int
+	// HistoryMessages is how many messages of history a turn starts from.
+	// Default: 24.
+	HistoryMessages int
+	// MaxToolCallsPerSlice is how many tool calls a turn makes before it
+	// yields the run back to the queue for another slice. Default: 16.
+	MaxToolCallsPerSlice int
+	// MaxSteps is how many model steps one turn may take. Default: 250.
+	MaxSteps int
+	// Lease is how long a claim on a run lasts unless renewed (it is
+	// renewed every third of it). Default: 30 s.
+	Lease time.Duration
+	// SweepInterval is how often this process looks for expired leases,
+	// decided approvals and quiet runs. Default: 30 s.
+	SweepInterval time.Duration
+	// HoldIdle is how long a run's MCP session is kept after its last
+	// turn. Default: 5 min.
+	HoldIdle time.Duration
+	// IdleAfter is how long a run stays quiet before it is parked Idle.
+	// Default: 30 min.
+	IdleAfter time.Duration
+	// MaxMessageBytes is the largest user message. Default: 64 KiB.
+	MaxMessageBytes int
+	// SystemPrompt opens every model session. Default:
+	// DefaultSystemPrompt.
+	SystemPrompt string
+
+	// Logger receives what the runtime cannot tell users. Default:
+	// discard.
+	Logger *slog.Logger
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+}
+
+// Runtime runs the assistant: the API's operations on runs, and the
+// scheduler that claims queued runs and works their turns.
+type Runtime struct {
+	o      Options
+	st     store.Store
+	log    *slog.Logger
+	holder *holder
+	turns  *turnSignal
+
+	startOnce sync.Once
+	stopOnce  sync.Once
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+// New returns a Runtime, or one error naming every problem of opts.
+func New(opts *Options) (*Runtime, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	var errs []error
+	if o.Store == nil {
+		errs = append(errs, errors.New("option Store is required"))
+	}
+	if o.Model == nil {
+		errs = append(errs, errors.New("option Model is required"))
+	}
+	if o.Tokens == nil {
+		errs = append(errs, errors.New("option Tokens is required"))
+	}
+	if o.MCPURL == "" {
+		errs = append(errs, errors.New("option MCPURL is required"))
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"MaxConcurrency", o.MaxConcurrency}, {"MaxActiveRuns", o.MaxActiveRuns}, {"HistoryMessages", o.HistoryMessages},
+		{"MaxToolCallsPerSlice", o.MaxToolCallsPerSlice}, {"MaxSteps", o.MaxSteps}, {"MaxMessageBytes", o.MaxMessageBytes}} {
+		if n.v < 0 {
+			errs = append(errs, fmt.Errorf("option %s is %d, want 0 (the default) or more", n.name, n.v))
+		}
+	}
+	if o.Lease != 0 && o.Lease < 3*time.Second {
+		errs = append(errs, fmt.Errorf("option Lease is %s, want 3s or more", o.Lease))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"SweepInterval", o.SweepInterval}, {"HoldIdle", o.HoldIdle}, {"IdleAfter", o.IdleAfter}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("option %s is %s, want 0 (the default) or more", d.name, d.v))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("assistant: %w", err)
+	}
+	setDefault(&o.MaxConcurrency, DefaultMaxConcurrency)
+	setDefault(&o.MaxActiveRuns, DefaultMaxActiveRuns)
+	setDefault(&o.HistoryMessages, DefaultHistoryMessages)
+	setDefault(&o.MaxToolCallsPerSlice, DefaultMaxToolCallsPerSlice)
+	setDefault(&o.MaxSteps, DefaultMaxSteps)
+	setDefault(&o.MaxMessageBytes, DefaultMaxMessageBytes)
+	setDefault(&o.Lease, DefaultLease)
+	setDefault(&o.SweepInterval, DefaultSweepInterval)
+	setDefault(&o.HoldIdle, DefaultHoldIdle)
+	setDefault(&o.IdleAfter, DefaultIdleAfter)
+	if o.SystemPrompt == "" {
+		o.SystemPrompt = DefaultSystemPrompt
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Timeout: 2 * time.Minute}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ReplicaID == "" {
+		host, _ := os.Hostname()
+		var b [6]byte
+		rand.Read(b[:])
+		o.ReplicaID = host + "-" + hex.EncodeToString(b[:])
+	}
+	base := o.HTTPClient
+	if base.Transport == nil {
+		base = &http.Client{Transport: http.DefaultTransport, Timeout: base.Timeout}
+	}
+	return &Runtime{
+		o:     o,
+		st:    o.Store,
+		log:   o.Logger,
+		turns: newTurnSignal(),
+		holder: &holder{endpoint: o.MCPURL, tokens: o.Tokens, base: base, idle: o.HoldIdle, now: o.Now,
+			log: o.Logger, sessions: map[string]*session{}},
+	}, nil
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// Start starts the scheduler: it claims queued runs when woken and on
+// every sweep, and works up to MaxConcurrency turns at once. It returns
+// once the scheduler listens for work.
+func (rt *Runtime) Start(ctx context.Context) error {
+	err := errors.New("assistant: the runtime was already started")
+	rt.startOnce.Do(func() {
+		ctx, rt.cancel = context.WithCancel(context.WithoutCancel(ctx))
+		var wakes <-chan struct{}
+		if wakes, err = rt.st.WakeUps(ctx); err != nil {
+			rt.cancel()
+			return
+		}
+		rt.done = make(chan struct{})
+		go rt.schedule(ctx, wakes)
+	})
+	return err
+}
+
+// Stop stops claiming, waits for the running turns to stop (they are
+// cancelled; their runs are taken over when their leases expire, or at
+// once by the next claim when they released them), and releases the held
+// MCP sessions. It is idempotent.
+func (rt *Runtime) Stop() {
+	rt.stopOnce.Do(func() {
+		if rt.cancel == nil {
+			return
+		}
+		rt.cancel()
+		<-rt.done
+		rt.holder.closeAll()
+	})
+}
+
+// schedule is the scheduler's loop. It claims when woken (a run was
+// queued), when a turn ends (a slot is free) and on every sweep (expired
+// leases, missed wake-ups); it never polls the queue otherwise.
+func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
+	defer close(rt.done)
+	var running sync.WaitGroup
+	defer running.Wait()
+	slots := make(chan struct{}, rt.o.MaxConcurrency)
+	freed := make(chan struct{}, 1)
+	sweep := time.NewTicker(rt.o.SweepInterval)
+	defer sweep.Stop()
+
+	claim := func() {
+		for {
+			free := rt.o.MaxConcurrency - len(slots)
+			if free == 0 {
+				return
+			}
+			runs, err := rt.st.ClaimRuns(ctx, rt.o.ReplicaID, free, rt.o.Lease)
+			if err != nil {
+				if ctx.Err() == nil {
+					rt.log.Error("assistant: claiming runs failed", "err", err)
+				}
+				return
+			}
+			for _, r := range runs {
+				slots <- struct{}{}
+				running.Go(func() {
+					defer func() {
+						<-slots
+						select {
+						case freed <- struct{}{}:
+						default:
+						}
+					}()
+					rt.work(ctx, r)
+				})
+			}
+			if len(runs) < free {
+				return
+			}
+		}
+	}
+	claim()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-wakes:
+			if !ok {
+				return
+			}
+		case <-freed:
+		case <-sweep.C:
+			rt.sweep(ctx)
+		}
+		claim()
+	}
+}
+
+// sweep parks quiet runs, requeues runs whose approvals were decided
+// (should the requeue on the decision itself have been lost) and releases
+// MCP sessions held too long.
+func (rt *Runtime) sweep(ctx context.Context) {
+	if parked, err := rt.st.ParkIdleRuns(ctx, rt.o.Now().Add(-rt.o.IdleAfter)); err != nil {
+		rt.log.Error("assistant: parking idle runs failed", "err", err)
+	} else if len(parked) > 0 {
+		rt.log.Info("assistant: parked idle runs", "count", len(parked))
+	}
+	// Runs whose approvals were decided or expired go on, should the
+	// requeue on the decision have been lost.
+	if waiting, err := rt.st.RunsAwaitingNothing(ctx, 100); err != nil {
+		rt.log.Error("assistant: looking for runs whose approvals were decided failed", "err", err)
+	} else {
+		for _, r := range waiting {
+			rt.ApprovalDecided(ctx, r.ID)
+		}
+	}
+	rt.holder.reap(func(runID string) bool {
+		r, err := rt.st.GetRun(ctx, runID)
+		return err == nil && r.Status == store.RunAwaitingApproval
+	})
+}
+
+// HeldSessions reports how many MCP sessions this process holds for runs
+// between turns.
+func (rt *Runtime) HeldSessions() int { return rt.holder.held() }
+
+// turnSignal tells waiters in this process that a run's turn moved (ended
+// or paused). Waiters also poll the database, for turns that other
+// replicas run.
+type turnSignal struct {
+	mu   sync.Mutex
+	subs map[string]map[chan struct{}]struct{}
+}
+
+func newTurnSignal() *turnSignal { return &turnSignal{subs: map[string]map[chan struct{}]struct{}{}} }
+
+// subscribe returns a channel signalled when the run's turn moves, and a
+// function to stop.
+func (s *turnSignal) subscribe(runID string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.subs[runID] == nil {
+		s.subs[runID] = map[chan struct{}]struct{}{}
+	}
+	s.subs[runID][ch] = struct{}{}
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		delete(s.subs[runID], ch)
+		if len(s.subs[runID]) == 0 {
+			delete(s.subs, runID)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// notify signals the run's waiters.
+func (s *turnSignal) notify(runID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.subs[runID] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,267 @@
+package assistant
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/usherhq/usher/internal/httpx"
+	"github.com/usherhq/usher/store"
+)
+
+// The API's errors beyond httpx's common ones.
+var (
+	errTooManyActiveRuns = httpx.Errorf(http.StatusTooManyRequests, "too_many_active_runs",
+		"You have as many active sessions as you may. Complete one, or wait until one goes idle, then try again.")
+	errRunClosed = httpx.Errorf(http.StatusConflict, "operator_run_closed",
+		"This session is closed: it takes no more messages.")
+	errRunNotFound = httpx.Errorf(http.StatusNotFound, "not_found", "There is no such session.")
+)
+
+// maxTitle is the most characters of a run's title.
+const maxTitle = 200
+
+// CreateRun opens a run for owner, with an opening message when message
+// is not empty; idempotencyKey, when not empty, makes retries return the
+// first run. created is false for such a retry.
+func (rt *Runtime) CreateRun(ctx context.Context, owner, title, message, idempotencyKey string) (_ store.Run, created bool, _ error) {
+	if err := rt.checkTitle(title); err != nil {
+		return store.Run{}, false, err
+	}
+	var first *store.NewEvent
+	if message != "" {
+		e, err := rt.userMessage(message)
+		if err != nil {
+			return store.Run{}, false, err
+		}
+		first = &e
+	}
+	if title == "" && message != "" {
+		title = titleFrom(message)
+	}
+	r := store.Run{ID: newRunID(), Owner: owner, Title: title, IdempotencyKey: idempotencyKey}
+	out, created, err := rt.st.OpenRun(ctx, r, rt.o.MaxActiveRuns, first)
+	switch {
+	case errors.Is(err, store.ErrLimit):
+		return store.Run{}, false, errTooManyActiveRuns
+	case err != nil:
+		return store.Run{}, false, err
+	}
+	if out.Owner != owner {
+		return store.Run{}, false, errRunNotFound
+	}
+	return out, created, nil
+}
+
+// titleFrom makes a title of a message's first line.
+func titleFrom(message string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(message), "\n")
+	line = strings.Join(strings.Fields(line), " ")
+	if utf8.RuneCountInString(line) <= 80 {
+		return line
+	}
+	r := []rune(line)
+	return string(r[:79]) + "…"
+}
+
+func (rt *Runtime) checkTitle(title string) error {
+	if !utf8.ValidString(title) || utf8.RuneCountInString(title) > maxTitle || strings.ContainsFunc(title, isControl) {
+		return httpx.Errorf(http.StatusBadRequest, "invalid_title", "The title must be at most 200 characters of text without control characters.")
+	}
+	return nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// userMessage validates a message and makes its event.
+func (rt *Runtime) userMessage(content string) (store.NewEvent, error) {
+	switch {
+	case len(content) > rt.o.MaxMessageBytes:
+		return store.NewEvent{}, httpx.Errorf(http.StatusRequestEntityTooLarge, "message_too_large",
+			"The message is larger than this server accepts.")
+	case !utf8.ValidString(content) || strings.ContainsRune(content, 0):
+		return store.NewEvent{}, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The message must be text (UTF-8, without NUL).")
+	case strings.TrimSpace(content) == "":
+		return store.NewEvent{}, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The message is empty.")
+	}
+	return store.NewEvent{Type: EventUserMessage, Payload: mustJSON(UserMessage{Content: content}), Preview: content}, nil
+}
+
+// newRunID returns a random run id.
+func newRunID() string {
+	return "run_" + strings.ReplaceAll(uuid.Must(uuid.NewRandomFromReader(rand.Reader)).String(), "-", "")
+}
+
+// Run returns the owner's run; another owner's, or a deleted one, is not
+// found.
+func (rt *Runtime) Run(ctx context.Context, owner, id string) (store.Run, error) {
+	r, err := rt.st.GetRun(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && (r.Owner != owner || !r.DeletedAt.IsZero())) {
+		return store.Run{}, errRunNotFound
+	}
+	return r, err
+}
+
+// PostMessage appends a user message to the owner's run and queues it for
+// a turn.
+func (rt *Runtime) PostMessage(ctx context.Context, owner, id, content string) (store.Event, store.Run, error) {
+	if _, err := rt.Run(ctx, owner, id); err != nil {
+		return store.Event{}, store.Run{}, err
+	}
+	e, err := rt.userMessage(content)
+	if err != nil {
+		return store.Event{}, store.Run{}, err
+	}
+	ev, r, err := rt.st.PostMessage(ctx, id, e)
+	switch {
+	case errors.Is(err, store.ErrClosed):
+		return store.Event{}, store.Run{}, errRunClosed
+	case errors.Is(err, store.ErrNotFound):
+		return store.Event{}, store.Run{}, errRunNotFound
+	}
+	return ev, r, err
+}
+
+// Close completes or cancels the owner's run.
+func (rt *Runtime) Close(ctx context.Context, owner, id string, to store.RunStatus) (store.Run, error) {
+	if _, err := rt.Run(ctx, owner, id); err != nil {
+		return store.Run{}, err
+	}
+	r, err := rt.st.CloseRun(ctx, id, to, mustJSON(TurnEnd{Status: TurnCancelled, Error: "The session was closed during the turn."}))
+	switch {
+	case errors.Is(err, store.ErrClosed):
+		return store.Run{}, errRunClosed
+	case errors.Is(err, store.ErrNotFound):
+		return store.Run{}, errRunNotFound
+	}
+	if err == nil {
+		rt.turns.notify(id)
+	}
+	return r, err
+}
+
+// Delete deletes the owner's run.
+func (rt *Runtime) Delete(ctx context.Context, owner, id string) error {
+	if _, err := rt.Run(ctx, owner, id); err != nil {
+		return err
+	}
+	err := rt.st.DeleteRun(ctx, id, mustJSON(TurnEnd{Status: TurnCancelled, Error: "The session was deleted during the turn."}))
+	if errors.Is(err, store.ErrNotFound) {
+		return errRunNotFound
+	}
+	rt.turns.notify(id)
+	return err
+}
+
+// ApprovalDecided requeues the run an approval belongs to, so that its
+// runner retries (or gives up) the call that waited. It is what the
+// approvals API calls after a decision; the sweep does it too, should this
+// call be lost.
+func (rt *Runtime) ApprovalDecided(ctx context.Context, runID string) {
+	if runID == "" {
+		return
+	}
+	if _, err := rt.st.RequeueRun(ctx, runID); err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
+		rt.log.Error("assistant: requeueing a run after an approval decision failed", "run", runID, "err", err)
+	}
+}
+
+// TurnOutcome is how a turn stands when a waiting client is answered.
+type TurnOutcome struct {
+	// Status is completed, failed, cancelled, awaiting_approval, or
+	// running when the wait ran out first.
+	Status string
+	// End is the turn's end record, when it ended.
+	End *TurnEnd
+	// Messages are the turn's messages after the user's.
+	Messages []store.Event
+	Run      store.Run
+}
+
+// WaitTurn waits up to d for the turn that answers the message seq to end
+// or pause.
+func (rt *Runtime) WaitTurn(ctx context.Context, owner, id string, seq int64, d time.Duration) (TurnOutcome, error) {
+	signal, stop := rt.turns.subscribe(id)
+	defer stop()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	// Turns run on any replica: poll the run's row as well as listening
+	// for this process's own turns.
+	poll := time.NewTicker(250 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		r, err := rt.Run(ctx, owner, id)
+		if err != nil {
+			return TurnOutcome{}, err
+		}
+		out := TurnOutcome{Run: r, Status: "running"}
+		switch {
+		case r.HandledSeq >= seq || r.Status.Terminal():
+			end, msgs, err := rt.turnResult(ctx, id, seq)
+			if err != nil {
+				return TurnOutcome{}, err
+			}
+			out.Messages = msgs
+			if end != nil {
+				out.End, out.Status = end, end.Status
+			} else {
+				out.Status = TurnCancelled
+			}
+			return out, nil
+		case r.Status == store.RunAwaitingApproval && r.TurnSeq == seq:
+			_, msgs, err := rt.turnResult(ctx, id, seq)
+			if err != nil {
+				return TurnOutcome{}, err
+			}
+			out.Status, out.Messages = "awaiting_approval", msgs
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return TurnOutcome{}, ctx.Err()
+		case <-deadline.C:
+			return out, nil
+		case <-signal:
+		case <-poll.C:
+		}
+	}
+}
+
+// turnResult reads the turn's end (nil if none) and its messages after the
+// user's.
+func (rt *Runtime) turnResult(ctx context.Context, id string, seq int64) (*TurnEnd, []store.Event, error) {
+	var end *TurnEnd
+	var msgs []store.Event
+	after := seq
+	for {
+		page, err := rt.st.ListEvents(ctx, id, after, 500)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, e := range page {
+			switch {
+			case e.Type == EventUserMessage:
+				// A later message, queued while this turn ran: its turn
+				// comes after this one ends.
+			case isMessageEvent(e.Type):
+				msgs = append(msgs, e)
+			case e.Type == EventTurnEnd:
+				var te TurnEnd
+				if err := json.Unmarshal(e.Payload, &te); err == nil && (te.MessageSeq == seq || te.MessageSeq == 0) {
+					return &te, msgs, nil
+				}
+			}
+		}
+		if len(page) < 500 {
+			return end, msgs, nil
+		}
+		after = page[len(page)-1].Seq
+	}
+}

@@ -1,0 +1,247 @@
+package assistant
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/oauth2"
+
+	"github.com/usherhq/usher/assistant/model"
+)
+
+// The _meta keys of Usher's MCP server the runner uses. They are strings
+// of the MCP protocol, not an import: the runner reaches tools over MCP
+// like any other client.
+const (
+	metaToolCallID = "usher/tool_call_id"
+	metaApproval   = "usher/approval"
+)
+
+// TokenSource returns the source of broker tokens for the user owner
+// working in the run runID: tokens for Usher's MCP server, carrying the
+// user's identity, renewed before they expire.
+type TokenSource func(ctx context.Context, owner, runID string) oauth2.TokenSource
+
+// session is a run's connection to the MCP server and the tools it offers.
+// It is held across turns (see holder) and used by one turn at a time.
+type session struct {
+	runID string
+	owner string
+	cs    *mcp.ClientSession
+	tools []model.Tool
+
+	// Guarded by holder.mu.
+	inUse    bool
+	armed    bool // an approval of the run is pending
+	lastUsed time.Time
+
+	closeOnce sync.Once
+}
+
+// close ends the MCP session, once.
+func (s *session) close(log *slog.Logger) {
+	s.closeOnce.Do(func() {
+		if err := s.cs.Close(); err != nil {
+			log.Debug("assistant: closing an MCP session", "run", s.runID, "err", err)
+		}
+	})
+}
+
+// holder keeps each run's session between turns and releases it after a
+// quiet period, never while an approval of the run is armed.
+type holder struct {
+	endpoint string
+	tokens   TokenSource
+	base     *http.Client
+	idle     time.Duration
+	now      func() time.Time
+	log      *slog.Logger
+
+	mu       sync.Mutex
+	sessions map[string]*session
+}
+
+// acquire returns the run's held session, or connects a new one. held
+// reports which.
+func (h *holder) acquire(ctx context.Context, runID, owner string) (_ *session, held bool, _ error) {
+	h.mu.Lock()
+	if s, ok := h.sessions[runID]; ok && s.owner == owner && !s.inUse {
+		s.inUse = true
+		h.mu.Unlock()
+		return s, true, nil
+	}
+	h.mu.Unlock()
+
+	s, err := h.connect(ctx, runID, owner)
+	if err != nil {
+		return nil, false, err
+	}
+	s.inUse = true
+	h.mu.Lock()
+	old := h.sessions[runID]
+	h.sessions[runID] = s
+	h.mu.Unlock()
+	if old != nil && !old.inUse {
+		old.close(h.log)
+	}
+	return s, false, nil
+}
+
+// release returns a session after a turn; armed keeps it past the idle
+// period while an approval waits.
+func (h *holder) release(s *session, armed bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.inUse, s.armed, s.lastUsed = false, armed, h.now()
+}
+
+// drop closes and forgets a session that failed.
+func (h *holder) drop(s *session) {
+	h.mu.Lock()
+	if h.sessions[s.runID] == s {
+		delete(h.sessions, s.runID)
+	}
+	h.mu.Unlock()
+	s.close(h.log)
+}
+
+// reap closes the sessions quiet for longer than the idle period and not
+// armed, and the armed ones whose run keep reports it no longer waits here.
+// It returns how many it closed.
+func (h *holder) reap(keep func(runID string) bool) int {
+	now := h.now()
+	var done []*session
+	h.mu.Lock()
+	for id, s := range h.sessions {
+		if s.inUse || now.Sub(s.lastUsed) < h.idle {
+			continue
+		}
+		if s.armed && keep(id) {
+			continue
+		}
+		delete(h.sessions, id)
+		done = append(done, s)
+	}
+	h.mu.Unlock()
+	for _, s := range done {
+		s.close(h.log)
+	}
+	return len(done)
+}
+
+// closeAll releases every session, when the runtime stops.
+func (h *holder) closeAll() {
+	h.mu.Lock()
+	all := h.sessions
+	h.sessions = map[string]*session{}
+	h.mu.Unlock()
+	for _, s := range all {
+		s.close(h.log)
+	}
+}
+
+// held reports how many sessions are held.
+func (h *holder) held() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.sessions)
+}
+
+// connect opens an MCP session as the user, for the run, and lists its
+// tools.
+func (h *holder) connect(ctx context.Context, runID, owner string) (*session, error) {
+	httpClient := &http.Client{
+		Transport: &oauth2.Transport{Source: h.tokens(context.WithoutCancel(ctx), owner, runID), Base: h.base.Transport},
+		Timeout:   h.base.Timeout,
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "usher-assistant", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint: h.endpoint, HTTPClient: httpClient, DisableStandaloneSSE: true, MaxRetries: -1,
+	}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("assistant: connect to the MCP server: %w", err)
+	}
+	s := &session{runID: runID, owner: owner, cs: cs}
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			s.close(h.log)
+			return nil, fmt.Errorf("assistant: list tools: %w", err)
+		}
+		schema, err := json.Marshal(t.InputSchema)
+		if err != nil {
+			s.close(h.log)
+			return nil, fmt.Errorf("assistant: tool %s: input schema: %w", t.Name, err)
+		}
+		s.tools = append(s.tools, model.Tool{Name: t.Name, Description: t.Description, InputSchema: schema})
+	}
+	return s, nil
+}
+
+// call runs one tool call through the MCP server and turns its answer into
+// a ToolResult. An error means the call's fate is unknown (the connection
+// failed); the MCP server's idempotency key makes a retry safe.
+func (s *session) call(ctx context.Context, c ToolCall) (ToolResult, error) {
+	res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{
+		Name:      c.Name,
+		Arguments: c.Arguments,
+		Meta:      mcp.Meta{metaToolCallID: c.ID},
+	})
+	if err != nil {
+		if wire := (*jsonrpc.Error)(nil); errors.As(err, &wire) {
+			// The server refused the call as a request (an unknown
+			// tool, say): that is the call's result.
+			return ToolResult{ToolCallID: c.ID, Name: c.Name, Content: "The tool call was refused: " + wire.Message,
+				IsError: true, Status: ToolFailed}, nil
+		}
+		return ToolResult{}, err
+	}
+	r := ToolResult{ToolCallID: c.ID, Name: c.Name, IsError: res.IsError, Status: ToolSucceeded}
+	if res.IsError {
+		r.Status = ToolFailed
+	}
+	var text []string
+	for _, content := range res.Content {
+		if t, ok := content.(*mcp.TextContent); ok {
+			text = append(text, t.Text)
+		}
+	}
+	r.Content = strings.Join(text, "\n")
+	if res.StructuredContent != nil {
+		if b, err := json.Marshal(res.StructuredContent); err == nil {
+			r.Structured = b
+		}
+	}
+	if a, ok := approvalMeta(res.Meta); ok {
+		r.Approval = &a
+		if a.Status == "pending" {
+			r.Status = ToolApprovalPending
+		}
+	}
+	return r, nil
+}
+
+// approvalMeta reads the approval a result names in _meta.
+func approvalMeta(meta mcp.Meta) (ApprovalRef, bool) {
+	raw, ok := meta[metaApproval]
+	if !ok {
+		return ApprovalRef{}, false
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return ApprovalRef{}, false
+	}
+	var a ApprovalRef
+	if err := json.Unmarshal(b, &a); err != nil || a.ID == "" {
+		return ApprovalRef{}, false
+	}
+	return a, true
+}

@@ -1,0 +1,469 @@
+package assistant
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/usherhq/usher/assistant/model"
+	"github.com/usherhq/usher/store"
+)
+
+// errLeaseLost stops a turn whose run another process has taken over, or
+// that was closed: it can write nothing more, and must not try.
+var errLeaseLost = errors.New("assistant: the run's lease was lost")
+
+// turn is one slice of work on a claimed run: it starts or resumes the
+// run's open turn and works it until it ends, pauses for an approval, or
+// yields the run back to the queue.
+type turn struct {
+	rt    *Runtime
+	mu    sync.Mutex // guards lease, which the renewer updates
+	run   store.Run
+	lease store.Lease
+	seq   int64 // the user message the turn answers
+	sess  *session
+	// messages are the turn's own message events so far, from its user
+	// message on.
+	messages []store.Event
+}
+
+// work runs one claimed run until its lease is released. Every write it
+// makes is fenced by the lease.
+func (rt *Runtime) work(ctx context.Context, r store.Run) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	t := &turn{rt: rt, run: r, lease: r.Lease()}
+
+	// Renew the lease while the turn works; losing it stops the turn.
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		tick := time.NewTicker(rt.o.Lease / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			l, err := rt.st.RenewLease(ctx, t.currentLease(), rt.o.Lease)
+			if err != nil {
+				if ctx.Err() == nil {
+					rt.log.Warn("assistant: renewing a lease failed", "run", r.ID, "err", err)
+					if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+						cancel(errLeaseLost)
+						return
+					}
+				}
+				continue
+			}
+			t.setLease(l)
+		}
+	}()
+	defer func() { cancel(nil); <-renewed }()
+
+	status, err := t.work(ctx)
+	if t.sess != nil {
+		rt.holder.release(t.sess, status == store.RunAwaitingApproval)
+	}
+	switch {
+	case errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost):
+		rt.log.Info("assistant: a turn stopped: its run was taken over or closed", "run", r.ID)
+		rt.turns.notify(r.ID)
+		return
+	case err != nil && ctx.Err() != nil:
+		// The process is stopping: keep the lease; it expires and
+		// another process (or this one, restarted) takes the run over.
+		return
+	case err != nil:
+		rt.log.Error("assistant: a turn failed", "run", r.ID, "err", err)
+	}
+	releaseCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer done()
+	if err == nil && status == "" {
+		rt.requeueIfMore(releaseCtx, r.ID)
+	}
+	if _, err := rt.st.ReleaseRun(releaseCtx, t.currentLease(), status); err != nil && !errors.Is(err, store.ErrConflict) {
+		rt.log.Error("assistant: releasing a run failed", "run", r.ID, "err", err)
+	}
+	rt.turns.notify(r.ID)
+}
+
+// requeueIfMore queues the run again, while its lease still holds it, when
+// a user message arrived during the turn that ended: the claim cleared the
+// queue mark, so without this the message would wait for the next one.
+func (rt *Runtime) requeueIfMore(ctx context.Context, runID string) {
+	r, err := rt.st.GetRun(ctx, runID)
+	if err != nil || r.TurnSeq != 0 || !r.QueuedAt.IsZero() {
+		return // gone, yielded mid-turn (already queued), or queued anew
+	}
+	next, err := rt.nextUserMessage(ctx, r)
+	if err != nil {
+		rt.log.Error("assistant: looking for a queued message failed", "run", runID, "err", err)
+		return
+	}
+	if next > 0 {
+		if _, err := rt.st.RequeueRun(ctx, runID); err != nil && !errors.Is(err, store.ErrConflict) {
+			rt.log.Error("assistant: requeueing a run failed", "run", runID, "err", err)
+		}
+	}
+}
+
+// currentLease and setLease guard the lease the renewer updates.
+func (t *turn) currentLease() store.Lease {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lease
+}
+
+func (t *turn) setLease(l store.Lease) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lease = l
+}
+
+// append writes events under the lease.
+func (t *turn) append(ctx context.Context, events ...store.NewEvent) ([]store.Event, error) {
+	out, err := t.rt.st.AppendLeased(ctx, t.currentLease(), events...)
+	if errors.Is(err, store.ErrConflict) {
+		return nil, errLeaseLost
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range out {
+		if isMessageEvent(e.Type) {
+			t.messages = append(t.messages, e)
+		}
+	}
+	return out, nil
+}
+
+func isMessageEvent(typ string) bool {
+	return typ == EventUserMessage || typ == EventAssistantMessage || typ == EventToolResult
+}
+
+// work does the slice and returns the status to release the run with:
+// AwaitingApproval when the turn pauses, else empty (InProgress).
+func (t *turn) work(ctx context.Context) (store.RunStatus, error) {
+	rt := t.rt
+	starting := t.run.TurnSeq == 0
+	if starting {
+		seq, err := rt.nextUserMessage(ctx, t.run)
+		if err != nil || seq == 0 {
+			return "", err
+		}
+		t.seq = seq
+	} else {
+		t.seq = t.run.TurnSeq
+	}
+	if err := t.loadTurnMessages(ctx); err != nil {
+		return "", err
+	}
+
+	sess, held, err := rt.holder.acquire(ctx, t.run.ID, t.run.Owner)
+	if err != nil {
+		rt.log.Error("assistant: reaching the MCP server failed", "run", t.run.ID, "err", err)
+		return "", t.end(ctx, TurnFailed, "The assistant could not reach its tools. Try again in a moment.", starting)
+	}
+	t.sess = sess
+	if starting {
+		delivery := "fresh"
+		if held {
+			delivery = "held"
+		}
+		history, err := t.history(ctx)
+		if err != nil {
+			return "", err
+		}
+		chars := 0
+		for _, m := range history {
+			chars += utf8.RuneCountInString(m.Content)
+		}
+		if _, err := t.append(ctx,
+			store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: t.seq}), StartsTurn: t.seq},
+			store.NewEvent{Type: EventSystemPrompt, Payload: mustJSON(SystemPromptRecord{
+				RunID: t.run.ID, Characters: utf8.RuneCountInString(rt.o.SystemPrompt)})},
+			store.NewEvent{Type: EventRuntimeContext, Payload: mustJSON(RuntimeContextRecord{
+				RunID: t.run.ID, Messages: len(history), Characters: chars, Tools: len(sess.tools), Delivery: delivery})},
+		); err != nil {
+			return "", err
+		}
+	}
+
+	// Finish the calls the turn left open: crashed mid-call, or waiting
+	// for an approval that has now been decided.
+	waiting, err := t.resolveOpenCalls(ctx)
+	if err != nil {
+		return "", err
+	}
+	if len(waiting) > 0 {
+		return t.pause(ctx, waiting)
+	}
+
+	steps, calls := t.stepsSoFar(), 0
+	for {
+		if steps >= rt.o.MaxSteps {
+			return "", t.end(ctx, TurnFailed, fmt.Sprintf("The turn stopped after %d model steps, its limit.", rt.o.MaxSteps), false)
+		}
+		if calls >= rt.o.MaxToolCallsPerSlice {
+			// Yield: queue the run again while the lease still holds it,
+			// so that it is claimable the moment the lease ends.
+			if _, err := rt.st.RequeueRun(ctx, t.run.ID); err != nil {
+				return "", err
+			}
+			return "", nil
+		}
+		resp, err := t.complete(ctx)
+		if err != nil {
+			var me *model.Error
+			if errors.As(err, &me) && ctx.Err() == nil {
+				return "", t.end(ctx, TurnFailed, "The model failed: "+me.Message, false)
+			}
+			return "", err
+		}
+		steps++
+		msg := AssistantMessage{Content: resp.Message.Content}
+		for _, c := range resp.Message.ToolCalls {
+			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+		}
+		if _, err := t.append(ctx, store.NewEvent{Type: EventAssistantMessage, Payload: mustJSON(msg), Preview: msg.Content}); err != nil {
+			return "", err
+		}
+		if len(resp.Message.ToolCalls) == 0 {
+			return "", t.end(ctx, TurnCompleted, "", false)
+		}
+		var waiting []string
+		for _, c := range resp.Message.ToolCalls {
+			calls++
+			r, err := t.callTool(ctx, ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments}, c.ArgumentsError)
+			if err != nil {
+				return "", err
+			}
+			if r.Status == ToolApprovalPending {
+				waiting = append(waiting, r.Approval.ID)
+			}
+		}
+		if len(waiting) > 0 {
+			return t.pause(ctx, waiting)
+		}
+	}
+}
+
+// nextUserMessage finds the first user message after the last handled
+// one: the message the next turn answers, or 0 for none.
+func (rt *Runtime) nextUserMessage(ctx context.Context, r store.Run) (int64, error) {
+	after := r.HandledSeq
+	for {
+		page, err := rt.st.ListMessages(ctx, r.ID, store.MessageQuery{After: after, Limit: 100})
+		if err != nil || len(page) == 0 {
+			return 0, err
+		}
+		for _, e := range page {
+			if e.Type == EventUserMessage {
+				return e.Seq, nil
+			}
+		}
+		after = page[len(page)-1].Seq
+	}
+}
+
+// loadTurnMessages reads the turn's messages, from its user message on.
+func (t *turn) loadTurnMessages(ctx context.Context) error {
+	after := t.seq - 1
+	t.messages = nil
+	for {
+		page, err := t.rt.st.ListMessages(ctx, t.run.ID, store.MessageQuery{After: after, Limit: 500})
+		if err != nil {
+			return err
+		}
+		t.messages = append(t.messages, page...)
+		if len(page) < 500 {
+			return nil
+		}
+		after = page[len(page)-1].Seq
+	}
+}
+
+// history is the fresh session's past: the latest HistoryMessages
+// messages before the turn's user message, as model messages.
+func (t *turn) history(ctx context.Context) ([]model.Message, error) {
+	events, err := t.rt.st.ListMessages(ctx, t.run.ID, store.MessageQuery{Before: t.seq, Limit: t.rt.o.HistoryMessages, Last: true})
+	if err != nil {
+		return nil, err
+	}
+	return project(events)
+}
+
+// request builds the model request of the next step: the system prompt,
+// the history, and the turn so far.
+func (t *turn) request(ctx context.Context) (model.Request, error) {
+	history, err := t.history(ctx)
+	if err != nil {
+		return model.Request{}, err
+	}
+	current, err := project(t.messages)
+	if err != nil {
+		return model.Request{}, err
+	}
+	msgs := make([]model.Message, 0, 1+len(history)+len(current))
+	msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: t.rt.o.SystemPrompt})
+	msgs = append(msgs, history...)
+	msgs = append(msgs, current...)
+	return model.Request{Messages: msgs, Tools: t.sess.tools}, nil
+}
+
+// complete runs one model step, retrying a retryable failure twice.
+func (t *turn) complete(ctx context.Context) (model.Response, error) {
+	req, err := t.request(ctx)
+	if err != nil {
+		return model.Response{}, err
+	}
+	var resp model.Response
+	for attempt := 0; ; attempt++ {
+		resp, err = t.rt.o.Model.Complete(ctx, req, nil)
+		var me *model.Error
+		if err == nil || attempt == 2 || !errors.As(err, &me) || !me.Retryable || ctx.Err() != nil {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			return resp, err
+		case <-time.After(time.Duration(attempt+1) * 500 * time.Millisecond):
+		}
+	}
+}
+
+// stepsSoFar counts the turn's model steps already taken.
+func (t *turn) stepsSoFar() int {
+	n := 0
+	for _, e := range t.messages {
+		if e.Type == EventAssistantMessage {
+			n++
+		}
+	}
+	return n
+}
+
+// callTool runs one call and records its result.
+func (t *turn) callTool(ctx context.Context, c ToolCall, argumentsError string) (ToolResult, error) {
+	var r ToolResult
+	if argumentsError != "" {
+		r = ToolResult{ToolCallID: c.ID, Name: c.Name, Content: argumentsError, IsError: true, Status: ToolFailed}
+	} else {
+		var err error
+		if r, err = t.sess.call(ctx, c); err != nil {
+			if ctx.Err() != nil {
+				return ToolResult{}, err
+			}
+			t.rt.holder.drop(t.sess)
+			t.sess = nil
+			t.rt.log.Error("assistant: a tool call failed to reach the MCP server", "run", t.run.ID, "tool", c.Name, "err", err)
+			return ToolResult{}, t.end(ctx, TurnFailed, "The assistant lost its connection to its tools. Send a message to try again.", false)
+		}
+	}
+	_, err := t.append(ctx, store.NewEvent{Type: EventToolResult, Payload: mustJSON(r)})
+	return r, err
+}
+
+// resolveOpenCalls finishes the calls of the turn's last assistant message
+// that have no final result, and returns the approvals still pending.
+func (t *turn) resolveOpenCalls(ctx context.Context) ([]string, error) {
+	var last *AssistantMessage
+	results := map[string]ToolResult{}
+	for _, e := range t.messages {
+		switch e.Type {
+		case EventAssistantMessage:
+			var m AssistantMessage
+			if err := json.Unmarshal(e.Payload, &m); err != nil {
+				return nil, err
+			}
+			last = &m
+		case EventToolResult:
+			var r ToolResult
+			if err := json.Unmarshal(e.Payload, &r); err != nil {
+				return nil, err
+			}
+			results[r.ToolCallID] = r
+		}
+	}
+	if last == nil {
+		return nil, nil
+	}
+	var waiting []string
+	for _, c := range last.ToolCalls {
+		r, ok := results[c.ID]
+		if ok && r.Status != ToolApprovalPending {
+			continue
+		}
+		if ok {
+			a, err := t.rt.st.GetApproval(ctx, r.Approval.ID)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return nil, err
+			}
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				r = ToolResult{ToolCallID: c.ID, Name: c.Name, IsError: true, Status: ToolFailed,
+					Content: "The approval this call waited for no longer exists; the call did not run."}
+			case a.Status == store.ApprovalPending:
+				waiting = append(waiting, a.ID)
+				continue
+			case a.Status == store.ApprovalDenied:
+				text := "A person denied this call; it did not run."
+				if a.DecisionReason != "" {
+					text += " Their reason: " + a.DecisionReason
+				}
+				r = ToolResult{ToolCallID: c.ID, Name: c.Name, IsError: true, Status: ToolDenied, Content: text}
+			case a.Status == store.ApprovalApproved || a.Status == store.ApprovalConsumed:
+				// Retry exactly the same call: the MCP server consumes
+				// the approval, or, if it already did, answers the
+				// recorded result of the one execution.
+				if _, err := t.callTool(ctx, c, ""); err != nil {
+					return nil, err
+				}
+				continue
+			default:
+				r = ToolResult{ToolCallID: c.ID, Name: c.Name, IsError: true, Status: ToolFailed,
+					Content: fmt.Sprintf("The approval of this call is %s; the call did not run.", a.Status)}
+			}
+			if _, err := t.append(ctx, store.NewEvent{Type: EventToolResult, Payload: mustJSON(r)}); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		// No result at all: the process stopped mid-call. The same call
+		// again is safe: its idempotency key (run and call id) makes the
+		// MCP server answer the recorded outcome instead of running it
+		// twice.
+		if _, err := t.callTool(ctx, c, ""); err != nil {
+			return nil, err
+		}
+	}
+	return waiting, nil
+}
+
+// pause records that the turn waits for approvals.
+func (t *turn) pause(ctx context.Context, approvals []string) (store.RunStatus, error) {
+	if _, err := t.append(ctx, store.NewEvent{Type: EventTurnPause, Payload: mustJSON(TurnPause{MessageSeq: t.seq, Approvals: approvals})}); err != nil {
+		return "", err
+	}
+	return store.RunAwaitingApproval, nil
+}
+
+// end closes the turn. When the turn never started (it failed before its
+// start was recorded), it is started and ended at once, so that each user
+// message gets exactly one end.
+func (t *turn) end(ctx context.Context, status, message string, unstarted bool) error {
+	var events []store.NewEvent
+	if unstarted {
+		events = append(events, store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: t.seq}), StartsTurn: t.seq})
+	}
+	events = append(events, store.NewEvent{Type: EventTurnEnd, Payload: mustJSON(TurnEnd{MessageSeq: t.seq, Status: status, Error: message}), EndsTurn: true})
+	_, err := t.append(ctx, events...)
+	return err
+}

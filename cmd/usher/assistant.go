@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"net/http"
+
+	"golang.org/x/oauth2"
+
+	"github.com/usherhq/usher/approvals"
+	"github.com/usherhq/usher/assistant"
+	"github.com/usherhq/usher/assistant/model"
+	"github.com/usherhq/usher/broker"
+)
+
+// buildAssistant wires the assistant runtime: its model provider, and the
+// broker tokens its turns call Usher's own MCP endpoint with.
+func (in *installation) buildAssistant(publicURL string, mint *broker.Broker) (*assistant.Runtime, error) {
+	cfg := in.cfg
+	var provider model.Provider
+	switch cfg.Model.Provider {
+	case "openai":
+		p, err := model.NewOpenAI(&model.OpenAIOptions{
+			BaseURL: cfg.Model.BaseURL, APIKey: cfg.Model.APIKey, Model: cfg.Model.Name, Timeout: cfg.Model.Timeout.Std(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		provider = p
+	default:
+		provider = model.NewDemo()
+	}
+	mcpURL := publicURL + "/mcp"
+	a := cfg.Assistant
+	return assistant.New(&assistant.Options{
+		Store: in.store,
+		Model: provider,
+		Tokens: func(ctx context.Context, owner, runID string) oauth2.TokenSource {
+			return mint.TokenSource(ctx, broker.Grant{Subject: owner, Audience: mcpURL, RunID: runID})
+		},
+		MCPURL:               mcpURL,
+		MaxConcurrency:       a.MaxConcurrency,
+		MaxActiveRuns:        a.MaxActiveRuns,
+		HistoryMessages:      a.HistoryMessages,
+		MaxToolCallsPerSlice: a.MaxToolCallsPerSlice,
+		MaxSteps:             a.MaxSteps,
+		Lease:                a.Lease.Std(),
+		SweepInterval:        a.SweepInterval.Std(),
+		HoldIdle:             a.HoldIdle.Std(),
+		IdleAfter:            a.IdleAfter.Std(),
+		MaxMessageBytes:      a.MaxMessageBytes,
+		SystemPrompt:         a.SystemPrompt,
+		Logger:               in.log.With("component", "assistant"),
+	})
+}
+
+// mountAssistant adds the Assistant API, for signed-in people only: a
+// broker token, which speaks for a user to the MCP server, is refused.
+func mountAssistant(mux *http.ServeMux, rt *assistant.Runtime, authenticated func(http.Handler) http.Handler, brokerIssuer string) {
+	mux.Handle("/api/assistant/", approvals.RefuseBrokerTokens(brokerIssuer, authenticated(rt.Handler())))
+}

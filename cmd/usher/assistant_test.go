@@ -1,0 +1,539 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/assistant/model"
+	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/store/storetest"
+)
+
+// api sends one request to the Assistant API and returns the status and
+// the decoded JSON body.
+func api(t *testing.T, method, url, token, body string, header ...string) (int, map[string]any) {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, url, r)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("%s %s: %d, not JSON: %s", method, url, resp.StatusCode, raw)
+		}
+	}
+	return resp.StatusCode, out
+}
+
+// errorCode is the code of an API error body.
+func errorCode(body map[string]any) string {
+	e, _ := body["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	return s
+}
+
+func userToken(t *testing.T, s *server, sub string) string {
+	t.Helper()
+	tok, err := s.cli(t, "token", "user", "--sub", sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// events returns the run's whole event log.
+func runEvents(t *testing.T, s *server, token, runID string) []map[string]any {
+	t.Helper()
+	var all []map[string]any
+	after := 0.0
+	for {
+		code, body := api(t, "GET", fmt.Sprintf("%s/api/assistant/runs/%s/events?after=%d", s.url, runID, int64(after)), token, "")
+		if code != 200 {
+			t.Fatalf("events = %d %v", code, body)
+		}
+		page, _ := body["events"].([]any)
+		for _, e := range page {
+			all = append(all, e.(map[string]any))
+			after = e.(map[string]any)["seq"].(float64)
+		}
+		if more, _ := body["hasMore"].(bool); !more {
+			return all
+		}
+	}
+}
+
+func countType(events []map[string]any, typ string) int {
+	n := 0
+	for _, e := range events {
+		if e["type"] == typ {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAssistantLifecycle walks a conversation with the demo model through
+// the embedded default: an unattended tool, a call that pauses for an
+// approval, the decision, the retried call running once, completion, and
+// the closed run refusing more.
+func TestAssistantLifecycle(t *testing.T) {
+	s := startServer(t, nil)
+	alice := userToken(t, s, "alice")
+
+	code, run := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"Groceries"}`)
+	if code != 201 || run["status"] != "InProgress" || run["title"] != "Groceries" {
+		t.Fatalf("create = %d %v", code, run)
+	}
+	id := run["runId"].(string)
+	base := s.url + "/api/assistant/runs/" + id
+
+	code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_list"}`)
+	if code != 200 || body["status"] != "completed" || !strings.Contains(fmt.Sprint(body["reply"]), "notes_list") {
+		t.Fatalf("unattended tool turn = %d %v", code, body)
+	}
+
+	code, body = api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_write {\"name\":\"todo\",\"body\":\"buy milk\"}"}`)
+	if code != 202 || body["status"] != "awaiting_approval" {
+		t.Fatalf("approval turn = %d %v", code, body)
+	}
+	msgs := body["messages"].([]any)
+	last := msgs[len(msgs)-1].(map[string]any)["data"].(map[string]any)
+	approval := last["approval"].(map[string]any)
+	if last["status"] != "approval_pending" || approval["status"] != "pending" || !strings.Contains(approval["url"].(string), approval["id"].(string)) {
+		t.Fatalf("the paused call's result = %v", last)
+	}
+	if code, r := api(t, "GET", base, alice, ""); code != 200 || r["run"].(map[string]any)["status"] != "AwaitingApproval" {
+		t.Fatalf("run while paused = %d %v", code, r)
+	}
+
+	// The decision requeues the run; the runner retries the exact call.
+	code, _ = api(t, "POST", s.url+"/api/approvals/"+approval["id"].(string)+"/decision", alice, `{"decision":"approve"}`)
+	if code != 200 {
+		t.Fatalf("decision = %d", code)
+	}
+	waitFor(t, 20*time.Second, func() bool {
+		ev := runEvents(t, s, alice, id)
+		return countType(ev, "agent.turn.end") == 2
+	})
+	code, body = api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_read {\"name\":\"todo\"}"}`)
+	if code != 200 || !strings.Contains(fmt.Sprint(body["reply"]), "buy milk") {
+		t.Fatalf("reading the note = %d %v", code, body)
+	}
+
+	events := runEvents(t, s, alice, id)
+	if n, m := countType(events, "agent.turn.start"), countType(events, "agent.turn.end"); n != 3 || m != 3 {
+		t.Errorf("turn starts/ends = %d/%d, want 3/3", n, m)
+	}
+	if n := countType(events, "agent.system_prompt"); n != 3 {
+		t.Errorf("system prompt records = %d, want one per turn", n)
+	}
+	for _, e := range events {
+		if e["type"] == "agent.system_prompt" || e["type"] == "agent.runtime_context" {
+			raw, _ := json.Marshal(e["data"])
+			if strings.Contains(string(raw), "notes_") || strings.Contains(string(raw), "Usher") {
+				t.Errorf("%s holds content: %s", e["type"], raw)
+			}
+		}
+	}
+	// The write ran once: one execution in the audit log.
+	export, err := s.cli(t, "audit", "export")
+	if err != nil {
+		t.Fatal(err)
+	}
+	executed := 0
+	for line := range strings.Lines(export) {
+		if strings.Contains(line, `"notes_write"`) && strings.Contains(line, `"outcome":"succeeded"`) {
+			executed++
+		}
+	}
+	if executed != 1 {
+		t.Errorf("notes_write executions in the audit log = %d, want 1", executed)
+	}
+
+	code, body = api(t, "POST", base+"/complete", alice, "")
+	if code != 200 || body["status"] != "Completed" {
+		t.Fatalf("complete = %d %v", code, body)
+	}
+	if code, body := api(t, "POST", base+"/messages", alice, `{"content":"more"}`); code != 409 || errorCode(body) != "operator_run_closed" {
+		t.Errorf("message to a completed run = %d %v", code, body)
+	}
+	if code, body := api(t, "POST", base+"/complete", alice, ""); code != 409 {
+		t.Errorf("complete twice = %d %v", code, body)
+	}
+	if code, _ := api(t, "DELETE", base, alice, ""); code != 204 {
+		t.Errorf("delete = %d", code)
+	}
+	if code, _ := api(t, "GET", base, alice, ""); code != 404 {
+		t.Errorf("get after delete = %d", code)
+	}
+}
+
+// balancer is a round-robin reverse proxy in front of replicas, keeping
+// the Host header as a load balancer does.
+type balancer struct {
+	url      string
+	mu       sync.Mutex
+	backends []*url.URL
+	next     int
+}
+
+func newBalancer(t *testing.T) *balancer {
+	lb := &balancer{}
+	srv := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		lb.mu.Lock()
+		target := lb.backends[lb.next%len(lb.backends)]
+		lb.next++
+		lb.mu.Unlock()
+		r.SetURL(target)
+		r.Out.Host = r.In.Host
+	}})
+	t.Cleanup(srv.Close)
+	lb.url = srv.URL
+	return lb
+}
+
+func (lb *balancer) set(urls ...string) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	lb.backends = nil
+	for _, u := range urls {
+		p, _ := url.Parse(u)
+		lb.backends = append(lb.backends, p)
+	}
+}
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// scriptedEnv configures a server for the scripted model.
+func scriptedEnv(ms *modeltest.Server, extra ...string) map[string]string {
+	env := map[string]string{
+		"USHER_MODEL_PROVIDER": "openai", "USHER_MODEL_BASE_URL": ms.URL(), "USHER_MODEL_NAME": "scripted",
+		"USHER_MODEL_API_KEY": "test-key",
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		env[extra[i]] = extra[i+1]
+	}
+	return env
+}
+
+// TestAssistantRehydration checks what a fresh model session is given:
+// the system prompt, the latest 24 messages of history, and the new
+// message, with a tool call never separated from its result.
+func TestAssistantRehydration(t *testing.T) {
+	ms := modeltest.NewServer(t)
+	ms.SetDefaultReply("ok")
+	s := startServer(t, scriptedEnv(ms))
+	alice := userToken(t, s, "alice")
+	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	base := s.url + "/api/assistant/runs/" + run["runId"].(string)
+
+	send := func(text string) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]string{"content": text})
+		if code, r := api(t, "POST", base+"/messages?wait=30s", alice, string(body)); code != 200 || r["status"] != "completed" {
+			t.Fatalf("turn %q = %d %v", text, code, r)
+		}
+	}
+	lastRequest := func() modeltest.RecordedRequest {
+		reqs := ms.Requests()
+		return reqs[len(reqs)-1]
+	}
+	// 20 turns: 40 messages. The 21st turn sees the latest 24 of them.
+	for i := 1; i <= 20; i++ {
+		send(fmt.Sprintf("message %d", i))
+	}
+	send("message 21")
+	req := lastRequest()
+	if len(req.Messages) != 26 {
+		t.Fatalf("after 40 messages the model got %d messages, want 1 + 24 + 1", len(req.Messages))
+	}
+	if req.Messages[0].Role != "system" || req.Messages[1].Content != "message 9" || req.Messages[25].Content != "message 21" {
+		t.Fatalf("window = %q ... %q, want message 9 ... message 21", req.Messages[1].Content, req.Messages[25].Content)
+	}
+
+	// A turn with a tool call: user, assistant call, tool result,
+	// assistant answer (messages 43 to 46).
+	ms.ReplyToolCalls(model.ToolCall{ID: "call-1", Name: "notes_list", Arguments: json.RawMessage(`{}`)})
+	ms.Reply("listed")
+	send("list my notes")
+	// Turns of two messages until the user message is the 67th: its
+	// window (43..66) holds the whole group; the 69th's (45..68) would
+	// start at the tool result, which is dropped.
+	for i := 47; i < 67; i += 2 {
+		send(fmt.Sprintf("filler %d", i))
+	}
+	send("message 67")
+	req = lastRequest()
+	if len(req.Messages) != 26 || req.Messages[1].Content != "list my notes" ||
+		len(req.Messages[2].ToolCalls) != 1 || req.Messages[3].Role != "tool" || req.Messages[3].ToolCallID != "call-1" {
+		t.Fatalf("window with the whole group = %d messages: %+v", len(req.Messages), req.Messages[:5])
+	}
+	send("message 69")
+	req = lastRequest()
+	if len(req.Messages) != 25 || req.Messages[1].Role != "assistant" || req.Messages[1].Content != "listed" {
+		t.Fatalf("window cut inside a group = %d messages, first %+v; want the orphan result dropped", len(req.Messages), req.Messages[1])
+	}
+	for _, m := range req.Messages {
+		if m.Role == "tool" {
+			t.Errorf("orphan tool result in the window: %+v", m)
+		}
+	}
+	// The provider gets only what Chat Completions defines.
+	for _, bad := range []string{`"seq"`, `"status"`, `"approval"`, `"structured"`} {
+		if strings.Contains(string(req.Body), bad) {
+			t.Errorf("the model request carries an internal field %s", bad)
+		}
+	}
+}
+
+// TestAssistantBadInput sends what a careless or hostile client might.
+func TestAssistantBadInput(t *testing.T) {
+	s := startServer(t, map[string]string{"USHER_ASSISTANT_MAX_MESSAGE_BYTES": "1000"})
+	alice, bob := userToken(t, s, "alice"), userToken(t, s, "bob")
+	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"mine"}`)
+	base := s.url + "/api/assistant/runs/" + run["runId"].(string)
+
+	for _, tc := range []struct {
+		name, method, url, token, body string
+		code                           int
+		errCode                        string
+	}{
+		{"no token", "GET", base, "", "", 401, ""},
+		{"unknown run", "GET", s.url + "/api/assistant/runs/run_nope", alice, "", 404, "not_found"},
+		{"another user's run", "GET", base, bob, "", 404, "not_found"},
+		{"another user's messages", "POST", base + "/messages", bob, `{"content":"hi"}`, 404, "not_found"},
+		{"another user's events", "GET", base + "/events", bob, "", 404, "not_found"},
+		{"another user's completion", "POST", base + "/complete", bob, "", 404, "not_found"},
+		{"another user's delete", "DELETE", base, bob, "", 404, "not_found"},
+		{"malformed JSON", "POST", base + "/messages", alice, `{"content":`, 400, "invalid_json"},
+		{"unknown field", "POST", base + "/messages", alice, `{"content":"hi","role":"system"}`, 400, "invalid_json"},
+		{"two objects", "POST", base + "/messages", alice, `{"content":"hi"}{}`, 400, "invalid_json"},
+		{"no content", "POST", base + "/messages", alice, `{}`, 400, "invalid_message"},
+		{"empty content", "POST", base + "/messages", alice, `{"content":"  "}`, 400, "invalid_message"},
+		{"huge message", "POST", base + "/messages", alice, `{"content":"` + strings.Repeat("a", 2000) + `"}`, 413, "message_too_large"},
+		{"huge body", "POST", base + "/messages", alice, `{"content":"` + strings.Repeat("a", 1<<20) + `"}`, 413, ""},
+		{"bad wait", "POST", base + "/messages?wait=forever", alice, `{"content":"hi"}`, 400, "invalid_wait"},
+		{"long wait", "POST", base + "/messages?wait=1h", alice, `{"content":"hi"}`, 400, "invalid_wait"},
+		{"take zero", "GET", base + "/messages?take=0", alice, "", 400, "invalid_query"},
+		{"take huge", "GET", base + "/messages?take=100000", alice, "", 400, "invalid_query"},
+		{"before text", "GET", base + "/messages?before=abc", alice, "", 400, "invalid_query"},
+		{"before and after", "GET", base + "/messages?before=5&after=1", alice, "", 400, "invalid_query"},
+		{"negative after", "GET", base + "/events?after=-1", alice, "", 400, "invalid_query"},
+		{"tiny maxBytes", "GET", base + "/messages?maxBytes=1", alice, "", 400, "invalid_query"},
+		{"title with control characters", "POST", s.url + "/api/assistant/runs", alice, `{"title":"a\u0007b"}`, 400, "invalid_title"},
+		{"unknown route", "GET", s.url + "/api/assistant/nothing", alice, "", 404, "not_found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := api(t, tc.method, tc.url, tc.token, tc.body)
+			if code != tc.code || (tc.errCode != "" && errorCode(body) != tc.errCode) {
+				t.Errorf("%s %s = %d %v, want %d %s", tc.method, tc.url, code, body, tc.code, tc.errCode)
+			}
+		})
+	}
+	// Nothing of the refused requests was stored.
+	if code, r := api(t, "GET", base, alice, ""); code != 200 || r["run"].(map[string]any)["messageCount"].(float64) != 0 {
+		t.Errorf("run after refused messages = %d %v", code, r)
+	}
+	// A broker token speaks for a user to the MCP server, not to the API.
+	mcpTok, err := s.cli(t, "token", "mcp", "--sub", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := api(t, "GET", s.url+"/api/assistant/runs", mcpTok, ""); code != 401 && code != 403 {
+		t.Errorf("broker token on the API = %d, want 401 or 403", code)
+	}
+}
+
+// TestAssistantLimitAndIdempotency checks the active-run limit and the
+// Idempotency-Key header.
+func TestAssistantLimitAndIdempotency(t *testing.T) {
+	s := startServer(t, nil)
+	alice := userToken(t, s, "alice")
+	code, first := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"one"}`, "Idempotency-Key", "k-1")
+	if code != 201 {
+		t.Fatalf("create = %d %v", code, first)
+	}
+	code, again := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"one"}`, "Idempotency-Key", "k-1")
+	if code != 200 || again["runId"] != first["runId"] {
+		t.Fatalf("retried create = %d %v, want the first run", code, again)
+	}
+	for i := 2; i <= 5; i++ {
+		if code, body := api(t, "POST", s.url+"/api/assistant/runs", alice, ""); code != 201 {
+			t.Fatalf("create %d = %d %v", i, code, body)
+		}
+	}
+	code, body := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	if code != 429 || errorCode(body) != "too_many_active_runs" {
+		t.Fatalf("6th active run = %d %v", code, body)
+	}
+	// The retry of an existing run still answers.
+	if code, _ := api(t, "POST", s.url+"/api/assistant/runs", alice, "", "Idempotency-Key", "k-1"); code != 200 {
+		t.Errorf("retried create at the limit = %d", code)
+	}
+	if code, body := api(t, "GET", s.url+"/api/assistant/runs", alice, ""); code != 200 || len(body["runs"].([]any)) != 5 {
+		t.Errorf("list = %d %v", code, body)
+	}
+	// Completing one frees a place.
+	if code, _ := api(t, "POST", s.url+"/api/assistant/runs/"+first["runId"].(string)+"/complete", alice, ""); code != 200 {
+		t.Fatal("complete failed")
+	}
+	if code, _ := api(t, "POST", s.url+"/api/assistant/runs", alice, ""); code != 201 {
+		t.Errorf("create after completing one = %d", code)
+	}
+}
+
+// TestAssistantReplicasOnPostgreSQL runs two replicas on one database: the
+// active-run limit holds across them, and concurrent messages to one run,
+// through both, never overlap turns.
+func TestAssistantReplicasOnPostgreSQL(t *testing.T) {
+	dbURL := storetest.PostgresURL(t)
+	ms := modeltest.NewServer(t)
+	ms.SetDefaultReply("ok")
+	// The replicas sit behind one load balancer, whose URL is their public
+	// URL: one issuer, one MCP resource, whichever replica answers.
+	lb := newBalancer(t)
+	env := scriptedEnv(ms, "USHER_BROKER_KEY_ENCRYPTION_KEY", "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=",
+		"USHER_SERVER_PUBLIC_URL", lb.url)
+	addrA, addrB := freeAddr(t), freeAddr(t)
+	a := startServer(t, env, "--database-url", dbURL, "--addr", addrA)
+	b := startServer(t, env, "--database-url", dbURL, "--addr", addrB)
+	lb.set("http://"+addrA, "http://"+addrB)
+	// Straight to each replica, so that both serve the requests below.
+	a.url, b.url = "http://"+addrA, "http://"+addrB
+	tok, err := a.cli(t, "token", "user", "--sub", "carol", "--database-url", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokA, tokB := tok, tok
+
+	// 20 concurrent creates, half through each replica: exactly 5.
+	var mu sync.Mutex
+	created, limited := 0, 0
+	var wg sync.WaitGroup
+	for i := range 20 {
+		s, tok := a, tokA
+		if i%2 == 1 {
+			s, tok = b, tokB
+		}
+		wg.Go(func() {
+			code, body := api(t, "POST", s.url+"/api/assistant/runs", tok, "")
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case code == 201:
+				created++
+			case code == 429 && errorCode(body) == "too_many_active_runs":
+				limited++
+			default:
+				t.Errorf("create = %d %v", code, body)
+			}
+		})
+	}
+	wg.Wait()
+	if created != 5 || limited != 15 {
+		t.Fatalf("20 concurrent creates over two replicas: %d created, %d limited; want 5 and 15", created, limited)
+	}
+
+	_, list := api(t, "GET", a.url+"/api/assistant/runs", tokA, "")
+	id := list["runs"].([]any)[0].(map[string]any)["runId"].(string)
+	for i := range 10 {
+		s, tok := a, tokA
+		if i%2 == 1 {
+			s, tok = b, tokB
+		}
+		wg.Go(func() {
+			body, _ := json.Marshal(map[string]string{"content": fmt.Sprintf("concurrent %d", i)})
+			if code, r := api(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages", tok, string(body)); code != 202 {
+				t.Errorf("post = %d %v", code, r)
+			}
+		})
+	}
+	wg.Wait()
+	var events []map[string]any
+	deadline := time.Now().Add(60 * time.Second)
+	for events = runEvents(t, a, tokA, id); countType(events, "agent.turn.end") < 10; events = runEvents(t, a, tokA, id) {
+		if time.Now().After(deadline) {
+			raw, _ := json.MarshalIndent(events, "", " ")
+			t.Fatalf("10 turns did not end within a minute:\n%s", raw)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Turns never overlap: starts and ends alternate, each user message
+	// is answered by exactly one turn.
+	open := false
+	answered := map[float64]int{}
+	for _, e := range events {
+		switch e["type"] {
+		case "agent.turn.start":
+			if open {
+				t.Fatalf("a turn started while another was open: %v", e)
+			}
+			open = true
+			answered[e["data"].(map[string]any)["messageSeq"].(float64)]++
+		case "agent.turn.end":
+			if !open {
+				t.Fatalf("a turn ended that had not started: %v", e)
+			}
+			open = false
+		}
+	}
+	if len(answered) != 10 {
+		t.Errorf("%d user messages answered, want 10", len(answered))
+	}
+	for seq, n := range answered {
+		if n != 1 {
+			t.Errorf("message %v answered by %d turns", seq, n)
+		}
+	}
+	if n := countType(events, "message.assistant"); n != 10 {
+		t.Errorf("%d assistant messages, want 10", n)
+	}
+}
