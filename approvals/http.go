@@ -33,7 +33,7 @@ var (
 		"The reason must be at most %d characters, without control characters.", MaxReasonRunes))
 	errNotJSON       = httpx.Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "Send the decision as application/json.")
 	errBrokerRefused = httpx.Errorf(http.StatusForbidden, "broker_token_refused",
-		"A broker token cannot see or decide approvals: a person signed in to Usher decides them.")
+		"A broker token speaks for a user to the MCP server only: this API is for people signed in to Usher.")
 )
 
 // view is an approval as the API shows it.

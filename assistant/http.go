@@ -42,6 +42,20 @@ func (rt *Runtime) Handler() http.Handler {
 	mux.HandleFunc("POST /api/assistant/runs/{id}/complete", rt.handleClose(store.RunCompleted))
 	mux.HandleFunc("POST /api/assistant/runs/{id}/cancel", rt.handleClose(store.RunCancelled))
 	mux.HandleFunc("/api/assistant/", func(w http.ResponseWriter, r *http.Request) {
+		// A path that exists with other methods is 405, with Allow.
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pattern := mux.Handler(probe); pattern != "/api/assistant/" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			httpx.WriteError(w, r, rt.log, httpx.ErrMethodNotAllowed)
+			return
+		}
 		httpx.WriteError(w, r, rt.log, httpx.ErrNotFound)
 	})
 	// Bodies: a message of MaxMessageBytes, JSON-escaped, and some room.
@@ -142,7 +156,7 @@ func (rt *Runtime) handleCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.Header.Get("Idempotency-Key")
 	if len(key) > 200 || strings.ContainsFunc(key, isControl) {
-		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_idempotency_key", "The Idempotency-Key header must be at most 200 characters."))
+		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_idempotency_key", "The Idempotency-Key header must be at most 200 bytes of printable text."))
 		return
 	}
 	var message, title string

@@ -303,9 +303,10 @@ func (rt *Runtime) sweep(ctx context.Context) {
 		rt.log.Info("assistant: parked idle runs", "count", len(parked))
 	}
 	// Runs whose approvals were decided or expired go on, should the
-	// requeue on the decision have been lost.
-	if waiting, err := rt.st.RunsAwaitingNothing(ctx, 100); err != nil {
-		rt.log.Error("assistant: looking for runs whose approvals were decided failed", "err", err)
+	// requeue on the decision have been lost, and so do open turns whose
+	// worker failed.
+	if waiting, err := rt.st.RunsToResume(ctx, 100); err != nil {
+		rt.log.Error("assistant: looking for runs to resume failed", "err", err)
 	} else {
 		for _, r := range waiting {
 			rt.ApprovalDecided(ctx, r.ID)

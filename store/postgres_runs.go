@@ -83,10 +83,12 @@ WHERE status = 'InProgress' AND deleted_at IS NULL AND lease_owner IS NULL
   AND queued_at IS NULL AND turn_seq = 0 AND last_activity_at < $1
 RETURNING ` + runColumns
 
-	pgRunsAwaitingNothing = `
+	pgRunsToResume = `
 SELECT ` + runColumns + ` FROM runs r
-WHERE status = 'AwaitingApproval' AND deleted_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = r.id AND a.status = 'pending')
+WHERE deleted_at IS NULL AND (
+	(status = 'AwaitingApproval'
+	  AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = r.id AND a.status = 'pending'))
+	OR (status = 'InProgress' AND turn_seq <> 0 AND lease_owner IS NULL AND queued_at IS NULL))
 ORDER BY updated_at
 LIMIT $1`
 
@@ -449,11 +451,11 @@ func (s *postgresStore) ParkIdleRuns(ctx context.Context, quietSince time.Time) 
 	return runs, nil
 }
 
-func (s *postgresStore) RunsAwaitingNothing(ctx context.Context, limit int) ([]Run, error) {
+func (s *postgresStore) RunsToResume(ctx context.Context, limit int) ([]Run, error) {
 	if err := checkListLimit(limit); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, pgRunsAwaitingNothing, limit)
+	rows, err := s.pool.Query(ctx, pgRunsToResume, limit)
 	if err != nil {
 		return nil, pgError(err)
 	}

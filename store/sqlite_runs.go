@@ -70,10 +70,12 @@ WHERE status = 'InProgress' AND deleted_at IS NULL AND lease_owner IS NULL
   AND queued_at IS NULL AND turn_seq = 0 AND last_activity_at < ?1
 RETURNING ` + runColumns
 
-	sqliteRunsAwaitingNothing = `
+	sqliteRunsToResume = `
 SELECT ` + runColumns + ` FROM runs r
-WHERE status = 'AwaitingApproval' AND deleted_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = r.id AND a.status = 'pending')
+WHERE deleted_at IS NULL AND (
+	(status = 'AwaitingApproval'
+	  AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = r.id AND a.status = 'pending'))
+	OR (status = 'InProgress' AND turn_seq <> 0 AND lease_owner IS NULL AND queued_at IS NULL))
 ORDER BY updated_at
 LIMIT ?`
 
@@ -477,11 +479,11 @@ func (s *sqliteStore) ParkIdleRuns(ctx context.Context, quietSince time.Time) ([
 	return runs, nil
 }
 
-func (s *sqliteStore) RunsAwaitingNothing(ctx context.Context, limit int) ([]Run, error) {
+func (s *sqliteStore) RunsToResume(ctx context.Context, limit int) ([]Run, error) {
 	if err := checkListLimit(limit); err != nil {
 		return nil, err
 	}
-	rows, err := s.read.QueryContext(ctx, sqliteRunsAwaitingNothing, limit)
+	rows, err := s.read.QueryContext(ctx, sqliteRunsToResume, limit)
 	if err != nil {
 		return nil, sqliteError(err)
 	}

@@ -226,11 +226,12 @@ type Store interface {
 	// ParkIdleRuns moves InProgress runs with no lease, no queued work, no
 	// open turn and no activity since quietSince to Idle, and returns them.
 	ParkIdleRuns(ctx context.Context, quietSince time.Time) ([]Run, error)
-	// RunsAwaitingNothing returns up to limit runs in AwaitingApproval
-	// none of whose approvals is still pending (decided, expired or
-	// revoked, with the requeue that should have followed lost): they can
-	// go on.
-	RunsAwaitingNothing(ctx context.Context, limit int) ([]Run, error)
+	// RunsToResume returns up to limit runs that can go on but are not
+	// queued: runs in AwaitingApproval none of whose approvals is still
+	// pending (decided, expired or revoked, with the requeue that should
+	// have followed lost), and InProgress runs with an open turn that no
+	// process holds or has queued (their worker failed without yielding).
+	RunsToResume(ctx context.Context, limit int) ([]Run, error)
 	// ListMessages returns the run's message events (types starting with
 	// "message.") with After < Seq < Before, in order: the first q.Limit
 	// of them, or the last q.Limit when q.Last. ErrNotFound when the run

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/config"
@@ -129,6 +130,8 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		p, _ := identity.FromContext(r.Context())
 		httpx.WriteJSON(w, http.StatusOK, me{ID: p.ID(), Issuer: p.Issuer, Tenant: p.Tenant, ObjectID: p.ObjectID, Name: p.Name, Email: p.Email, Scopes: p.Scopes})
 	})))
+	// The API's OpenAPI document: public — it describes the API and holds no data.
+	mux.Handle("GET /api/openapi.json", assistant.OpenAPIHandler())
 	runtime, err := in.buildAssistant(publicURL, mint)
 	if err != nil {
 		return err

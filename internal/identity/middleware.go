@@ -97,6 +97,7 @@ func writeError(w http.ResponseWriter, status int, challenge, code, message stri
 	}
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	type body struct {
 		Code    string `json:"code"`

@@ -440,7 +440,7 @@ func testWakeUps(t *testing.T, s store.Store) {
 	}
 }
 
-func testRunsAwaitingNothing(t *testing.T, s store.Store) {
+func testRunsToResume(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	f := newApprovalFixture(t, s) // run-1 and run-2, InProgress, not leased
 	// run-1 pauses for an approval.
@@ -455,17 +455,37 @@ func testRunsAwaitingNothing(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	a := f.create(f.approval("apr-1", testBinding()))
-	if runs, err := s.RunsAwaitingNothing(ctx, 10); err != nil || len(runs) != 0 {
-		t.Fatalf("RunsAwaitingNothing with a pending approval = %+v, %v; want none", runs, err)
+	if runs, err := s.RunsToResume(ctx, 10); err != nil || len(runs) != 0 {
+		t.Fatalf("RunsToResume with a pending approval = %+v, %v; want none", runs, err)
 	}
 	if _, err := s.DecideApproval(ctx, a.ID, store.ApprovalDenied, "alice", "no", f.now); err != nil {
 		t.Fatal(err)
 	}
-	runs, err := s.RunsAwaitingNothing(ctx, 10)
+	runs, err := s.RunsToResume(ctx, 10)
 	if err != nil || len(runs) != 1 || runs[0].ID != "run-1" {
-		t.Fatalf("RunsAwaitingNothing after the decision = %+v, %v; want run-1", runs, err)
+		t.Fatalf("RunsToResume after the decision = %+v, %v; want run-1", runs, err)
 	}
-	if _, err := s.RunsAwaitingNothing(ctx, 0); !errors.Is(err, store.ErrInvalid) {
-		t.Fatalf("RunsAwaitingNothing(0) = %v, want ErrInvalid", err)
+	// run-2's worker opened a turn and let go without yielding it.
+	if _, _, err := s.PostMessage(ctx, "run-2", userMessage("hi")); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err = s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	if err != nil || len(claimed) != 1 || claimed[0].ID != "run-2" {
+		t.Fatalf("ClaimRuns = %v, %v", claimed, err)
+	}
+	if _, err := s.AppendLeased(ctx, claimed[0].Lease(), store.NewEvent{Type: "agent.turn.start", StartsTurn: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if runs, _ := s.RunsToResume(ctx, 10); len(runs) != 1 {
+		t.Fatalf("RunsToResume while run-2 is leased = %+v, want run-1 only", runs)
+	}
+	if _, err := s.ReleaseRun(ctx, claimed[0].Lease(), ""); err != nil {
+		t.Fatal(err)
+	}
+	if runs, _ := s.RunsToResume(ctx, 10); len(runs) != 2 {
+		t.Fatalf("RunsToResume with a stranded turn = %+v, want run-1 and run-2", runs)
+	}
+	if _, err := s.RunsToResume(ctx, 0); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("RunsToResume(0) = %v, want ErrInvalid", err)
 	}
 }

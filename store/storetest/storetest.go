@@ -48,7 +48,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ParkIdleRuns", testParkIdleRuns},
 		{"ListMessages", testListMessages},
 		{"WakeUps", testWakeUps},
-		{"RunsAwaitingNothing", testRunsAwaitingNothing},
+		{"RunsToResume", testRunsToResume},
 		{"Times", testTimes},
 		{"SigningKeys", testSigningKeys},
 		{"SigningKeyRotationRace", testSigningKeyRotationRace},

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/assistant/model"
+	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
+)
+
+// buildUsher compiles the usher binary into a temporary directory.
+func buildUsher(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "usher")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// process is an `usher serve` child process.
+type process struct {
+	cmd  *exec.Cmd
+	url  string
+	done chan struct{} // closed when the process has exited
+}
+
+func startProcess(t *testing.T, bin string, env []string, addr string) *process {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "--addr", addr, "--data-dir", t.TempDir())
+	cmd.Env = append(os.Environ(), env...)
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "usher.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, url: "http://" + addr, done: make(chan struct{})}
+	go func() {
+		cmd.Wait() //nolint:errcheck // a killed process exits with an error
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile.Name())
+			t.Logf("log of %s:\n%s", addr, b)
+		}
+	})
+	waitFor(t, 30*time.Second, func() bool {
+		resp, err := http.Get(p.url + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return p
+}
+
+// TestAssistantTurnSurvivesAKilledProcess kills (SIGKILL) the process that
+// runs a turn while the model holds its reply; the other process takes the
+// run over when the lease expires and finishes the turn, with no message
+// lost or doubled and the tool run once.
+func TestAssistantTurnSurvivesAKilledProcess(t *testing.T) {
+	dbURL := storetest.PostgresURL(t)
+	bin := buildUsher(t)
+	ms := modeltest.NewServer(t)
+	lb := newBalancer(t)
+	env := []string{
+		"USHER_DATABASE_URL=" + dbURL,
+		"USHER_BROKER_KEY_ENCRYPTION_KEY=q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=",
+		"USHER_SERVER_PUBLIC_URL=" + lb.url,
+		"USHER_MODEL_PROVIDER=openai", "USHER_MODEL_BASE_URL=" + ms.URL(), "USHER_MODEL_NAME=scripted", "USHER_MODEL_API_KEY=k",
+		"USHER_ASSISTANT_LEASE=3s", "USHER_ASSISTANT_SWEEP_INTERVAL=1s",
+	}
+	addrA, addrB := freeAddr(t), freeAddr(t)
+	a := startProcess(t, bin, env, addrA)
+	lb.set(a.url)
+	cmd := exec.Command(bin, "token", "user", "--sub", "alice", "--data-dir", t.TempDir())
+	cmd.Env = append(os.Environ(), env...)
+	tokOut, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := strings.TrimSpace(string(tokOut))
+
+	st, err := store.Open(t.Context(), dbURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+
+	// The model asks for a write, which waits for an approval.
+	ms.ReplyToolCalls(model.ToolCall{ID: "call-1", Name: "notes_write", Arguments: json.RawMessage(`{"name":"n","body":"written once"}`)})
+	ms.Reply("done")
+	code, run := api(t, "POST", lb.url+"/api/assistant/runs", alice, `{"message":"write the note"}`)
+	if code != 201 {
+		t.Fatalf("create = %d %v", code, run)
+	}
+	id := run["runId"].(string)
+	waitFor(t, 30*time.Second, func() bool {
+		r, err := st.GetRun(t.Context(), id)
+		return err == nil && r.Status == store.RunAwaitingApproval
+	})
+	_, pending := api(t, "GET", lb.url+"/api/approvals", alice, "")
+	list, _ := pending["approvals"].([]any)
+	if len(list) != 1 {
+		t.Fatalf("pending approvals = %v", pending)
+	}
+	approvalID := list[0].(map[string]any)["id"].(string)
+
+	// Hold the model's next reply, approve: A runs the write, records its
+	// result and waits for the model.
+	release := ms.Hold()
+	defer release()
+	if code, body := api(t, "POST", lb.url+"/api/approvals/"+approvalID+"/decision", alice, `{"decision":"approve"}`); code != 200 {
+		t.Fatalf("decision = %d %v", code, body)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := ms.WaitHeld(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	// B starts; A dies mid-turn.
+	b := startProcess(t, bin, env, addrB)
+	lb.set(b.url)
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-a.done
+	if err := ms.WaitHeld(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	release()
+
+	// B takes the run over when A's lease expires and finishes the turn.
+	var events []store.Event
+	waitFor(t, 30*time.Second, func() bool {
+		events, err = st.ListEvents(t.Context(), id, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(events) > 0 && events[len(events)-1].Type == "agent.turn.end"
+	})
+	count := map[string]int{}
+	for _, e := range events {
+		count[e.Type]++
+	}
+	if count["message.user"] != 1 || count["agent.turn.start"] != 1 || count["agent.turn.end"] != 1 ||
+		count["agent.turn.pause"] != 1 || count["message.assistant"] != 2 || count["message.tool"] != 2 {
+		t.Errorf("event counts after the takeover = %v; want 1 user message, 1 turn start, pause and end, 2 assistant messages, 2 tool results (pending, then the result)", count)
+	}
+	var end struct{ Status string }
+	json.Unmarshal(events[len(events)-1].Payload, &end)
+	if end.Status != "completed" {
+		t.Errorf("turn end = %s, want completed", events[len(events)-1].Payload)
+	}
+	// The write ran once.
+	recs, err := st.AuditRecords(t.Context(), 0, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	executed := 0
+	for _, r := range recs {
+		if r.Tool == "notes_write" && r.Kind == "executed" {
+			executed++
+		}
+	}
+	if executed != 1 {
+		t.Errorf("notes_write executed %d times, want once", executed)
+	}
+	r, err := st.GetRun(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if note, err := st.GetNote(t.Context(), r.Owner, "n"); err != nil || note.Body != "written once" {
+		t.Errorf("the note = %+v, %v", note, err)
+	}
+}
