@@ -77,8 +77,17 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 		rt.turns.notify(r.ID)
 		return
 	case err != nil && ctx.Err() != nil:
-		// The process is stopping: keep the lease; it expires and
-		// another process (or this one, restarted) takes the run over.
+		// The process is stopping: hand the run back, queued, so that
+		// another process (or this one, restarted) resumes the turn at
+		// once instead of after the lease expires. Should this fail, the
+		// lease expires and the run is taken over all the same.
+		handCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer done()
+		if _, err := rt.st.RequeueRun(handCtx, r.ID); err == nil {
+			if _, err := rt.st.ReleaseRun(handCtx, t.currentLease(), ""); err != nil && !errors.Is(err, store.ErrConflict) {
+				rt.log.Warn("assistant: handing a run back at shutdown failed", "run", r.ID, "err", err)
+			}
+		}
 		return
 	case err != nil:
 		rt.log.Error("assistant: a turn failed", "run", r.ID, "err", err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -535,5 +536,279 @@ func TestAssistantReplicasOnPostgreSQL(t *testing.T) {
 	}
 	if n := countType(events, "message.assistant"); n != 10 {
 		t.Errorf("%d assistant messages, want 10", n)
+	}
+}
+
+// metric reads one unlabelled value from /metrics.
+func metric(t *testing.T, s *server, name string) float64 {
+	t.Helper()
+	_, body := get(t, s.url+"/metrics", "")
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// runStatus reads a run's status through the API.
+func runStatus(t *testing.T, s *server, token, id string) map[string]any {
+	t.Helper()
+	code, body := api(t, "GET", s.url+"/api/assistant/runs/"+id, token, "")
+	if code != 200 {
+		t.Fatalf("get run = %d %v", code, body)
+	}
+	return body["run"].(map[string]any)
+}
+
+// TestAssistantIdleAndHeld parks quiet runs Idle and wakes them with a
+// message; a run waiting for an approval is not parked, and its MCP session
+// is held until the run goes on; quiet sessions are released.
+func TestAssistantIdleAndHeld(t *testing.T) {
+	s := startServer(t, map[string]string{
+		"USHER_ASSISTANT_IDLE_AFTER": "1s", "USHER_ASSISTANT_SWEEP_INTERVAL": "1s", "USHER_ASSISTANT_HOLD_IDLE": "1s",
+	})
+	alice := userToken(t, s, "alice")
+	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	id := run["runId"].(string)
+	base := s.url + "/api/assistant/runs/" + id
+	if code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_list"}`); code != 200 {
+		t.Fatalf("turn = %d %v", code, body)
+	}
+	waitFor(t, 20*time.Second, func() bool { return runStatus(t, s, alice, id)["status"] == "Idle" })
+	waitFor(t, 20*time.Second, func() bool { return metric(t, s, "usher_assistant_held_sessions") == 0 })
+
+	// A message wakes it.
+	code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"hello again"}`)
+	if code != 200 || body["status"] != "completed" || body["run"].(map[string]any)["status"] != "InProgress" {
+		t.Fatalf("message to an Idle run = %d %v", code, body)
+	}
+
+	// A run waiting for an approval stays, and so does its session.
+	_, other := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	otherID := other["runId"].(string)
+	code, body = api(t, "POST", s.url+"/api/assistant/runs/"+otherID+"/messages?wait=30s", alice, `{"content":"call notes_write {\"name\":\"a\",\"body\":\"b\"}"}`)
+	if code != 202 || body["status"] != "awaiting_approval" {
+		t.Fatalf("approval turn = %d %v", code, body)
+	}
+	time.Sleep(3 * time.Second) // three sweeps, each past the idle and hold periods
+	if st := runStatus(t, s, alice, otherID)["status"]; st != "AwaitingApproval" {
+		t.Errorf("a run waiting for an approval went %v", st)
+	}
+	if n := metric(t, s, "usher_assistant_held_sessions"); n != 1 {
+		t.Errorf("held sessions while an approval is armed = %v, want 1", n)
+	}
+	events := runEvents(t, s, alice, otherID)
+	var delivery []string
+	for _, e := range events {
+		if e["type"] == "agent.runtime_context" {
+			delivery = append(delivery, e["data"].(map[string]any)["delivery"].(string))
+		}
+	}
+	if len(delivery) != 1 || delivery[0] != "fresh" {
+		t.Errorf("deliveries = %v", delivery)
+	}
+}
+
+// TestAssistantModelFailures checks that a failing model fails the turn
+// visibly and leaves the conversation usable, and that a passing failure
+// is retried.
+func TestAssistantModelFailures(t *testing.T) {
+	ms := modeltest.NewServer(t)
+	s := startServer(t, scriptedEnv(ms))
+	alice := userToken(t, s, "alice")
+	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	base := s.url + "/api/assistant/runs/" + run["runId"].(string)
+
+	ms.ReplyError(401)
+	code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"hi"}`)
+	if code != 200 || body["status"] != "failed" || !strings.HasPrefix(fmt.Sprint(body["error"]), "The model failed: ") {
+		t.Fatalf("turn with a refused model = %d %v", code, body)
+	}
+	if strings.Contains(fmt.Sprint(body), "test-key") {
+		t.Errorf("the API key leaked: %v", body)
+	}
+	ms.ReplyError(503)
+	ms.Reply("back again")
+	code, body = api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"still there?"}`)
+	if code != 200 || body["status"] != "completed" || body["reply"] != "back again" {
+		t.Fatalf("turn after a passing failure = %d %v", code, body)
+	}
+	if n := len(ms.Requests()); n != 3 {
+		t.Errorf("model requests = %d, want 3 (the 401 once, the 503 retried)", n)
+	}
+}
+
+// TestAssistantSlicesAndSteps checks that a turn yields the run after
+// max_tool_calls_per_slice calls and resumes, and stops at max_steps.
+func TestAssistantSlicesAndSteps(t *testing.T) {
+	ms := modeltest.NewServer(t)
+	s := startServer(t, scriptedEnv(ms, "USHER_ASSISTANT_MAX_TOOL_CALLS_PER_SLICE", "1", "USHER_ASSISTANT_MAX_STEPS", "4"))
+	alice := userToken(t, s, "alice")
+	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	id := run["runId"].(string)
+	base := s.url + "/api/assistant/runs/" + id
+
+	for i := range 3 {
+		ms.ReplyToolCalls(model.ToolCall{ID: fmt.Sprintf("c%d", i), Name: "notes_list", Arguments: json.RawMessage(`{}`)})
+	}
+	ms.Reply("three lists")
+	code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"list thrice"}`)
+	if code != 200 || body["status"] != "completed" || body["reply"] != "three lists" {
+		t.Fatalf("sliced turn = %d %v", code, body)
+	}
+	events := runEvents(t, s, alice, id)
+	if countType(events, "agent.turn.start") != 1 || countType(events, "agent.turn.end") != 1 || countType(events, "message.tool") != 3 {
+		t.Errorf("a sliced turn is still one turn: starts %d, ends %d, tool results %d",
+			countType(events, "agent.turn.start"), countType(events, "agent.turn.end"), countType(events, "message.tool"))
+	}
+
+	for i := range 5 {
+		ms.ReplyToolCalls(model.ToolCall{ID: fmt.Sprintf("d%d", i), Name: "notes_list", Arguments: json.RawMessage(`{}`)})
+	}
+	code, body = api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"loop"}`)
+	if code != 200 || body["status"] != "failed" || !strings.Contains(fmt.Sprint(body["error"]), "4 model steps") {
+		t.Fatalf("turn over max_steps = %d %v", code, body)
+	}
+}
+
+// TestAssistantRestartMidTurn stops the server while the model holds its
+// reply and starts it again on the same data: the turn resumes at once and
+// ends, with nothing lost or doubled.
+func TestAssistantRestartMidTurn(t *testing.T) {
+	ms := modeltest.NewServer(t)
+	addr := freeAddr(t)
+	dataDir := t.TempDir()
+	env := scriptedEnv(ms)
+	s1 := startServerIn(t, dataDir, env, "--addr", addr)
+	alice := userToken(t, s1, "alice")
+	release := ms.Hold()
+	defer release()
+	ms.Reply("after the restart")
+	code, run := api(t, "POST", s1.url+"/api/assistant/runs", alice, `{"message":"hello"}`)
+	if code != 201 {
+		t.Fatalf("create = %d %v", code, run)
+	}
+	id := run["runId"].(string)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := ms.WaitHeld(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.shutdown(); err != nil {
+		t.Fatalf("shutdown: %v\n%s", err, s1.stderr)
+	}
+	if err := ms.WaitHeld(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	release()
+
+	s2 := startServerIn(t, dataDir, env, "--addr", addr)
+	var events []map[string]any
+	waitFor(t, 20*time.Second, func() bool {
+		events = runEvents(t, s2, alice, id)
+		return countType(events, "agent.turn.end") == 1
+	})
+	if countType(events, "message.user") != 1 || countType(events, "agent.turn.start") != 1 || countType(events, "message.assistant") != 1 {
+		t.Errorf("events after the restart: %v", events)
+	}
+}
+
+// TestAssistantPaging reads a conversation page by page in both
+// directions: every message once, in order, and no page starts with a tool
+// result or ends between a call and its results.
+func TestAssistantPaging(t *testing.T) {
+	ms := modeltest.NewServer(t)
+	ms.SetDefaultReply("ok")
+	s := startServer(t, scriptedEnv(ms))
+	alice := userToken(t, s, "alice")
+	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	id := run["runId"].(string)
+	base := s.url + "/api/assistant/runs/" + id
+	for i := range 12 {
+		if i%3 == 0 {
+			ms.ReplyToolCalls(
+				model.ToolCall{ID: fmt.Sprintf("a%d", i), Name: "notes_list", Arguments: json.RawMessage(`{}`)},
+				model.ToolCall{ID: fmt.Sprintf("b%d", i), Name: "notes_list", Arguments: json.RawMessage(`{}`)})
+		}
+		body, _ := json.Marshal(map[string]string{"content": fmt.Sprintf("m%d %s", i, strings.Repeat("x", 300))})
+		if code, r := api(t, "POST", base+"/messages?wait=30s", alice, string(body)); code != 200 {
+			t.Fatalf("turn = %d %v", code, r)
+		}
+	}
+	var all []float64
+	for _, e := range runEvents(t, s, alice, id) {
+		if strings.HasPrefix(e["type"].(string), "message.") {
+			all = append(all, e["seq"].(float64))
+		}
+	}
+	checkPage := func(page []any) {
+		t.Helper()
+		if len(page) == 0 {
+			t.Fatal("empty page")
+		}
+		if page[0].(map[string]any)["type"] == "message.tool" {
+			t.Errorf("a page starts with a tool result: %v", page[0])
+		}
+	}
+	for _, take := range []int{1, 2, 3, 5} {
+		// Backwards from the end.
+		var got []float64
+		url := fmt.Sprintf("%s/messages?take=%d", base, take)
+		for {
+			code, body := api(t, "GET", url, alice, "")
+			if code != 200 {
+				t.Fatalf("page = %d %v", code, body)
+			}
+			page := body["messages"].([]any)
+			checkPage(page)
+			var seqs []float64
+			for _, m := range page {
+				seqs = append(seqs, m.(map[string]any)["seq"].(float64))
+			}
+			got = append(seqs, got...)
+			if more, _ := body["hasMore"].(bool); !more {
+				break
+			}
+			url = fmt.Sprintf("%s/messages?take=%d&before=%d", base, take, int64(seqs[0]))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(all) {
+			t.Errorf("take=%d backwards = %v, want %v", take, got, all)
+		}
+		// Forwards from the start.
+		got = nil
+		after := 0.0
+		for {
+			code, body := api(t, "GET", fmt.Sprintf("%s/messages?take=%d&after=%d", base, take, int64(after)), alice, "")
+			if code != 200 {
+				t.Fatalf("page = %d %v", code, body)
+			}
+			page := body["messages"].([]any)
+			checkPage(page)
+			for _, m := range page {
+				got = append(got, m.(map[string]any)["seq"].(float64))
+			}
+			after = got[len(got)-1]
+			if more, _ := body["hasMore"].(bool); !more {
+				break
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(all) {
+			t.Errorf("take=%d forwards = %v, want %v", take, got, all)
+		}
+	}
+	// A byte bound cuts at a group boundary and keeps at least one group.
+	code, body := api(t, "GET", base+"/messages?take=50&maxBytes=1024", alice, "")
+	if code != 200 || len(body["messages"].([]any)) == 0 || !body["hasMore"].(bool) {
+		t.Errorf("byte-bounded page = %d %v", code, body)
+	}
+	// The run view: the first and last windows, without overlap.
+	code, body = api(t, "GET", base, alice, "")
+	first, last := body["first"].([]any), body["last"].([]any)
+	if code != 200 || len(first)+len(last) != len(all) || body["gap"] != false {
+		t.Errorf("run view: %d first + %d last, gap %v; want all %d messages", len(first), len(last), body["gap"], len(all))
 	}
 }

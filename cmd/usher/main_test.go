@@ -28,6 +28,20 @@ type server struct {
 	env     map[string]string
 	done    chan error
 	stop    context.CancelFunc
+	stderr  *lockedBuffer
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// shutdown stops the server as SIGTERM would and waits until serve
+// returns; it is idempotent.
+func (s *server) shutdown() error {
+	s.shutdownOnce.Do(func() {
+		s.stop()
+		s.shutdownErr = <-s.done
+	})
+	return s.shutdownErr
 }
 
 // lockedBuffer collects a command's output from several goroutines.
@@ -54,7 +68,13 @@ var runningAt = regexp.MustCompile(`Usher is running at (http://\S+)`)
 // directory and waits until it prints its URL.
 func startServer(t *testing.T, env map[string]string, args ...string) *server {
 	t.Helper()
-	s := &server{dataDir: t.TempDir(), env: env, done: make(chan error, 1)}
+	return startServerIn(t, t.TempDir(), env, args...)
+}
+
+// startServerIn is startServer on the given data directory.
+func startServerIn(t *testing.T, dataDir string, env map[string]string, args ...string) *server {
+	t.Helper()
+	s := &server{dataDir: dataDir, env: env, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	pr, pw := io.Pipe()
@@ -77,9 +97,9 @@ func startServer(t *testing.T, env map[string]string, args ...string) *server {
 		cancel()
 		t.Fatalf("server did not start: %v\nstderr:\n%s", <-s.done, stderr)
 	}
+	s.stderr = stderr
 	t.Cleanup(func() {
-		cancel()
-		if err := <-s.done; err != nil {
+		if err := s.shutdown(); err != nil {
 			t.Errorf("serve returned %v\nstderr:\n%s", err, stderr)
 		}
 	})

@@ -136,6 +136,10 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "usher_assistant_held_sessions",
+		Help: "MCP sessions this process holds for runs between turns.",
+	}, func() float64 { return float64(runtime.HeldSessions()) }))
 	in.approvalDecided = func(ctx context.Context, a store.Approval) { runtime.ApprovalDecided(ctx, a.Binding.RunID) }
 	mcp, err := in.buildMCP(ctx, publicURL, brokerKeys, mint)
 	if err != nil {
