@@ -35,7 +35,9 @@ func shape(msgs []model.Message) string {
 }
 
 func TestProject(t *testing.T) {
-	call := func(id string) ToolCall { return ToolCall{ID: id, Name: "notes_list", Arguments: json.RawMessage(`{}`)} }
+	call := func(id string) ToolCall {
+		return ToolCall{ID: id, Name: "notes_list", Arguments: json.RawMessage(`{}`)}
+	}
 	for _, tc := range []struct {
 		name   string
 		events []store.Event

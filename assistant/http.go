@@ -39,6 +39,9 @@ func (rt *Runtime) Handler() http.Handler {
 	mux.HandleFunc("POST /api/assistant/runs/{id}/messages", rt.handlePost)
 	mux.HandleFunc("GET /api/assistant/runs/{id}/messages", rt.handleMessages)
 	mux.HandleFunc("GET /api/assistant/runs/{id}/events", rt.handleEvents)
+	mux.HandleFunc("GET /api/assistant/runs/{id}/events/stream", rt.handleRunStream)
+	mux.HandleFunc("GET /api/assistant/runs/{id}/events/ws", rt.handleRunWebSocket)
+	mux.HandleFunc("GET /api/assistant/updates/stream", rt.handleFeed)
 	mux.HandleFunc("POST /api/assistant/runs/{id}/complete", rt.handleClose(store.RunCompleted))
 	mux.HandleFunc("POST /api/assistant/runs/{id}/cancel", rt.handleClose(store.RunCancelled))
 	mux.HandleFunc("/api/assistant/", func(w http.ResponseWriter, r *http.Request) {
@@ -416,6 +419,15 @@ func (rt *Runtime) handleEvents(w http.ResponseWriter, r *http.Request) {
 			rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_query", "after must be a sequence number (0 or more)."))
 			return
 		}
+	}
+	if s := r.URL.Query().Get("wait"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 || d > maxLongPoll {
+			rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_wait", "wait must be a duration such as 30s, at most 60s."))
+			return
+		}
+		rt.longPoll(w, r, run, after, d)
+		return
 	}
 	events, err := rt.st.ListEvents(r.Context(), run.ID, after, maxEventsPage)
 	if err != nil {

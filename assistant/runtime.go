@@ -29,6 +29,7 @@ const (
 	DefaultHoldIdle             = 5 * time.Minute
 	DefaultIdleAfter            = 30 * time.Minute
 	DefaultMaxMessageBytes      = 64 << 10
+	DefaultHeartbeat            = 15 * time.Second
 )
 
 // DefaultSystemPrompt is the system prompt when Options.SystemPrompt is
@@ -86,6 +87,13 @@ type Options struct {
 	// SystemPrompt opens every model session. Default:
 	// DefaultSystemPrompt.
 	SystemPrompt string
+	// Transport is TransportAuto (or TransportSSE): Server-Sent Events,
+	// WebSocket and long-poll; or TransportLongPoll: the streaming routes
+	// answer 503. Default: TransportAuto.
+	Transport string
+	// Heartbeat is how often a quiet stream sends a heartbeat. Default:
+	// 15 s.
+	Heartbeat time.Duration
 
 	// Logger receives what the runtime cannot tell users. Default:
 	// discard.
@@ -102,6 +110,11 @@ type Runtime struct {
 	log    *slog.Logger
 	holder *holder
 	turns  *turnSignal
+	bus    *bus
+
+	// streams ends every live-update stream when closed (at shutdown).
+	streams      context.Context
+	closeStreams context.CancelFunc
 
 	startOnce sync.Once
 	stopOnce  sync.Once
@@ -137,6 +150,14 @@ func New(opts *Options) (*Runtime, error) {
 			errs = append(errs, fmt.Errorf("option %s is %d, want 0 (the default) or more", n.name, n.v))
 		}
 	}
+	switch o.Transport {
+	case "", TransportAuto, TransportSSE, TransportLongPoll:
+	default:
+		errs = append(errs, fmt.Errorf("option Transport is %q, want %s, %s or %s", o.Transport, TransportAuto, TransportSSE, TransportLongPoll))
+	}
+	if o.Heartbeat < 0 || (o.Heartbeat > 0 && o.Heartbeat < 100*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("option Heartbeat is %s, want 100ms or more", o.Heartbeat))
+	}
 	if o.Lease != 0 && o.Lease < 3*time.Second {
 		errs = append(errs, fmt.Errorf("option Lease is %s, want 3s or more", o.Lease))
 	}
@@ -161,6 +182,8 @@ func New(opts *Options) (*Runtime, error) {
 	setDefault(&o.SweepInterval, DefaultSweepInterval)
 	setDefault(&o.HoldIdle, DefaultHoldIdle)
 	setDefault(&o.IdleAfter, DefaultIdleAfter)
+	setDefault(&o.Heartbeat, DefaultHeartbeat)
+	setDefault(&o.Transport, TransportAuto)
 	if o.SystemPrompt == "" {
 		o.SystemPrompt = DefaultSystemPrompt
 	}
@@ -183,11 +206,15 @@ func New(opts *Options) (*Runtime, error) {
 	if base.Transport == nil {
 		base = &http.Client{Transport: http.DefaultTransport, Timeout: base.Timeout}
 	}
+	streams, closeStreams := context.WithCancel(context.Background())
 	return &Runtime{
-		o:     o,
-		st:    o.Store,
-		log:   o.Logger,
-		turns: newTurnSignal(),
+		o:            o,
+		st:           o.Store,
+		log:          o.Logger,
+		turns:        newTurnSignal(),
+		bus:          newBus(o.Store, o.Logger),
+		streams:      streams,
+		closeStreams: closeStreams,
 		holder: &holder{endpoint: o.MCPURL, tokens: o.Tokens, base: base, idle: o.HoldIdle, now: o.Now,
 			log: o.Logger, sessions: map[string]*session{}},
 	}, nil
@@ -212,7 +239,13 @@ func (rt *Runtime) Start(ctx context.Context) error {
 			rt.cancel()
 			return
 		}
+		var updates <-chan store.Notification
+		if updates, err = rt.st.Updates(ctx); err != nil {
+			rt.cancel()
+			return
+		}
 		rt.done = make(chan struct{})
+		go rt.bus.run(ctx, updates)
 		go rt.schedule(ctx, wakes)
 	})
 	return err
@@ -227,6 +260,7 @@ func (rt *Runtime) Stop() {
 		if rt.cancel == nil {
 			return
 		}
+		rt.closeStreams()
 		rt.cancel()
 		<-rt.done
 		rt.holder.closeAll()
@@ -317,6 +351,10 @@ func (rt *Runtime) sweep(ctx context.Context) {
 		return err == nil && r.Status == store.RunAwaitingApproval
 	})
 }
+
+// Subscribers reports this process's live-update subscribers: of runs'
+// event streams, and of users' feeds.
+func (rt *Runtime) Subscribers() (runs, feeds int) { return rt.bus.subscribers() }
 
 // HeldSessions reports how many MCP sessions this process holds for runs
 // between turns.

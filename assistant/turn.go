@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -335,7 +336,9 @@ func (t *turn) complete(ctx context.Context) (model.Response, error) {
 	}
 	var resp model.Response
 	for attempt := 0; ; attempt++ {
-		resp, err = t.rt.o.Model.Complete(ctx, req, nil)
+		deltas := &deltaStream{rt: t.rt, runID: t.run.ID, messageSeq: t.seq}
+		resp, err = t.rt.o.Model.Complete(ctx, req, deltas.add)
+		deltas.flush(ctx)
 		var me *model.Error
 		if err == nil || attempt == 2 || !errors.As(err, &me) || !me.Retryable || ctx.Err() != nil {
 			return resp, err
@@ -475,4 +478,46 @@ func (t *turn) end(ctx context.Context, status, message string, unstarted bool) 
 	events = append(events, store.NewEvent{Type: EventTurnEnd, Payload: mustJSON(TurnEnd{MessageSeq: t.seq, Status: status, Error: message}), EndsTurn: true})
 	_, err := t.append(ctx, events...)
 	return err
+}
+
+// deltaStream publishes the assistant text a model step streams, for live
+// subscribers, in pieces of at most deltaFlushBytes or deltaFlushEvery.
+// Deltas are never stored: the committed message follows them.
+type deltaStream struct {
+	rt         *Runtime
+	runID      string
+	messageSeq int64
+	buf        strings.Builder
+	last       time.Time
+}
+
+const (
+	deltaFlushBytes = 256
+	deltaFlushEvery = 50 * time.Millisecond
+)
+
+func (d *deltaStream) add(text string) {
+	d.buf.WriteString(text)
+	if d.buf.Len() >= deltaFlushBytes || time.Since(d.last) >= deltaFlushEvery {
+		d.flush(context.Background())
+	}
+}
+
+// flush publishes what is buffered, in pieces a notification can carry.
+func (d *deltaStream) flush(ctx context.Context) {
+	text := d.buf.String()
+	d.buf.Reset()
+	d.last = time.Now()
+	for text != "" {
+		piece := text
+		if utf8.RuneCountInString(piece) > store.MaxDeltaText {
+			piece = string([]rune(piece)[:store.MaxDeltaText])
+		}
+		text = text[len(piece):]
+		err := d.rt.st.Publish(ctx, store.Notification{Kind: store.NotifyDelta, RunID: d.runID, MessageSeq: d.messageSeq, Text: piece})
+		if err != nil {
+			d.rt.log.Debug("assistant: publishing a delta failed", "run", d.runID, "err", err)
+			return
+		}
+	}
 }

@@ -58,7 +58,7 @@ const pgListenRetry = time.Second
 // outside the pool. When the connection fails it reconnects and wakes the
 // subscriber, which may have missed a notification meanwhile.
 func (s *postgresStore) WakeUps(ctx context.Context) (<-chan struct{}, error) {
-	conn, channel, err := s.listen(ctx)
+	conn, err := s.listenOn(ctx, pgQueueChannel)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func (s *postgresStore) WakeUps(ctx context.Context) (<-chan struct{}, error) {
 					return
 				case <-time.After(pgListenRetry):
 				}
-				if conn, _, err = s.listen(ctx); err != nil {
+				if conn, err = s.listenOn(ctx, pgQueueChannel); err != nil {
 					s.log.WarnContext(ctx, "store: reconnecting the queue listener failed", "err", err)
 					conn = nil
 					continue
@@ -94,7 +94,7 @@ func (s *postgresStore) WakeUps(ctx context.Context) (<-chan struct{}, error) {
 				if ctx.Err() != nil {
 					return
 				}
-				s.log.WarnContext(ctx, "store: the queue listener lost its connection", "channel", channel, "err", err)
+				s.log.WarnContext(ctx, "store: the queue listener lost its connection", "err", err)
 				closeConn(conn)
 				conn = nil
 				continue
@@ -105,23 +105,27 @@ func (s *postgresStore) WakeUps(ctx context.Context) (<-chan struct{}, error) {
 	return out, nil
 }
 
-// listen opens a connection that listens on the queue channel of the
-// schema the pool uses.
-func (s *postgresStore) listen(ctx context.Context) (*pgx.Conn, string, error) {
+// pgQueueChannel names the schema's queue channel.
+const pgQueueChannel = `SELECT 'usher_queue.' || current_schema()`
+
+// listenOn opens a connection outside the pool that listens on the channel
+// channelQuery names (it is evaluated on that connection, so that the
+// channel follows the connection's schema).
+func (s *postgresStore) listenOn(ctx context.Context, channelQuery string) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig)
 	if err != nil {
-		return nil, "", pgError(err)
+		return nil, pgError(err)
 	}
 	var channel string
-	if err := conn.QueryRow(ctx, `SELECT 'usher_queue.' || current_schema()`).Scan(&channel); err != nil {
+	if err := conn.QueryRow(ctx, channelQuery).Scan(&channel); err != nil {
 		closeConn(conn)
-		return nil, "", pgError(err)
+		return nil, pgError(err)
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		closeConn(conn)
-		return nil, "", pgError(err)
+		return nil, pgError(err)
 	}
-	return conn, channel, nil
+	return conn, nil
 }
 
 // closeConn closes a listener connection within a bounded time.

@@ -124,6 +124,9 @@ func (s *postgresStore) CreateApproval(ctx context.Context, a Approval) (Approva
 		if err != nil {
 			return Approval{}, false, pgError(err)
 		}
+		if created {
+			s.notifyApproval(ctx, out)
+		}
 		return out, created, nil
 	}
 	return Approval{}, false, ErrConflict
@@ -134,7 +137,17 @@ func (s *postgresStore) GetApproval(ctx context.Context, id string) (Approval, e
 	if err != nil {
 		return Approval{}, pgError(err)
 	}
+	s.notifyApproval(ctx, a)
 	return a, nil
+}
+
+// notifyApproval tells live-update subscribers that an approval changed;
+// a failure is logged, not returned (see notifyRun).
+func (s *postgresStore) notifyApproval(ctx context.Context, a Approval) {
+	err := pgNotifyOn(ctx, s.poolExec, Notification{Kind: NotifyApproval, ApprovalID: a.ID, Owner: a.Binding.Principal, RunID: a.Binding.RunID})
+	if err != nil && ctx.Err() == nil {
+		s.log.WarnContext(ctx, "store: notifying an approval change failed", "approval", a.ID, "err", err)
+	}
 }
 
 func (s *postgresStore) ListApprovals(ctx context.Context, principal string, status ...ApprovalStatus) ([]Approval, error) {
@@ -222,6 +235,12 @@ func (s *postgresStore) RevokeApprovals(ctx context.Context, tool, keepDefinitio
 	if err != nil {
 		return 0, pgError(err)
 	}
+	if tag.RowsAffected() > 0 {
+		// Many approvals of many people: everyone looks again.
+		if err := pgNotifyOn(ctx, s.poolExec, Notification{Kind: NotifyApproval}); err != nil {
+			s.log.WarnContext(ctx, "store: notifying approval changes failed", "err", err)
+		}
+	}
 	return int(tag.RowsAffected()), nil
 }
 
@@ -232,6 +251,12 @@ func (s *postgresStore) ExpireApprovals(ctx context.Context, now time.Time) (int
 	tag, err := s.pool.Exec(ctx, pgExpireApprovals, storedTime(now))
 	if err != nil {
 		return 0, pgError(err)
+	}
+	if tag.RowsAffected() > 0 {
+		// Many approvals of many people: everyone looks again.
+		if err := pgNotifyOn(ctx, s.poolExec, Notification{Kind: NotifyApproval}); err != nil {
+			s.log.WarnContext(ctx, "store: notifying approval changes failed", "err", err)
+		}
 	}
 	return int(tag.RowsAffected()), nil
 }

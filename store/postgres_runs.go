@@ -107,14 +107,28 @@ LIMIT $4`
 	// pgAppendEvent advances the run's sequence and its summary for one
 	// event; the caller holds the run's row lock.
 	pgAdvanceRun = `
-UPDATE runs SET last_seq = last_seq + 1, updated_at = $2, last_activity_at = $2,
-	message_count = message_count + $3::integer,
-	preview = CASE WHEN $4::text = '' THEN preview ELSE $4::text END,
-	turn_seq = CASE WHEN $5::bigint > 0 THEN $5::bigint WHEN $6::boolean THEN 0 ELSE turn_seq END,
-	handled_seq = CASE WHEN $6::boolean THEN turn_seq ELSE handled_seq END
-WHERE id = $1
-RETURNING last_seq`
+WITH adv AS (
+	UPDATE runs SET last_seq = last_seq + 1, updated_at = $2, last_activity_at = $2,
+		message_count = message_count + $3::integer,
+		preview = CASE WHEN $4::text = '' THEN preview ELSE $4::text END,
+		turn_seq = CASE WHEN $5::bigint > 0 THEN $5::bigint WHEN $6::boolean THEN 0 ELSE turn_seq END,
+		handled_seq = CASE WHEN $6::boolean THEN turn_seq ELSE handled_seq END
+	WHERE id = $1
+	RETURNING last_seq, owner)
+SELECT adv.last_seq FROM adv CROSS JOIN LATERAL (
+	SELECT pg_notify(` + pgUpdatesChannel + `,
+		json_build_object('k', 'event', 'r', $1::text, 'o', adv.owner, 's', adv.last_seq)::text)) AS n`
 )
+
+// notifyRun tells live-update subscribers that the run's row changed. It
+// is sent after the change committed; a failure is logged, not returned:
+// the change stands, and subscribers resynchronise on their own.
+func (s *postgresStore) notifyRun(ctx context.Context, r Run) {
+	err := pgNotifyOn(ctx, s.poolExec, Notification{Kind: NotifyRun, RunID: r.ID, Owner: r.Owner})
+	if err != nil && ctx.Err() == nil {
+		s.log.WarnContext(ctx, "store: notifying a run change failed", "run", r.ID, "err", err)
+	}
+}
 
 // pgNotifyQueued wakes the schedulers of every process listening on this
 // schema's queue channel, when the transaction commits.
@@ -204,6 +218,9 @@ func (s *postgresStore) OpenRun(ctx context.Context, r Run, maxActive int, first
 	if err != nil {
 		return Run{}, false, pgError(err)
 	}
+	if created {
+		s.notifyRun(ctx, out)
+	}
 	return out, created, nil
 }
 
@@ -261,6 +278,9 @@ func (s *postgresStore) ClaimRuns(ctx context.Context, owner string, limit int, 
 	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanPostgresRun(row) })
 	if err != nil {
 		return nil, pgError(err)
+	}
+	for _, r := range runs {
+		s.notifyRun(ctx, r)
 	}
 	return runs, nil
 }
@@ -348,6 +368,7 @@ func (s *postgresStore) ReleaseRun(ctx context.Context, l Lease, to RunStatus) (
 	if err != nil {
 		return Run{}, pgError(err)
 	}
+	s.notifyRun(ctx, out)
 	return out, nil
 }
 
@@ -375,6 +396,7 @@ func (s *postgresStore) RequeueRun(ctx context.Context, runID string) (Run, erro
 	if err != nil {
 		return Run{}, pgError(err)
 	}
+	s.notifyRun(ctx, out)
 	return out, nil
 }
 
@@ -418,6 +440,7 @@ func (s *postgresStore) CloseRun(ctx context.Context, runID string, to RunStatus
 	if err != nil {
 		return Run{}, pgError(err)
 	}
+	s.notifyRun(ctx, out)
 	return out, nil
 }
 
@@ -436,6 +459,11 @@ func (s *postgresStore) DeleteRun(ctx context.Context, runID string, turnEnd jso
 		_, err = s.closeRunTx(ctx, tx, r, RunCancelled, true, turnEnd)
 		return err
 	})
+	if err == nil {
+		if r, err := s.GetRun(ctx, runID); err == nil {
+			s.notifyRun(ctx, r)
+		}
+	}
 	return pgError(err)
 }
 
@@ -447,6 +475,9 @@ func (s *postgresStore) ParkIdleRuns(ctx context.Context, quietSince time.Time) 
 	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanPostgresRun(row) })
 	if err != nil {
 		return nil, pgError(err)
+	}
+	for _, r := range runs {
+		s.notifyRun(ctx, r)
 	}
 	return runs, nil
 }

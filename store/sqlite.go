@@ -34,6 +34,7 @@ type sqliteStore struct {
 	log      *slog.Logger
 	now      func() time.Time
 	wakes    wakeHub
+	updates  updateHub
 
 	closeOnce sync.Once
 }

@@ -122,6 +122,9 @@ func (s *sqliteStore) CreateApproval(ctx context.Context, a Approval) (Approval,
 	if err != nil {
 		return Approval{}, false, sqliteError(err)
 	}
+	if created {
+		s.notifyApproval(out)
+	}
 	return out, created, nil
 }
 
@@ -219,21 +222,35 @@ func (s *sqliteStore) updateApproval(ctx context.Context, id, query string, args
 	if err != nil {
 		return Approval{}, sqliteError(err)
 	}
+	s.notifyApproval(out)
 	return out, nil
+}
+
+// notifyApproval tells live-update subscribers that an approval changed.
+func (s *sqliteStore) notifyApproval(a Approval) {
+	s.updates.publish(Notification{Kind: NotifyApproval, ApprovalID: a.ID, Owner: a.Binding.Principal, RunID: a.Binding.RunID})
 }
 
 func (s *sqliteStore) RevokeApprovals(ctx context.Context, tool, keepDefinitionHash string, now time.Time) (int, error) {
 	if err := checkRevoke(tool, keepDefinitionHash, now); err != nil {
 		return 0, err
 	}
-	return s.execCount(ctx, sqliteRevokeApprovals, tool, keepDefinitionHash, sqliteTime(now))
+	n, err := s.execCount(ctx, sqliteRevokeApprovals, tool, keepDefinitionHash, sqliteTime(now))
+	if n > 0 {
+		s.updates.publish(Notification{Kind: NotifyApproval})
+	}
+	return n, err
 }
 
 func (s *sqliteStore) ExpireApprovals(ctx context.Context, now time.Time) (int, error) {
 	if err := invalid(checkNow(now)); err != nil {
 		return 0, err
 	}
-	return s.execCount(ctx, sqliteExpireApprovals, sqliteTime(now))
+	n, err := s.execCount(ctx, sqliteExpireApprovals, sqliteTime(now))
+	if n > 0 {
+		s.updates.publish(Notification{Kind: NotifyApproval})
+	}
+	return n, err
 }
 
 // execCount runs a write and returns how many rows it changed.

@@ -98,11 +98,12 @@ UPDATE runs SET last_seq = last_seq + 1, updated_at = ?2, last_activity_at = ?2,
 	turn_seq = CASE WHEN ?5 > 0 THEN ?5 WHEN ?6 THEN 0 ELSE turn_seq END,
 	handled_seq = CASE WHEN ?6 THEN turn_seq ELSE handled_seq END
 WHERE id = ?1
-RETURNING last_seq`
+RETURNING last_seq, owner`
 )
 
-// appendEventsTx appends events inside the caller's write transaction.
-func (s *sqliteStore) appendEventsTx(ctx context.Context, tx *sql.Tx, runID string, events []preparedEvent) ([]Event, error) {
+// appendEventsTx appends events inside the caller's write transaction, and
+// queues their notifications in p, to publish once it commits.
+func (s *sqliteStore) appendEventsTx(ctx context.Context, tx *sql.Tx, runID string, events []preparedEvent, p *pendingUpdates) ([]Event, error) {
 	now := storedTime(s.now())
 	at := sqliteTime(now)
 	out := make([]Event, 0, len(events))
@@ -112,9 +113,11 @@ func (s *sqliteStore) appendEventsTx(ctx context.Context, tx *sql.Tx, runID stri
 			count = 1
 		}
 		ev := Event{RunID: runID, Type: e.Type, Payload: e.Payload, CreatedAt: now}
-		if err := tx.QueryRowContext(ctx, sqliteAdvanceRun, runID, at, count, e.Preview, e.StartsTurn, e.EndsTurn).Scan(&ev.Seq); err != nil {
+		var owner string
+		if err := tx.QueryRowContext(ctx, sqliteAdvanceRun, runID, at, count, e.Preview, e.StartsTurn, e.EndsTurn).Scan(&ev.Seq, &owner); err != nil {
 			return nil, err
 		}
+		p.add(Notification{Kind: NotifyEvent, RunID: runID, Owner: owner, Seq: ev.Seq})
 		if _, err := tx.ExecContext(ctx, sqliteInsertEvent, ev.RunID, ev.Seq, ev.Type, string(ev.Payload), at); err != nil {
 			return nil, err
 		}
@@ -144,6 +147,7 @@ func (s *sqliteStore) OpenRun(ctx context.Context, r Run, maxActive int, first *
 	now := sqliteTime(s.now())
 	var out Run
 	created := false
+	var p pendingUpdates
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		if r.IdempotencyKey != "" {
 			existing, err := scanSQLiteRun(tx.QueryRowContext(ctx, sqliteRunByIdempotencyKey, r.Owner, r.IdempotencyKey))
@@ -176,7 +180,7 @@ func (s *sqliteStore) OpenRun(ctx context.Context, r Run, maxActive int, first *
 		if first == nil {
 			return nil
 		}
-		if _, err := s.appendEventsTx(ctx, tx, r.ID, firsts); err != nil {
+		if _, err := s.appendEventsTx(ctx, tx, r.ID, firsts, &p); err != nil {
 			return err
 		}
 		out, err = lockedRun(ctx, tx, r.ID)
@@ -184,6 +188,10 @@ func (s *sqliteStore) OpenRun(ctx context.Context, r Run, maxActive int, first *
 	})
 	if err != nil {
 		return Run{}, false, sqliteError(err)
+	}
+	if created {
+		p.add(Notification{Kind: NotifyRun, RunID: out.ID, Owner: out.Owner})
+		s.publish(&p)
 	}
 	if created && first != nil {
 		s.wakes.wake()
@@ -198,6 +206,7 @@ func (s *sqliteStore) PostMessage(ctx context.Context, runID string, e NewEvent)
 	}
 	var ev Event
 	var out Run
+	var p pendingUpdates
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		r, err := lockedRun(ctx, tx, runID)
 		switch {
@@ -212,7 +221,7 @@ func (s *sqliteStore) PostMessage(ctx context.Context, runID string, e NewEvent)
 		if status == RunIdle {
 			status = RunInProgress
 		}
-		appended, err := s.appendEventsTx(ctx, tx, runID, events)
+		appended, err := s.appendEventsTx(ctx, tx, runID, events, &p)
 		if err != nil {
 			return err
 		}
@@ -223,6 +232,7 @@ func (s *sqliteStore) PostMessage(ctx context.Context, runID string, e NewEvent)
 	if err != nil {
 		return Event{}, Run{}, sqliteError(err)
 	}
+	s.publish(&p)
 	s.wakes.wake()
 	return ev, out, nil
 }
@@ -265,6 +275,7 @@ func (s *sqliteStore) ClaimRuns(ctx context.Context, owner string, limit int, le
 	if err != nil {
 		return nil, sqliteError(err)
 	}
+	s.publishRuns(runs)
 	return runs, nil
 }
 
@@ -327,16 +338,18 @@ func (s *sqliteStore) AppendLeased(ctx context.Context, l Lease, events ...NewEv
 		return nil, err
 	}
 	var out []Event
+	var p pendingUpdates
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		if err := s.fence(ctx, tx, l); err != nil {
 			return err
 		}
-		out, err = s.appendEventsTx(ctx, tx, l.RunID, prepared)
+		out, err = s.appendEventsTx(ctx, tx, l.RunID, prepared, &p)
 		return err
 	})
 	if err != nil {
 		return nil, sqliteError(err)
 	}
+	s.publish(&p)
 	return out, nil
 }
 
@@ -364,6 +377,7 @@ func (s *sqliteStore) ReleaseRun(ctx context.Context, l Lease, to RunStatus) (Ru
 	if err != nil {
 		return Run{}, sqliteError(err)
 	}
+	s.publishRuns([]Run{out})
 	if !out.QueuedAt.IsZero() && out.Status == RunInProgress {
 		s.wakes.wake()
 	}
@@ -391,18 +405,19 @@ func (s *sqliteStore) RequeueRun(ctx context.Context, runID string) (Run, error)
 	if err != nil {
 		return Run{}, sqliteError(err)
 	}
+	s.publishRuns([]Run{out})
 	s.wakes.wake()
 	return out, nil
 }
 
 // closeRunTx ends the run r with status to inside a write transaction.
-func (s *sqliteStore) closeRunTx(ctx context.Context, tx *sql.Tx, r Run, to RunStatus, deleted bool, turnEnd json.RawMessage) (Run, error) {
+func (s *sqliteStore) closeRunTx(ctx context.Context, tx *sql.Tx, r Run, to RunStatus, deleted bool, turnEnd json.RawMessage, p *pendingUpdates) (Run, error) {
 	if r.TurnSeq != 0 {
 		end, err := prepareEvents([]NewEvent{{Type: EventTurnEnd, Payload: turnEnd, EndsTurn: true}})
 		if err != nil {
 			return Run{}, err
 		}
-		if _, err := s.appendEventsTx(ctx, tx, r.ID, end); err != nil {
+		if _, err := s.appendEventsTx(ctx, tx, r.ID, end, p); err != nil {
 			return Run{}, err
 		}
 	}
@@ -419,6 +434,7 @@ func (s *sqliteStore) CloseRun(ctx context.Context, runID string, to RunStatus, 
 		return Run{}, invalid(fmt.Errorf("run status %q is not terminal", to))
 	}
 	var out Run
+	var p pendingUpdates
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		r, err := lockedRun(ctx, tx, runID)
 		switch {
@@ -429,16 +445,19 @@ func (s *sqliteStore) CloseRun(ctx context.Context, runID string, to RunStatus, 
 		case r.Status.Terminal():
 			return ErrClosed
 		}
-		out, err = s.closeRunTx(ctx, tx, r, to, false, turnEnd)
+		out, err = s.closeRunTx(ctx, tx, r, to, false, turnEnd, &p)
 		return err
 	})
 	if err != nil {
 		return Run{}, sqliteError(err)
 	}
+	p.add(Notification{Kind: NotifyRun, RunID: out.ID, Owner: out.Owner})
+	s.publish(&p)
 	return out, nil
 }
 
 func (s *sqliteStore) DeleteRun(ctx context.Context, runID string, turnEnd json.RawMessage) error {
+	var p pendingUpdates
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		r, err := lockedRun(ctx, tx, runID)
 		switch {
@@ -446,14 +465,20 @@ func (s *sqliteStore) DeleteRun(ctx context.Context, runID string, turnEnd json.
 			return err
 		case !r.DeletedAt.IsZero():
 			return ErrNotFound
-		case r.Status.Terminal():
+		}
+		p.add(Notification{Kind: NotifyRun, RunID: r.ID, Owner: r.Owner})
+		if r.Status.Terminal() {
 			_, err = tx.ExecContext(ctx, sqliteDeleteClosedRun, runID, sqliteTime(s.now()))
 			return err
 		}
-		_, err = s.closeRunTx(ctx, tx, r, RunCancelled, true, turnEnd)
+		_, err = s.closeRunTx(ctx, tx, r, RunCancelled, true, turnEnd, &p)
 		return err
 	})
-	return sqliteError(err)
+	if err != nil {
+		return sqliteError(err)
+	}
+	s.publish(&p)
+	return nil
 }
 
 func (s *sqliteStore) ParkIdleRuns(ctx context.Context, quietSince time.Time) ([]Run, error) {
@@ -476,6 +501,7 @@ func (s *sqliteStore) ParkIdleRuns(ctx context.Context, quietSince time.Time) ([
 	if err != nil {
 		return nil, sqliteError(err)
 	}
+	s.publishRuns(runs)
 	return runs, nil
 }
 
@@ -523,4 +549,24 @@ func (s *sqliteStore) ListMessages(ctx context.Context, runID string, q MessageQ
 		}
 	}
 	return events, nil
+}
+
+// pendingUpdates collects the notifications of a transaction, published
+// once it commits.
+type pendingUpdates struct{ list []Notification }
+
+func (p *pendingUpdates) add(n Notification) { p.list = append(p.list, n) }
+
+// publish sends the collected notifications.
+func (s *sqliteStore) publish(p *pendingUpdates) {
+	for _, n := range p.list {
+		s.updates.publish(n)
+	}
+}
+
+// publishRuns announces changes of run rows.
+func (s *sqliteStore) publishRuns(runs []Run) {
+	for _, r := range runs {
+		s.updates.publish(Notification{Kind: NotifyRun, RunID: r.ID, Owner: r.Owner})
+	}
 }

@@ -237,6 +237,14 @@ type Store interface {
 	// of them, or the last q.Limit when q.Last. ErrNotFound when the run
 	// does not exist; ErrInvalid when the limit is not positive.
 	ListMessages(ctx context.Context, runID string, q MessageQuery) ([]Event, error)
+	// Updates returns this process's feed of notifications: what every
+	// process (on PostgreSQL, through LISTEN/NOTIFY) or this one (SQLite)
+	// changed in runs, their event logs and approvals, and the deltas
+	// published with Publish. Notifications are hints (see Notification).
+	// The channel is closed when ctx ends.
+	Updates(ctx context.Context) (<-chan Notification, error)
+	// Publish sends a NotifyDelta to every process's Updates.
+	Publish(ctx context.Context, n Notification) error
 	// WakeUps returns a channel that receives a value (coalesced) whenever
 	// a run may have been queued, by this process or, on PostgreSQL, any
 	// other (LISTEN/NOTIFY), and after a lost notification connection is

@@ -49,6 +49,8 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker) (*
 		IdleAfter:            a.IdleAfter.Std(),
 		MaxMessageBytes:      a.MaxMessageBytes,
 		SystemPrompt:         a.SystemPrompt,
+		Transport:            cfg.Events.Transport,
+		Heartbeat:            cfg.Events.Heartbeat.Std(),
 		Logger:               in.log.With("component", "assistant"),
 	})
 }

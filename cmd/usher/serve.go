@@ -140,6 +140,10 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		Name: "usher_assistant_held_sessions",
 		Help: "MCP sessions this process holds for runs between turns.",
 	}, func() float64 { return float64(runtime.HeldSessions()) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "usher_live_subscribers",
+		Help: "Open live-update streams of runs' events and of users' feeds in this process.",
+	}, func() float64 { runs, feeds := runtime.Subscribers(); return float64(runs + feeds) }))
 	in.approvalDecided = func(ctx context.Context, a store.Approval) { runtime.ApprovalDecided(ctx, a.Binding.RunID) }
 	mcp, err := in.buildMCP(ctx, publicURL, brokerKeys, mint)
 	if err != nil {
@@ -166,6 +170,9 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	// Live-update streams never end on their own: close them when the
+	// server shuts down, so that draining does not wait for them.
+	srv.RegisterOnShutdown(runtime.CloseStreams)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("usher is serving", "url", publicURL, "listen", ln.Addr().String(), "version", version(), "database", in.engine())

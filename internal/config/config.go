@@ -37,6 +37,8 @@ type Config struct {
 	// Assistant and Model configure the assistant runtime.
 	Assistant Assistant `yaml:"assistant"`
 	Model     Model     `yaml:"model"`
+	// Events configures live updates.
+	Events Events `yaml:"events"`
 }
 
 // Server configures the HTTP listener and the process's files.
@@ -185,6 +187,17 @@ type Assistant struct {
 	SystemPrompt string `yaml:"system_prompt"`
 }
 
+// Events configures the live updates of runs.
+type Events struct {
+	// Transport is auto (Server-Sent Events, WebSocket and long-poll), sse
+	// (the same) or long-poll (the streaming routes answer 503, for
+	// proxies that buffer responses). Default "auto".
+	Transport string `yaml:"transport"`
+	// Heartbeat is how often a quiet stream sends a heartbeat. Default
+	// 15s.
+	Heartbeat Duration `yaml:"heartbeat"`
+}
+
 // Model configures the model provider.
 type Model struct {
 	// Provider is "demo" (deterministic, no network) or "openai" (any
@@ -243,6 +256,7 @@ func Default() Config {
 		},
 		Approval: Approval{TTL: Duration(24 * time.Hour)},
 		Model:    Model{Provider: "demo", Timeout: Duration(2 * time.Minute)},
+		Events:   Events{Transport: "auto", Heartbeat: Duration(15 * time.Second)},
 	}
 }
 
@@ -408,6 +422,14 @@ func (c *Config) Validate() error {
 		if v < 0 {
 			bad(key, "must not be negative, got %s", v.Std())
 		}
+	}
+	switch c.Events.Transport {
+	case "auto", "sse", "long-poll":
+	default:
+		bad("events.transport", "must be auto, sse or long-poll, got %q", c.Events.Transport)
+	}
+	if c.Events.Heartbeat.Std() < time.Second || c.Events.Heartbeat.Std() > 5*time.Minute {
+		bad("events.heartbeat", "must be between 1s and 5m, got %s", c.Events.Heartbeat.Std())
 	}
 	switch c.Model.Provider {
 	case "demo":

@@ -92,6 +92,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"assistant.max_message_bytes": "1000", "assistant.system_prompt": "Be brief.",
 		"model.provider": "openai", "model.base_url": "http://127.0.0.1:1/v1", "model.api_key": "k",
 		"model.name": "m", "model.timeout": "30s",
+		"events.transport": "long-poll", "events.heartbeat": "5s",
 	}
 	m := map[string]string{}
 	for _, k := range Keys() {

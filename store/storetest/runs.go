@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -487,5 +488,71 @@ func testRunsToResume(t *testing.T, s store.Store) {
 	}
 	if _, err := s.RunsToResume(ctx, 0); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("RunsToResume(0) = %v, want ErrInvalid", err)
+	}
+}
+
+// nextUpdate waits for the first notification that match accepts.
+func nextUpdate(t *testing.T, ch <-chan store.Notification, match func(store.Notification) bool) store.Notification {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case n, ok := <-ch:
+			if !ok {
+				t.Fatal("the updates channel closed")
+			}
+			if match(n) {
+				return n
+			}
+		case <-timeout:
+			t.Fatal("no matching notification within 10s")
+		}
+	}
+}
+
+func testUpdates(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	updates, err := s.Updates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustOpenRun(t, s, "run-1", nil)
+	nextUpdate(t, updates, func(n store.Notification) bool {
+		return n.Kind == store.NotifyRun && n.RunID == "run-1" && n.Owner == queueOwner
+	})
+	ev, _, err := s.PostMessage(ctx, "run-1", userMessage("hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextUpdate(t, updates, func(n store.Notification) bool {
+		return n.Kind == store.NotifyEvent && n.RunID == "run-1" && n.Owner == queueOwner && n.Seq == ev.Seq
+	})
+	claimed, _ := s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	evs, err := s.AppendLeased(ctx, claimed[0].Lease(), store.NewEvent{Type: "agent.turn.start", StartsTurn: 1}, store.NewEvent{Type: "message.assistant"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextUpdate(t, updates, func(n store.Notification) bool { return n.Kind == store.NotifyEvent && n.Seq == evs[1].Seq })
+	if _, err := s.ReleaseRun(ctx, claimed[0].Lease(), store.RunAwaitingApproval); err != nil {
+		t.Fatal(err)
+	}
+	nextUpdate(t, updates, func(n store.Notification) bool { return n.Kind == store.NotifyRun && n.RunID == "run-1" })
+
+	// Deltas carry their text.
+	if err := s.Publish(ctx, store.Notification{Kind: store.NotifyDelta, RunID: "run-1", MessageSeq: 1, Text: "héllo \"x\""}); err != nil {
+		t.Fatal(err)
+	}
+	d := nextUpdate(t, updates, func(n store.Notification) bool { return n.Kind == store.NotifyDelta })
+	if d.Text != "héllo \"x\"" || d.RunID != "run-1" || d.MessageSeq != 1 {
+		t.Fatalf("delta = %+v", d)
+	}
+	for _, bad := range []store.Notification{
+		{Kind: store.NotifyEvent, RunID: "run-1"},
+		{Kind: store.NotifyDelta},
+		{Kind: store.NotifyDelta, RunID: "run-1", Text: strings.Repeat("x", store.MaxDeltaText+1)},
+	} {
+		if err := s.Publish(ctx, bad); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("Publish(%+v) = %v, want ErrInvalid", bad.Kind, err)
+		}
 	}
 }

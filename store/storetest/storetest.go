@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ListMessages", testListMessages},
 		{"WakeUps", testWakeUps},
 		{"RunsToResume", testRunsToResume},
+		{"Updates", testUpdates},
 		{"Times", testTimes},
 		{"SigningKeys", testSigningKeys},
 		{"SigningKeyRotationRace", testSigningKeyRotationRace},

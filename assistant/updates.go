@@ -1,0 +1,302 @@
+package assistant
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/usherhq/usher/store"
+)
+
+// bus fans the store's notifications out to this process's live-update
+// subscribers: one listener per process, whatever the number of
+// subscribers. What subscribers send is read from the database (the run's
+// event log, the run row, the approval); a notification only says when.
+type bus struct {
+	st  store.Store
+	log *slog.Logger
+
+	mu    sync.Mutex
+	rooms map[string]*room                 // by run id
+	feeds map[string]map[*feedSub]struct{} // by owner
+}
+
+func newBus(st store.Store, log *slog.Logger) *bus {
+	return &bus{st: st, log: log, rooms: map[string]*room{}, feeds: map[string]map[*feedSub]struct{}{}}
+}
+
+// run consumes the store's notifications until ctx ends.
+func (b *bus) run(ctx context.Context, updates <-chan store.Notification) {
+	for n := range updates {
+		b.dispatch(n)
+	}
+	_ = ctx
+}
+
+// dispatch hands one notification to the subscribers it concerns.
+func (b *bus) dispatch(n store.Notification) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch n.Kind {
+	case store.NotifyEvent:
+		if r := b.rooms[n.RunID]; r != nil {
+			r.eventAppended()
+		}
+		b.pokeFeeds(n.Owner, func(f *feedSub) { f.runChanged(n.RunID) })
+	case store.NotifyRun:
+		if r := b.rooms[n.RunID]; r != nil {
+			r.statusChanged()
+		}
+		b.pokeFeeds(n.Owner, func(f *feedSub) { f.runChanged(n.RunID) })
+	case store.NotifyApproval:
+		b.pokeFeeds(n.Owner, func(f *feedSub) { f.approvalChanged(n.ApprovalID) })
+	case store.NotifyDelta:
+		if r := b.rooms[n.RunID]; r != nil {
+			r.delta(n)
+		}
+	case store.NotifyResync:
+		for _, r := range b.rooms {
+			r.eventAppended()
+			r.statusChanged()
+		}
+		b.pokeFeeds("", func(f *feedSub) { f.resync() })
+	}
+}
+
+// pokeFeeds calls poke for the feeds of owner, or of everyone when owner
+// is empty. The caller holds b.mu.
+func (b *bus) pokeFeeds(owner string, poke func(*feedSub)) {
+	if owner != "" {
+		for f := range b.feeds[owner] {
+			poke(f)
+		}
+		return
+	}
+	for _, subs := range b.feeds {
+		for f := range subs {
+			poke(f)
+		}
+	}
+}
+
+// joinRun subscribes to a run's updates; leave ends the subscription.
+func (b *bus) joinRun(runID string) (_ *runSub, _ *room, leave func()) {
+	sub := &runSub{poke: make(chan struct{}, 1), status: make(chan struct{}, 1), deltas: make(chan store.Notification, 256)}
+	b.mu.Lock()
+	r := b.rooms[runID]
+	if r == nil {
+		r = &room{runID: runID, st: b.st, subs: map[*runSub]struct{}{}}
+		b.rooms[runID] = r
+	}
+	r.addLocked(sub)
+	b.mu.Unlock()
+	return sub, r, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if r.removeLocked(sub) == 0 {
+			delete(b.rooms, runID)
+		}
+	}
+}
+
+// joinFeed subscribes to an owner's feed; leave ends the subscription.
+func (b *bus) joinFeed(owner string) (_ *feedSub, leave func()) {
+	f := &feedSub{poke: make(chan struct{}, 1), runs: map[string]struct{}{}, approvals: map[string]struct{}{}}
+	b.mu.Lock()
+	if b.feeds[owner] == nil {
+		b.feeds[owner] = map[*feedSub]struct{}{}
+	}
+	b.feeds[owner][f] = struct{}{}
+	b.mu.Unlock()
+	return f, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.feeds[owner], f)
+		if len(b.feeds[owner]) == 0 {
+			delete(b.feeds, owner)
+		}
+	}
+}
+
+// subscribers counts this process's live-update subscribers.
+func (b *bus) subscribers() (runs, feeds int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, r := range b.rooms {
+		runs += len(r.subs)
+	}
+	for _, f := range b.feeds {
+		feeds += len(f)
+	}
+	return runs, feeds
+}
+
+// runSub is one subscriber of a run. Its channels hold one pending poke
+// each (pokes coalesce), and a bounded queue of deltas; a delta that does
+// not fit is dropped, which loses nothing: the committed message follows.
+type runSub struct {
+	poke   chan struct{}
+	status chan struct{}
+	deltas chan store.Notification
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// room is a run's subscribers in this process, and a window of the run's
+// latest events read once for all of them: a thousand subscribers cost one
+// query per appended event, not a thousand.
+type room struct {
+	runID string
+	st    store.Store
+	subs  map[*runSub]struct{} // guarded by bus.mu
+
+	// gen counts the event notifications; the bus bumps it without
+	// waiting for a subscriber that is reading the log.
+	gen atomic.Int64
+
+	mu      sync.Mutex // guards what follows; held while reading the log
+	init    bool
+	seen    int64         // the gen the window is current for
+	more    bool          // the last read was a full page
+	covered int64         // every event after covered is in recent
+	recent  []store.Event // ascending
+}
+
+// roomWindow is how many of a run's latest events a room keeps.
+const roomWindow = 512
+
+// roomPage is how many events one read takes.
+const roomPage = 500
+
+func (r *room) addLocked(s *runSub) { r.subs[s] = struct{}{} }
+
+func (r *room) removeLocked(s *runSub) int {
+	delete(r.subs, s)
+	return len(r.subs)
+}
+
+func (r *room) eventAppended() {
+	r.gen.Add(1)
+	for s := range r.subs {
+		signal(s.poke)
+	}
+}
+
+func (r *room) statusChanged() {
+	for s := range r.subs {
+		signal(s.status)
+	}
+}
+
+func (r *room) delta(n store.Notification) {
+	for s := range r.subs {
+		select {
+		case s.deltas <- n:
+		default:
+		}
+	}
+}
+
+// since returns the events after the sequence after, and whether more
+// follow them. It serves from the room's window when the window covers
+// after, reading the log once per change for every subscriber; a
+// subscriber further behind reads the log itself.
+func (r *room) since(ctx context.Context, after int64) ([]store.Event, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if gen := r.gen.Load(); !r.init || r.more || r.seen != gen {
+		from := r.lastSeq()
+		if !r.init {
+			from = after
+		}
+		events, err := r.st.ListEvents(ctx, r.runID, from, roomPage)
+		if err != nil {
+			return nil, false, err
+		}
+		if !r.init {
+			r.covered, r.recent, r.init = after, nil, true
+		}
+		r.recent = append(r.recent, events...)
+		if n := len(r.recent); n > roomWindow {
+			r.recent = append([]store.Event(nil), r.recent[n-roomWindow:]...)
+			r.covered = r.recent[0].Seq - 1
+		}
+		r.seen, r.more = gen, len(events) == roomPage
+	}
+	if after < r.covered {
+		events, err := r.st.ListEvents(ctx, r.runID, after, roomPage)
+		return events, len(events) == roomPage, err
+	}
+	i := 0
+	for i < len(r.recent) && r.recent[i].Seq <= after {
+		i++
+	}
+	return r.recent[i:], r.more, nil
+}
+
+// lastSeq is the newest sequence the room has read. The caller holds r.mu.
+func (r *room) lastSeq() int64 {
+	if n := len(r.recent); n > 0 {
+		return r.recent[n-1].Seq
+	}
+	return r.covered
+}
+
+// feedSub is one subscriber of an owner's feed: the runs and approvals
+// that changed since it last looked.
+type feedSub struct {
+	poke chan struct{}
+
+	mu        sync.Mutex
+	runs      map[string]struct{}
+	approvals map[string]struct{}
+	all       bool // look at everything again
+}
+
+func (f *feedSub) runChanged(id string) {
+	f.mu.Lock()
+	f.runs[id] = struct{}{}
+	f.mu.Unlock()
+	signal(f.poke)
+}
+
+func (f *feedSub) approvalChanged(id string) {
+	f.mu.Lock()
+	if id == "" {
+		f.all = true
+	} else {
+		f.approvals[id] = struct{}{}
+	}
+	f.mu.Unlock()
+	signal(f.poke)
+}
+
+func (f *feedSub) resync() {
+	f.mu.Lock()
+	f.all = true
+	f.mu.Unlock()
+	signal(f.poke)
+}
+
+// take returns and clears what changed.
+func (f *feedSub) take() (runs, approvals []string, all bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id := range f.runs {
+		runs = append(runs, id)
+	}
+	for id := range f.approvals {
+		approvals = append(approvals, id)
+	}
+	all = f.all
+	clear(f.runs)
+	clear(f.approvals)
+	f.all = false
+	return runs, approvals, all
+}

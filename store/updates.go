@@ -1,0 +1,218 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Notification tells live-update subscribers that something changed. It
+// is a hint, never the data: subscribers read what changed from the
+// database (the run's event log, the run row, the approval), so a lost or
+// doubled notification loses or doubles nothing. Deltas are the exception:
+// they carry streamed text that is never stored, and the committed
+// message that follows them is.
+type Notification struct {
+	// Kind is one of the Notify* constants.
+	Kind string `json:"k"`
+	// RunID is the run concerned, if any.
+	RunID string `json:"r,omitempty"`
+	// Owner is the principal concerned (the run's owner, the approval's
+	// requester); empty when unknown, which concerns everyone.
+	Owner string `json:"o,omitempty"`
+	// Seq is, for NotifyEvent, the sequence of the appended event.
+	Seq int64 `json:"s,omitempty"`
+	// ApprovalID is the approval concerned, for NotifyApproval.
+	ApprovalID string `json:"a,omitempty"`
+	// MessageSeq and Text are a NotifyDelta's turn (its user message) and
+	// streamed text.
+	MessageSeq int64  `json:"m,omitempty"`
+	Text       string `json:"t,omitempty"`
+}
+
+// The kinds of Notification.
+const (
+	// NotifyEvent: an event was appended to a run's log.
+	NotifyEvent = "event"
+	// NotifyRun: a run's row changed (created, status, lease, deleted).
+	NotifyRun = "run"
+	// NotifyApproval: an approval was requested or changed state.
+	NotifyApproval = "approval"
+	// NotifyDelta: assistant text streamed while a turn runs.
+	NotifyDelta = "delta"
+	// NotifyResync: notifications may have been lost (the listener
+	// reconnected); subscribers should read the database again.
+	NotifyResync = "resync"
+)
+
+// MaxDeltaText bounds the text of one NotifyDelta, so that the payload fits
+// a PostgreSQL notification (8000 bytes) whatever its escaping.
+const MaxDeltaText = 1200
+
+// checkDelta validates a delta before it is published.
+func checkDelta(n Notification) error {
+	if n.Kind != NotifyDelta {
+		return invalid(fmt.Errorf("only %s notifications are published by callers, not %q", NotifyDelta, n.Kind))
+	}
+	if n.RunID == "" || len(n.Text) > MaxDeltaText*4 || utf8.RuneCountInString(n.Text) > MaxDeltaText || !utf8.ValidString(n.Text) {
+		return invalid(errors.New("a delta needs a run ID and at most 1200 characters of text"))
+	}
+	return nil
+}
+
+// updateHub fans notifications out to this process's subscribers. Each
+// subscriber has a buffered channel; one that falls behind gets a resync
+// instead of the notifications it missed.
+type updateHub struct {
+	mu   sync.Mutex
+	subs map[chan Notification]bool // value: a resync is owed
+}
+
+// updateBuffer is each subscriber's channel capacity.
+const updateBuffer = 1024
+
+func (h *updateHub) subscribe(ctx context.Context) <-chan Notification {
+	ch := make(chan Notification, updateBuffer)
+	h.mu.Lock()
+	if h.subs == nil {
+		h.subs = map[chan Notification]bool{}
+	}
+	h.subs[ch] = false
+	h.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		h.mu.Lock()
+		delete(h.subs, ch)
+		close(ch)
+		h.mu.Unlock()
+	})
+	return ch
+}
+
+func (h *updateHub) publish(n Notification) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch, owed := range h.subs {
+		if owed {
+			select {
+			case ch <- Notification{Kind: NotifyResync}:
+				h.subs[ch] = false
+			default:
+				continue
+			}
+		}
+		select {
+		case ch <- n:
+		default:
+			h.subs[ch] = true
+		}
+	}
+}
+
+func (s *sqliteStore) Updates(ctx context.Context) (<-chan Notification, error) {
+	return s.updates.subscribe(ctx), nil
+}
+
+func (s *sqliteStore) Publish(_ context.Context, n Notification) error {
+	if err := checkDelta(n); err != nil {
+		return err
+	}
+	s.updates.publish(n)
+	return nil
+}
+
+// pgUpdatesChannel is the notification channel of the connection's schema.
+const pgUpdatesChannel = `'usher_updates.' || current_schema()`
+
+// pgNotify sends a notification on the schema's updates channel; inside a
+// transaction it is delivered at commit.
+const pgNotify = `SELECT pg_notify(` + pgUpdatesChannel + `, $1)`
+
+// pgNotifyOn sends n through exec (on the pool, or on a transaction to
+// send it at commit).
+func pgNotifyOn(ctx context.Context, exec func(ctx context.Context, sql string, args ...any) error, n Notification) error {
+	b, err := json.Marshal(n)
+	if err != nil {
+		return err
+	}
+	return exec(ctx, pgNotify, string(b))
+}
+
+func (s *postgresStore) Publish(ctx context.Context, n Notification) error {
+	if err := checkDelta(n); err != nil {
+		return err
+	}
+	return pgError(pgNotifyOn(ctx, s.poolExec, n))
+}
+
+// poolExec runs a statement on the pool.
+func (s *postgresStore) poolExec(ctx context.Context, sql string, args ...any) error {
+	_, err := s.pool.Exec(ctx, sql, args...)
+	return err
+}
+
+// Updates listens on the schema's updates channel on a connection of its
+// own and decodes each notification. After the connection is lost and
+// restored, it sends NotifyResync.
+func (s *postgresStore) Updates(ctx context.Context) (<-chan Notification, error) {
+	conn, err := s.listenOn(ctx, `SELECT `+pgUpdatesChannel)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan Notification, updateBuffer)
+	go func() {
+		defer close(out)
+		defer func() {
+			if conn != nil {
+				closeConn(conn)
+			}
+		}()
+		send := func(n Notification) bool {
+			select {
+			case out <- n:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for {
+			if conn == nil {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(pgListenRetry):
+				}
+				if conn, err = s.listenOn(ctx, `SELECT `+pgUpdatesChannel); err != nil {
+					s.log.WarnContext(ctx, "store: reconnecting the updates listener failed", "err", err)
+					conn = nil
+					continue
+				}
+				if !send(Notification{Kind: NotifyResync}) {
+					return
+				}
+			}
+			msg, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.log.WarnContext(ctx, "store: the updates listener lost its connection", "err", err)
+				closeConn(conn)
+				conn = nil
+				continue
+			}
+			var n Notification
+			if err := json.Unmarshal([]byte(msg.Payload), &n); err != nil {
+				s.log.WarnContext(ctx, "store: an unreadable notification", "err", err)
+				continue
+			}
+			if !send(n) {
+				return
+			}
+		}
+	}()
+	return out, nil
+}
