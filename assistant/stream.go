@@ -47,8 +47,10 @@ var errStreamsOff = httpx.Errorf(http.StatusServiceUnavailable, "streaming_disab
 
 // emitter writes one stream's messages, as SSE or WebSocket frames.
 type emitter interface {
-	// send writes one message; id is 0 for messages without a sequence.
+	// send writes one message without a sequence.
 	send(event string, id int64, data any) error
+	// events writes log events, at once.
+	events(evs []roomEvent) error
 }
 
 // sseEmitter writes Server-Sent Events.
@@ -84,6 +86,24 @@ func (e *sseEmitter) send(event string, id int64, data any) error {
 	return e.rc.Flush()
 }
 
+// events writes the events' frames, encoded once for every subscriber, in
+// one write and one flush.
+func (e *sseEmitter) events(evs []roomEvent) error {
+	_ = e.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	size := 0
+	for _, ev := range evs {
+		size += len(ev.frame)
+	}
+	buf := make([]byte, 0, size)
+	for _, ev := range evs {
+		buf = append(buf, ev.frame...)
+	}
+	if _, err := e.w.Write(buf); err != nil {
+		return err
+	}
+	return e.rc.Flush()
+}
+
 // wsEmitter writes WebSocket text frames {"event","id","data"}.
 type wsEmitter struct{ conn *websocket.Conn }
 
@@ -95,6 +115,15 @@ func (e *wsEmitter) send(event string, id int64, data any) error {
 	}{event, id, data}
 	_ = e.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
 	return e.conn.WriteJSON(msg)
+}
+
+func (e *wsEmitter) events(evs []roomEvent) error {
+	for _, ev := range evs {
+		if err := e.send(ev.Type, ev.Seq, EventView{Seq: ev.Seq, Type: ev.Type, CreatedAt: ev.CreatedAt, Data: ev.Payload}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // resumePoint is where a stream resumes: after the Last-Event-ID, else
@@ -133,11 +162,11 @@ func (rt *Runtime) streamRun(ctx context.Context, e emitter, run store.Run, afte
 			if err != nil {
 				return err
 			}
-			for _, ev := range events {
-				if err := e.send(ev.Type, ev.Seq, EventView{Seq: ev.Seq, Type: ev.Type, CreatedAt: ev.CreatedAt, Data: ev.Payload}); err != nil {
+			if len(events) > 0 {
+				if err := e.events(events); err != nil {
 					return err
 				}
-				cursor = ev.Seq
+				cursor = events[len(events)-1].Seq
 			}
 			if !more || len(events) == 0 {
 				return nil
@@ -163,7 +192,7 @@ func (rt *Runtime) streamRun(ctx context.Context, e emitter, run store.Run, afte
 				return err
 			}
 		case <-sub.status:
-			r, err := rt.st.GetRun(ctx, run.ID)
+			r, err := room.run(ctx)
 			if err != nil {
 				return err
 			}
@@ -304,7 +333,11 @@ func (rt *Runtime) longPoll(w http.ResponseWriter, r *http.Request, run store.Ru
 			return
 		}
 		if len(events) > 0 || ctx.Err() != nil {
-			httpx.WriteJSON(w, http.StatusOK, map[string]any{"events": nonNilViews(viewEvents(events)), "hasMore": more})
+			plain := make([]store.Event, len(events))
+			for i, e := range events {
+				plain[i] = e.Event
+			}
+			httpx.WriteJSON(w, http.StatusOK, map[string]any{"events": nonNilViews(viewEvents(plain)), "hasMore": more})
 			return
 		}
 		select {

@@ -2,6 +2,8 @@ package assistant
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -82,7 +84,7 @@ func (b *bus) pokeFeeds(owner string, poke func(*feedSub)) {
 
 // joinRun subscribes to a run's updates; leave ends the subscription.
 func (b *bus) joinRun(runID string) (_ *runSub, _ *room, leave func()) {
-	sub := &runSub{poke: make(chan struct{}, 1), status: make(chan struct{}, 1), deltas: make(chan store.Notification, 256)}
+	sub := &runSub{poke: make(chan struct{}, 1), status: make(chan struct{}, 1), deltas: make(chan store.Notification, deltaQueue)}
 	b.mu.Lock()
 	r := b.rooms[runID]
 	if r == nil {
@@ -132,6 +134,9 @@ func (b *bus) subscribers() (runs, feeds int) {
 	return runs, feeds
 }
 
+// deltaQueue is how many deltas a subscriber may have waiting.
+const deltaQueue = 32
+
 // runSub is one subscriber of a run. Its channels hold one pending poke
 // each (pokes coalesce), and a bounded queue of deltas; a delta that does
 // not fit is dropped, which loses nothing: the committed message follows.
@@ -156,16 +161,48 @@ type room struct {
 	st    store.Store
 	subs  map[*runSub]struct{} // guarded by bus.mu
 
-	// gen counts the event notifications; the bus bumps it without
-	// waiting for a subscriber that is reading the log.
-	gen atomic.Int64
+	// gen counts the event notifications, and runGen the run's changes;
+	// the bus bumps them without waiting for a subscriber that is reading
+	// the database.
+	gen    atomic.Int64
+	runGen atomic.Int64
+
+	runMu   sync.Mutex // guards the run row, read once per change
+	runSeen int64
+	runRow  store.Run
+	runErr  error
 
 	mu      sync.Mutex // guards what follows; held while reading the log
 	init    bool
-	seen    int64         // the gen the window is current for
-	more    bool          // the last read was a full page
-	covered int64         // every event after covered is in recent
-	recent  []store.Event // ascending
+	seen    int64       // the gen the window is current for
+	more    bool        // the last read was a full page
+	covered int64       // every event after covered is in recent
+	recent  []roomEvent // ascending
+}
+
+// roomEvent is an event and its Server-Sent Events frame, encoded once for
+// every subscriber.
+type roomEvent struct {
+	store.Event
+	frame []byte
+}
+
+// newRoomEvent encodes e's frame: "id: SEQ", "event: TYPE", "data: VIEW".
+func newRoomEvent(e store.Event) roomEvent {
+	data, _ := json.Marshal(EventView{Seq: e.Seq, Type: e.Type, CreatedAt: e.CreatedAt, Data: e.Payload}) // always encodes
+	frame := make([]byte, 0, len(data)+len(e.Type)+40)
+	frame = fmt.Appendf(frame, "id: %d\nevent: %s\ndata: ", e.Seq, e.Type)
+	frame = append(frame, data...)
+	frame = append(frame, "\n\n"...)
+	return roomEvent{Event: e, frame: frame}
+}
+
+func newRoomEvents(events []store.Event) []roomEvent {
+	out := make([]roomEvent, len(events))
+	for i, e := range events {
+		out[i] = newRoomEvent(e)
+	}
+	return out
 }
 
 // roomWindow is how many of a run's latest events a room keeps.
@@ -189,6 +226,7 @@ func (r *room) eventAppended() {
 }
 
 func (r *room) statusChanged() {
+	r.runGen.Add(1)
 	for s := range r.subs {
 		signal(s.status)
 	}
@@ -207,7 +245,7 @@ func (r *room) delta(n store.Notification) {
 // follow them. It serves from the room's window when the window covers
 // after, reading the log once per change for every subscriber; a
 // subscriber further behind reads the log itself.
-func (r *room) since(ctx context.Context, after int64) ([]store.Event, bool, error) {
+func (r *room) since(ctx context.Context, after int64) ([]roomEvent, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if gen := r.gen.Load(); !r.init || r.more || r.seen != gen {
@@ -222,22 +260,33 @@ func (r *room) since(ctx context.Context, after int64) ([]store.Event, bool, err
 		if !r.init {
 			r.covered, r.recent, r.init = after, nil, true
 		}
-		r.recent = append(r.recent, events...)
+		r.recent = append(r.recent, newRoomEvents(events)...)
 		if n := len(r.recent); n > roomWindow {
-			r.recent = append([]store.Event(nil), r.recent[n-roomWindow:]...)
+			r.recent = append([]roomEvent(nil), r.recent[n-roomWindow:]...)
 			r.covered = r.recent[0].Seq - 1
 		}
 		r.seen, r.more = gen, len(events) == roomPage
 	}
 	if after < r.covered {
 		events, err := r.st.ListEvents(ctx, r.runID, after, roomPage)
-		return events, len(events) == roomPage, err
+		return newRoomEvents(events), len(events) == roomPage, err
 	}
 	i := 0
 	for i < len(r.recent) && r.recent[i].Seq <= after {
 		i++
 	}
 	return r.recent[i:], r.more, nil
+}
+
+// run returns the run's row, read once per change for every subscriber.
+func (r *room) run(ctx context.Context) (store.Run, error) {
+	r.runMu.Lock()
+	defer r.runMu.Unlock()
+	if gen := r.runGen.Load(); gen != r.runSeen || (r.runRow.ID == "" && r.runErr == nil) {
+		r.runRow, r.runErr = r.st.GetRun(ctx, r.runID)
+		r.runSeen = gen
+	}
+	return r.runRow, r.runErr
 }
 
 // lastSeq is the newest sequence the room has read. The caller holds r.mu.

@@ -22,7 +22,7 @@ import (
 
 // api sends one request to the Assistant API and returns the status and
 // the decoded JSON body.
-func api(t *testing.T, method, url, token, body string, header ...string) (int, map[string]any) {
+func api(t testing.TB, method, url, token, body string, header ...string) (int, map[string]any) {
 	t.Helper()
 	var r io.Reader
 	if body != "" {
@@ -60,7 +60,7 @@ func errorCode(body map[string]any) string {
 	return s
 }
 
-func userToken(t *testing.T, s *server, sub string) string {
+func userToken(t testing.TB, s *server, sub string) string {
 	t.Helper()
 	tok, err := s.cli(t, "token", "user", "--sub", sub)
 	if err != nil {

@@ -66,13 +66,13 @@ var runningAt = regexp.MustCompile(`Usher is running at (http://\S+)`)
 
 // startServer runs `usher serve` on a free loopback port with a fresh data
 // directory and waits until it prints its URL.
-func startServer(t *testing.T, env map[string]string, args ...string) *server {
+func startServer(t testing.TB, env map[string]string, args ...string) *server {
 	t.Helper()
 	return startServerIn(t, t.TempDir(), env, args...)
 }
 
 // startServerIn is startServer on the given data directory.
-func startServerIn(t *testing.T, dataDir string, env map[string]string, args ...string) *server {
+func startServerIn(t testing.TB, dataDir string, env map[string]string, args ...string) *server {
 	t.Helper()
 	s := &server{dataDir: dataDir, env: env, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -111,7 +111,7 @@ func getenv(m map[string]string) func(string) string {
 }
 
 // cli runs one more usher command against the server's installation.
-func (s *server) cli(t *testing.T, args ...string) (string, error) {
+func (s *server) cli(t testing.TB, args ...string) (string, error) {
 	t.Helper()
 	addr := strings.TrimPrefix(s.url, "http://")
 	var out, errOut bytes.Buffer
