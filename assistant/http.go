@@ -74,6 +74,22 @@ func principal(r *http.Request) (string, bool) {
 	return p.ID(), true
 }
 
+// ownRun answers for the run the path names, which must be the caller's:
+// it writes the error and reports false when there is none.
+func (rt *Runtime) ownRun(w http.ResponseWriter, r *http.Request) (store.Run, bool) {
+	owner, ok := principal(r)
+	if !ok {
+		rt.fail(w, r, errUnauthenticated)
+		return store.Run{}, false
+	}
+	run, err := rt.Run(r.Context(), owner, r.PathValue("id"))
+	if err != nil {
+		rt.fail(w, r, err)
+		return store.Run{}, false
+	}
+	return run, true
+}
+
 var errUnauthenticated = httpx.Errorf(http.StatusUnauthorized, "unauthenticated", "Sign in first.")
 
 // decode reads a JSON object body into v, refusing unknown fields and
@@ -205,14 +221,8 @@ func (rt *Runtime) handleList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (rt *Runtime) handleGet(w http.ResponseWriter, r *http.Request) {
-	owner, ok := principal(r)
+	run, ok := rt.ownRun(w, r)
 	if !ok {
-		rt.fail(w, r, errUnauthenticated)
-		return
-	}
-	run, err := rt.Run(r.Context(), owner, r.PathValue("id"))
-	if err != nil {
-		rt.fail(w, r, err)
 		return
 	}
 	first, err := rt.page(r, run.ID, pageQuery{after: 0, take: firstWindow, maxBytes: firstWindowBytes})
@@ -353,14 +363,8 @@ func lastReply(events []store.Event) (string, bool) {
 }
 
 func (rt *Runtime) handleMessages(w http.ResponseWriter, r *http.Request) {
-	owner, ok := principal(r)
+	run, ok := rt.ownRun(w, r)
 	if !ok {
-		rt.fail(w, r, errUnauthenticated)
-		return
-	}
-	run, err := rt.Run(r.Context(), owner, r.PathValue("id"))
-	if err != nil {
-		rt.fail(w, r, err)
 		return
 	}
 	q := r.URL.Query()
@@ -403,18 +407,13 @@ func (rt *Runtime) handleMessages(w http.ResponseWriter, r *http.Request) {
 }
 
 func (rt *Runtime) handleEvents(w http.ResponseWriter, r *http.Request) {
-	owner, ok := principal(r)
+	run, ok := rt.ownRun(w, r)
 	if !ok {
-		rt.fail(w, r, errUnauthenticated)
-		return
-	}
-	run, err := rt.Run(r.Context(), owner, r.PathValue("id"))
-	if err != nil {
-		rt.fail(w, r, err)
 		return
 	}
 	var after int64
 	if s := r.URL.Query().Get("after"); s != "" {
+		var err error
 		if after, err = strconv.ParseInt(s, 10, 64); err != nil || after < 0 {
 			rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_query", "after must be a sequence number (0 or more)."))
 			return

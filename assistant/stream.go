@@ -227,14 +227,8 @@ func (rt *Runtime) streamContext(r *http.Request) (context.Context, context.Canc
 func (rt *Runtime) CloseStreams() { rt.closeStreams() }
 
 func (rt *Runtime) handleRunStream(w http.ResponseWriter, r *http.Request) {
-	owner, ok := principal(r)
+	run, ok := rt.ownRun(w, r)
 	if !ok {
-		rt.fail(w, r, errUnauthenticated)
-		return
-	}
-	run, err := rt.Run(r.Context(), owner, r.PathValue("id"))
-	if err != nil {
-		rt.fail(w, r, err)
 		return
 	}
 	if rt.o.Transport == TransportLongPoll {
@@ -258,14 +252,8 @@ func (rt *Runtime) handleRunStream(w http.ResponseWriter, r *http.Request) {
 var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 4096}
 
 func (rt *Runtime) handleRunWebSocket(w http.ResponseWriter, r *http.Request) {
-	owner, ok := principal(r)
+	run, ok := rt.ownRun(w, r)
 	if !ok {
-		rt.fail(w, r, errUnauthenticated)
-		return
-	}
-	run, err := rt.Run(r.Context(), owner, r.PathValue("id"))
-	if err != nil {
-		rt.fail(w, r, err)
 		return
 	}
 	if rt.o.Transport == TransportLongPoll {

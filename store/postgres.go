@@ -166,13 +166,7 @@ func (s *postgresStore) ListRuns(ctx context.Context, owner string) ([]Run, erro
 	if err != nil {
 		return nil, pgError(err)
 	}
-	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) {
-		return scanPostgresRun(row)
-	})
-	if err != nil {
-		return nil, pgError(err)
-	}
-	return runs, nil
+	return collectPostgresRuns(rows)
 }
 
 func (s *postgresStore) TransitionRun(ctx context.Context, id string, from, to RunStatus) (Run, error) {
@@ -253,16 +247,7 @@ func (s *postgresStore) ListEvents(ctx context.Context, runID string, after int6
 	if err != nil {
 		return nil, pgError(err)
 	}
-	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
-		var e Event
-		var payload []byte
-		if err := row.Scan(&e.RunID, &e.Seq, &e.Type, &payload, &e.CreatedAt); err != nil {
-			return Event{}, err
-		}
-		e.Payload = payload
-		e.CreatedAt = e.CreatedAt.UTC()
-		return e, nil
-	})
+	events, err := pgx.CollectRows(rows, scanPostgresEvent)
 	if err != nil {
 		return nil, pgError(err)
 	}

@@ -275,9 +275,9 @@ func (s *postgresStore) ClaimRuns(ctx context.Context, owner string, limit int, 
 	if err != nil {
 		return nil, pgError(err)
 	}
-	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanPostgresRun(row) })
+	runs, err := collectPostgresRuns(rows)
 	if err != nil {
-		return nil, pgError(err)
+		return nil, err
 	}
 	for _, r := range runs {
 		s.notifyRun(ctx, r)
@@ -472,9 +472,9 @@ func (s *postgresStore) ParkIdleRuns(ctx context.Context, quietSince time.Time) 
 	if err != nil {
 		return nil, pgError(err)
 	}
-	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanPostgresRun(row) })
+	runs, err := collectPostgresRuns(rows)
 	if err != nil {
-		return nil, pgError(err)
+		return nil, err
 	}
 	for _, r := range runs {
 		s.notifyRun(ctx, r)
@@ -490,9 +490,9 @@ func (s *postgresStore) RunsToResume(ctx context.Context, limit int) ([]Run, err
 	if err != nil {
 		return nil, pgError(err)
 	}
-	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanPostgresRun(row) })
+	runs, err := collectPostgresRuns(rows)
 	if err != nil {
-		return nil, pgError(err)
+		return nil, err
 	}
 	return runs, nil
 }
@@ -522,6 +522,12 @@ func (s *postgresStore) ListMessages(ctx context.Context, runID string, q Messag
 		}
 	}
 	return events, nil
+}
+
+// collectPostgresRuns reads rows of runColumns.
+func collectPostgresRuns(rows pgx.Rows) ([]Run, error) {
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanPostgresRun(row) })
+	return runs, pgError(err)
 }
 
 // scanPostgresEvent reads one row of eventColumns.

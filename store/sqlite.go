@@ -256,19 +256,8 @@ func (s *sqliteStore) ListRuns(ctx context.Context, owner string) ([]Run, error)
 	if err != nil {
 		return nil, sqliteError(err)
 	}
-	defer rows.Close()
-	var runs []Run
-	for rows.Next() {
-		r, err := scanSQLiteRun(rows)
-		if err != nil {
-			return nil, sqliteError(err)
-		}
-		runs = append(runs, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, sqliteError(err)
-	}
-	return runs, nil
+	runs, err := scanSQLiteRuns(rows)
+	return runs, sqliteError(err)
 }
 
 func (s *sqliteStore) TransitionRun(ctx context.Context, id string, from, to RunStatus) (Run, error) {

@@ -488,15 +488,8 @@ func (s *sqliteStore) ParkIdleRuns(ctx context.Context, quietSince time.Time) ([
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			r, err := scanSQLiteRun(rows)
-			if err != nil {
-				return err
-			}
-			runs = append(runs, r)
-		}
-		return rows.Err()
+		runs, err = scanSQLiteRuns(rows)
+		return err
 	})
 	if err != nil {
 		return nil, sqliteError(err)
@@ -513,19 +506,8 @@ func (s *sqliteStore) RunsToResume(ctx context.Context, limit int) ([]Run, error
 	if err != nil {
 		return nil, sqliteError(err)
 	}
-	defer rows.Close()
-	var runs []Run
-	for rows.Next() {
-		r, err := scanSQLiteRun(rows)
-		if err != nil {
-			return nil, sqliteError(err)
-		}
-		runs = append(runs, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, sqliteError(err)
-	}
-	return runs, nil
+	runs, err := scanSQLiteRuns(rows)
+	return runs, sqliteError(err)
 }
 
 func (s *sqliteStore) ListMessages(ctx context.Context, runID string, q MessageQuery) ([]Event, error) {
@@ -569,4 +551,18 @@ func (s *sqliteStore) publishRuns(runs []Run) {
 	for _, r := range runs {
 		s.updates.publish(Notification{Kind: NotifyRun, RunID: r.ID, Owner: r.Owner})
 	}
+}
+
+// scanSQLiteRuns reads rows of runColumns and closes them.
+func scanSQLiteRuns(rows *sql.Rows) ([]Run, error) {
+	defer rows.Close()
+	var runs []Run
+	for rows.Next() {
+		r, err := scanSQLiteRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, r)
+	}
+	return runs, rows.Err()
 }
