@@ -31,6 +31,8 @@ type turn struct {
 	// messages are the turn's own message events so far, from its user
 	// message on.
 	messages []store.Event
+	// past is the history before the turn's message, once read.
+	past []model.Message
 }
 
 // work runs one claimed run until its lease is released. Every write it
@@ -302,12 +304,22 @@ func (t *turn) loadTurnMessages(ctx context.Context) error {
 
 // history is the fresh session's past: the latest HistoryMessages
 // messages before the turn's user message, as model messages.
+// It is read once per turn: nothing before the turn's message changes
+// while the turn runs.
 func (t *turn) history(ctx context.Context) ([]model.Message, error) {
+	if t.past != nil {
+		return t.past, nil
+	}
 	events, err := t.rt.st.ListMessages(ctx, t.run.ID, store.MessageQuery{Before: t.seq, Limit: t.rt.o.HistoryMessages, Last: true})
 	if err != nil {
 		return nil, err
 	}
-	return project(events)
+	past, err := project(events)
+	if err != nil {
+		return nil, err
+	}
+	t.past = append([]model.Message{}, past...) // not nil, even when empty
+	return t.past, nil
 }
 
 // request builds the model request of the next step: the system prompt,
