@@ -190,11 +190,13 @@ type TurnOutcome struct {
 func (rt *Runtime) WaitTurn(ctx context.Context, owner, id string, seq int64, d time.Duration) (TurnOutcome, error) {
 	signal, stop := rt.turns.subscribe(id)
 	defer stop()
+	// Turns run on any replica: their events and status changes arrive
+	// through the bus; a slow poll covers a lost notification.
+	sub, _, leave := rt.bus.joinRun(id)
+	defer leave()
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
-	// Turns run on any replica: poll the run's row as well as listening
-	// for this process's own turns.
-	poll := time.NewTicker(250 * time.Millisecond)
+	poll := time.NewTicker(5 * time.Second)
 	defer poll.Stop()
 	for {
 		r, err := rt.Run(ctx, owner, id)
@@ -229,6 +231,8 @@ func (rt *Runtime) WaitTurn(ctx context.Context, owner, id string, seq int64, d 
 		case <-deadline.C:
 			return out, nil
 		case <-signal:
+		case <-sub.poke:
+		case <-sub.status:
 		case <-poll.C:
 		}
 	}
