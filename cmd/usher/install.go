@@ -146,6 +146,7 @@ const devOIDCPath = "/dev/oidc"
 func (in *installation) devProvider(publicURL string, keys *broker.Keyring) (*devoidc.Provider, error) {
 	return devoidc.New(&devoidc.Options{
 		Issuer:       publicURL + devOIDCPath,
+		ClientID:     in.cfg.Web.ClientID, // empty: devoidc.DefaultClientID, as the web sign-in assumes
 		Keys:         keys,
 		Audience:     config.DevAudience,
 		Scopes:       []string{config.DevScope},

@@ -126,7 +126,13 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("identity: %w", err)
 	}
-	mux.Handle("GET /api/me", verifier.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// The Sessions UI at / and its sign-in at /auth/; from here on the API
+	// takes a bearer token or a signed-in browser's session cookie.
+	authenticated, err := in.mountWeb(ctx, mux, publicURL, localURL, verifier)
+	if err != nil {
+		return err
+	}
+	mux.Handle("GET /api/me", authenticated(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, _ := identity.FromContext(r.Context())
 		httpx.WriteJSON(w, http.StatusOK, me{ID: p.ID(), Issuer: p.Issuer, Tenant: p.Tenant, ObjectID: p.ObjectID, Name: p.Name, Email: p.Email, Scopes: p.Scopes})
 	})))
@@ -150,9 +156,9 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	defer mcp.catalog.Close()
-	mcp.mount(mux, verifier.Middleware, publicURL)
+	mcp.mount(mux, authenticated, publicURL)
 	go in.sweep(ctx, mcp)
-	mountAssistant(mux, runtime, verifier.Middleware, publicURL)
+	mountAssistant(mux, runtime, authenticated, publicURL)
 	if err := runtime.Start(ctx); err != nil {
 		return fmt.Errorf("assistant: %w", err)
 	}
@@ -275,6 +281,7 @@ type me struct {
 // banner tells a person at the terminal what to open and how to sign in.
 func (e *environment) banner(url string, cfg config.Config, f *installFlags, listenAddr string) {
 	fmt.Fprintf(e.stdout, "\nUsher is running at %s\n\n", url)
+	fmt.Fprintf(e.stdout, "  Open it in a browser and sign in to talk to the assistant.\n\n")
 	fmt.Fprintf(e.stdout, "  health:    %s/healthz   readiness: %s/readyz   metrics: %s/metrics\n", url, url, url)
 	fmt.Fprintf(e.stdout, "  broker keys (JWKS): %s/.well-known/jwks.json\n", url)
 	if cfg.DevIdentity() {

@@ -39,6 +39,8 @@ type Config struct {
 	Model     Model     `yaml:"model"`
 	// Events configures live updates.
 	Events Events `yaml:"events"`
+	// Web configures the Sessions UI's browser sign-in.
+	Web Web `yaml:"web"`
 }
 
 // Server configures the HTTP listener and the process's files.
@@ -215,6 +217,26 @@ type Model struct {
 	Timeout Duration `yaml:"timeout"`
 }
 
+// Web configures the browser sign-in of the Sessions UI (docs/web.md).
+type Web struct {
+	// ClientID is the OIDC client the Sessions UI signs in as. Default "":
+	// with the development provider its own client ("usher-web"); with an
+	// external issuer, browser sign-in is off until it is set.
+	ClientID string `yaml:"client_id"`
+	// ClientSecret authenticates a confidential client (Entra's "Web"
+	// platform) at the token endpoint. Default "": a public client, PKCE
+	// only. Set it through USHER_WEB_CLIENT_SECRET rather than the file.
+	ClientSecret string `yaml:"client_secret"`
+	// Scopes are requested besides openid and profile so that the access
+	// token is for the API, e.g. ["api://usher/access_as_user"]. Required
+	// with an external issuer and a client id; default with the
+	// development provider: identity.required_scopes.
+	Scopes []string `yaml:"scopes"`
+	// SessionLifetime is how long a browser sign-in lasts. Default 8h;
+	// between 5m and 168h.
+	SessionLifetime Duration `yaml:"session_lifetime"`
+}
+
 // Duration is a time.Duration written as "5m", "15s", "720h".
 type Duration time.Duration
 
@@ -257,6 +279,7 @@ func Default() Config {
 		Approval: Approval{TTL: Duration(24 * time.Hour)},
 		Model:    Model{Provider: "demo", Timeout: Duration(2 * time.Minute)},
 		Events:   Events{Transport: "auto", Heartbeat: Duration(15 * time.Second)},
+		Web:      Web{SessionLifetime: Duration(8 * time.Hour)},
 	}
 }
 
@@ -448,6 +471,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Approval.TTL.Std() < time.Minute || c.Approval.TTL.Std() > 30*24*time.Hour {
 		bad("approvals.ttl", "must be between 1m and 720h, got %s", c.Approval.TTL.Std())
+	}
+	if lt := c.Web.SessionLifetime.Std(); lt < 5*time.Minute || lt > 7*24*time.Hour {
+		bad("web.session_lifetime", "must be between 5m and 168h, got %s", lt)
+	}
+	if c.Web.ClientID != "" && !c.DevIdentity() && len(c.Web.Scopes) == 0 {
+		bad("web.scopes", "name the API's scope (e.g. api://usher/access_as_user) so that browser sign-in gets an access token for the API")
+	}
+	if slices.ContainsFunc(c.Web.Scopes, func(s string) bool { return s == "" || strings.ContainsAny(s, " \t") }) {
+		bad("web.scopes", "must not contain an empty scope or one with spaces")
 	}
 	for i, u := range c.MCP.Upstreams {
 		key := fmt.Sprintf("mcp.upstreams[%d]", i)

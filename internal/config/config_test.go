@@ -93,6 +93,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"model.provider": "openai", "model.base_url": "http://127.0.0.1:1/v1", "model.api_key": "k",
 		"model.name": "m", "model.timeout": "30s",
 		"events.transport": "long-poll", "events.heartbeat": "5s",
+		"web.client_id": "w", "web.client_secret": "ws", "web.scopes": "api://usher/access_as_user",
+		"web.session_lifetime": "1h",
 	}
 	m := map[string]string{}
 	for _, k := range Keys() {
@@ -110,7 +112,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		c.Server.MaxBodyBytes != 4096 || c.Log.Format != "json" || c.Database.URL != "postgres://u@h/db" ||
 		c.Broker.RotationPeriod.Std() != 2*time.Hour || len(c.Identity.Audiences) != 2 ||
 		!c.MCP.Stateful || c.DemoTools() || c.Policy.File == "" || c.Policy.LockFile != "/etc/usher/tools.lock" ||
-		c.Approval.TTL.Std() != 2*time.Hour || len(c.MCP.AllowedOrigins) != 1 {
+		c.Approval.TTL.Std() != 2*time.Hour || len(c.MCP.AllowedOrigins) != 1 ||
+		c.Web.ClientID != "w" || c.Web.ClientSecret != "ws" || len(c.Web.Scopes) != 1 || c.Web.SessionLifetime.Std() != time.Hour {
 		t.Errorf("overrides not applied: %+v", c)
 	}
 }

@@ -1,0 +1,223 @@
+package web
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
+
+	"github.com/usherhq/usher/internal/httpx"
+	"github.com/usherhq/usher/internal/identity"
+)
+
+// loginLifetime bounds a sign-in in progress: from /auth/login to the
+// callback.
+const loginLifetime = 10 * time.Minute
+
+// Errors answered in the API's error shape.
+var (
+	errUnauthenticated = httpx.Errorf(http.StatusUnauthorized, "unauthenticated", "Sign in first.")
+	errCrossOrigin     = httpx.Errorf(http.StatusForbidden, "cross_origin_refused", "A request from another site may not change anything here.")
+)
+
+// Sessions signs people in through the browser and authenticates their
+// requests by a sealed session cookie. It is safe for concurrent use and
+// holds no per-session state: any replica with the same secret serves any
+// request.
+//
+// A nil *Sessions is browser sign-in switched off: [Sessions.Authenticate]
+// accepts bearer tokens only, /auth/session answers signed out and
+// /auth/login explains that sign-in is not configured.
+type Sessions struct {
+	o           Options
+	oauth       oauth2.Config
+	idVerifier  *oidc.IDTokenVerifier
+	multiTenant bool
+	cookies     cookies
+	session     *sealer
+	login       *sealer
+	csrf        *http.CrossOriginProtection
+	log         *slog.Logger
+}
+
+// New returns the browser sign-in for opts. Unless opts.Endpoints is set it
+// fetches the issuer's discovery document, so ctx bounds that request.
+func New(ctx context.Context, opts *Options) (*Sessions, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	o.Scopes = slices.Clone(o.Scopes)
+	o.Secret = slices.Clone(o.Secret)
+	multiTenant := strings.Contains(o.Issuer, identity.TenantPlaceholder)
+
+	// The key set outlives ctx: go-oidc ignores its cancellation and keeps
+	// only the HTTP client.
+	clientCtx := oidc.ClientContext(ctx, o.HTTPClient)
+	var provider *oidc.Provider
+	if e := o.Endpoints; e != nil {
+		provider = (&oidc.ProviderConfig{
+			IssuerURL: o.Issuer, AuthURL: e.AuthURL, TokenURL: e.TokenURL, JWKSURL: e.JWKSURL,
+			Algorithms: []string{oidc.RS256},
+		}).NewProvider(clientCtx)
+	} else {
+		discovery := o.Issuer
+		if multiTenant {
+			// Entra's common metadata names the template as its issuer.
+			discovery = strings.Replace(o.Issuer, identity.TenantPlaceholder, "common", 1)
+			clientCtx = oidc.InsecureIssuerURLContext(clientCtx, o.Issuer)
+		}
+		var err error
+		if provider, err = oidc.NewProvider(clientCtx, discovery); err != nil {
+			return nil, fmt.Errorf("web: discovery for %s: %w", o.Issuer, err)
+		}
+	}
+
+	session, err := newSealer(o.Secret, "usher web session")
+	if err != nil {
+		return nil, err
+	}
+	login, err := newSealer(o.Secret, "usher web sign-in")
+	if err != nil {
+		return nil, err
+	}
+	csrf := http.NewCrossOriginProtection()
+	// The public origin is ours even when a proxy rewrites Host.
+	if err := csrf.AddTrustedOrigin(origin(o.PublicURL)); err != nil {
+		return nil, fmt.Errorf("web: public url as an origin: %w", err)
+	}
+	return &Sessions{
+		o: o,
+		oauth: oauth2.Config{
+			ClientID:     o.ClientID,
+			ClientSecret: o.ClientSecret,
+			// Parameters in the body: a public client has no secret to put in
+			// a Basic header, and client_secret_post serves a confidential one.
+			Endpoint:    oauth2.Endpoint{AuthURL: provider.Endpoint().AuthURL, TokenURL: provider.Endpoint().TokenURL, AuthStyle: oauth2.AuthStyleInParams},
+			RedirectURL: o.PublicURL + "/auth/callback",
+			Scopes:      append([]string{oidc.ScopeOpenID, "profile"}, o.Scopes...),
+		},
+		idVerifier: provider.Verifier(&oidc.Config{
+			ClientID:             o.ClientID,
+			SupportedSigningAlgs: []string{oidc.RS256},
+			SkipIssuerCheck:      multiTenant, // compared with the tenant's issuer in callback
+			Now:                  o.Now,
+		}),
+		multiTenant: multiTenant,
+		cookies:     newCookies(o.PublicURL),
+		session:     session,
+		login:       login,
+		csrf:        csrf,
+		log:         o.Logger,
+	}, nil
+}
+
+// session is what the session cookie holds: the principal the API's
+// verifier returned at sign-in, and when that was.
+type session struct {
+	ID       string   `json:"sid"` // random, for logs
+	Issuer   string   `json:"iss"`
+	Tenant   string   `json:"tid,omitempty"`
+	ObjectID string   `json:"oid,omitempty"`
+	Subject  string   `json:"sub,omitempty"`
+	Name     string   `json:"name,omitempty"`
+	Email    string   `json:"email,omitempty"`
+	Scopes   []string `json:"scp,omitempty"`
+	Groups   []string `json:"groups,omitempty"`
+	Roles    []string `json:"roles,omitempty"`
+	SignedIn int64    `json:"iat"`
+	Expires  int64    `json:"exp"`
+}
+
+func newSession(p identity.Principal, now, expires time.Time) session {
+	return session{
+		ID: rand.Text(), Issuer: p.Issuer, Tenant: p.Tenant, ObjectID: p.ObjectID, Subject: p.Subject,
+		Name: p.Name, Email: p.Email, Scopes: p.Scopes, Groups: p.Groups, Roles: p.Roles,
+		SignedIn: now.Unix(), Expires: expires.Unix(),
+	}
+}
+
+func (s session) principal() identity.Principal {
+	return identity.Principal{
+		Issuer: s.Issuer, Tenant: s.Tenant, ObjectID: s.ObjectID, Subject: s.Subject,
+		Name: s.Name, Email: s.Email, Scopes: s.Scopes, Groups: s.Groups, Roles: s.Roles,
+	}
+}
+
+// current returns the session of r's cookie, if it carries a valid one.
+func (s *Sessions) current(r *http.Request) (session, bool) {
+	raw := s.cookies.get(r, sessionCookie)
+	if raw == "" {
+		return session{}, false
+	}
+	var sess session
+	if err := s.session.open(raw, s.o.Now(), &sess); err != nil || sess.Issuer == "" {
+		return session{}, false
+	}
+	return sess, true
+}
+
+// Authenticate authenticates every request to next:
+//
+//   - a request with an Authorization header goes through bearer (the API's
+//     bearer-token middleware), whatever cookies it carries;
+//   - one with a valid session cookie gets the session's principal in its
+//     context (see identity.FromContext) — and, for a state-changing
+//     method, only when it is not a cross-origin browser request
+//     (http.CrossOriginProtection; 403 cross_origin_refused otherwise);
+//   - anything else is answered 401 unauthenticated in the API's error
+//     shape, and a session cookie that did not open is deleted.
+func (s *Sessions) Authenticate(next http.Handler, bearer func(http.Handler) http.Handler) http.Handler {
+	viaBearer := bearer(next)
+	if s == nil {
+		return viaBearer
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.Header.Values("Authorization")) > 0 {
+			viaBearer.ServeHTTP(w, r)
+			return
+		}
+		if !s.cookies.has(r, sessionCookie) {
+			unauthenticated(w, r)
+			return
+		}
+		if err := s.csrf.Check(r); err != nil {
+			s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: cross-origin request refused",
+				slog.String("method", r.Method), slog.String("path", r.URL.Path),
+				slog.String("origin", r.Header.Get("Origin")), slog.String("sec_fetch_site", r.Header.Get("Sec-Fetch-Site")))
+			httpx.WriteError(w, r, nil, errCrossOrigin)
+			return
+		}
+		sess, ok := s.current(r)
+		if !ok {
+			s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: session cookie refused",
+				slog.String("method", r.Method), slog.String("path", r.URL.Path))
+			s.cookies.clear(w, r, sessionCookie)
+			unauthenticated(w, r)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(identity.NewContext(r.Context(), sess.principal())))
+	})
+}
+
+// origin is the scheme and host of a validated URL.
+func origin(raw string) string {
+	u, _ := url.Parse(raw)
+	return u.Scheme + "://" + u.Host
+}
+
+func unauthenticated(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("WWW-Authenticate", "Bearer")
+	httpx.WriteError(w, r, nil, errUnauthenticated)
+}

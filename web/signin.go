@@ -1,0 +1,359 @@
+package web
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
+
+	"github.com/usherhq/usher/internal/httpx"
+	"github.com/usherhq/usher/internal/identity"
+)
+
+// Handler serves the sign-in endpoints; mount it at "/auth/":
+//
+//	GET  /auth/login?return=/path   starts a sign-in: redirects to the issuer
+//	GET  /auth/callback              ends it: sets the session cookie
+//	POST /auth/logout                deletes the session cookie (CSRF-protected)
+//	GET  /auth/session               {"signedIn", "signInAvailable", "principal": {"id", "name"}, "expiresAt"}
+//
+// Every answer carries the UI's security headers.
+func (s *Sessions) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /auth/login", s.handleLogin)
+	mux.HandleFunc("GET /auth/callback", s.handleCallback)
+	mux.HandleFunc("POST /auth/logout", s.handleLogout)
+	mux.HandleFunc("GET /auth/session", s.handleSession)
+	for _, p := range []string{"/auth/login", "/auth/callback", "/auth/logout", "/auth/session"} {
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			httpx.WriteError(w, r, nil, httpx.ErrMethodNotAllowed)
+		})
+	}
+	mux.HandleFunc("/auth/", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteError(w, r, nil, httpx.ErrNotFound)
+	})
+	return withSecurityHeaders(mux)
+}
+
+// loginState is a sign-in in progress, sealed into the login cookie of the
+// browser that started it.
+type loginState struct {
+	State    string `json:"s"`
+	Nonce    string `json:"n"`
+	Verifier string `json:"v"` // PKCE code_verifier
+	Return   string `json:"r"` // the local path to go back to
+}
+
+// handleLogin sends the browser to the issuer with a fresh state, nonce and
+// PKCE S256 challenge, which the login cookie remembers for the callback.
+func (s *Sessions) handleLogin(w http.ResponseWriter, r *http.Request) {
+	if s == nil {
+		renderProblem(w, http.StatusServiceUnavailable, problemOff)
+		return
+	}
+	st := loginState{
+		State:    rand.Text() + rand.Text(),
+		Nonce:    rand.Text() + rand.Text(),
+		Verifier: oauth2.GenerateVerifier(),
+		Return:   localPath(r.URL.Query().Get("return")),
+	}
+	now := s.o.Now()
+	sealed, err := s.login.seal(st, now.Add(loginLifetime))
+	if err == nil {
+		err = s.cookies.set(w, r, loginCookie, sealed, loginLifetime)
+	}
+	if err != nil {
+		s.log.LogAttrs(r.Context(), slog.LevelError, "web: starting a sign-in", slog.String("error", err.Error()))
+		renderProblem(w, http.StatusInternalServerError, problemInternal)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, s.oauth.AuthCodeURL(st.State, oidc.Nonce(st.Nonce), oauth2.S256ChallengeOption(st.Verifier)), http.StatusSeeOther)
+}
+
+// handleCallback completes a sign-in: the state must be the one this
+// browser's login cookie holds (which is deleted whatever happens next, so
+// a sign-in is attempted once); the code is redeemed with the PKCE
+// verifier; the ID token must be for this client, carry this sign-in's
+// nonce and name the same person as the access token; and the access token
+// must pass the API's own verification.
+func (s *Sessions) handleCallback(w http.ResponseWriter, r *http.Request) {
+	if s == nil {
+		renderProblem(w, http.StatusServiceUnavailable, problemOff)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	raw := s.cookies.get(r, loginCookie)
+	s.cookies.clear(w, r, loginCookie)
+	now := s.o.Now()
+	var st loginState
+	if raw == "" || s.login.open(raw, now, &st) != nil {
+		s.refuse(r, "no sign-in in progress in this browser, or it expired")
+		renderProblem(w, http.StatusBadRequest, problemExpired)
+		return
+	}
+	q := r.URL.Query()
+	retry := problemRetry(st.Return)
+	if e := q.Get("error"); e != "" {
+		s.refuse(r, "the issuer answered "+truncate(e, 64)+": "+truncate(q.Get("error_description"), 256))
+		renderProblem(w, http.StatusBadRequest, retry(problemIssuer))
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(q.Get("state")), []byte(st.State)) != 1 {
+		s.refuse(r, "state does not match this browser's sign-in")
+		renderProblem(w, http.StatusBadRequest, retry(problemState))
+		return
+	}
+	// RFC 9207: an issuer that names itself must be ours (a template's
+	// tenants name their own issuer; the ID token's is checked below).
+	if iss := q.Get("iss"); iss != "" && !s.multiTenant && iss != s.o.Issuer {
+		s.refuse(r, "the response names another issuer")
+		renderProblem(w, http.StatusBadRequest, retry(problemState))
+		return
+	}
+	code := q.Get("code")
+	if code == "" {
+		s.refuse(r, "no code")
+		renderProblem(w, http.StatusBadRequest, retry(problemState))
+		return
+	}
+	p, err := s.redeem(r.Context(), code, st)
+	if err != nil {
+		s.refuse(r, err.Error())
+		switch {
+		case errors.Is(err, identity.ErrForbidden):
+			renderProblem(w, http.StatusForbidden, problemForbidden)
+		case errors.Is(err, errUnreachable):
+			renderProblem(w, http.StatusBadGateway, retry(problemUnreachable))
+		default:
+			renderProblem(w, http.StatusBadRequest, retry(problemIssuer))
+		}
+		return
+	}
+	sess, err := s.startSession(w, r, p, now)
+	if err != nil {
+		s.log.LogAttrs(r.Context(), slog.LevelError, "web: sealing a session",
+			slog.String("principal", p.ID()), slog.Int("groups", len(p.Groups)), slog.String("error", err.Error()))
+		renderProblem(w, http.StatusInternalServerError, problemInternal)
+		return
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: signed in",
+		slog.String("principal", p.ID()), slog.String("session", sess.ID), slog.Int64("expires", sess.Expires))
+	http.Redirect(w, r, st.Return, http.StatusSeeOther)
+}
+
+// startSession sets the session cookie of p, signed in at now.
+func (s *Sessions) startSession(w http.ResponseWriter, r *http.Request, p identity.Principal, now time.Time) (session, error) {
+	expires := now.Add(s.o.SessionLifetime)
+	sess := newSession(p, now, expires)
+	sealed, err := s.session.seal(sess, expires)
+	if err != nil {
+		return session{}, err
+	}
+	return sess, s.cookies.set(w, r, sessionCookie, sealed, s.o.SessionLifetime)
+}
+
+// errUnreachable is a token endpoint that did not answer, as opposed to
+// one that refused the code.
+var errUnreachable = errors.New("the token endpoint did not answer")
+
+// idClaims are the ID token claims compared with the access token's.
+type idClaims struct {
+	Tenant   string `json:"tid"`
+	ObjectID string `json:"oid"`
+}
+
+// redeem exchanges code and returns the principal of its access token.
+func (s *Sessions) redeem(ctx context.Context, code string, st loginState) (identity.Principal, error) {
+	ctx, cancel := context.WithTimeout(ctx, defaultHTTPTimeout)
+	defer cancel()
+	ctx = context.WithValue(ctx, oauth2.HTTPClient, s.o.HTTPClient)
+	tok, err := s.oauth.Exchange(ctx, code, oauth2.VerifierOption(st.Verifier))
+	if err != nil {
+		var refused *oauth2.RetrieveError
+		if !errors.As(err, &refused) {
+			err = fmt.Errorf("%w: %w", errUnreachable, err)
+		}
+		return identity.Principal{}, fmt.Errorf("token exchange: %w", err)
+	}
+	rawID, _ := tok.Extra("id_token").(string)
+	if rawID == "" {
+		return identity.Principal{}, errors.New("the token response has no id_token")
+	}
+	idt, err := s.idVerifier.Verify(ctx, rawID)
+	if err != nil {
+		return identity.Principal{}, fmt.Errorf("id token: %w", err)
+	}
+	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(st.Nonce)) != 1 {
+		return identity.Principal{}, errors.New("id token: nonce does not match this sign-in")
+	}
+	var c idClaims
+	if err := idt.Claims(&c); err != nil {
+		return identity.Principal{}, fmt.Errorf("id token claims: %w", err)
+	}
+	if s.multiTenant && (c.Tenant == "" || idt.Issuer != strings.Replace(s.o.Issuer, identity.TenantPlaceholder, c.Tenant, 1)) {
+		return identity.Principal{}, fmt.Errorf("id token: issuer %q is not the tenant's", idt.Issuer)
+	}
+	if idt.AccessTokenHash != "" {
+		if err := idt.VerifyAccessToken(tok.AccessToken); err != nil {
+			return identity.Principal{}, fmt.Errorf("id token: at_hash: %w", err)
+		}
+	}
+	p, err := s.o.VerifyAccessToken(ctx, tok.AccessToken)
+	if err != nil {
+		return identity.Principal{}, fmt.Errorf("access token: %w", err)
+	}
+	// Both tokens must be about one person: by object id when the ID token
+	// has one (Entra; "sub" is pairwise per application there), else by
+	// subject.
+	if cmp.Or(c.ObjectID, idt.Subject) != cmp.Or(p.ObjectID, p.Subject) || (c.Tenant != "" && c.Tenant != p.Tenant) {
+		return identity.Principal{}, errors.New("the ID token and the access token name different users")
+	}
+	return p, nil
+}
+
+func (s *Sessions) refuse(r *http.Request, reason string) {
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: sign-in refused", slog.String("reason", reason))
+}
+
+// handleLogout deletes the session cookie. Cross-origin browser requests
+// are refused, so no other site can sign a person out.
+func (s *Sessions) handleLogout(w http.ResponseWriter, r *http.Request) {
+	if s == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if err := s.csrf.Check(r); err != nil {
+		httpx.WriteError(w, r, nil, errCrossOrigin)
+		return
+	}
+	if sess, ok := s.current(r); ok {
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: signed out",
+			slog.String("principal", sess.principal().ID()), slog.String("session", sess.ID))
+	}
+	s.cookies.clear(w, r, sessionCookie)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// sessionView is the body of GET /auth/session.
+type sessionView struct {
+	SignedIn        bool           `json:"signedIn"`
+	SignInAvailable bool           `json:"signInAvailable"`
+	Principal       *principalView `json:"principal,omitempty"`
+	ExpiresAt       *time.Time     `json:"expiresAt,omitempty"`
+}
+
+type principalView struct {
+	ID    string `json:"id"`
+	Name  string `json:"name,omitempty"`
+	Email string `json:"email,omitempty"`
+}
+
+// handleSession tells the page whether this browser is signed in, and as
+// whom.
+func (s *Sessions) handleSession(w http.ResponseWriter, r *http.Request) {
+	v := sessionView{SignInAvailable: s != nil}
+	if s != nil {
+		if sess, ok := s.current(r); ok {
+			p := sess.principal()
+			exp := time.Unix(sess.Expires, 0).UTC()
+			v.SignedIn, v.Principal, v.ExpiresAt = true, &principalView{ID: p.ID(), Name: p.Name, Email: p.Email}, &exp
+		} else if s.cookies.has(r, sessionCookie) {
+			s.cookies.clear(w, r, sessionCookie)
+		}
+	}
+	httpx.WriteJSON(w, http.StatusOK, v)
+}
+
+// localPath returns raw when it is a path on this site, and "/" otherwise,
+// so that the return address of a sign-in never leads elsewhere.
+func localPath(raw string) string {
+	if raw == "" || len(raw) > 1024 || raw[0] != '/' || strings.HasPrefix(raw, "//") ||
+		strings.ContainsFunc(raw, func(c rune) bool { return c == '\\' || c < 0x20 || c == 0x7f }) {
+		return "/"
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || strings.HasPrefix(u.Path, "/auth/") {
+		return "/"
+	}
+	return raw
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// problem is a page that says why a sign-in did not complete, with no
+// detail an attacker could use: the detail is logged.
+type problem struct {
+	Title   string
+	Message string
+	Retry   string // where "Try again" leads; "" for no such link
+}
+
+var (
+	problemOff = problem{Title: "Browser sign-in is not configured",
+		Message: "This Usher server accepts API tokens only. An administrator can turn on browser sign-in by setting web.client_id (see docs/web.md)."}
+	problemExpired = problem{Title: "Sign-in did not complete",
+		Message: "This sign-in was not started in this browser, or it took longer than 10 minutes.", Retry: "/auth/login"}
+	problemState = problem{Title: "Sign-in did not complete",
+		Message: "The answer from the sign-in service does not belong to the sign-in this browser started."}
+	problemIssuer = problem{Title: "Sign-in did not complete",
+		Message: "The sign-in service did not confirm who you are."}
+	problemUnreachable = problem{Title: "Sign-in did not complete",
+		Message: "The sign-in service could not be reached. Try again in a moment."}
+	problemForbidden = problem{Title: "This account may not use Usher",
+		Message: "You are signed in with the identity provider, but this account or its organisation is not allowed here."}
+	problemInternal = problem{Title: "Sign-in did not complete",
+		Message: "Something went wrong on our side. It has been logged.", Retry: "/auth/login"}
+)
+
+// problemRetry returns a function that offers a new sign-in that returns
+// to ret.
+func problemRetry(ret string) func(problem) problem {
+	return func(p problem) problem {
+		p.Retry = "/auth/login?" + url.Values{"return": {ret}}.Encode()
+		return p
+	}
+}
+
+var problemPage = template.Must(template.New("problem").Parse(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{.Title}} · Usher</title>
+<link rel="stylesheet" href="/static/app.css">
+</head>
+<body class="standalone">
+<main class="standalone-card">
+<h1>{{.Title}}</h1>
+<p>{{.Message}}</p>
+<p class="actions">{{if .Retry}}<a class="button primary" href="{{.Retry}}">Try again</a> {{end}}<a class="button" href="/">Back to Usher</a></p>
+</main>
+</body>
+</html>
+`))
+
+func renderProblem(w http.ResponseWriter, status int, p problem) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = problemPage.Execute(w, p)
+}

@@ -1,0 +1,425 @@
+// The Sessions UI: sign-in, the sidebar of sessions, a conversation, the
+// approvals inbox. Paths: /, /runs/{id}, /approvals, /approvals/{id}.
+
+import { h, announce, timeElement } from './dom.js';
+import { request, path, newKey, whenSignedOut, APIError } from './api.js';
+import { UpdatesFeed } from './live.js';
+import { Conversation, composer } from './conversation.js';
+import { approvalCard, loadApproval, loadApprovals } from './approvals.js';
+import { runStatus, runTitle } from './status.js';
+
+const app = {
+  me: null,
+  runs: new Map(), // runId -> RunView
+  pending: 0, // open approvals
+  search: '',
+  seen: {}, // runId -> messageCount seen
+  view: null, // the current view (a Conversation has destroy())
+  feed: null,
+  els: {},
+};
+
+const root = document.getElementById('app');
+
+// ---- boot ----
+
+async function boot() {
+  whenSignedOut(() => signedOut(true));
+  let session;
+  try {
+    session = await request('/auth/session');
+  } catch (err) {
+    showMessage('Usher could not be reached', err.message, true);
+    return;
+  }
+  if (!session.signedIn) {
+    signedOut(false, session.signInAvailable);
+    return;
+  }
+  app.me = session.principal;
+  app.seen = loadSeen();
+  layout();
+  window.addEventListener('popstate', () => route());
+  document.addEventListener('click', interceptLinks);
+  await Promise.all([refreshRuns(), refreshApprovals()]);
+  app.feed = newFeed();
+  app.feed.start();
+  route();
+  // A hidden tab lets go of its streams, so that tabs in the background do
+  // not use up the browser's connections to Usher; it catches up when seen.
+  document.addEventListener('visibilitychange', () => {
+    if (!app.me || !app.feed) return;
+    if (document.visibilityState === 'hidden') {
+      app.feed.stop();
+      if (app.view && app.view.pause) app.view.pause();
+    } else {
+      app.feed = newFeed();
+      app.feed.start();
+      if (app.view && app.view.resume) app.view.resume();
+    }
+  });
+}
+
+function newFeed() {
+  return new UpdatesFeed({
+    run: (run) => runUpdated(run, true),
+    approval: (a) => {
+      refreshApprovals();
+      if (app.view && app.view.refreshApproval) app.view.refreshApproval(a.id);
+      if (app.view && app.view.approvalChanged) app.view.approvalChanged(a.id);
+    },
+    resync: () => {
+      refreshRuns();
+      refreshApprovals();
+    },
+  });
+}
+
+function showMessage(title, text, retry) {
+  root.removeAttribute('aria-busy');
+  root.replaceChildren(h('main', { id: 'main', class: 'standalone', tabindex: '-1' },
+    h('div', { class: 'standalone-card' },
+      h('h1', null, title),
+      h('p', null, text),
+      retry ? h('p', { class: 'actions' }, h('button', { type: 'button', class: 'button primary', onclick: () => window.location.reload() }, 'Try again')) : null)));
+}
+
+// signedOut shows the sign-in page; expired: the session ended meanwhile.
+function signedOut(expired, available = true) {
+  if (app.feed) app.feed.stop();
+  if (app.view && app.view.destroy) app.view.destroy();
+  app.feed = null;
+  app.view = null;
+  document.title = 'Sign in · Usher';
+  const here = window.location.pathname + window.location.search;
+  const login = `/auth/login?${new URLSearchParams({ return: here })}`;
+  root.removeAttribute('aria-busy');
+  root.replaceChildren(h('main', { id: 'main', class: 'standalone signin', tabindex: '-1' },
+    h('div', { class: 'standalone-card' },
+      h('h1', null, 'Usher'),
+      h('p', { class: 'lede' }, 'Your assistant, with every tool it calls under your organisation’s approval policy.'),
+      expired ? h('p', { class: 'notice', role: 'status' }, 'Your session ended. Sign in again to continue.') : null,
+      available
+        ? h('p', { class: 'actions' }, h('a', { class: 'button primary large', href: login }, 'Sign in'))
+        : h('p', { class: 'notice' }, 'Browser sign-in is not configured on this server. An administrator can turn it on (web.client_id).'),
+      /^\/approvals\/./.test(window.location.pathname) ? h('p', { class: 'hint' }, 'After signing in you will see the approval this link is for.') : null)));
+}
+
+// ---- the signed-in layout ----
+
+function layout() {
+  const e = app.els;
+  e.toggle = h('button', { type: 'button', class: 'button subtle sidebar-toggle', 'aria-controls': 'sidebar', 'aria-expanded': 'false', onclick: () => toggleSidebar() }, 'Sessions');
+  e.inboxCount = h('span', { class: 'count', hidden: true });
+  e.inbox = h('a', { href: '/approvals', class: 'inbox-link' }, 'Approvals', e.inboxCount);
+  const signOut = h('button', { type: 'button', class: 'button subtle', onclick: doSignOut }, 'Sign out');
+  const header = h('header', { class: 'topbar' },
+    e.toggle,
+    h('a', { href: '/', class: 'brand' }, h('img', { src: '/static/favicon.svg', alt: '', width: '24', height: '24' }), h('span', { class: 'brand-name' }, 'Usher')),
+    h('nav', { 'aria-label': 'Main', class: 'topnav' }, e.inbox),
+    h('div', { class: 'user' }, h('span', { class: 'user-name', title: app.me.id }, app.me.name || app.me.email || 'Signed in'), signOut));
+
+  e.search = h('input', { id: 'session-search', type: 'search', autocomplete: 'off', placeholder: 'Search by title' });
+  e.search.addEventListener('input', () => {
+    app.search = e.search.value.trim().toLowerCase();
+    renderSidebar();
+  });
+  e.list = h('ul', { class: 'session-list', role: 'list' });
+  e.empty = h('p', { class: 'hint empty' });
+  e.sidebar = h('aside', { id: 'sidebar', class: 'sidebar', 'aria-label': 'Sessions' },
+    h('a', { href: '/', class: 'button primary new-session' }, 'New session'),
+    h('label', { for: 'session-search', class: 'visually-hidden' }, 'Search sessions by title'),
+    e.search,
+    h('nav', { 'aria-label': 'Sessions list' }, e.list),
+    e.empty);
+  e.main = h('main', { id: 'main', class: 'main', tabindex: '-1' });
+  e.main.addEventListener('pointerdown', () => {
+    if (document.body.classList.contains('sidebar-open')) toggleSidebar(false);
+  });
+  e.sidebar.addEventListener('keydown', (ev) => {
+    if (ev.key === 'Escape' && document.body.classList.contains('sidebar-open')) {
+      toggleSidebar(false);
+      e.toggle.focus();
+    }
+  });
+  root.removeAttribute('aria-busy');
+  root.replaceChildren(header, h('div', { class: 'layout' }, e.sidebar, e.main));
+}
+
+function toggleSidebar(open) {
+  const want = open ?? !document.body.classList.contains('sidebar-open');
+  document.body.classList.toggle('sidebar-open', want);
+  app.els.toggle.setAttribute('aria-expanded', String(want));
+  if (want) app.els.search.focus();
+}
+
+async function doSignOut() {
+  try {
+    await request('/auth/logout', { method: 'POST' });
+  } catch {
+    // Signed out or not, show the sign-in page.
+  }
+  try {
+    localStorage.removeItem(seenKey());
+  } catch {
+    // Storage may be off.
+  }
+  window.location.assign('/');
+}
+
+// ---- sessions list ----
+
+function seenKey() {
+  return `usher.seen.${app.me ? app.me.id : ''}`;
+}
+
+function loadSeen() {
+  try {
+    return JSON.parse(localStorage.getItem(seenKey()) || '{}') || {};
+  } catch {
+    return {};
+  }
+}
+
+function saveSeen() {
+  try {
+    localStorage.setItem(seenKey(), JSON.stringify(app.seen));
+  } catch {
+    // Storage may be full or off: unread markers then last for the page.
+  }
+}
+
+// markSeen records that the person saw run's messages (it is open).
+function markSeen(run) {
+  if (!run || !run.runId) return;
+  if (app.seen[run.runId] !== run.messageCount) {
+    app.seen[run.runId] = run.messageCount;
+    saveSeen();
+    renderSidebar();
+  }
+}
+
+function isOpen(runId) {
+  return app.view instanceof Conversation && app.view.runId === runId;
+}
+
+async function refreshRuns() {
+  try {
+    const data = await request(path.runs());
+    const fresh = new Map();
+    for (const run of data.runs || []) {
+      fresh.set(run.runId, run);
+      // A session seen for the first time is not "unread".
+      if (app.seen[run.runId] === undefined) app.seen[run.runId] = run.messageCount;
+    }
+    app.runs = fresh;
+    saveSeen();
+    renderSidebar();
+  } catch (err) {
+    if (!(err instanceof APIError && err.status === 401)) announce(`Sessions could not be loaded: ${err.message}`);
+  }
+}
+
+// runUpdated merges a changed run into the list; fromFeed: someone else
+// (another tab, a turn) changed it.
+function runUpdated(run, fromFeed = false) {
+  if (run.deleted) {
+    app.runs.delete(run.runId);
+    if (isOpen(run.runId)) app.view.deleted();
+    renderSidebar();
+    return;
+  }
+  const known = app.runs.get(run.runId);
+  app.runs.set(run.runId, { ...known, ...run });
+  if (!known && app.seen[run.runId] === undefined) app.seen[run.runId] = fromFeed ? 0 : run.messageCount;
+  if (isOpen(run.runId)) {
+    markSeen(app.runs.get(run.runId));
+    if (fromFeed) app.view.applyRun(run);
+  }
+  renderSidebar();
+}
+
+function renderSidebar() {
+  const e = app.els;
+  if (!e.list) return;
+  const runs = [...app.runs.values()].sort((a, b) => new Date(b.updatedAt) - new Date(a.updatedAt));
+  const shown = app.search ? runs.filter((r) => runTitle(r).toLowerCase().includes(app.search)) : runs;
+  const current = app.view instanceof Conversation ? app.view.runId : null;
+  e.list.replaceChildren(...shown.map((run) => {
+    const [label, cls] = runStatus(run);
+    const unread = !isOpen(run.runId) && app.seen[run.runId] !== undefined && run.messageCount > app.seen[run.runId];
+    return h('li', null, h('a', {
+      href: `/runs/${encodeURIComponent(run.runId)}`,
+      class: `session-item${unread ? ' unread' : ''}${run.status === 'Completed' ? ' completed' : ''}`,
+      'aria-current': run.runId === current ? 'page' : null,
+    },
+    h('span', { class: 'session-top' },
+      unread ? h('span', { class: 'unread-dot', role: 'img', 'aria-label': 'New messages' }) : null,
+      h('span', { class: 'session-title' }, runTitle(run))),
+    h('span', { class: 'session-bottom' },
+      h('span', { class: `badge small ${cls}` }, label),
+      run.preview ? h('span', { class: 'session-preview' }, run.preview) : null)));
+  }));
+  e.empty.textContent = runs.length === 0 ? 'No sessions yet. Start one with New session.' : (shown.length === 0 ? 'No session has that in its title.' : '');
+  e.empty.hidden = !e.empty.textContent;
+}
+
+async function refreshApprovals() {
+  try {
+    const data = await request(path.approvals());
+    app.pending = (data.approvals || []).filter((a) => a.status === 'pending' && (a.can_approve || a.can_deny)).length;
+  } catch {
+    return;
+  }
+  const c = app.els.inboxCount;
+  if (!c) return;
+  c.hidden = app.pending === 0;
+  c.textContent = String(app.pending);
+  app.els.inbox.setAttribute('aria-label', app.pending ? `Approvals, ${app.pending} waiting` : 'Approvals');
+}
+
+// ---- routing ----
+
+function interceptLinks(e) {
+  if (e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+  const a = e.target.closest && e.target.closest('a[href]');
+  if (!a || a.target || a.origin !== window.location.origin) return;
+  if (!/^\/($|runs\/|approvals($|\/))/.test(a.pathname)) return;
+  e.preventDefault();
+  navigate(a.pathname);
+}
+
+function navigate(to) {
+  if (to !== window.location.pathname) window.history.pushState(null, '', to);
+  route();
+}
+
+function route() {
+  const p = window.location.pathname;
+  if (app.view && app.view.destroy) app.view.destroy();
+  app.view = null;
+  toggleSidebar(false);
+  let m;
+  if ((m = /^\/runs\/([^/]+)$/.exec(p))) {
+    const view = new Conversation({
+      runUpdated: (run) => runUpdated(run),
+      seen: (run) => { if (isOpen(run.runId)) markSeen(run); },
+      approvalsChanged: () => refreshApprovals(),
+    }, decodeURIComponent(m[1]));
+    app.view = view;
+    renderSidebar();
+    view.mount(app.els.main);
+  } else if ((m = /^\/approvals\/([^/]+)$/.exec(p))) {
+    app.view = approvalView(decodeURIComponent(m[1]));
+  } else if (p === '/approvals') {
+    app.view = inboxView();
+  } else {
+    app.view = homeView();
+  }
+  renderSidebar();
+}
+
+// ---- views ----
+
+function homeView() {
+  document.title = 'New session · Usher';
+  const key = newKey(); // one draft, one run, however often Send is retried
+  const form = composer({
+    label: 'Your first message',
+    placeholder: 'Ask Usher anything…',
+    submit: async (text) => {
+      const run = await request(path.runs(), { method: 'POST', body: { message: text }, headers: { 'Idempotency-Key': key } });
+      runUpdated(run);
+      navigate(`/runs/${encodeURIComponent(run.runId)}`);
+    },
+  });
+  const heading = h('h2', { id: 'home-title', tabindex: '-1' }, 'New session');
+  app.els.main.replaceChildren(h('section', { class: 'home', 'aria-labelledby': 'home-title' },
+    h('div', { class: 'home-intro' },
+      heading,
+      h('p', { class: 'lede' }, 'Ask a question or give a task. Usher calls tools only through its MCP server, under your organisation’s policy: anything consequential waits for your approval.')),
+    form));
+  form.querySelector('textarea').focus();
+  return { destroy() {} };
+}
+
+function inboxView() {
+  document.title = 'Approvals · Usher';
+  const heading = h('h2', { id: 'inbox-title', tabindex: '-1' }, 'Approvals');
+  const list = h('div', { class: 'approval-list' }, h('p', { class: 'loading' }, 'Loading approvals…'));
+  const section = h('section', { class: 'inbox', 'aria-labelledby': 'inbox-title' },
+    heading,
+    h('p', { class: 'lede' }, 'Tool calls waiting for a person: those you asked for, and those you may decide.'),
+    list);
+  app.els.main.replaceChildren(section);
+  heading.focus();
+  let destroyed = false;
+  const load = async () => {
+    let items;
+    try {
+      items = await loadApprovals();
+    } catch (err) {
+      if (!destroyed) list.replaceChildren(h('p', { class: 'form-error' }, `Approvals could not be loaded: ${err.message}`));
+      return;
+    }
+    if (destroyed) return;
+    if (!items.length) {
+      list.replaceChildren(h('p', { class: 'empty-state' }, 'Nothing is waiting for you.'));
+      return;
+    }
+    list.replaceChildren(...items.map((item) => approvalCard(item, {
+      level: 3,
+      runLink: runLink(item.view.run_id),
+      onDecided: () => { refreshApprovals(); load().then(() => heading.focus()); },
+    })));
+  };
+  load();
+  return {
+    destroy() { destroyed = true; },
+    approvalChanged() { load(); },
+  };
+}
+
+function approvalView(id) {
+  document.title = 'Approval · Usher';
+  const heading = h('h2', { id: 'approval-page-title', tabindex: '-1' }, 'Approval');
+  const slot = h('div', null, h('p', { class: 'loading' }, 'Loading the approval…'));
+  app.els.main.replaceChildren(h('section', { class: 'inbox', 'aria-labelledby': 'approval-page-title' },
+    heading, slot, h('p', null, h('a', { href: '/approvals' }, 'All approvals'))));
+  heading.focus();
+  let destroyed = false;
+  const show = (item) => {
+    slot.replaceChildren(approvalCard(item, {
+      level: 3,
+      runLink: runLink(item.view.run_id),
+      onDecided: (decided) => { refreshApprovals(); show(decided); },
+    }));
+  };
+  const load = async () => {
+    try {
+      const item = await loadApproval(id);
+      if (!destroyed) show(item);
+    } catch (err) {
+      if (destroyed) return;
+      slot.replaceChildren(h('p', { class: 'form-error' },
+        err instanceof APIError && err.status === 404
+          ? 'There is no such approval, or it is not yours to see: only its requester and its approvers can open it.'
+          : `The approval could not be loaded: ${err.message}`));
+    }
+  };
+  load();
+  return {
+    destroy() { destroyed = true; },
+    approvalChanged(changed) { if (changed === id) load(); },
+  };
+}
+
+// runLink links to a session of the signed-in person's, when it is one.
+function runLink(runId) {
+  if (!runId) return null;
+  const run = app.runs.get(runId);
+  if (!run) return h('code', null, runId);
+  return h('a', { href: `/runs/${encodeURIComponent(runId)}` }, runTitle(run), ' ', timeElement(run.createdAt));
+}
+
+boot();

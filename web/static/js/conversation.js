@@ -1,0 +1,511 @@
+// The conversation view of one run: its messages (Markdown, rendered
+// safely), tool calls as collapsible cards, approvals inline, streamed
+// text, older messages on scrolling up, and the composer.
+
+import { h, announce, timeElement, uniqueId } from './dom.js';
+import { request, path, APIError } from './api.js';
+import { renderMarkdown } from './markdown.js';
+import { prettyValue } from './json.js';
+import { RunStream } from './live.js';
+import { approvalCard, loadApproval } from './approvals.js';
+import { runStatus, runTitle, isClosed } from './status.js';
+
+const PAGE = 50; // older messages loaded at a time
+const NEAR_BOTTOM = 96; // px: closer than this, new content keeps the view at the bottom
+
+const TOOL_STATUS = {
+  succeeded: ['Done', 'status-ok'],
+  failed: ['Failed', 'status-bad'],
+  denied: ['Denied', 'status-bad'],
+  approval_pending: ['Needs approval', 'status-awaiting'],
+};
+
+function summarize(text, n) {
+  const t = String(text || '').replace(/\s+/g, ' ').trim();
+  return t.length > n ? `${t.slice(0, n - 1)}…` : t;
+}
+
+export class Conversation {
+  // app: {runUpdated(run), seen(run), approvalsChanged(), isMine(runId), navigate(path)}
+  constructor(app, runId) {
+    this.app = app;
+    this.runId = runId;
+    this.run = null;
+    this.rendered = new Set(); // message seqs on the page
+    this.calls = new Map(); // tool call id -> card parts
+    this.firstSeq = 0;
+    this.hasOlder = false;
+    this.loadingOlder = false;
+    this.draft = null; // streamed text not yet committed
+    this.resumed = false;
+    this.stream = null;
+    this.destroyed = false;
+    this.observer = null;
+  }
+
+  async mount(main) {
+    this.root = h('section', { class: 'conversation', 'aria-labelledby': 'conversation-title' });
+    main.replaceChildren(this.root);
+    this.root.append(h('p', { class: 'loading' }, 'Loading the conversation…'));
+    let data;
+    try {
+      data = await request(path.run(this.runId));
+    } catch (err) {
+      if (this.destroyed) return;
+      const missing = err instanceof APIError && err.status === 404;
+      this.root.replaceChildren(
+        h('h2', { id: 'conversation-title', tabindex: '-1' }, missing ? 'Session not found' : 'The session could not be loaded'),
+        h('p', null, missing ? 'It does not exist, was deleted, or belongs to someone else.' : err.message),
+        h('p', null, h('a', { href: '/', class: 'button' }, 'Start a new session')));
+      this.root.querySelector('h2').focus();
+      return;
+    }
+    if (this.destroyed) return;
+    const pending = this.pendingRun;
+    this.run = pending && new Date(pending.updatedAt) > new Date(data.run.updatedAt) ? { ...data.run, ...pending } : data.run;
+    this.build();
+    const initial = data.gap ? data.last : [...data.first, ...data.last];
+    this.hasOlder = Boolean(data.gap);
+    const frag = document.createDocumentFragment();
+    for (const ev of initial) this.renderInto(frag, ev);
+    this.list.append(frag);
+    this.firstSeq = initial.length ? initial[0].seq : 0;
+    this.updateOlder();
+    this.applyRun(this.run);
+    // A turn already under way has streamed text this page never got.
+    this.resumed = Boolean(this.run.working);
+    this.scrollToBottom();
+    // Where the person goes on: the composer, or the title of a closed run.
+    (this.footer.querySelector('textarea') || this.title).focus({ preventScroll: true });
+    // Every event after the run's last sequence, once: nothing the window
+    // above missed is lost, nothing in it is shown twice.
+    this.stream = new RunStream(this.runId, data.run.lastSeq || 0, {
+      event: (ev) => this.onEvent(ev),
+      delta: (d) => this.onDelta(d),
+      status: (run) => {
+        if (run.runId !== this.runId) return;
+        if (run.deleted) this.deleted();
+        else this.applyRun(run);
+      },
+      connection: (state) => this.onConnection(state),
+      reconnected: () => this.dropDraft(true),
+    });
+    this.stream.start();
+    if (document.visibilityState === 'hidden') this.stream.pause();
+    this.observeOlder();
+  }
+
+  // deleted shows that the run was deleted (here or elsewhere).
+  deleted() {
+    if (this.stream) this.stream.stop();
+    if (!this.footer) return;
+    this.completeButton.hidden = true;
+    this.working.hidden = true;
+    this.badge.textContent = 'Deleted';
+    this.badge.className = 'badge status-muted';
+    this.footer.dataset.closed = 'deleted';
+    this.footer.replaceChildren(h('p', { class: 'read-only', role: 'status' }, 'This session was deleted. ', h('a', { href: '/' }, 'Start a new session'), '.'));
+  }
+
+  // pause and resume follow the page's visibility (see app.js).
+  pause() {
+    if (this.stream) this.stream.pause();
+  }
+
+  resume() {
+    if (this.stream && !this.destroyed) {
+      this.dropDraft(true);
+      this.stream.resume();
+    }
+  }
+
+  destroy() {
+    this.destroyed = true;
+    if (this.stream) this.stream.stop();
+    if (this.observer) this.observer.disconnect();
+  }
+
+  build() {
+    this.title = h('h2', { id: 'conversation-title', tabindex: '-1' });
+    this.badge = h('span', { class: 'badge' });
+    this.connection = h('span', { class: 'connection', role: 'status' });
+    this.completeButton = h('button', { type: 'button', class: 'button', onclick: () => this.confirmComplete() }, 'Complete session');
+    const header = h('header', { class: 'conversation-head' },
+      h('div', { class: 'conversation-title' }, this.title, this.badge, this.connection),
+      h('div', { class: 'conversation-actions' }, this.completeButton));
+
+    this.olderButton = h('button', { type: 'button', class: 'button subtle', onclick: () => this.loadOlder() }, 'Load older messages');
+    this.olderBar = h('div', { class: 'older' }, this.olderButton);
+    this.list = h('div', { class: 'message-list' });
+    this.working = h('div', { class: 'working', hidden: true }, h('span', { class: 'dots', 'aria-hidden': 'true' }), 'Usher is working…');
+    this.scroller = h('div', { class: 'messages', tabindex: '0', 'aria-label': 'Messages' }, this.olderBar, this.list, this.working);
+
+    this.footer = h('div', { class: 'composer-area' });
+    this.root.replaceChildren(header, this.scroller, this.footer);
+  }
+
+  // applyRun shows the run's title, status and whether it takes messages.
+  applyRun(run) {
+    if (!this.title) { // still loading: the load shows the latest
+      this.pendingRun = { ...this.pendingRun, ...run };
+      return;
+    }
+    const before = this.run;
+    this.run = { ...this.run, ...run };
+    const r = this.run;
+    const [label, cls] = runStatus(r);
+    this.title.textContent = runTitle(r);
+    document.title = `${runTitle(r)} · Usher`;
+    this.badge.textContent = label;
+    this.badge.className = `badge ${cls}`;
+    this.completeButton.hidden = isClosed(r);
+    this.working.hidden = !(r.status === 'InProgress' && r.working) || Boolean(this.draft);
+    if (before && before.status !== r.status) announce(`Session status: ${label}.`);
+    this.renderComposer();
+    this.app.runUpdated(r);
+    this.app.seen(r);
+  }
+
+  renderComposer() {
+    const closed = isClosed(this.run);
+    if (this.footer.dataset.closed === String(closed)) return;
+    this.footer.dataset.closed = String(closed);
+    if (closed) {
+      this.footer.replaceChildren(h('p', { class: 'read-only' },
+        `This session is ${this.run.status.toLowerCase()} and read-only. `,
+        h('a', { href: '/' }, 'Start a new session'), '.'));
+      return;
+    }
+    this.footer.replaceChildren(composer({
+      label: 'Message',
+      placeholder: 'Message Usher…',
+      submit: async (text) => this.send(text),
+    }));
+  }
+
+  onConnection(state) {
+    const text = { live: '', reconnecting: 'Reconnecting…', polling: 'Live updates by polling' }[state] || '';
+    this.connection.textContent = text;
+    this.connection.className = `connection ${state}`;
+    this.connection.hidden = !text;
+  }
+
+  nearBottom() {
+    const s = this.scroller;
+    return s.scrollHeight - s.scrollTop - s.clientHeight < NEAR_BOTTOM;
+  }
+
+  scrollToBottom() {
+    this.scroller.scrollTop = this.scroller.scrollHeight;
+  }
+
+  // keepBottom runs fn, keeping the view at the bottom if it was there.
+  keepBottom(fn) {
+    const stick = this.nearBottom();
+    fn();
+    if (stick) this.scrollToBottom();
+  }
+
+  onEvent(ev) {
+    const d = ev.data || {};
+    switch (ev.type) {
+      case 'message.user':
+      case 'message.assistant':
+      case 'message.tool': {
+        if (ev.type === 'message.assistant') this.dropDraft(false, ev);
+        if (this.rendered.has(ev.seq)) return;
+        this.keepBottom(() => this.renderInto(this.list, ev, true));
+        this.run.messageCount = (this.run.messageCount || 0) + 1;
+        this.app.seen(this.run);
+        return;
+      }
+      case 'agent.turn.start':
+        this.applyRun({ status: 'InProgress', working: true });
+        return;
+      case 'agent.turn.pause':
+        this.applyRun({ status: 'AwaitingApproval', working: false });
+        announce('Usher is waiting for your approval.');
+        return;
+      case 'agent.turn.end':
+        this.dropDraft(false);
+        this.applyRun({ working: false, status: this.run.status === 'AwaitingApproval' ? 'InProgress' : this.run.status });
+        if (d.status === 'failed' || d.status === 'cancelled') {
+          this.keepBottom(() => this.list.append(h('p', { class: `turn-note ${d.status}`, role: 'status' },
+            d.status === 'failed' ? `The turn failed${d.error ? `: ${d.error}` : '.'}` : 'The turn was cancelled.')));
+        }
+        return;
+      default:
+    }
+  }
+
+  onDelta(d) {
+    if (d.runId && d.runId !== this.runId) return;
+    if (!this.draft || this.draft.messageSeq !== d.messageSeq) {
+      this.dropDraft(false);
+      const body = h('div', { class: 'msg-body md', 'aria-hidden': 'true' });
+      const live = h('div', { class: 'visually-hidden', 'aria-live': 'polite' });
+      const el = h('article', { class: 'msg msg-assistant streaming', 'aria-label': 'Usher is replying' }, body, live);
+      this.draft = { messageSeq: d.messageSeq, text: this.resumed ? '… ' : '', el, body, live, frame: 0 };
+      this.resumed = false;
+      this.working.hidden = true;
+      this.keepBottom(() => this.list.append(el));
+    }
+    const draft = this.draft;
+    draft.text += d.text;
+    draft.live.append(document.createTextNode(d.text));
+    if (!draft.frame) {
+      draft.frame = requestAnimationFrame(() => {
+        draft.frame = 0;
+        if (this.draft !== draft) return;
+        this.keepBottom(() => draft.body.replaceChildren(renderMarkdown(draft.text)));
+      });
+    }
+  }
+
+  // dropDraft removes the streamed text: the committed message replaces it,
+  // or a reconnect lost part of it (resumed: the next one starts with …).
+  dropDraft(resumed, committed) {
+    if (this.draft) {
+      if (this.draft.frame) cancelAnimationFrame(this.draft.frame);
+      this.draft.el.remove();
+      this.draft = null;
+    } else if (committed && committed.data && committed.data.content && !this.rendered.has(committed.seq)) {
+      announce(`Usher: ${summarize(committed.data.content, 300)}`);
+    }
+    if (resumed) this.resumed = true;
+  }
+
+  // renderInto renders a message event into parent (a tool result updates
+  // its call's card instead, when that is on the page).
+  renderInto(parent, ev, live = false) {
+    if (this.rendered.has(ev.seq)) return;
+    this.rendered.add(ev.seq);
+    const d = ev.data || {};
+    if (ev.type === 'message.user') {
+      parent.append(h('article', { class: 'msg msg-user', 'aria-label': 'You', 'data-seq': ev.seq },
+        h('div', { class: 'msg-body plain' }, d.content || ''),
+        h('footer', { class: 'msg-meta' }, timeElement(ev.createdAt))));
+    } else if (ev.type === 'message.assistant') {
+      const body = d.content ? h('div', { class: 'msg-body md' }, renderMarkdown(d.content)) : null;
+      const cards = (d.toolCalls || []).map((call) => this.toolCard(call));
+      if (!body && !cards.length) return;
+      parent.append(h('article', { class: `msg msg-assistant${body ? '' : ' tools-only'}`, 'aria-label': 'Usher', 'data-seq': ev.seq },
+        body,
+        cards.length ? h('div', { class: 'tool-cards' }, cards) : null,
+        h('footer', { class: 'msg-meta' }, timeElement(ev.createdAt))));
+    } else if (ev.type === 'message.tool') {
+      let call = this.calls.get(d.toolCallId);
+      if (!call) { // its call is not on the page (yet): show the result alone
+        const card = this.toolCard({ id: d.toolCallId, name: d.name });
+        parent.append(h('article', { class: 'msg msg-assistant tools-only', 'aria-label': 'Tool result', 'data-seq': ev.seq },
+          h('div', { class: 'tool-cards' }, card)));
+        call = this.calls.get(d.toolCallId);
+      }
+      this.toolResult(call, d, live);
+    }
+  }
+
+  toolCard(call) {
+    const badge = h('span', { class: 'badge status-muted' }, 'Waiting for a result');
+    const result = h('div', { class: 'tool-result', hidden: true });
+    const slot = h('div', { class: 'approval-slot' });
+    const argsText = call.arguments === undefined ? '' : prettyValue(call.arguments === null ? null : call.arguments);
+    const card = h('details', { class: 'tool-card', 'data-call': call.id || '' },
+      h('summary', null, h('span', { class: 'tool-label' }, 'Tool'), ' ', h('code', null, call.name || 'unknown'), ' ', badge),
+      h('div', { class: 'tool-body' },
+        call.arguments !== undefined ? [h('h4', null, 'Arguments'), h('pre', { tabindex: '0' }, h('code', null, argsText))] : null,
+        result,
+        slot));
+    const parts = { card, badge, result, slot, name: call.name, approvalId: null };
+    if (call.id) this.calls.set(call.id, parts);
+    return card;
+  }
+
+  toolResult(call, d, live) {
+    const [label, cls] = TOOL_STATUS[d.status] || [d.isError ? 'Failed' : 'Done', d.isError ? 'status-bad' : 'status-ok'];
+    call.badge.textContent = label;
+    call.badge.className = `badge ${cls}`;
+    call.card.dataset.status = d.status || '';
+    call.result.hidden = false;
+    call.result.replaceChildren(h('h4', null, d.status === 'approval_pending' ? 'Result so far' : 'Result'),
+      h('pre', { tabindex: '0' }, h('code', null, prettyValue(d.content))));
+    if (d.approval && d.approval.id) {
+      call.approvalId = d.approval.id;
+      if (d.status === 'approval_pending') {
+        call.card.open = true;
+        if (live) announce(`Approval needed: ${d.name || call.name}.`);
+      }
+      this.showApproval(call);
+    } else if (call.approvalId) {
+      this.showApproval(call); // a decided call's final result: show the approval's outcome
+    }
+  }
+
+  async showApproval(call) {
+    const id = call.approvalId;
+    try {
+      const item = await loadApproval(id);
+      if (this.destroyed || call.approvalId !== id) return;
+      call.slot.replaceChildren(approvalCard(item, {
+        level: 4,
+        onDecided: (decided) => {
+          call.slot.replaceChildren(approvalCard(decided, { level: 4 }));
+          this.app.approvalsChanged();
+        },
+      }));
+    } catch (err) {
+      if (this.destroyed) return;
+      call.slot.replaceChildren(h('p', { class: 'hint' },
+        err instanceof APIError && err.status === 404 ? 'This approval is not yours to see.' : `The approval could not be loaded: ${err.message}`,
+        ' ', h('a', { href: `/approvals/${encodeURIComponent(id)}` }, 'Open it')));
+    }
+  }
+
+  // refreshApproval reloads an inline approval card after a decision made
+  // elsewhere (the feed says so).
+  refreshApproval(id) {
+    for (const call of this.calls.values()) {
+      if (call.approvalId === id) this.showApproval(call);
+    }
+  }
+
+  updateOlder() {
+    this.olderBar.hidden = !this.hasOlder;
+  }
+
+  observeOlder() {
+    if (typeof IntersectionObserver === 'undefined') return;
+    this.observer = new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting)) this.loadOlder();
+    }, { root: this.scroller, rootMargin: '200px 0px 0px 0px' });
+    this.observer.observe(this.olderBar);
+  }
+
+  async loadOlder() {
+    if (this.loadingOlder || !this.hasOlder || !this.firstSeq) return;
+    this.loadingOlder = true;
+    this.olderButton.disabled = true;
+    this.olderButton.textContent = 'Loading older messages…';
+    try {
+      const page = await request(path.messages(this.runId, { before: this.firstSeq, take: PAGE }));
+      if (this.destroyed) return;
+      const msgs = page.messages || [];
+      const frag = document.createDocumentFragment();
+      for (const ev of msgs) this.renderInto(frag, ev);
+      const s = this.scroller;
+      const fromBottom = s.scrollHeight - s.scrollTop;
+      this.list.prepend(frag);
+      s.scrollTop = s.scrollHeight - fromBottom; // the reader's place stays put
+      if (msgs.length) this.firstSeq = msgs[0].seq;
+      this.hasOlder = Boolean(page.hasMore) && msgs.length > 0;
+      if (msgs.length) announce(`Loaded ${msgs.length} older messages.`);
+    } catch (err) {
+      announce(`Older messages could not be loaded: ${err.message}`);
+    } finally {
+      this.loadingOlder = false;
+      this.olderButton.disabled = false;
+      this.olderButton.textContent = 'Load older messages';
+      this.updateOlder();
+    }
+  }
+
+  async send(text) {
+    const res = await request(`${path.run(this.runId)}/messages`, { method: 'POST', body: { content: text } });
+    if (this.destroyed) return;
+    if (!this.rendered.has(res.seq)) {
+      this.keepBottom(() => this.renderInto(this.list, { seq: res.seq, type: 'message.user', createdAt: new Date().toISOString(), data: { content: text } }));
+    }
+    this.scrollToBottom();
+    if (res.run) this.applyRun(res.run);
+  }
+
+  confirmComplete() {
+    confirmDialog({
+      title: 'Complete this session?',
+      body: 'A completed session is read-only: you can still read it, but it takes no more messages. A turn still running is ended.',
+      confirm: 'Complete session',
+      onConfirm: async () => {
+        const run = await request(`${path.run(this.runId)}/complete`, { method: 'POST' });
+        this.applyRun(run);
+      },
+    });
+  }
+}
+
+// composer is a message form: Enter sends, Shift+Enter starts a new line.
+// submit(text) may throw an error to show; the text is kept then.
+export function composer({ label, placeholder, submit, autofocus = false }) {
+  const inputId = uniqueId('composer');
+  const hintId = uniqueId('composer-hint');
+  const input = h('textarea', { id: inputId, rows: '2', placeholder, 'aria-describedby': hintId, autofocus, required: true });
+  const button = h('button', { type: 'submit', class: 'button primary' }, 'Send');
+  const error = h('p', { class: 'form-error', role: 'alert' });
+  const form = h('form', { class: 'composer' },
+    h('label', { for: inputId, class: 'visually-hidden' }, label),
+    h('div', { class: 'composer-row' }, input, button),
+    h('p', { id: hintId, class: 'hint' }, 'Enter sends, Shift+Enter starts a new line.'),
+    error);
+  let busy = false;
+  const go = async () => {
+    const text = input.value;
+    if (busy || !text.trim()) return;
+    busy = true;
+    button.disabled = true;
+    error.textContent = '';
+    try {
+      await submit(text);
+      input.value = '';
+    } catch (err) {
+      error.textContent = err instanceof APIError && err.code === 'too_many_active_runs'
+        ? 'You have too many active sessions. Complete one to start another.'
+        : err.message || 'The message could not be sent.';
+    } finally {
+      busy = false;
+      button.disabled = false;
+      input.focus();
+    }
+  };
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    go();
+  });
+  input.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      go();
+    }
+  });
+  return form;
+}
+
+// confirmDialog asks before something that cannot be undone, in a modal
+// <dialog> (focus is kept inside; Escape cancels).
+export function confirmDialog({ title, body, confirm, onConfirm }) {
+  const titleId = uniqueId('dialog-title');
+  const error = h('p', { class: 'form-error', role: 'alert' });
+  const ok = h('button', { type: 'submit', class: 'button primary', value: 'ok' }, confirm);
+  const cancel = h('button', { type: 'button', class: 'button' }, 'Cancel');
+  const form = h('form', { method: 'dialog' }, h('h2', { id: titleId }, title), h('p', null, body), error,
+    h('div', { class: 'actions' }, cancel, ok));
+  const dialog = h('dialog', { class: 'dialog', 'aria-labelledby': titleId }, form);
+  const opener = document.activeElement;
+  cancel.addEventListener('click', () => dialog.close());
+  dialog.addEventListener('close', () => {
+    dialog.remove();
+    if (opener && opener.isConnected) opener.focus();
+  });
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    ok.disabled = true;
+    try {
+      await onConfirm();
+      dialog.close();
+    } catch (err) {
+      error.textContent = err.message;
+      ok.disabled = false;
+    }
+  });
+  document.body.append(dialog);
+  dialog.showModal();
+  cancel.focus();
+}

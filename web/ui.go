@@ -1,0 +1,151 @@
+package web
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/usherhq/usher/internal/httpx"
+)
+
+// static holds the Sessions UI: hand-written HTML, CSS and JavaScript
+// modules, served as they are — no build step, no Node at run time.
+//
+//go:embed static
+var static embed.FS
+
+// ContentSecurityPolicy is sent with every page, asset and sign-in answer:
+// scripts and styles only from this origin's files (never inline), no
+// framing, no plugins, no base or form redirection elsewhere.
+const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
+// withSecurityHeaders sets the UI's security headers on every answer of
+// next.
+func withSecurityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", ContentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// contentTypes are the only kinds of file served; anything else is 404.
+var contentTypes = map[string]string{
+	".html": "text/html; charset=utf-8",
+	".css":  "text/css; charset=utf-8",
+	".js":   "text/javascript; charset=utf-8",
+	".svg":  "image/svg+xml",
+	".png":  "image/png",
+	".ico":  "image/x-icon",
+}
+
+// asset is one embedded file, ready to serve.
+type asset struct {
+	body        []byte
+	contentType string
+	etag        string
+}
+
+// assets are the embedded files by their path under static/.
+type assets map[string]asset
+
+func loadAssets() (assets, error) {
+	out := assets{}
+	err := fs.WalkDir(static, "static", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		ct, ok := contentTypes[path.Ext(p)]
+		if !ok {
+			return nil
+		}
+		b, err := static.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(b)
+		out[strings.TrimPrefix(p, "static/")] = asset{body: b, contentType: ct, etag: `"` + hex.EncodeToString(sum[:12]) + `"`}
+		return nil
+	})
+	return out, err
+}
+
+func (a assets) serve(w http.ResponseWriter, r *http.Request, name string) {
+	f, ok := a[name]
+	if !ok {
+		httpx.WriteError(w, r, nil, httpx.ErrNotFound)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", f.contentType)
+	h.Set("ETag", f.etag)
+	// Revalidate every time (cheap, by ETag): a new binary's assets are
+	// used at once, never mixed with an old page's.
+	h.Set("Cache-Control", "no-cache")
+	http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(f.body))
+}
+
+// UI returns the handler of the Sessions UI. It serves the page at the
+// paths of the UI — "/", "/runs/{id}", "/approvals" and "/approvals/{id}"
+// (the link an approval-required MCP result carries) — and the assets at
+// "/static/…"; anything else is 404. Every answer carries the security
+// headers (ContentSecurityPolicy, nosniff, no-referrer, no framing).
+func UI() (http.Handler, error) {
+	files, err := loadAssets()
+	if err != nil {
+		return nil, fmt.Errorf("web: embedded assets: %w", err)
+	}
+	if _, ok := files["index.html"]; !ok {
+		return nil, errors.New("web: embedded assets: no index.html")
+	}
+	mux := http.NewServeMux()
+	page := func(w http.ResponseWriter, r *http.Request) { files.serve(w, r, "index.html") }
+	for _, p := range pagePatterns {
+		mux.HandleFunc(p, page)
+	}
+	mux.HandleFunc("GET /static/{file...}", func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("file")
+		if name == "index.html" {
+			http.Redirect(w, r, "/", http.StatusMovedPermanently)
+			return
+		}
+		files.serve(w, r, name)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteError(w, r, nil, httpx.ErrNotFound)
+	})
+	return withSecurityHeaders(mux), nil
+}
+
+// pagePatterns are the UI's own paths; each serves the one page, whose
+// script shows what the path names.
+var pagePatterns = []string{"GET /{$}", "GET /runs/{id}", "GET /approvals", "GET /approvals/{id}"}
+
+// Mount adds the sign-in endpoints of s (nil: browser sign-in off) and the
+// Sessions UI to mux. It claims "/auth/", "/static/" and the page paths
+// only, so mux may keep a catch-all "/" of its own.
+func Mount(mux *http.ServeMux, s *Sessions) error {
+	ui, err := UI()
+	if err != nil {
+		return err
+	}
+	mux.Handle("/auth/", s.Handler())
+	for _, p := range pagePatterns {
+		mux.Handle(p, ui)
+	}
+	mux.Handle("GET /static/", ui)
+	return nil
+}

@@ -1,0 +1,206 @@
+package web
+
+import (
+	"io/fs"
+	"net/http"
+	"path"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestSecurityHeadersEverywhere(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser(t)
+	index, err := static.ReadFile("static/index.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path        string
+		status      int
+		contentType string
+		page        bool // serves the app's page
+	}{
+		{path: "/", status: http.StatusOK, contentType: "text/html; charset=utf-8", page: true},
+		{path: "/runs/01J0RUN", status: http.StatusOK, contentType: "text/html; charset=utf-8", page: true},
+		{path: "/approvals", status: http.StatusOK, contentType: "text/html; charset=utf-8", page: true},
+		{path: "/approvals/377FAJJ6LZKVVMG3UOBK3IV6DA", status: http.StatusOK, contentType: "text/html; charset=utf-8", page: true},
+		{path: "/static/app.css", status: http.StatusOK, contentType: "text/css; charset=utf-8"},
+		{path: "/static/js/app.js", status: http.StatusOK, contentType: "text/javascript; charset=utf-8"},
+		{path: "/static/js/markdown.js", status: http.StatusOK, contentType: "text/javascript; charset=utf-8"},
+		{path: "/static/favicon.svg", status: http.StatusOK, contentType: "image/svg+xml"},
+		{path: "/static/nope.js", status: http.StatusNotFound},
+		{path: "/static/js/%2e%2e/%2e%2e/doc.go", status: http.StatusNotFound},
+		{path: "/static/", status: http.StatusNotFound},
+		{path: "/static/js", status: http.StatusNotFound},
+		{path: "/auth/session", status: http.StatusOK, contentType: "application/json"},
+		{path: "/auth/callback", status: http.StatusBadRequest, contentType: "text/html; charset=utf-8"},
+		{path: "/auth/nope", status: http.StatusNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			r := b.get(e.url + tt.path)
+			if r.status != tt.status {
+				t.Fatalf("status %d, want %d", r.status, tt.status)
+			}
+			for name, want := range map[string]string{
+				"Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+				"X-Content-Type-Options":  "nosniff",
+				"Referrer-Policy":         "no-referrer",
+				"X-Frame-Options":         "DENY",
+			} {
+				if got := r.header.Get(name); got != want {
+					t.Errorf("%s = %q, want %q", name, got, want)
+				}
+			}
+			if tt.contentType != "" && r.header.Get("Content-Type") != tt.contentType {
+				t.Errorf("Content-Type %q, want %q", r.header.Get("Content-Type"), tt.contentType)
+			}
+			if tt.page && r.body != string(index) {
+				t.Errorf("%s does not serve the app's page", tt.path)
+			}
+		})
+	}
+}
+
+func TestAssetsRevalidateByETag(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser(t)
+	first := b.get(e.url + "/static/js/app.js")
+	etag := first.header.Get("ETag")
+	if etag == "" || first.header.Get("Cache-Control") != "no-cache" {
+		t.Fatalf("ETag %q, Cache-Control %q", etag, first.header.Get("Cache-Control"))
+	}
+	again := b.do(http.MethodGet, e.url+"/static/js/app.js", http.Header{"If-None-Match": {etag}}, nil)
+	if again.status != http.StatusNotModified || again.header.Get("Content-Security-Policy") == "" {
+		t.Fatalf("revalidation: %d, CSP %q", again.status, again.header.Get("Content-Security-Policy"))
+	}
+}
+
+// TestMountBesideACatchAll mounts the UI on a mux that answers everything
+// else itself, as serve's does: no pattern conflicts, and paths that are
+// not the UI's stay the mux's.
+func TestMountBesideACatchAll(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {})
+	mux.Handle("/api/approvals/", http.NotFoundHandler())
+	if err := Mount(mux, nil); err != nil {
+		t.Fatal(err)
+	}
+	for path, pattern := range map[string]string{
+		"/":                "GET /{$}",
+		"/approvals/X":     "GET /approvals/{id}",
+		"/static/app.css":  "GET /static/",
+		"/auth/login":      "/auth/",
+		"/api/approvals/X": "/api/approvals/",
+		"/elsewhere":       "/",
+		"/runs":            "/",
+	} {
+		req, _ := http.NewRequest(http.MethodGet, "http://usher.test"+path, nil)
+		if _, got := mux.Handler(req); got != pattern {
+			t.Errorf("%s is served by %q, want %q", path, got, pattern)
+		}
+	}
+}
+
+// Ways to turn text into markup or code. None may appear in the UI's
+// scripts: model, tool and user text only ever becomes text nodes.
+var unsafeSinks = regexp.MustCompile(`\.innerHTML|\.outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function|setHTMLUnsafe|createContextualFragment|DOMParser|\.srcdoc|javascript:`)
+
+func TestScriptsHaveNoHTMLSinks(t *testing.T) {
+	n := 0
+	err := fs.WalkDir(static, "static", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || path.Ext(p) != ".js" {
+			return err
+		}
+		n++
+		b, err := static.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "//") {
+				continue
+			}
+			if m := unsafeSinks.FindString(line); m != "" {
+				t.Errorf("%s:%d uses %s", p, i+1, m)
+			}
+			if strings.Contains(line, "'style'") || strings.Contains(line, `"style"`) {
+				t.Errorf("%s:%d sets a style attribute (the CSP forbids inline styles)", p, i+1)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Fatal("no scripts embedded")
+	}
+}
+
+// TestMarkdownRendererIsEmbedded checks for the renderer the conversation
+// uses and for its safety rules; browser tests exercise it.
+func TestMarkdownRendererIsEmbedded(t *testing.T) {
+	b, err := static.ReadFile("static/js/markdown.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	for _, want := range []string{
+		"export function renderMarkdown(",
+		"export function safeURL(",
+		"u.protocol === 'http:' || u.protocol === 'https:'",
+		"a.rel = 'noopener noreferrer'",
+		"textContent",
+	} {
+		if !strings.Contains(src, want) {
+			t.Errorf("markdown.js lacks %q", want)
+		}
+	}
+	conv, err := static.ReadFile("static/js/conversation.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(conv), "import { renderMarkdown } from './markdown.js'") {
+		t.Error("the conversation does not render messages with markdown.js")
+	}
+}
+
+// TestPageHasNoInlineCode checks the page against its own CSP: no inline
+// script, style or event handler, and every module import resolves to an
+// embedded file.
+func TestPageHasNoInlineCode(t *testing.T) {
+	files, err := loadAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inline := regexp.MustCompile(`(?i)<script(?:\s[^>]*)?>\s*[^<\s]|<style|\sstyle=|\son[a-z]+=|javascript:`)
+	for name, f := range files {
+		if path.Ext(name) == ".html" || path.Ext(name) == ".svg" {
+			if m := inline.FindString(string(f.body)); m != "" {
+				t.Errorf("%s has inline code or style: %q", name, m)
+			}
+		}
+	}
+	ref := regexp.MustCompile(`(?:src|href)="(/static/[^"]+)"`)
+	for _, m := range ref.FindAllStringSubmatch(string(files["index.html"].body), -1) {
+		if _, ok := files[strings.TrimPrefix(m[1], "/static/")]; !ok {
+			t.Errorf("index.html refers to %s, which is not embedded", m[1])
+		}
+	}
+	imp := regexp.MustCompile(`(?m)^import .* from '(\./[^']+)';$`)
+	for name, f := range files {
+		if path.Ext(name) != ".js" {
+			continue
+		}
+		for _, m := range imp.FindAllStringSubmatch(string(f.body), -1) {
+			target := path.Join(path.Dir(name), m[1])
+			if _, ok := files[target]; !ok {
+				t.Errorf("%s imports %s, which is not embedded", name, m[1])
+			}
+		}
+	}
+}
