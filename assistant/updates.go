@@ -135,7 +135,7 @@ func (b *bus) subscribers() (runs, feeds int) {
 }
 
 // deltaQueue is how many deltas a subscriber may have waiting.
-const deltaQueue = 32
+const deltaQueue = 8
 
 // runSub is one subscriber of a run. Its channels hold one pending poke
 // each (pokes coalesce), and a bounded queue of deltas; a delta that does

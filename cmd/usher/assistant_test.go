@@ -231,7 +231,7 @@ func (lb *balancer) set(urls ...string) {
 }
 
 // freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -242,7 +242,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+func waitFor(t testing.TB, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

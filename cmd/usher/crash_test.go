@@ -18,7 +18,7 @@ import (
 )
 
 // buildUsher compiles the usher binary into a temporary directory.
-func buildUsher(t *testing.T) string {
+func buildUsher(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "usher")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
@@ -30,14 +30,16 @@ func buildUsher(t *testing.T) string {
 
 // process is an `usher serve` child process.
 type process struct {
-	cmd  *exec.Cmd
-	url  string
-	done chan struct{} // closed when the process has exited
+	cmd     *exec.Cmd
+	url     string
+	dataDir string
+	done    chan struct{} // closed when the process has exited
 }
 
-func startProcess(t *testing.T, bin string, env []string, addr string) *process {
+func startProcess(t testing.TB, bin string, env []string, addr string) *process {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--data-dir", t.TempDir())
+	dataDir := t.TempDir()
+	cmd := exec.Command(bin, "serve", "--addr", addr, "--data-dir", dataDir)
 	cmd.Env = append(os.Environ(), env...)
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "usher.log"))
 	if err != nil {
@@ -47,7 +49,7 @@ func startProcess(t *testing.T, bin string, env []string, addr string) *process 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &process{cmd: cmd, url: "http://" + addr, done: make(chan struct{})}
+	p := &process{cmd: cmd, url: "http://" + addr, dataDir: dataDir, done: make(chan struct{})}
 	go func() {
 		cmd.Wait() //nolint:errcheck // a killed process exits with an error
 		close(p.done)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"runtime"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,7 +28,7 @@ const fanoutMessages = 20
 // when it appends it (one clock: server and subscribers share the
 // process). It reports p50 and p99 over every (subscriber, event) pair,
 // and their ratio to the single subscriber's. idle measures the heap of
-// 1,000 idle subscribers (client and server halves, in one process).
+// what 1,000 idle subscribers cost a server process of its own.
 // Results are in docs/benchmarks.md.
 func BenchmarkFanout(b *testing.B) {
 	engines := []struct{ name, dbURL string }{{"sqlite", ""}}
@@ -53,8 +53,9 @@ func BenchmarkFanout(b *testing.B) {
 				})
 			}
 			b.Run("idle", func(b *testing.B) {
-				perSub := idleSubscribers(b, e.dbURL, 1000)
-				b.ReportMetric(perSub, "heap-B/subscriber")
+				rss, heap := idleSubscribers(b, e.dbURL, 1000)
+				b.ReportMetric(rss, "server-rss-B/subscriber")
+				b.ReportMetric(heap, "server-heap+stack-B/subscriber")
 				b.ReportMetric(0, "ns/op")
 			})
 		})
@@ -63,7 +64,7 @@ func BenchmarkFanout(b *testing.B) {
 
 // fanoutServer starts a server (SQLite, or PostgreSQL at dbURL) and
 // returns it, a token and a new run.
-func fanoutServer(b *testing.B, dbURL string) (*server, string, string) {
+func fanoutServer(b testing.TB, dbURL string) (*server, string, string) {
 	env := map[string]string{"USHER_LOG_LEVEL": "warn"}
 	var args []string
 	if dbURL != "" {
@@ -86,7 +87,7 @@ func fanoutServer(b *testing.B, dbURL string) (*server, string, string) {
 // subscribe opens n SSE streams of the run and calls seen for each event
 // with an id; it returns once every stream is connected, and a function
 // that closes them.
-func subscribe(b *testing.B, url, token string, n int, seen func(sub int, seq int64, latency time.Duration)) (closeAll func()) {
+func subscribe(b testing.TB, url, token string, n int, seen func(sub int, seq int64, latency time.Duration)) (closeAll func()) {
 	tr := &http.Transport{MaxIdleConnsPerHost: n}
 	client := &http.Client{Transport: tr}
 	var ready sync.WaitGroup
@@ -186,21 +187,67 @@ func fanout(b *testing.B, dbURL string, n int) (p50, p99 float64) {
 	return micros(latencies[len(latencies)/2]) / 1000, micros(latencies[len(latencies)*99/100]) / 1000
 }
 
-// idleSubscribers opens n idle subscribers and returns the heap they take,
-// per subscriber.
-func idleSubscribers(b *testing.B, dbURL string, n int) float64 {
-	s, token, runID := fanoutServer(b, dbURL)
-	heap := func() uint64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapInuse
+// idleSubscribers opens n idle subscribers of a run served by an usher
+// process of its own, and returns what they cost the server, per
+// subscriber: the growth of its resident set (VmRSS) and of its Go heap and
+// stacks in use (from its /metrics), without the clients' share.
+func idleSubscribers(b *testing.B, dbURL string, n int) (rss, heapAndStacks float64) {
+	bin := buildUsher(b)
+	addr := freeAddr(b)
+	// GOGC=10 keeps the garbage of the 1,000 sign-ins out of the figure.
+	env := []string{"USHER_LOG_LEVEL=warn", "USHER_EVENTS_HEARTBEAT=5m", "GOGC=10"}
+	if dbURL != "" {
+		env = append(env, "USHER_DATABASE_URL="+dbURL, "USHER_BROKER_KEY_ENCRYPTION_KEY=q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=")
 	}
-	before := heap()
-	closeAll := subscribe(b, s.url+"/api/assistant/runs/"+runID+"/events/stream", token, n, nil)
+	p := startProcess(b, bin, env, addr)
+	cmd := exec.Command(bin, "token", "user", "--sub", "idle", "--addr", addr, "--data-dir", p.dataDir)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	token := strings.TrimSpace(string(out))
+	_, run := api(b, "POST", p.url+"/api/assistant/runs", token, "")
+	measure := func() (float64, float64) {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+		if err != nil {
+			b.Skipf("no /proc: %v", err)
+		}
+		var kb float64
+		for line := range strings.Lines(string(status)) {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				fmt.Sscan(v, &kb)
+			}
+		}
+		return kb * 1024, metricOf(b, p.url, "go_memstats_heap_inuse_bytes") + metricOf(b, p.url, "go_memstats_stack_inuse_bytes")
+	}
+	rss0, heap0 := measure()
+	closeAll := subscribe(b, p.url+"/api/assistant/runs/"+run["runId"].(string)+"/events/stream", token, n, nil)
 	defer closeAll()
-	after := heap()
-	return float64(after-before) / float64(n)
+	time.Sleep(time.Second) // let the server settle its new connections
+	rss1, heap1 := measure()
+	return (rss1 - rss0) / float64(n), (heap1 - heap0) / float64(n)
+}
+
+// metricOf reads one unlabelled value from a server's /metrics.
+func metricOf(b *testing.B, url, name string) float64 {
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return f
+		}
+	}
+	b.Fatalf("no metric %s", name)
+	return 0
 }
 
 // createdAt finds the "createdAt" time in an event's data line.
