@@ -46,6 +46,7 @@ bench:
 	@[ -n "$$TEST_DATABASE_URL" ] || echo "TEST_DATABASE_URL is not set: BenchmarkToolsCall (PostgreSQL) skips"
 	$(GO) test -run '^$$' -bench ToolsCall -benchtime $(MCP_BENCHTIME) -cpu 2 ./cmd/usher/
 	$(GO) test -p 1 -run '^$$' -bench '^BenchmarkAssistant' -benchtime 1x -cpu 2 ./assistant/ ./cmd/usher/
+	$(GO) test -run '^$$' -bench '^BenchmarkFanout' -benchtime 1x -cpu 2 ./cmd/usher/
 
 lint: fmt vet staticcheck
 
