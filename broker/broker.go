@@ -14,8 +14,11 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/oauth2"
 )
@@ -41,6 +44,12 @@ const (
 	// MaxTokenSize is the largest token, in bytes, that Mint produces and
 	// Verify reads.
 	MaxTokenSize = 8 << 10
+	// MaxGroups is the most groups a token carries ("groups"); Mint
+	// refuses more, and Verify refuses a token with more.
+	MaxGroups = 64
+	// MaxClaimLength is the longest tenant ("tid") and group, in bytes.
+	// Entra's are 36-character ids; names of other issuers are short too.
+	MaxClaimLength = 128
 )
 
 // Options configures a Broker. The zero value of every field but Issuer
@@ -138,6 +147,45 @@ type Grant struct {
 	// Actor is who acts for the subject ("act": {"sub": Actor}, RFC 8693).
 	// Default ClientID.
 	Actor string
+	// Tenant is the subject's tenant ("tid") from its verified identity;
+	// empty for none. At most MaxClaimLength bytes of printable text.
+	Tenant string
+	// Groups are the subject's groups ("groups") from its verified
+	// identity, for policies to check; none for none. At most MaxGroups,
+	// each 1 to MaxClaimLength bytes of printable text; Mint refuses
+	// more rather than drop some, which could change a decision.
+	Groups []string
+}
+
+// checkGrantClaims checks the tenant and groups of a grant.
+func checkGrantClaims(g Grant) error {
+	var errs []error
+	if err := checkClaimText(g.Tenant); err != nil {
+		errs = append(errs, fmt.Errorf("tenant: %w", err))
+	}
+	if len(g.Groups) > MaxGroups {
+		errs = append(errs, fmt.Errorf("%d groups, more than the %d a token carries", len(g.Groups), MaxGroups))
+	}
+	for i, grp := range g.Groups {
+		if grp == "" {
+			errs = append(errs, fmt.Errorf("group %d is empty", i))
+		} else if err := checkClaimText(grp); err != nil {
+			errs = append(errs, fmt.Errorf("group %d: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkClaimText refuses a tenant or group that is too long or holds a
+// control character or invalid UTF-8.
+func checkClaimText(s string) error {
+	if len(s) > MaxClaimLength {
+		return fmt.Errorf("%d bytes, more than %d", len(s), MaxClaimLength)
+	}
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, unicode.IsControl) {
+		return errors.New("not printable text")
+	}
+	return nil
 }
 
 // Token is a minted broker token. Its String, GoString, Format, LogValue
@@ -180,17 +228,19 @@ func (t Token) MarshalJSON() ([]byte, error) {
 // mintClaims are the claims of a broker token, in the order they are
 // written.
 type mintClaims struct {
-	Issuer    string `json:"iss"`
-	Subject   string `json:"sub"`
-	Audience  string `json:"aud"`
-	IssuedAt  int64  `json:"iat"`
-	NotBefore int64  `json:"nbf"`
-	Expiry    int64  `json:"exp"`
-	ID        string `json:"jti"`
-	Scope     string `json:"scope"`
-	ClientID  string `json:"client_id"`
-	Act       actor  `json:"act"`
-	RunID     string `json:"run_id,omitempty"`
+	Issuer    string   `json:"iss"`
+	Subject   string   `json:"sub"`
+	Audience  string   `json:"aud"`
+	IssuedAt  int64    `json:"iat"`
+	NotBefore int64    `json:"nbf"`
+	Expiry    int64    `json:"exp"`
+	ID        string   `json:"jti"`
+	Scope     string   `json:"scope"`
+	ClientID  string   `json:"client_id"`
+	Act       actor    `json:"act"`
+	RunID     string   `json:"run_id,omitempty"`
+	Tenant    string   `json:"tid,omitempty"`
+	Groups    []string `json:"groups,omitempty"`
 }
 
 // actor is the RFC 8693 "act" claim.
@@ -210,6 +260,9 @@ func (b *Broker) Mint(ctx context.Context, g Grant) (Token, error) {
 	if g.Subject == "" || g.Audience == "" {
 		return Token{}, errors.New("broker: a grant needs a subject and an audience")
 	}
+	if err := checkGrantClaims(g); err != nil {
+		return Token{}, fmt.Errorf("broker: grant: %w", err)
+	}
 	kid, key, err := b.keys.Signer(ctx)
 	if err != nil {
 		return Token{}, err
@@ -228,6 +281,8 @@ func (b *Broker) Mint(ctx context.Context, g Grant) (Token, error) {
 		ClientID:  clientID,
 		Act:       actor{Subject: cmp.Or(g.Actor, clientID)},
 		RunID:     g.RunID,
+		Tenant:    g.Tenant,
+		Groups:    g.Groups,
 	}
 	raw, err := sign(jwsHeader{Alg: Algorithm, Kid: kid, Typ: TokenType}, c, key)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -257,4 +258,55 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestMintTenantAndGroups: a grant's tenant and groups travel in "tid" and
+// "groups" and come out of Verify; a grant with too many or unfit groups is
+// refused at mint rather than cut, which could change a decision.
+func TestMintTenantAndGroups(t *testing.T) {
+	f := newFixture(t)
+	groups := []string{"finance", "00000000-0000-0000-0000-000000000001"}
+	tok, err := f.broker.Mint(t.Context(), Grant{Subject: "alice", Audience: testAudience, Tenant: "contoso", Groups: groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims map[string]json.RawMessage
+	decodeJSON(t, strings.Split(tok.Raw, ".")[1], &claims)
+	if string(claims["tid"]) != `"contoso"` || string(claims["groups"]) != `["finance","00000000-0000-0000-0000-000000000001"]` {
+		t.Errorf("tid %s, groups %s", claims["tid"], claims["groups"])
+	}
+	c, err := f.verifier.Verify(t.Context(), tok.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Tenant != "contoso" || !slices.Equal(c.Groups, groups) {
+		t.Errorf("verified tenant %q, groups %q", c.Tenant, c.Groups)
+	}
+
+	many := make([]string, MaxGroups+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("group-%d", i)
+	}
+	refused := []struct {
+		name string
+		g    Grant
+	}{
+		{"too many groups", Grant{Groups: many}},
+		{"a group too long", Grant{Groups: []string{strings.Repeat("g", MaxClaimLength+1)}}},
+		{"an empty group", Grant{Groups: []string{"finance", ""}}},
+		{"a group with a newline", Grant{Groups: []string{"finance\nadmins"}}},
+		{"a group of invalid UTF-8", Grant{Groups: []string{"\xff"}}},
+		{"a tenant too long", Grant{Tenant: strings.Repeat("t", MaxClaimLength+1)}},
+		{"a tenant with NUL", Grant{Tenant: "contoso\x00"}},
+	}
+	for _, tt := range refused {
+		tt.g.Subject, tt.g.Audience = "alice", testAudience
+		if _, err := f.broker.Mint(t.Context(), tt.g); err == nil {
+			t.Errorf("Mint with %s succeeded", tt.name)
+		}
+	}
+	// The limits themselves are fine.
+	if _, err := f.broker.Mint(t.Context(), Grant{Subject: "alice", Audience: testAudience, Groups: many[:MaxGroups], Tenant: strings.Repeat("t", MaxClaimLength)}); err != nil {
+		t.Errorf("Mint with %d groups: %v", MaxGroups, err)
+	}
 }

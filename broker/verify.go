@@ -154,6 +154,8 @@ type Claims struct {
 	ClientID  string    // "client_id"
 	Actor     string    // "act"."sub", empty when there is no "act"
 	RunID     string    // "run_id", empty when unset
+	Tenant    string    // "tid", empty when unset
+	Groups    []string  // "groups", nil when unset
 	IssuedAt  time.Time // "iat"
 	ExpiresAt time.Time // "exp"
 }
@@ -163,7 +165,8 @@ type Claims struct {
 // other header, including jku, x5u, jwk and x5c, is ignored, never
 // followed); the claims (exact iss; exactly one aud, ours, as a string or a
 // one-element array; exp, nbf and iat present and current within the
-// leeway; exp − iat at most MaxLifetime; sub, jti and client_id present);
+// leeway; exp − iat at most MaxLifetime; sub, jti and client_id present;
+// tid and groups, if any, within MaxGroups and MaxClaimLength);
 // the key, by kid; the signature; and last the scope, so that
 // ErrInsufficientScope is only ever said of an authentic token. Cheap
 // checks come before the key lookup, so only a token otherwise fit for this
@@ -221,6 +224,9 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	if c.Subject == "" || c.ID == "" || c.ClientID == "" {
 		return nil, invalid("sub, jti and client_id are required")
 	}
+	if err := checkGrantClaims(Grant{Tenant: c.Tenant, Groups: c.Groups}); err != nil {
+		return nil, invalid("tid or groups: %v", err)
+	}
 	sig, err := b64.DecodeString(s64)
 	if err != nil {
 		return nil, invalid("signature encoding")
@@ -242,7 +248,8 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	}
 	return &Claims{
 		Issuer: c.Issuer, Subject: c.Subject, Audience: v.audience, ID: c.ID, Scopes: scopes,
-		ClientID: c.ClientID, Actor: c.Act.Subject, RunID: c.RunID, IssuedAt: iat, ExpiresAt: exp,
+		ClientID: c.ClientID, Actor: c.Act.Subject, RunID: c.RunID, Tenant: c.Tenant, Groups: c.Groups,
+		IssuedAt: iat, ExpiresAt: exp,
 	}, nil
 }
 
@@ -278,6 +285,8 @@ type tokenClaims struct {
 	ClientID  string          `json:"client_id"`
 	Act       actor           `json:"act"`
 	RunID     string          `json:"run_id"`
+	Tenant    string          `json:"tid"`
+	Groups    []string        `json:"groups"`
 }
 
 // splitCompact splits a compact JWS into its three non-empty segments. It

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -256,6 +257,19 @@ func TestVerifyRejects(t *testing.T) {
 		{"jti missing", withClaims(func(c map[string]any) { delete(c, "jti") }), ErrInvalidToken},
 		{"client_id missing", withClaims(func(c map[string]any) { delete(c, "client_id") }), ErrInvalidToken},
 		{"act not an object", withClaims(func(c map[string]any) { c["act"] = "usher-assistant" }), ErrInvalidToken},
+
+		// tenant and groups, bounded as Mint bounds them
+		{"too many groups", withClaims(func(c map[string]any) {
+			groups := make([]string, MaxGroups+1)
+			for i := range groups {
+				groups[i] = fmt.Sprint("g", i)
+			}
+			c["groups"] = groups
+		}), ErrInvalidToken},
+		{"a group too long", withClaims(func(c map[string]any) { c["groups"] = []string{strings.Repeat("g", MaxClaimLength+1)} }), ErrInvalidToken},
+		{"an empty group", withClaims(func(c map[string]any) { c["groups"] = []string{""} }), ErrInvalidToken},
+		{"groups as a string", withClaims(func(c map[string]any) { c["groups"] = "finance" }), ErrInvalidToken},
+		{"a tenant with a control character", withClaims(func(c map[string]any) { c["tid"] = "contoso\u0007" }), ErrInvalidToken},
 
 		// scope
 		{"scope missing", withClaims(func(c map[string]any) { delete(c, "scope") }), ErrInsufficientScope},

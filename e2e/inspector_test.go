@@ -123,19 +123,39 @@ func TestInspectorCLI(t *testing.T) {
 		}
 	})
 
-	// The sessionless protocol 2026-07-28. tools/list now carries a valid
-	// cacheScope, but tools/call results lack the "resultType" that
-	// revision requires: the SDK sets it only on results of its own tool
-	// handlers, and Usher's enforcement point answers tools/call itself.
-	// When this subtest fails because the call succeeds, the issue is
-	// fixed: make the subtest expect success.
-	t.Run("protocol era modern (known issue)", func(t *testing.T) {
-		out, err := inspect(t, true, "--protocol-era", "modern", "--method", "tools/call", "--tool-name", "notes_list")
-		if err == nil {
-			t.Fatalf("the modern protocol now works (%s): make this subtest expect success", out.Result)
+	// The sessionless protocol 2026-07-28, which requires a cacheScope on
+	// tools/list and a resultType on every tools/call result (the
+	// Inspector refuses a result without one, and prints neither field:
+	// mcpserver's tests check them on the wire).
+	t.Run("protocol era modern", func(t *testing.T) {
+		out, err := inspect(t, true, "--protocol-era", "modern", "--method", "tools/list")
+		if err != nil {
+			t.Fatalf("tools/list failed: %v (%+v)", err, out.Error)
 		}
-		if out.Error == nil || !strings.Contains(out.Error.Message, "resultType") {
-			t.Errorf("the modern protocol fails for another reason than the known resultType issue: %+v", out.Error)
+		var list struct {
+			Tools []struct{ Name string } `json:"tools"`
+		}
+		if err := json.Unmarshal(out.Result, &list); err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Tools) != 6 {
+			t.Errorf("tools/list lists %d tools, want 6", len(list.Tools))
+		}
+		out, err = inspect(t, true, "--protocol-era", "modern", "--method", "tools/call", "--tool-name", "notes_list")
+		if err != nil {
+			t.Fatalf("tools/call notes_list failed: %v (%+v)", err, out.Error)
+		}
+		var res struct {
+			IsError           bool `json:"isError"`
+			StructuredContent struct {
+				Notes *[]json.RawMessage `json:"notes"`
+			} `json:"structuredContent"`
+		}
+		if err := json.Unmarshal(out.Result, &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError || res.StructuredContent.Notes == nil {
+			t.Errorf("notes_list = %s, want the notes and no error", out.Result)
 		}
 	})
 }

@@ -44,6 +44,12 @@ type Caller struct {
 	// Actor is who acts for the subject ("act"."sub"); empty when the
 	// token names none.
 	Actor string
+	// Tenant is the subject's tenant ("tid"); empty when the token names
+	// none.
+	Tenant string
+	// Groups are the subject's groups ("groups"), as the broker took them
+	// from the subject's verified identity; nil for none.
+	Groups []string
 }
 
 type callerKey struct{}
@@ -99,6 +105,8 @@ func (s *Server) authenticate(r *http.Request) (Caller, error) {
 		TokenID:  claims.ID,
 		RunID:    claims.RunID,
 		Actor:    claims.Actor,
+		Tenant:   claims.Tenant,
+		Groups:   claims.Groups,
 	}, nil
 }
 
@@ -182,6 +190,7 @@ func (s *Server) requireCaller(next http.Handler) http.Handler {
 			s.refuse(w, r, err)
 			return
 		}
+		s.flushAuthFailures(r.Context())
 		setTokenInfo.ServeHTTP(w, r.WithContext(withCaller(r.Context(), c)))
 	})
 }

@@ -247,3 +247,78 @@ func TestUpstreamBrokerToken(t *testing.T) {
 		t.Errorf("token subjects = %v (minted %q), want alice's for the call and the catalog's for listing", subjects, minted)
 	}
 }
+
+// TestAuthFailureAuditsSampled checks that a flood of bad tokens is
+// answered in full but recorded only as the bucket allows, and that the
+// records left out are counted in the next record.
+func TestAuthFailureAuditsSampled(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
+	e := newEnv(t, envConfig{server: func(o *Options) { o.Now = clock }})
+	bad := func(n int) {
+		t.Helper()
+		for range n {
+			resp := e.post(t, "/mcp", bearer("not-a-token"), initialize)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("a bad token got %d, want 401", resp.StatusCode)
+			}
+		}
+	}
+	records := func() []Event {
+		e.audit.mu.Lock()
+		defer e.audit.mu.Unlock()
+		var out []Event
+		for _, ev := range e.audit.events {
+			if ev.Kind == KindAuthFailed || ev.Kind == KindAuthFailuresSuppressed {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+
+	bad(authAuditBurst + 5)
+	got := records()
+	if len(got) != authAuditBurst || got[0].Outcome != "invalid_token" || got[0].Suppressed != 0 {
+		t.Fatalf("after %d bad tokens, %d records (first %+v); want %d", authAuditBurst+5, len(got), got[0], authAuditBurst)
+	}
+	// Once the bucket refills, an authenticated request sums up the rest.
+	advance(authAuditInterval)
+	resp := e.post(t, "/mcp", bearer(e.token(alice, "")), initialize)
+	resp.Body.Close()
+	got = records()
+	if last := got[len(got)-1]; len(got) != authAuditBurst+1 || last.Kind != KindAuthFailuresSuppressed || last.Suppressed != 5 {
+		t.Fatalf("after an authenticated request the last record is %+v; want 5 suppressed", last)
+	}
+	// The bucket is empty again: these are counted, then carried by the
+	// next refusal that is recorded.
+	bad(3)
+	advance(2 * authAuditInterval)
+	bad(1)
+	got = records()
+	if last := got[len(got)-1]; len(got) != authAuditBurst+2 || last.Kind != KindAuthFailed || last.Suppressed != 3 {
+		t.Fatalf("the last record is %+v (%d records); want an auth failure carrying 3 suppressed", last, len(got))
+	}
+}
+
+// TestCallerTenantAndGroups checks that the tenant and groups of a broker
+// token reach tool handlers as the Caller and the Decider as the Call, for
+// listing and for calling.
+func TestCallerTenantAndGroups(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	tok, err := e.broker.Mint(t.Context(), broker.Grant{Subject: alice, Audience: e.url + "/mcp", Tenant: "contoso", Groups: []string{"finance", "staff"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := e.post(t, "/mcp", bearer(tok.Raw), `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"notes_list","arguments":{}}}`)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("tools/call: %d", resp.StatusCode)
+	}
+	calls := e.policy.calls()
+	if len(calls) != 1 || calls[0].Tenant != "contoso" || strings.Join(calls[0].Groups, ",") != "finance,staff" {
+		t.Errorf("the Decider saw %+v, want tenant contoso and groups finance, staff", calls)
+	}
+}

@@ -71,11 +71,20 @@ type CatalogOptions struct {
 	// IdleTimeout closes an upstream session (a process, for stdio) after
 	// this long unused. Default 5 min.
 	IdleTimeout time.Duration
+	// MaxSessions bounds the upstream sessions open at once, across
+	// upstreams and callers (each caller has its own session to each
+	// upstream: for stdio, a process). At the bound, a new session closes
+	// the least recently used idle one; when none is idle, the call that
+	// needs it fails before anything is sent. Default DefaultMaxSessions.
+	MaxSessions int
 	// CallTimeout bounds a call of an upstream tool. Default 5 min.
 	CallTimeout time.Duration
 	// HTTPClient is the base of the clients of HTTP upstreams; its
 	// redirect policy is replaced by one that follows none, so credentials
-	// never go to another URL. Default http.DefaultClient.
+	// never go to another URL. Default: a client on a copy of
+	// http.DefaultTransport that keeps up to 64 idle connections per host,
+	// where http.DefaultTransport keeps 2, so that concurrent calls to one
+	// upstream reuse their connections rather than open one each.
 	HTTPClient *http.Client
 	// Version is the client version announced to upstreams. Default
 	// "devel".
@@ -142,8 +151,11 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 	if o.CallTimeout == 0 {
 		o.CallTimeout = 5 * time.Minute
 	}
+	if o.MaxSessions == 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = http.DefaultClient
+		o.HTTPClient = defaultHTTPClient()
 	}
 	if o.Version == "" {
 		o.Version = "devel"
@@ -168,8 +180,8 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 	if o.DemoTools && o.Notes == nil {
 		errs = append(errs, errors.New("the demo tools need Notes"))
 	}
-	if o.RefreshInterval < 0 || o.IdleTimeout < 0 || o.CallTimeout < 0 {
-		errs = append(errs, errors.New("the RefreshInterval, IdleTimeout and CallTimeout must not be negative"))
+	if o.RefreshInterval < 0 || o.IdleTimeout < 0 || o.CallTimeout < 0 || o.MaxSessions < 0 {
+		errs = append(errs, errors.New("the RefreshInterval, IdleTimeout, CallTimeout and MaxSessions must not be negative"))
 	}
 	ups, err := checkUpstreams(o.Upstreams, o.UpstreamToken != nil)
 	if err != nil {
@@ -197,8 +209,19 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 	for _, u := range ups {
 		c.upstreams = append(c.upstreams, &upstream{cfg: u, cat: c})
 	}
-	c.pool = &pool{conns: map[connKey]*conn{}, idle: o.IdleTimeout}
+	c.pool = &pool{conns: map[connKey]*conn{}, idle: o.IdleTimeout, max: o.MaxSessions}
 	return c, nil
+}
+
+// defaultHTTPClient is the default CatalogOptions.HTTPClient.
+func defaultHTTPClient() *http.Client {
+	base, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return http.DefaultClient // replaced by the program: use it as is
+	}
+	t := base.Clone()
+	t.MaxIdleConnsPerHost = 64
+	return &http.Client{Transport: t}
 }
 
 // newTool hashes a definition and makes the tool of it.

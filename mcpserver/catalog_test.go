@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,6 +66,9 @@ func TestCatalogOptions(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error = %v, want it to name %s", err, want)
 		}
+	}
+	if _, err := NewCatalog(&CatalogOptions{DefinitionHash: testDefinitionHash, Runs: nil, MaxSessions: -1}); err == nil || !strings.Contains(err.Error(), "MaxSessions") {
+		t.Errorf("a negative MaxSessions: %v", err)
 	}
 	_, err = New(nil)
 	for _, want := range []string{"PublicURL", "Verifier", "Catalog", "Decider", "Approvals", "Executions", "Auditor"} {
@@ -208,4 +212,105 @@ func definitions(t *testing.T, c *Catalog) map[string]Definition {
 		out[d.Name] = d
 	}
 	return out
+}
+
+// TestUpstreamSessionsBounded checks CatalogOptions.MaxSessions: at the
+// bound a new caller's session replaces the least recently used idle one,
+// and when every session is in use a call fails without reaching the
+// upstream, to succeed again once a session is free.
+func TestUpstreamSessionsBounded(t *testing.T) {
+	up := newFixture(t)
+	started := make(chan struct{}, 2)
+	release := make(chan struct{})
+	up.addTool(&mcp.Tool{Name: "hold", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			started <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held"}}}, nil
+		})
+	e := newEnv(t, envConfig{
+		rules:     map[string]Decision{"fx__echo": Allow, "fx__hold": Allow},
+		upstreams: []Upstream{{Name: "fx", URL: up.url}},
+		catalog:   func(o *CatalogOptions) { o.MaxSessions = 2 },
+	})
+	open := func() []string {
+		e.catalog.pool.mu.Lock()
+		defer e.catalog.pool.mu.Unlock()
+		var subjects []string
+		for k := range e.catalog.pool.conns {
+			subjects = append(subjects, k.subject)
+		}
+		slices.Sort(subjects)
+		return subjects
+	}
+	echo := func(sub string) *mcp.CallToolResult {
+		return call(t, e.connect(sub, "", nil, ""), "fx__echo", map[string]any{"text": sub}, nil)
+	}
+	carol, dave := "https://idp.example.com|tenant|carol", "https://idp.example.com|tenant|dave"
+
+	// The catalog's own session (listing the tools) and alice's.
+	if res := echo(alice); res.IsError {
+		t.Fatal(text(res))
+	}
+	if got := open(); !slices.Equal(got, []string{"", alice}) {
+		t.Fatalf("sessions %q, want the catalog's and alice's", got)
+	}
+	// Bob's replaces the catalog's, used least recently.
+	if res := echo(bob); res.IsError {
+		t.Fatal(text(res))
+	}
+	if got := open(); !slices.Equal(got, []string{alice, bob}) {
+		t.Fatalf("sessions %q, want alice's and bob's", got)
+	}
+
+	// Alice's session is busy; carol's replaces bob's idle one, and then
+	// bob's call in flight replaces carol's.
+	hold := func(sub string, done chan<- *mcp.CallToolResult) {
+		cs := e.connect(sub, "", nil, "")
+		go func() {
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "fx__hold", Arguments: map[string]any{}})
+			if err != nil {
+				res = errorResult(err.Error())
+			}
+			done <- res
+		}()
+		<-started
+	}
+	held := make(chan *mcp.CallToolResult, 2)
+	hold(alice, held)
+	if res := echo(carol); res.IsError {
+		t.Fatal(text(res))
+	}
+	hold(bob, held)
+	if got := open(); !slices.Equal(got, []string{alice, bob}) {
+		t.Fatalf("sessions %q, want alice's and bob's, both busy", got)
+	}
+
+	// Every session is in use: dave's call fails before it is sent.
+	calls := up.called("echo")
+	if res := echo(dave); !res.IsError {
+		t.Errorf("a call beyond the bound ran: %s", text(res))
+	}
+	if up.called("echo") != calls {
+		t.Error("a call beyond the bound reached the upstream")
+	}
+	if !strings.Contains(e.logs.String(), "too many upstream sessions") {
+		t.Error("the refusal was not logged")
+	}
+	close(release)
+	for range 2 {
+		if res := <-held; res.IsError {
+			t.Errorf("a held call failed: %s", text(res))
+		}
+	}
+	if res := echo(dave); res.IsError {
+		t.Errorf("once sessions are idle, dave's call fails: %s", text(res))
+	}
+	if n := len(open()); n > 2 {
+		t.Errorf("%d sessions are open, more than the bound", n)
+	}
 }

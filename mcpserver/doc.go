@@ -14,8 +14,15 @@
 // within its limit (413) and a JSON-RPC batch is refused (400) before the MCP
 // SDK sees it. Refusals carry generic JSON bodies; the reasons go to the log.
 // The token itself never goes further than the authenticator: tools see the
-// caller (subject, client, token id, run) through [CallerFromContext], and
-// upstream servers get their own credentials.
+// caller (subject, client, token id, run, tenant, groups) through
+// [CallerFromContext], and upstream servers get their own credentials.
+//
+// A presented token that is refused is audited (a missing one is not: it is
+// the first step of OAuth discovery), but sampled per process so that a
+// flood of bad tokens cannot flood the audit log: up to 20 records at once,
+// then one a second. The refusals left out are counted, and the count is
+// recorded with the next record (see [KindAuthFailuresSuppressed]); every
+// refusal is still answered and logged.
 //
 // The endpoint is stateless by default: every POST stands alone, so any
 // replica can serve any request and no session affinity is needed. It speaks
@@ -32,6 +39,11 @@
 // the decision audited (no audit, no call); then Deny answers an error result
 // the model can read, Approve consumes a matching approval or requests one,
 // and Allow (or a consumed approval) runs the tool once per idempotency key.
+// With a key, the record that lets the call run (the decision, or the
+// approval's use) is written in one transaction with the execution's start,
+// and the record of how it ended with its finish (see [Executions]): the
+// audit is durable before the tool runs and after it returns, at one commit
+// each.
 // Tool annotations such as readOnlyHint are shown to clients but are never
 // part of a [Call]: they cannot influence a decision. tools/list shows a
 // caller only the tools the Decider does not deny them.
@@ -41,7 +53,10 @@
 // An [Upstream] is an MCP server reached over streamable HTTP or stdio whose
 // tools are re-exposed under a prefix. Usher keeps one client session per
 // upstream and caller subject (a process, for stdio), so that no upstream
-// session ever serves two users, and closes it after a quiet period.
+// session ever serves two users, and closes it after a quiet period. The
+// sessions open at once are bounded (CatalogOptions.MaxSessions): at the
+// bound, opening one closes the least recently used idle one, and when
+// every session is in use the call fails before anything is sent.
 // Requests to an upstream carry only its configured headers, or a broker
 // token minted for its own URL: never the caller's token.
 //

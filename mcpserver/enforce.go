@@ -36,6 +36,10 @@ const (
 type Call struct {
 	// Principal is the caller's subject.
 	Principal string
+	// Tenant and Groups are the caller's, from its token (see Caller), for
+	// a Decider's conditions on them.
+	Tenant string
+	Groups []string
 	// ClientID is the OAuth client making the call.
 	ClientID string
 	// RunID is the run the call is made in; empty outside a run.
@@ -120,15 +124,22 @@ type Approvals interface {
 }
 
 // Executions records tool executions so that a call runs at most once per
-// idempotency key; store.Store implements it.
+// idempotency key. An execution's start and its finish are each written
+// together with the audit record that goes with them, in one transaction:
+// the log holds why a call runs before it runs and how it ended once it
+// returned, at the price of one durable write each. cmd/usher implements
+// it with the store and the audit log.
 type Executions interface {
 	// GetExecution returns the execution of key, or store.ErrNotFound.
 	GetExecution(ctx context.Context, key string) (store.Execution, error)
-	// BeginExecution starts e, or returns the execution its key already
-	// names with started false.
-	BeginExecution(ctx context.Context, e store.Execution) (_ store.Execution, started bool, _ error)
-	// FinishExecution records how a started execution ended.
-	FinishExecution(ctx context.Context, key string, status store.ExecutionStatus, result json.RawMessage, now time.Time) (store.Execution, error)
+	// BeginExecution records ev and starts e, or finds the execution its
+	// key already names (started false; ev is recorded all the same),
+	// atomically: after an error neither is written. A key already used
+	// for another call is store.ErrConflict.
+	BeginExecution(ctx context.Context, e store.Execution, ev Event) (_ store.Execution, started bool, _ error)
+	// FinishExecution records how a started execution ended, and ev,
+	// atomically: after an error neither is written.
+	FinishExecution(ctx context.Context, key string, status store.ExecutionStatus, result json.RawMessage, now time.Time, ev Event) (store.Execution, error)
 }
 
 // Auditor appends events to the audit log; the audit package implements
@@ -141,8 +152,12 @@ type Auditor interface {
 // words, as the audit log requires, and share its names where they mean the
 // same.
 const (
-	// KindAuthFailed: a presented token was refused.
+	// KindAuthFailed: a presented token was refused. Its Suppressed
+	// counts the refusals before it that were not recorded.
 	KindAuthFailed = "auth_failed"
+	// KindAuthFailuresSuppressed: Suppressed refused tokens were not
+	// recorded one by one (see Server's sampling of auth_failed).
+	KindAuthFailuresSuppressed = "auth_failures_suppressed"
 	// KindUnknownTool: a call named no tool of the catalog.
 	KindUnknownTool = "tool_unknown"
 	// KindInvalidArguments: a call's arguments were not acceptable.
@@ -196,6 +211,9 @@ type Event struct {
 	IdempotencyKey string
 	Outcome        string
 	Latency        time.Duration
+	// Suppressed is, for KindAuthFailed and KindAuthFailuresSuppressed,
+	// how many refused tokens before this record were not recorded.
+	Suppressed int
 }
 
 // Keys of _meta that the endpoint reads from calls or writes to results.
@@ -235,7 +253,7 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 		return errorResult("The arguments are not valid: " + argumentProblem(err))
 	}
 	ev.ArgumentsHash = argsHash
-	call := Call{Principal: c.Subject, ClientID: c.ClientID, RunID: c.RunID, TokenID: c.TokenID,
+	call := Call{Principal: c.Subject, Tenant: c.Tenant, Groups: c.Groups, ClientID: c.ClientID, RunID: c.RunID, TokenID: c.TokenID,
 		Tool: t.def.Name, Server: t.server, DefinitionHash: t.hash, Arguments: args, ArgumentsHash: argsHash}
 
 	v, err := s.opts.Decider.Decide(ctx, call)
@@ -244,19 +262,31 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 		v = Verdict{Decision: Deny, Reasons: []string{"the policy could not be evaluated"}}
 	}
 	ev.Decision, ev.PolicyIDs, ev.PolicyHash, ev.Reasons = v.Decision, v.PolicyIDs, v.PolicyHash, v.Reasons
+	if v.Decision != Allow && v.Decision != Approve {
+		if !s.record(ctx, ev, KindDecision) {
+			return internalErrorResult()
+		}
+		return deniedResult(v)
+	}
+	key, toolCallID, err := idempotencyKey(c, p.Meta)
+	ev.IdempotencyKey = key
+	if err != nil {
+		if !s.record(ctx, ev, KindDecision) {
+			return internalErrorResult()
+		}
+		return errorResult(err.Error() + ".")
+	}
+	if v.Decision == Allow {
+		// The decision is recorded with the execution's start.
+		return s.execute(ctx, t, call, ev, KindDecision, start)
+	}
+
 	if !s.record(ctx, ev, KindDecision) {
 		return internalErrorResult()
 	}
-	if v.Decision != Allow && v.Decision != Approve {
-		return deniedResult(v)
-	}
-
-	key, toolCallID, err := idempotencyKey(c, p.Meta)
-	if err != nil {
-		return errorResult(err.Error() + ".")
-	}
-	ev.IdempotencyKey = key
 	if key != "" {
+		// A retry of a call that has run is answered before an approval is
+		// looked for, so that it never uses up another one.
 		if rec, err := s.opts.Executions.GetExecution(ctx, key); err == nil {
 			s.record(ctx, ev, KindReplayed)
 			return s.replayed(rec, call)
@@ -265,15 +295,12 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 			return internalErrorResult()
 		}
 	}
-	if v.Decision == Approve {
-		a, err := s.opts.Approvals.Consume(ctx, binding(call, v))
-		if err != nil {
-			return s.requestApproval(ctx, ev, call, v, toolCallID, key)
-		}
-		ev.ApprovalID = a.ID
-		s.record(ctx, ev, KindApprovalConsumed)
+	a, err := s.opts.Approvals.Consume(ctx, binding(call, v))
+	if err != nil {
+		return s.requestApproval(ctx, ev, call, v, toolCallID, key)
 	}
-	return s.execute(ctx, t, call, ev, start)
+	ev.ApprovalID = a.ID
+	return s.execute(ctx, t, call, ev, KindApprovalConsumed, start)
 }
 
 // binding is the approval binding of a call under a verdict.
@@ -304,18 +331,28 @@ func (s *Server) requestApproval(ctx context.Context, ev Event, call Call, v Ver
 	return res
 }
 
-// execute runs the tool, at most once per idempotency key, and records how
-// it ended. Records written after the tool ran do not depend on the
-// caller's context, which may be gone by then.
-func (s *Server) execute(ctx context.Context, t *tool, call Call, ev Event, start time.Time) *mcp.CallToolResult {
+// execute runs the tool, at most once per idempotency key, after recording
+// ev as kind (with the execution's start, when there is a key), and records
+// how it ended (with the execution's finish). Records written after the
+// tool ran do not depend on the caller's context, which may be gone by
+// then.
+func (s *Server) execute(ctx context.Context, t *tool, call Call, ev Event, kind string, start time.Time) *mcp.CallToolResult {
 	key := ev.IdempotencyKey
-	if key != "" {
+	if key == "" {
+		if !s.record(ctx, ev, kind) {
+			return internalErrorResult()
+		}
+	} else {
 		rec, started, err := s.opts.Executions.BeginExecution(ctx, store.Execution{
 			IdempotencyKey: key, Principal: call.Principal, Tool: call.Tool, ArgumentsHash: call.ArgumentsHash,
 			ApprovalID: ev.ApprovalID, RunID: call.RunID,
-		})
+		}, s.stamp(ev, kind))
 		switch {
 		case errors.Is(err, store.ErrConflict):
+			// Neither was written: record ev on its own.
+			if !s.record(ctx, ev, kind) {
+				return internalErrorResult()
+			}
 			return errorResult("This idempotency key was already used for a different call.")
 		case err != nil:
 			s.log.ErrorContext(ctx, "mcpserver: starting an execution failed", "err", err)
@@ -343,23 +380,24 @@ func (s *Server) execute(ctx context.Context, t *tool, call Call, ev Event, star
 	default:
 		ev.Outcome = OutcomeSucceeded
 	}
-	if key != "" && ev.Outcome != OutcomeUnknown {
-		status := store.ExecutionSucceeded
-		if ev.Outcome == OutcomeFailed {
-			status = store.ExecutionFailed
-		}
-		if b, err := json.Marshal(res); err != nil {
-			s.log.ErrorContext(after, "mcpserver: encoding a result failed", "tool", call.Tool, "err", err)
-		} else if _, err := s.opts.Executions.FinishExecution(after, key, status, b, s.opts.Now()); err != nil {
-			s.log.ErrorContext(after, "mcpserver: finishing an execution failed", "tool", call.Tool, "err", err)
-		}
-	}
-	kind := KindExecuted
+	kind = KindExecuted
+	status := store.ExecutionSucceeded
 	switch ev.Outcome {
 	case OutcomeFailed:
-		kind = KindExecutionFailed
+		kind, status = KindExecutionFailed, store.ExecutionFailed
 	case OutcomeUnknown:
-		kind = KindOutcomeUnknown
+		// The execution stays started, to be reported, never run again.
+		kind, key = KindOutcomeUnknown, ""
+	}
+	if key != "" {
+		b, err := json.Marshal(res)
+		if err == nil {
+			if _, err = s.opts.Executions.FinishExecution(after, key, status, b, s.opts.Now(), s.stamp(ev, kind)); err == nil {
+				return res
+			}
+		}
+		// The record is written on its own below.
+		s.log.ErrorContext(after, "mcpserver: finishing an execution failed", "tool", call.Tool, "err", err)
 	}
 	s.record(after, ev, kind)
 	return res
@@ -378,15 +416,24 @@ func (s *Server) replayed(rec store.Execution, call Call) *mcp.CallToolResult {
 			s.log.Error("mcpserver: a recorded result does not decode", "key", rec.IdempotencyKey, "err", err)
 			return internalErrorResult()
 		}
-		if res.Content == nil {
-			res.Content = []mcp.Content{}
-		}
-		return &res
+		return plainResult(&res)
 	case store.ExecutionStarted:
 		return errorResult("This call is already running. Retry it later to get its result.")
 	default:
 		return errorResult("An earlier attempt of this call stopped without a recorded outcome: it may or may not have taken effect, and it will not be run again automatically.")
 	}
+}
+
+// plainResult is the result of a tool as Usher passes it on: its _meta,
+// content, structured content and error flag, and nothing else. What the
+// protocol adds around them (a request for input, the result type) is for
+// the hop it came over, and the endpoint sets its own (see completeResult).
+func plainResult(res *mcp.CallToolResult) *mcp.CallToolResult {
+	out := &mcp.CallToolResult{Meta: res.Meta, Content: res.Content, StructuredContent: res.StructuredContent, IsError: res.IsError}
+	if out.Content == nil {
+		out.Content = []mcp.Content{}
+	}
+	return out
 }
 
 // canonicalArguments returns the canonical form of a call's arguments,
@@ -467,20 +514,19 @@ func metaString(meta mcp.Meta, key string) (string, error) {
 	return s, nil
 }
 
+// stamp returns ev as a record of kind, made now.
+func (s *Server) stamp(ev Event, kind string) Event {
+	ev.Kind, ev.At = kind, s.opts.Now()
+	return ev
+}
+
 // record appends an audit event and reports whether it was recorded.
 func (s *Server) record(ctx context.Context, ev Event, kind string) bool {
-	ev.Kind, ev.At = kind, s.opts.Now()
-	if err := s.opts.Auditor.Record(ctx, ev); err != nil {
+	if err := s.opts.Auditor.Record(ctx, s.stamp(ev, kind)); err != nil {
 		s.log.ErrorContext(ctx, "mcpserver: writing the audit log failed", "kind", kind, "tool", ev.Tool, "err", err)
 		return false
 	}
 	return true
-}
-
-// auditAuthFailure records a refused token. Nothing of the token is
-// recorded: unverified claims are not evidence of anything.
-func (s *Server) auditAuthFailure(ctx context.Context, reason string) {
-	s.record(context.WithoutCancel(ctx), Event{Outcome: reason}, KindAuthFailed)
 }
 
 // errorResult is a tool result reporting a problem the model can read.

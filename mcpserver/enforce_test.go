@@ -1,15 +1,19 @@
 package mcpserver
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/oauth2"
 
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/store"
@@ -211,6 +215,11 @@ func TestApprovalFlow(t *testing.T) {
 	if c := countOf(kinds, KindApprovalConsumed); c != 1 {
 		t.Errorf("consumed %d approvals; audit %v", c, kinds)
 	}
+	// A call that needs approval looks its execution up first, so that the
+	// replay above used up no approval.
+	if e.executions.lookupCount() == 0 {
+		t.Error("calls that need approval did not look up their execution")
+	}
 }
 
 // TestIdempotency checks that an allowed call with an idempotency key runs
@@ -245,6 +254,21 @@ func TestIdempotency(t *testing.T) {
 	if n := up.called("echo"); n != 4 {
 		t.Errorf("ran %d times, want 4", n)
 	}
+	// An allowed call starts its execution without looking it up first:
+	// the start finds it.
+	if n := e.executions.lookupCount(); n != 0 {
+		t.Errorf("allowed calls looked up their execution %d times, want 0", n)
+	}
+	want := []string{
+		KindDecision, KindExecuted, KindDecision, KindReplayed, KindDecision, KindReplayed, // k-1, three times
+		KindDecision,               // k-1 reused for another call
+		KindDecision, KindExecuted, // bob's k-1
+		KindDecision,                                           // a key that is not a string
+		KindDecision, KindExecuted, KindDecision, KindExecuted, // without a key
+	}
+	if got := e.audit.kinds("fx__echo"); !reflect.DeepEqual(got, want) {
+		t.Errorf("audit = %v, want %v", got, want)
+	}
 }
 
 // TestNoAuditNoCall checks that a decision that cannot be audited is not
@@ -259,6 +283,24 @@ func TestNoAuditNoCall(t *testing.T) {
 	}
 	if _, err := e.store.GetNote(t.Context(), alice, "n"); err == nil {
 		t.Error("the call ran without an audit record")
+	}
+	// With an idempotency key, the decision is recorded with the
+	// execution's start: neither is written, and nothing runs.
+	res = call(t, cs, "notes_write", map[string]any{"name": "n", "body": "b"}, mcp.Meta{MetaIdempotencyKey: "k-1"})
+	if !res.IsError {
+		t.Errorf("result = %s", text(res))
+	}
+	if _, err := e.store.GetNote(t.Context(), alice, "n"); err == nil {
+		t.Error("the call ran without an audit record")
+	}
+	// Once the log works again, the same call runs: no execution was
+	// started, which would answer it as already running.
+	e.audit.setFail(false)
+	if res := call(t, cs, "notes_write", map[string]any{"name": "n", "body": "b"}, mcp.Meta{MetaIdempotencyKey: "k-1"}); res.IsError {
+		t.Errorf("result = %s", text(res))
+	}
+	if got := e.audit.kinds("notes_write"); !reflect.DeepEqual(got, []string{KindDecision, KindExecuted}) {
+		t.Errorf("audit = %v, want a decision and an execution", got)
 	}
 }
 
@@ -374,4 +416,148 @@ func TestStatefulMode(t *testing.T) {
 	if len(jtis) != 1 || !jtis[fresh.ID] {
 		t.Errorf("the listing was decided for tokens %v, want the request's own %s", jtis, fresh.ID)
 	}
+}
+
+// TestResultTypeOnSessionlessProtocol checks that under protocol
+// 2026-07-28 tools/list says "cacheScope": "private" and every tools/call
+// result "resultType": "complete", as that revision requires, whatever
+// answered it (a tool, an approval, an unknown name, a replay), and that
+// older revisions get no resultType.
+func TestResultTypeOnSessionlessProtocol(t *testing.T) {
+	up := newFixture(t)
+	e := newEnv(t, envConfig{
+		rules:     map[string]Decision{"notes_list": Allow, "fx__echo": Allow},
+		upstreams: []Upstream{{Name: "fx", URL: up.url}},
+	})
+	for _, tt := range []struct {
+		version string
+		want    string
+	}{
+		{"2026-07-28", `"resultType":"complete"`},
+		{"2025-11-25", ""},
+	} {
+		t.Run(tt.version, func(t *testing.T) {
+			rec := &bodyRecorder{base: &oauth2.Transport{Source: e.broker.TokenSource(t.Context(), broker.Grant{Subject: alice, Audience: e.url + "/mcp"})}}
+			client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
+			cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{
+				Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: rec}, DisableStandaloneSSE: true, MaxRetries: -1,
+			}, &mcp.ClientSessionOptions{ProtocolVersion: tt.version})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			if _, err := cs.ListTools(t.Context(), nil); err != nil {
+				t.Fatal(err)
+			}
+			if body := rec.body(); tt.want != "" && !strings.Contains(body, `"cacheScope":"private"`) {
+				t.Errorf("tools/list lacks a private cacheScope: %s", body)
+			}
+			calls := []struct {
+				name string
+				args any
+				meta mcp.Meta
+			}{
+				{"notes_list", map[string]any{}, nil},
+				{"fx__echo", map[string]any{"text": "hi"}, mcp.Meta{MetaIdempotencyKey: "k-" + tt.version}},
+				{"fx__echo", map[string]any{"text": "hi"}, mcp.Meta{MetaIdempotencyKey: "k-" + tt.version}}, // a replay
+				{"notes_write", map[string]any{"name": "n", "body": "b"}, nil},                              // an approval
+				{"no_such_tool", map[string]any{}, nil},
+			}
+			for _, c := range calls {
+				rec.reset()
+				res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: c.name, Arguments: c.args, Meta: c.meta})
+				if err != nil {
+					t.Fatalf("%s: %v", c.name, err)
+				}
+				if c.name == "fx__echo" && text(res) != "echo: hi" {
+					t.Errorf("%s = %s", c.name, text(res))
+				}
+				body := rec.body()
+				if tt.want != "" && !strings.Contains(body, tt.want) {
+					t.Errorf("%s: the response lacks %s: %s", c.name, tt.want, body)
+				}
+				if tt.want == "" && strings.Contains(body, `"resultType"`) {
+					t.Errorf("%s: a response of protocol %s has a resultType: %s", c.name, tt.version, body)
+				}
+				if !strings.Contains(body, `"content":[`) {
+					t.Errorf("%s: the response's content is not an array: %s", c.name, body)
+				}
+			}
+		})
+	}
+}
+
+// bodyRecorder keeps the bodies of the responses it passes on.
+type bodyRecorder struct {
+	base http.RoundTripper
+	mu   sync.Mutex
+	buf  bytes.Buffer
+}
+
+func (b *bodyRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := b.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.buf.Write(body)
+	b.mu.Unlock()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return resp, nil
+}
+
+func (b *bodyRecorder) reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Reset()
+}
+
+func (b *bodyRecorder) body() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestCompleteResult checks that completeResult adds the resultType and
+// keeps every field Usher passes on, on the wire.
+func TestCompleteResult(t *testing.T) {
+	res := &mcp.CallToolResult{
+		Meta:              mcp.Meta{"fixture/kept": true},
+		Content:           []mcp.Content{&mcp.TextContent{Text: "hi"}, &mcp.ImageContent{Data: []byte{1, 2}, MIMEType: "image/png"}},
+		StructuredContent: map[string]any{"n": 1},
+		IsError:           true,
+	}
+	want, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want[:len(want)-1], []byte(`,"resultType":"complete"}`)...)
+	got, err := json.Marshal(completeResult(res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !jsonEqual(t, got, want) {
+		t.Errorf("completeResult encodes as\n%s\nwant\n%s", got, want)
+	}
+	if got, _ := json.Marshal(completeResult(&mcp.CallToolResult{})); !strings.Contains(string(got), `"content":[]`) {
+		t.Errorf("an empty result encodes as %s, want an empty content array", got)
+	}
+}
+
+// jsonEqual reports whether a and b are the same JSON value.
+func jsonEqual(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var va, vb any
+	if err := json.Unmarshal(a, &va); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &vb); err != nil {
+		t.Fatal(err)
+	}
+	return reflect.DeepEqual(va, vb)
 }

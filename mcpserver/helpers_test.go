@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -165,10 +166,64 @@ func (a *auditLog) kinds(tool string) []string {
 	return out
 }
 
+func (a *auditLog) failing() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.fail
+}
+
 func (a *auditLog) setFail(fail bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.fail = fail
+}
+
+// storeExecutions keeps executions in the store and records their events
+// in the in-memory audit log: the event only once the store has written
+// the execution, and neither when the log is failing, which is as near to
+// one transaction as two stores come. It counts the lookups.
+type storeExecutions struct {
+	s     store.Store
+	audit *auditLog
+
+	mu      sync.Mutex
+	lookups int
+}
+
+func (x *storeExecutions) GetExecution(ctx context.Context, key string) (store.Execution, error) {
+	x.mu.Lock()
+	x.lookups++
+	x.mu.Unlock()
+	return x.s.GetExecution(ctx, key)
+}
+
+func (x *storeExecutions) BeginExecution(ctx context.Context, e store.Execution, ev Event) (store.Execution, bool, error) {
+	if x.audit.failing() {
+		return store.Execution{}, false, errors.New("the audit log is unavailable")
+	}
+	rec, started, err := x.s.BeginExecution(ctx, e)
+	if err != nil {
+		return store.Execution{}, false, err
+	}
+	return rec, started, x.audit.Record(ctx, ev)
+}
+
+func (x *storeExecutions) FinishExecution(ctx context.Context, key string, status store.ExecutionStatus, result json.RawMessage, now time.Time, ev Event) (store.Execution, error) {
+	if x.audit.failing() {
+		return store.Execution{}, errors.New("the audit log is unavailable")
+	}
+	rec, err := x.s.FinishExecution(ctx, key, status, result, now)
+	if err != nil {
+		return store.Execution{}, err
+	}
+	return rec, x.audit.Record(ctx, ev)
+}
+
+// lookupCount returns how often GetExecution was called.
+func (x *storeExecutions) lookupCount() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.lookups
 }
 
 // storeApprovals keeps approvals in the store: FindApproved then
@@ -196,15 +251,17 @@ func (a storeApprovals) Request(ctx context.Context, r ApprovalRequest) (store.A
 
 // env is a running endpoint over loopback HTTP with its collaborators.
 type env struct {
-	t       *testing.T
-	store   store.Store
-	broker  *broker.Broker
-	policy  *policy
-	audit   *auditLog
-	catalog *Catalog
-	server  *Server
-	url     string // the public URL
-	logs    *syncBuffer
+	t      *testing.T
+	store  store.Store
+	broker *broker.Broker
+	policy *policy
+	audit  *auditLog
+	// executions are the store's, audited in audit.
+	executions *storeExecutions
+	catalog    *Catalog
+	server     *Server
+	url        string // the public URL
+	logs       *syncBuffer
 }
 
 // envConfig adjusts an env before it starts.
@@ -227,6 +284,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		}
 	}
 	e := &env{t: t, store: storetest.NewSQLite(t), policy: newPolicy(cfg.rules), audit: &auditLog{}, logs: &syncBuffer{}}
+	e.executions = &storeExecutions{s: e.store, audit: e.audit}
 	mux := http.NewServeMux()
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
@@ -256,7 +314,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	t.Cleanup(func() { e.catalog.Close() })
 	opts := &Options{
 		PublicURL: e.url, Verifier: verifier, Catalog: e.catalog, Decider: e.policy,
-		Approvals: storeApprovals{e.store}, Executions: e.store, Auditor: e.audit, Logger: log,
+		Approvals: storeApprovals{e.store}, Executions: e.executions, Auditor: e.audit, Logger: log,
 	}
 	if cfg.server != nil {
 		cfg.server(opts)
@@ -267,6 +325,26 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	}
 	e.server.Mount(mux)
 	return e
+}
+
+// post sends body to path with the MCP headers and header, and returns the
+// response; the caller closes its body.
+func (e *env) post(t *testing.T, path string, header http.Header, body string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }
 
 // token mints a broker token for the endpoint.

@@ -2,12 +2,14 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -96,6 +98,8 @@ type Server struct {
 	hosts    map[string]bool
 	handler  http.Handler
 	metadata http.Handler
+
+	authAudits authAudits // samples the records of refused tokens
 
 	endpointPath  string   // the path of the endpoint
 	metadataPaths []string // the paths of the metadata document
@@ -293,11 +297,52 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 			return s.listTools(ctx, c), nil
 		case *mcp.CallToolRequest:
 			ctx = withDownstream(ctx, r.Session, r.Params)
-			return s.callTool(ctx, c, r.Params), nil
+			res := s.callTool(ctx, c, r.Params)
+			if !sessionless(r.Params.Meta) {
+				return res, nil
+			}
+			return completeResult(res), nil
 		}
 		return next(ctx, method, req)
 	}
 }
+
+// sessionless reports whether a request's _meta names protocol 2026-07-28
+// or later, as the SDK decides it.
+func sessionless(meta mcp.Meta) bool {
+	v, _ := meta[mcp.MetaKeyProtocolVersion].(string)
+	return v >= "2026-07-28"
+}
+
+// completeResult returns res with "resultType": "complete", which protocol
+// 2026-07-28 requires of every tools/call result. The SDK sets it on the
+// results of tool handlers registered with it, but the field is unexported
+// and the endpoint answers tools/call itself, so the one way to set it is
+// the SDK's own decoding: completeTemplate is decoded once, and each result
+// is a copy of it with the fields of res that Usher passes on (see
+// plainResult). Usher passes on no request for input (its upstream sessions
+// fulfil none), so every result it answers is complete.
+func completeResult(res *mcp.CallToolResult) *mcp.CallToolResult {
+	tmpl, err := completeTemplate()
+	if err != nil {
+		return res // not with the SDK this is built with: TestCompleteResult checks
+	}
+	out := *tmpl
+	out.Meta, out.Content, out.StructuredContent, out.IsError = res.Meta, res.Content, res.StructuredContent, res.IsError
+	if out.Content == nil {
+		out.Content = []mcp.Content{} // never null
+	}
+	return &out
+}
+
+// completeTemplate is an empty result whose resultType is "complete".
+var completeTemplate = sync.OnceValues(func() (*mcp.CallToolResult, error) {
+	var r mcp.CallToolResult
+	if err := json.Unmarshal([]byte(`{"content":[],"resultType":"complete"}`), &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+})
 
 // listTools lists the tools the Decider does not deny the caller, in name
 // order. A tool whose listing decision fails is not shown. The list depends
@@ -307,7 +352,7 @@ func (s *Server) listTools(ctx context.Context, c Caller) *mcp.ListToolsResult {
 	res := &mcp.ListToolsResult{Tools: []*mcp.Tool{}, Cacheable: mcp.Cacheable{CacheScope: "private"}}
 	for _, t := range s.catalog.snapshot(ctx).tools {
 		v, err := s.opts.Decider.Decide(ctx, Call{
-			Principal: c.Subject, ClientID: c.ClientID, RunID: c.RunID, TokenID: c.TokenID,
+			Principal: c.Subject, Tenant: c.Tenant, Groups: c.Groups, ClientID: c.ClientID, RunID: c.RunID, TokenID: c.TokenID,
 			Tool: t.def.Name, Server: t.server, DefinitionHash: t.hash, Listing: true,
 		})
 		if err != nil {

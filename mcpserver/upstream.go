@@ -271,10 +271,7 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 				delete(res.Meta, k)
 			}
 		}
-		if res.Content == nil {
-			res.Content = []mcp.Content{}
-		}
-		return res, nil
+		return plainResult(res), nil
 	}
 }
 
@@ -411,6 +408,11 @@ type connKey struct {
 	subject  string // "" for the catalog's own session
 }
 
+// DefaultMaxSessions is the default of CatalogOptions.MaxSessions: enough
+// for a few hundred users active at once on a few upstreams, few enough
+// that their stdio processes fit one machine.
+const DefaultMaxSessions = 256
+
 // conn is a session to an upstream, shared by the calls of one subject.
 type conn struct {
 	key   connKey
@@ -420,9 +422,10 @@ type conn struct {
 	err     error
 
 	// Guarded by pool.mu.
-	refs   int
-	idle   *time.Timer
-	failed bool
+	refs     int
+	idle     *time.Timer
+	failed   bool
+	lastUsed uint64 // pool.uses when it was last released
 
 	mu       sync.Mutex
 	inflight map[string]*inflight // by the id given to the upstream as progress token
@@ -444,12 +447,40 @@ func (c *conn) untrack(f *inflight) {
 var errCatalogClosed = errors.New("mcpserver: the catalog is closed")
 
 // pool keeps the upstream sessions: opened on first use, shared by one
-// subject's calls, closed after being idle, on failure, and by close.
+// subject's calls, closed after being idle, on failure, when the least
+// recently used of max, and by close.
 type pool struct {
 	mu     sync.Mutex
 	conns  map[connKey]*conn
 	idle   time.Duration
+	max    int
+	uses   uint64 // counts releases, to order idle sessions by last use
 	closed bool
+}
+
+// errTooManySessions refuses a session when max are open and all in use.
+var errTooManySessions = errors.New("mcpserver: too many upstream sessions are in use; try again later")
+
+// evictLocked makes room for one more session: at max, it takes the least
+// recently used idle session out of the pool and returns it, to be closed
+// outside the lock. It fails when every session is in use.
+func (p *pool) evictLocked() (*conn, error) {
+	if len(p.conns) < p.max {
+		return nil, nil
+	}
+	var lru *conn
+	for _, c := range p.conns {
+		if c.refs == 0 && c.idle != nil && (lru == nil || c.lastUsed < lru.lastUsed) {
+			lru = c
+		}
+	}
+	if lru == nil {
+		return nil, errTooManySessions
+	}
+	lru.idle.Stop()
+	lru.idle = nil
+	delete(p.conns, lru.key)
+	return lru, nil
 }
 
 // acquire returns the subject's session to u, opening it if needed. The
@@ -463,7 +494,13 @@ func (p *pool) acquire(ctx context.Context, u *upstream, subject string) (*conn,
 	}
 	c := p.conns[key]
 	opener := c == nil
+	var evicted *conn
 	if opener {
+		var err error
+		if evicted, err = p.evictLocked(); err != nil {
+			p.mu.Unlock()
+			return nil, err
+		}
 		c = &conn{key: key, ready: make(chan struct{}), inflight: map[string]*inflight{}}
 		p.conns[key] = c
 	}
@@ -473,6 +510,9 @@ func (p *pool) acquire(ctx context.Context, u *upstream, subject string) (*conn,
 		c.idle = nil
 	}
 	p.mu.Unlock()
+	if evicted != nil {
+		evicted.close()
+	}
 
 	if opener {
 		cs, err := u.connect(ctx, c)
@@ -510,6 +550,8 @@ func (p *pool) release(c *conn) {
 		return
 	}
 	if !c.failed && !p.closed {
+		p.uses++
+		c.lastUsed = p.uses
 		c.idle = time.AfterFunc(p.idle, func() { p.expire(c) })
 		p.mu.Unlock()
 		return

@@ -19,6 +19,13 @@ VALUES ($1, $2, $3, $4, $5, $6, 'started', $7)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING ` + executionColumns
 
+	// pgInsertExecution is pgBeginExecution for a batch, which reads the
+	// record with pgGetExecution in the same transaction.
+	pgInsertExecution = `
+INSERT INTO tool_executions (idempotency_key, principal, tool, arguments_hash, approval_id, run_id, status, started_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'started', $7)
+ON CONFLICT (idempotency_key) DO NOTHING`
+
 	pgGetExecution = `SELECT ` + executionColumns + ` FROM tool_executions WHERE idempotency_key = $1`
 
 	pgExecutionExists = `SELECT EXISTS (SELECT 1 FROM tool_executions WHERE idempotency_key = $1)`
@@ -60,6 +67,45 @@ func (s *postgresStore) BeginExecution(ctx context.Context, e Execution) (Execut
 	return out, started, nil
 }
 
+// BeginExecutionAudited inserts the execution and reads it back before
+// the audit lock is taken, in the first round trip of the append: an insert
+// that waits for a concurrent one of the same key waits without the lock.
+func (s *postgresStore) BeginExecutionAudited(ctx context.Context, e Execution, build func(AuditHead) (AuditRecord, error)) (Execution, bool, error) {
+	if e.StartedAt.IsZero() {
+		e.StartedAt = s.now()
+	}
+	if err := checkNewExecution(e); err != nil {
+		return Execution{}, false, err
+	}
+	var out Execution
+	var started bool
+	step := &pgTxStep{
+		queue: func(b *pgx.Batch) {
+			b.Queue(pgInsertExecution, e.IdempotencyKey, e.Principal, e.Tool, e.ArgumentsHash,
+				nullString(e.ApprovalID), nullString(e.RunID), storedTime(e.StartedAt))
+			b.Queue(pgGetExecution, e.IdempotencyKey)
+		},
+		read: func(br pgx.BatchResults) error {
+			tag, err := br.Exec()
+			if err != nil {
+				return err
+			}
+			started = tag.RowsAffected() == 1
+			if out, err = scanPostgresExecution(br.QueryRow()); err != nil {
+				return err
+			}
+			if !sameCall(out, e) {
+				return ErrConflict
+			}
+			return nil
+		},
+	}
+	if _, err := s.appendAuditTx(ctx, step, build); err != nil {
+		return Execution{}, false, appendError(err, pgError)
+	}
+	return out, started, nil
+}
+
 func (s *postgresStore) GetExecution(ctx context.Context, idempotencyKey string) (Execution, error) {
 	e, err := scanPostgresExecution(s.pool.QueryRow(ctx, pgGetExecution, idempotencyKey))
 	if err != nil {
@@ -91,6 +137,48 @@ func (s *postgresStore) FinishExecution(ctx context.Context, idempotencyKey stri
 		return Execution{}, pgError(err)
 	}
 	return e, nil
+}
+
+// FinishExecutionAudited updates the execution before the audit lock is
+// taken, in the first round trip of the append.
+func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(AuditHead) (AuditRecord, error)) (Execution, error) {
+	if err := checkFinish(idempotencyKey, status, result, now); err != nil {
+		return Execution{}, err
+	}
+	var res []byte // nil is NULL
+	if len(result) > 0 {
+		res = result
+	}
+	var out Execution
+	step := &pgTxStep{
+		queue: func(b *pgx.Batch) {
+			b.Queue(pgFinishExecution, idempotencyKey, status, res, storedTime(now))
+			b.Queue(pgExecutionExists, idempotencyKey)
+		},
+		read: func(br pgx.BatchResults) error {
+			var err error
+			out, err = scanPostgresExecution(br.QueryRow())
+			finished := err == nil
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			var exists bool
+			if err := br.QueryRow().Scan(&exists); err != nil {
+				return err
+			}
+			switch {
+			case finished:
+				return nil
+			case !exists:
+				return ErrNotFound
+			}
+			return ErrConflict
+		},
+	}
+	if _, err := s.appendAuditTx(ctx, step, build); err != nil {
+		return Execution{}, appendError(err, pgError)
+	}
+	return out, nil
 }
 
 func (s *postgresStore) MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]Execution, error) {

@@ -36,6 +36,16 @@ RETURNING ` + executionColumns
 )
 
 func (s *sqliteStore) BeginExecution(ctx context.Context, e Execution) (Execution, bool, error) {
+	return s.beginExecution(ctx, e, nil)
+}
+
+func (s *sqliteStore) BeginExecutionAudited(ctx context.Context, e Execution, build func(AuditHead) (AuditRecord, error)) (Execution, bool, error) {
+	return s.beginExecution(ctx, e, build)
+}
+
+// beginExecution begins e and, when build is not nil, appends its record,
+// in one transaction.
+func (s *sqliteStore) beginExecution(ctx context.Context, e Execution, build func(AuditHead) (AuditRecord, error)) (Execution, bool, error) {
 	if e.StartedAt.IsZero() {
 		e.StartedAt = s.now()
 	}
@@ -49,21 +59,26 @@ func (s *sqliteStore) BeginExecution(ctx context.Context, e Execution) (Executio
 		out, err = scanSQLiteExecution(tx.QueryRowContext(ctx, sqliteBeginExecution,
 			e.IdempotencyKey, e.Principal, e.Tool, e.ArgumentsHash, nullString(e.ApprovalID), nullString(e.RunID),
 			sqliteTime(e.StartedAt)))
-		if err == nil {
+		switch {
+		case err == nil:
 			started = true
-			return nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		case errors.Is(err, sql.ErrNoRows):
+			if out, err = scanSQLiteExecution(tx.QueryRowContext(ctx, sqliteGetExecution, e.IdempotencyKey)); err != nil {
+				return err
+			}
+		default:
 			return err
 		}
-		out, err = scanSQLiteExecution(tx.QueryRowContext(ctx, sqliteGetExecution, e.IdempotencyKey))
+		if !sameCall(out, e) {
+			return ErrConflict
+		}
+		if build != nil {
+			_, err = appendAuditInTx(ctx, tx, build)
+		}
 		return err
 	})
 	if err != nil {
-		return Execution{}, false, sqliteError(err)
-	}
-	if !sameCall(out, e) {
-		return Execution{}, false, ErrConflict
+		return Execution{}, false, appendError(err, sqliteError)
 	}
 	return out, started, nil
 }
@@ -77,6 +92,16 @@ func (s *sqliteStore) GetExecution(ctx context.Context, idempotencyKey string) (
 }
 
 func (s *sqliteStore) FinishExecution(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time) (Execution, error) {
+	return s.finishExecution(ctx, idempotencyKey, status, result, now, nil)
+}
+
+func (s *sqliteStore) FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(AuditHead) (AuditRecord, error)) (Execution, error) {
+	return s.finishExecution(ctx, idempotencyKey, status, result, now, build)
+}
+
+// finishExecution finishes the execution and, when build is not nil,
+// appends its record, in one transaction.
+func (s *sqliteStore) finishExecution(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(AuditHead) (AuditRecord, error)) (Execution, error) {
 	if err := checkFinish(idempotencyKey, status, result, now); err != nil {
 		return Execution{}, err
 	}
@@ -89,6 +114,12 @@ func (s *sqliteStore) FinishExecution(ctx context.Context, idempotencyKey string
 		var err error
 		out, err = scanSQLiteExecution(tx.QueryRowContext(ctx, sqliteFinishExecution,
 			idempotencyKey, string(status), res, sqliteTime(now)))
+		if err == nil {
+			if build != nil {
+				_, err = appendAuditInTx(ctx, tx, build)
+			}
+			return err
+		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -102,7 +133,7 @@ func (s *sqliteStore) FinishExecution(ctx context.Context, idempotencyKey string
 		return ErrConflict
 	})
 	if err != nil {
-		return Execution{}, sqliteError(err)
+		return Execution{}, appendError(err, sqliteError)
 	}
 	return out, nil
 }

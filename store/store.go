@@ -318,6 +318,17 @@ type Store interface {
 	// olderThan as outcome_unknown, the trace of a process that stopped
 	// mid-call, and returns them, oldest first, so they can be reported.
 	MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]Execution, error)
+	// BeginExecutionAudited does what BeginExecution does and what
+	// AppendAudit does with build, in one transaction: both are written or
+	// neither. An execution the key already names is no error (the record
+	// is appended, and the execution returned with started false); a key
+	// of another call fails with ErrConflict and writes nothing. It lets a
+	// caller record why a call runs and start it with one durable write.
+	BeginExecutionAudited(ctx context.Context, e Execution, build func(head AuditHead) (AuditRecord, error)) (_ Execution, started bool, _ error)
+	// FinishExecutionAudited does what FinishExecution does and what
+	// AppendAudit does with build, in one transaction: both are written or
+	// neither, so on ErrNotFound or ErrConflict no record is appended.
+	FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(head AuditHead) (AuditRecord, error)) (Execution, error)
 
 	// ListNotes returns the owner's notes by name.
 	ListNotes(ctx context.Context, owner string) ([]Note, error)

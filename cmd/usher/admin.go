@@ -74,7 +74,7 @@ func (e *environment) policyCmd(ctx context.Context, args []string) error {
 			}
 		}
 		req := policy.Request{
-			Principal: principalOf(*user),
+			Principal: principalOf(*user, "", nil),
 			Tool:      policy.Tool{Name: *tool, Server: *server, DefinitionHash: *hash, Reviewed: lock.Reviewed(*tool, *hash)},
 			Arguments: json.RawMessage(*argsJSON),
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/usherhq/usher/approvals"
 	"github.com/usherhq/usher/broker"
@@ -120,7 +121,7 @@ func (d decider) Decide(_ context.Context, c mcpserver.Call) (mcpserver.Verdict,
 		args = json.RawMessage(`{}`)
 	}
 	dec := d.policy.Decide(policy.Request{
-		Principal: principalOf(c.Principal),
+		Principal: principalOf(c.Principal, c.Tenant, c.Groups),
 		Tool: policy.Tool{
 			Name: c.Tool, Server: server, DefinitionHash: c.DefinitionHash,
 			Reviewed: d.lock.Reviewed(c.Tool, c.DefinitionHash),
@@ -140,11 +141,12 @@ func (d decider) Decide(_ context.Context, c mcpserver.Call) (mcpserver.Verdict,
 	return v, nil
 }
 
-// principalOf rebuilds the policy principal from a principal id
-// ("issuer|tenant|object id").
-func principalOf(id string) policy.Principal {
-	p := policy.Principal{ID: id}
-	if parts := strings.Split(id, "|"); len(parts) == 3 {
+// principalOf is the policy principal of a principal id ("issuer|tenant|
+// object id") with the tenant and groups its broker token carries. Without
+// a tenant, the id's is taken.
+func principalOf(id, tenant string, groups []string) policy.Principal {
+	p := policy.Principal{ID: id, Tenant: tenant, Groups: groups}
+	if parts := strings.Split(id, "|"); p.Tenant == "" && len(parts) == 3 {
 		p.Tenant = parts[1]
 	}
 	return p
@@ -171,19 +173,66 @@ func (a approvalRequests) Request(ctx context.Context, r mcpserver.ApprovalReque
 type auditor struct{ log *audit.Log }
 
 func (a auditor) Record(ctx context.Context, e mcpserver.Event) error {
-	details, err := json.Marshal(map[string]any{
-		"server": e.Server, "reasons": e.Reasons, "idempotency_key": e.IdempotencyKey,
-	})
+	entry, err := auditEntry(e)
 	if err != nil {
 		return err
 	}
-	return a.log.Append(ctx, audit.Entry{
+	return a.log.Append(ctx, entry)
+}
+
+// auditEntry is the audit log's entry of an MCP server event.
+func auditEntry(e mcpserver.Event) (audit.Entry, error) {
+	d := map[string]any{"server": e.Server, "reasons": e.Reasons, "idempotency_key": e.IdempotencyKey}
+	if e.Suppressed > 0 {
+		d["suppressed"] = e.Suppressed
+	}
+	details, err := json.Marshal(d)
+	if err != nil {
+		return audit.Entry{}, err
+	}
+	return audit.Entry{
 		Kind: audit.Kind(e.Kind), At: e.At, Principal: e.Principal, ClientID: e.ClientID,
 		TokenJTI: e.TokenID, Tool: e.Tool, DefinitionHash: e.DefinitionHash,
 		ArgumentsHash: e.ArgumentsHash, Decision: string(e.Decision), PolicyIDs: e.PolicyIDs,
 		PolicyHash: e.PolicyHash, ApprovalID: e.ApprovalID, RunID: e.RunID, Outcome: e.Outcome,
 		Latency: e.Latency, Details: details,
-	})
+	}, nil
+}
+
+// executions keeps the MCP server's executions in the store, writing each
+// start and each finish in one transaction with its audit record.
+type executions struct {
+	store store.Store
+	log   *audit.Log
+}
+
+func (x executions) GetExecution(ctx context.Context, key string) (store.Execution, error) {
+	return x.store.GetExecution(ctx, key)
+}
+
+func (x executions) BeginExecution(ctx context.Context, e store.Execution, ev mcpserver.Event) (store.Execution, bool, error) {
+	build, err := x.builder(ev)
+	if err != nil {
+		return store.Execution{}, false, err
+	}
+	return x.store.BeginExecutionAudited(ctx, e, build)
+}
+
+func (x executions) FinishExecution(ctx context.Context, key string, status store.ExecutionStatus, result json.RawMessage, now time.Time, ev mcpserver.Event) (store.Execution, error) {
+	build, err := x.builder(ev)
+	if err != nil {
+		return store.Execution{}, err
+	}
+	return x.store.FinishExecutionAudited(ctx, key, status, result, now, build)
+}
+
+// builder returns the function that makes ev the next audit record.
+func (x executions) builder(ev mcpserver.Event) (func(store.AuditHead) (store.AuditRecord, error), error) {
+	entry, err := auditEntry(ev)
+	if err != nil {
+		return nil, err
+	}
+	return x.log.Builder(entry)
 }
 
 // mcpStack is the MCP server and what it needs, built for serve.
@@ -236,7 +285,7 @@ func (in *installation) buildMCP(ctx context.Context, publicURL string, keys *br
 		Catalog:        cat,
 		Decider:        decider{policy: pol, lock: lock},
 		Approvals:      approvalRequests{svc},
-		Executions:     in.store,
+		Executions:     executions{in.store, auditLog},
 		Auditor:        auditor{auditLog},
 		ApprovalURL:    svc.URL,
 		Stateful:       in.cfg.MCP.Stateful,

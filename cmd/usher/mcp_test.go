@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/usherhq/usher/approvals"
+	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/mcpserver"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
@@ -218,5 +219,109 @@ func TestApprovalRequestRevokesOtherDefinitions(t *testing.T) {
 	got, err := st.GetApproval(t.Context(), old.ID)
 	if err != nil || got.Status != store.ApprovalRevoked {
 		t.Fatalf("old approval = %v %v, want revoked", got.Status, err)
+	}
+}
+
+// groupPolicy allows notes_write to the writers of one tenant, holds
+// notes_read of readers for the security group, and refuses it to
+// everyone else.
+const groupPolicy = `
+@id("writers-write")
+@outcome("allow")
+permit (principal, action == Usher::Action::"call_tool", resource == Usher::Tool::"notes_write")
+when { resource.server == "builtin" && principal.tenant == "contoso" && principal.groups.contains("writers") };
+
+@id("readers-read")
+@outcome("approve")
+@approvers("security")
+permit (principal, action == Usher::Action::"call_tool", resource == Usher::Tool::"notes_read")
+when { principal.groups.contains("readers") };
+
+@id("others-no-read")
+forbid (principal, action == Usher::Action::"call_tool", resource == Usher::Tool::"notes_read")
+unless { principal.groups.contains("readers") };
+`
+
+// TestMCPGroupPolicy shows that the groups and tenant a broker token
+// carries reach the policy: a rule on a group allows, or asks the group's
+// approvers, only for members; and that `usher token mcp` refuses groups
+// a token cannot carry.
+func TestMCPGroupPolicy(t *testing.T) {
+	dir := t.TempDir()
+	policyFile := dir + "/policy.cedar"
+	if err := writeTestFile(policyFile, groupPolicy); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, map[string]string{"USHER_POLICY_FILE": policyFile})
+	token := func(sub string, extra ...string) string {
+		t.Helper()
+		tok, err := s.cli(t, append([]string{"token", "mcp", "--sub", sub}, extra...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	write := func(tok string) map[string]any {
+		return mcpCall(t, s.url, tok, "tools/call", map[string]any{"name": "notes_write", "arguments": map[string]any{"name": "n", "body": "b"}})
+	}
+	read := func(tok string) map[string]any {
+		return mcpCall(t, s.url, tok, "tools/call", map[string]any{"name": "notes_read", "arguments": map[string]any{"name": "n"}})
+	}
+	approvalOf := func(res map[string]any) string {
+		meta, _ := res["_meta"].(map[string]any)
+		a, _ := meta["usher/approval"].(map[string]any)
+		id, _ := a["id"].(string)
+		return id
+	}
+
+	writer := token("writer", "--tenant", "contoso", "--group", "staff", "--group", "writers")
+	if res := write(writer); res["isError"] == true {
+		t.Errorf("a writer's notes_write did not run unattended: %v", res)
+	}
+	for name, tok := range map[string]string{
+		"no groups":          token("nobody"),
+		"another group":      token("staff", "--tenant", "contoso", "--group", "staff"),
+		"a look-alike group": token("shouter", "--tenant", "contoso", "--group", "Writers"),
+		"another tenant":     token("outsider", "--tenant", "fabrikam", "--group", "writers"),
+	} {
+		if res := write(tok); res["isError"] != true || approvalOf(res) == "" {
+			t.Errorf("notes_write with %s: %v, want an approval", name, res)
+		}
+	}
+
+	reader := token("reader", "--group", "readers")
+	res := read(reader)
+	id := approvalOf(res)
+	if res["isError"] != true || id == "" {
+		t.Fatalf("a reader's notes_read = %v, want an approval", res)
+	}
+	st, err := store.Open(t.Context(), s.dataDir+"/usher.db", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if a, err := st.GetApproval(t.Context(), id); err != nil || strings.Join(a.Approvers, ",") != "security" {
+		t.Errorf("the reader's approval = %+v, %v; want it decided by security", a, err)
+	}
+	nonReader := token("writer", "--tenant", "contoso", "--group", "writers")
+	if res := read(nonReader); res["isError"] != true || approvalOf(res) != "" || !strings.Contains(fmt.Sprint(res["content"]), "others-no-read") {
+		t.Errorf("a non-reader's notes_read = %v, want denied by others-no-read", res)
+	}
+	if list := fmt.Sprint(mcpCall(t, s.url, nonReader, "tools/list", map[string]any{})["tools"]); strings.Contains(list, "name:notes_read") {
+		t.Error("notes_read is listed for a non-reader")
+	}
+	if list := fmt.Sprint(mcpCall(t, s.url, reader, "tools/list", map[string]any{})["tools"]); !strings.Contains(list, "name:notes_read") {
+		t.Error("notes_read is not listed for a reader")
+	}
+
+	many := []string{"token", "mcp", "--sub", "crowd"}
+	for i := range broker.MaxGroups + 1 {
+		many = append(many, "--group", fmt.Sprint("g", i))
+	}
+	if _, err := s.cli(t, many...); err == nil {
+		t.Errorf("usher token mcp minted a token with %d groups", broker.MaxGroups+1)
+	}
+	if _, err := s.cli(t, "token", "mcp", "--sub", "long", "--group", strings.Repeat("g", broker.MaxClaimLength+1)); err == nil {
+		t.Error("usher token mcp minted a token with an overlong group")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/config"
@@ -12,7 +13,7 @@ import (
 
 func (e *environment) token(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		fmt.Fprint(e.stderr, "usage: usher token user --sub NAME | usher token mcp --sub PRINCIPAL --audience URL\n")
+		fmt.Fprint(e.stderr, "usage: usher token user --sub NAME | usher token mcp --sub PRINCIPAL [--audience URL] [--run ID] [--tenant TID] [--group G]...\n")
 		return errUsage
 	}
 	switch args[0] {
@@ -78,6 +79,8 @@ func (e *environment) tokenMCP(ctx context.Context, args []string) error {
 	fs.StringVar(&g.Subject, "sub", "", "principal `id` the token speaks for (required)")
 	fs.StringVar(&g.Audience, "audience", "", "the MCP server's exact `URL` (default <public_url>/mcp)")
 	fs.StringVar(&g.RunID, "run", "", "run `id` to bind the token to")
+	fs.StringVar(&g.Tenant, "tenant", "", "the principal's tenant `id` (\"tid\"), for policies")
+	fs.Var((*repeated)(&g.Groups), "group", fmt.Sprintf("a `group` of the principal (\"groups\"), for policies; repeat it for several, at most %d", broker.MaxGroups))
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -113,8 +116,18 @@ func (e *environment) tokenMCP(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log.Info("minted broker token", "jti", tok.ID, "sub", g.Subject, "aud", g.Audience, "expires", tok.Expiry)
+	log.Info("minted broker token", "jti", tok.ID, "sub", g.Subject, "aud", g.Audience, "tid", g.Tenant, "groups", g.Groups, "expires", tok.Expiry)
 	fmt.Fprintln(e.stdout, tok.Raw)
+	return nil
+}
+
+// repeated is a flag that may be given several times, each adding a value.
+type repeated []string
+
+func (r *repeated) String() string { return strings.Join(*r, ",") }
+
+func (r *repeated) Set(v string) error {
+	*r = append(*r, v)
 	return nil
 }
 

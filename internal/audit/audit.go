@@ -107,12 +107,31 @@ func New(st Appender, opts *Options) (*Log, error) {
 // It fails with ErrInvalidEntry for an entry it refuses, and otherwise only
 // when the store does: an audited action should then not proceed.
 func (l *Log) Append(ctx context.Context, e Entry) error {
-	if err := checkEntry(e); err != nil {
+	build, err := l.Builder(e)
+	if err != nil {
 		return err
+	}
+	_, err = l.st.AppendAudit(ctx, build)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrInvalid):
+		return fmt.Errorf("%w: %w", ErrInvalidEntry, err)
+	}
+	return fmt.Errorf("audit: append %s: %w", e.Kind, err)
+}
+
+// Builder checks e and returns the function that makes it the next record
+// of the log, for a store method that appends a record along with another
+// write in one transaction (such as store.Store.BeginExecutionAudited).
+// It fails with ErrInvalidEntry for an entry Append would refuse.
+func (l *Log) Builder(e Entry) (func(store.AuditHead) (store.AuditRecord, error), error) {
+	if err := checkEntry(e); err != nil {
+		return nil, err
 	}
 	details, err := canonicalDetails(e.Details)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidEntry, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidEntry, err)
 	}
 	at := e.At
 	if at.IsZero() {
@@ -136,20 +155,14 @@ func (l *Log) Append(ctx context.Context, e Entry) error {
 		Latency:        storedLatency(e.Latency),
 		Details:        details,
 	}
-	_, err = l.st.AppendAudit(ctx, func(head store.AuditHead) (store.AuditRecord, error) {
+	return func(head store.AuditHead) (store.AuditRecord, error) {
+		r := r
 		r.Seq = head.Seq + 1
 		r.PrevHash = head.Hash
 		var err error
 		r.Hash, err = Hash(r)
 		return r, err
-	})
-	if errors.Is(err, store.ErrInvalid) {
-		return fmt.Errorf("%w: %w", ErrInvalidEntry, err)
-	}
-	if err != nil {
-		return fmt.Errorf("audit: append %s: %w", e.Kind, err)
-	}
-	return nil
+	}, nil
 }
 
 // maxJTI bounds TokenJTI; real ones are a UUID or a few dozen characters.

@@ -278,6 +278,96 @@ func TestConcurrentAppendsVerify(t *testing.T) {
 	})
 }
 
+// TestProcessesAppendWithExecutions runs two processes (two stores on one
+// database, as two replicas) that append plain records and records written
+// with an execution's start and finish (Builder with the store's audited
+// execution methods) at once: the chain stays gapless and verifies.
+func TestProcessesAppendWithExecutions(t *testing.T) {
+	forEachDSN(t, func(t *testing.T, dsn string) {
+		const processes, workers, each = 2, 4, 6
+		logs := make([]*audit.Log, processes)
+		stores := make([]store.Store, processes)
+		for i := range processes {
+			stores[i] = openStore(t, dsn)
+			var err error
+			if logs[i], err = audit.New(stores[i], nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := make(chan struct{})
+		errs := make([]error, processes*workers)
+		var wg sync.WaitGroup
+		for w := range processes * workers {
+			st, log := stores[w%processes], logs[w%processes]
+			wg.Go(func() {
+				<-start
+				for j := range each {
+					key := fmt.Sprintf("w%d-%d", w, j)
+					e := audit.Entry{Kind: audit.KindDecision, Principal: "p", Tool: "t", RunID: key}
+					if j%2 == 0 {
+						if err := log.Append(t.Context(), e); err != nil {
+							errs[w] = err
+							return
+						}
+						continue
+					}
+					build, err := log.Builder(e)
+					if err == nil {
+						_, _, err = st.BeginExecutionAudited(t.Context(), store.Execution{IdempotencyKey: key, Principal: "p", Tool: "t", ArgumentsHash: "h"}, build)
+					}
+					if err == nil {
+						e.Kind, e.Outcome = audit.KindExecuted, "succeeded"
+						if build, err = log.Builder(e); err == nil {
+							_, err = st.FinishExecutionAudited(t.Context(), key, store.ExecutionSucceeded, nil, time.Now(), build)
+						}
+					}
+					if err != nil {
+						errs[w] = err
+						return
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		// Half the rounds append one record, half two.
+		want := processes * workers * (each/2 + 2*(each/2))
+		for i, st := range stores {
+			if rep := verify(t, st); !rep.Intact() || rep.Records != int64(want) {
+				t.Errorf("Verify in process %d = %+v, want intact with %d records", i, rep, want)
+			}
+		}
+	})
+}
+
+// TestBuilderRefuses checks that Builder refuses what Append refuses,
+// before any write.
+func TestBuilderRefuses(t *testing.T) {
+	log, err := audit.New(nopAppender{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []audit.Entry{
+		{Kind: "Not A Kind"},
+		{Kind: audit.KindDecision, TokenJTI: "eyJ.eyJ.sig"},
+		{Kind: audit.KindDecision, Details: json.RawMessage(`{`)},
+	} {
+		if _, err := log.Builder(e); !errors.Is(err, audit.ErrInvalidEntry) {
+			t.Errorf("Builder(%+v) = %v, want ErrInvalidEntry", e, err)
+		}
+	}
+}
+
+// nopAppender is an Appender that is never reached.
+type nopAppender struct{}
+
+func (nopAppender) AppendAudit(context.Context, func(store.AuditHead) (store.AuditRecord, error)) (store.AuditRecord, error) {
+	return store.AuditRecord{}, errors.New("not reached")
+}
+
 func TestAppendRefuses(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, st store.Store, _ *sql.DB) {
 		log, err := audit.New(st, nil)

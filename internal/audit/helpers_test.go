@@ -26,6 +26,18 @@ func forEachEngine(t *testing.T, test func(t *testing.T, st store.Store, db *sql
 	})
 }
 
+// forEachDSN runs test with the address of a new database of each engine.
+func forEachDSN(t *testing.T, test func(t *testing.T, dsn string)) {
+	t.Run("SQLite", func(t *testing.T) {
+		t.Parallel()
+		test(t, filepath.Join(t.TempDir(), "usher.db"))
+	})
+	t.Run("PostgreSQL", func(t *testing.T) {
+		t.Parallel()
+		test(t, storetest.PostgresURL(t))
+	})
+}
+
 func openStore(t *testing.T, dsn string) store.Store {
 	t.Helper()
 	st, err := store.Open(t.Context(), dsn, nil)

@@ -172,6 +172,71 @@ func testAppendAuditConcurrent(t *testing.T, s store.Store) {
 			t.Errorf("appender %d: %v", i, err)
 		}
 	}
+	checkChain(t, s, appenders*each)
+
+	// Appends that begin and finish executions chain with the others: of
+	// the racers on one key, one starts it and one finishes it, and each
+	// of them that did not fail appended one record.
+	t.Run("WithExecutions", func(t *testing.T) {
+		const keys = 4
+		start := make(chan struct{})
+		var mu sync.Mutex
+		appended := appenders * each
+		starts, finishes := map[string]int{}, map[string]int{}
+		errs := make([]error, appenders)
+		var wg sync.WaitGroup
+		for i := range appenders {
+			wg.Go(func() {
+				<-start
+				for k := range keys {
+					key := fmt.Sprintf("concurrent-%d", k)
+					r := store.AuditRecord{At: time.Now().Truncate(time.Microsecond), Kind: fmt.Sprintf("begin%d_%d", i, k)}
+					_, started, err := s.BeginExecutionAudited(t.Context(), testExecution(key, time.Now()), chained(r))
+					if err != nil {
+						errs[i] = fmt.Errorf("BeginExecutionAudited: %w", err)
+						return
+					}
+					r.Kind = fmt.Sprintf("finish%d_%d", i, k)
+					_, err = s.FinishExecutionAudited(t.Context(), key, store.ExecutionSucceeded, nil, time.Now(), chained(r))
+					finished := err == nil
+					if err != nil && !errors.Is(err, store.ErrConflict) {
+						errs[i] = fmt.Errorf("FinishExecutionAudited: %w", err)
+						return
+					}
+					mu.Lock()
+					appended++
+					if started {
+						starts[key]++
+					}
+					if finished {
+						appended++
+						finishes[key]++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("appender %d: %v", i, err)
+			}
+		}
+		for k := range keys {
+			key := fmt.Sprintf("concurrent-%d", k)
+			if starts[key] != 1 || finishes[key] != 1 {
+				t.Errorf("%s was started %d and finished %d times, want once each", key, starts[key], finishes[key])
+			}
+		}
+		checkChain(t, s, appended)
+	})
+}
+
+// checkChain reads the whole log and checks that it holds n records, each
+// chained to the one before with the hash its build computed.
+func checkChain(t *testing.T, s store.Store, n int) {
+	t.Helper()
 	// Read in pages smaller than the log, as a verifier would.
 	var all []store.AuditRecord
 	for after := int64(0); ; {
@@ -185,8 +250,8 @@ func testAppendAuditConcurrent(t *testing.T, s store.Store) {
 		all = append(all, page...)
 		after = page[len(page)-1].Seq
 	}
-	if len(all) != appenders*each {
-		t.Fatalf("the log has %d records, want %d", len(all), appenders*each)
+	if len(all) != n {
+		t.Fatalf("the log has %d records, want %d", len(all), n)
 	}
 	prev := ""
 	for i, r := range all {

@@ -141,6 +141,123 @@ func testBeginExecution(t *testing.T, s store.Store) {
 			t.Errorf("FinishExecution %s = %v, want ErrInvalid", tt.name, err)
 		}
 	}
+
+	// The same with an audit record, on this store.
+	t.Run("Audited", func(t *testing.T) { testExecutionsAudited(t, s) })
+}
+
+// testExecutionsAudited runs on the store of testBeginExecution, whose
+// audit log is empty.
+func testExecutionsAudited(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	now := time.Date(2031, 3, 4, 5, 6, 7, 891011121, time.UTC)
+	at := now.Truncate(time.Microsecond)
+	logLength := func() int {
+		t.Helper()
+		records, err := s.AuditRecords(ctx, 0, 100)
+		if err != nil {
+			t.Fatalf("AuditRecords: %v", err)
+		}
+		return len(records)
+	}
+	var heads []store.AuditHead
+	build := func(kind string) func(store.AuditHead) (store.AuditRecord, error) {
+		return func(h store.AuditHead) (store.AuditRecord, error) {
+			heads = append(heads, h)
+			return chained(store.AuditRecord{At: at, Kind: kind, Tool: "notes_write"})(h)
+		}
+	}
+
+	in := testExecution("audited/call-1", now)
+	e, started, err := s.BeginExecutionAudited(ctx, in, build("decision"))
+	if err != nil || !started {
+		t.Fatalf("BeginExecutionAudited = started %v, %v; want started", started, err)
+	}
+	want := in
+	want.Status = store.ExecutionStarted
+	want.StartedAt = at
+	if !reflect.DeepEqual(e, want) {
+		t.Errorf("BeginExecutionAudited returned\n%+v\nwant\n%+v", e, want)
+	}
+	if got, err := s.GetExecution(ctx, in.IdempotencyKey); err != nil || !reflect.DeepEqual(got, e) {
+		t.Errorf("GetExecution = %+v, %v; want %+v", got, err, e)
+	}
+	if len(heads) != 1 || heads[0] != (store.AuditHead{}) || logLength() != 1 {
+		t.Errorf("build saw heads %v and the log has %d records; want one call on the empty head, one record", heads, logLength())
+	}
+
+	// The same call again finds it, and its record is appended all the
+	// same: the decision it records stands.
+	again, started, err := s.BeginExecutionAudited(ctx, testExecution("audited/call-1", now.Add(time.Second)), build("decision"))
+	if err != nil || started || !reflect.DeepEqual(again, e) {
+		t.Errorf("BeginExecutionAudited again = %+v, started %v, %v; want the first record, not started", again, started, err)
+	}
+	if n := logLength(); n != 2 {
+		t.Errorf("the log has %d records, want 2", n)
+	}
+
+	// What fails writes neither the execution nor the record.
+	other := testExecution("audited/call-1", now)
+	other.ArgumentsHash = "args-2"
+	if _, _, err := s.BeginExecutionAudited(ctx, other, build("decision")); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("BeginExecutionAudited with the key of another call = %v, want ErrConflict", err)
+	}
+	errBuild := errors.New("hashing failed")
+	failing := func(store.AuditHead) (store.AuditRecord, error) { return store.AuditRecord{}, errBuild }
+	if _, _, err := s.BeginExecutionAudited(ctx, testExecution("audited/call-2", now), failing); err != errBuild {
+		t.Errorf("BeginExecutionAudited with a failing build = %v, want its error as is", err)
+	}
+	misbuilt := func(h store.AuditHead) (store.AuditRecord, error) {
+		r, err := chained(store.AuditRecord{At: at, Kind: "decision"})(h)
+		r.PrevHash = "forged"
+		return r, err
+	}
+	if _, _, err := s.BeginExecutionAudited(ctx, testExecution("audited/call-2", now), misbuilt); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("BeginExecutionAudited with a record off the chain = %v, want ErrInvalid", err)
+	}
+	invalid := testExecution("audited/call-2", now)
+	invalid.Principal = ""
+	if _, _, err := s.BeginExecutionAudited(ctx, invalid, build("decision")); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("BeginExecutionAudited without a principal = %v, want ErrInvalid", err)
+	}
+	if _, err := s.GetExecution(ctx, "audited/call-2"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("after failed begins GetExecution = %v, want ErrNotFound: nothing started", err)
+	}
+	if n := logLength(); n != 2 {
+		t.Errorf("after failed begins the log has %d records, want 2", n)
+	}
+
+	result := json.RawMessage(`{"content":[]}`)
+	if _, err := s.FinishExecutionAudited(ctx, in.IdempotencyKey, store.ExecutionSucceeded, result, now, failing); err != errBuild {
+		t.Errorf("FinishExecutionAudited with a failing build = %v, want its error as is", err)
+	}
+	if got, err := s.GetExecution(ctx, in.IdempotencyKey); err != nil || got.Status != store.ExecutionStarted {
+		t.Errorf("after a failed finish the execution is %s, %v; want still started", got.Status, err)
+	}
+	done, err := s.FinishExecutionAudited(ctx, in.IdempotencyKey, store.ExecutionSucceeded, result, now.Add(time.Second), build("executed"))
+	if err != nil {
+		t.Fatalf("FinishExecutionAudited: %v", err)
+	}
+	want.Status, want.Result, want.FinishedAt = store.ExecutionSucceeded, result, at.Add(time.Second)
+	if !reflect.DeepEqual(done, want) {
+		t.Errorf("FinishExecutionAudited returned\n%+v\nwant\n%+v", done, want)
+	}
+	records, err := s.AuditRecords(ctx, 0, 100)
+	if err != nil || len(records) != 3 || records[2].Kind != "executed" || records[2].PrevHash != records[1].Hash {
+		t.Fatalf("after the finish the log is %+v, %v; want 3 records, the last the execution's, chained", records, err)
+	}
+	if _, err := s.FinishExecutionAudited(ctx, in.IdempotencyKey, store.ExecutionFailed, nil, now, build("executed")); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("FinishExecutionAudited of a finished execution = %v, want ErrConflict", err)
+	}
+	if _, err := s.FinishExecutionAudited(ctx, "audited/missing", store.ExecutionFailed, nil, now, build("executed")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("FinishExecutionAudited(missing) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.FinishExecutionAudited(ctx, in.IdempotencyKey, store.ExecutionStarted, nil, now, build("executed")); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("FinishExecutionAudited to started = %v, want ErrInvalid", err)
+	}
+	if n := logLength(); n != 3 {
+		t.Errorf("after failed finishes the log has %d records, want 3", n)
+	}
 }
 
 func testBeginExecutionRace(t *testing.T, s store.Store) {
