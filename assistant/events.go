@@ -24,6 +24,17 @@ const (
 // UserMessage is the payload of a message.user event.
 type UserMessage struct {
 	Content string `json:"content"`
+	// Sender is who sent it, as their verified identity said then: the
+	// turn that answers the message calls tools with these claims in its
+	// broker token, for policies on tenants and groups.
+	Sender *Sender `json:"sender,omitempty"`
+}
+
+// Sender is the identity a message was sent with, beyond the run's owner
+// id (which names the issuer, the tenant and the user).
+type Sender struct {
+	Tenant string   `json:"tenant,omitempty"`
+	Groups []string `json:"groups,omitempty"`
 }
 
 // AssistantMessage is the payload of a message.assistant event.

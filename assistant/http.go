@@ -74,6 +74,12 @@ func principal(r *http.Request) (string, bool) {
 	return p.ID(), true
 }
 
+// senderOf is the caller's identity beyond its id, for the turn's tokens.
+func senderOf(r *http.Request) Sender {
+	p, _ := identity.FromContext(r.Context())
+	return Sender{Tenant: p.Tenant, Groups: p.Groups}
+}
+
 // ownRun answers for the run the path names, which must be the caller's:
 // it writes the error and reports false when there is none.
 func (rt *Runtime) ownRun(w http.ResponseWriter, r *http.Request) (store.Run, bool) {
@@ -189,7 +195,7 @@ func (rt *Runtime) handleCreate(w http.ResponseWriter, r *http.Request) {
 	if body.Title != nil {
 		title = *body.Title
 	}
-	run, created, err := rt.CreateRun(r.Context(), owner, title, message, key)
+	run, created, err := rt.CreateRun(r.Context(), owner, senderOf(r), title, message, key)
 	if err != nil {
 		rt.fail(w, r, err)
 		return
@@ -319,7 +325,7 @@ func (rt *Runtime) handlePost(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The body needs a content field."))
 		return
 	}
-	ev, run, err := rt.PostMessage(r.Context(), owner, r.PathValue("id"), *body.Content)
+	ev, run, err := rt.PostMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), *body.Content)
 	if err != nil {
 		rt.fail(w, r, err)
 		return

@@ -31,13 +31,13 @@ const maxTitle = 200
 // CreateRun opens a run for owner, with an opening message when message
 // is not empty; idempotencyKey, when not empty, makes retries return the
 // first run. created is false for such a retry.
-func (rt *Runtime) CreateRun(ctx context.Context, owner, title, message, idempotencyKey string) (_ store.Run, created bool, _ error) {
+func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, title, message, idempotencyKey string) (_ store.Run, created bool, _ error) {
 	if err := rt.checkTitle(title); err != nil {
 		return store.Run{}, false, err
 	}
 	var first *store.NewEvent
 	if message != "" {
-		e, err := rt.userMessage(message)
+		e, err := rt.userMessage(message, sender)
 		if err != nil {
 			return store.Run{}, false, err
 		}
@@ -81,7 +81,7 @@ func (rt *Runtime) checkTitle(title string) error {
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // userMessage validates a message and makes its event.
-func (rt *Runtime) userMessage(content string) (store.NewEvent, error) {
+func (rt *Runtime) userMessage(content string, sender Sender) (store.NewEvent, error) {
 	switch {
 	case len(content) > rt.o.MaxMessageBytes:
 		return store.NewEvent{}, httpx.Errorf(http.StatusRequestEntityTooLarge, "message_too_large",
@@ -91,7 +91,11 @@ func (rt *Runtime) userMessage(content string) (store.NewEvent, error) {
 	case strings.TrimSpace(content) == "":
 		return store.NewEvent{}, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The message is empty.")
 	}
-	return store.NewEvent{Type: EventUserMessage, Payload: mustJSON(UserMessage{Content: content}), Preview: content}, nil
+	m := UserMessage{Content: content}
+	if sender.Tenant != "" || len(sender.Groups) > 0 {
+		m.Sender = &sender
+	}
+	return store.NewEvent{Type: EventUserMessage, Payload: mustJSON(m), Preview: content}, nil
 }
 
 // newRunID returns a random run id.
@@ -111,11 +115,11 @@ func (rt *Runtime) Run(ctx context.Context, owner, id string) (store.Run, error)
 
 // PostMessage appends a user message to the owner's run and queues it for
 // a turn.
-func (rt *Runtime) PostMessage(ctx context.Context, owner, id, content string) (store.Event, store.Run, error) {
+func (rt *Runtime) PostMessage(ctx context.Context, owner string, sender Sender, id, content string) (store.Event, store.Run, error) {
 	if _, err := rt.Run(ctx, owner, id); err != nil {
 		return store.Event{}, store.Run{}, err
 	}
-	e, err := rt.userMessage(content)
+	e, err := rt.userMessage(content, sender)
 	if err != nil {
 		return store.Event{}, store.Run{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,16 +27,30 @@ const (
 	metaApproval   = "usher/approval"
 )
 
-// TokenSource returns the source of broker tokens for the user owner
-// working in the run runID: tokens for Usher's MCP server, carrying the
-// user's identity, renewed before they expire.
-type TokenSource func(ctx context.Context, owner, runID string) oauth2.TokenSource
+// Grant is what a turn's broker tokens say: the user (the run's owner) and
+// the run, and the tenant and groups the user's message was sent with.
+type Grant struct {
+	Owner  string
+	RunID  string
+	Tenant string
+	Groups []string
+}
+
+// equal reports whether g and o grant the same.
+func (g Grant) equal(o Grant) bool {
+	return g.Owner == o.Owner && g.RunID == o.RunID && g.Tenant == o.Tenant && slices.Equal(g.Groups, o.Groups)
+}
+
+// TokenSource returns the source of broker tokens for a grant: tokens for
+// Usher's MCP server, carrying the user's identity, renewed before they
+// expire.
+type TokenSource func(ctx context.Context, g Grant) oauth2.TokenSource
 
 // session is a run's connection to the MCP server and the tools it offers.
 // It is held across turns (see holder) and used by one turn at a time.
 type session struct {
 	runID string
-	owner string
+	grant Grant
 	cs    *mcp.ClientSession
 	tools []model.Tool
 
@@ -70,18 +85,20 @@ type holder struct {
 	sessions map[string]*session
 }
 
-// acquire returns the run's held session, or connects a new one. held
-// reports which.
-func (h *holder) acquire(ctx context.Context, runID, owner string) (_ *session, held bool, _ error) {
+// acquire returns the run's held session, or connects a new one (also
+// when the held one was opened with another grant: the user's groups
+// changed). held reports which.
+func (h *holder) acquire(ctx context.Context, g Grant) (_ *session, held bool, _ error) {
+	runID := g.RunID
 	h.mu.Lock()
-	if s, ok := h.sessions[runID]; ok && s.owner == owner && !s.inUse {
+	if s, ok := h.sessions[runID]; ok && s.grant.equal(g) && !s.inUse {
 		s.inUse = true
 		h.mu.Unlock()
 		return s, true, nil
 	}
 	h.mu.Unlock()
 
-	s, err := h.connect(ctx, runID, owner)
+	s, err := h.connect(ctx, g)
 	if err != nil {
 		return nil, false, err
 	}
@@ -158,9 +175,9 @@ func (h *holder) held() int {
 
 // connect opens an MCP session as the user, for the run, and lists its
 // tools.
-func (h *holder) connect(ctx context.Context, runID, owner string) (*session, error) {
+func (h *holder) connect(ctx context.Context, g Grant) (*session, error) {
 	httpClient := &http.Client{
-		Transport: &oauth2.Transport{Source: h.tokens(context.WithoutCancel(ctx), owner, runID), Base: h.base.Transport},
+		Transport: &oauth2.Transport{Source: h.tokens(context.WithoutCancel(ctx), g), Base: h.base.Transport},
 		Timeout:   h.base.Timeout,
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "usher-assistant", Version: "1"}, nil)
@@ -170,7 +187,7 @@ func (h *holder) connect(ctx context.Context, runID, owner string) (*session, er
 	if err != nil {
 		return nil, fmt.Errorf("assistant: connect to the MCP server: %w", err)
 	}
-	s := &session{runID: runID, owner: owner, cs: cs}
+	s := &session{runID: g.RunID, grant: g, cs: cs}
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			s.close(h.log)

@@ -178,7 +178,7 @@ func (t *turn) work(ctx context.Context) (store.RunStatus, error) {
 		return "", err
 	}
 
-	sess, held, err := rt.holder.acquire(ctx, t.run.ID, t.run.Owner)
+	sess, held, err := rt.holder.acquire(ctx, t.grant())
 	if err != nil {
 		rt.log.Error("assistant: reaching the MCP server failed", "run", t.run.ID, "err", err)
 		return "", t.end(ctx, TurnFailed, "The assistant could not reach its tools. Try again in a moment.", starting)
@@ -265,6 +265,19 @@ func (t *turn) work(ctx context.Context) (store.RunStatus, error) {
 			return t.pause(ctx, waiting)
 		}
 	}
+}
+
+// grant is what the turn's tokens say: the owner, the run, and the tenant
+// and groups the turn's user message was sent with.
+func (t *turn) grant() Grant {
+	g := Grant{Owner: t.run.Owner, RunID: t.run.ID}
+	if len(t.messages) > 0 && t.messages[0].Type == EventUserMessage {
+		var m UserMessage
+		if json.Unmarshal(t.messages[0].Payload, &m) == nil && m.Sender != nil {
+			g.Tenant, g.Groups = m.Sender.Tenant, m.Sender.Groups
+		}
+	}
+	return g
 }
 
 // nextUserMessage finds the first user message after the last handled

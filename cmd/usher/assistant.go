@@ -34,8 +34,8 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker) (*
 	return assistant.New(&assistant.Options{
 		Store: in.store,
 		Model: provider,
-		Tokens: func(ctx context.Context, owner, runID string) oauth2.TokenSource {
-			return mint.TokenSource(ctx, broker.Grant{Subject: owner, Audience: mcpURL, RunID: runID})
+		Tokens: func(ctx context.Context, g assistant.Grant) oauth2.TokenSource {
+			return mint.TokenSource(ctx, broker.Grant{Subject: g.Owner, Audience: mcpURL, RunID: g.RunID, Tenant: g.Tenant, Groups: g.Groups})
 		},
 		MCPURL:               mcpURL,
 		MaxConcurrency:       a.MaxConcurrency,

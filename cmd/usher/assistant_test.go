@@ -812,3 +812,48 @@ func TestAssistantPaging(t *testing.T) {
 		t.Errorf("run view: %d first + %d last, gap %v; want all %d messages", len(first), len(last), body["gap"], len(all))
 	}
 }
+
+// writersPolicy lets members of "writers" write notes unattended; everyone
+// else's writes wait for an approval (nothing matched).
+const writersPolicy = `
+@id("list")
+@outcome("allow")
+permit (principal, action == Usher::Action::"call_tool", resource == Usher::Tool::"notes_list")
+when { resource.server == "builtin" };
+
+@id("writers-write")
+@outcome("allow")
+permit (principal, action == Usher::Action::"call_tool", resource == Usher::Tool::"notes_write")
+when { resource.server == "builtin" && principal.groups.contains("writers") };
+`
+
+// TestAssistantCallsCarryTheSendersGroups checks that a turn calls tools
+// with the groups its message was sent with: a group rule applies to the
+// assistant's calls exactly as to a direct MCP client's, and a held MCP
+// session is not reused for a message sent with other groups.
+func TestAssistantCallsCarryTheSendersGroups(t *testing.T) {
+	policyFile := t.TempDir() + "/policy.cedar"
+	if err := writeTestFile(policyFile, writersPolicy); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, map[string]string{"USHER_POLICY_FILE": policyFile})
+	writer, err := s.cli(t, "token", "user", "--sub", "dana", "--group", "staff", "--group", "writers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := userToken(t, s, "dana") // the same user, without the groups
+	_, run := api(t, "POST", s.url+"/api/assistant/runs", writer, "")
+	base := s.url + "/api/assistant/runs/" + run["runId"].(string)
+
+	code, body := api(t, "POST", base+"/messages?wait=30s", writer, `{"content":"call notes_write {\"name\":\"a\",\"body\":\"by a writer\"}"}`)
+	if code != 200 || body["status"] != "completed" {
+		t.Fatalf("a writer's write = %d %v, want it to run unattended", code, body)
+	}
+	code, body = api(t, "POST", base+"/messages?wait=30s", plain, `{"content":"call notes_write {\"name\":\"b\",\"body\":\"without the group\"}"}`)
+	if code != 202 || body["status"] != "awaiting_approval" {
+		t.Fatalf("the same user's write without the group = %d %v, want an approval", code, body)
+	}
+	if _, err := s.cli(t, "token", "user", "--sub", "dana", "--group", "<script>"); err == nil {
+		t.Error("token user took a group that is not a name")
+	}
+}

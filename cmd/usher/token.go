@@ -13,7 +13,7 @@ import (
 
 func (e *environment) token(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		fmt.Fprint(e.stderr, "usage: usher token user --sub NAME | usher token mcp --sub PRINCIPAL [--audience URL] [--run ID] [--tenant TID] [--group G]...\n")
+		fmt.Fprint(e.stderr, "usage: usher token user --sub NAME [--group G]... | usher token mcp --sub PRINCIPAL [--audience URL] [--run ID] [--tenant TID] [--group G]...\n")
 		return errUsage
 	}
 	switch args[0] {
@@ -31,9 +31,11 @@ func (e *environment) token(ctx context.Context, args []string) error {
 func (e *environment) tokenUser(ctx context.Context, args []string) error {
 	var f installFlags
 	var sub string
+	var groups []string
 	fs := e.flagSet("token user")
 	f.register(fs)
 	fs.StringVar(&sub, "sub", "", "user `name` to sign in as (required)")
+	fs.Var((*repeated)(&groups), "group", "a `group` the user belongs to (\"groups\"), for policies; repeat it for several")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -61,7 +63,7 @@ func (e *environment) tokenUser(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	tok, err := dev.IssueAccessToken(ctx, sub)
+	tok, err := dev.IssueAccessToken(ctx, sub, groups...)
 	if err != nil {
 		return err
 	}

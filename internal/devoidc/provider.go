@@ -103,13 +103,20 @@ func (p *Provider) Handler() http.Handler {
 
 // IssueAccessToken returns an access token for username with the same
 // claims as one from the token endpoint, as if issued to the configured
-// client. It serves command-line tools that call the API directly.
-func (p *Provider) IssueAccessToken(ctx context.Context, username string) (string, error) {
+// client, plus the given "groups" (as Entra puts a user's group ids in its
+// tokens), so that group policies can be tried. It serves command-line
+// tools that call the API directly.
+func (p *Provider) IssueAccessToken(ctx context.Context, username string, groups ...string) (string, error) {
 	user, ok := canonicalUser(username)
 	if !ok {
 		return "", fmt.Errorf("devoidc: user name %q: use 1 to 64 letters, digits, dots, underscores or hyphens, starting with a letter or digit", username)
 	}
-	return p.accessToken(ctx, user, p.o.Now())
+	for _, g := range groups {
+		if !userName.MatchString(g) {
+			return "", fmt.Errorf("devoidc: group %q: use 1 to 64 letters, digits, dots, underscores or hyphens, starting with a letter or digit", g)
+		}
+	}
+	return p.accessToken(ctx, user, p.o.Now(), groups...)
 }
 
 func (p *Provider) discovery(w http.ResponseWriter, r *http.Request) {
@@ -185,21 +192,22 @@ func (p *Provider) objectID(user string) string {
 }
 
 type accessTokenClaims struct {
-	Issuer            string `json:"iss"`
-	Subject           string `json:"sub"`
-	Audience          string `json:"aud"`
-	ClientID          string `json:"client_id"`
-	IssuedAt          int64  `json:"iat"`
-	NotBefore         int64  `json:"nbf"`
-	Expiry            int64  `json:"exp"`
-	JWTID             string `json:"jti"`
-	Scope             string `json:"scp"`
-	ObjectID          string `json:"oid"`
-	Name              string `json:"name"`
-	PreferredUsername string `json:"preferred_username"`
+	Issuer            string   `json:"iss"`
+	Subject           string   `json:"sub"`
+	Audience          string   `json:"aud"`
+	ClientID          string   `json:"client_id"`
+	IssuedAt          int64    `json:"iat"`
+	NotBefore         int64    `json:"nbf"`
+	Expiry            int64    `json:"exp"`
+	JWTID             string   `json:"jti"`
+	Scope             string   `json:"scp"`
+	ObjectID          string   `json:"oid"`
+	Name              string   `json:"name"`
+	PreferredUsername string   `json:"preferred_username"`
+	Groups            []string `json:"groups,omitempty"`
 }
 
-func (p *Provider) accessToken(ctx context.Context, user string, now time.Time) (string, error) {
+func (p *Provider) accessToken(ctx context.Context, user string, now time.Time, groups ...string) (string, error) {
 	oid := p.objectID(user)
 	return p.sign(ctx, accessTokenType, accessTokenClaims{
 		Issuer:            p.o.Issuer,
@@ -214,6 +222,7 @@ func (p *Provider) accessToken(ctx context.Context, user string, now time.Time) 
 		ObjectID:          oid,
 		Name:              user,
 		PreferredUsername: user,
+		Groups:            groups,
 	})
 }
 
