@@ -173,6 +173,21 @@ func (rt *Runtime) streamRun(ctx context.Context, e emitter, run store.Run, afte
 			}
 		}
 	}
+	sendDelta := func(d store.Notification) error {
+		return e.send("delta", 0, map[string]any{"runId": d.RunID, "messageSeq": d.MessageSeq, "text": d.Text})
+	}
+	sendDeltas := func() error {
+		for {
+			select {
+			case d := <-sub.deltas:
+				if err := sendDelta(d); err != nil {
+					return err
+				}
+			default:
+				return nil
+			}
+		}
+	}
 	if err := flush(); err != nil {
 		return err
 	}
@@ -184,11 +199,17 @@ func (rt *Runtime) streamRun(ctx context.Context, e emitter, run store.Run, afte
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-sub.poke:
+			// Deltas queued before this wake-up stream text that the
+			// events being flushed may commit: send them first, so that
+			// no delta follows its committed message.
+			if err := sendDeltas(); err != nil {
+				return err
+			}
 			if err := flush(); err != nil {
 				return err
 			}
 		case d := <-sub.deltas:
-			if err := e.send("delta", 0, map[string]any{"runId": d.RunID, "messageSeq": d.MessageSeq, "text": d.Text}); err != nil {
+			if err := sendDelta(d); err != nil {
 				return err
 			}
 		case <-sub.status:

@@ -37,6 +37,7 @@ export class Conversation {
     this.hasOlder = false;
     this.loadingOlder = false;
     this.draft = null; // streamed text not yet committed
+    this.settled = new Set(); // turns (by messageSeq) that ended: their late deltas are dropped
     this.resumed = false;
     this.stream = null;
     this.destroyed = false;
@@ -150,6 +151,10 @@ export class Conversation {
       this.pendingRun = { ...this.pendingRun, ...run };
       return;
     }
+    // A run read before events this page has already shown (the answer to
+    // a send that comes after the turn's own events) is older than they
+    // are: it must not turn the status back.
+    if (this.stream && typeof run.lastSeq === 'number' && run.lastSeq < this.stream.after) return;
     const before = this.run;
     this.run = { ...this.run, ...run };
     const r = this.run;
@@ -220,6 +225,7 @@ export class Conversation {
         return;
       }
       case 'agent.turn.start':
+        this.settled.delete(d.messageSeq);
         this.applyRun({ status: 'InProgress', working: true });
         return;
       case 'agent.turn.pause':
@@ -227,6 +233,7 @@ export class Conversation {
         announce('Usher is waiting for your approval.');
         return;
       case 'agent.turn.end':
+        this.settled.add(d.messageSeq);
         this.dropDraft(false);
         this.applyRun({ working: false, status: this.run.status === 'AwaitingApproval' ? 'InProgress' : this.run.status });
         if (d.status === 'failed' || d.status === 'cancelled') {
@@ -240,6 +247,9 @@ export class Conversation {
 
   onDelta(d) {
     if (d.runId && d.runId !== this.runId) return;
+    // Deltas and events travel apart: a delta can come after its turn's
+    // end, whose committed message already shows the text.
+    if (this.settled.has(d.messageSeq)) return;
     if (!this.draft || this.draft.messageSeq !== d.messageSeq) {
       this.dropDraft(false);
       const body = h('div', { class: 'msg-body md', 'aria-hidden': 'true' });

@@ -236,6 +236,12 @@ export class UpdatesFeed {
       const a = parse(e.data);
       if (a && a.id) this.on.approval(a);
     });
+    // Many approvals may have changed (expiry, revocation, a lost
+    // notification): reload the lists.
+    source.addEventListener('approvals', () => {
+      this.watchdog.alive();
+      this.on.resync();
+    });
     source.onerror = () => {
       if (this.stopped) return;
       if (source.readyState === EventSource.CLOSED || ++this.failures >= 3) {
