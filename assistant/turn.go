@@ -244,11 +244,14 @@ func (t *turn) work(ctx context.Context) (store.RunStatus, error) {
 		for _, c := range resp.Message.ToolCalls {
 			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 		}
-		if _, err := t.append(ctx, store.NewEvent{Type: EventAssistantMessage, Payload: mustJSON(msg), Preview: msg.Content}); err != nil {
+		reply := store.NewEvent{Type: EventAssistantMessage, Payload: mustJSON(msg), Preview: msg.Content}
+		if len(resp.Message.ToolCalls) == 0 {
+			// The final answer and the turn's end, in one transaction.
+			_, err := t.append(ctx, reply, t.endEvent(TurnCompleted, ""))
 			return "", err
 		}
-		if len(resp.Message.ToolCalls) == 0 {
-			return "", t.end(ctx, TurnCompleted, "", false)
+		if _, err := t.append(ctx, reply); err != nil {
+			return "", err
 		}
 		var waiting []string
 		for _, c := range resp.Message.ToolCalls {
@@ -500,9 +503,14 @@ func (t *turn) end(ctx context.Context, status, message string, unstarted bool) 
 	if unstarted {
 		events = append(events, store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: t.seq}), StartsTurn: t.seq})
 	}
-	events = append(events, store.NewEvent{Type: EventTurnEnd, Payload: mustJSON(TurnEnd{MessageSeq: t.seq, Status: status, Error: message}), EndsTurn: true})
+	events = append(events, t.endEvent(status, message))
 	_, err := t.append(ctx, events...)
 	return err
+}
+
+// endEvent is the turn's agent.turn.end.
+func (t *turn) endEvent(status, message string) store.NewEvent {
+	return store.NewEvent{Type: EventTurnEnd, Payload: mustJSON(TurnEnd{MessageSeq: t.seq, Status: status, Error: message}), EndsTurn: true}
 }
 
 // deltaStream publishes the assistant text a model step streams, for live
