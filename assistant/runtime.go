@@ -109,7 +109,6 @@ type Runtime struct {
 	st     store.Store
 	log    *slog.Logger
 	holder *holder
-	turns  *turnSignal
 	bus    *bus
 
 	// streams ends every live-update stream when closed (at shutdown).
@@ -211,7 +210,6 @@ func New(opts *Options) (*Runtime, error) {
 		o:            o,
 		st:           o.Store,
 		log:          o.Logger,
-		turns:        newTurnSignal(),
 		bus:          newBus(o.Store, o.Logger),
 		streams:      streams,
 		closeStreams: closeStreams,
@@ -245,7 +243,7 @@ func (rt *Runtime) Start(ctx context.Context) error {
 			return
 		}
 		rt.done = make(chan struct{})
-		go rt.bus.run(ctx, updates)
+		go rt.bus.run(updates)
 		go rt.schedule(ctx, wakes)
 	})
 	return err
@@ -359,45 +357,3 @@ func (rt *Runtime) Subscribers() (runs, feeds int) { return rt.bus.subscribers()
 // HeldSessions reports how many MCP sessions this process holds for runs
 // between turns.
 func (rt *Runtime) HeldSessions() int { return rt.holder.held() }
-
-// turnSignal tells waiters in this process that a run's turn moved (ended
-// or paused). Waiters also poll the database, for turns that other
-// replicas run.
-type turnSignal struct {
-	mu   sync.Mutex
-	subs map[string]map[chan struct{}]struct{}
-}
-
-func newTurnSignal() *turnSignal { return &turnSignal{subs: map[string]map[chan struct{}]struct{}{}} }
-
-// subscribe returns a channel signalled when the run's turn moves, and a
-// function to stop.
-func (s *turnSignal) subscribe(runID string) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	if s.subs[runID] == nil {
-		s.subs[runID] = map[chan struct{}]struct{}{}
-	}
-	s.subs[runID][ch] = struct{}{}
-	s.mu.Unlock()
-	return ch, func() {
-		s.mu.Lock()
-		delete(s.subs[runID], ch)
-		if len(s.subs[runID]) == 0 {
-			delete(s.subs, runID)
-		}
-		s.mu.Unlock()
-	}
-}
-
-// notify signals the run's waiters.
-func (s *turnSignal) notify(runID string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ch := range s.subs[runID] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}

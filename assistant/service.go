@@ -145,9 +145,6 @@ func (rt *Runtime) Close(ctx context.Context, owner, id string, to store.RunStat
 	case errors.Is(err, store.ErrNotFound):
 		return store.Run{}, errRunNotFound
 	}
-	if err == nil {
-		rt.turns.notify(id)
-	}
 	return r, err
 }
 
@@ -160,7 +157,6 @@ func (rt *Runtime) Delete(ctx context.Context, owner, id string) error {
 	if errors.Is(err, store.ErrNotFound) {
 		return errRunNotFound
 	}
-	rt.turns.notify(id)
 	return err
 }
 
@@ -192,8 +188,6 @@ type TurnOutcome struct {
 // WaitTurn waits up to d for the turn that answers the message seq to end
 // or pause.
 func (rt *Runtime) WaitTurn(ctx context.Context, owner, id string, seq int64, d time.Duration) (TurnOutcome, error) {
-	signal, stop := rt.turns.subscribe(id)
-	defer stop()
 	// Turns run on any replica: their events and status changes arrive
 	// through the bus; a slow poll covers a lost notification.
 	sub, _, leave := rt.bus.joinRun(id)
@@ -234,7 +228,6 @@ func (rt *Runtime) WaitTurn(ctx context.Context, owner, id string, seq int64, d 
 			return TurnOutcome{}, ctx.Err()
 		case <-deadline.C:
 			return out, nil
-		case <-signal:
 		case <-sub.poke:
 		case <-sub.status:
 		case <-poll.C:

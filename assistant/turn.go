@@ -77,7 +77,6 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 	switch {
 	case errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost):
 		rt.log.Info("assistant: a turn stopped: its run was taken over or closed", "run", r.ID)
-		rt.turns.notify(r.ID)
 		return
 	case err != nil && ctx.Err() != nil:
 		// The process is stopping: hand the run back, queued, so that
@@ -103,7 +102,6 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 	if _, err := rt.st.ReleaseRun(releaseCtx, t.currentLease(), status); err != nil && !errors.Is(err, store.ErrConflict) {
 		rt.log.Error("assistant: releasing a run failed", "run", r.ID, "err", err)
 	}
-	rt.turns.notify(r.ID)
 }
 
 // requeueIfMore queues the run again, while its lease still holds it, when

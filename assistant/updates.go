@@ -28,12 +28,11 @@ func newBus(st store.Store, log *slog.Logger) *bus {
 	return &bus{st: st, log: log, rooms: map[string]*room{}, feeds: map[string]map[*feedSub]struct{}{}}
 }
 
-// run consumes the store's notifications until ctx ends.
-func (b *bus) run(ctx context.Context, updates <-chan store.Notification) {
+// run consumes the store's notifications until their channel closes.
+func (b *bus) run(updates <-chan store.Notification) {
 	for n := range updates {
 		b.dispatch(n)
 	}
-	_ = ctx
 }
 
 // dispatch hands one notification to the subscribers it concerns.

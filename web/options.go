@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -126,17 +125,17 @@ func (o *Options) validate() error {
 	var errs []error
 	if o.PublicURL == "" {
 		errs = append(errs, errors.New("public url is required"))
-	} else if err := checkURL(o.PublicURL); err != nil {
+	} else if err := httpx.CheckEndpoint(o.PublicURL); err != nil {
 		errs = append(errs, fmt.Errorf("public url: %w", err))
 	}
 	if o.Issuer == "" {
 		errs = append(errs, errors.New("issuer is required"))
-	} else if err := checkURL(o.Issuer); err != nil {
+	} else if err := httpx.CheckEndpoint(o.Issuer); err != nil {
 		errs = append(errs, fmt.Errorf("issuer: %w", err))
 	}
 	if e := o.Endpoints; e != nil {
 		for name, u := range map[string]string{"auth url": e.AuthURL, "token url": e.TokenURL, "jwks url": e.JWKSURL} {
-			if err := checkURL(u); err != nil {
+			if err := httpx.CheckEndpoint(u); err != nil {
 				errs = append(errs, fmt.Errorf("endpoints: %s: %w", name, err))
 			}
 		}
@@ -162,26 +161,6 @@ func (o *Options) validate() error {
 		return fmt.Errorf("web: invalid options: %w", errors.Join(errs...))
 	}
 	return nil
-}
-
-// checkURL accepts an absolute https URL, or http on a loopback host,
-// without user info, query or fragment.
-func checkURL(raw string) error {
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil:
-		return errors.New("not a URL")
-	case u.Host == "" || u.Opaque != "":
-		return errors.New("must be an absolute URL")
-	case u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.Contains(raw, "#"):
-		return errors.New("must not have user info, query or fragment")
-	case u.Scheme == "https":
-		return nil
-	case u.Scheme == "http" && httpx.IsLoopbackHost(u.Hostname()):
-		return nil
-	default:
-		return errors.New("must be https (http only on a loopback host)")
-	}
 }
 
 // insecureLoopback reports whether publicURL is plain http (on loopback,

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -81,7 +80,7 @@ func (o *Options) validate() error {
 	var errs []error
 	if o.Issuer == "" {
 		errs = append(errs, errors.New("issuer is required"))
-	} else if err := checkEndpoint(o.Issuer); err != nil {
+	} else if err := httpx.CheckEndpoint(o.Issuer); err != nil {
 		errs = append(errs, fmt.Errorf("issuer: %w", err))
 	}
 	if n := strings.Count(o.Issuer, TenantPlaceholder); n > 1 {
@@ -108,7 +107,7 @@ func (o *Options) validate() error {
 		}
 	}
 	if o.JWKSURL != "" {
-		if err := checkEndpoint(o.JWKSURL); err != nil {
+		if err := httpx.CheckEndpoint(o.JWKSURL); err != nil {
 			errs = append(errs, fmt.Errorf("jwks url: %w", err))
 		}
 	}
@@ -116,25 +115,4 @@ func (o *Options) validate() error {
 		return fmt.Errorf("identity: invalid options: %w", errors.Join(errs...))
 	}
 	return nil
-}
-
-// checkEndpoint accepts an absolute https URL, or an http URL on a loopback
-// host, without user info, query or fragment.
-func checkEndpoint(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return errors.New("not a URL")
-	}
-	switch {
-	case u.Host == "" || u.Opaque != "":
-		return errors.New("must be an absolute URL")
-	case u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(raw, "#"):
-		return errors.New("must not have user info, query or fragment")
-	case u.Scheme == "https":
-		return nil
-	case u.Scheme == "http" && httpx.IsLoopbackHost(u.Hostname()):
-		return nil
-	default:
-		return errors.New("must be https (http only on a loopback host)")
-	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
+
+	"github.com/usherhq/usher/internal/httpx"
 )
 
 // MaxTokenBytes is the longest access token accepted. Entra tokens with the
@@ -122,7 +124,7 @@ func discoverKeys(ctx context.Context, issuer string, multiTenant bool, client *
 	if meta.Issuer != issuer {
 		return "", fmt.Errorf("discovery document names issuer %q", meta.Issuer)
 	}
-	if err := checkEndpoint(meta.JWKSURI); err != nil {
+	if err := httpx.CheckEndpoint(meta.JWKSURI); err != nil {
 		return "", fmt.Errorf("jwks_uri %q: %w", meta.JWKSURI, err)
 	}
 	return meta.JWKSURI, nil

@@ -1,0 +1,28 @@
+package httpx
+
+import (
+	"errors"
+	"net/url"
+	"strings"
+)
+
+// CheckEndpoint accepts the URL of a service Usher talks to or hands out:
+// absolute https, or http on a loopback host, without user info, query or
+// fragment.
+func CheckEndpoint(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return errors.New("not a URL")
+	case u.Host == "" || u.Opaque != "":
+		return errors.New("must be an absolute URL")
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.Contains(raw, "#"):
+		return errors.New("must not have user info, query or fragment")
+	case u.Scheme == "https":
+		return nil
+	case u.Scheme == "http" && IsLoopbackHost(u.Hostname()):
+		return nil
+	default:
+		return errors.New("must be https (http only on a loopback host)")
+	}
+}
