@@ -125,7 +125,7 @@ func TestAuthentication(t *testing.T) {
 			}
 		})
 	}
-	if got := e.audit.kinds(""); len(got) == 0 || got[0] != KindAuthFailed {
+	if got := e.auditKinds(""); len(got) == 0 || got[0] != KindAuthFailed {
 		t.Errorf("refused tokens were not audited: %v", got)
 	}
 }

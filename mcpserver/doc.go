@@ -42,8 +42,11 @@
 // With a key, the record that lets the call run (the decision, or the
 // approval's use) is written in one transaction with the execution's start,
 // and the record of how it ended with its finish (see [Executions]): the
-// audit is durable before the tool runs and after it returns, at one commit
-// each.
+// audit is durable before the tool runs, at one commit. The outcome's commit
+// is not on the caller's time: it is written while the result goes back
+// (bounded; [Server.Drain] waits for it at shutdown), and if the process
+// stops first, the execution stays started and is reported as
+// outcome_unknown, never run again.
 // Tool annotations such as readOnlyHint are shown to clients but are never
 // part of a [Call]: they cannot influence a decision. tools/list shows a
 // caller only the tools the Decider does not deny them.

@@ -127,18 +127,21 @@ type Approvals interface {
 // idempotency key. An execution's start and its finish are each written
 // together with the audit record that goes with them, in one transaction:
 // the log holds why a call runs before it runs and how it ended once it
-// returned, at the price of one durable write each. cmd/usher implements
-// it with the store and the audit log.
+// returned, at the price of one durable write each (the finish is written
+// after the result has gone back; see outcomes). cmd/usher implements it
+// with the store and the audit log.
 type Executions interface {
 	// GetExecution returns the execution of key, or store.ErrNotFound.
 	GetExecution(ctx context.Context, key string) (store.Execution, error)
 	// BeginExecution records ev and starts e, or finds the execution its
-	// key already names (started false; ev is recorded all the same),
-	// atomically: after an error neither is written. A key already used
-	// for another call is store.ErrConflict.
+	// key already names (started false), atomically: after an error
+	// neither is written, except store.ErrConflict, a key already used for
+	// another call, after which ev is recorded and the execution untouched.
 	BeginExecution(ctx context.Context, e store.Execution, ev Event) (_ store.Execution, started bool, _ error)
 	// FinishExecution records how a started execution ended, and ev,
-	// atomically: after an error neither is written.
+	// atomically: after an error neither is written, except
+	// store.ErrNotFound and store.ErrConflict (the execution is not
+	// started), after which ev is recorded all the same.
 	FinishExecution(ctx context.Context, key string, status store.ExecutionStatus, result json.RawMessage, now time.Time, ev Event) (store.Execution, error)
 }
 
@@ -276,6 +279,9 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 		}
 		return errorResult(err.Error() + ".")
 	}
+	// A retry finds the call's execution finished, not running, when this
+	// process is still recording how it ended.
+	s.outcomes.await(ctx, key)
 	if v.Decision == Allow {
 		// The decision is recorded with the execution's start.
 		return s.execute(ctx, t, call, ev, KindDecision, start)
@@ -349,10 +355,7 @@ func (s *Server) execute(ctx context.Context, t *tool, call Call, ev Event, kind
 		}, s.stamp(ev, kind))
 		switch {
 		case errors.Is(err, store.ErrConflict):
-			// Neither was written: record ev on its own.
-			if !s.record(ctx, ev, kind) {
-				return internalErrorResult()
-			}
+			// ev is recorded; the execution of the key is another call's.
 			return errorResult("This idempotency key was already used for a different call.")
 		case err != nil:
 			s.log.ErrorContext(ctx, "mcpserver: starting an execution failed", "err", err)
@@ -389,18 +392,34 @@ func (s *Server) execute(ctx context.Context, t *tool, call Call, ev Event, kind
 		// The execution stays started, to be reported, never run again.
 		kind, key = KindOutcomeUnknown, ""
 	}
+	var stored json.RawMessage
 	if key != "" {
-		b, err := json.Marshal(res)
-		if err == nil {
-			if _, err = s.opts.Executions.FinishExecution(after, key, status, b, s.opts.Now(), s.stamp(ev, kind)); err == nil {
-				return res
-			}
+		// Encoded now: the result is the caller's once it is returned.
+		if stored, err = json.Marshal(res); err != nil {
+			s.log.ErrorContext(after, "mcpserver: a result does not encode", "tool", call.Tool, "err", err)
+			key = ""
 		}
-		// The record is written on its own below.
-		s.log.ErrorContext(after, "mcpserver: finishing an execution failed", "tool", call.Tool, "err", err)
 	}
-	s.record(after, ev, kind)
+	ev = s.stamp(ev, kind)
+	s.outcomes.write(ev.IdempotencyKey, func() { s.recordOutcome(after, ev, key, status, stored) })
 	return res
+}
+
+// recordOutcome records how a call ended: with its execution's finish when
+// it has an idempotency key, else on its own.
+func (s *Server) recordOutcome(ctx context.Context, ev Event, key string, status store.ExecutionStatus, result json.RawMessage) {
+	if key != "" {
+		_, err := s.opts.Executions.FinishExecution(ctx, key, status, result, ev.At, ev)
+		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			// ev is recorded; the execution was already ended (marked
+			// outcome_unknown by a sweep) if it was not ended now.
+			return
+		}
+		s.log.ErrorContext(ctx, "mcpserver: finishing an execution failed", "tool", ev.Tool, "key", key, "err", err)
+	}
+	if err := s.opts.Auditor.Record(ctx, ev); err != nil {
+		s.log.ErrorContext(ctx, "mcpserver: writing the audit log failed", "kind", ev.Kind, "tool", ev.Tool, "err", err)
+	}
 }
 
 // replayed answers a call whose idempotency key already has an execution:

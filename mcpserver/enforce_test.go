@@ -2,7 +2,9 @@ package mcpserver
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"reflect"
@@ -67,7 +69,7 @@ func TestUnknownToolsNeverRun(t *testing.T) {
 	if calls := e.policy.calls(); len(calls) != 0 {
 		t.Errorf("the decider was asked about unknown tools: %+v", calls)
 	}
-	if got := e.audit.kinds("fx__Echo"); !reflect.DeepEqual(got, []string{KindUnknownTool}) {
+	if got := e.auditKinds("fx__Echo"); !reflect.DeepEqual(got, []string{KindUnknownTool}) {
 		t.Errorf("audit of an unknown tool = %v", got)
 	}
 }
@@ -97,7 +99,7 @@ func TestDeniedToolsHiddenAndRefused(t *testing.T) {
 			if !res.IsError || !strings.Contains(text(res), tc.want) {
 				t.Errorf("result = %s", text(res))
 			}
-			if k := e.audit.kinds(tc.tool); !reflect.DeepEqual(k, []string{KindDecision}) {
+			if k := e.auditKinds(tc.tool); !reflect.DeepEqual(k, []string{KindDecision}) {
 				t.Errorf("audit = %v, want one decision and no execution", k)
 			}
 		})
@@ -208,7 +210,7 @@ func TestApprovalFlow(t *testing.T) {
 	if res := call(t, cs, "notes_write", args, mcp.Meta{MetaToolCallID: "call-3"}); approvalMeta(t, res)["id"] == a["id"] {
 		t.Error("the approval was used twice")
 	}
-	kinds := e.audit.kinds("notes_write")
+	kinds := e.auditKinds("notes_write")
 	if c := countOf(kinds, KindExecuted); c != 1 {
 		t.Errorf("executed %d times; audit %v", c, kinds)
 	}
@@ -245,11 +247,20 @@ func TestIdempotency(t *testing.T) {
 	if res := call(t, e.connect(bob, "", nil, ""), "fx__echo", map[string]any{"text": "once"}, key); res.IsError {
 		t.Errorf("bob's call = %s", text(res))
 	}
+	// A call's outcome is recorded after it answers: wait for it, so that
+	// the records below come in the order of the calls.
+	drain := func() {
+		if err := e.server.Drain(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain()
 	if res := call(t, cs, "fx__echo", map[string]any{"text": "x"}, mcp.Meta{MetaIdempotencyKey: 7}); !res.IsError {
 		t.Error("a non-string key was accepted")
 	}
 	// Without a key, every call runs.
 	call(t, cs, "fx__echo", map[string]any{"text": "a"}, nil)
+	drain()
 	call(t, cs, "fx__echo", map[string]any{"text": "a"}, nil)
 	if n := up.called("echo"); n != 4 {
 		t.Errorf("ran %d times, want 4", n)
@@ -266,7 +277,7 @@ func TestIdempotency(t *testing.T) {
 		KindDecision,                                           // a key that is not a string
 		KindDecision, KindExecuted, KindDecision, KindExecuted, // without a key
 	}
-	if got := e.audit.kinds("fx__echo"); !reflect.DeepEqual(got, want) {
+	if got := e.auditKinds("fx__echo"); !reflect.DeepEqual(got, want) {
 		t.Errorf("audit = %v, want %v", got, want)
 	}
 }
@@ -299,7 +310,7 @@ func TestNoAuditNoCall(t *testing.T) {
 	if res := call(t, cs, "notes_write", map[string]any{"name": "n", "body": "b"}, mcp.Meta{MetaIdempotencyKey: "k-1"}); res.IsError {
 		t.Errorf("result = %s", text(res))
 	}
-	if got := e.audit.kinds("notes_write"); !reflect.DeepEqual(got, []string{KindDecision, KindExecuted}) {
+	if got := e.auditKinds("notes_write"); !reflect.DeepEqual(got, []string{KindDecision, KindExecuted}) {
 		t.Errorf("audit = %v, want a decision and an execution", got)
 	}
 }
@@ -560,4 +571,95 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 		t.Fatal(err)
 	}
 	return reflect.DeepEqual(va, vb)
+}
+
+// gatedExecutions holds every FinishExecution until the gate opens.
+type gatedExecutions struct {
+	Executions
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (g *gatedExecutions) FinishExecution(ctx context.Context, key string, status store.ExecutionStatus, result json.RawMessage, now time.Time, ev Event) (store.Execution, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Executions.FinishExecution(ctx, key, status, result, now, ev)
+}
+
+// TestOutcomeRecordedAfterAnswer checks that a call answers before its
+// outcome is recorded, that a retry meanwhile waits for the record and is
+// answered from it (the tool runs once), and that Drain waits for it.
+func TestOutcomeRecordedAfterAnswer(t *testing.T) {
+	up := newFixture(t)
+	g := &gatedExecutions{gate: make(chan struct{}), entered: make(chan struct{}, 4)}
+	e := newEnv(t, envConfig{
+		rules:     map[string]Decision{"fx__echo": Allow},
+		upstreams: []Upstream{{Name: "fx", URL: up.url}},
+		server: func(o *Options) {
+			g.Executions = o.Executions
+			o.Executions = g
+		},
+	})
+	cs := e.connect(alice, "", nil, "")
+	key := mcp.Meta{MetaIdempotencyKey: "k-1"}
+	var once sync.Once
+	open := func() { once.Do(func() { close(g.gate) }) }
+	t.Cleanup(open)
+	// echo calls the tool in the background; its result (or error) comes
+	// on the channel.
+	echo := func() <-chan *mcp.CallToolResult {
+		out := make(chan *mcp.CallToolResult, 1)
+		go func() {
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "fx__echo", Arguments: map[string]any{"text": "once"}, Meta: key})
+			if err != nil {
+				res = errorResult(err.Error())
+			}
+			out <- res
+		}()
+		return out
+	}
+	first := echo()
+	select {
+	case res := <-first:
+		if res.IsError || text(res) != "echo: once" {
+			t.Fatalf("echo = %s", text(res))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not answer while its outcome was being written")
+	}
+	<-g.entered // the outcome is being written, and the call has answered
+	if got := e.audit.kinds("fx__echo"); !reflect.DeepEqual(got, []string{KindDecision}) {
+		t.Errorf("before the outcome is written the audit is %v, want the decision alone", got)
+	}
+
+	retried := echo()
+	drained := make(chan error, 1)
+	go func() { drained <- e.server.Drain(context.Background()) }()
+	select {
+	case res := <-retried:
+		t.Fatalf("the retry answered %q before the outcome was written", text(res))
+	case err := <-drained:
+		t.Fatalf("Drain returned %v before the outcome was written", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	// Drain gives up when its context ends.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := e.server.Drain(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Drain with a cancelled context while an outcome is pending = %v, want context.Canceled", err)
+	}
+	open()
+	if err := <-drained; err != nil {
+		t.Errorf("Drain: %v", err)
+	}
+	if res := <-retried; res.IsError || text(res) != "echo: once" {
+		t.Errorf("the retry = %s, want the recorded result", text(res))
+	}
+	if n := up.called("echo"); n != 1 {
+		t.Errorf("ran %d times, want 1", n)
+	}
+	want := []string{KindDecision, KindExecuted, KindDecision, KindReplayed}
+	if got := e.auditKinds("fx__echo"); !reflect.DeepEqual(got, want) {
+		t.Errorf("audit = %v, want %v", got, want)
+	}
 }

@@ -202,6 +202,10 @@ func (x *storeExecutions) BeginExecution(ctx context.Context, e store.Execution,
 		return store.Execution{}, false, errors.New("the audit log is unavailable")
 	}
 	rec, started, err := x.s.BeginExecution(ctx, e)
+	if errors.Is(err, store.ErrConflict) {
+		// As the store's BeginExecutionAudited: the event is recorded.
+		return store.Execution{}, false, errors.Join(err, x.audit.Record(ctx, ev))
+	}
 	if err != nil {
 		return store.Execution{}, false, err
 	}
@@ -213,6 +217,10 @@ func (x *storeExecutions) FinishExecution(ctx context.Context, key string, statu
 		return store.Execution{}, errors.New("the audit log is unavailable")
 	}
 	rec, err := x.s.FinishExecution(ctx, key, status, result, now)
+	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+		// As the store's FinishExecutionAudited: the event is recorded.
+		return store.Execution{}, errors.Join(err, x.audit.Record(ctx, ev))
+	}
 	if err != nil {
 		return store.Execution{}, err
 	}
@@ -324,7 +332,18 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		t.Fatal(err)
 	}
 	e.server.Mount(mux)
+	t.Cleanup(func() { e.server.Drain(context.Background()) }) // before the store closes
 	return e
+}
+
+// auditKinds returns the kinds of the events recorded about tool, in
+// order, once the outcomes of the calls that have answered are recorded.
+func (e *env) auditKinds(tool string) []string {
+	e.t.Helper()
+	if err := e.server.Drain(e.t.Context()); err != nil {
+		e.t.Fatalf("Drain: %v", err)
+	}
+	return e.audit.kinds(tool)
 }
 
 // post sends body to path with the MCP headers and header, and returns the

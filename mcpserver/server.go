@@ -100,6 +100,7 @@ type Server struct {
 	metadata http.Handler
 
 	authAudits authAudits // samples the records of refused tokens
+	outcomes   *outcomes  // writes how calls ended after they answered
 
 	endpointPath  string   // the path of the endpoint
 	metadataPaths []string // the paths of the metadata document
@@ -185,7 +186,7 @@ func New(opts *Options) (*Server, error) {
 	hosts[strings.ToLower(public.Hostname())] = true
 
 	s := &Server{
-		opts: o, catalog: o.Catalog, log: o.Logger, origins: origins, hosts: hosts,
+		opts: o, catalog: o.Catalog, log: o.Logger, origins: origins, hosts: hosts, outcomes: newOutcomes(),
 		endpointPath:  strings.TrimSuffix(public.Path, "/") + "/mcp",
 		metadataPaths: []string{wellKnown, wellKnown + strings.TrimSuffix(public.Path, "/") + "/mcp"},
 	}
@@ -240,6 +241,12 @@ func checkPublicURL(field, raw string) (*url.URL, error) {
 	}
 	return u, nil
 }
+
+// Drain waits until the records of every call that has answered are
+// written (a call's outcome is recorded after its result is sent), or until
+// ctx ends. Call it after the HTTP server has stopped taking requests and
+// before the store closes.
+func (s *Server) Drain(ctx context.Context) error { return s.outcomes.wait(ctx) }
 
 // Handler returns the MCP endpoint, to serve at the path of PublicURL +
 // "/mcp" (see Mount).

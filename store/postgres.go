@@ -25,6 +25,7 @@ type postgresStore struct {
 	migrator *goose.Provider
 	log      *slog.Logger
 	now      func() time.Time
+	audit    *pgAuditChain
 
 	closeOnce sync.Once
 }
@@ -52,7 +53,7 @@ func openPostgres(ctx context.Context, dsn string, o Options) (*postgresStore, e
 		pool.Close()
 		return nil, err
 	}
-	return &postgresStore{pool: pool, sqlDB: sqlDB, migrator: migrator, log: o.Logger, now: o.Now}, nil
+	return &postgresStore{pool: pool, sqlDB: sqlDB, migrator: migrator, log: o.Logger, now: o.Now, audit: newPGAuditChain()}, nil
 }
 
 // pgMigrationLock serialises Migrate across processes. It is a session lock

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -33,31 +34,122 @@ func (s *postgresStore) AppendAudit(ctx context.Context, build func(AuditHead) (
 }
 
 // pgTxStep is work an audit append does in its transaction before it takes
-// the audit lock: queue puts its statements in the first round trip's
-// batch, and read reads their results, in order. An error from read ends
-// the transaction, rolled back, with that error.
+// the audit lock: queue puts its statements in the batch before the lock,
+// and read reads their results, in order. An error from read ends the
+// transaction, rolled back, with that error; what the statements found
+// (such as a key taken by another call) is the step's own to keep, and the
+// record is appended all the same.
 type pgTxStep struct {
 	queue func(b *pgx.Batch)
 	read  func(br pgx.BatchResults) error
 }
 
+// pgAuditChain is what a process knows of the audit log's head, and the
+// turn of its appends: one at a time, so that each can chain to the head
+// the one before it wrote.
+type pgAuditChain struct {
+	turn  chan struct{} // holds a value while an append is in flight
+	head  AuditHead
+	known bool
+}
+
+func newPGAuditChain() *pgAuditChain { return &pgAuditChain{turn: make(chan struct{}, 1)} }
+
 // appendAuditTx appends the record build returns, after step if there is
-// one, in one transaction and two round trips on one connection: the first
-// sends BEGIN, step's statements, the audit lock and the read of the head
-// as one pipelined batch; the second the INSERT and COMMIT. The lock is
-// held only from the end of the first round trip to the commit, and no
-// holder of it waits for anything but the database's own writes: step's
-// statements, which may wait for row locks, run before it is taken.
+// one, in one transaction on one connection. When the process knows the
+// head (it wrote or read it last), that is one round trip: BEGIN, step's
+// statements, the audit lock, the INSERT of the record chained to that head
+// and COMMIT, pipelined. If another process appended in between, the
+// INSERT collides with its record on the sequence and the transaction
+// rolls back; then, and when the head is not known, the append takes two
+// round trips: BEGIN, step's statements, the lock and a read of the head;
+// then the INSERT and COMMIT. build may so be called twice, with different
+// heads.
+//
+// A known head is not read again: if the newest records were deleted, the
+// next record still follows the last one this process saw, and the gap
+// stays for the verifier to report rather than being chained over.
+//
+// The lock is held from its statement to the commit, and no holder of it
+// waits for anything but the database's own writes: step's statements,
+// which may wait for row locks, run before it is taken.
 //
 // It returns build's error wrapped in buildFailed, and other errors
 // untranslated.
 func (s *postgresStore) appendAuditTx(ctx context.Context, step *pgTxStep, build func(AuditHead) (AuditRecord, error)) (AuditRecord, error) {
+	c := s.audit
+	select {
+	case c.turn <- struct{}{}:
+	case <-ctx.Done():
+		return AuditRecord{}, ctx.Err()
+	}
+	defer func() { <-c.turn }()
+
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return AuditRecord{}, err
 	}
 	defer releaseAfterTx(ctx, conn)
 
+	if c.known {
+		r, err := builtRecord(build, c.head)
+		if err != nil {
+			return AuditRecord{}, err
+		}
+		err = appendAtHead(ctx, conn, step, r)
+		if err == nil {
+			c.head = AuditHead{Seq: r.Seq, Hash: r.Hash}
+			return r, nil
+		}
+		c.known = false
+		if !isAuditCollision(err) {
+			return AuditRecord{}, err
+		}
+		if _, err := conn.Exec(ctx, "rollback"); err != nil {
+			return AuditRecord{}, err
+		}
+	}
+	r, err := appendAfterHead(ctx, conn, step, build)
+	if err != nil {
+		return AuditRecord{}, err
+	}
+	c.head, c.known = AuditHead{Seq: r.Seq, Hash: r.Hash}, true
+	return r, nil
+}
+
+// appendAtHead appends r, built on the head the process knows, in one round
+// trip; it fails, rolled back, with an error isAuditCollision knows if
+// another record has r's sequence.
+func appendAtHead(ctx context.Context, conn *pgxpool.Conn, step *pgTxStep, r AuditRecord) error {
+	b := &pgx.Batch{}
+	b.Queue("begin")
+	if step != nil {
+		step.queue(b)
+	}
+	b.Queue(pgAuditLock)
+	queueInsertAudit(b, r)
+	b.Queue("commit")
+	return readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if step != nil {
+			if err := step.read(br); err != nil {
+				return err
+			}
+		}
+		for range 2 { // the lock, the insert
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return readCommit(br)
+	})
+}
+
+// appendAfterHead appends the record build makes of the head it reads, in
+// two round trips.
+func appendAfterHead(ctx context.Context, conn *pgxpool.Conn, step *pgTxStep, build func(AuditHead) (AuditRecord, error)) (AuditRecord, error) {
 	b := &pgx.Batch{}
 	b.Queue("begin")
 	if step != nil {
@@ -66,7 +158,7 @@ func (s *postgresStore) appendAuditTx(ctx context.Context, step *pgTxStep, build
 	b.Queue(pgAuditLock)
 	b.Queue(pgAuditHead)
 	var head AuditHead
-	err = readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
+	err := readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -93,25 +185,42 @@ func (s *postgresStore) appendAuditTx(ctx context.Context, step *pgTxStep, build
 		return AuditRecord{}, err
 	}
 	b = &pgx.Batch{}
-	b.Queue(pgInsertAudit,
-		r.Seq, r.At, r.Kind, r.Principal, r.ClientID, r.TokenJTI, r.Tool,
-		r.DefinitionHash, r.ArgumentsHash, r.Decision, encodeNames(r.PolicyIDs), r.PolicyHash,
-		r.ApprovalID, r.RunID, r.Outcome, r.Latency.Microseconds(), []byte(r.Details), r.PrevHash, r.Hash)
+	queueInsertAudit(b, r)
 	b.Queue("commit")
 	err = readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		tag, err := br.Exec()
-		if err == nil && tag.String() != "COMMIT" {
-			err = errRolledBack
-		}
-		return err
+		return readCommit(br)
 	})
 	if err != nil {
 		return AuditRecord{}, err
 	}
 	return r, nil
+}
+
+// queueInsertAudit queues the INSERT of r.
+func queueInsertAudit(b *pgx.Batch, r AuditRecord) {
+	b.Queue(pgInsertAudit,
+		r.Seq, r.At, r.Kind, r.Principal, r.ClientID, r.TokenJTI, r.Tool,
+		r.DefinitionHash, r.ArgumentsHash, r.Decision, encodeNames(r.PolicyIDs), r.PolicyHash,
+		r.ApprovalID, r.RunID, r.Outcome, r.Latency.Microseconds(), []byte(r.Details), r.PrevHash, r.Hash)
+}
+
+// readCommit reads the result of a batch's COMMIT.
+func readCommit(br pgx.BatchResults) error {
+	tag, err := br.Exec()
+	if err == nil && tag.String() != "COMMIT" {
+		err = errRolledBack
+	}
+	return err
+}
+
+// isAuditCollision reports whether err is the INSERT of an audit record
+// whose sequence another record has.
+func isAuditCollision(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgUniqueViolation && pgErr.ConstraintName == "audit_log_pkey"
 }
 
 // errRolledBack reports a COMMIT that PostgreSQL answered with ROLLBACK.

@@ -68,7 +68,7 @@ func (s *postgresStore) BeginExecution(ctx context.Context, e Execution) (Execut
 }
 
 // BeginExecutionAudited inserts the execution and reads it back before
-// the audit lock is taken, in the first round trip of the append: an insert
+// the audit lock is taken, in the append's first round trip: an insert
 // that waits for a concurrent one of the same key waits without the lock.
 func (s *postgresStore) BeginExecutionAudited(ctx context.Context, e Execution, build func(AuditHead) (AuditRecord, error)) (Execution, bool, error) {
 	if e.StartedAt.IsZero() {
@@ -91,17 +91,15 @@ func (s *postgresStore) BeginExecutionAudited(ctx context.Context, e Execution, 
 				return err
 			}
 			started = tag.RowsAffected() == 1
-			if out, err = scanPostgresExecution(br.QueryRow()); err != nil {
-				return err
-			}
-			if !sameCall(out, e) {
-				return ErrConflict
-			}
-			return nil
+			out, err = scanPostgresExecution(br.QueryRow())
+			return err
 		},
 	}
 	if _, err := s.appendAuditTx(ctx, step, build); err != nil {
 		return Execution{}, false, appendError(err, pgError)
+	}
+	if !sameCall(out, e) {
+		return Execution{}, false, ErrConflict
 	}
 	return out, started, nil
 }
@@ -140,7 +138,7 @@ func (s *postgresStore) FinishExecution(ctx context.Context, idempotencyKey stri
 }
 
 // FinishExecutionAudited updates the execution before the audit lock is
-// taken, in the first round trip of the append.
+// taken, in the append's first round trip.
 func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(AuditHead) (AuditRecord, error)) (Execution, error) {
 	if err := checkFinish(idempotencyKey, status, result, now); err != nil {
 		return Execution{}, err
@@ -150,6 +148,7 @@ func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyK
 		res = result
 	}
 	var out Execution
+	var outcome error
 	step := &pgTxStep{
 		queue: func(b *pgx.Batch) {
 			b.Queue(pgFinishExecution, idempotencyKey, status, res, storedTime(now))
@@ -168,15 +167,20 @@ func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyK
 			}
 			switch {
 			case finished:
-				return nil
+				outcome = nil
 			case !exists:
-				return ErrNotFound
+				outcome = ErrNotFound
+			default:
+				outcome = ErrConflict
 			}
-			return ErrConflict
+			return nil
 		},
 	}
 	if _, err := s.appendAuditTx(ctx, step, build); err != nil {
 		return Execution{}, appendError(err, pgError)
+	}
+	if outcome != nil {
+		return Execution{}, outcome
 	}
 	return out, nil
 }

@@ -69,7 +69,7 @@ func (s *sqliteStore) beginExecution(ctx context.Context, e Execution, build fun
 		default:
 			return err
 		}
-		if !sameCall(out, e) {
+		if !sameCall(out, e) && build == nil {
 			return ErrConflict
 		}
 		if build != nil {
@@ -79,6 +79,9 @@ func (s *sqliteStore) beginExecution(ctx context.Context, e Execution, build fun
 	})
 	if err != nil {
 		return Execution{}, false, appendError(err, sqliteError)
+	}
+	if !sameCall(out, e) {
+		return Execution{}, false, ErrConflict
 	}
 	return out, started, nil
 }
@@ -110,30 +113,37 @@ func (s *sqliteStore) finishExecution(ctx context.Context, idempotencyKey string
 		res = string(result)
 	}
 	var out Execution
+	var outcome error
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		out, err = scanSQLiteExecution(tx.QueryRowContext(ctx, sqliteFinishExecution,
 			idempotencyKey, string(status), res, sqliteTime(now)))
-		if err == nil {
-			if build != nil {
-				_, err = appendAuditInTx(ctx, tx, build)
+		outcome = nil
+		if errors.Is(err, sql.ErrNoRows) {
+			var exists bool
+			if err := tx.QueryRowContext(ctx, sqliteExecutionExists, idempotencyKey).Scan(&exists); err != nil {
+				return err
 			}
+			outcome = ErrConflict
+			if !exists {
+				outcome = ErrNotFound
+			}
+			if build == nil {
+				return outcome
+			}
+		} else if err != nil {
 			return err
 		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return err
+		if build != nil {
+			_, err = appendAuditInTx(ctx, tx, build)
 		}
-		var exists bool
-		if err := tx.QueryRowContext(ctx, sqliteExecutionExists, idempotencyKey).Scan(&exists); err != nil {
-			return err
-		}
-		if !exists {
-			return ErrNotFound
-		}
-		return ErrConflict
+		return err
 	})
 	if err != nil {
 		return Execution{}, appendError(err, sqliteError)
+	}
+	if outcome != nil {
+		return Execution{}, outcome
 	}
 	return out, nil
 }

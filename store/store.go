@@ -319,15 +319,18 @@ type Store interface {
 	// mid-call, and returns them, oldest first, so they can be reported.
 	MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]Execution, error)
 	// BeginExecutionAudited does what BeginExecution does and what
-	// AppendAudit does with build, in one transaction: both are written or
-	// neither. An execution the key already names is no error (the record
-	// is appended, and the execution returned with started false); a key
-	// of another call fails with ErrConflict and writes nothing. It lets a
-	// caller record why a call runs and start it with one durable write.
+	// AppendAudit does with build, in one transaction: a failure writes
+	// neither. The record is appended whatever the key already names: an
+	// execution of the same call is returned with started false, and a key
+	// of another call fails with ErrConflict, its execution untouched. It
+	// lets a caller record why a call runs and start it with one durable
+	// write. build may be called more than once.
 	BeginExecutionAudited(ctx context.Context, e Execution, build func(head AuditHead) (AuditRecord, error)) (_ Execution, started bool, _ error)
 	// FinishExecutionAudited does what FinishExecution does and what
-	// AppendAudit does with build, in one transaction: both are written or
-	// neither, so on ErrNotFound or ErrConflict no record is appended.
+	// AppendAudit does with build, in one transaction: a failure writes
+	// neither. The record is appended even when the execution is not
+	// finished by it (ErrNotFound, ErrConflict), since what it records
+	// happened all the same. build may be called more than once.
 	FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(head AuditHead) (AuditRecord, error)) (Execution, error)
 
 	// ListNotes returns the owner's notes by name.
@@ -345,8 +348,9 @@ type Store interface {
 	// appender, in this process or another, and inserts what build returns,
 	// which must have Seq = head.Seq + 1 and PrevHash = head.Hash (else
 	// ErrInvalid). The store computes no hash: build does. An error from
-	// build is returned as is and nothing is written. Concurrent appends
-	// produce a gapless chain.
+	// build is returned as is and nothing is written. build may be called
+	// more than once, with different heads: it must have no other effect.
+	// Concurrent appends produce a gapless chain.
 	AppendAudit(ctx context.Context, build func(head AuditHead) (AuditRecord, error)) (AuditRecord, error)
 	// AuditRecords returns up to limit records with Seq > afterSeq, in
 	// order; ErrInvalid when limit is not positive.

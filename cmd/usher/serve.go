@@ -156,6 +156,15 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	defer mcp.catalog.Close()
+	defer func() {
+		// Outcomes of calls that have answered are still being written;
+		// the store closes after this.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Server.ShutdownTimeout.Std())
+		defer cancel()
+		if err := mcp.server.Drain(dctx); err != nil {
+			log.Warn("not every tool call's outcome was recorded; those executions will be reported as outcome_unknown", "err", err)
+		}
+	}()
 	mcp.mount(mux, authenticated, publicURL)
 	go in.sweep(ctx, mcp)
 	mountAssistant(mux, runtime, authenticated, publicURL)

@@ -3,6 +3,7 @@ package audit_test
 import (
 	"database/sql"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,6 +50,15 @@ func openStore(t *testing.T, dsn string) store.Store {
 		t.Fatalf("migrate: %v", err)
 	}
 	return st
+}
+
+// openEngineDB is openDB with the driver of dsn's engine.
+func openEngineDB(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	if strings.HasPrefix(dsn, "postgres") {
+		return openDB(t, "pgx", dsn)
+	}
+	return openDB(t, "sqlite", dsn)
 }
 
 // openDB opens the database directly, as someone with write access to it

@@ -196,12 +196,21 @@ func testExecutionsAudited(t *testing.T, s store.Store) {
 		t.Errorf("the log has %d records, want 2", n)
 	}
 
-	// What fails writes neither the execution nor the record.
+	// A key of another call: its execution is untouched, and the record
+	// is appended all the same.
 	other := testExecution("audited/call-1", now)
 	other.ArgumentsHash = "args-2"
 	if _, _, err := s.BeginExecutionAudited(ctx, other, build("decision")); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("BeginExecutionAudited with the key of another call = %v, want ErrConflict", err)
 	}
+	if got, err := s.GetExecution(ctx, in.IdempotencyKey); err != nil || !reflect.DeepEqual(got, e) {
+		t.Errorf("after a conflicting begin GetExecution = %+v, %v; want %+v", got, err, e)
+	}
+	if n := logLength(); n != 3 {
+		t.Errorf("after a conflicting begin the log has %d records, want 3", n)
+	}
+
+	// What fails writes neither the execution nor the record.
 	errBuild := errors.New("hashing failed")
 	failing := func(store.AuditHead) (store.AuditRecord, error) { return store.AuditRecord{}, errBuild }
 	if _, _, err := s.BeginExecutionAudited(ctx, testExecution("audited/call-2", now), failing); err != errBuild {
@@ -223,8 +232,8 @@ func testExecutionsAudited(t *testing.T, s store.Store) {
 	if _, err := s.GetExecution(ctx, "audited/call-2"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("after failed begins GetExecution = %v, want ErrNotFound: nothing started", err)
 	}
-	if n := logLength(); n != 2 {
-		t.Errorf("after failed begins the log has %d records, want 2", n)
+	if n := logLength(); n != 3 {
+		t.Errorf("after failed begins the log has %d records, want 3", n)
 	}
 
 	result := json.RawMessage(`{"content":[]}`)
@@ -243,11 +252,19 @@ func testExecutionsAudited(t *testing.T, s store.Store) {
 		t.Errorf("FinishExecutionAudited returned\n%+v\nwant\n%+v", done, want)
 	}
 	records, err := s.AuditRecords(ctx, 0, 100)
-	if err != nil || len(records) != 3 || records[2].Kind != "executed" || records[2].PrevHash != records[1].Hash {
-		t.Fatalf("after the finish the log is %+v, %v; want 3 records, the last the execution's, chained", records, err)
+	if err != nil || len(records) != 4 || records[3].Kind != "executed" || records[3].PrevHash != records[2].Hash {
+		t.Fatalf("after the finish the log is %+v, %v; want 4 records, the last the execution's, chained", records, err)
 	}
+	if n := logLength(); n != 4 {
+		t.Errorf("after a finish the log has %d records, want 4", n)
+	}
+	// A finish that finds nothing started records what happened all the
+	// same; one the store refuses records nothing.
 	if _, err := s.FinishExecutionAudited(ctx, in.IdempotencyKey, store.ExecutionFailed, nil, now, build("executed")); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("FinishExecutionAudited of a finished execution = %v, want ErrConflict", err)
+	}
+	if got, err := s.GetExecution(ctx, in.IdempotencyKey); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("after a second finish GetExecution = %+v, %v; want the first finish, %+v", got, err, want)
 	}
 	if _, err := s.FinishExecutionAudited(ctx, "audited/missing", store.ExecutionFailed, nil, now, build("executed")); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("FinishExecutionAudited(missing) = %v, want ErrNotFound", err)
@@ -255,9 +272,10 @@ func testExecutionsAudited(t *testing.T, s store.Store) {
 	if _, err := s.FinishExecutionAudited(ctx, in.IdempotencyKey, store.ExecutionStarted, nil, now, build("executed")); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("FinishExecutionAudited to started = %v, want ErrInvalid", err)
 	}
-	if n := logLength(); n != 3 {
-		t.Errorf("after failed finishes the log has %d records, want 3", n)
+	if n := logLength(); n != 6 {
+		t.Errorf("after the refused finishes the log has %d records, want 6", n)
 	}
+	checkChain(t, s, 6)
 }
 
 func testBeginExecutionRace(t *testing.T, s store.Store) {
