@@ -122,3 +122,50 @@ func TestPostgresAuditKeepsAGapAtTheHead(t *testing.T) {
 		t.Errorf("the log holds %v, want [1 2 4]", seqs)
 	}
 }
+
+// BenchmarkPostgresAuditAppend measures appends to the audit log on
+// PostgreSQL (with fsync, as configured): one process appending alone (it
+// knows the head: one round trip each) against two processes taking turns,
+// as busy replicas do (the head has always moved), in the same run, one
+// round of each at a time. It reports the p50 of each and their ratio.
+func BenchmarkPostgresAuditAppend(b *testing.B) {
+	dsn := storetest.PostgresURL(b)
+	open := func() store.Store {
+		s, err := store.Open(b.Context(), dsn, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		if err := s.Migrate(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	a, other := open(), open()
+	appendOne := func(s store.Store) time.Duration {
+		start := time.Now()
+		if _, err := s.AppendAudit(b.Context(), link("bench")); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	const round = 10
+	var alone, turns []time.Duration
+	for b.Loop() {
+		for range round {
+			alone = append(alone, appendOne(a))
+		}
+		for range round / 2 {
+			turns = append(turns, appendOne(other), appendOne(a))
+		}
+	}
+	p50 := func(d []time.Duration) time.Duration {
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	al, tu := p50(alone), p50(turns)
+	b.ReportMetric(float64(al.Microseconds()), "alone-p50-µs")
+	b.ReportMetric(float64(tu.Microseconds()), "taking-turns-p50-µs")
+	b.ReportMetric(float64(tu)/float64(al), "turns/alone")
+	b.ReportMetric(0, "ns/op")
+}

@@ -51,24 +51,36 @@ type pgAuditChain struct {
 	turn  chan struct{} // holds a value while an append is in flight
 	head  AuditHead
 	known bool
+	// After a collision, the next skip appends read the head first; skip
+	// is set from backoff, which doubles with each collision (up to
+	// maxAuditBackoff) and is cleared by an append that does not collide.
+	// While other processes append as often as this one, most appends so
+	// take two round trips, not a failed one and then two.
+	skip, backoff int
 }
+
+// maxAuditBackoff bounds pgAuditChain.backoff.
+const maxAuditBackoff = 64
 
 func newPGAuditChain() *pgAuditChain { return &pgAuditChain{turn: make(chan struct{}, 1)} }
 
 // appendAuditTx appends the record build returns, after step if there is
 // one, in one transaction on one connection. When the process knows the
-// head (it wrote or read it last), that is one round trip: BEGIN, step's
-// statements, the audit lock, the INSERT of the record chained to that head
-// and COMMIT, pipelined. If another process appended in between, the
-// INSERT collides with its record on the sequence and the transaction
-// rolls back; then, and when the head is not known, the append takes two
-// round trips: BEGIN, step's statements, the lock and a read of the head;
-// then the INSERT and COMMIT. build may so be called twice, with different
-// heads.
+// head (it wrote or read it last), that is one round trip: step's
+// statements, the audit lock, a read of the head and the INSERT of the
+// record chained to the head it knows, pipelined in one implicit
+// transaction. If another process appended in between, the INSERT collides
+// with its record on the sequence and the transaction rolls back; the append
+// is tried again on the head read, and after a few collisions (or when the
+// head is not known, or for a while after a collision: see pgAuditChain) it
+// takes two round trips: BEGIN, step's statements, the lock and a read of
+// the head; then the INSERT and COMMIT. build may so be called more than
+// once, with different heads.
 //
-// A known head is not read again: if the newest records were deleted, the
-// next record still follows the last one this process saw, and the gap
-// stays for the verifier to report rather than being chained over.
+// A known head is not replaced by the one read: if the newest records were
+// deleted, the next record still follows the last one this process saw,
+// and the gap stays for the verifier to report rather than being chained
+// over.
 //
 // The lock is held from its statement to the commit, and no holder of it
 // waits for anything but the database's own writes: step's statements,
@@ -91,23 +103,28 @@ func (s *postgresStore) appendAuditTx(ctx context.Context, step *pgTxStep, build
 	}
 	defer releaseAfterTx(ctx, conn)
 
-	if c.known {
-		r, err := builtRecord(build, c.head)
+	head, known := c.head, c.known && c.skip == 0
+	c.skip = max(c.skip-1, 0)
+	c.known = false // until an append succeeds
+	for attempt := 0; known && attempt < maxAuditAttempts; attempt++ {
+		r, err := builtRecord(build, head)
 		if err != nil {
 			return AuditRecord{}, err
 		}
-		err = appendAtHead(ctx, conn, step, r)
+		seen, err := appendAtHead(ctx, conn, step, r)
 		if err == nil {
-			c.head = AuditHead{Seq: r.Seq, Hash: r.Hash}
+			c.head, c.known = AuditHead{Seq: r.Seq, Hash: r.Hash}, true
+			if attempt == 0 {
+				c.backoff = 0
+			}
 			return r, nil
 		}
-		c.known = false
 		if !isAuditCollision(err) {
 			return AuditRecord{}, err
 		}
-		if _, err := conn.Exec(ctx, "rollback"); err != nil {
-			return AuditRecord{}, err
-		}
+		c.backoff = min(max(2*c.backoff, 1), maxAuditBackoff)
+		c.skip = c.backoff
+		head = seen
 	}
 	r, err := appendAfterHead(ctx, conn, step, build)
 	if err != nil {
@@ -117,34 +134,41 @@ func (s *postgresStore) appendAuditTx(ctx context.Context, step *pgTxStep, build
 	return r, nil
 }
 
-// appendAtHead appends r, built on the head the process knows, in one round
-// trip; it fails, rolled back, with an error isAuditCollision knows if
-// another record has r's sequence.
-func appendAtHead(ctx context.Context, conn *pgxpool.Conn, step *pgTxStep, r AuditRecord) error {
+// maxAuditAttempts is how many one-round-trip appends are tried before an
+// append reads the head under the lock.
+const maxAuditAttempts = 3
+
+// appendAtHead appends r, built on a head the process knows, in one round
+// trip, and returns the head it read under the lock. It fails, rolled
+// back, with an error isAuditCollision knows if another record has r's
+// sequence.
+func appendAtHead(ctx context.Context, conn *pgxpool.Conn, step *pgTxStep, r AuditRecord) (AuditHead, error) {
+	// No BEGIN and COMMIT: the batch is one implicit transaction, which
+	// commits at its end, or rolls back at the first error.
 	b := &pgx.Batch{}
-	b.Queue("begin")
 	if step != nil {
 		step.queue(b)
 	}
 	b.Queue(pgAuditLock)
+	b.Queue(pgAuditHead)
 	queueInsertAudit(b, r)
-	b.Queue("commit")
-	return readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
+	var head AuditHead
+	err := readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
 		if step != nil {
 			if err := step.read(br); err != nil {
 				return err
 			}
 		}
-		for range 2 { // the lock, the insert
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
+		if _, err := br.Exec(); err != nil {
+			return err
 		}
-		return readCommit(br)
+		if err := br.QueryRow().Scan(&head.Seq, &head.Hash); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		_, err := br.Exec()
+		return err
 	})
+	return head, err
 }
 
 // appendAfterHead appends the record build makes of the head it reads, in
