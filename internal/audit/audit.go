@@ -155,12 +155,18 @@ func (l *Log) Builder(e Entry) (func(store.AuditHead) (store.AuditRecord, error)
 		Latency:        storedLatency(e.Latency),
 		Details:        details,
 	}
+	// The body is made once: only its Seq depends on the head, and the
+	// builder may run more than once, inside the append's transaction.
+	b, err := bodyOf(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidEntry, err)
+	}
 	return func(head store.AuditHead) (store.AuditRecord, error) {
-		r := r
-		r.Seq = head.Seq + 1
+		r, b := r, b
+		r.Seq, b.Seq = head.Seq+1, head.Seq+1
 		r.PrevHash = head.Hash
 		var err error
-		r.Hash, err = Hash(r)
+		r.Hash, err = hashBody(r.PrevHash, b)
 		return r, err
 	}, nil
 }

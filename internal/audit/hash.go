@@ -71,12 +71,17 @@ func Hash(r store.AuditRecord) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return hashBody(r.PrevHash, b)
+}
+
+// hashBody is Hash of the record whose body is b.
+func hashBody(prevHash string, b body) (string, error) {
 	enc, err := marshal(b)
 	if err != nil {
 		return "", err
 	}
 	h := sha256.New()
-	h.Write([]byte(r.PrevHash))
+	h.Write([]byte(prevHash))
 	h.Write(enc)
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
