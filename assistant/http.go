@@ -325,6 +325,14 @@ func (rt *Runtime) handlePost(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The body needs a content field."))
 		return
 	}
+	var sub *runSub
+	if wait > 0 {
+		// Subscribe before posting: the turn may end before the post
+		// returns.
+		var leave func()
+		sub, _, leave = rt.bus.joinRun(r.PathValue("id"))
+		defer leave()
+	}
 	ev, run, err := rt.PostMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), *body.Content)
 	if err != nil {
 		rt.fail(w, r, err)
@@ -334,7 +342,7 @@ func (rt *Runtime) handlePost(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusAccepted, map[string]any{"runId": run.ID, "seq": ev.Seq, "status": "queued", "run": viewRun(run)})
 		return
 	}
-	out, err := rt.WaitTurn(r.Context(), owner, run.ID, ev.Seq, wait)
+	out, err := rt.waitTurn(r.Context(), sub, owner, run.ID, ev.Seq, wait, &run)
 	if err != nil {
 		rt.fail(w, r, err)
 		return

@@ -266,8 +266,11 @@ func (rt *Runtime) Stop() {
 }
 
 // schedule is the scheduler's loop. It claims when woken (a run was
-// queued), when a turn ends (a slot is free) and on every sweep (expired
-// leases, missed wake-ups); it never polls the queue otherwise.
+// queued), on every sweep (expired leases, missed wake-ups) and, when the
+// last claim may have left work behind (every slot was taken, or it
+// failed), when a turn ends and frees a slot; it never polls the queue
+// otherwise. Every run queued after a claim that left nothing behind
+// wakes the scheduler, and so does a release that leaves its run queued.
 func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
 	defer close(rt.done)
 	var running sync.WaitGroup
@@ -277,10 +280,14 @@ func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
 	sweep := time.NewTicker(rt.o.SweepInterval)
 	defer sweep.Stop()
 
+	// more: the last claim may have left claimable runs behind.
+	more := false
 	claim := func() {
+		more = false
 		for {
 			free := rt.o.MaxConcurrency - len(slots)
 			if free == 0 {
+				more = true
 				return
 			}
 			runs, err := rt.st.ClaimRuns(ctx, rt.o.ReplicaID, free, rt.o.Lease)
@@ -288,6 +295,7 @@ func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
 				if ctx.Err() == nil {
 					rt.log.Error("assistant: claiming runs failed", "err", err)
 				}
+				more = true
 				return
 			}
 			for _, r := range runs {
@@ -318,6 +326,9 @@ func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
 				return
 			}
 		case <-freed:
+			if !more {
+				continue
+			}
 		case <-sweep.C:
 			rt.sweep(ctx)
 		}

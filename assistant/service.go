@@ -188,18 +188,31 @@ type TurnOutcome struct {
 // WaitTurn waits up to d for the turn that answers the message seq to end
 // or pause.
 func (rt *Runtime) WaitTurn(ctx context.Context, owner, id string, seq int64, d time.Duration) (TurnOutcome, error) {
-	// Turns run on any replica: their events and status changes arrive
-	// through the bus; a slow poll covers a lost notification.
 	sub, _, leave := rt.bus.joinRun(id)
 	defer leave()
+	return rt.waitTurn(ctx, sub, owner, id, seq, d, nil)
+}
+
+// waitTurn is WaitTurn for a subscriber of the run's updates that joined
+// before the message seq was posted; known, when not nil, is the run as
+// posting it left it, which spares reading it again first.
+func (rt *Runtime) waitTurn(ctx context.Context, sub *runSub, owner, id string, seq int64, d time.Duration, known *store.Run) (TurnOutcome, error) {
+	// Turns run on any replica: the end of their leases (which ends or
+	// pauses a turn) arrives through the bus as a change of the run; a
+	// slow poll covers a lost notification.
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	poll := time.NewTicker(5 * time.Second)
 	defer poll.Stop()
 	for {
-		r, err := rt.Run(ctx, owner, id)
-		if err != nil {
-			return TurnOutcome{}, err
+		var r store.Run
+		if known != nil {
+			r, known = *known, nil
+		} else {
+			var err error
+			if r, err = rt.Run(ctx, owner, id); err != nil {
+				return TurnOutcome{}, err
+			}
 		}
 		out := TurnOutcome{Run: r, Status: "running"}
 		switch {
@@ -228,7 +241,6 @@ func (rt *Runtime) WaitTurn(ctx context.Context, owner, id string, seq int64, d 
 			return TurnOutcome{}, ctx.Err()
 		case <-deadline.C:
 			return out, nil
-		case <-sub.poke:
 		case <-sub.status:
 		case <-poll.C:
 		}

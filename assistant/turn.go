@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -70,9 +71,9 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 	}()
 	defer func() { cancel(nil); <-renewed }()
 
-	status, err := t.work(ctx)
+	end, err := t.work(ctx)
 	if t.sess != nil {
-		rt.holder.release(t.sess, status == store.RunAwaitingApproval)
+		rt.holder.release(t.sess, err == nil && end.rel.Status == store.RunAwaitingApproval)
 	}
 	switch {
 	case errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost):
@@ -85,44 +86,51 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 		// lease expires and the run is taken over all the same.
 		handCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer done()
-		if _, err := rt.st.RequeueRun(handCtx, r.ID); err == nil {
-			if _, err := rt.st.ReleaseRun(handCtx, t.currentLease(), ""); err != nil && !errors.Is(err, store.ErrConflict) {
-				rt.log.Warn("assistant: handing a run back at shutdown failed", "run", r.ID, "err", err)
-			}
+		if _, _, err := rt.st.EndLease(handCtx, t.currentLease(), store.Release{Requeue: true}); err != nil && !errors.Is(err, store.ErrConflict) {
+			rt.log.Warn("assistant: handing a run back at shutdown failed", "run", r.ID, "err", err)
 		}
 		return
 	case err != nil:
+		// The run is released with its turn open, and the sweep resumes
+		// it.
 		rt.log.Error("assistant: a turn failed", "run", r.ID, "err", err)
+		end = ending{}
 	}
 	releaseCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer done()
-	if err == nil && status == "" {
-		rt.requeueIfMore(releaseCtx, r.ID)
-	}
-	if _, err := rt.st.ReleaseRun(releaseCtx, t.currentLease(), status); err != nil && !errors.Is(err, store.ErrConflict) {
+	_, _, err = rt.st.EndLease(releaseCtx, t.currentLease(), end.rel, end.events...)
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		rt.log.Info("assistant: a turn stopped: its run was taken over or closed", "run", r.ID)
+	case err != nil && len(end.events) > 0:
+		// Release the run all the same, its turn open: the sweep resumes
+		// it.
+		rt.log.Error("assistant: ending a turn failed", "run", r.ID, "err", err)
+		if _, _, err := rt.st.EndLease(releaseCtx, t.currentLease(), store.Release{}); err != nil && !errors.Is(err, store.ErrConflict) {
+			rt.log.Error("assistant: releasing a run failed", "run", r.ID, "err", err)
+		}
+	case err != nil:
 		rt.log.Error("assistant: releasing a run failed", "run", r.ID, "err", err)
 	}
 }
 
-// requeueIfMore queues the run again, while its lease still holds it, when
-// a user message arrived during the turn that ended: the claim cleared the
-// queue mark, so without this the message would wait for the next one.
-func (rt *Runtime) requeueIfMore(ctx context.Context, runID string) {
-	r, err := rt.st.GetRun(ctx, runID)
-	if err != nil || r.TurnSeq != 0 || !r.QueuedAt.IsZero() {
-		return // gone, yielded mid-turn (already queued), or queued anew
-	}
-	next, err := rt.nextUserMessage(ctx, r)
-	if err != nil {
-		rt.log.Error("assistant: looking for a queued message failed", "run", runID, "err", err)
-		return
-	}
-	if next > 0 {
-		if _, err := rt.st.RequeueRun(ctx, runID); err != nil && !errors.Is(err, store.ErrConflict) {
-			rt.log.Error("assistant: requeueing a run failed", "run", runID, "err", err)
-		}
-	}
+// ending is how a slice of work on a run ends: the events its lease
+// appends as it ends (the turn's last message and end, or its pause), in
+// the same transaction, and how the run is left.
+type ending struct {
+	events []store.NewEvent
+	rel    store.Release
 }
+
+// turnFailure ends a turn visibly: the model or the tools failed, and the
+// turn's end says so.
+type turnFailure struct {
+	message string
+	// unstarted: the turn's start is not recorded yet.
+	unstarted bool
+}
+
+func (f *turnFailure) Error() string { return "assistant: the turn failed: " + f.message }
 
 // currentLease and setLease guard the lease the renewer updates.
 func (t *turn) currentLease() store.Lease {
@@ -158,28 +166,27 @@ func isMessageEvent(typ string) bool {
 	return typ == EventUserMessage || typ == EventAssistantMessage || typ == EventToolResult
 }
 
-// work does the slice and returns the status to release the run with:
-// AwaitingApproval when the turn pauses, else empty (InProgress).
-func (t *turn) work(ctx context.Context) (store.RunStatus, error) {
+// work does the slice and returns how it ends.
+func (t *turn) work(ctx context.Context) (ending, error) {
+	end, err := t.slice(ctx)
+	if f := (*turnFailure)(nil); errors.As(err, &f) {
+		return t.finish(TurnFailed, f.message, f.unstarted), nil
+	}
+	return end, err
+}
+
+// slice works the turn until it ends, pauses or yields.
+func (t *turn) slice(ctx context.Context) (ending, error) {
 	rt := t.rt
 	starting := t.run.TurnSeq == 0
-	if starting {
-		seq, err := rt.nextUserMessage(ctx, t.run)
-		if err != nil || seq == 0 {
-			return "", err
-		}
-		t.seq = seq
-	} else {
-		t.seq = t.run.TurnSeq
-	}
-	if err := t.loadTurnMessages(ctx); err != nil {
-		return "", err
+	if err := t.load(ctx); err != nil || t.seq == 0 {
+		return ending{}, err
 	}
 
 	sess, held, err := rt.holder.acquire(ctx, t.grant())
 	if err != nil {
 		rt.log.Error("assistant: reaching the MCP server failed", "run", t.run.ID, "err", err)
-		return "", t.end(ctx, TurnFailed, "The assistant could not reach its tools. Try again in a moment.", starting)
+		return ending{}, &turnFailure{message: "The assistant could not reach its tools. Try again in a moment.", unstarted: starting}
 	}
 	t.sess = sess
 	if starting {
@@ -189,7 +196,7 @@ func (t *turn) work(ctx context.Context) (store.RunStatus, error) {
 		}
 		history, err := t.history(ctx)
 		if err != nil {
-			return "", err
+			return ending{}, err
 		}
 		chars := 0
 		for _, m := range history {
@@ -202,7 +209,7 @@ func (t *turn) work(ctx context.Context) (store.RunStatus, error) {
 			store.NewEvent{Type: EventRuntimeContext, Payload: mustJSON(RuntimeContextRecord{
 				RunID: t.run.ID, Messages: len(history), Characters: chars, Tools: len(sess.tools), Delivery: delivery})},
 		); err != nil {
-			return "", err
+			return ending{}, err
 		}
 	}
 
@@ -210,32 +217,29 @@ func (t *turn) work(ctx context.Context) (store.RunStatus, error) {
 	// for an approval that has now been decided.
 	waiting, err := t.resolveOpenCalls(ctx)
 	if err != nil {
-		return "", err
+		return ending{}, err
 	}
 	if len(waiting) > 0 {
-		return t.pause(ctx, waiting)
+		return t.pause(waiting), nil
 	}
 
 	steps, calls := t.stepsSoFar(), 0
 	for {
 		if steps >= rt.o.MaxSteps {
-			return "", t.end(ctx, TurnFailed, fmt.Sprintf("The turn stopped after %d model steps, its limit.", rt.o.MaxSteps), false)
+			return ending{}, &turnFailure{message: fmt.Sprintf("The turn stopped after %d model steps, its limit.", rt.o.MaxSteps)}
 		}
 		if calls >= rt.o.MaxToolCallsPerSlice {
-			// Yield: queue the run again while the lease still holds it,
-			// so that it is claimable the moment the lease ends.
-			if _, err := rt.st.RequeueRun(ctx, t.run.ID); err != nil {
-				return "", err
-			}
-			return "", nil
+			// Yield: queue the run again as the lease ends, so that it
+			// is claimable at once.
+			return ending{rel: store.Release{Requeue: true}}, nil
 		}
 		resp, err := t.complete(ctx)
 		if err != nil {
 			var me *model.Error
 			if errors.As(err, &me) && ctx.Err() == nil {
-				return "", t.end(ctx, TurnFailed, "The model failed: "+me.Message, false)
+				return ending{}, &turnFailure{message: "The model failed: " + me.Message}
 			}
-			return "", err
+			return ending{}, err
 		}
 		steps++
 		msg := AssistantMessage{Content: resp.Message.Content}
@@ -244,26 +248,28 @@ func (t *turn) work(ctx context.Context) (store.RunStatus, error) {
 		}
 		reply := store.NewEvent{Type: EventAssistantMessage, Payload: mustJSON(msg), Preview: msg.Content}
 		if len(resp.Message.ToolCalls) == 0 {
-			// The final answer and the turn's end, in one transaction.
-			_, err := t.append(ctx, reply, t.endEvent(TurnCompleted, ""))
-			return "", err
+			// The final answer, the turn's end and the release, in one
+			// transaction.
+			end := t.finish(TurnCompleted, "", false)
+			end.events = append([]store.NewEvent{reply}, end.events...)
+			return end, nil
 		}
 		if _, err := t.append(ctx, reply); err != nil {
-			return "", err
+			return ending{}, err
 		}
 		var waiting []string
 		for _, c := range resp.Message.ToolCalls {
 			calls++
 			r, err := t.callTool(ctx, ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments}, c.ArgumentsError)
 			if err != nil {
-				return "", err
+				return ending{}, err
 			}
 			if r.Status == ToolApprovalPending {
 				waiting = append(waiting, r.Approval.ID)
 			}
 		}
 		if len(waiting) > 0 {
-			return t.pause(ctx, waiting)
+			return t.pause(waiting), nil
 		}
 	}
 }
@@ -297,6 +303,73 @@ func (rt *Runtime) nextUserMessage(ctx context.Context, r store.Run) (int64, err
 		}
 		after = page[len(page)-1].Seq
 	}
+}
+
+// turnWindowExtra is how many messages beyond the history load reads at
+// once, for the turn's own messages: its user message, those of a turn
+// resumed, and user messages queued behind it.
+const turnWindowExtra = 16
+
+// load finds the user message the turn answers (t.seq; 0 when there is
+// none) and reads the turn's messages, from that message on, and the
+// history before it. One read of the run's latest messages holds all of
+// it when the turn's messages are few, as they are in a conversation
+// taking turns one after the other; otherwise each is read on its own.
+func (t *turn) load(ctx context.Context) error {
+	window := t.rt.o.HistoryMessages + turnWindowExtra
+	latest, err := t.rt.st.ListMessages(ctx, t.run.ID, store.MessageQuery{Limit: window, Last: true})
+	if err != nil {
+		return err
+	}
+	// Whether latest holds every message: of the log, or after from.
+	whole := len(latest) < window
+	holdsAfter := func(from int64) bool { return whole || (len(latest) > 0 && latest[0].Seq <= from) }
+
+	seq := t.run.TurnSeq
+	if seq == 0 {
+		if !holdsAfter(t.run.HandledSeq) {
+			return t.loadEach(ctx)
+		}
+		for _, e := range latest {
+			if e.Seq > t.run.HandledSeq && e.Type == EventUserMessage {
+				seq = e.Seq
+				break
+			}
+		}
+		if seq == 0 {
+			return nil // nothing to answer
+		}
+	}
+	at := slices.IndexFunc(latest, func(e store.Event) bool { return e.Seq >= seq })
+	if at < 0 || latest[at].Seq != seq || (at < t.rt.o.HistoryMessages && !whole) {
+		return t.loadEach(ctx)
+	}
+	past, err := project(latest[max(0, at-t.rt.o.HistoryMessages):at])
+	if err != nil {
+		return err
+	}
+	t.seq = seq
+	t.messages = slices.Clone(latest[at:])
+	t.past = append([]model.Message{}, past...) // not nil, even when empty
+	return nil
+}
+
+// loadEach is load by separate reads: the message to answer, the turn's
+// messages, the history.
+func (t *turn) loadEach(ctx context.Context) error {
+	t.seq = t.run.TurnSeq
+	if t.seq == 0 {
+		seq, err := t.rt.nextUserMessage(ctx, t.run)
+		if err != nil || seq == 0 {
+			return err
+		}
+		t.seq = seq
+	}
+	if err := t.loadTurnMessages(ctx); err != nil {
+		return err
+	}
+	_, err := t.history(ctx)
+	return err
 }
 
 // loadTurnMessages reads the turn's messages, from its user message on.
@@ -402,7 +475,7 @@ func (t *turn) callTool(ctx context.Context, c ToolCall, argumentsError string) 
 			t.rt.holder.drop(t.sess)
 			t.sess = nil
 			t.rt.log.Error("assistant: a tool call failed to reach the MCP server", "run", t.run.ID, "tool", c.Name, "err", err)
-			return ToolResult{}, t.end(ctx, TurnFailed, "The assistant lost its connection to its tools. Send a message to try again.", false)
+			return ToolResult{}, &turnFailure{message: "The assistant lost its connection to its tools. Send a message to try again."}
 		}
 	}
 	_, err := t.append(ctx, store.NewEvent{Type: EventToolResult, Payload: mustJSON(r)})
@@ -485,25 +558,31 @@ func (t *turn) resolveOpenCalls(ctx context.Context) ([]string, error) {
 	return waiting, nil
 }
 
-// pause records that the turn waits for approvals.
-func (t *turn) pause(ctx context.Context, approvals []string) (store.RunStatus, error) {
-	if _, err := t.append(ctx, store.NewEvent{Type: EventTurnPause, Payload: mustJSON(TurnPause{MessageSeq: t.seq, Approvals: approvals})}); err != nil {
-		return "", err
+// pause ends the slice waiting for approvals: the pause is recorded as
+// the run goes to AwaitingApproval.
+func (t *turn) pause(approvals []string) ending {
+	return ending{
+		events: []store.NewEvent{{Type: EventTurnPause, Payload: mustJSON(TurnPause{MessageSeq: t.seq, Approvals: approvals})}},
+		rel:    store.Release{Status: store.RunAwaitingApproval},
 	}
-	return store.RunAwaitingApproval, nil
 }
 
-// end closes the turn. When the turn never started (it failed before its
-// start was recorded), it is started and ended at once, so that each user
-// message gets exactly one end.
-func (t *turn) end(ctx context.Context, status, message string, unstarted bool) error {
-	var events []store.NewEvent
+// finish ends the turn with status. When the turn never started (it
+// failed before its start was recorded), it is started and ended at once,
+// so that each user message gets exactly one end. A user message that
+// arrived before the run was claimed, and that this turn does not answer,
+// queues the run again for its own turn (a message sent after the claim
+// queued the run itself).
+func (t *turn) finish(status, message string, unstarted bool) ending {
+	var end ending
 	if unstarted {
-		events = append(events, store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: t.seq}), StartsTurn: t.seq})
+		end.events = append(end.events, store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: t.seq}), StartsTurn: t.seq})
 	}
-	events = append(events, t.endEvent(status, message))
-	_, err := t.append(ctx, events...)
-	return err
+	end.events = append(end.events, t.endEvent(status, message))
+	end.rel.Requeue = slices.ContainsFunc(t.messages, func(e store.Event) bool {
+		return e.Type == EventUserMessage && e.Seq > t.seq
+	})
+	return end
 }
 
 // endEvent is the turn's agent.turn.end.

@@ -31,37 +31,27 @@ WHERE owner = $1 AND status IN ('InProgress', 'AwaitingApproval') AND deleted_at
 	// state.
 	pgLockRun = `SELECT ` + runColumns + ` FROM runs WHERE id = $1 FOR UPDATE`
 
-	// pgWakeRun wakes an Idle run and queues it; $3 is the status to set.
-	pgQueueRun = `
-UPDATE runs SET status = $2, queued_at = coalesce(queued_at, $3), updated_at = $3
-WHERE id = $1
-RETURNING ` + runColumns
-
+	// pgClaimRuns leases runs and tells live-update subscribers, in one
+	// statement.
 	pgClaimRuns = `
-UPDATE runs SET lease_owner = $1, lease_expires_at = $2, fencing_token = fencing_token + 1, queued_at = NULL
-WHERE id IN (
-	SELECT id FROM runs
-	WHERE status = 'InProgress' AND deleted_at IS NULL
-	  AND ((queued_at IS NOT NULL AND lease_owner IS NULL) OR lease_expires_at < $3)
-	ORDER BY coalesce(queued_at, lease_expires_at)
-	LIMIT $4
-	FOR UPDATE SKIP LOCKED)
-RETURNING ` + runColumns
+WITH claimed AS (
+	UPDATE runs SET lease_owner = $1, lease_expires_at = $2, fencing_token = fencing_token + 1, queued_at = NULL
+	WHERE id IN (
+		SELECT id FROM runs
+		WHERE status = 'InProgress' AND deleted_at IS NULL
+		  AND ((queued_at IS NOT NULL AND lease_owner IS NULL) OR lease_expires_at < $3)
+		ORDER BY coalesce(queued_at, lease_expires_at)
+		LIMIT $4
+		FOR UPDATE SKIP LOCKED)
+	RETURNING *),
+sent AS (
+	SELECT ` + pgNotifyRunOf + ` FROM claimed)
+SELECT ` + runColumns + ` FROM claimed CROSS JOIN (SELECT count(*) FROM sent) AS sent`
 
 	pgRenewLease = `
 UPDATE runs SET lease_expires_at = $4
 WHERE id = $1 AND lease_owner = $2 AND fencing_token = $3
 RETURNING lease_expires_at`
-
-	// pgFence locks the run for a fenced write and tells whether the lease
-	// still holds.
-	pgFence = `SELECT lease_owner = $2 AND fencing_token = $3 FROM runs WHERE id = $1 FOR UPDATE`
-
-	pgReleaseRun = `
-UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, status = $4::text,
-	updated_at = CASE WHEN status = $4::text THEN updated_at ELSE $5 END
-WHERE id = $1 AND lease_owner = $2 AND fencing_token = $3
-RETURNING ` + runColumns
 
 	pgRequeueRun = `
 UPDATE runs SET status = 'InProgress', queued_at = coalesce(queued_at, $2),
@@ -104,20 +94,80 @@ WHERE run_id = $1 AND type LIKE 'message.%' AND seq > $2 AND seq < $3
 ORDER BY seq DESC
 LIMIT $4`
 
-	// pgAppendEvent advances the run's sequence and its summary for one
-	// event; the caller holds the run's row lock.
-	pgAdvanceRun = `
-WITH adv AS (
-	UPDATE runs SET last_seq = last_seq + 1, updated_at = $2, last_activity_at = $2,
-		message_count = message_count + $3::integer,
-		preview = CASE WHEN $4::text = '' THEN preview ELSE $4::text END,
-		turn_seq = CASE WHEN $5::bigint > 0 THEN $5::bigint WHEN $6::boolean THEN 0 ELSE turn_seq END,
-		handled_seq = CASE WHEN $6::boolean THEN turn_seq ELSE handled_seq END
-	WHERE id = $1
-	RETURNING last_seq, owner)
-SELECT adv.last_seq FROM adv CROSS JOIN LATERAL (
+	// pgAdvance is the SET list that advances a run for a batch of $3
+	// events, $4 of them messages; $5 to $8 are the rest of its appendPlan.
+	pgAdvance = `last_seq = last_seq + $3::integer,
+	last_activity_at = CASE WHEN $3::integer > 0 THEN $2::timestamptz ELSE last_activity_at END,
+	message_count = message_count + $4::integer,
+	preview = CASE WHEN $5::text = '' THEN preview ELSE $5::text END,
+	turn_seq = CASE WHEN $6::bigint < 0 THEN turn_seq ELSE $6::bigint END,
+	handled_seq = CASE $7::integer WHEN 1 THEN turn_seq WHEN 2 THEN $8::bigint ELSE handled_seq END`
+
+	// pgInsertBatch follows a CTE adv, the advanced run row: it inserts
+	// the events whose types and payloads are the arrays $9 and $10 at the
+	// sequences adv advanced over, and notifies each.
+	pgInsertBatch = `,
+ev AS (
+	SELECT adv.id, adv.owner, adv.last_seq - $3::integer + e.i AS seq, e.type, e.payload
+	FROM adv CROSS JOIN unnest($9::text[], $10::text[]) WITH ORDINALITY AS e(type, payload, i)),
+ins AS (
+	INSERT INTO run_events (` + eventColumns + `)
+	SELECT id, seq, type, payload::jsonb, $2::timestamptz FROM ev),
+sent AS (
 	SELECT pg_notify(` + pgUpdatesChannel + `,
-		json_build_object('k', 'event', 'r', $1::text, 'o', adv.owner, 's', adv.last_seq)::text)) AS n`
+		json_build_object('k', 'event', 'r', id, 'o', owner, 's', seq)::text) FROM ev)`
+
+	// pgNotifyRunOf notifies a change of the run row in scope.
+	pgNotifyRunOf = `pg_notify(` + pgUpdatesChannel + `, json_build_object('k', 'run', 'r', id, 'o', owner)::text)`
+
+	// pgAppend appends a batch of events to a run whose row lock the
+	// transaction holds, in one statement.
+	pgAppend = `
+WITH adv AS (
+	UPDATE runs SET ` + pgAdvance + `, updated_at = $2::timestamptz
+	WHERE id = $1
+	RETURNING *)` + pgInsertBatch + `
+SELECT ` + runColumns + ` FROM adv CROSS JOIN (SELECT count(*) FROM sent) AS sent`
+
+	// pgPostMessage appends a user message to a run that is neither
+	// deleted nor terminal and queues it for a turn (waking it when Idle),
+	// in one statement.
+	pgPostMessage = `
+WITH adv AS (
+	UPDATE runs SET ` + pgAdvance + `, updated_at = $2::timestamptz,
+		status = CASE WHEN status = 'Idle' THEN 'InProgress' ELSE status END,
+		queued_at = coalesce(queued_at, $2::timestamptz)
+	WHERE id = $1 AND deleted_at IS NULL AND status NOT IN ('Completed', 'Failed', 'Cancelled')
+	RETURNING *)` + pgInsertBatch + `,
+queued AS (
+	SELECT pg_notify('usher_queue.' || current_schema(), id) FROM adv)
+SELECT ` + runColumns + ` FROM adv
+	CROSS JOIN (SELECT count(*) FROM sent) AS sent CROSS JOIN (SELECT count(*) FROM queued) AS queued`
+
+	// pgAppendLeased is every write of a lease's holder, in one statement
+	// fenced by the lease ($11 owner, $12 fencing token): it appends a
+	// batch of events (possibly none) and, with $13, ends the lease,
+	// moving the run to the status $14 and, with $15, queueing it.
+	pgAppendLeased = `
+WITH adv AS (
+	UPDATE runs SET ` + pgAdvance + `,
+		updated_at = CASE WHEN $3::integer > 0 OR ($13::boolean AND status <> $14::text)
+			THEN $2::timestamptz ELSE updated_at END,
+		lease_owner = CASE WHEN $13::boolean THEN NULL ELSE lease_owner END,
+		lease_expires_at = CASE WHEN $13::boolean THEN NULL ELSE lease_expires_at END,
+		status = CASE WHEN $13::boolean THEN $14::text ELSE status END,
+		queued_at = CASE WHEN $15::boolean THEN coalesce(queued_at, $2::timestamptz) ELSE queued_at END
+	WHERE id = $1 AND lease_owner = $11::text AND fencing_token = $12::bigint
+	RETURNING *)` + pgInsertBatch + `,
+released AS (
+	SELECT ` + pgNotifyRunOf + ` FROM adv WHERE $13::boolean),
+queued AS (
+	SELECT pg_notify('usher_queue.' || current_schema(), id) FROM adv
+	WHERE $13::boolean AND queued_at IS NOT NULL AND status = 'InProgress')
+SELECT ` + runColumns + ` FROM adv
+	CROSS JOIN (SELECT count(*) FROM sent) AS sent
+	CROSS JOIN (SELECT count(*) FROM released) AS released
+	CROSS JOIN (SELECT count(*) FROM queued) AS queued`
 )
 
 // notifyRun tells live-update subscribers that the run's row changed. It
@@ -134,26 +184,21 @@ func (s *postgresStore) notifyRun(ctx context.Context, r Run) {
 // schema's queue channel, when the transaction commits.
 const pgNotifyQueued = `SELECT pg_notify('usher_queue.' || current_schema(), $1)`
 
-// appendEventsTx appends events under the run's row lock, which the caller
-// holds (or takes with the first statement).
-func (s *postgresStore) appendEventsTx(ctx context.Context, tx pgx.Tx, runID string, events []preparedEvent) ([]Event, error) {
+// appendArgs are the arguments $1 to $10 of pgAppend, pgPostMessage and
+// pgAppendLeased.
+func appendArgs(runID string, now time.Time, p appendPlan) []any {
+	return []any{runID, now, len(p.events), p.messages, p.preview, p.turn, p.handled, p.handledSeq, p.types(), p.payloads()}
+}
+
+// appendTx appends events to a run whose row lock the transaction holds.
+func (s *postgresStore) appendTx(ctx context.Context, tx pgx.Tx, runID string, events []preparedEvent) ([]Event, Run, error) {
 	now := storedTime(s.now())
-	out := make([]Event, 0, len(events))
-	for _, e := range events {
-		count := 0
-		if e.message {
-			count = 1
-		}
-		ev := Event{RunID: runID, Type: e.Type, Payload: e.Payload, CreatedAt: now}
-		if err := tx.QueryRow(ctx, pgAdvanceRun, runID, now, count, e.Preview, e.StartsTurn, e.EndsTurn).Scan(&ev.Seq); err != nil {
-			return nil, err
-		}
-		if _, err := tx.Exec(ctx, pgInsertEvent, ev.RunID, ev.Seq, ev.Type, []byte(ev.Payload), ev.CreatedAt); err != nil {
-			return nil, err
-		}
-		out = append(out, ev)
+	p := planAppend(events)
+	r, err := scanPostgresRun(tx.QueryRow(ctx, pgAppend, appendArgs(runID, now, p)...))
+	if err != nil {
+		return nil, Run{}, err
 	}
-	return out, nil
+	return p.appended(runID, r.LastSeq, now), r, nil
 }
 
 func (s *postgresStore) OpenRun(ctx context.Context, r Run, maxActive int, first *NewEvent) (Run, bool, error) {
@@ -206,13 +251,10 @@ func (s *postgresStore) OpenRun(ctx context.Context, r Run, maxActive int, first
 		if first == nil {
 			return nil
 		}
-		if _, err := s.appendEventsTx(ctx, tx, r.ID, firsts); err != nil {
+		if _, out, err = s.appendTx(ctx, tx, r.ID, firsts); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, pgNotifyQueued, r.ID); err != nil {
-			return err
-		}
-		out, err = scanPostgresRun(tx.QueryRow(ctx, pgGetRun, r.ID))
+		_, err = tx.Exec(ctx, pgNotifyQueued, r.ID)
 		return err
 	})
 	if err != nil {
@@ -229,38 +271,26 @@ func (s *postgresStore) PostMessage(ctx context.Context, runID string, e NewEven
 	if err != nil {
 		return Event{}, Run{}, err
 	}
-	var ev Event
-	var out Run
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		r, err := scanPostgresRun(tx.QueryRow(ctx, pgLockRun, runID))
-		if err != nil {
-			return err
-		}
+	now := storedTime(s.now())
+	p := planAppend(events)
+	out, err := scanPostgresRun(s.pool.QueryRow(ctx, pgPostMessage, appendArgs(runID, now, p)...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Missing, deleted or closed: which one?
+		r, err := s.GetRun(ctx, runID)
 		switch {
+		case err != nil:
+			return Event{}, Run{}, err
 		case !r.DeletedAt.IsZero():
-			return ErrNotFound
+			return Event{}, Run{}, ErrNotFound
 		case r.Status.Terminal():
-			return ErrClosed
+			return Event{}, Run{}, ErrClosed
 		}
-		status := r.Status
-		if status == RunIdle {
-			status = RunInProgress
-		}
-		appended, err := s.appendEventsTx(ctx, tx, runID, events)
-		if err != nil {
-			return err
-		}
-		ev = appended[0]
-		if out, err = scanPostgresRun(tx.QueryRow(ctx, pgQueueRun, runID, status, ev.CreatedAt)); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, pgNotifyQueued, runID)
-		return err
-	})
+		return Event{}, Run{}, ErrConflict
+	}
 	if err != nil {
 		return Event{}, Run{}, pgError(err)
 	}
-	return ev, out, nil
+	return p.appended(runID, out.LastSeq, now)[0], out, nil
 }
 
 func (s *postgresStore) ClaimRuns(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Run, error) {
@@ -275,14 +305,7 @@ func (s *postgresStore) ClaimRuns(ctx context.Context, owner string, limit int, 
 	if err != nil {
 		return nil, pgError(err)
 	}
-	runs, err := collectPostgresRuns(rows)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range runs {
-		s.notifyRun(ctx, r)
-	}
-	return runs, nil
+	return collectPostgresRuns(rows)
 }
 
 func (s *postgresStore) RenewLease(ctx context.Context, l Lease, leaseFor time.Duration) (Lease, error) {
@@ -301,18 +324,6 @@ func (s *postgresStore) RenewLease(ctx context.Context, l Lease, leaseFor time.D
 	return l, nil
 }
 
-// fence takes the run's row lock and checks that l still holds its lease.
-func (s *postgresStore) fence(ctx context.Context, tx pgx.Tx, l Lease) error {
-	var held *bool
-	if err := tx.QueryRow(ctx, pgFence, l.RunID, l.Owner, l.Token).Scan(&held); err != nil {
-		return err
-	}
-	if held == nil || !*held {
-		return ErrConflict
-	}
-	return nil
-}
-
 func (s *postgresStore) AppendLeased(ctx context.Context, l Lease, events ...NewEvent) ([]Event, error) {
 	if err := checkLease(l); err != nil {
 		return nil, err
@@ -321,55 +332,51 @@ func (s *postgresStore) AppendLeased(ctx context.Context, l Lease, events ...New
 	if err != nil {
 		return nil, err
 	}
-	var out []Event
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := s.fence(ctx, tx, l); err != nil {
-			return err
-		}
-		out, err = s.appendEventsTx(ctx, tx, l.RunID, prepared)
-		return err
-	})
-	if err != nil {
-		return nil, pgError(err)
-	}
-	return out, nil
+	out, _, err := s.appendLeased(ctx, l, prepared, nil)
+	return out, err
 }
 
 func (s *postgresStore) ReleaseRun(ctx context.Context, l Lease, to RunStatus) (Run, error) {
+	_, out, err := s.EndLease(ctx, l, Release{Status: to})
+	return out, err
+}
+
+func (s *postgresStore) EndLease(ctx context.Context, l Lease, rel Release, events ...NewEvent) ([]Event, Run, error) {
+	rel, err := checkRelease(rel)
+	if err != nil {
+		return nil, Run{}, err
+	}
 	if err := checkLease(l); err != nil {
-		return Run{}, err
+		return nil, Run{}, err
 	}
-	switch to {
-	case "":
-		to = RunInProgress
-	case RunInProgress, RunAwaitingApproval:
-	default:
-		return Run{}, invalid(fmt.Errorf("a released run goes to InProgress or AwaitingApproval, not %q", to))
+	var prepared []preparedEvent
+	if len(events) > 0 {
+		if prepared, err = prepareEvents(events); err != nil {
+			return nil, Run{}, err
+		}
 	}
+	return s.appendLeased(ctx, l, prepared, &rel)
+}
+
+// appendLeased runs pgAppendLeased: it appends events under the lease l
+// and, with rel, ends the lease.
+func (s *postgresStore) appendLeased(ctx context.Context, l Lease, events []preparedEvent, rel *Release) ([]Event, Run, error) {
 	now := storedTime(s.now())
-	var out Run
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = scanPostgresRun(tx.QueryRow(ctx, pgReleaseRun, l.RunID, l.Owner, l.Token, to, now))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrConflict
-		}
-		if err != nil {
-			return err
-		}
-		if !out.QueuedAt.IsZero() && out.Status == RunInProgress {
-			_, err = tx.Exec(ctx, pgNotifyQueued, l.RunID)
-		}
-		return err
-	})
-	if errors.Is(err, ErrConflict) {
-		return Run{}, s.missingOrConflict(ctx, l.RunID)
+	p := planAppend(events)
+	var release, requeue bool
+	to := RunInProgress
+	if rel != nil {
+		release, requeue, to = true, rel.Requeue, rel.Status
+	}
+	args := append(appendArgs(l.RunID, now, p), l.Owner, l.Token, release, string(to), requeue)
+	out, err := scanPostgresRun(s.pool.QueryRow(ctx, pgAppendLeased, args...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, Run{}, s.missingOrConflict(ctx, l.RunID)
 	}
 	if err != nil {
-		return Run{}, pgError(err)
+		return nil, Run{}, pgError(err)
 	}
-	s.notifyRun(ctx, out)
-	return out, nil
+	return p.appended(l.RunID, out.LastSeq, now), out, nil
 }
 
 func (s *postgresStore) RequeueRun(ctx context.Context, runID string) (Run, error) {
@@ -407,7 +414,7 @@ func (s *postgresStore) closeRunTx(ctx context.Context, tx pgx.Tx, r Run, to Run
 		if err != nil {
 			return Run{}, err
 		}
-		if _, err := s.appendEventsTx(ctx, tx, r.ID, end); err != nil {
+		if _, _, err := s.appendTx(ctx, tx, r.ID, end); err != nil {
 			return Run{}, err
 		}
 	}

@@ -95,6 +95,110 @@ func prepareEvents(events []NewEvent) ([]preparedEvent, error) {
 	return out, nil
 }
 
+// appendPlan is what appending a batch of events does to the run's row,
+// folded over the events in order, so that one statement advances the run
+// for the whole batch: its sequence by len(events), and its summary and
+// turn as the events would one after the other.
+type appendPlan struct {
+	events   []preparedEvent
+	messages int    // message events among them
+	preview  string // the last non-empty preview; empty keeps the run's
+	// turn is the run's open turn after the events; -1 keeps it.
+	turn int64
+	// handled says what the run's HandledSeq becomes: handledKeep,
+	// handledFromTurn (the turn open before the events) or handledSet
+	// (handledSeq).
+	handled    int
+	handledSeq int64
+}
+
+// The values of appendPlan.handled.
+const (
+	handledKeep = iota
+	handledFromTurn
+	handledSet
+)
+
+// planAppend folds prepared events into one appendPlan.
+func planAppend(events []preparedEvent) appendPlan {
+	p := appendPlan{events: events, turn: -1}
+	for _, e := range events {
+		if e.message {
+			p.messages++
+		}
+		if e.Preview != "" {
+			p.preview = e.Preview
+		}
+		switch {
+		case e.StartsTurn > 0:
+			p.turn = e.StartsTurn
+		case e.EndsTurn && p.turn < 0:
+			p.handled, p.turn = handledFromTurn, 0
+		case e.EndsTurn:
+			p.handled, p.handledSeq, p.turn = handledSet, p.turn, 0
+		}
+	}
+	return p
+}
+
+// types and payloads list the events' types and payloads, in order, for
+// the engines that insert a batch from arrays.
+func (p appendPlan) types() []string {
+	out := make([]string, len(p.events))
+	for i, e := range p.events {
+		out[i] = e.Type
+	}
+	return out
+}
+
+func (p appendPlan) payloads() []string {
+	out := make([]string, len(p.events))
+	for i, e := range p.events {
+		out[i] = string(e.Payload)
+	}
+	return out
+}
+
+// appended returns the events of p as appended at createdAt to the run
+// whose sequence is now lastSeq: they hold the last len(p.events)
+// sequences.
+func (p appendPlan) appended(runID string, lastSeq int64, createdAt time.Time) []Event {
+	out := make([]Event, len(p.events))
+	first := lastSeq - int64(len(p.events)) + 1
+	for i, e := range p.events {
+		out[i] = Event{RunID: runID, Seq: first + int64(i), Type: e.Type, Payload: e.Payload, CreatedAt: createdAt}
+	}
+	return out
+}
+
+// Release is how EndLease leaves a run.
+type Release struct {
+	// Status is what the run goes to: InProgress (or empty), which keeps
+	// it, or AwaitingApproval, which pauses it for an approval.
+	Status RunStatus
+	// Requeue queues the run for another turn (as RequeueRun does) while
+	// the lease still holds it, so that it can be claimed the moment the
+	// lease ends: for a turn that yields, or a user message that arrived
+	// before the claim and waits for its own turn. Only with InProgress.
+	Requeue bool
+}
+
+// checkRelease validates r and returns it with its status filled in.
+func checkRelease(r Release) (Release, error) {
+	switch r.Status {
+	case "":
+		r.Status = RunInProgress
+	case RunInProgress:
+	case RunAwaitingApproval:
+		if r.Requeue {
+			return Release{}, invalid(errors.New("a run released to AwaitingApproval cannot be requeued"))
+		}
+	default:
+		return Release{}, invalid(fmt.Errorf("a released run goes to InProgress or AwaitingApproval, not %q", r.Status))
+	}
+	return r, nil
+}
+
 // cutPreview shortens s to at most MaxPreview bytes on a rune boundary and
 // folds its whitespace to single spaces.
 func cutPreview(s string) string {

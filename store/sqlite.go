@@ -57,13 +57,15 @@ func openSQLite(ctx context.Context, path string, o Options) (*sqliteStore, erro
 	}
 	busy := fmt.Sprintf("busy_timeout(%d)", sqliteBusyTimeout.Milliseconds())
 
-	write, err := sql.Open("sqlite", path+"?"+url.Values{
+	// Connections keep the statements they prepare (sqlite_stmtcache.go).
+	writer, err := newStmtCachingConnector(path + "?" + url.Values{
 		"_pragma": {busy, "foreign_keys(1)", "journal_mode(WAL)"},
 		"_txlock": {"immediate"},
 	}.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("store: open SQLite: %w", err)
 	}
+	write := sql.OpenDB(writer)
 	write.SetMaxOpenConns(1)
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxLifetime(0)
@@ -75,13 +77,14 @@ func openSQLite(ctx context.Context, path string, o Options) (*sqliteStore, erro
 		return nil, fmt.Errorf("store: open SQLite %s: %w", path, err)
 	}
 
-	read, err := sql.Open("sqlite", path+"?"+url.Values{
+	reader, err := newStmtCachingConnector(path + "?" + url.Values{
 		"_pragma": {busy, "query_only(1)"},
 	}.Encode())
 	if err != nil {
 		write.Close()
 		return nil, fmt.Errorf("store: open SQLite: %w", err)
 	}
+	read := sql.OpenDB(reader)
 	readers := o.MaxConns
 	if readers == 0 {
 		readers = max(4, runtime.NumCPU())

@@ -21,11 +21,6 @@ const (
 SELECT count(*) FROM runs
 WHERE owner = ? AND status IN ('InProgress', 'AwaitingApproval') AND deleted_at IS NULL`
 
-	sqliteQueueRun = `
-UPDATE runs SET status = ?2, queued_at = coalesce(queued_at, ?3), updated_at = ?3
-WHERE id = ?1
-RETURNING ` + runColumns
-
 	sqliteClaimable = `
 SELECT id FROM runs
 WHERE status = 'InProgress' AND deleted_at IS NULL
@@ -41,14 +36,6 @@ RETURNING ` + runColumns
 	sqliteRenewLease = `
 UPDATE runs SET lease_expires_at = ?4
 WHERE id = ?1 AND lease_owner = ?2 AND fencing_token = ?3`
-
-	sqliteFence = `SELECT coalesce(lease_owner = ?2 AND fencing_token = ?3, 0) FROM runs WHERE id = ?1`
-
-	sqliteReleaseRun = `
-UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, status = ?4,
-	updated_at = CASE WHEN status = ?4 THEN updated_at ELSE ?5 END
-WHERE id = ?1 AND lease_owner = ?2 AND fencing_token = ?3
-RETURNING ` + runColumns
 
 	sqliteRequeueRun = `
 UPDATE runs SET status = 'InProgress', queued_at = coalesce(queued_at, ?2),
@@ -91,39 +78,79 @@ WHERE run_id = ?1 AND type LIKE 'message.%' AND seq > ?2 AND seq < ?3
 ORDER BY seq DESC
 LIMIT ?4`
 
-	sqliteAdvanceRun = `
-UPDATE runs SET last_seq = last_seq + 1, updated_at = ?2, last_activity_at = ?2,
-	message_count = message_count + ?3,
-	preview = CASE WHEN ?4 = '' THEN preview ELSE ?4 END,
-	turn_seq = CASE WHEN ?5 > 0 THEN ?5 WHEN ?6 THEN 0 ELSE turn_seq END,
-	handled_seq = CASE WHEN ?6 THEN turn_seq ELSE handled_seq END
+	// sqliteAdvance is the SET list that advances a run for a batch of ?3
+	// events, ?4 of them messages; ?5 to ?8 are the rest of its
+	// appendPlan.
+	sqliteAdvance = `last_seq = last_seq + ?3,
+	last_activity_at = CASE WHEN ?3 > 0 THEN ?2 ELSE last_activity_at END,
+	message_count = message_count + ?4,
+	preview = CASE WHEN ?5 = '' THEN preview ELSE ?5 END,
+	turn_seq = CASE WHEN ?6 < 0 THEN turn_seq ELSE ?6 END,
+	handled_seq = CASE ?7 WHEN 1 THEN turn_seq WHEN 2 THEN ?8 ELSE handled_seq END`
+
+	// sqliteAppend advances a run for a batch of events.
+	sqliteAppend = `
+UPDATE runs SET ` + sqliteAdvance + `, updated_at = ?2
 WHERE id = ?1
-RETURNING last_seq, owner`
+RETURNING ` + runColumns
+
+	// sqlitePostMessage advances a run that is neither deleted nor
+	// terminal for a user message and queues it for a turn (waking it when
+	// Idle).
+	sqlitePostMessage = `
+UPDATE runs SET ` + sqliteAdvance + `, updated_at = ?2,
+	status = CASE WHEN status = 'Idle' THEN 'InProgress' ELSE status END,
+	queued_at = coalesce(queued_at, ?2)
+WHERE id = ?1 AND deleted_at IS NULL AND status NOT IN ('Completed', 'Failed', 'Cancelled')
+RETURNING ` + runColumns
+
+	// sqliteAppendLeased is every write of a lease's holder to the run
+	// row, fenced by the lease (?9 owner, ?10 fencing token): it advances
+	// the run for a batch of events (possibly none) and, with ?11, ends
+	// the lease, moving the run to the status ?12 and, with ?13, queueing
+	// it.
+	sqliteAppendLeased = `
+UPDATE runs SET ` + sqliteAdvance + `,
+	updated_at = CASE WHEN ?3 > 0 OR (?11 AND status <> ?12) THEN ?2 ELSE updated_at END,
+	lease_owner = CASE WHEN ?11 THEN NULL ELSE lease_owner END,
+	lease_expires_at = CASE WHEN ?11 THEN NULL ELSE lease_expires_at END,
+	status = CASE WHEN ?11 THEN ?12 ELSE status END,
+	queued_at = CASE WHEN ?13 THEN coalesce(queued_at, ?2) ELSE queued_at END
+WHERE id = ?1 AND lease_owner = ?9 AND fencing_token = ?10
+RETURNING ` + runColumns
 )
 
-// appendEventsTx appends events inside the caller's write transaction, and
-// queues their notifications in p, to publish once it commits.
-func (s *sqliteStore) appendEventsTx(ctx context.Context, tx *sql.Tx, runID string, events []preparedEvent, p *pendingUpdates) ([]Event, error) {
-	now := storedTime(s.now())
-	at := sqliteTime(now)
-	out := make([]Event, 0, len(events))
-	for _, e := range events {
-		count := 0
-		if e.message {
-			count = 1
-		}
-		ev := Event{RunID: runID, Type: e.Type, Payload: e.Payload, CreatedAt: now}
-		var owner string
-		if err := tx.QueryRowContext(ctx, sqliteAdvanceRun, runID, at, count, e.Preview, e.StartsTurn, e.EndsTurn).Scan(&ev.Seq, &owner); err != nil {
-			return nil, err
-		}
-		p.add(Notification{Kind: NotifyEvent, RunID: runID, Owner: owner, Seq: ev.Seq})
-		if _, err := tx.ExecContext(ctx, sqliteInsertEvent, ev.RunID, ev.Seq, ev.Type, string(ev.Payload), at); err != nil {
-			return nil, err
-		}
-		out = append(out, ev)
+// appendArgs are the arguments ?1 to ?8 of sqliteAppend,
+// sqlitePostMessage and sqliteAppendLeased.
+func sqliteAppendArgs(runID string, now time.Time, p appendPlan) []any {
+	return []any{runID, sqliteTime(now), len(p.events), p.messages, p.preview, p.turn, p.handled, p.handledSeq}
+}
+
+// appendTx runs query, one of sqliteAppend, sqlitePostMessage and
+// sqliteAppendLeased, inside the caller's write transaction, then inserts
+// p's events at the sequences it advanced over, and queues their
+// notifications in pu, to publish once the transaction commits.
+func (s *sqliteStore) appendTx(ctx context.Context, tx *sql.Tx, query string, args []any, now time.Time, p appendPlan, pu *pendingUpdates) ([]Event, Run, error) {
+	r, err := scanSQLiteRun(tx.QueryRowContext(ctx, query, args...))
+	if err != nil {
+		return nil, Run{}, err
 	}
-	return out, nil
+	events := p.appended(r.ID, r.LastSeq, now)
+	at := sqliteTime(now)
+	for _, e := range events {
+		if _, err := tx.ExecContext(ctx, sqliteInsertEvent, e.RunID, e.Seq, e.Type, string(e.Payload), at); err != nil {
+			return nil, Run{}, err
+		}
+		pu.add(Notification{Kind: NotifyEvent, RunID: e.RunID, Owner: r.Owner, Seq: e.Seq})
+	}
+	return events, r, nil
+}
+
+// appendEventsTx appends events inside the caller's write transaction.
+func (s *sqliteStore) appendEventsTx(ctx context.Context, tx *sql.Tx, runID string, events []preparedEvent, pu *pendingUpdates) ([]Event, Run, error) {
+	now := storedTime(s.now())
+	p := planAppend(events)
+	return s.appendTx(ctx, tx, sqliteAppend, sqliteAppendArgs(runID, now, p), now, p, pu)
 }
 
 // lockedRun reads a run inside a write transaction, which already excludes
@@ -180,10 +207,7 @@ func (s *sqliteStore) OpenRun(ctx context.Context, r Run, maxActive int, first *
 		if first == nil {
 			return nil
 		}
-		if _, err := s.appendEventsTx(ctx, tx, r.ID, firsts, &p); err != nil {
-			return err
-		}
-		out, err = lockedRun(ctx, tx, r.ID)
+		_, out, err = s.appendEventsTx(ctx, tx, r.ID, firsts, &p)
 		return err
 	})
 	if err != nil {
@@ -204,30 +228,31 @@ func (s *sqliteStore) PostMessage(ctx context.Context, runID string, e NewEvent)
 	if err != nil {
 		return Event{}, Run{}, err
 	}
+	now := storedTime(s.now())
+	plan := planAppend(events)
 	var ev Event
 	var out Run
 	var p pendingUpdates
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		r, err := lockedRun(ctx, tx, runID)
-		switch {
-		case err != nil:
-			return err
-		case !r.DeletedAt.IsZero():
-			return ErrNotFound
-		case r.Status.Terminal():
-			return ErrClosed
+		appended, r, err := s.appendTx(ctx, tx, sqlitePostMessage, sqliteAppendArgs(runID, now, plan), now, plan, &p)
+		if errors.Is(err, sql.ErrNoRows) {
+			// Missing, deleted or closed: which one?
+			r, err := lockedRun(ctx, tx, runID)
+			switch {
+			case err != nil:
+				return err
+			case !r.DeletedAt.IsZero():
+				return ErrNotFound
+			case r.Status.Terminal():
+				return ErrClosed
+			}
+			return ErrConflict
 		}
-		status := r.Status
-		if status == RunIdle {
-			status = RunInProgress
-		}
-		appended, err := s.appendEventsTx(ctx, tx, runID, events, &p)
 		if err != nil {
 			return err
 		}
-		ev = appended[0]
-		out, err = scanSQLiteRun(tx.QueryRowContext(ctx, sqliteQueueRun, runID, string(status), sqliteTime(ev.CreatedAt)))
-		return err
+		ev, out = appended[0], r
+		return nil
 	})
 	if err != nil {
 		return Event{}, Run{}, sqliteError(err)
@@ -313,22 +338,6 @@ func (s *sqliteStore) missingOrConflictTx(ctx context.Context, tx *sql.Tx, id st
 	return ErrConflict
 }
 
-// fence checks, inside a write transaction, that l still holds its lease.
-func (s *sqliteStore) fence(ctx context.Context, tx *sql.Tx, l Lease) error {
-	var held bool
-	err := tx.QueryRowContext(ctx, sqliteFence, l.RunID, l.Owner, l.Token).Scan(&held)
-	if errors.Is(err, sql.ErrNoRows) {
-		return ErrNotFound
-	}
-	if err != nil {
-		return err
-	}
-	if !held {
-		return ErrConflict
-	}
-	return nil
-}
-
 func (s *sqliteStore) AppendLeased(ctx context.Context, l Lease, events ...NewEvent) ([]Event, error) {
 	if err := checkLease(l); err != nil {
 		return nil, err
@@ -337,51 +346,65 @@ func (s *sqliteStore) AppendLeased(ctx context.Context, l Lease, events ...NewEv
 	if err != nil {
 		return nil, err
 	}
-	var out []Event
-	var p pendingUpdates
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := s.fence(ctx, tx, l); err != nil {
-			return err
-		}
-		out, err = s.appendEventsTx(ctx, tx, l.RunID, prepared, &p)
-		return err
-	})
-	if err != nil {
-		return nil, sqliteError(err)
-	}
-	s.publish(&p)
-	return out, nil
+	out, _, err := s.appendLeased(ctx, l, prepared, nil)
+	return out, err
 }
 
 func (s *sqliteStore) ReleaseRun(ctx context.Context, l Lease, to RunStatus) (Run, error) {
+	_, out, err := s.EndLease(ctx, l, Release{Status: to})
+	return out, err
+}
+
+func (s *sqliteStore) EndLease(ctx context.Context, l Lease, rel Release, events ...NewEvent) ([]Event, Run, error) {
+	rel, err := checkRelease(rel)
+	if err != nil {
+		return nil, Run{}, err
+	}
 	if err := checkLease(l); err != nil {
-		return Run{}, err
+		return nil, Run{}, err
 	}
-	switch to {
-	case "":
-		to = RunInProgress
-	case RunInProgress, RunAwaitingApproval:
-	default:
-		return Run{}, invalid(fmt.Errorf("a released run goes to InProgress or AwaitingApproval, not %q", to))
+	var prepared []preparedEvent
+	if len(events) > 0 {
+		if prepared, err = prepareEvents(events); err != nil {
+			return nil, Run{}, err
+		}
 	}
-	now := sqliteTime(s.now())
-	var out Run
+	return s.appendLeased(ctx, l, prepared, &rel)
+}
+
+// appendLeased appends events under the lease l, in one transaction, and,
+// with rel, ends the lease.
+func (s *sqliteStore) appendLeased(ctx context.Context, l Lease, events []preparedEvent, rel *Release) ([]Event, Run, error) {
+	now := storedTime(s.now())
+	plan := planAppend(events)
+	var release, requeue bool
+	to := RunInProgress
+	if rel != nil {
+		release, requeue, to = true, rel.Requeue, rel.Status
+	}
+	args := append(sqliteAppendArgs(l.RunID, now, plan), l.Owner, l.Token, release, string(to), requeue)
+	var out []Event
+	var r Run
+	var p pendingUpdates
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		out, err = scanSQLiteRun(tx.QueryRowContext(ctx, sqliteReleaseRun, l.RunID, l.Owner, l.Token, string(to), now))
+		out, r, err = s.appendTx(ctx, tx, sqliteAppendLeased, args, now, plan, &p)
 		if errors.Is(err, sql.ErrNoRows) {
 			return s.missingOrConflictTx(ctx, tx, l.RunID)
 		}
 		return err
 	})
 	if err != nil {
-		return Run{}, sqliteError(err)
+		return nil, Run{}, sqliteError(err)
 	}
-	s.publishRuns([]Run{out})
-	if !out.QueuedAt.IsZero() && out.Status == RunInProgress {
+	if release {
+		p.add(Notification{Kind: NotifyRun, RunID: r.ID, Owner: r.Owner})
+	}
+	s.publish(&p)
+	if release && !r.QueuedAt.IsZero() && r.Status == RunInProgress {
 		s.wakes.wake()
 	}
-	return out, nil
+	return out, r, nil
 }
 
 func (s *sqliteStore) RequeueRun(ctx context.Context, runID string) (Run, error) {
@@ -417,7 +440,7 @@ func (s *sqliteStore) closeRunTx(ctx context.Context, tx *sql.Tx, r Run, to RunS
 		if err != nil {
 			return Run{}, err
 		}
-		if _, err := s.appendEventsTx(ctx, tx, r.ID, end, p); err != nil {
+		if _, _, err := s.appendEventsTx(ctx, tx, r.ID, end, p); err != nil {
 			return Run{}, err
 		}
 	}

@@ -207,6 +207,12 @@ type Store interface {
 	// queued meanwhile stays queued and can be claimed at once. ErrConflict
 	// when the lease was lost.
 	ReleaseRun(ctx context.Context, l Lease, to RunStatus) (Run, error)
+	// EndLease appends events (none is fine) and ends the lease l as
+	// ReleaseRun does, in one transaction, provided l still holds the
+	// run's lease, else ErrConflict and nothing is written: a turn's last
+	// events and the end of its lease commit together. With r.Requeue the
+	// run is queued for another turn as well.
+	EndLease(ctx context.Context, l Lease, r Release, events ...NewEvent) ([]Event, Run, error)
 	// RequeueRun queues the run for a turn: an AwaitingApproval run goes
 	// back to InProgress. ErrConflict when the run is Idle or terminal,
 	// ErrNotFound when it does not exist or is deleted.

@@ -675,6 +675,58 @@ func TestAssistantSlicesAndSteps(t *testing.T) {
 	}
 }
 
+// TestAssistantQueuedMessages fills the only turn slot of a process, then
+// sends two messages to another run, which wait unclaimed: when the slot
+// frees, the scheduler claims that run (it was woken while every slot was
+// taken), its turn answers the first message, and the second gets a turn
+// of its own although it arrived before the claim.
+func TestAssistantQueuedMessages(t *testing.T) {
+	ms := modeltest.NewServer(t)
+	ms.SetDefaultReply("ok")
+	// No sweep comes to the rescue within the test.
+	s := startServer(t, scriptedEnv(ms, "USHER_ASSISTANT_MAX_CONCURRENCY", "1", "USHER_ASSISTANT_SWEEP_INTERVAL", "10m"))
+	alice := userToken(t, s, "alice")
+	release := ms.Hold()
+	defer release()
+
+	_, busy := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"message":"take the slot"}`)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := ms.WaitHeld(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	id := run["runId"].(string)
+	for _, text := range []string{"first", "second"} {
+		body, _ := json.Marshal(map[string]string{"content": text})
+		if code, r := api(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages", alice, string(body)); code != 202 {
+			t.Fatalf("post %q = %d %v", text, code, r)
+		}
+	}
+	if n := countType(runEvents(t, s, alice, id), "agent.turn.start"); n != 0 {
+		t.Fatalf("%d turns started while the only slot was taken", n)
+	}
+	release()
+
+	var events []map[string]any
+	waitFor(t, 20*time.Second, func() bool {
+		events = runEvents(t, s, alice, id)
+		return countType(events, "agent.turn.end") == 2
+	})
+	var answered []float64
+	for _, e := range events {
+		if e["type"] == "agent.turn.start" {
+			answered = append(answered, e["data"].(map[string]any)["messageSeq"].(float64))
+		}
+	}
+	if len(answered) != 2 || answered[0] != 1 || answered[1] != 2 {
+		t.Errorf("turns answered messages %v, want [1 2]", answered)
+	}
+	if n := countType(runEvents(t, s, alice, busy["runId"].(string)), "agent.turn.end"); n != 1 {
+		t.Errorf("the first run's turn ended %d times, want once", n)
+	}
+}
+
 // TestAssistantRestartMidTurn stops the server while the model holds its
 // reply and starts it again on the same data: the turn resumes at once and
 // ends, with nothing lost or doubled.

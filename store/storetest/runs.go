@@ -556,3 +556,302 @@ func testUpdates(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// claimAgain releases l's run with a new message queued and claims it again
+// for replica-b: l is then a stale lease, its fencing token one behind.
+func claimAgain(t *testing.T, s store.Store, l store.Lease) store.Lease {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := s.ReleaseRun(ctx, l, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.PostMessage(ctx, l.RunID, userMessage("again")); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := s.ClaimRuns(ctx, "replica-b", 1, time.Minute)
+	if err != nil || len(claimed) != 1 || claimed[0].FencingToken != l.Token+1 {
+		t.Fatalf("ClaimRuns = %+v, %v; want the run with the next token", claimed, err)
+	}
+	return claimed[0].Lease()
+}
+
+// testFencedWrites: a lease that is no longer the run's writes nothing,
+// whichever of the lease holder's writes it tries.
+func testFencedWrites(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first := userMessage("hi")
+	mustOpenRun(t, s, "run-1", &first)
+	claimed, err := s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("ClaimRuns = %+v, %v", claimed, err)
+	}
+	stale := claimed[0].Lease()
+	current := claimAgain(t, s, stale)
+	before, _ := s.GetRun(ctx, "run-1")
+	beforeEvents, _ := s.ListEvents(ctx, "run-1", 0, 100)
+
+	turn := []store.NewEvent{
+		{Type: "agent.turn.start", StartsTurn: 1},
+		{Type: "message.assistant", Payload: json.RawMessage(`{"content":"stale"}`), Preview: "stale"},
+		{Type: store.EventTurnEnd, EndsTurn: true},
+	}
+	wrongOwner := current
+	wrongOwner.Owner = "replica-a"
+	for _, l := range []store.Lease{stale, wrongOwner} {
+		if _, err := s.AppendLeased(ctx, l, turn...); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("AppendLeased with lease %+v = %v, want ErrConflict", l, err)
+		}
+		if _, _, err := s.EndLease(ctx, l, store.Release{Requeue: true}, turn...); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("EndLease with lease %+v = %v, want ErrConflict", l, err)
+		}
+		if _, _, err := s.EndLease(ctx, l, store.Release{Status: store.RunAwaitingApproval}); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("EndLease without events with lease %+v = %v, want ErrConflict", l, err)
+		}
+	}
+	after, _ := s.GetRun(ctx, "run-1")
+	afterEvents, _ := s.ListEvents(ctx, "run-1", 0, 100)
+	if after != before || len(afterEvents) != len(beforeEvents) {
+		t.Fatalf("refused writes changed the run: %+v\nto %+v\n(%d events, then %d)", before, after, len(beforeEvents), len(afterEvents))
+	}
+	// The current lease still writes.
+	evs, err := s.AppendLeased(ctx, current, turn[:2]...)
+	if err != nil || len(evs) != 2 || evs[0].Seq != before.LastSeq+1 {
+		t.Fatalf("AppendLeased with the current lease = %+v, %v", evs, err)
+	}
+	for _, l := range []store.Lease{{RunID: "missing", Owner: "replica-b", Token: 1}} {
+		if _, err := s.AppendLeased(ctx, l, turn...); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("AppendLeased to a missing run = %v, want ErrNotFound", err)
+		}
+		if _, _, err := s.EndLease(ctx, l, store.Release{}); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("EndLease of a missing run = %v, want ErrNotFound", err)
+		}
+	}
+}
+
+// testFencedAppendRace: appends under a lease race with CloseRun, which
+// revokes the lease: each append is written whole or not at all, nothing
+// is written after the close's turn end, and the log has no gap.
+func testFencedAppendRace(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first := userMessage("hi")
+	mustOpenRun(t, s, "run-1", &first)
+	claimed, err := s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("ClaimRuns = %+v, %v", claimed, err)
+	}
+	lease := claimed[0].Lease()
+	if _, err := s.AppendLeased(ctx, lease, store.NewEvent{Type: "agent.turn.start", StartsTurn: 1}); err != nil {
+		t.Fatal(err)
+	}
+	const writers, appends = 4, 15
+	var mu sync.Mutex
+	var written []store.Event
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for w := range writers {
+		wg.Go(func() {
+			<-start
+			for i := range appends {
+				evs, err := s.AppendLeased(ctx, lease,
+					store.NewEvent{Type: "message.assistant", Payload: json.RawMessage(fmt.Sprintf(`{"w":%d,"i":%d}`, w, i))},
+					store.NewEvent{Type: "message.tool", Payload: json.RawMessage(fmt.Sprintf(`{"w":%d,"i":%d}`, w, i))})
+				if errors.Is(err, store.ErrConflict) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				written = append(written, evs...)
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	time.Sleep(5 * time.Millisecond)
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCancelled, json.RawMessage(`{"status":"cancelled"}`)); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	events, err := s.ListEvents(ctx, "run-1", 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var end int64
+	for i, e := range events {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("event %d has sequence %d: the log has a gap", i, e.Seq)
+		}
+		if e.Type == store.EventTurnEnd {
+			end = e.Seq
+		}
+	}
+	if end == 0 || end != events[len(events)-1].Seq {
+		t.Fatalf("the close's turn end is at %d of %d events, want last", end, len(events))
+	}
+	if len(written) != len(events)-3 { // the user message, the turn's start, its end
+		t.Errorf("%d events written by successful appends, %d in the log besides the turn's own", len(written), len(events)-3)
+	}
+	for _, e := range written {
+		if got := events[e.Seq-1]; got.Type != e.Type || !jsonEqual(got.Payload, e.Payload) {
+			t.Errorf("event %d is %s %s, the append returned %s %s", e.Seq, got.Type, got.Payload, e.Type, e.Payload)
+		}
+	}
+	r, _ := s.GetRun(ctx, "run-1")
+	if r.LastSeq != end || r.MessageCount != 1+len(written) {
+		t.Errorf("run after the race: last seq %d, %d messages; want %d, %d", r.LastSeq, r.MessageCount, end, 1+len(written))
+	}
+}
+
+// testEndLease: the turn's last events and the lease's end, at once.
+func testEndLease(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	updates, err := s.Updates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wakes, err := s.WakeUps(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := userMessage("hi")
+	mustOpenRun(t, s, "run-1", &first)
+	// A second message before the claim: the turn answers the first.
+	if _, _, err := s.PostMessage(ctx, "run-1", userMessage("and another")); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("ClaimRuns = %+v, %v", claimed, err)
+	}
+	lease := claimed[0].Lease()
+	if _, err := s.AppendLeased(ctx, lease,
+		store.NewEvent{Type: "agent.turn.start", StartsTurn: 1},
+		store.NewEvent{Type: "agent.system_prompt"}); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, bad := range []store.Release{
+		{Status: store.RunCompleted},
+		{Status: store.RunIdle},
+		{Status: store.RunAwaitingApproval, Requeue: true},
+	} {
+		if _, _, err := s.EndLease(ctx, lease, bad); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("EndLease(%+v) = %v, want ErrInvalid", bad, err)
+		}
+	}
+	if _, _, err := s.EndLease(ctx, lease, store.Release{}, store.NewEvent{Type: "x", StartsTurn: 1, EndsTurn: true}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("EndLease with an event that starts and ends a turn = %v, want ErrInvalid", err)
+	}
+	for len(wakes) > 0 {
+		<-wakes
+	}
+
+	// The answer, the turn's end and the release, requeued for the
+	// message that waits.
+	evs, r, err := s.EndLease(ctx, lease, store.Release{Requeue: true},
+		store.NewEvent{Type: "message.assistant", Payload: json.RawMessage(`{"content":"hello"}`), Preview: "hello"},
+		store.NewEvent{Type: store.EventTurnEnd, Payload: json.RawMessage(`{"status":"completed"}`), EndsTurn: true})
+	if err != nil || len(evs) != 2 || evs[0].Seq != 5 || evs[1].Seq != 6 || evs[1].Type != store.EventTurnEnd {
+		t.Fatalf("EndLease = %+v, %v", evs, err)
+	}
+	if r.LeaseOwner != "" || !r.LeaseExpiresAt.IsZero() || r.QueuedAt.IsZero() || r.Status != store.RunInProgress ||
+		r.TurnSeq != 0 || r.HandledSeq != 1 || r.LastSeq != 6 || r.MessageCount != 3 || r.Preview != "hello" {
+		t.Fatalf("run after EndLease = %+v; want released, queued, turn 1 handled, 6 events, 3 messages", r)
+	}
+	if got, _ := s.GetRun(ctx, "run-1"); got != r {
+		t.Errorf("GetRun = %+v, EndLease returned %+v", got, r)
+	}
+	nextUpdate(t, updates, func(n store.Notification) bool { return n.Kind == store.NotifyEvent && n.Seq == 6 })
+	nextUpdate(t, updates, func(n store.Notification) bool {
+		return n.Kind == store.NotifyRun && n.RunID == "run-1" && n.Owner == queueOwner
+	})
+	select {
+	case <-wakes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up after a release that left the run queued")
+	}
+	if _, _, err := s.EndLease(ctx, lease, store.Release{}); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("EndLease twice = %v, want ErrConflict", err)
+	}
+
+	// The next turn starts and pauses for an approval, in one batch.
+	claimed, err = s.ClaimRuns(ctx, "replica-b", 1, time.Minute)
+	if err != nil || len(claimed) != 1 || claimed[0].HandledSeq != 1 {
+		t.Fatalf("ClaimRuns after a requeueing release = %+v, %v", claimed, err)
+	}
+	lease = claimed[0].Lease()
+	_, r, err = s.EndLease(ctx, lease, store.Release{Status: store.RunAwaitingApproval},
+		store.NewEvent{Type: "agent.turn.start", StartsTurn: 2},
+		store.NewEvent{Type: "agent.turn.pause"})
+	if err != nil || r.Status != store.RunAwaitingApproval || r.TurnSeq != 2 || r.HandledSeq != 1 || r.LeaseOwner != "" || !r.QueuedAt.IsZero() {
+		t.Fatalf("EndLease to AwaitingApproval = %+v, %v", r, err)
+	}
+	if _, err := s.RequeueRun(ctx, "run-1"); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err = s.ClaimRuns(ctx, "replica-b", 1, time.Minute)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("ClaimRuns after the approval = %+v, %v", claimed, err)
+	}
+	// A release without events leaves the turn open, and the run's time
+	// alone: nothing happened in it.
+	_, r, err = s.EndLease(ctx, claimed[0].Lease(), store.Release{})
+	if err != nil || r.TurnSeq != 2 || r.LastSeq != 8 || r.LeaseOwner != "" || !r.QueuedAt.IsZero() || r.LastActivityAt != claimed[0].LastActivityAt {
+		t.Fatalf("EndLease without events = %+v, %v", r, err)
+	}
+}
+
+// testTurnBatches: a batch of events moves the run's turn as the events
+// would one after the other.
+func testTurnBatches(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first := userMessage("one")
+	mustOpenRun(t, s, "run-1", &first)
+	claimed, err := s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("ClaimRuns = %+v, %v", claimed, err)
+	}
+	lease := claimed[0].Lease()
+	msg := func(text string) store.NewEvent {
+		return store.NewEvent{Type: "message.assistant", Payload: json.RawMessage(`{}`), Preview: text}
+	}
+	for _, step := range []struct {
+		events        []store.NewEvent
+		turn, handled int64
+		preview       string
+	}{
+		// Started and ended at once (a turn that failed before it began).
+		{[]store.NewEvent{{Type: "agent.turn.start", StartsTurn: 1}, {Type: store.EventTurnEnd, EndsTurn: true}}, 0, 1, "one"},
+		// Ended alone: the turn open before the batch is handled.
+		{[]store.NewEvent{{Type: "agent.turn.start", StartsTurn: 5}}, 5, 1, "one"},
+		{[]store.NewEvent{msg("a"), msg(""), {Type: store.EventTurnEnd, EndsTurn: true}}, 0, 5, "a"},
+		// Two turns in one batch; the last preview counts.
+		{[]store.NewEvent{{Type: "agent.turn.start", StartsTurn: 7}, msg("b"), {Type: store.EventTurnEnd, EndsTurn: true},
+			{Type: "agent.turn.start", StartsTurn: 9}, msg("c")}, 9, 7, "c"},
+	} {
+		before, _ := s.GetRun(ctx, "run-1")
+		evs, err := s.AppendLeased(ctx, lease, step.events...)
+		if err != nil || len(evs) != len(step.events) {
+			t.Fatalf("AppendLeased = %+v, %v", evs, err)
+		}
+		r, _ := s.GetRun(ctx, "run-1")
+		messages := 0
+		for i, e := range step.events {
+			if evs[i].Seq != before.LastSeq+int64(i)+1 || evs[i].Type != e.Type {
+				t.Errorf("event %d = %+v", i, evs[i])
+			}
+			if strings.HasPrefix(e.Type, store.MessageEventPrefix) {
+				messages++
+			}
+		}
+		if r.TurnSeq != step.turn || r.HandledSeq != step.handled || r.Preview != step.preview ||
+			r.LastSeq != before.LastSeq+int64(len(step.events)) || r.MessageCount != before.MessageCount+messages {
+			t.Errorf("after %d events: turn %d, handled %d, preview %q, last seq %d, %d messages; want %d, %d, %q, %d, %d",
+				len(step.events), r.TurnSeq, r.HandledSeq, r.Preview, r.LastSeq, r.MessageCount,
+				step.turn, step.handled, step.preview, before.LastSeq+int64(len(step.events)), before.MessageCount+messages)
+		}
+	}
+}
