@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -277,15 +278,10 @@ func (s *postgresStore) PostMessage(ctx context.Context, runID string, e NewEven
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Missing, deleted or closed: which one?
 		r, err := s.GetRun(ctx, runID)
-		switch {
-		case err != nil:
-			return Event{}, Run{}, err
-		case !r.DeletedAt.IsZero():
-			return Event{}, Run{}, ErrNotFound
-		case r.Status.Terminal():
-			return Event{}, Run{}, ErrClosed
+		if err == nil {
+			err = cmp.Or(closedError(r), ErrConflict)
 		}
-		return Event{}, Run{}, ErrConflict
+		return Event{}, Run{}, err
 	}
 	if err != nil {
 		return Event{}, Run{}, pgError(err)
@@ -433,13 +429,11 @@ func (s *postgresStore) CloseRun(ctx context.Context, runID string, to RunStatus
 	var out Run
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		r, err := scanPostgresRun(tx.QueryRow(ctx, pgLockRun, runID))
-		switch {
-		case err != nil:
+		if err == nil {
+			err = closedError(r)
+		}
+		if err != nil {
 			return err
-		case !r.DeletedAt.IsZero():
-			return ErrNotFound
-		case r.Status.Terminal():
-			return ErrClosed
 		}
 		out, err = s.closeRunTx(ctx, tx, r, to, false, turnEnd)
 		return err

@@ -251,3 +251,16 @@ func beforeOrMax(before int64) int64 {
 	}
 	return before
 }
+
+// closedError is ErrNotFound for a deleted run, ErrClosed for one in a
+// terminal status, and nil for any other: why a write to the run was
+// refused when it was not a lost lease.
+func closedError(r Run) error {
+	switch {
+	case !r.DeletedAt.IsZero():
+		return ErrNotFound
+	case r.Status.Terminal():
+		return ErrClosed
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -238,15 +239,10 @@ func (s *sqliteStore) PostMessage(ctx context.Context, runID string, e NewEvent)
 		if errors.Is(err, sql.ErrNoRows) {
 			// Missing, deleted or closed: which one?
 			r, err := lockedRun(ctx, tx, runID)
-			switch {
-			case err != nil:
-				return err
-			case !r.DeletedAt.IsZero():
-				return ErrNotFound
-			case r.Status.Terminal():
-				return ErrClosed
+			if err == nil {
+				err = cmp.Or(closedError(r), ErrConflict)
 			}
-			return ErrConflict
+			return err
 		}
 		if err != nil {
 			return err
@@ -460,13 +456,11 @@ func (s *sqliteStore) CloseRun(ctx context.Context, runID string, to RunStatus, 
 	var p pendingUpdates
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		r, err := lockedRun(ctx, tx, runID)
-		switch {
-		case err != nil:
+		if err == nil {
+			err = closedError(r)
+		}
+		if err != nil {
 			return err
-		case !r.DeletedAt.IsZero():
-			return ErrNotFound
-		case r.Status.Terminal():
-			return ErrClosed
 		}
 		out, err = s.closeRunTx(ctx, tx, r, to, false, turnEnd, &p)
 		return err
