@@ -74,18 +74,7 @@ func TestPostgresAuditAppendersTakeTurns(t *testing.T) {
 			t.Fatalf("finish %d: %v", i, err)
 		}
 	}
-	records := auditLog(t, a)
-	want := len(order) + 3 // three executions, each with a finish
-	if len(records) != want {
-		t.Fatalf("the log has %d records, want %d", len(records), want)
-	}
-	prev := ""
-	for i, r := range records {
-		if r.Seq != int64(i+1) || r.PrevHash != prev {
-			t.Errorf("record %d is seq %d after %q, want seq %d after %q", i, r.Seq, r.PrevHash, i+1, prev)
-		}
-		prev = r.Hash
-	}
+	checkChain(t, auditLog(t, a), len(order)+3) // three executions, each with a finish
 }
 
 // A process that knows the head does not read it again: if the newest

@@ -26,7 +26,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $
 )
 
 func (s *postgresStore) AppendAudit(ctx context.Context, build func(AuditHead) (AuditRecord, error)) (AuditRecord, error) {
-	r, err := s.appendAuditTx(ctx, nil, build)
+	r, err := s.appendAudit(ctx, nil, build, false)
 	if err != nil {
 		return AuditRecord{}, appendError(err, pgError)
 	}
@@ -38,44 +38,33 @@ func (s *postgresStore) AppendAudit(ctx context.Context, build func(AuditHead) (
 // and read reads their results, in order. An error from read ends the
 // transaction, rolled back, with that error; what the statements found
 // (such as a key taken by another call) is the step's own to keep, and the
-// record is appended all the same.
+// record is appended all the same. A step may be run more than once, in
+// different transactions: read must keep only what the last run found.
 type pgTxStep struct {
 	queue func(b *pgx.Batch)
 	read  func(br pgx.BatchResults) error
 }
 
-// pgAuditChain is what a process knows of the audit log's head, and the
-// turn of its appends: one at a time, so that each can chain to the head
-// the one before it wrote.
-type pgAuditChain struct {
-	turn  chan struct{} // holds a value while an append is in flight
-	head  AuditHead
-	known bool
-	// After a collision, the next skip appends read the head first; skip
-	// is set from backoff, which doubles with each collision (up to
-	// maxAuditBackoff) and is cleared by an append that does not collide.
-	// While other processes append as often as this one, most appends so
-	// take two round trips, not a failed one and then two.
-	skip, backoff int
-}
-
 // maxAuditBackoff bounds pgAuditChain.backoff.
 const maxAuditBackoff = 64
 
-func newPGAuditChain() *pgAuditChain { return &pgAuditChain{turn: make(chan struct{}, 1)} }
+// maxAuditAttempts is how many one-round-trip writes are tried before a
+// write reads the head under the lock.
+const maxAuditAttempts = 3
 
-// appendAuditTx appends the record build returns, after step if there is
-// one, in one transaction on one connection. When the process knows the
-// head (it wrote or read it last), that is one round trip: step's
-// statements, the audit lock, a read of the head and the INSERT of the
-// record chained to the head it knows, pipelined in one implicit
-// transaction. If another process appended in between, the INSERT collides
-// with its record on the sequence and the transaction rolls back; the append
-// is tried again on the head read, and after a few collisions (or when the
-// head is not known, or for a while after a collision: see pgAuditChain) it
-// takes two round trips: BEGIN, step's statements, the lock and a read of
-// the head; then the INSERT and COMMIT. build may so be called more than
-// once, with different heads.
+// writeAuditBatch appends the records of batch (which it calls build
+// for, in order, each on the record before it), after their steps, in one
+// transaction on one connection, and finishes each append with its record
+// or error. When the process knows the head (it wrote or read it last),
+// that is one round trip: the steps' statements, the audit lock, a read of
+// the head and the INSERTs chained to the head it knows, pipelined in one
+// implicit transaction. If another process appended in between, the first
+// INSERT collides with its record on the sequence and the transaction
+// rolls back; the records are built again on the head read, and after a
+// few collisions (or when the head is not known, or for a while after a
+// collision: see pgAuditChain) it takes two round trips: BEGIN, the steps'
+// statements, the lock and a read of the head; then the INSERTs and
+// COMMIT.
 //
 // A known head is not replaced by the one read: if the newest records were
 // deleted, the next record still follows the last one this process saw,
@@ -83,81 +72,105 @@ func newPGAuditChain() *pgAuditChain { return &pgAuditChain{turn: make(chan stru
 // over.
 //
 // The lock is held from its statement to the commit, and no holder of it
-// waits for anything but the database's own writes: step's statements,
+// waits for anything but the database's own writes: the steps' statements,
 // which may wait for row locks, run before it is taken.
 //
-// It returns build's error wrapped in buildFailed, and other errors
-// untranslated.
-func (s *postgresStore) appendAuditTx(ctx context.Context, step *pgTxStep, build func(AuditHead) (AuditRecord, error)) (AuditRecord, error) {
+// An append whose build fails gets the error wrapped in buildFailed and is
+// left out. When a transaction of several appends fails otherwise, each is
+// written again on its own, so that one append's failure is not another's.
+func (s *postgresStore) writeAuditBatch(ctx context.Context, batch []*pgAuditAppend) {
 	c := s.audit
-	select {
-	case c.turn <- struct{}{}:
-	case <-ctx.Done():
-		return AuditRecord{}, ctx.Err()
-	}
-	defer func() { <-c.turn }()
-
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return AuditRecord{}, err
+		finishAppends(batch, err)
+		return
 	}
 	defer releaseAfterTx(ctx, conn)
 
 	head, known := c.head, c.known && c.skip == 0
 	c.skip = max(c.skip-1, 0)
-	c.known = false // until an append succeeds
+	c.known = false // until a write succeeds
 	for attempt := 0; known && attempt < maxAuditAttempts; attempt++ {
-		r, err := builtRecord(build, head)
-		if err != nil {
-			return AuditRecord{}, err
+		if batch = buildAppends(batch, head); len(batch) == 0 {
+			c.head, c.known = head, true
+			return
 		}
-		seen, err := appendAtHead(ctx, conn, step, r)
+		seen, err := appendAtHead(ctx, conn, batch)
 		if err == nil {
-			c.head, c.known = AuditHead{Seq: r.Seq, Hash: r.Hash}, true
+			c.head, c.known = batch[len(batch)-1].head(), true
 			if attempt == 0 {
 				c.backoff = 0
 			}
-			return r, nil
+			finishAppends(batch, nil)
+			return
 		}
 		if !isAuditCollision(err) {
-			return AuditRecord{}, err
+			s.writeEachAlone(ctx, batch, err)
+			return
 		}
 		c.backoff = min(max(2*c.backoff, 1), maxAuditBackoff)
 		c.skip = c.backoff
 		head = seen
 	}
-	r, err := appendAfterHead(ctx, conn, step, build)
+	batch, err = appendAfterHead(ctx, conn, batch)
 	if err != nil {
-		return AuditRecord{}, err
+		s.writeEachAlone(ctx, batch, err)
+		return
 	}
-	c.head, c.known = AuditHead{Seq: r.Seq, Hash: r.Hash}, true
-	return r, nil
+	if len(batch) > 0 {
+		c.head, c.known = batch[len(batch)-1].head(), true
+	}
+	finishAppends(batch, nil)
 }
 
-// maxAuditAttempts is how many one-round-trip appends are tried before an
-// append reads the head under the lock.
-const maxAuditAttempts = 3
+// writeEachAlone finishes a batch whose transaction failed with err: a
+// lone append with err, several each in a transaction of its own.
+func (s *postgresStore) writeEachAlone(ctx context.Context, batch []*pgAuditAppend, err error) {
+	if len(batch) == 1 {
+		finishAppends(batch, err)
+		return
+	}
+	for _, a := range batch {
+		s.writeAuditBatch(ctx, []*pgAuditAppend{a})
+	}
+}
 
-// appendAtHead appends r, built on a head the process knows, in one round
-// trip, and returns the head it read under the lock. It fails, rolled
-// back, with an error isAuditCollision knows if another record has r's
-// sequence.
-func appendAtHead(ctx context.Context, conn *pgxpool.Conn, step *pgTxStep, r AuditRecord) (AuditHead, error) {
+// buildAppends builds the records of batch, chained from head, and returns
+// the appends whose build succeeded; the others are finished with their
+// error.
+func buildAppends(batch []*pgAuditAppend, head AuditHead) []*pgAuditAppend {
+	kept := batch[:0:0]
+	for _, a := range batch {
+		r, err := builtRecord(a.build, head)
+		if err != nil {
+			finishAppends([]*pgAuditAppend{a}, err)
+			continue
+		}
+		a.rec = r
+		head = a.head()
+		kept = append(kept, a)
+	}
+	return kept
+}
+
+// appendAtHead appends the built records of batch, chained to a head the
+// process knows, in one round trip, and returns the head it read under the
+// lock. It fails, rolled back, with an error isAuditCollision knows if
+// another record has the first one's sequence.
+func appendAtHead(ctx context.Context, conn *pgxpool.Conn, batch []*pgAuditAppend) (AuditHead, error) {
 	// No BEGIN and COMMIT: the batch is one implicit transaction, which
 	// commits at its end, or rolls back at the first error.
 	b := &pgx.Batch{}
-	if step != nil {
-		step.queue(b)
-	}
+	queueSteps(b, batch)
 	b.Queue(pgAuditLock)
 	b.Queue(pgAuditHead)
-	queueInsertAudit(b, r)
+	for _, a := range batch {
+		queueInsertAudit(b, a.rec)
+	}
 	var head AuditHead
 	err := readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
-		if step != nil {
-			if err := step.read(br); err != nil {
-				return err
-			}
+		if err := readSteps(br, batch); err != nil {
+			return err
 		}
 		if _, err := br.Exec(); err != nil {
 			return err
@@ -165,20 +178,22 @@ func appendAtHead(ctx context.Context, conn *pgxpool.Conn, step *pgTxStep, r Aud
 		if err := br.QueryRow().Scan(&head.Seq, &head.Hash); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		_, err := br.Exec()
-		return err
+		for range batch {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	return head, err
 }
 
-// appendAfterHead appends the record build makes of the head it reads, in
-// two round trips.
-func appendAfterHead(ctx context.Context, conn *pgxpool.Conn, step *pgTxStep, build func(AuditHead) (AuditRecord, error)) (AuditRecord, error) {
+// appendAfterHead appends the records of batch, built on the head it reads,
+// in two round trips, and returns the appends whose build succeeded.
+func appendAfterHead(ctx context.Context, conn *pgxpool.Conn, batch []*pgAuditAppend) ([]*pgAuditAppend, error) {
 	b := &pgx.Batch{}
 	b.Queue("begin")
-	if step != nil {
-		step.queue(b)
-	}
+	queueSteps(b, batch)
 	b.Queue(pgAuditLock)
 	b.Queue(pgAuditHead)
 	var head AuditHead
@@ -186,10 +201,8 @@ func appendAfterHead(ctx context.Context, conn *pgxpool.Conn, step *pgTxStep, bu
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		if step != nil {
-			if err := step.read(br); err != nil {
-				return err
-			}
+		if err := readSteps(br, batch); err != nil {
+			return err
 		}
 		if _, err := br.Exec(); err != nil {
 			return err
@@ -201,26 +214,52 @@ func appendAfterHead(ctx context.Context, conn *pgxpool.Conn, step *pgTxStep, bu
 		return err
 	})
 	if err != nil {
-		return AuditRecord{}, err
+		return batch, err
 	}
 
-	r, err := builtRecord(build, head)
-	if err != nil {
-		return AuditRecord{}, err
+	if built := buildAppends(batch, head); len(built) < len(batch) {
+		// The steps of the appends left out must not commit without
+		// their records: the others start again.
+		if _, err := conn.Exec(ctx, "rollback"); err != nil || len(built) == 0 {
+			return built, err
+		}
+		return appendAfterHead(ctx, conn, built)
 	}
 	b = &pgx.Batch{}
-	queueInsertAudit(b, r)
+	for _, a := range batch {
+		queueInsertAudit(b, a.rec)
+	}
 	b.Queue("commit")
 	err = readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			return err
+		for range batch {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		return readCommit(br)
 	})
-	if err != nil {
-		return AuditRecord{}, err
+	return batch, err
+}
+
+// queueSteps queues the statements of the steps of batch, in order.
+func queueSteps(b *pgx.Batch, batch []*pgAuditAppend) {
+	for _, a := range batch {
+		if a.step != nil {
+			a.step.queue(b)
+		}
 	}
-	return r, nil
+}
+
+// readSteps reads the results of the steps of batch, in order.
+func readSteps(br pgx.BatchResults, batch []*pgAuditAppend) error {
+	for _, a := range batch {
+		if a.step != nil {
+			if err := a.step.read(br); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // queueInsertAudit queues the INSERT of r.

@@ -95,7 +95,7 @@ func (s *postgresStore) BeginExecutionAudited(ctx context.Context, e Execution, 
 			return err
 		},
 	}
-	if _, err := s.appendAuditTx(ctx, step, build); err != nil {
+	if _, err := s.appendAudit(ctx, step, build, false); err != nil {
 		return Execution{}, false, appendError(err, pgError)
 	}
 	if !sameCall(out, e) {
@@ -138,7 +138,9 @@ func (s *postgresStore) FinishExecution(ctx context.Context, idempotencyKey stri
 }
 
 // FinishExecutionAudited updates the execution before the audit lock is
-// taken, in the append's first round trip.
+// taken, in the append's first round trip. The append is lazy (see
+// appendAudit): no caller waits for how a call ended, so it may ride in
+// the transaction of the next append.
 func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(AuditHead) (AuditRecord, error)) (Execution, error) {
 	if err := checkFinish(idempotencyKey, status, result, now); err != nil {
 		return Execution{}, err
@@ -176,7 +178,7 @@ func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyK
 			return nil
 		},
 	}
-	if _, err := s.appendAuditTx(ctx, step, build); err != nil {
+	if _, err := s.appendAudit(ctx, step, build, true); err != nil {
 		return Execution{}, appendError(err, pgError)
 	}
 	if outcome != nil {

@@ -34,6 +34,7 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	defer tuneGC(log)()
 
 	// Listen first: with port 0 the public URL is only known afterwards.
 	var lc net.ListenConfig
