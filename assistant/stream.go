@@ -247,23 +247,34 @@ func (rt *Runtime) streamContext(r *http.Request) (context.Context, context.Canc
 // http.Server.RegisterOnShutdown.
 func (rt *Runtime) CloseStreams() { rt.closeStreams() }
 
-func (rt *Runtime) handleRunStream(w http.ResponseWriter, r *http.Request) {
+// streamRequest checks a request for a run's live updates, over either
+// transport: the caller's own run, streams on, a valid resume point. It
+// answers the request itself when one is not.
+func (rt *Runtime) streamRequest(w http.ResponseWriter, r *http.Request) (_ store.Run, after int64, ok bool) {
 	run, ok := rt.ownRun(w, r)
 	if !ok {
-		return
+		return store.Run{}, 0, false
 	}
 	if rt.o.Transport == TransportLongPoll {
 		rt.fail(w, r, errStreamsOff)
-		return
+		return store.Run{}, 0, false
 	}
 	after, err := resumePoint(r)
 	if err != nil {
 		rt.fail(w, r, err)
+		return store.Run{}, 0, false
+	}
+	return run, after, true
+}
+
+func (rt *Runtime) handleRunStream(w http.ResponseWriter, r *http.Request) {
+	run, after, ok := rt.streamRequest(w, r)
+	if !ok {
 		return
 	}
 	ctx, cancel := rt.streamContext(r)
 	defer cancel()
-	err = rt.streamRun(ctx, newSSE(w), run, after)
+	err := rt.streamRun(ctx, newSSE(w), run, after)
 	rt.streamEnded(r, err)
 }
 
@@ -273,17 +284,8 @@ func (rt *Runtime) handleRunStream(w http.ResponseWriter, r *http.Request) {
 var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 4096}
 
 func (rt *Runtime) handleRunWebSocket(w http.ResponseWriter, r *http.Request) {
-	run, ok := rt.ownRun(w, r)
+	run, after, ok := rt.streamRequest(w, r)
 	if !ok {
-		return
-	}
-	if rt.o.Transport == TransportLongPoll {
-		rt.fail(w, r, errStreamsOff)
-		return
-	}
-	after, err := resumePoint(r)
-	if err != nil {
-		rt.fail(w, r, err)
 		return
 	}
 	conn, err := upgrader.Upgrade(hijacker{w, http.NewResponseController(w)}, r, nil)

@@ -29,7 +29,6 @@ type pgAuditChain struct {
 
 	mu      sync.Mutex
 	queue   []*pgAuditAppend
-	urgent  int  // appends in queue that a caller waits for
 	writing bool // a write is under way
 
 	// Of the write under way:
@@ -92,9 +91,6 @@ func (s *postgresStore) appendAudit(ctx context.Context, step *pgTxStep, build f
 	a := &pgAuditAppend{step: step, build: build, lazy: lazy, done: make(chan struct{})}
 	c.mu.Lock()
 	c.queue = append(c.queue, a)
-	if !lazy {
-		c.urgent++
-	}
 	write := c.startWriteLocked()
 	wait := c.linger
 	c.mu.Unlock()
@@ -115,10 +111,7 @@ func (s *postgresStore) appendAudit(ctx context.Context, step *pgTxStep, build f
 		case <-linger:
 			linger = nil
 			c.mu.Lock()
-			if a.lazy && slices.Contains(c.queue, a) {
-				a.lazy = false
-				c.urgent++
-			}
+			a.lazy = false // no longer waits for a carrier
 			write := c.startWriteLocked()
 			c.mu.Unlock()
 			if write {
@@ -129,9 +122,6 @@ func (s *postgresStore) appendAudit(ctx context.Context, step *pgTxStep, build f
 			i := slices.Index(c.queue, a)
 			if i >= 0 {
 				c.queue = slices.Delete(c.queue, i, i+1)
-				if !a.lazy {
-					c.urgent--
-				}
 			}
 			c.mu.Unlock()
 			if i >= 0 {
@@ -147,7 +137,7 @@ func (s *postgresStore) appendAudit(ctx context.Context, step *pgTxStep, build f
 // no write is under way and an append that is waited for is queued. c.mu
 // must be held.
 func (c *pgAuditChain) startWriteLocked() bool {
-	if c.writing || c.urgent == 0 {
+	if c.writing || !slices.ContainsFunc(c.queue, func(a *pgAuditAppend) bool { return !a.lazy }) {
 		return false
 	}
 	c.writing = true
@@ -163,11 +153,6 @@ func (s *postgresStore) writeAudit(ctx context.Context) {
 	n := min(len(c.queue), maxAuditBatch)
 	batch := slices.Clone(c.queue[:n])
 	c.queue = slices.Delete(c.queue, 0, n)
-	for _, a := range batch {
-		if !a.lazy {
-			c.urgent--
-		}
-	}
 	c.mu.Unlock()
 
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
