@@ -87,8 +87,11 @@ type Identity struct {
 	// and/or App ID URI). Required with an issuer; default ["usher-api"] for
 	// the development provider.
 	Audiences []string `yaml:"audiences"`
-	// RequiredScopes must all be present in the token's "scp". Default none;
-	// ["usher.api"] for the development provider.
+	// RequiredScopes must all be present in the token's "scp": the API's
+	// delegated scope (Entra: the scope its app registration exposes, e.g.
+	// access_as_user), which only a token for a signed-in person carries.
+	// Required with an issuer; default ["usher.api"] for the development
+	// provider.
 	RequiredScopes []string `yaml:"required_scopes"`
 	// Tenants is the allow-list of "tid" values. Default empty: any tenant.
 	Tenants []string `yaml:"tenants"`
@@ -412,6 +415,12 @@ func (c *Config) Validate() error {
 		if len(c.Identity.Audiences) == 0 {
 			bad("identity.audiences", "at least one audience is required with an issuer")
 		}
+		if len(c.Identity.RequiredScopes) == 0 {
+			bad("identity.required_scopes", "name the API's delegated scope (e.g. access_as_user): without one, tokens an application obtained for itself would be accepted")
+		}
+	}
+	if slices.ContainsFunc(c.Identity.RequiredScopes, func(s string) bool { return s == "" || strings.ContainsAny(s, " \t") }) {
+		bad("identity.required_scopes", "must not contain an empty scope or one with spaces")
 	}
 	if slices.Contains(c.Identity.Audiences, "") {
 		bad("identity.audiences", "must not contain an empty value")
