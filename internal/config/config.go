@@ -58,6 +58,11 @@ type Server struct {
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 	// MaxBodyBytes limits every request body. Default 1048576 (1 MiB).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// ReadTimeout bounds the reading of a request: its headers must arrive
+	// within it, then its body within it again (408 after). Long-lived
+	// responses (live-update streams, WebSockets) are not bounded by it.
+	// Default 20s; between 1s and 10m.
+	ReadTimeout Duration `yaml:"read_timeout"`
 }
 
 // Log configures structured logging.
@@ -272,6 +277,7 @@ func Default() Config {
 			DataDir:         "./data",
 			ShutdownTimeout: Duration(15 * time.Second),
 			MaxBodyBytes:    1 << 20,
+			ReadTimeout:     Duration(20 * time.Second),
 		},
 		Log: Log{Level: "info", Format: "text"},
 		Broker: Broker{
@@ -395,6 +401,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Server.MaxBodyBytes < 1024 {
 		bad("server.max_body_bytes", "must be at least 1024")
+	}
+	if rt := c.Server.ReadTimeout.Std(); rt < time.Second || rt > 10*time.Minute {
+		bad("server.read_timeout", "must be between 1s and 10m, got %s", rt)
 	}
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
 		bad("log.level", "want debug, info, warn or error, got %q", c.Log.Level)

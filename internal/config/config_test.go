@@ -26,7 +26,7 @@ func TestDefaultsAreTheEmbeddedDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Server.Addr != "127.0.0.1:8080" || c.Server.DataDir != "./data" || c.Database.URL != "" {
+	if c.Server.Addr != "127.0.0.1:8080" || c.Server.DataDir != "./data" || c.Database.URL != "" || c.Server.ReadTimeout.Std() != 20*time.Second {
 		t.Errorf("server/database defaults = %+v %+v", c.Server, c.Database)
 	}
 	if !c.DevIdentity() || c.Identity.Audiences[0] != DevAudience || c.Identity.RequiredScopes[0] != DevScope {
@@ -78,7 +78,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 	values := map[string]string{
 		"server.addr": "127.0.0.1:1", "server.public_url": "https://usher.example.com",
 		"server.data_dir": "/d", "server.shutdown_timeout": "3s", "server.max_body_bytes": "4096",
-		"log.level": "warn", "log.format": "json",
+		"server.read_timeout": "45s",
+		"log.level":           "warn", "log.format": "json",
 		"database.url": "postgres://u@h/db", "database.max_conns": "3",
 		"identity.issuer": "https://issuer.example.com", "identity.audiences": "a,b",
 		"identity.required_scopes": "s", "identity.tenants": "t",
@@ -110,7 +111,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Server.PublicURL != "https://usher.example.com" || c.Server.ShutdownTimeout.Std() != 3*time.Second ||
-		c.Server.MaxBodyBytes != 4096 || c.Log.Format != "json" || c.Database.URL != "postgres://u@h/db" ||
+		c.Server.MaxBodyBytes != 4096 || c.Server.ReadTimeout.Std() != 45*time.Second || c.Log.Format != "json" || c.Database.URL != "postgres://u@h/db" ||
 		c.Broker.RotationPeriod.Std() != 2*time.Hour || len(c.Identity.Audiences) != 2 ||
 		!c.MCP.Stateful || c.DemoTools() || c.Policy.File == "" || c.Policy.LockFile != "/etc/usher/tools.lock" ||
 		c.Approval.TTL.Std() != 2*time.Hour || len(c.MCP.AllowedOrigins) != 1 ||
@@ -129,6 +130,7 @@ func TestValidationReportsEveryProblemByKey(t *testing.T) {
 		"USHER_BROKER_TOKEN_LIFETIME":     "1h",
 		"USHER_BROKER_KEY_ENCRYPTION_KEY": "c2hvcnQ=",
 		"USHER_SERVER_MAX_BODY_BYTES":     "lots",
+		"USHER_SERVER_READ_TIMEOUT":       "100ms",
 	}), Overrides{})
 	if err == nil {
 		t.Fatal("want an error")
@@ -136,6 +138,7 @@ func TestValidationReportsEveryProblemByKey(t *testing.T) {
 	for _, key := range []string{
 		"server.addr", "server.public_url", "log.level", "database.url", "identity.audiences", "identity.required_scopes",
 		"broker.token_lifetime", "broker.key_encryption_key", "server.max_body_bytes (from USHER_SERVER_MAX_BODY_BYTES)",
+		"server.read_timeout: must be between 1s and 10m",
 	} {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("error does not name %s:\n%v", key, err)
