@@ -22,7 +22,8 @@ import (
 
 // Over real HTTP, behind the real identity middleware with a real issuer's
 // keys: a signed-in person decides; a broker token is refused, politely
-// by RefuseBrokerTokens and, without it, by identity verification itself.
+// by RefuseBrokerTokens and, without it, by identity verification itself;
+// an Entra app-only token is refused by identity verification.
 func TestDecisionOverHTTP(t *testing.T) {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -35,7 +36,7 @@ func TestDecisionOverHTTP(t *testing.T) {
 	t.Cleanup(idp.Close)
 	const audience = "api://usher"
 	verifier, err := identity.New(t.Context(), &identity.Options{
-		Issuer: idp.URL, Audiences: []string{audience}, JWKSURL: idp.URL + "/keys",
+		Issuer: idp.URL, Audiences: []string{audience}, RequiredScopes: []string{"access_as_user"}, JWKSURL: idp.URL + "/keys",
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -59,7 +60,15 @@ func TestDecisionOverHTTP(t *testing.T) {
 		}
 		return s
 	}
-	userToken := sign(gojwt.MapClaims{"iss": idp.URL, "aud": audience, "sub": "alice-sub", "oid": "alice-oid"})
+	userToken := sign(gojwt.MapClaims{"iss": idp.URL, "aud": audience, "sub": "alice-sub", "oid": "alice-oid", "scp": "access_as_user"})
+	// An application's own token (client credentials), shaped as Entra
+	// issues it, for the same object id (the worst case).
+	appTokens := map[string]string{
+		"idtyp app": sign(gojwt.MapClaims{"iss": idp.URL, "aud": audience, "sub": "alice-oid", "oid": "alice-oid",
+			"azp": "daemon-client", "azpacr": "1", "idtyp": "app", "roles": []string{"Approvals.Decide"}, "ver": "2.0"}),
+		"roles only": sign(gojwt.MapClaims{"iss": idp.URL, "aud": audience, "sub": "alice-oid", "oid": "alice-oid",
+			"azp": "daemon-client", "roles": []string{"Approvals.Decide"}, "ver": "2.0"}),
+	}
 	// A broker token for the same user, signed by a key the issuer
 	// publishes (the worst case): its issuer and audience are the broker's.
 	brokerToken := sign(gojwt.MapClaims{"iss": brokerIssuer, "aud": brokerIssuer + "/mcp", "sub": user.ID(),
@@ -100,8 +109,13 @@ func TestDecisionOverHTTP(t *testing.T) {
 	if status, code := post(servers["bare"], brokerToken); status != 401 {
 		t.Errorf("broker token, identity alone = %d %s, want 401", status, code)
 	}
+	for name, tok := range appTokens {
+		if status, code := post(servers["courteous"], tok); status != 403 || code != "user_token_required" {
+			t.Errorf("app-only token (%s) = %d %s, want 403 user_token_required", name, status, code)
+		}
+	}
 	if got, _ := e.st.GetApproval(t.Context(), a.ID); got.Status != store.ApprovalPending {
-		t.Fatalf("after broker tokens the approval is %s, want pending", got.Status)
+		t.Fatalf("after broker and app-only tokens the approval is %s, want pending", got.Status)
 	}
 	if status, result := post(servers["courteous"], userToken); status != 200 || result != "approved" {
 		t.Errorf("the user's own token = %d %s, want 200 approved", status, result)

@@ -278,17 +278,25 @@ func (rt *Runtime) handleRunStream(w http.ResponseWriter, r *http.Request) {
 	rt.streamEnded(r, err)
 }
 
-// upgrader upgrades the WebSocket route. Its default origin check refuses
-// a browser page of another origin, which with cookie sign-in is the
-// cross-site request forgery of WebSockets.
-var upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 4096}
+// upgrader upgrades the WebSocket route. Its origin check refuses a browser
+// page of another origin, which with cookie sign-in is the cross-site
+// request forgery of WebSockets: the page's scheme, host and port must be
+// exactly those of Usher's public URL, whose MCP endpoint is MCPURL (the
+// upgrader's default compares the host alone, so an http page passed for
+// an https one).
+func (rt *Runtime) upgrader() *websocket.Upgrader {
+	return &websocket.Upgrader{
+		ReadBufferSize: 1024, WriteBufferSize: 4096,
+		CheckOrigin: func(r *http.Request) bool { return httpx.SameOrigin(r, rt.o.MCPURL) },
+	}
+}
 
 func (rt *Runtime) handleRunWebSocket(w http.ResponseWriter, r *http.Request) {
 	run, after, ok := rt.streamRequest(w, r)
 	if !ok {
 		return
 	}
-	conn, err := upgrader.Upgrade(hijacker{w, http.NewResponseController(w)}, r, nil)
+	conn, err := rt.upgrader().Upgrade(hijacker{w, http.NewResponseController(w)}, r, nil)
 	if err != nil {
 		return // the upgrader answered
 	}

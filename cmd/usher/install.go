@@ -140,9 +140,8 @@ func (in *installation) keyring(purpose string, maxTokenLifetime time.Duration) 
 const devOIDCPath = "/dev/oidc"
 
 // devProvider returns the built-in development OIDC provider of an
-// installation whose public URL is publicURL. Its redirect URIs are the
-// Sessions UI's callback and, for native clients (RFC 8252), a loopback
-// callback on any port.
+// installation whose public URL is publicURL. Its one redirect URI is the
+// Sessions UI's callback.
 func (in *installation) devProvider(publicURL string, keys *broker.Keyring) (*devoidc.Provider, error) {
 	return devoidc.New(&devoidc.Options{
 		Issuer:       publicURL + devOIDCPath,
@@ -150,7 +149,7 @@ func (in *installation) devProvider(publicURL string, keys *broker.Keyring) (*de
 		Keys:         keys,
 		Audience:     config.DevAudience,
 		Scopes:       []string{config.DevScope},
-		RedirectURIs: []string{publicURL + "/auth/callback", "http://127.0.0.1/callback"},
+		RedirectURIs: []string{publicURL + "/auth/callback"},
 		Logger:       in.log.With("component", "devoidc"),
 	})
 }

@@ -234,7 +234,8 @@ func TestEmbeddedDefaultEndToEnd(t *testing.T) {
 func TestTokenUserRefusedWithExternalIssuer(t *testing.T) {
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), []string{"token", "user", "--sub", "alice", "--data-dir", t.TempDir()},
-		getenv(map[string]string{"USHER_IDENTITY_ISSUER": "https://issuer.example.com", "USHER_IDENTITY_AUDIENCES": "api://usher"}), &out, &errOut)
+		getenv(map[string]string{"USHER_IDENTITY_ISSUER": "https://issuer.example.com", "USHER_IDENTITY_AUDIENCES": "api://usher",
+			"USHER_IDENTITY_REQUIRED_SCOPES": "access_as_user"}), &out, &errOut)
 	if err == nil || out.Len() != 0 {
 		t.Fatalf("want a refusal, got %v %q", err, out.String())
 	}

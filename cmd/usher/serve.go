@@ -179,8 +179,11 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	})
 
 	srv := &http.Server{
-		Handler:           httpx.LimitBody(cfg.Server.MaxBodyBytes, metrics.Wrap(mux)),
-		ReadHeaderTimeout: 10 * time.Second,
+		// No ReadTimeout: it would stay on the connection after the body,
+		// ending the context of long-lived responses; ReadBody bounds the
+		// body instead.
+		Handler:           httpx.ReadBody(cfg.Server.MaxBodyBytes, cfg.Server.ReadTimeout.Std(), metrics.Wrap(mux)),
+		ReadHeaderTimeout: cfg.Server.ReadTimeout.Std(),
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

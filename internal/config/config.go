@@ -58,6 +58,11 @@ type Server struct {
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 	// MaxBodyBytes limits every request body. Default 1048576 (1 MiB).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// ReadTimeout bounds the reading of a request: its headers must arrive
+	// within it, then its body within it again (408 after). Long-lived
+	// responses (live-update streams, WebSockets) are not bounded by it.
+	// Default 20s; between 1s and 10m.
+	ReadTimeout Duration `yaml:"read_timeout"`
 }
 
 // Log configures structured logging.
@@ -87,8 +92,11 @@ type Identity struct {
 	// and/or App ID URI). Required with an issuer; default ["usher-api"] for
 	// the development provider.
 	Audiences []string `yaml:"audiences"`
-	// RequiredScopes must all be present in the token's "scp". Default none;
-	// ["usher.api"] for the development provider.
+	// RequiredScopes must all be present in the token's "scp": the API's
+	// delegated scope (Entra: the scope its app registration exposes, e.g.
+	// access_as_user), which only a token for a signed-in person carries.
+	// Required with an issuer; default ["usher.api"] for the development
+	// provider.
 	RequiredScopes []string `yaml:"required_scopes"`
 	// Tenants is the allow-list of "tid" values. Default empty: any tenant.
 	Tenants []string `yaml:"tenants"`
@@ -269,6 +277,7 @@ func Default() Config {
 			DataDir:         "./data",
 			ShutdownTimeout: Duration(15 * time.Second),
 			MaxBodyBytes:    1 << 20,
+			ReadTimeout:     Duration(20 * time.Second),
 		},
 		Log: Log{Level: "info", Format: "text"},
 		Broker: Broker{
@@ -393,6 +402,9 @@ func (c *Config) Validate() error {
 	if c.Server.MaxBodyBytes < 1024 {
 		bad("server.max_body_bytes", "must be at least 1024")
 	}
+	if rt := c.Server.ReadTimeout.Std(); rt < time.Second || rt > 10*time.Minute {
+		bad("server.read_timeout", "must be between 1s and 10m, got %s", rt)
+	}
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
 		bad("log.level", "want debug, info, warn or error, got %q", c.Log.Level)
 	}
@@ -412,6 +424,12 @@ func (c *Config) Validate() error {
 		if len(c.Identity.Audiences) == 0 {
 			bad("identity.audiences", "at least one audience is required with an issuer")
 		}
+		if len(c.Identity.RequiredScopes) == 0 {
+			bad("identity.required_scopes", "name the API's delegated scope (e.g. access_as_user): without one, tokens an application obtained for itself would be accepted")
+		}
+	}
+	if slices.ContainsFunc(c.Identity.RequiredScopes, func(s string) bool { return s == "" || strings.ContainsAny(s, " \t") }) {
+		bad("identity.required_scopes", "must not contain an empty scope or one with spaces")
 	}
 	if slices.Contains(c.Identity.Audiences, "") {
 		bad("identity.audiences", "must not contain an empty value")

@@ -26,7 +26,7 @@ func TestDefaultsAreTheEmbeddedDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Server.Addr != "127.0.0.1:8080" || c.Server.DataDir != "./data" || c.Database.URL != "" {
+	if c.Server.Addr != "127.0.0.1:8080" || c.Server.DataDir != "./data" || c.Database.URL != "" || c.Server.ReadTimeout.Std() != 20*time.Second {
 		t.Errorf("server/database defaults = %+v %+v", c.Server, c.Database)
 	}
 	if !c.DevIdentity() || c.Identity.Audiences[0] != DevAudience || c.Identity.RequiredScopes[0] != DevScope {
@@ -49,6 +49,7 @@ broker:
 identity:
   issuer: https://login.microsoftonline.com/72f988bf-86f1-41af-91ab-2d7cd011db47/v2.0
   audiences: [api://usher]
+  required_scopes: [access_as_user]
 `)
 	c, err := Load(p, env(map[string]string{
 		"USHER_SERVER_ADDR":        "127.0.0.1:9001",
@@ -68,7 +69,7 @@ identity:
 	if strings.Join(c.Identity.Tenants, "|") != "t1|t2" || c.Broker.ClientID != "assistant" || c.Database.MaxConns != 7 {
 		t.Errorf("env values lost: %+v", c)
 	}
-	if c.DevIdentity() || len(c.Identity.RequiredScopes) != 0 {
+	if c.DevIdentity() || strings.Join(c.Identity.RequiredScopes, " ") != "access_as_user" {
 		t.Errorf("an external issuer must not get development defaults: %+v", c.Identity)
 	}
 }
@@ -77,7 +78,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 	values := map[string]string{
 		"server.addr": "127.0.0.1:1", "server.public_url": "https://usher.example.com",
 		"server.data_dir": "/d", "server.shutdown_timeout": "3s", "server.max_body_bytes": "4096",
-		"log.level": "warn", "log.format": "json",
+		"server.read_timeout": "45s",
+		"log.level":           "warn", "log.format": "json",
 		"database.url": "postgres://u@h/db", "database.max_conns": "3",
 		"identity.issuer": "https://issuer.example.com", "identity.audiences": "a,b",
 		"identity.required_scopes": "s", "identity.tenants": "t",
@@ -109,7 +111,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Server.PublicURL != "https://usher.example.com" || c.Server.ShutdownTimeout.Std() != 3*time.Second ||
-		c.Server.MaxBodyBytes != 4096 || c.Log.Format != "json" || c.Database.URL != "postgres://u@h/db" ||
+		c.Server.MaxBodyBytes != 4096 || c.Server.ReadTimeout.Std() != 45*time.Second || c.Log.Format != "json" || c.Database.URL != "postgres://u@h/db" ||
 		c.Broker.RotationPeriod.Std() != 2*time.Hour || len(c.Identity.Audiences) != 2 ||
 		!c.MCP.Stateful || c.DemoTools() || c.Policy.File == "" || c.Policy.LockFile != "/etc/usher/tools.lock" ||
 		c.Approval.TTL.Std() != 2*time.Hour || len(c.MCP.AllowedOrigins) != 1 ||
@@ -128,17 +130,43 @@ func TestValidationReportsEveryProblemByKey(t *testing.T) {
 		"USHER_BROKER_TOKEN_LIFETIME":     "1h",
 		"USHER_BROKER_KEY_ENCRYPTION_KEY": "c2hvcnQ=",
 		"USHER_SERVER_MAX_BODY_BYTES":     "lots",
+		"USHER_SERVER_READ_TIMEOUT":       "100ms",
 	}), Overrides{})
 	if err == nil {
 		t.Fatal("want an error")
 	}
 	for _, key := range []string{
-		"server.addr", "server.public_url", "log.level", "database.url", "identity.audiences",
+		"server.addr", "server.public_url", "log.level", "database.url", "identity.audiences", "identity.required_scopes",
 		"broker.token_lifetime", "broker.key_encryption_key", "server.max_body_bytes (from USHER_SERVER_MAX_BODY_BYTES)",
+		"server.read_timeout: must be between 1s and 10m",
 	} {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("error does not name %s:\n%v", key, err)
 		}
+	}
+}
+
+// With a real issuer the API must name a delegated scope, or it would take
+// app-only tokens; the development provider issues its own and gets it by
+// default.
+func TestIssuerRequiresADelegatedScope(t *testing.T) {
+	issuer := map[string]string{"USHER_IDENTITY_ISSUER": "https://login.example.com/t/v2.0", "USHER_IDENTITY_AUDIENCES": "api://usher"}
+	_, err := Load("", env(issuer), Overrides{})
+	if err == nil || !strings.Contains(err.Error(), "identity.required_scopes: name the API's delegated scope") {
+		t.Fatalf("issuer without a required scope: err = %v", err)
+	}
+	issuer["USHER_IDENTITY_REQUIRED_SCOPES"] = "access_as_user"
+	c, err := Load("", env(issuer), Overrides{})
+	if err != nil || len(c.Identity.RequiredScopes) != 1 || c.Identity.RequiredScopes[0] != "access_as_user" {
+		t.Fatalf("issuer with a required scope: %v %q", err, c.Identity.RequiredScopes)
+	}
+	p := writeFile(t, "identity:\n  issuer: https://login.example.com/t/v2.0\n  audiences: [api://usher]\n  required_scopes: [\"\", \"a b\"]\n")
+	if _, err := Load(p, env(nil), Overrides{}); err == nil || !strings.Contains(err.Error(), "identity.required_scopes: must not contain an empty scope") {
+		t.Fatalf("blank scopes: err = %v", err)
+	}
+	c, err = Load("", env(nil), Overrides{})
+	if err != nil || len(c.Identity.RequiredScopes) != 1 || c.Identity.RequiredScopes[0] != DevScope {
+		t.Fatalf("development provider: %v %q, want [%s]", err, c.Identity.RequiredScopes, DevScope)
 	}
 }
 
@@ -167,7 +195,7 @@ func TestDemoToolsDefaultFollowsIdentity(t *testing.T) {
 	if !c.DemoTools() {
 		t.Error("the embedded default offers the demo tools")
 	}
-	c, _ = Load("", env(map[string]string{"USHER_IDENTITY_ISSUER": "https://i.example.com", "USHER_IDENTITY_AUDIENCES": "a"}), Overrides{})
+	c, _ = Load("", env(map[string]string{"USHER_IDENTITY_ISSUER": "https://i.example.com", "USHER_IDENTITY_AUDIENCES": "a", "USHER_IDENTITY_REQUIRED_SCOPES": "s"}), Overrides{})
 	if c.DemoTools() {
 		t.Error("a configured issuer does not get the demo tools by default")
 	}

@@ -67,9 +67,9 @@ type Options struct {
 	ClientID string
 
 	// RedirectURIs are the client's allowed redirect URIs, compared
-	// exactly. A registered URI on http with a loopback IP literal
-	// (127.0.0.1 or [::1]) also allows that URI on any port, as RFC 8252
-	// section 7.3 asks for native apps. Required, at least one.
+	// exactly (scheme, host, port, path and query): the client is a web
+	// application, so no port of a loopback URI is left open. Required, at
+	// least one.
 	RedirectURIs []string
 
 	// TokenLifetime is the lifetime of access and ID tokens.

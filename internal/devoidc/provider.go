@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -306,33 +306,11 @@ func (k publishedKeys) VerifySignature(ctx context.Context, raw string) ([]byte,
 	return nil, errors.New("no published key verifies the token")
 }
 
-// redirectAllowed reports whether raw is a registered redirect URI or, for
-// a registered http URI on a loopback IP literal, the same URI on another
-// port (RFC 8252 section 7.3).
+// redirectAllowed reports whether raw is exactly a registered redirect
+// URI. The client is the Sessions UI, a web application: a loopback URI
+// on another port is another application on the machine, not this one.
 func (p *Provider) redirectAllowed(raw string) bool {
-	for _, reg := range p.o.RedirectURIs {
-		if raw == reg {
-			return true
-		}
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme != "http" || u.User != nil || u.Fragment != "" || strings.Contains(raw, "#") {
-		return false
-	}
-	for _, reg := range p.o.RedirectURIs {
-		r, err := url.Parse(reg)
-		if err == nil && r.Scheme == "http" && isLoopbackIP(r.Hostname()) &&
-			u.Hostname() == r.Hostname() && u.EscapedPath() == r.EscapedPath() && u.RawQuery == r.RawQuery {
-			return true
-		}
-	}
-	return false
-}
-
-// isLoopbackIP accepts the loopback IP literals RFC 8252 recommends;
-// "localhost" is not one of them.
-func isLoopbackIP(host string) bool {
-	return host == "127.0.0.1" || host == "::1"
+	return slices.Contains(p.o.RedirectURIs, raw)
 }
 
 // oauthError is an OAuth 2.0 error (RFC 6749 sections 4.1.2.1 and 5.2).

@@ -306,24 +306,35 @@ func TestAuthorizeRefusals(t *testing.T) {
 	}
 }
 
-func TestLoopbackRedirectAnyPort(t *testing.T) {
+// The web client's redirect URI is compared exactly: on loopback, another
+// port is another program of the machine, which must not receive codes.
+func TestRedirectURIMustBeExact(t *testing.T) {
+	e := newEnv(t, nil)
+	reg, err := url.Parse(e.callback) // http://127.0.0.1:<port>/callback
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherPort := "49152"
+	if reg.Port() == otherPort {
+		otherPort = "49153"
+	}
 	tests := []struct {
 		redirect string
 		allowed  bool
 	}{
-		{"http://127.0.0.1:49152/cb", true},
-		{"http://127.0.0.1/cb", true},
-		{"http://[::1]:49152/cb", false}, // registered for 127.0.0.1 only
-		{"http://localhost:49152/cb", false},
-		{"http://127.0.0.1:49152/cb/other", false},
-		{"http://127.0.0.1:49152/cb?x=1", false},
-		{"https://127.0.0.1:49152/cb", false},
-		{"http://127.0.0.1:49152@attacker.example/cb", false},
-		{"http://attacker.example:49152/cb", false},
+		{e.callback, true},
+		{"http://127.0.0.1:" + otherPort + reg.Path, false},
+		{"http://127.0.0.1" + reg.Path, false},
+		{"http://[::1]:" + reg.Port() + reg.Path, false},
+		{"http://localhost:" + reg.Port() + reg.Path, false},
+		{"https://" + reg.Host + reg.Path, false},
+		{e.callback + "/other", false},
+		{e.callback + "?x=1", false},
+		{e.callback + "/", false},
+		{"http://" + reg.Host + "@attacker.example" + reg.Path, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.redirect, func(t *testing.T) {
-			e := newEnv(t, func(o *devoidc.Options) { o.RedirectURIs = append(o.RedirectURIs, "http://127.0.0.1/cb") })
 			_, challenge := pkce()
 			q := e.authParams(challenge)
 			q.Set("redirect_uri", tt.redirect)

@@ -28,6 +28,7 @@ func Errorf(status int, code, message string) *Error {
 var (
 	ErrNotFound         = &Error{Status: http.StatusNotFound, Code: "not_found", Message: "The resource does not exist."}
 	ErrBodyTooLarge     = &Error{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large", Message: "The request body is too large."}
+	ErrRequestTimeout   = &Error{Status: http.StatusRequestTimeout, Code: "request_timeout", Message: "The request was not received in time."}
 	ErrMethodNotAllowed = &Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "The method is not allowed here."}
 	errInternal         = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "Something went wrong on our side. It has been logged."}
 )

@@ -6,5 +6,7 @@
 // Tokens are accepted only from the Authorization header, only when signed
 // with RS256 by a key of the issuer's published key set, issued by the
 // configured issuer, unexpired, addressed to one of the API's audiences, from
-// an allowed tenant and carrying the required scopes.
+// an allowed tenant and carrying the required delegated scopes. Tokens an
+// application obtained for itself (app-only, client credentials) are
+// refused: only a signed-in person calls the API.
 package identity

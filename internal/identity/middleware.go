@@ -24,6 +24,7 @@ var (
 //   - 401 with a bare Bearer challenge when no bearer token is sent;
 //   - 401 invalid_token for [ErrUnauthenticated];
 //   - 403 insufficient_scope for [ErrInsufficientScope];
+//   - 403 user_token_required for [ErrAppToken];
 //   - 403 forbidden for [ErrForbidden].
 //
 // Bodies are generic JSON errors; the reason is logged, never the token.
@@ -78,9 +79,11 @@ func (v *Verifier) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusUnauthorized, "Bearer",
 			"unauthenticated", "an access token is required")
 	case errors.Is(err, ErrInsufficientScope):
-		writeError(w, http.StatusForbidden,
-			fmt.Sprintf(`Bearer error="insufficient_scope", scope=%q`, strings.Join(v.requiredScopes, " ")),
+		writeError(w, http.StatusForbidden, v.scopeChallenge(),
 			"insufficient_scope", "the access token lacks a required scope")
+	case errors.Is(err, ErrAppToken):
+		writeError(w, http.StatusForbidden, v.scopeChallenge(),
+			"user_token_required", "an application's own token cannot be used here: sign in as a person")
 	case errors.Is(err, ErrForbidden):
 		writeError(w, http.StatusForbidden, "",
 			"forbidden", "this account is not allowed to use this service")
@@ -88,6 +91,11 @@ func (v *Verifier) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusUnauthorized, `Bearer error="invalid_token"`,
 			"unauthenticated", "the access token is invalid or expired")
 	}
+}
+
+// scopeChallenge names the delegated scopes a token must carry.
+func (v *Verifier) scopeChallenge() string {
+	return fmt.Sprintf(`Bearer error="insufficient_scope", scope=%q`, strings.Join(v.requiredScopes, " "))
 }
 
 func writeError(w http.ResponseWriter, status int, challenge, code, message string) {

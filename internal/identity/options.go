@@ -25,8 +25,8 @@ const multiTenantDiscovery = "common"
 // [Options.HTTPClient] is nil.
 const defaultHTTPTimeout = 10 * time.Second
 
-// Options configure a [Verifier]. The zero value is not valid: Issuer and
-// Audiences are required.
+// Options configure a [Verifier]. The zero value is not valid: Issuer,
+// Audiences and RequiredScopes are required.
 type Options struct {
 	// Issuer is the issuer URL exactly as the tokens' "iss" claim spells it,
 	// for example "https://login.microsoftonline.com/<tenant-id>/v2.0".
@@ -46,7 +46,11 @@ type Options struct {
 	Audiences []string
 
 	// RequiredScopes must each be present in the token's "scp" claim (Entra),
-	// or in "scope" when "scp" is absent. Default: none required.
+	// or in "scope" when "scp" is absent: the API's delegated scope, which
+	// only a token for a signed-in person carries (for Entra, the scope the
+	// API's app registration exposes, e.g. "access_as_user"). Required, at
+	// least one: without it the API would also accept tokens an
+	// application obtained for itself.
 	RequiredScopes []string
 
 	// Tenants is the allow-list of tenant ids ("tid"). Default: empty, which
@@ -95,6 +99,9 @@ func (o *Options) validate() error {
 		if strings.TrimSpace(a) == "" {
 			errs = append(errs, errors.New("audiences: empty audience"))
 		}
+	}
+	if len(o.RequiredScopes) == 0 {
+		errs = append(errs, errors.New("required scopes: at least one delegated scope is required"))
 	}
 	for _, s := range o.RequiredScopes {
 		if s == "" || strings.ContainsAny(s, " \t\r\n") {

@@ -36,6 +36,13 @@ var (
 	// ErrInsufficientScope means a required scope is missing. It also
 	// matches [ErrForbidden]. HTTP: 403 with error="insufficient_scope".
 	ErrInsufficientScope = fmt.Errorf("%w: insufficient scope", ErrForbidden)
+
+	// ErrAppToken means the token is authentic and meant for this API but
+	// speaks for an application, not for a signed-in person: an app-only
+	// (client credentials) token, which Entra marks "idtyp": "app" and
+	// issues with application roles and no delegated scope. It also
+	// matches [ErrForbidden]. HTTP: 403.
+	ErrAppToken = fmt.Errorf("%w: app-only token", ErrForbidden)
 )
 
 // Verifier verifies access tokens of one issuer. It is safe for concurrent
@@ -161,7 +168,15 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (Principal, error) {
 	if len(v.tenants) > 0 && !slices.Contains(v.tenants, c.Tenant) {
 		return Principal{}, fmt.Errorf("%w: tenant %q not allowed", ErrForbidden, c.Tenant)
 	}
+	// Only a person's (delegated) token may call the API: an app-only
+	// token never carries a delegated scope, and Entra names it besides.
 	scopes := c.scopes()
+	if c.TokenType != "" && c.TokenType != "user" {
+		return Principal{}, fmt.Errorf("%w: idtyp %q", ErrAppToken, c.TokenType)
+	}
+	if len(scopes) == 0 {
+		return Principal{}, fmt.Errorf("%w: no delegated scope (roles %q)", ErrAppToken, c.Roles)
+	}
 	for _, s := range v.requiredScopes {
 		if !slices.Contains(scopes, s) {
 			return Principal{}, fmt.Errorf("%w: scope %q missing", ErrInsufficientScope, s)
@@ -192,6 +207,7 @@ type claims struct {
 	Name              string    `json:"name"`
 	PreferredUsername string    `json:"preferred_username"`
 	Email             string    `json:"email"`
+	TokenType         string    `json:"idtyp"`
 	Scp               *scopeSet `json:"scp"`
 	Scope             *scopeSet `json:"scope"`
 	Groups            []string  `json:"groups"`

@@ -23,6 +23,8 @@ func outcome(err error) string {
 		return "accepted"
 	case errors.Is(err, identity.ErrInsufficientScope):
 		return "insufficient_scope"
+	case errors.Is(err, identity.ErrAppToken):
+		return "app_token"
 	case errors.Is(err, identity.ErrForbidden):
 		return "forbidden"
 	case errors.Is(err, identity.ErrUnauthenticated):
@@ -83,7 +85,7 @@ func TestVerify(t *testing.T) {
 			c["scope"] = "usher.api"
 		}, want: "insufficient_scope"},
 		{name: "scope prefix is not the scope", edit: func(c map[string]any) { c["scp"] = "usher.api.read" }, want: "insufficient_scope"},
-		{name: "no scopes at all", edit: func(c map[string]any) { delete(c, "scp") }, want: "insufficient_scope"},
+		{name: "no scopes at all", edit: func(c map[string]any) { delete(c, "scp") }, want: "app_token"},
 		{name: "expired", edit: func(c map[string]any) { c["exp"] = c["iat"].(int64) - 1 }, want: "unauthenticated"},
 		{name: "no expiry", edit: func(c map[string]any) { delete(c, "exp") }, want: "unauthenticated"},
 		{name: "not yet valid", edit: func(c map[string]any) { c["nbf"] = c["iat"].(int64) + 600 }, want: "unauthenticated"},
@@ -284,7 +286,7 @@ func TestNewDiscovery(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := identity.New(t.Context(), &identity.Options{
-				Issuer: tt.issuer, Audiences: []string{apiClientID}, Tenants: tt.tenants,
+				Issuer: tt.issuer, Audiences: []string{apiClientID}, RequiredScopes: []string{"usher.api"}, Tenants: tt.tenants,
 			})
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("New: %v, want error %v", err, tt.wantErr)
@@ -299,10 +301,14 @@ func TestNewOptions(t *testing.T) {
 		opts *identity.Options
 		want []string // substrings of the one error; none: valid
 	}{
-		{name: "nil", opts: nil, want: []string{"issuer is required", "at least one audience"}},
+		{name: "nil", opts: nil, want: []string{"issuer is required", "at least one audience", "at least one delegated scope"}},
 		{name: "loopback http with a key set URL, no discovery", opts: &identity.Options{
-			Issuer: "http://127.0.0.1:1/dev/oidc", Audiences: []string{"usher-api"}, JWKSURL: "http://127.0.0.1:1/dev/oidc/jwks",
+			Issuer: "http://127.0.0.1:1/dev/oidc", Audiences: []string{"usher-api"}, RequiredScopes: []string{"usher.api"},
+			JWKSURL: "http://127.0.0.1:1/dev/oidc/jwks",
 		}},
+		{name: "no required scope", opts: &identity.Options{
+			Issuer: "http://127.0.0.1:1/dev/oidc", Audiences: []string{"usher-api"}, JWKSURL: "http://127.0.0.1:1/dev/oidc/jwks",
+		}, want: []string{"required scopes: at least one delegated scope is required"}},
 		{name: "http on a public host", opts: &identity.Options{
 			Issuer: "http://login.example.com", Audiences: []string{"a"},
 		}, want: []string{"issuer: must be https"}},
