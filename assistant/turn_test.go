@@ -105,7 +105,8 @@ func TestTurnLoad(t *testing.T) {
 			if err := sep.loadEach(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if one.seq != sep.seq || !reflect.DeepEqual(seqs(one.messages), seqs(sep.messages)) || !reflect.DeepEqual(one.past, sep.past) {
+			if one.seq != sep.seq || !reflect.DeepEqual(seqs(one.messages), seqs(sep.messages)) || !reflect.DeepEqual(one.past, sep.past) ||
+				!reflect.DeepEqual(seqs(one.after), seqs(sep.after)) || one.queued != sep.queued {
 				t.Fatalf("run of %d messages, turn %d, handled %d: one read found message %d, turn %v, history %d messages; "+
 					"separate reads %d, %v, %d", n, r.TurnSeq, r.HandledSeq,
 					one.seq, seqs(one.messages), len(one.past), sep.seq, seqs(sep.messages), len(sep.past))
