@@ -13,10 +13,11 @@ import (
 
 // TestTurnLoad checks that a turn's one read of the latest messages finds
 // what the separate reads find (the user message the turn answers, the
-// turn's messages, the history the model sees), on conversations of many
-// shapes: short and long, turns with tool calls, user messages queued
-// behind the turn, turns resumed with few and with many messages of their
-// own, and nothing to answer.
+// turn's messages, the messages of earlier turns logged after its message,
+// the history the model sees), on conversations of many shapes: short and
+// long, turns with tool calls, user messages queued behind the turn or
+// arriving while turns ran, turns resumed with few and with many messages
+// of their own, and nothing to answer.
 func TestTurnLoad(t *testing.T) {
 	ctx := t.Context()
 	st := storetest.NewSQLite(t)
@@ -70,6 +71,18 @@ func TestTurnLoad(t *testing.T) {
 				add(store.NewEvent{Type: EventAssistantMessage, Payload: mustJSON(AssistantMessage{Content: fmt.Sprintf("answer %d", i)})})
 			default:
 				add(store.NewEvent{Type: EventRuntimeContext, Payload: mustJSON(RuntimeContextRecord{RunID: id})})
+			}
+		}
+		if c%2 == 1 {
+			// A log as the runtime writes it: messages that name their
+			// turns, user messages arriving while turns run.
+			sim := simulateRun(rng, 1+rng.IntN(160))
+			users, batch = []int64{1}, nil
+			for _, e := range sim.events[1:] {
+				batch = append(batch, store.NewEvent{Type: e.Type, Payload: e.Payload})
+				if e.Type == EventUserMessage {
+					users = append(users, e.Seq)
+				}
 			}
 		}
 		if len(batch) > 0 {
