@@ -233,3 +233,42 @@ func TestCallKey(t *testing.T) {
 		t.Errorf("callKey(7, call_1) = %q, want 7/call_1", k)
 	}
 }
+
+// TestTurnResumedAfterItsAnswer resumes a turn whose answer was recorded
+// but whose end was not (the process stopped in between): the turn ends
+// with that answer, and the model is not asked to go on from an assistant
+// message.
+func TestTurnResumedAfterItsAnswer(t *testing.T) {
+	ctx := t.Context()
+	st := storetest.NewSQLite(t)
+	first := store.NewEvent{Type: EventUserMessage, Payload: mustJSON(UserMessage{Content: "hi"})}
+	if _, _, err := st.OpenRun(ctx, store.Run{ID: "run_answered", Owner: "owner"}, 5, &first); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := st.ClaimRuns(ctx, "stopped", 1, time.Hour)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	if _, err := st.AppendLeased(ctx, claimed[0].Lease(),
+		store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: 1}), StartsTurn: 1},
+		store.NewEvent{Type: EventAssistantMessage, Payload: mustJSON(AssistantMessage{Content: "hello", MessageSeq: 1})},
+	); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.EndLease(ctx, claimed[0].Lease(), store.Release{Requeue: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	ms := modeltest.NewServer(t)
+	rt, _ := startRuntime(t, st, ms, newCountingTools(t, st), Options{})
+	out, err := rt.WaitTurn(ctx, "owner", "run_answered", 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Status != TurnCompleted || len(out.Messages) != 1 {
+		t.Errorf("the resumed turn = %s with %d messages, want completed with its answer", out.Status, len(out.Messages))
+	}
+	if n := len(ms.Requests()); n != 0 {
+		t.Errorf("the model was asked %d times after the turn's answer", n)
+	}
+}

@@ -235,6 +235,12 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		return t.pause(open.waiting), nil
 	}
 
+	if t.answered() {
+		// The turn's answer is recorded, its end is not (ending it
+		// failed): end it now, rather than ask the model to go on from
+		// its own answer.
+		return t.finish(TurnCompleted, "", false), nil
+	}
 	steps := t.stepsSoFar()
 	for {
 		if steps >= rt.o.MaxSteps {
@@ -512,6 +518,20 @@ func (t *turn) stepsSoFar() int {
 		}
 	}
 	return n
+}
+
+// answered reports whether the turn's last message is an answer: an
+// assistant message without tool calls.
+func (t *turn) answered() bool {
+	if len(t.messages) == 0 {
+		return false
+	}
+	last := t.messages[len(t.messages)-1]
+	if last.Type != EventAssistantMessage {
+		return false
+	}
+	var m AssistantMessage
+	return json.Unmarshal(last.Payload, &m) == nil && len(m.ToolCalls) == 0
 }
 
 // callTool runs one call of the assistant message at seq and records its
