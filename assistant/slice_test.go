@@ -272,3 +272,48 @@ func TestTurnResumedAfterItsAnswer(t *testing.T) {
 		t.Errorf("the model was asked %d times after the turn's answer", n)
 	}
 }
+
+// TestMessageDuringATurn posts a second message while the model holds its
+// answer to the first: the first turn answers only the first, and the
+// second turn's request is in turn order, ending with the second message.
+func TestMessageDuringATurn(t *testing.T) {
+	onEngines(t, func(t *testing.T, st store.Store) {
+		ctx := t.Context()
+		ms := modeltest.NewServer(t)
+		rt, runID := startRuntime(t, st, ms, newCountingTools(t, st), Options{})
+		ms.Reply("reply to first")
+		ms.Reply("reply to second")
+		release := ms.Hold()
+		defer release()
+		first, _, err := rt.PostMessage(ctx, "owner", Sender{}, runID, "first question")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ms.WaitHeld(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		second, _, err := rt.PostMessage(ctx, "owner", Sender{}, runID, "second question")
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+		for _, seq := range []int64{first.Seq, second.Seq} {
+			if out, err := rt.WaitTurn(ctx, "owner", runID, seq, time.Minute); err != nil || out.Status != TurnCompleted {
+				t.Fatalf("turn of message %d = %+v %v", seq, out, err)
+			}
+		}
+		reqs := ms.Requests()
+		var got []string
+		for _, r := range reqs {
+			var s []string
+			for _, m := range r.Messages[1:] {
+				s = append(s, m.Role+":"+m.Content)
+			}
+			got = append(got, strings.Join(s, " | "))
+		}
+		want := []string{"user:first question", "user:first question | assistant:reply to first | user:second question"}
+		if !slices.Equal(got, want) {
+			t.Errorf("model requests:\n%q\nwant\n%q", got, want)
+		}
+	})
+}
