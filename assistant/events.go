@@ -41,6 +41,9 @@ type Sender struct {
 type AssistantMessage struct {
 	Content   string     `json:"content"`
 	ToolCalls []ToolCall `json:"toolCalls,omitempty"`
+	// MessageSeq is the user message whose turn wrote this one: the
+	// model sees the history grouped by turn, whatever arrived meanwhile.
+	MessageSeq int64 `json:"messageSeq,omitempty"`
 }
 
 // ToolCall is one tool call the model made.
@@ -62,6 +65,8 @@ type ToolResult struct {
 	Status     string          `json:"status"`
 	Approval   *ApprovalRef    `json:"approval,omitempty"`
 	Structured json.RawMessage `json:"structured,omitempty"`
+	// MessageSeq is the user message whose turn made the call.
+	MessageSeq int64 `json:"messageSeq,omitempty"`
 }
 
 // The statuses of a ToolResult.

@@ -1,8 +1,10 @@
 package assistant
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/store"
@@ -13,14 +15,66 @@ import (
 // a provider sees has an answer.
 const noResult = "No result was recorded for this call."
 
-// project turns message events into model messages: a deep copy, so the
-// provider never touches the log. Later results of one tool call replace
-// earlier ones (an approval-pending result, then the result after the
-// decision); tool results at the start, whose call lies outside the window,
-// are dropped; a call with no recorded result gets one saying so.
+// turnMessage is a message event and the turn it belongs to: the sequence
+// of the user message that turn answers.
+type turnMessage struct {
+	store.Event
+	turn int64
+}
+
+// inTurns tells which turn each message event belongs to. A user message
+// opens its own turn; the messages a turn writes name their turn
+// (MessageSeq). A message that names none (written before messages named
+// their turn) belongs to the user message before it in events, or, with
+// none before it, to turn 0, before every other.
+func inTurns(events []store.Event) ([]turnMessage, error) {
+	out := make([]turnMessage, len(events))
+	var last int64
+	for i, e := range events {
+		turn := last
+		switch e.Type {
+		case EventUserMessage:
+			turn, last = e.Seq, e.Seq
+		case EventAssistantMessage, EventToolResult:
+			var m struct {
+				MessageSeq int64 `json:"messageSeq"`
+			}
+			if err := json.Unmarshal(e.Payload, &m); err != nil {
+				return nil, fmt.Errorf("assistant: event %d: %w", e.Seq, err)
+			}
+			if m.MessageSeq > 0 {
+				turn = m.MessageSeq
+			}
+		}
+		out[i] = turnMessage{Event: e, turn: turn}
+	}
+	return out, nil
+}
+
+// turnOrder puts messages in the order of their turns: each user message,
+// then what its turn wrote, turn after turn. A message that arrived while
+// a turn ran follows that turn's output, though the log holds it earlier.
+// Within a turn the log's order stays. It sorts msgs in place.
+func turnOrder(msgs []turnMessage) []store.Event {
+	slices.SortStableFunc(msgs, func(a, b turnMessage) int { return cmp.Compare(a.turn, b.turn) })
+	out := make([]store.Event, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Event
+	}
+	return out
+}
+
+// project turns message events, in turn order, into model messages: a
+// deep copy, so the provider never touches the log. A later result of a
+// tool call replaces the earlier one (an approval-pending result, then the
+// result after the decision); tool results at the start, whose call lies
+// outside the window, are dropped; a call with no recorded result gets one
+// saying so. Results answer the calls of the assistant message before
+// them, so a call id a model used again in a later step is another call.
 func project(events []store.Event) ([]model.Message, error) {
 	var out []model.Message
-	// The position in out of each tool call's answer, and of each call.
+	// The position in out of the answer of each call of the last
+	// assistant message, and its calls still unanswered.
 	answer := map[string]int{}
 	pending := map[string]bool{}
 	for _, e := range events {
@@ -38,6 +92,7 @@ func project(events []store.Event) ([]model.Message, error) {
 				return nil, fmt.Errorf("assistant: event %d: %w", e.Seq, err)
 			}
 			out = closeCalls(out, pending)
+			clear(answer)
 			msg := model.Message{Role: model.RoleAssistant, Content: m.Content, ToolCalls: toModelCalls(m.ToolCalls)}
 			for i, c := range msg.ToolCalls {
 				if len(c.Arguments) == 0 || string(c.Arguments) == "null" {
@@ -64,7 +119,7 @@ func project(events []store.Event) ([]model.Message, error) {
 			out = append(out, msg)
 		}
 	}
-	return out, nil
+	return closeCalls(out, pending), nil
 }
 
 // closeCalls answers the calls still pending before the next message.

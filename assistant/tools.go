@@ -2,12 +2,15 @@ package assistant
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -203,14 +206,37 @@ func (h *holder) connect(ctx context.Context, g Grant) (*session, error) {
 	return s, nil
 }
 
-// call runs one tool call through the MCP server and turns its answer into
-// a ToolResult. An error means the call's fate is unknown (the connection
-// failed); the MCP server's idempotency key makes a retry safe.
-func (s *session) call(ctx context.Context, c ToolCall) (ToolResult, error) {
+// maxToolCallID is the longest tool call id the MCP server takes.
+const maxToolCallID = 256
+
+// callKey names a tool call to the MCP server (its usher/tool_call_id,
+// which with the run forms the call's idempotency key): the sequence of
+// the assistant message event that carries the call, and the model's call
+// id. The model's id alone is not enough: a model server may use one id
+// again for a later call, which would then be answered with the first
+// call's result, or refused. The retry of a call (after an approval, or
+// a crash) comes from the same event, so it has the same key. The sequence
+// is digits, ended by "/" before the id, or by "#" before the SHA-256 of
+// an id that would not fit (too long, or with control characters), so no
+// two calls share a key.
+func callKey(seq int64, id string) string {
+	key := strconv.FormatInt(seq, 10) + "/" + id
+	if len(key) > maxToolCallID || strings.ContainsFunc(id, isControl) {
+		sum := sha256.Sum256([]byte(id))
+		key = strconv.FormatInt(seq, 10) + "#" + hex.EncodeToString(sum[:])
+	}
+	return key
+}
+
+// call runs one tool call through the MCP server, named by key (see
+// callKey), and turns its answer into a ToolResult. An error means the
+// call's fate is unknown (the connection failed); the MCP server's
+// idempotency key makes a retry safe.
+func (s *session) call(ctx context.Context, key string, c ToolCall) (ToolResult, error) {
 	res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{
 		Name:      c.Name,
 		Arguments: c.Arguments,
-		Meta:      mcp.Meta{metaToolCallID: c.ID},
+		Meta:      mcp.Meta{metaToolCallID: key},
 	})
 	if err != nil {
 		if wire := (*jsonrpc.Error)(nil); errors.As(err, &wire) {

@@ -29,10 +29,16 @@ type turn struct {
 	lease store.Lease
 	seq   int64 // the user message the turn answers
 	sess  *session
-	// messages are the turn's own message events so far, from its user
-	// message on.
+	// messages are the turn's own message events so far: its user
+	// message and what the turn wrote.
 	messages []store.Event
-	// past is the history before the turn's message, once read.
+	// after are the messages of earlier turns logged after the turn's
+	// user message (it arrived while they ran): history, not the turn's.
+	after []store.Event
+	// queued reports user messages after the turn's, each waiting for a
+	// turn of its own.
+	queued bool
+	// past is the history before the turn, in turn order, once read.
 	past []model.Message
 }
 
@@ -213,25 +219,35 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		}
 	}
 
-	// Finish the calls the turn left open: crashed mid-call, or waiting
-	// for an approval that has now been decided.
-	waiting, err := t.resolveOpenCalls(ctx)
+	// Finish the calls the turn left open: crashed mid-call, beyond the
+	// last slice's limit, or waiting for an approval that has now been
+	// decided.
+	budget := rt.o.MaxToolCallsPerSlice
+	open, err := t.resolveOpenCalls(ctx, budget, nil)
 	if err != nil {
 		return ending{}, err
 	}
-	if len(waiting) > 0 {
-		return t.pause(waiting), nil
+	calls := open.ran
+	switch {
+	case open.left:
+		return yield(), nil
+	case len(open.waiting) > 0:
+		return t.pause(open.waiting), nil
 	}
 
-	steps, calls := t.stepsSoFar(), 0
+	if t.answered() {
+		// The turn's answer is recorded, its end is not (ending it
+		// failed): end it now, rather than ask the model to go on from
+		// its own answer.
+		return t.finish(TurnCompleted, "", false), nil
+	}
+	steps := t.stepsSoFar()
 	for {
 		if steps >= rt.o.MaxSteps {
 			return ending{}, &turnFailure{message: fmt.Sprintf("The turn stopped after %d model steps, its limit.", rt.o.MaxSteps)}
 		}
-		if calls >= rt.o.MaxToolCallsPerSlice {
-			// Yield: queue the run again as the lease ends, so that it
-			// is claimable at once.
-			return ending{rel: store.Release{Requeue: true}}, nil
+		if calls >= budget {
+			return yield(), nil
 		}
 		resp, err := t.complete(ctx)
 		if err != nil {
@@ -242,9 +258,11 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 			return ending{}, err
 		}
 		steps++
-		msg := AssistantMessage{Content: resp.Message.Content}
-		for _, c := range resp.Message.ToolCalls {
+		msg := AssistantMessage{Content: resp.Message.Content, MessageSeq: t.seq}
+		argumentsErrors := make([]string, len(resp.Message.ToolCalls))
+		for i, c := range resp.Message.ToolCalls {
 			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+			argumentsErrors[i] = c.ArgumentsError
 		}
 		reply := store.NewEvent{Type: EventAssistantMessage, Payload: mustJSON(msg), Preview: msg.Content}
 		if len(resp.Message.ToolCalls) == 0 {
@@ -257,22 +275,25 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		if _, err := t.append(ctx, reply); err != nil {
 			return ending{}, err
 		}
-		var waiting []string
-		for _, c := range resp.Message.ToolCalls {
-			calls++
-			r, err := t.callTool(ctx, ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments}, c.ArgumentsError)
-			if err != nil {
-				return ending{}, err
-			}
-			if r.Status == ToolApprovalPending {
-				waiting = append(waiting, r.Approval.ID)
-			}
+		// The calls run up to the slice's limit; the rest run in the
+		// next slice, which resumes them as open calls.
+		done, err := t.resolveOpenCalls(ctx, budget-calls, argumentsErrors)
+		if err != nil {
+			return ending{}, err
 		}
-		if len(waiting) > 0 {
-			return t.pause(waiting), nil
+		calls += done.ran
+		switch {
+		case done.left:
+			return yield(), nil
+		case len(done.waiting) > 0:
+			return t.pause(done.waiting), nil
 		}
 	}
 }
+
+// yield ends the slice with the turn open, the run queued again as the
+// lease ends, so that it is claimable at once.
+func yield() ending { return ending{rel: store.Release{Requeue: true}} }
 
 // grant is what the turn's tokens say: the owner, the run, and the tenant
 // and groups the turn's user message was sent with.
@@ -311,10 +332,12 @@ func (rt *Runtime) nextUserMessage(ctx context.Context, r store.Run) (int64, err
 const turnWindowExtra = 16
 
 // load finds the user message the turn answers (t.seq; 0 when there is
-// none) and reads the turn's messages, from that message on, and the
-// history before it. One read of the run's latest messages holds all of
-// it when the turn's messages are few, as they are in a conversation
-// taking turns one after the other; otherwise each is read on its own.
+// none) and reads the messages from that message on (the turn's, those of
+// earlier turns that ran while it waited, and user messages queued
+// behind it) and the history before it. One read of the run's latest
+// messages holds all of it when the turn's messages are few, as they are
+// in a conversation taking turns one after the other; otherwise each is
+// read on its own.
 func (t *turn) load(ctx context.Context) error {
 	window := t.rt.o.HistoryMessages + turnWindowExtra
 	latest, err := t.rt.st.ListMessages(ctx, t.run.ID, store.MessageQuery{Limit: window, Last: true})
@@ -344,18 +367,15 @@ func (t *turn) load(ctx context.Context) error {
 	if at < 0 || latest[at].Seq != seq || (at < t.rt.o.HistoryMessages && !whole) {
 		return t.loadEach(ctx)
 	}
-	past, err := project(latest[max(0, at-t.rt.o.HistoryMessages):at])
-	if err != nil {
+	t.seq = seq
+	if err := t.split(slices.Clone(latest[at:])); err != nil {
 		return err
 	}
-	t.seq = seq
-	t.messages = slices.Clone(latest[at:])
-	t.past = append([]model.Message{}, past...) // not nil, even when empty
-	return nil
+	return t.setPast(latest[max(0, at-t.rt.o.HistoryMessages):at])
 }
 
-// loadEach is load by separate reads: the message to answer, the turn's
-// messages, the history.
+// loadEach is load by separate reads: the message to answer, the messages
+// from it on, the history.
 func (t *turn) loadEach(ctx context.Context) error {
 	t.seq = t.run.TurnSeq
 	if t.seq == 0 {
@@ -365,34 +385,75 @@ func (t *turn) loadEach(ctx context.Context) error {
 		}
 		t.seq = seq
 	}
-	if err := t.loadTurnMessages(ctx); err != nil {
+	from, err := t.messagesFrom(ctx)
+	if err != nil {
 		return err
 	}
-	_, err := t.history(ctx)
+	if err := t.split(from); err != nil {
+		return err
+	}
+	_, err = t.history(ctx)
 	return err
 }
 
-// loadTurnMessages reads the turn's messages, from its user message on.
-func (t *turn) loadTurnMessages(ctx context.Context) error {
+// messagesFrom reads the run's messages from the turn's user message on.
+func (t *turn) messagesFrom(ctx context.Context) ([]store.Event, error) {
 	after := t.seq - 1
-	t.messages = nil
+	var out []store.Event
 	for {
 		page, err := t.rt.st.ListMessages(ctx, t.run.ID, store.MessageQuery{After: after, Limit: 500})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		t.messages = append(t.messages, page...)
+		out = append(out, page...)
 		if len(page) < 500 {
-			return nil
+			return out, nil
 		}
 		after = page[len(page)-1].Seq
 	}
 }
 
-// history is the fresh session's past: the latest HistoryMessages
-// messages before the turn's user message, as model messages.
-// It is read once per turn: nothing before the turn's message changes
-// while the turn runs.
+// split sorts the messages from the turn's user message on (from, which
+// starts with it) by turn: the turn's own, those of earlier turns, and
+// the user messages queued behind the turn.
+func (t *turn) split(from []store.Event) error {
+	msgs, err := inTurns(from)
+	if err != nil {
+		return err
+	}
+	t.messages, t.after, t.queued = nil, nil, false
+	for _, m := range msgs {
+		switch {
+		case m.turn == t.seq:
+			t.messages = append(t.messages, m.Event)
+		case m.turn < t.seq:
+			t.after = append(t.after, m.Event)
+		case m.Type == EventUserMessage:
+			t.queued = true
+		}
+	}
+	return nil
+}
+
+// setPast makes the history of the turn from the messages logged before
+// its user message (before) and those of earlier turns logged after it.
+func (t *turn) setPast(before []store.Event) error {
+	msgs, err := inTurns(slices.Concat(before, t.after))
+	if err != nil {
+		return err
+	}
+	past, err := project(turnOrder(msgs))
+	if err != nil {
+		return err
+	}
+	t.past = append([]model.Message{}, past...) // not nil, even when empty
+	return nil
+}
+
+// history is the fresh session's past, in turn order: the latest
+// HistoryMessages messages logged before the turn's user message, and the
+// messages of earlier turns logged after it, as model messages. It is read
+// once per turn: nothing of earlier turns changes while the turn runs.
 func (t *turn) history(ctx context.Context) ([]model.Message, error) {
 	if t.past != nil {
 		return t.past, nil
@@ -401,11 +462,9 @@ func (t *turn) history(ctx context.Context) ([]model.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	past, err := project(events)
-	if err != nil {
+	if err := t.setPast(events); err != nil {
 		return nil, err
 	}
-	t.past = append([]model.Message{}, past...) // not nil, even when empty
 	return t.past, nil
 }
 
@@ -461,14 +520,30 @@ func (t *turn) stepsSoFar() int {
 	return n
 }
 
-// callTool runs one call and records its result.
-func (t *turn) callTool(ctx context.Context, c ToolCall, argumentsError string) (ToolResult, error) {
+// answered reports whether the turn's last message is an answer: an
+// assistant message without tool calls.
+func (t *turn) answered() bool {
+	if len(t.messages) == 0 {
+		return false
+	}
+	last := t.messages[len(t.messages)-1]
+	if last.Type != EventAssistantMessage {
+		return false
+	}
+	var m AssistantMessage
+	return json.Unmarshal(last.Payload, &m) == nil && len(m.ToolCalls) == 0
+}
+
+// callTool runs one call of the assistant message at seq and records its
+// result. A call whose arguments were not a JSON object is not run: its
+// result is argumentsError.
+func (t *turn) callTool(ctx context.Context, seq int64, c ToolCall, argumentsError string) (ToolResult, error) {
 	var r ToolResult
 	if argumentsError != "" {
 		r = ToolResult{ToolCallID: c.ID, Name: c.Name, Content: argumentsError, IsError: true, Status: ToolFailed}
 	} else {
 		var err error
-		if r, err = t.sess.call(ctx, c); err != nil {
+		if r, err = t.sess.call(ctx, callKey(seq, c.ID), c); err != nil {
 			if ctx.Err() != nil {
 				return ToolResult{}, err
 			}
@@ -478,84 +553,133 @@ func (t *turn) callTool(ctx context.Context, c ToolCall, argumentsError string) 
 			return ToolResult{}, &turnFailure{message: "The assistant lost its connection to its tools. Send a message to try again."}
 		}
 	}
+	return r, t.record(ctx, r)
+}
+
+// record appends a result of one of the turn's calls.
+func (t *turn) record(ctx context.Context, r ToolResult) error {
+	r.MessageSeq = t.seq
 	_, err := t.append(ctx, store.NewEvent{Type: EventToolResult, Payload: mustJSON(r)})
-	return r, err
+	return err
+}
+
+// argumentsNotObject answers a call, resumed, whose arguments were not a
+// JSON object (the model's own explanation is not recorded).
+const argumentsNotObject = "The arguments of this call were not a JSON object; the call did not run."
+
+// openCalls is what resolveOpenCalls did.
+type openCalls struct {
+	// ran counts the calls sent to the MCP server.
+	ran int
+	// waiting are the approvals still pending.
+	waiting []string
+	// left reports calls not run: the limit was reached.
+	left bool
 }
 
 // resolveOpenCalls finishes the calls of the turn's last assistant message
-// that have no final result, and returns the approvals still pending.
-func (t *turn) resolveOpenCalls(ctx context.Context) ([]string, error) {
+// that have no final result, running at most limit of them, in order.
+// argumentsErrors, when not nil, are the model's reasons why the calls'
+// arguments were unusable, by position.
+func (t *turn) resolveOpenCalls(ctx context.Context, limit int, argumentsErrors []string) (openCalls, error) {
 	var last *AssistantMessage
+	var seq int64
+	// The results of the last assistant message's calls: a model may use
+	// a call id again in a later step, for another call.
 	results := map[string]ToolResult{}
 	for _, e := range t.messages {
 		switch e.Type {
 		case EventAssistantMessage:
 			var m AssistantMessage
 			if err := json.Unmarshal(e.Payload, &m); err != nil {
-				return nil, err
+				return openCalls{}, err
 			}
-			last = &m
+			last, seq = &m, e.Seq
+			clear(results)
 		case EventToolResult:
 			var r ToolResult
 			if err := json.Unmarshal(e.Payload, &r); err != nil {
-				return nil, err
+				return openCalls{}, err
 			}
 			results[r.ToolCallID] = r
 		}
 	}
+	var out openCalls
 	if last == nil {
-		return nil, nil
+		return out, nil
 	}
-	var waiting []string
-	for _, c := range last.ToolCalls {
+	// run runs the call c, at position i, unless the limit was reached.
+	run := func(i int, c ToolCall) (ToolResult, bool, error) {
+		argumentsError := ""
+		if i < len(argumentsErrors) {
+			argumentsError = argumentsErrors[i]
+		}
+		if argumentsError == "" && (len(c.Arguments) == 0 || string(c.Arguments) == "null") {
+			argumentsError = argumentsNotObject
+		}
+		if argumentsError == "" {
+			if out.ran >= limit {
+				out.left = true
+				return ToolResult{}, false, nil
+			}
+			out.ran++
+		}
+		r, err := t.callTool(ctx, seq, c, argumentsError)
+		return r, true, err
+	}
+	for i, c := range last.ToolCalls {
 		r, ok := results[c.ID]
 		if ok && r.Status != ToolApprovalPending {
 			continue
 		}
-		if ok {
-			a, err := t.rt.st.GetApproval(ctx, r.Approval.ID)
-			if err != nil && !errors.Is(err, store.ErrNotFound) {
-				return nil, err
+		if !ok {
+			// No result at all: not run yet (the slice's limit was
+			// reached), or the process stopped mid-call. The same call
+			// again is safe: its idempotency key makes the MCP server
+			// answer the recorded outcome instead of running it twice.
+			r, ran, err := run(i, c)
+			if err != nil || !ran {
+				return out, err
 			}
-			switch {
-			case errors.Is(err, store.ErrNotFound):
-				r = ToolResult{ToolCallID: c.ID, Name: c.Name, IsError: true, Status: ToolFailed,
-					Content: "The approval this call waited for no longer exists; the call did not run."}
-			case a.Status == store.ApprovalPending:
-				waiting = append(waiting, a.ID)
-				continue
-			case a.Status == store.ApprovalDenied:
-				text := "A person denied this call; it did not run."
-				if a.DecisionReason != "" {
-					text += " Their reason: " + a.DecisionReason
-				}
-				r = ToolResult{ToolCallID: c.ID, Name: c.Name, IsError: true, Status: ToolDenied, Content: text}
-			case a.Status == store.ApprovalApproved || a.Status == store.ApprovalConsumed:
-				// Retry exactly the same call: the MCP server consumes
-				// the approval, or, if it already did, answers the
-				// recorded result of the one execution.
-				if _, err := t.callTool(ctx, c, ""); err != nil {
-					return nil, err
-				}
-				continue
-			default:
-				r = ToolResult{ToolCallID: c.ID, Name: c.Name, IsError: true, Status: ToolFailed,
-					Content: fmt.Sprintf("The approval of this call is %s; the call did not run.", a.Status)}
-			}
-			if _, err := t.append(ctx, store.NewEvent{Type: EventToolResult, Payload: mustJSON(r)}); err != nil {
-				return nil, err
+			if r.Status == ToolApprovalPending {
+				out.waiting = append(out.waiting, r.Approval.ID)
 			}
 			continue
 		}
-		// No result at all: the process stopped mid-call. The same call
-		// again is safe: its idempotency key (run and call id) makes the
-		// MCP server answer the recorded outcome instead of running it
-		// twice.
-		if _, err := t.callTool(ctx, c, ""); err != nil {
-			return nil, err
+		a, err := t.rt.st.GetApproval(ctx, r.Approval.ID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return out, err
+		}
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			r = ToolResult{ToolCallID: c.ID, Name: c.Name, IsError: true, Status: ToolFailed,
+				Content: "The approval this call waited for no longer exists; the call did not run."}
+		case a.Status == store.ApprovalPending:
+			out.waiting = append(out.waiting, a.ID)
+			continue
+		case a.Status == store.ApprovalDenied:
+			text := "A person denied this call; it did not run."
+			if a.DecisionReason != "" {
+				text += " Their reason: " + a.DecisionReason
+			}
+			r = ToolResult{ToolCallID: c.ID, Name: c.Name, IsError: true, Status: ToolDenied, Content: text}
+		case a.Status == store.ApprovalApproved || a.Status == store.ApprovalConsumed:
+			// Retry exactly the same call: the MCP server consumes the
+			// approval, or, if it already did, answers the recorded
+			// result of the one execution.
+			if _, ran, err := run(i, c); err != nil || !ran {
+				return out, err
+			}
+			continue
+		default:
+			r = ToolResult{ToolCallID: c.ID, Name: c.Name, IsError: true, Status: ToolFailed,
+				Content: fmt.Sprintf("The approval of this call is %s; the call did not run.", a.Status)}
+		}
+		if err := t.record(ctx, r); err != nil {
+			return out, err
 		}
 	}
-	return waiting, nil
+	return out, nil
 }
 
 // pause ends the slice waiting for approvals: the pause is recorded as
@@ -579,9 +703,7 @@ func (t *turn) finish(status, message string, unstarted bool) ending {
 		end.events = append(end.events, store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: t.seq}), StartsTurn: t.seq})
 	}
 	end.events = append(end.events, t.endEvent(status, message))
-	end.rel.Requeue = slices.ContainsFunc(t.messages, func(e store.Event) bool {
-		return e.Type == EventUserMessage && e.Seq > t.seq
-	})
+	end.rel.Requeue = t.queued
 	return end
 }
 

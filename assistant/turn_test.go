@@ -13,10 +13,11 @@ import (
 
 // TestTurnLoad checks that a turn's one read of the latest messages finds
 // what the separate reads find (the user message the turn answers, the
-// turn's messages, the history the model sees), on conversations of many
-// shapes: short and long, turns with tool calls, user messages queued
-// behind the turn, turns resumed with few and with many messages of their
-// own, and nothing to answer.
+// turn's messages, the messages of earlier turns logged after its message,
+// the history the model sees), on conversations of many shapes: short and
+// long, turns with tool calls, user messages queued behind the turn or
+// arriving while turns ran, turns resumed with few and with many messages
+// of their own, and nothing to answer.
 func TestTurnLoad(t *testing.T) {
 	ctx := t.Context()
 	st := storetest.NewSQLite(t)
@@ -72,6 +73,18 @@ func TestTurnLoad(t *testing.T) {
 				add(store.NewEvent{Type: EventRuntimeContext, Payload: mustJSON(RuntimeContextRecord{RunID: id})})
 			}
 		}
+		if c%2 == 1 {
+			// A log as the runtime writes it: messages that name their
+			// turns, user messages arriving while turns run.
+			sim := simulateRun(rng, 1+rng.IntN(160))
+			users, batch = []int64{1}, nil
+			for _, e := range sim.events[1:] {
+				batch = append(batch, store.NewEvent{Type: e.Type, Payload: e.Payload})
+				if e.Type == EventUserMessage {
+					users = append(users, e.Seq)
+				}
+			}
+		}
 		if len(batch) > 0 {
 			if _, err := st.AppendLeased(ctx, claimed[0].Lease(), batch...); err != nil {
 				t.Fatal(err)
@@ -105,7 +118,8 @@ func TestTurnLoad(t *testing.T) {
 			if err := sep.loadEach(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if one.seq != sep.seq || !reflect.DeepEqual(seqs(one.messages), seqs(sep.messages)) || !reflect.DeepEqual(one.past, sep.past) {
+			if one.seq != sep.seq || !reflect.DeepEqual(seqs(one.messages), seqs(sep.messages)) || !reflect.DeepEqual(one.past, sep.past) ||
+				!reflect.DeepEqual(seqs(one.after), seqs(sep.after)) || one.queued != sep.queued {
 				t.Fatalf("run of %d messages, turn %d, handled %d: one read found message %d, turn %v, history %d messages; "+
 					"separate reads %d, %v, %d", n, r.TurnSeq, r.HandledSeq,
 					one.seq, seqs(one.messages), len(one.past), sep.seq, seqs(sep.messages), len(sep.past))

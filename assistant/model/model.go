@@ -37,8 +37,10 @@ type Message struct {
 
 // ToolCall is one tool call requested by the model.
 type ToolCall struct {
-	// ID identifies the call within the conversation; the tool message that
-	// answers it carries the same ID.
+	// ID identifies the call within its response (a provider replaces a
+	// missing id, or one a server gave two calls of one response); the
+	// tool message that answers it carries the same ID. A server may use
+	// an id again in a later step, for another call.
 	ID string
 	// Name is the tool's name, as offered in [Tool.Name] (a model may still
 	// name a tool it was not offered).

@@ -402,12 +402,16 @@ func (a *streamAccumulator) response() Response {
 		indexes = append(indexes, i)
 	}
 	sort.Slice(indexes, func(i, j int) bool { return indexes[i] < indexes[j] })
+	seen := map[string]bool{}
 	for _, i := range indexes {
 		c := a.calls[i]
 		tc := ToolCall{ID: c.id, Name: c.name}
-		if tc.ID == "" {
-			tc.ID = newCallID() // some servers omit ids; the tool message needs one
+		if tc.ID == "" || seen[tc.ID] {
+			// Some servers omit ids, or give two calls of one response
+			// the same: each tool message must answer one call.
+			tc.ID = newCallID()
 		}
+		seen[tc.ID] = true
 		tc.Arguments, tc.ArgumentsError = parseArguments(c.args.String())
 		msg.ToolCalls = append(msg.ToolCalls, tc)
 	}

@@ -169,6 +169,32 @@ func TestOpenAIParallelToolCalls(t *testing.T) {
 	}
 }
 
+// TestOpenAIRepeatedToolCallIDs has a server give two calls of one
+// response the same id, and omit another's: each call gets an id of its
+// own (the first keeps the server's), so each tool message answers one.
+func TestOpenAIRepeatedToolCallIDs(t *testing.T) {
+	srv := modeltest.NewServer(t)
+	srv.ReplyToolCalls(
+		model.ToolCall{ID: "call_a", Name: "notes_list", Arguments: json.RawMessage(`{}`)},
+		model.ToolCall{ID: "call_a", Name: "notes_read", Arguments: json.RawMessage(`{"name":"x"}`)},
+		model.ToolCall{Name: "notes_list", Arguments: json.RawMessage(`{}`)},
+	)
+	resp, err := complete(t, t.Context(), newOpenAI(t, srv, nil), userRequest("do three things"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, c := range resp.Message.ToolCalls {
+		if c.ID == "" || ids[c.ID] {
+			t.Errorf("tool calls %s: an id missing or used twice", dump(resp.Message.ToolCalls))
+		}
+		ids[c.ID] = true
+	}
+	if len(resp.Message.ToolCalls) != 3 || resp.Message.ToolCalls[0].ID != "call_a" || resp.Message.ToolCalls[1].Name != "notes_read" {
+		t.Errorf("tool calls %s", dump(resp.Message.ToolCalls))
+	}
+}
+
 func TestOpenAIMalformedToolArguments(t *testing.T) {
 	srv := modeltest.NewServer(t)
 	srv.ReplyToolCalls(
