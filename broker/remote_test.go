@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
+
+	"github.com/usherhq/usher/internal/jwks"
 )
 
 // countingHandler counts requests to h.
@@ -145,7 +147,7 @@ func TestRemoteKeySetFailures(t *testing.T) {
 			http.Error(w, "no", http.StatusBadGateway)
 		case "huge":
 			w.Write([]byte(`{"keys":[],"pad":"`))
-			w.Write([]byte(strings.Repeat("a", maxJWKSBytes)))
+			w.Write([]byte(strings.Repeat("a", jwks.MaxDocumentBytes)))
 			w.Write([]byte(`"}`))
 		case "garbage":
 			w.Write([]byte("<html>"))
