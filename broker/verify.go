@@ -3,13 +3,13 @@ package broker
 import (
 	"context"
 	"crypto/rsa"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/golang-jwt/jwt/v5"
 )
 
@@ -318,6 +318,15 @@ type actor struct {
 // registered claims it knows.
 var _ jwt.Claims = (*tokenClaims)(nil)
 
+// UnmarshalJSON decodes the claims strictly, with encoding/json/v2
+// semantics: a member name matches only exactly (not case-folded), and a
+// repeated member, a string that is not UTF-8 or a value of the wrong type
+// is an error. So no two readers of one token see different claims.
+func (c *tokenClaims) UnmarshalJSON(b []byte) error {
+	type plain tokenClaims
+	return jsonv2.Unmarshal(b, (*plain)(c))
+}
+
 func (c *tokenClaims) GetExpirationTime() (*jwt.NumericDate, error) { return date(c.Expiry), nil }
 func (c *tokenClaims) GetIssuedAt() (*jwt.NumericDate, error)       { return date(c.IssuedAt), nil }
 func (c *tokenClaims) GetNotBefore() (*jwt.NumericDate, error)      { return date(c.NotBefore), nil }
@@ -349,12 +358,12 @@ type audience string
 
 func (a *audience) UnmarshalJSON(b []byte) error {
 	var s string
-	if json.Unmarshal(b, &s) == nil {
+	if jsonv2.Unmarshal(b, &s) == nil {
 		*a = audience(s)
 		return nil
 	}
 	var list []string
-	if err := json.Unmarshal(b, &list); err != nil {
+	if err := jsonv2.Unmarshal(b, &list); err != nil {
 		return errors.New("aud is neither a string nor an array of strings")
 	}
 	*a = ""

@@ -149,6 +149,18 @@ func TestVerifyRejects(t *testing.T) {
 		change(c)
 		return compact(t, validHeader(kid), c, rs256(t, key))
 	}
+	// withRawClaims replaces a member of the valid claims by members as
+	// they are written, to make JSON that no map encodes.
+	withRawClaims := func(name, members string) string {
+		c := validClaims(now)
+		delete(c, name)
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := json.RawMessage(`{` + members + `,` + string(b[1:]))
+		return compact(t, validHeader(kid), raw, rs256(t, key))
+	}
 	valid := compact(t, validHeader(kid), validClaims(now), rs256(t, key))
 
 	tests := []struct {
@@ -267,6 +279,9 @@ func TestVerifyRejects(t *testing.T) {
 		{"jti missing", withClaims(func(c map[string]any) { delete(c, "jti") }), ErrInvalidToken},
 		{"client_id missing", withClaims(func(c map[string]any) { delete(c, "client_id") }), ErrInvalidToken},
 		{"act not an object", withClaims(func(c map[string]any) { c["act"] = "usher-assistant" }), ErrInvalidToken},
+		{"sub twice", withRawClaims("sub", `"sub":"alice","sub":"mallory"`), ErrInvalidToken},
+		{"aud twice", withRawClaims("aud", `"aud":"https://other.example.com/mcp","aud":"`+testAudience+`"`), ErrInvalidToken},
+		{"claims not UTF-8", withRawClaims("run_id", `"run_id":"`+"\xff"+`"`), ErrInvalidToken},
 		{"act missing", withClaims(func(c map[string]any) { delete(c, "act") }), ErrInvalidToken},
 		{"act null", withClaims(func(c map[string]any) { c["act"] = nil }), ErrInvalidToken},
 		{"act empty", withClaims(func(c map[string]any) { c["act"] = map[string]any{} }), ErrInvalidToken},
