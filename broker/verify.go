@@ -219,8 +219,13 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 		if ks, ok := errors.AsType[*keySourceError](err); ok {
 			return nil, fmt.Errorf("broker: find verification key: %w", ks.err)
 		}
-		if errors.Is(err, ErrInvalidToken) {
+		switch {
+		case errors.Is(err, ErrInvalidToken):
 			return nil, err
+		case errors.Is(err, jwt.ErrTokenExpired):
+			return nil, invalid("expired at %s: %v", time.Unix(c.Expiry, 0).UTC().Format(time.RFC3339), err)
+		case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+			return nil, invalid("bad signature or alg: %v", err)
 		}
 		return nil, invalid("%v", err)
 	}
