@@ -225,40 +225,57 @@ func TestKeySetExpiry(t *testing.T) {
 	}
 }
 
-// TestFailedFetchKeepsSet: a failed fetch is an error (not an unknown kid)
-// until one succeeds; afterwards a failure keeps the fetched set in use.
-func TestFailedFetchKeepsSet(t *testing.T) {
-	var down atomic.Bool
-	down.Store(true)
-	good := newJWKSServer(t, false)
+// TestFailedFetch: a failed fetch is an error (not an unknown kid) until
+// one succeeds; afterwards a failure keeps the fetched set in use.
+func TestFailedFetch(t *testing.T) {
+	c := newClock()
+	var mode atomic.Value
+	mode.Store("down")
+	set, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &testKey().PublicKey, KeyID: "k1"}}})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if down.Load() {
+		switch mode.Load() {
+		case "down":
 			http.Error(w, "no", http.StatusBadGateway)
-			return
+		case "huge":
+			w.Write([]byte(`{"keys":[],"pad":"`))
+			w.Write([]byte(strings.Repeat("a", MaxDocumentBytes)))
+			w.Write([]byte(`"}`))
+		case "garbage":
+			w.Write([]byte("<html>"))
+		case "empty":
+			w.Write([]byte(`{"keys":[]}`))
+		default:
+			w.Write(set)
 		}
-		good.srv.Config.Handler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	c := newClock()
 	r := newTestRemote(t, srv.URL, c)
-	if _, err := r.Key(t.Context(), "k1"); err == nil || errors.Is(err, ErrUnknownKey) || !strings.Contains(err.Error(), "502") {
-		t.Fatalf("server down on the first fetch: %v, want its status", err)
+	for _, tt := range []struct{ mode, want string }{
+		{"down", "status 502"}, {"huge", "over 1048576 bytes"}, {"garbage", "invalid character"}, {"empty", "no RS256 signature keys"},
+	} {
+		mode.Store(tt.mode)
+		c.Advance(10 * time.Second)
+		if _, err := r.Key(t.Context(), "k1"); err == nil || errors.Is(err, ErrUnknownKey) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: Key = %v, want a fetch error mentioning %q", tt.mode, err, tt.want)
+		}
 	}
-	down.Store(false)
+	mode.Store("up")
 	c.Advance(10 * time.Second)
 	if _, err := r.Key(t.Context(), "k1"); err != nil {
 		t.Fatal(err)
 	}
-	down.Store(true)
-	c.Advance(time.Hour)
-	if _, err := r.Key(t.Context(), "k1"); err != nil {
-		t.Fatalf("server down with a set fetched before: %v", err)
+	for _, m := range []string{"down", "empty"} {
+		mode.Store(m)
+		c.Advance(time.Hour)
+		if _, err := r.Key(t.Context(), "k1"); err != nil {
+			t.Fatalf("%s, with the set fetched before: %v", m, err)
+		}
 	}
 }
 
-// TestParseSetKeepsOnlyUsableKeys: only RSA signature keys of 2048 bits or
-// more, with a kid, for RS256, are kept; a set with none is an error.
-func TestParseSetKeepsOnlyUsableKeys(t *testing.T) {
+// TestKeepsOnlyUsableKeys: the set keeps only RSA signature keys of 2048
+// bits or more, with a kid, for RS256, and ignores every other key.
+func TestKeepsOnlyUsableKeys(t *testing.T) {
 	good := testKey()
 	small, err := rsa.GenerateKey(rand.Reader, 1024)
 	if err != nil {
@@ -267,7 +284,7 @@ func TestParseSetKeepsOnlyUsableKeys(t *testing.T) {
 	set := jose.JSONWebKeySet{Keys: []jose.JSONWebKey{
 		{Key: &good.PublicKey, KeyID: "good", Algorithm: "RS256", Use: "sig"},
 		{Key: &good.PublicKey, KeyID: "no-alg-no-use"},
-		{Key: &good.PublicKey, Algorithm: "RS256", Use: "sig"},
+		{Key: &good.PublicKey, Algorithm: "RS256", Use: "sig"}, // no kid
 		{Key: &small.PublicKey, KeyID: "small", Algorithm: "RS256", Use: "sig"},
 		{Key: &good.PublicKey, KeyID: "enc", Algorithm: "RS256", Use: "enc"},
 		{Key: &good.PublicKey, KeyID: "ps256", Algorithm: "PS256", Use: "sig"},
@@ -278,15 +295,19 @@ func TestParseSetKeepsOnlyUsableKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := parseSet(body)
-	if err != nil {
-		t.Fatal(err)
+	body = []byte(strings.Replace(string(body), `{"keys":[`, `{"keys":[{"kty":"XYZ","kid":"unknown-type"},`, 1))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }))
+	t.Cleanup(srv.Close)
+	r := newTestRemote(t, srv.URL, newClock())
+	for _, kid := range []string{"good", "no-alg-no-use"} {
+		if k, err := r.Key(t.Context(), kid); err != nil || !k.Equal(&good.PublicKey) {
+			t.Errorf("Key(%s) = %v", kid, err)
+		}
 	}
-	if len(keys) != 2 || keys["good"] == nil || keys["no-alg-no-use"] == nil {
-		t.Fatalf("kept %v, want good and no-alg-no-use", keys)
-	}
-	if _, err := parseSet([]byte(`{"keys":[{"kty":"oct","k":"AAAA","kid":"x"}]}`)); err == nil {
-		t.Fatal("a set without a usable key was accepted")
+	for _, kid := range []string{"", "small", "enc", "ps256", "oct", "private", "unknown-type"} {
+		if _, err := r.Key(t.Context(), kid); !errors.Is(err, ErrUnknownKey) {
+			t.Errorf("Key(%q) = %v, want ErrUnknownKey", kid, err)
+		}
 	}
 }
 
