@@ -3,10 +3,7 @@ package broker
 import (
 	"cmp"
 	"context"
-	"crypto"
 	"crypto/rand"
-	"crypto/rsa"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -20,6 +17,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/oauth2"
 )
 
@@ -225,36 +223,6 @@ func (t Token) MarshalJSON() ([]byte, error) {
 	}{t.ID, t.Expiry})
 }
 
-// mintClaims are the claims of a broker token, in the order they are
-// written.
-type mintClaims struct {
-	Issuer    string   `json:"iss"`
-	Subject   string   `json:"sub"`
-	Audience  string   `json:"aud"`
-	IssuedAt  int64    `json:"iat"`
-	NotBefore int64    `json:"nbf"`
-	Expiry    int64    `json:"exp"`
-	ID        string   `json:"jti"`
-	Scope     string   `json:"scope"`
-	ClientID  string   `json:"client_id"`
-	Act       actor    `json:"act"`
-	RunID     string   `json:"run_id,omitempty"`
-	Tenant    string   `json:"tid,omitempty"`
-	Groups    []string `json:"groups,omitempty"`
-}
-
-// actor is the RFC 8693 "act" claim.
-type actor struct {
-	Subject string `json:"sub"`
-}
-
-// jwsHeader is the protected header of a broker token.
-type jwsHeader struct {
-	Alg string `json:"alg"`
-	Kid string `json:"kid"`
-	Typ string `json:"typ"`
-}
-
 // Mint returns a new token for g, signed with the keyring's current key.
 func (b *Broker) Mint(ctx context.Context, g Grant) (Token, error) {
 	if g.Subject == "" || g.Audience == "" {
@@ -269,24 +237,27 @@ func (b *Broker) Mint(ctx context.Context, g Grant) (Token, error) {
 	}
 	clientID := cmp.Or(g.ClientID, b.clientID)
 	now := b.now().Unix()
-	c := mintClaims{
+	c := &tokenClaims{
 		Issuer:    b.issuer,
 		Subject:   g.Subject,
-		Audience:  g.Audience,
+		Audience:  audience(g.Audience),
 		IssuedAt:  now,
 		NotBefore: now,
 		Expiry:    now + int64(b.lifetime/time.Second),
 		ID:        newTokenID(),
 		Scope:     ScopeInvoke,
 		ClientID:  clientID,
-		Act:       actor{Subject: cmp.Or(g.Actor, clientID)},
+		Act:       &actor{Subject: cmp.Or(g.Actor, clientID)},
 		RunID:     g.RunID,
 		Tenant:    g.Tenant,
 		Groups:    g.Groups,
 	}
-	raw, err := sign(jwsHeader{Alg: Algorithm, Kid: kid, Typ: TokenType}, c, key)
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, c)
+	tok.Header["typ"] = TokenType
+	tok.Header["kid"] = kid
+	raw, err := tok.SignedString(key)
 	if err != nil {
-		return Token{}, err
+		return Token{}, fmt.Errorf("broker: sign: %w", err)
 	}
 	if len(raw) > MaxTokenSize {
 		return Token{}, fmt.Errorf("broker: token would be %d bytes, over the %d a verifier reads", len(raw), MaxTokenSize)
@@ -299,32 +270,6 @@ func newTokenID() string {
 	var b [16]byte
 	rand.Read(b[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
-// sign returns the compact JWS of claims under header, signed with
-// RSASSA-PKCS1-v1_5 SHA-256 (RS256).
-func sign(header jwsHeader, claims any, key *rsa.PrivateKey) (string, error) {
-	h, err := json.Marshal(header)
-	if err != nil {
-		return "", fmt.Errorf("broker: encode header: %w", err)
-	}
-	p, err := json.Marshal(claims)
-	if err != nil {
-		return "", fmt.Errorf("broker: encode claims: %w", err)
-	}
-	enc := base64.RawURLEncoding
-	buf := make([]byte, 0, enc.EncodedLen(len(h))+enc.EncodedLen(len(p))+enc.EncodedLen(key.Size())+2)
-	buf = enc.AppendEncode(buf, h)
-	buf = append(buf, '.')
-	buf = enc.AppendEncode(buf, p)
-	digest := sha256.Sum256(buf)
-	sig, err := rsa.SignPKCS1v15(nil, key, crypto.SHA256, digest[:])
-	if err != nil {
-		return "", fmt.Errorf("broker: sign: %w", err)
-	}
-	buf = append(buf, '.')
-	buf = enc.AppendEncode(buf, sig)
-	return string(buf), nil
 }
 
 // TokenSource returns a source of tokens for g that reuses its token until

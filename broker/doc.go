@@ -16,8 +16,13 @@
 // Replicas sharing the database agree on one key per generation.
 //
 // Verification. A [Verifier] checks a token against a [KeySource] — the
-// Keyring in process, or a [RemoteKeySet] fetching the JWKS over HTTP — in
-// one function, cheap checks first. Its errors say how to answer: an
-// [ErrInvalidToken] is 401, an [ErrInsufficientScope] 403, anything else
-// 503. Their details are for logs, never for clients.
+// Keyring in process, or a [RemoteKeySet] fetching the JWKS over HTTP, both
+// kept by the module's one key set cache (internal/jwks) — with golang-jwt,
+// in one function, cheap checks first. A token verified before is
+// remembered by the SHA-256 of its bytes, so that presenting it again costs
+// a lookup, not an RSA verification; its expiry is checked at every use,
+// and the cache is dropped when the token's key leaves the key set or
+// changes. Its errors say how to answer: an [ErrInvalidToken] is 401, an
+// [ErrInsufficientScope] 403, anything else 503. Their details are for
+// logs, never for clients.
 package broker

@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 
+	"github.com/usherhq/usher/internal/jwks"
 	"github.com/usherhq/usher/store"
 )
 
@@ -37,8 +38,9 @@ const minKeyBits = 2048
 // Keyring errors.
 var (
 	// ErrUnknownKey reports that no published key has the requested kid,
-	// even after reloading the key set (at a bounded rate).
-	ErrUnknownKey = errors.New("broker: unknown signing key")
+	// even after reloading the key set (at a bounded rate). It is
+	// jwks.ErrUnknownKey, so that a Keyring and a RemoteKeySet say it alike.
+	ErrUnknownKey = jwks.ErrUnknownKey
 	// ErrNoSigningKey reports that no key may sign now and none could be
 	// created.
 	ErrNoSigningKey = errors.New("broker: no signing key can sign now")
@@ -107,7 +109,7 @@ type Keyring struct {
 	sealer  *sealer
 	opts    KeyringOptions
 
-	keys keyCache[*keySnapshot]
+	keys *jwks.Cache[*keySnapshot]
 
 	rotateMu sync.Mutex // one rotation at a time in this process
 
@@ -178,14 +180,12 @@ func NewKeyring(ks KeyStore, purpose string, sealKey []byte, opts *KeyringOption
 		return nil, fmt.Errorf("broker: keyring options: %w", err)
 	}
 	k := &Keyring{ks: ks, purpose: purpose, sealer: s, opts: o}
-	k.keys = keyCache[*keySnapshot]{
-		load:        k.load,
-		maxAge:      o.CheckInterval,
-		minInterval: o.MinRefreshInterval,
-		now:         o.Now,
-		kept: func(err error) {
-			o.Logger.Warn("broker: reloading signing keys failed; using the loaded set", "purpose", purpose, "err", err)
-		},
+	k.keys, err = jwks.NewCache(k.load, &jwks.CacheOptions{
+		MaxAge: o.CheckInterval, MinRefreshInterval: o.MinRefreshInterval,
+		Now: o.Now, Logger: o.Logger, Name: "signing keys " + purpose,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("broker: keyring options: %w", err)
 	}
 	return k, nil
 }
@@ -261,7 +261,7 @@ func (k *Keyring) loop(ctx context.Context, done chan<- struct{}) {
 func (k *Keyring) Rotate(ctx context.Context) error {
 	k.rotateMu.Lock()
 	defer k.rotateMu.Unlock()
-	s, err := k.keys.reload(ctx)
+	s, err := k.keys.Reload(ctx)
 	if err != nil {
 		return err
 	}
@@ -301,7 +301,7 @@ func (k *Keyring) Rotate(ctx context.Context) error {
 				"generation", gen, "signs_from", row.SignsFrom, "published_until", row.PublishedUntil)
 		}
 	}
-	_, err = k.keys.reload(ctx)
+	_, err = k.keys.Reload(ctx)
 	return err
 }
 
@@ -375,7 +375,7 @@ func (k *Keyring) signsUntil(w window) time.Time {
 // and, if still none, rotates (a first use, or a keyring that was not
 // running for longer than its keys live).
 func (k *Keyring) Signer(ctx context.Context) (kid string, key *rsa.PrivateKey, err error) {
-	if s, err := k.keys.get(ctx); err == nil {
+	if s, err := k.keys.Get(ctx); err == nil {
 		if sk := k.signer(s, k.opts.Now()); sk != nil {
 			return sk.kid, sk.priv, nil
 		}
@@ -383,7 +383,7 @@ func (k *Keyring) Signer(ctx context.Context) (kid string, key *rsa.PrivateKey, 
 	if err := k.Rotate(ctx); err != nil {
 		return "", nil, err
 	}
-	if sk := k.signer(k.keys.peek(), k.opts.Now()); sk != nil {
+	if sk := k.signer(k.keys.Peek(), k.opts.Now()); sk != nil {
 		return sk.kid, sk.priv, nil
 	}
 	return "", nil, ErrNoSigningKey
@@ -406,14 +406,14 @@ func (k *Keyring) signer(s *keySnapshot, now time.Time) *signingKey {
 // unknown kid reloads the key set at most once per MinRefreshInterval;
 // otherwise the error is ErrUnknownKey. Key implements KeySource.
 func (k *Keyring) Key(ctx context.Context, kid string) (*rsa.PublicKey, error) {
-	s, err := k.keys.get(ctx)
+	s, err := k.keys.Get(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if key := s.published(kid, k.opts.Now()); key != nil {
 		return key.pub, nil
 	}
-	if s, err = k.keys.refresh(ctx); err != nil {
+	if s, err = k.keys.Refresh(ctx); err != nil {
 		return nil, err
 	}
 	if key := s.published(kid, k.opts.Now()); key != nil {
@@ -425,7 +425,7 @@ func (k *Keyring) Key(ctx context.Context, kid string) (*rsa.PublicKey, error) {
 // PublicKeys returns every published key, public parts only, each with its
 // kid, alg "RS256" and use "sig", oldest first.
 func (k *Keyring) PublicKeys(ctx context.Context) (jose.JSONWebKeySet, error) {
-	s, err := k.keys.get(ctx)
+	s, err := k.keys.Get(ctx)
 	if err != nil {
 		return jose.JSONWebKeySet{}, err
 	}
@@ -472,21 +472,21 @@ func (k *Keyring) JWKSHandler() http.Handler {
 // load reads, checks and opens the purpose's published keys. Any key that
 // fails a check fails the whole load: a row that does not open means a wrong
 // seal key or tampering, never a reason to carry on with fewer keys.
-func (k *Keyring) load(ctx context.Context, prev *keySnapshot) (*keySnapshot, error) {
+func (k *Keyring) load(ctx context.Context, prev *keySnapshot) (*keySnapshot, time.Duration, error) {
 	rows, err := k.ks.SigningKeys(ctx, k.purpose, k.opts.Now())
 	if err != nil {
-		return nil, fmt.Errorf("broker: read %s signing keys: %w", k.purpose, err)
+		return nil, 0, fmt.Errorf("broker: read %s signing keys: %w", k.purpose, err)
 	}
 	s := &keySnapshot{keys: make([]*signingKey, 0, len(rows))}
 	for _, row := range rows {
 		key, err := k.openKey(prev, row)
 		if err != nil {
-			return nil, fmt.Errorf("broker: %s signing key %s (generation %d): %w", k.purpose, row.ID, row.Generation, err)
+			return nil, 0, fmt.Errorf("broker: %s signing key %s (generation %d): %w", k.purpose, row.ID, row.Generation, err)
 		}
 		s.keys = append(s.keys, key)
 	}
 	slices.SortFunc(s.keys, func(a, b *signingKey) int { return cmp.Compare(a.generation, b.generation) })
-	return s, nil
+	return s, 0, nil
 }
 
 // openKey checks a stored key and opens its private half, reusing the

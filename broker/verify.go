@@ -1,19 +1,16 @@
 package broker
 
 import (
-	"bytes"
 	"context"
-	"crypto"
 	"crypto/rsa"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // Verification errors. Callers branch on them with errors.Is: an
@@ -37,6 +34,10 @@ type KeySource interface {
 	Key(ctx context.Context, kid string) (*rsa.PublicKey, error)
 }
 
+// DefaultVerifiedCacheSize is the number of verified tokens a Verifier
+// remembers unless configured otherwise.
+const DefaultVerifiedCacheSize = 10_000
+
 // VerifierOptions configures a Verifier. The zero value of every field but
 // Issuer and Audience selects its default.
 type VerifierOptions struct {
@@ -53,6 +54,11 @@ type VerifierOptions struct {
 	Leeway time.Duration
 	// RequiredScope is the scope a token must carry. Default "mcp:invoke".
 	RequiredScope string
+	// CacheSize is how many verified tokens are remembered, so that a token
+	// presented again (every call of a turn presents the same one) costs a
+	// lookup instead of an RSA verification. Default 10 000; negative
+	// disables the cache.
+	CacheSize int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -63,34 +69,10 @@ type Verifier struct {
 	issuer      string
 	audience    string
 	maxLifetime time.Duration
-	leeway      time.Duration
 	scope       string
 	now         func() time.Time
-
-	// lastHeader is the most recently decoded header segment. Every token
-	// of a signing key has the same header, so this saves decoding it
-	// again; its checks still run on every token.
-	lastHeader atomic.Pointer[decodedHeader]
-}
-
-// decodedHeader is a header segment and what it decodes to.
-type decodedHeader struct {
-	seg string
-	h   tokenHeader
-}
-
-// decodeHeader decodes a header segment, or returns the last one's result
-// when seg is the same bytes.
-func (v *Verifier) decodeHeader(seg string) (tokenHeader, error) {
-	if d := v.lastHeader.Load(); d != nil && d.seg == seg {
-		return d.h, nil
-	}
-	var h tokenHeader
-	if err := decodeSegment(seg, &h); err != nil {
-		return tokenHeader{}, err
-	}
-	v.lastHeader.Store(&decodedHeader{seg: strings.Clone(seg), h: h})
-	return h, nil
+	parser      *jwt.Parser
+	verified    *verifiedCache // nil when disabled
 }
 
 // NewVerifier returns a verifier that finds keys in keys. Nil opts is an
@@ -111,6 +93,9 @@ func NewVerifier(keys KeySource, opts *VerifierOptions) (*Verifier, error) {
 	}
 	if o.RequiredScope == "" {
 		o.RequiredScope = ScopeInvoke
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultVerifiedCacheSize
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -138,10 +123,24 @@ func NewVerifier(keys KeySource, opts *VerifierOptions) (*Verifier, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("broker: verifier options: %w", err)
 	}
-	return &Verifier{
+	v := &Verifier{
 		keys: keys, issuer: o.Issuer, audience: o.Audience, maxLifetime: o.MaxLifetime,
-		leeway: o.Leeway, scope: o.RequiredScope, now: o.Now,
-	}, nil
+		scope: o.RequiredScope, now: o.Now,
+		parser: jwt.NewParser(
+			jwt.WithValidMethods([]string{Algorithm}),
+			jwt.WithStrictDecoding(),
+			jwt.WithIssuer(o.Issuer),
+			jwt.WithExpirationRequired(),
+			jwt.WithNotBeforeRequired(),
+			jwt.WithIssuedAt(),
+			jwt.WithLeeway(o.Leeway),
+			jwt.WithTimeFunc(o.Now),
+		),
+	}
+	if o.CacheSize > 0 {
+		v.verified = newVerifiedCache(o.CacheSize, o.Leeway)
+	}
+	return v, nil
 }
 
 // Claims are the verified claims of a broker token.
@@ -152,7 +151,7 @@ type Claims struct {
 	ID        string    // "jti": safe to log and audit
 	Scopes    []string  // "scope", split on spaces
 	ClientID  string    // "client_id"
-	Actor     string    // "act"."sub", empty when there is no "act"
+	Actor     string    // "act"."sub": who acts for the subject
 	RunID     string    // "run_id", empty when unset
 	Tenant    string    // "tid", empty when unset
 	Groups    []string  // "groups", nil when unset
@@ -160,189 +159,223 @@ type Claims struct {
 	ExpiresAt time.Time // "exp"
 }
 
-// Verify checks raw and returns its claims. In order: the size; the compact
-// form; the header (alg exactly RS256, typ at+jwt, a kid, no crit; every
-// other header, including jku, x5u, jwk and x5c, is ignored, never
-// followed); the claims (exact iss; exactly one aud, ours, as a string or a
-// one-element array; exp, nbf and iat present and current within the
-// leeway; exp − iat at most MaxLifetime; sub, jti and client_id present;
-// tid and groups, if any, within MaxGroups and MaxClaimLength);
-// the key, by kid; the signature; and last the scope, so that
-// ErrInsufficientScope is only ever said of an authentic token. Cheap
-// checks come before the key lookup, so only a token otherwise fit for this
-// audience can make the key source reload.
+// clone returns a copy of c that shares no slice with it.
+func (c *Claims) clone() *Claims {
+	out := *c
+	out.Scopes, out.Groups = slices.Clone(c.Scopes), slices.Clone(c.Groups)
+	return &out
+}
+
+// Verify checks raw and returns its claims. A token verified before and
+// still cached is only checked for expiry and for its key still being the
+// one it was verified with. Otherwise, in order: the size and the form
+// (golang-jwt, strict base64url, no CR or LF); alg exactly RS256; in the
+// key function, before any key lookup, the header (typ at+jwt, a kid, no
+// crit; every other header, including jku, x5u, jwk and x5c, is ignored,
+// never followed) and the claims that golang-jwt does not check (exactly
+// one aud, ours, as a string or a one-element array; exp, nbf and iat
+// present and plausible; exp − iat at most MaxLifetime; sub, jti,
+// client_id and act present; tid and groups, if any, within MaxGroups and
+// MaxClaimLength); the key, by kid, of at least 2048 bits; the signature;
+// golang-jwt's checks of iss, exp, nbf and iat within the leeway; and last
+// the scope, so that ErrInsufficientScope is only ever said of an authentic
+// token. Only a token that names our audience can make the key source
+// reload, and then at its bounded rate.
 func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	if len(raw) > MaxTokenSize {
 		return nil, invalid("token is over %d bytes", MaxTokenSize)
 	}
-	h64, p64, s64, ok := splitCompact(raw)
-	if !ok {
+	// The base64url decoder skips CR and LF even when strict, which would
+	// give one token many spellings (and many cache entries).
+	if strings.IndexByte(raw, '\n') >= 0 || strings.IndexByte(raw, '\r') >= 0 {
 		return nil, invalid("not a compact JWS")
 	}
-	h, err := v.decodeHeader(h64)
-	if err != nil {
-		return nil, invalid("header: %v", err)
-	}
-	if h.Alg != Algorithm {
-		return nil, invalid("alg %.32q is not %s", h.Alg, Algorithm)
-	}
-	if !strings.EqualFold(h.Typ, TokenType) && !strings.EqualFold(h.Typ, "application/"+TokenType) {
-		return nil, invalid("typ %.32q is not %s", h.Typ, TokenType)
-	}
-	if h.Kid == "" || h.Crit != nil {
-		return nil, invalid("header needs a kid and no crit")
+	var sum tokenHash
+	if v.verified != nil {
+		sum = hashToken(raw)
+		if c, ok := v.verified.get(ctx, sum, v.now(), v.keys); ok {
+			return c, nil
+		}
 	}
 	var c tokenClaims
-	if err := decodeSegment(p64, &c); err != nil {
-		return nil, invalid("claims: %v", err)
-	}
-	if c.Issuer != v.issuer {
-		return nil, invalid("issuer %.64q is not %q", c.Issuer, v.issuer)
-	}
-	if oneAudience(c.Audience) != v.audience {
-		return nil, invalid("audience %.64q is not exactly %q", c.Audience, v.audience)
-	}
-	exp, okE := numericDate(c.Expiry)
-	nbf, okN := numericDate(c.NotBefore)
-	iat, okI := numericDate(c.IssuedAt)
-	if !okE || !okN || !okI {
-		return nil, invalid("exp, nbf and iat are required")
-	}
-	now := v.now()
-	if !now.Before(exp.Add(v.leeway)) {
-		return nil, invalid("expired at %s", exp.UTC().Format(time.RFC3339))
-	}
-	if now.Add(v.leeway).Before(nbf) {
-		return nil, invalid("not valid before %s", nbf.UTC().Format(time.RFC3339))
-	}
-	if now.Add(v.leeway).Before(iat) {
-		return nil, invalid("issued in the future, at %s", iat.UTC().Format(time.RFC3339))
-	}
-	if !exp.After(iat) || exp.Sub(iat) > v.maxLifetime {
-		return nil, invalid("lifetime %s is not within (0, %s]", exp.Sub(iat), v.maxLifetime)
-	}
-	if c.Subject == "" || c.ID == "" || c.ClientID == "" {
-		return nil, invalid("sub, jti and client_id are required")
-	}
-	if err := checkGrantClaims(Grant{Tenant: c.Tenant, Groups: c.Groups}); err != nil {
-		return nil, invalid("tid or groups: %v", err)
-	}
-	sig, err := b64.DecodeString(s64)
+	var key *rsa.PublicKey
+	_, err := v.parser.ParseWithClaims(raw, &c, func(t *jwt.Token) (any, error) {
+		if err := v.checkUnverified(t, &c); err != nil {
+			return nil, err
+		}
+		k, err := v.keys.Key(ctx, t.Header["kid"].(string))
+		switch {
+		case errors.Is(err, ErrUnknownKey):
+			return nil, invalid("unknown kid %.64q", t.Header["kid"])
+		case err != nil:
+			return nil, &keySourceError{err}
+		case k.N.BitLen() < minKeyBits:
+			return nil, invalid("key under %d bits", minKeyBits)
+		}
+		key = k
+		return k, nil
+	})
 	if err != nil {
-		return nil, invalid("signature encoding")
-	}
-	key, err := v.keys.Key(ctx, h.Kid)
-	if errors.Is(err, ErrUnknownKey) {
-		return nil, invalid("unknown kid %.64q", h.Kid)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("broker: find verification key: %w", err)
-	}
-	digest := sha256.Sum256([]byte(raw[:len(h64)+1+len(p64)]))
-	if key.N.BitLen() < minKeyBits || rsa.VerifyPKCS1v15(key, crypto.SHA256, digest[:], sig) != nil {
-		return nil, invalid("bad signature")
+		if ks, ok := errors.AsType[*keySourceError](err); ok {
+			return nil, fmt.Errorf("broker: find verification key: %w", ks.err)
+		}
+		switch {
+		case errors.Is(err, ErrInvalidToken):
+			return nil, err
+		case errors.Is(err, jwt.ErrTokenExpired):
+			return nil, invalid("expired at %s: %v", time.Unix(c.Expiry, 0).UTC().Format(time.RFC3339), err)
+		case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+			return nil, invalid("bad signature or alg: %v", err)
+		}
+		return nil, invalid("%v", err)
 	}
 	scopes := splitScope(c.Scope)
 	if !slices.Contains(scopes, v.scope) {
 		return nil, fmt.Errorf("%w: %q is not among the token's scopes", ErrInsufficientScope, v.scope)
 	}
-	return &Claims{
+	claims := &Claims{
 		Issuer: c.Issuer, Subject: c.Subject, Audience: v.audience, ID: c.ID, Scopes: scopes,
 		ClientID: c.ClientID, Actor: c.Act.Subject, RunID: c.RunID, Tenant: c.Tenant, Groups: c.Groups,
-		IssuedAt: iat, ExpiresAt: exp,
-	}, nil
+		IssuedAt: time.Unix(c.IssuedAt, 0), ExpiresAt: time.Unix(c.Expiry, 0),
+	}
+	if v.verified != nil {
+		v.verified.put(sum, c.kid, key, claims, v.now())
+		return claims.clone(), nil
+	}
+	return claims, nil
 }
+
+// checkUnverified checks the header and the claims golang-jwt leaves to
+// its caller, before the key is looked up and the signature checked.
+func (v *Verifier) checkUnverified(t *jwt.Token, c *tokenClaims) error {
+	typ, _ := t.Header["typ"].(string)
+	if !strings.EqualFold(typ, TokenType) && !strings.EqualFold(typ, "application/"+TokenType) {
+		return invalid("typ %.32q is not %s", typ, TokenType)
+	}
+	kid, _ := t.Header["kid"].(string)
+	if _, crit := t.Header["crit"]; kid == "" || crit {
+		return invalid("header needs a kid and no crit")
+	}
+	c.kid = kid
+	if string(c.Audience) != v.audience {
+		return invalid("audience is not exactly %q", v.audience)
+	}
+	if !plausibleDate(c.Expiry) || !plausibleDate(c.NotBefore) || !plausibleDate(c.IssuedAt) {
+		return invalid("exp, nbf and iat are required")
+	}
+	if lifetime := time.Duration(c.Expiry-c.IssuedAt) * time.Second; lifetime <= 0 || lifetime > v.maxLifetime {
+		return invalid("lifetime %s is not within (0, %s]", lifetime, v.maxLifetime)
+	}
+	if c.Subject == "" || c.ID == "" || c.ClientID == "" {
+		return invalid("sub, jti and client_id are required")
+	}
+	if c.Act == nil || c.Act.Subject == "" {
+		return invalid("act with a sub is required")
+	}
+	if err := checkClaimText(c.Act.Subject); err != nil {
+		return invalid("act: %v", err)
+	}
+	if err := checkGrantClaims(Grant{Tenant: c.Tenant, Groups: c.Groups}); err != nil {
+		return invalid("tid or groups: %v", err)
+	}
+	return nil
+}
+
+// keySourceError is a key source's failure: neither a valid nor an invalid
+// token, but one that could not be checked.
+type keySourceError struct{ err error }
+
+func (e *keySourceError) Error() string { return e.err.Error() }
+func (e *keySourceError) Unwrap() error { return e.err }
 
 // invalid returns ErrInvalidToken with a detail for logs.
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidToken, fmt.Sprintf(format, args...))
 }
 
-// b64 decodes JWS segments: base64url without padding, rejecting
-// non-canonical encodings.
-var b64 = base64.RawURLEncoding.Strict()
-
-// tokenHeader is the part of a JWS header that Verify reads. Nothing else in
-// the header is ever looked at.
-type tokenHeader struct {
-	Alg  string          `json:"alg"`
-	Typ  string          `json:"typ"`
-	Kid  string          `json:"kid"`
-	Crit json.RawMessage `json:"crit"`
-}
-
-// tokenClaims are the claims as received. Times are integers (a fractional,
-// exponent or quoted time fails to decode); zero stands for absent.
+// tokenClaims are the claims of a broker token, as Mint writes them and
+// Verify reads them. Times are integers (a fractional, exponent or quoted
+// time fails to decode); zero stands for absent.
 type tokenClaims struct {
-	Issuer    string          `json:"iss"`
-	Subject   string          `json:"sub"`
-	Audience  json.RawMessage `json:"aud"`
-	IssuedAt  int64           `json:"iat"`
-	NotBefore int64           `json:"nbf"`
-	Expiry    int64           `json:"exp"`
-	ID        string          `json:"jti"`
-	Scope     string          `json:"scope"`
-	ClientID  string          `json:"client_id"`
-	Act       actor           `json:"act"`
-	RunID     string          `json:"run_id"`
-	Tenant    string          `json:"tid"`
-	Groups    []string        `json:"groups"`
+	Issuer    string   `json:"iss"`
+	Subject   string   `json:"sub"`
+	Audience  audience `json:"aud"`
+	IssuedAt  int64    `json:"iat"`
+	NotBefore int64    `json:"nbf"`
+	Expiry    int64    `json:"exp"`
+	ID        string   `json:"jti"`
+	Scope     string   `json:"scope"`
+	ClientID  string   `json:"client_id"`
+	Act       *actor   `json:"act"`
+	RunID     string   `json:"run_id,omitempty"`
+	Tenant    string   `json:"tid,omitempty"`
+	Groups    []string `json:"groups,omitempty"`
+
+	kid string // from the header, once checked
 }
 
-// splitCompact splits a compact JWS into its three non-empty segments. It
-// refuses CR and LF, the only bytes outside the alphabet that the base64url
-// decoder would skip (letting one token have many spellings); the decoder
-// refuses every other one.
-func splitCompact(raw string) (header, payload, sig string, ok bool) {
-	if strings.Count(raw, ".") != 2 || strings.IndexByte(raw, '\n') >= 0 || strings.IndexByte(raw, '\r') >= 0 {
-		return "", "", "", false
-	}
-	header, rest, _ := strings.Cut(raw, ".")
-	payload, sig, _ = strings.Cut(rest, ".")
-	return header, payload, sig, header != "" && payload != "" && sig != ""
+// actor is the RFC 8693 "act" claim.
+type actor struct {
+	Subject string `json:"sub"`
 }
 
-// decodeSegment decodes one base64url JSON segment into v.
-func decodeSegment(seg string, v any) error {
-	b, err := b64.DecodeString(seg)
-	if err != nil {
-		return errors.New("bad base64url")
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return errors.New("bad JSON")
-	}
-	return nil
+// tokenClaims implements jwt.Claims, so that golang-jwt checks the
+// registered claims it knows.
+var _ jwt.Claims = (*tokenClaims)(nil)
+
+// UnmarshalJSON decodes the claims strictly, with encoding/json/v2
+// semantics: a member name matches only exactly (not case-folded), and a
+// repeated member, a string that is not UTF-8 or a value of the wrong type
+// is an error. So no two readers of one token see different claims.
+func (c *tokenClaims) UnmarshalJSON(b []byte) error {
+	type plain tokenClaims
+	return jsonv2.Unmarshal(b, (*plain)(c))
 }
 
-// oneAudience returns the single audience of an "aud" claim: a JSON string,
-// or an array of exactly one string (RFC 7519 allows both). A missing, null
-// or multi-valued audience yields "", which never matches.
-func oneAudience(raw json.RawMessage) string {
-	if len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 {
-		// A string without escapes (valid: the claims decoded) is its
-		// bytes between the quotes.
-		return string(raw[1 : len(raw)-1])
+func (c *tokenClaims) GetExpirationTime() (*jwt.NumericDate, error) { return date(c.Expiry), nil }
+func (c *tokenClaims) GetIssuedAt() (*jwt.NumericDate, error)       { return date(c.IssuedAt), nil }
+func (c *tokenClaims) GetNotBefore() (*jwt.NumericDate, error)      { return date(c.NotBefore), nil }
+func (c *tokenClaims) GetIssuer() (string, error)                   { return c.Issuer, nil }
+func (c *tokenClaims) GetSubject() (string, error)                  { return c.Subject, nil }
+func (c *tokenClaims) GetAudience() (jwt.ClaimStrings, error) {
+	return jwt.ClaimStrings{string(c.Audience)}, nil
+}
+
+// date is a NumericDate, or nil for an absent (zero) one.
+func date(v int64) *jwt.NumericDate {
+	if v == 0 {
+		return nil
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var list []string
-	if json.Unmarshal(raw, &list) == nil && len(list) == 1 {
-		return list[0]
-	}
-	return ""
+	return jwt.NewNumericDate(time.Unix(v, 0))
 }
 
 // maxNumericDate is the last second of the year 9999.
 const maxNumericDate = 253402300799
 
-// numericDate converts a present (non-zero), plausible NumericDate.
-func numericDate(v int64) (time.Time, bool) {
-	if v <= 0 || v > maxNumericDate {
-		return time.Time{}, false
+// plausibleDate reports whether v is a present NumericDate from 1970 to
+// 9999, so that no arithmetic on it can overflow.
+func plausibleDate(v int64) bool { return v > 0 && v <= maxNumericDate }
+
+// audience is the single audience of an "aud" claim: a JSON string, or an
+// array of exactly one string (RFC 7519 allows both). A null, empty or
+// multi-valued audience decodes to "", which never matches.
+type audience string
+
+func (a *audience) UnmarshalJSON(b []byte) error {
+	var s string
+	if jsonv2.Unmarshal(b, &s) == nil {
+		*a = audience(s)
+		return nil
 	}
-	return time.Unix(v, 0), true
+	var list []string
+	if err := jsonv2.Unmarshal(b, &list); err != nil {
+		return errors.New("aud is neither a string nor an array of strings")
+	}
+	*a = ""
+	if len(list) == 1 {
+		*a = audience(list[0])
+	}
+	return nil
 }
 
 // splitScope splits a space-delimited scope (RFC 6749 §3.3). Only the space

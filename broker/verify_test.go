@@ -73,7 +73,8 @@ func TestVerifyAccepts(t *testing.T) {
 			c["exp"] = now.Add(5 * time.Minute).Unix()
 		}},
 		{"lifetime exactly the maximum", nil, func(c map[string]any) { c["exp"] = now.Add(15 * time.Minute).Unix() }},
-		{"no act and no run_id", nil, func(c map[string]any) { delete(c, "act"); delete(c, "run_id") }},
+		{"no run_id", nil, func(c map[string]any) { delete(c, "run_id") }},
+		{"act with members besides sub", nil, func(c map[string]any) { c["act"] = map[string]any{"sub": "usher-assistant", "iss": testIssuer} }},
 		{"unknown header members", func(h map[string]any) { h["cty"] = "x" }, nil},
 	}
 	for _, tt := range tests {
@@ -148,6 +149,18 @@ func TestVerifyRejects(t *testing.T) {
 		change(c)
 		return compact(t, validHeader(kid), c, rs256(t, key))
 	}
+	// withRawClaims replaces a member of the valid claims by members as
+	// they are written, to make JSON that no map encodes.
+	withRawClaims := func(name, members string) string {
+		c := validClaims(now)
+		delete(c, name)
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := json.RawMessage(`{` + members + `,` + string(b[1:]))
+		return compact(t, validHeader(kid), raw, rs256(t, key))
+	}
 	valid := compact(t, validHeader(kid), validClaims(now), rs256(t, key))
 
 	tests := []struct {
@@ -212,11 +225,20 @@ func TestVerifyRejects(t *testing.T) {
 			h["x5c"] = []string{base64.StdEncoding.EncodeToString(attackerCert)}
 		}), ErrInvalidToken},
 		{"crit header", withHeader(rs256(t, key), func(h map[string]any) { h["crit"] = []string{"exp"} }), ErrInvalidToken},
+		{"crit naming a present extension", withHeader(rs256(t, key), func(h map[string]any) {
+			h["crit"], h["usher-ext"] = []string{"usher-ext"}, true
+		}), ErrInvalidToken},
+		{"crit empty", withHeader(rs256(t, key), func(h map[string]any) { h["crit"] = []string{} }), ErrInvalidToken},
+		{"crit null", withHeader(rs256(t, key), func(h map[string]any) { h["crit"] = nil }), ErrInvalidToken},
+		{"kid not a string", withHeader(rs256(t, key), func(h map[string]any) { h["kid"] = 7 }), ErrInvalidToken},
 
 		// typ
 		{"typ JWT", withHeader(rs256(t, key), func(h map[string]any) { h["typ"] = "JWT" }), ErrInvalidToken},
 		{"typ missing", withHeader(rs256(t, key), func(h map[string]any) { delete(h, "typ") }), ErrInvalidToken},
 		{"typ at+jwt with suffix", withHeader(rs256(t, key), func(h map[string]any) { h["typ"] = "at+jwtx" }), ErrInvalidToken},
+		{"typ application/jwt", withHeader(rs256(t, key), func(h map[string]any) { h["typ"] = "application/jwt" }), ErrInvalidToken},
+		{"typ not a string", withHeader(rs256(t, key), func(h map[string]any) { h["typ"] = []string{"at+jwt"} }), ErrInvalidToken},
+		{"typ empty", withHeader(rs256(t, key), func(h map[string]any) { h["typ"] = "" }), ErrInvalidToken},
 
 		// iss and aud
 		{"issuer wrong", withClaims(func(c map[string]any) { c["iss"] = "https://evil.example.com" }), ErrInvalidToken},
@@ -257,6 +279,15 @@ func TestVerifyRejects(t *testing.T) {
 		{"jti missing", withClaims(func(c map[string]any) { delete(c, "jti") }), ErrInvalidToken},
 		{"client_id missing", withClaims(func(c map[string]any) { delete(c, "client_id") }), ErrInvalidToken},
 		{"act not an object", withClaims(func(c map[string]any) { c["act"] = "usher-assistant" }), ErrInvalidToken},
+		{"sub twice", withRawClaims("sub", `"sub":"alice","sub":"mallory"`), ErrInvalidToken},
+		{"aud twice", withRawClaims("aud", `"aud":"https://other.example.com/mcp","aud":"`+testAudience+`"`), ErrInvalidToken},
+		{"claims not UTF-8", withRawClaims("run_id", `"run_id":"`+"\xff"+`"`), ErrInvalidToken},
+		{"act missing", withClaims(func(c map[string]any) { delete(c, "act") }), ErrInvalidToken},
+		{"act null", withClaims(func(c map[string]any) { c["act"] = nil }), ErrInvalidToken},
+		{"act empty", withClaims(func(c map[string]any) { c["act"] = map[string]any{} }), ErrInvalidToken},
+		{"act sub empty", withClaims(func(c map[string]any) { c["act"] = map[string]any{"sub": ""} }), ErrInvalidToken},
+		{"act sub not a string", withClaims(func(c map[string]any) { c["act"] = map[string]any{"sub": 1} }), ErrInvalidToken},
+		{"act sub with a control character", withClaims(func(c map[string]any) { c["act"] = map[string]any{"sub": "usher\u0000"} }), ErrInvalidToken},
 
 		// tenant and groups, bounded as Mint bounds them
 		{"too many groups", withClaims(func(c map[string]any) {
@@ -469,15 +500,15 @@ func FuzzVerify(f *testing.F) {
 	})
 }
 
-// TestNumericDate: times outside 1970 to 9999 are refused before any
+// TestPlausibleDate: times outside 1970 to 9999 are refused before any
 // arithmetic on them can overflow.
-func TestNumericDate(t *testing.T) {
+func TestPlausibleDate(t *testing.T) {
 	for _, tt := range []struct {
 		v  int64
 		ok bool
 	}{{-1, false}, {0, false}, {1, true}, {maxNumericDate, true}, {maxNumericDate + 1, false}, {1<<63 - 1, false}} {
-		if _, ok := numericDate(tt.v); ok != tt.ok {
-			t.Errorf("numericDate(%d) ok = %v, want %v", tt.v, ok, tt.ok)
+		if ok := plausibleDate(tt.v); ok != tt.ok {
+			t.Errorf("plausibleDate(%d) = %v, want %v", tt.v, ok, tt.ok)
 		}
 	}
 }

@@ -42,6 +42,7 @@ func TestAuthentication(t *testing.T) {
 		return map[string]any{
 			"iss": e.url, "sub": alice, "aud": e.url + "/mcp", "iat": now.Unix(), "nbf": now.Unix(),
 			"exp": now.Add(5 * time.Minute).Unix(), "jti": "hand-made", "scope": scope, "client_id": "usher-assistant",
+			"act": map[string]any{"sub": "usher-assistant"},
 		}
 	}
 	wrongScope := signJWT(t, key, map[string]any{"alg": "RS256", "kid": kid, "typ": "at+jwt"}, claims("notes:read"))

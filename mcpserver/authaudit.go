@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // The audit records of refused tokens are sampled, per process: up to
@@ -16,30 +18,26 @@ const (
 	authAuditInterval = time.Second
 )
 
-// authAudits is the token bucket of those records. Every refused request
-// is still answered (401 or 403) and logged; only its audit record may be
-// left out, and the records left out are counted: the next record of a
-// refused token carries the count (Event.Suppressed), and so does a record
-// of kind KindAuthFailuresSuppressed written at the next authenticated
-// request once the bucket allows, so that a flood that stops is summed up
-// too.
+// authAudits samples those records with a token bucket (x/time/rate).
+// Every refused request is still answered (401 or 403) and logged; only its
+// audit record may be left out, and the records left out are counted: the
+// next record of a refused token carries the count (Event.Suppressed), and
+// so does a record of kind KindAuthFailuresSuppressed written at the next
+// authenticated request once the bucket allows, so that a flood that stops
+// is summed up too. The zero value is ready for use.
 type authAudits struct {
 	mu         sync.Mutex
-	tokens     float64
-	last       time.Time
+	bucket     *rate.Limiter // made on first use
 	suppressed int
 }
 
-// refill adds the tokens earned since the last call; a.mu is held.
-func (a *authAudits) refill(now time.Time) {
-	if a.last.IsZero() {
-		a.tokens = authAuditBurst
-	} else if d := now.Sub(a.last); d > 0 {
-		a.tokens = min(authAuditBurst, a.tokens+float64(d)/float64(authAuditInterval))
+// allowLocked reports whether the bucket allows a record at now; a.mu is
+// held.
+func (a *authAudits) allowLocked(now time.Time) bool {
+	if a.bucket == nil {
+		a.bucket = rate.NewLimiter(rate.Every(authAuditInterval), authAuditBurst)
 	}
-	if now.After(a.last) {
-		a.last = now
-	}
+	return a.bucket.AllowN(now, 1)
 }
 
 // take decides on the record of a refusal at now: whether to write it, and
@@ -47,12 +45,10 @@ func (a *authAudits) refill(now time.Time) {
 func (a *authAudits) take(now time.Time) (record bool, suppressed int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.refill(now)
-	if a.tokens < 1 {
+	if !a.allowLocked(now) {
 		a.suppressed++
 		return false, 0
 	}
-	a.tokens--
 	suppressed, a.suppressed = a.suppressed, 0
 	return true, suppressed
 }
@@ -62,14 +58,9 @@ func (a *authAudits) take(now time.Time) (record bool, suppressed int) {
 func (a *authAudits) flush(now time.Time) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.suppressed == 0 {
+	if a.suppressed == 0 || !a.allowLocked(now) {
 		return 0
 	}
-	a.refill(now)
-	if a.tokens < 1 {
-		return 0
-	}
-	a.tokens--
 	n := a.suppressed
 	a.suppressed = 0
 	return n

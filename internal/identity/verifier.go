@@ -85,7 +85,10 @@ func New(ctx context.Context, opts *Options) (*Verifier, error) {
 			return nil, fmt.Errorf("identity: discovery for %s: %w", o.Issuer, err)
 		}
 	}
-	keys := newRemoteKeys(jwksURL, o.HTTPClient, o.Now)
+	keys, err := newRemoteKeys(jwksURL, o.HTTPClient, o.Now, o.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
 	return &Verifier{
 		oidc: oidc.NewVerifier(o.Issuer, keys, &oidc.Config{
 			// Access tokens are addressed to the API, not to a client:
