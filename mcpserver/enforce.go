@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/usherhq/usher/internal/jcs"
 	"github.com/usherhq/usher/store"
 )
 
@@ -467,6 +468,17 @@ func (s *Server) canonicalArguments(raw json.RawMessage) (json.RawMessage, strin
 	}
 	if len(canon) == 0 || canon[0] != '{' {
 		return nil, "", errNotObject
+	}
+	// Two names that differ only in case are refused before the policy
+	// sees them: the policy reads one, and a tool that matches names
+	// case-insensitively (encoding/json) may read the other.
+	first, second, found, err := jcs.FoldCollision(canon)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %v", errNotCanonical, err)
+	}
+	if found {
+		return nil, "", argumentErrorf("the argument names %+.64q and %+.64q differ only in letter case (Unicode case folding); "+
+			"a tool could read either, so they are refused. Send each name once.", first, second)
 	}
 	sum := sha256.Sum256(canon)
 	return canon, hex.EncodeToString(sum[:]), nil
