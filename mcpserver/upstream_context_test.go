@@ -3,10 +3,12 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -46,5 +48,29 @@ func TestNewProtocolClientFirstToStatefulUpstream(t *testing.T) {
 				t.Errorf("st__echo = %s", text(res))
 			}
 		})
+	}
+}
+
+// TestConnectContext checks the context upstream sessions are opened with:
+// none of the request's values, its deadline, and its cancellation.
+func TestConnectContext(t *testing.T) {
+	type key struct{}
+	deadline := time.Now().Add(time.Hour)
+	parent, cancelParent := context.WithDeadline(context.WithValue(t.Context(), key{}, "caller's"), deadline)
+	ctx, cancel := connectContext(withCaller(parent, Caller{Subject: alice}))
+	defer cancel()
+	if v := ctx.Value(key{}); v != nil {
+		t.Errorf("a value of the request reached the connect context: %v", v)
+	}
+	if _, ok := CallerFromContext(ctx); ok {
+		t.Error("the caller reached the connect context")
+	}
+	if got, ok := ctx.Deadline(); !ok || !got.Equal(deadline) {
+		t.Errorf("deadline = %v, %v; want %v", got, ok, deadline)
+	}
+	cancelParent()
+	<-ctx.Done()
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		t.Errorf("after the request was cancelled: %v", ctx.Err())
 	}
 }
