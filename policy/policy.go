@@ -36,7 +36,10 @@ type Policy struct {
 	name  string
 	hash  string
 	set   *cedar.PolicySet
-	rules []*rule // in file order
+	// listing holds the statements whose conditions do not read
+	// context.arguments, which decide listings (see DecideListing).
+	listing *cedar.PolicySet
+	rules   []*rule // in file order
 	byID  map[cedar.PolicyID]*rule
 }
 
@@ -49,6 +52,9 @@ type rule struct {
 	reason    string   // @reason, may be empty
 	position  string   // file:line:column
 	cedar     *cedar.Policy
+	// readsArguments is set when a condition may read
+	// context.arguments (see readsArguments).
+	readsArguments bool
 }
 
 // Load reads and parses the policy file at path.
@@ -75,8 +81,9 @@ func Parse(name string, src []byte) (*Policy, error) {
 	p := &Policy{
 		name: name,
 		hash: hex.EncodeToString(sum[:]),
-		set:  cedar.NewPolicySet(),
-		byID: make(map[cedar.PolicyID]*rule, len(list)),
+		set:     cedar.NewPolicySet(),
+		listing: cedar.NewPolicySet(),
+		byID:    make(map[cedar.PolicyID]*rule, len(list)),
 	}
 	var errs []error
 	for _, cp := range list {
@@ -92,6 +99,9 @@ func Parse(name string, src []byte) (*Policy, error) {
 		p.byID[cedar.PolicyID(r.id)] = r
 		p.rules = append(p.rules, r)
 		p.set.Add(cedar.PolicyID(r.id), cp)
+		if !r.readsArguments {
+			p.listing.Add(cedar.PolicyID(r.id), cp)
+		}
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("policy %s is invalid:\n%w", name, errors.Join(errs...))
@@ -108,6 +118,7 @@ func newRule(cp *cedar.Policy) (*rule, []error) {
 		position: fmt.Sprintf("%s:%d:%d", pos.Filename, pos.Line, pos.Column),
 		cedar:    cp,
 	}
+	r.readsArguments = readsArguments(cp)
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{r.position}, args...)...))

@@ -116,19 +116,20 @@ func (d decider) Decide(_ context.Context, c mcpserver.Call) (mcpserver.Verdict,
 	if server == "" {
 		server = policy.BuiltinServer
 	}
-	args := c.Arguments
-	if c.Listing {
-		args = json.RawMessage(`{}`)
-	}
-	dec := d.policy.Decide(policy.Request{
+	req := policy.Request{
 		Principal: principalOf(c.Principal, c.Tenant, c.Groups),
 		Tool: policy.Tool{
 			Name: c.Tool, Server: server, DefinitionHash: c.DefinitionHash,
 			Reviewed: d.lock.Reviewed(c.Tool, c.DefinitionHash),
 		},
-		Arguments: args,
+		Arguments: c.Arguments,
 		ClientID:  c.ClientID,
-	})
+	}
+	decide := d.policy.Decide
+	if c.Listing {
+		decide = d.policy.DecideListing
+	}
+	dec := decide(req)
 	v := mcpserver.Verdict{PolicyIDs: dec.PolicyIDs, PolicyHash: dec.PolicyHash, Reasons: dec.Reasons, Approvers: dec.Approvers}
 	switch dec.Outcome {
 	case policy.Allow:
