@@ -33,14 +33,14 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
 // Policy is a parsed and validated policy file. It is immutable and safe
 // for concurrent use.
 type Policy struct {
-	name  string
-	hash  string
-	set   *cedar.PolicySet
+	name string
+	hash string
+	set  *cedar.PolicySet
 	// listing holds the statements whose conditions do not read
 	// context.arguments, which decide listings (see DecideListing).
 	listing *cedar.PolicySet
 	rules   []*rule // in file order
-	byID  map[cedar.PolicyID]*rule
+	byID    map[cedar.PolicyID]*rule
 }
 
 // rule is one policy statement with its annotations interpreted.
@@ -79,8 +79,8 @@ func Parse(name string, src []byte) (*Policy, error) {
 	}
 	sum := sha256.Sum256(src)
 	p := &Policy{
-		name: name,
-		hash: hex.EncodeToString(sum[:]),
+		name:    name,
+		hash:    hex.EncodeToString(sum[:]),
 		set:     cedar.NewPolicySet(),
 		listing: cedar.NewPolicySet(),
 		byID:    make(map[cedar.PolicyID]*rule, len(list)),
