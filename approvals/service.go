@@ -473,7 +473,8 @@ func approver(a Approval, p identity.Principal) bool {
 }
 
 // mayDecide reports whether p may approve (or deny) a. Without approver
-// groups the requester decides. With them, their members decide, and the
+// groups the requester decides. With them, their members in the
+// requester's tenant decide, and the
 // requester may only deny: nobody approves their own request when others
 // were asked to.
 func mayDecide(a Approval, p identity.Principal, approve bool) bool {
