@@ -16,12 +16,12 @@
 //
 // An approval without approver groups is decided by the principal who made
 // the call. An approval that names approver groups is decided by members of
-// those groups (Principal.Groups) in the requester's tenant (a group of the
-// same name in another tenant is another group), with one restriction, the four-eyes
-// rule: the requester never approves their own request, even as a member
-// of an approver group; they may still deny (withdraw) it. Decisions are
-// final, and an expired approval cannot be decided. A caller who may
-// neither see nor decide an approval is told it does not exist.
+// those groups (Principal.Groups) in the requester's tenant (a group of
+// the same name in another tenant is another group), with one restriction,
+// the four-eyes rule: the requester never approves their own request, even
+// as a member of an approver group; they may still deny (withdraw) it.
+// Decisions are final, and an expired approval cannot be decided. A caller
+// who may neither see nor decide an approval is told it does not exist.
 //
 // Only a human session decides: the handlers sit behind the identity
 // middleware, which accepts only the organisation's identity tokens and
