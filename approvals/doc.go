@@ -16,11 +16,12 @@
 //
 // An approval without approver groups is decided by the principal who made
 // the call. An approval that names approver groups is decided by members of
-// those groups (Principal.Groups), with one restriction, the four-eyes
-// rule: the requester never approves their own request, even as a member
-// of an approver group; they may still deny (withdraw) it. Decisions are
-// final, and an expired approval cannot be decided. A caller who may
-// neither see nor decide an approval is told it does not exist.
+// those groups (Principal.Groups) in the requester's tenant (a group of
+// the same name in another tenant is another group), with one restriction,
+// the four-eyes rule: the requester never approves their own request, even
+// as a member of an approver group; they may still deny (withdraw) it.
+// Decisions are final, and an expired approval cannot be decided. A caller
+// who may neither see nor decide an approval is told it does not exist.
 //
 // Only a human session decides: the handlers sit behind the identity
 // middleware, which accepts only the organisation's identity tokens and
@@ -28,5 +29,7 @@
 // clear 403 before that, as a courtesy.
 //
 // Every request, decision and revocation is written to the audit log when
-// one is configured.
+// one is configured: a request, a decision and a use each in one
+// transaction with its record (a use also with the start of the call's
+// execution), so that none happens unrecorded.
 package approvals

@@ -100,11 +100,22 @@ func newEnv(t *testing.T, st store.Store) *env {
 // request asks approval for b, with approver groups, or fails the test.
 func (e *env) request(t *testing.T, b approvals.Binding, approvers ...string) approvals.Approval {
 	t.Helper()
-	a, err := e.svc.Request(t.Context(), b, []byte(`{"body":"milk","name":"todo"}`), []string{"notes-write"}, "writes a note", approvers)
+	a, err := e.svc.Request(t.Context(), approvals.Request{
+		Binding: b, Tenant: alice.Tenant, Arguments: []byte(`{"body":"milk","name":"todo"}`),
+		PolicyIDs: []string{"notes-write"}, Reason: "writes a note", Approvers: approvers,
+	})
 	if err != nil {
 		t.Fatalf("Request: %v", err)
 	}
 	return a
+}
+
+// consume uses the approval of the call b, with no execution, recording
+// an approval_consumed entry.
+func (e *env) consume(t *testing.T, b approvals.Binding) (approvals.Approval, error) {
+	t.Helper()
+	a, _, _, err := e.svc.Consume(t.Context(), b, nil, audit.Entry{Kind: "approval_consumed", Principal: b.Principal, Tool: b.Tool})
+	return a, err
 }
 
 // approved requests approval for b and has Alice approve it.

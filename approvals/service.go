@@ -61,10 +61,11 @@ type Store interface {
 	CreateApproval(ctx context.Context, a store.Approval) (store.Approval, bool, error)
 	GetApproval(ctx context.Context, id string) (store.Approval, error)
 	ListApprovals(ctx context.Context, principal string, status ...store.ApprovalStatus) ([]store.Approval, error)
-	ListApprovalsForApprovers(ctx context.Context, groups []string, status ...store.ApprovalStatus) ([]store.Approval, error)
-	DecideApproval(ctx context.Context, id string, to store.ApprovalStatus, decidedBy, reason string, now time.Time) (store.Approval, error)
+	ListApprovalsForApprovers(ctx context.Context, tenant string, groups []string, status ...store.ApprovalStatus) ([]store.Approval, error)
+	CreateApprovalAudited(ctx context.Context, a store.Approval, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, bool, error)
+	DecideApprovalAudited(ctx context.Context, id string, to store.ApprovalStatus, decidedBy, reason string, now time.Time, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, error)
 	FindApproved(ctx context.Context, b store.ApprovalBinding, now time.Time) (store.Approval, error)
-	ConsumeApproval(ctx context.Context, id string, b store.ApprovalBinding, now time.Time) (store.Approval, error)
+	ConsumeApprovalAudited(ctx context.Context, id string, b store.ApprovalBinding, now time.Time, e *store.Execution, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, store.Execution, bool, error)
 	RevokeApprovals(ctx context.Context, tool, keepDefinitionHash string, now time.Time) (int, error)
 	ExpireApprovals(ctx context.Context, now time.Time) (int, error)
 }
@@ -149,51 +150,76 @@ func (s *Service) URL(id string) string {
 	return s.publicURL + "/approvals/" + url.PathEscape(id)
 }
 
-// Request records that the call b needs a human decision, or finds the
-// identical pending request, and returns it. args are the call's
-// canonical arguments, shown to whoever decides (b.ArgumentsHash is what
-// binds); policyIDs and reason say why approval is needed; approvers are
-// the groups whose members decide (none: the requester decides).
-func (s *Service) Request(ctx context.Context, b Binding, args json.RawMessage, policyIDs []string, reason string, approvers []string) (Approval, error) {
+// Request is a call that needs a human decision.
+type Request struct {
+	// Binding is the exact call.
+	Binding Binding
+	// Tenant is the requester's tenant (empty for an issuer without
+	// tenants): only members of the approver groups in it decide.
+	Tenant string
+	// Arguments are the call's canonical arguments, shown to whoever
+	// decides (Binding.ArgumentsHash is what binds).
+	Arguments json.RawMessage
+	// PolicyIDs and Reason say why approval is needed.
+	PolicyIDs []string
+	Reason    string
+	// Approvers are the groups whose members decide; none: the requester
+	// decides.
+	Approvers []string
+	// ToolCallID and IdempotencyKey name the call, so that it can be
+	// retried; empty when the caller sent none.
+	ToolCallID     string
+	IdempotencyKey string
+}
+
+// Request records that the call r.Binding needs a human decision, or
+// finds the identical pending request, and returns it. A new request and
+// its audit record are written together, in one transaction: when the
+// record cannot be written, neither is the request, and the call may be
+// made again.
+func (s *Service) Request(ctx context.Context, r Request) (Approval, error) {
+	b := r.Binding
 	if err := checkBinding(b); err != nil {
 		return Approval{}, err
 	}
-	if len(args) > 0 && !json.Valid(args) {
+	if len(r.Arguments) > 0 && !json.Valid(r.Arguments) {
 		return Approval{}, fmt.Errorf("%w: the arguments are not JSON", ErrInvalid)
 	}
-	groups, err := approverGroups(approvers)
+	groups, err := approverGroups(r.Approvers)
 	if err != nil {
 		return Approval{}, err
 	}
 	now := s.now()
-	a, created, err := s.st.CreateApproval(ctx, store.Approval{
-		ID:        rand.Text(),
-		Binding:   b,
-		Arguments: args,
-		PolicyIDs: policyIDs,
-		Reason:    reason,
-		Approvers: groups,
-		CreatedAt: now,
-		ExpiresAt: now.Add(s.ttl),
+	in := store.Approval{
+		ID:             rand.Text(),
+		Binding:        b,
+		Tenant:         r.Tenant,
+		Arguments:      r.Arguments,
+		PolicyIDs:      r.PolicyIDs,
+		Reason:         r.Reason,
+		Approvers:      groups,
+		ToolCallID:     r.ToolCallID,
+		IdempotencyKey: r.IdempotencyKey,
+		CreatedAt:      now,
+		ExpiresAt:      now.Add(s.ttl),
+	}
+	build, err := s.builder(audit.Entry{
+		Kind: audit.KindApprovalRequested, At: now,
+		Principal: b.Principal, ClientID: b.ClientID, Tool: b.Tool,
+		DefinitionHash: b.DefinitionHash, ArgumentsHash: b.ArgumentsHash,
+		Decision: "approve", PolicyIDs: r.PolicyIDs, PolicyHash: b.PolicyHash,
+		ApprovalID: in.ID, RunID: b.RunID,
+		Details: details(map[string]any{"server": b.Server, "tenant": r.Tenant, "approvers": groups, "expires_at": in.ExpiresAt}),
 	})
+	if err != nil {
+		return Approval{}, err
+	}
+	a, _, err := s.st.CreateApprovalAudited(ctx, in, build)
 	if errors.Is(err, store.ErrInvalid) {
 		return Approval{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err != nil {
 		return Approval{}, fmt.Errorf("approvals: request: %w", err)
-	}
-	if created {
-		err := s.record(ctx, audit.Entry{
-			Kind: audit.KindApprovalRequested, At: now,
-			Principal: b.Principal, ClientID: b.ClientID, Tool: b.Tool,
-			DefinitionHash: b.DefinitionHash, ArgumentsHash: b.ArgumentsHash,
-			Decision: "approve", PolicyIDs: policyIDs, PolicyHash: b.PolicyHash,
-			ApprovalID: a.ID, RunID: b.RunID,
-			Details: details(map[string]any{"server": b.Server, "approvers": groups, "expires_at": a.ExpiresAt}),
-		})
-		if err != nil {
-			return Approval{}, err
-		}
 	}
 	return a, nil
 }
@@ -225,7 +251,7 @@ func (s *Service) Pending(ctx context.Context, p identity.Principal) ([]Approval
 	if err != nil {
 		return nil, fmt.Errorf("approvals: list: %w", err)
 	}
-	theirs, err := s.st.ListApprovalsForApprovers(ctx, p.Groups, store.ApprovalPending)
+	theirs, err := s.st.ListApprovalsForApprovers(ctx, p.Tenant, p.Groups, store.ApprovalPending)
 	if err != nil {
 		return nil, fmt.Errorf("approvals: list: %w", err)
 	}
@@ -268,7 +294,20 @@ func (s *Service) Decide(ctx context.Context, id string, decider identity.Princi
 	if approve {
 		to, decision = store.ApprovalApproved, "approved"
 	}
-	out, err := s.st.DecideApproval(ctx, id, to, decider.ID(), reason, now)
+	build, err := s.builder(audit.Entry{
+		Kind: audit.KindApprovalDecided, At: now,
+		Principal: decider.ID(), ClientID: a.Binding.ClientID, Tool: a.Binding.Tool,
+		DefinitionHash: a.Binding.DefinitionHash, ArgumentsHash: a.Binding.ArgumentsHash,
+		Decision: decision, PolicyIDs: a.PolicyIDs, PolicyHash: a.Binding.PolicyHash,
+		ApprovalID: a.ID, RunID: a.Binding.RunID,
+		Details: details(map[string]any{"requested_by": a.Binding.Principal, "reason": reason}),
+	})
+	if err != nil {
+		return Approval{}, err
+	}
+	// The decision and its record are one transaction: an approval is
+	// never approved without the record of who approved it.
+	out, err := s.st.DecideApprovalAudited(ctx, id, to, decider.ID(), reason, now, build)
 	if errors.Is(err, store.ErrConflict) {
 		// Decided or expired since it was read: say which.
 		if a, err := s.st.GetApproval(ctx, id); err == nil {
@@ -281,17 +320,6 @@ func (s *Service) Decide(ctx context.Context, id string, decider identity.Princi
 	if err != nil {
 		return Approval{}, fmt.Errorf("approvals: decide: %w", err)
 	}
-	err = s.record(ctx, audit.Entry{
-		Kind: audit.KindApprovalDecided, At: now,
-		Principal: decider.ID(), ClientID: a.Binding.ClientID, Tool: a.Binding.Tool,
-		DefinitionHash: a.Binding.DefinitionHash, ArgumentsHash: a.Binding.ArgumentsHash,
-		Decision: decision, PolicyIDs: a.PolicyIDs, PolicyHash: a.Binding.PolicyHash,
-		ApprovalID: a.ID, RunID: a.Binding.RunID,
-		Details: details(map[string]any{"requested_by": a.Binding.Principal, "reason": reason}),
-	})
-	if err != nil {
-		return Approval{}, err
-	}
 	if s.decided != nil {
 		s.decided(ctx, out)
 	}
@@ -302,30 +330,51 @@ func (s *Service) Decide(ctx context.Context, id string, decider identity.Princi
 // the call b and uses it, atomically: of concurrent identical calls, one
 // gets the approval, the others ErrNotApproved. ErrNotApproved also when
 // nothing matches: a call that differs in any field of its binding, an
-// approval still pending, denied, expired, revoked or already used.
-func (s *Service) Consume(ctx context.Context, b Binding) (Approval, error) {
+// approval still pending, denied, expired, revoked or already used. Any
+// other error is the store's or the audit log's, and uses nothing.
+//
+// The use is written in one transaction with record, the audit entry of
+// the call that uses it (its ApprovalID is set here), and, when e is not
+// nil, with the start of the call's execution e (its ApprovalID set too;
+// see store.Store.BeginExecution): a call never runs on an approval whose
+// use is not recorded, and an approval is never used up by a call that
+// did not start. When e's idempotency key already names an execution,
+// nothing is used or recorded, and that execution is returned with started
+// false, for the caller to answer the call with it.
+func (s *Service) Consume(ctx context.Context, b Binding, e *store.Execution, record audit.Entry) (_ Approval, _ store.Execution, started bool, _ error) {
 	if err := checkBinding(b); err != nil {
-		return Approval{}, err
+		return Approval{}, store.Execution{}, false, err
 	}
 	now := s.now()
 	for range consumeAttempts {
 		a, err := s.st.FindApproved(ctx, b, now)
 		if errors.Is(err, store.ErrNotFound) {
-			return Approval{}, ErrNotApproved
+			return Approval{}, store.Execution{}, false, ErrNotApproved
 		}
 		if err != nil {
-			return Approval{}, fmt.Errorf("approvals: consume: %w", err)
+			return Approval{}, store.Execution{}, false, fmt.Errorf("approvals: consume: %w", err)
 		}
-		out, err := s.st.ConsumeApproval(ctx, a.ID, b, now)
+		record.ApprovalID = a.ID
+		build, err := s.builder(record)
+		if err != nil {
+			return Approval{}, store.Execution{}, false, err
+		}
+		var start *store.Execution
+		if e != nil {
+			exec := *e
+			exec.ApprovalID = a.ID
+			start = &exec
+		}
+		out, exec, started, err := s.st.ConsumeApprovalAudited(ctx, a.ID, b, now, start, build)
 		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 			continue // another call took it first
 		}
 		if err != nil {
-			return Approval{}, fmt.Errorf("approvals: consume: %w", err)
+			return Approval{}, store.Execution{}, false, fmt.Errorf("approvals: consume: %w", err)
 		}
-		return out, nil
+		return out, exec, started, nil
 	}
-	return Approval{}, ErrNotApproved
+	return Approval{}, store.Execution{}, false, ErrNotApproved
 }
 
 // RevokeChanged revokes the tool's pending and approved, unused approvals
@@ -363,6 +412,20 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// builder returns the function that makes e the next audit record, for a
+// store write that appends it in its own transaction; nil when there is
+// no audit log.
+func (s *Service) builder(e audit.Entry) (func(store.AuditHead) (store.AuditRecord, error), error) {
+	if s.audit == nil {
+		return nil, nil
+	}
+	build, err := s.audit.Builder(e)
+	if err != nil {
+		return nil, fmt.Errorf("approvals: audit %s of approval %s: %w", e.Kind, e.ApprovalID, err)
+	}
+	return build, nil
+}
+
 // record appends e to the audit log, when there is one.
 func (s *Service) record(ctx context.Context, e audit.Entry) error {
 	if s.audit == nil {
@@ -394,16 +457,24 @@ func identified(p identity.Principal) bool {
 }
 
 // canSee reports whether p may see a: the requester, or a member of one of
-// its approver groups.
+// its approver groups in the requester's tenant.
 func canSee(a Approval, p identity.Principal) bool {
 	if !identified(p) {
 		return false
 	}
-	return p.ID() == a.Binding.Principal || inGroups(p, a.Approvers)
+	return p.ID() == a.Binding.Principal || approver(a, p)
+}
+
+// approver reports whether p is one of a's approvers: a member of one of
+// its groups, in its tenant. A group name is a tenant's own: the same name
+// in another tenant is another group.
+func approver(a Approval, p identity.Principal) bool {
+	return p.Tenant == a.Tenant && inGroups(p, a.Approvers)
 }
 
 // mayDecide reports whether p may approve (or deny) a. Without approver
-// groups the requester decides. With them, their members decide, and the
+// groups the requester decides. With them, their members in the
+// requester's tenant decide, and the
 // requester may only deny: nobody approves their own request when others
 // were asked to.
 func mayDecide(a Approval, p identity.Principal, approve bool) bool {
@@ -417,7 +488,7 @@ func mayDecide(a Approval, p identity.Principal, approve bool) bool {
 	if requester {
 		return !approve
 	}
-	return inGroups(p, a.Approvers)
+	return approver(a, p)
 }
 
 // inGroups reports whether p is a member of one of groups.

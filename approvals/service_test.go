@@ -62,7 +62,7 @@ func TestRequestInvalid(t *testing.T) {
 		for _, tt := range tests {
 			b := binding()
 			tt.change(&b)
-			if _, err := e.svc.Request(t.Context(), b, []byte(tt.args), nil, "", tt.approvers); !errors.Is(err, approvals.ErrInvalid) {
+			if _, err := e.svc.Request(t.Context(), approvals.Request{Binding: b, Tenant: alice.Tenant, Arguments: []byte(tt.args), Approvers: tt.approvers}); !errors.Is(err, approvals.ErrInvalid) {
 				t.Errorf("Request with %s = %v, want ErrInvalid", tt.name, err)
 			}
 		}
@@ -93,16 +93,16 @@ func TestConsumeReplay(t *testing.T) {
 		for _, tt := range refused {
 			b := binding()
 			tt.change(&b)
-			if _, err := e.svc.Consume(t.Context(), b); !errors.Is(err, approvals.ErrNotApproved) {
+			if _, err := e.consume(t, b); !errors.Is(err, approvals.ErrNotApproved) {
 				t.Errorf("Consume with %s = %v, want ErrNotApproved", tt.name, err)
 			}
 		}
 
-		used, err := e.svc.Consume(t.Context(), binding())
+		used, err := e.consume(t, binding())
 		if err != nil || used.ID != a.ID || used.Status != store.ApprovalConsumed {
 			t.Fatalf("Consume of the approved call = %+v, %v; want %s consumed", used, err, a.ID)
 		}
-		if _, err := e.svc.Consume(t.Context(), binding()); !errors.Is(err, approvals.ErrNotApproved) {
+		if _, err := e.consume(t, binding()); !errors.Is(err, approvals.ErrNotApproved) {
 			t.Errorf("second Consume = %v, want ErrNotApproved", err)
 		}
 
@@ -111,7 +111,7 @@ func TestConsumeReplay(t *testing.T) {
 		b.ArgumentsHash = "args-late"
 		e.approved(t, b)
 		e.clock.Advance(approvals.DefaultTTL)
-		if _, err := e.svc.Consume(t.Context(), b); !errors.Is(err, approvals.ErrNotApproved) {
+		if _, err := e.consume(t, b); !errors.Is(err, approvals.ErrNotApproved) {
 			t.Errorf("Consume after expiry = %v, want ErrNotApproved", err)
 		}
 	})
@@ -120,16 +120,16 @@ func TestConsumeReplay(t *testing.T) {
 func TestConsumeOnlyApproved(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *env) {
 		pending := e.request(t, binding())
-		if _, err := e.svc.Consume(t.Context(), binding()); !errors.Is(err, approvals.ErrNotApproved) {
+		if _, err := e.consume(t, binding()); !errors.Is(err, approvals.ErrNotApproved) {
 			t.Errorf("Consume of a pending request = %v, want ErrNotApproved", err)
 		}
 		if _, err := e.svc.Decide(t.Context(), pending.ID, alice, false, "no"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.svc.Consume(t.Context(), binding()); !errors.Is(err, approvals.ErrNotApproved) {
+		if _, err := e.consume(t, binding()); !errors.Is(err, approvals.ErrNotApproved) {
 			t.Errorf("Consume of a denied request = %v, want ErrNotApproved", err)
 		}
-		if _, err := e.svc.Consume(t.Context(), approvals.Binding{}); !errors.Is(err, approvals.ErrInvalid) {
+		if _, err := e.consume(t, approvals.Binding{}); !errors.Is(err, approvals.ErrInvalid) {
 			t.Errorf("Consume of an empty binding = %v, want ErrInvalid", err)
 		}
 	})
@@ -145,7 +145,7 @@ func TestConsumeConcurrent(t *testing.T) {
 		for i := range callers {
 			wg.Go(func() {
 				<-start
-				_, errs[i] = e.svc.Consume(t.Context(), binding())
+				_, errs[i] = e.consume(t, binding())
 			})
 		}
 		close(start)
@@ -278,7 +278,7 @@ func TestRevokeChanged(t *testing.T) {
 		c := binding()
 		c.ArgumentsHash = "args-3"
 		e.approved(t, c)
-		used, err := e.svc.Consume(t.Context(), c)
+		used, err := e.consume(t, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -294,7 +294,7 @@ func TestRevokeChanged(t *testing.T) {
 				t.Errorf("approval %s is %s, want %s", id, a.Status, want)
 			}
 		}
-		if _, err := e.svc.Consume(t.Context(), b); !errors.Is(err, approvals.ErrNotApproved) {
+		if _, err := e.consume(t, b); !errors.Is(err, approvals.ErrNotApproved) {
 			t.Errorf("Consume of a revoked approval = %v, want ErrNotApproved", err)
 		}
 		if _, err := e.svc.Decide(t.Context(), pending.ID, alice, true, ""); !errors.Is(err, approvals.ErrDecided) {

@@ -1,7 +1,6 @@
 package mcpserver
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/usherhq/usher/store"
@@ -92,31 +93,30 @@ func argumentErrorf(format string, args ...any) error {
 }
 
 // decodeArguments decodes canonical arguments into in, refusing unknown
-// fields and values of the wrong type, then checks in.
+// members and values of the wrong type, then checks in. Names are matched
+// exactly, as the policy reads them (encoding/json v2 semantics):
+// encoding/json would take "NAME" or "ſtatus" (U+017F) for a field
+// "name" or "status".
 func decodeArguments[In input](args json.RawMessage, in *In) error {
-	dec := json.NewDecoder(bytes.NewReader(args))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(in); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return argumentErrorf("%q has the wrong type.", te.Field)
-		}
-		if field, ok := unknownField(err); ok {
-			return argumentErrorf("there is no argument %.64q.", field)
+	if err := jsonv2.Unmarshal(args, in, jsonv2.RejectUnknownMembers(true)); err != nil {
+		var se *jsonv2.SemanticError
+		switch {
+		case errors.As(err, &se) && errors.Is(se.Err, jsonv2.ErrUnknownName):
+			return argumentErrorf("there is no argument %.64q.", memberName(se.JSONPointer))
+		case errors.As(err, &se) && se.GoType != nil:
+			return argumentErrorf("%q has the wrong type.", memberName(se.JSONPointer))
 		}
 		return argumentErrorf("they do not decode.")
 	}
 	return (*in).check()
 }
 
-// unknownField extracts the field of encoding/json's unknown-field error,
-// which has no type of its own.
-func unknownField(err error) (string, bool) {
-	var field string
-	if _, scanErr := fmt.Sscanf(err.Error(), "json: unknown field %q", &field); scanErr != nil {
-		return "", false
+// memberName is the name of the top-level argument a JSON pointer is in.
+func memberName(p jsontext.Pointer) string {
+	for name := range p.Tokens() {
+		return name
 	}
-	return field, true
+	return ""
 }
 
 // checkLength checks a string's length in characters, as JSON Schema's

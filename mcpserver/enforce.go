@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/usherhq/usher/internal/jcs"
 	"github.com/usherhq/usher/store"
 )
 
@@ -100,6 +101,9 @@ type ApprovalRequest struct {
 	// Binding is the exact call: an approval matches a retry only when
 	// every field is equal.
 	Binding store.ApprovalBinding
+	// Tenant is the caller's tenant (see Caller): approver groups are
+	// groups of that tenant.
+	Tenant string
 	// Arguments are the canonical arguments, for the human to read.
 	Arguments json.RawMessage
 	// PolicyIDs, Reason and Approvers come from the Verdict.
@@ -116,12 +120,22 @@ type ApprovalRequest struct {
 // it.
 type Approvals interface {
 	// Consume finds an approved, unexpired approval bound to exactly b and
-	// consumes it atomically, once. Any error means there is none to use.
-	Consume(ctx context.Context, b store.ApprovalBinding) (store.Approval, error)
+	// consumes it once, in one transaction with recording ev (its
+	// ApprovalID set to the approval's) and, when e is not nil, with
+	// starting the execution e (its ApprovalID set too; see
+	// Executions.BeginExecution): after an error none of them is written.
+	// It fails with ErrNotApproved when there is no approval to use. When
+	// e's key already names an execution, nothing is written, and that
+	// execution is returned with started false.
+	Consume(ctx context.Context, b store.ApprovalBinding, e *store.Execution, ev Event) (_ store.Approval, _ store.Execution, started bool, _ error)
 	// Request records a pending approval for the call, or returns the
 	// identical pending one.
 	Request(ctx context.Context, r ApprovalRequest) (store.Approval, error)
 }
+
+// ErrNotApproved is the error of Approvals.Consume when no approval
+// matches the call: one is to be requested.
+var ErrNotApproved = errors.New("mcpserver: no approval for this call")
 
 // Executions records tool executions so that a call runs at most once per
 // idempotency key. An execution's start and its finish are each written
@@ -301,12 +315,36 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 			return internalErrorResult()
 		}
 	}
-	a, err := s.opts.Approvals.Consume(ctx, binding(call, v))
-	if err != nil {
+	// The approval's use, its record and the execution's start are one
+	// transaction: a call never runs on an unrecorded use, and an
+	// approval is never used up by a call that did not start.
+	var begin *store.Execution
+	if key != "" {
+		e := newExecution(call, key, "")
+		begin = &e
+	}
+	a, rec, started, err := s.opts.Approvals.Consume(ctx, binding(call, v), begin, s.stamp(ev, KindApprovalConsumed))
+	switch {
+	case errors.Is(err, ErrNotApproved):
 		return s.requestApproval(ctx, ev, call, v, toolCallID, key)
+	case err != nil:
+		s.log.ErrorContext(ctx, "mcpserver: using an approval failed", "tool", call.Tool, "err", err)
+		return internalErrorResult()
+	case begin != nil && !started:
+		// The key's execution started meanwhile: the approval is unused.
+		s.record(ctx, ev, KindReplayed)
+		return s.replayed(rec, call)
 	}
 	ev.ApprovalID = a.ID
-	return s.execute(ctx, t, call, ev, KindApprovalConsumed, start)
+	return s.run(ctx, t, call, ev, start)
+}
+
+// newExecution is the execution record of a call under key.
+func newExecution(call Call, key, approvalID string) store.Execution {
+	return store.Execution{
+		IdempotencyKey: key, Principal: call.Principal, Tool: call.Tool, ArgumentsHash: call.ArgumentsHash,
+		ApprovalID: approvalID, RunID: call.RunID,
+	}
 }
 
 // binding is the approval binding of a call under a verdict.
@@ -321,7 +359,7 @@ func binding(c Call, v Verdict) store.ApprovalBinding {
 // answers the result that tells the caller about it.
 func (s *Server) requestApproval(ctx context.Context, ev Event, call Call, v Verdict, toolCallID, key string) *mcp.CallToolResult {
 	a, err := s.opts.Approvals.Request(ctx, ApprovalRequest{
-		Binding: binding(call, v), Arguments: call.Arguments, PolicyIDs: v.PolicyIDs,
+		Binding: binding(call, v), Tenant: call.Tenant, Arguments: call.Arguments, PolicyIDs: v.PolicyIDs,
 		Reason: strings.Join(v.Reasons, "; "), Approvers: v.Approvers, ToolCallID: toolCallID, IdempotencyKey: key,
 	})
 	if err != nil {
@@ -349,10 +387,7 @@ func (s *Server) execute(ctx context.Context, t *tool, call Call, ev Event, kind
 			return internalErrorResult()
 		}
 	} else {
-		rec, started, err := s.opts.Executions.BeginExecution(ctx, store.Execution{
-			IdempotencyKey: key, Principal: call.Principal, Tool: call.Tool, ArgumentsHash: call.ArgumentsHash,
-			ApprovalID: ev.ApprovalID, RunID: call.RunID,
-		}, s.stamp(ev, kind))
+		rec, started, err := s.opts.Executions.BeginExecution(ctx, newExecution(call, key, ev.ApprovalID), s.stamp(ev, kind))
 		switch {
 		case errors.Is(err, store.ErrConflict):
 			// ev is recorded; the execution of the key is another call's.
@@ -365,7 +400,13 @@ func (s *Server) execute(ctx context.Context, t *tool, call Call, ev Event, kind
 			return s.replayed(rec, call)
 		}
 	}
+	return s.run(ctx, t, call, ev, start)
+}
 
+// run runs the tool of a call whose start is recorded, and records how it
+// ended (with the execution's finish, when it has an idempotency key).
+func (s *Server) run(ctx context.Context, t *tool, call Call, ev Event, start time.Time) *mcp.CallToolResult {
+	key := ev.IdempotencyKey
 	res, err := t.call(ctx, call.Arguments)
 	after := context.WithoutCancel(ctx)
 	ev.Latency = s.opts.Now().Sub(start)
@@ -383,7 +424,7 @@ func (s *Server) execute(ctx context.Context, t *tool, call Call, ev Event, kind
 	default:
 		ev.Outcome = OutcomeSucceeded
 	}
-	kind = KindExecuted
+	kind := KindExecuted
 	status := store.ExecutionSucceeded
 	switch ev.Outcome {
 	case OutcomeFailed:
@@ -467,6 +508,17 @@ func (s *Server) canonicalArguments(raw json.RawMessage) (json.RawMessage, strin
 	}
 	if len(canon) == 0 || canon[0] != '{' {
 		return nil, "", errNotObject
+	}
+	// Two names that differ only in case are refused before the policy
+	// sees them: the policy reads one, and a tool that matches names
+	// case-insensitively (encoding/json) may read the other.
+	first, second, found, err := jcs.FoldCollision(canon)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %v", errNotCanonical, err)
+	}
+	if found {
+		return nil, "", argumentErrorf("the argument names %+.64q and %+.64q differ only in letter case (Unicode case folding); "+
+			"a tool could read either, so they are refused. Send each name once.", first, second)
 	}
 	sum := sha256.Sum256(canon)
 	return canon, hex.EncodeToString(sum[:]), nil

@@ -235,17 +235,37 @@ func (x *storeExecutions) lookupCount() int {
 }
 
 // storeApprovals keeps approvals in the store: FindApproved then
-// ConsumeApproval (an atomic compare-and-swap), and CreateApproval.
+// ConsumeApprovalAudited (an atomic compare-and-swap, with the execution's
+// start), recording the event in the in-memory audit log as
+// storeExecutions does, and CreateApproval.
 type storeApprovals struct {
-	s store.Store
+	s     store.Store
+	audit *auditLog
 }
 
-func (a storeApprovals) Consume(ctx context.Context, b store.ApprovalBinding) (store.Approval, error) {
+func (a storeApprovals) Consume(ctx context.Context, b store.ApprovalBinding, e *store.Execution, ev Event) (store.Approval, store.Execution, bool, error) {
 	found, err := a.s.FindApproved(ctx, b, time.Now())
-	if err != nil {
-		return store.Approval{}, err
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Approval{}, store.Execution{}, false, ErrNotApproved
 	}
-	return a.s.ConsumeApproval(ctx, found.ID, b, time.Now())
+	if err != nil {
+		return store.Approval{}, store.Execution{}, false, err
+	}
+	if a.audit.failing() {
+		return store.Approval{}, store.Execution{}, false, errors.New("the audit log is unavailable")
+	}
+	if e != nil {
+		e.ApprovalID = found.ID
+	}
+	used, rec, started, err := a.s.ConsumeApprovalAudited(ctx, found.ID, b, time.Now(), e, nil)
+	if errors.Is(err, store.ErrConflict) {
+		return store.Approval{}, store.Execution{}, false, ErrNotApproved
+	}
+	if err != nil || (e != nil && !started) {
+		return used, rec, started, err
+	}
+	ev.ApprovalID = found.ID
+	return used, rec, started, a.audit.Record(ctx, ev)
 }
 
 func (a storeApprovals) Request(ctx context.Context, r ApprovalRequest) (store.Approval, error) {
@@ -322,7 +342,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	t.Cleanup(func() { e.catalog.Close() })
 	opts := &Options{
 		PublicURL: e.url, Verifier: verifier, Catalog: e.catalog, Decider: e.policy,
-		Approvals: storeApprovals{e.store}, Executions: e.executions, Auditor: e.audit, Logger: log,
+		Approvals: storeApprovals{e.store, e.audit}, Executions: e.executions, Auditor: e.audit, Logger: log,
 	}
 	if cfg.server != nil {
 		cfg.server(opts)

@@ -277,6 +277,8 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 
 // connect opens a client session to the upstream for the conn's subject.
 func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, error) {
+	ctx, cancel := connectContext(ctx)
+	defer cancel()
 	copts := &mcp.ClientOptions{
 		// No roots, sampling or elicitation: an upstream may not ask the
 		// caller for anything.
@@ -318,9 +320,7 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 		cmd.Stderr = &stderrLog{log: u.cat.log, upstream: u.cfg.Name}
 		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	}
-	// The session outlives the call that opens it: it keeps none of that
-	// call's downstream.
-	cs, err := client.Connect(context.WithValue(ctx, downstreamKey{}, downstream{}), t, nil)
+	cs, err := client.Connect(ctx, t, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -328,6 +328,24 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 		u.cat.log.Debug("mcpserver: an upstream refused a logging level", "upstream", u.cfg.Name, "err", err)
 	}
 	return cs, nil
+}
+
+// connectContext returns the context an upstream session is opened with:
+// the deadline and cancellation of ctx, the request that needs the
+// session, and none of its values. The session outlives that request and
+// the SDK keeps the values of the context it was opened with: the
+// caller's protocol version (which the SDK would send in the upstream's
+// handshake, refused by an upstream that does not speak it), its stream
+// and its identity are that request's, not the upstream session's.
+func connectContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancelCause(context.Background())
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancelDeadline context.CancelFunc
+		out, cancelDeadline = context.WithDeadline(out, deadline)
+		return out, func() { stop(); cancelDeadline(); cancel(context.Canceled) }
+	}
+	return out, func() { stop(); cancel(context.Canceled) }
 }
 
 // env is the environment of a stdio upstream.

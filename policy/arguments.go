@@ -28,7 +28,9 @@ const (
 // form — the form approvals are bound to — so that two texts with the same
 // canonical form are decided alike, and so that duplicate member names,
 // invalid UTF-8 and lone surrogates (which tools may read differently from
-// the policy) are refused.
+// the policy) are refused. So are two names of one object that are equal
+// under Unicode case folding ("sql" and "ſql"): a tool that matches names
+// case-insensitively could read the one the policy did not.
 //
 // JSON maps to Cedar as follows: an object is a record; an array is a set
 // (order and duplicates are lost); a string is a String; true and false are
@@ -49,6 +51,9 @@ func cedarArguments(raw json.RawMessage) (cedar.Record, error) {
 		return cedar.Record{}, fmt.Errorf("they are nested deeper than %d levels", maxArgumentDepth)
 	case err != nil:
 		return cedar.Record{}, errors.New("they are not I-JSON (RFC 7493): invalid JSON or UTF-8, a lone surrogate, or a duplicate member name")
+	}
+	if first, second, found, _ := jcs.FoldCollision(canonical); found {
+		return cedar.Record{}, fmt.Errorf("the names %+.64q and %+.64q differ only in letter case, and a tool could read either", first, second)
 	}
 	dec := json.NewDecoder(bytes.NewReader(canonical))
 	dec.UseNumber()

@@ -133,7 +133,14 @@ func (p *Policy) Decide(req Request) Decision {
 	if err != nil {
 		return d.set(Deny, nil, "the arguments cannot be evaluated: "+err.Error())
 	}
-	m, ok := p.match(req, args)
+	return p.decide(p.set, req, args)
+}
+
+// decide evaluates the statements of set for req, with args as
+// context.arguments.
+func (p *Policy) decide(set *cedar.PolicySet, req Request, args cedar.Record) Decision {
+	d := Decision{PolicyHash: p.hash}
+	m, ok := p.match(set, req, args)
 	switch {
 	case !ok:
 		return d.set(Deny, nil, "the policy could not be evaluated")
@@ -173,9 +180,9 @@ type failure struct {
 	message string
 }
 
-// match runs Cedar. ok is false if Cedar panicked, which must deny rather
+// match runs Cedar on the statements of set. ok is false if Cedar panicked, which must deny rather
 // than take the process down.
-func (p *Policy) match(req Request, args cedar.Record) (m matches, ok bool) {
+func (p *Policy) match(set *cedar.PolicySet, req Request, args cedar.Record) (m matches, ok bool) {
 	defer func() {
 		if recover() != nil {
 			m, ok = matches{}, false
@@ -198,7 +205,7 @@ func (p *Policy) match(req Request, args cedar.Record) (m matches, ok bool) {
 		})},
 		action: {UID: action},
 	}
-	_, diag := cedar.Authorize(p.set, entities, cedar.Request{
+	_, diag := cedar.Authorize(set, entities, cedar.Request{
 		Principal: user,
 		Action:    action,
 		Resource:  tool,

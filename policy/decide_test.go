@@ -179,6 +179,8 @@ func TestDecideHostileArguments(t *testing.T) {
 		{"invalid JSON", `{"a":`},
 		{"trailing text", `{} {}`},
 		{"duplicate member", `{"path":"/tmp","path":"/etc"}`},
+		{"names equal under case folding", `{"path":"/tmp","ſ":1,"PATH":"/etc"}`},
+		{"nested names equal under case folding", `{"q":[{"sql":"SELECT 1","ſql":"DROP TABLE users"}]}`},
 		{"invalid UTF-8", "{\"a\":\"\xff\"}"},
 		{"lone surrogate", `{"a":"\ud800"}`},
 		{"nested deeper than the argument limit", strings.Repeat(`{"a":`, maxArgumentDepth+1) + `1` + strings.Repeat(`}`, maxArgumentDepth+1)},

@@ -33,11 +33,14 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
 // Policy is a parsed and validated policy file. It is immutable and safe
 // for concurrent use.
 type Policy struct {
-	name  string
-	hash  string
-	set   *cedar.PolicySet
-	rules []*rule // in file order
-	byID  map[cedar.PolicyID]*rule
+	name string
+	hash string
+	set  *cedar.PolicySet
+	// listing holds the statements whose conditions do not read
+	// context.arguments, which decide listings (see DecideListing).
+	listing *cedar.PolicySet
+	rules   []*rule // in file order
+	byID    map[cedar.PolicyID]*rule
 }
 
 // rule is one policy statement with its annotations interpreted.
@@ -49,6 +52,9 @@ type rule struct {
 	reason    string   // @reason, may be empty
 	position  string   // file:line:column
 	cedar     *cedar.Policy
+	// readsArguments is set when a condition may read
+	// context.arguments (see readsArguments).
+	readsArguments bool
 }
 
 // Load reads and parses the policy file at path.
@@ -73,10 +79,11 @@ func Parse(name string, src []byte) (*Policy, error) {
 	}
 	sum := sha256.Sum256(src)
 	p := &Policy{
-		name: name,
-		hash: hex.EncodeToString(sum[:]),
-		set:  cedar.NewPolicySet(),
-		byID: make(map[cedar.PolicyID]*rule, len(list)),
+		name:    name,
+		hash:    hex.EncodeToString(sum[:]),
+		set:     cedar.NewPolicySet(),
+		listing: cedar.NewPolicySet(),
+		byID:    make(map[cedar.PolicyID]*rule, len(list)),
 	}
 	var errs []error
 	for _, cp := range list {
@@ -92,6 +99,9 @@ func Parse(name string, src []byte) (*Policy, error) {
 		p.byID[cedar.PolicyID(r.id)] = r
 		p.rules = append(p.rules, r)
 		p.set.Add(cedar.PolicyID(r.id), cp)
+		if !r.readsArguments {
+			p.listing.Add(cedar.PolicyID(r.id), cp)
+		}
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("policy %s is invalid:\n%w", name, errors.Join(errs...))
@@ -108,6 +118,7 @@ func newRule(cp *cedar.Policy) (*rule, []error) {
 		position: fmt.Sprintf("%s:%d:%d", pos.Filename, pos.Line, pos.Column),
 		cedar:    cp,
 	}
+	r.readsArguments = readsArguments(cp)
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{r.position}, args...)...))

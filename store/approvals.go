@@ -57,6 +57,10 @@ type ApprovalBinding struct {
 type Approval struct {
 	ID      string
 	Binding ApprovalBinding
+	// Tenant is the requester's tenant (empty for an issuer without
+	// tenants): approver groups are groups of that tenant, and only their
+	// members in it may see and decide the approval.
+	Tenant string
 	// Arguments are the call's canonical arguments, kept for display;
 	// Binding.ArgumentsHash is what binds. Stored and returned byte for
 	// byte.
@@ -87,7 +91,12 @@ const approvalColumns = `id, principal, tool, server, definition_hash, arguments
 	coalesce(run_id, ''), client_id,
 	arguments, policy_ids, reason, approvers,
 	coalesce(tool_call_id, ''), coalesce(idempotency_key, ''),
-	status, decided_by, decision_reason, decided_at, consumed_at, expires_at, created_at, updated_at`
+	status, decided_by, decision_reason, decided_at, consumed_at, expires_at, created_at, updated_at,
+	tenant`
+
+// errKeyTaken rolls back a consumption whose execution's key is taken
+// (see ConsumeApprovalAudited).
+var errKeyTaken = errors.New("store: the idempotency key names an execution")
 
 // checkNewApproval validates what CreateApproval takes from the caller;
 // a has its CreatedAt set.
@@ -112,6 +121,7 @@ func checkNewApproval(a Approval) error {
 		checkNames("approval policy id", a.PolicyIDs),
 		checkNames("approval approver", a.Approvers),
 		checkText("approval reason", a.Reason),
+		checkText("approval tenant", a.Tenant),
 		checkText("approval tool call id", a.ToolCallID),
 		checkText("approval idempotency key", a.IdempotencyKey),
 	)

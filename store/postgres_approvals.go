@@ -28,8 +28,8 @@ WHERE status = 'pending' AND expires_at <= $9 AND ` + pgBindingMatch
 	pgInsertApproval = `
 INSERT INTO approvals (principal, tool, server, definition_hash, arguments_hash, policy_hash, run_id, client_id,
 	id, arguments, policy_ids, reason, approvers, tool_call_id, idempotency_key,
-	status, expires_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 'pending', $16, $17, $17)
+	status, expires_at, created_at, updated_at, tenant)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 'pending', $16, $17, $17, $18)
 ON CONFLICT (principal, tool, server, definition_hash, arguments_hash, policy_hash, coalesce(run_id, ''), client_id)
 	WHERE status = 'pending' DO NOTHING
 RETURNING ` + approvalColumns
@@ -47,7 +47,7 @@ ORDER BY created_at, id`
 
 	pgListApprovalsForApprovers = `
 SELECT ` + approvalColumns + ` FROM approvals
-WHERE status = ANY($2)
+WHERE status = ANY($2) AND tenant = $3
 	AND EXISTS (SELECT 1 FROM json_array_elements_text(approvers) AS g(name) WHERE g.name = ANY($1))
 ORDER BY created_at, id`
 
@@ -87,6 +87,18 @@ WHERE status IN ('pending', 'approved') AND expires_at <= $1`
 const pgCreateApprovalAttempts = 3
 
 func (s *postgresStore) CreateApproval(ctx context.Context, a Approval) (Approval, bool, error) {
+	return s.createApproval(ctx, a, nil)
+}
+
+func (s *postgresStore) CreateApprovalAudited(ctx context.Context, a Approval, build func(AuditHead) (AuditRecord, error)) (Approval, bool, error) {
+	return s.createApproval(ctx, a, build)
+}
+
+// createApproval creates a or finds the identical pending approval and,
+// when it creates a and build is not nil, appends build's record, in one
+// transaction: the insert, which may wait for a concurrent identical one,
+// before the audit lock.
+func (s *postgresStore) createApproval(ctx context.Context, a Approval, build func(AuditHead) (AuditRecord, error)) (Approval, bool, error) {
 	if a.CreatedAt.IsZero() {
 		a.CreatedAt = s.now()
 	}
@@ -105,10 +117,13 @@ func (s *postgresStore) CreateApproval(ctx context.Context, a Approval) (Approva
 			out, err = scanPostgresApproval(tx.QueryRow(ctx, pgInsertApproval, bindingArgs(a.Binding,
 				a.ID, jsonOr(a.Arguments, "{}"), encodeNames(a.PolicyIDs), a.Reason,
 				encodeNames(a.Approvers), nullString(a.ToolCallID), nullString(a.IdempotencyKey),
-				storedTime(a.ExpiresAt), now)...))
+				storedTime(a.ExpiresAt), now, a.Tenant)...))
 			if err == nil {
 				created = true
-				return nil
+				if build != nil {
+					_, err = pgAppendAuditInTx(ctx, tx, build)
+				}
+				return err
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
 				return err
@@ -122,7 +137,7 @@ func (s *postgresStore) CreateApproval(ctx context.Context, a Approval) (Approva
 			continue // decided in between: try again
 		}
 		if err != nil {
-			return Approval{}, false, pgError(err)
+			return Approval{}, false, appendError(err, pgError)
 		}
 		if created {
 			s.notifyApproval(ctx, out)
@@ -157,14 +172,14 @@ func (s *postgresStore) ListApprovals(ctx context.Context, principal string, sta
 	return s.listApprovals(ctx, pgListApprovals, principal, statusFilter(status))
 }
 
-func (s *postgresStore) ListApprovalsForApprovers(ctx context.Context, groups []string, status ...ApprovalStatus) ([]Approval, error) {
+func (s *postgresStore) ListApprovalsForApprovers(ctx context.Context, tenant string, groups []string, status ...ApprovalStatus) ([]Approval, error) {
 	if err := checkStatuses(status); err != nil {
 		return nil, err
 	}
 	if len(groups) == 0 {
 		return nil, nil
 	}
-	return s.listApprovals(ctx, pgListApprovalsForApprovers, groups, statusFilter(status))
+	return s.listApprovals(ctx, pgListApprovalsForApprovers, groups, statusFilter(status), tenant)
 }
 
 func (s *postgresStore) listApprovals(ctx context.Context, query string, args ...any) ([]Approval, error) {
@@ -182,10 +197,16 @@ func (s *postgresStore) listApprovals(ctx context.Context, query string, args ..
 }
 
 func (s *postgresStore) DecideApproval(ctx context.Context, id string, to ApprovalStatus, decidedBy, reason string, now time.Time) (Approval, error) {
+	return s.DecideApprovalAudited(ctx, id, to, decidedBy, reason, now, nil)
+}
+
+// DecideApprovalAudited is DecideApproval when build is nil.
+func (s *postgresStore) DecideApprovalAudited(ctx context.Context, id string, to ApprovalStatus, decidedBy, reason string, now time.Time, build func(AuditHead) (AuditRecord, error)) (Approval, error) {
 	if err := checkDecision(to, decidedBy, reason, now); err != nil {
 		return Approval{}, err
 	}
-	return s.updateApproval(ctx, id, pgDecideApproval, id, to, decidedBy, reason, storedTime(now))
+	a, _, _, err := s.updateApproval(ctx, id, pgDecideApproval, nil, build, id, to, decidedBy, reason, storedTime(now))
+	return a, err
 }
 
 func (s *postgresStore) FindApproved(ctx context.Context, b ApprovalBinding, now time.Time) (Approval, error) {
@@ -200,31 +221,94 @@ func (s *postgresStore) FindApproved(ctx context.Context, b ApprovalBinding, now
 }
 
 func (s *postgresStore) ConsumeApproval(ctx context.Context, id string, b ApprovalBinding, now time.Time) (Approval, error) {
+	a, _, _, err := s.ConsumeApprovalAudited(ctx, id, b, now, nil, nil)
+	return a, err
+}
+
+// ConsumeApprovalAudited is ConsumeApproval when e and build are nil.
+func (s *postgresStore) ConsumeApprovalAudited(ctx context.Context, id string, b ApprovalBinding, now time.Time, e *Execution, build func(AuditHead) (AuditRecord, error)) (Approval, Execution, bool, error) {
 	if err := invalid(checkBinding("binding", b), checkNow(now)); err != nil {
-		return Approval{}, err
+		return Approval{}, Execution{}, false, err
 	}
-	return s.updateApproval(ctx, id, pgConsumeApproval, bindingArgs(b, storedTime(now), id)...)
+	if e != nil {
+		if e.StartedAt.IsZero() {
+			e.StartedAt = now
+		}
+		if err := checkNewExecution(*e); err != nil {
+			return Approval{}, Execution{}, false, err
+		}
+	}
+	return s.updateApproval(ctx, id, pgConsumeApproval, e, build, bindingArgs(b, storedTime(now), id)...)
 }
 
 // updateApproval runs a compare-and-swap of the approval id that returns
 // the row, and tells a missing approval (ErrNotFound) from one not in the
-// expected state (ErrConflict).
-func (s *postgresStore) updateApproval(ctx context.Context, id, query string, args ...any) (Approval, error) {
-	a, err := scanPostgresApproval(s.pool.QueryRow(ctx, query, args...))
-	if errors.Is(err, pgx.ErrNoRows) {
+// expected state (ErrConflict). After it, in the same transaction, it
+// begins e when e is not nil (see ConsumeApprovalAudited) and appends
+// build's record when build is not nil. Without either it is one
+// statement (and a second one to tell why it matched nothing).
+func (s *postgresStore) updateApproval(ctx context.Context, id, query string, e *Execution, build func(AuditHead) (AuditRecord, error), args ...any) (Approval, Execution, bool, error) {
+	var out Approval
+	var exec Execution
+	update := func(q interface {
+		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	}) error {
+		var err error
+		out, err = scanPostgresApproval(q.QueryRow(ctx, query, args...))
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
 		var exists bool
-		if err := s.pool.QueryRow(ctx, pgApprovalExists, id).Scan(&exists); err != nil {
-			return Approval{}, pgError(err)
+		if err := q.QueryRow(ctx, pgApprovalExists, id).Scan(&exists); err != nil {
+			return err
 		}
 		if !exists {
-			return Approval{}, ErrNotFound
+			return ErrNotFound
 		}
-		return Approval{}, ErrConflict
+		return ErrConflict
+	}
+	var err error
+	if e == nil && build == nil {
+		err = update(s.pool)
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := update(tx); err != nil {
+				return err
+			}
+			if e != nil {
+				var err error
+				exec, err = scanPostgresExecution(tx.QueryRow(ctx, pgBeginExecution, e.IdempotencyKey, e.Principal, e.Tool,
+					e.ArgumentsHash, nullString(e.ApprovalID), nullString(e.RunID), storedTime(e.StartedAt)))
+				if errors.Is(err, pgx.ErrNoRows) {
+					// The key was taken, and the insert that took it has
+					// committed.
+					if exec, err = scanPostgresExecution(tx.QueryRow(ctx, pgGetExecution, e.IdempotencyKey)); err != nil {
+						return err
+					}
+					return errKeyTaken
+				}
+				if err != nil {
+					return err
+				}
+			}
+			if build == nil {
+				return nil
+			}
+			_, err := pgAppendAuditInTx(ctx, tx, build)
+			return err
+		})
+	}
+	if errors.Is(err, errKeyTaken) {
+		return Approval{}, exec, false, nil
+	}
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) {
+		return Approval{}, Execution{}, false, err
 	}
 	if err != nil {
-		return Approval{}, pgError(err)
+		return Approval{}, Execution{}, false, appendError(err, pgError)
 	}
-	return a, nil
+	s.notifyApproval(ctx, out)
+	return out, exec, e != nil, nil
 }
 
 func (s *postgresStore) RevokeApprovals(ctx context.Context, tool, keepDefinitionHash string, now time.Time) (int, error) {
@@ -271,7 +355,8 @@ func scanPostgresApproval(row pgx.Row) (Approval, error) {
 		&b.RunID, &b.ClientID,
 		&arguments, &policyIDs, &a.Reason, &approvers,
 		&a.ToolCallID, &a.IdempotencyKey,
-		&a.Status, &a.DecidedBy, &a.DecisionReason, &decidedAt, &consumedAt, &a.ExpiresAt, &a.CreatedAt, &a.UpdatedAt)
+		&a.Status, &a.DecidedBy, &a.DecisionReason, &decidedAt, &consumedAt, &a.ExpiresAt, &a.CreatedAt, &a.UpdatedAt,
+		&a.Tenant)
 	if err != nil {
 		return Approval{}, err
 	}

@@ -26,8 +26,8 @@ WHERE status = 'pending' AND expires_at <= ?9 AND ` + sqliteBindingMatch
 	sqliteInsertApproval = `
 INSERT INTO approvals (principal, tool, server, definition_hash, arguments_hash, policy_hash, run_id, client_id,
 	id, arguments, policy_ids, reason, approvers, tool_call_id, idempotency_key,
-	status, expires_at, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 'pending', ?16, ?17, ?17)
+	status, expires_at, created_at, updated_at, tenant)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 'pending', ?16, ?17, ?17, ?18)
 ON CONFLICT (principal, tool, server, definition_hash, arguments_hash, policy_hash, coalesce(run_id, ''), client_id)
 	WHERE status = 'pending' DO NOTHING
 RETURNING ` + approvalColumns
@@ -45,10 +45,10 @@ WHERE principal = ?1 AND status IN (SELECT value FROM json_each(?2))
 ORDER BY created_at, id`
 
 	// sqliteListApprovalsForApprovers takes the groups (?1) and the states
-	// (?2) as JSON arrays.
+	// (?2) as JSON arrays, and the tenant (?3).
 	sqliteListApprovalsForApprovers = `
 SELECT ` + approvalColumns + ` FROM approvals
-WHERE status IN (SELECT value FROM json_each(?2))
+WHERE status IN (SELECT value FROM json_each(?2)) AND tenant = ?3
 	AND EXISTS (SELECT 1 FROM json_each(approvals.approvers) AS g
 		WHERE g.value IN (SELECT value FROM json_each(?1)))
 ORDER BY created_at, id`
@@ -89,6 +89,17 @@ func bindingArgs(b ApprovalBinding, more ...any) []any {
 }
 
 func (s *sqliteStore) CreateApproval(ctx context.Context, a Approval) (Approval, bool, error) {
+	return s.createApproval(ctx, a, nil)
+}
+
+func (s *sqliteStore) CreateApprovalAudited(ctx context.Context, a Approval, build func(AuditHead) (AuditRecord, error)) (Approval, bool, error) {
+	return s.createApproval(ctx, a, build)
+}
+
+// createApproval creates a or finds the identical pending approval and,
+// when it creates a and build is not nil, appends build's record, in one
+// transaction.
+func (s *sqliteStore) createApproval(ctx context.Context, a Approval, build func(AuditHead) (AuditRecord, error)) (Approval, bool, error) {
 	if a.CreatedAt.IsZero() {
 		a.CreatedAt = s.now()
 	}
@@ -106,10 +117,13 @@ func (s *sqliteStore) CreateApproval(ctx context.Context, a Approval) (Approval,
 		out, err = scanSQLiteApproval(tx.QueryRowContext(ctx, sqliteInsertApproval, bindingArgs(a.Binding,
 			a.ID, string(jsonOr(a.Arguments, "{}")), string(encodeNames(a.PolicyIDs)), a.Reason,
 			string(encodeNames(a.Approvers)), nullString(a.ToolCallID), nullString(a.IdempotencyKey),
-			sqliteTime(a.ExpiresAt), now)...))
+			sqliteTime(a.ExpiresAt), now, a.Tenant)...))
 		if err == nil {
 			created = true
-			return nil
+			if build != nil {
+				_, err = appendAuditInTx(ctx, tx, build)
+			}
+			return err
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
@@ -120,7 +134,7 @@ func (s *sqliteStore) CreateApproval(ctx context.Context, a Approval) (Approval,
 		return err
 	})
 	if err != nil {
-		return Approval{}, false, sqliteError(err)
+		return Approval{}, false, appendError(err, sqliteError)
 	}
 	if created {
 		s.notifyApproval(out)
@@ -143,7 +157,7 @@ func (s *sqliteStore) ListApprovals(ctx context.Context, principal string, statu
 	return s.listApprovals(ctx, sqliteListApprovals, principal, string(encodeNames(statusFilter(status))))
 }
 
-func (s *sqliteStore) ListApprovalsForApprovers(ctx context.Context, groups []string, status ...ApprovalStatus) ([]Approval, error) {
+func (s *sqliteStore) ListApprovalsForApprovers(ctx context.Context, tenant string, groups []string, status ...ApprovalStatus) ([]Approval, error) {
 	if err := checkStatuses(status); err != nil {
 		return nil, err
 	}
@@ -151,7 +165,7 @@ func (s *sqliteStore) ListApprovalsForApprovers(ctx context.Context, groups []st
 		return nil, nil
 	}
 	return s.listApprovals(ctx, sqliteListApprovalsForApprovers,
-		string(encodeNames(groups)), string(encodeNames(statusFilter(status))))
+		string(encodeNames(groups)), string(encodeNames(statusFilter(status))), tenant)
 }
 
 func (s *sqliteStore) listApprovals(ctx context.Context, query string, args ...any) ([]Approval, error) {
@@ -175,10 +189,16 @@ func (s *sqliteStore) listApprovals(ctx context.Context, query string, args ...a
 }
 
 func (s *sqliteStore) DecideApproval(ctx context.Context, id string, to ApprovalStatus, decidedBy, reason string, now time.Time) (Approval, error) {
+	return s.DecideApprovalAudited(ctx, id, to, decidedBy, reason, now, nil)
+}
+
+// DecideApprovalAudited is DecideApproval when build is nil.
+func (s *sqliteStore) DecideApprovalAudited(ctx context.Context, id string, to ApprovalStatus, decidedBy, reason string, now time.Time, build func(AuditHead) (AuditRecord, error)) (Approval, error) {
 	if err := checkDecision(to, decidedBy, reason, now); err != nil {
 		return Approval{}, err
 	}
-	return s.updateApproval(ctx, id, sqliteDecideApproval, id, string(to), decidedBy, reason, sqliteTime(now))
+	a, _, _, err := s.updateApproval(ctx, id, sqliteDecideApproval, nil, build, id, string(to), decidedBy, reason, sqliteTime(now))
+	return a, err
 }
 
 func (s *sqliteStore) FindApproved(ctx context.Context, b ApprovalBinding, now time.Time) (Approval, error) {
@@ -193,37 +213,77 @@ func (s *sqliteStore) FindApproved(ctx context.Context, b ApprovalBinding, now t
 }
 
 func (s *sqliteStore) ConsumeApproval(ctx context.Context, id string, b ApprovalBinding, now time.Time) (Approval, error) {
+	a, _, _, err := s.ConsumeApprovalAudited(ctx, id, b, now, nil, nil)
+	return a, err
+}
+
+// ConsumeApprovalAudited is ConsumeApproval when e and build are nil.
+func (s *sqliteStore) ConsumeApprovalAudited(ctx context.Context, id string, b ApprovalBinding, now time.Time, e *Execution, build func(AuditHead) (AuditRecord, error)) (Approval, Execution, bool, error) {
 	if err := invalid(checkBinding("binding", b), checkNow(now)); err != nil {
-		return Approval{}, err
+		return Approval{}, Execution{}, false, err
 	}
-	return s.updateApproval(ctx, id, sqliteConsumeApproval, bindingArgs(b, sqliteTime(now), id)...)
+	if e != nil {
+		if e.StartedAt.IsZero() {
+			e.StartedAt = now
+		}
+		if err := checkNewExecution(*e); err != nil {
+			return Approval{}, Execution{}, false, err
+		}
+	}
+	return s.updateApproval(ctx, id, sqliteConsumeApproval, e, build, bindingArgs(b, sqliteTime(now), id)...)
 }
 
 // updateApproval runs a compare-and-swap of the approval id that returns
 // the row, and tells a missing approval (ErrNotFound) from one not in the
-// expected state (ErrConflict).
-func (s *sqliteStore) updateApproval(ctx context.Context, id, query string, args ...any) (Approval, error) {
+// expected state (ErrConflict). After it, in the same transaction, it
+// begins e when e is not nil (see ConsumeApprovalAudited) and appends
+// build's record when build is not nil.
+func (s *sqliteStore) updateApproval(ctx context.Context, id, query string, e *Execution, build func(AuditHead) (AuditRecord, error), args ...any) (Approval, Execution, bool, error) {
 	var out Approval
+	var exec Execution
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		out, err = scanSQLiteApproval(tx.QueryRowContext(ctx, query, args...))
-		if !errors.Is(err, sql.ErrNoRows) {
+		if errors.Is(err, sql.ErrNoRows) {
+			var exists bool
+			if err := tx.QueryRowContext(ctx, sqliteApprovalExists, id).Scan(&exists); err != nil {
+				return err
+			}
+			if !exists {
+				return ErrNotFound
+			}
+			return ErrConflict
+		}
+		if err != nil {
 			return err
 		}
-		var exists bool
-		if err := tx.QueryRowContext(ctx, sqliteApprovalExists, id).Scan(&exists); err != nil {
-			return err
+		if e != nil {
+			exec, err = scanSQLiteExecution(tx.QueryRowContext(ctx, sqliteBeginExecution,
+				e.IdempotencyKey, e.Principal, e.Tool, e.ArgumentsHash, nullString(e.ApprovalID), nullString(e.RunID),
+				sqliteTime(e.StartedAt)))
+			if errors.Is(err, sql.ErrNoRows) {
+				if exec, err = scanSQLiteExecution(tx.QueryRowContext(ctx, sqliteGetExecution, e.IdempotencyKey)); err != nil {
+					return err
+				}
+				return errKeyTaken
+			}
+			if err != nil {
+				return err
+			}
 		}
-		if !exists {
-			return ErrNotFound
+		if build != nil {
+			_, err = appendAuditInTx(ctx, tx, build)
 		}
-		return ErrConflict
+		return err
 	})
+	if errors.Is(err, errKeyTaken) {
+		return Approval{}, exec, false, nil
+	}
 	if err != nil {
-		return Approval{}, sqliteError(err)
+		return Approval{}, Execution{}, false, appendError(err, sqliteError)
 	}
 	s.notifyApproval(out)
-	return out, nil
+	return out, exec, e != nil, nil
 }
 
 // notifyApproval tells live-update subscribers that an approval changed.
@@ -281,7 +341,8 @@ func scanSQLiteApproval(row interface{ Scan(...any) error }) (Approval, error) {
 		&b.RunID, &b.ClientID,
 		&arguments, &policyIDs, &a.Reason, &approvers,
 		&a.ToolCallID, &a.IdempotencyKey,
-		&status, &a.DecidedBy, &a.DecisionReason, &decidedAt, &consumedAt, &expiresAt, &createdAt, &updatedAt)
+		&status, &a.DecidedBy, &a.DecisionReason, &decidedAt, &consumedAt, &expiresAt, &createdAt, &updatedAt,
+		&a.Tenant)
 	if err != nil {
 		return Approval{}, err
 	}

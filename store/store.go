@@ -278,10 +278,10 @@ type Store interface {
 	// ListApprovals returns the principal's approvals in the given states
 	// (every state for none), oldest first.
 	ListApprovals(ctx context.Context, principal string, status ...ApprovalStatus) ([]Approval, error)
-	// ListApprovalsForApprovers returns the approvals in the given states
-	// (every state for none) that name one of groups among their
-	// approvers, oldest first.
-	ListApprovalsForApprovers(ctx context.Context, groups []string, status ...ApprovalStatus) ([]Approval, error)
+	// ListApprovalsForApprovers returns the approvals of tenant in the
+	// given states (every state for none) that name one of groups among
+	// their approvers, oldest first.
+	ListApprovalsForApprovers(ctx context.Context, tenant string, groups []string, status ...ApprovalStatus) ([]Approval, error)
 	// DecideApproval moves a pending approval that has not expired at now
 	// to approved or denied, as a compare-and-swap recording who decided,
 	// why, and when: ErrNotFound when it does not exist, ErrConflict when
@@ -297,6 +297,26 @@ type Store interface {
 	// exist; ErrConflict when it exists but is not approved, has expired,
 	// or is bound to another call. Of concurrent consumers, one succeeds.
 	ConsumeApproval(ctx context.Context, id string, b ApprovalBinding, now time.Time) (Approval, error)
+	// CreateApprovalAudited does what CreateApproval does and, when it
+	// creates the approval, what AppendAudit does with build, in one
+	// transaction: a failure writes neither. Finding the identical pending
+	// approval writes nothing (its record was written when it was
+	// created). build may be called more than once.
+	CreateApprovalAudited(ctx context.Context, a Approval, build func(head AuditHead) (AuditRecord, error)) (_ Approval, created bool, _ error)
+	// DecideApprovalAudited does what DecideApproval does and what
+	// AppendAudit does with build, in one transaction: a failure, or a
+	// decision refused (ErrNotFound, ErrConflict), writes neither. build
+	// may be called more than once.
+	DecideApprovalAudited(ctx context.Context, id string, to ApprovalStatus, decidedBy, reason string, now time.Time, build func(head AuditHead) (AuditRecord, error)) (Approval, error)
+	// ConsumeApprovalAudited does what ConsumeApproval does, what
+	// AppendAudit does with build and, when e is not nil, what
+	// BeginExecution does with *e, in one transaction: a failure, or a
+	// consumption refused (ErrNotFound, ErrConflict), writes none of them.
+	// When e's key already names an execution, nothing is written either:
+	// the approval stays approved, and that execution is returned with
+	// started false, whichever call it is of. build may be called more
+	// than once.
+	ConsumeApprovalAudited(ctx context.Context, id string, b ApprovalBinding, now time.Time, e *Execution, build func(head AuditHead) (AuditRecord, error)) (_ Approval, _ Execution, started bool, _ error)
 	// RevokeApprovals revokes the tool's pending and approved (not yet
 	// consumed) approvals whose definition hash is not keepDefinitionHash,
 	// and returns how many.

@@ -116,19 +116,20 @@ func (d decider) Decide(_ context.Context, c mcpserver.Call) (mcpserver.Verdict,
 	if server == "" {
 		server = policy.BuiltinServer
 	}
-	args := c.Arguments
-	if c.Listing {
-		args = json.RawMessage(`{}`)
-	}
-	dec := d.policy.Decide(policy.Request{
+	req := policy.Request{
 		Principal: principalOf(c.Principal, c.Tenant, c.Groups),
 		Tool: policy.Tool{
 			Name: c.Tool, Server: server, DefinitionHash: c.DefinitionHash,
 			Reviewed: d.lock.Reviewed(c.Tool, c.DefinitionHash),
 		},
-		Arguments: args,
+		Arguments: c.Arguments,
 		ClientID:  c.ClientID,
-	})
+	}
+	decide := d.policy.Decide
+	if c.Listing {
+		decide = d.policy.DecideListing
+	}
+	dec := decide(req)
 	v := mcpserver.Verdict{PolicyIDs: dec.PolicyIDs, PolicyHash: dec.PolicyHash, Reasons: dec.Reasons, Approvers: dec.Approvers}
 	switch dec.Outcome {
 	case policy.Allow:
@@ -155,8 +156,16 @@ func principalOf(id, tenant string, groups []string) policy.Principal {
 // approvalRequests adapts the approvals service to the MCP server.
 type approvalRequests struct{ svc *approvals.Service }
 
-func (a approvalRequests) Consume(ctx context.Context, b store.ApprovalBinding) (store.Approval, error) {
-	return a.svc.Consume(ctx, b)
+func (a approvalRequests) Consume(ctx context.Context, b store.ApprovalBinding, e *store.Execution, ev mcpserver.Event) (store.Approval, store.Execution, bool, error) {
+	entry, err := auditEntry(ev)
+	if err != nil {
+		return store.Approval{}, store.Execution{}, false, err
+	}
+	used, rec, started, err := a.svc.Consume(ctx, b, e, entry)
+	if errors.Is(err, approvals.ErrNotApproved) {
+		err = mcpserver.ErrNotApproved
+	}
+	return used, rec, started, err
 }
 
 // Request first revokes the tool's open approvals for any other definition,
@@ -166,7 +175,11 @@ func (a approvalRequests) Request(ctx context.Context, r mcpserver.ApprovalReque
 	if _, err := a.svc.RevokeChanged(ctx, r.Binding.Tool, r.Binding.DefinitionHash); err != nil {
 		return store.Approval{}, err
 	}
-	return a.svc.Request(ctx, r.Binding, r.Arguments, r.PolicyIDs, r.Reason, r.Approvers)
+	return a.svc.Request(ctx, approvals.Request{
+		Binding: r.Binding, Tenant: principalOf(r.Binding.Principal, r.Tenant, nil).Tenant,
+		Arguments: r.Arguments, PolicyIDs: r.PolicyIDs, Reason: r.Reason, Approvers: r.Approvers,
+		ToolCallID: r.ToolCallID, IdempotencyKey: r.IdempotencyKey,
+	})
 }
 
 // auditor writes the MCP server's events to the hash-chained audit log.

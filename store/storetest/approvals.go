@@ -110,6 +110,7 @@ func testCreateApproval(t *testing.T, s store.Store) {
 	in.Approvers = []string{"grp-reviewers", "grp-admins"}
 	in.ToolCallID = "call-1"
 	in.IdempotencyKey = "run-1/call-1"
+	in.Tenant = "contoso"
 	a := f.create(in)
 
 	want := in
@@ -278,9 +279,11 @@ func testListApprovals(t *testing.T, s store.Store) {
 		return out
 	}
 
+	tenant := "contoso"
 	mk := func(id string, b store.ApprovalBinding, minutes int, approvers ...string) {
 		b.ArgumentsHash = "args-" + id
 		a := f.approval(id, b)
+		a.Tenant = tenant
 		a.CreatedAt = f.now.Add(time.Duration(minutes) * time.Minute)
 		a.ExpiresAt = a.CreatedAt.Add(time.Hour)
 		a.Approvers = approvers
@@ -291,6 +294,11 @@ func testListApprovals(t *testing.T, s store.Store) {
 	mk("apr-a", alice, 2, "grp-reviewers")
 	mk("apr-b", bob, 3, "grp-admins", "grp-reviewers")
 	mk("apr-d", bob, 4)
+	// The same group name in another tenant is another group.
+	tenant = "fabrikam"
+	carol := testBinding()
+	carol.Principal = "issuer|fabrikam|carol"
+	mk("apr-e", carol, 5, "grp-reviewers")
 	if _, err := s.DecideApproval(ctx, "apr-c", store.ApprovalDenied, alice.Principal, "no", f.now.Add(5*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
@@ -310,14 +318,20 @@ func testListApprovals(t *testing.T, s store.Store) {
 		{"bob's", func() ([]store.Approval, error) { return s.ListApprovals(ctx, bob.Principal) }, []string{"apr-b", "apr-d"}},
 		{"nobody's", func() ([]store.Approval, error) { return s.ListApprovals(ctx, "nobody") }, []string{}},
 		{"reviewers'", func() ([]store.Approval, error) {
-			return s.ListApprovalsForApprovers(ctx, []string{"grp-reviewers"}, store.ApprovalPending)
+			return s.ListApprovalsForApprovers(ctx, "contoso", []string{"grp-reviewers"}, store.ApprovalPending)
 		}, []string{"apr-a", "apr-b"}},
 		{"admins' or others'", func() ([]store.Approval, error) {
-			return s.ListApprovalsForApprovers(ctx, []string{"grp-other", "grp-admins"})
+			return s.ListApprovalsForApprovers(ctx, "contoso", []string{"grp-other", "grp-admins"})
 		}, []string{"apr-b"}},
-		{"no group's", func() ([]store.Approval, error) { return s.ListApprovalsForApprovers(ctx, nil) }, []string{}},
+		{"no group's", func() ([]store.Approval, error) { return s.ListApprovalsForApprovers(ctx, "contoso", nil) }, []string{}},
+		{"fabrikam's reviewers'", func() ([]store.Approval, error) {
+			return s.ListApprovalsForApprovers(ctx, "fabrikam", []string{"grp-reviewers"})
+		}, []string{"apr-e"}},
+		{"reviewers' of no tenant", func() ([]store.Approval, error) {
+			return s.ListApprovalsForApprovers(ctx, "", []string{"grp-reviewers"})
+		}, []string{}},
 		{"a group nobody names", func() ([]store.Approval, error) {
-			return s.ListApprovalsForApprovers(ctx, []string{"grp-review"})
+			return s.ListApprovalsForApprovers(ctx, "contoso", []string{"grp-review"})
 		}, []string{}},
 	}
 	for _, tt := range lists {
@@ -603,5 +617,189 @@ func testExpireApprovals(t *testing.T, s store.Store) {
 	}
 	if _, err := s.ExpireApprovals(ctx, time.Time{}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("ExpireApprovals at the zero time = %v, want ErrInvalid", err)
+	}
+}
+
+// auditCount is the number of records of s's audit log.
+func auditCount(t *testing.T, s store.Store) int {
+	t.Helper()
+	records, err := s.AuditRecords(t.Context(), 0, 1000)
+	if err != nil {
+		t.Fatalf("AuditRecords: %v", err)
+	}
+	return len(records)
+}
+
+// testApprovalsAudited checks that each approval write and its audit
+// record are one transaction: a failure between them (the record's build
+// fails, or a constraint refuses the write) leaves neither.
+func testApprovalsAudited(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	ctx := t.Context()
+	at := f.now.Truncate(time.Microsecond)
+	b := testBinding()
+	builds := 0
+	build := func(kind string) func(store.AuditHead) (store.AuditRecord, error) {
+		return func(h store.AuditHead) (store.AuditRecord, error) {
+			builds++
+			return chained(store.AuditRecord{At: at, Kind: kind, Tool: b.Tool})(h)
+		}
+	}
+	errBuild := errors.New("hashing failed")
+	failing := func(store.AuditHead) (store.AuditRecord, error) { return store.AuditRecord{}, errBuild }
+	records := func(want int, after string) {
+		t.Helper()
+		if n := auditCount(t, s); n != want {
+			t.Errorf("after %s the log has %d records, want %d", after, n, want)
+		}
+	}
+
+	// A request.
+	if _, _, err := s.CreateApprovalAudited(ctx, f.approval("apr-1", b), failing); err != errBuild {
+		t.Errorf("CreateApprovalAudited with a failing build = %v, want its error as is", err)
+	}
+	if _, err := s.GetApproval(ctx, "apr-1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("after a failed audited request GetApproval = %v, want ErrNotFound", err)
+	}
+	records(0, "a failed request")
+	a, created, err := s.CreateApprovalAudited(ctx, f.approval("apr-1", b), build("approval_requested"))
+	if err != nil || !created || a.ID != "apr-1" {
+		t.Fatalf("CreateApprovalAudited = %s, created %v, %v", a.ID, created, err)
+	}
+	records(1, "a request")
+	builds = 0
+	if again, created, err := s.CreateApprovalAudited(ctx, f.approval("apr-2", b), build("approval_requested")); err != nil || created || again.ID != "apr-1" {
+		t.Errorf("CreateApprovalAudited of the identical call = %s, created %v, %v; want apr-1 found", again.ID, created, err)
+	}
+	if builds != 0 {
+		t.Errorf("finding the identical request built %d records", builds)
+	}
+	records(1, "finding the identical request")
+	dup := f.approval("apr-1", b)
+	dup.Binding.ArgumentsHash = "args-dup"
+	if _, _, err := s.CreateApprovalAudited(ctx, dup, build("approval_requested")); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("CreateApprovalAudited with a taken ID = %v, want ErrConflict", err)
+	}
+	records(1, "a request refused by the primary key")
+
+	// A decision.
+	decidedAt := f.now.Add(time.Minute)
+	if _, err := s.DecideApprovalAudited(ctx, "apr-1", store.ApprovalApproved, "bob", "fine", decidedAt, failing); err != errBuild {
+		t.Errorf("DecideApprovalAudited with a failing build = %v, want its error as is", err)
+	}
+	if st := f.status("apr-1"); st != store.ApprovalPending {
+		t.Errorf("after a failed audited decision the approval is %s, want pending", st)
+	}
+	records(1, "a failed decision")
+	if d, err := s.DecideApprovalAudited(ctx, "apr-1", store.ApprovalApproved, "bob", "fine", decidedAt, build("approval_decided")); err != nil || d.Status != store.ApprovalApproved || d.DecidedBy != "bob" {
+		t.Fatalf("DecideApprovalAudited = %+v, %v", d, err)
+	}
+	records(2, "a decision")
+	if _, err := s.DecideApprovalAudited(ctx, "apr-1", store.ApprovalDenied, "bob", "", decidedAt, build("approval_decided")); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("a second DecideApprovalAudited = %v, want ErrConflict", err)
+	}
+	if _, err := s.DecideApprovalAudited(ctx, "missing", store.ApprovalDenied, "bob", "", decidedAt, build("approval_decided")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("DecideApprovalAudited(missing) = %v, want ErrNotFound", err)
+	}
+	records(2, "refused decisions")
+
+	// A use, with the execution it starts.
+	usedAt := f.now.Add(2 * time.Minute)
+	exec := testExecution("consume/call-1", usedAt)
+	exec.ApprovalID = "apr-1"
+	if _, _, _, err := s.ConsumeApprovalAudited(ctx, "apr-1", b, usedAt, &exec, failing); err != errBuild {
+		t.Errorf("ConsumeApprovalAudited with a failing build = %v, want its error as is", err)
+	}
+	if st := f.status("apr-1"); st != store.ApprovalApproved {
+		t.Errorf("after a failed audited use the approval is %s, want approved", st)
+	}
+	if _, err := s.GetExecution(ctx, exec.IdempotencyKey); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("after a failed audited use GetExecution = %v, want ErrNotFound", err)
+	}
+	records(2, "a failed use")
+	used, started, startedExec, err := consumeAudited(s, t, "apr-1", b, usedAt, &exec, build("approval_consumed"))
+	if err != nil || !started || used.Status != store.ApprovalConsumed || startedExec.Status != store.ExecutionStarted || startedExec.ApprovalID != "apr-1" {
+		t.Fatalf("ConsumeApprovalAudited = %+v, %+v, started %v, %v", used, startedExec, started, err)
+	}
+	if got, err := s.GetExecution(ctx, exec.IdempotencyKey); err != nil || !reflect.DeepEqual(got, startedExec) {
+		t.Errorf("GetExecution = %+v, %v; want %+v", got, err, startedExec)
+	}
+	records(3, "a use")
+	if _, _, _, err := s.ConsumeApprovalAudited(ctx, "apr-1", b, usedAt, nil, build("approval_consumed")); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("a second ConsumeApprovalAudited = %v, want ErrConflict", err)
+	}
+	records(3, "a refused use")
+
+	// A key that names an execution already: nothing is used or written.
+	b2 := b
+	b2.ArgumentsHash = "args-2"
+	f.approved("apr-3", b2)
+	builds = 0
+	taken := testExecution("consume/call-1", usedAt)
+	taken.ArgumentsHash = "args-2"
+	a3, found, started, err := s.ConsumeApprovalAudited(ctx, "apr-3", b2, usedAt, &taken, build("approval_consumed"))
+	if err != nil || started || !reflect.DeepEqual(found, startedExec) || a3.ID != "" {
+		t.Errorf("ConsumeApprovalAudited with a taken key = %+v, %+v, started %v, %v; want the existing execution, not started", a3, found, started, err)
+	}
+	if st := f.status("apr-3"); st != store.ApprovalApproved {
+		t.Errorf("a use with a taken key left the approval %s, want approved", st)
+	}
+	records(3, "a use with a taken key")
+
+	// Without an execution, the use and its record.
+	if used, _, _, err := s.ConsumeApprovalAudited(ctx, "apr-3", b2, usedAt, nil, build("approval_consumed")); err != nil || used.Status != store.ApprovalConsumed {
+		t.Errorf("ConsumeApprovalAudited without an execution = %+v, %v", used, err)
+	}
+	records(4, "a use without an execution")
+}
+
+// consumeAudited calls ConsumeApprovalAudited, its results reordered for
+// the test's reading.
+func consumeAudited(s store.Store, t *testing.T, id string, b store.ApprovalBinding, now time.Time, e *store.Execution, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, bool, store.Execution, error) {
+	a, exec, started, err := s.ConsumeApprovalAudited(t.Context(), id, b, now, e, build)
+	return a, started, exec, err
+}
+
+// testConsumeApprovalAuditedRace checks that of concurrent audited uses
+// of one approval, each with its own execution, one wins: one record, one
+// execution.
+func testConsumeApprovalAuditedRace(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	b := testBinding()
+	a := f.approved("apr-1", b)
+	at := f.now.Add(2 * time.Minute)
+	before := auditCount(t, s)
+
+	const racers = 8
+	start := make(chan struct{})
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			e := testExecution(fmt.Sprintf("race/call-%d", i), at)
+			_, _, _, errs[i] = s.ConsumeApprovalAudited(t.Context(), a.ID, b, at, &e,
+				chained(store.AuditRecord{At: at.Truncate(time.Microsecond), Kind: "approval_consumed"}))
+		})
+	}
+	close(start)
+	wg.Wait()
+	won, executions := 0, 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, store.ErrConflict):
+			t.Errorf("racer %d: %v, want nil or ErrConflict", i, err)
+		}
+		if _, err := s.GetExecution(t.Context(), fmt.Sprintf("race/call-%d", i)); err == nil {
+			executions++
+		}
+	}
+	if won != 1 || executions != 1 {
+		t.Errorf("%d racers won and %d executions started, want 1 and 1", won, executions)
+	}
+	if n := auditCount(t, s) - before; n != 1 {
+		t.Errorf("%d records were appended, want 1", n)
 	}
 }

@@ -67,6 +67,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConsumeApprovalRace", testConsumeApprovalRace},
 		{"RevokeApprovals", testRevokeApprovals},
 		{"ExpireApprovals", testExpireApprovals},
+		{"ApprovalsAudited", testApprovalsAudited},
+		{"ConsumeApprovalAuditedRace", testConsumeApprovalAuditedRace},
 		{"BeginExecution", testBeginExecution},
 		{"BeginExecutionRace", testBeginExecutionRace},
 		{"MarkOutcomeUnknown", testMarkOutcomeUnknown},

@@ -1,0 +1,168 @@
+package approvals_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/approvals"
+	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
+)
+
+// faultyAudit is a real store whose audit records, while fail is set, get
+// a build that fails: in an audited approval write, the failure comes
+// between the approval's write and its record's, inside their
+// transaction.
+type faultyAudit struct {
+	store.Store
+	fail atomic.Bool
+}
+
+var errInjected = errors.New("injected: the audit record cannot be built")
+
+func (f *faultyAudit) build(build func(store.AuditHead) (store.AuditRecord, error)) func(store.AuditHead) (store.AuditRecord, error) {
+	if build == nil || !f.fail.Load() {
+		return build
+	}
+	return func(store.AuditHead) (store.AuditRecord, error) { return store.AuditRecord{}, errInjected }
+}
+
+// AppendAudit fails while fail is set, as an audit record written on its
+// own after the approval's write would.
+func (f *faultyAudit) AppendAudit(ctx context.Context, build func(store.AuditHead) (store.AuditRecord, error)) (store.AuditRecord, error) {
+	return f.Store.AppendAudit(ctx, f.build(build))
+}
+
+func (f *faultyAudit) CreateApprovalAudited(ctx context.Context, a store.Approval, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, bool, error) {
+	return f.Store.CreateApprovalAudited(ctx, a, f.build(build))
+}
+
+func (f *faultyAudit) DecideApprovalAudited(ctx context.Context, id string, to store.ApprovalStatus, by, reason string, now time.Time, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, error) {
+	return f.Store.DecideApprovalAudited(ctx, id, to, by, reason, now, f.build(build))
+}
+
+func (f *faultyAudit) ConsumeApprovalAudited(ctx context.Context, id string, b store.ApprovalBinding, now time.Time, e *store.Execution, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, store.Execution, bool, error) {
+	return f.Store.ConsumeApprovalAudited(ctx, id, b, now, e, f.build(build))
+}
+
+// TestApprovalRecordsAtomic checks, on both engines, that a request, a
+// decision and a use are each written with their audit record or not at
+// all, and that after a failure the same step succeeds when retried.
+func TestApprovalRecordsAtomic(t *testing.T) {
+	for name, open := range map[string]func(testing.TB) store.Store{"SQLite": storetest.NewSQLite, "PostgreSQL": storetest.NewPostgres} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			st := &faultyAudit{Store: open(t)}
+			e := newEnv(t, st)
+			ctx := t.Context()
+			b := binding()
+
+			// A request whose record fails is not stored.
+			st.fail.Store(true)
+			if _, err := e.svc.Request(ctx, approvals.Request{Binding: b, Tenant: alice.Tenant}); !errors.Is(err, errInjected) {
+				t.Fatalf("Request with a failing record = %v, want the injected error", err)
+			}
+			if list, err := e.st.ListApprovals(ctx, b.Principal); err != nil || len(list) != 0 {
+				t.Errorf("after a failed request the store holds %d approvals, %v", len(list), err)
+			}
+			if got := e.auditKinds(t); len(got) != 0 {
+				t.Errorf("after a failed request the log holds %v", got)
+			}
+			st.fail.Store(false)
+			a := e.request(t, b)
+			if got := e.auditKinds(t); !slices.Equal(got, []string{"approval_requested"}) {
+				t.Errorf("after the retried request the log holds %v", got)
+			}
+
+			// A decision whose record fails is not stored, and the retry
+			// is not refused as already decided.
+			st.fail.Store(true)
+			if _, err := e.svc.Decide(ctx, a.ID, alice, true, "fine"); !errors.Is(err, errInjected) {
+				t.Fatalf("Decide with a failing record = %v, want the injected error", err)
+			}
+			if got, err := e.st.GetApproval(ctx, a.ID); err != nil || got.Status != store.ApprovalPending || got.DecidedBy != "" {
+				t.Errorf("after a failed decision the approval is %+v, %v; want pending, undecided", got, err)
+			}
+			st.fail.Store(false)
+			if _, err := e.svc.Decide(ctx, a.ID, alice, true, "fine"); err != nil {
+				t.Fatalf("the retried decision: %v", err)
+			}
+			if got := e.auditKinds(t); !slices.Equal(got, []string{"approval_requested", "approval_decided"}) {
+				t.Errorf("after the retried decision the log holds %v", got)
+			}
+
+			// A use whose record fails neither uses the approval nor
+			// starts the execution, and is an error, not "not approved".
+			exec := &store.Execution{IdempotencyKey: "run-1/call-1", Principal: b.Principal, Tool: b.Tool, ArgumentsHash: b.ArgumentsHash, RunID: b.RunID}
+			entry := audit.Entry{Kind: "approval_consumed", Principal: b.Principal, Tool: b.Tool}
+			st.fail.Store(true)
+			if _, _, _, err := e.svc.Consume(ctx, b, exec, entry); !errors.Is(err, errInjected) || errors.Is(err, approvals.ErrNotApproved) {
+				t.Fatalf("Consume with a failing record = %v, want the injected error", err)
+			}
+			if got, err := e.st.GetApproval(ctx, a.ID); err != nil || got.Status != store.ApprovalApproved {
+				t.Errorf("after a failed use the approval is %s, %v; want approved", got.Status, err)
+			}
+			if _, err := e.st.GetExecution(ctx, exec.IdempotencyKey); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("after a failed use GetExecution = %v, want ErrNotFound", err)
+			}
+			st.fail.Store(false)
+			used, started, err := consumeWith(e, t, b, exec, entry)
+			if err != nil || used.Status != store.ApprovalConsumed || started.Status != store.ExecutionStarted || started.ApprovalID != a.ID {
+				t.Fatalf("the retried use = %+v, %+v, %v", used, started, err)
+			}
+			records, err := e.st.AuditRecords(ctx, 0, 10)
+			if err != nil || len(records) != 3 || records[2].Kind != "approval_consumed" || records[2].ApprovalID != a.ID {
+				t.Errorf("after the retried use the log holds %+v, %v; want the use recorded with its approval", records, err)
+			}
+		})
+	}
+}
+
+// consumeWith uses the approval of b, starting exec.
+func consumeWith(e *env, t *testing.T, b approvals.Binding, exec *store.Execution, entry audit.Entry) (approvals.Approval, store.Execution, error) {
+	used, started, ok, err := e.svc.Consume(t.Context(), b, exec, entry)
+	if err == nil && !ok {
+		err = errors.New("the execution did not start")
+	}
+	return used, started, err
+}
+
+// TestApproverTenant checks that approver groups are groups of the
+// requester's tenant: a member of a same-named group in another tenant
+// neither sees (in a list or by id) nor decides the approval.
+func TestApproverTenant(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		a := e.request(t, binding(), "grp-reviewers")
+		eve := identity.Principal{Issuer: "https://idp.example.com", Tenant: "tenant-2", ObjectID: "eve", Groups: []string{"grp-reviewers"}}
+
+		if _, err := e.svc.Get(ctx, a.ID, eve); !errors.Is(err, approvals.ErrNotFound) {
+			t.Errorf("Get by a reviewer of another tenant = %v, want ErrNotFound", err)
+		}
+		if list, err := e.svc.Pending(ctx, eve); err != nil || len(list) != 0 {
+			t.Errorf("Pending of a reviewer of another tenant = %d approvals, %v; want none", len(list), err)
+		}
+		for _, approve := range []bool{true, false} {
+			if _, err := e.svc.Decide(ctx, a.ID, eve, approve, ""); !errors.Is(err, approvals.ErrNotFound) {
+				t.Errorf("Decide(approve %v) by a reviewer of another tenant = %v, want ErrNotFound", approve, err)
+			}
+		}
+		if got, err := e.st.GetApproval(ctx, a.ID); err != nil || got.Status != store.ApprovalPending || got.Tenant != alice.Tenant {
+			t.Errorf("the approval is %+v, %v; want pending, of %s", got, err, alice.Tenant)
+		}
+
+		// A reviewer of the requester's tenant sees and decides it.
+		if list, err := e.svc.Pending(ctx, bob); err != nil || len(list) != 1 || list[0].ID != a.ID {
+			t.Errorf("Pending of bob = %v, %v; want the approval", list, err)
+		}
+		if _, err := e.svc.Decide(ctx, a.ID, bob, true, ""); err != nil {
+			t.Errorf("Decide by bob: %v", err)
+		}
+	})
+}

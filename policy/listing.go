@@ -1,0 +1,62 @@
+package policy
+
+import (
+	cedar "github.com/cedar-policy/cedar-go"
+	"github.com/cedar-policy/cedar-go/x/exp/ast"
+)
+
+// DecideListing decides whether a tool is listed to a principal (MCP
+// tools/list), where there are no arguments: Deny hides the tool, any
+// other outcome lists it. A tool is hidden only when it is denied whatever
+// the arguments of a call: by a forbid whose conditions do not read
+// context.arguments, or because a statement that does not read them fails
+// to evaluate (fail-closed, as Decide). Statements whose conditions read
+// context.arguments are left out: a forbid on an argument's value
+// (context.arguments.amount > 1000) cannot be judged without the value,
+// and evaluating it on no arguments would fail and hide a tool that a
+// call with other values may use. req.Arguments is ignored. The outcome
+// other than Deny is that of the statements left in, and says nothing of
+// a call: each call is decided by Decide with its arguments.
+func (p *Policy) DecideListing(req Request) Decision {
+	d := Decision{PolicyHash: p.hash}
+	if req.Principal.ID == "" || req.Tool.Name == "" {
+		return d.set(Deny, nil, "the request names no user or no tool")
+	}
+	// No statement of the listing set reads the arguments: any record
+	// would do.
+	return p.decide(p.listing, req, cedar.NewRecord(nil))
+}
+
+// readsArguments reports whether a condition of cp may read
+// context.arguments: an access or has-test of "arguments" on context, or
+// context used in any other way than reading another of its attributes
+// (compared as a whole, say). Scopes cannot read the context.
+func readsArguments(cp *cedar.Policy) bool {
+	reads := false
+	for _, c := range (*ast.Policy)(cp.AST()).Conditions {
+		ast.Inspect(ast.NewNode(c.Body), func(n ast.IsNode) bool {
+			switch n := n.(type) {
+			case ast.NodeTypeAccess:
+				if isContext(n.Arg) {
+					reads = reads || n.Value == "arguments"
+					return false
+				}
+			case ast.NodeTypeHas:
+				if isContext(n.Arg) {
+					reads = reads || n.Value == "arguments"
+					return false
+				}
+			case ast.NodeTypeVariable:
+				reads = reads || n.Name == "context"
+			}
+			return !reads
+		})
+	}
+	return reads
+}
+
+// isContext reports whether n is the variable context.
+func isContext(n ast.IsNode) bool {
+	v, ok := n.(ast.NodeTypeVariable)
+	return ok && v.Name == "context"
+}
