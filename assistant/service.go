@@ -138,7 +138,7 @@ func (rt *Runtime) Close(ctx context.Context, owner, id string, to store.RunStat
 	if _, err := rt.Run(ctx, owner, id); err != nil {
 		return store.Run{}, err
 	}
-	r, err := rt.st.CloseRun(ctx, id, to, mustJSON(TurnEnd{Status: TurnCancelled, Error: "The session was closed during the turn."}))
+	r, err := rt.st.CloseRun(ctx, id, to, cancelledTurnEnd("The session was closed during the turn."))
 	switch {
 	case errors.Is(err, store.ErrClosed):
 		return store.Run{}, errRunClosed
@@ -153,11 +153,19 @@ func (rt *Runtime) Delete(ctx context.Context, owner, id string) error {
 	if _, err := rt.Run(ctx, owner, id); err != nil {
 		return err
 	}
-	err := rt.st.DeleteRun(ctx, id, mustJSON(TurnEnd{Status: TurnCancelled, Error: "The session was deleted during the turn."}))
+	err := rt.st.DeleteRun(ctx, id, cancelledTurnEnd("The session was deleted during the turn."))
 	if errors.Is(err, store.ErrNotFound) {
 		return errRunNotFound
 	}
 	return err
+}
+
+// cancelledTurnEnd ends the open turn of a run closed mid-turn: the end
+// names the message the turn answered, as every turn's end does.
+func cancelledTurnEnd(why string) store.TurnEndFunc {
+	return func(turnSeq int64) json.RawMessage {
+		return mustJSON(TurnEnd{MessageSeq: turnSeq, Status: TurnCancelled, Error: why})
+	}
 }
 
 // ApprovalDecided requeues the run an approval belongs to, so that its
