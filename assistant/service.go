@@ -23,6 +23,8 @@ var (
 	errRunClosed = httpx.Errorf(http.StatusConflict, "operator_run_closed",
 		"This session is closed: it takes no more messages.")
 	errRunNotFound = httpx.Errorf(http.StatusNotFound, "not_found", "There is no such session.")
+	errKeyReused   = httpx.Errorf(http.StatusConflict, "idempotency_key_reused",
+		"This Idempotency-Key was sent with another message: send a new key for a new message.")
 )
 
 // maxTitle is the most characters of a run's title.
@@ -113,24 +115,60 @@ func (rt *Runtime) Run(ctx context.Context, owner, id string) (store.Run, error)
 	return r, err
 }
 
+// postAttempts is how many times a post whose outcome is unknown (the
+// database failed to answer) is tried, with its key, before it fails.
+const postAttempts = 3
+
 // PostMessage appends a user message to the owner's run and queues it for
-// a turn.
-func (rt *Runtime) PostMessage(ctx context.Context, owner string, sender Sender, id, content string) (store.Event, store.Run, error) {
+// a turn. key, when not empty, is the client's idempotency key: when the
+// run already holds a message posted with it, that message is returned,
+// with created false, and nothing is stored; when that message is not
+// content, the post fails with 409 idempotency_key_reused. Without a key
+// the post gets one of its own, so that a write whose outcome is unknown
+// is tried again without storing the message twice.
+func (rt *Runtime) PostMessage(ctx context.Context, owner string, sender Sender, id, content, key string) (_ store.Event, _ store.Run, created bool, _ error) {
 	if _, err := rt.Run(ctx, owner, id); err != nil {
-		return store.Event{}, store.Run{}, err
+		return store.Event{}, store.Run{}, false, err
 	}
 	e, err := rt.userMessage(content, sender)
 	if err != nil {
-		return store.Event{}, store.Run{}, err
+		return store.Event{}, store.Run{}, false, err
 	}
-	ev, r, err := rt.st.PostMessage(ctx, id, e)
+	postKey := key
+	if postKey == "" {
+		postKey = "usher:" + strings.TrimPrefix(newRunID(), "run_")
+	}
+	var ev store.Event
+	var r store.Run
+	for attempt := 1; ; attempt++ {
+		ev, r, created, err = rt.st.PostMessageOnce(ctx, id, e, postKey)
+		if err == nil || attempt == postAttempts || ctx.Err() != nil ||
+			errors.Is(err, store.ErrClosed) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) {
+			break
+		}
+		rt.log.Warn("assistant: posting a message failed; trying again with its key", "run", id, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
+	}
 	switch {
 	case errors.Is(err, store.ErrClosed):
-		return store.Event{}, store.Run{}, errRunClosed
+		return store.Event{}, store.Run{}, false, errRunClosed
 	case errors.Is(err, store.ErrNotFound):
-		return store.Event{}, store.Run{}, errRunNotFound
+		return store.Event{}, store.Run{}, false, errRunNotFound
+	case err != nil:
+		return store.Event{}, store.Run{}, false, err
+	case key == "":
+		// The post's own key: an earlier attempt stored it.
+		return ev, r, true, nil
+	case !created:
+		var stored UserMessage
+		if err := json.Unmarshal(ev.Payload, &stored); err != nil || ev.Type != EventUserMessage || stored.Content != content {
+			return store.Event{}, store.Run{}, false, errKeyReused
+		}
 	}
-	return ev, r, err
+	return ev, r, created, nil
 }
 
 // Close completes or cancels the owner's run.
