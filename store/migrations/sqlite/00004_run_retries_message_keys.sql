@@ -18,6 +18,14 @@ CREATE TABLE run_message_keys (
     PRIMARY KEY (run_id, idempotency_key)
 ) STRICT;
 
+-- A run that an older release left with a user message no turn answers,
+-- neither leased nor queued (released after a turn failed before it
+-- started, and perhaps parked Idle since), is queued for its turn.
+UPDATE runs SET status = 'InProgress', queued_at = strftime('%Y-%m-%dT%H:%M:%S', 'now') || '.000000Z'
+WHERE status IN ('InProgress', 'Idle') AND deleted_at IS NULL AND lease_owner IS NULL AND queued_at IS NULL
+  AND EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = runs.id
+    AND e.type LIKE 'message.%' AND e.type = 'message.user' AND e.seq > runs.handled_seq);
+
 -- +goose Down
 DROP TABLE run_message_keys;
 ALTER TABLE runs DROP COLUMN not_before;
