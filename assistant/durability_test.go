@@ -48,9 +48,17 @@ var errInjected = errors.New("injected database fault")
 // demand: the faults a database flap, or a bug, injects into a turn.
 type faultyStore struct {
 	store.Store
+	failClaims  atomic.Int32 // ClaimRuns calls still to fail
 	failAppends atomic.Int32 // AppendLeased calls still to fail
 	failReads   atomic.Int32 // ListMessages calls still to fail
 	panicReads  atomic.Int32 // ListMessages calls still to panic
+}
+
+func (f *faultyStore) ClaimRuns(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]store.Run, error) {
+	if f.failClaims.Add(-1) >= 0 {
+		return nil, errInjected
+	}
+	return f.Store.ClaimRuns(ctx, owner, limit, leaseFor)
 }
 
 func (f *faultyStore) AppendLeased(ctx context.Context, l store.Lease, events ...store.NewEvent) ([]store.Event, error) {
@@ -235,6 +243,18 @@ func TestFailedTurnIsRetried(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestFailedClaimIsRetried: a claim the database fails is tried again
+// soon, not at the next sweep or the next message.
+func TestFailedClaimIsRetried(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
+		f := &faultyStore{Store: st}
+		f.failClaims.Store(2)
+		openRun(t, st, "run_unclaimed", "hello")
+		newHarness(t, f, model.NewDemo(), nil)
+		waitHandled(t, st, "run_unclaimed", 1, 20*time.Second)
+	})
 }
 
 // TestFailingTurnEndsVisibly: a turn that keeps failing ends, after a

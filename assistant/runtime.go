@@ -335,6 +335,7 @@ func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
 				if ctx.Err() == nil {
 					rt.log.Error("assistant: claiming runs failed", "err", err)
 				}
+				more = true
 				next.Reset(claimRetry)
 				return
 			}
