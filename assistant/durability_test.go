@@ -447,6 +447,54 @@ func TestStoredMessageIsNeverA500(t *testing.T) {
 	})
 }
 
+// lostAnswerStore stores a message and then reports an error, once: the
+// write committed, but its answer was lost on the way back.
+type lostAnswerStore struct {
+	store.Store
+	lose atomic.Int32
+}
+
+func (s *lostAnswerStore) PostMessageOnce(ctx context.Context, runID string, e store.NewEvent, key string) (store.Event, store.Run, bool, error) {
+	ev, r, created, err := s.Store.PostMessageOnce(ctx, runID, e, key)
+	if err == nil && s.lose.Add(-1) >= 0 {
+		return store.Event{}, store.Run{}, false, errInjected
+	}
+	return ev, r, created, err
+}
+
+// TestLostPostAnswerIsRetried: a post whose write committed but whose
+// answer was lost is tried again with its key (the client's, or one of the
+// server's own), which finds the stored message: one message, answered
+// 202, not a 500 and not a second message.
+func TestLostPostAnswerIsRetried(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
+		lossy := &lostAnswerStore{Store: st}
+		h := newHarness(t, lossy, model.NewDemo(), nil)
+		code, run := h.call(t, "POST", "/runs", `{"title":"lossy"}`)
+		if code != 201 {
+			t.Fatalf("create = %d %v", code, run)
+		}
+		id := run["runId"].(string)
+		for i, key := range []string{"", "k-1"} {
+			lossy.lose.Store(1)
+			code, body := h.call(t, "POST", "/runs/"+id+"/messages", fmt.Sprintf(`{"content":"message %d"}`, i), "Idempotency-Key", key)
+			if code != 202 || body["seq"] == nil {
+				t.Fatalf("post with key %q whose answer was lost = %d %v, want 202 with the stored message", key, code, body)
+			}
+		}
+		users := 0
+		evs, _ := st.ListMessages(t.Context(), id, store.MessageQuery{Limit: 100})
+		for _, e := range evs {
+			if e.Type == EventUserMessage {
+				users++
+			}
+		}
+		if users != 2 {
+			t.Fatalf("%d user messages stored for two posts, want 2", users)
+		}
+	})
+}
+
 // TestCloseMidTurnEndsItsMessage: a run completed, cancelled or deleted
 // mid-turn ends the turn with the messageSeq of the turn's start.
 func TestCloseMidTurnEndsItsMessage(t *testing.T) {
