@@ -454,6 +454,14 @@ type lostAnswerStore struct {
 	lose atomic.Int32
 }
 
+func (s *lostAnswerStore) OpenRun(ctx context.Context, r store.Run, maxActive int, first *store.NewEvent) (store.Run, bool, error) {
+	out, created, err := s.Store.OpenRun(ctx, r, maxActive, first)
+	if err == nil && s.lose.Add(-1) >= 0 {
+		return store.Run{}, false, errInjected
+	}
+	return out, created, err
+}
+
 func (s *lostAnswerStore) PostMessageOnce(ctx context.Context, runID string, e store.NewEvent, key string) (store.Event, store.Run, bool, error) {
 	ev, r, created, err := s.Store.PostMessageOnce(ctx, runID, e, key)
 	if err == nil && s.lose.Add(-1) >= 0 {
@@ -462,17 +470,22 @@ func (s *lostAnswerStore) PostMessageOnce(ctx context.Context, runID string, e s
 	return ev, r, created, err
 }
 
-// TestLostPostAnswerIsRetried: a post whose write committed but whose
-// answer was lost is tried again with its key (the client's, or one of the
-// server's own), which finds the stored message: one message, answered
-// 202, not a 500 and not a second message.
+// TestLostPostAnswerIsRetried: a post (or a creation with an opening
+// message) whose write committed but whose answer was lost is tried again
+// with its key (the client's, or one of the server's own), which finds
+// what was stored: one run, one message each, not a 500 and not a second
+// one.
 func TestLostPostAnswerIsRetried(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		lossy := &lostAnswerStore{Store: st}
 		h := newHarness(t, lossy, model.NewDemo(), nil)
-		code, run := h.call(t, "POST", "/runs", `{"title":"lossy"}`)
+		lossy.lose.Store(1)
+		code, run := h.call(t, "POST", "/runs", `{"title":"lossy","message":"hello"}`)
 		if code != 201 {
-			t.Fatalf("create = %d %v", code, run)
+			t.Fatalf("create whose answer was lost = %d %v, want 201", code, run)
+		}
+		if runs, _ := st.ListRuns(t.Context(), testOwner.ID()); len(runs) != 1 {
+			t.Fatalf("%d runs after one create, want 1", len(runs))
 		}
 		id := run["runId"].(string)
 		for i, key := range []string{"", "k-1"} {
@@ -489,8 +502,8 @@ func TestLostPostAnswerIsRetried(t *testing.T) {
 				users++
 			}
 		}
-		if users != 2 {
-			t.Fatalf("%d user messages stored for two posts, want 2", users)
+		if users != 3 {
+			t.Fatalf("%d user messages stored for a create and two posts, want 3", users)
 		}
 	})
 }

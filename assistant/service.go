@@ -1,6 +1,7 @@
 package assistant
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -32,7 +33,9 @@ const maxTitle = 200
 
 // CreateRun opens a run for owner, with an opening message when message
 // is not empty; idempotencyKey, when not empty, makes retries return the
-// first run. created is false for such a retry.
+// first run. created is false for such a retry. Without a key the
+// creation gets one of its own, so that a write whose outcome is unknown
+// is tried again without opening a second run.
 func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, title, message, idempotencyKey string) (_ store.Run, created bool, _ error) {
 	if err := rt.checkTitle(title); err != nil {
 		return store.Run{}, false, err
@@ -48,8 +51,12 @@ func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, t
 	if title == "" && message != "" {
 		title = titleFrom(message)
 	}
-	r := store.Run{ID: newRunID(), Owner: owner, Title: title, IdempotencyKey: idempotencyKey}
-	out, created, err := rt.st.OpenRun(ctx, r, rt.o.MaxActiveRuns, first)
+	r := store.Run{ID: newRunID(), Owner: owner, Title: title, IdempotencyKey: cmp.Or(idempotencyKey, ownKey())}
+	var out store.Run
+	err := rt.retryUnknown(ctx, r.ID, func() (err error) {
+		out, created, err = rt.st.OpenRun(ctx, r, rt.o.MaxActiveRuns, first)
+		return err
+	})
 	switch {
 	case errors.Is(err, store.ErrLimit):
 		return store.Run{}, false, errTooManyActiveRuns
@@ -59,7 +66,37 @@ func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, t
 	if out.Owner != owner {
 		return store.Run{}, false, errRunNotFound
 	}
-	return out, created, nil
+	// With the creation's own key, a run found by it is the one an
+	// earlier attempt opened.
+	return out, created || idempotencyKey == "", nil
+}
+
+// ownKey is an idempotency key for a write the client sent without one.
+func ownKey() string { return "usher:" + strings.TrimPrefix(newRunID(), "run_") }
+
+// writeAttempts is how many times a write whose outcome is unknown (the
+// database failed to answer) is tried, with its idempotency key, before
+// it fails.
+const writeAttempts = 3
+
+// retryUnknown runs write, which is idempotent, until it succeeds, fails
+// for a reason that another try would not change, or has been tried
+// writeAttempts times.
+func (rt *Runtime) retryUnknown(ctx context.Context, runID string, write func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := write()
+		if err == nil || attempt == writeAttempts || ctx.Err() != nil ||
+			errors.Is(err, store.ErrClosed) || errors.Is(err, store.ErrNotFound) ||
+			errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrLimit) {
+			return err
+		}
+		rt.log.Warn("assistant: a write failed; trying again with its idempotency key", "run", runID, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
+	}
 }
 
 // titleFrom makes a title of a message's first line.
@@ -115,10 +152,6 @@ func (rt *Runtime) Run(ctx context.Context, owner, id string) (store.Run, error)
 	return r, err
 }
 
-// postAttempts is how many times a post whose outcome is unknown (the
-// database failed to answer) is tried, with its key, before it fails.
-const postAttempts = 3
-
 // PostMessage appends a user message to the owner's run and queues it for
 // a turn. key, when not empty, is the client's idempotency key: when the
 // run already holds a message posted with it, that message is returned,
@@ -134,24 +167,13 @@ func (rt *Runtime) PostMessage(ctx context.Context, owner string, sender Sender,
 	if err != nil {
 		return store.Event{}, store.Run{}, false, err
 	}
-	postKey := key
-	if postKey == "" {
-		postKey = "usher:" + strings.TrimPrefix(newRunID(), "run_")
-	}
+	postKey := cmp.Or(key, ownKey())
 	var ev store.Event
 	var r store.Run
-	for attempt := 1; ; attempt++ {
+	err = rt.retryUnknown(ctx, id, func() (err error) {
 		ev, r, created, err = rt.st.PostMessageOnce(ctx, id, e, postKey)
-		if err == nil || attempt == postAttempts || ctx.Err() != nil ||
-			errors.Is(err, store.ErrClosed) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) {
-			break
-		}
-		rt.log.Warn("assistant: posting a message failed; trying again with its key", "run", id, "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
-		}
-	}
+		return err
+	})
 	switch {
 	case errors.Is(err, store.ErrClosed):
 		return store.Event{}, store.Run{}, false, errRunClosed
