@@ -14,6 +14,36 @@
 // client. A call that needs approval pauses the run (AwaitingApproval); the
 // decision requeues it and the runner retries the exact call.
 //
+// The invariant: every user message is followed by exactly one turn that
+// answers it (one agent.turn.start and one agent.turn.end naming its
+// sequence), whatever fails. The run row says where a run stands: HandledSeq
+// is the last message answered, TurnSeq the one whose turn is open, and a
+// message after HandledSeq is work. A run with work is always either leased
+// or queued:
+//
+//   - a post appends the message and queues the run in one transaction;
+//   - a release that leaves the run InProgress with work (a turn open, a
+//     message unanswered) queues it, in the release's own statement;
+//   - a slice of work that fails (the database, the MCP server, a panic,
+//     which the worker recovers) is released queued for a retry after a
+//     backoff that doubles to a minute, and after maxFailures in a row the
+//     turn ends, visibly, as failed;
+//   - a lease that is not released (the process died) expires, and every
+//     replica's scheduler sleeps until the earliest lease expiry it knows
+//     of (Store.NextClaimAt, read after every claim and wake-up), so the
+//     run is taken over within moments of the expiry;
+//   - a run paused for an approval waits for the decision, which requeues
+//     it.
+//
+// The sweep enforces the invariant as a backstop: every SweepInterval it
+// requeues the runs that have work but are neither leased nor queued
+// (Store.RunsToResume: an open turn, or a user message after HandledSeq,
+// or an approval decided whose requeue was lost), and a run with an
+// unanswered message is never parked Idle. A message is stored once: a
+// post carries an idempotency key (the client's Idempotency-Key, or one
+// of its own that makes its retries of a write with an unknown outcome
+// safe), and a stored message is never answered with an error.
+//
 // Turn order. Each user message is answered by a turn of its own, the one
 // whose agent.turn.start names it (MessageSeq); turns answer the messages
 // one at a time, in the order they were stored, so several messages queued

@@ -119,6 +119,15 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
+// idempotencyKey reads the request's Idempotency-Key header ("" for none).
+func idempotencyKey(r *http.Request) (string, error) {
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > 200 || strings.ContainsFunc(key, isControl) {
+		return "", httpx.Errorf(http.StatusBadRequest, "invalid_idempotency_key", "The Idempotency-Key header must be at most 200 bytes of printable text.")
+	}
+	return key, nil
+}
+
 // RunView is a run as the API shows it.
 type RunView struct {
 	ID           string     `json:"runId"`
@@ -179,9 +188,9 @@ func (rt *Runtime) handleCreate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	key := r.Header.Get("Idempotency-Key")
-	if len(key) > 200 || strings.ContainsFunc(key, isControl) {
-		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_idempotency_key", "The Idempotency-Key header must be at most 200 bytes of printable text."))
+	key, err := idempotencyKey(r)
+	if err != nil {
+		rt.fail(w, r, err)
 		return
 	}
 	var message, title string
@@ -325,6 +334,11 @@ func (rt *Runtime) handlePost(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The body needs a content field."))
 		return
 	}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
 	var sub *runSub
 	if wait > 0 {
 		// Subscribe before posting: the turn may end before the post
@@ -333,18 +347,26 @@ func (rt *Runtime) handlePost(w http.ResponseWriter, r *http.Request) {
 		sub, _, leave = rt.bus.joinRun(r.PathValue("id"))
 		defer leave()
 	}
-	ev, run, err := rt.PostMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), *body.Content)
+	ev, run, _, err := rt.PostMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), *body.Content, key)
 	if err != nil {
 		rt.fail(w, r, err)
 		return
 	}
-	if wait == 0 {
+	// From here on the message is stored: whatever fails, the answer is
+	// the stored message, never an error.
+	queued := func() {
 		httpx.WriteJSON(w, http.StatusAccepted, map[string]any{"runId": run.ID, "seq": ev.Seq, "status": "queued", "run": viewRun(run)})
+	}
+	if wait == 0 {
+		queued()
 		return
 	}
 	out, err := rt.waitTurn(r.Context(), sub, owner, run.ID, ev.Seq, wait, &run)
 	if err != nil {
-		rt.fail(w, r, err)
+		if r.Context().Err() == nil {
+			rt.log.Warn("assistant: following a stored message's turn failed; answering with the message", "run", run.ID, "seq", ev.Seq, "err", err)
+		}
+		queued()
 		return
 	}
 	body2 := map[string]any{"runId": run.ID, "seq": ev.Seq, "status": out.Status, "run": viewRun(out.Run),

@@ -30,6 +30,7 @@ const (
 	DefaultIdleAfter            = 30 * time.Minute
 	DefaultMaxMessageBytes      = 64 << 10
 	DefaultHeartbeat            = 15 * time.Second
+	DefaultRetryBackoff         = time.Second
 )
 
 // DefaultSystemPrompt is the system prompt when Options.SystemPrompt is
@@ -73,9 +74,16 @@ type Options struct {
 	// Lease is how long a claim on a run lasts unless renewed (it is
 	// renewed every third of it). Default: 30 s.
 	Lease time.Duration
-	// SweepInterval is how often this process looks for expired leases,
-	// decided approvals and quiet runs. Default: 30 s.
+	// SweepInterval is how often this process looks for runs with work
+	// that nothing holds or has queued (decided approvals, unanswered
+	// messages) and for quiet runs: a backstop, since leases are taken
+	// over as they expire and every other piece of work wakes the
+	// scheduler. Default: 30 s.
 	SweepInterval time.Duration
+	// RetryBackoff is how long a run whose slice of work failed (the
+	// database, the MCP server, a panic) waits before it is tried again;
+	// it doubles with each failure in a row, up to a minute. Default: 1 s.
+	RetryBackoff time.Duration
 	// HoldIdle is how long a run's MCP session is kept after its last
 	// turn. Default: 5 min.
 	HoldIdle time.Duration
@@ -163,7 +171,7 @@ func New(opts *Options) (*Runtime, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"SweepInterval", o.SweepInterval}, {"HoldIdle", o.HoldIdle}, {"IdleAfter", o.IdleAfter}} {
+	}{{"SweepInterval", o.SweepInterval}, {"HoldIdle", o.HoldIdle}, {"IdleAfter", o.IdleAfter}, {"RetryBackoff", o.RetryBackoff}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("option %s is %s, want 0 (the default) or more", d.name, d.v))
 		}
@@ -182,6 +190,7 @@ func New(opts *Options) (*Runtime, error) {
 	setDefault(&o.HoldIdle, DefaultHoldIdle)
 	setDefault(&o.IdleAfter, DefaultIdleAfter)
 	setDefault(&o.Heartbeat, DefaultHeartbeat)
+	setDefault(&o.RetryBackoff, DefaultRetryBackoff)
 	setDefault(&o.Transport, TransportAuto)
 	if o.SystemPrompt == "" {
 		o.SystemPrompt = DefaultSystemPrompt
@@ -265,11 +274,24 @@ func (rt *Runtime) Stop() {
 	})
 }
 
+// The scheduler's timer: it fires claimSlack after the store's next claim
+// time (a lease expires, a retry's backoff ends), and never sooner than
+// minClaimGap after a claim, so that a run another replica is claiming at
+// that moment is not polled for in a loop.
+const (
+	claimSlack  = 20 * time.Millisecond
+	minClaimGap = 100 * time.Millisecond
+	// claimRetry is how soon a claim that failed is tried again.
+	claimRetry = time.Second
+)
+
 // schedule is the scheduler's loop. It claims when woken (a run was
-// queued), on every sweep (expired leases, missed wake-ups) and, when the
-// last claim may have left work behind (every slot was taken, or it
-// failed), when a turn ends and frees a slot; it never polls the queue
-// otherwise. Every run queued after a claim that left nothing behind
+// queued, here or on another replica), when the store's next claim time
+// comes (the earliest lease expiry, so that a dead replica's run is taken
+// over as its lease expires, or the end of a retry's backoff), on every
+// sweep (missed wake-ups, runs with work left) and, when the last claim
+// may have left work behind (every slot was taken), when a turn ends and
+// frees a slot. Every run queued after a claim that left nothing behind
 // wakes the scheduler, and so does a release that leaves its run queued.
 func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
 	defer close(rt.done)
@@ -279,6 +301,24 @@ func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
 	freed := make(chan struct{}, 1)
 	sweep := time.NewTicker(rt.o.SweepInterval)
 	defer sweep.Stop()
+	next := time.NewTimer(time.Hour)
+	next.Stop()
+	defer next.Stop()
+	// plan arms the timer for the store's next claim time.
+	plan := func() {
+		at, err := rt.st.NextClaimAt(ctx)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				rt.log.Error("assistant: reading the next claim time failed", "err", err)
+			}
+			next.Reset(claimRetry)
+		case at.IsZero():
+			next.Stop()
+		default:
+			next.Reset(max(at.Sub(rt.o.Now())+claimSlack, minClaimGap))
+		}
+	}
 
 	// more: the last claim may have left claimable runs behind.
 	more := false
@@ -296,6 +336,7 @@ func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
 					rt.log.Error("assistant: claiming runs failed", "err", err)
 				}
 				more = true
+				next.Reset(claimRetry)
 				return
 			}
 			for _, r := range runs {
@@ -312,6 +353,7 @@ func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
 				})
 			}
 			if len(runs) < free {
+				plan()
 				return
 			}
 		}
@@ -329,6 +371,7 @@ func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
 			if !more {
 				continue
 			}
+		case <-next.C:
 		case <-sweep.C:
 			rt.sweep(ctx)
 		}
@@ -336,9 +379,11 @@ func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
 	}
 }
 
-// sweep parks quiet runs, requeues runs whose approvals were decided
-// (should the requeue on the decision itself have been lost) and releases
-// MCP sessions held too long.
+// sweep parks quiet runs, requeues the runs that have work but are neither
+// queued nor leased (approvals decided, should the requeue on the decision
+// itself have been lost; a turn open or a user message unanswered, should
+// a worker have failed without queueing its run: the backstop of the
+// package's invariant) and releases MCP sessions held too long.
 func (rt *Runtime) sweep(ctx context.Context) {
 	if parked, err := rt.st.ParkIdleRuns(ctx, rt.o.Now().Add(-rt.o.IdleAfter)); err != nil {
 		rt.log.Error("assistant: parking idle runs failed", "err", err)
@@ -346,8 +391,8 @@ func (rt *Runtime) sweep(ctx context.Context) {
 		rt.log.Info("assistant: parked idle runs", "count", len(parked))
 	}
 	// Runs whose approvals were decided or expired go on, should the
-	// requeue on the decision have been lost, and so do open turns whose
-	// worker failed.
+	// requeue on the decision have been lost, and so do runs with an open
+	// turn or an unanswered message that nothing holds or has queued.
 	if waiting, err := rt.st.RunsToResume(ctx, 100); err != nil {
 		rt.log.Error("assistant: looking for runs to resume failed", "err", err)
 	} else {
@@ -359,6 +404,54 @@ func (rt *Runtime) sweep(ctx context.Context) {
 		r, err := rt.st.GetRun(ctx, runID)
 		return err == nil && r.Status == store.RunAwaitingApproval
 	})
+}
+
+// Retries of a slice of work that failed (the database, the MCP server, a
+// panic): the run is queued again after a backoff that doubles from
+// Options.RetryBackoff up to retryCap with each failure in a row; after
+// maxFailures in a row, the turn ends as failed, visibly, instead.
+const (
+	retryCap    = time.Minute
+	maxFailures = 8
+)
+
+// retryBackoff is the backoff after a failure that follows failures others
+// in a row.
+func (rt *Runtime) retryBackoff(failures int) time.Duration {
+	return min(rt.o.RetryBackoff<<min(failures, 16), retryCap)
+}
+
+// failedSlice is how a slice of work on r that failed with an error ends:
+// queued for a retry after a backoff or, after maxFailures in a row, with
+// its turn ended as failed (started first, if it never was), so that the
+// message gets its one answer. It reads the run again: the slice may have
+// started the turn before it failed.
+func (rt *Runtime) failedSlice(ctx context.Context, r store.Run) ending {
+	retry := ending{rel: store.Release{Retry: rt.retryBackoff(r.Failures)}}
+	if r.Failures+1 < maxFailures {
+		return retry
+	}
+	cur, err := rt.st.GetRun(ctx, r.ID)
+	if err != nil {
+		return retry
+	}
+	seq, started := cur.TurnSeq, cur.TurnSeq != 0
+	if !started {
+		if seq, err = rt.nextUserMessage(ctx, cur); err != nil {
+			return retry
+		}
+		if seq == 0 {
+			return ending{} // nothing to answer
+		}
+	}
+	rt.log.Error("assistant: a turn failed too many times in a row; ending it", "run", r.ID, "failures", r.Failures+1)
+	var end ending
+	if !started {
+		end.events = append(end.events, store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: seq}), StartsTurn: seq})
+	}
+	end.events = append(end.events, store.NewEvent{Type: EventTurnEnd, EndsTurn: true, Payload: mustJSON(TurnEnd{
+		MessageSeq: seq, Status: TurnFailed, Error: "The assistant failed to answer, again and again. Send a message to try again."})})
+	return end
 }
 
 // Subscribers reports this process's live-update subscribers: of runs'

@@ -1,6 +1,7 @@
 package assistant
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -23,6 +24,8 @@ var (
 	errRunClosed = httpx.Errorf(http.StatusConflict, "operator_run_closed",
 		"This session is closed: it takes no more messages.")
 	errRunNotFound = httpx.Errorf(http.StatusNotFound, "not_found", "There is no such session.")
+	errKeyReused   = httpx.Errorf(http.StatusConflict, "idempotency_key_reused",
+		"This Idempotency-Key was sent with another message: send a new key for a new message.")
 )
 
 // maxTitle is the most characters of a run's title.
@@ -30,7 +33,9 @@ const maxTitle = 200
 
 // CreateRun opens a run for owner, with an opening message when message
 // is not empty; idempotencyKey, when not empty, makes retries return the
-// first run. created is false for such a retry.
+// first run. created is false for such a retry. Without a key the
+// creation gets one of its own, so that a write whose outcome is unknown
+// is tried again without opening a second run.
 func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, title, message, idempotencyKey string) (_ store.Run, created bool, _ error) {
 	if err := rt.checkTitle(title); err != nil {
 		return store.Run{}, false, err
@@ -46,8 +51,12 @@ func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, t
 	if title == "" && message != "" {
 		title = titleFrom(message)
 	}
-	r := store.Run{ID: newRunID(), Owner: owner, Title: title, IdempotencyKey: idempotencyKey}
-	out, created, err := rt.st.OpenRun(ctx, r, rt.o.MaxActiveRuns, first)
+	r := store.Run{ID: newRunID(), Owner: owner, Title: title, IdempotencyKey: cmp.Or(idempotencyKey, ownKey())}
+	var out store.Run
+	err := rt.retryUnknown(ctx, r.ID, func() (err error) {
+		out, created, err = rt.st.OpenRun(ctx, r, rt.o.MaxActiveRuns, first)
+		return err
+	})
 	switch {
 	case errors.Is(err, store.ErrLimit):
 		return store.Run{}, false, errTooManyActiveRuns
@@ -57,7 +66,37 @@ func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, t
 	if out.Owner != owner {
 		return store.Run{}, false, errRunNotFound
 	}
-	return out, created, nil
+	// With the creation's own key, a run found by it is the one an
+	// earlier attempt opened.
+	return out, created || idempotencyKey == "", nil
+}
+
+// ownKey is an idempotency key for a write the client sent without one.
+func ownKey() string { return "usher:" + strings.TrimPrefix(newRunID(), "run_") }
+
+// writeAttempts is how many times a write whose outcome is unknown (the
+// database failed to answer) is tried, with its idempotency key, before
+// it fails.
+const writeAttempts = 3
+
+// retryUnknown runs write, which is idempotent, until it succeeds, fails
+// for a reason that another try would not change, or has been tried
+// writeAttempts times.
+func (rt *Runtime) retryUnknown(ctx context.Context, runID string, write func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := write()
+		if err == nil || attempt == writeAttempts || ctx.Err() != nil ||
+			errors.Is(err, store.ErrClosed) || errors.Is(err, store.ErrNotFound) ||
+			errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrLimit) {
+			return err
+		}
+		rt.log.Warn("assistant: a write failed; trying again with its idempotency key", "run", runID, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
+	}
 }
 
 // titleFrom makes a title of a message's first line.
@@ -114,23 +153,44 @@ func (rt *Runtime) Run(ctx context.Context, owner, id string) (store.Run, error)
 }
 
 // PostMessage appends a user message to the owner's run and queues it for
-// a turn.
-func (rt *Runtime) PostMessage(ctx context.Context, owner string, sender Sender, id, content string) (store.Event, store.Run, error) {
+// a turn. key, when not empty, is the client's idempotency key: when the
+// run already holds a message posted with it, that message is returned,
+// with created false, and nothing is stored; when that message is not
+// content, the post fails with 409 idempotency_key_reused. Without a key
+// the post gets one of its own, so that a write whose outcome is unknown
+// is tried again without storing the message twice.
+func (rt *Runtime) PostMessage(ctx context.Context, owner string, sender Sender, id, content, key string) (_ store.Event, _ store.Run, created bool, _ error) {
 	if _, err := rt.Run(ctx, owner, id); err != nil {
-		return store.Event{}, store.Run{}, err
+		return store.Event{}, store.Run{}, false, err
 	}
 	e, err := rt.userMessage(content, sender)
 	if err != nil {
-		return store.Event{}, store.Run{}, err
+		return store.Event{}, store.Run{}, false, err
 	}
-	ev, r, err := rt.st.PostMessage(ctx, id, e)
+	postKey := cmp.Or(key, ownKey())
+	var ev store.Event
+	var r store.Run
+	err = rt.retryUnknown(ctx, id, func() (err error) {
+		ev, r, created, err = rt.st.PostMessageOnce(ctx, id, e, postKey)
+		return err
+	})
 	switch {
 	case errors.Is(err, store.ErrClosed):
-		return store.Event{}, store.Run{}, errRunClosed
+		return store.Event{}, store.Run{}, false, errRunClosed
 	case errors.Is(err, store.ErrNotFound):
-		return store.Event{}, store.Run{}, errRunNotFound
+		return store.Event{}, store.Run{}, false, errRunNotFound
+	case err != nil:
+		return store.Event{}, store.Run{}, false, err
+	case key == "":
+		// The post's own key: an earlier attempt stored it.
+		return ev, r, true, nil
+	case !created:
+		var stored UserMessage
+		if err := json.Unmarshal(ev.Payload, &stored); err != nil || ev.Type != EventUserMessage || stored.Content != content {
+			return store.Event{}, store.Run{}, false, errKeyReused
+		}
 	}
-	return ev, r, err
+	return ev, r, created, nil
 }
 
 // Close completes or cancels the owner's run.
@@ -138,7 +198,7 @@ func (rt *Runtime) Close(ctx context.Context, owner, id string, to store.RunStat
 	if _, err := rt.Run(ctx, owner, id); err != nil {
 		return store.Run{}, err
 	}
-	r, err := rt.st.CloseRun(ctx, id, to, mustJSON(TurnEnd{Status: TurnCancelled, Error: "The session was closed during the turn."}))
+	r, err := rt.st.CloseRun(ctx, id, to, cancelledTurnEnd("The session was closed during the turn."))
 	switch {
 	case errors.Is(err, store.ErrClosed):
 		return store.Run{}, errRunClosed
@@ -153,11 +213,19 @@ func (rt *Runtime) Delete(ctx context.Context, owner, id string) error {
 	if _, err := rt.Run(ctx, owner, id); err != nil {
 		return err
 	}
-	err := rt.st.DeleteRun(ctx, id, mustJSON(TurnEnd{Status: TurnCancelled, Error: "The session was deleted during the turn."}))
+	err := rt.st.DeleteRun(ctx, id, cancelledTurnEnd("The session was deleted during the turn."))
 	if errors.Is(err, store.ErrNotFound) {
 		return errRunNotFound
 	}
 	return err
+}
+
+// cancelledTurnEnd ends the open turn of a run closed mid-turn: the end
+// names the message the turn answered, as every turn's end does.
+func cancelledTurnEnd(why string) store.TurnEndFunc {
+	return func(turnSeq int64) json.RawMessage {
+		return mustJSON(TurnEnd{MessageSeq: turnSeq, Status: TurnCancelled, Error: why})
+	}
 }
 
 // ApprovalDecided requeues the run an approval belongs to, so that its

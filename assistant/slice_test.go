@@ -108,7 +108,7 @@ func startRuntime(t *testing.T, st store.Store, ms *modeltest.Server, tools *cou
 // say posts a message and waits for the turn that answers it to end.
 func say(t *testing.T, rt *Runtime, runID, text string) TurnOutcome {
 	t.Helper()
-	e, _, err := rt.PostMessage(t.Context(), "owner", Sender{}, runID, text)
+	e, _, _, err := rt.PostMessage(t.Context(), "owner", Sender{}, runID, text, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,14 +285,14 @@ func TestMessageDuringATurn(t *testing.T) {
 		ms.Reply("reply to second")
 		release := ms.Hold()
 		defer release()
-		first, _, err := rt.PostMessage(ctx, "owner", Sender{}, runID, "first question")
+		first, _, _, err := rt.PostMessage(ctx, "owner", Sender{}, runID, "first question", "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := ms.WaitHeld(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
-		second, _, err := rt.PostMessage(ctx, "owner", Sender{}, runID, "second question")
+		second, _, _, err := rt.PostMessage(ctx, "owner", Sender{}, runID, "second question", "")
 		if err != nil {
 			t.Fatal(err)
 		}

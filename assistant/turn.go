@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -77,8 +78,23 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 	}()
 	defer func() { cancel(nil); <-renewed }()
 
-	end, err := t.work(ctx)
-	if t.sess != nil {
+	// A panic fails the slice like any error: the run is retried, or its
+	// turn ends visibly, and the process goes on.
+	panicked := false
+	end, err := func() (_ ending, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				panicked = true
+				rt.log.Error("assistant: a turn panicked", "run", r.ID, "panic", p, "stack", string(debug.Stack()))
+				err = fmt.Errorf("assistant: the turn panicked: %v", p)
+			}
+		}()
+		return t.work(ctx)
+	}()
+	switch {
+	case t.sess != nil && panicked:
+		rt.holder.drop(t.sess)
+	case t.sess != nil:
 		rt.holder.release(t.sess, err == nil && end.rel.Status == store.RunAwaitingApproval)
 	}
 	switch {
@@ -97,10 +113,12 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 		}
 		return
 	case err != nil:
-		// The run is released with its turn open, and the sweep resumes
-		// it.
-		rt.log.Error("assistant: a turn failed", "run", r.ID, "err", err)
-		end = ending{}
+		// The run is queued for a retry after a backoff, or, when it
+		// failed too often in a row, its turn ends as failed.
+		rt.log.Error("assistant: a turn failed", "run", r.ID, "failures", r.Failures+1, "err", err)
+		failCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer done()
+		end = rt.failedSlice(failCtx, r)
 	}
 	releaseCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer done()
@@ -109,10 +127,12 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 	case errors.Is(err, store.ErrConflict):
 		rt.log.Info("assistant: a turn stopped: its run was taken over or closed", "run", r.ID)
 	case err != nil && len(end.events) > 0:
-		// Release the run all the same, its turn open: the sweep resumes
-		// it.
+		// Release the run all the same, queued for a retry of the slice
+		// after a backoff. Should this fail too, the lease expires and
+		// the run is taken over.
 		rt.log.Error("assistant: ending a turn failed", "run", r.ID, "err", err)
-		if _, _, err := rt.st.EndLease(releaseCtx, t.currentLease(), store.Release{}); err != nil && !errors.Is(err, store.ErrConflict) {
+		retry := store.Release{Retry: rt.retryBackoff(r.Failures)}
+		if _, _, err := rt.st.EndLease(releaseCtx, t.currentLease(), retry); err != nil && !errors.Is(err, store.ErrConflict) {
 			rt.log.Error("assistant: releasing a run failed", "run", r.ID, "err", err)
 		}
 	case err != nil:

@@ -42,3 +42,34 @@ func AppendAuditAfter(ctx context.Context, s Store, stmt string, args []any, bui
 	}
 	return r, nil
 }
+
+// MigrateTo applies the migrations up to version and no further: the
+// schema of an older release.
+func MigrateTo(ctx context.Context, s Store, version int64) error {
+	switch s := s.(type) {
+	case *sqliteStore:
+		if err := s.createMigrationTable(ctx); err != nil {
+			return err
+		}
+		_, err := s.migrator.UpTo(ctx, version)
+		return err
+	case *postgresStore:
+		_, err := s.migrator.UpTo(ctx, version)
+		return err
+	}
+	return nil
+}
+
+// ExecRaw runs a statement on the store's database, past the store: the
+// rows an older release wrote.
+func ExecRaw(ctx context.Context, s Store, query string, args ...any) error {
+	switch s := s.(type) {
+	case *sqliteStore:
+		_, err := s.write.ExecContext(ctx, query, args...)
+		return err
+	case *postgresStore:
+		_, err := s.pool.Exec(ctx, query, args...)
+		return err
+	}
+	return nil
+}

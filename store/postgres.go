@@ -310,12 +310,12 @@ func (s *postgresStore) SigningKeys(ctx context.Context, purpose string, now tim
 // scanPostgresRun reads one row of runColumns.
 func scanPostgresRun(row pgx.Row) (Run, error) {
 	var r Run
-	var queuedAt, leaseExpiresAt, completedAt, deletedAt *time.Time
+	var queuedAt, leaseExpiresAt, completedAt, deletedAt, notBefore *time.Time
 	err := row.Scan(&r.ID, &r.Owner, &r.Title, &r.Status, &r.IdempotencyKey,
 		&r.LastSeq, &r.MessageCount, &r.Preview,
 		&queuedAt, &r.LeaseOwner, &leaseExpiresAt, &r.FencingToken,
 		&r.CreatedAt, &r.UpdatedAt, &r.LastActivityAt, &completedAt, &deletedAt,
-		&r.TurnSeq, &r.HandledSeq)
+		&r.TurnSeq, &r.HandledSeq, &r.Failures, &notBefore)
 	if err != nil {
 		return Run{}, err
 	}
@@ -323,6 +323,7 @@ func scanPostgresRun(row pgx.Row) (Run, error) {
 	r.LeaseExpiresAt = pgTimeOrZero(leaseExpiresAt)
 	r.CompletedAt = pgTimeOrZero(completedAt)
 	r.DeletedAt = pgTimeOrZero(deletedAt)
+	r.NotBefore = pgTimeOrZero(notBefore)
 	r.CreatedAt, r.UpdatedAt, r.LastActivityAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.LastActivityAt.UTC()
 	return r, nil
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -36,11 +35,13 @@ WHERE owner = $1 AND status IN ('InProgress', 'AwaitingApproval') AND deleted_at
 	// statement.
 	pgClaimRuns = `
 WITH claimed AS (
-	UPDATE runs SET lease_owner = $1, lease_expires_at = $2, fencing_token = fencing_token + 1, queued_at = NULL
+	UPDATE runs SET lease_owner = $1, lease_expires_at = $2, fencing_token = fencing_token + 1,
+		queued_at = NULL, not_before = NULL
 	WHERE id IN (
 		SELECT id FROM runs
 		WHERE status = 'InProgress' AND deleted_at IS NULL
-		  AND ((queued_at IS NOT NULL AND lease_owner IS NULL) OR lease_expires_at < $3)
+		  AND ((queued_at IS NOT NULL AND lease_owner IS NULL AND (not_before IS NULL OR not_before <= $3))
+		    OR lease_expires_at < $3)
 		ORDER BY coalesce(queued_at, lease_expires_at)
 		LIMIT $4
 		FOR UPDATE SKIP LOCKED)
@@ -72,16 +73,35 @@ RETURNING ` + runColumns
 UPDATE runs SET status = 'Idle', updated_at = $2
 WHERE status = 'InProgress' AND deleted_at IS NULL AND lease_owner IS NULL
   AND queued_at IS NULL AND turn_seq = 0 AND last_activity_at < $1
+  AND NOT ` + pgUnanswered + `
 RETURNING ` + runColumns
 
 	pgRunsToResume = `
-SELECT ` + runColumns + ` FROM runs r
+SELECT ` + runColumns + ` FROM runs
 WHERE deleted_at IS NULL AND (
 	(status = 'AwaitingApproval'
-	  AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = r.id AND a.status = 'pending'))
-	OR (status = 'InProgress' AND turn_seq <> 0 AND lease_owner IS NULL AND queued_at IS NULL))
+	  AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.id AND a.status = 'pending'))
+	OR (status = 'InProgress' AND lease_owner IS NULL AND queued_at IS NULL
+	  AND (turn_seq <> 0 OR ` + pgUnanswered + `)))
 ORDER BY updated_at
 LIMIT $1`
+
+	// pgUnanswered: the run row has a user message after its HandledSeq.
+	pgUnanswered = `EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = runs.id
+	AND e.type LIKE 'message.%' AND e.type = 'message.user' AND e.seq > runs.handled_seq)`
+
+	// pgNextClaim finds the earliest lease expiry of an InProgress run,
+	// and the earliest time a queued, unleased one may be claimed.
+	pgNextClaim = `
+SELECT
+	(SELECT min(lease_expires_at) FROM runs
+	 WHERE lease_expires_at IS NOT NULL AND status = 'InProgress' AND deleted_at IS NULL),
+	(SELECT min(coalesce(not_before, queued_at)) FROM runs
+	 WHERE queued_at IS NOT NULL AND lease_owner IS NULL AND status = 'InProgress' AND deleted_at IS NULL)`
+
+	pgMessageByKey = `
+SELECT ` + eventColumns + ` FROM run_events
+WHERE run_id = $1 AND seq = (SELECT seq FROM run_message_keys WHERE run_id = $1 AND idempotency_key = $2)`
 
 	pgFirstMessages = `
 SELECT ` + eventColumns + ` FROM run_events
@@ -95,14 +115,19 @@ WHERE run_id = $1 AND type LIKE 'message.%' AND seq > $2 AND seq < $3
 ORDER BY seq DESC
 LIMIT $4`
 
+	// pgTurnAfter and pgHandledAfter are the run's open turn and handled
+	// message once pgAdvance has run, as expressions of the row before.
+	pgTurnAfter    = `CASE WHEN $6::bigint < 0 THEN turn_seq ELSE $6::bigint END`
+	pgHandledAfter = `CASE $7::integer WHEN 1 THEN turn_seq WHEN 2 THEN $8::bigint ELSE handled_seq END`
+
 	// pgAdvance is the SET list that advances a run for a batch of $3
 	// events, $4 of them messages; $5 to $8 are the rest of its appendPlan.
 	pgAdvance = `last_seq = last_seq + $3::integer,
 	last_activity_at = CASE WHEN $3::integer > 0 THEN $2::timestamptz ELSE last_activity_at END,
 	message_count = message_count + $4::integer,
 	preview = CASE WHEN $5::text = '' THEN preview ELSE $5::text END,
-	turn_seq = CASE WHEN $6::bigint < 0 THEN turn_seq ELSE $6::bigint END,
-	handled_seq = CASE $7::integer WHEN 1 THEN turn_seq WHEN 2 THEN $8::bigint ELSE handled_seq END`
+	turn_seq = ` + pgTurnAfter + `,
+	handled_seq = ` + pgHandledAfter
 
 	// pgInsertBatch follows a CTE adv, the advanced run row: it inserts
 	// the events whose types and payloads are the arrays $9 and $10 at the
@@ -132,14 +157,20 @@ SELECT ` + runColumns + ` FROM adv CROSS JOIN (SELECT count(*) FROM sent) AS sen
 
 	// pgPostMessage appends a user message to a run that is neither
 	// deleted nor terminal and queues it for a turn (waking it when Idle),
-	// in one statement.
+	// and records its idempotency key $11 (unless empty), in one
+	// statement. Concurrent posts with one key each pass the key check;
+	// the key's primary key refuses all but the first.
 	pgPostMessage = `
 WITH adv AS (
 	UPDATE runs SET ` + pgAdvance + `, updated_at = $2::timestamptz,
 		status = CASE WHEN status = 'Idle' THEN 'InProgress' ELSE status END,
 		queued_at = coalesce(queued_at, $2::timestamptz)
 	WHERE id = $1 AND deleted_at IS NULL AND status NOT IN ('Completed', 'Failed', 'Cancelled')
+	  AND NOT EXISTS (SELECT 1 FROM run_message_keys WHERE run_id = $1 AND idempotency_key = $11::text)
 	RETURNING *)` + pgInsertBatch + `,
+keyed AS (
+	INSERT INTO run_message_keys (run_id, idempotency_key, seq, created_at)
+	SELECT id, $11::text, last_seq, $2::timestamptz FROM adv WHERE $11::text <> ''),
 queued AS (
 	SELECT pg_notify('usher_queue.' || current_schema(), id) FROM adv)
 SELECT ` + runColumns + ` FROM adv
@@ -148,7 +179,11 @@ SELECT ` + runColumns + ` FROM adv
 	// pgAppendLeased is every write of a lease's holder, in one statement
 	// fenced by the lease ($11 owner, $12 fencing token): it appends a
 	// batch of events (possibly none) and, with $13, ends the lease,
-	// moving the run to the status $14 and, with $15, queueing it.
+	// moving the run to the status $14 and, with $15 or when the run is
+	// left InProgress with work (an open turn, or a user message after the
+	// one it handled), queueing it. $16, when not NULL, is the retry's
+	// not-before time, which counts a failure; a release without resets
+	// the count.
 	pgAppendLeased = `
 WITH adv AS (
 	UPDATE runs SET ` + pgAdvance + `,
@@ -157,7 +192,12 @@ WITH adv AS (
 		lease_owner = CASE WHEN $13::boolean THEN NULL ELSE lease_owner END,
 		lease_expires_at = CASE WHEN $13::boolean THEN NULL ELSE lease_expires_at END,
 		status = CASE WHEN $13::boolean THEN $14::text ELSE status END,
-		queued_at = CASE WHEN $15::boolean THEN coalesce(queued_at, $2::timestamptz) ELSE queued_at END
+		queued_at = CASE WHEN $15::boolean OR ($13::boolean AND $14::text = 'InProgress'
+				AND (` + pgTurnAfter + ` <> 0 OR EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = runs.id
+					AND e.type LIKE 'message.%' AND e.type = 'message.user' AND e.seq > ` + pgHandledAfter + `)))
+			THEN coalesce(queued_at, $2::timestamptz) ELSE queued_at END,
+		failures = CASE WHEN NOT $13::boolean THEN failures WHEN $16::timestamptz IS NULL THEN 0 ELSE failures + 1 END,
+		not_before = CASE WHEN $13::boolean THEN $16::timestamptz ELSE not_before END
 	WHERE id = $1 AND lease_owner = $11::text AND fencing_token = $12::bigint
 	RETURNING *)` + pgInsertBatch + `,
 released AS (
@@ -268,25 +308,63 @@ func (s *postgresStore) OpenRun(ctx context.Context, r Run, maxActive int, first
 }
 
 func (s *postgresStore) PostMessage(ctx context.Context, runID string, e NewEvent) (Event, Run, error) {
+	ev, r, _, err := s.PostMessageOnce(ctx, runID, e, "")
+	return ev, r, err
+}
+
+func (s *postgresStore) PostMessageOnce(ctx context.Context, runID string, e NewEvent, key string) (Event, Run, bool, error) {
 	events, err := prepareEvents([]NewEvent{e})
 	if err != nil {
-		return Event{}, Run{}, err
+		return Event{}, Run{}, false, err
 	}
-	now := storedTime(s.now())
 	p := planAppend(events)
-	out, err := scanPostgresRun(s.pool.QueryRow(ctx, pgPostMessage, appendArgs(runID, now, p)...))
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Missing, deleted or closed: which one?
-		r, err := s.GetRun(ctx, runID)
-		if err == nil {
-			err = cmp.Or(closedError(r), ErrConflict)
+	// A concurrent post with the same key that committed first makes
+	// this one fail on the key; the second attempt finds its message.
+	for attempt := 0; ; attempt++ {
+		now := storedTime(s.now())
+		out, err := scanPostgresRun(s.pool.QueryRow(ctx, pgPostMessage, append(appendArgs(runID, now, p), key)...))
+		switch {
+		case err == nil:
+			return p.appended(runID, out.LastSeq, now)[0], out, true, nil
+		case errors.Is(err, pgx.ErrNoRows):
+			return s.postedOrRefused(ctx, runID, key)
 		}
-		return Event{}, Run{}, err
+		if err = pgError(err); key == "" || attempt > 0 || !errors.Is(err, ErrConflict) {
+			return Event{}, Run{}, false, err
+		}
 	}
+}
+
+// postedOrRefused explains why a post wrote nothing: its key names a
+// message already stored (returned), or the run is missing, deleted or
+// closed.
+func (s *postgresStore) postedOrRefused(ctx context.Context, runID, key string) (Event, Run, bool, error) {
+	r, err := s.GetRun(ctx, runID)
 	if err != nil {
-		return Event{}, Run{}, pgError(err)
+		return Event{}, Run{}, false, err
 	}
-	return p.appended(runID, out.LastSeq, now)[0], out, nil
+	if key != "" {
+		rows, err := s.pool.Query(ctx, pgMessageByKey, runID, key)
+		if err != nil {
+			return Event{}, Run{}, false, pgError(err)
+		}
+		found, err := pgx.CollectRows(rows, scanPostgresEvent)
+		if err != nil {
+			return Event{}, Run{}, false, pgError(err)
+		}
+		if len(found) == 1 {
+			return found[0], r, false, nil
+		}
+	}
+	return Event{}, Run{}, false, cmp.Or(closedError(r), ErrConflict)
+}
+
+func (s *postgresStore) NextClaimAt(ctx context.Context) (time.Time, error) {
+	var lease, queued *time.Time
+	if err := s.pool.QueryRow(ctx, pgNextClaim).Scan(&lease, &queued); err != nil {
+		return time.Time{}, pgError(err)
+	}
+	return earliest(pgTimeOrZero(lease), pgTimeOrZero(queued)), nil
 }
 
 func (s *postgresStore) ClaimRuns(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Run, error) {
@@ -360,11 +438,15 @@ func (s *postgresStore) appendLeased(ctx context.Context, l Lease, events []prep
 	now := storedTime(s.now())
 	p := planAppend(events)
 	var release, requeue bool
+	var notBefore *time.Time
 	to := RunInProgress
 	if rel != nil {
 		release, requeue, to = true, rel.Requeue, rel.Status
+		if rel.Retry > 0 {
+			notBefore = pgNullTime(now.Add(rel.Retry))
+		}
 	}
-	args := append(appendArgs(l.RunID, now, p), l.Owner, l.Token, release, string(to), requeue)
+	args := append(appendArgs(l.RunID, now, p), l.Owner, l.Token, release, string(to), requeue, notBefore)
 	out, err := scanPostgresRun(s.pool.QueryRow(ctx, pgAppendLeased, args...))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, Run{}, s.missingOrConflict(ctx, l.RunID)
@@ -404,9 +486,9 @@ func (s *postgresStore) RequeueRun(ctx context.Context, runID string) (Run, erro
 }
 
 // closeRunTx ends the run r, locked by the caller, with status to.
-func (s *postgresStore) closeRunTx(ctx context.Context, tx pgx.Tx, r Run, to RunStatus, deleted bool, turnEnd json.RawMessage) (Run, error) {
+func (s *postgresStore) closeRunTx(ctx context.Context, tx pgx.Tx, r Run, to RunStatus, deleted bool, turnEnd TurnEndFunc) (Run, error) {
 	if r.TurnSeq != 0 {
-		end, err := prepareEvents([]NewEvent{{Type: EventTurnEnd, Payload: turnEnd, EndsTurn: true}})
+		end, err := prepareEvents([]NewEvent{{Type: EventTurnEnd, Payload: turnEndPayload(turnEnd, r), EndsTurn: true}})
 		if err != nil {
 			return Run{}, err
 		}
@@ -422,7 +504,7 @@ func (s *postgresStore) closeRunTx(ctx context.Context, tx pgx.Tx, r Run, to Run
 	return scanPostgresRun(tx.QueryRow(ctx, pgCloseRun, r.ID, to, now, deletedAt))
 }
 
-func (s *postgresStore) CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd json.RawMessage) (Run, error) {
+func (s *postgresStore) CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd TurnEndFunc) (Run, error) {
 	if !to.Terminal() {
 		return Run{}, invalid(fmt.Errorf("run status %q is not terminal", to))
 	}
@@ -445,7 +527,7 @@ func (s *postgresStore) CloseRun(ctx context.Context, runID string, to RunStatus
 	return out, nil
 }
 
-func (s *postgresStore) DeleteRun(ctx context.Context, runID string, turnEnd json.RawMessage) error {
+func (s *postgresStore) DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		r, err := scanPostgresRun(tx.QueryRow(ctx, pgLockRun, runID))
 		switch {

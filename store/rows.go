@@ -29,7 +29,7 @@ const runColumns = `id, owner, title, status, coalesce(idempotency_key, ''),
 	last_seq, message_count, preview,
 	queued_at, coalesce(lease_owner, ''), lease_expires_at, fencing_token,
 	created_at, updated_at, last_activity_at, completed_at, deleted_at,
-	turn_seq, handled_seq`
+	turn_seq, handled_seq, failures, not_before`
 
 // signingKeyColumns is the column list of a SigningKey, in field order.
 const signingKeyColumns = `id, purpose, generation, algorithm, public_key, private_key,

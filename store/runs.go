@@ -17,7 +17,15 @@ const (
 	// MessageEventPrefix starts the type of every conversation message
 	// (user, assistant, tool result): ListMessages returns those events.
 	MessageEventPrefix = "message."
+	// EventUserMessage is a user's message: a run with one after its
+	// HandledSeq has work, which a release queues and RunsToResume finds.
+	EventUserMessage = MessageEventPrefix + "user"
 )
+
+// TurnEndFunc returns the payload of the agent.turn.end event that ends the
+// open turn answering the user message turnSeq, when CloseRun or DeleteRun
+// ends a run mid-turn.
+type TurnEndFunc func(turnSeq int64) json.RawMessage
 
 // NewEvent is an event to append to a run's log; the store assigns its
 // sequence and time.
@@ -181,6 +189,11 @@ type Release struct {
 	// lease ends: for a turn that yields, or a user message that arrived
 	// before the claim and waits for its own turn. Only with InProgress.
 	Requeue bool
+	// Retry, when positive, queues the run for a retry of a slice that
+	// failed, claimable no sooner than Retry from now, and counts the
+	// failure in Run.Failures; any other release resets the count. Only
+	// with InProgress.
+	Retry time.Duration
 }
 
 // checkRelease validates r and returns it with its status filled in.
@@ -190,11 +203,17 @@ func checkRelease(r Release) (Release, error) {
 		r.Status = RunInProgress
 	case RunInProgress:
 	case RunAwaitingApproval:
-		if r.Requeue {
+		if r.Requeue || r.Retry > 0 {
 			return Release{}, invalid(errors.New("a run released to AwaitingApproval cannot be requeued"))
 		}
 	default:
 		return Release{}, invalid(fmt.Errorf("a released run goes to InProgress or AwaitingApproval, not %q", r.Status))
+	}
+	if r.Retry < 0 {
+		return Release{}, invalid(fmt.Errorf("a release's retry backoff is %s", r.Retry))
+	}
+	if r.Retry > 0 {
+		r.Requeue = true
 	}
 	return r, nil
 }
@@ -250,6 +269,22 @@ func beforeOrMax(before int64) int64 {
 		return 1<<63 - 1
 	}
 	return before
+}
+
+// turnEndPayload is turnEnd's payload for the open turn of r, or nil.
+func turnEndPayload(turnEnd TurnEndFunc, r Run) json.RawMessage {
+	if turnEnd == nil {
+		return nil
+	}
+	return turnEnd(r.TurnSeq)
+}
+
+// earliest is the earlier of two times, ignoring zero ones.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 // closedError is ErrNotFound for a deleted run, ErrClosed for one in a

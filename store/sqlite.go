@@ -442,13 +442,13 @@ func (s *sqliteStore) signingKeys(ctx context.Context, purpose string, now time.
 func scanSQLiteRun(row interface{ Scan(...any) error }) (Run, error) {
 	var r Run
 	var status string
-	var queuedAt, leaseExpiresAt, completedAt, deletedAt sql.NullString
+	var queuedAt, leaseExpiresAt, completedAt, deletedAt, notBefore sql.NullString
 	var createdAt, updatedAt, lastActivityAt string
 	err := row.Scan(&r.ID, &r.Owner, &r.Title, &status, &r.IdempotencyKey,
 		&r.LastSeq, &r.MessageCount, &r.Preview,
 		&queuedAt, &r.LeaseOwner, &leaseExpiresAt, &r.FencingToken,
 		&createdAt, &updatedAt, &lastActivityAt, &completedAt, &deletedAt,
-		&r.TurnSeq, &r.HandledSeq)
+		&r.TurnSeq, &r.HandledSeq, &r.Failures, &notBefore)
 	if err != nil {
 		return Run{}, err
 	}
@@ -461,6 +461,7 @@ func scanSQLiteRun(row interface{ Scan(...any) error }) (Run, error) {
 	r.LastActivityAt = tp.parse(lastActivityAt)
 	r.CompletedAt = tp.parseNull(completedAt)
 	r.DeletedAt = tp.parseNull(deletedAt)
+	r.NotBefore = tp.parseNull(notBefore)
 	return r, tp.err
 }
 

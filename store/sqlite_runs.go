@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -25,12 +24,14 @@ WHERE owner = ? AND status IN ('InProgress', 'AwaitingApproval') AND deleted_at 
 	sqliteClaimable = `
 SELECT id FROM runs
 WHERE status = 'InProgress' AND deleted_at IS NULL
-  AND ((queued_at IS NOT NULL AND lease_owner IS NULL) OR lease_expires_at < ?1)
+  AND ((queued_at IS NOT NULL AND lease_owner IS NULL AND (not_before IS NULL OR not_before <= ?1))
+    OR lease_expires_at < ?1)
 ORDER BY coalesce(queued_at, lease_expires_at)
 LIMIT ?2`
 
 	sqliteClaimRun = `
-UPDATE runs SET lease_owner = ?2, lease_expires_at = ?3, fencing_token = fencing_token + 1, queued_at = NULL
+UPDATE runs SET lease_owner = ?2, lease_expires_at = ?3, fencing_token = fencing_token + 1,
+	queued_at = NULL, not_before = NULL
 WHERE id = ?1
 RETURNING ` + runColumns
 
@@ -56,16 +57,38 @@ RETURNING ` + runColumns
 UPDATE runs SET status = 'Idle', updated_at = ?2
 WHERE status = 'InProgress' AND deleted_at IS NULL AND lease_owner IS NULL
   AND queued_at IS NULL AND turn_seq = 0 AND last_activity_at < ?1
+  AND NOT ` + sqliteUnanswered + `
 RETURNING ` + runColumns
 
 	sqliteRunsToResume = `
-SELECT ` + runColumns + ` FROM runs r
+SELECT ` + runColumns + ` FROM runs
 WHERE deleted_at IS NULL AND (
 	(status = 'AwaitingApproval'
-	  AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = r.id AND a.status = 'pending'))
-	OR (status = 'InProgress' AND turn_seq <> 0 AND lease_owner IS NULL AND queued_at IS NULL))
+	  AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.id AND a.status = 'pending'))
+	OR (status = 'InProgress' AND lease_owner IS NULL AND queued_at IS NULL
+	  AND (turn_seq <> 0 OR ` + sqliteUnanswered + `)))
 ORDER BY updated_at
 LIMIT ?`
+
+	// sqliteUnanswered: the run row has a user message after its
+	// HandledSeq.
+	sqliteUnanswered = `EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = runs.id
+	AND e.type LIKE 'message.%' AND e.type = 'message.user' AND e.seq > runs.handled_seq)`
+
+	// sqliteNextClaim finds the earliest lease expiry of an InProgress
+	// run, and the earliest time a queued, unleased one may be claimed.
+	sqliteNextClaim = `
+SELECT
+	(SELECT min(lease_expires_at) FROM runs
+	 WHERE lease_expires_at IS NOT NULL AND status = 'InProgress' AND deleted_at IS NULL),
+	(SELECT min(coalesce(not_before, queued_at)) FROM runs
+	 WHERE queued_at IS NOT NULL AND lease_owner IS NULL AND status = 'InProgress' AND deleted_at IS NULL)`
+
+	sqliteMessageKey = `SELECT seq FROM run_message_keys WHERE run_id = ? AND idempotency_key = ?`
+
+	sqliteInsertMessageKey = `INSERT INTO run_message_keys (run_id, idempotency_key, seq, created_at) VALUES (?, ?, ?, ?)`
+
+	sqliteEventAt = `SELECT ` + eventColumns + ` FROM run_events WHERE run_id = ? AND seq = ?`
 
 	sqliteFirstMessages = `
 SELECT ` + eventColumns + ` FROM run_events
@@ -79,6 +102,12 @@ WHERE run_id = ?1 AND type LIKE 'message.%' AND seq > ?2 AND seq < ?3
 ORDER BY seq DESC
 LIMIT ?4`
 
+	// sqliteTurnAfter and sqliteHandledAfter are the run's open turn and
+	// handled message once sqliteAdvance has run, as expressions of the
+	// row before.
+	sqliteTurnAfter    = `CASE WHEN ?6 < 0 THEN turn_seq ELSE ?6 END`
+	sqliteHandledAfter = `CASE ?7 WHEN 1 THEN turn_seq WHEN 2 THEN ?8 ELSE handled_seq END`
+
 	// sqliteAdvance is the SET list that advances a run for a batch of ?3
 	// events, ?4 of them messages; ?5 to ?8 are the rest of its
 	// appendPlan.
@@ -86,8 +115,8 @@ LIMIT ?4`
 	last_activity_at = CASE WHEN ?3 > 0 THEN ?2 ELSE last_activity_at END,
 	message_count = message_count + ?4,
 	preview = CASE WHEN ?5 = '' THEN preview ELSE ?5 END,
-	turn_seq = CASE WHEN ?6 < 0 THEN turn_seq ELSE ?6 END,
-	handled_seq = CASE ?7 WHEN 1 THEN turn_seq WHEN 2 THEN ?8 ELSE handled_seq END`
+	turn_seq = ` + sqliteTurnAfter + `,
+	handled_seq = ` + sqliteHandledAfter
 
 	// sqliteAppend advances a run for a batch of events.
 	sqliteAppend = `
@@ -108,15 +137,23 @@ RETURNING ` + runColumns
 	// sqliteAppendLeased is every write of a lease's holder to the run
 	// row, fenced by the lease (?9 owner, ?10 fencing token): it advances
 	// the run for a batch of events (possibly none) and, with ?11, ends
-	// the lease, moving the run to the status ?12 and, with ?13, queueing
-	// it.
+	// the lease, moving the run to the status ?12 and, with ?13 or when
+	// the run is left InProgress with work (an open turn, or a user
+	// message after the one it handled), queueing it. ?14, when not NULL,
+	// is the retry's not-before time, which counts a failure; a release
+	// without resets the count.
 	sqliteAppendLeased = `
 UPDATE runs SET ` + sqliteAdvance + `,
 	updated_at = CASE WHEN ?3 > 0 OR (?11 AND status <> ?12) THEN ?2 ELSE updated_at END,
 	lease_owner = CASE WHEN ?11 THEN NULL ELSE lease_owner END,
 	lease_expires_at = CASE WHEN ?11 THEN NULL ELSE lease_expires_at END,
 	status = CASE WHEN ?11 THEN ?12 ELSE status END,
-	queued_at = CASE WHEN ?13 THEN coalesce(queued_at, ?2) ELSE queued_at END
+	queued_at = CASE WHEN ?13 OR (?11 AND ?12 = 'InProgress'
+			AND (` + sqliteTurnAfter + ` <> 0 OR EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = runs.id
+				AND e.type LIKE 'message.%' AND e.type = 'message.user' AND e.seq > ` + sqliteHandledAfter + `)))
+		THEN coalesce(queued_at, ?2) ELSE queued_at END,
+	failures = CASE WHEN NOT ?11 THEN failures WHEN ?14 IS NULL THEN 0 ELSE failures + 1 END,
+	not_before = CASE WHEN ?11 THEN ?14 ELSE not_before END
 WHERE id = ?1 AND lease_owner = ?9 AND fencing_token = ?10
 RETURNING ` + runColumns
 )
@@ -225,16 +262,44 @@ func (s *sqliteStore) OpenRun(ctx context.Context, r Run, maxActive int, first *
 }
 
 func (s *sqliteStore) PostMessage(ctx context.Context, runID string, e NewEvent) (Event, Run, error) {
+	ev, r, _, err := s.PostMessageOnce(ctx, runID, e, "")
+	return ev, r, err
+}
+
+func (s *sqliteStore) PostMessageOnce(ctx context.Context, runID string, e NewEvent, key string) (Event, Run, bool, error) {
 	events, err := prepareEvents([]NewEvent{e})
 	if err != nil {
-		return Event{}, Run{}, err
+		return Event{}, Run{}, false, err
 	}
 	now := storedTime(s.now())
 	plan := planAppend(events)
 	var ev Event
 	var out Run
 	var p pendingUpdates
+	created := false
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if key != "" {
+			// The transaction excludes every other writer: the key is
+			// either stored already or stored by this post.
+			var seq int64
+			err := tx.QueryRowContext(ctx, sqliteMessageKey, runID, key).Scan(&seq)
+			if err == nil {
+				if out, err = lockedRun(ctx, tx, runID); err != nil {
+					return err
+				}
+				var payload, createdAt string
+				err = tx.QueryRowContext(ctx, sqliteEventAt, runID, seq).Scan(&ev.RunID, &ev.Seq, &ev.Type, &payload, &createdAt)
+				if err != nil {
+					return err
+				}
+				ev.Payload = []byte(payload)
+				ev.CreatedAt, err = parseSQLiteTime(createdAt)
+				return err
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
 		appended, r, err := s.appendTx(ctx, tx, sqlitePostMessage, sqliteAppendArgs(runID, now, plan), now, plan, &p)
 		if errors.Is(err, sql.ErrNoRows) {
 			// Missing, deleted or closed: which one?
@@ -247,15 +312,30 @@ func (s *sqliteStore) PostMessage(ctx context.Context, runID string, e NewEvent)
 		if err != nil {
 			return err
 		}
-		ev, out = appended[0], r
-		return nil
+		ev, out, created = appended[0], r, true
+		if key != "" {
+			_, err = tx.ExecContext(ctx, sqliteInsertMessageKey, runID, key, ev.Seq, sqliteTime(now))
+		}
+		return err
 	})
 	if err != nil {
-		return Event{}, Run{}, sqliteError(err)
+		return Event{}, Run{}, false, sqliteError(err)
 	}
-	s.publish(&p)
-	s.wakes.wake()
-	return ev, out, nil
+	if created {
+		s.publish(&p)
+		s.wakes.wake()
+	}
+	return ev, out, created, nil
+}
+
+func (s *sqliteStore) NextClaimAt(ctx context.Context) (time.Time, error) {
+	var lease, queued sql.NullString
+	if err := s.read.QueryRowContext(ctx, sqliteNextClaim).Scan(&lease, &queued); err != nil {
+		return time.Time{}, sqliteError(err)
+	}
+	var tp sqliteTimeParser
+	at := earliest(tp.parseNull(lease), tp.parseNull(queued))
+	return at, tp.err
 }
 
 func (s *sqliteStore) ClaimRuns(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Run, error) {
@@ -374,11 +454,15 @@ func (s *sqliteStore) appendLeased(ctx context.Context, l Lease, events []prepar
 	now := storedTime(s.now())
 	plan := planAppend(events)
 	var release, requeue bool
+	var notBefore any
 	to := RunInProgress
 	if rel != nil {
 		release, requeue, to = true, rel.Requeue, rel.Status
+		if rel.Retry > 0 {
+			notBefore = sqliteTime(now.Add(rel.Retry))
+		}
 	}
-	args := append(sqliteAppendArgs(l.RunID, now, plan), l.Owner, l.Token, release, string(to), requeue)
+	args := append(sqliteAppendArgs(l.RunID, now, plan), l.Owner, l.Token, release, string(to), requeue, notBefore)
 	var out []Event
 	var r Run
 	var p pendingUpdates
@@ -430,9 +514,9 @@ func (s *sqliteStore) RequeueRun(ctx context.Context, runID string) (Run, error)
 }
 
 // closeRunTx ends the run r with status to inside a write transaction.
-func (s *sqliteStore) closeRunTx(ctx context.Context, tx *sql.Tx, r Run, to RunStatus, deleted bool, turnEnd json.RawMessage, p *pendingUpdates) (Run, error) {
+func (s *sqliteStore) closeRunTx(ctx context.Context, tx *sql.Tx, r Run, to RunStatus, deleted bool, turnEnd TurnEndFunc, p *pendingUpdates) (Run, error) {
 	if r.TurnSeq != 0 {
-		end, err := prepareEvents([]NewEvent{{Type: EventTurnEnd, Payload: turnEnd, EndsTurn: true}})
+		end, err := prepareEvents([]NewEvent{{Type: EventTurnEnd, Payload: turnEndPayload(turnEnd, r), EndsTurn: true}})
 		if err != nil {
 			return Run{}, err
 		}
@@ -448,7 +532,7 @@ func (s *sqliteStore) closeRunTx(ctx context.Context, tx *sql.Tx, r Run, to RunS
 	return scanSQLiteRun(tx.QueryRowContext(ctx, sqliteCloseRun, r.ID, string(to), now, deletedAt))
 }
 
-func (s *sqliteStore) CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd json.RawMessage) (Run, error) {
+func (s *sqliteStore) CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd TurnEndFunc) (Run, error) {
 	if !to.Terminal() {
 		return Run{}, invalid(fmt.Errorf("run status %q is not terminal", to))
 	}
@@ -473,7 +557,7 @@ func (s *sqliteStore) CloseRun(ctx context.Context, runID string, to RunStatus, 
 	return out, nil
 }
 
-func (s *sqliteStore) DeleteRun(ctx context.Context, runID string, turnEnd json.RawMessage) error {
+func (s *sqliteStore) DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc) error {
 	var p pendingUpdates
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		r, err := lockedRun(ctx, tx, runID)

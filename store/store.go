@@ -86,6 +86,11 @@ type Run struct {
 	// HandledSeq.
 	TurnSeq    int64
 	HandledSeq int64
+	// Failures counts the run's slices in a row that failed without
+	// ending their turn (see Release.Retry); NotBefore is when a run
+	// queued for the retry of one may be claimed (zero: at once).
+	Failures  int
+	NotBefore time.Time
 
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -187,12 +192,26 @@ type Store interface {
 	// ErrNotFound when the run does not exist or is deleted; ErrClosed when
 	// it is Completed, Failed or Cancelled.
 	PostMessage(ctx context.Context, runID string, e NewEvent) (Event, Run, error)
+	// PostMessageOnce is PostMessage with an idempotency key: when the
+	// run already holds a message posted with key, that message is
+	// returned with the run, created is false, and nothing is written
+	// (whatever the run's status now). Of concurrent posts with one key,
+	// one stores the message and the others return it. An empty key
+	// always posts.
+	PostMessageOnce(ctx context.Context, runID string, e NewEvent, key string) (_ Event, _ Run, created bool, _ error)
 	// ClaimRuns leases up to limit runs that have work for owner (a
-	// replica): InProgress runs that are queued and not leased, or whose
-	// lease expired. Each claim sets the lease, clears the queue mark and
-	// increments the fencing token; concurrent claimers never get the same
-	// run. Runs are returned with their new lease.
+	// replica): InProgress runs that are queued and not leased (and whose
+	// NotBefore has passed), or whose lease expired. Each claim sets the
+	// lease, clears the queue mark and increments the fencing token;
+	// concurrent claimers never get the same run. Runs are returned with
+	// their new lease.
 	ClaimRuns(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Run, error)
+	// NextClaimAt returns when ClaimRuns may next find a run: the
+	// earliest expiry of a lease on an InProgress run, or the earliest
+	// time a queued run that is not leased may be claimed (its NotBefore,
+	// or its QueuedAt, in the past, when it may be claimed now). Zero when
+	// no InProgress run is leased or queued. A scheduler sleeps until then.
+	NextClaimAt(ctx context.Context) (time.Time, error)
 	// RenewLease extends a lease that is still held: ErrConflict when the
 	// run's fencing token or lease owner no longer match l (the lease was
 	// lost), ErrNotFound when the run does not exist.
@@ -204,14 +223,17 @@ type Store interface {
 	// ReleaseRun ends the lease l and, when to is AwaitingApproval, moves
 	// the run to it (a leased run is InProgress; to may also be empty or
 	// InProgress, which keep it; CloseRun ends a run). A run
-	// queued meanwhile stays queued and can be claimed at once. ErrConflict
-	// when the lease was lost.
+	// queued meanwhile stays queued and can be claimed at once, and a run
+	// left InProgress with work (an open turn, or a user message after
+	// HandledSeq) is queued: a release never strands a message. It resets
+	// Failures and NotBefore. ErrConflict when the lease was lost.
 	ReleaseRun(ctx context.Context, l Lease, to RunStatus) (Run, error)
 	// EndLease appends events (none is fine) and ends the lease l as
 	// ReleaseRun does, in one transaction, provided l still holds the
 	// run's lease, else ErrConflict and nothing is written: a turn's last
 	// events and the end of its lease commit together. With r.Requeue the
-	// run is queued for another turn as well.
+	// run is queued for another turn as well; with r.Retry it is queued
+	// for a retry after that backoff, and the failure counted.
 	EndLease(ctx context.Context, l Lease, r Release, events ...NewEvent) ([]Event, Run, error)
 	// RequeueRun queues the run for a turn: an AwaitingApproval run goes
 	// back to InProgress. ErrConflict when the run is Idle or terminal,
@@ -220,23 +242,27 @@ type Store interface {
 	// CloseRun moves a run that is not terminal to the terminal status to,
 	// revokes any lease (incrementing the fencing token, so a turn still
 	// running can write nothing more) and clears the queue. When a turn is
-	// open it appends turnEnd (an agent.turn.end event) to end it.
+	// open it appends turnEnd(TurnSeq) (the payload of an agent.turn.end
+	// event for the open turn's message) to end it; turnEnd may be nil.
 	// ErrClosed when the run is already terminal, ErrNotFound when it does
 	// not exist or is deleted.
-	CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd json.RawMessage) (Run, error)
+	CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd TurnEndFunc) (Run, error)
 	// DeleteRun marks the run deleted (cancelling it first when it is not
 	// terminal, as CloseRun does). Its events stay, for the audit trail,
 	// but listings and GetRun's callers no longer show it. ErrNotFound when
 	// it does not exist or is already deleted.
-	DeleteRun(ctx context.Context, runID string, turnEnd json.RawMessage) error
+	DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc) error
 	// ParkIdleRuns moves InProgress runs with no lease, no queued work, no
-	// open turn and no activity since quietSince to Idle, and returns them.
+	// open turn, no user message after HandledSeq and no activity since
+	// quietSince to Idle, and returns them.
 	ParkIdleRuns(ctx context.Context, quietSince time.Time) ([]Run, error)
 	// RunsToResume returns up to limit runs that can go on but are not
 	// queued: runs in AwaitingApproval none of whose approvals is still
 	// pending (decided, expired or revoked, with the requeue that should
-	// have followed lost), and InProgress runs with an open turn that no
-	// process holds or has queued (their worker failed without yielding).
+	// have followed lost), and InProgress runs that no process holds or
+	// has queued but that have work: an open turn, or a user message after
+	// HandledSeq (their worker failed without yielding). It is the
+	// scheduler's backstop: every unanswered message is found.
 	RunsToResume(ctx context.Context, limit int) ([]Run, error)
 	// ListMessages returns the run's message events (types starting with
 	// "message.") with After < Seq < Before, in order: the first q.Limit

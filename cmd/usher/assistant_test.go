@@ -909,3 +909,63 @@ func TestAssistantCallsCarryTheSendersGroups(t *testing.T) {
 		t.Error("token user took a group that is not a name")
 	}
 }
+
+// TestAssistantMessageIdempotencyAcrossReplicas posts one message with one
+// Idempotency-Key twelve times at once, through two replicas on one
+// PostgreSQL: one message is stored, it gets one turn, and every post
+// answers with it.
+func TestAssistantMessageIdempotencyAcrossReplicas(t *testing.T) {
+	dbURL := storetest.PostgresURL(t)
+	ms := modeltest.NewServer(t)
+	ms.SetDefaultReply("ok")
+	lb := newBalancer(t)
+	env := scriptedEnv(ms, "USHER_BROKER_KEY_ENCRYPTION_KEY", "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=",
+		"USHER_SERVER_PUBLIC_URL", lb.url)
+	addrA, addrB := freeAddr(t), freeAddr(t)
+	a := startServer(t, env, "--database-url", dbURL, "--addr", addrA)
+	b := startServer(t, env, "--database-url", dbURL, "--addr", addrB)
+	lb.set("http://"+addrA, "http://"+addrB)
+	a.url, b.url = "http://"+addrA, "http://"+addrB
+	tok, err := a.cli(t, "token", "user", "--sub", "dave", "--database-url", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, run := api(t, "POST", a.url+"/api/assistant/runs", tok, `{"title":"retries"}`)
+	if code != 201 {
+		t.Fatalf("create = %d %v", code, run)
+	}
+	id := run["runId"].(string)
+
+	const posts = 12
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seqs := map[float64]int{}
+	for i := range posts {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Go(func() {
+			code, body := api(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages?wait=30s", tok,
+				`{"content":"only once"}`, "Idempotency-Key", "retry-7")
+			if code != 200 || body["status"] != "completed" || body["reply"] != "ok" {
+				t.Errorf("post = %d %v, want 200 with the turn's reply", code, body)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			seqs[body["seq"].(float64)]++
+		})
+	}
+	wg.Wait()
+	if len(seqs) != 1 {
+		t.Fatalf("posts answered with the messages %v, want one", seqs)
+	}
+	events := runEvents(t, a, tok, id)
+	if n, m, u := countType(events, "agent.turn.start"), countType(events, "agent.turn.end"), countType(events, "message.user"); n != 1 || m != 1 || u != 1 {
+		t.Fatalf("%d posts with one key: %d user messages, %d turn starts, %d ends; want 1, 1, 1", posts, u, n, m)
+	}
+	if code, body := api(t, "POST", b.url+"/api/assistant/runs/"+id+"/messages", tok,
+		`{"content":"another"}`, "Idempotency-Key", "retry-7"); code != 409 || errorCode(body) != "idempotency_key_reused" {
+		t.Errorf("another message with the key = %d %v, want 409 idempotency_key_reused", code, body)
+	}
+}

@@ -308,6 +308,11 @@ func testClaimRace(t *testing.T, s store.Store) {
 	}
 }
 
+// cancelledTurn is the end of a turn closed mid-way.
+func cancelledTurn(turnSeq int64) json.RawMessage {
+	return json.RawMessage(fmt.Sprintf(`{"status":"cancelled","messageSeq":%d}`, turnSeq))
+}
+
 func testCloseRun(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	first := userMessage("hi")
@@ -317,13 +322,13 @@ func testCloseRun(t *testing.T, s store.Store) {
 	if _, err := s.AppendLeased(ctx, lease, store.NewEvent{Type: "agent.turn.start", StartsTurn: 1}); err != nil {
 		t.Fatal(err)
 	}
-	closed, err := s.CloseRun(ctx, "run-1", store.RunCancelled, json.RawMessage(`{"status":"cancelled"}`))
+	closed, err := s.CloseRun(ctx, "run-1", store.RunCancelled, cancelledTurn)
 	if err != nil || closed.Status != store.RunCancelled || closed.CompletedAt.IsZero() || closed.LeaseOwner != "" || closed.TurnSeq != 0 || closed.HandledSeq != 1 {
 		t.Fatalf("CloseRun = %+v, %v", closed, err)
 	}
 	events, _ := s.ListEvents(ctx, "run-1", 0, 10)
-	if last := events[len(events)-1]; last.Type != store.EventTurnEnd || string(last.Payload) != `{"status": "cancelled"}` && string(last.Payload) != `{"status":"cancelled"}` {
-		t.Fatalf("last event = %s %s, want the turn's end", last.Type, last.Payload)
+	if last := events[len(events)-1]; last.Type != store.EventTurnEnd || !jsonEqual(last.Payload, []byte(`{"status":"cancelled","messageSeq":1}`)) {
+		t.Fatalf("last event = %s %s, want the end of the turn of message 1", last.Type, last.Payload)
 	}
 	if _, err := s.AppendLeased(ctx, lease, store.NewEvent{Type: "message.assistant"}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("AppendLeased after CloseRun = %v, want ErrConflict", err)
@@ -346,6 +351,30 @@ func testCloseRun(t *testing.T, s store.Store) {
 	}
 	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("CloseRun of a deleted run = %v, want ErrNotFound", err)
+	}
+
+	// Deleting a run mid-turn ends the turn of its open message, the
+	// second of the run.
+	mustOpenRun(t, s, "run-2", nil)
+	if _, err := s.AppendEvent(ctx, "run-2", "agent.note", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.PostMessage(ctx, "run-2", userMessage("hi")); err != nil {
+		t.Fatal(err)
+	}
+	claimed, _ = s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	if len(claimed) != 1 {
+		t.Fatalf("ClaimRuns = %+v", claimed)
+	}
+	if _, err := s.AppendLeased(ctx, claimed[0].Lease(), store.NewEvent{Type: "agent.turn.start", StartsTurn: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteRun(ctx, "run-2", cancelledTurn); err != nil {
+		t.Fatal(err)
+	}
+	events, _ = s.ListEvents(ctx, "run-2", 0, 10)
+	if last := events[len(events)-1]; last.Type != store.EventTurnEnd || !jsonEqual(last.Payload, []byte(`{"status":"cancelled","messageSeq":2}`)) {
+		t.Fatalf("last event after DeleteRun = %s %s, want the end of the turn of message 2", last.Type, last.Payload)
 	}
 }
 
@@ -480,11 +509,31 @@ func testRunsToResume(t *testing.T, s store.Store) {
 	if runs, _ := s.RunsToResume(ctx, 10); len(runs) != 1 {
 		t.Fatalf("RunsToResume while run-2 is leased = %+v, want run-1 only", runs)
 	}
-	if _, err := s.ReleaseRun(ctx, claimed[0].Lease(), ""); err != nil {
+	// Released with its turn open, it is queued, not stranded.
+	if r, err := s.ReleaseRun(ctx, claimed[0].Lease(), ""); err != nil || r.QueuedAt.IsZero() {
+		t.Fatalf("ReleaseRun with the turn open = %+v, %v; want it queued", r, err)
+	}
+	if runs, _ := s.RunsToResume(ctx, 10); len(runs) != 1 {
+		t.Fatalf("RunsToResume with run-2 queued = %+v, want run-1 only", runs)
+	}
+	// A user message no turn answers, the run neither leased nor queued:
+	// appended as a plain event, as a message stranded by an older
+	// release was.
+	stranded := mustOpenRun(t, s, "run-3", nil)
+	if _, err := s.AppendEvent(ctx, stranded.ID, store.EventUserMessage, json.RawMessage(`{"content":"anyone?"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if runs, _ := s.RunsToResume(ctx, 10); len(runs) != 2 {
-		t.Fatalf("RunsToResume with a stranded turn = %+v, want run-1 and run-2", runs)
+	if runs, _ := s.RunsToResume(ctx, 10); fmt.Sprint(runIDs(runs)) != "[run-1 run-3]" {
+		t.Fatalf("RunsToResume with an unanswered message = %v, want run-1 and run-3", runIDs(runs))
+	}
+	if parked, err := s.ParkIdleRuns(ctx, time.Now().Add(time.Hour)); err != nil || len(parked) != 0 {
+		t.Fatalf("ParkIdleRuns = %v, %v; want the run with an unanswered message left active", runIDs(parked), err)
+	}
+	if _, err := s.RequeueRun(ctx, stranded.ID); err != nil {
+		t.Fatal(err)
+	}
+	if runs, _ := s.RunsToResume(ctx, 10); fmt.Sprint(runIDs(runs)) != "[run-1]" {
+		t.Fatalf("RunsToResume once run-3 is queued = %v, want run-1", runIDs(runs))
 	}
 	if _, err := s.RunsToResume(ctx, 0); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("RunsToResume(0) = %v, want ErrInvalid", err)
@@ -670,7 +719,7 @@ func testFencedAppendRace(t *testing.T, s store.Store) {
 	}
 	close(start)
 	time.Sleep(5 * time.Millisecond)
-	if _, err := s.CloseRun(ctx, "run-1", store.RunCancelled, json.RawMessage(`{"status":"cancelled"}`)); err != nil {
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCancelled, cancelledTurn); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
@@ -796,10 +845,10 @@ func testEndLease(t *testing.T, s store.Store) {
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("ClaimRuns after the approval = %+v, %v", claimed, err)
 	}
-	// A release without events leaves the turn open, and the run's time
-	// alone: nothing happened in it.
+	// A release without events leaves the turn open, queued (it has work
+	// left), and the run's time alone: nothing happened in it.
 	_, r, err = s.EndLease(ctx, claimed[0].Lease(), store.Release{})
-	if err != nil || r.TurnSeq != 2 || r.LastSeq != 8 || r.LeaseOwner != "" || !r.QueuedAt.IsZero() || r.LastActivityAt != claimed[0].LastActivityAt {
+	if err != nil || r.TurnSeq != 2 || r.LastSeq != 8 || r.LeaseOwner != "" || r.QueuedAt.IsZero() || r.LastActivityAt != claimed[0].LastActivityAt {
 		t.Fatalf("EndLease without events = %+v, %v", r, err)
 	}
 }
@@ -853,5 +902,233 @@ func testTurnBatches(t *testing.T, s store.Store) {
 				len(step.events), r.TurnSeq, r.HandledSeq, r.Preview, r.LastSeq, r.MessageCount,
 				step.turn, step.handled, step.preview, before.LastSeq+int64(len(step.events)), before.MessageCount+messages)
 		}
+	}
+}
+
+// testPostMessageOnce: a message's idempotency key stores it once, and a
+// retry gets the message stored.
+func testPostMessageOnce(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	mustOpenRun(t, s, "run-1", nil)
+	ev, r, created, err := s.PostMessageOnce(ctx, "run-1", userMessage("one"), "key-1")
+	if err != nil || !created || ev.Seq != 1 || r.MessageCount != 1 || r.QueuedAt.IsZero() {
+		t.Fatalf("PostMessageOnce = %+v, %+v, created %v, %v", ev, r, created, err)
+	}
+	again, r2, created, err := s.PostMessageOnce(ctx, "run-1", userMessage("one"), "key-1")
+	if err != nil || created || again.Seq != 1 || again.Type != ev.Type || !jsonEqual(again.Payload, ev.Payload) || r2.MessageCount != 1 || r2.LastSeq != 1 {
+		t.Fatalf("PostMessageOnce again = %+v, %+v, created %v, %v; want the first message, nothing written", again, r2, created, err)
+	}
+	// Another key, or none, posts; a key is the run's own.
+	if ev, _, created, err := s.PostMessageOnce(ctx, "run-1", userMessage("two"), "key-2"); err != nil || !created || ev.Seq != 2 {
+		t.Fatalf("PostMessageOnce(key-2) = %+v, created %v, %v", ev, created, err)
+	}
+	if ev, _, created, err := s.PostMessageOnce(ctx, "run-1", userMessage("three"), ""); err != nil || !created || ev.Seq != 3 {
+		t.Fatalf("PostMessageOnce without a key = %+v, created %v, %v", ev, created, err)
+	}
+	mustOpenRun(t, s, "run-2", nil)
+	if ev, _, created, err := s.PostMessageOnce(ctx, "run-2", userMessage("one"), "key-1"); err != nil || !created || ev.RunID != "run-2" {
+		t.Fatalf("PostMessageOnce(key-1) to another run = %+v, created %v, %v", ev, created, err)
+	}
+	// A retry after the run closed still gets its message; a new post is
+	// refused.
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil); err != nil {
+		t.Fatal(err)
+	}
+	if again, _, created, err := s.PostMessageOnce(ctx, "run-1", userMessage("one"), "key-1"); err != nil || created || again.Seq != 1 {
+		t.Fatalf("PostMessageOnce retried after the close = %+v, created %v, %v; want the first message", again, created, err)
+	}
+	if _, _, _, err := s.PostMessageOnce(ctx, "run-1", userMessage("late"), "key-3"); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("PostMessageOnce to a closed run = %v, want ErrClosed", err)
+	}
+	if _, _, _, err := s.PostMessageOnce(ctx, "missing", userMessage("x"), "key-1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("PostMessageOnce to a missing run = %v, want ErrNotFound", err)
+	}
+}
+
+// testPostMessageOnceRace: concurrent posts with one key store one
+// message, and every one of them answers with it.
+func testPostMessageOnceRace(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	mustOpenRun(t, s, "run-1", nil)
+	const posters = 12
+	var wg sync.WaitGroup
+	seqs := make([]int64, posters)
+	created := make([]bool, posters)
+	start := make(chan struct{})
+	for i := range posters {
+		wg.Go(func() {
+			<-start
+			ev, _, c, err := s.PostMessageOnce(ctx, "run-1", userMessage("once"), "key-1")
+			if err != nil {
+				t.Errorf("PostMessageOnce = %v", err)
+			}
+			seqs[i], created[i] = ev.Seq, c
+		})
+	}
+	close(start)
+	wg.Wait()
+	n := 0
+	for i := range posters {
+		if created[i] {
+			n++
+		}
+		if seqs[i] != 1 {
+			t.Errorf("poster %d got message %d, want 1", i, seqs[i])
+		}
+	}
+	r, _ := s.GetRun(ctx, "run-1")
+	if n != 1 || r.MessageCount != 1 || r.LastSeq != 1 {
+		t.Fatalf("%d concurrent posts with one key: %d created, run has %d messages, last seq %d; want 1, 1, 1", posters, n, r.MessageCount, r.LastSeq)
+	}
+}
+
+// testRetryBackoff: a slice that failed leaves its run queued for a retry
+// no sooner than its backoff, counting the failure; the next release that
+// does not fail resets the count.
+func testRetryBackoff(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first := userMessage("hi")
+	mustOpenRun(t, s, "run-1", &first)
+	claimed, err := s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("ClaimRuns = %+v, %v", claimed, err)
+	}
+	if _, _, err := s.EndLease(ctx, claimed[0].Lease(), store.Release{Retry: -time.Second}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("EndLease with a negative retry = %v, want ErrInvalid", err)
+	}
+	if _, _, err := s.EndLease(ctx, claimed[0].Lease(), store.Release{Status: store.RunAwaitingApproval, Retry: time.Second}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("EndLease to AwaitingApproval with a retry = %v, want ErrInvalid", err)
+	}
+	before := time.Now()
+	_, r, err := s.EndLease(ctx, claimed[0].Lease(), store.Release{Retry: time.Hour})
+	if err != nil || r.QueuedAt.IsZero() || r.Failures != 1 || r.NotBefore.Before(before.Add(59*time.Minute)) || r.LeaseOwner != "" {
+		t.Fatalf("EndLease with a retry = %+v, %v; want queued, one failure, not before an hour", r, err)
+	}
+	if c, err := s.ClaimRuns(ctx, "replica-a", 10, time.Minute); err != nil || len(c) != 0 {
+		t.Fatalf("ClaimRuns before the retry's time = %+v, %v; want none", c, err)
+	}
+	if at, err := s.NextClaimAt(ctx); err != nil || !at.Equal(r.NotBefore) {
+		t.Fatalf("NextClaimAt = %v, %v; want the retry's time %v", at, err, r.NotBefore)
+	}
+	if runs, _ := s.RunsToResume(ctx, 10); len(runs) != 0 {
+		t.Fatalf("RunsToResume of a run queued for a retry = %v, want none", runIDs(runs))
+	}
+
+	// A short backoff: claimable once it passed, the count kept.
+	mustOpenRun(t, s, "run-2", &first)
+	claimed, err = s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	if err != nil || len(claimed) != 1 || claimed[0].ID != "run-2" {
+		t.Fatalf("ClaimRuns = %+v, %v", claimed, err)
+	}
+	for i := range 2 {
+		if _, _, err := s.EndLease(ctx, claimed[0].Lease(), store.Release{Retry: 20 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for claimed = nil; len(claimed) == 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("the run was not claimable after its retry's time")
+			}
+			if claimed, err = s.ClaimRuns(ctx, "replica-b", 1, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if c := claimed[0]; c.ID != "run-2" || c.Failures != i+1 || !c.NotBefore.IsZero() || !c.QueuedAt.IsZero() {
+			t.Fatalf("claimed after retry %d = %+v; want run-2, %d failures, not queued", i+1, c, i+1)
+		}
+	}
+	_, r, err = s.EndLease(ctx, claimed[0].Lease(), store.Release{},
+		store.NewEvent{Type: "agent.turn.start", StartsTurn: 1}, store.NewEvent{Type: store.EventTurnEnd, EndsTurn: true})
+	if err != nil || r.Failures != 0 || !r.NotBefore.IsZero() || !r.QueuedAt.IsZero() {
+		t.Fatalf("EndLease that ends the turn = %+v, %v; want the failures reset, nothing queued", r, err)
+	}
+}
+
+// testReleaseQueuesWork: a release that leaves the run with work (an open
+// turn, a user message after the one handled) queues it, whatever the
+// caller asked.
+func testReleaseQueuesWork(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	wakes, err := s.WakeUps(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := userMessage("one")
+	mustOpenRun(t, s, "run-1", &first)
+	if _, _, err := s.PostMessage(ctx, "run-1", userMessage("two")); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("ClaimRuns = %+v, %v", claimed, err)
+	}
+	for len(wakes) > 0 {
+		<-wakes
+	}
+	// The turn answers message 1; message 2 waits.
+	_, r, err := s.EndLease(ctx, claimed[0].Lease(), store.Release{},
+		store.NewEvent{Type: "agent.turn.start", StartsTurn: 1}, store.NewEvent{Type: store.EventTurnEnd, EndsTurn: true})
+	if err != nil || r.HandledSeq != 1 || r.QueuedAt.IsZero() {
+		t.Fatalf("EndLease with message 2 unanswered = %+v, %v; want queued", r, err)
+	}
+	select {
+	case <-wakes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up after a release that queued the run")
+	}
+	// Answered in full, it is not queued.
+	claimed, _ = s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	if len(claimed) != 1 {
+		t.Fatalf("ClaimRuns = %+v", claimed)
+	}
+	_, r, err = s.EndLease(ctx, claimed[0].Lease(), store.Release{},
+		store.NewEvent{Type: "agent.turn.start", StartsTurn: 2}, store.NewEvent{Type: store.EventTurnEnd, EndsTurn: true})
+	if err != nil || r.HandledSeq != 2 || !r.QueuedAt.IsZero() {
+		t.Fatalf("EndLease with every message answered = %+v, %v; want not queued", r, err)
+	}
+	// Paused for an approval, it waits for the decision, not the queue.
+	if _, _, err := s.PostMessage(ctx, "run-1", userMessage("three")); err != nil {
+		t.Fatal(err)
+	}
+	claimed, _ = s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	_, r, err = s.EndLease(ctx, claimed[0].Lease(), store.Release{Status: store.RunAwaitingApproval},
+		store.NewEvent{Type: "agent.turn.start", StartsTurn: 7})
+	if err != nil || r.Status != store.RunAwaitingApproval || !r.QueuedAt.IsZero() {
+		t.Fatalf("EndLease to AwaitingApproval = %+v, %v; want not queued", r, err)
+	}
+}
+
+// testNextClaimAt: when the scheduler may next find a run to claim.
+func testNextClaimAt(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	if at, err := s.NextClaimAt(ctx); err != nil || !at.IsZero() {
+		t.Fatalf("NextClaimAt of an empty store = %v, %v; want zero", at, err)
+	}
+	mustOpenRun(t, s, "quiet", nil)
+	first := userMessage("hi")
+	queued := mustOpenRun(t, s, "run-1", &first)
+	if at, err := s.NextClaimAt(ctx); err != nil || !at.Equal(queued.QueuedAt) {
+		t.Fatalf("NextClaimAt with a queued run = %v, %v; want its queue time %v", at, err, queued.QueuedAt)
+	}
+	claimed, err := s.ClaimRuns(ctx, "replica-a", 1, time.Hour)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("ClaimRuns = %+v, %v", claimed, err)
+	}
+	if at, err := s.NextClaimAt(ctx); err != nil || !at.Equal(claimed[0].LeaseExpiresAt) {
+		t.Fatalf("NextClaimAt with a leased run = %v, %v; want its lease's expiry %v", at, err, claimed[0].LeaseExpiresAt)
+	}
+	l, err := s.RenewLease(ctx, claimed[0].Lease(), 30*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, err := s.NextClaimAt(ctx); err != nil || !at.Equal(l.ExpiresAt) {
+		t.Fatalf("NextClaimAt after a renewal = %v, %v; want %v", at, err, l.ExpiresAt)
+	}
+	// A run paused for an approval is claimed by no one until requeued.
+	if _, _, err := s.EndLease(ctx, l, store.Release{Status: store.RunAwaitingApproval}); err != nil {
+		t.Fatal(err)
+	}
+	if at, err := s.NextClaimAt(ctx); err != nil || !at.IsZero() {
+		t.Fatalf("NextClaimAt with nothing leased or queued = %v, %v; want zero", at, err)
 	}
 }
