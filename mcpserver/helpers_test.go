@@ -348,7 +348,11 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		t.Fatal(err)
 	}
 	e.server.Mount(mux)
-	t.Cleanup(func() { e.server.Drain(context.Background()) }) // before the store closes
+	t.Cleanup(func() { // before the store closes
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		e.server.Drain(ctx)
+	})
 	return e
 }
 
