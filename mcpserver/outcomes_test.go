@@ -2,18 +2,14 @@ package mcpserver
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"net/url"
-	"os"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/usherhq/usher/store"
@@ -449,7 +445,7 @@ func TestStartUnconfirmed(t *testing.T) {
 // execution's start and once before its finish: the start is reconciled
 // and the tool runs once, and the finish is written again until durable.
 func TestOutcomesSurviveTerminatedConnections(t *testing.T) {
-	st, terminate := ownPostgres(t)
+	st, terminate := storetest.NewPostgresDatabase(t)
 	for _, at := range []string{"begin", "finish"} {
 		t.Run(at, func(t *testing.T) {
 			k := &killingExecutions{at: at, terminate: terminate}
@@ -530,57 +526,4 @@ func (k *killingExecutions) FinishExecution(ctx context.Context, key string, sta
 		k.keep(err)
 	}
 	return rec, err
-}
-
-// ownPostgres returns a migrated store on a PostgreSQL database of the
-// test's own, dropped when the test ends, and a function that terminates
-// the backends of that database, and only those.
-func ownPostgres(t *testing.T) (store.Store, func()) {
-	t.Helper()
-	base := os.Getenv(storetest.DatabaseURLEnv)
-	if base == "" {
-		t.Skipf("%s is not set; set it to a PostgreSQL URL to run the PostgreSQL tests", storetest.DatabaseURLEnv)
-	}
-	ctx := t.Context()
-	admin, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("connect to %s: %v", storetest.DatabaseURLEnv, err)
-	}
-	name := "usher_outcomes_" + strings.ToLower(rand.Text()[:12])
-	ident := pgx.Identifier{name}.Sanitize()
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
-		admin.Close(context.Background())
-		t.Fatalf("create database: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		if _, err := admin.Exec(ctx, "DROP DATABASE "+ident+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-		admin.Close(ctx)
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	st, err := store.Open(ctx, u.String(), nil)
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	var mu sync.Mutex // one admin connection
-	terminate := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		var n int
-		if err := admin.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity
-WHERE datname = $1 AND pid <> pg_backend_pid()`, name).Scan(&n); err != nil {
-			t.Errorf("terminate the backends of %s: %v", name, err)
-		}
-	}
-	return st, terminate
 }
