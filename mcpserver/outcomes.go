@@ -208,8 +208,9 @@ var errStartUnconfirmed = errors.New("mcpserver: an execution's start could not 
 // committed it (a connection lost at the commit), so the execution is read
 // back by its key before the caller is answered: started by this call (its
 // StartedAt, to the stored microsecond, is this attempt's), the tool may
-// run; absent, the start is written again; another call's, it is answered
-// as a retry. When that cannot be read either (errStartUnconfirmed), the
+// run; absent, the start is written again, and when it is still absent
+// after the last attempt the caller is told, truly, that nothing was run;
+// another call's, it is answered as a retry. When that cannot be read either (errStartUnconfirmed), the
 // tool does not run, and the execution is settled in the background: should
 // the start turn out to be this call's, it is finished failed, with a
 // result saying the tool was not run, so that the record never says more
@@ -221,9 +222,13 @@ func (s *Server) begin(ctx context.Context, e store.Execution, ev Event) (store.
 		return rec, started, err
 	}
 	s.log.WarnContext(ctx, "mcpserver: starting an execution failed; reading it back", "tool", e.Tool, "key", e.IdempotencyKey, "err", err)
-	if s.outcomes.retry(ctx, false, func(int) bool {
+	if s.outcomes.retry(ctx, false, func(attempt int) bool {
 		got, gerr := s.opts.Executions.GetExecution(ctx, e.IdempotencyKey)
 		switch {
+		case errors.Is(gerr, store.ErrNotFound) && attempt == s.outcomes.attempts-1:
+			// Known not started; the last attempt writes nothing that
+			// would need reading back.
+			return true
 		case errors.Is(gerr, store.ErrNotFound):
 			rec, started, err = s.opts.Executions.BeginExecution(ctx, e, ev)
 			return err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrInvalid)

@@ -527,3 +527,31 @@ func (k *killingExecutions) FinishExecution(ctx context.Context, key string, sta
 	}
 	return rec, err
 }
+
+// TestStartThatNeverCommitsRunsNothing checks that a start that keeps
+// failing, while the store can be read, is answered with the truth: it was
+// read back absent, so nothing was run.
+func TestStartThatNeverCommitsRunsNothing(t *testing.T) {
+	oe := newOutcomeEnv(t, nil, func(method string, _ int, _ store.ExecutionStatus) fault {
+		if method == "begin" {
+			return failBefore
+		}
+		return noFault
+	}, fastRetries)
+	res := oe.echo(t)
+	if !res.IsError || !strings.Contains(text(res), "nothing was run") {
+		t.Errorf("the call = %q, want nothing run", text(res))
+	}
+	oe.drain(t)
+	// The first start, then one more per attempt but the last, which
+	// only reads.
+	if n := oe.faults.count("begin"); n != 3 {
+		t.Errorf("the start was tried %d times, want 3", n)
+	}
+	if n := oe.up.called("echo"); n != 0 {
+		t.Errorf("ran %d times, want 0", n)
+	}
+	if keys := oe.audit.keys(); len(keys) != 0 {
+		t.Errorf("the audit names %v, want no execution", keys)
+	}
+}
