@@ -325,8 +325,10 @@ func (s *Server) finish(ctx context.Context, key string, status store.ExecutionS
 				s.log.WarnContext(ctx, "mcpserver: reading an execution back failed", "key", key, "err", err)
 				return false
 			}
-			if err == nil && rec.Status == status {
-				return true // the failed attempt committed
+			if err == nil && (rec.Status == status || status == store.ExecutionOutcomeUnknown && rec.Status != store.ExecutionStarted) {
+				// A failed attempt committed; or, when only outcome_unknown
+				// is left to write, the execution has ended after all.
+				return true
 			}
 		}
 		_, err := s.opts.Executions.FinishExecution(ctx, key, status, result, ev.At, ev)

@@ -555,3 +555,27 @@ func TestStartThatNeverCommitsRunsNothing(t *testing.T) {
 		t.Errorf("the audit names %v, want no execution", keys)
 	}
 }
+
+// TestLastFinishThatCommittedIsNotMarkedUnknown checks that when the last
+// attempt of a finish committed but answered an error, the execution is
+// read back ended and is neither marked nor audited outcome_unknown.
+func TestLastFinishThatCommittedIsNotMarkedUnknown(t *testing.T) {
+	oe := newOutcomeEnv(t, nil, func(method string, n int, status store.ExecutionStatus) fault {
+		switch {
+		case method != "finish" || status != store.ExecutionSucceeded:
+			return noFault
+		case n < 3: // fastRetries' attempts
+			return failBefore
+		}
+		return failAfter
+	}, fastRetries)
+	wantEcho(t, "the call", oe.echo(t))
+	oe.drain(t)
+	if rec := oe.execution(t); rec.Status != store.ExecutionSucceeded {
+		t.Errorf("execution = %s, want succeeded", rec.Status)
+	}
+	if got, want := oe.auditKinds("fx__echo"), []string{KindDecision, KindExecuted}; !reflect.DeepEqual(got, want) {
+		t.Errorf("audit = %v, want %v", got, want)
+	}
+	wantEcho(t, "the retry", oe.echo(t))
+}
