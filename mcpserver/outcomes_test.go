@@ -468,6 +468,10 @@ func TestOutcomesSurviveTerminatedConnections(t *testing.T) {
 			if got, want := oe.auditKinds("fx__echo"), []string{KindDecision, KindExecuted}; !reflect.DeepEqual(got, want) {
 				t.Errorf("audit = %v, want %v", got, want)
 			}
+			wantEcho(t, "the retry", call(t, oe.cs, "fx__echo", map[string]any{"text": "once"}, mcp.Meta{MetaIdempotencyKey: "kill-" + at}))
+			if n := oe.up.called("echo"); n != 1 {
+				t.Errorf("ran %d times after the retry, want 1", n)
+			}
 		})
 	}
 }
