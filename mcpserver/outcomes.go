@@ -242,7 +242,9 @@ func (s *Server) begin(ctx context.Context, e store.Execution, ev Event) (store.
 		return rec, started, err
 	}
 	s.log.ErrorContext(ctx, "mcpserver: an execution's start could not be confirmed; the tool was not run", "tool", e.Tool, "key", e.IdempotencyKey)
-	s.outcomes.write(ctx, e.IdempotencyKey, func(ctx context.Context, _ func()) { s.settleUnconfirmed(ctx, e, ev) })
+	// Not awaited by a retry (no key): one meanwhile meets the database
+	// as this call did.
+	s.outcomes.write(ctx, "", func(ctx context.Context, _ func()) { s.settleUnconfirmed(ctx, e, ev) })
 	return store.Execution{}, false, errStartUnconfirmed
 }
 
