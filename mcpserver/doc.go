@@ -44,9 +44,13 @@
 // and the record of how it ended with its finish (see [Executions]): the
 // audit is durable before the tool runs, at one commit. The outcome's commit
 // is not on the caller's time: it is written while the result goes back
-// (bounded; [Server.Drain] waits for it at shutdown), and if the process
-// stops first, the execution stays started and is reported as
-// outcome_unknown, never run again.
+// (bounded; [Server.Drain] waits for it at shutdown), retried until durable
+// and read back before each retry; one that cannot be written within
+// [Options.RecordAttempts] makes the outcome unknown, which a retry is told
+// at once and the execution records as soon as it can. A start whose write
+// failed is read back by its key before the caller is answered. If the
+// process stops first, the execution stays started and a [Sweeper] reports
+// it outcome_unknown; it is never run again.
 // Tool annotations such as readOnlyHint are shown to clients but are never
 // part of a [Call]: they cannot influence a decision. tools/list shows a
 // caller only the tools the Decider does not deny them.

@@ -294,7 +294,7 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 		return errorResult(err.Error() + ".")
 	}
 	// A retry finds the call's execution finished, not running, when this
-	// process is still recording how it ended.
+	// process is still recording how it ended (or knows it could not).
 	s.outcomes.await(ctx, key)
 	if v.Decision == Allow {
 		// The decision is recorded with the execution's start.
@@ -387,11 +387,15 @@ func (s *Server) execute(ctx context.Context, t *tool, call Call, ev Event, kind
 			return internalErrorResult()
 		}
 	} else {
-		rec, started, err := s.opts.Executions.BeginExecution(ctx, newExecution(call, key, ev.ApprovalID), s.stamp(ev, kind))
+		rec, started, err := s.begin(ctx, newExecution(call, key, ev.ApprovalID), s.stamp(ev, kind))
 		switch {
 		case errors.Is(err, store.ErrConflict):
 			// ev is recorded; the execution of the key is another call's.
 			return errorResult("This idempotency key was already used for a different call.")
+		case errors.Is(err, errStartUnconfirmed):
+			return errorResult("The call was not run: its start could not be recorded because of an error on the server, " +
+				"and whether it was recorded could not be confirmed. It has been logged. Retrying the same call later " +
+				"either runs it (its start was never recorded) or reports that it was not run.")
 		case err != nil:
 			s.log.ErrorContext(ctx, "mcpserver: starting an execution failed", "err", err)
 			return internalErrorResult()
@@ -430,37 +434,22 @@ func (s *Server) run(ctx context.Context, t *tool, call Call, ev Event, start ti
 	case OutcomeFailed:
 		kind, status = KindExecutionFailed, store.ExecutionFailed
 	case OutcomeUnknown:
-		// The execution stays started, to be reported, never run again.
-		kind, key = KindOutcomeUnknown, ""
+		// Reported, never run again.
+		kind, status = KindOutcomeUnknown, store.ExecutionOutcomeUnknown
 	}
 	var stored json.RawMessage
-	if key != "" {
+	if key != "" && status != store.ExecutionOutcomeUnknown {
 		// Encoded now: the result is the caller's once it is returned.
 		if stored, err = json.Marshal(res); err != nil {
-			s.log.ErrorContext(after, "mcpserver: a result does not encode", "tool", call.Tool, "err", err)
-			key = ""
+			s.log.ErrorContext(after, "mcpserver: a result does not encode; its outcome is recorded unknown", "tool", call.Tool, "err", err)
+			status, stored = store.ExecutionOutcomeUnknown, nil
 		}
 	}
 	ev = s.stamp(ev, kind)
-	s.outcomes.write(ev.IdempotencyKey, func() { s.recordOutcome(after, ev, key, status, stored) })
+	s.outcomes.write(after, key, func(ctx context.Context, lost func()) {
+		s.recordOutcome(ctx, ev, status, stored, lost)
+	})
 	return res
-}
-
-// recordOutcome records how a call ended: with its execution's finish when
-// it has an idempotency key, else on its own.
-func (s *Server) recordOutcome(ctx context.Context, ev Event, key string, status store.ExecutionStatus, result json.RawMessage) {
-	if key != "" {
-		_, err := s.opts.Executions.FinishExecution(ctx, key, status, result, ev.At, ev)
-		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
-			// ev is recorded; the execution was already ended (marked
-			// outcome_unknown by a sweep) if it was not ended now.
-			return
-		}
-		s.log.ErrorContext(ctx, "mcpserver: finishing an execution failed", "tool", ev.Tool, "key", key, "err", err)
-	}
-	if err := s.opts.Auditor.Record(ctx, ev); err != nil {
-		s.log.ErrorContext(ctx, "mcpserver: writing the audit log failed", "kind", ev.Kind, "tool", ev.Tool, "err", err)
-	}
 }
 
 // replayed answers a call whose idempotency key already has an execution:
@@ -478,11 +467,22 @@ func (s *Server) replayed(rec store.Execution, call Call) *mcp.CallToolResult {
 		}
 		return plainResult(&res)
 	case store.ExecutionStarted:
-		return errorResult("This call is already running. Retry it later to get its result.")
+		if s.outcomes.lost(rec.IdempotencyKey) {
+			// The record says started until outcome_unknown can be written.
+			return errorResult(unrecordedOutcome)
+		}
+		return errorResult(fmt.Sprintf("This call started at %s and how it ended is not recorded yet: it may still be running, "+
+			"or its process may have stopped, in which case it is reported as outcome unknown. "+
+			"It will not be run again automatically; retry it later to get its outcome.", rec.StartedAt.UTC().Format(time.RFC3339)))
 	default:
 		return errorResult("An earlier attempt of this call stopped without a recorded outcome: it may or may not have taken effect, and it will not be run again automatically.")
 	}
 }
+
+// unrecordedOutcome answers a retry of a call that ran but whose outcome
+// this process could not record.
+const unrecordedOutcome = "This call ran, but how it ended could not be recorded, so its outcome is unknown: " +
+	"it may or may not have taken effect. It will not be run again automatically; check before calling again."
 
 // plainResult is the result of a tool as Usher passes it on: its _meta,
 // content, structured content and error flag, and nothing else. What the

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
 	"golang.org/x/oauth2"
 
 	"github.com/usherhq/usher/broker"
@@ -44,8 +45,18 @@ const (
 // database of its own.
 var keyring *broker.Keyring
 
+// TestMain shares the keyring, and fails the package's tests when a
+// goroutine they started is still running after them (an outcome being
+// written, an upstream session): whoever starts one must stop it.
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
+	code := runTests(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func runTests(m *testing.M) int {
@@ -298,6 +309,8 @@ type envConfig struct {
 	upstreams []Upstream
 	catalog   func(*CatalogOptions)
 	server    func(*Options)
+	// store is the env's store; default a new SQLite one.
+	store store.Store
 }
 
 // newEnv starts an endpoint with the demo tools; by default the policy
@@ -311,7 +324,10 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 			"notes_list": Allow, "notes_read": Allow, "notes_delete": Deny,
 		}
 	}
-	e := &env{t: t, store: storetest.NewSQLite(t), policy: newPolicy(cfg.rules), audit: &auditLog{}, logs: &syncBuffer{}}
+	if cfg.store == nil {
+		cfg.store = storetest.NewSQLite(t)
+	}
+	e := &env{t: t, store: cfg.store, policy: newPolicy(cfg.rules), audit: &auditLog{}, logs: &syncBuffer{}}
 	e.executions = &storeExecutions{s: e.store, audit: e.audit}
 	mux := http.NewServeMux()
 	ts := httptest.NewServer(mux)
@@ -352,7 +368,11 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		t.Fatal(err)
 	}
 	e.server.Mount(mux)
-	t.Cleanup(func() { e.server.Drain(context.Background()) }) // before the store closes
+	t.Cleanup(func() { // before the store closes
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		e.server.Drain(ctx)
+	})
 	return e
 }
 

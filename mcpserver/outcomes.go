@@ -2,19 +2,38 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"sync"
+	"time"
+
+	"github.com/usherhq/usher/store"
 )
 
 // maxPendingOutcomes bounds the outcome records being written at once.
 const maxPendingOutcomes = 64
 
+// Defaults of how records that follow a tool call are retried (see
+// Options.RecordAttempts and Options.RecordBackoff).
+const (
+	defaultRecordAttempts = 8
+	defaultRecordBackoff  = 50 * time.Millisecond
+	// maxRecordBackoff caps the doubling wait between two attempts.
+	maxRecordBackoff = 2 * time.Second
+)
+
 // outcomes writes the records of how tool calls ended (the execution's
 // finish and its audit record) while their results go back to the callers.
 // What must be durable before a tool runs (the decision, the execution's
 // start) is written before it runs, on the caller's time; the outcome is not
-// needed for the answer, so no caller waits for its write. Should the
-// process stop before an outcome is written, the execution stays started
-// and is reported as outcome_unknown (Executions), never run again.
+// needed for the answer, so no caller waits for its write.
+//
+// A write is retried with backoff (see retry) until it is durable. One that
+// still fails after every attempt makes the outcome unknown: the process
+// says so at once to every retry of the call it answers (lost), and keeps
+// trying to write the execution's outcome_unknown until it is durable or
+// the Server drains. Should the process stop first, the execution stays
+// started and a Sweeper reports it outcome_unknown, never run again.
 //
 // At most maxPendingOutcomes are written at once; beyond that a caller
 // writes its own before it answers, so that callers slow down to what the
@@ -24,35 +43,71 @@ const maxPendingOutcomes = 64
 // it (await), so that it is answered from the finished execution rather
 // than told the call is still running.
 type outcomes struct {
-	slots chan struct{}
-	wg    sync.WaitGroup
+	slots    chan struct{}
+	wg       sync.WaitGroup
+	attempts int
+	backoff  time.Duration
+
+	// stop ends the writes still retrying when Drain gives up.
+	stop   context.Context
+	cancel context.CancelFunc
 
 	mu      sync.Mutex
-	pending map[string]chan struct{} // idempotency key → closed when written
+	pending map[string]*pendingOutcome // idempotency key → its write
 }
 
-func newOutcomes() *outcomes {
-	return &outcomes{slots: make(chan struct{}, maxPendingOutcomes), pending: map[string]chan struct{}{}}
+// pendingOutcome is the write of one call's outcome.
+type pendingOutcome struct {
+	done chan struct{} // closed once durable or given up on (lost)
+	lost bool          // the outcome could not be recorded; set before done closes
+}
+
+func newOutcomes(attempts int, backoff time.Duration) *outcomes {
+	stop, cancel := context.WithCancel(context.Background())
+	return &outcomes{
+		slots: make(chan struct{}, maxPendingOutcomes), attempts: attempts, backoff: backoff,
+		stop: stop, cancel: cancel, pending: map[string]*pendingOutcome{},
+	}
 }
 
 // write runs w, which records the outcome of the call of key (empty for a
 // call without one), now in its own goroutine, or, when as many are being
-// written as allowed, in the caller's.
-func (o *outcomes) write(key string, w func()) {
-	var done chan struct{}
+// written as allowed, in the caller's. w's context does not end with
+// parent's, only when Drain gives up. w reports through lost that the
+// outcome could not be recorded; it may go on writing that it is unknown
+// after calling lost, and returns once that is durable or ctx ends.
+func (o *outcomes) write(parent context.Context, key string, w func(ctx context.Context, lost func())) {
+	var p *pendingOutcome
 	if key != "" {
-		done = make(chan struct{})
+		p = &pendingOutcome{done: make(chan struct{})}
 		o.mu.Lock()
-		o.pending[key] = done
+		o.pending[key] = p
 		o.mu.Unlock()
 	}
-	run := func() {
-		w()
-		if done != nil {
+	var once sync.Once
+	settle := func(lost bool) {
+		if p == nil {
+			return
+		}
+		once.Do(func() {
 			o.mu.Lock()
-			delete(o.pending, key)
+			p.lost = lost
 			o.mu.Unlock()
-			close(done)
+			close(p.done)
+		})
+	}
+	run := func() {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+		defer cancel()
+		defer context.AfterFunc(o.stop, cancel)()
+		w(ctx, func() { settle(true) })
+		settle(false)
+		if p != nil {
+			o.mu.Lock()
+			if o.pending[key] == p {
+				delete(o.pending, key)
+			}
+			o.mu.Unlock()
 		}
 	}
 	select {
@@ -67,24 +122,62 @@ func (o *outcomes) write(key string, w func()) {
 }
 
 // await returns once the outcome of the call of key, if this process is
-// writing one, is written, or when ctx ends.
+// writing one, is written or given up on, or when ctx ends.
 func (o *outcomes) await(ctx context.Context, key string) {
 	if key == "" {
 		return
 	}
 	o.mu.Lock()
-	done := o.pending[key]
+	p := o.pending[key]
 	o.mu.Unlock()
-	if done == nil {
+	if p == nil {
 		return
 	}
 	select {
-	case <-done:
+	case <-p.done:
 	case <-ctx.Done():
 	}
 }
 
-// wait returns once every write started has ended, or with ctx's error.
+// lost reports whether this process could not record the outcome of the
+// call of key and has not yet written that it is unknown: its execution
+// still reads started, which is not the truth.
+func (o *outcomes) lost(key string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	p := o.pending[key]
+	return p != nil && p.lost
+}
+
+// retry calls f until it reports done, at most o.attempts times, waiting
+// between attempts with a doubling backoff; it reports whether f did.
+// forever retries until ctx ends, the wait capped at maxRecordBackoff.
+func (o *outcomes) retry(ctx context.Context, forever bool, f func(attempt int) (done bool)) bool {
+	wait := o.backoff
+	for attempt := 0; forever || attempt < o.attempts; attempt++ {
+		if attempt > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return false
+			case <-t.C:
+			}
+			wait = min(2*wait, maxRecordBackoff)
+		}
+		if f(attempt) {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+	}
+	return false
+}
+
+// wait returns once every write started has ended, or, when ctx ends
+// first, stops the writes still retrying, waits for them to return and
+// returns ctx's error.
 func (o *outcomes) wait(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
@@ -99,7 +192,154 @@ func (o *outcomes) wait(ctx context.Context) error {
 		case <-done:
 			return nil
 		default:
-			return ctx.Err()
 		}
+		o.cancel()
+		<-done
+		return ctx.Err()
 	}
+}
+
+// errStartUnconfirmed: an execution's start failed in a way that may have
+// committed, and reading it back failed too. The tool has not run.
+var errStartUnconfirmed = errors.New("mcpserver: an execution's start could not be confirmed")
+
+// begin starts the execution e with the record ev, as
+// Executions.BeginExecution does. A failure of the write may still have
+// committed it (a connection lost at the commit), so the execution is read
+// back by its key before the caller is answered: started by this call (its
+// StartedAt, to the stored microsecond, is this attempt's), the tool may
+// run; absent, the start is written again, and when it is still absent
+// after the last attempt the caller is told, truly, that nothing was run;
+// another call's, it is answered as a retry. When that cannot be read either (errStartUnconfirmed), the
+// tool does not run, and the execution is settled in the background: should
+// the start turn out to be this call's, it is finished failed, with a
+// result saying the tool was not run, so that the record never says more
+// than what happened.
+func (s *Server) begin(ctx context.Context, e store.Execution, ev Event) (store.Execution, bool, error) {
+	e.StartedAt = ev.At.UTC().Truncate(time.Microsecond)
+	rec, started, err := s.opts.Executions.BeginExecution(ctx, e, ev)
+	if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrInvalid) {
+		return rec, started, err
+	}
+	s.log.WarnContext(ctx, "mcpserver: starting an execution failed; reading it back", "tool", e.Tool, "key", e.IdempotencyKey, "err", err)
+	if s.outcomes.retry(ctx, false, func(attempt int) bool {
+		got, gerr := s.opts.Executions.GetExecution(ctx, e.IdempotencyKey)
+		switch {
+		case errors.Is(gerr, store.ErrNotFound) && attempt == s.outcomes.attempts-1:
+			// Known not started; the last attempt writes nothing that
+			// would need reading back.
+			return true
+		case errors.Is(gerr, store.ErrNotFound):
+			rec, started, err = s.opts.Executions.BeginExecution(ctx, e, ev)
+			return err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrInvalid)
+		case gerr != nil:
+			s.log.WarnContext(ctx, "mcpserver: reading an execution back failed", "key", e.IdempotencyKey, "err", gerr)
+			return false
+		}
+		rec, started, err = got, startedBy(got, e), nil
+		return true
+	}) {
+		return rec, started, err
+	}
+	s.log.ErrorContext(ctx, "mcpserver: an execution's start could not be confirmed; the tool was not run", "tool", e.Tool, "key", e.IdempotencyKey)
+	// Not awaited by a retry (no key): one meanwhile meets the database
+	// as this call did.
+	s.outcomes.write(ctx, "", func(ctx context.Context, _ func()) { s.settleUnconfirmed(ctx, e, ev) })
+	return store.Execution{}, false, errStartUnconfirmed
+}
+
+// startedBy reports whether the execution found under a key is the start e
+// wrote.
+func startedBy(found, e store.Execution) bool {
+	return found.Status == store.ExecutionStarted && found.Principal == e.Principal && found.Tool == e.Tool &&
+		found.ArgumentsHash == e.ArgumentsHash && found.ApprovalID == e.ApprovalID && found.RunID == e.RunID &&
+		found.StartedAt.Equal(e.StartedAt)
+}
+
+// notRun is the result recorded for a call whose start was written but
+// whose tool never ran (see begin).
+const notRun = "This call was not run: the server could not confirm that its start was recorded, so it never called the tool. Make the call again to run it."
+
+// settleUnconfirmed finishes e failed, with notRun, if its start, which
+// could not be confirmed, was written after all; it retries until it knows.
+func (s *Server) settleUnconfirmed(ctx context.Context, e store.Execution, ev Event) {
+	result, _ := json.Marshal(errorResult(notRun)) // a text result always encodes
+	s.outcomes.retry(ctx, true, func(int) bool {
+		got, err := s.opts.Executions.GetExecution(ctx, e.IdempotencyKey)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return true
+		case err != nil:
+			return false
+		case !startedBy(got, e):
+			return true
+		}
+		ev = s.stamp(ev, KindExecutionFailed)
+		ev.Outcome, ev.Reasons = OutcomeFailed, append(ev.Reasons, "not run: its start could not be confirmed")
+		_, err = s.opts.Executions.FinishExecution(ctx, e.IdempotencyKey, store.ExecutionFailed, result, ev.At, ev)
+		return err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound)
+	})
+}
+
+// recordOutcome records how a call ended: with its execution's finish when
+// it has an idempotency key, else on its own, retrying each until it is
+// durable. A finish that cannot be written makes the outcome unknown: lost
+// tells the retries this process answers, and the execution is then
+// finished outcome_unknown as soon as the database takes it.
+func (s *Server) recordOutcome(ctx context.Context, ev Event, status store.ExecutionStatus, result json.RawMessage, lost func()) {
+	key := ev.IdempotencyKey
+	if key == "" {
+		if !s.outcomes.retry(ctx, false, func(int) bool {
+			err := s.opts.Auditor.Record(ctx, ev)
+			if err != nil {
+				s.log.WarnContext(ctx, "mcpserver: writing the audit log failed", "kind", ev.Kind, "tool", ev.Tool, "err", err)
+			}
+			return err == nil
+		}) {
+			s.log.ErrorContext(ctx, "mcpserver: a call's outcome could not be recorded", "kind", ev.Kind, "tool", ev.Tool)
+		}
+		return
+	}
+	if s.finish(ctx, key, status, result, ev, false) {
+		return
+	}
+	lost()
+	s.log.ErrorContext(ctx, "mcpserver: a call's outcome could not be recorded; marking it outcome_unknown", "tool", ev.Tool, "key", key, "outcome", ev.Outcome)
+	if status != store.ExecutionOutcomeUnknown {
+		ev.Reasons = append(ev.Reasons, "the call ended "+string(status)+" but that could not be recorded")
+		ev = s.stamp(ev, KindOutcomeUnknown)
+		ev.Outcome = OutcomeUnknown
+	}
+	if !s.finish(ctx, key, store.ExecutionOutcomeUnknown, nil, ev, true) {
+		s.log.ErrorContext(ctx, "mcpserver: marking an execution outcome_unknown failed; it stays started", "tool", ev.Tool, "key", key)
+	}
+}
+
+// finish writes the end of the execution of key with ev, retried (forever:
+// until ctx ends) until it is durable. An attempt that failed may have
+// committed, so each retry first reads the execution back.
+func (s *Server) finish(ctx context.Context, key string, status store.ExecutionStatus, result json.RawMessage, ev Event, forever bool) bool {
+	return s.outcomes.retry(ctx, forever, func(attempt int) bool {
+		if attempt > 0 || forever {
+			// forever follows attempts that failed, as a retry does.
+			rec, err := s.opts.Executions.GetExecution(ctx, key)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				s.log.WarnContext(ctx, "mcpserver: reading an execution back failed", "key", key, "err", err)
+				return false
+			}
+			if err == nil && (rec.Status == status || status == store.ExecutionOutcomeUnknown && rec.Status != store.ExecutionStarted) {
+				// A failed attempt committed; or, when only outcome_unknown
+				// is left to write, the execution has ended after all.
+				return true
+			}
+		}
+		_, err := s.opts.Executions.FinishExecution(ctx, key, status, result, ev.At, ev)
+		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			// ev is recorded; the execution was already ended (marked
+			// outcome_unknown by a Sweeper) if it was not ended now.
+			return true
+		}
+		s.log.WarnContext(ctx, "mcpserver: finishing an execution failed", "tool", ev.Tool, "key", key, "attempt", attempt+1, "err", err)
+		return false
+	})
 }

@@ -86,6 +86,16 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// RecordAttempts is how often a record that follows a tool call is
+	// tried before the call's outcome counts as unknown: the execution's
+	// finish (with its audit record), and the read-back of a start whose
+	// write failed but may have committed. Default 8.
+	RecordAttempts int
+	// RecordBackoff is the wait before the second attempt; it doubles up
+	// to 2 s. Default 50 ms: with 8 attempts, a finish that cannot be
+	// written is given up on after about 5 s, and the execution is marked
+	// outcome_unknown as soon as the database takes a write.
+	RecordBackoff time.Duration
 }
 
 // Server is Usher's MCP endpoint: a resource server that authenticates
@@ -101,6 +111,7 @@ type Server struct {
 
 	authAudits authAudits // samples the records of refused tokens
 	outcomes   *outcomes  // writes how calls ended after they answered
+	sdk        *mcp.Server
 
 	endpointPath  string   // the path of the endpoint
 	metadataPaths []string // the paths of the metadata document
@@ -137,6 +148,12 @@ func New(opts *Options) (*Server, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.RecordAttempts == 0 {
+		o.RecordAttempts = defaultRecordAttempts
+	}
+	if o.RecordBackoff == 0 {
+		o.RecordBackoff = defaultRecordBackoff
 	}
 
 	var errs []error
@@ -176,6 +193,9 @@ func New(opts *Options) (*Server, error) {
 	if o.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("MaxBodyBytes must not be negative, got %d", o.MaxBodyBytes))
 	}
+	if o.RecordAttempts < 0 || o.RecordBackoff < 0 {
+		errs = append(errs, fmt.Errorf("RecordAttempts and RecordBackoff must not be negative, got %d and %s", o.RecordAttempts, o.RecordBackoff))
+	}
 	if o.SessionTimeout < 0 {
 		errs = append(errs, fmt.Errorf("SessionTimeout must not be negative, got %s", o.SessionTimeout))
 	}
@@ -186,7 +206,7 @@ func New(opts *Options) (*Server, error) {
 	hosts[strings.ToLower(public.Hostname())] = true
 
 	s := &Server{
-		opts: o, catalog: o.Catalog, log: o.Logger, origins: origins, hosts: hosts, outcomes: newOutcomes(),
+		opts: o, catalog: o.Catalog, log: o.Logger, origins: origins, hosts: hosts, outcomes: newOutcomes(o.RecordAttempts, o.RecordBackoff),
 		endpointPath:  strings.TrimSuffix(public.Path, "/") + "/mcp",
 		metadataPaths: []string{wellKnown, wellKnown + strings.TrimSuffix(public.Path, "/") + "/mcp"},
 	}
@@ -207,6 +227,7 @@ func New(opts *Options) (*Server, error) {
 		Capabilities: capabilities(),
 	})
 	srv.AddReceivingMiddleware(s.dispatch)
+	s.sdk = srv
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		Stateless:      !o.Stateful,
 		SessionTimeout: o.SessionTimeout,
@@ -242,11 +263,20 @@ func checkPublicURL(field, raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// Drain waits until the records of every call that has answered are
-// written (a call's outcome is recorded after its result is sent), or until
-// ctx ends. Call it after the HTTP server has stopped taking requests and
-// before the store closes.
-func (s *Server) Drain(ctx context.Context) error { return s.outcomes.wait(ctx) }
+// Drain ends the Server's work: it closes the stateful sessions it holds,
+// and waits until the records of every call that has answered are written
+// (a call's outcome is recorded after its result is sent). When ctx ends
+// first, it stops the writes still being retried, waits for them to
+// return, and returns ctx's error: those executions stay started, to be
+// reported outcome_unknown by a Sweeper. Call it after the HTTP server has
+// stopped taking requests and before the store closes; it may be called
+// again.
+func (s *Server) Drain(ctx context.Context) error {
+	for ss := range s.sdk.Sessions() {
+		ss.Close()
+	}
+	return s.outcomes.wait(ctx)
+}
 
 // Handler returns the MCP endpoint, to serve at the path of PublicURL +
 // "/mcp" (see Mount).

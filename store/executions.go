@@ -16,8 +16,9 @@ const (
 	ExecutionSucceeded ExecutionStatus = "succeeded"
 	ExecutionFailed    ExecutionStatus = "failed"
 	// ExecutionOutcomeUnknown marks an execution that started but whose
-	// process stopped before recording how it ended. It is reported, never
-	// run again: the tool may or may not have acted.
+	// end was never recorded: its process stopped, or could not record the
+	// outcome and said so (FinishExecution to outcome_unknown). It is
+	// reported, never run again: the tool may or may not have acted.
 	ExecutionOutcomeUnknown ExecutionStatus = "outcome_unknown"
 )
 
@@ -37,9 +38,12 @@ type Execution struct {
 	Status         ExecutionStatus
 	// Result is the tool's result as JSON once finished; nil before, and
 	// for outcomes never recorded.
-	Result     json.RawMessage
-	StartedAt  time.Time
-	FinishedAt time.Time // zero until succeeded or failed
+	Result    json.RawMessage
+	StartedAt time.Time
+	// FinishedAt is when FinishExecution ended it; zero while started and
+	// for an execution MarkOutcomeUnknown found abandoned (nobody knows
+	// when that one ended).
+	FinishedAt time.Time
 }
 
 // executionColumns is the column list of an Execution, in field order.
@@ -81,8 +85,14 @@ func checkFinish(key string, status ExecutionStatus, result json.RawMessage, now
 	if key == "" {
 		errs = append(errs, errors.New("execution idempotency key is empty"))
 	}
-	if status != ExecutionSucceeded && status != ExecutionFailed {
-		errs = append(errs, fmt.Errorf("an execution finishes succeeded or failed, not %q", status))
+	switch status {
+	case ExecutionSucceeded, ExecutionFailed:
+	case ExecutionOutcomeUnknown:
+		if len(result) != 0 {
+			errs = append(errs, errors.New("an execution whose outcome is unknown has no result"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("an execution finishes succeeded, failed or outcome_unknown, not %q", status))
 	}
 	errs = append(errs, checkJSON("execution result", result), checkNow(now))
 	return invalid(errs...)

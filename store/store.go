@@ -364,7 +364,9 @@ type Store interface {
 	// FinishExecution records how a started execution ended (succeeded or
 	// failed) and its result, as a compare-and-swap from started:
 	// ErrNotFound when it does not exist, ErrConflict when it is not
-	// started (already finished, or marked outcome_unknown).
+	// started (already finished, or marked outcome_unknown). A process
+	// that cannot record how its call ended finishes it outcome_unknown,
+	// without a result.
 	FinishExecution(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time) (Execution, error)
 	// MarkOutcomeUnknown marks every execution still started before
 	// olderThan as outcome_unknown, the trace of a process that stopped

@@ -248,6 +248,19 @@ func (x executions) builder(ev mcpserver.Event) (func(store.AuditHead) (store.Au
 	return x.log.Builder(entry)
 }
 
+// toolHashes gives the approvals sweeper the catalog's tools and their
+// definition hashes; a listing that failed in part gives what was listed.
+func toolHashes(cat *mcpserver.Catalog) approvals.ToolHashes {
+	return func(ctx context.Context) (map[string]string, error) {
+		defs, err := cat.Definitions(ctx)
+		hashes := make(map[string]string, len(defs))
+		for _, d := range defs {
+			hashes[d.Name] = d.Hash
+		}
+		return hashes, err
+	}
+}
+
 // mcpStack is the MCP server and what it needs, built for serve.
 type mcpStack struct {
 	server    *mcpserver.Server

@@ -13,13 +13,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/usherhq/usher/approvals"
 	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/broker"
-	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/config"
 	"github.com/usherhq/usher/internal/devoidc"
 	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/mcpserver"
 	"github.com/usherhq/usher/store"
 )
 
@@ -167,7 +168,19 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		}
 	}()
 	mcp.mount(mux, authenticated, publicURL)
-	go in.sweep(ctx, mcp)
+	// The sweeps stop (deferred after Drain) before the store closes.
+	approvalSweeper, executionSweeper, err := in.sweepers(mcp)
+	if err != nil {
+		return err
+	}
+	if err := approvalSweeper.Start(ctx); err != nil {
+		return err
+	}
+	defer approvalSweeper.Stop()
+	if err := executionSweeper.Start(ctx); err != nil {
+		return err
+	}
+	defer executionSweeper.Stop()
 	mountAssistant(mux, runtime, authenticated, publicURL)
 	if err := runtime.Start(ctx); err != nil {
 		return fmt.Errorf("assistant: %w", err)
@@ -215,69 +228,23 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	return nil
 }
 
-// abandonedAfter is how long after its start a tool execution that never
-// finished is declared outcome_unknown.
-const abandonedAfter = 15 * time.Minute
-
-// sweep revokes approvals of changed tools, expires overdue approval
-// requests and marks executions abandoned by a crash as outcome_unknown, on a slow ticker, until ctx ends. Every
-// replica may run it: both are idempotent compare-and-swaps.
-func (in *installation) sweep(ctx context.Context, mcp *mcpStack) {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	seen := map[string]string{} // tool → definition hash at the last sweep
-	for {
-		in.revokeChanged(ctx, mcp, seen)
-		if n, err := mcp.approvals.Expire(ctx); err != nil && ctx.Err() == nil {
-			in.log.Warn("approval expiry sweep failed", "err", err)
-		} else if n > 0 {
-			in.log.Info("expired approval requests", "count", n)
-		}
-		// A call runs for at most the catalog's call timeout (5 min); one
-		// still "started" three times that long ago lost its process.
-		lost, err := in.store.MarkOutcomeUnknown(ctx, time.Now().Add(-abandonedAfter))
-		if err != nil && ctx.Err() == nil {
-			in.log.Warn("abandoned execution sweep failed", "err", err)
-		}
-		for _, e := range lost {
-			in.log.Warn("tool execution outcome unknown", "tool", e.Tool, "idempotency_key", e.IdempotencyKey)
-			if err := mcp.audit.Append(ctx, audit.Entry{
-				Kind: audit.KindOutcomeUnknown, Principal: e.Principal, Tool: e.Tool,
-				ArgumentsHash: e.ArgumentsHash, ApprovalID: e.ApprovalID, RunID: e.RunID, Outcome: "outcome_unknown",
-			}); err != nil {
-				in.log.Warn("audit of an unknown outcome failed", "err", err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+// sweepers builds the background sweeps of the MCP stack's records: the
+// approvals' expiry and revocation, and the executions abandoned by a
+// stopped process.
+func (in *installation) sweepers(mcp *mcpStack) (*approvals.Sweeper, *mcpserver.Sweeper, error) {
+	as, err := approvals.NewSweeper(mcp.approvals, &approvals.SweeperOptions{
+		Tools: toolHashes(mcp.catalog), Logger: in.log.With("component", "approvals"),
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-}
-
-// revokeChanged revokes the open approvals of every tool whose definition
-// changed since the last sweep (every tool on the first), so that nobody
-// approves a call to a tool that is no longer what was requested.
-func (in *installation) revokeChanged(ctx context.Context, mcp *mcpStack, seen map[string]string) {
-	defs, err := mcp.catalog.Definitions(ctx)
-	if err != nil && ctx.Err() == nil {
-		in.log.Warn("listing tools for the revocation sweep", "err", err)
+	es, err := mcpserver.NewSweeper(&mcpserver.SweeperOptions{
+		Executions: in.store, Auditor: auditor{mcp.audit}, Logger: in.log.With("component", "mcp"),
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	for _, d := range defs {
-		if seen[d.Name] == d.Hash {
-			continue
-		}
-		n, err := mcp.approvals.RevokeChanged(ctx, d.Name, d.Hash)
-		if err != nil {
-			in.log.Warn("revoking approvals of a changed tool failed", "tool", d.Name, "err", err)
-			continue
-		}
-		if n > 0 {
-			in.log.Warn("tool definition changed: revoked its open approvals", "tool", d.Name, "hash", d.Hash, "revoked", n)
-		}
-		seen[d.Name] = d.Hash
-	}
+	return as, es, nil
 }
 
 // me is the body of GET /api/me: who the API thinks the caller is.

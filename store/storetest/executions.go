@@ -132,7 +132,7 @@ func testBeginExecution(t *testing.T, s store.Store) {
 		at     time.Time
 	}{
 		{"to started", store.ExecutionStarted, nil, now},
-		{"to outcome unknown", store.ExecutionOutcomeUnknown, nil, now},
+		{"to outcome unknown with a result", store.ExecutionOutcomeUnknown, json.RawMessage(`{}`), now},
 		{"result not JSON", store.ExecutionSucceeded, json.RawMessage(`{`), now},
 		{"no time", store.ExecutionSucceeded, nil, time.Time{}},
 	}
@@ -140,6 +140,24 @@ func testBeginExecution(t *testing.T, s store.Store) {
 		if _, err := s.FinishExecution(ctx, "open", tt.status, tt.result, tt.at); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("FinishExecution %s = %v, want ErrInvalid", tt.name, err)
 		}
+	}
+
+	// A process that cannot record how its call ended says so: the
+	// execution is outcome_unknown at once, with the time it gave up, and
+	// is never run again.
+	lost := testExecution("lost", now)
+	if _, _, err := s.BeginExecution(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	marked, err := s.FinishExecution(ctx, "lost", store.ExecutionOutcomeUnknown, nil, now.Add(time.Second))
+	if err != nil || marked.Status != store.ExecutionOutcomeUnknown || marked.Result != nil || !marked.FinishedAt.Equal(now.Add(time.Second).Truncate(time.Microsecond)) {
+		t.Errorf("FinishExecution to outcome_unknown = %+v, %v; want outcome_unknown, no result, finished then", marked, err)
+	}
+	if got, started, err := s.BeginExecution(ctx, lost); err != nil || started || got.Status != store.ExecutionOutcomeUnknown {
+		t.Errorf("BeginExecution after outcome_unknown = %s, started %v, %v; want outcome_unknown, not started", got.Status, started, err)
+	}
+	if _, err := s.FinishExecution(ctx, "lost", store.ExecutionSucceeded, nil, now); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("FinishExecution after outcome_unknown = %v, want ErrConflict", err)
 	}
 
 	// The same with an audit record, on this store.

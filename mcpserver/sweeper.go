@@ -1,0 +1,128 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/usherhq/usher/internal/periodic"
+	"github.com/usherhq/usher/store"
+)
+
+// DefaultAbandonedAfter is how long after its start an execution still
+// started is taken for one whose process stopped: a call runs for at most
+// the catalog's CallTimeout (5 min by default), and a live process then
+// records its outcome, or that it is unknown, within seconds (see
+// Options.RecordAttempts).
+const DefaultAbandonedAfter = 6 * time.Minute
+
+// AbandonedExecutions finds the executions whose process stopped mid-call;
+// the store implements it.
+type AbandonedExecutions interface {
+	// MarkOutcomeUnknown marks every execution still started before
+	// olderThan as outcome_unknown and returns them.
+	MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]store.Execution, error)
+}
+
+// SweeperOptions configures a Sweeper. Fields marked required have no
+// default; every other zero value selects its default.
+type SweeperOptions struct {
+	// Executions marks abandoned executions. Required.
+	Executions AbandonedExecutions
+	// Auditor records an outcome_unknown event for each. Required.
+	Auditor Auditor
+	// AbandonedAfter is how long after its start an execution still
+	// started is marked outcome_unknown. Default DefaultAbandonedAfter;
+	// it must exceed the catalog's CallTimeout.
+	AbandonedAfter time.Duration
+	// Interval is the time between two sweeps. Default 1 min.
+	Interval time.Duration
+	// Logger receives what was marked and what failed. Default
+	// slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Sweeper marks the executions of tool calls whose process stopped before
+// recording how they ended (a crash, a kill) as outcome_unknown, and
+// audits each: they are reported, never run again. A live process records
+// its own outcomes; this is the backstop for dead ones. Every replica may
+// run one: the mark is a compare-and-swap.
+type Sweeper struct {
+	opts SweeperOptions
+	loop *periodic.Loop
+}
+
+// NewSweeper returns a Sweeper, or one error naming every problem of opts.
+func NewSweeper(opts *SweeperOptions) (*Sweeper, error) {
+	var o SweeperOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.AbandonedAfter == 0 {
+		o.AbandonedAfter = DefaultAbandonedAfter
+	}
+	if o.Interval == 0 {
+		o.Interval = time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	var errs []error
+	if o.Executions == nil {
+		errs = append(errs, errors.New("Executions are required"))
+	}
+	if o.Auditor == nil {
+		errs = append(errs, errors.New("an Auditor is required"))
+	}
+	if o.AbandonedAfter < 0 || o.Interval < 0 {
+		errs = append(errs, fmt.Errorf("AbandonedAfter and Interval must not be negative, got %s and %s", o.AbandonedAfter, o.Interval))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("mcpserver: sweeper options: %w", err)
+	}
+	s := &Sweeper{opts: o}
+	s.loop = periodic.New(o.Interval, func(ctx context.Context) { s.Sweep(ctx) })
+	return s, nil
+}
+
+// Start sweeps at once and then every Interval, until Stop or until ctx
+// ends. A Sweeper starts once.
+func (s *Sweeper) Start(ctx context.Context) error { return s.loop.Start(ctx) }
+
+// Stop ends the sweeps and waits for one under way. It is idempotent and
+// safe to call without Start; call it before the store closes.
+func (s *Sweeper) Stop() { s.loop.Stop() }
+
+// Sweep marks the executions started more than AbandonedAfter ago and
+// still started as outcome_unknown, audits each, and returns them.
+func (s *Sweeper) Sweep(ctx context.Context) ([]store.Execution, error) {
+	now := s.opts.Now()
+	lost, err := s.opts.Executions.MarkOutcomeUnknown(ctx, now.Add(-s.opts.AbandonedAfter))
+	if err != nil {
+		if ctx.Err() == nil {
+			s.opts.Logger.WarnContext(ctx, "mcpserver: the abandoned execution sweep failed", "err", err)
+		}
+		return nil, err
+	}
+	var errs []error
+	for _, e := range lost {
+		s.opts.Logger.WarnContext(ctx, "mcpserver: a tool execution's outcome is unknown: its process stopped", "tool", e.Tool, "key", e.IdempotencyKey)
+		err := s.opts.Auditor.Record(ctx, Event{
+			Kind: KindOutcomeUnknown, At: now, Principal: e.Principal, Tool: e.Tool, ArgumentsHash: e.ArgumentsHash,
+			ApprovalID: e.ApprovalID, RunID: e.RunID, IdempotencyKey: e.IdempotencyKey, Outcome: OutcomeUnknown,
+			Reasons: []string{"its process stopped before recording how it ended"},
+		})
+		if err != nil {
+			s.opts.Logger.WarnContext(ctx, "mcpserver: the audit of an unknown outcome failed", "key", e.IdempotencyKey, "err", err)
+			errs = append(errs, err)
+		}
+	}
+	return lost, errors.Join(errs...)
+}
