@@ -486,6 +486,7 @@ type ledger struct {
 	stored       map[string]int  // copies stored of each user message's content
 	unanswered   map[string]bool // contents of user messages without exactly one turn
 	executions   map[string]int  // tool executions by status
+	started      []string        // the executions still started, one line each
 	problems     []string        // broken promises, one line each
 }
 
@@ -616,6 +617,27 @@ func readLedger(ctx context.Context, dbURL string) (*ledger, error) {
 			return nil, err
 		}
 		l.executions[status] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows, err = conn.Query(ctx, `SELECT e.idempotency_key, e.tool, e.started_at, coalesce(r.turn_seq, 0)
+		FROM tool_executions e LEFT JOIN runs r ON r.id = e.run_id WHERE e.status = 'started' ORDER BY e.started_at`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var key, tool string
+		var at time.Time
+		var turnSeq int64
+		if err := rows.Scan(&key, &tool, &at, &turnSeq); err != nil {
+			return nil, err
+		}
+		open := "no turn open in its run"
+		if turnSeq != 0 {
+			open = fmt.Sprintf("the turn of message %d open in its run", turnSeq)
+		}
+		l.started = append(l.started, fmt.Sprintf("%s %s, started %s ago, %s", tool, key, time.Since(at).Round(time.Second), open))
 	}
 	return l, rows.Err()
 }

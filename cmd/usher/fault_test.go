@@ -176,7 +176,7 @@ func testFaultFlaps(t *testing.T, bin string) {
 		t.Errorf("%d of %d posted messages were not stored exactly once:\n%s", len(lost), posted, firstLines(lost, 12))
 	}
 	if n := l.executions["started"]; n > 0 {
-		t.Errorf("%d tool execution(s) left started after the flaps (%v): their outcome was neither recorded nor declared unknown", n, l.executions)
+		t.Errorf("%d tool execution(s) left started after the flaps (%v): their outcome was neither recorded nor declared unknown:\n%s", n, l.executions, firstLines(l.started, 12))
 	}
 	if l.executions["succeeded"]+l.executions["failed"]+l.executions["outcome_unknown"] == 0 {
 		t.Errorf("no tool execution was recorded (%v): the suite's tool calls did not run", l.executions)
