@@ -142,15 +142,15 @@ type modelProxy struct {
 	forward sync.Mutex
 
 	mu       sync.Mutex
-	arrivals []arrival
+	arrivals []modelArrival
 	changed  chan struct{} // closed and replaced when arrivals change
 	gate     chan struct{} // while not nil, requests wait for it to close
 	refused  []string      // answers other than 200, as "status body"
 	calls    int
 }
 
-// arrival is one request as it reached the proxy.
-type arrival struct {
+// modelArrival is one request as it reached the proxy.
+type modelArrival struct {
 	replica string
 	at      time.Time
 }
@@ -188,7 +188,7 @@ func (p *modelProxy) hold() (release func()) {
 
 // waitArrival waits until a request after the first n arrivals satisfies
 // ok, and returns it.
-func (p *modelProxy) waitArrival(ctx context.Context, n int, ok func(arrival) bool) (arrival, error) {
+func (p *modelProxy) waitArrival(ctx context.Context, n int, ok func(modelArrival) bool) (modelArrival, error) {
 	for {
 		p.mu.Lock()
 		for _, a := range p.arrivals[min(n, len(p.arrivals)):] {
@@ -202,7 +202,7 @@ func (p *modelProxy) waitArrival(ctx context.Context, n int, ok func(arrival) bo
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return arrival{}, ctx.Err()
+			return modelArrival{}, ctx.Err()
 		}
 	}
 }
@@ -236,7 +236,7 @@ func (p *modelProxy) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.mu.Lock()
-	p.arrivals = append(p.arrivals, arrival{replica: replica, at: time.Now()})
+	p.arrivals = append(p.arrivals, modelArrival{replica: replica, at: time.Now()})
 	close(p.changed)
 	p.changed = make(chan struct{})
 	gate := p.gate
@@ -288,7 +288,7 @@ func (p *modelProxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if status != http.StatusOK {
 		p.mu.Lock()
-		p.refused = append(p.refused, fmt.Sprintf("%d %s for the conversation [%s]", status, bytes.TrimSpace(answer), shape(body)))
+		p.refused = append(p.refused, fmt.Sprintf("%d %s for the conversation [%s]", status, bytes.TrimSpace(answer), conversationShape(body)))
 		p.mu.Unlock()
 		// A refused request left its scripted answer unused: use it up,
 		// so that the next request gets its own.
@@ -308,9 +308,9 @@ func (p *modelProxy) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(answer)
 }
 
-// shape describes a request's conversation by role, with the ids of tool
+// conversationShape describes a request's conversation by role, with the ids of tool
 // calls and results: "system user assistant(call-1) tool(call-1)".
-func shape(body []byte) string {
+func conversationShape(body []byte) string {
 	var req struct {
 		Messages []struct {
 			Role       string `json:"role"`
@@ -420,8 +420,8 @@ func (c *faultCluster) newRun(title string) string {
 	return run["runId"].(string)
 }
 
-// postOutcome is what a client that retries saw of one message.
-type postOutcome struct {
+// faultPost is what a client that retries saw of one message.
+type faultPost struct {
 	content    string
 	acked      bool // a 2xx answer came, at last
 	attempts   int
@@ -434,8 +434,8 @@ type postOutcome struct {
 // Idempotency-Key, again with the same key after a failure, until an
 // answer of 2xx or the deadline. wait, when set, is the ?wait of the
 // request.
-func (c *faultCluster) post(ctx context.Context, runID, key, content, wait string, deadline time.Duration) postOutcome {
-	out := postOutcome{content: content}
+func (c *faultCluster) post(ctx context.Context, runID, key, content, wait string, deadline time.Duration) faultPost {
+	out := faultPost{content: content}
 	body, _ := json.Marshal(map[string]string{"content": content})
 	u := c.lb.url + "/api/assistant/runs/" + runID + "/messages"
 	if wait != "" {
@@ -476,9 +476,9 @@ func (c *faultCluster) post(ctx context.Context, runID, key, content, wait strin
 	return out
 }
 
-// ledger is what the database holds after the faults: every run's event
+// faultLedger is what the database holds after the faults: every run's event
 // log, checked against the promises.
-type ledger struct {
+type faultLedger struct {
 	runs, events int
 	userMessages int
 	answered     int             // user messages with exactly one turn start and one turn end
@@ -490,11 +490,11 @@ type ledger struct {
 	problems     []string        // broken promises, one line each
 }
 
-// readLedger reads every run's event log from the database and checks:
+// readFaultLedger reads every run's event log from the database and checks:
 // the sequence of each log is 1, 2, … last_seq, with no gap nor repeat;
 // every user message has exactly one agent.turn.start and one
 // agent.turn.end naming it; no turn names anything else.
-func readLedger(ctx context.Context, dbURL string) (*ledger, error) {
+func readFaultLedger(ctx context.Context, dbURL string) (*faultLedger, error) {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		return nil, err
@@ -545,7 +545,7 @@ func readLedger(ctx context.Context, dbURL string) (*ledger, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	l := &ledger{runs: len(runs), stored: map[string]int{}, unanswered: map[string]bool{}, executions: map[string]int{}}
+	l := &faultLedger{runs: len(runs), stored: map[string]int{}, unanswered: map[string]bool{}, executions: map[string]int{}}
 	for _, r := range runs {
 		log := logs[r.id]
 		l.events += len(log)
@@ -642,14 +642,14 @@ func readLedger(ctx context.Context, dbURL string) (*ledger, error) {
 	return l, rows.Err()
 }
 
-// waitLedger reads the ledger until done holds of it or bound passes, and
+// waitFaultLedger reads the ledger until done holds of it or bound passes, and
 // returns the last one read and how long that took. A database error is
 // fatal only if it lasts until the end.
-func waitLedger(t *testing.T, dbURL string, bound time.Duration, done func(*ledger) bool) (*ledger, time.Duration, bool) {
+func waitFaultLedger(t *testing.T, dbURL string, bound time.Duration, done func(*faultLedger) bool) (*faultLedger, time.Duration, bool) {
 	t.Helper()
 	began := time.Now()
 	for {
-		l, err := readLedger(t.Context(), dbURL)
+		l, err := readFaultLedger(t.Context(), dbURL)
 		if err == nil && done(l) {
 			return l, time.Since(began), true
 		}
@@ -663,12 +663,12 @@ func waitLedger(t *testing.T, dbURL string, bound time.Duration, done func(*ledg
 	}
 }
 
-// settled reports that every stored message is answered and every tool
+// faultSettled reports that every stored message is answered and every tool
 // execution has an outcome.
-func settled(l *ledger) bool { return len(l.problems) == 0 && l.executions["started"] == 0 }
+func faultSettled(l *faultLedger) bool { return len(l.problems) == 0 && l.executions["started"] == 0 }
 
-// firstLines joins the first n of lines, and says how many more there are.
-func firstLines(lines []string, n int) string {
+// faultLines joins the first n of lines, and says how many more there are.
+func faultLines(lines []string, n int) string {
 	if len(lines) <= n {
 		return strings.Join(lines, "\n")
 	}

@@ -66,7 +66,7 @@ func testFaultFlaps(t *testing.T, bin string) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var mu sync.Mutex
-	outcomes := map[int][]postOutcome{} // by flap
+	outcomes := map[int][]faultPost{} // by flap
 	terminated := 0
 	began := time.Now()
 	for f := range faultFlaps {
@@ -127,7 +127,7 @@ func testFaultFlaps(t *testing.T, bin string) {
 
 	// Recovery: wait, bounded, until every stored message is answered
 	// and every tool execution has an outcome.
-	l, recovered, _ := waitLedger(t, c.db.url, faultRecovery, settled)
+	l, recovered, _ := waitFaultLedger(t, c.db.url, faultRecovery, faultSettled)
 
 	// What the clients were told, against what was stored.
 	posted, accepted, attempts, serverErrs, netErrs, survived := 0, 0, 0, 0, 0, 0
@@ -170,13 +170,13 @@ func testFaultFlaps(t *testing.T, bin string) {
 
 	if len(l.problems) > 0 {
 		t.Errorf("%d broken promise(s) in the event logs %s after the flaps (every user message answered by exactly one turn; no gap or repeat):\n%s",
-			len(l.problems), faultRecovery, firstLines(l.problems, 12))
+			len(l.problems), faultRecovery, faultLines(l.problems, 12))
 	}
 	if len(lost) > 0 {
-		t.Errorf("%d of %d posted messages were not stored exactly once:\n%s", len(lost), posted, firstLines(lost, 12))
+		t.Errorf("%d of %d posted messages were not stored exactly once:\n%s", len(lost), posted, faultLines(lost, 12))
 	}
 	if n := l.executions["started"]; n > 0 {
-		t.Errorf("%d tool execution(s) left started after the flaps (%v): their outcome was neither recorded nor declared unknown:\n%s", n, l.executions, firstLines(l.started, 12))
+		t.Errorf("%d tool execution(s) left started after the flaps (%v): their outcome was neither recorded nor declared unknown:\n%s", n, l.executions, faultLines(l.started, 12))
 	}
 	if l.executions["succeeded"]+l.executions["failed"]+l.executions["outcome_unknown"] == 0 {
 		t.Errorf("no tool execution was recorded (%v): the suite's tool calls did not run", l.executions)
@@ -208,7 +208,7 @@ func testFaultTurnOrder(t *testing.T, bin string) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	if _, err := c.model.waitArrival(ctx, n, func(arrival) bool { return true }); err != nil {
+	if _, err := c.model.waitArrival(ctx, n, func(modelArrival) bool { return true }); err != nil {
 		t.Fatalf("the first turn made no model request: %v", err)
 	}
 	// The first turn's model step is in flight: the second question
@@ -218,9 +218,9 @@ func testFaultTurnOrder(t *testing.T, bin string) {
 	}
 	release()
 
-	l, _, ok := waitLedger(t, c.db.url, 20*time.Second, func(l *ledger) bool { return l.userMessages == 2 && settled(l) })
+	l, _, ok := waitFaultLedger(t, c.db.url, 20*time.Second, func(l *faultLedger) bool { return l.userMessages == 2 && faultSettled(l) })
 	if !ok {
-		t.Errorf("the two questions were not answered once each within 20s (%d stored):\n%s", l.userMessages, firstLines(l.problems, 5))
+		t.Errorf("the two questions were not answered once each within 20s (%d stored):\n%s", l.userMessages, faultLines(l.problems, 5))
 	}
 	var second []string
 	for _, req := range c.model.ms.Requests() {
@@ -256,7 +256,7 @@ func testFaultTakeover(t *testing.T, bin string) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	first, err := c.model.waitArrival(ctx, n, func(arrival) bool { return true })
+	first, err := c.model.waitArrival(ctx, n, func(modelArrival) bool { return true })
 	if err != nil {
 		t.Fatalf("the turn made no model request: %v", err)
 	}
@@ -275,7 +275,7 @@ func testFaultTakeover(t *testing.T, bin string) {
 
 	wctx, wcancel := context.WithTimeout(ctx, faultTakeoverBound)
 	defer wcancel()
-	next, err := c.model.waitArrival(wctx, n, func(a arrival) bool { return a.replica == survivor && a.at.After(killed) })
+	next, err := c.model.waitArrival(wctx, n, func(a modelArrival) bool { return a.replica == survivor && a.at.After(killed) })
 	if err != nil {
 		t.Logf("fault figures (takeover): none within %s of kill -9 of replica %s (lease %s, sweep interval %s)", faultTakeoverBound, victim, faultLease, faultTakeoverSweep)
 		t.Fatalf("replica %s did not take the run over within %s of kill -9 of replica %s (lease %s): a takeover must come at lease expiry, not at the sweep (every %s here)",
@@ -289,8 +289,8 @@ func testFaultTakeover(t *testing.T, bin string) {
 	}
 
 	// The taken-over turn ends once, answering the message.
-	l, _, ok := waitLedger(t, c.db.url, 20*time.Second, func(l *ledger) bool { return l.userMessages == 1 && settled(l) })
+	l, _, ok := waitFaultLedger(t, c.db.url, 20*time.Second, func(l *faultLedger) bool { return l.userMessages == 1 && faultSettled(l) })
 	if !ok {
-		t.Errorf("the message was not answered once within 20s of the takeover (%d stored):\n%s", l.userMessages, firstLines(l.problems, 5))
+		t.Errorf("the message was not answered once within 20s of the takeover (%d stored):\n%s", l.userMessages, faultLines(l.problems, 5))
 	}
 }
