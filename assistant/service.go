@@ -320,6 +320,7 @@ func (rt *Runtime) waitTurn(ctx context.Context, sub *runSub, owner, id string, 
 func (rt *Runtime) turnResult(ctx context.Context, id string, seq int64) (*TurnEnd, []store.Event, error) {
 	var end *TurnEnd
 	var msgs []store.Event
+	later := false // a later user message was seen
 	after := seq
 	for {
 		page, err := rt.st.ListEvents(ctx, id, after, 500)
@@ -331,8 +332,17 @@ func (rt *Runtime) turnResult(ctx context.Context, id string, seq int64) (*TurnE
 			case e.Type == EventUserMessage:
 				// A later message, queued while this turn ran: its turn
 				// comes after this one ends.
+				later = true
 			case isMessageEvent(e.Type):
-				msgs = append(msgs, e)
+				// Only this turn's own messages: an earlier turn's output
+				// logged after this message is not its answer. A message
+				// that names no turn belongs to the user message before it.
+				var m struct {
+					MessageSeq int64 `json:"messageSeq"`
+				}
+				if json.Unmarshal(e.Payload, &m) == nil && (m.MessageSeq == seq || (m.MessageSeq == 0 && !later)) {
+					msgs = append(msgs, e)
+				}
 			case e.Type == EventTurnEnd:
 				var te TurnEnd
 				if err := json.Unmarshal(e.Payload, &te); err == nil && (te.MessageSeq == seq || te.MessageSeq == 0) {

@@ -297,9 +297,22 @@ func TestMessageDuringATurn(t *testing.T) {
 			t.Fatal(err)
 		}
 		release()
-		for _, seq := range []int64{first.Seq, second.Seq} {
-			if out, err := rt.WaitTurn(ctx, "owner", runID, seq, time.Minute); err != nil || out.Status != TurnCompleted {
+		for i, seq := range []int64{first.Seq, second.Seq} {
+			out, err := rt.WaitTurn(ctx, "owner", runID, seq, time.Minute)
+			if err != nil || out.Status != TurnCompleted {
 				t.Fatalf("turn of message %d = %+v %v", seq, out, err)
+			}
+			// Each turn's outcome holds its own answer only, though the
+			// first answer is logged after the second message.
+			var texts []string
+			for _, e := range out.Messages {
+				var m AssistantMessage
+				if json.Unmarshal(e.Payload, &m) == nil {
+					texts = append(texts, m.Content)
+				}
+			}
+			if want := []string{"reply to first", "reply to second"}[i]; !slices.Equal(texts, []string{want}) {
+				t.Errorf("turn of message %d answered %q, want [%q]", seq, texts, want)
 			}
 		}
 		reqs := ms.Requests()
