@@ -101,7 +101,14 @@ func newHarness(t *testing.T, st store.Store, m model.Provider, opts *Options) *
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
 		})
 	mcpSrv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return tools }, nil))
-	t.Cleanup(mcpSrv.Close)
+	t.Cleanup(func() {
+		mcpSrv.Close()
+		// The handler keeps stateful sessions (and their goroutines)
+		// until they are closed.
+		for ss := range tools.Sessions() {
+			ss.Close()
+		}
+	})
 
 	var o Options
 	if opts != nil {

@@ -64,7 +64,14 @@ func newCountingTools(t *testing.T, st store.Store) *countingTools {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("counted %d", in.N)}}}, nil, nil
 		})
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
-	t.Cleanup(hs.Close)
+	t.Cleanup(func() {
+		hs.Close()
+		// The handler keeps stateful sessions (and their goroutines)
+		// until they are closed.
+		for ss := range srv.Sessions() {
+			ss.Close()
+		}
+	})
 	c.url = hs.URL
 	return c
 }
