@@ -112,12 +112,13 @@ function layout() {
   e.toggle = h('button', { type: 'button', class: 'button subtle sidebar-toggle', 'aria-controls': 'sidebar', 'aria-expanded': 'false', onclick: () => toggleSidebar() }, 'Sessions');
   e.inboxCount = h('span', { class: 'count', hidden: true });
   e.inbox = h('a', { href: '/approvals', class: 'inbox-link' }, 'Approvals', e.inboxCount);
-  const signOut = h('button', { type: 'button', class: 'button subtle', onclick: doSignOut }, 'Sign out');
+  const signOut = h('button', { type: 'button', class: 'button subtle', onclick: () => doSignOut(false) }, 'Sign out');
+  const signOutAll = h('button', { type: 'button', class: 'button subtle', title: 'Sign out of Usher in every browser and on every device', onclick: () => doSignOut(true) }, 'Sign out everywhere');
   const header = h('header', { class: 'topbar' },
     e.toggle,
     h('a', { href: '/', class: 'brand' }, h('img', { src: '/static/favicon.svg', alt: '', width: '24', height: '24' }), h('span', { class: 'brand-name' }, 'Usher')),
     h('nav', { 'aria-label': 'Main', class: 'topnav' }, e.inbox),
-    h('div', { class: 'user' }, h('span', { class: 'user-name', title: app.me.id }, app.me.name || app.me.email || 'Signed in'), signOut));
+    h('div', { class: 'user' }, h('span', { class: 'user-name', title: app.me.id }, app.me.name || app.me.email || 'Signed in'), signOut, signOutAll));
 
   e.search = h('input', { id: 'session-search', type: 'search', autocomplete: 'off', placeholder: 'Search by title' });
   e.search.addEventListener('input', () => {
@@ -153,11 +154,17 @@ function toggleSidebar(open) {
   if (want) app.els.search.focus();
 }
 
-async function doSignOut() {
+async function doSignOut(everywhere) {
   try {
-    await request('/auth/logout', { method: 'POST' });
-  } catch {
-    // Signed out or not, show the sign-in page.
+    await request(everywhere ? '/auth/logout-all' : '/auth/logout', { method: 'POST' });
+  } catch (err) {
+    // The server could not record the sign-out: the session still works,
+    // so say so rather than pretend.
+    if (err instanceof APIError && err.code === 'sign_out_failed') {
+      window.alert(err.message);
+      return;
+    }
+    // Already signed out, or unreachable: show the sign-in page.
   }
   try {
     localStorage.removeItem(seenKey());
