@@ -113,12 +113,11 @@ function layout() {
   e.inboxCount = h('span', { class: 'count', hidden: true });
   e.inbox = h('a', { href: '/approvals', class: 'inbox-link' }, 'Approvals', e.inboxCount);
   const signOut = h('button', { type: 'button', class: 'button subtle', onclick: () => doSignOut(false) }, 'Sign out');
-  const signOutAll = h('button', { type: 'button', class: 'button subtle', title: 'Sign out of Usher in every browser and on every device', onclick: () => doSignOut(true) }, 'Sign out everywhere');
   const header = h('header', { class: 'topbar' },
     e.toggle,
     h('a', { href: '/', class: 'brand' }, h('img', { src: '/static/favicon.svg', alt: '', width: '24', height: '24' }), h('span', { class: 'brand-name' }, 'Usher')),
     h('nav', { 'aria-label': 'Main', class: 'topnav' }, e.inbox),
-    h('div', { class: 'user' }, h('span', { class: 'user-name', title: app.me.id }, app.me.name || app.me.email || 'Signed in'), signOut, signOutAll));
+    h('div', { class: 'user' }, h('span', { class: 'user-name', title: app.me.id }, app.me.name || app.me.email || 'Signed in'), signOut));
 
   e.search = h('input', { id: 'session-search', type: 'search', autocomplete: 'off', placeholder: 'Search by title' });
   e.search.addEventListener('input', () => {
@@ -132,7 +131,11 @@ function layout() {
     h('label', { for: 'session-search', class: 'visually-hidden' }, 'Search sessions by title'),
     e.search,
     h('nav', { 'aria-label': 'Sessions list' }, e.list),
-    e.empty);
+    e.empty,
+    // Ends every session of this person, in every browser and on every
+    // device, not only this one's.
+    h('p', { class: 'sidebar-foot' },
+      h('button', { type: 'button', class: 'button subtle sign-out-all', onclick: () => doSignOut(true) }, 'Sign out everywhere')));
   e.main = h('main', { id: 'main', class: 'main', tabindex: '-1' });
   e.main.addEventListener('pointerdown', () => {
     if (document.body.classList.contains('sidebar-open')) toggleSidebar(false);
