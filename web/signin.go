@@ -278,8 +278,12 @@ func (s *Sessions) handleLogoutAll(w http.ResponseWriter, r *http.Request) {
 	var principal string
 	if len(r.Header.Values("Authorization")) > 0 {
 		raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || len(r.Header.Values("Authorization")) > 1 {
+			unauthenticated(w, r)
+			return
+		}
 		p, err := s.o.VerifyAccessToken(r.Context(), strings.TrimSpace(raw))
-		if !ok || err != nil {
+		if err != nil {
 			unauthenticated(w, r)
 			return
 		}
