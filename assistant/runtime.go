@@ -31,6 +31,7 @@ const (
 	DefaultMaxMessageBytes      = 64 << 10
 	DefaultHeartbeat            = 15 * time.Second
 	DefaultRetryBackoff         = time.Second
+	DefaultMaxStreamsPerUser    = 16
 )
 
 // DefaultSystemPrompt is the system prompt when Options.SystemPrompt is
@@ -102,6 +103,11 @@ type Options struct {
 	// Heartbeat is how often a quiet stream sends a heartbeat. Default:
 	// 15 s.
 	Heartbeat time.Duration
+	// MaxStreamsPerUser is how many live-update subscribers — event
+	// streams (SSE or WebSocket), feeds and long-polls — one user may hold
+	// open in this process at once; the next is answered 429
+	// too_many_streams until one ends. Default: 16.
+	MaxStreamsPerUser int
 
 	// Logger receives what the runtime cannot tell users. Default:
 	// discard.
@@ -162,6 +168,9 @@ func New(opts *Options) (*Runtime, error) {
 	default:
 		errs = append(errs, fmt.Errorf("option Transport is %q, want %s, %s or %s", o.Transport, TransportAuto, TransportSSE, TransportLongPoll))
 	}
+	if o.MaxStreamsPerUser < 0 {
+		errs = append(errs, fmt.Errorf("option MaxStreamsPerUser is %d, want 0 (the default) or more", o.MaxStreamsPerUser))
+	}
 	if o.Heartbeat < 0 || (o.Heartbeat > 0 && o.Heartbeat < 100*time.Millisecond) {
 		errs = append(errs, fmt.Errorf("option Heartbeat is %s, want 100ms or more", o.Heartbeat))
 	}
@@ -191,6 +200,7 @@ func New(opts *Options) (*Runtime, error) {
 	setDefault(&o.IdleAfter, DefaultIdleAfter)
 	setDefault(&o.Heartbeat, DefaultHeartbeat)
 	setDefault(&o.RetryBackoff, DefaultRetryBackoff)
+	setDefault(&o.MaxStreamsPerUser, DefaultMaxStreamsPerUser)
 	setDefault(&o.Transport, TransportAuto)
 	if o.SystemPrompt == "" {
 		o.SystemPrompt = DefaultSystemPrompt
@@ -219,7 +229,7 @@ func New(opts *Options) (*Runtime, error) {
 		o:            o,
 		st:           o.Store,
 		log:          o.Logger,
-		bus:          newBus(o.Store, o.Logger),
+		bus:          newBus(o.Store, o.Logger, o.MaxStreamsPerUser),
 		streams:      streams,
 		closeStreams: closeStreams,
 		holder: &holder{endpoint: o.MCPURL, tokens: o.Tokens, base: base, idle: o.HoldIdle, now: o.Now,

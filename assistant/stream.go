@@ -248,30 +248,38 @@ func (rt *Runtime) streamContext(r *http.Request) (context.Context, context.Canc
 func (rt *Runtime) CloseStreams() { rt.closeStreams() }
 
 // streamRequest checks a request for a run's live updates, over either
-// transport: the caller's own run, streams on, a valid resume point. It
-// answers the request itself when one is not.
-func (rt *Runtime) streamRequest(w http.ResponseWriter, r *http.Request) (_ store.Run, after int64, ok bool) {
+// transport: the caller's own run, streams on, a valid resume point, and
+// room for one more of the caller's streams (see bus.holdStream). It
+// answers the request itself when one is not; otherwise the caller calls
+// release when the stream ends.
+func (rt *Runtime) streamRequest(w http.ResponseWriter, r *http.Request) (_ store.Run, after int64, release func(), ok bool) {
 	run, ok := rt.ownRun(w, r)
 	if !ok {
-		return store.Run{}, 0, false
+		return store.Run{}, 0, nil, false
 	}
 	if rt.o.Transport == TransportLongPoll {
 		rt.fail(w, r, errStreamsOff)
-		return store.Run{}, 0, false
+		return store.Run{}, 0, nil, false
 	}
 	after, err := resumePoint(r)
 	if err != nil {
 		rt.fail(w, r, err)
-		return store.Run{}, 0, false
+		return store.Run{}, 0, nil, false
 	}
-	return run, after, true
+	release, err = rt.bus.holdStream(run.Owner)
+	if err != nil {
+		rt.fail(w, r, err)
+		return store.Run{}, 0, nil, false
+	}
+	return run, after, release, true
 }
 
 func (rt *Runtime) handleRunStream(w http.ResponseWriter, r *http.Request) {
-	run, after, ok := rt.streamRequest(w, r)
+	run, after, release, ok := rt.streamRequest(w, r)
 	if !ok {
 		return
 	}
+	defer release()
 	ctx, cancel := rt.streamContext(r)
 	defer cancel()
 	err := rt.streamRun(ctx, newSSE(w), run, after)
@@ -292,10 +300,11 @@ func (rt *Runtime) upgrader() *websocket.Upgrader {
 }
 
 func (rt *Runtime) handleRunWebSocket(w http.ResponseWriter, r *http.Request) {
-	run, after, ok := rt.streamRequest(w, r)
+	run, after, release, ok := rt.streamRequest(w, r)
 	if !ok {
 		return
 	}
+	defer release()
 	conn, err := rt.upgrader().Upgrade(hijacker{w, http.NewResponseController(w)}, r, nil)
 	if err != nil {
 		return // the upgrader answered
@@ -339,6 +348,12 @@ func (rt *Runtime) streamEnded(r *http.Request, err error) {
 // longPoll answers GET /events?after=SEQ&wait=D: the events after SEQ, or,
 // when there are none yet, the first ones appended within D.
 func (rt *Runtime) longPoll(w http.ResponseWriter, r *http.Request, run store.Run, after int64, wait time.Duration) {
+	release, err := rt.bus.holdStream(run.Owner)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	defer release()
 	sub, room, leave := rt.bus.joinRun(run.ID)
 	defer leave()
 	ctx, cancel := rt.streamContext(r)
@@ -379,12 +394,18 @@ func (rt *Runtime) handleFeed(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, errStreamsOff)
 		return
 	}
+	release, err := rt.bus.holdStream(owner)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	defer release()
 	ctx, cancel := rt.streamContext(r)
 	defer cancel()
 	f, leave := rt.bus.joinFeed(owner)
 	defer leave()
 	e := newSSE(w)
-	err := e.send("connected", 0, map[string]any{})
+	err = e.send("connected", 0, map[string]any{})
 	heartbeat := time.NewTicker(rt.o.Heartbeat)
 	defer heartbeat.Stop()
 	for err == nil {

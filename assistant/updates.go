@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 
+	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/store"
 )
 
@@ -19,13 +21,55 @@ type bus struct {
 	st  store.Store
 	log *slog.Logger
 
-	mu    sync.Mutex
-	rooms map[string]*room                 // by run id
-	feeds map[string]map[*feedSub]struct{} // by owner
+	// maxStreams is how many live-update subscribers one user may hold
+	// at once (Options.MaxStreamsPerUser).
+	maxStreams int
+
+	mu      sync.Mutex
+	rooms   map[string]*room                 // by run id
+	feeds   map[string]map[*feedSub]struct{} // by owner
+	streams map[string]int                   // held streams, by owner
 }
 
-func newBus(st store.Store, log *slog.Logger) *bus {
-	return &bus{st: st, log: log, rooms: map[string]*room{}, feeds: map[string]map[*feedSub]struct{}{}}
+func newBus(st store.Store, log *slog.Logger, maxStreams int) *bus {
+	return &bus{st: st, log: log, maxStreams: maxStreams,
+		rooms: map[string]*room{}, feeds: map[string]map[*feedSub]struct{}{}, streams: map[string]int{}}
+}
+
+// errTooManyStreams refuses a live-update subscriber beyond
+// Options.MaxStreamsPerUser.
+var errTooManyStreams = httpx.Errorf(http.StatusTooManyRequests, "too_many_streams",
+	"You have too many live updates open at once (streams, WebSockets or long-polls, in other tabs perhaps). Close one and try again.")
+
+// holdStream counts one more live-update subscriber of owner — a stream,
+// a WebSocket or a long-poll, for as long as it lasts — or refuses it with
+// errTooManyStreams when owner already holds maxStreams in this process.
+// release, called once the subscriber is gone, frees its place; calling it
+// more than once frees it once.
+func (b *bus) holdStream(owner string) (release func(), err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.streams[owner] >= b.maxStreams {
+		return nil, errTooManyStreams
+	}
+	b.streams[owner]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.streams[owner]--; b.streams[owner] <= 0 {
+				delete(b.streams, owner)
+			}
+		})
+	}, nil
+}
+
+// heldStreams is how many live-update subscribers owner holds here.
+func (b *bus) heldStreams(owner string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.streams[owner]
 }
 
 // run consumes the store's notifications until their channel closes.

@@ -77,6 +77,13 @@ type CatalogOptions struct {
 	// the least recently used idle one; when none is idle, the call that
 	// needs it fails before anything is sent. Default DefaultMaxSessions.
 	MaxSessions int
+	// MaxSessionsPerUser bounds the upstream sessions one caller subject
+	// has open at once, across upstreams, counting sessions that failed
+	// while calls were still using them. At the bound, a new session
+	// closes the subject's least recently used idle one; when none is
+	// idle, the call gets a tool error before anything is sent. Default
+	// DefaultMaxSessionsPerUser.
+	MaxSessionsPerUser int
 	// CallTimeout bounds a call of an upstream tool. Default 5 min.
 	CallTimeout time.Duration
 	// HTTPClient is the base of the clients of HTTP upstreams; its
@@ -154,6 +161,9 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 	if o.MaxSessions == 0 {
 		o.MaxSessions = DefaultMaxSessions
 	}
+	if o.MaxSessionsPerUser == 0 {
+		o.MaxSessionsPerUser = DefaultMaxSessionsPerUser
+	}
 	if o.HTTPClient == nil {
 		o.HTTPClient = defaultHTTPClient()
 	}
@@ -183,6 +193,9 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 	if o.RefreshInterval < 0 || o.IdleTimeout < 0 || o.CallTimeout < 0 || o.MaxSessions < 0 {
 		errs = append(errs, errors.New("the RefreshInterval, IdleTimeout, CallTimeout and MaxSessions must not be negative"))
 	}
+	if o.MaxSessionsPerUser < 0 {
+		errs = append(errs, errors.New("MaxSessionsPerUser must not be negative"))
+	}
 	ups, err := checkUpstreams(o.Upstreams, o.UpstreamToken != nil)
 	if err != nil {
 		errs = append(errs, err)
@@ -209,7 +222,8 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 	for _, u := range ups {
 		c.upstreams = append(c.upstreams, &upstream{cfg: u, cat: c})
 	}
-	c.pool = &pool{conns: map[connKey]*conn{}, idle: o.IdleTimeout, max: o.MaxSessions}
+	c.pool = &pool{conns: map[connKey]*conn{}, idle: o.IdleTimeout, max: o.MaxSessions,
+		maxUser: o.MaxSessionsPerUser, byUser: map[string]int{}}
 	return c, nil
 }
 

@@ -220,18 +220,7 @@ func definitions(t *testing.T, c *Catalog) map[string]Definition {
 // upstream, to succeed again once a session is free.
 func TestUpstreamSessionsBounded(t *testing.T) {
 	up := newFixture(t)
-	started := make(chan struct{}, 2)
-	release := make(chan struct{})
-	up.addTool(&mcp.Tool{Name: "hold", InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			started <- struct{}{}
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held"}}}, nil
-		})
+	started, release := addHoldTool(up, 2)
 	e := newEnv(t, envConfig{
 		rules:     map[string]Decision{"fx__echo": Allow, "fx__hold": Allow},
 		upstreams: []Upstream{{Name: "fx", URL: up.url}},

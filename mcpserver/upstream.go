@@ -236,6 +236,15 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		ctx, cancel := context.WithTimeout(ctx, u.cat.opts.CallTimeout)
 		defer cancel()
 		conn, err := u.cat.pool.acquire(ctx, u, c.Subject)
+		if errors.Is(err, errTooManySessions) || errors.Is(err, errTooManyUserSessions) {
+			// Nothing was sent: the call did not run, and may be tried
+			// again once a session is free (a 429, as a tool error).
+			u.cat.log.WarnContext(ctx, "mcpserver: an upstream call was refused", "upstream", u.cfg.Name, "err", err)
+			if errors.Is(err, errTooManyUserSessions) {
+				return errorResult(fmt.Sprintf("Too many of your calls to upstream tools are in progress at once (at most %d sessions per user). Nothing was run; try again when one has finished.", u.cat.pool.maxUser)), nil
+			}
+			return errorResult("Too many upstream sessions are in use on this server. Nothing was run; try again in a moment."), nil
+		}
 		if err != nil {
 			// Nothing was sent: the call certainly did not run.
 			return nil, fmt.Errorf("connect to upstream %s: %w", u.cfg.Name, err)
@@ -431,6 +440,12 @@ type connKey struct {
 // that their stdio processes fit one machine.
 const DefaultMaxSessions = 256
 
+// DefaultMaxSessionsPerUser is the default of
+// CatalogOptions.MaxSessionsPerUser: a user's sessions to as many
+// upstreams, and a few opened again after failing while their calls were
+// still running.
+const DefaultMaxSessionsPerUser = 16
+
 // conn is a session to an upstream, shared by the calls of one subject.
 type conn struct {
 	key   connKey
@@ -444,6 +459,7 @@ type conn struct {
 	idle     *time.Timer
 	failed   bool
 	lastUsed uint64 // pool.uses when it was last released
+	retired  bool   // no longer counted against its subject's bound
 
 	mu       sync.Mutex
 	inflight map[string]*inflight // by the id given to the upstream as progress token
@@ -468,37 +484,79 @@ var errCatalogClosed = errors.New("mcpserver: the catalog is closed")
 // subject's calls, closed after being idle, on failure, when the least
 // recently used of max, and by close.
 type pool struct {
-	mu     sync.Mutex
-	conns  map[connKey]*conn
-	idle   time.Duration
-	max    int
-	uses   uint64 // counts releases, to order idle sessions by last use
-	closed bool
+	mu      sync.Mutex
+	conns   map[connKey]*conn
+	idle    time.Duration
+	max     int
+	maxUser int            // sessions one subject may have open, across upstreams
+	byUser  map[string]int // sessions open per subject, failed ones still in use included
+	uses    uint64         // counts releases, to order idle sessions by last use
+	closed  bool
 }
 
 // errTooManySessions refuses a session when max are open and all in use.
 var errTooManySessions = errors.New("mcpserver: too many upstream sessions are in use; try again later")
 
-// evictLocked makes room for one more session: at max, it takes the least
-// recently used idle session out of the pool and returns it, to be closed
-// outside the lock. It fails when every session is in use.
-func (p *pool) evictLocked() (*conn, error) {
-	if len(p.conns) < p.max {
-		return nil, nil
+// errTooManyUserSessions refuses a session when its subject has maxUser
+// open and all in use.
+var errTooManyUserSessions = errors.New("mcpserver: too many upstream sessions of this user are in use; try again later")
+
+// evictLocked makes room for one more session of subject: at the
+// subject's bound, it takes the subject's least recently used idle
+// session out of the pool; at max, the least recently used idle session
+// of anyone. It returns what it took out, to be closed outside the lock,
+// also when it then fails because every session that counts is in use.
+func (p *pool) evictLocked(subject string) ([]*conn, error) {
+	var out []*conn
+	if subject != "" && p.byUser[subject] >= p.maxUser {
+		lru := p.lruIdleLocked(subject)
+		if lru == nil {
+			return out, errTooManyUserSessions
+		}
+		out = append(out, p.takeOutLocked(lru))
 	}
+	if len(p.conns) < p.max {
+		return out, nil
+	}
+	lru := p.lruIdleLocked("")
+	if lru == nil {
+		return out, errTooManySessions
+	}
+	return append(out, p.takeOutLocked(lru)), nil
+}
+
+// lruIdleLocked returns the least recently used idle session of subject,
+// or of anyone for "", or nil when there is none.
+func (p *pool) lruIdleLocked(subject string) *conn {
 	var lru *conn
 	for _, c := range p.conns {
-		if c.refs == 0 && c.idle != nil && (lru == nil || c.lastUsed < lru.lastUsed) {
+		if c.refs == 0 && c.idle != nil && (subject == "" || c.key.subject == subject) && (lru == nil || c.lastUsed < lru.lastUsed) {
 			lru = c
 		}
 	}
-	if lru == nil {
-		return nil, errTooManySessions
+	return lru
+}
+
+// takeOutLocked takes an idle session out of the pool, to be closed.
+func (p *pool) takeOutLocked(c *conn) *conn {
+	c.idle.Stop()
+	c.idle = nil
+	delete(p.conns, c.key)
+	p.retireLocked(c)
+	return c
+}
+
+// retireLocked stops counting c against its subject's bound, once: c is
+// being closed.
+func (p *pool) retireLocked(c *conn) {
+	if c.retired || c.key.subject == "" {
+		c.retired = true
+		return
 	}
-	lru.idle.Stop()
-	lru.idle = nil
-	delete(p.conns, lru.key)
-	return lru, nil
+	c.retired = true
+	if p.byUser[c.key.subject]--; p.byUser[c.key.subject] <= 0 {
+		delete(p.byUser, c.key.subject)
+	}
 }
 
 // acquire returns the subject's session to u, opening it if needed. The
@@ -512,15 +570,21 @@ func (p *pool) acquire(ctx context.Context, u *upstream, subject string) (*conn,
 	}
 	c := p.conns[key]
 	opener := c == nil
-	var evicted *conn
+	var evicted []*conn
 	if opener {
 		var err error
-		if evicted, err = p.evictLocked(); err != nil {
+		if evicted, err = p.evictLocked(subject); err != nil {
 			p.mu.Unlock()
+			for _, e := range evicted {
+				e.close()
+			}
 			return nil, err
 		}
 		c = &conn{key: key, ready: make(chan struct{}), inflight: map[string]*inflight{}}
 		p.conns[key] = c
+		if subject != "" {
+			p.byUser[subject]++
+		}
 	}
 	c.refs++
 	if c.idle != nil {
@@ -528,8 +592,8 @@ func (p *pool) acquire(ctx context.Context, u *upstream, subject string) (*conn,
 		c.idle = nil
 	}
 	p.mu.Unlock()
-	if evicted != nil {
-		evicted.close()
+	for _, e := range evicted {
+		e.close()
 	}
 
 	if opener {
@@ -577,6 +641,7 @@ func (p *pool) release(c *conn) {
 	if p.conns[c.key] == c {
 		delete(p.conns, c.key)
 	}
+	p.retireLocked(c)
 	p.mu.Unlock()
 	c.close()
 }
@@ -601,6 +666,7 @@ func (p *pool) expire(c *conn) {
 	}
 	c.idle = nil
 	delete(p.conns, c.key)
+	p.retireLocked(c)
 	p.mu.Unlock()
 	c.close()
 }

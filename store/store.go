@@ -397,6 +397,23 @@ type Store interface {
 	// DeleteNote deletes the owner's note, or fails with ErrNotFound.
 	DeleteNote(ctx context.Context, owner, name string) error
 
+	// CreateBrowserSession records a signed-in browser. IDHash, Principal
+	// and ExpiresAt (after CreatedAt) are required; a zero CreatedAt means
+	// now. A duplicate IDHash fails with ErrConflict.
+	CreateBrowserSession(ctx context.Context, s BrowserSession) (BrowserSession, error)
+	// GetBrowserSession returns the session whose id hashes to idHash,
+	// revoked or expired as it may be, or ErrNotFound.
+	GetBrowserSession(ctx context.Context, idHash string) (BrowserSession, error)
+	// RevokeBrowserSession signs the session out at now. Revoking a revoked
+	// session keeps its first RevokedAt; ErrNotFound when there is none.
+	RevokeBrowserSession(ctx context.Context, idHash string, now time.Time) error
+	// RevokeBrowserSessions signs out every session of the principal that
+	// is neither revoked nor expired at now, and returns how many.
+	RevokeBrowserSessions(ctx context.Context, principal string, now time.Time) (int, error)
+	// DeleteBrowserSessions deletes every session that has expired, or was
+	// revoked, at or before before, and returns how many.
+	DeleteBrowserSessions(ctx context.Context, before time.Time) (int, error)
+
 	// AppendAudit appends one record to the audit log. It calls build with
 	// the current head inside a transaction that excludes every other
 	// appender, in this process or another, and inserts what build returns,

@@ -22,6 +22,8 @@ import (
 
 	"github.com/usherhq/usher/internal/devoidc"
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
 )
 
 // staticKeys is a devoidc.KeySource with one fixed RSA key.
@@ -76,16 +78,27 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // principal's id.
 type env struct {
 	url      string
+	mux      *http.ServeMux
 	clock    *clock
 	provider *devoidc.Provider
 	verifier *identity.Verifier
 	sessions *Sessions
+	opts     Options // the options of sessions, for another replica's
+	store    store.Store
 }
 
+// newEnv is newEnvOn a SQLite file of its own.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{clock: &clock{t: time.Now().Truncate(time.Second)}}
+	return newEnvOn(t, storetest.NewSQLite(t))
+}
+
+// newEnvOn is a server whose sessions are kept in st.
+func newEnvOn(t *testing.T, st store.Store) *env {
+	t.Helper()
+	e := &env{clock: &clock{t: time.Now().Truncate(time.Second)}, store: st}
 	mux := http.NewServeMux()
+	e.mux = mux
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
@@ -115,7 +128,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.sessions, err = New(t.Context(), &Options{
+	e.opts = Options{
 		PublicURL:         srv.URL,
 		Issuer:            issuer,
 		Endpoints:         &Endpoints{AuthURL: issuer + "/authorize", TokenURL: issuer + "/token", JWKSURL: issuer + "/jwks"},
@@ -123,9 +136,11 @@ func newEnv(t *testing.T) *env {
 		Scopes:            []string{devoidc.DefaultScope},
 		VerifyAccessToken: e.verifier.Verify,
 		Secret:            []byte("0123456789abcdef0123456789abcdef"),
+		Store:             st,
 		Now:               e.clock.Now,
 		Logger:            quiet,
-	})
+	}
+	e.sessions, err = New(t.Context(), &e.opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/store"
 )
 
 // Defaults and bounds of [Options].
@@ -22,6 +23,13 @@ const (
 	MaxSessionLifetime = 7 * 24 * time.Hour
 	// MinSecretBytes is the shortest accepted Secret.
 	MinSecretBytes = 32
+	// DefaultRevocationTTL is how long a replica trusts its last check of
+	// a session against the store.
+	DefaultRevocationTTL = 5 * time.Second
+	// MaxRevocationTTL bounds RevocationTTL.
+	MaxRevocationTTL = time.Minute
+	// DefaultSweepInterval is how often ended sessions are deleted.
+	DefaultSweepInterval = 10 * time.Minute
 	// defaultHTTPTimeout bounds discovery, token and key set requests when
 	// Options.HTTPClient is nil.
 	defaultHTTPTimeout = 10 * time.Second
@@ -42,8 +50,17 @@ type Endpoints struct {
 	JWKSURL string
 }
 
-// Options configure [New]. PublicURL, Issuer, ClientID, VerifyAccessToken
-// and Secret are required.
+// SessionStore keeps the browser sessions; store.Store implements it.
+type SessionStore interface {
+	CreateBrowserSession(ctx context.Context, s store.BrowserSession) (store.BrowserSession, error)
+	GetBrowserSession(ctx context.Context, idHash string) (store.BrowserSession, error)
+	RevokeBrowserSession(ctx context.Context, idHash string, now time.Time) error
+	RevokeBrowserSessions(ctx context.Context, principal string, now time.Time) (int, error)
+	DeleteBrowserSessions(ctx context.Context, before time.Time) (int, error)
+}
+
+// Options configure [New]. PublicURL, Issuer, ClientID, VerifyAccessToken,
+// Secret and Store are required.
 type Options struct {
 	// PublicURL is the URL people open Usher at (server.public_url). The
 	// redirect URI is PublicURL + "/auth/callback". Required: https, or
@@ -90,6 +107,21 @@ type Options struct {
 	// use. Default DefaultSessionLifetime (8h); between 5m and 168h.
 	SessionLifetime time.Duration
 
+	// Store keeps every session, so that signing out ends it on every
+	// replica. Required.
+	Store SessionStore
+
+	// RevocationTTL is how long a replica trusts its last check of a
+	// session against Store: a session signed out on another replica
+	// stops working here within it (on the replica that signed it out, at
+	// once). Default DefaultRevocationTTL (5s); at most 1m.
+	RevocationTTL time.Duration
+
+	// SweepInterval is how often [Sessions.Start]'s sweep deletes ended
+	// (expired or signed-out) sessions. Default DefaultSweepInterval
+	// (10m).
+	SweepInterval time.Duration
+
 	// HTTPClient makes discovery, token and key set requests.
 	// Default: a client with a 10 s timeout.
 	HTTPClient *http.Client
@@ -107,6 +139,12 @@ func (o Options) withDefaults() Options {
 	o.PublicURL = strings.TrimSuffix(o.PublicURL, "/")
 	if o.SessionLifetime == 0 {
 		o.SessionLifetime = DefaultSessionLifetime
+	}
+	if o.RevocationTTL == 0 {
+		o.RevocationTTL = DefaultRevocationTTL
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = DefaultSweepInterval
 	}
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: defaultHTTPTimeout}
@@ -156,6 +194,15 @@ func (o *Options) validate() error {
 	}
 	if o.SessionLifetime < MinSessionLifetime || o.SessionLifetime > MaxSessionLifetime {
 		errs = append(errs, fmt.Errorf("session lifetime: must be between %s and %s", MinSessionLifetime, MaxSessionLifetime))
+	}
+	if o.Store == nil {
+		errs = append(errs, errors.New("a session store is required"))
+	}
+	if o.RevocationTTL < 0 || o.RevocationTTL > MaxRevocationTTL {
+		errs = append(errs, fmt.Errorf("revocation ttl: must be between 0 and %s", MaxRevocationTTL))
+	}
+	if o.SweepInterval < 0 {
+		errs = append(errs, errors.New("sweep interval: must not be negative"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("web: invalid options: %w", errors.Join(errs...))

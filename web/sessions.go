@@ -2,13 +2,13 @@ package web
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
@@ -29,9 +29,10 @@ var (
 )
 
 // Sessions signs people in through the browser and authenticates their
-// requests by a sealed session cookie. It is safe for concurrent use and
-// holds no per-session state: any replica with the same secret serves any
-// request.
+// requests by a sealed session cookie whose session the store still has
+// signed in. It is safe for concurrent use; any replica with the same
+// secret and store serves any request, and a session signed out on one
+// stops working on the others within Options.RevocationTTL.
 //
 // A nil *Sessions is browser sign-in switched off: [Sessions.Authenticate]
 // accepts bearer tokens only, /auth/session answers signed out and
@@ -46,6 +47,11 @@ type Sessions struct {
 	login       *sealer
 	csrf        *http.CrossOriginProtection
 	log         *slog.Logger
+	checks      *checks
+
+	startOnce, stopOnce sync.Once
+	cancel              context.CancelFunc
+	done                chan struct{}
 }
 
 // New returns the browser sign-in for opts. Unless opts.Endpoints is set it
@@ -120,13 +126,14 @@ func New(ctx context.Context, opts *Options) (*Sessions, error) {
 		login:       login,
 		csrf:        csrf,
 		log:         o.Logger,
+		checks:      &checks{ttl: o.RevocationTTL, entries: map[string]check{}},
 	}, nil
 }
 
-// session is what the session cookie holds: the principal the API's
-// verifier returned at sign-in, and when that was.
+// session is what the session cookie holds: the session's id, the
+// principal the API's verifier returned at sign-in, and when that was.
 type session struct {
-	ID       string   `json:"sid"` // random, for logs
+	ID       string   `json:"sid"` // 256 random bits: the key of its row (hashed); never logged
 	Issuer   string   `json:"iss"`
 	Tenant   string   `json:"tid,omitempty"`
 	ObjectID string   `json:"oid,omitempty"`
@@ -142,7 +149,7 @@ type session struct {
 
 func newSession(p identity.Principal, now, expires time.Time) session {
 	return session{
-		ID: rand.Text(), Issuer: p.Issuer, Tenant: p.Tenant, ObjectID: p.ObjectID, Subject: p.Subject,
+		ID: newSessionID(), Issuer: p.Issuer, Tenant: p.Tenant, ObjectID: p.ObjectID, Subject: p.Subject,
 		Name: p.Name, Email: p.Email, Scopes: p.Scopes, Groups: p.Groups, Roles: p.Roles,
 		SignedIn: now.Unix(), Expires: expires.Unix(),
 	}
@@ -155,7 +162,23 @@ func (s session) principal() identity.Principal {
 	}
 }
 
-// current returns the session of r's cookie, if it carries a valid one.
+// signedIn returns the session of r's cookie when its seal opens and the
+// store has it signed in; an error is a store that did not answer.
+func (s *Sessions) signedIn(r *http.Request) (session, bool, error) {
+	sess, ok := s.current(r)
+	if !ok {
+		return session{}, false, nil
+	}
+	active, err := s.active(r.Context(), sess)
+	if err != nil || !active {
+		return session{}, false, err
+	}
+	return sess, true, nil
+}
+
+// current returns the session of r's cookie, if it carries one that opens
+// (whether the store still has it signed in is [Sessions.signedIn]'s
+// question).
 func (s *Sessions) current(r *http.Request) (session, bool) {
 	raw := s.cookies.get(r, sessionCookie)
 	if raw == "" {
@@ -172,12 +195,15 @@ func (s *Sessions) current(r *http.Request) (session, bool) {
 //
 //   - a request with an Authorization header goes through bearer (the API's
 //     bearer-token middleware), whatever cookies it carries;
-//   - one with a valid session cookie gets the session's principal in its
+//   - one with a valid session cookie — its seal opens, and the store has
+//     its session signed in — gets the session's principal in its
 //     context (see identity.FromContext) — and, for a state-changing
 //     method, only when it is not a cross-origin browser request
 //     (http.CrossOriginProtection; 403 cross_origin_refused otherwise);
 //   - anything else is answered 401 unauthenticated in the API's error
-//     shape, and a session cookie that did not open is deleted.
+//     shape, and a session cookie that did not open, or whose session was
+//     signed out or expired, is deleted; when the store cannot be asked,
+//     503 session_check_failed, and the cookie is kept.
 func (s *Sessions) Authenticate(next http.Handler, bearer func(http.Handler) http.Handler) http.Handler {
 	viaBearer := bearer(next)
 	if s == nil {
@@ -199,7 +225,12 @@ func (s *Sessions) Authenticate(next http.Handler, bearer func(http.Handler) htt
 			httpx.WriteError(w, r, nil, errCrossOrigin)
 			return
 		}
-		sess, ok := s.current(r)
+		sess, ok, err := s.signedIn(r)
+		if err != nil {
+			s.log.LogAttrs(r.Context(), slog.LevelError, "web: checking a session failed", slog.String("error", err.Error()))
+			httpx.WriteError(w, r, nil, errSessionStore)
+			return
+		}
 		if !ok {
 			s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: session cookie refused",
 				slog.String("method", r.Method), slog.String("path", r.URL.Path))

@@ -119,7 +119,7 @@ func TestNewOptions(t *testing.T) {
 	if err == nil {
 		t.Fatal("nil options accepted")
 	}
-	for _, want := range []string{"public url is required", "issuer is required", "client id is required", "access token verifier", "secret"} {
+	for _, want := range []string{"public url is required", "issuer is required", "client id is required", "access token verifier", "secret", "session store"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
@@ -128,12 +128,13 @@ func TestNewOptions(t *testing.T) {
 	_, err = New(t.Context(), &Options{
 		PublicURL: "http://usher.example.com", Issuer: "ftp://x", ClientID: "c", VerifyAccessToken: verify,
 		Secret: make([]byte, 32), SessionLifetime: time.Minute, Scopes: []string{"two scopes"},
-		Endpoints: &Endpoints{AuthURL: "https://a.example.com/authorize"},
+		Endpoints:     &Endpoints{AuthURL: "https://a.example.com/authorize"},
+		RevocationTTL: time.Hour, SweepInterval: -time.Second,
 	})
 	if err == nil {
 		t.Fatal("bad options accepted")
 	}
-	for _, want := range []string{"public url: must be https", "issuer: must be https", "session lifetime", `"two scopes"`, "token url"} {
+	for _, want := range []string{"public url: must be https", "issuer: must be https", "session lifetime", `"two scopes"`, "token url", "revocation ttl", "sweep interval"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}

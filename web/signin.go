@@ -19,13 +19,15 @@ import (
 
 	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/store"
 )
 
 // Handler serves the sign-in endpoints; mount it at "/auth/":
 //
 //	GET  /auth/login?return=/path   starts a sign-in: redirects to the issuer
 //	GET  /auth/callback              ends it: sets the session cookie
-//	POST /auth/logout                deletes the session cookie (CSRF-protected)
+//	POST /auth/logout                signs this session out, everywhere, and deletes its cookie (CSRF-protected)
+//	POST /auth/logout-all            signs out every session of the caller (CSRF-protected): {"revoked": n}
 //	GET  /auth/session               {"signedIn", "signInAvailable", "principal": {"id", "name"}, "expiresAt"}
 //
 // Every answer carries the UI's security headers.
@@ -34,8 +36,9 @@ func (s *Sessions) Handler() http.Handler {
 	mux.HandleFunc("GET /auth/login", s.handleLogin)
 	mux.HandleFunc("GET /auth/callback", s.handleCallback)
 	mux.HandleFunc("POST /auth/logout", s.handleLogout)
+	mux.HandleFunc("POST /auth/logout-all", s.handleLogoutAll)
 	mux.HandleFunc("GET /auth/session", s.handleSession)
-	for _, p := range []string{"/auth/login", "/auth/callback", "/auth/logout", "/auth/session"} {
+	for _, p := range []string{"/auth/login", "/auth/callback", "/auth/logout", "/auth/logout-all", "/auth/session"} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			httpx.WriteError(w, r, nil, httpx.ErrMethodNotAllowed)
 		})
@@ -143,22 +146,29 @@ func (s *Sessions) handleCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	sess, err := s.startSession(w, r, p, now)
 	if err != nil {
-		s.log.LogAttrs(r.Context(), slog.LevelError, "web: sealing a session",
+		s.log.LogAttrs(r.Context(), slog.LevelError, "web: starting a session",
 			slog.String("principal", p.ID()), slog.Int("groups", len(p.Groups)), slog.String("error", err.Error()))
 		renderProblem(w, http.StatusInternalServerError, problemInternal)
 		return
 	}
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: signed in",
-		slog.String("principal", p.ID()), slog.String("session", sess.ID), slog.Int64("expires", sess.Expires))
+		slog.String("principal", p.ID()), slog.String("session", sess.logID()), slog.Int64("expires", sess.Expires))
 	http.Redirect(w, r, st.Return, http.StatusSeeOther)
 }
 
-// startSession sets the session cookie of p, signed in at now.
+// startSession records a session of p, signed in at now, and sets its
+// cookie. The row is written first: a cookie without one signs nobody in.
 func (s *Sessions) startSession(w http.ResponseWriter, r *http.Request, p identity.Principal, now time.Time) (session, error) {
 	expires := now.Add(s.o.SessionLifetime)
 	sess := newSession(p, now, expires)
 	sealed, err := s.session.seal(sess, expires)
 	if err != nil {
+		return session{}, err
+	}
+	if len(sealed) > maxChunks*maxChunkChars {
+		return session{}, errTooLarge
+	}
+	if err := s.record(r.Context(), sess); err != nil {
 		return session{}, err
 	}
 	return sess, s.cookies.set(w, r, sessionCookie, sealed, s.o.SessionLifetime)
@@ -227,8 +237,10 @@ func (s *Sessions) refuse(r *http.Request, reason string) {
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: sign-in refused", slog.String("reason", reason))
 }
 
-// handleLogout deletes the session cookie. Cross-origin browser requests
-// are refused, so no other site can sign a person out.
+// handleLogout signs this browser's session out: in the store, so that a
+// copy of the cookie stops working on every replica, and then in the
+// browser, by deleting the cookie. Cross-origin browser requests are
+// refused, so no other site can sign a person out.
 func (s *Sessions) handleLogout(w http.ResponseWriter, r *http.Request) {
 	if s == nil {
 		w.WriteHeader(http.StatusNoContent)
@@ -239,12 +251,74 @@ func (s *Sessions) handleLogout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sess, ok := s.current(r); ok {
+		idHash := hashSessionID(sess.ID)
+		if err := s.o.Store.RevokeBrowserSession(r.Context(), idHash, s.o.Now()); err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.revokeError(w, r, err)
+			return
+		}
+		s.checks.forget(idHash, "")
 		s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: signed out",
-			slog.String("principal", sess.principal().ID()), slog.String("session", sess.ID))
+			slog.String("principal", sess.principal().ID()), slog.String("session", sess.logID()))
 	}
 	s.cookies.clear(w, r, sessionCookie)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleLogoutAll signs out every session of the caller — this browser's
+// and every other — and deletes this browser's cookie. The caller is a
+// signed-in browser (CSRF-protected) or, with an Authorization header, a
+// bearer token the API accepts, so that a person who lost a device can
+// sign it out from another.
+func (s *Sessions) handleLogoutAll(w http.ResponseWriter, r *http.Request) {
+	if s == nil {
+		unauthenticated(w, r)
+		return
+	}
+	var principal string
+	if len(r.Header.Values("Authorization")) > 0 {
+		raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || len(r.Header.Values("Authorization")) > 1 {
+			unauthenticated(w, r)
+			return
+		}
+		p, err := s.o.VerifyAccessToken(r.Context(), strings.TrimSpace(raw))
+		if err != nil {
+			unauthenticated(w, r)
+			return
+		}
+		principal = p.ID()
+	} else {
+		if err := s.csrf.Check(r); err != nil {
+			httpx.WriteError(w, r, nil, errCrossOrigin)
+			return
+		}
+		sess, ok, err := s.signedIn(r)
+		if err != nil {
+			s.log.LogAttrs(r.Context(), slog.LevelError, "web: checking a session failed", slog.String("error", err.Error()))
+			httpx.WriteError(w, r, nil, errSessionStore)
+			return
+		}
+		if !ok {
+			s.cookies.clear(w, r, sessionCookie)
+			unauthenticated(w, r)
+			return
+		}
+		principal = sess.principal().ID()
+	}
+	n, err := s.o.Store.RevokeBrowserSessions(r.Context(), principal, s.o.Now())
+	if err != nil {
+		s.revokeError(w, r, err)
+		return
+	}
+	s.checks.forget("", principal)
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: signed out everywhere",
+		slog.String("principal", principal), slog.Int("sessions", n))
+	if s.cookies.has(r, sessionCookie) {
+		s.cookies.clear(w, r, sessionCookie)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	httpx.WriteJSON(w, http.StatusOK, map[string]int{"revoked": n})
 }
 
 // sessionView is the body of GET /auth/session.
@@ -266,7 +340,13 @@ type principalView struct {
 func (s *Sessions) handleSession(w http.ResponseWriter, r *http.Request) {
 	v := sessionView{SignInAvailable: s != nil}
 	if s != nil {
-		if sess, ok := s.current(r); ok {
+		sess, ok, err := s.signedIn(r)
+		if err != nil {
+			s.log.LogAttrs(r.Context(), slog.LevelError, "web: checking a session failed", slog.String("error", err.Error()))
+			httpx.WriteError(w, r, nil, errSessionStore)
+			return
+		}
+		if ok {
 			p := sess.principal()
 			exp := time.Unix(sess.Expires, 0).UTC()
 			v.SignedIn, v.Principal, v.ExpiresAt = true, &principalView{ID: p.ID(), Name: p.Name, Email: p.Email}, &exp

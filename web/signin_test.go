@@ -14,6 +14,7 @@ import (
 
 	"github.com/usherhq/usher/internal/devoidc"
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/store/storetest"
 )
 
 func TestSignInRoundTrip(t *testing.T) {
@@ -374,6 +375,7 @@ func TestHTTPSCookies(t *testing.T) {
 			return identity.Principal{}, identity.ErrUnauthenticated
 		},
 		Secret: make([]byte, 32),
+		Store:  storetest.NewSQLite(t),
 		Logger: quiet,
 	})
 	if err != nil {

@@ -51,6 +51,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker) (*
 		SystemPrompt:         a.SystemPrompt,
 		Transport:            cfg.Events.Transport,
 		Heartbeat:            cfg.Events.Heartbeat.Std(),
+		MaxStreamsPerUser:    cfg.Events.MaxStreamsPerUser,
 		Logger:               in.log.With("component", "assistant"),
 	})
 }

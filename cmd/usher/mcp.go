@@ -65,8 +65,10 @@ func (in *installation) catalog(mint *broker.Broker) (*mcpserver.Catalog, error)
 		DemoTools: in.cfg.DemoTools(),
 		Notes:     in.store,
 		Upstreams: ups,
-		Version:   version(),
-		Logger:    in.log.With("component", "catalog"),
+		// Zero: the catalog's default.
+		MaxSessionsPerUser: in.cfg.MCP.MaxUpstreamSessionsPerUser,
+		Version:            version(),
+		Logger:             in.log.With("component", "catalog"),
 	}
 	if mint != nil {
 		opts.UpstreamToken = upstreamTokens(mint)

@@ -130,10 +130,11 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	}
 	// The Sessions UI at / and its sign-in at /auth/; from here on the API
 	// takes a bearer token or a signed-in browser's session cookie.
-	authenticated, err := in.mountWeb(ctx, mux, publicURL, localURL, verifier)
+	authenticated, stopWeb, err := in.mountWeb(ctx, mux, publicURL, localURL, verifier)
 	if err != nil {
 		return err
 	}
+	defer stopWeb()
 	mux.Handle("GET /api/me", authenticated(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, _ := identity.FromContext(r.Context())
 		httpx.WriteJSON(w, http.StatusOK, me{ID: p.ID(), Issuer: p.Issuer, Tenant: p.Tenant, ObjectID: p.ObjectID, Name: p.Name, Email: p.Email, Scopes: p.Scopes})

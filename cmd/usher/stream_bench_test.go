@@ -65,7 +65,8 @@ func BenchmarkFanout(b *testing.B) {
 // fanoutServer starts a server (SQLite, or PostgreSQL at dbURL) and
 // returns it, a token and a new run.
 func fanoutServer(b testing.TB, dbURL string) (*server, string, string) {
-	env := map[string]string{"USHER_LOG_LEVEL": "warn"}
+	// One user holds every subscriber: lift the per-user bound.
+	env := map[string]string{"USHER_LOG_LEVEL": "warn", "USHER_EVENTS_MAX_STREAMS_PER_USER": "10000"}
 	var args []string
 	if dbURL != "" {
 		env["USHER_BROKER_KEY_ENCRYPTION_KEY"] = "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80="
@@ -195,7 +196,7 @@ func idleSubscribers(b *testing.B, dbURL string, n int) (rss, heapAndStacks floa
 	bin := buildUsher(b)
 	addr := freeAddr(b)
 	// GOGC=10 keeps the garbage of the 1,000 sign-ins out of the figure.
-	env := []string{"USHER_LOG_LEVEL=warn", "USHER_EVENTS_HEARTBEAT=5m", "GOGC=10"}
+	env := []string{"USHER_LOG_LEVEL=warn", "USHER_EVENTS_HEARTBEAT=5m", "GOGC=10", "USHER_EVENTS_MAX_STREAMS_PER_USER=10000"}
 	if dbURL != "" {
 		env = append(env, "USHER_DATABASE_URL="+dbURL, "USHER_BROKER_KEY_ENCRYPTION_KEY=q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=")
 	}

@@ -331,7 +331,8 @@ func TestThousandSubscribers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1,000 streams")
 	}
-	s := startServer(t, nil)
+	// One user holds them all: far beyond the per-user bound's default.
+	s := startServer(t, map[string]string{"USHER_EVENTS_MAX_STREAMS_PER_USER": "1000"})
 	alice := userToken(t, s, "alice")
 	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	id := run["runId"].(string)

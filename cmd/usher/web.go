@@ -11,16 +11,18 @@ import (
 	"github.com/usherhq/usher/web"
 )
 
-// mountWeb adds the Sessions UI and its browser sign-in to mux, and returns
-// how the API authenticates from then on: a bearer token as before, or a
-// signed-in browser's session cookie (CSRF-protected). localURL reaches
-// this very process, for the development provider's endpoints.
+// mountWeb adds the Sessions UI and its browser sign-in to mux, starts the
+// sweep of ended browser sessions, and returns how the API authenticates
+// from then on — a bearer token as before, or a signed-in browser's
+// session cookie (CSRF-protected) — and the function that stops the
+// sweep. localURL reaches this very process, for the development
+// provider's endpoints.
 //
 // The sign-in uses the API's own verifier, so a browser session is the
 // principal a bearer token of the same person would be. With an external
 // issuer and no web.client_id, browser sign-in is off and the API takes
 // bearer tokens only.
-func (in *installation) mountWeb(ctx context.Context, mux *http.ServeMux, publicURL, localURL string, verifier *identity.Verifier) (func(http.Handler) http.Handler, error) {
+func (in *installation) mountWeb(ctx context.Context, mux *http.ServeMux, publicURL, localURL string, verifier *identity.Verifier) (func(http.Handler) http.Handler, func(), error) {
 	cfg := in.cfg
 	opts := &web.Options{
 		PublicURL:         publicURL,
@@ -31,6 +33,8 @@ func (in *installation) mountWeb(ctx context.Context, mux *http.ServeMux, public
 		VerifyAccessToken: verifier.Verify,
 		Secret:            in.sealKey,
 		SessionLifetime:   cfg.Web.SessionLifetime.Std(),
+		Store:             in.store,
+		RevocationTTL:     cfg.Web.RevocationTTL.Std(),
 		Logger:            in.log.With("component", "web"),
 	}
 	if cfg.DevIdentity() {
@@ -52,15 +56,18 @@ func (in *installation) mountWeb(ctx context.Context, mux *http.ServeMux, public
 	if opts.ClientID != "" {
 		var err error
 		if sessions, err = web.New(ctx, opts); err != nil {
-			return nil, fmt.Errorf("web sign-in: %w", err)
+			return nil, nil, fmt.Errorf("web sign-in: %w", err)
 		}
 	} else {
 		in.log.Warn("browser sign-in is off: set web.client_id (and web.scopes) to sign in to the Sessions UI; the API takes bearer tokens")
 	}
 	if err := web.Mount(mux, sessions); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if err := sessions.Start(ctx); err != nil {
+		return nil, nil, fmt.Errorf("web sign-in: %w", err)
 	}
 	return func(next http.Handler) http.Handler {
 		return sessions.Authenticate(next, verifier.Middleware)
-	}, nil
+	}, sessions.Stop, nil
 }

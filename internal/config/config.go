@@ -133,6 +133,10 @@ type MCP struct {
 	// Upstreams are MCP servers whose tools Usher re-exposes under a
 	// prefix. Set in the file only.
 	Upstreams []Upstream `yaml:"upstreams"`
+	// MaxUpstreamSessionsPerUser is how many upstream sessions (for stdio,
+	// processes) one user may have open on one process, across upstreams.
+	// Default 16.
+	MaxUpstreamSessionsPerUser int `yaml:"max_upstream_sessions_per_user"`
 }
 
 // Upstream is one federated MCP server: url for streamable HTTP, or command
@@ -206,6 +210,10 @@ type Events struct {
 	// Heartbeat is how often a quiet stream sends a heartbeat. Default
 	// 15s.
 	Heartbeat Duration `yaml:"heartbeat"`
+	// MaxStreamsPerUser is how many live-update subscribers (SSE,
+	// WebSocket, long-poll) one user may hold open on one process; the
+	// next gets 429. Default 16.
+	MaxStreamsPerUser int `yaml:"max_streams_per_user"`
 }
 
 // Model configures the model provider.
@@ -243,6 +251,11 @@ type Web struct {
 	// SessionLifetime is how long a browser sign-in lasts. Default 8h;
 	// between 5m and 168h.
 	SessionLifetime Duration `yaml:"session_lifetime"`
+	// RevocationTTL is how long a replica trusts its last check of a
+	// browser session against the database: a session signed out on one
+	// replica stops working on the others within it. Default 5s; at most
+	// 1m.
+	RevocationTTL Duration `yaml:"revocation_ttl"`
 }
 
 // Duration is a time.Duration written as "5m", "15s", "720h".
@@ -287,8 +300,8 @@ func Default() Config {
 		},
 		Approval: Approval{TTL: Duration(24 * time.Hour)},
 		Model:    Model{Provider: "demo", Timeout: Duration(2 * time.Minute)},
-		Events:   Events{Transport: "auto", Heartbeat: Duration(15 * time.Second)},
-		Web:      Web{SessionLifetime: Duration(8 * time.Hour)},
+		Events:   Events{Transport: "auto", Heartbeat: Duration(15 * time.Second), MaxStreamsPerUser: 16},
+		Web:      Web{SessionLifetime: Duration(8 * time.Hour), RevocationTTL: Duration(5 * time.Second)},
 	}
 }
 
@@ -464,6 +477,12 @@ func (c *Config) Validate() error {
 			bad(key, "must not be negative, got %s", v.Std())
 		}
 	}
+	if n := c.Events.MaxStreamsPerUser; n < 1 || n > 10_000 {
+		bad("events.max_streams_per_user", "must be between 1 and 10000, got %d", n)
+	}
+	if n := c.MCP.MaxUpstreamSessionsPerUser; n < 0 || n > 10_000 {
+		bad("mcp.max_upstream_sessions_per_user", "must be between 0 (the default) and 10000, got %d", n)
+	}
 	switch c.Events.Transport {
 	case "auto", "sse", "long-poll":
 	default:
@@ -492,6 +511,9 @@ func (c *Config) Validate() error {
 	}
 	if lt := c.Web.SessionLifetime.Std(); lt < 5*time.Minute || lt > 7*24*time.Hour {
 		bad("web.session_lifetime", "must be between 5m and 168h, got %s", lt)
+	}
+	if ttl := c.Web.RevocationTTL.Std(); ttl < time.Second || ttl > time.Minute {
+		bad("web.revocation_ttl", "must be between 1s and 1m, got %s", ttl)
 	}
 	if c.Web.ClientID != "" && !c.DevIdentity() && len(c.Web.Scopes) == 0 {
 		bad("web.scopes", "name the API's scope (e.g. api://usher/access_as_user) so that browser sign-in gets an access token for the API")

@@ -86,7 +86,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"broker.token_lifetime": "1m", "broker.rotation_period": "2h",
 		"broker.key_encryption_key": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", "broker.client_id": "c",
 		"mcp.stateful": "true", "mcp.demo_tools": "false", "mcp.allowed_origins": "https://a.example.com",
-		"mcp.upstreams": "", "policy.file": "/etc/usher/policy.cedar", "policy.lock_file": "/etc/usher/tools.lock",
+		"mcp.upstreams": "", "mcp.max_upstream_sessions_per_user": "3", "policy.file": "/etc/usher/policy.cedar", "policy.lock_file": "/etc/usher/tools.lock",
 		"approvals.ttl":             "2h",
 		"assistant.max_concurrency": "2", "assistant.max_active_runs": "3", "assistant.history_messages": "10",
 		"assistant.max_tool_calls_per_slice": "4", "assistant.max_steps": "20", "assistant.lease": "10s",
@@ -94,9 +94,9 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"assistant.max_message_bytes": "1000", "assistant.system_prompt": "Be brief.",
 		"model.provider": "openai", "model.base_url": "http://127.0.0.1:1/v1", "model.api_key": "k",
 		"model.name": "m", "model.timeout": "30s",
-		"events.transport": "long-poll", "events.heartbeat": "5s",
+		"events.transport": "long-poll", "events.heartbeat": "5s", "events.max_streams_per_user": "4",
 		"web.client_id": "w", "web.client_secret": "ws", "web.scopes": "api://usher/access_as_user",
-		"web.session_lifetime": "1h",
+		"web.session_lifetime": "1h", "web.revocation_ttl": "2s",
 	}
 	m := map[string]string{}
 	for _, k := range Keys() {
@@ -115,22 +115,25 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		c.Broker.RotationPeriod.Std() != 2*time.Hour || len(c.Identity.Audiences) != 2 ||
 		!c.MCP.Stateful || c.DemoTools() || c.Policy.File == "" || c.Policy.LockFile != "/etc/usher/tools.lock" ||
 		c.Approval.TTL.Std() != 2*time.Hour || len(c.MCP.AllowedOrigins) != 1 ||
-		c.Web.ClientID != "w" || c.Web.ClientSecret != "ws" || len(c.Web.Scopes) != 1 || c.Web.SessionLifetime.Std() != time.Hour {
+		c.Web.ClientID != "w" || c.Web.ClientSecret != "ws" || len(c.Web.Scopes) != 1 || c.Web.SessionLifetime.Std() != time.Hour ||
+		c.Web.RevocationTTL.Std() != 2*time.Second || c.Events.MaxStreamsPerUser != 4 || c.MCP.MaxUpstreamSessionsPerUser != 3 {
 		t.Errorf("overrides not applied: %+v", c)
 	}
 }
 
 func TestValidationReportsEveryProblemByKey(t *testing.T) {
 	_, err := Load("", env(map[string]string{
-		"USHER_SERVER_ADDR":               "nope",
-		"USHER_SERVER_PUBLIC_URL":         "http://usher.example.com",
-		"USHER_LOG_LEVEL":                 "loud",
-		"USHER_DATABASE_URL":              "mysql://x",
-		"USHER_IDENTITY_ISSUER":           "https://issuer.example.com",
-		"USHER_BROKER_TOKEN_LIFETIME":     "1h",
-		"USHER_BROKER_KEY_ENCRYPTION_KEY": "c2hvcnQ=",
-		"USHER_SERVER_MAX_BODY_BYTES":     "lots",
-		"USHER_SERVER_READ_TIMEOUT":       "100ms",
+		"USHER_SERVER_ADDR":                 "nope",
+		"USHER_SERVER_PUBLIC_URL":           "http://usher.example.com",
+		"USHER_LOG_LEVEL":                   "loud",
+		"USHER_DATABASE_URL":                "mysql://x",
+		"USHER_IDENTITY_ISSUER":             "https://issuer.example.com",
+		"USHER_BROKER_TOKEN_LIFETIME":       "1h",
+		"USHER_BROKER_KEY_ENCRYPTION_KEY":   "c2hvcnQ=",
+		"USHER_SERVER_MAX_BODY_BYTES":       "lots",
+		"USHER_SERVER_READ_TIMEOUT":         "100ms",
+		"USHER_WEB_REVOCATION_TTL":          "1h",
+		"USHER_EVENTS_MAX_STREAMS_PER_USER": "0",
 	}), Overrides{})
 	if err == nil {
 		t.Fatal("want an error")
@@ -139,6 +142,7 @@ func TestValidationReportsEveryProblemByKey(t *testing.T) {
 		"server.addr", "server.public_url", "log.level", "database.url", "identity.audiences", "identity.required_scopes",
 		"broker.token_lifetime", "broker.key_encryption_key", "server.max_body_bytes (from USHER_SERVER_MAX_BODY_BYTES)",
 		"server.read_timeout: must be between 1s and 10m",
+		"web.revocation_ttl", "events.max_streams_per_user",
 	} {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("error does not name %s:\n%v", key, err)

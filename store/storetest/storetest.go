@@ -78,6 +78,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"BeginExecutionRace", testBeginExecutionRace},
 		{"MarkOutcomeUnknown", testMarkOutcomeUnknown},
 		{"Notes", testNotes},
+		{"BrowserSessions", testBrowserSessions},
+		{"BrowserSessionRevokeRace", testBrowserSessionRevokeRace},
 		{"AppendAudit", testAppendAudit},
 		{"AppendAuditConcurrent", testAppendAuditConcurrent},
 	}

@@ -112,7 +112,7 @@ function layout() {
   e.toggle = h('button', { type: 'button', class: 'button subtle sidebar-toggle', 'aria-controls': 'sidebar', 'aria-expanded': 'false', onclick: () => toggleSidebar() }, 'Sessions');
   e.inboxCount = h('span', { class: 'count', hidden: true });
   e.inbox = h('a', { href: '/approvals', class: 'inbox-link' }, 'Approvals', e.inboxCount);
-  const signOut = h('button', { type: 'button', class: 'button subtle', onclick: doSignOut }, 'Sign out');
+  const signOut = h('button', { type: 'button', class: 'button subtle', onclick: () => doSignOut(false) }, 'Sign out');
   const header = h('header', { class: 'topbar' },
     e.toggle,
     h('a', { href: '/', class: 'brand' }, h('img', { src: '/static/favicon.svg', alt: '', width: '24', height: '24' }), h('span', { class: 'brand-name' }, 'Usher')),
@@ -131,7 +131,11 @@ function layout() {
     h('label', { for: 'session-search', class: 'visually-hidden' }, 'Search sessions by title'),
     e.search,
     h('nav', { 'aria-label': 'Sessions list' }, e.list),
-    e.empty);
+    e.empty,
+    // Ends every session of this person, in every browser and on every
+    // device, not only this one's.
+    h('p', { class: 'sidebar-foot' },
+      h('button', { type: 'button', class: 'button subtle sign-out-all', onclick: () => doSignOut(true) }, 'Sign out everywhere')));
   e.main = h('main', { id: 'main', class: 'main', tabindex: '-1' });
   e.main.addEventListener('pointerdown', () => {
     if (document.body.classList.contains('sidebar-open')) toggleSidebar(false);
@@ -153,11 +157,17 @@ function toggleSidebar(open) {
   if (want) app.els.search.focus();
 }
 
-async function doSignOut() {
+async function doSignOut(everywhere) {
   try {
-    await request('/auth/logout', { method: 'POST' });
-  } catch {
-    // Signed out or not, show the sign-in page.
+    await request(everywhere ? '/auth/logout-all' : '/auth/logout', { method: 'POST' });
+  } catch (err) {
+    // The server could not record the sign-out: the session still works,
+    // so say so rather than pretend.
+    if (err instanceof APIError && err.code === 'sign_out_failed') {
+      window.alert(err.message);
+      return;
+    }
+    // Already signed out, or unreachable: show the sign-in page.
   }
   try {
     localStorage.removeItem(seenKey());
