@@ -341,11 +341,20 @@ func (rt *Runtime) handlePost(w http.ResponseWriter, r *http.Request) {
 	}
 	var sub *runSub
 	if wait > 0 {
-		// Subscribe before posting: the turn may end before the post
-		// returns.
-		var leave func()
-		sub, _, leave = rt.bus.joinRun(r.PathValue("id"))
-		defer leave()
+		// Following the turn holds one of the caller's live-update places
+		// (see bus.holdStream). With none free the message is still
+		// posted, and answered queued at once, as a post without wait:
+		// the cap bounds what a caller holds, not what it may say.
+		if release, err := rt.bus.holdStream(owner); err != nil {
+			wait = 0
+		} else {
+			defer release()
+			// Subscribe before posting: the turn may end before the
+			// post returns.
+			var leave func()
+			sub, _, leave = rt.bus.joinRun(r.PathValue("id"))
+			defer leave()
+		}
 	}
 	ev, run, _, err := rt.PostMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), *body.Content, key)
 	if err != nil {

@@ -185,6 +185,29 @@ func TestStreamCapPerUser(t *testing.T) {
 		t.Errorf("a WebSocket beyond the cap: %v %v", resp, err)
 	}
 
+	// A message posted with ?wait beyond the cap is stored all the same,
+	// and answered queued at once instead of following its turn.
+	post, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url+"/api/assistant/runs/"+run+"/messages?wait=1s",
+		strings.NewReader(`{"content":"hello"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	post.Header.Set("X-Test-User", "alice")
+	post.Header.Set("Content-Type", "application/json")
+	presp, err := http.DefaultClient.Do(post)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posted struct {
+		Seq    int64
+		Status string
+	}
+	err = json.NewDecoder(presp.Body).Decode(&posted)
+	presp.Body.Close()
+	if err != nil || presp.StatusCode != http.StatusAccepted || posted.Status != "queued" || posted.Seq == 0 {
+		t.Errorf("POST ?wait beyond the cap: %d %+v %v, want 202 queued with the stored message's seq", presp.StatusCode, posted, err)
+	}
+
 	// Bob has a cap of his own.
 	bob := s.openSSE(t, "bob", "/api/assistant/runs/"+bobs+"/events/stream")
 
