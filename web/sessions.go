@@ -218,7 +218,7 @@ func (s *Sessions) Authenticate(next http.Handler, bearer func(http.Handler) htt
 			unauthenticated(w, r)
 			return
 		}
-		if err := s.csrf.Check(r); err != nil {
+		if err := s.checkOrigin(r); err != nil {
 			s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: cross-origin request refused",
 				slog.String("method", r.Method), slog.String("path", r.URL.Path),
 				slog.String("origin", r.Header.Get("Origin")), slog.String("sec_fetch_site", r.Header.Get("Sec-Fetch-Site")))
@@ -251,4 +251,24 @@ func origin(raw string) string {
 func unauthenticated(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("WWW-Authenticate", "Bearer")
 	httpx.WriteError(w, r, nil, errUnauthenticated)
+}
+
+// checkOrigin refuses a state-changing request from a browser page of
+// another origin. http.CrossOriginProtection decides by Sec-Fetch-Site and,
+// for a browser that sends none, compares Origin with Host, which ignores
+// the scheme; an Origin, when sent, must also be exactly the public URL's
+// (scheme, host and port), so the plain-http twin of an https Usher does
+// not pass.
+func (s *Sessions) checkOrigin(r *http.Request) error {
+	if err := s.csrf.Check(r); err != nil {
+		return err
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return nil
+	}
+	if !httpx.SameOrigin(r, s.o.PublicURL) {
+		return errCrossOrigin
+	}
+	return nil
 }

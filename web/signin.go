@@ -246,7 +246,7 @@ func (s *Sessions) handleLogout(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if err := s.csrf.Check(r); err != nil {
+	if err := s.checkOrigin(r); err != nil {
 		httpx.WriteError(w, r, nil, errCrossOrigin)
 		return
 	}
@@ -289,7 +289,7 @@ func (s *Sessions) handleLogoutAll(w http.ResponseWriter, r *http.Request) {
 		}
 		principal = p.ID()
 	} else {
-		if err := s.csrf.Check(r); err != nil {
+		if err := s.checkOrigin(r); err != nil {
 			httpx.WriteError(w, r, nil, errCrossOrigin)
 			return
 		}

@@ -315,6 +315,8 @@ func TestCSRF(t *testing.T) {
 		{name: "cross-origin DELETE", method: http.MethodDelete, header: http.Header{"Origin": {"https://evil.example.com"}}, status: http.StatusForbidden},
 		{name: "same-origin POST by Sec-Fetch-Site", method: http.MethodPost, header: http.Header{"Sec-Fetch-Site": {"same-origin"}}, status: http.StatusOK},
 		{name: "same-origin POST by Origin", method: http.MethodPost, header: http.Header{"Origin": {e.url}}, status: http.StatusOK},
+		{name: "POST from the https twin by Origin", method: http.MethodPost, header: http.Header{"Origin": {strings.Replace(e.url, "http://", "https://", 1)}}, status: http.StatusForbidden},
+		{name: "same-origin Sec-Fetch-Site with another Origin", method: http.MethodPost, header: http.Header{"Sec-Fetch-Site": {"same-origin"}, "Origin": {strings.Replace(e.url, "http://", "https://", 1)}}, status: http.StatusForbidden},
 		{name: "cross-site GET (safe)", method: http.MethodGet, header: http.Header{"Sec-Fetch-Site": {"cross-site"}}, status: http.StatusOK},
 	}
 	for _, tt := range tests {
