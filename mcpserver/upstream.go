@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -221,6 +222,28 @@ func definitionOf(exposed string, t *mcp.Tool) (ToolDefinition, error) {
 	return def, nil
 }
 
+// notSent reports whether err, from a call to an upstream, says that the
+// call did not run: the upstream answered it with a JSON-RPC error, or the
+// request could not be sent at all (no connection could be made). The SDK
+// reports every failure of its HTTP round trip as "rejected by transport",
+// also a connection lost after the request went out, when the upstream
+// may have run the call: that is not a refusal.
+func notSent(err error) bool {
+	var rpcErr *jsonrpc.Error
+	if !errors.As(err, &rpcErr) {
+		return false
+	}
+	if rpcErr.Code != codeRejectedByTransport {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// codeRejectedByTransport is the go-sdk's JSON-RPC code for a request its
+// transport failed to deliver or to get an answer to.
+const codeRejectedByTransport = -32005
+
 // errOutcomeUnknown marks a failure after which a call may or may not have
 // taken effect.
 var errOutcomeUnknown = errors.New("outcome unknown")
@@ -264,9 +287,9 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 
 		res, err := conn.session.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: name, Arguments: args})
 		if err != nil {
-			var rpcErr *jsonrpc.Error
-			if errors.As(err, &rpcErr) {
-				// The upstream answered: it refused the call.
+			if notSent(err) {
+				// The upstream answered (it refused the call), or the
+				// request never left: the call did not run.
 				return nil, fmt.Errorf("upstream %s refused the call: %w", u.cfg.Name, err)
 			}
 			u.cat.pool.broken(conn)

@@ -1,0 +1,73 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestUpstreamLostAfterTheCallWentOut checks what a caller is told when
+// an upstream runs a call and the connection drops before its answer: the
+// call may have taken effect, so its outcome is unknown — not a refusal,
+// and not "the tool failed" — and a retry of the same key does not run it
+// again. A call that cannot reach the upstream at all was not run.
+func TestUpstreamLostAfterTheCallWentOut(t *testing.T) {
+	var runs atomic.Int32
+	up := mcp.NewServer(&mcp.Implementation{Name: "flaky", Version: "1"}, nil)
+	up.AddTool(&mcp.Tool{Name: "charge", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			runs.Add(1)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "charged"}}}, nil
+		})
+	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, &mcp.StreamableHTTPOptions{Stateless: true})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if !strings.Contains(string(body), `"tools/call"`) {
+			sdk.ServeHTTP(w, r)
+			return
+		}
+		// Run the call, then lose the connection before any answer.
+		sdk.ServeHTTP(httptest.NewRecorder(), r)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		conn.Close()
+	}))
+	t.Cleanup(ts.Close)
+
+	e := newEnv(t, envConfig{rules: map[string]Decision{"fl__charge": Allow}, upstreams: []Upstream{{Name: "fl", URL: ts.URL}}})
+	cs := e.connect(alice, "", nil, "")
+	meta := mcp.Meta{MetaIdempotencyKey: "charge-1"}
+	res := call(t, cs, "fl__charge", map[string]any{}, meta)
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the upstream ran the call %d times, want 1", n)
+	}
+	if !res.IsError || !strings.Contains(text(res), "outcome is unknown") {
+		t.Errorf("a call lost after it went out = %q, want its outcome unknown", text(res))
+	}
+	again := call(t, cs, "fl__charge", map[string]any{}, meta)
+	if n := runs.Load(); n != 1 {
+		t.Errorf("a retry of the same key ran the call again (%d runs)", n)
+	}
+	if !again.IsError || strings.Contains(text(again), "charged") {
+		t.Errorf("the retry = %q", text(again))
+	}
+
+	// An upstream that cannot be reached: nothing was sent.
+	ts.Close()
+	res = call(t, cs, "fl__charge", map[string]any{}, mcp.Meta{MetaIdempotencyKey: "charge-2"})
+	if !res.IsError || strings.Contains(text(res), "outcome is unknown") {
+		t.Errorf("a call to an upstream that is down = %q, want a failure that ran nothing", text(res))
+	}
+}
