@@ -186,8 +186,9 @@ type Assistant struct {
 	MaxSteps int `yaml:"max_steps"`
 	// Lease is how long a claim on a run lasts unless renewed. Default 30s.
 	Lease Duration `yaml:"lease"`
-	// SweepInterval is how often a process looks for expired leases and
-	// quiet runs. Default 30s.
+	// SweepInterval is how often a process looks for runs with work that
+	// nothing holds or has queued, and for quiet runs: a backstop, since
+	// expired leases are taken over as they expire. Default 30s.
 	SweepInterval Duration `yaml:"sweep_interval"`
 	// HoldIdle is how long a run's MCP session is kept after its last
 	// turn. Default 5m.
