@@ -232,7 +232,9 @@ const (
 )
 
 func benchConcurrent(b *testing.B, dbURL string) {
-	s := startAssistantBench(b, dbURL, "USHER_ASSISTANT_MAX_ACTIVE_RUNS", strconv.Itoa(benchConversations+1))
+	// Each waiting post holds one of its user's live-update places.
+	s := startAssistantBench(b, dbURL, "USHER_ASSISTANT_MAX_ACTIVE_RUNS", strconv.Itoa(benchConversations+1),
+		"USHER_EVENTS_MAX_STREAMS_PER_USER", strconv.Itoa(2*benchConversations))
 	runs := make([]string, benchConversations)
 	for i := range runs {
 		runs[i] = s.createRun(b)
