@@ -76,6 +76,16 @@ func TestCatalogOptions(t *testing.T) {
 			t.Errorf("error = %v, want it to name %s", err, want)
 		}
 	}
+	// An allowed origin must be written as a browser sends it, or it
+	// would match nothing.
+	for _, origin := range []string{"https://app.example.com:443", "http://app.example.com:80", "https://app.example.com/path", "null", "app.example.com"} {
+		if _, err := New(&Options{AllowedOrigins: []string{origin}}); err == nil || !strings.Contains(err.Error(), "allowed origin") {
+			t.Errorf("allowed origin %q: %v", origin, err)
+		}
+	}
+	if _, err := New(&Options{AllowedOrigins: []string{"https://app.example.com:8443", "http://[::1]:6274"}}); err != nil && strings.Contains(err.Error(), "allowed origin") {
+		t.Errorf("good allowed origins refused: %v", err)
+	}
 }
 
 // TestDefinitionHashFollowsUpstream checks that a tool's hash changes when

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/usherhq/usher/internal/httpx"
@@ -38,7 +37,7 @@ func (s *Server) checkHTTP(next http.Handler) http.Handler {
 			return
 		}
 		if origin := r.Header.Get("Origin"); origin != "" {
-			if !s.origins[canonicalOrigin(origin)] {
+			if !s.origins[httpx.Origin(origin)] {
 				s.log.InfoContext(r.Context(), "mcpserver: Origin refused", "origin", origin)
 				httpx.WriteError(w, r, s.log, errForbiddenOrigin)
 				return
@@ -129,17 +128,6 @@ func hostOnly(hostport string) string {
 		return h
 	}
 	return strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
-}
-
-// canonicalOrigin returns the scheme://host[:port] of an origin or URL,
-// lower-cased, or "" when it is not an absolute http(s) origin (an "null"
-// origin, say), which matches nothing.
-func canonicalOrigin(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-		return ""
-	}
-	return strings.ToLower(u.Scheme + "://" + u.Host)
 }
 
 // isToken reports whether s is an HTTP token (RFC 9110 §5.6.2), such as a

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/usherhq/usher/internal/httpx"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -177,9 +178,9 @@ func New(opts *Options) (*Server, error) {
 	}
 	origins := map[string]bool{}
 	for _, origin := range o.AllowedOrigins {
-		c := canonicalOrigin(origin)
+		c := httpx.Origin(origin)
 		if c == "" || strings.TrimSuffix(strings.ToLower(origin), "/") != c {
-			errs = append(errs, fmt.Errorf("allowed origin %q must be scheme://host[:port]", origin))
+			errs = append(errs, fmt.Errorf("allowed origin %q must be an origin as a browser sends it: scheme://host[:port], without a default port or a path", origin))
 		}
 		origins[c] = true
 	}
@@ -202,7 +203,7 @@ func New(opts *Options) (*Server, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("mcpserver: options: %w", err)
 	}
-	origins[canonicalOrigin(o.PublicURL)] = true
+	origins[httpx.Origin(o.PublicURL)] = true
 	hosts[strings.ToLower(public.Hostname())] = true
 
 	s := &Server{
