@@ -347,6 +347,11 @@ type Store interface {
 	// consumed) approvals whose definition hash is not keepDefinitionHash,
 	// and returns how many.
 	RevokeApprovals(ctx context.Context, tool, keepDefinitionHash string, now time.Time) (int, error)
+	// RevokeApprovalsAudited does what RevokeApprovals does and, when it
+	// revokes any, what AppendAudit does with build(revoked), in one
+	// transaction: a failure writes neither. build may be called more
+	// than once.
+	RevokeApprovalsAudited(ctx context.Context, tool, keepDefinitionHash string, now time.Time, build func(revoked int) func(head AuditHead) (AuditRecord, error)) (int, error)
 	// ExpireApprovals marks every pending or approved approval whose
 	// ExpiresAt is not after now as expired, and returns how many.
 	ExpireApprovals(ctx context.Context, now time.Time) (int, error)

@@ -71,6 +71,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConsumeApproval", testConsumeApproval},
 		{"ConsumeApprovalRace", testConsumeApprovalRace},
 		{"RevokeApprovals", testRevokeApprovals},
+		{"RevokeApprovalsAudited", testRevokeApprovalsAudited},
 		{"ExpireApprovals", testExpireApprovals},
 		{"ApprovalsAudited", testApprovalsAudited},
 		{"ConsumeApprovalAuditedRace", testConsumeApprovalAuditedRace},
