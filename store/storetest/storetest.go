@@ -78,6 +78,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"BeginExecution", testBeginExecution},
 		{"BeginExecutionRace", testBeginExecutionRace},
 		{"MarkOutcomeUnknown", testMarkOutcomeUnknown},
+		{"MarkOutcomeUnknownAudited", testMarkOutcomeUnknownAudited},
 		{"Notes", testNotes},
 		{"BrowserSessions", testBrowserSessions},
 		{"BrowserSessionRevokeRace", testBrowserSessionRevokeRace},
