@@ -51,77 +51,84 @@ func (f *faultyAudit) ConsumeApprovalAudited(ctx context.Context, id string, b s
 	return f.Store.ConsumeApprovalAudited(ctx, id, b, now, e, f.build(build))
 }
 
-// TestApprovalRecordsAtomic checks, on both engines, that a request, a
-// decision and a use are each written with their audit record or not at
-// all, and that after a failure the same step succeeds when retried.
-func TestApprovalRecordsAtomic(t *testing.T) {
+// forEachFaultyEngine runs f, in parallel, on each engine's store wrapped
+// in a faultyAudit.
+func forEachFaultyEngine(t *testing.T, f func(t *testing.T, st *faultyAudit, e *env)) {
 	for name, open := range map[string]func(testing.TB) store.Store{"SQLite": storetest.NewSQLite, "PostgreSQL": storetest.NewPostgres} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			st := &faultyAudit{Store: open(t)}
-			e := newEnv(t, st)
-			ctx := t.Context()
-			b := binding()
-
-			// A request whose record fails is not stored.
-			st.fail.Store(true)
-			if _, err := e.svc.Request(ctx, approvals.Request{Binding: b, Tenant: alice.Tenant}); !errors.Is(err, errInjected) {
-				t.Fatalf("Request with a failing record = %v, want the injected error", err)
-			}
-			if list, err := e.st.ListApprovals(ctx, b.Principal); err != nil || len(list) != 0 {
-				t.Errorf("after a failed request the store holds %d approvals, %v", len(list), err)
-			}
-			if got := e.auditKinds(t); len(got) != 0 {
-				t.Errorf("after a failed request the log holds %v", got)
-			}
-			st.fail.Store(false)
-			a := e.request(t, b)
-			if got := e.auditKinds(t); !slices.Equal(got, []string{"approval_requested"}) {
-				t.Errorf("after the retried request the log holds %v", got)
-			}
-
-			// A decision whose record fails is not stored, and the retry
-			// is not refused as already decided.
-			st.fail.Store(true)
-			if _, err := e.svc.Decide(ctx, a.ID, alice, true, "fine"); !errors.Is(err, errInjected) {
-				t.Fatalf("Decide with a failing record = %v, want the injected error", err)
-			}
-			if got, err := e.st.GetApproval(ctx, a.ID); err != nil || got.Status != store.ApprovalPending || got.DecidedBy != "" {
-				t.Errorf("after a failed decision the approval is %+v, %v; want pending, undecided", got, err)
-			}
-			st.fail.Store(false)
-			if _, err := e.svc.Decide(ctx, a.ID, alice, true, "fine"); err != nil {
-				t.Fatalf("the retried decision: %v", err)
-			}
-			if got := e.auditKinds(t); !slices.Equal(got, []string{"approval_requested", "approval_decided"}) {
-				t.Errorf("after the retried decision the log holds %v", got)
-			}
-
-			// A use whose record fails neither uses the approval nor
-			// starts the execution, and is an error, not "not approved".
-			exec := &store.Execution{IdempotencyKey: "run-1/call-1", Principal: b.Principal, Tool: b.Tool, ArgumentsHash: b.ArgumentsHash, RunID: b.RunID}
-			entry := audit.Entry{Kind: "approval_consumed", Principal: b.Principal, Tool: b.Tool}
-			st.fail.Store(true)
-			if _, _, _, err := e.svc.Consume(ctx, b, exec, entry); !errors.Is(err, errInjected) || errors.Is(err, approvals.ErrNotApproved) {
-				t.Fatalf("Consume with a failing record = %v, want the injected error", err)
-			}
-			if got, err := e.st.GetApproval(ctx, a.ID); err != nil || got.Status != store.ApprovalApproved {
-				t.Errorf("after a failed use the approval is %s, %v; want approved", got.Status, err)
-			}
-			if _, err := e.st.GetExecution(ctx, exec.IdempotencyKey); !errors.Is(err, store.ErrNotFound) {
-				t.Errorf("after a failed use GetExecution = %v, want ErrNotFound", err)
-			}
-			st.fail.Store(false)
-			used, started, err := consumeWith(e, t, b, exec, entry)
-			if err != nil || used.Status != store.ApprovalConsumed || started.Status != store.ExecutionStarted || started.ApprovalID != a.ID {
-				t.Fatalf("the retried use = %+v, %+v, %v", used, started, err)
-			}
-			records, err := e.st.AuditRecords(ctx, 0, 10)
-			if err != nil || len(records) != 3 || records[2].Kind != "approval_consumed" || records[2].ApprovalID != a.ID {
-				t.Errorf("after the retried use the log holds %+v, %v; want the use recorded with its approval", records, err)
-			}
+			f(t, st, newEnv(t, st))
 		})
 	}
+}
+
+// TestApprovalRecordsAtomic checks, on both engines, that a request, a
+// decision and a use are each written with their audit record or not at
+// all, and that after a failure the same step succeeds when retried.
+func TestApprovalRecordsAtomic(t *testing.T) {
+	forEachFaultyEngine(t, func(t *testing.T, st *faultyAudit, e *env) {
+		ctx := t.Context()
+		b := binding()
+
+		// A request whose record fails is not stored.
+		st.fail.Store(true)
+		if _, err := e.svc.Request(ctx, approvals.Request{Binding: b, Tenant: alice.Tenant}); !errors.Is(err, errInjected) {
+			t.Fatalf("Request with a failing record = %v, want the injected error", err)
+		}
+		if list, err := e.st.ListApprovals(ctx, b.Principal); err != nil || len(list) != 0 {
+			t.Errorf("after a failed request the store holds %d approvals, %v", len(list), err)
+		}
+		if got := e.auditKinds(t); len(got) != 0 {
+			t.Errorf("after a failed request the log holds %v", got)
+		}
+		st.fail.Store(false)
+		a := e.request(t, b)
+		if got := e.auditKinds(t); !slices.Equal(got, []string{"approval_requested"}) {
+			t.Errorf("after the retried request the log holds %v", got)
+		}
+
+		// A decision whose record fails is not stored, and the retry
+		// is not refused as already decided.
+		st.fail.Store(true)
+		if _, err := e.svc.Decide(ctx, a.ID, alice, true, "fine"); !errors.Is(err, errInjected) {
+			t.Fatalf("Decide with a failing record = %v, want the injected error", err)
+		}
+		if got, err := e.st.GetApproval(ctx, a.ID); err != nil || got.Status != store.ApprovalPending || got.DecidedBy != "" {
+			t.Errorf("after a failed decision the approval is %+v, %v; want pending, undecided", got, err)
+		}
+		st.fail.Store(false)
+		if _, err := e.svc.Decide(ctx, a.ID, alice, true, "fine"); err != nil {
+			t.Fatalf("the retried decision: %v", err)
+		}
+		if got := e.auditKinds(t); !slices.Equal(got, []string{"approval_requested", "approval_decided"}) {
+			t.Errorf("after the retried decision the log holds %v", got)
+		}
+
+		// A use whose record fails neither uses the approval nor
+		// starts the execution, and is an error, not "not approved".
+		exec := &store.Execution{IdempotencyKey: "run-1/call-1", Principal: b.Principal, Tool: b.Tool, ArgumentsHash: b.ArgumentsHash, RunID: b.RunID}
+		entry := audit.Entry{Kind: "approval_consumed", Principal: b.Principal, Tool: b.Tool}
+		st.fail.Store(true)
+		if _, _, _, err := e.svc.Consume(ctx, b, exec, entry); !errors.Is(err, errInjected) || errors.Is(err, approvals.ErrNotApproved) {
+			t.Fatalf("Consume with a failing record = %v, want the injected error", err)
+		}
+		if got, err := e.st.GetApproval(ctx, a.ID); err != nil || got.Status != store.ApprovalApproved {
+			t.Errorf("after a failed use the approval is %s, %v; want approved", got.Status, err)
+		}
+		if _, err := e.st.GetExecution(ctx, exec.IdempotencyKey); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("after a failed use GetExecution = %v, want ErrNotFound", err)
+		}
+		st.fail.Store(false)
+		used, started, err := consumeWith(e, t, b, exec, entry)
+		if err != nil || used.Status != store.ApprovalConsumed || started.Status != store.ExecutionStarted || started.ApprovalID != a.ID {
+			t.Fatalf("the retried use = %+v, %+v, %v", used, started, err)
+		}
+		records, err := e.st.AuditRecords(ctx, 0, 10)
+		if err != nil || len(records) != 3 || records[2].Kind != "approval_consumed" || records[2].ApprovalID != a.ID {
+			t.Errorf("after the retried use the log holds %+v, %v; want the use recorded with its approval", records, err)
+		}
+	})
 }
 
 // consumeWith uses the approval of b, starting exec.
@@ -163,6 +170,59 @@ func TestApproverTenant(t *testing.T) {
 		}
 		if _, err := e.svc.Decide(ctx, a.ID, bob, true, ""); err != nil {
 			t.Errorf("Decide by bob: %v", err)
+		}
+	})
+}
+
+func (f *faultyAudit) RevokeApprovalsAudited(ctx context.Context, tool, keep string, now time.Time, build func(int) func(store.AuditHead) (store.AuditRecord, error)) (int, error) {
+	if build == nil {
+		return f.Store.RevokeApprovalsAudited(ctx, tool, keep, now, nil)
+	}
+	return f.Store.RevokeApprovalsAudited(ctx, tool, keep, now, func(n int) func(store.AuditHead) (store.AuditRecord, error) {
+		return f.build(build(n))
+	})
+}
+
+// TestRevokeChangedAtomic checks, on both engines, that the sweep's
+// revocation of a changed tool's approvals is written with its audit
+// record or not at all: after a failed record the approvals are still
+// open, and the next sweep revokes them and records it, once.
+func TestRevokeChangedAtomic(t *testing.T) {
+	forEachFaultyEngine(t, func(t *testing.T, st *faultyAudit, e *env) {
+		ctx := t.Context()
+		pending := e.request(t, binding())
+		b := binding()
+		b.ArgumentsHash = "args-2"
+		approved := e.approved(t, b)
+		before := e.auditKinds(t)
+		sw, err := approvals.NewSweeper(e.svc, &approvals.SweeperOptions{
+			Tools: func(context.Context) (map[string]string, error) {
+				return map[string]string{"notes_write": "def-2"}, nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		st.fail.Store(true)
+		if _, _, err := sw.Sweep(ctx); !errors.Is(err, errInjected) {
+			t.Fatalf("Sweep with a failing record = %v, want the injected error", err)
+		}
+		for id, want := range map[string]store.ApprovalStatus{pending.ID: store.ApprovalPending, approved.ID: store.ApprovalApproved} {
+			if got, err := e.st.GetApproval(ctx, id); err != nil || got.Status != want {
+				t.Errorf("after a failed revocation %s is %s, %v; want %s", id, got.Status, err, want)
+			}
+		}
+		if got := e.auditKinds(t); !slices.Equal(got, before) {
+			t.Errorf("after a failed revocation the log holds %v, want %v", got, before)
+		}
+
+		st.fail.Store(false)
+		if revoked, _, err := sw.Sweep(ctx); err != nil || revoked != 2 {
+			t.Fatalf("the next Sweep = %d revoked, %v; want 2", revoked, err)
+		}
+		if got := e.auditKinds(t); !slices.Equal(got, append(before, "approvals_revoked")) {
+			t.Errorf("after the revocation the log holds %v, want %v and one approvals_revoked", got, before)
 		}
 	})
 }

@@ -66,7 +66,7 @@ type Store interface {
 	DecideApprovalAudited(ctx context.Context, id string, to store.ApprovalStatus, decidedBy, reason string, now time.Time, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, error)
 	FindApproved(ctx context.Context, b store.ApprovalBinding, now time.Time) (store.Approval, error)
 	ConsumeApprovalAudited(ctx context.Context, id string, b store.ApprovalBinding, now time.Time, e *store.Execution, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, store.Execution, bool, error)
-	RevokeApprovals(ctx context.Context, tool, keepDefinitionHash string, now time.Time) (int, error)
+	RevokeApprovalsAudited(ctx context.Context, tool, keepDefinitionHash string, now time.Time, build func(revoked int) func(store.AuditHead) (store.AuditRecord, error)) (int, error)
 	ExpireApprovals(ctx context.Context, now time.Time) (int, error)
 }
 
@@ -379,24 +379,30 @@ func (s *Service) Consume(ctx context.Context, b Binding, e *store.Execution, re
 
 // RevokeChanged revokes the tool's pending and approved, unused approvals
 // that were granted for another definition than currentHash, and returns
-// how many. Call it whenever a tool's definition hash changes.
+// how many. Call it whenever a tool's definition hash changes. The
+// revocation is written in one transaction with its audit record: after
+// an error nothing is revoked.
 func (s *Service) RevokeChanged(ctx context.Context, tool, currentHash string) (int, error) {
 	now := s.now()
-	n, err := s.st.RevokeApprovals(ctx, tool, currentHash, now)
+	var build func(int) func(store.AuditHead) (store.AuditRecord, error)
+	if s.audit != nil {
+		build = func(n int) func(store.AuditHead) (store.AuditRecord, error) {
+			b, err := s.builder(audit.Entry{
+				Kind: audit.KindApprovalsRevoked, At: now, Tool: tool, DefinitionHash: currentHash,
+				Details: details(map[string]any{"revoked": n}),
+			})
+			if err != nil {
+				return func(store.AuditHead) (store.AuditRecord, error) { return store.AuditRecord{}, err }
+			}
+			return b
+		}
+	}
+	n, err := s.st.RevokeApprovalsAudited(ctx, tool, currentHash, now, build)
 	if errors.Is(err, store.ErrInvalid) {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("approvals: revoke: %w", err)
-	}
-	if n > 0 {
-		err := s.record(ctx, audit.Entry{
-			Kind: audit.KindApprovalsRevoked, At: now, Tool: tool, DefinitionHash: currentHash,
-			Details: details(map[string]any{"revoked": n}),
-		})
-		if err != nil {
-			return n, err
-		}
 	}
 	return n, nil
 }
@@ -424,17 +430,6 @@ func (s *Service) builder(e audit.Entry) (func(store.AuditHead) (store.AuditReco
 		return nil, fmt.Errorf("approvals: audit %s of approval %s: %w", e.Kind, e.ApprovalID, err)
 	}
 	return build, nil
-}
-
-// record appends e to the audit log, when there is one.
-func (s *Service) record(ctx context.Context, e audit.Entry) error {
-	if s.audit == nil {
-		return nil
-	}
-	if err := s.audit.Append(ctx, e); err != nil {
-		return fmt.Errorf("approvals: audit %s of approval %s: %w", e.Kind, e.ApprovalID, err)
-	}
-	return nil
 }
 
 // openAt returns nil when a can be decided at now, and otherwise why not.

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/usherhq/usher/store"
 )
 
@@ -59,5 +61,154 @@ func TestConsumeFailureIsNoNewApproval(t *testing.T) {
 	}
 	if a, err := e.store.GetApproval(t.Context(), id); err != nil || a.Status != store.ApprovalConsumed {
 		t.Errorf("the approval is %s, %v; want consumed", a.Status, err)
+	}
+}
+
+// ambiguousConsume is the store's approvals whose next Consume, while
+// fault is set, fails after writing (failAfter: a commit whose answer was
+// lost) or before (failBefore).
+type ambiguousConsume struct {
+	storeApprovals
+	fault *atomic.Int32
+}
+
+func (a ambiguousConsume) Consume(ctx context.Context, bd store.ApprovalBinding, e *store.Execution, ev Event) (store.Approval, store.Execution, bool, error) {
+	switch fault(a.fault.Swap(int32(noFault))) {
+	case failBefore:
+		return store.Approval{}, store.Execution{}, false, errInjected
+	case failAfter:
+		if _, _, _, err := a.storeApprovals.Consume(ctx, bd, e, ev); err != nil {
+			return store.Approval{}, store.Execution{}, false, err
+		}
+		return store.Approval{}, store.Execution{}, false, errInjected
+	}
+	return a.storeApprovals.Consume(ctx, bd, e, ev)
+}
+
+// approvedCall is an env whose notes_write call with the key k-1 has been
+// approved, with its Consume faults and its executions' faults.
+type approvedCall struct {
+	*env
+	consume *atomic.Int32
+	faults  *faultyExecutions
+	cs      *mcp.ClientSession
+	id      string
+}
+
+func newApprovedCall(t *testing.T, st store.Store) *approvedCall {
+	t.Helper()
+	ac := &approvedCall{consume: &atomic.Int32{}}
+	install := faulty(&ac.faults, nil)
+	ac.env = newEnv(t, envConfig{store: st, server: func(o *Options) {
+		fastRetries(o)
+		o.Approvals = ambiguousConsume{o.Approvals.(storeApprovals), ac.consume}
+		install(o)
+	}})
+	ac.cs = ac.connect(alice, "", nil, "")
+	ac.id = approvalMeta(t, ac.write(t))["id"]
+	if _, err := ac.store.DecideApproval(t.Context(), ac.id, store.ApprovalApproved, alice, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return ac
+}
+
+func (ac *approvedCall) write(t *testing.T) *mcp.CallToolResult {
+	t.Helper()
+	return call(t, ac.cs, "notes_write", map[string]any{"name": "n", "body": "b"}, mcp.Meta{MetaIdempotencyKey: "k-1"})
+}
+
+// wantRun makes the call and checks that it ran, once, on its approval.
+func (ac *approvedCall) wantRun(t *testing.T, what string) {
+	t.Helper()
+	if res := ac.write(t); res.IsError {
+		t.Fatalf("%s = %s, want it run", what, text(res))
+	}
+	if _, err := ac.store.GetNote(t.Context(), alice, "n"); err != nil {
+		t.Errorf("%s did not run: %v", what, err)
+	}
+	ac.drain(t)
+	if a, e := ac.state(t); a != store.ApprovalConsumed || e != store.ExecutionSucceeded {
+		t.Errorf("after %s: approval %s, execution %q; want consumed, succeeded", what, a, e)
+	}
+}
+
+// drain waits for the outcome writes.
+func (ac *approvedCall) drain(t *testing.T) {
+	t.Helper()
+	if err := ac.server.Drain(t.Context()); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+}
+
+// state returns the approval's status and the execution's.
+func (ac *approvedCall) state(t *testing.T) (store.ApprovalStatus, store.ExecutionStatus) {
+	t.Helper()
+	a, err := ac.store.GetApproval(t.Context(), ac.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status store.ExecutionStatus
+	for _, k := range ac.audit.keys() {
+		if e, err := ac.store.GetExecution(t.Context(), k); err == nil {
+			status = e.Status
+		}
+	}
+	return a.Status, status
+}
+
+// TestConsumeThatCommittedRuns checks, on both engines, that a use of an
+// approval whose answer was lost after it committed (the approval used,
+// the execution started) is read back and the call runs, once.
+func TestConsumeThatCommittedRuns(t *testing.T) {
+	for _, eng := range engines {
+		t.Run(eng.name, func(t *testing.T) {
+			ac := newApprovedCall(t, eng.open(t))
+			ac.consume.Store(int32(failAfter))
+			ac.wantRun(t, "the call whose use committed")
+		})
+	}
+}
+
+// TestConsumeThatFailedKeepsApproval checks that a use of an approval that
+// failed without committing is answered as a server error, nothing run,
+// and that the retry uses the approval.
+func TestConsumeThatFailedKeepsApproval(t *testing.T) {
+	ac := newApprovedCall(t, nil)
+	ac.consume.Store(int32(failBefore))
+	if res := ac.write(t); !res.IsError || !strings.Contains(text(res), "error on the server") {
+		t.Fatalf("the call whose use failed = %s, want a server error", text(res))
+	}
+	if a, e := ac.state(t); a != store.ApprovalApproved || e != "" {
+		t.Errorf("after a failed use: approval %s, execution %q; want approved, none", a, e)
+	}
+	ac.wantRun(t, "the retry")
+}
+
+// TestConsumeUnconfirmed checks that a use of an approval that may have
+// committed and whose execution cannot be read back is answered
+// truthfully (not run, unconfirmed), runs nothing, and that the
+// execution, once readable, is finished failed, not run.
+func TestConsumeUnconfirmed(t *testing.T) {
+	ac := newApprovedCall(t, nil)
+	ac.consume.Store(int32(failAfter))
+	// The call's first read, before its approval is looked for, succeeds.
+	first := ac.faults.count("get") + 1
+	ac.faults.setRule(func(method string, n int, _ store.ExecutionStatus) fault {
+		if method == "get" && n > first {
+			return failBefore
+		}
+		return noFault
+	})
+	res := ac.write(t)
+	if !res.IsError || !strings.Contains(text(res), "was not run") || !strings.Contains(text(res), "could not be confirmed") {
+		t.Errorf("the call = %q, want it reported not run and its use unconfirmed", text(res))
+	}
+	if _, err := ac.store.GetNote(t.Context(), alice, "n"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the call ran: %v", err)
+	}
+	ac.faults.setRule(nil)
+	ac.drain(t)
+	if a, e := ac.state(t); a != store.ApprovalConsumed || e != store.ExecutionFailed {
+		t.Errorf("approval %s, execution %q; want consumed, failed (not run)", a, e)
 	}
 }

@@ -123,8 +123,10 @@ type Approvals interface {
 	// consumes it once, in one transaction with recording ev (its
 	// ApprovalID set to the approval's) and, when e is not nil, with
 	// starting the execution e (its ApprovalID set too; see
-	// Executions.BeginExecution): after an error none of them is written.
-	// It fails with ErrNotApproved when there is no approval to use. When
+	// Executions.BeginExecution): after an error none of them is written,
+	// unless the error hid a commit (an answer lost with its connection),
+	// which the caller tells by reading the execution back. It fails with
+	// ErrNotApproved when there is no approval to use. When
 	// e's key already names an execution, nothing is written, and that
 	// execution is returned with started false.
 	Consume(ctx context.Context, b store.ApprovalBinding, e *store.Execution, ev Event) (_ store.Approval, _ store.Execution, started bool, _ error)
@@ -323,10 +325,14 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 		e := newExecution(call, key, "")
 		begin = &e
 	}
-	a, rec, started, err := s.opts.Approvals.Consume(ctx, binding(call, v), begin, s.stamp(ev, KindApprovalConsumed))
+	a, rec, started, err := s.consume(ctx, binding(call, v), begin, s.stamp(ev, KindApprovalConsumed))
 	switch {
 	case errors.Is(err, ErrNotApproved):
 		return s.requestApproval(ctx, ev, call, v, toolCallID, key)
+	case errors.Is(err, errStartUnconfirmed):
+		return errorResult("The call was not run: the use of its approval could not be recorded because of an error on the server, " +
+			"and whether it was recorded could not be confirmed. It has been logged. Retrying the same call later " +
+			"either runs it (its approval was not used) or reports that it was not run.")
 	case err != nil:
 		s.log.ErrorContext(ctx, "mcpserver: using an approval failed", "tool", call.Tool, "err", err)
 		return internalErrorResult()

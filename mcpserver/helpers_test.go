@@ -238,6 +238,22 @@ func (x *storeExecutions) FinishExecution(ctx context.Context, key string, statu
 	return rec, x.audit.Record(ctx, ev)
 }
 
+func (x *storeExecutions) MarkAbandoned(ctx context.Context, olderThan time.Time, event func(store.Execution) Event) ([]store.Execution, error) {
+	if x.audit.failing() {
+		return nil, errors.New("the audit log is unavailable")
+	}
+	marked, err := x.s.MarkOutcomeUnknown(ctx, olderThan)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range marked {
+		if err := x.audit.Record(ctx, event(e)); err != nil {
+			return nil, err
+		}
+	}
+	return marked, nil
+}
+
 // lookupCount returns how often GetExecution was called.
 func (x *storeExecutions) lookupCount() int {
 	x.mu.Lock()

@@ -210,11 +210,8 @@ var errStartUnconfirmed = errors.New("mcpserver: an execution's start could not 
 // StartedAt, to the stored microsecond, is this attempt's), the tool may
 // run; absent, the start is written again, and when it is still absent
 // after the last attempt the caller is told, truly, that nothing was run;
-// another call's, it is answered as a retry. When that cannot be read either (errStartUnconfirmed), the
-// tool does not run, and the execution is settled in the background: should
-// the start turn out to be this call's, it is finished failed, with a
-// result saying the tool was not run, so that the record never says more
-// than what happened.
+// another call's, it is answered as a retry. When that cannot be read
+// either, the tool does not run (see unconfirmed).
 func (s *Server) begin(ctx context.Context, e store.Execution, ev Event) (store.Execution, bool, error) {
 	e.StartedAt = ev.At.UTC().Truncate(time.Microsecond)
 	rec, started, err := s.opts.Executions.BeginExecution(ctx, e, ev)
@@ -222,37 +219,95 @@ func (s *Server) begin(ctx context.Context, e store.Execution, ev Event) (store.
 		return rec, started, err
 	}
 	s.log.WarnContext(ctx, "mcpserver: starting an execution failed; reading it back", "tool", e.Tool, "key", e.IdempotencyKey, "err", err)
-	if s.outcomes.retry(ctx, false, func(attempt int) bool {
-		got, gerr := s.opts.Executions.GetExecution(ctx, e.IdempotencyKey)
+	if s.readBack(ctx, e.IdempotencyKey, func(got store.Execution, found bool, attempt int) bool {
 		switch {
-		case errors.Is(gerr, store.ErrNotFound) && attempt == s.outcomes.attempts-1:
+		case !found && attempt == s.outcomes.attempts-1:
 			// Known not started; the last attempt writes nothing that
 			// would need reading back.
 			return true
-		case errors.Is(gerr, store.ErrNotFound):
+		case !found:
 			rec, started, err = s.opts.Executions.BeginExecution(ctx, e, ev)
 			return err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrInvalid)
-		case gerr != nil:
-			s.log.WarnContext(ctx, "mcpserver: reading an execution back failed", "key", e.IdempotencyKey, "err", gerr)
-			return false
 		}
 		rec, started, err = got, startedBy(got, e), nil
 		return true
 	}) {
 		return rec, started, err
 	}
+	return store.Execution{}, false, s.unconfirmed(ctx, e, ev)
+}
+
+// consume uses the approval of the call b and starts its execution e (nil
+// for a call without a key) with the record ev, as Approvals.Consume does.
+// A failure other than ErrNotApproved may still have committed (see
+// begin), so the execution is read back by its key: started by this call,
+// the approval was used and the tool may run; absent, nothing was written,
+// and the error is the caller's answer (the approval is still there for a
+// retry); another call's, it is answered as a retry. When it cannot be
+// read, the tool does not run (see unconfirmed).
+func (s *Server) consume(ctx context.Context, b store.ApprovalBinding, e *store.Execution, ev Event) (store.Approval, store.Execution, bool, error) {
+	if e != nil {
+		e.StartedAt = ev.At.UTC().Truncate(time.Microsecond)
+	}
+	a, rec, started, err := s.opts.Approvals.Consume(ctx, b, e, ev)
+	if err == nil || e == nil || errors.Is(err, ErrNotApproved) {
+		return a, rec, started, err
+	}
+	s.log.WarnContext(ctx, "mcpserver: using an approval failed; reading its execution back", "tool", e.Tool, "key", e.IdempotencyKey, "err", err)
+	mine := *e
+	mine.ApprovalID = anyApproval
+	var found bool
+	if !s.readBack(ctx, e.IdempotencyKey, func(got store.Execution, ok bool, _ int) bool {
+		rec, found = got, ok
+		return true
+	}) {
+		return store.Approval{}, store.Execution{}, false, s.unconfirmed(ctx, mine, ev)
+	}
+	if !found {
+		return store.Approval{}, store.Execution{}, false, err
+	}
+	return store.Approval{ID: rec.ApprovalID}, rec, startedBy(rec, mine), nil
+}
+
+// readBack reads the execution of key back after a write that failed, as
+// often as the records are retried, until found, told what was read
+// (found false for none), reports it done; false when it never was, or
+// the execution could not be read.
+func (s *Server) readBack(ctx context.Context, key string, found func(got store.Execution, found bool, attempt int) (done bool)) bool {
+	return s.outcomes.retry(ctx, false, func(attempt int) bool {
+		got, err := s.opts.Executions.GetExecution(ctx, key)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.log.WarnContext(ctx, "mcpserver: reading an execution back failed", "key", key, "err", err)
+			return false
+		}
+		return found(got, err == nil, attempt)
+	})
+}
+
+// unconfirmed returns errStartUnconfirmed for the start of e, which could
+// be neither written nor read back: the tool does not run, and the
+// execution is settled in the background: should the start turn out to be
+// this call's, it is finished failed, with a result saying the tool was
+// not run, so that the record never says more than what happened.
+func (s *Server) unconfirmed(ctx context.Context, e store.Execution, ev Event) error {
 	s.log.ErrorContext(ctx, "mcpserver: an execution's start could not be confirmed; the tool was not run", "tool", e.Tool, "key", e.IdempotencyKey)
 	// Not awaited by a retry (no key): one meanwhile meets the database
 	// as this call did.
 	s.outcomes.write(ctx, "", func(ctx context.Context, _ func()) { s.settleUnconfirmed(ctx, e, ev) })
-	return store.Execution{}, false, errStartUnconfirmed
+	return errStartUnconfirmed
 }
+
+// anyApproval stands, in the execution a call's approval use starts, for
+// the approval's ID, which the caller learns only from the write: startedBy
+// then takes any approval's start.
+const anyApproval = "\x00any approval"
 
 // startedBy reports whether the execution found under a key is the start e
 // wrote.
 func startedBy(found, e store.Execution) bool {
+	approval := found.ApprovalID == e.ApprovalID || e.ApprovalID == anyApproval && found.ApprovalID != ""
 	return found.Status == store.ExecutionStarted && found.Principal == e.Principal && found.Tool == e.Tool &&
-		found.ArgumentsHash == e.ArgumentsHash && found.ApprovalID == e.ApprovalID && found.RunID == e.RunID &&
+		found.ArgumentsHash == e.ArgumentsHash && approval && found.RunID == e.RunID &&
 		found.StartedAt.Equal(e.StartedAt)
 }
 
@@ -275,6 +330,7 @@ func (s *Server) settleUnconfirmed(ctx context.Context, e store.Execution, ev Ev
 			return true
 		}
 		ev = s.stamp(ev, KindExecutionFailed)
+		ev.ApprovalID = got.ApprovalID
 		ev.Outcome, ev.Reasons = OutcomeFailed, append(ev.Reasons, "not run: its start could not be confirmed")
 		_, err = s.opts.Executions.FinishExecution(ctx, e.IdempotencyKey, store.ExecutionFailed, result, ev.At, ev)
 		return err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound)

@@ -19,20 +19,21 @@ import (
 const DefaultAbandonedAfter = 6 * time.Minute
 
 // AbandonedExecutions finds the executions whose process stopped mid-call;
-// the store implements it.
+// cmd/usher implements it with the store and the audit log.
 type AbandonedExecutions interface {
-	// MarkOutcomeUnknown marks every execution still started before
-	// olderThan as outcome_unknown and returns them.
-	MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]store.Execution, error)
+	// MarkAbandoned marks every execution still started before olderThan
+	// as outcome_unknown, records event(e) of each marked e, and returns
+	// them, in one transaction: after an error none is marked or
+	// recorded. An execution that ended meanwhile is neither.
+	MarkAbandoned(ctx context.Context, olderThan time.Time, event func(e store.Execution) Event) ([]store.Execution, error)
 }
 
 // SweeperOptions configures a Sweeper. Fields marked required have no
 // default; every other zero value selects its default.
 type SweeperOptions struct {
-	// Executions marks abandoned executions. Required.
+	// Executions marks abandoned executions and records an
+	// outcome_unknown event for each. Required.
 	Executions AbandonedExecutions
-	// Auditor records an outcome_unknown event for each. Required.
-	Auditor Auditor
 	// AbandonedAfter is how long after its start an execution still
 	// started is marked outcome_unknown. Default DefaultAbandonedAfter;
 	// it must exceed the catalog's CallTimeout.
@@ -48,9 +49,9 @@ type SweeperOptions struct {
 
 // Sweeper marks the executions of tool calls whose process stopped before
 // recording how they ended (a crash, a kill) as outcome_unknown, and
-// audits each: they are reported, never run again. A live process records
-// its own outcomes; this is the backstop for dead ones. Every replica may
-// run one: the mark is a compare-and-swap.
+// audits each, with one write: they are reported, never run again. A live
+// process records its own outcomes; this is the backstop for dead ones.
+// Every replica may run one: the mark is a compare-and-swap.
 type Sweeper struct {
 	opts SweeperOptions
 	loop *periodic.Loop
@@ -78,9 +79,6 @@ func NewSweeper(opts *SweeperOptions) (*Sweeper, error) {
 	if o.Executions == nil {
 		errs = append(errs, errors.New("Executions are required"))
 	}
-	if o.Auditor == nil {
-		errs = append(errs, errors.New("an Auditor is required"))
-	}
 	if o.AbandonedAfter < 0 || o.Interval < 0 {
 		errs = append(errs, fmt.Errorf("AbandonedAfter and Interval must not be negative, got %s and %s", o.AbandonedAfter, o.Interval))
 	}
@@ -101,28 +99,25 @@ func (s *Sweeper) Start(ctx context.Context) error { return s.loop.Start(ctx) }
 func (s *Sweeper) Stop() { s.loop.Stop() }
 
 // Sweep marks the executions started more than AbandonedAfter ago and
-// still started as outcome_unknown, audits each, and returns them.
+// still started as outcome_unknown, audits each in the same transaction,
+// and returns them.
 func (s *Sweeper) Sweep(ctx context.Context) ([]store.Execution, error) {
 	now := s.opts.Now()
-	lost, err := s.opts.Executions.MarkOutcomeUnknown(ctx, now.Add(-s.opts.AbandonedAfter))
+	lost, err := s.opts.Executions.MarkAbandoned(ctx, now.Add(-s.opts.AbandonedAfter), func(e store.Execution) Event {
+		return Event{
+			Kind: KindOutcomeUnknown, At: now, Principal: e.Principal, Tool: e.Tool, ArgumentsHash: e.ArgumentsHash,
+			ApprovalID: e.ApprovalID, RunID: e.RunID, IdempotencyKey: e.IdempotencyKey, Outcome: OutcomeUnknown,
+			Reasons: []string{"its process stopped before recording how it ended"},
+		}
+	})
 	if err != nil {
 		if ctx.Err() == nil {
 			s.opts.Logger.WarnContext(ctx, "mcpserver: the abandoned execution sweep failed", "err", err)
 		}
 		return nil, err
 	}
-	var errs []error
 	for _, e := range lost {
 		s.opts.Logger.WarnContext(ctx, "mcpserver: a tool execution's outcome is unknown: its process stopped", "tool", e.Tool, "key", e.IdempotencyKey)
-		err := s.opts.Auditor.Record(ctx, Event{
-			Kind: KindOutcomeUnknown, At: now, Principal: e.Principal, Tool: e.Tool, ArgumentsHash: e.ArgumentsHash,
-			ApprovalID: e.ApprovalID, RunID: e.RunID, IdempotencyKey: e.IdempotencyKey, Outcome: OutcomeUnknown,
-			Reasons: []string{"its process stopped before recording how it ended"},
-		})
-		if err != nil {
-			s.opts.Logger.WarnContext(ctx, "mcpserver: the audit of an unknown outcome failed", "key", e.IdempotencyKey, "err", err)
-			errs = append(errs, err)
-		}
 	}
-	return lost, errors.Join(errs...)
+	return lost, nil
 }

@@ -28,10 +28,19 @@ func TestSweeperMarksAbandoned(t *testing.T) {
 			begin("abandoned", now.Add(-DefaultAbandonedAfter-time.Second))
 			begin("running", now.Add(-DefaultAbandonedAfter+time.Second))
 			audit := &auditLog{}
-			sw, err := NewSweeper(&SweeperOptions{Executions: st, Auditor: audit, Now: func() time.Time { return now }})
+			sw, err := NewSweeper(&SweeperOptions{Executions: &storeExecutions{s: st, audit: audit}, Now: func() time.Time { return now }})
 			if err != nil {
 				t.Fatal(err)
 			}
+			// A sweep whose records fail marks nothing.
+			audit.fail = true
+			if lost, err := sw.Sweep(ctx); err == nil || len(lost) != 0 {
+				t.Fatalf("Sweep with a failing audit log = %v, %v; want an error", lost, err)
+			}
+			if e, err := st.GetExecution(ctx, "abandoned"); err != nil || e.Status != store.ExecutionStarted {
+				t.Errorf("after a failed sweep the execution is %s, %v; want started", e.Status, err)
+			}
+			audit.fail = false
 			lost, err := sw.Sweep(ctx)
 			if err != nil || len(lost) != 1 || lost[0].IdempotencyKey != "abandoned" {
 				t.Fatalf("Sweep = %v, %v; want the abandoned execution", lost, err)
@@ -58,20 +67,20 @@ type countingMarks struct {
 	swept chan struct{}
 }
 
-func (c countingMarks) MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]store.Execution, error) {
+func (c countingMarks) MarkAbandoned(ctx context.Context, olderThan time.Time, event func(store.Execution) Event) ([]store.Execution, error) {
 	select {
 	case c.swept <- struct{}{}:
 	default:
 	}
-	return c.AbandonedExecutions.MarkOutcomeUnknown(ctx, olderThan)
+	return c.AbandonedExecutions.MarkAbandoned(ctx, olderThan, event)
 }
 
 // TestSweeperLifecycle checks that a Sweeper starts once and sweeps at
 // once, that Stop, idempotent, joins its goroutine (TestMain finds any
 // left), and that bad options are refused together.
 func TestSweeperLifecycle(t *testing.T) {
-	marks := countingMarks{AbandonedExecutions: engines[0].open(t), swept: make(chan struct{}, 1)}
-	sw, err := NewSweeper(&SweeperOptions{Executions: marks, Auditor: &auditLog{}, Interval: time.Hour})
+	marks := countingMarks{AbandonedExecutions: &storeExecutions{s: engines[0].open(t), audit: &auditLog{}}, swept: make(chan struct{}, 1)}
+	sw, err := NewSweeper(&SweeperOptions{Executions: marks, Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +95,6 @@ func TestSweeperLifecycle(t *testing.T) {
 	sw.Stop()
 	sw.Stop()
 	if _, err := NewSweeper(&SweeperOptions{Interval: -time.Second}); err == nil {
-		t.Error("NewSweeper without Executions, Auditor and with a negative Interval succeeded")
+		t.Error("NewSweeper without Executions and with a negative Interval succeeded")
 	}
 }

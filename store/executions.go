@@ -105,3 +105,18 @@ func sameCall(found, began Execution) bool {
 	return found.Principal == began.Principal && found.Tool == began.Tool &&
 		found.ArgumentsHash == began.ArgumentsHash
 }
+
+// appendEachInTx appends, with appendInTx, the record build makes of each
+// execution of es, in order (see MarkOutcomeUnknownAudited); nothing when
+// build is nil.
+func appendEachInTx(es []Execution, build func(Execution) func(AuditHead) (AuditRecord, error), appendInTx func(func(AuditHead) (AuditRecord, error)) error) error {
+	if build == nil {
+		return nil
+	}
+	for _, e := range es {
+		if err := appendInTx(build(e)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -312,20 +312,39 @@ func (s *postgresStore) updateApproval(ctx context.Context, id, query string, e 
 }
 
 func (s *postgresStore) RevokeApprovals(ctx context.Context, tool, keepDefinitionHash string, now time.Time) (int, error) {
+	return s.RevokeApprovalsAudited(ctx, tool, keepDefinitionHash, now, nil)
+}
+
+// RevokeApprovalsAudited is RevokeApprovals when build is nil. The record
+// says how many were revoked, which only the update knows: it is appended
+// in the update's transaction, after it (see pgAppendAuditInTx).
+func (s *postgresStore) RevokeApprovalsAudited(ctx context.Context, tool, keepDefinitionHash string, now time.Time, build func(int) func(AuditHead) (AuditRecord, error)) (int, error) {
 	if err := checkRevoke(tool, keepDefinitionHash, now); err != nil {
 		return 0, err
 	}
-	tag, err := s.pool.Exec(ctx, pgRevokeApprovals, tool, keepDefinitionHash, storedTime(now))
+	var n int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, pgRevokeApprovals, tool, keepDefinitionHash, storedTime(now))
+		if err != nil {
+			return err
+		}
+		n = int(tag.RowsAffected())
+		if n == 0 || build == nil {
+			return nil
+		}
+		_, err = pgAppendAuditInTx(ctx, tx, build(n))
+		return err
+	})
 	if err != nil {
-		return 0, pgError(err)
+		return 0, appendError(err, pgError)
 	}
-	if tag.RowsAffected() > 0 {
+	if n > 0 {
 		// Many approvals of many people: everyone looks again.
 		if err := pgNotifyOn(ctx, s.poolExec, Notification{Kind: NotifyApproval}); err != nil {
 			s.log.WarnContext(ctx, "store: notifying approval changes failed", "err", err)
 		}
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }
 
 func (s *postgresStore) ExpireApprovals(ctx context.Context, now time.Time) (int, error) {

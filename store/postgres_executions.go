@@ -188,20 +188,38 @@ func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyK
 }
 
 func (s *postgresStore) MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]Execution, error) {
+	return s.MarkOutcomeUnknownAudited(ctx, olderThan, nil)
+}
+
+// MarkOutcomeUnknownAudited is MarkOutcomeUnknown when build is nil. The
+// update takes the rows' locks before the records take the audit lock
+// (see pgAppendAuditInTx); a concurrent finish or sweep of a row waits
+// for it, then finds it no longer started.
+func (s *postgresStore) MarkOutcomeUnknownAudited(ctx context.Context, olderThan time.Time, build func(Execution) func(AuditHead) (AuditRecord, error)) ([]Execution, error) {
 	if err := invalid(checkTime("olderThan", olderThan)); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, pgMarkOutcomeUnknown, storedTime(olderThan))
-	if err != nil {
-		return nil, pgError(err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Execution, error) {
-		return scanPostgresExecution(row)
+	var out []Execution
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, pgMarkOutcomeUnknown, storedTime(olderThan))
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Execution, error) {
+			return scanPostgresExecution(row)
+		})
+		if err != nil {
+			return err
+		}
+		sortExecutions(out)
+		return appendEachInTx(out, build, func(b func(AuditHead) (AuditRecord, error)) error {
+			_, err := pgAppendAuditInTx(ctx, tx, b)
+			return err
+		})
 	})
 	if err != nil {
-		return nil, pgError(err)
+		return nil, appendError(err, pgError)
 	}
-	sortExecutions(out)
 	return out, nil
 }
 

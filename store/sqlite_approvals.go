@@ -292,14 +292,38 @@ func (s *sqliteStore) notifyApproval(a Approval) {
 }
 
 func (s *sqliteStore) RevokeApprovals(ctx context.Context, tool, keepDefinitionHash string, now time.Time) (int, error) {
+	return s.RevokeApprovalsAudited(ctx, tool, keepDefinitionHash, now, nil)
+}
+
+// RevokeApprovalsAudited is RevokeApprovals when build is nil.
+func (s *sqliteStore) RevokeApprovalsAudited(ctx context.Context, tool, keepDefinitionHash string, now time.Time, build func(int) func(AuditHead) (AuditRecord, error)) (int, error) {
 	if err := checkRevoke(tool, keepDefinitionHash, now); err != nil {
 		return 0, err
 	}
-	n, err := s.execCount(ctx, sqliteRevokeApprovals, tool, keepDefinitionHash, sqliteTime(now))
+	var n int
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, sqliteRevokeApprovals, tool, keepDefinitionHash, sqliteTime(now))
+		if err != nil {
+			return err
+		}
+		affected, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		n = int(affected)
+		if n == 0 || build == nil {
+			return nil
+		}
+		_, err = appendAuditInTx(ctx, tx, build(n))
+		return err
+	})
+	if err != nil {
+		return 0, appendError(err, sqliteError)
+	}
 	if n > 0 {
 		s.updates.publish(Notification{Kind: NotifyApproval})
 	}
-	return n, err
+	return n, nil
 }
 
 func (s *sqliteStore) ExpireApprovals(ctx context.Context, now time.Time) (int, error) {

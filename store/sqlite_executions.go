@@ -149,11 +149,17 @@ func (s *sqliteStore) finishExecution(ctx context.Context, idempotencyKey string
 }
 
 func (s *sqliteStore) MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]Execution, error) {
+	return s.MarkOutcomeUnknownAudited(ctx, olderThan, nil)
+}
+
+// MarkOutcomeUnknownAudited is MarkOutcomeUnknown when build is nil.
+func (s *sqliteStore) MarkOutcomeUnknownAudited(ctx context.Context, olderThan time.Time, build func(Execution) func(AuditHead) (AuditRecord, error)) ([]Execution, error) {
 	if err := invalid(checkTime("olderThan", olderThan)); err != nil {
 		return nil, err
 	}
 	var out []Execution
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		out = nil
 		rows, err := tx.QueryContext(ctx, sqliteMarkOutcomeUnknown, sqliteTime(olderThan))
 		if err != nil {
 			return err
@@ -166,12 +172,18 @@ func (s *sqliteStore) MarkOutcomeUnknown(ctx context.Context, olderThan time.Tim
 			}
 			out = append(out, e)
 		}
-		return rows.Err()
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		sortExecutions(out)
+		return appendEachInTx(out, build, func(b func(AuditHead) (AuditRecord, error)) error {
+			_, err := appendAuditInTx(ctx, tx, b)
+			return err
+		})
 	})
 	if err != nil {
-		return nil, sqliteError(err)
+		return nil, appendError(err, sqliteError)
 	}
-	sortExecutions(out)
 	return out, nil
 }
 

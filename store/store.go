@@ -347,6 +347,11 @@ type Store interface {
 	// consumed) approvals whose definition hash is not keepDefinitionHash,
 	// and returns how many.
 	RevokeApprovals(ctx context.Context, tool, keepDefinitionHash string, now time.Time) (int, error)
+	// RevokeApprovalsAudited does what RevokeApprovals does and, when it
+	// revokes any, what AppendAudit does with build(revoked), in one
+	// transaction: a failure writes neither. build may be called more
+	// than once.
+	RevokeApprovalsAudited(ctx context.Context, tool, keepDefinitionHash string, now time.Time, build func(revoked int) func(head AuditHead) (AuditRecord, error)) (int, error)
 	// ExpireApprovals marks every pending or approved approval whose
 	// ExpiresAt is not after now as expired, and returns how many.
 	ExpireApprovals(ctx context.Context, now time.Time) (int, error)
@@ -372,6 +377,12 @@ type Store interface {
 	// olderThan as outcome_unknown, the trace of a process that stopped
 	// mid-call, and returns them, oldest first, so they can be reported.
 	MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]Execution, error)
+	// MarkOutcomeUnknownAudited does what MarkOutcomeUnknown does and what
+	// AppendAudit does with build(e) for each execution e it marks, in one
+	// transaction: a failure marks and records none of them. An execution
+	// that ended meanwhile is neither marked nor recorded. build may be
+	// called more than once.
+	MarkOutcomeUnknownAudited(ctx context.Context, olderThan time.Time, build func(e Execution) func(head AuditHead) (AuditRecord, error)) ([]Execution, error)
 	// BeginExecutionAudited does what BeginExecution does and what
 	// AppendAudit does with build, in one transaction: a failure writes
 	// neither. The record is appended whatever the key already names: an

@@ -215,7 +215,8 @@ func auditEntry(e mcpserver.Event) (audit.Entry, error) {
 }
 
 // executions keeps the MCP server's executions in the store, writing each
-// start and each finish in one transaction with its audit record.
+// start, each finish and each sweep's marks of abandoned ones in one
+// transaction with their audit records.
 type executions struct {
 	store store.Store
 	log   *audit.Log
@@ -239,6 +240,16 @@ func (x executions) FinishExecution(ctx context.Context, key string, status stor
 		return store.Execution{}, err
 	}
 	return x.store.FinishExecutionAudited(ctx, key, status, result, now, build)
+}
+
+func (x executions) MarkAbandoned(ctx context.Context, olderThan time.Time, event func(store.Execution) mcpserver.Event) ([]store.Execution, error) {
+	return x.store.MarkOutcomeUnknownAudited(ctx, olderThan, func(e store.Execution) func(store.AuditHead) (store.AuditRecord, error) {
+		build, err := x.builder(event(e))
+		if err != nil {
+			return func(store.AuditHead) (store.AuditRecord, error) { return store.AuditRecord{}, err }
+		}
+		return build
+	})
 }
 
 // builder returns the function that makes ev the next audit record.

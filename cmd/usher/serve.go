@@ -240,7 +240,7 @@ func (in *installation) sweepers(mcp *mcpStack) (*approvals.Sweeper, *mcpserver.
 		return nil, nil, err
 	}
 	es, err := mcpserver.NewSweeper(&mcpserver.SweeperOptions{
-		Executions: in.store, Auditor: auditor{mcp.audit}, Logger: in.log.With("component", "mcp"),
+		Executions: executions{in.store, mcp.audit}, Logger: in.log.With("component", "mcp"),
 	})
 	if err != nil {
 		return nil, nil, err

@@ -579,6 +579,61 @@ func testRevokeApprovals(t *testing.T, s store.Store) {
 	}
 }
 
+// testRevokeApprovalsAudited checks that a revocation is written with its
+// record, which is told how many it revoked, or not at all, and that
+// revoking none records nothing.
+func testRevokeApprovalsAudited(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	ctx := t.Context()
+	at := f.now.Add(time.Minute).Truncate(time.Microsecond)
+	old := testBinding()
+	f.create(f.approval("pending-old", old))
+	old.ArgumentsHash = "args-approved"
+	f.approved("approved-old", old)
+	errBuild := errors.New("hashing failed")
+	var told []int
+	build := func(fail bool) func(int) func(store.AuditHead) (store.AuditRecord, error) {
+		return func(n int) func(store.AuditHead) (store.AuditRecord, error) {
+			told = append(told, n)
+			if fail {
+				return func(store.AuditHead) (store.AuditRecord, error) { return store.AuditRecord{}, errBuild }
+			}
+			return chained(store.AuditRecord{At: at, Kind: "approvals_revoked", Tool: old.Tool})
+		}
+	}
+	keep := "def-current"
+
+	if n, err := s.RevokeApprovalsAudited(ctx, old.Tool, keep, at, build(true)); err != errBuild || n != 0 {
+		t.Errorf("RevokeApprovalsAudited with a failing build = %d, %v; want 0 and its error as is", n, err)
+	}
+	if st1, st2 := f.status("pending-old"), f.status("approved-old"); st1 != store.ApprovalPending || st2 != store.ApprovalApproved {
+		t.Errorf("after a failed audited revocation the approvals are %s and %s, want pending and approved", st1, st2)
+	}
+	if n := auditCount(t, s); n != 0 {
+		t.Errorf("after a failed audited revocation the log has %d records, want 0", n)
+	}
+	told = nil
+	if n, err := s.RevokeApprovalsAudited(ctx, old.Tool, keep, at, build(false)); err != nil || n != 2 {
+		t.Fatalf("RevokeApprovalsAudited = %d, %v; want 2", n, err)
+	}
+	if len(told) == 0 || told[len(told)-1] != 2 {
+		t.Errorf("the record was built for %v revoked, want 2", told)
+	}
+	if st1, st2 := f.status("pending-old"), f.status("approved-old"); st1 != store.ApprovalRevoked || st2 != store.ApprovalRevoked {
+		t.Errorf("after an audited revocation the approvals are %s and %s, want revoked", st1, st2)
+	}
+	if n := auditCount(t, s); n != 1 {
+		t.Errorf("after an audited revocation the log has %d records, want 1", n)
+	}
+	told = nil
+	if n, err := s.RevokeApprovalsAudited(ctx, old.Tool, keep, at, build(false)); err != nil || n != 0 || len(told) != 0 {
+		t.Errorf("RevokeApprovalsAudited of none = %d, %v, built %d records; want 0, none", n, err, len(told))
+	}
+	if n := auditCount(t, s); n != 1 {
+		t.Errorf("after revoking none the log has %d records, want 1", n)
+	}
+}
+
 func testExpireApprovals(t *testing.T, s store.Store) {
 	f := newApprovalFixture(t, s)
 	ctx := t.Context()

@@ -375,3 +375,96 @@ func testMarkOutcomeUnknown(t *testing.T, s store.Store) {
 		t.Errorf("MarkOutcomeUnknown again = %d, %v; want none", len(marked), err)
 	}
 }
+
+// testMarkOutcomeUnknownAudited checks that the executions marked
+// outcome_unknown are written with a record each, oldest first, or none
+// at all, and that an ended execution is neither marked nor recorded.
+func testMarkOutcomeUnknownAudited(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	now := time.Date(2031, 3, 4, 5, 0, 0, 0, time.UTC)
+	for key, startedAt := range map[string]time.Time{
+		"abandoned-1": now.Add(-3 * time.Minute), "abandoned-2": now.Add(-2 * time.Minute),
+		"finished": now.Add(-4 * time.Minute), "running": now,
+	} {
+		if _, _, err := s.BeginExecution(ctx, testExecution(key, startedAt)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.FinishExecution(ctx, "finished", store.ExecutionSucceeded, nil, now.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	errBuild := errors.New("hashing failed")
+	build := func(failOn string) func(store.Execution) func(store.AuditHead) (store.AuditRecord, error) {
+		return func(e store.Execution) func(store.AuditHead) (store.AuditRecord, error) {
+			if e.IdempotencyKey == failOn {
+				return func(store.AuditHead) (store.AuditRecord, error) { return store.AuditRecord{}, errBuild }
+			}
+			return chained(store.AuditRecord{At: now, Kind: "outcome_unknown", Tool: e.Tool, Details: []byte(`{"key":"` + e.IdempotencyKey + `"}`)})
+		}
+	}
+	records := func() []string {
+		t.Helper()
+		rs, err := s.AuditRecords(ctx, 0, 100)
+		if err != nil {
+			t.Fatalf("AuditRecords: %v", err)
+		}
+		var keys []string
+		for _, r := range rs {
+			var d struct{ Key string }
+			if err := json.Unmarshal(r.Details, &d); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, d.Key)
+		}
+		return keys
+	}
+	status := func(key string) store.ExecutionStatus {
+		t.Helper()
+		e, err := s.GetExecution(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Status
+	}
+
+	// The second record fails: the first execution's mark and record
+	// are not written either.
+	if marked, err := s.MarkOutcomeUnknownAudited(ctx, now, build("abandoned-2")); err != errBuild || len(marked) != 0 {
+		t.Errorf("MarkOutcomeUnknownAudited with a failing build = %d, %v; want none and its error as is", len(marked), err)
+	}
+	for _, key := range []string{"abandoned-1", "abandoned-2"} {
+		if st := status(key); st != store.ExecutionStarted {
+			t.Errorf("after a failed audited mark %s is %s, want started", key, st)
+		}
+	}
+	if got := records(); len(got) != 0 {
+		t.Errorf("after a failed audited mark the log holds %v", got)
+	}
+
+	marked, err := s.MarkOutcomeUnknownAudited(ctx, now, build(""))
+	var keys []string
+	for _, e := range marked {
+		keys = append(keys, e.IdempotencyKey)
+	}
+	want := []string{"abandoned-1", "abandoned-2"}
+	if err != nil || !reflect.DeepEqual(keys, want) {
+		t.Fatalf("MarkOutcomeUnknownAudited = %v, %v; want %v", keys, err, want)
+	}
+	if got := records(); !reflect.DeepEqual(got, want) {
+		t.Errorf("after an audited mark the log holds records of %v, want %v", got, want)
+	}
+	for key, want := range map[string]store.ExecutionStatus{
+		"abandoned-1": store.ExecutionOutcomeUnknown, "abandoned-2": store.ExecutionOutcomeUnknown,
+		"finished": store.ExecutionSucceeded, "running": store.ExecutionStarted,
+	} {
+		if st := status(key); st != want {
+			t.Errorf("%s is %s, want %s", key, st, want)
+		}
+	}
+	if marked, err := s.MarkOutcomeUnknownAudited(ctx, now, build("")); err != nil || len(marked) != 0 {
+		t.Errorf("MarkOutcomeUnknownAudited again = %d, %v; want none", len(marked), err)
+	}
+	if got := records(); len(got) != 2 {
+		t.Errorf("after marking none the log holds %v, want 2 records", got)
+	}
+}

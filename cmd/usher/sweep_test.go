@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/mcpserver"
+	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
+)
+
+var errMarkRecord = errors.New("injected: the outcome_unknown record cannot be built")
+
+// failingMarks is a real store whose records, while fail is set, fail: in
+// an audited mark, between the executions' mark and their records, inside
+// their transaction; alone (AppendAudit), after a mark written on its own.
+type failingMarks struct {
+	store.Store
+	fail atomic.Bool
+}
+
+func (f *failingMarks) failed() func(store.AuditHead) (store.AuditRecord, error) {
+	return func(store.AuditHead) (store.AuditRecord, error) { return store.AuditRecord{}, errMarkRecord }
+}
+
+func (f *failingMarks) MarkOutcomeUnknownAudited(ctx context.Context, olderThan time.Time, build func(store.Execution) func(store.AuditHead) (store.AuditRecord, error)) ([]store.Execution, error) {
+	return f.Store.MarkOutcomeUnknownAudited(ctx, olderThan, func(e store.Execution) func(store.AuditHead) (store.AuditRecord, error) {
+		if f.fail.Load() {
+			return f.failed()
+		}
+		return build(e)
+	})
+}
+
+func (f *failingMarks) AppendAudit(ctx context.Context, build func(store.AuditHead) (store.AuditRecord, error)) (store.AuditRecord, error) {
+	if f.fail.Load() {
+		build = f.failed()
+	}
+	return f.Store.AppendAudit(ctx, build)
+}
+
+// TestSweepMarksWithRecords checks, on both engines, that the abandoned
+// execution sweep writes each mark with its outcome_unknown record or not
+// at all: after a failed record the execution is still started, and the
+// next sweep marks it and records it, once.
+func TestSweepMarksWithRecords(t *testing.T) {
+	for name, open := range map[string]func(testing.TB) store.Store{"SQLite": storetest.NewSQLite, "PostgreSQL": storetest.NewPostgres} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			st := &failingMarks{Store: open(t)}
+			log, err := audit.New(st, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
+			key := "run-1/call-1"
+			if _, _, err := st.BeginExecution(ctx, store.Execution{
+				IdempotencyKey: key, Principal: "issuer|alice", Tool: "fx__echo", ArgumentsHash: "h",
+				StartedAt: now.Add(-mcpserver.DefaultAbandonedAfter - time.Second),
+			}); err != nil {
+				t.Fatal(err)
+			}
+			sw, err := mcpserver.NewSweeper(&mcpserver.SweeperOptions{Executions: executions{st, log}, Now: func() time.Time { return now }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := func(after string, status store.ExecutionStatus, records int) {
+				t.Helper()
+				if e, err := st.GetExecution(ctx, key); err != nil || e.Status != status {
+					t.Errorf("after %s the execution is %s, %v; want %s", after, e.Status, err, status)
+				}
+				rs, err := st.AuditRecords(ctx, 0, 10)
+				if err != nil || len(rs) != records {
+					t.Fatalf("after %s the log holds %d records, %v; want %d", after, len(rs), err, records)
+				}
+				for _, r := range rs {
+					if r.Kind != mcpserver.KindOutcomeUnknown || r.Tool != "fx__echo" {
+						t.Errorf("after %s the log holds %s of %s, want outcome_unknown of fx__echo", after, r.Kind, r.Tool)
+					}
+				}
+			}
+
+			st.fail.Store(true)
+			if _, err := sw.Sweep(ctx); !errors.Is(err, errMarkRecord) {
+				t.Fatalf("Sweep with a failing record = %v, want the injected error", err)
+			}
+			check("a failed sweep", store.ExecutionStarted, 0)
+			st.fail.Store(false)
+			if lost, err := sw.Sweep(ctx); err != nil || len(lost) != 1 || lost[0].IdempotencyKey != key {
+				t.Fatalf("the next Sweep = %v, %v; want the abandoned execution", lost, err)
+			}
+			check("the next sweep", store.ExecutionOutcomeUnknown, 1)
+			if lost, err := sw.Sweep(ctx); err != nil || len(lost) != 0 {
+				t.Errorf("Sweep again = %v, %v; want none", lost, err)
+			}
+			check("a sweep of none", store.ExecutionOutcomeUnknown, 1)
+			if rep, err := audit.Verify(ctx, st); err != nil || !rep.Intact() {
+				t.Errorf("audit.Verify = %+v, %v; want intact", rep, err)
+			}
+		})
+	}
+}
