@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -100,7 +99,7 @@ func New(ctx context.Context, opts *Options) (*Sessions, error) {
 	}
 	csrf := http.NewCrossOriginProtection()
 	// The public origin is ours even when a proxy rewrites Host.
-	if err := csrf.AddTrustedOrigin(origin(o.PublicURL)); err != nil {
+	if err := csrf.AddTrustedOrigin(httpx.Origin(o.PublicURL)); err != nil {
 		return nil, fmt.Errorf("web: public url as an origin: %w", err)
 	}
 	return &Sessions{
@@ -218,34 +217,41 @@ func (s *Sessions) Authenticate(next http.Handler, bearer func(http.Handler) htt
 			unauthenticated(w, r)
 			return
 		}
-		if err := s.checkOrigin(r); err != nil {
-			s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: cross-origin request refused",
-				slog.String("method", r.Method), slog.String("path", r.URL.Path),
-				slog.String("origin", r.Header.Get("Origin")), slog.String("sec_fetch_site", r.Header.Get("Sec-Fetch-Site")))
-			httpx.WriteError(w, r, nil, errCrossOrigin)
-			return
-		}
-		sess, ok, err := s.signedIn(r)
-		if err != nil {
-			s.log.LogAttrs(r.Context(), slog.LevelError, "web: checking a session failed", slog.String("error", err.Error()))
-			httpx.WriteError(w, r, nil, errSessionStore)
-			return
-		}
+		sess, ok := s.cookieSession(w, r)
 		if !ok {
-			s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: session cookie refused",
-				slog.String("method", r.Method), slog.String("path", r.URL.Path))
-			s.cookies.clear(w, r, sessionCookie)
-			unauthenticated(w, r)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(identity.NewContext(r.Context(), sess.principal())))
 	})
 }
 
-// origin is the scheme and host of a validated URL.
-func origin(raw string) string {
-	u, _ := url.Parse(raw)
-	return u.Scheme + "://" + u.Host
+// cookieSession checks a request by its session cookie: a state-changing
+// one must not come from another origin, and the session must still be
+// signed in. When either fails it answers the request itself (403
+// cross_origin_refused; 503 session_check_failed; or 401, deleting a
+// cookie whose session ended) and reports false.
+func (s *Sessions) cookieSession(w http.ResponseWriter, r *http.Request) (session, bool) {
+	if err := s.checkOrigin(r); err != nil {
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: cross-origin request refused",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.String("origin", r.Header.Get("Origin")), slog.String("sec_fetch_site", r.Header.Get("Sec-Fetch-Site")))
+		httpx.WriteError(w, r, nil, errCrossOrigin)
+		return session{}, false
+	}
+	sess, ok, err := s.signedIn(r)
+	if err != nil {
+		s.log.LogAttrs(r.Context(), slog.LevelError, "web: checking a session failed", slog.String("error", err.Error()))
+		httpx.WriteError(w, r, nil, errSessionStore)
+		return session{}, false
+	}
+	if !ok {
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: session cookie refused",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path))
+		s.cookies.clear(w, r, sessionCookie)
+		unauthenticated(w, r)
+		return session{}, false
+	}
+	return sess, true
 }
 
 func unauthenticated(w http.ResponseWriter, r *http.Request) {

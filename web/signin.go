@@ -289,19 +289,8 @@ func (s *Sessions) handleLogoutAll(w http.ResponseWriter, r *http.Request) {
 		}
 		principal = p.ID()
 	} else {
-		if err := s.checkOrigin(r); err != nil {
-			httpx.WriteError(w, r, nil, errCrossOrigin)
-			return
-		}
-		sess, ok, err := s.signedIn(r)
-		if err != nil {
-			s.log.LogAttrs(r.Context(), slog.LevelError, "web: checking a session failed", slog.String("error", err.Error()))
-			httpx.WriteError(w, r, nil, errSessionStore)
-			return
-		}
+		sess, ok := s.cookieSession(w, r)
 		if !ok {
-			s.cookies.clear(w, r, sessionCookie)
-			unauthenticated(w, r)
 			return
 		}
 		principal = sess.principal().ID()
