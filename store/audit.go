@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -120,4 +122,91 @@ func appendError(err error, translate func(error) error) error {
 		return bf.err
 	}
 	return translate(err)
+}
+
+var (
+	// lockAudit serialises appenders until their transaction ends. It is
+	// keyed by the schema, like the migration lock, and taken before the
+	// head is read: under read committed, the read then sees every append
+	// that held the lock before. On SQLite the transaction's write lock
+	// does that.
+	lockAudit = postgresOnly(`SELECT pg_advisory_xact_lock(hashtextextended('usher.audit.' || current_schema(), 0))`)
+
+	auditHead = sql1(`SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`)
+
+	insertAudit = sql1(`INSERT INTO audit_log (` + auditColumns + `)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`)
+
+	listAudit = sql1(`SELECT ` + auditColumns + ` FROM audit_log WHERE seq > $1 ORDER BY seq LIMIT $2`)
+)
+
+// AppendAudit appends in a transaction of its own (see appendAuditTx).
+// PostgreSQL's store overrides it with its queue of appends.
+func (c *core) AppendAudit(ctx context.Context, build func(AuditHead) (AuditRecord, error)) (AuditRecord, error) {
+	var out AuditRecord
+	err := c.inTx(ctx, func(tx executor) (err error) {
+		out, err = appendAuditTx(ctx, tx, build)
+		return err
+	})
+	if err != nil {
+		return AuditRecord{}, c.fail(err)
+	}
+	return out, nil
+}
+
+// appendAuditTx appends the record build returns within the transaction
+// tx, after the statements tx has run, which commit with it or not at
+// all. It takes the audit lock, so statements that may wait for row locks
+// must come before it. On PostgreSQL the queue of appends then finds the
+// head moved, as when another process appends, and chains its next write
+// after it.
+func appendAuditTx(ctx context.Context, tx executor, build func(AuditHead) (AuditRecord, error)) (AuditRecord, error) {
+	if _, err := tx.exec(ctx, lockAudit); err != nil {
+		return AuditRecord{}, err
+	}
+	var head AuditHead
+	err := tx.row(ctx, auditHead).Scan(&head.Seq, &head.Hash)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return AuditRecord{}, err
+	}
+	r, err := builtRecord(build, head)
+	if err != nil {
+		return AuditRecord{}, err
+	}
+	_, err = tx.exec(ctx, insertAudit, auditArgs(r)...)
+	return r, err
+}
+
+// auditArgs are the values of insertAudit for r.
+func auditArgs(r AuditRecord) []any {
+	return []any{r.Seq, r.At, r.Kind, r.Principal, r.ClientID, r.TokenJTI, r.Tool,
+		r.DefinitionHash, r.ArgumentsHash, r.Decision, string(encodeNames(r.PolicyIDs)), r.PolicyHash,
+		r.ApprovalID, r.RunID, r.Outcome, r.Latency.Microseconds(), string(r.Details), r.PrevHash, r.Hash}
+}
+
+func (c *core) AuditRecords(ctx context.Context, afterSeq int64, limit int) ([]AuditRecord, error) {
+	if err := checkListLimit(limit); err != nil {
+		return nil, err
+	}
+	out, err := queryAll(ctx, c.reader(), listAudit, scanAudit, afterSeq, limit)
+	return out, c.fail(err)
+}
+
+// scanAudit reads one row of auditColumns.
+func scanAudit(row rowScanner) (AuditRecord, error) {
+	var r AuditRecord
+	var policyIDs, details []byte
+	var latency int64
+	if err := row.Scan(&r.Seq, at(&r.At), &r.Kind, &r.Principal, &r.ClientID, &r.TokenJTI, &r.Tool,
+		&r.DefinitionHash, &r.ArgumentsHash, &r.Decision, &policyIDs, &r.PolicyHash,
+		&r.ApprovalID, &r.RunID, &r.Outcome, &latency, &details, &r.PrevHash, &r.Hash); err != nil {
+		return AuditRecord{}, err
+	}
+	var err error
+	if r.PolicyIDs, err = decodeNames("audit_log.policy_ids", policyIDs); err != nil {
+		return AuditRecord{}, err
+	}
+	r.Latency = time.Duration(latency) * time.Microsecond
+	r.Details = details
+	return r, nil
 }

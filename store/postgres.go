@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -20,11 +19,10 @@ import (
 
 // postgresStore is the Store on PostgreSQL, through a pgx pool.
 type postgresStore struct {
+	core
 	pool     *pgxpool.Pool
-	sqlDB    *sql.DB // the same pool through database/sql, for goose
+	sqlDB    *sql.DB // the same pool through database/sql: core's, and goose's
 	migrator *goose.Provider
-	log      *slog.Logger
-	now      func() time.Time
 	audit    *pgAuditChain
 
 	closeOnce sync.Once
@@ -53,7 +51,45 @@ func openPostgres(ctx context.Context, dsn string, o Options) (*postgresStore, e
 		pool.Close()
 		return nil, err
 	}
-	return &postgresStore{pool: pool, sqlDB: sqlDB, migrator: migrator, log: o.Logger, now: o.Now, audit: newPGAuditChain()}, nil
+	return &postgresStore{
+		core: core{
+			read: sqlDB, write: sqlDB, autocommit: true,
+			now: o.Now, log: o.Logger,
+			translate: pgError, retryable: pgRetryable, beforeCommit: pgSendNotifications,
+		},
+		pool: pool, sqlDB: sqlDB, migrator: migrator, audit: newPGAuditChain(),
+	}, nil
+}
+
+// pgNotifyAll sends a transaction's notifications: $1 says of each whether
+// it goes to the queue channel (a wake-up) or the updates channel, $2
+// holds its payload. Inside a transaction they are delivered at commit.
+const pgNotifyAll = `SELECT pg_notify(CASE WHEN n.queue THEN 'usher_queue.' ELSE 'usher_updates.' END || current_schema(), n.payload)
+FROM unnest($1::boolean[], $2::text[]) AS n(queue, payload)`
+
+// pgSendNotifications is the PostgreSQL core's beforeCommit.
+func pgSendNotifications(ctx context.Context, q querier, p *txState) error {
+	queue := make([]bool, 0, len(p.notes)+1)
+	payloads := make([]string, 0, len(p.notes)+1)
+	for _, n := range p.notes {
+		b, err := json.Marshal(n)
+		if err != nil {
+			return err
+		}
+		queue, payloads = append(queue, false), append(payloads, string(b))
+	}
+	if p.wake {
+		queue, payloads = append(queue, true), append(payloads, "")
+	}
+	_, err := q.ExecContext(ctx, pgNotifyAll, queue, payloads)
+	return err
+}
+
+// pgRetryable reports a failure after which a transaction may be run
+// again: it lost to a concurrent one, and nothing it did committed.
+func pgRetryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == pgSerializationFailure || pgErr.Code == pgDeadlockDetected)
 }
 
 // pgMigrationLock serialises Migrate across processes. It is a session lock
@@ -367,7 +403,7 @@ func pgError(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) {
 		return ErrNotFound
 	}
 	var pgErr *pgconn.PgError

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,8 +20,6 @@ const (
 
 	pgInsertAudit = `INSERT INTO audit_log (` + auditColumns + `)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
-
-	pgAuditRecords = `SELECT ` + auditColumns + ` FROM audit_log WHERE seq > $1 ORDER BY seq LIMIT $2`
 )
 
 func (s *postgresStore) AppendAudit(ctx context.Context, build func(AuditHead) (AuditRecord, error)) (AuditRecord, error) {
@@ -306,38 +303,6 @@ func releaseAfterTx(ctx context.Context, conn *pgxpool.Conn) {
 		_, _ = conn.Exec(ctx, "rollback")
 	}
 	conn.Release()
-}
-
-func (s *postgresStore) AuditRecords(ctx context.Context, afterSeq int64, limit int) ([]AuditRecord, error) {
-	if err := checkListLimit(limit); err != nil {
-		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, pgAuditRecords, afterSeq, limit)
-	if err != nil {
-		return nil, pgError(err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditRecord, error) {
-		var r AuditRecord
-		var policyIDs, details []byte
-		var latency int64
-		if err := row.Scan(&r.Seq, &r.At, &r.Kind, &r.Principal, &r.ClientID, &r.TokenJTI, &r.Tool,
-			&r.DefinitionHash, &r.ArgumentsHash, &r.Decision, &policyIDs, &r.PolicyHash,
-			&r.ApprovalID, &r.RunID, &r.Outcome, &latency, &details, &r.PrevHash, &r.Hash); err != nil {
-			return AuditRecord{}, err
-		}
-		var err error
-		if r.PolicyIDs, err = decodeNames("audit_log.policy_ids", policyIDs); err != nil {
-			return AuditRecord{}, err
-		}
-		r.At = r.At.UTC()
-		r.Latency = time.Duration(latency) * time.Microsecond
-		r.Details = details
-		return r, nil
-	})
-	if err != nil {
-		return nil, pgError(err)
-	}
-	return out, nil
 }
 
 // pgAppendAuditInTx appends the record build returns within tx, outside the

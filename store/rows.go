@@ -66,3 +66,25 @@ func decodeNames(column string, b []byte) ([]string, error) {
 	}
 	return names, nil
 }
+
+// scanRun reads one row of runColumns, on either engine.
+func scanRun(row rowScanner) (Run, error) {
+	var r Run
+	var status string
+	err := row.Scan(&r.ID, &r.Owner, &r.Title, &status, &r.IdempotencyKey,
+		&r.LastSeq, &r.MessageCount, &r.Preview,
+		at(&r.QueuedAt), &r.LeaseOwner, at(&r.LeaseExpiresAt), &r.FencingToken,
+		at(&r.CreatedAt), at(&r.UpdatedAt), at(&r.LastActivityAt), at(&r.CompletedAt), at(&r.DeletedAt),
+		&r.TurnSeq, &r.HandledSeq, &r.Failures, at(&r.NotBefore))
+	r.Status = RunStatus(status)
+	return r, err
+}
+
+// scanEvent reads one row of eventColumns, on either engine.
+func scanEvent(row rowScanner) (Event, error) {
+	var e Event
+	var payload []byte
+	err := row.Scan(&e.RunID, &e.Seq, &e.Type, &payload, at(&e.CreatedAt))
+	e.Payload = payload
+	return e, err
+}

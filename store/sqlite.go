@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -28,11 +27,8 @@ import (
 // covers other processes. Reads use their own pool; in WAL mode they never
 // wait for the writer.
 type sqliteStore struct {
-	write    *sql.DB
-	read     *sql.DB
+	core
 	migrator *goose.Provider
-	log      *slog.Logger
-	now      func() time.Time
 	wakes    wakeHub
 	updates  updateHub
 
@@ -103,7 +99,24 @@ func openSQLite(ctx context.Context, path string, o Options) (*sqliteStore, erro
 		write.Close()
 		return nil, err
 	}
-	return &sqliteStore{write: write, read: read, migrator: migrator, log: o.Logger, now: o.Now}, nil
+	s := &sqliteStore{migrator: migrator}
+	s.core = core{
+		read: read, write: write, lite: true,
+		now: o.Now, log: o.Logger,
+		translate: sqliteError, afterCommit: s.published,
+	}
+	return s, nil
+}
+
+// published is the SQLite core's afterCommit: this process's subscribers
+// are every subscriber there is.
+func (s *sqliteStore) published(p *txState) {
+	for _, n := range p.notes {
+		s.updates.publish(n)
+	}
+	if p.wake {
+		s.wakes.wake()
+	}
 }
 
 // sqliteMigrationTableExists reports whether goose's table exists.
