@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -64,12 +65,11 @@ func sqliteDialect(q string) string {
 			b.WriteByte(c)
 		}
 	}
-	out := b.String()
-	for _, clause := range []string{" FOR UPDATE SKIP LOCKED", " FOR UPDATE"} {
-		out = strings.ReplaceAll(out, clause, "")
-	}
-	return out
+	return rowLocks.ReplaceAllString(b.String(), "")
 }
+
+// rowLocks matches PostgreSQL's row-locking clauses.
+var rowLocks = regexp.MustCompile(`\s+FOR UPDATE(\s+SKIP LOCKED)?\b`)
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
