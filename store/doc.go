@@ -13,4 +13,57 @@
 // schema, only ever added to), and Ready reports whether the schema is
 // current. Times are stored in UTC at microsecond precision on both
 // engines; on SQLite as fixed-width text, so that text order is time order.
+//
+// # Layers
+//
+// Every operation is written once. The layers, from the bottom:
+//
+//   - executor (executor.go) runs statements on a pool or in a
+//     transaction, on either engine: both *sql.DB and *sql.Tx implement
+//     what it needs. PostgreSQL is reached through pgx's database/sql
+//     adapter over the same pgx pool that LISTEN/NOTIFY and the audit
+//     queue use directly.
+//   - stmt (executor.go) is one statement, written once in PostgreSQL's
+//     form and translated for SQLite when the package initialises, as dex's
+//     storage/sql does with its flavors: $N placeholders become ?N, casts
+//     (::bigint) and row locks (FOR UPDATE [SKIP LOCKED]) are dropped,
+//     since SQLite's columns have affinities and its write transaction
+//     locks the whole database. perEngine names a statement whose text
+//     must differ; postgresOnly one SQLite has no use for (advisory locks).
+//     Translation was chosen over generated code (sqlc) because the two
+//     engines' statements differ only in those points; one text per
+//     statement keeps the SQL readable beside the Go that runs it.
+//   - core (core.go) is the engine-neutral Store: the domain operations
+//     (validation, conflict detection, the lifecycle compare-and-swaps,
+//     fencing, the audit chain, notifications) as methods over an
+//     executor, and inTx, the one transaction runner. A domain step is a
+//     function of an executor, so an operation that must be atomic, such
+//     as a decision and its audit record, is a plain transaction of steps
+//     (see approvals.go, appendAuditTx in audit.go). Notifications are
+//     collected by the transaction and leave with its commit: pg_notify
+//     inside it on PostgreSQL, this process's hubs after it on SQLite.
+//   - postgresStore (postgres*.go) and sqliteStore (sqlite*.go) embed a
+//     core configured with their pools, error translation (pgError,
+//     sqliteError: the one place each knows its driver's codes) and
+//     notification delivery, and add only what is theirs: opening,
+//     migrating, LISTEN (notify.go, updates.go), SQLite's one writer with
+//     BEGIN IMMEDIATE beside a read pool and its per-connection statement
+//     cache, and the performance paths that earn their keep on
+//     PostgreSQL: the audit group commit (postgres_audit*.go) that the
+//     start and finish of a tool call ride.
+//
+// # Adding a table
+//
+//  1. A migration in both migrations/postgres and migrations/sqlite, with
+//     the same number; the schema-parity test (schema_test.go) fails until
+//     both engines expose the same tables, columns, nullability and
+//     indexes.
+//  2. The type, its validation, its statements (sql1) and its operations
+//     as core methods, in one file named for the domain (notes.go is the
+//     smallest example), and the methods on the Store interface
+//     (store.go).
+//  3. Conformance tests in storetest, which run on both engines.
+//
+// Nothing in the engine files changes, unless the new table needs an
+// engine's performance path of its own.
 package store
