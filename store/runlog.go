@@ -93,13 +93,13 @@ func (c *core) TransitionRun(ctx context.Context, id string, from, to RunStatus)
 		return Run{}, err
 	}
 	now := storedTime(c.now())
-	var completedAt any // NULL keeps completed_at
+	var completedAt time.Time // zero, stored as NULL, keeps completed_at
 	if to.Terminal() {
 		completedAt = now
 	}
 	var out Run
 	err := c.writeOne(ctx, func(x executor) (err error) {
-		out, err = transitionRun(ctx, x, id, from, to, now, completedAt)
+		out, err = swapRunStatus(ctx, x, id, from, to, now, completedAt)
 		return err
 	})
 	if err != nil {
@@ -108,13 +108,13 @@ func (c *core) TransitionRun(ctx context.Context, id string, from, to RunStatus)
 	return out, nil
 }
 
-// transitionRun is TransitionRun's compare-and-swap on x. When no row
+// swapRunStatus is TransitionRun's compare-and-swap on x. When no row
 // changed it tells a missing run (ErrNotFound) from one in another status
 // (ErrConflict). On PostgreSQL the update runs alone and the read follows
 // it; runs are never deleted from the table (DeleteRun marks them), so a
 // run found missing then was missing at the update too.
-func transitionRun(ctx context.Context, x executor, id string, from, to RunStatus, now time.Time, completedAt any) (Run, error) {
-	r, err := scanRun(x.row(ctx, runlogTransitionRun, id, from, to, now, completedAt))
+func swapRunStatus(ctx context.Context, x executor, id string, from, to RunStatus, now, completedAt time.Time) (Run, error) {
+	r, err := scanRun(x.row(ctx, runlogTransitionRun, id, from, to, now, nullTime(completedAt)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Run{}, missingOrConflict(ctx, x, runlogRunExists, id)
 	}
