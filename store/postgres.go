@@ -152,6 +152,9 @@ func (s *postgresStore) Close() error {
 	return err
 }
 
+// The run statements and helpers below are what the engine's own run
+// operations (postgres_runs.go) still use; the Store's methods over runs,
+// events and signing keys are core's (runlog.go, keys.go).
 const (
 	pgInsertRun = `
 INSERT INTO runs (id, owner, title, status, idempotency_key, queued_at,
@@ -159,71 +162,8 @@ INSERT INTO runs (id, owner, title, status, idempotency_key, queued_at,
 VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $7)
 RETURNING ` + runColumns
 
-	pgGetRun = `SELECT ` + runColumns + ` FROM runs WHERE id = $1`
-
-	pgListRuns = `
-SELECT ` + runColumns + ` FROM runs
-WHERE owner = $1 AND deleted_at IS NULL
-ORDER BY created_at DESC, id DESC`
-
-	// pgTransitionRun is the compare-and-swap of a run's status; $5 is the
-	// completion time when the new status is terminal, NULL otherwise.
-	pgTransitionRun = `
-UPDATE runs SET status = $3, updated_at = $4, completed_at = coalesce($5, completed_at)
-WHERE id = $1 AND status = $2
-RETURNING ` + runColumns
-
 	pgRunExists = `SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1)`
 )
-
-func (s *postgresStore) CreateRun(ctx context.Context, r Run) (Run, error) {
-	if err := checkNewRun(r); err != nil {
-		return Run{}, err
-	}
-	now := storedTime(s.now())
-	row := s.pool.QueryRow(ctx, pgInsertRun,
-		r.ID, r.Owner, r.Title, r.Status, nullString(r.IdempotencyKey), pgNullTime(r.QueuedAt), now)
-	out, err := scanPostgresRun(row)
-	if err != nil {
-		return Run{}, pgError(err)
-	}
-	return out, nil
-}
-
-func (s *postgresStore) GetRun(ctx context.Context, id string) (Run, error) {
-	r, err := scanPostgresRun(s.pool.QueryRow(ctx, pgGetRun, id))
-	if err != nil {
-		return Run{}, pgError(err)
-	}
-	return r, nil
-}
-
-func (s *postgresStore) ListRuns(ctx context.Context, owner string) ([]Run, error) {
-	rows, err := s.pool.Query(ctx, pgListRuns, owner)
-	if err != nil {
-		return nil, pgError(err)
-	}
-	return collectPostgresRuns(rows)
-}
-
-func (s *postgresStore) TransitionRun(ctx context.Context, id string, from, to RunStatus) (Run, error) {
-	if err := checkTransition(from, to); err != nil {
-		return Run{}, err
-	}
-	now := storedTime(s.now())
-	var completedAt *time.Time
-	if to.Terminal() {
-		completedAt = &now
-	}
-	r, err := scanPostgresRun(s.pool.QueryRow(ctx, pgTransitionRun, id, from, to, now, completedAt))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Run{}, s.missingOrConflict(ctx, id)
-	}
-	if err != nil {
-		return Run{}, pgError(err)
-	}
-	return r, nil
-}
 
 // missingOrConflict explains why a write conditioned on a run's state
 // touched no row: ErrNotFound when the run does not exist, ErrConflict when
@@ -237,110 +177,6 @@ func (s *postgresStore) missingOrConflict(ctx context.Context, id string) error 
 		return ErrNotFound
 	}
 	return ErrConflict
-}
-
-const (
-	// pgNextEventSeq takes the run's row lock and its next sequence. The
-	// lock is held until the event is inserted in the same transaction, so
-	// concurrent appends queue behind each other and leave no gap.
-	pgNextEventSeq = `
-UPDATE runs SET last_seq = last_seq + 1, updated_at = $2, last_activity_at = $2
-WHERE id = $1
-RETURNING last_seq`
-
-	pgInsertEvent = `INSERT INTO run_events (` + eventColumns + `) VALUES ($1, $2, $3, $4, $5)`
-
-	pgListEvents = `
-SELECT ` + eventColumns + ` FROM run_events
-WHERE run_id = $1 AND seq > $2
-ORDER BY seq
-LIMIT $3`
-)
-
-func (s *postgresStore) AppendEvent(ctx context.Context, runID, typ string, payload json.RawMessage) (Event, error) {
-	payload, err := eventPayload(typ, payload)
-	if err != nil {
-		return Event{}, err
-	}
-	e := Event{RunID: runID, Type: typ, Payload: payload, CreatedAt: storedTime(s.now())}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, pgNextEventSeq, runID, e.CreatedAt).Scan(&e.Seq); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, pgInsertEvent, e.RunID, e.Seq, e.Type, e.Payload, e.CreatedAt)
-		return err
-	})
-	if err != nil {
-		return Event{}, pgError(err)
-	}
-	return e, nil
-}
-
-func (s *postgresStore) ListEvents(ctx context.Context, runID string, after int64, limit int) ([]Event, error) {
-	if err := checkListLimit(limit); err != nil {
-		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, pgListEvents, runID, after, limit)
-	if err != nil {
-		return nil, pgError(err)
-	}
-	events, err := pgx.CollectRows(rows, scanPostgresEvent)
-	if err != nil {
-		return nil, pgError(err)
-	}
-	if len(events) == 0 {
-		// An empty page is either the end of the log or a missing run.
-		var exists bool
-		if err := s.pool.QueryRow(ctx, pgRunExists, runID).Scan(&exists); err != nil {
-			return nil, pgError(err)
-		}
-		if !exists {
-			return nil, ErrNotFound
-		}
-	}
-	return events, nil
-}
-
-const (
-	pgInsertSigningKey = `
-INSERT INTO signing_keys (` + signingKeyColumns + `)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
-
-	pgSigningKeys = `
-SELECT ` + signingKeyColumns + ` FROM signing_keys
-WHERE purpose = $1 AND published_until > $2
-ORDER BY generation`
-)
-
-func (s *postgresStore) InsertSigningKey(ctx context.Context, k SigningKey) error {
-	if err := checkSigningKey(k); err != nil {
-		return err
-	}
-	if k.CreatedAt.IsZero() {
-		k.CreatedAt = s.now()
-	}
-	_, err := s.pool.Exec(ctx, pgInsertSigningKey,
-		k.ID, k.Purpose, k.Generation, k.Algorithm, k.PublicKey, k.PrivateKey,
-		storedTime(k.CreatedAt), storedTime(k.SignsFrom), storedTime(k.PublishedUntil))
-	return pgError(err)
-}
-
-func (s *postgresStore) SigningKeys(ctx context.Context, purpose string, now time.Time) ([]SigningKey, error) {
-	rows, err := s.pool.Query(ctx, pgSigningKeys, purpose, storedTime(now))
-	if err != nil {
-		return nil, pgError(err)
-	}
-	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SigningKey, error) {
-		var k SigningKey
-		err := row.Scan(&k.ID, &k.Purpose, &k.Generation, &k.Algorithm, &k.PublicKey, &k.PrivateKey,
-			&k.CreatedAt, &k.SignsFrom, &k.PublishedUntil)
-		k.CreatedAt, k.SignsFrom, k.PublishedUntil = k.CreatedAt.UTC(), k.SignsFrom.UTC(), k.PublishedUntil.UTC()
-		return k, err
-	})
-	if err != nil {
-		return nil, pgError(err)
-	}
-	return keys, nil
 }
 
 // scanPostgresRun reads one row of runColumns.

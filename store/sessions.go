@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"time"
 )
@@ -52,4 +53,100 @@ func checkBrowserSession(s BrowserSession) error {
 		checkTime("browser session CreatedAt", s.CreatedAt),
 		checkTime("browser session ExpiresAt", s.ExpiresAt))
 	return invalid(errs...)
+}
+
+var (
+	insertBrowserSession = sql1(`
+INSERT INTO browser_sessions (id_hash, principal, created_at, expires_at) VALUES ($1, $2, $3, $4)
+RETURNING ` + browserSessionColumns)
+
+	getBrowserSession = sql1(`SELECT ` + browserSessionColumns + ` FROM browser_sessions WHERE id_hash = $1`)
+
+	// revokeBrowserSession keeps the first revocation's time.
+	revokeBrowserSession = sql1(`
+UPDATE browser_sessions SET revoked_at = coalesce(revoked_at, $2) WHERE id_hash = $1`)
+
+	revokePrincipalSessions = sql1(`
+UPDATE browser_sessions SET revoked_at = $2
+WHERE principal = $1 AND revoked_at IS NULL AND expires_at > $2`)
+
+	// deleteBrowserSessions compares times, which SQLite stores as
+	// fixed-width UTC text: comparing the text compares them.
+	deleteBrowserSessions = sql1(`
+DELETE FROM browser_sessions WHERE expires_at <= $1 OR revoked_at <= $1`)
+)
+
+func (c *core) CreateBrowserSession(ctx context.Context, b BrowserSession) (BrowserSession, error) {
+	if b.CreatedAt.IsZero() {
+		b.CreatedAt = c.now()
+	}
+	if err := checkBrowserSession(b); err != nil {
+		return BrowserSession{}, err
+	}
+	var out BrowserSession
+	err := c.writeOne(ctx, func(x executor) (err error) {
+		out, err = scanBrowserSession(x.row(ctx, insertBrowserSession,
+			b.IDHash, b.Principal, storedTime(b.CreatedAt), storedTime(b.ExpiresAt)))
+		return err
+	})
+	if err != nil {
+		return BrowserSession{}, c.fail(err)
+	}
+	return out, nil
+}
+
+func (c *core) GetBrowserSession(ctx context.Context, idHash string) (BrowserSession, error) {
+	out, err := scanBrowserSession(c.reader().row(ctx, getBrowserSession, idHash))
+	if err != nil {
+		return BrowserSession{}, c.fail(err)
+	}
+	return out, nil
+}
+
+func (c *core) RevokeBrowserSession(ctx context.Context, idHash string, now time.Time) error {
+	if err := invalid(checkNow(now)); err != nil {
+		return err
+	}
+	return c.fail(c.writeOne(ctx, func(x executor) error {
+		n, err := x.exec(ctx, revokeBrowserSession, idHash, storedTime(now))
+		if err == nil && n == 0 {
+			err = ErrNotFound
+		}
+		return err
+	}))
+}
+
+func (c *core) RevokeBrowserSessions(ctx context.Context, principal string, now time.Time) (int, error) {
+	if err := invalid(checkNow(now)); err != nil {
+		return 0, err
+	}
+	return c.changeSessions(ctx, revokePrincipalSessions, principal, storedTime(now))
+}
+
+func (c *core) DeleteBrowserSessions(ctx context.Context, before time.Time) (int, error) {
+	if err := invalid(checkNow(before)); err != nil {
+		return 0, err
+	}
+	return c.changeSessions(ctx, deleteBrowserSessions, storedTime(before))
+}
+
+// changeSessions runs s, a write of one statement to browser sessions,
+// and returns how many it changed.
+func (c *core) changeSessions(ctx context.Context, s stmt, args ...any) (int, error) {
+	var n int64
+	err := c.writeOne(ctx, func(x executor) (err error) {
+		n, err = x.exec(ctx, s, args...)
+		return err
+	})
+	if err != nil {
+		return 0, c.fail(err)
+	}
+	return int(n), nil
+}
+
+// scanBrowserSession reads one row of browserSessionColumns.
+func scanBrowserSession(row rowScanner) (BrowserSession, error) {
+	var b BrowserSession
+	err := row.Scan(&b.IDHash, &b.Principal, at(&b.CreatedAt), at(&b.ExpiresAt), at(&b.RevokedAt))
+	return b, err
 }

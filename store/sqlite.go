@@ -217,6 +217,9 @@ func (s *sqliteStore) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error
 	return tx.Commit()
 }
 
+// The run statements and helpers below are what the engine's own run
+// operations (sqlite_runs.go) still use; the Store's methods over runs,
+// events and signing keys are core's (runlog.go, keys.go).
 const (
 	sqliteInsertRun = `
 INSERT INTO runs (id, owner, title, status, idempotency_key, queued_at,
@@ -226,146 +229,10 @@ RETURNING ` + runColumns
 
 	sqliteGetRun = `SELECT ` + runColumns + ` FROM runs WHERE id = ?`
 
-	sqliteListRuns = `
-SELECT ` + runColumns + ` FROM runs
-WHERE owner = ? AND deleted_at IS NULL
-ORDER BY created_at DESC, id DESC`
-
-	// sqliteTransitionRun is the compare-and-swap of a run's status; ?5 is
-	// the completion time when the new status is terminal, NULL otherwise.
-	sqliteTransitionRun = `
-UPDATE runs SET status = ?3, updated_at = ?4, completed_at = coalesce(?5, completed_at)
-WHERE id = ?1 AND status = ?2
-RETURNING ` + runColumns
-
 	sqliteRunExists = `SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?)`
-)
-
-func (s *sqliteStore) CreateRun(ctx context.Context, r Run) (Run, error) {
-	if err := checkNewRun(r); err != nil {
-		return Run{}, err
-	}
-	now := sqliteTime(s.now())
-	var out Run
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		out, err = scanSQLiteRun(tx.QueryRowContext(ctx, sqliteInsertRun,
-			r.ID, r.Owner, r.Title, string(r.Status), nullString(r.IdempotencyKey), sqliteNullTime(r.QueuedAt), now))
-		return err
-	})
-	if err != nil {
-		return Run{}, sqliteError(err)
-	}
-	return out, nil
-}
-
-func (s *sqliteStore) GetRun(ctx context.Context, id string) (Run, error) {
-	r, err := scanSQLiteRun(s.read.QueryRowContext(ctx, sqliteGetRun, id))
-	if err != nil {
-		return Run{}, sqliteError(err)
-	}
-	return r, nil
-}
-
-func (s *sqliteStore) ListRuns(ctx context.Context, owner string) ([]Run, error) {
-	rows, err := s.read.QueryContext(ctx, sqliteListRuns, owner)
-	if err != nil {
-		return nil, sqliteError(err)
-	}
-	runs, err := scanSQLiteRuns(rows)
-	return runs, sqliteError(err)
-}
-
-func (s *sqliteStore) TransitionRun(ctx context.Context, id string, from, to RunStatus) (Run, error) {
-	if err := checkTransition(from, to); err != nil {
-		return Run{}, err
-	}
-	now := sqliteTime(s.now())
-	var completedAt any
-	if to.Terminal() {
-		completedAt = now
-	}
-	var out Run
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		out, err = scanSQLiteRun(tx.QueryRowContext(ctx, sqliteTransitionRun, id, string(from), string(to), now, completedAt))
-		if !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		// No row changed: tell a missing run from one in another state.
-		var exists bool
-		if err := tx.QueryRowContext(ctx, sqliteRunExists, id).Scan(&exists); err != nil {
-			return err
-		}
-		if !exists {
-			return ErrNotFound
-		}
-		return ErrConflict
-	})
-	if err != nil {
-		return Run{}, sqliteError(err)
-	}
-	return out, nil
-}
-
-const (
-	// sqliteNextEventSeq advances the run's sequence. The transaction holds
-	// the database's write lock, so concurrent appends queue and leave no
-	// gap.
-	sqliteNextEventSeq = `
-UPDATE runs SET last_seq = last_seq + 1, updated_at = ?2, last_activity_at = ?2
-WHERE id = ?1
-RETURNING last_seq`
 
 	sqliteInsertEvent = `INSERT INTO run_events (` + eventColumns + `) VALUES (?, ?, ?, ?, ?)`
-
-	sqliteListEvents = `
-SELECT ` + eventColumns + ` FROM run_events
-WHERE run_id = ? AND seq > ?
-ORDER BY seq
-LIMIT ?`
 )
-
-func (s *sqliteStore) AppendEvent(ctx context.Context, runID, typ string, payload json.RawMessage) (Event, error) {
-	payload, err := eventPayload(typ, payload)
-	if err != nil {
-		return Event{}, err
-	}
-	e := Event{RunID: runID, Type: typ, Payload: payload, CreatedAt: storedTime(s.now())}
-	createdAt := sqliteTime(e.CreatedAt)
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := tx.QueryRowContext(ctx, sqliteNextEventSeq, runID, createdAt).Scan(&e.Seq); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, sqliteInsertEvent, e.RunID, e.Seq, e.Type, string(e.Payload), createdAt)
-		return err
-	})
-	if err != nil {
-		return Event{}, sqliteError(err)
-	}
-	return e, nil
-}
-
-func (s *sqliteStore) ListEvents(ctx context.Context, runID string, after int64, limit int) ([]Event, error) {
-	if err := checkListLimit(limit); err != nil {
-		return nil, err
-	}
-	events, err := s.queryEvents(ctx, sqliteListEvents, runID, after, limit)
-	if err != nil {
-		return nil, sqliteError(err)
-	}
-	if len(events) == 0 {
-		// An empty page is either the end of the log or a missing run.
-		var exists bool
-		if err := s.read.QueryRowContext(ctx, sqliteRunExists, runID).Scan(&exists); err != nil {
-			return nil, sqliteError(err)
-		}
-		if !exists {
-			return nil, ErrNotFound
-		}
-	}
-	return events, nil
-}
 
 // queryEvents runs a query returning eventColumns on the read pool.
 func (s *sqliteStore) queryEvents(ctx context.Context, query string, args ...any) ([]Event, error) {
@@ -388,67 +255,6 @@ func (s *sqliteStore) queryEvents(ctx context.Context, query string, args ...any
 		events = append(events, e)
 	}
 	return events, rows.Err()
-}
-
-const (
-	sqliteInsertSigningKey = `
-INSERT INTO signing_keys (` + signingKeyColumns + `)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
-
-	sqliteSigningKeys = `
-SELECT ` + signingKeyColumns + ` FROM signing_keys
-WHERE purpose = ? AND published_until > ?
-ORDER BY generation`
-)
-
-func (s *sqliteStore) InsertSigningKey(ctx context.Context, k SigningKey) error {
-	if err := checkSigningKey(k); err != nil {
-		return err
-	}
-	if k.CreatedAt.IsZero() {
-		k.CreatedAt = s.now()
-	}
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, sqliteInsertSigningKey,
-			k.ID, k.Purpose, k.Generation, k.Algorithm, k.PublicKey, k.PrivateKey,
-			sqliteTime(k.CreatedAt), sqliteTime(k.SignsFrom), sqliteTime(k.PublishedUntil))
-		return err
-	})
-	return sqliteError(err)
-}
-
-func (s *sqliteStore) SigningKeys(ctx context.Context, purpose string, now time.Time) ([]SigningKey, error) {
-	keys, err := s.signingKeys(ctx, purpose, now)
-	if err != nil {
-		return nil, sqliteError(err)
-	}
-	return keys, nil
-}
-
-func (s *sqliteStore) signingKeys(ctx context.Context, purpose string, now time.Time) ([]SigningKey, error) {
-	rows, err := s.read.QueryContext(ctx, sqliteSigningKeys, purpose, sqliteTime(now))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var keys []SigningKey
-	for rows.Next() {
-		var k SigningKey
-		var createdAt, signsFrom, publishedUntil string
-		if err := rows.Scan(&k.ID, &k.Purpose, &k.Generation, &k.Algorithm, &k.PublicKey, &k.PrivateKey,
-			&createdAt, &signsFrom, &publishedUntil); err != nil {
-			return nil, err
-		}
-		var tp sqliteTimeParser
-		k.CreatedAt = tp.parse(createdAt)
-		k.SignsFrom = tp.parse(signsFrom)
-		k.PublishedUntil = tp.parse(publishedUntil)
-		if tp.err != nil {
-			return nil, tp.err
-		}
-		keys = append(keys, k)
-	}
-	return keys, rows.Err()
 }
 
 // scanSQLiteRun reads one row of runColumns from a *sql.Row or *sql.Rows.
@@ -485,14 +291,6 @@ const sqliteTimeLayout = "2006-01-02T15:04:05.000000Z"
 // sqliteTime formats t for a SQLite time column.
 func sqliteTime(t time.Time) string {
 	return storedTime(t).Format(sqliteTimeLayout)
-}
-
-// sqliteNullTime maps the zero time to NULL, for nullable time columns.
-func sqliteNullTime(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return sqliteTime(t)
 }
 
 // parseSQLiteTime reads a time column.
