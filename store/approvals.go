@@ -88,7 +88,7 @@ type Approval struct {
 }
 
 // approvalColumns is the column list every query returning an Approval
-// selects, in the order the engines' scanners read it.
+// selects, in the order scanApproval reads it.
 const approvalColumns = `id, principal, tool, server, definition_hash, arguments_hash, policy_hash,
 	coalesce(run_id, ''), client_id,
 	arguments, policy_ids, reason, approvers,
