@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,7 +88,7 @@ type Approval struct {
 }
 
 // approvalColumns is the column list every query returning an Approval
-// selects, in the order the engines' scanners read it.
+// selects, in the order scanApproval reads it.
 const approvalColumns = `id, principal, tool, server, definition_hash, arguments_hash, policy_hash,
 	coalesce(run_id, ''), client_id,
 	arguments, policy_ids, reason, approvers,
@@ -205,4 +207,437 @@ func checkRevoke(tool, keepDefinitionHash string, now time.Time) error {
 	}
 	errs = append(errs, checkNow(now))
 	return invalid(errs...)
+}
+
+// approvalBindingMatch selects the approvals bound to exactly the call
+// whose binding is $1 to $8 (see bindingArgs). run_id is NULL outside a
+// run, and IS NOT DISTINCT FROM compares NULL as equal to NULL.
+const approvalBindingMatch = `principal = $1 AND tool = $2 AND server = $3 AND definition_hash = $4
+	AND arguments_hash = $5 AND policy_hash = $6 AND run_id IS NOT DISTINCT FROM $7 AND client_id = $8`
+
+var (
+	// expireStalePending retires an identical pending approval whose time
+	// has passed ($9 is now), so that a new request can take its place in
+	// the unique pending index.
+	expireStalePending = sql1(`
+UPDATE approvals SET status = 'expired', updated_at = $9
+WHERE status = 'pending' AND expires_at <= $9 AND ` + approvalBindingMatch)
+
+	// insertApproval inserts a pending approval unless an identical one is
+	// pending; the conflict target is approvals_pending_binding_key. On
+	// PostgreSQL a concurrent identical insert makes it wait for that
+	// transaction, then do nothing.
+	insertApproval = sql1(`
+INSERT INTO approvals (principal, tool, server, definition_hash, arguments_hash, policy_hash, run_id, client_id,
+	id, arguments, policy_ids, reason, approvers, tool_call_id, idempotency_key,
+	status, expires_at, created_at, updated_at, tenant)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 'pending', $16, $17, $17, $18)
+ON CONFLICT (principal, tool, server, definition_hash, arguments_hash, policy_hash, coalesce(run_id, ''), client_id)
+	WHERE status = 'pending' DO NOTHING
+RETURNING ` + approvalColumns)
+
+	findPendingApproval = sql1(`SELECT ` + approvalColumns + ` FROM approvals WHERE status = 'pending' AND ` + approvalBindingMatch)
+
+	getApproval = sql1(`SELECT ` + approvalColumns + ` FROM approvals WHERE id = $1`)
+
+	approvalExists = sql1(`SELECT EXISTS (SELECT 1 FROM approvals WHERE id = $1)`)
+
+	// listApprovals takes the states as a JSON array ($2). The engines
+	// name the function that reads one differently.
+	listApprovals = perEngine(`
+SELECT `+approvalColumns+` FROM approvals
+WHERE principal = $1 AND status IN (SELECT value FROM json_array_elements_text($2::json))
+ORDER BY created_at, id`, `
+SELECT `+approvalColumns+` FROM approvals
+WHERE principal = $1 AND status IN (SELECT value FROM json_each($2))
+ORDER BY created_at, id`)
+
+	// listApprovalsForApprovers takes the groups ($1) and the states ($2)
+	// as JSON arrays, and the tenant ($3).
+	listApprovalsForApprovers = perEngine(`
+SELECT `+approvalColumns+` FROM approvals
+WHERE status IN (SELECT value FROM json_array_elements_text($2::json)) AND tenant = $3
+	AND EXISTS (SELECT 1 FROM json_array_elements_text(approvers) AS g(name)
+		WHERE g.name IN (SELECT value FROM json_array_elements_text($1::json)))
+ORDER BY created_at, id`, `
+SELECT `+approvalColumns+` FROM approvals
+WHERE status IN (SELECT value FROM json_each($2)) AND tenant = $3
+	AND EXISTS (SELECT 1 FROM json_each(approvals.approvers) AS g
+		WHERE g.value IN (SELECT value FROM json_each($1)))
+ORDER BY created_at, id`)
+
+	// setApprovalDecision is the compare-and-swap of a decision.
+	setApprovalDecision = sql1(`
+UPDATE approvals SET status = $2, decided_by = $3, decision_reason = $4, decided_at = $5, updated_at = $5
+WHERE id = $1 AND status = 'pending' AND expires_at > $5
+RETURNING ` + approvalColumns)
+
+	findApprovedApproval = sql1(`
+SELECT ` + approvalColumns + ` FROM approvals
+WHERE status = 'approved' AND expires_at > $9 AND ` + approvalBindingMatch + `
+ORDER BY decided_at, id
+LIMIT 1`)
+
+	// useApproval is the single use of an approval: one update that checks
+	// the state, the deadline and every field of the binding. Of
+	// concurrent consumers on PostgreSQL, the first takes the row lock; the
+	// others re-check the state after it commits and find it consumed.
+	useApproval = sql1(`
+UPDATE approvals SET status = 'consumed', consumed_at = $9, updated_at = $9
+WHERE id = $10 AND status = 'approved' AND expires_at > $9 AND ` + approvalBindingMatch + `
+RETURNING ` + approvalColumns)
+
+	revokeChangedApprovals = sql1(`
+UPDATE approvals SET status = 'revoked', updated_at = $3
+WHERE tool = $1 AND definition_hash <> $2 AND status IN ('pending', 'approved')`)
+
+	expireOpenApprovals = sql1(`
+UPDATE approvals SET status = 'expired', updated_at = $1
+WHERE status IN ('pending', 'approved') AND expires_at <= $1`)
+)
+
+// bindingArgs are the statement arguments of a binding, in the order of
+// approvalBindingMatch, followed by more.
+func bindingArgs(b ApprovalBinding, more ...any) []any {
+	return append([]any{b.Principal, b.Tool, b.Server, b.DefinitionHash, b.ArgumentsHash, b.PolicyHash,
+		nullString(b.RunID), b.ClientID}, more...)
+}
+
+// createApprovalAttempts bounds CreateApproval's attempts: on PostgreSQL
+// an identical pending approval may be decided between the insert that it
+// blocked and the read that looks for it.
+const createApprovalAttempts = 3
+
+// errPendingGone ends an attempt of CreateApproval whose insert an
+// identical pending approval blocked, and which then found none pending.
+var errPendingGone = errors.New("store: the identical pending approval was decided meanwhile")
+
+func (c *core) CreateApproval(ctx context.Context, a Approval) (Approval, bool, error) {
+	return c.CreateApprovalAudited(ctx, a, nil)
+}
+
+// CreateApprovalAudited is CreateApproval when build is nil. The insert,
+// which may wait for a concurrent identical one, comes before the audit
+// lock.
+func (c *core) CreateApprovalAudited(ctx context.Context, a Approval, build func(AuditHead) (AuditRecord, error)) (Approval, bool, error) {
+	if a.CreatedAt.IsZero() {
+		a.CreatedAt = c.now()
+	}
+	if err := checkNewApproval(a); err != nil {
+		return Approval{}, false, err
+	}
+	for range createApprovalAttempts {
+		var out Approval
+		var created bool
+		err := c.inTx(ctx, func(tx executor) (err error) {
+			if out, created, err = createApproval(ctx, tx, a); err != nil || !created || build == nil {
+				return err
+			}
+			_, err = appendAuditTx(ctx, tx, build)
+			return err
+		})
+		if errors.Is(err, errPendingGone) {
+			continue
+		}
+		if err != nil {
+			return Approval{}, false, c.fail(err)
+		}
+		return out, created, nil
+	}
+	return Approval{}, false, ErrConflict
+}
+
+// createApproval creates a, first expiring an identical pending approval
+// whose time has passed, or finds the identical pending one (created
+// false); errPendingGone when that one is no longer pending.
+func createApproval(ctx context.Context, x executor, a Approval) (_ Approval, created bool, _ error) {
+	now := storedTime(a.CreatedAt)
+	if _, err := x.exec(ctx, expireStalePending, bindingArgs(a.Binding, now)...); err != nil {
+		return Approval{}, false, err
+	}
+	out, err := scanApproval(x.row(ctx, insertApproval, bindingArgs(a.Binding,
+		a.ID, string(jsonOr(a.Arguments, "{}")), string(encodeNames(a.PolicyIDs)), a.Reason,
+		string(encodeNames(a.Approvers)), nullString(a.ToolCallID), nullString(a.IdempotencyKey),
+		storedTime(a.ExpiresAt), now, a.Tenant)...))
+	if err == nil {
+		x.notify(approvalNotification(out))
+		return out, true, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return Approval{}, false, err
+	}
+	// An identical approval is pending. SQLite's writer holds the database,
+	// so it still is; PostgreSQL's read committed statement sees the one
+	// whose insert blocked this one, unless it was decided meanwhile.
+	out, err = scanApproval(x.row(ctx, findPendingApproval, bindingArgs(a.Binding)...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Approval{}, false, errPendingGone
+	}
+	return out, false, err
+}
+
+func (c *core) GetApproval(ctx context.Context, id string) (Approval, error) {
+	a, err := scanApproval(c.reader().row(ctx, getApproval, id))
+	if err != nil {
+		return Approval{}, c.fail(err)
+	}
+	return a, nil
+}
+
+func (c *core) ListApprovals(ctx context.Context, principal string, status ...ApprovalStatus) ([]Approval, error) {
+	if err := checkStatuses(status); err != nil {
+		return nil, err
+	}
+	out, err := queryAll(ctx, c.reader(), listApprovals, scanApproval,
+		principal, string(encodeNames(statusFilter(status))))
+	return out, c.fail(err)
+}
+
+func (c *core) ListApprovalsForApprovers(ctx context.Context, tenant string, groups []string, status ...ApprovalStatus) ([]Approval, error) {
+	if err := checkStatuses(status); err != nil {
+		return nil, err
+	}
+	if len(groups) == 0 {
+		return nil, nil
+	}
+	out, err := queryAll(ctx, c.reader(), listApprovalsForApprovers, scanApproval,
+		string(encodeNames(groups)), string(encodeNames(statusFilter(status))), tenant)
+	return out, c.fail(err)
+}
+
+func (c *core) DecideApproval(ctx context.Context, id string, to ApprovalStatus, decidedBy, reason string, now time.Time) (Approval, error) {
+	return c.DecideApprovalAudited(ctx, id, to, decidedBy, reason, now, nil)
+}
+
+// DecideApprovalAudited is DecideApproval when build is nil.
+func (c *core) DecideApprovalAudited(ctx context.Context, id string, to ApprovalStatus, decidedBy, reason string, now time.Time, build func(AuditHead) (AuditRecord, error)) (Approval, error) {
+	if err := checkDecision(to, decidedBy, reason, now); err != nil {
+		return Approval{}, err
+	}
+	var out Approval
+	err := c.writeAudited(ctx, build, func(x executor) (err error) {
+		out, err = decideApproval(ctx, x, id, to, decidedBy, reason, now)
+		return err
+	})
+	if err != nil {
+		return Approval{}, c.fail(err)
+	}
+	return out, nil
+}
+
+// decideApproval moves the pending approval id to to: ErrNotFound or
+// ErrConflict as DecideApproval says.
+func decideApproval(ctx context.Context, x executor, id string, to ApprovalStatus, decidedBy, reason string, now time.Time) (Approval, error) {
+	a, err := scanApproval(x.row(ctx, setApprovalDecision, id, to, decidedBy, reason, storedTime(now)))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Approval{}, missingOrConflict(ctx, x, approvalExists, id)
+	}
+	if err != nil {
+		return Approval{}, err
+	}
+	x.notify(approvalNotification(a))
+	return a, nil
+}
+
+func (c *core) FindApproved(ctx context.Context, b ApprovalBinding, now time.Time) (Approval, error) {
+	if err := invalid(checkBinding("binding", b), checkNow(now)); err != nil {
+		return Approval{}, err
+	}
+	a, err := scanApproval(c.reader().row(ctx, findApprovedApproval, bindingArgs(b, storedTime(now))...))
+	if err != nil {
+		return Approval{}, c.fail(err)
+	}
+	return a, nil
+}
+
+func (c *core) ConsumeApproval(ctx context.Context, id string, b ApprovalBinding, now time.Time) (Approval, error) {
+	a, _, _, err := c.ConsumeApprovalAudited(ctx, id, b, now, nil, nil)
+	return a, err
+}
+
+// ConsumeApprovalAudited is ConsumeApproval when e and build are nil. The
+// consumption and the execution's insert, which may wait for row locks,
+// come before the audit lock.
+func (c *core) ConsumeApprovalAudited(ctx context.Context, id string, b ApprovalBinding, now time.Time, e *Execution, build func(AuditHead) (AuditRecord, error)) (Approval, Execution, bool, error) {
+	if err := invalid(checkBinding("binding", b), checkNow(now)); err != nil {
+		return Approval{}, Execution{}, false, err
+	}
+	if e != nil {
+		if e.StartedAt.IsZero() {
+			e.StartedAt = now
+		}
+		if err := checkNewExecution(*e); err != nil {
+			return Approval{}, Execution{}, false, err
+		}
+	}
+	var out Approval
+	var exec Execution
+	consume := func(x executor) (err error) {
+		if out, err = consumeApproval(ctx, x, id, b, now); err != nil || e == nil {
+			return err
+		}
+		var started bool
+		if exec, started, err = beginExecution(ctx, x, *e); err == nil && !started {
+			err = errKeyTaken
+		}
+		return err
+	}
+	var err error
+	if e == nil {
+		err = c.writeAudited(ctx, build, consume)
+	} else {
+		err = c.inTx(ctx, withAudit(ctx, consume, build))
+	}
+	if errors.Is(err, errKeyTaken) {
+		return Approval{}, exec, false, nil
+	}
+	if err != nil {
+		return Approval{}, Execution{}, false, c.fail(err)
+	}
+	return out, exec, e != nil, nil
+}
+
+// consumeApproval uses the approval id, bound to b: ErrNotFound or
+// ErrConflict as ConsumeApproval says.
+func consumeApproval(ctx context.Context, x executor, id string, b ApprovalBinding, now time.Time) (Approval, error) {
+	a, err := scanApproval(x.row(ctx, useApproval, bindingArgs(b, storedTime(now), id)...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Approval{}, missingOrConflict(ctx, x, approvalExists, id)
+	}
+	if err != nil {
+		return Approval{}, err
+	}
+	x.notify(approvalNotification(a))
+	return a, nil
+}
+
+func (c *core) RevokeApprovals(ctx context.Context, tool, keepDefinitionHash string, now time.Time) (int, error) {
+	return c.RevokeApprovalsAudited(ctx, tool, keepDefinitionHash, now, nil)
+}
+
+// RevokeApprovalsAudited is RevokeApprovals when build is nil. The record
+// says how many were revoked, which only the update knows: it is appended
+// after it, in its transaction.
+func (c *core) RevokeApprovalsAudited(ctx context.Context, tool, keepDefinitionHash string, now time.Time, build func(int) func(AuditHead) (AuditRecord, error)) (int, error) {
+	if err := checkRevoke(tool, keepDefinitionHash, now); err != nil {
+		return 0, err
+	}
+	var n int
+	revoke := func(x executor) (err error) {
+		n, err = revokeApprovals(ctx, x, tool, keepDefinitionHash, now)
+		return err
+	}
+	var err error
+	if build == nil {
+		err = c.writeOne(ctx, revoke)
+	} else {
+		err = c.inTx(ctx, func(tx executor) error {
+			if err := revoke(tx); err != nil || n == 0 {
+				return err
+			}
+			_, err := appendAuditTx(ctx, tx, build(n))
+			return err
+		})
+	}
+	if err != nil {
+		return 0, c.fail(err)
+	}
+	return n, nil
+}
+
+// revokeApprovals revokes the open approvals of tool whose definition
+// hash is not keepDefinitionHash, and returns how many.
+func revokeApprovals(ctx context.Context, x executor, tool, keepDefinitionHash string, now time.Time) (int, error) {
+	n, err := x.exec(ctx, revokeChangedApprovals, tool, keepDefinitionHash, storedTime(now))
+	if err == nil && n > 0 {
+		// Many approvals of many people: everyone looks again.
+		x.notify(Notification{Kind: NotifyApproval})
+	}
+	return int(n), err
+}
+
+func (c *core) ExpireApprovals(ctx context.Context, now time.Time) (int, error) {
+	if err := invalid(checkNow(now)); err != nil {
+		return 0, err
+	}
+	var n int
+	err := c.writeOne(ctx, func(x executor) (err error) {
+		n, err = expireApprovals(ctx, x, now)
+		return err
+	})
+	if err != nil {
+		return 0, c.fail(err)
+	}
+	return n, nil
+}
+
+// expireApprovals expires the open approvals whose time has passed at
+// now, and returns how many.
+func expireApprovals(ctx context.Context, x executor, now time.Time) (int, error) {
+	n, err := x.exec(ctx, expireOpenApprovals, storedTime(now))
+	if err == nil && n > 0 {
+		// Many approvals of many people: everyone looks again.
+		x.notify(Notification{Kind: NotifyApproval})
+	}
+	return int(n), err
+}
+
+// approvalNotification tells live-update subscribers that a changed:
+// its owner's views, and its run's.
+func approvalNotification(a Approval) Notification {
+	return Notification{Kind: NotifyApproval, ApprovalID: a.ID, Owner: a.Binding.Principal, RunID: a.Binding.RunID}
+}
+
+// writeAudited runs write, one write statement (and the reads that
+// explain why it matched no row), and then, when build is not nil,
+// appends build's record, in one transaction. Without a record it runs
+// as writeOne runs a write.
+func (c *core) writeAudited(ctx context.Context, build func(AuditHead) (AuditRecord, error), write func(x executor) error) error {
+	if build == nil {
+		return c.writeOne(ctx, write)
+	}
+	return c.inTx(ctx, withAudit(ctx, write, build))
+}
+
+// withAudit is fn followed, in its transaction, by the append of build's
+// record when build is not nil; fn's statements, which may wait for row
+// locks, so come before the audit lock (see appendAuditTx).
+func withAudit(ctx context.Context, fn func(tx executor) error, build func(AuditHead) (AuditRecord, error)) func(tx executor) error {
+	if build == nil {
+		return fn
+	}
+	return func(tx executor) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		_, err := appendAuditTx(ctx, tx, build)
+		return err
+	}
+}
+
+// scanApproval reads one row of approvalColumns, on either engine.
+func scanApproval(row rowScanner) (Approval, error) {
+	var a Approval
+	var arguments, policyIDs, approvers []byte
+	var status string
+	b := &a.Binding
+	err := row.Scan(&a.ID, &b.Principal, &b.Tool, &b.Server, &b.DefinitionHash, &b.ArgumentsHash, &b.PolicyHash,
+		&b.RunID, &b.ClientID,
+		&arguments, &policyIDs, &a.Reason, &approvers,
+		&a.ToolCallID, &a.IdempotencyKey,
+		&status, &a.DecidedBy, &a.DecisionReason, at(&a.DecidedAt), at(&a.ConsumedAt),
+		at(&a.ExpiresAt), at(&a.CreatedAt), at(&a.UpdatedAt),
+		&a.Tenant)
+	if err != nil {
+		return Approval{}, err
+	}
+	a.Arguments = arguments
+	a.Status = ApprovalStatus(status)
+	if a.PolicyIDs, err = decodeNames("approvals.policy_ids", policyIDs); err != nil {
+		return Approval{}, err
+	}
+	if a.Approvers, err = decodeNames("approvals.approvers", approvers); err != nil {
+		return Approval{}, err
+	}
+	return a, nil
 }

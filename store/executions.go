@@ -1,9 +1,13 @@
 package store
 
 import (
+	"cmp"
+	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -106,17 +110,230 @@ func sameCall(found, began Execution) bool {
 		found.ArgumentsHash == began.ArgumentsHash
 }
 
-// appendEachInTx appends, with appendInTx, the record build makes of each
-// execution of es, in order (see MarkOutcomeUnknownAudited); nothing when
-// build is nil.
-func appendEachInTx(es []Execution, build func(Execution) func(AuditHead) (AuditRecord, error), appendInTx func(func(AuditHead) (AuditRecord, error)) error) error {
+var (
+	// insertExecution inserts a started execution unless its key is
+	// taken; on PostgreSQL a concurrent insert of the same key makes it
+	// wait for that transaction, then do nothing.
+	insertExecution = sql1(`
+INSERT INTO tool_executions (idempotency_key, principal, tool, arguments_hash, approval_id, run_id, status, started_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'started', $7)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING ` + executionColumns)
+
+	getExecution = sql1(`SELECT ` + executionColumns + ` FROM tool_executions WHERE idempotency_key = $1`)
+
+	executionExists = sql1(`SELECT EXISTS (SELECT 1 FROM tool_executions WHERE idempotency_key = $1)`)
+
+	// endExecution is the compare-and-swap from started.
+	endExecution = sql1(`
+UPDATE tool_executions SET status = $2, result = $3, finished_at = $4
+WHERE idempotency_key = $1 AND status = 'started'
+RETURNING ` + executionColumns)
+
+	// markAbandonedExecutions: on PostgreSQL the update takes the rows'
+	// locks, so a concurrent finish or sweep of a row waits for it, then
+	// finds the row no longer started.
+	markAbandonedExecutions = sql1(`
+UPDATE tool_executions SET status = 'outcome_unknown'
+WHERE status = 'started' AND started_at < $1
+RETURNING ` + executionColumns)
+)
+
+// newExecution is e as BeginExecution starts it: a zero StartedAt is now.
+func (c *core) newExecution(e Execution) (Execution, error) {
+	if e.StartedAt.IsZero() {
+		e.StartedAt = c.now()
+	}
+	return e, checkNewExecution(e)
+}
+
+// executionArgs are insertExecution's arguments for e.
+func executionArgs(e Execution) []any {
+	return []any{e.IdempotencyKey, e.Principal, e.Tool, e.ArgumentsHash,
+		nullString(e.ApprovalID), nullString(e.RunID), storedTime(e.StartedAt)}
+}
+
+// finishArgs are endExecution's arguments; an empty result is NULL.
+func finishArgs(idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time) []any {
+	if len(result) == 0 {
+		result = nil
+	}
+	return []any{idempotencyKey, status, result, storedTime(now)}
+}
+
+// begun is what BeginExecution returns for the execution found under the
+// key of the one it began: a key of another call is a conflict.
+func begun(found Execution, started bool, began Execution) (Execution, bool, error) {
+	if !sameCall(found, began) {
+		return Execution{}, false, ErrConflict
+	}
+	return found, started, nil
+}
+
+func (c *core) BeginExecution(ctx context.Context, e Execution) (Execution, bool, error) {
+	return c.BeginExecutionAudited(ctx, e, nil)
+}
+
+// BeginExecutionAudited is BeginExecution when build is nil.
+// PostgreSQL's store overrides it with its queue of appends.
+func (c *core) BeginExecutionAudited(ctx context.Context, e Execution, build func(AuditHead) (AuditRecord, error)) (Execution, bool, error) {
+	e, err := c.newExecution(e)
+	if err != nil {
+		return Execution{}, false, err
+	}
+	var out Execution
+	var started bool
+	err = c.writeAudited(ctx, build, func(x executor) (err error) {
+		out, started, err = beginExecution(ctx, x, e)
+		return err
+	})
+	if err != nil {
+		return Execution{}, false, c.fail(err)
+	}
+	return begun(out, started, e)
+}
+
+// beginExecution inserts e, or reads the execution its key names (started
+// false), whichever call that is of.
+func beginExecution(ctx context.Context, x executor, e Execution) (_ Execution, started bool, _ error) {
+	out, err := scanExecution(x.row(ctx, insertExecution, executionArgs(e)...))
+	if errors.Is(err, sql.ErrNoRows) {
+		// The key was taken, and (on PostgreSQL, which waited for it) the
+		// insert that took it has committed.
+		out, err = scanExecution(x.row(ctx, getExecution, e.IdempotencyKey))
+		return out, false, err
+	}
+	return out, err == nil, err
+}
+
+func (c *core) GetExecution(ctx context.Context, idempotencyKey string) (Execution, error) {
+	e, err := scanExecution(c.reader().row(ctx, getExecution, idempotencyKey))
+	if err != nil {
+		return Execution{}, c.fail(err)
+	}
+	return e, nil
+}
+
+func (c *core) FinishExecution(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time) (Execution, error) {
+	if err := checkFinish(idempotencyKey, status, result, now); err != nil {
+		return Execution{}, err
+	}
+	var out Execution
+	err := c.writeOne(ctx, func(x executor) (err error) {
+		out, err = finishExecution(ctx, x, idempotencyKey, status, result, now)
+		return err
+	})
+	if err != nil {
+		return Execution{}, c.fail(err)
+	}
+	return out, nil
+}
+
+// FinishExecutionAudited appends the record whether or not the execution
+// was finished by it. PostgreSQL's store overrides it with its queue of
+// appends.
+func (c *core) FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(AuditHead) (AuditRecord, error)) (Execution, error) {
 	if build == nil {
-		return nil
+		return c.FinishExecution(ctx, idempotencyKey, status, result, now)
 	}
-	for _, e := range es {
-		if err := appendInTx(build(e)); err != nil {
-			return err
+	if err := checkFinish(idempotencyKey, status, result, now); err != nil {
+		return Execution{}, err
+	}
+	var out Execution
+	var refused error
+	err := c.inTx(ctx, func(tx executor) (err error) {
+		out, refused = finishExecution(ctx, tx, idempotencyKey, status, result, now)
+		if refused != nil && !errors.Is(refused, ErrNotFound) && !errors.Is(refused, ErrConflict) {
+			return refused
 		}
+		_, err = appendAuditTx(ctx, tx, build)
+		return err
+	})
+	if err != nil {
+		return Execution{}, c.fail(err)
 	}
-	return nil
+	if refused != nil {
+		return Execution{}, refused
+	}
+	return out, nil
+}
+
+// finishExecution ends the started execution idempotencyKey:
+// ErrNotFound or ErrConflict as FinishExecution says.
+func finishExecution(ctx context.Context, x executor, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time) (Execution, error) {
+	e, err := scanExecution(x.row(ctx, endExecution, finishArgs(idempotencyKey, status, result, now)...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Execution{}, missingOrConflict(ctx, x, executionExists, idempotencyKey)
+	}
+	return e, err
+}
+
+func (c *core) MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]Execution, error) {
+	return c.MarkOutcomeUnknownAudited(ctx, olderThan, nil)
+}
+
+// MarkOutcomeUnknownAudited is MarkOutcomeUnknown when build is nil. The
+// update takes the rows' locks before the records take the audit lock.
+func (c *core) MarkOutcomeUnknownAudited(ctx context.Context, olderThan time.Time, build func(Execution) func(AuditHead) (AuditRecord, error)) ([]Execution, error) {
+	if err := invalid(checkTime("olderThan", olderThan)); err != nil {
+		return nil, err
+	}
+	var out []Execution
+	mark := func(x executor) (err error) {
+		out, err = markOutcomeUnknown(ctx, x, olderThan)
+		return err
+	}
+	var err error
+	if build == nil {
+		err = c.writeOne(ctx, mark)
+	} else {
+		err = c.inTx(ctx, func(tx executor) error {
+			if err := mark(tx); err != nil {
+				return err
+			}
+			for _, e := range out {
+				if _, err := appendAuditTx(ctx, tx, build(e)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	return out, nil
+}
+
+// markOutcomeUnknown marks the executions still started before olderThan
+// outcome_unknown and returns them, oldest first.
+func markOutcomeUnknown(ctx context.Context, x executor, olderThan time.Time) ([]Execution, error) {
+	es, err := queryAll(ctx, x, markAbandonedExecutions, scanExecution, storedTime(olderThan))
+	sortExecutions(es)
+	return es, err
+}
+
+// sortExecutions orders executions oldest first; RETURNING promises no
+// order.
+func sortExecutions(es []Execution) {
+	slices.SortFunc(es, func(a, b Execution) int {
+		return cmp.Or(a.StartedAt.Compare(b.StartedAt), cmp.Compare(a.IdempotencyKey, b.IdempotencyKey))
+	})
+}
+
+// scanExecution reads one row of executionColumns, on either engine.
+func scanExecution(row rowScanner) (Execution, error) {
+	var e Execution
+	var status string
+	var result []byte
+	err := row.Scan(&e.IdempotencyKey, &e.Principal, &e.Tool, &e.ArgumentsHash, &e.ApprovalID, &e.RunID,
+		&status, &result, at(&e.StartedAt), at(&e.FinishedAt))
+	if err != nil {
+		return Execution{}, err
+	}
+	e.Status = ExecutionStatus(status)
+	if result != nil {
+		e.Result = result
+	}
+	return e, nil
 }

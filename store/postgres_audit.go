@@ -304,31 +304,3 @@ func releaseAfterTx(ctx context.Context, conn *pgxpool.Conn) {
 	}
 	conn.Release()
 }
-
-// pgAppendAuditInTx appends the record build returns within tx, outside the
-// process's queue of appends (see appendAudit), for a write whose record
-// depends on what the transaction found, which the queue's one-round-trip
-// writes cannot tell before they commit. It takes the audit lock, so the
-// caller must have done the statements that may wait for row locks
-// first. The queue then finds the head moved, as when another process
-// appends, and chains its next write after it.
-func pgAppendAuditInTx(ctx context.Context, tx pgx.Tx, build func(AuditHead) (AuditRecord, error)) (AuditRecord, error) {
-	if _, err := tx.Exec(ctx, pgAuditLock); err != nil {
-		return AuditRecord{}, err
-	}
-	var head AuditHead
-	err := tx.QueryRow(ctx, pgAuditHead).Scan(&head.Seq, &head.Hash)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return AuditRecord{}, err
-	}
-	r, err := builtRecord(build, head)
-	if err != nil {
-		return AuditRecord{}, err
-	}
-	b := &pgx.Batch{}
-	queueInsertAudit(b, r)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return AuditRecord{}, err
-	}
-	return r, nil
-}
