@@ -177,6 +177,33 @@ func appendAuditTx(ctx context.Context, tx executor, build func(AuditHead) (Audi
 	return r, err
 }
 
+// writeAudited runs write, one write statement (and the reads that
+// explain why it matched no row), and then, when build is not nil,
+// appends build's record, in one transaction. Without a record it runs
+// as writeOne runs a write.
+func (c *core) writeAudited(ctx context.Context, build func(AuditHead) (AuditRecord, error), write func(x executor) error) error {
+	if build == nil {
+		return c.writeOne(ctx, write)
+	}
+	return c.inTx(ctx, withAudit(ctx, write, build))
+}
+
+// withAudit is fn followed, in its transaction, by the append of build's
+// record when build is not nil; fn's statements, which may wait for row
+// locks, so come before the audit lock (see appendAuditTx).
+func withAudit(ctx context.Context, fn func(tx executor) error, build func(AuditHead) (AuditRecord, error)) func(tx executor) error {
+	if build == nil {
+		return fn
+	}
+	return func(tx executor) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		_, err := appendAuditTx(ctx, tx, build)
+		return err
+	}
+}
+
 // auditArgs are the values of insertAudit for r.
 func auditArgs(r AuditRecord) []any {
 	return []any{r.Seq, r.At, r.Kind, r.Principal, r.ClientID, r.TokenJTI, r.Tool,

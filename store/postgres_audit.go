@@ -9,19 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-const (
-	// pgAuditLock serialises appenders until their transaction ends. It is
-	// keyed by the schema, like the migration lock, and taken before the
-	// head is read: under read committed, the read then sees every append
-	// that held the lock before.
-	pgAuditLock = `SELECT pg_advisory_xact_lock(hashtextextended('usher.audit.' || current_schema(), 0))`
-
-	pgAuditHead = `SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`
-
-	pgInsertAudit = `INSERT INTO audit_log (` + auditColumns + `)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
-)
-
 func (s *postgresStore) AppendAudit(ctx context.Context, build func(AuditHead) (AuditRecord, error)) (AuditRecord, error) {
 	r, err := s.appendAudit(ctx, nil, build, false)
 	if err != nil {
@@ -159,8 +146,8 @@ func appendAtHead(ctx context.Context, conn *pgxpool.Conn, batch []*pgAuditAppen
 	// commits at its end, or rolls back at the first error.
 	b := &pgx.Batch{}
 	queueSteps(b, batch)
-	b.Queue(pgAuditLock)
-	b.Queue(pgAuditHead)
+	b.Queue(lockAudit.pg)
+	b.Queue(auditHead.pg)
 	for _, a := range batch {
 		queueInsertAudit(b, a.rec)
 	}
@@ -191,8 +178,8 @@ func appendAfterHead(ctx context.Context, conn *pgxpool.Conn, batch []*pgAuditAp
 	b := &pgx.Batch{}
 	b.Queue("begin")
 	queueSteps(b, batch)
-	b.Queue(pgAuditLock)
-	b.Queue(pgAuditHead)
+	b.Queue(lockAudit.pg)
+	b.Queue(auditHead.pg)
 	var head AuditHead
 	err := readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
@@ -261,10 +248,7 @@ func readSteps(br pgx.BatchResults, batch []*pgAuditAppend) error {
 
 // queueInsertAudit queues the INSERT of r.
 func queueInsertAudit(b *pgx.Batch, r AuditRecord) {
-	b.Queue(pgInsertAudit,
-		r.Seq, r.At, r.Kind, r.Principal, r.ClientID, r.TokenJTI, r.Tool,
-		r.DefinitionHash, r.ArgumentsHash, r.Decision, encodeNames(r.PolicyIDs), r.PolicyHash,
-		r.ApprovalID, r.RunID, r.Outcome, r.Latency.Microseconds(), []byte(r.Details), r.PrevHash, r.Hash)
+	b.Queue(insertAudit.pg, auditArgs(r)...)
 }
 
 // readCommit reads the result of a batch's COMMIT.
