@@ -18,20 +18,20 @@ import (
 // transaction), and through the public Store's audited compositions, whose
 // audit record fails to build after the domain write.
 
-// errInjected is the failure the tests inject.
-var errInjected = errors.New("injected fault")
+// errAtomicFault is the failure the tests inject.
+var errAtomicFault = errors.New("injected fault")
 
-// forEachEngine runs test on a fresh migrated store of each engine, as
+// atomicEngines runs test on a fresh migrated store of each engine, as
 // subtests named SQLite and PostgreSQL; the latter is skipped without
 // TEST_DATABASE_URL.
-func forEachEngine(t *testing.T, test func(t *testing.T, s Store, c *core)) {
+func atomicEngines(t *testing.T, test func(t *testing.T, s Store, c *core)) {
 	t.Run("SQLite", func(t *testing.T) {
-		s := openMigratedStore(t, filepath.Join(t.TempDir(), "usher.db"))
-		test(t, s, coreOf(t, s))
+		s := parityStore(t, filepath.Join(t.TempDir(), "usher.db"))
+		test(t, s, parityCore(t, s))
 	})
 	t.Run("PostgreSQL", func(t *testing.T) {
-		s := openMigratedStore(t, ownSchemaPostgresURL(t))
-		test(t, s, coreOf(t, s))
+		s := parityStore(t, ownSchemaPostgresURL(t))
+		test(t, s, parityCore(t, s))
 	})
 }
 
@@ -47,16 +47,16 @@ func atomicNote(ctx context.Context, x executor, owner, name string) error {
 	return nil
 }
 
-// noteAbsent fails the test unless the note owner/name does not exist.
-func noteAbsent(t *testing.T, s Store, owner, name string) {
+// atomicNoteAbsent fails the test unless the note owner/name does not exist.
+func atomicNoteAbsent(t *testing.T, s Store, owner, name string) {
 	t.Helper()
 	if n, err := s.GetNote(t.Context(), owner, name); !errors.Is(err, ErrNotFound) {
 		t.Errorf("note %s/%s after the failed transaction: %+v, %v; want ErrNotFound", owner, name, n, err)
 	}
 }
 
-// notePresent fails the test unless the note owner/name exists.
-func notePresent(t *testing.T, s Store, owner, name string) {
+// atomicNotePresent fails the test unless the note owner/name exists.
+func atomicNotePresent(t *testing.T, s Store, owner, name string) {
 	t.Helper()
 	if _, err := s.GetNote(t.Context(), owner, name); err != nil {
 		t.Errorf("note %s/%s: %v", owner, name, err)
@@ -66,7 +66,7 @@ func notePresent(t *testing.T, s Store, owner, name string) {
 // TestAtomicCoreRollback fails core.inTx's transaction after its first
 // write, in several ways: nothing of it is left, and the store works on.
 func TestAtomicCoreRollback(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, s Store, c *core) {
+	atomicEngines(t, func(t *testing.T, s Store, c *core) {
 		ctx := t.Context()
 		t.Run("commit", func(t *testing.T) {
 			// The control: the same transaction, not failed, writes both.
@@ -79,20 +79,20 @@ func TestAtomicCoreRollback(t *testing.T) {
 			if err != nil {
 				t.Fatalf("inTx: %v", err)
 			}
-			notePresent(t, s, "commit", "a")
-			notePresent(t, s, "commit", "b")
+			atomicNotePresent(t, s, "commit", "a")
+			atomicNotePresent(t, s, "commit", "b")
 		})
 		t.Run("error after a write", func(t *testing.T) {
 			err := c.inTx(ctx, func(tx executor) error {
 				if err := atomicNote(ctx, tx, "error", "a"); err != nil {
 					return err
 				}
-				return errInjected
+				return errAtomicFault
 			})
-			if !errors.Is(err, errInjected) {
+			if !errors.Is(err, errAtomicFault) {
 				t.Errorf("inTx = %v, want the function's error", err)
 			}
-			noteAbsent(t, s, "error", "a")
+			atomicNoteAbsent(t, s, "error", "a")
 		})
 		t.Run("failed second write", func(t *testing.T) {
 			// A NULL body violates notes.body's NOT NULL on both engines.
@@ -107,8 +107,8 @@ func TestAtomicCoreRollback(t *testing.T) {
 			if err == nil {
 				t.Error("inTx = nil after a statement that violates NOT NULL")
 			}
-			noteAbsent(t, s, "failed", "a")
-			noteAbsent(t, s, "failed", "b")
+			atomicNoteAbsent(t, s, "failed", "a")
+			atomicNoteAbsent(t, s, "failed", "b")
 		})
 		t.Run("cancelled between writes", func(t *testing.T) {
 			cctx, cancel := context.WithCancel(ctx)
@@ -123,8 +123,8 @@ func TestAtomicCoreRollback(t *testing.T) {
 			if err == nil {
 				t.Error("inTx = nil after its context was cancelled between its writes")
 			}
-			noteAbsent(t, s, "cancelled", "a")
-			noteAbsent(t, s, "cancelled", "b")
+			atomicNoteAbsent(t, s, "cancelled", "a")
+			atomicNoteAbsent(t, s, "cancelled", "b")
 		})
 		// The transactions above, failed, left the store usable.
 		if _, err := s.PutNote(ctx, Note{Owner: "after", Name: "a", Body: "b"}); err != nil {
@@ -138,9 +138,10 @@ var (
 	atomicBackendPID = postgresOnly(`SELECT pg_backend_pid()`)
 )
 
-// terminateIdleInTransaction terminates, from a connection of db other
-// than the transaction's, the backend pid, which must be idle in a
-// transaction on this database, and waits until it is gone.
+// terminateIdleInTransaction terminates, from another connection of c's
+// pool, the backend pid, which must be idle in a transaction on this
+// database (the transaction's statement has returned), and waits until it
+// is gone.
 func terminateIdleInTransaction(ctx context.Context, c *core, pid int) error {
 	var terminated bool
 	err := c.read.QueryRowContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
@@ -173,8 +174,8 @@ WHERE pid = $1 AND state = 'idle in transaction' AND datname = current_database(
 // before its commit: the transaction fails with an error, neither write is
 // left, and the pool replaces the dead connection.
 func TestAtomicPostgresTerminated(t *testing.T) {
-	s := openMigratedStore(t, ownSchemaPostgresURL(t))
-	c := coreOf(t, s)
+	s := parityStore(t, ownSchemaPostgresURL(t))
+	c := parityCore(t, s)
 	for _, beforeCommit := range []bool{false, true} {
 		name := "between writes"
 		if beforeCommit {
@@ -198,7 +199,7 @@ func TestAtomicPostgresTerminated(t *testing.T) {
 				}
 				if !beforeCommit {
 					if err := terminateIdleInTransaction(ctx, c, pid); err != nil {
-						return fmt.Errorf("%w: %w", errInjected, err)
+						return fmt.Errorf("%w: %w", errAtomicFault, err)
 					}
 				}
 				if err := atomicNote(ctx, tx, owner, "b"); err != nil {
@@ -206,12 +207,12 @@ func TestAtomicPostgresTerminated(t *testing.T) {
 				}
 				if beforeCommit {
 					if err := terminateIdleInTransaction(ctx, c, pid); err != nil {
-						return fmt.Errorf("%w: %w", errInjected, err)
+						return fmt.Errorf("%w: %w", errAtomicFault, err)
 					}
 				}
 				return nil
 			})
-			if errors.Is(err, errInjected) {
+			if errors.Is(err, errAtomicFault) {
 				t.Fatal(err)
 			}
 			if err == nil {
@@ -221,8 +222,8 @@ func TestAtomicPostgresTerminated(t *testing.T) {
 				t.Errorf("the transaction ran %d times, want 1", attempts)
 			}
 			t.Logf("inTx: %v", err)
-			noteAbsent(t, s, owner, "a")
-			noteAbsent(t, s, owner, "b")
+			atomicNoteAbsent(t, s, owner, "a")
+			atomicNoteAbsent(t, s, owner, "b")
 
 			// The pool recovers: more writes than it has connections, and
 			// a transaction, all succeed.
@@ -234,7 +235,7 @@ func TestAtomicPostgresTerminated(t *testing.T) {
 			if err := c.inTx(ctx, func(tx executor) error { return atomicNote(ctx, tx, owner, "c") }); err != nil {
 				t.Errorf("inTx after the terminated transaction: %v", err)
 			}
-			notePresent(t, s, owner, "c")
+			atomicNotePresent(t, s, owner, "c")
 		})
 	}
 }
@@ -251,18 +252,18 @@ func atomicAuditBuild(kind string) func(AuditHead) (AuditRecord, error) {
 	}
 }
 
-// failingBuild returns a build function that fails with errInjected and
+// atomicFailingBuild returns a build function that fails with errAtomicFault and
 // counts its calls: a call means the transaction reached the audit append,
 // after the composition's domain write.
-func failingBuild(calls *int) func(AuditHead) (AuditRecord, error) {
+func atomicFailingBuild(calls *int) func(AuditHead) (AuditRecord, error) {
 	return func(AuditHead) (AuditRecord, error) {
 		*calls++
-		return AuditRecord{}, errInjected
+		return AuditRecord{}, errAtomicFault
 	}
 }
 
-// auditCount returns how many records the audit log holds.
-func auditCount(t *testing.T, s Store) int {
+// atomicAuditCount returns how many records the audit log holds.
+func atomicAuditCount(t *testing.T, s Store) int {
 	t.Helper()
 	records, err := s.AuditRecords(t.Context(), 0, 1000)
 	if err != nil {
@@ -271,8 +272,8 @@ func auditCount(t *testing.T, s Store) int {
 	return len(records)
 }
 
-// approvalState is what a composition may change of an approval.
-func approvalState(t *testing.T, s Store, id string) string {
+// atomicApprovalState is what a composition may change of an approval.
+func atomicApprovalState(t *testing.T, s Store, id string) string {
 	t.Helper()
 	a, err := s.GetApproval(t.Context(), id)
 	if err != nil {
@@ -307,19 +308,19 @@ func newAtomicApproval(t *testing.T, s Store, id, tool string, status ApprovalSt
 // kept them out.
 func TestAtomicAudited(t *testing.T) {
 	t.Run("DecideApprovalAudited", func(t *testing.T) {
-		forEachEngine(t, func(t *testing.T, s Store, _ *core) {
+		atomicEngines(t, func(t *testing.T, s Store, _ *core) {
 			ctx := t.Context()
 			newAtomicApproval(t, s, "apr-decide", "notes_write", ApprovalPending)
-			before := approvalState(t, s, "apr-decide")
+			before := atomicApprovalState(t, s, "apr-decide")
 			calls := 0
-			_, err := s.DecideApprovalAudited(ctx, "apr-decide", ApprovalApproved, "bob", "fine", time.Now(), failingBuild(&calls))
-			if !errors.Is(err, errInjected) || calls == 0 {
+			_, err := s.DecideApprovalAudited(ctx, "apr-decide", ApprovalApproved, "bob", "fine", time.Now(), atomicFailingBuild(&calls))
+			if !errors.Is(err, errAtomicFault) || calls == 0 {
 				t.Fatalf("DecideApprovalAudited with a failing build = %v after %d builds; want the build's error", err, calls)
 			}
-			if after := approvalState(t, s, "apr-decide"); after != before {
+			if after := atomicApprovalState(t, s, "apr-decide"); after != before {
 				t.Errorf("the approval changed: %s, was %s", after, before)
 			}
-			if n := auditCount(t, s); n != 0 {
+			if n := atomicAuditCount(t, s); n != 0 {
 				t.Errorf("the audit log holds %d records, want none", n)
 			}
 
@@ -327,31 +328,31 @@ func TestAtomicAudited(t *testing.T) {
 			if err != nil || a.Status != ApprovalApproved {
 				t.Fatalf("DecideApprovalAudited = %s, %v; want approved", a.Status, err)
 			}
-			if n := auditCount(t, s); n != 1 {
+			if n := atomicAuditCount(t, s); n != 1 {
 				t.Errorf("the audit log holds %d records, want 1", n)
 			}
 		})
 	})
 
 	t.Run("ConsumeApprovalAudited", func(t *testing.T) {
-		forEachEngine(t, func(t *testing.T, s Store, _ *core) {
+		atomicEngines(t, func(t *testing.T, s Store, _ *core) {
 			ctx := t.Context()
 			b := newAtomicApproval(t, s, "apr-consume", "notes_write", ApprovalApproved)
-			before := approvalState(t, s, "apr-consume")
+			before := atomicApprovalState(t, s, "apr-consume")
 			e := Execution{IdempotencyKey: "exec-consume", Principal: b.Principal, Tool: b.Tool, ArgumentsHash: b.ArgumentsHash, ApprovalID: "apr-consume"}
 			calls := 0
 			ee := e
-			_, _, _, err := s.ConsumeApprovalAudited(ctx, "apr-consume", b, time.Now(), &ee, failingBuild(&calls))
-			if !errors.Is(err, errInjected) || calls == 0 {
+			_, _, _, err := s.ConsumeApprovalAudited(ctx, "apr-consume", b, time.Now(), &ee, atomicFailingBuild(&calls))
+			if !errors.Is(err, errAtomicFault) || calls == 0 {
 				t.Fatalf("ConsumeApprovalAudited with a failing build = %v after %d builds; want the build's error", err, calls)
 			}
-			if after := approvalState(t, s, "apr-consume"); after != before {
+			if after := atomicApprovalState(t, s, "apr-consume"); after != before {
 				t.Errorf("the approval changed: %s, was %s", after, before)
 			}
 			if x, err := s.GetExecution(ctx, e.IdempotencyKey); !errors.Is(err, ErrNotFound) {
 				t.Errorf("GetExecution = %+v, %v; want ErrNotFound", x, err)
 			}
-			if n := auditCount(t, s); n != 0 {
+			if n := atomicAuditCount(t, s); n != 0 {
 				t.Errorf("the audit log holds %d records, want none", n)
 			}
 
@@ -363,35 +364,35 @@ func TestAtomicAudited(t *testing.T) {
 			if _, err := s.GetExecution(ctx, e.IdempotencyKey); err != nil {
 				t.Errorf("GetExecution: %v", err)
 			}
-			if n := auditCount(t, s); n != 1 {
+			if n := atomicAuditCount(t, s); n != 1 {
 				t.Errorf("the audit log holds %d records, want 1", n)
 			}
 		})
 	})
 
 	t.Run("RevokeApprovalsAudited", func(t *testing.T) {
-		forEachEngine(t, func(t *testing.T, s Store, _ *core) {
+		atomicEngines(t, func(t *testing.T, s Store, _ *core) {
 			ctx := t.Context()
 			ids := []string{"apr-revoke-pending", "apr-revoke-approved"}
 			newAtomicApproval(t, s, ids[0], "changed_tool", ApprovalPending)
 			newAtomicApproval(t, s, ids[1], "changed_tool", ApprovalApproved)
 			var before []string
 			for _, id := range ids {
-				before = append(before, approvalState(t, s, id))
+				before = append(before, atomicApprovalState(t, s, id))
 			}
 			calls := 0
 			_, err := s.RevokeApprovalsAudited(ctx, "changed_tool", "new", time.Now(), func(int) func(AuditHead) (AuditRecord, error) {
-				return failingBuild(&calls)
+				return atomicFailingBuild(&calls)
 			})
-			if !errors.Is(err, errInjected) || calls == 0 {
+			if !errors.Is(err, errAtomicFault) || calls == 0 {
 				t.Fatalf("RevokeApprovalsAudited with a failing build = %v after %d builds; want the build's error", err, calls)
 			}
 			for i, id := range ids {
-				if after := approvalState(t, s, id); after != before[i] {
+				if after := atomicApprovalState(t, s, id); after != before[i] {
 					t.Errorf("approval %s changed: %s, was %s", id, after, before[i])
 				}
 			}
-			if n := auditCount(t, s); n != 0 {
+			if n := atomicAuditCount(t, s); n != 0 {
 				t.Errorf("the audit log holds %d records, want none", n)
 			}
 
@@ -401,14 +402,14 @@ func TestAtomicAudited(t *testing.T) {
 			if err != nil || n != 2 {
 				t.Fatalf("RevokeApprovalsAudited = %d, %v; want 2 revoked", n, err)
 			}
-			if n := auditCount(t, s); n != 1 {
+			if n := atomicAuditCount(t, s); n != 1 {
 				t.Errorf("the audit log holds %d records, want 1", n)
 			}
 		})
 	})
 
 	t.Run("MarkOutcomeUnknownAudited", func(t *testing.T) {
-		forEachEngine(t, func(t *testing.T, s Store, _ *core) {
+		atomicEngines(t, func(t *testing.T, s Store, _ *core) {
 			ctx := t.Context()
 			keys := []string{"exec-abandoned-1", "exec-abandoned-2"}
 			for _, k := range keys {
@@ -429,10 +430,10 @@ func TestAtomicAudited(t *testing.T) {
 					good++
 					return atomicAuditBuild("outcome_unknown")
 				}
-				return failingBuild(&bad)
+				return atomicFailingBuild(&bad)
 			}
 			_, err := s.MarkOutcomeUnknownAudited(ctx, time.Now().Add(-time.Minute), build)
-			if !errors.Is(err, errInjected) || good == 0 || bad == 0 {
+			if !errors.Is(err, errAtomicFault) || good == 0 || bad == 0 {
 				t.Fatalf("MarkOutcomeUnknownAudited with a failing build = %v after %d good and %d failed builds; want the build's error after a good one", err, good, bad)
 			}
 			for _, k := range keys {
@@ -440,7 +441,7 @@ func TestAtomicAudited(t *testing.T) {
 					t.Errorf("execution %s = %s, %v; want still started", k, e.Status, err)
 				}
 			}
-			if n := auditCount(t, s); n != 0 {
+			if n := atomicAuditCount(t, s); n != 0 {
 				t.Errorf("the audit log holds %d records, want none", n)
 			}
 
@@ -450,7 +451,7 @@ func TestAtomicAudited(t *testing.T) {
 			if err != nil || len(marked) != 2 {
 				t.Fatalf("MarkOutcomeUnknownAudited = %d marked, %v; want 2", len(marked), err)
 			}
-			if n := auditCount(t, s); n != 2 {
+			if n := atomicAuditCount(t, s); n != 2 {
 				t.Errorf("the audit log holds %d records, want 2", n)
 			}
 		})

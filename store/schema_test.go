@@ -23,7 +23,8 @@ import (
 // on both. It migrates a fresh database of each engine, reads back what
 // the migrations built from each engine's catalog, and compares:
 //
-//   - the tables, but for the migration table (goose's);
+//   - the tables, but for the migration tool's (usher_migrations, and
+//     goose's default goose_db_version);
 //   - each table's columns: the same names, a SQLite declared type that
 //     is the counterpart of the PostgreSQL type (pgToSQLiteType; any
 //     other type is a difference), the same nullability, and whether a
@@ -33,8 +34,8 @@ import (
 //     as a multiset of their definitions: primary or unique or neither,
 //     the key list in order (a column's name, or an expression's text,
 //     normalised; DESC marked), and the partial index's predicate,
-//     normalised (normalSQL). Names are not compared: the engines name
-//     the indexes behind constraints differently (runs_pkey against
+//     normalised (schemaNormalSQL). Names are not compared: the engines
+//     name the indexes behind constraints differently (runs_pkey against
 //     sqlite_autoindex_runs_1), and no statement names an index; what a
 //     statement relies on (ON CONFLICT's unique key, a plan's index) is
 //     its definition. A unique constraint and a unique index on the same
@@ -136,7 +137,7 @@ func (s dbSchema) table(name string) *dbTable {
 // each, in a stable order; none when they are the same logical schema.
 func diffSchemas(pg, lite dbSchema) []string {
 	var diffs []string
-	for _, name := range unionKeys(pg.tables, lite.tables) {
+	for _, name := range schemaUnionKeys(pg.tables, lite.tables) {
 		p, l := pg.tables[name], lite.tables[name]
 		switch {
 		case l == nil:
@@ -144,18 +145,18 @@ func diffSchemas(pg, lite dbSchema) []string {
 		case p == nil:
 			diffs = append(diffs, fmt.Sprintf("table %s exists only on SQLite", name))
 		default:
-			diffs = append(diffs, diffColumns(name, p.columns, l.columns)...)
-			diffs = append(diffs, diffDefinitions(name, "index", indexDefinitions(p.indexes), indexDefinitions(l.indexes))...)
-			diffs = append(diffs, diffDefinitions(name, "foreign key", p.foreignKeys, l.foreignKeys)...)
+			diffs = append(diffs, schemaDiffColumns(name, p.columns, l.columns)...)
+			diffs = append(diffs, schemaDiffDefinitions(name, "index", schemaIndexDefinitions(p.indexes), schemaIndexDefinitions(l.indexes))...)
+			diffs = append(diffs, schemaDiffDefinitions(name, "foreign key", p.foreignKeys, l.foreignKeys)...)
 		}
 	}
 	return diffs
 }
 
-// diffColumns compares the columns of table.
-func diffColumns(table string, pg, lite map[string]dbColumn) []string {
+// schemaDiffColumns compares the columns of table.
+func schemaDiffColumns(table string, pg, lite map[string]dbColumn) []string {
 	var diffs []string
-	for _, name := range unionKeys(pg, lite) {
+	for _, name := range schemaUnionKeys(pg, lite) {
 		p, inPG := pg[name]
 		l, inLite := lite[name]
 		switch {
@@ -181,9 +182,9 @@ func diffColumns(table string, pg, lite map[string]dbColumn) []string {
 	return diffs
 }
 
-// indexDefinitions returns each index's definition, with its name for the
+// schemaIndexDefinitions returns each index's definition, with its name for the
 // messages after a tab.
-func indexDefinitions(indexes []dbIndex) []string {
+func schemaIndexDefinitions(indexes []dbIndex) []string {
 	out := make([]string, len(indexes))
 	for i, x := range indexes {
 		out[i] = x.definition() + "\t" + x.name
@@ -191,12 +192,12 @@ func indexDefinitions(indexes []dbIndex) []string {
 	return out
 }
 
-// diffDefinitions compares two multisets of definitions of table's
+// schemaDiffDefinitions compares two multisets of definitions of table's
 // objects; what follows a tab in a definition names it for the message and
 // is not compared. An object pairs first with one of the same definition
 // and name on the other engine, then with one of the same definition, so
 // that of duplicates the one reported is the one without a namesake.
-func diffDefinitions(table, what string, pg, lite []string) []string {
+func schemaDiffDefinitions(table, what string, pg, lite []string) []string {
 	def := func(s string) string { d, _, _ := strings.Cut(s, "\t"); return d }
 	pg, lite = slices.Sorted(slices.Values(pg)), slices.Sorted(slices.Values(lite))
 	pair := func(same func(a, b string) bool) {
@@ -224,8 +225,8 @@ func diffDefinitions(table, what string, pg, lite []string) []string {
 	return diffs
 }
 
-// unionKeys returns the keys of a and b, sorted.
-func unionKeys[V any](a, b map[string]V) []string {
+// schemaUnionKeys returns the keys of a and b, sorted.
+func schemaUnionKeys[V any](a, b map[string]V) []string {
 	var keys []string
 	for k := range a {
 		keys = append(keys, k)
@@ -239,7 +240,7 @@ func unionKeys[V any](a, b map[string]V) []string {
 	return keys
 }
 
-// normalSQL normalises an expression or predicate so that PostgreSQL's
+// schemaNormalSQL normalises an expression or predicate so that PostgreSQL's
 // rendering of it (pg_get_expr, pg_get_indexdef) and the text the SQLite
 // migration wrote compare equal: outside quoted literals it lower-cases,
 // drops casts (::text), spells ~~ as LIKE and "= ANY (ARRAY[...])" as
@@ -247,7 +248,7 @@ func unionKeys[V any](a, b map[string]V) []string {
 // around every expression. Literals are kept as written. Dropping the
 // parentheses means that two predicates differing only in how they group
 // compare equal: a price of comparing text, not parse trees.
-func normalSQL(s string) string {
+func schemaNormalSQL(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -262,7 +263,7 @@ func normalSQL(s string) string {
 			b.WriteString(s[i : i+j+2])
 			i += j + 1
 		case c == ':' && i+1 < len(s) && s[i+1] == ':':
-			i = castEnd(s, i+2) - 1
+			i = schemaCastEnd(s, i+2) - 1
 		case c == '"':
 			// A quoted identifier: PostgreSQL quotes the names it must.
 		case 'A' <= c && c <= 'Z':
@@ -273,14 +274,14 @@ func normalSQL(s string) string {
 	}
 	out := b.String()
 	out = strings.ReplaceAll(out, "~~", " like ")
-	out = anyArray.ReplaceAllString(out, " in (${1})")
-	return outsideQuotes(out, func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '(' || c == ')' })
+	out = schemaAnyArray.ReplaceAllString(out, " in (${1})")
+	return schemaOutsideQuotes(out, func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '(' || c == ')' })
 }
 
-// castEnd returns where the type name of a cast that starts at i in s
+// schemaCastEnd returns where the type name of a cast that starts at i in s
 // ends: an identifier, array brackets, and the further words of
 // PostgreSQL's types of several words (timestamp with time zone).
-func castEnd(s string, i int) int {
+func schemaCastEnd(s string, i int) int {
 	for i < len(s) && isIdentByte(s[i]) {
 		i++
 	}
@@ -289,18 +290,18 @@ func castEnd(s string, i int) int {
 	}
 	for _, more := range []string{" with time zone", " without time zone", " varying", " precision"} {
 		if len(s)-i >= len(more) && strings.EqualFold(s[i:i+len(more)], more) {
-			return castEnd(s, i+len(more))
+			return schemaCastEnd(s, i+len(more))
 		}
 	}
 	return i
 }
 
-// anyArray matches PostgreSQL's rendering of "x IN (a, b)", lower-cased.
-var anyArray = regexp.MustCompile(`=\s*any\s*\(\s*array\[([^\]]*)\]\s*\)`)
+// schemaAnyArray matches PostgreSQL's rendering of "x IN (a, b)", lower-cased.
+var schemaAnyArray = regexp.MustCompile(`=\s*any\s*\(\s*array\[([^\]]*)\]\s*\)`)
 
-// outsideQuotes returns s without the bytes drop reports, outside quoted
+// schemaOutsideQuotes returns s without the bytes drop reports, outside quoted
 // literals.
-func outsideQuotes(s string, drop func(byte) bool) string {
+func schemaOutsideQuotes(s string, drop func(byte) bool) string {
 	var b strings.Builder
 	quoted := false
 	for i := 0; i < len(s); i++ {
@@ -356,7 +357,7 @@ WHERE c.contype = 'f' AND n.nspname = current_schema()`
 // postgresSchema reads the schema of current_schema() through q.
 func postgresSchema(ctx context.Context, q querier) (dbSchema, error) {
 	s := newDBSchema()
-	err := eachRow(ctx, q, pgSchemaTables, nil, func(r rowScanner) error {
+	err := schemaEachRow(ctx, q, pgSchemaTables, nil, func(r rowScanner) error {
 		var name string
 		if err := r.Scan(&name); err != nil {
 			return err
@@ -369,7 +370,7 @@ func postgresSchema(ctx context.Context, q querier) (dbSchema, error) {
 	if err != nil {
 		return s, err
 	}
-	err = eachRow(ctx, q, pgSchemaColumns, nil, func(r rowScanner) error {
+	err = schemaEachRow(ctx, q, pgSchemaColumns, nil, func(r rowScanner) error {
 		var table, name string
 		var c dbColumn
 		if err := r.Scan(&table, &name, &c.typ, &c.notNull, &c.hasDefault); err != nil {
@@ -383,7 +384,7 @@ func postgresSchema(ctx context.Context, q querier) (dbSchema, error) {
 	if err != nil {
 		return s, err
 	}
-	err = eachRow(ctx, q, pgSchemaIndexes, nil, func(r rowScanner) error {
+	err = schemaEachRow(ctx, q, pgSchemaIndexes, nil, func(r rowScanner) error {
 		var table, keys string
 		var x dbIndex
 		if err := r.Scan(&table, &x.name, &x.primary, &x.unique, &x.where, &keys); err != nil {
@@ -391,13 +392,13 @@ func postgresSchema(ctx context.Context, q querier) (dbSchema, error) {
 		}
 		for _, k := range strings.Split(keys, "\x1f") {
 			key, desc := strings.CutSuffix(k, " desc")
-			key = normalSQL(key)
+			key = schemaNormalSQL(key)
 			if desc {
 				key += " desc"
 			}
 			x.keys = append(x.keys, key)
 		}
-		x.where = normalSQL(x.where)
+		x.where = schemaNormalSQL(x.where)
 		if t := s.tables[table]; t != nil {
 			t.indexes = append(t.indexes, x)
 		}
@@ -406,7 +407,7 @@ func postgresSchema(ctx context.Context, q querier) (dbSchema, error) {
 	if err != nil {
 		return s, err
 	}
-	err = eachRow(ctx, q, pgSchemaForeignKeys, nil, func(r rowScanner) error {
+	err = schemaEachRow(ctx, q, pgSchemaForeignKeys, nil, func(r rowScanner) error {
 		var table, name, ref, onDelete, onUpdate, cols, refCols string
 		if err := r.Scan(&table, &name, &ref, &onDelete, &onUpdate, &cols, &refCols); err != nil {
 			return err
@@ -423,7 +424,7 @@ func postgresSchema(ctx context.Context, q querier) (dbSchema, error) {
 func sqliteSchema(ctx context.Context, q querier) (dbSchema, error) {
 	s := newDBSchema()
 	var tables []string
-	err := eachRow(ctx, q, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`, nil, func(r rowScanner) error {
+	err := schemaEachRow(ctx, q, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`, nil, func(r rowScanner) error {
 		var name string
 		if err := r.Scan(&name); err != nil {
 			return err
@@ -453,7 +454,7 @@ func sqliteTable(ctx context.Context, q querier, table string, t *dbTable) error
 		typ  string
 	}
 	var pk []pkCol
-	err := eachRow(ctx, q, `SELECT name, upper(type), "notnull", dflt_value IS NOT NULL, pk FROM pragma_table_info(?1)`, []any{table}, func(r rowScanner) error {
+	err := schemaEachRow(ctx, q, `SELECT name, upper(type), "notnull", dflt_value IS NOT NULL, pk FROM pragma_table_info(?1)`, []any{table}, func(r rowScanner) error {
 		var name string
 		var c dbColumn
 		var pos int
@@ -494,7 +495,7 @@ func sqliteTable(ctx context.Context, q querier, table string, t *dbTable) error
 		sql             string
 	}
 	var indexes []listed
-	err = eachRow(ctx, q, `SELECT l.name, l."unique", l.partial, l.origin, coalesce(m.sql, '')
+	err = schemaEachRow(ctx, q, `SELECT l.name, l."unique", l.partial, l.origin, coalesce(m.sql, '')
 FROM pragma_index_list(?1) l LEFT JOIN sqlite_master m ON m.type = 'index' AND m.name = l.name`, []any{table}, func(r rowScanner) error {
 		var x listed
 		if err := r.Scan(&x.name, &x.unique, &x.partial, &x.origin, &x.sql); err != nil {
@@ -517,12 +518,12 @@ FROM pragma_index_list(?1) l LEFT JOIN sqlite_master m ON m.type = 'index' AND m
 			if err != nil {
 				return fmt.Errorf("index %s: %w", l.name, err)
 			}
-			x.where = normalSQL(x.where)
+			x.where = schemaNormalSQL(x.where)
 		}
 		if l.partial != (x.where != "") {
 			return fmt.Errorf("index %s: the pragma says partial %v, its SQL %q", l.name, l.partial, l.sql)
 		}
-		err := eachRow(ctx, q, `SELECT seqno, cid, coalesce(name, ''), "desc" FROM pragma_index_xinfo(?1) WHERE key ORDER BY seqno`, []any{l.name}, func(r rowScanner) error {
+		err := schemaEachRow(ctx, q, `SELECT seqno, cid, coalesce(name, ''), "desc" FROM pragma_index_xinfo(?1) WHERE key ORDER BY seqno`, []any{l.name}, func(r rowScanner) error {
 			var seq, cid int
 			var name string
 			var desc bool
@@ -536,7 +537,7 @@ FROM pragma_index_list(?1) l LEFT JOIN sqlite_master m ON m.type = 'index' AND m
 				}
 				key = exprs[seq]
 			}
-			key = normalSQL(key)
+			key = schemaNormalSQL(key)
 			if desc {
 				key += " desc"
 			}
@@ -556,7 +557,7 @@ FROM pragma_index_list(?1) l LEFT JOIN sqlite_master m ON m.type = 'index' AND m
 		onDelete      string
 	}
 	var fks []fkCol
-	err = eachRow(ctx, q, `SELECT id, seq, "table", "from", coalesce("to", ''), on_update, on_delete FROM pragma_foreign_key_list(?1) ORDER BY id, seq`, []any{table}, func(r rowScanner) error {
+	err = schemaEachRow(ctx, q, `SELECT id, seq, "table", "from", coalesce("to", ''), on_update, on_delete FROM pragma_foreign_key_list(?1) ORDER BY id, seq`, []any{table}, func(r rowScanner) error {
 		var c fkCol
 		if err := r.Scan(&c.id, &c.seq, &c.ref, &c.from, &c.to, &c.onUpdate, &c.onDelete); err != nil {
 			return err
@@ -600,7 +601,7 @@ func splitCreateIndex(q string) (keys []string, where string, err error) {
 		case ')':
 			depth--
 			if depth == 0 {
-				keys = append(keys, cutOrder(q[start:i]))
+				keys = append(keys, schemaCutOrder(q[start:i]))
 				rest := strings.TrimSpace(q[i+1:])
 				if len(rest) >= 5 && strings.EqualFold(rest[:5], "where") {
 					where = strings.TrimSpace(rest[5:])
@@ -611,7 +612,7 @@ func splitCreateIndex(q string) (keys []string, where string, err error) {
 			}
 		case ',':
 			if depth == 1 {
-				keys = append(keys, cutOrder(q[start:i]))
+				keys = append(keys, schemaCutOrder(q[start:i]))
 				start = i + 1
 			}
 		}
@@ -619,8 +620,8 @@ func splitCreateIndex(q string) (keys []string, where string, err error) {
 	return nil, "", fmt.Errorf("unbalanced key list in %q", q)
 }
 
-// cutOrder trims a key and cuts its ASC or DESC, which the pragma reports.
-func cutOrder(key string) string {
+// schemaCutOrder trims a key and cuts its ASC or DESC, which the pragma reports.
+func schemaCutOrder(key string) string {
 	key = strings.TrimSpace(key)
 	for _, suffix := range []string{" ASC", " DESC", " asc", " desc"} {
 		if k, ok := strings.CutSuffix(key, suffix); ok {
@@ -630,8 +631,8 @@ func cutOrder(key string) string {
 	return key
 }
 
-// eachRow runs query on q and calls fn for each row.
-func eachRow(ctx context.Context, q querier, query string, args []any, fn func(rowScanner) error) error {
+// schemaEachRow runs query on q and calls fn for each row.
+func schemaEachRow(ctx context.Context, q querier, query string, args []any, fn func(rowScanner) error) error {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
@@ -689,9 +690,9 @@ func ownSchemaPostgresURL(t testing.TB) string {
 	return u.String()
 }
 
-// openMigratedStore opens dsn with store.Open, migrates it and closes it
+// parityStore opens dsn with store.Open, migrates it and closes it
 // when the test ends.
-func openMigratedStore(t testing.TB, dsn string) Store {
+func parityStore(t testing.TB, dsn string) Store {
 	t.Helper()
 	s, err := Open(t.Context(), dsn, nil)
 	if err != nil {
@@ -708,8 +709,8 @@ func openMigratedStore(t testing.TB, dsn string) Store {
 	return s
 }
 
-// coreOf returns the engine-neutral half of a store Open returned.
-func coreOf(t testing.TB, s Store) *core {
+// parityCore returns the engine-neutral half of a store Open returned.
+func parityCore(t testing.TB, s Store) *core {
 	t.Helper()
 	switch s := s.(type) {
 	case *postgresStore:
@@ -759,8 +760,8 @@ func TestSchemaMigrationFiles(t *testing.T) {
 // difference a migration applied to one engine only would make.
 func TestSchemaParity(t *testing.T) {
 	ctx := t.Context()
-	pgCore := coreOf(t, openMigratedStore(t, ownSchemaPostgresURL(t)))
-	liteCore := coreOf(t, openMigratedStore(t, filepath.Join(t.TempDir(), "usher.db")))
+	pgCore := parityCore(t, parityStore(t, ownSchemaPostgresURL(t)))
+	liteCore := parityCore(t, parityStore(t, filepath.Join(t.TempDir(), "usher.db")))
 	pg, err := postgresSchema(ctx, pgCore.write)
 	if err != nil {
 		t.Fatalf("read PostgreSQL's schema: %v", err)
@@ -947,8 +948,8 @@ func TestSchemaNormalSQL(t *testing.T) {
 		{`"order"`, `order`},
 	}
 	for _, tt := range same {
-		if p, l := normalSQL(tt.pg), normalSQL(tt.lite); p != l {
-			t.Errorf("normalSQL(%q) = %q, normalSQL(%q) = %q; want them equal", tt.pg, p, tt.lite, l)
+		if p, l := schemaNormalSQL(tt.pg), schemaNormalSQL(tt.lite); p != l {
+			t.Errorf("schemaNormalSQL(%q) = %q, schemaNormalSQL(%q) = %q; want them equal", tt.pg, p, tt.lite, l)
 		}
 	}
 	differ := []struct{ a, b string }{
@@ -958,8 +959,8 @@ func TestSchemaNormalSQL(t *testing.T) {
 		{`status IN ('pending')`, `status IN ('pending', 'approved')`},
 	}
 	for _, tt := range differ {
-		if a, b := normalSQL(tt.a), normalSQL(tt.b); a == b {
-			t.Errorf("normalSQL(%q) = normalSQL(%q) = %q; want them to differ", tt.a, tt.b, a)
+		if a, b := schemaNormalSQL(tt.a), schemaNormalSQL(tt.b); a == b {
+			t.Errorf("schemaNormalSQL(%q) = schemaNormalSQL(%q) = %q; want them to differ", tt.a, tt.b, a)
 		}
 	}
 }
