@@ -93,6 +93,11 @@ func prepareEvents(events []NewEvent) ([]preparedEvent, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Neither engine stores text that is not UTF-8 (PostgreSQL
+		// refuses it; the batch's JSON would replace it on SQLite).
+		if err := invalid(checkText("event type", e.Type), checkText("event payload", string(p))); err != nil {
+			return nil, err
+		}
 		if e.StartsTurn < 0 || (e.StartsTurn > 0 && e.EndsTurn) {
 			return nil, invalid(fmt.Errorf("event %s: StartsTurn %d with EndsTurn %t", e.Type, e.StartsTurn, e.EndsTurn))
 		}
@@ -147,24 +152,6 @@ func planAppend(events []preparedEvent) appendPlan {
 		}
 	}
 	return p
-}
-
-// types and payloads list the events' types and payloads, in order, for
-// the engines that insert a batch from arrays.
-func (p appendPlan) types() []string {
-	out := make([]string, len(p.events))
-	for i, e := range p.events {
-		out[i] = e.Type
-	}
-	return out
-}
-
-func (p appendPlan) payloads() []string {
-	out := make([]string, len(p.events))
-	for i, e := range p.events {
-		out[i] = string(e.Payload)
-	}
-	return out
 }
 
 // appended returns the events of p as appended at createdAt to the run
