@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -22,8 +21,9 @@ import (
 // over, while it holds the row's lock: concurrent appends queue behind each
 // other and leave no gap. PostgreSQL does both in one statement, the INSERT
 // a data-modifying CTE over the UPDATE (see advancing), so that each write
-// of a turn costs one round trip; SQLite, whose CTEs cannot modify, runs
-// the UPDATE and then insertBatch in its write transaction.
+// of a turn is one statement, without a transaction of its own (writeOne);
+// SQLite, whose CTEs cannot modify, runs the UPDATE and then insertBatch
+// in its write transaction.
 
 // The parameters of a statement built with advancing: $1 the run, $2 the
 // time, $3 the number of events, $4 of them messages, $5 to $8 the rest of
@@ -51,9 +51,9 @@ const (
 
 // advancing builds the statement of a write that advances a run's row for
 // a batch of events: update is an UPDATE of runs, without RETURNING, over
-// the parameters above; with names more data-modifying CTEs over the
-// advanced row adv, which PostgreSQL runs in the same statement (SQLite's
-// caller runs their equivalents after it). The statement returns the run
+// the parameters above; with holds further data-modifying CTEs over the
+// advanced row adv, which PostgreSQL runs in the same statement (on SQLite
+// the caller runs their equivalents, sqliteFollowUp statements, after it). The statement returns the run
 // as it is after the write, or no row when update's condition held none.
 func advancing(update string, with ...string) stmt {
 	pg := `
@@ -646,16 +646,4 @@ func (c *core) ListMessages(ctx context.Context, runID string, q MessageQuery) (
 		}
 	}
 	return events, nil
-}
-
-// batch encodes the plan's events for advancing's $9 and insertBatch: a
-// JSON array of [type, payload] pairs of strings, so that SQLite stores
-// each payload's text as it was given.
-func (p appendPlan) batch() (string, error) {
-	pairs := make([][2]string, len(p.events))
-	for i, e := range p.events {
-		pairs[i] = [2]string{e.Type, string(e.Payload)}
-	}
-	b, err := json.Marshal(pairs)
-	return string(b), err
 }

@@ -166,6 +166,18 @@ func (p appendPlan) appended(runID string, lastSeq int64, createdAt time.Time) [
 	return out
 }
 
+// batch encodes the plan's events for advancing's $9 and insertBatch: a
+// JSON array of [type, payload] pairs of strings, so that SQLite stores
+// each payload's text as it was given.
+func (p appendPlan) batch() (string, error) {
+	pairs := make([][2]string, len(p.events))
+	for i, e := range p.events {
+		pairs[i] = [2]string{e.Type, string(e.Payload)}
+	}
+	b, err := json.Marshal(pairs)
+	return string(b), err
+}
+
 // Release is how EndLease leaves a run.
 type Release struct {
 	// Status is what the run goes to: InProgress (or empty), which keeps
