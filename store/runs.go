@@ -93,6 +93,11 @@ func prepareEvents(events []NewEvent) ([]preparedEvent, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Neither engine stores text that is not UTF-8 (PostgreSQL
+		// refuses it; the batch's JSON would replace it on SQLite).
+		if err := invalid(checkText("event type", e.Type), checkText("event payload", string(p))); err != nil {
+			return nil, err
+		}
 		if e.StartsTurn < 0 || (e.StartsTurn > 0 && e.EndsTurn) {
 			return nil, invalid(fmt.Errorf("event %s: StartsTurn %d with EndsTurn %t", e.Type, e.StartsTurn, e.EndsTurn))
 		}
@@ -149,24 +154,6 @@ func planAppend(events []preparedEvent) appendPlan {
 	return p
 }
 
-// types and payloads list the events' types and payloads, in order, for
-// the engines that insert a batch from arrays.
-func (p appendPlan) types() []string {
-	out := make([]string, len(p.events))
-	for i, e := range p.events {
-		out[i] = e.Type
-	}
-	return out
-}
-
-func (p appendPlan) payloads() []string {
-	out := make([]string, len(p.events))
-	for i, e := range p.events {
-		out[i] = string(e.Payload)
-	}
-	return out
-}
-
 // appended returns the events of p as appended at createdAt to the run
 // whose sequence is now lastSeq: they hold the last len(p.events)
 // sequences.
@@ -177,6 +164,18 @@ func (p appendPlan) appended(runID string, lastSeq int64, createdAt time.Time) [
 		out[i] = Event{RunID: runID, Seq: first + int64(i), Type: e.Type, Payload: e.Payload, CreatedAt: createdAt}
 	}
 	return out
+}
+
+// batch encodes the plan's events for advancing's $9 and insertBatch: a
+// JSON array of [type, payload] pairs of strings, so that SQLite stores
+// each payload's text as it was given.
+func (p appendPlan) batch() (string, error) {
+	pairs := make([][2]string, len(p.events))
+	for i, e := range p.events {
+		pairs[i] = [2]string{e.Type, string(e.Payload)}
+	}
+	b, err := json.Marshal(pairs)
+	return string(b), err
 }
 
 // Release is how EndLease leaves a run.

@@ -1,0 +1,649 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// The assistant runtime's queue, written once for both engines. The runs
+// table is the queue: a claim is one UPDATE over rows picked FOR UPDATE
+// SKIP LOCKED (on SQLite the write transaction's lock excludes every other
+// claimer), and every write of a lease's holder is conditioned on the
+// fencing token its claim set, in the statement's WHERE clause.
+//
+// A write that appends events advances the run's row (its sequence, its
+// summary, its turn) and inserts the events at the sequences it advanced
+// over, while it holds the row's lock: concurrent appends queue behind each
+// other and leave no gap. PostgreSQL does both in one statement, the INSERT
+// a data-modifying CTE over the UPDATE (see advancing), so that each write
+// of a turn is one statement, without a transaction of its own (writeOne);
+// SQLite, whose CTEs cannot modify, runs the UPDATE and then insertBatch
+// in its write transaction.
+
+// The parameters of a statement built with advancing: $1 the run, $2 the
+// time, $3 the number of events, $4 of them messages, $5 to $8 the rest of
+// the appendPlan (preview, turn, handled, handledSeq), $9 the batch (see
+// appendPlan.batch). A statement's own parameters follow from $10.
+const (
+	// runTurnAfter and runHandledAfter are the run's open turn and handled
+	// message once runAdvance has run, as expressions of the row before.
+	runTurnAfter    = `CASE WHEN $6::bigint < 0 THEN turn_seq ELSE $6::bigint END`
+	runHandledAfter = `CASE $7::integer WHEN 1 THEN turn_seq WHEN 2 THEN $8::bigint ELSE handled_seq END`
+
+	// runAdvance is the SET list that advances a run for the batch.
+	runAdvance = `last_seq = last_seq + $3::integer,
+	last_activity_at = CASE WHEN $3::integer > 0 THEN $2::timestamptz ELSE last_activity_at END,
+	message_count = message_count + $4::integer,
+	preview = CASE WHEN $5::text = '' THEN preview ELSE $5::text END,
+	turn_seq = ` + runTurnAfter + `,
+	handled_seq = ` + runHandledAfter
+
+	// runUnanswered: the run row has a user message after its HandledSeq.
+	// (The LIKE lets the planner use the messages' partial index.)
+	runUnanswered = `EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = runs.id
+	AND e.type LIKE 'message.%' AND e.type = 'message.user' AND e.seq > runs.handled_seq)`
+)
+
+// advancing builds the statement of a write that advances a run's row for
+// a batch of events: update is an UPDATE of runs, without RETURNING, over
+// the parameters above; with holds further data-modifying CTEs over the
+// advanced row adv, which PostgreSQL runs in the same statement (on SQLite
+// the caller runs their equivalents, sqliteFollowUp statements, after it). The statement returns the run
+// as it is after the write, or no row when update's condition held none.
+func advancing(update string, with ...string) stmt {
+	pg := `
+WITH adv AS (` + update + `
+	RETURNING *),
+ins AS (
+	INSERT INTO run_events (` + eventColumns + `)
+	SELECT adv.id, adv.last_seq - $3::integer + e.i, e.v ->> 0, (e.v ->> 1)::jsonb, $2::timestamptz
+	FROM adv CROSS JOIN json_array_elements($9::json) WITH ORDINALITY AS e(v, i))`
+	for _, w := range with {
+		pg += `,
+` + w
+	}
+	pg += `
+SELECT ` + runColumns + ` FROM adv`
+	return perEngine(pg, update+`
+RETURNING `+runColumns)
+}
+
+// sqliteFollowUp names a statement that only SQLite runs, after a
+// statement built with advancing: PostgreSQL did the same in that
+// statement's CTEs. Executing it on PostgreSQL does nothing.
+func sqliteFollowUp(q string) stmt { return stmt{lite: sqliteDialect(q)} }
+
+var (
+	// appendRun appends a batch to a run whose row the transaction has
+	// locked, or is about to.
+	appendRun = advancing(`UPDATE runs SET ` + runAdvance + `, updated_at = $2::timestamptz
+	WHERE id = $1`)
+
+	// postMessage appends a user message to a run that is neither deleted
+	// nor terminal and queues it for a turn (waking it when Idle), unless
+	// the run holds a message posted with the idempotency key $10; it
+	// records the key (unless empty). Concurrent posts with one key on
+	// PostgreSQL each pass the key check; the key's primary key refuses
+	// all but the first.
+	postMessage = advancing(`UPDATE runs SET `+runAdvance+`, updated_at = $2::timestamptz,
+		status = CASE WHEN status = 'Idle' THEN 'InProgress' ELSE status END,
+		queued_at = coalesce(queued_at, $2::timestamptz)
+	WHERE id = $1 AND deleted_at IS NULL AND status NOT IN ('Completed', 'Failed', 'Cancelled')
+	  AND NOT EXISTS (SELECT 1 FROM run_message_keys WHERE run_id = $1 AND idempotency_key = $10::text)`,
+		`keyed AS (
+	INSERT INTO run_message_keys (run_id, idempotency_key, seq, created_at)
+	SELECT id, $10::text, last_seq, $2::timestamptz FROM adv WHERE $10::text <> '')`)
+
+	// appendLeased is every write of a lease's holder, fenced by the lease
+	// ($10 owner, $11 fencing token): it appends a batch (possibly empty)
+	// and, with $12, ends the lease, moving the run to the status $13 and,
+	// with $14 or when the run is left InProgress with work (an open turn,
+	// or a user message after the one it handled), queueing it. $15, when
+	// not NULL, is the retry's not-before time, which counts a failure; a
+	// release without resets the count.
+	appendLeased = advancing(`UPDATE runs SET ` + runAdvance + `,
+		updated_at = CASE WHEN $3::integer > 0 OR ($12::boolean AND status <> $13::text)
+			THEN $2::timestamptz ELSE updated_at END,
+		lease_owner = CASE WHEN $12::boolean THEN NULL ELSE lease_owner END,
+		lease_expires_at = CASE WHEN $12::boolean THEN NULL ELSE lease_expires_at END,
+		status = CASE WHEN $12::boolean THEN $13::text ELSE status END,
+		queued_at = CASE WHEN $14::boolean OR ($12::boolean AND $13::text = 'InProgress'
+				AND (` + runTurnAfter + ` <> 0 OR EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = runs.id
+					AND e.type LIKE 'message.%' AND e.type = 'message.user' AND e.seq > ` + runHandledAfter + `)))
+			THEN coalesce(queued_at, $2::timestamptz) ELSE queued_at END,
+		failures = CASE WHEN NOT $12::boolean THEN failures WHEN $15::timestamptz IS NULL THEN 0 ELSE failures + 1 END,
+		not_before = CASE WHEN $12::boolean THEN $15::timestamptz ELSE not_before END
+	WHERE id = $1 AND lease_owner = $10::text AND fencing_token = $11::bigint`)
+
+	// insertBatch inserts on SQLite the batch $4 of events of the run $1
+	// from the sequence $2 on, at $3.
+	insertBatch = sqliteFollowUp(`
+INSERT INTO run_events (` + eventColumns + `)
+SELECT $1, $2 + e.key, e.value ->> 0, e.value ->> 1, $3 FROM json_each($4) AS e`)
+
+	// insertMessageKey records on SQLite the idempotency key $2 of the
+	// message $3 of the run $1, at $4.
+	insertMessageKey = sqliteFollowUp(`
+INSERT INTO run_message_keys (run_id, idempotency_key, seq, created_at) VALUES ($1, $2, $3, $4)`)
+
+	// lockOwnerRuns serialises the creations of one owner's runs, so that
+	// counting the active runs and inserting one is atomic across
+	// processes. SQLite's write transaction does that.
+	lockOwnerRuns = postgresOnly(`SELECT pg_advisory_xact_lock(hashtextextended('usher.runs.owner.' || $1, 0))`)
+
+	runByIdempotencyKey = sql1(`SELECT ` + runColumns + ` FROM runs WHERE owner = $1 AND idempotency_key = $2`)
+
+	// openRun inserts the run $1 unless its owner $2 has $8 active runs or
+	// more (then no row): the count and the insert are one statement,
+	// under lockOwnerRuns.
+	openRun = sql1(`
+INSERT INTO runs (id, owner, title, status, idempotency_key, queued_at,
+	created_at, updated_at, last_activity_at)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::timestamptz, $7::timestamptz, $7::timestamptz, $7::timestamptz
+WHERE (SELECT count(*) FROM runs
+	WHERE owner = $2::text AND status IN ('InProgress', 'AwaitingApproval') AND deleted_at IS NULL) < $8::bigint
+RETURNING ` + runColumns)
+
+	// queueRun reads a run; lockQueueRun takes its row lock too, for a
+	// write that depends on its state.
+	queueRun     = sql1(`SELECT ` + runColumns + ` FROM runs WHERE id = $1`)
+	lockQueueRun = sql1(`SELECT ` + runColumns + ` FROM runs WHERE id = $1 FOR UPDATE`)
+
+	queueRunExists = sql1(`SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1)`)
+	// liveRunExists: the run exists and is not deleted.
+	liveRunExists = sql1(`SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1 AND deleted_at IS NULL)`)
+
+	messageByKey = sql1(`
+SELECT ` + eventColumns + ` FROM run_events
+WHERE run_id = $1 AND seq = (SELECT seq FROM run_message_keys WHERE run_id = $1 AND idempotency_key = $2)`)
+
+	// claimRuns leases runs, in one statement: the subquery locks the
+	// claimable rows that no concurrent claim holds, and skips the others.
+	claimRuns = sql1(`
+UPDATE runs SET lease_owner = $1, lease_expires_at = $2, fencing_token = fencing_token + 1,
+	queued_at = NULL, not_before = NULL
+WHERE id IN (
+	SELECT id FROM runs
+	WHERE status = 'InProgress' AND deleted_at IS NULL
+	  AND ((queued_at IS NOT NULL AND lease_owner IS NULL AND (not_before IS NULL OR not_before <= $3))
+	    OR lease_expires_at < $3)
+	ORDER BY coalesce(queued_at, lease_expires_at)
+	LIMIT $4
+	FOR UPDATE SKIP LOCKED)
+RETURNING ` + runColumns)
+
+	// nextClaim finds the earliest lease expiry of an InProgress run, and
+	// the earliest time a queued, unleased one may be claimed.
+	nextClaim = sql1(`
+SELECT
+	(SELECT min(lease_expires_at) FROM runs
+	 WHERE lease_expires_at IS NOT NULL AND status = 'InProgress' AND deleted_at IS NULL),
+	(SELECT min(coalesce(not_before, queued_at)) FROM runs
+	 WHERE queued_at IS NOT NULL AND lease_owner IS NULL AND status = 'InProgress' AND deleted_at IS NULL)`)
+
+	renewLease = sql1(`
+UPDATE runs SET lease_expires_at = $4
+WHERE id = $1 AND lease_owner = $2 AND fencing_token = $3
+RETURNING lease_expires_at`)
+
+	requeueRun = sql1(`
+UPDATE runs SET status = 'InProgress', queued_at = coalesce(queued_at, $2),
+	updated_at = CASE WHEN status = 'InProgress' THEN updated_at ELSE $2 END
+WHERE id = $1 AND status IN ('InProgress', 'AwaitingApproval') AND deleted_at IS NULL
+RETURNING ` + runColumns)
+
+	// closeRun ends the run with the status $2 at $3, deleting it at $4
+	// unless NULL, and revokes its lease.
+	closeRun = sql1(`
+UPDATE runs SET status = $2, completed_at = $3, updated_at = $3, deleted_at = $4,
+	lease_owner = NULL, lease_expires_at = NULL, queued_at = NULL, fencing_token = fencing_token + 1
+WHERE id = $1
+RETURNING ` + runColumns)
+
+	deleteClosedRun = sql1(`UPDATE runs SET deleted_at = $2 WHERE id = $1`)
+
+	parkIdleRuns = sql1(`
+UPDATE runs SET status = 'Idle', updated_at = $2
+WHERE status = 'InProgress' AND deleted_at IS NULL AND lease_owner IS NULL
+  AND queued_at IS NULL AND turn_seq = 0 AND last_activity_at < $1
+  AND NOT ` + runUnanswered + `
+RETURNING ` + runColumns)
+
+	runsToResume = sql1(`
+SELECT ` + runColumns + ` FROM runs
+WHERE deleted_at IS NULL AND (
+	(status = 'AwaitingApproval'
+	  AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.id AND a.status = 'pending'))
+	OR (status = 'InProgress' AND lease_owner IS NULL AND queued_at IS NULL
+	  AND (turn_seq <> 0 OR ` + runUnanswered + `)))
+ORDER BY updated_at
+LIMIT $1`)
+
+	firstMessages = sql1(`
+SELECT ` + eventColumns + ` FROM run_events
+WHERE run_id = $1 AND type LIKE 'message.%' AND seq > $2 AND seq < $3
+ORDER BY seq
+LIMIT $4`)
+
+	lastMessages = sql1(`
+SELECT ` + eventColumns + ` FROM run_events
+WHERE run_id = $1 AND type LIKE 'message.%' AND seq > $2 AND seq < $3
+ORDER BY seq DESC
+LIMIT $4`)
+)
+
+// advanceRun runs w, a statement built with advancing, for the plan p at
+// now, with w's own arguments more; on SQLite it then inserts the events.
+// It returns the events appended and the run after, and queues the
+// events' notifications; sql.ErrNoRows when w's condition held no row.
+func advanceRun(ctx context.Context, x executor, w stmt, runID string, now time.Time, p appendPlan, more ...any) ([]Event, Run, error) {
+	batch, err := p.batch()
+	if err != nil {
+		return nil, Run{}, err
+	}
+	args := append([]any{runID, now, len(p.events), p.messages, p.preview, p.turn, p.handled, p.handledSeq, batch}, more...)
+	r, err := scanRun(x.row(ctx, w, args...))
+	if err != nil {
+		return nil, Run{}, err
+	}
+	events := p.appended(runID, r.LastSeq, now)
+	if len(events) > 0 {
+		if _, err := x.exec(ctx, insertBatch, runID, events[0].Seq, now, batch); err != nil {
+			return nil, Run{}, err
+		}
+	}
+	for _, e := range events {
+		x.notify(Notification{Kind: NotifyEvent, RunID: runID, Owner: r.Owner, Seq: e.Seq})
+	}
+	return events, r, nil
+}
+
+func (c *core) OpenRun(ctx context.Context, r Run, maxActive int, first *NewEvent) (Run, bool, error) {
+	r.Status = RunInProgress
+	if err := checkNewRun(r); err != nil {
+		return Run{}, false, err
+	}
+	var firsts []preparedEvent
+	if first != nil {
+		var err error
+		if firsts, err = prepareEvents([]NewEvent{*first}); err != nil {
+			return Run{}, false, err
+		}
+	}
+	var out Run
+	var created bool
+	err := c.inTx(ctx, func(tx executor) error {
+		created = false
+		if _, err := tx.exec(ctx, lockOwnerRuns, r.Owner); err != nil {
+			return err
+		}
+		if r.IdempotencyKey != "" {
+			existing, err := scanRun(tx.row(ctx, runByIdempotencyKey, r.Owner, r.IdempotencyKey))
+			if err == nil {
+				out = existing
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		now := storedTime(c.now())
+		var queuedAt any
+		if first != nil {
+			queuedAt = now
+		}
+		run, err := scanRun(tx.row(ctx, openRun,
+			r.ID, r.Owner, r.Title, string(r.Status), nullString(r.IdempotencyKey), queuedAt, now, maxActive))
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrLimit
+		}
+		if err != nil {
+			return err
+		}
+		if first != nil {
+			if _, run, err = advanceRun(ctx, tx, appendRun, r.ID, now, planAppend(firsts)); err != nil {
+				return err
+			}
+			tx.wake()
+		}
+		tx.notifyRuns(run)
+		out, created = run, true
+		return nil
+	})
+	if err != nil {
+		return Run{}, false, c.fail(err)
+	}
+	return out, created, nil
+}
+
+func (c *core) PostMessage(ctx context.Context, runID string, e NewEvent) (Event, Run, error) {
+	ev, r, _, err := c.PostMessageOnce(ctx, runID, e, "")
+	return ev, r, err
+}
+
+func (c *core) PostMessageOnce(ctx context.Context, runID string, e NewEvent, key string) (Event, Run, bool, error) {
+	events, err := prepareEvents([]NewEvent{e})
+	if err != nil {
+		return Event{}, Run{}, false, err
+	}
+	p := planAppend(events)
+	// On PostgreSQL a concurrent post with the same key that committed
+	// first makes this one fail on the key; the second attempt finds its
+	// message.
+	for attempt := 0; ; attempt++ {
+		var ev Event
+		var out Run
+		var created bool
+		err := c.writeOne(ctx, func(x executor) error {
+			now := storedTime(c.now())
+			appended, r, err := advanceRun(ctx, x, postMessage, runID, now, p, key)
+			if errors.Is(err, sql.ErrNoRows) {
+				ev, out, err = postedOrRefused(ctx, x, runID, key)
+				return err
+			}
+			if err != nil {
+				return err
+			}
+			if key != "" {
+				if _, err := x.exec(ctx, insertMessageKey, runID, key, appended[0].Seq, now); err != nil {
+					return err
+				}
+			}
+			x.wake()
+			ev, out, created = appended[0], r, true
+			return nil
+		})
+		if err == nil {
+			return ev, out, created, nil
+		}
+		if err = c.fail(err); key == "" || attempt > 0 || !errors.Is(err, ErrConflict) {
+			return Event{}, Run{}, false, err
+		}
+	}
+}
+
+// postedOrRefused explains why a post wrote nothing: its key names a
+// message already stored (returned), or the run is missing, deleted or
+// closed.
+func postedOrRefused(ctx context.Context, x executor, runID, key string) (Event, Run, error) {
+	r, err := scanRun(x.row(ctx, queueRun, runID))
+	if err != nil {
+		return Event{}, Run{}, err
+	}
+	if key != "" {
+		ev, err := scanEvent(x.row(ctx, messageByKey, runID, key))
+		if err == nil {
+			return ev, r, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return Event{}, Run{}, err
+		}
+	}
+	return Event{}, Run{}, cmp.Or(closedError(r), ErrConflict)
+}
+
+func (c *core) NextClaimAt(ctx context.Context) (time.Time, error) {
+	var lease, queued time.Time
+	if err := c.reader().row(ctx, nextClaim).Scan(at(&lease), at(&queued)); err != nil {
+		return time.Time{}, c.fail(err)
+	}
+	return earliest(lease, queued), nil
+}
+
+func (c *core) ClaimRuns(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Run, error) {
+	if owner == "" {
+		return nil, invalid(errors.New("claim owner is empty"))
+	}
+	if err := errors.Join(checkListLimit(limit), checkLeaseFor(leaseFor)); err != nil {
+		return nil, err
+	}
+	var runs []Run
+	err := c.writeOne(ctx, func(x executor) error {
+		now := storedTime(c.now())
+		var err error
+		runs, err = queryAll(ctx, x, claimRuns, scanRun, owner, storedTime(now.Add(leaseFor)), now, limit)
+		x.notifyRuns(runs...)
+		return err
+	})
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	return runs, nil
+}
+
+func (c *core) RenewLease(ctx context.Context, l Lease, leaseFor time.Duration) (Lease, error) {
+	if err := errors.Join(checkLease(l), checkLeaseFor(leaseFor)); err != nil {
+		return Lease{}, err
+	}
+	err := c.writeOne(ctx, func(x executor) error {
+		until := storedTime(c.now().Add(leaseFor))
+		err := x.row(ctx, renewLease, l.RunID, l.Owner, l.Token, until).Scan(at(&l.ExpiresAt))
+		if errors.Is(err, sql.ErrNoRows) {
+			return missingOrConflict(ctx, x, queueRunExists, l.RunID)
+		}
+		return err
+	})
+	if err != nil {
+		return Lease{}, c.fail(err)
+	}
+	return l, nil
+}
+
+func (c *core) AppendLeased(ctx context.Context, l Lease, events ...NewEvent) ([]Event, error) {
+	if err := checkLease(l); err != nil {
+		return nil, err
+	}
+	prepared, err := prepareEvents(events)
+	if err != nil {
+		return nil, err
+	}
+	out, _, err := c.appendLeased(ctx, l, prepared, nil)
+	return out, err
+}
+
+func (c *core) ReleaseRun(ctx context.Context, l Lease, to RunStatus) (Run, error) {
+	_, out, err := c.EndLease(ctx, l, Release{Status: to})
+	return out, err
+}
+
+func (c *core) EndLease(ctx context.Context, l Lease, rel Release, events ...NewEvent) ([]Event, Run, error) {
+	rel, err := checkRelease(rel)
+	if err != nil {
+		return nil, Run{}, err
+	}
+	if err := checkLease(l); err != nil {
+		return nil, Run{}, err
+	}
+	var prepared []preparedEvent
+	if len(events) > 0 {
+		if prepared, err = prepareEvents(events); err != nil {
+			return nil, Run{}, err
+		}
+	}
+	return c.appendLeased(ctx, l, prepared, &rel)
+}
+
+// appendLeased appends events under the lease l and, with rel, ends the
+// lease: one statement, fenced by the lease, on PostgreSQL.
+func (c *core) appendLeased(ctx context.Context, l Lease, events []preparedEvent, rel *Release) ([]Event, Run, error) {
+	p := planAppend(events)
+	var release, requeue bool
+	to := RunInProgress
+	if rel != nil {
+		release, requeue, to = true, rel.Requeue, rel.Status
+	}
+	var out []Event
+	var r Run
+	err := c.writeOne(ctx, func(x executor) error {
+		now := storedTime(c.now())
+		var notBefore any
+		if rel != nil && rel.Retry > 0 {
+			notBefore = storedTime(now.Add(rel.Retry))
+		}
+		var err error
+		out, r, err = advanceRun(ctx, x, appendLeased, l.RunID, now, p,
+			l.Owner, l.Token, release, string(to), requeue, notBefore)
+		if errors.Is(err, sql.ErrNoRows) {
+			return missingOrConflict(ctx, x, queueRunExists, l.RunID)
+		}
+		if err != nil || !release {
+			return err
+		}
+		x.notifyRuns(r)
+		if !r.QueuedAt.IsZero() && r.Status == RunInProgress {
+			x.wake()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, Run{}, c.fail(err)
+	}
+	return out, r, nil
+}
+
+func (c *core) RequeueRun(ctx context.Context, runID string) (Run, error) {
+	var out Run
+	err := c.writeOne(ctx, func(x executor) error {
+		var err error
+		out, err = scanRun(x.row(ctx, requeueRun, runID, storedTime(c.now())))
+		if errors.Is(err, sql.ErrNoRows) {
+			// Missing or deleted, or Idle or terminal.
+			return missingOrConflict(ctx, x, liveRunExists, runID)
+		}
+		if err != nil {
+			return err
+		}
+		x.notifyRuns(out)
+		x.wake()
+		return nil
+	})
+	if err != nil {
+		return Run{}, c.fail(err)
+	}
+	return out, nil
+}
+
+// endRun ends the run r, whose row lock tx holds, with the terminal status
+// to, deleting it when deleted: it appends the end of an open turn first.
+func (c *core) endRun(ctx context.Context, tx executor, r Run, to RunStatus, deleted bool, turnEnd TurnEndFunc) (Run, error) {
+	now := storedTime(c.now())
+	if r.TurnSeq != 0 {
+		end, err := prepareEvents([]NewEvent{{Type: EventTurnEnd, Payload: turnEndPayload(turnEnd, r), EndsTurn: true}})
+		if err != nil {
+			return Run{}, err
+		}
+		if _, _, err := advanceRun(ctx, tx, appendRun, r.ID, now, planAppend(end)); err != nil {
+			return Run{}, err
+		}
+	}
+	var deletedAt any
+	if deleted {
+		deletedAt = now
+	}
+	out, err := scanRun(tx.row(ctx, closeRun, r.ID, string(to), now, deletedAt))
+	if err != nil {
+		return Run{}, err
+	}
+	tx.notifyRuns(out)
+	return out, nil
+}
+
+func (c *core) CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd TurnEndFunc) (Run, error) {
+	if !to.Terminal() {
+		return Run{}, invalid(fmt.Errorf("run status %q is not terminal", to))
+	}
+	var out Run
+	err := c.inTx(ctx, func(tx executor) error {
+		r, err := scanRun(tx.row(ctx, lockQueueRun, runID))
+		if err == nil {
+			err = closedError(r)
+		}
+		if err != nil {
+			return err
+		}
+		out, err = c.endRun(ctx, tx, r, to, false, turnEnd)
+		return err
+	})
+	if err != nil {
+		return Run{}, c.fail(err)
+	}
+	return out, nil
+}
+
+func (c *core) DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc) error {
+	return c.fail(c.inTx(ctx, func(tx executor) error {
+		r, err := scanRun(tx.row(ctx, lockQueueRun, runID))
+		switch {
+		case err != nil:
+			return err
+		case !r.DeletedAt.IsZero():
+			return ErrNotFound
+		case r.Status.Terminal():
+			if _, err := tx.exec(ctx, deleteClosedRun, runID, storedTime(c.now())); err != nil {
+				return err
+			}
+			tx.notifyRuns(r)
+			return nil
+		}
+		_, err = c.endRun(ctx, tx, r, RunCancelled, true, turnEnd)
+		return err
+	}))
+}
+
+func (c *core) ParkIdleRuns(ctx context.Context, quietSince time.Time) ([]Run, error) {
+	var runs []Run
+	err := c.writeOne(ctx, func(x executor) error {
+		var err error
+		runs, err = queryAll(ctx, x, parkIdleRuns, scanRun, storedTime(quietSince), storedTime(c.now()))
+		x.notifyRuns(runs...)
+		return err
+	})
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	return runs, nil
+}
+
+func (c *core) RunsToResume(ctx context.Context, limit int) ([]Run, error) {
+	if err := checkListLimit(limit); err != nil {
+		return nil, err
+	}
+	runs, err := queryAll(ctx, c.reader(), runsToResume, scanRun, limit)
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	return runs, nil
+}
+
+func (c *core) ListMessages(ctx context.Context, runID string, q MessageQuery) ([]Event, error) {
+	if err := checkMessageQuery(q); err != nil {
+		return nil, err
+	}
+	query := firstMessages
+	if q.Last {
+		query = lastMessages
+	}
+	x := c.reader()
+	events, err := queryAll(ctx, x, query, scanEvent, runID, q.After, beforeOrMax(q.Before), q.Limit)
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	if q.Last {
+		slices.Reverse(events)
+	}
+	if len(events) == 0 {
+		var found bool
+		if err := x.row(ctx, queueRunExists, runID).Scan(&found); err != nil {
+			return nil, c.fail(err)
+		}
+		if !found {
+			return nil, ErrNotFound
+		}
+	}
+	return events, nil
+}
