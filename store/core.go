@@ -62,11 +62,33 @@ func (x executor) notify(n ...Notification) {
 // have been queued.
 func (x executor) wake() { x.tx.wake = true }
 
+// notifyAfter queues n as notify does, unless s sent them itself: the
+// PostgreSQL text of a statement built with sendsNotifications sends its
+// own (pg_notify in the statement), so that a write of one statement
+// stays one round trip.
+func (x executor) notifyAfter(s stmt, n ...Notification) {
+	if x.lite || !s.pgNotifies {
+		x.notify(n...)
+	}
+}
+
+// wakeAfter is wake, unless s sent the wake-up itself (see notifyAfter).
+func (x executor) wakeAfter(s stmt) {
+	if x.lite || !s.pgNotifies {
+		x.wake()
+	}
+}
+
 // notifyRuns queues a NotifyRun for each run.
 func (x executor) notifyRuns(runs ...Run) {
 	for _, r := range runs {
-		x.notify(Notification{Kind: NotifyRun, RunID: r.ID, Owner: r.Owner})
+		x.notify(runNotification(r))
 	}
+}
+
+// runNotification tells that the run's row changed.
+func runNotification(r Run) Notification {
+	return Notification{Kind: NotifyRun, RunID: r.ID, Owner: r.Owner}
 }
 
 // reader is the executor for reads outside a transaction.
@@ -130,7 +152,13 @@ func (c *core) writeOne(ctx context.Context, fn func(x executor) error) error {
 		return err
 	}
 	if c.beforeCommit != nil && (len(p.notes) > 0 || p.wake) {
-		return c.beforeCommit(ctx, c.write, p)
+		// The write has committed: a notification lost now is logged, not
+		// returned, for the caller must not take the write for failed.
+		// Subscribers resynchronise, and the schedulers' sweep finds a
+		// queued run, on their own.
+		if err := c.beforeCommit(ctx, c.write, p); err != nil && ctx.Err() == nil {
+			c.log.WarnContext(ctx, "store: notifying a committed write failed", "err", err)
+		}
 	}
 	return nil
 }

@@ -17,6 +17,9 @@ import (
 // SQLite's single writer makes moot) with postgresOnly.
 type stmt struct {
 	pg, lite string
+	// pgNotifies: the PostgreSQL text sends the statement's notifications
+	// itself (see executor.notifyAfter).
+	pgNotifies bool
 }
 
 // sql1 writes q once for both engines. q uses PostgreSQL's numbered

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -53,9 +54,14 @@ const (
 // a batch of events: update is an UPDATE of runs, without RETURNING, over
 // the parameters above; with holds further data-modifying CTEs over the
 // advanced row adv, which PostgreSQL runs in the same statement (on SQLite
-// the caller runs their equivalents, sqliteFollowUp statements, after it). The statement returns the run
-// as it is after the write, or no row when update's condition held none.
-func advancing(update string, with ...string) stmt {
+// the caller runs their equivalents, sqliteFollowUp statements, after it).
+// notes are SELECT CTEs over adv that send, on PostgreSQL, the
+// notifications of the write beyond its events' (which every such
+// statement sends): the statement sends them itself (see
+// executor.notifyAfter), and the caller still queues them, for SQLite. The
+// statement returns the run as it is after the write, or no row when
+// update's condition held none.
+func advancing(update string, with []string, notes ...string) stmt {
 	pg := `
 WITH adv AS (` + update + `
 	RETURNING *),
@@ -67,10 +73,43 @@ ins AS (
 		pg += `,
 ` + w
 	}
-	pg += `
-SELECT ` + runColumns + ` FROM adv`
-	return perEngine(pg, update+`
+	notes = append([]string{`SELECT ` + pgNotifyUpdate(`json_build_object('k', 'event', 'r', adv.id, 'o', adv.owner, 's', adv.last_seq - $3::integer + e.i)`) + `
+	FROM adv CROSS JOIN generate_series(1, $3::integer) AS e(i)`}, notes...)
+	pg += pgSending(notes) + `
+SELECT ` + runColumns + ` FROM adv` + pgSent(len(notes))
+	s := perEngine(pg, update+`
 RETURNING `+runColumns)
+	s.pgNotifies = true
+	return s
+}
+
+// pgNotifyUpdate is the pg_notify call sending the JSON object obj (a
+// Notification) on the schema's updates channel; pgNotifyQueue wakes the
+// schedulers listening on its queue channel.
+func pgNotifyUpdate(obj string) string {
+	return `pg_notify('usher_updates.' || current_schema(), ` + obj + `::text)`
+}
+
+const pgNotifyQueue = `pg_notify('usher_queue.' || current_schema(), '')`
+
+// pgSending and pgSent write the notifying CTEs of a statement: sent1,
+// sent2 ... for the SELECTs notes, and the joins that make the final
+// SELECT run them (PostgreSQL runs a SELECT in WITH only as far as it is
+// read). Each join adds one row, so the statement returns what it did.
+func pgSending(notes []string) string {
+	var b strings.Builder
+	for i, n := range notes {
+		fmt.Fprintf(&b, ",\nsent%d AS (%s)", i+1, n)
+	}
+	return b.String()
+}
+
+func pgSent(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "\n\tCROSS JOIN (SELECT count(*) FROM sent%d) AS sent%d", i+1, i+1)
+	}
+	return b.String()
 }
 
 // sqliteFollowUp names a statement that only SQLite runs, after a
@@ -81,8 +120,8 @@ func sqliteFollowUp(q string) stmt { return stmt{lite: sqliteDialect(q)} }
 var (
 	// appendRun appends a batch to a run whose row the transaction has
 	// locked, or is about to.
-	appendRun = advancing(`UPDATE runs SET ` + runAdvance + `, updated_at = $2::timestamptz
-	WHERE id = $1`)
+	appendRun = advancing(`UPDATE runs SET `+runAdvance+`, updated_at = $2::timestamptz
+	WHERE id = $1`, nil)
 
 	// postMessage appends a user message to a run that is neither deleted
 	// nor terminal and queues it for a turn (waking it when Idle), unless
@@ -95,9 +134,10 @@ var (
 		queued_at = coalesce(queued_at, $2::timestamptz)
 	WHERE id = $1 AND deleted_at IS NULL AND status NOT IN ('Completed', 'Failed', 'Cancelled')
 	  AND NOT EXISTS (SELECT 1 FROM run_message_keys WHERE run_id = $1 AND idempotency_key = $10::text)`,
-		`keyed AS (
+		[]string{`keyed AS (
 	INSERT INTO run_message_keys (run_id, idempotency_key, seq, created_at)
-	SELECT id, $10::text, last_seq, $2::timestamptz FROM adv WHERE $10::text <> '')`)
+	SELECT id, $10::text, last_seq, $2::timestamptz FROM adv WHERE $10::text <> '')`},
+		`SELECT `+pgNotifyQueue+` FROM adv`)
 
 	// appendLeased is every write of a lease's holder, fenced by the lease
 	// ($10 owner, $11 fencing token): it appends a batch (possibly empty)
@@ -106,19 +146,21 @@ var (
 	// or a user message after the one it handled), queueing it. $15, when
 	// not NULL, is the retry's not-before time, which counts a failure; a
 	// release without resets the count.
-	appendLeased = advancing(`UPDATE runs SET ` + runAdvance + `,
+	appendLeased = advancing(`UPDATE runs SET `+runAdvance+`,
 		updated_at = CASE WHEN $3::integer > 0 OR ($12::boolean AND status <> $13::text)
 			THEN $2::timestamptz ELSE updated_at END,
 		lease_owner = CASE WHEN $12::boolean THEN NULL ELSE lease_owner END,
 		lease_expires_at = CASE WHEN $12::boolean THEN NULL ELSE lease_expires_at END,
 		status = CASE WHEN $12::boolean THEN $13::text ELSE status END,
 		queued_at = CASE WHEN $14::boolean OR ($12::boolean AND $13::text = 'InProgress'
-				AND (` + runTurnAfter + ` <> 0 OR EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = runs.id
-					AND e.type LIKE 'message.%' AND e.type = 'message.user' AND e.seq > ` + runHandledAfter + `)))
+				AND (`+runTurnAfter+` <> 0 OR EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = runs.id
+					AND e.type LIKE 'message.%' AND e.type = 'message.user' AND e.seq > `+runHandledAfter+`)))
 			THEN coalesce(queued_at, $2::timestamptz) ELSE queued_at END,
 		failures = CASE WHEN NOT $12::boolean THEN failures WHEN $15::timestamptz IS NULL THEN 0 ELSE failures + 1 END,
 		not_before = CASE WHEN $12::boolean THEN $15::timestamptz ELSE not_before END
-	WHERE id = $1 AND lease_owner = $10::text AND fencing_token = $11::bigint`)
+	WHERE id = $1 AND lease_owner = $10::text AND fencing_token = $11::bigint`, nil,
+		`SELECT `+pgNotifyUpdate(`json_build_object('k', 'run', 'r', id, 'o', owner)`)+` FROM adv WHERE $12::boolean`,
+		`SELECT `+pgNotifyQueue+` FROM adv WHERE $12::boolean AND queued_at IS NOT NULL AND status = 'InProgress'`)
 
 	// insertBatch inserts on SQLite the batch $4 of events of the run $1
 	// from the sequence $2 on, at $3.
@@ -149,12 +191,10 @@ WHERE (SELECT count(*) FROM runs
 	WHERE owner = $2::text AND status IN ('InProgress', 'AwaitingApproval') AND deleted_at IS NULL) < $8::bigint
 RETURNING ` + runColumns)
 
-	// queueRun reads a run; lockQueueRun takes its row lock too, for a
-	// write that depends on its state.
-	queueRun     = sql1(`SELECT ` + runColumns + ` FROM runs WHERE id = $1`)
-	lockQueueRun = sql1(`SELECT ` + runColumns + ` FROM runs WHERE id = $1 FOR UPDATE`)
+	// lockRun reads a run and takes its row lock, for a write that
+	// depends on its state.
+	lockRun = sql1(`SELECT ` + runColumns + ` FROM runs WHERE id = $1 FOR UPDATE`)
 
-	queueRunExists = sql1(`SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1)`)
 	// liveRunExists: the run exists and is not deleted.
 	liveRunExists = sql1(`SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1 AND deleted_at IS NULL)`)
 
@@ -164,7 +204,9 @@ WHERE run_id = $1 AND seq = (SELECT seq FROM run_message_keys WHERE run_id = $1 
 
 	// claimRuns leases runs, in one statement: the subquery locks the
 	// claimable rows that no concurrent claim holds, and skips the others.
-	claimRuns = sql1(`
+	// On PostgreSQL the statement sends the claimed runs' notifications.
+	claimRuns = func() stmt {
+		claim := `
 UPDATE runs SET lease_owner = $1, lease_expires_at = $2, fencing_token = fencing_token + 1,
 	queued_at = NULL, not_before = NULL
 WHERE id IN (
@@ -174,8 +216,17 @@ WHERE id IN (
 	    OR lease_expires_at < $3)
 	ORDER BY coalesce(queued_at, lease_expires_at)
 	LIMIT $4
-	FOR UPDATE SKIP LOCKED)
-RETURNING ` + runColumns)
+	FOR UPDATE SKIP LOCKED)`
+		s := perEngine(`
+WITH claimed AS (`+claim+`
+	RETURNING *)`+
+			pgSending([]string{`SELECT ` + pgNotifyUpdate(`json_build_object('k', 'run', 'r', id, 'o', owner)`) + ` FROM claimed`})+`
+SELECT `+runColumns+` FROM claimed`+pgSent(1),
+			claim+`
+RETURNING `+runColumns)
+		s.pgNotifies = true
+		return s
+	}()
 
 	// nextClaim finds the earliest lease expiry of an InProgress run, and
 	// the earliest time a queued, unleased one may be claimed.
@@ -258,7 +309,7 @@ func advanceRun(ctx context.Context, x executor, w stmt, runID string, now time.
 		}
 	}
 	for _, e := range events {
-		x.notify(Notification{Kind: NotifyEvent, RunID: runID, Owner: r.Owner, Seq: e.Seq})
+		x.notifyAfter(w, Notification{Kind: NotifyEvent, RunID: runID, Owner: r.Owner, Seq: e.Seq})
 	}
 	return events, r, nil
 }
@@ -354,7 +405,7 @@ func (c *core) PostMessageOnce(ctx context.Context, runID string, e NewEvent, ke
 					return err
 				}
 			}
-			x.wake()
+			x.wakeAfter(postMessage)
 			ev, out, created = appended[0], r, true
 			return nil
 		})
@@ -371,7 +422,7 @@ func (c *core) PostMessageOnce(ctx context.Context, runID string, e NewEvent, ke
 // message already stored (returned), or the run is missing, deleted or
 // closed.
 func postedOrRefused(ctx context.Context, x executor, runID, key string) (Event, Run, error) {
-	r, err := scanRun(x.row(ctx, queueRun, runID))
+	r, err := scanRun(x.row(ctx, getRun, runID))
 	if err != nil {
 		return Event{}, Run{}, err
 	}
@@ -407,7 +458,9 @@ func (c *core) ClaimRuns(ctx context.Context, owner string, limit int, leaseFor 
 		now := storedTime(c.now())
 		var err error
 		runs, err = queryAll(ctx, x, claimRuns, scanRun, owner, storedTime(now.Add(leaseFor)), now, limit)
-		x.notifyRuns(runs...)
+		for _, r := range runs {
+			x.notifyAfter(claimRuns, runNotification(r))
+		}
 		return err
 	})
 	if err != nil {
@@ -424,7 +477,7 @@ func (c *core) RenewLease(ctx context.Context, l Lease, leaseFor time.Duration) 
 		until := storedTime(c.now().Add(leaseFor))
 		err := x.row(ctx, renewLease, l.RunID, l.Owner, l.Token, until).Scan(at(&l.ExpiresAt))
 		if errors.Is(err, sql.ErrNoRows) {
-			return missingOrConflict(ctx, x, queueRunExists, l.RunID)
+			return missingOrConflict(ctx, x, runExists, l.RunID)
 		}
 		return err
 	})
@@ -489,14 +542,14 @@ func (c *core) appendLeased(ctx context.Context, l Lease, events []preparedEvent
 		out, r, err = advanceRun(ctx, x, appendLeased, l.RunID, now, p,
 			l.Owner, l.Token, release, string(to), requeue, notBefore)
 		if errors.Is(err, sql.ErrNoRows) {
-			return missingOrConflict(ctx, x, queueRunExists, l.RunID)
+			return missingOrConflict(ctx, x, runExists, l.RunID)
 		}
 		if err != nil || !release {
 			return err
 		}
-		x.notifyRuns(r)
+		x.notifyAfter(appendLeased, runNotification(r))
 		if !r.QueuedAt.IsZero() && r.Status == RunInProgress {
-			x.wake()
+			x.wakeAfter(appendLeased)
 		}
 		return nil
 	})
@@ -559,7 +612,7 @@ func (c *core) CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd
 	}
 	var out Run
 	err := c.inTx(ctx, func(tx executor) error {
-		r, err := scanRun(tx.row(ctx, lockQueueRun, runID))
+		r, err := scanRun(tx.row(ctx, lockRun, runID))
 		if err == nil {
 			err = closedError(r)
 		}
@@ -577,7 +630,7 @@ func (c *core) CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd
 
 func (c *core) DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc) error {
 	return c.fail(c.inTx(ctx, func(tx executor) error {
-		r, err := scanRun(tx.row(ctx, lockQueueRun, runID))
+		r, err := scanRun(tx.row(ctx, lockRun, runID))
 		switch {
 		case err != nil:
 			return err
@@ -638,7 +691,7 @@ func (c *core) ListMessages(ctx context.Context, runID string, q MessageQuery) (
 	}
 	if len(events) == 0 {
 		var found bool
-		if err := x.row(ctx, queueRunExists, runID).Scan(&found); err != nil {
+		if err := x.row(ctx, runExists, runID).Scan(&found); err != nil {
 			return nil, c.fail(err)
 		}
 		if !found {

@@ -14,41 +14,41 @@ import (
 // runs (OpenRun, ClaimRuns, leases) build on the same tables.
 
 var (
-	runlogInsertRun = sql1(`
+	insertRun = sql1(`
 INSERT INTO runs (id, owner, title, status, idempotency_key, queued_at,
 	created_at, updated_at, last_activity_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $7)
 RETURNING ` + runColumns)
 
-	runlogGetRun = sql1(`SELECT ` + runColumns + ` FROM runs WHERE id = $1`)
+	getRun = sql1(`SELECT ` + runColumns + ` FROM runs WHERE id = $1`)
 
-	runlogListRuns = sql1(`
+	listRuns = sql1(`
 SELECT ` + runColumns + ` FROM runs
 WHERE owner = $1 AND deleted_at IS NULL
 ORDER BY created_at DESC, id DESC`)
 
-	// runlogTransitionRun is the compare-and-swap of a run's status; $5 is
+	// transitionRun is the compare-and-swap of a run's status; $5 is
 	// the completion time when the new status is terminal, NULL otherwise.
-	runlogTransitionRun = sql1(`
+	transitionRun = sql1(`
 UPDATE runs SET status = $3, updated_at = $4, completed_at = coalesce($5, completed_at)
 WHERE id = $1 AND status = $2
 RETURNING ` + runColumns)
 
-	runlogRunExists = sql1(`SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1)`)
+	runExists = sql1(`SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1)`)
 
-	// runlogNextEventSeq advances the run's sequence. On PostgreSQL the
+	// nextEventSeq advances the run's sequence. On PostgreSQL the
 	// update takes the run's row lock, held until the event is inserted in
 	// the same transaction; on SQLite the transaction holds the database's
 	// write lock. Either way concurrent appends queue behind each other and
 	// leave no gap.
-	runlogNextEventSeq = sql1(`
+	nextEventSeq = sql1(`
 UPDATE runs SET last_seq = last_seq + 1, updated_at = $2, last_activity_at = $2
 WHERE id = $1
 RETURNING last_seq`)
 
-	runlogInsertEvent = sql1(`INSERT INTO run_events (` + eventColumns + `) VALUES ($1, $2, $3, $4, $5)`)
+	insertEvent = sql1(`INSERT INTO run_events (` + eventColumns + `) VALUES ($1, $2, $3, $4, $5)`)
 
-	runlogListEvents = sql1(`
+	listEvents = sql1(`
 SELECT ` + eventColumns + ` FROM run_events
 WHERE run_id = $1 AND seq > $2
 ORDER BY seq
@@ -62,7 +62,7 @@ func (c *core) CreateRun(ctx context.Context, r Run) (Run, error) {
 	now := storedTime(c.now())
 	var out Run
 	err := c.writeOne(ctx, func(x executor) (err error) {
-		out, err = scanRun(x.row(ctx, runlogInsertRun,
+		out, err = scanRun(x.row(ctx, insertRun,
 			r.ID, r.Owner, r.Title, r.Status, nullString(r.IdempotencyKey), nullTime(r.QueuedAt), now))
 		return err
 	})
@@ -73,7 +73,7 @@ func (c *core) CreateRun(ctx context.Context, r Run) (Run, error) {
 }
 
 func (c *core) GetRun(ctx context.Context, id string) (Run, error) {
-	r, err := scanRun(c.reader().row(ctx, runlogGetRun, id))
+	r, err := scanRun(c.reader().row(ctx, getRun, id))
 	if err != nil {
 		return Run{}, c.fail(err)
 	}
@@ -81,7 +81,7 @@ func (c *core) GetRun(ctx context.Context, id string) (Run, error) {
 }
 
 func (c *core) ListRuns(ctx context.Context, owner string) ([]Run, error) {
-	runs, err := queryAll(ctx, c.reader(), runlogListRuns, scanRun, owner)
+	runs, err := queryAll(ctx, c.reader(), listRuns, scanRun, owner)
 	if err != nil {
 		return nil, c.fail(err)
 	}
@@ -114,9 +114,9 @@ func (c *core) TransitionRun(ctx context.Context, id string, from, to RunStatus)
 // it; runs are never deleted from the table (DeleteRun marks them), so a
 // run found missing then was missing at the update too.
 func swapRunStatus(ctx context.Context, x executor, id string, from, to RunStatus, now, completedAt time.Time) (Run, error) {
-	r, err := scanRun(x.row(ctx, runlogTransitionRun, id, from, to, now, nullTime(completedAt)))
+	r, err := scanRun(x.row(ctx, transitionRun, id, from, to, now, nullTime(completedAt)))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Run{}, missingOrConflict(ctx, x, runlogRunExists, id)
+		return Run{}, missingOrConflict(ctx, x, runExists, id)
 	}
 	return r, err
 }
@@ -132,10 +132,10 @@ func (c *core) AppendEvent(ctx context.Context, runID, typ string, payload json.
 	err = c.inTx(ctx, func(tx executor) error {
 		// A missing run updates no row: sql.ErrNoRows, which fail
 		// translates to ErrNotFound.
-		if err := tx.row(ctx, runlogNextEventSeq, runID, e.CreatedAt).Scan(&e.Seq); err != nil {
+		if err := tx.row(ctx, nextEventSeq, runID, e.CreatedAt).Scan(&e.Seq); err != nil {
 			return err
 		}
-		_, err := tx.exec(ctx, runlogInsertEvent, e.RunID, e.Seq, e.Type, e.Payload, e.CreatedAt)
+		_, err := tx.exec(ctx, insertEvent, e.RunID, e.Seq, e.Type, e.Payload, e.CreatedAt)
 		return err
 	})
 	if err != nil {
@@ -149,14 +149,14 @@ func (c *core) ListEvents(ctx context.Context, runID string, after int64, limit 
 		return nil, err
 	}
 	x := c.reader()
-	events, err := queryAll(ctx, x, runlogListEvents, scanEvent, runID, after, limit)
+	events, err := queryAll(ctx, x, listEvents, scanEvent, runID, after, limit)
 	if err != nil {
 		return nil, c.fail(err)
 	}
 	if len(events) == 0 {
 		// An empty page is either the end of the log or a missing run.
 		var exists bool
-		if err := x.row(ctx, runlogRunExists, runID).Scan(&exists); err != nil {
+		if err := x.row(ctx, runExists, runID).Scan(&exists); err != nil {
 			return nil, c.fail(err)
 		}
 		if !exists {

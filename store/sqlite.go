@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -217,73 +216,6 @@ func (s *sqliteStore) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error
 	return tx.Commit()
 }
 
-// The run statements and helpers below are what the engine's own run
-// operations (sqlite_runs.go) still use; the Store's methods over runs,
-// events and signing keys are core's (runlog.go, keys.go).
-const (
-	sqliteInsertRun = `
-INSERT INTO runs (id, owner, title, status, idempotency_key, queued_at,
-	created_at, updated_at, last_activity_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?7)
-RETURNING ` + runColumns
-
-	sqliteGetRun = `SELECT ` + runColumns + ` FROM runs WHERE id = ?`
-
-	sqliteRunExists = `SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?)`
-
-	sqliteInsertEvent = `INSERT INTO run_events (` + eventColumns + `) VALUES (?, ?, ?, ?, ?)`
-)
-
-// queryEvents runs a query returning eventColumns on the read pool.
-func (s *sqliteStore) queryEvents(ctx context.Context, query string, args ...any) ([]Event, error) {
-	rows, err := s.read.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var events []Event
-	for rows.Next() {
-		var e Event
-		var payload, createdAt string
-		if err := rows.Scan(&e.RunID, &e.Seq, &e.Type, &payload, &createdAt); err != nil {
-			return nil, err
-		}
-		e.Payload = json.RawMessage(payload)
-		if e.CreatedAt, err = parseSQLiteTime(createdAt); err != nil {
-			return nil, err
-		}
-		events = append(events, e)
-	}
-	return events, rows.Err()
-}
-
-// scanSQLiteRun reads one row of runColumns from a *sql.Row or *sql.Rows.
-func scanSQLiteRun(row interface{ Scan(...any) error }) (Run, error) {
-	var r Run
-	var status string
-	var queuedAt, leaseExpiresAt, completedAt, deletedAt, notBefore sql.NullString
-	var createdAt, updatedAt, lastActivityAt string
-	err := row.Scan(&r.ID, &r.Owner, &r.Title, &status, &r.IdempotencyKey,
-		&r.LastSeq, &r.MessageCount, &r.Preview,
-		&queuedAt, &r.LeaseOwner, &leaseExpiresAt, &r.FencingToken,
-		&createdAt, &updatedAt, &lastActivityAt, &completedAt, &deletedAt,
-		&r.TurnSeq, &r.HandledSeq, &r.Failures, &notBefore)
-	if err != nil {
-		return Run{}, err
-	}
-	r.Status = RunStatus(status)
-	var tp sqliteTimeParser
-	r.QueuedAt = tp.parseNull(queuedAt)
-	r.LeaseExpiresAt = tp.parseNull(leaseExpiresAt)
-	r.CreatedAt = tp.parse(createdAt)
-	r.UpdatedAt = tp.parse(updatedAt)
-	r.LastActivityAt = tp.parse(lastActivityAt)
-	r.CompletedAt = tp.parseNull(completedAt)
-	r.DeletedAt = tp.parseNull(deletedAt)
-	r.NotBefore = tp.parseNull(notBefore)
-	return r, tp.err
-}
-
 // sqliteTimeLayout is how times are stored in SQLite: UTC, fixed width, six
 // fractional digits, so that comparing the text compares the times.
 const sqliteTimeLayout = "2006-01-02T15:04:05.000000Z"
@@ -300,25 +232,6 @@ func parseSQLiteTime(s string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("store: SQLite time column holds %q: %w", s, err)
 	}
 	return t, nil
-}
-
-// sqliteTimeParser parses several time columns of a row, keeping the first
-// error.
-type sqliteTimeParser struct{ err error }
-
-func (p *sqliteTimeParser) parse(s string) time.Time {
-	t, err := parseSQLiteTime(s)
-	if err != nil && p.err == nil {
-		p.err = err
-	}
-	return t
-}
-
-func (p *sqliteTimeParser) parseNull(s sql.NullString) time.Time {
-	if !s.Valid {
-		return time.Time{}
-	}
-	return p.parse(s.String)
 }
 
 // sqliteError translates a modernc.org/sqlite error into the store's
