@@ -161,15 +161,15 @@ func (s *sqliteStore) createMigrationTable(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(tx executor) error {
 		var exists bool
-		if err := tx.QueryRowContext(ctx, sqliteMigrationTableExists, migrationTable).Scan(&exists); err != nil || exists {
+		if err := tx.q.QueryRowContext(ctx, sqliteMigrationTableExists, migrationTable).Scan(&exists); err != nil || exists {
 			return err
 		}
-		if err := versions.CreateVersionTable(ctx, tx); err != nil {
+		if err := versions.CreateVersionTable(ctx, tx.q); err != nil {
 			return err
 		}
-		return versions.Insert(ctx, tx, database.InsertRequest{Version: 0})
+		return versions.Insert(ctx, tx.q, database.InsertRequest{Version: 0})
 	})
 }
 
@@ -199,21 +199,6 @@ func (s *sqliteStore) Close() error {
 		err = errors.Join(s.read.Close(), s.write.Close())
 	})
 	return err
-}
-
-// inTx runs fn in a write transaction (BEGIN IMMEDIATE) and commits it.
-func (s *sqliteStore) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.write.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
-			return errors.Join(err, rbErr)
-		}
-		return err
-	}
-	return tx.Commit()
 }
 
 // sqliteTimeLayout is how times are stored in SQLite: UTC, fixed width, six
