@@ -428,7 +428,14 @@ func (c *core) DecideApprovalAudited(ctx context.Context, id string, to Approval
 // decideApproval moves the pending approval id to to: ErrNotFound or
 // ErrConflict as DecideApproval says.
 func decideApproval(ctx context.Context, x executor, id string, to ApprovalStatus, decidedBy, reason string, now time.Time) (Approval, error) {
-	a, err := scanApproval(x.row(ctx, setApprovalDecision, id, to, decidedBy, reason, storedTime(now)))
+	return swapApproval(ctx, x, id, setApprovalDecision, id, to, decidedBy, reason, storedTime(now))
+}
+
+// swapApproval runs s, a compare-and-swap of the approval id returning
+// it, with args: ErrNotFound when the approval does not exist,
+// ErrConflict when it was not in the state s expects.
+func swapApproval(ctx context.Context, x executor, id string, s stmt, args ...any) (Approval, error) {
+	a, err := scanApproval(x.row(ctx, s, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Approval{}, missingOrConflict(ctx, x, approvalExists, id)
 	}
@@ -500,15 +507,7 @@ func (c *core) ConsumeApprovalAudited(ctx context.Context, id string, b Approval
 // consumeApproval uses the approval id, bound to b: ErrNotFound or
 // ErrConflict as ConsumeApproval says.
 func consumeApproval(ctx context.Context, x executor, id string, b ApprovalBinding, now time.Time) (Approval, error) {
-	a, err := scanApproval(x.row(ctx, useApproval, bindingArgs(b, storedTime(now), id)...))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Approval{}, missingOrConflict(ctx, x, approvalExists, id)
-	}
-	if err != nil {
-		return Approval{}, err
-	}
-	x.notify(approvalNotification(a))
-	return a, nil
+	return swapApproval(ctx, x, id, useApproval, bindingArgs(b, storedTime(now), id)...)
 }
 
 func (c *core) RevokeApprovals(ctx context.Context, tool, keepDefinitionHash string, now time.Time) (int, error) {

@@ -690,12 +690,8 @@ func (c *core) ListMessages(ctx context.Context, runID string, q MessageQuery) (
 		slices.Reverse(events)
 	}
 	if len(events) == 0 {
-		var found bool
-		if err := x.row(ctx, runExists, runID).Scan(&found); err != nil {
+		if err := checkRunExists(ctx, x, runID); err != nil {
 			return nil, c.fail(err)
-		}
-		if !found {
-			return nil, ErrNotFound
 		}
 	}
 	return events, nil

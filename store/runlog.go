@@ -154,14 +154,22 @@ func (c *core) ListEvents(ctx context.Context, runID string, after int64, limit 
 		return nil, c.fail(err)
 	}
 	if len(events) == 0 {
-		// An empty page is either the end of the log or a missing run.
-		var exists bool
-		if err := x.row(ctx, runExists, runID).Scan(&exists); err != nil {
+		if err := checkRunExists(ctx, x, runID); err != nil {
 			return nil, c.fail(err)
-		}
-		if !exists {
-			return nil, ErrNotFound
 		}
 	}
 	return events, nil
+}
+
+// checkRunExists explains an empty page of a run's log, which is either
+// the end of the log or a missing run: ErrNotFound for the latter.
+func checkRunExists(ctx context.Context, x executor, runID string) error {
+	var exists bool
+	if err := x.row(ctx, runExists, runID).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		return ErrNotFound
+	}
+	return nil
 }
