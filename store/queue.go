@@ -65,16 +65,17 @@ func advancing(update string, with []string, notes ...string) stmt {
 	pg := `
 WITH adv AS (` + update + `
 	RETURNING *),
+ev AS (
+	SELECT adv.id, adv.owner, adv.last_seq - $3::integer + e.i AS seq, e.v ->> 0 AS type, (e.v ->> 1)::jsonb AS payload
+	FROM adv CROSS JOIN json_array_elements($9::json) WITH ORDINALITY AS e(v, i)),
 ins AS (
 	INSERT INTO run_events (` + eventColumns + `)
-	SELECT adv.id, adv.last_seq - $3::integer + e.i, e.v ->> 0, (e.v ->> 1)::jsonb, $2::timestamptz
-	FROM adv CROSS JOIN json_array_elements($9::json) WITH ORDINALITY AS e(v, i))`
+	SELECT id, seq, type, payload, $2::timestamptz FROM ev)`
 	for _, w := range with {
 		pg += `,
 ` + w
 	}
-	notes = append([]string{`SELECT ` + pgNotifyUpdate(`json_build_object('k', 'event', 'r', adv.id, 'o', adv.owner, 's', adv.last_seq - $3::integer + e.i)`) + `
-	FROM adv CROSS JOIN generate_series(1, $3::integer) AS e(i)`}, notes...)
+	notes = append([]string{`SELECT ` + pgNotifyUpdate(`json_build_object('k', 'event', 'r', id, 'o', owner, 's', seq)`) + ` FROM ev`}, notes...)
 	pg += pgSending(notes) + `
 SELECT ` + runColumns + ` FROM adv` + pgSent(len(notes))
 	s := perEngine(pg, update+`
