@@ -19,38 +19,51 @@
 // Every operation is written once. The layers, from the bottom:
 //
 //   - executor (executor.go) runs statements on a pool or in a
-//     transaction, on either engine: both *sql.DB and *sql.Tx implement
+//     transaction, on either engine: *sql.DB and *sql.Tx both implement
 //     what it needs. PostgreSQL is reached through pgx's database/sql
-//     adapter over the same pgx pool that LISTEN/NOTIFY and the audit
-//     queue use directly.
+//     adapter over the same pgx pool that LISTEN and the audit queue use
+//     directly. It converts arguments to what the engine stores (on
+//     SQLite, times to fixed-width text) and timeCol scans a time from
+//     either.
 //   - stmt (executor.go) is one statement, written once in PostgreSQL's
 //     form and translated for SQLite when the package initialises, as dex's
 //     storage/sql does with its flavors: $N placeholders become ?N, casts
 //     (::bigint) and row locks (FOR UPDATE [SKIP LOCKED]) are dropped,
 //     since SQLite's columns have affinities and its write transaction
-//     locks the whole database. perEngine names a statement whose text
-//     must differ; postgresOnly one SQLite has no use for (advisory locks).
-//     Translation was chosen over generated code (sqlc) because the two
-//     engines' statements differ only in those points; one text per
-//     statement keeps the SQL readable beside the Go that runs it.
+//     locks the whole database. Translation was chosen over generated code
+//     (sqlc) because the engines' statements differ in little more than
+//     that: one text per statement keeps the SQL beside the Go that runs
+//     it. Where they differ, the statement says so: perEngine (two texts:
+//     the approval listings' JSON array functions, the run writes and the
+//     claim below), postgresOnly (advisory locks, which SQLite's single
+//     writer makes moot) and sqliteFollowUp (what a PostgreSQL statement
+//     did in a data-modifying CTE, which SQLite runs after it).
 //   - core (core.go) is the engine-neutral Store: the domain operations
 //     (validation, conflict detection, the lifecycle compare-and-swaps,
 //     fencing, the audit chain, notifications) as methods over an
-//     executor, and inTx, the one transaction runner. A domain step is a
-//     function of an executor, so an operation that must be atomic, such
-//     as a decision and its audit record, is a plain transaction of steps
-//     (see approvals.go, appendAuditTx in audit.go). Notifications are
-//     collected by the transaction and leave with its commit: pg_notify
-//     inside it on PostgreSQL, this process's hubs after it on SQLite.
+//     executor; inTx, the one transaction runner (retried after a
+//     serialization failure on PostgreSQL); and writeOne, for a write of
+//     one statement, which PostgreSQL runs without BEGIN and COMMIT. A
+//     domain step is a function of an executor, so an operation that must
+//     be atomic, such as a decision and its audit record, or the use of an
+//     approval, the start of its execution and the record, is a plain
+//     transaction of steps (approvals.go; appendAuditTx in audit.go).
+//     Notifications are collected by the transaction and leave with its
+//     commit: pg_notify inside it on PostgreSQL, this process's hubs after
+//     it on SQLite. A statement may send its own on PostgreSQL
+//     (stmt.pgNotifies; executor.notifyAfter), so that each write of a
+//     turn stays one round trip: the run writes built with advancing
+//     (queue.go) advance the run's row, insert its events and notify in
+//     one statement there.
 //   - postgresStore (postgres*.go) and sqliteStore (sqlite*.go) embed a
 //     core configured with their pools, error translation (pgError,
 //     sqliteError: the one place each knows its driver's codes) and
 //     notification delivery, and add only what is theirs: opening,
 //     migrating, LISTEN (notify.go, updates.go), SQLite's one writer with
 //     BEGIN IMMEDIATE beside a read pool and its per-connection statement
-//     cache, and the performance paths that earn their keep on
-//     PostgreSQL: the audit group commit (postgres_audit*.go) that the
-//     start and finish of a tool call ride.
+//     cache (sqlite_stmtcache.go), and PostgreSQL's audit group commit
+//     (postgres_audit*.go), which the start and the end of every tool
+//     call ride (postgres_executions.go) in one round trip.
 //
 // # Adding a table
 //
