@@ -40,7 +40,7 @@ func (f *Fetcher) get(ctx context.Context, clientID string, stale entry) (result
 	switch {
 	case resp.StatusCode == http.StatusNotModified && stale.doc != nil && stale.etag != "":
 		return result{doc: stale.doc, etag: orDefault(resp.Header.Get("ETag"), stale.etag), ttl: ttl, noStore: noStore}, nil
-	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+	case resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.StatusCode != http.StatusNotModified:
 		return result{}, refuse("the client metadata document URL redirects, and redirects are not followed")
 	case resp.StatusCode != http.StatusOK:
 		return result{}, refuse(fmt.Sprintf("the client metadata document URL answered HTTP %d", resp.StatusCode))
@@ -51,6 +51,11 @@ func (f *Fetcher) get(ctx context.Context, clientID string, stale entry) (result
 	body, ferr := f.readBody(resp)
 	if ferr != nil {
 		return result{}, ferr
+	}
+	if err := ctx.Err(); err != nil {
+		// The transport may end a body cut short by the deadline with a
+		// plain EOF: a body read past the deadline is never trusted.
+		return result{}, transportError(context.Cause(ctx))
 	}
 	doc, ferr := parseDocument(clientID, body)
 	if ferr != nil {
