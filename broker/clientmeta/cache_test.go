@@ -77,6 +77,38 @@ func TestCacheNoStoreIsNotCached(t *testing.T) {
 	fetchN(t, f, s, id, 3)
 }
 
+func TestCacheDropsAnEntryServedNoStoreLater(t *testing.T) {
+	s := newDocServer(t, false, nil)
+	id := s.id("example.com", "/client.json")
+	s.set(serveJSON(document(id, nil), "Cache-Control", "max-age=60"))
+	clk := newClock()
+	f := cachedFetcher(t, s, clk, nil)
+	fetchN(t, f, s, id, 1)
+	clk.advance(61 * time.Second)
+	s.set(serveJSON(document(id, nil), "Cache-Control", "no-store"))
+	fetchN(t, f, s, id, 2)
+	fetchN(t, f, s, id, 3)
+}
+
+func TestACallerDeadlineIsATimeout(t *testing.T) {
+	s := newDocServer(t, false, nil)
+	id := s.id("example.com", "/client.json")
+	release := make(chan struct{})
+	s.set(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		serveJSON(document(id, nil))(w, r)
+	})
+	f := cachedFetcher(t, s, newClock(), nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err := f.Fetch(ctx, id)
+	close(release)
+	if got := reason(t, err); got != "fetching the client metadata document timed out" {
+		t.Errorf("reason = %q", got)
+	}
+	waitFor(t, func() bool { _, err := f.Fetch(t.Context(), id); return err == nil })
+}
+
 func TestCacheRevalidatesWithETag(t *testing.T) {
 	s := newDocServer(t, false, nil)
 	id := s.id("example.com", "/client.json")

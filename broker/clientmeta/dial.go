@@ -127,25 +127,32 @@ func (d *dialer) dial(ctx context.Context, network, address string, loopbackOnly
 		return nil, err
 	}
 	nd := d.netDialer(loopbackOnly)
-	var errs []error
+	// refused are the policy's refusals, failed the dials of the allowed
+	// addresses: when an allowed address was dialled, its failure is the
+	// error, since the address was not the problem.
+	var refused, failed []error
 	for _, a := range addrs {
 		if err := checkAddr(a, d.allowLoopback, loopbackOnly); err != nil {
-			errs = append(errs, err)
+			refused = append(refused, err)
 			continue
 		}
 		conn, err := nd.DialContext(ctx, network, netip.AddrPortFrom(a.Unmap(), uint16(port)).String())
 		if err == nil {
 			return conn, nil
 		}
-		errs = append(errs, err)
+		failed = append(failed, err)
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	if len(errs) == 0 {
+	switch {
+	case len(failed) > 0:
+		return nil, errors.Join(failed...)
+	case len(refused) > 0:
+		return nil, errors.Join(refused...)
+	default:
 		return nil, &resolveError{fmt.Errorf("%s has no address", host)}
 	}
-	return nil, errors.Join(errs...)
 }
 
 // lookup returns host's addresses: itself when it is an IP literal.

@@ -275,6 +275,14 @@ func TestFetchRefusesBadDocuments(t *testing.T) {
 			"the client metadata document is not served as application/json"},
 		{"application/+json", serveBody("application/+json", valid),
 			"the client metadata document is not served as application/json"},
+		{"a malformed content type", serveBody("application/json; =x", valid),
+			"the client metadata document is not served as application/json"},
+		{"scope too long", with(func(d map[string]any) { d["scope"] = strings.Repeat("s", 1025) }),
+			"the client metadata document's scope is too long"},
+		{"scope with a quote", with(func(d map[string]any) { d["scope"] = `mcp:invoke "x"` }),
+			"the client metadata document's scope is not a list of scope tokens"},
+		{"logo_uri with user info", with(func(d map[string]any) { d["logo_uri"] = "https://u@app.example.com/logo.png" }),
+			"the client metadata document's logo_uri is not an http(s) URL"},
 		{"no content type", serveBody("", valid, "X-Content-Type-Options", "nosniff"),
 			"the client metadata document is not served as application/json"},
 		{"404", func(w http.ResponseWriter, _ *http.Request) { http.NotFound(w, nil) },
@@ -466,6 +474,19 @@ func TestFetchDialsOnlyTheAllowedAddressesOfAName(t *testing.T) {
 	})
 	if _, err := f.Fetch(t.Context(), id); err != nil {
 		t.Fatalf("the loopback address (allowed) was not dialled: %v", err)
+	}
+}
+
+func TestFetchReportsTheDialFailureOfAnAllowedAddress(t *testing.T) {
+	s := newDocServer(t, false, nil)
+	id := s.id("example.com", "/client.json")
+	s.Close() // nothing listens on its port any more
+	f := fetcher(t, s, func(o *clientmeta.Options) {
+		o.Resolver = resolver(map[string][]string{"example.com": {"10.0.0.1", "127.0.0.1"}})
+	})
+	_, err := f.Fetch(t.Context(), id)
+	if got := reason(t, err); got != "the client metadata document could not be fetched" {
+		t.Errorf("reason = %q", got)
 	}
 }
 

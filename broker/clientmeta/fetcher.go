@@ -31,7 +31,9 @@ type Options struct {
 	// Resolver looks host names up; nil is net.DefaultResolver.LookupNetIP.
 	Resolver Resolver
 	// RootCAs verifies the documents' TLS certificates; nil is the system
-	// pool.
+	// pool. There is deliberately no HTTPClient option: the Fetcher's own
+	// transport is what checks the addresses it dials, and a client from
+	// outside would bypass it.
 	RootCAs *x509.CertPool
 	// Timeout bounds one fetch, from the name lookup to the last byte of
 	// the body; zero is DefaultTimeout.
@@ -165,6 +167,9 @@ func (f *Fetcher) Fetch(ctx context.Context, clientID string) (*Document, error)
 		}
 		return fl.doc.clone(), nil
 	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fail("fetching the client metadata document timed out", context.Cause(ctx))
+		}
 		return nil, fail("fetching the client metadata document was cancelled", context.Cause(ctx))
 	}
 }
@@ -190,19 +195,22 @@ func (f *Fetcher) run(ctx context.Context, clientID string, fl *flight, stale en
 	ctx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
 	defer cancel()
 	res, err := f.get(ctx, clientID, stale)
+	received := f.opts.Now() // the lifetime runs from the answer
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.flights, clientID)
-	fl.doc, fl.err = res.doc, err
-	close(fl.done)
 	switch {
 	case err != nil:
 		// Failures are not cached; a stale entry stays for revalidation.
 	case res.noStore:
 		f.removeLocked(clientID)
 	default:
-		f.storeLocked(&entry{clientID: clientID, doc: res.doc, etag: res.etag, expires: f.opts.Now().Add(res.ttl)})
+		f.storeLocked(&entry{clientID: clientID, doc: res.doc, etag: res.etag, expires: received.Add(res.ttl)})
 	}
+	// The waiters are released after the cache is filled, so that a
+	// caller's next Fetch finds the entry.
+	delete(f.flights, clientID)
+	fl.doc, fl.err = res.doc, err
+	close(fl.done)
 }
 
 // storeLocked inserts or replaces e, evicting the least recently used

@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -39,10 +41,13 @@ func newDocServer(t *testing.T, plain bool, h http.HandlerFunc) *docServer {
 		s.mu.Unlock()
 		h(w, r)
 	})
+	s.Server = httptest.NewUnstartedServer(serve)
+	// The refused handshakes of the certificate test are expected.
+	s.Config.ErrorLog = log.New(io.Discard, "", 0)
 	if plain {
-		s.Server = httptest.NewServer(serve)
+		s.Start()
 	} else {
-		s.Server = httptest.NewTLSServer(serve)
+		s.StartTLS()
 	}
 	t.Cleanup(s.Close)
 	return s
