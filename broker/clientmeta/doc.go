@@ -39,7 +39,9 @@
 // (simple string comparison, no normalisation), with a client_name and a
 // non-empty redirect_uris, and may carry client_uri, logo_uri, grant_types,
 // response_types, token_endpoint_auth_method, jwks_uri or jwks, and scope;
-// other members are kept in [Document].Raw and otherwise ignored. A document
+// other members are kept in [Document].Raw and otherwise ignored. Member
+// names match exactly and a name given twice refuses the document, so that
+// every reader of Raw sees the same redirect_uris. A document
 // cannot hold a secret, so client_secret_basic, client_secret_post,
 // client_secret_jwt and a client_secret member are refused; the
 // authentication method is none (the default here, since RFC 7591's default

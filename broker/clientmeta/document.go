@@ -9,6 +9,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+
 	"github.com/usherhq/usher/internal/httpx"
 )
 
@@ -65,7 +67,7 @@ func (d *Document) clone() *Document {
 // wireDocument is the document as decoded, with the members that must not
 // be there.
 type wireDocument struct {
-	Document
+	Document              `json:",inline"`
 	ClientSecret          json.RawMessage `json:"client_secret"`
 	ClientSecretExpiresAt json.RawMessage `json:"client_secret_expires_at"`
 }
@@ -82,8 +84,11 @@ func parseDocument(clientID string, body []byte) (*Document, *Error) {
 	if !utf8.Valid(body) {
 		return nil, refuse("the client metadata document is not UTF-8")
 	}
+	// encoding/json/v2 semantics: member names match exactly, and a name
+	// twice is an error, so that no two readers of Raw can disagree on
+	// which redirect_uris the document names.
 	var w wireDocument
-	if err := json.Unmarshal(body, &w); err != nil {
+	if err := jsonv2.Unmarshal(body, &w); err != nil {
 		return nil, fail("the client metadata document is not valid JSON of client metadata", err)
 	}
 	d := &w.Document
@@ -232,7 +237,7 @@ func checkAuth(d *Document) *Error {
 		var set struct {
 			Keys []json.RawMessage `json:"keys"`
 		}
-		if err := json.Unmarshal(d.JWKS, &set); err != nil || len(set.Keys) == 0 {
+		if err := jsonv2.Unmarshal(d.JWKS, &set); err != nil || len(set.Keys) == 0 {
 			return refuse("the client metadata document's jwks is not a key set")
 		}
 	}
