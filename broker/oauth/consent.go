@@ -71,11 +71,11 @@ var consentTemplate = template.Must(template.New("consent").Parse(consentHTML))
 // show (truncated, without control or formatting characters); html/template
 // escapes them.
 type consentData struct {
-	Name, Origin, ClientURL, RedirectHost, Resource, User string
-	Scopes                                                []scopeLine
-	Action, CSRFToken, RequestID                          string
-	FieldCSRF, FieldRequest, FieldDecision                string
-	Approve, Deny                                         string
+	Name, Origin, ClientURL, RedirectHost, RedirectNote, Resource, User string
+	Scopes                                                              []scopeLine
+	Action, CSRFToken, RequestID                                        string
+	FieldCSRF, FieldRequest, FieldDecision                              string
+	Approve, Deny                                                       string
 }
 
 type scopeLine struct{ Name, Description string }
@@ -119,7 +119,6 @@ func RenderConsent(w http.ResponseWriter, v ConsentView) error {
 func consentDataOf(v ConsentView) consentData {
 	d := consentData{
 		Name:          truncate(displayText(v.ClientName), maxDisplayName),
-		RedirectHost:  redirectHost(v.RedirectURI),
 		Resource:      truncate(displayText(v.Resource), maxDisplayURL),
 		User:          truncate(displayText(v.User), maxDisplayName),
 		Action:        v.Action,
@@ -131,6 +130,7 @@ func consentDataOf(v ConsentView) consentData {
 		Approve:       DecisionApprove,
 		Deny:          DecisionDeny,
 	}
+	d.RedirectHost, d.RedirectNote = redirectHost(v.RedirectURI)
 	id := truncate(displayText(v.ClientID), maxDisplayURL)
 	if d.Name == "" {
 		d.Name = "An unnamed application"
@@ -161,23 +161,24 @@ func consentDataOf(v ConsentView) consentData {
 }
 
 // redirectHost names where the browser goes after consent: the redirect
-// URI's host (and port), "this computer" for a loopback one, or the scheme
-// of a private-use one (an app on this device).
-func redirectHost(uri string) string {
+// URI's host (and port), with the note that a loopback one is an
+// application on this computer, or the scheme of a private-use one (an app
+// on this device).
+func redirectHost(uri string) (host, note string) {
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme == "" {
-		return "an invalid address"
+		return "an invalid address", ""
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "https":
-		return truncate(displayText(u.Host), maxDisplayURL)
+		return truncate(displayText(u.Host), maxDisplayURL), ""
 	case "http":
 		if isLoopbackName(u.Hostname()) {
-			return truncate(displayText(u.Host), maxDisplayURL) + " (an application on this computer)"
+			return truncate(displayText(u.Host), maxDisplayURL), "an application on this computer"
 		}
-		return truncate(displayText(u.Host), maxDisplayURL)
+		return truncate(displayText(u.Host), maxDisplayURL), ""
 	default:
-		return truncate(displayText(u.Scheme), maxDisplayURL) + ": (an application on this device)"
+		return truncate(displayText(u.Scheme), maxDisplayURL) + ":", "an application on this device"
 	}
 }
 
