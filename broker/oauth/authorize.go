@@ -22,15 +22,15 @@ type AuthorizeRequest struct {
 }
 
 // ParseAuthorize validates the query of an authorization request:
-// client_id and redirect_uri present, once each, and well-formed; no
-// parameter twice (RFC 6749 §3.1); response_type code (missing:
-// invalid_request, another: unsupported_response_type); response_mode, if
-// any, query; state at most 1,000 characters of RFC 6749's VSCHAR set;
-// scope well-formed and only mcp:invoke (invalid_scope); PKCE as
-// [CheckChallenge]; resource exactly once, an absolute URI without fragment
-// (RFC 8707 §2, else invalid_target). Whether the client exists, the
-// redirect URI is one of its own and the resource one of Usher's, the caller
-// checks.
+// client_id and redirect_uri present, once each, and well-formed (a
+// redirect URI as [CheckRedirectURI] accepts); no parameter twice (RFC 6749
+// §3.1); response_type code (missing: invalid_request, another:
+// unsupported_response_type); response_mode, if any, query; state at most
+// 1,000 characters of RFC 6749's VSCHAR set; scope well-formed and only
+// mcp:invoke (invalid_scope); PKCE as [CheckChallenge]; resource as
+// [CheckResource] (exactly one, so several are its invalid_target rather
+// than a repeated parameter). Whether the client exists, the redirect URI is
+// one of its own and the resource one of Usher's, the caller checks.
 //
 // An error is a *Error whose Redirectable says whether RFC 6749 §4.1.2.1
 // lets it go to the redirect URI: never for a bad client_id or redirect_uri
@@ -60,8 +60,10 @@ func ParseAuthorize(q url.Values) (AuthorizeRequest, error) {
 		return a, newError(CodeInvalidRequest, "state is too long or has characters it may not have.", true)
 	}
 	a.State = state
-	for _, values := range q {
-		if len(values) > 1 {
+	for name, values := range q {
+		// RFC 8707 allows several resources; CheckResource refuses them
+		// with its own, more telling error.
+		if len(values) > 1 && name != "resource" {
 			return a, newError(CodeInvalidRequest, "A parameter appears more than once.", true)
 		}
 	}

@@ -17,8 +17,9 @@
 //     [CheckSecret].
 //   - Consent: [RenderConsent] draws the page a user approves or denies a
 //     client on, with the headers that keep it from being framed.
-//   - Authorization requests: [ParseAuthorize] and the redirects of
-//     [AuthorizeRequest].
+//   - Authorization requests: [ParseAuthorize], [CheckResource] (RFC 8707,
+//     also for the token endpoint) and the redirects of [AuthorizeRequest],
+//     which carry iss (RFC 9207).
 //
 // Everything a client sends is hostile until checked: each parser bounds the
 // size of what it reads, refuses repeated parameters and duplicate JSON
