@@ -175,9 +175,12 @@ func (a AuthorizeRequest) Redirect(code, iss string) string {
 
 // ErrorRedirect is the error redirect of the request (RFC 6749 §4.1.2.1):
 // the redirect URI with error, error_description, error_uri (when e has
-// them), state and iss added. Use it only for a redirectable e, after the
+// them; a nil e is server_error), state and iss added. Use it only for a redirectable e, after the
 // client and its redirect URI have been matched.
 func (a AuthorizeRequest) ErrorRedirect(e *Error, iss string) string {
+	if e == nil {
+		e = &Error{Code: CodeServerError}
+	}
 	v := url.Values{"error": {errorText(e.Code)}, "iss": {iss}}
 	if e.Description != "" {
 		v.Set("error_description", errorText(e.Description))

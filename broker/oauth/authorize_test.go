@@ -205,6 +205,13 @@ func TestAuthorizeRedirect(t *testing.T) {
 	}
 }
 
+func TestErrorRedirectNil(t *testing.T) {
+	a := oauth.AuthorizeRequest{RedirectURI: "https://client.example/cb", State: "s"}
+	if got, want := a.ErrorRedirect(nil, "https://usher.example"), "https://client.example/cb?error=server_error&iss=https%3A%2F%2Fusher.example&state=s"; got != want {
+		t.Errorf("ErrorRedirect(nil) = %s, want %s", got, want)
+	}
+}
+
 func FuzzParseAuthorize(f *testing.F) {
 	f.Add(authorizeQuery(nil).Encode())
 	f.Add(authorizeQuery(map[string]string{"state+": "a"}).Encode())

@@ -82,6 +82,9 @@ func NewMetadata(issuer string) (*Metadata, error) {
 	if strings.HasSuffix(issuer, "/") {
 		return nil, errors.New("oauth: issuer must not end with a slash")
 	}
+	if u, _ := url.Parse(issuer); !plainPath(u.Path) || u.RawPath != "" {
+		return nil, errors.New("oauth: issuer path must be plain: letters, digits, '-', '.', '_', '~' and '/'")
+	}
 	authMethods := []string{AuthNone, AuthClientSecretBasic, AuthPrivateKeyJWT}
 	algs := []string{"RS256", "ES256"}
 	return &Metadata{
@@ -104,6 +107,18 @@ func NewMetadata(issuer string) (*Metadata, error) {
 	}, nil
 }
 
+// plainPath reports whether p has only unreserved characters and slashes,
+// so that it reads the same escaped and unescaped, to a router and to a
+// client.
+func plainPath(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if !unreserved(p[i]) && p[i] != '/' {
+			return false
+		}
+	}
+	return !strings.Contains(p, "//")
+}
+
 // issuerPath is the path of the issuer URL, "" for an issuer at a host's
 // root.
 func (m *Metadata) issuerPath() string {
@@ -111,7 +126,7 @@ func (m *Metadata) issuerPath() string {
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSuffix(u.EscapedPath(), "/")
+	return u.Path
 }
 
 // WellKnownPaths are the request paths, from the host's root, the router

@@ -20,7 +20,8 @@ const maxURILen = 2000
 //     apps' loopback redirects (RFC 8252 §7.3; localhost is accepted here
 //     but gets no port leniency in [MatchRedirect]);
 //   - or a private-use scheme with a dot, a reversed domain name such as
-//     com.example.app:/callback (RFC 8252 §7.1), with a path.
+//     com.example.app:/callback (RFC 8252 §7.1), with a path or an
+//     authority.
 //
 // Everything else — javascript:, data:, file:, http to any other host,
 // schemes without a dot — is refused with an invalid_redirect_uri *Error

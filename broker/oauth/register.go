@@ -57,9 +57,15 @@ type registrationRequest struct {
 	Scope         *string   `json:"scope"`
 }
 
+// registrationMembers are the JSON names of registrationRequest's fields.
+var registrationMembers = []string{
+	"redirect_uris", "grant_types", "response_types", "token_endpoint_auth_method",
+	"client_name", "client_uri", "logo_uri", "scope",
+}
+
 // ParseRegistration validates the body of a Dynamic Client Registration
 // request (RFC 7591 §3.1): one JSON object of at most MaxRegistrationBytes,
-// valid UTF-8, no member twice; redirect_uris required, 1 to 10 URIs each
+// valid UTF-8, no member twice (nor in another case); redirect_uris required, 1 to 10 URIs each
 // passing [CheckRedirectURI] (else invalid_redirect_uri); grant_types ⊆
 // {authorization_code, refresh_token} and containing authorization_code;
 // response_types ⊆ {code}; token_endpoint_auth_method none or
@@ -137,10 +143,17 @@ func checkObject(body []byte) error {
 			return metadataError("The registration request is not valid JSON.")
 		}
 		name, _ := tok.(string) // inside an object, a token here is a member name
-		if seen[name] {
+		// encoding/json matches member names regardless of case, so
+		// "Redirect_URIs" would be read as redirect_uris: refuse what it
+		// would read twice, and the case variants of the members it reads.
+		folded := strings.ToLower(name)
+		if seen[folded] {
 			return metadataError("The member %q appears twice.", truncate(name, 40))
 		}
-		seen[name] = true
+		seen[folded] = true
+		if slices.Contains(registrationMembers, folded) && folded != name {
+			return metadataError("Member names are case-sensitive: %q.", truncate(name, 40))
+		}
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
 			return metadataError("The registration request is not valid JSON.")

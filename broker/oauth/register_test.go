@@ -42,6 +42,10 @@ func TestParseRegistration(t *testing.T) {
 			RedirectURIs: []string{"com.example.app:/cb"}, GrantTypes: []string{"authorization_code"}, ResponseTypes: []string{"code"},
 			AuthMethod: "client_secret_basic", ClientName: "Ünïcödé 客户端", Scope: "mcp:invoke",
 		}},
+		{"unknown members, whatever their case", `{"redirect_uris":["https://c.example/cb"],"Software_ID":"x","logo_uri#ja":"https://c.example/l.png","client_name#ja":"クライアント"}`, oauth.Registration{
+			RedirectURIs: []string{"https://c.example/cb"}, GrantTypes: []string{"authorization_code"}, ResponseTypes: []string{"code"},
+			AuthMethod: "client_secret_basic", Scope: "mcp:invoke",
+		}},
 		{"name of the longest length", `{"redirect_uris":["https://c.example/cb"],"client_name":"` + strings.Repeat("é", oauth.MaxClientNameLen) + `"}`, oauth.Registration{
 			RedirectURIs: []string{"https://c.example/cb"}, GrantTypes: []string{"authorization_code"}, ResponseTypes: []string{"code"},
 			AuthMethod: "client_secret_basic", ClientName: strings.Repeat("é", oauth.MaxClientNameLen), Scope: "mcp:invoke",
@@ -78,6 +82,9 @@ func TestParseRegistrationRefuses(t *testing.T) {
 		{"two objects", `{` + cb + `}{}`, "invalid_client_metadata"},
 		{"duplicate member", `{` + cb + `,"redirect_uris":["https://evil.example/cb"]}`, "invalid_client_metadata"},
 		{"duplicate auth method", `{` + cb + `,"token_endpoint_auth_method":"none","token_endpoint_auth_method":"client_secret_post"}`, "invalid_client_metadata"},
+		{"duplicate member in another case", `{` + cb + `,"Redirect_URIs":["https://evil.example/cb"]}`, "invalid_client_metadata"},
+		{"known member in another case", `{"REDIRECT_URIS":["https://client.example/cb"]}`, "invalid_client_metadata"},
+		{"auth method in another case", `{` + cb + `,"Token_Endpoint_Auth_Method":"none"}`, "invalid_client_metadata"},
 		{"invalid UTF-8", "{" + cb + `,"client_name":"a` + "\xff" + `"}`, "invalid_client_metadata"},
 		{"too large", `{` + cb + `,"x":"` + strings.Repeat("a", oauth.MaxRegistrationBytes) + `"}`, "invalid_client_metadata"},
 		{"deeply nested", `{` + cb + `,"x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, "invalid_client_metadata"},
