@@ -135,7 +135,7 @@ func consentDataOf(v ConsentView) consentData {
 	if d.Name == "" {
 		d.Name = "An unnamed application"
 		if id != "" {
-			d.Name = "An application calling itself " + truncate(id, maxDisplayName)
+			d.Name = "An unnamed application (" + truncate(id, maxDisplayName) + ")"
 		}
 	}
 	switch v.ClientKind {

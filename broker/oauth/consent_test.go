@@ -106,7 +106,7 @@ func TestRenderConsentSources(t *testing.T) {
 		{"registered, no date or address", func(v *oauth.ConsentView) { v.RegisteredAt = time.Time{}; v.RegisteredFrom = "" },
 			[]string{"Registered itself; Usher has not verified who made it."}},
 		{"no name", func(v *oauth.ConsentView) { v.ClientName = "" },
-			[]string{"<bdi>An application calling itself usher-dcr-abc</bdi>"}},
+			[]string{"<bdi>An unnamed application (usher-dcr-abc)</bdi>"}},
 		{"no name, no id", func(v *oauth.ConsentView) { v.ClientName = ""; v.ClientID = "" },
 			[]string{"<bdi>An unnamed application</bdi>"}},
 		{"private-use redirect", func(v *oauth.ConsentView) { v.RedirectURI = "com.example.app:/cb" },
