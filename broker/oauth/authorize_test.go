@@ -2,7 +2,9 @@ package oauth_test
 
 import (
 	"errors"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,7 +25,8 @@ func authorizeQuery(changes map[string]string) url.Values {
 		"code_challenge_method": {"S256"},
 		"resource":              {"https://usher.example/mcp"},
 	}
-	for k, v := range changes {
+	for _, k := range slices.Sorted(maps.Keys(changes)) { // "x" before "x+"
+		v := changes[k]
 		switch {
 		case strings.HasSuffix(k, "+"):
 			k = strings.TrimSuffix(k, "+")

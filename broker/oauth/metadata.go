@@ -107,16 +107,24 @@ func NewMetadata(issuer string) (*Metadata, error) {
 	}, nil
 }
 
-// plainPath reports whether p has only unreserved characters and slashes,
-// so that it reads the same escaped and unescaped, to a router and to a
-// client.
+// plainPath reports whether p has only unreserved characters between
+// single slashes, and no dot segments, so that it reads the same escaped
+// and unescaped, to a router and to a client.
 func plainPath(p string) bool {
 	for i := 0; i < len(p); i++ {
 		if !unreserved(p[i]) && p[i] != '/' {
 			return false
 		}
 	}
-	return !strings.Contains(p, "//")
+	if p == "" {
+		return true
+	}
+	for _, seg := range strings.Split(p[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
 }
 
 // issuerPath is the path of the issuer URL, "" for an issuer at a host's

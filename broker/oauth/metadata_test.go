@@ -94,10 +94,12 @@ func TestNewMetadataRefuses(t *testing.T) {
 		"https://user@usher.example", // user info
 		"ftp://usher.example",
 		"https://usher.example\n",
-		"https://usher.example/a%2Fb", // escaped path
-		"https://usher.example/a b",   // not plain
-		"https://usher.example//a",    // empty segment
-		"https://usher.example/café",  // non-ASCII
+		"https://usher.example/a%2Fb",  // escaped path
+		"https://usher.example/a b",    // not plain
+		"https://usher.example//a",     // empty segment
+		"https://usher.example/a/../b", // dot segment
+		"https://usher.example/.",      // dot segment
+		"https://usher.example/café",   // non-ASCII
 	} {
 		if m, err := oauth.NewMetadata(issuer); err == nil {
 			t.Errorf("NewMetadata(%q) = %+v, want an error", issuer, m)
