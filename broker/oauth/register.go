@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -252,7 +253,10 @@ func httpsURI(member string, v *string) (string, error) {
 		return "", nil
 	}
 	u := *v
-	if len(u) > maxURILen || !uriChars(u) || !strings.HasPrefix(u, "https://") || strings.Contains(u, "#") || strings.Contains(u, "@") {
+	if len(u) > maxURILen || !uriChars(u) || !strings.HasPrefix(u, "https://") || strings.ContainsAny(u, "#@") {
+		return "", metadataError("%s must be an https URL.", member)
+	}
+	if p, err := url.Parse(u); err != nil || p.Hostname() == "" {
 		return "", metadataError("%s must be an https URL.", member)
 	}
 	return u, nil

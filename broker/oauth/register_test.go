@@ -120,6 +120,8 @@ func TestParseRegistrationRefuses(t *testing.T) {
 		{"javascript client_uri", `{` + cb + `,"client_uri":"javascript:alert(1)"}`, "invalid_client_metadata"},
 		{"http logo_uri", `{` + cb + `,"logo_uri":"http://client.example/logo.png"}`, "invalid_client_metadata"},
 		{"data logo_uri", `{` + cb + `,"logo_uri":"data:image/png;base64,AAAA"}`, "invalid_client_metadata"},
+		{"client_uri without host", `{` + cb + `,"client_uri":"https://"}`, "invalid_client_metadata"},
+		{"client_uri with bad port", `{` + cb + `,"client_uri":"https://c.example:x/"}`, "invalid_client_metadata"},
 		{"user info in client_uri", `{` + cb + `,"client_uri":"https://client.example@evil.example/"}`, "invalid_client_metadata"},
 		{"malformed scope", `{` + cb + `,"scope":"mcp:invoke  openid"}`, "invalid_client_metadata"},
 		{"scope with quote", `{` + cb + `,"scope":"a\"b"}`, "invalid_client_metadata"},
