@@ -1,0 +1,28 @@
+// Package oauth owns Usher's OAuth 2.1 authorization server for its MCP
+// endpoint: the protocol pieces its endpoints are made of, each a pure
+// function or a small http.Handler with no storage of its own.
+//
+//   - Errors: [Error] and [WriteError] give every OAuth endpoint the RFC 6749
+//     §5.2 error body, never the API's error shape.
+//   - Discovery: [NewMetadata] and [MetadataHandler] publish the RFC 8414
+//     document at the well-known paths; the endpoint paths are the Path
+//     constants.
+//   - PKCE (RFC 7636): [CheckChallenge] at the authorization endpoint and
+//     [VerifyPKCE] at the token endpoint, S256 only.
+//   - Redirect URIs: [CheckRedirectURI] when a client is registered and
+//     [MatchRedirect] when it asks for a code (exact match; RFC 8252 §7.3's
+//     any-port rule for native clients' loopback IP literals).
+//   - Dynamic Client Registration (RFC 7591): [ParseRegistration],
+//     [Registration.Response], [NewClientID], [NewSecret], [HashSecret] and
+//     [CheckSecret].
+//   - Consent: [RenderConsent] draws the page a user approves or denies a
+//     client on, with the headers that keep it from being framed.
+//   - Authorization requests: [ParseAuthorize], [CheckResource] (RFC 8707,
+//     also for the token endpoint) and the redirects of [AuthorizeRequest],
+//     which carry iss (RFC 9207).
+//
+// Everything a client sends is hostile until checked: each parser bounds the
+// size of what it reads, refuses repeated parameters and duplicate JSON
+// members, and says in its error what an OAuth client may be told and no
+// more.
+package oauth

@@ -1,0 +1,264 @@
+package oauth_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/broker/oauth"
+)
+
+func TestParseRegistration(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		want oauth.Registration // Raw is checked apart
+	}{
+		{"defaults", `{"redirect_uris":["https://client.example/cb"]}`, oauth.Registration{
+			RedirectURIs: []string{"https://client.example/cb"}, GrantTypes: []string{"authorization_code"},
+			ResponseTypes: []string{"code"}, AuthMethod: "client_secret_basic", Scope: "mcp:invoke",
+		}},
+		{"public native client", `{
+			"client_name": "MCP Inspector",
+			"redirect_uris": ["http://localhost:6274/oauth/callback", "http://127.0.0.1/cb"],
+			"grant_types": ["authorization_code", "refresh_token"],
+			"response_types": ["code"],
+			"token_endpoint_auth_method": "none",
+			"client_uri": "https://github.com/modelcontextprotocol/inspector",
+			"logo_uri": "https://client.example/logo.png",
+			"scope": "mcp:invoke openid",
+			"software_id": "inspector", "contacts": ["a@example.com"], "jwks": {"keys": [{"kty": "RSA", "kty": "EC"}]}
+		}`, oauth.Registration{
+			RedirectURIs: []string{"http://localhost:6274/oauth/callback", "http://127.0.0.1/cb"},
+			GrantTypes:   []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"},
+			AuthMethod: "none", ClientName: "MCP Inspector", ClientURI: "https://github.com/modelcontextprotocol/inspector",
+			LogoURI: "https://client.example/logo.png", Scope: "mcp:invoke",
+		}},
+		{"private-use scheme, unicode name", `{"redirect_uris":["com.example.app:/cb"],"client_name":"Ünïcödé 客户端","token_endpoint_auth_method":"client_secret_basic"}`, oauth.Registration{
+			RedirectURIs: []string{"com.example.app:/cb"}, GrantTypes: []string{"authorization_code"}, ResponseTypes: []string{"code"},
+			AuthMethod: "client_secret_basic", ClientName: "Ünïcödé 客户端", Scope: "mcp:invoke",
+		}},
+		{"unknown members, whatever their case", `{"redirect_uris":["https://c.example/cb"],"Software_ID":"x","logo_uri#ja":"https://c.example/l.png","client_name#ja":"クライアント"}`, oauth.Registration{
+			RedirectURIs: []string{"https://c.example/cb"}, GrantTypes: []string{"authorization_code"}, ResponseTypes: []string{"code"},
+			AuthMethod: "client_secret_basic", Scope: "mcp:invoke",
+		}},
+		{"name of the longest length", `{"redirect_uris":["https://c.example/cb"],"client_name":"` + strings.Repeat("é", oauth.MaxClientNameLen) + `"}`, oauth.Registration{
+			RedirectURIs: []string{"https://c.example/cb"}, GrantTypes: []string{"authorization_code"}, ResponseTypes: []string{"code"},
+			AuthMethod: "client_secret_basic", ClientName: strings.Repeat("é", oauth.MaxClientNameLen), Scope: "mcp:invoke",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := oauth.ParseRegistration([]byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got.Raw) != tt.body {
+				t.Errorf("Raw %s, want the body byte for byte", got.Raw)
+			}
+			got.Raw = nil
+			if fmt.Sprintf("%#v", got) != fmt.Sprintf("%#v", tt.want) {
+				t.Errorf("got  %#v\nwant %#v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseRegistrationRefuses(t *testing.T) {
+	cb := `"redirect_uris":["https://client.example/cb"]`
+	tests := []struct {
+		name, body, wantCode string
+	}{
+		{"empty body", ``, "invalid_client_metadata"},
+		{"null", `null`, "invalid_client_metadata"},
+		{"array", `[{` + cb + `}]`, "invalid_client_metadata"},
+		{"string", `"x"`, "invalid_client_metadata"},
+		{"truncated", `{` + cb, "invalid_client_metadata"},
+		{"trailing garbage", `{` + cb + `}x`, "invalid_client_metadata"},
+		{"two objects", `{` + cb + `}{}`, "invalid_client_metadata"},
+		{"duplicate member", `{` + cb + `,"redirect_uris":["https://evil.example/cb"]}`, "invalid_client_metadata"},
+		{"duplicate auth method", `{` + cb + `,"token_endpoint_auth_method":"none","token_endpoint_auth_method":"client_secret_post"}`, "invalid_client_metadata"},
+		{"duplicate member in another case", `{` + cb + `,"Redirect_URIs":["https://evil.example/cb"]}`, "invalid_client_metadata"},
+		{"known member in another case", `{"REDIRECT_URIS":["https://client.example/cb"]}`, "invalid_client_metadata"},
+		{"auth method in another case", `{` + cb + `,"Token_Endpoint_Auth_Method":"none"}`, "invalid_client_metadata"},
+		{"invalid UTF-8", "{" + cb + `,"client_name":"a` + "\xff" + `"}`, "invalid_client_metadata"},
+		{"too large", `{` + cb + `,"x":"` + strings.Repeat("a", oauth.MaxRegistrationBytes) + `"}`, "invalid_client_metadata"},
+		{"deeply nested", `{` + cb + `,"x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, "invalid_client_metadata"},
+		{"no redirect_uris", `{"client_name":"x"}`, "invalid_redirect_uri"},
+		{"empty redirect_uris", `{"redirect_uris":[]}`, "invalid_redirect_uri"},
+		{"null redirect_uris", `{"redirect_uris":null}`, "invalid_redirect_uri"},
+		{"redirect_uris a string", `{"redirect_uris":"https://client.example/cb"}`, "invalid_client_metadata"},
+		{"redirect_uris of numbers", `{"redirect_uris":[1]}`, "invalid_client_metadata"},
+		{"too many redirect_uris", `{"redirect_uris":[` + strings.TrimSuffix(strings.Repeat(`"https://c.example/cb",`, 11), ",") + `]}`, "invalid_redirect_uri"},
+		{"javascript redirect", `{"redirect_uris":["javascript:alert(1)"]}`, "invalid_redirect_uri"},
+		{"http redirect", `{"redirect_uris":["https://client.example/cb","http://client.example/cb"]}`, "invalid_redirect_uri"},
+		{"fragment redirect", `{"redirect_uris":["https://client.example/cb#x"]}`, "invalid_redirect_uri"},
+		{"implicit grant", `{` + cb + `,"grant_types":["implicit"]}`, "invalid_client_metadata"},
+		{"client credentials", `{` + cb + `,"grant_types":["authorization_code","client_credentials"]}`, "invalid_client_metadata"},
+		{"token exchange", `{` + cb + `,"grant_types":["urn:ietf:params:oauth:grant-type:token-exchange"]}`, "invalid_client_metadata"},
+		{"refresh only", `{` + cb + `,"grant_types":["refresh_token"]}`, "invalid_client_metadata"},
+		{"empty grant_types", `{` + cb + `,"grant_types":[]}`, "invalid_client_metadata"},
+		{"repeated grant type", `{` + cb + `,"grant_types":["authorization_code","authorization_code"]}`, "invalid_client_metadata"},
+		{"token response type", `{` + cb + `,"response_types":["code","token"]}`, "invalid_client_metadata"},
+		{"id_token response type", `{` + cb + `,"response_types":["id_token"]}`, "invalid_client_metadata"},
+		{"client_secret_post", `{` + cb + `,"token_endpoint_auth_method":"client_secret_post"}`, "invalid_client_metadata"},
+		{"private_key_jwt", `{` + cb + `,"token_endpoint_auth_method":"private_key_jwt"}`, "invalid_client_metadata"},
+		{"empty auth method", `{` + cb + `,"token_endpoint_auth_method":""}`, "invalid_client_metadata"},
+		{"auth method a number", `{` + cb + `,"token_endpoint_auth_method":1}`, "invalid_client_metadata"},
+		{"name too long", `{` + cb + `,"client_name":"` + strings.Repeat("a", oauth.MaxClientNameLen+1) + `"}`, "invalid_client_metadata"},
+		{"name with RTL override", `{` + cb + `,"client_name":"Claude\u202eexe.evil"}`, "invalid_client_metadata"},
+		{"name with newline", `{` + cb + `,"client_name":"a\nb"}`, "invalid_client_metadata"},
+		{"name with NUL", `{` + cb + `,"client_name":"a\u0000b"}`, "invalid_client_metadata"},
+		{"name with zero-width joiner", `{` + cb + `,"client_name":"a\u200db"}`, "invalid_client_metadata"},
+		{"name with C1 control", `{` + cb + `,"client_name":"a\u0085b"}`, "invalid_client_metadata"},
+		{"name with padding", `{` + cb + `,"client_name":"  Claude"}`, "invalid_client_metadata"},
+		{"name a number", `{` + cb + `,"client_name":7}`, "invalid_client_metadata"},
+		{"javascript client_uri", `{` + cb + `,"client_uri":"javascript:alert(1)"}`, "invalid_client_metadata"},
+		{"http logo_uri", `{` + cb + `,"logo_uri":"http://client.example/logo.png"}`, "invalid_client_metadata"},
+		{"data logo_uri", `{` + cb + `,"logo_uri":"data:image/png;base64,AAAA"}`, "invalid_client_metadata"},
+		{"client_uri without host", `{` + cb + `,"client_uri":"https://"}`, "invalid_client_metadata"},
+		{"client_uri with bad port", `{` + cb + `,"client_uri":"https://c.example:x/"}`, "invalid_client_metadata"},
+		{"user info in client_uri", `{` + cb + `,"client_uri":"https://client.example@evil.example/"}`, "invalid_client_metadata"},
+		{"malformed scope", `{` + cb + `,"scope":"mcp:invoke  openid"}`, "invalid_client_metadata"},
+		{"scope with quote", `{` + cb + `,"scope":"a\"b"}`, "invalid_client_metadata"},
+		{"scope an array", `{` + cb + `,"scope":["mcp:invoke"]}`, "invalid_client_metadata"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg, err := oauth.ParseRegistration([]byte(tt.body))
+			var e *oauth.Error
+			if !errors.As(err, &e) {
+				t.Fatalf("got %+v, %v; want an *oauth.Error", reg, err)
+			}
+			if e.Code != tt.wantCode || e.Status != 400 || e.Description == "" {
+				t.Errorf("got %+v, want %s", e, tt.wantCode)
+			}
+		})
+	}
+}
+
+func TestRegistrationResponse(t *testing.T) {
+	issued := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	public, err := oauth.ParseRegistration([]byte(`{"redirect_uris":["http://127.0.0.1/cb"],"token_endpoint_auth_method":"none","client_name":"Inspector","grant_types":["authorization_code","refresh_token"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := public.Response("usher-dcr-abc", "", issued)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"client_id":"usher-dcr-abc","client_id_issued_at":1796126400,"redirect_uris":["http://127.0.0.1/cb"],` +
+		`"grant_types":["authorization_code","refresh_token"],"response_types":["code"],"token_endpoint_auth_method":"none",` +
+		`"client_name":"Inspector","scope":"mcp:invoke"}`
+	if string(body) != want {
+		t.Errorf("public client:\n%s\nwant\n%s", body, want)
+	}
+
+	confidential, err := oauth.ParseRegistration([]byte(`{"redirect_uris":["https://client.example/cb"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err = confidential.Response("usher-dcr-def", "s3cret", issued)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["client_secret"] != "s3cret" || got["client_secret_expires_at"] != float64(0) || got["token_endpoint_auth_method"] != "client_secret_basic" {
+		t.Errorf("confidential client: %s", body)
+	}
+
+	for _, tt := range []struct {
+		name             string
+		reg              oauth.Registration
+		clientID, secret string
+	}{
+		{"no client id", public, "", ""},
+		{"secret for a public client", public, "id", "s"},
+		{"no secret for a confidential client", confidential, "id", ""},
+	} {
+		if body, err := tt.reg.Response(tt.clientID, tt.secret, issued); err == nil {
+			t.Errorf("%s: %s, want an error", tt.name, body)
+		}
+	}
+}
+
+func TestSecrets(t *testing.T) {
+	ids := map[string]bool{}
+	for range 100 {
+		id := oauth.NewClientID()
+		if !strings.HasPrefix(id, "usher-dcr-") || len(id) != len("usher-dcr-")+22 || ids[id] {
+			t.Fatalf("client id %q", id)
+		}
+		ids[id] = true
+		s := oauth.NewSecret()
+		if len(s) != 43 || strings.ContainsAny(s, "+/=") || ids[s] {
+			t.Fatalf("secret %q", s)
+		}
+		ids[s] = true
+	}
+
+	s := oauth.NewSecret()
+	h := oauth.HashSecret(s)
+	if len(h) != 64 || strings.ToLower(h) != h {
+		t.Fatalf("hash %q", h)
+	}
+	if got := oauth.HashSecret("abc"); got != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
+		t.Errorf("HashSecret(abc) = %s", got)
+	}
+	for _, tt := range []struct {
+		name, secret, hash string
+		want               bool
+	}{
+		{"right", s, h, true},
+		{"wrong secret", s + "x", h, false},
+		{"hash as secret", h, h, false},
+		{"upper-case hash", s, strings.ToUpper(h), h == strings.ToUpper(h)},
+		{"empty secret", "", oauth.HashSecret(""), false},
+		{"empty hash", s, "", false},
+		{"truncated hash", s, h[:63], false},
+	} {
+		if got := oauth.CheckSecret(tt.secret, tt.hash); got != tt.want {
+			t.Errorf("%s: CheckSecret = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func FuzzParseRegistration(f *testing.F) {
+	f.Add([]byte(`{"redirect_uris":["https://client.example/cb"],"token_endpoint_auth_method":"none"}`))
+	f.Add([]byte(`{"redirect_uris":["com.example.app:/cb"],"grant_types":["authorization_code","refresh_token"],"client_name":"x"}`))
+	f.Add([]byte(`{"redirect_uris":["http://127.0.0.1/cb"],"redirect_uris":[]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		reg, err := oauth.ParseRegistration(body)
+		if err != nil {
+			var e *oauth.Error
+			if !errors.As(err, &e) || (e.Code != oauth.CodeInvalidClientMetadata && e.Code != oauth.CodeInvalidRedirectURI) {
+				t.Fatalf("error %v is not an RFC 7591 error", err)
+			}
+			return
+		}
+		if len(reg.RedirectURIs) == 0 || !slices.Contains(reg.GrantTypes, "authorization_code") || reg.Scope != "mcp:invoke" ||
+			(reg.AuthMethod != "none" && reg.AuthMethod != "client_secret_basic") || string(reg.Raw) != string(body) {
+			t.Fatalf("accepted %q as %+v", body, reg)
+		}
+		for _, u := range reg.RedirectURIs {
+			if oauth.CheckRedirectURI(u) != nil {
+				t.Fatalf("accepted redirect URI %q", u)
+			}
+		}
+		secret := ""
+		if reg.AuthMethod != "none" {
+			secret = "s"
+		}
+		resp, err := reg.Response("id", secret, time.Unix(0, 0))
+		if err != nil || !json.Valid(resp) {
+			t.Fatalf("response %s, %v", resp, err)
+		}
+	})
+}
