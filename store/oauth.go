@@ -31,9 +31,10 @@ import (
 //     family's newest token, the update waits for it, and the next pass
 //     sees the token the rotation inserted.
 //
-// Every lock is taken in the order client, consent, code, token, so that
-// no two of these transactions wait for each other. SQLite's one writer
-// serialises them all.
+// Every transaction takes its locks in the order client, consent, code,
+// token, so that none waits for another in a cycle (a deadlock, which
+// PostgreSQL would break by failing one). SQLite's one writer serialises
+// them all.
 
 // OAuthClientKind says where a client of the authorization server comes
 // from.
@@ -564,13 +565,16 @@ func (c *core) RevokeOAuthClient(ctx context.Context, id string, now time.Time) 
 }
 
 // revokeOAuthClient revokes the client id, keeping an earlier revocation's
-// time, and every refresh token and consent of it still standing.
+// time, and every consent and refresh token of it still standing: the
+// consents before the tokens, in the order of the locks (see the top of
+// this file), or a concurrent RevokeConsent, which holds a consent and
+// waits for its tokens, would deadlock with it.
 func revokeOAuthClient(ctx context.Context, x executor, id string, now time.Time) error {
 	var revokedAt time.Time
 	if err := x.row(ctx, lockOAuthClient, id).Scan(at(&revokedAt)); err != nil {
 		return err
 	}
-	for _, s := range []stmt{revokeOAuthClientRow, revokeClientRefreshTokens, revokeClientConsents} {
+	for _, s := range []stmt{revokeOAuthClientRow, revokeClientConsents, revokeClientRefreshTokens} {
 		if _, err := x.exec(ctx, s, id, now); err != nil {
 			return err
 		}

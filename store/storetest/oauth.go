@@ -325,7 +325,8 @@ func testAuthorizationCodes(t *testing.T, s store.Store) {
 }
 
 // testAuthorizationCodeRace redeems one code from many goroutines: exactly
-// one succeeds; the others are replays, and revoke its family.
+// one succeeds; the others are replays, and revoke its family, even while
+// its first token is being issued.
 func testAuthorizationCodeRace(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	now := oauthNow()
@@ -364,6 +365,31 @@ func testAuthorizationCodeRace(t *testing.T, s store.Store) {
 	// The code was replayed: the winner's family gets no token.
 	if err := s.IssueRefreshToken(ctx, newRefresh("rt", codes[winner].FamilyID, "c", "alice", now)); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("IssueRefreshToken after the replays = %v, want ErrConflict", err)
+	}
+
+	// A replay while the redemption's first token is being issued: the
+	// token is refused, or revoked.
+	for i := range 10 {
+		hash, family, token := fmt.Sprintf("code-%d", i), fmt.Sprintf("f-%d", i), fmt.Sprintf("rt-%d", i)
+		if err := s.CreateAuthorizationCode(ctx, newCode(hash, "c", now)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RedeemAuthorizationCode(ctx, hash, family, now); err != nil {
+			t.Fatal(err)
+		}
+		var issueErr, replayErr error
+		wg.Go(func() { issueErr = s.IssueRefreshToken(ctx, newRefresh(token, family, "c", "alice", now)) })
+		wg.Go(func() { _, replayErr = s.RedeemAuthorizationCode(ctx, hash, "f-evil", now) })
+		wg.Wait()
+		if !errors.Is(replayErr, store.ErrConflict) {
+			t.Errorf("replay #%d = %v, want ErrConflict", i, replayErr)
+		}
+		switch {
+		case issueErr == nil:
+			checkRevokedToken(t, s, token, now)
+		case !errors.Is(issueErr, store.ErrConflict):
+			t.Errorf("IssueRefreshToken beside replay #%d = %v, want it refused (ErrConflict) or revoked", i, issueErr)
+		}
 	}
 }
 
