@@ -32,8 +32,10 @@ import (
 //     sees the token the rotation inserted.
 //
 // Every transaction takes its locks in the order client, consent, code,
-// token, so that none waits for another in a cycle (a deadlock, which
-// PostgreSQL would break by failing one). SQLite's one writer serialises
+// token, so that none waits for another in a cycle. Only two statements
+// each updating many tokens (a family's, a consent's) may lock shared
+// ones in different orders: PostgreSQL breaks such a deadlock by failing
+// one transaction, and inTx runs it again. SQLite's one writer serialises
 // them all.
 
 // OAuthClientKind says where a client of the authorization server comes
