@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -25,6 +26,10 @@ var (
 	ErrLimit = errors.New("store: limit reached")
 	// ErrClosed reports a write to a run that has reached a terminal status.
 	ErrClosed = errors.New("store: run is closed")
+	// ErrReused reports that a refresh token was presented again after it
+	// was rotated: its family is revoked (see RotateRefreshToken). It is a
+	// conflict too: errors.Is(ErrReused, ErrConflict) holds.
+	ErrReused = fmt.Errorf("store: refresh token reused: %w", ErrConflict)
 )
 
 // RunStatus is the lifecycle state of a run (a conversation).
@@ -437,4 +442,119 @@ type Store interface {
 	// AuditRecords returns up to limit records with Seq > afterSeq, in
 	// order; ErrInvalid when limit is not positive.
 	AuditRecords(ctx context.Context, afterSeq int64, limit int) ([]AuditRecord, error)
+
+	// The authorization server's clients, codes, refresh tokens and
+	// consents (oauth.go). Codes and tokens are addressed by their SHA-256
+	// (hex); the store never sees them. Every time a method takes is
+	// stored at microseconds; a zero CreatedAt (UpdatedAt for a consent)
+	// means the store's now.
+
+	// CreateOAuthClient stores a new client and returns it as stored. ID,
+	// Kind and AuthMethod are required; SecretHash is required for
+	// client_secret_basic and refused for the other methods and for a
+	// metadata document's client; LastUsedAt and RevokedAt must be zero. A
+	// zero UpdatedAt is CreatedAt. A duplicate ID fails with ErrConflict,
+	// a bad kind or field with ErrInvalid.
+	CreateOAuthClient(ctx context.Context, c OAuthClient) (OAuthClient, error)
+	// PutMetadataClient creates or updates the client of a metadata
+	// document (Kind metadata_document, or empty for it; RegisteredBy
+	// empty), and returns it as stored. An update replaces Name,
+	// RedirectURIs, GrantTypes, AuthMethod, Metadata and UpdatedAt, and
+	// keeps CreatedAt, LastUsedAt and RevokedAt: a revoked client stays
+	// revoked. ErrConflict when the id is a client of another kind;
+	// ErrInvalid as CreateOAuthClient.
+	PutMetadataClient(ctx context.Context, c OAuthClient) (OAuthClient, error)
+	// GetOAuthClient returns the client, revoked or not, or ErrNotFound.
+	GetOAuthClient(ctx context.Context, id string) (OAuthClient, error)
+	// ListOAuthClients returns every client, revoked ones included, by
+	// CreatedAt.
+	ListOAuthClients(ctx context.Context) ([]OAuthClient, error)
+	// CountOAuthRegistrations returns how many clients registeredBy (not
+	// empty) registered at or after since, across replicas: the rate limit
+	// of dynamic registration.
+	CountOAuthRegistrations(ctx context.Context, registeredBy string, since time.Time) (int, error)
+	// RevokeOAuthClient revokes the client at now (a revoked client keeps
+	// its first RevokedAt) and, in the same transaction, its refresh
+	// tokens and consents still standing; ErrNotFound when there is no
+	// such client. A refresh token issued or rotated concurrently is
+	// either refused or revoked with the others. Its codes are not
+	// touched: the token endpoint refuses a revoked client, and
+	// IssueRefreshToken refuses its tokens.
+	RevokeOAuthClient(ctx context.Context, id string, now time.Time) error
+
+	// CreateAuthorizationCode stores an issued code. CodeHash, ClientID,
+	// Principal, RedirectURI, CodeChallenge, Resource and ExpiresAt (after
+	// CreatedAt) are required; UsedAt, FamilyID and ReplayedAt must be
+	// unset. A duplicate hash fails with ErrConflict, an unknown client
+	// with ErrNotFound.
+	CreateAuthorizationCode(ctx context.Context, c AuthorizationCode) error
+	// RedeemAuthorizationCode uses the code once: in one transaction, when
+	// it exists, is unused and not expired at now, it sets UsedAt=now and
+	// FamilyID=family and returns the code. A code already used is a
+	// replay: it sets ReplayedAt (the first replay's kept), revokes the
+	// refresh tokens of the family the code issued (RFC 6749 §4.1.2), so
+	// that IssueRefreshToken refuses that family from then on, and returns
+	// the code with ErrConflict, so that the caller can audit it. An
+	// expired code: the code and ErrConflict, nothing written. Unknown:
+	// ErrNotFound. Of concurrent redemptions of one code, exactly one
+	// succeeds.
+	RedeemAuthorizationCode(ctx context.Context, codeHash, family string, now time.Time) (AuthorizationCode, error)
+
+	// IssueRefreshToken stores the first token of a family (or any token
+	// the caller issues outside a rotation). TokenHash, FamilyID,
+	// ClientID, Principal, Resource, ExpiresAt and FamilyExpiresAt (both
+	// after CreatedAt) are required; UsedAt and RevokedAt must be zero. A
+	// duplicate hash fails with ErrConflict; so does a revoked client, a
+	// revoked consent of the principal to the client, and a family whose
+	// authorization code was replayed. An unknown client: ErrNotFound.
+	IssueRefreshToken(ctx context.Context, t RefreshToken) error
+	// RotateRefreshToken rotates the token oldHash, in one transaction
+	// holding its row lock: unknown, ErrNotFound; already used (reuse!),
+	// it revokes the whole family and returns ErrReused (errors.Is(err,
+	// ErrConflict) holds too); revoked, expired at now (its own ExpiresAt
+	// or its FamilyExpiresAt), or its client or the principal's consent to
+	// it revoked, ErrConflict and nothing written. Else it marks the old
+	// token used at now, inserts next and returns the old token as
+	// updated. next takes the old token's FamilyID, ClientID and Principal
+	// (set ones must be equal, else ErrInvalid) and, when zero, its
+	// FamilyExpiresAt (a later one is ErrInvalid: a rotation never extends
+	// the family); a zero CreatedAt is now; the caller sets the rest, as
+	// IssueRefreshToken requires. With ErrReused and ErrConflict the old
+	// token is returned too, for the audit. Of concurrent rotations of one
+	// token, exactly one succeeds, and the others get ErrReused, the
+	// family revoked, the successor included.
+	RotateRefreshToken(ctx context.Context, oldHash string, next RefreshToken, now time.Time) (RefreshToken, error)
+	// RevokeRefreshFamily revokes, at now, every token of the family of
+	// the token tokenHash still standing (RFC 7009), a token rotated
+	// concurrently included; ErrNotFound when there is no such token.
+	RevokeRefreshFamily(ctx context.Context, tokenHash string, now time.Time) error
+
+	// PutConsent records the principal's consent to the client (both
+	// required), creating it or replacing its Scope and Resource, and
+	// clears a revocation; it returns it as stored. CreatedAt is the first
+	// put's; UpdatedAt and LastUsedAt are c.UpdatedAt (zero: now). An
+	// unknown client fails with ErrNotFound.
+	PutConsent(ctx context.Context, c Consent) (Consent, error)
+	// GetConsent returns the principal's consent to the client, revoked
+	// ones too (RevokedAt set), or ErrNotFound.
+	GetConsent(ctx context.Context, principal, clientID string) (Consent, error)
+	// ListConsents returns the principal's consents that are not revoked,
+	// by LastUsedAt, newest first.
+	ListConsents(ctx context.Context, principal string) ([]Consent, error)
+	// TouchConsent records that the consent let a token be issued at now:
+	// it moves the consent's LastUsedAt, and the client's, forward to now
+	// (never back), in one transaction. ErrNotFound when there is no such
+	// consent, ErrConflict when it is revoked; neither is touched then.
+	TouchConsent(ctx context.Context, principal, clientID string, now time.Time) error
+	// RevokeConsent revokes the consent at now (the first RevokedAt is
+	// kept) and, in the same transaction, that principal's refresh tokens
+	// of that client still standing, one rotated concurrently included;
+	// ErrNotFound when there is no such consent.
+	RevokeConsent(ctx context.Context, principal, clientID string, now time.Time) error
+	// DeleteExpiredOAuth deletes the codes that expired at or before
+	// before, and the refresh tokens that ended then: expired (their own
+	// end or their family's), revoked or used. It returns how many rows
+	// it deleted. A used token deleted is no longer recognised as reused,
+	// so before should leave the reuse detection a margin.
+	DeleteExpiredOAuth(ctx context.Context, before time.Time) (int, error)
 }
