@@ -35,9 +35,10 @@
 //     that: one text per statement keeps the SQL beside the Go that runs
 //     it. Where they differ, the statement says so: perEngine (two texts:
 //     the approval listings' JSON array functions, the run writes and the
-//     claim below), postgresOnly (advisory locks, which SQLite's single
-//     writer makes moot) and sqliteFollowUp (what a PostgreSQL statement
-//     did in a data-modifying CTE, which SQLite runs after it).
+//     claim below, keyShared's FOR KEY SHARE in oauth.go), postgresOnly
+//     (advisory locks, which SQLite's single writer makes moot) and
+//     sqliteFollowUp (what a PostgreSQL statement did in a data-modifying
+//     CTE, which SQLite runs after it).
 //   - core (core.go) is the engine-neutral Store: the domain operations
 //     (validation, conflict detection, the lifecycle compare-and-swaps,
 //     fencing, the audit chain, notifications) as methods over an
