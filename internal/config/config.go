@@ -51,7 +51,8 @@ type Server struct {
 	// Addr is the listen address. Default "127.0.0.1:8080".
 	Addr string `yaml:"addr"`
 	// PublicURL is the URL clients use to reach this server; it is the
-	// broker's issuer and the base of every link Usher hands out. Default:
+	// broker's issuer, the authorization server's issuer and the base of
+	// every link Usher hands out; a trailing slash is dropped. Default:
 	// http:// + the listen address. Plain http is accepted only on loopback.
 	PublicURL string `yaml:"public_url"`
 	// DataDir holds the SQLite database and generated key files. Default
@@ -414,6 +415,10 @@ const (
 )
 
 func (c *Config) applyDerivedDefaults() {
+	// The public URL is the broker's issuer and the authorization server's,
+	// compared as strings (RFC 8414 §3.3), and every link is built by
+	// appending a path to it: one trailing slash would make two issuers.
+	c.Server.PublicURL = strings.TrimSuffix(c.Server.PublicURL, "/")
 	if c.Policy.LockFile == "" {
 		c.Policy.LockFile = filepath.Join(c.Server.DataDir, "tools.lock")
 	}

@@ -290,6 +290,15 @@ func TestPublicURL(t *testing.T) {
 	}
 }
 
+// A trailing slash on the public URL is dropped, so that the broker's and
+// the authorization server's issuer is one string.
+func TestPublicURLTrailingSlash(t *testing.T) {
+	c, err := Load("", env(map[string]string{"USHER_SERVER_PUBLIC_URL": "https://usher.example.com/"}), Overrides{})
+	if err != nil || c.Server.PublicURL != "https://usher.example.com" {
+		t.Fatalf("public url = %q, %v", c.Server.PublicURL, err)
+	}
+}
+
 // TestREADMEDocumentsEveryKey keeps the configuration table complete.
 func TestREADMEDocumentsEveryKey(t *testing.T) {
 	b, err := os.ReadFile("../../README.md")
