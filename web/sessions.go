@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -173,6 +174,38 @@ func (s *Sessions) signedIn(r *http.Request) (session, bool, error) {
 		return session{}, false, err
 	}
 	return sess, true, nil
+}
+
+// SignedIn reports the person signed in to the browser that sent r: the
+// principal of its session cookie, when the seal opens and the store still
+// has the session signed in. It only reads: it writes no cookie (a stale
+// one is left for the Sessions UI to delete) and checks no origin, so that
+// another handler — the OAuth authorization endpoint, reached by a
+// top-level navigation from an MCP client's page — can ask who is there and
+// answer in its own shape. An error is a store that did not answer. A nil
+// *Sessions (browser sign-in off) has nobody signed in.
+func (s *Sessions) SignedIn(r *http.Request) (identity.Principal, bool, error) {
+	if s == nil {
+		return identity.Principal{}, false, nil
+	}
+	sess, ok, err := s.signedIn(r)
+	if err != nil || !ok {
+		return identity.Principal{}, false, err
+	}
+	return sess.principal(), true, nil
+}
+
+// LoginURL is where to send a browser to sign in and come back to
+// returnTo, a path on this site such as "/oauth/authorize/continue?r=…":
+// /auth/login on the public URL, which accepts only a local path of at
+// most 1024 bytes outside /auth/ and returns anywhere else to "/". With
+// browser sign-in off (a nil *Sessions) the page it leads to says so.
+func (s *Sessions) LoginURL(returnTo string) string {
+	base := ""
+	if s != nil {
+		base = s.o.PublicURL
+	}
+	return base + "/auth/login?" + url.Values{"return": {returnTo}}.Encode()
 }
 
 // current returns the session of r's cookie, if it carries one that opens

@@ -15,6 +15,7 @@ import (
 	"github.com/usherhq/usher/internal/config"
 	"github.com/usherhq/usher/internal/devoidc"
 	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/web"
 )
 
 // environment is what a command may touch of the process.
@@ -84,6 +85,10 @@ type installation struct {
 	// approvalDecided is told of every approval decision (serve sets it
 	// to requeue the run that waits).
 	approvalDecided func(ctx context.Context, a store.Approval)
+	// sessions is the browser sign-in mountWeb started (nil when browser
+	// sign-in is off): the authorization server asks it who is signed in
+	// and where to sign in (SignedIn, LoginURL).
+	sessions *web.Sessions
 }
 
 // open opens the installation's store, applies pending migrations and loads

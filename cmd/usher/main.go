@@ -31,6 +31,8 @@ Usage:
   usher tools diff|lock [--lock FILE]   compare the tool catalog with the lock, or write the lock
   usher audit verify [--anchor SEQ:HASH] check the audit log's hash chain
   usher audit export [--after SEQ]      write the audit log as JSON lines
+  usher clients list                    list the OAuth clients of external MCP apps
+  usher clients revoke CLIENT_ID        revoke a client, its refresh tokens and its consents
   usher version                         print the version
 
 Flags shared by every subcommand that opens the installation:
@@ -84,6 +86,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.toolsCmd(ctx, args[1:])
 	case "audit":
 		return env.auditCmd(ctx, args[1:])
+	case "clients":
+		return env.clientsCmd(ctx, args[1:])
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "usher", version())
 		return nil

@@ -16,7 +16,8 @@ import (
 // from then on — a bearer token as before, or a signed-in browser's
 // session cookie (CSRF-protected) — and the function that stops the
 // sweep. localURL reaches this very process, for the development
-// provider's endpoints.
+// provider's endpoints. It keeps the sign-in in in.sessions, for the
+// authorization server.
 //
 // The sign-in uses the API's own verifier, so a browser session is the
 // principal a bearer token of the same person would be. With an external
@@ -67,6 +68,7 @@ func (in *installation) mountWeb(ctx context.Context, mux *http.ServeMux, public
 	if err := sessions.Start(ctx); err != nil {
 		return nil, nil, fmt.Errorf("web sign-in: %w", err)
 	}
+	in.sessions = sessions
 	return func(next http.Handler) http.Handler {
 		return sessions.Authenticate(next, verifier.Middleware)
 	}, sessions.Stop, nil

@@ -41,6 +41,9 @@ type Config struct {
 	Events Events `yaml:"events"`
 	// Web configures the Sessions UI's browser sign-in.
 	Web Web `yaml:"web"`
+	// OAuth configures the authorization server external MCP clients sign
+	// in through (docs/api.md, "OAuth").
+	OAuth OAuth `yaml:"oauth"`
 }
 
 // Server configures the HTTP listener and the process's files.
@@ -48,7 +51,8 @@ type Server struct {
 	// Addr is the listen address. Default "127.0.0.1:8080".
 	Addr string `yaml:"addr"`
 	// PublicURL is the URL clients use to reach this server; it is the
-	// broker's issuer and the base of every link Usher hands out. Default:
+	// broker's issuer, the authorization server's issuer and the base of
+	// every link Usher hands out; a trailing slash is dropped. Default:
 	// http:// + the listen address. Plain http is accepted only on loopback.
 	PublicURL string `yaml:"public_url"`
 	// DataDir holds the SQLite database and generated key files. Default
@@ -259,6 +263,30 @@ type Web struct {
 	RevocationTTL Duration `yaml:"revocation_ttl"`
 }
 
+// OAuth configures Usher's OAuth 2.1 authorization server for its MCP
+// endpoint: how clients may register and how long a sign-in lasts.
+type OAuth struct {
+	// Registration turns on Dynamic Client Registration (RFC 7591) at
+	// /oauth/register, which Claude Desktop, VS Code and the MCP Inspector
+	// use. Default true.
+	Registration bool `yaml:"registration"`
+	// RegistrationsPerHour is how many clients one address may register in
+	// an hour, counted across replicas. Default 20; between 1 and 10000.
+	RegistrationsPerHour int `yaml:"registrations_per_hour"`
+	// RefreshIdle is how long a refresh token lasts unused: each use
+	// rotates it and starts the time again. Default 336h (14 days); at
+	// least 5m and at most refresh_absolute.
+	RefreshIdle Duration `yaml:"refresh_idle"`
+	// RefreshAbsolute is how long a sign-in lasts from its consent,
+	// however often its refresh tokens are used; then the person signs in
+	// again. Default 2160h (90 days); between 1h and 8760h (365 days).
+	RefreshAbsolute Duration `yaml:"refresh_absolute"`
+	// ClientMetadataDocuments accepts clients whose client_id is the https
+	// URL of their Client ID Metadata Document, fetched with SSRF
+	// protection. Default true.
+	ClientMetadataDocuments bool `yaml:"client_metadata_documents"`
+}
+
 // Duration is a time.Duration written as "5m", "15s", "720h".
 type Duration time.Duration
 
@@ -303,6 +331,13 @@ func Default() Config {
 		Model:    Model{Provider: "demo", Timeout: Duration(2 * time.Minute)},
 		Events:   Events{Transport: "auto", Heartbeat: Duration(15 * time.Second), MaxStreamsPerUser: 16},
 		Web:      Web{SessionLifetime: Duration(8 * time.Hour), RevocationTTL: Duration(5 * time.Second)},
+		OAuth: OAuth{
+			Registration:            true,
+			RegistrationsPerHour:    20,
+			RefreshIdle:             Duration(14 * 24 * time.Hour),
+			RefreshAbsolute:         Duration(90 * 24 * time.Hour),
+			ClientMetadataDocuments: true,
+		},
 	}
 }
 
@@ -380,6 +415,10 @@ const (
 )
 
 func (c *Config) applyDerivedDefaults() {
+	// The public URL is the broker's issuer and the authorization server's,
+	// compared as strings (RFC 8414 §3.3), and every link is built by
+	// appending a path to it: one trailing slash would make two issuers.
+	c.Server.PublicURL = strings.TrimSuffix(c.Server.PublicURL, "/")
 	if c.Policy.LockFile == "" {
 		c.Policy.LockFile = filepath.Join(c.Server.DataDir, "tools.lock")
 	}
@@ -521,6 +560,16 @@ func (c *Config) Validate() error {
 	}
 	if slices.ContainsFunc(c.Web.Scopes, func(s string) bool { return s == "" || strings.ContainsAny(s, " \t") }) {
 		bad("web.scopes", "must not contain an empty scope or one with spaces")
+	}
+	if n := c.OAuth.RegistrationsPerHour; n < 1 || n > 10_000 {
+		bad("oauth.registrations_per_hour", "must be between 1 and 10000, got %d", n)
+	}
+	abs := c.OAuth.RefreshAbsolute.Std()
+	if abs < time.Hour || abs > 365*24*time.Hour {
+		bad("oauth.refresh_absolute", "must be between 1h and 8760h, got %s", abs)
+	}
+	if idle := c.OAuth.RefreshIdle.Std(); idle < 5*time.Minute || idle > abs {
+		bad("oauth.refresh_idle", "must be at least 5m and at most oauth.refresh_absolute (%s), got %s", abs, idle)
 	}
 	for i, u := range c.MCP.Upstreams {
 		key := fmt.Sprintf("mcp.upstreams[%d]", i)

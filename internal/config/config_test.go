@@ -97,6 +97,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"events.transport": "long-poll", "events.heartbeat": "5s", "events.max_streams_per_user": "4",
 		"web.client_id": "w", "web.client_secret": "ws", "web.scopes": "api://usher/access_as_user",
 		"web.session_lifetime": "1h", "web.revocation_ttl": "2s",
+		"oauth.registration": "false", "oauth.registrations_per_hour": "5", "oauth.refresh_idle": "1h",
+		"oauth.refresh_absolute": "48h", "oauth.client_metadata_documents": "false",
 	}
 	m := map[string]string{}
 	for _, k := range Keys() {
@@ -116,7 +118,9 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		!c.MCP.Stateful || c.DemoTools() || c.Policy.File == "" || c.Policy.LockFile != "/etc/usher/tools.lock" ||
 		c.Approval.TTL.Std() != 2*time.Hour || len(c.MCP.AllowedOrigins) != 1 ||
 		c.Web.ClientID != "w" || c.Web.ClientSecret != "ws" || len(c.Web.Scopes) != 1 || c.Web.SessionLifetime.Std() != time.Hour ||
-		c.Web.RevocationTTL.Std() != 2*time.Second || c.Events.MaxStreamsPerUser != 4 || c.MCP.MaxUpstreamSessionsPerUser != 3 {
+		c.Web.RevocationTTL.Std() != 2*time.Second || c.Events.MaxStreamsPerUser != 4 || c.MCP.MaxUpstreamSessionsPerUser != 3 ||
+		c.OAuth.Registration || c.OAuth.RegistrationsPerHour != 5 || c.OAuth.RefreshIdle.Std() != time.Hour ||
+		c.OAuth.RefreshAbsolute.Std() != 48*time.Hour || c.OAuth.ClientMetadataDocuments {
 		t.Errorf("overrides not applied: %+v", c)
 	}
 }
@@ -171,6 +175,47 @@ func TestIssuerRequiresADelegatedScope(t *testing.T) {
 	c, err = Load("", env(nil), Overrides{})
 	if err != nil || len(c.Identity.RequiredScopes) != 1 || c.Identity.RequiredScopes[0] != DevScope {
 		t.Fatalf("development provider: %v %q, want [%s]", err, c.Identity.RequiredScopes, DevScope)
+	}
+}
+
+// The authorization server is on by default, registration and Client ID
+// Metadata Documents included, with the lifetimes the issue names; its keys
+// come from the file like any other, and bad lifetimes are reported by key.
+func TestOAuth(t *testing.T) {
+	c, err := Load("", env(nil), Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := OAuth{Registration: true, RegistrationsPerHour: 20, RefreshIdle: Duration(336 * time.Hour),
+		RefreshAbsolute: Duration(2160 * time.Hour), ClientMetadataDocuments: true}
+	if c.OAuth != want {
+		t.Errorf("defaults = %+v, want %+v", c.OAuth, want)
+	}
+	p := writeFile(t, "oauth:\n  registration: false\n  refresh_idle: 24h\n  refresh_absolute: 720h\n")
+	if c, err = Load(p, env(nil), Overrides{}); err != nil {
+		t.Fatal(err)
+	}
+	if c.OAuth.Registration || !c.OAuth.ClientMetadataDocuments || c.OAuth.RefreshIdle.Std() != 24*time.Hour ||
+		c.OAuth.RefreshAbsolute.Std() != 720*time.Hour || c.OAuth.RegistrationsPerHour != 20 {
+		t.Errorf("from the file: %+v", c.OAuth)
+	}
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"no registrations": {map[string]string{"USHER_OAUTH_REGISTRATIONS_PER_HOUR": "0"}, "oauth.registrations_per_hour: must be between 1 and 10000"},
+		"a flood":          {map[string]string{"USHER_OAUTH_REGISTRATIONS_PER_HOUR": "10001"}, "oauth.registrations_per_hour"},
+		"short absolute":   {map[string]string{"USHER_OAUTH_REFRESH_ABSOLUTE": "30m", "USHER_OAUTH_REFRESH_IDLE": "10m"}, "oauth.refresh_absolute: must be between 1h and 8760h"},
+		"long absolute":    {map[string]string{"USHER_OAUTH_REFRESH_ABSOLUTE": "8761h"}, "oauth.refresh_absolute"},
+		"idle past absolute": {map[string]string{"USHER_OAUTH_REFRESH_IDLE": "100h", "USHER_OAUTH_REFRESH_ABSOLUTE": "99h"},
+			"oauth.refresh_idle: must be at least 5m and at most oauth.refresh_absolute"},
+		"short idle":   {map[string]string{"USHER_OAUTH_REFRESH_IDLE": "1m"}, "oauth.refresh_idle"},
+		"not a bool":   {map[string]string{"USHER_OAUTH_REGISTRATION": "sometimes"}, "oauth.registration (from USHER_OAUTH_REGISTRATION): want true or false"},
+		"not a number": {map[string]string{"USHER_OAUTH_REGISTRATIONS_PER_HOUR": "many"}, "oauth.registrations_per_hour (from USHER_OAUTH_REGISTRATIONS_PER_HOUR)"},
+	} {
+		if _, err := Load("", env(tc.env), Overrides{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want it to say %q", name, err, tc.want)
+		}
 	}
 }
 
@@ -242,6 +287,15 @@ func TestPublicURL(t *testing.T) {
 		if err := checkPublicURL(tc.url); (err == nil) != tc.ok {
 			t.Errorf("checkPublicURL(%q) = %v, want ok=%v", tc.url, err, tc.ok)
 		}
+	}
+}
+
+// A trailing slash on the public URL is dropped, so that the broker's and
+// the authorization server's issuer is one string.
+func TestPublicURLTrailingSlash(t *testing.T) {
+	c, err := Load("", env(map[string]string{"USHER_SERVER_PUBLIC_URL": "https://usher.example.com/"}), Overrides{})
+	if err != nil || c.Server.PublicURL != "https://usher.example.com" {
+		t.Fatalf("public url = %q, %v", c.Server.PublicURL, err)
 	}
 }
 

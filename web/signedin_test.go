@@ -1,0 +1,122 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/usherhq/usher/store/storetest"
+)
+
+// probe mounts on e a handler that answers who SignedIn says is signed in
+// to the browser: the principal, "nobody", or "error: …".
+func (e *env) probe(t *testing.T) string {
+	t.Helper()
+	e.mux.HandleFunc("/probe", func(w http.ResponseWriter, r *http.Request) {
+		p, ok, err := e.sessions.SignedIn(r)
+		switch {
+		case err != nil:
+			fmt.Fprint(w, "error: ", err)
+		case !ok:
+			fmt.Fprint(w, "nobody")
+		default:
+			fmt.Fprint(w, p.ID())
+		}
+	})
+	return e.url + "/probe"
+}
+
+// TestSignedIn checks the read-only question another handler (the OAuth
+// authorization endpoint) asks: the signed-in principal, nobody for a
+// cookie that does not open or a session that ended — without deleting
+// the cookie — and no origin check, since a consent page is reached by a
+// navigation from another site.
+func TestSignedIn(t *testing.T) {
+	e := newEnv(t)
+	probe := e.probe(t)
+	b := e.browser(t)
+	if r := b.get(probe); r.body != "nobody" {
+		t.Fatalf("before sign-in: %q", r.body)
+	}
+	b.signIn(e, "dana", "/")
+	dana := e.principalOf(t, "dana")
+	crossSite := http.Header{"Sec-Fetch-Site": {"cross-site"}, "Origin": {"https://client.example.com"}}
+	for name, r := range map[string]response{
+		"GET":             b.get(probe),
+		"cross-site GET":  b.do(http.MethodGet, probe, crossSite, nil),
+		"cross-site POST": b.do(http.MethodPost, probe, crossSite, nil),
+	} {
+		if r.body != dana {
+			t.Errorf("%s: %q, want %q", name, r.body, dana)
+		}
+	}
+
+	good := b.sessionCookie(e)
+	for name, cookie := range map[string]string{"garbage": "not-a-session", "truncated": good[:len(good)-4]} {
+		r := e.withCookie(t, http.MethodGet, "/probe", cookie)
+		if r.body != "nobody" || len(r.setCookies) != 0 {
+			t.Errorf("%s cookie: %q, Set-Cookie %v: want nobody, and no cookie written", name, r.body, r.setCookies)
+		}
+	}
+
+	if r := b.do(http.MethodPost, e.url+"/auth/logout", sameOrigin, nil); r.status != http.StatusNoContent {
+		t.Fatalf("logout: %d", r.status)
+	}
+	if r := e.withCookie(t, http.MethodGet, "/probe", good); r.body != "nobody" || len(r.setCookies) != 0 {
+		t.Errorf("a copy of a signed-out session's cookie: %q, Set-Cookie %v", r.body, r.setCookies)
+	}
+}
+
+// TestSignedInStoreDown checks that a store that does not answer is an
+// error, not "nobody": the caller must not send a signed-in person to sign
+// in again, nor sign anyone in.
+func TestSignedInStoreDown(t *testing.T) {
+	st := &faultyStore{Store: storetest.NewSQLite(t)}
+	e := newEnvOn(t, st)
+	probe := e.probe(t)
+	b := e.browser(t)
+	b.signIn(e, "erin", "/")
+	st.fail.Store(true)
+	e.clock.Advance(DefaultRevocationTTL) // past the sign-in's check
+	if r := b.get(probe); len(r.body) < 7 || r.body[:7] != "error: " {
+		t.Fatalf("with the store down: %q", r.body)
+	}
+}
+
+// TestLoginURL checks that a browser sent to LoginURL signs in and comes
+// back to the path it was given, query and all.
+func TestLoginURL(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser(t)
+	returnTo := "/oauth/authorize/continue?r=" + url.QueryEscape("sealed+/request=")
+	u := e.sessions.LoginURL(returnTo)
+	if want := e.url + "/auth/login?return=" + url.QueryEscape(returnTo); u != want {
+		t.Fatalf("LoginURL = %q, want %q", u, want)
+	}
+	login := b.get(u)
+	if login.status != http.StatusSeeOther {
+		t.Fatalf("login: %d %s", login.status, login.body)
+	}
+	cb := b.get(b.authorize(login.location(), "frank"))
+	if cb.status != http.StatusSeeOther || cb.location() != returnTo {
+		t.Fatalf("callback: %d to %q, want %q", cb.status, cb.location(), returnTo)
+	}
+	if got := e.sessions.LoginURL("https://evil.example.com/"); b.get(got).status != http.StatusSeeOther {
+		t.Errorf("a foreign return address must still start a sign-in (that returns to /)")
+	}
+}
+
+// TestSignedInOff checks a nil *Sessions: nobody is signed in, and the
+// sign-in page it leads to says that browser sign-in is off.
+func TestSignedInOff(t *testing.T) {
+	var s *Sessions
+	req, _ := http.NewRequest(http.MethodGet, "/oauth/authorize", nil)
+	req.AddCookie(&http.Cookie{Name: "usher_session", Value: "x"})
+	if p, ok, err := s.SignedIn(req); ok || err != nil || p.Issuer != "" || p.ObjectID != "" || p.Subject != "" {
+		t.Errorf("SignedIn = %v %v %v", p, ok, err)
+	}
+	if got, want := s.LoginURL("/x?y=1"), "/auth/login?return=%2Fx%3Fy%3D1"; got != want {
+		t.Errorf("LoginURL = %q, want %q", got, want)
+	}
+}
