@@ -263,7 +263,7 @@ func (s *Server) resolveClient(ctx context.Context, id string) (store.OAuthClien
 	cl, err = s.st.PutMetadataClient(ctx, store.OAuthClient{
 		ID: doc.ClientID, Kind: store.OAuthClientMetadataDocument, Name: doc.ClientName,
 		RedirectURIs: doc.RedirectURIs, GrantTypes: doc.GrantTypes, AuthMethod: doc.TokenEndpointAuthMethod,
-		Metadata: doc.Raw, UpdatedAt: s.clock(),
+		Metadata: doc.Raw, CreatedAt: s.clock(), UpdatedAt: s.clock(), // an update keeps the CreatedAt stored
 	})
 	switch {
 	case errors.Is(err, store.ErrConflict):
