@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/usherhq/usher/broker"
@@ -182,6 +183,57 @@ func TestConfidentialClient(t *testing.T) {
 		public.Secret = ""
 		if tok := e.refresh(public, "x"); tok.Status != http.StatusUnauthorized {
 			t.Fatalf("a confidential client without its secret: %+v", tok)
+		}
+	})
+}
+
+// Of concurrent refreshes of one token, exactly one succeeds, and the
+// family is revoked for the rest (reuse detection); of concurrent
+// redemptions of one code, at most one succeeds, and its tokens are
+// revoked by the others (a replay).
+func TestConcurrentRedemptions(t *testing.T) {
+	engines(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, nil)
+		c := e.register(nil)
+		const n = 4
+		race := func(f func() tokenAnswer) (ok []tokenAnswer) {
+			answers := make(chan tokenAnswer, n)
+			var wg sync.WaitGroup
+			for range n {
+				wg.Go(func() { answers <- f() })
+			}
+			wg.Wait()
+			close(answers)
+			for a := range answers {
+				if a.Status == http.StatusOK {
+					ok = append(ok, a)
+				} else if a.Error != oauth.CodeInvalidGrant {
+					t.Errorf("a losing attempt: %+v", a)
+				}
+			}
+			return ok
+		}
+		// A code presented twice at once is a replay: at most one
+		// presentation wins, and the replays revoke what it issued.
+		code, verifier := e.code(c, "alice", nil)
+		won := race(func() tokenAnswer { return e.redeem(c, code, verifier) })
+		if len(won) > 1 {
+			t.Fatalf("%d of %d redemptions of one code succeeded", len(won), n)
+		}
+		if len(won) == 1 {
+			if a := e.refresh(c, won[0].RefreshToken); a.Error != oauth.CodeInvalidGrant {
+				t.Fatalf("the refresh token of a replayed code works: %+v", a)
+			}
+		}
+
+		code, verifier = e.code(c, "alice", nil)
+		won = []tokenAnswer{e.redeem(c, code, verifier)}
+		refreshed := race(func() tokenAnswer { return e.refresh(c, won[0].RefreshToken) })
+		if len(refreshed) != 1 {
+			t.Fatalf("%d of %d refreshes of one token succeeded", len(refreshed), n)
+		}
+		if a := e.refresh(c, refreshed[0].RefreshToken); a.Error != oauth.CodeInvalidGrant {
+			t.Fatalf("the winner's token survived the reuse: %+v", a)
 		}
 	})
 }

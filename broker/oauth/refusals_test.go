@@ -3,6 +3,7 @@ package oauth_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -371,5 +372,80 @@ func TestHandlerPaths(t *testing.T) {
 	}
 	if resp, body := e.get("/oauth/nothing", ""); resp.StatusCode != http.StatusNotFound || !strings.Contains(body, `"error"`) {
 		t.Fatalf("unknown path: %d %s", resp.StatusCode, body)
+	}
+}
+
+// The server's metadata announces what its endpoints do.
+func TestServerMetadata(t *testing.T) {
+	e := newEnv(t, storetest.NewSQLite(t), nil)
+	m := e.server.Metadata()
+	if slices.Contains(m.GrantTypesSupported, oauth.GrantTokenExchange) || slices.Contains(m.TokenEndpointAuthMethodsSupported, oauth.AuthPrivateKeyJWT) {
+		t.Errorf("the metadata announces what the server does not do: %+v", m)
+	}
+	if m.RegistrationEndpoint != e.issuer+oauth.PathRegister || m.ClientIDMetadataDocumentSupported {
+		t.Errorf("registration %q, CIMD %v (no Fetcher)", m.RegistrationEndpoint, m.ClientIDMetadataDocumentSupported)
+	}
+	m.GrantTypesSupported[0] = "changed"
+	if e.server.Metadata().GrantTypesSupported[0] == "changed" {
+		t.Error("Metadata returns the server's own slices")
+	}
+}
+
+// An issuer with a path: the endpoints are under it, the metadata at the
+// path-inserted well-known place.
+func TestIssuerWithPath(t *testing.T) {
+	e := newEnv(t, storetest.NewSQLite(t), nil)
+	var opts oauth.ServerOptions
+	newEnv(t, e.st, func(o *oauth.ServerOptions) { opts = *o })
+	opts.Issuer = "https://usher.example.com/tenant"
+	opts.Resources = []string{"https://usher.example.com/tenant/mcp"}
+	s, err := oauth.NewServer(&opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	for path, want := range map[string]int{
+		oauth.PathMetadata + "/tenant":            http.StatusOK,
+		"/tenant" + oauth.PathToken:               http.StatusMethodNotAllowed,
+		"/tenant" + oauth.PathAuthorize:           http.StatusBadRequest,
+		"/tenant" + oauth.PathRegister:            http.StatusMethodNotAllowed,
+		oauth.PathOpenIDConfiguration + "/tenant": http.StatusNotFound,
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != want {
+			t.Errorf("GET %s: %d, want %d", path, rec.Code, want)
+		}
+	}
+}
+
+// NewServer refuses incomplete or unsafe options.
+func TestNewServerRefusals(t *testing.T) {
+	e := newEnv(t, storetest.NewSQLite(t), nil)
+	var base oauth.ServerOptions
+	newEnv(t, e.st, func(o *oauth.ServerOptions) { base = *o })
+	for name, edit := range map[string]func(*oauth.ServerOptions){
+		"no issuer":           func(o *oauth.ServerOptions) { o.Issuer = "" },
+		"http issuer":         func(o *oauth.ServerOptions) { o.Issuer = "http://usher.example.com" },
+		"no resources":        func(o *oauth.ServerOptions) { o.Resources = nil },
+		"a resource fragment": func(o *oauth.ServerOptions) { o.Resources = []string{"https://usher.example.com/mcp#x"} },
+		"no store":            func(o *oauth.ServerOptions) { o.Store = nil },
+		"no broker":           func(o *oauth.ServerOptions) { o.Broker = nil },
+		"no audit":            func(o *oauth.ServerOptions) { o.Audit = nil },
+		"no SignedIn":         func(o *oauth.ServerOptions) { o.SignedIn = nil },
+		"no LoginURL":         func(o *oauth.ServerOptions) { o.LoginURL = nil },
+		"short secret":        func(o *oauth.ServerOptions) { o.Secret = []byte("short") },
+		"long code lifetime":  func(o *oauth.ServerOptions) { o.CodeLifetime = 2 * time.Minute },
+		"absolute < idle":     func(o *oauth.ServerOptions) { o.RefreshAbsolute = time.Hour; o.RefreshIdle = 2 * time.Hour },
+		"negative rate":       func(o *oauth.ServerOptions) { o.RegistrationsPerHour = -1 },
+	} {
+		o := base
+		edit(&o)
+		if _, err := oauth.NewServer(&o); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := oauth.NewServer(nil); err == nil {
+		t.Error("nil options accepted")
 	}
 }

@@ -180,6 +180,12 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 		m.RegistrationEndpoint = ""
 	}
 	m.ClientIDMetadataDocumentSupported = o.Clients != nil
+	// Announce what the endpoints do, no more: no token exchange, and no
+	// private_key_jwt client authentication (whose algorithms go with it).
+	m.GrantTypesSupported = []string{GrantAuthorizationCode, GrantRefreshToken}
+	m.TokenEndpointAuthMethodsSupported = []string{AuthNone, AuthClientSecretBasic}
+	m.RevocationEndpointAuthMethodsSupported = []string{AuthNone, AuthClientSecretBasic}
+	m.TokenEndpointAuthSigningAlgs, m.RevocationEndpointAuthSigningAlgs = nil, nil
 	s := &Server{
 		issuer: o.Issuer, resources: slices.Clone(o.Resources), st: o.Store, broker: o.Broker,
 		clients: o.Clients, audit: o.Audit, signedIn: o.SignedIn, loginURL: o.LoginURL,
@@ -198,10 +204,19 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	return s, nil
 }
 
-// Metadata returns the server's RFC 8414 metadata (a copy): without a
-// registration endpoint when registration is off.
+// Metadata returns the server's RFC 8414 metadata (a copy): NewMetadata's,
+// less what the endpoints do not do — the token exchange grant, the
+// private_key_jwt client authentication — and without a registration
+// endpoint when registration is off, or client ID metadata documents
+// without ServerOptions.Clients.
 func (s *Server) Metadata() Metadata {
-	return *s.metadata
+	m := *s.metadata
+	for _, l := range []*[]string{&m.ResponseTypesSupported, &m.ResponseModesSupported, &m.GrantTypesSupported,
+		&m.CodeChallengeMethodsSupported, &m.TokenEndpointAuthMethodsSupported, &m.RevocationEndpointAuthMethodsSupported,
+		&m.ScopesSupported} {
+		*l = slices.Clone(*l)
+	}
+	return m
 }
 
 // Handler serves every endpoint: PathAuthorize (GET, and POST from the
@@ -312,8 +327,11 @@ const hkdfSalt = "usher/oauth/v1"
 // sealVersion leads every sealed value, so that the format can change.
 const sealVersion byte = 1
 
-// maxSealedChars bounds a sealed value before it is decoded.
-const maxSealedChars = 8 << 10
+// maxSealedChars bounds a sealed value before it is decoded: room for a
+// pending request of the longest URIs and state ParseAuthorize accepts,
+// and for a refresh token carrying a subject of the most groups a broker
+// token carries.
+const maxSealedChars = 32 << 10
 
 var errSealed = errors.New("oauth: sealed value is malformed, forged, for another purpose or expired")
 
