@@ -71,6 +71,20 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 		showError(w, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "Usher could not tell who is signed in; try again."})
 		return
 	}
+	if ok {
+		c, err := s.st.GetConsent(ctx, p.ID(), cl.ID)
+		switch {
+		case err == nil && c.RevokedAt.IsZero() && c.Scope == a.Scope && c.Resource == a.Resource:
+			s.issueCode(w, r, a, cl, p, redirect)
+			return
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			s.log.ErrorContext(ctx, "oauth: read the consent", "err", err)
+			s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), redirect)
+			return
+		}
+	}
+	// The request waits for the sign-in or the consent, sealed: any
+	// replica can take it up, and nobody can change it meanwhile.
 	sealed, err := s.pending.seal(rawQuery, s.clock().Add(pendingLifetime))
 	if err != nil {
 		s.serverError(w, r, "seal the pending request", err)
@@ -79,16 +93,6 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 	if !ok {
 		noStore(w)
 		http.Redirect(w, r, s.loginURL(s.basePath()+PathAuthorizeContinue+"?r="+sealed), http.StatusFound)
-		return
-	}
-	c, err := s.st.GetConsent(ctx, p.ID(), cl.ID)
-	switch {
-	case err == nil && c.RevokedAt.IsZero() && c.Scope == a.Scope && c.Resource == a.Resource:
-		s.issueCode(w, r, a, cl, p, redirect)
-		return
-	case err != nil && !errors.Is(err, store.ErrNotFound):
-		s.log.ErrorContext(ctx, "oauth: read the consent", "err", err)
-		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), redirect)
 		return
 	}
 	err = RenderConsent(w, ConsentView{

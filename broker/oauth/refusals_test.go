@@ -127,6 +127,19 @@ func TestConsentRefusals(t *testing.T) {
 		if rq.Get("error") != oauth.CodeAccessDenied || rq.Get("state") != "xyz-state" || rq.Has("code") {
 			t.Fatalf("deny: %v", rq)
 		}
+		// A forged sign-in return.
+		if resp, _ := e.get(oauth.PathAuthorizeContinue+"?r="+request[:len(request)-2]+"xx", "alice"); resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("forged continue: %d", resp.StatusCode)
+		}
+		// The client revoked while its consent page was open.
+		gone := e.register(nil)
+		csrf2, request2 := e.consentPage(e.authQuery(gone, challenge, nil), "alice")
+		if err := st.RevokeOAuthClient(context.Background(), gone.ID, e.clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if resp := e.approve(csrf2, request2, "alice", oauth.DecisionApprove); resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Location") != "" {
+			t.Fatalf("revoked while consenting: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+		}
 		// An expired pending request.
 		e.clock.advance(11 * time.Minute)
 		if resp := e.approve(csrf, request, "alice", oauth.DecisionApprove); resp.StatusCode != http.StatusBadRequest {
