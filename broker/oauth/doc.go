@@ -1,6 +1,19 @@
 // Package oauth owns Usher's OAuth 2.1 authorization server for its MCP
-// endpoint: the protocol pieces its endpoints are made of, each a pure
+// endpoint: the [Server], whose [Server.Handler] serves the endpoints over
+// the store, and the protocol pieces they are made of, each a pure
 // function or a small http.Handler with no storage of its own.
+//
+// The Server's endpoints: the authorization endpoint (GET: a request,
+// which sends a user who is not signed in to sign in and back through
+// PathAuthorizeContinue, and issues a code at once when the user's
+// consent to the client is remembered, else shows the consent page; POST:
+// the consent page's answer, same-origin and CSRF-checked), the token
+// endpoint (authorization_code with PKCE, refresh_token with rotation and
+// reuse detection; the access tokens are broker tokens), Dynamic Client
+// Registration (rate-limited per address) and revocation (RFC 7009, of
+// refresh tokens). Clients come from registration, or from Client ID
+// Metadata Documents (broker/clientmeta). What they do is audited
+// (internal/audit), never with a secret, code or token: hashes or a jti.
 //
 //   - Errors: [Error] and [WriteError] give every OAuth endpoint the RFC 6749
 //     §5.2 error body, never the API's error shape.

@@ -58,9 +58,9 @@ type Metadata struct {
 	GrantTypesSupported                    []string `json:"grant_types_supported"`
 	CodeChallengeMethodsSupported          []string `json:"code_challenge_methods_supported"`
 	TokenEndpointAuthMethodsSupported      []string `json:"token_endpoint_auth_methods_supported"`
-	TokenEndpointAuthSigningAlgs           []string `json:"token_endpoint_auth_signing_alg_values_supported"`
+	TokenEndpointAuthSigningAlgs           []string `json:"token_endpoint_auth_signing_alg_values_supported,omitempty"`
 	RevocationEndpointAuthMethodsSupported []string `json:"revocation_endpoint_auth_methods_supported"`
-	RevocationEndpointAuthSigningAlgs      []string `json:"revocation_endpoint_auth_signing_alg_values_supported"`
+	RevocationEndpointAuthSigningAlgs      []string `json:"revocation_endpoint_auth_signing_alg_values_supported,omitempty"`
 	ScopesSupported                        []string `json:"scopes_supported"`
 	ClientIDMetadataDocumentSupported      bool     `json:"client_id_metadata_document_supported"`
 	AuthorizationResponseISSSupported      bool     `json:"authorization_response_iss_parameter_supported"`

@@ -37,6 +37,26 @@ const (
 	// KindOutcomeUnknown: a tool call started but its end was never
 	// recorded; it may or may not have acted.
 	KindOutcomeUnknown Kind = "outcome_unknown"
+
+	// The authorization server's (broker/oauth). None records a secret,
+	// code or token: a token's jti, or nothing.
+
+	// KindOAuthClientRegistered: a client registered itself (RFC 7591).
+	KindOAuthClientRegistered Kind = "oauth_client_registered"
+	// KindOAuthConsentGiven: a user approved a client on the consent page.
+	KindOAuthConsentGiven Kind = "oauth_consent_given"
+	// KindOAuthTokenIssued: the token endpoint issued an access token
+	// (TokenJTI) to a client for a user.
+	KindOAuthTokenIssued Kind = "oauth_token_issued"
+	// KindOAuthRefreshReused: a rotated refresh token was presented again;
+	// its family is revoked.
+	KindOAuthRefreshReused Kind = "oauth_refresh_reused"
+	// KindOAuthCodeReplayed: a redeemed authorization code was presented
+	// again; the tokens it issued are revoked.
+	KindOAuthCodeReplayed Kind = "oauth_code_replayed"
+	// KindOAuthTokenRevoked: a client revoked a refresh token (RFC 7009),
+	// and with it its family.
+	KindOAuthTokenRevoked Kind = "oauth_token_revoked"
 )
 
 // kindPattern is what a Kind must look like.

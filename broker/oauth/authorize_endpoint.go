@@ -1,0 +1,343 @@
+package oauth
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/usherhq/usher/broker/clientmeta"
+	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/internal/httpx"
+	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/store"
+)
+
+// maxConsentForm bounds the consent form's body: a sealed request, a CSRF
+// token and a decision.
+const maxConsentForm = 16 << 10
+
+// serveAuthorize is the authorization endpoint: GET (and HEAD) starts an
+// authorization request, POST is the consent page's answer.
+func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		s.authorize(w, r, r.URL.RawQuery, http.StatusFound)
+	case http.MethodPost:
+		s.serveConsent(w, r)
+	default:
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		WriteError(w, http.StatusMethodNotAllowed, CodeInvalidRequest, "The authorization endpoint takes GET, and POST from its consent page.")
+	}
+}
+
+// serveContinue resumes an authorization request after the user signed
+// in: its r parameter is the request, sealed by authorize.
+func (s *Server) serveContinue(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		WriteError(w, http.StatusMethodNotAllowed, CodeInvalidRequest, "Use GET.")
+		return
+	}
+	var raw string
+	if err := s.pending.open(r.URL.Query().Get("r"), s.clock(), &raw); err != nil {
+		showError(w, newError(CodeInvalidRequest, "This authorization request has expired or is not valid. Start again from your application.", false))
+		return
+	}
+	s.authorize(w, r, raw, http.StatusFound)
+}
+
+// authorize handles the authorization request whose query is rawQuery:
+// refused, sent to sign in, answered with a code at once (a remembered
+// consent), or shown the consent page.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery string, redirect int) {
+	ctx := r.Context()
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		showError(w, newError(CodeInvalidRequest, "The authorization request's query is malformed.", false))
+		return
+	}
+	a, cl, perr := s.checkAuthorize(ctx, q)
+	if perr != nil {
+		s.refuseAuthorize(w, r, a, perr, redirect)
+		return
+	}
+	p, ok, err := s.signedIn(r)
+	if err != nil {
+		s.log.ErrorContext(ctx, "oauth: who is signed in", "err", err)
+		showError(w, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "Usher could not tell who is signed in; try again."})
+		return
+	}
+	if ok {
+		c, err := s.st.GetConsent(ctx, p.ID(), cl.ID)
+		switch {
+		case err == nil && c.RevokedAt.IsZero() && c.Scope == a.Scope && c.Resource == a.Resource:
+			s.issueCode(w, r, a, cl, p, redirect)
+			return
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			s.log.ErrorContext(ctx, "oauth: read the consent", "err", err)
+			s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), redirect)
+			return
+		}
+	}
+	// The request waits for the sign-in or the consent, sealed: any
+	// replica can take it up, and nobody can change it meanwhile.
+	sealed, err := s.pending.seal(rawQuery, s.clock().Add(pendingLifetime))
+	if err != nil {
+		s.serverError(w, r, "seal the pending request", err)
+		return
+	}
+	if !ok {
+		noStore(w)
+		http.Redirect(w, r, s.loginURL(s.basePath()+PathAuthorizeContinue+"?r="+sealed), http.StatusFound)
+		return
+	}
+	err = RenderConsent(w, ConsentView{
+		ClientName:     cl.Name,
+		ClientID:       cl.ID,
+		ClientKind:     string(cl.Kind),
+		RegisteredAt:   cl.CreatedAt,
+		RegisteredFrom: cl.RegisteredBy,
+		RedirectURI:    a.RedirectURI,
+		Scopes:         strings.Fields(a.Scope),
+		Resource:       a.Resource,
+		User:           cmp.Or(p.Name, p.Email),
+		Action:         s.basePath() + PathAuthorize,
+		CSRFToken:      s.csrfToken(p.ID(), sealed),
+		RequestID:      sealed,
+	})
+	if err != nil {
+		s.serverError(w, r, "render the consent page", err)
+	}
+}
+
+// serveConsent is the consent page's answer: same-origin only, with the
+// CSRF token of the pending request and the user signed in now.
+func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	if !httpx.SameOrigin(r, s.issuer) {
+		showError(w, &Error{Status: http.StatusForbidden, Code: CodeAccessDenied, Description: "The consent form must be posted from Usher's own page."})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxConsentForm)
+	if err := r.ParseForm(); err != nil {
+		showError(w, newError(CodeInvalidRequest, "The consent form could not be read.", false))
+		return
+	}
+	form := r.PostForm
+	request, _ := single(form, FormRequest)
+	token, _ := single(form, FormCSRFToken)
+	decision, _ := single(form, FormDecision)
+	var rawQuery string
+	if err := s.pending.open(request, s.clock(), &rawQuery); err != nil {
+		showError(w, newError(CodeInvalidRequest, "This authorization request has expired or is not valid. Start again from your application.", false))
+		return
+	}
+	p, ok, err := s.signedIn(r)
+	switch {
+	case err != nil:
+		s.log.ErrorContext(ctx, "oauth: who is signed in", "err", err)
+		showError(w, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "Usher could not tell who is signed in; try again."})
+		return
+	case !ok || !s.checkCSRF(p.ID(), request, token):
+		// A missing or wrong token, or a token shown to someone else than
+		// who is signed in now.
+		showError(w, &Error{Status: http.StatusForbidden, Code: CodeAccessDenied, Description: "The consent form is not valid for this request or this user. Start again from your application."})
+		return
+	}
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		showError(w, newError(CodeInvalidRequest, "The authorization request's query is malformed.", false))
+		return
+	}
+	// Check the request again: the client may have been revoked, or its
+	// document changed, while the page was open.
+	a, cl, perr := s.checkAuthorize(ctx, q)
+	if perr != nil {
+		s.refuseAuthorize(w, r, a, perr, http.StatusSeeOther)
+		return
+	}
+	switch decision {
+	case DecisionApprove:
+	case DecisionDeny:
+		s.refuseAuthorize(w, r, a, newError(CodeAccessDenied, "The user denied the request.", true), http.StatusSeeOther)
+		return
+	default:
+		showError(w, newError(CodeInvalidRequest, "The consent form has no decision.", false))
+		return
+	}
+	now := s.clock()
+	if _, err := s.st.PutConsent(ctx, store.Consent{Principal: p.ID(), ClientID: cl.ID, Scope: a.Scope, Resource: a.Resource, UpdatedAt: now}); err != nil {
+		s.log.ErrorContext(ctx, "oauth: store the consent", "err", err)
+		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), http.StatusSeeOther)
+		return
+	}
+	err = s.record(ctx, audit.Entry{Kind: audit.KindOAuthConsentGiven, Principal: p.ID(), ClientID: cl.ID},
+		map[string]any{"scope": a.Scope, "resource": a.Resource, "redirect_uri": a.RedirectURI})
+	if err != nil {
+		s.log.ErrorContext(ctx, "oauth: audit the consent", "err", err)
+		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), http.StatusSeeOther)
+		return
+	}
+	s.issueCode(w, r, a, cl, p, http.StatusSeeOther)
+}
+
+// checkAuthorize parses an authorization request and resolves its client:
+// an error is redirectable only once the client and its redirect URI are
+// known to match (RFC 6749 §4.1.2.1).
+func (s *Server) checkAuthorize(ctx context.Context, q url.Values) (AuthorizeRequest, store.OAuthClient, *Error) {
+	a, err := ParseAuthorize(q)
+	var perr *Error
+	if err != nil && (!errors.As(err, &perr) || !perr.Redirectable) {
+		if perr == nil {
+			perr = newError(CodeInvalidRequest, "The authorization request is malformed.", false)
+		}
+		return a, store.OAuthClient{}, perr
+	}
+	cl, cerr := s.resolveClient(ctx, a.ClientID)
+	if cerr != nil {
+		return a, cl, cerr
+	}
+	if !MatchRedirect(cl.RedirectURIs, a.RedirectURI, native(cl, a.RedirectURI)) {
+		return a, cl, newError(CodeInvalidRequest, "redirect_uri is not one of the client's registered redirect URIs.", false)
+	}
+	switch {
+	case perr != nil:
+		return a, cl, perr
+	case !slices.Contains(cl.GrantTypes, GrantAuthorizationCode):
+		return a, cl, newError(CodeUnauthorizedClient, "The client is not registered for the authorization_code grant.", true)
+	case cl.AuthMethod != AuthNone && cl.AuthMethod != AuthClientSecretBasic:
+		return a, cl, newError(CodeUnauthorizedClient, "The client's token_endpoint_auth_method is not supported by this server; use none or client_secret_basic.", true)
+	case !s.allowedResource(a.Resource):
+		return a, cl, newError(CodeInvalidTarget, "resource is not an MCP server of this authorization server.", true)
+	}
+	return a, cl, nil
+}
+
+// native reports whether a client's redirect to uri is a native app's
+// loopback redirect, which may take any port (RFC 8252 §7.3): a public
+// client (no secret) redirecting to a loopback host.
+func native(cl store.OAuthClient, uri string) bool {
+	if cl.SecretHash != "" || cl.AuthMethod == AuthClientSecretBasic {
+		return false
+	}
+	u, err := url.Parse(uri)
+	return err == nil && strings.EqualFold(u.Scheme, "http") && isLoopbackName(u.Hostname())
+}
+
+// resolveClient finds the client of an authorization request: in the
+// store, or — an https client_id, with Clients set — by its metadata
+// document, fetched (the Fetcher caches it) and stored with
+// PutMetadataClient, so that a changed document is seen and the token
+// endpoint knows the client. A revoked client is refused. The errors are
+// not redirectable: the client is in question.
+func (s *Server) resolveClient(ctx context.Context, id string) (store.OAuthClient, *Error) {
+	cl, err := s.st.GetOAuthClient(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		s.log.ErrorContext(ctx, "oauth: read the client", "err", err)
+		return cl, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "The authorization server failed; try again."}
+	case cl.Kind != store.OAuthClientMetadataDocument:
+		if !cl.RevokedAt.IsZero() {
+			return cl, newError(CodeUnauthorizedClient, "This application's access to Usher has been revoked.", false)
+		}
+		return cl, nil
+	}
+	if s.clients == nil || !strings.Contains(id, "://") {
+		return store.OAuthClient{}, newError(CodeInvalidRequest, "Unknown client_id.", false)
+	}
+	if err == nil && !cl.RevokedAt.IsZero() {
+		// No need to fetch a document Usher will not use.
+		return cl, newError(CodeUnauthorizedClient, "This application's access to Usher has been revoked.", false)
+	}
+	doc, err := s.clients.Fetch(ctx, id)
+	if err != nil {
+		var ce *clientmeta.Error
+		if errors.As(err, &ce) {
+			s.log.InfoContext(ctx, "oauth: client metadata document refused", "client_id", id, "reason", ce.Reason, "cause", ce.Cause)
+			return store.OAuthClient{}, newError(CodeInvalidRequest, "The client's metadata document was refused: "+ce.Reason+".", false)
+		}
+		s.log.ErrorContext(ctx, "oauth: fetch the client metadata document", "client_id", id, "err", err)
+		return store.OAuthClient{}, newError(CodeInvalidRequest, "The client's metadata document could not be fetched.", false)
+	}
+	cl, err = s.st.PutMetadataClient(ctx, store.OAuthClient{
+		ID: doc.ClientID, Kind: store.OAuthClientMetadataDocument, Name: doc.ClientName,
+		RedirectURIs: doc.RedirectURIs, GrantTypes: doc.GrantTypes, AuthMethod: doc.TokenEndpointAuthMethod,
+		Metadata: doc.Raw, CreatedAt: s.clock(), UpdatedAt: s.clock(), // an update keeps the CreatedAt stored
+	})
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		return cl, newError(CodeInvalidRequest, "Unknown client_id.", false)
+	case err != nil:
+		s.log.ErrorContext(ctx, "oauth: store the metadata document's client", "err", err)
+		return cl, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "The authorization server failed; try again."}
+	case !cl.RevokedAt.IsZero():
+		return cl, newError(CodeUnauthorizedClient, "This application's access to Usher has been revoked.", false)
+	}
+	return cl, nil
+}
+
+// issueCode issues an authorization code for a, approved by p, and
+// redirects the browser to the client with it, its state and iss.
+func (s *Server) issueCode(w http.ResponseWriter, r *http.Request, a AuthorizeRequest, cl store.OAuthClient, p identity.Principal, redirect int) {
+	code := NewSecret()
+	now := s.clock()
+	err := s.st.CreateAuthorizationCode(r.Context(), store.AuthorizationCode{
+		CodeHash: HashSecret(code), ClientID: cl.ID, Principal: p.ID(), Subject: subjectOf(p),
+		RedirectURI: a.RedirectURI, CodeChallenge: a.CodeChallenge, Resource: a.Resource, Scope: a.Scope,
+		CreatedAt: now, ExpiresAt: now.Add(s.codeLife),
+	})
+	if err != nil {
+		s.log.ErrorContext(r.Context(), "oauth: store the authorization code", "err", err)
+		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), redirect)
+		return
+	}
+	noStore(w)
+	http.Redirect(w, r, a.Redirect(code, s.issuer), redirect)
+}
+
+// refuseAuthorize answers a refused authorization request: to the client's
+// redirect URI when e is redirectable, else to the user.
+func (s *Server) refuseAuthorize(w http.ResponseWriter, r *http.Request, a AuthorizeRequest, e *Error, redirect int) {
+	if !e.Redirectable {
+		showError(w, e)
+		return
+	}
+	noStore(w)
+	http.Redirect(w, r, a.ErrorRedirect(e, s.issuer), redirect)
+}
+
+// showError tells the user, not the client, why an authorization request
+// was refused: a plain-text page, since the client or its redirect URI is
+// not to be trusted with it.
+func showError(w http.ResponseWriter, e *Error) {
+	status := e.Status
+	if status < 400 || status > 599 {
+		status = http.StatusBadRequest
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	noStore(w)
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte("Usher could not authorize this application.\n\n" + errorText(e.Description) + "\n(" + errorText(e.Code) + ")\n"))
+}
+
+// noStore keeps an answer out of every cache.
+func noStore(w http.ResponseWriter) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Pragma", "no-cache")
+}
+
+// basePath is the issuer's path ("" at a host's root): the endpoints are
+// under it.
+func (s *Server) basePath() string {
+	return s.metadata.issuerPath()
+}

@@ -1,0 +1,59 @@
+package oauth
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/store"
+)
+
+// serveRevoke is the revocation endpoint (RFC 7009): the client, which
+// authenticates as at the token endpoint, revokes one of its refresh
+// tokens, and with it the token's whole family. token_type_hint is
+// accepted and ignored.
+//
+// Access tokens are not revocable: they are broker tokens, short-lived
+// JWTs that MCP servers verify by signature alone, so nothing would see a
+// revocation. An access token, an unknown token, or another client's
+// refresh token all get 200 and nothing is revoked (RFC 7009 §2.2: an
+// invalid token is no error; another client's is not revealed).
+func (s *Server) serveRevoke(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	form, ferr := readForm(w, r)
+	if ferr != nil {
+		ferr.Write(w)
+		return
+	}
+	cl, cerr := s.authenticateClient(ctx, r, form)
+	if cerr != nil {
+		cerr.Write(w)
+		return
+	}
+	token := form.Get("token")
+	if token == "" {
+		WriteError(w, http.StatusBadRequest, CodeInvalidRequest, "token is required.")
+		return
+	}
+	now := s.clock()
+	var rc refreshContext
+	// A token whose family has ended no longer opens: it has nothing left
+	// to revoke.
+	if s.refresh.open(token, now, &rc) == nil && rc.ClientID == cl.ID {
+		err := s.st.RevokeRefreshFamily(ctx, HashSecret(token), now)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			s.serverError(w, r, "revoke the refresh token", err)
+			return
+		default:
+			if err := s.record(ctx, audit.Entry{Kind: audit.KindOAuthTokenRevoked, Principal: rc.Principal, ClientID: cl.ID},
+				map[string]any{"family": rc.Family}); err != nil {
+				s.serverError(w, r, "audit the revocation", err)
+				return
+			}
+		}
+	}
+	noStore(w)
+	w.WriteHeader(http.StatusOK)
+}

@@ -1,0 +1,429 @@
+package oauth
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/broker/clientmeta"
+	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/store"
+)
+
+// PathAuthorizeContinue is where a user comes back to after signing in in
+// the middle of an authorization request: its r parameter is the pending
+// request, sealed (see [ServerOptions].LoginURL).
+const PathAuthorizeContinue = PathAuthorize + "/continue"
+
+// Defaults and bounds of [ServerOptions].
+const (
+	DefaultRegistrationsPerHour = 20
+	DefaultCodeLifetime         = 60 * time.Second
+	MaxCodeLifetime             = 60 * time.Second
+	DefaultRefreshIdle          = 14 * 24 * time.Hour
+	DefaultRefreshAbsolute      = 90 * 24 * time.Hour
+	// MinSecretLen is the shortest ServerOptions.Secret accepted.
+	MinSecretLen = 32
+)
+
+// pendingLifetime is how long a pending authorization request — across a
+// sign-in, or on the consent page — stays valid.
+const pendingLifetime = 10 * time.Minute
+
+// Server is Usher's OAuth 2.1 authorization server for its MCP endpoint:
+// the authorization, token, registration and revocation endpoints, and
+// the metadata, over the store's clients, codes, refresh tokens and
+// consents. It is safe for concurrent use, and any number of replicas
+// sharing the store and the secret may serve one issuer.
+type Server struct {
+	issuer       string
+	resources    []string
+	st           store.Store
+	broker       *broker.Broker
+	clients      *clientmeta.Fetcher
+	audit        *audit.Log
+	signedIn     func(r *http.Request) (identity.Principal, bool, error)
+	loginURL     func(returnTo string) string
+	registration bool
+	perHour      int
+	codeLife     time.Duration
+	refreshIdle  time.Duration
+	refreshAbs   time.Duration
+	now          func() time.Time
+	log          *slog.Logger
+	metadata     *Metadata
+
+	pending *sealer // pending authorization requests
+	refresh *sealer // the context a refresh token carries
+	csrfKey []byte  // HMAC key of the consent form's CSRF tokens
+}
+
+// ServerOptions configures a Server. Issuer, Resources, Store, Broker,
+// Audit, SignedIn, LoginURL and Secret are required; the zero value of
+// every other field selects its default.
+type ServerOptions struct {
+	// Issuer is Usher's public URL: the metadata's issuer, the iss of the
+	// authorization responses (RFC 9207). As NewMetadata requires.
+	Issuer string
+	// Resources are the MCP resources tokens may be issued for:
+	// <public_url>/mcp. At least one.
+	Resources []string
+	Store     store.Store
+	// Broker mints the access tokens (broker tokens).
+	Broker *broker.Broker
+	// Clients resolves https client_ids (Client ID Metadata Documents);
+	// nil turns them off, and such a client_id is unknown.
+	Clients *clientmeta.Fetcher
+	// Audit records what the server does.
+	Audit *audit.Log
+	// SignedIn reports the person signed in to this browser, and LoginURL
+	// where to send one who is not, to come back to returnTo (a local
+	// path, PathAuthorizeContinue with its query).
+	SignedIn func(r *http.Request) (identity.Principal, bool, error)
+	LoginURL func(returnTo string) string
+	// Secret seals the pending authorization requests and the refresh
+	// tokens' context, and keys the CSRF tokens: at least MinSecretLen
+	// bytes, shared by the replicas.
+	Secret []byte
+	// Registration turns Dynamic Client Registration on.
+	Registration bool
+	// RegistrationsPerHour bounds the registrations per remote address,
+	// across replicas. Default DefaultRegistrationsPerHour.
+	RegistrationsPerHour int
+	// CodeLifetime is an authorization code's. Default and maximum 60 s.
+	CodeLifetime time.Duration
+	// RefreshIdle is how long a refresh token lives unused, RefreshAbsolute
+	// how long its family lives at most. Defaults 14 and 90 days.
+	RefreshIdle, RefreshAbsolute time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives the errors the clients are not told. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// NewServer checks opts and returns the server.
+func NewServer(opts *ServerOptions) (*Server, error) {
+	if opts == nil {
+		return nil, errors.New("oauth: NewServer needs options")
+	}
+	o := *opts
+	if o.RegistrationsPerHour == 0 {
+		o.RegistrationsPerHour = DefaultRegistrationsPerHour
+	}
+	if o.CodeLifetime == 0 {
+		o.CodeLifetime = DefaultCodeLifetime
+	}
+	if o.RefreshIdle == 0 {
+		o.RefreshIdle = DefaultRefreshIdle
+	}
+	if o.RefreshAbsolute == 0 {
+		o.RefreshAbsolute = DefaultRefreshAbsolute
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	m, err := NewMetadata(o.Issuer)
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(o.Resources) == 0 {
+		errs = append(errs, errors.New("at least one resource is required"))
+	}
+	for _, r := range o.Resources {
+		if _, err := CheckResource([]string{r}); err != nil {
+			errs = append(errs, fmt.Errorf("resource %q is not an absolute URI without fragment", r))
+		}
+	}
+	for name, missing := range map[string]bool{
+		"Store": o.Store == nil, "Broker": o.Broker == nil, "Audit": o.Audit == nil,
+		"SignedIn": o.SignedIn == nil, "LoginURL": o.LoginURL == nil,
+	} {
+		if missing {
+			errs = append(errs, errors.New(name+" is required"))
+		}
+	}
+	if len(o.Secret) < MinSecretLen {
+		errs = append(errs, fmt.Errorf("the Secret must have at least %d bytes", MinSecretLen))
+	}
+	if o.RegistrationsPerHour < 0 {
+		errs = append(errs, errors.New("RegistrationsPerHour must not be negative"))
+	}
+	if o.CodeLifetime < time.Second || o.CodeLifetime > MaxCodeLifetime {
+		errs = append(errs, fmt.Errorf("CodeLifetime must be between 1s and %s", MaxCodeLifetime))
+	}
+	if o.RefreshIdle < time.Minute || o.RefreshAbsolute < o.RefreshIdle {
+		errs = append(errs, errors.New("RefreshIdle must be at least 1m and RefreshAbsolute at least RefreshIdle"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("oauth: server options: %w", err)
+	}
+	if !o.Registration {
+		m.RegistrationEndpoint = ""
+	}
+	m.ClientIDMetadataDocumentSupported = o.Clients != nil
+	// Announce what the endpoints do, no more: no token exchange, and no
+	// private_key_jwt client authentication (whose algorithms go with it).
+	m.GrantTypesSupported = []string{GrantAuthorizationCode, GrantRefreshToken}
+	m.TokenEndpointAuthMethodsSupported = []string{AuthNone, AuthClientSecretBasic}
+	m.RevocationEndpointAuthMethodsSupported = []string{AuthNone, AuthClientSecretBasic}
+	m.TokenEndpointAuthSigningAlgs, m.RevocationEndpointAuthSigningAlgs = nil, nil
+	s := &Server{
+		issuer: o.Issuer, resources: slices.Clone(o.Resources), st: o.Store, broker: o.Broker,
+		clients: o.Clients, audit: o.Audit, signedIn: o.SignedIn, loginURL: o.LoginURL,
+		registration: o.Registration, perHour: o.RegistrationsPerHour, codeLife: o.CodeLifetime,
+		refreshIdle: o.RefreshIdle, refreshAbs: o.RefreshAbsolute, now: o.Now, log: o.Logger, metadata: m,
+	}
+	if s.pending, err = newSealer(o.Secret, "usher/oauth/pending"); err != nil {
+		return nil, err
+	}
+	if s.refresh, err = newSealer(o.Secret, "usher/oauth/refresh"); err != nil {
+		return nil, err
+	}
+	if s.csrfKey, err = hkdf.Key(sha256.New, o.Secret, []byte(hkdfSalt), "usher/oauth/csrf", 32); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Metadata returns the server's RFC 8414 metadata (a copy): NewMetadata's,
+// less what the endpoints do not do — the token exchange grant, the
+// private_key_jwt client authentication — and without a registration
+// endpoint when registration is off, or client ID metadata documents
+// without ServerOptions.Clients.
+func (s *Server) Metadata() Metadata {
+	m := *s.metadata
+	for _, l := range []*[]string{&m.ResponseTypesSupported, &m.ResponseModesSupported, &m.GrantTypesSupported,
+		&m.CodeChallengeMethodsSupported, &m.TokenEndpointAuthMethodsSupported, &m.RevocationEndpointAuthMethodsSupported,
+		&m.ScopesSupported} {
+		*l = slices.Clone(*l)
+	}
+	return m
+}
+
+// Handler serves every endpoint: PathAuthorize (GET, and POST from the
+// consent page), PathAuthorizeContinue, PathToken, PathRegister,
+// PathRevoke — each under the issuer's path, when it has one — and the
+// metadata's well-known paths ([Metadata.WellKnownPaths]). It expects the
+// request paths as they arrive, from the host's root (mount it without
+// http.StripPrefix). Any other path under /oauth/ is a 404 in OAuth error
+// JSON. The token, registration and revocation endpoints answer CORS
+// preflights and may be called from any origin: they take no cookies.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	base := s.basePath()
+	mux.HandleFunc(base+PathAuthorize, s.serveAuthorize)
+	mux.HandleFunc(base+PathAuthorizeContinue, s.serveContinue)
+	mux.Handle(base+PathToken, cors(http.HandlerFunc(s.serveToken)))
+	mux.Handle(base+PathRegister, cors(http.HandlerFunc(s.serveRegister)))
+	mux.Handle(base+PathRevoke, cors(http.HandlerFunc(s.serveRevoke)))
+	meta := MetadataHandler(s.metadata)
+	for _, p := range s.metadata.WellKnownPaths() {
+		mux.Handle(p, meta)
+	}
+	mux.HandleFunc(base+"/oauth/", func(w http.ResponseWriter, _ *http.Request) {
+		WriteError(w, http.StatusNotFound, CodeInvalidRequest, "No such endpoint.")
+	})
+	return mux
+}
+
+// cors lets browser-based MCP clients (the Inspector) call the endpoints
+// that answer JSON from another origin: they authenticate with the request
+// itself, never with cookies, so any origin may read the answer. OPTIONS
+// is the preflight.
+func cors(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Access-Control-Allow-Origin", "*")
+		if r.Method == http.MethodOptions {
+			h.Set("Access-Control-Allow-Methods", "POST, OPTIONS")
+			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Mcp-Protocol-Version")
+			h.Set("Access-Control-Max-Age", "600")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// clock is the server's now, at the store's precision.
+func (s *Server) clock() time.Time {
+	return s.now().UTC().Truncate(time.Microsecond)
+}
+
+// serverError logs err and answers server_error, telling the client
+// nothing of it.
+func (s *Server) serverError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	s.log.ErrorContext(r.Context(), "oauth: "+what, "path", r.URL.Path, "err", err)
+	WriteError(w, http.StatusInternalServerError, CodeServerError, "The authorization server failed; try again.")
+}
+
+// record appends an audit entry. An audited action whose record cannot be
+// written must not proceed, so the caller answers server_error on an error.
+func (s *Server) record(ctx context.Context, e audit.Entry, details map[string]any) error {
+	if details != nil {
+		b, err := json.Marshal(details)
+		if err != nil {
+			return err
+		}
+		e.Details = b
+	}
+	e.At = s.clock()
+	return s.audit.Append(ctx, e)
+}
+
+// allowedResource reports whether r is one of the server's MCP resources,
+// compared exactly.
+func (s *Server) allowedResource(r string) bool {
+	return slices.Contains(s.resources, r)
+}
+
+// subject is what an authorization code and its refresh tokens carry of
+// the user for the access tokens (store.AuthorizationCode.Subject).
+type subject struct {
+	Tenant string   `json:"tenant,omitempty"`
+	Groups []string `json:"groups,omitempty"`
+	Name   string   `json:"name,omitempty"`
+}
+
+// subjectOf is p's subject, as JSON.
+func subjectOf(p identity.Principal) json.RawMessage {
+	b, _ := json.Marshal(subject{Tenant: p.Tenant, Groups: p.Groups, Name: p.Name}) // strings only: cannot fail
+	return b
+}
+
+// parseSubject reads a stored subject; nil is none.
+func parseSubject(b json.RawMessage) (subject, error) {
+	var sub subject
+	if len(b) == 0 {
+		return sub, nil
+	}
+	err := json.Unmarshal(b, &sub)
+	return sub, err
+}
+
+// hkdfSalt separates the authorization server's keys from any other use
+// of the secret.
+const hkdfSalt = "usher/oauth/v1"
+
+// sealVersion leads every sealed value, so that the format can change.
+const sealVersion byte = 1
+
+// maxSealedChars bounds a sealed value before it is decoded: room for a
+// pending request of the longest URIs and state ParseAuthorize accepts,
+// and for a refresh token carrying a subject of the most groups a broker
+// token carries.
+const maxSealedChars = 32 << 10
+
+var errSealed = errors.New("oauth: sealed value is malformed, forged, for another purpose or expired")
+
+// sealer seals values for one purpose with AES-256-GCM under a key derived
+// from the secret by HKDF-SHA256, as web's sessions are sealed: the
+// purpose is the key's HKDF info and the additional data, so a value
+// sealed for one purpose never opens as another.
+type sealer struct {
+	aead    cipher.AEAD
+	purpose []byte
+}
+
+func newSealer(secret []byte, purpose string) (*sealer, error) {
+	key, err := hkdf.Key(sha256.New, secret, []byte(hkdfSalt), purpose, 32)
+	if err != nil {
+		return nil, err
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	return &sealer{aead: aead, purpose: []byte(purpose)}, nil
+}
+
+// envelope is what is sealed: the value and its expiry.
+type envelope struct {
+	Expires int64           `json:"exp"`
+	Value   json.RawMessage `json:"v"`
+}
+
+// seal returns v, valid until expires, as base64url(version ‖ nonce ‖
+// ciphertext ‖ tag). The random nonce makes every sealed value unique and
+// unguessable.
+func (s *sealer) seal(v any, expires time.Time) (string, error) {
+	value, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	plain, err := json.Marshal(envelope{Expires: expires.Unix(), Value: value})
+	if err != nil {
+		return "", err
+	}
+	out := make([]byte, 1+s.aead.NonceSize(), 1+s.aead.NonceSize()+len(plain)+s.aead.Overhead())
+	out[0] = sealVersion
+	_, _ = rand.Read(out[1:]) // crypto/rand.Read never fails
+	out = s.aead.Seal(out, out[1:], plain, s.purpose)
+	return base64.RawURLEncoding.EncodeToString(out), nil
+}
+
+// open authenticates and decrypts raw and, unless it has expired at now,
+// decodes its value into v.
+func (s *sealer) open(raw string, now time.Time, v any) error {
+	if raw == "" || len(raw) > maxSealedChars {
+		return errSealed
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(raw)
+	n := s.aead.NonceSize()
+	if err != nil || len(b) < 1+n+s.aead.Overhead() || b[0] != sealVersion {
+		return errSealed
+	}
+	plain, err := s.aead.Open(nil, b[1:1+n], b[1+n:], s.purpose)
+	if err != nil {
+		return errSealed
+	}
+	var env envelope
+	if err := json.Unmarshal(plain, &env); err != nil || !now.Before(time.Unix(env.Expires, 0)) {
+		return errSealed
+	}
+	if err := json.Unmarshal(env.Value, v); err != nil {
+		return errSealed
+	}
+	return nil
+}
+
+// csrfToken is the consent form's CSRF token for the pending request
+// sealed as request, shown to principal: an HMAC of both, so that it is
+// good only for that request and that user, and a page of another site
+// cannot know it.
+func (s *Server) csrfToken(principal, request string) string {
+	mac := hmac.New(sha256.New, s.csrfKey)
+	mac.Write([]byte(principal))
+	mac.Write([]byte{0})
+	mac.Write([]byte(request))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// checkCSRF reports, in constant time, whether token is the CSRF token of
+// request for principal.
+func (s *Server) checkCSRF(principal, request, token string) bool {
+	return hmac.Equal([]byte(token), []byte(s.csrfToken(principal, request)))
+}
