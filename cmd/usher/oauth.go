@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/broker/clientmeta"
 	"github.com/usherhq/usher/broker/oauth"
 	"github.com/usherhq/usher/internal/audit"
@@ -65,9 +66,35 @@ func (in *installation) clientFetcher(publicURL string) (*clientmeta.Fetcher, er
 	return clientmeta.New(&clientmeta.Options{AllowLoopbackHTTP: httpx.IsLoopbackHost(u.Hostname())})
 }
 
-// kindOAuthClientRevoked is the audit record of a client an operator
-// revoked with `usher clients revoke`.
-const kindOAuthClientRevoked audit.Kind = "oauth_client_revoked"
+// oauthServer builds the authorization server of the MCP endpoint from the
+// configuration, and returns its handler for mountOAuth. Its access tokens
+// are the broker's tokens for the MCP endpoint, as the assistant's are.
+func (in *installation) oauthServer(publicURL string, mint *broker.Broker, auditLog *audit.Log) (http.Handler, error) {
+	clients, err := in.clientFetcher(publicURL)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := oauth.NewServer(&oauth.ServerOptions{
+		Issuer:               publicURL,
+		Resources:            []string{publicURL + "/mcp"},
+		Store:                in.store,
+		Broker:               mint,
+		Clients:              clients,
+		Audit:                auditLog,
+		SignedIn:             in.sessions.SignedIn,
+		LoginURL:             in.sessions.LoginURL,
+		Secret:               in.sealKey,
+		Registration:         in.cfg.OAuth.Registration,
+		RegistrationsPerHour: in.cfg.OAuth.RegistrationsPerHour,
+		RefreshIdle:          in.cfg.OAuth.RefreshIdle.Std(),
+		RefreshAbsolute:      in.cfg.OAuth.RefreshAbsolute.Std(),
+		Logger:               in.log.With("component", "oauth"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("oauth: %w", err)
+	}
+	return srv.Handler(), nil
+}
 
 // clientsCmd runs `usher clients list|revoke`: the external MCP clients
 // of the authorization server, whether registered (RFC 7591), known by
@@ -157,7 +184,7 @@ func (e *environment) revokeClient(ctx context.Context, in *installation, id str
 	if err != nil {
 		return err
 	}
-	if err := log.Append(ctx, audit.Entry{Kind: kindOAuthClientRevoked, At: now, ClientID: id,
+	if err := log.Append(ctx, audit.Entry{Kind: audit.KindOAuthClientRevoked, At: now, ClientID: id,
 		Details: []byte(`{"by":"usher clients revoke"}`)}); err != nil {
 		return fmt.Errorf("the client is revoked, but the audit record was not written: %w", err)
 	}

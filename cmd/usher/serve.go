@@ -169,6 +169,13 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		}
 	}()
 	mcp.mount(mux, authenticated, publicURL)
+	oauthHandler, err := in.oauthServer(publicURL, mint, mcp.audit)
+	if err != nil {
+		return err
+	}
+	if err := mountOAuth(mux, publicURL, oauthHandler); err != nil {
+		return err
+	}
 	// The sweeps stop (deferred after Drain) before the store closes.
 	approvalSweeper, executionSweeper, err := in.sweepers(mcp)
 	if err != nil {

@@ -54,6 +54,9 @@ const (
 	// KindOAuthCodeReplayed: a redeemed authorization code was presented
 	// again; the tokens it issued are revoked.
 	KindOAuthCodeReplayed Kind = "oauth_code_replayed"
+	// KindOAuthClientRevoked: an operator revoked a client (usher clients
+	// revoke), with its refresh tokens and consents.
+	KindOAuthClientRevoked Kind = "oauth_client_revoked"
 	// KindOAuthTokenRevoked: a client revoked a refresh token (RFC 7009),
 	// and with it its family.
 	KindOAuthTokenRevoked Kind = "oauth_token_revoked"
