@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -275,6 +276,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`)
 
 	refreshTokenOwner = sql1(`SELECT client_id, principal FROM oauth_refresh_tokens WHERE token_hash = $1`)
 
+	getRefreshToken  = sql1(`SELECT ` + refreshTokenColumns + ` FROM oauth_refresh_tokens WHERE token_hash = $1`)
 	lockRefreshToken = sql1(`SELECT ` + refreshTokenColumns + ` FROM oauth_refresh_tokens WHERE token_hash = $1 FOR UPDATE`)
 
 	useRefreshToken = sql1(`
@@ -406,7 +408,7 @@ func checkRefreshToken(t RefreshToken, rotated bool) error {
 		{"family ID", t.FamilyID, !rotated},
 		{"client ID", t.ClientID, !rotated},
 		{"principal", t.Principal, !rotated},
-		{"resource", t.Resource, true},
+		{"resource", t.Resource, !rotated},
 		{"scope", t.Scope, false},
 	})
 	errs = append(errs, checkLifetime("refresh token", t.CreatedAt, t.ExpiresAt),
@@ -783,6 +785,13 @@ func checkSuccessor(old RefreshToken, next *RefreshToken) error {
 	inherit("family ID", &next.FamilyID, old.FamilyID)
 	inherit("client ID", &next.ClientID, old.ClientID)
 	inherit("principal", &next.Principal, old.Principal)
+	inherit("resource", &next.Resource, old.Resource)
+	inherit("scope", &next.Scope, old.Scope)
+	if len(next.Subject) == 0 {
+		next.Subject = old.Subject
+	} else if !bytes.Equal(next.Subject, old.Subject) {
+		errs = append(errs, errors.New("the next refresh token's subject is not the old one's"))
+	}
 	if next.FamilyExpiresAt.IsZero() {
 		next.FamilyExpiresAt = old.FamilyExpiresAt
 	} else if storedTime(next.FamilyExpiresAt).After(old.FamilyExpiresAt) {
@@ -792,6 +801,14 @@ func checkSuccessor(old RefreshToken, next *RefreshToken) error {
 		errs = append(errs, errors.New("the next refresh token is created after its family ends"))
 	}
 	return invalid(errs...)
+}
+
+func (c *core) GetRefreshToken(ctx context.Context, tokenHash string) (RefreshToken, error) {
+	if err := invalid(requiredTexts("OAuth", []namedText{{"token hash", tokenHash, true}})...); err != nil {
+		return RefreshToken{}, err
+	}
+	t, err := scanRefreshToken(c.reader().row(ctx, getRefreshToken, tokenHash))
+	return t, c.fail(err)
 }
 
 func (c *core) RevokeRefreshFamily(ctx context.Context, tokenHash string, now time.Time) error {

@@ -515,15 +515,18 @@ type Store interface {
 	// or its FamilyExpiresAt), or its client or the principal's consent to
 	// it revoked, ErrConflict and nothing written. Else it marks the old
 	// token used at now, inserts next and returns the old token as
-	// updated. next takes the old token's FamilyID, ClientID and Principal
-	// (set ones must be equal, else ErrInvalid) and, when zero, its
-	// FamilyExpiresAt (a later one is ErrInvalid: a rotation never extends
-	// the family); a zero CreatedAt is now; the caller sets the rest, as
-	// IssueRefreshToken requires. With ErrReused and ErrConflict the old
+	// updated. next takes the old token's FamilyID, ClientID, Principal,
+	// Resource, Scope and Subject (set ones must be equal, else
+	// ErrInvalid) and, when zero, its FamilyExpiresAt (a later one is
+	// ErrInvalid: a rotation never extends the family); a zero CreatedAt
+	// is now; the caller sets TokenHash and ExpiresAt. With ErrReused and ErrConflict the old
 	// token is returned too, for the audit. Of concurrent rotations of one
 	// token, exactly one succeeds, and the others get ErrReused, the
 	// family revoked, the successor included.
 	RotateRefreshToken(ctx context.Context, oldHash string, next RefreshToken, now time.Time) (RefreshToken, error)
+	// GetRefreshToken returns the token whose hash is tokenHash, used,
+	// revoked or expired as it may be, or ErrNotFound.
+	GetRefreshToken(ctx context.Context, tokenHash string) (RefreshToken, error)
 	// RevokeRefreshFamily revokes, at now, every token of the family of
 	// the token tokenHash still standing (RFC 7009), a token rotated
 	// concurrently included; ErrNotFound when there is no such token.

@@ -36,19 +36,25 @@ func (s *Server) serveRevoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.clock()
-	var rc refreshContext
-	// A token whose family has ended no longer opens: it has nothing left
-	// to revoke.
-	if s.refresh.open(token, now, &rc) == nil && rc.ClientID == cl.ID {
-		err := s.st.RevokeRefreshFamily(ctx, HashSecret(token), now)
+	// Only the client's own refresh tokens are revoked; anything else (an
+	// access token, another client's token, nothing) is answered the same.
+	hash := HashSecret(token)
+	rt, err := s.st.GetRefreshToken(ctx, hash)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		s.serverError(w, r, "read the refresh token", err)
+		return
+	case rt.ClientID == cl.ID:
+		err := s.st.RevokeRefreshFamily(ctx, hash, now)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			s.serverError(w, r, "revoke the refresh token", err)
 			return
 		default:
-			if err := s.record(ctx, audit.Entry{Kind: audit.KindOAuthTokenRevoked, Principal: rc.Principal, ClientID: cl.ID},
-				map[string]any{"family": rc.Family}); err != nil {
+			if err := s.record(ctx, audit.Entry{Kind: audit.KindOAuthTokenRevoked, Principal: rt.Principal, ClientID: cl.ID},
+				map[string]any{"family": rt.FamilyID}); err != nil {
 				s.serverError(w, r, "audit the revocation", err)
 				return
 			}

@@ -68,7 +68,6 @@ type Server struct {
 	metadata     *Metadata
 
 	pending *sealer // pending authorization requests
-	refresh *sealer // the context a refresh token carries
 	csrfKey []byte  // HMAC key of the consent form's CSRF tokens
 }
 
@@ -95,9 +94,8 @@ type ServerOptions struct {
 	// path, PathAuthorizeContinue with its query).
 	SignedIn func(r *http.Request) (identity.Principal, bool, error)
 	LoginURL func(returnTo string) string
-	// Secret seals the pending authorization requests and the refresh
-	// tokens' context, and keys the CSRF tokens: at least MinSecretLen
-	// bytes, shared by the replicas.
+	// Secret seals the pending authorization requests and keys the CSRF
+	// tokens: at least MinSecretLen bytes, shared by the replicas.
 	Secret []byte
 	// Registration turns Dynamic Client Registration on.
 	Registration bool
@@ -193,9 +191,6 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 		refreshIdle: o.RefreshIdle, refreshAbs: o.RefreshAbsolute, now: o.Now, log: o.Logger, metadata: m,
 	}
 	if s.pending, err = newSealer(o.Secret, "usher/oauth/pending"); err != nil {
-		return nil, err
-	}
-	if s.refresh, err = newSealer(o.Secret, "usher/oauth/refresh"); err != nil {
 		return nil, err
 	}
 	if s.csrfKey, err = hkdf.Key(sha256.New, o.Secret, []byte(hkdfSalt), "usher/oauth/csrf", 32); err != nil {

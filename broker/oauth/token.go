@@ -20,20 +20,18 @@ import (
 // maxTokenForm bounds a token or revocation request's body.
 const maxTokenForm = 16 << 10
 
-// refreshContext is what a refresh token carries, sealed in itself: what
-// the next token of its family and the access tokens need before the store
-// is asked (the store's rotation takes the next token whole). The store
-// stays the authority: a token is good only while its hash is there and
-// standing.
+// refreshContext is the grant a refresh token family carries on: from
+// the authorization code that started it, or from the stored token being
+// rotated. A refresh token itself is 256 random bits (NewSecret), stored
+// by its hash: the store is the only authority on it.
 type refreshContext struct {
-	Nonce     string          `json:"n"` // 256 random bits: the token's secret part
-	Family    string          `json:"f"`
-	ClientID  string          `json:"c"`
-	Principal string          `json:"p"`
-	Subject   json.RawMessage `json:"s,omitempty"`
-	Resource  string          `json:"r"`
-	Scope     string          `json:"sc"`
-	FamilyEnd int64           `json:"e"` // Unix seconds
+	Family    string
+	ClientID  string
+	Principal string
+	Subject   json.RawMessage
+	Resource  string
+	Scope     string
+	FamilyEnd time.Time
 }
 
 // tokenResponse is the body of a successful token request (RFC 6749 §5.1).
@@ -225,13 +223,13 @@ func (s *Server) codeGrant(w http.ResponseWriter, r *http.Request, cl store.OAut
 	}
 	rc := refreshContext{
 		Family: family, ClientID: cl.ID, Principal: ac.Principal, Subject: ac.Subject,
-		Resource: ac.Resource, Scope: ac.Scope, FamilyEnd: now.Add(s.refreshAbs).Unix(),
+		Resource: ac.Resource, Scope: ac.Scope, FamilyEnd: now.Add(s.refreshAbs),
 	}
 	s.issueTokens(w, r, cl, rc, GrantAuthorizationCode, func(refresh string) error {
 		err := s.st.IssueRefreshToken(ctx, store.RefreshToken{
 			TokenHash: HashSecret(refresh), FamilyID: family, ClientID: cl.ID, Principal: ac.Principal,
 			Subject: ac.Subject, Resource: ac.Resource, Scope: ac.Scope, CreatedAt: now,
-			ExpiresAt: s.refreshEnd(now, rc), FamilyExpiresAt: time.Unix(rc.FamilyEnd, 0),
+			ExpiresAt: s.refreshEnd(now, rc), FamilyExpiresAt: rc.FamilyEnd,
 		})
 		return err
 	})
@@ -248,10 +246,19 @@ func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.O
 		return
 	}
 	now := s.clock()
-	var rc refreshContext
-	if err := s.refresh.open(raw, now, &rc); err != nil {
+	hash := HashSecret(raw)
+	old, err := s.st.GetRefreshToken(ctx, hash)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The refresh token is unknown or expired.")
 		return
+	case err != nil:
+		s.serverError(w, r, "read the refresh token", err)
+		return
+	}
+	rc := refreshContext{
+		Family: old.FamilyID, ClientID: old.ClientID, Principal: old.Principal, Subject: old.Subject,
+		Resource: old.Resource, Scope: old.Scope, FamilyEnd: old.FamilyExpiresAt,
 	}
 	if rc.ClientID != cl.ID {
 		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The refresh token was issued to another client.")
@@ -274,9 +281,10 @@ func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.O
 		return
 	}
 	s.issueTokens(w, r, cl, rc, GrantRefreshToken, func(next string) error {
-		old, err := s.st.RotateRefreshToken(ctx, HashSecret(raw), store.RefreshToken{
-			TokenHash: HashSecret(next), Subject: rc.Subject, Resource: rc.Resource, Scope: rc.Scope,
-			CreatedAt: now, ExpiresAt: s.refreshEnd(now, rc),
+		// The store carries the grant on from the old token, and refuses
+		// it if the token was used, revoked or expired meanwhile.
+		old, err := s.st.RotateRefreshToken(ctx, hash, store.RefreshToken{
+			TokenHash: HashSecret(next), CreatedAt: now, ExpiresAt: s.refreshEnd(now, rc),
 		}, now)
 		if errors.Is(err, store.ErrReused) {
 			if aerr := s.record(ctx, audit.Entry{Kind: audit.KindOAuthRefreshReused, Principal: old.Principal, ClientID: old.ClientID},
@@ -291,7 +299,7 @@ func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.O
 // refreshEnd is when a refresh token issued at now dies unused: after the
 // idle lifetime, or at its family's end.
 func (s *Server) refreshEnd(now time.Time, rc refreshContext) time.Time {
-	idle, family := now.Add(s.refreshIdle), time.Unix(rc.FamilyEnd, 0)
+	idle, family := now.Add(s.refreshIdle), rc.FamilyEnd
 	if family.Before(idle) {
 		return family
 	}
@@ -311,13 +319,8 @@ func (s *Server) issueTokens(w http.ResponseWriter, r *http.Request, cl store.OA
 	now := s.clock()
 	var refresh string
 	if slices.Contains(cl.GrantTypes, GrantRefreshToken) {
-		rc.Nonce = randomText(32)
-		var err error
-		if refresh, err = s.refresh.seal(rc, time.Unix(rc.FamilyEnd, 0)); err != nil {
-			s.serverError(w, r, "seal the refresh token", err)
-			return
-		}
-		err = storeRefresh(refresh)
+		refresh = NewSecret()
+		err := storeRefresh(refresh)
 		switch {
 		case errors.Is(err, store.ErrReused):
 			WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The refresh token was already used; its family is revoked.")

@@ -35,10 +35,10 @@ func newRefresh(hash, family, client, principal string, now time.Time) store.Ref
 		CreatedAt: now, ExpiresAt: now.Add(time.Hour), FamilyExpiresAt: now.Add(24 * time.Hour)}
 }
 
-// nextRefresh is the successor of a rotation: the caller's half.
+// nextRefresh is the successor of a rotation: the caller's half (the
+// rest is the old token's).
 func nextRefresh(hash string, now time.Time) store.RefreshToken {
-	return store.RefreshToken{TokenHash: hash, Resource: "https://usher.example/mcp", Scope: "mcp:invoke",
-		ExpiresAt: now.Add(time.Hour)}
+	return store.RefreshToken{TokenHash: hash, ExpiresAt: now.Add(time.Hour)}
 }
 
 func mustIssue(t *testing.T, s store.Store, tok store.RefreshToken) {
@@ -406,10 +406,31 @@ func testRefreshTokens(t *testing.T, s store.Store) {
 		t.Errorf("IssueRefreshToken for an unknown client = %v, want ErrNotFound", err)
 	}
 
-	// Rotation: the old token is used, the next one carries its family.
+	got, err := s.GetRefreshToken(ctx, "rt-1")
+	if err != nil || !reflect.DeepEqual(got, first) {
+		t.Errorf("GetRefreshToken = %+v, %v; want\n%+v", got, err, first)
+	}
+	if _, err := s.GetRefreshToken(ctx, "rt-none"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetRefreshToken of an unknown hash = %v, want ErrNotFound", err)
+	}
+
+	// A successor for another resource, scope or subject is refused:
+	// a rotation carries the grant on as it was.
 	at := now.Add(time.Minute)
+	for name, change := range map[string]func(*store.RefreshToken){
+		"resource": func(n *store.RefreshToken) { n.Resource = "https://other.example/mcp" },
+		"scope":    func(n *store.RefreshToken) { n.Scope = "other" },
+		"subject":  func(n *store.RefreshToken) { n.Subject = json.RawMessage(`{"tenant":"t2"}`) },
+	} {
+		n := nextRefresh("rt-2", at)
+		change(&n)
+		if _, err := s.RotateRefreshToken(ctx, "rt-1", n, at); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("RotateRefreshToken to a successor with another %s = %v, want ErrInvalid", name, err)
+		}
+	}
+
+	// Rotation: the old token is used, the next one carries its grant.
 	next := nextRefresh("rt-2", at)
-	next.Subject = json.RawMessage(`{"tenant":"t2"}`)
 	old, err := s.RotateRefreshToken(ctx, "rt-1", next, at)
 	if err != nil {
 		t.Fatalf("RotateRefreshToken: %v", err)
@@ -425,10 +446,10 @@ func testRefreshTokens(t *testing.T, s store.Store) {
 		t.Fatalf("RotateRefreshToken of the successor: %v", err)
 	}
 	wantNext := store.RefreshToken{TokenHash: "rt-2", FamilyID: "fam", ClientID: "c", Principal: "alice",
-		Subject: json.RawMessage(`{"tenant":"t2"}`), Resource: next.Resource, Scope: next.Scope,
+		Subject: first.Subject, Resource: first.Resource, Scope: first.Scope,
 		CreatedAt: at, ExpiresAt: next.ExpiresAt, FamilyExpiresAt: first.FamilyExpiresAt, UsedAt: at2}
 	if !reflect.DeepEqual(old2, wantNext) {
-		t.Errorf("the successor as stored:\n%+v, want\n%+v (family, client, principal and family end inherited)", old2, wantNext)
+		t.Errorf("the successor as stored:\n%+v, want\n%+v (family, client, principal, grant and family end inherited)", old2, wantNext)
 	}
 
 	// Reuse of a rotated token revokes the family: the newest stops
@@ -474,7 +495,6 @@ func testRefreshTokens(t *testing.T, s store.Store) {
 		"another principal": func(n *store.RefreshToken) { n.Principal = "bob" },
 		"a longer family":   func(n *store.RefreshToken) { n.FamilyExpiresAt = now.Add(48 * time.Hour) },
 		"no hash":           func(n *store.RefreshToken) { n.TokenHash = "" },
-		"no resource":       func(n *store.RefreshToken) { n.Resource = "" },
 		"no expiry":         func(n *store.RefreshToken) { n.ExpiresAt = time.Time{} },
 		"used":              func(n *store.RefreshToken) { n.UsedAt = now },
 		"a bad subject":     func(n *store.RefreshToken) { n.Subject = json.RawMessage(`[`) },
