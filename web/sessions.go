@@ -198,7 +198,7 @@ func (s *Sessions) SignedIn(r *http.Request) (identity.Principal, bool, error) {
 // LoginURL is where to send a browser to sign in and come back to
 // returnTo, a path on this site such as "/oauth/authorize/continue?r=…":
 // /auth/login on the public URL, which accepts only a local path of at
-// most 1024 bytes outside /auth/ and returns anywhere else to "/". With
+// most MaxReturnPath bytes outside /auth/ and returns anywhere else to "/". With
 // browser sign-in off (a nil *Sessions) the page it leads to says so.
 func (s *Sessions) LoginURL(returnTo string) string {
 	base := ""

@@ -106,7 +106,8 @@ func TestLocalPath(t *testing.T) {
 		"javascript:alert(1)":           "/",
 		"/auth/login":                   "/",
 		"/a\r\nSet-Cookie: x=y":         "/",
-		"/" + strings.Repeat("a", 2000): "/",
+		"/" + strings.Repeat("a", 2000): "/" + strings.Repeat("a", 2000),
+		"/" + strings.Repeat("a", 2048): "/",
 	} {
 		if got := localPath(in); got != want {
 			t.Errorf("localPath(%q) = %q, want %q", in, got, want)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/usherhq/usher/store/storetest"
@@ -101,6 +102,19 @@ func TestLoginURL(t *testing.T) {
 	cb := b.get(b.authorize(login.location(), "frank"))
 	if cb.status != http.StatusSeeOther || cb.location() != returnTo {
 		t.Fatalf("callback: %d to %q, want %q", cb.status, cb.location(), returnTo)
+	}
+	// The longest return path still comes back, and the login cookie that
+	// carries it stays within a browser's 4 KiB for a cookie.
+	long := "/oauth/authorize/continue?r=" + strings.Repeat("A", MaxReturnPath-len("/oauth/authorize/continue?r="))
+	b2 := e.browser(t)
+	login = b2.get(e.sessions.LoginURL(long))
+	for _, c := range login.setCookies {
+		if n := len(c.String()); n > 4096 {
+			t.Errorf("a login cookie of %d bytes, more than a browser keeps", n)
+		}
+	}
+	if cb := b2.get(b2.authorize(login.location(), "gina")); cb.location() != long {
+		t.Errorf("a return path of %d bytes came back as %q", len(long), cb.location())
 	}
 	if got := e.sessions.LoginURL("https://evil.example.com/"); b.get(got).status != http.StatusSeeOther {
 		t.Errorf("a foreign return address must still start a sign-in (that returns to /)")

@@ -346,10 +346,16 @@ func (s *Sessions) handleSession(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, v)
 }
 
+// MaxReturnPath is the longest path a sign-in returns to (see LoginURL).
+// It rides in the login cookie, sealed, which must stay within a browser's
+// 4 KiB for a cookie; an authorization request of Usher's OAuth server,
+// sealed into its continue path, fits in it.
+const MaxReturnPath = 2048
+
 // localPath returns raw when it is a path on this site, and "/" otherwise,
 // so that the return address of a sign-in never leads elsewhere.
 func localPath(raw string) string {
-	if raw == "" || len(raw) > 1024 || raw[0] != '/' || strings.HasPrefix(raw, "//") ||
+	if raw == "" || len(raw) > MaxReturnPath || raw[0] != '/' || strings.HasPrefix(raw, "//") ||
 		strings.ContainsFunc(raw, func(c rune) bool { return c == '\\' || c < 0x20 || c == 0x7f }) {
 		return "/"
 	}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/usherhq/usher/broker/clientmeta"
 	"github.com/usherhq/usher/internal/audit"
@@ -34,20 +35,65 @@ func (s *Server) serveAuthorize(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// pendingRequest is an authorization request waiting for its browser's
+// sign-in, sealed into a cookie of that browser: its id names the cookie
+// and is the continue path's only parameter, so that the path the sign-in
+// returns to stays short whatever the request holds.
+type pendingRequest struct {
+	ID string `json:"i"`
+	// Params are the request's parameters, as JSON keeps them: most
+	// characters as they are, where the query escaped many in three.
+	Params url.Values `json:"p"`
+}
+
+// pendingCookiePrefix starts the name of a pending request's cookie; its
+// id follows, so that requests of several clients can wait at once.
+const pendingCookiePrefix = "usher_oauth_pending_"
+
+// maxPendingCookie bounds a pending request's cookie: browsers keep
+// cookies of up to 4 KiB, name and attributes included.
+const maxPendingCookie = 3800
+
 // serveContinue resumes an authorization request after the user signed
-// in: its r parameter is the request, sealed by authorize.
+// in: its id parameter names the cookie authorize sealed it into, which
+// only this browser has. The cookie is deleted: a request continues once.
 func (s *Server) serveContinue(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		WriteError(w, http.StatusMethodNotAllowed, CodeInvalidRequest, "Use GET.")
 		return
 	}
-	var raw string
-	if err := s.pending.open(r.URL.Query().Get("r"), s.clock(), &raw); err != nil {
-		showError(w, newError(CodeInvalidRequest, "This authorization request has expired or is not valid. Start again from your application.", false))
+	id := r.URL.Query().Get("id")
+	var p pendingRequest
+	c, err := r.Cookie(pendingCookiePrefix + id)
+	if err == nil && validPendingID(id) {
+		s.setPendingCookie(w, r, id, "", -1)
+		err = s.pending.open(c.Value, s.clock(), &p)
+	}
+	if err != nil || !validPendingID(id) || p.ID != id {
+		showError(w, newError(CodeInvalidRequest, "This authorization request has expired, was used, or was started in another browser. Start again from your application.", false))
 		return
 	}
-	s.authorize(w, r, raw, http.StatusFound)
+	s.authorize(w, r, p.Params.Encode(), http.StatusFound)
+}
+
+// validPendingID reports whether id is one newPendingID could make.
+func validPendingID(id string) bool {
+	return len(id) == 16 && !strings.ContainsFunc(id, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_')
+	})
+}
+
+// setPendingCookie sets (maxAge > 0) or deletes (maxAge < 0) the cookie of
+// the pending request id, scoped to the authorization endpoint's paths.
+func (s *Server) setPendingCookie(w http.ResponseWriter, r *http.Request, id, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{
+		Name: pendingCookiePrefix + id, Value: value, Path: s.basePath() + PathAuthorize,
+		MaxAge: maxAge, HttpOnly: true, Secure: strings.HasPrefix(s.issuer, "https://"),
+		// Lax: the browser comes back from the sign-in by a top-level
+		// navigation, which may start at the identity provider's site.
+		SameSite: http.SameSiteLaxMode,
+	})
 }
 
 // authorize handles the authorization request whose query is rawQuery:
@@ -83,16 +129,29 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 			return
 		}
 	}
-	// The request waits for the sign-in or the consent, sealed: any
-	// replica can take it up, and nobody can change it meanwhile.
+	if !ok {
+		// The request waits for the sign-in in a sealed cookie of this
+		// browser: any replica can take it up, and nobody can change it
+		// meanwhile.
+		id := randomText(12)
+		sealed, err := s.pending.seal(pendingRequest{ID: id, Params: q}, s.clock().Add(pendingLifetime))
+		if err != nil {
+			s.serverError(w, r, "seal the pending request", err)
+			return
+		}
+		if len(sealed) > maxPendingCookie {
+			s.refuseAuthorize(w, r, a, newError(CodeInvalidRequest, "The authorization request is too large to wait for the sign-in; shorten its state.", true), redirect)
+			return
+		}
+		s.setPendingCookie(w, r, id, sealed, int(pendingLifetime/time.Second))
+		noStore(w)
+		http.Redirect(w, r, s.loginURL(s.basePath()+PathAuthorizeContinue+"?id="+id), http.StatusFound)
+		return
+	}
+	// The request waits for the consent in the form, sealed.
 	sealed, err := s.pending.seal(rawQuery, s.clock().Add(pendingLifetime))
 	if err != nil {
 		s.serverError(w, r, "seal the pending request", err)
-		return
-	}
-	if !ok {
-		noStore(w)
-		http.Redirect(w, r, s.loginURL(s.basePath()+PathAuthorizeContinue+"?r="+sealed), http.StatusFound)
 		return
 	}
 	err = RenderConsent(w, ConsentView{

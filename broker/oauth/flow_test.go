@@ -12,6 +12,7 @@ import (
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/broker/oauth"
 	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
 )
 
 // The whole flow: register → authorize (sent to sign in, back) → consent →
@@ -31,14 +32,23 @@ func TestFlow(t *testing.T) {
 			t.Fatalf("not signed in: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
 		}
 		returnTo := login.Query().Get("return_to")
-		if !strings.HasPrefix(returnTo, oauth.PathAuthorizeContinue+"?r=") || strings.Contains(returnTo, "code_challenge") {
+		if !strings.HasPrefix(returnTo, oauth.PathAuthorizeContinue+"?id=") || len(returnTo) > 64 {
 			t.Fatalf("return_to = %q", returnTo)
 		}
 
-		// Signed in, back: the consent page.
+		// Signed in, back: the consent page. The request continues once,
+		// in the browser that started it.
+		other := *e
+		other.http = &http.Client{CheckRedirect: e.http.CheckRedirect}
+		if resp, _ := other.get(returnTo, "alice"); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("continue in another browser: %d, want 400", resp.StatusCode)
+		}
 		resp, page := e.get(returnTo, "alice")
 		if resp.StatusCode != http.StatusOK || !strings.Contains(page, "Test Client") {
 			t.Fatalf("continue: %d %s", resp.StatusCode, page)
+		}
+		if resp, _ := e.get(returnTo, "alice"); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("continue again: %d, want 400", resp.StatusCode)
 		}
 		csrf, request := consentFields(t, page)
 		rq := redirectQuery(t, e.approve(csrf, request, "alice", oauth.DecisionApprove), c.RedirectURI)
@@ -236,4 +246,41 @@ func TestConcurrentRedemptions(t *testing.T) {
 			t.Fatalf("the winner's token survived the reuse: %+v", a)
 		}
 	})
+}
+
+// TestLargeRequestWaitsForSignIn checks that an authorization request
+// with the longest state the endpoint takes, every character escaped,
+// waits for the sign-in in its cookie behind a short continue path, and
+// that one too large for a cookie is refused to the client rather than
+// lost in the sign-in.
+func TestLargeRequestWaitsForSignIn(t *testing.T) {
+	st := storetest.NewSQLite(t)
+	e := newEnv(t, st, nil)
+	long := "http://127.0.0.1:41234/" + strings.Repeat("callback/", 20)
+	c := e.register(func(md map[string]any) { md["redirect_uris"] = []string{long} })
+	_, challenge := pkce()
+	q := e.authQuery(c, challenge, func(q url.Values) { q.Set("state", strings.Repeat("/+=", 1000/3)) })
+	resp, _ := e.get(oauth.PathAuthorize+"?"+q.Encode(), "")
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	if resp.StatusCode != http.StatusFound || err != nil {
+		t.Fatalf("authorize signed out: %d", resp.StatusCode)
+	}
+	ret := loc.Query().Get("return_to")
+	if !strings.HasPrefix(ret, oauth.PathAuthorizeContinue+"?id=") || len(ret) > 64 {
+		t.Fatalf("sent to sign in with return %q (Location %q)", ret, resp.Header.Get("Location"))
+	}
+	if resp, page := e.get(ret, "alice"); resp.StatusCode != http.StatusOK || !strings.Contains(page, "Test Client") {
+		t.Fatalf("continue: %d", resp.StatusCode)
+	}
+
+	// A redirect URI as long as a registration takes, and the longest
+	// state: more than a cookie holds.
+	huge := "http://127.0.0.1:41234/" + strings.Repeat("x", 1900)
+	c2 := e.register(func(md map[string]any) { md["redirect_uris"] = []string{huge} })
+	q2 := e.authQuery(c2, challenge, func(q url.Values) { q.Set("state", strings.Repeat("%", 1000)) })
+	resp, _ = e.get(oauth.PathAuthorize+"?"+q2.Encode(), "")
+	rq := redirectQuery(t, resp, huge)
+	if rq.Get("error") != oauth.CodeInvalidRequest || rq.Get("state") != q2.Get("state") {
+		t.Errorf("a request too large to wait: %v, want invalid_request to the client with its state", rq)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
@@ -140,7 +141,13 @@ func newEnv(t *testing.T, st store.Store, edit func(*oauth.ServerOptions)) *env 
 		t.Fatal(err)
 	}
 	h = e.server.Handler()
-	e.http = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The jar is the browser's: it carries the pending request's cookie
+	// from the authorization request to its continuation.
+	e.http = &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return e
 }
 
