@@ -154,6 +154,19 @@ type (
 			ClientID string `json:"client_id"`
 			Sub      string
 		} `json:"after_refresh"`
+		Reauthorize *struct {
+			Requests []sdkRequest
+			Auth     struct {
+				Hops                  []browserHop
+				AuthorizationResponse struct {
+					StateMatches bool `json:"state_matches"`
+					Iss, Code    string
+				} `json:"authorizationResponse"`
+			}
+			Authorized bool
+			JTI        string
+			Tools      int
+		}
 	}
 )
 
@@ -321,6 +334,35 @@ func checkFlow(t *testing.T, u *usher, run flowRun, issued map[string]auditRecor
 	}
 	if rec, ok := issued[ar2.JTI]; !ok || rec.Details.Grant != "refresh_token" || rec.ClientID != run.ClientID || rec.Principal != c.Sub || rec.Details.Family != issued[c.JTI].Details.Family {
 		t.Errorf("the audit log's record of the refreshed token %s = %+v (found %v), want a refresh_token grant in the family of %s", ar2.JTI, rec, ok, c.JTI)
+	}
+
+	// The DCR client authorizes again with the same browser: alice is
+	// signed in and consented to it before, so the code comes at once,
+	// with neither the sign-in nor the consent page.
+	if run.Kind != "dcr" {
+		return
+	}
+	re := run.Reauthorize
+	if re == nil {
+		t.Fatal("the script did not authorize the client again")
+	}
+	var reHops []string
+	for _, h := range re.Auth.Hops {
+		reHops = append(reHops, fmt.Sprintf("%s %s %d", h.Method, h.Path, h.Status))
+	}
+	// A GET is answered 302 (the consent form's POST, 303).
+	if want := []string{"GET /oauth/authorize 302"}; !slices.Equal(reHops, want) {
+		t.Errorf("the second authorization's hops = %q, want %q: the consent is remembered", reHops, want)
+	}
+	if n := countRequests(re.Requests, "POST", "/oauth/register"); n != 0 {
+		t.Errorf("the client registered again (%d times)", n)
+	}
+	resp2 := re.Auth.AuthorizationResponse
+	if !re.Authorized || !resp2.StateMatches || resp2.Iss != u.url || resp2.Code != "present" || re.Tools != len(want) {
+		t.Errorf("the second authorization = %+v", re)
+	}
+	if rec, ok := issued[re.JTI]; !ok || rec.Details.Grant != "authorization_code" || rec.Details.Family == issued[c.JTI].Details.Family {
+		t.Errorf("the audit log's record of the second authorization's token %s = %+v (found %v), want an authorization_code grant in a new family", re.JTI, rec, ok)
 	}
 }
 

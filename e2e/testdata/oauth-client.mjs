@@ -184,10 +184,11 @@ class Provider {
     const redirect = new URL(this._redirectUrl);
     const params = Object.fromEntries(authorizationUrl.searchParams);
     this.log.authorizationRequest = { ...params, code_challenge: params.code_challenge ? 'present' : 'missing' };
+    const from = this.browser.hops.length;
     const back = await this.browser.authorize(authorizationUrl, {
       isRedirect: u => u.origin === redirect.origin && u.pathname === redirect.pathname,
     });
-    this.log.hops = this.browser.hops.map(h => ({ ...h }));
+    this.log.hops = this.browser.hops.slice(from);
     const q = back.searchParams;
     if (q.get('error')) throw new Error(`authorization error: ${q.get('error')} ${q.get('error_description')}`);
     this.log.authorizationResponse = { state_matches: q.get('state') === this._state, iss: q.get('iss'), code: q.get('code') ? 'present' : 'missing' };
@@ -310,6 +311,20 @@ async function run(mcpURL, userToken, kind, loopback, { tokenOnly = false } = {}
   out.after_refresh.sub = second.sub;
   out.access_token = provider._tokens.access_token;
   await client.close();
+
+  // A second authorization of the same client, with the same browser:
+  // alice is signed in and consented before, so the code comes at once.
+  if (kind === 'dcr') {
+    provider._tokens = undefined;
+    provider.code = undefined;
+    out.reauthorize = { requests: [], auth: {} };
+    provider.log = out.reauthorize.auth;
+    const again = await connect(mcpURL, provider, out.reauthorize.requests);
+    out.reauthorize.authorized = again.authorized;
+    out.reauthorize.jti = jwtClaims(provider._tokens.access_token).jti;
+    out.reauthorize.tools = (await again.client.listTools()).tools.length;
+    await again.client.close();
+  }
   return out;
 }
 
