@@ -4,6 +4,14 @@
 // the MCP Inspector CLI, and the official MCP conformance suite in server
 // mode against a fixture upstream that offers the suite's test tools.
 //
+// The OAuth tests (oauth_test.go) drive Usher's authorization server: the
+// official MCP TypeScript SDK's client runs its own authorization flow
+// (testdata/oauth-client.mjs, which also plays the browser: the
+// development provider's sign-in and the consent page, over HTTP with a
+// cookie jar), the Inspector CLI uses a token so obtained, and the
+// conformance suite's pre-release (installed as conformance-next beside
+// the released suite) runs its authorization-server scenarios.
+//
 // The Node.js tools are pinned in package.json and package-lock.json, with
 // the Node.js that runs them; `make e2e-deps` installs them into
 // node_modules. Without them the tests fail when CI is set, and skip

@@ -63,6 +63,11 @@ func findTools() (nodeTools, error) {
 			return nodeTools{}, fmt.Errorf("the end-to-end tools are not installed: %v", err)
 		}
 	}
+	// The suite's pre-release (conformance-next) has a program of the
+	// same name: node_modules/.bin/conformance must be the released one.
+	if target, err := filepath.EvalSymlinks(filepath.Join(dir, "conformance")); err != nil || !strings.Contains(filepath.ToSlash(target), "/@modelcontextprotocol/conformance/") {
+		return nodeTools{}, fmt.Errorf("node_modules/.bin/conformance is %s (%v), not the released suite @modelcontextprotocol/conformance", target, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, nt.node, "--version").Output()
