@@ -148,8 +148,9 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 		http.Redirect(w, r, s.loginURL(s.basePath()+PathAuthorizeContinue+"?id="+id), http.StatusFound)
 		return
 	}
-	// The request waits for the consent in the form, sealed.
-	sealed, err := s.pending.seal(rawQuery, s.clock().Add(pendingLifetime))
+	// The request waits for the consent in the form, sealed, with an id
+	// that makes its answer single-use (see consentCode).
+	sealed, err := s.pending.seal(pendingRequest{ID: randomText(12), Params: q}, s.clock().Add(pendingLifetime))
 	if err != nil {
 		s.serverError(w, r, "seal the pending request", err)
 		return
@@ -190,8 +191,8 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 	request, _ := single(form, FormRequest)
 	token, _ := single(form, FormCSRFToken)
 	decision, _ := single(form, FormDecision)
-	var rawQuery string
-	if err := s.pending.open(request, s.clock(), &rawQuery); err != nil {
+	var pr pendingRequest
+	if err := s.pending.open(request, s.clock(), &pr); err != nil || !validPendingID(pr.ID) {
 		showError(w, newError(CodeInvalidRequest, "This authorization request has expired or is not valid. Start again from your application.", false))
 		return
 	}
@@ -207,11 +208,7 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 		showError(w, &Error{Status: http.StatusForbidden, Code: CodeAccessDenied, Description: "The consent form is not valid for this request or this user. Start again from your application."})
 		return
 	}
-	q, err := url.ParseQuery(rawQuery)
-	if err != nil {
-		showError(w, newError(CodeInvalidRequest, "The authorization request's query is malformed.", false))
-		return
-	}
+	q := pr.Params
 	// Check the request again: the client may have been revoked, or its
 	// document changed, while the page was open.
 	a, cl, perr := s.checkAuthorize(ctx, q)
@@ -234,6 +231,18 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), http.StatusSeeOther)
 		return
 	}
+	code := s.consentCode(pr.ID)
+	err = s.storeCode(ctx, code, a, cl, p)
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		// The form was answered before: its code exists already.
+		showError(w, newError(CodeInvalidRequest, "This consent was already given; its answer went to the application. Start again from your application if it did not sign in.", false))
+		return
+	case err != nil:
+		s.log.ErrorContext(ctx, "oauth: store the authorization code", "err", err)
+		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), http.StatusSeeOther)
+		return
+	}
 	err = s.record(ctx, audit.Entry{Kind: audit.KindOAuthConsentGiven, Principal: p.ID(), ClientID: cl.ID},
 		map[string]any{"scope": a.Scope, "resource": a.Resource, "redirect_uri": a.RedirectURI})
 	if err != nil {
@@ -241,7 +250,8 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), http.StatusSeeOther)
 		return
 	}
-	s.issueCode(w, r, a, cl, p, http.StatusSeeOther)
+	noStore(w)
+	http.Redirect(w, r, a.Redirect(code, s.issuer), http.StatusSeeOther)
 }
 
 // checkAuthorize parses an authorization request and resolves its client:
@@ -344,19 +354,24 @@ func (s *Server) resolveClient(ctx context.Context, id string) (store.OAuthClien
 // redirects the browser to the client with it, its state and iss.
 func (s *Server) issueCode(w http.ResponseWriter, r *http.Request, a AuthorizeRequest, cl store.OAuthClient, p identity.Principal, redirect int) {
 	code := NewSecret()
-	now := s.clock()
-	err := s.st.CreateAuthorizationCode(r.Context(), store.AuthorizationCode{
-		CodeHash: HashSecret(code), ClientID: cl.ID, Principal: p.ID(), Subject: subjectOf(p),
-		RedirectURI: a.RedirectURI, CodeChallenge: a.CodeChallenge, Resource: a.Resource, Scope: a.Scope,
-		CreatedAt: now, ExpiresAt: now.Add(s.codeLife),
-	})
-	if err != nil {
+	if err := s.storeCode(r.Context(), code, a, cl, p); err != nil {
 		s.log.ErrorContext(r.Context(), "oauth: store the authorization code", "err", err)
 		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), redirect)
 		return
 	}
 	noStore(w)
 	http.Redirect(w, r, a.Redirect(code, s.issuer), redirect)
+}
+
+// storeCode stores the authorization code code of the request a, for the
+// client cl and the person p; ErrConflict when it exists already.
+func (s *Server) storeCode(ctx context.Context, code string, a AuthorizeRequest, cl store.OAuthClient, p identity.Principal) error {
+	now := s.clock()
+	return s.st.CreateAuthorizationCode(ctx, store.AuthorizationCode{
+		CodeHash: HashSecret(code), ClientID: cl.ID, Principal: p.ID(), Subject: subjectOf(p),
+		RedirectURI: a.RedirectURI, CodeChallenge: a.CodeChallenge, Resource: a.Resource, Scope: a.Scope,
+		CreatedAt: now, ExpiresAt: now.Add(s.codeLife),
+	})
 }
 
 // refuseAuthorize answers a refused authorization request: to the client's

@@ -284,3 +284,26 @@ func TestLargeRequestWaitsForSignIn(t *testing.T) {
 		t.Errorf("a request too large to wait: %v, want invalid_request to the client with its state", rq)
 	}
 }
+
+// TestConsentAnsweredOnce checks that a consent form, posted again (a
+// double click, or a replay of a captured form), issues no second code
+// and records no second consent.
+func TestConsentAnsweredOnce(t *testing.T) {
+	engines(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, nil)
+		c := e.register(nil)
+		_, challenge := pkce()
+		csrf, request := e.consentPage(e.authQuery(c, challenge, nil), "alice")
+		first := redirectQuery(t, e.approve(csrf, request, "alice", oauth.DecisionApprove), c.RedirectURI)
+		if first.Get("code") == "" {
+			t.Fatalf("first answer: %v", first)
+		}
+		resp := e.approve(csrf, request, "alice", oauth.DecisionApprove)
+		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Location") != "" {
+			t.Errorf("the form posted again: %d to %q, want 400 and no redirect", resp.StatusCode, resp.Header.Get("Location"))
+		}
+		if n := slices.Index(e.auditKinds(), "oauth_consent_given"); n < 0 || slices.Index(e.auditKinds()[n+1:], "oauth_consent_given") >= 0 {
+			t.Errorf("audit kinds %v: want one oauth_consent_given", e.auditKinds())
+		}
+	})
+}

@@ -69,6 +69,7 @@ type Server struct {
 
 	pending *sealer // pending authorization requests
 	csrfKey []byte  // HMAC key of the consent form's CSRF tokens
+	codeKey []byte  // HMAC key of the codes of answered consent forms
 }
 
 // ServerOptions configures a Server. Issuer, Resources, Store, Broker,
@@ -194,6 +195,9 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 		return nil, err
 	}
 	if s.csrfKey, err = hkdf.Key(sha256.New, o.Secret, []byte(hkdfSalt), "usher/oauth/csrf", 32); err != nil {
+		return nil, err
+	}
+	if s.codeKey, err = hkdf.Key(sha256.New, o.Secret, []byte(hkdfSalt), "usher/oauth/consent-code", 32); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -414,6 +418,17 @@ func (s *Server) csrfToken(principal, request string) string {
 	mac.Write([]byte(principal))
 	mac.Write([]byte{0})
 	mac.Write([]byte(request))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// consentCode is the authorization code of the consent form whose pending
+// request has the id id: an HMAC of the id, which only the sealed request
+// holds, so that it is as unguessable as a random code, and the same for
+// every post of one form, so that the store's refusal of a second code
+// with its hash makes the form's answer single-use.
+func (s *Server) consentCode(id string) string {
+	mac := hmac.New(sha256.New, s.codeKey)
+	mac.Write([]byte(id))
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
