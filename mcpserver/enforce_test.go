@@ -573,17 +573,28 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 }
 
 // gatedExecutions holds every FinishExecution until the gate opens or its
-// context ends.
+// context ends. setGate replaces an open gate with a closed one.
 type gatedExecutions struct {
 	Executions
+	mu      sync.Mutex
 	gate    chan struct{}
 	entered chan struct{}
 }
 
+// setGate makes gate the gate of the FinishExecutions to come.
+func (g *gatedExecutions) setGate(gate chan struct{}) {
+	g.mu.Lock()
+	g.gate = gate
+	g.mu.Unlock()
+}
+
 func (g *gatedExecutions) FinishExecution(ctx context.Context, key string, status store.ExecutionStatus, result json.RawMessage, now time.Time, ev Event) (store.Execution, error) {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
 	g.entered <- struct{}{}
 	select {
-	case <-g.gate:
+	case <-gate:
 	case <-ctx.Done():
 		return store.Execution{}, ctx.Err()
 	}
@@ -613,6 +624,7 @@ func TestOutcomeRecordedAfterAnswer(t *testing.T) {
 	// on the channel.
 	echo := func() <-chan *mcp.CallToolResult {
 		out := make(chan *mcp.CallToolResult, 1)
+		key := key
 		go func() {
 			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "fx__echo", Arguments: map[string]any{"text": "once"}, Meta: key})
 			if err != nil {
@@ -637,19 +649,12 @@ func TestOutcomeRecordedAfterAnswer(t *testing.T) {
 	}
 
 	retried := echo()
-	drained := make(chan error, 1)
-	go func() { drained <- e.server.Drain(context.Background()) }()
 	select {
 	case res := <-retried:
 		t.Fatalf("the retry answered %q before the outcome was written", text(res))
-	case err := <-drained:
-		t.Fatalf("Drain returned %v before the outcome was written", err)
 	case <-time.After(200 * time.Millisecond):
 	}
 	open()
-	if err := <-drained; err != nil {
-		t.Errorf("Drain: %v", err)
-	}
 	if res := <-retried; res.IsError || text(res) != "echo: once" {
 		t.Errorf("the retry = %s, want the recorded result", text(res))
 	}
@@ -659,5 +664,30 @@ func TestOutcomeRecordedAfterAnswer(t *testing.T) {
 	want := []string{KindDecision, KindExecuted, KindDecision, KindReplayed}
 	if got := e.auditKinds("fx__echo"); !reflect.DeepEqual(got, want) {
 		t.Errorf("audit = %v, want %v", got, want)
+	}
+
+	// Drain waits for an outcome still being written. (It closes the
+	// sessions, so a retry in flight meanwhile would be cut off: the
+	// answered call of another key is what it waits for here.)
+	gate2 := make(chan struct{})
+	g.setGate(gate2)
+	key = mcp.Meta{MetaIdempotencyKey: "k-2"}
+	if res := <-echo(); res.IsError || text(res) != "echo: once" {
+		t.Fatalf("the second call = %s", text(res))
+	}
+	<-g.entered
+	drained := make(chan error, 1)
+	go func() { drained <- e.server.Drain(context.Background()) }()
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned %v before the outcome was written", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(gate2)
+	if err := <-drained; err != nil {
+		t.Errorf("Drain: %v", err)
+	}
+	if got := e.auditKinds("fx__echo"); len(got) != len(want)+2 || got[len(got)-1] != KindExecuted {
+		t.Errorf("after Drain the audit is %v, want the second call's outcome recorded", got)
 	}
 }
