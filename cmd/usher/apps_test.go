@@ -8,14 +8,13 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -280,64 +279,30 @@ func TestConnectedAppsThroughServe(t *testing.T) {
 	}
 }
 
-// callbackServer stands for an app's loopback redirect URI: it records
-// the authorization responses the browser brings it.
-type callbackServer struct {
-	url string
-	mu  sync.Mutex
-	got []url.Values
-}
-
-func newCallbackServer(t *testing.T) *callbackServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cb := &callbackServer{url: "http://" + ln.Addr().String() + "/callback"}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/callback" {
-			cb.mu.Lock()
-			cb.got = append(cb.got, r.URL.Query())
-			cb.mu.Unlock()
-		}
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprint(w, `<!doctype html><html lang="en"><title>Signed in</title><link rel="icon" href="data:,"><p>You may close this window.</p></html>`)
-	})}
-	go srv.Serve(ln) //nolint:errcheck // closed at the end
-	t.Cleanup(func() { srv.Close() })
-	return cb
-}
-
-// code is the code of the last authorization response.
-func (cb *callbackServer) code(t *testing.T) string {
-	t.Helper()
-	cb.mu.Lock()
-	defer cb.mu.Unlock()
-	if len(cb.got) == 0 || cb.got[len(cb.got)-1].Get("code") == "" {
-		t.Fatalf("the app got no code: %v", cb.got)
-	}
-	return cb.got[len(cb.got)-1].Get("code")
-}
-
 // TestBrowserConnectedApps signs in to the Sessions UI, connects an app
-// through the consent page in the same browser, opens Connected apps from
-// the header, sees the app — its name, where it came from, its redirect
-// host, its last use —, revokes it after the confirmation, sees the empty
-// state with the focus on the page's heading, and the app's refresh token
-// refused afterwards.
+// as that browser's person (the authorization request and the consent
+// over HTTP, with the browser's session cookie, as
+// e2e/testdata/oauth-client.mjs does), opens Connected apps from the
+// header, sees the app — its name, where it came from, its redirect host,
+// its last use —, cancels a revocation and then revokes it from the
+// keyboard, sees the empty state with the focus on the page's heading, and
+// the app's refresh token refused afterwards.
 func TestBrowserConnectedApps(t *testing.T) {
 	tb := startBrowser(t)
 	s := startServer(t, nil)
 	tb.signIn(s.url, "alice")
 
-	cb := newCallbackServer(t)
-	app := registerApp(t, s, "Claude Desktop <b>test</b>", cb.url)
-	authorize, verifier := app.authorizeURL()
-	tb.do(chromedp.Navigate(authorize))
-	tb.click(`form button.approve[name=decision][value=approve]`)
-	tb.waitUntil("the app's redirect URI got the code", `location.href.startsWith(`+js(cb.url+"?")+`)`)
-	tokens := app.redeem(t, cb.code(t), verifier)
+	var session string
+	for _, c := range call(tb, network.GetCookies, network.GetCookiesParams{URLs: []string{s.url + "/"}}).Cookies {
+		if c.Name == "usher_session" {
+			session = c.Value
+		}
+	}
+	if session == "" {
+		t.Fatal("the browser has no session cookie")
+	}
+	app := registerApp(t, s, "Claude Desktop <b>test</b>", "http://127.0.0.1:33418/callback")
+	tokens := app.connect(t, session)
 
 	tb.do(chromedp.Navigate(s.url + "/"))
 	tb.click(`.topbar a.apps-link[href="/apps"]`)
