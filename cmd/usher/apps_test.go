@@ -242,8 +242,8 @@ func TestConnectedAppsThroughServe(t *testing.T) {
 			if resp, body := sessionRequest(t, http.MethodDelete, appURL, alice, "", nil, bearer...); resp.StatusCode != http.StatusForbidden || apiErrorCode(body) != "broker_token_refused" {
 				t.Errorf("DELETE with an app's access token: %d %s, want 403 broker_token_refused", resp.StatusCode, body)
 			}
-			if resp, body := sessionRequest(t, http.MethodDelete, appURL, alice, "", nil, "Sec-Fetch-Site", "cross-site"); resp.StatusCode != http.StatusForbidden {
-				t.Errorf("a cross-site DELETE: %d %s, want 403", resp.StatusCode, body)
+			if resp, body := sessionRequest(t, http.MethodDelete, appURL, alice, "", nil, "Sec-Fetch-Site", "cross-site"); resp.StatusCode != http.StatusForbidden || apiErrorCode(body) != "cross_origin_refused" {
+				t.Errorf("a cross-site DELETE: %d %s, want 403 cross_origin_refused", resp.StatusCode, body)
 			}
 			if resp, body := sessionRequest(t, http.MethodDelete, appURL, bob, "", nil); resp.StatusCode != http.StatusNotFound || apiErrorCode(body) != "not_found" {
 				t.Errorf("Bob's DELETE of Alice's app: %d %s, want 404 not_found", resp.StatusCode, body)
