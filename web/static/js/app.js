@@ -140,6 +140,8 @@ function layout() {
     // Ends every session of this person, in every browser and on every
     // device, not only this one's.
     h('p', { class: 'sidebar-foot' },
+      // On the narrowest screens the header has no room for it.
+      h('a', { href: '/apps', class: 'button subtle drawer-apps-link' }, 'Connected apps'),
       h('button', { type: 'button', class: 'button subtle sign-out-all', onclick: () => doSignOut(true) }, 'Sign out everywhere')));
   e.main = h('main', { id: 'main', class: 'main', tabindex: '-1' });
   e.main.addEventListener('pointerdown', () => {

@@ -5,6 +5,16 @@
 // text, never as markup or a link.
 
 import { h, announce, timeElement, uniqueId } from './dom.js';
+
+const dateOnly = new Intl.DateTimeFormat(undefined, { dateStyle: 'long' });
+const dateTime = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'short' });
+
+// dateElement is a <time> showing the date alone ("registered on …").
+function dateElement(value) {
+  const d = new Date(value);
+  if (Number.isNaN(d.getTime())) return null;
+  return h('time', { datetime: d.toISOString(), title: dateTime.format(d) }, dateOnly.format(d));
+}
 import { request, path, APIError } from './api.js';
 import { confirmDialog } from './conversation.js';
 
@@ -36,7 +46,7 @@ function origin(app) {
     case 'configured':
       return 'Configured by Usher’s operators';
     default:
-      return ['Registered itself on ', timeElement(app.registered_at) || 'an unknown date', '; Usher has not verified who made it'];
+      return ['Registered itself on ', dateElement(app.registered_at) || 'an unknown date', '; Usher has not verified who made it'];
   }
 }
 
