@@ -248,6 +248,13 @@ func TestConnectedAppsThroughServe(t *testing.T) {
 			if resp, body := sessionRequest(t, http.MethodDelete, appURL, bob, "", nil); resp.StatusCode != http.StatusNotFound || apiErrorCode(body) != "not_found" {
 				t.Errorf("Bob's DELETE of Alice's app: %d %s, want 404 not_found", resp.StatusCode, body)
 			}
+			// A metadata document's client id is a URL: its slashes escaped,
+			// it reaches the handler as one segment (no redirect to a
+			// "cleaned" path).
+			docApp := s.url + oauth.PathApps + "/" + url.PathEscape("https://app.example.com//oauth/../client.json")
+			if resp, body := sessionRequest(t, http.MethodDelete, docApp, alice, "", nil); resp.StatusCode != http.StatusNotFound || apiErrorCode(body) != "not_found" {
+				t.Errorf("DELETE of a URL client id never connected: %d %s, want 404 not_found", resp.StatusCode, body)
+			}
 			if resp, body := sessionRequest(t, http.MethodPost, s.url+oauth.PathApps, alice, "", nil); resp.StatusCode != http.StatusMethodNotAllowed {
 				t.Errorf("POST %s: %d %s, want 405", oauth.PathApps, resp.StatusCode, body)
 			}
