@@ -179,7 +179,8 @@ func TestAppsListAndRevoke(t *testing.T) {
 			t.Errorf("oauth_consent_revoked records = %+v, want one of Alice's revocation of the first client", revoked)
 		}
 
-		// Consenting again connects the app again.
+		// Consenting again connects the app again, as the newest used.
+		e.clock.advance(time.Minute)
 		e.code(first, "alice", nil)
 		if got := e.listApps("alice"); len(got) != 2 || got[0]["client_id"] != first.ID {
 			t.Errorf("after consenting again: %v, want the first app back, first", got)
