@@ -99,8 +99,9 @@ func (a assets) serve(w http.ResponseWriter, r *http.Request, name string) {
 }
 
 // UI returns the handler of the Sessions UI. It serves the page at the
-// paths of the UI — "/", "/runs/{id}", "/approvals" and "/approvals/{id}"
-// (the link an approval-required MCP result carries) — and the assets at
+// paths of the UI — "/", "/runs/{id}", "/approvals", "/approvals/{id}"
+// (the link an approval-required MCP result carries) and "/apps" (the
+// connected apps) — and the assets at
 // "/static/…"; anything else is 404. Every answer carries the security
 // headers (ContentSecurityPolicy, nosniff, no-referrer, no framing).
 func UI() (http.Handler, error) {
@@ -132,7 +133,7 @@ func UI() (http.Handler, error) {
 
 // pagePatterns are the UI's own paths; each serves the one page, whose
 // script shows what the path names.
-var pagePatterns = []string{"GET /{$}", "GET /runs/{id}", "GET /approvals", "GET /approvals/{id}"}
+var pagePatterns = []string{"GET /{$}", "GET /runs/{id}", "GET /approvals", "GET /approvals/{id}", "GET /apps"}
 
 // Mount adds the sign-in endpoints of s (nil: browser sign-in off) and the
 // Sessions UI to mux. It claims "/auth/", "/static/" and the page paths

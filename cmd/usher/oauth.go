@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/usherhq/usher/approvals"
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/broker/clientmeta"
 	"github.com/usherhq/usher/broker/oauth"
@@ -67,9 +68,10 @@ func (in *installation) clientFetcher(publicURL string) (*clientmeta.Fetcher, er
 }
 
 // oauthServer builds the authorization server of the MCP endpoint from the
-// configuration, and returns its handler for mountOAuth. Its access tokens
-// are the broker's tokens for the MCP endpoint, as the assistant's are.
-func (in *installation) oauthServer(publicURL string, mint *broker.Broker, auditLog *audit.Log) (http.Handler, error) {
+// configuration: its Handler is for mountOAuth, its AppsHandler for
+// mountApps. Its access tokens are the broker's tokens for the MCP
+// endpoint, as the assistant's are.
+func (in *installation) oauthServer(publicURL string, mint *broker.Broker, auditLog *audit.Log) (*oauth.Server, error) {
 	clients, err := in.clientFetcher(publicURL)
 	if err != nil {
 		return nil, err
@@ -93,7 +95,17 @@ func (in *installation) oauthServer(publicURL string, mint *broker.Broker, audit
 	if err != nil {
 		return nil, fmt.Errorf("oauth: %w", err)
 	}
-	return srv.Handler(), nil
+	return srv, nil
+}
+
+// mountApps adds the signed-in person's Connected apps API
+// (oauth.PathApps) behind the API's authentication, as the approvals API
+// is: people disconnect apps, and the apps' own broker tokens are refused
+// there, plainly, before the authentication would refuse them anyway.
+func mountApps(mux *http.ServeMux, authenticated func(http.Handler) http.Handler, brokerIssuer string, srv *oauth.Server) {
+	api := approvals.RefuseBrokerTokens(brokerIssuer, authenticated(srv.AppsHandler()))
+	mux.Handle(oauth.PathApps, api)
+	mux.Handle(oauth.PathApps+"/", api)
 }
 
 // clientsCmd runs `usher clients list|revoke`: the external MCP clients

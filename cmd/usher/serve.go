@@ -169,13 +169,14 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		}
 	}()
 	mcp.mount(mux, authenticated, publicURL)
-	oauthHandler, err := in.oauthServer(publicURL, mint, mcp.audit)
+	oauthSrv, err := in.oauthServer(publicURL, mint, mcp.audit)
 	if err != nil {
 		return err
 	}
-	if err := mountOAuth(mux, publicURL, oauthHandler); err != nil {
+	if err := mountOAuth(mux, publicURL, oauthSrv.Handler()); err != nil {
 		return err
 	}
+	mountApps(mux, authenticated, publicURL, oauthSrv)
 	// The sweeps stop (deferred after Drain) before the store closes.
 	approvalSweeper, executionSweeper, err := in.sweepers(mcp)
 	if err != nil {

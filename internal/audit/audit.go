@@ -60,6 +60,9 @@ const (
 	// KindOAuthTokenRevoked: a client revoked a refresh token (RFC 7009),
 	// and with it its family.
 	KindOAuthTokenRevoked Kind = "oauth_token_revoked"
+	// KindOAuthConsentRevoked: a user disconnected a client (Connected
+	// apps): their consent and their refresh tokens of it are revoked.
+	KindOAuthConsentRevoked Kind = "oauth_consent_revoked"
 )
 
 // kindPattern is what a Kind must look like.

@@ -61,6 +61,9 @@ export const path = {
   updates: () => '/api/assistant/updates/stream',
   approvals: () => '/api/approvals',
   approval: (id) => `/api/approvals/${encodeURIComponent(id)}`,
+  apps: () => '/api/oauth/apps',
+  // A client id may be a URL: its slashes are escaped, one path segment.
+  app: (clientId) => `/api/oauth/apps/${encodeURIComponent(clientId)}`,
 };
 
 // newKey returns a random Idempotency-Key.

@@ -1,11 +1,13 @@
 // The Sessions UI: sign-in, the sidebar of sessions, a conversation, the
-// approvals inbox. Paths: /, /runs/{id}, /approvals, /approvals/{id}.
+// approvals inbox, the connected apps. Paths: /, /runs/{id}, /approvals,
+// /approvals/{id}, /apps.
 
 import { h, announce, timeElement } from './dom.js';
 import { request, path, newKey, whenSignedOut, APIError } from './api.js';
 import { UpdatesFeed } from './live.js';
 import { Conversation, composer } from './conversation.js';
 import { approvalCard, loadApproval, loadApprovals } from './approvals.js';
+import { appsView } from './apps.js';
 import { runStatus, runTitle } from './status.js';
 
 const app = {
@@ -112,11 +114,14 @@ function layout() {
   e.toggle = h('button', { type: 'button', class: 'button subtle sidebar-toggle', 'aria-controls': 'sidebar', 'aria-expanded': 'false', onclick: () => toggleSidebar() }, 'Sessions');
   e.inboxCount = h('span', { class: 'count', hidden: true });
   e.inbox = h('a', { href: '/approvals', class: 'inbox-link' }, 'Approvals', e.inboxCount);
+  // "Apps" on a narrow screen; its accessible name is the whole one.
+  e.apps = h('a', { href: '/apps', class: 'inbox-link apps-link' },
+    h('span', { class: 'apps-link-wide' }, 'Connected apps'), h('span', { class: 'apps-link-narrow', 'aria-hidden': 'true' }, 'Apps'));
   const signOut = h('button', { type: 'button', class: 'button subtle', onclick: () => doSignOut(false) }, 'Sign out');
   const header = h('header', { class: 'topbar' },
     e.toggle,
     h('a', { href: '/', class: 'brand' }, h('img', { src: '/static/favicon.svg', alt: '', width: '24', height: '24' }), h('span', { class: 'brand-name' }, 'Usher')),
-    h('nav', { 'aria-label': 'Main', class: 'topnav' }, e.inbox),
+    h('nav', { 'aria-label': 'Main', class: 'topnav' }, e.inbox, e.apps),
     h('div', { class: 'user' }, h('span', { class: 'user-name', title: app.me.id }, app.me.name || app.me.email || 'Signed in'), signOut));
 
   e.search = h('input', { id: 'session-search', type: 'search', autocomplete: 'off', placeholder: 'Search by title' });
@@ -135,6 +140,8 @@ function layout() {
     // Ends every session of this person, in every browser and on every
     // device, not only this one's.
     h('p', { class: 'sidebar-foot' },
+      // On the narrowest screens the header has no room for it.
+      h('a', { href: '/apps', class: 'button subtle drawer-apps-link' }, 'Connected apps'),
       h('button', { type: 'button', class: 'button subtle sign-out-all', onclick: () => doSignOut(true) }, 'Sign out everywhere')));
   e.main = h('main', { id: 'main', class: 'main', tabindex: '-1' });
   e.main.addEventListener('pointerdown', () => {
@@ -294,7 +301,7 @@ function interceptLinks(e) {
   if (e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
   const a = e.target.closest && e.target.closest('a[href]');
   if (!a || a.target || a.origin !== window.location.origin) return;
-  if (!/^\/($|runs\/|approvals($|\/))/.test(a.pathname)) return;
+  if (!/^\/($|runs\/|approvals($|\/)|apps$)/.test(a.pathname)) return;
   e.preventDefault();
   navigate(a.pathname);
 }
@@ -309,6 +316,10 @@ function route() {
   if (app.view && app.view.destroy) app.view.destroy();
   app.view = null;
   toggleSidebar(false);
+  for (const [link, here] of [[app.els.inbox, p === '/approvals'], [app.els.apps, p === '/apps']]) {
+    if (here) link.setAttribute('aria-current', 'page');
+    else link.removeAttribute('aria-current');
+  }
   let m;
   if ((m = /^\/runs\/([^/]+)$/.exec(p))) {
     const view = new Conversation({
@@ -323,6 +334,8 @@ function route() {
     app.view = approvalView(decodeURIComponent(m[1]));
   } else if (p === '/approvals') {
     app.view = inboxView();
+  } else if (p === '/apps') {
+    app.view = appsView(app.els.main);
   } else {
     app.view = homeView();
   }

@@ -1,0 +1,370 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"html"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/usherhq/usher/broker/oauth"
+	"github.com/usherhq/usher/store/storetest"
+)
+
+// The Connected apps tests connect an external MCP client to `usher serve`
+// as one does — registration (RFC 7591), the authorization request, the
+// consent page, the token endpoint — and disconnect it through the API
+// and through the Sessions UI's page.
+
+var (
+	consentCSRF    = regexp.MustCompile(`name="csrf_token" value="([^"]*)"`)
+	consentRequest = regexp.MustCompile(`name="request" value="([^"]*)"`)
+)
+
+// oauthApp is a client registered with s, as the test uses it.
+type oauthApp struct {
+	s           *server
+	ClientID    string
+	RedirectURI string
+}
+
+// registerApp registers a public client named name, sending its sign-ins
+// to redirectURI.
+func registerApp(t *testing.T, s *server, name, redirectURI string) *oauthApp {
+	t.Helper()
+	md, _ := json.Marshal(map[string]any{
+		"client_name": name, "redirect_uris": []string{redirectURI},
+		"grant_types": []string{"authorization_code", "refresh_token"}, "token_endpoint_auth_method": "none",
+	})
+	resp, err := http.Post(s.url+oauth.PathRegister, "application/json", bytes.NewReader(md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var out struct {
+		ClientID string `json:"client_id"`
+	}
+	if err := json.Unmarshal(body, &out); resp.StatusCode != http.StatusCreated || err != nil || out.ClientID == "" {
+		t.Fatalf("register: %d %s", resp.StatusCode, body)
+	}
+	return &oauthApp{s: s, ClientID: out.ClientID, RedirectURI: redirectURI}
+}
+
+// authorizeURL is an authorization request of the app for Usher's MCP
+// endpoint, with a new PKCE pair; it returns the verifier too.
+func (a *oauthApp) authorizeURL() (u, verifier string) {
+	verifier = oauth.NewSecret()
+	sum := sha256.Sum256([]byte(verifier))
+	q := url.Values{
+		"response_type": {"code"}, "client_id": {a.ClientID}, "redirect_uri": {a.RedirectURI},
+		"state": {"apps-test"}, "scope": {"mcp:invoke"}, "resource": {a.s.url + "/mcp"},
+		"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"},
+	}
+	return a.s.url + oauth.PathAuthorize + "?" + q.Encode(), verifier
+}
+
+// sessionRequest sends a request with the session cookie, from Usher's
+// own origin as its pages do.
+func sessionRequest(t *testing.T, method, u, cookie, contentType string, body io.Reader, extra ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, u, body)
+	req.Header.Set("Cookie", (&http.Cookie{Name: "usher_session", Value: cookie}).String())
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		req.Header.Set(extra[i], extra[i+1])
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// connect takes the app through the authorization request and the consent
+// page as the person signed in with cookie, and returns its first tokens.
+func (a *oauthApp) connect(t *testing.T, cookie string) tokenPair {
+	t.Helper()
+	u, verifier := a.authorizeURL()
+	resp, page := sessionRequest(t, http.MethodGet, u, cookie, "", nil)
+	csrf, request := consentCSRF.FindStringSubmatch(page), consentRequest.FindStringSubmatch(page)
+	if resp.StatusCode != http.StatusOK || csrf == nil || request == nil {
+		t.Fatalf("authorize: %d %s", resp.StatusCode, page)
+	}
+	form := url.Values{"csrf_token": {html.UnescapeString(csrf[1])}, "request": {html.UnescapeString(request[1])}, "decision": {"approve"}}
+	resp, body := sessionRequest(t, http.MethodPost, a.s.url+oauth.PathAuthorize, cookie,
+		"application/x-www-form-urlencoded", strings.NewReader(form.Encode()), "Origin", a.s.url)
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	if resp.StatusCode != http.StatusSeeOther || err != nil || loc.Query().Get("code") == "" {
+		t.Fatalf("consent: %d %s (Location %q)", resp.StatusCode, body, resp.Header.Get("Location"))
+	}
+	return a.redeem(t, loc.Query().Get("code"), verifier)
+}
+
+// tokenPair is what the token endpoint answered.
+type tokenPair struct {
+	Status       int
+	AccessToken  string `json:"access_token"`
+	RefreshToken string `json:"refresh_token"`
+	Error        string `json:"error"`
+}
+
+func (a *oauthApp) token(t *testing.T, form url.Values) tokenPair {
+	t.Helper()
+	form.Set("client_id", a.ClientID)
+	resp, err := http.PostForm(a.s.url+oauth.PathToken, form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p tokenPair
+	body, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatalf("token answer %d %s", resp.StatusCode, body)
+	}
+	p.Status = resp.StatusCode
+	return p
+}
+
+// redeem exchanges a code; it must succeed.
+func (a *oauthApp) redeem(t *testing.T, code, verifier string) tokenPair {
+	t.Helper()
+	p := a.token(t, url.Values{"grant_type": {"authorization_code"}, "code": {code}, "redirect_uri": {a.RedirectURI},
+		"code_verifier": {verifier}, "resource": {a.s.url + "/mcp"}})
+	if p.Status != http.StatusOK || p.AccessToken == "" || p.RefreshToken == "" {
+		t.Fatalf("redeem: %+v", p)
+	}
+	return p
+}
+
+// refresh rotates a refresh token.
+func (a *oauthApp) refresh(t *testing.T, refresh string) tokenPair {
+	t.Helper()
+	return a.token(t, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {refresh}})
+}
+
+// appsOf lists the connected apps through the API with headers (name,
+// value pairs), and returns the status, the error code and the client ids.
+func appsOf(t *testing.T, s *server, headers ...string) (status int, code string, ids []string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, s.url+oauth.PathApps, nil)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Apps []struct {
+			ClientID string `json:"client_id"`
+		} `json:"apps"`
+		Error struct{ Code string } `json:"error"`
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(body, &out); err != nil {
+		t.Fatalf("GET %s: %d %s", oauth.PathApps, resp.StatusCode, body)
+	}
+	for _, a := range out.Apps {
+		ids = append(ids, a.ClientID)
+	}
+	return resp.StatusCode, out.Error.Code, ids
+}
+
+// apiErrorCode reads the API error's code from body.
+func apiErrorCode(body string) string {
+	var e struct{ Error struct{ Code string } }
+	_ = json.Unmarshal([]byte(body), &e)
+	return e.Error.Code
+}
+
+// TestConnectedAppsThroughServe connects two apps for Alice over
+// `usher serve`, with each engine, and checks the Connected apps API as
+// mounted: her session lists them, Bob's does not; an app's own access
+// token is refused there (broker_token_refused); a cross-site DELETE is
+// refused; her DELETE disconnects one — its refresh token is refused from
+// then on, the other app's still works — and is in the audit log.
+func TestConnectedAppsThroughServe(t *testing.T) {
+	for name, args := range map[string]func(t *testing.T) []string{
+		"sqlite":   func(*testing.T) []string { return nil },
+		"postgres": func(t *testing.T) []string { return []string{"--database-url", storetest.PostgresURL(t)} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			env := map[string]string{"USHER_BROKER_KEY_ENCRYPTION_KEY": "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80="}
+			db := args(t)
+			s := startServer(t, env, db...)
+			alice := signInOverHTTP(t, s, "alice")
+			bob := signInOverHTTP(t, s, "bob")
+			cookie := func(v string) []string {
+				return []string{"Cookie", (&http.Cookie{Name: "usher_session", Value: v}).String(), "Sec-Fetch-Site", "same-origin"}
+			}
+			if status, _, ids := appsOf(t, s, cookie(alice)...); status != http.StatusOK || len(ids) != 0 {
+				t.Fatalf("before any app: %d %v", status, ids)
+			}
+
+			inspector := registerApp(t, s, "MCP Inspector", "http://127.0.0.1:6274/oauth/callback")
+			vscode := registerApp(t, s, "Visual Studio Code", "http://127.0.0.1:33418/")
+			inspectorTokens := inspector.connect(t, alice)
+			vscodeTokens := vscode.connect(t, alice)
+
+			if status, _, ids := appsOf(t, s, cookie(alice)...); status != http.StatusOK || fmt.Sprint(ids) != fmt.Sprint([]string{vscode.ClientID, inspector.ClientID}) {
+				t.Errorf("Alice's apps: %d %v, want VS Code then the Inspector", status, ids)
+			}
+			if status, _, ids := appsOf(t, s, cookie(bob)...); status != http.StatusOK || len(ids) != 0 {
+				t.Errorf("Bob's apps: %d %v, want none", status, ids)
+			}
+			if status, code, _ := appsOf(t, s); status != http.StatusUnauthorized {
+				t.Errorf("apps without authentication: %d %s, want 401", status, code)
+			}
+			bearer := []string{"Authorization", "Bearer " + inspectorTokens.AccessToken}
+			if status, code, _ := appsOf(t, s, bearer...); status != http.StatusForbidden || code != "broker_token_refused" {
+				t.Errorf("apps with an app's access token: %d %s, want 403 broker_token_refused", status, code)
+			}
+			appURL := s.url + oauth.PathApps + "/" + url.PathEscape(inspector.ClientID)
+			if resp, body := sessionRequest(t, http.MethodDelete, appURL, alice, "", nil, bearer...); resp.StatusCode != http.StatusForbidden || apiErrorCode(body) != "broker_token_refused" {
+				t.Errorf("DELETE with an app's access token: %d %s, want 403 broker_token_refused", resp.StatusCode, body)
+			}
+			if resp, body := sessionRequest(t, http.MethodDelete, appURL, alice, "", nil, "Sec-Fetch-Site", "cross-site"); resp.StatusCode != http.StatusForbidden || apiErrorCode(body) != "cross_origin_refused" {
+				t.Errorf("a cross-site DELETE: %d %s, want 403 cross_origin_refused", resp.StatusCode, body)
+			}
+			if resp, body := sessionRequest(t, http.MethodDelete, appURL, bob, "", nil); resp.StatusCode != http.StatusNotFound || apiErrorCode(body) != "not_found" {
+				t.Errorf("Bob's DELETE of Alice's app: %d %s, want 404 not_found", resp.StatusCode, body)
+			}
+			// A metadata document's client id is a URL: its slashes escaped,
+			// it reaches the handler as one segment (no redirect to a
+			// "cleaned" path).
+			docApp := s.url + oauth.PathApps + "/" + url.PathEscape("https://app.example.com//oauth/../client.json")
+			if resp, body := sessionRequest(t, http.MethodDelete, docApp, alice, "", nil); resp.StatusCode != http.StatusNotFound || apiErrorCode(body) != "not_found" {
+				t.Errorf("DELETE of a URL client id never connected: %d %s, want 404 not_found", resp.StatusCode, body)
+			}
+			if resp, body := sessionRequest(t, http.MethodPost, s.url+oauth.PathApps, alice, "", nil); resp.StatusCode != http.StatusMethodNotAllowed {
+				t.Errorf("POST %s: %d %s, want 405", oauth.PathApps, resp.StatusCode, body)
+			}
+
+			if resp, body := sessionRequest(t, http.MethodDelete, appURL, alice, "", nil); resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("Alice's DELETE: %d %s, want 204", resp.StatusCode, body)
+			}
+			if _, _, ids := appsOf(t, s, cookie(alice)...); fmt.Sprint(ids) != fmt.Sprint([]string{vscode.ClientID}) {
+				t.Errorf("after the revocation: %v, want VS Code only", ids)
+			}
+			if p := inspector.refresh(t, inspectorTokens.RefreshToken); p.Status != http.StatusBadRequest || p.Error != "invalid_grant" {
+				t.Errorf("the revoked app's refresh: %+v, want invalid_grant", p)
+			}
+			if p := vscode.refresh(t, vscodeTokens.RefreshToken); p.Status != http.StatusOK {
+				t.Errorf("the other app's refresh: %+v, want 200", p)
+			}
+
+			export, err := s.cli(t, append([]string{"audit", "export"}, db...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(export, `"oauth_consent_revoked"`); n != 1 || !strings.Contains(export, inspector.ClientID) {
+				t.Errorf("%d oauth_consent_revoked records in the audit log, want 1", n)
+			}
+			if out, err := s.cli(t, append([]string{"audit", "verify"}, db...)...); err != nil || !strings.HasPrefix(out, "audit log intact:") {
+				t.Errorf("audit verify: %v %q", err, out)
+			}
+		})
+	}
+}
+
+// TestBrowserConnectedApps signs in to the Sessions UI, connects an app
+// as that browser's person (the authorization request and the consent
+// over HTTP, with the browser's session cookie, as
+// e2e/testdata/oauth-client.mjs does), opens Connected apps from the
+// header, sees the app — its name, where it came from, its redirect host,
+// its last use —, cancels a revocation and then revokes it from the
+// keyboard, sees the empty state with the focus on the page's heading, and
+// the app's refresh token refused afterwards.
+func TestBrowserConnectedApps(t *testing.T) {
+	tb := startBrowser(t)
+	s := startServer(t, nil)
+	tb.signIn(s.url, "alice")
+
+	var session string
+	for _, c := range call(tb, network.GetCookies, network.GetCookiesParams{URLs: []string{s.url + "/"}}).Cookies {
+		if c.Name == "usher_session" {
+			session = c.Value
+		}
+	}
+	if session == "" {
+		t.Fatal("the browser has no session cookie")
+	}
+	app := registerApp(t, s, "Claude Desktop <b>test</b>", "http://127.0.0.1:33418/callback")
+	tokens := app.connect(t, session)
+
+	tb.do(chromedp.Navigate(s.url + "/"))
+	tb.click(`.topbar a.apps-link[href="/apps"]`)
+	tb.waitUntil("the Connected apps page lists the app", `location.pathname === "/apps" && document.querySelector(".app-card")`)
+	if got := evaluate[string](tb, `document.activeElement.id`); got != "apps-title" {
+		t.Errorf("focus on opening the page: %q, want the heading", got)
+	}
+	if got := evaluate[string](tb, `document.querySelector('.apps-link').getAttribute('aria-current') || ''`); got != "page" {
+		t.Errorf("the header link's aria-current = %q, want page", got)
+	}
+	card := tb.text(".app-card")
+	for _, want := range []string{"Claude Desktop <b>test</b>", "Registered itself on", "127.0.0.1:", "Last used", "mcp:invoke"} {
+		if !strings.Contains(card, want) {
+			t.Errorf("the app's card lacks %q: %q", want, card)
+		}
+	}
+	if n := evaluate[int](tb, `document.querySelectorAll(".app-card b").length`); n != 0 {
+		t.Error("the app's name became markup")
+	}
+	if name := evaluate[string](tb, `document.querySelector(".app-card button.revoke").textContent`); name != "Revoke Claude Desktop <b>test</b>" {
+		t.Errorf("the Revoke button's accessible text = %q", name)
+	}
+
+	// Cancel first: nothing happens, and the focus returns to Revoke.
+	tb.click(".app-card button.revoke")
+	tb.waitUntil("the confirmation", `document.querySelector("dialog.dialog[open]")`)
+	if got := evaluate[string](tb, `document.activeElement.textContent`); got != "Cancel" {
+		t.Errorf("focus in the confirmation: %q, want Cancel", got)
+	}
+	tb.click("dialog.dialog button[type=button]")
+	tb.waitUntil("the confirmation closed, focus back on Revoke",
+		`!document.querySelector("dialog.dialog") && document.activeElement.matches(".app-card button.revoke")`)
+	// The app still works: its token rotates, and the successor is the
+	// one to be refused after the revocation.
+	rotated := app.refresh(t, tokens.RefreshToken)
+	if rotated.Status != http.StatusOK || rotated.RefreshToken == "" {
+		t.Fatalf("refresh after Cancel: %+v, want 200", rotated)
+	}
+
+	// Then revoke, with the keyboard: Enter on the focused Revoke, Tab to
+	// the confirmation's button, Enter.
+	tb.do(chromedp.KeyEvent(kb.Enter))
+	tb.waitUntil("the confirmation", `document.querySelector("dialog.dialog[open]")`)
+	tb.do(chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(kb.Enter))
+	tb.waitUntil("the empty state", `document.querySelector(".app-list .empty-state") && !document.querySelector(".app-card")`)
+	tb.waitUntil("focus on the page's heading", `document.activeElement && document.activeElement.id === "apps-title"`)
+	if empty := tb.text(".app-list .empty-state"); !strings.Contains(empty, "No apps are connected") {
+		t.Errorf("empty state %q", empty)
+	}
+	if p := app.refresh(t, rotated.RefreshToken); p.Status != http.StatusBadRequest || p.Error != "invalid_grant" {
+		t.Errorf("the refresh token after Revoke: %+v, want invalid_grant", p)
+	}
+
+	// A reload shows the same: nothing connected.
+	tb.do(chromedp.Reload())
+	tb.waitUntil("the empty state after a reload", `document.querySelector(".app-list .empty-state")`)
+	tb.checkClean()
+}
