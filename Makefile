@@ -47,6 +47,7 @@ bench:
 	$(GO) test -run '^$$' -bench ToolsCall -benchtime $(MCP_BENCHTIME) -cpu 2 ./cmd/usher/
 	$(GO) test -p 1 -run '^$$' -bench '^BenchmarkAssistant' -benchtime 1x -cpu 2 ./assistant/ ./cmd/usher/
 	$(GO) test -run '^$$' -bench '^BenchmarkFanout' -benchtime 1x -cpu 2 ./cmd/usher/
+	$(GO) test -run '^$$' -bench '^BenchmarkTokenEndpoint' -benchtime 500x -cpu 2 ./broker/oauth/
 
 lint: fmt vet staticcheck
 
