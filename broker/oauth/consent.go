@@ -81,11 +81,14 @@ type consentData struct {
 type scopeLine struct{ Name, Description string }
 
 // RenderConsent writes the consent page for v with 200, and the headers that
-// keep it from being framed, cached, leaking its URL or running anything:
-// Content-Security-Policy (default-src 'none'; style-src 'self'
-// 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'),
-// X-Frame-Options: DENY, Cache-Control: no-store, Referrer-Policy:
-// no-referrer. Text from the client is escaped by html/template, stripped
+// keep it from being framed, cached, leaking its URL to other sites or
+// running anything: Content-Security-Policy (default-src 'none'; style-src
+// 'self' 'unsafe-inline'; form-action 'self' and the redirect URI's origin;
+// frame-ancestors 'none'), X-Frame-Options: DENY, Cache-Control: no-store,
+// Referrer-Policy: same-origin. The form's post must carry its Origin,
+// which a browser sends as "null" under no-referrer, and its answer
+// redirects to the client, which form-action must allow: browsers apply
+// it to the redirects of a form's submission. Text from the client is escaped by html/template, stripped
 // of control and bidirectional-formatting characters and truncated, so a
 // hostile name cannot inject markup or reorder the page's words. v.Action
 // must be a path on Usher's own origin, v.CSRFToken non-empty; otherwise
@@ -103,16 +106,48 @@ func RenderConsent(w http.ResponseWriter, v ConsentView) error {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self' 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
+	formAction := "'self'"
+	if src := redirectSource(v.RedirectURI); src != "" {
+		formAction += " " + src
+	}
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self' 'unsafe-inline'; form-action "+formAction+"; frame-ancestors 'none'")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Cache-Control", "no-store")
 	h.Set("Pragma", "no-cache")
-	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(http.StatusOK)
 	_, err := w.Write(buf.Bytes())
 	return err
+}
+
+// redirectSource is the CSP source expression of the redirect URI u: its
+// origin for http and https, its scheme for a private-use one (RFC 8252
+// §7.1); empty for anything it cannot write safely into the policy.
+func redirectSource(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.Scheme == "" {
+		return ""
+	}
+	var src string
+	switch p.Scheme {
+	case "http", "https":
+		if p.Host == "" {
+			return ""
+		}
+		src = p.Scheme + "://" + p.Host
+	default:
+		src = p.Scheme + ":"
+	}
+	// Only the characters of a scheme, a host and a port: nothing that
+	// ends a directive (";", ",") or adds a source (" ").
+	if strings.ContainsFunc(src, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(".+-:/[]", c))
+	}) {
+		return ""
+	}
+	return src
 }
 
 // consentDataOf makes v's strings safe to show.

@@ -58,10 +58,10 @@ func TestRenderConsent(t *testing.T) {
 	}
 	for k, want := range map[string]string{
 		"Content-Type":            "text/html; charset=utf-8",
-		"Content-Security-Policy": "default-src 'none'; style-src 'self' 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+		"Content-Security-Policy": "default-src 'none'; style-src 'self' 'unsafe-inline'; form-action 'self' http://localhost:6274; frame-ancestors 'none'",
 		"X-Frame-Options":         "DENY",
 		"Cache-Control":           "no-store",
-		"Referrer-Policy":         "no-referrer",
+		"Referrer-Policy":         "same-origin",
 		"X-Content-Type-Options":  "nosniff",
 	} {
 		if got := resp.Header.Get(k); got != want {
@@ -224,5 +224,26 @@ func TestRenderConsentRefuses(t *testing.T) {
 				t.Errorf("wrote %v %q", rec.Header(), rec.Body)
 			}
 		})
+	}
+}
+
+// TestRedirectSource checks the form-action source of a redirect URI: the
+// origin or the private-use scheme, and nothing a hostile URI could use to
+// widen or end the policy.
+func TestRedirectSource(t *testing.T) {
+	for uri, want := range map[string]string{
+		"http://127.0.0.1:33418/callback":          "http://127.0.0.1:33418",
+		"https://client.example.com/cb?x=1":        "https://client.example.com",
+		"http://[::1]:8080/cb":                     "http://[::1]:8080",
+		"com.example.app:/callback":                "com.example.app:",
+		"https://client.example.com; script-src *": "",
+		"https://a.example.com,b.example.com/":     "",
+		"https://a.example.com%20*/":               "",
+		"":                                         "",
+		"/relative":                                "",
+	} {
+		if got := oauth.RedirectSourceForTest(uri); got != want {
+			t.Errorf("redirect source of %q = %q, want %q", uri, got, want)
+		}
 	}
 }

@@ -9,10 +9,12 @@ import (
 	"html"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
@@ -366,5 +368,52 @@ func TestBrowserConnectedApps(t *testing.T) {
 	// A reload shows the same: nothing connected.
 	tb.do(chromedp.Reload())
 	tb.waitUntil("the empty state after a reload", `document.querySelector(".app-list .empty-state")`)
+	tb.checkClean()
+}
+
+// TestBrowserConsent connects an app in Chromium as a person does: its
+// authorization request sends the signed-out browser to sign in and back,
+// the consent page's Allow posts the form from Usher's own page, and its
+// answer takes the browser to the app's redirect URI with a code that the
+// app redeems. Browsers hold the page to its policies (the referrer policy
+// decides the post's Origin; form-action covers the redirect after it),
+// which a client that posts the form over plain HTTP does not show.
+func TestBrowserConsent(t *testing.T) {
+	tb := startBrowser(t)
+	s := startServer(t, nil)
+	arrived := make(chan url.Values, 1)
+	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- r.URL.Query():
+		default:
+		}
+		fmt.Fprint(w, "<!doctype html><title>signed in</title><p>You may close this window.")
+	}))
+	t.Cleanup(cb.Close)
+	app := registerApp(t, s, "Browser App", cb.URL+"/callback")
+	u, verifier := app.authorizeURL()
+
+	tb.do(chromedp.Navigate(u))
+	tb.waitUntil("the development provider's form", `location.pathname.startsWith("/dev/oidc/") && document.querySelector("#username")`)
+	tb.typeText("#username", "alice")
+	tb.click(`form button[type=submit]`)
+	tb.waitUntil("the consent page", `location.pathname === "/oauth/authorize/continue" && document.querySelector("button[value=approve]")`)
+	if page := tb.text("main"); !strings.Contains(page, "Browser App") {
+		t.Errorf("the consent page does not name the app: %q", page)
+	}
+	tb.click(`button[value=approve]`)
+	tb.waitUntil("the app's redirect URI", `location.origin === `+js(cb.URL))
+	var q url.Values
+	select {
+	case q = <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing reached the redirect URI")
+	}
+	if q.Get("state") != "apps-test" || q.Get("iss") != s.url || q.Get("code") == "" {
+		t.Fatalf("the redirect URI got %v, want code, state and iss", q)
+	}
+	if tok := app.redeem(t, q.Get("code"), verifier); tok.AccessToken == "" || tok.RefreshToken == "" {
+		t.Fatalf("redeeming the code: %+v", tok)
+	}
 	tb.checkClean()
 }

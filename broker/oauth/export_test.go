@@ -1,0 +1,4 @@
+package oauth
+
+// RedirectSourceForTest exposes redirectSource to the external tests.
+var RedirectSourceForTest = redirectSource
