@@ -297,8 +297,11 @@ func TestConnectedAppsThroughServe(t *testing.T) {
 // keyboard, sees the empty state with the focus on the page's heading, and
 // the app's refresh token refused afterwards.
 func TestBrowserConnectedApps(t *testing.T) {
-	tb := startBrowser(t)
+	// The server first: cleanups run last to first, so the browser closes
+	// before the server stops, and the page's requests never meet a
+	// closed port.
 	s := startServer(t, nil)
+	tb := startBrowser(t)
 	tb.signIn(s.url, "alice")
 
 	var session string
@@ -379,7 +382,6 @@ func TestBrowserConnectedApps(t *testing.T) {
 // decides the post's Origin; form-action covers the redirect after it),
 // which a client that posts the form over plain HTTP does not show.
 func TestBrowserConsent(t *testing.T) {
-	tb := startBrowser(t)
 	s := startServer(t, nil)
 	arrived := make(chan url.Values, 1)
 	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -390,6 +392,7 @@ func TestBrowserConsent(t *testing.T) {
 		fmt.Fprint(w, "<!doctype html><title>signed in</title><p>You may close this window.")
 	}))
 	t.Cleanup(cb.Close)
+	tb := startBrowser(t) // after the servers: it closes before them
 	app := registerApp(t, s, "Browser App", cb.URL+"/callback")
 	u, verifier := app.authorizeURL()
 
