@@ -274,6 +274,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 	}{
 		{"http.go", "/api/assistant/", true},
 		{"../approvals/http.go", "/api/approvals", true},
+		{"../broker/oauth/apps.go", "/api/oauth/", false},
 		{"../cmd/usher/serve.go", "/api/", false},
 	} {
 		registered := sourceRoutes(t, c.file, c.prefix)
