@@ -72,7 +72,7 @@ func TestSignOutEndsCopies(t *testing.T) {
 			}
 		}
 		// Sealed with the installation's secret, but no sign-in recorded it.
-		unrecorded, _ := e.sessions.session.seal(newSession(identity.Principal{Issuer: "x", ObjectID: "y"}, e.clock.Now(), e.clock.Now().Add(time.Hour)), e.clock.Now().Add(time.Hour))
+		unrecorded, _ := e.sessions.session.Seal(newSession(identity.Principal{Issuer: "x", ObjectID: "y"}, e.clock.Now(), e.clock.Now().Add(time.Hour)), e.clock.Now().Add(time.Hour))
 		tampered := []byte(stolen)
 		tampered[len(tampered)/2] ^= 1
 		if tampered[len(tampered)/2] == '`' || tampered[len(tampered)/2] == '.' {
@@ -121,7 +121,7 @@ func TestSignOutEndsCopies(t *testing.T) {
 func mustOpen(t *testing.T, e *env, value string) session {
 	t.Helper()
 	var sess session
-	if err := e.sessions.session.open(value, e.clock.Now(), &sess); err != nil {
+	if err := e.sessions.session.Open(value, e.clock.Now(), &sess); err != nil {
 		t.Fatal(err)
 	}
 	return sess

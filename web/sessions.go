@@ -16,6 +16,7 @@ import (
 
 	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/internal/seal"
 )
 
 // loginLifetime bounds a sign-in in progress: from /auth/login to the
@@ -43,8 +44,8 @@ type Sessions struct {
 	idVerifier  *oidc.IDTokenVerifier
 	multiTenant bool
 	cookies     cookies
-	session     *sealer
-	login       *sealer
+	session     *seal.Sealer
+	login       *seal.Sealer
 	csrf        *http.CrossOriginProtection
 	log         *slog.Logger
 	checks      *checks
@@ -217,7 +218,7 @@ func (s *Sessions) current(r *http.Request) (session, bool) {
 		return session{}, false
 	}
 	var sess session
-	if err := s.session.open(raw, s.o.Now(), &sess); err != nil || sess.Issuer == "" {
+	if err := s.session.Open(raw, s.o.Now(), &sess); err != nil || sess.Issuer == "" {
 		return session{}, false
 	}
 	return sess, true

@@ -13,42 +13,6 @@ import (
 	"github.com/usherhq/usher/internal/identity"
 )
 
-func TestSealer(t *testing.T) {
-	secret := []byte("0123456789abcdef0123456789abcdef")
-	a, _ := newSealer(secret, "usher web session")
-	b, _ := newSealer(secret, "usher web sign-in")
-	now := time.Unix(1_800_000_000, 0)
-	raw, err := a.seal(map[string]string{"k": "v"}, now.Add(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got map[string]string
-	if err := a.open(raw, now, &got); err != nil || got["k"] != "v" {
-		t.Fatalf("open: %v %v", got, err)
-	}
-	again, _ := a.seal(map[string]string{"k": "v"}, now.Add(time.Minute))
-	if again == raw {
-		t.Error("two seals of one value are equal: the nonce is not fresh")
-	}
-	for name, tt := range map[string]struct {
-		s   *sealer
-		raw string
-		at  time.Time
-	}{
-		"expired":            {a, raw, now.Add(time.Minute)},
-		"other purpose":      {b, raw, now},
-		"empty":              {a, "", now},
-		"not base64":         {a, "***", now},
-		"short":              {a, raw[:10], now},
-		"other version":      {a, "Ag" + raw[2:], now},
-		"too long to decode": {a, strings.Repeat("A", maxSealedChars+1), now},
-	} {
-		if err := tt.s.open(tt.raw, tt.at, &got); err == nil {
-			t.Errorf("%s: opened", name)
-		}
-	}
-}
-
 // TestLargePrincipal checks that an Entra principal with the maximum of
 // 200 groups fits the cookies, split, and comes back whole.
 func TestLargePrincipal(t *testing.T) {

@@ -72,7 +72,7 @@ func (s *Sessions) handleLogin(w http.ResponseWriter, r *http.Request) {
 		Return:   localPath(r.URL.Query().Get("return")),
 	}
 	now := s.o.Now()
-	sealed, err := s.login.seal(st, now.Add(loginLifetime))
+	sealed, err := s.login.Seal(st, now.Add(loginLifetime))
 	if err == nil {
 		err = s.cookies.set(w, r, loginCookie, sealed, loginLifetime)
 	}
@@ -101,7 +101,7 @@ func (s *Sessions) handleCallback(w http.ResponseWriter, r *http.Request) {
 	s.cookies.clear(w, r, loginCookie)
 	now := s.o.Now()
 	var st loginState
-	if raw == "" || s.login.open(raw, now, &st) != nil {
+	if raw == "" || s.login.Open(raw, now, &st) != nil {
 		s.refuse(r, "no sign-in in progress in this browser, or it expired")
 		renderProblem(w, http.StatusBadRequest, problemExpired)
 		return
@@ -161,7 +161,7 @@ func (s *Sessions) handleCallback(w http.ResponseWriter, r *http.Request) {
 func (s *Sessions) startSession(w http.ResponseWriter, r *http.Request, p identity.Principal, now time.Time) (session, error) {
 	expires := now.Add(s.o.SessionLifetime)
 	sess := newSession(p, now, expires)
-	sealed, err := s.session.seal(sess, expires)
+	sealed, err := s.session.Seal(sess, expires)
 	if err != nil {
 		return session{}, err
 	}

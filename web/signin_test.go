@@ -59,7 +59,7 @@ func TestSignInRoundTrip(t *testing.T) {
 	}
 	checkCookie(t, lc, false)
 	var st loginState
-	if err := e.sessions.login.open(lc.Value, e.clock.Now(), &st); err != nil {
+	if err := e.sessions.login.Open(lc.Value, e.clock.Now(), &st); err != nil {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256([]byte(st.Verifier))
@@ -234,8 +234,8 @@ func TestAuthenticate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign, _ := other.seal(newSession(identity.Principal{Issuer: "x", ObjectID: "y"}, e.clock.Now(), e.clock.Now().Add(time.Hour)), e.clock.Now().Add(time.Hour))
-	loginValue, _ := e.sessions.login.seal(loginState{State: "s"}, e.clock.Now().Add(time.Hour))
+	foreign, _ := other.Seal(newSession(identity.Principal{Issuer: "x", ObjectID: "y"}, e.clock.Now(), e.clock.Now().Add(time.Hour)), e.clock.Now().Add(time.Hour))
+	loginValue, _ := e.sessions.login.Seal(loginState{State: "s"}, e.clock.Now().Add(time.Hour))
 	token, err := e.provider.IssueAccessToken(t.Context(), "carol")
 	if err != nil {
 		t.Fatal(err)

@@ -68,7 +68,7 @@ func (s *Server) serveContinue(w http.ResponseWriter, r *http.Request) {
 	c, err := r.Cookie(pendingCookiePrefix + id)
 	if err == nil && validPendingID(id) {
 		s.setPendingCookie(w, r, id, "", -1)
-		err = s.pending.open(c.Value, s.clock(), &p)
+		err = s.pending.Open(c.Value, s.clock(), &p)
 	}
 	if err != nil || !validPendingID(id) || p.ID != id {
 		showError(w, newError(CodeInvalidRequest, "This authorization request has expired, was used, or was started in another browser. Start again from your application.", false))
@@ -134,7 +134,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 		// browser: any replica can take it up, and nobody can change it
 		// meanwhile.
 		id := randomText(12)
-		sealed, err := s.pending.seal(pendingRequest{ID: id, Params: q}, s.clock().Add(pendingLifetime))
+		sealed, err := s.pending.Seal(pendingRequest{ID: id, Params: q}, s.clock().Add(pendingLifetime))
 		if err != nil {
 			s.serverError(w, r, "seal the pending request", err)
 			return
@@ -150,7 +150,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 	}
 	// The request waits for the consent in the form, sealed, with an id
 	// that makes its answer single-use (see consentCode).
-	sealed, err := s.pending.seal(pendingRequest{ID: randomText(12), Params: q}, s.clock().Add(pendingLifetime))
+	sealed, err := s.pending.Seal(pendingRequest{ID: randomText(12), Params: q}, s.clock().Add(pendingLifetime))
 	if err != nil {
 		s.serverError(w, r, "seal the pending request", err)
 		return
@@ -192,7 +192,7 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 	token, _ := single(form, FormCSRFToken)
 	decision, _ := single(form, FormDecision)
 	var pr pendingRequest
-	if err := s.pending.open(request, s.clock(), &pr); err != nil || !validPendingID(pr.ID) {
+	if err := s.pending.Open(request, s.clock(), &pr); err != nil || !validPendingID(pr.ID) {
 		showError(w, newError(CodeInvalidRequest, "This authorization request has expired or is not valid. Start again from your application.", false))
 		return
 	}
