@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -256,10 +255,6 @@ func failedChecks(checks []check) []string {
 	return out
 }
 
-// resultDir is the name of the directory of one scenario's results:
-// server-<scenario>-<time>.
-var resultDir = regexp.MustCompile(`^server-(.+)-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z$`)
-
 // runSuite runs every server scenario of the suite against endpoint and
 // returns each one's checks.
 func runSuite(t *testing.T, nt nodeTools, endpoint string) map[string][]check {
@@ -274,26 +269,10 @@ func runSuite(t *testing.T, nt nodeTools, endpoint string) map[string][]check {
 	if ctx.Err() != nil {
 		t.Fatalf("the conformance suite did not finish within %s\nstdout:\n%s\nstderr:\n%s", suiteTimeout, stdout, stderr)
 	}
-	entries, rerr := os.ReadDir(out)
-	if rerr != nil {
+	if _, rerr := os.Stat(out); rerr != nil {
 		t.Fatalf("the conformance suite wrote no results (%v, exit %v)\nstdout:\n%s\nstderr:\n%s", rerr, err, stdout, stderr)
 	}
-	results := map[string][]check{}
-	for _, e := range entries {
-		m := resultDir.FindStringSubmatch(e.Name())
-		if m == nil || !e.IsDir() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(out, e.Name(), "checks.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var checks []check
-		if err := json.Unmarshal(b, &checks); err != nil {
-			t.Fatalf("%s/checks.json: %v", e.Name(), err)
-		}
-		results[m[1]] = checks
-	}
+	results := readResults(t, out, "server-")
 	if t.Failed() || len(results) == 0 {
 		t.Logf("conformance suite output:\n%s\n%s", stdout, stderr)
 	}
