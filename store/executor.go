@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -130,8 +131,9 @@ func (x executor) row(ctx context.Context, s stmt, args ...any) *sql.Row {
 
 // args converts arguments to what the engine stores. On PostgreSQL pgx
 // takes Go values as they are. SQLite stores times as fixed-width text
-// (sqliteTime), so that text order is time order, and JSON as text; other
-// values go through database/sql's own conversion, string kinds as text.
+// (sqliteTime), so that text order is time order, JSON as text, and the
+// store's named string types as their text; other values go through
+// database/sql's own conversion.
 func (x executor) args(args []any) []any {
 	if !x.lite {
 		return args
@@ -147,14 +149,16 @@ func (x executor) args(args []any) []any {
 			} else {
 				out[i] = string(v)
 			}
-		case RunStatus:
-			out[i] = string(v)
-		case ApprovalStatus:
-			out[i] = string(v)
-		case ExecutionStatus:
-			out[i] = string(v)
-		default:
+		case string, nil:
 			out[i] = a
+		default:
+			// A named string type (RunStatus, ApprovalStatus, …) as its
+			// text.
+			if rv := reflect.ValueOf(a); rv.Kind() == reflect.String {
+				out[i] = rv.String()
+			} else {
+				out[i] = a
+			}
 		}
 	}
 	return out
