@@ -91,8 +91,9 @@ func checkAuditRecord(r AuditRecord, head AuditHead) error {
 	return invalid(errs...)
 }
 
-// buildFailed carries the error of an AppendAudit build function through
-// the transaction, so that it is returned as is rather than translated.
+// buildFailed carries the error of a caller's function run inside a
+// transaction (an AppendAudit build function, a grant's answer) through
+// it, so that it is returned as is rather than translated.
 type buildFailed struct{ err error }
 
 func (b buildFailed) Error() string { return b.err.Error() }

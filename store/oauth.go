@@ -21,12 +21,13 @@ import (
 //
 //   - issuing and rotating a refresh token take FOR KEY SHARE locks on its
 //     client's row, on the user's consent row to that client (when there
-//     is one) and, on issue, on the authorization code that began the
+//     is one; a grant that touches the consent locks it by its update)
+//     and, on a lone issue, on the authorization code that began the
 //     family; revoking a client or a consent takes FOR UPDATE on its row
-//     first, and redeeming a code takes FOR UPDATE on the code. So a
-//     revocation waits for the issues and rotations under way, and its
-//     next statement sees their tokens; an issue or rotation that comes
-//     after waits for the revocation, and sees it.
+//     first, and redeeming a code locks the code. So a revocation waits
+//     for the issues and rotations under way, and its next statement sees
+//     their tokens; an issue or rotation that comes after waits for the
+//     revocation, and sees it.
 //   - a family is revoked by an update repeated until it changes no row
 //     (revokeRefreshFamily): a rotation under way holds the lock of the
 //     family's newest token, the update waits for it, and the next pass
@@ -157,6 +158,27 @@ type RefreshToken struct {
 	RevokedAt time.Time
 }
 
+// TokenGrant is what a grant at the token endpoint writes along with the
+// code it redeems or the refresh token it rotates, in the same
+// transaction (RedeemAuthorizationCode, RotateRefreshToken): all of it
+// commits, or none. The caller mints the access token before, from the
+// code or token it read: their grant never changes.
+type TokenGrant struct {
+	// Refresh is the refresh token issued with the access token: the
+	// caller sets TokenHash and ExpiresAt (and FamilyExpiresAt, for a
+	// code), the store the rest from the code or the old token. Nil
+	// issues none; a rotation requires one.
+	Refresh *RefreshToken
+	// Consent requires the principal's consent to the client to stand,
+	// and moves its LastUsedAt and the client's forward to the grant's
+	// time (never back), as TouchConsent does. Without it, a consent that
+	// exists must not be revoked, and none is no refusal.
+	Consent bool
+	// Audit builds the record of the issued token, appended last; nil
+	// appends none.
+	Audit func(AuditHead) (AuditRecord, error)
+}
+
 // Consent is a user's remembered consent to a client.
 type Consent struct {
 	Principal string // the user's principal id
@@ -254,10 +276,13 @@ INSERT INTO oauth_codes (code_hash, client_id, principal, subject, redirect_uri,
 	created_at, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`)
 
+	getOAuthCode  = sql1(`SELECT ` + oauthCodeColumns + ` FROM oauth_codes WHERE code_hash = $1`)
 	lockOAuthCode = sql1(`SELECT ` + oauthCodeColumns + ` FROM oauth_codes WHERE code_hash = $1 FOR UPDATE`)
 
+	// redeemOAuthCode redeems the code if it is unused and live at $2.
 	redeemOAuthCode = sql1(`
-UPDATE oauth_codes SET used_at = $2, family_id = $3 WHERE code_hash = $1
+UPDATE oauth_codes SET used_at = $2, family_id = $3
+WHERE code_hash = $1 AND used_at IS NULL AND expires_at > $2
 RETURNING ` + oauthCodeColumns)
 
 	// replayOAuthCode keeps the first replay's time.
@@ -274,13 +299,27 @@ INSERT INTO oauth_refresh_tokens (token_hash, family_id, client_id, principal, s
 	created_at, expires_at, family_expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`)
 
-	refreshTokenOwner = sql1(`SELECT client_id, principal FROM oauth_refresh_tokens WHERE token_hash = $1`)
+	// shareCodeClient and shareTokenClient read who a code or a refresh
+	// token was issued to, locking the client as shareOAuthClient does.
+	shareCodeClient = perEngine(`
+SELECT o.client_id, o.principal, c.revoked_at FROM oauth_codes o JOIN oauth_clients c ON c.id = o.client_id
+WHERE o.code_hash = $1 FOR KEY SHARE OF c`, `
+SELECT o.client_id, o.principal, c.revoked_at FROM oauth_codes o JOIN oauth_clients c ON c.id = o.client_id
+WHERE o.code_hash = $1`)
+	shareTokenClient = perEngine(`
+SELECT t.client_id, t.principal, c.revoked_at FROM oauth_refresh_tokens t JOIN oauth_clients c ON c.id = t.client_id
+WHERE t.token_hash = $1 FOR KEY SHARE OF c`, `
+SELECT t.client_id, t.principal, c.revoked_at FROM oauth_refresh_tokens t JOIN oauth_clients c ON c.id = t.client_id
+WHERE t.token_hash = $1`)
 
 	getRefreshToken  = sql1(`SELECT ` + refreshTokenColumns + ` FROM oauth_refresh_tokens WHERE token_hash = $1`)
 	lockRefreshToken = sql1(`SELECT ` + refreshTokenColumns + ` FROM oauth_refresh_tokens WHERE token_hash = $1 FOR UPDATE`)
 
+	// useRefreshToken uses the token if it is unused, not revoked and
+	// live at $2.
 	useRefreshToken = sql1(`
-UPDATE oauth_refresh_tokens SET used_at = $2 WHERE token_hash = $1
+UPDATE oauth_refresh_tokens SET used_at = $2
+WHERE token_hash = $1 AND used_at IS NULL AND revoked_at IS NULL AND expires_at > $2 AND family_expires_at > $2
 RETURNING ` + refreshTokenColumns)
 
 	refreshTokenFamily = sql1(`SELECT family_id FROM oauth_refresh_tokens WHERE token_hash = $1`)
@@ -600,15 +639,47 @@ func (c *core) CreateAuthorizationCode(ctx context.Context, a AuthorizationCode)
 	}))
 }
 
-func (c *core) RedeemAuthorizationCode(ctx context.Context, codeHash, family string, now time.Time) (AuthorizationCode, error) {
+func (c *core) RedeemAuthorizationCode(ctx context.Context, codeHash, family string, now time.Time, g *TokenGrant) (AuthorizationCode, error) {
 	if err := checkKeys(now, namedText{"code hash", codeHash, true}, namedText{"family ID", family, true}); err != nil {
 		return AuthorizationCode{}, err
 	}
+	now = storedTime(now)
 	var out AuthorizationCode
 	var replayed bool
+	var refusal error
 	err := c.inTx(ctx, func(tx executor) (err error) {
-		out, replayed, err = redeemAuthorizationCode(ctx, tx, codeHash, family, storedTime(now))
-		return err
+		replayed, refusal = false, nil
+		if g != nil {
+			// The client and the consent before the code, in the order of
+			// the locks (see the top of this file).
+			var clientID, principal string
+			var revokedAt time.Time
+			if err := tx.row(ctx, shareCodeClient, codeHash).Scan(&clientID, &principal, at(&revokedAt)); err != nil {
+				return err
+			}
+			if refusal, err = holdGrant(ctx, tx, *g, clientID, principal, revokedAt, now); err != nil {
+				return err
+			}
+		}
+		out, replayed, err = redeemAuthorizationCode(ctx, tx, codeHash, family, now)
+		if err != nil || replayed || g == nil || refusal != nil {
+			// A revoked client or consent: the code is used up all the same.
+			return err
+		}
+		var next *RefreshToken
+		if g.Refresh != nil {
+			n := *g.Refresh
+			n.FamilyID, n.ClientID, n.Principal, n.Subject = family, out.ClientID, out.Principal, out.Subject
+			n.Resource, n.Scope = out.Resource, out.Scope
+			if n.CreatedAt.IsZero() {
+				n.CreatedAt = now
+			}
+			if err := checkRefreshToken(n, false); err != nil {
+				return err
+			}
+			next = &n
+		}
+		return writeGrant(ctx, tx, *g, next, out.ClientID, now)
 	})
 	switch {
 	case errors.Is(err, ErrConflict):
@@ -617,17 +688,82 @@ func (c *core) RedeemAuthorizationCode(ctx context.Context, codeHash, family str
 	case err != nil:
 		return AuthorizationCode{}, c.fail(err)
 	case replayed:
-		return out, ErrConflict
+		return out, ErrReused
+	case refusal != nil:
+		return out, refusal
 	}
 	return out, nil
 }
 
+// holdGrant checks, in the transaction x of a grant g for the principal
+// by the client (whose revocation time, read under its FOR KEY SHARE
+// lock, is clientRevoked), that the client and, when g asks, the
+// principal's consent to it still stand: a refusal ErrConflict when one is
+// revoked, ErrNotFound when there is no consent. The consent's check is
+// its touch (TokenGrant.Consent), whose row lock holds off its revocation
+// until the grant commits; with no consent asked for, a FOR KEY SHARE
+// lock on it does.
+func holdGrant(ctx context.Context, x executor, g TokenGrant, clientID, principal string, clientRevoked, now time.Time) (refusal, _ error) {
+	if !clientRevoked.IsZero() {
+		return ErrConflict, nil
+	}
+	if !g.Consent {
+		var revokedAt time.Time
+		err := x.row(ctx, shareConsent, principal, clientID).Scan(at(&revokedAt))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil, nil
+		case err != nil:
+			return nil, err
+		case !revokedAt.IsZero():
+			return ErrConflict, nil
+		}
+		return nil, nil
+	}
+	n, err := x.exec(ctx, touchConsent, principal, clientID, now)
+	if err == nil && n == 0 {
+		if err = missingOrConflict(ctx, x, consentExists, principal, clientID); errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) {
+			return err, nil
+		}
+	}
+	return nil, err
+}
+
+// writeGrant writes what the grant g issues, after holdGrant and after
+// its code was redeemed or its refresh token used in the transaction x:
+// the client's last use (when g asks for the consent, whose own holdGrant
+// moved), the refresh token next (completed by the caller), and g's audit
+// record, last, as appendAuditTx requires.
+func writeGrant(ctx context.Context, x executor, g TokenGrant, next *RefreshToken, clientID string, now time.Time) error {
+	if g.Consent {
+		if _, err := x.exec(ctx, touchOAuthClient, clientID, now); err != nil {
+			return err
+		}
+	}
+	if next != nil {
+		if err := insertRefresh(ctx, x, *next); err != nil {
+			return err
+		}
+	}
+	if g.Audit != nil {
+		if _, err := appendAuditTx(ctx, x, g.Audit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // redeemAuthorizationCode uses the code codeHash once, as
-// RedeemAuthorizationCode says. A replay (replayed true) is written, and
-// so returns no error; an expired code returns ErrConflict, to roll back.
+// RedeemAuthorizationCode says: an update of the code if it is unused and
+// live, and only when that matches no row, a look at why. A replay
+// (replayed true) is written, and so returns no error; an expired code
+// returns ErrConflict, to roll back.
 func redeemAuthorizationCode(ctx context.Context, x executor, codeHash, family string, now time.Time) (_ AuthorizationCode, replayed bool, _ error) {
-	code, err := scanOAuthCode(x.row(ctx, lockOAuthCode, codeHash))
-	if err != nil {
+	code, err := scanOAuthCode(x.row(ctx, redeemOAuthCode, codeHash, now, family))
+	if !errors.Is(err, sql.ErrNoRows) {
+		return code, false, err
+	}
+	if code, err = scanOAuthCode(x.row(ctx, lockOAuthCode, codeHash)); err != nil {
 		return AuthorizationCode{}, false, err
 	}
 	switch {
@@ -643,8 +779,8 @@ func redeemAuthorizationCode(ctx context.Context, x executor, codeHash, family s
 	case !now.Before(code.ExpiresAt):
 		return code, false, ErrConflict
 	}
-	code, err = scanOAuthCode(x.row(ctx, redeemOAuthCode, codeHash, now, family))
-	return code, false, err
+	// Unused and live now: it changed between the two statements.
+	return code, false, fmt.Errorf("store: the authorization code changed during its redemption")
 }
 
 func (c *core) IssueRefreshToken(ctx context.Context, t RefreshToken) error {
@@ -706,50 +842,74 @@ func insertRefresh(ctx context.Context, x executor, t RefreshToken) error {
 	return err
 }
 
-func (c *core) RotateRefreshToken(ctx context.Context, oldHash string, next RefreshToken, now time.Time) (RefreshToken, error) {
+func (c *core) RotateRefreshToken(ctx context.Context, oldHash string, now time.Time, g TokenGrant) (RefreshToken, error) {
+	err := checkKeys(now, namedText{"old token hash", oldHash, true})
+	if err == nil && g.Refresh == nil {
+		err = invalid(errors.New("a rotation needs the next refresh token"))
+	}
+	if err != nil {
+		return RefreshToken{}, err
+	}
+	now = storedTime(now)
+	next := *g.Refresh
 	if next.CreatedAt.IsZero() {
 		next.CreatedAt = now
 	}
-	err := checkKeys(now, namedText{"old token hash", oldHash, true})
-	if err == nil {
-		err = checkRefreshToken(next, true)
-	}
-	if err != nil {
+	if err := checkRefreshToken(next, true); err != nil {
 		return RefreshToken{}, err
 	}
 	var old RefreshToken
 	var reused bool
 	err = c.inTx(ctx, func(tx executor) (err error) {
-		old, reused, err = rotateRefreshToken(ctx, tx, oldHash, next, storedTime(now))
+		old, reused, err = rotateRefreshToken(ctx, tx, oldHash, now, g, next)
 		return err
 	})
 	switch {
-	case errors.Is(err, ErrConflict):
-		// Revoked or expired: the transaction wrote nothing.
-		return old, ErrConflict
-	case err != nil:
-		return RefreshToken{}, c.fail(err)
 	case reused:
 		return old, ErrReused
+	case err != nil:
+		// Revoked, expired or its consent gone: the transaction wrote
+		// nothing.
+		return old, c.fail(err)
 	}
 	return old, nil
 }
 
-// rotateRefreshToken rotates oldHash to next, as RotateRefreshToken says.
-// A reuse (reused true) revokes the family, which is written, and so
-// returns no error; a revoked or expired token returns ErrConflict, to
-// roll back.
-func rotateRefreshToken(ctx context.Context, x executor, oldHash string, next RefreshToken, now time.Time) (_ RefreshToken, reused bool, _ error) {
+// rotateRefreshToken rotates oldHash to next with the grant g, as
+// RotateRefreshToken says: an update of the old token if it is unused and
+// live, and only when that matches no row, a look at why. A reuse (reused
+// true) revokes the family, which is written, and so returns no error; a
+// revoked or expired token, or a refusal of holdGrant, returns
+// ErrConflict or ErrNotFound, to roll back.
+func rotateRefreshToken(ctx context.Context, x executor, oldHash string, now time.Time, g TokenGrant, next RefreshToken) (_ RefreshToken, reused bool, _ error) {
 	var clientID, principal string
-	if err := x.row(ctx, refreshTokenOwner, oldHash).Scan(&clientID, &principal); err != nil {
+	var clientRevoked time.Time
+	if err := x.row(ctx, shareTokenClient, oldHash).Scan(&clientID, &principal, at(&clientRevoked)); err != nil {
 		return RefreshToken{}, false, err
 	}
-	issuerErr := shareIssuer(ctx, x, clientID, principal)
-	if issuerErr != nil && !errors.Is(issuerErr, ErrConflict) {
-		return RefreshToken{}, false, issuerErr
-	}
-	old, err := scanRefreshToken(x.row(ctx, lockRefreshToken, oldHash))
+	refusal, err := holdGrant(ctx, x, g, clientID, principal, clientRevoked, now)
 	if err != nil {
+		return RefreshToken{}, false, err
+	}
+	var old RefreshToken
+	if refusal == nil {
+		old, err = scanRefreshToken(x.row(ctx, useRefreshToken, oldHash, now))
+		if err == nil {
+			err = checkSuccessor(old, &next)
+			if err == nil {
+				err = writeGrant(ctx, x, g, &next, clientID, now)
+			}
+			if err != nil {
+				// Rolled back: the token as it stays.
+				old.UsedAt = time.Time{}
+			}
+			return old, false, err
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return RefreshToken{}, false, err
+		}
+	}
+	if old, err = scanRefreshToken(x.row(ctx, lockRefreshToken, oldHash)); err != nil {
 		return RefreshToken{}, false, err
 	}
 	switch {
@@ -757,17 +917,11 @@ func rotateRefreshToken(ctx context.Context, x executor, oldHash string, next Re
 		// Reuse: the old token's holder and someone else both have it, and
 		// the store cannot tell which is the thief (RFC 9700 §4.14.2).
 		return old, true, revokeRefreshFamily(ctx, x, old.FamilyID, now)
-	case issuerErr != nil, !old.RevokedAt.IsZero(),
-		!now.Before(old.ExpiresAt), !now.Before(old.FamilyExpiresAt):
-		return old, false, ErrConflict
+	case refusal != nil:
+		return old, false, refusal
 	}
-	if err := checkSuccessor(old, &next); err != nil {
-		return old, false, err
-	}
-	if old, err = scanRefreshToken(x.row(ctx, useRefreshToken, oldHash, now)); err != nil {
-		return RefreshToken{}, false, err
-	}
-	return old, false, insertRefresh(ctx, x, next)
+	// Revoked or expired: nothing to write.
+	return old, false, ErrConflict
 }
 
 // checkSuccessor completes next, the token rotated from old, with old's
@@ -801,6 +955,14 @@ func checkSuccessor(old RefreshToken, next *RefreshToken) error {
 		errs = append(errs, errors.New("the next refresh token is created after its family ends"))
 	}
 	return invalid(errs...)
+}
+
+func (c *core) GetAuthorizationCode(ctx context.Context, codeHash string) (AuthorizationCode, error) {
+	if err := invalid(requiredTexts("OAuth", []namedText{{"code hash", codeHash, true}})...); err != nil {
+		return AuthorizationCode{}, err
+	}
+	a, err := scanOAuthCode(c.reader().row(ctx, getOAuthCode, codeHash))
+	return a, c.fail(err)
 }
 
 func (c *core) GetRefreshToken(ctx context.Context, tokenHash string) (RefreshToken, error) {

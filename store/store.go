@@ -488,17 +488,28 @@ type Store interface {
 	// unset. A duplicate hash fails with ErrConflict, an unknown client
 	// with ErrNotFound.
 	CreateAuthorizationCode(ctx context.Context, c AuthorizationCode) error
-	// RedeemAuthorizationCode uses the code once: in one transaction, when
-	// it exists, is unused and not expired at now, it sets UsedAt=now and
-	// FamilyID=family and returns the code. A code already used is a
-	// replay: it sets ReplayedAt (the first replay's kept), revokes the
-	// refresh tokens of the family the code issued (RFC 6749 §4.1.2), so
-	// that IssueRefreshToken refuses that family from then on, and returns
-	// the code with ErrConflict, so that the caller can audit it. An
-	// expired code: the code and ErrConflict, nothing written. Unknown:
-	// ErrNotFound. Of concurrent redemptions of one code, exactly one
-	// succeeds.
-	RedeemAuthorizationCode(ctx context.Context, codeHash, family string, now time.Time) (AuthorizationCode, error)
+	// RedeemAuthorizationCode uses the code once and, with g, answers its
+	// grant, in one transaction. When the code exists, is unused and not
+	// expired at now, it sets UsedAt=now and FamilyID=family and returns
+	// the code. With g (nil: it only redeems), the same transaction writes
+	// the grant (TokenGrant: the family's first refresh token, completed
+	// from the code; the consent's use; the audit record) after checking
+	// that the client and, when g.Consent, the principal's consent to it
+	// still stand: when one is revoked (ErrConflict) or there is no
+	// consent (ErrNotFound), the code is used up all the same, nothing
+	// else is written, and that error is returned with the code. A code
+	// already used is a replay: it sets ReplayedAt (the first replay's
+	// kept), revokes the refresh tokens of the family the code issued
+	// (RFC 6749 §4.1.2) and returns the code with ErrReused (an
+	// ErrConflict), so that the caller can audit it. An expired code: the
+	// code and ErrConflict, nothing written. Unknown: ErrNotFound. Of
+	// concurrent redemptions of one code, exactly one succeeds. A caller
+	// that refuses the request after reading the code (GetAuthorizationCode)
+	// redeems it with no grant, so that it cannot be tried again.
+	RedeemAuthorizationCode(ctx context.Context, codeHash, family string, now time.Time, g *TokenGrant) (AuthorizationCode, error)
+	// GetAuthorizationCode returns the code whose hash is codeHash, used,
+	// replayed or expired as it may be, or ErrNotFound.
+	GetAuthorizationCode(ctx context.Context, codeHash string) (AuthorizationCode, error)
 
 	// IssueRefreshToken stores the first token of a family (or any token
 	// the caller issues outside a rotation). TokenHash, FamilyID,
@@ -508,22 +519,25 @@ type Store interface {
 	// revoked consent of the principal to the client, and a family whose
 	// authorization code was replayed. An unknown client: ErrNotFound.
 	IssueRefreshToken(ctx context.Context, t RefreshToken) error
-	// RotateRefreshToken rotates the token oldHash, in one transaction
-	// holding its row lock: unknown, ErrNotFound; already used (reuse!),
+	// RotateRefreshToken rotates the token oldHash and answers its grant
+	// g, in one transaction: unknown, ErrNotFound; already used (reuse!),
 	// it revokes the whole family and returns ErrReused (errors.Is(err,
 	// ErrConflict) holds too); revoked, expired at now (its own ExpiresAt
-	// or its FamilyExpiresAt), or its client or the principal's consent to
-	// it revoked, ErrConflict and nothing written. Else it marks the old
-	// token used at now, inserts next and returns the old token as
-	// updated. next takes the old token's FamilyID, ClientID, Principal,
-	// Resource, Scope and Subject (set ones must be equal, else
-	// ErrInvalid) and, when zero, its FamilyExpiresAt (a later one is
-	// ErrInvalid: a rotation never extends the family); a zero CreatedAt
-	// is now; the caller sets TokenHash and ExpiresAt. With ErrReused and ErrConflict the old
-	// token is returned too, for the audit. Of concurrent rotations of one
-	// token, exactly one succeeds, and the others get ErrReused, the
-	// family revoked, the successor included.
-	RotateRefreshToken(ctx context.Context, oldHash string, next RefreshToken, now time.Time) (RefreshToken, error)
+	// or its FamilyExpiresAt), its client or the principal's consent to
+	// it revoked, ErrConflict, or, when g.Consent, no consent,
+	// ErrNotFound, and nothing written. Else it marks the old token used
+	// at now and writes the grant (TokenGrant: the next token g.Refresh,
+	// required; the consent's use; the audit record), and returns the old
+	// token as updated. The next token takes the old one's FamilyID,
+	// ClientID, Principal, Resource, Scope and Subject (set ones must be
+	// equal, else ErrInvalid) and, when zero, its FamilyExpiresAt (a later
+	// one is ErrInvalid: a rotation never extends the family); a zero
+	// CreatedAt is now; the caller sets TokenHash and ExpiresAt. With an
+	// error the old token is returned too, when it was read, for the
+	// audit. Of concurrent rotations of one token, exactly one succeeds,
+	// and the others get ErrReused, the family revoked, the successor
+	// included.
+	RotateRefreshToken(ctx context.Context, oldHash string, now time.Time, g TokenGrant) (RefreshToken, error)
 	// GetRefreshToken returns the token whose hash is tokenHash, used,
 	// revoked or expired as it may be, or ErrNotFound.
 	GetRefreshToken(ctx context.Context, tokenHash string) (RefreshToken, error)

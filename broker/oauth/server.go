@@ -276,15 +276,36 @@ func (s *Server) serverError(w http.ResponseWriter, r *http.Request, what string
 // record appends an audit entry. An audited action whose record cannot be
 // written must not proceed, so the caller answers server_error on an error.
 func (s *Server) record(ctx context.Context, e audit.Entry, details map[string]any) error {
+	e, err := s.entry(e, details)
+	if err != nil {
+		return err
+	}
+	return s.audit.Append(ctx, e)
+}
+
+// builder returns the build function of an audit entry, for a store
+// write that appends it in its own transaction.
+func (s *Server) builder(e audit.Entry, details map[string]any) (func(store.AuditHead) (store.AuditRecord, error), error) {
+	e, err := s.entry(e, details)
+	if err != nil {
+		return nil, err
+	}
+	return s.audit.Builder(e)
+}
+
+// entry is e with details and, when it has none, the time.
+func (s *Server) entry(e audit.Entry, details map[string]any) (audit.Entry, error) {
 	if details != nil {
 		b, err := json.Marshal(details)
 		if err != nil {
-			return err
+			return e, err
 		}
 		e.Details = b
 	}
-	e.At = s.clock()
-	return s.audit.Append(ctx, e)
+	if e.At.IsZero() {
+		e.At = s.clock()
+	}
+	return e, nil
 }
 
 // allowedResource reports whether r is one of the server's MCP resources,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -161,8 +162,9 @@ func (s *Server) authenticateClient(ctx context.Context, r *http.Request, form u
 }
 
 // codeGrant redeems an authorization code (RFC 6749 §4.1.3, RFC 7636
-// §4.5). The code is used up by the first attempt, whatever its outcome,
-// so a code tried with a wrong verifier cannot be tried again.
+// §4.5) and answers it, in one store transaction (see issue). The code
+// is used up by the first attempt, whatever its outcome, so a code tried
+// with a wrong verifier cannot be tried again.
 func (s *Server) codeGrant(w http.ResponseWriter, r *http.Request, cl store.OAuthClient, form url.Values) {
 	ctx := r.Context()
 	code, redirectURI, verifier := form.Get("code"), form.Get("redirect_uri"), form.Get("code_verifier")
@@ -186,58 +188,78 @@ func (s *Server) codeGrant(w http.ResponseWriter, r *http.Request, cl store.OAut
 		}
 	}
 	now := s.clock()
-	family := randomText(16)
-	ac, err := s.st.RedeemAuthorizationCode(ctx, HashSecret(code), family, now)
+	hash := HashSecret(code)
+	ac, err := s.st.GetAuthorizationCode(ctx, hash)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The authorization code is unknown.")
 		return
-	case errors.Is(err, store.ErrConflict) && !ac.UsedAt.IsZero():
+	case err != nil:
+		s.serverError(w, r, "read the authorization code", err)
+		return
+	}
+	var refusal *Error
+	switch {
+	case ac.ClientID != cl.ID:
+		refusal = newError(CodeInvalidGrant, "The authorization code was issued to another client.", false)
+	case ac.RedirectURI != redirectURI:
+		refusal = newError(CodeInvalidGrant, "redirect_uri differs from the authorization request's.", false)
+	case !VerifyPKCE(verifier, ac.CodeChallenge):
+		refusal = newError(CodeInvalidGrant, "code_verifier does not match the code challenge.", false)
+	case resource != "" && resource != ac.Resource:
+		refusal = newError(CodeInvalidTarget, "resource differs from the authorization request's.", false)
+	}
+	family := randomText(16)
+	var out issued
+	var g *store.TokenGrant
+	if refusal == nil {
+		// The code's grant is immutable: what was read is what the
+		// transaction redeems, if it still may.
+		grant, err := s.issue(ctx, cl, refreshContext{
+			Family: family, ClientID: cl.ID, Principal: ac.Principal, Subject: ac.Subject,
+			Resource: ac.Resource, Scope: ac.Scope, FamilyEnd: now.Add(s.refreshAbs),
+		}, GrantAuthorizationCode, now, &out)
+		if err != nil {
+			s.serverError(w, r, "answer the authorization code grant", err)
+			return
+		}
+		g = &grant
+	}
+	// A refused request redeems the code with no grant: it is used up by
+	// the first attempt all the same.
+	ac, err = s.st.RedeemAuthorizationCode(ctx, hash, family, now, g)
+	if err == nil && refusal != nil {
+		refusal.Write(w)
+		return
+	}
+	switch {
+	case err == nil:
+		s.writeTokens(w, now, out)
+	case errors.Is(err, store.ErrNotFound) && ac.UsedAt.IsZero():
+		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The authorization code is unknown.")
+	case errors.Is(err, store.ErrReused):
 		// A replay: the store revoked what the code issued.
 		if err := s.record(ctx, audit.Entry{Kind: audit.KindOAuthCodeReplayed, Principal: ac.Principal, ClientID: ac.ClientID},
 			map[string]any{"family": ac.FamilyID, "presented_by": cl.ID}); err != nil {
 			s.log.ErrorContext(ctx, "oauth: audit a code replay", "err", err)
 		}
 		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The authorization code was already used; the tokens it issued are revoked.")
-		return
-	case errors.Is(err, store.ErrConflict):
+	case errors.Is(err, store.ErrConflict) && ac.UsedAt.IsZero():
 		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The authorization code has expired.")
-		return
-	case err != nil:
-		s.serverError(w, r, "redeem the authorization code", err)
-		return
+	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
+		s.log.InfoContext(ctx, "oauth: grant refused", "client_id", cl.ID, "err", errNoConsent)
+		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The client or the user's consent to it is revoked.")
+	default:
+		s.serverError(w, r, "answer the authorization code grant", err)
 	}
-	switch {
-	case ac.ClientID != cl.ID:
-		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The authorization code was issued to another client.")
-		return
-	case ac.RedirectURI != redirectURI:
-		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "redirect_uri differs from the authorization request's.")
-		return
-	case !VerifyPKCE(verifier, ac.CodeChallenge):
-		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "code_verifier does not match the code challenge.")
-		return
-	case resource != "" && resource != ac.Resource:
-		WriteError(w, http.StatusBadRequest, CodeInvalidTarget, "resource differs from the authorization request's.")
-		return
-	}
-	rc := refreshContext{
-		Family: family, ClientID: cl.ID, Principal: ac.Principal, Subject: ac.Subject,
-		Resource: ac.Resource, Scope: ac.Scope, FamilyEnd: now.Add(s.refreshAbs),
-	}
-	s.issueTokens(w, r, cl, rc, GrantAuthorizationCode, func(refresh string) error {
-		err := s.st.IssueRefreshToken(ctx, store.RefreshToken{
-			TokenHash: HashSecret(refresh), FamilyID: family, ClientID: cl.ID, Principal: ac.Principal,
-			Subject: ac.Subject, Resource: ac.Resource, Scope: ac.Scope, CreatedAt: now,
-			ExpiresAt: s.refreshEnd(now, rc), FamilyExpiresAt: rc.FamilyEnd,
-		})
-		return err
-	})
 }
 
-// refreshGrant rotates a refresh token (RFC 6749 §6, OAuth 2.1 §4.3.1):
-// the old one is used up, a new one of its family issued with the access
-// token. A token presented again after its rotation revokes the family.
+// refreshGrant rotates a refresh token (RFC 6749 §6, OAuth 2.1 §4.3.1)
+// and answers it, in one store transaction (see issue): the old token is
+// used up, a new one of its family issued with the access token. A token
+// presented again after its rotation revokes the family. A request that
+// does not match the token (another client, resource or scope) uses
+// nothing up.
 func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.OAuthClient, form url.Values) {
 	ctx := r.Context()
 	raw := form.Get("refresh_token")
@@ -245,7 +267,25 @@ func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.O
 		WriteError(w, http.StatusBadRequest, CodeInvalidRequest, "refresh_token is required.")
 		return
 	}
-	now := s.clock()
+	var resource, scope string
+	if form.Has("resource") {
+		var err error
+		if resource, err = CheckResource(form["resource"]); err != nil {
+			WriteError(w, http.StatusBadRequest, CodeInvalidTarget, "resource must be an absolute URI without fragment.")
+			return
+		}
+	}
+	if form.Has("scope") {
+		var err error
+		if scope, err = parseScope(form.Get("scope")); err != nil {
+			WriteError(w, http.StatusBadRequest, CodeInvalidScope, "scope may only be the refresh token's.")
+			return
+		}
+	}
+	if !slices.Contains(cl.GrantTypes, GrantRefreshToken) {
+		WriteError(w, http.StatusBadRequest, CodeUnauthorizedClient, "The client is not registered for the refresh_token grant.")
+		return
+	}
 	hash := HashSecret(raw)
 	old, err := s.st.GetRefreshToken(ctx, hash)
 	switch {
@@ -255,45 +295,43 @@ func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.O
 	case err != nil:
 		s.serverError(w, r, "read the refresh token", err)
 		return
-	}
-	rc := refreshContext{
-		Family: old.FamilyID, ClientID: old.ClientID, Principal: old.Principal, Subject: old.Subject,
-		Resource: old.Resource, Scope: old.Scope, FamilyEnd: old.FamilyExpiresAt,
-	}
-	if rc.ClientID != cl.ID {
+	case old.ClientID != cl.ID:
 		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The refresh token was issued to another client.")
 		return
-	}
-	if form.Has("resource") {
-		if res, err := CheckResource(form["resource"]); err != nil || res != rc.Resource {
-			WriteError(w, http.StatusBadRequest, CodeInvalidTarget, "resource differs from the one the refresh token is for.")
-			return
-		}
-	}
-	if form.Has("scope") {
-		if sc, err := parseScope(form.Get("scope")); err != nil || sc != rc.Scope {
-			WriteError(w, http.StatusBadRequest, CodeInvalidScope, "scope may only be the refresh token's.")
-			return
-		}
-	}
-	if !slices.Contains(cl.GrantTypes, GrantRefreshToken) {
-		WriteError(w, http.StatusBadRequest, CodeUnauthorizedClient, "The client is not registered for the refresh_token grant.")
+	case resource != "" && resource != old.Resource:
+		WriteError(w, http.StatusBadRequest, CodeInvalidTarget, "resource differs from the one the refresh token is for.")
+		return
+	case scope != "" && scope != old.Scope:
+		WriteError(w, http.StatusBadRequest, CodeInvalidScope, "scope may only be the refresh token's.")
 		return
 	}
-	s.issueTokens(w, r, cl, rc, GrantRefreshToken, func(next string) error {
-		// The store carries the grant on from the old token, and refuses
-		// it if the token was used, revoked or expired meanwhile.
-		old, err := s.st.RotateRefreshToken(ctx, hash, store.RefreshToken{
-			TokenHash: HashSecret(next), CreatedAt: now, ExpiresAt: s.refreshEnd(now, rc),
-		}, now)
-		if errors.Is(err, store.ErrReused) {
-			if aerr := s.record(ctx, audit.Entry{Kind: audit.KindOAuthRefreshReused, Principal: old.Principal, ClientID: old.ClientID},
-				map[string]any{"family": old.FamilyID}); aerr != nil {
-				s.log.ErrorContext(ctx, "oauth: audit a refresh token reuse", "err", aerr)
-			}
+	now := s.clock()
+	var out issued
+	// A token's grant is immutable: what was read is what the rotation
+	// carries on, if it still may.
+	g, err := s.issue(ctx, cl, refreshContext{
+		Family: old.FamilyID, ClientID: old.ClientID, Principal: old.Principal, Subject: old.Subject,
+		Resource: old.Resource, Scope: old.Scope, FamilyEnd: old.FamilyExpiresAt,
+	}, GrantRefreshToken, now, &out)
+	if err != nil {
+		s.serverError(w, r, "answer the refresh token grant", err)
+		return
+	}
+	old, err = s.st.RotateRefreshToken(ctx, hash, now, g)
+	switch {
+	case err == nil:
+		s.writeTokens(w, now, out)
+	case errors.Is(err, store.ErrReused):
+		if aerr := s.record(ctx, audit.Entry{Kind: audit.KindOAuthRefreshReused, Principal: old.Principal, ClientID: old.ClientID},
+			map[string]any{"family": old.FamilyID}); aerr != nil {
+			s.log.ErrorContext(ctx, "oauth: audit a refresh token reuse", "err", aerr)
 		}
-		return err
-	})
+		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The refresh token was already used; its family is revoked.")
+	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
+		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The grant is revoked, expired or unknown.")
+	default:
+		s.serverError(w, r, "answer the refresh token grant", err)
+	}
 }
 
 // refreshEnd is when a refresh token issued at now dies unused: after the
@@ -309,61 +347,55 @@ func (s *Server) refreshEnd(now time.Time, rc refreshContext) time.Time {
 // errNoConsent reports that the user's consent to the client is gone.
 var errNoConsent = errors.New("oauth: the consent is revoked or gone")
 
-// issueTokens answers a grant whose refresh token, rc, is good: it checks
-// the consent still stands (and moves its LastUsedAt), stores the next
-// refresh token with store (a refresh token for a client registered for
-// the refresh_token grant only), mints the access token, audits it, and
-// answers both. A refresh token's store refusal is invalid_grant.
-func (s *Server) issueTokens(w http.ResponseWriter, r *http.Request, cl store.OAuthClient, rc refreshContext, grant string, storeRefresh func(string) error) {
-	ctx := r.Context()
-	now := s.clock()
-	var refresh string
-	if slices.Contains(cl.GrantTypes, GrantRefreshToken) {
-		refresh = NewSecret()
-		err := storeRefresh(refresh)
-		switch {
-		case errors.Is(err, store.ErrReused):
-			WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The refresh token was already used; its family is revoked.")
-			return
-		case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
-			WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The grant is revoked, expired or unknown.")
-			return
-		case err != nil:
-			s.serverError(w, r, "store the refresh token", err)
-			return
-		}
-	}
-	err := s.st.TouchConsent(ctx, rc.Principal, cl.ID, now)
-	switch {
-	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
-		s.log.InfoContext(ctx, "oauth: grant refused", "client_id", cl.ID, "err", errNoConsent)
-		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The user's consent to this client is revoked.")
-		return
-	case err != nil:
-		s.serverError(w, r, "touch the consent", err)
-		return
-	}
+// issued is what a grant answers: the access token minted, and the
+// refresh token issued with it, if any.
+type issued struct {
+	token   broker.Token
+	refresh string
+	scope   string
+}
+
+// issue prepares the answer of a grant whose code or refresh token was
+// read good: it mints the access token of rc for cl into out and returns
+// what the store's transaction of the grant writes with it: the next
+// refresh token (for a client registered for the refresh_token grant),
+// the consent's use (it must still stand) and the oauth_token_issued
+// record. All of it commits or none, so no token is answered without its
+// record, and a revocation that commits first is seen. The mint comes
+// before the transaction, which holds locks, and may need a write of its
+// own (a signing key's rotation). An error is a server failure.
+func (s *Server) issue(ctx context.Context, cl store.OAuthClient, rc refreshContext, grant string, now time.Time, out *issued) (store.TokenGrant, error) {
 	sub, err := parseSubject(rc.Subject)
 	if err != nil {
-		s.serverError(w, r, "read the grant's subject", err)
-		return
+		return store.TokenGrant{}, fmt.Errorf("read the grant's subject: %w", err)
 	}
 	tok, err := s.broker.Mint(ctx, broker.Grant{
 		Subject: rc.Principal, Audience: rc.Resource, ClientID: cl.ID, Tenant: sub.Tenant, Groups: sub.Groups,
 	})
 	if err != nil {
-		s.serverError(w, r, "mint the access token", err)
-		return
+		return store.TokenGrant{}, fmt.Errorf("mint the access token: %w", err)
 	}
-	err = s.record(ctx, audit.Entry{Kind: audit.KindOAuthTokenIssued, Principal: rc.Principal, ClientID: cl.ID, TokenJTI: tok.ID},
+	build, err := s.builder(audit.Entry{Kind: audit.KindOAuthTokenIssued, Principal: rc.Principal, ClientID: cl.ID, TokenJTI: tok.ID, At: now},
 		map[string]any{"grant": grant, "resource": rc.Resource, "family": rc.Family})
 	if err != nil {
-		s.serverError(w, r, "audit the token", err)
-		return
+		return store.TokenGrant{}, fmt.Errorf("audit the token: %w", err)
 	}
+	*out = issued{token: tok, scope: rc.Scope}
+	g := store.TokenGrant{Consent: true, Audit: build}
+	if slices.Contains(cl.GrantTypes, GrantRefreshToken) {
+		out.refresh = NewSecret()
+		g.Refresh = &store.RefreshToken{
+			TokenHash: HashSecret(out.refresh), ExpiresAt: s.refreshEnd(now, rc), FamilyExpiresAt: rc.FamilyEnd,
+		}
+	}
+	return g, nil
+}
+
+// writeTokens answers a grant with what it issued (RFC 6749 §5.1).
+func (s *Server) writeTokens(w http.ResponseWriter, now time.Time, out issued) {
 	body, _ := json.Marshal(tokenResponse{ // strings and a number: cannot fail
-		AccessToken: tok.Raw, TokenType: "Bearer", ExpiresIn: max(int64(tok.Expiry.Sub(now)/time.Second), 1),
-		RefreshToken: refresh, Scope: rc.Scope,
+		AccessToken: out.token.Raw, TokenType: "Bearer", ExpiresIn: max(int64(out.token.Expiry.Sub(now)/time.Second), 1),
+		RefreshToken: out.refresh, Scope: out.scope,
 	})
 	h := w.Header()
 	h.Set("Content-Type", "application/json; charset=utf-8")

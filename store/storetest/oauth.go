@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +42,12 @@ func nextRefresh(hash string, now time.Time) store.RefreshToken {
 	return store.RefreshToken{TokenHash: hash, ExpiresAt: now.Add(time.Hour)}
 }
 
+// rotate rotates oldHash to next, with no audit record and no consent
+// required.
+func rotate(ctx context.Context, s store.Store, oldHash string, next store.RefreshToken, now time.Time) (store.RefreshToken, error) {
+	return s.RotateRefreshToken(ctx, oldHash, now, store.TokenGrant{Refresh: &next})
+}
+
 func mustIssue(t *testing.T, s store.Store, tok store.RefreshToken) {
 	t.Helper()
 	if err := s.IssueRefreshToken(t.Context(), tok); err != nil {
@@ -52,7 +59,7 @@ func mustIssue(t *testing.T, s store.Store, tok store.RefreshToken) {
 // rotates because it is revoked. A rotation refused so writes nothing.
 func checkRevokedToken(t *testing.T, s store.Store, hash string, now time.Time) {
 	t.Helper()
-	old, err := s.RotateRefreshToken(t.Context(), hash, nextRefresh(hash+"-probe", now), now)
+	old, err := rotate(t.Context(), s, hash, nextRefresh(hash+"-probe", now), now)
 	if !errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrReused) || old.RevokedAt.IsZero() {
 		t.Errorf("rotating %s: %+v, %v; want it revoked (ErrConflict)", hash, old, err)
 	}
@@ -244,7 +251,7 @@ func testAuthorizationCodes(t *testing.T, s store.Store) {
 	}
 
 	at := now.Add(10 * time.Second)
-	got, err := s.RedeemAuthorizationCode(ctx, "code-1", "fam-1", at)
+	got, err := s.RedeemAuthorizationCode(ctx, "code-1", "fam-1", at, nil)
 	if err != nil {
 		t.Fatalf("RedeemAuthorizationCode: %v", err)
 	}
@@ -258,7 +265,7 @@ func testAuthorizationCodes(t *testing.T, s store.Store) {
 	// A replay revokes what the code issued, and the family can be issued
 	// no more.
 	replayAt := at.Add(time.Second)
-	got, err = s.RedeemAuthorizationCode(ctx, "code-1", "fam-2", replayAt)
+	got, err = s.RedeemAuthorizationCode(ctx, "code-1", "fam-2", replayAt, nil)
 	if !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("RedeemAuthorizationCode of a used code = %v, want ErrConflict", err)
 	}
@@ -270,7 +277,7 @@ func testAuthorizationCodes(t *testing.T, s store.Store) {
 	if err := s.IssueRefreshToken(ctx, newRefresh("rt-2", "fam-1", "c", "alice", replayAt)); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("IssueRefreshToken to a replayed code's family = %v, want ErrConflict", err)
 	}
-	if got, err := s.RedeemAuthorizationCode(ctx, "code-1", "fam-3", replayAt.Add(time.Second)); !errors.Is(err, store.ErrConflict) || !got.ReplayedAt.Equal(replayAt) {
+	if got, err := s.RedeemAuthorizationCode(ctx, "code-1", "fam-3", replayAt.Add(time.Second), nil); !errors.Is(err, store.ErrConflict) || !got.ReplayedAt.Equal(replayAt) {
 		t.Errorf("a second replay = %+v, %v; want ErrConflict with the first ReplayedAt", got, err)
 	}
 
@@ -278,18 +285,18 @@ func testAuthorizationCodes(t *testing.T, s store.Store) {
 	if err := s.CreateAuthorizationCode(ctx, newCode("code-2", "c", now)); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.RedeemAuthorizationCode(ctx, "code-2", "fam-4", now.Add(time.Minute)); !errors.Is(err, store.ErrConflict) || !got.UsedAt.IsZero() {
+	if got, err := s.RedeemAuthorizationCode(ctx, "code-2", "fam-4", now.Add(time.Minute), nil); !errors.Is(err, store.ErrConflict) || !got.UsedAt.IsZero() {
 		t.Errorf("RedeemAuthorizationCode at the code's expiry = %+v, %v; want it unused, ErrConflict", got, err)
 	}
-	if got, err := s.RedeemAuthorizationCode(ctx, "code-2", "fam-4", now.Add(time.Second)); err != nil || got.FamilyID != "fam-4" {
+	if got, err := s.RedeemAuthorizationCode(ctx, "code-2", "fam-4", now.Add(time.Second), nil); err != nil || got.FamilyID != "fam-4" {
 		t.Errorf("RedeemAuthorizationCode before the expiry, after a refusal at it = %+v, %v; want it redeemed", got, err)
 	}
-	if _, err := s.RedeemAuthorizationCode(ctx, "nope", "fam-5", now); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.RedeemAuthorizationCode(ctx, "nope", "fam-5", now, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("RedeemAuthorizationCode of an unknown code = %v, want ErrNotFound", err)
 	}
 	for name, call := range map[string]func() error{
-		"no family": func() error { _, err := s.RedeemAuthorizationCode(ctx, "code-2", "", now); return err },
-		"zero time": func() error { _, err := s.RedeemAuthorizationCode(ctx, "code-2", "f", time.Time{}); return err },
+		"no family": func() error { _, err := s.RedeemAuthorizationCode(ctx, "code-2", "", now, nil); return err },
+		"zero time": func() error { _, err := s.RedeemAuthorizationCode(ctx, "code-2", "f", time.Time{}, nil); return err },
 	} {
 		if err := call(); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("RedeemAuthorizationCode with %s = %v, want ErrInvalid", name, err)
@@ -319,7 +326,7 @@ func testAuthorizationCodes(t *testing.T, s store.Store) {
 			t.Errorf("CreateAuthorizationCode with %s = %v, want ErrInvalid", name, err)
 		}
 	}
-	if _, err := s.RedeemAuthorizationCode(ctx, "code-bad", "f", now); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.RedeemAuthorizationCode(ctx, "code-bad", "f", now, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("an invalid code was stored: %v", err)
 	}
 }
@@ -339,7 +346,7 @@ func testAuthorizationCodeRace(t *testing.T, s store.Store) {
 	codes := make([]store.AuthorizationCode, n)
 	errs := make([]error, n)
 	for i := range n {
-		wg.Go(func() { codes[i], errs[i] = s.RedeemAuthorizationCode(ctx, "code", fmt.Sprintf("fam-%d", i), now) })
+		wg.Go(func() { codes[i], errs[i] = s.RedeemAuthorizationCode(ctx, "code", fmt.Sprintf("fam-%d", i), now, nil) })
 	}
 	wg.Wait()
 	winner := -1
@@ -374,12 +381,12 @@ func testAuthorizationCodeRace(t *testing.T, s store.Store) {
 		if err := s.CreateAuthorizationCode(ctx, newCode(hash, "c", now)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.RedeemAuthorizationCode(ctx, hash, family, now); err != nil {
+		if _, err := s.RedeemAuthorizationCode(ctx, hash, family, now, nil); err != nil {
 			t.Fatal(err)
 		}
 		var issueErr, replayErr error
 		wg.Go(func() { issueErr = s.IssueRefreshToken(ctx, newRefresh(token, family, "c", "alice", now)) })
-		wg.Go(func() { _, replayErr = s.RedeemAuthorizationCode(ctx, hash, "f-evil", now) })
+		wg.Go(func() { _, replayErr = s.RedeemAuthorizationCode(ctx, hash, "f-evil", now, nil) })
 		wg.Wait()
 		if !errors.Is(replayErr, store.ErrConflict) {
 			t.Errorf("replay #%d = %v, want ErrConflict", i, replayErr)
@@ -424,14 +431,14 @@ func testRefreshTokens(t *testing.T, s store.Store) {
 	} {
 		n := nextRefresh("rt-2", at)
 		change(&n)
-		if _, err := s.RotateRefreshToken(ctx, "rt-1", n, at); !errors.Is(err, store.ErrInvalid) {
+		if _, err := rotate(ctx, s, "rt-1", n, at); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("RotateRefreshToken to a successor with another %s = %v, want ErrInvalid", name, err)
 		}
 	}
 
 	// Rotation: the old token is used, the next one carries its grant.
 	next := nextRefresh("rt-2", at)
-	old, err := s.RotateRefreshToken(ctx, "rt-1", next, at)
+	old, err := rotate(ctx, s, "rt-1", next, at)
 	if err != nil {
 		t.Fatalf("RotateRefreshToken: %v", err)
 	}
@@ -441,7 +448,7 @@ func testRefreshTokens(t *testing.T, s store.Store) {
 		t.Errorf("RotateRefreshToken returned\n%+v, want\n%+v", old, wantOld)
 	}
 	at2 := at.Add(time.Minute)
-	old2, err := s.RotateRefreshToken(ctx, "rt-2", nextRefresh("rt-3", at2), at2)
+	old2, err := rotate(ctx, s, "rt-2", nextRefresh("rt-3", at2), at2)
 	if err != nil {
 		t.Fatalf("RotateRefreshToken of the successor: %v", err)
 	}
@@ -455,15 +462,15 @@ func testRefreshTokens(t *testing.T, s store.Store) {
 	// Reuse of a rotated token revokes the family: the newest stops
 	// working.
 	at3 := at2.Add(time.Minute)
-	reused, err := s.RotateRefreshToken(ctx, "rt-1", nextRefresh("rt-evil", at3), at3)
+	reused, err := rotate(ctx, s, "rt-1", nextRefresh("rt-evil", at3), at3)
 	if !errors.Is(err, store.ErrReused) || !errors.Is(err, store.ErrConflict) || reused.TokenHash != "rt-1" {
 		t.Errorf("RotateRefreshToken of a used token = %+v, %v; want it with ErrReused (an ErrConflict)", reused, err)
 	}
 	checkRevokedToken(t, s, "rt-3", at3)
-	if _, err := s.RotateRefreshToken(ctx, "rt-evil", nextRefresh("rt-evil-2", at3), at3); !errors.Is(err, store.ErrNotFound) {
+	if _, err := rotate(ctx, s, "rt-evil", nextRefresh("rt-evil-2", at3), at3); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the reuse's successor was stored: %v", err)
 	}
-	if _, err := s.RotateRefreshToken(ctx, "rt-2", nextRefresh("rt-4", at3), at3); !errors.Is(err, store.ErrReused) {
+	if _, err := rotate(ctx, s, "rt-2", nextRefresh("rt-4", at3), at3); !errors.Is(err, store.ErrReused) {
 		t.Errorf("reuse of a used token of a revoked family = %v, want ErrReused", err)
 	}
 
@@ -475,14 +482,14 @@ func testRefreshTokens(t *testing.T, s store.Store) {
 	ended.ExpiresAt, ended.FamilyExpiresAt = now.Add(2*time.Hour), now.Add(time.Hour)
 	mustIssue(t, s, ended)
 	for hash, when := range map[string]time.Time{"rt-short": short.ExpiresAt, "rt-ended": ended.FamilyExpiresAt} {
-		if old, err := s.RotateRefreshToken(ctx, hash, nextRefresh(hash+"-next", when), when); !errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrReused) || !old.UsedAt.IsZero() {
+		if old, err := rotate(ctx, s, hash, nextRefresh(hash+"-next", when), when); !errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrReused) || !old.UsedAt.IsZero() {
 			t.Errorf("RotateRefreshToken of %s at its end = %+v, %v; want ErrConflict, nothing written", hash, old, err)
 		}
 	}
-	if _, err := s.RotateRefreshToken(ctx, "rt-short", nextRefresh("rt-short-next", now), now); err != nil {
+	if _, err := rotate(ctx, s, "rt-short", nextRefresh("rt-short-next", now), now); err != nil {
 		t.Errorf("RotateRefreshToken before the end, after a refusal at it: %v", err)
 	}
-	if _, err := s.RotateRefreshToken(ctx, "nope", nextRefresh("x", now), now); !errors.Is(err, store.ErrNotFound) {
+	if _, err := rotate(ctx, s, "nope", nextRefresh("x", now), now); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("RotateRefreshToken of an unknown token = %v, want ErrNotFound", err)
 	}
 
@@ -505,20 +512,20 @@ func testRefreshTokens(t *testing.T, s store.Store) {
 	} {
 		n := nextRefresh("rt-a-next", now)
 		f(&n)
-		if _, err := s.RotateRefreshToken(ctx, "rt-a", n, now); !errors.Is(err, store.ErrInvalid) {
+		if _, err := rotate(ctx, s, "rt-a", n, now); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("RotateRefreshToken to a token with %s = %v, want ErrInvalid", name, err)
 		}
 	}
-	if _, err := s.RotateRefreshToken(ctx, "rt-a", nextRefresh("rt-a-next", now), time.Time{}); !errors.Is(err, store.ErrInvalid) {
+	if _, err := rotate(ctx, s, "rt-a", nextRefresh("rt-a-next", now), time.Time{}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("RotateRefreshToken at the zero time = %v, want ErrInvalid", err)
 	}
-	if _, err := s.RotateRefreshToken(ctx, "rt-a", nextRefresh("rt-a-next", now), now); err != nil {
+	if _, err := rotate(ctx, s, "rt-a", nextRefresh("rt-a-next", now), now); err != nil {
 		t.Errorf("RotateRefreshToken after the refused ones: %v", err)
 	}
 
 	// RFC 7009 revocation: the whole family, by any of its tokens.
 	mustIssue(t, s, newRefresh("rt-r1", "fam-r", "c", "alice", now))
-	if _, err := s.RotateRefreshToken(ctx, "rt-r1", nextRefresh("rt-r2", now), now); err != nil {
+	if _, err := rotate(ctx, s, "rt-r1", nextRefresh("rt-r2", now), now); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RevokeRefreshFamily(ctx, "rt-r1", at); err != nil {
@@ -553,7 +560,7 @@ func testRefreshTokens(t *testing.T, s store.Store) {
 			t.Errorf("IssueRefreshToken with %s = %v, want ErrInvalid", name, err)
 		}
 	}
-	if _, err := s.RotateRefreshToken(ctx, "rt-bad", nextRefresh("y", now), now); !errors.Is(err, store.ErrNotFound) {
+	if _, err := rotate(ctx, s, "rt-bad", nextRefresh("y", now), now); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("an invalid token was stored: %v", err)
 	}
 }
@@ -571,7 +578,7 @@ func testRefreshTokenRotateRace(t *testing.T, s store.Store) {
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			_, errs[i] = s.RotateRefreshToken(ctx, "rt", nextRefresh(fmt.Sprintf("rt-%d", i), now), now)
+			_, errs[i] = rotate(ctx, s, "rt", nextRefresh(fmt.Sprintf("rt-%d", i), now), now)
 		})
 	}
 	wg.Wait()
@@ -601,7 +608,7 @@ func rotateChain(t *testing.T, s store.Store, first string, now time.Time) (stri
 	cur := first
 	for i := range maxChain {
 		next := fmt.Sprintf("%s.%d", first, i)
-		if _, err := s.RotateRefreshToken(t.Context(), cur, nextRefresh(next, now), now); err != nil {
+		if _, err := rotate(t.Context(), s, cur, nextRefresh(next, now), now); err != nil {
 			return cur, err
 		}
 		cur = next
@@ -677,7 +684,7 @@ func testOAuthRevokeCascade(t *testing.T, s store.Store) {
 	if c, err := s.GetConsent(ctx, "bob", "kept"); err != nil || !c.RevokedAt.IsZero() {
 		t.Errorf("bob's consent to the kept client: %+v, %v; want it standing", c, err)
 	}
-	if _, err := s.RotateRefreshToken(ctx, "kept-bob-other", nextRefresh("kept-bob-other.1", now), now); err != nil {
+	if _, err := rotate(ctx, s, "kept-bob-other", nextRefresh("kept-bob-other.1", now), now); err != nil {
 		t.Errorf("a token no revocation names stopped working: %v", err)
 	}
 	// A revoked client and a revoked consent are issued no new token.
@@ -785,7 +792,7 @@ func testConsents(t *testing.T, s store.Store) {
 	}
 	checkRevokedToken(t, s, "a-c1", revokeAt)
 	for _, hash := range []string{"a-c2", "b-c1"} {
-		if _, err := s.RotateRefreshToken(ctx, hash, nextRefresh(hash+"-next", revokeAt), revokeAt); err != nil {
+		if _, err := rotate(ctx, s, hash, nextRefresh(hash+"-next", revokeAt), revokeAt); err != nil {
 			t.Errorf("rotating %s after revoking another consent: %v", hash, err)
 		}
 	}
@@ -856,13 +863,13 @@ func testDeleteExpiredOAuth(t *testing.T, s store.Store) {
 	} {
 		mustIssue(t, s, tok)
 	}
-	if _, err := s.RotateRefreshToken(ctx, "rt-used", nextRefresh("rt-used-next", now), before); err != nil {
+	if _, err := rotate(ctx, s, "rt-used", nextRefresh("rt-used-next", now), before); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RevokeRefreshFamily(ctx, "rt-revoked", before); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.RotateRefreshToken(ctx, "rt-used-later", nextRefresh("rt-used-later-next", now), now.Add(time.Second)); err != nil {
+	if _, err := rotate(ctx, s, "rt-used-later", nextRefresh("rt-used-later-next", now), now.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	// Codes: code-old, code-now. Tokens: rt-family-ended, rt-expired,
@@ -873,10 +880,10 @@ func testDeleteExpiredOAuth(t *testing.T, s store.Store) {
 	if n, err := s.DeleteExpiredOAuth(ctx, now); err != nil || n != 0 {
 		t.Errorf("DeleteExpiredOAuth again = %d, %v; want 0", n, err)
 	}
-	if _, err := s.RedeemAuthorizationCode(ctx, "code-now", "f", now.Add(-time.Hour)); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.RedeemAuthorizationCode(ctx, "code-now", "f", now.Add(-time.Hour), nil); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a code expired at the sweep's time: %v, want it deleted", err)
 	}
-	if _, err := s.RedeemAuthorizationCode(ctx, "code-live", "f", now); err != nil {
+	if _, err := s.RedeemAuthorizationCode(ctx, "code-live", "f", now, nil); err != nil {
 		t.Errorf("a live code after the sweep: %v", err)
 	}
 	for _, hash := range []string{"rt-family-ended", "rt-expired", "rt-used", "rt-revoked"} {

@@ -87,6 +87,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"AuthorizationCodeRace", testAuthorizationCodeRace},
 		{"RefreshTokens", testRefreshTokens},
 		{"RefreshTokenRotateRace", testRefreshTokenRotateRace},
+		{"OAuthGrants", testOAuthGrants},
 		{"OAuthRevokeCascade", testOAuthRevokeCascade},
 		{"Consents", testConsents},
 		{"DeleteExpiredOAuth", testDeleteExpiredOAuth},
