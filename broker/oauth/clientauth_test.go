@@ -497,6 +497,7 @@ func TestConfiguredClientsRefused(t *testing.T) {
 		{"refresh alone", func(c *oauth.ConfiguredClient) { c.GrantTypes = []string{"refresh_token"} }, "needs authorization_code"},
 		{"an unknown method", func(c *oauth.ConfiguredClient) { c.AuthMethod = "client_secret_post" }, "auth must be"},
 		{"a plain secret", func(c *oauth.ConfiguredClient) { c.AuthMethod, c.SecretHash = oauth.AuthClientSecretBasic, "hunter2" }, "SHA-256"},
+		{"a short hash", func(c *oauth.ConfiguredClient) { c.AuthMethod, c.SecretHash = oauth.AuthClientSecretBasic, "abcd" }, "SHA-256"},
 		{"a secret for none", func(c *oauth.ConfiguredClient) { c.SecretHash = oauth.HashSecret("x") }, "only for client_secret_basic"},
 		{"jwt without keys", func(c *oauth.ConfiguredClient) { c.AuthMethod = oauth.AuthPrivateKeyJWT }, "jwks_uri or jwks"},
 		{"an http jwks_uri", func(c *oauth.ConfiguredClient) {

@@ -83,6 +83,8 @@ func TestOAuthClientsRefused(t *testing.T) {
 		"an unknown grant":      {"id: a\n      auth: none\n      grant_types: [password]" + uris, "oauth.clients[0].grant_types"},
 		"no secret":             {"id: a\n      auth: client_secret_basic" + uris, "exactly one of secret_hash and secret_file"},
 		"a plain secret":        {"id: a\n      auth: client_secret_basic\n      secret_hash: hunter2" + uris, "oauth.clients[0].secret_hash: must be the secret's SHA-256"},
+		"a short hash":          {"id: a\n      auth: client_secret_basic\n      secret_hash: abcd" + uris, "oauth.clients[0].secret_hash: must be the secret's SHA-256"},
+		"an uppercase hash":     {"id: a\n      auth: client_secret_basic\n      secret_hash: " + strings.Repeat("A", 64) + uris, "oauth.clients[0].secret_hash: must be"},
 		"the secret itself":     {"id: a\n      auth: client_secret_basic\n      secret: hunter2" + uris, "field secret not found"},
 		"a missing secret file": {"id: a\n      auth: client_secret_basic\n      secret_file: /nonexistent/secret" + uris, "oauth.clients[0].secret_file"},
 		"a short secret file":   {"id: a\n      auth: client_secret_basic\n      secret_file: " + short + uris, "at least 32 characters"},
