@@ -95,8 +95,9 @@ func (c ConfiguredClient) check() (store.OAuthClient, error) {
 		errs = append(errs, errors.New("redirect_uris is required with the authorization_code grant"))
 	}
 	for _, u := range c.RedirectURIs {
-		if err := CheckRedirectURI(u); err != nil {
-			errs = append(errs, fmt.Errorf("redirect URI %q: %s", u, err.(*Error).Description))
+		var e *Error
+		if err := CheckRedirectURI(u); errors.As(err, &e) {
+			errs = append(errs, fmt.Errorf("redirect URI %q: %s", u, e.Description))
 		}
 	}
 	var metadata json.RawMessage
@@ -116,12 +117,13 @@ func (c ConfiguredClient) check() (store.OAuthClient, error) {
 				(u.Scheme != "https" && (u.Scheme != "http" || !isLoopbackName(u.Hostname()))) {
 				errs = append(errs, errors.New("jwks_uri must be an https URL (http only on loopback, for development)"))
 			}
-			metadata, _ = json.Marshal(clientKeySource{JWKSURI: c.JWKSURI}) // a string: cannot fail
+			metadata, _ = json.Marshal(map[string]string{"jwks_uri": c.JWKSURI}) // a string: cannot fail
 		case len(c.JWKS) > 0:
 			if _, err := parseClientKeys(c.JWKS); err != nil {
 				errs = append(errs, fmt.Errorf("jwks: %w", err))
+			} else if metadata, err = json.Marshal(map[string]json.RawMessage{"jwks": c.JWKS}); err != nil {
+				errs = append(errs, errors.New("jwks is not valid JSON"))
 			}
-			metadata, _ = json.Marshal(map[string]json.RawMessage{"jwks": c.JWKS})
 		default:
 			errs = append(errs, errors.New("private_key_jwt needs jwks_uri or jwks"))
 		}
@@ -136,9 +138,6 @@ func (c ConfiguredClient) check() (store.OAuthClient, error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return store.OAuthClient{}, fmt.Errorf("configured client %q: %w", c.ID, err)
-	}
-	if metadata != nil && !json.Valid(metadata) {
-		return store.OAuthClient{}, fmt.Errorf("configured client %q: jwks is not valid JSON", c.ID)
 	}
 	return store.OAuthClient{
 		ID: c.ID, Kind: store.OAuthClientConfigured, Name: c.Name, RedirectURIs: slices.Clone(c.RedirectURIs),
