@@ -1079,7 +1079,7 @@ func (c *core) DeleteExpiredOAuth(ctx context.Context, before time.Time) (int, e
 	var total int64
 	err := c.inTx(ctx, func(tx executor) error {
 		total = 0
-		for _, s := range []stmt{deleteExpiredOAuthCodes, deleteEndedRefreshTokens} {
+		for _, s := range []stmt{deleteExpiredOAuthCodes, deleteEndedRefreshTokens, deleteExpiredClientAssertions} {
 			n, err := tx.exec(ctx, s, storedTime(before))
 			if err != nil {
 				return err

@@ -570,8 +570,27 @@ type Store interface {
 	RevokeConsent(ctx context.Context, principal, clientID string, now time.Time) error
 	// DeleteExpiredOAuth deletes the codes that expired at or before
 	// before, and the refresh tokens that ended then: expired (their own
-	// end or their family's), revoked or used. It returns how many rows
+	// end or their family's), revoked or used; and the client assertions
+	// recorded until then (UseClientAssertion). It returns how many rows
 	// it deleted. A used token deleted is no longer recognised as reused,
 	// so before should leave the reuse detection a margin.
 	DeleteExpiredOAuth(ctx context.Context, before time.Time) (int, error)
+
+	// Configured clients and client assertions (oauth_configured.go).
+
+	// PutConfiguredClient creates or updates a client of Usher's
+	// configuration (Kind configured, or empty for it; RegisteredBy empty)
+	// and returns it as stored. An update replaces Name, RedirectURIs,
+	// GrantTypes, AuthMethod, SecretHash, Metadata and UpdatedAt, and keeps
+	// CreatedAt, LastUsedAt and RevokedAt: a revoked client stays revoked.
+	// Replicas starting together may put the same client. ErrConflict when
+	// the id is a client of another kind; ErrInvalid as CreateOAuthClient.
+	PutConfiguredClient(ctx context.Context, c OAuthClient) (OAuthClient, error)
+	// UseClientAssertion records that the client's assertion jti (RFC
+	// 7523 §3, a JWT ID) was used at now and can be replayed until
+	// expiresAt (after now); ErrConflict when the client's jti is recorded
+	// and not expired at now — across replicas, of concurrent uses of one
+	// jti exactly one succeeds. The client's recorded assertions expired at
+	// now are deleted. An unknown client: ErrNotFound.
+	UseClientAssertion(ctx context.Context, clientID, jti string, expiresAt, now time.Time) error
 }

@@ -58,6 +58,10 @@
 // Concurrent fetches of one URL share one request; each caller stops waiting
 // when its own context ends. Failures are not cached.
 //
+// [Fetcher.FetchKeySet] fetches the jwks_uri of a client that
+// authenticates with private_key_jwt under the same rules, uncached: the
+// authorization server caches the parsed key sets itself.
+//
 // Every refusal is an [*Error] whose Reason is a short sentence fit for an
 // OAuth error_description; its Error text is that sentence only, and the
 // underlying cause (the dialer's or the TLS stack's text, which may name

@@ -278,8 +278,8 @@ func (s *Server) checkAuthorize(ctx context.Context, q url.Values) (AuthorizeReq
 		return a, cl, perr
 	case !slices.Contains(cl.GrantTypes, GrantAuthorizationCode):
 		return a, cl, newError(CodeUnauthorizedClient, "The client is not registered for the authorization_code grant.", true)
-	case cl.AuthMethod != AuthNone && cl.AuthMethod != AuthClientSecretBasic:
-		return a, cl, newError(CodeUnauthorizedClient, "The client's token_endpoint_auth_method is not supported by this server; use none or client_secret_basic.", true)
+	case cl.AuthMethod != AuthNone && cl.AuthMethod != AuthClientSecretBasic && cl.AuthMethod != AuthPrivateKeyJWT:
+		return a, cl, newError(CodeUnauthorizedClient, "The client's token_endpoint_auth_method is not supported by this server; use none, client_secret_basic or private_key_jwt.", true)
 	case !s.allowedResource(a.Resource):
 		return a, cl, newError(CodeInvalidTarget, "resource is not an MCP server of this authorization server.", true)
 	}
@@ -290,7 +290,7 @@ func (s *Server) checkAuthorize(ctx context.Context, q url.Values) (AuthorizeReq
 // loopback redirect, which may take any port (RFC 8252 §7.3): a public
 // client (no secret) redirecting to a loopback host.
 func native(cl store.OAuthClient, uri string) bool {
-	if cl.SecretHash != "" || cl.AuthMethod == AuthClientSecretBasic {
+	if cl.SecretHash != "" || cl.AuthMethod != AuthNone {
 		return false
 	}
 	u, err := url.Parse(uri)
@@ -311,6 +311,9 @@ func (s *Server) resolveClient(ctx context.Context, id string) (store.OAuthClien
 		s.log.ErrorContext(ctx, "oauth: read the client", "err", err)
 		return cl, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "The authorization server failed; try again."}
 	case cl.Kind != store.OAuthClientMetadataDocument:
+		if s.retired(cl) {
+			return store.OAuthClient{}, newError(CodeInvalidRequest, "Unknown client_id.", false)
+		}
 		if !cl.RevokedAt.IsZero() {
 			return cl, newError(CodeUnauthorizedClient, "This application's access to Usher has been revoked.", false)
 		}

@@ -11,8 +11,13 @@
 // endpoint (authorization_code with PKCE, refresh_token with rotation and
 // reuse detection; the access tokens are broker tokens), Dynamic Client
 // Registration (rate-limited per address) and revocation (RFC 7009, of
-// refresh tokens). Clients come from registration, or from Client ID
-// Metadata Documents (broker/clientmeta). What they do is audited
+// refresh tokens). Clients come from registration, from Client ID
+// Metadata Documents (broker/clientmeta), or from Usher's configuration
+// ([ConfiguredClient], written by [Server.PutConfiguredClients]); they
+// authenticate at the token and revocation endpoints with none (public),
+// client_secret_basic, or private_key_jwt — a JWT signed by a key of the
+// client's JWKS, RS256 or ES256, each jti used once across replicas
+// (RFC 7523). What they do is audited
 // (internal/audit), never with a secret, code or token: hashes or a jti.
 //
 //   - Errors: [Error] and [WriteError] give every OAuth endpoint the RFC 6749

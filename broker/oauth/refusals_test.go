@@ -392,8 +392,18 @@ func TestHandlerPaths(t *testing.T) {
 func TestServerMetadata(t *testing.T) {
 	e := newEnv(t, storetest.NewSQLite(t), nil)
 	m := e.server.Metadata()
-	if slices.Contains(m.GrantTypesSupported, oauth.GrantTokenExchange) || slices.Contains(m.TokenEndpointAuthMethodsSupported, oauth.AuthPrivateKeyJWT) {
+	if slices.Contains(m.GrantTypesSupported, oauth.GrantTokenExchange) {
 		t.Errorf("the metadata announces what the server does not do: %+v", m)
+	}
+	for _, l := range [][]string{m.TokenEndpointAuthMethodsSupported, m.RevocationEndpointAuthMethodsSupported} {
+		if !slices.Equal(l, []string{oauth.AuthNone, oauth.AuthClientSecretBasic, oauth.AuthPrivateKeyJWT}) {
+			t.Errorf("authentication methods %v, want none, client_secret_basic and private_key_jwt", l)
+		}
+	}
+	for _, l := range [][]string{m.TokenEndpointAuthSigningAlgs, m.RevocationEndpointAuthSigningAlgs} {
+		if !slices.Equal(l, []string{"RS256", "ES256"}) {
+			t.Errorf("signing algorithms %v, want RS256 and ES256", l)
+		}
 	}
 	if m.RegistrationEndpoint != e.issuer+oauth.PathRegister || m.ClientIDMetadataDocumentSupported {
 		t.Errorf("registration %q, CIMD %v (no Fetcher)", m.RegistrationEndpoint, m.ClientIDMetadataDocumentSupported)

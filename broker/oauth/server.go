@@ -65,6 +65,12 @@ type Server struct {
 	log          *slog.Logger
 	metadata     *Metadata
 
+	// configuredClients are ServerOptions.ConfiguredClients as stored,
+	// configured their ids; keys caches the jwks_uri key sets.
+	configuredClients []store.OAuthClient
+	configured        map[string]bool
+	keys              *keySets
+
 	pending *seal.Sealer // pending authorization requests
 	csrfKey []byte       // HMAC key of the consent form's CSRF tokens
 	codeKey []byte       // HMAC key of the codes of answered consent forms
@@ -106,6 +112,14 @@ type ServerOptions struct {
 	// RefreshIdle is how long a refresh token lives unused, RefreshAbsolute
 	// how long its family lives at most. Defaults 14 and 90 days.
 	RefreshIdle, RefreshAbsolute time.Duration
+	// ConfiguredClients are the clients of Usher's configuration, which
+	// PutConfiguredClients writes to the store; a configured client in the
+	// store but not here is refused.
+	ConfiguredClients []ConfiguredClient
+	// KeySets fetches the jwks_uri key sets of clients that authenticate
+	// with private_key_jwt. Default Clients; with neither, such a client
+	// cannot authenticate (one with inline jwks can).
+	KeySets *clientmeta.Fetcher
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger receives the errors the clients are not told. Default
@@ -170,6 +184,10 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	if o.RefreshIdle < time.Minute || o.RefreshAbsolute < o.RefreshIdle {
 		errs = append(errs, errors.New("RefreshIdle must be at least 1m and RefreshAbsolute at least RefreshIdle"))
 	}
+	configured, err := checkConfiguredClients(o.ConfiguredClients)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("oauth: server options: %w", err)
 	}
@@ -177,17 +195,25 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 		m.RegistrationEndpoint = ""
 	}
 	m.ClientIDMetadataDocumentSupported = o.Clients != nil
-	// Announce what the endpoints do, no more: no token exchange, and no
-	// private_key_jwt client authentication (whose algorithms go with it).
+	// Announce what the endpoints do, no more: no token exchange.
 	m.GrantTypesSupported = []string{GrantAuthorizationCode, GrantRefreshToken}
-	m.TokenEndpointAuthMethodsSupported = []string{AuthNone, AuthClientSecretBasic}
-	m.RevocationEndpointAuthMethodsSupported = []string{AuthNone, AuthClientSecretBasic}
-	m.TokenEndpointAuthSigningAlgs, m.RevocationEndpointAuthSigningAlgs = nil, nil
+	m.TokenEndpointAuthMethodsSupported = []string{AuthNone, AuthClientSecretBasic, AuthPrivateKeyJWT}
+	m.RevocationEndpointAuthMethodsSupported = []string{AuthNone, AuthClientSecretBasic, AuthPrivateKeyJWT}
+	m.TokenEndpointAuthSigningAlgs, m.RevocationEndpointAuthSigningAlgs = slices.Clone(assertionAlgs), slices.Clone(assertionAlgs)
+	keySetFetcher := o.KeySets
+	if keySetFetcher == nil {
+		keySetFetcher = o.Clients
+	}
 	s := &Server{
 		issuer: o.Issuer, resources: slices.Clone(o.Resources), st: o.Store, broker: o.Broker,
 		clients: o.Clients, audit: o.Audit, signedIn: o.SignedIn, loginURL: o.LoginURL,
 		registration: o.Registration, perHour: o.RegistrationsPerHour, codeLife: o.CodeLifetime,
 		refreshIdle: o.RefreshIdle, refreshAbs: o.RefreshAbsolute, now: o.Now, log: o.Logger, metadata: m,
+		configuredClients: configured, configured: map[string]bool{},
+		keys: &keySets{fetch: keySetFetcher, now: o.Now, log: o.Logger},
+	}
+	for _, c := range configured {
+		s.configured[c.ID] = true
 	}
 	if s.pending, err = newSealer(o.Secret, "usher/oauth/pending"); err != nil {
 		return nil, err
@@ -202,15 +228,15 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 }
 
 // Metadata returns the server's RFC 8414 metadata (a copy): NewMetadata's,
-// less what the endpoints do not do — the token exchange grant, the
-// private_key_jwt client authentication — and without a registration
+// less what the endpoints do not do — the token exchange grant — and
+// without a registration
 // endpoint when registration is off, or client ID metadata documents
 // without ServerOptions.Clients.
 func (s *Server) Metadata() Metadata {
 	m := *s.metadata
 	for _, l := range []*[]string{&m.ResponseTypesSupported, &m.ResponseModesSupported, &m.GrantTypesSupported,
 		&m.CodeChallengeMethodsSupported, &m.TokenEndpointAuthMethodsSupported, &m.RevocationEndpointAuthMethodsSupported,
-		&m.ScopesSupported} {
+		&m.ScopesSupported, &m.TokenEndpointAuthSigningAlgs, &m.RevocationEndpointAuthSigningAlgs} {
 		*l = slices.Clone(*l)
 	}
 	return m

@@ -1,7 +1,6 @@
 package oauth
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,71 +93,6 @@ func readForm(w http.ResponseWriter, r *http.Request) (url.Values, *Error) {
 		}
 	}
 	return form, nil
-}
-
-// clientError is the 401 invalid_client of a client that failed to
-// authenticate (RFC 6749 §5.2).
-func clientError(description string) *Error {
-	return &Error{Status: http.StatusUnauthorized, Code: CodeInvalidClient, Description: description}
-}
-
-// authenticateClient authenticates the client of a token or revocation
-// request: a confidential client with HTTP Basic (client_secret_basic: the
-// id and secret form-encoded, RFC 6749 §2.3.1), a public one by its
-// client_id in the form and no secret. The secret in the body
-// (client_secret_post) is not accepted. Unknown, revoked, or a mismatch:
-// 401 invalid_client.
-func (s *Server) authenticateClient(ctx context.Context, r *http.Request, form url.Values) (store.OAuthClient, *Error) {
-	formID := form.Get("client_id")
-	if form.Has("client_secret") {
-		return store.OAuthClient{}, clientError("client_secret in the body is not accepted: use HTTP Basic (client_secret_basic).")
-	}
-	id, secret, basic := r.BasicAuth()
-	if r.Header.Get("Authorization") != "" && !basic {
-		return store.OAuthClient{}, clientError("The only client authentication scheme is Basic.")
-	}
-	if basic {
-		var err1, err2 error
-		id, err1 = url.QueryUnescape(id)
-		secret, err2 = url.QueryUnescape(secret)
-		if err1 != nil || err2 != nil || id == "" || secret == "" {
-			return store.OAuthClient{}, clientError("The Basic credentials are malformed.")
-		}
-		if formID != "" && formID != id {
-			return store.OAuthClient{}, clientError("client_id differs from the authenticated client.")
-		}
-	} else {
-		id = formID
-		if id == "" {
-			return store.OAuthClient{}, clientError("client_id is required.")
-		}
-	}
-	cl, err := s.st.GetOAuthClient(ctx, id)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return cl, clientError("Unknown client.")
-	case err != nil:
-		s.log.ErrorContext(ctx, "oauth: read the client", "err", err)
-		return cl, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "The authorization server failed; try again."}
-	case !cl.RevokedAt.IsZero():
-		return cl, clientError("The client is revoked.")
-	}
-	switch cl.AuthMethod {
-	case AuthNone:
-		if basic {
-			return cl, clientError("The client is public: it authenticates with no secret.")
-		}
-	case AuthClientSecretBasic:
-		if !basic {
-			return cl, clientError("The client must authenticate with HTTP Basic.")
-		}
-		if !CheckSecret(secret, cl.SecretHash) {
-			return cl, clientError("The client's credentials are wrong.")
-		}
-	default:
-		return cl, clientError("The client's authentication method is not supported.")
-	}
-	return cl, nil
 }
 
 // codeGrant redeems an authorization code (RFC 6749 §4.1.3, RFC 7636

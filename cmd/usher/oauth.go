@@ -76,7 +76,13 @@ func (in *installation) oauthServer(publicURL string, mint *broker.Broker, audit
 	if err != nil {
 		return nil, err
 	}
+	configured, keySets, err := in.configuredClients(publicURL)
+	if err != nil {
+		return nil, err
+	}
 	srv, err := oauth.NewServer(&oauth.ServerOptions{
+		ConfiguredClients:    configured,
+		KeySets:              keySets,
 		Issuer:               publicURL,
 		Resources:            []string{publicURL + "/mcp"},
 		Store:                in.store,
@@ -96,6 +102,31 @@ func (in *installation) oauthServer(publicURL string, mint *broker.Broker, audit
 		return nil, fmt.Errorf("oauth: %w", err)
 	}
 	return srv, nil
+}
+
+// configuredClients translates oauth.clients for the authorization
+// server, and returns the fetcher of their jwks_uri key sets, under the
+// rules of clientFetcher's (whether metadata documents are on or not).
+func (in *installation) configuredClients(publicURL string) ([]oauth.ConfiguredClient, *clientmeta.Fetcher, error) {
+	var out []oauth.ConfiguredClient
+	for i, c := range in.cfg.OAuth.Clients {
+		hash, err := c.Secret()
+		if err != nil {
+			return nil, nil, fmt.Errorf("oauth.clients[%d]: %w", i, err)
+		}
+		jwks, err := c.KeySet()
+		if err != nil {
+			return nil, nil, fmt.Errorf("oauth.clients[%d].jwks: %w", i, err)
+		}
+		out = append(out, oauth.ConfiguredClient{ID: c.ID, Name: c.Name, RedirectURIs: c.RedirectURIs, GrantTypes: c.GrantTypes,
+			AuthMethod: c.Auth, SecretHash: hash, JWKSURI: c.JWKSURI, JWKS: jwks})
+	}
+	u, err := url.Parse(publicURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("public url: %w", err)
+	}
+	keySets, err := clientmeta.New(&clientmeta.Options{AllowLoopbackHTTP: httpx.IsLoopbackHost(u.Hostname())})
+	return out, keySets, err
 }
 
 // mountApps adds the signed-in person's Connected apps API

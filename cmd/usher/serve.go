@@ -173,6 +173,9 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := oauthSrv.PutConfiguredClients(ctx); err != nil {
+		return err
+	}
 	if err := mountOAuth(mux, publicURL, oauthSrv.Handler()); err != nil {
 		return err
 	}

@@ -285,6 +285,9 @@ type OAuth struct {
 	// URL of their Client ID Metadata Document, fetched with SSRF
 	// protection. Default true.
 	ClientMetadataDocuments bool `yaml:"client_metadata_documents"`
+	// Clients are clients pre-registered here, with ids the operator
+	// chooses (see OAuthClient). Only in the file. Default none.
+	Clients []OAuthClient `yaml:"clients"`
 }
 
 // Duration is a time.Duration written as "5m", "15s", "720h".
@@ -571,6 +574,7 @@ func (c *Config) Validate() error {
 	if idle := c.OAuth.RefreshIdle.Std(); idle < 5*time.Minute || idle > abs {
 		bad("oauth.refresh_idle", "must be at least 5m and at most oauth.refresh_absolute (%s), got %s", abs, idle)
 	}
+	c.OAuth.validateClients(bad)
 	for i, u := range c.MCP.Upstreams {
 		key := fmt.Sprintf("mcp.upstreams[%d]", i)
 		if u.Name == "" {

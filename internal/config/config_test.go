@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -98,7 +99,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"web.client_id": "w", "web.client_secret": "ws", "web.scopes": "api://usher/access_as_user",
 		"web.session_lifetime": "1h", "web.revocation_ttl": "2s",
 		"oauth.registration": "false", "oauth.registrations_per_hour": "5", "oauth.refresh_idle": "1h",
-		"oauth.refresh_absolute": "48h", "oauth.client_metadata_documents": "false",
+		"oauth.refresh_absolute": "48h", "oauth.client_metadata_documents": "false", "oauth.clients": "",
 	}
 	m := map[string]string{}
 	for _, k := range Keys() {
@@ -188,7 +189,7 @@ func TestOAuth(t *testing.T) {
 	}
 	want := OAuth{Registration: true, RegistrationsPerHour: 20, RefreshIdle: Duration(336 * time.Hour),
 		RefreshAbsolute: Duration(2160 * time.Hour), ClientMetadataDocuments: true}
-	if c.OAuth != want {
+	if !reflect.DeepEqual(c.OAuth, want) {
 		t.Errorf("defaults = %+v, want %+v", c.OAuth, want)
 	}
 	p := writeFile(t, "oauth:\n  registration: false\n  refresh_idle: 24h\n  refresh_absolute: 720h\n")

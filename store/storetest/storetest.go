@@ -91,6 +91,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"OAuthRevokeCascade", testOAuthRevokeCascade},
 		{"Consents", testConsents},
 		{"DeleteExpiredOAuth", testDeleteExpiredOAuth},
+		{"ConfiguredClients", testConfiguredClients},
+		{"ClientAssertions", testClientAssertions},
 		{"AppendAudit", testAppendAudit},
 		{"AppendAuditConcurrent", testAppendAuditConcurrent},
 	}
