@@ -64,6 +64,9 @@ type Server struct {
 	now          func() time.Time
 	log          *slog.Logger
 	metadata     *Metadata
+	// The token exchange (exchange.go): off when exchangers is empty.
+	verifySubject SubjectTokenVerifier
+	exchangers    []string
 
 	pending *seal.Sealer // pending authorization requests
 	csrfKey []byte       // HMAC key of the consent form's CSRF tokens
@@ -111,6 +114,16 @@ type ServerOptions struct {
 	// Logger receives the errors the clients are not told. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// VerifySubjectToken checks the subject token of a token exchange
+	// (RFC 8693): it is the API's own verifier (identity.Verifier.Verify),
+	// so that a token is exchanged only if the API would accept it. Nil
+	// turns the exchange off.
+	VerifySubjectToken SubjectTokenVerifier
+	// ExchangeClients are the client_ids that may exchange a token, each
+	// a confidential client (one that authenticates with a secret or a
+	// key). None, the default, turns the exchange off; naming some
+	// requires VerifySubjectToken.
+	ExchangeClients []string
 }
 
 // NewServer checks opts and returns the server.
@@ -170,6 +183,12 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	if o.RefreshIdle < time.Minute || o.RefreshAbsolute < o.RefreshIdle {
 		errs = append(errs, errors.New("RefreshIdle must be at least 1m and RefreshAbsolute at least RefreshIdle"))
 	}
+	if len(o.ExchangeClients) > 0 && o.VerifySubjectToken == nil {
+		errs = append(errs, errors.New("ExchangeClients need VerifySubjectToken"))
+	}
+	if slices.Contains(o.ExchangeClients, "") {
+		errs = append(errs, errors.New("ExchangeClients must not hold an empty client_id"))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("oauth: server options: %w", err)
 	}
@@ -177,9 +196,13 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 		m.RegistrationEndpoint = ""
 	}
 	m.ClientIDMetadataDocumentSupported = o.Clients != nil
-	// Announce what the endpoints do, no more: no token exchange, and no
-	// private_key_jwt client authentication (whose algorithms go with it).
+	// Announce what the endpoints do, no more: the token exchange only when
+	// some client may exchange, and no private_key_jwt client
+	// authentication (whose algorithms go with it).
 	m.GrantTypesSupported = []string{GrantAuthorizationCode, GrantRefreshToken}
+	if len(o.ExchangeClients) > 0 {
+		m.GrantTypesSupported = append(m.GrantTypesSupported, GrantTokenExchange)
+	}
 	m.TokenEndpointAuthMethodsSupported = []string{AuthNone, AuthClientSecretBasic}
 	m.RevocationEndpointAuthMethodsSupported = []string{AuthNone, AuthClientSecretBasic}
 	m.TokenEndpointAuthSigningAlgs, m.RevocationEndpointAuthSigningAlgs = nil, nil
@@ -188,6 +211,7 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 		clients: o.Clients, audit: o.Audit, signedIn: o.SignedIn, loginURL: o.LoginURL,
 		registration: o.Registration, perHour: o.RegistrationsPerHour, codeLife: o.CodeLifetime,
 		refreshIdle: o.RefreshIdle, refreshAbs: o.RefreshAbsolute, now: o.Now, log: o.Logger, metadata: m,
+		verifySubject: o.VerifySubjectToken, exchangers: slices.Clone(o.ExchangeClients),
 	}
 	if s.pending, err = newSealer(o.Secret, "usher/oauth/pending"); err != nil {
 		return nil, err
@@ -202,8 +226,9 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 }
 
 // Metadata returns the server's RFC 8414 metadata (a copy): NewMetadata's,
-// less what the endpoints do not do — the token exchange grant, the
-// private_key_jwt client authentication — and without a registration
+// less what the endpoints do not do — the token exchange grant unless
+// ServerOptions.ExchangeClients names a client, the private_key_jwt
+// client authentication — and without a registration
 // endpoint when registration is off, or client ID metadata documents
 // without ServerOptions.Clients.
 func (s *Server) Metadata() Metadata {

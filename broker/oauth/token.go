@@ -62,6 +62,8 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 		s.codeGrant(w, r, cl, form)
 	case GrantRefreshToken:
 		s.refreshGrant(w, r, cl, form)
+	case GrantTokenExchange:
+		s.exchangeGrant(w, r, cl, form)
 	case "":
 		WriteError(w, http.StatusBadRequest, CodeInvalidRequest, "grant_type is required.")
 	default:

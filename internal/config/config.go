@@ -285,6 +285,11 @@ type OAuth struct {
 	// URL of their Client ID Metadata Document, fetched with SSRF
 	// protection. Default true.
 	ClientMetadataDocuments bool `yaml:"client_metadata_documents"`
+	// TokenExchangeClients are the client_ids that may exchange a person's
+	// access token for the API (from identity.issuer) for an access token
+	// for the MCP endpoint at /oauth/token (RFC 8693), each a confidential
+	// client (client_secret_basic). Default none: the exchange is off.
+	TokenExchangeClients []string `yaml:"token_exchange_clients"`
 }
 
 // Duration is a time.Duration written as "5m", "15s", "720h".
@@ -570,6 +575,9 @@ func (c *Config) Validate() error {
 	}
 	if idle := c.OAuth.RefreshIdle.Std(); idle < 5*time.Minute || idle > abs {
 		bad("oauth.refresh_idle", "must be at least 5m and at most oauth.refresh_absolute (%s), got %s", abs, idle)
+	}
+	if slices.ContainsFunc(c.OAuth.TokenExchangeClients, func(id string) bool { return strings.TrimSpace(id) != id || id == "" }) {
+		bad("oauth.token_exchange_clients", "must not contain an empty client_id or one with surrounding spaces")
 	}
 	for i, u := range c.MCP.Upstreams {
 		key := fmt.Sprintf("mcp.upstreams[%d]", i)
