@@ -130,6 +130,12 @@ func checkIssuer(iss string) error {
 	return nil
 }
 
+// ErrBadGrant reports a grant Mint refuses: one without a subject or an
+// audience, or whose tenant or groups a token cannot carry (see Grant). It
+// is the grant's fault, not the broker's: a caller that took the grant
+// from a request may say so.
+var ErrBadGrant = errors.New("broker: grant refused")
+
 // Grant says whom a token is for and whom it speaks for.
 type Grant struct {
 	// Subject is the principal the token speaks for ("sub"). Required.
@@ -226,10 +232,10 @@ func (t Token) MarshalJSON() ([]byte, error) {
 // Mint returns a new token for g, signed with the keyring's current key.
 func (b *Broker) Mint(ctx context.Context, g Grant) (Token, error) {
 	if g.Subject == "" || g.Audience == "" {
-		return Token{}, errors.New("broker: a grant needs a subject and an audience")
+		return Token{}, fmt.Errorf("%w: a grant needs a subject and an audience", ErrBadGrant)
 	}
 	if err := checkGrantClaims(g); err != nil {
-		return Token{}, fmt.Errorf("broker: grant: %w", err)
+		return Token{}, fmt.Errorf("%w: %w", ErrBadGrant, err)
 	}
 	kid, key, err := b.keys.Signer(ctx)
 	if err != nil {

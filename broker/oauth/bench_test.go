@@ -29,28 +29,32 @@ import (
 	"github.com/usherhq/usher/store/storetest"
 )
 
-// BenchmarkTokenEndpoint measures the token endpoint's two grants against
-// what the goal is stated in: each grant at most 2× a bare broker
-// mint plus one database round trip. In one run and on one store it times,
-// b.N times each and interleaved (the order rotates every step, so that a
-// change in the machine's load falls on all four alike):
+// BenchmarkTokenEndpoint measures the token endpoint's three grants
+// against what the goal is stated in: each grant at most 2× a bare
+// broker mint plus one database round trip. In one run and on one store it
+// times, b.N times each and interleaved (the order rotates every step, so
+// that a change in the machine's load falls on all five alike):
 //
-//	A  code:    POST /oauth/token grant_type=authorization_code, with the PKCE verifier
-//	B  refresh: POST /oauth/token grant_type=refresh_token, with the last refresh token issued
-//	C  mint:    broker.Mint of the grant A and B mint, on the server's own broker
-//	D  db:      one database round trip, a GetOAuthClient through the same store
+//	A  code:     POST /oauth/token grant_type=authorization_code, with the PKCE verifier
+//	B  refresh:  POST /oauth/token grant_type=refresh_token, with the last refresh token issued
+//	E  exchange: POST /oauth/token grant_type=urn:ietf:params:oauth:grant-type:token-exchange,
+//	             a confidential client's exchange of a person's API token (RS256, from an
+//	             httptest OIDC issuer) for an MCP token (RFC 8693)
+//	C  mint:     broker.Mint of the grant A and B mint, on the server's own broker
+//	D  db:       one database round trip, a GetOAuthClient through the same store
 //
 // and reports p50 and p99 of each, the process's CPU per operation
 // (getrusage: client and server, not the database's), and the ratios
-// code/(2×mint+db) and refresh/(2×mint+db) at p50 and at p99 (goal: ≤ 1).
+// code/(2×mint+db), refresh/(2×mint+db) and exchange/(2×mint+db) at p50
+// and at p99 (goal: ≤ 1).
 // It logs the p50 of each store call a grant makes, timed through a
 // wrapper of the store, which says where a grant's time goes.
 //
 // The store is PostgreSQL when TEST_DATABASE_URL is set (the figure that
 // matters: every store call is a round trip, most of them a commit), else
-// SQLite; the sub-benchmark's name says which. Each grant is a read of
-// its code or token, the mint, and one store transaction. The token endpoint does not implement token exchange (RFC
-// 8693) yet, so the third grant is not measured.
+// SQLite; the sub-benchmark's name says which. The code and refresh
+// grants are each a read of the code or token, the mint, and one store
+// transaction.
 //
 // The client runs in the test process and calls the Server over loopback
 // HTTP (httptest, one kept-alive connection), not from a separate process.
@@ -93,10 +97,12 @@ func benchTokenEndpoint(b *testing.B, st store.Store) {
 
 	var codes []benchCode
 	refresh := e.redeem(c, e.firstCode(c)).RefreshToken
+	exchanger, subject := e.exchangeClient(st), e.api.token(b, nil)
 
 	ops := []benchOp{
 		{name: "code", run: func() { refresh = e.redeem(c, e.takeCode(c, &codes)).RefreshToken }},
 		{name: "refresh", run: func() { refresh = e.refresh(c, refresh).RefreshToken }},
+		{name: "exchange", run: func() { e.exchange(exchanger, subject) }},
 		{name: "mint", run: func() {
 			if _, err := e.broker.Mint(ctx, grant); err != nil {
 				b.Fatal(err)
@@ -143,12 +149,12 @@ func benchTokenEndpoint(b *testing.B, st store.Store) {
 		b.ReportMetric(micros(p99[op.name]), op.name+"-p99-µs")
 		b.ReportMetric(micros(op.cpu)/float64(b.N), op.name+"-cpu-µs/op")
 	}
-	for _, g := range []string{"code", "refresh"} {
+	for _, g := range []string{"code", "refresh", "exchange"} {
 		b.ReportMetric(float64(p50[g])/float64(2*p50["mint"]+p50["db"]), g+"/goal-p50")
 		b.ReportMetric(float64(p99[g])/float64(2*p99["mint"]+p99["db"]), g+"/goal-p99")
 	}
 	b.ReportMetric(0, "ns/op")
-	for _, g := range []string{"code", "refresh"} {
+	for _, g := range []string{"code", "refresh", "exchange"} {
 		var parts []string
 		for _, name := range ts.names(g) {
 			parts = append(parts, fmt.Sprintf("%s %.0f", name, micros(percentile(ts.calls[g+"/"+name], 0.50))))
@@ -174,12 +180,13 @@ type benchEnv struct {
 	issuer   string
 	resource string
 	http     *http.Client
+	api      *apiIssuer // of the subject tokens of the token exchange
 }
 
 // newBenchEnv starts a server on st, as newEnv does, for a benchmark.
 func newBenchEnv(tb testing.TB, st store.Store) *benchEnv {
 	tb.Helper()
-	e := &benchEnv{tb: tb}
+	e := &benchEnv{tb: tb, api: newAPIIssuer(tb)}
 	var h http.Handler = http.NotFoundHandler()
 	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
 	tb.Cleanup(e.srv.Close)
@@ -208,6 +215,9 @@ func newBenchEnv(tb testing.TB, st store.Store) *benchEnv {
 		Secret:       bytes.Repeat([]byte{9}, 32),
 		Registration: true,
 		Logger:       slog.New(slog.NewTextHandler(tbWriter{tb}, nil)),
+		// The token exchange, for benchExchanger (exchangeClient).
+		VerifySubjectToken: e.api.verifier(tb).Verify,
+		ExchangeClients:    []string{benchExchanger},
 	})
 	if err != nil {
 		tb.Fatal(err)

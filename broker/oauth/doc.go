@@ -9,7 +9,9 @@
 // consent to the client is remembered, else shows the consent page; POST:
 // the consent page's answer, same-origin and CSRF-checked), the token
 // endpoint (authorization_code with PKCE, refresh_token with rotation and
-// reuse detection; the access tokens are broker tokens), Dynamic Client
+// reuse detection, and for the clients allowed to, the token exchange of
+// RFC 8693 of a person's access token for Usher's API; the access tokens
+// are broker tokens), Dynamic Client
 // Registration (rate-limited per address) and revocation (RFC 7009, of
 // refresh tokens). Clients come from registration, from Client ID
 // Metadata Documents (broker/clientmeta), or from Usher's configuration

@@ -64,6 +64,9 @@ type Server struct {
 	now          func() time.Time
 	log          *slog.Logger
 	metadata     *Metadata
+	// The token exchange (exchange.go): off when exchangers is empty.
+	verifySubject SubjectTokenVerifier
+	exchangers    []string
 
 	// configuredClients are ServerOptions.ConfiguredClients as stored,
 	// configured their ids; keys caches the jwks_uri key sets.
@@ -125,6 +128,16 @@ type ServerOptions struct {
 	// Logger receives the errors the clients are not told. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// VerifySubjectToken checks the subject token of a token exchange
+	// (RFC 8693): it is the API's own verifier (identity.Verifier.Verify),
+	// so that a token is exchanged only if the API would accept it. Nil
+	// turns the exchange off.
+	VerifySubjectToken SubjectTokenVerifier
+	// ExchangeClients are the client_ids that may exchange a token, each
+	// a confidential client (one that authenticates with a secret or a
+	// key). None, the default, turns the exchange off; naming some
+	// requires VerifySubjectToken.
+	ExchangeClients []string
 }
 
 // NewServer checks opts and returns the server.
@@ -188,6 +201,12 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if len(o.ExchangeClients) > 0 && o.VerifySubjectToken == nil {
+		errs = append(errs, errors.New("ExchangeClients need VerifySubjectToken"))
+	}
+	if slices.Contains(o.ExchangeClients, "") {
+		errs = append(errs, errors.New("ExchangeClients must not hold an empty client_id"))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("oauth: server options: %w", err)
 	}
@@ -195,8 +214,12 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 		m.RegistrationEndpoint = ""
 	}
 	m.ClientIDMetadataDocumentSupported = o.Clients != nil
-	// Announce what the endpoints do, no more: no token exchange.
+	// Announce what the endpoints do, no more: the token exchange only when
+	// some client may exchange.
 	m.GrantTypesSupported = []string{GrantAuthorizationCode, GrantRefreshToken}
+	if len(o.ExchangeClients) > 0 {
+		m.GrantTypesSupported = append(m.GrantTypesSupported, GrantTokenExchange)
+	}
 	m.TokenEndpointAuthMethodsSupported = []string{AuthNone, AuthClientSecretBasic, AuthPrivateKeyJWT}
 	m.RevocationEndpointAuthMethodsSupported = []string{AuthNone, AuthClientSecretBasic, AuthPrivateKeyJWT}
 	m.TokenEndpointAuthSigningAlgs, m.RevocationEndpointAuthSigningAlgs = slices.Clone(assertionAlgs), slices.Clone(assertionAlgs)
@@ -209,6 +232,7 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 		clients: o.Clients, audit: o.Audit, signedIn: o.SignedIn, loginURL: o.LoginURL,
 		registration: o.Registration, perHour: o.RegistrationsPerHour, codeLife: o.CodeLifetime,
 		refreshIdle: o.RefreshIdle, refreshAbs: o.RefreshAbsolute, now: o.Now, log: o.Logger, metadata: m,
+		verifySubject: o.VerifySubjectToken, exchangers: slices.Clone(o.ExchangeClients),
 		configuredClients: configured, configured: map[string]bool{},
 		keys: &keySets{fetch: keySetFetcher, now: o.Now, log: o.Logger},
 	}
@@ -228,8 +252,8 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 }
 
 // Metadata returns the server's RFC 8414 metadata (a copy): NewMetadata's,
-// less what the endpoints do not do — the token exchange grant — and
-// without a registration
+// less what the endpoints do not do — the token exchange grant unless
+// ServerOptions.ExchangeClients names a client — and without a registration
 // endpoint when registration is off, or client ID metadata documents
 // without ServerOptions.Clients.
 func (s *Server) Metadata() Metadata {

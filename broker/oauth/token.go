@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,6 +63,8 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 		s.codeGrant(w, r, cl, form)
 	case GrantRefreshToken:
 		s.refreshGrant(w, r, cl, form)
+	case GrantTokenExchange:
+		s.exchangeGrant(w, r, cl, form)
 	case "":
 		WriteError(w, http.StatusBadRequest, CodeInvalidRequest, "grant_type is required.")
 	default:

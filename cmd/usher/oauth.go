@@ -17,6 +17,7 @@ import (
 	"github.com/usherhq/usher/broker/oauth"
 	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/httpx"
+	"github.com/usherhq/usher/internal/identity"
 	"github.com/usherhq/usher/store"
 )
 
@@ -70,8 +71,9 @@ func (in *installation) clientFetcher(publicURL string) (*clientmeta.Fetcher, er
 // oauthServer builds the authorization server of the MCP endpoint from the
 // configuration: its Handler is for mountOAuth, its AppsHandler for
 // mountApps. Its access tokens are the broker's tokens for the MCP
-// endpoint, as the assistant's are.
-func (in *installation) oauthServer(publicURL string, mint *broker.Broker, auditLog *audit.Log) (*oauth.Server, error) {
+// endpoint, as the assistant's are. api is the API's verifier: the token
+// exchange takes exactly the access tokens the API takes.
+func (in *installation) oauthServer(publicURL string, mint *broker.Broker, auditLog *audit.Log, api *identity.Verifier) (*oauth.Server, error) {
 	clients, err := in.clientFetcher(publicURL)
 	if err != nil {
 		return nil, err
@@ -97,6 +99,8 @@ func (in *installation) oauthServer(publicURL string, mint *broker.Broker, audit
 		RefreshIdle:          in.cfg.OAuth.RefreshIdle.Std(),
 		RefreshAbsolute:      in.cfg.OAuth.RefreshAbsolute.Std(),
 		Logger:               in.log.With("component", "oauth"),
+		VerifySubjectToken:   api.Verify,
+		ExchangeClients:      in.cfg.OAuth.TokenExchangeClients,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("oauth: %w", err)

@@ -169,7 +169,7 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		}
 	}()
 	mcp.mount(mux, authenticated, publicURL)
-	oauthSrv, err := in.oauthServer(publicURL, mint, mcp.audit)
+	oauthSrv, err := in.oauthServer(publicURL, mint, mcp.audit, verifier)
 	if err != nil {
 		return err
 	}

@@ -63,6 +63,11 @@ const (
 	// KindOAuthConsentRevoked: a user disconnected a client (Connected
 	// apps): their consent and their refresh tokens of it are revoked.
 	KindOAuthConsentRevoked Kind = "oauth_consent_revoked"
+	// KindOAuthTokenExchanged: the token endpoint exchanged a person's
+	// access token for Usher's API for an access token for the MCP
+	// endpoint (RFC 8693), issued (TokenJTI) to the exchanging client, who
+	// acts for the person (Principal).
+	KindOAuthTokenExchanged Kind = "oauth_token_exchanged"
 )
 
 // kindPattern is what a Kind must look like.

@@ -288,6 +288,12 @@ type OAuth struct {
 	// Clients are clients pre-registered here, with ids the operator
 	// chooses (see OAuthClient). Only in the file. Default none.
 	Clients []OAuthClient `yaml:"clients"`
+	// TokenExchangeClients are the client_ids that may exchange a person's
+	// access token for the API (from identity.issuer) for an access token
+	// for the MCP endpoint at /oauth/token (RFC 8693), each a confidential
+	// client (client_secret_basic or private_key_jwt). Default none: the
+	// exchange is off.
+	TokenExchangeClients []string `yaml:"token_exchange_clients"`
 }
 
 // Duration is a time.Duration written as "5m", "15s", "720h".
@@ -575,6 +581,9 @@ func (c *Config) Validate() error {
 		bad("oauth.refresh_idle", "must be at least 5m and at most oauth.refresh_absolute (%s), got %s", abs, idle)
 	}
 	c.OAuth.validateClients(bad)
+	if slices.ContainsFunc(c.OAuth.TokenExchangeClients, func(id string) bool { return strings.TrimSpace(id) != id || id == "" }) {
+		bad("oauth.token_exchange_clients", "must not contain an empty client_id or one with surrounding spaces")
+	}
 	for i, u := range c.MCP.Upstreams {
 		key := fmt.Sprintf("mcp.upstreams[%d]", i)
 		if u.Name == "" {

@@ -100,6 +100,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"web.session_lifetime": "1h", "web.revocation_ttl": "2s",
 		"oauth.registration": "false", "oauth.registrations_per_hour": "5", "oauth.refresh_idle": "1h",
 		"oauth.refresh_absolute": "48h", "oauth.client_metadata_documents": "false", "oauth.clients": "",
+		"oauth.token_exchange_clients": "usher-dcr-a, usher-dcr-b",
 	}
 	m := map[string]string{}
 	for _, k := range Keys() {
@@ -121,7 +122,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		c.Web.ClientID != "w" || c.Web.ClientSecret != "ws" || len(c.Web.Scopes) != 1 || c.Web.SessionLifetime.Std() != time.Hour ||
 		c.Web.RevocationTTL.Std() != 2*time.Second || c.Events.MaxStreamsPerUser != 4 || c.MCP.MaxUpstreamSessionsPerUser != 3 ||
 		c.OAuth.Registration || c.OAuth.RegistrationsPerHour != 5 || c.OAuth.RefreshIdle.Std() != time.Hour ||
-		c.OAuth.RefreshAbsolute.Std() != 48*time.Hour || c.OAuth.ClientMetadataDocuments {
+		c.OAuth.RefreshAbsolute.Std() != 48*time.Hour || c.OAuth.ClientMetadataDocuments ||
+		strings.Join(c.OAuth.TokenExchangeClients, "|") != "usher-dcr-a|usher-dcr-b" {
 		t.Errorf("overrides not applied: %+v", c)
 	}
 }
@@ -216,6 +218,22 @@ func TestOAuth(t *testing.T) {
 	} {
 		if _, err := Load("", env(tc.env), Overrides{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to say %q", name, err, tc.want)
+		}
+	}
+}
+
+// Token exchange is off by default; the clients that may exchange are
+// listed by client_id, and a blank one is refused by key.
+func TestOAuthTokenExchangeClients(t *testing.T) {
+	p := writeFile(t, "oauth:\n  token_exchange_clients: [usher-dcr-a, \"https://app.example.com/client.json\"]\n")
+	c, err := Load(p, env(nil), Overrides{})
+	if err != nil || strings.Join(c.OAuth.TokenExchangeClients, " ") != "usher-dcr-a https://app.example.com/client.json" {
+		t.Fatalf("from the file: %v %q", err, c.OAuth.TokenExchangeClients)
+	}
+	for _, bad := range []string{`[""]`, `[" usher-dcr-a"]`} {
+		p := writeFile(t, "oauth:\n  token_exchange_clients: "+bad+"\n")
+		if _, err := Load(p, env(nil), Overrides{}); err == nil || !strings.Contains(err.Error(), "oauth.token_exchange_clients: must not contain an empty client_id") {
+			t.Errorf("%s: err = %v", bad, err)
 		}
 	}
 }
