@@ -17,6 +17,7 @@ import (
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/broker/clientmeta"
 	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/internal/identity"
 	"github.com/usherhq/usher/internal/seal"
 	"github.com/usherhq/usher/store"
@@ -58,6 +59,7 @@ type Server struct {
 	loginURL     func(returnTo string) string
 	registration bool
 	perHour      int
+	clientAddr   func(r *http.Request) string
 	codeLife     time.Duration
 	refreshIdle  time.Duration
 	refreshAbs   time.Duration
@@ -101,6 +103,11 @@ type ServerOptions struct {
 	// RegistrationsPerHour bounds the registrations per remote address,
 	// across replicas. Default DefaultRegistrationsPerHour.
 	RegistrationsPerHour int
+	// ClientAddr is the address of the client that sent r, which the
+	// registrations are counted and recorded by. Default: the host of
+	// r.RemoteAddr, which behind a reverse proxy is the proxy's
+	// (httpx.TrustedProxies reads the proxies' forwarding header).
+	ClientAddr func(r *http.Request) string
 	// CodeLifetime is an authorization code's. Default and maximum 60 s.
 	CodeLifetime time.Duration
 	// RefreshIdle is how long a refresh token lives unused, RefreshAbsolute
@@ -121,6 +128,9 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	o := *opts
 	if o.RegistrationsPerHour == 0 {
 		o.RegistrationsPerHour = DefaultRegistrationsPerHour
+	}
+	if o.ClientAddr == nil {
+		o.ClientAddr = (*httpx.TrustedProxies)(nil).ClientAddr
 	}
 	if o.CodeLifetime == 0 {
 		o.CodeLifetime = DefaultCodeLifetime
@@ -186,7 +196,7 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	s := &Server{
 		issuer: o.Issuer, resources: slices.Clone(o.Resources), st: o.Store, broker: o.Broker,
 		clients: o.Clients, audit: o.Audit, signedIn: o.SignedIn, loginURL: o.LoginURL,
-		registration: o.Registration, perHour: o.RegistrationsPerHour, codeLife: o.CodeLifetime,
+		registration: o.Registration, perHour: o.RegistrationsPerHour, clientAddr: o.ClientAddr, codeLife: o.CodeLifetime,
 		refreshIdle: o.RefreshIdle, refreshAbs: o.RefreshAbsolute, now: o.Now, log: o.Logger, metadata: m,
 	}
 	if s.pending, err = newSealer(o.Secret, "usher/oauth/pending"); err != nil {
