@@ -336,3 +336,38 @@ func registerFrom(e *env, xff string) (*http.Response, string) {
 	req.Header.Set("X-Forwarded-For", xff)
 	return e.do(req, "")
 }
+
+// TestRegisterCursor checks the registration Cursor sends — three redirect
+// URIs, one of them a private-use scheme that is not a reversed domain
+// name — and an authorization that ends at that scheme, the consent page
+// naming it an application on this device.
+func TestRegisterCursor(t *testing.T) {
+	e := newEnv(t, storetest.NewSQLite(t), nil)
+	const callback = "cursor://anysphere.cursor-mcp/oauth/callback"
+	c := e.register(func(md map[string]any) {
+		md["client_name"] = "Cursor"
+		md["redirect_uris"] = []string{callback, "https://www.cursor.com/agents/mcp/oauth/callback", "http://localhost:8787/callback"}
+	})
+	if c.RedirectURI != callback {
+		t.Fatalf("registered %q first, want %q", c.RedirectURI, callback)
+	}
+	_, challenge := pkce()
+	resp, page := e.get(oauth.PathAuthorize+"?"+e.authQuery(c, challenge, nil).Encode(), "cora")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "cursor:") || !strings.Contains(page, "an application on this device") {
+		t.Fatalf("consent page %d:\n%s", resp.StatusCode, page)
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "form-action 'self' cursor:;") {
+		t.Errorf("CSP %q must let the form's answer redirect to cursor:", csp)
+	}
+	code, _ := e.code(c, "cora", nil)
+	if code == "" {
+		t.Fatal("no code")
+	}
+
+	for _, uri := range []string{"javascript://x/%0aalert(1)", "ms-msdt:/id", "C:/Windows/System32/calc.exe", "intent://cb/x"} {
+		resp, body := e.registerRaw(map[string]any{"redirect_uris": []string{callback, uri}, "token_endpoint_auth_method": "none"})
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, oauth.CodeInvalidRedirectURI) {
+			t.Errorf("%s: %d %s, want invalid_redirect_uri", uri, resp.StatusCode, body)
+		}
+	}
+}
