@@ -113,11 +113,11 @@ func (t *TrustedProxies) trusted(a netip.Addr) bool {
 //     from, so the entries right of the first untrusted one were written
 //     by trusted proxies, and everything left of it by the client;
 //   - when that header is absent, the peer; when the entry after the
-//     last trusted proxy cannot be read (malformed, a port-less garbage,
-//     RFC 7239's "unknown" or an obfuscated identifier) or the chain is
-//     longer than 32 entries, the last trusted proxy's address, which the
-//     client cannot choose; when every entry is a trusted proxy, the
-//     leftmost.
+//     last trusted proxy cannot be read (empty, not an IP address, with a
+//     zone or a bad port, RFC 7239's "unknown" or an obfuscated
+//     identifier) or the chain is longer than 32 entries, the last trusted
+//     proxy's address, which the client cannot choose; when every entry is
+//     a trusted proxy, the leftmost.
 //
 // A peer address that is not an IP address (a Unix socket) is returned as
 // it is.
