@@ -1063,6 +1063,9 @@ func (c *core) RevokeConsent(ctx context.Context, principal, clientID string, no
 		if err := tx.row(ctx, lockConsent, principal, clientID).Scan(at(&revokedAt)); err != nil {
 			return err
 		}
+		if !revokedAt.IsZero() {
+			return ErrConflict // revoked before: its tokens with it
+		}
 		for _, s := range []stmt{revokeConsentRow, revokeConsentRefreshTokens} {
 			if _, err := tx.exec(ctx, s, principal, clientID, storedTime(now)); err != nil {
 				return err

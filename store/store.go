@@ -563,10 +563,12 @@ type Store interface {
 	// (never back), in one transaction. ErrNotFound when there is no such
 	// consent, ErrConflict when it is revoked; neither is touched then.
 	TouchConsent(ctx context.Context, principal, clientID string, now time.Time) error
-	// RevokeConsent revokes the consent at now (the first RevokedAt is
-	// kept) and, in the same transaction, that principal's refresh tokens
-	// of that client still standing, one rotated concurrently included;
-	// ErrNotFound when there is no such consent.
+	// RevokeConsent revokes the consent at now and, in the same
+	// transaction, that principal's refresh tokens of that client still
+	// standing, one rotated concurrently included; ErrNotFound when there
+	// is no such consent, ErrConflict when it is revoked already (by a
+	// concurrent call too: exactly one call revokes a standing consent),
+	// and then nothing changes (the first RevokedAt is kept).
 	RevokeConsent(ctx context.Context, principal, clientID string, now time.Time) error
 	// DeleteExpiredOAuth deletes the codes that expired at or before
 	// before, and the refresh tokens that ended then: expired (their own

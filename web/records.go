@@ -54,6 +54,15 @@ func hashSessionID(id string) string {
 // hash of its id.
 func (s session) logID() string { return hashSessionID(s.ID)[:16] }
 
+// handle is the session's identifier for other handlers ([Sessions.SignedIn]):
+// the hex SHA-256 of its id under a label of its own, so that it is neither
+// the id nor its row's key (hashSessionID), and knowing it signs nobody in
+// nor finds the row.
+func (s session) handle() string {
+	sum := sha256.Sum256([]byte("usher/web/session-handle\x00" + s.ID))
+	return hex.EncodeToString(sum[:])
+}
+
 // check is what a replica last learnt of a session from the store.
 type check struct {
 	principal string

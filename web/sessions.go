@@ -179,21 +179,29 @@ func (s *Sessions) signedIn(r *http.Request) (session, bool, error) {
 
 // SignedIn reports the person signed in to the browser that sent r: the
 // principal of its session cookie, when the seal opens and the store still
-// has the session signed in. It only reads: it writes no cookie (a stale
-// one is left for the Sessions UI to delete) and checks no origin, so that
-// another handler — the OAuth authorization endpoint, reached by a
-// top-level navigation from an MCP client's page — can ask who is there and
-// answer in its own shape. An error is a store that did not answer. A nil
-// *Sessions (browser sign-in off) has nobody signed in.
-func (s *Sessions) SignedIn(r *http.Request) (identity.Principal, bool, error) {
+// has the session signed in, and the session: an identifier of this
+// sign-in, the same on every request of it (and every replica) and
+// different for every other sign-in, the same person's in another browser
+// or after signing in again included. It is not secret — a hash of the
+// session's id, which gives away neither the id nor the key of the
+// session's row — so another handler may bind what it shows this browser
+// to it (the OAuth consent form's CSRF token), or log it.
+//
+// It only reads: it writes no cookie (a stale one is left for the Sessions
+// UI to delete) and checks no origin, so that another handler — the OAuth
+// authorization endpoint, reached by a top-level navigation from an MCP
+// client's page — can ask who is there and answer in its own shape. An
+// error is a store that did not answer. A nil *Sessions (browser sign-in
+// off) has nobody signed in.
+func (s *Sessions) SignedIn(r *http.Request) (p identity.Principal, session string, ok bool, err error) {
 	if s == nil {
-		return identity.Principal{}, false, nil
+		return identity.Principal{}, "", false, nil
 	}
 	sess, ok, err := s.signedIn(r)
 	if err != nil || !ok {
-		return identity.Principal{}, false, err
+		return identity.Principal{}, "", false, err
 	}
-	return sess.principal(), true, nil
+	return sess.principal(), sess.handle(), true, nil
 }
 
 // LoginURL is where to send a browser to sign in and come back to

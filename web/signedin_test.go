@@ -1,31 +1,67 @@
 package web
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 
+	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
 )
 
 // probe mounts on e a handler that answers who SignedIn says is signed in
-// to the browser: the principal, "nobody", or "error: …".
+// to the browser: the principal, "nobody", or "error: …"; and /probe/session
+// that answers the session SignedIn names.
 func (e *env) probe(t *testing.T) string {
 	t.Helper()
-	e.mux.HandleFunc("/probe", func(w http.ResponseWriter, r *http.Request) {
-		p, ok, err := e.sessions.SignedIn(r)
-		switch {
-		case err != nil:
-			fmt.Fprint(w, "error: ", err)
-		case !ok:
-			fmt.Fprint(w, "nobody")
-		default:
-			fmt.Fprint(w, p.ID())
+	answer := func(session bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			p, sid, ok, err := e.sessions.SignedIn(r)
+			switch {
+			case err != nil:
+				fmt.Fprint(w, "error: ", err)
+			case !ok:
+				fmt.Fprint(w, "nobody")
+			case session:
+				fmt.Fprint(w, sid)
+			default:
+				fmt.Fprint(w, p.ID())
+			}
 		}
-	})
+	}
+	e.mux.HandleFunc("/probe", answer(false))
+	e.mux.HandleFunc("/probe/session", answer(true))
 	return e.url + "/probe"
+}
+
+// TestSignedInSession checks the session SignedIn names: the same on every
+// request of a sign-in, another for another sign-in of the same person,
+// and neither the session's id nor its row's key.
+func TestSignedInSession(t *testing.T) {
+	e := newEnv(t)
+	probe := e.probe(t) + "/session"
+	b1, b2 := e.browser(t), e.browser(t)
+	b1.signIn(e, "hana", "/")
+	b2.signIn(e, "hana", "/")
+	first := b1.get(probe).body
+	if len(first) != 64 || first == "nobody" {
+		t.Fatalf("session = %q, want a 64-character hash", first)
+	}
+	if again := b1.get(probe).body; again != first {
+		t.Errorf("the same sign-in: %q, then %q", first, again)
+	}
+	if other := b2.get(probe).body; other == first || len(other) != 64 {
+		t.Errorf("another sign-in of the same person: %q, the first's %q", other, first)
+	}
+	if _, err := e.store.GetBrowserSession(t.Context(), first); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the session named finds a row (%v): it must not be its key", err)
+	}
+	if cookie := b1.sessionCookie(e); strings.Contains(cookie, first) || strings.Contains(first, cookie) {
+		t.Errorf("the session named is in the cookie")
+	}
 }
 
 // TestSignedIn checks the read-only question another handler (the OAuth
@@ -127,8 +163,8 @@ func TestSignedInOff(t *testing.T) {
 	var s *Sessions
 	req, _ := http.NewRequest(http.MethodGet, "/oauth/authorize", nil)
 	req.AddCookie(&http.Cookie{Name: "usher_session", Value: "x"})
-	if p, ok, err := s.SignedIn(req); ok || err != nil || p.Issuer != "" || p.ObjectID != "" || p.Subject != "" {
-		t.Errorf("SignedIn = %v %v %v", p, ok, err)
+	if p, sid, ok, err := s.SignedIn(req); ok || err != nil || p.Issuer != "" || p.ObjectID != "" || p.Subject != "" || sid != "" {
+		t.Errorf("SignedIn = %v %q %v %v", p, sid, ok, err)
 	}
 	if got, want := s.LoginURL("/x?y=1"), "/auth/login?return=%2Fx%3Fy%3D1"; got != want {
 		t.Errorf("LoginURL = %q, want %q", got, want)

@@ -196,8 +196,12 @@ func (s *Server) revokeApp(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.clock()
+	// The store revokes a standing consent once: a request that lost the
+	// race to another (a double click, two tabs, two replicas) gets
+	// ErrConflict, answers 404 like an app already disconnected, and
+	// writes no second audit record.
 	if err := s.st.RevokeConsent(ctx, p.ID(), id, now); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) {
 			err = errAppNotFound
 		}
 		httpx.WriteError(w, r, s.log, err)

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -292,4 +293,58 @@ func TestAppsRevokeWithoutAuditIs500(t *testing.T) {
 	if r.status != http.StatusInternalServerError || strings.Contains(r.body, "audit down") {
 		t.Errorf("DELETE with the audit log down: %d %s, want a 500 telling nothing", r.status, r.body)
 	}
+}
+
+// TestAppsConcurrentRevocations checks that a consent disconnected by
+// several requests at once — from two replicas, as two tabs or a double
+// click would — is revoked once and audited once: one request gets 204,
+// the others 404, and the log has one consent-revoked record.
+func TestAppsConcurrentRevocations(t *testing.T) {
+	engines(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, nil)
+		replica := newEnv(t, st, nil) // another server on the same store
+		c := e.register(nil)
+		code, verifier := e.code(c, "alice", nil)
+		if tok := e.redeem(c, code, verifier); tok.Status != http.StatusOK {
+			t.Fatalf("redeem: %+v", tok)
+		}
+		const n = 8
+		statuses := make([]int, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				srv := []*env{e, replica}[i%2]
+				req := httptest.NewRequest(http.MethodDelete, appPath(c.ID), nil)
+				req = req.WithContext(identity.NewContext(req.Context(), principal("alice")))
+				w := httptest.NewRecorder()
+				srv.server.AppsHandler().ServeHTTP(w, req)
+				statuses[i] = w.Code
+			})
+		}
+		close(start)
+		wg.Wait()
+		var ok, gone int
+		for _, s := range statuses {
+			switch s {
+			case http.StatusNoContent:
+				ok++
+			case http.StatusNotFound:
+				gone++
+			}
+		}
+		if ok != 1 || gone != n-1 {
+			t.Errorf("statuses %v: want one 204 and %d 404", statuses, n-1)
+		}
+		revoked := 0
+		for _, k := range e.auditKinds() {
+			if k == string(audit.KindOAuthConsentRevoked) {
+				revoked++
+			}
+		}
+		if revoked != 1 {
+			t.Errorf("%d consent-revoked audit records, want 1 (%v)", revoked, e.auditKinds())
+		}
+	})
 }

@@ -27,7 +27,8 @@ type AuthorizeRequest struct {
 // §3.1); response_type code (missing: invalid_request, another:
 // unsupported_response_type); response_mode, if any, query; state at most
 // 1,000 characters of RFC 6749's VSCHAR set; scope well-formed and only
-// mcp:invoke (invalid_scope); PKCE as [CheckChallenge]; resource as
+// mcp:invoke, besides offline_access, which is accepted and ignored
+// (invalid_scope otherwise); PKCE as [CheckChallenge]; resource as
 // [CheckResource] (exactly one, so several are its invalid_target rather
 // than a repeated parameter). Whether the client exists, the redirect URI is
 // one of its own and the resource one of Usher's, the caller checks.
@@ -119,8 +120,17 @@ func validState(s string) bool {
 	return true
 }
 
+// ScopeOfflineAccess is OpenID Connect's request for a refresh token
+// (OIDC Core §11), which some MCP clients add to every authorization
+// request. Usher accepts it and grants nothing for it: whether a client
+// gets refresh tokens is its registered grant types' question, so the
+// granted scope stays mcp:invoke. It is not in scopes_supported, so that
+// the clients that add it only when the server lists it do not.
+const ScopeOfflineAccess = "offline_access"
+
 // parseScope checks a requested scope: well-formed, and only scopes Usher
-// has; none requested means mcp:invoke. Repeated tokens collapse.
+// has, and offline_access, which is ignored; it returns the scope granted,
+// mcp:invoke — also when none was requested. Repeated tokens collapse.
 func parseScope(s string) (string, error) {
 	if s == "" {
 		return ScopeMCPInvoke, nil
@@ -129,7 +139,7 @@ func parseScope(s string) (string, error) {
 		return "", newError(CodeInvalidScope, "scope is malformed.", true)
 	}
 	for _, tok := range strings.Split(s, " ") {
-		if tok != ScopeMCPInvoke {
+		if tok != ScopeMCPInvoke && tok != ScopeOfflineAccess {
 			return "", newError(CodeInvalidScope, "The only scope is mcp:invoke.", true)
 		}
 	}

@@ -111,7 +111,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 		s.refuseAuthorize(w, r, a, perr, redirect)
 		return
 	}
-	p, ok, err := s.signedIn(r)
+	p, session, ok, err := s.whoIsSignedIn(r)
 	if err != nil {
 		s.log.ErrorContext(ctx, "oauth: who is signed in", "err", err)
 		showError(w, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "Usher could not tell who is signed in; try again."})
@@ -166,7 +166,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 		Resource:       a.Resource,
 		User:           cmp.Or(p.Name, p.Email),
 		Action:         s.basePath() + PathAuthorize,
-		CSRFToken:      s.csrfToken(p.ID(), sealed),
+		CSRFToken:      s.csrfToken(p.ID(), session, sealed),
 		RequestID:      sealed,
 	})
 	if err != nil {
@@ -196,16 +196,16 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 		showError(w, newError(CodeInvalidRequest, "This authorization request has expired or is not valid. Start again from your application.", false))
 		return
 	}
-	p, ok, err := s.signedIn(r)
+	p, session, ok, err := s.whoIsSignedIn(r)
 	switch {
 	case err != nil:
 		s.log.ErrorContext(ctx, "oauth: who is signed in", "err", err)
 		showError(w, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "Usher could not tell who is signed in; try again."})
 		return
-	case !ok || !s.checkCSRF(p.ID(), request, token):
+	case !ok || !s.checkCSRF(p.ID(), session, request, token):
 		// A missing or wrong token, or a token shown to someone else than
-		// who is signed in now.
-		showError(w, &Error{Status: http.StatusForbidden, Code: CodeAccessDenied, Description: "The consent form is not valid for this request or this user. Start again from your application."})
+		// who is signed in now, or in another browser session.
+		showError(w, &Error{Status: http.StatusForbidden, Code: CodeAccessDenied, Description: "The consent form is not valid for this request, this user or this browser session. Start again from your application."})
 		return
 	}
 	q := pr.Params
@@ -252,6 +252,20 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 	}
 	noStore(w)
 	http.Redirect(w, r, a.Redirect(code, s.issuer), http.StatusSeeOther)
+}
+
+// whoIsSignedIn asks ServerOptions.SignedIn who is signed in to r's
+// browser, in which session. A person signed in without a session is an
+// error: the consent form could not be bound to the browser.
+func (s *Server) whoIsSignedIn(r *http.Request) (identity.Principal, string, bool, error) {
+	p, session, ok, err := s.signedIn(r)
+	switch {
+	case err != nil || !ok:
+		return identity.Principal{}, "", false, err
+	case session == "":
+		return identity.Principal{}, "", false, errors.New("signed in, without a session")
+	}
+	return p, session, true, nil
 }
 
 // checkAuthorize parses an authorization request and resolves its client:

@@ -3,12 +3,14 @@ package oauth_test
 import (
 	"errors"
 	"maps"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/usherhq/usher/broker/oauth"
+	"github.com/usherhq/usher/store"
 )
 
 // authorizeQuery is a valid authorization request's query, with changes:
@@ -61,6 +63,9 @@ func TestParseAuthorize(t *testing.T) {
 		{"no state", map[string]string{"state": ""}, func(a oauth.AuthorizeRequest) bool { return a.State == "" }},
 		{"no scope means mcp:invoke", map[string]string{"scope": ""}, func(a oauth.AuthorizeRequest) bool { return a.Scope == "mcp:invoke" }},
 		{"repeated scope token", map[string]string{"scope": "mcp:invoke mcp:invoke"}, func(a oauth.AuthorizeRequest) bool { return a.Scope == "mcp:invoke" }},
+		{"offline_access is ignored", map[string]string{"scope": "mcp:invoke offline_access"}, func(a oauth.AuthorizeRequest) bool { return a.Scope == "mcp:invoke" }},
+		{"offline_access first", map[string]string{"scope": "offline_access mcp:invoke"}, func(a oauth.AuthorizeRequest) bool { return a.Scope == "mcp:invoke" }},
+		{"offline_access alone", map[string]string{"scope": "offline_access"}, func(a oauth.AuthorizeRequest) bool { return a.Scope == "mcp:invoke" }},
 		{"longest state", map[string]string{"state": strings.Repeat("s", 1000)}, func(a oauth.AuthorizeRequest) bool { return len(a.State) == 1000 }},
 		{"state with spaces and symbols", map[string]string{"state": `a b&c=d"'<>`}, func(a oauth.AuthorizeRequest) bool { return a.State == `a b&c=d"'<>` }},
 		{"response_mode query", map[string]string{"response_mode": "query"}, func(a oauth.AuthorizeRequest) bool { return true }},
@@ -113,6 +118,8 @@ func TestParseAuthorizeRefuses(t *testing.T) {
 		{"form_post response_mode", map[string]string{"response_mode": "form_post"}, "invalid_request", true, "xyz"},
 		{"unknown scope", map[string]string{"scope": "mcp:invoke admin"}, "invalid_scope", true, "xyz"},
 		{"openid scope", map[string]string{"scope": "openid"}, "invalid_scope", true, "xyz"},
+		{"offline_access with another", map[string]string{"scope": "mcp:invoke offline_access openid"}, "invalid_scope", true, "xyz"},
+		{"offline_access in another case", map[string]string{"scope": "mcp:invoke Offline_Access"}, "invalid_scope", true, "xyz"},
 		{"malformed scope", map[string]string{"scope": "mcp:invoke  "}, "invalid_scope", true, "xyz"},
 		{"scope with a quote", map[string]string{"scope": `mcp:"invoke`}, "invalid_scope", true, "xyz"},
 		{"no PKCE", map[string]string{"code_challenge": "", "code_challenge_method": ""}, "invalid_request", true, "xyz"},
@@ -241,6 +248,54 @@ func FuzzParseAuthorize(f *testing.F) {
 		}
 		if _, err := url.Parse(a.Redirect("code", "https://usher.example")); err != nil {
 			t.Fatalf("redirect does not parse: %v", err)
+		}
+	})
+}
+
+// TestOfflineAccess checks the whole flow of a client that adds
+// offline_access to its scope, as some MCP clients do: it is accepted and
+// ignored — the consent, the code and the tokens are for mcp:invoke, a
+// remembered consent to mcp:invoke answers it, the refresh token comes
+// from the client's grant types, and a refresh naming it is accepted.
+func TestOfflineAccess(t *testing.T) {
+	engines(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, nil)
+		c := e.register(nil)
+		withOffline := func(q url.Values) { q.Set("scope", "mcp:invoke offline_access") }
+		_, challenge := pkce()
+		_, page := e.get(oauth.PathAuthorize+"?"+e.authQuery(c, challenge, withOffline).Encode(), "olga")
+		if strings.Contains(page, "offline_access") || !strings.Contains(page, "mcp:invoke") {
+			t.Errorf("the consent page must show mcp:invoke only:\n%s", page)
+		}
+		code, verifier := e.code(c, "olga", withOffline)
+		tok := e.redeem(c, code, verifier)
+		if tok.Status != http.StatusOK || tok.Scope != oauth.ScopeMCPInvoke || tok.RefreshToken == "" {
+			t.Fatalf("redeem: %+v", tok)
+		}
+		consent, err := st.GetConsent(t.Context(), principal("olga").ID(), c.ID)
+		if err != nil || consent.Scope != oauth.ScopeMCPInvoke {
+			t.Errorf("consent %+v (%v), want mcp:invoke", consent, err)
+		}
+		// The consent is remembered: a request with offline_access, and
+		// one without, get a code at once.
+		for _, edit := range []func(url.Values){withOffline, nil} {
+			_, challenge := pkce()
+			resp, body := e.get(oauth.PathAuthorize+"?"+e.authQuery(c, challenge, edit).Encode(), "olga")
+			if rq := redirectQuery(t, resp, c.RedirectURI); rq.Get("code") == "" {
+				t.Errorf("remembered consent: %d %s", resp.StatusCode, body)
+			}
+		}
+		r := e.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tok.RefreshToken}, "scope": {"mcp:invoke offline_access"}})
+		if r.Status != http.StatusOK || r.Scope != oauth.ScopeMCPInvoke || r.RefreshToken == "" {
+			t.Errorf("refresh naming offline_access: %+v", r)
+		}
+
+		// A client registered without refresh_token gets none, offline_access
+		// or not.
+		noRefresh := e.register(func(md map[string]any) { md["grant_types"] = []string{"authorization_code"} })
+		code, verifier = e.code(noRefresh, "olga", withOffline)
+		if tok := e.redeem(noRefresh, code, verifier); tok.Status != http.StatusOK || tok.RefreshToken != "" {
+			t.Errorf("a client without the refresh_token grant: %+v", tok)
 		}
 	})
 }

@@ -1,14 +1,18 @@
 package oauth_test
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/usherhq/usher/broker/oauth"
+	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/store"
 )
 
 // consentView is a view every test starts from.
@@ -246,4 +250,58 @@ func TestRedirectSource(t *testing.T) {
 			t.Errorf("redirect source of %q = %q, want %q", uri, got, want)
 		}
 	}
+}
+
+// TestConsentBoundToBrowserSession checks that a consent form is good only
+// in the browser session it was shown in: the same person posting it from
+// another session — another browser, or after signing in again — is
+// refused, and nothing is stored; and that a sign-in without a session is
+// refused rather than given a form bound to nothing.
+func TestConsentBoundToBrowserSession(t *testing.T) {
+	engines(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, nil)
+		c := e.register(nil)
+		_, challenge := pkce()
+		q := e.authQuery(c, challenge, nil)
+		inSession := func(req *http.Request, session string) *http.Request {
+			req.AddCookie(&http.Cookie{Name: "test_session", Value: session})
+			return req
+		}
+		req, _ := http.NewRequest(http.MethodGet, e.issuer+oauth.PathAuthorize+"?"+q.Encode(), nil)
+		resp, page := e.do(inSession(req, "first browser"), "alice")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("authorize: %d %s", resp.StatusCode, page)
+		}
+		csrf, request := consentFields(t, page)
+		post := func(session string) *http.Response {
+			form := url.Values{"csrf_token": {csrf}, "request": {request}, "decision": {oauth.DecisionApprove}}
+			req, _ := http.NewRequest(http.MethodPost, e.issuer+oauth.PathAuthorize, strings.NewReader(form.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Origin", e.issuer)
+			resp, _ := e.do(inSession(req, session), "alice")
+			return resp
+		}
+		if resp := post("second browser"); resp.StatusCode != http.StatusForbidden || resp.Header.Get("Location") != "" {
+			t.Fatalf("the form posted from another session of the same person: %d to %q, want 403", resp.StatusCode, resp.Header.Get("Location"))
+		}
+		if _, err := st.GetConsent(t.Context(), principal("alice").ID(), c.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a refused consent form stored a consent (%v)", err)
+		}
+		if rq := redirectQuery(t, post("first browser"), c.RedirectURI); rq.Get("code") == "" {
+			t.Fatalf("the form posted from its own session: %v", rq)
+		}
+
+		// A SignedIn that names nobody's session.
+		noSession := newEnv(t, st, func(o *oauth.ServerOptions) {
+			o.SignedIn = func(r *http.Request) (identity.Principal, string, bool, error) {
+				p, _, ok, err := signedIn(r)
+				return p, "", ok, err
+			}
+		})
+		other := noSession.register(nil)
+		resp, body := noSession.get(oauth.PathAuthorize+"?"+noSession.authQuery(other, challenge, nil).Encode(), "alice")
+		if resp.StatusCode != http.StatusInternalServerError || strings.Contains(body, "csrf_token") {
+			t.Errorf("signed in without a session: %d %s, want 500 and no form", resp.StatusCode, body)
+		}
+	})
 }

@@ -4,10 +4,8 @@ import (
 	"errors"
 	"io"
 	"mime"
-	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/usherhq/usher/internal/audit"
@@ -15,7 +13,8 @@ import (
 )
 
 // serveRegister is the Dynamic Client Registration endpoint (RFC 7591
-// §3): a JSON POST, rate-limited per remote address across replicas. With
+// §3): a JSON POST, rate-limited per client address (ServerOptions.
+// ClientAddr) across replicas. With
 // registration off it is a 404 in OAuth error JSON.
 func (s *Server) serveRegister(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
@@ -48,7 +47,7 @@ func (s *Server) serveRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.clock()
-	addr := remoteHost(r)
+	addr := s.clientAddr(r)
 	n, err := s.st.CountOAuthRegistrations(ctx, addr, now.Add(-time.Hour))
 	if err != nil {
 		s.serverError(w, r, "count the registrations", err)
@@ -89,17 +88,4 @@ func (s *Server) serveRegister(w http.ResponseWriter, r *http.Request) {
 	noStore(w)
 	w.WriteHeader(http.StatusCreated)
 	_, _ = w.Write(append(resp, '\n'))
-}
-
-// remoteHost is the address a registration is counted against: the host
-// of the request's RemoteAddr. Usher reads no forwarding header (internal/
-// httpx trusts none), so behind a reverse proxy every client has the
-// proxy's address and shares its limit; a deployment that wants a limit per
-// client must make the proxy limit registrations itself.
-func remoteHost(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return strings.TrimSpace(host)
 }

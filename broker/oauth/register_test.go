@@ -1,15 +1,20 @@
 package oauth_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/usherhq/usher/broker/oauth"
+	"github.com/usherhq/usher/internal/httpx"
+	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
 )
 
 func TestParseRegistration(t *testing.T) {
@@ -261,4 +266,108 @@ func FuzzParseRegistration(f *testing.F) {
 			t.Fatalf("response %s, %v", resp, err)
 		}
 	})
+}
+
+// TestRegisterBehindProxy checks that the registration limit counts the
+// client's address behind a trusted proxy — the rightmost entry of the
+// forwarding header that is not a trusted proxy — and that a header sent
+// by a peer that is not a trusted proxy changes nothing.
+func TestRegisterBehindProxy(t *testing.T) {
+	engines(t, func(t *testing.T, st store.Store) {
+		// The test's requests come from 127.0.0.1: the proxy.
+		proxy, err := httpx.NewTrustedProxies([]string{"127.0.0.0/8"}, httpx.HeaderXForwardedFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEnv(t, st, func(o *oauth.ServerOptions) { o.RegistrationsPerHour = 2; o.ClientAddr = proxy.ClientAddr })
+		for range 2 {
+			if resp, body := registerFrom(e, "203.0.113.1"); resp.StatusCode != http.StatusCreated {
+				t.Fatalf("203.0.113.1: %d %s", resp.StatusCode, body)
+			}
+		}
+		for name, xff := range map[string]string{
+			"the same client":                 "203.0.113.1",
+			"a forged entry left of the real": "198.51.100.77, 203.0.113.1",
+		} {
+			if resp, body := registerFrom(e, xff); resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, oauth.CodeTemporarilyUnavailable) {
+				t.Errorf("%s: %d %s, want 429", name, resp.StatusCode, body)
+			}
+		}
+		resp, body := registerFrom(e, "203.0.113.2")
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("another client behind the proxy: %d %s", resp.StatusCode, body)
+		}
+		var reg struct {
+			ClientID string `json:"client_id"`
+		}
+		if err := json.Unmarshal([]byte(body), &reg); err != nil {
+			t.Fatal(err)
+		}
+		if cl, err := st.GetOAuthClient(t.Context(), reg.ClientID); err != nil || cl.RegisteredBy != "203.0.113.2" {
+			t.Errorf("registered by %q (%v), want the client's address", cl.RegisteredBy, err)
+		}
+
+		// A peer that is not a trusted proxy is the client, whatever it
+		// claims.
+		other, err := httpx.NewTrustedProxies([]string{"10.0.0.0/8"}, httpx.HeaderXForwardedFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := newEnv(t, storetest.NewSQLite(t), func(o *oauth.ServerOptions) { o.RegistrationsPerHour = 2; o.ClientAddr = other.ClientAddr })
+		for i, xff := range []string{"203.0.113.1", "203.0.113.2", "203.0.113.3"} {
+			resp, body := registerFrom(u, xff)
+			if want := []int{201, 201, 429}[i]; resp.StatusCode != want {
+				t.Errorf("spoofed %s from an untrusted peer: %d %s, want %d", xff, resp.StatusCode, body, want)
+			}
+		}
+	})
+}
+
+// registerFrom registers a client through a proxy that sends
+// X-Forwarded-For: xff.
+func registerFrom(e *env, xff string) (*http.Response, string) {
+	e.t.Helper()
+	b, _ := json.Marshal(map[string]any{"redirect_uris": []string{"https://app.example.com/cb"}, "token_endpoint_auth_method": "none"})
+	req, err := http.NewRequest(http.MethodPost, e.issuer+oauth.PathRegister, bytes.NewReader(b))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Forwarded-For", xff)
+	return e.do(req, "")
+}
+
+// TestRegisterCursor checks the registration Cursor sends — three redirect
+// URIs, one of them a private-use scheme that is not a reversed domain
+// name — and an authorization that ends at that scheme, the consent page
+// naming it an application on this device.
+func TestRegisterCursor(t *testing.T) {
+	e := newEnv(t, storetest.NewSQLite(t), nil)
+	const callback = "cursor://anysphere.cursor-mcp/oauth/callback"
+	c := e.register(func(md map[string]any) {
+		md["client_name"] = "Cursor"
+		md["redirect_uris"] = []string{callback, "https://www.cursor.com/agents/mcp/oauth/callback", "http://localhost:8787/callback"}
+	})
+	if c.RedirectURI != callback {
+		t.Fatalf("registered %q first, want %q", c.RedirectURI, callback)
+	}
+	_, challenge := pkce()
+	resp, page := e.get(oauth.PathAuthorize+"?"+e.authQuery(c, challenge, nil).Encode(), "cora")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "cursor:") || !strings.Contains(page, "an application on this device") {
+		t.Fatalf("consent page %d:\n%s", resp.StatusCode, page)
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "form-action 'self' cursor:;") {
+		t.Errorf("CSP %q must let the form's answer redirect to cursor:", csp)
+	}
+	code, _ := e.code(c, "cora", nil)
+	if code == "" {
+		t.Fatal("no code")
+	}
+
+	for _, uri := range []string{"javascript://x/%0aalert(1)", "ms-msdt:/id", "C:/Windows/System32/calc.exe", "intent://cb/x"} {
+		resp, body := e.registerRaw(map[string]any{"redirect_uris": []string{callback, uri}, "token_endpoint_auth_method": "none"})
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, oauth.CodeInvalidRedirectURI) {
+			t.Errorf("%s: %d %s, want invalid_redirect_uri", uri, resp.StatusCode, body)
+		}
+	}
 }

@@ -12,11 +12,13 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/broker/clientmeta"
 	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/internal/identity"
 	"github.com/usherhq/usher/internal/seal"
 	"github.com/usherhq/usher/store"
@@ -54,10 +56,11 @@ type Server struct {
 	broker       *broker.Broker
 	clients      *clientmeta.Fetcher
 	audit        *audit.Log
-	signedIn     func(r *http.Request) (identity.Principal, bool, error)
+	signedIn     func(r *http.Request) (p identity.Principal, session string, ok bool, err error)
 	loginURL     func(returnTo string) string
 	registration bool
 	perHour      int
+	clientAddr   func(r *http.Request) string
 	codeLife     time.Duration
 	refreshIdle  time.Duration
 	refreshAbs   time.Duration
@@ -97,10 +100,13 @@ type ServerOptions struct {
 	Clients *clientmeta.Fetcher
 	// Audit records what the server does.
 	Audit *audit.Log
-	// SignedIn reports the person signed in to this browser, and LoginURL
-	// where to send one who is not, to come back to returnTo (a local
-	// path, PathAuthorizeContinue with its query).
-	SignedIn func(r *http.Request) (identity.Principal, bool, error)
+	// SignedIn reports the person signed in to this browser and the
+	// browser's session — an identifier of that sign-in, not secret, the
+	// same on every request of it and different for any other, which the
+	// consent form's CSRF token is bound to; a signed-in person without one
+	// is refused —, and LoginURL where to send one who is not, to come back
+	// to returnTo (a local path, PathAuthorizeContinue with its query).
+	SignedIn func(r *http.Request) (p identity.Principal, session string, ok bool, err error)
 	LoginURL func(returnTo string) string
 	// Secret seals the pending authorization requests and keys the CSRF
 	// tokens: at least MinSecretLen bytes, shared by the replicas.
@@ -110,6 +116,11 @@ type ServerOptions struct {
 	// RegistrationsPerHour bounds the registrations per remote address,
 	// across replicas. Default DefaultRegistrationsPerHour.
 	RegistrationsPerHour int
+	// ClientAddr is the address of the client that sent r, which the
+	// registrations are counted and recorded by. Default: the host of
+	// r.RemoteAddr, which behind a reverse proxy is the proxy's
+	// (httpx.TrustedProxies reads the proxies' forwarding header).
+	ClientAddr func(r *http.Request) string
 	// CodeLifetime is an authorization code's. Default and maximum 60 s.
 	CodeLifetime time.Duration
 	// RefreshIdle is how long a refresh token lives unused, RefreshAbsolute
@@ -148,6 +159,9 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	o := *opts
 	if o.RegistrationsPerHour == 0 {
 		o.RegistrationsPerHour = DefaultRegistrationsPerHour
+	}
+	if o.ClientAddr == nil {
+		o.ClientAddr = (*httpx.TrustedProxies)(nil).ClientAddr
 	}
 	if o.CodeLifetime == 0 {
 		o.CodeLifetime = DefaultCodeLifetime
@@ -230,7 +244,7 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	s := &Server{
 		issuer: o.Issuer, resources: slices.Clone(o.Resources), st: o.Store, broker: o.Broker,
 		clients: o.Clients, audit: o.Audit, signedIn: o.SignedIn, loginURL: o.LoginURL,
-		registration: o.Registration, perHour: o.RegistrationsPerHour, codeLife: o.CodeLifetime,
+		registration: o.Registration, perHour: o.RegistrationsPerHour, clientAddr: o.ClientAddr, codeLife: o.CodeLifetime,
 		refreshIdle: o.RefreshIdle, refreshAbs: o.RefreshAbsolute, now: o.Now, log: o.Logger, metadata: m,
 		verifySubject: o.VerifySubjectToken, exchangers: slices.Clone(o.ExchangeClients),
 		configuredClients: configured, configured: map[string]bool{},
@@ -402,13 +416,18 @@ func newSealer(secret []byte, purpose string) (*seal.Sealer, error) {
 }
 
 // csrfToken is the consent form's CSRF token for the pending request
-// sealed as request, shown to principal: an HMAC of both, so that it is
-// good only for that request and that user, and a page of another site
-// cannot know it.
-func (s *Server) csrfToken(principal, request string) string {
+// sealed as request, shown to principal in the browser session session: an
+// HMAC of the three, so that it is good only for that request, that user
+// and that browser's sign-in — not for the same person's session in
+// another browser, nor after signing in again —, and a page of another
+// site cannot know it.
+func (s *Server) csrfToken(principal, session, request string) string {
 	mac := hmac.New(sha256.New, s.csrfKey)
-	mac.Write([]byte(principal))
-	mac.Write([]byte{0})
+	for _, part := range []string{principal, session} {
+		mac.Write([]byte(strconv.Itoa(len(part))))
+		mac.Write([]byte{0})
+		mac.Write([]byte(part))
+	}
 	mac.Write([]byte(request))
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
@@ -425,7 +444,7 @@ func (s *Server) consentCode(id string) string {
 }
 
 // checkCSRF reports, in constant time, whether token is the CSRF token of
-// request for principal.
-func (s *Server) checkCSRF(principal, request, token string) bool {
-	return hmac.Equal([]byte(token), []byte(s.csrfToken(principal, request)))
+// request for principal in session.
+func (s *Server) checkCSRF(principal, session, request, token string) bool {
+	return session != "" && hmac.Equal([]byte(token), []byte(s.csrfToken(principal, session, request)))
 }

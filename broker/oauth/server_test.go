@@ -73,14 +73,22 @@ func principal(user string) identity.Principal {
 	return identity.Principal{Issuer: "https://idp.example.com", Tenant: "tenant-1", Subject: user, Name: user, Groups: []string{"staff"}}
 }
 
+// sessionCookie names the test's browser session, when a test gives one
+// person several; without it, a user's session is "session of <user>".
+const sessionCookie = "test_session"
+
 // signedIn is the test's ServerOptions.SignedIn: the user named by the
-// test cookie.
-func signedIn(r *http.Request) (identity.Principal, bool, error) {
+// test cookie, in the session of the session cookie.
+func signedIn(r *http.Request) (identity.Principal, string, bool, error) {
 	c, err := r.Cookie(userCookie)
 	if err != nil || c.Value == "" {
-		return identity.Principal{}, false, nil
+		return identity.Principal{}, "", false, nil
 	}
-	return principal(c.Value), true, nil
+	session := "session of " + c.Value
+	if sc, err := r.Cookie(sessionCookie); err == nil {
+		session = sc.Value
+	}
+	return principal(c.Value), session, true, nil
 }
 
 // env is a running authorization server over a real store, broker and

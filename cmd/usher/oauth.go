@@ -82,6 +82,10 @@ func (in *installation) oauthServer(publicURL string, mint *broker.Broker, audit
 	if err != nil {
 		return nil, err
 	}
+	proxies, err := httpx.NewTrustedProxies(in.cfg.Server.TrustedProxies, in.cfg.Server.ForwardedHeader)
+	if err != nil {
+		return nil, fmt.Errorf("server.trusted_proxies: %w", err)
+	}
 	srv, err := oauth.NewServer(&oauth.ServerOptions{
 		ConfiguredClients:    configured,
 		KeySets:              keySets,
@@ -96,6 +100,7 @@ func (in *installation) oauthServer(publicURL string, mint *broker.Broker, audit
 		Secret:               in.sealKey,
 		Registration:         in.cfg.OAuth.Registration,
 		RegistrationsPerHour: in.cfg.OAuth.RegistrationsPerHour,
+		ClientAddr:           proxies.ClientAddr,
 		RefreshIdle:          in.cfg.OAuth.RefreshIdle.Std(),
 		RefreshAbsolute:      in.cfg.OAuth.RefreshAbsolute.Std(),
 		Logger:               in.log.With("component", "oauth"),

@@ -67,6 +67,15 @@ type Server struct {
 	// responses (live-update streams, WebSockets) are not bounded by it.
 	// Default 20s; between 1s and 10m.
 	ReadTimeout Duration `yaml:"read_timeout"`
+	// TrustedProxies are the reverse proxies in front of Usher, as
+	// addresses or CIDR prefixes (10.0.0.0/8): only a request whose
+	// connection comes from one of them has its client's address read from
+	// ForwardedHeader. Default none: every client is its connection's peer.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// ForwardedHeader is the header the trusted proxies write the client's
+	// address in: X-Forwarded-For or Forwarded (RFC 7239). Default
+	// X-Forwarded-For.
+	ForwardedHeader string `yaml:"forwarded_header"`
 }
 
 // Log configures structured logging.
@@ -329,6 +338,7 @@ func Default() Config {
 			ShutdownTimeout: Duration(15 * time.Second),
 			MaxBodyBytes:    1 << 20,
 			ReadTimeout:     Duration(20 * time.Second),
+			ForwardedHeader: httpx.HeaderXForwardedFor,
 		},
 		Log: Log{Level: "info", Format: "text"},
 		Broker: Broker{
@@ -466,6 +476,11 @@ func (c *Config) Validate() error {
 	}
 	if rt := c.Server.ReadTimeout.Std(); rt < time.Second || rt > 10*time.Minute {
 		bad("server.read_timeout", "must be between 1s and 10m, got %s", rt)
+	}
+	if h := c.Server.ForwardedHeader; !strings.EqualFold(h, httpx.HeaderXForwardedFor) && !strings.EqualFold(h, httpx.HeaderForwarded) {
+		bad("server.forwarded_header", "want X-Forwarded-For or Forwarded, got %q", h)
+	} else if _, err := httpx.NewTrustedProxies(c.Server.TrustedProxies, h); err != nil {
+		bad("server.trusted_proxies", "%v", err)
 	}
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
 		bad("log.level", "want debug, info, warn or error, got %q", c.Log.Level)

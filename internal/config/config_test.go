@@ -79,8 +79,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 	values := map[string]string{
 		"server.addr": "127.0.0.1:1", "server.public_url": "https://usher.example.com",
 		"server.data_dir": "/d", "server.shutdown_timeout": "3s", "server.max_body_bytes": "4096",
-		"server.read_timeout": "45s",
-		"log.level":           "warn", "log.format": "json",
+		"server.read_timeout": "45s", "server.trusted_proxies": "10.0.0.0/8, 192.0.2.7", "server.forwarded_header": "Forwarded",
+		"log.level": "warn", "log.format": "json",
 		"database.url": "postgres://u@h/db", "database.max_conns": "3",
 		"identity.issuer": "https://issuer.example.com", "identity.audiences": "a,b",
 		"identity.required_scopes": "s", "identity.tenants": "t",
@@ -123,7 +123,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		c.Web.RevocationTTL.Std() != 2*time.Second || c.Events.MaxStreamsPerUser != 4 || c.MCP.MaxUpstreamSessionsPerUser != 3 ||
 		c.OAuth.Registration || c.OAuth.RegistrationsPerHour != 5 || c.OAuth.RefreshIdle.Std() != time.Hour ||
 		c.OAuth.RefreshAbsolute.Std() != 48*time.Hour || c.OAuth.ClientMetadataDocuments ||
-		strings.Join(c.OAuth.TokenExchangeClients, "|") != "usher-dcr-a|usher-dcr-b" {
+		strings.Join(c.OAuth.TokenExchangeClients, "|") != "usher-dcr-a|usher-dcr-b" ||
+		len(c.Server.TrustedProxies) != 2 || c.Server.ForwardedHeader != "Forwarded" {
 		t.Errorf("overrides not applied: %+v", c)
 	}
 }
@@ -234,6 +235,36 @@ func TestOAuthTokenExchangeClients(t *testing.T) {
 		p := writeFile(t, "oauth:\n  token_exchange_clients: "+bad+"\n")
 		if _, err := Load(p, env(nil), Overrides{}); err == nil || !strings.Contains(err.Error(), "oauth.token_exchange_clients: must not contain an empty client_id") {
 			t.Errorf("%s: err = %v", bad, err)
+		}
+	}
+}
+
+// TestTrustedProxies checks that no proxy is trusted by default, and that
+// a prefix that is not one, one that trusts everybody, or a header Usher
+// does not read is refused by key.
+func TestTrustedProxies(t *testing.T) {
+	c, err := Load("", env(nil), Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Server.TrustedProxies) != 0 || c.Server.ForwardedHeader != "X-Forwarded-For" {
+		t.Errorf("defaults = %q %q, want none and X-Forwarded-For", c.Server.TrustedProxies, c.Server.ForwardedHeader)
+	}
+	p := writeFile(t, "server:\n  trusted_proxies: [10.0.0.0/8, \"fd00::/8\"]\n")
+	if c, err = Load(p, env(nil), Overrides{}); err != nil || len(c.Server.TrustedProxies) != 2 {
+		t.Errorf("from the file: %q, %v", c.Server.TrustedProxies, err)
+	}
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"not a prefix": {map[string]string{"USHER_SERVER_TRUSTED_PROXIES": "proxy.internal"}, "server.trusted_proxies"},
+		"everybody":    {map[string]string{"USHER_SERVER_TRUSTED_PROXIES": "0.0.0.0/0"}, "server.trusted_proxies"},
+		"other header": {map[string]string{"USHER_SERVER_FORWARDED_HEADER": "X-Real-IP"}, "server.forwarded_header: want X-Forwarded-For or Forwarded"},
+		"empty header": {map[string]string{"USHER_SERVER_TRUSTED_PROXIES": "10.0.0.1", "USHER_SERVER_FORWARDED_HEADER": " "}, "server.forwarded_header"},
+	} {
+		if _, err := Load("", env(tc.env), Overrides{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want it to say %q", name, err, tc.want)
 		}
 	}
 }

@@ -783,8 +783,8 @@ func testConsents(t *testing.T, s store.Store) {
 	if err := s.RevokeConsent(ctx, "alice", "c1", revokeAt); err != nil {
 		t.Fatalf("RevokeConsent: %v", err)
 	}
-	if err := s.RevokeConsent(ctx, "alice", "c1", revokeAt.Add(time.Minute)); err != nil {
-		t.Errorf("RevokeConsent again: %v", err)
+	if err := s.RevokeConsent(ctx, "alice", "c1", revokeAt.Add(time.Minute)); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("RevokeConsent again = %v, want ErrConflict", err)
 	}
 	got, err := s.GetConsent(ctx, "alice", "c1")
 	if err != nil || !got.RevokedAt.Equal(revokeAt) {
