@@ -97,7 +97,7 @@ func benchTokenEndpoint(b *testing.B, st store.Store) {
 
 	var codes []benchCode
 	refresh := e.redeem(c, e.firstCode(c)).RefreshToken
-	exchanger, subject := e.exchangeClient(st), e.api.token(b, nil)
+	exchanger, subject := e.exchangeClient(), e.api.token(b, nil)
 
 	ops := []benchOp{
 		{name: "code", run: func() { refresh = e.redeem(c, e.takeCode(c, &codes)).RefreshToken }},
@@ -175,6 +175,7 @@ type benchOp struct {
 // httptest on loopback, and the client that calls it.
 type benchEnv struct {
 	tb       testing.TB
+	server   *oauth.Server
 	srv      *httptest.Server
 	broker   *broker.Broker
 	issuer   string
@@ -218,10 +219,16 @@ func newBenchEnv(tb testing.TB, st store.Store) *benchEnv {
 		// The token exchange, for benchExchanger (exchangeClient).
 		VerifySubjectToken: e.api.verifier(tb).Verify,
 		ExchangeClients:    []string{benchExchanger},
+		ConfiguredClients: []oauth.ConfiguredClient{{
+			ID: benchExchanger, Name: "Bench Exchanger", RedirectURIs: []string{"https://app.example.com/cb"},
+			GrantTypes: []string{oauth.GrantAuthorizationCode}, AuthMethod: oauth.AuthClientSecretBasic,
+			SecretHash: oauth.HashSecret(benchExchangerSecret),
+		}},
 	})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	e.server = server
 	h = server.Handler()
 	// One client, one kept-alive connection: the redirects of the
 	// authorization endpoint are read, not followed.

@@ -10,26 +10,22 @@ import (
 	"net/url"
 
 	"github.com/usherhq/usher/broker/oauth"
-	"github.com/usherhq/usher/store"
 )
 
 // benchExchanger is the client of BenchmarkTokenEndpoint's token exchange:
 // confidential, and listed in its server's ExchangeClients.
 const benchExchanger = "usher-bench-exchanger"
 
-// exchangeClient stores benchExchanger, as the configuration or a
-// registration would, and returns it with its secret.
-func (e *benchEnv) exchangeClient(st store.Store) client {
-	secret := oauth.NewSecret()
-	_, err := st.CreateOAuthClient(context.Background(), store.OAuthClient{
-		ID: benchExchanger, Kind: store.OAuthClientConfigured, Name: "Bench Exchanger",
-		RedirectURIs: []string{"https://app.example.com/cb"}, GrantTypes: []string{oauth.GrantAuthorizationCode},
-		AuthMethod: oauth.AuthClientSecretBasic, SecretHash: oauth.HashSecret(secret),
-	})
-	if err != nil {
+// benchExchangerSecret is benchExchanger's client secret.
+const benchExchangerSecret = "bench-exchanger-secret-0123456789abcdef"
+
+// exchangeClient is benchExchanger, configured in the server with its
+// secret (see newBenchEnv), and written to the store as serve writes it.
+func (e *benchEnv) exchangeClient() client {
+	if err := e.server.PutConfiguredClients(context.Background()); err != nil {
 		e.tb.Fatal(err)
 	}
-	return client{ID: benchExchanger, Secret: secret}
+	return client{ID: benchExchanger, Secret: benchExchangerSecret}
 }
 
 // exchange exchanges subject, an access token for the API, as the

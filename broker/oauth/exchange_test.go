@@ -158,22 +158,25 @@ const (
 func exchangeEnv(t *testing.T, st store.Store, ai *apiIssuer) *env {
 	t.Helper()
 	v := ai.verifier(t)
-	e := newEnv(t, st, func(o *oauth.ServerOptions) {
-		o.VerifySubjectToken = v.Verify
-		o.ExchangeClients = []string{exchanger, publicExchanger, revokedListed}
-	})
-	ctx := context.Background()
-	for _, c := range []store.OAuthClient{
+	var configured []oauth.ConfiguredClient
+	for _, c := range []oauth.ConfiguredClient{
 		{ID: exchanger, AuthMethod: oauth.AuthClientSecretBasic, SecretHash: oauth.HashSecret(exchangerSecret)},
 		{ID: unlisted, AuthMethod: oauth.AuthClientSecretBasic, SecretHash: oauth.HashSecret(exchangerSecret)},
 		{ID: publicExchanger, AuthMethod: oauth.AuthNone},
 		{ID: revokedListed, AuthMethod: oauth.AuthClientSecretBasic, SecretHash: oauth.HashSecret(exchangerSecret)},
 	} {
-		c.Kind, c.Name = store.OAuthClientConfigured, c.ID
+		c.Name = c.ID
 		c.RedirectURIs, c.GrantTypes = []string{"https://app.example.com/cb"}, []string{oauth.GrantAuthorizationCode}
-		if _, err := st.CreateOAuthClient(ctx, c); err != nil {
-			t.Fatal(err)
-		}
+		configured = append(configured, c)
+	}
+	e := newEnv(t, st, func(o *oauth.ServerOptions) {
+		o.VerifySubjectToken = v.Verify
+		o.ExchangeClients = []string{exchanger, publicExchanger, revokedListed}
+		o.ConfiguredClients = configured
+	})
+	ctx := context.Background()
+	if err := e.server.PutConfiguredClients(ctx); err != nil {
+		t.Fatal(err)
 	}
 	if err := st.RevokeOAuthClient(ctx, revokedListed, time.Now()); err != nil {
 		t.Fatal(err)
