@@ -3,6 +3,8 @@ package storetest
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,6 +120,7 @@ func testOAuthGrants(t *testing.T, s store.Store) {
 	refused := func(hash, client string, g store.TokenGrant, want error, what string) {
 		t.Helper()
 		code(hash, client)
+		g.Audit = record("jti-"+hash, at)
 		if _, err := s.RedeemAuthorizationCode(ctx, hash, "fam-"+hash, at, &g); !errors.Is(err, want) || errors.Is(err, store.ErrReused) {
 			t.Errorf("a code grant %s = %v, want %v", what, err, want)
 		}
@@ -141,6 +144,12 @@ func testOAuthGrants(t *testing.T, s store.Store) {
 		t.Fatalf("RevokeOAuthClient: %v", err)
 	}
 	refused("code-7", "e", store.TokenGrant{Refresh: first("rt-code-7", at)}, store.ErrConflict, "of a revoked client")
+	// A consent given again to a revoked client does not revive it.
+	if _, err := s.PutConsent(ctx, store.Consent{Principal: "alice", ClientID: "e", Scope: "mcp:invoke",
+		Resource: "https://usher.example/mcp", UpdatedAt: now}); err != nil {
+		t.Fatalf("PutConsent: %v", err)
+	}
+	refused("code-8", "e", store.TokenGrant{Refresh: first("rt-code-8", at), Consent: true}, store.ErrConflict, "of a revoked client with a consent")
 	wantRecords(0, "the refused code grants")
 
 	// A rotation: the old token's use, the next token, the consent's use
@@ -190,4 +199,125 @@ func testOAuthGrants(t *testing.T, s store.Store) {
 		t.Errorf("a rotation with no consent = %+v, %v; want ErrNotFound, the token unused", old, err)
 	}
 	missing("rt-f2", "a rotation with no consent")
+}
+
+// testOAuthGrantRace runs whole grants, with their consent and record, at
+// once: of the code grants of one code exactly one issues, the others are
+// replays that revoke what it issued; of the rotations of one token
+// exactly one issues, the others are reuses that revoke the family; and a
+// consent revoked while grants are under way leaves no token standing
+// that it should have revoked. Each issued token has its one record.
+func testOAuthGrantRace(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	now := oauthNow()
+	mustOAuthClient(t, s, "c")
+	consent := func() {
+		t.Helper()
+		if _, err := s.PutConsent(ctx, store.Consent{Principal: "alice", ClientID: "c", Scope: "mcp:invoke",
+			Resource: "https://usher.example/mcp", UpdatedAt: now}); err != nil {
+			t.Fatalf("PutConsent: %v", err)
+		}
+	}
+	consent()
+	grant := func(hash string) store.TokenGrant {
+		return store.TokenGrant{
+			Refresh: &store.RefreshToken{TokenHash: hash, ExpiresAt: now.Add(time.Hour), FamilyExpiresAt: now.Add(24 * time.Hour)},
+			Consent: true,
+			Audit:   chained(store.AuditRecord{At: now, Kind: "oauth_token_issued", Principal: "alice", ClientID: "c", TokenJTI: hash}),
+		}
+	}
+	records := auditCount(t, s)
+	const n = 6
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+
+	// One code, n grants.
+	if err := s.CreateAuthorizationCode(ctx, newCode("code", "c", now)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		wg.Go(func() {
+			g := grant(fmt.Sprintf("rt-%d", i))
+			_, errs[i] = s.RedeemAuthorizationCode(ctx, "code", fmt.Sprintf("fam-%d", i), now, &g)
+		})
+	}
+	wg.Wait()
+	winner := onlyWinner(t, "code grant", errs)
+	if winner >= 0 {
+		// The replays revoked the winner's token.
+		checkRevokedToken(t, s, fmt.Sprintf("rt-%d", winner), now)
+	}
+	records++
+	if got := auditCount(t, s); got != records {
+		t.Errorf("after the code grants the log has %d records, want %d (the winner's)", got, records)
+	}
+
+	// One token, n rotations.
+	first := store.RefreshToken{TokenHash: "rt", FamilyID: "fam", ClientID: "c", Principal: "alice",
+		Resource: "https://usher.example/mcp", Scope: "mcp:invoke", CreatedAt: now,
+		ExpiresAt: now.Add(time.Hour), FamilyExpiresAt: now.Add(24 * time.Hour)}
+	mustIssue(t, s, first)
+	for i := range n {
+		wg.Go(func() { _, errs[i] = s.RotateRefreshToken(ctx, "rt", now, grant(fmt.Sprintf("rt.%d", i))) })
+	}
+	wg.Wait()
+	if winner = onlyWinner(t, "rotation", errs); winner >= 0 {
+		checkRevokedToken(t, s, fmt.Sprintf("rt.%d", winner), now)
+	}
+	records++
+	if got := auditCount(t, s); got != records {
+		t.Errorf("after the rotations the log has %d records, want %d (the winner's)", got, records)
+	}
+
+	// Grants beside the consent's revocation: a token issued stands only
+	// if its grant committed before the revocation, which then revoked
+	// it; none stands after.
+	for i := range 8 {
+		consent()
+		hash := fmt.Sprintf("code-%d", i)
+		if err := s.CreateAuthorizationCode(ctx, newCode(hash, "c", now)); err != nil {
+			t.Fatal(err)
+		}
+		var grantErr, revokeErr error
+		wg.Go(func() {
+			g := grant("rt-r" + hash)
+			_, grantErr = s.RedeemAuthorizationCode(ctx, hash, "fam-r"+hash, now, &g)
+		})
+		wg.Go(func() { revokeErr = s.RevokeConsent(ctx, "alice", "c", now) })
+		wg.Wait()
+		if revokeErr != nil {
+			t.Fatalf("RevokeConsent #%d: %v", i, revokeErr)
+		}
+		switch {
+		case grantErr == nil:
+			checkRevokedToken(t, s, "rt-r"+hash, now)
+		case errors.Is(grantErr, store.ErrConflict):
+			if _, err := s.GetRefreshToken(ctx, "rt-r"+hash); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("a grant refused beside revocation #%d left its token: %v", i, err)
+			}
+		default:
+			t.Errorf("a grant beside revocation #%d = %v, want it to succeed or ErrConflict", i, grantErr)
+		}
+	}
+}
+
+// onlyWinner checks that exactly one of errs is nil and the others are
+// ErrReused, and returns the winner's index (-1: none).
+func onlyWinner(t *testing.T, what string, errs []error) int {
+	t.Helper()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Errorf("%ss #%d and #%d both succeeded", what, winner, i)
+		case err == nil:
+			winner = i
+		case !errors.Is(err, store.ErrReused):
+			t.Errorf("%s #%d: %v, want ErrReused", what, i, err)
+		}
+	}
+	if winner < 0 {
+		t.Errorf("no %s succeeded", what)
+	}
+	return winner
 }

@@ -88,6 +88,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RefreshTokens", testRefreshTokens},
 		{"RefreshTokenRotateRace", testRefreshTokenRotateRace},
 		{"OAuthGrants", testOAuthGrants},
+		{"OAuthGrantRace", testOAuthGrantRace},
 		{"OAuthRevokeCascade", testOAuthRevokeCascade},
 		{"Consents", testConsents},
 		{"DeleteExpiredOAuth", testDeleteExpiredOAuth},
