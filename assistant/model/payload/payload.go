@@ -165,7 +165,8 @@ func placeholder(part model.Part) string {
 	if len(what) == 0 {
 		return "[" + kind + "]"
 	}
-	// Quote nothing the part could use to break out of its line.
+	// Whitespace, line breaks included, collapses to one space: a
+	// part's fields cannot break the placeholder's line.
 	return "[" + kind + ": " + strings.Join(strings.Fields(strings.Join(what, ", ")), " ") + "]"
 }
 
