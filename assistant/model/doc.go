@@ -5,6 +5,10 @@
 // message is safe to show a user and whose Retryable field drives the
 // runtime's retries.
 //
+// Its subpackage payload prepares a request for one provider: a deep copy,
+// stripped of what is internal to Usher and repaired into the shape the
+// provider takes. Usher wraps [OpenAI] in it.
+//
 // # OpenAI
 //
 // [OpenAI] talks to any OpenAI-compatible Chat Completions endpoint (OpenAI,

@@ -33,6 +33,29 @@ type Message struct {
 	ToolCalls []ToolCall
 	// ToolCallID is, for a tool message, the [ToolCall.ID] it answers.
 	ToolCallID string
+	// Parts is the non-text content the message carries besides Content,
+	// in order (what an MCP tool result or resource holds beyond text).
+	// No provider sends parts: a text-only provider gets a placeholder
+	// line for each (see the payload package), and [OpenAI] refuses a
+	// request that still carries any.
+	Parts []Part
+}
+
+// Part is one piece of non-text content of a [Message]: one of the MCP
+// content types beyond text.
+type Part struct {
+	// Kind is the MCP content type: "image", "audio", "resource" (an
+	// embedded resource) or "resource_link".
+	Kind string
+	// MIMEType is the content's media type, if known.
+	MIMEType string
+	// URI names a resource or resource link.
+	URI string
+	// Name is a resource link's name or title.
+	Name string
+	// Data is the content itself (image or audio bytes, a resource's text
+	// or blob), when the message carries it; a link carries none.
+	Data []byte
 }
 
 // ToolCall is one tool call requested by the model.

@@ -113,6 +113,13 @@ func redact(secret string) string {
 // Retry-After up to two minutes) would hold the lease without it knowing, and
 // a streamed step cannot be replayed once text has reached the user anyway.
 //
+// It sends the request's messages as they are. A server checks the
+// conversation's shape (every tool call answered right after it, and so
+// on), and so does [OpenAI] for what it cannot send (a message with
+// [Message.Parts]): wrap it in the payload package's provider with its
+// OpenAICompatible profile, as Usher does, to have each request repaired
+// into a payload such a server takes.
+//
 // It reads its configuration only from [OpenAIOptions], never from OPENAI_*
 // environment variables. An OpenAI is safe for concurrent use.
 type OpenAI struct {
@@ -273,6 +280,9 @@ func (p *OpenAI) params(req Request) (openai.ChatCompletionNewParams, error) {
 	}
 	params.Messages = make([]openai.ChatCompletionMessageParamUnion, 0, len(req.Messages))
 	for i, m := range req.Messages {
+		if len(m.Parts) > 0 {
+			return invalid("message %d carries non-text parts; the provider sends text only", i)
+		}
 		switch m.Role {
 		case RoleSystem:
 			params.Messages = append(params.Messages, openai.SystemMessage(m.Content))

@@ -351,6 +351,7 @@ func TestOpenAIInvalidRequest(t *testing.T) {
 		"no messages":        {},
 		"unknown role":       {Messages: []model.Message{{Role: "narrator", Content: "x"}}},
 		"tool without id":    {Messages: []model.Message{{Role: model.RoleTool, Content: "x"}}},
+		"non-text parts":     {Messages: []model.Message{{Role: model.RoleUser, Content: "x", Parts: []model.Part{{Kind: "image", MIMEType: "image/png"}}}}},
 		"schema not object":  {Messages: userRequest("x").Messages, Tools: []model.Tool{{Name: "t", InputSchema: json.RawMessage(`[1]`)}}},
 		"schema not JSON":    {Messages: userRequest("x").Messages, Tools: []model.Tool{{Name: "t", InputSchema: json.RawMessage(`{`)}}},
 		"schema JSON string": {Messages: userRequest("x").Messages, Tools: []model.Tool{{Name: "t", InputSchema: json.RawMessage(`"object"`)}}},

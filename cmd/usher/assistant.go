@@ -9,6 +9,7 @@ import (
 	"github.com/usherhq/usher/approvals"
 	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/assistant/model"
+	"github.com/usherhq/usher/assistant/model/payload"
 	"github.com/usherhq/usher/broker"
 )
 
@@ -25,7 +26,9 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker) (*
 		if err != nil {
 			return nil, err
 		}
-		provider = p
+		// Each request goes to the server as a payload repaired for it;
+		// the history it was made from stays as it is.
+		provider = payload.NewProvider(p, payload.OpenAICompatible)
 	default:
 		provider = model.NewDemo()
 	}
