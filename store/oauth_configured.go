@@ -35,7 +35,8 @@ RETURNING ` + oauthClientColumns)
 INSERT INTO oauth_client_assertions (client_id, jti, expires_at) VALUES ($1, $2, $3)
 ON CONFLICT (client_id, jti) DO NOTHING`)
 
-	// deleteExpiredClientAssertions is DeleteExpiredOAuth's.
+	// deleteExpiredClientAssertions is DeleteExpiredOAuth's and
+	// DeleteExpiredClientAssertions'.
 	deleteExpiredClientAssertions = sql1(`DELETE FROM oauth_client_assertions WHERE expires_at <= $1`)
 )
 
@@ -88,4 +89,19 @@ func (c *core) UseClientAssertion(ctx context.Context, clientID, jti string, exp
 		}
 		return err
 	}))
+}
+
+func (c *core) DeleteExpiredClientAssertions(ctx context.Context, before time.Time) (int, error) {
+	if err := invalid(checkNow(before)); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := c.writeOne(ctx, func(x executor) (err error) {
+		n, err = x.exec(ctx, deleteExpiredClientAssertions, storedTime(before))
+		return err
+	})
+	if err != nil {
+		return 0, c.fail(err)
+	}
+	return int(n), nil
 }

@@ -595,4 +595,10 @@ type Store interface {
 	// jti exactly one succeeds. The client's recorded assertions expired at
 	// now are deleted. An unknown client: ErrNotFound.
 	UseClientAssertion(ctx context.Context, clientID, jti string, expiresAt, now time.Time) error
+	// DeleteExpiredClientAssertions deletes every client's recorded
+	// assertions expired at or before before, and returns how many: an
+	// expired assertion is refused by its exp, so its jti need not be kept
+	// (the sweep of broker/oauth; UseClientAssertion deletes only its own
+	// client's).
+	DeleteExpiredClientAssertions(ctx context.Context, before time.Time) (int, error)
 }

@@ -178,4 +178,28 @@ func testClientAssertions(t *testing.T, s store.Store) {
 	if err := s.UseClientAssertion(ctx, "c2", "jti-long", now.Add(time.Hour), now); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("a jti the sweep kept = %v, want ErrConflict", err)
 	}
+
+	// DeleteExpiredClientAssertions deletes every client's expired
+	// assertions, and only those.
+	if err := s.UseClientAssertion(ctx, "c1", "jti-c1", now.Add(time.Minute), now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UseClientAssertion(ctx, "c2", "jti-c2", now.Add(2*time.Minute), now); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.DeleteExpiredClientAssertions(ctx, exp.Add(time.Minute)); err != nil || n != 3 {
+		t.Errorf("DeleteExpiredClientAssertions = %d, %v; want 3 (c1's jti-1 and jti-c1, c2's jti-c2)", n, err)
+	}
+	if n, err := s.DeleteExpiredClientAssertions(ctx, exp.Add(time.Minute)); err != nil || n != 0 {
+		t.Errorf("DeleteExpiredClientAssertions again = %d, %v; want 0", n, err)
+	}
+	if err := s.UseClientAssertion(ctx, "c1", "jti-c1", now.Add(2*time.Minute), now.Add(time.Second)); err != nil {
+		t.Errorf("a jti DeleteExpiredClientAssertions deleted: %v", err)
+	}
+	if err := s.UseClientAssertion(ctx, "c2", "jti-long", now.Add(time.Hour), now.Add(time.Second)); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("a jti DeleteExpiredClientAssertions kept = %v, want ErrConflict", err)
+	}
+	if _, err := s.DeleteExpiredClientAssertions(ctx, time.Time{}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("DeleteExpiredClientAssertions at the zero time = %v, want ErrInvalid", err)
+	}
 }
