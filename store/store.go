@@ -582,12 +582,17 @@ type Store interface {
 
 	// PutConfiguredClient creates or updates a client of Usher's
 	// configuration (Kind configured, or empty for it; RegisteredBy empty)
-	// and returns it as stored. An update replaces Name, RedirectURIs,
-	// GrantTypes, AuthMethod, SecretHash, Metadata and UpdatedAt, and keeps
-	// CreatedAt, LastUsedAt and RevokedAt: a revoked client stays revoked.
+	// and returns it as stored, and what it changed. An update replaces
+	// Name, RedirectURIs, GrantTypes, AuthMethod, SecretHash, Metadata and
+	// UpdatedAt, and keeps CreatedAt, LastUsedAt and RevokedAt: a revoked
+	// client stays revoked. A client stored with c's registration (those
+	// six fields) is left as it is: ClientUnchanged, nothing written. With
+	// audit (nil, or a nil build, for no record), a creation (prev nil) or
+	// an update (prev the client before it) appends audit(prev)'s record in
+	// the same transaction, so that each change is recorded once, with it.
 	// Replicas starting together may put the same client. ErrConflict when
 	// the id is a client of another kind; ErrInvalid as CreateOAuthClient.
-	PutConfiguredClient(ctx context.Context, c OAuthClient) (OAuthClient, error)
+	PutConfiguredClient(ctx context.Context, c OAuthClient, audit func(prev *OAuthClient) func(AuditHead) (AuditRecord, error)) (OAuthClient, ClientChange, error)
 	// UseClientAssertion records that the client's assertion jti (RFC
 	// 7523 §3, a JWT ID) was used at now and can be replayed until
 	// expiresAt (after now); ErrConflict when the client's jti is recorded
@@ -595,4 +600,10 @@ type Store interface {
 	// jti exactly one succeeds. The client's recorded assertions expired at
 	// now are deleted. An unknown client: ErrNotFound.
 	UseClientAssertion(ctx context.Context, clientID, jti string, expiresAt, now time.Time) error
+	// DeleteExpiredClientAssertions deletes every client's recorded
+	// assertions expired at or before before, and returns how many: an
+	// expired assertion is refused by its exp, so its jti need not be kept
+	// (the sweep of broker/oauth; UseClientAssertion deletes only its own
+	// client's).
+	DeleteExpiredClientAssertions(ctx context.Context, before time.Time) (int, error)
 }

@@ -37,7 +37,9 @@
 //
 // The document must be a JSON object whose client_id equals the URL exactly
 // (simple string comparison, no normalisation), with a client_name and a
-// non-empty redirect_uris, and may carry client_uri, logo_uri, grant_types,
+// non-empty redirect_uris, each acceptable by [RedirectURIProblem] — the
+// rule broker/oauth holds registered and configured clients to as well —,
+// and may carry client_uri, logo_uri, grant_types,
 // response_types, token_endpoint_auth_method, jwks_uri or jwks, and scope;
 // other members are kept in [Document].Raw and otherwise ignored. Member
 // names match exactly and a name given twice refuses the document, so that

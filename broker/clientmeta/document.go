@@ -3,6 +3,7 @@ package clientmeta
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/url"
 	"slices"
 	"strings"
@@ -10,8 +11,6 @@ import (
 	"unicode/utf8"
 
 	jsonv2 "github.com/go-json-experiment/json"
-
-	"github.com/usherhq/usher/internal/httpx"
 )
 
 // Limits of a document's members: generous for real clients, small enough
@@ -159,9 +158,9 @@ func checkName(name string) *Error {
 }
 
 // checkRedirectURIs requires at least one redirect URI and accepts only
-// those a client can legitimately receive a code at: absolute, without
-// fragment or user info, and https, http to a loopback host, or a
-// private-use scheme with a dot (RFC 8252 §7.1, e.g. com.example.app:/cb).
+// those RedirectURIProblem accepts, the rule of every client of Usher's
+// authorization server. Why one was refused goes to the error's Cause, for
+// the logs.
 func checkRedirectURIs(uris []string) *Error {
 	if len(uris) == 0 {
 		return refuse("the client metadata document has no redirect_uris")
@@ -170,32 +169,11 @@ func checkRedirectURIs(uris []string) *Error {
 		return refuse("the client metadata document has too many redirect_uris")
 	}
 	for _, raw := range uris {
-		if !isRedirectURI(raw) {
-			return refuse("the client metadata document has a redirect_uri that is not acceptable")
+		if problem := RedirectURIProblem(raw); problem != "" {
+			return fail("the client metadata document has a redirect_uri that is not acceptable", errors.New(problem))
 		}
 	}
 	return nil
-}
-
-// isRedirectURI is checkRedirectURIs's rule for one URI.
-func isRedirectURI(raw string) bool {
-	if raw == "" || len(raw) > maxURILen || strings.Contains(raw, "#") {
-		return false
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" || u.User != nil {
-		return false
-	}
-	switch u.Scheme {
-	case "https":
-		return u.Host != ""
-	case "http":
-		return httpx.IsLoopbackHost(u.Hostname())
-	default:
-		// A private-use scheme is a reversed domain name (RFC 8252 §7.1);
-		// the dot also keeps out javascript:, data:, file: and their kind.
-		return strings.Contains(u.Scheme, ".")
-	}
 }
 
 // isWebURL reports whether raw is an absolute http(s) URL with a host

@@ -3,6 +3,8 @@ package oauth
 import (
 	"net/url"
 	"strings"
+
+	"github.com/usherhq/usher/broker/clientmeta"
 )
 
 // maxStateLen bounds the state parameter: opaque to Usher, echoed to the
@@ -52,7 +54,7 @@ func ParseAuthorize(q url.Values) (AuthorizeRequest, error) {
 	if a.RedirectURI, ok = single(q, "redirect_uri"); !ok || a.RedirectURI == "" {
 		return a, newError(CodeInvalidRequest, "redirect_uri is required, once.", false)
 	}
-	if redirectURIProblem(a.RedirectURI) != "" {
+	if clientmeta.RedirectURIProblem(a.RedirectURI) != "" {
 		return a, newError(CodeInvalidRequest, "redirect_uri is not a valid redirect URI.", false)
 	}
 	// From here on the error can reach the client.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/store"
 )
 
@@ -218,7 +219,14 @@ func (s *Server) verifyAssertion(ctx context.Context, cl store.OAuthClient, raw 
 	err = s.st.UseClientAssertion(ctx, cl.ID, claims.ID, exp.Add(AssertionLeeway), now)
 	switch {
 	case errors.Is(err, store.ErrConflict):
-		s.log.WarnContext(ctx, "oauth: a client assertion replayed", "client_id", cl.ID, "jti", claims.ID)
+		// Refused whether or not the record is written: a replay is
+		// never let in.
+		jti := HashSecret(claims.ID)
+		s.log.WarnContext(ctx, "oauth: a client assertion replayed", "client_id", cl.ID, "jti_sha256", jti)
+		if aerr := s.record(ctx, audit.Entry{Kind: audit.KindOAuthClientAssertionReplayed, ClientID: cl.ID},
+			map[string]any{"jti_sha256": jti}); aerr != nil {
+			s.log.ErrorContext(ctx, "oauth: audit a client assertion replay", "err", aerr)
+		}
 		return clientError("The client assertion was already used.")
 	case errors.Is(err, store.ErrInvalid):
 		return clientError("The client assertion's jti is not valid.")

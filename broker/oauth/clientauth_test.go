@@ -10,10 +10,12 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -53,8 +55,8 @@ var testECKey = sync.OnceValue(func() *ecdsa.PrivateKey {
 func jwksOf(t *testing.T, keys map[string]crypto.PublicKey) json.RawMessage {
 	t.Helper()
 	var set jose.JSONWebKeySet
-	for kid, k := range keys {
-		set.Keys = append(set.Keys, jose.JSONWebKey{Key: k, KeyID: kid, Use: "sig"})
+	for _, kid := range slices.Sorted(maps.Keys(keys)) { // the same set, the same JSON
+		set.Keys = append(set.Keys, jose.JSONWebKey{Key: keys[kid], KeyID: kid, Use: "sig"})
 	}
 	b, err := json.Marshal(set)
 	if err != nil {

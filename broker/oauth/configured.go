@@ -1,15 +1,18 @@
 package oauth
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 
+	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/store"
 )
 
@@ -168,16 +171,27 @@ func checkConfiguredClients(clients []ConfiguredClient) ([]store.OAuthClient, er
 // PutConfiguredClients writes the configured clients
 // (ServerOptions.ConfiguredClients) to the store, creating or updating
 // each: call it once at start, before serving. Replicas starting together
-// may all call it. A configured client revoked (usher clients revoke)
-// stays revoked. A configured client the configuration no longer has is
-// left in the store, and this server refuses it as unknown; it is not
-// revoked, so that during a rolling change of the configuration a replica
-// still running the old one revokes nothing the new one has. An id taken
-// by a client of another kind is an error.
+// may all call it. A client created, or whose registration changed, is
+// audited (oauth_client_configured) in the same transaction, once across
+// replicas; a start that changes nothing records nothing. A configured
+// client revoked (usher clients revoke) stays revoked. A configured client
+// the configuration no longer has is left in the store, and this server
+// refuses it as unknown; it is not revoked, so that during a rolling
+// change of the configuration a replica still running the old one revokes
+// nothing the new one has. An id taken by a client of another kind is an
+// error.
 func (s *Server) PutConfiguredClients(ctx context.Context) error {
 	for _, cl := range s.configuredClients {
 		cl.CreatedAt, cl.UpdatedAt = s.clock(), s.clock() // an update keeps the CreatedAt stored
-		_, err := s.st.PutConfiguredClient(ctx, cl)
+		_, _, err := s.st.PutConfiguredClient(ctx, cl, func(prev *store.OAuthClient) func(store.AuditHead) (store.AuditRecord, error) {
+			return func(head store.AuditHead) (store.AuditRecord, error) {
+				build, err := s.builder(audit.Entry{Kind: audit.KindOAuthClientConfigured, ClientID: cl.ID}, configuredDetails(prev, cl))
+				if err != nil {
+					return store.AuditRecord{}, err
+				}
+				return build(head)
+			}
+		})
 		if errors.Is(err, store.ErrConflict) {
 			return fmt.Errorf("oauth: configured client %q: the id is taken by a client that is not configured", cl.ID)
 		}
@@ -186,4 +200,53 @@ func (s *Server) PutConfiguredClients(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// configuredDetails are the details of the oauth_client_configured record
+// of cl, created (prev nil) or updated from prev: its registration as it
+// is now, and for an update what changed. The secret's hash is never
+// recorded, only that it changed.
+func configuredDetails(prev *store.OAuthClient, cl store.OAuthClient) map[string]any {
+	d := map[string]any{
+		"change": string(store.ClientCreated), "name": cl.Name, "redirect_uris": cl.RedirectURIs,
+		"grant_types": cl.GrantTypes, "auth_method": cl.AuthMethod, "by": "the configuration (oauth.clients)",
+	}
+	if src, err := keySource(cl.Metadata); err == nil {
+		if src.JWKSURI != "" {
+			d["jwks_uri"] = src.JWKSURI
+		} else {
+			d["jwks"] = "in the configuration"
+		}
+	}
+	if prev == nil {
+		return d
+	}
+	d["change"] = string(store.ClientUpdated)
+	changed := []string{}
+	for field, differs := range map[string]bool{
+		"name": prev.Name != cl.Name, "redirect_uris": !slices.Equal(prev.RedirectURIs, cl.RedirectURIs),
+		"grant_types": !slices.Equal(prev.GrantTypes, cl.GrantTypes), "auth_method": prev.AuthMethod != cl.AuthMethod,
+		"secret": prev.SecretHash != cl.SecretHash, "keys": !sameJSON(prev.Metadata, cl.Metadata),
+	} {
+		if differs {
+			changed = append(changed, field)
+		}
+	}
+	slices.Sort(changed)
+	d["changed"] = changed
+	return d
+}
+
+// sameJSON reports whether a and b (either may be empty, for none) are the
+// same JSON value, however they are spaced: the store may give back a
+// client's metadata compacted.
+func sameJSON(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var va, vb any
+	return json.Unmarshal(a, &va) == nil && json.Unmarshal(b, &vb) == nil && reflect.DeepEqual(va, vb)
 }

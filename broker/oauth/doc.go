@@ -35,6 +35,9 @@
 //   - Dynamic Client Registration (RFC 7591): [ParseRegistration],
 //     [Registration.Response], [NewClientID], [NewSecret], [HashSecret] and
 //     [CheckSecret].
+//   - Housekeeping: a [Sweeper] deletes the codes and refresh tokens that
+//     ended longer ago than the refresh idle lifetime, which reuse
+//     detection needs, and the expired client assertions.
 //   - Consent: [RenderConsent] draws the page a user approves or denies a
 //     client on, with the headers that keep it from being framed.
 //   - Authorization requests: [ParseAuthorize], [CheckResource] (RFC 8707,

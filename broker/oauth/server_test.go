@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -70,8 +71,17 @@ const userCookie = "test_user"
 
 // principal is the principal a test user signs in as.
 func principal(user string) identity.Principal {
-	return identity.Principal{Issuer: "https://idp.example.com", Tenant: "tenant-1", Subject: user, Name: user, Groups: []string{"staff"}}
+	p := identity.Principal{Issuer: "https://idp.example.com", Tenant: "tenant-1", Subject: user, Name: user, Groups: []string{"staff"}}
+	if user == crowdUser {
+		for i := range broker.MaxGroups + 1 {
+			p.Groups = append(p.Groups, "group-"+strconv.Itoa(i))
+		}
+	}
+	return p
 }
+
+// crowdUser is a test user in more groups than a broker token carries.
+const crowdUser = "crowd"
 
 // sessionCookie names the test's browser session, when a test gives one
 // person several; without it, a user's session is "session of <user>".

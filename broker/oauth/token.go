@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/usherhq/usher/broker"
@@ -45,7 +46,9 @@ type tokenResponse struct {
 }
 
 // serveToken is the token endpoint (RFC 6749 §3.2): form-encoded POSTs of
-// the authorization_code and refresh_token grants.
+// the authorization_code and refresh_token grants, and of the token
+// exchange (exchange.go) when it is on. Another grant type is answered
+// with the ones the metadata announces.
 func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 	form, ferr := readForm(w, r)
 	if ferr != nil {
@@ -68,7 +71,7 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 	case "":
 		WriteError(w, http.StatusBadRequest, CodeInvalidRequest, "grant_type is required.")
 	default:
-		WriteError(w, http.StatusBadRequest, CodeUnsupportedGrantType, "The grant types are authorization_code and refresh_token.")
+		WriteError(w, http.StatusBadRequest, CodeUnsupportedGrantType, "The grant types are "+strings.Join(s.metadata.GrantTypesSupported, ", ")+".")
 	}
 }
 
@@ -156,11 +159,16 @@ func (s *Server) codeGrant(w http.ResponseWriter, r *http.Request, cl store.OAut
 			Family: family, ClientID: cl.ID, Principal: ac.Principal, Subject: ac.Subject,
 			Resource: ac.Resource, Scope: ac.Scope, FamilyEnd: now.Add(s.refreshAbs),
 		}, GrantAuthorizationCode, now, &out)
-		if err != nil {
+		switch {
+		case errors.Is(err, broker.ErrBadGrant):
+			s.log.InfoContext(ctx, "oauth: grant refused", "client_id", cl.ID, "err", err)
+			refusal = errUnfitGrant()
+		case err != nil:
 			s.serverError(w, r, "answer the authorization code grant", err)
 			return
+		default:
+			g = &grant
 		}
-		g = &grant
 	}
 	// A refused request redeems the code with no grant: it is used up by
 	// the first attempt all the same.
@@ -250,7 +258,13 @@ func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.O
 		Family: old.FamilyID, ClientID: old.ClientID, Principal: old.Principal, Subject: old.Subject,
 		Resource: old.Resource, Scope: old.Scope, FamilyEnd: old.FamilyExpiresAt,
 	}, GrantRefreshToken, now, &out)
-	if err != nil {
+	switch {
+	case errors.Is(err, broker.ErrBadGrant):
+		// Nothing is used up: the token stays as it was, and so refused.
+		s.log.InfoContext(ctx, "oauth: grant refused", "client_id", cl.ID, "err", err)
+		errUnfitGrant().Write(w)
+		return
+	case err != nil:
 		s.serverError(w, r, "answer the refresh token grant", err)
 		return
 	}
@@ -281,6 +295,14 @@ func (s *Server) refreshEnd(now time.Time, rc refreshContext) time.Time {
 	return idle
 }
 
+// errUnfitGrant is the invalid_grant of a grant whose person an access
+// token cannot carry: the broker refuses a tenant or groups it would have
+// to cut (broker.ErrBadGrant), which could change a policy's decision.
+func errUnfitGrant() *Error {
+	return newError(CodeInvalidGrant, "The person's tenant or groups do not fit in an access token (at most "+
+		strconv.Itoa(broker.MaxGroups)+" groups of at most "+strconv.Itoa(broker.MaxClaimLength)+" bytes).", false)
+}
+
 // errNoConsent reports that the user's consent to the client is gone.
 var errNoConsent = errors.New("oauth: the consent is revoked or gone")
 
@@ -300,7 +322,9 @@ type issued struct {
 // record. All of it commits or none, so no token is answered without its
 // record, and a revocation that commits first is seen. The mint comes
 // before the transaction, which holds locks, and may need a write of its
-// own (a signing key's rotation). An error is a server failure.
+// own (a signing key's rotation). An error is a server failure, but for
+// broker.ErrBadGrant: the grant's person does not fit in a token, which
+// the caller refuses (errUnfitGrant).
 func (s *Server) issue(ctx context.Context, cl store.OAuthClient, rc refreshContext, grant string, now time.Time, out *issued) (store.TokenGrant, error) {
 	sub, err := parseSubject(rc.Subject)
 	if err != nil {

@@ -25,7 +25,8 @@ import (
 // oauth.clients in the YAML file are usable once `usher serve` has
 // started: listed as configured, a public one connected as a registered one
 // is, a private_key_jwt one redeeming its code with a client assertion —
-// and that one removed from the file is refused after a restart.
+// and that one removed from the file is refused after a restart; and that
+// each was audited once, when created.
 func TestConfiguredClientsThroughServe(t *testing.T) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -118,6 +119,15 @@ func TestConfiguredClientsThroughServe(t *testing.T) {
 	}
 	if out, _ := s.cli(t, "clients", "list"); !strings.Contains(lineOf(out, "desk"), "configured") {
 		t.Errorf("the removed client is no longer listed:\n%s", out)
+	}
+	// Each was audited when created; the restart, which changed neither
+	// (ci-bot is as it was, desk is not written), records nothing.
+	export, err := s.cli(t, "audit", "export")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(export, `"oauth_client_configured"`); n != 2 {
+		t.Errorf("%d oauth_client_configured records after two starts, want 2 (ci-bot and desk, created):\n%s", n, export)
 	}
 	refresh := url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tok.RefreshToken},
 		"client_assertion_type": {oauth.ClientAssertionType}, "client_assertion": {sign()}}

@@ -16,6 +16,7 @@ import (
 	"github.com/usherhq/usher/approvals"
 	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/broker/oauth"
 	"github.com/usherhq/usher/internal/config"
 	"github.com/usherhq/usher/internal/devoidc"
 	"github.com/usherhq/usher/internal/httpx"
@@ -193,6 +194,16 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	defer executionSweeper.Stop()
+	// Ended codes and refresh tokens, kept oauth.refresh_idle for the
+	// reuse detection, and expired client assertions.
+	oauthSweeper, err := oauth.NewSweeper(oauthSrv, nil)
+	if err != nil {
+		return err
+	}
+	if err := oauthSweeper.Start(ctx); err != nil {
+		return err
+	}
+	defer oauthSweeper.Stop()
 	mountAssistant(mux, runtime, authenticated, publicURL)
 	if err := runtime.Start(ctx); err != nil {
 		return fmt.Errorf("assistant: %w", err)

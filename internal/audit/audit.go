@@ -68,6 +68,15 @@ const (
 	// endpoint (RFC 8693), issued (TokenJTI) to the exchanging client, who
 	// acts for the person (Principal).
 	KindOAuthTokenExchanged Kind = "oauth_token_exchanged"
+	// KindOAuthClientAssertionReplayed: a client authenticating with
+	// private_key_jwt presented an assertion whose jti it had used
+	// (RFC 7523 §3): refused. The record names the client and the jti's
+	// SHA-256, never the assertion.
+	KindOAuthClientAssertionReplayed Kind = "oauth_client_assertion_replayed"
+	// KindOAuthClientConfigured: usher serve wrote a client of its
+	// configuration (oauth.clients) that was new or whose registration
+	// changed; a start that changes nothing records nothing.
+	KindOAuthClientConfigured Kind = "oauth_client_configured"
 )
 
 // kindPattern is what a Kind must look like.

@@ -284,7 +284,8 @@ type OAuth struct {
 	RegistrationsPerHour int `yaml:"registrations_per_hour"`
 	// RefreshIdle is how long a refresh token lasts unused: each use
 	// rotates it and starts the time again. Default 336h (14 days); at
-	// least 5m and at most refresh_absolute.
+	// least 5m and at most refresh_absolute. Ended codes and refresh
+	// tokens are kept as long for reuse detection, then swept.
 	RefreshIdle Duration `yaml:"refresh_idle"`
 	// RefreshAbsolute is how long a sign-in lasts from its consent,
 	// however often its refresh tokens are used; then the person signs in

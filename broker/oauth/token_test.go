@@ -1,0 +1,111 @@
+package oauth_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/broker/oauth"
+	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
+)
+
+// TestTokenRefusesUnfitGrant checks that a code or refresh grant for a
+// person in more groups than an access token carries is refused with
+// invalid_grant, not a server error, and issues nothing: the code is used
+// up as by any refused redemption, the refresh token is left as it was.
+func TestTokenRefusesUnfitGrant(t *testing.T) {
+	engines(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		e := newEnv(t, st, nil)
+		c := e.register(nil)
+		issued := func() int {
+			n := 0
+			for _, k := range e.auditKinds() {
+				if k == "oauth_token_issued" {
+					n++
+				}
+			}
+			return n
+		}
+		unfit := func(what string, tok tokenAnswer) {
+			t.Helper()
+			if tok.Status != http.StatusBadRequest || tok.Error != oauth.CodeInvalidGrant || !strings.Contains(tok.Description, "groups") ||
+				tok.AccessToken != "" || tok.RefreshToken != "" {
+				t.Errorf("%s for a person in too many groups: %+v, want 400 invalid_grant about the groups", what, tok)
+			}
+		}
+
+		code, verifier := e.code(c, crowdUser, nil)
+		unfit("the code grant", e.redeem(c, code, verifier))
+		if tok := e.redeem(c, code, verifier); tok.Error != oauth.CodeInvalidGrant || tok.AccessToken != "" {
+			t.Errorf("the refused code again: %+v, want invalid_grant", tok)
+		}
+
+		// A refresh token of such a person (issued before their groups
+		// grew, say).
+		now := e.clock.Now()
+		raw := oauth.NewSecret()
+		p := principal(crowdUser)
+		sub, _ := json.Marshal(map[string]any{"tenant": p.Tenant, "groups": p.Groups})
+		if err := st.IssueRefreshToken(ctx, store.RefreshToken{
+			TokenHash: oauth.HashSecret(raw), FamilyID: "crowd-family", ClientID: c.ID, Principal: p.ID(), Subject: sub,
+			Resource: e.resource, Scope: "mcp:invoke", CreatedAt: now, ExpiresAt: now.Add(time.Hour), FamilyExpiresAt: now.Add(2 * time.Hour),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		unfit("the refresh grant", e.refresh(c, raw))
+		if rt, err := st.GetRefreshToken(ctx, oauth.HashSecret(raw)); err != nil || !rt.UsedAt.IsZero() || !rt.RevokedAt.IsZero() {
+			t.Errorf("the refused refresh token: %+v, %v; want it unused and not revoked", rt, err)
+		}
+		if n := issued(); n != 0 {
+			t.Errorf("%d oauth_token_issued records, want none", n)
+		}
+
+		// Anyone else is served as before.
+		code, verifier = e.code(c, "alice", nil)
+		if tok := e.redeem(c, code, verifier); tok.Status != http.StatusOK {
+			t.Fatalf("alice's code: %+v", tok)
+		}
+	})
+}
+
+// TestUnsupportedGrantType checks that an unsupported grant type is
+// answered with the grant types the server supports: the token exchange
+// only when it is on.
+func TestUnsupportedGrantType(t *testing.T) {
+	refuse := func(o *oauth.ServerOptions) { o.VerifySubjectToken = refuseSubjectTokens }
+	for _, tc := range []struct {
+		name string
+		edit func(*oauth.ServerOptions)
+		want string
+	}{
+		{"exchange off", refuse, "The grant types are authorization_code, refresh_token."},
+		{"exchange on", func(o *oauth.ServerOptions) { refuse(o); o.ExchangeClients = []string{"ci-bot"} },
+			"The grant types are authorization_code, refresh_token, " + oauth.GrantTokenExchange + "."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, storetest.NewSQLite(t), tc.edit)
+			c := e.register(nil)
+			tok := e.token(c, url.Values{"grant_type": {"password"}})
+			if tok.Status != http.StatusBadRequest || tok.Error != oauth.CodeUnsupportedGrantType || tok.Description != tc.want {
+				t.Errorf("%+v, want 400 unsupported_grant_type %q", tok, tc.want)
+			}
+			if got := e.server.Metadata().GrantTypesSupported; !slices.Equal(got, strings.Split(strings.TrimSuffix(strings.TrimPrefix(tc.want, "The grant types are "), "."), ", ")) {
+				t.Errorf("the metadata's grant_types_supported %v differ from %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// refuseSubjectTokens is a subject token verifier that accepts none.
+func refuseSubjectTokens(context.Context, string) (identity.Principal, error) {
+	return identity.Principal{}, errors.New("no subject token is accepted here")
+}
