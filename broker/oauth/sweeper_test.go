@@ -83,8 +83,9 @@ type sweptStore struct {
 	swept chan struct{}
 }
 
-func (s sweptStore) DeleteExpiredClientAssertions(ctx context.Context, before time.Time) (int, error) {
-	n, err := s.Store.DeleteExpiredClientAssertions(ctx, before)
+// DeleteExpiredOAuth is the sweep's last call.
+func (s sweptStore) DeleteExpiredOAuth(ctx context.Context, before time.Time) (int, error) {
+	n, err := s.Store.DeleteExpiredOAuth(ctx, before)
 	select {
 	case s.swept <- struct{}{}:
 	default:
