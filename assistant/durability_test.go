@@ -49,7 +49,7 @@ var errInjected = errors.New("injected database fault")
 type faultyStore struct {
 	store.Store
 	failClaims  atomic.Int32 // ClaimRuns calls still to fail
-	failAppends atomic.Int32 // AppendLeased calls still to fail
+	failAppends atomic.Int32 // AppendLeased and RecordContext calls still to fail
 	failReads   atomic.Int32 // ListMessages calls still to fail
 	panicReads  atomic.Int32 // ListMessages calls still to panic
 }
@@ -66,6 +66,14 @@ func (f *faultyStore) AppendLeased(ctx context.Context, l store.Lease, events ..
 		return nil, errInjected
 	}
 	return f.Store.AppendLeased(ctx, l, events...)
+}
+
+// RecordContext is an append too: a turn's start carries its context.
+func (f *faultyStore) RecordContext(ctx context.Context, l store.Lease, c store.RunContext, events ...store.NewEvent) ([]store.Event, error) {
+	if f.failAppends.Add(-1) >= 0 {
+		return nil, errInjected
+	}
+	return f.Store.RecordContext(ctx, l, c, events...)
 }
 
 func (f *faultyStore) ListMessages(ctx context.Context, runID string, q store.MessageQuery) ([]store.Event, error) {

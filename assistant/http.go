@@ -140,12 +140,15 @@ type RunView struct {
 	CreatedAt    time.Time  `json:"createdAt"`
 	UpdatedAt    time.Time  `json:"updatedAt"`
 	CompletedAt  *time.Time `json:"completedAt,omitempty"`
+	// Context is the size of the model context of the run's latest model
+	// step; absent until a turn recorded one.
+	Context *ContextView `json:"context,omitempty"`
 }
 
 func viewRun(r store.Run) RunView {
 	v := RunView{ID: r.ID, Title: r.Title, Status: string(r.Status), Preview: r.Preview, MessageCount: r.MessageCount,
 		LastSeq: r.LastSeq, Working: r.TurnSeq != 0 || !r.QueuedAt.IsZero() || r.LeaseOwner != "",
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Context: viewContext(r.Context)}
 	if !r.CompletedAt.IsZero() {
 		v.CompletedAt = &r.CompletedAt
 	}

@@ -480,6 +480,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	}
 	for name, v := range map[string]any{
 		"Run":                  RunView{},
+		"RunContext":           ContextView{},
 		"UserMessage":          UserMessage{},
 		"AssistantMessage":     AssistantMessage{},
 		"ToolCall":             ToolCall{},

@@ -32,6 +32,7 @@ const (
 	DefaultHeartbeat            = 15 * time.Second
 	DefaultRetryBackoff         = time.Second
 	DefaultMaxStreamsPerUser    = 16
+	DefaultContextTokens        = 80_000
 )
 
 // DefaultSystemPrompt is the system prompt when Options.SystemPrompt is
@@ -96,6 +97,10 @@ type Options struct {
 	// SystemPrompt opens every model session. Default:
 	// DefaultSystemPrompt.
 	SystemPrompt string
+	// ContextTokens is the model's context limit, in tokens: the limit
+	// each run's context accounting is recorded against (RunView.Context).
+	// Default: 80,000.
+	ContextTokens int
 	// Transport is TransportAuto (or TransportSSE): Server-Sent Events,
 	// WebSocket and long-poll; or TransportLongPoll: the streaming routes
 	// answer 503. Default: TransportAuto.
@@ -158,7 +163,8 @@ func New(opts *Options) (*Runtime, error) {
 		name string
 		v    int
 	}{{"MaxConcurrency", o.MaxConcurrency}, {"MaxActiveRuns", o.MaxActiveRuns}, {"HistoryMessages", o.HistoryMessages},
-		{"MaxToolCallsPerSlice", o.MaxToolCallsPerSlice}, {"MaxSteps", o.MaxSteps}, {"MaxMessageBytes", o.MaxMessageBytes}} {
+		{"MaxToolCallsPerSlice", o.MaxToolCallsPerSlice}, {"MaxSteps", o.MaxSteps}, {"MaxMessageBytes", o.MaxMessageBytes},
+		{"ContextTokens", o.ContextTokens}} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("option %s is %d, want 0 (the default) or more", n.name, n.v))
 		}
@@ -201,6 +207,7 @@ func New(opts *Options) (*Runtime, error) {
 	setDefault(&o.Heartbeat, DefaultHeartbeat)
 	setDefault(&o.RetryBackoff, DefaultRetryBackoff)
 	setDefault(&o.MaxStreamsPerUser, DefaultMaxStreamsPerUser)
+	setDefault(&o.ContextTokens, DefaultContextTokens)
 	setDefault(&o.Transport, TransportAuto)
 	if o.SystemPrompt == "" {
 		o.SystemPrompt = DefaultSystemPrompt

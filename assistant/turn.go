@@ -41,6 +41,9 @@ type turn struct {
 	queued bool
 	// past is the history before the turn, in turn order, once read.
 	past []model.Message
+	// pending is the context accounting the turn's next write carries:
+	// the estimate or the reported size of its latest model request.
+	pending *store.RunContext
 }
 
 // work runs one claimed run until its lease is released. Every write it
@@ -171,15 +174,23 @@ func (t *turn) setLease(l store.Lease) {
 	t.lease = l
 }
 
-// append writes events under the lease.
+// append writes events under the lease, and the pending context
+// accounting with them (then events may be none).
 func (t *turn) append(ctx context.Context, events ...store.NewEvent) ([]store.Event, error) {
-	out, err := t.rt.st.AppendLeased(ctx, t.currentLease(), events...)
+	var out []store.Event
+	var err error
+	if t.pending != nil {
+		out, err = t.rt.st.RecordContext(ctx, t.currentLease(), *t.pending, events...)
+	} else {
+		out, err = t.rt.st.AppendLeased(ctx, t.currentLease(), events...)
+	}
 	if errors.Is(err, store.ErrConflict) {
 		return nil, errLeaseLost
 	}
 	if err != nil {
 		return nil, err
 	}
+	t.pending = nil
 	for _, e := range out {
 		if isMessageEvent(e.Type) {
 			t.messages = append(t.messages, e)
@@ -192,11 +203,15 @@ func isMessageEvent(typ string) bool {
 	return typ == EventUserMessage || typ == EventAssistantMessage || typ == EventToolResult
 }
 
-// work does the slice and returns how it ends.
+// work does the slice and returns how it ends: with the context
+// accounting still pending, which the end of the lease records.
 func (t *turn) work(ctx context.Context) (ending, error) {
 	end, err := t.slice(ctx)
 	if f := (*turnFailure)(nil); errors.As(err, &f) {
-		return t.finish(TurnFailed, f.message, f.unstarted), nil
+		end, err = t.finish(TurnFailed, f.message, f.unstarted), nil
+	}
+	if err == nil {
+		end.rel.Context = t.pending
 	}
 	return end, err
 }
@@ -228,6 +243,13 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		for _, m := range history {
 			chars += utf8.RuneCountInString(m.Content)
 		}
+		// The context the first step sends, estimated, rides on the
+		// turn's start.
+		req, err := t.request(ctx)
+		if err != nil {
+			return ending{}, err
+		}
+		t.pending = t.estimated(req, t.lastSeq())
 		if _, err := t.append(ctx,
 			store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: t.seq}), StartsTurn: t.seq},
 			store.NewEvent{Type: EventSystemPrompt, Payload: mustJSON(SystemPromptRecord{
@@ -262,6 +284,8 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		return t.finish(TurnCompleted, "", false), nil
 	}
 	steps := t.stepsSoFar()
+	// accounted: the slice has recorded the context it sends first.
+	accounted := starting
 	for {
 		if steps >= rt.o.MaxSteps {
 			return ending{}, &turnFailure{message: fmt.Sprintf("The turn stopped after %d model steps, its limit.", rt.o.MaxSteps)}
@@ -269,7 +293,20 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		if calls >= budget {
 			return yield(), nil
 		}
-		resp, err := t.complete(ctx)
+		req, err := t.request(ctx)
+		if err != nil {
+			return ending{}, err
+		}
+		est := t.estimated(req, t.lastSeq())
+		if !accounted {
+			// A resumed slice: nothing else is written before the step.
+			t.pending = est
+			if _, err := t.append(ctx); err != nil {
+				return ending{}, err
+			}
+			accounted = true
+		}
+		resp, err := t.complete(ctx, req)
 		if err != nil {
 			var me *model.Error
 			if errors.As(err, &me) && ctx.Err() == nil {
@@ -278,6 +315,7 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 			return ending{}, err
 		}
 		steps++
+		t.pending = afterStep(est, resp.Usage)
 		msg := AssistantMessage{Content: resp.Message.Content, MessageSeq: t.seq}
 		argumentsErrors := make([]string, len(resp.Message.ToolCalls))
 		for i, c := range resp.Message.ToolCalls {
@@ -507,12 +545,9 @@ func (t *turn) request(ctx context.Context) (model.Request, error) {
 }
 
 // complete runs one model step, retrying a retryable failure twice.
-func (t *turn) complete(ctx context.Context) (model.Response, error) {
-	req, err := t.request(ctx)
-	if err != nil {
-		return model.Response{}, err
-	}
+func (t *turn) complete(ctx context.Context, req model.Request) (model.Response, error) {
 	var resp model.Response
+	var err error
 	for attempt := 0; ; attempt++ {
 		deltas := &deltaStream{rt: t.rt, runID: t.run.ID, messageSeq: t.seq}
 		resp, err = t.rt.o.Model.Complete(ctx, req, deltas.add)

@@ -146,7 +146,9 @@ var (
 	// with $14 or when the run is left InProgress with work (an open turn,
 	// or a user message after the one it handled), queueing it. $15, when
 	// not NULL, is the retry's not-before time, which counts a failure; a
-	// release without resets the count.
+	// release without resets the count. $16 to $19, when $16 is not NULL,
+	// are the run's new context accounting (RunContext: tokens, limit,
+	// source, seq), recorded at $2.
 	appendLeased = advancing(`UPDATE runs SET `+runAdvance+`,
 		updated_at = CASE WHEN $3::integer > 0 OR ($12::boolean AND status <> $13::text)
 			THEN $2::timestamptz ELSE updated_at END,
@@ -158,7 +160,12 @@ var (
 					AND e.type LIKE 'message.%' AND e.type = 'message.user' AND e.seq > `+runHandledAfter+`)))
 			THEN coalesce(queued_at, $2::timestamptz) ELSE queued_at END,
 		failures = CASE WHEN NOT $12::boolean THEN failures WHEN $15::timestamptz IS NULL THEN 0 ELSE failures + 1 END,
-		not_before = CASE WHEN $12::boolean THEN $15::timestamptz ELSE not_before END
+		not_before = CASE WHEN $12::boolean THEN $15::timestamptz ELSE not_before END,
+		context_tokens = coalesce($16::bigint, context_tokens),
+		context_limit = CASE WHEN $16::bigint IS NULL THEN context_limit ELSE $17::bigint END,
+		context_source = CASE WHEN $16::bigint IS NULL THEN context_source ELSE $18::text END,
+		context_seq = CASE WHEN $16::bigint IS NULL THEN context_seq ELSE $19::bigint END,
+		context_at = CASE WHEN $16::bigint IS NULL THEN context_at ELSE $2::timestamptz END
 	WHERE id = $1 AND lease_owner = $10::text AND fencing_token = $11::bigint`, nil,
 		`SELECT `+pgNotifyUpdate(`json_build_object('k', 'run', 'r', id, 'o', owner)`)+` FROM adv WHERE $12::boolean`,
 		`SELECT `+pgNotifyQueue+` FROM adv WHERE $12::boolean AND queued_at IS NOT NULL AND status = 'InProgress'`)
@@ -496,7 +503,7 @@ func (c *core) AppendLeased(ctx context.Context, l Lease, events ...NewEvent) ([
 	if err != nil {
 		return nil, err
 	}
-	out, _, err := c.appendLeased(ctx, l, prepared, nil)
+	out, _, err := c.appendLeased(ctx, l, prepared, nil, nil)
 	return out, err
 }
 
@@ -519,12 +526,13 @@ func (c *core) EndLease(ctx context.Context, l Lease, rel Release, events ...New
 			return nil, Run{}, err
 		}
 	}
-	return c.appendLeased(ctx, l, prepared, &rel)
+	return c.appendLeased(ctx, l, prepared, &rel, rel.Context)
 }
 
 // appendLeased appends events under the lease l and, with rel, ends the
-// lease: one statement, fenced by the lease, on PostgreSQL.
-func (c *core) appendLeased(ctx context.Context, l Lease, events []preparedEvent, rel *Release) ([]Event, Run, error) {
+// lease, and, with acct, records the run's context accounting: one
+// statement, fenced by the lease, on PostgreSQL.
+func (c *core) appendLeased(ctx context.Context, l Lease, events []preparedEvent, rel *Release, acct *RunContext) ([]Event, Run, error) {
 	p := planAppend(events)
 	var release, requeue bool
 	to := RunInProgress
@@ -539,9 +547,13 @@ func (c *core) appendLeased(ctx context.Context, l Lease, events []preparedEvent
 		if rel != nil && rel.Retry > 0 {
 			notBefore = storedTime(now.Add(rel.Retry))
 		}
+		var tokens, limit, source, seq any
+		if acct != nil {
+			tokens, limit, source, seq = acct.Tokens, acct.Limit, string(acct.Source), acct.Seq
+		}
 		var err error
 		out, r, err = advanceRun(ctx, x, appendLeased, l.RunID, now, p,
-			l.Owner, l.Token, release, string(to), requeue, notBefore)
+			l.Owner, l.Token, release, string(to), requeue, notBefore, tokens, limit, source, seq)
 		if errors.Is(err, sql.ErrNoRows) {
 			return missingOrConflict(ctx, x, runExists, l.RunID)
 		}

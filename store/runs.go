@@ -193,6 +193,9 @@ type Release struct {
 	// failure in Run.Failures; any other release resets the count. Only
 	// with InProgress.
 	Retry time.Duration
+	// Context, when not nil, is recorded as the run's Context in the same
+	// write, as RecordContext does.
+	Context *RunContext
 }
 
 // checkRelease validates r and returns it with its status filled in.
@@ -213,6 +216,11 @@ func checkRelease(r Release) (Release, error) {
 	}
 	if r.Retry > 0 {
 		r.Requeue = true
+	}
+	if r.Context != nil {
+		if err := checkRunContext(*r.Context); err != nil {
+			return Release{}, err
+		}
 	}
 	return r, nil
 }

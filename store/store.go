@@ -104,6 +104,10 @@ type Run struct {
 	LastActivityAt time.Time
 	CompletedAt    time.Time // zero until the run reaches a terminal status
 	DeletedAt      time.Time // zero unless the owner deleted the run
+
+	// Context is the size of the model context of the run's latest model
+	// step, as its turn recorded it (zero until one did).
+	Context RunContext
 }
 
 // Event is one entry of a run's append-only event log. Seq is assigned by
@@ -240,6 +244,11 @@ type Store interface {
 	// run is queued for another turn as well; with r.Retry it is queued
 	// for a retry after that backoff, and the failure counted.
 	EndLease(ctx context.Context, l Lease, r Release, events ...NewEvent) ([]Event, Run, error)
+	// RecordContext records c as the run's Context and appends events
+	// (none is fine) in one transaction, provided l still holds the run:
+	// ErrConflict otherwise, ErrNotFound for a missing run. The store
+	// sets c.At.
+	RecordContext(ctx context.Context, l Lease, c RunContext, events ...NewEvent) ([]Event, error)
 	// RequeueRun queues the run for a turn: an AwaitingApproval run goes
 	// back to InProgress. ErrConflict when the run is Idle or terminal,
 	// ErrNotFound when it does not exist or is deleted.

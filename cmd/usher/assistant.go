@@ -52,6 +52,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker) (*
 		IdleAfter:            a.IdleAfter.Std(),
 		MaxMessageBytes:      a.MaxMessageBytes,
 		SystemPrompt:         a.SystemPrompt,
+		ContextTokens:        cfg.Model.ContextTokens,
 		Transport:            cfg.Events.Transport,
 		Heartbeat:            cfg.Events.Heartbeat.Std(),
 		MaxStreamsPerUser:    cfg.Events.MaxStreamsPerUser,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -719,6 +720,19 @@ func TestBrowserConversation(t *testing.T) {
 	tb.waitUntil("the model's summary of the list", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent.startsWith("The tool notes_list returned"))`)
 	tb.waitBadge("Active")
 	checkStreamed(t, tb)
+	// The size of the context the turn sent, in the header, as the API
+	// has it.
+	if code, body := api(t, "GET", s.url+"/api/assistant/runs/"+runA, alice, ""); code != 200 {
+		t.Fatalf("GET the run = %d %v", code, body)
+	} else if c, ok := body["run"].(map[string]any)["context"].(map[string]any); !ok || c["limit"] != 80000.0 {
+		t.Errorf("the run's context = %v, want one of the default limit", body["run"])
+	} else {
+		percent := fmt.Sprint(math.Round(100 * c["tokens"].(float64) / c["limit"].(float64)))
+		if percent == "0" && c["tokens"].(float64) > 0 {
+			percent = "<1"
+		}
+		tb.waitUntil("the context use in the header", `document.querySelector(".conversation-title .context-use")?.textContent === `+js("context: "+percent+"% of 80k"))
+	}
 
 	// A call that needs an approval: the card appears in the page, with the
 	// exact arguments; Approve; the run resumes, the tool runs, and its

@@ -245,6 +245,10 @@ type Model struct {
 	Name string `yaml:"name"`
 	// Timeout bounds one model step. Default 2m.
 	Timeout Duration `yaml:"timeout"`
+	// ContextTokens is the model's context limit, in tokens, against
+	// which each run's context use is recorded and shown. Default 0:
+	// 80000.
+	ContextTokens int `yaml:"context_tokens"`
 }
 
 // Web configures the browser sign-in of the Sessions UI (docs/web.md).
@@ -570,6 +574,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Model.Timeout.Std() < time.Second {
 		bad("model.timeout", "must be at least 1s, got %s", c.Model.Timeout.Std())
+	}
+	if n := c.Model.ContextTokens; n != 0 && (n < 1000 || n > 10_000_000) {
+		bad("model.context_tokens", "must be 0 (the default, 80000) or between 1000 and 10000000, got %d", n)
 	}
 	if c.Approval.TTL.Std() < time.Minute || c.Approval.TTL.Std() > 30*24*time.Hour {
 		bad("approvals.ttl", "must be between 1m and 720h, got %s", c.Approval.TTL.Std())

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,7 +95,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"assistant.sweep_interval": "5s", "assistant.hold_idle": "1m", "assistant.idle_after": "10m",
 		"assistant.max_message_bytes": "1000", "assistant.system_prompt": "Be brief.",
 		"model.provider": "openai", "model.base_url": "http://127.0.0.1:1/v1", "model.api_key": "k",
-		"model.name": "m", "model.timeout": "30s",
+		"model.name": "m", "model.timeout": "30s", "model.context_tokens": "128000",
 		"events.transport": "long-poll", "events.heartbeat": "5s", "events.max_streams_per_user": "4",
 		"web.client_id": "w", "web.client_secret": "ws", "web.scopes": "api://usher/access_as_user",
 		"web.session_lifetime": "1h", "web.revocation_ttl": "2s",
@@ -124,7 +125,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		c.OAuth.Registration || c.OAuth.RegistrationsPerHour != 5 || c.OAuth.RefreshIdle.Std() != time.Hour ||
 		c.OAuth.RefreshAbsolute.Std() != 48*time.Hour || c.OAuth.ClientMetadataDocuments ||
 		strings.Join(c.OAuth.TokenExchangeClients, "|") != "usher-dcr-a|usher-dcr-b" ||
-		len(c.Server.TrustedProxies) != 2 || c.Server.ForwardedHeader != "Forwarded" {
+		len(c.Server.TrustedProxies) != 2 || c.Server.ForwardedHeader != "Forwarded" || c.Model.ContextTokens != 128000 {
 		t.Errorf("overrides not applied: %+v", c)
 	}
 }
@@ -359,6 +360,26 @@ func TestREADMEDocumentsEveryKey(t *testing.T) {
 		row := "| `" + k.Name + "` | `" + k.Env + "` |"
 		if !strings.Contains(string(b), row) {
 			t.Errorf("README has no configuration row for %s (%s)", k.Name, k.Env)
+		}
+	}
+}
+
+// model.context_tokens is unset by default (the runtime's 80000), and a
+// limit no model has is refused by key.
+func TestModelContextTokens(t *testing.T) {
+	c, err := Load("", env(nil), Overrides{})
+	if err != nil || c.Model.ContextTokens != 0 {
+		t.Fatalf("default: %v, context_tokens %d; want 0", err, c.Model.ContextTokens)
+	}
+	for _, ok := range []string{"1000", "128000", "10000000"} {
+		if c, err := Load("", env(map[string]string{"USHER_MODEL_CONTEXT_TOKENS": ok}), Overrides{}); err != nil || strconv.Itoa(c.Model.ContextTokens) != ok {
+			t.Errorf("context_tokens %s: %v, got %d", ok, err, c.Model.ContextTokens)
+		}
+	}
+	for _, bad := range []string{"-1", "999", "10000001"} {
+		_, err := Load("", env(map[string]string{"USHER_MODEL_CONTEXT_TOKENS": bad}), Overrides{})
+		if err == nil || !strings.Contains(err.Error(), "model.context_tokens: must be 0 (the default, 80000) or between 1000 and 10000000, got "+bad) {
+			t.Errorf("context_tokens %s: err = %v", bad, err)
 		}
 	}
 }

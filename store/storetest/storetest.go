@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"FencedAppendRace", testFencedAppendRace},
 		{"EndLease", testEndLease},
 		{"TurnBatches", testTurnBatches},
+		{"RunContext", testRunContext},
 		{"LeaseTakeover", testLeaseTakeover},
 		{"ClaimRace", testClaimRace},
 		{"CloseRun", testCloseRun},

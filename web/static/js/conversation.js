@@ -8,7 +8,7 @@ import { renderMarkdown } from './markdown.js';
 import { prettyValue } from './json.js';
 import { RunStream } from './live.js';
 import { approvalCard, loadApproval } from './approvals.js';
-import { runStatus, runTitle, isClosed } from './status.js';
+import { runStatus, runTitle, isClosed, contextUse } from './status.js';
 
 const PAGE = 50; // older messages loaded at a time
 const NEAR_BOTTOM = 96; // px: closer than this, new content keeps the view at the bottom
@@ -130,9 +130,10 @@ export class Conversation {
     this.title = h('h2', { id: 'conversation-title', tabindex: '-1' });
     this.badge = h('span', { class: 'badge' });
     this.connection = h('span', { class: 'connection', role: 'status' });
+    this.contextUse = h('span', { class: 'context-use', hidden: true });
     this.completeButton = h('button', { type: 'button', class: 'button', onclick: () => this.confirmComplete() }, 'Complete session');
     const header = h('header', { class: 'conversation-head' },
-      h('div', { class: 'conversation-title' }, this.title, this.badge, this.connection),
+      h('div', { class: 'conversation-title' }, this.title, this.badge, this.contextUse, this.connection),
       h('div', { class: 'conversation-actions' }, this.completeButton));
 
     this.olderButton = h('button', { type: 'button', class: 'button subtle', onclick: () => this.loadOlder() }, 'Load older messages');
@@ -163,6 +164,12 @@ export class Conversation {
     document.title = `${runTitle(r)} · Usher`;
     this.badge.textContent = label;
     this.badge.className = `badge ${cls}`;
+    const use = contextUse(r);
+    this.contextUse.hidden = !use;
+    if (use) {
+      [this.contextUse.textContent, this.contextUse.title] = use;
+      this.contextUse.classList.toggle('high', use[2]);
+    }
     this.completeButton.hidden = isClosed(r);
     this.working.hidden = !(r.status === 'InProgress' && r.working) || Boolean(this.draft);
     if (before && before.status !== r.status) announce(`Session status: ${label}.`);
