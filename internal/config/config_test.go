@@ -81,7 +81,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"server.data_dir": "/d", "server.shutdown_timeout": "3s", "server.max_body_bytes": "4096",
 		"server.read_timeout": "45s", "server.trusted_proxies": "10.0.0.0/8, 192.0.2.7", "server.forwarded_header": "Forwarded",
 		"server.debug_addr": "127.0.0.1:6060",
-		"log.level": "warn", "log.format": "json",
+		"log.level":         "warn", "log.format": "json",
 		"database.url": "postgres://u@h/db", "database.max_conns": "3",
 		"identity.issuer": "https://issuer.example.com", "identity.audiences": "a,b",
 		"identity.required_scopes": "s", "identity.tenants": "t",
