@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -20,8 +21,11 @@ type path struct {
 	endpoint   string
 	token      string // a broker token, through Usher
 	protocol   string
-	sessions   []*mcp.ClientSession
-	calls      atomic.Int64 // calls answered as expected
+	// idempotencyKey sends the call's text as _meta["usher/idempotency_key"]
+	// too, so that Usher keeps an execution record of the call.
+	idempotencyKey bool
+	sessions       []*mcp.ClientSession
+	calls          atomic.Int64 // calls answered as expected
 }
 
 // connect opens n client sessions (initialize, and the initialized
@@ -55,7 +59,7 @@ func (p *path) close() {
 // returns how long it took.
 func (p *path) call(ctx context.Context, cs *mcp.ClientSession, key string) (time.Duration, error) {
 	params := &mcp.CallToolParams{Name: p.tool, Arguments: map[string]any{"text": key}}
-	if key != "" && p.token != "" {
+	if p.idempotencyKey {
 		params.Meta = mcp.Meta{"usher/idempotency_key": key}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -103,13 +107,7 @@ type keySource struct {
 	n      atomic.Int64
 }
 
-func newKeySource(idempotencyKey bool) *keySource {
-	k := &keySource{prefix: "bench-" + rand.Text()[:12]}
-	if !idempotencyKey {
-		k.prefix = "nokey-" + k.prefix
-	}
-	return k
-}
+func newKeySource() *keySource { return &keySource{prefix: "bench-" + rand.Text()[:12]} }
 
 func (k *keySource) next() string { return fmt.Sprintf("%s-%d", k.prefix, k.n.Add(1)) }
 
@@ -130,7 +128,10 @@ func throughput(ctx context.Context, p *path, d time.Duration, keys *keySource, 
 		lat   []time.Duration
 		first error
 	)
-	before := procs.sample(ctx)
+	before, err := procs.sample(ctx)
+	if err != nil {
+		return phase{}, err
+	}
 	start := time.Now()
 	deadline := start.Add(d)
 	for _, cs := range p.sessions {
@@ -157,9 +158,13 @@ func throughput(ctx context.Context, p *path, d time.Duration, keys *keySource, 
 	if first != nil {
 		return phase{}, first
 	}
+	after, err := procs.sample(ctx)
+	if err != nil {
+		return phase{}, err
+	}
 	return phase{
 		calls: len(lat), elapsed: elapsed, p50: median(lat), p99: percentile(lat, 0.99),
-		cpu: procs.sample(ctx).since(before, len(lat)),
+		cpu: after.since(before, len(lat)),
 	}, nil
 }
 
@@ -174,30 +179,27 @@ type cpuSample struct {
 	usher, upstream, client time.Duration
 	pg                      map[int]time.Duration // by backend pid; nil if not measured
 	pgWhyNot                string
-	err                     error
 }
 
-func (p processes) sample(ctx context.Context) cpuSample {
+// sample reads each process's CPU time. Usher's and the upstream's must
+// be read; PostgreSQL's backends are measured when they can be.
+func (p processes) sample(ctx context.Context) (cpuSample, error) {
 	var s cpuSample
 	var err1, err2 error
 	s.usher, err1 = procCPU(p.usher)
 	s.upstream, err2 = procCPU(p.upstream)
+	if err := errors.Join(err1, err2); err != nil {
+		return s, fmt.Errorf("CPU time: %w", err)
+	}
 	s.client = selfCPU()
-	if err1 != nil || err2 != nil {
-		s.err = fmt.Errorf("CPU time: %v %v", err1, err2)
-	}
-	switch {
-	case p.db == nil:
+	if p.db == nil {
 		s.pgWhyNot = "SQLite, in Usher's process"
-	default:
-		pg, err := p.db.backendCPU(ctx)
-		if err != nil {
-			s.pgWhyNot = err.Error()
-		} else {
-			s.pg = pg
-		}
+	} else if pg, err := p.db.backendCPU(ctx); err != nil {
+		s.pgWhyNot = err.Error()
+	} else {
+		s.pg = pg
 	}
-	return s
+	return s, nil
 }
 
 // cpuPerCall is the CPU time per call of each process over a phase.
@@ -217,10 +219,6 @@ func (s cpuSample) since(before cpuSample, calls int) cpuPerCall {
 	c := cpuPerCall{
 		usher: (s.usher - before.usher) / n, upstream: (s.upstream - before.upstream) / n,
 		client: (s.client - before.client) / n,
-	}
-	switch {
-	case s.err != nil || before.err != nil:
-		c.usher, c.upstream = -1, -1
 	}
 	switch {
 	case before.pg == nil:

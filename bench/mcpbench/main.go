@@ -135,8 +135,8 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return err
 	}
 
-	keys := newKeySource(o.idempotencyKey)
-	via := &path{name: "through Usher", tool: "up__echo", endpoint: usherURL + "/mcp", token: token, protocol: o.protocol}
+	keys := newKeySource()
+	via := &path{name: "through Usher", tool: "up__echo", endpoint: usherURL + "/mcp", token: token, protocol: o.protocol, idempotencyKey: o.idempotencyKey}
 	direct := &path{name: "direct", tool: "echo", endpoint: upURL, protocol: o.protocol}
 	for _, p := range []*path{via, direct} {
 		if err := p.connect(ctx, o.concurrency); err != nil {
@@ -156,7 +156,10 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 
 	// Sequential pairs: A through Usher, then B direct.
-	before := procs.sample(ctx)
+	before, err := procs.sample(ctx)
+	if err != nil {
+		return err
+	}
 	a, b := make([]time.Duration, 0, o.pairs), make([]time.Duration, 0, o.pairs)
 	for range o.pairs {
 		da, err := via.call(ctx, via.sessions[0], keys.next())
@@ -170,20 +173,23 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		a, b = append(a, da), append(b, dd)
 	}
 	r.seq = summarisePairs(a, b)
-	r.seqCPU = procs.sample(ctx).since(before, o.pairs)
+	after, err := procs.sample(ctx)
+	if err != nil {
+		return err
+	}
+	r.seqCPU = after.since(before, o.pairs)
 
 	// Throughput: each path alone, with o.concurrency clients.
 	var profile chan error
 	if o.profile != "" {
-		m := debugListen.FindStringSubmatch(tail(u.log))
+		// Usher logs the debug listener's address before it serves.
+		log, _ := os.ReadFile(u.log)
+		m := debugListen.FindSubmatch(log)
 		if m == nil {
-			b, _ := os.ReadFile(u.log)
-			if m = debugListen.FindStringSubmatch(string(b)); m == nil {
-				return fmt.Errorf("usher's log names no debug listener: %s", u.log)
-			}
+			return fmt.Errorf("usher's log names no debug listener: %s", u.log)
 		}
 		profile = make(chan error, 1)
-		go func() { profile <- takeProfile(ctx, m[1], o.duration, o.profile) }()
+		go func() { profile <- takeProfile(ctx, string(m[1]), o.duration, o.profile) }()
 	}
 	if r.c8Usher, err = throughput(ctx, via, o.duration, keys, procs); err != nil {
 		return err
