@@ -7,8 +7,12 @@ PKGS     ?= ./...
 BENCHTIME ?= 2s
 # Calls per path in BenchmarkToolsCall (PostgreSQL: TEST_DATABASE_URL).
 MCP_BENCHTIME ?= 1000x
+# Flags of the out-of-process tools/call benchmark (bench/mcpbench), e.g.
+# BENCH_MCP_FLAGS='-pairs 10000 -duration 30s -profile cpu.pprof'.
+BENCH_MCP_FLAGS ?=
+UPSTREAM_BIN ?= bin/echoupstream
 
-.PHONY: all build run test test-short bench lint fmt vet staticcheck clean e2e-deps
+.PHONY: all build run test test-short bench bench-mcp lint fmt vet staticcheck clean e2e-deps
 
 all: lint test build
 
@@ -41,7 +45,14 @@ $(E2E_DEPS): e2e/package.json e2e/package-lock.json
 test-short:
 	$(GO) test -count=1 $(PKGS)
 
-bench:
+# The out-of-process benchmark of an allowed tools/call: usher serve (on
+# PostgreSQL when TEST_DATABASE_URL is set, else SQLite), a Go SDK echo
+# upstream and the load client, three processes on loopback.
+bench-mcp: build
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(UPSTREAM_BIN) ./bench/echoupstream
+	$(GO) run ./bench/mcpbench -usher $(BIN) -upstream $(UPSTREAM_BIN) $(BENCH_MCP_FLAGS)
+
+bench: bench-mcp
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./broker/
 	@[ -n "$$TEST_DATABASE_URL" ] || echo "TEST_DATABASE_URL is not set: BenchmarkToolsCall (PostgreSQL) skips"
 	$(GO) test -run '^$$' -bench ToolsCall -benchtime $(MCP_BENCHTIME) -cpu 2 ./cmd/usher/

@@ -45,6 +45,15 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer ln.Close()
+	var debugAddr string // where the profiles are served, if they are
+	if cfg.Server.DebugAddr != "" {
+		debug, err := startDebug(ctx, cfg.Server.DebugAddr, log)
+		if err != nil {
+			return err
+		}
+		defer debug.stop() //nolint:errcheck // the process is stopping
+		debugAddr = debug.addr
+	}
 	localURL := "http://" + ln.Addr().String()
 	publicURL := cfg.Server.PublicURL
 	if publicURL == "" {
@@ -232,6 +241,9 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("usher is serving", "url", publicURL, "listen", ln.Addr().String(), "version", version(), "database", in.engine())
 	e.banner(publicURL, cfg, &f, ln.Addr().String())
+	if debugAddr != "" {
+		fmt.Fprintf(e.stdout, "  profiles (pprof, expvar, loopback only): http://%s/debug/pprof/\n\n", debugAddr)
+	}
 
 	select {
 	case err := <-serveErr:

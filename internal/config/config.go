@@ -76,6 +76,11 @@ type Server struct {
 	// address in: X-Forwarded-For or Forwarded (RFC 7239). Default
 	// X-Forwarded-For.
 	ForwardedHeader string `yaml:"forwarded_header"`
+	// DebugAddr, when set, is a second listen address serving the Go
+	// runtime's profiles (net/http/pprof, under /debug/pprof/) and expvar
+	// (/debug/vars), without authentication. It must be on loopback.
+	// Default empty: no debug listener.
+	DebugAddr string `yaml:"debug_addr"`
 }
 
 // Log configures structured logging.
@@ -486,6 +491,13 @@ func (c *Config) Validate() error {
 		bad("server.forwarded_header", "want X-Forwarded-For or Forwarded, got %q", h)
 	} else if _, err := httpx.NewTrustedProxies(c.Server.TrustedProxies, h); err != nil {
 		bad("server.trusted_proxies", "%v", err)
+	}
+	if c.Server.DebugAddr != "" {
+		if host, _, err := net.SplitHostPort(c.Server.DebugAddr); err != nil {
+			bad("server.debug_addr", "want host:port, got %q", c.Server.DebugAddr)
+		} else if !httpx.IsLoopbackHost(host) {
+			bad("server.debug_addr", "must be on loopback (127.0.0.1, ::1 or localhost): it serves profiles without authentication, got %q", c.Server.DebugAddr)
+		}
 	}
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
 		bad("log.level", "want debug, info, warn or error, got %q", c.Log.Level)

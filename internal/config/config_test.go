@@ -81,7 +81,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"server.addr": "127.0.0.1:1", "server.public_url": "https://usher.example.com",
 		"server.data_dir": "/d", "server.shutdown_timeout": "3s", "server.max_body_bytes": "4096",
 		"server.read_timeout": "45s", "server.trusted_proxies": "10.0.0.0/8, 192.0.2.7", "server.forwarded_header": "Forwarded",
-		"log.level": "warn", "log.format": "json",
+		"server.debug_addr": "127.0.0.1:6060", "log.level": "warn", "log.format": "json",
 		"database.url": "postgres://u@h/db", "database.max_conns": "3",
 		"identity.issuer": "https://issuer.example.com", "identity.audiences": "a,b",
 		"identity.required_scopes": "s", "identity.tenants": "t",
@@ -266,6 +266,26 @@ func TestTrustedProxies(t *testing.T) {
 	} {
 		if _, err := Load("", env(tc.env), Overrides{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to say %q", name, err, tc.want)
+		}
+	}
+}
+
+// TestDebugAddrOnlyOnLoopback checks that server.debug_addr, which serves
+// profiles without authentication, is off by default, accepted on a
+// loopback address and refused on any other.
+func TestDebugAddrOnlyOnLoopback(t *testing.T) {
+	c, err := Load("", env(nil), Overrides{})
+	if err != nil || c.Server.DebugAddr != "" {
+		t.Fatalf("default = %q, %v; want none", c.Server.DebugAddr, err)
+	}
+	for _, addr := range []string{"127.0.0.1:6060", "[::1]:6060", "localhost:0", "127.0.0.2:6060"} {
+		if _, err := Load("", env(map[string]string{"USHER_SERVER_DEBUG_ADDR": addr}), Overrides{}); err != nil {
+			t.Errorf("%s: %v", addr, err)
+		}
+	}
+	for _, addr := range []string{":6060", "0.0.0.0:6060", "[::]:6060", "192.0.2.7:6060", "debug.example.com:6060", "127.0.0.1"} {
+		if _, err := Load("", env(map[string]string{"USHER_SERVER_DEBUG_ADDR": addr}), Overrides{}); err == nil || !strings.Contains(err.Error(), "server.debug_addr") {
+			t.Errorf("%s: err = %v, want server.debug_addr refused", addr, err)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,6 +102,38 @@ func TestMetricsLabelByPatternNotPath(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.requests.WithLabelValues("unmatched", "GET", "404")); got != 1 {
 		t.Errorf("unmatched count = %v, want 1", got)
+	}
+}
+
+// TestLatencyBucketsResolveSubMillisecond checks that the request latency
+// histogram has the buckets LatencyBuckets names, 0.1 ms to 10 s: a 0.3 ms
+// request falls in the 0.5 ms bucket and not the 0.25 ms one, which the
+// default buckets (lowest 5 ms) cannot tell apart.
+func TestLatencyBucketsResolveSubMillisecond(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.duration.WithLabelValues("GET /x", "GET").Observe(0.0003)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bounds []float64
+	counts := map[float64]uint64{}
+	for _, f := range families {
+		if f.GetName() != "usher_http_request_duration_seconds" {
+			continue
+		}
+		for _, b := range f.GetMetric()[0].GetHistogram().GetBucket() {
+			bounds = append(bounds, b.GetUpperBound())
+			counts[b.GetUpperBound()] = b.GetCumulativeCount()
+		}
+	}
+	want := []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	if !slices.Equal(bounds, want) {
+		t.Fatalf("buckets = %v, want %v", bounds, want)
+	}
+	if counts[0.00025] != 0 || counts[0.0005] != 1 {
+		t.Errorf("a 0.3 ms request: cumulative counts le=0.00025 %d, le=0.0005 %d; want 0 and 1", counts[0.00025], counts[0.0005])
 	}
 }
 

@@ -8,6 +8,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// LatencyBuckets are the upper bounds, in seconds, of the request latency
+// histogram: 0.1 ms to 10 s, fine enough at the low end to resolve what a
+// gateway adds to a call (a fraction of a millisecond to a few).
+var LatencyBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+}
+
 // Metrics counts and times HTTP requests by route pattern (never by raw
 // path, so cardinality stays bounded) and status.
 type Metrics struct {
@@ -25,7 +33,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "usher_http_request_duration_seconds",
 			Help:    "HTTP request latency by route pattern and method.",
-			Buckets: prometheus.DefBuckets,
+			Buckets: LatencyBuckets,
 		}, []string{"route", "method"}),
 	}
 	reg.MustRegister(m.requests, m.duration)

@@ -1,0 +1,71 @@
+// Command echoupstream is the upstream MCP server of the out-of-process
+// tools/call benchmark (bench/mcpbench): a Go SDK server with one tool,
+// echo, over streamable HTTP, stateful (Mcp-Session-Id) and answering with
+// Server-Sent Events, as many MCP servers do. It listens on loopback and
+// prints its endpoint on the first line of its standard output.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:0", "listen address (loopback)")
+	flag.Parse()
+	if err := run(*addr); err != nil {
+		fmt.Fprintln(os.Stderr, "echoupstream:", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: handler(), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Printf("echo upstream at http://%s/mcp\n", ln.Addr())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+// handler serves the echo tool: stateful sessions, SSE responses.
+func handler() http.Handler {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "bench-upstream", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{
+		Name: "echo", Description: "Returns its text.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"],"additionalProperties":false}`),
+	}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var in struct{ Text string }
+		if err := json.Unmarshal(req.Params.Arguments, &in); err != nil {
+			return nil, err
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "echo: " + in.Text}}}, nil
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{SessionTimeout: 10 * time.Minute}))
+	return mux
+}

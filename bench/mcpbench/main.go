@@ -1,0 +1,299 @@
+// Command mcpbench is the out-of-process benchmark of an allowed MCP
+// tools/call through Usher: it starts an echo upstream (bench/echoupstream)
+// and `usher serve` as processes of their own on loopback, Usher on
+// PostgreSQL when TEST_DATABASE_URL is set (in a schema of its own) and on
+// SQLite otherwise, and drives both from this process as an MCP client
+// (the Go SDK's: initialize, then tools/call).
+//
+// Sequentially it makes paired calls, A through Usher then B to the
+// upstream directly, A, B, A, B, and reports what Usher adds from the
+// distribution of the per-pair differences (its median and 99th
+// percentile), with each side's own p50 and p99. Then, with 8 clients at
+// once (-concurrency), it calls through Usher alone and then the upstream
+// alone for -duration each, and reports calls/s and the CPU time per call
+// of each process: Usher, the upstream, Usher's PostgreSQL backends (when
+// the server is on this machine) and this load client, from
+// /proc/PID/stat before and after. `make bench-mcp` builds the binaries
+// and runs it; the figures are recorded in docs/benchmarks.md.
+package main
+
+import (
+	"context"
+	_ "embed"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+//go:embed policy.cedar
+var policy []byte
+
+// options are the benchmark's flags.
+type options struct {
+	usher, upstream string
+	database        string
+	pairs, warmup   int
+	concurrency     int
+	duration        time.Duration
+	protocol        string
+	idempotencyKey  bool
+	profile         string
+	keep            bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.usher, "usher", "bin/usher", "the usher binary")
+	flag.StringVar(&o.upstream, "upstream", "bin/echoupstream", "the echo upstream's binary (bench/echoupstream)")
+	flag.StringVar(&o.database, "database", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL server URL (a schema of its own is created and dropped); empty: SQLite")
+	flag.IntVar(&o.pairs, "pairs", 2000, "sequential pairs (a call through Usher, then one direct)")
+	flag.IntVar(&o.warmup, "warmup", 200, "warm-up calls on each path before anything is measured")
+	flag.IntVar(&o.concurrency, "concurrency", 8, "clients calling at once in the throughput phases")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each throughput phase (through Usher, then direct)")
+	flag.StringVar(&o.protocol, "protocol", "2025-11-25", "MCP protocol revision the clients ask for (empty: the SDK's latest)")
+	flag.BoolVar(&o.idempotencyKey, "idempotency-key", true, `send a new _meta["usher/idempotency_key"] with every call, so that Usher keeps an execution record, as for the assistant's calls`)
+	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of Usher during its throughput phase to this file (through server.debug_addr)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configuration, logs, SQLite database)")
+	flag.Parse()
+	if err := run(context.Background(), o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "mcpbench:", err)
+		os.Exit(1)
+	}
+}
+
+var (
+	upstreamReady = regexp.MustCompile(`^echo upstream at (http://\S+)`)
+	usherReady    = regexp.MustCompile(`Usher is running at (http://\S+)`)
+	debugListen   = regexp.MustCompile(`msg="debug listener \(pprof, expvar\)" listen=(\S+)`)
+	auditIntact   = regexp.MustCompile(`audit log intact: (\d+) records`)
+)
+
+func run(ctx context.Context, o options, out io.Writer) (err error) {
+	if o.pairs < 1 || o.concurrency < 1 || o.duration <= 0 || o.warmup < 0 {
+		return fmt.Errorf("-pairs, -concurrency and -duration must be positive")
+	}
+	dir, err := os.MkdirTemp("", "usher-mcpbench-")
+	if err != nil {
+		return err
+	}
+	if o.keep {
+		fmt.Fprintf(os.Stderr, "work directory: %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	r := report{loadStart: loadAverage(), protocol: o.protocol, sdk: sdkVersion(), idempotencyKey: o.idempotencyKey}
+
+	up, upURL, err := startChild(dir, "upstream", o.upstream, upstreamReady)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if e := up.stop(); err == nil {
+			err = e
+		}
+	}()
+
+	var db *benchDatabase
+	if o.database != "" {
+		if db, err = openBenchDatabase(ctx, o.database); err != nil {
+			return err
+		}
+		defer func() {
+			if e := db.close(context.Background()); err == nil {
+				err = e
+			}
+		}()
+		r.engine = "PostgreSQL"
+	} else {
+		r.engine = "SQLite"
+	}
+	cfg, err := writeConfig(dir, upURL, db, o.profile != "")
+	if err != nil {
+		return err
+	}
+	if _, err := usherCommand(ctx, o.usher, "tools", "lock", "--config", cfg); err != nil {
+		return err
+	}
+	u, usherURL, err := startChild(dir, "usher", o.usher, usherReady, "serve", "--config", cfg, "--addr", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if e := u.stop(); err == nil {
+			err = e
+		}
+	}()
+	token, err := usherCommand(ctx, o.usher, "token", "mcp", "--sub", "bench-user", "--config", cfg, "--addr", strings.TrimPrefix(usherURL, "http://"))
+	if err != nil {
+		return err
+	}
+
+	keys := newKeySource()
+	via := &path{name: "through Usher", tool: "up__echo", endpoint: usherURL + "/mcp", token: token, protocol: o.protocol, idempotencyKey: o.idempotencyKey}
+	direct := &path{name: "direct", tool: "echo", endpoint: upURL, protocol: o.protocol}
+	for _, p := range []*path{via, direct} {
+		if err := p.connect(ctx, o.concurrency); err != nil {
+			return err
+		}
+		defer p.close()
+	}
+	procs := processes{usher: u.pid(), upstream: up.pid(), db: db}
+
+	// Warm-up: connections, Usher's upstream session and tool list.
+	for range o.warmup {
+		for _, p := range []*path{via, direct} {
+			if _, err := p.call(ctx, p.sessions[0], keys.next()); err != nil {
+				return fmt.Errorf("warm-up %s: %w", p.name, err)
+			}
+		}
+	}
+
+	// Sequential pairs: A through Usher, then B direct.
+	before, err := procs.sample(ctx)
+	if err != nil {
+		return err
+	}
+	a, b := make([]time.Duration, 0, o.pairs), make([]time.Duration, 0, o.pairs)
+	for range o.pairs {
+		da, err := via.call(ctx, via.sessions[0], keys.next())
+		if err != nil {
+			return fmt.Errorf("%s: %w", via.name, err)
+		}
+		dd, err := direct.call(ctx, direct.sessions[0], keys.next())
+		if err != nil {
+			return fmt.Errorf("%s: %w", direct.name, err)
+		}
+		a, b = append(a, da), append(b, dd)
+	}
+	r.seq = summarisePairs(a, b)
+	after, err := procs.sample(ctx)
+	if err != nil {
+		return err
+	}
+	r.seqCPU = after.since(before, o.pairs)
+
+	// Throughput: each path alone, with o.concurrency clients.
+	var profile chan error
+	if o.profile != "" {
+		// Usher logs the debug listener's address before it serves.
+		log, _ := os.ReadFile(u.log)
+		m := debugListen.FindSubmatch(log)
+		if m == nil {
+			return fmt.Errorf("usher's log names no debug listener: %s", u.log)
+		}
+		profile = make(chan error, 1)
+		go func() { profile <- takeProfile(ctx, string(m[1]), o.duration, o.profile) }()
+	}
+	if r.c8Usher, err = throughput(ctx, via, o.duration, keys, procs); err != nil {
+		return err
+	}
+	if profile != nil {
+		if err := <-profile; err != nil {
+			return fmt.Errorf("CPU profile: %w", err)
+		}
+		r.profile = o.profile
+	}
+	if r.c8Direct, err = throughput(ctx, direct, o.duration, keys, procs); err != nil {
+		return err
+	}
+	r.concurrency, r.duration = o.concurrency, o.duration
+
+	// What was measured is what Usher must do: every call through it left
+	// its records (the decision and how it ended) in an intact chain.
+	verify, err := usherCommand(ctx, o.usher, "audit", "verify", "--config", cfg)
+	if err != nil {
+		return err
+	}
+	m := auditIntact.FindStringSubmatch(verify)
+	calls := via.calls.Load()
+	if m == nil {
+		return fmt.Errorf("usher audit verify: %s", verify)
+	}
+	fmt.Sscan(m[1], &r.auditRecords) //nolint:errcheck // the pattern matched digits
+	if r.auditRecords < 2*calls {
+		return fmt.Errorf("%d calls through Usher left %d audit records, want at least %d", calls, r.auditRecords, 2*calls)
+	}
+	r.usherCalls = calls
+	r.loadEnd = loadAverage()
+	r.print(out)
+	return nil
+}
+
+// writeConfig writes Usher's configuration for the run: the upstream, the
+// benchmark's policy (echo allowed unattended), the database, and the
+// debug listener when a profile is wanted.
+func writeConfig(dir, upstreamURL string, db *benchDatabase, debugListener bool) (string, error) {
+	policyFile := filepath.Join(dir, "policy.cedar")
+	if err := os.WriteFile(policyFile, policy, 0o600); err != nil {
+		return "", err
+	}
+	var database, debugAddr string
+	if db != nil {
+		database = fmt.Sprintf("database:\n  url: %q\n", db.url)
+	}
+	if debugListener {
+		debugAddr = "  debug_addr: 127.0.0.1:0\n"
+	}
+	// The longest broker token lifetime, so that long runs keep theirs.
+	yaml := fmt.Sprintf(`server:
+  data_dir: %q
+%s%sbroker:
+  token_lifetime: 15m
+mcp:
+  upstreams:
+    - name: up
+      url: %q
+policy:
+  file: %q
+  lock_file: %q
+`, filepath.Join(dir, "data"), debugAddr, database, upstreamURL, policyFile, filepath.Join(dir, "tools.lock"))
+	cfg := filepath.Join(dir, "usher.yaml")
+	return cfg, os.WriteFile(cfg, []byte(yaml), 0o600)
+}
+
+// takeProfile fetches a CPU profile of Usher for most of d from its debug
+// listener and writes it to file.
+func takeProfile(ctx context.Context, addr string, d time.Duration, file string) error {
+	secs := max(int((d-time.Second)/time.Second), 1)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// sdkVersion is the Go SDK's version this load client (and so the
+// upstream, built from the same module) was built with.
+func sdkVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range bi.Deps {
+			if m.Path == "github.com/modelcontextprotocol/go-sdk" {
+				return m.Version
+			}
+		}
+	}
+	return "unknown"
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"time"
+)
+
+// report is everything one run measured.
+type report struct {
+	engine, protocol, sdk string
+	idempotencyKey        bool
+	loadStart, loadEnd    float64
+	seq                   pairedResult
+	seqCPU                cpuPerCall
+	concurrency           int
+	duration              time.Duration
+	c8Usher, c8Direct     phase
+	usherCalls            int64
+	auditRecords          int64
+	profile               string
+}
+
+func msf(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
+
+func (p phase) rate() float64 { return float64(p.calls) / p.elapsed.Seconds() }
+
+func pgCPU(c cpuPerCall) string {
+	if !c.pgMeasured {
+		return "not measured"
+	}
+	return msf(c.pg)
+}
+
+// print writes the report as tables, then as `key value` lines.
+func (r report) print(w io.Writer) {
+	fmt.Fprintf(w, "\nMCP tools/call out of process: usher (%s) and a go-sdk %s echo upstream (stateful, SSE), protocol %s, idempotency key %v\n",
+		r.engine, r.sdk, r.protocol, r.idempotencyKey)
+	fmt.Fprintf(w, "load average (1 min): %.2f at the start, %.2f at the end\n\n", r.loadStart, r.loadEnd)
+
+	fmt.Fprintf(w, "sequential, %d pairs (A through Usher, B direct)   p50 ms    p99 ms\n", r.seq.Pairs)
+	fmt.Fprintf(w, "  added by Usher (per-pair differences)         %8s  %8s\n", "+"+msf(r.seq.AddedP50), "+"+msf(r.seq.AddedP99))
+	fmt.Fprintf(w, "  through Usher                                 %8s  %8s\n", msf(r.seq.GatewayP50), msf(r.seq.GatewayP99))
+	fmt.Fprintf(w, "  direct                                        %8s  %8s\n\n", msf(r.seq.DirectP50), msf(r.seq.DirectP99))
+
+	fmt.Fprintf(w, "c=%d, %s each alone   calls/s    p50 ms    p99 ms | CPU ms/call: usher  upstream  postgres  client\n", r.concurrency, r.duration)
+	for _, x := range []struct {
+		name string
+		p    phase
+	}{{"through Usher", r.c8Usher}, {"direct       ", r.c8Direct}} {
+		usher, pg := msf(x.p.cpu.usher), pgCPU(x.p.cpu)
+		if x.name != "through Usher" {
+			usher, pg = "-", "-"
+		}
+		fmt.Fprintf(w, "  %s      %8.0f  %8s  %8s |              %6s  %8s  %8s  %6s\n",
+			x.name, x.p.rate(), msf(x.p.p50), msf(x.p.p99), usher, msf(x.p.cpu.upstream), pg, msf(x.p.cpu.client))
+	}
+	fmt.Fprintf(w, "  added at c=%d (difference of the two phases' percentiles, not paired): p50 +%s ms, p99 +%s ms\n",
+		r.concurrency, msf(r.c8Usher.p50-r.c8Direct.p50), msf(r.c8Usher.p99-r.c8Direct.p99))
+	if r.c8Usher.cpu.pgNote != "" {
+		fmt.Fprintf(w, "  postgres: %s\n", r.c8Usher.cpu.pgNote)
+	}
+	fmt.Fprintf(w, "  audit: %d records for %d calls through Usher, chain intact\n", r.auditRecords, r.usherCalls)
+	if r.profile != "" {
+		fmt.Fprintf(w, "  CPU profile of Usher during its c=%d phase: %s (go tool pprof -top %s)\n", r.concurrency, r.profile, r.profile)
+	}
+	fmt.Fprintln(w)
+
+	kv := func(k string, v any) { fmt.Fprintf(w, "%s %v\n", k, v) }
+	kv("engine", r.engine)
+	kv("load1_start", fmt.Sprintf("%.2f", r.loadStart))
+	kv("load1_end", fmt.Sprintf("%.2f", r.loadEnd))
+	kv("pairs", r.seq.Pairs)
+	kv("added_p50_ms", msf(r.seq.AddedP50))
+	kv("added_p99_ms", msf(r.seq.AddedP99))
+	kv("usher_p50_ms", msf(r.seq.GatewayP50))
+	kv("usher_p99_ms", msf(r.seq.GatewayP99))
+	kv("direct_p50_ms", msf(r.seq.DirectP50))
+	kv("direct_p99_ms", msf(r.seq.DirectP99))
+	kv("seq_cpu_ms_per_call_usher", msf(r.seqCPU.usher))
+	kv("seq_cpu_ms_per_call_postgres", pgCPU(r.seqCPU))
+	kv("concurrency", r.concurrency)
+	kv("c_usher_calls_per_s", fmt.Sprintf("%.0f", r.c8Usher.rate()))
+	kv("c_direct_calls_per_s", fmt.Sprintf("%.0f", r.c8Direct.rate()))
+	kv("c_usher_p50_ms", msf(r.c8Usher.p50))
+	kv("c_usher_p99_ms", msf(r.c8Usher.p99))
+	kv("c_direct_p50_ms", msf(r.c8Direct.p50))
+	kv("c_direct_p99_ms", msf(r.c8Direct.p99))
+	kv("c_added_p50_ms", msf(r.c8Usher.p50-r.c8Direct.p50))
+	kv("c_added_p99_ms", msf(r.c8Usher.p99-r.c8Direct.p99))
+	kv("c_cpu_ms_per_call_usher", msf(r.c8Usher.cpu.usher))
+	kv("c_cpu_ms_per_call_upstream_via_usher", msf(r.c8Usher.cpu.upstream))
+	kv("c_cpu_ms_per_call_upstream_direct", msf(r.c8Direct.cpu.upstream))
+	kv("c_cpu_ms_per_call_postgres", pgCPU(r.c8Usher.cpu))
+	kv("c_cpu_ms_per_call_client_via_usher", msf(r.c8Usher.cpu.client))
+	kv("c_cpu_ms_per_call_client_direct", msf(r.c8Direct.cpu.client))
+	kv("audit_records", r.auditRecords)
+	kv("usher_calls", r.usherCalls)
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// pairedDiffs returns, for each pair i, a[i] − b[i]: the time the call
+// through the gateway took more than the direct call made right after it.
+// A pair is only complete with both sides: a and b must be of one length.
+func pairedDiffs(a, b []time.Duration) []time.Duration {
+	if len(a) != len(b) {
+		panic("pairedDiffs: unequal sides")
+	}
+	d := make([]time.Duration, len(a))
+	for i := range a {
+		d[i] = a[i] - b[i]
+	}
+	return d
+}
+
+// percentile returns the q-quantile (0 < q ≤ 1) of ds by the nearest-rank
+// method: the smallest value that at least q of the values do not exceed.
+// It leaves ds as it is, and returns 0 for no values.
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// median returns the middle value of ds, the mean of the two middle ones
+// for an even count (so that the median of differences is symmetric), and
+// 0 for no values.
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return s[n/2-1] + (s[n/2]-s[n/2-1])/2
+}
+
+// pairedResult is what a sequential paired run measured.
+type pairedResult struct {
+	Pairs                  int
+	AddedP50, AddedP99     time.Duration // of the per-pair differences
+	GatewayP50, GatewayP99 time.Duration // of the calls through the gateway
+	DirectP50, DirectP99   time.Duration // of the direct calls
+}
+
+// summarisePairs reduces the two sides of a paired run: what the gateway
+// adds is read from the distribution of per-pair differences (its median
+// and its 99th percentile), not from the difference of each side's
+// percentiles, so that a slow moment of the machine, which falls on both
+// calls of a pair, cancels out.
+func summarisePairs(gateway, direct []time.Duration) pairedResult {
+	d := pairedDiffs(gateway, direct)
+	return pairedResult{
+		Pairs:    len(d),
+		AddedP50: median(d), AddedP99: percentile(d, 0.99),
+		GatewayP50: median(gateway), GatewayP99: percentile(gateway, 0.99),
+		DirectP50: median(direct), DirectP99: percentile(direct, 0.99),
+	}
+}

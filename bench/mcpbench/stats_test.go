@@ -1,0 +1,115 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+func ms(v ...float64) []time.Duration {
+	d := make([]time.Duration, len(v))
+	for i, x := range v {
+		d[i] = time.Duration(x * float64(time.Millisecond))
+	}
+	return d
+}
+
+func TestPairedDiffs(t *testing.T) {
+	got := pairedDiffs(ms(3, 2, 5), ms(1, 2.5, 1))
+	want := ms(2, -0.5, 4)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("diffs = %v, want %v", got, want)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("unequal sides did not panic")
+		}
+	}()
+	pairedDiffs(ms(1, 2), ms(1))
+}
+
+func TestPercentileNearestRank(t *testing.T) {
+	// 1..100 ms in reverse: the input is not sorted and must stay as it is.
+	var v []float64
+	for i := 100; i >= 1; i-- {
+		v = append(v, float64(i))
+	}
+	ds := ms(v...)
+	for _, tc := range []struct {
+		q    float64
+		want float64
+	}{{0.5, 50}, {0.99, 99}, {1, 100}, {0.01, 1}, {0.001, 1}, {0.995, 100}} {
+		if got := percentile(ds, tc.q); got != ms(tc.want)[0] {
+			t.Errorf("p%g = %v, want %vms", tc.q*100, got, tc.want)
+		}
+	}
+	if ds[0] != 100*time.Millisecond {
+		t.Error("percentile sorted its input")
+	}
+	if percentile(nil, 0.5) != 0 || percentile(ms(7), 0.99) != 7*time.Millisecond {
+		t.Error("empty or single value")
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		in   []time.Duration
+		want time.Duration
+	}{
+		{nil, 0},
+		{ms(4), 4 * time.Millisecond},
+		{ms(9, 1, 5), 5 * time.Millisecond},
+		{ms(4, 1, 3, 2), 2500 * time.Microsecond},
+		{ms(-1, 3), time.Millisecond},
+	} {
+		if got := median(tc.in); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestSummarisePairsCancelsSharedNoise checks that what the gateway adds
+// is read from the per-pair differences: a slow stretch that hits both
+// calls of a pair leaves the added figure alone, while the difference of
+// the two sides' p99s would be off.
+func TestSummarisePairsCancelsSharedNoise(t *testing.T) {
+	var gw, direct []time.Duration
+	for i := range 200 {
+		noise := time.Duration(0)
+		if i%50 == 0 { // 2 % of the pairs fall in a slow moment
+			noise = 20 * time.Millisecond
+		}
+		extra := time.Millisecond
+		if i%50 == 1 { // 2 % of the pairs where the gateway itself is slow
+			extra = 3 * time.Millisecond
+		}
+		direct = append(direct, 500*time.Microsecond+noise)
+		gw = append(gw, 500*time.Microsecond+extra+noise)
+	}
+	r := summarisePairs(gw, direct)
+	if r.Pairs != 200 || r.AddedP50 != time.Millisecond || r.AddedP99 != 3*time.Millisecond {
+		t.Errorf("added p50 %v p99 %v over %d pairs, want 1ms, 3ms, 200", r.AddedP50, r.AddedP99, r.Pairs)
+	}
+	if r.DirectP50 != 500*time.Microsecond || r.GatewayP50 != 1500*time.Microsecond {
+		t.Errorf("sides' p50 = %v, %v", r.GatewayP50, r.DirectP50)
+	}
+	if r.GatewayP99 != 21500*time.Microsecond || r.DirectP99 != 20500*time.Microsecond {
+		t.Errorf("sides' p99 = %v, %v", r.GatewayP99, r.DirectP99)
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// A command name with a space and a parenthesis, as the kernel allows.
+	stat := "4242 (post gres) x) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 31 0 0 20 0 1 0 100 0 0\n"
+	got, err := parseStatCPU(stat)
+	if err != nil || got != 2810*time.Millisecond {
+		t.Errorf("parseStatCPU = %v, %v; want 2.81s (281 ticks)", got, err)
+	}
+	if _, err := parseStatCPU("4242 (short) S 1 2"); err == nil {
+		t.Error("a short line parsed")
+	}
+	if _, err := procCPU(1 << 30); err == nil {
+		t.Error("no such process, no error")
+	}
+}
