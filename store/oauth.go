@@ -148,7 +148,8 @@ type RefreshToken struct {
 	// CreatedAt is when the token was issued; zero means now on issue, and
 	// the time of the rotation on rotation.
 	CreatedAt time.Time
-	// ExpiresAt is the idle lifetime: this token's own end.
+	// ExpiresAt is the idle lifetime: this token's own end, stored as
+	// FamilyExpiresAt when that comes first.
 	ExpiresAt time.Time
 	// FamilyExpiresAt is the absolute lifetime of the family.
 	FamilyExpiresAt time.Time
@@ -328,10 +329,10 @@ RETURNING ` + refreshTokenColumns)
 UPDATE oauth_refresh_tokens SET revoked_at = $2 WHERE family_id = $1 AND revoked_at IS NULL`)
 
 	// deleteEndedRefreshTokens deletes the tokens that can no longer be
-	// rotated: expired, their family ended, revoked or used.
+	// rotated: expired (a token ends with its family at the latest:
+	// insertRefresh), revoked or used; each condition has its index.
 	deleteEndedRefreshTokens = sql1(`
-DELETE FROM oauth_refresh_tokens
-WHERE family_expires_at <= $1 OR expires_at <= $1 OR revoked_at <= $1 OR used_at <= $1`)
+DELETE FROM oauth_refresh_tokens WHERE expires_at <= $1 OR revoked_at <= $1 OR used_at <= $1`)
 
 	// putConsent creates the consent or replaces it, revoked or not;
 	// created_at stays the first's.
@@ -834,8 +835,12 @@ func shareIssuer(ctx context.Context, x executor, clientID, principal string) er
 	return nil
 }
 
-// insertRefresh inserts the refresh token t.
+// insertRefresh inserts the refresh token t, which ends with its family
+// at the latest: a later ExpiresAt is cut to FamilyExpiresAt.
 func insertRefresh(ctx context.Context, x executor, t RefreshToken) error {
+	if t.ExpiresAt.After(t.FamilyExpiresAt) {
+		t.ExpiresAt = t.FamilyExpiresAt
+	}
 	_, err := x.exec(ctx, insertRefreshToken, t.TokenHash, t.FamilyID, t.ClientID, t.Principal,
 		nullJSON(t.Subject), t.Resource, t.Scope,
 		storedTime(t.CreatedAt), storedTime(t.ExpiresAt), storedTime(t.FamilyExpiresAt))

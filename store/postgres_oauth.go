@@ -38,11 +38,12 @@ WHERE (principal, client_id) = (SELECT principal, client_id FROM oauth_refresh_t
 	AND revoked_at IS NULL`)
 
 	// insertCodeRefresh inserts the first refresh token of the family $2
-	// of the code $1, which must be redeemed for it.
+	// of the code $1, which must be redeemed for it; it ends with its
+	// family at the latest, as insertRefresh's.
 	insertCodeRefresh = postgresOnly(`
 INSERT INTO oauth_refresh_tokens (token_hash, family_id, client_id, principal, subject, resource, scope,
 	created_at, expires_at, family_expires_at)
-SELECT $3, family_id, client_id, principal, subject, resource, scope, $4, $5, $6
+SELECT $3, family_id, client_id, principal, subject, resource, scope, $4, least($5::timestamptz, $6::timestamptz), $6
 FROM oauth_codes WHERE code_hash = $1 AND family_id = $2`)
 
 	// insertNextRefresh inserts the successor of the token $1, used at
@@ -51,8 +52,8 @@ FROM oauth_codes WHERE code_hash = $1 AND family_id = $2`)
 	insertNextRefresh = postgresOnly(`
 INSERT INTO oauth_refresh_tokens (token_hash, family_id, client_id, principal, subject, resource, scope,
 	created_at, expires_at, family_expires_at)
-SELECT $2, family_id, client_id, principal, subject, resource, scope, $4, $5,
-	coalesce($6::timestamptz, family_expires_at)
+SELECT $2, family_id, client_id, principal, subject, resource, scope, $4,
+	least($5::timestamptz, coalesce($6::timestamptz, family_expires_at)), coalesce($6::timestamptz, family_expires_at)
 FROM oauth_refresh_tokens WHERE token_hash = $1 AND used_at = $3::timestamptz`)
 
 	// touchCodeClient and touchTokenClient are touchOAuthClient of the
