@@ -1087,7 +1087,7 @@ func (c *core) DeleteExpiredOAuth(ctx context.Context, before time.Time) (int, e
 	var total int64
 	err := c.inTx(ctx, func(tx executor) error {
 		total = 0
-		for _, s := range []stmt{deleteExpiredOAuthCodes, deleteEndedRefreshTokens, deleteExpiredClientAssertions} {
+		for _, s := range []stmt{deleteExpiredOAuthCodes, deleteEndedRefreshTokens} {
 			n, err := tx.exec(ctx, s, storedTime(before))
 			if err != nil {
 				return err

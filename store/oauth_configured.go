@@ -60,8 +60,7 @@ RETURNING ` + oauthClientColumns)
 INSERT INTO oauth_client_assertions (client_id, jti, expires_at) VALUES ($1, $2, $3)
 ON CONFLICT (client_id, jti) DO NOTHING`)
 
-	// deleteExpiredClientAssertions is DeleteExpiredOAuth's and
-	// DeleteExpiredClientAssertions'.
+	// deleteExpiredClientAssertions is DeleteExpiredClientAssertions'.
 	deleteExpiredClientAssertions = sql1(`DELETE FROM oauth_client_assertions WHERE expires_at <= $1`)
 )
 

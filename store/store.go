@@ -581,9 +581,9 @@ type Store interface {
 	RevokeConsent(ctx context.Context, principal, clientID string, now time.Time) error
 	// DeleteExpiredOAuth deletes the codes that expired at or before
 	// before, and the refresh tokens that ended then: expired (their own
-	// end or their family's), revoked or used; and the client assertions
-	// recorded until then (UseClientAssertion). It returns how many rows
-	// it deleted. A used token deleted is no longer recognised as reused,
+	// end or their family's), revoked or used. It returns how many rows
+	// it deleted (the client assertions have their own:
+	// DeleteExpiredClientAssertions). A used token deleted is no longer recognised as reused,
 	// so before should leave the reuse detection a margin.
 	DeleteExpiredOAuth(ctx context.Context, before time.Time) (int, error)
 

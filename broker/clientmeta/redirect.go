@@ -47,7 +47,7 @@ func RedirectURIProblem(uri string) string {
 	if len(uri) > MaxRedirectURILen {
 		return "A redirect URI is too long."
 	}
-	if !uriChars(uri) {
+	if !httpx.URIChars(uri) {
 		return "A redirect URI has characters a URI cannot have."
 	}
 	if strings.Contains(uri, "#") {
@@ -107,17 +107,4 @@ var refusedSchemes = map[string]bool{
 // handler (ms-…), or one letter (C:/Windows/… is a path).
 func privateUseRefused(scheme string) bool {
 	return len(scheme) < 2 || refusedSchemes[scheme] || strings.HasPrefix(scheme, "ms-")
-}
-
-// uriChars reports whether s has only the characters RFC 3986 allows in a
-// URI (printable ASCII without space, '"', '<', '>', '\', '^', '`', '{',
-// '|', '}'), so that no control, space or Unicode look-alike passes.
-func uriChars(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= 0x20 || c >= 0x7f || strings.IndexByte("\"<>\\^`{|}", c) >= 0 {
-			return false
-		}
-	}
-	return true
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/usherhq/usher/broker/clientmeta"
+	"github.com/usherhq/usher/internal/httpx"
 )
 
 // maxStateLen bounds the state parameter: opaque to Usher, echoed to the
@@ -48,7 +49,7 @@ func ParseAuthorize(q url.Values) (AuthorizeRequest, error) {
 	if a.ClientID, ok = single(q, "client_id"); !ok || a.ClientID == "" {
 		return a, newError(CodeInvalidRequest, "client_id is required, once.", false)
 	}
-	if len(a.ClientID) > maxURILen || !uriChars(a.ClientID) {
+	if len(a.ClientID) > maxURILen || !httpx.URIChars(a.ClientID) {
 		return a, newError(CodeInvalidRequest, "client_id is malformed.", false)
 	}
 	if a.RedirectURI, ok = single(q, "redirect_uri"); !ok || a.RedirectURI == "" {
@@ -163,7 +164,7 @@ func CheckResource(values []string) (string, error) {
 		return "", newError(CodeInvalidTarget, "Exactly one resource, please.", true)
 	}
 	r := values[0]
-	if len(r) > maxURILen || !uriChars(r) || strings.Contains(r, "#") {
+	if len(r) > maxURILen || !httpx.URIChars(r) || strings.Contains(r, "#") {
 		return "", newError(CodeInvalidTarget, "resource must be an absolute URI without fragment.", true)
 	}
 	u, err := url.Parse(r)

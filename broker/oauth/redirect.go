@@ -27,19 +27,6 @@ func CheckRedirectURI(uri string) error {
 	return nil
 }
 
-// uriChars reports whether s has only the characters RFC 3986 allows in a
-// URI (printable ASCII without space, '"', '<', '>', '\', '^', '`', '{',
-// '|', '}'), so that no control, space or Unicode look-alike passes.
-func uriChars(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= 0x20 || c >= 0x7f || strings.IndexByte("\"<>\\^`{|}", c) >= 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // isLoopbackName reports whether host (a URL's Hostname()) is localhost or
 // a loopback IP literal.
 func isLoopbackName(host string) bool {

@@ -16,6 +16,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/usherhq/usher/internal/httpx"
 )
 
 // Limits of a registration request.
@@ -253,7 +255,7 @@ func httpsURI(member string, v *string) (string, error) {
 		return "", nil
 	}
 	u := *v
-	if len(u) > maxURILen || !uriChars(u) || !strings.HasPrefix(u, "https://") || strings.ContainsAny(u, "#@") {
+	if len(u) > maxURILen || !httpx.URIChars(u) || !strings.HasPrefix(u, "https://") || strings.ContainsAny(u, "#@") {
 		return "", metadataError("%s must be an https URL.", member)
 	}
 	if p, err := url.Parse(u); err != nil || p.Hostname() == "" {

@@ -26,3 +26,16 @@ func CheckEndpoint(raw string) error {
 		return errors.New("must be https (http only on a loopback host)")
 	}
 }
+
+// URIChars reports whether s has only the characters RFC 3986 allows in a
+// URI (printable ASCII without space, '"', '<', '>', '\', '^', '`', '{',
+// '|', '}'), so that no control, space or Unicode look-alike passes.
+func URIChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= 0x20 || c >= 0x7f || strings.IndexByte("\"<>\\^`{|}", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -230,8 +230,8 @@ func testClientAssertions(t *testing.T, s store.Store) {
 	if err := s.UseClientAssertion(ctx, "c2", "jti-long", now.Add(time.Hour), now); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.DeleteExpiredOAuth(ctx, exp); err != nil || n != 2 {
-		t.Errorf("DeleteExpiredOAuth = %d, %v; want 2 (c2's jti-1 and jti-race)", n, err)
+	if n, err := s.DeleteExpiredClientAssertions(ctx, exp); err != nil || n != 2 {
+		t.Errorf("DeleteExpiredClientAssertions = %d, %v; want 2 (c2's jti-1 and jti-race)", n, err)
 	}
 	if err := s.UseClientAssertion(ctx, "c2", "jti-race", now.Add(time.Hour), now); err != nil {
 		t.Errorf("a jti the sweep deleted: %v", err)
