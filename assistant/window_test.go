@@ -1,0 +1,178 @@
+package assistant
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/usherhq/usher/assistant/model"
+	"github.com/usherhq/usher/assistant/model/payload"
+	"github.com/usherhq/usher/store"
+)
+
+// TestBoundedContext: the bounded context is the instructions, the
+// snapshot's summary and at most bound messages after its coverage, and
+// its tail never starts inside a tool call's results.
+func TestBoundedContext(t *testing.T) {
+	sys := model.Message{Role: model.RoleSystem, Content: "Be brief."}
+	dev := model.Message{Role: model.RoleSystem, Content: "Answer in English."}
+	u := func(seq int64, text string) contextMessage {
+		return contextMessage{model.Message{Role: model.RoleUser, Content: text}, seq}
+	}
+	a := func(seq int64, text string, calls ...string) contextMessage {
+		m := model.Message{Role: model.RoleAssistant, Content: text}
+		for _, id := range calls {
+			m.ToolCalls = append(m.ToolCalls, model.ToolCall{ID: id, Name: "notes_list", Arguments: json.RawMessage(`{}`)})
+		}
+		return contextMessage{m, seq}
+	}
+	r := func(seq int64, call, text string) contextMessage {
+		return contextMessage{model.Message{Role: model.RoleTool, Content: text, ToolCallID: call}, seq}
+	}
+	snap := func(to int64) *store.ContextSnapshot {
+		return &store.ContextSnapshot{RunID: "run-1", Version: 1, FromSeq: 1, ToSeq: to, Summary: "The user planned a trip.", Kind: store.SnapshotAutomatic}
+	}
+	summary := model.Message{Role: model.RoleSystem, Content: payload.SummaryMarker + "\n" + summaryHeading + "The user planned a trip."}
+	// A conversation: a turn with one call, a turn with three calls in
+	// one step, a turn without calls.
+	conv := []contextMessage{
+		u(1, "hi"), a(3, "Checking.", "c1"), r(4, "c1", "[]"), a(5, "No notes."),
+		u(7, "list them all"), a(9, "", "c2", "c3", "c4"), r(10, "c2", "a"), r(11, "c3", "b"), r(12, "c4", "c"), a(13, "Three notes."),
+		u(15, "thanks"), a(17, "You're welcome."),
+	}
+	msgs := func(cms ...contextMessage) []model.Message { return messagesOf(cms) }
+
+	tests := []struct {
+		name  string
+		snap  *store.ContextSnapshot
+		past  []contextMessage
+		bound int
+		want  []model.Message
+	}{
+		{"no snapshot, within the bound", nil, conv, 24, append([]model.Message{sys, dev}, msgs(conv...)...)},
+		{"no snapshot, cut at a user message", nil, conv, 2, append([]model.Message{sys, dev}, msgs(conv[10:]...)...)},
+		{"cut at a call: the group is whole", nil, conv, 7, append([]model.Message{sys, dev}, msgs(conv[5:]...)...)},
+		{"cut inside a group of one result", nil, conv[:4], 2, append([]model.Message{sys, dev}, msgs(conv[3])...)},
+		{"cut at the first of several results", nil, conv, 6, append([]model.Message{sys, dev}, msgs(conv[9:]...)...)},
+		{"cut at the last of several results", nil, conv, 4, append([]model.Message{sys, dev}, msgs(conv[9:]...)...)},
+		{"an orphan result at the start", nil, []contextMessage{r(2, "gone", "old"), u(3, "hi")}, 24, []model.Message{sys, dev, msgs(u(3, "hi"))[0]}},
+		{"bound 0", nil, conv, 0, []model.Message{sys, dev}},
+		{"no history", nil, nil, 24, []model.Message{sys, dev}},
+		{"snapshot: the tail after its coverage", snap(5), conv, 24, append([]model.Message{sys, dev, summary}, msgs(conv[4:]...)...)},
+		{"snapshot and the bound", snap(5), conv, 3, append([]model.Message{sys, dev, summary}, msgs(conv[9:]...)...)},
+		{"snapshot ending at a call", snap(9), conv, 24, append([]model.Message{sys, dev, summary}, msgs(conv[9:]...)...)},
+		{"snapshot ending inside the results", snap(10), conv, 24, append([]model.Message{sys, dev, summary}, msgs(conv[9:]...)...)},
+		{"snapshot covering everything", snap(17), conv, 24, []model.Message{sys, dev, summary}},
+		{"snapshot beyond the history", snap(99), conv, 24, []model.Message{sys, dev, summary}},
+		{"snapshot, no history", snap(5), nil, 24, []model.Message{sys, dev, summary}},
+		{
+			// A message that arrived during a turn follows its output in
+			// turn order: coverage is by sequence, not by position.
+			"snapshot over interleaved turns", snap(4),
+			[]contextMessage{u(1, "first"), a(2, "one"), a(5, "two"), u(4, "meanwhile"), a(6, "three")}, 24,
+			[]model.Message{sys, dev, summary, msgs(a(5, "two"))[0], msgs(a(6, "three"))[0]},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			instructions := []model.Message{sys, dev}
+			past := clonePast(tt.past)
+			got := boundedContext(instructions, tt.snap, past, tt.bound)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("boundedContext =\n%s\nwant\n%s", dump(got), dump(tt.want))
+			}
+			if !reflect.DeepEqual(past, clonePast(tt.past)) || !reflect.DeepEqual(instructions, []model.Message{sys, dev}) {
+				t.Error("boundedContext modified its arguments")
+			}
+			// Never more than the bound, never a result first.
+			tail := got[len(instructions):]
+			if tt.snap != nil {
+				tail = tail[1:]
+			}
+			if len(tail) > tt.bound || (len(tail) > 0 && tail[0].Role == model.RoleTool) {
+				t.Errorf("tail of %d messages starting %q; bound %d", len(tail), tail[0].Role, tt.bound)
+			}
+		})
+	}
+}
+
+// TestBoundedContextGroupsWhole: whatever the bound, every tool result in
+// the tail follows its call's message, through results of that call's
+// message only.
+func TestBoundedContextGroupsWhole(t *testing.T) {
+	var past []contextMessage
+	seq := int64(0)
+	next := func() int64 { seq++; return seq }
+	for turn := range 30 {
+		past = append(past, contextMessage{model.Message{Role: model.RoleUser, Content: "q"}, next()})
+		calls := turn % 4
+		m := model.Message{Role: model.RoleAssistant}
+		for c := range calls {
+			m.ToolCalls = append(m.ToolCalls, model.ToolCall{ID: string(rune('a'+c)) + string(rune('0'+turn%10)), Name: "t"})
+		}
+		past = append(past, contextMessage{m, next()})
+		for _, c := range m.ToolCalls {
+			past = append(past, contextMessage{model.Message{Role: model.RoleTool, ToolCallID: c.ID}, next()})
+		}
+		past = append(past, contextMessage{model.Message{Role: model.RoleAssistant, Content: "done"}, next()})
+	}
+	for bound := range len(past) + 2 {
+		for _, to := range []int64{0, 3, 17, 40, seq} {
+			var snap *store.ContextSnapshot
+			if to > 0 {
+				snap = &store.ContextSnapshot{ToSeq: to, Summary: "s"}
+			}
+			got := boundedContext(nil, snap, past, bound)
+			if snap != nil {
+				got = got[1:]
+			}
+			if len(got) > bound {
+				t.Fatalf("bound %d, coverage to %d: %d messages", bound, to, len(got))
+			}
+			var calls map[string]bool
+			for i, m := range got {
+				switch m.Role {
+				case model.RoleAssistant:
+					calls = map[string]bool{}
+					for _, c := range m.ToolCalls {
+						calls[c.ID] = true
+					}
+				case model.RoleTool:
+					if !calls[m.ToolCallID] {
+						t.Fatalf("bound %d, coverage to %d: message %d answers %s, which is not its group's call", bound, to, i, m.ToolCallID)
+					}
+				default:
+					calls = nil
+				}
+			}
+		}
+	}
+}
+
+func clonePast(past []contextMessage) []contextMessage {
+	if past == nil {
+		return nil
+	}
+	out := make([]contextMessage, len(past))
+	for i, m := range past {
+		m.ToolCalls = append([]model.ToolCall(nil), m.ToolCalls...)
+		out[i] = m
+	}
+	return out
+}
+
+func dump(msgs []model.Message) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		b.WriteString("  " + string(m.Role) + " " + strings.ReplaceAll(m.Content, "\n", `\n`))
+		for _, c := range m.ToolCalls {
+			b.WriteString(" call " + c.ID)
+		}
+		if m.ToolCallID != "" {
+			b.WriteString(" (answers " + m.ToolCallID + ")")
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
