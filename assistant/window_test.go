@@ -1,12 +1,17 @@
 package assistant
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
 
+	"golang.org/x/oauth2"
+
 	"github.com/usherhq/usher/assistant/model"
+	"github.com/usherhq/usher/assistant/model/modeltest"
 	"github.com/usherhq/usher/assistant/model/payload"
 	"github.com/usherhq/usher/store"
 )
@@ -175,4 +180,130 @@ func dump(msgs []model.Message) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// TestTurnWithSnapshot: a run with a context snapshot sends the model the
+// system prompt, the snapshot's summary and the messages after its
+// coverage, the latest snapshot winning; a run without one sends its
+// history as before; the run's events are never touched.
+func TestTurnWithSnapshot(t *testing.T) {
+	onEngines(t, func(t *testing.T, st store.Store) {
+		ctx := t.Context()
+		ms := modeltest.NewServer(t)
+		tools := newCountingTools(t, st)
+		// As cmd/usher wires it: the provider payload strips the marker
+		// and merges the system messages.
+		raw, err := model.NewOpenAI(&model.OpenAIOptions{BaseURL: ms.URL(), APIKey: "test-key", Model: "scripted"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := New(&Options{Store: st, Model: payload.NewProvider(raw, payload.OpenAICompatible), MCPURL: tools.url, SystemPrompt: "Be brief.",
+			Tokens: func(context.Context, Grant) oauth2.TokenSource {
+				return oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "unused"})
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rt.Stop)
+		r, _, err := rt.CreateRun(ctx, "owner", Sender{}, "snapshots", "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		runID := r.ID
+		tools.mu.Lock()
+		tools.runID = runID
+		tools.mu.Unlock()
+
+		ms.Reply("first answer")
+		say(t, rt, runID, "hello")
+		ms.ReplyToolCalls(model.ToolCall{ID: "call-1", Name: "count", Arguments: json.RawMessage(`{"n":1}`)})
+		ms.Reply("counted one")
+		say(t, rt, runID, "count to one")
+		ms.Reply("third answer")
+		say(t, rt, runID, "third")
+
+		type msg struct{ Role, Content string }
+		sent := func() []msg {
+			t.Helper()
+			reqs := ms.Requests()
+			var out []msg
+			for _, m := range reqs[len(reqs)-1].Messages {
+				out = append(out, msg{m.Role, m.Content})
+			}
+			return out
+		}
+		// Without a snapshot: the whole history.
+		if got := sent(); len(got) != 8 || got[0] != (msg{"system", "Be brief."}) || got[1] != (msg{"user", "hello"}) {
+			t.Fatalf("request without a snapshot = %+v, want the system prompt and the 7 messages", got)
+		}
+
+		messages, err := st.ListMessages(ctx, runID, store.MessageQuery{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqOf := func(typ, content string) int64 {
+			t.Helper()
+			for _, e := range messages {
+				var p struct{ Content string }
+				if e.Type == typ && json.Unmarshal(e.Payload, &p) == nil && p.Content == content {
+					return e.Seq
+				}
+			}
+			t.Fatalf("no %s message %q", typ, content)
+			return 0
+		}
+		first := messages[0].Seq
+		snap, err := st.AppendSnapshot(ctx, store.ContextSnapshot{RunID: runID, Version: 1, FromSeq: first,
+			ToSeq: seqOf(EventAssistantMessage, "counted one"), Summary: "The user greeted; one was counted.", Kind: store.SnapshotAutomatic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, err := st.ListEvents(ctx, runID, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		ms.Reply("fourth answer")
+		say(t, rt, runID, "fourth")
+		want := []msg{
+			{"system", "Be brief.\n\n" + summaryHeading + snap.Summary},
+			{"user", "third"}, {"assistant", "third answer"}, {"user", "fourth"},
+		}
+		if got := sent(); !reflect.DeepEqual(got, want) {
+			t.Errorf("request with a snapshot =\n%+v\nwant\n%+v", got, want)
+		}
+
+		// A later snapshot folds the first: it alone is sent.
+		messages, err = st.ListMessages(ctx, runID, store.MessageQuery{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.AppendSnapshot(ctx, store.ContextSnapshot{RunID: runID, Version: 2, FromSeq: first,
+			ToSeq: seqOf(EventAssistantMessage, "third answer"), Summary: "Greeted, counted, talked thrice.", Kind: store.SnapshotManual}); err != nil {
+			t.Fatal(err)
+		}
+		ms.Reply("fifth answer")
+		say(t, rt, runID, "fifth")
+		want = []msg{
+			{"system", "Be brief.\n\n" + summaryHeading + "Greeted, counted, talked thrice."},
+			{"user", "fourth"}, {"assistant", "fourth answer"}, {"user", "fifth"},
+		}
+		if got := sent(); !reflect.DeepEqual(got, want) {
+			t.Errorf("request with a second snapshot =\n%+v\nwant\n%+v", got, want)
+		}
+
+		// The log holds every message, as it was.
+		after, err := st.ListEvents(ctx, runID, 0, 1000)
+		if err != nil || len(after) <= len(before) {
+			t.Fatalf("ListEvents = %d events, %v; want more than %d", len(after), err, len(before))
+		}
+		for i, e := range before {
+			if a := after[i]; a.Seq != e.Seq || a.Type != e.Type || !bytes.Equal(a.Payload, e.Payload) || a.CreatedAt != e.CreatedAt {
+				t.Errorf("event %d = %+v, was %+v", e.Seq, a, e)
+			}
+		}
+	})
 }
