@@ -564,16 +564,18 @@ func (t *turn) history(ctx context.Context) ([]model.Message, error) {
 }
 
 // request builds the model request of the next step: the system prompt,
-// the history, and the turn so far.
+// the history, and the turn so far (with a context snapshot that reaches
+// into the turn, what is after its coverage: turnTail).
 func (t *turn) request(ctx context.Context) (model.Request, error) {
 	history, err := t.history(ctx)
 	if err != nil {
 		return model.Request{}, err
 	}
-	current, err := project(t.messages)
+	own, err := projectSeqs(t.messages)
 	if err != nil {
 		return model.Request{}, err
 	}
+	current := turnTail(t.snap, own)
 	msgs := make([]model.Message, 0, 1+len(history)+len(current))
 	msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: t.rt.o.SystemPrompt})
 	msgs = append(msgs, history...)

@@ -45,20 +45,44 @@ func summaryMessage(snap store.ContextSnapshot) model.Message {
 // messages, never more. It never modifies its arguments; the result
 // shares the messages' contents with them.
 func boundedContext(instructions []model.Message, snap *store.ContextSnapshot, past []contextMessage, bound int) []model.Message {
-	tail := past
-	if snap != nil {
-		// Turn order may interleave sequences (a message that arrived
-		// during a turn follows that turn's output): filter, not cut.
-		tail = slices.DeleteFunc(slices.Clone(past), func(m contextMessage) bool { return m.Seq <= snap.ToSeq })
-	}
-	tail = tail[max(0, len(tail)-max(0, bound)):]
-	for len(tail) > 0 && tail[0].Role == model.RoleTool {
-		tail = tail[1:] // its call is before the cut, or covered
-	}
+	tail := afterCoverage(snap, past)
+	tail = groupStart(tail[max(0, len(tail)-max(0, bound)):])
 	out := make([]model.Message, 0, len(instructions)+1+len(tail))
 	out = append(out, instructions...)
 	if snap != nil {
 		out = append(out, summaryMessage(*snap))
 	}
 	return append(out, messagesOf(tail)...)
+}
+
+// turnTail is what the turn's own messages (msgs, as projectSeqs builds
+// them) add to the bounded context: all of them, unbounded, as without a
+// snapshot, unless snap reaches into the turn (it was compacted during
+// the turn), when only those after its coverage are left, from a group's
+// start.
+func turnTail(snap *store.ContextSnapshot, msgs []contextMessage) []model.Message {
+	if snap == nil || len(msgs) == 0 || msgs[0].Seq > snap.ToSeq {
+		return messagesOf(msgs)
+	}
+	return messagesOf(groupStart(afterCoverage(snap, msgs)))
+}
+
+// afterCoverage returns the messages of msgs after snap's coverage, in
+// their order: all of them when snap is nil. Turn order may interleave
+// sequences (a message that arrived during a turn follows that turn's
+// output), so it filters rather than cuts. It never modifies msgs.
+func afterCoverage(snap *store.ContextSnapshot, msgs []contextMessage) []contextMessage {
+	if snap == nil {
+		return msgs
+	}
+	return slices.DeleteFunc(slices.Clone(msgs), func(m contextMessage) bool { return m.Seq <= snap.ToSeq })
+}
+
+// groupStart drops the tool results at the start of msgs: their call is
+// before the cut, or covered, and a result never goes without its call.
+func groupStart(msgs []contextMessage) []contextMessage {
+	for len(msgs) > 0 && msgs[0].Role == model.RoleTool {
+		msgs = msgs[1:]
+	}
+	return msgs
 }

@@ -307,3 +307,47 @@ func TestTurnWithSnapshot(t *testing.T) {
 		}
 	})
 }
+
+// TestRequestSnapshotInTurn: a snapshot that reaches into the turn (taken
+// during it) leaves of the turn's own messages those after its coverage,
+// from a group's start; one before the turn leaves them all.
+func TestRequestSnapshotInTurn(t *testing.T) {
+	call := func(id string) ToolCall { return ToolCall{ID: id, Name: "count", Arguments: json.RawMessage(`{"n":1}`)} }
+	ev := func(seq int64, typ string, v any) store.Event {
+		return store.Event{RunID: "run-1", Seq: seq, Type: typ, Payload: mustJSON(v)}
+	}
+	own := []store.Event{
+		ev(5, EventUserMessage, UserMessage{Content: "count twice"}),
+		ev(7, EventAssistantMessage, AssistantMessage{ToolCalls: []ToolCall{call("c1")}, MessageSeq: 5}),
+		ev(8, EventToolResult, ToolResult{ToolCallID: "c1", Content: "counted 1", MessageSeq: 5}),
+		ev(9, EventAssistantMessage, AssistantMessage{Content: "Again.", ToolCalls: []ToolCall{call("c2")}, MessageSeq: 5}),
+		ev(10, EventToolResult, ToolResult{ToolCallID: "c2", Content: "counted 1", MessageSeq: 5}),
+	}
+	all, err := project(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		to   int64
+		want []model.Message
+	}{
+		{4, all},
+		{5, all[1:]},
+		{7, all[3:]}, // the result of c1 goes with its call
+		{8, all[3:]},
+		{10, nil},
+	} {
+		snap := &store.ContextSnapshot{RunID: "run-1", Version: 1, FromSeq: 1, ToSeq: tt.to, Summary: "s", Kind: store.SnapshotAutomatic}
+		summary := summaryMessage(*snap)
+		tn := &turn{rt: &Runtime{o: Options{SystemPrompt: "S", HistoryMessages: 24}}, sess: &session{}, seq: 5, messages: own,
+			past: []model.Message{summary}, snap: snap, snapRead: true}
+		req, err := tn.request(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append([]model.Message{{Role: model.RoleSystem, Content: "S"}, summary}, tt.want...)
+		if !reflect.DeepEqual(req.Messages, want) {
+			t.Errorf("coverage to %d: request =\n%s\nwant\n%s", tt.to, dump(req.Messages), dump(want))
+		}
+	}
+}
