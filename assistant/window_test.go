@@ -312,7 +312,9 @@ func TestTurnWithSnapshot(t *testing.T) {
 // during it) leaves of the turn's own messages those after its coverage,
 // from a group's start; one before the turn leaves them all.
 func TestRequestSnapshotInTurn(t *testing.T) {
-	call := func(id string) ToolCall { return ToolCall{ID: id, Name: "count", Arguments: json.RawMessage(`{"n":1}`)} }
+	call := func(id string) ToolCall {
+		return ToolCall{ID: id, Name: "count", Arguments: json.RawMessage(`{"n":1}`)}
+	}
 	ev := func(seq int64, typ string, v any) store.Event {
 		return store.Event{RunID: "run-1", Seq: seq, Type: typ, Payload: mustJSON(v)}
 	}
