@@ -11,8 +11,8 @@ import (
 // The bounded model context (representation 3 of docs/context.md) of a run
 // with a context snapshot: the leading instructions, the latest snapshot's
 // summary, and a tail of the canonical messages after the snapshot's
-// coverage. A run without a snapshot keeps the history the turn reads
-// today (turn.history), which bounds the events it reads instead.
+// coverage. A run without a snapshot keeps the history turn.history
+// reads, which bounds the events it reads rather than the messages.
 
 // summaryHeading follows the summary marker in the summary's message, so
 // that the model reads the summary for what it is.
