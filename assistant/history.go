@@ -72,7 +72,37 @@ func turnOrder(msgs []turnMessage) []store.Event {
 // saying so. Results answer the calls of the assistant message before
 // them, so a call id a model used again in a later step is another call.
 func project(events []store.Event) ([]model.Message, error) {
-	var out []model.Message
+	msgs, err := projectSeqs(events)
+	if err != nil {
+		return nil, err
+	}
+	return messagesOf(msgs), nil
+}
+
+// contextMessage is a model message of the bounded context and the event
+// it was made from: a result that replaced an earlier one carries the
+// later result's sequence, the answer of a call with no recorded result
+// its call's.
+type contextMessage struct {
+	model.Message
+	Seq int64
+}
+
+// messagesOf returns the model messages of msgs (nil for none).
+func messagesOf(msgs []contextMessage) []model.Message {
+	if len(msgs) == 0 {
+		return nil
+	}
+	out := make([]model.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Message
+	}
+	return out
+}
+
+// projectSeqs is project, each message with its event's sequence.
+func projectSeqs(events []store.Event) ([]contextMessage, error) {
+	var out []contextMessage
 	// The position in out of the answer of each call of the last
 	// assistant message, and its calls still unanswered.
 	answer := map[string]int{}
@@ -85,7 +115,7 @@ func project(events []store.Event) ([]model.Message, error) {
 				return nil, fmt.Errorf("assistant: event %d: %w", e.Seq, err)
 			}
 			out = closeCalls(out, pending)
-			out = append(out, model.Message{Role: model.RoleUser, Content: m.Content})
+			out = append(out, contextMessage{model.Message{Role: model.RoleUser, Content: m.Content}, e.Seq})
 		case EventAssistantMessage:
 			var m AssistantMessage
 			if err := json.Unmarshal(e.Payload, &m); err != nil {
@@ -100,13 +130,13 @@ func project(events []store.Event) ([]model.Message, error) {
 				}
 				pending[c.ID] = true
 			}
-			out = append(out, msg)
+			out = append(out, contextMessage{msg, e.Seq})
 		case EventToolResult:
 			var r ToolResult
 			if err := json.Unmarshal(e.Payload, &r); err != nil {
 				return nil, fmt.Errorf("assistant: event %d: %w", e.Seq, err)
 			}
-			msg := model.Message{Role: model.RoleTool, Content: r.Content, ToolCallID: r.ToolCallID}
+			msg := contextMessage{model.Message{Role: model.RoleTool, Content: r.Content, ToolCallID: r.ToolCallID}, e.Seq}
 			if i, ok := answer[r.ToolCallID]; ok {
 				out[i] = msg
 				continue
@@ -123,7 +153,7 @@ func project(events []store.Event) ([]model.Message, error) {
 }
 
 // closeCalls answers the calls still pending before the next message.
-func closeCalls(out []model.Message, pending map[string]bool) []model.Message {
+func closeCalls(out []contextMessage, pending map[string]bool) []contextMessage {
 	if len(pending) == 0 {
 		return out
 	}
@@ -134,7 +164,7 @@ func closeCalls(out []model.Message, pending map[string]bool) []model.Message {
 		}
 		for _, c := range out[i].ToolCalls {
 			if pending[c.ID] {
-				out = append(out, model.Message{Role: model.RoleTool, Content: noResult, ToolCallID: c.ID})
+				out = append(out, contextMessage{model.Message{Role: model.RoleTool, Content: noResult, ToolCallID: c.ID}, out[i].Seq})
 			}
 		}
 		break

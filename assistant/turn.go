@@ -41,6 +41,11 @@ type turn struct {
 	queued bool
 	// past is the history before the turn, in turn order, once read.
 	past []model.Message
+	// snap is the run's latest context snapshot (nil: none), which
+	// bounds the history when set (boundedContext); snapRead reports
+	// that it was read.
+	snap     *store.ContextSnapshot
+	snapRead bool
 	// pending is the context accounting the turn's next write carries:
 	// the estimate or the reported size of its latest model request.
 	pending *store.RunContext
@@ -429,6 +434,9 @@ func (t *turn) load(ctx context.Context) error {
 	if err := t.split(slices.Clone(latest[at:])); err != nil {
 		return err
 	}
+	if err := t.readSnapshot(ctx); err != nil {
+		return err
+	}
 	return t.setPast(latest[max(0, at-t.rt.o.HistoryMessages):at])
 }
 
@@ -493,28 +501,57 @@ func (t *turn) split(from []store.Event) error {
 	return nil
 }
 
+// readSnapshot reads the run's latest context snapshot, once per slice.
+func (t *turn) readSnapshot(ctx context.Context) error {
+	if t.snapRead {
+		return nil
+	}
+	snap, err := t.rt.st.LatestSnapshot(ctx, t.run.ID)
+	switch {
+	case err == nil:
+		t.snap = &snap
+	case !errors.Is(err, store.ErrNotFound):
+		return err
+	}
+	t.snapRead = true
+	return nil
+}
+
 // setPast makes the history of the turn from the messages logged before
 // its user message (before) and those of earlier turns logged after it.
+// With a snapshot, it is the snapshot's summary and the messages after
+// its coverage, bounded (boundedContext): before holds the latest
+// HistoryMessages messages before the turn, so those after the coverage
+// are among them.
 func (t *turn) setPast(before []store.Event) error {
 	msgs, err := inTurns(slices.Concat(before, t.after))
 	if err != nil {
 		return err
 	}
-	past, err := project(turnOrder(msgs))
+	past, err := projectSeqs(turnOrder(msgs))
 	if err != nil {
 		return err
 	}
-	t.past = append([]model.Message{}, past...) // not nil, even when empty
+	if t.snap != nil {
+		t.past = boundedContext(nil, t.snap, past, t.rt.o.HistoryMessages)
+		return nil
+	}
+	t.past = append([]model.Message{}, messagesOf(past)...) // not nil, even when empty
 	return nil
 }
 
 // history is the fresh session's past, in turn order: the latest
 // HistoryMessages messages logged before the turn's user message, and the
-// messages of earlier turns logged after it, as model messages. It is read
-// once per turn: nothing of earlier turns changes while the turn runs.
+// messages of earlier turns logged after it, as model messages; with a
+// context snapshot, its summary and, of those, the messages after its
+// coverage (setPast). It is read once per turn: nothing of earlier turns
+// changes while the turn runs.
 func (t *turn) history(ctx context.Context) ([]model.Message, error) {
 	if t.past != nil {
 		return t.past, nil
+	}
+	if err := t.readSnapshot(ctx); err != nil {
+		return nil, err
 	}
 	events, err := t.rt.st.ListMessages(ctx, t.run.ID, store.MessageQuery{Before: t.seq, Limit: t.rt.o.HistoryMessages, Last: true})
 	if err != nil {
@@ -527,16 +564,18 @@ func (t *turn) history(ctx context.Context) ([]model.Message, error) {
 }
 
 // request builds the model request of the next step: the system prompt,
-// the history, and the turn so far.
+// the history, and the turn so far (with a context snapshot that reaches
+// into the turn, what is after its coverage: turnTail).
 func (t *turn) request(ctx context.Context) (model.Request, error) {
 	history, err := t.history(ctx)
 	if err != nil {
 		return model.Request{}, err
 	}
-	current, err := project(t.messages)
+	own, err := projectSeqs(t.messages)
 	if err != nil {
 		return model.Request{}, err
 	}
+	current := turnTail(t.snap, own)
 	msgs := make([]model.Message, 0, 1+len(history)+len(current))
 	msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: t.rt.o.SystemPrompt})
 	msgs = append(msgs, history...)

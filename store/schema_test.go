@@ -865,7 +865,7 @@ func TestSchemaParity(t *testing.T) {
 // must have been found.
 func checkSchemaRead(t *testing.T, engine string, s dbSchema) {
 	t.Helper()
-	for _, name := range []string{"runs", "run_events", "approvals", "audit_log", "signing_keys", "tool_executions", "notes", "run_message_keys", "browser_sessions"} {
+	for _, name := range []string{"runs", "run_events", "approvals", "audit_log", "signing_keys", "tool_executions", "notes", "run_message_keys", "browser_sessions", "context_snapshots"} {
 		if s.tables[name] == nil || len(s.tables[name].columns) == 0 {
 			t.Errorf("%s: table %s not read", engine, name)
 		}

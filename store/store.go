@@ -412,6 +412,29 @@ type Store interface {
 	// happened all the same. build may be called more than once.
 	FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(head AuditHead) (AuditRecord, error)) (Execution, error)
 
+	// AppendSnapshot stores s as the next version of its run's context
+	// snapshot (snapshots.go) and returns it as stored; the store sets
+	// CreatedAt. It is append-only: a snapshot is never changed or
+	// deleted, and no event of the run, nor its row, is touched. s.Version
+	// must be the run's latest version plus one (1 for the first), and
+	// s.ToSeq at least the latest snapshot's ToSeq, else ErrConflict and
+	// nothing is written: of concurrent appends of one version exactly
+	// one succeeds, and a summariser that read an older snapshot learns
+	// that its summary is stale. Coverage: s.FromSeq must be the run's
+	// first message event, and s.ToSeq (≥ FromSeq) a message event of the
+	// run, so every snapshot covers a prefix of the conversation and
+	// folds the ones before it; else ErrInvalid. Also ErrInvalid: a
+	// version under 1, an empty summary or one over MaxSnapshotSummary
+	// bytes, an unknown kind, tokens out of range, text that is not
+	// storable. ErrNotFound when the run does not exist or is deleted.
+	AppendSnapshot(ctx context.Context, s ContextSnapshot) (ContextSnapshot, error)
+	// LatestSnapshot returns the run's snapshot of the highest version,
+	// or ErrNotFound when it has none (or does not exist).
+	LatestSnapshot(ctx context.Context, runID string) (ContextSnapshot, error)
+	// ListSnapshots returns every snapshot of the run, oldest version
+	// first (none is fine); ErrNotFound when the run does not exist.
+	ListSnapshots(ctx context.Context, runID string) ([]ContextSnapshot, error)
+
 	// ListNotes returns the owner's notes by name.
 	ListNotes(ctx context.Context, owner string) ([]Note, error)
 	// GetNote returns the owner's note or ErrNotFound.

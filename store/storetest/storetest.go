@@ -52,6 +52,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"EndLease", testEndLease},
 		{"TurnBatches", testTurnBatches},
 		{"RunContext", testRunContext},
+		{"Snapshots", testSnapshots},
+		{"SnapshotRace", testSnapshotRace},
 		{"LeaseTakeover", testLeaseTakeover},
 		{"ClaimRace", testClaimRace},
 		{"CloseRun", testCloseRun},

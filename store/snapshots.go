@@ -1,0 +1,184 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Context snapshots: summaries of a run's conversation, each covering an
+// exact span of its event log. They sit beside the log and never change it:
+// appending one writes one row of context_snapshots and touches neither the
+// run's events nor its row.
+
+// SnapshotKind says who asked for a context snapshot.
+type SnapshotKind string
+
+// The kinds of a ContextSnapshot.
+const (
+	// SnapshotAutomatic: the runtime compacted the run by itself, when its
+	// context neared the model's limit.
+	SnapshotAutomatic SnapshotKind = "automatic"
+	// SnapshotManual: a person asked for the compaction.
+	SnapshotManual SnapshotKind = "manual"
+)
+
+// ContextSnapshot is one version of a run's context summary. It covers the
+// run's message events from FromSeq to ToSeq, both included: Summary
+// stands for them in the model context, and the messages after ToSeq
+// follow it verbatim. Every snapshot covers a prefix of the conversation:
+// FromSeq is the run's first message, so a later snapshot folds the
+// earlier ones rather than chaining after them.
+type ContextSnapshot struct {
+	RunID string
+	// Version numbers the run's snapshots from 1; each is the previous
+	// one's plus one. The latest version is the one in force.
+	Version int64
+	// FromSeq and ToSeq are the first and last event the summary covers,
+	// both message events of the run.
+	FromSeq, ToSeq int64
+	// Summary is the summary's text, at most MaxSnapshotSummary bytes.
+	Summary string
+	// Tokens is the summary's estimated size in tokens.
+	Tokens int64
+	Kind   SnapshotKind
+	// Model names the model that wrote the summary (may be empty).
+	Model string
+	// CreatedAt is when the snapshot was stored; the store sets it.
+	CreatedAt time.Time
+}
+
+// MaxSnapshotSummary bounds a ContextSnapshot's Summary, in bytes: a
+// summary stands for many messages in a bounded context, so one this large
+// is a summariser gone wrong, not a summary.
+const MaxSnapshotSummary = 64 << 10
+
+// maxSnapshotModel bounds a ContextSnapshot's Model, in bytes.
+const maxSnapshotModel = 256
+
+// snapshotColumns is the column list of a ContextSnapshot, in field order.
+const snapshotColumns = `run_id, version, from_seq, to_seq, summary, tokens, kind, model, created_at`
+
+// checkSnapshot validates a snapshot AppendSnapshot writes, before the
+// database sees it.
+func checkSnapshot(s ContextSnapshot) error {
+	var errs []error
+	if s.RunID == "" {
+		errs = append(errs, errors.New("snapshot run ID is empty"))
+	}
+	if s.Version < 1 {
+		errs = append(errs, fmt.Errorf("snapshot version is %d, want 1 or more", s.Version))
+	}
+	if s.FromSeq < 1 || s.ToSeq < s.FromSeq {
+		errs = append(errs, fmt.Errorf("snapshot coverage %d to %d is not a span of the log", s.FromSeq, s.ToSeq))
+	}
+	switch {
+	case s.Summary == "":
+		errs = append(errs, errors.New("snapshot summary is empty"))
+	case len(s.Summary) > MaxSnapshotSummary:
+		errs = append(errs, fmt.Errorf("snapshot summary is %d bytes, over %d", len(s.Summary), MaxSnapshotSummary))
+	}
+	if s.Tokens < 0 || s.Tokens > MaxContextTokens {
+		errs = append(errs, fmt.Errorf("snapshot tokens %d are out of range", s.Tokens))
+	}
+	if s.Kind != SnapshotAutomatic && s.Kind != SnapshotManual {
+		errs = append(errs, fmt.Errorf("snapshot kind %q is neither %q nor %q", s.Kind, SnapshotAutomatic, SnapshotManual))
+	}
+	if len(s.Model) > maxSnapshotModel {
+		errs = append(errs, fmt.Errorf("snapshot model name is %d bytes, over %d", len(s.Model), maxSnapshotModel))
+	}
+	errs = append(errs,
+		checkText("snapshot run ID", s.RunID),
+		checkText("snapshot summary", s.Summary),
+		checkText("snapshot model", s.Model))
+	return invalid(errs...)
+}
+
+var (
+	// snapshotBounds reads what a new snapshot of the run is checked
+	// against: the run's first message, whether $2 is a message of the
+	// run, and the latest snapshot's version and end. No row: the run
+	// does not exist or is deleted.
+	snapshotBounds = sql1(`
+SELECT
+	(SELECT seq FROM run_events WHERE run_id = r.id AND type LIKE 'message.%' ORDER BY seq LIMIT 1),
+	EXISTS (SELECT 1 FROM run_events WHERE run_id = r.id AND seq = $2 AND type LIKE 'message.%'),
+	(SELECT version FROM context_snapshots WHERE run_id = r.id ORDER BY version DESC LIMIT 1),
+	(SELECT to_seq FROM context_snapshots WHERE run_id = r.id ORDER BY version DESC LIMIT 1)
+FROM runs r WHERE r.id = $1 AND r.deleted_at IS NULL`)
+
+	insertSnapshot = sql1(`
+INSERT INTO context_snapshots (` + snapshotColumns + `)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`)
+
+	latestSnapshot = sql1(`
+SELECT ` + snapshotColumns + ` FROM context_snapshots WHERE run_id = $1
+ORDER BY version DESC LIMIT 1`)
+
+	listSnapshots = sql1(`
+SELECT ` + snapshotColumns + ` FROM context_snapshots WHERE run_id = $1 ORDER BY version`)
+)
+
+func (c *core) AppendSnapshot(ctx context.Context, s ContextSnapshot) (ContextSnapshot, error) {
+	if err := checkSnapshot(s); err != nil {
+		return ContextSnapshot{}, err
+	}
+	s.CreatedAt = storedTime(c.now())
+	err := c.inTx(ctx, func(tx executor) error {
+		var first, version, to sql.NullInt64
+		var isMessage bool
+		if err := tx.row(ctx, snapshotBounds, s.RunID, s.ToSeq).Scan(&first, &isMessage, &version, &to); err != nil {
+			return err // sql.ErrNoRows: the run is missing
+		}
+		if !isMessage {
+			return invalid(fmt.Errorf("snapshot coverage ends at %d, which is not a message of the run", s.ToSeq))
+		}
+		if s.FromSeq != first.Int64 {
+			return invalid(fmt.Errorf("snapshot coverage starts at %d, not at the run's first message %d", s.FromSeq, first.Int64))
+		}
+		if s.Version != version.Int64+1 {
+			return fmt.Errorf("%w: snapshot version %d does not follow the latest, %d", ErrConflict, s.Version, version.Int64)
+		}
+		if s.ToSeq < to.Int64 {
+			return fmt.Errorf("%w: snapshot coverage ends at %d, before the latest snapshot's %d", ErrConflict, s.ToSeq, to.Int64)
+		}
+		// A concurrent append of the same version fails here, on the
+		// primary key: ErrConflict.
+		_, err := tx.exec(ctx, insertSnapshot, s.RunID, s.Version, s.FromSeq, s.ToSeq, s.Summary, s.Tokens, string(s.Kind), s.Model, s.CreatedAt)
+		return err
+	})
+	if err != nil {
+		return ContextSnapshot{}, c.fail(err)
+	}
+	return s, nil
+}
+
+func (c *core) LatestSnapshot(ctx context.Context, runID string) (ContextSnapshot, error) {
+	s, err := scanSnapshot(c.reader().row(ctx, latestSnapshot, runID))
+	return s, c.fail(err)
+}
+
+func (c *core) ListSnapshots(ctx context.Context, runID string) ([]ContextSnapshot, error) {
+	x := c.reader()
+	out, err := queryAll(ctx, x, listSnapshots, scanSnapshot, runID)
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	if len(out) == 0 {
+		if err := checkRunExists(ctx, x, runID); err != nil {
+			return nil, c.fail(err)
+		}
+	}
+	return out, nil
+}
+
+// scanSnapshot reads one row of snapshotColumns.
+func scanSnapshot(row rowScanner) (ContextSnapshot, error) {
+	var s ContextSnapshot
+	var kind string
+	err := row.Scan(&s.RunID, &s.Version, &s.FromSeq, &s.ToSeq, &s.Summary, &s.Tokens, &kind, &s.Model, at(&s.CreatedAt))
+	s.Kind = SnapshotKind(kind)
+	return s, err
+}
