@@ -222,7 +222,7 @@ func New(opts *Options) (*Server, error) {
 
 	srv := mcp.NewServer(&mcp.Implementation{Name: "usher", Title: "Usher", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
-		Logger:       o.Logger,
+		Logger:       sdkLogger(o.Logger, o.Stateful),
 		// Tools are served by dispatch, not registered with the SDK, so
 		// the capabilities are stated rather than inferred.
 		Capabilities: capabilities(),
@@ -232,7 +232,7 @@ func New(opts *Options) (*Server, error) {
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		Stateless:      !o.Stateful,
 		SessionTimeout: o.SessionTimeout,
-		Logger:         o.Logger,
+		Logger:         sdkLogger(o.Logger, o.Stateful),
 		// checkHTTP does this check, and also allows the public host,
 		// which a reverse proxy in front of a loopback listener sends.
 		DisableLocalhostProtection: true,
