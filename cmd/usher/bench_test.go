@@ -63,7 +63,7 @@ func BenchmarkToolsCall(b *testing.B) {
 			"set it, e.g. %s='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'", storetest.DatabaseURLEnv, storetest.DatabaseURLEnv)
 	}
 	ctx := b.Context()
-	upURL := startEchoUpstream(b)
+	upURL := startEchoUpstream(b, nil)
 	u := startBenchUsher(b, upURL)
 
 	paths := []*benchPath{
@@ -299,8 +299,9 @@ func processCPU() time.Duration {
 }
 
 // startEchoUpstream serves a stateless streamable-HTTP MCP server with one
-// tool, echo, and returns its endpoint.
-func startEchoUpstream(tb testing.TB) string {
+// tool, echo, and returns its endpoint. calls, when not nil, counts the
+// echo calls it ran.
+func startEchoUpstream(tb testing.TB, calls *atomic.Int64) string {
 	tb.Helper()
 	srv := mcp.NewServer(&mcp.Implementation{Name: "bench-upstream", Version: "1"}, nil)
 	srv.AddTool(&mcp.Tool{
@@ -310,6 +311,9 @@ func startEchoUpstream(tb testing.TB) string {
 		var in struct{ Text string }
 		if err := json.Unmarshal(req.Params.Arguments, &in); err != nil {
 			return nil, err
+		}
+		if calls != nil {
+			calls.Add(1)
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "echo: " + in.Text}}}, nil
 	})
@@ -330,7 +334,7 @@ type benchUsher struct {
 // and the upstream, writes the tool lock from the live catalog as an
 // operator would (`usher tools lock`), starts `usher serve` and mints a
 // broker token for it (`usher token mcp`).
-func startBenchUsher(b *testing.B, upstreamURL string) benchUsher {
+func startBenchUsher(b testing.TB, upstreamURL string) benchUsher {
 	b.Helper()
 	policyFile, err := filepath.Abs(filepath.Join("testdata", "bench", "policy.cedar"))
 	if err != nil {
@@ -391,7 +395,7 @@ policy:
 }
 
 // benchCLI runs one usher command and returns what it printed.
-func benchCLI(b *testing.B, args ...string) string {
+func benchCLI(b testing.TB, args ...string) string {
 	b.Helper()
 	var out, errOut bytes.Buffer
 	if err := run(context.Background(), args, getenv(nil), &out, &errOut); err != nil {
