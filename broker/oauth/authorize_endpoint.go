@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/broker/clientmeta"
 	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/httpx"
@@ -115,6 +117,14 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 	if err != nil {
 		s.log.ErrorContext(ctx, "oauth: who is signed in", "err", err)
 		showError(w, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "Usher could not tell who is signed in; try again."})
+		return
+	}
+	if ok && len(p.Groups) > broker.MaxGroups {
+		// No access token can carry this person: say so now, not after
+		// the consent, at the token endpoint.
+		s.refuseAuthorize(w, r, a, newError(CodeAccessDenied, fmt.Sprintf(
+			"Your account is in %d groups, more than the %d an access token for Usher carries; ask your administrator.",
+			len(p.Groups), broker.MaxGroups), true), redirect)
 		return
 	}
 	if ok {

@@ -43,7 +43,23 @@ func TestTokenRefusesUnfitGrant(t *testing.T) {
 			}
 		}
 
-		code, verifier := e.code(c, crowdUser, nil)
+		// The authorization endpoint refuses such a person at once
+		// (TestAuthorizeRefusesUnfitPerson); a code of theirs stored
+		// before their groups grew is refused at the token endpoint.
+		p := principal(crowdUser)
+		sub, _ := json.Marshal(map[string]any{"tenant": p.Tenant, "groups": p.Groups})
+		code := oauth.NewSecret()
+		verifier, challenge := pkce()
+		if err := st.CreateAuthorizationCode(ctx, store.AuthorizationCode{
+			CodeHash: oauth.HashSecret(code), ClientID: c.ID, Principal: p.ID(), Subject: sub,
+			RedirectURI: c.RedirectURI, CodeChallenge: challenge,
+			Resource: e.resource, Scope: "mcp:invoke", CreatedAt: e.clock.Now(), ExpiresAt: e.clock.Now().Add(time.Minute),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.PutConsent(ctx, store.Consent{Principal: p.ID(), ClientID: c.ID, Scope: "mcp:invoke", Resource: e.resource}); err != nil {
+			t.Fatal(err)
+		}
 		unfit("the code grant", e.redeem(c, code, verifier))
 		if tok := e.redeem(c, code, verifier); tok.Error != oauth.CodeInvalidGrant || tok.AccessToken != "" {
 			t.Errorf("the refused code again: %+v, want invalid_grant", tok)
@@ -53,8 +69,6 @@ func TestTokenRefusesUnfitGrant(t *testing.T) {
 		// grew, say).
 		now := e.clock.Now()
 		raw := oauth.NewSecret()
-		p := principal(crowdUser)
-		sub, _ := json.Marshal(map[string]any{"tenant": p.Tenant, "groups": p.Groups})
 		if err := st.IssueRefreshToken(ctx, store.RefreshToken{
 			TokenHash: oauth.HashSecret(raw), FamilyID: "crowd-family", ClientID: c.ID, Principal: p.ID(), Subject: sub,
 			Resource: e.resource, Scope: "mcp:invoke", CreatedAt: now, ExpiresAt: now.Add(time.Hour), FamilyExpiresAt: now.Add(2 * time.Hour),
@@ -108,4 +122,30 @@ func TestUnsupportedGrantType(t *testing.T) {
 // refuseSubjectTokens is a subject token verifier that accepts none.
 func refuseSubjectTokens(context.Context, string) (identity.Principal, error) {
 	return identity.Principal{}, errors.New("no subject token is accepted here")
+}
+
+// TestAuthorizeRefusesUnfitPerson checks that a person in more groups
+// than an access token carries is told so at the authorization endpoint,
+// before any consent, in an access_denied redirect, and that nothing is
+// stored for them.
+func TestAuthorizeRefusesUnfitPerson(t *testing.T) {
+	engines(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, nil)
+		c := e.register(nil)
+		_, challenge := pkce()
+		q := e.authQuery(c, challenge, nil)
+		resp, _ := e.get(oauth.PathAuthorize+"?"+q.Encode(), crowdUser)
+		rq := redirectQuery(t, resp, q.Get("redirect_uri"))
+		if rq.Get("error") != oauth.CodeAccessDenied || !strings.Contains(rq.Get("error_description"), "groups") ||
+			rq.Get("code") != "" || rq.Get("state") != q.Get("state") {
+			t.Errorf("authorization for a person in too many groups redirected with %v, want access_denied about the groups, the state, no code", rq)
+		}
+		if _, err := st.GetConsent(context.Background(), principal(crowdUser).ID(), c.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("a consent was stored for the refused person: %v", err)
+		}
+		// Everyone else still signs in.
+		if code, _ := e.code(c, "alice", nil); code == "" {
+			t.Error("alice got no code")
+		}
+	})
 }
