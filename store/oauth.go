@@ -222,6 +222,20 @@ const (
 // the database, and sqliteDialect drops only FOR UPDATE.
 func keyShared(q string) stmt { return perEngine(q+` FOR KEY SHARE`, q) }
 
+// keySharedOf is keyShared of a join that locks only the rows of table.
+func keySharedOf(q, table string) stmt { return perEngine(q+` FOR KEY SHARE OF `+table, q) }
+
+// touchClientSet moves a client's last_used_at forward to $2 only,
+// whatever order concurrent touches commit in; touchConsentSet a
+// consent's to at. SQLite compares its fixed-width time text as the
+// times.
+const touchClientSet = `SET last_used_at = CASE WHEN last_used_at IS NULL OR last_used_at < $2::timestamptz
+	THEN $2::timestamptz ELSE last_used_at END`
+
+func touchConsentSet(at string) string {
+	return `SET last_used_at = CASE WHEN last_used_at < ` + at + `::timestamptz THEN ` + at + `::timestamptz ELSE last_used_at END`
+}
+
 var (
 	insertOAuthClient = sql1(`
 INSERT INTO oauth_clients (id, kind, name, redirect_uris, grant_types, auth_method, secret_hash, metadata,
@@ -264,13 +278,7 @@ UPDATE oauth_refresh_tokens SET revoked_at = $2 WHERE client_id = $1 AND revoked
 	revokeClientConsents = sql1(`
 UPDATE oauth_consents SET revoked_at = $2, updated_at = $2 WHERE client_id = $1 AND revoked_at IS NULL`)
 
-	// touchOAuthClient moves last_used_at forward only, whatever order
-	// concurrent touches commit in. SQLite compares its fixed-width time
-	// text as the times.
-	touchOAuthClient = sql1(`
-UPDATE oauth_clients SET last_used_at = CASE WHEN last_used_at IS NULL OR last_used_at < $2::timestamptz
-	THEN $2::timestamptz ELSE last_used_at END
-WHERE id = $1`)
+	touchOAuthClient = sql1(`UPDATE oauth_clients ` + touchClientSet + ` WHERE id = $1`)
 
 	insertOAuthCode = sql1(`
 INSERT INTO oauth_codes (code_hash, client_id, principal, subject, redirect_uri, code_challenge, resource, scope,
@@ -302,16 +310,12 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`)
 
 	// shareCodeClient and shareTokenClient read who a code or a refresh
 	// token was issued to, locking the client as shareOAuthClient does.
-	shareCodeClient = perEngine(`
+	shareCodeClient = keySharedOf(`
 SELECT o.client_id, o.principal, c.revoked_at FROM oauth_codes o JOIN oauth_clients c ON c.id = o.client_id
-WHERE o.code_hash = $1 FOR KEY SHARE OF c`, `
-SELECT o.client_id, o.principal, c.revoked_at FROM oauth_codes o JOIN oauth_clients c ON c.id = o.client_id
-WHERE o.code_hash = $1`)
-	shareTokenClient = perEngine(`
+WHERE o.code_hash = $1`, "c")
+	shareTokenClient = keySharedOf(`
 SELECT t.client_id, t.principal, c.revoked_at FROM oauth_refresh_tokens t JOIN oauth_clients c ON c.id = t.client_id
-WHERE t.token_hash = $1 FOR KEY SHARE OF c`, `
-SELECT t.client_id, t.principal, c.revoked_at FROM oauth_refresh_tokens t JOIN oauth_clients c ON c.id = t.client_id
-WHERE t.token_hash = $1`)
+WHERE t.token_hash = $1`, "c")
 
 	getRefreshToken  = sql1(`SELECT ` + refreshTokenColumns + ` FROM oauth_refresh_tokens WHERE token_hash = $1`)
 	lockRefreshToken = sql1(`SELECT ` + refreshTokenColumns + ` FROM oauth_refresh_tokens WHERE token_hash = $1 FOR UPDATE`)
@@ -357,9 +361,7 @@ ORDER BY last_used_at DESC, client_id`)
 
 	shareConsent = keyShared(`SELECT revoked_at FROM oauth_consents WHERE principal = $1 AND client_id = $2`)
 
-	touchConsent = sql1(`
-UPDATE oauth_consents SET last_used_at = CASE WHEN last_used_at < $3::timestamptz
-	THEN $3::timestamptz ELSE last_used_at END
+	touchConsent = sql1(`UPDATE oauth_consents ` + touchConsentSet("$3") + `
 WHERE principal = $1 AND client_id = $2 AND revoked_at IS NULL`)
 
 	// revokeConsentRow keeps the first revocation's time.

@@ -26,14 +26,10 @@ import (
 var (
 	// touchCodeConsent and touchTokenConsent are touchConsent of the
 	// principal and the client a code or a refresh token was issued to.
-	touchCodeConsent = postgresOnly(`
-UPDATE oauth_consents SET last_used_at = CASE WHEN last_used_at < $2::timestamptz
-	THEN $2::timestamptz ELSE last_used_at END
+	touchCodeConsent = postgresOnly(`UPDATE oauth_consents ` + touchConsentSet("$2") + `
 WHERE (principal, client_id) = (SELECT principal, client_id FROM oauth_codes WHERE code_hash = $1)
 	AND revoked_at IS NULL`)
-	touchTokenConsent = postgresOnly(`
-UPDATE oauth_consents SET last_used_at = CASE WHEN last_used_at < $2::timestamptz
-	THEN $2::timestamptz ELSE last_used_at END
+	touchTokenConsent = postgresOnly(`UPDATE oauth_consents ` + touchConsentSet("$2") + `
 WHERE (principal, client_id) = (SELECT principal, client_id FROM oauth_refresh_tokens WHERE token_hash = $1)
 	AND revoked_at IS NULL`)
 
@@ -58,13 +54,9 @@ FROM oauth_refresh_tokens WHERE token_hash = $1 AND used_at = $3::timestamptz`)
 
 	// touchCodeClient and touchTokenClient are touchOAuthClient of the
 	// client of a code or a refresh token.
-	touchCodeClient = postgresOnly(`
-UPDATE oauth_clients SET last_used_at = CASE WHEN last_used_at IS NULL OR last_used_at < $2::timestamptz
-	THEN $2::timestamptz ELSE last_used_at END
+	touchCodeClient = postgresOnly(`UPDATE oauth_clients ` + touchClientSet + `
 WHERE id = (SELECT client_id FROM oauth_codes WHERE code_hash = $1)`)
-	touchTokenClient = postgresOnly(`
-UPDATE oauth_clients SET last_used_at = CASE WHEN last_used_at IS NULL OR last_used_at < $2::timestamptz
-	THEN $2::timestamptz ELSE last_used_at END
+	touchTokenClient = postgresOnly(`UPDATE oauth_clients ` + touchClientSet + `
 WHERE id = (SELECT client_id FROM oauth_refresh_tokens WHERE token_hash = $1)`)
 )
 

@@ -349,21 +349,7 @@ func testAuthorizationCodeRace(t *testing.T, s store.Store) {
 		wg.Go(func() { codes[i], errs[i] = s.RedeemAuthorizationCode(ctx, "code", fmt.Sprintf("fam-%d", i), now, nil) })
 	}
 	wg.Wait()
-	winner := -1
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			if winner >= 0 {
-				t.Errorf("redemptions #%d and #%d both succeeded", winner, i)
-			}
-			winner = i
-		case !errors.Is(err, store.ErrConflict):
-			t.Errorf("redemption #%d: %v, want ErrConflict", i, err)
-		}
-	}
-	if winner < 0 {
-		t.Fatal("no redemption succeeded")
-	}
+	winner := onlyWinner(t, "redemption", errs, store.ErrConflict)
 	for i, c := range codes {
 		if errs[i] != nil && (c.FamilyID != codes[winner].FamilyID || c.ReplayedAt.IsZero()) {
 			t.Errorf("replay #%d returned %+v, want the winner's family %s, replayed", i, c, codes[winner].FamilyID)
@@ -582,21 +568,7 @@ func testRefreshTokenRotateRace(t *testing.T, s store.Store) {
 		})
 	}
 	wg.Wait()
-	winner := -1
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			if winner >= 0 {
-				t.Errorf("rotations #%d and #%d both succeeded", winner, i)
-			}
-			winner = i
-		case !errors.Is(err, store.ErrReused):
-			t.Errorf("rotation #%d: %v, want ErrReused", i, err)
-		}
-	}
-	if winner < 0 {
-		t.Fatal("no rotation succeeded")
-	}
+	winner := onlyWinner(t, "rotation", errs, store.ErrReused)
 	checkRevokedToken(t, s, fmt.Sprintf("rt-%d", winner), now)
 }
 

@@ -242,11 +242,9 @@ func testOAuthGrantRace(t *testing.T, s store.Store) {
 		})
 	}
 	wg.Wait()
-	winner := onlyWinner(t, "code grant", errs)
-	if winner >= 0 {
-		// The replays revoked the winner's token.
-		checkRevokedToken(t, s, fmt.Sprintf("rt-%d", winner), now)
-	}
+	// The replays revoked the winner's token.
+	winner := onlyWinner(t, "code grant", errs, store.ErrReused)
+	checkRevokedToken(t, s, fmt.Sprintf("rt-%d", winner), now)
 	records++
 	if got := auditCount(t, s); got != records {
 		t.Errorf("after the code grants the log has %d records, want %d (the winner's)", got, records)
@@ -261,9 +259,8 @@ func testOAuthGrantRace(t *testing.T, s store.Store) {
 		wg.Go(func() { _, errs[i] = s.RotateRefreshToken(ctx, "rt", now, grant(fmt.Sprintf("rt.%d", i))) })
 	}
 	wg.Wait()
-	if winner = onlyWinner(t, "rotation", errs); winner >= 0 {
-		checkRevokedToken(t, s, fmt.Sprintf("rt.%d", winner), now)
-	}
+	winner = onlyWinner(t, "rotation", errs, store.ErrReused)
+	checkRevokedToken(t, s, fmt.Sprintf("rt.%d", winner), now)
 	records++
 	if got := auditCount(t, s); got != records {
 		t.Errorf("after the rotations the log has %d records, want %d (the winner's)", got, records)
@@ -301,9 +298,9 @@ func testOAuthGrantRace(t *testing.T, s store.Store) {
 	}
 }
 
-// onlyWinner checks that exactly one of errs is nil and the others are
-// ErrReused, and returns the winner's index (-1: none).
-func onlyWinner(t *testing.T, what string, errs []error) int {
+// onlyWinner checks that exactly one of errs is nil and the others match
+// want, and returns the winner's index; with no winner it ends the test.
+func onlyWinner(t *testing.T, what string, errs []error, want error) int {
 	t.Helper()
 	winner := -1
 	for i, err := range errs {
@@ -312,12 +309,12 @@ func onlyWinner(t *testing.T, what string, errs []error) int {
 			t.Errorf("%ss #%d and #%d both succeeded", what, winner, i)
 		case err == nil:
 			winner = i
-		case !errors.Is(err, store.ErrReused):
-			t.Errorf("%s #%d: %v, want ErrReused", what, i, err)
+		case !errors.Is(err, want):
+			t.Errorf("%s #%d: %v, want %v", what, i, err, want)
 		}
 	}
 	if winner < 0 {
-		t.Errorf("no %s succeeded", what)
+		t.Fatalf("no %s succeeded", what)
 	}
 	return winner
 }
