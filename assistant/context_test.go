@@ -123,7 +123,7 @@ func TestContextAccounting(t *testing.T) {
 		}
 		t.Cleanup(rt.Stop)
 		owner := testOwner.ID()
-		run, _, err := rt.CreateRun(ctx, owner, Sender{}, "accounting", "", "")
+		run, _, err := rt.CreateRun(ctx, owner, Sender{}, NewRun{Title: "accounting"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,9 @@ const (
 	EventUserMessage      = "message.user"
 	EventAssistantMessage = "message.assistant"
 	EventToolResult       = "message.tool"
+	// EventSummaryMessage opens a run continued from another (manual
+	// compaction): the summary its history starts from.
+	EventSummaryMessage = "message.summary"
 
 	EventTurnStart      = "agent.turn.start"
 	EventSystemPrompt   = "agent.system_prompt"
@@ -28,6 +31,18 @@ type UserMessage struct {
 	// turn that answers the message calls tools with these claims in its
 	// broker token, for policies on tenants and groups.
 	Sender *Sender `json:"sender,omitempty"`
+}
+
+// SummaryMessage is the payload of a message.summary event: the summary
+// of the run it continues, which the model sees where the event is, as the
+// summary of a context snapshot.
+type SummaryMessage struct {
+	Content string `json:"content"`
+	// FromRun is the run continued; FromVersion its snapshot the summary
+	// is; ToSeq the last message of FromRun it covers.
+	FromRun     string `json:"fromRun"`
+	FromVersion int64  `json:"fromVersion"`
+	ToSeq       int64  `json:"toSeq"`
 }
 
 // Sender is the identity a message was sent with, beyond the run's owner

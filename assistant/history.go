@@ -116,6 +116,13 @@ func projectSeqs(events []store.Event) ([]contextMessage, error) {
 			}
 			out = closeCalls(out, pending)
 			out = append(out, contextMessage{model.Message{Role: model.RoleUser, Content: m.Content}, e.Seq})
+		case EventSummaryMessage:
+			var m SummaryMessage
+			if err := json.Unmarshal(e.Payload, &m); err != nil {
+				return nil, fmt.Errorf("assistant: event %d: %w", e.Seq, err)
+			}
+			out = closeCalls(out, pending)
+			out = append(out, contextMessage{summaryMessage(store.ContextSnapshot{Summary: m.Content}), e.Seq})
 		case EventAssistantMessage:
 			var m AssistantMessage
 			if err := json.Unmarshal(e.Payload, &m); err != nil {

@@ -3,6 +3,7 @@ package assistant
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -182,8 +183,9 @@ func (rt *Runtime) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body struct {
-		Message *string `json:"message"`
-		Title   *string `json:"title"`
+		Message  *string        `json:"message"`
+		Title    *string        `json:"title"`
+		Metadata json.RawMessage `json:"metadata"`
 	}
 	if r.ContentLength != 0 {
 		if err := decode(r, &body); err != nil {
@@ -207,7 +209,15 @@ func (rt *Runtime) handleCreate(w http.ResponseWriter, r *http.Request) {
 	if body.Title != nil {
 		title = *body.Title
 	}
-	run, created, err := rt.CreateRun(r.Context(), owner, senderOf(r), title, message, key)
+	var metadata string
+	if len(body.Metadata) > 0 && string(body.Metadata) != "null" {
+		if len(body.Metadata) > store.MaxRunMetadata {
+			rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_metadata", fmt.Sprintf("The metadata is over %d bytes.", store.MaxRunMetadata)))
+			return
+		}
+		metadata = string(body.Metadata)
+	}
+	run, created, err := rt.CreateRun(r.Context(), owner, senderOf(r), NewRun{Title: title, Message: message, IdempotencyKey: key, Metadata: metadata})
 	if err != nil {
 		rt.fail(w, r, err)
 		return

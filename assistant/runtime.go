@@ -101,6 +101,9 @@ type Options struct {
 	// each run's context accounting is recorded against (RunView.Context).
 	// Default: 80,000.
 	ContextTokens int
+	// ModelName names the model, in the context snapshots it writes.
+	// Default: none.
+	ModelName string
 	// Transport is TransportAuto (or TransportSSE): Server-Sent Events,
 	// WebSocket and long-poll; or TransportLongPoll: the streaming routes
 	// answer 503. Default: TransportAuto.
@@ -128,7 +131,9 @@ type Runtime struct {
 	st     store.Store
 	log    *slog.Logger
 	holder *holder
-	bus    *bus
+	// compactions count this process's compactions by outcome.
+	compactions compactionCounters
+	bus         *bus
 
 	// streams ends every live-update stream when closed (at shutdown).
 	streams      context.Context

@@ -31,14 +31,30 @@ var (
 // maxTitle is the most characters of a run's title.
 const maxTitle = 200
 
-// CreateRun opens a run for owner, with an opening message when message
-// is not empty; idempotencyKey, when not empty, makes retries return the
-// first run. created is false for such a retry. Without a key the
-// creation gets one of its own, so that a write whose outcome is unknown
-// is tried again without opening a second run.
-func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, title, message, idempotencyKey string) (_ store.Run, created bool, _ error) {
+// NewRun is what a run is opened with; every field is optional.
+type NewRun struct {
+	Title string
+	// Message is the opening message.
+	Message string
+	// IdempotencyKey makes retries of the creation return the first run.
+	IdempotencyKey string
+	// Metadata is the run's settings (see RunMetadata): the text of a
+	// JSON object.
+	Metadata string
+}
+
+// CreateRun opens a run for owner, with an opening message when
+// n.Message is not empty; n.IdempotencyKey, when not empty, makes retries
+// return the first run. created is false for such a retry. Without a key
+// the creation gets one of its own, so that a write whose outcome is
+// unknown is tried again without opening a second run.
+func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, n NewRun) (_ store.Run, created bool, _ error) {
+	title, message, idempotencyKey := n.Title, n.Message, n.IdempotencyKey
 	if err := rt.checkTitle(title); err != nil {
 		return store.Run{}, false, err
+	}
+	if _, err := parseRunMetadata(n.Metadata); err != nil {
+		return store.Run{}, false, httpx.Errorf(http.StatusBadRequest, "invalid_metadata", "The metadata is not usable: "+err.Error()+".")
 	}
 	var first *store.NewEvent
 	if message != "" {
@@ -51,7 +67,7 @@ func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, t
 	if title == "" && message != "" {
 		title = titleFrom(message)
 	}
-	r := store.Run{ID: newRunID(), Owner: owner, Title: title, IdempotencyKey: cmp.Or(idempotencyKey, ownKey())}
+	r := store.Run{ID: newRunID(), Owner: owner, Title: title, IdempotencyKey: cmp.Or(idempotencyKey, ownKey()), Metadata: n.Metadata}
 	var out store.Run
 	err := rt.retryUnknown(ctx, r.ID, func() (err error) {
 		out, created, err = rt.st.OpenRun(ctx, r, rt.o.MaxActiveRuns, first)

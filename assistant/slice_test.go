@@ -102,7 +102,7 @@ func startRuntime(t *testing.T, st store.Store, ms *modeltest.Server, tools *cou
 		t.Fatal(err)
 	}
 	t.Cleanup(rt.Stop)
-	r, _, err := rt.CreateRun(t.Context(), "owner", Sender{}, "counting", "", "")
+	r, _, err := rt.CreateRun(t.Context(), "owner", Sender{}, NewRun{Title: "counting"})
 	if err != nil {
 		t.Fatal(err)
 	}

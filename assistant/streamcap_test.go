@@ -72,7 +72,7 @@ func principalID(user string) string {
 // newRun opens a run of user's, with no message: no turn runs.
 func (s *capServer) newRun(t *testing.T, user string) string {
 	t.Helper()
-	run, _, err := s.rt.CreateRun(t.Context(), principalID(user), Sender{}, "t", "", "")
+	run, _, err := s.rt.CreateRun(t.Context(), principalID(user), Sender{}, NewRun{Title: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}

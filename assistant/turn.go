@@ -39,13 +39,18 @@ type turn struct {
 	// queued reports user messages after the turn's, each waiting for a
 	// turn of its own.
 	queued bool
-	// past is the history before the turn, in turn order, once read.
-	past []model.Message
+	// past is the history before the turn, in turn order, once read;
+	// pastMsgs are its verbatim messages (beyond the summary) with their
+	// sequences.
+	past     []model.Message
+	pastMsgs []contextMessage
 	// snap is the run's latest context snapshot (nil: none), which
 	// bounds the history when set (boundedContext); snapRead reports
 	// that it was read.
 	snap     *store.ContextSnapshot
 	snapRead bool
+	// compactTried reports that the slice tried to compact the run.
+	compactTried bool
 	// pending is the context accounting the turn's next write carries:
 	// the estimate or the reported size of its latest model request.
 	pending *store.RunContext
@@ -303,6 +308,14 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 			return ending{}, err
 		}
 		est := t.estimated(req, t.lastSeq())
+		if rebuild, err := t.maybeCompact(ctx, est); err != nil {
+			return ending{}, err
+		} else if rebuild {
+			if req, err = t.request(ctx); err != nil {
+				return ending{}, err
+			}
+			est = t.estimated(req, t.lastSeq())
+		}
 		if !accounted {
 			// A resumed slice: nothing else is written before the step.
 			t.pending = est
@@ -533,9 +546,11 @@ func (t *turn) setPast(before []store.Event) error {
 		return err
 	}
 	if t.snap != nil {
-		t.past = boundedContext(nil, t.snap, past, t.rt.o.HistoryMessages)
+		t.pastMsgs = boundedTail(t.snap, past, t.rt.o.HistoryMessages)
+		t.past = append([]model.Message{summaryMessage(*t.snap)}, messagesOf(t.pastMsgs)...)
 		return nil
 	}
+	t.pastMsgs = past
 	t.past = append([]model.Message{}, messagesOf(past)...) // not nil, even when empty
 	return nil
 }

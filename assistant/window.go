@@ -45,14 +45,20 @@ func summaryMessage(snap store.ContextSnapshot) model.Message {
 // messages, never more. It never modifies its arguments; the result
 // shares the messages' contents with them.
 func boundedContext(instructions []model.Message, snap *store.ContextSnapshot, past []contextMessage, bound int) []model.Message {
-	tail := afterCoverage(snap, past)
-	tail = groupStart(tail[max(0, len(tail)-max(0, bound)):])
+	tail := boundedTail(snap, past, bound)
 	out := make([]model.Message, 0, len(instructions)+1+len(tail))
 	out = append(out, instructions...)
 	if snap != nil {
 		out = append(out, summaryMessage(*snap))
 	}
 	return append(out, messagesOf(tail)...)
+}
+
+// boundedTail is the tail of boundedContext: at most bound of the last
+// messages of past after snap's coverage, from a group's start.
+func boundedTail(snap *store.ContextSnapshot, past []contextMessage, bound int) []contextMessage {
+	tail := afterCoverage(snap, past)
+	return groupStart(tail[max(0, len(tail)-max(0, bound)):])
 }
 
 // turnTail is what the turn's own messages (msgs, as projectSeqs builds

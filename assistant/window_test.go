@@ -208,7 +208,7 @@ func TestTurnWithSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(rt.Stop)
-		r, _, err := rt.CreateRun(ctx, "owner", Sender{}, "snapshots", "", "")
+		r, _, err := rt.CreateRun(ctx, "owner", Sender{}, NewRun{Title: "snapshots"})
 		if err != nil {
 			t.Fatal(err)
 		}

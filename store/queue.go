@@ -193,8 +193,8 @@ INSERT INTO run_message_keys (run_id, idempotency_key, seq, created_at) VALUES (
 	// under lockOwnerRuns.
 	openRun = sql1(`
 INSERT INTO runs (id, owner, title, status, idempotency_key, queued_at,
-	created_at, updated_at, last_activity_at)
-SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::timestamptz, $7::timestamptz, $7::timestamptz, $7::timestamptz
+	created_at, updated_at, last_activity_at, metadata)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::timestamptz, $7::timestamptz, $7::timestamptz, $7::timestamptz, $9::jsonb
 WHERE (SELECT count(*) FROM runs
 	WHERE owner = $2::text AND status IN ('InProgress', 'AwaitingApproval') AND deleted_at IS NULL) < $8::bigint
 RETURNING ` + runColumns)
@@ -357,7 +357,7 @@ func (c *core) OpenRun(ctx context.Context, r Run, maxActive int, first *NewEven
 			queuedAt = now
 		}
 		run, err := scanRun(tx.row(ctx, openRun,
-			r.ID, r.Owner, r.Title, string(r.Status), nullString(r.IdempotencyKey), queuedAt, now, maxActive))
+			r.ID, r.Owner, r.Title, string(r.Status), nullString(r.IdempotencyKey), queuedAt, now, maxActive, metadataOf(r)))
 		if errors.Is(err, sql.ErrNoRows) {
 			return ErrLimit
 		}

@@ -30,7 +30,8 @@ const runColumns = `id, owner, title, status, coalesce(idempotency_key, ''),
 	queued_at, coalesce(lease_owner, ''), lease_expires_at, fencing_token,
 	created_at, updated_at, last_activity_at, completed_at, deleted_at,
 	turn_seq, handled_seq, failures, not_before,
-	context_tokens, context_limit, context_source, context_seq, context_at`
+	context_tokens, context_limit, context_source, context_seq, context_at,
+	metadata, coalesce(parent_run_id, ''), parent_version`
 
 // signingKeyColumns is the column list of a SigningKey, in field order.
 const signingKeyColumns = `id, purpose, generation, algorithm, public_key, private_key,
@@ -72,12 +73,17 @@ func decodeNames(column string, b []byte) ([]string, error) {
 func scanRun(row rowScanner) (Run, error) {
 	var r Run
 	var status, source string
+	var metadata []byte
 	err := row.Scan(&r.ID, &r.Owner, &r.Title, &status, &r.IdempotencyKey,
 		&r.LastSeq, &r.MessageCount, &r.Preview,
 		at(&r.QueuedAt), &r.LeaseOwner, at(&r.LeaseExpiresAt), &r.FencingToken,
 		at(&r.CreatedAt), at(&r.UpdatedAt), at(&r.LastActivityAt), at(&r.CompletedAt), at(&r.DeletedAt),
 		&r.TurnSeq, &r.HandledSeq, &r.Failures, at(&r.NotBefore),
-		&r.Context.Tokens, &r.Context.Limit, &source, &r.Context.Seq, at(&r.Context.At))
+		&r.Context.Tokens, &r.Context.Limit, &source, &r.Context.Seq, at(&r.Context.At),
+		&metadata, &r.ParentRunID, &r.ParentVersion)
+	if string(metadata) != "{}" {
+		r.Metadata = string(metadata)
+	}
 	r.Status = RunStatus(status)
 	r.Context.Source = ContextSource(source)
 	return r, err

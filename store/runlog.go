@@ -16,8 +16,8 @@ import (
 var (
 	insertRun = sql1(`
 INSERT INTO runs (id, owner, title, status, idempotency_key, queued_at,
-	created_at, updated_at, last_activity_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $7)
+	created_at, updated_at, last_activity_at, metadata, parent_run_id, parent_version)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $7, $8, $9, $10)
 RETURNING ` + runColumns)
 
 	getRun = sql1(`SELECT ` + runColumns + ` FROM runs WHERE id = $1`)
@@ -63,7 +63,8 @@ func (c *core) CreateRun(ctx context.Context, r Run) (Run, error) {
 	var out Run
 	err := c.writeOne(ctx, func(x executor) (err error) {
 		out, err = scanRun(x.row(ctx, insertRun,
-			r.ID, r.Owner, r.Title, r.Status, nullString(r.IdempotencyKey), nullTime(r.QueuedAt), now))
+			r.ID, r.Owner, r.Title, r.Status, nullString(r.IdempotencyKey), nullTime(r.QueuedAt), now,
+			metadataOf(r), nullString(r.ParentRunID), r.ParentVersion))
 		return err
 	})
 	if err != nil {

@@ -108,7 +108,20 @@ type Run struct {
 	// Context is the size of the model context of the run's latest model
 	// step, as its turn recorded it (zero until one did).
 	Context RunContext
+
+	// Metadata is the run's settings, the text of a JSON object of at
+	// most MaxRunMetadata bytes ("": none); the store keeps it as it is
+	// given and does not look inside. (Text, so that a Run compares.)
+	Metadata string
+	// ParentRunID names the run this one continues (manual compaction),
+	// and ParentVersion the version of the parent's context snapshot its
+	// history starts from; empty and 0 for a run of its own.
+	ParentRunID   string
+	ParentVersion int64
 }
+
+// MaxRunMetadata bounds a Run's Metadata, in bytes.
+const MaxRunMetadata = 4 << 10
 
 // Event is one entry of a run's append-only event log. Seq is assigned by
 // the store: it starts at 1 and grows by exactly 1 per event of the run.

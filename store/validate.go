@@ -25,8 +25,35 @@ func checkNewRun(r Run) error {
 	if !r.Status.Valid() {
 		errs = append(errs, fmt.Errorf("run status %q is unknown", r.Status))
 	}
-	errs = append(errs, checkTime("run QueuedAt", r.QueuedAt))
+	errs = append(errs, checkTime("run QueuedAt", r.QueuedAt), checkMetadata(r.Metadata))
+	if r.ParentVersion < 0 || (r.ParentVersion > 0 && r.ParentRunID == "") {
+		errs = append(errs, fmt.Errorf("run parent version %d names no parent run", r.ParentVersion))
+	}
 	return invalid(errs...)
+}
+
+// metadataOf is the metadata column's value of r: its metadata, or {}.
+func metadataOf(r Run) string {
+	if r.Metadata == "" {
+		return "{}"
+	}
+	return r.Metadata
+}
+
+// checkMetadata validates a run's metadata: none, or a JSON object of at
+// most MaxRunMetadata bytes.
+func checkMetadata(m string) error {
+	if m == "" {
+		return nil
+	}
+	if len(m) > MaxRunMetadata {
+		return fmt.Errorf("run metadata is %d bytes, over %d", len(m), MaxRunMetadata)
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(m), &obj); err != nil || obj == nil {
+		return errors.New("run metadata is not a JSON object")
+	}
+	return nil
 }
 
 // checkTransition validates a compare-and-swap of a run's status.

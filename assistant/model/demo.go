@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -37,6 +38,9 @@ func (d *Demo) Complete(ctx context.Context, req Request, onDelta func(text stri
 		return Response{}, cancelledError(providerDemo, err)
 	}
 	msg := demoReply(req)
+	if req.Summarize {
+		msg = Message{Role: RoleAssistant, Content: demoSummarize(req.Messages)}
+	}
 	resp := Response{Message: msg, FinishReason: "stop"}
 	if len(msg.ToolCalls) > 0 {
 		resp.FinishReason = "tool_calls"
@@ -189,6 +193,80 @@ func demoSummary(msgs []Message) string {
 		b.WriteString("\n- " + name(m) + ": " + quote(m))
 	}
 	return b.String()
+}
+
+// Bounds of the demo's extractive summary.
+const (
+	// demoSummaryLine is the most characters a line keeps.
+	demoSummaryLine = 120
+	// demoSummaryMax is the most bytes a summary holds.
+	demoSummaryMax = 4 << 10
+	// demoSummaryShare is the part of its input a summary may be: one
+	// sixteenth, about what a model's summary of a long conversation is.
+	demoSummaryShare = 16
+)
+
+// demoSummarize is the demo's answer to a request for a summary: an
+// extractive one of the text of its non-system messages. It keeps their
+// lines in order, each shortened to demoSummaryLine characters, within a
+// sixteenth of the text's bytes (at most demoSummaryMax): the first lines in
+// a third of that, the last lines in the rest, and between them a line
+// saying how many were left out. Deterministic, and shorter than its input
+// once the input is longer than a few lines.
+func demoSummarize(msgs []Message) string {
+	var lines []string
+	size := 0
+	for _, m := range msgs {
+		if m.Role == RoleSystem {
+			continue
+		}
+		size += len(m.Content)
+		for line := range strings.Lines(m.Content) {
+			if l := shorten(line, demoSummaryLine); l != "" {
+				lines = append(lines, l)
+			}
+		}
+	}
+	budget := min(size/demoSummaryShare, demoSummaryMax)
+	// take keeps lines from the front (or the back) while they fit in n
+	// bytes, each with its line break.
+	take := func(lines []string, n int, back bool) int {
+		k := 0
+		for k < len(lines) {
+			l := lines[k]
+			if back {
+				l = lines[len(lines)-1-k]
+			}
+			if n -= len(l) + 1; n < 0 {
+				break
+			}
+			k++
+		}
+		return k
+	}
+	head := take(lines, budget/3, false)
+	tail := take(lines[head:], budget-budget/3-sumLen(lines[:head]), true)
+	var b strings.Builder
+	b.WriteString(strings.Join(lines[:head], "\n"))
+	if left := len(lines) - head - tail; left > 0 {
+		if b.Len() > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString("(" + strconv.Itoa(left) + " lines left out)")
+	}
+	if tail > 0 {
+		b.WriteString("\n" + strings.Join(lines[len(lines)-tail:], "\n"))
+	}
+	return b.String()
+}
+
+// sumLen is the bytes of lines, each with its line break.
+func sumLen(lines []string) int {
+	n := 0
+	for _, l := range lines {
+		n += len(l) + 1
+	}
+	return n
 }
 
 // demoCallID derives a tool call's ID from the conversation, so the same

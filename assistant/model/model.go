@@ -99,6 +99,12 @@ type Request struct {
 	Messages []Message
 	// Tools are the tools the model may call in this step.
 	Tools []Tool
+	// Summarize marks a request for a summary (context compaction): its
+	// messages are the summariser's instructions and the text to
+	// summarise, with no history and no tools, and the answer is the
+	// summary. Providers send it as any other request; [Demo] answers it
+	// with an extractive summary.
+	Summarize bool
 }
 
 // Response is the model's answer to one [Request].

@@ -18,6 +18,7 @@ import (
 func (in *installation) buildAssistant(publicURL string, mint *broker.Broker) (*assistant.Runtime, error) {
 	cfg := in.cfg
 	var provider model.Provider
+	modelName := "demo"
 	switch cfg.Model.Provider {
 	case "openai":
 		p, err := model.NewOpenAI(&model.OpenAIOptions{
@@ -29,6 +30,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker) (*
 		// Each request goes to the server as a payload repaired for it;
 		// the history it was made from stays as it is.
 		provider = payload.NewProvider(p, payload.OpenAICompatible)
+		modelName = cfg.Model.Name
 	default:
 		provider = model.NewDemo()
 	}
@@ -53,6 +55,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker) (*
 		MaxMessageBytes:      a.MaxMessageBytes,
 		SystemPrompt:         a.SystemPrompt,
 		ContextTokens:        cfg.Model.ContextTokens,
+		ModelName:            modelName,
 		Transport:            cfg.Events.Transport,
 		Heartbeat:            cfg.Events.Heartbeat.Std(),
 		MaxStreamsPerUser:    cfg.Events.MaxStreamsPerUser,

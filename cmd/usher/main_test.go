@@ -220,7 +220,7 @@ func TestEmbeddedDefaultEndToEnd(t *testing.T) {
 	}
 
 	code, body = get(t, s.url+"/metrics", "")
-	for _, want := range []string{`usher_http_requests_total{code="200",method="GET",route="GET /healthz"}`, "usher_http_request_duration_seconds_bucket", "go_goroutines"} {
+	for _, want := range []string{`usher_http_requests_total{code="200",method="GET",route="GET /healthz"}`, "usher_http_request_duration_seconds_bucket", `usher_assistant_compactions_total{outcome="invalid"} 0`, "go_goroutines"} {
 		if code != 200 || !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -159,6 +159,18 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		Name: "usher_assistant_held_sessions",
 		Help: "MCP sessions this process holds for runs between turns.",
 	}, func() float64 { return float64(runtime.HeldSessions()) }))
+	for outcome, count := range map[string]func(assistant.Compactions) int64{
+		"written":  func(c assistant.Compactions) int64 { return c.Written },
+		"failed":   func(c assistant.Compactions) int64 { return c.Failed },
+		"invalid":  func(c assistant.Compactions) int64 { return c.Invalid },
+		"conflict": func(c assistant.Compactions) int64 { return c.Conflict },
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "usher_assistant_compactions_total",
+			Help:        "Context compactions of this process by outcome: a snapshot written, the model failed, a summary refused, another writer first.",
+			ConstLabels: prometheus.Labels{"outcome": outcome},
+		}, func() float64 { return float64(count(runtime.Compactions())) }))
+	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "usher_live_subscribers",
 		Help: "Open live-update streams of runs' events and of users' feeds in this process.",

@@ -39,6 +39,7 @@ type Server struct {
 	def      string
 	apiKey   string
 	requests []RecordedRequest
+	respond  func(RecordedRequest) (Answer, bool)
 	changed  chan struct{} // closed and replaced when requests or held change
 	holds    int
 	gate     chan struct{} // closed when the last hold is released
@@ -182,6 +183,23 @@ func (s *Server) SetDefaultReply(text string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.def = text
+}
+
+// Answer is the reply a responder chooses for one request: Text, or,
+// when Status is not 0, an error status with an OpenAI-style error body.
+type Answer struct {
+	Text   string
+	Status int
+}
+
+// Respond makes fn choose the answer to every request it reports true for,
+// ahead of the script: for tests whose requests are of kinds a script
+// cannot order, such as a summariser's and a turn's. Requests fn declines
+// take the script's next reply. nil removes fn.
+func (s *Server) Respond(fn func(RecordedRequest) (Answer, bool)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.respond = fn
 }
 
 // Pending returns how many scripted replies have not been used yet.
@@ -371,7 +389,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if !s.wait(r.Context()) {
 		return // the client went away, or the server is closing
 	}
-	rep := s.next()
+	rep := s.next(rec)
 	switch rep.kind {
 	case replyError:
 		msg := fmt.Sprintf("scripted error %d", rep.status)
@@ -424,8 +442,20 @@ func (s *Server) wait(ctx context.Context) bool {
 	}
 }
 
-// next takes the next scripted reply, or the default.
-func (s *Server) next() reply {
+// next takes the responder's answer to rec, or the next scripted reply,
+// or the default.
+func (s *Server) next(rec RecordedRequest) reply {
+	s.mu.Lock()
+	respond := s.respond
+	s.mu.Unlock()
+	if respond != nil {
+		if a, ok := respond(rec); ok {
+			if a.Status != 0 {
+				return reply{kind: replyError, status: a.Status}
+			}
+			return reply{kind: replyText, text: a.Text}
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.script) == 0 {
