@@ -183,8 +183,8 @@ func (rt *Runtime) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body struct {
-		Message  *string        `json:"message"`
-		Title    *string        `json:"title"`
+		Message  *string         `json:"message"`
+		Title    *string         `json:"title"`
 		Metadata json.RawMessage `json:"metadata"`
 	}
 	if r.ContentLength != 0 {
