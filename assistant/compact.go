@@ -41,12 +41,6 @@ const (
 	MinCompactRecentMessages = 4
 )
 
-// The events compaction writes to the run's log.
-const (
-	EventCompacted        = "agent.context.compacted"
-	EventCompactionFailed = "agent.context.compaction_failed"
-)
-
 // ContextCompacted is the payload of agent.context.compacted: a snapshot
 // was written.
 type ContextCompacted struct {

@@ -22,6 +22,13 @@ const (
 	EventRuntimeContext = "agent.runtime_context"
 	EventTurnPause      = "agent.turn.pause"
 	EventTurnEnd        = "agent.turn.end"
+
+	// EventCompacted and EventCompactionFailed record a compaction
+	// (compact.go); EventRunContinued that the run was continued in
+	// another (continue.go).
+	EventCompacted        = "agent.context.compacted"
+	EventCompactionFailed = "agent.context.compaction_failed"
+	EventRunContinued     = "agent.run.continued"
 )
 
 // UserMessage is the payload of a message.user event.

@@ -45,6 +45,7 @@ func (rt *Runtime) Handler() http.Handler {
 	mux.HandleFunc("GET /api/assistant/updates/stream", rt.handleFeed)
 	mux.HandleFunc("POST /api/assistant/runs/{id}/complete", rt.handleClose(store.RunCompleted))
 	mux.HandleFunc("POST /api/assistant/runs/{id}/cancel", rt.handleClose(store.RunCancelled))
+	mux.HandleFunc("POST /api/assistant/runs/{id}/compact", rt.handleCompact)
 	mux.HandleFunc("/api/assistant/", func(w http.ResponseWriter, r *http.Request) {
 		// A path that exists with other methods is 405, with Allow.
 		var allow []string
@@ -144,6 +145,17 @@ type RunView struct {
 	// Context is the size of the model context of the run's latest model
 	// step; absent until a turn recorded one.
 	Context *ContextView `json:"context,omitempty"`
+	// Metadata is the run's settings, as it was created with them.
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// ContinuedFrom names the run this one continues (manual compaction).
+	ContinuedFrom *ContinuedFrom `json:"continuedFrom,omitempty"`
+}
+
+// ContinuedFrom names the run a run continues and the version of its
+// context snapshot the run's history starts from.
+type ContinuedFrom struct {
+	RunID           string `json:"runId"`
+	SnapshotVersion int64  `json:"snapshotVersion"`
 }
 
 func viewRun(r store.Run) RunView {
@@ -153,7 +165,58 @@ func viewRun(r store.Run) RunView {
 	if !r.CompletedAt.IsZero() {
 		v.CompletedAt = &r.CompletedAt
 	}
+	if r.Metadata != "" {
+		v.Metadata = json.RawMessage(r.Metadata)
+	}
+	if r.ParentRunID != "" {
+		v.ContinuedFrom = &ContinuedFrom{RunID: r.ParentRunID, SnapshotVersion: r.ParentVersion}
+	}
 	return v
+}
+
+// SnapshotView is a run's context snapshot as the API shows it.
+type SnapshotView struct {
+	Version   int64     `json:"version"`
+	FromSeq   int64     `json:"fromSeq"`
+	ToSeq     int64     `json:"toSeq"`
+	Summary   string    `json:"summary"`
+	Tokens    int64     `json:"tokens"`
+	Kind      string    `json:"kind"`
+	Model     string    `json:"model,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// handleCompact continues the run in a child run that starts from a
+// summary of it (manual compaction).
+func (rt *Runtime) handleCompact(w http.ResponseWriter, r *http.Request) {
+	owner, ok := principal(r)
+	if !ok {
+		rt.fail(w, r, errUnauthenticated)
+		return
+	}
+	if r.ContentLength > 0 {
+		var body struct{}
+		if err := decode(r, &body); err != nil {
+			rt.fail(w, r, err)
+			return
+		}
+	}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	child, created, err := rt.ContinueRun(r.Context(), owner, r.PathValue("id"), key)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	status := http.StatusCreated
+	if !created {
+		status = http.StatusOK
+	}
+	w.Header().Set("Location", "/api/assistant/runs/"+child.ID)
+	httpx.WriteJSON(w, status, viewRun(child))
 }
 
 // EventView is an event (a message or a turn record) as the API shows it.
@@ -276,13 +339,28 @@ func (rt *Runtime) handleGet(w http.ResponseWriter, r *http.Request) {
 	}
 	gap := first.HasMore && len(last.Messages) > 0 && last.Messages[0].Seq > lastAfter &&
 		run.MessageCount > len(first.Messages)+len(last.Messages)
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{
-		"run":      viewRun(run),
-		"first":    nonNilViews(first.Messages),
-		"last":     nonNilViews(last.Messages),
-		"gap":      gap,
-		"messages": run.MessageCount,
-	})
+	children, err := rt.st.ChildRuns(r.Context(), run.ID)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	out := map[string]any{
+		"run":         viewRun(run),
+		"first":       nonNilViews(first.Messages),
+		"last":        nonNilViews(last.Messages),
+		"gap":         gap,
+		"messages":    run.MessageCount,
+		"continuedIn": append([]string{}, children...),
+	}
+	switch s, err := rt.st.LatestSnapshot(r.Context(), run.ID); {
+	case err == nil:
+		out["snapshot"] = SnapshotView{Version: s.Version, FromSeq: s.FromSeq, ToSeq: s.ToSeq, Summary: s.Summary,
+			Tokens: s.Tokens, Kind: string(s.Kind), Model: s.Model, CreatedAt: s.CreatedAt}
+	case !errors.Is(err, store.ErrNotFound):
+		rt.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, out)
 }
 
 func nonNilViews(v []EventView) []EventView {

@@ -491,6 +491,12 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"TurnEnd":              TurnEnd{},
 		"SystemPromptRecord":   SystemPromptRecord{},
 		"RuntimeContextRecord": RuntimeContextRecord{},
+		"SummaryMessage":       SummaryMessage{},
+		"ContextCompacted":     ContextCompacted{},
+		"CompactionFailed":     CompactionFailed{},
+		"RunContinued":         RunContinued{},
+		"RunMetadata":          RunMetadata{},
+		"Snapshot":             SnapshotView{},
 	} {
 		check(name, reflect.TypeOf(v))
 	}

@@ -208,6 +208,17 @@ type Store interface {
 	// is returned with created false and nothing is written (the limit is
 	// not checked). ErrLimit when the owner is at the limit.
 	OpenRun(ctx context.Context, r Run, maxActive int, first *NewEvent) (_ Run, created bool, _ error)
+	// ContinueRun continues the run from in child, a new run of the same
+	// owner whose log opens with the message first (the summary its
+	// history starts from), and, with summary, whose context snapshot 1
+	// covers it; from gets note appended and is completed — all in one
+	// transaction (continue.go). from must be the owner's and live
+	// (ErrNotFound), between turns with nothing waiting (ErrConflict);
+	// ErrLimit as OpenRun; an IdempotencyKey returns the run it made.
+	ContinueRun(ctx context.Context, from string, child Run, first, note NewEvent, summary *ContextSnapshot, maxActive int) (_ Run, created bool, _ error)
+	// ChildRuns returns the ids of the live runs continuing runID,
+	// oldest first.
+	ChildRuns(ctx context.Context, runID string) ([]string, error)
 	// PostMessage appends the user message e to the run and queues the run
 	// for a turn, in one transaction. An Idle run wakes (InProgress, as a
 	// compare-and-swap; the active-run limit is not checked again).

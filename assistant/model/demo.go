@@ -202,19 +202,23 @@ const (
 	// demoSummaryMax is the most bytes a summary holds.
 	demoSummaryMax = 4 << 10
 	// demoSummaryShare is the part of its input a summary may be: one
-	// sixteenth, about what a model's summary of a long conversation is.
+	// sixteenth, about what a model's summary of a long conversation is;
+	// but at least demoSummaryFloor bytes (and at most half the input),
+	// so that a short conversation keeps a few lines.
 	demoSummaryShare = 16
+	demoSummaryFloor = 1 << 10
 )
 
 // demoSummarize is the demo's answer to a request for a summary: an
 // extractive one of the text of its non-system messages. It keeps their
-// lines in order, each shortened to demoSummaryLine characters, within a
-// sixteenth of the text's bytes (at most demoSummaryMax): the first lines in
+// lines in order (each once), each shortened to demoSummaryLine characters, within a
+// sixteenth of the text's bytes (see demoSummaryShare): the first lines in
 // a third of that, the last lines in the rest, and between them a line
 // saying how many were left out. Deterministic, and shorter than its input
 // once the input is longer than a few lines.
 func demoSummarize(msgs []Message) string {
 	var lines []string
+	seen := map[string]bool{}
 	size := 0
 	for _, m := range msgs {
 		if m.Role == RoleSystem {
@@ -222,12 +226,13 @@ func demoSummarize(msgs []Message) string {
 		}
 		size += len(m.Content)
 		for line := range strings.Lines(m.Content) {
-			if l := shorten(line, demoSummaryLine); l != "" {
+			if l := shorten(line, demoSummaryLine); l != "" && !seen[l] {
+				seen[l] = true
 				lines = append(lines, l)
 			}
 		}
 	}
-	budget := min(size/demoSummaryShare, demoSummaryMax)
+	budget := min(max(size/demoSummaryShare, demoSummaryFloor), size/2, demoSummaryMax)
 	// take keeps lines from the front (or the back) while they fit in n
 	// bytes, each with its line break.
 	take := func(lines []string, n int, back bool) int {

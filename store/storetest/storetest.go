@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"TurnBatches", testTurnBatches},
 		{"RunContext", testRunContext},
 		{"Snapshots", testSnapshots},
+		{"ContinueRun", testContinueRun},
 		{"SnapshotRace", testSnapshotRace},
 		{"LeaseTakeover", testLeaseTakeover},
 		{"ClaimRace", testClaimRace},

@@ -1,0 +1,137 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// Continued runs (manual compaction): a run continued in a new run, its
+// child, whose history starts from a summary of it. The child names its
+// parent (Run.ParentRunID, ParentVersion); the parent's log names the
+// child; both are written, with the parent completed, in one transaction.
+
+var (
+	// openChildRun inserts the child $1 of the run $9 unless its owner
+	// $2 has $8 active runs or more (then no row), as openRun does.
+	openChildRun = sql1(`
+INSERT INTO runs (id, owner, title, status, idempotency_key, queued_at,
+	created_at, updated_at, last_activity_at, metadata, parent_run_id, parent_version)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::text, NULL, $6::timestamptz, $6::timestamptz, $6::timestamptz,
+	$7::jsonb, $9::text, $10::bigint
+WHERE (SELECT count(*) FROM runs
+	WHERE owner = $2::text AND status IN ('InProgress', 'AwaitingApproval') AND deleted_at IS NULL) < $8::bigint
+RETURNING ` + runColumns)
+
+	// childRuns lists the runs that continue a run, oldest first.
+	childRuns = sql1(`SELECT id FROM runs WHERE parent_run_id = $1 AND deleted_at IS NULL ORDER BY created_at, id`)
+)
+
+// ContinueRun continues the run from in child, a new run of the same
+// owner, in one transaction: child is created InProgress with no turn
+// queued, naming from as its parent (child.ParentRunID is set to from;
+// child.ParentVersion is kept), its log opened with first (a message
+// event: the summary its history starts from) and, when summary is not
+// nil, its context snapshot version 1 covering first (summary.Summary,
+// Tokens, Kind and Model are used); from gets note appended (the event
+// that names the child) and, unless it is closed already, is completed.
+//
+// from must exist, be child's owner's and not be deleted (ErrNotFound),
+// with no turn open, no message waiting for one and no lease held
+// (ErrConflict). With
+// child.IdempotencyKey of a run the owner has, that run is returned and
+// created is false. ErrLimit when the owner has maxActive active runs
+// besides from.
+func (c *core) ContinueRun(ctx context.Context, from string, child Run, first, note NewEvent, summary *ContextSnapshot, maxActive int) (_ Run, created bool, _ error) {
+	child.Status, child.ParentRunID = RunInProgress, from
+	if err := checkNewRun(child); err != nil {
+		return Run{}, false, err
+	}
+	events, err := prepareEvents([]NewEvent{first, note})
+	if err != nil {
+		return Run{}, false, err
+	}
+	if !events[0].message {
+		return Run{}, false, invalid(fmt.Errorf("a continued run's first event %q is not a message", first.Type))
+	}
+	if summary != nil {
+		s := *summary
+		s.RunID, s.Version, s.FromSeq, s.ToSeq = child.ID, 1, 1, 1
+		if err := checkSnapshot(s); err != nil {
+			return Run{}, false, err
+		}
+	}
+	var out Run
+	err = c.inTx(ctx, func(tx executor) error {
+		created = false
+		if _, err := tx.exec(ctx, lockOwnerRuns, child.Owner); err != nil {
+			return err
+		}
+		if child.IdempotencyKey != "" {
+			existing, err := scanRun(tx.row(ctx, runByIdempotencyKey, child.Owner, child.IdempotencyKey))
+			if err == nil {
+				out = existing
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		parent, err := scanRun(tx.row(ctx, lockRun, from))
+		switch {
+		case errors.Is(err, sql.ErrNoRows) || (err == nil && (parent.Owner != child.Owner || !parent.DeletedAt.IsZero())):
+			return ErrNotFound
+		case err != nil:
+			return err
+		}
+		now := storedTime(c.now())
+		if parent.TurnSeq != 0 || !parent.QueuedAt.IsZero() || (parent.LeaseOwner != "" && parent.LeaseExpiresAt.After(now)) {
+			return fmt.Errorf("%w: run %s is working a turn, has a message waiting for one, or is leased", ErrConflict, from)
+		}
+		if _, _, err := advanceRun(ctx, tx, appendRun, from, now, planAppend(events[1:])); err != nil {
+			return err
+		}
+		if !parent.Status.Terminal() {
+			if _, err := c.endRun(ctx, tx, parent, RunCompleted, false, nil); err != nil {
+				return err
+			}
+		} else {
+			tx.notifyRuns(parent)
+		}
+		run, err := scanRun(tx.row(ctx, openChildRun, child.ID, child.Owner, child.Title, string(child.Status),
+			nullString(child.IdempotencyKey), now, metadataOf(child), maxActive, from, child.ParentVersion))
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrLimit
+		}
+		if err != nil {
+			return err
+		}
+		if _, run, err = advanceRun(ctx, tx, appendRun, run.ID, now, planAppend(events[:1])); err != nil {
+			return err
+		}
+		if summary != nil {
+			if _, err := tx.exec(ctx, insertSnapshot, run.ID, 1, run.LastSeq, run.LastSeq, summary.Summary, summary.Tokens,
+				string(summary.Kind), summary.Model, now); err != nil {
+				return err
+			}
+		}
+		tx.notifyRuns(run)
+		out, created = run, true
+		return nil
+	})
+	if err != nil {
+		return Run{}, false, c.fail(err)
+	}
+	return out, created, nil
+}
+
+// ChildRuns returns the ids of the runs that continue runID, oldest
+// first (none is fine).
+func (c *core) ChildRuns(ctx context.Context, runID string) ([]string, error) {
+	out, err := queryAll(ctx, c.reader(), childRuns, func(row rowScanner) (string, error) {
+		var id string
+		return id, row.Scan(&id)
+	}, runID)
+	return out, c.fail(err)
+}
