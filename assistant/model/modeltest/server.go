@@ -39,6 +39,8 @@ type Server struct {
 	def      string
 	apiKey   string
 	requests []RecordedRequest
+	forget   bool
+	seen     int // requests received
 	respond  func(RecordedRequest) (Answer, bool)
 	changed  chan struct{} // closed and replaced when requests or held change
 	holds    int
@@ -202,6 +204,15 @@ func (s *Server) Respond(fn func(RecordedRequest) (Answer, bool)) {
 	s.respond = fn
 }
 
+// Forget makes the server keep no requests: Requests and WaitRequests
+// see none from then on (responders still do). For benchmarks whose
+// memory the records would cloud.
+func (s *Server) Forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forget, s.requests = true, nil
+}
+
 // Pending returns how many scripted replies have not been used yet.
 func (s *Server) Pending() int {
 	s.mu.Lock()
@@ -304,9 +315,12 @@ func (s *Server) notify() {
 func (s *Server) record(rec RecordedRequest) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.requests = append(s.requests, rec)
+	s.seen++
+	if !s.forget {
+		s.requests = append(s.requests, rec)
+	}
 	s.notify()
-	return len(s.requests)
+	return s.seen
 }
 
 // wireRequest is the part of a Chat Completions request the server reads.
