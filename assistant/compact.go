@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/usherhq/usher/assistant/model"
+	"github.com/usherhq/usher/assistant/model/payload"
 	"github.com/usherhq/usher/store"
 )
 
@@ -244,6 +245,9 @@ func renderEntry(e store.Event) (string, error) {
 			tag = "[result of " + r.Name + ", an error]"
 		}
 		b.WriteString(tag + " " + bounded("tool result", r.Content))
+		for _, p := range toModelParts(r.Parts) {
+			b.WriteString("\n" + payload.Placeholder(p))
+		}
 	default:
 		return "", nil
 	}

@@ -87,9 +87,28 @@ type ToolResult struct {
 	Status     string          `json:"status"`
 	Approval   *ApprovalRef    `json:"approval,omitempty"`
 	Structured json.RawMessage `json:"structured,omitempty"`
+	// Parts describe the result's content beyond text (images, audio,
+	// resources), in order, at most maxResultParts: what a text-only
+	// model is told of them. The content itself is not kept.
+	Parts []ContentPart `json:"parts,omitempty"`
 	// MessageSeq is the user message whose turn made the call.
 	MessageSeq int64 `json:"messageSeq,omitempty"`
 }
+
+// ContentPart describes one piece of an MCP result's content beyond
+// text: its kind ("image", "audio", "resource" for an embedded resource,
+// "resource_link"), media type, URI and name (a resource's), and size in
+// bytes (0 when unknown).
+type ContentPart struct {
+	Kind     string `json:"kind"`
+	MIMEType string `json:"mimeType,omitempty"`
+	URI      string `json:"uri,omitempty"`
+	Name     string `json:"name,omitempty"`
+	Size     int64  `json:"size,omitempty"`
+}
+
+// maxResultParts bounds the parts a tool result describes.
+const maxResultParts = 32
 
 // The statuses of a ToolResult.
 const (
@@ -162,6 +181,19 @@ func mustJSON(v any) json.RawMessage {
 		panic("assistant: encoding an event payload: " + err.Error())
 	}
 	return b
+}
+
+// toModelParts converts recorded parts to the model's form (nil for
+// none).
+func toModelParts(parts []ContentPart) []model.Part {
+	if len(parts) == 0 {
+		return nil
+	}
+	out := make([]model.Part, len(parts))
+	for i, p := range parts {
+		out[i] = model.Part{Kind: p.Kind, MIMEType: p.MIMEType, URI: p.URI, Name: p.Name, Size: p.Size}
+	}
+	return out
 }
 
 // toModelCalls converts recorded tool calls to the model's form.

@@ -143,7 +143,7 @@ func projectSeqs(events []store.Event) ([]contextMessage, error) {
 			if err := json.Unmarshal(e.Payload, &r); err != nil {
 				return nil, fmt.Errorf("assistant: event %d: %w", e.Seq, err)
 			}
-			msg := contextMessage{model.Message{Role: model.RoleTool, Content: r.Content, ToolCallID: r.ToolCallID}, e.Seq}
+			msg := contextMessage{model.Message{Role: model.RoleTool, Content: r.Content, ToolCallID: r.ToolCallID, Parts: toModelParts(r.Parts)}, e.Seq}
 			if i, ok := answer[r.ToolCallID]; ok {
 				out[i] = msg
 				continue

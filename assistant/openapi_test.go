@@ -495,6 +495,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"ContextCompacted":     ContextCompacted{},
 		"CompactionFailed":     CompactionFailed{},
 		"RunContinued":         RunContinued{},
+		"ContentPart":          ContentPart{},
 		"RunMetadata":          RunMetadata{},
 		"Snapshot":             SnapshotView{},
 	} {

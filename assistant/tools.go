@@ -1,6 +1,7 @@
 package assistant
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -255,6 +256,8 @@ func (s *session) call(ctx context.Context, key string, c ToolCall) (ToolResult,
 	for _, content := range res.Content {
 		if t, ok := content.(*mcp.TextContent); ok {
 			text = append(text, t.Text)
+		} else if p, ok := partOf(content); ok && len(r.Parts) < maxResultParts {
+			r.Parts = append(r.Parts, p)
 		}
 	}
 	r.Content = strings.Join(text, "\n")
@@ -270,6 +273,30 @@ func (s *session) call(ctx context.Context, key string, c ToolCall) (ToolResult,
 		}
 	}
 	return r, nil
+}
+
+// partOf describes content beyond text; false for a kind it does not
+// know.
+func partOf(content mcp.Content) (ContentPart, bool) {
+	switch c := content.(type) {
+	case *mcp.ImageContent:
+		return ContentPart{Kind: "image", MIMEType: c.MIMEType, Size: int64(len(c.Data))}, true
+	case *mcp.AudioContent:
+		return ContentPart{Kind: "audio", MIMEType: c.MIMEType, Size: int64(len(c.Data))}, true
+	case *mcp.EmbeddedResource:
+		if c.Resource == nil {
+			return ContentPart{Kind: "resource"}, true
+		}
+		return ContentPart{Kind: "resource", URI: c.Resource.URI, MIMEType: c.Resource.MIMEType,
+			Size: int64(len(c.Resource.Text) + len(c.Resource.Blob))}, true
+	case *mcp.ResourceLink:
+		p := ContentPart{Kind: "resource_link", URI: c.URI, Name: cmp.Or(c.Title, c.Name), MIMEType: c.MIMEType}
+		if c.Size != nil && *c.Size > 0 {
+			p.Size = *c.Size
+		}
+		return p, true
+	}
+	return ContentPart{}, false
 }
 
 // approvalMeta reads the approval a result names in _meta.

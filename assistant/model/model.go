@@ -56,6 +56,9 @@ type Part struct {
 	// Data is the content itself (image or audio bytes, a resource's text
 	// or blob), when the message carries it; a link carries none.
 	Data []byte
+	// Size is the content's size in bytes when Data is not carried (0:
+	// unknown).
+	Size int64
 }
 
 // ToolCall is one tool call requested by the model.

@@ -132,17 +132,18 @@ func placeholders(m model.Message) model.Message {
 		lines = append(lines, m.Content)
 	}
 	for _, part := range m.Parts {
-		lines = append(lines, placeholder(part))
+		lines = append(lines, Placeholder(part))
 	}
 	m.Content = strings.Join(lines, "\n")
 	m.Parts = nil
 	return m
 }
 
-// placeholder describes a part in one line: "[image: image/png, 48213
+// Placeholder describes a part in one line: "[image: image/png, 48213
 // bytes]", "[resource: file:///notes/todo.txt, text/plain, 120 bytes]",
-// `[resource link: file:///a.txt "Plans"]`.
-func placeholder(part model.Part) string {
+// `[resource link: file:///a.txt "Plans"]` — the size is len(Data), or
+// Size when Data is not carried. It is what TextOnly sends for a part.
+func Placeholder(part model.Part) string {
 	kind := strings.ReplaceAll(part.Kind, "_", " ")
 	if kind == "" {
 		kind = "attachment"
@@ -159,8 +160,11 @@ func placeholder(part model.Part) string {
 	if part.MIMEType != "" {
 		what = append(what, part.MIMEType)
 	}
-	if part.Data != nil {
+	switch {
+	case part.Data != nil:
 		what = append(what, fmt.Sprintf("%d bytes", len(part.Data)))
+	case part.Size > 0:
+		what = append(what, fmt.Sprintf("%d bytes", part.Size))
 	}
 	if len(what) == 0 {
 		return "[" + kind + "]"
