@@ -326,6 +326,7 @@ function route() {
       runUpdated: (run) => runUpdated(run),
       seen: (run) => { if (isOpen(run.runId)) markSeen(run); },
       approvalsChanged: () => refreshApprovals(),
+      navigate: (to) => navigate(to),
     }, decodeURIComponent(m[1]));
     app.view = view;
     renderSidebar();

@@ -9,6 +9,7 @@ import { prettyValue } from './json.js';
 import { RunStream } from './live.js';
 import { approvalCard, loadApproval } from './approvals.js';
 import { runStatus, runTitle, isClosed, contextUse } from './status.js';
+import { summaryCard, CompactionMark, failedNote, continuedNote } from './compaction.js';
 
 const PAGE = 50; // older messages loaded at a time
 const NEAR_BOTTOM = 96; // px: closer than this, new content keeps the view at the bottom
@@ -70,6 +71,8 @@ export class Conversation {
     const frag = document.createDocumentFragment();
     for (const ev of initial) this.renderInto(frag, ev);
     this.list.append(frag);
+    if (data.snapshot) this.mark.place(data.snapshot.version, data.snapshot.toSeq);
+    this.continued = data.continuedIn || [];
     this.firstSeq = initial.length ? initial[0].seq : 0;
     this.updateOlder();
     this.applyRun(this.run);
@@ -132,13 +135,15 @@ export class Conversation {
     this.connection = h('span', { class: 'connection', role: 'status' });
     this.contextUse = h('span', { class: 'context-use', hidden: true });
     this.completeButton = h('button', { type: 'button', class: 'button', onclick: () => this.confirmComplete() }, 'Complete session');
+    this.continueButton = h('button', { type: 'button', class: 'button', onclick: () => this.confirmContinue() }, 'Continue in a new session');
     const header = h('header', { class: 'conversation-head' },
       h('div', { class: 'conversation-title' }, this.title, this.badge, this.contextUse, this.connection),
-      h('div', { class: 'conversation-actions' }, this.completeButton));
+      h('div', { class: 'conversation-actions' }, this.continueButton, this.completeButton));
 
     this.olderButton = h('button', { type: 'button', class: 'button subtle', onclick: () => this.loadOlder() }, 'Load older messages');
     this.olderBar = h('div', { class: 'older' }, this.olderButton);
     this.list = h('div', { class: 'message-list' });
+    this.mark = new CompactionMark(this.list);
     this.working = h('div', { class: 'working', hidden: true }, h('span', { class: 'dots', 'aria-hidden': 'true' }), 'Usher is working…');
     this.scroller = h('div', { class: 'messages', tabindex: '0', 'aria-label': 'Messages' }, this.olderBar, this.list, this.working);
 
@@ -171,6 +176,7 @@ export class Conversation {
       this.contextUse.classList.toggle('high', use[2]);
     }
     this.completeButton.hidden = isClosed(r);
+    this.continueButton.hidden = !r.messageCount || Boolean(r.working) || r.status === 'AwaitingApproval';
     this.working.hidden = !(r.status === 'InProgress' && r.working) || Boolean(this.draft);
     if (before && before.status !== r.status) announce(`Session status: ${label}.`);
     this.renderComposer();
@@ -183,7 +189,7 @@ export class Conversation {
     if (this.footer.dataset.closed === String(closed)) return;
     this.footer.dataset.closed = String(closed);
     if (closed) {
-      this.footer.replaceChildren(h('p', { class: 'read-only' },
+      this.footer.replaceChildren(continuedNote(this.continued || []) || '', h('p', { class: 'read-only' },
         `This session is ${this.run.status.toLowerCase()} and read-only. `,
         h('a', { href: '/' }, 'Start a new session'), '.'));
       return;
@@ -231,6 +237,21 @@ export class Conversation {
         this.app.seen(this.run);
         return;
       }
+      case 'message.summary':
+        if (this.rendered.has(ev.seq)) return;
+        this.keepBottom(() => this.renderInto(this.list, ev, true));
+        return;
+      case 'agent.context.compacted':
+        this.mark.place(d.version, d.toSeq);
+        return;
+      case 'agent.context.compaction_failed':
+        this.keepBottom(() => this.list.append(failedNote(d)));
+        return;
+      case 'agent.run.continued':
+        if (d.runId && !this.continued.includes(d.runId)) this.continued.push(d.runId);
+        this.footer.dataset.closed = '';
+        this.renderComposer();
+        return;
       case 'agent.turn.start':
         this.settled.delete(d.messageSeq);
         this.applyRun({ status: 'InProgress', working: true });
@@ -298,7 +319,9 @@ export class Conversation {
     if (this.rendered.has(ev.seq)) return;
     this.rendered.add(ev.seq);
     const d = ev.data || {};
-    if (ev.type === 'message.user') {
+    if (ev.type === 'message.summary') {
+      parent.append(summaryCard(ev));
+    } else if (ev.type === 'message.user') {
       parent.append(h('article', { class: 'msg msg-user', 'aria-label': 'You', 'data-seq': ev.seq },
         h('div', { class: 'msg-body plain' }, d.content || ''),
         h('footer', { class: 'msg-meta' }, timeElement(ev.createdAt))));
@@ -412,6 +435,7 @@ export class Conversation {
       const s = this.scroller;
       const fromBottom = s.scrollHeight - s.scrollTop;
       this.list.prepend(frag);
+      this.mark.again();
       s.scrollTop = s.scrollHeight - fromBottom; // the reader's place stays put
       if (msgs.length) this.firstSeq = msgs[0].seq;
       this.hasOlder = Boolean(page.hasMore) && msgs.length > 0;
@@ -434,6 +458,19 @@ export class Conversation {
     }
     this.scrollToBottom();
     if (res.run) this.applyRun(res.run);
+  }
+
+  confirmContinue() {
+    confirmDialog({
+      title: 'Continue in a new session?',
+      body: 'Usher summarises this conversation and opens a new session that starts from the summary, where you carry on. '
+        + 'This session is completed and stays readable, every message in it.',
+      confirm: 'Summarise and continue',
+      onConfirm: async () => {
+        const child = await request(`${path.run(this.runId)}/compact`, { method: 'POST', body: {} });
+        this.app.navigate(`/runs/${encodeURIComponent(child.runId)}`);
+      },
+    });
   }
 
   confirmComplete() {

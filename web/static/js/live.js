@@ -9,9 +9,10 @@ import { request, path, APIError } from './api.js';
 
 // The event types of a run's log; others are skipped.
 export const RUN_EVENT_TYPES = [
-  'message.user', 'message.assistant', 'message.tool',
+  'message.user', 'message.assistant', 'message.tool', 'message.summary',
   'agent.turn.start', 'agent.turn.pause', 'agent.turn.end',
   'agent.system_prompt', 'agent.runtime_context',
+  'agent.context.compacted', 'agent.context.compaction_failed', 'agent.run.continued',
 ];
 
 const SILENCE_LIMIT = 75_000; // no word from a stream this long: reopen it
