@@ -240,3 +240,38 @@ func ExampleDemo() {
 	// tool_calls notes_list {"limit":2}
 	// The tool notes_list returned: "["groceries", "ideas"]"
 }
+
+// TestDemoSummarize: a request for a summary gets an extractive one —
+// deterministic, a real reduction of a long text, its first and last
+// lines kept (each once), the rest counted — and no tool call.
+func TestDemoSummarize(t *testing.T) {
+	var b strings.Builder
+	for i := range 400 {
+		fmt.Fprintf(&b, "[user] line %d of a long conversation about the quarterly report\n", i)
+		b.WriteString("[assistant] the same answer every time\n")
+	}
+	req := model.Request{Summarize: true, Messages: []model.Message{{Role: model.RoleSystem, Content: "Summarise."}, {Role: model.RoleUser, Content: b.String()}}}
+	resp, err := model.NewDemo().Complete(t.Context(), req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := model.NewDemo().Complete(t.Context(), req, nil)
+	sum := resp.Message.Content
+	switch {
+	case sum != again.Message.Content:
+		t.Error("two summaries of one request differ")
+	case len(resp.Message.ToolCalls) != 0:
+		t.Error("the summary calls tools")
+	case len(sum) > 4<<10+200 || len(sum)*4 >= b.Len():
+		t.Errorf("the summary is %d bytes of %d", len(sum), b.Len())
+	case !strings.HasPrefix(sum, "[user] line 0 of") || !strings.HasSuffix(sum, "[user] line 399 of a long conversation about the quarterly report"):
+		t.Errorf("the summary does not keep the first and last lines:\n%s", sum)
+	case strings.Count(sum, "the same answer every time") != 1 || !strings.Contains(sum, "lines left out)"):
+		t.Errorf("the summary repeats a line or hides what it left out:\n%s", sum)
+	}
+	// Without Summarize the same text is an ordinary message.
+	req.Summarize = false
+	if resp, _ := model.NewDemo().Complete(t.Context(), req, nil); !strings.HasPrefix(resp.Message.Content, "I am Usher's demo model") {
+		t.Errorf("without Summarize: %.60q", resp.Message.Content)
+	}
+}

@@ -38,6 +38,11 @@
 //     after 240 characters.
 //   - Anything else gets a friendly reply that explains this grammar and
 //     quotes the start of the message.
+//   - A request for a summary ([Request.Summarize], context compaction)
+//     gets an extractive one: the lines of its non-system messages in
+//     order, each once and cut after 120 characters, within a sixteenth of
+//     the text (at least 1 KiB, at most half the text and 4 KiB): the first
+//     lines, a line saying how many were left out, and the last lines.
 //
 // For example, with a notes_write tool on offer:
 //
