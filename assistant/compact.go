@@ -276,7 +276,7 @@ func (t *turn) maybeCompact(ctx context.Context, est *store.RunContext) (bool, e
 		return false, nil
 	}
 	t.compactTried = true
-	toSeq, err := t.compactionCut(ctx, set.RecentMessages)
+	toSeq, err := t.compactionCut(ctx, set.RecentMessages, est.Limit)
 	if err != nil || toSeq == 0 {
 		return false, err
 	}
@@ -314,8 +314,11 @@ func (t *turn) maybeCompact(ctx context.Context, est *store.RunContext) (bool, e
 // last before the recent latest verbatim messages of the request (those
 // after the snapshot's coverage, in turn order), and never inside a tool
 // exchange, so that no call is covered while a result of it is not. It is
-// 0 when nothing new would be covered.
-func (t *turn) compactionCut(ctx context.Context, recent int) (int64, error) {
+// 0 when nothing new would be covered, or when what the cut takes out of
+// the request is under a tenth of limit: the request is large for other
+// reasons (its tools, its recent messages), and a summary would not make
+// it smaller, only cost a model call on every turn.
+func (t *turn) compactionCut(ctx context.Context, recent int, limit int64) (int64, error) {
 	own, err := projectSeqs(t.messages)
 	if err != nil {
 		return 0, err
@@ -325,7 +328,7 @@ func (t *turn) compactionCut(ctx context.Context, recent int) (int64, error) {
 	for start > 0 && verbatim[start].Role == model.RoleTool {
 		start-- // keep a result with its call
 	}
-	if start <= 0 {
+	if start <= 0 || estimateTokens(model.Request{Messages: messagesOf(verbatim[:start])})*10 < limit {
 		return 0, nil
 	}
 	first := verbatim[start].Seq

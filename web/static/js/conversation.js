@@ -135,7 +135,7 @@ export class Conversation {
     this.connection = h('span', { class: 'connection', role: 'status' });
     this.contextUse = h('span', { class: 'context-use', hidden: true });
     this.completeButton = h('button', { type: 'button', class: 'button', onclick: () => this.confirmComplete() }, 'Complete session');
-    this.continueButton = h('button', { type: 'button', class: 'button', onclick: () => this.confirmContinue() }, 'Continue in a new session');
+    this.continueButton = h('button', { type: 'button', class: 'button continue-run', onclick: () => this.confirmContinue() }, 'Continue in a new session');
     const header = h('header', { class: 'conversation-head' },
       h('div', { class: 'conversation-title' }, this.title, this.badge, this.contextUse, this.connection),
       h('div', { class: 'conversation-actions' }, this.continueButton, this.completeButton));
