@@ -133,7 +133,7 @@ type TurnStart struct {
 // TurnEnd is the payload of agent.turn.end.
 type TurnEnd struct {
 	MessageSeq int64 `json:"messageSeq"`
-	// Status is completed, failed or cancelled.
+	// Status is completed, failed, cancelled or stopped.
 	Status string `json:"status"`
 	// Error explains a failed turn in words fit for the user.
 	Error string `json:"error,omitempty"`
@@ -144,6 +144,9 @@ const (
 	TurnCompleted = "completed"
 	TurnFailed    = "failed"
 	TurnCancelled = "cancelled"
+	// TurnStopped: the person stopped the turn (POST …/stop); the run
+	// takes messages as before.
+	TurnStopped = "stopped"
 )
 
 // TurnPause is the payload of agent.turn.pause: the turn waits for these

@@ -46,6 +46,7 @@ func (rt *Runtime) Handler() http.Handler {
 	mux.HandleFunc("POST /api/assistant/runs/{id}/complete", rt.handleClose(store.RunCompleted))
 	mux.HandleFunc("POST /api/assistant/runs/{id}/cancel", rt.handleClose(store.RunCancelled))
 	mux.HandleFunc("POST /api/assistant/runs/{id}/compact", rt.handleCompact)
+	mux.HandleFunc("POST /api/assistant/runs/{id}/stop", rt.handleStop)
 	mux.HandleFunc("/api/assistant/", func(w http.ResponseWriter, r *http.Request) {
 		// A path that exists with other methods is 405, with Allow.
 		var allow []string

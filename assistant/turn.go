@@ -91,6 +91,27 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 	}()
 	defer func() { cancel(nil); <-renewed }()
 
+	// Stop at once when the run's lease is fenced off (the person stopped
+	// the turn, or closed the run): the run's status changes reach every
+	// process, and this one reads the run once per change.
+	sub, room, leave := rt.bus.joinRun(r.ID)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sub.status:
+			}
+			if now, err := room.run(ctx); err == nil && now.FencingToken != t.currentLease().Token {
+				cancel(errLeaseLost)
+				return
+			}
+		}
+	}()
+	defer func() { cancel(nil); <-watched; leave() }()
+
 	// A panic fails the slice like any error: the run is retried, or its
 	// turn ends visibly, and the process goes on.
 	panicked := false

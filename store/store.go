@@ -216,6 +216,13 @@ type Store interface {
 	// (ErrNotFound), between turns with nothing waiting (ErrConflict);
 	// ErrLimit as OpenRun; an IdempotencyKey returns the run it made.
 	ContinueRun(ctx context.Context, from string, child Run, first, note NewEvent, summary *ContextSnapshot, maxActive int) (_ Run, created bool, _ error)
+	// StopTurn ends the run's turn now (stop.go): the open turn, or the
+	// turn of the first user message waiting for one, which never starts;
+	// end(turnSeq, started) gives the events that end it (a turn not
+	// started gets its start first). The run's lease is fenced off and the
+	// run left InProgress, queued only for messages after the stopped one.
+	// ErrNotFound, ErrClosed, ErrNothingToStop.
+	StopTurn(ctx context.Context, runID string, end func(turnSeq int64, started bool) []NewEvent) (Run, error)
 	// ChildRuns returns the ids of the live runs continuing runID,
 	// oldest first.
 	ChildRuns(ctx context.Context, runID string) ([]string, error)

@@ -54,6 +54,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RunContext", testRunContext},
 		{"Snapshots", testSnapshots},
 		{"ContinueRun", testContinueRun},
+		{"StopTurn", testStopTurn},
 		{"SnapshotRace", testSnapshotRace},
 		{"LeaseTakeover", testLeaseTakeover},
 		{"ClaimRace", testClaimRace},

@@ -136,9 +136,10 @@ export class Conversation {
     this.contextUse = h('span', { class: 'context-use', hidden: true });
     this.completeButton = h('button', { type: 'button', class: 'button', onclick: () => this.confirmComplete() }, 'Complete session');
     this.continueButton = h('button', { type: 'button', class: 'button continue-run', onclick: () => this.confirmContinue() }, 'Continue in a new session');
+    this.stopButton = h('button', { type: 'button', class: 'button stop-turn', hidden: true, onclick: () => this.stopTurn() }, 'Stop');
     const header = h('header', { class: 'conversation-head' },
       h('div', { class: 'conversation-title' }, this.title, this.badge, this.contextUse, this.connection),
-      h('div', { class: 'conversation-actions' }, this.continueButton, this.completeButton));
+      h('div', { class: 'conversation-actions' }, this.stopButton, this.continueButton, this.completeButton));
 
     this.olderButton = h('button', { type: 'button', class: 'button subtle', onclick: () => this.loadOlder() }, 'Load older messages');
     this.olderBar = h('div', { class: 'older' }, this.olderButton);
@@ -177,6 +178,7 @@ export class Conversation {
     }
     this.completeButton.hidden = isClosed(r);
     this.continueButton.hidden = !r.messageCount || Boolean(r.working) || r.status === 'AwaitingApproval';
+    this.stopButton.hidden = isClosed(r) || !(r.working || r.status === 'AwaitingApproval');
     this.working.hidden = !(r.status === 'InProgress' && r.working) || Boolean(this.draft);
     if (before && before.status !== r.status) announce(`Session status: ${label}.`);
     this.renderComposer();
@@ -264,9 +266,9 @@ export class Conversation {
         this.settled.add(d.messageSeq);
         this.dropDraft(false);
         this.applyRun({ working: false, status: this.run.status === 'AwaitingApproval' ? 'InProgress' : this.run.status });
-        if (d.status === 'failed' || d.status === 'cancelled') {
-          this.keepBottom(() => this.list.append(h('p', { class: `turn-note ${d.status}`, role: 'status' },
-            d.status === 'failed' ? `The turn failed${d.error ? `: ${d.error}` : '.'}` : 'The turn was cancelled.')));
+        if (d.status === 'failed' || d.status === 'cancelled' || d.status === 'stopped') {
+          const text = { failed: `The turn failed${d.error ? `: ${d.error}` : '.'}`, cancelled: 'The turn was cancelled.', stopped: 'You stopped this turn.' }[d.status];
+          this.keepBottom(() => this.list.append(h('p', { class: `turn-note ${d.status}`, role: 'status' }, text)));
         }
         return;
       default:
@@ -458,6 +460,20 @@ export class Conversation {
     }
     this.scrollToBottom();
     if (res.run) this.applyRun(res.run);
+  }
+
+  async stopTurn() {
+    this.stopButton.disabled = true;
+    try {
+      const run = await request(`${path.run(this.runId)}/stop`, { method: 'POST' });
+      this.dropDraft(false);
+      this.applyRun(run);
+    } catch (err) {
+      // Nothing left to stop: the turn ended meanwhile.
+      if (!(err instanceof APIError && err.code === 'nothing_to_stop')) announce(`The turn could not be stopped: ${err.message}`);
+    } finally {
+      this.stopButton.disabled = false;
+    }
   }
 
   confirmContinue() {

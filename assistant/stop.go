@@ -1,0 +1,63 @@
+package assistant
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/usherhq/usher/internal/httpx"
+	"github.com/usherhq/usher/store"
+)
+
+// Stopping a turn (POST …/stop): the person ends the run's current turn.
+// Its end (status stopped) is recorded and the run's lease fenced off in
+// one transaction (store.StopTurn); the process working the turn sees the
+// run change and stops at once: its model step is cancelled, a tool call
+// under way is cancelled on the caller's side and its execution is
+// recorded as ever (an outcome, or outcome_unknown), and it writes
+// nothing more. The run takes messages as before.
+
+var errNothingToStop = httpx.Errorf(http.StatusConflict, "nothing_to_stop", "Nothing is running in this session.")
+
+// stoppedBy is the text of a stopped turn's end.
+const stoppedBy = "You stopped this turn."
+
+// StopTurn stops the owner's run's current turn (or the turn of a message
+// still waiting for one) and returns the run.
+func (rt *Runtime) StopTurn(ctx context.Context, owner, id string) (store.Run, error) {
+	if _, err := rt.Run(ctx, owner, id); err != nil {
+		return store.Run{}, err
+	}
+	r, err := rt.st.StopTurn(ctx, id, func(turnSeq int64, started bool) []store.NewEvent {
+		var out []store.NewEvent
+		if !started {
+			out = append(out, store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: turnSeq}), StartsTurn: turnSeq})
+		}
+		return append(out, store.NewEvent{Type: EventTurnEnd, EndsTurn: true,
+			Payload: mustJSON(TurnEnd{MessageSeq: turnSeq, Status: TurnStopped, Error: stoppedBy})})
+	})
+	switch {
+	case errors.Is(err, store.ErrNothingToStop):
+		return store.Run{}, errNothingToStop
+	case errors.Is(err, store.ErrClosed):
+		return store.Run{}, errRunClosed
+	case errors.Is(err, store.ErrNotFound):
+		return store.Run{}, errRunNotFound
+	}
+	return r, err
+}
+
+// handleStop stops the run's current turn. No body is read.
+func (rt *Runtime) handleStop(w http.ResponseWriter, r *http.Request) {
+	owner, ok := principal(r)
+	if !ok {
+		rt.fail(w, r, errUnauthenticated)
+		return
+	}
+	run, err := rt.StopTurn(r.Context(), owner, r.PathValue("id"))
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, viewRun(run))
+}

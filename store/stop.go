@@ -1,0 +1,94 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// Stopping a turn: a person ends the run's current turn now. The turn's
+// end is appended, the lease of whichever process works the run is
+// fenced off (its next write fails, and it stops), and the run is left
+// usable: InProgress, queued again only for user messages sent after the
+// stopped one.
+
+var (
+	// firstUnanswered is the first user message after the run's
+	// HandledSeq: the message the next turn answers.
+	firstUnanswered = sql1(`
+SELECT seq FROM run_events
+WHERE run_id = $1 AND type LIKE 'message.%' AND type = 'message.user' AND seq > $2
+ORDER BY seq LIMIT 1`)
+
+	// stopLease fences off the run's lease and leaves it InProgress,
+	// queued when a user message after its HandledSeq waits.
+	stopLease = sql1(`
+UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, fencing_token = fencing_token + 1,
+	status = CASE WHEN status = 'AwaitingApproval' THEN 'InProgress' ELSE status END,
+	queued_at = CASE WHEN ` + runUnanswered + ` THEN coalesce(queued_at, $2) ELSE NULL END,
+	not_before = NULL, failures = 0, updated_at = $2
+WHERE id = $1
+RETURNING ` + runColumns)
+)
+
+// ErrNothingToStop is returned by StopTurn for a run with no turn open
+// and no user message waiting for one. It wraps ErrConflict.
+var ErrNothingToStop = fmt.Errorf("%w: no turn is open or waiting", ErrConflict)
+
+// StopTurn ends the run's turn now, in one transaction: the open turn
+// (Run.TurnSeq), or, when none is open, the turn of the first user
+// message after HandledSeq, which never started. end(turnSeq, started)
+// returns the events to append: those that end the turn (one with
+// EndsTurn), preceded, for a turn not started, by its start (StartsTurn).
+// The run's lease is fenced off (FencingToken grows, no owner), so the
+// process working the turn writes nothing more; an AwaitingApproval run
+// is InProgress again; the run stays queued only for user messages after
+// the stopped one. ErrNotFound for a missing or deleted run, ErrClosed for
+// a terminal one, ErrNothingToStop when there is no turn to stop.
+func (c *core) StopTurn(ctx context.Context, runID string, end func(turnSeq int64, started bool) []NewEvent) (Run, error) {
+	var out Run
+	err := c.inTx(ctx, func(tx executor) error {
+		r, err := scanRun(tx.row(ctx, lockRun, runID))
+		if err == nil {
+			err = closedError(r)
+		}
+		if err != nil {
+			return err
+		}
+		seq, started := r.TurnSeq, r.TurnSeq != 0
+		if !started {
+			switch err := tx.row(ctx, firstUnanswered, runID, r.HandledSeq).Scan(&seq); {
+			case errors.Is(err, sql.ErrNoRows):
+				return ErrNothingToStop
+			case err != nil:
+				return err
+			}
+		}
+		events, err := prepareEvents(end(seq, started))
+		if err != nil {
+			return err
+		}
+		p := planAppend(events)
+		ends := (started && p.handled == handledFromTurn) || (!started && p.handled == handledSet && p.handledSeq == seq)
+		if !ends || p.turn != 0 {
+			return invalid(fmt.Errorf("the events that stop the turn of message %d do not end it", seq))
+		}
+		now := storedTime(c.now())
+		if _, _, err := advanceRun(ctx, tx, appendRun, runID, now, p); err != nil {
+			return err
+		}
+		if out, err = scanRun(tx.row(ctx, stopLease, runID, now)); err != nil {
+			return err
+		}
+		tx.notifyRuns(out)
+		if !out.QueuedAt.IsZero() {
+			tx.wake()
+		}
+		return nil
+	})
+	if err != nil {
+		return Run{}, c.fail(err)
+	}
+	return out, nil
+}
