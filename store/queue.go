@@ -66,11 +66,12 @@ func advancing(update string, with []string, notes ...string) stmt {
 WITH adv AS (` + update + `
 	RETURNING *),
 ev AS (
-	SELECT adv.id, adv.owner, adv.last_seq - $3::integer + e.i AS seq, e.v ->> 0 AS type, (e.v ->> 1)::jsonb AS payload
+	SELECT adv.id, adv.owner, adv.last_seq - $3::integer + e.i AS seq, e.v ->> 0 AS type, (e.v ->> 1)::jsonb AS payload,
+		adv.active_branch AS branch
 	FROM adv CROSS JOIN json_array_elements($9::json) WITH ORDINALITY AS e(v, i)),
 ins AS (
 	INSERT INTO run_events (` + eventColumns + `)
-	SELECT id, seq, type, payload, $2::timestamptz FROM ev)`
+	SELECT id, seq, type, payload, $2::timestamptz, branch FROM ev)`
 	for _, w := range with {
 		pg += `,
 ` + w
@@ -171,10 +172,10 @@ var (
 		`SELECT `+pgNotifyQueue+` FROM adv WHERE $12::boolean AND queued_at IS NOT NULL AND status = 'InProgress'`)
 
 	// insertBatch inserts on SQLite the batch $4 of events of the run $1
-	// from the sequence $2 on, at $3.
+	// from the sequence $2 on, at $3, on the branch $5.
 	insertBatch = sqliteFollowUp(`
 INSERT INTO run_events (` + eventColumns + `)
-SELECT $1, $2 + e.key, e.value ->> 0, e.value ->> 1, $3 FROM json_each($4) AS e`)
+SELECT $1, $2 + e.key, e.value ->> 0, e.value ->> 1, $3, $5 FROM json_each($4) AS e`)
 
 	// insertMessageKey records on SQLite the idempotency key $2 of the
 	// message $3 of the run $1, at $4.
@@ -283,15 +284,19 @@ WHERE deleted_at IS NULL AND (
 ORDER BY updated_at
 LIMIT $1`)
 
+	// firstMessages and lastMessages read the messages of the line of
+	// the branch $5 (NULL: the run's active branch) in a window.
 	firstMessages = sql1(`
-SELECT ` + eventColumns + ` FROM run_events
+SELECT ` + eventColumns + ` FROM run_events e
 WHERE run_id = $1 AND type LIKE 'message.%' AND seq > $2 AND seq < $3
+  AND ` + onLine("e", "seq", branchOr(`$5::bigint`, `$1`)) + `
 ORDER BY seq
 LIMIT $4`)
 
 	lastMessages = sql1(`
-SELECT ` + eventColumns + ` FROM run_events
+SELECT ` + eventColumns + ` FROM run_events e
 WHERE run_id = $1 AND type LIKE 'message.%' AND seq > $2 AND seq < $3
+  AND ` + onLine("e", "seq", branchOr(`$5::bigint`, `$1`)) + `
 ORDER BY seq DESC
 LIMIT $4`)
 )
@@ -310,9 +315,9 @@ func advanceRun(ctx context.Context, x executor, w stmt, runID string, now time.
 	if err != nil {
 		return nil, Run{}, err
 	}
-	events := p.appended(runID, r.LastSeq, now)
+	events := p.appended(r, now)
 	if len(events) > 0 {
-		if _, err := x.exec(ctx, insertBatch, runID, events[0].Seq, now, batch); err != nil {
+		if _, err := x.exec(ctx, insertBatch, runID, events[0].Seq, now, batch, r.ActiveBranch); err != nil {
 			return nil, Run{}, err
 		}
 	}
@@ -695,7 +700,11 @@ func (c *core) ListMessages(ctx context.Context, runID string, q MessageQuery) (
 		query = lastMessages
 	}
 	x := c.reader()
-	events, err := queryAll(ctx, x, query, scanEvent, runID, q.After, beforeOrMax(q.Before), q.Limit)
+	var branch any // NULL: the active branch
+	if q.Branch != nil {
+		branch = *q.Branch
+	}
+	events, err := queryAll(ctx, x, query, scanEvent, runID, q.After, beforeOrMax(q.Before), q.Limit, branch)
 	if err != nil {
 		return nil, c.fail(err)
 	}
