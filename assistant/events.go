@@ -28,6 +28,11 @@ type UserMessage struct {
 	// turn that answers the message calls tools with these claims in its
 	// broker token, for policies on tenants and groups.
 	Sender *Sender `json:"sender,omitempty"`
+	// Edits, on the first message of a branch made by an edit, is the
+	// message it replaces; Regenerates, on that of a branch made to
+	// regenerate a reply, is the message it repeats (branches.go).
+	Edits       int64 `json:"edits,omitempty"`
+	Regenerates int64 `json:"regenerates,omitempty"`
 }
 
 // Sender is the identity a message was sent with, beyond the run's owner

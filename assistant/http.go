@@ -44,10 +44,14 @@ func (rt *Runtime) Handler() http.Handler {
 	mux.HandleFunc("GET /api/assistant/updates/stream", rt.handleFeed)
 	mux.HandleFunc("POST /api/assistant/runs/{id}/complete", rt.handleClose(store.RunCompleted))
 	mux.HandleFunc("POST /api/assistant/runs/{id}/cancel", rt.handleClose(store.RunCancelled))
+	mux.HandleFunc("POST /api/assistant/runs/{id}/messages/{seq}/edit", rt.handleEdit)
+	mux.HandleFunc("POST /api/assistant/runs/{id}/regenerate", rt.handleRegenerate)
+	mux.HandleFunc("GET /api/assistant/runs/{id}/branches", rt.handleBranches)
+	mux.HandleFunc("PUT /api/assistant/runs/{id}/branch", rt.handleSwitchBranch)
 	mux.HandleFunc("/api/assistant/", func(w http.ResponseWriter, r *http.Request) {
 		// A path that exists with other methods is 405, with Allow.
 		var allow []string
-		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
 			probe := r.Clone(r.Context())
 			probe.Method = m
 			if _, pattern := mux.Handler(probe); pattern != "/api/assistant/" {
@@ -143,12 +147,17 @@ type RunView struct {
 	// Context is the size of the model context of the run's latest model
 	// step; absent until a turn recorded one.
 	Context *ContextView `json:"context,omitempty"`
+	// ActiveBranch is the branch the conversation goes on in (0: the
+	// original line), Branches how many branches the run has beyond it.
+	ActiveBranch int64 `json:"activeBranch"`
+	Branches     int64 `json:"branches"`
 }
 
 func viewRun(r store.Run) RunView {
 	v := RunView{ID: r.ID, Title: r.Title, Status: string(r.Status), Preview: r.Preview, MessageCount: r.MessageCount,
 		LastSeq: r.LastSeq, Working: r.TurnSeq != 0 || !r.QueuedAt.IsZero() || r.LeaseOwner != "",
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Context: viewContext(r.Context)}
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Context: viewContext(r.Context),
+		ActiveBranch: r.ActiveBranch, Branches: r.Branches}
 	if !r.CompletedAt.IsZero() {
 		v.CompletedAt = &r.CompletedAt
 	}
@@ -161,12 +170,19 @@ type EventView struct {
 	Type      string          `json:"type"`
 	CreatedAt time.Time       `json:"createdAt"`
 	Data      json.RawMessage `json:"data"`
+	// Branch is the branch the event was appended on (0: the original
+	// line; see branches.go).
+	Branch int64 `json:"branch"`
+}
+
+func viewEvent(e store.Event) EventView {
+	return EventView{Seq: e.Seq, Type: e.Type, CreatedAt: e.CreatedAt, Data: e.Payload, Branch: e.Branch}
 }
 
 func viewEvents(events []store.Event) []EventView {
 	out := make([]EventView, len(events))
 	for i, e := range events {
-		out[i] = EventView{Seq: e.Seq, Type: e.Type, CreatedAt: e.CreatedAt, Data: e.Payload}
+		out[i] = viewEvent(e)
 	}
 	return out
 }
@@ -264,8 +280,11 @@ func (rt *Runtime) handleGet(w http.ResponseWriter, r *http.Request) {
 			last.Messages = last.Messages[1:]
 		}
 	}
-	gap := first.HasMore && len(last.Messages) > 0 && last.Messages[0].Seq > lastAfter &&
-		run.MessageCount > len(first.Messages)+len(last.Messages)
+	gap, err := rt.gapBetween(r.Context(), run, first.Messages, last.Messages, first.HasMore)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{
 		"run":      viewRun(run),
 		"first":    nonNilViews(first.Messages),
@@ -435,12 +454,21 @@ func (rt *Runtime) handleMessages(w http.ResponseWriter, r *http.Request) {
 	intParam("after", 0, 1<<53, &pq.after)
 	intParam("take", 1, maxTake, &take)
 	intParam("maxBytes", 1024, maxPageBytes, &maxBytes)
+	var branch int64 = -1
+	intParam("branch", 0, 1<<53, &branch)
 	if q.Has("before") && q.Has("after") {
 		errs = append(errs, "give before or after, not both")
 	}
 	if len(errs) > 0 {
 		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_query", strings.Join(errs, "; ")+"."))
 		return
+	}
+	if branch > run.Branches {
+		rt.fail(w, r, errBranchNotFound)
+		return
+	}
+	if branch >= 0 {
+		pq.branch = &branch
 	}
 	pq.take, pq.maxBytes = int(take), int(maxBytes)
 	if !q.Has("before") && !q.Has("after") {

@@ -491,6 +491,11 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"TurnEnd":              TurnEnd{},
 		"SystemPromptRecord":   SystemPromptRecord{},
 		"RuntimeContextRecord": RuntimeContextRecord{},
+		"BranchList":           BranchesView{},
+		"Branch":               BranchView{},
+		"LineSegment":          SegmentView{},
+		"Fork":                 ForkView{},
+		"Alternative":          AlternativeView{},
 	} {
 		check(name, reflect.TypeOf(v))
 	}
