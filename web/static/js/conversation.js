@@ -1,6 +1,8 @@
 // The conversation view of one run: its messages (Markdown, rendered
 // safely), tool calls as collapsible cards, approvals inline, streamed
-// text, older messages on scrolling up, and the composer.
+// text, older messages on scrolling up, and the composer. It shows the
+// run's active branch: edit on the user's messages, regenerate on the last
+// reply, and "< 2/3 >" on a message with alternatives switch between them.
 
 import { h, announce, timeElement, uniqueId } from './dom.js';
 import { request, path, APIError } from './api.js';
@@ -42,9 +44,30 @@ export class Conversation {
     this.stream = null;
     this.destroyed = false;
     this.observer = null;
+    this.branches = null; // GET …/branches, when the run has branches
+  }
+
+  // reload shows the run again from the start: after its active branch
+  // changed (an edit, a regenerate, a switch, here or in another tab).
+  async reload() {
+    if (this.destroyed || this.reloading) return;
+    this.reloading = true;
+    if (this.stream) this.stream.stop();
+    if (this.observer) this.observer.disconnect();
+    Object.assign(this, {
+      run: null, rendered: new Set(), calls: new Map(), firstSeq: 0, hasOlder: false, loadingOlder: false,
+      draft: null, settled: new Set(), resumed: false, stream: null, observer: null, branches: null,
+      title: null, pendingRun: null,
+    });
+    try {
+      await this.mount(this.main);
+    } finally {
+      this.reloading = false;
+    }
   }
 
   async mount(main) {
+    this.main = main;
     this.root = h('section', { class: 'conversation', 'aria-labelledby': 'conversation-title' });
     main.replaceChildren(this.root);
     this.root.append(h('p', { class: 'loading' }, 'Loading the conversation…'));
@@ -62,6 +85,14 @@ export class Conversation {
       return;
     }
     if (this.destroyed) return;
+    if (data.run.branches > 0) {
+      try {
+        this.branches = await request(`${path.run(this.runId)}/branches`);
+      } catch {
+        this.branches = null; // shown without the switchers
+      }
+      if (this.destroyed) return;
+    }
     const pending = this.pendingRun;
     this.run = pending && new Date(pending.updatedAt) > new Date(data.run.updatedAt) ? { ...data.run, ...pending } : data.run;
     this.build();
@@ -73,6 +104,7 @@ export class Conversation {
     this.firstSeq = initial.length ? initial[0].seq : 0;
     this.updateOlder();
     this.applyRun(this.run);
+    this.updateActions();
     // A turn already under way has streamed text this page never got.
     this.resumed = Boolean(this.run.working);
     this.scrollToBottom();
@@ -86,6 +118,7 @@ export class Conversation {
       status: (run) => {
         if (run.runId !== this.runId) return;
         if (run.deleted) this.deleted();
+        else if (typeof run.activeBranch === 'number' && this.run && run.activeBranch !== this.run.activeBranch) this.reload();
         else this.applyRun(run);
       },
       connection: (state) => this.onConnection(state),
@@ -172,7 +205,9 @@ export class Conversation {
     }
     this.completeButton.hidden = isClosed(r);
     this.working.hidden = !(r.status === 'InProgress' && r.working) || Boolean(this.draft);
+    this.root.classList.toggle('busy', Boolean(r.working) || r.status === 'AwaitingApproval');
     if (before && before.status !== r.status) announce(`Session status: ${label}.`);
+    if (before && isClosed(before) !== isClosed(r)) this.updateActions();
     this.renderComposer();
     this.app.runUpdated(r);
     this.app.seen(r);
@@ -224,9 +259,15 @@ export class Conversation {
       case 'message.user':
       case 'message.assistant':
       case 'message.tool': {
+        if (!this.onActiveLine(ev)) {
+          // A branch this page does not know was made elsewhere.
+          if (this.unknownBranch(ev.branch)) this.reload();
+          return;
+        }
         if (ev.type === 'message.assistant') this.dropDraft(false, ev);
         if (this.rendered.has(ev.seq)) return;
         this.keepBottom(() => this.renderInto(this.list, ev, true));
+        this.updateActions();
         this.run.messageCount = (this.run.messageCount || 0) + 1;
         this.app.seen(this.run);
         return;
@@ -299,9 +340,11 @@ export class Conversation {
     this.rendered.add(ev.seq);
     const d = ev.data || {};
     if (ev.type === 'message.user') {
-      parent.append(h('article', { class: 'msg msg-user', 'aria-label': 'You', 'data-seq': ev.seq },
-        h('div', { class: 'msg-body plain' }, d.content || ''),
-        h('footer', { class: 'msg-meta' }, timeElement(ev.createdAt))));
+      const article = h('article', { class: 'msg msg-user', 'aria-label': 'You', 'data-seq': ev.seq });
+      const edit = h('button', { type: 'button', class: 'link-button msg-edit', onclick: () => this.startEdit(article, ev) }, 'Edit');
+      article.append(h('div', { class: 'msg-body plain' }, d.content || ''),
+        h('footer', { class: 'msg-meta' }, this.switcher(ev), edit, ' ', timeElement(ev.createdAt)));
+      parent.append(article);
     } else if (ev.type === 'message.assistant') {
       const body = d.content ? h('div', { class: 'msg-body md' }, renderMarkdown(d.content)) : null;
       const cards = (d.toolCalls || []).map((call) => this.toolCard(call));
@@ -424,6 +467,128 @@ export class Conversation {
       this.olderButton.textContent = 'Load older messages';
       this.updateOlder();
     }
+  }
+
+  // onActiveLine reports whether the event is on the active branch's line
+  // (see GET …/branches: each event carries its branch).
+  onActiveLine(ev) {
+    const b = ev.branch || 0;
+    if (!this.branches) return b === 0 && !(this.run && this.run.activeBranch);
+    const active = this.branches.branches.find((x) => x.id === this.branches.activeBranch);
+    return Boolean(active && active.line.some((seg) => seg.branch === b && (seg.untilSeq == null || ev.seq < seg.untilSeq)));
+  }
+
+  unknownBranch(b) {
+    return !this.branches ? (b || 0) !== 0 : !this.branches.branches.some((x) => x.id === b);
+  }
+
+  // switcher is the "< 2/3 >" of a user message with alternatives, or null.
+  switcher(ev) {
+    if (!this.branches) return null;
+    for (const fork of this.branches.forks) {
+      const at = fork.alternatives.findIndex((a) => a.branch === (ev.branch || 0) && a.messageSeq === ev.seq);
+      if (at < 0) continue;
+      const n = fork.alternatives.length;
+      const go = (i) => this.switchTo(fork.alternatives[i].switchTo);
+      const prev = h('button', { type: 'button', class: 'link-button branch-prev', 'aria-label': 'Previous version', disabled: at === 0, onclick: () => go(at - 1) }, '‹');
+      const next = h('button', { type: 'button', class: 'link-button branch-next', 'aria-label': 'Next version', disabled: at === n - 1, onclick: () => go(at + 1) }, '›');
+      return h('span', { class: 'branch-switch', role: 'group', 'aria-label': 'Versions of this message' },
+        prev, h('span', { class: 'branch-pos', 'aria-label': `Version ${at + 1} of ${n}` }, `${at + 1}/${n}`), next);
+    }
+    return null;
+  }
+
+  // updateActions offers regenerate on the last reply, and edit on the
+  // user's messages, while the run takes messages.
+  updateActions() {
+    if (!this.list) return;
+    for (const b of this.list.querySelectorAll('.msg-regenerate')) b.remove();
+    const closed = !this.run || isClosed(this.run);
+    this.root.classList.toggle('closed', closed);
+    if (closed) return;
+    const items = this.list.querySelectorAll('article.msg[data-seq]');
+    const last = items[items.length - 1];
+    if (!last || !last.classList.contains('msg-assistant') || last.classList.contains('tools-only')) return;
+    const meta = last.querySelector('.msg-meta');
+    if (!meta) return;
+    meta.append(' ', h('button', { type: 'button', class: 'link-button msg-regenerate', onclick: (e) => this.regenerate(e.currentTarget) }, 'Regenerate'));
+  }
+
+  // branchChange runs a change of the active branch, then shows the run
+  // again; a refusal (the run is busy, say) is announced and shown by
+  // the control.
+  async branchChange(fn, errorSlot) {
+    try {
+      await fn();
+    } catch (err) {
+      const msg = err.message || 'That did not work.';
+      announce(msg);
+      if (errorSlot) errorSlot.textContent = msg;
+      return false;
+    }
+    if (!this.destroyed) await this.reload();
+    return true;
+  }
+
+  switchTo(branch) {
+    return this.branchChange(() => request(`${path.run(this.runId)}/branch`, { method: 'PUT', body: { branch } }), this.actionError());
+  }
+
+  regenerate(button) {
+    button.disabled = true;
+    return this.branchChange(() => request(`${path.run(this.runId)}/regenerate`, { method: 'POST' }), this.actionError())
+      .finally(() => { button.disabled = false; });
+  }
+
+  // actionError is where a refused branch change is shown: above the
+  // composer.
+  actionError() {
+    let el = this.footer && this.footer.querySelector('.branch-error');
+    if (!el && this.footer) {
+      el = h('p', { class: 'form-error branch-error', role: 'alert' });
+      this.footer.prepend(el);
+    }
+    if (el) el.textContent = '';
+    return el;
+  }
+
+  // startEdit turns a user message into a form to edit it.
+  startEdit(article, ev) {
+    if (article.querySelector('form')) return;
+    const body = article.querySelector('.msg-body');
+    const meta = article.querySelector('.msg-meta');
+    const inputId = uniqueId('edit');
+    const input = h('textarea', { id: inputId, rows: '3', required: true });
+    input.value = (ev.data && ev.data.content) || '';
+    const error = h('p', { class: 'form-error', role: 'alert' });
+    const save = h('button', { type: 'submit', class: 'button primary' }, 'Save and send');
+    const cancel = h('button', { type: 'button', class: 'button' }, 'Cancel');
+    const form = h('form', { class: 'edit-form' },
+      h('label', { for: inputId, class: 'visually-hidden' }, 'Edit your message'),
+      input, error, h('div', { class: 'actions' }, cancel, save));
+    const done = () => {
+      form.remove();
+      body.hidden = false;
+      meta.hidden = false;
+    };
+    cancel.addEventListener('click', () => {
+      done();
+      article.querySelector('.msg-edit').focus();
+    });
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      if (!input.value.trim()) return;
+      save.disabled = true;
+      const ok = await this.branchChange(() => request(`${path.run(this.runId)}/messages/${ev.seq}/edit`, { method: 'POST', body: { content: input.value } }), error);
+      if (!ok) save.disabled = false;
+    });
+    input.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape') cancel.click();
+    });
+    body.hidden = true;
+    meta.hidden = true;
+    article.append(form);
+    input.focus();
   }
 
   async send(text) {
