@@ -342,18 +342,12 @@ func (rt *Runtime) handleEdit(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, errMessageNotFound)
 		return
 	}
-	var body struct {
-		Content *string `json:"content"`
-	}
-	if err := decode(r, &body); err != nil {
+	content, err := decodeContent(r)
+	if err != nil {
 		rt.fail(w, r, err)
 		return
 	}
-	if body.Content == nil {
-		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The body needs a content field."))
-		return
-	}
-	b, ev, run, err := rt.EditMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), seq, *body.Content)
+	b, ev, run, err := rt.EditMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), seq, content)
 	if err != nil {
 		rt.fail(w, r, err)
 		return

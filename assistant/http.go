@@ -123,6 +123,21 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
+// decodeContent reads a message body, {"content"}: a message sent or
+// edited.
+func decodeContent(r *http.Request) (string, error) {
+	var body struct {
+		Content *string `json:"content"`
+	}
+	if err := decode(r, &body); err != nil {
+		return "", err
+	}
+	if body.Content == nil {
+		return "", httpx.Errorf(http.StatusBadRequest, "invalid_message", "The body needs a content field.")
+	}
+	return *body.Content, nil
+}
+
 // idempotencyKey reads the request's Idempotency-Key header ("" for none).
 func idempotencyKey(r *http.Request) (string, error) {
 	key := r.Header.Get("Idempotency-Key")
@@ -345,15 +360,9 @@ func (rt *Runtime) handlePost(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = d
 	}
-	var body struct {
-		Content *string `json:"content"`
-	}
-	if err := decode(r, &body); err != nil {
+	content, err := decodeContent(r)
+	if err != nil {
 		rt.fail(w, r, err)
-		return
-	}
-	if body.Content == nil {
-		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The body needs a content field."))
 		return
 	}
 	key, err := idempotencyKey(r)
@@ -378,7 +387,7 @@ func (rt *Runtime) handlePost(w http.ResponseWriter, r *http.Request) {
 			defer leave()
 		}
 	}
-	ev, run, _, err := rt.PostMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), *body.Content, key)
+	ev, run, _, err := rt.PostMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), content, key)
 	if err != nil {
 		rt.fail(w, r, err)
 		return

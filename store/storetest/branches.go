@@ -61,6 +61,20 @@ func messageSeqs(t *testing.T, s store.Store, runID string, q store.MessageQuery
 
 func onBranch(b int64) *int64 { return &b }
 
+// twoTurns opens the run id with two answered turns: user messages at 1
+// and 5, their replies at 3 and 7 (each turn's start and end around its
+// reply).
+func twoTurns(t *testing.T, s store.Store, id string) {
+	t.Helper()
+	first := userMessage("plan a trip")
+	mustOpenRun(t, s, id, &first)
+	answerTurn(t, s, id, 1, "Where to?")
+	if _, _, err := s.PostMessage(t.Context(), id, userMessage("to Lisbon")); err != nil {
+		t.Fatal(err)
+	}
+	answerTurn(t, s, id, 5, "Lisbon it is.")
+}
+
 // testBranches: each fork makes a branch whose line is its parent's line
 // before the replaced message and then its own messages; ListMessages
 // reads the active line, or the one named; switching changes which line
@@ -69,13 +83,7 @@ func onBranch(b int64) *int64 { return &b }
 func testBranches(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	const id = "run-1"
-	first := userMessage("plan a trip")
-	mustOpenRun(t, s, id, &first)
-	answerTurn(t, s, id, 1, "Where to?") // 2 start, 3 reply, 4 end
-	if _, _, err := s.PostMessage(ctx, id, userMessage("to Lisbon")); err != nil {
-		t.Fatal(err)
-	}
-	answerTurn(t, s, id, 5, "Lisbon it is.") // 6, 7, 8
+	twoTurns(t, s, id)
 	if got, err := s.ListBranches(ctx, id); err != nil || len(got) != 0 {
 		t.Fatalf("ListBranches of a run that never branched = %+v, %v; want none", got, err)
 	}
@@ -370,13 +378,7 @@ func testBranchRefusals(t *testing.T, s store.Store) {
 func testBranchSnapshots(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	const id = "run-1"
-	first := userMessage("plan a trip")
-	mustOpenRun(t, s, id, &first)
-	answerTurn(t, s, id, 1, "Where to?") // 2, 3, 4
-	if _, _, err := s.PostMessage(ctx, id, userMessage("to Lisbon")); err != nil {
-		t.Fatal(err)
-	}
-	answerTurn(t, s, id, 5, "Lisbon it is.") // 6, 7, 8
+	twoTurns(t, s, id)
 	snap := func(version, from, to int64, summary string) store.ContextSnapshot {
 		return store.ContextSnapshot{RunID: id, Version: version, FromSeq: from, ToSeq: to, Summary: summary, Kind: store.SnapshotAutomatic}
 	}
