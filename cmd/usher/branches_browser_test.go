@@ -22,7 +22,7 @@ func TestBrowserBranches(t *testing.T) {
 	}
 	idle := `document.querySelector(".conversation") && !document.querySelector(".conversation").classList.contains("busy") && document.querySelector(` + js(runBadge) + `)?.textContent === "Active"`
 	shownUser := `[...document.querySelectorAll("article.msg-user .msg-body")].map((e) => e.textContent).join("|")`
-	position := `document.querySelector("article.msg-user .branch-pos")?.textContent`
+	position := `(document.querySelector("article.msg-user .branch-pos")?.textContent || "")`
 
 	tb.waitUntil("the new-session view", `document.querySelector("#home-title")`)
 	tb.send("plan a trip to Lisbon")
@@ -32,20 +32,23 @@ func TestBrowserBranches(t *testing.T) {
 	tb.waitUntil("the run is between turns", idle)
 
 	// Regenerate: offered on the last reply only; the page shows the new
-	// line, the message's versions "2/2".
+	// line, and the reply's versions "2/2".
 	if n := evaluate[int](tb, `document.querySelectorAll(".msg-regenerate").length`); n != 1 {
 		t.Errorf("%d regenerate buttons, want one on the last reply", n)
 	}
 	tb.click("article.msg-assistant .msg-regenerate")
-	tb.waitUntil("the switcher reads 2/2", position+` === "2/2"`)
-	tb.waitUntil("the regenerated reply", replied(`You wrote: "plan a trip to Lisbon"`))
+	tb.waitUntil("the regenerated reply, its versions 2/2 on it", `document.querySelector("article.msg-assistant .branch-pos")?.textContent === "2/2" && `+
+		replied(`You wrote: "plan a trip to Lisbon"`))
 	tb.waitUntil("the run is between turns", idle)
+	if got := evaluate[string](tb, position); got != "" {
+		t.Errorf("the regenerated message shows versions %q itself, want them on its reply", got)
+	}
 	if n := evaluate[int](tb, `document.querySelectorAll("article.msg").length`); n != 2 {
 		t.Errorf("%d messages shown after the regenerate, want the active line's 2", n)
 	}
 
 	// Edit: the message becomes a form; the edited message and its answer
-	// replace the line shown, "3/3".
+	// replace the line shown, and the message has versions, "3/3".
 	tb.click("article.msg-user .msg-edit")
 	tb.waitUntil("the edit form", `document.querySelector(".edit-form textarea")?.value === "plan a trip to Lisbon"`)
 	evaluate[bool](tb, `(() => { document.querySelector(".edit-form textarea").value = ""; return true; })()`)

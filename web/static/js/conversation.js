@@ -45,6 +45,7 @@ export class Conversation {
     this.destroyed = false;
     this.observer = null;
     this.branches = null; // GET …/branches, when the run has branches
+    this.replySwitchers = new Map(); // user message seq -> its switcher, to move onto its reply
   }
 
   // reload shows the run again from the start: after its active branch
@@ -57,7 +58,7 @@ export class Conversation {
     Object.assign(this, {
       run: null, rendered: new Set(), calls: new Map(), firstSeq: 0, hasOlder: false, loadingOlder: false,
       draft: null, settled: new Set(), resumed: false, stream: null, observer: null, branches: null,
-      title: null, pendingRun: null,
+      replySwitchers: new Map(), title: null, pendingRun: null,
     });
     try {
       await this.mount(this.main);
@@ -342,17 +343,23 @@ export class Conversation {
     if (ev.type === 'message.user') {
       const article = h('article', { class: 'msg msg-user', 'aria-label': 'You', 'data-seq': ev.seq });
       const edit = h('button', { type: 'button', class: 'link-button msg-edit', onclick: () => this.startEdit(article, ev) }, 'Edit');
+      // The versions of a regenerated reply show on the reply, once it
+      // is on the page; those of an edited message on the message.
+      const sw = this.switcher(ev);
+      if (sw && sw.onReply) this.replySwitchers.set(ev.seq, sw.el);
       article.append(h('div', { class: 'msg-body plain' }, d.content || ''),
-        h('footer', { class: 'msg-meta' }, this.switcher(ev), edit, ' ', timeElement(ev.createdAt)));
+        h('footer', { class: 'msg-meta' }, sw && sw.el, edit, ' ', timeElement(ev.createdAt)));
       parent.append(article);
     } else if (ev.type === 'message.assistant') {
       const body = d.content ? h('div', { class: 'msg-body md' }, renderMarkdown(d.content)) : null;
       const cards = (d.toolCalls || []).map((call) => this.toolCard(call));
       if (!body && !cards.length) return;
+      const versions = body ? this.replySwitchers.get(d.messageSeq) : null;
+      if (versions) this.replySwitchers.delete(d.messageSeq);
       parent.append(h('article', { class: `msg msg-assistant${body ? '' : ' tools-only'}`, 'aria-label': 'Usher', 'data-seq': ev.seq },
         body,
         cards.length ? h('div', { class: 'tool-cards' }, cards) : null,
-        h('footer', { class: 'msg-meta' }, timeElement(ev.createdAt))));
+        h('footer', { class: 'msg-meta' }, versions, timeElement(ev.createdAt))));
     } else if (ev.type === 'message.tool') {
       let call = this.calls.get(d.toolCallId);
       if (!call) { // its call is not on the page (yet): show the result alone
@@ -471,18 +478,25 @@ export class Conversation {
 
   // onActiveLine reports whether the event is on the active branch's line
   // (see GET …/branches: each event carries its branch).
+  // Without the listing (it could not be read), new events are those of
+  // the active branch.
   onActiveLine(ev) {
     const b = ev.branch || 0;
-    if (!this.branches) return b === 0 && !(this.run && this.run.activeBranch);
+    if (!this.branches) return b === ((this.run && this.run.activeBranch) || 0);
     const active = this.branches.branches.find((x) => x.id === this.branches.activeBranch);
     return Boolean(active && active.line.some((seg) => seg.branch === b && (seg.untilSeq == null || ev.seq < seg.untilSeq)));
   }
 
+  // unknownBranch reports an event of a branch made since the page read
+  // the run's.
   unknownBranch(b) {
-    return !this.branches ? (b || 0) !== 0 : !this.branches.branches.some((x) => x.id === b);
+    if (this.branches) return !this.branches.branches.some((x) => x.id === b);
+    return Boolean(this.run && !this.run.branches && b);
   }
 
-  // switcher is the "< 2/3 >" of a user message with alternatives, or null.
+  // switcher is the "< 2/3 >" of a user message with alternatives, or
+  // null: {el, onReply}, onReply when every alternative but the first was
+  // made by a regenerate (the same message, another reply).
   switcher(ev) {
     if (!this.branches) return null;
     for (const fork of this.branches.forks) {
@@ -492,8 +506,10 @@ export class Conversation {
       const go = (i) => this.switchTo(fork.alternatives[i].switchTo);
       const prev = h('button', { type: 'button', class: 'link-button branch-prev', 'aria-label': 'Previous version', disabled: at === 0, onclick: () => go(at - 1) }, '‹');
       const next = h('button', { type: 'button', class: 'link-button branch-next', 'aria-label': 'Next version', disabled: at === n - 1, onclick: () => go(at + 1) }, '›');
-      return h('span', { class: 'branch-switch', role: 'group', 'aria-label': 'Versions of this message' },
+      const onReply = fork.alternatives.slice(1).every((a) => a.kind === 'regenerate');
+      const el = h('span', { class: 'branch-switch', role: 'group', 'aria-label': onReply ? 'Versions of this reply' : 'Versions of this message' },
         prev, h('span', { class: 'branch-pos', 'aria-label': `Version ${at + 1} of ${n}` }, `${at + 1}/${n}`), next);
+      return { el, onReply };
     }
     return null;
   }
