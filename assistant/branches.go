@@ -338,7 +338,7 @@ func (rt *Runtime) handleEdit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
-	if err != nil || seq < 1 {
+	if err != nil || seq < 1 || seq > 1<<53 {
 		rt.fail(w, r, errMessageNotFound)
 		return
 	}

@@ -275,6 +275,7 @@ func TestBranchRefusals(t *testing.T) {
 			{"edit of a missing message", "POST", run + "/messages/999/edit", `{"content":"x"}`, 404, "message_not_found"},
 			{"edit of a turn record", "POST", run + "/messages/2/edit", `{"content":"x"}`, 404, "message_not_found"},
 			{"edit of no number", "POST", run + "/messages/first/edit", `{"content":"x"}`, 404, "message_not_found"},
+			{"edit of the largest number", "POST", run + "/messages/9223372036854775807/edit", `{"content":"x"}`, 404, "message_not_found"},
 			{"edit with empty content", "POST", run + "/messages/1/edit", `{"content":"  "}`, 400, "invalid_message"},
 			{"edit with no content", "POST", run + "/messages/1/edit", `{}`, 400, "invalid_message"},
 			{"edit with oversized content", "POST", run + "/messages/1/edit", `{"content":"` + strings.Repeat("x", 1001) + `"}`, 413, "message_too_large"},
