@@ -302,7 +302,7 @@ func (rt *Runtime) gapBetween(ctx context.Context, run store.Run, first, last []
 	if run.Branches == 0 {
 		return run.MessageCount > len(first)+len(last), nil
 	}
-	between, err := rt.st.ListMessages(ctx, run.ID, store.MessageQuery{After: first[len(first)-1].Seq, Before: last[0].Seq, Limit: 1})
+	between, err := rt.st.ListMessages(ctx, run.ID, store.MessageQuery{After: first[len(first)-1].Seq, Before: last[0].Seq, Limit: 1, Branch: &run.ActiveBranch})
 	return len(between) > 0, err
 }
 

@@ -274,7 +274,8 @@ func (rt *Runtime) handleGet(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	first, err := rt.page(r, run.ID, pageQuery{after: 0, take: firstWindow, maxBytes: firstWindowBytes})
+	// Both windows of the line the run was read with.
+	first, err := rt.page(r, run.ID, pageQuery{after: 0, take: firstWindow, maxBytes: firstWindowBytes, branch: &run.ActiveBranch})
 	if err != nil {
 		rt.fail(w, r, err)
 		return
@@ -285,7 +286,7 @@ func (rt *Runtime) handleGet(w http.ResponseWriter, r *http.Request) {
 		lastAfter = first.Messages[n-1].Seq
 	}
 	if first.HasMore {
-		last, err = rt.page(r, run.ID, pageQuery{before: -1, take: lastWindow, maxBytes: lastWindowBytes})
+		last, err = rt.page(r, run.ID, pageQuery{before: -1, take: lastWindow, maxBytes: lastWindowBytes, branch: &run.ActiveBranch})
 		if err != nil {
 			rt.fail(w, r, err)
 			return
@@ -476,9 +477,10 @@ func (rt *Runtime) handleMessages(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, errBranchNotFound)
 		return
 	}
-	if branch >= 0 {
-		pq.branch = &branch
+	if branch < 0 {
+		branch = run.ActiveBranch // the line the run was read with
 	}
+	pq.branch = &branch
 	pq.take, pq.maxBytes = int(take), int(maxBytes)
 	if !q.Has("before") && !q.Has("after") {
 		pq.before = -1 // the latest messages

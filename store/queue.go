@@ -284,21 +284,34 @@ WHERE deleted_at IS NULL AND (
 ORDER BY updated_at
 LIMIT $1`)
 
-	// firstMessages and lastMessages read the messages of the line of
-	// the branch $5 (NULL: the run's active branch) in a window.
-	firstMessages = sql1(`
+	// messageWindows read a window of the run's messages, the first or
+	// the last (messagesLast) of them, of a line: the active branch's
+	// (messagesOfActive), the original line's (messagesOfOriginal), or
+	// the line of the branch $5 (messagesOfBranch) (see ListMessages).
+	messageWindows = func() (out [3][2]stmt) {
+		for line, on := range [3]string{
+			messagesOfActive:   onLine("e", "seq", branchOr(`$5::bigint`, `$1`)),
+			messagesOfOriginal: `e.branch = 0 AND $5::bigint = 0`,
+			messagesOfBranch:   onLine("e", "seq", `$5::bigint`),
+		} {
+			for last, order := range [2]string{"", " DESC"} {
+				out[line][last] = sql1(`
 SELECT ` + eventColumns + ` FROM run_events e
 WHERE run_id = $1 AND type LIKE 'message.%' AND seq > $2 AND seq < $3
-  AND ` + onLine("e", "seq", branchOr(`$5::bigint`, `$1`)) + `
-ORDER BY seq
+  AND ` + on + `
+ORDER BY seq` + order + `
 LIMIT $4`)
+			}
+		}
+		return out
+	}()
+)
 
-	lastMessages = sql1(`
-SELECT ` + eventColumns + ` FROM run_events e
-WHERE run_id = $1 AND type LIKE 'message.%' AND seq > $2 AND seq < $3
-  AND ` + onLine("e", "seq", branchOr(`$5::bigint`, `$1`)) + `
-ORDER BY seq DESC
-LIMIT $4`)
+// The lines of messageWindows.
+const (
+	messagesOfActive = iota
+	messagesOfOriginal
+	messagesOfBranch
 )
 
 // advanceRun runs w, a statement built with advancing, for the plan p at
@@ -695,15 +708,24 @@ func (c *core) ListMessages(ctx context.Context, runID string, q MessageQuery) (
 	if err := checkMessageQuery(q); err != nil {
 		return nil, err
 	}
-	query := firstMessages
-	if q.Last {
-		query = lastMessages
-	}
-	x := c.reader()
+	// The original line, named, is read as a run that never branched is:
+	// by the events' branch alone, without the condition that reads a
+	// line's segments (a cost on every row, which PostgreSQL's plans do
+	// not shed even for branch 0).
 	var branch any // NULL: the active branch
+	line := messagesOfActive
 	if q.Branch != nil {
-		branch = *q.Branch
+		branch, line = *q.Branch, messagesOfBranch
+		if *q.Branch == 0 {
+			line = messagesOfOriginal
+		}
 	}
+	last := 0
+	if q.Last {
+		last = 1
+	}
+	query := messageWindows[line][last]
+	x := c.reader()
 	events, err := queryAll(ctx, x, query, scanEvent, runID, q.After, beforeOrMax(q.Before), q.Limit, branch)
 	if err != nil {
 		return nil, c.fail(err)

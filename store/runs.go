@@ -73,6 +73,9 @@ type MessageQuery struct {
 	Last bool
 	// Branch, when not nil, names the branch whose line is read (see
 	// Branch); nil reads the run's active branch, in the same statement.
+	// A caller that holds the run (a turn, its claimed run) names its
+	// ActiveBranch: the original line, 0, then reads as fast as a run
+	// that never branched.
 	Branch *int64
 }
 
