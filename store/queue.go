@@ -284,10 +284,11 @@ WHERE deleted_at IS NULL AND (
 ORDER BY updated_at
 LIMIT $1`)
 
-	// messageWindows read a window of the run's messages, the first or
-	// the last (messagesLast) of them, of a line: the active branch's
-	// (messagesOfActive), the original line's (messagesOfOriginal), or
-	// the line of the branch $5 (messagesOfBranch) (see ListMessages).
+	// messageWindows[line][last] read a window of the run's messages,
+	// the first of them or (last = 1) the last, of a line: the active
+	// branch's (messagesOfActive), the original line's
+	// (messagesOfOriginal), or the line of the branch $5
+	// (messagesOfBranch); see ListMessages.
 	messageWindows = func() (out [3][2]stmt) {
 		for line, on := range [3]string{
 			messagesOfActive:   onLine("e", "seq", branchOr(`$5::bigint`, `$1`)),
