@@ -199,7 +199,9 @@ type ForkView struct {
 }
 
 // AlternativeView is one alternative of a message: the message
-// messageSeq of branch. SwitchTo is the branch to make active to show it:
+// messageSeq of branch. Kind is "original" for the parent's message (the
+// one the others replaced), else how the alternative's branch began
+// (edit or regenerate). SwitchTo is the branch to make active to show it:
 // the newest branch whose line holds that message (the alternative's own
 // branch, or a later one forked from it).
 type AlternativeView struct {
@@ -261,7 +263,7 @@ func viewBranches(run store.Run, stored []store.Branch) BranchesView {
 				at = len(v.Forks)
 				forks[key] = at
 				v.Forks = append(v.Forks, ForkView{Parent: b.Parent, ForkSeq: b.ForkSeq,
-					Alternatives: []AlternativeView{alternative(b.Parent, b.ForkSeq, kindOf(all, b.Parent))}})
+					Alternatives: []AlternativeView{alternative(b.Parent, b.ForkSeq, "original")}})
 			}
 			v.Forks[at].Alternatives = append(v.Forks[at].Alternatives, alternative(b.ID, b.MessageSeq, string(b.Kind)))
 		}
@@ -271,14 +273,6 @@ func viewBranches(run store.Run, stored []store.Branch) BranchesView {
 		return cmp.Or(cmp.Compare(a.ForkSeq, b.ForkSeq), cmp.Compare(a.Parent, b.Parent))
 	})
 	return v
-}
-
-// kindOf is the kind of the branch id among all ("original" for 0).
-func kindOf(all []store.Branch, id int64) string {
-	if id == 0 {
-		return "original"
-	}
-	return string(all[id].Kind)
 }
 
 // lineHolds reports whether the line holds the event seq of branch b.

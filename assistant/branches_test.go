@@ -375,3 +375,41 @@ func TestBranchRefusals(t *testing.T) {
 		wantCode(t, "regenerate of an empty run", code, body, 409, "nothing_to_regenerate")
 	})
 }
+
+// TestViewBranches: the forks of a run's branches — edits of one message
+// (an edit of an edit among them), a regenerate of the first, a branch
+// nested in it — each with its alternatives in order, the one on the
+// active line, and the branch to switch to for each.
+func TestViewBranches(t *testing.T) {
+	seg := func(b, until int64) store.LineSegment { return store.LineSegment{Branch: b, Until: until} }
+	run := store.Run{ID: "run_x", ActiveBranch: 4, Branches: 4}
+	v := viewBranches(run, []store.Branch{
+		{ID: 1, Parent: 0, ForkSeq: 5, MessageSeq: 9, Kind: store.BranchEdit, Line: []store.LineSegment{seg(0, 5), seg(1, store.MaxSeq)}},
+		{ID: 2, Parent: 0, ForkSeq: 5, MessageSeq: 13, Kind: store.BranchEdit, Line: []store.LineSegment{seg(0, 5), seg(2, store.MaxSeq)}},
+		{ID: 3, Parent: 0, ForkSeq: 1, MessageSeq: 17, Kind: store.BranchRegenerate, Line: []store.LineSegment{seg(0, 1), seg(3, store.MaxSeq)}},
+		{ID: 4, Parent: 3, ForkSeq: 21, MessageSeq: 25, Kind: store.BranchEdit, Line: []store.LineSegment{seg(0, 1), seg(3, 21), seg(4, store.MaxSeq)}},
+	})
+	var got []string
+	for _, f := range v.Forks {
+		line := fmt.Sprintf("%d@%d:", f.Parent, f.ForkSeq)
+		for _, a := range f.Alternatives {
+			line += fmt.Sprintf(" %d@%d %s →%d", a.Branch, a.MessageSeq, a.Kind, a.SwitchTo)
+			if a.Active {
+				line += " (active)"
+			}
+		}
+		got = append(got, line)
+	}
+	want := []string{
+		"0@1: 0@1 original →2 3@17 regenerate →4 (active)",
+		"0@5: 0@5 original →0 1@9 edit →1 2@13 edit →2",
+		"3@21: 3@21 original →3 4@25 edit →4 (active)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("forks =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if len(v.Branches) != 5 || v.Branches[0].Kind != "original" || v.Branches[0].Parent != nil || !v.Branches[4].Active ||
+		v.Branches[4].Line[2].UntilSeq != nil || *v.Branches[4].Line[1].UntilSeq != 21 {
+		t.Errorf("branches = %+v", v.Branches)
+	}
+}
