@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/usherhq/usher/store"
-	"github.com/usherhq/usher/store/storetest"
 )
 
 // TestUpgradeToBranches: a run an older release stored — its events and
@@ -13,14 +12,7 @@ import (
 // branches: every event and the snapshot on the original line, which is
 // active; and the run branches as a new one does.
 func TestUpgradeToBranches(t *testing.T) {
-	for _, e := range []struct {
-		name string
-		open func(testing.TB) store.Store
-		at   string // a time literal of the engine
-	}{
-		{"sqlite", storetest.OpenSQLite, `'2026-11-30T10:00:00.000000Z'`},
-		{"postgres", storetest.OpenPostgres, `'2026-11-30T10:00:00Z'`},
-	} {
+	for _, e := range upgradeEngines {
 		t.Run(e.name, func(t *testing.T) {
 			ctx := t.Context()
 			s := e.open(t)
