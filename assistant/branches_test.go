@@ -214,10 +214,15 @@ func TestBranches(t *testing.T) {
 				t.Errorf("event %d after the branches = %+v, was %+v", e.Seq, a, e)
 			}
 		}
-		var texts []string
+		var texts, switches []string
 		for i, e := range logAfter {
 			if e.Seq != int64(i+1) {
 				t.Fatalf("event %d has seq %d", i, e.Seq)
+			}
+			if e.Type == EventBranchSwitch {
+				var sw BranchSwitch
+				json.Unmarshal(e.Payload, &sw)
+				switches = append(switches, fmt.Sprintf("%d: %d→%d", e.Branch, sw.From, sw.Branch))
 			}
 			if isMessageEvent(e.Type) {
 				var m struct{ Content string }
@@ -228,6 +233,9 @@ func TestBranches(t *testing.T) {
 		if want := []string{"0 plan a trip", "0 Where to?", "0 to Lisbon", "0 Lisbon it is.", "1 to Porto", "1 Porto it is.",
 			"2 to Porto", "2 Porto, again.", "0 and a hotel?", "0 Here is a hotel in Lisbon."}; !slices.Equal(texts, want) {
 			t.Errorf("the log's messages = %q, want %q", texts, want)
+		}
+		if want := []string{"0: 2→0"}; !slices.Equal(switches, want) {
+			t.Errorf("the log's branch switches = %q, want %q", switches, want)
 		}
 		// Every turn has its one start and end.
 		if ends := turnEnds(t, st, id); len(ends) != 5 {

@@ -19,6 +19,7 @@ const (
 	EventRuntimeContext = "agent.runtime_context"
 	EventTurnPause      = "agent.turn.pause"
 	EventTurnEnd        = "agent.turn.end"
+	EventBranchSwitch   = "agent.branch.switch"
 )
 
 // UserMessage is the payload of a message.user event.
@@ -92,6 +93,14 @@ type ApprovalRef struct {
 // TurnStart is the payload of agent.turn.start.
 type TurnStart struct {
 	MessageSeq int64 `json:"messageSeq"`
+}
+
+// BranchSwitch is the payload of agent.branch.switch: the run's active
+// branch became Branch (it was From). The store writes it (see
+// store.EventBranchSwitch).
+type BranchSwitch struct {
+	Branch int64 `json:"branch"`
+	From   int64 `json:"from"`
 }
 
 // TurnEnd is the payload of agent.turn.end.

@@ -492,6 +492,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"SystemPromptRecord":   SystemPromptRecord{},
 		"RuntimeContextRecord": RuntimeContextRecord{},
 		"BranchList":           BranchesView{},
+		"BranchSwitch":         BranchSwitch{},
 		"Branch":               BranchView{},
 		"LineSegment":          SegmentView{},
 		"Fork":                 ForkView{},

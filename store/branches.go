@@ -276,11 +276,13 @@ ORDER BY until_seq`)
 
 // SwitchBranch makes branch the run's active branch: ListMessages reads
 // its line, and the conversation goes on in it. Nothing of the log
-// changes. ErrNotFound when the run is missing or deleted, ErrClosed when
+// changes; it is appended to: an EventBranchSwitch, on the branch made
+// active, in the same transaction (none when branch is active already). ErrNotFound when the run is missing or deleted, ErrClosed when
 // terminal, ErrBusy when it is not between turns, ErrInvalid when the run
 // has no such branch.
 func (c *core) SwitchBranch(ctx context.Context, runID string, branch int64) (Run, error) {
 	var out Run
+	var switched []preparedEvent
 	err := c.inTx(ctx, func(tx executor) error {
 		r, err := lockIdleRun(ctx, tx, runID)
 		if err != nil {
@@ -293,7 +295,16 @@ func (c *core) SwitchBranch(ctx context.Context, runID string, branch int64) (Ru
 			out = r
 			return nil
 		}
-		if out, err = scanRun(tx.row(ctx, activateBranch, runID, branch, false, storedTime(c.now()))); err != nil {
+		switched, err = prepareEvents([]NewEvent{{Type: EventBranchSwitch,
+			Payload: fmt.Appendf(nil, `{"branch":%d,"from":%d}`, branch, r.ActiveBranch)}})
+		if err != nil {
+			return err
+		}
+		now := storedTime(c.now())
+		if _, err := scanRun(tx.row(ctx, activateBranch, runID, branch, false, now)); err != nil {
+			return err
+		}
+		if _, out, err = advanceRun(ctx, tx, appendRun, runID, now, planAppend(switched)); err != nil {
 			return err
 		}
 		tx.notifyRuns(out)

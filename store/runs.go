@@ -20,6 +20,11 @@ const (
 	// EventUserMessage is a user's message: a run with one after its
 	// HandledSeq has work, which a release queues and RunsToResume finds.
 	EventUserMessage = MessageEventPrefix + "user"
+	// EventBranchSwitch records that SwitchBranch made another branch
+	// active: {"branch": the branch now active, "from": the one before}.
+	// It is appended on the branch now active, so that every follower of
+	// the log learns of the switch.
+	EventBranchSwitch = "agent.branch.switch"
 )
 
 // TurnEndFunc returns the payload of the agent.turn.end event that ends the

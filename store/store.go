@@ -299,8 +299,8 @@ type Store interface {
 	// its active line, makes it active and appends the branch's message,
 	// queueing the run, in one transaction (branches.go).
 	ForkRun(ctx context.Context, runID string, f Fork) (Branch, Event, Run, error)
-	// SwitchBranch makes a branch of the run its active branch
-	// (branches.go).
+	// SwitchBranch makes a branch of the run its active branch and
+	// records the switch in the log (branches.go).
 	SwitchBranch(ctx context.Context, runID string, branch int64) (Run, error)
 	// ListBranches returns the run's branches beyond the original, each
 	// with its line (branches.go).

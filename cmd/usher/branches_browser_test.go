@@ -9,8 +9,9 @@ import (
 // TestBrowserBranches drives the Sessions UI's branches in Chromium, on
 // the embedded default (the demo model echoes each message): regenerate
 // on the last reply, edit on the user's message, "< 2/3 >" between the
-// versions; each shows only the active line, as the API has it, and the
-// conversation goes on in the line switched to.
+// versions; each shows only the active line, as the API has it, in the
+// tab that made the change and in another on the same conversation; and
+// the conversation goes on in the line switched to.
 func TestBrowserBranches(t *testing.T) {
 	s := startServer(t, nil)
 	alice := userToken(t, s, "alice")
@@ -30,6 +31,12 @@ func TestBrowserBranches(t *testing.T) {
 	runID := tb.runID()
 	tb.waitUntil("the demo model's reply", replied(`You wrote: "plan a trip to Lisbon"`))
 	tb.waitUntil("the run is between turns", idle)
+
+	// A second tab on the same conversation follows each change made in
+	// the first.
+	other := tb.newTab("tab 2")
+	other.do(chromedp.Navigate(s.url + "/runs/" + runID))
+	other.waitUntil("the conversation in the second tab", `document.querySelector(`+js(liveConnection)+`) && `+replied(`You wrote: "plan a trip to Lisbon"`))
 
 	// Regenerate: offered on the last reply only; the page shows the new
 	// line, and the reply's versions "2/2".
@@ -61,6 +68,8 @@ func TestBrowserBranches(t *testing.T) {
 		t.Errorf("user messages shown after the edit = %q, want the edited one alone", got)
 	}
 	checkShownMatchesAPI(t, tb, s, alice, runID)
+	other.waitUntil("the edit in the second tab", position+` === "3/3" && `+shownUser+` === "plan a trip to Porto" && `+replied(`You wrote: "plan a trip to Porto"`))
+	checkShownMatchesAPI(t, other, s, alice, runID)
 
 	// "<" twice: back to the original line, which goes on.
 	tb.click("article.msg-user .branch-prev")
@@ -73,6 +82,7 @@ func TestBrowserBranches(t *testing.T) {
 		t.Fatalf("the run after switching back = %d %v, want branch 0 active", code, body)
 	}
 	tb.waitUntil("the run is between turns", idle)
+	other.waitUntil("the switch in the second tab", position+` === "1/3" && `+shownUser+` === "plan a trip to Lisbon"`)
 	tb.send("and a hotel?")
 	tb.waitUntil("the reply on the original line", replied(`You wrote: "and a hotel?"`))
 	tb.waitUntil("the run is between turns", idle)
@@ -80,6 +90,9 @@ func TestBrowserBranches(t *testing.T) {
 		t.Errorf("user messages shown on the original line = %q", got)
 	}
 	checkShownMatchesAPI(t, tb, s, alice, runID)
+	other.waitUntil("the new message in the second tab", replied(`You wrote: "and a hotel?"`))
+	checkShownMatchesAPI(t, other, s, alice, runID)
+	other.checkClean()
 
 	// A reload shows the same line and versions.
 	tb.do(chromedp.Reload())

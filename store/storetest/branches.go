@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -205,7 +206,8 @@ func testBranches(t *testing.T, s store.Store) {
 		t.Errorf("the line of a branch the run does not have = %v, want none", got)
 	}
 
-	// Switching back: the original line is read, and goes on.
+	// Switching back: the original line is read, and goes on; the switch
+	// is recorded in the log (29), on the branch made active.
 	r, err := s.SwitchBranch(ctx, id, 0)
 	if err != nil || r.ActiveBranch != 0 || r.Branches != 4 || !r.QueuedAt.IsZero() {
 		t.Fatalf("SwitchBranch(0) = %+v, %v", r, err)
@@ -214,21 +216,21 @@ func testBranches(t *testing.T, s store.Store) {
 		t.Errorf("active line after switching back = %v, want [1 3 5 7]", got)
 	}
 	ev, _, err := s.PostMessage(ctx, id, userMessage("and a hotel?"))
-	if err != nil || ev.Seq != 29 || ev.Branch != 0 {
-		t.Fatalf("PostMessage on the original line = %+v, %v; want seq 29 on branch 0", ev, err)
+	if err != nil || ev.Seq != 30 || ev.Branch != 0 {
+		t.Fatalf("PostMessage on the original line = %+v, %v; want seq 30 on branch 0", ev, err)
 	}
-	answerTurn(t, s, id, 29, "Here is one.") // 30, 31, 32
-	if got := messageSeqs(t, s, id, store.MessageQuery{}); !slices.Equal(got, []int64{1, 3, 5, 7, 29, 31}) {
+	answerTurn(t, s, id, 30, "Here is one.") // 31, 32, 33
+	if got := messageSeqs(t, s, id, store.MessageQuery{}); !slices.Equal(got, []int64{1, 3, 5, 7, 30, 32}) {
 		t.Errorf("the original line, continued = %v", got)
 	}
 	if got := messageSeqs(t, s, id, store.MessageQuery{Branch: onBranch(2)}); !slices.Equal(got, []int64{1, 3, 13, 15}) {
 		t.Errorf("branch 2's line after the original went on = %v, want [1 3 13 15]", got)
 	}
-	if r, err := s.SwitchBranch(ctx, id, 2); err != nil || r.ActiveBranch != 2 {
-		t.Fatalf("SwitchBranch(2) = %+v, %v", r, err)
+	if r, err := s.SwitchBranch(ctx, id, 2); err != nil || r.ActiveBranch != 2 || r.LastSeq != 34 {
+		t.Fatalf("SwitchBranch(2) = %+v, %v; want branch 2 active, the switch at 34", r, err)
 	}
-	if r, err := s.SwitchBranch(ctx, id, 2); err != nil || r.ActiveBranch != 2 {
-		t.Fatalf("SwitchBranch to the active branch = %+v, %v", r, err)
+	if r, err := s.SwitchBranch(ctx, id, 2); err != nil || r.ActiveBranch != 2 || r.LastSeq != 34 {
+		t.Fatalf("SwitchBranch to the active branch = %+v, %v; want nothing changed", r, err)
 	}
 	for _, b := range []int64{-1, 5} {
 		if _, err := s.SwitchBranch(ctx, id, b); !errors.Is(err, store.ErrInvalid) {
@@ -242,11 +244,25 @@ func testBranches(t *testing.T, s store.Store) {
 	// The log holds every event, gapless, each on the branch it was
 	// appended on.
 	events, err := s.ListEvents(ctx, id, 0, 100)
-	if err != nil || len(events) != 32 {
-		t.Fatalf("ListEvents = %d events, %v; want 32", len(events), err)
+	if err != nil || len(events) != 34 {
+		t.Fatalf("ListEvents = %d events, %v; want 34", len(events), err)
+	}
+	for _, c := range []struct {
+		seq  int64
+		data string
+	}{{29, `{"branch":0,"from":4}`}, {34, `{"branch":2,"from":0}`}} {
+		e := events[c.seq-1]
+		var got, want any
+		json.Unmarshal(e.Payload, &got)
+		json.Unmarshal([]byte(c.data), &want)
+		if e.Type != store.EventBranchSwitch || !reflect.DeepEqual(got, want) {
+			t.Errorf("event %d = %s %s, want %s %s", c.seq, e.Type, e.Payload, store.EventBranchSwitch, c.data)
+		}
 	}
 	wantBranch := func(seq int64) int64 {
 		switch {
+		case seq == 34:
+			return 2
 		case seq >= 29:
 			return 0
 		case seq >= 25:

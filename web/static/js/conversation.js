@@ -281,7 +281,11 @@ export class Conversation {
         this.applyRun({ status: 'AwaitingApproval', working: false });
         announce('Usher is waiting for your approval.');
         return;
-      case 'agent.turn.end':
+      case 'agent.branch.switch':
+        // Another tab (or client) switched: show the line now active.
+        if (d.branch !== this.run.activeBranch) this.reload();
+        return;
+            case 'agent.turn.end':
         this.settled.add(d.messageSeq);
         this.dropDraft(false);
         this.applyRun({ working: false, status: this.run.status === 'AwaitingApproval' ? 'InProgress' : this.run.status });

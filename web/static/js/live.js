@@ -11,7 +11,7 @@ import { request, path, APIError } from './api.js';
 export const RUN_EVENT_TYPES = [
   'message.user', 'message.assistant', 'message.tool',
   'agent.turn.start', 'agent.turn.pause', 'agent.turn.end',
-  'agent.system_prompt', 'agent.runtime_context',
+  'agent.system_prompt', 'agent.runtime_context', 'agent.branch.switch',
 ];
 
 const SILENCE_LIMIT = 75_000; // no word from a stream this long: reopen it
