@@ -22,6 +22,7 @@ const (
 	EventRuntimeContext = "agent.runtime_context"
 	EventTurnPause      = "agent.turn.pause"
 	EventTurnEnd        = "agent.turn.end"
+	EventBranchSwitch   = "agent.branch.switch"
 
 	// EventCompacted and EventCompactionFailed record a compaction
 	// (compact.go); EventRunContinued that the run was continued in
@@ -38,6 +39,11 @@ type UserMessage struct {
 	// turn that answers the message calls tools with these claims in its
 	// broker token, for policies on tenants and groups.
 	Sender *Sender `json:"sender,omitempty"`
+	// Edits, on the first message of a branch made by an edit, is the
+	// message it replaces; Regenerates, on that of a branch made to
+	// regenerate a reply, is the message it repeats (branches.go).
+	Edits       int64 `json:"edits,omitempty"`
+	Regenerates int64 `json:"regenerates,omitempty"`
 }
 
 // SummaryMessage is the payload of a message.summary event: the summary
@@ -128,6 +134,14 @@ type ApprovalRef struct {
 // TurnStart is the payload of agent.turn.start.
 type TurnStart struct {
 	MessageSeq int64 `json:"messageSeq"`
+}
+
+// BranchSwitch is the payload of agent.branch.switch: the run's active
+// branch became Branch (it was From). The store writes it (see
+// store.EventBranchSwitch).
+type BranchSwitch struct {
+	Branch int64 `json:"branch"`
+	From   int64 `json:"from"`
 }
 
 // TurnEnd is the payload of agent.turn.end.

@@ -47,10 +47,14 @@ func (rt *Runtime) Handler() http.Handler {
 	mux.HandleFunc("POST /api/assistant/runs/{id}/cancel", rt.handleClose(store.RunCancelled))
 	mux.HandleFunc("POST /api/assistant/runs/{id}/compact", rt.handleCompact)
 	mux.HandleFunc("POST /api/assistant/runs/{id}/stop", rt.handleStop)
+	mux.HandleFunc("POST /api/assistant/runs/{id}/messages/{seq}/edit", rt.handleEdit)
+	mux.HandleFunc("POST /api/assistant/runs/{id}/regenerate", rt.handleRegenerate)
+	mux.HandleFunc("GET /api/assistant/runs/{id}/branches", rt.handleBranches)
+	mux.HandleFunc("PUT /api/assistant/runs/{id}/branch", rt.handleSwitchBranch)
 	mux.HandleFunc("/api/assistant/", func(w http.ResponseWriter, r *http.Request) {
 		// A path that exists with other methods is 405, with Allow.
 		var allow []string
-		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
 			probe := r.Clone(r.Context())
 			probe.Method = m
 			if _, pattern := mux.Handler(probe); pattern != "/api/assistant/" {
@@ -122,6 +126,21 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
+// decodeContent reads a message body, {"content"}: a message sent or
+// edited.
+func decodeContent(r *http.Request) (string, error) {
+	var body struct {
+		Content *string `json:"content"`
+	}
+	if err := decode(r, &body); err != nil {
+		return "", err
+	}
+	if body.Content == nil {
+		return "", httpx.Errorf(http.StatusBadRequest, "invalid_message", "The body needs a content field.")
+	}
+	return *body.Content, nil
+}
+
 // idempotencyKey reads the request's Idempotency-Key header ("" for none).
 func idempotencyKey(r *http.Request) (string, error) {
 	key := r.Header.Get("Idempotency-Key")
@@ -146,6 +165,10 @@ type RunView struct {
 	// Context is the size of the model context of the run's latest model
 	// step; absent until a turn recorded one.
 	Context *ContextView `json:"context,omitempty"`
+	// ActiveBranch is the branch the conversation goes on in (0: the
+	// original line), Branches how many branches the run has beyond it.
+	ActiveBranch int64 `json:"activeBranch"`
+	Branches     int64 `json:"branches"`
 	// Metadata is the run's settings, as it was created with them.
 	Metadata json.RawMessage `json:"metadata,omitempty"`
 	// ContinuedFrom names the run this one continues (manual compaction).
@@ -162,7 +185,8 @@ type ContinuedFrom struct {
 func viewRun(r store.Run) RunView {
 	v := RunView{ID: r.ID, Title: r.Title, Status: string(r.Status), Preview: r.Preview, MessageCount: r.MessageCount,
 		LastSeq: r.LastSeq, Working: r.TurnSeq != 0 || !r.QueuedAt.IsZero() || r.LeaseOwner != "",
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Context: viewContext(r.Context)}
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Context: viewContext(r.Context),
+		ActiveBranch: r.ActiveBranch, Branches: r.Branches}
 	if !r.CompletedAt.IsZero() {
 		v.CompletedAt = &r.CompletedAt
 	}
@@ -226,12 +250,19 @@ type EventView struct {
 	Type      string          `json:"type"`
 	CreatedAt time.Time       `json:"createdAt"`
 	Data      json.RawMessage `json:"data"`
+	// Branch is the branch the event was appended on (0: the original
+	// line; see branches.go).
+	Branch int64 `json:"branch"`
+}
+
+func viewEvent(e store.Event) EventView {
+	return EventView{Seq: e.Seq, Type: e.Type, CreatedAt: e.CreatedAt, Data: e.Payload, Branch: e.Branch}
 }
 
 func viewEvents(events []store.Event) []EventView {
 	out := make([]EventView, len(events))
 	for i, e := range events {
-		out[i] = EventView{Seq: e.Seq, Type: e.Type, CreatedAt: e.CreatedAt, Data: e.Payload}
+		out[i] = viewEvent(e)
 	}
 	return out
 }
@@ -317,7 +348,8 @@ func (rt *Runtime) handleGet(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	first, err := rt.page(r, run.ID, pageQuery{after: 0, take: firstWindow, maxBytes: firstWindowBytes})
+	// Both windows of the line the run was read with.
+	first, err := rt.page(r, run.ID, pageQuery{after: 0, take: firstWindow, maxBytes: firstWindowBytes, branch: &run.ActiveBranch})
 	if err != nil {
 		rt.fail(w, r, err)
 		return
@@ -328,7 +360,7 @@ func (rt *Runtime) handleGet(w http.ResponseWriter, r *http.Request) {
 		lastAfter = first.Messages[n-1].Seq
 	}
 	if first.HasMore {
-		last, err = rt.page(r, run.ID, pageQuery{before: -1, take: lastWindow, maxBytes: lastWindowBytes})
+		last, err = rt.page(r, run.ID, pageQuery{before: -1, take: lastWindow, maxBytes: lastWindowBytes, branch: &run.ActiveBranch})
 		if err != nil {
 			rt.fail(w, r, err)
 			return
@@ -338,8 +370,11 @@ func (rt *Runtime) handleGet(w http.ResponseWriter, r *http.Request) {
 			last.Messages = last.Messages[1:]
 		}
 	}
-	gap := first.HasMore && len(last.Messages) > 0 && last.Messages[0].Seq > lastAfter &&
-		run.MessageCount > len(first.Messages)+len(last.Messages)
+	gap, err := rt.gapBetween(r.Context(), run, first.Messages, last.Messages, first.HasMore)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
 	children, err := rt.st.ChildRuns(r.Context(), run.ID)
 	if err != nil {
 		rt.fail(w, r, err)
@@ -415,15 +450,9 @@ func (rt *Runtime) handlePost(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = d
 	}
-	var body struct {
-		Content *string `json:"content"`
-	}
-	if err := decode(r, &body); err != nil {
+	content, err := decodeContent(r)
+	if err != nil {
 		rt.fail(w, r, err)
-		return
-	}
-	if body.Content == nil {
-		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The body needs a content field."))
 		return
 	}
 	key, err := idempotencyKey(r)
@@ -448,7 +477,7 @@ func (rt *Runtime) handlePost(w http.ResponseWriter, r *http.Request) {
 			defer leave()
 		}
 	}
-	ev, run, _, err := rt.PostMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), *body.Content, key)
+	ev, run, _, err := rt.PostMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), content, key)
 	if err != nil {
 		rt.fail(w, r, err)
 		return
@@ -524,6 +553,8 @@ func (rt *Runtime) handleMessages(w http.ResponseWriter, r *http.Request) {
 	intParam("after", 0, 1<<53, &pq.after)
 	intParam("take", 1, maxTake, &take)
 	intParam("maxBytes", 1024, maxPageBytes, &maxBytes)
+	var branch int64 = -1
+	intParam("branch", 0, 1<<53, &branch)
 	if q.Has("before") && q.Has("after") {
 		errs = append(errs, "give before or after, not both")
 	}
@@ -531,6 +562,14 @@ func (rt *Runtime) handleMessages(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_query", strings.Join(errs, "; ")+"."))
 		return
 	}
+	if branch > run.Branches {
+		rt.fail(w, r, errBranchNotFound)
+		return
+	}
+	if branch < 0 {
+		branch = run.ActiveBranch // the line the run was read with
+	}
+	pq.branch = &branch
 	pq.take, pq.maxBytes = int(take), int(maxBytes)
 	if !q.Has("before") && !q.Has("after") {
 		pq.before = -1 // the latest messages

@@ -498,6 +498,12 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"ContentPart":          ContentPart{},
 		"RunMetadata":          RunMetadata{},
 		"Snapshot":             SnapshotView{},
+		"BranchList":           BranchesView{},
+		"BranchSwitch":         BranchSwitch{},
+		"Branch":               BranchView{},
+		"LineSegment":          SegmentView{},
+		"Fork":                 ForkView{},
+		"Alternative":          AlternativeView{},
 	} {
 		check(name, reflect.TypeOf(v))
 	}

@@ -12,6 +12,9 @@ type pageQuery struct {
 	before, after int64
 	take          int
 	maxBytes      int
+	// branch, when not nil, names the branch whose line is read; nil
+	// reads the run's active branch.
+	branch *int64
 }
 
 // messagePage is a page of messages, and whether more lie beyond it in
@@ -36,12 +39,12 @@ func (rt *Runtime) page(r *http.Request, runID string, q pageQuery) (messagePage
 	var err error
 	if backward {
 		before := max(q.before, 0)
-		if msgs, err = rt.st.ListMessages(ctx, runID, store.MessageQuery{Before: before, Limit: q.take, Last: true}); err != nil {
+		if msgs, err = rt.st.ListMessages(ctx, runID, store.MessageQuery{Before: before, Limit: q.take, Last: true, Branch: q.branch}); err != nil {
 			return messagePage{}, err
 		}
 		// Grow backwards to the call the first results answer.
 		for grown := 0; len(msgs) > 0 && msgs[0].Type == EventToolResult && grown < maxGroupExtension; {
-			more, err := rt.st.ListMessages(ctx, runID, store.MessageQuery{Before: msgs[0].Seq, Limit: 20, Last: true})
+			more, err := rt.st.ListMessages(ctx, runID, store.MessageQuery{Before: msgs[0].Seq, Limit: 20, Last: true, Branch: q.branch})
 			if err != nil {
 				return messagePage{}, err
 			}
@@ -57,12 +60,12 @@ func (rt *Runtime) page(r *http.Request, runID string, q pageQuery) (messagePage
 		}
 		msgs = trimGroups(msgs, q.maxBytes, true)
 	} else {
-		if msgs, err = rt.st.ListMessages(ctx, runID, store.MessageQuery{After: q.after, Limit: q.take}); err != nil {
+		if msgs, err = rt.st.ListMessages(ctx, runID, store.MessageQuery{After: q.after, Limit: q.take, Branch: q.branch}); err != nil {
 			return messagePage{}, err
 		}
 		// Grow forwards over the results of the last call.
 		for len(msgs) > 0 && len(msgs) < q.take+maxGroupExtension {
-			next, err := rt.st.ListMessages(ctx, runID, store.MessageQuery{After: msgs[len(msgs)-1].Seq, Limit: 20})
+			next, err := rt.st.ListMessages(ctx, runID, store.MessageQuery{After: msgs[len(msgs)-1].Seq, Limit: 20, Branch: q.branch})
 			if err != nil {
 				return messagePage{}, err
 			}
@@ -79,9 +82,9 @@ func (rt *Runtime) page(r *http.Request, runID string, q pageQuery) (messagePage
 	}
 	page := messagePage{Messages: viewEvents(msgs)}
 	if len(msgs) > 0 {
-		probe := store.MessageQuery{After: msgs[len(msgs)-1].Seq, Limit: 1}
+		probe := store.MessageQuery{After: msgs[len(msgs)-1].Seq, Limit: 1, Branch: q.branch}
 		if backward {
-			probe = store.MessageQuery{Before: msgs[0].Seq, Limit: 1, Last: true}
+			probe = store.MessageQuery{Before: msgs[0].Seq, Limit: 1, Last: true, Branch: q.branch}
 		}
 		beyond, err := rt.st.ListMessages(ctx, runID, probe)
 		if err != nil {

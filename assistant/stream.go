@@ -119,7 +119,7 @@ func (e *wsEmitter) send(event string, id int64, data any) error {
 
 func (e *wsEmitter) events(evs []roomEvent) error {
 	for _, ev := range evs {
-		if err := e.send(ev.Type, ev.Seq, EventView{Seq: ev.Seq, Type: ev.Type, CreatedAt: ev.CreatedAt, Data: ev.Payload}); err != nil {
+		if err := e.send(ev.Type, ev.Seq, viewEvent(ev.Event)); err != nil {
 			return err
 		}
 	}

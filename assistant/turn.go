@@ -410,7 +410,7 @@ func (t *turn) grant() Grant {
 func (rt *Runtime) nextUserMessage(ctx context.Context, r store.Run) (int64, error) {
 	after := r.HandledSeq
 	for {
-		page, err := rt.st.ListMessages(ctx, r.ID, store.MessageQuery{After: after, Limit: 100})
+		page, err := rt.st.ListMessages(ctx, r.ID, store.MessageQuery{After: after, Limit: 100, Branch: &r.ActiveBranch})
 		if err != nil || len(page) == 0 {
 			return 0, err
 		}
@@ -437,7 +437,7 @@ const turnWindowExtra = 16
 // read on its own.
 func (t *turn) load(ctx context.Context) error {
 	window := t.rt.o.HistoryMessages + turnWindowExtra
-	latest, err := t.rt.st.ListMessages(ctx, t.run.ID, store.MessageQuery{Limit: window, Last: true})
+	latest, err := t.rt.st.ListMessages(ctx, t.run.ID, store.MessageQuery{Limit: window, Last: true, Branch: &t.run.ActiveBranch})
 	if err != nil {
 		return err
 	}
@@ -501,7 +501,7 @@ func (t *turn) messagesFrom(ctx context.Context) ([]store.Event, error) {
 	after := t.seq - 1
 	var out []store.Event
 	for {
-		page, err := t.rt.st.ListMessages(ctx, t.run.ID, store.MessageQuery{After: after, Limit: 500})
+		page, err := t.rt.st.ListMessages(ctx, t.run.ID, store.MessageQuery{After: after, Limit: 500, Branch: &t.run.ActiveBranch})
 		if err != nil {
 			return nil, err
 		}
@@ -589,7 +589,7 @@ func (t *turn) history(ctx context.Context) ([]model.Message, error) {
 	if err := t.readSnapshot(ctx); err != nil {
 		return nil, err
 	}
-	events, err := t.rt.st.ListMessages(ctx, t.run.ID, store.MessageQuery{Before: t.seq, Limit: t.rt.o.HistoryMessages, Last: true})
+	events, err := t.rt.st.ListMessages(ctx, t.run.ID, store.MessageQuery{Before: t.seq, Limit: t.rt.o.HistoryMessages, Last: true, Branch: &t.run.ActiveBranch})
 	if err != nil {
 		return nil, err
 	}

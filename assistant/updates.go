@@ -232,7 +232,7 @@ type roomEvent struct {
 
 // newRoomEvent encodes e's frame: "id: SEQ", "event: TYPE", "data: VIEW".
 func newRoomEvent(e store.Event) roomEvent {
-	data, _ := json.Marshal(EventView{Seq: e.Seq, Type: e.Type, CreatedAt: e.CreatedAt, Data: e.Payload}) // always encodes
+	data, _ := json.Marshal(viewEvent(e)) // always encodes
 	frame := make([]byte, 0, len(data)+len(e.Type)+40)
 	frame = fmt.Appendf(frame, "id: %d\nevent: %s\ndata: ", e.Seq, e.Type)
 	frame = append(frame, data...)

@@ -111,8 +111,9 @@ func (c *core) ContinueRun(ctx context.Context, from string, child Run, first, n
 			return err
 		}
 		if summary != nil {
+			// On the child's original line, branch 0: it has no other yet.
 			if _, err := tx.exec(ctx, insertSnapshot, run.ID, 1, run.LastSeq, run.LastSeq, summary.Summary, summary.Tokens,
-				string(summary.Kind), summary.Model, now); err != nil {
+				string(summary.Kind), summary.Model, now, 0); err != nil {
 				return err
 			}
 		}

@@ -66,11 +66,12 @@ func advancing(update string, with []string, notes ...string) stmt {
 WITH adv AS (` + update + `
 	RETURNING *),
 ev AS (
-	SELECT adv.id, adv.owner, adv.last_seq - $3::integer + e.i AS seq, e.v ->> 0 AS type, (e.v ->> 1)::jsonb AS payload
+	SELECT adv.id, adv.owner, adv.last_seq - $3::integer + e.i AS seq, e.v ->> 0 AS type, (e.v ->> 1)::jsonb AS payload,
+		adv.active_branch AS branch
 	FROM adv CROSS JOIN json_array_elements($9::json) WITH ORDINALITY AS e(v, i)),
 ins AS (
 	INSERT INTO run_events (` + eventColumns + `)
-	SELECT id, seq, type, payload, $2::timestamptz FROM ev)`
+	SELECT id, seq, type, payload, $2::timestamptz, branch FROM ev)`
 	for _, w := range with {
 		pg += `,
 ` + w
@@ -171,10 +172,10 @@ var (
 		`SELECT `+pgNotifyQueue+` FROM adv WHERE $12::boolean AND queued_at IS NOT NULL AND status = 'InProgress'`)
 
 	// insertBatch inserts on SQLite the batch $4 of events of the run $1
-	// from the sequence $2 on, at $3.
+	// from the sequence $2 on, at $3, on the branch $5.
 	insertBatch = sqliteFollowUp(`
 INSERT INTO run_events (` + eventColumns + `)
-SELECT $1, $2 + e.key, e.value ->> 0, e.value ->> 1, $3 FROM json_each($4) AS e`)
+SELECT $1, $2 + e.key, e.value ->> 0, e.value ->> 1, $3, $5 FROM json_each($4) AS e`)
 
 	// insertMessageKey records on SQLite the idempotency key $2 of the
 	// message $3 of the run $1, at $4.
@@ -283,17 +284,35 @@ WHERE deleted_at IS NULL AND (
 ORDER BY updated_at
 LIMIT $1`)
 
-	firstMessages = sql1(`
-SELECT ` + eventColumns + ` FROM run_events
+	// messageWindows[line][last] read a window of the run's messages,
+	// the first of them or (last = 1) the last, of a line: the active
+	// branch's (messagesOfActive), the original line's
+	// (messagesOfOriginal), or the line of the branch $5
+	// (messagesOfBranch); see ListMessages.
+	messageWindows = func() (out [3][2]stmt) {
+		for line, on := range [3]string{
+			messagesOfActive:   onLine("e", "seq", branchOr(`$5::bigint`, `$1`)),
+			messagesOfOriginal: `e.branch = 0 AND $5::bigint = 0`,
+			messagesOfBranch:   onLine("e", "seq", `$5::bigint`),
+		} {
+			for last, order := range [2]string{"", " DESC"} {
+				out[line][last] = sql1(`
+SELECT ` + eventColumns + ` FROM run_events e
 WHERE run_id = $1 AND type LIKE 'message.%' AND seq > $2 AND seq < $3
-ORDER BY seq
+  AND ` + on + `
+ORDER BY seq` + order + `
 LIMIT $4`)
+			}
+		}
+		return out
+	}()
+)
 
-	lastMessages = sql1(`
-SELECT ` + eventColumns + ` FROM run_events
-WHERE run_id = $1 AND type LIKE 'message.%' AND seq > $2 AND seq < $3
-ORDER BY seq DESC
-LIMIT $4`)
+// The lines of messageWindows.
+const (
+	messagesOfActive = iota
+	messagesOfOriginal
+	messagesOfBranch
 )
 
 // advanceRun runs w, a statement built with advancing, for the plan p at
@@ -310,9 +329,9 @@ func advanceRun(ctx context.Context, x executor, w stmt, runID string, now time.
 	if err != nil {
 		return nil, Run{}, err
 	}
-	events := p.appended(runID, r.LastSeq, now)
+	events := p.appended(r, now)
 	if len(events) > 0 {
-		if _, err := x.exec(ctx, insertBatch, runID, events[0].Seq, now, batch); err != nil {
+		if _, err := x.exec(ctx, insertBatch, runID, events[0].Seq, now, batch, r.ActiveBranch); err != nil {
 			return nil, Run{}, err
 		}
 	}
@@ -690,12 +709,25 @@ func (c *core) ListMessages(ctx context.Context, runID string, q MessageQuery) (
 	if err := checkMessageQuery(q); err != nil {
 		return nil, err
 	}
-	query := firstMessages
-	if q.Last {
-		query = lastMessages
+	// The original line, named, is read as a run that never branched is:
+	// by the events' branch alone, without the condition that reads a
+	// line's segments (a cost on every row, which PostgreSQL's plans do
+	// not shed even for branch 0).
+	var branch any // NULL: the active branch
+	line := messagesOfActive
+	if q.Branch != nil {
+		branch, line = *q.Branch, messagesOfBranch
+		if *q.Branch == 0 {
+			line = messagesOfOriginal
+		}
 	}
+	last := 0
+	if q.Last {
+		last = 1
+	}
+	query := messageWindows[line][last]
 	x := c.reader()
-	events, err := queryAll(ctx, x, query, scanEvent, runID, q.After, beforeOrMax(q.Before), q.Limit)
+	events, err := queryAll(ctx, x, query, scanEvent, runID, q.After, beforeOrMax(q.Before), q.Limit, branch)
 	if err != nil {
 		return nil, c.fail(err)
 	}

@@ -31,14 +31,15 @@ const runColumns = `id, owner, title, status, coalesce(idempotency_key, ''),
 	created_at, updated_at, last_activity_at, completed_at, deleted_at,
 	turn_seq, handled_seq, failures, not_before,
 	context_tokens, context_limit, context_source, context_seq, context_at,
-	metadata, coalesce(parent_run_id, ''), parent_version`
+	metadata, coalesce(parent_run_id, ''), parent_version,
+	active_branch, branch_count`
 
 // signingKeyColumns is the column list of a SigningKey, in field order.
 const signingKeyColumns = `id, purpose, generation, algorithm, public_key, private_key,
 	created_at, signs_from, published_until`
 
 // eventColumns is the column list of an Event, in field order.
-const eventColumns = `run_id, seq, type, payload, created_at`
+const eventColumns = `run_id, seq, type, payload, created_at, branch`
 
 // jsonOr returns v, or def when v is empty: the value a JSON column stores.
 func jsonOr(v json.RawMessage, def string) []byte {
@@ -80,7 +81,8 @@ func scanRun(row rowScanner) (Run, error) {
 		at(&r.CreatedAt), at(&r.UpdatedAt), at(&r.LastActivityAt), at(&r.CompletedAt), at(&r.DeletedAt),
 		&r.TurnSeq, &r.HandledSeq, &r.Failures, at(&r.NotBefore),
 		&r.Context.Tokens, &r.Context.Limit, &source, &r.Context.Seq, at(&r.Context.At),
-		&metadata, &r.ParentRunID, &r.ParentVersion)
+		&metadata, &r.ParentRunID, &r.ParentVersion,
+		&r.ActiveBranch, &r.Branches)
 	if string(metadata) != "{}" {
 		r.Metadata = string(metadata)
 	}
@@ -93,7 +95,7 @@ func scanRun(row rowScanner) (Run, error) {
 func scanEvent(row rowScanner) (Event, error) {
 	var e Event
 	var payload []byte
-	err := row.Scan(&e.RunID, &e.Seq, &e.Type, &payload, at(&e.CreatedAt))
+	err := row.Scan(&e.RunID, &e.Seq, &e.Type, &payload, at(&e.CreatedAt), &e.Branch)
 	e.Payload = payload
 	return e, err
 }

@@ -36,17 +36,17 @@ RETURNING ` + runColumns)
 
 	runExists = sql1(`SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1)`)
 
-	// nextEventSeq advances the run's sequence. On PostgreSQL the
-	// update takes the run's row lock, held until the event is inserted in
-	// the same transaction; on SQLite the transaction holds the database's
-	// write lock. Either way concurrent appends queue behind each other and
-	// leave no gap.
+	// nextEventSeq advances the run's sequence, and reads the branch the
+	// event is appended on. On PostgreSQL the update takes the run's row
+	// lock, held until the event is inserted in the same transaction; on
+	// SQLite the transaction holds the database's write lock. Either way
+	// concurrent appends queue behind each other and leave no gap.
 	nextEventSeq = sql1(`
 UPDATE runs SET last_seq = last_seq + 1, updated_at = $2, last_activity_at = $2
 WHERE id = $1
-RETURNING last_seq`)
+RETURNING last_seq, active_branch`)
 
-	insertEvent = sql1(`INSERT INTO run_events (` + eventColumns + `) VALUES ($1, $2, $3, $4, $5)`)
+	insertEvent = sql1(`INSERT INTO run_events (` + eventColumns + `) VALUES ($1, $2, $3, $4, $5, $6)`)
 
 	listEvents = sql1(`
 SELECT ` + eventColumns + ` FROM run_events
@@ -133,10 +133,10 @@ func (c *core) AppendEvent(ctx context.Context, runID, typ string, payload json.
 	err = c.inTx(ctx, func(tx executor) error {
 		// A missing run updates no row: sql.ErrNoRows, which fail
 		// translates to ErrNotFound.
-		if err := tx.row(ctx, nextEventSeq, runID, e.CreatedAt).Scan(&e.Seq); err != nil {
+		if err := tx.row(ctx, nextEventSeq, runID, e.CreatedAt).Scan(&e.Seq, &e.Branch); err != nil {
 			return err
 		}
-		_, err := tx.exec(ctx, insertEvent, e.RunID, e.Seq, e.Type, e.Payload, e.CreatedAt)
+		_, err := tx.exec(ctx, insertEvent, e.RunID, e.Seq, e.Type, e.Payload, e.CreatedAt, e.Branch)
 		return err
 	})
 	if err != nil {

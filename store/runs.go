@@ -20,6 +20,11 @@ const (
 	// EventUserMessage is a user's message: a run with one after its
 	// HandledSeq has work, which a release queues and RunsToResume finds.
 	EventUserMessage = MessageEventPrefix + "user"
+	// EventBranchSwitch records that SwitchBranch made another branch
+	// active: {"branch": the branch now active, "from": the one before}.
+	// It is appended on the branch now active, so that every follower of
+	// the log learns of the switch.
+	EventBranchSwitch = "agent.branch.switch"
 )
 
 // TurnEndFunc returns the payload of the agent.turn.end event that ends the
@@ -71,6 +76,12 @@ type MessageQuery struct {
 	// Last returns the last Limit messages of the window instead of the
 	// first (still in ascending order).
 	Last bool
+	// Branch, when not nil, names the branch whose line is read (see
+	// Branch); nil reads the run's active branch, in the same statement.
+	// A caller that holds the run (a turn, its claimed run) names its
+	// ActiveBranch: the original line, 0, then reads as fast as a run
+	// that never branched.
+	Branch *int64
 }
 
 // isMessage reports whether an event of type typ is a conversation message.
@@ -155,13 +166,13 @@ func planAppend(events []preparedEvent) appendPlan {
 }
 
 // appended returns the events of p as appended at createdAt to the run
-// whose sequence is now lastSeq: they hold the last len(p.events)
-// sequences.
-func (p appendPlan) appended(runID string, lastSeq int64, createdAt time.Time) []Event {
+// r, whose sequence is now r.LastSeq: they hold the last len(p.events)
+// sequences, on its active branch.
+func (p appendPlan) appended(r Run, createdAt time.Time) []Event {
 	out := make([]Event, len(p.events))
-	first := lastSeq - int64(len(p.events)) + 1
+	first := r.LastSeq - int64(len(p.events)) + 1
 	for i, e := range p.events {
-		out[i] = Event{RunID: runID, Seq: first + int64(i), Type: e.Type, Payload: e.Payload, CreatedAt: createdAt}
+		out[i] = Event{RunID: r.ID, Seq: first + int64(i), Type: e.Type, Payload: e.Payload, CreatedAt: createdAt, Branch: r.ActiveBranch}
 	}
 	return out
 }
@@ -266,6 +277,9 @@ func checkLeaseFor(d time.Duration) error {
 func checkMessageQuery(q MessageQuery) error {
 	if q.After < 0 || q.Before < 0 {
 		return invalid(fmt.Errorf("message window (%d, %d) is negative", q.After, q.Before))
+	}
+	if q.Branch != nil && *q.Branch < 0 {
+		return invalid(fmt.Errorf("message branch %d is negative", *q.Branch))
 	}
 	return checkListLimit(q.Limit)
 }

@@ -9,19 +9,24 @@ import (
 	"github.com/usherhq/usher/store/storetest"
 )
 
+// upgradeEngines are the engines an upgrade test runs on: a store not
+// migrated, and a time literal of the engine for the rows it writes as an
+// older release would.
+var upgradeEngines = []struct {
+	name string
+	open func(testing.TB) store.Store
+	at   string
+}{
+	{"sqlite", storetest.OpenSQLite, `'2026-11-30T10:00:00.000000Z'`},
+	{"postgres", storetest.OpenPostgres, `'2026-11-30T10:00:00Z'`},
+}
+
 // TestUpgradeQueuesStrandedRuns: runs an older release left with a user
 // message no turn answers, neither leased nor queued (some parked Idle
 // since), are queued for their turn by the migration that brings the
 // retries; other runs are left as they were.
 func TestUpgradeQueuesStrandedRuns(t *testing.T) {
-	for _, e := range []struct {
-		name string
-		open func(testing.TB) store.Store
-		at   string // a time literal of the engine
-	}{
-		{"sqlite", storetest.OpenSQLite, `'2026-11-30T10:00:00.000000Z'`},
-		{"postgres", storetest.OpenPostgres, `'2026-11-30T10:00:00Z'`},
-	} {
+	for _, e := range upgradeEngines {
 		t.Run(e.name, func(t *testing.T) {
 			ctx := t.Context()
 			s := e.open(t)

@@ -48,6 +48,10 @@ type ContextSnapshot struct {
 	Model string
 	// CreatedAt is when the snapshot was stored; the store sets it.
 	CreatedAt time.Time
+	// Branch is the run's active branch when the snapshot was stored;
+	// the store sets it. A snapshot applies to the lines that share what
+	// it covers (see LatestSnapshot).
+	Branch int64
 }
 
 // MaxSnapshotSummary bounds a ContextSnapshot's Summary, in bytes: a
@@ -59,7 +63,7 @@ const MaxSnapshotSummary = 64 << 10
 const maxSnapshotModel = 256
 
 // snapshotColumns is the column list of a ContextSnapshot, in field order.
-const snapshotColumns = `run_id, version, from_seq, to_seq, summary, tokens, kind, model, created_at`
+const snapshotColumns = `run_id, version, from_seq, to_seq, summary, tokens, kind, model, created_at, branch`
 
 // checkSnapshot validates a snapshot AppendSnapshot writes, before the
 // database sees it.
@@ -96,47 +100,63 @@ func checkSnapshot(s ContextSnapshot) error {
 	return invalid(errs...)
 }
 
+// snapshotApplies is the SQL condition that the snapshot s applies to the
+// line of the branch target (an SQL expression): it was written on a
+// branch of that line, and covers only what the line shares with it (its
+// to_seq is before the line leaves that branch). The messages it covers
+// are then exactly the line's first ones.
+func snapshotApplies(target string) string { return onLine("s", "to_seq", target) }
+
 var (
 	// snapshotBounds reads what a new snapshot of the run is checked
-	// against: the run's first message, whether $2 is a message of the
-	// run, and the latest snapshot's version and end. No row: the run
-	// does not exist or is deleted.
+	// against, on its active line: the line's first message, whether $2
+	// is a message of the line, the latest snapshot that applies to the
+	// line (its version and end), and the active branch. No row: the
+	// run does not exist or is deleted.
 	snapshotBounds = sql1(`
 SELECT
-	(SELECT seq FROM run_events WHERE run_id = r.id AND type LIKE 'message.%' ORDER BY seq LIMIT 1),
-	EXISTS (SELECT 1 FROM run_events WHERE run_id = r.id AND seq = $2 AND type LIKE 'message.%'),
-	(SELECT version FROM context_snapshots WHERE run_id = r.id ORDER BY version DESC LIMIT 1),
-	(SELECT to_seq FROM context_snapshots WHERE run_id = r.id ORDER BY version DESC LIMIT 1)
+	(SELECT e.seq FROM run_events e WHERE e.run_id = r.id AND e.type LIKE 'message.%'
+	   AND ` + onLine("e", "seq", "r.active_branch") + ` ORDER BY e.seq LIMIT 1),
+	EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = r.id AND e.seq = $2 AND e.type LIKE 'message.%'
+	   AND ` + onLine("e", "seq", "r.active_branch") + `),
+	(SELECT s.version FROM context_snapshots s WHERE s.run_id = r.id AND ` + snapshotApplies("r.active_branch") + `
+	 ORDER BY s.version DESC, s.created_at DESC LIMIT 1),
+	(SELECT s.to_seq FROM context_snapshots s WHERE s.run_id = r.id AND ` + snapshotApplies("r.active_branch") + `
+	 ORDER BY s.version DESC, s.created_at DESC LIMIT 1),
+	r.active_branch
 FROM runs r WHERE r.id = $1 AND r.deleted_at IS NULL`)
 
 	insertSnapshot = sql1(`
 INSERT INTO context_snapshots (` + snapshotColumns + `)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`)
 
+	// latestSnapshot reads the latest snapshot that applies to the run's
+	// active line.
 	latestSnapshot = sql1(`
-SELECT ` + snapshotColumns + ` FROM context_snapshots WHERE run_id = $1
-ORDER BY version DESC LIMIT 1`)
+SELECT ` + snapshotColumns + ` FROM context_snapshots s WHERE s.run_id = $1
+  AND ` + snapshotApplies(`(SELECT active_branch FROM runs WHERE id = $1)`) + `
+ORDER BY s.version DESC, s.created_at DESC LIMIT 1`)
 
 	listSnapshots = sql1(`
-SELECT ` + snapshotColumns + ` FROM context_snapshots WHERE run_id = $1 ORDER BY version`)
+SELECT ` + snapshotColumns + ` FROM context_snapshots WHERE run_id = $1 ORDER BY version, branch`)
 )
 
 func (c *core) AppendSnapshot(ctx context.Context, s ContextSnapshot) (ContextSnapshot, error) {
 	if err := checkSnapshot(s); err != nil {
 		return ContextSnapshot{}, err
 	}
-	s.CreatedAt = storedTime(c.now())
+	s.CreatedAt, s.Branch = storedTime(c.now()), 0
 	err := c.inTx(ctx, func(tx executor) error {
 		var first, version, to sql.NullInt64
 		var isMessage bool
-		if err := tx.row(ctx, snapshotBounds, s.RunID, s.ToSeq).Scan(&first, &isMessage, &version, &to); err != nil {
+		if err := tx.row(ctx, snapshotBounds, s.RunID, s.ToSeq).Scan(&first, &isMessage, &version, &to, &s.Branch); err != nil {
 			return err // sql.ErrNoRows: the run is missing
 		}
 		if !isMessage {
-			return invalid(fmt.Errorf("snapshot coverage ends at %d, which is not a message of the run", s.ToSeq))
+			return invalid(fmt.Errorf("snapshot coverage ends at %d, which is not a message of the run's active line", s.ToSeq))
 		}
 		if s.FromSeq != first.Int64 {
-			return invalid(fmt.Errorf("snapshot coverage starts at %d, not at the run's first message %d", s.FromSeq, first.Int64))
+			return invalid(fmt.Errorf("snapshot coverage starts at %d, not at the active line's first message %d", s.FromSeq, first.Int64))
 		}
 		if s.Version != version.Int64+1 {
 			return fmt.Errorf("%w: snapshot version %d does not follow the latest, %d", ErrConflict, s.Version, version.Int64)
@@ -146,7 +166,7 @@ func (c *core) AppendSnapshot(ctx context.Context, s ContextSnapshot) (ContextSn
 		}
 		// A concurrent append of the same version fails here, on the
 		// primary key: ErrConflict.
-		_, err := tx.exec(ctx, insertSnapshot, s.RunID, s.Version, s.FromSeq, s.ToSeq, s.Summary, s.Tokens, string(s.Kind), s.Model, s.CreatedAt)
+		_, err := tx.exec(ctx, insertSnapshot, s.RunID, s.Version, s.FromSeq, s.ToSeq, s.Summary, s.Tokens, string(s.Kind), s.Model, s.CreatedAt, s.Branch)
 		return err
 	})
 	if err != nil {
@@ -178,7 +198,7 @@ func (c *core) ListSnapshots(ctx context.Context, runID string) ([]ContextSnapsh
 func scanSnapshot(row rowScanner) (ContextSnapshot, error) {
 	var s ContextSnapshot
 	var kind string
-	err := row.Scan(&s.RunID, &s.Version, &s.FromSeq, &s.ToSeq, &s.Summary, &s.Tokens, &kind, &s.Model, at(&s.CreatedAt))
+	err := row.Scan(&s.RunID, &s.Version, &s.FromSeq, &s.ToSeq, &s.Summary, &s.Tokens, &kind, &s.Model, at(&s.CreatedAt), &s.Branch)
 	s.Kind = SnapshotKind(kind)
 	return s, err
 }

@@ -118,6 +118,12 @@ type Run struct {
 	// history starts from; empty and 0 for a run of its own.
 	ParentRunID   string
 	ParentVersion int64
+	// ActiveBranch is the branch the conversation goes on in: its line
+	// is what ListMessages reads, and every event appended carries it
+	// (branches.go). 0 is the original line. Branches is how many
+	// branches the run has beyond it (0: it never branched).
+	ActiveBranch int64
+	Branches     int64
 }
 
 // MaxRunMetadata bounds a Run's Metadata, in bytes.
@@ -131,6 +137,9 @@ type Event struct {
 	Type      string
 	Payload   json.RawMessage
 	CreatedAt time.Time
+	// Branch is the run's active branch when the event was appended; the
+	// store sets it.
+	Branch int64
 }
 
 // SigningKey is an asymmetric signing key as stored: the private half is
@@ -311,9 +320,21 @@ type Store interface {
 	RunsToResume(ctx context.Context, limit int) ([]Run, error)
 	// ListMessages returns the run's message events (types starting with
 	// "message.") with After < Seq < Before, in order: the first q.Limit
-	// of them, or the last q.Limit when q.Last. ErrNotFound when the run
-	// does not exist; ErrInvalid when the limit is not positive.
+	// of them, or the last q.Limit when q.Last. It reads the line of the
+	// run's active branch, or of q.Branch (see branches.go; a run that
+	// never branched has one line, its whole log). ErrNotFound when the
+	// run does not exist; ErrInvalid when the limit is not positive.
 	ListMessages(ctx context.Context, runID string, q MessageQuery) ([]Event, error)
+	// ForkRun makes a branch of the run that replaces a user message of
+	// its active line, makes it active and appends the branch's message,
+	// queueing the run, in one transaction (branches.go).
+	ForkRun(ctx context.Context, runID string, f Fork) (Branch, Event, Run, error)
+	// SwitchBranch makes a branch of the run its active branch and
+	// records the switch in the log (branches.go).
+	SwitchBranch(ctx context.Context, runID string, branch int64) (Run, error)
+	// ListBranches returns the run's branches beyond the original, each
+	// with its line (branches.go).
+	ListBranches(ctx context.Context, runID string) ([]Branch, error)
 	// Updates returns this process's feed of notifications: what every
 	// process (on PostgreSQL, through LISTEN/NOTIFY) or this one (SQLite)
 	// changed in runs, their event logs and approvals, and the deltas
@@ -445,25 +466,32 @@ type Store interface {
 
 	// AppendSnapshot stores s as the next version of its run's context
 	// snapshot (snapshots.go) and returns it as stored; the store sets
-	// CreatedAt. It is append-only: a snapshot is never changed or
-	// deleted, and no event of the run, nor its row, is touched. s.Version
-	// must be the run's latest version plus one (1 for the first), and
-	// s.ToSeq at least the latest snapshot's ToSeq, else ErrConflict and
+	// CreatedAt, and Branch to the run's active branch. It is
+	// append-only: a snapshot is never changed or deleted, and no event
+	// of the run, nor its row, is touched. Everything is checked against
+	// the run's active line (for a run that never branched, its whole
+	// log). s.Version must be the latest snapshot's version plus one (1
+	// for the first), and s.ToSeq at least the latest snapshot's ToSeq
+	// (the latest that LatestSnapshot returns), else ErrConflict and
 	// nothing is written: of concurrent appends of one version exactly
 	// one succeeds, and a summariser that read an older snapshot learns
-	// that its summary is stale. Coverage: s.FromSeq must be the run's
-	// first message event, and s.ToSeq (≥ FromSeq) a message event of the
-	// run, so every snapshot covers a prefix of the conversation and
+	// that its summary is stale. Coverage: s.FromSeq must be the line's
+	// first message event, and s.ToSeq (≥ FromSeq) a message event of
+	// the line, so every snapshot covers a prefix of the conversation and
 	// folds the ones before it; else ErrInvalid. Also ErrInvalid: a
 	// version under 1, an empty summary or one over MaxSnapshotSummary
 	// bytes, an unknown kind, tokens out of range, text that is not
 	// storable. ErrNotFound when the run does not exist or is deleted.
 	AppendSnapshot(ctx context.Context, s ContextSnapshot) (ContextSnapshot, error)
-	// LatestSnapshot returns the run's snapshot of the highest version,
-	// or ErrNotFound when it has none (or does not exist).
+	// LatestSnapshot returns the snapshot of the highest version that
+	// applies to the run's active line: one written on a branch of the
+	// line, covering only what the line shares with that branch. A run
+	// that never branched: its snapshot of the highest version.
+	// ErrNotFound when it has none (or does not exist).
 	LatestSnapshot(ctx context.Context, runID string) (ContextSnapshot, error)
-	// ListSnapshots returns every snapshot of the run, oldest version
-	// first (none is fine); ErrNotFound when the run does not exist.
+	// ListSnapshots returns every snapshot of the run, of every branch,
+	// oldest version first (none is fine); ErrNotFound when the run does
+	// not exist.
 	ListSnapshots(ctx context.Context, runID string) ([]ContextSnapshot, error)
 
 	// ListNotes returns the owner's notes by name.

@@ -1,6 +1,8 @@
 // The conversation view of one run: its messages (Markdown, rendered
 // safely), tool calls as collapsible cards, approvals inline, streamed
-// text, older messages on scrolling up, and the composer.
+// text, older messages on scrolling up, and the composer. It shows the
+// run's active branch: edit on the user's messages, regenerate on the last
+// reply, and "< 2/3 >" on a message with alternatives switch between them.
 
 import { h, announce, timeElement, uniqueId } from './dom.js';
 import { request, path, APIError } from './api.js';
@@ -43,9 +45,31 @@ export class Conversation {
     this.stream = null;
     this.destroyed = false;
     this.observer = null;
+    this.branches = null; // GET …/branches, when the run has branches
+    this.replySwitchers = new Map(); // user message seq -> its switcher, to move onto its reply
+  }
+
+  // reload shows the run again from the start: after its active branch
+  // changed (an edit, a regenerate, a switch, here or in another tab).
+  async reload() {
+    if (this.destroyed || this.reloading) return;
+    this.reloading = true;
+    if (this.stream) this.stream.stop();
+    if (this.observer) this.observer.disconnect();
+    Object.assign(this, {
+      run: null, rendered: new Set(), calls: new Map(), firstSeq: 0, hasOlder: false, loadingOlder: false,
+      draft: null, settled: new Set(), resumed: false, stream: null, observer: null, branches: null,
+      replySwitchers: new Map(), title: null, pendingRun: null,
+    });
+    try {
+      await this.mount(this.main);
+    } finally {
+      this.reloading = false;
+    }
   }
 
   async mount(main) {
+    this.main = main;
     this.root = h('section', { class: 'conversation', 'aria-labelledby': 'conversation-title' });
     main.replaceChildren(this.root);
     this.root.append(h('p', { class: 'loading' }, 'Loading the conversation…'));
@@ -63,6 +87,14 @@ export class Conversation {
       return;
     }
     if (this.destroyed) return;
+    if (data.run.branches > 0) {
+      try {
+        this.branches = await request(`${path.run(this.runId)}/branches`);
+      } catch {
+        this.branches = null; // shown without the switchers
+      }
+      if (this.destroyed) return;
+    }
     const pending = this.pendingRun;
     this.run = pending && new Date(pending.updatedAt) > new Date(data.run.updatedAt) ? { ...data.run, ...pending } : data.run;
     this.build();
@@ -76,6 +108,7 @@ export class Conversation {
     this.firstSeq = initial.length ? initial[0].seq : 0;
     this.updateOlder();
     this.applyRun(this.run);
+    this.updateActions();
     // A turn already under way has streamed text this page never got.
     this.resumed = Boolean(this.run.working);
     this.scrollToBottom();
@@ -89,6 +122,7 @@ export class Conversation {
       status: (run) => {
         if (run.runId !== this.runId) return;
         if (run.deleted) this.deleted();
+        else if (typeof run.activeBranch === 'number' && this.run && run.activeBranch !== this.run.activeBranch) this.reload();
         else this.applyRun(run);
       },
       connection: (state) => this.onConnection(state),
@@ -180,7 +214,9 @@ export class Conversation {
     this.continueButton.hidden = !r.messageCount || Boolean(r.working) || r.status === 'AwaitingApproval';
     this.stopButton.hidden = isClosed(r) || !(r.working || r.status === 'AwaitingApproval');
     this.working.hidden = !(r.status === 'InProgress' && r.working) || Boolean(this.draft);
+    this.root.classList.toggle('busy', Boolean(r.working) || r.status === 'AwaitingApproval');
     if (before && before.status !== r.status) announce(`Session status: ${label}.`);
+    if (before && isClosed(before) !== isClosed(r)) this.updateActions();
     this.renderComposer();
     this.app.runUpdated(r);
     this.app.seen(r);
@@ -232,9 +268,15 @@ export class Conversation {
       case 'message.user':
       case 'message.assistant':
       case 'message.tool': {
+        if (!this.onActiveLine(ev)) {
+          // A branch this page does not know was made elsewhere.
+          if (this.unknownBranch(ev.branch)) this.reload();
+          return;
+        }
         if (ev.type === 'message.assistant') this.dropDraft(false, ev);
         if (this.rendered.has(ev.seq)) return;
         this.keepBottom(() => this.renderInto(this.list, ev, true));
+        this.updateActions();
         this.run.messageCount = (this.run.messageCount || 0) + 1;
         this.app.seen(this.run);
         return;
@@ -244,10 +286,10 @@ export class Conversation {
         this.keepBottom(() => this.renderInto(this.list, ev, true));
         return;
       case 'agent.context.compacted':
-        this.mark.place(d.version, d.toSeq);
+        if (this.onActiveLine(ev)) this.mark.place(d.version, d.toSeq);
         return;
       case 'agent.context.compaction_failed':
-        this.keepBottom(() => this.list.append(failedNote(d)));
+        if (this.onActiveLine(ev)) this.keepBottom(() => this.list.append(failedNote(d)));
         return;
       case 'agent.run.continued':
         if (d.runId && !this.continued.includes(d.runId)) this.continued.push(d.runId);
@@ -261,6 +303,10 @@ export class Conversation {
       case 'agent.turn.pause':
         this.applyRun({ status: 'AwaitingApproval', working: false });
         announce('Usher is waiting for your approval.');
+        return;
+      case 'agent.branch.switch':
+        // Another tab (or client) switched: show the line now active.
+        if (d.branch !== this.run.activeBranch) this.reload();
         return;
       case 'agent.turn.end':
         this.settled.add(d.messageSeq);
@@ -324,17 +370,25 @@ export class Conversation {
     if (ev.type === 'message.summary') {
       parent.append(summaryCard(ev));
     } else if (ev.type === 'message.user') {
-      parent.append(h('article', { class: 'msg msg-user', 'aria-label': 'You', 'data-seq': ev.seq },
-        h('div', { class: 'msg-body plain' }, d.content || ''),
-        h('footer', { class: 'msg-meta' }, timeElement(ev.createdAt))));
+      const article = h('article', { class: 'msg msg-user', 'aria-label': 'You', 'data-seq': ev.seq });
+      const edit = h('button', { type: 'button', class: 'link-button msg-edit', onclick: () => this.startEdit(article, ev) }, 'Edit');
+      // The versions of a regenerated reply show on the reply, once it
+      // is on the page; those of an edited message on the message.
+      const sw = this.switcher(ev);
+      if (sw && sw.onReply) this.replySwitchers.set(ev.seq, sw.el);
+      article.append(h('div', { class: 'msg-body plain' }, d.content || ''),
+        h('footer', { class: 'msg-meta' }, sw && sw.el, edit, ' ', timeElement(ev.createdAt)));
+      parent.append(article);
     } else if (ev.type === 'message.assistant') {
       const body = d.content ? h('div', { class: 'msg-body md' }, renderMarkdown(d.content)) : null;
       const cards = (d.toolCalls || []).map((call) => this.toolCard(call));
       if (!body && !cards.length) return;
+      const versions = body ? this.replySwitchers.get(d.messageSeq) : null;
+      if (versions) this.replySwitchers.delete(d.messageSeq);
       parent.append(h('article', { class: `msg msg-assistant${body ? '' : ' tools-only'}`, 'aria-label': 'Usher', 'data-seq': ev.seq },
         body,
         cards.length ? h('div', { class: 'tool-cards' }, cards) : null,
-        h('footer', { class: 'msg-meta' }, timeElement(ev.createdAt))));
+        h('footer', { class: 'msg-meta' }, versions, timeElement(ev.createdAt))));
     } else if (ev.type === 'message.tool') {
       let call = this.calls.get(d.toolCallId);
       if (!call) { // its call is not on the page (yet): show the result alone
@@ -450,6 +504,137 @@ export class Conversation {
       this.olderButton.textContent = 'Load older messages';
       this.updateOlder();
     }
+  }
+
+  // onActiveLine reports whether the event is on the active branch's line
+  // (see GET …/branches: each event carries its branch).
+  // Without the listing (it could not be read), new events are those of
+  // the active branch.
+  onActiveLine(ev) {
+    const b = ev.branch || 0;
+    if (!this.branches) return b === ((this.run && this.run.activeBranch) || 0);
+    const active = this.branches.branches.find((x) => x.id === this.branches.activeBranch);
+    return Boolean(active && active.line.some((seg) => seg.branch === b && (seg.untilSeq == null || ev.seq < seg.untilSeq)));
+  }
+
+  // unknownBranch reports an event of a branch made since the page read
+  // the run's.
+  unknownBranch(b) {
+    if (this.branches) return !this.branches.branches.some((x) => x.id === b);
+    return Boolean(this.run && !this.run.branches && b);
+  }
+
+  // switcher is the "< 2/3 >" of a user message with alternatives, or
+  // null: {el, onReply}, onReply when every alternative but the first was
+  // made by a regenerate (the same message, another reply).
+  switcher(ev) {
+    if (!this.branches) return null;
+    for (const fork of this.branches.forks) {
+      const at = fork.alternatives.findIndex((a) => a.branch === (ev.branch || 0) && a.messageSeq === ev.seq);
+      if (at < 0) continue;
+      const n = fork.alternatives.length;
+      const go = (i) => this.switchTo(fork.alternatives[i].switchTo);
+      const prev = h('button', { type: 'button', class: 'link-button branch-prev', 'aria-label': 'Previous version', disabled: at === 0, onclick: () => go(at - 1) }, '‹');
+      const next = h('button', { type: 'button', class: 'link-button branch-next', 'aria-label': 'Next version', disabled: at === n - 1, onclick: () => go(at + 1) }, '›');
+      const onReply = fork.alternatives.slice(1).every((a) => a.kind === 'regenerate');
+      const el = h('span', { class: 'branch-switch', role: 'group', 'aria-label': onReply ? 'Versions of this reply' : 'Versions of this message' },
+        prev, h('span', { class: 'branch-pos', 'aria-label': `Version ${at + 1} of ${n}` }, `${at + 1}/${n}`), next);
+      return { el, onReply };
+    }
+    return null;
+  }
+
+  // updateActions offers regenerate on the last reply, and edit on the
+  // user's messages, while the run takes messages.
+  updateActions() {
+    if (!this.list) return;
+    for (const b of this.list.querySelectorAll('.msg-regenerate')) b.remove();
+    const closed = !this.run || isClosed(this.run);
+    this.root.classList.toggle('closed', closed);
+    if (closed) return;
+    const items = this.list.querySelectorAll('article.msg[data-seq]');
+    const last = items[items.length - 1];
+    if (!last || !last.classList.contains('msg-assistant') || last.classList.contains('tools-only')) return;
+    const meta = last.querySelector('.msg-meta');
+    if (!meta) return;
+    meta.append(' ', h('button', { type: 'button', class: 'link-button msg-regenerate', onclick: (e) => this.regenerate(e.currentTarget) }, 'Regenerate'));
+  }
+
+  // branchChange runs a change of the active branch, then shows the run
+  // again; a refusal (the run is busy, say) is announced and shown by
+  // the control.
+  async branchChange(fn, errorSlot) {
+    try {
+      await fn();
+    } catch (err) {
+      const msg = err.message || 'That did not work.';
+      announce(msg);
+      if (errorSlot) errorSlot.textContent = msg;
+      return false;
+    }
+    if (!this.destroyed) await this.reload();
+    return true;
+  }
+
+  switchTo(branch) {
+    return this.branchChange(() => request(`${path.run(this.runId)}/branch`, { method: 'PUT', body: { branch } }), this.actionError());
+  }
+
+  regenerate(button) {
+    button.disabled = true;
+    return this.branchChange(() => request(`${path.run(this.runId)}/regenerate`, { method: 'POST' }), this.actionError())
+      .finally(() => { button.disabled = false; });
+  }
+
+  // actionError is where a refused branch change is shown: above the
+  // composer.
+  actionError() {
+    let el = this.footer && this.footer.querySelector('.branch-error');
+    if (!el && this.footer) {
+      el = h('p', { class: 'form-error branch-error', role: 'alert' });
+      this.footer.prepend(el);
+    }
+    if (el) el.textContent = '';
+    return el;
+  }
+
+  // startEdit turns a user message into a form to edit it.
+  startEdit(article, ev) {
+    if (article.querySelector('form')) return;
+    const body = article.querySelector('.msg-body');
+    const meta = article.querySelector('.msg-meta');
+    const inputId = uniqueId('edit');
+    const input = h('textarea', { id: inputId, rows: '3', required: true });
+    input.value = (ev.data && ev.data.content) || '';
+    const error = h('p', { class: 'form-error', role: 'alert' });
+    const save = h('button', { type: 'submit', class: 'button primary' }, 'Save and send');
+    const cancel = h('button', { type: 'button', class: 'button' }, 'Cancel');
+    const form = h('form', { class: 'edit-form' },
+      h('label', { for: inputId, class: 'visually-hidden' }, 'Edit your message'),
+      input, error, h('div', { class: 'actions' }, cancel, save));
+    const done = () => {
+      form.remove();
+      body.hidden = false;
+      meta.hidden = false;
+    };
+    cancel.addEventListener('click', () => {
+      done();
+      article.querySelector('.msg-edit').focus();
+    });
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      if (!input.value.trim()) return;
+      save.disabled = true;
+      const ok = await this.branchChange(() => request(`${path.run(this.runId)}/messages/${ev.seq}/edit`, { method: 'POST', body: { content: input.value } }), error);
+      if (!ok) save.disabled = false;
+    });
+    input.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape') cancel.click();
+    });
+    body.hidden = true;
+    meta.hidden = true;
+    article.append(form);
+    input.focus();
   }
 
   async send(text) {

@@ -11,7 +11,7 @@ import { request, path, APIError } from './api.js';
 export const RUN_EVENT_TYPES = [
   'message.user', 'message.assistant', 'message.tool', 'message.summary',
   'agent.turn.start', 'agent.turn.pause', 'agent.turn.end',
-  'agent.system_prompt', 'agent.runtime_context',
+  'agent.system_prompt', 'agent.runtime_context', 'agent.branch.switch',
   'agent.context.compacted', 'agent.context.compaction_failed', 'agent.run.continued',
 ];
 
