@@ -274,6 +274,8 @@ export class Conversation {
           return;
         }
         if (ev.type === 'message.assistant') this.dropDraft(false, ev);
+        // Retry is for the latest turn only.
+        if (ev.type === 'message.user') for (const b of this.list.querySelectorAll('.turn-retry')) b.remove();
         if (this.rendered.has(ev.seq)) return;
         this.keepBottom(() => this.renderInto(this.list, ev, true));
         this.updateActions();
@@ -314,7 +316,12 @@ export class Conversation {
         this.applyRun({ working: false, status: this.run.status === 'AwaitingApproval' ? 'InProgress' : this.run.status });
         if (d.status === 'failed' || d.status === 'cancelled' || d.status === 'stopped') {
           const text = { failed: `The turn failed${d.error ? `: ${d.error}` : '.'}`, cancelled: 'The turn was cancelled.', stopped: 'You stopped this turn.' }[d.status];
-          this.keepBottom(() => this.list.append(h('p', { class: `turn-note ${d.status}`, role: 'status' }, text)));
+          // Retry: the same message again, answered anew (a regenerate:
+          // the failed reply stays one of the message's versions).
+          const retry = d.status !== 'cancelled'
+            ? h('button', { type: 'button', class: 'link-button turn-retry', onclick: (e) => this.regenerate(e.currentTarget) }, 'Retry')
+            : null;
+          this.keepBottom(() => this.list.append(h('p', { class: `turn-note ${d.status}`, role: 'status' }, text, retry ? ' ' : '', retry)));
         }
         return;
       default:

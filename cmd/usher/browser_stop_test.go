@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/usherhq/usher/assistant/model/modeltest"
+)
+
+// TestBrowserStopAndRetry: while the model streams a reply that does not
+// end, Stop ends the turn at once — the draft goes, the page says the turn
+// was stopped, the session takes messages — and Retry asks again: the same
+// message, answered anew.
+func TestBrowserStopAndRetry(t *testing.T) {
+	ms := modeltest.NewServer(t)
+	s := startServer(t, scriptedEnv(ms))
+	carol := userToken(t, s, "carol")
+	tb := startBrowser(t)
+	tb.signIn(s.url, "carol")
+
+	ms.Reply("Hello, Carol.")
+	tb.waitUntil("the new-session view", `document.querySelector("#home-title")`)
+	tb.send("hello")
+	tb.waitUntil("the conversation of the new run", `/^\/runs\/[^/]+$/.test(location.pathname)`)
+	runID := tb.runID()
+	tb.waitUntil("the first reply", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent.includes("Hello, Carol"))`)
+	tb.waitBadge("Active")
+	tb.waitUntil("no Stop between turns", `document.querySelector(".conversation-actions button.stop-turn").hidden`)
+
+	// A reply that streams and never ends.
+	ms.ReplyPartial("Thinking about it at length")
+	tb.waitUntil("the run's live stream", `document.querySelector(`+js(liveConnection)+`)`)
+	tb.send("write me a very long essay")
+	tb.waitUntil("the streamed draft", `document.querySelector("article.streaming")?.textContent.includes("Thinking")`)
+	tb.waitUntil("the Stop button", `!document.querySelector(".conversation-actions button.stop-turn").hidden`)
+	tb.click(`.conversation-actions button.stop-turn`)
+	tb.waitUntil("the turn stopped", `document.querySelector(".turn-note.stopped")?.textContent.startsWith("You stopped this turn.")`)
+	tb.waitBadge("Active")
+	tb.waitUntil("the draft gone, Stop hidden", `!document.querySelector("article.streaming") && document.querySelector(".conversation-actions button.stop-turn").hidden`)
+	code, body := api(t, "GET", s.url+"/api/assistant/runs/"+runID+"/events?after=0", carol, "")
+	if code != 200 {
+		t.Fatalf("events = %d %v", code, body)
+	}
+	var ends []string
+	for _, e := range body["events"].([]any) {
+		if ev := e.(map[string]any); ev["type"] == "agent.turn.end" {
+			ends = append(ends, ev["data"].(map[string]any)["status"].(string))
+		}
+	}
+	if fmt.Sprint(ends) != "[completed stopped]" {
+		t.Errorf("turn ends = %v, want the first completed and the second stopped", ends)
+	}
+
+	// Retry: the same message, answered anew.
+	ms.Reply("Here is a short essay.")
+	tb.click(`.turn-note.stopped button.turn-retry`)
+	tb.waitUntil("the new answer", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent.includes("Here is a short essay."))`)
+	tb.waitBadge("Active")
+	if n := evaluate[int](tb, `[...document.querySelectorAll("article.msg-user")].filter((e) => e.textContent.includes("write me a very long essay")).length`); n != 1 {
+		t.Errorf("the page shows the retried message %d times, want once", n)
+	}
+	checkShownMatchesAPI(t, tb, s, carol, runID)
+	tb.checkClean()
+}
