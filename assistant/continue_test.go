@@ -137,9 +137,11 @@ func TestContinueRun(t *testing.T) {
 			t.Errorf("retried compact = %d %v, want the child", code, out)
 		}
 
-		// Refused: a closed run's child at the limit is fine, but these
-		// are not.
+		// Refused.
 		code, out = h.call(t, "POST", "/runs", "")
+		if code != http.StatusCreated {
+			t.Fatalf("POST /runs = %d %v", code, out)
+		}
 		empty := out["runId"].(string)
 		for _, tc := range []struct {
 			name, path, body string

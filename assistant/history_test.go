@@ -110,23 +110,6 @@ func TestProjectIsACopy(t *testing.T) {
 	}
 }
 
-func TestTitleFrom(t *testing.T) {
-	long := ""
-	for range 100 {
-		long += "é"
-	}
-	for in, want := range map[string]string{
-		"  hello\nworld":   "hello",
-		"a   b\tc":         "a b c",
-		long:               string([]rune(long)[:79]) + "…",
-		"call notes_list ": "call notes_list",
-	} {
-		if got := titleFrom(in); got != want {
-			t.Errorf("titleFrom(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // requestFor is the model request of the turn that answers the user
 // message seq, as load builds it from the log events (every message of a
 // run, in log order) with a history of n messages, and whether the one

@@ -37,6 +37,7 @@ func (rt *Runtime) Handler() http.Handler {
 	mux.HandleFunc("GET /api/assistant/runs", rt.handleList)
 	mux.HandleFunc("GET /api/assistant/runs/{id}", rt.handleGet)
 	mux.HandleFunc("DELETE /api/assistant/runs/{id}", rt.handleDelete)
+	mux.HandleFunc("PATCH /api/assistant/runs/{id}", rt.handleRename)
 	mux.HandleFunc("POST /api/assistant/runs/{id}/messages", rt.handlePost)
 	mux.HandleFunc("GET /api/assistant/runs/{id}/messages", rt.handleMessages)
 	mux.HandleFunc("GET /api/assistant/runs/{id}/events", rt.handleEvents)
@@ -54,7 +55,7 @@ func (rt *Runtime) Handler() http.Handler {
 	mux.HandleFunc("/api/assistant/", func(w http.ResponseWriter, r *http.Request) {
 		// A path that exists with other methods is 405, with Allow.
 		var allow []string
-		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 			probe := r.Clone(r.Context())
 			probe.Method = m
 			if _, pattern := mux.Handler(probe); pattern != "/api/assistant/" {
@@ -209,6 +210,32 @@ type SnapshotView struct {
 	Kind      string    `json:"kind"`
 	Model     string    `json:"model,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
+}
+
+// handleRename sets the run's title (the body: a RenameRun).
+func (rt *Runtime) handleRename(w http.ResponseWriter, r *http.Request) {
+	owner, ok := principal(r)
+	if !ok {
+		rt.fail(w, r, errUnauthenticated)
+		return
+	}
+	var body struct {
+		Title *string `json:"title"`
+	}
+	if err := decode(r, &body); err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	if body.Title == nil {
+		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_title", "The body needs a title field."))
+		return
+	}
+	run, err := rt.Rename(r.Context(), owner, r.PathValue("id"), *body.Title)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, viewRun(run))
 }
 
 // handleCompact continues the run in a child run that starts from a

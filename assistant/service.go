@@ -115,17 +115,6 @@ func (rt *Runtime) retryUnknown(ctx context.Context, runID string, write func() 
 	}
 }
 
-// titleFrom makes a title of a message's first line.
-func titleFrom(message string) string {
-	line, _, _ := strings.Cut(strings.TrimSpace(message), "\n")
-	line = strings.Join(strings.Fields(line), " ")
-	if utf8.RuneCountInString(line) <= 80 {
-		return line
-	}
-	r := []rune(line)
-	return string(r[:79]) + "…"
-}
-
 func (rt *Runtime) checkTitle(title string) error {
 	if !utf8.ValidString(title) || utf8.RuneCountInString(title) > maxTitle || strings.ContainsFunc(title, isControl) {
 		return httpx.Errorf(http.StatusBadRequest, "invalid_title", "The title must be at most 200 characters of text without control characters.")
@@ -150,7 +139,7 @@ func (rt *Runtime) userMessage(content string, sender Sender) (store.NewEvent, e
 	if sender.Tenant != "" || len(sender.Groups) > 0 {
 		m.Sender = &sender
 	}
-	return store.NewEvent{Type: EventUserMessage, Payload: mustJSON(m), Preview: content}, nil
+	return store.NewEvent{Type: EventUserMessage, Payload: mustJSON(m), Preview: plainText(content)}, nil
 }
 
 // newRunID returns a random run id.
@@ -207,6 +196,26 @@ func (rt *Runtime) PostMessage(ctx context.Context, owner string, sender Sender,
 		}
 	}
 	return ev, r, created, nil
+}
+
+// Rename sets the title of the owner's run: at most 200 characters of
+// text without control characters, not blank.
+func (rt *Runtime) Rename(ctx context.Context, owner, id, title string) (store.Run, error) {
+	title = strings.TrimSpace(title)
+	if title == "" {
+		return store.Run{}, httpx.Errorf(http.StatusBadRequest, "invalid_title", "The title is empty.")
+	}
+	if err := rt.checkTitle(title); err != nil {
+		return store.Run{}, err
+	}
+	if _, err := rt.Run(ctx, owner, id); err != nil {
+		return store.Run{}, err
+	}
+	r, err := rt.st.RenameRun(ctx, id, title)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Run{}, errRunNotFound
+	}
+	return r, err
 }
 
 // Close completes or cancels the owner's run.

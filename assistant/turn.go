@@ -361,7 +361,7 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 			argumentsErrors[i] = c.ArgumentsError
 		}
-		reply := store.NewEvent{Type: EventAssistantMessage, Payload: mustJSON(msg), Preview: msg.Content}
+		reply := store.NewEvent{Type: EventAssistantMessage, Payload: mustJSON(msg), Preview: plainText(msg.Content)}
 		if len(resp.Message.ToolCalls) == 0 {
 			// The final answer, the turn's end and the release, in one
 			// transaction.

@@ -136,3 +136,27 @@ func (c *core) ChildRuns(ctx context.Context, runID string) ([]string, error) {
 	}, runID)
 	return out, c.fail(err)
 }
+
+// renameRun sets the title of a live run.
+var renameRun = sql1(`UPDATE runs SET title = $2, updated_at = $3 WHERE id = $1 AND deleted_at IS NULL RETURNING ` + runColumns)
+
+// RenameRun sets the run's title; ErrNotFound for a missing or deleted
+// run. A closed run may be renamed too: its title is no part of the
+// conversation.
+func (c *core) RenameRun(ctx context.Context, runID, title string) (Run, error) {
+	if err := checkText("run title", title); err != nil {
+		return Run{}, invalid(err)
+	}
+	var out Run
+	err := c.writeOne(ctx, func(x executor) (err error) {
+		out, err = scanRun(x.row(ctx, renameRun, runID, title, storedTime(c.now())))
+		if err == nil {
+			x.notifyRuns(out)
+		}
+		return err
+	})
+	if err != nil {
+		return Run{}, c.fail(err)
+	}
+	return out, nil
+}

@@ -232,6 +232,9 @@ type Store interface {
 	// run left InProgress, queued only for messages after the stopped one.
 	// ErrNotFound, ErrClosed, ErrNothingToStop.
 	StopTurn(ctx context.Context, runID string, end func(turnSeq int64, started bool) []NewEvent) (Run, error)
+	// RenameRun sets the title of a live run (closed ones too) and returns
+	// it; ErrNotFound for a missing or deleted run.
+	RenameRun(ctx context.Context, runID, title string) (Run, error)
 	// ChildRuns returns the ids of the live runs continuing runID,
 	// oldest first.
 	ChildRuns(ctx context.Context, runID string) ([]string, error)

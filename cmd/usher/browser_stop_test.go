@@ -4,13 +4,16 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
 	"github.com/usherhq/usher/assistant/model/modeltest"
 )
 
 // TestBrowserStopAndRetry: while the model streams a reply that does not
 // end, Stop ends the turn at once — the draft goes, the page says the turn
 // was stopped, the session takes messages — and Retry asks again: the same
-// message, answered anew.
+// message, answered anew. Then Rename and Delete.
 func TestBrowserStopAndRetry(t *testing.T) {
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms))
@@ -60,5 +63,25 @@ func TestBrowserStopAndRetry(t *testing.T) {
 		t.Errorf("the page shows the retried message %d times, want once", n)
 	}
 	checkShownMatchesAPI(t, tb, s, carol, runID)
+
+	// Rename: the header and the sidebar follow.
+	tb.click(`.conversation-actions button.rename-run`)
+	tb.waitUntil("the title field, its text selected", `document.activeElement?.matches("input.rename-input") && document.activeElement.selectionEnd - document.activeElement.selectionStart === document.activeElement.value.length`)
+	tb.typeText(`input.rename-input`, "Essays, short ones")
+	tb.do(chromedp.KeyEvent(kb.Enter))
+	tb.waitUntil("the new title", `document.querySelector("#conversation-title")?.textContent === "Essays, short ones" && !document.querySelector("input.rename-input")`)
+	tb.waitUntil("the sidebar's title", `document.querySelector(".session-item[aria-current=page] .session-title")?.textContent === "Essays, short ones"`)
+	if code, body := api(t, "GET", s.url+"/api/assistant/runs/"+runID, carol, ""); code != 200 || body["run"].(map[string]any)["title"] != "Essays, short ones" {
+		t.Errorf("GET the run = %d %v", code, body)
+	}
+
+	// Delete, after a confirmation: gone from the sidebar and the API.
+	tb.click(`.conversation-actions button.delete-run`)
+	tb.waitUntil("the confirmation", `document.querySelector("dialog.dialog[open] button[value=ok]")`)
+	tb.click(`dialog.dialog[open] button[value=ok]`)
+	tb.waitUntil("the home view, the session gone", `location.pathname === "/" && !document.querySelector(`+js(`.session-list a[href="/runs/`+runID+`"]`)+`)`)
+	if code, _ := api(t, "GET", s.url+"/api/assistant/runs/"+runID, carol, ""); code != 404 {
+		t.Errorf("GET a deleted run = %d, want 404", code)
+	}
 	tb.checkClean()
 }

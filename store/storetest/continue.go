@@ -172,3 +172,38 @@ func testContinueRun(t *testing.T, s store.Store) {
 		}
 	})
 }
+
+// testRenameRun: a title is set on a live or closed run, and refused for
+// a deleted or missing one and for text that is not storable.
+func testRenameRun(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	continueParent(t, s, "run-1", "")
+	before, _ := s.GetRun(ctx, "run-1")
+	r, err := s.RenameRun(ctx, "run-1", "Lisbon in May")
+	if err != nil || r.Title != "Lisbon in May" || r.LastSeq != before.LastSeq || r.Status != before.Status {
+		t.Fatalf("RenameRun = %+v, %v", r, err)
+	}
+	if got, _ := s.GetRun(ctx, "run-1"); got.Title != "Lisbon in May" {
+		t.Errorf("GetRun after RenameRun: title %q", got.Title)
+	}
+	if events, _ := s.ListEvents(ctx, "run-1", before.LastSeq, 10); len(events) != 0 {
+		t.Errorf("RenameRun appended %+v", events)
+	}
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.RenameRun(ctx, "run-1", "Lisbon, done"); err != nil || r.Title != "Lisbon, done" {
+		t.Errorf("RenameRun of a completed run = %+v, %v", r, err)
+	}
+	if _, err := s.RenameRun(ctx, "run-1", "bad \x00 title"); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("RenameRun with a NUL = %v, want ErrInvalid", err)
+	}
+	if err := s.DeleteRun(ctx, "run-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"run-1", "missing"} {
+		if _, err := s.RenameRun(ctx, id, "x"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("RenameRun(%s) = %v, want ErrNotFound", id, err)
+		}
+	}
+}

@@ -67,14 +67,13 @@ func testStopTurn(t *testing.T, s store.Store) {
 
 	// Nothing written when there is nothing to stop, or the events do
 	// not end the turn.
-	last, _ := s.GetRun(ctx, "run-1")
 	if _, err := s.StopTurn(ctx, "run-1", stopEvents); !errors.Is(err, store.ErrNothingToStop) || !errors.Is(err, store.ErrConflict) {
 		t.Errorf("StopTurn with nothing to stop = %v, want ErrNothingToStop", err)
 	}
 	if _, _, err := s.PostMessage(ctx, "run-1", userMessage("third")); err != nil {
 		t.Fatal(err)
 	}
-	last, _ = s.GetRun(ctx, "run-1")
+	last, _ := s.GetRun(ctx, "run-1")
 	noEnd := func(int64, bool) []store.NewEvent { return []store.NewEvent{{Type: "agent.note"}} }
 	if _, err := s.StopTurn(ctx, "run-1", noEnd); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("StopTurn with events that do not end the turn = %v, want ErrInvalid", err)

@@ -55,6 +55,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Snapshots", testSnapshots},
 		{"ContinueRun", testContinueRun},
 		{"StopTurn", testStopTurn},
+		{"RenameRun", testRenameRun},
 		{"SnapshotRace", testSnapshotRace},
 		{"Branches", testBranches},
 		{"BranchRefusals", testBranchRefusals},

@@ -171,9 +171,11 @@ export class Conversation {
     this.completeButton = h('button', { type: 'button', class: 'button', onclick: () => this.confirmComplete() }, 'Complete session');
     this.continueButton = h('button', { type: 'button', class: 'button continue-run', onclick: () => this.confirmContinue() }, 'Continue in a new session');
     this.stopButton = h('button', { type: 'button', class: 'button stop-turn', hidden: true, onclick: () => this.stopTurn() }, 'Stop');
+    this.renameButton = h('button', { type: 'button', class: 'button subtle rename-run', onclick: () => this.startRename() }, 'Rename');
+    this.deleteButton = h('button', { type: 'button', class: 'button subtle delete-run', onclick: () => this.confirmDelete() }, 'Delete');
     const header = h('header', { class: 'conversation-head' },
       h('div', { class: 'conversation-title' }, this.title, this.badge, this.contextUse, this.connection),
-      h('div', { class: 'conversation-actions' }, this.stopButton, this.continueButton, this.completeButton));
+      h('div', { class: 'conversation-actions' }, this.stopButton, this.continueButton, this.completeButton, this.renameButton, this.deleteButton));
 
     this.olderButton = h('button', { type: 'button', class: 'button subtle', onclick: () => this.loadOlder() }, 'Load older messages');
     this.olderBar = h('div', { class: 'older' }, this.olderButton);
@@ -666,6 +668,55 @@ export class Conversation {
     } finally {
       this.stopButton.disabled = false;
     }
+  }
+
+  // startRename turns the title into a field: Enter saves, Escape keeps
+  // the title.
+  startRename() {
+    if (this.renameForm) return;
+    const input = h('input', { type: 'text', class: 'rename-input', maxlength: '200', 'aria-label': 'Session title', required: true });
+    input.value = runTitle(this.run);
+    const error = h('p', { class: 'form-error', role: 'alert' });
+    const form = h('form', { class: 'rename-form' }, input,
+      h('button', { type: 'submit', class: 'button primary' }, 'Save'),
+      h('button', { type: 'button', class: 'button', onclick: () => done() }, 'Cancel'), error);
+    const done = () => {
+      form.remove();
+      this.renameForm = null;
+      this.title.hidden = false;
+      this.renameButton.focus();
+    };
+    input.addEventListener('keydown', (e) => { if (e.key === 'Escape') { e.preventDefault(); done(); } });
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const title = input.value.trim();
+      if (!title) return;
+      try {
+        const run = await request(path.run(this.runId), { method: 'PATCH', body: { title } });
+        this.applyRun(run);
+        done();
+        announce(`Renamed to ${runTitle(run)}.`);
+      } catch (err) {
+        error.textContent = err.message;
+      }
+    });
+    this.renameForm = form;
+    this.title.hidden = true;
+    this.title.after(form);
+    input.focus();
+    input.select();
+  }
+
+  confirmDelete() {
+    confirmDialog({
+      title: 'Delete this session?',
+      body: 'It disappears from your sessions and can no longer be opened. A turn still running is ended. (Its record stays in the audit trail.)',
+      confirm: 'Delete session',
+      onConfirm: async () => {
+        await request(path.run(this.runId), { method: 'DELETE' });
+        this.app.navigate('/');
+      },
+    });
   }
 
   confirmContinue() {
