@@ -35,6 +35,7 @@ func (rt *Runtime) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/assistant/runs", rt.handleCreate)
 	mux.HandleFunc("GET /api/assistant/runs", rt.handleList)
+	mux.HandleFunc("GET /api/assistant/search", rt.handleSearch)
 	mux.HandleFunc("GET /api/assistant/runs/{id}", rt.handleGet)
 	mux.HandleFunc("DELETE /api/assistant/runs/{id}", rt.handleDelete)
 	mux.HandleFunc("PATCH /api/assistant/runs/{id}", rt.handleRename)

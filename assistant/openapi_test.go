@@ -496,6 +496,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"CompactionFailed":     CompactionFailed{},
 		"RunContinued":         RunContinued{},
 		"ContentPart":          ContentPart{},
+		"SearchResult":         SearchResult{},
 		"RunMetadata":          RunMetadata{},
 		"Snapshot":             SnapshotView{},
 		"BranchList":           BranchesView{},

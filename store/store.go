@@ -235,6 +235,11 @@ type Store interface {
 	// RenameRun sets the title of a live run (closed ones too) and returns
 	// it; ErrNotFound for a missing or deleted run.
 	RenameRun(ctx context.Context, runID, title string) (Run, error)
+	// SearchMessages returns, for up to limit (1 to MaxSearchResults) of
+	// owner's live runs whose user or assistant messages hold every word
+	// of query (SearchWords), the latest such message (search.go), in no
+	// particular order. ErrInvalid for a query without words.
+	SearchMessages(ctx context.Context, owner, query string, limit int) ([]MessageMatch, error)
 	// ChildRuns returns the ids of the live runs continuing runID,
 	// oldest first.
 	ChildRuns(ctx context.Context, runID string) ([]string, error)

@@ -77,5 +77,17 @@ func TestBrowserLongConversation(t *testing.T) {
 	tb.click(`article.msg-summary a`)
 	tb.waitUntil("the first session's link to the new one", `document.querySelector(".composer-area .context-note.continued a")?.getAttribute("href") === `+js("/runs/"+child))
 	checkShownMatchesAPI(t, tb, s, alice, runID)
+
+	// The sidebar's search finds a session by words of its messages,
+	// with a snippet; the groups by date give way to the results.
+	tb.waitUntil("the sidebar's date group", `document.querySelector(".session-list .session-group")?.textContent === "Today"`)
+	tb.typeText("#session-search", "quiet hotels")
+	tb.waitUntil("the search result", `document.querySelectorAll(".session-list .session-item").length === 1 && !document.querySelector(".session-list .session-group")`)
+	if href := evaluate[string](tb, `document.querySelector(".session-list .session-item").getAttribute("href")`); href != "/runs/"+runID {
+		t.Errorf("the search found %s, want the first session", href)
+	}
+	if sn := tb.text(".session-list .session-item .session-preview.snippet"); !strings.Contains(sn, "quiet hotels") {
+		t.Errorf("the result's snippet = %q", sn)
+	}
 	tb.checkClean()
 }

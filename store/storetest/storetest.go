@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ContinueRun", testContinueRun},
 		{"StopTurn", testStopTurn},
 		{"RenameRun", testRenameRun},
+		{"SearchMessages", testSearchMessages},
 		{"SnapshotRace", testSnapshotRace},
 		{"Branches", testBranches},
 		{"BranchRefusals", testBranchRefusals},

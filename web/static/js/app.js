@@ -124,16 +124,13 @@ function layout() {
     h('nav', { 'aria-label': 'Main', class: 'topnav' }, e.inbox, e.apps),
     h('div', { class: 'user' }, h('span', { class: 'user-name', title: app.me.id }, app.me.name || app.me.email || 'Signed in'), signOut));
 
-  e.search = h('input', { id: 'session-search', type: 'search', autocomplete: 'off', placeholder: 'Search by title' });
-  e.search.addEventListener('input', () => {
-    app.search = e.search.value.trim().toLowerCase();
-    renderSidebar();
-  });
+  e.search = h('input', { id: 'session-search', type: 'search', autocomplete: 'off', placeholder: 'Search sessions' });
+  e.search.addEventListener('input', () => searchSessions(e.search.value));
   e.list = h('ul', { class: 'session-list', role: 'list' });
   e.empty = h('p', { class: 'hint empty' });
   e.sidebar = h('aside', { id: 'sidebar', class: 'sidebar', 'aria-label': 'Sessions' },
     h('a', { href: '/', class: 'button primary new-session' }, 'New session'),
-    h('label', { for: 'session-search', class: 'visually-hidden' }, 'Search sessions by title'),
+    h('label', { for: 'session-search', class: 'visually-hidden' }, 'Search sessions: titles and messages'),
     e.search,
     h('nav', { 'aria-label': 'Sessions list' }, e.list),
     e.empty,
@@ -256,16 +253,66 @@ function runUpdated(run, fromFeed = false) {
   renderSidebar();
 }
 
+// searchSessions searches the titles and messages of the person's
+// sessions on the server (GET /api/assistant/search), a moment after the
+// last keystroke; an empty query shows every session again.
+const SEARCH_DELAY = 250;
+function searchSessions(value) {
+  clearTimeout(app.searchTimer);
+  const q = value.trim();
+  app.search = q;
+  if (!/[\p{L}\p{N}]/u.test(q)) {
+    app.hits = null;
+    renderSidebar();
+    return;
+  }
+  app.searchTimer = setTimeout(async () => {
+    try {
+      const data = await request(`/api/assistant/search?q=${encodeURIComponent(q)}`);
+      if (app.search !== q) return; // a later query is under way
+      app.hits = data.results || [];
+      for (const hit of app.hits) app.runs.set(hit.run.runId, { ...app.runs.get(hit.run.runId), ...hit.run });
+    } catch (err) {
+      if (app.search !== q) return;
+      app.hits = [];
+      app.searchError = err.message;
+    }
+    renderSidebar();
+    announce(`${app.hits.length} session${app.hits.length === 1 ? '' : 's'} found.`);
+  }, SEARCH_DELAY);
+}
+
+// dateGroup names the group of the sidebar a session updated at `at`
+// falls in: Today, Yesterday, Previous 7 days, Previous 30 days, Older.
+function dateGroup(at) {
+  const day = (d) => new Date(d.getFullYear(), d.getMonth(), d.getDate()).getTime();
+  const days = Math.round((day(new Date()) - day(new Date(at))) / 86_400_000);
+  if (days <= 0) return 'Today';
+  if (days === 1) return 'Yesterday';
+  if (days <= 7) return 'Previous 7 days';
+  if (days <= 30) return 'Previous 30 days';
+  return 'Older';
+}
+
 function renderSidebar() {
   const e = app.els;
   if (!e.list) return;
   const runs = [...app.runs.values()].sort((a, b) => new Date(b.updatedAt) - new Date(a.updatedAt));
-  const shown = app.search ? runs.filter((r) => runTitle(r).toLowerCase().includes(app.search)) : runs;
+  const searching = Boolean(app.hits);
+  const shown = searching ? app.hits.map((hit) => ({ run: app.runs.get(hit.run.runId) || hit.run, snippet: hit.snippet }))
+    : runs.map((run) => ({ run }));
   const current = app.view instanceof Conversation ? app.view.runId : null;
-  e.list.replaceChildren(...shown.map((run) => {
+  const items = [];
+  let group = null;
+  for (const { run, snippet } of shown) {
+    if (!searching && dateGroup(run.updatedAt) !== group) {
+      group = dateGroup(run.updatedAt);
+      items.push(h('li', { class: 'session-group' }, group));
+    }
     const [label, cls] = runStatus(run);
     const unread = !isOpen(run.runId) && app.seen[run.runId] !== undefined && run.messageCount > app.seen[run.runId];
-    return h('li', null, h('a', {
+    const below = snippet || run.preview;
+    items.push(h('li', null, h('a', {
       href: `/runs/${encodeURIComponent(run.runId)}`,
       class: `session-item${unread ? ' unread' : ''}${run.status === 'Completed' ? ' completed' : ''}`,
       'aria-current': run.runId === current ? 'page' : null,
@@ -275,9 +322,12 @@ function renderSidebar() {
       h('span', { class: 'session-title' }, runTitle(run))),
     h('span', { class: 'session-bottom' },
       h('span', { class: `badge small ${cls}` }, label),
-      run.preview ? h('span', { class: 'session-preview' }, run.preview) : null)));
-  }));
-  e.empty.textContent = runs.length === 0 ? 'No sessions yet. Start one with New session.' : (shown.length === 0 ? 'No session has that in its title.' : '');
+      below ? h('span', { class: `session-preview${snippet ? ' snippet' : ''}` }, below) : null))));
+  }
+  e.list.replaceChildren(...items);
+  e.empty.textContent = runs.length === 0 ? 'No sessions yet. Start one with New session.'
+    : (searching && shown.length === 0 ? (app.searchError || 'No session has those words in its title or messages.') : '');
+  app.searchError = '';
   e.empty.hidden = !e.empty.textContent;
 }
 
