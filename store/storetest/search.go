@@ -65,8 +65,8 @@ func testSearchMessages(t *testing.T, s store.Store) {
 		{"notes list", []store.MessageMatch{{RunID: "run-a", Seq: 2, Content: "The quarterly-report draft is in notes_list."}}},
 		{"zürich", []store.MessageMatch{{RunID: "run-a", Seq: 4, Content: "and the offsite in Zürich?"}}},
 		{"milk", []store.MessageMatch{{RunID: "run-b", Seq: 1, Content: "groceries: milk, eggs"}}},
-		{"secret", nil},     // a tool result
-		{"arterly", nil},    // not the start of a word
+		{"secret", nil},  // a tool result
+		{"arterly", nil}, // not the start of a word
 		{"milk quarterly", nil},
 		{`"milk" OR 'x' & !(:*`, nil},
 		{"mallory", nil}, // someone else's
