@@ -201,6 +201,15 @@ func viewRun(r store.Run) RunView {
 	return v
 }
 
+// RunLimits is how many of their runs a user has active, and may.
+type RunLimits struct {
+	// ActiveRuns counts the runs InProgress or AwaitingApproval;
+	// MaxActiveRuns is how many there may be (a new one is refused, 429
+	// too_many_active_runs, when they are as many).
+	ActiveRuns    int `json:"activeRuns"`
+	MaxActiveRuns int `json:"maxActiveRuns"`
+}
+
 // SnapshotView is a run's context snapshot as the API shows it.
 type SnapshotView struct {
 	Version   int64     `json:"version"`
@@ -368,7 +377,13 @@ func (rt *Runtime) handleList(w http.ResponseWriter, r *http.Request) {
 	for i, run := range runs {
 		views[i] = viewRun(run)
 	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{"runs": views})
+	active := 0
+	for _, run := range runs {
+		if run.Status == store.RunInProgress || run.Status == store.RunAwaitingApproval {
+			active++
+		}
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"runs": views, "limits": RunLimits{ActiveRuns: active, MaxActiveRuns: rt.o.MaxActiveRuns}})
 }
 
 func (rt *Runtime) handleGet(w http.ResponseWriter, r *http.Request) {

@@ -497,6 +497,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"RunContinued":         RunContinued{},
 		"ContentPart":          ContentPart{},
 		"SearchResult":         SearchResult{},
+		"RunLimits":            RunLimits{},
 		"RunMetadata":          RunMetadata{},
 		"Snapshot":             SnapshotView{},
 		"BranchList":           BranchesView{},

@@ -85,3 +85,39 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	}
 	tb.checkClean()
 }
+
+// TestBrowserActiveLimit: the home screen says how many sessions are
+// active of how many there may be; at the limit it says so before anyone
+// types, and offers to complete the oldest, after which a session starts.
+func TestBrowserActiveLimit(t *testing.T) {
+	s := startServer(t, nil)
+	dave := userToken(t, s, "dave")
+	var first string
+	for i := 1; i <= 4; i++ {
+		code, run := api(t, "POST", s.url+"/api/assistant/runs", dave, fmt.Sprintf(`{"title":"Session %d"}`, i))
+		if code != 201 {
+			t.Fatalf("create = %d %v", code, run)
+		}
+		if i == 1 {
+			first = run["runId"].(string)
+		}
+	}
+	tb := startBrowser(t)
+	tb.signIn(s.url, "dave")
+	tb.waitUntil("the count", `document.querySelector(".home-limits")?.textContent === "4 of 5 active sessions."`)
+	if code, run := api(t, "POST", s.url+"/api/assistant/runs", dave, `{"title":"Session 5"}`); code != 201 {
+		t.Fatalf("create = %d %v", code, run)
+	}
+	tb.waitUntil("the limit, before typing", `document.querySelector(".home-limits.at-limit")?.textContent.includes("You have 5 active sessions")`)
+	if href := evaluate[string](tb, `document.querySelector(".home-limits.at-limit a").getAttribute("href")`); href != "/runs/"+first {
+		t.Errorf("the oldest offered is %s, want %s", href, "/runs/"+first)
+	}
+	tb.click(`.home-limits button.complete-oldest`)
+	tb.waitUntil("room for one more", `document.querySelector(".home-limits")?.textContent === "4 of 5 active sessions."`)
+	if code, body := api(t, "GET", s.url+"/api/assistant/runs/"+first, dave, ""); code != 200 || body["run"].(map[string]any)["status"] != "Completed" {
+		t.Errorf("the oldest = %d %v, want Completed", code, body)
+	}
+	tb.send("Hello again")
+	tb.waitUntil("the new session", `/^\/runs\/[^/]+$/.test(location.pathname)`)
+	tb.checkClean()
+}

@@ -227,8 +227,10 @@ async function refreshRuns() {
       if (app.seen[run.runId] === undefined) app.seen[run.runId] = run.messageCount;
     }
     app.runs = fresh;
+    if (data.limits) app.maxActive = data.limits.maxActiveRuns;
     saveSeen();
     renderSidebar();
+    if (app.view && app.view.limitsChanged) app.view.limitsChanged();
   } catch (err) {
     if (!(err instanceof APIError && err.status === 401)) announce(`Sessions could not be loaded: ${err.message}`);
   }
@@ -251,6 +253,7 @@ function runUpdated(run, fromFeed = false) {
     if (fromFeed) app.view.applyRun(run);
   }
   renderSidebar();
+  if (app.view && app.view.limitsChanged) app.view.limitsChanged();
 }
 
 // searchSessions searches the titles and messages of the person's
@@ -408,13 +411,49 @@ function homeView() {
     },
   });
   const heading = h('h2', { id: 'home-title', tabindex: '-1' }, 'New session');
+  const limits = h('div', { class: 'home-limits', role: 'status' });
   app.els.main.replaceChildren(h('section', { class: 'home', 'aria-labelledby': 'home-title' },
     h('div', { class: 'home-intro' },
       heading,
       h('p', { class: 'lede' }, 'Ask a question or give a task. Usher calls tools only through its MCP server, under your organisation’s policy: anything consequential waits for your approval.')),
+    limits,
     form));
   form.querySelector('textarea').focus();
-  return { destroy() {} };
+  // How many sessions are active, of how many there may be; at the limit,
+  // the oldest active one offered for completion, before anyone types.
+  const showLimits = () => {
+    if (!app.maxActive) {
+      limits.replaceChildren();
+      return;
+    }
+    const active = [...app.runs.values()].filter((r) => r.status === 'InProgress' || r.status === 'AwaitingApproval')
+      .sort((a, b) => new Date(a.updatedAt) - new Date(b.updatedAt));
+    if (active.length < app.maxActive) {
+      limits.className = 'home-limits';
+      limits.replaceChildren(h('p', { class: 'hint' }, `${active.length} of ${app.maxActive} active sessions.`));
+      return;
+    }
+    const oldest = active[0];
+    const error = h('p', { class: 'form-error', role: 'alert' });
+    const complete = h('button', { type: 'button', class: 'button complete-oldest' }, `Complete “${runTitle(oldest)}”`);
+    complete.addEventListener('click', async () => {
+      complete.disabled = true;
+      try {
+        runUpdated(await request(`${path.run(oldest.runId)}/complete`, { method: 'POST' }));
+        showLimits();
+        form.querySelector('textarea').focus();
+      } catch (err) {
+        error.textContent = err.message;
+        complete.disabled = false;
+      }
+    });
+    limits.className = 'home-limits at-limit';
+    limits.replaceChildren(h('p', null, `You have ${active.length} active sessions, as many as you may. `
+      + 'Complete one to start another; the oldest is ', h('a', { href: `/runs/${encodeURIComponent(oldest.runId)}` }, runTitle(oldest)), '.'),
+    h('p', null, complete), error);
+  };
+  showLimits();
+  return { destroy() {}, limitsChanged: showLimits };
 }
 
 function inboxView() {
