@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,11 +54,14 @@ var contentTypes = map[string]string{
 	".ico":  "image/x-icon",
 }
 
-// asset is one embedded file, ready to serve.
+// asset is one embedded file, ready to serve: as it is, and gzipped when
+// that makes it smaller by a tenth or more.
 type asset struct {
 	body        []byte
 	contentType string
 	etag        string
+	gzipped     []byte // nil: served as it is only
+	gzipETag    string
 }
 
 // assets are the embedded files by their path under static/.
@@ -77,7 +82,13 @@ func loadAssets() (assets, error) {
 			return err
 		}
 		sum := sha256.Sum256(b)
-		out[strings.TrimPrefix(p, "static/")] = asset{body: b, contentType: ct, etag: `"` + hex.EncodeToString(sum[:12]) + `"`}
+		a := asset{body: b, contentType: ct, etag: `"` + hex.EncodeToString(sum[:12]) + `"`}
+		if gz, err := gzipped(b); err != nil {
+			return err
+		} else if len(gz) <= len(b)*9/10 {
+			a.gzipped, a.gzipETag = gz, `"`+hex.EncodeToString(sum[:12])+`-gzip"`
+		}
+		out[strings.TrimPrefix(p, "static/")] = a
 		return nil
 	})
 	return out, err
@@ -91,11 +102,63 @@ func (a assets) serve(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", f.contentType)
-	h.Set("ETag", f.etag)
 	// Revalidate every time (cheap, by ETag): a new binary's assets are
 	// used at once, never mixed with an old page's.
 	h.Set("Cache-Control", "no-cache")
-	http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(f.body))
+	body, etag := f.body, f.etag
+	if f.gzipped != nil {
+		h.Add("Vary", "Accept-Encoding")
+		if acceptsGzip(r.Header.Values("Accept-Encoding")) {
+			body, etag = f.gzipped, f.gzipETag
+			h.Set("Content-Encoding", "gzip")
+		}
+	}
+	h.Set("ETag", etag)
+	http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(body))
+}
+
+// gzipped is b compressed with gzip at the best compression: done once,
+// when the assets are loaded.
+func gzipped(b []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(b); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// acceptsGzip reports whether Accept-Encoding values accept gzip: gzip
+// (or x-gzip) with a q above 0, or, when neither is named, * with a q
+// above 0.
+func acceptsGzip(values []string) bool {
+	gzipQ, starQ := -1.0, -1.0
+	for _, v := range values {
+		for _, part := range strings.Split(v, ",") {
+			coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			q := 1.0
+			for _, p := range strings.Split(params, ";") {
+				if k, val, ok := strings.Cut(strings.TrimSpace(p), "="); ok && strings.EqualFold(strings.TrimSpace(k), "q") {
+					if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+						q = f
+					}
+				}
+			}
+			switch strings.ToLower(strings.TrimSpace(coding)) {
+			case "gzip", "x-gzip":
+				gzipQ = max(gzipQ, q)
+			case "*":
+				starQ = max(starQ, q)
+			}
+		}
+	}
+	return gzipQ > 0 || (gzipQ < 0 && starQ > 0)
 }
 
 // UI returns the handler of the Sessions UI. It serves the page at the

@@ -1,6 +1,9 @@
 package web
 
 import (
+	"bytes"
+	"compress/gzip"
+	"io"
 	"io/fs"
 	"net/http"
 	"path"
@@ -201,6 +204,56 @@ func TestPageHasNoInlineCode(t *testing.T) {
 			if _, ok := files[target]; !ok {
 				t.Errorf("%s imports %s, which is not embedded", name, m[1])
 			}
+		}
+	}
+}
+
+// TestAssetsGzipped: text assets go gzipped to a client that accepts gzip
+// (and as they are to one that does not), each form with its own ETag,
+// both varying by Accept-Encoding.
+func TestAssetsGzipped(t *testing.T) {
+	e := newEnv(t)
+	get := func(accept string, header ...string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, e.url+"/static/js/conversation.js", nil)
+		req.Header.Set("Accept-Encoding", accept) // set: the transport leaves the body as sent
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	plain, body := get("identity")
+	want, err := static.ReadFile("static/js/conversation.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.Header.Get("Content-Encoding") != "" || !bytes.Equal(body, want) || plain.Header.Get("Vary") != "Accept-Encoding" {
+		t.Fatalf("identity: encoding %q, %d bytes, Vary %q", plain.Header.Get("Content-Encoding"), len(body), plain.Header.Get("Vary"))
+	}
+	for _, accept := range []string{"gzip", "br, gzip;q=0.5", "deflate, *"} {
+		gz, zipped := get(accept)
+		zr, err := gzip.NewReader(bytes.NewReader(zipped))
+		if err != nil {
+			t.Fatalf("%s: %v", accept, err)
+		}
+		unzipped, _ := io.ReadAll(zr)
+		if gz.Header.Get("Content-Encoding") != "gzip" || !bytes.Equal(unzipped, want) || len(zipped) >= len(want)*9/10 ||
+			gz.Header.Get("ETag") == plain.Header.Get("ETag") || gz.Header.Get("Vary") != "Accept-Encoding" {
+			t.Errorf("%s: encoding %q, %d bytes for %d, ETag %q", accept, gz.Header.Get("Content-Encoding"), len(zipped), len(want), gz.Header.Get("ETag"))
+		}
+		if again, _ := get(accept, "If-None-Match", gz.Header.Get("ETag")); again.StatusCode != http.StatusNotModified {
+			t.Errorf("%s: revalidating the gzipped form = %d", accept, again.StatusCode)
+		}
+	}
+	for _, accept := range []string{"gzip;q=0", "gzip;q=0, *", "br", ""} {
+		if r, _ := get(accept); r.Header.Get("Content-Encoding") != "" {
+			t.Errorf("Accept-Encoding %q got %q", accept, r.Header.Get("Content-Encoding"))
 		}
 	}
 }
