@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -119,5 +120,55 @@ func TestBrowserActiveLimit(t *testing.T) {
 	}
 	tb.send("Hello again")
 	tb.waitUntil("the new session", `/^\/runs\/[^/]+$/.test(location.pathname)`)
+	tb.checkClean()
+}
+
+// TestBrowserMessageDuringTurn: a message sent while a turn runs stays
+// below that turn's reply, live and after a reload (the order the model
+// sees); a draft typed when the session is completed elsewhere is kept.
+func TestBrowserMessageDuringTurn(t *testing.T) {
+	ms := modeltest.NewServer(t)
+	s := startServer(t, scriptedEnv(ms))
+	erin := userToken(t, s, "erin")
+	tb := startBrowser(t)
+	tb.signIn(s.url, "erin")
+
+	release := ms.Hold()
+	defer release()
+	ms.Reply("The answer to the first.")
+	ms.Reply("The answer to the second.")
+	tb.waitUntil("the new-session view", `document.querySelector("#home-title")`)
+	tb.send("first question")
+	tb.waitUntil("the conversation of the new run", `/^\/runs\/[^/]+$/.test(location.pathname)`)
+	runID := tb.runID()
+	ctx, cancel := context.WithTimeout(t.Context(), conditionTimeout)
+	defer cancel()
+	if err := ms.WaitHeld(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	tb.waitUntil("the run's live stream", `document.querySelector(`+js(liveConnection)+`)`)
+	tb.send("second question, sent meanwhile")
+	tb.waitUntil("the second message", `document.querySelectorAll("article.msg-user").length === 2`)
+	release()
+	tb.waitUntil("both answers", `document.querySelectorAll("article.msg-assistant").length === 2`)
+	tb.waitBadge("Active")
+	order := `[...document.querySelectorAll(".message-list > article")].map((e) => (e.querySelector(".msg-body") || {}).textContent || "").join(" | ")`
+	want := "first question | The answer to the first. | second question, sent meanwhile | The answer to the second."
+	if got := evaluate[string](tb, order); got != want {
+		t.Errorf("live, the page shows %q, want %q", got, want)
+	}
+	tb.do(chromedp.Reload())
+	tb.waitUntil("the conversation after the reload", `document.querySelectorAll("article.msg-assistant").length === 2`)
+	if got := evaluate[string](tb, order); got != want {
+		t.Errorf("after a reload, the page shows %q, want %q", got, want)
+	}
+
+	// A draft, and the session completed elsewhere: the draft stays.
+	tb.waitUntil("the run's live stream", `document.querySelector(`+js(liveConnection)+`)`)
+	tb.typeText(composerInput, "a thought I had not sent")
+	if code, body := api(t, "POST", s.url+"/api/assistant/runs/"+runID+"/complete", erin, ""); code != 200 {
+		t.Fatalf("complete = %d %v", code, body)
+	}
+	tb.waitUntil("the kept draft", `document.querySelector(".kept-draft-text")?.value === "a thought I had not sent" && document.querySelector(".read-only")`)
 	tb.checkClean()
 }

@@ -33,7 +33,7 @@ export async function request(path, { method = 'GET', body, headers = {}, raw = 
     res = await fetch(path, init);
   } catch (err) {
     if (err && err.name === 'AbortError') throw err;
-    throw new APIError(0, 'network', 'Usher could not be reached. Check your connection; the page retries by itself.');
+    throw new APIError(0, 'network', 'Usher could not be reached. Check your connection and try again.');
   }
   const text = await res.text();
   let data = null;

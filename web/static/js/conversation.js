@@ -28,6 +28,16 @@ function summarize(text, n) {
   return t.length > n ? `${t.slice(0, n - 1)}…` : t;
 }
 
+// inTurnOrder adds el, a message its turn wrote (the turn of the user
+// message turnSeq), to parent in turn order: before the first user
+// message of a later turn, so that a message sent while the turn ran
+// stays below its reply, as the model sees them; at the end otherwise.
+function inTurnOrder(parent, turnSeq, el) {
+  const later = turnSeq ? [...parent.children].find((m) => m.matches('article.msg-user[data-seq]') && Number(m.dataset.seq) > turnSeq) : null;
+  if (later) later.before(el);
+  else parent.append(el);
+}
+
 export class Conversation {
   // app: {runUpdated(run), seen(run), approvalsChanged(), isMine(runId), navigate(path)}
   constructor(app, runId) {
@@ -229,7 +239,13 @@ export class Conversation {
     if (this.footer.dataset.closed === String(closed)) return;
     this.footer.dataset.closed = String(closed);
     if (closed) {
-      this.footer.replaceChildren(continuedNote(this.continued || []) || '', h('p', { class: 'read-only' },
+      // A draft is never thrown away: closed elsewhere (another tab, the
+      // API), the session keeps what was typed, to copy.
+      const typed = this.footer.querySelector('textarea')?.value.trim();
+      const draft = typed ? h('div', { class: 'kept-draft' },
+        h('p', { class: 'hint' }, 'Your message was not sent; here it is to copy:'),
+        h('textarea', { class: 'kept-draft-text', readonly: true, rows: '3', 'aria-label': 'Your unsent message' }, typed)) : '';
+      this.footer.replaceChildren(continuedNote(this.continued || []) || '', draft, h('p', { class: 'read-only' },
         `This session is ${this.run.status.toLowerCase()} and read-only. `,
         h('a', { href: '/' }, 'Start a new session'), '.'));
       return;
@@ -394,7 +410,7 @@ export class Conversation {
       if (!body && !cards.length) return;
       const versions = body ? this.replySwitchers.get(d.messageSeq) : null;
       if (versions) this.replySwitchers.delete(d.messageSeq);
-      parent.append(h('article', { class: `msg msg-assistant${body ? '' : ' tools-only'}`, 'aria-label': 'Usher', 'data-seq': ev.seq },
+      inTurnOrder(parent, d.messageSeq, h('article', { class: `msg msg-assistant${body ? '' : ' tools-only'}`, 'aria-label': 'Usher', 'data-seq': ev.seq },
         body,
         cards.length ? h('div', { class: 'tool-cards' }, cards) : null,
         h('footer', { class: 'msg-meta' }, versions, timeElement(ev.createdAt))));
@@ -402,7 +418,7 @@ export class Conversation {
       let call = this.calls.get(d.toolCallId);
       if (!call) { // its call is not on the page (yet): show the result alone
         const card = this.toolCard({ id: d.toolCallId, name: d.name });
-        parent.append(h('article', { class: 'msg msg-assistant tools-only', 'aria-label': 'Tool result', 'data-seq': ev.seq },
+        inTurnOrder(parent, d.messageSeq, h('article', { class: 'msg msg-assistant tools-only', 'aria-label': 'Tool result', 'data-seq': ev.seq },
           h('div', { class: 'tool-cards' }, card)));
         call = this.calls.get(d.toolCallId);
       }
@@ -771,7 +787,9 @@ export function composer({ label, placeholder, submit, autofocus = false }) {
     } catch (err) {
       error.textContent = err instanceof APIError && err.code === 'too_many_active_runs'
         ? 'You have too many active sessions. Complete one to start another.'
-        : err.message || 'The message could not be sent.';
+        : err instanceof APIError && err.code === 'network'
+          ? 'Not sent: Usher could not be reached. Your message is kept here; press Enter to send it again.'
+          : err.message || 'The message could not be sent.';
     } finally {
       busy = false;
       button.disabled = false;
