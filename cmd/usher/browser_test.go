@@ -746,6 +746,14 @@ func TestBrowserConversation(t *testing.T) {
 	tb.waitUntil("the approval card", `document.querySelector(`+js(pending+` button[value=approve]`)+`)`)
 	tb.waitBadge("Awaiting approval")
 	tb.waitUntil("the approvals inbox counts it", `document.querySelector(".inbox-link .count")?.textContent === "1"`)
+	// Its name holds what it shows (no aria-label that hides the count).
+	if name := evaluate[string](tb, `document.querySelector(".inbox-link").textContent`); name != "Approvals1 waiting" ||
+		evaluate[bool](tb, `document.querySelector(".inbox-link").hasAttribute("aria-label")`) {
+		t.Errorf("the inbox link's text = %q, want the count in it", name)
+	}
+	if n := evaluate[int](tb, `document.querySelectorAll("h1").length`); n != 1 {
+		t.Errorf("the page has %d h1 headings, want 1", n)
+	}
 	if args := tb.text(pending + " pre.arguments"); squash(args) != squash(`{"body": "milk, eggs, bread", "name": "groceries"}`) {
 		t.Errorf("the approval shows the arguments %q", args)
 	}

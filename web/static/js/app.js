@@ -112,15 +112,19 @@ function signedOut(expired, available = true) {
 function layout() {
   const e = app.els;
   e.toggle = h('button', { type: 'button', class: 'button subtle sidebar-toggle', 'aria-controls': 'sidebar', 'aria-expanded': 'false', onclick: () => toggleSidebar() }, 'Sessions');
+  // The link's name holds what it shows, and says what the count is:
+  // "Approvals 2 waiting".
   e.inboxCount = h('span', { class: 'count', hidden: true });
-  e.inbox = h('a', { href: '/approvals', class: 'inbox-link' }, 'Approvals', e.inboxCount);
+  e.inboxWaiting = h('span', { class: 'visually-hidden', hidden: true }, ' waiting');
+  e.inbox = h('a', { href: '/approvals', class: 'inbox-link' }, 'Approvals', e.inboxCount, e.inboxWaiting);
   // "Apps" on a narrow screen; its accessible name is the whole one.
   e.apps = h('a', { href: '/apps', class: 'inbox-link apps-link' },
     h('span', { class: 'apps-link-wide' }, 'Connected apps'), h('span', { class: 'apps-link-narrow', 'aria-hidden': 'true' }, 'Apps'));
   const signOut = h('button', { type: 'button', class: 'button subtle', onclick: () => doSignOut(false) }, 'Sign out');
   const header = h('header', { class: 'topbar' },
     e.toggle,
-    h('a', { href: '/', class: 'brand' }, h('img', { src: '/static/favicon.svg', alt: '', width: '24', height: '24' }), h('span', { class: 'brand-name' }, 'Usher')),
+    // The page's one h1 names the application; each view's title is its h2.
+    h('h1', { class: 'brand-heading' }, h('a', { href: '/', class: 'brand' }, h('img', { src: '/static/favicon.svg', alt: '', width: '24', height: '24' }), h('span', { class: 'brand-name' }, 'Usher'))),
     h('nav', { 'aria-label': 'Main', class: 'topnav' }, e.inbox, e.apps),
     h('div', { class: 'user' }, h('span', { class: 'user-name', title: app.me.id }, app.me.name || app.me.email || 'Signed in'), signOut));
 
@@ -345,7 +349,7 @@ async function refreshApprovals() {
   if (!c) return;
   c.hidden = app.pending === 0;
   c.textContent = String(app.pending);
-  app.els.inbox.setAttribute('aria-label', app.pending ? `Approvals, ${app.pending} waiting` : 'Approvals');
+  app.els.inboxWaiting.hidden = c.hidden;
 }
 
 // ---- routing ----
