@@ -65,18 +65,9 @@ func (c *core) ContinueRun(ctx context.Context, from string, child Run, first, n
 	var out Run
 	err = c.inTx(ctx, func(tx executor) error {
 		created = false
-		if _, err := tx.exec(ctx, lockOwnerRuns, child.Owner); err != nil {
+		if existing, found, err := lockOwner(ctx, tx, child.Owner, child.IdempotencyKey); err != nil || found {
+			out = existing
 			return err
-		}
-		if child.IdempotencyKey != "" {
-			existing, err := scanRun(tx.row(ctx, runByIdempotencyKey, child.Owner, child.IdempotencyKey))
-			if err == nil {
-				out = existing
-				return nil
-			}
-			if !errors.Is(err, sql.ErrNoRows) {
-				return err
-			}
 		}
 		parent, err := scanRun(tx.row(ctx, lockRun, from))
 		switch {

@@ -357,18 +357,9 @@ func (c *core) OpenRun(ctx context.Context, r Run, maxActive int, first *NewEven
 	var created bool
 	err := c.inTx(ctx, func(tx executor) error {
 		created = false
-		if _, err := tx.exec(ctx, lockOwnerRuns, r.Owner); err != nil {
+		if existing, found, err := lockOwner(ctx, tx, r.Owner, r.IdempotencyKey); err != nil || found {
+			out = existing
 			return err
-		}
-		if r.IdempotencyKey != "" {
-			existing, err := scanRun(tx.row(ctx, runByIdempotencyKey, r.Owner, r.IdempotencyKey))
-			if err == nil {
-				out = existing
-				return nil
-			}
-			if !errors.Is(err, sql.ErrNoRows) {
-				return err
-			}
 		}
 		now := storedTime(c.now())
 		var queuedAt any
@@ -397,6 +388,26 @@ func (c *core) OpenRun(ctx context.Context, r Run, maxActive int, first *NewEven
 		return Run{}, false, c.fail(err)
 	}
 	return out, created, nil
+}
+
+// lockOwner takes owner's lock on creating runs (PostgreSQL; SQLite's one
+// writer serialises them anyway) and returns, when key is not empty, the
+// run owner created with key (found true): an idempotent creation's retry.
+func lockOwner(ctx context.Context, tx executor, owner, key string) (_ Run, found bool, _ error) {
+	if _, err := tx.exec(ctx, lockOwnerRuns, owner); err != nil {
+		return Run{}, false, err
+	}
+	if key == "" {
+		return Run{}, false, nil
+	}
+	existing, err := scanRun(tx.row(ctx, runByIdempotencyKey, owner, key))
+	switch {
+	case err == nil:
+		return existing, true, nil
+	case errors.Is(err, sql.ErrNoRows):
+		return Run{}, false, nil
+	}
+	return Run{}, false, err
 }
 
 func (c *core) PostMessage(ctx context.Context, runID string, e NewEvent) (Event, Run, error) {
