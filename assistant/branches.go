@@ -57,7 +57,7 @@ func branchError(err error) error {
 // EditMessage replaces the user message seq of the owner's run, on its
 // active line, with content: a new branch, made active, that starts with
 // the edited message, which is queued for its turn.
-func (rt *Runtime) EditMessage(ctx context.Context, owner string, sender Sender, id string, seq int64, content string) (store.Branch, store.Event, store.Run, error) {
+func (rt *Runtime) EditMessage(ctx context.Context, owner string, sender Sender, id string, seq int64, content, key string) (store.Branch, store.Event, store.Run, error) {
 	if _, err := rt.Run(ctx, owner, id); err != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, err
 	}
@@ -66,23 +66,33 @@ func (rt *Runtime) EditMessage(ctx context.Context, owner string, sender Sender,
 		return store.Branch{}, store.Event{}, store.Run{}, err
 	}
 	msgs, err := rt.st.ListMessages(ctx, id, store.MessageQuery{After: seq - 1, Before: seq + 1, Limit: 1})
+	var refused error
 	switch {
 	case err != nil:
 		return store.Branch{}, store.Event{}, store.Run{}, err
 	case len(msgs) == 0:
-		return store.Branch{}, store.Event{}, store.Run{}, errMessageNotFound
+		refused = errMessageNotFound
 	case msgs[0].Type != EventUserMessage:
-		return store.Branch{}, store.Event{}, store.Run{}, errNotUserMessage
+		refused = errNotUserMessage
+	}
+	// A retry with the key finds the message off the line the edit made
+	// active: the store answers with that edit's branch, or refuses.
+	if refused != nil && key == "" {
+		return store.Branch{}, store.Event{}, store.Run{}, refused
 	}
 	e.Payload = mustJSON(UserMessage{Content: content, Sender: senderOrNil(sender), Edits: seq})
-	return rt.fork(ctx, id, store.Fork{At: seq, Kind: store.BranchEdit, CreatedBy: owner, Message: e})
+	b, ev, r, err := rt.fork(ctx, id, store.Fork{At: seq, Kind: store.BranchEdit, CreatedBy: owner, Message: e, Key: key})
+	if err != nil && refused != nil {
+		return store.Branch{}, store.Event{}, store.Run{}, refused
+	}
+	return b, ev, r, err
 }
 
 // Regenerate asks again for the reply to the last user message of the
 // owner's run, on its active line: a new branch, made active, that starts
 // with the same message again (Regenerates names it), queued for its
 // turn.
-func (rt *Runtime) Regenerate(ctx context.Context, owner string, sender Sender, id string) (store.Branch, store.Event, store.Run, error) {
+func (rt *Runtime) Regenerate(ctx context.Context, owner string, sender Sender, id, key string) (store.Branch, store.Event, store.Run, error) {
 	if _, err := rt.Run(ctx, owner, id); err != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, err
 	}
@@ -99,7 +109,7 @@ func (rt *Runtime) Regenerate(ctx context.Context, owner string, sender Sender, 
 		return store.Branch{}, store.Event{}, store.Run{}, err
 	}
 	e.Payload = mustJSON(UserMessage{Content: m.Content, Sender: senderOrNil(sender), Regenerates: last.Seq})
-	return rt.fork(ctx, id, store.Fork{At: last.Seq, Kind: store.BranchRegenerate, CreatedBy: owner, Message: e})
+	return rt.fork(ctx, id, store.Fork{At: last.Seq, Kind: store.BranchRegenerate, CreatedBy: owner, Message: e, Key: key})
 }
 
 // fork makes the branch f of the run id.
@@ -341,7 +351,12 @@ func (rt *Runtime) handleEdit(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, err)
 		return
 	}
-	b, ev, run, err := rt.EditMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), seq, content)
+	key, err := idempotencyKey(r)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	b, ev, run, err := rt.EditMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), seq, content, key)
 	if err != nil {
 		rt.fail(w, r, err)
 		return
@@ -362,7 +377,12 @@ func (rt *Runtime) handleRegenerate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	b, ev, run, err := rt.Regenerate(r.Context(), owner, senderOf(r), r.PathValue("id"))
+	key, err := idempotencyKey(r)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	b, ev, run, err := rt.Regenerate(r.Context(), owner, senderOf(r), r.PathValue("id"), key)
 	if err != nil {
 		rt.fail(w, r, err)
 		return

@@ -88,6 +88,10 @@ type Fork struct {
 	// Message is the user message the branch starts with (its type
 	// EventUserMessage): the edited message, or the same one again.
 	Message NewEvent
+	// Key, when not empty, makes the fork idempotent: a fork of the run
+	// with a key used before makes nothing and returns the branch that
+	// key made (the key is the message's, as PostMessageOnce keeps it).
+	Key string
 }
 
 // checkFork validates f before the database sees it.
@@ -105,8 +109,42 @@ func checkFork(f Fork) error {
 	if f.Message.StartsTurn != 0 || f.Message.EndsTurn {
 		errs = append(errs, errors.New("a branch's message neither starts nor ends a turn"))
 	}
-	errs = append(errs, checkText("branch creator", f.CreatedBy))
+	errs = append(errs, checkText("branch creator", f.CreatedBy), checkText("fork idempotency key", f.Key))
 	return invalid(errs...)
+}
+
+// branchOfMessage reads the branch that starts with the message $2.
+var branchOfMessage = sql1(`SELECT ` + branchColumns + ` FROM run_branches WHERE run_id = $1 AND message_seq = $2`)
+
+// forkedBefore is the fork made with key before: its branch, message and
+// the run as it is now (found false when key made nothing yet).
+// ErrConflict when key names a message that started no branch.
+func forkedBefore(ctx context.Context, tx executor, runID, key string) (Branch, Event, Run, bool, error) {
+	r, err := scanRun(tx.row(ctx, lockRun, runID))
+	if err == nil {
+		err = closedError(r)
+	}
+	if err != nil && !errors.Is(err, ErrClosed) {
+		return Branch{}, Event{}, Run{}, false, err
+	}
+	ev, err := scanEvent(tx.row(ctx, messageByKey, runID, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Branch{}, Event{}, Run{}, false, nil
+	}
+	if err != nil {
+		return Branch{}, Event{}, Run{}, false, err
+	}
+	b, err := scanBranch(tx.row(ctx, branchOfMessage, runID, ev.Seq))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Branch{}, Event{}, Run{}, false, fmt.Errorf("%w: the idempotency key was used by a message that made no branch", ErrConflict)
+	}
+	if err != nil {
+		return Branch{}, Event{}, Run{}, false, err
+	}
+	if b.Line, err = queryAll(ctx, tx, listBranchLinesOf, scanLineSegment, runID, b.ID); err != nil {
+		return Branch{}, Event{}, Run{}, false, err
+	}
+	return b, ev, r, true, nil
 }
 
 // onLine is the SQL condition that the row alias (with run_id and branch
@@ -201,7 +239,10 @@ func lockIdleRun(ctx context.Context, tx executor, runID string) (Run, error) {
 // missing or deleted, ErrClosed when terminal, ErrBusy when it is not
 // between turns, ErrConflict when f.At is no message of the active line
 // (the line changed), ErrInvalid for a bad f or an f.At that is not a
-// user message.
+// user message. With f.Key used by an earlier fork of the run, nothing is
+// written and that fork's branch, message and the run now are returned,
+// whatever the run's state (ErrConflict when the key was a plain
+// message's).
 func (c *core) ForkRun(ctx context.Context, runID string, f Fork) (Branch, Event, Run, error) {
 	if err := checkFork(f); err != nil {
 		return Branch{}, Event{}, Run{}, err
@@ -214,6 +255,13 @@ func (c *core) ForkRun(ctx context.Context, runID string, f Fork) (Branch, Event
 	var ev Event
 	var out Run
 	err = c.inTx(ctx, func(tx executor) error {
+		if f.Key != "" {
+			var found bool
+			var err error
+			if b, ev, out, found, err = forkedBefore(ctx, tx, runID, f.Key); err != nil || found {
+				return err
+			}
+		}
 		r, err := lockIdleRun(ctx, tx, runID)
 		if err != nil {
 			return err
@@ -251,9 +299,14 @@ func (c *core) ForkRun(ctx context.Context, runID string, f Fork) (Branch, Event
 		if _, err := scanRun(tx.row(ctx, activateBranch, runID, b.ID, true, now)); err != nil {
 			return err
 		}
-		appended, run, err := advanceRun(ctx, tx, postMessage, runID, now, planAppend(events), "")
+		appended, run, err := advanceRun(ctx, tx, postMessage, runID, now, planAppend(events), f.Key)
 		if err != nil {
 			return err
+		}
+		if f.Key != "" {
+			if _, err := tx.exec(ctx, insertMessageKey, runID, f.Key, appended[0].Seq, now); err != nil {
+				return err
+			}
 		}
 		if appended[0].Seq != b.MessageSeq {
 			return fmt.Errorf("store: branch %d's message was appended at %d, not %d", b.ID, appended[0].Seq, b.MessageSeq)

@@ -543,3 +543,49 @@ func testBranchRace(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testForkOnce: a fork with an idempotency key is made once — a retry,
+// even after the branch's turn has started, returns the same branch and
+// message and writes nothing; a key a plain message used is refused.
+func testForkOnce(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	const id = "run-1"
+	twoTurns(t, s, id)
+	f := store.Fork{At: 5, Kind: store.BranchEdit, CreatedBy: queueOwner, Message: userMessage("to Porto"), Key: "edit-1"}
+	b, ev, _, err := s.ForkRun(ctx, id, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The branch's turn starts: the run is busy, and a retry still finds
+	// its fork.
+	claimed, err := s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("ClaimRuns = %+v, %v", claimed, err)
+	}
+	if _, err := s.AppendLeased(ctx, claimed[0].Lease(), store.NewEvent{Type: "agent.turn.start", StartsTurn: ev.Seq}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.GetRun(ctx, id)
+	for range 2 {
+		b2, ev2, r2, err := s.ForkRun(ctx, id, f)
+		if err != nil || b2.ID != b.ID || ev2.Seq != ev.Seq || r2.LastSeq != before.LastSeq || !reflect.DeepEqual(b2.Line, b.Line) {
+			t.Fatalf("ForkRun again = %+v, %+v, last seq %d, %v; want branch %d, message %d, nothing written", b2, ev2, r2.LastSeq, err, b.ID, ev.Seq)
+		}
+	}
+	if got, _ := s.ListBranches(ctx, id); len(got) != 1 {
+		t.Errorf("%d branches after the retries, want 1", len(got))
+	}
+	// Without the key, the busy run refuses a fork.
+	if _, _, _, err := s.ForkRun(ctx, id, store.Fork{At: 5, Kind: store.BranchEdit, CreatedBy: queueOwner, Message: userMessage("to Faro")}); !errors.Is(err, store.ErrBusy) {
+		t.Errorf("ForkRun of a busy run = %v, want ErrBusy", err)
+	}
+	// A key a plain message used.
+	const other = "run-2"
+	twoTurns(t, s, other)
+	if _, _, _, err := s.PostMessageOnce(ctx, other, userMessage("hello"), "msg-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := s.ForkRun(ctx, other, store.Fork{At: 1, Kind: store.BranchEdit, CreatedBy: queueOwner, Message: userMessage("x"), Key: "msg-1"}); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("ForkRun with a message's key = %v, want ErrConflict", err)
+	}
+}

@@ -57,6 +57,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"StopTurn", testStopTurn},
 		{"RenameRun", testRenameRun},
 		{"SearchMessages", testSearchMessages},
+		{"ForkOnce", testForkOnce},
 		{"SnapshotRace", testSnapshotRace},
 		{"Branches", testBranches},
 		{"BranchRefusals", testBranchRefusals},
