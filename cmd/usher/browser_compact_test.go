@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/chromedp/chromedp"
 )
 
 // TestBrowserLongConversation walks a long conversation in the embedded
@@ -33,7 +35,7 @@ func TestBrowserLongConversation(t *testing.T) {
 
 	tb := startBrowser(t)
 	tb.signIn(s.url, "alice")
-	tb.click(`.session-list a[href="/runs/` + runID + `"]`)
+	tb.do(chromedp.Navigate(s.url + "/runs/" + runID))
 	tb.waitUntil("the conversation", `document.querySelectorAll("article.msg-user").length === 3`)
 	tb.waitUntil("the context use in the header", `/^context: \d+% of 2\.5k$/.test(document.querySelector(".conversation-title .context-use")?.textContent || "")`)
 
@@ -59,7 +61,7 @@ func TestBrowserLongConversation(t *testing.T) {
 	checkShownMatchesAPI(t, tb, s, alice, runID)
 
 	// Continue in a new session: it starts from a summary.
-	tb.click(`.conversation-actions button.continue-run`)
+	tb.more(`button.continue-run`)
 	tb.waitUntil("the confirmation", `document.querySelector("dialog.dialog[open] button[value=ok]")`)
 	tb.click(`dialog.dialog[open] button[value=ok]`)
 	tb.waitUntil("the new session", `location.pathname !== `+js("/runs/"+runID)+` && document.querySelector("article.msg-summary")`)

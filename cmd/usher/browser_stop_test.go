@@ -11,6 +11,14 @@ import (
 	"github.com/usherhq/usher/assistant/model/modeltest"
 )
 
+// more clicks the conversation's action sel, under its "More" menu.
+func (tb *tab) more(sel string) {
+	tb.t.Helper()
+	tb.click(`.conversation-actions .more-actions > summary`)
+	tb.waitUntil("the More menu", `document.querySelector(".conversation-actions .more-actions").open`)
+	tb.click(`.conversation-actions .more-actions-list ` + sel)
+}
+
 // TestBrowserStopAndRetry: while the model streams a reply that does not
 // end, Stop ends the turn at once — the draft goes, the page says the turn
 // was stopped, the session takes messages — and Retry asks again: the same
@@ -66,7 +74,7 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	checkShownMatchesAPI(t, tb, s, carol, runID)
 
 	// Rename: the header and the sidebar follow.
-	tb.click(`.conversation-actions button.rename-run`)
+	tb.more(`button.rename-run`)
 	tb.waitUntil("the title field, its text selected", `document.activeElement?.matches("input.rename-input") && document.activeElement.selectionEnd - document.activeElement.selectionStart === document.activeElement.value.length`)
 	tb.typeText(`input.rename-input`, "Essays, short ones")
 	tb.do(chromedp.KeyEvent(kb.Enter))
@@ -77,7 +85,7 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	}
 
 	// Delete, after a confirmation: gone from the sidebar and the API.
-	tb.click(`.conversation-actions button.delete-run`)
+	tb.more(`button.delete-run`)
 	tb.waitUntil("the confirmation", `document.querySelector("dialog.dialog[open] button[value=ok]")`)
 	tb.click(`dialog.dialog[open] button[value=ok]`)
 	tb.waitUntil("the home view, the session gone", `location.pathname === "/" && !document.querySelector(`+js(`.session-list a[href="/runs/`+runID+`"]`)+`)`)

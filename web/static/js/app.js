@@ -9,6 +9,7 @@ import { Conversation, composer } from './conversation.js';
 import { approvalCard, loadApproval, loadApprovals } from './approvals.js';
 import { appsView } from './apps.js';
 import { runStatus, runTitle } from './status.js';
+import { applyTheme, themeButton, shortcuts } from './prefs.js';
 
 const app = {
   me: null,
@@ -22,6 +23,7 @@ const app = {
 };
 
 const root = document.getElementById('app');
+applyTheme();
 
 // ---- boot ----
 
@@ -43,6 +45,13 @@ async function boot() {
   layout();
   window.addEventListener('popstate', () => route());
   document.addEventListener('click', interceptLinks);
+  shortcuts({
+    search: () => {
+      if (window.matchMedia('(max-width: 760px)').matches) toggleSidebar(true);
+      else app.els.search.focus();
+    },
+    newSession: () => navigate('/'),
+  });
   await Promise.all([refreshRuns(), refreshApprovals()]);
   app.feed = newFeed();
   app.feed.start();
@@ -143,6 +152,7 @@ function layout() {
     h('p', { class: 'sidebar-foot' },
       // On the narrowest screens the header has no room for it.
       h('a', { href: '/apps', class: 'button subtle drawer-apps-link' }, 'Connected apps'),
+      themeButton(),
       h('button', { type: 'button', class: 'button subtle sign-out-all', onclick: () => doSignOut(true) }, 'Sign out everywhere')));
   e.main = h('main', { id: 'main', class: 'main', tabindex: '-1' });
   e.main.addEventListener('pointerdown', () => {

@@ -12,6 +12,7 @@ import { RunStream } from './live.js';
 import { approvalCard, loadApproval } from './approvals.js';
 import { runStatus, runTitle, isClosed, contextUse } from './status.js';
 import { summaryCard, CompactionMark, failedNote, continuedNote } from './compaction.js';
+import { exportRun } from './export.js';
 
 const PAGE = 50; // older messages loaded at a time
 const NEAR_BOTTOM = 96; // px: closer than this, new content keeps the view at the bottom
@@ -182,10 +183,34 @@ export class Conversation {
     this.continueButton = h('button', { type: 'button', class: 'button continue-run', onclick: () => this.confirmContinue() }, 'Continue in a new session');
     this.stopButton = h('button', { type: 'button', class: 'button stop-turn', hidden: true, onclick: () => this.stopTurn() }, 'Stop');
     this.renameButton = h('button', { type: 'button', class: 'button subtle rename-run', onclick: () => this.startRename() }, 'Rename');
+    this.exportButton = h('button', { type: 'button', class: 'button subtle export-run', onclick: async (e) => {
+      e.currentTarget.disabled = true;
+      try {
+        await exportRun(this.run);
+        announce('Exported as Markdown.');
+      } catch (err) {
+        announce(`The session could not be exported: ${err.message}`);
+      } finally {
+        this.exportButton.disabled = false;
+      }
+    } }, 'Export');
     this.deleteButton = h('button', { type: 'button', class: 'button subtle delete-run', onclick: () => this.confirmDelete() }, 'Delete');
+    // The rarer actions under "More", so that the header stays one line.
+    this.moreActions = h('details', { class: 'more-actions' },
+      h('summary', { class: 'button subtle' }, 'More'),
+      h('div', { class: 'more-actions-list' }, this.continueButton, this.renameButton, this.exportButton, this.deleteButton));
+    this.moreActions.addEventListener('click', (e) => {
+      if (e.target.closest('button')) this.moreActions.open = false;
+    });
+    this.moreActions.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape' && this.moreActions.open) {
+        this.moreActions.open = false;
+        this.moreActions.querySelector('summary').focus();
+      }
+    });
     const header = h('header', { class: 'conversation-head' },
       h('div', { class: 'conversation-title' }, this.title, this.badge, this.contextUse, this.connection),
-      h('div', { class: 'conversation-actions' }, this.stopButton, this.continueButton, this.completeButton, this.renameButton, this.deleteButton));
+      h('div', { class: 'conversation-actions' }, this.stopButton, this.completeButton, this.moreActions));
 
     this.olderButton = h('button', { type: 'button', class: 'button subtle', onclick: () => this.loadOlder() }, 'Load older messages');
     this.olderBar = h('div', { class: 'older' }, this.olderButton);
