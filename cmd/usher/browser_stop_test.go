@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -83,6 +87,41 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	if code, body := api(t, "GET", s.url+"/api/assistant/runs/"+runID, carol, ""); code != 200 || body["run"].(map[string]any)["title"] != "Essays, short ones" {
 		t.Errorf("GET the run = %d %v", code, body)
 	}
+
+	// Export: a Markdown file of the conversation, downloaded.
+	dir := t.TempDir()
+	call(tb, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dir})
+	tb.more(`button.export-run`)
+	var md []byte
+	waitFor(t, conditionTimeout, func() bool {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".md") {
+				md, _ = os.ReadFile(filepath.Join(dir, e.Name()))
+			}
+		}
+		return len(md) > 0
+	})
+	for _, want := range []string{"# Essays, short ones", "## You", "write me a very long essay", "## Usher", "Here is a short essay."} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("the export lacks %q:\n%s", want, md)
+		}
+	}
+
+	// The theme: light, dark, the system's again, remembered.
+	for _, want := range []string{"light", "dark", ""} {
+		tb.click(`.sidebar .theme-toggle`)
+		tb.waitUntil("the theme "+want, `(document.documentElement.dataset.theme || "") === `+js(want))
+	}
+	tb.click(`.sidebar .theme-toggle`)
+	tb.do(chromedp.Reload())
+	tb.waitUntil("the theme kept after a reload", `document.documentElement.dataset.theme === "light"`)
+	// "/" searches the sessions (when no field has the focus: the page
+	// gives it to the composer, so leave it first).
+	tb.waitUntil("the conversation after the reload", `document.querySelector(`+js(liveConnection)+`)`)
+	evaluate[bool](tb, `(document.activeElement.blur(), true)`)
+	tb.do(chromedp.KeyEvent("/"))
+	tb.waitUntil("the search field focused", `document.activeElement?.id === "session-search"`)
 
 	// Delete, after a confirmation: gone from the sidebar and the API.
 	tb.more(`button.delete-run`)
