@@ -311,8 +311,21 @@ func js(s string) string {
 // click clicks the first element matching sel with the mouse.
 func (tb *tab) click(sel string) {
 	tb.t.Helper()
-	tb.waitUntil(sel+" is on the page", "document.querySelector("+js(sel)+")")
-	tb.do(chromedp.Click(chromedp.CSS(sel)))
+	for attempt := 0; ; attempt++ {
+		tb.waitUntil(sel+" is on the page", "document.querySelector("+js(sel)+")")
+		ctx, cancel := context.WithTimeout(tb.ctx, actionTimeout)
+		err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		// The page may render the element anew between finding it and
+		// clicking it (a live update): find it again.
+		if err != nil && attempt < 3 && strings.Contains(err.Error(), "Could not find node") {
+			continue
+		}
+		if err != nil {
+			tb.t.Fatalf("%s: clicking %s: %v\n%s", tb.name, sel, err, tb.describe())
+		}
+		return
+	}
 }
 
 // typeText types text into the field sel, key by key.
