@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -91,7 +94,7 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	// Export: a Markdown file of the conversation, downloaded.
 	dir := t.TempDir()
 	call(tb, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dir})
-	tb.more(`button.export-run`)
+	tb.more(`button.export-md`)
 	var md []byte
 	waitFor(t, conditionTimeout, func() bool {
 		entries, _ := os.ReadDir(dir)
@@ -217,5 +220,76 @@ func TestBrowserMessageDuringTurn(t *testing.T) {
 		t.Fatalf("complete = %d %v", code, body)
 	}
 	tb.waitUntil("the kept draft", `document.querySelector(".kept-draft-text")?.value === "a thought I had not sent" && document.querySelector(".read-only")`)
+	tb.checkClean()
+}
+
+// TestBrowserUnsentMessage: a draft survives a reload; a message whose
+// answer never reached the page (the connection dropped after Usher
+// stored it) is sent again when the browser is back online — with its
+// Idempotency-Key, so that it is stored exactly once.
+func TestBrowserUnsentMessage(t *testing.T) {
+	ms := modeltest.NewServer(t)
+	s := startServer(t, scriptedEnv(ms))
+	frank := userToken(t, s, "frank")
+	tb := startBrowser(t)
+	tb.signIn(s.url, "frank")
+	ms.Reply("Hello, Frank.")
+	tb.waitUntil("the new-session view", `document.querySelector("#home-title")`)
+	tb.send("hello")
+	tb.waitUntil("the conversation of the new run", `/^\/runs\/[^/]+$/.test(location.pathname)`)
+	runID := tb.runID()
+	tb.waitUntil("the first reply", `document.querySelectorAll("article.msg-assistant").length === 1`)
+	tb.waitBadge("Active")
+
+	// A draft, kept across a reload.
+	tb.typeText(composerInput, "a thought for later")
+	tb.do(chromedp.Reload())
+	tb.waitUntil("the draft after the reload", `document.querySelector(`+js(composerInput)+`)?.value === "a thought for later"`)
+	tb.waitUntil("the run's live stream", `document.querySelector(`+js(liveConnection)+`)`)
+	tb.do(chromedp.KeyEvent(kb.Enter))
+	tb.waitUntil("the draft sent", `document.querySelectorAll("article.msg-user").length === 2`)
+	tb.waitUntil("the box empty", `document.querySelector(`+js(composerInput)+`).value === ""`)
+	tb.waitUntil("its reply", `document.querySelectorAll("article.msg-assistant").length === 2`)
+	tb.waitBadge("Active")
+
+	// The answer to a send is lost: Usher stored the message, the page
+	// never heard.
+	pausedCtx, cancelPaused := context.WithTimeout(tb.ctx, conditionTimeout)
+	defer cancelPaused()
+	paused := chromedp.Events(pausedCtx, fetch.RequestPaused)
+	call(tb, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{
+		{URLPattern: "*/api/assistant/runs/*/messages", RequestStage: fetch.RequestStageResponse},
+	}})
+	tb.trySend("sent exactly once")
+	var held fetch.EventRequestPaused
+	for ev, err := range paused {
+		if err != nil {
+			t.Fatalf("waiting for the send: %v", err)
+		}
+		held = ev
+		break
+	}
+	tb.expectLog("ERR_INTERNET_DISCONNECTED")
+	call(tb, fetch.FailRequest, fetch.FailRequestParams{RequestID: held.RequestID, ErrorReason: network.ErrorReasonInternetDisconnected})
+	call(tb, fetch.Disable, cdp.Empty{})
+	tb.waitUntil("the message kept, said not sent", `document.querySelector(".composer .form-error")?.textContent.startsWith("Not sent") && document.querySelector(`+js(composerInput)+`).value.trim() === "sent exactly once"`)
+
+	// Offline, then back: it goes again, and is stored once.
+	call(tb, network.OverrideNetworkState, network.OverrideNetworkStateParams{Offline: true, DownloadThroughput: -1, UploadThroughput: -1})
+	call(tb, network.OverrideNetworkState, network.OverrideNetworkStateParams{Offline: false, DownloadThroughput: -1, UploadThroughput: -1})
+	tb.waitUntil("the message sent on reconnecting", `document.querySelector(`+js(composerInput)+`).value === "" && !document.querySelector(".composer .form-error").textContent`)
+	tb.waitUntil("its reply", `document.querySelectorAll("article.msg-assistant").length === 3`)
+	n := 0
+	for _, m := range apiMessages(t, s, frank, runID) {
+		if d, _ := m["data"].(map[string]any); m["type"] == "message.user" && d["content"] == "sent exactly once" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the run holds the message %d times, want once", n)
+	}
+	if got := evaluate[int](tb, `[...document.querySelectorAll("article.msg-user")].filter((e) => e.textContent.includes("sent exactly once")).length`); got != 1 {
+		t.Errorf("the page shows it %d times, want once", got)
+	}
 	tb.checkClean()
 }

@@ -51,6 +51,7 @@ async function boot() {
       else app.els.search.focus();
     },
     newSession: () => navigate('/'),
+    messageBox: () => app.els.main.querySelector('.composer textarea')?.focus(),
   });
   await Promise.all([refreshRuns(), refreshApprovals()]);
   app.feed = newFeed();
@@ -423,6 +424,7 @@ function homeView() {
       runUpdated(run);
       navigate(`/runs/${encodeURIComponent(run.runId)}`);
     },
+    draftKey: 'usher.draft.new',
   });
   const heading = h('h2', { id: 'home-title', tabindex: '-1' }, 'New session');
   const limits = h('div', { class: 'home-limits', role: 'status' });

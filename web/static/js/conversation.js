@@ -5,7 +5,7 @@
 // reply, and "< 2/3 >" on a message with alternatives switch between them.
 
 import { h, announce, timeElement, uniqueId } from './dom.js';
-import { request, path, APIError } from './api.js';
+import { request, path, newKey, APIError } from './api.js';
 import { renderMarkdown } from './markdown.js';
 import { prettyValue } from './json.js';
 import { RunStream } from './live.js';
@@ -58,6 +58,12 @@ export class Conversation {
     this.observer = null;
     this.branches = null; // GET …/branches, when the run has branches
     this.replySwitchers = new Map(); // user message seq -> its switcher, to move onto its reply
+    // Back online: what could not be sent goes, once.
+    this.onOnline = () => {
+      if (this.composerForm && this.composerForm.retry) this.composerForm.retry();
+      if (this.offline) this.offline.hidden = true;
+    };
+    window.addEventListener('online', this.onOnline);
   }
 
   // reload shows the run again from the start: after its active branch
@@ -170,6 +176,7 @@ export class Conversation {
 
   destroy() {
     this.destroyed = true;
+    window.removeEventListener('online', this.onOnline);
     if (this.stream) this.stream.stop();
     if (this.observer) this.observer.disconnect();
   }
@@ -183,22 +190,28 @@ export class Conversation {
     this.continueButton = h('button', { type: 'button', class: 'button continue-run', onclick: () => this.confirmContinue() }, 'Continue in a new session');
     this.stopButton = h('button', { type: 'button', class: 'button stop-turn', hidden: true, onclick: () => this.stopTurn() }, 'Stop');
     this.renameButton = h('button', { type: 'button', class: 'button subtle rename-run', onclick: () => this.startRename() }, 'Rename');
-    this.exportButton = h('button', { type: 'button', class: 'button subtle export-run', onclick: async (e) => {
-      e.currentTarget.disabled = true;
-      try {
-        await exportRun(this.run);
-        announce('Exported as Markdown.');
-      } catch (err) {
-        announce(`The session could not be exported: ${err.message}`);
-      } finally {
-        this.exportButton.disabled = false;
-      }
-    } }, 'Export');
+    const exporter = (format, label) => {
+      const button = h('button', { type: 'button', class: `button subtle export-run export-${format}` }, label);
+      button.addEventListener('click', async () => {
+        button.disabled = true;
+        try {
+          await exportRun(this.run, format);
+          announce(`Exported as ${format === 'md' ? 'Markdown' : 'JSON'}.`);
+        } catch (err) {
+          announce(`The session could not be exported: ${err.message}`);
+        } finally {
+          button.disabled = false;
+        }
+      });
+      return button;
+    };
+    this.exportButton = exporter('md', 'Export as Markdown');
+    this.exportJSONButton = exporter('json', 'Export as JSON');
     this.deleteButton = h('button', { type: 'button', class: 'button subtle delete-run', onclick: () => this.confirmDelete() }, 'Delete');
     // The rarer actions under "More", so that the header stays one line.
     this.moreActions = h('details', { class: 'more-actions' },
       h('summary', { class: 'button subtle' }, 'More'),
-      h('div', { class: 'more-actions-list' }, this.continueButton, this.renameButton, this.exportButton, this.deleteButton));
+      h('div', { class: 'more-actions-list' }, this.continueButton, this.renameButton, this.exportButton, this.exportJSONButton, this.deleteButton));
     this.moreActions.addEventListener('click', (e) => {
       if (e.target.closest('button')) this.moreActions.open = false;
     });
@@ -275,11 +288,15 @@ export class Conversation {
         h('a', { href: '/' }, 'Start a new session'), '.'));
       return;
     }
-    this.footer.replaceChildren(composer({
+    this.offline = h('p', { class: 'offline-banner', role: 'status', hidden: true },
+      'You are offline. What you send is kept, and goes as soon as the connection is back.');
+    this.composerForm = composer({
       label: 'Message',
       placeholder: 'Message Usher…',
-      submit: async (text) => this.send(text),
-    }));
+      submit: async (text, key) => this.send(text, key),
+      draftKey: `usher.draft.${this.runId}`,
+    });
+    this.footer.replaceChildren(this.offline, this.composerForm);
   }
 
   onConnection(state) {
@@ -287,6 +304,10 @@ export class Conversation {
     this.connection.textContent = text;
     this.connection.className = `connection ${state}`;
     this.connection.hidden = !text;
+    // Offline: said plainly above the message box; back: what could not
+    // be sent goes, once (its Idempotency-Key).
+    if (this.offline) this.offline.hidden = state !== 'reconnecting' && navigator.onLine !== false;
+    if (state !== 'reconnecting' && this.composerForm && this.composerForm.retry) this.composerForm.retry();
   }
 
   nearBottom() {
@@ -687,8 +708,8 @@ export class Conversation {
     input.focus();
   }
 
-  async send(text) {
-    const res = await request(`${path.run(this.runId)}/messages`, { method: 'POST', body: { content: text } });
+  async send(text, key) {
+    const res = await request(`${path.run(this.runId)}/messages`, { method: 'POST', body: { content: text }, headers: { 'Idempotency-Key': key } });
     if (this.destroyed) return;
     if (!this.rendered.has(res.seq)) {
       this.keepBottom(() => this.renderInto(this.list, { seq: res.seq, type: 'message.user', createdAt: new Date().toISOString(), data: { content: text } }));
@@ -787,8 +808,13 @@ export class Conversation {
 }
 
 // composer is a message form: Enter sends, Shift+Enter starts a new line.
-// submit(text) may throw an error to show; the text is kept then.
-export function composer({ label, placeholder, submit, autofocus = false }) {
+// submit(text, key) may throw an error to show; the text is kept then.
+// key is the message's Idempotency-Key: the same for every attempt to
+// send the same text, so that a retry is never a second message. With
+// draftKey, what is typed is kept in this browser (localStorage) until it
+// is sent, across reloads. The form's retry() sends again a message whose
+// last attempt could not reach Usher: call it when the connection is back.
+export function composer({ label, placeholder, submit, autofocus = false, draftKey = '' }) {
   const inputId = uniqueId('composer');
   const hintId = uniqueId('composer-hint');
   const input = h('textarea', { id: inputId, rows: '2', placeholder, 'aria-describedby': hintId, autofocus, required: true });
@@ -799,27 +825,54 @@ export function composer({ label, placeholder, submit, autofocus = false }) {
     h('div', { class: 'composer-row' }, input, button),
     h('p', { id: hintId, class: 'hint' }, 'Enter sends, Shift+Enter starts a new line.'),
     error);
+  const store = {
+    get: () => { try { return draftKey ? localStorage.getItem(draftKey) || '' : ''; } catch { return ''; } },
+    set: (v) => { try { if (draftKey) { if (v) localStorage.setItem(draftKey, v); else localStorage.removeItem(draftKey); } } catch { /* private mode */ } },
+  };
+  input.value = store.get();
+  input.addEventListener('input', () => store.set(input.value));
   let busy = false;
+  let key = '';
+  let keyText = null;
+  let unsent = false; // the last attempt could not reach Usher
   const go = async () => {
-    const text = input.value;
+    let text = input.value;
     if (busy || !text.trim()) return;
+    // The same message again (whitespace aside): the same text and key,
+    // so that Usher stores it once.
+    if (keyText !== null && text.trim() === keyText.trim()) {
+      text = keyText;
+    } else {
+      key = newKey();
+      keyText = text;
+    }
     busy = true;
     button.disabled = true;
     error.textContent = '';
     try {
-      await submit(text);
-      input.value = '';
+      await submit(text, key);
+      unsent = false;
+      keyText = null;
+      // Cleared unless more was typed while it went.
+      if (input.value.trim() === text.trim()) {
+        input.value = '';
+        store.set('');
+      }
     } catch (err) {
+      unsent = err instanceof APIError && err.code === 'network';
       error.textContent = err instanceof APIError && err.code === 'too_many_active_runs'
         ? 'You have too many active sessions. Complete one to start another.'
-        : err instanceof APIError && err.code === 'network'
-          ? 'Not sent: Usher could not be reached. Your message is kept here; press Enter to send it again.'
+        : unsent
+          ? 'Not sent: Usher could not be reached. Your message is kept here, and goes as soon as the connection is back.'
           : err.message || 'The message could not be sent.';
     } finally {
       busy = false;
       button.disabled = false;
-      input.focus();
+      if (document.activeElement === document.body) input.focus();
     }
+  };
+  form.retry = () => {
+    if (unsent) go();
   };
   form.addEventListener('submit', (e) => {
     e.preventDefault();

@@ -1,5 +1,5 @@
-// Export a conversation as a Markdown file: the messages of the line the
-// page shows, read from the API (GET …/messages), as the person sees them.
+// Export a conversation as a Markdown or JSON file: the messages of the
+// line the page shows, read from the API (GET …/messages).
 
 import { request, path } from './api.js';
 
@@ -51,13 +51,18 @@ export function toMarkdown(run, messages) {
   return lines.join('\n');
 }
 
-// exportRun downloads the run as TITLE.md.
-export async function exportRun(run) {
-  const md = toMarkdown(run, await messagesOf(run.runId));
-  const url = URL.createObjectURL(new Blob([md], { type: 'text/markdown;charset=utf-8' }));
+// exportRun downloads the run as TITLE.md (format "md": Markdown) or
+// TITLE.json ("json": the run and its messages as the API gives them).
+export async function exportRun(run, format = 'md') {
+  const messages = await messagesOf(run.runId);
+  const body = format === 'json'
+    ? JSON.stringify({ exportedAt: new Date().toISOString(), run, messages }, null, 2)
+    : toMarkdown(run, messages);
+  const type = format === 'json' ? 'application/json' : 'text/markdown;charset=utf-8';
+  const url = URL.createObjectURL(new Blob([body], { type }));
   const a = document.createElement('a');
   a.href = url;
-  a.download = `${(run.title || 'session').replace(/[^\p{L}\p{N} ._-]+/gu, '').trim().slice(0, 80) || 'session'}.md`;
+  a.download = `${(run.title || 'session').replace(/[^\p{L}\p{N} ._-]+/gu, '').trim().slice(0, 80) || 'session'}.${format}`;
   document.body.append(a);
   a.click();
   a.remove();

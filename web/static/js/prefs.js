@@ -52,8 +52,9 @@ function typing(e) {
 }
 
 // shortcuts binds the page's keyboard shortcuts: "/" searches the
-// sessions, Ctrl+Shift+O (⌘⇧O) starts a new session.
-export function shortcuts({ search, newSession }) {
+// sessions, Ctrl+Shift+O (⌘⇧O) starts a new session, Shift+Escape goes to
+// the message box.
+export function shortcuts({ search, newSession, messageBox }) {
   document.addEventListener('keydown', (e) => {
     if (e.defaultPrevented || e.isComposing) return;
     if (e.key === '/' && !e.ctrlKey && !e.metaKey && !e.altKey && !typing(e)) {
@@ -62,6 +63,9 @@ export function shortcuts({ search, newSession }) {
     } else if ((e.ctrlKey || e.metaKey) && e.shiftKey && e.key.toLowerCase() === 'o') {
       e.preventDefault();
       newSession();
+    } else if (e.key === 'Escape' && e.shiftKey) {
+      e.preventDefault();
+      messageBox();
     }
   });
 }
