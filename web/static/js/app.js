@@ -6,7 +6,7 @@ import { h, announce, timeElement } from './dom.js';
 import { request, path, newKey, whenSignedOut, APIError } from './api.js';
 import { UpdatesFeed } from './live.js';
 import { Conversation, composer } from './conversation.js';
-import { approvalCard, loadApproval, loadApprovals } from './approvals.js';
+import { approvalCard, loadApproval, loadApprovals, approvalHistory, rememberApprovalsOf } from './approvals.js';
 import { appsView } from './apps.js';
 import { runStatus, runTitle } from './status.js';
 
@@ -39,6 +39,7 @@ async function boot() {
     return;
   }
   app.me = session.principal;
+  rememberApprovalsOf(app.me && app.me.id);
   app.seen = loadSeen();
   layout();
   window.addEventListener('popstate', () => route());
@@ -371,10 +372,11 @@ function inboxView() {
   document.title = 'Approvals · Usher';
   const heading = h('h2', { id: 'inbox-title', tabindex: '-1' }, 'Approvals');
   const list = h('div', { class: 'approval-list' }, h('p', { class: 'loading' }, 'Loading approvals…'));
+  const history = approvalHistory({ runLink });
   const section = h('section', { class: 'inbox', 'aria-labelledby': 'inbox-title' },
     heading,
     h('p', { class: 'lede' }, 'Tool calls waiting for a person: those you asked for, and those you may decide.'),
-    list);
+    list, history);
   app.els.main.replaceChildren(section);
   heading.focus();
   let destroyed = false;
@@ -394,13 +396,20 @@ function inboxView() {
     list.replaceChildren(...items.map((item) => approvalCard(item, {
       level: 3,
       runLink: runLink(item.view.run_id),
-      onDecided: () => { refreshApprovals(); load().then(() => heading.focus()); },
+      // The decided request moves to Recent decisions; so does the focus.
+      onDecided: (decided) => {
+        refreshApprovals();
+        Promise.all([load(), history.reload()]).then(() => {
+          const moved = history.querySelector(`[data-approval="${CSS.escape(decided.view.id)}"] .approval-title`);
+          (moved || heading).focus();
+        });
+      },
     })));
   };
   load();
   return {
     destroy() { destroyed = true; },
-    approvalChanged() { load(); },
+    approvalChanged() { load(); history.reload(); },
   };
 }
 
