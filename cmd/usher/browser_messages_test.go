@@ -62,7 +62,7 @@ func TestBrowserMessages(t *testing.T) {
 	}
 	type codeView struct {
 		Text, Label, Keywords, Button, ButtonName, Strings string
-		BodyHasMarkup                                     bool
+		BodyHasMarkup                                      bool
 	}
 	v := evaluate[codeView](tb, `(() => {
 		const b = document.querySelector(`+js(block)+`);

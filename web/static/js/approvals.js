@@ -86,16 +86,24 @@ export function approvalHistory(options = {}) {
     h('h3', { id: 'history-title' }, 'Recent decisions'),
     h('p', { class: 'hint' }, 'Requests shown in this browser — yours, and those you could decide — once they are decided, expired or revoked.'),
     list);
+  let generation = 0; // the latest reload shows; an earlier one finishing late does not
   section.reload = async () => {
+    generation += 1;
+    const mine = generation;
     const ids = remembered();
     const found = await Promise.all(ids.map((id) => loadQuietly(id)));
+    if (mine !== generation) return;
     const gone = new Set(ids.filter((id, i) => found[i] === null));
     if (gone.size) keep(remembered().filter((id) => !gone.has(id)));
     const decided = found.filter((item) => item && item.view.status !== 'pending');
     decided.sort((a, b) => when(b.view) - when(a.view));
+    // The focus stays on the card it was on.
+    const at = list.contains(document.activeElement) ? document.activeElement.closest('[data-approval]') : null;
     list.replaceChildren(...(decided.length
       ? decided.map((item) => approvalCard(item, { level: 4, runLink: options.runLink ? options.runLink(item.view.run_id) : null }))
       : [h('p', { class: 'empty-state' }, 'No decisions yet.')]));
+    const again = at && list.querySelector(`[data-approval="${CSS.escape(at.dataset.approval)}"] .approval-title`);
+    if (again) again.focus({ preventScroll: true });
   };
   section.reload();
   return section;
@@ -142,6 +150,12 @@ export function approvalCard(item, options = {}) {
   // demand (the call itself is in the tool card, or the inbox's list).
   const folded = view.status !== 'pending';
   if (folded) card.classList.add('is-decided');
+  if (folded) {
+    // Which call it was, in a line: the arguments (in full below).
+    const brief = readable(item.args ?? JSON.stringify(view.arguments));
+    card.append(h('p', { class: 'approval-brief' }, code(brief.length > 160 ? `${brief.slice(0, 159)}…` : brief),
+      options.runLink ? [' in ', options.runLink.cloneNode(true)] : null));
+  }
   if (folded && (view.decided_by || view.decision_reason)) card.append(decisionNote(view));
   const body = folded ? h('div', { class: 'approval-body' }) : card;
   if (folded) card.append(h('details', { class: 'approval-more' }, h('summary', null, 'Details: the arguments, the policy, the ids'), body));
@@ -183,6 +197,7 @@ function decisionNote(view) {
   return h('p', { class: 'decision-note' },
     view.status === 'denied' ? 'Denied' : 'Approved',
     view.decided_at ? [' ', timeElement(view.decided_at)] : '',
+    view.decided_by && view.decided_by !== view.requested_by ? [' by ', code(view.decided_by)] : '',
     view.decision_reason ? [': ', h('q', null, view.decision_reason)] : '.');
 }
 

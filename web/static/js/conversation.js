@@ -10,7 +10,7 @@ import { renderMarkdown } from './markdown.js';
 import { prettyValue, resultBlock } from './json.js';
 import { messageCopy } from './copy.js';
 import { RunStream } from './live.js';
-import { approvalCard, loadApproval } from './approvals.js';
+import { approvalCard, loadApproval, approvalStatus } from './approvals.js';
 import { runStatus, runTitle, isClosed, contextUse } from './status.js';
 import { summaryCard, CompactionMark, failedNote, continuedNote } from './compaction.js';
 
@@ -466,20 +466,25 @@ export class Conversation {
       call.slot.replaceChildren(card);
       if (hadFocus) card.querySelector('.approval-title').focus({ preventScroll: true });
     };
+    // Until the call's next result, its pending one says where it stands.
+    const standing = (view) => {
+      const pending = view.status === 'pending';
+      if (call.args) call.args.hidden = pending;
+      const waiting = call.result.querySelector('.tool-waiting');
+      if (!waiting) return;
+      if (!pending) waiting.textContent = view.status === 'approved' ? 'Approved: the call runs now.' : `${approvalStatus(view.status)[0]}.`;
+      else if (!(view.can_approve || view.can_deny)) waiting.textContent = 'Waiting for an approver\u2019s decision.';
+    };
     try {
       const item = await loadApproval(id);
       if (this.destroyed || call.approvalId !== id) return;
       const hadFocus = focusIn();
       const pending = item.view.status === 'pending';
-      if (call.args) call.args.hidden = pending;
-      if (pending && !(item.view.can_approve || item.view.can_deny)) {
-        const waiting = call.result.querySelector('.tool-waiting');
-        if (waiting) waiting.textContent = 'Waiting for an approver\u2019s decision.';
-      }
+      standing(item.view);
       place(approvalCard(item, {
         level: 4,
         onDecided: (decided) => {
-          if (call.args) call.args.hidden = false;
+          standing(decided.view);
           place(approvalCard(decided, { level: 4 }), true);
           this.app.approvalsChanged();
         },
