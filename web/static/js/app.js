@@ -393,16 +393,17 @@ function inboxView() {
       list.replaceChildren(h('p', { class: 'empty-state' }, 'Nothing is waiting for you.'));
       return;
     }
+    // The same requests: the cards stay as they are, with the person's
+    // focus and the reason they may be typing.
+    if ([...list.children].map((c) => c.dataset.approval).join(' ') === items.map((i) => i.view.id).join(' ')) return;
     list.replaceChildren(...items.map((item) => approvalCard(item, {
       level: 3,
       runLink: runLink(item.view.run_id),
       // The decided request moves to Recent decisions; so does the focus.
       onDecided: (decided) => {
         refreshApprovals();
-        Promise.all([load(), history.reload()]).then(() => {
-          const moved = history.querySelector(`[data-approval="${CSS.escape(decided.view.id)}"] .approval-title`);
-          (moved || heading).focus();
-        });
+        history.reload({ focus: decided.view.id });
+        load().then(() => { if (!section.contains(document.activeElement)) heading.focus(); });
       },
     })));
   };

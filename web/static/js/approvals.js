@@ -87,7 +87,11 @@ export function approvalHistory(options = {}) {
     h('p', { class: 'hint' }, 'Requests shown in this browser — yours, and those you could decide — once they are decided, expired or revoked.'),
     list);
   let generation = 0; // the latest reload shows; an earlier one finishing late does not
-  section.reload = async () => {
+  let focusOn = ''; // an approval whose card takes the focus once shown
+  // reload reads the history again; focus: the id of an approval just
+  // decided, whose card then takes the focus.
+  section.reload = async ({ focus } = {}) => {
+    if (focus) focusOn = focus;
     generation += 1;
     const mine = generation;
     const ids = remembered();
@@ -97,13 +101,22 @@ export function approvalHistory(options = {}) {
     if (gone.size) keep(remembered().filter((id) => !gone.has(id)));
     const decided = found.filter((item) => item && item.view.status !== 'pending');
     decided.sort((a, b) => when(b.view) - when(a.view));
+    // The same decisions: the cards stay as they are (a Details opened).
+    const shown = decided.map((item) => `${item.view.id}:${item.view.status}`).join(' ');
     // The focus stays on the card it was on.
     const at = list.contains(document.activeElement) ? document.activeElement.closest('[data-approval]') : null;
-    list.replaceChildren(...(decided.length
-      ? decided.map((item) => approvalCard(item, { level: 4, runLink: options.runLink ? options.runLink(item.view.run_id) : null }))
-      : [h('p', { class: 'empty-state' }, 'No decisions yet.')]));
-    const again = at && list.querySelector(`[data-approval="${CSS.escape(at.dataset.approval)}"] .approval-title`);
-    if (again) again.focus({ preventScroll: true });
+    if (!decided.length || list.dataset.shown !== shown) {
+      list.dataset.shown = shown;
+      list.replaceChildren(...(decided.length
+        ? decided.map((item) => approvalCard(item, { level: 4, runLink: options.runLink ? options.runLink(item.view.run_id) : null }))
+        : [h('p', { class: 'empty-state' }, 'No decisions yet.')]));
+    } else if (!focusOn) {
+      return;
+    }
+    const want = focusOn || (at && at.dataset.approval);
+    const again = want && list.querySelector(`[data-approval="${CSS.escape(want)}"] .approval-title`);
+    if (again) again.focus({ preventScroll: !focusOn });
+    focusOn = '';
   };
   section.reload();
   return section;
