@@ -22,7 +22,7 @@ import (
 // 1280×800 and at 390×844 (also after a reload), shows its arguments once
 // and "Waiting for your decision" rather than the text meant for the
 // model; approved from the keyboard, the focus stays on the card, folded
-// to its outcome. The inbox lists the decisions.
+// to its outcome. The inbox lists the decisions, to this person only.
 func TestBrowserMessages(t *testing.T) {
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms))
@@ -239,5 +239,13 @@ func TestBrowserMessages(t *testing.T) {
 		!strings.HasPrefix(got, "Approved and used errands, Denied chores, Approved and used groceries") {
 		t.Errorf("the inbox's history = %q", got)
 	}
+
+	// The history is this person's: another, signed in to the same
+	// browser, has none.
+	tb.click(".topbar .user button")
+	tb.waitUntil("signed out", `document.querySelector("main.signin a.button.primary")`)
+	tb.signIn(s.url, "frank")
+	tb.click(`a.inbox-link`)
+	tb.waitUntil("frank's inbox", `document.querySelector(".inbox .empty-state")?.textContent === "Nothing is waiting for you." && document.querySelector(".approval-history .empty-state")?.textContent === "No decisions yet."`)
 	tb.checkClean()
 }
