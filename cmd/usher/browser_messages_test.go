@@ -26,15 +26,14 @@ import (
 func TestBrowserMessages(t *testing.T) {
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms))
-	erin := userToken(t, s, "erin")
+	tb := startBrowser(t)
+	tb.do(chromedp.EmulateViewport(1280, 800))
 	// Sessions for sessions_list to list: a long JSON result.
 	for _, title := range []string{"Quarterly report", "Team offsite"} {
-		if code, run := api(t, "POST", s.url+"/api/assistant/runs", erin, fmt.Sprintf(`{"title":%s}`, js(title))); code != 201 {
+		if code, run := api(t, "POST", s.url+"/api/assistant/runs", userToken(t, s, "erin"), fmt.Sprintf(`{"title":%s}`, js(title))); code != 201 {
 			t.Fatalf("create = %d %v", code, run)
 		}
 	}
-	tb := startBrowser(t)
-	tb.do(chromedp.EmulateViewport(1280, 800))
 	for _, name := range []string{"clipboard-read", "clipboard-write"} {
 		call(tb, browser.SetPermission, browser.SetPermissionParams{
 			Permission: &browser.PermissionDescriptor{Name: name}, Setting: browser.PermissionSettingGranted, Origin: s.url,

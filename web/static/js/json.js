@@ -161,19 +161,8 @@ export function readable(text) {
 // prettyValue shows a parsed value (model-chosen tool arguments, a tool
 // result) readably; strings that hold JSON are shown as that JSON.
 export function prettyValue(value) {
-  if (typeof value === 'string') {
-    const t = value.trim();
-    if ((t.startsWith('{') && t.endsWith('}')) || (t.startsWith('[') && t.endsWith(']'))) {
-      try {
-        JSON.parse(t);
-        return pretty(readable(t));
-      } catch {
-        return value;
-      }
-    }
-    return value;
-  }
   if (value === undefined) return '';
+  if (typeof value === 'string') return readableResult(value).text;
   return pretty(readable(JSON.stringify(value)));
 }
 
