@@ -44,7 +44,8 @@ func TestBrowserMessages(t *testing.T) {
 
 	// A reply with code: highlighted, labelled, copied.
 	const code = "func main() {\n\tfmt.Println(\"<b>hi</b>\") // greet\n}"
-	reply := "Here it is:\n\n```go\n" + code + "\n```\n\nRun it with `go run`."
+	const page = `<p onclick="alert(1)">hi</p><script>alert(2)</script>`
+	reply := "Here it is:\n\n```go\n" + code + "\n```\n\nAnd a page:\n\n```html\n" + page + "\n```\n\nRun it with `go run`."
 	ms.Reply("Hello.")
 	tb.waitUntil("the new-session view", `document.querySelector("#home-title")`)
 	tb.send("hello")
@@ -56,9 +57,14 @@ func TestBrowserMessages(t *testing.T) {
 	tb.send("show me a Go program")
 	block := `article.msg-assistant .code-block`
 	tb.waitUntil("the highlighted code", `document.querySelector(`+js(block+` code.hljs .hljs-keyword`)+`)`)
-	if got := evaluate[string](tb, vendored); got != "/static/vendor/highlight/core.min.js /static/vendor/highlight/languages/go.min.js" {
-		t.Errorf("loaded for a Go block: %q, want the core and Go alone", got)
+	tb.waitUntil("the highlighted page", `document.querySelectorAll(`+js(block+` code.hljs .hljs-tag`)+`).length > 0`)
+	if got := evaluate[string](tb, vendored); got != "/static/vendor/highlight/core.min.js /static/vendor/highlight/languages/go.min.js /static/vendor/highlight/languages/xml.min.js" {
+		t.Errorf("loaded for a Go and an HTML block: %q, want the core, Go and XML alone", got)
 	}
+	if got := evaluate[string](tb, `(() => { const b = document.querySelectorAll(`+js(block)+`)[1]; return getComputedStyle(b.querySelector(".code-lang"), "::before").content + " " + b.querySelector("code").textContent; })()`); got != `"HTML" `+page {
+		t.Errorf("the HTML block shows %s", got)
+	}
+	checkNoMarkupFrom(t, tb)
 	type codeView struct {
 		Text, Label, Keywords, Button, ButtonName, Strings string
 		BodyHasMarkup                                      bool

@@ -51,7 +51,7 @@ const LABELS = {
   go: 'Go', graphql: 'GraphQL', ini: 'INI', java: 'Java', 'javascript': 'JavaScript', json: 'JSON',
   kotlin: 'Kotlin', lua: 'Lua', makefile: 'Makefile', markdown: 'Markdown', php: 'PHP',
   powershell: 'PowerShell', python: 'Python', r: 'R', ruby: 'Ruby', rust: 'Rust', shell: 'Shell session',
-  sql: 'SQL', swift: 'Swift', typescript: 'TypeScript', xml: 'HTML/XML', yaml: 'YAML',
+  sql: 'SQL', swift: 'Swift', typescript: 'TypeScript', xml: 'XML', yaml: 'YAML',
 };
 
 const byName = new Map();
@@ -66,7 +66,8 @@ export function languageOf(name) {
 // languageLabel names a code block's language for its label: the known
 // name, else the fence's own word, else "Text".
 export function languageLabel(name) {
-  if (String(name).toLowerCase() === 'toml') return 'TOML';
+  const own = { html: 'HTML', xhtml: 'XHTML', svg: 'SVG', toml: 'TOML', jsx: 'JSX', tsx: 'TSX' }[String(name).toLowerCase()];
+  if (own) return own;
   const lang = languageOf(name);
   if (lang) return LABELS[lang];
   return name ? String(name) : 'Text';
