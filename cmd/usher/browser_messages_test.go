@@ -245,6 +245,12 @@ func TestBrowserMessages(t *testing.T) {
 		t.Errorf("the inbox's history = %q", got)
 	}
 
+	// The page of one decided approval (the link an MCP client is given)
+	// shows it with its details unfolded.
+	decidedID := evaluate[string](tb, `document.querySelector(".approval-history .approval-card").dataset.approval`)
+	tb.do(chromedp.Navigate(s.url + "/approvals/" + decidedID))
+	tb.waitUntil("the approval's page", `document.querySelector(".approval-card.is-decided details.approval-more[open] pre.arguments")?.textContent.includes("errands")`)
+
 	// The history is this person's: another, signed in to the same
 	// browser, has none.
 	tb.click(".topbar .user button")

@@ -423,11 +423,14 @@ function approvalView(id) {
   heading.focus();
   let destroyed = false;
   const show = (item) => {
+    const hadFocus = slot.contains(document.activeElement); // kept on the card
     slot.replaceChildren(approvalCard(item, {
       level: 3,
+      open: true,
       runLink: runLink(item.view.run_id),
       onDecided: (decided) => { refreshApprovals(); show(decided); },
     }));
+    if (hadFocus) slot.querySelector('.approval-title').focus({ preventScroll: true });
   };
   const load = async () => {
     try {

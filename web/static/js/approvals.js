@@ -147,7 +147,7 @@ function code(text) {
 
 // approvalCard renders one approval. options: level (heading level, 2 or
 // 3), onDecided(view) after a decision, runLink (a node linking to its
-// session, or null).
+// session, or null), open (a decided approval's details shown unfolded).
 export function approvalCard(item, options = {}) {
   const { view } = item;
   const level = options.level || 3;
@@ -171,7 +171,7 @@ export function approvalCard(item, options = {}) {
   }
   if (folded && (view.decided_by || view.decision_reason)) card.append(decisionNote(view));
   const body = folded ? h('div', { class: 'approval-body' }) : card;
-  if (folded) card.append(h('details', { class: 'approval-more' }, h('summary', null, 'Details: the arguments, the policy, the ids'), body));
+  if (folded) card.append(h('details', { class: 'approval-more', open: Boolean(options.open) }, h('summary', null, 'Details: the arguments, the policy, the ids'), body));
 
   const args = pretty(readable(item.args ?? JSON.stringify(view.arguments)));
   body.append(h('dl', { class: 'facts' },
