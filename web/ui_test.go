@@ -118,6 +118,9 @@ func TestScriptsHaveNoHTMLSinks(t *testing.T) {
 		if err != nil || d.IsDir() || path.Ext(p) != ".js" {
 			return err
 		}
+		if strings.HasPrefix(p, vendorDir+"/") {
+			return nil // others' code, unmodified: TestVendoredHighlighter
+		}
 		n++
 		b, err := static.ReadFile(p)
 		if err != nil {

@@ -6,7 +6,7 @@ import { h, announce, timeElement } from './dom.js';
 import { request, path, newKey, whenSignedOut, APIError } from './api.js';
 import { UpdatesFeed } from './live.js';
 import { Conversation, composer } from './conversation.js';
-import { approvalCard, loadApproval, loadApprovals } from './approvals.js';
+import { approvalCard, loadApproval, loadApprovals, approvalHistory, rememberApprovalsOf } from './approvals.js';
 import { appsView } from './apps.js';
 import { runStatus, runTitle } from './status.js';
 import { applyTheme, themeButton, shortcuts } from './prefs.js';
@@ -41,6 +41,7 @@ async function boot() {
     return;
   }
   app.me = session.principal;
+  rememberApprovalsOf(app.me && app.me.id);
   app.seen = loadSeen();
   layout();
   window.addEventListener('popstate', () => route());
@@ -476,10 +477,11 @@ function inboxView() {
   document.title = 'Approvals · Usher';
   const heading = h('h2', { id: 'inbox-title', tabindex: '-1' }, 'Approvals');
   const list = h('div', { class: 'approval-list' }, h('p', { class: 'loading' }, 'Loading approvals…'));
+  const history = approvalHistory({ runLink });
   const section = h('section', { class: 'inbox', 'aria-labelledby': 'inbox-title' },
     heading,
     h('p', { class: 'lede' }, 'Tool calls waiting for a person: those you asked for, and those you may decide.'),
-    list);
+    list, history);
   app.els.main.replaceChildren(section);
   heading.focus();
   let destroyed = false;
@@ -496,16 +498,24 @@ function inboxView() {
       list.replaceChildren(h('p', { class: 'empty-state' }, 'Nothing is waiting for you.'));
       return;
     }
+    // The same requests: the cards stay as they are, with the person's
+    // focus and the reason they may be typing.
+    if ([...list.children].map((c) => c.dataset.approval).join(' ') === items.map((i) => i.view.id).join(' ')) return;
     list.replaceChildren(...items.map((item) => approvalCard(item, {
       level: 3,
       runLink: runLink(item.view.run_id),
-      onDecided: () => { refreshApprovals(); load().then(() => heading.focus()); },
+      // The decided request moves to Recent decisions; so does the focus.
+      onDecided: (decided) => {
+        refreshApprovals();
+        history.reload({ focus: decided.view.id });
+        load().then(() => { if (!section.contains(document.activeElement)) heading.focus(); });
+      },
     })));
   };
   load();
   return {
     destroy() { destroyed = true; },
-    approvalChanged() { load(); },
+    approvalChanged() { load(); history.reload(); },
   };
 }
 
@@ -518,11 +528,14 @@ function approvalView(id) {
   heading.focus();
   let destroyed = false;
   const show = (item) => {
+    const hadFocus = slot.contains(document.activeElement); // kept on the card
     slot.replaceChildren(approvalCard(item, {
       level: 3,
+      open: true,
       runLink: runLink(item.view.run_id),
       onDecided: (decided) => { refreshApprovals(); show(decided); },
     }));
+    if (hadFocus) slot.querySelector('.approval-title').focus({ preventScroll: true });
   };
   const load = async () => {
     try {

@@ -7,9 +7,10 @@
 import { h, announce, timeElement, uniqueId } from './dom.js';
 import { request, path, newKey, APIError } from './api.js';
 import { renderMarkdown } from './markdown.js';
-import { prettyValue } from './json.js';
+import { prettyValue, resultBlock } from './json.js';
+import { messageCopy } from './copy.js';
 import { RunStream } from './live.js';
-import { approvalCard, loadApproval } from './approvals.js';
+import { approvalCard, loadApproval, approvalStatus } from './approvals.js';
 import { runStatus, runTitle, isClosed, contextUse } from './status.js';
 import { summaryCard, CompactionMark, failedNote, continuedNote } from './compaction.js';
 import { exportRun } from './export.js';
@@ -450,6 +451,7 @@ export class Conversation {
       article.append(h('div', { class: 'msg-body plain' }, d.content || ''),
         h('footer', { class: 'msg-meta' }, sw && sw.el, edit, ' ', timeElement(ev.createdAt)));
       parent.append(article);
+      messageCopy(article, d.content);
     } else if (ev.type === 'message.assistant') {
       const body = d.content ? h('div', { class: 'msg-body md' }, renderMarkdown(d.content)) : null;
       const cards = (d.toolCalls || []).map((call) => this.toolCard(call));
@@ -460,6 +462,7 @@ export class Conversation {
         body,
         cards.length ? h('div', { class: 'tool-cards' }, cards) : null,
         h('footer', { class: 'msg-meta' }, versions, timeElement(ev.createdAt))));
+      if (body) messageCopy(parent.lastElementChild, d.content);
     } else if (ev.type === 'message.tool') {
       let call = this.calls.get(d.toolCallId);
       if (!call) { // its call is not on the page (yet): show the result alone
@@ -477,29 +480,38 @@ export class Conversation {
     const result = h('div', { class: 'tool-result', hidden: true });
     const slot = h('div', { class: 'approval-slot' });
     const argsText = call.arguments === undefined ? '' : prettyValue(call.arguments === null ? null : call.arguments);
+    // The model's arguments; while an approval is pending they are hidden:
+    // its card shows them, exactly as they will run.
+    const args = call.arguments !== undefined
+      ? h('div', { class: 'tool-args' }, h('h4', null, 'Arguments'), h('pre', { tabindex: '0' }, h('code', null, argsText)))
+      : null;
     const card = h('details', { class: 'tool-card', 'data-call': call.id || '' },
       h('summary', null, h('span', { class: 'tool-label' }, 'Tool'), ' ', h('code', null, call.name || 'unknown'), ' ', badge),
-      h('div', { class: 'tool-body' },
-        call.arguments !== undefined ? [h('h4', null, 'Arguments'), h('pre', { tabindex: '0' }, h('code', null, argsText))] : null,
-        result,
-        slot));
-    const parts = { card, badge, result, slot, name: call.name, approvalId: null };
+      h('div', { class: 'tool-body' }, args, result, slot));
+    const parts = { card, badge, args, result, slot, name: call.name, approvalId: null, reveal: false };
     if (call.id) this.calls.set(call.id, parts);
     return card;
   }
 
   toolResult(call, d, live) {
     const [label, cls] = TOOL_STATUS[d.status] || [d.isError ? 'Failed' : 'Done', d.isError ? 'status-bad' : 'status-ok'];
+    const pending = d.status === 'approval_pending';
     call.badge.textContent = label;
     call.badge.className = `badge ${cls}`;
     call.card.dataset.status = d.status || '';
     call.result.hidden = false;
-    call.result.replaceChildren(h('h4', null, d.status === 'approval_pending' ? 'Result so far' : 'Result'),
-      h('pre', { tabindex: '0' }, h('code', null, prettyValue(d.content))));
+    if (call.args) call.args.hidden = pending && Boolean(d.approval && d.approval.id);
+    // A pending result's text is for the model (where to send the user,
+    // to retry the call): the person is shown what it means instead.
+    call.result.replaceChildren(...(pending
+      ? [h('p', { class: 'tool-waiting' }, 'Waiting for your decision.')]
+      : [h('h4', null, 'Result'), resultBlock(d.content)]));
     if (d.approval && d.approval.id) {
       call.approvalId = d.approval.id;
-      if (d.status === 'approval_pending') {
+      if (pending) {
         call.card.open = true;
+        // Approve and Deny are brought into view once the card is there.
+        call.reveal = true;
         if (live) announce(`Approval needed: ${d.name || call.name}.`);
       }
       this.showApproval(call);
@@ -510,18 +522,50 @@ export class Conversation {
 
   async showApproval(call) {
     const id = call.approvalId;
+    // Focus in the card (a decision just made) stays on the card.
+    const focusIn = () => call.slot.contains(document.activeElement);
+    const place = (card, hadFocus) => {
+      call.slot.replaceChildren(card);
+      if (hadFocus) card.querySelector('.approval-title').focus({ preventScroll: true });
+    };
+    // Until the call's next result, its pending one says where it stands.
+    const standing = (view) => {
+      const pending = view.status === 'pending';
+      if (call.args) call.args.hidden = pending;
+      const waiting = call.result.querySelector('.tool-waiting');
+      if (!waiting) return;
+      if (!pending) waiting.textContent = view.status === 'approved' ? 'Approved: the call runs now.' : `${approvalStatus(view.status)[0]}.`;
+      else if (!(view.can_approve || view.can_deny)) waiting.textContent = 'Waiting for an approver\u2019s decision.';
+    };
     try {
       const item = await loadApproval(id);
       if (this.destroyed || call.approvalId !== id) return;
-      call.slot.replaceChildren(approvalCard(item, {
+      const hadFocus = focusIn();
+      const pending = item.view.status === 'pending';
+      standing(item.view);
+      place(approvalCard(item, {
         level: 4,
         onDecided: (decided) => {
-          call.slot.replaceChildren(approvalCard(decided, { level: 4 }));
+          standing(decided.view);
+          place(approvalCard(decided, { level: 4 }), true);
           this.app.approvalsChanged();
         },
-      }));
+      }), hadFocus);
+      if (pending && call.reveal) {
+        // Scrolled into view: all of the card when it fits, else down to
+        // its Approve and Deny buttons.
+        call.reveal = false;
+        const card = call.slot.firstElementChild;
+        const s = this.scroller;
+        const view = s.getBoundingClientRect();
+        const box = card.getBoundingClientRect();
+        const target = box.height <= view.height ? box : (card.querySelector('form.decision') || card).getBoundingClientRect();
+        if (target.bottom > view.bottom) s.scrollTop += target.bottom - view.bottom + 8;
+        else if (target.top < view.top) s.scrollTop -= view.top - target.top + 8;
+      }
     } catch (err) {
       if (this.destroyed) return;
+      if (call.args) call.args.hidden = false;
       call.slot.replaceChildren(h('p', { class: 'hint' },
         err instanceof APIError && err.status === 404 ? 'This approval is not yours to see.' : `The approval could not be loaded: ${err.message}`,
         ' ', h('a', { href: `/approvals/${encodeURIComponent(id)}` }, 'Open it')));

@@ -2,6 +2,9 @@
 // JSON.parse would round numbers beyond 2^53 and reorder keys that look
 // like integers. These functions work on the JSON text itself.
 
+import { h, uniqueId } from './dom.js';
+import { highlight } from './highlight.js';
+
 // rawAt returns the exact text of the value at path (keys and array
 // indexes) inside the JSON document text, or null when there is none.
 export function rawAt(text, path) {
@@ -158,18 +161,53 @@ export function readable(text) {
 // prettyValue shows a parsed value (model-chosen tool arguments, a tool
 // result) readably; strings that hold JSON are shown as that JSON.
 export function prettyValue(value) {
-  if (typeof value === 'string') {
-    const t = value.trim();
-    if ((t.startsWith('{') && t.endsWith('}')) || (t.startsWith('[') && t.endsWith(']'))) {
-      try {
-        JSON.parse(t);
-        return pretty(readable(t));
-      } catch {
-        return value;
-      }
-    }
-    return value;
-  }
   if (value === undefined) return '';
+  if (typeof value === 'string') return readableResult(value).text;
   return pretty(readable(JSON.stringify(value)));
+}
+
+// readableResult is a tool result's text as a person reads it: JSON
+// (an object or an array) indented, exactly as written; a JSON string
+// as its text, unescaped; anything else as it is.
+export function readableResult(content) {
+  const text = typeof content === 'string' ? content : content === undefined || content === null ? '' : JSON.stringify(content);
+  const t = text.trim();
+  if ((t.startsWith('{') && t.endsWith('}')) || (t.startsWith('[') && t.endsWith(']'))) {
+    try {
+      JSON.parse(t);
+      return { json: true, text: pretty(readable(t)) };
+    } catch {
+      return { json: false, text };
+    }
+  }
+  if (t.startsWith('"') && t.endsWith('"')) {
+    try {
+      const s = JSON.parse(t);
+      if (typeof s === 'string') return { json: false, text: s };
+    } catch {
+      return { json: false, text };
+    }
+  }
+  return { json: false, text };
+}
+
+const FOLD_LINES = 16; // a longer result shows its first lines and "Show all"
+
+// resultBlock shows a tool result: JSON indented and coloured, text as
+// text; a long one folded to its first lines, with a button to show all.
+export function resultBlock(content) {
+  const { json, text } = readableResult(content);
+  const code = h('code', { class: json ? 'language-json' : null }, text);
+  const pre = h('pre', { tabindex: '0', id: uniqueId('result'), class: json ? 'result-json' : 'result-text' }, code);
+  if (json) highlight(code, 'json');
+  const lines = text.split('\n').length;
+  if (lines <= FOLD_LINES) return pre;
+  pre.classList.add('folded');
+  const toggle = h('button', { type: 'button', class: 'link-button result-toggle', 'aria-expanded': 'false', 'aria-controls': pre.id }, `Show all ${lines} lines`);
+  toggle.addEventListener('click', () => {
+    const open = pre.classList.toggle('folded') === false;
+    toggle.setAttribute('aria-expanded', String(open));
+    toggle.textContent = open ? 'Show less' : `Show all ${lines} lines`;
+  });
+  return h('div', { class: 'result-fold' }, pre, toggle);
 }

@@ -9,6 +9,9 @@
 // quotes, ordered and unordered (nested) lists, tables, horizontal rules,
 // links, autolinks and bare URLs.
 
+import { highlight, languageLabel } from './highlight.js';
+import { copyButton } from './copy.js';
+
 const MAX_DEPTH = 8; // nesting of quotes and lists
 const MAX_INPUT = 256 * 1024; // characters rendered; the rest is shown as text
 
@@ -177,13 +180,25 @@ function renderBlocks(lines, parent, depth) {
   }
 }
 
+// codeBlock is a fenced or indented block: its language's label, a Copy
+// button and the code, highlighted once highlight.js (loaded only now) has
+// its language. The label and the button's word are drawn by CSS (from
+// data-label and .code-copy), so the block's text is exactly its code.
 function codeBlock(text, lang) {
+  const known = /^[A-Za-z0-9_+#.-]{1,32}$/.test(lang) ? lang : '';
+  const wrap = el('div', 'code-block');
+  const head = el('div', 'code-head');
+  const label = el('span', 'code-lang');
+  label.dataset.label = languageLabel(known);
+  head.append(label, copyButton({ label: `Copy code${known ? ` (${languageLabel(known)})` : ''}`, text: () => text, className: 'code-copy', visible: '' }));
   const pre = el('pre', 'md-code');
   const code = el('code');
-  if (/^[A-Za-z0-9_+#.-]{1,32}$/.test(lang)) code.className = `language-${lang}`;
+  if (known) code.className = `language-${known}`;
   code.textContent = text;
   pre.append(code);
-  return pre;
+  wrap.append(head, pre);
+  highlight(code, known);
+  return wrap;
 }
 
 function renderList(lines, i, first, parent, depth) {
