@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
@@ -156,6 +157,12 @@ func TestBrowserActiveLimit(t *testing.T) {
 	tb := startBrowser(t)
 	tb.signIn(s.url, "dave")
 	tb.waitUntil("the count", `document.querySelector(".home-limits")?.textContent === "4 of 5 active sessions."`)
+	// One fetch of each list per load: the feed's first resync is it.
+	waitFor(t, conditionTimeout, func() bool { return tb.sent("GET", "/api/assistant/updates/stream") > 0 })
+	time.Sleep(500 * time.Millisecond) // for a second fetch, were there one
+	if runs, approvals := tb.sent("GET", "/api/assistant/runs"), tb.sent("GET", "/api/approvals"); runs != 1 || approvals != 1 {
+		t.Errorf("the load fetched the sessions %d times and the approvals %d times, want once each", runs, approvals)
+	}
 	if code, run := api(t, "POST", s.url+"/api/assistant/runs", dave, `{"title":"Session 5"}`); code != 201 {
 		t.Fatalf("create = %d %v", code, run)
 	}

@@ -67,7 +67,22 @@ type tab struct {
 	dialogs  []string // JavaScript dialogs that opened
 	tolerate []string // substrings of browser log entries expected from now on
 	sse      []pageSSE
-	sseMark  int // where watchStreaming began
+	requests []string // "METHOD URL" of each request the page sent
+	sseMark  int      // where watchStreaming began
+}
+
+// sent counts the page's requests so far of method and path.
+func (tb *tab) sent(method, path string) int {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	n := 0
+	for _, r := range tb.requests {
+		m, u, _ := strings.Cut(r, " ")
+		if p, err := url.Parse(u); err == nil && m == method && p.Path == path {
+			n++
+		}
+	}
+	return n
 }
 
 // pageSSE is one message an EventSource of the page received.
@@ -174,6 +189,12 @@ func (tb *tab) listen(ev any) {
 		csp := strings.Contains(e.Text, "Content Security Policy")
 		if csp || e.Level == log.EntryLevelError || e.Level == log.EntryLevelWarning {
 			tb.record(fmt.Sprintf("browser log (%s, %s) %s: %s", e.Source, e.Level, e.URL, e.Text), csp)
+		}
+	case *network.EventRequestWillBeSent:
+		if ev.Request != nil {
+			tb.mu.Lock()
+			tb.requests = append(tb.requests, ev.Request.Method+" "+ev.Request.URL)
+			tb.mu.Unlock()
 		}
 	case *network.EventEventSourceMessageReceived:
 		tb.mu.Lock()

@@ -54,9 +54,16 @@ async function boot() {
     newSession: () => navigate('/'),
     messageBox: () => app.els.main.querySelector('.composer textarea')?.focus(),
   });
-  await Promise.all([refreshRuns(), refreshApprovals()]);
+  // The feed's first resync (as its stream opens, or its first poll)
+  // loads the lists: one fetch of each per load. Started first, it misses
+  // no change made meanwhile. Should it be slow to open, the lists load
+  // anyway.
+  const firstSync = new Promise((resolve) => { app.firstSync = resolve; });
   app.feed = newFeed();
   app.feed.start();
+  const slow = setTimeout(() => { if (app.firstSync) syncLists(); }, FIRST_SYNC_WAIT);
+  await firstSync;
+  clearTimeout(slow);
   route();
   // A hidden tab lets go of its streams, so that tabs in the background do
   // not use up the browser's connections to Usher; it catches up when seen.
@@ -81,11 +88,21 @@ function newFeed() {
       if (app.view && app.view.refreshApproval) app.view.refreshApproval(a.id);
       if (app.view && app.view.approvalChanged) app.view.approvalChanged(a.id);
     },
-    resync: () => {
-      refreshRuns();
-      refreshApprovals();
-    },
+    resync: () => syncLists(),
   });
+}
+
+// FIRST_SYNC_WAIT is how long the first load waits for the feed to open
+// before it loads the lists itself.
+const FIRST_SYNC_WAIT = 3000;
+
+// syncLists reloads the sessions and the approvals; the first time, the
+// page's first view can then show.
+async function syncLists() {
+  const first = app.firstSync;
+  app.firstSync = null;
+  await Promise.all([refreshRuns(), refreshApprovals()]);
+  if (first) first();
 }
 
 function showMessage(title, text, retry) {
