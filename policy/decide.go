@@ -194,7 +194,7 @@ type Decision struct {
 
 // Cedar names of the model (see the package documentation).
 const (
-	typeUser   = "Usher::User"
+	typeUser     = "Usher::User"
 	typeTool     = "Usher::Tool"
 	typePrompt   = "Usher::Prompt"
 	typeResource = "Usher::Resource"
