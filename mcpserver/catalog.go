@@ -135,9 +135,17 @@ type tool struct {
 
 // catalogSnapshot is the catalog at one time.
 type catalogSnapshot struct {
-	tools      []*tool // in name order
-	byName     map[string]*tool
-	upstream   map[string][]*tool // each upstream's last listed tools
+	tools    []*tool // in name order
+	byName   map[string]*tool
+	upstream map[string]*offering // what each upstream last listed
+
+	resources     []*resource // in URI order
+	resourceByURI map[string]*resource
+	templates     []*resource // in URI template order
+	templateByURI map[string]*resource
+	prompts       []*prompt // in name order
+	promptByName  map[string]*prompt
+
 	listedAt   time.Time
 	listErrors error
 }
@@ -329,40 +337,42 @@ const listTimeout = 30 * time.Second
 func (c *Catalog) refreshLocked(ctx context.Context) *catalogSnapshot {
 	prev := c.current.Load()
 	ctx = withoutCaller(context.WithoutCancel(ctx))
-	listed := make([][]*tool, len(c.upstreams))
+	listed := make([]*offering, len(c.upstreams))
 	failed := make([]error, len(c.upstreams))
 	var wg sync.WaitGroup
 	for i, u := range c.upstreams {
 		wg.Go(func() {
 			lctx, cancel := context.WithTimeout(ctx, listTimeout)
 			defer cancel()
-			listed[i], failed[i] = u.listTools(lctx)
+			listed[i], failed[i] = u.list(lctx)
 		})
 	}
 	wg.Wait()
 
-	snap := &catalogSnapshot{byName: map[string]*tool{}, upstream: map[string][]*tool{}, listedAt: c.opts.Now()}
+	snap := &catalogSnapshot{byName: map[string]*tool{}, upstream: map[string]*offering{}, listedAt: c.opts.Now()}
 	for _, t := range c.builtins {
 		snap.byName[t.def.Name] = t
 	}
 	var errs []error
 	offered := map[string]int{} // how many upstream tools claim a name
 	for i, u := range c.upstreams {
-		tools := listed[i]
+		o := listed[i]
 		if failed[i] != nil {
-			c.log.Error("mcpserver: listing an upstream's tools failed; keeping its last list", "upstream", u.cfg.Name, "err", failed[i])
+			c.log.Error("mcpserver: listing an upstream failed; keeping its last list", "upstream", u.cfg.Name, "err", failed[i])
 			errs = append(errs, fmt.Errorf("upstream %s: %w", u.cfg.Name, failed[i]))
-			if prev != nil {
-				tools = prev.upstream[u.cfg.Name]
+			o = &offering{}
+			if prev != nil && prev.upstream[u.cfg.Name] != nil {
+				o = prev.upstream[u.cfg.Name]
 			}
 		}
-		snap.upstream[u.cfg.Name] = tools
-		for _, t := range tools {
+		o = c.unshadowed(u, o)
+		snap.upstream[u.cfg.Name] = o
+		for _, t := range o.tools {
 			offered[t.def.Name]++
 		}
 	}
 	for _, u := range c.upstreams {
-		for _, t := range snap.upstream[u.cfg.Name] {
+		for _, t := range snap.upstream[u.cfg.Name].tools {
 			switch {
 			case snap.byName[t.def.Name] != nil && snap.byName[t.def.Name].server == "":
 				c.log.Error("mcpserver: an upstream tool has the name of a built-in tool; it is not offered", "upstream", u.cfg.Name, "tool", t.def.Name)
@@ -373,6 +383,7 @@ func (c *Catalog) refreshLocked(ctx context.Context) *catalogSnapshot {
 			}
 		}
 	}
+	c.mergeFeatures(snap)
 	for _, t := range snap.byName {
 		snap.tools = append(snap.tools, t)
 	}
@@ -380,6 +391,45 @@ func (c *Catalog) refreshLocked(ctx context.Context) *catalogSnapshot {
 	snap.listErrors = errors.Join(errs...)
 	c.current.Store(snap)
 	return snap
+}
+
+// unshadowed returns what u offers without the names and URIs that lie in
+// another upstream's namespace, which only an upstream without a prefix
+// can list: a name that begins with another's prefix would be routed
+// there.
+func (c *Catalog) unshadowed(u *upstream, o *offering) *offering {
+	if u.cfg.prefix() != "" {
+		return o
+	}
+	other := func(name string) bool {
+		r, _, ok := c.route(name)
+		if ok && r != u {
+			c.log.Error("mcpserver: a name of the upstream without a prefix begins with another upstream's prefix; it is not offered", "upstream", u.cfg.Name, "name", truncate(name, 256), "other", r.cfg.Name)
+		}
+		return ok && r != u
+	}
+	out := &offering{completions: o.completions}
+	for _, t := range o.tools {
+		if !other(t.def.Name) {
+			out.tools = append(out.tools, t)
+		}
+	}
+	for _, r := range o.resources {
+		if !other(r.uri) {
+			out.resources = append(out.resources, r)
+		}
+	}
+	for _, r := range o.templates {
+		if !other(r.uri) {
+			out.templates = append(out.templates, r)
+		}
+	}
+	for _, p := range o.prompts {
+		if !other(p.name) {
+			out.prompts = append(out.prompts, p)
+		}
+	}
+	return out
 }
 
 type noCallerKey struct{}

@@ -110,11 +110,14 @@ func (c *conn) forwardLog(_ context.Context, req *mcp.LoggingMessageRequest) {
 	}
 }
 
-// capabilities are the endpoint's: tools, and logging for the messages of
-// upstreams. No listChanged: a stateless endpoint has no stream to
-// announce it on.
+// capabilities are the endpoint's: tools, resources, prompts and
+// completions (the catalog's, built-in and federated), and logging for the
+// messages of upstreams.
 func capabilities() *mcp.ServerCapabilities {
-	return &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Logging: &mcp.LoggingCapabilities{}}
+	return &mcp.ServerCapabilities{
+		Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}, Prompts: &mcp.PromptCapabilities{},
+		Completions: &mcp.CompletionCapabilities{}, Logging: &mcp.LoggingCapabilities{},
+	}
 }
 
 // askForLogs asks an upstream, in a call's _meta (2026-07-28), for log

@@ -309,6 +309,12 @@ var methods = map[string]bool{
 	"logging/setLevel":                 true,
 	"tools/list":                       true,
 	"tools/call":                       true,
+	"resources/list":                   true,
+	"resources/templates/list":         true,
+	"resources/read":                   true,
+	"prompts/list":                     true,
+	"prompts/get":                      true,
+	"completion/complete":              true,
 }
 
 // dispatch is the SDK middleware that serves tools/list and tools/call
@@ -340,6 +346,18 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 				return res, nil
 			}
 			return completeResult(res), nil
+		case *mcp.ListResourcesRequest:
+			return s.listResources(ctx, c), nil
+		case *mcp.ListResourceTemplatesRequest:
+			return s.listResourceTemplates(ctx, c), nil
+		case *mcp.ReadResourceRequest:
+			return s.readResource(ctx, c, r.Params)
+		case *mcp.ListPromptsRequest:
+			return s.listPrompts(ctx, c), nil
+		case *mcp.GetPromptRequest:
+			return s.getPrompt(ctx, c, r.Params)
+		case *mcp.CompleteRequest:
+			return s.complete(ctx, c, r.Params)
 		}
 		return next(ctx, method, req)
 	}

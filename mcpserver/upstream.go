@@ -44,8 +44,9 @@ type Upstream struct {
 	// them. Nothing else of Usher's environment, which holds its secrets,
 	// is passed on.
 	Env map[string]string
-	// Prefix is put before each of the upstream's tool names. Default
-	// Name + "__"; 1 to 63 of the characters of Name. A tool whose
+	// Prefix is put before each of the upstream's tool and prompt names and
+	// resource URIs (and URI templates). Default Name + "__"; 1 to 63 of
+	// the characters of Name, or PrefixNone. A tool or prompt whose
 	// prefixed name does not fit ^[a-zA-Z0-9_-]{1,64}$ is not offered.
 	Prefix string
 	// Headers are sent with every HTTP request to URL: the upstream's own
@@ -57,6 +58,21 @@ type Upstream struct {
 	// InsecureAllowHTTP allows a plain http URL on a host that is not
 	// loopback, where credentials travel in the clear.
 	InsecureAllowHTTP bool
+}
+
+// PrefixNone, as an Upstream's Prefix, exposes the upstream's names and
+// URIs as they are. At most one upstream may have it: two would share one
+// namespace. A name of it that begins with another upstream's prefix, or is
+// a built-in tool's, is not offered (see Catalog).
+const PrefixNone = "none"
+
+// prefix returns what is put before the upstream's names: "" for
+// PrefixNone.
+func (u Upstream) prefix() string {
+	if u.Prefix == PrefixNone {
+		return ""
+	}
+	return u.Prefix
 }
 
 // toolName is the form of every tool name the catalog exposes.
@@ -91,12 +107,20 @@ func checkUpstreams(ups []Upstream, haveToken bool) ([]Upstream, error) {
 			errs = append(errs, fmt.Errorf("%s: the name is used twice", where))
 		}
 		names[u.Name] = true
-		if !prefixForm.MatchString(u.Prefix) {
-			errs = append(errs, fmt.Errorf("%s: the prefix %q must be 1 to 63 of a-z, A-Z, 0-9, '_', '-'", where, u.Prefix))
-		}
-		for _, v := range out {
-			if strings.HasPrefix(u.Prefix, v.Prefix) || strings.HasPrefix(v.Prefix, u.Prefix) {
-				errs = append(errs, fmt.Errorf("%s: the prefix %q overlaps the prefix %q of %q", where, u.Prefix, v.Prefix, v.Name))
+		switch {
+		case u.Prefix == PrefixNone:
+			for _, v := range out {
+				if v.Prefix == PrefixNone {
+					errs = append(errs, fmt.Errorf("%s: prefix %q is also that of %q: two upstreams without a prefix would share one namespace, and their names could collide; give one of them a prefix", where, PrefixNone, v.Name))
+				}
+			}
+		case !prefixForm.MatchString(u.Prefix):
+			errs = append(errs, fmt.Errorf("%s: the prefix %q must be 1 to 63 of a-z, A-Z, 0-9, '_', '-', or %q", where, u.Prefix, PrefixNone))
+		default:
+			for _, v := range out {
+				if v.Prefix != PrefixNone && (strings.HasPrefix(u.Prefix, v.Prefix) || strings.HasPrefix(v.Prefix, u.Prefix)) {
+					errs = append(errs, fmt.Errorf("%s: the prefix %q overlaps the prefix %q of %q", where, u.Prefix, v.Prefix, v.Name))
+				}
 			}
 		}
 		switch {
@@ -163,23 +187,22 @@ type upstream struct {
 // maxUpstreamPages bounds the pages of one tools/list.
 const maxUpstreamPages = 50
 
-// listTools lists the upstream's tools, as the catalog exposes them.
-func (u *upstream) listTools(ctx context.Context) ([]*tool, error) {
+// list lists the upstream's tools, resources, resource templates and
+// prompts, as the catalog exposes them.
+func (u *upstream) list(ctx context.Context) (*offering, error) {
 	c, err := u.cat.pool.acquire(ctx, u, "")
 	if err != nil {
 		return nil, err
 	}
 	defer u.cat.pool.release(c)
-	var tools []*tool
-	cursor := ""
-	for range maxUpstreamPages {
+	o := &offering{}
+	err = pages(func(cursor string) (string, error) {
 		res, err := c.session.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
 		if err != nil {
-			u.cat.pool.broken(c)
-			return nil, err
+			return "", err
 		}
 		for _, t := range res.Tools {
-			exposed := u.cfg.Prefix + t.Name
+			exposed := u.cfg.prefix() + t.Name
 			if !toolName.MatchString(exposed) {
 				u.cat.log.Warn("mcpserver: an upstream tool's name does not fit; it is not offered", "upstream", u.cfg.Name, "tool", t.Name)
 				continue
@@ -188,17 +211,24 @@ func (u *upstream) listTools(ctx context.Context) ([]*tool, error) {
 			if err == nil {
 				var tl *tool
 				if tl, err = u.cat.newTool(def, u.cfg.Name, nil, u.caller(t.Name)); err == nil {
-					tools = append(tools, tl)
+					o.tools = append(o.tools, tl)
 					continue
 				}
 			}
 			u.cat.log.Warn("mcpserver: an upstream tool's definition is not usable; it is not offered", "upstream", u.cfg.Name, "tool", t.Name, "err", err)
 		}
-		if cursor = res.NextCursor; cursor == "" {
-			return tools, nil
-		}
+		return res.NextCursor, nil
+	})
+	if err == nil {
+		err = u.listFeatures(ctx, c.session, o)
 	}
-	return nil, fmt.Errorf("more than %d pages of tools", maxUpstreamPages)
+	if err != nil {
+		if !notSent(err) {
+			u.cat.pool.broken(c)
+		}
+		return nil, err
+	}
+	return o, nil
 }
 
 // definitionOf is the definition of an upstream tool under its exposed
