@@ -117,6 +117,91 @@ type Catalog struct {
 
 	refreshMu sync.Mutex
 	current   atomic.Pointer[catalogSnapshot]
+
+	// stop ends the refreshes that changes start (see changed); work
+	// waits for them.
+	stop   context.Context
+	cancel context.CancelFunc
+	work   sync.WaitGroup
+
+	changeMu   sync.Mutex
+	refreshing bool                // a refresh for a change is running
+	again      bool                // another change came meanwhile
+	watchers   []func(listChanges) // told what a refresh changed
+}
+
+// listChanges says which of the catalog's lists a refresh changed.
+type listChanges struct {
+	tools, resources, prompts bool
+}
+
+// any reports whether anything changed.
+func (l listChanges) any() bool { return l.tools || l.resources || l.prompts }
+
+// watch calls f, in a goroutine of the catalog, after each refresh that
+// an upstream's change notification caused and that changed a list.
+func (c *Catalog) watch(f func(listChanges)) {
+	c.changeMu.Lock()
+	defer c.changeMu.Unlock()
+	c.watchers = append(c.watchers, f)
+}
+
+// changed lists the upstreams again, at once, because one said that its
+// tools, resources or prompts changed (notifications/*/list_changed), and
+// tells the watchers what changed. Changes that come while it lists are
+// served by one more listing, not one each, so that an upstream sending
+// a flood of them costs at most one listing at a time. What is new or
+// changed is no more trusted than before: a tool's definition hash is
+// compared with the tool lock at each call.
+func (c *Catalog) changed() {
+	c.changeMu.Lock()
+	defer c.changeMu.Unlock()
+	if c.refreshing {
+		c.again = true
+		return
+	}
+	if c.stop.Err() != nil {
+		return
+	}
+	c.refreshing = true
+	c.work.Go(func() {
+		for {
+			c.refreshMu.Lock()
+			prev := c.current.Load()
+			var next *catalogSnapshot
+			if c.stop.Err() == nil {
+				next = c.refreshLocked(c.stop)
+			}
+			c.refreshMu.Unlock()
+			c.changeMu.Lock()
+			watchers := slices.Clone(c.watchers)
+			again := c.again && c.stop.Err() == nil
+			c.refreshing, c.again = again, false
+			c.changeMu.Unlock()
+			if ch := diff(prev, next); next != nil && ch.any() {
+				for _, w := range watchers {
+					w(ch)
+				}
+			}
+			if !again {
+				return
+			}
+		}
+	})
+}
+
+// diff says which lists differ between two snapshots (names and
+// definition hashes); from nothing, every list has changed.
+func diff(prev, next *catalogSnapshot) listChanges {
+	if prev == nil || next == nil {
+		return listChanges{tools: true, resources: true, prompts: true}
+	}
+	var ch listChanges
+	ch.tools = !slices.EqualFunc(prev.tools, next.tools, func(a, b *tool) bool { return a.def.Name == b.def.Name && a.hash == b.hash })
+	same := func(a, b *resource) bool { return a.uri == b.uri && a.hash == b.hash }
+	ch.resources = !slices.EqualFunc(prev.resources, next.resources, same) || !slices.EqualFunc(prev.templates, next.templates, same)
+	ch.prompts = !slices.EqualFunc(prev.prompts, next.prompts, func(a, b *prompt) bool { return a.name == b.name && a.hash == b.hash })
+	return ch
 }
 
 // tool is one tool of the catalog.
@@ -209,6 +294,7 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 		errs = append(errs, err)
 	}
 	c := &Catalog{opts: o, log: o.Logger}
+	c.stop, c.cancel = context.WithCancel(context.Background())
 	builtins := builtinTools(o)
 	if o.DemoTools {
 		builtins = append(builtins, noteTools(o.Notes)...)
@@ -294,7 +380,11 @@ func (c *Catalog) Definitions(ctx context.Context) ([]Definition, error) {
 // flight fail. It is idempotent; the catalog cannot reach upstreams
 // afterwards.
 func (c *Catalog) Close() error {
+	c.changeMu.Lock()
+	c.cancel()
+	c.changeMu.Unlock()
 	c.pool.close()
+	c.work.Wait()
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"maps"
 	"mime"
@@ -112,11 +113,45 @@ func (c *conn) forwardLog(_ context.Context, req *mcp.LoggingMessageRequest) {
 
 // capabilities are the endpoint's: tools, resources, prompts and
 // completions (the catalog's, built-in and federated), and logging for the
-// messages of upstreams.
-func capabilities() *mcp.ServerCapabilities {
+// messages of upstreams. listChanged only when stateful: a stateless
+// endpoint has no stream to announce a change on (its callers see the new
+// lists on their next request).
+func capabilities(stateful bool) *mcp.ServerCapabilities {
 	return &mcp.ServerCapabilities{
-		Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}, Prompts: &mcp.PromptCapabilities{},
-		Completions: &mcp.CompletionCapabilities{}, Logging: &mcp.LoggingCapabilities{},
+		Tools: &mcp.ToolCapabilities{ListChanged: stateful}, Resources: &mcp.ResourceCapabilities{ListChanged: stateful},
+		Prompts: &mcp.PromptCapabilities{ListChanged: stateful}, Completions: &mcp.CompletionCapabilities{}, Logging: &mcp.LoggingCapabilities{},
+	}
+}
+
+// The names of the entries announce registers with the SDK for a moment.
+const (
+	announceTool     = "usher.list-changed"
+	announceURI      = "usher:list-changed"
+	announcePromptID = "usher.list-changed"
+)
+
+// announce sends notifications/{tools,resources,prompts}/list_changed, as
+// ch says, to every stateful session. The SDK sends them (to the
+// standalone stream of each session, debounced) when a feature is added
+// to or removed from its registry, and offers no other way: so an entry
+// is added and removed at once. Its registry is never served (dispatch
+// answers every listing and call from the catalog), so the entry is never
+// seen.
+func (s *Server) announce(ch listChanges) {
+	if ch.tools {
+		s.sdk.AddTool(&mcp.Tool{Name: announceTool, InputSchema: map[string]any{"type": "object"}},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return nil, errors.New("never called") })
+		s.sdk.RemoveTools(announceTool)
+	}
+	if ch.resources {
+		s.sdk.AddResource(&mcp.Resource{URI: announceURI, Name: announceURI},
+			func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) { return nil, errors.New("never called") })
+		s.sdk.RemoveResources(announceURI)
+	}
+	if ch.prompts {
+		s.sdk.AddPrompt(&mcp.Prompt{Name: announcePromptID},
+			func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) { return nil, errors.New("never called") })
+		s.sdk.RemovePrompts(announcePromptID)
 	}
 }
 

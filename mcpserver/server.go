@@ -225,10 +225,13 @@ func New(opts *Options) (*Server, error) {
 		Logger:       sdkLogger(o.Logger, o.Stateful),
 		// Tools are served by dispatch, not registered with the SDK, so
 		// the capabilities are stated rather than inferred.
-		Capabilities: capabilities(),
+		Capabilities: capabilities(o.Stateful),
 	})
 	srv.AddReceivingMiddleware(s.dispatch)
 	s.sdk = srv
+	if o.Stateful {
+		o.Catalog.watch(s.announce)
+	}
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		Stateless:      !o.Stateful,
 		SessionTimeout: o.SessionTimeout,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -196,8 +197,25 @@ func (u *upstream) list(ctx context.Context) (*offering, error) {
 	}
 	defer u.cat.pool.release(c)
 	o := &offering{}
-	err = pages(func(cursor string) (string, error) {
-		res, err := c.session.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+	if ir := c.session.InitializeResult(); ir == nil || ir.Capabilities == nil || ir.Capabilities.Tools != nil {
+		err = u.listTools(ctx, c.session, o)
+	}
+	if err == nil {
+		err = u.listFeatures(ctx, c.session, o)
+	}
+	if err != nil {
+		if !notSent(err) {
+			u.cat.pool.broken(c)
+		}
+		return nil, err
+	}
+	return o, nil
+}
+
+// listTools lists the upstream's tools on the session cs.
+func (u *upstream) listTools(ctx context.Context, cs *mcp.ClientSession, o *offering) error {
+	return pages(func(cursor string) (string, error) {
+		res, err := cs.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
 		if err != nil {
 			return "", err
 		}
@@ -219,16 +237,6 @@ func (u *upstream) list(ctx context.Context) (*offering, error) {
 		}
 		return res.NextCursor, nil
 	})
-	if err == nil {
-		err = u.listFeatures(ctx, c.session, o)
-	}
-	if err != nil {
-		if !notSent(err) {
-			u.cat.pool.broken(c)
-		}
-		return nil, err
-	}
-	return o, nil
 }
 
 // definitionOf is the definition of an upstream tool under its exposed
@@ -353,6 +361,13 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 		// them.
 		c.handleNotifications(copts)
 	}
+	if c.key.subject == "" {
+		// The catalog's own session hears of changes to the upstream's
+		// lists (see Catalog.changed); the callers' sessions need not.
+		copts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { u.cat.changed() }
+		copts.PromptListChangedHandler = func(context.Context, *mcp.PromptListChangedRequest) { u.cat.changed() }
+		copts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) { u.cat.changed() }
+	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "usher", Version: u.cat.opts.Version}, copts)
 	var t mcp.Transport
 	if u.cfg.URL != "" {
@@ -373,8 +388,10 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 			HTTPClient: &http.Client{Transport: cred, Timeout: base.Timeout,
 				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 			// Notifications are passed on only on the stream of the call
-			// that caused them.
-			DisableStandaloneSSE: true,
+			// that caused them; the catalog's own session keeps the
+			// standalone stream, on which an upstream announces changes
+			// to its lists.
+			DisableStandaloneSSE: c.key.subject != "",
 		}
 	} else {
 		cmd := exec.Command(u.cfg.Command, u.cfg.Args...)
@@ -687,6 +704,16 @@ func (p *pool) release(c *conn) {
 	if !c.failed && !p.closed {
 		p.uses++
 		c.lastUsed = p.uses
+		if c.key.subject == "" {
+			// The catalog's session (one per upstream) stays open to hear
+			// of changes to the upstream's lists: it never expires, but is
+			// idle (a timer that never fires), so that at the bound it is
+			// closed like any other idle session, to be opened again by
+			// the next listing.
+			c.idle = time.AfterFunc(math.MaxInt64, func() {})
+			p.mu.Unlock()
+			return
+		}
 		c.idle = time.AfterFunc(p.idle, func() { p.expire(c) })
 		p.mu.Unlock()
 		return

@@ -1,0 +1,178 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/oauth2"
+
+	"github.com/usherhq/usher/broker"
+	cedarpolicy "github.com/usherhq/usher/policy"
+)
+
+// lockedDecider decides with a real policy and tool lock, as cmd/usher
+// does.
+func lockedDecider(t *testing.T, src string, lock *cedarpolicy.Lock) Decider {
+	t.Helper()
+	p, err := cedarpolicy.Parse("test.cedar", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return DeciderFunc(func(_ context.Context, c Call) (Verdict, error) {
+		req := cedarpolicy.Request{Principal: cedarpolicy.Principal{ID: c.Principal, Tenant: c.Tenant}, Action: cedarpolicy.Action(c.Action), Arguments: c.Arguments}
+		switch c.Action {
+		case "", ActionCallTool:
+			req.Tool = cedarpolicy.Tool{Name: c.Tool, Server: c.Server, DefinitionHash: c.DefinitionHash, Reviewed: lock.Reviewed(c.Tool, c.DefinitionHash)}
+		case ActionGetPrompt:
+			req.Prompt = cedarpolicy.Prompt{Name: c.Tool, Server: c.Server}
+		default:
+			req.Resource = cedarpolicy.Resource{URI: c.Tool, Server: c.Server, Template: c.Template}
+		}
+		decide := p.Decide
+		if c.Listing {
+			decide = p.DecideListing
+		}
+		d := decide(req)
+		v := Verdict{Decision: Decision(d.Outcome.String()), PolicyIDs: d.PolicyIDs, PolicyHash: d.PolicyHash, Reasons: d.Reasons}
+		return v, nil
+	})
+}
+
+func policyHash(d ToolDefinition) (string, error) { return cedarpolicy.DefinitionHash(cedarpolicy.ToolDefinition(d)) }
+
+// TestUpstreamListChanged: when an upstream says its tools, prompts or
+// resources changed, the catalog lists it again at once (not after the
+// refresh interval, here an hour), a stateful caller is told within a
+// second, and a new tool, which the tool lock does not know, needs a
+// person's approval even under a policy that allows every tool of its
+// upstream.
+func TestUpstreamListChanged(t *testing.T) {
+	up := newFeatureUpstream(t, "up", true)
+	up.server.AddTool(&mcp.Tool{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "echoed"}}}, nil
+		})
+	echo, err := policyHash(ToolDefinition{Name: "up__echo", InputSchema: json.RawMessage(`{"type":"object"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decider := lockedDecider(t, `
+@id("allow-up-tools") @outcome("allow")
+permit (principal, action == Usher::Action::"call_tool", resource) when { resource.server == "up" };
+`, &cedarpolicy.Lock{Tools: map[string]string{"up__echo": echo}})
+	e := newEnv(t, envConfig{
+		upstreams: []Upstream{{Name: "up", URL: up.url}},
+		catalog:   func(o *CatalogOptions) { o.RefreshInterval = time.Hour; o.DefinitionHash = policyHash },
+		server:    func(o *Options) { o.Stateful = true; o.Decider = decider },
+	})
+
+	changed := make(chan string, 16)
+	src := e.broker.TokenSource(t.Context(), broker.Grant{Subject: alice, Audience: e.url + "/mcp"})
+	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler:     func(context.Context, *mcp.ToolListChangedRequest) { changed <- "tools" },
+		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { changed <- "prompts" },
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { changed <- "resources" },
+	})
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{
+		Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: &oauth2.Transport{Source: src}}, MaxRetries: -1,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	caps := cs.InitializeResult().Capabilities
+	if !caps.Tools.ListChanged || !caps.Prompts.ListChanged || !caps.Resources.ListChanged {
+		t.Fatalf("capabilities %+v %+v %+v do not announce listChanged", caps.Tools, caps.Prompts, caps.Resources)
+	}
+	if got := listed(t, cs); !slices.Contains(got, "up__echo") || slices.Contains(got, "up__fresh") {
+		t.Fatalf("tools/list = %v", got)
+	}
+	if res := call(t, cs, "up__echo", map[string]any{}, nil); res.IsError {
+		t.Fatalf("the reviewed tool = %s", text(res))
+	}
+
+	await := func(what string) {
+		t.Helper()
+		deadline := time.After(time.Second)
+		for {
+			select {
+			case got := <-changed:
+				if got == what {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no %s/list_changed within 1 s", what)
+			}
+		}
+	}
+	start := time.Now()
+	up.server.AddTool(&mcp.Tool{Name: "fresh", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "fresh ran"}}}, nil
+		})
+	await("tools")
+	t.Logf("tools/list_changed reached the caller %s after the upstream's change", time.Since(start))
+	if got := listed(t, cs); !slices.Contains(got, "up__fresh") {
+		t.Fatalf("tools/list after the change = %v", got)
+	}
+	res := call(t, cs, "up__fresh", map[string]any{}, nil)
+	if !res.IsError || res.Meta[MetaApproval] == nil || !strings.Contains(text(res), "approval") {
+		t.Errorf("the new, unreviewed tool = %s %v; want an approval request", text(res), res.Meta)
+	}
+
+	up.server.AddPrompt(&mcp.Prompt{Name: "later"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{}}, nil
+	})
+	await("prompts")
+	lp, err := cs.ListPrompts(t.Context(), nil)
+	if err != nil || !slices.ContainsFunc(lp.Prompts, func(p *mcp.Prompt) bool { return p.Name == "up__later" }) {
+		t.Errorf("prompts/list after the change = %+v, %v", lp, err)
+	}
+	up.server.AddResource(&mcp.Resource{URI: "test://later", Name: "later"}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return &mcp.ReadResourceResult{}, nil
+	})
+	await("resources")
+
+	// A change of nothing Usher shows is not announced.
+	up.server.RemoveTools("no-such-tool")
+	select {
+	case got := <-changed:
+		t.Errorf("an announcement without a change: %s", got)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestListChangedStateless: a stateless endpoint announces no listChanged
+// but still lists an upstream again as soon as it says its list changed.
+func TestListChangedStateless(t *testing.T) {
+	up := newFeatureUpstream(t, "up", true)
+	// With a tool from the start, so that it declares the tools capability.
+	up.server.AddTool(&mcp.Tool{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return &mcp.CallToolResult{}, nil })
+	e := newEnv(t, envConfig{
+		upstreams: []Upstream{{Name: "up", URL: up.url}},
+		catalog:   func(o *CatalogOptions) { o.RefreshInterval = time.Hour },
+	})
+	cs := e.connect(alice, "", nil, "2025-11-25")
+	if caps := cs.InitializeResult().Capabilities; caps.Tools.ListChanged || caps.Prompts.ListChanged {
+		t.Errorf("a stateless endpoint announces listChanged: %+v", caps)
+	}
+	if got := listed(t, cs); slices.Contains(got, "up__fresh") {
+		t.Fatal("listed before it exists")
+	}
+	up.server.AddTool(&mcp.Tool{Name: "fresh", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return &mcp.CallToolResult{}, nil })
+	deadline := time.Now().Add(2 * time.Second)
+	for !slices.Contains(listed(t, cs), "up__fresh") {
+		if time.Now().After(deadline) {
+			t.Fatal("the new tool is not listed 2 s after the upstream announced it")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
