@@ -44,7 +44,9 @@ func lockedDecider(t *testing.T, src string, lock *cedarpolicy.Lock) Decider {
 	})
 }
 
-func policyHash(d ToolDefinition) (string, error) { return cedarpolicy.DefinitionHash(cedarpolicy.ToolDefinition(d)) }
+func policyHash(d ToolDefinition) (string, error) {
+	return cedarpolicy.DefinitionHash(cedarpolicy.ToolDefinition(d))
+}
 
 // TestUpstreamListChanged: when an upstream says its tools, prompts or
 // resources changed, the catalog lists it again at once (not after the
@@ -154,7 +156,9 @@ func TestListChangedStateless(t *testing.T) {
 	up := newFeatureUpstream(t, "up", true)
 	// With a tool from the start, so that it declares the tools capability.
 	up.server.AddTool(&mcp.Tool{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return &mcp.CallToolResult{}, nil })
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
 	e := newEnv(t, envConfig{
 		upstreams: []Upstream{{Name: "up", URL: up.url}},
 		catalog:   func(o *CatalogOptions) { o.RefreshInterval = time.Hour },
@@ -167,7 +171,9 @@ func TestListChangedStateless(t *testing.T) {
 		t.Fatal("listed before it exists")
 	}
 	up.server.AddTool(&mcp.Tool{Name: "fresh", InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return &mcp.CallToolResult{}, nil })
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
 	deadline := time.Now().Add(2 * time.Second)
 	for !slices.Contains(listed(t, cs), "up__fresh") {
 		if time.Now().After(deadline) {

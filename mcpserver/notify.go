@@ -140,17 +140,23 @@ const (
 func (s *Server) announce(ch listChanges) {
 	if ch.tools {
 		s.sdk.AddTool(&mcp.Tool{Name: announceTool, InputSchema: map[string]any{"type": "object"}},
-			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return nil, errors.New("never called") })
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return nil, errors.New("never called")
+			})
 		s.sdk.RemoveTools(announceTool)
 	}
 	if ch.resources {
 		s.sdk.AddResource(&mcp.Resource{URI: announceURI, Name: announceURI},
-			func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) { return nil, errors.New("never called") })
+			func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return nil, errors.New("never called")
+			})
 		s.sdk.RemoveResources(announceURI)
 	}
 	if ch.prompts {
 		s.sdk.AddPrompt(&mcp.Prompt{Name: announcePromptID},
-			func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) { return nil, errors.New("never called") })
+			func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+				return nil, errors.New("never called")
+			})
 		s.sdk.RemovePrompts(announcePromptID)
 	}
 }
