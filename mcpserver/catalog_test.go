@@ -41,6 +41,9 @@ func TestUpstreamConfig(t *testing.T) {
 		{"broker token without a hook", []Upstream{{Name: "a", URL: "https://a.example.com", BrokerToken: true}}, false, "needs CatalogOptions.UpstreamToken"},
 		{"broker token and an Authorization header", []Upstream{{Name: "a", URL: "https://a.example.com", BrokerToken: true, Headers: map[string]string{"Authorization": "Bearer x"}}}, true, "exclude each other"},
 		{"bad env name", []Upstream{{Name: "a", Command: "x", Env: map[string]string{"A=B": "v"}}}, false, "not valid"},
+		{"one upstream without a prefix", []Upstream{{Name: "a", Command: "x", Prefix: PrefixNone}, {Name: "b", Command: "y"}}, false, ""},
+		{"two upstreams without a prefix", []Upstream{{Name: "a", Command: "x", Prefix: PrefixNone}, {Name: "b", Command: "y", Prefix: PrefixNone}},
+			false, `upstream 1 ("b"): prefix "none" is also that of "a": two upstreams without a prefix would share one namespace`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := checkUpstreams(tc.upstreams, tc.token)

@@ -355,3 +355,64 @@ func TestFeatureHostileInputs(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixNone: an upstream configured with prefix "none" offers its
+// tools, resources, templates and prompts under their own names, beside a
+// prefixed upstream offering the same ones (with prefix "b-", which keeps
+// its URIs valid URIs: "b-test://..."); a name of it that lies in the
+// other's namespace, or is a built-in tool's, is not offered, and a second
+// upstream without a prefix is refused at start.
+func TestPrefixNone(t *testing.T) {
+	ev, b := newFeatureUpstream(t, "ev", false), newFeatureUpstream(t, "b", false)
+	for _, name := range []string{"echo", "b-shadow", "notes_list"} {
+		ev.server.AddTool(&mcp.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`)},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name + " of ev"}}}, nil
+			})
+	}
+	ev.server.AddResource(&mcp.Resource{URI: "b-test://static-text", Name: "shadow"},
+		func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "b-test://static-text", Text: "shadow"}}}, nil
+		})
+
+	if _, err := NewCatalog(&CatalogOptions{DefinitionHash: testDefinitionHash, Runs: nil, Approvals: nil,
+		Upstreams: []Upstream{{Name: "ev", URL: ev.url, Prefix: PrefixNone}, {Name: "b", URL: b.url, Prefix: PrefixNone}}}); err == nil ||
+		!strings.Contains(err.Error(), "share one namespace") {
+		t.Errorf("two upstreams without a prefix: %v", err)
+	}
+
+	rules := map[string]Decision{"echo": Allow, "test://static-text": Allow, "test://items/3": Allow, "greet": Allow,
+		"b-test://static-text": Allow, "b-greet": Allow, "notes_list": Allow}
+	e := newEnv(t, envConfig{rules: rules, upstreams: []Upstream{{Name: "ev", URL: ev.url, Prefix: PrefixNone}, {Name: "b", URL: b.url, Prefix: "b-"}}})
+	cs := e.connect(alice, "", nil, "")
+	ctx := t.Context()
+	tools := listed(t, cs)
+	if !slices.Contains(tools, "echo") || slices.Contains(tools, "b-shadow") {
+		t.Errorf("tools/list = %v, want echo and not b-shadow", tools)
+	}
+	if res := call(t, cs, "echo", map[string]any{}, nil); text(res) != "echo of ev" {
+		t.Errorf("echo = %q", text(res))
+	}
+	if res := call(t, cs, "notes_list", map[string]any{}, nil); strings.Contains(text(res), "of ev") {
+		t.Error("the upstream's notes_list took the built-in tool's place")
+	}
+	for uri, want := range map[string]string{
+		"test://static-text": "static-text of ev", "test://items/3": "item 3 of ev", "b-test://static-text": "static-text of b",
+	} {
+		rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+		if err != nil || rr.Contents[0].Text != want || rr.Contents[0].URI != uri {
+			t.Errorf("read %s = %+v, %v; want %q", uri, rr, err, want)
+		}
+	}
+	for name, want := range map[string]string{"greet": "Hello x from ev", "b-greet": "Hello x from b"} {
+		gp, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: name, Arguments: map[string]string{"who": "x"}})
+		if err != nil || gp.Messages[0].Content.(*mcp.TextContent).Text != want {
+			t.Errorf("get %s = %+v, %v", name, gp, err)
+		} else if er := gp.Messages[1].Content.(*mcp.EmbeddedResource); name == "greet" && er.Resource.URI != "test://static-text" {
+			t.Errorf("an unprefixed prompt's resource URI = %q", er.Resource.URI)
+		}
+	}
+	if !strings.Contains(e.logs.String(), "begins with another upstream's prefix") {
+		t.Error("the shadowed names were not logged")
+	}
+}
