@@ -117,3 +117,34 @@ func TestExplainFeature(t *testing.T) {
 		}
 	}
 }
+
+// TestLintFeatures: an allow permit naming one prompt or resource, or one
+// resource template for reads, is no wildcard; one allowing every resource
+// of a server is.
+func TestLintFeatures(t *testing.T) {
+	p, err := Parse("lint.cedar", []byte(`
+@id("one-prompt") @outcome("allow")
+permit (principal, action == Usher::Action::"get_prompt", resource == Usher::Prompt::"docs__greet");
+@id("one-resource") @outcome("allow")
+permit (principal, action == Usher::Action::"read_resource", resource == Usher::Resource::"docs__file:///a");
+@id("one-template") @outcome("allow")
+permit (principal, action in [Usher::Action::"read_resource", Usher::Action::"complete"], resource is Usher::Resource)
+when { resource.server == "docs" && resource.template == "docs__file:///{path}" };
+@id("a-template-for-tools-too") @outcome("allow")
+permit (principal, action, resource)
+when { resource.template == "docs__file:///{path}" };
+@id("every-resource") @outcome("allow")
+permit (principal, action == Usher::Action::"read_resource", resource)
+when { resource.server == "docs" };
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range p.Lint(&Lock{Tools: map[string]string{}}) {
+		got = append(got, f.PolicyID+" "+string(f.Kind))
+	}
+	if want := []string{"a-template-for-tools-too wildcard-allow", "every-resource wildcard-allow"}; !slices.Equal(got, want) {
+		t.Errorf("findings %q, want %q", got, want)
+	}
+}

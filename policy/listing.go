@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"slices"
+
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/x/exp/ast"
 )
@@ -73,6 +75,26 @@ func (r *rule) namesAction(a Action) bool {
 		}
 	}
 	return false
+}
+
+// onlyActions reports whether the rule's action scope names some of
+// actions and nothing else.
+func (r *rule) onlyActions(actions ...Action) bool {
+	var named []cedar.EntityUID
+	switch s := (*ast.Policy)(r.cedar.AST()).Action.(type) {
+	case ast.ScopeTypeEq:
+		named = []cedar.EntityUID{s.Entity}
+	case ast.ScopeTypeIn:
+		named = []cedar.EntityUID{s.Entity}
+	case ast.ScopeTypeInSet:
+		named = s.Entities
+	}
+	for _, uid := range named {
+		if uid.Type != typeAction || !slices.Contains(actions, Action(uid.ID)) {
+			return false
+		}
+	}
+	return len(named) > 0
 }
 
 // isContext reports whether n is the variable context.
