@@ -1,8 +1,10 @@
 // Package mcpserver owns Usher's MCP endpoint: the streamable HTTP transport
 // at /mcp, bearer authentication as an OAuth 2.1 resource server (RFC 9728
-// metadata, RFC 6750 challenges), the tool catalog (built-in tools, the demo
-// notes tools, and tools federated from upstream MCP servers), and the
-// enforcement point that every tools/call passes through.
+// metadata, RFC 6750 challenges), the catalog (built-in tools, the demo
+// notes tools, and the tools, resources, resource templates, prompts and
+// completions federated from upstream MCP servers), and the enforcement
+// point that every tools/call, resources/read, prompts/get and
+// completion/complete passes through.
 //
 // # Requests
 //
@@ -54,6 +56,47 @@
 // Tool annotations such as readOnlyHint are shown to clients but are never
 // part of a [Call]: they cannot influence a decision. tools/list shows a
 // caller only the tools the Decider does not deny them.
+//
+// # Resources, prompts and completion
+//
+// An upstream's resources, resource templates and prompts are listed with
+// its tools and exposed under the same prefix: a prompt's name and a
+// resource's URI (or URI template) are the prefix followed by the
+// upstream's own, "docs__summarize" and "docs__file:///guide.md" for the
+// upstream docs with the default prefix "docs__" (a prefix of letters,
+// digits and '-', such as "docs-", keeps such URIs valid URIs:
+// "docs-file:///guide.md"). Prefixes never overlap, so two upstreams
+// cannot collide; with [PrefixNone] an upstream's names pass unchanged,
+// and one that lies in another's namespace is not offered. Content that
+// names URIs (a read's contents, a prompt's embedded resources and
+// resource links) comes back with them in the upstream's namespace.
+//
+// A resources/read names a listed resource's exact URI, or a URI in one
+// upstream's namespace that one of that upstream's listed templates
+// matches: anything else is "resource not found" (-32002) and reaches no
+// upstream. Each read, prompts/get and completion/complete goes through
+// [Server.govern], as a tool call goes through the enforcement point: the
+// Decider's verdict on a [Call] with its [Action] (the resource or prompt
+// as Call.Tool, its upstream as Call.Server), recorded before anything is
+// sent (no audit, no request); Deny answers an error (CodeDenied); Approve
+// uses an approval of exactly this request or requests one
+// (CodeApprovalRequired, the approval in the error's data), except that a
+// completion that is not allowed answers no values; Allow (or a used
+// approval) asks the upstream on the caller's session and records the
+// outcome after the answer. The listings show what the Decider does not
+// deny. Subscriptions (resources/subscribe) are not offered.
+//
+// # Change notifications
+//
+// The catalog's own session to each upstream (the one that lists it) stays
+// open, with the upstream's standalone stream over HTTP, to hear
+// notifications/{tools,resources,prompts}/list_changed: each lists the
+// upstreams again at once (a flood of them costs one listing at a time),
+// and a stateful endpoint then announces listChanged to its sessions for
+// each list that changed. Stateless callers see the new lists on their
+// next request. What is new is no more trusted than before: a new or
+// changed tool's definition hash is not in the tool lock, so it is never
+// unattended.
 //
 // # Upstream servers
 //

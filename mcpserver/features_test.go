@@ -14,7 +14,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/oauth2"
 
+	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/store"
 )
 
@@ -414,5 +416,41 @@ func TestPrefixNone(t *testing.T) {
 	}
 	if !strings.Contains(e.logs.String(), "begins with another upstream's prefix") {
 		t.Error("the shadowed names were not logged")
+	}
+}
+
+// TestFeatureResultTypes: under protocol 2026-07-28 a resources/read and a
+// prompts/get result say "resultType": "complete", as that revision
+// requires of them; older revisions get none.
+func TestFeatureResultTypes(t *testing.T) {
+	e, _, _ := twoFeatureUpstreams(t, map[string]Decision{"a__test://static-text": Allow, "a__greet": Allow})
+	for _, version := range []string{"2026-07-28", "2025-11-25"} {
+		rec := &bodyRecorder{base: &oauth2.Transport{Source: e.broker.TokenSource(t.Context(), broker.Grant{Subject: alice, Audience: e.url + "/mcp"})}}
+		client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
+		cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{
+			Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: rec}, DisableStandaloneSSE: true, MaxRetries: -1,
+		}, &mcp.ClientSessionOptions{ProtocolVersion: version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, do := range []func() error{
+			func() error {
+				_, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: "a__test://static-text"})
+				return err
+			},
+			func() error {
+				_, err := cs.GetPrompt(t.Context(), &mcp.GetPromptParams{Name: "a__greet", Arguments: map[string]string{"who": "x"}})
+				return err
+			},
+		} {
+			rec.reset()
+			if err := do(); err != nil {
+				t.Fatalf("%s: %v", version, err)
+			}
+			if got := strings.Contains(rec.body(), `"resultType":"complete"`); got != (version == "2026-07-28") {
+				t.Errorf("%s: resultType in %s", version, rec.body())
+			}
+		}
+		cs.Close()
 	}
 }
