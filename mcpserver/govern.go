@@ -188,7 +188,7 @@ func internalError() error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The request could not be processed because of an error on the server. It has been logged; nothing was sent upstream."}
 }
 
-// listed reports whether a listing decision shows the item; a failing one
+// shown reports whether a listing decision shows the item; a failing one
 // hides it.
 func (s *Server) shown(ctx context.Context, call Call) bool {
 	call.Listing = true
@@ -204,12 +204,8 @@ func (s *Server) shown(ctx context.Context, call Call) bool {
 // reading, in URI order.
 func (s *Server) listResources(ctx context.Context, c Caller) *mcp.ListResourcesResult {
 	res := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}, Cacheable: mcp.Cacheable{CacheScope: "private"}}
-	for _, r := range s.catalog.snapshot(ctx).resources {
-		call := baseCall(c, ActionReadResource)
-		call.Tool, call.Server, call.DefinitionHash = r.uri, r.upstream.cfg.Name, r.hash
-		if s.shown(ctx, call) {
-			res.Resources = append(res.Resources, r.listed)
-		}
+	for _, r := range s.readable(ctx, c, s.catalog.snapshot(ctx).resources) {
+		res.Resources = append(res.Resources, r.listed)
 	}
 	return res
 }
@@ -219,14 +215,27 @@ func (s *Server) listResources(ctx context.Context, c Caller) *mcp.ListResources
 // URIs it matches), in order.
 func (s *Server) listResourceTemplates(ctx context.Context, c Caller) *mcp.ListResourceTemplatesResult {
 	res := &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}, Cacheable: mcp.Cacheable{CacheScope: "private"}}
-	for _, t := range s.catalog.snapshot(ctx).templates {
-		call := baseCall(c, ActionReadResource)
-		call.Tool, call.Template, call.Server, call.DefinitionHash = t.uri, t.uri, t.upstream.cfg.Name, t.hash
-		if s.shown(ctx, call) {
-			res.ResourceTemplates = append(res.ResourceTemplates, t.template)
-		}
+	for _, t := range s.readable(ctx, c, s.catalog.snapshot(ctx).templates) {
+		res.ResourceTemplates = append(res.ResourceTemplates, t.template)
 	}
 	return res
+}
+
+// readable returns the resources or templates of list that the Decider
+// does not deny the caller reading.
+func (s *Server) readable(ctx context.Context, c Caller, list []*resource) []*resource {
+	var out []*resource
+	for _, r := range list {
+		call := baseCall(c, ActionReadResource)
+		call.Tool, call.Server, call.DefinitionHash = r.uri, r.upstream.cfg.Name, r.hash
+		if r.template != nil {
+			call.Template = r.uri
+		}
+		if s.shown(ctx, call) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // listPrompts lists the prompts the Decider does not deny the caller, in
