@@ -65,6 +65,14 @@ type CatalogOptions struct {
 	// request to such an upstream, so it should cache its tokens.
 	// Required when an upstream sets BrokerToken.
 	UpstreamToken func(ctx context.Context, audience string) (string, error)
+	// RelayRequests makes the callers' sessions to the upstreams offer
+	// sampling and elicitation, and relays an upstream's sampling and
+	// elicitation requests during a tool call to the caller, when the
+	// caller's session offers them, audited (see KindSamplingRequested);
+	// otherwise the upstream is refused. Set it with Options.Stateful: a
+	// stateless endpoint has no channel for a request to the caller.
+	// Default false: an upstream may ask the caller for nothing.
+	RelayRequests bool
 	// RefreshInterval is how long the upstreams' tool lists are used before
 	// the next use lists them again. Default 1 min.
 	RefreshInterval time.Duration

@@ -22,13 +22,15 @@ type downstream struct {
 	session       *mcp.ServerSession
 	progressToken any    // the caller's progress token; nil for none
 	logLevel      string // the caller's log level (2026-07-28); "" for none
+	// record audits a request relayed to the caller (see relay).
+	record func(ctx context.Context, ev Event, kind string) bool
 }
 
 type downstreamKey struct{}
 
 // withDownstream returns ctx carrying the downstream of a tools/call.
-func withDownstream(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw) context.Context {
-	d := downstream{session: ss, progressToken: p.GetProgressToken()}
+func withDownstream(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, record func(context.Context, Event, string) bool) context.Context {
+	d := downstream{session: ss, progressToken: p.GetProgressToken(), record: record}
 	d.logLevel, _ = p.Meta[mcp.MetaKeyLogLevel].(string)
 	return context.WithValue(ctx, downstreamKey{}, d)
 }
@@ -39,6 +41,7 @@ type inflight struct {
 	downstream
 	id       string // the progress token given to the upstream
 	upstream string
+	tool     string // the tool called, as exposed
 }
 
 type inflightKey struct{}

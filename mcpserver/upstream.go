@@ -313,7 +313,7 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		defer u.cat.pool.release(conn)
 
 		ds, _ := ctx.Value(downstreamKey{}).(downstream)
-		f := &inflight{ctx: ctx, downstream: ds, id: rand.Text(), upstream: u.cfg.Name}
+		f := &inflight{ctx: ctx, downstream: ds, id: rand.Text(), upstream: u.cfg.Name, tool: u.cfg.prefix() + name}
 		ctx = context.WithValue(ctx, inflightKey{}, f)
 		conn.track(f)
 		defer conn.untrack(f)
@@ -350,10 +350,14 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 	ctx, cancel := connectContext(ctx)
 	defer cancel()
 	copts := &mcp.ClientOptions{
-		// No roots, sampling or elicitation: an upstream may not ask the
-		// caller for anything.
+		// No roots, and sampling and elicitation only when relayed to
+		// the caller: otherwise an upstream may not ask the caller for
+		// anything.
 		Capabilities: &mcp.ClientCapabilities{},
 		Logger:       u.cat.log.With("upstream", u.cfg.Name),
+	}
+	if u.cat.opts.RelayRequests && c.key.subject != "" {
+		c.handleRequests(copts)
 	}
 	if u.cfg.Command != "" {
 		// Over HTTP, the credentials transport passes notifications on

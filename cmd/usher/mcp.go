@@ -67,8 +67,10 @@ func (in *installation) catalog(mint *broker.Broker) (*mcpserver.Catalog, error)
 		Upstreams: ups,
 		// Zero: the catalog's default.
 		MaxSessionsPerUser: in.cfg.MCP.MaxUpstreamSessionsPerUser,
-		Version:            version(),
-		Logger:             in.log.With("component", "catalog"),
+		// A stateful endpoint has a channel for requests to its callers.
+		RelayRequests: in.cfg.MCP.Stateful,
+		Version:       version(),
+		Logger:        in.log.With("component", "catalog"),
 	}
 	if mint != nil {
 		opts.UpstreamToken = upstreamTokens(mint)
