@@ -120,6 +120,14 @@
 // results: progress goes to the call whose token it names, a log message
 // (which names no call) to every call the same subject has in flight on
 // that process, and one handed over after its call returned is dropped.
-// Requests from an upstream to the client (sampling, elicitation, roots)
-// are not offered.
+// Requests from an upstream to the client (sampling, elicitation) are
+// relayed only with CatalogOptions.RelayRequests, for a stateful endpoint:
+// during a tool call, to that call's caller when its session offers them
+// and it has no other call in flight on that upstream session (the SDK
+// does not say which call a request belongs to), each audited before it
+// is relayed (KindSamplingRequested, KindElicitationRequested: who was
+// asked, for which tool, and the hash of the request) and once answered
+// (KindRequestAnswered, never the answer's content). An elicitation
+// happens while a tool runs, so after any approval the call needed: it
+// never stands for one. Roots are never offered.
 package mcpserver
