@@ -182,3 +182,30 @@ func TestListChangedStateless(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestStatefulStreamsResumable: a stateful endpoint's response streams
+// carry event ids and start with a priming event, so that a client can
+// resume one (Last-Event-ID); a stateless one's carry none.
+func TestStatefulStreamsResumable(t *testing.T) {
+	for _, stateful := range []bool{true, false} {
+		e := newEnv(t, envConfig{server: func(o *Options) { o.Stateful = stateful }})
+		h := bearer(e.token(alice, ""))
+		// Priming events are of protocol 2025-11-25 and later.
+		resp := e.post(t, "/mcp", h, strings.Replace(initialize, "2025-06-18", "2025-11-25", 1))
+		readAll(t, resp.Body)
+		resp.Body.Close()
+		if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
+			h.Set("Mcp-Session-Id", sid)
+		}
+		h.Set("Mcp-Protocol-Version", "2025-11-25")
+		resp = e.post(t, "/mcp", h, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		resp.Body.Close()
+		resp = e.post(t, "/mcp", h, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"notes_list","arguments":{}}}`)
+		body := readAll(t, resp.Body)
+		resp.Body.Close()
+		resumable := strings.Contains(body, "\nid: ") || strings.HasPrefix(body, "id: ")
+		if resumable != stateful || strings.HasPrefix(body, "event: prime\nid: ") != stateful {
+			t.Errorf("stateful %v: the response stream %q", stateful, body)
+		}
+	}
+}

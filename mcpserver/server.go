@@ -59,8 +59,10 @@ type Options struct {
 	// PublicURL + "/approvals/" + id.
 	ApprovalURL func(id string) string
 	// Stateful keeps SDK sessions (Mcp-Session-Id) in this process. It
-	// allows a standalone GET stream and server-to-client requests, which
-	// Usher's tools do not use today, at a price: a session lives in one
+	// allows a standalone GET stream (listChanged), server-to-client
+	// requests (relayed from upstreams, see CatalogOptions.RelayRequests)
+	// and resumable response streams (an event store in memory), at a
+	// price: a session lives in one
 	// replica, so several replicas need sticky routing, and a session dies
 	// with its process; the sessionless protocol 2026-07-28 is refused. The
 	// default (false) is stateless: any replica serves any request.
@@ -232,8 +234,16 @@ func New(opts *Options) (*Server, error) {
 	if o.Stateful {
 		o.Catalog.watch(s.announce)
 	}
+	var events mcp.EventStore
+	if o.Stateful {
+		// Its response streams are resumable (event ids, a priming event
+		// with retry, Last-Event-ID), within this process: so is the
+		// session. At most 10 MiB of events are kept.
+		events = mcp.NewMemoryEventStore(nil)
+	}
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		Stateless:      !o.Stateful,
+		EventStore:     events,
 		SessionTimeout: o.SessionTimeout,
 		Logger:         sdkLogger(o.Logger, o.Stateful),
 		// checkHTTP does this check, and also allows the public host,
