@@ -42,7 +42,7 @@ func (c *conn) relayTarget() (*inflight, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.inflight) != 1 {
-		return nil, errors.New("Usher relays a request to the caller only while exactly one call of the caller's is in flight on this upstream")
+		return nil, errors.New("a request is relayed to the caller only while exactly one call of the caller's is in flight on this upstream session")
 	}
 	for _, f := range c.inflight {
 		return f, nil
