@@ -184,7 +184,7 @@ func TestFederatedResourcesAndPrompts(t *testing.T) {
 	if got := e.auditKinds("a__test://static-text"); !slices.Equal(got, []string{"decision", "executed", "decision", "executed", "decision", "executed"}) {
 		t.Errorf("the reads' audit = %v", got)
 	}
-	for _, ev := range e.audit.events {
+	for _, ev := range e.events() {
 		if ev.Tool == "a__greet" && (ev.Action != ActionGetPrompt && ev.Action != ActionComplete || ev.Server != "a" || ev.DefinitionHash == "") {
 			t.Errorf("a prompt's audit record = %+v", ev)
 		}
@@ -351,7 +351,7 @@ func TestFeatureHostileInputs(t *testing.T) {
 	if got := e.auditKinds("a__b__test://static-text"); !slices.Equal(got, []string{KindUnknownResource}) {
 		t.Errorf("the escaping read's audit = %v", got)
 	}
-	for _, ev := range e.audit.events {
+	for _, ev := range e.events() {
 		if len(ev.Tool) > maxURI {
 			t.Errorf("an audit record names %d bytes", len(ev.Tool))
 		}
@@ -453,4 +453,16 @@ func TestFeatureResultTypes(t *testing.T) {
 		}
 		cs.Close()
 	}
+}
+
+// events returns the audit records, once the outcomes of the calls that
+// have answered are recorded.
+func (e *env) events() []Event {
+	e.t.Helper()
+	if err := e.server.Drain(e.t.Context()); err != nil {
+		e.t.Fatalf("Drain: %v", err)
+	}
+	e.audit.mu.Lock()
+	defer e.audit.mu.Unlock()
+	return slices.Clone(e.audit.events)
 }

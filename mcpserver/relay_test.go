@@ -76,7 +76,7 @@ func TestRelayRequests(t *testing.T) {
 		t.Errorf("the tool got %q", got)
 	}
 	var kinds []string
-	for _, ev := range e.audit.events {
+	for _, ev := range e.events() {
 		if ev.Tool == "up__ask" && ev.Principal == alice {
 			kinds = append(kinds, ev.Kind)
 			for _, r := range ev.Reasons {
@@ -99,7 +99,7 @@ func TestRelayRequests(t *testing.T) {
 		t.Errorf("for a caller that offers neither, the tool got %q", got)
 	}
 	refused := 0
-	for _, ev := range e.audit.events {
+	for _, ev := range e.events() {
 		if ev.Principal == bob && ev.Kind == KindRequestRefused {
 			refused++
 		}
