@@ -76,8 +76,10 @@ type CatalogOptions struct {
 	// RefreshInterval is how long the upstreams' tool lists are used before
 	// the next use lists them again. Default 1 min.
 	RefreshInterval time.Duration
-	// IdleTimeout closes an upstream session (a process, for stdio) after
-	// this long unused. Default 5 min.
+	// IdleTimeout closes a caller's upstream session (a process, for
+	// stdio) after this long unused. Default 5 min. The catalog's own
+	// session to each upstream, which lists it and hears of changes to its
+	// lists, stays open (it is closed only at MaxSessions, as an idle one).
 	IdleTimeout time.Duration
 	// MaxSessions bounds the upstream sessions open at once, across
 	// upstreams and callers (each caller has its own session to each

@@ -420,6 +420,8 @@ func (s *Server) complete(ctx context.Context, c Caller, p *mcp.CompleteParams) 
 		return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{}}}
 	}
 	if !s.catalog.completes(ctx, u) {
+		// The upstream completes nothing: nothing is asked of it, so
+		// there is nothing to decide.
 		return empty(), nil
 	}
 	return s.govern(ctx, governed{call: call, ev: ev, approve: empty, run: func(ctx context.Context) (mcp.Result, error) {
