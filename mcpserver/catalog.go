@@ -159,10 +159,10 @@ func (c *Catalog) watch(f func(listChanges)) {
 // changed lists the upstreams again, at once, because one said that its
 // tools, resources or prompts changed (notifications/*/list_changed), and
 // tells the watchers what changed. Changes that come while it lists are
-// served by one more listing, not one each, so that an upstream sending
-// a flood of them costs at most one listing at a time. What is new or
-// changed is no more trusted than before: a tool's definition hash is
-// compared with the tool lock at each call.
+// served by one more listing, not one each, so that an upstream sending a
+// flood of them costs at most one listing every changeSpacing. What is
+// new or changed is no more trusted than before: a tool's definition hash
+// is compared with the tool lock at each call.
 func (c *Catalog) changed() {
 	c.changeMu.Lock()
 	defer c.changeMu.Unlock()
@@ -196,9 +196,20 @@ func (c *Catalog) changed() {
 			if !again {
 				return
 			}
+			t := time.NewTimer(changeSpacing)
+			select {
+			case <-c.stop.Done():
+			case <-t.C:
+			}
+			t.Stop()
 		}
 	})
 }
+
+// changeSpacing is the least time between two listings that changes
+// cause: the first comes at once, and changes that come meanwhile are
+// served together by the next.
+const changeSpacing = 100 * time.Millisecond
 
 // diff says which lists differ between two snapshots (names and
 // definition hashes); from nothing, every list has changed.

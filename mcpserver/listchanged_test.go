@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,5 +208,40 @@ func TestStatefulStreamsResumable(t *testing.T) {
 		if resumable != stateful || strings.HasPrefix(body, "event: prime\nid: ") != stateful {
 			t.Errorf("stateful %v: the response stream %q", stateful, body)
 		}
+	}
+}
+
+// TestListChangedFlood: an upstream that floods Usher with list_changed
+// notifications gets a few listings, not one each.
+func TestListChangedFlood(t *testing.T) {
+	up := newFeatureUpstream(t, "up", true)
+	var lists atomic.Int32
+	up.server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "prompts/list" {
+				lists.Add(1)
+			}
+			return next(ctx, method, req)
+		}
+	})
+	e := newEnv(t, envConfig{upstreams: []Upstream{{Name: "up", URL: up.url}}, catalog: func(o *CatalogOptions) { o.RefreshInterval = time.Hour }})
+	if err := e.catalog.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	before := lists.Load()
+	for range 200 {
+		e.catalog.changed()
+	}
+	// Until the catalog is done with them.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		e.catalog.changeMu.Lock()
+		busy := e.catalog.refreshing
+		e.catalog.changeMu.Unlock()
+		if !busy || time.Now().After(deadline) {
+			break
+		}
+	}
+	if n := lists.Load() - before; n < 1 || n > 3 {
+		t.Errorf("200 changes caused %d listings, want 1 to 3", n)
 	}
 }
