@@ -117,9 +117,10 @@
 // flight. Over HTTP that holds exactly: Usher reads the upstream call's own
 // response stream and passes each notification on before the result that
 // follows it. Over stdio the SDK hands notifications over apart from
-// results: progress goes to the call whose token it names, a log message
-// (which names no call) to every call the same subject has in flight on
-// that process, and one handed over after its call returned is dropped.
+// results, so a call waits, up to half a second, until every notification
+// read from the process before its result has been handed over: progress
+// goes to the call whose token it names, a log message (which names no
+// call) to every call the same subject has in flight on that process.
 // Requests from an upstream to the client (sampling, elicitation) are
 // relayed only with CatalogOptions.RelayRequests, for a stateful endpoint:
 // during a tool call, to that call's caller when its session offers them

@@ -12,7 +12,9 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -93,8 +95,86 @@ func (f *inflight) notify(data []byte) {
 	}
 }
 
+// notesTransport is a stdio upstream's transport, which counts the
+// progress and log notifications read from the process. The SDK hands
+// notifications over to their handlers in goroutines of their own, apart
+// from results, so a call's result may reach Usher before the last
+// notification its upstream sent ahead of it: a call waits (awaitNotes)
+// until every notification read before its result has been handed over,
+// so that it is passed on before the result, as over HTTP.
+type notesTransport struct {
+	mcp.Transport
+	c *conn
+}
+
+func (t *notesTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	conn, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &notesConnection{Connection: conn, c: t.c}, nil
+}
+
+// notesConnection counts the notifications it reads (see notesTransport).
+type notesConnection struct {
+	mcp.Connection
+	c *conn
+}
+
+func (n *notesConnection) Read(ctx context.Context) (jsonrpc.Message, error) {
+	m, err := n.Connection.Read(ctx)
+	if r, ok := m.(*jsonrpc.Request); ok && !r.ID.IsValid() && (r.Method == "notifications/progress" || r.Method == "notifications/message") {
+		n.c.mu.Lock()
+		n.c.notesRead++
+		n.c.mu.Unlock()
+	}
+	return m, err
+}
+
+// maxNotesWait bounds how long a call waits for the notifications read
+// before its result to be handed over (one that the SDK refuses is never
+// handed over).
+const maxNotesWait = 500 * time.Millisecond
+
+// handed counts a notification handed over by the SDK.
+func (c *conn) handed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.notesHanded++
+	if c.noteHanded != nil {
+		close(c.noteHanded)
+		c.noteHanded = nil
+	}
+}
+
+// awaitNotes returns once every notification read so far has been handed
+// over, after maxNotesWait, or when ctx ends.
+func (c *conn) awaitNotes(ctx context.Context) {
+	timeout := time.NewTimer(maxNotesWait)
+	defer timeout.Stop()
+	c.mu.Lock()
+	want := c.notesRead
+	for c.notesHanded < want {
+		if c.noteHanded == nil {
+			c.noteHanded = make(chan struct{})
+		}
+		ch := c.noteHanded
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timeout.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+		c.mu.Lock()
+	}
+	c.mu.Unlock()
+}
+
 // forwardProgress passes on a stdio upstream's progress.
 func (c *conn) forwardProgress(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	defer c.handed()
 	id, _ := req.Params.ProgressToken.(string)
 	c.mu.Lock()
 	f := c.inflight[id]
@@ -106,6 +186,7 @@ func (c *conn) forwardProgress(_ context.Context, req *mcp.ProgressNotificationC
 
 // forwardLog passes on a stdio upstream's log message.
 func (c *conn) forwardLog(_ context.Context, req *mcp.LoggingMessageRequest) {
+	defer c.handed()
 	c.mu.Lock()
 	calls := slices.Collect(maps.Values(c.inflight))
 	c.mu.Unlock()

@@ -324,6 +324,9 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		askForLogs(meta, ds)
 
 		res, err := conn.session.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: name, Arguments: args})
+		if u.cfg.Command != "" {
+			conn.awaitNotes(ctx)
+		}
 		if err != nil {
 			if notSent(err) {
 				// The upstream answered (it refused the call), or the
@@ -401,7 +404,7 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 		cmd := exec.Command(u.cfg.Command, u.cfg.Args...)
 		cmd.Env = u.env()
 		cmd.Stderr = &stderrLog{log: u.cat.log, upstream: u.cfg.Name}
-		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+		t = &notesTransport{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, c: c}
 	}
 	cs, err := client.Connect(ctx, t, nil)
 	if err != nil {
@@ -537,6 +540,11 @@ type conn struct {
 
 	mu       sync.Mutex
 	inflight map[string]*inflight // by the id given to the upstream as progress token
+	// Over stdio: the progress and log notifications read from the
+	// process, those handed over (see notes), and a channel closed at
+	// each hand-over.
+	notesRead, notesHanded int64
+	noteHanded             chan struct{}
 }
 
 func (c *conn) track(f *inflight) {
