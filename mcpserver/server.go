@@ -62,10 +62,10 @@ type Options struct {
 	// allows a standalone GET stream (listChanged), server-to-client
 	// requests (relayed from upstreams, see CatalogOptions.RelayRequests)
 	// and resumable response streams (an event store in memory), at a
-	// price: a session lives in one
-	// replica, so several replicas need sticky routing, and a session dies
-	// with its process; the sessionless protocol 2026-07-28 is refused. The
-	// default (false) is stateless: any replica serves any request.
+	// price: a session lives in one replica, so several replicas need
+	// sticky routing, and a session dies with its process; the
+	// sessionless protocol 2026-07-28 is refused. The default (false) is
+	// stateless: any replica serves any request.
 	Stateful bool
 	// SessionTimeout closes a stateful session after this long without a
 	// request. Default 30 min; ignored when stateless.
@@ -237,8 +237,8 @@ func New(opts *Options) (*Server, error) {
 	var events mcp.EventStore
 	if o.Stateful {
 		// Its response streams are resumable (event ids, a priming event
-		// with retry, Last-Event-ID), within this process: so is the
-		// session. At most 10 MiB of events are kept.
+		// for protocol 2025-11-25, Last-Event-ID) within this process, as
+		// the session is. The SDK keeps at most 10 MiB of events.
 		events = mcp.NewMemoryEventStore(nil)
 	}
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
@@ -330,9 +330,10 @@ var methods = map[string]bool{
 	"completion/complete":              true,
 }
 
-// dispatch is the SDK middleware that serves tools/list and tools/call
-// from the catalog, through the enforcement point, for the caller that
-// requireCaller attached to the request.
+// dispatch is the SDK middleware that serves the listings, tools/call,
+// resources/read, prompts/get and completion/complete from the catalog,
+// through the enforcement point, for the caller that requireCaller
+// attached to the request.
 func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if !methods[method] {
