@@ -138,6 +138,10 @@ type Catalog struct {
 	refreshing bool                // a refresh for a change is running
 	again      bool                // another change came meanwhile
 	watchers   []func(listChanges) // told what a refresh changed
+	// subscribed names the resources (upstream and URI) the catalog's
+	// session to their upstream is subscribed to, with that session.
+	subscribed     map[string]*mcp.ClientSession
+	updateWatchers []func(uri string) // told of updated resources
 }
 
 // listChanges says which of the catalog's lists a refresh changed.

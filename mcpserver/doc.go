@@ -84,7 +84,13 @@
 // completion that is not allowed answers no values; Allow (or a used
 // approval) asks the upstream on the caller's session and records the
 // outcome after the answer. The listings show what the Decider does not
-// deny. Subscriptions (resources/subscribe) are not offered.
+// deny. A stateful endpoint also takes resources/subscribe for a resource
+// that would be listed to the caller (audited, KindSubscribed): the
+// catalog's own session subscribes upstream, once per resource, and each
+// notifications/resources/updated is passed, under the exposed URI, to
+// the sessions subscribed to it. An update says only that the resource
+// changed (as the catalog's session sees it); its content is read through
+// the enforcement point.
 //
 // # Change notifications
 //

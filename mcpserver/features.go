@@ -345,3 +345,71 @@ func (u *upstream) session(ctx context.Context, f func(context.Context, *mcp.Cli
 	}
 	return nil
 }
+
+// maxSubscriptions bounds the resources the catalog subscribes to at its
+// upstreams.
+const maxSubscriptions = 1024
+
+// errTooManySubscriptions refuses a subscription beyond maxSubscriptions.
+var errTooManySubscriptions = errors.New("too many resources are subscribed to")
+
+// subscribe subscribes the catalog's own session to the upstream of t to
+// the resource t, once: an update the upstream sends is passed to the
+// sessions subscribed to its exposed URI (see Catalog.watchUpdates). It
+// stays subscribed while that session lasts: sessions that unsubscribe
+// (or end) are no longer told, and an update of a resource nobody is
+// subscribed to reaches no one.
+func (c *Catalog) subscribe(ctx context.Context, t readTarget) error {
+	key := t.upstream.cfg.Name + "\x00" + t.orig
+	conn, err := c.pool.acquire(ctx, t.upstream, "")
+	if err != nil {
+		return err
+	}
+	defer c.pool.release(conn)
+	c.changeMu.Lock()
+	if c.subscribed == nil {
+		c.subscribed = map[string]*mcp.ClientSession{}
+	}
+	switch {
+	case c.subscribed[key] == conn.session:
+		c.changeMu.Unlock()
+		return nil
+	case len(c.subscribed) >= maxSubscriptions:
+		c.changeMu.Unlock()
+		return errTooManySubscriptions
+	}
+	c.subscribed[key] = conn.session
+	c.changeMu.Unlock()
+	if err := conn.session.Subscribe(ctx, &mcp.SubscribeParams{URI: t.orig}); err != nil {
+		c.changeMu.Lock()
+		if c.subscribed[key] == conn.session {
+			delete(c.subscribed, key)
+		}
+		c.changeMu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// watchUpdates calls f with the exposed URI of each resource an upstream
+// says was updated (notifications/resources/updated on the catalog's own
+// session).
+func (c *Catalog) watchUpdates(f func(uri string)) {
+	c.changeMu.Lock()
+	defer c.changeMu.Unlock()
+	c.updateWatchers = append(c.updateWatchers, f)
+}
+
+// updated passes on an upstream's notifications/resources/updated.
+func (c *Catalog) updated(u *upstream, uri string) {
+	exposed := u.cfg.prefix() + uri
+	if !exposedURI(exposed) {
+		return
+	}
+	c.changeMu.Lock()
+	watchers := slices.Clone(c.updateWatchers)
+	c.changeMu.Unlock()
+	for _, w := range watchers {
+		w(exposed)
+	}
+}

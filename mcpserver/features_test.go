@@ -41,6 +41,11 @@ func newFeatureUpstream(t *testing.T, label string, stateful bool) *featureUpstr
 		f.mu.Unlock()
 	}
 	f.server = mcp.NewServer(&mcp.Implementation{Name: "features-" + label, Version: "1"}, &mcp.ServerOptions{
+		SubscribeHandler: func(_ context.Context, req *mcp.SubscribeRequest) error {
+			count("subscribe " + req.Params.URI)
+			return nil
+		},
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
 		CompletionHandler: func(_ context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
 			count("complete " + req.Params.Ref.Name + req.Params.Ref.URI)
 			return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -483,4 +484,66 @@ func withResultType[T any, P interface {
 		return res
 	}
 	return out
+}
+
+// KindSubscribed: a stateful session subscribed to a resource's updates
+// (resources/subscribe), with the listing decision that let it (one that
+// would hide the resource refuses the subscription).
+const KindSubscribed = "resource_subscribed"
+
+// subscribeResource is the SDK's handler of resources/subscribe, for a
+// stateful endpoint. An update tells only that the resource changed; its
+// content is read with resources/read, through the enforcement point. So
+// a subscription is allowed when the resource would be listed to the
+// caller, and is audited.
+func (s *Server) subscribeResource(ctx context.Context, req *mcp.SubscribeRequest) error {
+	c, ok := CallerFromContext(ctx)
+	if !ok || req.Params == nil {
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "unauthenticated"}
+	}
+	uri := req.Params.URI
+	ev := baseEvent(c, ActionReadResource, uri)
+	if !exposedURI(uri) {
+		s.record(ctx, ev, KindUnknownResource)
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("A resource URI is 1 to %d bytes without control characters.", maxURI)}
+	}
+	t, ok := s.catalog.lookupResource(ctx, uri)
+	if !ok {
+		s.record(ctx, ev, KindUnknownResource)
+		return &jsonrpc.Error{Code: CodeResourceNotFound, Message: fmt.Sprintf("There is no resource %.128q.", uri)}
+	}
+	ev.Server, ev.DefinitionHash = t.upstream.cfg.Name, t.hash
+	call := baseCall(c, ActionReadResource)
+	call.Tool, call.Template, call.Server, call.DefinitionHash, call.Listing = uri, t.template, t.upstream.cfg.Name, t.hash, true
+	v, err := s.opts.Decider.Decide(ctx, call)
+	if err != nil {
+		s.log.ErrorContext(ctx, "mcpserver: the policy failed; denying", "action", "subscribe", "name", ev.Tool, "err", err)
+		v = Verdict{Decision: Deny, Reasons: []string{"the policy could not be evaluated"}}
+	}
+	ev.Decision, ev.PolicyIDs, ev.PolicyHash, ev.Reasons = v.Decision, v.PolicyIDs, v.PolicyHash, v.Reasons
+	if !s.record(ctx, ev, KindSubscribed) {
+		return internalError()
+	}
+	if v.Decision != Allow && v.Decision != Approve {
+		return &jsonrpc.Error{Code: CodeDenied, Message: "The policy denies this resource."}
+	}
+	if err := s.catalog.subscribe(ctx, t); err != nil {
+		s.log.ErrorContext(ctx, "mcpserver: subscribing at the upstream failed", "upstream", t.upstream.cfg.Name, "uri", uri, "err", err)
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The upstream server could not subscribe to the resource. The error has been logged."}
+	}
+	return nil
+}
+
+// unsubscribeResource is the SDK's handler of resources/unsubscribe: the
+// SDK stops telling the session; the catalog stays subscribed upstream
+// (see Catalog.subscribe).
+func (s *Server) unsubscribeResource(context.Context, *mcp.UnsubscribeRequest) error { return nil }
+
+// resourceUpdated tells the sessions subscribed to uri that it changed.
+func (s *Server) resourceUpdated(uri string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.sdk.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri}); err != nil {
+		s.log.Warn("mcpserver: passing on a resource update failed", "uri", uri, "err", err)
+	}
 }

@@ -245,3 +245,76 @@ func TestListChangedFlood(t *testing.T) {
 		t.Errorf("200 changes caused %d listings, want 1 to 3", n)
 	}
 }
+
+// TestResourceSubscriptions: in the stateful mode a caller subscribes to
+// an upstream's resource under its exposed URI, Usher subscribes upstream
+// once, and an update reaches the subscribed caller, under the exposed
+// URI, within a second; a resource the policy hides cannot be subscribed
+// to, and a stateless endpoint offers no subscriptions.
+func TestResourceSubscriptions(t *testing.T) {
+	up := newFeatureUpstream(t, "up", true)
+	e := newEnv(t, envConfig{
+		rules:     map[string]Decision{"up__test://secret": Deny},
+		upstreams: []Upstream{{Name: "up", URL: up.url}},
+		server:    func(o *Options) { o.Stateful = true },
+	})
+	updated := make(chan string, 4)
+	src := e.broker.TokenSource(t.Context(), broker.Grant{Subject: alice, Audience: e.url + "/mcp"})
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	}).Connect(t.Context(), &mcp.StreamableClientTransport{
+		Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: &oauth2.Transport{Source: src}}, MaxRetries: -1,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if !cs.InitializeResult().Capabilities.Resources.Subscribe {
+		t.Fatal("the stateful endpoint does not offer subscriptions")
+	}
+	for range 2 {
+		if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: "up__test://static-text"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := up.count("subscribe test://static-text"); n != 1 {
+		t.Errorf("Usher subscribed upstream %d times, want once", n)
+	}
+	if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: "up__test://secret"}); rpcCode(err) != CodeDenied {
+		t.Errorf("subscribing to a denied resource: %v", err)
+	}
+	if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: "up__test://nope"}); rpcCode(err) != CodeResourceNotFound {
+		t.Errorf("subscribing to an unknown resource: %v", err)
+	}
+	if err := up.server.ResourceUpdated(t.Context(), &mcp.ResourceUpdatedNotificationParams{URI: "test://static-text"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case uri := <-updated:
+		if uri != "up__test://static-text" {
+			t.Errorf("the update names %q", uri)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("no notifications/resources/updated within 1 s")
+	}
+	if err := cs.Unsubscribe(t.Context(), &mcp.UnsubscribeParams{URI: "up__test://static-text"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := up.server.ResourceUpdated(t.Context(), &mcp.ResourceUpdatedNotificationParams{URI: "test://static-text"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case uri := <-updated:
+		t.Errorf("an update after unsubscribing: %s", uri)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if got := e.auditKinds("up__test://static-text"); !slices.Equal(got, []string{KindSubscribed, KindSubscribed}) {
+		t.Errorf("the subscriptions' audit = %v", got)
+	}
+
+	stateless := newEnv(t, envConfig{upstreams: []Upstream{{Name: "up", URL: up.url}}})
+	scs := stateless.connect(alice, "", nil, "2025-11-25")
+	if err := scs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: "up__test://static-text"}); err == nil {
+		t.Error("a stateless endpoint took a subscription")
+	}
+}

@@ -202,7 +202,7 @@ func (c *conn) forwardLog(_ context.Context, req *mcp.LoggingMessageRequest) {
 // lists on their next request).
 func capabilities(stateful bool) *mcp.ServerCapabilities {
 	return &mcp.ServerCapabilities{
-		Tools: &mcp.ToolCapabilities{ListChanged: stateful}, Resources: &mcp.ResourceCapabilities{ListChanged: stateful},
+		Tools: &mcp.ToolCapabilities{ListChanged: stateful}, Resources: &mcp.ResourceCapabilities{ListChanged: stateful, Subscribe: stateful},
 		Prompts: &mcp.PromptCapabilities{ListChanged: stateful}, Completions: &mcp.CompletionCapabilities{}, Logging: &mcp.LoggingCapabilities{},
 	}
 }

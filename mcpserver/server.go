@@ -222,17 +222,23 @@ func New(opts *Options) (*Server, error) {
 		ResourceName:           "Usher",
 	})
 
-	srv := mcp.NewServer(&mcp.Implementation{Name: "usher", Title: "Usher", Version: o.Version}, &mcp.ServerOptions{
+	sopts := &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       sdkLogger(o.Logger, o.Stateful),
 		// Tools are served by dispatch, not registered with the SDK, so
 		// the capabilities are stated rather than inferred.
 		Capabilities: capabilities(o.Stateful),
-	})
+	}
+	if o.Stateful {
+		// Subscriptions are kept by the SDK, per session.
+		sopts.SubscribeHandler, sopts.UnsubscribeHandler = s.subscribeResource, s.unsubscribeResource
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "usher", Title: "Usher", Version: o.Version}, sopts)
 	srv.AddReceivingMiddleware(s.dispatch)
 	s.sdk = srv
 	if o.Stateful {
 		o.Catalog.watch(s.announce)
+		o.Catalog.watchUpdates(s.resourceUpdated)
 	}
 	var events mcp.EventStore
 	if o.Stateful {
@@ -328,6 +334,9 @@ var methods = map[string]bool{
 	"prompts/list":                     true,
 	"prompts/get":                      true,
 	"completion/complete":              true,
+	// Served by the SDK, with subscribeResource, when stateful.
+	"resources/subscribe":   true,
+	"resources/unsubscribe": true,
 }
 
 // dispatch is the SDK middleware that serves the listings, tools/call,

@@ -374,6 +374,11 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 		copts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { u.cat.changed() }
 		copts.PromptListChangedHandler = func(context.Context, *mcp.PromptListChangedRequest) { u.cat.changed() }
 		copts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) { u.cat.changed() }
+		copts.ResourceUpdatedHandler = func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+			if req.Params != nil {
+				u.cat.updated(u, req.Params.URI)
+			}
+		}
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "usher", Version: u.cat.opts.Version}, copts)
 	var t mcp.Transport
