@@ -118,7 +118,8 @@
 //
 // Progress and log notifications of a proxied call are passed back to its
 // caller, under the caller's progress token and within the caller's log
-// level. In the stateless mode a notification can only travel on the
+// level. The upstream sees a progress token of Usher's (random, one per
+// call), never the caller's, which is the caller's own name for its call. In the stateless mode a notification can only travel on the
 // response stream of the request it is about, while that request is in
 // flight. Over HTTP that holds exactly: Usher reads the upstream call's own
 // response stream and passes each notification on before the result that
