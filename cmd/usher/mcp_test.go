@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/usherhq/usher/approvals"
 	"github.com/usherhq/usher/broker"
@@ -323,5 +324,44 @@ func TestMCPGroupPolicy(t *testing.T) {
 	}
 	if _, err := s.cli(t, "token", "mcp", "--sub", "long", "--group", strings.Repeat("g", broker.MaxClaimLength+1)); err == nil {
 		t.Error("usher token mcp minted a token with an overlong group")
+	}
+}
+
+// TestResourceApprovalThroughTheService shows that the approval of a
+// resource read, bound to its name qualified by the action, goes through
+// the approvals service as a tool call's does: requested pending, then,
+// once approved, consumed once without an execution, its record naming
+// the action.
+func TestResourceApprovalThroughTheService(t *testing.T) {
+	st := storetest.NewSQLite(t)
+	svc, err := approvals.New(st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := approvalRequests{svc}
+	b := store.ApprovalBinding{Principal: "iss|t|alice", Tool: "read_resource:docs__file:///guide.md", Server: "docs",
+		DefinitionHash: "sha256:" + strings.Repeat("1", 64), ArgumentsHash: strings.Repeat("a", 64), PolicyHash: strings.Repeat("b", 64), ClientID: "c"}
+	req, err := a.Request(t.Context(), mcpserver.ApprovalRequest{Binding: b, Arguments: json.RawMessage(`{}`)})
+	if err != nil || req.Status != store.ApprovalPending {
+		t.Fatalf("request = %+v, %v", req, err)
+	}
+	ev := mcpserver.Event{Kind: mcpserver.KindApprovalConsumed, At: time.Now(), Principal: b.Principal, ClientID: "c",
+		Action: mcpserver.ActionReadResource, Tool: "docs__file:///guide.md", Server: "docs"}
+	if _, _, _, err := a.Consume(t.Context(), b, nil, ev); !errors.Is(err, mcpserver.ErrNotApproved) {
+		t.Fatalf("consume before the decision: %v", err)
+	}
+	if _, err := st.DecideApproval(t.Context(), req.ID, store.ApprovalApproved, b.Principal, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	used, _, _, err := a.Consume(t.Context(), b, nil, ev)
+	if err != nil || used.ID != req.ID {
+		t.Fatalf("consume = %+v, %v", used, err)
+	}
+	if _, _, _, err := a.Consume(t.Context(), b, nil, ev); !errors.Is(err, mcpserver.ErrNotApproved) {
+		t.Errorf("a second consume: %v", err)
+	}
+	entry, err := auditEntry(ev)
+	if err != nil || !strings.Contains(string(entry.Details), `"action":"read_resource"`) {
+		t.Errorf("the audit entry's details = %s, %v", entry.Details, err)
 	}
 }
