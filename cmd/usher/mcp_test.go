@@ -28,6 +28,21 @@ import (
 // mcpCall posts one JSON-RPC request to /mcp and returns its result.
 func mcpCall(t *testing.T, url, token, method string, params any) map[string]any {
 	t.Helper()
+	raw, payload := mcpMessage(t, url, token, method, params)
+	var msg struct {
+		Result map[string]any
+		Error  any
+	}
+	if err := json.Unmarshal(payload, &msg); err != nil || msg.Error != nil {
+		t.Fatalf("%s: %s (%v)", method, raw, err)
+	}
+	return msg.Result
+}
+
+// mcpMessage posts one JSON-RPC request to /mcp and returns the response
+// body and the JSON-RPC message in it.
+func mcpMessage(t *testing.T, url, token, method string, params any) (raw, payload []byte) {
+	t.Helper()
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 	req, _ := http.NewRequest("POST", url+"/mcp", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -39,26 +54,19 @@ func mcpCall(t *testing.T, url, token, method string, params any) map[string]any
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
+	raw, _ = io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 {
 		t.Fatalf("%s: %d %s", method, resp.StatusCode, raw)
 	}
 	// The answer is one SSE message event (or plain JSON).
-	payload := raw
+	payload = raw
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
 		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
 			payload = []byte(d)
 		}
 	}
-	var msg struct {
-		Result map[string]any
-		Error  any
-	}
-	if err := json.Unmarshal(payload, &msg); err != nil || msg.Error != nil {
-		t.Fatalf("%s: %s (%v)", method, raw, err)
-	}
-	return msg.Result
+	return raw, payload
 }
 
 func post(t *testing.T, url, bearer, body string) (int, []byte) {
@@ -375,25 +383,7 @@ func TestResourceApprovalThroughTheService(t *testing.T) {
 // code and data, failing the test when it succeeds.
 func mcpError(t *testing.T, url, token, method string, params any) (int, json.RawMessage) {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-	req, _ := http.NewRequest("POST", url+"/mcp", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	payload := raw
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			payload = []byte(d)
-		}
-	}
+	raw, payload := mcpMessage(t, url, token, method, params)
 	var msg struct {
 		Error *struct {
 			Code int
