@@ -17,14 +17,12 @@ import (
 )
 
 // The fixture upstream is an MCP server offering what the conformance suite's
-// server scenarios call: its test tools, resources and prompts. Usher serves
-// it as two upstreams so that the names Usher exposes are exactly the names
-// the suite calls. Usher puts an upstream's prefix before each of its tool
-// names, and a prefix is never empty, so the fixture serves each name without
-// its first word, and that word is the upstream's prefix in the
-// configuration: the fixture's "simple_text", under the prefix "test_", is
-// Usher's "test_simple_text". Prompts are named the same way; resource URIs
-// are served as the suite asks for them.
+// server scenarios call: its test tools, resources, prompts and completions,
+// under the names the suite calls. Usher serves it as an upstream configured
+// with the prefix "none", so that every name and resource URI passes through
+// as it is, and beside it a second upstream with a prefix: the fixture's JSON
+// server offers "schema_2020_12_tool", which under the prefix "json_" is
+// Usher's "json_schema_2020_12_tool".
 //
 // It runs in the test process, over streamable HTTP on loopback, with SDK
 // sessions: Usher keeps one upstream session per caller and asks it for log
@@ -32,7 +30,7 @@ import (
 
 // Fixture paths, one per upstream.
 const (
-	fixtureTestPath = "/test" // served with the prefix "test_"
+	fixtureTestPath = "/test" // served with the prefix "none"
 	fixtureJSONPath = "/json" // served with the prefix "json_"
 )
 
@@ -102,8 +100,8 @@ func pause(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// fixtureTestServer serves the tools, resources and prompts named "test_…"
-// by the suite, without that prefix.
+// fixtureTestServer serves the tools, resources, prompts and completions
+// the suite asks for, under its names.
 func fixtureTestServer() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "usher-conformance-fixture", Version: "1.0.0"}, &mcp.ServerOptions{
 		CompletionHandler: func(context.Context, *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
@@ -116,25 +114,25 @@ func fixtureTestServer() *mcp.Server {
 		s.AddTool(&mcp.Tool{Name: name, Description: description, InputSchema: schema}, h)
 	}
 
-	tool("simple_text", "Returns one text block.", noArguments,
+	tool("test_simple_text", "Returns one text block.", noArguments,
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return text("This is a simple text response for testing."), nil
 		})
-	tool("image_content", "Returns one PNG image.", noArguments,
+	tool("test_image_content", "Returns one PNG image.", noArguments,
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.ImageContent{Data: pngData, MIMEType: "image/png"}}}, nil
 		})
-	tool("audio_content", "Returns one WAV audio clip.", noArguments,
+	tool("test_audio_content", "Returns one WAV audio clip.", noArguments,
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.AudioContent{Data: wavData, MIMEType: "audio/wav"}}}, nil
 		})
-	tool("embedded_resource", "Returns one embedded text resource.", noArguments,
+	tool("test_embedded_resource", "Returns one embedded text resource.", noArguments,
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{
 				URI: "test://embedded-resource", MIMEType: "text/plain", Text: "This is an embedded resource content.",
 			}}}}, nil
 		})
-	tool("multiple_content_types", "Returns text, an image and an embedded resource.", noArguments,
+	tool("test_multiple_content_types", "Returns text, an image and an embedded resource.", noArguments,
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{
 				&mcp.TextContent{Text: "Multiple content types test:"},
@@ -144,7 +142,7 @@ func fixtureTestServer() *mcp.Server {
 				}},
 			}}, nil
 		})
-	tool("tool_with_logging", "Sends three log messages at info level, 50 ms apart, while it runs.", noArguments,
+	tool("test_tool_with_logging", "Sends three log messages at info level, 50 ms apart, while it runs.", noArguments,
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			for i, msg := range []string{"Tool execution started", "Tool processing data", "Tool execution completed"} {
 				if i > 0 {
@@ -158,7 +156,7 @@ func fixtureTestServer() *mcp.Server {
 			}
 			return text("Tool with logging executed successfully"), nil
 		})
-	tool("tool_with_progress", "Reports progress 0, 50 and 100 of 100, 50 ms apart, when the call has a progress token.", noArguments,
+	tool("test_tool_with_progress", "Reports progress 0, 50 and 100 of 100, 50 ms apart, when the call has a progress token.", noArguments,
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			token := req.Params.GetProgressToken()
 			for i, p := range []float64{0, 50, 100} {
@@ -176,11 +174,11 @@ func fixtureTestServer() *mcp.Server {
 			}
 			return text(fmt.Sprintf("Progress reported for token %v", token)), nil
 		})
-	tool("error_handling", "Always fails with a tool error.", noArguments,
+	tool("test_error_handling", "Always fails with a tool error.", noArguments,
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return toolError("This tool intentionally returns an error for testing"), nil
 		})
-	tool("sampling", "Asks the client's model to complete the prompt.",
+	tool("test_sampling", "Asks the client's model to complete the prompt.",
 		json.RawMessage(`{"type":"object","properties":{"prompt":{"type":"string","description":"The prompt to send to the model"}},"required":["prompt"]}`),
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var in struct {
@@ -222,7 +220,7 @@ func fixtureTestServer() *mcp.Server {
 			return text(fmt.Sprintf("Elicitation result: action=%s, content=%s", res.Action, content)), nil
 		})
 	}
-	elicit("elicitation", "Asks the user, through the client, for a user name.",
+	elicit("test_elicitation", "Asks the user, through the client, for a user name.",
 		json.RawMessage(`{"type":"object","properties":{"message":{"type":"string","description":"The message to show the user"}},"required":["message"]}`),
 		func(args json.RawMessage) (*mcp.ElicitParams, error) {
 			var in struct {
@@ -234,7 +232,7 @@ func fixtureTestServer() *mcp.Server {
 			return &mcp.ElicitParams{Message: in.Message, RequestedSchema: json.RawMessage(
 				`{"type":"object","properties":{"username":{"type":"string","description":"Your preferred user name"},"email":{"type":"string","description":"Your e-mail address"}},"required":["username"]}`)}, nil
 		})
-	elicit("elicitation_sep1034_defaults", "Asks the user for values that have defaults (SEP-1034).", noArguments,
+	elicit("test_elicitation_sep1034_defaults", "Asks the user for values that have defaults (SEP-1034).", noArguments,
 		func(json.RawMessage) (*mcp.ElicitParams, error) {
 			return &mcp.ElicitParams{Message: "Test defaults for primitives", RequestedSchema: json.RawMessage(`{"type":"object","properties":{
 				"name":{"type":"string","description":"User name","default":"John Doe"},
@@ -243,7 +241,7 @@ func fixtureTestServer() *mcp.Server {
 				"status":{"type":"string","description":"User status","enum":["active","inactive","pending"],"default":"active"},
 				"verified":{"type":"boolean","description":"Verification status","default":true}}}`)}, nil
 		})
-	elicit("elicitation_sep1330_enums", "Asks the user to choose from enums of every form (SEP-1330).", noArguments,
+	elicit("test_elicitation_sep1330_enums", "Asks the user to choose from enums of every form (SEP-1330).", noArguments,
 		func(json.RawMessage) (*mcp.ElicitParams, error) {
 			return &mcp.ElicitParams{Message: "Test enum schemas", RequestedSchema: json.RawMessage(`{"type":"object","properties":{
 				"untitledSingle":{"type":"string","enum":["option1","option2","option3"]},
@@ -252,7 +250,7 @@ func fixtureTestServer() *mcp.Server {
 				"untitledMulti":{"type":"array","minItems":1,"maxItems":3,"items":{"type":"string","enum":["option1","option2","option3"]}},
 				"titledMulti":{"type":"array","minItems":1,"maxItems":3,"items":{"anyOf":[{"const":"value1","title":"First Option"},{"const":"value2","title":"Second Option"},{"const":"value3","title":"Third Option"}]}}}}`)}, nil
 		})
-	tool("reconnection", "Closes its response stream in the middle of the call and answers after the client reconnects (SEP-1699).", noArguments,
+	tool("test_reconnection", "Closes its response stream in the middle of the call and answers after the client reconnects (SEP-1699).", noArguments,
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			if req.Extra != nil && req.Extra.CloseSSEStream != nil {
 				req.Extra.CloseSSEStream(mcp.CloseSSEStreamArgs{RetryAfter: 10 * time.Millisecond})
@@ -298,16 +296,16 @@ func fixtureTestServer() *mcp.Server {
 		})
 	}
 	user := func(c mcp.Content) *mcp.PromptMessage { return &mcp.PromptMessage{Role: "user", Content: c} }
-	prompt(&mcp.Prompt{Name: "simple_prompt", Title: "Simple prompt", Description: "A prompt without arguments"},
+	prompt(&mcp.Prompt{Name: "test_simple_prompt", Title: "Simple prompt", Description: "A prompt without arguments"},
 		func(map[string]string) []*mcp.PromptMessage {
 			return []*mcp.PromptMessage{user(&mcp.TextContent{Text: "This is a simple prompt for testing."})}
 		})
-	prompt(&mcp.Prompt{Name: "prompt_with_arguments", Title: "Prompt with arguments", Description: "A prompt with two required arguments",
+	prompt(&mcp.Prompt{Name: "test_prompt_with_arguments", Title: "Prompt with arguments", Description: "A prompt with two required arguments",
 		Arguments: []*mcp.PromptArgument{{Name: "arg1", Description: "First argument", Required: true}, {Name: "arg2", Description: "Second argument", Required: true}}},
 		func(args map[string]string) []*mcp.PromptMessage {
 			return []*mcp.PromptMessage{user(&mcp.TextContent{Text: fmt.Sprintf("Prompt with arguments: arg1='%s', arg2='%s'", args["arg1"], args["arg2"])})}
 		})
-	prompt(&mcp.Prompt{Name: "prompt_with_embedded_resource", Title: "Prompt with an embedded resource", Description: "A prompt that embeds a resource",
+	prompt(&mcp.Prompt{Name: "test_prompt_with_embedded_resource", Title: "Prompt with an embedded resource", Description: "A prompt that embeds a resource",
 		Arguments: []*mcp.PromptArgument{{Name: "resourceUri", Description: "URI of the resource to embed", Required: true}}},
 		func(args map[string]string) []*mcp.PromptMessage {
 			return []*mcp.PromptMessage{
@@ -315,7 +313,7 @@ func fixtureTestServer() *mcp.Server {
 				user(&mcp.TextContent{Text: "Please process the embedded resource above."}),
 			}
 		})
-	prompt(&mcp.Prompt{Name: "prompt_with_image", Title: "Prompt with an image", Description: "A prompt that includes an image"},
+	prompt(&mcp.Prompt{Name: "test_prompt_with_image", Title: "Prompt with an image", Description: "A prompt that includes an image"},
 		func(map[string]string) []*mcp.PromptMessage {
 			return []*mcp.PromptMessage{
 				user(&mcp.ImageContent{Data: pngData, MIMEType: "image/png"}),

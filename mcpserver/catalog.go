@@ -65,11 +65,21 @@ type CatalogOptions struct {
 	// request to such an upstream, so it should cache its tokens.
 	// Required when an upstream sets BrokerToken.
 	UpstreamToken func(ctx context.Context, audience string) (string, error)
+	// RelayRequests makes the callers' sessions to the upstreams offer
+	// sampling and elicitation, and relays an upstream's sampling and
+	// elicitation requests during a tool call to the caller, when the
+	// caller's session offers them, audited (see KindSamplingRequested);
+	// otherwise the upstream is refused. Set it with Options.Stateful: a
+	// stateless endpoint has no channel for a request to the caller.
+	// Default false: an upstream may ask the caller for nothing.
+	RelayRequests bool
 	// RefreshInterval is how long the upstreams' tool lists are used before
 	// the next use lists them again. Default 1 min.
 	RefreshInterval time.Duration
-	// IdleTimeout closes an upstream session (a process, for stdio) after
-	// this long unused. Default 5 min.
+	// IdleTimeout closes a caller's upstream session (a process, for
+	// stdio) after this long unused. Default 5 min. The catalog's own
+	// session to each upstream, which lists it and hears of changes to its
+	// lists, stays open (it is closed only at MaxSessions, as an idle one).
 	IdleTimeout time.Duration
 	// MaxSessions bounds the upstream sessions open at once, across
 	// upstreams and callers (each caller has its own session to each
@@ -117,6 +127,106 @@ type Catalog struct {
 
 	refreshMu sync.Mutex
 	current   atomic.Pointer[catalogSnapshot]
+
+	// stop ends the refreshes that changes start (see changed); work
+	// waits for them.
+	stop   context.Context
+	cancel context.CancelFunc
+	work   sync.WaitGroup
+
+	changeMu   sync.Mutex
+	refreshing bool                // a refresh for a change is running
+	again      bool                // another change came meanwhile
+	watchers   []func(listChanges) // told what a refresh changed
+	// subscribed names the resources (upstream and URI) the catalog's
+	// session to their upstream is subscribed to, with that session.
+	subscribed     map[string]*mcp.ClientSession
+	updateWatchers []func(uri string) // told of updated resources
+}
+
+// listChanges says which of the catalog's lists a refresh changed.
+type listChanges struct {
+	tools, resources, prompts bool
+}
+
+// any reports whether anything changed.
+func (l listChanges) any() bool { return l.tools || l.resources || l.prompts }
+
+// watch calls f, in a goroutine of the catalog, after each refresh that
+// an upstream's change notification caused and that changed a list.
+func (c *Catalog) watch(f func(listChanges)) {
+	c.changeMu.Lock()
+	defer c.changeMu.Unlock()
+	c.watchers = append(c.watchers, f)
+}
+
+// changed lists the upstreams again, at once, because one said that its
+// tools, resources or prompts changed (notifications/*/list_changed), and
+// tells the watchers what changed. Changes that come while it lists are
+// served by one more listing, not one each, so that an upstream sending a
+// flood of them costs at most one listing every changeSpacing. What is
+// new or changed is no more trusted than before: a tool's definition hash
+// is compared with the tool lock at each call.
+func (c *Catalog) changed() {
+	c.changeMu.Lock()
+	defer c.changeMu.Unlock()
+	if c.refreshing {
+		c.again = true
+		return
+	}
+	if c.stop.Err() != nil {
+		return
+	}
+	c.refreshing = true
+	c.work.Go(func() {
+		for {
+			c.refreshMu.Lock()
+			prev := c.current.Load()
+			var next *catalogSnapshot
+			if c.stop.Err() == nil {
+				next = c.refreshLocked(c.stop)
+			}
+			c.refreshMu.Unlock()
+			c.changeMu.Lock()
+			watchers := slices.Clone(c.watchers)
+			again := c.again && c.stop.Err() == nil
+			c.refreshing, c.again = again, false
+			c.changeMu.Unlock()
+			if ch := diff(prev, next); next != nil && ch.any() {
+				for _, w := range watchers {
+					w(ch)
+				}
+			}
+			if !again {
+				return
+			}
+			t := time.NewTimer(changeSpacing)
+			select {
+			case <-c.stop.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	})
+}
+
+// changeSpacing is the least time between two listings that changes
+// cause: the first comes at once, and changes that come meanwhile are
+// served together by the next.
+const changeSpacing = 100 * time.Millisecond
+
+// diff says which lists differ between two snapshots (names and
+// definition hashes); from nothing, every list has changed.
+func diff(prev, next *catalogSnapshot) listChanges {
+	if prev == nil || next == nil {
+		return listChanges{tools: true, resources: true, prompts: true}
+	}
+	var ch listChanges
+	ch.tools = !slices.EqualFunc(prev.tools, next.tools, func(a, b *tool) bool { return a.def.Name == b.def.Name && a.hash == b.hash })
+	same := func(a, b *resource) bool { return a.uri == b.uri && a.hash == b.hash }
+	ch.resources = !slices.EqualFunc(prev.resources, next.resources, same) || !slices.EqualFunc(prev.templates, next.templates, same)
+	ch.prompts = !slices.EqualFunc(prev.prompts, next.prompts, func(a, b *prompt) bool { return a.name == b.name && a.hash == b.hash })
+	return ch
 }
 
 // tool is one tool of the catalog.
@@ -135,9 +245,17 @@ type tool struct {
 
 // catalogSnapshot is the catalog at one time.
 type catalogSnapshot struct {
-	tools      []*tool // in name order
-	byName     map[string]*tool
-	upstream   map[string][]*tool // each upstream's last listed tools
+	tools    []*tool // in name order
+	byName   map[string]*tool
+	upstream map[string]*offering // what each upstream last listed
+
+	resources     []*resource // in URI order
+	resourceByURI map[string]*resource
+	templates     []*resource // in URI template order
+	templateByURI map[string]*resource
+	prompts       []*prompt // in name order
+	promptByName  map[string]*prompt
+
 	listedAt   time.Time
 	listErrors error
 }
@@ -201,6 +319,7 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 		errs = append(errs, err)
 	}
 	c := &Catalog{opts: o, log: o.Logger}
+	c.stop, c.cancel = context.WithCancel(context.Background())
 	builtins := builtinTools(o)
 	if o.DemoTools {
 		builtins = append(builtins, noteTools(o.Notes)...)
@@ -286,7 +405,11 @@ func (c *Catalog) Definitions(ctx context.Context) ([]Definition, error) {
 // flight fail. It is idempotent; the catalog cannot reach upstreams
 // afterwards.
 func (c *Catalog) Close() error {
+	c.changeMu.Lock()
+	c.cancel()
+	c.changeMu.Unlock()
 	c.pool.close()
+	c.work.Wait()
 	return nil
 }
 
@@ -329,40 +452,42 @@ const listTimeout = 30 * time.Second
 func (c *Catalog) refreshLocked(ctx context.Context) *catalogSnapshot {
 	prev := c.current.Load()
 	ctx = withoutCaller(context.WithoutCancel(ctx))
-	listed := make([][]*tool, len(c.upstreams))
+	listed := make([]*offering, len(c.upstreams))
 	failed := make([]error, len(c.upstreams))
 	var wg sync.WaitGroup
 	for i, u := range c.upstreams {
 		wg.Go(func() {
 			lctx, cancel := context.WithTimeout(ctx, listTimeout)
 			defer cancel()
-			listed[i], failed[i] = u.listTools(lctx)
+			listed[i], failed[i] = u.list(lctx)
 		})
 	}
 	wg.Wait()
 
-	snap := &catalogSnapshot{byName: map[string]*tool{}, upstream: map[string][]*tool{}, listedAt: c.opts.Now()}
+	snap := &catalogSnapshot{byName: map[string]*tool{}, upstream: map[string]*offering{}, listedAt: c.opts.Now()}
 	for _, t := range c.builtins {
 		snap.byName[t.def.Name] = t
 	}
 	var errs []error
 	offered := map[string]int{} // how many upstream tools claim a name
 	for i, u := range c.upstreams {
-		tools := listed[i]
+		o := listed[i]
 		if failed[i] != nil {
-			c.log.Error("mcpserver: listing an upstream's tools failed; keeping its last list", "upstream", u.cfg.Name, "err", failed[i])
+			c.log.Error("mcpserver: listing an upstream failed; keeping its last list", "upstream", u.cfg.Name, "err", failed[i])
 			errs = append(errs, fmt.Errorf("upstream %s: %w", u.cfg.Name, failed[i]))
-			if prev != nil {
-				tools = prev.upstream[u.cfg.Name]
+			o = &offering{}
+			if prev != nil && prev.upstream[u.cfg.Name] != nil {
+				o = prev.upstream[u.cfg.Name]
 			}
 		}
-		snap.upstream[u.cfg.Name] = tools
-		for _, t := range tools {
+		o = c.unshadowed(u, o)
+		snap.upstream[u.cfg.Name] = o
+		for _, t := range o.tools {
 			offered[t.def.Name]++
 		}
 	}
 	for _, u := range c.upstreams {
-		for _, t := range snap.upstream[u.cfg.Name] {
+		for _, t := range snap.upstream[u.cfg.Name].tools {
 			switch {
 			case snap.byName[t.def.Name] != nil && snap.byName[t.def.Name].server == "":
 				c.log.Error("mcpserver: an upstream tool has the name of a built-in tool; it is not offered", "upstream", u.cfg.Name, "tool", t.def.Name)
@@ -373,6 +498,7 @@ func (c *Catalog) refreshLocked(ctx context.Context) *catalogSnapshot {
 			}
 		}
 	}
+	c.mergeFeatures(snap)
 	for _, t := range snap.byName {
 		snap.tools = append(snap.tools, t)
 	}
@@ -380,6 +506,45 @@ func (c *Catalog) refreshLocked(ctx context.Context) *catalogSnapshot {
 	snap.listErrors = errors.Join(errs...)
 	c.current.Store(snap)
 	return snap
+}
+
+// unshadowed returns what u offers without the names and URIs that lie in
+// another upstream's namespace, which only an upstream without a prefix
+// can list: a name that begins with another's prefix would be routed
+// there.
+func (c *Catalog) unshadowed(u *upstream, o *offering) *offering {
+	if u.cfg.prefix() != "" {
+		return o
+	}
+	other := func(name string) bool {
+		r, _, ok := c.route(name)
+		if ok && r != u {
+			c.log.Error("mcpserver: a name of the upstream without a prefix begins with another upstream's prefix; it is not offered", "upstream", u.cfg.Name, "name", truncate(name, 256), "other", r.cfg.Name)
+		}
+		return ok && r != u
+	}
+	out := &offering{completions: o.completions}
+	for _, t := range o.tools {
+		if !other(t.def.Name) {
+			out.tools = append(out.tools, t)
+		}
+	}
+	for _, r := range o.resources {
+		if !other(r.uri) {
+			out.resources = append(out.resources, r)
+		}
+	}
+	for _, r := range o.templates {
+		if !other(r.uri) {
+			out.templates = append(out.templates, r)
+		}
+	}
+	for _, p := range o.prompts {
+		if !other(p.name) {
+			out.prompts = append(out.prompts, p)
+		}
+	}
+	return out
 }
 
 type noCallerKey struct{}

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -41,6 +43,9 @@ func TestUpstreamConfig(t *testing.T) {
 		{"broker token without a hook", []Upstream{{Name: "a", URL: "https://a.example.com", BrokerToken: true}}, false, "needs CatalogOptions.UpstreamToken"},
 		{"broker token and an Authorization header", []Upstream{{Name: "a", URL: "https://a.example.com", BrokerToken: true, Headers: map[string]string{"Authorization": "Bearer x"}}}, true, "exclude each other"},
 		{"bad env name", []Upstream{{Name: "a", Command: "x", Env: map[string]string{"A=B": "v"}}}, false, "not valid"},
+		{"one upstream without a prefix", []Upstream{{Name: "a", Command: "x", Prefix: PrefixNone}, {Name: "b", Command: "y"}}, false, ""},
+		{"two upstreams without a prefix", []Upstream{{Name: "a", Command: "x", Prefix: PrefixNone}, {Name: "b", Command: "y", Prefix: PrefixNone}},
+			false, `upstream 1 ("b"): prefix "none" is also that of "a": two upstreams without a prefix would share one namespace`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := checkUpstreams(tc.upstreams, tc.token)
@@ -311,5 +316,52 @@ func TestUpstreamSessionsBounded(t *testing.T) {
 	}
 	if n := len(open()); n > 2 {
 		t.Errorf("%d sessions are open, more than the bound", n)
+	}
+}
+
+// TestStdioProgressBeforeResult: a stdio upstream's last progress
+// notification, sent right before its result, reaches the caller every
+// time, before the result (the SDK hands notifications over apart from
+// results; without waiting for them, some were lost).
+func TestStdioProgressBeforeResult(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "fixture")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/fixture").CombinedOutput(); err != nil {
+		t.Fatalf("build the fixture: %v\n%s", err, out)
+	}
+	e := newEnv(t, envConfig{rules: map[string]Decision{"local__steps": Allow}, upstreams: []Upstream{{Name: "local", Command: bin}}})
+	var mu sync.Mutex
+	var got []float64
+	cs := e.connect(alice, "", &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		got = append(got, req.Params.Progress)
+		mu.Unlock()
+	}}, "2025-11-25")
+	const calls = 20
+	for i := range calls {
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "local__steps", Arguments: map[string]any{}, Meta: mcp.Meta{"progressToken": i + 1}})
+		if err != nil || res.IsError {
+			t.Fatalf("call %d: %v %v", i, err, res)
+		}
+	}
+	// The caller's SDK hands them over apart from results too: wait for
+	// what is on its way.
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= 3*calls {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	last := 0
+	for _, p := range got {
+		if p == 3 {
+			last++
+		}
+	}
+	if len(got) != 3*calls || last != calls {
+		t.Errorf("%d progress notifications (%d last ones) for %d calls, want %d (%d)", len(got), last, calls, 3*calls, calls)
 	}
 }

@@ -1,8 +1,10 @@
 // Package mcpserver owns Usher's MCP endpoint: the streamable HTTP transport
 // at /mcp, bearer authentication as an OAuth 2.1 resource server (RFC 9728
-// metadata, RFC 6750 challenges), the tool catalog (built-in tools, the demo
-// notes tools, and tools federated from upstream MCP servers), and the
-// enforcement point that every tools/call passes through.
+// metadata, RFC 6750 challenges), the catalog (built-in tools, the demo
+// notes tools, and the tools, resources, resource templates, prompts and
+// completions federated from upstream MCP servers), and the enforcement
+// point that every tools/call, resources/read, prompts/get and
+// completion/complete passes through.
 //
 // # Requests
 //
@@ -55,6 +57,53 @@
 // part of a [Call]: they cannot influence a decision. tools/list shows a
 // caller only the tools the Decider does not deny them.
 //
+// # Resources, prompts and completion
+//
+// An upstream's resources, resource templates and prompts are listed with
+// its tools and exposed under the same prefix: a prompt's name and a
+// resource's URI (or URI template) are the prefix followed by the
+// upstream's own, "docs__summarize" and "docs__file:///guide.md" for the
+// upstream docs with the default prefix "docs__" (a prefix of letters,
+// digits and '-', such as "docs-", keeps such URIs valid URIs:
+// "docs-file:///guide.md"). Prefixes never overlap, so two upstreams
+// cannot collide; with [PrefixNone] an upstream's names pass unchanged,
+// and one that lies in another's namespace is not offered. Content that
+// names URIs (a read's contents, a prompt's embedded resources and
+// resource links) comes back with them in the upstream's namespace.
+//
+// A resources/read names a listed resource's exact URI, or a URI in one
+// upstream's namespace that one of that upstream's listed templates
+// matches: anything else is "resource not found" (-32002) and reaches no
+// upstream. Each read, prompts/get and completion/complete goes through
+// [Server.govern], as a tool call goes through the enforcement point: the
+// Decider's verdict on a [Call] with its [Action] (the resource or prompt
+// as Call.Tool, its upstream as Call.Server), recorded before anything is
+// sent (no audit, no request); Deny answers an error (CodeDenied); Approve
+// uses an approval of exactly this request or requests one
+// (CodeApprovalRequired, the approval in the error's data), except that a
+// completion that is not allowed answers no values; Allow (or a used
+// approval) asks the upstream on the caller's session and records the
+// outcome after the answer. The listings show what the Decider does not
+// deny. A stateful endpoint also takes resources/subscribe for a resource
+// that would be listed to the caller (audited, KindSubscribed): the
+// catalog's own session subscribes upstream, once per resource, and each
+// notifications/resources/updated is passed, under the exposed URI, to
+// the sessions subscribed to it. An update says only that the resource
+// changed (as the catalog's session sees it); its content is read through
+// the enforcement point.
+//
+// # Change notifications
+//
+// The catalog's own session to each upstream (the one that lists it) stays
+// open, with the upstream's standalone stream over HTTP, to hear
+// notifications/{tools,resources,prompts}/list_changed: each lists the
+// upstreams again at once (a flood of them costs one listing at a time),
+// and a stateful endpoint then announces listChanged to its sessions for
+// each list that changed. Stateless callers see the new lists on their
+// next request. What is new is no more trusted than before: a new or
+// changed tool's definition hash is not in the tool lock, so it is never
+// unattended.
+//
 // # Upstream servers
 //
 // An [Upstream] is an MCP server reached over streamable HTTP or stdio whose
@@ -69,14 +118,24 @@
 //
 // Progress and log notifications of a proxied call are passed back to its
 // caller, under the caller's progress token and within the caller's log
-// level. In the stateless mode a notification can only travel on the
+// level. The upstream sees a progress token of Usher's (random, one per
+// call), never the caller's, which is the caller's own name for its call. In the stateless mode a notification can only travel on the
 // response stream of the request it is about, while that request is in
 // flight. Over HTTP that holds exactly: Usher reads the upstream call's own
 // response stream and passes each notification on before the result that
 // follows it. Over stdio the SDK hands notifications over apart from
-// results: progress goes to the call whose token it names, a log message
-// (which names no call) to every call the same subject has in flight on
-// that process, and one handed over after its call returned is dropped.
-// Requests from an upstream to the client (sampling, elicitation, roots)
-// are not offered.
+// results, so a call waits, up to half a second, until every notification
+// read from the process before its result has been handed over: progress
+// goes to the call whose token it names, a log message (which names no
+// call) to every call the same subject has in flight on that process.
+// Requests from an upstream to the client (sampling, elicitation) are
+// relayed only with CatalogOptions.RelayRequests, for a stateful endpoint:
+// during a tool call, to that call's caller when its session offers them
+// and it has no other call in flight on that upstream session (the SDK
+// does not say which call a request belongs to), each audited before it
+// is relayed (KindSamplingRequested, KindElicitationRequested: who was
+// asked, for which tool, and the hash of the request) and once answered
+// (KindRequestAnswered, never the answer's content). An elicitation
+// happens while a tool runs, so after any approval the call needed: it
+// never stands for one. Roots are never offered.
 package mcpserver

@@ -62,10 +62,23 @@ type Call struct {
 	// ArgumentsHash is the lower-case hex SHA-256 of Arguments; empty when
 	// Listing.
 	ArgumentsHash string
-	// Listing is set when tools/list asks whether to show the tool: there
-	// are no arguments, and a Decider should deny only a tool it denies
-	// whatever the arguments.
+	// Listing is set when a listing (tools/list, resources/list,
+	// resources/templates/list, prompts/list) asks whether to show the
+	// item: there are no arguments, and a Decider should deny only what it
+	// denies whatever the arguments.
 	Listing bool
+	// Action is what the call does; empty for a tools/call
+	// (ActionCallTool). For the other actions Tool names what it acts on:
+	// a resource's URI, a prompt's name, or (for ActionComplete) either,
+	// as Ref says; Server is its upstream and DefinitionHash the hash of
+	// its listed definition (a resource, template or prompt).
+	Action Action
+	// Template is, for ActionReadResource, the exposed URI template that
+	// Tool matched (empty for a listed resource), and for ActionComplete of
+	// a template, the template.
+	Template string
+	// Ref is, for ActionComplete, RefPrompt or RefResource.
+	Ref string
 }
 
 // Verdict is a Decider's answer.
@@ -212,7 +225,10 @@ const (
 // Event is one audit record of the endpoint. It never holds a token or
 // arguments: ArgumentsHash stands for them.
 type Event struct {
-	Kind           string
+	Kind string
+	// Action is the request's action; empty for a tool call. For the
+	// other actions Tool names what it acts on (see Call.Action).
+	Action         Action
 	At             time.Time
 	Principal      string
 	ClientID       string

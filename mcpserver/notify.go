@@ -6,12 +6,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"maps"
 	"mime"
 	"net/http"
 	"slices"
+	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -21,13 +24,15 @@ type downstream struct {
 	session       *mcp.ServerSession
 	progressToken any    // the caller's progress token; nil for none
 	logLevel      string // the caller's log level (2026-07-28); "" for none
+	// record audits a request relayed to the caller (see relay).
+	record func(ctx context.Context, ev Event, kind string) bool
 }
 
 type downstreamKey struct{}
 
 // withDownstream returns ctx carrying the downstream of a tools/call.
-func withDownstream(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw) context.Context {
-	d := downstream{session: ss, progressToken: p.GetProgressToken()}
+func withDownstream(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, record func(context.Context, Event, string) bool) context.Context {
+	d := downstream{session: ss, progressToken: p.GetProgressToken(), record: record}
 	d.logLevel, _ = p.Meta[mcp.MetaKeyLogLevel].(string)
 	return context.WithValue(ctx, downstreamKey{}, d)
 }
@@ -38,6 +43,7 @@ type inflight struct {
 	downstream
 	id       string // the progress token given to the upstream
 	upstream string
+	tool     string // the tool called, as exposed
 }
 
 type inflightKey struct{}
@@ -89,8 +95,86 @@ func (f *inflight) notify(data []byte) {
 	}
 }
 
+// notesTransport is a stdio upstream's transport, which counts the
+// progress and log notifications read from the process. The SDK hands
+// notifications over to their handlers in goroutines of their own, apart
+// from results, so a call's result may reach Usher before the last
+// notification its upstream sent ahead of it: a call waits (awaitNotes)
+// until every notification read before its result has been handed over,
+// so that it is passed on before the result, as over HTTP.
+type notesTransport struct {
+	mcp.Transport
+	c *conn
+}
+
+func (t *notesTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	conn, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &notesConnection{Connection: conn, c: t.c}, nil
+}
+
+// notesConnection counts the notifications it reads (see notesTransport).
+type notesConnection struct {
+	mcp.Connection
+	c *conn
+}
+
+func (n *notesConnection) Read(ctx context.Context) (jsonrpc.Message, error) {
+	m, err := n.Connection.Read(ctx)
+	if r, ok := m.(*jsonrpc.Request); ok && !r.ID.IsValid() && (r.Method == "notifications/progress" || r.Method == "notifications/message") {
+		n.c.mu.Lock()
+		n.c.notesRead++
+		n.c.mu.Unlock()
+	}
+	return m, err
+}
+
+// maxNotesWait bounds how long a call waits for the notifications read
+// before its result to be handed over (one that the SDK refuses is never
+// handed over).
+const maxNotesWait = 500 * time.Millisecond
+
+// handed counts a notification handed over by the SDK.
+func (c *conn) handed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.notesHanded++
+	if c.noteHanded != nil {
+		close(c.noteHanded)
+		c.noteHanded = nil
+	}
+}
+
+// awaitNotes returns once every notification read so far has been handed
+// over, after maxNotesWait, or when ctx ends.
+func (c *conn) awaitNotes(ctx context.Context) {
+	timeout := time.NewTimer(maxNotesWait)
+	defer timeout.Stop()
+	c.mu.Lock()
+	want := c.notesRead
+	for c.notesHanded < want {
+		if c.noteHanded == nil {
+			c.noteHanded = make(chan struct{})
+		}
+		ch := c.noteHanded
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timeout.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+		c.mu.Lock()
+	}
+	c.mu.Unlock()
+}
+
 // forwardProgress passes on a stdio upstream's progress.
 func (c *conn) forwardProgress(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	defer c.handed()
 	id, _ := req.Params.ProgressToken.(string)
 	c.mu.Lock()
 	f := c.inflight[id]
@@ -102,6 +186,7 @@ func (c *conn) forwardProgress(_ context.Context, req *mcp.ProgressNotificationC
 
 // forwardLog passes on a stdio upstream's log message.
 func (c *conn) forwardLog(_ context.Context, req *mcp.LoggingMessageRequest) {
+	defer c.handed()
 	c.mu.Lock()
 	calls := slices.Collect(maps.Values(c.inflight))
 	c.mu.Unlock()
@@ -110,11 +195,54 @@ func (c *conn) forwardLog(_ context.Context, req *mcp.LoggingMessageRequest) {
 	}
 }
 
-// capabilities are the endpoint's: tools, and logging for the messages of
-// upstreams. No listChanged: a stateless endpoint has no stream to
-// announce it on.
-func capabilities() *mcp.ServerCapabilities {
-	return &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Logging: &mcp.LoggingCapabilities{}}
+// capabilities are the endpoint's: tools, resources, prompts and
+// completions (the catalog's, built-in and federated), and logging for the
+// messages of upstreams. listChanged only when stateful: a stateless
+// endpoint has no stream to announce a change on (its callers see the new
+// lists on their next request).
+func capabilities(stateful bool) *mcp.ServerCapabilities {
+	return &mcp.ServerCapabilities{
+		Tools: &mcp.ToolCapabilities{ListChanged: stateful}, Resources: &mcp.ResourceCapabilities{ListChanged: stateful, Subscribe: stateful},
+		Prompts: &mcp.PromptCapabilities{ListChanged: stateful}, Completions: &mcp.CompletionCapabilities{}, Logging: &mcp.LoggingCapabilities{},
+	}
+}
+
+// The names of the entries announce registers with the SDK for a moment.
+const (
+	announceTool     = "usher.list-changed"
+	announceURI      = "usher:list-changed"
+	announcePromptID = "usher.list-changed"
+)
+
+// announce sends notifications/{tools,resources,prompts}/list_changed, as
+// ch says, to every stateful session. The SDK sends them (to the
+// standalone stream of each session, debounced) when a feature is added
+// to or removed from its registry, and offers no other way: so an entry
+// is added and removed at once. Its registry is never served (dispatch
+// answers every listing and call from the catalog), so the entry is never
+// seen.
+func (s *Server) announce(ch listChanges) {
+	if ch.tools {
+		s.sdk.AddTool(&mcp.Tool{Name: announceTool, InputSchema: map[string]any{"type": "object"}},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return nil, errors.New("never called")
+			})
+		s.sdk.RemoveTools(announceTool)
+	}
+	if ch.resources {
+		s.sdk.AddResource(&mcp.Resource{URI: announceURI, Name: announceURI},
+			func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return nil, errors.New("never called")
+			})
+		s.sdk.RemoveResources(announceURI)
+	}
+	if ch.prompts {
+		s.sdk.AddPrompt(&mcp.Prompt{Name: announcePromptID},
+			func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+				return nil, errors.New("never called")
+			})
+		s.sdk.RemovePrompts(announcePromptID)
+	}
 }
 
 // askForLogs asks an upstream, in a call's _meta (2026-07-28), for log

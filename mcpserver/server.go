@@ -59,11 +59,13 @@ type Options struct {
 	// PublicURL + "/approvals/" + id.
 	ApprovalURL func(id string) string
 	// Stateful keeps SDK sessions (Mcp-Session-Id) in this process. It
-	// allows a standalone GET stream and server-to-client requests, which
-	// Usher's tools do not use today, at a price: a session lives in one
-	// replica, so several replicas need sticky routing, and a session dies
-	// with its process; the sessionless protocol 2026-07-28 is refused. The
-	// default (false) is stateless: any replica serves any request.
+	// allows a standalone GET stream (listChanged), server-to-client
+	// requests (relayed from upstreams, see CatalogOptions.RelayRequests)
+	// and resumable response streams (an event store in memory), at a
+	// price: a session lives in one replica, so several replicas need
+	// sticky routing, and a session dies with its process; the
+	// sessionless protocol 2026-07-28 is refused. The default (false) is
+	// stateless: any replica serves any request.
 	Stateful bool
 	// SessionTimeout closes a stateful session after this long without a
 	// request. Default 30 min; ignored when stateless.
@@ -220,17 +222,34 @@ func New(opts *Options) (*Server, error) {
 		ResourceName:           "Usher",
 	})
 
-	srv := mcp.NewServer(&mcp.Implementation{Name: "usher", Title: "Usher", Version: o.Version}, &mcp.ServerOptions{
+	sopts := &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       sdkLogger(o.Logger, o.Stateful),
 		// Tools are served by dispatch, not registered with the SDK, so
 		// the capabilities are stated rather than inferred.
-		Capabilities: capabilities(),
-	})
+		Capabilities: capabilities(o.Stateful),
+	}
+	if o.Stateful {
+		// Subscriptions are kept by the SDK, per session.
+		sopts.SubscribeHandler, sopts.UnsubscribeHandler = s.subscribeResource, s.unsubscribeResource
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "usher", Title: "Usher", Version: o.Version}, sopts)
 	srv.AddReceivingMiddleware(s.dispatch)
 	s.sdk = srv
+	if o.Stateful {
+		o.Catalog.watch(s.announce)
+		o.Catalog.watchUpdates(s.resourceUpdated)
+	}
+	var events mcp.EventStore
+	if o.Stateful {
+		// Its response streams are resumable (event ids, a priming event
+		// for protocol 2025-11-25, Last-Event-ID) within this process, as
+		// the session is. The SDK keeps at most 10 MiB of events.
+		events = mcp.NewMemoryEventStore(nil)
+	}
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		Stateless:      !o.Stateful,
+		EventStore:     events,
 		SessionTimeout: o.SessionTimeout,
 		Logger:         sdkLogger(o.Logger, o.Stateful),
 		// checkHTTP does this check, and also allows the public host,
@@ -309,11 +328,21 @@ var methods = map[string]bool{
 	"logging/setLevel":                 true,
 	"tools/list":                       true,
 	"tools/call":                       true,
+	"resources/list":                   true,
+	"resources/templates/list":         true,
+	"resources/read":                   true,
+	"prompts/list":                     true,
+	"prompts/get":                      true,
+	"completion/complete":              true,
+	// Served by the SDK, with subscribeResource, when stateful.
+	"resources/subscribe":   true,
+	"resources/unsubscribe": true,
 }
 
-// dispatch is the SDK middleware that serves tools/list and tools/call
-// from the catalog, through the enforcement point, for the caller that
-// requireCaller attached to the request.
+// dispatch is the SDK middleware that serves the listings, tools/call,
+// resources/read, prompts/get and completion/complete from the catalog,
+// through the enforcement point, for the caller that requireCaller
+// attached to the request.
 func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if !methods[method] {
@@ -334,12 +363,24 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 		case *mcp.ListToolsRequest:
 			return s.listTools(ctx, c), nil
 		case *mcp.CallToolRequest:
-			ctx = withDownstream(ctx, r.Session, r.Params)
+			ctx = withDownstream(ctx, r.Session, r.Params, s.record)
 			res := s.callTool(ctx, c, r.Params)
 			if !sessionless(r.Params.Meta) {
 				return res, nil
 			}
 			return completeResult(res), nil
+		case *mcp.ListResourcesRequest:
+			return s.listResources(ctx, c), nil
+		case *mcp.ListResourceTemplatesRequest:
+			return s.listResourceTemplates(ctx, c), nil
+		case *mcp.ReadResourceRequest:
+			return s.readResource(ctx, c, r.Params)
+		case *mcp.ListPromptsRequest:
+			return s.listPrompts(ctx, c), nil
+		case *mcp.GetPromptRequest:
+			return s.getPrompt(ctx, c, r.Params)
+		case *mcp.CompleteRequest:
+			return s.complete(ctx, c, r.Params)
 		}
 		return next(ctx, method, req)
 	}

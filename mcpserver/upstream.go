@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -44,8 +45,9 @@ type Upstream struct {
 	// them. Nothing else of Usher's environment, which holds its secrets,
 	// is passed on.
 	Env map[string]string
-	// Prefix is put before each of the upstream's tool names. Default
-	// Name + "__"; 1 to 63 of the characters of Name. A tool whose
+	// Prefix is put before each of the upstream's tool and prompt names and
+	// resource URIs (and URI templates). Default Name + "__"; 1 to 63 of
+	// the characters of Name, or PrefixNone. A tool or prompt whose
 	// prefixed name does not fit ^[a-zA-Z0-9_-]{1,64}$ is not offered.
 	Prefix string
 	// Headers are sent with every HTTP request to URL: the upstream's own
@@ -57,6 +59,21 @@ type Upstream struct {
 	// InsecureAllowHTTP allows a plain http URL on a host that is not
 	// loopback, where credentials travel in the clear.
 	InsecureAllowHTTP bool
+}
+
+// PrefixNone, as an Upstream's Prefix, exposes the upstream's names and
+// URIs as they are. At most one upstream may have it: two would share one
+// namespace. A name of it that begins with another upstream's prefix, or is
+// a built-in tool's, is not offered (see Catalog).
+const PrefixNone = "none"
+
+// prefix returns what is put before the upstream's names: "" for
+// PrefixNone.
+func (u Upstream) prefix() string {
+	if u.Prefix == PrefixNone {
+		return ""
+	}
+	return u.Prefix
 }
 
 // toolName is the form of every tool name the catalog exposes.
@@ -91,12 +108,20 @@ func checkUpstreams(ups []Upstream, haveToken bool) ([]Upstream, error) {
 			errs = append(errs, fmt.Errorf("%s: the name is used twice", where))
 		}
 		names[u.Name] = true
-		if !prefixForm.MatchString(u.Prefix) {
-			errs = append(errs, fmt.Errorf("%s: the prefix %q must be 1 to 63 of a-z, A-Z, 0-9, '_', '-'", where, u.Prefix))
-		}
-		for _, v := range out {
-			if strings.HasPrefix(u.Prefix, v.Prefix) || strings.HasPrefix(v.Prefix, u.Prefix) {
-				errs = append(errs, fmt.Errorf("%s: the prefix %q overlaps the prefix %q of %q", where, u.Prefix, v.Prefix, v.Name))
+		switch {
+		case u.Prefix == PrefixNone:
+			for _, v := range out {
+				if v.Prefix == PrefixNone {
+					errs = append(errs, fmt.Errorf("%s: prefix %q is also that of %q: two upstreams without a prefix would share one namespace, and their names could collide; give one of them a prefix", where, PrefixNone, v.Name))
+				}
+			}
+		case !prefixForm.MatchString(u.Prefix):
+			errs = append(errs, fmt.Errorf("%s: the prefix %q must be 1 to 63 of a-z, A-Z, 0-9, '_', '-', or %q", where, u.Prefix, PrefixNone))
+		default:
+			for _, v := range out {
+				if v.Prefix != PrefixNone && (strings.HasPrefix(u.Prefix, v.Prefix) || strings.HasPrefix(v.Prefix, u.Prefix)) {
+					errs = append(errs, fmt.Errorf("%s: the prefix %q overlaps the prefix %q of %q", where, u.Prefix, v.Prefix, v.Name))
+				}
 			}
 		}
 		switch {
@@ -163,23 +188,39 @@ type upstream struct {
 // maxUpstreamPages bounds the pages of one tools/list.
 const maxUpstreamPages = 50
 
-// listTools lists the upstream's tools, as the catalog exposes them.
-func (u *upstream) listTools(ctx context.Context) ([]*tool, error) {
+// list lists the upstream's tools, resources, resource templates and
+// prompts, as the catalog exposes them.
+func (u *upstream) list(ctx context.Context) (*offering, error) {
 	c, err := u.cat.pool.acquire(ctx, u, "")
 	if err != nil {
 		return nil, err
 	}
 	defer u.cat.pool.release(c)
-	var tools []*tool
-	cursor := ""
-	for range maxUpstreamPages {
-		res, err := c.session.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
-		if err != nil {
+	o := &offering{}
+	if ir := c.session.InitializeResult(); ir == nil || ir.Capabilities == nil || ir.Capabilities.Tools != nil {
+		err = u.listTools(ctx, c.session, o)
+	}
+	if err == nil {
+		err = u.listFeatures(ctx, c.session, o)
+	}
+	if err != nil {
+		if !notSent(err) {
 			u.cat.pool.broken(c)
-			return nil, err
+		}
+		return nil, err
+	}
+	return o, nil
+}
+
+// listTools lists the upstream's tools on the session cs.
+func (u *upstream) listTools(ctx context.Context, cs *mcp.ClientSession, o *offering) error {
+	return pages(func(cursor string) (string, error) {
+		res, err := cs.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+		if err != nil {
+			return "", err
 		}
 		for _, t := range res.Tools {
-			exposed := u.cfg.Prefix + t.Name
+			exposed := u.cfg.prefix() + t.Name
 			if !toolName.MatchString(exposed) {
 				u.cat.log.Warn("mcpserver: an upstream tool's name does not fit; it is not offered", "upstream", u.cfg.Name, "tool", t.Name)
 				continue
@@ -188,17 +229,14 @@ func (u *upstream) listTools(ctx context.Context) ([]*tool, error) {
 			if err == nil {
 				var tl *tool
 				if tl, err = u.cat.newTool(def, u.cfg.Name, nil, u.caller(t.Name)); err == nil {
-					tools = append(tools, tl)
+					o.tools = append(o.tools, tl)
 					continue
 				}
 			}
 			u.cat.log.Warn("mcpserver: an upstream tool's definition is not usable; it is not offered", "upstream", u.cfg.Name, "tool", t.Name, "err", err)
 		}
-		if cursor = res.NextCursor; cursor == "" {
-			return tools, nil
-		}
-	}
-	return nil, fmt.Errorf("more than %d pages of tools", maxUpstreamPages)
+		return res.NextCursor, nil
+	})
 }
 
 // definitionOf is the definition of an upstream tool under its exposed
@@ -275,7 +313,7 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		defer u.cat.pool.release(conn)
 
 		ds, _ := ctx.Value(downstreamKey{}).(downstream)
-		f := &inflight{ctx: ctx, downstream: ds, id: rand.Text(), upstream: u.cfg.Name}
+		f := &inflight{ctx: ctx, downstream: ds, id: rand.Text(), upstream: u.cfg.Name, tool: u.cfg.prefix() + name}
 		ctx = context.WithValue(ctx, inflightKey{}, f)
 		conn.track(f)
 		defer conn.untrack(f)
@@ -286,6 +324,9 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		askForLogs(meta, ds)
 
 		res, err := conn.session.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: name, Arguments: args})
+		if u.cfg.Command != "" {
+			conn.awaitNotes(ctx)
+		}
 		if err != nil {
 			if notSent(err) {
 				// The upstream answered (it refused the call), or the
@@ -312,16 +353,32 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 	ctx, cancel := connectContext(ctx)
 	defer cancel()
 	copts := &mcp.ClientOptions{
-		// No roots, sampling or elicitation: an upstream may not ask the
-		// caller for anything.
+		// No roots, and sampling and elicitation only when relayed to
+		// the caller: otherwise an upstream may not ask the caller for
+		// anything.
 		Capabilities: &mcp.ClientCapabilities{},
 		Logger:       u.cat.log.With("upstream", u.cfg.Name),
+	}
+	if u.cat.opts.RelayRequests && c.key.subject != "" {
+		c.handleRequests(copts)
 	}
 	if u.cfg.Command != "" {
 		// Over HTTP, the credentials transport passes notifications on
 		// as it reads them (see sseTap); over stdio only the SDK sees
 		// them.
 		c.handleNotifications(copts)
+	}
+	if c.key.subject == "" {
+		// The catalog's own session hears of changes to the upstream's
+		// lists (see Catalog.changed); the callers' sessions need not.
+		copts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { u.cat.changed() }
+		copts.PromptListChangedHandler = func(context.Context, *mcp.PromptListChangedRequest) { u.cat.changed() }
+		copts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) { u.cat.changed() }
+		copts.ResourceUpdatedHandler = func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+			if req.Params != nil {
+				u.cat.updated(u, req.Params.URI)
+			}
+		}
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "usher", Version: u.cat.opts.Version}, copts)
 	var t mcp.Transport
@@ -343,14 +400,16 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 			HTTPClient: &http.Client{Transport: cred, Timeout: base.Timeout,
 				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 			// Notifications are passed on only on the stream of the call
-			// that caused them.
-			DisableStandaloneSSE: true,
+			// that caused them; the catalog's own session keeps the
+			// standalone stream, on which an upstream announces changes
+			// to its lists.
+			DisableStandaloneSSE: c.key.subject != "",
 		}
 	} else {
 		cmd := exec.Command(u.cfg.Command, u.cfg.Args...)
 		cmd.Env = u.env()
 		cmd.Stderr = &stderrLog{log: u.cat.log, upstream: u.cfg.Name}
-		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+		t = &notesTransport{Transport: &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, c: c}
 	}
 	cs, err := client.Connect(ctx, t, nil)
 	if err != nil {
@@ -486,6 +545,11 @@ type conn struct {
 
 	mu       sync.Mutex
 	inflight map[string]*inflight // by the id given to the upstream as progress token
+	// Over stdio: the progress and log notifications read from the
+	// process, those handed over (see notes), and a channel closed at
+	// each hand-over.
+	notesRead, notesHanded int64
+	noteHanded             chan struct{}
 }
 
 func (c *conn) track(f *inflight) {
@@ -657,6 +721,16 @@ func (p *pool) release(c *conn) {
 	if !c.failed && !p.closed {
 		p.uses++
 		c.lastUsed = p.uses
+		if c.key.subject == "" {
+			// The catalog's session (one per upstream) stays open to hear
+			// of changes to the upstream's lists: it never expires, but is
+			// idle (a timer that never fires), so that at the bound it is
+			// closed like any other idle session, to be opened again by
+			// the next listing.
+			c.idle = time.AfterFunc(math.MaxInt64, func() {})
+			p.mu.Unlock()
+			return
+		}
 		c.idle = time.AfterFunc(p.idle, func() { p.expire(c) })
 		p.mu.Unlock()
 		return

@@ -64,8 +64,11 @@ func TestUpstreamLostAfterTheCallWentOut(t *testing.T) {
 		t.Errorf("the retry = %q", text(again))
 	}
 
-	// An upstream that cannot be reached: nothing was sent.
-	ts.Close()
+	// An upstream that cannot be reached: nothing was sent. (Not
+	// ts.Close, which would wait for the catalog's stream that listens
+	// for changes to the upstream's lists.)
+	ts.Listener.Close()
+	ts.CloseClientConnections()
 	res = call(t, cs, "fl__charge", map[string]any{}, mcp.Meta{MetaIdempotencyKey: "charge-2"})
 	if !res.IsError || strings.Contains(text(res), "outcome is unknown") {
 		t.Errorf("a call to an upstream that is down = %q, want a failure that ran nothing", text(res))

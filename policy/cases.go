@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -32,7 +33,11 @@ type caseEntry struct {
 	Groups         []string  `yaml:"groups"`
 	Roles          []string  `yaml:"roles"`
 	ClientID       string    `yaml:"client_id"`
+	Action         string    `yaml:"action"`
 	Tool           string    `yaml:"tool"`
+	Resource       string    `yaml:"resource"`
+	Template       string    `yaml:"template"`
+	Prompt         string    `yaml:"prompt"`
 	Server         *string   `yaml:"server"`
 	Reviewed       bool      `yaml:"reviewed"`
 	DefinitionHash string    `yaml:"definition_hash"`
@@ -55,8 +60,17 @@ type caseEntry struct {
 //	    definition_hash: sha256:…
 //	    args: {"limit": 10}      # a JSON object, written as YAML or as a JSON string
 //	    expect: allow            # required: allow, approve or deny
+//	  - name: alice reads the guide
+//	    user: alice
+//	    action: read_resource    # default call_tool; or get_prompt, complete
+//	    resource: docs__file:///guide.md   # for read_resource (and complete of a template)
+//	    template: docs__file:///{path}     # the template it matched, if any
+//	    server: docs
+//	    expect: allow
 //
-// Unknown keys are errors, so a misspelt key cannot silently drop a check.
+// A case names a tool for call_tool, a resource for read_resource, a
+// prompt for get_prompt, and a prompt or a resource (template) for
+// complete. Unknown keys are errors, so a misspelt key cannot silently drop a check.
 // Every problem found is reported in one combined error.
 func LoadCases(path string) ([]Case, error) {
 	data, err := os.ReadFile(path)
@@ -112,8 +126,37 @@ func (e caseEntry) toCase() (Case, error) {
 	if e.User == "" {
 		errs = append(errs, errors.New("user is required"))
 	}
-	if e.Tool == "" {
-		errs = append(errs, errors.New("tool is required"))
+	action := Action(e.Action)
+	if action == "" {
+		action = ActionCallTool
+	}
+	named := map[string]bool{"tool": e.Tool != "", "resource": e.Resource != "", "prompt": e.Prompt != ""}
+	var want []string
+	switch action {
+	case ActionCallTool:
+		want = []string{"tool"}
+	case ActionReadResource:
+		want = []string{"resource"}
+	case ActionGetPrompt:
+		want = []string{"prompt"}
+	case ActionComplete:
+		want = []string{"prompt", "resource"}
+	default:
+		errs = append(errs, fmt.Errorf("action %q is not call_tool, read_resource, get_prompt or complete", e.Action))
+	}
+	count := 0
+	for _, k := range []string{"tool", "resource", "prompt"} {
+		if named[k] {
+			count++
+		}
+	}
+	if want != nil && count == 0 {
+		errs = append(errs, fmt.Errorf("%s is required", strings.Join(want, " or ")))
+	} else if want != nil && (count != 1 || !slices.ContainsFunc(want, func(k string) bool { return named[k] })) {
+		errs = append(errs, fmt.Errorf("a case of %s names exactly one %s", action, strings.Join(want, " or ")))
+	}
+	if e.Template != "" && e.Resource == "" {
+		errs = append(errs, errors.New("template is for a resource"))
 	}
 	var expect Outcome
 	if err := expect.UnmarshalText([]byte(e.Expect)); err != nil {
@@ -127,16 +170,23 @@ func (e caseEntry) toCase() (Case, error) {
 	if e.Server != nil {
 		server = *e.Server
 	}
-	return Case{
-		Name: e.Name,
-		Request: Request{
-			Principal: Principal{ID: e.User, Tenant: e.Tenant, Groups: e.Groups, Roles: e.Roles},
-			Tool:      Tool{Name: e.Tool, Server: server, DefinitionHash: e.DefinitionHash, Reviewed: e.Reviewed},
-			Arguments: args,
-			ClientID:  e.ClientID,
-		},
-		Expect: expect,
-	}, errors.Join(errs...)
+	req := Request{
+		Principal: Principal{ID: e.User, Tenant: e.Tenant, Groups: e.Groups, Roles: e.Roles},
+		Arguments: args,
+		ClientID:  e.ClientID,
+	}
+	switch {
+	case e.Tool != "":
+		req.Tool = Tool{Name: e.Tool, Server: server, DefinitionHash: e.DefinitionHash, Reviewed: e.Reviewed}
+	case e.Prompt != "":
+		req.Prompt = Prompt{Name: e.Prompt, Server: server, DefinitionHash: e.DefinitionHash}
+	default:
+		req.Resource = Resource{URI: e.Resource, Template: e.Template, Server: server, DefinitionHash: e.DefinitionHash}
+	}
+	if action != ActionCallTool {
+		req.Action = action
+	}
+	return Case{Name: e.Name, Request: req, Expect: expect}, errors.Join(errs...)
 }
 
 // caseArgs turns a case's args into JSON: a YAML mapping is converted, a

@@ -167,3 +167,24 @@ func writeCases(t *testing.T, yaml string) []Case {
 	}
 	return cases
 }
+
+// TestCaseActions: a case names what its action acts on, exactly one
+// thing.
+func TestCaseActions(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"action: read_resource\n    tool: x", "names exactly one resource"},
+		{"action: get_prompt\n    resource: x", "names exactly one prompt"},
+		{"action: complete\n    prompt: p\n    resource: r", "names exactly one prompt or resource"},
+		{"action: delete_resource\n    resource: x", "is not call_tool"},
+		{"prompt: p", "names exactly one tool"},
+		{"action: get_prompt\n    prompt: p\n    template: t", "template is for a resource"},
+	} {
+		path := filepath.Join(t.TempDir(), "cases.yaml")
+		if err := os.WriteFile(path, []byte("cases:\n  - name: c\n    user: alice\n    expect: allow\n    "+tc.yaml+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadCases(path); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+}

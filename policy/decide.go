@@ -82,12 +82,96 @@ type Tool struct {
 	Reviewed       bool   // DefinitionHash equals the tool lock's entry (see Lock.Reviewed)
 }
 
-// Request is one tool call to decide.
+// Action is what a Request asks to do, the Cedar action
+// Usher::Action::"<action>". The zero value is ActionCallTool.
+type Action string
+
+// The actions.
+const (
+	// ActionCallTool calls Request.Tool.
+	ActionCallTool Action = "call_tool"
+	// ActionReadResource reads Request.Resource.
+	ActionReadResource Action = "read_resource"
+	// ActionGetPrompt gets Request.Prompt with Request.Arguments.
+	ActionGetPrompt Action = "get_prompt"
+	// ActionComplete completes an argument of Request.Prompt or, when that
+	// is unnamed, of the resource template Request.Resource.
+	ActionComplete Action = "complete"
+)
+
+// Resource is an upstream resource, or resource template, as Usher exposes
+// it (the Cedar resource Usher::Resource::"<uri>").
+type Resource struct {
+	URI    string // as exposed, with the upstream's prefix; required
+	Server string // the upstream's name
+	// Template is the exposed URI template the URI was matched with; empty
+	// for a listed resource.
+	Template       string
+	DefinitionHash string // the hash of the listed resource or template
+}
+
+// Prompt is an upstream prompt as Usher exposes it (the Cedar resource
+// Usher::Prompt::"<name>").
+type Prompt struct {
+	Name           string // as exposed, with the upstream's prefix; required
+	Server         string // the upstream's name
+	DefinitionHash string
+}
+
+// Request is one tool call, resource read, prompt get or completion to
+// decide.
 type Request struct {
 	Principal Principal
-	Tool      Tool
+	// Action is what is asked; empty means ActionCallTool.
+	Action Action
+	// Tool is the tool of ActionCallTool.
+	Tool Tool
+	// Resource is the resource of ActionReadResource, and the template of
+	// ActionComplete when Prompt is unnamed.
+	Resource Resource
+	// Prompt is the prompt of ActionGetPrompt and ActionComplete.
+	Prompt    Prompt
 	Arguments json.RawMessage // a JSON object; empty or null means {}
 	ClientID  string          // the OAuth client the call came through
+}
+
+// action returns the request's action, ActionCallTool for none.
+func (r Request) action() Action {
+	if r.Action == "" {
+		return ActionCallTool
+	}
+	return r.Action
+}
+
+// target returns the Cedar type and id of what the request acts on, and
+// its attributes; ok is false for an unknown action or an unnamed target.
+func (r Request) target() (typ, id string, attrs cedar.RecordMap, ok bool) {
+	switch a := r.action(); {
+	case a == ActionCallTool:
+		return typeTool, r.Tool.Name, cedar.RecordMap{
+			"name":            cedar.String(r.Tool.Name),
+			"server":          cedar.String(r.Tool.Server),
+			"definition_hash": cedar.String(r.Tool.DefinitionHash),
+			"reviewed":        cedar.Boolean(r.Tool.Reviewed),
+		}, r.Tool.Name != ""
+	case a == ActionGetPrompt || a == ActionComplete && r.Prompt.Name != "":
+		return typePrompt, r.Prompt.Name, cedar.RecordMap{
+			"name":            cedar.String(r.Prompt.Name),
+			"server":          cedar.String(r.Prompt.Server),
+			"definition_hash": cedar.String(r.Prompt.DefinitionHash),
+			"reviewed":        cedar.False,
+		}, r.Prompt.Name != ""
+	case a == ActionReadResource || a == ActionComplete:
+		return typeResource, r.Resource.URI, cedar.RecordMap{
+			"name":            cedar.String(r.Resource.URI),
+			"uri":             cedar.String(r.Resource.URI),
+			"template":        cedar.String(r.Resource.Template),
+			"server":          cedar.String(r.Resource.Server),
+			"definition_hash": cedar.String(r.Resource.DefinitionHash),
+			"reviewed":        cedar.False,
+		}, r.Resource.URI != ""
+	}
+	return "", "", nil, false
 }
 
 // Decision is the outcome of a Request and why. Its zero value denies.
@@ -110,10 +194,11 @@ type Decision struct {
 
 // Cedar names of the model (see the package documentation).
 const (
-	typeUser   = "Usher::User"
-	typeTool   = "Usher::Tool"
-	typeAction = "Usher::Action"
-	actionCall = "call_tool"
+	typeUser     = "Usher::User"
+	typeTool     = "Usher::Tool"
+	typePrompt   = "Usher::Prompt"
+	typeResource = "Usher::Resource"
+	typeAction   = "Usher::Action"
 )
 
 // plainName is the tool-name grammar MCP recommends. A name outside it can
@@ -121,13 +206,23 @@ const (
 // never allowed unattended whatever a policy says.
 var plainName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 
+// plainURI is what a resource URI allowed unattended looks like: printable
+// ASCII without spaces, at most 2048 bytes, so that it cannot pose as
+// another in a review or a log.
+var plainURI = regexp.MustCompile(`^[\x21-\x7e]+$`)
+
+// maxPlainURI is the longest resource URI allowed unattended.
+const maxPlainURI = 2048
+
 // Decide evaluates the policy for req. It never panics and fails closed:
 // anything it cannot evaluate is denied, and only a reviewed, plainly named
-// tool matched by an allow permit and nothing stricter is allowed.
+// tool matched by an allow permit and nothing stricter is allowed; a
+// resource, prompt or completion is allowed only by an allow permit whose
+// action scope names its action.
 func (p *Policy) Decide(req Request) Decision {
 	d := Decision{PolicyHash: p.hash}
-	if req.Principal.ID == "" || req.Tool.Name == "" {
-		return d.set(Deny, nil, "the request names no user or no tool")
+	if _, _, _, ok := req.target(); req.Principal.ID == "" || !ok {
+		return d.set(Deny, nil, "the request names no user, no known action or nothing to act on")
 	}
 	args, err := cedarArguments(req.Arguments)
 	if err != nil {
@@ -153,6 +248,8 @@ func (p *Policy) decide(set *cedar.PolicySet, req Request, args cedar.Record) De
 		return d.set(Approve, ruleIDs(m.approves), matchReasons(m.approves)...)
 	case len(m.allows) == 0:
 		return d.set(Approve, nil, "no policy matched, so a human decides")
+	case req.action() != ActionCallTool:
+		return p.decideOther(d, req, m.allows)
 	case !req.Tool.Reviewed:
 		return d.set(Approve, ruleIDs(m.allows), append(matchReasons(m.allows),
 			fmt.Sprintf("but tool %+q is unreviewed (its definition hash is not the one in the tool lock), so a human decides", req.Tool.Name))...)
@@ -162,6 +259,35 @@ func (p *Policy) decide(set *cedar.PolicySet, req Request, args cedar.Record) De
 	default:
 		return d.set(Allow, ruleIDs(m.allows), matchReasons(m.allows)...)
 	}
+}
+
+// decideOther decides a request other than a tool call that allow permits
+// matched, and nothing stricter: it is allowed only when one of them names
+// its action in its scope (a permit for every action was written for tools,
+// whose tool lock holds back what is unreviewed; resources and prompts have
+// no lock), and when what it acts on is plainly named.
+func (p *Policy) decideOther(d Decision, req Request, allows []*rule) Decision {
+	a := req.action()
+	_, name, _, _ := req.target()
+	var named []*rule
+	for _, r := range allows {
+		if r.namesAction(a) {
+			named = append(named, r)
+		}
+	}
+	plain := plainName.MatchString(name)
+	if a == ActionReadResource || a == ActionComplete && req.Prompt.Name == "" {
+		plain = len(name) <= maxPlainURI && plainURI.MatchString(name)
+	}
+	switch {
+	case len(named) == 0:
+		return d.set(Approve, ruleIDs(allows), append(matchReasons(allows),
+			fmt.Sprintf("but none of them names the action %s in its scope (action == Usher::Action::%q), so a human decides", a, a))...)
+	case !plain:
+		return d.set(Approve, ruleIDs(named), append(matchReasons(named),
+			fmt.Sprintf("but %+q is not plainly named (printable ASCII), so a human decides", name))...)
+	}
+	return d.set(Allow, ruleIDs(named), matchReasons(named)...)
 }
 
 func (d Decision) set(o Outcome, policyIDs []string, reasons ...string) Decision {
@@ -188,21 +314,20 @@ func (p *Policy) match(set *cedar.PolicySet, req Request, args cedar.Record) (m 
 			m, ok = matches{}, false
 		}
 	}()
+	typ, id, attrs, ok := req.target()
+	if !ok {
+		return matches{}, false
+	}
 	user := cedar.NewEntityUID(typeUser, cedar.String(req.Principal.ID))
-	tool := cedar.NewEntityUID(typeTool, cedar.String(req.Tool.Name))
-	action := cedar.NewEntityUID(typeAction, actionCall)
+	tool := cedar.NewEntityUID(cedar.EntityType(typ), cedar.String(id))
+	action := cedar.NewEntityUID(typeAction, cedar.String(req.action()))
 	entities := cedar.EntityMap{
 		user: {UID: user, Attributes: cedar.NewRecord(cedar.RecordMap{
 			"tenant": cedar.String(req.Principal.Tenant),
 			"groups": stringSet(req.Principal.Groups),
 			"roles":  stringSet(req.Principal.Roles),
 		})},
-		tool: {UID: tool, Attributes: cedar.NewRecord(cedar.RecordMap{
-			"name":            cedar.String(req.Tool.Name),
-			"server":          cedar.String(req.Tool.Server),
-			"definition_hash": cedar.String(req.Tool.DefinitionHash),
-			"reviewed":        cedar.Boolean(req.Tool.Reviewed),
-		})},
+		tool:   {UID: tool, Attributes: cedar.NewRecord(attrs)},
 		action: {UID: action},
 	}
 	_, diag := cedar.Authorize(set, entities, cedar.Request{
@@ -318,9 +443,15 @@ func Explain(req Request, d Decision) string {
 		reviewed = "reviewed"
 	}
 	fmt.Fprintf(&b, "user:        %s\n", user)
-	fmt.Fprintf(&b, "tool:        %+q, server %+q, %s\n", req.Tool.Name, req.Tool.Server, reviewed)
-	if req.Tool.DefinitionHash != "" {
-		fmt.Fprintf(&b, "definition:  %s\n", req.Tool.DefinitionHash)
+	switch typ, id, attrs, _ := req.target(); typ {
+	case typeTool:
+		fmt.Fprintf(&b, "tool:        %+q, server %+q, %s\n", req.Tool.Name, req.Tool.Server, reviewed)
+		if req.Tool.DefinitionHash != "" {
+			fmt.Fprintf(&b, "definition:  %s\n", req.Tool.DefinitionHash)
+		}
+	default:
+		fmt.Fprintf(&b, "action:      %s\n", req.action())
+		fmt.Fprintf(&b, "target:      %s::%+q, server %s\n", typ, id, attrs["server"])
 	}
 	b.WriteString("reasons:\n")
 	for _, r := range d.Reasons {

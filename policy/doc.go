@@ -6,16 +6,25 @@
 //
 // # The model
 //
-// A policy is a Cedar policy file evaluated once per tool call with
+// A policy is a Cedar policy file evaluated once per tool call, resource
+// read, prompt get and completion, with
 //
 //   - principal: Usher::User::"<user id>", with attributes tenant (String),
 //     groups (Set<String>) and roles (Set<String>);
-//   - action: Usher::Action::"call_tool";
-//   - resource: Usher::Tool::"<full tool name>", with attributes name,
-//     server ("builtin" for built-in tools, else the upstream's name),
-//     definition_hash and reviewed (Bool: the definition hash equals the one
-//     in the tool lock);
-//   - context: {arguments: <the call's arguments as a record>, client_id}.
+//   - action: Usher::Action::"call_tool", "read_resource", "get_prompt" or
+//     "complete" (see Action);
+//   - resource: for call_tool, Usher::Tool::"<full tool name>", with
+//     attributes name, server ("builtin" for built-in tools, else the
+//     upstream's name), definition_hash and reviewed (Bool: the definition
+//     hash equals the one in the tool lock); for get_prompt, and complete
+//     of a prompt's argument, Usher::Prompt::"<full prompt name>"; for
+//     read_resource, and complete of a resource template's variable,
+//     Usher::Resource::"<full URI or URI template>", which also has uri and
+//     template (the URI template a read URI matched, else ""). Prompts and
+//     resources carry name, server and definition_hash too, and reviewed is
+//     always false for them: the tool lock holds tools only;
+//   - context: {arguments: <the call's or prompt's arguments as a record>,
+//     client_id}; a completion's arguments are {argument: {name, value}}.
 //
 // Tool annotations (readOnlyHint and the like) come from the tool's server
 // and are never an input: they appear in no entity and no context.
@@ -34,7 +43,12 @@
 //     errors; a skipped forbid must not open anything);
 //   - arguments that cannot be evaluated → Deny;
 //   - a tool that is not reviewed, or whose name is not plain ASCII, is
-//     never Allow: such a decision becomes Approve.
+//     never Allow: such a decision becomes Approve;
+//   - a resource, prompt or completion is Allow only by an allow permit
+//     whose action scope names its action (action == ..., or action in
+//     [...]), and only when its name (URI) is plain ASCII: a permit
+//     written for every action was reviewed for tools, which the tool lock
+//     guards, not for these.
 //
 // Every Decision carries the determining policy ids, human-readable
 // reasons, the SHA-256 of the policy file and the approver groups.

@@ -35,23 +35,31 @@ func (f Finding) String() string {
 }
 
 // Lint flags allow permits that may run tools nobody reviewed. An allow
-// permit must name exactly one tool in its scope (resource ==
-// Usher::Tool::"name", or resource in that entity, which is the same since
-// tools have no parents); anything else — including a condition on
-// resource.name — is a wildcard. With a lock, each named tool must be in
-// it. Problems that make a policy invalid (a missing or duplicate @id, an
-// unknown @outcome) are Parse errors, not findings.
+// permit must name exactly one tool, prompt or resource in its scope
+// (resource == Usher::Tool::"name", or resource in that entity, which is
+// the same since they have no parents), or, for a permit only of
+// read_resource or complete, one resource template in a condition
+// (resource.template == "..."), which stands for the URIs it matches;
+// anything else — including a condition on resource.name — is a wildcard.
+// With a lock, each named tool must be in it. Problems that make a policy
+// invalid (a missing or duplicate @id, an unknown @outcome) are Parse
+// errors, not findings.
 func (p *Policy) Lint(lock *Lock) []Finding {
 	var out []Finding
 	for _, r := range p.rules {
 		if r.outcome != Allow {
 			continue
 		}
-		name, named := scopeTool((*ast.Policy)(r.cedar.AST()).Resource)
+		typ, name, named := scopeEntity((*ast.Policy)(r.cedar.AST()).Resource)
+		if !named && r.onlyActions(ActionReadResource, ActionComplete) && pinsTemplate(r.cedar) {
+			continue
+		}
 		switch {
 		case !named:
 			out = append(out, Finding{Kind: WildcardAllow, PolicyID: r.id, Position: r.position,
-				Message: `an allow permit should name one tool: resource == Usher::Tool::"name"`})
+				Message: `an allow permit should name one tool, prompt or resource: resource == Usher::Tool::"name" (or Usher::Prompt, Usher::Resource)`})
+		case typ != typeTool:
+			// The tool lock holds tools only.
 		case lock != nil && lock.Tools[name] == "":
 			out = append(out, Finding{Kind: UnreviewedAllow, PolicyID: r.id, Position: r.position,
 				Message: fmt.Sprintf("tool %+q is not in the tool lock, so it will be approved, not allowed, until it is reviewed", name)})
@@ -60,8 +68,9 @@ func (p *Policy) Lint(lock *Lock) []Finding {
 	return out
 }
 
-// scopeTool returns the tool a resource scope names, if it names exactly one.
-func scopeTool(scope ast.IsResourceScopeNode) (string, bool) {
+// scopeEntity returns the tool, prompt or resource a resource scope names,
+// if it names exactly one.
+func scopeEntity(scope ast.IsResourceScopeNode) (typ, name string, ok bool) {
 	var uid cedar.EntityUID
 	switch s := scope.(type) {
 	case ast.ScopeTypeEq:
@@ -69,10 +78,35 @@ func scopeTool(scope ast.IsResourceScopeNode) (string, bool) {
 	case ast.ScopeTypeIn:
 		uid = s.Entity
 	default:
-		return "", false
+		return "", "", false
 	}
-	if uid.Type != typeTool {
-		return "", false
+	switch string(uid.Type) {
+	case typeTool, typePrompt, typeResource:
+		return string(uid.Type), string(uid.ID), true
 	}
-	return string(uid.ID), true
+	return "", "", false
+}
+
+// pinsTemplate reports whether a condition of cp compares
+// resource.template with a string: resource.template == "...".
+func pinsTemplate(cp *cedar.Policy) bool {
+	pins := false
+	for _, c := range (*ast.Policy)(cp.AST()).Conditions {
+		ast.Inspect(ast.NewNode(c.Body), func(n ast.IsNode) bool {
+			eq, ok := n.(ast.NodeTypeEquals)
+			if !ok {
+				return !pins
+			}
+			for _, side := range [][2]ast.IsNode{{eq.Left, eq.Right}, {eq.Right, eq.Left}} {
+				acc, isAcc := side[0].(ast.NodeTypeAccess)
+				v, isVar := acc.Arg.(ast.NodeTypeVariable)
+				_, isLit := side[1].(ast.NodeValue)
+				if isAcc && isVar && v.Name == "resource" && acc.Value == "template" && isLit {
+					pins = true
+				}
+			}
+			return !pins
+		})
+	}
+	return pins
 }

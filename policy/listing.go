@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"slices"
+
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/x/exp/ast"
 )
@@ -19,8 +21,8 @@ import (
 // a call: each call is decided by Decide with its arguments.
 func (p *Policy) DecideListing(req Request) Decision {
 	d := Decision{PolicyHash: p.hash}
-	if req.Principal.ID == "" || req.Tool.Name == "" {
-		return d.set(Deny, nil, "the request names no user or no tool")
+	if _, _, _, ok := req.target(); req.Principal.ID == "" || !ok {
+		return d.set(Deny, nil, "the request names no user, no known action or nothing to act on")
 	}
 	// No statement of the listing set reads the arguments: any record
 	// would do.
@@ -53,6 +55,46 @@ func readsArguments(cp *cedar.Policy) bool {
 		})
 	}
 	return reads
+}
+
+// namesAction reports whether the rule's action scope names a: action ==
+// a, action in a (Usher's actions have no groups, so that is the same), or
+// action in [..., a, ...].
+func (r *rule) namesAction(a Action) bool {
+	uid := cedar.NewEntityUID(typeAction, cedar.String(a))
+	switch s := (*ast.Policy)(r.cedar.AST()).Action.(type) {
+	case ast.ScopeTypeEq:
+		return s.Entity == uid
+	case ast.ScopeTypeIn:
+		return s.Entity == uid
+	case ast.ScopeTypeInSet:
+		for _, e := range s.Entities {
+			if e == uid {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// onlyActions reports whether the rule's action scope names some of
+// actions and nothing else.
+func (r *rule) onlyActions(actions ...Action) bool {
+	var named []cedar.EntityUID
+	switch s := (*ast.Policy)(r.cedar.AST()).Action.(type) {
+	case ast.ScopeTypeEq:
+		named = []cedar.EntityUID{s.Entity}
+	case ast.ScopeTypeIn:
+		named = []cedar.EntityUID{s.Entity}
+	case ast.ScopeTypeInSet:
+		named = s.Entities
+	}
+	for _, uid := range named {
+		if uid.Type != typeAction || !slices.Contains(actions, Action(uid.ID)) {
+			return false
+		}
+	}
+	return len(named) > 0
 }
 
 // isContext reports whether n is the variable context.

@@ -1,6 +1,7 @@
 // Command echoupstream is the upstream MCP server of the out-of-process
-// tools/call benchmark (bench/mcpbench): a Go SDK server with one tool,
-// echo, over streamable HTTP, stateful (Mcp-Session-Id) and answering with
+// benchmark (bench/mcpbench): a Go SDK server with one tool, echo (and the
+// same echo as the resource template echo://{text} and the prompt echo),
+// over streamable HTTP, stateful (Mcp-Session-Id) and answering with
 // Server-Sent Events, as many MCP servers do. It listens on loopback and
 // prints its endpoint on the first line of its standard output.
 package main
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -64,6 +66,17 @@ func handler() http.Handler {
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "echo: " + in.Text}}}, nil
 	})
+	// The same echo as a resource template and as a prompt, for the
+	// benchmark of resources/read and prompts/get.
+	srv.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: "echo://{text}", Name: "echo", MIMEType: "text/plain"},
+		func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			text := strings.TrimPrefix(req.Params.URI, "echo://")
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "echo: " + text}}}, nil
+		})
+	srv.AddPrompt(&mcp.Prompt{Name: "echo", Description: "Returns its text.", Arguments: []*mcp.PromptArgument{{Name: "text", Required: true}}},
+		func(_ context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "echo: " + req.Params.Arguments["text"]}}}}, nil
+		})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		&mcp.StreamableHTTPOptions{SessionTimeout: 10 * time.Minute}))

@@ -11,7 +11,7 @@ import (
 )
 
 // TestShortRun builds usher and the echo upstream and runs the whole
-// benchmark with small sizes: three processes, the paired phase, both
+// benchmark with small sizes, for each method: three processes, the paired phase, both
 // throughput phases, the CPU figures and the audit check, and the report
 // with every key. On PostgreSQL when TEST_DATABASE_URL is set.
 func TestShortRun(t *testing.T) {
@@ -25,28 +25,40 @@ func TestShortRun(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	var out bytes.Buffer
-	start := time.Now()
-	err := run(t.Context(), options{
-		usher: filepath.Join(dir, "usher"), upstream: filepath.Join(dir, "echoupstream"),
-		database: os.Getenv("TEST_DATABASE_URL"), pairs: 30, warmup: 5, concurrency: 2,
-		duration: 300 * time.Millisecond, protocol: "2025-11-25", idempotencyKey: true,
-		profile: filepath.Join(dir, "cpu.pprof"),
-	}, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("run took %s\n%s", time.Since(start), out.String())
-	for _, key := range []string{"added_p50_ms", "added_p99_ms", "usher_p50_ms", "direct_p99_ms", "c_usher_calls_per_s",
-		"c_direct_calls_per_s", "c_cpu_ms_per_call_usher", "c_cpu_ms_per_call_upstream_direct", "c_cpu_ms_per_call_postgres", "load1_start"} {
-		if !regexp.MustCompile(`(?m)^` + key + ` \S+$`).Match(out.Bytes()) {
-			t.Errorf("no %s in the report", key)
-		}
-	}
-	if m := regexp.MustCompile(`(?m)^pairs (\d+)$`).FindSubmatch(out.Bytes()); m == nil || string(m[1]) != "30" {
-		t.Errorf("pairs = %q, want 30", m)
-	}
-	if fi, err := os.Stat(filepath.Join(dir, "cpu.pprof")); err != nil || fi.Size() == 0 {
-		t.Errorf("no CPU profile: %v", err)
+	for _, method := range []string{"tools/call", "resources/read", "prompts/get"} {
+		t.Run(method, func(t *testing.T) {
+			var out bytes.Buffer
+			start := time.Now()
+			o := options{
+				usher: filepath.Join(dir, "usher"), upstream: filepath.Join(dir, "echoupstream"), method: method,
+				database: os.Getenv("TEST_DATABASE_URL"), pairs: 30, warmup: 5, concurrency: 2,
+				duration: 300 * time.Millisecond, protocol: "2025-11-25", idempotencyKey: true,
+			}
+			if method == "tools/call" {
+				o.profile = filepath.Join(dir, "cpu.pprof")
+			}
+			if err := run(t.Context(), o, &out); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("run took %s\n%s", time.Since(start), out.String())
+			for _, key := range []string{"added_p50_ms", "added_p99_ms", "usher_p50_ms", "direct_p99_ms", "c_usher_calls_per_s",
+				"c_direct_calls_per_s", "c_cpu_ms_per_call_usher", "c_cpu_ms_per_call_upstream_direct", "c_cpu_ms_per_call_postgres", "load1_start"} {
+				if !regexp.MustCompile(`(?m)^` + key + ` \S+$`).Match(out.Bytes()) {
+					t.Errorf("no %s in the report", key)
+				}
+			}
+			if m := regexp.MustCompile(`(?m)^pairs (\d+)$`).FindSubmatch(out.Bytes()); m == nil || string(m[1]) != "30" {
+				t.Errorf("pairs = %q, want 30", m)
+			}
+			if !bytes.Contains(out.Bytes(), []byte("method "+method+"\n")) {
+				t.Errorf("the report does not name the method %s", method)
+			}
+			if o.profile == "" {
+				return
+			}
+			if fi, err := os.Stat(o.profile); err != nil || fi.Size() == 0 {
+				t.Errorf("no CPU profile: %v", err)
+			}
+		})
 	}
 }

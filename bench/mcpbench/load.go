@@ -18,9 +18,12 @@ import (
 // client sessions that call it, one per concurrent client.
 type path struct {
 	name, tool string
-	endpoint   string
-	token      string // a broker token, through Usher
-	protocol   string
+	// method is what each call is: "tools/call" of tool, "resources/read"
+	// of tool + "://" + the text, or "prompts/get" of the prompt tool.
+	method   string
+	endpoint string
+	token    string // a broker token, through Usher
+	protocol string
 	// idempotencyKey sends the call's text as _meta["usher/idempotency_key"]
 	// too, so that Usher keeps an execution record of the call.
 	idempotencyKey bool
@@ -58,6 +61,10 @@ func (p *path) close() {
 // call makes one call of the echo tool on cs, checks its result and
 // returns how long it took.
 func (p *path) call(ctx context.Context, cs *mcp.ClientSession, key string) (time.Duration, error) {
+	switch p.method {
+	case "resources/read", "prompts/get":
+		return p.read(ctx, cs, key)
+	}
 	params := &mcp.CallToolParams{Name: p.tool, Arguments: map[string]any{"text": key}}
 	if p.idempotencyKey {
 		params.Meta = mcp.Meta{"usher/idempotency_key": key}
@@ -80,6 +87,40 @@ func (p *path) call(ctx context.Context, cs *mcp.ClientSession, key string) (tim
 	if res.IsError || text == nil || text.Text != "echo: "+key {
 		b, _ := json.Marshal(res)
 		return 0, fmt.Errorf("unexpected result %s", b)
+	}
+	p.calls.Add(1)
+	return d, nil
+}
+
+// read reads the echo resource, or gets the echo prompt, for key on cs,
+// checks what came back and returns how long it took.
+func (p *path) read(ctx context.Context, cs *mcp.ClientSession, key string) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	var text string
+	if p.method == "resources/read" {
+		res, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: p.tool + "://" + key})
+		if err != nil {
+			return 0, err
+		}
+		if len(res.Contents) == 1 {
+			text = res.Contents[0].Text
+		}
+	} else {
+		res, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: p.tool, Arguments: map[string]string{"text": key}})
+		if err != nil {
+			return 0, err
+		}
+		if len(res.Messages) == 1 {
+			if t, ok := res.Messages[0].Content.(*mcp.TextContent); ok {
+				text = t.Text
+			}
+		}
+	}
+	d := time.Since(start)
+	if text != "echo: "+key {
+		return 0, fmt.Errorf("unexpected %s answer %q", p.method, text)
 	}
 	p.calls.Add(1)
 	return d, nil

@@ -38,6 +38,7 @@ var policy []byte
 // options are the benchmark's flags.
 type options struct {
 	usher, upstream string
+	method          string
 	database        string
 	pairs, warmup   int
 	concurrency     int
@@ -53,6 +54,7 @@ func main() {
 	flag.StringVar(&o.usher, "usher", "bin/usher", "the usher binary")
 	flag.StringVar(&o.upstream, "upstream", "bin/echoupstream", "the echo upstream's binary (bench/echoupstream)")
 	flag.StringVar(&o.database, "database", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL server URL (a schema of its own is created and dropped); empty: SQLite")
+	flag.StringVar(&o.method, "method", "tools/call", "what each call is: tools/call (of the echo tool), resources/read (of the echo resource template) or prompts/get (of the echo prompt)")
 	flag.IntVar(&o.pairs, "pairs", 2000, "sequential pairs (a call through Usher, then one direct)")
 	flag.IntVar(&o.warmup, "warmup", 200, "warm-up calls on each path before anything is measured")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "clients calling at once in the throughput phases")
@@ -88,7 +90,12 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	r := report{loadStart: loadAverage(), protocol: o.protocol, sdk: sdkVersion(), idempotencyKey: o.idempotencyKey}
+	switch o.method {
+	case "tools/call", "resources/read", "prompts/get":
+	default:
+		return fmt.Errorf("-method must be tools/call, resources/read or prompts/get, not %q", o.method)
+	}
+	r := report{loadStart: loadAverage(), method: o.method, protocol: o.protocol, sdk: sdkVersion(), idempotencyKey: o.idempotencyKey && o.method == "tools/call"}
 
 	up, upURL, err := startChild(dir, "upstream", o.upstream, upstreamReady)
 	if err != nil {
@@ -136,8 +143,8 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 
 	keys := newKeySource()
-	via := &path{name: "through Usher", tool: "up__echo", endpoint: usherURL + "/mcp", token: token, protocol: o.protocol, idempotencyKey: o.idempotencyKey}
-	direct := &path{name: "direct", tool: "echo", endpoint: upURL, protocol: o.protocol}
+	via := &path{name: "through Usher", tool: "up__echo", method: o.method, endpoint: usherURL + "/mcp", token: token, protocol: o.protocol, idempotencyKey: o.idempotencyKey}
+	direct := &path{name: "direct", tool: "echo", method: o.method, endpoint: upURL, protocol: o.protocol}
 	for _, p := range []*path{via, direct} {
 		if err := p.connect(ctx, o.concurrency); err != nil {
 			return err

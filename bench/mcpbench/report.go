@@ -8,17 +8,18 @@ import (
 
 // report is everything one run measured.
 type report struct {
-	engine, protocol, sdk string
-	idempotencyKey        bool
-	loadStart, loadEnd    float64
-	seq                   pairedResult
-	seqCPU                cpuPerCall
-	concurrency           int
-	duration              time.Duration
-	c8Usher, c8Direct     phase
-	usherCalls            int64
-	auditRecords          int64
-	profile               string
+	engine, method     string
+	protocol, sdk      string
+	idempotencyKey     bool
+	loadStart, loadEnd float64
+	seq                pairedResult
+	seqCPU             cpuPerCall
+	concurrency        int
+	duration           time.Duration
+	c8Usher, c8Direct  phase
+	usherCalls         int64
+	auditRecords       int64
+	profile            string
 }
 
 func msf(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
@@ -34,8 +35,8 @@ func pgCPU(c cpuPerCall) string {
 
 // print writes the report as tables, then as `key value` lines.
 func (r report) print(w io.Writer) {
-	fmt.Fprintf(w, "\nMCP tools/call out of process: usher (%s) and a go-sdk %s echo upstream (stateful, SSE), protocol %s, idempotency key %v\n",
-		r.engine, r.sdk, r.protocol, r.idempotencyKey)
+	fmt.Fprintf(w, "\nMCP %s out of process: usher (%s) and a go-sdk %s echo upstream (stateful, SSE), protocol %s, idempotency key %v\n",
+		r.method, r.engine, r.sdk, r.protocol, r.idempotencyKey)
 	fmt.Fprintf(w, "load average (1 min): %.2f at the start, %.2f at the end\n\n", r.loadStart, r.loadEnd)
 
 	fmt.Fprintf(w, "sequential, %d pairs (A through Usher, B direct)   p50 ms    p99 ms\n", r.seq.Pairs)
@@ -67,6 +68,7 @@ func (r report) print(w io.Writer) {
 	fmt.Fprintln(w)
 
 	kv := func(k string, v any) { fmt.Fprintf(w, "%s %v\n", k, v) }
+	kv("method", r.method)
 	kv("engine", r.engine)
 	kv("load1_start", fmt.Sprintf("%.2f", r.loadStart))
 	kv("load1_end", fmt.Sprintf("%.2f", r.loadEnd))

@@ -53,3 +53,43 @@ forbid (principal, action, resource == Usher::Tool::"drop");
 		t.Errorf("pay 5000 = %s, want deny", got)
 	}
 }
+
+// TestDeciderFeatures checks that resource reads, prompt gets and
+// completions reach the policy as their own actions on their own entities:
+// a permit of one kind of entity allows nothing of another, and a
+// completion of a prompt is decided on the prompt.
+func TestDeciderFeatures(t *testing.T) {
+	p, err := policy.Parse("test.cedar", []byte(`
+@id("allow-docs") @outcome("allow")
+permit (principal, action == Usher::Action::"read_resource", resource is Usher::Resource)
+when { resource.server == "docs" && resource.template == "docs__file:///{path}" };
+
+@id("allow-greet") @outcome("allow")
+permit (principal, action in [Usher::Action::"get_prompt", Usher::Action::"complete"], resource == Usher::Prompt::"docs__greet");
+
+@id("forbid-tool-greet")
+forbid (principal, action, resource == Usher::Tool::"docs__greet");
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := decider{policy: p}
+	alice := "https://idp.example.com|tenant|alice"
+	for _, tc := range []struct {
+		call mcpserver.Call
+		want mcpserver.Decision
+	}{
+		{mcpserver.Call{Action: mcpserver.ActionReadResource, Tool: "docs__file:///a", Template: "docs__file:///{path}", Server: "docs"}, mcpserver.Allow},
+		{mcpserver.Call{Action: mcpserver.ActionReadResource, Tool: "docs__file:///a", Server: "docs"}, mcpserver.Approve},
+		{mcpserver.Call{Action: mcpserver.ActionGetPrompt, Tool: "docs__greet", Server: "docs"}, mcpserver.Allow},
+		{mcpserver.Call{Action: mcpserver.ActionComplete, Ref: mcpserver.RefPrompt, Tool: "docs__greet", Server: "docs"}, mcpserver.Allow},
+		{mcpserver.Call{Action: mcpserver.ActionComplete, Ref: mcpserver.RefResource, Tool: "docs__greet", Server: "docs"}, mcpserver.Approve},
+		{mcpserver.Call{Tool: "docs__greet", Server: "docs"}, mcpserver.Deny},
+	} {
+		tc.call.Principal, tc.call.DefinitionHash, tc.call.Arguments = alice, "h", json.RawMessage(`{}`)
+		v, err := d.Decide(t.Context(), tc.call)
+		if err != nil || v.Decision != tc.want {
+			t.Errorf("%s %s (ref %q, template %q) = %s %v (%v), want %s", tc.call.Action, tc.call.Tool, tc.call.Ref, tc.call.Template, v.Decision, v.Reasons, err, tc.want)
+		}
+	}
+}

@@ -67,8 +67,10 @@ func (in *installation) catalog(mint *broker.Broker) (*mcpserver.Catalog, error)
 		Upstreams: ups,
 		// Zero: the catalog's default.
 		MaxSessionsPerUser: in.cfg.MCP.MaxUpstreamSessionsPerUser,
-		Version:            version(),
-		Logger:             in.log.With("component", "catalog"),
+		// A stateful endpoint has a channel for requests to its callers.
+		RelayRequests: in.cfg.MCP.Stateful,
+		Version:       version(),
+		Logger:        in.log.With("component", "catalog"),
 	}
 	if mint != nil {
 		opts.UpstreamToken = upstreamTokens(mint)
@@ -120,12 +122,20 @@ func (d decider) Decide(_ context.Context, c mcpserver.Call) (mcpserver.Verdict,
 	}
 	req := policy.Request{
 		Principal: principalOf(c.Principal, c.Tenant, c.Groups),
-		Tool: policy.Tool{
-			Name: c.Tool, Server: server, DefinitionHash: c.DefinitionHash,
-			Reviewed: d.lock.Reviewed(c.Tool, c.DefinitionHash),
-		},
+		Action:    policy.Action(c.Action),
 		Arguments: c.Arguments,
 		ClientID:  c.ClientID,
+	}
+	switch {
+	case c.Action == "" || c.Action == mcpserver.ActionCallTool:
+		req.Tool = policy.Tool{
+			Name: c.Tool, Server: server, DefinitionHash: c.DefinitionHash,
+			Reviewed: d.lock.Reviewed(c.Tool, c.DefinitionHash),
+		}
+	case c.Action == mcpserver.ActionGetPrompt || c.Action == mcpserver.ActionComplete && c.Ref == mcpserver.RefPrompt:
+		req.Prompt = policy.Prompt{Name: c.Tool, Server: server, DefinitionHash: c.DefinitionHash}
+	default:
+		req.Resource = policy.Resource{URI: c.Tool, Server: server, Template: c.Template, DefinitionHash: c.DefinitionHash}
 	}
 	decide := d.policy.Decide
 	if c.Listing {
@@ -198,6 +208,9 @@ func (a auditor) Record(ctx context.Context, e mcpserver.Event) error {
 // auditEntry is the audit log's entry of an MCP server event.
 func auditEntry(e mcpserver.Event) (audit.Entry, error) {
 	d := map[string]any{"server": e.Server, "reasons": e.Reasons, "idempotency_key": e.IdempotencyKey}
+	if e.Action != "" {
+		d["action"] = e.Action
+	}
 	if e.Suppressed > 0 {
 		d["suppressed"] = e.Suppressed
 	}

@@ -3,14 +3,20 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/usherhq/usher/approvals"
 	"github.com/usherhq/usher/broker"
@@ -21,6 +27,21 @@ import (
 
 // mcpCall posts one JSON-RPC request to /mcp and returns its result.
 func mcpCall(t *testing.T, url, token, method string, params any) map[string]any {
+	t.Helper()
+	raw, payload := mcpMessage(t, url, token, method, params)
+	var msg struct {
+		Result map[string]any
+		Error  any
+	}
+	if err := json.Unmarshal(payload, &msg); err != nil || msg.Error != nil {
+		t.Fatalf("%s: %s (%v)", method, raw, err)
+	}
+	return msg.Result
+}
+
+// mcpMessage posts one JSON-RPC request to /mcp and returns the response
+// body and the JSON-RPC message in it.
+func mcpMessage(t *testing.T, url, token, method string, params any) (raw, payload []byte) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 	req, _ := http.NewRequest("POST", url+"/mcp", bytes.NewReader(body))
@@ -33,26 +54,19 @@ func mcpCall(t *testing.T, url, token, method string, params any) map[string]any
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
+	raw, _ = io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 {
 		t.Fatalf("%s: %d %s", method, resp.StatusCode, raw)
 	}
 	// The answer is one SSE message event (or plain JSON).
-	payload := raw
+	payload = raw
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
 		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
 			payload = []byte(d)
 		}
 	}
-	var msg struct {
-		Result map[string]any
-		Error  any
-	}
-	if err := json.Unmarshal(payload, &msg); err != nil || msg.Error != nil {
-		t.Fatalf("%s: %s (%v)", method, raw, err)
-	}
-	return msg.Result
+	return raw, payload
 }
 
 func post(t *testing.T, url, bearer, body string) (int, []byte) {
@@ -323,5 +337,113 @@ func TestMCPGroupPolicy(t *testing.T) {
 	}
 	if _, err := s.cli(t, "token", "mcp", "--sub", "long", "--group", strings.Repeat("g", broker.MaxClaimLength+1)); err == nil {
 		t.Error("usher token mcp minted a token with an overlong group")
+	}
+}
+
+// TestResourceApprovalThroughTheService shows that the approval of a
+// resource read, bound to its name qualified by the action, goes through
+// the approvals service as a tool call's does: requested pending, then,
+// once approved, consumed once without an execution, its record naming
+// the action.
+func TestResourceApprovalThroughTheService(t *testing.T) {
+	st := storetest.NewSQLite(t)
+	svc, err := approvals.New(st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := approvalRequests{svc}
+	b := store.ApprovalBinding{Principal: "iss|t|alice", Tool: "read_resource:docs__file:///guide.md", Server: "docs",
+		DefinitionHash: "sha256:" + strings.Repeat("1", 64), ArgumentsHash: strings.Repeat("a", 64), PolicyHash: strings.Repeat("b", 64), ClientID: "c"}
+	req, err := a.Request(t.Context(), mcpserver.ApprovalRequest{Binding: b, Arguments: json.RawMessage(`{}`)})
+	if err != nil || req.Status != store.ApprovalPending {
+		t.Fatalf("request = %+v, %v", req, err)
+	}
+	ev := mcpserver.Event{Kind: mcpserver.KindApprovalConsumed, At: time.Now(), Principal: b.Principal, ClientID: "c",
+		Action: mcpserver.ActionReadResource, Tool: "docs__file:///guide.md", Server: "docs"}
+	if _, _, _, err := a.Consume(t.Context(), b, nil, ev); !errors.Is(err, mcpserver.ErrNotApproved) {
+		t.Fatalf("consume before the decision: %v", err)
+	}
+	if _, err := st.DecideApproval(t.Context(), req.ID, store.ApprovalApproved, b.Principal, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	used, _, _, err := a.Consume(t.Context(), b, nil, ev)
+	if err != nil || used.ID != req.ID {
+		t.Fatalf("consume = %+v, %v", used, err)
+	}
+	if _, _, _, err := a.Consume(t.Context(), b, nil, ev); !errors.Is(err, mcpserver.ErrNotApproved) {
+		t.Errorf("a second consume: %v", err)
+	}
+	entry, err := auditEntry(ev)
+	if err != nil || !strings.Contains(string(entry.Details), `"action":"read_resource"`) {
+		t.Errorf("the audit entry's details = %s, %v", entry.Details, err)
+	}
+}
+
+// mcpError posts one JSON-RPC request to /mcp and returns its error's
+// code and data, failing the test when it succeeds.
+func mcpError(t *testing.T, url, token, method string, params any) (int, json.RawMessage) {
+	t.Helper()
+	raw, payload := mcpMessage(t, url, token, method, params)
+	var msg struct {
+		Error *struct {
+			Code int
+			Data json.RawMessage
+		}
+	}
+	if err := json.Unmarshal(payload, &msg); err != nil || msg.Error == nil {
+		t.Fatalf("%s: %s, want an error (%v)", method, raw, err)
+	}
+	return msg.Error.Code, msg.Error.Data
+}
+
+// TestDefaultPolicyHoldsUpstreamResources shows, through usher serve with
+// the shipped policy, that an upstream's resources and prompts are listed
+// under its prefix and that each read and get waits for a person's
+// approval, recorded in an intact audit chain.
+func TestDefaultPolicyHoldsUpstreamResources(t *testing.T) {
+	up := mcp.NewServer(&mcp.Implementation{Name: "docs", Version: "1"}, nil)
+	up.AddResource(&mcp.Resource{URI: "file:///guide.md", Name: "guide"}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		t.Error("the upstream was read")
+		return &mcp.ReadResourceResult{}, nil
+	})
+	up.AddPrompt(&mcp.Prompt{Name: "summarize"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		t.Error("the upstream's prompt was got")
+		return &mcp.GetPromptResult{}, nil
+	})
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, &mcp.StreamableHTTPOptions{Stateless: true}))
+	// Closed after usher serve stops (cleanups run last first): until
+	// then, its catalog keeps a stream open to the upstream, on which it
+	// hears of changes, and Close would wait for it.
+	t.Cleanup(ts.Close)
+	cfg := filepath.Join(t.TempDir(), "usher.yaml")
+	if err := writeTestFile(cfg, fmt.Sprintf("mcp:\n  upstreams:\n    - name: docs\n      url: %q\n", ts.URL)); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, nil, "--config", cfg)
+	tok, err := s.cli(t, "token", "mcp", "--sub", "https://issuer.example|t|alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(mcpCall(t, s.url, tok, "resources/list", map[string]any{})["resources"]); !strings.Contains(got, "docs__file:///guide.md") {
+		t.Errorf("resources/list = %s", got)
+	}
+	if got := fmt.Sprint(mcpCall(t, s.url, tok, "prompts/list", map[string]any{})["prompts"]); !strings.Contains(got, "docs__summarize") {
+		t.Errorf("prompts/list = %s", got)
+	}
+	for _, r := range []struct {
+		method string
+		params map[string]any
+	}{
+		{"resources/read", map[string]any{"uri": "docs__file:///guide.md"}},
+		{"prompts/get", map[string]any{"name": "docs__summarize"}},
+	} {
+		code, data := mcpError(t, s.url, tok, r.method, r.params)
+		if code != mcpserver.CodeApprovalRequired || !strings.Contains(string(data), `"status":"pending"`) {
+			t.Errorf("%s = %d %s, want a pending approval", r.method, code, data)
+		}
+	}
+	out, err := s.cli(t, "audit", "verify")
+	if err != nil || !strings.HasPrefix(out, "audit log intact:") {
+		t.Errorf("audit verify: %v %q", err, out)
 	}
 }

@@ -165,7 +165,9 @@ type Upstream struct {
 	Command string            `yaml:"command"`
 	Args    []string          `yaml:"args"`
 	Env     map[string]string `yaml:"env"`
-	// Prefix namespaces its tools. Default "<name>__".
+	// Prefix namespaces its tools, prompts and resource URIs. Default
+	// "<name>__"; "none" keeps the upstream's own names (at most one
+	// upstream).
 	Prefix string `yaml:"prefix"`
 	// Headers are sent on every request to it (its own credentials).
 	Headers map[string]string `yaml:"headers"`

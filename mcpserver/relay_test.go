@@ -1,0 +1,127 @@
+//lint:file-ignore SA1019 the test relays sampling, which protocol 2026-07-28 deprecates.
+
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/oauth2"
+
+	"github.com/usherhq/usher/broker"
+)
+
+// askingUpstream is a stateful upstream whose tool "ask" asks the caller's
+// model and then the caller's user, and reports what it got.
+func askingUpstream(t *testing.T) *featureUpstream {
+	up := newFeatureUpstream(t, "up", true)
+	up.server.AddTool(&mcp.Tool{Name: "ask", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var parts []string
+			msg, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 10,
+				Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "2+2?"}}}})
+			if err != nil {
+				parts = append(parts, "sampling failed: "+err.Error())
+			} else {
+				parts = append(parts, "model said "+msg.Content.(*mcp.TextContent).Text)
+			}
+			el, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Your name?",
+				RequestedSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)})
+			if err != nil {
+				parts = append(parts, "elicitation failed: "+err.Error())
+			} else {
+				parts = append(parts, "user chose "+el.Action+" "+el.Content["name"].(string))
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Join(parts, "; ")}}}, nil
+		})
+	return up
+}
+
+// TestRelayRequests: in the stateful mode an upstream's sampling and
+// elicitation requests during a tool call reach the caller that offers
+// them, and its answers reach the upstream, each audited without its
+// content; a caller that offers neither has them refused, audited too.
+func TestRelayRequests(t *testing.T) {
+	up := askingUpstream(t)
+	e := newEnv(t, envConfig{
+		rules:     map[string]Decision{"up__ask": Allow},
+		upstreams: []Upstream{{Name: "up", URL: up.url}},
+		catalog:   func(o *CatalogOptions) { o.RelayRequests = true },
+		server:    func(o *Options) { o.Stateful = true },
+	})
+	connect := func(sub string, opts *mcp.ClientOptions) *mcp.ClientSession {
+		src := e.broker.TokenSource(t.Context(), broker.Grant{Subject: sub, Audience: e.url + "/mcp"})
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, opts).Connect(t.Context(),
+			&mcp.StreamableClientTransport{Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: &oauth2.Transport{Source: src}}, MaxRetries: -1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	cs := connect(alice, &mcp.ClientOptions{
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return &mcp.CreateMessageResult{Role: "assistant", Model: "m", Content: &mcp.TextContent{Text: "four"}}, nil
+		},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Ada"}}, nil
+		},
+	})
+	if got := text(call(t, cs, "up__ask", map[string]any{}, nil)); got != "model said four; user chose accept Ada" {
+		t.Errorf("the tool got %q", got)
+	}
+	var kinds []string
+	for _, ev := range e.events() {
+		if ev.Tool == "up__ask" && ev.Principal == alice {
+			kinds = append(kinds, ev.Kind)
+			for _, r := range ev.Reasons {
+				if strings.Contains(r, "four") || strings.Contains(r, "Ada") {
+					t.Errorf("an audit record holds the answer's content: %+v", ev)
+				}
+			}
+			if ev.Kind == KindSamplingRequested && ev.ArgumentsHash == "" {
+				t.Errorf("the sampling record names no request hash: %+v", ev)
+			}
+		}
+	}
+	if want := []string{KindDecision, KindSamplingRequested, KindRequestAnswered, KindElicitationRequested, KindRequestAnswered}; !slices.Equal(kinds[:min(len(kinds), 5)], want) {
+		t.Errorf("audit %v, want %v first", kinds, want)
+	}
+
+	plain := connect(bob, nil)
+	got := text(call(t, plain, "up__ask", map[string]any{}, nil))
+	if !strings.Contains(got, "sampling failed") || !strings.Contains(got, "elicitation failed") {
+		t.Errorf("for a caller that offers neither, the tool got %q", got)
+	}
+	refused := 0
+	for _, ev := range e.events() {
+		if ev.Principal == bob && ev.Kind == KindRequestRefused {
+			refused++
+		}
+	}
+	if refused != 2 {
+		t.Errorf("%d refusals audited, want 2", refused)
+	}
+}
+
+// TestNoRelayByDefault: without RelayRequests an upstream's session offers
+// neither sampling nor elicitation.
+func TestNoRelayByDefault(t *testing.T) {
+	up := askingUpstream(t)
+	e := newEnv(t, envConfig{rules: map[string]Decision{"up__ask": Allow}, upstreams: []Upstream{{Name: "up", URL: up.url}},
+		server: func(o *Options) { o.Stateful = true }})
+	cs := e.connect(alice, "", &mcp.ClientOptions{
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			t.Error("the caller was asked for sampling")
+			return nil, nil
+		},
+	}, "")
+	if got := text(call(t, cs, "up__ask", map[string]any{}, nil)); !strings.Contains(got, "sampling failed") {
+		t.Errorf("the tool got %q", got)
+	}
+}
