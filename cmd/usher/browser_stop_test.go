@@ -52,6 +52,9 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	tb.waitUntil("the run's live stream", `document.querySelector(`+js(liveConnection)+`)`)
 	tb.send("write me a very long essay")
 	tb.waitUntil("the streamed draft", `document.querySelector("article.streaming")?.textContent.includes("Thinking")`)
+	if !evaluate[bool](tb, `document.querySelector("article.streaming .msg-body").inert`) {
+		t.Error("the draft's rendered copy can take the focus: it is not inert")
+	}
 	tb.waitUntil("the Stop button", `!document.querySelector(".conversation-actions button.stop-turn").hidden`)
 	tb.click(`.conversation-actions button.stop-turn`)
 	tb.waitUntil("the turn stopped", `document.querySelector(".turn-note.stopped")?.textContent.startsWith("You stopped this turn.")`)

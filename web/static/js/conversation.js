@@ -400,7 +400,10 @@ export class Conversation {
     if (this.settled.has(d.messageSeq)) return;
     if (!this.draft || this.draft.messageSeq !== d.messageSeq) {
       this.dropDraft(false);
-      const body = h('div', { class: 'msg-body md', 'aria-hidden': 'true' });
+      // The draft's text is read out by its live region; the rendered copy
+      // is neither read nor reachable (its links and Copy buttons are the
+      // committed message's to offer).
+      const body = h('div', { class: 'msg-body md', 'aria-hidden': 'true', inert: true });
       const live = h('div', { class: 'visually-hidden', 'aria-live': 'polite' });
       const el = h('article', { class: 'msg msg-assistant streaming', 'aria-label': 'Usher is replying' }, body, live);
       this.draft = { messageSeq: d.messageSeq, text: this.resumed ? '… ' : '', el, body, live, frame: 0 };
