@@ -361,6 +361,7 @@ func TestBrowserConnectedApps(t *testing.T) {
 	tb.do(chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(kb.Enter))
 	tb.waitUntil("the empty state", `document.querySelector(".app-list .empty-state") && !document.querySelector(".app-card")`)
 	tb.waitUntil("focus on the page's heading", `document.activeElement && document.activeElement.id === "apps-title"`)
+	checkAxe(t, tb, "the connected apps")
 	if empty := tb.text(".app-list .empty-state"); !strings.Contains(empty, "No apps are connected") {
 		t.Errorf("empty state %q", empty)
 	}

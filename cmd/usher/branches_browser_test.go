@@ -62,6 +62,7 @@ func TestBrowserBranches(t *testing.T) {
 	tb.typeText(".edit-form textarea", "plan a trip to Porto")
 	tb.click(".edit-form button[type=submit]")
 	tb.waitUntil("the switcher reads 3/3", position+` === "3/3"`)
+	checkAxe(t, tb, "a conversation with branches")
 	tb.waitUntil("the edited message's reply", replied(`You wrote: "plan a trip to Porto"`))
 	tb.waitUntil("the run is between turns", idle)
 	if got := evaluate[string](tb, shownUser); got != "plan a trip to Porto" {

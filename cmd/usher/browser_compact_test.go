@@ -47,6 +47,7 @@ func TestBrowserLongConversation(t *testing.T) {
 		tb.waitBadge("Active")
 	}
 	tb.waitUntil("the mark where the summary stands in", mark+`?.textContent.includes("summarised for the model")`)
+	checkAxe(t, tb, "a compacted conversation")
 	code, body := api(t, "GET", base, alice, "")
 	snap, _ := body["snapshot"].(map[string]any)
 	t.Logf("compacted after %v messages: snapshot %v covers to %v; context %v", body["messages"], snap["version"], snap["toSeq"], body["run"].(map[string]any)["context"])
@@ -67,6 +68,7 @@ func TestBrowserLongConversation(t *testing.T) {
 	tb.waitUntil("the new session", `location.pathname !== `+js("/runs/"+runID)+` && document.querySelector("article.msg-summary")`)
 	child := tb.runID()
 	tb.waitUntil("the summary's link to the first session", `document.querySelector("article.msg-summary a")?.getAttribute("href") === `+js("/runs/"+runID))
+	checkAxe(t, tb, "a continued session")
 	tb.send("What is still open?")
 	tb.waitUntil("the reply in the new session", `document.querySelectorAll("article.msg-assistant").length === 1`)
 	tb.waitBadge("Active")

@@ -234,6 +234,7 @@ func TestBrowserMessages(t *testing.T) {
 	tb.waitUntil("the third approval", `document.querySelector(`+js(approve)+`)`)
 	tb.click(`a.inbox-link`)
 	tb.waitUntil("the inbox", `document.querySelector("#inbox-title") && document.querySelector(".inbox .approval-card.is-pending button[value=approve]")`)
+	checkAxe(t, tb, "the approvals inbox")
 	tb.waitUntil("its history", `document.querySelectorAll(".approval-history .approval-card").length === 2`)
 	tb.click(`.inbox .approval-card.is-pending button[value=approve]`)
 	tb.waitUntil("three decisions in the history", `document.querySelectorAll(".approval-history .approval-card.is-decided").length === 3`)

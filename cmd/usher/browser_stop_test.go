@@ -46,6 +46,7 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	tb.waitUntil("the first reply", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent.includes("Hello, Carol"))`)
 	tb.waitBadge("Active")
 	tb.waitUntil("no Stop between turns", `document.querySelector(".conversation-actions button.stop-turn").hidden`)
+	checkAxe(t, tb, "a conversation")
 
 	// A reply that streams and never ends.
 	ms.ReplyPartial("Thinking about it at length")
@@ -58,6 +59,7 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	tb.waitUntil("the Stop button", `!document.querySelector(".conversation-actions button.stop-turn").hidden`)
 	tb.click(`.conversation-actions button.stop-turn`)
 	tb.waitUntil("the turn stopped", `document.querySelector(".turn-note.stopped")?.textContent.startsWith("You stopped this turn.")`)
+	checkAxe(t, tb, "a stopped turn")
 	tb.waitBadge("Active")
 	tb.waitUntil("the draft gone, Stop hidden", `!document.querySelector("article.streaming") && document.querySelector(".conversation-actions button.stop-turn").hidden`)
 	code, body := api(t, "GET", s.url+"/api/assistant/runs/"+runID+"/events?after=0", carol, "")
@@ -170,6 +172,7 @@ func TestBrowserActiveLimit(t *testing.T) {
 		t.Fatalf("create = %d %v", code, run)
 	}
 	tb.waitUntil("the limit, before typing", `document.querySelector(".home-limits.at-limit")?.textContent.includes("You have 5 active sessions")`)
+	checkAxe(t, tb, "the home screen at the limit")
 	if href := evaluate[string](tb, `document.querySelector(".home-limits.at-limit a").getAttribute("href")`); href != "/runs/"+first {
 		t.Errorf("the oldest offered is %s, want %s", href, "/runs/"+first)
 	}

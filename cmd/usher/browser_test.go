@@ -778,6 +778,7 @@ func TestBrowserConversation(t *testing.T) {
 	tb.send(`call notes_write {"name":"groceries","body":"milk, eggs, bread"}`)
 	pending := `.tool-card[data-status=approval_pending] .approval-card.is-pending`
 	tb.waitUntil("the approval card", `document.querySelector(`+js(pending+` button[value=approve]`)+`)`)
+	checkAxe(t, tb, "a conversation with an approval")
 	tb.waitBadge("Awaiting approval")
 	tb.waitUntil("the approvals inbox counts it", `document.querySelector(".inbox-link .count")?.textContent === "1"`)
 	// Its name holds what it shows (no aria-label that hides the count).

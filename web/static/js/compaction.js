@@ -11,10 +11,14 @@ const runHref = (id) => `/runs/${encodeURIComponent(id)}`;
 // continued from another opens with, folded, and a link back.
 export function summaryCard(ev) {
   const d = ev.data || {};
+  // The link stands beside the summary's toggle, not in it: a control
+  // inside a control is no control to a screen reader.
   return h('article', { class: 'msg msg-summary', 'aria-label': 'Summary of the earlier conversation', 'data-seq': ev.seq },
+    h('p', { class: 'summary-from' }, 'Continued from ',
+      d.fromRun ? h('a', { href: runHref(d.fromRun) }, 'an earlier session') : 'an earlier session',
+      ': the assistant starts from its summary.'),
     h('details', { class: 'summary-card' },
-      h('summary', null, 'Continued from ', d.fromRun ? h('a', { href: runHref(d.fromRun) }, 'an earlier session') : 'an earlier session',
-        ': the assistant starts from this summary'),
+      h('summary', null, 'The summary'),
       h('div', { class: 'msg-body plain' }, d.content || '')),
     h('footer', { class: 'msg-meta' }, timeElement(ev.createdAt)));
 }
