@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,12 +82,9 @@ func loadAssets() (assets, error) {
 		if err != nil {
 			return err
 		}
-		sum := sha256.Sum256(b)
-		a := asset{body: b, contentType: ct, etag: `"` + hex.EncodeToString(sum[:12]) + `"`}
-		if gz, err := gzipped(b); err != nil {
+		a, err := newAsset(b, ct)
+		if err != nil {
 			return err
-		} else if len(gz) <= len(b)*9/10 {
-			a.gzipped, a.gzipETag = gz, `"`+hex.EncodeToString(sum[:12])+`-gzip"`
 		}
 		out[strings.TrimPrefix(p, "static/")] = a
 		return nil
@@ -94,7 +92,57 @@ func loadAssets() (assets, error) {
 	return out, err
 }
 
-func (a assets) serve(w http.ResponseWriter, r *http.Request, name string) {
+// newAsset is the asset of body b, of type ct.
+func newAsset(b []byte, ct string) (asset, error) {
+	sum := sha256.Sum256(b)
+	a := asset{body: b, contentType: ct, etag: `"` + hex.EncodeToString(sum[:12]) + `"`}
+	gz, err := gzipped(b)
+	if err != nil {
+		return asset{}, err
+	}
+	if len(gz) <= len(b)*9/10 {
+		a.gzipped, a.gzipETag = gz, `"`+hex.EncodeToString(sum[:12])+`-gzip"`
+	}
+	return a, nil
+}
+
+// build names this binary's assets: a hash of all of them. The page loads
+// them under /static/v/BUILD/, which may be cached for good, since another
+// build has another prefix; a module's relative imports stay under it.
+func (a assets) build() string {
+	names := make([]string, 0, len(a))
+	for n := range a {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	h := sha256.New()
+	for _, n := range names {
+		fmt.Fprintf(h, "%s %s\n", n, a[n].etag)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// versionPage makes the page load its assets under /static/v/build/.
+func (a assets) versionPage(build string) error {
+	page := a["index.html"]
+	b := bytes.ReplaceAll(page.body, []byte(`="/static/`), []byte(`="/static/v/`+build+`/`))
+	v, err := newAsset(b, page.contentType)
+	if err != nil {
+		return err
+	}
+	a["index.html"] = v
+	return nil
+}
+
+// The cache policies of the assets: revalidated every time (cheap, by
+// ETag), so that a new binary's assets are used at once, never mixed with
+// an old page's; or, under this build's prefix, kept for good.
+const (
+	revalidate = "no-cache"
+	immutable  = "public, max-age=31536000, immutable"
+)
+
+func (a assets) serve(w http.ResponseWriter, r *http.Request, name, cache string) {
 	f, ok := a[name]
 	if !ok {
 		httpx.WriteError(w, r, nil, httpx.ErrNotFound)
@@ -102,9 +150,7 @@ func (a assets) serve(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", f.contentType)
-	// Revalidate every time (cheap, by ETag): a new binary's assets are
-	// used at once, never mixed with an old page's.
-	h.Set("Cache-Control", "no-cache")
+	h.Set("Cache-Control", cache)
 	body, etag := f.body, f.etag
 	if f.gzipped != nil {
 		h.Add("Vary", "Accept-Encoding")
@@ -175,18 +221,32 @@ func UI() (http.Handler, error) {
 	if _, ok := files["index.html"]; !ok {
 		return nil, errors.New("web: embedded assets: no index.html")
 	}
+	build := files.build()
+	if err := files.versionPage(build); err != nil {
+		return nil, fmt.Errorf("web: embedded assets: %w", err)
+	}
 	mux := http.NewServeMux()
-	page := func(w http.ResponseWriter, r *http.Request) { files.serve(w, r, "index.html") }
+	page := func(w http.ResponseWriter, r *http.Request) { files.serve(w, r, "index.html", revalidate) }
 	for _, p := range pagePatterns {
 		mux.HandleFunc(p, page)
 	}
-	mux.HandleFunc("GET /static/{file...}", func(w http.ResponseWriter, r *http.Request) {
+	asset := func(w http.ResponseWriter, r *http.Request, cache string) {
 		name := r.PathValue("file")
 		if name == "index.html" {
 			http.Redirect(w, r, "/", http.StatusMovedPermanently)
 			return
 		}
-		files.serve(w, r, name)
+		files.serve(w, r, name, cache)
+	}
+	mux.HandleFunc("GET /static/{file...}", func(w http.ResponseWriter, r *http.Request) { asset(w, r, revalidate) })
+	// This build's prefix is cached for good; another's (a page loaded
+	// before an upgrade) gets this build's files, revalidated.
+	mux.HandleFunc("GET /static/v/{build}/{file...}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("build") == build {
+			asset(w, r, immutable)
+		} else {
+			asset(w, r, revalidate)
+		}
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, nil, httpx.ErrNotFound)

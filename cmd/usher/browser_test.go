@@ -640,7 +640,7 @@ func checkNoMarkupFrom(t *testing.T, tb *tab) {
 	if len(found.Images) != 1 || found.Images[0] != "/static/favicon.svg" {
 		t.Errorf("%s: images on the page: %q, want only the brand's", tb.name, found.Images)
 	}
-	if len(found.Scripts) != 1 || found.Scripts[0] != "/static/js/app.js" {
+	if len(found.Scripts) != 1 || !regexp.MustCompile(`^/static/v/[0-9a-f]{12}/js/app\.js$`).MatchString(found.Scripts[0]) {
 		t.Errorf("%s: scripts on the page: %q, want only the app's", tb.name, found.Scripts)
 	}
 	if len(found.Handlers) != 0 {
