@@ -543,12 +543,21 @@ export class Conversation {
     try {
       const item = await loadApproval(id);
       if (this.destroyed || call.approvalId !== id) return;
+      // The same approval as shown (a refresh that changed nothing): the
+      // card stays, and with it the focus and a reason being typed.
+      const shown = JSON.stringify(item.view);
+      if (call.shown === shown && call.slot.firstElementChild) {
+        standing(item.view);
+        return;
+      }
+      call.shown = shown;
       const hadFocus = focusIn();
       const pending = item.view.status === 'pending';
       standing(item.view);
       place(approvalCard(item, {
         level: 4,
         onDecided: (decided) => {
+          call.shown = JSON.stringify(decided.view);
           standing(decided.view);
           place(approvalCard(decided, { level: 4 }), true);
           this.app.approvalsChanged();
