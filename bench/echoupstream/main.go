@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -50,7 +51,12 @@ func run(addr string) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return srv.Shutdown(sctx)
+	// A client's open event stream (a stateful session's GET) never ends
+	// by itself: past the grace period, close what is left.
+	if err := srv.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return srv.Close()
 }
 
 // handler serves the echo tool: stateful sessions, SSE responses.
