@@ -170,6 +170,15 @@ type compactionCounters struct {
 	written, failed, invalid, conflict atomic.Int64
 }
 
+// failure counts a compaction that f ended.
+func (c *compactionCounters) failure(f *summaryFailure) {
+	if f.Invalid {
+		c.invalid.Add(1)
+	} else {
+		c.failed.Add(1)
+	}
+}
+
 // Compactions returns the compactions this process has made, by outcome.
 func (rt *Runtime) Compactions() Compactions {
 	c := &rt.compactions
@@ -284,11 +293,7 @@ func (t *turn) maybeCompact(ctx context.Context, est *store.RunContext) (bool, e
 	var f *summaryFailure
 	switch {
 	case errors.As(err, &f):
-		if f.Invalid {
-			t.rt.compactions.invalid.Add(1)
-		} else {
-			t.rt.compactions.failed.Add(1)
-		}
+		t.rt.compactions.failure(f)
 		t.rt.log.Warn("assistant: compaction failed; the turn goes on with its context", "run", t.run.ID, "reason", f.Reason)
 		_, err := t.append(ctx, store.NewEvent{Type: EventCompactionFailed, Payload: mustJSON(CompactionFailed{
 			Reason: f.Reason, TokensBefore: est.Tokens, ModelCalls: res.Calls, Passes: res.Passes})})

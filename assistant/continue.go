@@ -122,11 +122,7 @@ func (rt *Runtime) summarizeAll(ctx context.Context, r store.Run) (store.Context
 		var f *summaryFailure
 		switch {
 		case errors.As(err, &f):
-			if f.Invalid {
-				rt.compactions.invalid.Add(1)
-			} else {
-				rt.compactions.failed.Add(1)
-			}
+			rt.compactions.failure(f)
 			return store.ContextSnapshot{}, httpx.Errorf(http.StatusBadGateway, "compaction_failed",
 				"The session could not be summarised: "+f.Reason+". Nothing was changed; try again later.")
 		case errors.Is(err, store.ErrConflict) && attempt == 0:

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/usherhq/usher/internal/httpx"
@@ -72,9 +71,9 @@ func (rt *Runtime) Search(ctx context.Context, owner, q string) ([]SearchResult,
 }
 
 // holdsWords reports whether every one of words starts a word of text
-// (its runs of letters and digits, lowercased).
+// (store.Words).
 func holdsWords(text string, words []string) bool {
-	have := strings.FieldsFunc(strings.ToLower(text), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	have := store.Words(text)
 	for _, w := range words {
 		if !slices.ContainsFunc(have, func(h string) bool { return strings.HasPrefix(h, w) }) {
 			return false

@@ -31,21 +31,25 @@ const (
 	MaxSearchResults = 100
 )
 
-// SearchWords splits a query into the words a search matches: runs of
-// letters and digits, lowercased, at most MaxSearchWords of them, each cut
-// to 64 bytes (at a character's end).
+// Words are the words of text as a search matches them: runs of letters
+// and digits, lowercased.
+func Words(text string) []string {
+	return strings.FieldsFunc(strings.ToLower(text), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+}
+
+// SearchWords are the words of a query a search matches (Words): at most
+// MaxSearchWords of them, each cut to 64 bytes (at a character's end).
 func SearchWords(q string) []string {
-	var words []string
-	for _, w := range strings.FieldsFunc(q, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }) {
-		w = strings.ToLower(w)
+	words := Words(q)
+	if len(words) > MaxSearchWords {
+		words = words[:MaxSearchWords]
+	}
+	for i, w := range words {
 		for len(w) > maxSearchWord {
 			_, size := utf8.DecodeLastRuneInString(w)
 			w = w[:len(w)-size]
 		}
-		if len(words) == MaxSearchWords {
-			break
-		}
-		words = append(words, w)
+		words[i] = w
 	}
 	return words
 }

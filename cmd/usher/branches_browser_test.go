@@ -25,10 +25,7 @@ func TestBrowserBranches(t *testing.T) {
 	shownUser := `[...document.querySelectorAll("article.msg-user .msg-body")].map((e) => e.textContent).join("|")`
 	position := `(document.querySelector("article.msg-user .branch-pos")?.textContent || "")`
 
-	tb.waitUntil("the new-session view", `document.querySelector("#home-title")`)
-	tb.send("plan a trip to Lisbon")
-	tb.waitUntil("the conversation of the new run", `/^\/runs\/[^/]+$/.test(location.pathname)`)
-	runID := tb.runID()
+	runID := tb.startSession("plan a trip to Lisbon")
 	tb.waitUntil("the demo model's reply", replied(`You wrote: "plan a trip to Lisbon"`))
 	tb.waitUntil("the run is between turns", idle)
 

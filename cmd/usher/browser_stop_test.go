@@ -39,10 +39,7 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	tb.signIn(s.url, "carol")
 
 	ms.Reply("Hello, Carol.")
-	tb.waitUntil("the new-session view", `document.querySelector("#home-title")`)
-	tb.send("hello")
-	tb.waitUntil("the conversation of the new run", `/^\/runs\/[^/]+$/.test(location.pathname)`)
-	runID := tb.runID()
+	runID := tb.startSession("hello")
 	tb.waitUntil("the first reply", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent.includes("Hello, Carol"))`)
 	tb.waitBadge("Active")
 	tb.waitUntil("no Stop between turns", `document.querySelector(".conversation-actions button.stop-turn").hidden`)
@@ -118,9 +115,15 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	}
 
 	// The theme: light, dark, the system's again, remembered.
+	background := map[string]string{"light": "rgb(246, 247, 249)", "dark": "rgb(17, 19, 23)"}
 	for _, want := range []string{"light", "dark", ""} {
 		tb.click(`.sidebar .theme-toggle`)
 		tb.waitUntil("the theme "+want, `(document.documentElement.dataset.theme || "") === `+js(want))
+		if bg, ok := background[want]; ok {
+			if got := evaluate[string](tb, `getComputedStyle(document.body).backgroundColor`); got != bg {
+				t.Errorf("the %s theme's page background is %s, want %s", want, got, bg)
+			}
+		}
 	}
 	tb.click(`.sidebar .theme-toggle`)
 	tb.do(chromedp.Reload())
@@ -200,10 +203,7 @@ func TestBrowserMessageDuringTurn(t *testing.T) {
 	defer release()
 	ms.Reply("The answer to the first.")
 	ms.Reply("The answer to the second.")
-	tb.waitUntil("the new-session view", `document.querySelector("#home-title")`)
-	tb.send("first question")
-	tb.waitUntil("the conversation of the new run", `/^\/runs\/[^/]+$/.test(location.pathname)`)
-	runID := tb.runID()
+	runID := tb.startSession("first question")
 	ctx, cancel := context.WithTimeout(t.Context(), conditionTimeout)
 	defer cancel()
 	if err := ms.WaitHeld(ctx, 1); err != nil {
@@ -247,10 +247,7 @@ func TestBrowserUnsentMessage(t *testing.T) {
 	tb := startBrowser(t)
 	tb.signIn(s.url, "frank")
 	ms.Reply("Hello, Frank.")
-	tb.waitUntil("the new-session view", `document.querySelector("#home-title")`)
-	tb.send("hello")
-	tb.waitUntil("the conversation of the new run", `/^\/runs\/[^/]+$/.test(location.pathname)`)
-	runID := tb.runID()
+	runID := tb.startSession("hello")
 	tb.waitUntil("the first reply", `document.querySelectorAll("article.msg-assistant").length === 1`)
 	tb.waitBadge("Active")
 

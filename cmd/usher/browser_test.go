@@ -398,6 +398,16 @@ func (tb *tab) trySend(text string) {
 	tb.do(chromedp.KeyEvent(kb.Enter))
 }
 
+// startSession sends text from the new-session view and returns the run
+// it opened, once the page shows its conversation.
+func (tb *tab) startSession(text string) string {
+	tb.t.Helper()
+	tb.waitUntil("the new-session view", `document.querySelector("#home-title")`)
+	tb.send(text)
+	tb.waitUntil("the conversation of the new run", `/^\/runs\/[^/]+$/.test(location.pathname)`)
+	return tb.runID()
+}
+
 // runID is the run of the conversation shown.
 func (tb *tab) runID() string {
 	tb.t.Helper()
@@ -739,10 +749,7 @@ func TestBrowserConversation(t *testing.T) {
 		`[...document.querySelectorAll(".session-list .session-title")].map((e) => e.textContent).join("|") === "Release notes for 0.4|Weekly planning"`)
 
 	// A new session: the first message creates the run.
-	tb.waitUntil("the new-session view", `document.querySelector("#home-title")`)
-	tb.send("Hello! What can you do?")
-	tb.waitUntil("the conversation of the new run", `/^\/runs\/[^/]+$/.test(location.pathname)`)
-	runA := tb.runID()
+	runA := tb.startSession("Hello! What can you do?")
 	tb.waitUntil("the demo model's reply", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent.includes("I am Usher's demo model"))`)
 	tb.waitBadge("Active")
 	if got := tb.text(".session-item[aria-current=page] .session-title"); got != "Hello! What can you do?" {
@@ -999,10 +1006,7 @@ func TestBrowserReloadMidTurn(t *testing.T) {
 	tb.signIn(s.url, "bob")
 
 	ms.Reply("Hello, Bob. I am the scripted model.")
-	tb.waitUntil("the new-session view", `document.querySelector("#home-title")`)
-	tb.send("hello")
-	tb.waitUntil("the conversation of the new run", `/^\/runs\/[^/]+$/.test(location.pathname)`)
-	runID := tb.runID()
+	runID := tb.startSession("hello")
 	tb.waitUntil("the first reply", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent.includes("scripted model"))`)
 	tb.waitBadge("Active")
 
