@@ -60,8 +60,13 @@ const maxAuditAttempts = 3
 // which may wait for row locks, run before it is taken.
 //
 // An append whose build fails gets the error wrapped in buildFailed and is
-// left out. When a transaction of several appends fails otherwise, each is
-// written again on its own, so that one append's failure is not another's.
+// left out. When a transaction of several appends is refused by the
+// database (it rolled back), each is written again on its own, so that one
+// append's failure is not another's. When it fails in a way that may have
+// committed it (the connection lost, or ended by the server, before the
+// commit was acknowledged), every append gets the error and none is
+// written again: a second write would find the first one's rows and
+// records, and report a start it made as someone else's (see rolledBack).
 func (s *postgresStore) writeAuditBatch(ctx context.Context, batch []*pgAuditAppend) {
 	c := s.audit
 	conn, err := s.pool.Acquire(ctx)
@@ -110,7 +115,7 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, batch []*pgAuditApp
 // writeEachAlone finishes a batch whose transaction failed with err: a
 // lone append with err, several each in a transaction of its own.
 func (s *postgresStore) writeEachAlone(ctx context.Context, batch []*pgAuditAppend, err error) {
-	if len(batch) == 1 {
+	if len(batch) == 1 || !rolledBack(err) {
 		finishAppends(batch, err)
 		return
 	}
@@ -249,6 +254,26 @@ func readSteps(br pgx.BatchResults, batch []*pgAuditAppend) error {
 // queueInsertAudit queues the INSERT of r.
 func queueInsertAudit(b *pgx.Batch, r AuditRecord) {
 	b.Queue(insertAudit.pg, auditArgs(r)...)
+}
+
+// rolledBack reports whether a transaction that failed with err is known
+// not to have committed: the database refused one of its statements (or
+// its COMMIT), and said so on a connection that stayed up. Anything else —
+// a lost connection, a timeout, a FATAL error such as the server ending the
+// session, which may come after the commit — leaves its fate unknown.
+func rolledBack(err error) bool {
+	if errors.Is(err, errRolledBack) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	severity := pgErr.SeverityUnlocalized
+	if severity == "" {
+		severity = pgErr.Severity
+	}
+	return severity == "ERROR"
 }
 
 // readCommit reads the result of a batch's COMMIT.

@@ -1,0 +1,165 @@
+package store_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
+)
+
+// ackCutter is a TCP proxy in front of PostgreSQL. Once armed, it closes
+// the connection on which the server next reports a transaction ended
+// (ReadyForQuery, idle) instead of passing that report on: the
+// transaction committed, and the client never learns it — a connection
+// lost at the commit.
+type ackCutter struct {
+	ln     net.Listener
+	target string
+	armed  atomic.Bool
+	cut    atomic.Int32
+
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newAckCutter(t *testing.T, target string) *ackCutter {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &ackCutter{ln: ln, target: target}
+	go p.serve()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *ackCutter) serve() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, client, server)
+		p.mu.Unlock()
+		go func() {
+			io.Copy(server, client) //nolint:errcheck // ends with either side
+			server.Close()
+		}()
+		go p.relay(client, server)
+	}
+}
+
+// relay passes the server's messages (a type byte, then a length that
+// counts itself) to the client, one at a time, and cuts the connection
+// while armed at an idle ReadyForQuery that ends statements run
+// (CommandComplete): a commit, not the preparation of statements.
+func (p *ackCutter) relay(client, server net.Conn) {
+	defer client.Close()
+	defer server.Close()
+	var header [5]byte
+	executed := false
+	for {
+		if _, err := io.ReadFull(server, header[:]); err != nil {
+			return
+		}
+		body := make([]byte, binary.BigEndian.Uint32(header[1:])-4)
+		if _, err := io.ReadFull(server, body); err != nil {
+			return
+		}
+		switch header[0] {
+		case 'C':
+			executed = true
+		case 'Z':
+			if executed && len(body) == 1 && body[0] == 'I' && p.armed.CompareAndSwap(true, false) {
+				p.cut.Add(1)
+				return
+			}
+			executed = false
+		}
+		if _, err := client.Write(append(header[:], body...)); err != nil {
+			return
+		}
+	}
+}
+
+// A transaction of several audit appends that commits but whose commit is
+// never acknowledged (the connection lost at the commit) is not written
+// again: each append gets the error, as its caller must read back what it
+// wrote, and the log holds each record once. Written again, the execution
+// an append had started would have been found already there and reported
+// as another call's start — a tool call then never run, its execution
+// left started — and every record of the batch written twice.
+func TestPostgresAuditBatchCommitUnacknowledged(t *testing.T) {
+	dsn := storetest.PostgresURL(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cutter := newAckCutter(t, u.Host)
+	u.Host = cutter.ln.Addr().String()
+	s := openMigrated(t, u.String())
+	if _, err := s.AppendAudit(t.Context(), link("first")); err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	store.SetAuditLinger(s, time.Hour)
+
+	const lazies = 3
+	errs := make([]error, lazies)
+	var wg sync.WaitGroup
+	for i := range lazies {
+		wg.Go(func() {
+			_, errs[i] = store.AppendAuditAfter(context.Background(), s, "SELECT 1", nil, link("lazy"), true)
+		})
+		waitQueued(t, s, i+1)
+	}
+	cutter.armed.Store(true)
+	e := store.Execution{IdempotencyKey: "run-1/call-1", Principal: "alice", Tool: "notes_write", ArgumentsHash: "args"}
+	_, started, beginErr := s.BeginExecutionAudited(t.Context(), e, link("decision"))
+	wg.Wait()
+	if cutter.cut.Load() != 1 {
+		t.Fatalf("the proxy cut %d acknowledgements, want 1: the fault was not injected", cutter.cut.Load())
+	}
+	if beginErr == nil && !started {
+		t.Errorf("the begin reported its own committed start as another call's (started false, no error): its tool would never run")
+	}
+	if beginErr == nil {
+		t.Errorf("the begin succeeded although its commit was never acknowledged; want the error, for its caller to read back")
+	}
+	for i, err := range errs {
+		if err == nil {
+			t.Errorf("lazy append %d succeeded although its commit was never acknowledged", i)
+		}
+	}
+	got, err := s.GetExecution(t.Context(), e.IdempotencyKey)
+	if err != nil || got.Status != store.ExecutionStarted {
+		t.Errorf("execution = %+v, %v; want started (the commit went through)", got, err)
+	}
+	records := auditLog(t, s)
+	checkChain(t, records, 1+lazies+1)
+	if errors.Is(beginErr, store.ErrConflict) {
+		t.Errorf("begin: %v", beginErr)
+	}
+}
