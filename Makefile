@@ -11,6 +11,7 @@ MCP_BENCHTIME ?= 1000x
 # BENCH_MCP_FLAGS='-pairs 10000 -duration 30s -profile cpu.pprof'.
 BENCH_MCP_FLAGS ?=
 UPSTREAM_BIN ?= bin/echoupstream
+PROXY_BIN ?= bin/passproxy
 
 .PHONY: all build run test test-short bench bench-mcp lint fmt vet staticcheck clean e2e-deps
 
@@ -47,10 +48,12 @@ test-short:
 
 # The out-of-process benchmark of an allowed tools/call: usher serve (on
 # PostgreSQL when TEST_DATABASE_URL is set, else SQLite), a Go SDK echo
-# upstream and the load client, three processes on loopback.
+# upstream, the baseline (a transparent reverse proxy in front of that
+# upstream) and the load client, four processes on loopback.
 bench-mcp: build
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(UPSTREAM_BIN) ./bench/echoupstream
-	$(GO) run ./bench/mcpbench -usher $(BIN) -upstream $(UPSTREAM_BIN) $(BENCH_MCP_FLAGS)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(PROXY_BIN) ./bench/passproxy
+	$(GO) run ./bench/mcpbench -usher $(BIN) -upstream $(UPSTREAM_BIN) -proxy $(PROXY_BIN) $(BENCH_MCP_FLAGS)
 
 bench: bench-mcp
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./broker/

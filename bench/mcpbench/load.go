@@ -212,12 +212,14 @@ func throughput(ctx context.Context, p *path, d time.Duration, keys *keySource, 
 // processes are the processes whose CPU time is measured.
 type processes struct {
 	usher, upstream int
+	proxy           int            // 0 without the proxy
 	db              *benchDatabase // nil on SQLite
 }
 
 // cpuSample is the CPU time each process had used at one moment.
 type cpuSample struct {
 	usher, upstream, client time.Duration
+	proxy                   time.Duration
 	pg                      map[int]time.Duration // by backend pid; nil if not measured
 	pgWhyNot                string
 }
@@ -229,7 +231,11 @@ func (p processes) sample(ctx context.Context) (cpuSample, error) {
 	var err1, err2 error
 	s.usher, err1 = procCPU(p.usher)
 	s.upstream, err2 = procCPU(p.upstream)
-	if err := errors.Join(err1, err2); err != nil {
+	var err3 error
+	if p.proxy != 0 {
+		s.proxy, err3 = procCPU(p.proxy)
+	}
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return s, fmt.Errorf("CPU time: %w", err)
 	}
 	s.client = selfCPU()
@@ -246,6 +252,7 @@ func (p processes) sample(ctx context.Context) (cpuSample, error) {
 // cpuPerCall is the CPU time per call of each process over a phase.
 type cpuPerCall struct {
 	usher, upstream, client time.Duration
+	proxy                   time.Duration
 	pg                      time.Duration
 	pgMeasured              bool
 	pgNote                  string // why PostgreSQL is not measured, or what it misses
@@ -259,7 +266,7 @@ func (s cpuSample) since(before cpuSample, calls int) cpuPerCall {
 	n := time.Duration(max(calls, 1))
 	c := cpuPerCall{
 		usher: (s.usher - before.usher) / n, upstream: (s.upstream - before.upstream) / n,
-		client: (s.client - before.client) / n,
+		client: (s.client - before.client) / n, proxy: (s.proxy - before.proxy) / n,
 	}
 	switch {
 	case before.pg == nil:

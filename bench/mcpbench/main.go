@@ -5,15 +5,21 @@
 // SQLite otherwise, and drives both from this process as an MCP client
 // (the Go SDK's: initialize, then tools/call).
 //
-// Sequentially it makes paired calls, A through Usher then B to the
-// upstream directly, A, B, A, B, and reports what Usher adds from the
-// distribution of the per-pair differences (its median and 99th
-// percentile), with each side's own p50 and p99. Then, with 8 clients at
-// once (-concurrency), it calls through Usher alone and then the upstream
-// alone for -duration each, and reports calls/s and the CPU time per call
-// of each process: Usher, the upstream, Usher's PostgreSQL backends (when
-// the server is on this machine) and this load client, from
-// /proc/PID/stat before and after. `make bench-mcp` builds the binaries
+// The baseline of the same run is a transparent proxy (bench/passproxy,
+// net/http/httputil's ReverseProxy, in a process of its own) in front of
+// the same upstream: what one more loopback hop through a proxy costs,
+// with nothing on top.
+//
+// Sequentially it makes calls in rounds, A through Usher, B to the
+// upstream directly and C through the proxy, A, B, C, A, B, C, and reports
+// what Usher and the proxy each add from the distribution of the
+// per-round differences A − B and C − B (the median and 99th percentile),
+// with each side's own p50 and p99, and their ratio. Then, with 8 clients
+// at once (-concurrency), it calls through Usher alone, then the upstream
+// alone and then the proxy alone for -duration each, and reports calls/s
+// and the CPU time per call of each process: Usher, the upstream, the
+// proxy, Usher's PostgreSQL backends (when the server is on this machine)
+// and this load client, from /proc/PID/stat before and after. `make bench-mcp` builds the binaries
 // and runs it; the figures are recorded in docs/benchmarks.md.
 package main
 
@@ -38,6 +44,7 @@ var policy []byte
 // options are the benchmark's flags.
 type options struct {
 	usher, upstream string
+	proxy           string
 	method          string
 	database        string
 	pairs, warmup   int
@@ -53,12 +60,13 @@ func main() {
 	var o options
 	flag.StringVar(&o.usher, "usher", "bin/usher", "the usher binary")
 	flag.StringVar(&o.upstream, "upstream", "bin/echoupstream", "the echo upstream's binary (bench/echoupstream)")
+	flag.StringVar(&o.proxy, "proxy", "bin/passproxy", "the transparent proxy's binary (bench/passproxy), the run's baseline; empty: none")
 	flag.StringVar(&o.database, "database", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL server URL (a schema of its own is created and dropped); empty: SQLite")
 	flag.StringVar(&o.method, "method", "tools/call", "what each call is: tools/call (of the echo tool), resources/read (of the echo resource template) or prompts/get (of the echo prompt)")
-	flag.IntVar(&o.pairs, "pairs", 2000, "sequential pairs (a call through Usher, then one direct)")
+	flag.IntVar(&o.pairs, "pairs", 2000, "sequential rounds (a call through Usher, then one direct, then one through the proxy)")
 	flag.IntVar(&o.warmup, "warmup", 200, "warm-up calls on each path before anything is measured")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "clients calling at once in the throughput phases")
-	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each throughput phase (through Usher, then direct)")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each throughput phase (through Usher, then direct, then through the proxy)")
 	flag.StringVar(&o.protocol, "protocol", "2025-11-25", "MCP protocol revision the clients ask for (empty: the SDK's latest)")
 	flag.BoolVar(&o.idempotencyKey, "idempotency-key", true, `send a new _meta["usher/idempotency_key"] with every call, so that Usher keeps an execution record, as for the assistant's calls`)
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of Usher during its throughput phase to this file (through server.debug_addr)")
@@ -72,6 +80,7 @@ func main() {
 
 var (
 	upstreamReady = regexp.MustCompile(`^echo upstream at (http://\S+)`)
+	proxyReady    = regexp.MustCompile(`^proxy at (http://\S+)`)
 	usherReady    = regexp.MustCompile(`Usher is running at (http://\S+)`)
 	debugListen   = regexp.MustCompile(`msg="debug listener \(pprof, expvar\)" listen=(\S+)`)
 	auditIntact   = regexp.MustCompile(`audit log intact: (\d+) records`)
@@ -106,6 +115,19 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			err = e
 		}
 	}()
+
+	var proxy *child
+	var proxyURL string
+	if o.proxy != "" {
+		if proxy, proxyURL, err = startChild(dir, "proxy", o.proxy, proxyReady, "-upstream", upURL); err != nil {
+			return err
+		}
+		defer func() {
+			if e := proxy.stop(); err == nil {
+				err = e
+			}
+		}()
+	}
 
 	var db *benchDatabase
 	if o.database != "" {
@@ -145,41 +167,53 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	keys := newKeySource()
 	via := &path{name: "through Usher", tool: "up__echo", method: o.method, endpoint: usherURL + "/mcp", token: token, protocol: o.protocol, idempotencyKey: o.idempotencyKey}
 	direct := &path{name: "direct", tool: "echo", method: o.method, endpoint: upURL, protocol: o.protocol}
-	for _, p := range []*path{via, direct} {
+	paths := []*path{via, direct}
+	var passed *path // through the proxy
+	if proxy != nil {
+		passed = &path{name: "through the proxy", tool: "echo", method: o.method, endpoint: proxyURL, protocol: o.protocol}
+		paths = append(paths, passed)
+	}
+	for _, p := range paths {
 		if err := p.connect(ctx, o.concurrency); err != nil {
 			return err
 		}
 		defer p.close()
 	}
 	procs := processes{usher: u.pid(), upstream: up.pid(), db: db}
+	if proxy != nil {
+		procs.proxy = proxy.pid()
+	}
 
 	// Warm-up: connections, Usher's upstream session and tool list.
 	for range o.warmup {
-		for _, p := range []*path{via, direct} {
+		for _, p := range paths {
 			if _, err := p.call(ctx, p.sessions[0], keys.next()); err != nil {
 				return fmt.Errorf("warm-up %s: %w", p.name, err)
 			}
 		}
 	}
 
-	// Sequential pairs: A through Usher, then B direct.
+	// Sequential rounds: A through Usher, B direct, C through the proxy.
 	before, err := procs.sample(ctx)
 	if err != nil {
 		return err
 	}
-	a, b := make([]time.Duration, 0, o.pairs), make([]time.Duration, 0, o.pairs)
+	sides := make([][]time.Duration, len(paths))
 	for range o.pairs {
-		da, err := via.call(ctx, via.sessions[0], keys.next())
-		if err != nil {
-			return fmt.Errorf("%s: %w", via.name, err)
+		for i, p := range paths {
+			d, err := p.call(ctx, p.sessions[0], keys.next())
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			sides[i] = append(sides[i], d)
 		}
-		dd, err := direct.call(ctx, direct.sessions[0], keys.next())
-		if err != nil {
-			return fmt.Errorf("%s: %w", direct.name, err)
-		}
-		a, b = append(a, da), append(b, dd)
 	}
-	r.seq = summarisePairs(a, b)
+	r.seq = summarisePairs(sides[0], sides[1])
+	if passed != nil {
+		r.proxy = true
+		r.seqProxy = summarisePairs(sides[2], sides[1])
+		r.usherOverProxy = median(pairedDiffs(sides[0], sides[2]))
+	}
 	after, err := procs.sample(ctx)
 	if err != nil {
 		return err
@@ -209,6 +243,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 	if r.c8Direct, err = throughput(ctx, direct, o.duration, keys, procs); err != nil {
 		return err
+	}
+	if passed != nil {
+		if r.c8Proxy, err = throughput(ctx, passed, o.duration, keys, procs); err != nil {
+			return err
+		}
 	}
 	r.concurrency, r.duration = o.concurrency, o.duration
 

@@ -13,13 +13,27 @@ type report struct {
 	idempotencyKey     bool
 	loadStart, loadEnd float64
 	seq                pairedResult
-	seqCPU             cpuPerCall
-	concurrency        int
-	duration           time.Duration
-	c8Usher, c8Direct  phase
-	usherCalls         int64
-	auditRecords       int64
-	profile            string
+	// Of the transparent proxy, when the run had it: what it adds (C − B
+	// per round) and what Usher adds over it (A − C per round, median).
+	proxy             bool
+	seqProxy          pairedResult
+	usherOverProxy    time.Duration
+	seqCPU            cpuPerCall
+	concurrency       int
+	duration          time.Duration
+	c8Usher, c8Direct phase
+	c8Proxy           phase
+	usherCalls        int64
+	auditRecords      int64
+	profile           string
+}
+
+// ratio is a / b, or 0 when b is not positive.
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }
 
 func msf(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
@@ -39,27 +53,56 @@ func (r report) print(w io.Writer) {
 		r.method, r.engine, r.sdk, r.protocol, r.idempotencyKey)
 	fmt.Fprintf(w, "load average (1 min): %.2f at the start, %.2f at the end\n\n", r.loadStart, r.loadEnd)
 
-	fmt.Fprintf(w, "sequential, %d pairs (A through Usher, B direct)   p50 ms    p99 ms\n", r.seq.Pairs)
+	if r.proxy {
+		fmt.Fprintf(w, "sequential, %d rounds (A through Usher, B direct, C through the proxy)   p50 ms    p99 ms\n", r.seq.Pairs)
+	} else {
+		fmt.Fprintf(w, "sequential, %d pairs (A through Usher, B direct)   p50 ms    p99 ms\n", r.seq.Pairs)
+	}
 	fmt.Fprintf(w, "  added by Usher (per-pair differences)         %8s  %8s\n", "+"+msf(r.seq.AddedP50), "+"+msf(r.seq.AddedP99))
+	if r.proxy {
+		fmt.Fprintf(w, "  added by the proxy (per-pair differences)     %8s  %8s\n", "+"+msf(r.seqProxy.AddedP50), "+"+msf(r.seqProxy.AddedP99))
+	}
 	fmt.Fprintf(w, "  through Usher                                 %8s  %8s\n", msf(r.seq.GatewayP50), msf(r.seq.GatewayP99))
-	fmt.Fprintf(w, "  direct                                        %8s  %8s\n\n", msf(r.seq.DirectP50), msf(r.seq.DirectP99))
+	if r.proxy {
+		fmt.Fprintf(w, "  through the proxy                             %8s  %8s\n", msf(r.seqProxy.GatewayP50), msf(r.seqProxy.GatewayP99))
+	}
+	fmt.Fprintf(w, "  direct                                        %8s  %8s\n", msf(r.seq.DirectP50), msf(r.seq.DirectP99))
+	if r.proxy {
+		fmt.Fprintf(w, "  Usher against the proxy: added p50 %.2fx, p99 %.2fx the proxy's; Usher over the proxy (A − C), p50 +%s ms\n",
+			ratio(r.seq.AddedP50, r.seqProxy.AddedP50), ratio(r.seq.AddedP99, r.seqProxy.AddedP99), msf(r.usherOverProxy))
+	}
+	fmt.Fprintln(w)
 
-	fmt.Fprintf(w, "c=%d, %s each alone   calls/s    p50 ms    p99 ms | CPU ms/call: usher  upstream  postgres  client\n", r.concurrency, r.duration)
-	for _, x := range []struct {
+	fmt.Fprintf(w, "c=%d, %s each alone   calls/s    p50 ms    p99 ms | CPU ms/call: usher   proxy  upstream  postgres  client\n", r.concurrency, r.duration)
+	phases := []struct {
 		name string
 		p    phase
-	}{{"through Usher", r.c8Usher}, {"direct       ", r.c8Direct}} {
-		usher, pg := msf(x.p.cpu.usher), pgCPU(x.p.cpu)
+	}{{"through Usher", r.c8Usher}, {"direct       ", r.c8Direct}}
+	if r.proxy {
+		phases = append(phases, struct {
+			name string
+			p    phase
+		}{"through proxy", r.c8Proxy})
+	}
+	for _, x := range phases {
+		usher, pg, proxy := msf(x.p.cpu.usher), pgCPU(x.p.cpu), "-"
 		if x.name != "through Usher" {
 			usher, pg = "-", "-"
 		}
-		fmt.Fprintf(w, "  %s      %8.0f  %8s  %8s |              %6s  %8s  %8s  %6s\n",
-			x.name, x.p.rate(), msf(x.p.p50), msf(x.p.p99), usher, msf(x.p.cpu.upstream), pg, msf(x.p.cpu.client))
+		if x.name == "through proxy" {
+			proxy = msf(x.p.cpu.proxy)
+		}
+		fmt.Fprintf(w, "  %s      %8.0f  %8s  %8s |              %6s  %6s  %8s  %8s  %6s\n",
+			x.name, x.p.rate(), msf(x.p.p50), msf(x.p.p99), usher, proxy, msf(x.p.cpu.upstream), pg, msf(x.p.cpu.client))
 	}
 	fmt.Fprintf(w, "  added at c=%d (difference of the two phases' percentiles, not paired): p50 +%s ms, p99 +%s ms\n",
 		r.concurrency, msf(r.c8Usher.p50-r.c8Direct.p50), msf(r.c8Usher.p99-r.c8Direct.p99))
 	if r.c8Usher.cpu.pgNote != "" {
 		fmt.Fprintf(w, "  postgres: %s\n", r.c8Usher.cpu.pgNote)
+	}
+	if r.proxy {
+		fmt.Fprintf(w, "  Usher against the proxy at c=%d: %.2fx its calls/s, %.2fx its CPU per call\n",
+			r.concurrency, r.c8Usher.rate()/r.c8Proxy.rate(), ratio(r.c8Usher.cpu.usher, r.c8Proxy.cpu.proxy))
 	}
 	fmt.Fprintf(w, "  audit: %d records for %d calls through Usher, chain intact\n", r.auditRecords, r.usherCalls)
 	if r.profile != "" {
@@ -96,6 +139,20 @@ func (r report) print(w io.Writer) {
 	kv("c_cpu_ms_per_call_postgres", pgCPU(r.c8Usher.cpu))
 	kv("c_cpu_ms_per_call_client_via_usher", msf(r.c8Usher.cpu.client))
 	kv("c_cpu_ms_per_call_client_direct", msf(r.c8Direct.cpu.client))
+	if r.proxy {
+		kv("proxy_added_p50_ms", msf(r.seqProxy.AddedP50))
+		kv("proxy_added_p99_ms", msf(r.seqProxy.AddedP99))
+		kv("proxy_p50_ms", msf(r.seqProxy.GatewayP50))
+		kv("usher_over_proxy_p50_ms", msf(r.usherOverProxy))
+		kv("added_p50_ratio_to_proxy", fmt.Sprintf("%.2f", ratio(r.seq.AddedP50, r.seqProxy.AddedP50)))
+		kv("added_p99_ratio_to_proxy", fmt.Sprintf("%.2f", ratio(r.seq.AddedP99, r.seqProxy.AddedP99)))
+		kv("c_proxy_calls_per_s", fmt.Sprintf("%.0f", r.c8Proxy.rate()))
+		kv("c_proxy_p50_ms", msf(r.c8Proxy.p50))
+		kv("c_proxy_p99_ms", msf(r.c8Proxy.p99))
+		kv("c_cpu_ms_per_call_proxy", msf(r.c8Proxy.cpu.proxy))
+		kv("c_calls_per_s_ratio_to_proxy", fmt.Sprintf("%.2f", r.c8Usher.rate()/r.c8Proxy.rate()))
+		kv("c_cpu_per_call_ratio_to_proxy", fmt.Sprintf("%.2f", ratio(r.c8Usher.cpu.usher, r.c8Proxy.cpu.proxy)))
+	}
 	kv("audit_records", r.auditRecords)
 	kv("usher_calls", r.usherCalls)
 }

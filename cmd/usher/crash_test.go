@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,6 +56,15 @@ func startProcess(t testing.TB, bin string, env []string, addr string) *process 
 		close(p.done)
 	}()
 	t.Cleanup(func() {
+		if t.Failed() {
+			// A replica that holds up a test says where: SIGQUIT makes the
+			// Go runtime write every goroutine's stack to the log, and exit.
+			cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-p.done:
+			case <-time.After(5 * time.Second):
+			}
+		}
 		cmd.Process.Kill()
 		<-p.done
 		if t.Failed() {

@@ -1,0 +1,74 @@
+// Command passproxy is the transparent proxy of the out-of-process
+// benchmark (bench/mcpbench): net/http/httputil's ReverseProxy in front of
+// the echo upstream, passing every request and response through as they
+// are — streams flushed at once — with no authentication, policy or audit.
+// What it adds to a call is what one more loopback hop and an HTTP proxy
+// cost on the machine: the floor under any gateway's figure, measured in
+// the same run. It listens on loopback and prints its endpoint (the
+// upstream's path on its own address) on the first line of its standard
+// output.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:0", "listen address (loopback)")
+	upstream := flag.String("upstream", "", "the upstream's endpoint URL (http://host:port/path)")
+	flag.Parse()
+	if err := run(*addr, *upstream); err != nil {
+		fmt.Fprintln(os.Stderr, "passproxy:", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr, upstream string) error {
+	target, err := url.Parse(upstream)
+	if err != nil || target.Scheme != "http" || target.Host == "" {
+		return fmt.Errorf("-upstream must be an http:// URL, got %q", upstream)
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(&url.URL{Scheme: target.Scheme, Host: target.Host})
+			r.Out.Host = target.Host
+		},
+		// Server-Sent Events go through as they are written.
+		FlushInterval: -1,
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Printf("proxy at http://%s%s\n", ln.Addr(), target.Path)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// A stateful session's open event stream never ends by itself: past
+	// the grace period, close what is left.
+	if err := srv.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return srv.Close()
+}
