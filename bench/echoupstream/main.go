@@ -9,18 +9,17 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/usherhq/usher/bench/loopback"
 )
 
 func main() {
@@ -33,30 +32,7 @@ func main() {
 }
 
 func run(addr string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: handler(), ReadHeaderTimeout: 10 * time.Second}
-	fmt.Printf("echo upstream at http://%s/mcp\n", ln.Addr())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	// A client's open event stream (a stateful session's GET) never ends
-	// by itself: past the grace period, close what is left.
-	if err := srv.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return srv.Close()
+	return loopback.Serve(addr, handler(), func(a net.Addr) string { return fmt.Sprintf("echo upstream at http://%s/mcp", a) })
 }
 
 // handler serves the echo tool: stateful sessions, SSE responses.

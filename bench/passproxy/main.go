@@ -10,18 +10,14 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
+
+	"github.com/usherhq/usher/bench/loopback"
 )
 
 func main() {
@@ -47,28 +43,5 @@ func run(addr, upstream string) error {
 		// Server-Sent Events go through as they are written.
 		FlushInterval: -1,
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Printf("proxy at http://%s%s\n", ln.Addr(), target.Path)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	// A stateful session's open event stream never ends by itself: past
-	// the grace period, close what is left.
-	if err := srv.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return srv.Close()
+	return loopback.Serve(addr, proxy, func(a net.Addr) string { return fmt.Sprintf("proxy at http://%s%s", a, target.Path) })
 }
