@@ -151,6 +151,32 @@ func TestScriptsHaveNoHTMLSinks(t *testing.T) {
 	}
 }
 
+// TestScriptsLoadAssetsUnderTheBuild: no script names an asset by an
+// absolute /static/ path, which would load it outside the build's prefix
+// (revalidated on every use instead of cached for good): a script reaches
+// the others relative to itself (import, or new URL(…, import.meta.url)).
+func TestScriptsLoadAssetsUnderTheBuild(t *testing.T) {
+	absolute := regexp.MustCompile("['\"`]/static/")
+	err := fs.WalkDir(static, "static/js", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := static.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if !strings.HasPrefix(strings.TrimSpace(line), "//") && absolute.MatchString(line) {
+				t.Errorf("%s:%d names an asset by its absolute path: %s", p, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestMarkdownRendererIsEmbedded checks for the renderer the conversation
 // uses and for its safety rules; browser tests exercise it.
 func TestMarkdownRendererIsEmbedded(t *testing.T) {
@@ -286,9 +312,12 @@ func TestAssetsUnderTheBuild(t *testing.T) {
 			t.Errorf("%s: %d, Cache-Control %q", ref[1], r.status, r.header.Get("Cache-Control"))
 		}
 	}
-	// A module's relative import stays under the prefix.
-	if r := b.get(e.url + "/static/v/" + build + "/js/dom.js"); r.status != http.StatusOK || r.header.Get("Cache-Control") != "public, max-age=31536000, immutable" {
-		t.Errorf("a module under the build: %d %q", r.status, r.header.Get("Cache-Control"))
+	// A module's relative import stays under the prefix, and so does the
+	// vendored highlighter, which highlight.js imports beside itself.
+	for _, p := range []string{"js/dom.js", "vendor/highlight/core.min.js", "vendor/highlight/languages/go.min.js"} {
+		if r := b.get(e.url + "/static/v/" + build + "/" + p); r.status != http.StatusOK || r.header.Get("Cache-Control") != "public, max-age=31536000, immutable" {
+			t.Errorf("%s under the build: %d %q", p, r.status, r.header.Get("Cache-Control"))
+		}
 	}
 	for _, p := range []string{"/static/v/000000000000/js/app.js", "/static/js/app.js"} {
 		if r := b.get(e.url + p); r.status != http.StatusOK || r.header.Get("Cache-Control") != "no-cache" {
