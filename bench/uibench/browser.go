@@ -168,6 +168,7 @@ const probe = `(() => {
 // loadResult is what one navigation measured, in ms from its start.
 type loadResult struct {
 	Visible  float64 `json:"visible"`  // the frame after the last message was in view
+	HTML     float64 `json:"html"`     // the page's HTML answered
 	RunRead  float64 `json:"runRead"`  // the conversation's first read (GET …/runs/{id}) answered
 	Assets   float64 `json:"assets"`   // the page's scripts and styles loaded (DOMContentLoaded)
 	Articles int     `json:"articles"` // messages on the page
@@ -197,7 +198,7 @@ func (b *browser) load(u string, cold bool) (loadResult, error) {
 	return eval[loadResult](b, `(() => {
 		const run = performance.getEntriesByType("resource").find((e) => /^\/api\/assistant\/runs\/[^/]+$/.test(new URL(e.name).pathname));
 		const nav = performance.getEntriesByType("navigation")[0];
-		return { visible: window.__bench.visible, runRead: run ? run.responseEnd : -1, assets: nav.domContentLoadedEventEnd,
+		return { visible: window.__bench.visible, html: nav.responseEnd, runRead: run ? run.responseEnd : -1, assets: nav.domContentLoadedEventEnd,
 			articles: document.querySelectorAll(".message-list article.msg").length, nodes: document.getElementsByTagName("*").length };
 	})()`)
 }

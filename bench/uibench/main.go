@@ -168,7 +168,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	fmt.Fprintf(out, "\nSessions UI, a conversation of %d messages (%d events), usher on %s, Chromium %dx%d\n", s.messages, s.lastSeq, engine, o.width, o.height)
 	fmt.Fprintf(out, "load average (1 min): %.2f at the start, %.2f at the end; seeding took %s\n\n", loadStart, loadAverage(), s.took.Round(time.Millisecond))
 	row := func(name string, v []float64, goal float64) {
-		fmt.Fprintf(out, "  %-44s median %6.0f ms  max %6.0f ms  (%s)\n", name, median(v), slices.Max(v), verdict(slices.Max(v), goal))
+		fmt.Fprintf(out, "  %-44s median %6.0f ms  max %6.0f ms  (%s)\n", name, median(v), slices.Max(v), verdict(median(v), slices.Max(v), goal))
 	}
 	pick := func(ls []loadResult, f func(loadResult) float64) []float64 {
 		var v []float64
@@ -181,8 +181,14 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	fmt.Fprintf(out, "navigation to the last message visible (%d each; goal %.0f ms)\n", o.runs, goalVisible)
 	row("empty cache", pick(cold, visible), goalVisible)
 	row("assets cached", pick(warm, visible), goalVisible)
-	fmt.Fprintf(out, "  of which, assets cached: DOMContentLoaded at %.0f ms, the conversation read at %.0f ms (medians)\n",
-		median(pick(warm, func(l loadResult) float64 { return l.Assets })), median(pick(warm, func(l loadResult) float64 { return l.RunRead })))
+	for _, c := range []struct {
+		name string
+		ls   []loadResult
+	}{{"empty cache", cold}, {"assets cached", warm}} {
+		fmt.Fprintf(out, "  %s, medians: the page's HTML at %.0f ms, DOMContentLoaded (its scripts run) at %.0f ms, the conversation read at %.0f ms\n", c.name,
+			median(pick(c.ls, func(l loadResult) float64 { return l.HTML })), median(pick(c.ls, func(l loadResult) float64 { return l.Assets })),
+			median(pick(c.ls, func(l loadResult) float64 { return l.RunRead })))
+	}
 	fmt.Fprintf(out, "  on the page: %d messages, %d elements\n\n", warm[0].Articles, warm[0].Nodes)
 	var shown []float64
 	var drift float64
@@ -232,9 +238,14 @@ func abs(x float64) float64 {
 	return x
 }
 
-func verdict(worst, goal float64) string {
-	if worst <= goal {
-		return "goal met"
+// verdict says how the median, and the slowest, compare with the goal.
+func verdict(median, worst, goal float64) string {
+	switch {
+	case worst <= goal:
+		return "goal met, every time"
+	case median <= goal:
+		return "goal met at the median, not every time"
+	default:
+		return "goal missed"
 	}
-	return "goal missed"
 }
