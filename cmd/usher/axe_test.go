@@ -11,6 +11,7 @@ import (
 
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
@@ -109,9 +110,14 @@ var axeVariants = []axeVariant{
 // then leaves the tab at 1280×800 in light mode.
 func checkAxeVariants(t *testing.T, tb *tab, screen string) {
 	t.Helper()
+	background := map[string]string{} // by scheme: the page follows it
 	for _, v := range axeVariants {
 		tb.setVariant(v)
+		background[v.scheme] = evaluate[string](tb, `getComputedStyle(document.body).backgroundColor`)
 		checkAxe(t, tb, screen+" at "+v.name)
+	}
+	if background["light"] == background["dark"] {
+		t.Errorf("%s: the same background in the light and the dark theme (%s)", screen, background["light"])
 	}
 	tb.setVariant(axeVariants[0])
 }
@@ -133,9 +139,10 @@ func (tb *tab) setVariant(v axeVariant) {
 }
 
 // TestBrowserAxeSizesAndThemes runs axe-core on the main screens — the
-// sign-in page, the home screen, a conversation with a highlighted code
-// block and an approval waiting, and the approvals inbox — at 1280×800
-// and at 390×844, each in the light and the dark theme, failing on any
+// sign-in page, the home screen (and its drawer at a phone's width), a
+// conversation with a highlighted code block and an approval waiting, and
+// the approvals inbox — at 1280×800 and at 390×844, each in the light
+// and the dark theme, failing on any
 // serious or critical violation. It also takes the README's screenshot of
 // that conversation (written to docs/ when USHER_UPDATE_SCREENSHOT=1).
 func TestBrowserAxeSizesAndThemes(t *testing.T) {
@@ -149,6 +156,16 @@ func TestBrowserAxeSizesAndThemes(t *testing.T) {
 	tb.signIn(s.url, "grace")
 	tb.waitUntil("the home screen", `document.querySelector("#home-title")`)
 	checkAxeVariants(t, tb, "the home screen")
+	// At a phone's width the sidebar is a drawer, over a backdrop.
+	for _, v := range axeVariants[2:] {
+		tb.setVariant(v)
+		tb.click("button.sidebar-toggle")
+		tb.waitUntil("the drawer open", `document.body.classList.contains("sidebar-open") && document.querySelector("#sidebar").getBoundingClientRect().left >= 0`)
+		checkAxe(t, tb, "the home screen's drawer at "+v.name)
+		tb.do(chromedp.KeyEvent(kb.Escape))
+		tb.waitUntil("the drawer closed", `!document.body.classList.contains("sidebar-open")`)
+	}
+	tb.setVariant(axeVariants[0])
 
 	ms.Reply("Here is a small program that lists your notes, newest first:\n\n```go\n" + screenshotCode + "\n```\n\nRun it with `go run .` in the module's directory.")
 	tb.send("How do I list my notes in Go, newest first?")
