@@ -12,8 +12,11 @@ MCP_BENCHTIME ?= 1000x
 BENCH_MCP_FLAGS ?=
 UPSTREAM_BIN ?= bin/echoupstream
 PROXY_BIN ?= bin/passproxy
+# Flags of the Sessions UI benchmark (bench/uibench), e.g.
+# BENCH_UI_FLAGS='-messages 20000 -runs 10 -width 390 -height 844'.
+BENCH_UI_FLAGS ?=
 
-.PHONY: all build run test test-short bench bench-mcp lint fmt vet staticcheck clean e2e-deps
+.PHONY: all build run test test-short bench bench-mcp bench-ui lint fmt vet staticcheck clean e2e-deps
 
 all: lint test build
 
@@ -55,7 +58,14 @@ bench-mcp: build
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(PROXY_BIN) ./bench/passproxy
 	$(GO) run ./bench/mcpbench -usher $(BIN) -upstream $(UPSTREAM_BIN) -proxy $(PROXY_BIN) $(BENCH_MCP_FLAGS)
 
-bench: bench-mcp
+# The Sessions UI on a conversation of 10,000 messages, in headless
+# Chromium against usher serve (PostgreSQL with TEST_DATABASE_URL, else
+# SQLite): the navigation until the last message is visible, and the scroll
+# up until the first page of history is on the page.
+bench-ui: build
+	$(GO) run ./bench/uibench -usher $(BIN) $(BENCH_UI_FLAGS)
+
+bench: bench-mcp bench-ui
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./broker/
 	@[ -n "$$TEST_DATABASE_URL" ] || echo "TEST_DATABASE_URL is not set: BenchmarkToolsCall (PostgreSQL) skips"
 	$(GO) test -run '^$$' -bench ToolsCall -benchtime $(MCP_BENCHTIME) -cpu 2 ./cmd/usher/

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -122,16 +123,50 @@ func (a assets) build() string {
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
-// versionPage makes the page load its assets under /static/v/build/.
+// versionPage makes the page load its assets under /static/v/build/,
+// and name every module its script imports, directly or not, as a
+// modulepreload: the browser then fetches them all at once, instead of
+// one level of imports after another.
 func (a assets) versionPage(build string) error {
 	page := a["index.html"]
-	b := bytes.ReplaceAll(page.body, []byte(`="/static/`), []byte(`="/static/v/`+build+`/`))
+	var links bytes.Buffer
+	for _, m := range a.imports("js/app.js") {
+		fmt.Fprintf(&links, "<link rel=\"modulepreload\" href=\"/static/%s\">\n", m)
+	}
+	b := bytes.Replace(page.body, []byte(`<script type="module"`), append(links.Bytes(), `<script type="module"`...), 1)
+	b = bytes.ReplaceAll(b, []byte(`="/static/`), []byte(`="/static/v/`+build+`/`))
 	v, err := newAsset(b, page.contentType)
 	if err != nil {
 		return err
 	}
 	a["index.html"] = v
 	return nil
+}
+
+// staticImport is a module's static import of another beside it or below
+// (import … from './x.js'); a dynamic import(…) is loaded when needed and
+// is not one.
+var staticImport = regexp.MustCompile(`(?m)^import\s[^;'"]*?\bfrom\s*'\./([\w./-]+\.js)'`)
+
+// imports is what the module root (a path under static/) imports, directly
+// or not, in the order first met, root excluded.
+func (a assets) imports(root string) []string {
+	seen := map[string]bool{root: true}
+	var out []string
+	var walk func(m string)
+	walk = func(m string) {
+		for _, sub := range staticImport.FindAllSubmatch(a[m].body, -1) {
+			p := path.Join(path.Dir(m), string(sub[1]))
+			if _, ok := a[p]; !ok || seen[p] {
+				continue
+			}
+			seen[p] = true
+			out = append(out, p)
+			walk(p)
+		}
+	}
+	walk(root)
+	return out
 }
 
 // The cache policies of the assets: revalidated every time (cheap, by

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -15,6 +16,10 @@ import (
 // versionedRef is a reference of the page to an asset under its build's
 // prefix.
 var versionedRef = regexp.MustCompile(`="/static/v/[0-9a-f]{12}/`)
+
+// modulePreload is a module the page names for the browser to fetch at
+// once (added to index.html when the server starts).
+var modulePreload = regexp.MustCompile(`<link rel="modulepreload" href="/static/v/[0-9a-f]{12}/([^"]+)">\n`)
 
 func TestSecurityHeadersEverywhere(t *testing.T) {
 	e := newEnv(t)
@@ -64,7 +69,7 @@ func TestSecurityHeadersEverywhere(t *testing.T) {
 			if tt.contentType != "" && r.header.Get("Content-Type") != tt.contentType {
 				t.Errorf("Content-Type %q, want %q", r.header.Get("Content-Type"), tt.contentType)
 			}
-			if tt.page && versionedRef.ReplaceAllString(r.body, `="/static/`) != string(index) {
+			if tt.page && versionedRef.ReplaceAllString(modulePreload.ReplaceAllString(r.body, ""), `="/static/`) != string(index) {
 				t.Errorf("%s does not serve the app's page", tt.path)
 			}
 		})
@@ -148,6 +153,67 @@ func TestScriptsHaveNoHTMLSinks(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no scripts embedded")
+	}
+}
+
+// TestPagePreloadsItsModules: the page names every module its script
+// imports, directly or not, as a modulepreload under the build's prefix
+// (so that the browser fetches them at once, not one level of imports
+// after another), before the script, each once; not the script itself,
+// nor what is imported only when needed (the highlighter).
+func TestPagePreloadsItsModules(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser(t)
+	page := b.get(e.url + "/")
+	var got []string
+	for _, m := range modulePreload.FindAllStringSubmatch(page.body, -1) {
+		got = append(got, m[1])
+		if r := b.get(e.url + versionedRef.FindString(m[0])[2:] + m[1]); r.status != http.StatusOK {
+			t.Errorf("preloaded %s: %d", m[1], r.status)
+		}
+	}
+	slices.Sort(got)
+	want := []string{"js/api.js", "js/approvals.js", "js/apps.js", "js/compaction.js", "js/conversation.js", "js/copy.js", "js/dom.js",
+		"js/export.js", "js/highlight.js", "js/json.js", "js/live.js", "js/markdown.js", "js/prefs.js", "js/status.js"}
+	// Whatever else app.js comes to import: every script but app.js is
+	// imported by it, directly or not (and the vendored highlighter only
+	// when needed).
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("the page does not preload %s: %v", w, got)
+		}
+	}
+	if len(slices.Compact(slices.Clone(got))) != len(got) || slices.Contains(got, "js/app.js") || slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "vendor/") }) {
+		t.Errorf("the page preloads %v", got)
+	}
+	if i, j := strings.Index(page.body, `rel="modulepreload"`), strings.Index(page.body, `<script type="module"`); i < 0 || i > j {
+		t.Errorf("the preloads are not before the script")
+	}
+}
+
+// TestScriptsLoadAssetsUnderTheBuild: no script names an asset by an
+// absolute /static/ path, which would load it outside the build's prefix
+// (revalidated on every use instead of cached for good): a script reaches
+// the others relative to itself (import, or new URL(…, import.meta.url)).
+func TestScriptsLoadAssetsUnderTheBuild(t *testing.T) {
+	absolute := regexp.MustCompile("['\"`]/static/")
+	err := fs.WalkDir(static, "static/js", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := static.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if !strings.HasPrefix(strings.TrimSpace(line), "//") && absolute.MatchString(line) {
+				t.Errorf("%s:%d names an asset by its absolute path: %s", p, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -286,9 +352,12 @@ func TestAssetsUnderTheBuild(t *testing.T) {
 			t.Errorf("%s: %d, Cache-Control %q", ref[1], r.status, r.header.Get("Cache-Control"))
 		}
 	}
-	// A module's relative import stays under the prefix.
-	if r := b.get(e.url + "/static/v/" + build + "/js/dom.js"); r.status != http.StatusOK || r.header.Get("Cache-Control") != "public, max-age=31536000, immutable" {
-		t.Errorf("a module under the build: %d %q", r.status, r.header.Get("Cache-Control"))
+	// A module's relative import stays under the prefix, and so does the
+	// vendored highlighter, which highlight.js imports beside itself.
+	for _, p := range []string{"js/dom.js", "vendor/highlight/core.min.js", "vendor/highlight/languages/go.min.js"} {
+		if r := b.get(e.url + "/static/v/" + build + "/" + p); r.status != http.StatusOK || r.header.Get("Cache-Control") != "public, max-age=31536000, immutable" {
+			t.Errorf("%s under the build: %d %q", p, r.status, r.header.Get("Cache-Control"))
+		}
 	}
 	for _, p := range []string{"/static/v/000000000000/js/app.js", "/static/js/app.js"} {
 		if r := b.get(e.url + p); r.status != http.StatusOK || r.header.Get("Cache-Control") != "no-cache" {

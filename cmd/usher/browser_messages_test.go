@@ -40,7 +40,13 @@ func TestBrowserMessages(t *testing.T) {
 		})
 	}
 	tb.signIn(s.url, "erin")
-	vendored := `performance.getEntriesByType("resource").map((e) => new URL(e.name).pathname).filter((p) => p.startsWith("/static/vendor/")).sort().join(" ")`
+	vendored := `performance.getEntriesByType("resource").map((e) => new URL(e.name).pathname).filter((p) => p.includes("/vendor/")).sort().join(" ")`
+	// The highlighter comes from under the build's prefix, as every asset
+	// the page loads (cached for good).
+	build := evaluate[string](tb, `new URL(document.querySelector('script[type="module"]').src).pathname.replace(/js\/app\.js$/, "")`)
+	if !strings.HasPrefix(build, "/static/v/") {
+		t.Fatalf("the page's script is at %s, want it under the build's prefix", build)
+	}
 
 	// A reply with code: highlighted, labelled, copied.
 	const code = "func main() {\n\tfmt.Println(\"<b>hi</b>\") // greet\n}"
@@ -58,7 +64,7 @@ func TestBrowserMessages(t *testing.T) {
 	block := `article.msg-assistant .code-block`
 	tb.waitUntil("the highlighted code", `document.querySelector(`+js(block+` code.hljs .hljs-keyword`)+`)`)
 	tb.waitUntil("the highlighted page", `document.querySelectorAll(`+js(block+` code.hljs .hljs-tag`)+`).length > 0`)
-	if got := evaluate[string](tb, vendored); got != "/static/vendor/highlight/core.min.js /static/vendor/highlight/languages/go.min.js /static/vendor/highlight/languages/xml.min.js" {
+	if got := evaluate[string](tb, vendored); got != build+"vendor/highlight/core.min.js "+build+"vendor/highlight/languages/go.min.js "+build+"vendor/highlight/languages/xml.min.js" {
 		t.Errorf("loaded for a Go and an HTML block: %q, want the core, Go and XML alone", got)
 	}
 	if got := evaluate[string](tb, `(() => { const b = document.querySelectorAll(`+js(block)+`)[1]; return getComputedStyle(b.querySelector(".code-lang"), "::before").content + " " + b.querySelector("code").textContent; })()`); got != `"HTML" `+page {

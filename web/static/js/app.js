@@ -152,7 +152,7 @@ function layout() {
   const header = h('header', { class: 'topbar' },
     e.toggle,
     // The page's one h1 names the application; each view's title is its h2.
-    h('h1', { class: 'brand-heading' }, h('a', { href: '/', class: 'brand' }, h('img', { src: '/static/favicon.svg', alt: '', width: '24', height: '24' }), h('span', { class: 'brand-name' }, 'Usher'))),
+    h('h1', { class: 'brand-heading' }, h('a', { href: '/', class: 'brand' }, h('img', { src: new URL('../favicon.svg', import.meta.url).pathname, alt: '', width: '24', height: '24' }), h('span', { class: 'brand-name' }, 'Usher'))),
     h('nav', { 'aria-label': 'Main', class: 'topnav' }, e.inbox, e.apps),
     h('div', { class: 'user' }, h('span', { class: 'user-name', title: app.me.id }, app.me.name || app.me.email || 'Signed in'), signOut));
 

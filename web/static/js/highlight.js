@@ -7,7 +7,9 @@
 // elements with class names and text nodes, built here with createElement.
 // Its HTML output is never used, so code shows as the text it is.
 
-const VENDOR = '/static/vendor/highlight';
+// Beside this module: under the build's prefix (/static/v/BUILD/), cached
+// for good like the other assets, when the page loaded it from there.
+const VENDOR = new URL('../vendor/highlight', import.meta.url).pathname;
 const MAX_CODE = 64 * 1024; // characters highlighted; a longer block stays plain
 
 // The vendored languages by file, with the names a code fence may use.

@@ -192,6 +192,8 @@ function codeBlock(text, lang) {
   label.dataset.label = languageLabel(known);
   head.append(label, copyButton({ label: `Copy code${known ? ` (${languageLabel(known)})` : ''}`, text: () => text, className: 'code-copy', visible: '' }));
   const pre = el('pre', 'md-code');
+  // A long line scrolls the block sideways: from the keyboard too.
+  pre.tabIndex = 0;
   const code = el('code');
   if (known) code.className = `language-${known}`;
   code.textContent = text;
