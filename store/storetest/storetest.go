@@ -79,6 +79,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CreateApprovalInvalid", testCreateApprovalInvalid},
 		{"CreateApprovalConcurrent", testCreateApprovalConcurrent},
 		{"ListApprovals", testListApprovals},
+		{"ListDecidedApprovals", testListDecidedApprovals},
 		{"DecideApproval", testDecideApproval},
 		{"ConsumeApproval", testConsumeApproval},
 		{"ConsumeApprovalRace", testConsumeApprovalRace},
