@@ -235,6 +235,11 @@ type Store interface {
 	// RenameRun sets the title of a live run (closed ones too) and returns
 	// it; ErrNotFound for a missing or deleted run.
 	RenameRun(ctx context.Context, runID, title string) (Run, error)
+	// SetRunMetadata replaces the metadata of a live run (closed ones
+	// too; "" is none) and returns it; ErrNotFound for a missing or
+	// deleted run, ErrInvalid for metadata that is not a JSON object of
+	// at most MaxRunMetadata bytes. It appends no event.
+	SetRunMetadata(ctx context.Context, runID, metadata string) (Run, error)
 	// SearchMessages returns, for up to limit (1 to MaxSearchResults) of
 	// owner's live runs whose user or assistant messages hold every word
 	// of query (SearchWords), the latest such message (search.go), in no
