@@ -9,7 +9,7 @@ import (
 )
 
 // TestBrowserApprovalHistory: the inbox's Recent decisions come from the
-// server. A decision made through the API, never shown in this browser,
+// server. (With one model offered, the home shows no model picker.) A decision made through the API, never shown in this browser,
 // is there; one made in another tab appears live, and both stay after a
 // reload, newest first, with who decided, the outcome and the reason.
 func TestBrowserApprovalHistory(t *testing.T) {
@@ -48,6 +48,11 @@ func TestBrowserApprovalHistory(t *testing.T) {
 
 	tb := startBrowser(t)
 	tb.signIn(s.url, "alice")
+	// One model offered: no picker by the message box.
+	tb.waitUntil("the models read", `performance.getEntriesByType("resource").some((e) => new URL(e.name).pathname === "/api/assistant/models" && e.responseEnd > 0)`)
+	if evaluate[bool](tb, `[...document.querySelectorAll(".model-picker")].some((p) => !p.hidden)`) {
+		t.Errorf("a model picker is shown with one model offered")
+	}
 	tb.click(`a.inbox-link`)
 	tb.waitUntil("the inbox with one request waiting", `document.querySelector(`+js(`.inbox .approval-card.is-pending[data-approval="`+approved+`"] button[value=approve]`)+`)`)
 	tb.waitUntil("the decision made through the API", `document.querySelector(`+js(`.approval-history .approval-card[data-approval="`+denied+`"] .decision-note`)+`)`)
