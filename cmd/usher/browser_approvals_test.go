@@ -94,10 +94,41 @@ func TestBrowserApprovalHistory(t *testing.T) {
 	if n := evaluate[int](tb, `Object.keys(localStorage).filter((k) => k.startsWith("usher.approvals.")).length`); n != 0 {
 		t.Errorf("%d approval histories kept in localStorage, want none: the server keeps it", n)
 	}
-	if evaluate[bool](tb, `!document.querySelector(".approval-history button").hidden`) {
+	if evaluate[bool](tb, `!document.querySelector(".approval-history > button").hidden`) {
 		t.Errorf("Show older is offered with two decisions")
 	}
 	checkAxe(t, tb, "the approvals inbox after a reload")
+
+	// More than a page: Show older decisions reads the next one, and the
+	// focus goes to the first of them.
+	code, run := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"Many notes"}`)
+	if code != 201 {
+		t.Fatalf("create = %d %v", code, run)
+	}
+	runID := run["runId"].(string)
+	for i := range 20 {
+		msg := fmt.Sprintf(`call notes_write {"name":"n%d","body":"x"}`, i)
+		if code, body := api(t, "POST", s.url+"/api/assistant/runs/"+runID+"/messages?wait=30s", alice, fmt.Sprintf(`{"content":%s}`, js(msg))); code != 200 && code != 202 {
+			t.Fatalf("turn %d = %d %v", i, code, body)
+		}
+		code, list := api(t, "GET", s.url+"/api/approvals", alice, "")
+		pending, _ := list["approvals"].([]any)
+		if code != 200 || len(pending) != 1 {
+			t.Fatalf("approvals after turn %d = %d %v", i, code, list)
+		}
+		id := pending[0].(map[string]any)["id"].(string)
+		if code, body := api(t, "POST", s.url+"/api/approvals/"+id+"/decision", alice, `{"decision":"deny"}`); code != 200 {
+			t.Fatalf("decision %d = %d %v", i, code, body)
+		}
+	}
+	tb.do(chromedp.Reload())
+	tb.waitUntil("a page of decisions and Show older", `document.querySelectorAll(".approval-history .approval-card").length === 20 && !document.querySelector(".approval-history > button").hidden`)
+	tb.click(".approval-history > button")
+	tb.waitUntil("the older ones", `document.querySelectorAll(".approval-history .approval-card").length === 22 && document.querySelector(".approval-history > button").hidden`)
+	if h := history(); h[20].ID != approved || h[21].ID != denied {
+		t.Errorf("the older decisions = %+v, want the approval, then the denial", h[20:])
+	}
+	tb.waitUntil("the focus on the first older one", `document.activeElement.closest("[data-approval]")?.dataset.approval === `+js(approved))
 	tb.checkClean()
 	other.checkClean()
 }

@@ -113,9 +113,11 @@ export function approvalHistory(options = {}) {
       return;
     }
     if (mine !== generation) return;
-    // Older pages already shown stay, after the newest one.
+    // Older pages already shown stay, after the newest one: what is not
+    // in it is older than all of it (the list is in the order of an end
+    // that never changes).
     const ids = new Set(page.items.map((item) => item.view.id));
-    const kept = shownItems.length > page.items.length ? shownItems.slice(page.items.length).filter((item) => !ids.has(item.view.id)) : [];
+    const kept = shownItems.length > page.items.length ? shownItems.filter((item) => !ids.has(item.view.id)) : [];
     if (!kept.length) next = page.next;
     shownItems = [...page.items, ...kept];
     older.hidden = !next;
