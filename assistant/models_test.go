@@ -79,6 +79,15 @@ func TestModelChoice(t *testing.T) {
 			t.Errorf("a run without a choice asked %q, want the default", got)
 		}
 
+		// A model the operator no longer offers: the default.
+		if _, err := st.SetRunMetadata(t.Context(), plain, `{"model":"retired"}`); err != nil {
+			t.Fatal(err)
+		}
+		turn(plain, "and now?")
+		if got := lastModel(); got != "small" {
+			t.Errorf("a run whose model is no longer offered asked %q, want the default", got)
+		}
+
 		for _, tc := range []struct {
 			name, method, path, body, code string
 		}{
