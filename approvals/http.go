@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/usherhq/usher/internal/httpx"
@@ -31,6 +32,8 @@ var (
 		`The body must be one JSON object: {"decision": "approve" or "deny", "reason": optional text of at most %d characters}.`, MaxReasonRunes))
 	errBadReason = httpx.Errorf(http.StatusBadRequest, "invalid_request", fmt.Sprintf(
 		"The reason must be at most %d characters, without control characters.", MaxReasonRunes))
+	errBadList = httpx.Errorf(http.StatusBadRequest, "invalid_request", fmt.Sprintf(
+		"The query must be state=pending (the default) or state=decided, with state=decided an optional limit of 1 to %d and the cursor of a previous page (next_cursor), each at most once.", MaxDecidedLimit))
 	errNotJSON       = httpx.Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "Send the decision as application/json.")
 	errBrokerRefused = httpx.Errorf(http.StatusForbidden, "broker_token_refused",
 		"A broker token speaks for a user to the MCP server only: this API is for people signed in to Usher.")
@@ -59,6 +62,7 @@ type view struct {
 	DecisionReason string          `json:"decision_reason,omitempty"`
 	DecidedAt      *time.Time      `json:"decided_at,omitempty"`
 	ConsumedAt     *time.Time      `json:"consumed_at,omitempty"`
+	EndedAt        *time.Time      `json:"ended_at,omitempty"`
 	ExpiresAt      time.Time       `json:"expires_at"`
 	CreatedAt      time.Time       `json:"created_at"`
 }
@@ -86,6 +90,7 @@ func (s *Service) viewOf(a Approval, p identity.Principal, now time.Time) view {
 		DecisionReason: a.DecisionReason,
 		DecidedAt:      timeOrNil(a.DecidedAt),
 		ConsumedAt:     timeOrNil(a.ConsumedAt),
+		EndedAt:        timeOrNil(a.EndedAt()),
 		ExpiresAt:      a.ExpiresAt,
 		CreatedAt:      a.CreatedAt,
 	}
@@ -98,6 +103,7 @@ func (s *Service) viewOf(a Approval, p identity.Principal, now time.Time) view {
 // Handler serves the approvals API:
 //
 //	GET  /api/approvals                  the caller's open requests, and those the caller may decide
+//	GET  /api/approvals?state=decided    the decided ones the caller may see, newest first (&limit=, &cursor=)
 //	GET  /api/approvals/{id}             one approval, to its requester or an eligible approver
 //	POST /api/approvals/{id}/decision    {"decision": "approve"|"deny", "reason": "…"}
 //
@@ -139,9 +145,64 @@ func (h *handler) principal(w http.ResponseWriter, r *http.Request) (identity.Pr
 	return p, true
 }
 
+// listQuery is a listing's query: the state (pending or decided) and,
+// for decided, the page.
+type listQuery struct {
+	decided bool
+	limit   int
+	cursor  string
+}
+
+// parseListQuery reads ?state=pending|decided&limit=N&cursor=C strictly:
+// each at most once, limit and cursor only with state=decided. Other
+// parameters are left alone.
+func parseListQuery(r *http.Request) (listQuery, error) {
+	var q listQuery
+	values := r.URL.Query()
+	for _, name := range []string{"state", "limit", "cursor"} {
+		if len(values[name]) > 1 {
+			return q, fmt.Errorf("%s is repeated", name)
+		}
+	}
+	switch state := values.Get("state"); state {
+	case "", "pending":
+	case "decided":
+		q.decided = true
+	default:
+		return q, fmt.Errorf("state %q is neither pending nor decided", state)
+	}
+	if !q.decided && (values.Has("limit") || values.Has("cursor")) {
+		return q, errors.New("limit and cursor page the decided approvals only")
+	}
+	if values.Has("limit") {
+		text := values.Get("limit")
+		n, err := strconv.Atoi(text)
+		if err != nil || n < 1 || n > MaxDecidedLimit || strconv.Itoa(n) != text {
+			return q, fmt.Errorf("limit %q is not 1 to %d", text, MaxDecidedLimit)
+		}
+		q.limit = n
+	}
+	if values.Has("cursor") {
+		if q.cursor = values.Get("cursor"); q.cursor == "" {
+			return q, errors.New("cursor is empty")
+		}
+	}
+	return q, nil
+}
+
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	p, ok := h.principal(w, r)
 	if !ok {
+		return
+	}
+	q, err := parseListQuery(r)
+	if err != nil {
+		h.log.InfoContext(r.Context(), "approvals: listing refused", "reason", err)
+		httpx.WriteError(w, r, h.log, errBadList)
+		return
+	}
+	if q.decided {
+		h.listDecided(w, r, p, q)
 		return
 	}
 	list, err := h.s.Pending(r.Context(), p)
@@ -157,6 +218,29 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, struct {
 		Approvals []view `json:"approvals"`
 	}{views})
+}
+
+// listDecided answers a page of the decided approvals p may see.
+func (h *handler) listDecided(w http.ResponseWriter, r *http.Request, p identity.Principal, q listQuery) {
+	list, next, err := h.s.Decided(r.Context(), p, q.cursor, q.limit)
+	if errors.Is(err, ErrInvalid) {
+		h.log.InfoContext(r.Context(), "approvals: listing refused", "reason", err)
+		httpx.WriteError(w, r, h.log, errBadList)
+		return
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	now := h.s.now()
+	views := make([]view, len(list))
+	for i, a := range list {
+		views[i] = h.s.viewOf(a, p, now)
+	}
+	httpx.WriteJSON(w, http.StatusOK, struct {
+		Approvals  []view `json:"approvals"`
+		NextCursor string `json:"next_cursor,omitempty"`
+	}{views, next})
 }
 
 func (h *handler) get(w http.ResponseWriter, r *http.Request) {

@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -62,6 +64,7 @@ type Store interface {
 	GetApproval(ctx context.Context, id string) (store.Approval, error)
 	ListApprovals(ctx context.Context, principal string, status ...store.ApprovalStatus) ([]store.Approval, error)
 	ListApprovalsForApprovers(ctx context.Context, tenant string, groups []string, status ...store.ApprovalStatus) ([]store.Approval, error)
+	ListDecidedApprovals(ctx context.Context, q store.DecidedApprovals) ([]store.Approval, error)
 	CreateApprovalAudited(ctx context.Context, a store.Approval, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, bool, error)
 	DecideApprovalAudited(ctx context.Context, id string, to store.ApprovalStatus, decidedBy, reason string, now time.Time, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, error)
 	FindApproved(ctx context.Context, b store.ApprovalBinding, now time.Time) (store.Approval, error)
@@ -266,6 +269,96 @@ func (s *Service) Pending(ctx context.Context, p identity.Principal) ([]Approval
 		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
 	})
 	return out, nil
+}
+
+// Paging of Decided.
+const (
+	// DefaultDecidedLimit is the page size of Decided when none is asked.
+	DefaultDecidedLimit = 20
+	// MaxDecidedLimit is the largest page Decided returns.
+	MaxDecidedLimit = 50
+	// maxCursorLength bounds a cursor's text.
+	maxCursorLength = 256
+)
+
+// Decided returns a page of the approvals that are no longer pending
+// which p may see — the ones p requested and the ones p may see as a
+// member of an approver group, as for Pending — newest first by when they
+// ended (decided, expired or revoked), at most limit of them (0:
+// DefaultDecidedLimit), after the cursor (""; the newest). next is the
+// cursor of the page after, "" when there is none. ErrInvalid for a
+// limit out of 0 to MaxDecidedLimit or a cursor this service did not
+// make.
+func (s *Service) Decided(ctx context.Context, p identity.Principal, cursor string, limit int) (_ []Approval, next string, _ error) {
+	if limit < 0 || limit > MaxDecidedLimit {
+		return nil, "", fmt.Errorf("%w: the limit is %d, want 1 to %d", ErrInvalid, limit, MaxDecidedLimit)
+	}
+	after, err := parseCursor(cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if !identified(p) {
+		return nil, "", nil
+	}
+	limit = cmp.Or(limit, DefaultDecidedLimit)
+	var groups []string
+	for _, g := range p.Groups {
+		if g != "" {
+			groups = append(groups, g)
+		}
+	}
+	// One more than the page: whether there is a next one.
+	list, err := s.st.ListDecidedApprovals(ctx, store.DecidedApprovals{
+		Principal: p.ID(), Tenant: p.Tenant, Groups: groups, After: after, Limit: limit + 1,
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("approvals: decided: %w", err)
+	}
+	if len(list) > limit {
+		list = list[:limit]
+		next = formatCursor(store.CursorOf(list[limit-1]))
+	}
+	// The store selects by the same rules; what it returns is checked
+	// again, so that a listing never shows what Get would not.
+	out := list[:0:0]
+	for _, a := range list {
+		if canSee(a, p) {
+			out = append(out, a)
+		}
+	}
+	return out, next, nil
+}
+
+// formatCursor writes c as the opaque text clients pass back: the time
+// in microseconds since the epoch and the id, base64url-encoded.
+func formatCursor(c store.ApprovalCursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.EndedAt.UnixMicro(), 10) + " " + c.ID))
+}
+
+// parseCursor reads a cursor of formatCursor; "" is the start.
+func parseCursor(text string) (store.ApprovalCursor, error) {
+	if text == "" {
+		return store.ApprovalCursor{}, nil
+	}
+	bad := fmt.Errorf("%w: the cursor is not one this server gave", ErrInvalid)
+	if len(text) > maxCursorLength {
+		return store.ApprovalCursor{}, bad
+	}
+	b, err := base64.RawURLEncoding.DecodeString(text)
+	if err != nil {
+		return store.ApprovalCursor{}, bad
+	}
+	micros, id, ok := strings.Cut(string(b), " ")
+	n, err := strconv.ParseInt(micros, 10, 64)
+	if !ok || err != nil || n <= 0 || id == "" || len(id) > maxIDLength || !utf8.ValidString(id) ||
+		strings.ContainsFunc(id, unicode.IsControl) || strconv.FormatInt(n, 10) != micros {
+		return store.ApprovalCursor{}, bad
+	}
+	at := time.UnixMicro(n).UTC()
+	if at.Year() > 9000 {
+		return store.ApprovalCursor{}, bad
+	}
+	return store.ApprovalCursor{EndedAt: at, ID: id}, nil
 }
 
 // Decide records decider's decision on the approval id: approve or deny,

@@ -100,6 +100,9 @@ type RunMetadata struct {
 	// CompactRecentMessages overrides DefaultCompactRecentMessages: at
 	// least MinCompactRecentMessages, at most MaxCompactRecentMessages.
 	CompactRecentMessages *int `json:"compactRecentMessages,omitempty"`
+	// Model is the model the run's requests name: one of those offered
+	// (GET /api/assistant/models). Absent: the default.
+	Model *string `json:"model,omitempty"`
 }
 
 // The largest overrides a run may ask for.
@@ -119,7 +122,7 @@ func parseRunMetadata(text string) (RunMetadata, error) {
 	dec := json.NewDecoder(strings.NewReader(text))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {
-		return m, fmt.Errorf("the metadata must be a JSON object of the documented settings (compactThreshold, compactChunkTokens, compactRecentMessages): %v", err)
+		return m, fmt.Errorf("the metadata must be a JSON object of the documented settings (compactThreshold, compactChunkTokens, compactRecentMessages, model): %v", err)
 	}
 	var errs []string
 	if v := m.CompactThreshold; v != nil && !(*v > 0 && *v <= 1) {
@@ -130,6 +133,9 @@ func parseRunMetadata(text string) (RunMetadata, error) {
 	}
 	if v := m.CompactRecentMessages; v != nil && (*v < MinCompactRecentMessages || *v > MaxCompactRecentMessages) {
 		errs = append(errs, fmt.Sprintf("compactRecentMessages is %d, want %d to %d", *v, MinCompactRecentMessages, MaxCompactRecentMessages))
+	}
+	if v := m.Model; v != nil && (*v == "" || len(*v) > maxModelName) {
+		errs = append(errs, fmt.Sprintf("model is %d bytes, want 1 to %d", len(*v), maxModelName))
 	}
 	if len(errs) > 0 {
 		return m, errors.New(strings.Join(errs, "; "))

@@ -36,6 +36,7 @@ func (rt *Runtime) Handler() http.Handler {
 	mux.HandleFunc("POST /api/assistant/runs", rt.handleCreate)
 	mux.HandleFunc("GET /api/assistant/runs", rt.handleList)
 	mux.HandleFunc("GET /api/assistant/search", rt.handleSearch)
+	mux.HandleFunc("GET /api/assistant/models", rt.handleModels)
 	mux.HandleFunc("GET /api/assistant/runs/{id}", rt.handleGet)
 	mux.HandleFunc("DELETE /api/assistant/runs/{id}", rt.handleDelete)
 	mux.HandleFunc("PATCH /api/assistant/runs/{id}", rt.handleRename)
@@ -231,19 +232,36 @@ func (rt *Runtime) handleRename(w http.ResponseWriter, r *http.Request) {
 	}
 	var body struct {
 		Title *string `json:"title"`
+		Model *string `json:"model"`
 	}
 	if err := decode(r, &body); err != nil {
 		rt.fail(w, r, err)
 		return
 	}
-	if body.Title == nil {
-		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_title", "The body needs a title field."))
+	if body.Title == nil && body.Model == nil {
+		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_title", "The body needs a title field, a model field, or both."))
 		return
 	}
-	run, err := rt.Rename(r.Context(), owner, r.PathValue("id"), *body.Title)
-	if err != nil {
-		rt.fail(w, r, err)
-		return
+	// The model is checked before anything is written.
+	if body.Model != nil {
+		if err := rt.checkModel(*body.Model); err != nil {
+			rt.fail(w, r, err)
+			return
+		}
+	}
+	var run store.Run
+	var err error
+	if body.Title != nil {
+		if run, err = rt.Rename(r.Context(), owner, r.PathValue("id"), *body.Title); err != nil {
+			rt.fail(w, r, err)
+			return
+		}
+	}
+	if body.Model != nil {
+		if run, err = rt.SetModel(r.Context(), owner, r.PathValue("id"), *body.Model); err != nil {
+			rt.fail(w, r, err)
+			return
+		}
 	}
 	httpx.WriteJSON(w, http.StatusOK, viewRun(run))
 }
@@ -318,6 +336,7 @@ func (rt *Runtime) handleCreate(w http.ResponseWriter, r *http.Request) {
 		Message  *string         `json:"message"`
 		Title    *string         `json:"title"`
 		Metadata json.RawMessage `json:"metadata"`
+		Model    *string         `json:"model"`
 	}
 	if r.ContentLength != 0 {
 		if err := decode(r, &body); err != nil {
@@ -348,6 +367,21 @@ func (rt *Runtime) handleCreate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		metadata = string(body.Metadata)
+	}
+	if body.Model != nil {
+		// The model may be given by itself, or in the metadata: once.
+		if m, err := parseRunMetadata(metadata); err == nil && m.Model != nil && *m.Model != *body.Model {
+			rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_model", "The model and the metadata's model differ: give it once."))
+			return
+		}
+		if err := rt.checkModel(*body.Model); err != nil {
+			rt.fail(w, r, err)
+			return
+		}
+		if metadata, err = withModel(metadata, *body.Model); err != nil {
+			rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_metadata", "The metadata is not usable: "+err.Error()+"."))
+			return
+		}
 	}
 	run, created, err := rt.CreateRun(r.Context(), owner, senderOf(r), NewRun{Title: title, Message: message, IdempotencyKey: key, Metadata: metadata})
 	if err != nil {

@@ -499,6 +499,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"SearchResult":         SearchResult{},
 		"RunLimits":            RunLimits{},
 		"RunMetadata":          RunMetadata{},
+		"Model":                ModelView{},
 		"Snapshot":             SnapshotView{},
 		"BranchList":           BranchesView{},
 		"BranchSwitch":         BranchSwitch{},

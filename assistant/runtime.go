@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -101,9 +102,15 @@ type Options struct {
 	// each run's context accounting is recorded against (RunView.Context).
 	// Default: 80,000.
 	ContextTokens int
-	// ModelName names the model, in the context snapshots it writes.
-	// Default: none.
+	// ModelName names the model, in the context snapshots it writes; it
+	// is the default of Models. Default: none.
 	ModelName string
+	// Models are the models a run may choose, by name (RunMetadata.Model,
+	// or PATCH /api/assistant/runs/{id} {"model"}); each request names
+	// the run's choice. ModelName must be one of them. Default: none,
+	// which offers ModelName alone and sends no name (the provider's
+	// own).
+	Models []string
 	// Transport is TransportAuto (or TransportSSE): Server-Sent Events,
 	// WebSocket and long-poll; or TransportLongPoll: the streaming routes
 	// answer 503. Default: TransportAuto.
@@ -173,6 +180,14 @@ func New(opts *Options) (*Runtime, error) {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("option %s is %d, want 0 (the default) or more", n.name, n.v))
 		}
+	}
+	for i, m := range o.Models {
+		if m == "" || slices.Contains(o.Models[:i], m) {
+			errs = append(errs, fmt.Errorf("option Models holds %q, want distinct names", m))
+		}
+	}
+	if len(o.Models) > 0 && !slices.Contains(o.Models, o.ModelName) {
+		errs = append(errs, fmt.Errorf("option ModelName is %q, want one of Models", o.ModelName))
 	}
 	switch o.Transport {
 	case "", TransportAuto, TransportSSE, TransportLongPoll:

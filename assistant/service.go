@@ -53,8 +53,14 @@ func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, n
 	if err := rt.checkTitle(title); err != nil {
 		return store.Run{}, false, err
 	}
-	if _, err := parseRunMetadata(n.Metadata); err != nil {
+	m, err := parseRunMetadata(n.Metadata)
+	if err != nil {
 		return store.Run{}, false, httpx.Errorf(http.StatusBadRequest, "invalid_metadata", "The metadata is not usable: "+err.Error()+".")
+	}
+	if m.Model != nil {
+		if err := rt.checkModel(*m.Model); err != nil {
+			return store.Run{}, false, err
+		}
 	}
 	var first *store.NewEvent
 	if message != "" {
@@ -69,7 +75,7 @@ func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, n
 	}
 	r := store.Run{ID: newRunID(), Owner: owner, Title: title, IdempotencyKey: cmp.Or(idempotencyKey, ownKey()), Metadata: n.Metadata}
 	var out store.Run
-	err := rt.retryUnknown(ctx, r.ID, func() (err error) {
+	err = rt.retryUnknown(ctx, r.ID, func() (err error) {
 		out, created, err = rt.st.OpenRun(ctx, r, rt.o.MaxActiveRuns, first)
 		return err
 	})

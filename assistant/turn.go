@@ -616,7 +616,7 @@ func (t *turn) request(ctx context.Context) (model.Request, error) {
 	msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: t.rt.o.SystemPrompt})
 	msgs = append(msgs, history...)
 	msgs = append(msgs, current...)
-	return model.Request{Messages: msgs, Tools: t.sess.tools}, nil
+	return model.Request{Messages: msgs, Tools: t.sess.tools, Model: t.rt.requestModel(t.run)}, nil
 }
 
 // complete runs one model step, retrying a retryable failure twice.

@@ -87,6 +87,80 @@ type Approval struct {
 	UpdatedAt      time.Time
 }
 
+// EndedAt is when a stopped being pending: when it was decided, or else
+// when it expired or was revoked (its last update). Zero while pending.
+// The list of decided approvals is in this order.
+func (a Approval) EndedAt() time.Time {
+	switch {
+	case a.Status == ApprovalPending:
+		return time.Time{}
+	case !a.DecidedAt.IsZero():
+		return a.DecidedAt
+	}
+	return a.UpdatedAt
+}
+
+// MaxDecidedApprovals bounds one page of ListDecidedApprovals.
+const MaxDecidedApprovals = 100
+
+// DecidedApprovals asks ListDecidedApprovals for a page of the decided
+// approvals someone may see.
+type DecidedApprovals struct {
+	// Principal is the requester whose approvals are listed; required.
+	Principal string
+	// Tenant and Groups add the approvals of that tenant that name one of
+	// the groups among their approvers (none without groups).
+	Tenant string
+	Groups []string
+	// After is where the page starts: after the approval it names. The
+	// zero cursor starts from the newest.
+	After ApprovalCursor
+	// Limit is the page's size: 1 to MaxDecidedApprovals.
+	Limit int
+}
+
+// ApprovalCursor is a place in the list of decided approvals: the EndedAt
+// and ID of the last approval of a page. Once an approval is no longer
+// pending its EndedAt does not change, so a cursor stays valid.
+type ApprovalCursor struct {
+	EndedAt time.Time
+	ID      string
+}
+
+// IsZero reports whether c is the start of the list.
+func (c ApprovalCursor) IsZero() bool { return c.EndedAt.IsZero() && c.ID == "" }
+
+// CursorOf is the cursor just after a in the list of decided approvals.
+func CursorOf(a Approval) ApprovalCursor { return ApprovalCursor{EndedAt: a.EndedAt(), ID: a.ID} }
+
+// listStart stands for the zero cursor: after every time an approval ends.
+var listStart = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
+// checkDecidedQuery validates a query of ListDecidedApprovals.
+func checkDecidedQuery(q DecidedApprovals) error {
+	var errs []error
+	if q.Principal == "" {
+		errs = append(errs, errors.New("the principal of the decided approvals is empty"))
+	}
+	if q.Limit < 1 || q.Limit > MaxDecidedApprovals {
+		errs = append(errs, fmt.Errorf("the limit of decided approvals is %d, want 1 to %d", q.Limit, MaxDecidedApprovals))
+	}
+	if !q.After.IsZero() {
+		if q.After.ID == "" {
+			errs = append(errs, errors.New("the cursor has a time and no id"))
+		}
+		errs = append(errs, checkTime("the cursor's time", q.After.EndedAt))
+		if !q.After.EndedAt.Before(listStart) {
+			errs = append(errs, errors.New("the cursor's time is out of range"))
+		}
+	}
+	errs = append(errs,
+		checkText("the principal of the decided approvals", q.Principal),
+		checkText("the tenant of the decided approvals", q.Tenant),
+		checkText("the cursor's id", q.After.ID))
+	return invalid(errs...)
+}
+
 // approvalColumns is the column list every query returning an Approval
 // selects, in the order scanApproval reads it.
 const approvalColumns = `id, principal, tool, server, definition_hash, arguments_hash, policy_hash,
@@ -215,6 +289,10 @@ func checkRevoke(tool, keepDefinitionHash string, now time.Time) error {
 const approvalBindingMatch = `principal = $1 AND tool = $2 AND server = $3 AND definition_hash = $4
 	AND arguments_hash = $5 AND policy_hash = $6 AND run_id IS NOT DISTINCT FROM $7 AND client_id = $8`
 
+// afterCursor selects the approvals after the cursor ($4, $5) in the
+// list of decided approvals.
+const afterCursor = `(coalesce(decided_at, updated_at) < $4 OR (coalesce(decided_at, updated_at) = $4 AND id < $5))`
+
 var (
 	// expireStalePending retires an identical pending approval whose time
 	// has passed ($9 is now), so that a new request can take its place in
@@ -265,6 +343,41 @@ WHERE status IN (SELECT value FROM json_each($2)) AND tenant = $3
 	AND EXISTS (SELECT 1 FROM json_each(approvals.approvers) AS g
 		WHERE g.value IN (SELECT value FROM json_each($1)))
 ORDER BY created_at, id`)
+
+	// listDecidedApprovals takes the principal ($1), the groups as a
+	// JSON array ($2), the tenant ($3), the cursor ($4, $5) and the limit
+	// ($6). Each half reads its own index (approvals_*_ended_idx, whose
+	// key and predicate it repeats) up to the limit; the page is the
+	// newest of both.
+	listDecidedApprovals = perEngine(`
+SELECT `+approvalColumns+` FROM approvals
+WHERE id IN (
+	SELECT id FROM (
+		SELECT id FROM approvals
+		WHERE principal = $1 AND status <> 'pending' AND `+afterCursor+`
+		ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6) AS mine
+	UNION
+	SELECT id FROM (
+		SELECT id FROM approvals
+		WHERE tenant = $3 AND status <> 'pending' AND `+afterCursor+`
+			AND EXISTS (SELECT 1 FROM json_array_elements_text(approvers) AS g(name)
+				WHERE g.name IN (SELECT value FROM json_array_elements_text($2::json)))
+		ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6) AS theirs)
+ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6`, `
+SELECT `+approvalColumns+` FROM approvals
+WHERE id IN (
+	SELECT id FROM (
+		SELECT id FROM approvals
+		WHERE principal = $1 AND status <> 'pending' AND `+afterCursor+`
+		ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6) AS mine
+	UNION
+	SELECT id FROM (
+		SELECT id FROM approvals
+		WHERE tenant = $3 AND status <> 'pending' AND `+afterCursor+`
+			AND EXISTS (SELECT 1 FROM json_each(approvals.approvers) AS g
+				WHERE g.value IN (SELECT value FROM json_each($2)))
+		ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6) AS theirs)
+ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6`)
 
 	// setApprovalDecision is the compare-and-swap of a decision.
 	setApprovalDecision = sql1(`
@@ -402,6 +515,19 @@ func (c *core) ListApprovalsForApprovers(ctx context.Context, tenant string, gro
 	}
 	out, err := queryAll(ctx, c.reader(), listApprovalsForApprovers, scanApproval,
 		string(encodeNames(groups)), string(encodeNames(statusFilter(status))), tenant)
+	return out, c.fail(err)
+}
+
+func (c *core) ListDecidedApprovals(ctx context.Context, q DecidedApprovals) ([]Approval, error) {
+	if err := checkDecidedQuery(q); err != nil {
+		return nil, err
+	}
+	after := q.After
+	if after.IsZero() {
+		after.EndedAt = listStart
+	}
+	out, err := queryAll(ctx, c.reader(), listDecidedApprovals, scanApproval,
+		q.Principal, string(encodeNames(q.Groups)), q.Tenant, storedTime(after.EndedAt), after.ID, int64(q.Limit))
 	return out, c.fail(err)
 }
 

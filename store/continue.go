@@ -151,3 +151,24 @@ func (c *core) RenameRun(ctx context.Context, runID, title string) (Run, error) 
 	}
 	return out, nil
 }
+
+// setRunMetadata sets the metadata of a live run.
+var setRunMetadata = sql1(`UPDATE runs SET metadata = $2::jsonb, updated_at = $3 WHERE id = $1 AND deleted_at IS NULL RETURNING ` + runColumns)
+
+func (c *core) SetRunMetadata(ctx context.Context, runID, metadata string) (Run, error) {
+	if err := checkMetadata(metadata); err != nil {
+		return Run{}, invalid(err)
+	}
+	var out Run
+	err := c.writeOne(ctx, func(x executor) (err error) {
+		out, err = scanRun(x.row(ctx, setRunMetadata, runID, metadataOf(Run{Metadata: metadata}), storedTime(c.now())))
+		if err == nil {
+			x.notifyRuns(out)
+		}
+		return err
+	})
+	if err != nil {
+		return Run{}, c.fail(err)
+	}
+	return out, nil
+}

@@ -235,6 +235,11 @@ type Store interface {
 	// RenameRun sets the title of a live run (closed ones too) and returns
 	// it; ErrNotFound for a missing or deleted run.
 	RenameRun(ctx context.Context, runID, title string) (Run, error)
+	// SetRunMetadata replaces the metadata of a live run (closed ones
+	// too; "" is none) and returns it; ErrNotFound for a missing or
+	// deleted run, ErrInvalid for metadata that is not a JSON object of
+	// at most MaxRunMetadata bytes. It appends no event.
+	SetRunMetadata(ctx context.Context, runID, metadata string) (Run, error)
 	// SearchMessages returns, for up to limit (1 to MaxSearchResults) of
 	// owner's live runs whose user or assistant messages hold every word
 	// of query (SearchWords), the latest such message (search.go), in no
@@ -382,6 +387,14 @@ type Store interface {
 	// given states (every state for none) that name one of groups among
 	// their approvers, oldest first.
 	ListApprovalsForApprovers(ctx context.Context, tenant string, groups []string, status ...ApprovalStatus) ([]Approval, error)
+	// ListDecidedApprovals returns the approvals that are no longer
+	// pending (approved, denied, expired, consumed or revoked) which q
+	// may see: those q.Principal requested, and those of q.Tenant that
+	// name one of q.Groups among their approvers. Newest first by EndedAt
+	// (then by ID, descending), at most q.Limit of them, after q.After
+	// when it is set. ErrInvalid when q.Limit is not 1 to
+	// MaxDecidedApprovals or q.Principal is empty.
+	ListDecidedApprovals(ctx context.Context, q DecidedApprovals) ([]Approval, error)
 	// DecideApproval moves a pending approval that has not expired at now
 	// to approved or denied, as a compare-and-swap recording who decided,
 	// why, and when: ErrNotFound when it does not exist, ErrConflict when

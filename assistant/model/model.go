@@ -102,6 +102,10 @@ type Request struct {
 	Messages []Message
 	// Tools are the tools the model may call in this step.
 	Tools []Tool
+	// Model names the model to answer this step, one the operator
+	// offers; empty: the provider's own (OpenAIOptions.Model). [Demo]
+	// answers the same whatever it names.
+	Model string
 	// Summarize marks a request for a summary (context compaction): its
 	// messages are the summariser's instructions and the text to
 	// summarise, with no history and no tools, and the answer is the

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -260,7 +261,7 @@ func (p *OpenAI) Complete(ctx context.Context, req Request, onDelta func(text st
 // and never modifies req.
 func (p *OpenAI) params(req Request) (openai.ChatCompletionNewParams, error) {
 	params := openai.ChatCompletionNewParams{
-		Model: p.model,
+		Model: cmp.Or(req.Model, p.model),
 		StreamOptions: openai.ChatCompletionStreamOptionsParam{
 			IncludeUsage: param.NewOpt(true),
 		},

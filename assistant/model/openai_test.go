@@ -648,3 +648,24 @@ func dump(v any) string {
 }
 
 func writeString(w http.ResponseWriter, s string) (int, error) { return w.Write([]byte(s)) }
+
+// A request that names a model is sent to that model; one that names
+// none, to the configured one.
+func TestOpenAIRequestModel(t *testing.T) {
+	srv := modeltest.NewServer(t)
+	p := newOpenAI(t, srv, nil)
+	srv.Reply("one")
+	srv.Reply("two")
+	if _, err := p.Complete(t.Context(), userRequest("hi"), nil); err != nil {
+		t.Fatal(err)
+	}
+	req := userRequest("hi")
+	req.Model = "other-model"
+	if _, err := p.Complete(t.Context(), req, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := srv.Requests()
+	if len(got) != 2 || got[0].Model != "test-model" || got[1].Model != "other-model" {
+		t.Errorf("models requested: %+v", got)
+	}
+}

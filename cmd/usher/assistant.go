@@ -33,6 +33,9 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker) (*
 		modelName = cfg.Model.Name
 	default:
 		provider = model.NewDemo()
+		if cfg.Model.Name != "" {
+			modelName = cfg.Model.Name
+		}
 	}
 	mcpURL := publicURL + "/mcp"
 	a := cfg.Assistant
@@ -56,6 +59,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker) (*
 		SystemPrompt:         a.SystemPrompt,
 		ContextTokens:        cfg.Model.ContextTokens,
 		ModelName:            modelName,
+		Models:               cfg.Model.Models,
 		Transport:            cfg.Events.Transport,
 		Heartbeat:            cfg.Events.Heartbeat.Std(),
 		MaxStreamsPerUser:    cfg.Events.MaxStreamsPerUser,

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 
@@ -248,8 +249,13 @@ type Model struct {
 	// APIKey is the endpoint's key. Set it through USHER_MODEL_API_KEY
 	// rather than the file.
 	APIKey string `yaml:"api_key"`
-	// Name is the model, such as gpt-4.1-mini.
+	// Name is the model, such as gpt-4.1-mini: the one runs use unless
+	// they choose another of Models. Default: the first of Models.
 	Name string `yaml:"name"`
+	// Models are the models people may choose from, per conversation,
+	// by name (as the endpoint knows them). Default: none, which offers
+	// Name alone. When set, Name must be one of them.
+	Models []string `yaml:"models"`
 	// Timeout bounds one model step. Default 2m.
 	Timeout Duration `yaml:"timeout"`
 	// ContextTokens is the model's context limit, in tokens, against
@@ -438,6 +444,9 @@ func (c *Config) DemoTools() bool {
 	return c.DevIdentity()
 }
 
+// MaxModels bounds model.models.
+const MaxModels = 50
+
 // DevAudience and DevScope are the audience and scope of the tokens the
 // built-in development provider issues for the API.
 const (
@@ -452,6 +461,9 @@ func (c *Config) applyDerivedDefaults() {
 	c.Server.PublicURL = strings.TrimSuffix(c.Server.PublicURL, "/")
 	if c.Policy.LockFile == "" {
 		c.Policy.LockFile = filepath.Join(c.Server.DataDir, "tools.lock")
+	}
+	if c.Model.Name == "" && len(c.Model.Models) > 0 {
+		c.Model.Name = c.Model.Models[0]
 	}
 	if c.DevIdentity() {
 		if len(c.Identity.Audiences) == 0 {
@@ -585,6 +597,19 @@ func (c *Config) Validate() error {
 		}
 	default:
 		bad("model.provider", "must be demo or openai, got %q", c.Model.Provider)
+	}
+	if n := len(c.Model.Models); n > MaxModels {
+		bad("model.models", "offers %d models, at most %d", n, MaxModels)
+	}
+	for i, m := range c.Model.Models {
+		if m == "" || len(m) > 200 || strings.TrimSpace(m) != m || strings.ContainsFunc(m, unicode.IsControl) {
+			bad("model.models", "model #%d (%q) must be a name of at most 200 bytes, without spaces around it or control characters", i+1, m)
+		} else if slices.Contains(c.Model.Models[:i], m) {
+			bad("model.models", "offers %q twice", m)
+		}
+	}
+	if len(c.Model.Models) > 0 && !slices.Contains(c.Model.Models, c.Model.Name) {
+		bad("model.name", "must be one of model.models (%s), got %q", strings.Join(c.Model.Models, ", "), c.Model.Name)
 	}
 	if c.Model.Timeout.Std() < time.Second {
 		bad("model.timeout", "must be at least 1s, got %s", c.Model.Timeout.Std())

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -95,7 +96,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"assistant.sweep_interval": "5s", "assistant.hold_idle": "1m", "assistant.idle_after": "10m",
 		"assistant.max_message_bytes": "1000", "assistant.system_prompt": "Be brief.",
 		"model.provider": "openai", "model.base_url": "http://127.0.0.1:1/v1", "model.api_key": "k",
-		"model.name": "m", "model.timeout": "30s", "model.context_tokens": "128000",
+		"model.name": "m", "model.models": "m, n", "model.timeout": "30s", "model.context_tokens": "128000",
 		"events.transport": "long-poll", "events.heartbeat": "5s", "events.max_streams_per_user": "4",
 		"web.client_id": "w", "web.client_secret": "ws", "web.scopes": "api://usher/access_as_user",
 		"web.session_lifetime": "1h", "web.revocation_ttl": "2s",
@@ -400,6 +401,53 @@ func TestModelContextTokens(t *testing.T) {
 		_, err := Load("", env(map[string]string{"USHER_MODEL_CONTEXT_TOKENS": bad}), Overrides{})
 		if err == nil || !strings.Contains(err.Error(), "model.context_tokens: must be 0 (the default, 80000) or between 1000 and 10000000, got "+bad) {
 			t.Errorf("context_tokens %s: err = %v", bad, err)
+		}
+	}
+}
+
+// model.models offers a choice of models; without it, model.name alone
+// (the configuration of one model keeps working). model.name defaults to
+// the first, and must be one of them.
+func TestModelModels(t *testing.T) {
+	openai := map[string]string{"USHER_MODEL_PROVIDER": "openai", "USHER_MODEL_BASE_URL": "http://127.0.0.1:1/v1"}
+	with := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for k, v := range openai {
+			m[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return env(m)
+	}
+	c, err := Load("", with("USHER_MODEL_NAME", "gpt-4.1-mini"), Overrides{})
+	if err != nil || c.Model.Name != "gpt-4.1-mini" || len(c.Model.Models) != 0 {
+		t.Fatalf("one model: %v, %q %v", err, c.Model.Name, c.Model.Models)
+	}
+	c, err = Load("", with("USHER_MODEL_MODELS", "small,large"), Overrides{})
+	if err != nil || c.Model.Name != "small" || strings.Join(c.Model.Models, " ") != "small large" {
+		t.Fatalf("two models: %v, %q %v", err, c.Model.Name, c.Model.Models)
+	}
+	c, err = Load(writeFile(t, "model:\n  provider: openai\n  base_url: http://127.0.0.1:1/v1\n  name: large\n  models: [small, large]\n"), env(nil), Overrides{})
+	if err != nil || c.Model.Name != "large" || len(c.Model.Models) != 2 {
+		t.Fatalf("from the file: %v, %q %v", err, c.Model.Name, c.Model.Models)
+	}
+	for _, tt := range []struct {
+		env  func(string) string
+		want string
+	}{
+		{with("USHER_MODEL_MODELS", "small,large", "USHER_MODEL_NAME", "huge"), `model.name: must be one of model.models (small, large), got "huge"`},
+		{with("USHER_MODEL_MODELS", "small,small"), `model.models: offers "small" twice`},
+		{with("USHER_MODEL_MODELS", strings.Repeat("m,", MaxModels)+"m2"), fmt.Sprintf("model.models: offers %d models, at most %d", MaxModels+1, MaxModels)},
+	} {
+		if _, err := Load("", tt.env, Overrides{}); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("err = %v, want %q", err, tt.want)
+		}
+	}
+	for _, list := range []string{`[small, " large"]`, `[small, ""]`} {
+		_, err := Load(writeFile(t, "model:\n  models: "+list+"\n"), env(nil), Overrides{})
+		if err == nil || !strings.Contains(err.Error(), "model.models: model #2") {
+			t.Errorf("models %s: err = %v", list, err)
 		}
 	}
 }

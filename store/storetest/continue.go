@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/usherhq/usher/store"
@@ -204,6 +205,44 @@ func testRenameRun(t *testing.T, s store.Store) {
 	for _, id := range []string{"run-1", "missing"} {
 		if _, err := s.RenameRun(ctx, id, "x"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("RenameRun(%s) = %v, want ErrNotFound", id, err)
+		}
+	}
+}
+
+// testSetRunMetadata: a run's metadata is replaced, on a live or closed
+// run, and refused for a deleted or missing one and for what is not a
+// JSON object.
+func testSetRunMetadata(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	mustCreateRun(t, s, store.Run{ID: "run-1", Owner: "alice", Status: store.RunInProgress, Metadata: `{"compactThreshold":0.5}`})
+	before, _ := s.GetRun(ctx, "run-1")
+	r, err := s.SetRunMetadata(ctx, "run-1", `{"compactThreshold":0.5,"model":"large"}`)
+	if err != nil || !jsonEqual([]byte(r.Metadata), []byte(`{"compactThreshold":0.5,"model":"large"}`)) || r.LastSeq != before.LastSeq || r.Status != before.Status {
+		t.Fatalf("SetRunMetadata = %+v, %v", r, err)
+	}
+	if got, _ := s.GetRun(ctx, "run-1"); !jsonEqual([]byte(got.Metadata), []byte(`{"compactThreshold":0.5,"model":"large"}`)) {
+		t.Errorf("GetRun after SetRunMetadata: metadata %s", got.Metadata)
+	}
+	if events, _ := s.ListEvents(ctx, "run-1", before.LastSeq, 10); len(events) != 0 {
+		t.Errorf("SetRunMetadata appended %+v", events)
+	}
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.SetRunMetadata(ctx, "run-1", ""); err != nil || (r.Metadata != "" && !jsonEqual([]byte(r.Metadata), []byte(`{}`))) {
+		t.Errorf("SetRunMetadata of a completed run to none = %+v, %v", r, err)
+	}
+	for _, bad := range []string{`[1]`, `{"a":`, `"x"`, `{"a":"` + strings.Repeat("x", store.MaxRunMetadata) + `"}`} {
+		if _, err := s.SetRunMetadata(ctx, "run-1", bad); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("SetRunMetadata(%.20s) = %v, want ErrInvalid", bad, err)
+		}
+	}
+	if err := s.DeleteRun(ctx, "run-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"run-1", "missing"} {
+		if _, err := s.SetRunMetadata(ctx, id, `{}`); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("SetRunMetadata(%s) = %v, want ErrNotFound", id, err)
 		}
 	}
 }

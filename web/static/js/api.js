@@ -59,6 +59,7 @@ export const path = {
   events: (id, query) => `/api/assistant/runs/${encodeURIComponent(id)}/events?${new URLSearchParams(query)}`,
   eventStream: (id, after) => `/api/assistant/runs/${encodeURIComponent(id)}/events/stream?after=${encodeURIComponent(after)}`,
   updates: () => '/api/assistant/updates/stream',
+  models: () => '/api/assistant/models',
   approvals: () => '/api/approvals',
   approval: (id) => `/api/approvals/${encodeURIComponent(id)}`,
   apps: () => '/api/oauth/apps',

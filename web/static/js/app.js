@@ -6,6 +6,7 @@ import { h, announce, timeElement } from './dom.js';
 import { request, path, newKey, whenSignedOut, APIError } from './api.js';
 import { UpdatesFeed } from './live.js';
 import { Conversation, composer } from './conversation.js';
+import { modelPicker } from './models.js';
 import { approvalCard, loadApproval, loadApprovals, approvalHistory, rememberApprovalsOf } from './approvals.js';
 import { appsView } from './apps.js';
 import { runStatus, runTitle } from './status.js';
@@ -434,11 +435,14 @@ function route() {
 function homeView() {
   document.title = 'New session · Usher';
   const key = newKey(); // one draft, one run, however often Send is retried
+  const picker = modelPicker();
   const form = composer({
     label: 'Your first message',
     placeholder: 'Ask Usher anything…',
+    extra: picker,
     submit: async (text) => {
-      const run = await request(path.runs(), { method: 'POST', body: { message: text }, headers: { 'Idempotency-Key': key } });
+      const model = picker.value();
+      const run = await request(path.runs(), { method: 'POST', body: model ? { message: text, model } : { message: text }, headers: { 'Idempotency-Key': key } });
       runUpdated(run);
       navigate(`/runs/${encodeURIComponent(run.runId)}`);
     },

@@ -22,7 +22,6 @@ export function approvalStatus(status) {
 // loadApproval fetches one approval with the exact text of its arguments.
 export async function loadApproval(id) {
   const { data, text } = await request(path.approval(id), { raw: true });
-  remember(data);
   return { view: data, args: rawAt(text, ['arguments']) };
 }
 
@@ -30,86 +29,65 @@ export async function loadApproval(id) {
 export async function loadApprovals() {
   const { data, text } = await request(path.approvals(), { raw: true });
   const list = (data && data.approvals) || [];
-  list.forEach(remember);
   return list.map((view, i) => ({ view, args: rawAt(text, ['approvals', i, 'arguments']) }));
 }
 
-// The history of recent decisions. GET /api/approvals lists open requests
-// only, so this browser remembers (in localStorage, per person) the
-// approvals it has shown — the person's own and those they may decide —
-// and the inbox reads each again (GET /api/approvals/{id}, any status) to
-// show the decided ones.
-const HISTORY = 30; // approvals remembered, newest first
+// The history of recent decisions comes from the server (GET
+// /api/approvals?state=decided): the approvals no longer pending that the
+// person requested or may see as an approver, newest first, a page at a
+// time.
+const PAGE = 20;
 let owner = '';
 
-// rememberApprovalsOf names the signed-in person whose history this is.
+// rememberApprovalsOf names the signed-in person: their own decisions
+// show as "by you".
 export function rememberApprovalsOf(personId) {
   owner = personId || '';
-}
-
-function historyKey() {
-  return `usher.approvals.${owner}`;
-}
-
-function remembered() {
-  if (!owner) return [];
   try {
-    const ids = JSON.parse(localStorage.getItem(historyKey()) || '[]');
-    return Array.isArray(ids) ? ids.filter((x) => typeof x === 'string') : [];
+    // What an earlier version kept in this browser: the server has it now.
+    if (owner) localStorage.removeItem(`usher.approvals.${owner}`);
   } catch {
-    return [];
+    // Storage refused: nothing to tidy.
   }
 }
 
-function keep(ids) {
-  if (!owner) return;
-  try {
-    localStorage.setItem(historyKey(), JSON.stringify(ids.slice(0, HISTORY)));
-  } catch {
-    // Storage full or refused: the history is a convenience.
-  }
+// loadDecided fetches a page of decided approvals, each with its exact
+// arguments, and the cursor of the next page ('' for none).
+async function loadDecided(cursor) {
+  const query = { state: 'decided', limit: String(PAGE) };
+  if (cursor) query.cursor = cursor;
+  const { data, text } = await request(`${path.approvals()}?${new URLSearchParams(query)}`, { raw: true });
+  const list = (data && data.approvals) || [];
+  return {
+    items: list.map((view, i) => ({ view, args: rawAt(text, ['approvals', i, 'arguments']) })),
+    next: (data && data.next_cursor) || '',
+  };
 }
 
-function remember(view) {
-  if (!view || typeof view.id !== 'string') return;
-  const ids = remembered();
-  if (ids[0] === view.id) return;
-  keep([view.id, ...ids.filter((x) => x !== view.id)]);
-}
-
-// approvalHistory is the inbox's "Recent decisions": the remembered
-// approvals that are no longer pending, most recently decided first, each
-// folded to its outcome. options: runLink(runId) (a node or null).
+// approvalHistory is the inbox's "Recent decisions": the decided
+// approvals the person may see, most recently ended first, each folded to
+// its outcome, with "Show older" for the next page. options:
+// runLink(runId) (a node or null).
 export function approvalHistory(options = {}) {
-  const list = h('div', { class: 'approval-list history-list' });
+  const list = h('div', { class: 'approval-list history-list' }, h('p', { class: 'loading' }, 'Loading recent decisions…'));
+  const older = h('button', { type: 'button', class: 'button', hidden: true }, 'Show older decisions');
   const section = h('section', { class: 'approval-history', 'aria-labelledby': 'history-title' },
     h('h3', { id: 'history-title' }, 'Recent decisions'),
-    h('p', { class: 'hint' }, 'Requests shown in this browser — yours, and those you could decide — once they are decided, expired or revoked.'),
-    list);
+    h('p', { class: 'hint' }, 'Requests you made, and those you may decide, once decided, expired or revoked — newest first.'),
+    list, older);
   let generation = 0; // the latest reload shows; an earlier one finishing late does not
   let focusOn = ''; // an approval whose card takes the focus once shown
-  // reload reads the history again; focus: the id of an approval just
-  // decided, whose card then takes the focus.
-  section.reload = async ({ focus } = {}) => {
-    if (focus) focusOn = focus;
-    generation += 1;
-    const mine = generation;
-    const ids = remembered();
-    const found = await Promise.all(ids.map((id) => loadQuietly(id)));
-    if (mine !== generation) return;
-    const gone = new Set(ids.filter((id, i) => found[i] === null));
-    if (gone.size) keep(remembered().filter((id) => !gone.has(id)));
-    const decided = found.filter((item) => item && item.view.status !== 'pending');
-    decided.sort((a, b) => when(b.view) - when(a.view));
+  let shownItems = []; // what the list shows, pages included
+  let next = '';
+  const card = (item) => approvalCard(item, { level: 4, runLink: options.runLink ? options.runLink(item.view.run_id) : null });
+  const render = (items) => {
     // The same decisions: the cards stay as they are (a Details opened).
-    const shown = decided.map((item) => `${item.view.id}:${item.view.status}`).join(' ');
+    const shown = items.map((item) => `${item.view.id}:${item.view.status}`).join(' ');
     // The focus stays on the card it was on.
     const at = list.contains(document.activeElement) ? document.activeElement.closest('[data-approval]') : null;
-    if (!decided.length || list.dataset.shown !== shown) {
+    if (!items.length || list.dataset.shown !== shown) {
       list.dataset.shown = shown;
-      list.replaceChildren(...(decided.length
-        ? decided.map((item) => approvalCard(item, { level: 4, runLink: options.runLink ? options.runLink(item.view.run_id) : null }))
-        : [h('p', { class: 'empty-state' }, 'No decisions yet.')]));
+      list.replaceChildren(...(items.length ? items.map(card) : [h('p', { class: 'empty-state' }, 'No decisions yet.')]));
     } else if (!focusOn) {
       return;
     }
@@ -118,23 +96,58 @@ export function approvalHistory(options = {}) {
     if (again) again.focus({ preventScroll: !focusOn });
     focusOn = '';
   };
+  // reload reads the newest page again (keeping as many older ones as
+  // shown); focus: the id of an approval just decided, whose card then
+  // takes the focus.
+  section.reload = async ({ focus } = {}) => {
+    if (focus) focusOn = focus;
+    generation += 1;
+    const mine = generation;
+    let page;
+    try {
+      page = await loadDecided('');
+    } catch (err) {
+      if (mine === generation && !shownItems.length) {
+        list.replaceChildren(h('p', { class: 'form-error' }, `Recent decisions could not be loaded: ${err.message}`));
+      }
+      return;
+    }
+    if (mine !== generation) return;
+    // Older pages already shown stay, after the newest one: what is not
+    // in it is older than all of it (the list is in the order of an end
+    // that never changes).
+    const ids = new Set(page.items.map((item) => item.view.id));
+    const kept = shownItems.length > page.items.length ? shownItems.filter((item) => !ids.has(item.view.id)) : [];
+    if (!kept.length) next = page.next;
+    shownItems = [...page.items, ...kept];
+    older.hidden = !next;
+    render(shownItems);
+  };
+  older.addEventListener('click', async () => {
+    if (!next) return;
+    older.disabled = true;
+    const mine = generation;
+    try {
+      const page = await loadDecided(next);
+      if (mine !== generation) return;
+      const ids = new Set(shownItems.map((item) => item.view.id));
+      const fresh = page.items.filter((item) => !ids.has(item.view.id));
+      shownItems = [...shownItems, ...fresh];
+      next = page.next;
+      older.hidden = !next;
+      render(shownItems);
+      // The focus moves to the first of the older ones (the button may
+      // be gone).
+      const first = fresh.length && list.querySelector(`[data-approval="${CSS.escape(fresh[0].view.id)}"] .approval-title`);
+      if (first) first.focus();
+    } catch (err) {
+      announce(`Older decisions could not be loaded: ${err.message}`);
+    } finally {
+      older.disabled = false;
+    }
+  });
   section.reload();
   return section;
-}
-
-// loadQuietly reads a remembered approval: null when it is gone (or no
-// longer this person's to see), undefined when it could not be read now.
-async function loadQuietly(id) {
-  try {
-    const { data, text } = await request(path.approval(id), { raw: true });
-    return { view: data, args: rawAt(text, ['arguments']) };
-  } catch (err) {
-    return err instanceof APIError && err.status === 404 ? null : undefined;
-  }
-}
-
-function when(view) {
-  return new Date(view.decided_at || view.consumed_at || view.expires_at || view.created_at).getTime() || 0;
 }
 
 function fact(term, ...value) {
@@ -169,7 +182,7 @@ export function approvalCard(item, options = {}) {
     card.append(h('p', { class: 'approval-brief' }, code(brief.length > 160 ? `${brief.slice(0, 159)}…` : brief),
       options.runLink ? [' in ', options.runLink.cloneNode(true)] : null));
   }
-  if (folded && (view.decided_by || view.decision_reason)) card.append(decisionNote(view));
+  if (folded && (view.decided_by || view.decision_reason || view.ended_at)) card.append(decisionNote(view));
   const body = folded ? h('div', { class: 'approval-body' }) : card;
   if (folded) card.append(h('details', { class: 'approval-more', open: Boolean(options.open) }, h('summary', null, 'Details: the arguments, the policy, the ids'), body));
 
@@ -206,11 +219,22 @@ export function approvalCard(item, options = {}) {
   return card;
 }
 
+// who names the person who decided: "you", or their principal id.
+function who(id) {
+  return id === owner ? 'you' : code(id);
+}
+
 function decisionNote(view) {
+  if (!view.decided_by) {
+    // Ended without a decision: expired, or revoked as the tool changed.
+    return h('p', { class: 'decision-note' },
+      view.status === 'revoked' ? 'Revoked' : 'Expired',
+      view.ended_at ? [' ', timeElement(view.ended_at)] : '', ', undecided.');
+  }
   return h('p', { class: 'decision-note' },
     view.status === 'denied' ? 'Denied' : 'Approved',
     view.decided_at ? [' ', timeElement(view.decided_at)] : '',
-    view.decided_by && view.decided_by !== view.requested_by ? [' by ', code(view.decided_by)] : '',
+    ' by ', who(view.decided_by),
     view.decision_reason ? [': ', h('q', null, view.decision_reason)] : '.');
 }
 
@@ -238,7 +262,6 @@ function decisionForm(view, options) {
     if (reason.value.trim()) body.reason = reason.value.trim();
     try {
       const { data, text } = await request(`${path.approval(view.id)}/decision`, { method: 'POST', body, raw: true });
-      remember(data);
       announce(decision === 'approve' ? `Approved ${view.tool}.` : `Denied ${view.tool}.`);
       if (options.onDecided) {
         options.onDecided({ view: data, args: rawAt(text, ['arguments']) });

@@ -14,6 +14,7 @@ import { approvalCard, loadApproval, approvalStatus } from './approvals.js';
 import { runStatus, runTitle, isClosed, contextUse } from './status.js';
 import { summaryCard, CompactionMark, failedNote, continuedNote } from './compaction.js';
 import { exportRun } from './export.js';
+import { modelPicker } from './models.js';
 
 const PAGE = 50; // older messages loaded at a time
 const NEAR_BOTTOM = 96; // px: closer than this, new content keeps the view at the bottom
@@ -249,6 +250,7 @@ export class Conversation {
     if (this.stream && typeof run.lastSeq === 'number' && run.lastSeq < this.stream.after) return;
     const before = this.run;
     this.run = { ...this.run, ...run };
+    if (this.modelPicker) this.modelPicker.sync();
     const r = this.run;
     const [label, cls] = runStatus(r);
     this.title.textContent = runTitle(r);
@@ -291,11 +293,17 @@ export class Conversation {
     }
     this.offline = h('p', { class: 'offline-banner', role: 'status', hidden: true },
       'You are offline. What you send is kept, and goes as soon as the connection is back.');
+    // The model of later turns, changed for this run (PATCH {model}).
+    this.modelPicker = modelPicker({
+      current: () => (this.run && this.run.metadata && this.run.metadata.model) || '',
+      onChange: async (model) => { this.run = { ...this.run, ...(await request(path.run(this.runId), { method: 'PATCH', body: { model } })) }; },
+    });
     this.composerForm = composer({
       label: 'Message',
       placeholder: 'Message Usher…',
       submit: async (text, key) => this.send(text, key),
       draftKey: `usher.draft.${this.runId}`,
+      extra: this.modelPicker,
     });
     this.footer.replaceChildren(this.offline, this.composerForm);
   }
@@ -870,7 +878,8 @@ export class Conversation {
 // draftKey, what is typed is kept in this browser (localStorage) until it
 // is sent, across reloads. The form's retry() sends again a message whose
 // last attempt could not reach Usher: call it when the connection is back.
-export function composer({ label, placeholder, submit, autofocus = false, draftKey = '' }) {
+// extra, when given, is shown beside the hint (the model picker).
+export function composer({ label, placeholder, submit, autofocus = false, draftKey = '', extra = null }) {
   const inputId = uniqueId('composer');
   const hintId = uniqueId('composer-hint');
   const input = h('textarea', { id: inputId, rows: '2', placeholder, 'aria-describedby': hintId, autofocus, required: true });
@@ -879,7 +888,7 @@ export function composer({ label, placeholder, submit, autofocus = false, draftK
   const form = h('form', { class: 'composer' },
     h('label', { for: inputId, class: 'visually-hidden' }, label),
     h('div', { class: 'composer-row' }, input, button),
-    h('p', { id: hintId, class: 'hint' }, 'Enter sends, Shift+Enter starts a new line.'),
+    h('div', { class: 'composer-meta' }, extra, h('p', { id: hintId, class: 'hint' }, 'Enter sends, Shift+Enter starts a new line.')),
     error);
   const store = {
     get: () => { try { return draftKey ? localStorage.getItem(draftKey) || '' : ''; } catch { return ''; } },
