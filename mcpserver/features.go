@@ -413,3 +413,59 @@ func (c *Catalog) updated(u *upstream, uri string) {
 		w(exposed)
 	}
 }
+
+// Feature is what a resources/read, prompts/get or completion/complete
+// names, as the catalog resolves it for the policy: the inputs of a
+// decision on it (see Call).
+type Feature struct {
+	// Name is the exposed URI, URI template or prompt name (Call.Tool).
+	Name string
+	// Template is the exposed URI template a read URI matched, or the
+	// template of a completion; empty for a listed resource or a prompt.
+	Template string
+	// Server is the upstream's name.
+	Server string
+	// Hash is the definition hash of the listed resource, template or
+	// prompt.
+	Hash string
+}
+
+// ErrNoFeature is the error of Catalog.Resolve when the catalog offers
+// nothing of that name.
+var ErrNoFeature = errors.New("mcpserver: the catalog offers no such resource, template or prompt")
+
+// Resolve lists the upstreams afresh and resolves what a request of action
+// names, as the enforcement point does: for ActionReadResource a URI (a
+// listed resource, or a URI one of its upstream's templates matches); for
+// ActionGetPrompt a prompt's name; for ActionComplete a prompt's name
+// (ref RefPrompt) or a template's URI (RefResource). It is what
+// `usher policy explain` decides on. With an error listing some upstream,
+// it resolves on what they last listed and returns that error too.
+func (c *Catalog) Resolve(ctx context.Context, action Action, ref, name string) (Feature, error) {
+	c.refreshMu.Lock()
+	listErr := c.refreshLocked(ctx).listErrors
+	c.refreshMu.Unlock()
+	var f Feature
+	ok := false
+	switch {
+	case action == ActionReadResource:
+		var t readTarget
+		if t, ok = c.lookupResource(ctx, name); ok {
+			f = Feature{Name: t.uri, Template: t.template, Server: t.upstream.cfg.Name, Hash: t.hash}
+		}
+	case action == ActionGetPrompt || action == ActionComplete && ref == RefPrompt:
+		var p *prompt
+		if p, ok = c.lookupPrompt(ctx, name); ok {
+			f = Feature{Name: p.name, Server: p.upstream.cfg.Name, Hash: p.hash}
+		}
+	case action == ActionComplete && ref == RefResource:
+		var t *resource
+		if t, ok = c.lookupTemplate(ctx, name); ok {
+			f = Feature{Name: t.uri, Template: t.uri, Server: t.upstream.cfg.Name, Hash: t.hash}
+		}
+	}
+	if !ok {
+		return Feature{}, errors.Join(ErrNoFeature, listErr)
+	}
+	return f, listErr
+}
