@@ -128,6 +128,12 @@
 // read from the process before its result has been handed over: progress
 // goes to the call whose token it names, a log message (which names no
 // call) to every call the same subject has in flight on that process.
+// An HTTP upstream may close a call's response stream before its answer.
+// With event ids on it, the SDK resumes it (Last-Event-ID) and the answer
+// comes on the resumed stream; without them the answer is lost although
+// the upstream took the call: its outcome is unknown, and the record
+// (KindOutcomeUnknown) and the caller are told that the upstream closed
+// its stream without answering, apart from a lost connection.
 // Requests from an upstream to the client (sampling, elicitation) are
 // relayed only with CatalogOptions.RelayRequests, for a stateful endpoint:
 // during a tool call, to that call's caller when its session offers them

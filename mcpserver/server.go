@@ -363,7 +363,7 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 		case *mcp.ListToolsRequest:
 			return s.listTools(ctx, c), nil
 		case *mcp.CallToolRequest:
-			ctx = withDownstream(ctx, r.Session, r.Params, s.record)
+			ctx = withDownstream(ctx, r, s.opts.Stateful, s.record)
 			res := s.callTool(ctx, c, r.Params)
 			if !sessionless(r.Params.Meta) {
 				return res, nil
