@@ -9,10 +9,15 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/oauth2"
+
+	"github.com/usherhq/usher/broker"
 )
 
 // TestUpstreamStreamEndsWithoutAnswer checks what a caller is told, and
@@ -113,4 +118,100 @@ func TestLostConnectionIsNotAStreamEnd(t *testing.T) {
 			t.Errorf("a lost connection was recorded as a stream that ended: %+v", ev)
 		}
 	}
+}
+
+// TestUpstreamPollingReachesTheCaller: when an upstream closes a call's
+// response stream to be polled (SSE polling, SEP-1699: event ids, a retry
+// field), a stateful Usher closes its own response stream to a caller of
+// protocol 2025-11-25 with the upstream's retry field, and the caller, the
+// Go SDK's client, reconnects with Last-Event-ID and gets the answer.
+func TestUpstreamPollingReachesTheCaller(t *testing.T) {
+	release := make(chan struct{})
+	up := mcp.NewServer(&mcp.Implementation{Name: "poller", Version: "1"}, nil)
+	up.AddTool(&mcp.Tool{Name: "slow", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			req.Extra.CloseSSEStream(mcp.CloseSSEStreamArgs{RetryAfter: 25 * time.Millisecond})
+			select {
+			case <-release: // the caller's stream was closed to be polled
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil
+		})
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up },
+		&mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}))
+	t.Cleanup(ts.Close)
+	e := newEnv(t, envConfig{
+		rules:     map[string]Decision{"po__slow": Allow},
+		upstreams: []Upstream{{Name: "po", URL: ts.URL}},
+		server:    func(o *Options) { o.Stateful = true },
+	})
+
+	watch := &pollWatch{retry: make(chan string, 1), release: release}
+	src := e.broker.TokenSource(t.Context(), broker.Grant{Subject: alice, Audience: e.url + "/mcp"})
+	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{
+		Endpoint:             e.url + "/mcp",
+		HTTPClient:           &http.Client{Transport: watch.wrap(&oauth2.Transport{Source: src})},
+		DisableStandaloneSSE: true,
+	}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	res := call(t, cs, "po__slow", map[string]any{}, nil)
+	if res.IsError || text(res) != "done" {
+		t.Fatalf("the polled call = %q", text(res))
+	}
+	if got := <-watch.retry; got != "25" {
+		t.Errorf("Usher's retry field = %q, want the upstream's 25 (ms)", got)
+	}
+	if n := watch.resumed.Load(); n == 0 {
+		t.Error("the caller never reconnected with Last-Event-ID")
+	}
+}
+
+// pollWatch is the test client's HTTP transport: it reports the first
+// retry field of a response stream from Usher (and then lets the upstream
+// answer), and counts the reconnections with Last-Event-ID.
+type pollWatch struct {
+	base    http.RoundTripper
+	retry   chan string
+	release chan struct{}
+	once    sync.Once
+	resumed atomic.Int32
+}
+
+func (w *pollWatch) wrap(base http.RoundTripper) http.RoundTripper { w.base = base; return w }
+
+func (w *pollWatch) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "" {
+		w.resumed.Add(1)
+	}
+	resp, err := w.base.RoundTrip(r)
+	if err == nil && r.Method == http.MethodPost && isEventStream(resp) {
+		resp.Body = &retryScan{ReadCloser: resp.Body, w: w}
+	}
+	return resp, err
+}
+
+// retryScan reads a response stream for a retry field.
+type retryScan struct {
+	io.ReadCloser
+	w    *pollWatch
+	seen []byte
+}
+
+func (s *retryScan) Read(p []byte) (int, error) {
+	n, err := s.ReadCloser.Read(p)
+	s.seen = append(s.seen, p[:n]...)
+	for _, line := range strings.Split(string(s.seen), "\n") {
+		if v, ok := strings.CutPrefix(line, "retry:"); ok && strings.HasSuffix(string(s.seen), "\n") {
+			s.w.once.Do(func() {
+				s.w.retry <- strings.TrimSpace(v)
+				close(s.w.release)
+			})
+		}
+	}
+	return n, err
 }
