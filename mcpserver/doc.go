@@ -86,11 +86,14 @@
 // outcome after the answer. The listings show what the Decider does not
 // deny. A stateful endpoint also takes resources/subscribe for a resource
 // that would be listed to the caller (audited, KindSubscribed): the
-// catalog's own session subscribes upstream, once per resource, and each
-// notifications/resources/updated is passed, under the exposed URI, to
-// the sessions subscribed to it. An update says only that the resource
-// changed (as the catalog's session sees it); its content is read through
-// the enforcement point.
+// catalog's own session subscribes upstream, once per resource, while at
+// least one session is subscribed to it (the last to unsubscribe, or to
+// end, unsubscribes it upstream), and each notifications/resources/updated
+// is passed, under the exposed URI, to the sessions subscribed to it whose
+// callers the Decider still shows the resource (a listing decision, made
+// again for each update). An update says only that the resource changed
+// (as the catalog's session sees it); its content is read through the
+// enforcement point.
 //
 // # Change notifications
 //

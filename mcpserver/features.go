@@ -354,11 +354,9 @@ const maxSubscriptions = 1024
 var errTooManySubscriptions = errors.New("too many resources are subscribed to")
 
 // subscribe subscribes the catalog's own session to the upstream of t to
-// the resource t, once: an update the upstream sends is passed to the
-// sessions subscribed to its exposed URI (see Catalog.watchUpdates). It
-// stays subscribed while that session lasts: sessions that unsubscribe
-// (or end) are no longer told, and an update of a resource nobody is
-// subscribed to reaches no one.
+// the resource t, once per session: an update the upstream sends is
+// passed on under its exposed URI (see Catalog.watchUpdates). It stays
+// subscribed until unsubscribe (see Server.subscribe).
 func (c *Catalog) subscribe(ctx context.Context, t readTarget) error {
 	key := t.upstream.cfg.Name + "\x00" + t.orig
 	conn, err := c.pool.acquire(ctx, t.upstream, "")
@@ -374,7 +372,7 @@ func (c *Catalog) subscribe(ctx context.Context, t readTarget) error {
 	case c.subscribed[key] == conn.session:
 		c.changeMu.Unlock()
 		return nil
-	case len(c.subscribed) >= maxSubscriptions:
+	case c.subscribed[key] == nil && len(c.subscribed) >= maxSubscriptions:
 		c.changeMu.Unlock()
 		return errTooManySubscriptions
 	}
@@ -389,6 +387,23 @@ func (c *Catalog) subscribe(ctx context.Context, t readTarget) error {
 		return err
 	}
 	return nil
+}
+
+// unsubscribe unsubscribes the catalog's session to the upstream of t from
+// the resource t, on the session it subscribed on (a session closed since
+// is subscribed to nothing).
+func (c *Catalog) unsubscribe(ctx context.Context, t readTarget) {
+	key := t.upstream.cfg.Name + "\x00" + t.orig
+	c.changeMu.Lock()
+	cs := c.subscribed[key]
+	delete(c.subscribed, key)
+	c.changeMu.Unlock()
+	if cs == nil {
+		return
+	}
+	if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: t.orig}); err != nil {
+		c.log.WarnContext(ctx, "mcpserver: unsubscribing at the upstream failed", "upstream", t.upstream.cfg.Name, "uri", truncate(t.uri, 256), "err", err)
+	}
 }
 
 // watchUpdates calls f with the exposed URI of each resource an upstream

@@ -114,6 +114,7 @@ type Server struct {
 
 	authAudits authAudits // samples the records of refused tokens
 	outcomes   *outcomes  // writes how calls ended after they answered
+	subs       *subscriptions
 	sdk        *mcp.Server
 
 	endpointPath  string   // the path of the endpoint
@@ -210,6 +211,7 @@ func New(opts *Options) (*Server, error) {
 
 	s := &Server{
 		opts: o, catalog: o.Catalog, log: o.Logger, origins: origins, hosts: hosts, outcomes: newOutcomes(o.RecordAttempts, o.RecordBackoff),
+		subs:          newSubscriptions(),
 		endpointPath:  strings.TrimSuffix(public.Path, "/") + "/mcp",
 		metadataPaths: []string{wellKnown, wellKnown + strings.TrimSuffix(public.Path, "/") + "/mcp"},
 	}
@@ -235,6 +237,7 @@ func New(opts *Options) (*Server, error) {
 	}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "usher", Title: "Usher", Version: o.Version}, sopts)
 	srv.AddReceivingMiddleware(s.dispatch)
+	srv.AddSendingMiddleware(s.filterUpdates)
 	s.sdk = srv
 	if o.Stateful {
 		o.Catalog.watch(s.announce)
@@ -283,9 +286,10 @@ func checkPublicURL(field, raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// Drain ends the Server's work: it closes the stateful sessions it holds,
-// and waits until the records of every call that has answered are written
-// (a call's outcome is recorded after its result is sent). When ctx ends
+// Drain ends the Server's work: it closes the stateful sessions it holds
+// (their subscriptions end, unsubscribed upstream), and waits until the
+// records of every call that has answered are written (a call's outcome
+// is recorded after its result is sent). When ctx ends
 // first, it stops the writes still being retried, waits for them to
 // return, and returns ctx's error: those executions stay started, to be
 // reported outcome_unknown by a Sweeper. Call it after the HTTP server has
@@ -295,6 +299,7 @@ func (s *Server) Drain(ctx context.Context) error {
 	for ss := range s.sdk.Sessions() {
 		ss.Close()
 	}
+	s.subs.watchers.Wait() // each ends with its session
 	return s.outcomes.wait(ctx)
 }
 
