@@ -93,7 +93,10 @@
 // callers the Decider still shows the resource (a listing decision, made
 // again for each update). An update says only that the resource changed
 // (as the catalog's session sees it); its content is read through the
-// enforcement point.
+// enforcement point. A stateless endpoint takes the same subscriptions,
+// and listChanged, on the subscriptions/listen requests of protocol
+// 2026-07-28, each ending with its request; its handshake of the older
+// protocols offers neither, having no session to send them on.
 //
 // # Change notifications
 //

@@ -30,13 +30,14 @@ type featureUpstream struct {
 
 	mu    sync.Mutex
 	asked map[string]int // "read <uri>", "get <name>", "complete <name>", "(un)subscribe <uri>"
-	// unsubscribed receives the URI of each resources/unsubscribe.
-	unsubscribed chan string
+	// subscribed and unsubscribed receive the URI of each
+	// resources/subscribe and resources/unsubscribe.
+	subscribed, unsubscribed chan string
 }
 
 func newFeatureUpstream(t *testing.T, label string, stateful bool) *featureUpstream {
 	t.Helper()
-	f := &featureUpstream{asked: map[string]int{}, unsubscribed: make(chan string, 16)}
+	f := &featureUpstream{asked: map[string]int{}, subscribed: make(chan string, 16), unsubscribed: make(chan string, 16)}
 	count := func(what string) {
 		f.mu.Lock()
 		f.asked[what]++
@@ -45,6 +46,10 @@ func newFeatureUpstream(t *testing.T, label string, stateful bool) *featureUpstr
 	f.server = mcp.NewServer(&mcp.Implementation{Name: "features-" + label, Version: "1"}, &mcp.ServerOptions{
 		SubscribeHandler: func(_ context.Context, req *mcp.SubscribeRequest) error {
 			count("subscribe " + req.Params.URI)
+			select {
+			case f.subscribed <- req.Params.URI:
+			default:
+			}
 			return nil
 		},
 		UnsubscribeHandler: func(_ context.Context, req *mcp.UnsubscribeRequest) error {

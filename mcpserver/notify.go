@@ -212,13 +212,14 @@ func (c *conn) forwardLog(_ context.Context, req *mcp.LoggingMessageRequest) {
 
 // capabilities are the endpoint's: tools, resources, prompts and
 // completions (the catalog's, built-in and federated), and logging for the
-// messages of upstreams. listChanged only when stateful: a stateless
-// endpoint has no stream to announce a change on (its callers see the new
-// lists on their next request).
-func capabilities(stateful bool) *mcp.ServerCapabilities {
+// messages of upstreams, with listChanged and resource subscriptions. A
+// stateful endpoint sends them on its sessions; a stateless one on the
+// subscriptions/listen requests of protocol 2026-07-28, and its handshake
+// of the older protocols answers without them (see Server.initialize).
+func capabilities() *mcp.ServerCapabilities {
 	return &mcp.ServerCapabilities{
-		Tools: &mcp.ToolCapabilities{ListChanged: stateful}, Resources: &mcp.ResourceCapabilities{ListChanged: stateful, Subscribe: stateful},
-		Prompts: &mcp.PromptCapabilities{ListChanged: stateful}, Completions: &mcp.CompletionCapabilities{}, Logging: &mcp.LoggingCapabilities{},
+		Tools: &mcp.ToolCapabilities{ListChanged: true}, Resources: &mcp.ResourceCapabilities{ListChanged: true, Subscribe: true},
+		Prompts: &mcp.PromptCapabilities{ListChanged: true}, Completions: &mcp.CompletionCapabilities{}, Logging: &mcp.LoggingCapabilities{},
 	}
 }
 

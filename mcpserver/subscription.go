@@ -87,8 +87,12 @@ func (s *Server) subscribe(ctx context.Context, ss *mcp.ServerSession, c Caller,
 }
 
 // unsubscribe removes the subscription of ss to uri, and unsubscribes the
-// catalog upstream when no session is subscribed to the resource any more.
+// catalog upstream when no session is subscribed to the resource any more:
+// also when ctx has ended, as a subscriptions/listen request's has when
+// the SDK unsubscribes its resources.
 func (s *Server) unsubscribe(ctx context.Context, ss *mcp.ServerSession, uri string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listTimeout)
+	defer cancel()
 	subs := s.subs
 	subs.op.Lock()
 	defer subs.op.Unlock()

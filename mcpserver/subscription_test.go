@@ -2,11 +2,15 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/oauth2"
 
@@ -138,5 +142,85 @@ func TestSubscriptionsPerCaller(t *testing.T) {
 	}
 	if n := up.count("unsubscribe test://static-text"); n != 2 {
 		t.Errorf("after the last unsubscribe Usher unsubscribed upstream %d times in all, want 2", n)
+	}
+}
+
+// TestSubscriptionsListen: a caller of the sessionless protocol 2026-07-28
+// (the Go SDK's client) to a stateless endpoint hears of an upstream's
+// list change on its subscriptions/listen request, and subscribes to a
+// resource with one: Usher subscribes upstream, passes the update on, and
+// unsubscribes upstream when the listen request ends. A caller of the
+// handshake protocols is offered neither (no session to send them on).
+func TestSubscriptionsListen(t *testing.T) {
+	up := newFeatureUpstream(t, "up", true)
+	up.server.AddTool(&mcp.Tool{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	e := newEnv(t, envConfig{
+		upstreams: []Upstream{{Name: "up", URL: up.url}},
+		catalog:   func(o *CatalogOptions) { o.RefreshInterval = time.Hour },
+	})
+	changed, updated := make(chan struct{}, 4), make(chan string, 4)
+	cs := e.connect(alice, "", &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	}, "2026-07-28")
+	if got := listed(t, cs); !slices.Contains(got, "up__echo") {
+		t.Fatalf("tools/list = %v", got)
+	}
+	up.server.AddTool(&mcp.Tool{Name: "fresh", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	select {
+	case <-changed:
+	case <-time.After(time.Second):
+		t.Fatal("no tools/list_changed on subscriptions/listen within 1 s")
+	}
+
+	const uri = "up__test://static-text"
+	if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	// The SDK's client subscribes on a listen request of its own, in the
+	// background: the upstream hears of it once the stream is acknowledged.
+	select {
+	case got := <-up.subscribed:
+		if got != "test://static-text" {
+			t.Errorf("Usher subscribed upstream to %q", got)
+		}
+	case <-t.Context().Done():
+		t.Fatal("Usher never subscribed upstream")
+	}
+	if err := up.server.ResourceUpdated(t.Context(), &mcp.ResourceUpdatedNotificationParams{URI: "test://static-text"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-updated:
+		if got != uri {
+			t.Errorf("the update names %q", got)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("no notifications/resources/updated on subscriptions/listen within 1 s")
+	}
+	if err := cs.Unsubscribe(t.Context(), &mcp.UnsubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-up.unsubscribed:
+		if got != "test://static-text" {
+			t.Errorf("Usher unsubscribed upstream from %q", got)
+		}
+	case <-t.Context().Done():
+		t.Fatal("Usher never unsubscribed upstream after the listen request ended")
+	}
+
+	legacy := e.connect(alice, "", nil, "2025-11-25")
+	if caps := legacy.InitializeResult().Capabilities; caps.Tools.ListChanged || caps.Resources.Subscribe {
+		t.Errorf("a stateless endpoint offers a handshake caller listChanged or subscriptions: %+v %+v", caps.Tools, caps.Resources)
+	}
+	if err := legacy.Subscribe(t.Context(), &mcp.SubscribeParams{URI: uri}); rpcCode(err) != jsonrpc.CodeMethodNotFound {
+		t.Errorf("a stateless handshake caller subscribed: %v", err)
 	}
 }
