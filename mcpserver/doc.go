@@ -139,7 +139,9 @@
 // comes on the resumed stream; without them the answer is lost although
 // the upstream took the call: its outcome is unknown, and the record
 // (KindOutcomeUnknown) and the caller are told that the upstream closed
-// its stream without answering, apart from a lost connection.
+// its stream without answering, apart from a lost connection. A
+// resources/read, prompts/get or completion/complete that ends so fails
+// (KindExecutionFailed) with the same reason.
 // Requests from an upstream to the client (sampling, elicitation) are
 // relayed only with CatalogOptions.RelayRequests, for a stateful endpoint:
 // during a tool call, to that call's caller when its session offers them

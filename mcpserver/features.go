@@ -337,9 +337,15 @@ func (u *upstream) session(ctx context.Context, f func(context.Context, *mcp.Cli
 		return fmt.Errorf("connect to upstream %s: %w", u.cfg.Name, err)
 	}
 	defer u.cat.pool.release(conn)
-	if err := f(ctx, conn.session); err != nil {
+	// Its response stream is watched (see sseTap) for an end without the
+	// answer; nothing of it is passed on.
+	watch := &inflight{ctx: ctx, upstream: u.cfg.Name}
+	if err := f(context.WithValue(ctx, inflightKey{}, watch), conn.session); err != nil {
 		if !notSent(err) {
 			u.cat.pool.broken(conn)
+		}
+		if watch.stream.ended.Load() {
+			return fmt.Errorf("%w: upstream %s: %v", errStreamEnded, u.cfg.Name, err)
 		}
 		return fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
 	}

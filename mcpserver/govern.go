@@ -140,6 +140,11 @@ func (s *Server) govern(ctx context.Context, g governed) (mcp.Result, error) {
 		// arguments), but never its words at length.
 		kind, ev.Outcome = KindExecutionFailed, OutcomeFailed
 		err = &jsonrpc.Error{Code: rpcErr.Code, Message: truncate(rpcErr.Message, 256)}
+	case errors.Is(err, errStreamEnded):
+		kind, ev.Outcome = KindExecutionFailed, OutcomeFailed
+		ev.Reasons = append(slices.Clip(ev.Reasons), streamEndedReason)
+		s.log.WarnContext(after, "mcpserver: an upstream closed its response stream without answering", "action", g.call.Action, "name", ev.Tool, "err", err)
+		err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The upstream server closed its response stream without answering, and the stream could not be resumed."}
 	case err != nil:
 		kind, ev.Outcome = KindExecutionFailed, OutcomeFailed
 		s.log.ErrorContext(after, "mcpserver: an upstream request failed", "action", g.call.Action, "name", ev.Tool, "err", err)

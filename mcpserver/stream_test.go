@@ -34,16 +34,19 @@ func TestUpstreamStreamEndsWithoutAnswer(t *testing.T) {
 			runs.Add(1)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "charged"}}}, nil
 		})
+	up.AddResource(&mcp.Resource{URI: "test://doc", Name: "doc"}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "test://doc", Text: "doc"}}}, nil
+	})
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, &mcp.StreamableHTTPOptions{Stateless: true})
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		if !strings.Contains(string(body), `"tools/call"`) {
+		if !strings.Contains(string(body), `"tools/call"`) && !strings.Contains(string(body), `"resources/read"`) {
 			sdk.ServeHTTP(w, r)
 			return
 		}
-		// Run the call, then answer with a response stream that carries
-		// a notification, no event id, and ends.
+		// Run the request, then answer with a response stream that
+		// carries a notification, no event id, and ends.
 		sdk.ServeHTTP(httptest.NewRecorder(), r)
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
@@ -51,7 +54,7 @@ func TestUpstreamStreamEndsWithoutAnswer(t *testing.T) {
 	}))
 	t.Cleanup(ts.Close)
 
-	e := newEnv(t, envConfig{rules: map[string]Decision{"cl__charge": Allow}, upstreams: []Upstream{{Name: "cl", URL: ts.URL}}})
+	e := newEnv(t, envConfig{rules: map[string]Decision{"cl__charge": Allow, "cl__test://doc": Allow}, upstreams: []Upstream{{Name: "cl", URL: ts.URL}}})
 	cs := e.connect(alice, "", nil, "")
 	meta := mcp.Meta{MetaIdempotencyKey: "charge-1"}
 	res := call(t, cs, "cl__charge", map[string]any{}, meta)
@@ -76,6 +79,20 @@ func TestUpstreamStreamEndsWithoutAnswer(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no outcome_unknown record: %v", e.audit.kinds("cl__charge"))
+	}
+
+	// A read whose stream ends so fails, saying why, and so is recorded.
+	if _, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: "cl__test://doc"}); err == nil || !strings.Contains(err.Error(), "closed its response stream without answering") {
+		t.Errorf("a read whose upstream stream ended: %v", err)
+	}
+	found = false
+	for _, ev := range e.events() {
+		if ev.Tool == "cl__test://doc" && ev.Kind == KindExecutionFailed {
+			found = slices.Contains(ev.Reasons, streamEndedReason)
+		}
+	}
+	if !found {
+		t.Errorf("the read's execution_failed record lacks the reason: %v", e.audit.kinds("cl__test://doc"))
 	}
 }
 
