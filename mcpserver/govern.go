@@ -534,8 +534,10 @@ func (s *Server) subscribeResource(ctx context.Context, req *mcp.SubscribeReques
 	}
 	err = s.subscribe(ctx, req.Session, c, t)
 	switch {
-	case errors.Is(err, errSessionSubscriptions) || errors.Is(err, errTooManySubscriptions):
-		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("Too many resources are subscribed to (at most %d per session). Unsubscribe from one first.", maxSessionSubscriptions)}
+	case errors.Is(err, errSessionSubscriptions):
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("This session is subscribed to too many resources (at most %d). Unsubscribe from one first.", maxSessionSubscriptions)}
+	case errors.Is(err, errTooManySubscriptions):
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "Too many resources are subscribed to on this server. Try again later."}
 	case err != nil:
 		s.log.ErrorContext(ctx, "mcpserver: subscribing at the upstream failed", "upstream", t.upstream.cfg.Name, "uri", uri, "err", err)
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The upstream server could not subscribe to the resource. The error has been logged."}

@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -222,5 +223,42 @@ func TestSubscriptionsListen(t *testing.T) {
 	}
 	if err := legacy.Subscribe(t.Context(), &mcp.SubscribeParams{URI: uri}); rpcCode(err) != jsonrpc.CodeMethodNotFound {
 		t.Errorf("a stateless handshake caller subscribed: %v", err)
+	}
+}
+
+// TestSessionSubscriptionsBounded: one session subscribes to at most
+// maxSessionSubscriptions resources; past them it is refused, and
+// nothing more is subscribed upstream.
+func TestSessionSubscriptionsBounded(t *testing.T) {
+	up := newFeatureUpstream(t, "up", true)
+	e := newEnv(t, envConfig{
+		rules:     map[string]Decision{},
+		upstreams: []Upstream{{Name: "up", URL: up.url}},
+		server: func(o *Options) {
+			o.Stateful = true
+			o.Decider = DeciderFunc(func(context.Context, Call) (Verdict, error) { return Verdict{Decision: Allow}, nil })
+		},
+	})
+	src := e.broker.TokenSource(t.Context(), broker.Grant{Subject: alice, Audience: e.url + "/mcp"})
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil).Connect(t.Context(), &mcp.StreamableClientTransport{
+		Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: &oauth2.Transport{Source: src}}, MaxRetries: -1,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for i := range maxSessionSubscriptions {
+		if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: fmt.Sprintf("up__test://items/%d", i)}); err != nil {
+			t.Fatalf("subscription %d: %v", i, err)
+		}
+	}
+	if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: "up__test://items/last"}); rpcCode(err) != jsonrpc.CodeInvalidRequest {
+		t.Errorf("subscription %d: %v, want refused", maxSessionSubscriptions+1, err)
+	}
+	if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: "up__test://items/0"}); err != nil {
+		t.Errorf("subscribing again to a resource already subscribed to: %v", err)
+	}
+	if n := up.count("subscribe test://items/last"); n != 0 {
+		t.Errorf("the refused subscription reached the upstream")
 	}
 }
