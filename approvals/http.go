@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/usherhq/usher/internal/httpx"
@@ -45,6 +46,8 @@ type view struct {
 	Status         string          `json:"status"`
 	URL            string          `json:"url"`
 	Tool           string          `json:"tool"`
+	Action         string          `json:"action"`
+	Name           string          `json:"name"`
 	Server         string          `json:"server,omitempty"`
 	Arguments      json.RawMessage `json:"arguments"`
 	ArgumentsHash  string          `json:"arguments_hash"`
@@ -97,7 +100,25 @@ func (s *Service) viewOf(a Approval, p identity.Principal, now time.Time) view {
 	if len(v.Arguments) == 0 {
 		v.Arguments = json.RawMessage(`{}`)
 	}
+	v.Action, v.Name = actionOf(a.Binding.Tool)
 	return v
+}
+
+// boundActions are the actions other than a tool call whose approvals the
+// MCP server binds to "<action>:<name>" (the resource's URI, the prompt's
+// name), so that no approval of one kind of request serves another.
+var boundActions = []string{"read_resource", "get_prompt", "complete"}
+
+// actionOf splits the name an approval is bound to into the action it
+// allows and what that acts on: a tool's name (which holds no colon) is a
+// call_tool of it.
+func actionOf(bound string) (action, name string) {
+	for _, a := range boundActions {
+		if rest, ok := strings.CutPrefix(bound, a+":"); ok && rest != "" {
+			return a, rest
+		}
+	}
+	return "call_tool", bound
 }
 
 // Handler serves the approvals API:

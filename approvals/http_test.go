@@ -285,3 +285,24 @@ func TestHandlerReadsBodyOnce(t *testing.T) {
 		t.Errorf("a streamed 1 MiB body = %d, want 413", w.Code)
 	}
 }
+
+// TestHTTPViewNamesTheAction: an approval of a resource read, a prompt get
+// or a completion shows its action and what it acts on, apart from the
+// name it is bound to; a tool call's is call_tool of the tool.
+func TestHTTPViewNamesTheAction(t *testing.T) {
+	e, h := newHTTPEnv(t)
+	for _, tc := range []struct{ bound, action, name string }{
+		{"notes_write", "call_tool", "notes_write"},
+		{"read_resource:docs__file:///guide.md", "read_resource", "docs__file:///guide.md"},
+		{"get_prompt:docs__summarize", "get_prompt", "docs__summarize"},
+		{"complete:docs__file:///{path}", "complete", "docs__file:///{path}"},
+	} {
+		b := binding()
+		b.Tool = tc.bound
+		a := e.request(t, b)
+		res := serve(t, h, &alice, "GET", "/api/approvals/"+a.ID, "", "")
+		if res.status != 200 || res.body["tool"] != tc.bound || res.body["action"] != tc.action || res.body["name"] != tc.name {
+			t.Errorf("%s: %d tool %v action %v name %v, want %q %q", tc.bound, res.status, res.body["tool"], res.body["action"], res.body["name"], tc.action, tc.name)
+		}
+	}
+}

@@ -55,20 +55,7 @@ func TestConformance(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
-			config := filepath.Join(dir, "usher.yaml")
-			writeConfig(t, config, startFixture(t), mode == "stateful")
-			dataDir := filepath.Join(dir, "data")
-
-			// Review the fixture's tools as an operator would, and
-			// check the policy against the lock, before Usher starts.
-			offline := &usher{bin: usherBinary(t), dataDir: dataDir, config: config}
-			t.Log(offline.run(t, "tools", "lock"))
-			t.Log(offline.run(t, "policy", "check"))
-
-			u := startUsher(t, dataDir, config)
-			proxy := startAuthProxy(t, u.url, u.brokerToken(t, "conformance"))
-			results := runSuite(t, nt, proxy+"/mcp")
+			results := runSuite(t, nt, startTarget(t, mode == "stateful"))
 
 			var passed, failedAsExpected []string
 			for _, name := range scenarios {
@@ -95,6 +82,60 @@ func TestConformance(t *testing.T) {
 			t.Logf("%s mode, %d scenarios: %d passed, %d failed as expected\npassed: %s\nfailed as expected: %s",
 				mode, len(scenarios), len(passed), len(failedAsExpected), strings.Join(passed, ", "), strings.Join(failedAsExpected, ", "))
 		})
+	}
+}
+
+// startTarget starts the fixture upstream and Usher in front of it, in the
+// stateful mode or not, and returns the endpoint the suite is to test: the
+// authenticating proxy's /mcp.
+func startTarget(t *testing.T, stateful bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	config := filepath.Join(dir, "usher.yaml")
+	writeConfig(t, config, startFixture(t), stateful)
+	dataDir := filepath.Join(dir, "data")
+
+	// Review the fixture's tools as an operator would, and check the
+	// policy against the lock, before Usher starts.
+	offline := &usher{bin: usherBinary(t), dataDir: dataDir, config: config}
+	t.Log(offline.run(t, "tools", "lock"))
+	t.Log(offline.run(t, "policy", "check"))
+
+	u := startUsher(t, dataDir, config)
+	return startAuthProxy(t, u.url, u.brokerToken(t, "conformance")) + "/mcp"
+}
+
+// TestConformanceSSEPolling runs the pre-release suite's server-sse-polling
+// scenario against the stateful endpoint. Unlike the released suite's, it
+// calls the tool that closes its stream mid-call (upstream, at the fixture)
+// with the protocol version it negotiated, 2025-11-25, for which SSE
+// polling is specified: Usher's response stream must begin with a priming
+// event, be closed with a retry field when the upstream closes its own,
+// and give the answer after the client reconnects with Last-Event-ID —
+// every check passes, none warns.
+func TestConformanceSSEPolling(t *testing.T) {
+	nt := requireOAuthTools(t)
+	t.Parallel()
+	endpoint := startTarget(t, true)
+	out := filepath.Join(t.TempDir(), "results")
+	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
+	defer cancel()
+	stdout, stderr, err := nt.run(ctx, t.TempDir(), mustRel(t, nt, conformanceNext), "server", "--url", endpoint, "--scenario", "server-sse-polling", "--output-dir", out)
+	checks, ran := readResults(t, out, "server-")["server-sse-polling"]
+	if !ran {
+		t.Fatalf("the scenario did not run (exit %v)\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	if failures := failedChecks(checks); len(failures) > 0 {
+		t.Errorf("server-sse-polling (pre-release suite), stateful:\n  %s", strings.Join(failures, "\n  "))
+	}
+	var resumed bool
+	for _, c := range checks {
+		if c.ID == "server-sse-disconnect-resume" && c.Status == "SUCCESS" {
+			resumed = true
+		}
+	}
+	if !resumed {
+		t.Errorf("the scenario did not see the answer after reconnecting: %+v", checks)
 	}
 }
 

@@ -86,11 +86,17 @@
 // outcome after the answer. The listings show what the Decider does not
 // deny. A stateful endpoint also takes resources/subscribe for a resource
 // that would be listed to the caller (audited, KindSubscribed): the
-// catalog's own session subscribes upstream, once per resource, and each
-// notifications/resources/updated is passed, under the exposed URI, to
-// the sessions subscribed to it. An update says only that the resource
-// changed (as the catalog's session sees it); its content is read through
-// the enforcement point.
+// catalog's own session subscribes upstream, once per resource, while at
+// least one session is subscribed to it (the last to unsubscribe, or to
+// end, unsubscribes it upstream), and each notifications/resources/updated
+// is passed, under the exposed URI, to the sessions subscribed to it whose
+// callers the Decider still shows the resource (a listing decision, made
+// again for each update). An update says only that the resource changed
+// (as the catalog's session sees it); its content is read through the
+// enforcement point. A stateless endpoint takes the same subscriptions,
+// and listChanged, on the subscriptions/listen requests of protocol
+// 2026-07-28, each ending with its request; its handshake of the older
+// protocols offers neither, having no session to send them on.
 //
 // # Change notifications
 //
@@ -128,6 +134,14 @@
 // read from the process before its result has been handed over: progress
 // goes to the call whose token it names, a log message (which names no
 // call) to every call the same subject has in flight on that process.
+// An HTTP upstream may close a call's response stream before its answer.
+// With event ids on it, the SDK resumes it (Last-Event-ID) and the answer
+// comes on the resumed stream; without them the answer is lost although
+// the upstream took the call: its outcome is unknown, and the record
+// (KindOutcomeUnknown) and the caller are told that the upstream closed
+// its stream without answering, apart from a lost connection. A
+// resources/read, prompts/get or completion/complete that ends so fails
+// (KindExecutionFailed) with the same reason.
 // Requests from an upstream to the client (sampling, elicitation) are
 // relayed only with CatalogOptions.RelayRequests, for a stateful endpoint:
 // during a tool call, to that call's caller when its session offers them

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -440,7 +441,11 @@ func (s *Server) run(ctx context.Context, t *tool, call Call, ev Event, start ti
 	case errors.Is(err, errOutcomeUnknown) || (err != nil && ctx.Err() != nil):
 		ev.Outcome = OutcomeUnknown
 		s.log.WarnContext(after, "mcpserver: a tool call's outcome is unknown", "tool", call.Tool, "err", err)
-		res = errorResult("The call's outcome is unknown: it may or may not have taken effect, and it will not be run again automatically. Check before calling again.")
+		text, reason := outcomeUnknownText(err)
+		if reason != "" {
+			ev.Reasons = append(slices.Clip(ev.Reasons), reason)
+		}
+		res = errorResult(text)
 	case err != nil:
 		ev.Outcome = OutcomeFailed
 		s.log.ErrorContext(after, "mcpserver: a tool failed", "tool", call.Tool, "err", err)

@@ -337,9 +337,15 @@ func (u *upstream) session(ctx context.Context, f func(context.Context, *mcp.Cli
 		return fmt.Errorf("connect to upstream %s: %w", u.cfg.Name, err)
 	}
 	defer u.cat.pool.release(conn)
-	if err := f(ctx, conn.session); err != nil {
+	// Its response stream is watched (see sseTap) for an end without the
+	// answer; nothing of it is passed on.
+	watch := &inflight{ctx: ctx, upstream: u.cfg.Name}
+	if err := f(context.WithValue(ctx, inflightKey{}, watch), conn.session); err != nil {
 		if !notSent(err) {
 			u.cat.pool.broken(conn)
+		}
+		if watch.stream.ended.Load() {
+			return fmt.Errorf("%w: upstream %s: %v", errStreamEnded, u.cfg.Name, err)
 		}
 		return fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
 	}
@@ -354,11 +360,9 @@ const maxSubscriptions = 1024
 var errTooManySubscriptions = errors.New("too many resources are subscribed to")
 
 // subscribe subscribes the catalog's own session to the upstream of t to
-// the resource t, once: an update the upstream sends is passed to the
-// sessions subscribed to its exposed URI (see Catalog.watchUpdates). It
-// stays subscribed while that session lasts: sessions that unsubscribe
-// (or end) are no longer told, and an update of a resource nobody is
-// subscribed to reaches no one.
+// the resource t, once per session: an update the upstream sends is
+// passed on under its exposed URI (see Catalog.watchUpdates). It stays
+// subscribed until unsubscribe (see Server.subscribe).
 func (c *Catalog) subscribe(ctx context.Context, t readTarget) error {
 	key := t.upstream.cfg.Name + "\x00" + t.orig
 	conn, err := c.pool.acquire(ctx, t.upstream, "")
@@ -374,7 +378,7 @@ func (c *Catalog) subscribe(ctx context.Context, t readTarget) error {
 	case c.subscribed[key] == conn.session:
 		c.changeMu.Unlock()
 		return nil
-	case len(c.subscribed) >= maxSubscriptions:
+	case c.subscribed[key] == nil && len(c.subscribed) >= maxSubscriptions:
 		c.changeMu.Unlock()
 		return errTooManySubscriptions
 	}
@@ -389,6 +393,23 @@ func (c *Catalog) subscribe(ctx context.Context, t readTarget) error {
 		return err
 	}
 	return nil
+}
+
+// unsubscribe unsubscribes the catalog's session to the upstream of t from
+// the resource t, on the session it subscribed on (a session closed since
+// is subscribed to nothing).
+func (c *Catalog) unsubscribe(ctx context.Context, t readTarget) {
+	key := t.upstream.cfg.Name + "\x00" + t.orig
+	c.changeMu.Lock()
+	cs := c.subscribed[key]
+	delete(c.subscribed, key)
+	c.changeMu.Unlock()
+	if cs == nil {
+		return
+	}
+	if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: t.orig}); err != nil {
+		c.log.WarnContext(ctx, "mcpserver: unsubscribing at the upstream failed", "upstream", t.upstream.cfg.Name, "uri", truncate(t.uri, 256), "err", err)
+	}
 }
 
 // watchUpdates calls f with the exposed URI of each resource an upstream
@@ -412,4 +433,60 @@ func (c *Catalog) updated(u *upstream, uri string) {
 	for _, w := range watchers {
 		w(exposed)
 	}
+}
+
+// Feature is what a resources/read, prompts/get or completion/complete
+// names, as the catalog resolves it for the policy: the inputs of a
+// decision on it (see Call).
+type Feature struct {
+	// Name is the exposed URI, URI template or prompt name (Call.Tool).
+	Name string
+	// Template is the exposed URI template a read URI matched, or the
+	// template of a completion; empty for a listed resource or a prompt.
+	Template string
+	// Server is the upstream's name.
+	Server string
+	// Hash is the definition hash of the listed resource, template or
+	// prompt.
+	Hash string
+}
+
+// ErrNoFeature is the error of Catalog.Resolve when the catalog offers
+// nothing of that name.
+var ErrNoFeature = errors.New("mcpserver: the catalog offers no such resource, template or prompt")
+
+// Resolve lists the upstreams afresh and resolves what a request of action
+// names, as the enforcement point does: for ActionReadResource a URI (a
+// listed resource, or a URI one of its upstream's templates matches); for
+// ActionGetPrompt a prompt's name; for ActionComplete a prompt's name
+// (ref RefPrompt) or a template's URI (RefResource). It is what
+// `usher policy explain` decides on. With an error listing some upstream,
+// it resolves on what they last listed and returns that error too.
+func (c *Catalog) Resolve(ctx context.Context, action Action, ref, name string) (Feature, error) {
+	c.refreshMu.Lock()
+	listErr := c.refreshLocked(ctx).listErrors
+	c.refreshMu.Unlock()
+	var f Feature
+	ok := false
+	switch {
+	case action == ActionReadResource:
+		var t readTarget
+		if t, ok = c.lookupResource(ctx, name); ok {
+			f = Feature{Name: t.uri, Template: t.template, Server: t.upstream.cfg.Name, Hash: t.hash}
+		}
+	case action == ActionGetPrompt || action == ActionComplete && ref == RefPrompt:
+		var p *prompt
+		if p, ok = c.lookupPrompt(ctx, name); ok {
+			f = Feature{Name: p.name, Server: p.upstream.cfg.Name, Hash: p.hash}
+		}
+	case action == ActionComplete && ref == RefResource:
+		var t *resource
+		if t, ok = c.lookupTemplate(ctx, name); ok {
+			f = Feature{Name: t.uri, Template: t.uri, Server: t.upstream.cfg.Name, Hash: t.hash}
+		}
+	}
+	if !ok {
+		return Feature{}, errors.Join(ErrNoFeature, listErr)
+	}
+	return f, listErr
 }

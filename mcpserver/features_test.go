@@ -29,12 +29,15 @@ type featureUpstream struct {
 	url    string
 
 	mu    sync.Mutex
-	asked map[string]int // "read <uri>", "get <name>", "complete <name>"
+	asked map[string]int // "read <uri>", "get <name>", "complete <name>", "(un)subscribe <uri>"
+	// subscribed and unsubscribed receive the URI of each
+	// resources/subscribe and resources/unsubscribe.
+	subscribed, unsubscribed chan string
 }
 
 func newFeatureUpstream(t *testing.T, label string, stateful bool) *featureUpstream {
 	t.Helper()
-	f := &featureUpstream{asked: map[string]int{}}
+	f := &featureUpstream{asked: map[string]int{}, subscribed: make(chan string, 16), unsubscribed: make(chan string, 16)}
 	count := func(what string) {
 		f.mu.Lock()
 		f.asked[what]++
@@ -43,9 +46,20 @@ func newFeatureUpstream(t *testing.T, label string, stateful bool) *featureUpstr
 	f.server = mcp.NewServer(&mcp.Implementation{Name: "features-" + label, Version: "1"}, &mcp.ServerOptions{
 		SubscribeHandler: func(_ context.Context, req *mcp.SubscribeRequest) error {
 			count("subscribe " + req.Params.URI)
+			select {
+			case f.subscribed <- req.Params.URI:
+			default:
+			}
 			return nil
 		},
-		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+		UnsubscribeHandler: func(_ context.Context, req *mcp.UnsubscribeRequest) error {
+			count("unsubscribe " + req.Params.URI)
+			select {
+			case f.unsubscribed <- req.Params.URI:
+			default:
+			}
+			return nil
+		},
 		CompletionHandler: func(_ context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
 			count("complete " + req.Params.Ref.Name + req.Params.Ref.URI)
 			return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{

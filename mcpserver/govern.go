@@ -140,6 +140,11 @@ func (s *Server) govern(ctx context.Context, g governed) (mcp.Result, error) {
 		// arguments), but never its words at length.
 		kind, ev.Outcome = KindExecutionFailed, OutcomeFailed
 		err = &jsonrpc.Error{Code: rpcErr.Code, Message: truncate(rpcErr.Message, 256)}
+	case errors.Is(err, errStreamEnded):
+		kind, ev.Outcome = KindExecutionFailed, OutcomeFailed
+		ev.Reasons = append(slices.Clip(ev.Reasons), streamEndedReason)
+		s.log.WarnContext(after, "mcpserver: an upstream closed its response stream without answering", "action", g.call.Action, "name", ev.Tool, "err", err)
+		err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The upstream server closed its response stream without answering, and the stream could not be resumed."}
 	case err != nil:
 		kind, ev.Outcome = KindExecutionFailed, OutcomeFailed
 		s.log.ErrorContext(after, "mcpserver: an upstream request failed", "action", g.call.Action, "name", ev.Tool, "err", err)
@@ -527,7 +532,13 @@ func (s *Server) subscribeResource(ctx context.Context, req *mcp.SubscribeReques
 	if v.Decision != Allow && v.Decision != Approve {
 		return &jsonrpc.Error{Code: CodeDenied, Message: "The policy denies this resource."}
 	}
-	if err := s.catalog.subscribe(ctx, t); err != nil {
+	err = s.subscribe(ctx, req.Session, c, t)
+	switch {
+	case errors.Is(err, errSessionSubscriptions):
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("This session is subscribed to too many resources (at most %d). Unsubscribe from one first.", maxSessionSubscriptions)}
+	case errors.Is(err, errTooManySubscriptions):
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "Too many resources are subscribed to on this server. Try again later."}
+	case err != nil:
 		s.log.ErrorContext(ctx, "mcpserver: subscribing at the upstream failed", "upstream", t.upstream.cfg.Name, "uri", uri, "err", err)
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The upstream server could not subscribe to the resource. The error has been logged."}
 	}
@@ -535,11 +546,17 @@ func (s *Server) subscribeResource(ctx context.Context, req *mcp.SubscribeReques
 }
 
 // unsubscribeResource is the SDK's handler of resources/unsubscribe: the
-// SDK stops telling the session; the catalog stays subscribed upstream
-// (see Catalog.subscribe).
-func (s *Server) unsubscribeResource(context.Context, *mcp.UnsubscribeRequest) error { return nil }
+// session is told of the resource no more, and Usher unsubscribes upstream
+// when no session is subscribed to it any more.
+func (s *Server) unsubscribeResource(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+	if req.Params != nil && req.Session != nil {
+		s.unsubscribe(ctx, req.Session, req.Params.URI)
+	}
+	return nil
+}
 
-// resourceUpdated tells the sessions subscribed to uri that it changed.
+// resourceUpdated tells the sessions subscribed to uri that it changed
+// (each only while it may still see it: see filterUpdates).
 func (s *Server) resourceUpdated(uri string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -26,14 +26,23 @@ type downstream struct {
 	logLevel      string // the caller's log level (2026-07-28); "" for none
 	// record audits a request relayed to the caller (see relay).
 	record func(ctx context.Context, ev Event, kind string) bool
+	// closeStream closes the caller's response stream of the call, with
+	// a retry field (see pause); nil when the caller cannot resume it.
+	closeStream func(mcp.CloseSSEStreamArgs)
+	protocol    string // the caller's protocol version, from its header
 }
 
 type downstreamKey struct{}
 
-// withDownstream returns ctx carrying the downstream of a tools/call.
-func withDownstream(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, record func(context.Context, Event, string) bool) context.Context {
-	d := downstream{session: ss, progressToken: p.GetProgressToken(), record: record}
-	d.logLevel, _ = p.Meta[mcp.MetaKeyLogLevel].(string)
+// withDownstream returns ctx carrying the downstream of a tools/call. Its
+// response stream may be closed for the caller to resume (see pause) only
+// when resumable: the endpoint is stateful, with an event store.
+func withDownstream(ctx context.Context, r *mcp.CallToolRequest, resumable bool, record func(context.Context, Event, string) bool) context.Context {
+	d := downstream{session: r.Session, progressToken: r.Params.GetProgressToken(), record: record}
+	d.logLevel, _ = r.Params.Meta[mcp.MetaKeyLogLevel].(string)
+	if resumable && r.Extra != nil {
+		d.closeStream, d.protocol = r.Extra.CloseSSEStream, r.Extra.Header.Get("Mcp-Protocol-Version")
+	}
 	return context.WithValue(ctx, downstreamKey{}, d)
 }
 
@@ -43,7 +52,8 @@ type inflight struct {
 	downstream
 	id       string // the progress token given to the upstream
 	upstream string
-	tool     string // the tool called, as exposed
+	tool     string      // the tool called, as exposed
+	stream   streamState // what the call's response streams showed
 }
 
 type inflightKey struct{}
@@ -71,15 +81,19 @@ func (f *inflight) log(p *mcp.LoggingMessageParams) {
 }
 
 // notify passes on one JSON-RPC message of the call's response stream if it
-// is a progress or log notification.
-func (f *inflight) notify(data []byte) {
+// is a progress or log notification, and reports whether it is a response
+// (the call's answer: the only one such a stream carries).
+func (f *inflight) notify(data []byte) (response bool) {
 	var m struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
 		Params json.RawMessage `json:"params"`
 	}
-	if json.Unmarshal(data, &m) != nil || m.ID != nil {
-		return
+	if json.Unmarshal(data, &m) != nil {
+		return false
+	}
+	if m.ID != nil {
+		return m.Method == ""
 	}
 	switch m.Method {
 	case "notifications/progress":
@@ -93,6 +107,7 @@ func (f *inflight) notify(data []byte) {
 			f.log(&p)
 		}
 	}
+	return false
 }
 
 // notesTransport is a stdio upstream's transport, which counts the
@@ -197,13 +212,14 @@ func (c *conn) forwardLog(_ context.Context, req *mcp.LoggingMessageRequest) {
 
 // capabilities are the endpoint's: tools, resources, prompts and
 // completions (the catalog's, built-in and federated), and logging for the
-// messages of upstreams. listChanged only when stateful: a stateless
-// endpoint has no stream to announce a change on (its callers see the new
-// lists on their next request).
-func capabilities(stateful bool) *mcp.ServerCapabilities {
+// messages of upstreams, with listChanged and resource subscriptions. A
+// stateful endpoint sends them on its sessions; a stateless one on the
+// subscriptions/listen requests of protocol 2026-07-28, and its handshake
+// of the older protocols answers without them (see Server.initialize).
+func capabilities() *mcp.ServerCapabilities {
 	return &mcp.ServerCapabilities{
-		Tools: &mcp.ToolCapabilities{ListChanged: stateful}, Resources: &mcp.ResourceCapabilities{ListChanged: stateful, Subscribe: stateful},
-		Prompts: &mcp.PromptCapabilities{ListChanged: stateful}, Completions: &mcp.CompletionCapabilities{}, Logging: &mcp.LoggingCapabilities{},
+		Tools: &mcp.ToolCapabilities{ListChanged: true}, Resources: &mcp.ResourceCapabilities{ListChanged: true, Subscribe: true},
+		Prompts: &mcp.PromptCapabilities{ListChanged: true}, Completions: &mcp.CompletionCapabilities{}, Logging: &mcp.LoggingCapabilities{},
 	}
 }
 
@@ -286,20 +302,28 @@ const maxTappedEvent = 1 << 20
 
 // sseTap reads a call's response stream on behalf of the SDK and passes on
 // each notification in it as soon as the SDK has read it, so before the
-// result that follows it.
+// result that follows it. When the stream ends before the answer, it tells
+// the call whether the stream can be resumed (see inflight.streamEnd).
 type sseTap struct {
-	body  io.ReadCloser
-	f     *inflight
-	line  []byte // the current line, unfinished
-	data  []byte // the current event's data
-	cr    bool   // the last byte seen ended a line with CR
-	ended bool   // the tap gave up
+	body     io.ReadCloser
+	f        *inflight
+	line     []byte        // the current line, unfinished
+	data     []byte        // the current event's data
+	cr       bool          // the last byte seen ended a line with CR
+	ended    bool          // the tap gave up
+	answered bool          // the stream carried the call's answer
+	sawID    bool          // an event had an id: the stream can be resumed
+	retry    time.Duration // the last retry field; 0 for none
 }
 
 func (t *sseTap) Read(p []byte) (int, error) {
 	n, err := t.body.Read(p)
 	if !t.ended {
 		t.scan(p[:n])
+		if err == io.EOF && !t.answered {
+			t.ended = true
+			t.f.streamEnd(t.sawID, t.retry)
+		}
 	}
 	return n, err
 }
@@ -334,10 +358,20 @@ func (t *sseTap) scan(b []byte) {
 func (t *sseTap) endLine() {
 	defer func() { t.line = t.line[:0] }()
 	if len(t.line) == 0 {
-		if len(t.data) > 0 {
-			t.f.notify(t.data)
+		if len(t.data) > 0 && t.f.notify(t.data) {
+			t.answered = true
 		}
 		t.data = t.data[:0]
+		return
+	}
+	if v, ok := bytes.CutPrefix(t.line, []byte("id:")); ok && len(bytes.TrimSpace(v)) > 0 {
+		t.sawID = true
+		return
+	}
+	if v, ok := bytes.CutPrefix(t.line, []byte("retry:")); ok {
+		if d, ok := parseRetry(bytes.TrimPrefix(v, []byte(" "))); ok {
+			t.retry = d
+		}
 		return
 	}
 	v, ok := bytes.CutPrefix(t.line, []byte("data:"))

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -123,5 +124,48 @@ func TestNoRelayByDefault(t *testing.T) {
 	}, "")
 	if got := text(call(t, cs, "up__ask", map[string]any{}, nil)); !strings.Contains(got, "sampling failed") {
 		t.Errorf("the tool got %q", got)
+	}
+}
+
+// TestUpstreamInputRequests: an upstream of protocol 2026-07-28 asks for
+// input with an incomplete result (MRTR: inputRequests, requestState).
+// With a stateful caller that offers elicitation, Usher's upstream
+// session fulfils it by relaying the request to the caller (audited) and
+// retries, so the call completes; a stateless caller of 2026-07-28 is not
+// passed the input requests (see docs/conformance.md): the call fails, and
+// no incomplete result reaches it.
+func TestUpstreamInputRequests(t *testing.T) {
+	up := mcp.NewServer(&mcp.Implementation{Name: "asker", Version: "1"}, nil)
+	up.AddTool(&mcp.Tool{Name: "ask", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if req.Params.InputResponses["name"] != nil && req.Params.RequestState == "state-1" {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "thanks"}}}, nil
+			}
+			return &mcp.CallToolResult{RequestState: "state-1", InputRequests: mcp.InputRequestMap{
+				"name": &mcp.ElicitParams{Message: "Your name?", RequestedSchema: map[string]any{"type": "object"}},
+			}}, nil
+		})
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, &mcp.StreamableHTTPOptions{Stateless: true}))
+	t.Cleanup(ts.Close)
+	answer := &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Alice"}}, nil
+	}}
+	for _, stateful := range []bool{true, false} {
+		e := newEnv(t, envConfig{rules: map[string]Decision{"as__ask": Allow}, upstreams: []Upstream{{Name: "as", URL: ts.URL}},
+			catalog: func(o *CatalogOptions) { o.RelayRequests = stateful },
+			server:  func(o *Options) { o.Stateful = stateful }})
+		version := "2026-07-28"
+		if stateful {
+			version = "2025-11-25"
+		}
+		res := call(t, e.connect(alice, "", answer, version), "as__ask", map[string]any{}, nil)
+		kinds := e.auditKinds("as__ask")
+		switch {
+		case stateful && (res.IsError || text(res) != "thanks" ||
+			!slices.Equal(kinds, []string{KindDecision, KindElicitationRequested, KindRequestAnswered, KindExecuted})):
+			t.Errorf("stateful: %q, audit %v", text(res), kinds)
+		case !stateful && (!res.IsError || res.NeedsInput() || len(res.InputRequests) > 0):
+			t.Errorf("stateless: the caller got %+v", res)
+		}
 	}
 }

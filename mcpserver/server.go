@@ -114,6 +114,7 @@ type Server struct {
 
 	authAudits authAudits // samples the records of refused tokens
 	outcomes   *outcomes  // writes how calls ended after they answered
+	subs       *subscriptions
 	sdk        *mcp.Server
 
 	endpointPath  string   // the path of the endpoint
@@ -210,6 +211,7 @@ func New(opts *Options) (*Server, error) {
 
 	s := &Server{
 		opts: o, catalog: o.Catalog, log: o.Logger, origins: origins, hosts: hosts, outcomes: newOutcomes(o.RecordAttempts, o.RecordBackoff),
+		subs:          newSubscriptions(),
 		endpointPath:  strings.TrimSuffix(public.Path, "/") + "/mcp",
 		metadataPaths: []string{wellKnown, wellKnown + strings.TrimSuffix(public.Path, "/") + "/mcp"},
 	}
@@ -227,19 +229,17 @@ func New(opts *Options) (*Server, error) {
 		Logger:       sdkLogger(o.Logger, o.Stateful),
 		// Tools are served by dispatch, not registered with the SDK, so
 		// the capabilities are stated rather than inferred.
-		Capabilities: capabilities(o.Stateful),
+		Capabilities: capabilities(),
 	}
-	if o.Stateful {
-		// Subscriptions are kept by the SDK, per session.
-		sopts.SubscribeHandler, sopts.UnsubscribeHandler = s.subscribeResource, s.unsubscribeResource
-	}
+	// Subscriptions are kept per session: a stateful one's, or a
+	// stateless subscriptions/listen request's (protocol 2026-07-28).
+	sopts.SubscribeHandler, sopts.UnsubscribeHandler = s.subscribeResource, s.unsubscribeResource
 	srv := mcp.NewServer(&mcp.Implementation{Name: "usher", Title: "Usher", Version: o.Version}, sopts)
 	srv.AddReceivingMiddleware(s.dispatch)
+	srv.AddSendingMiddleware(s.filterUpdates)
 	s.sdk = srv
-	if o.Stateful {
-		o.Catalog.watch(s.announce)
-		o.Catalog.watchUpdates(s.resourceUpdated)
-	}
+	o.Catalog.watch(s.announce)
+	o.Catalog.watchUpdates(s.resourceUpdated)
 	var events mcp.EventStore
 	if o.Stateful {
 		// Its response streams are resumable (event ids, a priming event
@@ -283,9 +283,10 @@ func checkPublicURL(field, raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// Drain ends the Server's work: it closes the stateful sessions it holds,
-// and waits until the records of every call that has answered are written
-// (a call's outcome is recorded after its result is sent). When ctx ends
+// Drain ends the Server's work: it closes the stateful sessions it holds
+// (their subscriptions end, unsubscribed upstream), and waits until the
+// records of every call that has answered are written (a call's outcome
+// is recorded after its result is sent). When ctx ends
 // first, it stops the writes still being retried, waits for them to
 // return, and returns ctx's error: those executions stay started, to be
 // reported outcome_unknown by a Sweeper. Call it after the HTTP server has
@@ -295,6 +296,7 @@ func (s *Server) Drain(ctx context.Context) error {
 	for ss := range s.sdk.Sessions() {
 		ss.Close()
 	}
+	s.subs.watchers.Wait() // each ends with its session
 	return s.outcomes.wait(ctx)
 }
 
@@ -334,9 +336,12 @@ var methods = map[string]bool{
 	"prompts/list":                     true,
 	"prompts/get":                      true,
 	"completion/complete":              true,
-	// Served by the SDK, with subscribeResource, when stateful.
+	// Served by the SDK, with subscribeResource: resources/subscribe and
+	// resources/unsubscribe when stateful, subscriptions/listen (protocol
+	// 2026-07-28) in either mode.
 	"resources/subscribe":   true,
 	"resources/unsubscribe": true,
+	"subscriptions/listen":  true,
 }
 
 // dispatch is the SDK middleware that serves the listings, tools/call,
@@ -359,11 +364,22 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "unauthenticated"}
 		}
 		ctx = withCaller(ctx, c)
+		switch method {
+		case "resources/subscribe", "resources/unsubscribe":
+			if !s.opts.Stateful {
+				// A stateless session ends with its request: it has
+				// nothing to send updates on. (Protocol 2026-07-28
+				// subscribes with subscriptions/listen.)
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found"}
+			}
+		case "initialize":
+			return s.initialize(ctx, next, method, req)
+		}
 		switch r := req.(type) {
 		case *mcp.ListToolsRequest:
 			return s.listTools(ctx, c), nil
 		case *mcp.CallToolRequest:
-			ctx = withDownstream(ctx, r.Session, r.Params, s.record)
+			ctx = withDownstream(ctx, r, s.opts.Stateful, s.record)
 			res := s.callTool(ctx, c, r.Params)
 			if !sessionless(r.Params.Meta) {
 				return res, nil
@@ -384,6 +400,25 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return next(ctx, method, req)
 	}
+}
+
+// initialize answers the handshake of protocols before 2026-07-28. A
+// stateless endpoint's capabilities name listChanged and subscribe for
+// the callers of 2026-07-28, who hear of changes on a subscriptions/listen
+// request; a caller of the handshake protocols would need a session to
+// hear them on, which a stateless endpoint does not keep: its handshake
+// answers them without.
+func (s *Server) initialize(ctx context.Context, next mcp.MethodHandler, method string, req mcp.Request) (mcp.Result, error) {
+	res, err := next(ctx, method, req)
+	ir, ok := res.(*mcp.InitializeResult)
+	if err != nil || !ok || s.opts.Stateful || ir.Capabilities == nil {
+		return res, err
+	}
+	out := *ir
+	out.Capabilities = capabilities()
+	out.Capabilities.Tools.ListChanged, out.Capabilities.Prompts.ListChanged = false, false
+	out.Capabilities.Resources.ListChanged, out.Capabilities.Resources.Subscribe = false, false
+	return &out, nil
 }
 
 // sessionless reports whether a request's _meta names protocol 2026-07-28

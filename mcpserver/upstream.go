@@ -334,6 +334,9 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 				return nil, fmt.Errorf("upstream %s refused the call: %w", u.cfg.Name, err)
 			}
 			u.cat.pool.broken(conn)
+			if f.stream.ended.Load() {
+				return nil, fmt.Errorf("%w: upstream %s: %v", errStreamEnded, u.cfg.Name, err)
+			}
 			return nil, fmt.Errorf("%w: upstream %s: %v", errOutcomeUnknown, u.cfg.Name, err)
 		}
 		// An upstream may not speak for Usher: the "usher/" keys of

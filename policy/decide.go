@@ -443,15 +443,17 @@ func Explain(req Request, d Decision) string {
 		reviewed = "reviewed"
 	}
 	fmt.Fprintf(&b, "user:        %s\n", user)
-	switch typ, id, attrs, _ := req.target(); typ {
+	switch typ, id, _, _ := req.target(); typ {
 	case typeTool:
 		fmt.Fprintf(&b, "tool:        %+q, server %+q, %s\n", req.Tool.Name, req.Tool.Server, reviewed)
 		if req.Tool.DefinitionHash != "" {
 			fmt.Fprintf(&b, "definition:  %s\n", req.Tool.DefinitionHash)
 		}
+	case typePrompt, typeResource:
+		explainTarget(&b, req, typ, id)
 	default:
 		fmt.Fprintf(&b, "action:      %s\n", req.action())
-		fmt.Fprintf(&b, "target:      %s::%+q, server %s\n", typ, id, attrs["server"])
+		b.WriteString("target:      (none)\n")
 	}
 	b.WriteString("reasons:\n")
 	for _, r := range d.Reasons {
@@ -467,6 +469,42 @@ func Explain(req Request, d Decision) string {
 	}
 	fmt.Fprintf(&b, "policy hash: %s\n", d.PolicyHash)
 	return b.String()
+}
+
+// explainTarget writes what a read, prompt get or completion acts on:
+// the action, the Cedar entity with its server, the template a URI
+// matched, the definition hash, and, for a completion, the argument
+// being completed. Nothing of these is ever reviewed: the tool lock holds
+// tools only.
+func explainTarget(b *strings.Builder, req Request, typ, id string) {
+	server, hash, template := req.Prompt.Server, req.Prompt.DefinitionHash, ""
+	if typ == typeResource {
+		server, hash, template = req.Resource.Server, req.Resource.DefinitionHash, req.Resource.Template
+	}
+	fmt.Fprintf(b, "action:      %s\n", req.action())
+	fmt.Fprintf(b, "target:      %s::%+q, server %+q, never reviewed (the tool lock holds tools only)\n", typ, id, server)
+	if template != "" {
+		fmt.Fprintf(b, "template:    %+q\n", template)
+	}
+	if hash != "" {
+		fmt.Fprintf(b, "definition:  %s\n", hash)
+	}
+	if req.action() != ActionComplete {
+		return
+	}
+	var in struct {
+		Argument struct {
+			Name  string `json:"name"`
+			Value string `json:"value"`
+		} `json:"argument"`
+	}
+	if json.Unmarshal(req.Arguments, &in) == nil && in.Argument.Name != "" {
+		of := "prompt argument"
+		if typ == typeResource {
+			of = "template variable"
+		}
+		fmt.Fprintf(b, "completes:   %s %+q, value %+q\n", of, in.Argument.Name, in.Argument.Value)
+	}
 }
 
 func orNone(s string) string {

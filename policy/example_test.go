@@ -100,3 +100,28 @@ func ExampleDefinitionHash() {
 	// changed ping
 	// added pong
 }
+
+// What `usher policy explain` prints for a resource read that the default
+// policy leaves to a person: it allows no upstream resource unattended.
+func ExampleExplain_resource() {
+	p := policy.Default()
+	req := policy.Request{
+		Principal: policy.Principal{ID: "alice", Tenant: "contoso"},
+		Action:    policy.ActionReadResource,
+		Resource:  policy.Resource{URI: "docs__file:///guide.md", Template: "docs__file:///{path}", Server: "docs"},
+	}
+	d := p.Decide(req)
+	d.PolicyHash = "…"
+	fmt.Print(policy.Explain(req, d))
+	// Output:
+	// decision:    approve
+	// user:        "alice", tenant "contoso"
+	// action:      read_resource
+	// target:      Usher::Resource::"docs__file:///guide.md", server "docs", never reviewed (the tool lock holds tools only)
+	// template:    "docs__file:///{path}"
+	// reasons:
+	//   - no policy matched, so a human decides
+	// policies:    (none)
+	// approvers:   the requesting user
+	// policy hash: …
+}

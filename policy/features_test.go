@@ -104,17 +104,52 @@ func TestDefaultPolicyFeatures(t *testing.T) {
 	}
 }
 
+// TestExplainFeature: an explanation of a read, a prompt get and a
+// completion names the action, the Cedar entity with its server, the
+// template a URI matched, the definition hash, the argument completed, and
+// why the outcome is what it is.
 func TestExplainFeature(t *testing.T) {
 	p, err := Parse("features.cedar", []byte(featurePolicy))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := Request{Principal: Principal{ID: "alice", Tenant: "contoso"}, Action: ActionReadResource, Resource: Resource{URI: "docs__file:///a", Server: "docs"}}
-	out := Explain(req, p.Decide(req))
-	for _, want := range []string{"decision:    allow", "action:      read_resource", `Usher::Resource::"docs__file:///a"`} {
-		if !strings.Contains(out, want) {
-			t.Errorf("Explain lacks %q:\n%s", want, out)
-		}
+	alice := Principal{ID: "alice", Tenant: "contoso"}
+	for _, tc := range []struct {
+		name string
+		req  Request
+		want []string
+	}{
+		{"a read of a listed resource", Request{Principal: alice, Action: ActionReadResource, Resource: Resource{URI: "docs__file:///a", Server: "docs", DefinitionHash: "sha256:ab"}}, []string{
+			"decision:    allow\n", "action:      read_resource\n",
+			`target:      Usher::Resource::"docs__file:///a", server "docs", never reviewed (the tool lock holds tools only)` + "\n",
+			"definition:  sha256:ab\n", `  - permit "allow-docs-resources" matched (outcome allow)` + "\n", "policies:    allow-docs-resources\n",
+		}},
+		{"a read through a template", Request{Principal: alice, Action: ActionReadResource, Resource: Resource{URI: "wide__x://y", Template: "wide__x://{id}", Server: "wide"}}, []string{
+			"decision:    approve\n", `template:    "wide__x://{id}"` + "\n", "but none of them names the action read_resource", "approvers:   the requesting user\n",
+		}},
+		{"a prompt get", Request{Principal: alice, Action: ActionGetPrompt, Prompt: Prompt{Name: "ev__secret", Server: "ev"}}, []string{
+			"decision:    deny\n", "action:      get_prompt\n", `target:      Usher::Prompt::"ev__secret", server "ev"`, "policies:    deny-secret-prompt\n",
+		}},
+		{"a completion of a prompt's argument", Request{Principal: alice, Action: ActionComplete, Prompt: Prompt{Name: "ev__greet", Server: "ev"},
+			Arguments: []byte(`{"argument":{"name":"topic","value":"we"}}`)}, []string{
+			"decision:    allow\n", "action:      complete\n", `Usher::Prompt::"ev__greet"`, `completes:   prompt argument "topic", value "we"` + "\n",
+		}},
+		{"a completion of a template's variable", Request{Principal: alice, Action: ActionComplete, Resource: Resource{URI: "docs__file:///{path}", Template: "docs__file:///{path}", Server: "docs"},
+			Arguments: []byte(`{"argument":{"name":"path","value":"guи"}}`)}, []string{
+			"decision:    approve\n", `Usher::Resource::"docs__file:///{path}"`, `completes:   template variable "path", value "gu\u0438"` + "\n",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := Explain(tc.req, p.Decide(tc.req))
+			for _, want := range tc.want {
+				if !strings.Contains(out, want) {
+					t.Errorf("Explain lacks %q:\n%s", want, out)
+				}
+			}
+			if strings.Contains(out, "tool:") {
+				t.Errorf("Explain of %s names a tool:\n%s", tc.req.Action, out)
+			}
+		})
 	}
 }
 

@@ -158,6 +158,19 @@ function code(text) {
   return h('code', null, text);
 }
 
+// How a card names what its approval allows, by the approval's action: a
+// tool call, a resource read, a prompt get or a completion.
+const ACTIONS = {
+  call_tool: ['Allow ', 'Call to ', 'Tool'],
+  read_resource: ['Allow reading ', 'Read of ', 'Resource'],
+  get_prompt: ['Allow the prompt ', 'Prompt ', 'Prompt'],
+  complete: ['Allow completing ', 'Completion of ', 'Completion of'],
+};
+const actionOf = (view) => ACTIONS[view.action] ?? ACTIONS.call_tool;
+const allowText = (view) => actionOf(view)[0];
+const doneText = (view) => actionOf(view)[1];
+const termOf = (view) => actionOf(view)[2];
+
 // approvalCard renders one approval. options: level (heading level, 2 or
 // 3), onDecided(view) after a decision, runLink (a node linking to its
 // session, or null), open (a decided approval's details shown unfolded).
@@ -169,7 +182,7 @@ export function approvalCard(item, options = {}) {
   const card = h('section', { class: `approval-card ${view.status === 'pending' ? 'is-pending' : ''}`, 'aria-labelledby': titleId, 'data-approval': view.id });
 
   card.append(h('div', { class: 'approval-head' },
-    h(`h${level}`, { id: titleId, class: 'approval-title', tabindex: '-1' }, view.status === 'pending' ? 'Allow ' : 'Call to ', code(view.tool), view.status === 'pending' ? '?' : ''),
+    h(`h${level}`, { id: titleId, class: 'approval-title', tabindex: '-1' }, view.status === 'pending' ? allowText(view) : doneText(view), code(view.name ?? view.tool), view.status === 'pending' ? '?' : ''),
     h('span', { class: `badge ${statusClass}` }, statusText)));
 
   // A decided approval is folded to its outcome; its details open on
@@ -188,7 +201,7 @@ export function approvalCard(item, options = {}) {
 
   const args = pretty(readable(item.args ?? JSON.stringify(view.arguments)));
   body.append(h('dl', { class: 'facts' },
-    fact('Tool', code(view.tool)),
+    fact(termOf(view), code(view.name ?? view.tool)),
     fact('Server', view.server ? code(view.server) : 'Usher (built-in)'),
     fact('Why a person must decide', view.reason || 'The policy holds this call for a decision.'),
     fact('Policy', view.policy_ids && view.policy_ids.length ? view.policy_ids.map((p, i) => [i ? ', ' : '', code(p)]) : 'no matching rule (held by default)'),
@@ -262,7 +275,7 @@ function decisionForm(view, options) {
     if (reason.value.trim()) body.reason = reason.value.trim();
     try {
       const { data, text } = await request(`${path.approval(view.id)}/decision`, { method: 'POST', body, raw: true });
-      announce(decision === 'approve' ? `Approved ${view.tool}.` : `Denied ${view.tool}.`);
+      announce(decision === 'approve' ? `Approved ${view.name ?? view.tool}.` : `Denied ${view.name ?? view.tool}.`);
       if (options.onDecided) {
         options.onDecided({ view: data, args: rawAt(text, ['arguments']) });
         // Keyboard users stay where they were: on the decided card.

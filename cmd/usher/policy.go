@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/usherhq/usher/mcpserver"
+	"github.com/usherhq/usher/policy"
+)
+
+// policyCmd runs `usher policy check|explain|test`. They read files only,
+// except explain, which reads the catalog to learn the definition hash of
+// a tool (and whether the lock reviews it), resource, template or prompt.
+func (e *environment) policyCmd(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, "usage: usher policy check|explain|test [flags]\n")
+		return errUsage
+	}
+	var f installFlags
+	fs := e.flagSet("policy " + args[0])
+	f.register(fs)
+	file := fs.String("policy", "", "Cedar policy `file` (default: policy.file, else the shipped default)")
+	lockFile := fs.String("lock", "", "tool lock `file` (default: policy.lock_file)")
+	switch args[0] {
+	case "check":
+		if err := parse(fs, args[1:]); err != nil {
+			return err
+		}
+		p, lock, err := e.policyAndLock(&f, *file, *lockFile)
+		if err != nil {
+			return err
+		}
+		findings := p.Lint(lock)
+		for _, fd := range findings {
+			fmt.Fprintln(e.stdout, fd)
+		}
+		if len(findings) > 0 {
+			fmt.Fprintf(e.stdout, "%s: valid with findings, %d finding(s), hash %s\n", p.Name(), len(findings), p.Hash())
+			return errFailed
+		}
+		fmt.Fprintf(e.stdout, "%s: valid, 0 finding(s), hash %s\n", p.Name(), p.Hash())
+		return nil
+	case "explain":
+		return e.policyExplain(ctx, fs, &f, file, lockFile, args[1:])
+	case "test":
+		files, err := parseInterspersed(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		if len(files) != 1 {
+			fmt.Fprintln(e.stderr, "usage: usher policy test [--policy FILE] CASES.yaml")
+			return errUsage
+		}
+		p, _, err := e.policyAndLock(&f, *file, *lockFile)
+		if err != nil {
+			return err
+		}
+		cases, err := policy.LoadCases(files[0])
+		if err != nil {
+			return err
+		}
+		failed := 0
+		for _, r := range policy.RunCases(p, cases) {
+			fmt.Fprintln(e.stdout, r)
+			if !r.Passed() {
+				failed++
+			}
+		}
+		fmt.Fprintf(e.stdout, "%d passed, %d failed\n", len(cases)-failed, failed)
+		if failed > 0 {
+			return errFailed
+		}
+		return nil
+	}
+	fmt.Fprintf(e.stderr, "usher policy: unknown command %q (want check, explain or test)\n", args[0])
+	return errUsage
+}
+
+// policyExplain runs `usher policy explain`: it decides one request as the
+// MCP server would, with what the catalog says of its target unless the
+// flags say it, and prints the explanation. A request is a tool call
+// (--tool), a resource read (--action read_resource --resource URI), a
+// prompt get (--action get_prompt --prompt NAME) or a completion
+// (--action complete, with --prompt NAME or --template URI-TEMPLATE, and
+// --argument NAME=VALUE).
+func (e *environment) policyExplain(ctx context.Context, fs *flag.FlagSet, f *installFlags, file, lockFile *string, args []string) error {
+	user := fs.String("user", "", "principal `id` (issuer|tenant|object id) or a user name (required)")
+	action := fs.String("action", string(policy.ActionCallTool), "the `action`: call_tool, read_resource, get_prompt or complete")
+	tool := fs.String("tool", "", "tool `name` as listed (for call_tool)")
+	resource := fs.String("resource", "", "resource `URI` as exposed (for read_resource)")
+	prompt := fs.String("prompt", "", "prompt `name` as listed (for get_prompt, or complete of a prompt's argument)")
+	template := fs.String("template", "", "resource `template` as listed (for complete of a template's variable; with read_resource and --definition-hash, the template the URI matched)")
+	argument := fs.String("argument", "", "the argument being completed, `name=value` (for complete)")
+	server := fs.String("server", "", "the `server`: builtin or an upstream's name (default: builtin for a tool, else from the catalog)")
+	argsJSON := fs.String("args", "{}", "the call's or prompt's arguments, a JSON `object`")
+	groups := fs.String("groups", "", "comma-separated `groups` of the user")
+	hash := fs.String("definition-hash", "", "the definition `hash` (default: from the catalog)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	usage := func(msg string) error {
+		fmt.Fprintln(e.stderr, "usher policy explain: "+msg)
+		return errUsage
+	}
+	if *user == "" {
+		return usage("--user is required")
+	}
+	a := policy.Action(*action)
+	named := map[string]string{"--tool": *tool, "--resource": *resource, "--prompt": *prompt, "--template": *template}
+	var want []string // the flags, one of which names the target
+	switch a {
+	case policy.ActionCallTool:
+		want = []string{"--tool"}
+	case policy.ActionReadResource:
+		want = []string{"--resource"}
+	case policy.ActionGetPrompt:
+		want = []string{"--prompt"}
+	case policy.ActionComplete:
+		want = []string{"--prompt", "--template"}
+	default:
+		return usage(fmt.Sprintf("--action %q is not call_tool, read_resource, get_prompt or complete", *action))
+	}
+	var given []string
+	for _, k := range []string{"--tool", "--resource", "--prompt", "--template"} {
+		if named[k] != "" && !(k == "--template" && a == policy.ActionReadResource) {
+			given = append(given, k)
+		}
+	}
+	if len(given) != 1 || !slices.Contains(want, given[0]) {
+		return usage(fmt.Sprintf("%s takes exactly one of %s", a, strings.Join(want, ", ")))
+	}
+	if (*argument != "") != (a == policy.ActionComplete) {
+		return usage("--argument NAME=VALUE is for complete, and complete needs it")
+	}
+	p, lock, err := e.policyAndLock(f, *file, *lockFile)
+	if err != nil {
+		return err
+	}
+	req := policy.Request{Principal: principalOf(*user, "", nil), Arguments: json.RawMessage(*argsJSON)}
+	if *groups != "" {
+		req.Principal.Groups = strings.Split(*groups, ",")
+	}
+	if a == policy.ActionCallTool {
+		if *server == "" {
+			*server = policy.BuiltinServer
+		}
+		if *hash == "" {
+			if *hash, err = e.catalogHash(ctx, f, *tool); err != nil {
+				return err
+			}
+		}
+		req.Tool = policy.Tool{Name: *tool, Server: *server, DefinitionHash: *hash, Reviewed: lock.Reviewed(*tool, *hash)}
+		fmt.Fprint(e.stdout, policy.Explain(req, p.Decide(req)))
+		return nil
+	}
+
+	req.Action = a
+	ref, name := mcpserver.RefResource, *resource+*template
+	if *prompt != "" {
+		ref, name = mcpserver.RefPrompt, *prompt
+	}
+	if a == policy.ActionReadResource {
+		name = *resource
+	}
+	target := mcpserver.Feature{Name: name, Server: *server, Hash: *hash, Template: *template}
+	if a == policy.ActionComplete && ref == mcpserver.RefResource {
+		target.Template = name
+	}
+	if *hash == "" {
+		if target, err = e.catalogFeature(ctx, f, mcpserver.Action(a), ref, name); err != nil {
+			return err
+		}
+		if *server != "" && *server != target.Server {
+			return fmt.Errorf("the catalog's %q is of server %q, not %q", name, target.Server, *server)
+		}
+	} else if *server == "" {
+		return usage("with --definition-hash, --server names the upstream")
+	}
+	if a == policy.ActionComplete {
+		argName, value, _ := strings.Cut(*argument, "=")
+		in := map[string]any{"argument": map[string]any{"name": argName, "value": value}}
+		req.Arguments, _ = json.Marshal(in) // strings always encode
+	}
+	if ref == mcpserver.RefPrompt {
+		req.Prompt = policy.Prompt{Name: target.Name, Server: target.Server, DefinitionHash: target.Hash}
+	} else {
+		req.Resource = policy.Resource{URI: target.Name, Template: target.Template, Server: target.Server, DefinitionHash: target.Hash}
+	}
+	fmt.Fprint(e.stdout, policy.Explain(req, p.Decide(req)))
+	return nil
+}
+
+// catalogFeature resolves a resource, template or prompt in the catalog.
+func (e *environment) catalogFeature(ctx context.Context, f *installFlags, a mcpserver.Action, ref, name string) (mcpserver.Feature, error) {
+	cfg, log, err := e.loadConfig(f)
+	if err != nil {
+		return mcpserver.Feature{}, err
+	}
+	in, err := open(ctx, cfg, log)
+	if err != nil {
+		return mcpserver.Feature{}, err
+	}
+	defer in.Close()
+	cat, err := in.catalog(nil)
+	if err != nil {
+		return mcpserver.Feature{}, err
+	}
+	defer cat.Close()
+	feat, err := cat.Resolve(ctx, a, ref, name)
+	if errors.Is(err, mcpserver.ErrNoFeature) {
+		return feat, fmt.Errorf("the catalog offers no %q for %s; pass --server and --definition-hash to explain it anyway (%w)", name, a, err)
+	}
+	if err != nil {
+		log.Warn("usher policy explain: some upstreams could not be listed", "err", err)
+	}
+	return feat, nil
+}
+
+// parseInterspersed parses flags that may come before or after the
+// positional arguments, and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// policyAndLock loads the policy and lock named by flags or configuration.
+func (e *environment) policyAndLock(f *installFlags, file, lockFile string) (*policy.Policy, *policy.Lock, error) {
+	cfg, _, err := e.loadConfig(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	if file != "" {
+		cfg.Policy.File = file
+	}
+	if lockFile != "" {
+		cfg.Policy.LockFile = lockFile
+	}
+	in := &installation{cfg: cfg}
+	p, err := in.loadPolicy()
+	if err != nil {
+		return nil, nil, err
+	}
+	lock, err := in.loadLock()
+	return p, lock, err
+}
+
+// catalogHash returns the current definition hash of a tool.
+func (e *environment) catalogHash(ctx context.Context, f *installFlags, tool string) (string, error) {
+	defs, err := e.definitions(ctx, f)
+	if err != nil {
+		return "", err
+	}
+	if h, ok := defs[tool]; ok {
+		return h, nil
+	}
+	return "", fmt.Errorf("no tool %q in the catalog; pass --definition-hash to explain it anyway", tool)
+}
