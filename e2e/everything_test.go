@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -91,13 +92,32 @@ func everythingBinary(t *testing.T) string {
 
 // startEverything runs the everything-server on a free loopback port,
 // stateful or stateless, until the test ends, and returns its base URL
-// once it answers. It serves MCP at every path.
+// once it answers. It serves MCP at every path. The server takes a port
+// and cannot pick its own, so the port was free a moment before: if
+// another process took it meanwhile, the server exits and another port is
+// tried.
 func startEverything(t *testing.T, bin string, stateful bool) string {
+	t.Helper()
+	var failures []string
+	for range 3 {
+		base, err := tryEverything(t, bin, stateful)
+		if err == nil {
+			return base
+		}
+		failures = append(failures, err.Error())
+	}
+	t.Fatalf("the everything-server did not start:\n%s", strings.Join(failures, "\n"))
+	return ""
+}
+
+// tryEverything is one attempt of startEverything: it fails if the server
+// exits before it answers.
+func tryEverything(t *testing.T, bin string, stateful bool) (string, error) {
 	t.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	cmd := exec.Command(bin, "-http", addr, "-stateless="+strconv.FormatBool(!stateful))
-	stderr := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = stderr, stderr
+	output := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = output, output
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +125,7 @@ func startEverything(t *testing.T, bin string, stateful bool) string {
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("everything-server output:\n%s", stderr)
+			t.Logf("everything-server at %s, output:\n%s", addr, output)
 		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -121,18 +141,18 @@ func startEverything(t *testing.T, bin string, stateful bool) string {
 	for {
 		select {
 		case err := <-exited:
-			exited <- err
-			t.Fatalf("the everything-server exited before it answered: %v\n%s", err, stderr)
+			exited <- err // for the cleanup
+			return "", fmt.Errorf("it exited before it answered at %s: %v\n%s", addr, err, output)
 		default:
 		}
 		// Any answer will do: a GET without a session is refused.
 		resp, err := http.Get(base + "/mcp")
 		if err == nil {
 			resp.Body.Close()
-			return base
+			return base, nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the everything-server does not answer at %s after 30s: %v\n%s", base, err, stderr)
+			t.Fatalf("the everything-server does not answer at %s after 30s: %v\n%s", base, err, output)
 		}
 		time.Sleep(50 * time.Millisecond) // the poll interval of a bounded readiness loop
 	}
