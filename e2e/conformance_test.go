@@ -44,45 +44,72 @@ var modes = []string{"stateless", "stateful"}
 func TestConformance(t *testing.T) {
 	nt := requireTools(t)
 	t.Parallel()
-	expected := readExpected(t)
+	expected := readExpected(t, "conformance-expected.yaml", modes)
 	scenarios := listScenarios(t, nt)
-	for name := range expected {
-		if !slices.Contains(scenarios, name) {
-			t.Errorf("testdata/conformance-expected.yaml lists %q, which is not a scenario of the suite", name)
-		}
-	}
+	checkListed(t, "conformance-expected.yaml", expected, scenarios)
 
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			results := runSuite(t, nt, startTarget(t, mode == "stateful"))
-
-			var passed, failedAsExpected []string
-			for _, name := range scenarios {
-				checks, ran := results[name]
-				want := expected[name]
-				listed := slices.Contains(want.Modes, mode)
-				failures := failedChecks(checks)
-				switch {
-				case !ran:
-					t.Errorf("scenario %s did not run", name)
-				case len(failures) > 0 && !listed:
-					t.Errorf("scenario %s failed, and testdata/conformance-expected.yaml does not expect it to in the %s mode:\n  %s",
-						name, mode, strings.Join(failures, "\n  "))
-				case len(failures) == 0 && listed:
-					t.Errorf("scenario %s passes in the %s mode, but testdata/conformance-expected.yaml expects it to fail (%s): remove the mode from its entry, here and in docs/conformance.md",
-						name, mode, want.Reason)
-				case listed:
-					failedAsExpected = append(failedAsExpected, name)
-					t.Logf("scenario %s fails, as expected: %s\n  %s", name, want.Reason, strings.Join(failures, "\n  "))
-				default:
-					passed = append(passed, name)
-				}
-			}
-			t.Logf("%s mode, %d scenarios: %d passed, %d failed as expected\npassed: %s\nfailed as expected: %s",
-				mode, len(scenarios), len(passed), len(failedAsExpected), strings.Join(passed, ", "), strings.Join(failedAsExpected, ", "))
+			compareOutcomes(t, "conformance-expected.yaml", mode, scenarios, results, expected)
 		})
 	}
+}
+
+// compareOutcomes fails the test for each scenario whose outcome in mode
+// is not what file (in testdata) expects: one that fails and is not listed
+// for mode, one that is listed for mode and passes, one that did not run.
+// It logs the outcomes.
+func compareOutcomes(t *testing.T, file, mode string, scenarios []string, results map[string][]check, expected map[string]expectedFailure) {
+	t.Helper()
+	var passed, failedAsExpected []string
+	for _, name := range scenarios {
+		checks, ran := results[name]
+		want := expected[name]
+		listed := slices.Contains(want.Modes, mode)
+		failures := failedChecks(checks)
+		switch {
+		case !ran:
+			t.Errorf("scenario %s did not run", name)
+		case len(failures) > 0 && !listed:
+			t.Errorf("scenario %s failed, and testdata/%s does not expect it to in the %s mode:\n  %s",
+				name, file, mode, strings.Join(failures, "\n  "))
+		case len(failures) == 0 && listed:
+			t.Errorf("scenario %s passes in the %s mode, but testdata/%s expects it to fail (%s): remove the mode from its entry, here and in docs/conformance.md",
+				name, mode, file, want.Reason)
+		case listed:
+			failedAsExpected = append(failedAsExpected, name)
+			t.Logf("scenario %s fails, as expected: %s\n  %s", name, want.Reason, strings.Join(failures, "\n  "))
+		default:
+			passed = append(passed, name)
+		}
+	}
+	var warned, failed int
+	for _, name := range failedAsExpected {
+		if failedOnlyWarnings(results[name]) {
+			warned++
+		} else {
+			failed++
+		}
+	}
+	t.Logf("%s mode, %d scenarios: %d passed, %d failed as expected (%d of them with warnings only: pass/warn/fail %d/%d/%d)\npassed: %s\nfailed as expected: %s",
+		mode, len(scenarios), len(passed), len(failedAsExpected), warned, len(passed), warned, failed, strings.Join(passed, ", "), strings.Join(failedAsExpected, ", "))
+}
+
+// failedOnlyWarnings reports whether checks fail a scenario by warnings
+// alone, none a failure.
+func failedOnlyWarnings(checks []check) bool {
+	warned := false
+	for _, c := range checks {
+		switch c.Status {
+		case "FAILURE":
+			return false
+		case "WARNING":
+			warned = true
+		}
+	}
+	return warned
 }
 
 // startTarget starts the fixture upstream and Usher in front of it, in the
@@ -93,10 +120,16 @@ func startTarget(t *testing.T, stateful bool) string {
 	dir := t.TempDir()
 	config := filepath.Join(dir, "usher.yaml")
 	writeConfig(t, config, startFixture(t), stateful)
-	dataDir := filepath.Join(dir, "data")
+	return startBehindProxy(t, filepath.Join(dir, "data"), config)
+}
 
-	// Review the fixture's tools as an operator would, and check the
-	// policy against the lock, before Usher starts.
+// startBehindProxy reviews the upstreams' tools of config with `usher
+// tools lock` and checks the policy against the lock with `usher policy
+// check`, as an operator would, then starts Usher with dataDir and config,
+// and returns the endpoint the suite is to test: the authenticating
+// proxy's /mcp.
+func startBehindProxy(t *testing.T, dataDir, config string) string {
+	t.Helper()
 	offline := &usher{bin: usherBinary(t), dataDir: dataDir, config: config}
 	t.Log(offline.run(t, "tools", "lock"))
 	t.Log(offline.run(t, "policy", "check"))
@@ -145,10 +178,11 @@ type expectedFailure struct {
 	Reason string   `yaml:"reason"`
 }
 
-// readExpected reads the scenarios expected to fail, by name.
-func readExpected(t *testing.T) map[string]expectedFailure {
+// readExpected reads the scenarios expected to fail, by name, from file in
+// testdata, whose entries may name only modes.
+func readExpected(t *testing.T, file string, modes []string) map[string]expectedFailure {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "conformance-expected.yaml"))
+	b, err := os.ReadFile(filepath.Join("testdata", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,37 +190,57 @@ func readExpected(t *testing.T) map[string]expectedFailure {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&doc); err != nil {
-		t.Fatalf("testdata/conformance-expected.yaml: %v", err)
+		t.Fatalf("testdata/%s: %v", file, err)
 	}
 	for name, e := range doc {
 		if strings.TrimSpace(e.Reason) == "" {
-			t.Errorf("testdata/conformance-expected.yaml: %s has no reason", name)
+			t.Errorf("testdata/%s: %s has no reason", file, name)
 		}
 		if len(e.Modes) == 0 {
-			t.Errorf("testdata/conformance-expected.yaml: %s names no mode", name)
+			t.Errorf("testdata/%s: %s names no mode", file, name)
 		}
 		for _, m := range e.Modes {
 			if !slices.Contains(modes, m) {
-				t.Errorf("testdata/conformance-expected.yaml: %s names the mode %q; the modes are %q", name, m, modes)
+				t.Errorf("testdata/%s: %s names the mode %q; the modes are %q", file, name, m, modes)
 			}
 		}
 	}
 	return doc
 }
 
+// checkListed fails the test for each scenario of expected (read from file)
+// that is not a scenario of the suite.
+func checkListed(t *testing.T, file string, expected map[string]expectedFailure, scenarios []string) {
+	t.Helper()
+	for name := range expected {
+		if !slices.Contains(scenarios, name) {
+			t.Errorf("testdata/%s lists %q, which is not a scenario of the suite", file, name)
+		}
+	}
+}
+
 // writeConfig writes Usher's configuration from testdata/usher.yaml.tmpl.
 func writeConfig(t *testing.T, path, fixtureURL string, stateful bool) {
 	t.Helper()
-	tmpl, err := template.ParseFiles(filepath.Join("testdata", "usher.yaml.tmpl"))
+	writeConfigFrom(t, path, "usher.yaml.tmpl", "conformance.cedar", map[string]any{"FixtureURL": fixtureURL, "Stateful": stateful})
+}
+
+// writeConfigFrom writes Usher's configuration to path from the template
+// tmplFile in testdata, with data and, as Policy, the absolute path of
+// policyFile in testdata.
+func writeConfigFrom(t *testing.T, path, tmplFile, policyFile string, data map[string]any) {
+	t.Helper()
+	tmpl, err := template.ParseFiles(filepath.Join("testdata", tmplFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy, err := filepath.Abs(filepath.Join("testdata", "conformance.cedar"))
+	policy, err := filepath.Abs(filepath.Join("testdata", policyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
+	data["Policy"] = policy
 	var b bytes.Buffer
-	if err := tmpl.Option("missingkey=error").Execute(&b, map[string]any{"FixtureURL": fixtureURL, "Policy": policy, "Stateful": stateful}); err != nil {
+	if err := tmpl.Option("missingkey=error").Execute(&b, data); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {

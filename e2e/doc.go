@@ -4,6 +4,13 @@
 // the MCP Inspector CLI, and the official MCP conformance suite in server
 // mode against a fixture upstream that offers the suite's test tools.
 //
+// The suite also runs against a server from outside the project, the Go
+// SDK's conformance everything-server, built from the module go.mod
+// requires (everything_test.go): directly, in both of its modes, and
+// federated unmodified through Usher (prefix "none") in both of Usher's,
+// each run's outcomes compared with
+// testdata/conformance-everything-expected.yaml.
+//
 // The OAuth tests (oauth_test.go) drive Usher's authorization server: the
 // official MCP TypeScript SDK's client runs its own authorization flow
 // (testdata/oauth-client.mjs, which also plays the browser: the
