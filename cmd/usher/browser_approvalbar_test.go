@@ -120,7 +120,12 @@ func TestBrowserApprovalBar(t *testing.T) {
 	// A second press while the first goes is no second decision.
 	evaluate[bool](tb, `(document.querySelector(`+js(approvalBarApprove)+`).click(), true)`)
 	tb.waitUntil("the approval decided", `document.querySelector('.tool-card[data-call="call-bar-1"] .approval-card.is-decided')`)
-	tb.waitUntil("the focus on the decided card", `document.activeElement.matches('.tool-card[data-call="call-bar-1"] .approval-card.is-decided .approval-title')`)
+	tb.waitUntil("the focus on the decided card, in view", `(() => {
+		const title = document.activeElement;
+		if (!title.matches('.tool-card[data-call="call-bar-1"] .approval-card.is-decided .approval-title')) return false;
+		const r = title.getBoundingClientRect(), s = document.querySelector(".messages").getBoundingClientRect();
+		return r.top >= s.top && r.bottom <= s.bottom;
+	})()`)
 	tb.waitUntil("the bar gone", `document.querySelector(`+js(approvalBar)+`).hidden`)
 	tb.waitUntil("the reply after the approval", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent === "Saved your groceries.")`)
 	tb.waitBadge("Active")

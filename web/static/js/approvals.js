@@ -276,9 +276,14 @@ function decisionForm(view, options) {
       announce(decision === 'approve' ? `Approved ${view.tool}.` : `Denied ${view.tool}.`);
       if (options.onDecided) {
         options.onDecided({ view: data, args: rawAt(text, ['arguments']) });
-        // Keyboard users stay where they were: on the decided card.
+        // Keyboard users stay where they were: on the decided card — in
+        // view, also when the decision came from the pinned bar (the
+        // focus may be on it already, when focusing scrolls nothing).
         const again = document.querySelector(`[data-approval="${CSS.escape(view.id)}"] .approval-title`);
-        if (again) again.focus();
+        if (again) {
+          again.focus();
+          again.scrollIntoView({ block: 'nearest' });
+        }
       }
       return { ok: true, error: '' };
     } catch (err) {

@@ -488,7 +488,12 @@ export class Conversation {
           h('div', { class: 'tool-cards' }, card)));
         call = this.calls.get(d.toolCallId);
       }
+      // A focus in the card (an approval just decided) stays where it is
+      // on the screen as the result above it grows.
+      const focused = live && call.card.contains(document.activeElement) ? document.activeElement : null;
+      const before = focused && focused.getBoundingClientRect().top;
       this.toolResult(call, d, live);
+      if (focused && focused.isConnected) this.scroller.scrollTop += focused.getBoundingClientRect().top - before;
     }
   }
 
