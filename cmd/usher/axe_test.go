@@ -204,20 +204,23 @@ const screenshotCode = `func main() {
 }`
 
 // takeScreenshot takes the README's screenshot of the conversation shown:
-// light mode, 1280×1400 (screenshotWidth, screenshotHeight: the approval
-// card is tall), from the reply with the highlighted code down to the
-// approval waiting, without a focus ring.
+// light mode, 1280×1000 (screenshotWidth, screenshotHeight), from the
+// question down through the reply with the highlighted code to the start
+// of the approval's card, whose Approve and Deny are below: the approval
+// bar pinned above the message box offers them. No focus ring.
 func takeScreenshot(t *testing.T, tb *tab) {
 	t.Helper()
 	tb.do(chromedp.EmulateViewport(screenshotWidth, screenshotHeight))
 	tb.waitUntil("the screenshot's size", fmt.Sprintf(`innerWidth === %d`, screenshotWidth))
-	evaluate[bool](tb, `new Promise((resolve) => {
+	evaluate[bool](tb, `(() => {
 		document.activeElement.blur();
 		const scroller = document.querySelector(".messages");
-		const card = document.querySelector(".tool-card:has(.approval-card.is-pending)");
-		scroller.scrollTop += card.getBoundingClientRect().bottom - scroller.getBoundingClientRect().bottom + 12;
-		requestAnimationFrame(() => requestAnimationFrame(() => resolve(true)));
-	})`)
+		const question = document.querySelector("article.msg-user");
+		scroller.scrollTop += question.getBoundingClientRect().top - scroller.getBoundingClientRect().top - 12;
+		return true;
+	})()`)
+	tb.waitUntil("the approval bar", barShown)
+	evaluate[bool](tb, `new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(() => resolve(true))))`)
 	ctx, cancel := context.WithTimeout(tb.ctx, actionTimeout)
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	cancel()

@@ -51,7 +51,7 @@ const (
 	screenshotPath   = "../../docs/screenshot-conversation.png"
 	updateScreenshot = "USHER_UPDATE_SCREENSHOT"
 	screenshotWidth  = 1280
-	screenshotHeight = 1400
+	screenshotHeight = 1000
 )
 
 // tab is one browser tab and what its watchers saw.

@@ -225,7 +225,11 @@ export function approvalCard(item, options = {}) {
       view.approvers && view.approvers.length ? fact('Approver groups', view.approvers.map((g, i) => [i ? ', ' : '', code(g)])) : null)));
 
   if (view.status === 'pending' && (view.can_approve || view.can_deny)) {
-    card.append(decisionForm(view, options));
+    const form = decisionForm(view, options);
+    // The card's decision, for the pinned approval bar: decide('approve'
+    // or 'deny') as its buttons do.
+    card.decide = form.decide;
+    card.append(form);
   } else if (view.status === 'pending') {
     card.append(h('p', { class: 'hint' }, 'Another approver must decide this request.'));
   }
@@ -265,9 +269,16 @@ function decisionForm(view, options) {
   if (view.can_deny && !view.can_approve) {
     form.insertBefore(h('p', { class: 'hint' }, 'You asked for this call, so another approver must allow it; you may deny it.'), form.firstChild);
   }
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    const decision = e.submitter && e.submitter.value === 'approve' ? 'approve' : 'deny';
+  // decide sends the decision with the reason typed here: the form's
+  // buttons and the pinned approval bar (conversation.js) both decide
+  // through it, once at a time. It resolves to { ok } and, on a refusal,
+  // the error it shows.
+  let busy = false;
+  const decide = async (decision) => {
+    if (busy) return { ok: false, error: '' };
+    // A reason the card asks for is asked for here, by the card's field.
+    if (!form.reportValidity()) return { ok: false, error: '' };
+    busy = true;
     const buttons = form.querySelectorAll('button');
     buttons.forEach((b) => { b.disabled = true; });
     errorEl.textContent = '';
@@ -278,14 +289,28 @@ function decisionForm(view, options) {
       announce(decision === 'approve' ? `Approved ${view.name ?? view.tool}.` : `Denied ${view.name ?? view.tool}.`);
       if (options.onDecided) {
         options.onDecided({ view: data, args: rawAt(text, ['arguments']) });
-        // Keyboard users stay where they were: on the decided card.
+        // Keyboard users stay where they were: on the decided card — in
+        // view, also when the decision came from the pinned bar (the
+        // focus may be on it already, when focusing scrolls nothing).
         const again = document.querySelector(`[data-approval="${CSS.escape(view.id)}"] .approval-title`);
-        if (again) again.focus();
+        if (again) {
+          again.focus();
+          again.scrollIntoView({ block: 'nearest' });
+        }
       }
+      return { ok: true, error: '' };
     } catch (err) {
       errorEl.textContent = err instanceof APIError ? err.message : 'The decision could not be sent.';
       buttons.forEach((b) => { b.disabled = false; });
+      return { ok: false, error: errorEl.textContent };
+    } finally {
+      busy = false;
     }
+  };
+  form.decide = decide;
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    decide(e.submitter && e.submitter.value === 'approve' ? 'approve' : 'deny');
   });
   return form;
 }

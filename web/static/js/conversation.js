@@ -11,6 +11,7 @@ import { prettyValue, resultBlock } from './json.js';
 import { messageCopy } from './copy.js';
 import { RunStream } from './live.js';
 import { approvalCard, loadApproval, approvalStatus } from './approvals.js';
+import { ApprovalBar } from './approvalbar.js';
 import { runStatus, runTitle, isClosed, contextUse } from './status.js';
 import { summaryCard, CompactionMark, failedNote, continuedNote } from './compaction.js';
 import { exportRun } from './export.js';
@@ -75,6 +76,7 @@ export class Conversation {
     this.reloading = true;
     if (this.stream) this.stream.stop();
     if (this.observer) this.observer.disconnect();
+    if (this.approvalBar) this.approvalBar.destroy();
     Object.assign(this, {
       run: null, rendered: new Set(), calls: new Map(), firstSeq: 0, hasOlder: false, loadingOlder: false,
       draft: null, settled: new Set(), resumed: false, stream: null, observer: null, branches: null,
@@ -181,6 +183,7 @@ export class Conversation {
     window.removeEventListener('online', this.onOnline);
     if (this.stream) this.stream.stop();
     if (this.observer) this.observer.disconnect();
+    if (this.approvalBar) this.approvalBar.destroy();
   }
 
   build() {
@@ -234,8 +237,11 @@ export class Conversation {
     this.working = h('div', { class: 'working', hidden: true }, h('span', { class: 'dots', 'aria-hidden': 'true' }), 'Usher is working…');
     this.scroller = h('div', { class: 'messages', tabindex: '0', 'aria-label': 'Messages' }, this.olderBar, this.list, this.working);
 
+    // Above the message box: the approval waiting whose Approve and Deny
+    // are out of view.
+    this.approvalBar = new ApprovalBar(this.scroller, (id) => this.openApproval(id));
     this.footer = h('div', { class: 'composer-area' });
-    this.root.replaceChildren(header, this.scroller, this.footer);
+    this.root.replaceChildren(header, this.scroller, this.approvalBar.el, this.footer);
   }
 
   // applyRun shows the run's title, status and whether it takes messages.
@@ -482,7 +488,12 @@ export class Conversation {
           h('div', { class: 'tool-cards' }, card)));
         call = this.calls.get(d.toolCallId);
       }
+      // A focus in the card (an approval just decided) stays where it is
+      // on the screen as the result above it grows.
+      const focused = live && call.card.contains(document.activeElement) ? document.activeElement : null;
+      const before = focused && focused.getBoundingClientRect().top;
       this.toolResult(call, d, live);
+      if (focused && focused.isConnected) this.scroller.scrollTop += focused.getBoundingClientRect().top - before;
     }
   }
 
@@ -535,8 +546,10 @@ export class Conversation {
     const id = call.approvalId;
     // Focus in the card (a decision just made) stays on the card.
     const focusIn = () => call.slot.contains(document.activeElement);
-    const place = (card, hadFocus) => {
+    const place = (item, card, hadFocus) => {
       call.slot.replaceChildren(card);
+      if (item.view.status === 'pending') this.approvalBar.set(item, card);
+      else this.approvalBar.remove(item.view.id);
       if (hadFocus) card.querySelector('.approval-title').focus({ preventScroll: true });
     };
     // Until the call's next result, its pending one says where it stands.
@@ -562,12 +575,12 @@ export class Conversation {
       const hadFocus = focusIn();
       const pending = item.view.status === 'pending';
       standing(item.view);
-      place(approvalCard(item, {
+      place(item, approvalCard(item, {
         level: 4,
         onDecided: (decided) => {
           call.shown = JSON.stringify(decided.view);
           standing(decided.view);
-          place(approvalCard(decided, { level: 4 }), true);
+          place(decided, approvalCard(decided, { level: 4 }), true);
           this.app.approvalsChanged();
         },
       }), hadFocus);
@@ -576,20 +589,42 @@ export class Conversation {
         // its Approve and Deny buttons.
         call.reveal = false;
         const card = call.slot.firstElementChild;
-        const s = this.scroller;
-        const view = s.getBoundingClientRect();
-        const box = card.getBoundingClientRect();
-        const target = box.height <= view.height ? box : (card.querySelector('form.decision') || card).getBoundingClientRect();
-        if (target.bottom > view.bottom) s.scrollTop += target.bottom - view.bottom + 8;
-        else if (target.top < view.top) s.scrollTop -= view.top - target.top + 8;
+        this.bringIntoView(card, card.querySelector('form.decision') || card);
       }
     } catch (err) {
       if (this.destroyed) return;
+      this.approvalBar.remove(id);
       if (call.args) call.args.hidden = false;
       call.slot.replaceChildren(h('p', { class: 'hint' },
         err instanceof APIError && err.status === 404 ? 'This approval is not yours to see.' : `The approval could not be loaded: ${err.message}`,
         ' ', h('a', { href: `/approvals/${encodeURIComponent(id)}` }, 'Open it')));
     }
+  }
+
+  // bringIntoView scrolls the messages so that all of card shows when it
+  // fits, else part of it (its buttons, say).
+  bringIntoView(card, part) {
+    const s = this.scroller;
+    const view = s.getBoundingClientRect();
+    const box = card.getBoundingClientRect();
+    const target = box.height <= view.height ? box : part.getBoundingClientRect();
+    if (target.bottom > view.bottom) s.scrollTop += target.bottom - view.bottom + 8;
+    else if (target.top < view.top) s.scrollTop -= view.top - target.top + 8;
+  }
+
+  // openApproval brings the card of approval id into view, from its
+  // start (the call, why it waits, its arguments), with the focus on it:
+  // the approval bar's Open.
+  openApproval(id) {
+    const call = [...this.calls.values()].find((c) => c.approvalId === id);
+    const card = call && call.slot.querySelector(`[data-approval="${CSS.escape(id)}"]`);
+    if (!card) return;
+    call.card.open = true;
+    const s = this.scroller;
+    const top = card.getBoundingClientRect().top - s.getBoundingClientRect().top;
+    if (card.offsetHeight <= s.clientHeight) this.bringIntoView(card, card);
+    else s.scrollTop += top - 8; // too tall to show whole: from its start
+    card.querySelector('.approval-title').focus({ preventScroll: true });
   }
 
   // refreshApproval reloads an inline approval card after a decision made

@@ -170,6 +170,9 @@ export class RunStream {
     this.on.connection('polling');
     const since = Date.now();
     let backoff = 1000;
+    // Usher out of reach: said as 'reconnecting' until a poll gets
+    // through again (then 'polling' once more: what waits to be sent goes).
+    let unreachable = false;
     const generation = (this.generation = (this.generation || 0) + 1);
     while (!this.stopped && generation === this.generation) {
       if (Date.now() - since > RETRY_STREAM_AFTER && this.streamFailures < 6) {
@@ -181,12 +184,20 @@ export class RunStream {
       try {
         const page = await request(path.events(this.runId, { after: this.after, wait: POLL_WAIT }));
         backoff = 1000;
+        if (unreachable) {
+          unreachable = false;
+          this.on.connection('polling');
+        }
         for (const ev of page.events || []) this.deliver(ev);
         if (!page.hasMore && Date.now() - began < 1000) await sleep(2000); // a server without long-poll
       } catch (err) {
         if (err instanceof APIError && (err.status === 401 || err.status === 404)) {
           this.stop();
           return;
+        }
+        if (!unreachable && err instanceof APIError && err.code === 'network') {
+          unreachable = true;
+          this.on.connection('reconnecting');
         }
         await sleep(backoff);
         backoff = Math.min(backoff * 2, 30_000);

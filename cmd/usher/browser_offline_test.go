@@ -1,0 +1,67 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/assistant/model/modeltest"
+)
+
+// TestBrowserServerDown: Usher stops under an open conversation. The page
+// says so plainly — also once its stream gave up and it polls, as long as
+// the polls do not get through — and keeps a message typed meanwhile;
+// when Usher is back, the message goes, once.
+func TestBrowserServerDown(t *testing.T) {
+	ms := modeltest.NewServer(t)
+	addr := freeAddr(t)
+	dataDir := t.TempDir()
+	env := scriptedEnv(ms)
+	s1 := startServerIn(t, dataDir, env, "--addr", addr)
+	gail := userToken(t, s1, "gail")
+	tb := startBrowser(t)
+	tb.signIn(s1.url, "gail")
+	ms.Reply("Hello, Gail.")
+	runID := tb.startSession("hello")
+	tb.waitUntil("the first reply", `document.querySelectorAll("article.msg-assistant").length === 1`)
+	tb.waitBadge("Active")
+	tb.waitUntil("the run's live stream", `document.querySelector(`+js(liveConnection)+`)`)
+
+	tb.expectLog("ERR_CONNECTION_REFUSED")
+	tb.expectLog("ERR_EMPTY_RESPONSE")
+	tb.expectLog("ERR_CONNECTION_RESET")
+	tb.expectLog("Failed to load resource")
+	if err := s1.shutdown(); err != nil {
+		t.Fatalf("shutdown: %v\n%s", err, s1.stderr)
+	}
+	banner := `document.querySelector(".offline-banner") && !document.querySelector(".offline-banner").hidden`
+	tb.waitUntil("the offline banner", banner)
+	tb.trySend("sent while Usher was down")
+	tb.waitUntil("the message kept, said not sent", `document.querySelector(".composer .form-error")?.textContent.startsWith("Not sent") && document.querySelector(`+js(composerInput)+`).value.trim() === "sent while Usher was down"`)
+	// The stream gives up and the page polls: still out of reach, it says
+	// so.
+	events := "/api/assistant/runs/" + runID + "/events"
+	waitFor(t, 2*conditionTimeout, func() bool { return tb.sent("GET", events) > 0 })
+	tb.waitUntil("a poll refused", `performance.getEntriesByType("resource").some((e) => new URL(e.name).pathname === `+js(events)+` && e.responseEnd > 0)`)
+	if !evaluate[bool](tb, banner) || tb.text(`.conversation-title .connection`) != "Reconnecting…" {
+		t.Errorf("polling an Usher out of reach: banner shown %v, connection %q", evaluate[bool](tb, banner), tb.text(`.conversation-title .connection`))
+	}
+
+	ms.Reply("Welcome back.")
+	s2 := startServerIn(t, dataDir, env, "--addr", addr)
+	// The polls back off while Usher is away (up to 30 s apart): the
+	// next one gets through.
+	sentBack := `document.querySelector(` + js(composerInput) + `).value === "" && [...document.querySelectorAll("article.msg-user .msg-body")].some((e) => e.textContent === "sent while Usher was down")`
+	waitFor(t, 45*time.Second, func() bool { return evaluate[bool](tb, sentBack) })
+	tb.waitUntil("the banner gone", `document.querySelector(".offline-banner").hidden`)
+	tb.waitUntil("its reply", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent === "Welcome back.")`)
+	n := 0
+	for _, m := range apiMessages(t, s2, gail, runID) {
+		if d, _ := m["data"].(map[string]any); m["type"] == "message.user" && d["content"] == "sent while Usher was down" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the run holds the message %d times, want once", n)
+	}
+	tb.checkClean()
+}
