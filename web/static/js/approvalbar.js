@@ -7,6 +7,7 @@
 // many wait.
 
 import { h, uniqueId } from './dom.js';
+import { allowText } from './approvals.js';
 import { readable } from './json.js';
 
 const BRIEF = 120; // characters of the arguments shown (the card has them all)
@@ -21,10 +22,11 @@ export class ApprovalBar {
   // card of approval id into view and move the focus to it.
   constructor(scroller, open) {
     this.open = open;
-    this.entries = new Map(); // approval id -> { id, card, actions, tool, brief, inView }
+    this.entries = new Map(); // approval id -> { id, card, actions, allow, tool, brief, inView }
     this.current = null; // the entry the bar shows
     this.busy = false;
     const textId = uniqueId('approval-bar-text');
+    this.allow = h('span', {}, 'Allow ');
     this.tool = h('code');
     this.brief = h('code');
     this.more = h('span', { class: 'badge status-awaiting approval-bar-more', hidden: true });
@@ -36,7 +38,7 @@ export class ApprovalBar {
     this.el = h('section', { class: 'approval-bar', 'aria-label': 'Approval waiting', hidden: true },
       h('div', { class: 'approval-bar-inner' },
         h('div', { id: textId, class: 'approval-bar-text' },
-          h('p', { class: 'approval-bar-call' }, 'Allow ', this.tool, '?', ' ', this.more),
+          h('p', { class: 'approval-bar-call' }, this.allow, this.tool, '?', ' ', this.more),
           h('p', { class: 'approval-bar-brief' }, this.brief)),
         h('div', { class: 'approval-bar-actions' }, this.openButton, this.approve, this.deny),
         this.error));
@@ -65,7 +67,7 @@ export class ApprovalBar {
     if (old && this.observer) this.observer.unobserve(old.actions);
     const brief = readable(item.args ?? JSON.stringify(item.view.arguments));
     this.entries.set(id, {
-      id, card, actions, tool: item.view.tool,
+      id, card, actions, allow: allowText(item.view), tool: item.view.name ?? item.view.tool,
       brief: brief.length > BRIEF ? `${brief.slice(0, BRIEF - 1)}…` : brief,
       inView: true, // until the observer says otherwise: no flash as it arrives
     });
@@ -109,6 +111,7 @@ export class ApprovalBar {
       this.el.hidden = true;
       return;
     }
+    this.allow.textContent = shown.allow;
     this.tool.textContent = shown.tool;
     this.brief.textContent = shown.brief;
     this.more.hidden = waiting.length < 2;

@@ -167,7 +167,8 @@ const ACTIONS = {
   complete: ['Allow completing ', 'Completion of ', 'Completion of'],
 };
 const actionOf = (view) => ACTIONS[view.action] ?? ACTIONS.call_tool;
-const allowText = (view) => actionOf(view)[0];
+// allowText is how a pending approval's question begins ("Allow reading ").
+export const allowText = (view) => actionOf(view)[0];
 const doneText = (view) => actionOf(view)[1];
 const termOf = (view) => actionOf(view)[2];
 
