@@ -36,6 +36,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/usherhq/usher/bench/child"
 )
 
 //go:embed policy.cedar
@@ -104,26 +106,26 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	default:
 		return fmt.Errorf("-method must be tools/call, resources/read or prompts/get, not %q", o.method)
 	}
-	r := report{loadStart: loadAverage(), method: o.method, protocol: o.protocol, sdk: sdkVersion(), idempotencyKey: o.idempotencyKey && o.method == "tools/call"}
+	r := report{loadStart: child.LoadAverage(), method: o.method, protocol: o.protocol, sdk: sdkVersion(), idempotencyKey: o.idempotencyKey && o.method == "tools/call"}
 
-	up, upURL, err := startChild(dir, "upstream", o.upstream, upstreamReady)
+	up, upURL, err := child.Start("upstream", filepath.Join(dir, "upstream.log"), o.upstream, upstreamReady)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if e := up.stop(); err == nil {
+		if e := up.Stop(); err == nil {
 			err = e
 		}
 	}()
 
-	var proxy *child
+	var proxy *child.Process
 	var proxyURL string
 	if o.proxy != "" {
-		if proxy, proxyURL, err = startChild(dir, "proxy", o.proxy, proxyReady, "-upstream", upURL); err != nil {
+		if proxy, proxyURL, err = child.Start("proxy", filepath.Join(dir, "proxy.log"), o.proxy, proxyReady, "-upstream", upURL); err != nil {
 			return err
 		}
 		defer func() {
-			if e := proxy.stop(); err == nil {
+			if e := proxy.Stop(); err == nil {
 				err = e
 			}
 		}()
@@ -150,12 +152,12 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if _, err := usherCommand(ctx, o.usher, "tools", "lock", "--config", cfg); err != nil {
 		return err
 	}
-	u, usherURL, err := startChild(dir, "usher", o.usher, usherReady, "serve", "--config", cfg, "--addr", "127.0.0.1:0")
+	u, usherURL, err := child.Start("usher", filepath.Join(dir, "usher.log"), o.usher, usherReady, "serve", "--config", cfg, "--addr", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if e := u.stop(); err == nil {
+		if e := u.Stop(); err == nil {
 			err = e
 		}
 	}()
@@ -179,9 +181,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		}
 		defer p.close()
 	}
-	procs := processes{usher: u.pid(), upstream: up.pid(), db: db}
+	procs := processes{usher: u.Pid(), upstream: up.Pid(), db: db}
 	if proxy != nil {
-		procs.proxy = proxy.pid()
+		procs.proxy = proxy.Pid()
 	}
 
 	// Warm-up: connections, Usher's upstream session and tool list.
@@ -224,10 +226,10 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	var profile chan error
 	if o.profile != "" {
 		// Usher logs the debug listener's address before it serves.
-		log, _ := os.ReadFile(u.log)
+		log, _ := os.ReadFile(u.Log)
 		m := debugListen.FindSubmatch(log)
 		if m == nil {
-			return fmt.Errorf("usher's log names no debug listener: %s", u.log)
+			return fmt.Errorf("usher's log names no debug listener: %s", u.Log)
 		}
 		profile = make(chan error, 1)
 		go func() { profile <- takeProfile(ctx, string(m[1]), o.duration, o.profile) }()
@@ -267,7 +269,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return fmt.Errorf("%d calls through Usher left %d audit records, want at least %d", calls, r.auditRecords, 2*calls)
 	}
 	r.usherCalls = calls
-	r.loadEnd = loadAverage()
+	r.loadEnd = child.LoadAverage()
 	r.print(out)
 	return nil
 }

@@ -53,21 +53,3 @@ func selfCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
-
-// loadAverage returns the 1-minute load average, from /proc/loadavg, or
-// -1 when it cannot be read.
-func loadAverage() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return -1
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return -1
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		return -1
-	}
-	return v
-}

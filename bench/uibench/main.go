@@ -24,6 +24,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/usherhq/usher/bench/child"
 )
 
 type options struct {
@@ -70,7 +72,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	loadStart := loadAverage()
+	loadStart := child.LoadAverage()
 	engine, dsn := "SQLite", filepath.Join(dir, "data", "usher.db")
 	database := ""
 	if o.database != "" {
@@ -102,7 +104,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	running := u
 	defer func() {
 		if running != nil {
-			if e := running.stop(); err == nil {
+			if e := running.Stop(); err == nil {
 				err = e
 			}
 		}
@@ -124,7 +126,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 
 	// Usher stopped while the store is filled.
 	running = nil
-	if err := u.stop(); err != nil {
+	if err := u.Stop(); err != nil {
 		return err
 	}
 	s, err := seedRun(ctx, dsn, runID, o.messages)
@@ -166,7 +168,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 
 	fmt.Fprintf(out, "\nSessions UI, a conversation of %d messages (%d events), usher on %s, Chromium %dx%d\n", s.messages, s.lastSeq, engine, o.width, o.height)
-	fmt.Fprintf(out, "load average (1 min): %.2f at the start, %.2f at the end; seeding took %s\n\n", loadStart, loadAverage(), s.took.Round(time.Millisecond))
+	fmt.Fprintf(out, "load average (1 min): %.2f at the start, %.2f at the end; seeding took %s\n\n", loadStart, child.LoadAverage(), s.took.Round(time.Millisecond))
 	row := func(name string, v []float64, goal float64) {
 		fmt.Fprintf(out, "  %-44s median %6.0f ms  max %6.0f ms  (%s)\n", name, median(v), slices.Max(v), verdict(median(v), slices.Max(v), goal))
 	}
