@@ -231,14 +231,9 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	now := h.s.now()
-	views := make([]view, len(list))
-	for i, a := range list {
-		views[i] = h.s.viewOf(a, p, now)
-	}
 	httpx.WriteJSON(w, http.StatusOK, struct {
 		Approvals []view `json:"approvals"`
-	}{views})
+	}{h.views(list, p)})
 }
 
 // listDecided answers a page of the decided approvals p may see.
@@ -253,15 +248,20 @@ func (h *handler) listDecided(w http.ResponseWriter, r *http.Request, p identity
 		h.fail(w, r, err)
 		return
 	}
-	now := h.s.now()
-	views := make([]view, len(list))
-	for i, a := range list {
-		views[i] = h.s.viewOf(a, p, now)
-	}
 	httpx.WriteJSON(w, http.StatusOK, struct {
 		Approvals  []view `json:"approvals"`
 		NextCursor string `json:"next_cursor,omitempty"`
-	}{views, next})
+	}{h.views(list, p), next})
+}
+
+// views shows each approval of list as p sees it now.
+func (h *handler) views(list []Approval, p identity.Principal) []view {
+	now := h.s.now()
+	out := make([]view, len(list))
+	for i, a := range list {
+		out[i] = h.s.viewOf(a, p, now)
+	}
+	return out
 }
 
 func (h *handler) get(w http.ResponseWriter, r *http.Request) {

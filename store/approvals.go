@@ -349,35 +349,10 @@ ORDER BY created_at, id`)
 	// ($6). Each half reads its own index (approvals_*_ended_idx, whose
 	// key and predicate it repeats) up to the limit; the page is the
 	// newest of both.
-	listDecidedApprovals = perEngine(`
-SELECT `+approvalColumns+` FROM approvals
-WHERE id IN (
-	SELECT id FROM (
-		SELECT id FROM approvals
-		WHERE principal = $1 AND status <> 'pending' AND `+afterCursor+`
-		ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6) AS mine
-	UNION
-	SELECT id FROM (
-		SELECT id FROM approvals
-		WHERE tenant = $3 AND status <> 'pending' AND `+afterCursor+`
-			AND EXISTS (SELECT 1 FROM json_array_elements_text(approvers) AS g(name)
-				WHERE g.name IN (SELECT value FROM json_array_elements_text($2::json)))
-		ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6) AS theirs)
-ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6`, `
-SELECT `+approvalColumns+` FROM approvals
-WHERE id IN (
-	SELECT id FROM (
-		SELECT id FROM approvals
-		WHERE principal = $1 AND status <> 'pending' AND `+afterCursor+`
-		ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6) AS mine
-	UNION
-	SELECT id FROM (
-		SELECT id FROM approvals
-		WHERE tenant = $3 AND status <> 'pending' AND `+afterCursor+`
-			AND EXISTS (SELECT 1 FROM json_each(approvals.approvers) AS g
-				WHERE g.value IN (SELECT value FROM json_each($2)))
-		ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6) AS theirs)
-ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6`)
+	listDecidedApprovals = perEngine(decidedApprovals(`json_array_elements_text(approvers) AS g(name)
+				WHERE g.name IN (SELECT value FROM json_array_elements_text($2::json))`),
+		decidedApprovals(`json_each(approvals.approvers) AS g
+				WHERE g.value IN (SELECT value FROM json_each($2))`))
 
 	// setApprovalDecision is the compare-and-swap of a decision.
 	setApprovalDecision = sql1(`
@@ -738,4 +713,23 @@ func scanApproval(row rowScanner) (Approval, error) {
 		return Approval{}, err
 	}
 	return a, nil
+}
+
+// decidedApprovals is listDecidedApprovals with member, the engine's
+// clause that finds one of the approval's approver groups among $2.
+func decidedApprovals(member string) string {
+	return `
+SELECT ` + approvalColumns + ` FROM approvals
+WHERE id IN (
+	SELECT id FROM (
+		SELECT id FROM approvals
+		WHERE principal = $1 AND status <> 'pending' AND ` + afterCursor + `
+		ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6) AS mine
+	UNION
+	SELECT id FROM (
+		SELECT id FROM approvals
+		WHERE tenant = $3 AND status <> 'pending' AND ` + afterCursor + `
+			AND EXISTS (SELECT 1 FROM ` + member + `)
+		ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6) AS theirs)
+ORDER BY coalesce(decided_at, updated_at) DESC, id DESC LIMIT $6`
 }
