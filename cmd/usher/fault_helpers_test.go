@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -673,4 +674,22 @@ func faultLines(lines []string, n int) string {
 		return strings.Join(lines, "\n")
 	}
 	return strings.Join(lines[:n], "\n") + fmt.Sprintf("\n… and %d more", len(lines)-n)
+}
+
+// faultProxyStacks returns the stacks of this process's goroutines that
+// run the fault tests' model proxy or balancer: where a request they hold
+// waits.
+func faultProxyStacks() string {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var kept []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "modelProxy") || strings.Contains(g, "balancer") {
+			kept = append(kept, g)
+		}
+	}
+	if len(kept) == 0 {
+		return "(none running)"
+	}
+	return strings.Join(kept, "\n\n")
 }

@@ -23,6 +23,7 @@ const (
 	faultLease         = 5 * time.Second
 	faultPostFor       = 10 * time.Second // a client retries a message this long
 	faultRecovery      = 15 * time.Second // lease + sweep + the work left
+	faultModelTimeout  = 8 * time.Second  // one model step, in the flaps
 	// faultTakeoverBound is the loose bound of a takeover: the fix takes
 	// over within lease + 1 s; a takeover that waits for the sweep
 	// (faultTakeoverSweep) is far beyond it.
@@ -52,7 +53,18 @@ func TestFault(t *testing.T) {
 func testFaultFlaps(t *testing.T, bin string) {
 	c := newFaultCluster(t, bin, faultStep,
 		"USHER_ASSISTANT_LEASE="+faultLease.String(), "USHER_ASSISTANT_SWEEP_INTERVAL=5s",
-		"USHER_ASSISTANT_MAX_ACTIVE_RUNS=50", "USHER_ASSISTANT_MAX_CONCURRENCY=10")
+		"USHER_ASSISTANT_MAX_ACTIVE_RUNS=50", "USHER_ASSISTANT_MAX_CONCURRENCY=10",
+		// A model answer that stalls (it happened in the test's model
+		// proxy: a replica waited for its response headers past the
+		// recovery bound) ends its turn visibly within this, as
+		// model.timeout bounds a real model's; the proxy's goroutines are
+		// printed when the test fails (faultProxyStacks).
+		"USHER_MODEL_TIMEOUT="+faultModelTimeout.String())
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the test's model proxy and balancer at the end:\n%s", faultProxyStacks())
+		}
+	})
 	a, b := c.start("a"), c.start("b")
 	c.lb.set(a.url, b.url)
 	c.signIn()
