@@ -14,6 +14,10 @@ import (
 	"time"
 )
 
+// UsherReady matches the line `usher serve` prints once it serves; its
+// submatch is the URL.
+var UsherReady = regexp.MustCompile(`Usher is running at (http://\S+)`)
+
 // Process is a process a benchmark started.
 type Process struct {
 	Name string

@@ -83,7 +83,6 @@ func main() {
 var (
 	upstreamReady = regexp.MustCompile(`^echo upstream at (http://\S+)`)
 	proxyReady    = regexp.MustCompile(`^proxy at (http://\S+)`)
-	usherReady    = regexp.MustCompile(`Usher is running at (http://\S+)`)
 	debugListen   = regexp.MustCompile(`msg="debug listener \(pprof, expvar\)" listen=(\S+)`)
 	auditIntact   = regexp.MustCompile(`audit log intact: (\d+) records`)
 )
@@ -152,7 +151,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if _, err := usherCommand(ctx, o.usher, "tools", "lock", "--config", cfg); err != nil {
 		return err
 	}
-	u, usherURL, err := child.Start("usher", filepath.Join(dir, "usher.log"), o.usher, usherReady, "serve", "--config", cfg, "--addr", "127.0.0.1:0")
+	u, usherURL, err := child.Start("usher", filepath.Join(dir, "usher.log"), o.usher, child.UsherReady, "serve", "--config", cfg, "--addr", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}

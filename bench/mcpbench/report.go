@@ -74,15 +74,13 @@ func (r report) print(w io.Writer) {
 	fmt.Fprintln(w)
 
 	fmt.Fprintf(w, "c=%d, %s each alone   calls/s    p50 ms    p99 ms | CPU ms/call: usher   proxy  upstream  postgres  client\n", r.concurrency, r.duration)
-	phases := []struct {
+	type named struct {
 		name string
 		p    phase
-	}{{"through Usher", r.c8Usher}, {"direct       ", r.c8Direct}}
+	}
+	phases := []named{{"through Usher", r.c8Usher}, {"direct       ", r.c8Direct}}
 	if r.proxy {
-		phases = append(phases, struct {
-			name string
-			p    phase
-		}{"through proxy", r.c8Proxy})
+		phases = append(phases, named{"through proxy", r.c8Proxy})
 	}
 	for _, x := range phases {
 		usher, pg, proxy := msf(x.p.cpu.usher), pgCPU(x.p.cpu), "-"

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,12 +14,10 @@ import (
 	"github.com/usherhq/usher/bench/child"
 )
 
-var usherReady = regexp.MustCompile(`Usher is running at (http://\S+)`)
-
 // startUsher starts `usher serve` with the configuration cfg on addr,
 // its output appended to logPath, and waits until it says where it runs.
 func startUsher(bin, cfg, addr, logPath string) (*child.Process, string, error) {
-	return child.Start("usher", logPath, bin, usherReady, "serve", "--config", cfg, "--addr", addr)
+	return child.Start("usher", logPath, bin, child.UsherReady, "serve", "--config", cfg, "--addr", addr)
 }
 
 // freeAddr is a loopback address with a port free now: Usher is started
