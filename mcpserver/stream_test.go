@@ -27,13 +27,7 @@ import (
 // that reason, told apart from a lost connection; a retry of the same key
 // does not run it again.
 func TestUpstreamStreamEndsWithoutAnswer(t *testing.T) {
-	var runs atomic.Int32
-	up := mcp.NewServer(&mcp.Implementation{Name: "closer", Version: "1"}, nil)
-	up.AddTool(&mcp.Tool{Name: "charge", InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			runs.Add(1)
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "charged"}}}, nil
-		})
+	up, runs := chargeServer("closer")
 	up.AddResource(&mcp.Resource{URI: "test://doc", Name: "doc"}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "test://doc", Text: "doc"}}}, nil
 	})
@@ -99,11 +93,7 @@ func TestUpstreamStreamEndsWithoutAnswer(t *testing.T) {
 // TestLostConnectionIsNotAStreamEnd: a connection lost before the
 // answer is the general unknown outcome, without the stream's reason.
 func TestLostConnectionIsNotAStreamEnd(t *testing.T) {
-	up := mcp.NewServer(&mcp.Implementation{Name: "flaky", Version: "1"}, nil)
-	up.AddTool(&mcp.Tool{Name: "charge", InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return &mcp.CallToolResult{}, nil
-		})
+	up, _ := chargeServer("flaky")
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, &mcp.StreamableHTTPOptions{Stateless: true})
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)

@@ -20,13 +20,7 @@ import (
 // and not "the tool failed" — and a retry of the same key does not run it
 // again. A call that cannot reach the upstream at all was not run.
 func TestUpstreamLostAfterTheCallWentOut(t *testing.T) {
-	var runs atomic.Int32
-	up := mcp.NewServer(&mcp.Implementation{Name: "flaky", Version: "1"}, nil)
-	up.AddTool(&mcp.Tool{Name: "charge", InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			runs.Add(1)
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "charged"}}}, nil
-		})
+	up, runs := chargeServer("flaky")
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, &mcp.StreamableHTTPOptions{Stateless: true})
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -73,4 +67,17 @@ func TestUpstreamLostAfterTheCallWentOut(t *testing.T) {
 	if !res.IsError || strings.Contains(text(res), "outcome is unknown") {
 		t.Errorf("a call to an upstream that is down = %q, want a failure that ran nothing", text(res))
 	}
+}
+
+// chargeServer is an upstream MCP server named name with one tool,
+// charge, which answers "charged", and the count of its runs.
+func chargeServer(name string) (*mcp.Server, *atomic.Int32) {
+	runs := new(atomic.Int32)
+	up := mcp.NewServer(&mcp.Implementation{Name: name, Version: "1"}, nil)
+	up.AddTool(&mcp.Tool{Name: "charge", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			runs.Add(1)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "charged"}}}, nil
+		})
+	return up, runs
 }
