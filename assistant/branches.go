@@ -370,12 +370,10 @@ func (rt *Runtime) handleRegenerate(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, errUnauthenticated)
 		return
 	}
-	if r.ContentLength != 0 {
-		var body struct{}
-		if err := decode(r, &body); err != nil {
-			rt.fail(w, r, err)
-			return
-		}
+	var body struct{}
+	if err := decodeOptional(r, &body); err != nil {
+		rt.fail(w, r, err)
+		return
 	}
 	key, err := idempotencyKey(r)
 	if err != nil {

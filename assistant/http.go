@@ -1,6 +1,7 @@
 package assistant
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -110,11 +111,30 @@ var errUnauthenticated = httpx.Errorf(http.StatusUnauthorized, "unauthenticated"
 
 // decode reads a JSON object body into v, refusing unknown fields and
 // trailing data.
-func decode(r *http.Request, v any) error {
+func decode(r *http.Request, v any) error { return decodeBody(r, v, false) }
+
+// decodeOptional is decode for a request whose body may be left out: an
+// empty body, whether it says so with Content-Length: 0 or is sent chunked
+// with no bytes, leaves v as it is.
+func decodeOptional(r *http.Request, v any) error { return decodeBody(r, v, true) }
+
+// decodeBody is decode, and decodeOptional when optional.
+func decodeBody(r *http.Request, v any, optional bool) error {
+	body := io.Reader(r.Body)
+	if optional {
+		if r.ContentLength == 0 {
+			return nil
+		}
+		b := bufio.NewReader(r.Body)
+		if _, err := b.Peek(1); errors.Is(err, io.EOF) {
+			return nil
+		}
+		body = b
+	}
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
 		return httpx.Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "Send the body as application/json.")
 	}
-	dec := json.NewDecoder(r.Body)
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var tooLarge *http.MaxBytesError
@@ -274,12 +294,10 @@ func (rt *Runtime) handleCompact(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, errUnauthenticated)
 		return
 	}
-	if r.ContentLength > 0 {
-		var body struct{}
-		if err := decode(r, &body); err != nil {
-			rt.fail(w, r, err)
-			return
-		}
+	var body struct{}
+	if err := decodeOptional(r, &body); err != nil {
+		rt.fail(w, r, err)
+		return
 	}
 	key, err := idempotencyKey(r)
 	if err != nil {
@@ -338,11 +356,9 @@ func (rt *Runtime) handleCreate(w http.ResponseWriter, r *http.Request) {
 		Metadata json.RawMessage `json:"metadata"`
 		Model    *string         `json:"model"`
 	}
-	if r.ContentLength != 0 {
-		if err := decode(r, &body); err != nil {
-			rt.fail(w, r, err)
-			return
-		}
+	if err := decodeOptional(r, &body); err != nil {
+		rt.fail(w, r, err)
+		return
 	}
 	key, err := idempotencyKey(r)
 	if err != nil {
