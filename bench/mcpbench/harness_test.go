@@ -48,6 +48,11 @@ func TestShortRun(t *testing.T) {
 					t.Errorf("no %s in the report", key)
 				}
 			}
+			// Usher's runtime counted the calls' allocations: every call
+			// allocates, so none counted means the statistics were not read.
+			if m := regexp.MustCompile(`(?m)^seq_allocs_per_call_usher (\d+)$`).FindSubmatch(out.Bytes()); m == nil || string(m[1]) == "0" {
+				t.Errorf("seq_allocs_per_call_usher = %q, want a positive count", m)
+			}
 			if m := regexp.MustCompile(`(?m)^pairs (\d+)$`).FindSubmatch(out.Bytes()); m == nil || string(m[1]) != "30" {
 				t.Errorf("pairs = %q, want 30", m)
 			}

@@ -144,7 +144,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	} else {
 		r.engine = "SQLite"
 	}
-	cfg, err := writeConfig(dir, upURL, db, o.profile != "")
+	cfg, err := writeConfig(dir, upURL, db)
 	if err != nil {
 		return err
 	}
@@ -160,6 +160,13 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			err = e
 		}
 	}()
+	// Usher logs the debug listener's address before it serves.
+	log, _ := os.ReadFile(u.Log)
+	m := debugListen.FindSubmatch(log)
+	if m == nil {
+		return fmt.Errorf("usher's log names no debug listener: %s", u.Log)
+	}
+	debugAddr := string(m[1])
 	token, err := usherCommand(ctx, o.usher, "token", "mcp", "--sub", "bench-user", "--config", cfg, "--addr", strings.TrimPrefix(usherURL, "http://"))
 	if err != nil {
 		return err
@@ -199,6 +206,10 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	memBefore, err := sampleMemory(ctx, debugAddr)
+	if err != nil {
+		return err
+	}
 	sides := make([][]time.Duration, len(paths))
 	for range o.pairs {
 		for i, p := range paths {
@@ -219,19 +230,18 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	memAfter, err := sampleMemory(ctx, debugAddr)
+	if err != nil {
+		return err
+	}
 	r.seqCPU = after.since(before, o.pairs)
+	r.seqMemory = memAfter.since(memBefore, o.pairs)
 
 	// Throughput: each path alone, with o.concurrency clients.
 	var profile chan error
 	if o.profile != "" {
-		// Usher logs the debug listener's address before it serves.
-		log, _ := os.ReadFile(u.Log)
-		m := debugListen.FindSubmatch(log)
-		if m == nil {
-			return fmt.Errorf("usher's log names no debug listener: %s", u.Log)
-		}
 		profile = make(chan error, 1)
-		go func() { profile <- takeProfile(ctx, string(m[1]), o.duration, o.profile) }()
+		go func() { profile <- takeProfile(ctx, debugAddr, o.duration, o.profile) }()
 	}
 	if r.c8Usher, err = throughput(ctx, via, o.duration, keys, procs); err != nil {
 		return err
@@ -258,12 +268,12 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	m := auditIntact.FindStringSubmatch(verify)
+	intact := auditIntact.FindStringSubmatch(verify)
 	calls := via.calls.Load()
-	if m == nil {
+	if intact == nil {
 		return fmt.Errorf("usher audit verify: %s", verify)
 	}
-	fmt.Sscan(m[1], &r.auditRecords) //nolint:errcheck // the pattern matched digits
+	fmt.Sscan(intact[1], &r.auditRecords) //nolint:errcheck // the pattern matched digits
 	if r.auditRecords < 2*calls {
 		return fmt.Errorf("%d calls through Usher left %d audit records, want at least %d", calls, r.auditRecords, 2*calls)
 	}
@@ -275,23 +285,22 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 
 // writeConfig writes Usher's configuration for the run: the upstream, the
 // benchmark's policy (echo allowed unattended), the database, and the
-// debug listener when a profile is wanted.
-func writeConfig(dir, upstreamURL string, db *benchDatabase, debugListener bool) (string, error) {
+// debug listener (on loopback), which the run reads Usher's memory
+// statistics from and takes a profile through.
+func writeConfig(dir, upstreamURL string, db *benchDatabase) (string, error) {
 	policyFile := filepath.Join(dir, "policy.cedar")
 	if err := os.WriteFile(policyFile, policy, 0o600); err != nil {
 		return "", err
 	}
-	var database, debugAddr string
+	var database string
 	if db != nil {
 		database = fmt.Sprintf("database:\n  url: %q\n", db.url)
-	}
-	if debugListener {
-		debugAddr = "  debug_addr: 127.0.0.1:0\n"
 	}
 	// The longest broker token lifetime, so that long runs keep theirs.
 	yaml := fmt.Sprintf(`server:
   data_dir: %q
-%s%sbroker:
+  debug_addr: 127.0.0.1:0
+%sbroker:
   token_lifetime: 15m
 mcp:
   upstreams:
@@ -300,7 +309,7 @@ mcp:
 policy:
   file: %q
   lock_file: %q
-`, filepath.Join(dir, "data"), debugAddr, database, upstreamURL, policyFile, filepath.Join(dir, "tools.lock"))
+`, filepath.Join(dir, "data"), database, upstreamURL, policyFile, filepath.Join(dir, "tools.lock"))
 	cfg := filepath.Join(dir, "usher.yaml")
 	return cfg, os.WriteFile(cfg, []byte(yaml), 0o600)
 }

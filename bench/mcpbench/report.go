@@ -19,6 +19,7 @@ type report struct {
 	seqProxy          pairedResult
 	usherOverProxy    time.Duration
 	seqCPU            cpuPerCall
+	seqMemory         memoryPerCall
 	concurrency       int
 	duration          time.Duration
 	c8Usher, c8Direct phase
@@ -71,6 +72,8 @@ func (r report) print(w io.Writer) {
 		fmt.Fprintf(w, "  Usher against the proxy: added p50 %.2fx, p99 %.2fx the proxy's; Usher over the proxy (A − C), p50 +%s ms\n",
 			ratio(r.seq.AddedP50, r.seqProxy.AddedP50), ratio(r.seq.AddedP99, r.seqProxy.AddedP99), msf(r.usherOverProxy))
 	}
+	fmt.Fprintf(w, "  Usher's heap per call (its runtime's statistics): %.0f allocations, %.1f KiB, %.1f GC cycles per 1,000 calls\n",
+		r.seqMemory.allocs, r.seqMemory.bytes/1024, 1000*r.seqMemory.gcs)
 	fmt.Fprintln(w)
 
 	fmt.Fprintf(w, "c=%d, %s each alone   calls/s    p50 ms    p99 ms | CPU ms/call: usher   proxy  upstream  postgres  client\n", r.concurrency, r.duration)
@@ -122,6 +125,9 @@ func (r report) print(w io.Writer) {
 	kv("direct_p99_ms", msf(r.seq.DirectP99))
 	kv("seq_cpu_ms_per_call_usher", msf(r.seqCPU.usher))
 	kv("seq_cpu_ms_per_call_postgres", pgCPU(r.seqCPU))
+	kv("seq_allocs_per_call_usher", fmt.Sprintf("%.0f", r.seqMemory.allocs))
+	kv("seq_alloc_kib_per_call_usher", fmt.Sprintf("%.1f", r.seqMemory.bytes/1024))
+	kv("seq_gc_cycles_per_1000_calls_usher", fmt.Sprintf("%.1f", 1000*r.seqMemory.gcs))
 	kv("concurrency", r.concurrency)
 	kv("c_usher_calls_per_s", fmt.Sprintf("%.0f", r.c8Usher.rate()))
 	kv("c_direct_calls_per_s", fmt.Sprintf("%.0f", r.c8Direct.rate()))
