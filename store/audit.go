@@ -74,20 +74,31 @@ func checkAuditRecord(r AuditRecord, head AuditHead) error {
 	if r.Latency < 0 || r.Latency%time.Microsecond != 0 {
 		errs = append(errs, fmt.Errorf("audit record latency %v is not a whole, non-negative number of microseconds", r.Latency))
 	}
-	texts := []struct{ name, value string }{
-		{"kind", r.Kind}, {"principal", r.Principal}, {"client id", r.ClientID},
-		{"token id", r.TokenJTI}, {"tool", r.Tool}, {"definition hash", r.DefinitionHash},
-		{"arguments hash", r.ArgumentsHash}, {"decision", r.Decision}, {"policy hash", r.PolicyHash},
-		{"approval id", r.ApprovalID}, {"run id", r.RunID}, {"outcome", r.Outcome},
-		{"hash", r.Hash},
+	// The names are whole literals: every record is checked on the way to
+	// the log, and only a failing check needs its name.
+	texts := [...]struct{ name, value string }{
+		{"audit record kind", r.Kind}, {"audit record principal", r.Principal},
+		{"audit record client id", r.ClientID}, {"audit record token id", r.TokenJTI},
+		{"audit record tool", r.Tool}, {"audit record definition hash", r.DefinitionHash},
+		{"audit record arguments hash", r.ArgumentsHash}, {"audit record decision", r.Decision},
+		{"audit record policy hash", r.PolicyHash}, {"audit record approval id", r.ApprovalID},
+		{"audit record run id", r.RunID}, {"audit record outcome", r.Outcome},
+		{"audit record hash", r.Hash},
 	}
 	for _, f := range texts {
-		errs = append(errs, checkText("audit record "+f.name, f.value))
+		if err := checkText(f.name, f.value); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	errs = append(errs,
+	for _, err := range []error{
 		checkTime("audit record time", r.At),
 		checkNames("audit record policy id", r.PolicyIDs),
-		checkJSON("audit record details", r.Details))
+		checkJSON("audit record details", r.Details),
+	} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return invalid(errs...)
 }
 

@@ -217,7 +217,10 @@ func checkNames(what string, names []string) error {
 		if n == "" {
 			errs = append(errs, fmt.Errorf("%s #%d is empty", what, i+1))
 		}
-		errs = append(errs, checkText(fmt.Sprintf("%s #%d", what, i+1), n))
+		if checkText(what, n) != nil {
+			// Named only when it fails: names are checked on every write.
+			errs = append(errs, checkText(fmt.Sprintf("%s #%d", what, i+1), n))
+		}
 	}
 	return errors.Join(errs...)
 }
