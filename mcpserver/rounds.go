@@ -41,10 +41,12 @@ const (
 const DefaultInputLifetime = 10 * time.Minute
 
 // maxUpstreamState bounds an upstream's own requestState that Usher
-// carries in its own; maxRequestState bounds Usher's.
+// carries in its own; maxRequestState bounds Usher's, which holds it
+// JSON-escaped (at most six bytes a byte) and base64url-encoded (4/3):
+// about 256 KiB at most, well within a request body's default limit.
 const (
-	maxUpstreamState = 64 << 10
-	maxRequestState  = 96 << 10
+	maxUpstreamState = 32 << 10
+	maxRequestState  = 384 << 10
 )
 
 // newStateSealer is the sealer of Usher's request states, under a key
@@ -292,7 +294,10 @@ func (s *Server) askForInput(ctx context.Context, call Call, ev Event, key strin
 		Principal: call.Principal, ClientID: call.ClientID, RunID: call.RunID, Action: call.Action, Name: call.Tool,
 		ArgumentsHash: call.ArgumentsHash, Key: key, Requests: ids, Upstream: ask.state,
 	}, s.opts.Now().Add(s.opts.InputLifetime))
-	if err != nil || len(state) > maxRequestState {
+	if err == nil && len(state) > maxRequestState {
+		err = errors.New("it is too long")
+	}
+	if err != nil {
 		return "", fmt.Errorf("the request state could not be sealed: %w", err)
 	}
 	ev.Outcome, ev.Latency = OutcomeInputRequired, s.opts.Now().Sub(start)
