@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/usherhq/usher/store"
@@ -411,4 +413,59 @@ func TestInputRequestsFeatures(t *testing.T) {
 	if got := e.auditKinds("as__greet"); !slices.Equal(got, []string{KindDecision, KindElicitationRequested, KindInputRequired, KindDecision, KindRequestAnswered, KindExecuted}) {
 		t.Errorf("prompt audit %v", got)
 	}
+}
+
+// TestInputRequestsFeatureApproval: a prompt that needs approval needs one
+// for all its rounds, used up by the round that completes.
+func TestInputRequestsFeatureApproval(t *testing.T) {
+	a := newAsker(t)
+	e := askerEnv(t, a, map[string]Decision{}, envConfig{})
+	cs := e.connect(alice, "", rounds(), "2026-07-28")
+	_, err := cs.GetPrompt(t.Context(), &mcp.GetPromptParams{Name: "as__greet"})
+	id := approvalOf(t, err)
+	if _, err := e.store.DecideApproval(t.Context(), id, store.ApprovalApproved, alice, "", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	status := func() store.ApprovalStatus {
+		ap, err := e.store.GetApproval(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ap.Status
+	}
+	p, err := cs.GetPrompt(t.Context(), &mcp.GetPromptParams{Name: "as__greet"})
+	if err != nil || !p.NeedsInput() {
+		t.Fatalf("the first round = %+v, %v; want a request for input", p, err)
+	}
+	if got := status(); got != store.ApprovalApproved {
+		t.Errorf("after the round that asked for input the approval is %s, want approved", got)
+	}
+	done, err := cs.GetPrompt(t.Context(), &mcp.GetPromptParams{Name: "as__greet", InputResponses: accepted("Ada"), RequestState: p.RequestState})
+	if err != nil || done.NeedsInput() || len(done.Messages) != 1 {
+		t.Fatalf("the retry = %+v, %v", done, err)
+	}
+	if got := status(); got != store.ApprovalConsumed {
+		t.Errorf("after the completing round the approval is %s, want consumed", got)
+	}
+}
+
+// TestSecretRequired: a Server without a secret for its request states
+// does not start.
+func TestSecretRequired(t *testing.T) {
+	for _, secret := range [][]byte{nil, []byte("too short")} {
+		if _, err := New(&Options{Secret: secret}); err == nil || !strings.Contains(err.Error(), "Secret") {
+			t.Errorf("New with a secret of %d bytes: %v, want it refused", len(secret), err)
+		}
+	}
+}
+
+// approvalOf returns the id of the approval a request's error asks for.
+func approvalOf(t *testing.T, err error) string {
+	t.Helper()
+	var rpcErr *jsonrpc.Error
+	var data map[string]map[string]string
+	if !errors.As(err, &rpcErr) || rpcErr.Code != CodeApprovalRequired || json.Unmarshal(rpcErr.Data, &data) != nil || data[MetaApproval]["id"] == "" {
+		t.Fatalf("the request = %v, want an approval required", err)
+	}
+	return data[MetaApproval]["id"]
 }
