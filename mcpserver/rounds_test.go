@@ -229,13 +229,7 @@ func TestInputRequestsOneApproval(t *testing.T) {
 	if _, err := e.store.DecideApproval(t.Context(), id, store.ApprovalApproved, alice, "", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	status := func() store.ApprovalStatus {
-		ap, err := e.store.GetApproval(t.Context(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ap.Status
-	}
+	status := func() store.ApprovalStatus { return approvalStatus(t, e, id) }
 	first := firstRound(t, cs, "as__ask", map[string]any{}, meta)
 	if got := status(); got != store.ApprovalApproved {
 		t.Errorf("after the round that asked for input the approval is %s, want approved (unused)", got)
@@ -426,13 +420,7 @@ func TestInputRequestsFeatureApproval(t *testing.T) {
 	if _, err := e.store.DecideApproval(t.Context(), id, store.ApprovalApproved, alice, "", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	status := func() store.ApprovalStatus {
-		ap, err := e.store.GetApproval(t.Context(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ap.Status
-	}
+	status := func() store.ApprovalStatus { return approvalStatus(t, e, id) }
 	p, err := cs.GetPrompt(t.Context(), &mcp.GetPromptParams{Name: "as__greet"})
 	if err != nil || !p.NeedsInput() {
 		t.Fatalf("the first round = %+v, %v; want a request for input", p, err)
@@ -468,4 +456,14 @@ func approvalOf(t *testing.T, err error) string {
 		t.Fatalf("the request = %v, want an approval required", err)
 	}
 	return data[MetaApproval]["id"]
+}
+
+// approvalStatus returns the stored status of the approval id.
+func approvalStatus(t *testing.T, e *env, id string) store.ApprovalStatus {
+	t.Helper()
+	ap, err := e.store.GetApproval(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ap.Status
 }
