@@ -152,4 +152,25 @@
 // (KindRequestAnswered, never the answer's content). An elicitation
 // happens while a tool runs, so after any approval the call needed: it
 // never stands for one. Roots are never offered.
+//
+// # Input requests of protocol 2026-07-28
+//
+// A caller of protocol 2026-07-28 is asked for input with incomplete
+// results (multi round-trip requests): its upstream sessions leave an
+// upstream's incomplete result of tools/call, prompts/get or
+// resources/read to the enforcement point, and declare upstream the
+// caller's own elicitation and sampling capabilities. An input request of
+// a kind the caller did not declare fails the request (KindRequestRefused);
+// the others are audited before they go out (KindElicitationRequested,
+// KindSamplingRequested) and passed on under Usher's own requestState,
+// sealed with Options.Secret: the call it belongs to (principal, client,
+// run, action, name, arguments hash, idempotency key), an expiry
+// (Options.InputLifetime) and the upstream's state. A retry whose state
+// does not open or is another call's is refused (KindInputStateRefused)
+// before anything is sent. Every round is decided again; a round that asks
+// for input ends, before it is answered, with its record (KindInputRequired)
+// in one transaction with its execution's move to awaiting input and the
+// release of the approval it used, so that the rounds are one execution
+// and only the round that completes uses the approval up. Any replica
+// takes the retry: nothing of a round stays in a process.
 package mcpserver

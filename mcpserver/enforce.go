@@ -173,6 +173,14 @@ type Executions interface {
 	// store.ErrNotFound and store.ErrConflict (the execution is not
 	// started), after which ev is recorded all the same.
 	FinishExecution(ctx context.Context, key string, status store.ExecutionStatus, result json.RawMessage, now time.Time, ev Event) (store.Execution, error)
+	// AwaitInput records that a round of a call ended asking its caller
+	// for input, and ev, atomically: the started execution key (none when
+	// empty) awaits input, to be started again by BeginExecution of the
+	// round that brings the answers, and the approval approvalID (none
+	// when empty) that the round used is unused again, so that only the
+	// round that completes the call uses it up (see
+	// store.Store.AwaitInputAudited). After an error nothing is written.
+	AwaitInput(ctx context.Context, key, approvalID string, now time.Time, ev Event) error
 }
 
 // Auditor appends events to the audit log; the audit package implements
@@ -221,6 +229,9 @@ const (
 	// connection broke, or it was cancelled). Its execution record stays
 	// started, to be reported as outcome_unknown, never run again.
 	OutcomeUnknown = "outcome_unknown"
+	// OutcomeInputRequired: the round ended asking the caller for input
+	// (KindInputRequired); the call goes on with the caller's retry.
+	OutcomeInputRequired = "input_required"
 )
 
 // Event is one audit record of the endpoint. It never holds a token or
@@ -270,7 +281,7 @@ const maxMetaValue = 256
 
 // callTool is the enforcement point: every tools/call passes through it,
 // top to bottom, and only its last step runs a tool.
-func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRaw) *mcp.CallToolResult {
+func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRaw, caps *mcp.ClientCapabilities) *mcp.CallToolResult {
 	start := s.opts.Now()
 	ev := Event{Principal: c.Subject, ClientID: c.ClientID, TokenID: c.TokenID, RunID: c.RunID, Tool: truncate(p.Name, 128)}
 
@@ -312,6 +323,18 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 		}
 		return errorResult(err.Error() + ".")
 	}
+	// A round of protocol 2026-07-28 is decided as any call is; a retry's
+	// state must be this very call's.
+	r, refusal := s.openRound(call, key, newRoundRequest(p.Meta, caps, p.InputResponses, p.RequestState))
+	if refusal != nil {
+		if !s.record(ctx, ev, KindDecision) || !s.refuseRound(ctx, ev, refusal) {
+			return internalErrorResult()
+		}
+		return errorResult(refusal.text)
+	}
+	if r != nil {
+		ctx = context.WithValue(ctx, roundKey{}, r)
+	}
 	// A retry finds the call's execution finished, not running, when this
 	// process is still recording how it ended (or knows it could not).
 	s.outcomes.await(ctx, key)
@@ -326,10 +349,12 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 	if key != "" {
 		// A retry of a call that has run is answered before an approval is
 		// looked for, so that it never uses up another one.
-		if rec, err := s.opts.Executions.GetExecution(ctx, key); err == nil {
+		// A call awaiting input is not over: the round that brings the
+		// answers uses the approval, as every round does while it runs.
+		if rec, err := s.opts.Executions.GetExecution(ctx, key); err == nil && rec.Status != store.ExecutionAwaitingInput {
 			s.record(ctx, ev, KindReplayed)
 			return s.replayed(rec, call)
-		} else if !errors.Is(err, store.ErrNotFound) {
+		} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 			s.log.ErrorContext(ctx, "mcpserver: reading an execution failed", "err", err)
 			return internalErrorResult()
 		}
@@ -434,7 +459,21 @@ func (s *Server) execute(ctx context.Context, t *tool, call Call, ev Event, kind
 // ended (with the execution's finish, when it has an idempotency key).
 func (s *Server) run(ctx context.Context, t *tool, call Call, ev Event, start time.Time) *mcp.CallToolResult {
 	key := ev.IdempotencyKey
+	r, rounds := roundOf(ctx)
+	if rounds {
+		s.recordAnswers(ctx, ev, r)
+	}
 	res, err := t.call(ctx, call.Arguments)
+	if rounds && err == nil && res.InputRequests != nil {
+		// The round asks the caller for input: the call goes on with the
+		// caller's retry, unless the requests cannot be passed on.
+		state, askErr := s.askForInput(ctx, call, ev, key, r, askOf(true, res.InputRequests, res.RequestState), start)
+		if askErr == nil {
+			return incompleteTool(res.InputRequests, state)
+		}
+		s.log.WarnContext(ctx, "mcpserver: an upstream's request for input was not passed on", "tool", call.Tool, "err", askErr)
+		res = errorResult("The tool could not go on: " + askErr.Error() + ".")
+	}
 	after := context.WithoutCancel(ctx)
 	ev.Latency = s.opts.Now().Sub(start)
 	switch {
@@ -493,6 +532,8 @@ func (s *Server) replayed(rec store.Execution, call Call) *mcp.CallToolResult {
 			return internalErrorResult()
 		}
 		return plainResult(&res)
+	case store.ExecutionAwaitingInput:
+		return errorResult("This call is waiting for its caller's input: retry it with the inputResponses and requestState of the result that asked for them.")
 	case store.ExecutionStarted:
 		if s.outcomes.lost(rec.IdempotencyKey) {
 			// The record says started until outcome_unknown can be written.

@@ -332,7 +332,8 @@ func (u *upstream) session(ctx context.Context, f func(context.Context, *mcp.Cli
 	}
 	ctx, cancel := context.WithTimeout(ctx, u.cat.opts.CallTimeout)
 	defer cancel()
-	conn, err := u.cat.pool.acquire(ctx, u, c.Subject)
+	_, rounds := roundOf(ctx)
+	conn, err := u.cat.pool.acquire(ctx, u, connKey{upstream: u.cfg.Name, subject: c.Subject, rounds: rounds})
 	if err != nil {
 		return fmt.Errorf("connect to upstream %s: %w", u.cfg.Name, err)
 	}
@@ -365,7 +366,7 @@ var errTooManySubscriptions = errors.New("too many resources are subscribed to")
 // subscribed until unsubscribe (see Server.subscribe).
 func (c *Catalog) subscribe(ctx context.Context, t readTarget) error {
 	key := t.upstream.cfg.Name + "\x00" + t.orig
-	conn, err := c.pool.acquire(ctx, t.upstream, "")
+	conn, err := c.pool.acquire(ctx, t.upstream, connKey{upstream: t.upstream.cfg.Name})
 	if err != nil {
 		return err
 	}

@@ -72,8 +72,14 @@ const maxCompletionValue = 1024
 type governed struct {
 	call Call
 	ev   Event
-	// run asks the upstream, on the caller's session.
-	run func(ctx context.Context) (mcp.Result, error)
+	// in is what the request brings of multi round-trip requests.
+	in roundRequest
+	// run asks the upstream, on the caller's session; a result that asks
+	// for input comes with its inputAsk.
+	run func(ctx context.Context) (mcp.Result, *inputAsk, error)
+	// incomplete is the result that passes input requests on, with
+	// Usher's requestState.
+	incomplete func(requests mcp.InputRequestMap, state string) (mcp.Result, error)
 	// approve answers an Approve instead of an approval request; nil
 	// requests one.
 	approve func() mcp.Result
@@ -105,6 +111,19 @@ func (s *Server) govern(ctx context.Context, g governed) (mcp.Result, error) {
 	if !s.record(ctx, ev, KindDecision) {
 		return nil, internalError()
 	}
+	var r *round
+	if v.Decision == Allow || v.Decision == Approve {
+		var refusal *inputStateError
+		if r, refusal = s.openRound(g.call, "", g.in); refusal != nil {
+			if !s.refuseRound(ctx, ev, refusal) {
+				return nil, internalError()
+			}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: refusal.text}
+		}
+		if r != nil {
+			ctx = context.WithValue(ctx, roundKey{}, r)
+		}
+	}
 	switch v.Decision {
 	case Allow:
 	case Approve:
@@ -128,7 +147,20 @@ func (s *Server) govern(ctx context.Context, g governed) (mcp.Result, error) {
 		return nil, &jsonrpc.Error{Code: CodeDenied, Message: msg}
 	}
 
-	res, err := g.run(ctx)
+	if r != nil {
+		s.recordAnswers(ctx, ev, r)
+	}
+	res, ask, err := g.run(ctx)
+	if err == nil && ask != nil {
+		// The round asks the caller for input: the request goes on with
+		// the caller's retry, unless the requests cannot be passed on.
+		var out mcp.Result
+		if out, err = s.askFeatureInput(ctx, g, ev, r, ask, start); err == nil {
+			return out, nil
+		}
+		s.log.WarnContext(ctx, "mcpserver: an upstream's request for input was not passed on", "action", g.call.Action, "name", ev.Tool, "err", err)
+		err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The upstream server asked for input that could not be passed on: " + err.Error() + "."}
+	}
 	after := context.WithoutCancel(ctx)
 	ev.Latency = s.opts.Now().Sub(start)
 	kind := KindExecuted
@@ -158,6 +190,19 @@ func (s *Server) govern(ctx context.Context, g governed) (mcp.Result, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// askFeatureInput passes on the input requests of a round of g (see
+// askForInput) and returns the incomplete result that carries them.
+func (s *Server) askFeatureInput(ctx context.Context, g governed, ev Event, r *round, ask *inputAsk, start time.Time) (mcp.Result, error) {
+	if r == nil || g.incomplete == nil {
+		return nil, errors.New("the caller does not take requests for input")
+	}
+	state, err := s.askForInput(ctx, g.call, ev, "", r, ask, start)
+	if err != nil {
+		return nil, err
+	}
+	return g.incomplete(ask.requests, state)
 }
 
 // approvalBinding is the binding of an approval of a request other than a
@@ -259,7 +304,7 @@ func (s *Server) listPrompts(ctx context.Context, c Caller) *mcp.ListPromptsResu
 }
 
 // readResource is the enforcement point of resources/read.
-func (s *Server) readResource(ctx context.Context, c Caller, p *mcp.ReadResourceParams) (mcp.Result, error) {
+func (s *Server) readResource(ctx context.Context, c Caller, p *mcp.ReadResourceParams, caps *mcp.ClientCapabilities) (mcp.Result, error) {
 	if p == nil {
 		p = &mcp.ReadResourceParams{}
 	}
@@ -280,14 +325,25 @@ func (s *Server) readResource(ctx context.Context, c Caller, p *mcp.ReadResource
 	call.Arguments, call.ArgumentsHash, _ = s.canonicalArguments(nil)
 	ev.ArgumentsHash = call.ArgumentsHash
 	modern := sessionless(p.Meta)
-	return s.govern(ctx, governed{call: call, ev: ev, run: func(ctx context.Context) (mcp.Result, error) {
+	g := governed{call: call, ev: ev, in: newRoundRequest(p.Meta, caps, p.InputResponses, p.RequestState)}
+	g.incomplete = func(requests mcp.InputRequestMap, state string) (mcp.Result, error) {
+		return incompleteFeature(&mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{}}, requests, state)
+	}
+	g.run = func(ctx context.Context) (mcp.Result, *inputAsk, error) {
 		var res *mcp.ReadResourceResult
 		err := t.upstream.session(ctx, func(ctx context.Context, cs *mcp.ClientSession) (err error) {
-			res, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: t.orig})
+			params := &mcp.ReadResourceParams{URI: t.orig}
+			if r, ok := roundOf(ctx); ok {
+				params.Meta, params.InputResponses, params.RequestState = r.meta(nil), r.responses, r.state
+			}
+			res, err = cs.ReadResource(ctx, params)
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if ask := askOf(res.NeedsInput(), res.InputRequests, res.RequestState); ask != nil {
+			return nil, ask, nil
 		}
 		out := &mcp.ReadResourceResult{Meta: upstreamMeta(res.Meta), Cacheable: mcp.Cacheable{CacheScope: "private"}, Contents: []*mcp.ResourceContents{}}
 		prefix := t.upstream.cfg.prefix()
@@ -299,12 +355,13 @@ func (s *Server) readResource(ctx context.Context, c Caller, p *mcp.ReadResource
 			cp.URI = prefix + rc.URI
 			out.Contents = append(out.Contents, &cp)
 		}
-		return withResultType(out, modern), nil
-	}})
+		return withResultType(out, modern), nil, nil
+	}
+	return s.govern(ctx, g)
 }
 
 // getPrompt is the enforcement point of prompts/get.
-func (s *Server) getPrompt(ctx context.Context, c Caller, p *mcp.GetPromptParams) (mcp.Result, error) {
+func (s *Server) getPrompt(ctx context.Context, c Caller, p *mcp.GetPromptParams, caps *mcp.ClientCapabilities) (mcp.Result, error) {
 	if p == nil {
 		p = &mcp.GetPromptParams{}
 	}
@@ -329,14 +386,25 @@ func (s *Server) getPrompt(ctx context.Context, c Caller, p *mcp.GetPromptParams
 	call := baseCall(c, ActionGetPrompt)
 	call.Tool, call.Server, call.DefinitionHash, call.Arguments, call.ArgumentsHash = pr.name, pr.upstream.cfg.Name, pr.hash, args, argsHash
 	modern := sessionless(p.Meta)
-	return s.govern(ctx, governed{call: call, ev: ev, run: func(ctx context.Context) (mcp.Result, error) {
+	g := governed{call: call, ev: ev, in: newRoundRequest(p.Meta, caps, p.InputResponses, p.RequestState)}
+	g.incomplete = func(requests mcp.InputRequestMap, state string) (mcp.Result, error) {
+		return incompleteFeature(&mcp.GetPromptResult{Messages: []*mcp.PromptMessage{}}, requests, state)
+	}
+	g.run = func(ctx context.Context) (mcp.Result, *inputAsk, error) {
 		var res *mcp.GetPromptResult
 		err := pr.upstream.session(ctx, func(ctx context.Context, cs *mcp.ClientSession) (err error) {
-			res, err = cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: pr.orig, Arguments: p.Arguments})
+			params := &mcp.GetPromptParams{Name: pr.orig, Arguments: p.Arguments}
+			if r, ok := roundOf(ctx); ok {
+				params.Meta, params.InputResponses, params.RequestState = r.meta(nil), r.responses, r.state
+			}
+			res, err = cs.GetPrompt(ctx, params)
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if ask := askOf(res.NeedsInput(), res.InputRequests, res.RequestState); ask != nil {
+			return nil, ask, nil
 		}
 		out := &mcp.GetPromptResult{Meta: upstreamMeta(res.Meta), Description: res.Description, Messages: []*mcp.PromptMessage{}}
 		prefix := pr.upstream.cfg.prefix()
@@ -346,8 +414,9 @@ func (s *Server) getPrompt(ctx context.Context, c Caller, p *mcp.GetPromptParams
 			}
 			out.Messages = append(out.Messages, &mcp.PromptMessage{Role: m.Role, Content: namespaced(m.Content, prefix)})
 		}
-		return withResultType(out, modern), nil
-	}})
+		return withResultType(out, modern), nil, nil
+	}
+	return s.govern(ctx, g)
 }
 
 // namespaced returns content with the URIs it names put in the upstream's
@@ -430,20 +499,20 @@ func (s *Server) complete(ctx context.Context, c Caller, p *mcp.CompleteParams) 
 		// there is nothing to decide.
 		return empty(), nil
 	}
-	return s.govern(ctx, governed{call: call, ev: ev, approve: empty, run: func(ctx context.Context) (mcp.Result, error) {
+	return s.govern(ctx, governed{call: call, ev: ev, approve: empty, run: func(ctx context.Context) (mcp.Result, *inputAsk, error) {
 		var res *mcp.CompleteResult
 		err := u.session(ctx, func(ctx context.Context, cs *mcp.ClientSession) (err error) {
 			res, err = cs.Complete(ctx, &mcp.CompleteParams{Ref: &ref, Argument: p.Argument, Context: p.Context})
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out := &mcp.CompleteResult{Meta: upstreamMeta(res.Meta), Completion: res.Completion}
 		if out.Completion.Values == nil {
 			out.Completion.Values = []string{}
 		}
-		return out, nil
+		return out, nil, nil
 	}})
 }
 

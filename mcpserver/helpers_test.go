@@ -40,6 +40,10 @@ const (
 	bob   = "https://idp.example.com|tenant|bob"
 )
 
+// testSecret is the Secret of every test's Server: two Servers over one
+// store are two replicas.
+var testSecret = []byte("usher-test-secret-0123456789abcdef")
+
 // keyring is the broker keyring every test signs with. Generating an RSA
 // key is the slowest step of a test, so the tests share one, over a
 // database of its own.
@@ -238,6 +242,16 @@ func (x *storeExecutions) FinishExecution(ctx context.Context, key string, statu
 	return rec, x.audit.Record(ctx, ev)
 }
 
+func (x *storeExecutions) AwaitInput(ctx context.Context, key, approvalID string, now time.Time, ev Event) error {
+	if x.audit.failing() {
+		return errors.New("the audit log is unavailable")
+	}
+	if _, err := x.s.AwaitInputAudited(ctx, key, approvalID, now, nil); err != nil {
+		return err
+	}
+	return x.audit.Record(ctx, ev)
+}
+
 func (x *storeExecutions) MarkAbandoned(ctx context.Context, olderThan time.Time, event func(store.Execution) Event) ([]store.Execution, error) {
 	if x.audit.failing() {
 		return nil, errors.New("the audit log is unavailable")
@@ -375,6 +389,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	opts := &Options{
 		PublicURL: e.url, Verifier: verifier, Catalog: e.catalog, Decider: e.policy,
 		Approvals: storeApprovals{e.store, e.audit}, Executions: e.executions, Auditor: e.audit, Logger: log,
+		Secret: testSecret,
 	}
 	if cfg.server != nil {
 		cfg.server(opts)

@@ -19,10 +19,14 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	"github.com/usherhq/usher/internal/jcs"
+	"github.com/usherhq/usher/internal/seal"
 )
 
 // DefaultMaxBodyBytes is the default limit of a request body.
 const DefaultMaxBodyBytes = 1 << 20
+
+// minSecretBytes is the shortest Options.Secret.
+const minSecretBytes = 32
 
 // Options configures a Server. Fields marked required have no default;
 // every other zero value selects its default.
@@ -51,6 +55,18 @@ type Options struct {
 	Executions Executions
 	// Auditor records every decision and execution. Required.
 	Auditor Auditor
+	// Secret is the key material, shared by every replica, that the
+	// requestState of Usher's incomplete results (protocol 2026-07-28) is
+	// sealed under (HKDF-SHA256, then AES-256-GCM): the state of one
+	// round, which the caller's retry brings to any replica, says which
+	// call it belongs to, and no one can read, alter or reuse it for
+	// another. Required: at least 32 bytes (cmd/usher gives the broker's
+	// key encryption key).
+	Secret []byte
+	// InputLifetime is how long the caller has to answer a round's input
+	// requests: a requestState older than that is refused. Default
+	// DefaultInputLifetime (10 min).
+	InputLifetime time.Duration
 	// Canonicalize returns the RFC 8785 canonical form of a JSON text; the
 	// arguments' hash is the SHA-256 of it. Default jcs.Canonicalize.
 	Canonicalize func([]byte) ([]byte, error)
@@ -115,6 +131,7 @@ type Server struct {
 	authAudits authAudits // samples the records of refused tokens
 	outcomes   *outcomes  // writes how calls ended after they answered
 	subs       *subscriptions
+	states     *seal.Sealer // seals the requestState of incomplete results
 	sdk        *mcp.Server
 
 	endpointPath  string   // the path of the endpoint
@@ -159,6 +176,9 @@ func New(opts *Options) (*Server, error) {
 	if o.RecordBackoff == 0 {
 		o.RecordBackoff = defaultRecordBackoff
 	}
+	if o.InputLifetime == 0 {
+		o.InputLifetime = DefaultInputLifetime
+	}
 
 	var errs []error
 	public, err := checkPublicURL("PublicURL", o.PublicURL)
@@ -200,10 +220,20 @@ func New(opts *Options) (*Server, error) {
 	if o.RecordAttempts < 0 || o.RecordBackoff < 0 {
 		errs = append(errs, fmt.Errorf("RecordAttempts and RecordBackoff must not be negative, got %d and %s", o.RecordAttempts, o.RecordBackoff))
 	}
+	if len(o.Secret) < minSecretBytes {
+		errs = append(errs, fmt.Errorf("a Secret of at least %d bytes is required, got %d", minSecretBytes, len(o.Secret)))
+	}
+	if o.InputLifetime < 0 {
+		errs = append(errs, fmt.Errorf("InputLifetime must not be negative, got %s", o.InputLifetime))
+	}
 	if o.SessionTimeout < 0 {
 		errs = append(errs, fmt.Errorf("SessionTimeout must not be negative, got %s", o.SessionTimeout))
 	}
 	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("mcpserver: options: %w", err)
+	}
+	states, err := newStateSealer(o.Secret)
+	if err != nil {
 		return nil, fmt.Errorf("mcpserver: options: %w", err)
 	}
 	origins[httpx.Origin(o.PublicURL)] = true
@@ -211,7 +241,7 @@ func New(opts *Options) (*Server, error) {
 
 	s := &Server{
 		opts: o, catalog: o.Catalog, log: o.Logger, origins: origins, hosts: hosts, outcomes: newOutcomes(o.RecordAttempts, o.RecordBackoff),
-		subs:          newSubscriptions(),
+		subs: newSubscriptions(), states: states,
 		endpointPath:  strings.TrimSuffix(public.Path, "/") + "/mcp",
 		metadataPaths: []string{wellKnown, wellKnown + strings.TrimSuffix(public.Path, "/") + "/mcp"},
 	}
@@ -380,8 +410,8 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 			return s.listTools(ctx, c), nil
 		case *mcp.CallToolRequest:
 			ctx = withDownstream(ctx, r, s.opts.Stateful, s.record)
-			res := s.callTool(ctx, c, r.Params)
-			if !sessionless(r.Params.Meta) {
+			res := s.callTool(ctx, c, r.Params, r.ClientCapabilities())
+			if !sessionless(r.Params.Meta) || res.NeedsInput() {
 				return res, nil
 			}
 			return completeResult(res), nil
@@ -390,11 +420,11 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 		case *mcp.ListResourceTemplatesRequest:
 			return s.listResourceTemplates(ctx, c), nil
 		case *mcp.ReadResourceRequest:
-			return s.readResource(ctx, c, r.Params)
+			return s.readResource(ctx, c, r.Params, r.ClientCapabilities())
 		case *mcp.ListPromptsRequest:
 			return s.listPrompts(ctx, c), nil
 		case *mcp.GetPromptRequest:
-			return s.getPrompt(ctx, c, r.Params)
+			return s.getPrompt(ctx, c, r.Params, r.ClientCapabilities())
 		case *mcp.CompleteRequest:
 			return s.complete(ctx, c, r.Params)
 		}
@@ -434,8 +464,8 @@ func sessionless(meta mcp.Meta) bool {
 // and the endpoint answers tools/call itself, so the one way to set it is
 // the SDK's own decoding: completeTemplate is decoded once, and each result
 // is a copy of it with the fields of res that Usher passes on (see
-// plainResult). Usher passes on no request for input (its upstream sessions
-// fulfil none), so every result it answers is complete.
+// plainResult). A result that passes input requests on is not complete
+// (see incompleteTool).
 func completeResult(res *mcp.CallToolResult) *mcp.CallToolResult {
 	tmpl, err := completeTemplate()
 	if err != nil {

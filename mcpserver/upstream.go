@@ -191,7 +191,7 @@ const maxUpstreamPages = 50
 // list lists the upstream's tools, resources, resource templates and
 // prompts, as the catalog exposes them.
 func (u *upstream) list(ctx context.Context) (*offering, error) {
-	c, err := u.cat.pool.acquire(ctx, u, "")
+	c, err := u.cat.pool.acquire(ctx, u, connKey{upstream: u.cfg.Name})
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +296,8 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		}
 		ctx, cancel := context.WithTimeout(ctx, u.cat.opts.CallTimeout)
 		defer cancel()
-		conn, err := u.cat.pool.acquire(ctx, u, c.Subject)
+		r, rounds := roundOf(ctx)
+		conn, err := u.cat.pool.acquire(ctx, u, connKey{upstream: u.cfg.Name, subject: c.Subject, rounds: rounds})
 		if errors.Is(err, errTooManySessions) || errors.Is(err, errTooManyUserSessions) {
 			// Nothing was sent: the call did not run, and may be tried
 			// again once a session is free (a 429, as a tool error).
@@ -322,8 +323,12 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 			meta["progressToken"] = f.id
 		}
 		askForLogs(meta, ds)
+		params := &mcp.CallToolParams{Meta: meta, Name: name, Arguments: args}
+		if rounds {
+			params.Meta, params.InputResponses, params.RequestState = r.meta(meta), r.responses, r.state
+		}
 
-		res, err := conn.session.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: name, Arguments: args})
+		res, err := conn.session.CallTool(ctx, params)
 		if u.cfg.Command != "" {
 			conn.awaitNotes(ctx)
 		}
@@ -347,7 +352,13 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 				delete(res.Meta, k)
 			}
 		}
-		return plainResult(res), nil
+		out := plainResult(res)
+		if ask := askOf(res.NeedsInput(), res.InputRequests, res.RequestState); ask != nil {
+			// A round that asks for input has no content of its own.
+			out.Content, out.StructuredContent, out.IsError = []mcp.Content{}, nil, false
+			out.InputRequests, out.RequestState = ask.requests, ask.state
+		}
+		return out, nil
 	}
 }
 
@@ -362,7 +373,13 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 		Capabilities: &mcp.ClientCapabilities{},
 		Logger:       u.cat.log.With("upstream", u.cfg.Name),
 	}
-	if u.cat.opts.RelayRequests && c.key.subject != "" {
+	if c.key.rounds {
+		// The caller speaks protocol 2026-07-28: the upstream's requests
+		// for input reach Usher as incomplete results, to be passed on
+		// through the enforcement point, and each request declares the
+		// caller's capabilities (see round.meta).
+		copts.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true}
+	} else if u.cat.opts.RelayRequests && c.key.subject != "" {
 		c.handleRequests(copts)
 	}
 	if u.cfg.Command != "" {
@@ -514,10 +531,13 @@ func (w *stderrLog) Write(p []byte) (int, error) {
 }
 
 // connKey names an upstream session: one per upstream and caller subject,
-// so that no upstream session ever serves two users.
+// so that no upstream session ever serves two users, and per the way the
+// upstream's requests for input are met (passed on to a caller of protocol
+// 2026-07-28, or relayed as requests to a stateful caller).
 type connKey struct {
 	upstream string
 	subject  string // "" for the catalog's own session
+	rounds   bool   // the upstream's incomplete results reach Usher
 }
 
 // DefaultMaxSessions is the default of CatalogOptions.MaxSessions: enough
@@ -649,10 +669,10 @@ func (p *pool) retireLocked(c *conn) {
 	}
 }
 
-// acquire returns the subject's session to u, opening it if needed. The
+// acquire returns the session key names, opening it if needed. The
 // caller must release it.
-func (p *pool) acquire(ctx context.Context, u *upstream, subject string) (*conn, error) {
-	key := connKey{upstream: u.cfg.Name, subject: subject}
+func (p *pool) acquire(ctx context.Context, u *upstream, key connKey) (*conn, error) {
+	subject := key.subject
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()

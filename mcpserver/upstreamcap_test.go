@@ -137,23 +137,23 @@ func TestUpstreamSessionsPerUserCountsFailed(t *testing.T) {
 	})
 	ctx := t.Context()
 	p, u := e.catalog.pool, e.catalog.upstreams[0]
-	inUse, err := p.acquire(ctx, u, alice)
+	inUse, err := p.acquire(ctx, u, connKey{upstream: u.cfg.Name, subject: alice})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// What a call does when its session fails under it (a transport
 	// error): the session leaves the pool, the call still holds it.
 	p.broken(inUse)
-	if _, err := p.acquire(ctx, u, alice); !errors.Is(err, errTooManyUserSessions) {
+	if _, err := p.acquire(ctx, u, connKey{upstream: u.cfg.Name, subject: alice}); !errors.Is(err, errTooManyUserSessions) {
 		t.Fatalf("a new session while alice's failed one is in use: %v, want errTooManyUserSessions", err)
 	}
-	other, err := p.acquire(ctx, u, bob)
+	other, err := p.acquire(ctx, u, connKey{upstream: u.cfg.Name, subject: bob})
 	if err != nil {
 		t.Fatalf("bob's session: %v", err)
 	}
 	p.release(other)
 	p.release(inUse) // its last user closes it
-	again, err := p.acquire(ctx, u, alice)
+	again, err := p.acquire(ctx, u, connKey{upstream: u.cfg.Name, subject: alice})
 	if err != nil {
 		t.Fatalf("once the failed session is let go: %v", err)
 	}

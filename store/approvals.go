@@ -375,6 +375,14 @@ UPDATE approvals SET status = 'consumed', consumed_at = $9, updated_at = $9
 WHERE id = $10 AND status = 'approved' AND expires_at > $9 AND ` + approvalBindingMatch + `
 RETURNING ` + approvalColumns)
 
+	// releaseApproval gives back the use of an approval whose call's round
+	// ended asking for input (see AwaitInputAudited): the round that
+	// completes the call uses it up.
+	releaseApproval = sql1(`
+UPDATE approvals SET status = 'approved', consumed_at = NULL, updated_at = $2
+WHERE id = $1 AND status = 'consumed'
+RETURNING ` + approvalColumns)
+
 	revokeChangedApprovals = sql1(`
 UPDATE approvals SET status = 'revoked', updated_at = $3
 WHERE tool = $1 AND definition_hash <> $2 AND status IN ('pending', 'approved')`)

@@ -14,11 +14,17 @@ import (
 // ExecutionStatus is the state of one execution of a tool call.
 type ExecutionStatus string
 
-// The execution states. Started is the only open one.
+// The execution states. Started and awaiting input are the open ones.
 const (
-	ExecutionStarted   ExecutionStatus = "started"
-	ExecutionSucceeded ExecutionStatus = "succeeded"
-	ExecutionFailed    ExecutionStatus = "failed"
+	ExecutionStarted ExecutionStatus = "started"
+	// ExecutionAwaitingInput marks a call whose last round ended asking
+	// its caller for input (a multi round-trip request of protocol
+	// 2026-07-28): it is not running, and BeginExecution of the same call
+	// starts it again, for the round that brings the answers. It is one
+	// execution however many rounds it takes.
+	ExecutionAwaitingInput ExecutionStatus = "awaiting_input"
+	ExecutionSucceeded     ExecutionStatus = "succeeded"
+	ExecutionFailed        ExecutionStatus = "failed"
 	// ExecutionOutcomeUnknown marks an execution that started but whose
 	// end was never recorded: its process stopped, or could not record the
 	// outcome and said so (FinishExecution to outcome_unknown). It is
@@ -37,12 +43,14 @@ type Execution struct {
 	Principal      string
 	Tool           string
 	ArgumentsHash  string
-	ApprovalID     string // the approval consumed for the call, if any
+	ApprovalID     string // the approval consumed for the call (its latest round), if any
 	RunID          string // empty outside a run
 	Status         ExecutionStatus
 	// Result is the tool's result as JSON once finished; nil before, and
 	// for outcomes never recorded.
-	Result    json.RawMessage
+	Result json.RawMessage
+	// StartedAt is when the call's latest round started: its start, or
+	// when it was started again after awaiting input.
 	StartedAt time.Time
 	// FinishedAt is when FinishExecution ended it; zero while started and
 	// for an execution MarkOutcomeUnknown found abandoned (nobody knows
@@ -120,6 +128,21 @@ VALUES ($1, $2, $3, $4, $5, $6, 'started', $7)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING ` + executionColumns)
 
+	// resumeExecution starts again the execution of the same call that
+	// awaits input; on PostgreSQL a concurrent resume waits for the row
+	// lock, then finds it started.
+	resumeExecution = sql1(`
+UPDATE tool_executions SET status = 'started', approval_id = $5, started_at = $6
+WHERE idempotency_key = $1 AND status = 'awaiting_input' AND principal = $2 AND tool = $3 AND arguments_hash = $4
+RETURNING ` + executionColumns)
+
+	// suspendExecution is the compare-and-swap from started to awaiting
+	// input.
+	suspendExecution = sql1(`
+UPDATE tool_executions SET status = 'awaiting_input'
+WHERE idempotency_key = $1 AND status = 'started'
+RETURNING ` + executionColumns)
+
 	getExecution = sql1(`SELECT ` + executionColumns + ` FROM tool_executions WHERE idempotency_key = $1`)
 
 	executionExists = sql1(`SELECT EXISTS (SELECT 1 FROM tool_executions WHERE idempotency_key = $1)`)
@@ -151,6 +174,11 @@ func (c *core) newExecution(e Execution) (Execution, error) {
 func executionArgs(e Execution) []any {
 	return []any{e.IdempotencyKey, e.Principal, e.Tool, e.ArgumentsHash,
 		nullString(e.ApprovalID), nullString(e.RunID), storedTime(e.StartedAt)}
+}
+
+// resumeArgs are resumeExecution's arguments for e.
+func resumeArgs(e Execution) []any {
+	return []any{e.IdempotencyKey, e.Principal, e.Tool, e.ArgumentsHash, nullString(e.ApprovalID), storedTime(e.StartedAt)}
 }
 
 // finishArgs are endExecution's arguments; an empty result is NULL.
@@ -193,13 +221,21 @@ func (c *core) BeginExecutionAudited(ctx context.Context, e Execution, build fun
 	return begun(out, started, e)
 }
 
-// beginExecution inserts e, or reads the execution its key names (started
+// beginExecution inserts e, or starts again the execution of the same
+// call that awaits input, or reads the execution its key names (started
 // false), whichever call that is of.
 func beginExecution(ctx context.Context, x executor, e Execution) (_ Execution, started bool, _ error) {
 	out, err := scanExecution(x.row(ctx, insertExecution, executionArgs(e)...))
 	if errors.Is(err, sql.ErrNoRows) {
 		// The key was taken, and (on PostgreSQL, which waited for it) the
 		// insert that took it has committed.
+		out, err = scanExecution(x.row(ctx, resumeExecution, resumeArgs(e)...))
+		if err == nil {
+			return out, true, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return Execution{}, false, err
+		}
 		out, err = scanExecution(x.row(ctx, getExecution, e.IdempotencyKey))
 		return out, false, err
 	}
@@ -266,6 +302,34 @@ func finishExecution(ctx context.Context, x executor, idempotencyKey string, sta
 		return Execution{}, missingOrConflict(ctx, x, executionExists, idempotencyKey)
 	}
 	return e, err
+}
+
+func (c *core) AwaitInputAudited(ctx context.Context, idempotencyKey, approvalID string, now time.Time, build func(AuditHead) (AuditRecord, error)) (Execution, error) {
+	if err := invalid(checkText("execution idempotency key", idempotencyKey), checkText("approval id", approvalID), checkNow(now)); err != nil {
+		return Execution{}, err
+	}
+	var out Execution
+	err := c.inTx(ctx, withAudit(ctx, func(tx executor) (err error) {
+		if idempotencyKey != "" {
+			out, err = scanExecution(tx.row(ctx, suspendExecution, idempotencyKey))
+			if errors.Is(err, sql.ErrNoRows) {
+				return missingOrConflict(ctx, tx, executionExists, idempotencyKey)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if approvalID != "" {
+			if _, err := swapApproval(ctx, tx, approvalID, releaseApproval, approvalID, storedTime(now)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, build))
+	if err != nil {
+		return Execution{}, c.fail(err)
+	}
+	return out, nil
 }
 
 func (c *core) MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]Execution, error) {

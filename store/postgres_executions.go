@@ -15,8 +15,8 @@ import (
 // the audit lock, so that one waiting for a concurrent write of the same
 // key waits without the lock. Every other operation is core's.
 
-// BeginExecutionAudited inserts the execution and reads it back in the
-// append's transaction.
+// BeginExecutionAudited inserts the execution (or resumes the same call's,
+// awaiting input) and reads it back in the append's transaction.
 func (s *postgresStore) BeginExecutionAudited(ctx context.Context, e Execution, build func(AuditHead) (AuditRecord, error)) (Execution, bool, error) {
 	e, err := s.newExecution(e)
 	if err != nil {
@@ -26,15 +26,22 @@ func (s *postgresStore) BeginExecutionAudited(ctx context.Context, e Execution, 
 	var started bool
 	step := &pgTxStep{
 		queue: func(b *pgx.Batch) {
+			// The insert, else the resume of the same call awaiting input
+			// (a no-op after an insert), then the row as it is.
 			b.Queue(insertExecution.pg, executionArgs(e)...)
+			b.Queue(resumeExecution.pg, resumeArgs(e)...)
 			b.Queue(getExecution.pg, e.IdempotencyKey)
 		},
 		read: func(br pgx.BatchResults) error {
-			tag, err := br.Exec()
+			inserted, err := br.Exec()
 			if err != nil {
 				return err
 			}
-			started = tag.RowsAffected() == 1
+			resumed, err := br.Exec()
+			if err != nil {
+				return err
+			}
+			started = inserted.RowsAffected() == 1 || resumed.RowsAffected() == 1
 			out, err = scanExecution(br.QueryRow())
 			return err
 		},

@@ -447,9 +447,10 @@ type Store interface {
 	// one its idempotency key already names. IdempotencyKey, Principal,
 	// Tool and ArgumentsHash are required; a zero StartedAt means now. It
 	// returns started true only to the one caller that inserted the
-	// record; everyone else gets the record as stored, whatever its
-	// status. A key already used by another principal, tool or arguments
-	// hash fails with ErrConflict.
+	// record, or that started again the same call's execution awaiting
+	// input (its StartedAt and ApprovalID then become e's); everyone else
+	// gets the record as stored, whatever its status. A key already used
+	// by another principal, tool or arguments hash fails with ErrConflict.
 	BeginExecution(ctx context.Context, e Execution) (_ Execution, started bool, _ error)
 	// GetExecution returns the execution or ErrNotFound.
 	GetExecution(ctx context.Context, idempotencyKey string) (Execution, error)
@@ -460,6 +461,16 @@ type Store interface {
 	// that cannot record how its call ended finishes it outcome_unknown,
 	// without a result.
 	FinishExecution(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time) (Execution, error)
+	// AwaitInputAudited records that a round of a call ended asking its
+	// caller for input, in one transaction with what AppendAudit does with
+	// build: the started execution idempotencyKey (none when empty) now
+	// awaits input (ErrNotFound when it does not exist, ErrConflict when
+	// it is not started), and the approval approvalID (none when empty),
+	// consumed by the round, is approved again (ErrNotFound, or
+	// ErrConflict when it is not consumed), so that only the round that
+	// completes the call uses it up. A failure writes nothing. build may
+	// be called more than once.
+	AwaitInputAudited(ctx context.Context, idempotencyKey, approvalID string, now time.Time, build func(head AuditHead) (AuditRecord, error)) (Execution, error)
 	// MarkOutcomeUnknown marks every execution still started before
 	// olderThan as outcome_unknown, the trace of a process that stopped
 	// mid-call, and returns them, oldest first, so they can be reported.

@@ -228,8 +228,8 @@ func auditEntry(e mcpserver.Event) (audit.Entry, error) {
 }
 
 // executions keeps the MCP server's executions in the store, writing each
-// start, each finish and each sweep's marks of abandoned ones in one
-// transaction with their audit records.
+// start, each finish, each round that asks for input and each sweep's
+// marks of abandoned ones in one transaction with their audit records.
 type executions struct {
 	store store.Store
 	log   *audit.Log
@@ -253,6 +253,15 @@ func (x executions) FinishExecution(ctx context.Context, key string, status stor
 		return store.Execution{}, err
 	}
 	return x.store.FinishExecutionAudited(ctx, key, status, result, now, build)
+}
+
+func (x executions) AwaitInput(ctx context.Context, key, approvalID string, now time.Time, ev mcpserver.Event) error {
+	build, err := x.builder(ev)
+	if err != nil {
+		return err
+	}
+	_, err = x.store.AwaitInputAudited(ctx, key, approvalID, now, build)
+	return err
 }
 
 func (x executions) MarkAbandoned(ctx context.Context, olderThan time.Time, event func(store.Execution) mcpserver.Event) ([]store.Execution, error) {
@@ -332,13 +341,15 @@ func (in *installation) buildMCP(ctx context.Context, publicURL string, keys *br
 		return nil, err
 	}
 	srv, err := mcpserver.New(&mcpserver.Options{
-		PublicURL:      publicURL,
-		Verifier:       verifier,
-		Catalog:        cat,
-		Decider:        decider{policy: pol, lock: lock},
-		Approvals:      approvalRequests{svc},
-		Executions:     executions{in.store, auditLog},
-		Auditor:        auditor{auditLog},
+		PublicURL:  publicURL,
+		Verifier:   verifier,
+		Catalog:    cat,
+		Decider:    decider{policy: pol, lock: lock},
+		Approvals:  approvalRequests{svc},
+		Executions: executions{in.store, auditLog},
+		Auditor:    auditor{auditLog},
+		// The replicas share it: a round's requestState opens on any.
+		Secret:         in.sealKey,
 		ApprovalURL:    svc.URL,
 		Stateful:       in.cfg.MCP.Stateful,
 		AllowedOrigins: in.cfg.MCP.AllowedOrigins,

@@ -91,6 +91,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConsumeApprovalAuditedRace", testConsumeApprovalAuditedRace},
 		{"BeginExecution", testBeginExecution},
 		{"BeginExecutionRace", testBeginExecutionRace},
+		{"AwaitInput", testAwaitInput},
 		{"MarkOutcomeUnknown", testMarkOutcomeUnknown},
 		{"MarkOutcomeUnknownAudited", testMarkOutcomeUnknownAudited},
 		{"Notes", testNotes},

@@ -1,0 +1,145 @@
+package storetest
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/store"
+)
+
+// testAwaitInput: a call whose round ends asking for input is one
+// execution over its rounds. AwaitInputAudited moves the started
+// execution to awaiting input and gives back the approval the round used,
+// with its record, in one transaction; BeginExecution of the same call
+// starts it again (once, of racers), of another call conflicts; the sweep
+// of abandoned executions leaves it alone; and a failed record writes
+// nothing.
+func testAwaitInput(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	ctx := t.Context()
+	now := f.now
+	at := now.Truncate(time.Microsecond)
+	var records int
+	build := func(kind string) func(store.AuditHead) (store.AuditRecord, error) {
+		return func(h store.AuditHead) (store.AuditRecord, error) {
+			r, err := chained(store.AuditRecord{At: at, Kind: kind, Tool: "notes_write"})(h)
+			records = int(r.Seq)
+			return r, err
+		}
+	}
+
+	// The first round: the approval used with the execution's start.
+	b := testBinding()
+	a := f.approved("apr-rounds", b)
+	in := testExecution("rounds/call-1", now)
+	in.ApprovalID = a.ID
+	_, _, started, err := s.ConsumeApprovalAudited(ctx, a.ID, b, now.Add(2*time.Minute), &in, build("approval_consumed"))
+	if err != nil || !started {
+		t.Fatalf("ConsumeApprovalAudited = started %v, %v; want started", started, err)
+	}
+	e, err := s.AwaitInputAudited(ctx, in.IdempotencyKey, a.ID, now.Add(3*time.Minute), build("input_required"))
+	if err != nil || e.Status != store.ExecutionAwaitingInput || e.IdempotencyKey != in.IdempotencyKey {
+		t.Fatalf("AwaitInputAudited = %+v, %v; want the execution awaiting input", e, err)
+	}
+	if got := f.status(a.ID); got != store.ApprovalApproved {
+		t.Errorf("after the round that asked for input the approval is %s, want approved (unused)", got)
+	}
+	if _, err := s.FindApproved(ctx, b, now.Add(4*time.Minute)); err != nil {
+		t.Errorf("FindApproved after the round = %v, want the approval", err)
+	}
+	if got, err := s.GetExecution(ctx, in.IdempotencyKey); err != nil || got.Status != store.ExecutionAwaitingInput || len(got.Result) != 0 {
+		t.Errorf("GetExecution = %+v, %v; want it awaiting input without a result", got, err)
+	}
+
+	// Not started (awaiting input already), an unknown key, an approval
+	// not consumed: refused, nothing written.
+	if _, err := s.AwaitInputAudited(ctx, in.IdempotencyKey, "", now, build("input_required")); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("AwaitInputAudited of an execution awaiting input = %v, want ErrConflict", err)
+	}
+	if _, err := s.AwaitInputAudited(ctx, "rounds/nobody", "", now, build("input_required")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("AwaitInputAudited of no execution = %v, want ErrNotFound", err)
+	}
+	if _, err := s.AwaitInputAudited(ctx, "", a.ID, now, build("input_required")); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("AwaitInputAudited of an approval not consumed = %v, want ErrConflict", err)
+	}
+	if records != 2 {
+		t.Errorf("the log has %d records, want 2: refusals record nothing", records)
+	}
+	checkChain(t, s, 2)
+
+	// The sweep of abandoned executions leaves a call awaiting input.
+	if marked, err := s.MarkOutcomeUnknown(ctx, now.Add(time.Hour)); err != nil || len(marked) != 0 {
+		t.Errorf("MarkOutcomeUnknown = %v, %v; want nothing marked", marked, err)
+	}
+	// Nor can it be finished while it awaits input.
+	if _, err := s.FinishExecution(ctx, in.IdempotencyKey, store.ExecutionSucceeded, []byte(`{}`), now); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("FinishExecution of an execution awaiting input = %v, want ErrConflict", err)
+	}
+
+	// Another call with the key is a conflict; the same call starts it
+	// again, with the new round's start and approval, once of racers
+	// (each with its record, as every begin has).
+	other := testExecution(in.IdempotencyKey, now)
+	other.ArgumentsHash = "args-2"
+	if _, _, err := s.BeginExecution(ctx, other); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("BeginExecution of another call under the key = %v, want ErrConflict", err)
+	}
+	const racers = 6
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	resumed := 0
+	second := now.Add(5 * time.Minute)
+	for range racers {
+		wg.Go(func() {
+			again := testExecution(in.IdempotencyKey, second)
+			again.ApprovalID = "apr-2"
+			got, started, err := s.BeginExecutionAudited(ctx, again, chained(store.AuditRecord{At: at, Kind: "decision", Tool: "notes_write"}))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("BeginExecution of the next round: %v", err)
+				return
+			}
+			if got.Status != store.ExecutionStarted || !got.StartedAt.Equal(second.Truncate(time.Microsecond)) || got.ApprovalID != "apr-2" {
+				t.Errorf("BeginExecution of the next round = %+v; want it started at the round's start with its approval", got)
+			}
+			if started {
+				resumed++
+			}
+		})
+	}
+	wg.Wait()
+	if resumed != 1 {
+		t.Errorf("%d racers started the next round, want exactly 1", resumed)
+	}
+	if _, err := s.FinishExecution(ctx, in.IdempotencyKey, store.ExecutionSucceeded, []byte(`{"done":true}`), second); err != nil {
+		t.Errorf("FinishExecution of the completing round: %v", err)
+	}
+
+	// Without an execution (a call without idempotency key), the
+	// approval alone is given back; a failing record gives back nothing.
+	b2 := b
+	b2.ArgumentsHash = "args-3"
+	a2 := f.approved("apr-rounds-2", b2)
+	if _, err := s.ConsumeApproval(ctx, a2.ID, b2, now.Add(2*time.Minute)); err != nil {
+		t.Fatalf("ConsumeApproval: %v", err)
+	}
+	errBuild := errors.New("hashing failed")
+	if _, err := s.AwaitInputAudited(ctx, "", a2.ID, now.Add(3*time.Minute), func(store.AuditHead) (store.AuditRecord, error) {
+		return store.AuditRecord{}, errBuild
+	}); !errors.Is(err, errBuild) {
+		t.Errorf("AwaitInputAudited with a failing record = %v, want its error", err)
+	}
+	if got := f.status(a2.ID); got != store.ApprovalConsumed {
+		t.Errorf("after a failed record the approval is %s, want consumed", got)
+	}
+	if _, err := s.AwaitInputAudited(ctx, "", a2.ID, now.Add(3*time.Minute), build("input_required")); err != nil {
+		t.Errorf("AwaitInputAudited of an approval alone: %v", err)
+	}
+	if got := f.status(a2.ID); got != store.ApprovalApproved {
+		t.Errorf("the approval is %s, want approved again", got)
+	}
+	checkChain(t, s, 3+racers)
+}
