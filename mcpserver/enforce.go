@@ -238,6 +238,10 @@ const (
 // arguments: ArgumentsHash stands for them.
 type Event struct {
 	Kind string
+	// EventID is the event's identity, made with it (stamp): every
+	// attempt to record the event carries it, so that a retry of a write
+	// that committed unacknowledged is not recorded twice.
+	EventID string
 	// Action is the request's action; empty for a tool call. For the
 	// other actions Tool names what it acts on (see Call.Action).
 	Action         Action
@@ -655,7 +659,7 @@ func metaString(meta mcp.Meta, key string) (string, error) {
 
 // stamp returns ev as a record of kind, made now.
 func (s *Server) stamp(ev Event, kind string) Event {
-	ev.Kind, ev.At = kind, s.opts.Now()
+	ev.Kind, ev.At, ev.EventID = kind, s.opts.Now(), newEventID()
 	return ev
 }
 

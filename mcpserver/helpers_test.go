@@ -156,6 +156,11 @@ type auditLog struct {
 	mu     sync.Mutex
 	events []Event
 	fail   bool
+	// unacknowledged is how many more records of that kind are kept and
+	// then answered with an error, as a commit whose acknowledgement was
+	// lost.
+	unacknowledged     int
+	unacknowledgedKind string
 }
 
 func (a *auditLog) Record(_ context.Context, e Event) error {
@@ -165,6 +170,10 @@ func (a *auditLog) Record(_ context.Context, e Event) error {
 		return fmt.Errorf("the audit log is unavailable")
 	}
 	a.events = append(a.events, e)
+	if a.unacknowledged > 0 && e.Kind == a.unacknowledgedKind {
+		a.unacknowledged--
+		return fmt.Errorf("the connection was lost at the commit")
+	}
 	return nil
 }
 

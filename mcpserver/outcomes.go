@@ -2,6 +2,8 @@ package mcpserver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"sync"
@@ -337,9 +339,20 @@ func (s *Server) settleUnconfirmed(ctx context.Context, e store.Execution, ev Ev
 	})
 }
 
+// newEventID returns a new Event.EventID: 128 random bits as 32 lowercase
+// hex digits, the form the audit log takes.
+func newEventID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
 // recordOutcome records how a call ended: with its execution's finish when
 // it has an idempotency key, else on its own, retrying each until it is
-// durable. A finish that cannot be written makes the outcome unknown: lost
+// durable. Every attempt records ev with its EventID, so that an attempt
+// that failed after its commit (the acknowledgement lost) is not recorded
+// again by the next: the audit log answers that attempt with the record
+// already there. A finish that cannot be written makes the outcome unknown: lost
 // tells the retries this process answers, and the execution is then
 // finished outcome_unknown as soon as the database takes it.
 func (s *Server) recordOutcome(ctx context.Context, ev Event, status store.ExecutionStatus, result json.RawMessage, lost func()) {

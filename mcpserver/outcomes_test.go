@@ -583,3 +583,39 @@ func TestLastFinishThatCommittedIsNotMarkedUnknown(t *testing.T) {
 	}
 	wantEcho(t, "the retry", oe.echo(t))
 }
+
+// TestOutcomeRetryKeepsEventID checks that the record of how a call
+// without a key ended, written again after an attempt whose commit was
+// not acknowledged, is the same event both times (one event id, which the
+// audit log keeps once), and that each event has an id of its own.
+func TestOutcomeRetryKeepsEventID(t *testing.T) {
+	up := newFixture(t)
+	e := newEnv(t, envConfig{rules: map[string]Decision{"fx__echo": Allow}, upstreams: []Upstream{{Name: "fx", URL: up.url}}, server: fastRetries})
+	e.audit.mu.Lock()
+	e.audit.unacknowledged, e.audit.unacknowledgedKind = 1, KindExecuted
+	e.audit.mu.Unlock()
+	wantEcho(t, "the call", call(t, e.connect(alice, "", nil, ""), "fx__echo", map[string]any{"text": "once"}, nil))
+	if err := e.server.Drain(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.audit.mu.Lock()
+	defer e.audit.mu.Unlock()
+	var decision, executed []string
+	for _, ev := range e.audit.events {
+		if len(ev.EventID) != 32 || strings.Trim(ev.EventID, "0123456789abcdef") != "" {
+			t.Errorf("%s event has id %q, want 32 lowercase hex digits", ev.Kind, ev.EventID)
+		}
+		switch ev.Kind {
+		case KindDecision:
+			decision = append(decision, ev.EventID)
+		case KindExecuted:
+			executed = append(executed, ev.EventID)
+		}
+	}
+	if len(decision) != 1 || len(executed) != 2 {
+		t.Fatalf("recorded %d decisions and %d outcomes, want 1 and 2 (an attempt, then its retry)", len(decision), len(executed))
+	}
+	if executed[0] != executed[1] || executed[0] == decision[0] {
+		t.Errorf("event ids: decision %s, outcome %s then %s; want the outcome's attempts to share one, not the decision's", decision[0], executed[0], executed[1])
+	}
+}

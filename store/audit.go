@@ -1,11 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -42,12 +44,18 @@ type AuditRecord struct {
 	Details  json.RawMessage
 	PrevHash string // the head's Hash
 	Hash     string
+	// EventID is the identity of the event the record records, shared by
+	// every attempt to record it; empty for none (and for records written
+	// before event ids). At most one record has a given EventID: an append
+	// of a record whose EventID is already in the log writes nothing and
+	// returns the record already there (see AppendAudit).
+	EventID string
 }
 
 // auditColumns is the column list of an AuditRecord, in field order.
 const auditColumns = `seq, at, kind, principal, client_id, token_jti, tool,
 	definition_hash, arguments_hash, decision, policy_ids, policy_hash,
-	approval_id, run_id, outcome, latency_us, details, prev_hash, hash`
+	approval_id, run_id, outcome, latency_us, details, prev_hash, hash, event_id`
 
 // checkAuditRecord validates a record built on head before it is appended.
 func checkAuditRecord(r AuditRecord, head AuditHead) error {
@@ -83,7 +91,7 @@ func checkAuditRecord(r AuditRecord, head AuditHead) error {
 		{"audit record arguments hash", r.ArgumentsHash}, {"audit record decision", r.Decision},
 		{"audit record policy hash", r.PolicyHash}, {"audit record approval id", r.ApprovalID},
 		{"audit record run id", r.RunID}, {"audit record outcome", r.Outcome},
-		{"audit record hash", r.Hash},
+		{"audit record hash", r.Hash}, {"audit record event id", r.EventID},
 	}
 	for _, f := range texts {
 		if err := checkText(f.name, f.value); err != nil {
@@ -147,7 +155,11 @@ var (
 	auditHead = sql1(`SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`)
 
 	insertAudit = sql1(`INSERT INTO audit_log (` + auditColumns + `)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`)
+
+	// auditByEvent reads the record of an event id; its condition is the
+	// partial index's, so that the index serves it.
+	auditByEvent = sql1(`SELECT ` + auditColumns + ` FROM audit_log WHERE event_id = $1 AND event_id <> ''`)
 
 	listAudit = sql1(`SELECT ` + auditColumns + ` FROM audit_log WHERE seq > $1 ORDER BY seq LIMIT $2`)
 )
@@ -160,10 +172,50 @@ func (c *core) AppendAudit(ctx context.Context, build func(AuditHead) (AuditReco
 		out, err = appendAuditTx(ctx, tx, build)
 		return err
 	})
+	if isDuplicateEvent(err) {
+		return c.recordedEvent(ctx, out)
+	}
 	if err != nil {
 		return AuditRecord{}, c.fail(err)
 	}
 	return out, nil
+}
+
+// auditEventIndex is the unique index of audit records' event ids.
+const auditEventIndex = "audit_log_event_id_key"
+
+// isDuplicateEvent reports whether err is the INSERT of an audit record
+// whose EventID another record has, on either engine.
+func isDuplicateEvent(err error) bool {
+	return err != nil && (pgDuplicateEvent(err) || sqliteDuplicateEvent(err))
+}
+
+// recordedEvent answers the append of r, refused because its EventID is
+// already in the log: a retry of an append that committed, whose
+// acknowledgement was lost. It returns the record already there when it
+// records the same event as r (every field but the chain's and the time,
+// which a retry may stamp anew); ErrConflict when the id is another
+// event's.
+func (c *core) recordedEvent(ctx context.Context, r AuditRecord) (AuditRecord, error) {
+	got, err := scanAudit(c.reader().row(ctx, auditByEvent, r.EventID))
+	if err != nil {
+		return AuditRecord{}, c.fail(err)
+	}
+	if !sameEvent(got, r) {
+		return AuditRecord{}, fmt.Errorf("%w: audit record %d has event id %q but records another event", ErrConflict, got.Seq, r.EventID)
+	}
+	return got, nil
+}
+
+// sameEvent reports whether a and b, two records with one EventID, record
+// the same event.
+func sameEvent(a, b AuditRecord) bool {
+	return a.Kind == b.Kind && a.Principal == b.Principal && a.ClientID == b.ClientID &&
+		a.TokenJTI == b.TokenJTI && a.Tool == b.Tool && a.DefinitionHash == b.DefinitionHash &&
+		a.ArgumentsHash == b.ArgumentsHash && a.Decision == b.Decision &&
+		slices.Equal(a.PolicyIDs, b.PolicyIDs) && a.PolicyHash == b.PolicyHash &&
+		a.ApprovalID == b.ApprovalID && a.RunID == b.RunID && a.Outcome == b.Outcome &&
+		a.Latency == b.Latency && bytes.Equal(a.Details, b.Details)
 }
 
 // appendAuditTx appends the record build returns within the transaction
@@ -220,7 +272,7 @@ func withAudit(ctx context.Context, fn func(tx executor) error, build func(Audit
 func auditArgs(r AuditRecord) []any {
 	return []any{r.Seq, r.At, r.Kind, r.Principal, r.ClientID, r.TokenJTI, r.Tool,
 		r.DefinitionHash, r.ArgumentsHash, r.Decision, string(encodeNames(r.PolicyIDs)), r.PolicyHash,
-		r.ApprovalID, r.RunID, r.Outcome, r.Latency.Microseconds(), string(r.Details), r.PrevHash, r.Hash}
+		r.ApprovalID, r.RunID, r.Outcome, r.Latency.Microseconds(), string(r.Details), r.PrevHash, r.Hash, r.EventID}
 }
 
 func (c *core) AuditRecords(ctx context.Context, afterSeq int64, limit int) ([]AuditRecord, error) {
@@ -238,7 +290,7 @@ func scanAudit(row rowScanner) (AuditRecord, error) {
 	var latency int64
 	if err := row.Scan(&r.Seq, at(&r.At), &r.Kind, &r.Principal, &r.ClientID, &r.TokenJTI, &r.Tool,
 		&r.DefinitionHash, &r.ArgumentsHash, &r.Decision, &policyIDs, &r.PolicyHash,
-		&r.ApprovalID, &r.RunID, &r.Outcome, &latency, &details, &r.PrevHash, &r.Hash); err != nil {
+		&r.ApprovalID, &r.RunID, &r.Outcome, &latency, &details, &r.PrevHash, &r.Hash, &r.EventID); err != nil {
 		return AuditRecord{}, err
 	}
 	var err error

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -48,6 +49,18 @@ func newAckCutter(t *testing.T, target string) *ackCutter {
 		}
 	})
 	return p
+}
+
+// openBehindAckCutter opens the test database through an ackCutter.
+func openBehindAckCutter(t *testing.T) (*ackCutter, store.Store) {
+	t.Helper()
+	u, err := url.Parse(storetest.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cutter := newAckCutter(t, u.Host)
+	u.Host = cutter.ln.Addr().String()
+	return cutter, openMigrated(t, u.String())
 }
 
 func (p *ackCutter) serve() {
@@ -113,14 +126,7 @@ func (p *ackCutter) relay(client, server net.Conn) {
 // as another call's start — a tool call then never run, its execution
 // left started — and every record of the batch written twice.
 func TestPostgresAuditBatchCommitUnacknowledged(t *testing.T) {
-	dsn := storetest.PostgresURL(t)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cutter := newAckCutter(t, u.Host)
-	u.Host = cutter.ln.Addr().String()
-	s := openMigrated(t, u.String())
+	cutter, s := openBehindAckCutter(t)
 	if _, err := s.AppendAudit(t.Context(), link("first")); err != nil {
 		t.Fatalf("append: %v", err)
 	}
@@ -161,5 +167,53 @@ func TestPostgresAuditBatchCommitUnacknowledged(t *testing.T) {
 	checkChain(t, records, 1+lazies+1)
 	if errors.Is(beginErr, store.ErrConflict) {
 		t.Errorf("begin: %v", beginErr)
+	}
+}
+
+// A caller that retries an audit append whose commit was never
+// acknowledged (as the MCP server does with how a call ended) leaves one
+// record of the event, not two: the retry carries the event's id, the log
+// already holds it, and the retry is answered with that record. The chain
+// goes on from it and verifies.
+func TestPostgresAuditRetryAfterCommitUnacknowledged(t *testing.T) {
+	cutter, s := openBehindAckCutter(t)
+	log, err := audit.New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := log.Append(ctx, audit.Entry{Kind: audit.KindDecision, Tool: "notes_write"}); err != nil {
+		t.Fatalf("append: %v", err)
+	}
+
+	e := audit.Entry{EventID: audit.NewEventID(), Kind: audit.KindExecuted, Tool: "notes_write", Outcome: "succeeded", At: time.Now()}
+	cutter.armed.Store(true)
+	first := log.Append(ctx, e)
+	if cutter.cut.Load() != 1 {
+		t.Fatalf("the proxy cut %d acknowledgements, want 1: the fault was not injected", cutter.cut.Load())
+	}
+	if first == nil {
+		t.Fatalf("the append succeeded although its commit was never acknowledged")
+	}
+	if err := log.Append(ctx, e); err != nil {
+		t.Fatalf("the retry: %v; want success, the event being recorded", err)
+	}
+	if err := log.Append(ctx, audit.Entry{Kind: audit.KindDecision, Tool: "notes_read"}); err != nil {
+		t.Fatalf("append after the retry: %v", err)
+	}
+
+	records := auditLog(t, s)
+	var of int
+	for _, r := range records {
+		if r.EventID == e.EventID {
+			of++
+		}
+	}
+	if of != 1 {
+		t.Errorf("the log holds %d records of the retried event, want 1", of)
+	}
+	checkChain(t, records, 3)
+	if rep, err := audit.Verify(ctx, s); err != nil || !rep.Intact() || rep.Records != 3 {
+		t.Errorf("audit.Verify = %+v, %v; want 3 records, intact", rep, err)
 	}
 }

@@ -166,6 +166,13 @@ const (
 	pgCharacterNotInRepertoire = "22021"
 )
 
+// pgDuplicateEvent reports whether err is PostgreSQL refusing an audit
+// record whose event id another record has.
+func pgDuplicateEvent(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgUniqueViolation && pgErr.ConstraintName == auditEventIndex
+}
+
 // pgError translates a pgx error into the store's sentinels. It is the one
 // place that knows PostgreSQL's error codes; the driver error stays wrapped
 // for logs, and errors.Is finds the sentinel.

@@ -62,7 +62,10 @@ const maxAuditAttempts = 3
 // An append whose build fails gets the error wrapped in buildFailed and is
 // left out. When a transaction of several appends is refused by the
 // database (it rolled back), each is written again on its own, so that one
-// append's failure is not another's. When it fails in a way that may have
+// append's failure is not another's: a record whose event id is already in
+// the log rolls back the records chained after it, which are then written
+// on the head without it, and is itself answered with the record there
+// (see writeEachAlone). When it fails in a way that may have
 // committed it (the connection lost, or ended by the server, before the
 // commit was acknowledged), every append gets the error and none is
 // written again: a second write would find the first one's rows and
@@ -113,8 +116,19 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, batch []*pgAuditApp
 }
 
 // writeEachAlone finishes a batch whose transaction failed with err: a
-// lone append with err, several each in a transaction of its own.
+// lone append with err, several each in a transaction of its own. A lone
+// record refused because its event id is already in the log (a retry of
+// an append that committed unacknowledged) is answered with the record
+// there (see recordedEvent), unless it came with a step: the step's
+// statements rolled back with it, and what they found is void, so that
+// append gets the error.
 func (s *postgresStore) writeEachAlone(ctx context.Context, batch []*pgAuditAppend, err error) {
+	if len(batch) == 1 && batch[0].step == nil && isDuplicateEvent(err) {
+		a := batch[0]
+		a.rec, a.err = s.recordedEvent(ctx, a.rec)
+		close(a.done)
+		return
+	}
 	if len(batch) == 1 || !rolledBack(err) {
 		finishAppends(batch, err)
 		return

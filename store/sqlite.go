@@ -219,6 +219,15 @@ func parseSQLiteTime(s string) (time.Time, error) {
 	return t, nil
 }
 
+// sqliteDuplicateEvent reports whether err is SQLite refusing an audit
+// record whose event id another record has. SQLite names the column
+// of the unique index it enforced, not the index.
+func sqliteDuplicateEvent(err error) bool {
+	var liteErr *sqlite.Error
+	return errors.As(err, &liteErr) && liteErr.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE &&
+		strings.Contains(liteErr.Error(), "audit_log.event_id")
+}
+
 // sqliteError translates a modernc.org/sqlite error into the store's
 // sentinels. It is the one place that knows SQLite's result codes; the
 // driver error stays wrapped for logs, and errors.Is finds the sentinel.

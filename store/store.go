@@ -560,7 +560,12 @@ type Store interface {
 	// ErrInvalid). The store computes no hash: build does. An error from
 	// build is returned as is and nothing is written. build may be called
 	// more than once, with different heads: it must have no other effect.
-	// Concurrent appends produce a gapless chain.
+	// Concurrent appends produce a gapless chain. A record whose EventID
+	// is already in the log is not written: AppendAudit returns the record
+	// there when it records the same event (the retry of an append that
+	// committed, its acknowledgement lost), ErrConflict when it records
+	// another. A write that appends a record along with other statements
+	// fails with ErrConflict on such a record, and writes nothing.
 	AppendAudit(ctx context.Context, build func(head AuditHead) (AuditRecord, error)) (AuditRecord, error)
 	// AuditRecords returns up to limit records with Seq > afterSeq, in
 	// order; ErrInvalid when limit is not positive.

@@ -219,7 +219,7 @@ func auditEntry(e mcpserver.Event) (audit.Entry, error) {
 		return audit.Entry{}, err
 	}
 	return audit.Entry{
-		Kind: audit.Kind(e.Kind), At: e.At, Principal: e.Principal, ClientID: e.ClientID,
+		Kind: audit.Kind(e.Kind), EventID: e.EventID, At: e.At, Principal: e.Principal, ClientID: e.ClientID,
 		TokenJTI: e.TokenID, Tool: e.Tool, DefinitionHash: e.DefinitionHash,
 		ArgumentsHash: e.ArgumentsHash, Decision: string(e.Decision), PolicyIDs: e.PolicyIDs,
 		PolicyHash: e.PolicyHash, ApprovalID: e.ApprovalID, RunID: e.RunID, Outcome: e.Outcome,

@@ -20,6 +20,7 @@ import (
 
 	"github.com/usherhq/usher/approvals"
 	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/mcpserver"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
@@ -373,9 +374,14 @@ func TestResourceApprovalThroughTheService(t *testing.T) {
 	if _, _, _, err := a.Consume(t.Context(), b, nil, ev); !errors.Is(err, mcpserver.ErrNotApproved) {
 		t.Errorf("a second consume: %v", err)
 	}
+	ev.EventID = audit.NewEventID()
 	entry, err := auditEntry(ev)
 	if err != nil || !strings.Contains(string(entry.Details), `"action":"read_resource"`) {
 		t.Errorf("the audit entry's details = %s, %v", entry.Details, err)
+	}
+	// The event's id is the entry's, which its retries share.
+	if entry.EventID != ev.EventID {
+		t.Errorf("the audit entry's event id = %q, want the event's %q", entry.EventID, ev.EventID)
 	}
 }
 

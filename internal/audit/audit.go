@@ -2,6 +2,8 @@ package audit
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,12 +84,29 @@ const (
 // kindPattern is what a Kind must look like.
 var kindPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 
+// eventIDPattern is what an EventID must look like: 128 bits in hex.
+var eventIDPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// NewEventID returns a new event identity: 128 random bits as 32
+// lowercase hex digits.
+func NewEventID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
 // ErrInvalidEntry reports an entry Append refuses to write.
 var ErrInvalidEntry = errors.New("audit: invalid entry")
 
 // Entry is one thing to record. Only Kind is required.
 type Entry struct {
 	Kind Kind
+	// EventID is the event's identity (NewEventID), shared by every
+	// attempt to record it: a caller that retries an Append after an error
+	// (which may have committed, its acknowledgement lost) passes the same
+	// EventID, and a retry of an event already recorded succeeds without
+	// writing it again. Empty means a new one, made by the Log.
+	EventID string
 	// At is when it happened; zero means now. It is kept in UTC to the
 	// microsecond.
 	At        time.Time
@@ -145,7 +164,9 @@ func New(st Appender, opts *Options) (*Log, error) {
 
 // Append writes e as the next record of the log, chained to the one before.
 // It fails with ErrInvalidEntry for an entry it refuses, and otherwise only
-// when the store does: an audited action should then not proceed.
+// when the store does: an audited action should then not proceed. When
+// e.EventID is already in the log, as when an Append that failed had
+// committed, it writes nothing and succeeds.
 func (l *Log) Append(ctx context.Context, e Entry) error {
 	build, err := l.Builder(e)
 	if err != nil {
@@ -177,7 +198,12 @@ func (l *Log) Builder(e Entry) (func(store.AuditHead) (store.AuditRecord, error)
 	if at.IsZero() {
 		at = l.now()
 	}
+	id := e.EventID
+	if id == "" {
+		id = NewEventID()
+	}
 	r := store.AuditRecord{
+		EventID:        id,
 		At:             at.UTC().Truncate(time.Microsecond),
 		Kind:           string(e.Kind),
 		Principal:      e.Principal,
@@ -224,6 +250,9 @@ func checkEntry(e Entry) error {
 	// A JWT has three dot-separated parts; a jti has none of that shape.
 	if len(e.TokenJTI) > maxJTI || strings.Count(e.TokenJTI, ".") >= 2 {
 		errs = append(errs, errors.New("TokenJTI looks like a token, not a token id"))
+	}
+	if e.EventID != "" && !eventIDPattern.MatchString(e.EventID) {
+		errs = append(errs, fmt.Errorf("event id %q is not 32 lowercase hex digits", e.EventID))
 	}
 	if e.Latency < 0 {
 		errs = append(errs, fmt.Errorf("latency %v is negative", e.Latency))

@@ -137,6 +137,10 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			audit.Problem{Seq: 2, Kind: audit.ProblemEdited}, false},
 		{"edited latency", []string{`UPDATE audit_log SET latency_us = latency_us + 1 WHERE seq = 5`},
 			audit.Problem{Seq: 5, Kind: audit.ProblemEdited}, false},
+		{"edited event id", []string{`UPDATE audit_log SET event_id = '00000000000000000000000000000000' WHERE seq = 3`},
+			audit.Problem{Seq: 3, Kind: audit.ProblemEdited}, false},
+		{"removed event id", []string{`UPDATE audit_log SET event_id = '' WHERE seq = 2`},
+			audit.Problem{Seq: 2, Kind: audit.ProblemEdited}, false},
 		{"edited hash", []string{`UPDATE audit_log SET hash = 'beef' WHERE seq = 3`},
 			audit.Problem{Seq: 3, Kind: audit.ProblemEdited}, false},
 		{"deleted middle record", []string{`DELETE FROM audit_log WHERE seq = 3`},
@@ -360,6 +364,8 @@ func TestBuilderRefuses(t *testing.T) {
 		{Kind: "Not A Kind"},
 		{Kind: audit.KindDecision, TokenJTI: "eyJ.eyJ.sig"},
 		{Kind: audit.KindDecision, Details: json.RawMessage(`{`)},
+		{Kind: audit.KindDecision, EventID: "not-hex"},
+		{Kind: audit.KindDecision, EventID: strings.ToUpper(audit.NewEventID())},
 	} {
 		if _, err := log.Builder(e); !errors.Is(err, audit.ErrInvalidEntry) {
 			t.Errorf("Builder(%+v) = %v, want ErrInvalidEntry", e, err)
@@ -455,6 +461,7 @@ func TestHashRecipe(t *testing.T) {
 		"latency":   func(r *store.AuditRecord) { r.Latency += time.Microsecond },
 		"details":   func(r *store.AuditRecord) { r.Details = json.RawMessage(`{}`) },
 		"prev hash": func(r *store.AuditRecord) { r.PrevHash = "" },
+		"event id":  func(r *store.AuditRecord) { r.EventID = "0123456789abcdef0123456789abcdef" },
 	}
 	for name, change := range fields {
 		changed := r
@@ -463,6 +470,17 @@ func TestHashRecipe(t *testing.T) {
 			t.Errorf("changing %s left the hash as it was (%v)", name, err)
 		}
 	}
+	// A record with an event id has it in its body, between details and
+	// kind; one without (every record written before event ids) has no
+	// such key, and hashes as it always did.
+	withID := r
+	withID.EventID = "0123456789abcdef0123456789abcdef"
+	idBody := strings.Replace(body, `,"kind":`, `,"event_id":"0123456789abcdef0123456789abcdef","kind":`, 1)
+	sum = sha256.Sum256([]byte(r.PrevHash + idBody))
+	if got, err := audit.Hash(withID); err != nil || got != hex.EncodeToString(sum[:]) {
+		t.Errorf("Hash with an event id = %s, %v; want %x", got, err, sum)
+	}
+
 	// Only the meaning of details counts, not its spacing or key order.
 	same := r
 	same.Details = json.RawMessage(`{ "a" : [1.50,true,null] , "b":"x\u2028<y>" }`)
@@ -532,4 +550,66 @@ func TestReadErrors(t *testing.T) {
 	if err := audit.Export(t.Context(), failingReader{}, &bytes.Buffer{}, 0); err == nil {
 		t.Error("Export with a failing reader = nil error")
 	}
+}
+
+// A log whose older records have no event id (written before there were
+// any) and whose newer ones have one verifies, and exports lines from
+// which each hash is recomputed: the older without an event_id key. An
+// entry appended again with its event id, as a retry after a lost commit
+// acknowledgement does, is recorded once.
+func TestVerifyRecordsWithAndWithoutEventIDs(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, st store.Store, _ *sql.DB) {
+		ctx := t.Context()
+		at := time.Date(2030, 1, 2, 3, 4, 5, 6000, time.UTC)
+		for i, kind := range []string{"decision", "executed"} {
+			// As a record was built before event ids: none, and a
+			// body without the key.
+			if _, err := st.AppendAudit(ctx, func(h store.AuditHead) (store.AuditRecord, error) {
+				r := store.AuditRecord{Seq: h.Seq + 1, PrevHash: h.Hash, At: at.Add(time.Duration(i) * time.Second), Kind: kind, Tool: "notes_write"}
+				var err error
+				r.Hash, err = audit.Hash(r)
+				return r, err
+			}); err != nil {
+				t.Fatalf("append an old record: %v", err)
+			}
+		}
+		log, err := audit.New(st, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := audit.Entry{EventID: audit.NewEventID(), Kind: audit.KindExecuted, Tool: "notes_write", At: at.Add(time.Minute)}
+		for range 2 {
+			if err := log.Append(ctx, e); err != nil {
+				t.Fatalf("Append: %v", err)
+			}
+		}
+		if err := log.Append(ctx, audit.Entry{Kind: audit.KindDecision, Tool: "notes_read"}); err != nil {
+			t.Fatalf("Append: %v", err)
+		}
+		rs := records(t, st)
+		if len(rs) != 4 {
+			t.Fatalf("the log has %d records, want 4 (the entry appended twice recorded once)", len(rs))
+		}
+		if rs[0].EventID != "" || rs[1].EventID != "" || rs[2].EventID != e.EventID || len(rs[3].EventID) != 32 {
+			t.Errorf("event ids %q %q %q %q; want none, none, the entry's, a new one", rs[0].EventID, rs[1].EventID, rs[2].EventID, rs[3].EventID)
+		}
+		if rep := verify(t, st); !rep.Intact() || rep.Records != 4 {
+			t.Errorf("Verify = %+v, want intact with 4 records", rep)
+		}
+
+		var out bytes.Buffer
+		if err := audit.Export(ctx, st, &out, 0); err != nil {
+			t.Fatalf("Export: %v", err)
+		}
+		lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		for i, line := range lines {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(line), &m); err != nil {
+				t.Fatalf("line %d: %v", i, err)
+			}
+			if _, has := m["event_id"]; has != (i >= 2) {
+				t.Errorf("line %d has an event_id: %v, want %v: %s", i, has, i >= 2, line)
+			}
+		}
+	})
 }

@@ -12,6 +12,17 @@
 // Entries name the token by its "jti", never the token; Append refuses a
 // TokenJTI that looks like a JWT.
 //
+// # Event ids
+//
+// Each record written by this version carries an event id (event_id): 128
+// random bits as 32 lowercase hex digits ([NewEventID]), made once with
+// the event and shared by every attempt to record it. The database holds
+// at most one record of an id (a unique index), and an append of an event
+// already recorded writes nothing and succeeds: a caller that retries an
+// Append after an error — which may have committed, its acknowledgement
+// lost with the connection — does not record the event twice. Records
+// written before event ids have none, and keep their hashes.
+//
 // # The hash, so that a reviewer can recompute it
 //
 //	hash = lowercase hex of SHA-256( prev_hash || body )
@@ -22,10 +33,12 @@
 // whitespace:
 //
 //	approval_id, arguments_hash, at, client_id, decision, definition_hash,
-//	details, kind, latency_us, outcome, policy_hash, policy_ids, principal,
-//	run_id, seq, token_jti, tool
+//	details, [event_id,] kind, latency_us, outcome, policy_hash, policy_ids,
+//	principal, run_id, seq, token_jti, tool
 //
-// where at is the time in UTC as "2006-01-02T15:04:05.000000Z" (RFC 3339,
+// where event_id is present only in a record that has one (it is absent,
+// not "", in records written before event ids, so that their hashes are
+// what they were when written), at is the time in UTC as "2006-01-02T15:04:05.000000Z" (RFC 3339,
 // always six fractional digits), latency_us and seq are integers,
 // policy_ids is an array of strings ([] when there are none), details is
 // a JSON value with object keys sorted, no whitespace and numbers as
@@ -42,7 +55,8 @@
 // # What verification detects, and what it cannot
 //
 // [Verify] walks the whole log in order and reports:
-//   - an edited record: its content no longer matches its hash;
+//   - an edited record: its content (its event id, given or taken away,
+//     too) no longer matches its hash;
 //   - a deleted record: a gap in the sequence, or a prev_hash that is not
 //     the hash of the record before;
 //   - reordered records: their sequence numbers are in their hashes, and

@@ -27,6 +27,7 @@ type body struct {
 	Decision       string          `json:"decision"`
 	DefinitionHash string          `json:"definition_hash"`
 	Details        json.RawMessage `json:"details"`
+	EventID        string          `json:"event_id,omitempty"`
 	Kind           string          `json:"kind"`
 	LatencyUS      int64           `json:"latency_us"`
 	Outcome        string          `json:"outcome"`
@@ -49,6 +50,7 @@ type exported struct {
 	Decision       string          `json:"decision"`
 	DefinitionHash string          `json:"definition_hash"`
 	Details        json.RawMessage `json:"details"`
+	EventID        string          `json:"event_id,omitempty"`
 	Hash           string          `json:"hash"`
 	Kind           string          `json:"kind"`
 	LatencyUS      int64           `json:"latency_us"`
@@ -104,6 +106,7 @@ func bodyOf(r store.AuditRecord) (body, error) {
 		Decision:       r.Decision,
 		DefinitionHash: r.DefinitionHash,
 		Details:        details,
+		EventID:        r.EventID,
 		Kind:           r.Kind,
 		LatencyUS:      r.Latency.Microseconds(),
 		Outcome:        r.Outcome,
@@ -125,7 +128,7 @@ func exportOf(r store.AuditRecord) (exported, error) {
 	}
 	return exported{
 		ApprovalID: b.ApprovalID, ArgumentsHash: b.ArgumentsHash, At: b.At, ClientID: b.ClientID,
-		Decision: b.Decision, DefinitionHash: b.DefinitionHash, Details: b.Details, Hash: r.Hash,
+		Decision: b.Decision, DefinitionHash: b.DefinitionHash, Details: b.Details, EventID: b.EventID, Hash: r.Hash,
 		Kind: b.Kind, LatencyUS: b.LatencyUS, Outcome: b.Outcome, PolicyHash: b.PolicyHash,
 		PolicyIDs: b.PolicyIDs, PrevHash: r.PrevHash, Principal: b.Principal, RunID: b.RunID,
 		Seq: b.Seq, TokenJTI: b.TokenJTI, Tool: b.Tool,

@@ -266,3 +266,78 @@ func checkChain(t *testing.T, s store.Store, n int) {
 		prev = r.Hash
 	}
 }
+
+// testAppendAuditEventID checks that the log holds at most one record of
+// an event id: a second append of the event (a retry of an append whose
+// commit was not acknowledged) writes nothing and returns the first
+// record, also when it is queued with other appends, whose records still
+// chain; one that records another event under the id is a conflict.
+func testAppendAuditEventID(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	at := time.Date(2031, 3, 4, 5, 6, 7, 891011000, time.UTC)
+	const id = "0123456789abcdef0123456789abcdef"
+	event := store.AuditRecord{
+		EventID: id, At: at, Kind: "executed", Principal: "issuer|tenant|alice", Tool: "notes_write",
+		PolicyIDs: []string{"p1"}, Outcome: "succeeded", Latency: 7 * time.Microsecond,
+		Details: json.RawMessage(`{"server":"notes"}`),
+	}
+	first, err := s.AppendAudit(ctx, chained(event))
+	if err != nil || first.EventID != id {
+		t.Fatalf("AppendAudit = %+v, %v; want the record with its event id", first, err)
+	}
+	if _, err := s.AppendAudit(ctx, chained(store.AuditRecord{At: at, Kind: "decision"})); err != nil {
+		t.Fatalf("AppendAudit without an event id: %v", err)
+	}
+	retry := event
+	retry.At = at.Add(time.Second) // a retry may stamp its time anew
+	again, err := s.AppendAudit(ctx, chained(retry))
+	if err != nil || !reflect.DeepEqual(again, first) {
+		t.Errorf("AppendAudit of the event again = %+v, %v; want the first record %+v", again, err, first)
+	}
+	other := event
+	other.Outcome = "failed"
+	if _, err := s.AppendAudit(ctx, chained(other)); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("AppendAudit of another event under the id = %v, want ErrConflict", err)
+	}
+	// A write that appends the record along with other statements writes
+	// none of them.
+	e := testExecution("event-id-1", time.Now())
+	if _, _, err := s.BeginExecutionAudited(ctx, e, chained(retry)); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("BeginExecutionAudited with a recorded event id = %v, want ErrConflict", err)
+	}
+	if _, err := s.GetExecution(ctx, e.IdempotencyKey); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetExecution after the refused begin = %v, want ErrNotFound", err)
+	}
+	checkChain(t, s, 2)
+
+	// Appends racing, a third of them retries of the event: the others
+	// each write one record, chained, and the retries each get the first.
+	const racers = 12
+	start := make(chan struct{})
+	got := make([]store.AuditRecord, racers)
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			r := store.AuditRecord{At: at, Kind: fmt.Sprintf("k%d", i), EventID: fmt.Sprintf("%032x", i+1)}
+			if i%3 == 0 {
+				r = retry
+			}
+			got[i], errs[i] = s.AppendAudit(ctx, chained(r))
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range racers {
+		switch {
+		case errs[i] != nil:
+			t.Errorf("racer %d: %v", i, errs[i])
+		case i%3 == 0 && !reflect.DeepEqual(got[i], first):
+			t.Errorf("racer %d, a retry, got %+v; want the first record", i, got[i])
+		case i%3 != 0 && got[i].Seq <= 2:
+			t.Errorf("racer %d got record %d; want a new one", i, got[i].Seq)
+		}
+	}
+	checkChain(t, s, 2+racers-racers/3)
+}

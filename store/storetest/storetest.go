@@ -111,6 +111,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ClientAssertions", testClientAssertions},
 		{"AppendAudit", testAppendAudit},
 		{"AppendAuditConcurrent", testAppendAuditConcurrent},
+		{"AppendAuditEventID", testAppendAuditEventID},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
