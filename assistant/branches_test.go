@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
 	"github.com/usherhq/usher/store"
 )
@@ -77,11 +76,7 @@ func jsonNumber(v any) int64 {
 // before the branches byte for byte.
 func TestBranches(t *testing.T) {
 	onEngines(t, func(t *testing.T, st store.Store) {
-		ms := modeltest.NewServer(t)
-		provider, err := model.NewOpenAI(&model.OpenAIOptions{BaseURL: ms.URL(), APIKey: "test-key", Model: "scripted"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ms, provider := scriptedModel(t)
 		h := newHarness(t, st, provider, nil)
 		ctx := t.Context()
 
@@ -248,11 +243,7 @@ func TestBranches(t *testing.T) {
 // writes nothing.
 func TestBranchRefusals(t *testing.T) {
 	onEngines(t, func(t *testing.T, st store.Store) {
-		ms := modeltest.NewServer(t)
-		provider, err := model.NewOpenAI(&model.OpenAIOptions{BaseURL: ms.URL(), APIKey: "test-key", Model: "scripted"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ms, provider := scriptedModel(t)
 		h := newHarness(t, st, provider, &Options{MaxMessageBytes: 1000})
 		ctx := t.Context()
 

@@ -97,6 +97,18 @@ type harness struct {
 	api string
 }
 
+// scriptedModel starts a scripted model server and returns it with a
+// provider of model "scripted" that talks to it.
+func scriptedModel(t *testing.T) (*modeltest.Server, *model.OpenAI) {
+	t.Helper()
+	ms := modeltest.NewServer(t)
+	provider, err := model.NewOpenAI(&model.OpenAIOptions{BaseURL: ms.URL(), APIKey: "test-key", Model: "scripted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms, provider
+}
+
 // newHarness starts a runtime on st. The sweep runs once an hour, so that
 // what the tests see is not the sweep's doing.
 func newHarness(t *testing.T, st store.Store, m model.Provider, opts *Options) *harness {

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usherhq/usher/assistant/model"
-	"github.com/usherhq/usher/assistant/model/modeltest"
 	"github.com/usherhq/usher/store"
 )
 
@@ -23,11 +21,7 @@ type chunked struct{ io.Reader }
 // members either way.
 func TestOptionalBodies(t *testing.T) {
 	onEngines(t, func(t *testing.T, st store.Store) {
-		ms := modeltest.NewServer(t)
-		provider, err := model.NewOpenAI(&model.OpenAIOptions{BaseURL: ms.URL(), APIKey: "test-key", Model: "scripted"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ms, provider := scriptedModel(t)
 		h := newHarness(t, st, provider, nil)
 		ms.Reply("Hello.")
 		code, body := h.call(t, "POST", "/runs", `{"message":"hi"}`)

@@ -1,7 +1,6 @@
 package mcpserver
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -31,22 +30,14 @@ func TestUpstreamStreamEndsWithoutAnswer(t *testing.T) {
 	up.AddResource(&mcp.Resource{URI: "test://doc", Name: "doc"}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "test://doc", Text: "doc"}}}, nil
 	})
-	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, &mcp.StreamableHTTPOptions{Stateless: true})
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if !strings.Contains(string(body), `"tools/call"`) && !strings.Contains(string(body), `"resources/read"`) {
-			sdk.ServeHTTP(w, r)
-			return
-		}
+	ts := interceptedUpstream(t, up, []string{"tools/call", "resources/read"}, func(sdk http.Handler, w http.ResponseWriter, r *http.Request) {
 		// Run the request, then answer with a response stream that
 		// carries a notification, no event id, and ends.
 		sdk.ServeHTTP(httptest.NewRecorder(), r)
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
 		io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"working\"}}\n\n")
-	}))
-	t.Cleanup(ts.Close)
+	})
 
 	e := newEnv(t, envConfig{rules: map[string]Decision{"cl__charge": Allow, "cl__test://doc": Allow}, upstreams: []Upstream{{Name: "cl", URL: ts.URL}}})
 	cs := e.connect(alice, "", nil, "")
@@ -94,14 +85,7 @@ func TestUpstreamStreamEndsWithoutAnswer(t *testing.T) {
 // answer is the general unknown outcome, without the stream's reason.
 func TestLostConnectionIsNotAStreamEnd(t *testing.T) {
 	up, _ := chargeServer("flaky")
-	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, &mcp.StreamableHTTPOptions{Stateless: true})
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if !strings.Contains(string(body), `"tools/call"`) {
-			sdk.ServeHTTP(w, r)
-			return
-		}
+	ts := interceptedUpstream(t, up, []string{"tools/call"}, func(_ http.Handler, w http.ResponseWriter, r *http.Request) {
 		// A response stream begun, then the connection lost mid-event.
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
@@ -113,8 +97,7 @@ func TestLostConnectionIsNotAStreamEnd(t *testing.T) {
 			return
 		}
 		conn.Close()
-	}))
-	t.Cleanup(ts.Close)
+	})
 	e := newEnv(t, envConfig{rules: map[string]Decision{"fl__charge": Allow}, upstreams: []Upstream{{Name: "fl", URL: ts.URL}}})
 	res := call(t, e.connect(alice, "", nil, ""), "fl__charge", map[string]any{}, nil)
 	if !res.IsError || !strings.Contains(text(res), "outcome is unknown") || strings.Contains(text(res), "response stream") {

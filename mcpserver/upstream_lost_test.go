@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,14 +22,7 @@ import (
 // again. A call that cannot reach the upstream at all was not run.
 func TestUpstreamLostAfterTheCallWentOut(t *testing.T) {
 	up, runs := chargeServer("flaky")
-	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, &mcp.StreamableHTTPOptions{Stateless: true})
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if !strings.Contains(string(body), `"tools/call"`) {
-			sdk.ServeHTTP(w, r)
-			return
-		}
+	ts := interceptedUpstream(t, up, []string{"tools/call"}, func(sdk http.Handler, w http.ResponseWriter, r *http.Request) {
 		// Run the call, then lose the connection before any answer.
 		sdk.ServeHTTP(httptest.NewRecorder(), r)
 		conn, _, err := http.NewResponseController(w).Hijack()
@@ -37,8 +31,7 @@ func TestUpstreamLostAfterTheCallWentOut(t *testing.T) {
 			return
 		}
 		conn.Close()
-	}))
-	t.Cleanup(ts.Close)
+	})
 
 	e := newEnv(t, envConfig{rules: map[string]Decision{"fl__charge": Allow}, upstreams: []Upstream{{Name: "fl", URL: ts.URL}}})
 	cs := e.connect(alice, "", nil, "")
@@ -80,4 +73,22 @@ func chargeServer(name string) (*mcp.Server, *atomic.Int32) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "charged"}}}, nil
 		})
 	return up, runs
+}
+
+// interceptedUpstream serves up on loopback (stateless), except the
+// requests whose body names one of methods: those go to intercept, with
+// up's handler to run them and the body still to be read.
+func interceptedUpstream(t *testing.T, up *mcp.Server, methods []string, intercept func(sdk http.Handler, w http.ResponseWriter, r *http.Request)) *httptest.Server {
+	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, &mcp.StreamableHTTPOptions{Stateless: true})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if !slices.ContainsFunc(methods, func(m string) bool { return bytes.Contains(body, []byte(`"`+m+`"`)) }) {
+			sdk.ServeHTTP(w, r)
+			return
+		}
+		intercept(sdk, w, r)
+	}))
+	t.Cleanup(ts.Close)
+	return ts
 }
