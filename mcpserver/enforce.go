@@ -286,7 +286,7 @@ const maxMetaValue = 256
 // callTool is the enforcement point: every tools/call passes through it,
 // top to bottom, and only its last step runs a tool.
 func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRaw, caps *mcp.ClientCapabilities) *mcp.CallToolResult {
-	start := s.opts.Now()
+	start, deciding := s.opts.Now(), time.Now()
 	ev := Event{Principal: c.Subject, ClientID: c.ClientID, TokenID: c.TokenID, RunID: c.RunID, Tool: truncate(p.Name, 128)}
 
 	t, ok := s.catalog.lookup(ctx, p.Name)
@@ -312,6 +312,7 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 		s.log.ErrorContext(ctx, "mcpserver: the policy failed; denying", "tool", call.Tool, "err", err)
 		v = Verdict{Decision: Deny, Reasons: []string{"the policy could not be evaluated"}}
 	}
+	since(s.stages.decide, deciding)
 	ev.Decision, ev.PolicyIDs, ev.PolicyHash, ev.Reasons = v.Decision, v.PolicyIDs, v.PolicyHash, v.Reasons
 	if v.Decision != Allow && v.Decision != Approve {
 		if !s.record(ctx, ev, KindDecision) {
@@ -371,7 +372,9 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 		e := newExecution(call, key, "")
 		begin = &e
 	}
+	recording := time.Now()
 	a, rec, started, err := s.consume(ctx, binding(call, v), begin, s.stamp(ev, KindApprovalConsumed))
+	since(s.stages.record, recording)
 	switch {
 	case errors.Is(err, ErrNotApproved):
 		return s.requestApproval(ctx, ev, call, v, toolCallID, key)
@@ -434,12 +437,16 @@ func (s *Server) requestApproval(ctx context.Context, ev Event, call Call, v Ver
 // then.
 func (s *Server) execute(ctx context.Context, t *tool, call Call, ev Event, kind string, start time.Time) *mcp.CallToolResult {
 	key := ev.IdempotencyKey
+	recording := time.Now()
 	if key == "" {
-		if !s.record(ctx, ev, kind) {
+		recorded := s.record(ctx, ev, kind)
+		since(s.stages.record, recording)
+		if !recorded {
 			return internalErrorResult()
 		}
 	} else {
 		rec, started, err := s.begin(ctx, newExecution(call, key, ev.ApprovalID), s.stamp(ev, kind))
+		since(s.stages.record, recording)
 		switch {
 		case errors.Is(err, store.ErrConflict):
 			// ev is recorded; the execution of the key is another call's.
@@ -467,7 +474,9 @@ func (s *Server) run(ctx context.Context, t *tool, call Call, ev Event, start ti
 	if rounds {
 		s.recordAnswers(ctx, ev, r)
 	}
+	calling := time.Now()
 	res, err := t.call(ctx, call.Arguments)
+	since(s.stages.upstream, calling)
 	if rounds && err == nil && res.InputRequests != nil {
 		// The round asks the caller for input: the call goes on with the
 		// caller's retry, unless the requests cannot be passed on.

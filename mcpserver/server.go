@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/usherhq/usher/internal/httpx"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -17,7 +16,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/internal/jcs"
 	"github.com/usherhq/usher/internal/seal"
 )
@@ -115,6 +116,9 @@ type Options struct {
 	// written is given up on after about 5 s, and the execution is marked
 	// outcome_unknown as soon as the database takes a write.
 	RecordBackoff time.Duration
+	// Registerer receives the Server's metrics (the stages of tool calls,
+	// usher_mcp_tool_call_stage_seconds). Default none: not exported.
+	Registerer prometheus.Registerer
 }
 
 // Server is Usher's MCP endpoint: a resource server that authenticates
@@ -132,6 +136,7 @@ type Server struct {
 	outcomes   *outcomes  // writes how calls ended after they answered
 	subs       *subscriptions
 	states     *seal.Sealer // seals the requestState of incomplete results
+	stages     *stages      // times the stages of tool calls
 	sdk        *mcp.Server
 
 	endpointPath  string   // the path of the endpoint
@@ -236,12 +241,16 @@ func New(opts *Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mcpserver: options: %w", err)
 	}
+	st, err := newStages(o.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("mcpserver: metrics: %w", err)
+	}
 	origins[httpx.Origin(o.PublicURL)] = true
 	hosts[strings.ToLower(public.Hostname())] = true
 
 	s := &Server{
 		opts: o, catalog: o.Catalog, log: o.Logger, origins: origins, hosts: hosts, outcomes: newOutcomes(o.RecordAttempts, o.RecordBackoff),
-		subs: newSubscriptions(), states: states,
+		subs: newSubscriptions(), states: states, stages: st,
 		endpointPath:  strings.TrimSuffix(public.Path, "/") + "/mcp",
 		metadataPaths: []string{wellKnown, wellKnown + strings.TrimSuffix(public.Path, "/") + "/mcp"},
 	}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -52,6 +53,19 @@ func TestShortRun(t *testing.T) {
 			// allocates, so none counted means the statistics were not read.
 			if m := regexp.MustCompile(`(?m)^seq_allocs_per_call_usher (\d+)$`).FindSubmatch(out.Bytes()); m == nil || string(m[1]) == "0" {
 				t.Errorf("seq_allocs_per_call_usher = %q, want a positive count", m)
+			}
+			// Usher's /metrics timed the stages of each tool call, and
+			// they leave time of the endpoint's requests outside them.
+			if method == "tools/call" {
+				for _, key := range []string{"seq_endpoint_mean_ms_usher", "seq_stage_decide_mean_ms_usher", "seq_stage_record_mean_ms_usher",
+					"seq_stage_upstream_mean_ms_usher", "seq_stage_rest_mean_ms_usher"} {
+					m := regexp.MustCompile(`(?m)^` + key + ` (\S+)$`).FindSubmatch(out.Bytes())
+					if m == nil {
+						t.Errorf("no %s in the report", key)
+					} else if v, err := strconv.ParseFloat(string(m[1]), 64); err != nil || v <= 0 {
+						t.Errorf("%s = %s, want a positive time", key, m[1])
+					}
+				}
 			}
 			if m := regexp.MustCompile(`(?m)^pairs (\d+)$`).FindSubmatch(out.Bytes()); m == nil || string(m[1]) != "30" {
 				t.Errorf("pairs = %q, want 30", m)

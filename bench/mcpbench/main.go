@@ -210,6 +210,10 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	stagesBefore, err := sampleStages(ctx, usherURL)
+	if err != nil {
+		return err
+	}
 	sides := make([][]time.Duration, len(paths))
 	for range o.pairs {
 		for i, p := range paths {
@@ -236,6 +240,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 	r.seqCPU = after.since(before, o.pairs)
 	r.seqMemory = memAfter.since(memBefore, o.pairs)
+	stagesAfter, err := sampleStages(ctx, usherURL)
+	if err != nil {
+		return err
+	}
+	r.seqStages = stagesAfter.since(stagesBefore)
 
 	// Throughput: each path alone, with o.concurrency clients.
 	var profile chan error

@@ -20,6 +20,7 @@ type report struct {
 	usherOverProxy    time.Duration
 	seqCPU            cpuPerCall
 	seqMemory         memoryPerCall
+	seqStages         stageMeans
 	concurrency       int
 	duration          time.Duration
 	c8Usher, c8Direct phase
@@ -74,6 +75,13 @@ func (r report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  Usher's heap per call (its runtime's statistics): %.0f allocations, %.1f KiB, %.1f GC cycles per 1,000 calls\n",
 		r.seqMemory.allocs, r.seqMemory.bytes/1024, 1000*r.seqMemory.gcs)
+	if r.seqStages.stages["record"] > 0 { // tools/call: the stages Usher times
+		fmt.Fprintf(w, "  Inside Usher, mean per request (its /metrics): %s ms at the endpoint =", msf(r.seqStages.endpoint))
+		for _, name := range stageNames {
+			fmt.Fprintf(w, " %s %s +", name, msf(r.seqStages.stages[name]))
+		}
+		fmt.Fprintf(w, " the rest %s (authentication, the MCP session layer, the response)\n", msf(r.seqStages.other()))
+	}
 	fmt.Fprintln(w)
 
 	fmt.Fprintf(w, "c=%d, %s each alone   calls/s    p50 ms    p99 ms | CPU ms/call: usher   proxy  upstream  postgres  client\n", r.concurrency, r.duration)
@@ -128,6 +136,11 @@ func (r report) print(w io.Writer) {
 	kv("seq_allocs_per_call_usher", fmt.Sprintf("%.0f", r.seqMemory.allocs))
 	kv("seq_alloc_kib_per_call_usher", fmt.Sprintf("%.1f", r.seqMemory.bytes/1024))
 	kv("seq_gc_cycles_per_1000_calls_usher", fmt.Sprintf("%.1f", 1000*r.seqMemory.gcs))
+	kv("seq_endpoint_mean_ms_usher", msf(r.seqStages.endpoint))
+	for _, name := range stageNames {
+		kv("seq_stage_"+name+"_mean_ms_usher", msf(r.seqStages.stages[name]))
+	}
+	kv("seq_stage_rest_mean_ms_usher", msf(r.seqStages.other()))
 	kv("concurrency", r.concurrency)
 	kv("c_usher_calls_per_s", fmt.Sprintf("%.0f", r.c8Usher.rate()))
 	kv("c_direct_calls_per_s", fmt.Sprintf("%.0f", r.c8Direct.rate()))

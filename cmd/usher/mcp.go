@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/usherhq/usher/approvals"
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/audit"
@@ -305,7 +307,7 @@ type mcpStack struct {
 }
 
 // buildMCP wires the MCP server, the policy, approvals and the audit log.
-func (in *installation) buildMCP(ctx context.Context, publicURL string, keys *broker.Keyring, b *broker.Broker) (*mcpStack, error) {
+func (in *installation) buildMCP(ctx context.Context, publicURL string, keys *broker.Keyring, b *broker.Broker, reg prometheus.Registerer) (*mcpStack, error) {
 	pol, err := in.loadPolicy()
 	if err != nil {
 		return nil, err
@@ -356,6 +358,7 @@ func (in *installation) buildMCP(ctx context.Context, publicURL string, keys *br
 		MaxBodyBytes:   in.cfg.Server.MaxBodyBytes,
 		Version:        version(),
 		Logger:         in.log.With("component", "mcp"),
+		Registerer:     reg,
 	})
 	if err != nil {
 		cat.Close()

@@ -176,7 +176,7 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		Help: "Open live-update streams of runs' events and of users' feeds in this process.",
 	}, func() float64 { runs, feeds := runtime.Subscribers(); return float64(runs + feeds) }))
 	in.approvalDecided = func(ctx context.Context, a store.Approval) { runtime.ApprovalDecided(ctx, a.Binding.RunID) }
-	mcp, err := in.buildMCP(ctx, publicURL, brokerKeys, mint)
+	mcp, err := in.buildMCP(ctx, publicURL, brokerKeys, mint, reg)
 	if err != nil {
 		return err
 	}
