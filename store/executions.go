@@ -386,12 +386,16 @@ func sortExecutions(es []Execution) {
 }
 
 // scanExecution reads one row of executionColumns, on either engine.
-func scanExecution(row rowScanner) (Execution, error) {
+func scanExecution(row rowScanner) (Execution, error) { return scanExecutionAnd(row) }
+
+// scanExecutionAnd reads one row of executionColumns and then the columns
+// of extra.
+func scanExecutionAnd(row rowScanner, extra ...any) (Execution, error) {
 	var e Execution
 	var status string
 	var result []byte
-	err := row.Scan(&e.IdempotencyKey, &e.Principal, &e.Tool, &e.ArgumentsHash, &e.ApprovalID, &e.RunID,
-		&status, &result, at(&e.StartedAt), at(&e.FinishedAt))
+	err := row.Scan(append([]any{&e.IdempotencyKey, &e.Principal, &e.Tool, &e.ArgumentsHash, &e.ApprovalID, &e.RunID,
+		&status, &result, at(&e.StartedAt), at(&e.FinishedAt)}, extra...)...)
 	if err != nil {
 		return Execution{}, err
 	}

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -167,9 +169,7 @@ func appendAtHead(ctx context.Context, conn *pgxpool.Conn, batch []*pgAuditAppen
 	queueSteps(b, batch)
 	b.Queue(lockAudit.pg)
 	b.Queue(auditHead.pg)
-	for _, a := range batch {
-		queueInsertAudit(b, a.rec)
-	}
+	queueInsertAudits(b, batch)
 	var head AuditHead
 	err := readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
 		if err := readSteps(br, batch); err != nil {
@@ -181,12 +181,8 @@ func appendAtHead(ctx context.Context, conn *pgxpool.Conn, batch []*pgAuditAppen
 		if err := br.QueryRow().Scan(&head.Seq, &head.Hash); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		for range batch {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		return nil
+		_, err := br.Exec()
+		return err
 	})
 	return head, err
 }
@@ -229,15 +225,11 @@ func appendAfterHead(ctx context.Context, conn *pgxpool.Conn, batch []*pgAuditAp
 		return appendAfterHead(ctx, conn, built)
 	}
 	b = &pgx.Batch{}
-	for _, a := range batch {
-		queueInsertAudit(b, a.rec)
-	}
+	queueInsertAudits(b, batch)
 	b.Queue("commit")
 	err = readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
-		for range batch {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
+		if _, err := br.Exec(); err != nil {
+			return err
 		}
 		return readCommit(br)
 	})
@@ -269,6 +261,53 @@ func readSteps(br pgx.BatchResults, batch []*pgAuditAppend) error {
 func queueInsertAudit(b *pgx.Batch, r AuditRecord) {
 	b.Queue(insertAudit.pg, auditArgs(r)...)
 }
+
+// queueInsertAudits queues the INSERT of the records of batch (at least
+// one), in order, as one statement: the database parses, plans and runs
+// one statement for a transaction's records, not one per record.
+func queueInsertAudits(b *pgx.Batch, batch []*pgAuditAppend) {
+	if len(batch) == 1 {
+		queueInsertAudit(b, batch[0].rec)
+		return
+	}
+	args := make([]any, 0, len(batch)*auditColumnCount)
+	for _, a := range batch {
+		args = append(args, auditArgs(a.rec)...)
+	}
+	b.Queue(insertAuditRows(len(batch)), args...)
+}
+
+// auditColumnCount is the number of columns insertAudit sets.
+const auditColumnCount = 20
+
+// insertAuditsOf holds the INSERT of n records for n up to maxAuditBatch,
+// so that each batch size is one statement text (one prepared statement
+// per connection) built once.
+var insertAuditsOf = func() []string {
+	qs := make([]string, maxAuditBatch+1)
+	for n := 1; n <= maxAuditBatch; n++ {
+		var q strings.Builder
+		q.WriteString("INSERT INTO audit_log (" + auditColumns + ")\nVALUES ")
+		for i := range n {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteByte('(')
+			for c := range auditColumnCount {
+				if c > 0 {
+					q.WriteString(", ")
+				}
+				q.WriteString("$" + strconv.Itoa(i*auditColumnCount+c+1))
+			}
+			q.WriteByte(')')
+		}
+		qs[n] = q.String()
+	}
+	return qs
+}()
+
+// insertAuditRows is the INSERT of n records (1 ≤ n ≤ maxAuditBatch).
+func insertAuditRows(n int) string { return insertAuditsOf[n] }
 
 // rolledBack reports whether a transaction that failed with err is known
 // not to have committed: the database refused one of its statements (or

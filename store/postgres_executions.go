@@ -15,6 +15,45 @@ import (
 // the audit lock, so that one waiting for a concurrent write of the same
 // key waits without the lock. Every other operation is core's.
 
+// Each step is as few statements as it can be: PostgreSQL's time for a
+// transaction grows with its statements (each is bound, planned and run
+// on its own), and these are on the path of every tool call.
+var (
+	// resumeOrGetExecution starts again the execution of key $1 when it is
+	// the same call's, awaiting input (resumeExecution), and returns the
+	// row as the resume left it, or else as it is, with whether it resumed.
+	// It runs after insertExecution, as a statement of its own, so that
+	// its snapshot has the row a concurrent insert of the same key that
+	// the insert waited for committed. A concurrent resume of the same
+	// call, which the UPDATE waits for, leaves this one's snapshot with the
+	// row as it was before (awaiting input) and resumed false: the call is
+	// not run twice, and its caller is told that it awaits input.
+	resumeOrGetExecution = `
+WITH resumed AS (
+	UPDATE tool_executions SET status = 'started', approval_id = $5, started_at = $6
+	WHERE idempotency_key = $1 AND status = 'awaiting_input' AND principal = $2 AND tool = $3 AND arguments_hash = $4
+	RETURNING ` + executionColumns + `
+)
+SELECT *, true FROM resumed
+UNION ALL
+SELECT ` + executionColumns + `, false FROM tool_executions
+WHERE idempotency_key = $1 AND NOT EXISTS (SELECT 1 FROM resumed)`
+
+	// finishOrGetExecution is endExecution, the compare-and-swap from
+	// started, returning the finished row and true, or else the row as it
+	// is and false (no row: there is no execution of the key).
+	finishOrGetExecution = `
+WITH finished AS (
+	UPDATE tool_executions SET status = $2, result = $3, finished_at = $4
+	WHERE idempotency_key = $1 AND status = 'started'
+	RETURNING ` + executionColumns + `
+)
+SELECT *, true FROM finished
+UNION ALL
+SELECT ` + executionColumns + `, false FROM tool_executions
+WHERE idempotency_key = $1 AND NOT EXISTS (SELECT 1 FROM finished)`
+)
+
 // BeginExecutionAudited inserts the execution (or resumes the same call's,
 // awaiting input) and reads it back in the append's transaction.
 func (s *postgresStore) BeginExecutionAudited(ctx context.Context, e Execution, build func(AuditHead) (AuditRecord, error)) (Execution, bool, error) {
@@ -27,22 +66,18 @@ func (s *postgresStore) BeginExecutionAudited(ctx context.Context, e Execution, 
 	step := &pgTxStep{
 		queue: func(b *pgx.Batch) {
 			// The insert, else the resume of the same call awaiting input
-			// (a no-op after an insert), then the row as it is.
+			// (a no-op after an insert), with the row as it is.
 			b.Queue(insertExecution.pg, executionArgs(e)...)
-			b.Queue(resumeExecution.pg, resumeArgs(e)...)
-			b.Queue(getExecution.pg, e.IdempotencyKey)
+			b.Queue(resumeOrGetExecution, resumeArgs(e)...)
 		},
 		read: func(br pgx.BatchResults) error {
 			inserted, err := br.Exec()
 			if err != nil {
 				return err
 			}
-			resumed, err := br.Exec()
-			if err != nil {
-				return err
-			}
-			started = inserted.RowsAffected() == 1 || resumed.RowsAffected() == 1
-			out, err = scanExecution(br.QueryRow())
+			var resumed bool
+			out, err = scanExecutionAnd(br.QueryRow(), &resumed)
+			started = inserted.RowsAffected() == 1 || resumed
 			return err
 		},
 	}
@@ -63,27 +98,20 @@ func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyK
 	var refused error
 	step := &pgTxStep{
 		queue: func(b *pgx.Batch) {
-			b.Queue(endExecution.pg, finishArgs(idempotencyKey, status, result, now)...)
-			b.Queue(executionExists.pg, idempotencyKey)
+			b.Queue(finishOrGetExecution, finishArgs(idempotencyKey, status, result, now)...)
 		},
 		read: func(br pgx.BatchResults) error {
-			var err error
-			out, err = scanExecution(br.QueryRow())
-			finished := err == nil
-			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-			var exists bool
-			if err := br.QueryRow().Scan(&exists); err != nil {
-				return err
-			}
+			var finished bool
+			row, err := scanExecutionAnd(br.QueryRow(), &finished)
 			switch {
-			case finished:
-				refused = nil
-			case exists:
-				refused = ErrConflict
-			default:
+			case errors.Is(err, pgx.ErrNoRows):
 				refused = ErrNotFound
+			case err != nil:
+				return err
+			case finished:
+				out, refused = row, nil
+			default:
+				refused = ErrConflict
 			}
 			return nil
 		},

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,5 +41,27 @@ func TestCheckAuditRecord(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "#1") {
 		t.Errorf("error %q names the good policy id", err)
+	}
+}
+
+// TestInsertAuditRows checks the INSERT of a batch of records: one row of
+// auditColumnCount placeholders per record, numbered in order, with as
+// many values as auditArgs gives and as many columns as it names.
+func TestInsertAuditRows(t *testing.T) {
+	if n := len(strings.Split(auditColumns, ",")); n != auditColumnCount {
+		t.Fatalf("auditColumns names %d columns, auditColumnCount is %d", n, auditColumnCount)
+	}
+	if n := len(auditArgs(AuditRecord{})); n != auditColumnCount {
+		t.Fatalf("auditArgs gives %d values, auditColumnCount is %d", n, auditColumnCount)
+	}
+	for _, n := range []int{1, 2, 7, maxAuditBatch} {
+		q := insertAuditRows(n)
+		if got := strings.Count(q, "("); got != n+1 { // the column list and n rows
+			t.Errorf("insertAuditRows(%d) has %d parentheses, want %d", n, got, n+1)
+		}
+		last := "$" + strconv.Itoa(n*auditColumnCount) + ")"
+		if !strings.HasSuffix(q, last) || strings.Contains(q, "$"+strconv.Itoa(n*auditColumnCount+1)) {
+			t.Errorf("insertAuditRows(%d) does not end with %s: %q", n, last, q[max(0, len(q)-40):])
+		}
 	}
 }

@@ -223,10 +223,7 @@ func (l *Log) Builder(e Entry) (func(store.AuditHead) (store.AuditRecord, error)
 	}
 	// The body is made once: only its Seq depends on the head, and the
 	// builder may run more than once, inside the append's transaction.
-	b, err := bodyOf(r)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidEntry, err)
-	}
+	b := canonicalBodyOf(r, details)
 	return func(head store.AuditHead) (store.AuditRecord, error) {
 		r, b := r, b
 		r.Seq, b.Seq = head.Seq+1, head.Seq+1

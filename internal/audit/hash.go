@@ -94,6 +94,13 @@ func bodyOf(r store.AuditRecord) (body, error) {
 	if err != nil {
 		return body{}, err
 	}
+	return canonicalBodyOf(r, details), nil
+}
+
+// canonicalBodyOf is bodyOf of r whose details are already canonical
+// (canonicalDetails), as a Builder's are: canonicalising them again would
+// give the same bytes.
+func canonicalBodyOf(r store.AuditRecord, details json.RawMessage) body {
 	policyIDs := r.PolicyIDs
 	if policyIDs == nil {
 		policyIDs = []string{}
@@ -117,7 +124,7 @@ func bodyOf(r store.AuditRecord) (body, error) {
 		Seq:            r.Seq,
 		TokenJTI:       r.TokenJTI,
 		Tool:           r.Tool,
-	}, nil
+	}
 }
 
 // exportOf returns r as Export writes it.
