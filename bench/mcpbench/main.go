@@ -55,6 +55,7 @@ type options struct {
 	protocol        string
 	idempotencyKey  bool
 	profile         string
+	stateful        bool
 	keep            bool
 }
 
@@ -72,6 +73,7 @@ func main() {
 	flag.StringVar(&o.protocol, "protocol", "2025-11-25", "MCP protocol revision the clients ask for (empty: the SDK's latest)")
 	flag.BoolVar(&o.idempotencyKey, "idempotency-key", true, `send a new _meta["usher/idempotency_key"] with every call, so that Usher keeps an execution record, as for the assistant's calls`)
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of Usher during its throughput phase to this file (through server.debug_addr)")
+	flag.BoolVar(&o.stateful, "stateful", false, "run Usher's MCP endpoint stateful (mcp.stateful: sessions kept in its process), not the default stateless")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configuration, logs, SQLite database)")
 	flag.Parse()
 	if err := run(context.Background(), o, os.Stdout); err != nil {
@@ -105,7 +107,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	default:
 		return fmt.Errorf("-method must be tools/call, resources/read or prompts/get, not %q", o.method)
 	}
-	r := report{loadStart: child.LoadAverage(), method: o.method, protocol: o.protocol, sdk: sdkVersion(), idempotencyKey: o.idempotencyKey && o.method == "tools/call"}
+	r := report{loadStart: child.LoadAverage(), method: o.method, protocol: o.protocol, sdk: sdkVersion(), idempotencyKey: o.idempotencyKey && o.method == "tools/call", endpoint: endpointMode(o.stateful)}
 
 	up, upURL, err := child.Start("upstream", filepath.Join(dir, "upstream.log"), o.upstream, upstreamReady)
 	if err != nil {
@@ -144,7 +146,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	} else {
 		r.engine = "SQLite"
 	}
-	cfg, err := writeConfig(dir, upURL, db)
+	cfg, err := writeConfig(dir, upURL, db, o.stateful)
 	if err != nil {
 		return err
 	}
@@ -295,8 +297,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 // writeConfig writes Usher's configuration for the run: the upstream, the
 // benchmark's policy (echo allowed unattended), the database, and the
 // debug listener (on loopback), which the run reads Usher's memory
-// statistics from and takes a profile through.
-func writeConfig(dir, upstreamURL string, db *benchDatabase) (string, error) {
+// statistics from and takes a profile through; the endpoint stateful when
+// stateful is set.
+func writeConfig(dir, upstreamURL string, db *benchDatabase, stateful bool) (string, error) {
 	policyFile := filepath.Join(dir, "policy.cedar")
 	if err := os.WriteFile(policyFile, policy, 0o600); err != nil {
 		return "", err
@@ -312,13 +315,14 @@ func writeConfig(dir, upstreamURL string, db *benchDatabase) (string, error) {
 %sbroker:
   token_lifetime: 15m
 mcp:
+  stateful: %t
   upstreams:
     - name: up
       url: %q
 policy:
   file: %q
   lock_file: %q
-`, filepath.Join(dir, "data"), database, upstreamURL, policyFile, filepath.Join(dir, "tools.lock"))
+`, filepath.Join(dir, "data"), database, stateful, upstreamURL, policyFile, filepath.Join(dir, "tools.lock"))
 	cfg := filepath.Join(dir, "usher.yaml")
 	return cfg, os.WriteFile(cfg, []byte(yaml), 0o600)
 }
@@ -361,4 +365,12 @@ func sdkVersion() string {
 		}
 	}
 	return "unknown"
+}
+
+// endpointMode names how Usher's endpoint keeps MCP sessions.
+func endpointMode(stateful bool) string {
+	if stateful {
+		return "stateful"
+	}
+	return "stateless"
 }

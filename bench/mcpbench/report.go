@@ -9,6 +9,7 @@ import (
 // report is everything one run measured.
 type report struct {
 	engine, method     string
+	endpoint           string // stateless or stateful
 	protocol, sdk      string
 	idempotencyKey     bool
 	loadStart, loadEnd float64
@@ -51,8 +52,8 @@ func pgCPU(c cpuPerCall) string {
 
 // print writes the report as tables, then as `key value` lines.
 func (r report) print(w io.Writer) {
-	fmt.Fprintf(w, "\nMCP %s out of process: usher (%s) and a go-sdk %s echo upstream (stateful, SSE), protocol %s, idempotency key %v\n",
-		r.method, r.engine, r.sdk, r.protocol, r.idempotencyKey)
+	fmt.Fprintf(w, "\nMCP %s out of process: usher (%s, endpoint %s) and a go-sdk %s echo upstream (stateful, SSE), protocol %s, idempotency key %v\n",
+		r.method, r.engine, r.endpoint, r.sdk, r.protocol, r.idempotencyKey)
 	fmt.Fprintf(w, "load average (1 min): %.2f at the start, %.2f at the end\n\n", r.loadStart, r.loadEnd)
 
 	if r.proxy {
@@ -122,6 +123,7 @@ func (r report) print(w io.Writer) {
 	kv := func(k string, v any) { fmt.Fprintf(w, "%s %v\n", k, v) }
 	kv("method", r.method)
 	kv("engine", r.engine)
+	kv("endpoint", r.endpoint)
 	kv("load1_start", fmt.Sprintf("%.2f", r.loadStart))
 	kv("load1_end", fmt.Sprintf("%.2f", r.loadEnd))
 	kv("pairs", r.seq.Pairs)
