@@ -29,7 +29,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -331,18 +330,11 @@ policy:
 // listener and writes it to file.
 func takeProfile(ctx context.Context, addr string, d time.Duration, file string) error {
 	secs := max(int((d-time.Second)/time.Second), 1)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := get(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s", resp.Status)
-	}
 	f, err := os.Create(file)
 	if err != nil {
 		return err

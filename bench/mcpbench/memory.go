@@ -25,18 +25,11 @@ type memoryPerCall struct {
 
 // sampleMemory reads Usher's memory statistics from its debug listener.
 func sampleMemory(ctx context.Context, addr string) (memorySample, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/vars", nil)
+	resp, err := get(ctx, "http://"+addr+"/debug/vars")
 	if err != nil {
-		return memorySample{}, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return memorySample{}, err
+		return memorySample{}, fmt.Errorf("usher's /debug/vars: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return memorySample{}, fmt.Errorf("usher's /debug/vars: %s", resp.Status)
-	}
 	var vars struct {
 		Memstats *memorySample `json:"memstats"`
 	}
@@ -57,4 +50,22 @@ func (m memorySample) since(before memorySample, calls int) memoryPerCall {
 		bytes:  float64(m.TotalAlloc-before.TotalAlloc) / n,
 		gcs:    float64(m.NumGC-before.NumGC) / n,
 	}
+}
+
+// get GETs url and returns its response when it is 200 OK; the caller
+// closes its body.
+func get(ctx context.Context, url string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s", resp.Status)
+	}
+	return resp, nil
 }

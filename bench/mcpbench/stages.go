@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -48,18 +47,11 @@ func (m stageMeans) other() time.Duration {
 
 // sampleStages reads Usher's /metrics.
 func sampleStages(ctx context.Context, usherURL string) (stageSample, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, usherURL+"/metrics", nil)
+	resp, err := get(ctx, usherURL+"/metrics")
 	if err != nil {
-		return stageSample{}, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return stageSample{}, err
+		return stageSample{}, fmt.Errorf("usher's /metrics: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return stageSample{}, fmt.Errorf("usher's /metrics: %s", resp.Status)
-	}
 	s := stageSample{stages: map[string]*timeSum{}}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
