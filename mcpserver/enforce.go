@@ -287,6 +287,8 @@ const maxMetaValue = 256
 // top to bottom, and only its last step runs a tool.
 func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRaw, caps *mcp.ClientCapabilities) *mcp.CallToolResult {
 	start, deciding := s.opts.Now(), time.Now()
+	s.calls.Add(1)
+	defer s.calls.Add(-1)
 	ev := Event{Principal: c.Subject, ClientID: c.ClientID, TokenID: c.TokenID, RunID: c.RunID, Tool: truncate(p.Name, 128)}
 
 	t, ok := s.catalog.lookup(ctx, p.Name)
@@ -525,6 +527,12 @@ func (s *Server) run(ctx context.Context, t *tool, call Call, ev Event, start ti
 		}
 	}
 	ev = s.stamp(ev, kind)
+	if s.calls.Load() == 1 {
+		// No other call is in progress here, so no start is coming soon
+		// for the outcome to ride with: waiting for one would only put it
+		// in the next call's way.
+		after = store.WriteNow(after)
+	}
 	s.outcomes.write(after, key, func(ctx context.Context, lost func()) {
 		s.recordOutcome(ctx, ev, status, stored, lost)
 	})

@@ -212,6 +212,9 @@ type storeExecutions struct {
 
 	mu      sync.Mutex
 	lookups int
+	// writeNow holds, for each finish, whether its context was marked
+	// store.WriteNow.
+	writeNow []bool
 }
 
 func (x *storeExecutions) GetExecution(ctx context.Context, key string) (store.Execution, error) {
@@ -237,6 +240,9 @@ func (x *storeExecutions) BeginExecution(ctx context.Context, e store.Execution,
 }
 
 func (x *storeExecutions) FinishExecution(ctx context.Context, key string, status store.ExecutionStatus, result json.RawMessage, now time.Time, ev Event) (store.Execution, error) {
+	x.mu.Lock()
+	x.writeNow = append(x.writeNow, store.WritesNow(ctx))
+	x.mu.Unlock()
 	if x.audit.failing() {
 		return store.Execution{}, errors.New("the audit log is unavailable")
 	}

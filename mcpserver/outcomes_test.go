@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -617,5 +618,68 @@ func TestOutcomeRetryKeepsEventID(t *testing.T) {
 	}
 	if executed[0] != executed[1] || executed[0] == decision[0] {
 		t.Errorf("event ids: decision %s, outcome %s then %s; want the outcome's attempts to share one, not the decision's", decision[0], executed[0], executed[1])
+	}
+}
+
+// TestOutcomeWrittenNowWhenAlone checks when a call's outcome may wait to
+// ride with another call's start: only while another call is in progress
+// on the server, whose start or end may carry it. A call that ends alone
+// has its outcome written at once (store.WriteNow).
+func TestOutcomeWrittenNowWhenAlone(t *testing.T) {
+	up := newFixture(t)
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	up.addTool(&mcp.Tool{Name: "slow", InputSchema: map[string]any{"type": "object"}},
+		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil
+		})
+	e := newEnv(t, envConfig{
+		rules:     map[string]Decision{"notes_list": Allow, "fx__slow": Allow},
+		upstreams: []Upstream{{Name: "fx", URL: up.url}},
+	})
+	finishes := func() []bool {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		if err := e.server.outcomes.wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e.executions.mu.Lock()
+		defer e.executions.mu.Unlock()
+		return slices.Clone(e.executions.writeNow)
+	}
+	cs := e.connect(alice, "", nil, "")
+
+	if res := call(t, cs, "notes_list", map[string]any{}, mcp.Meta{MetaIdempotencyKey: "alone-1"}); res.IsError {
+		t.Fatalf("notes_list: %s", text(res))
+	}
+	if got := finishes(); !slices.Equal(got, []bool{true}) {
+		t.Fatalf("a call alone: finishes marked WriteNow %v, want [true]", got)
+	}
+
+	slow := make(chan *mcp.CallToolResult, 1)
+	go func() { slow <- call(t, cs, "fx__slow", map[string]any{}, mcp.Meta{MetaIdempotencyKey: "slow-1"}) }()
+	select {
+	case <-entered:
+	case <-time.After(time.Minute):
+		t.Fatal("the slow tool was not called")
+	}
+	if res := call(t, cs, "notes_list", map[string]any{}, mcp.Meta{MetaIdempotencyKey: "beside-1"}); res.IsError {
+		t.Fatalf("notes_list beside the slow call: %s", text(res))
+	}
+	if got := finishes(); !slices.Equal(got, []bool{true, false}) {
+		t.Fatalf("a call that ends while another is in progress: finishes marked WriteNow %v, want [true false]", got)
+	}
+	close(release)
+	if res := <-slow; res.IsError {
+		t.Fatalf("fx__slow: %s", text(res))
+	}
+	if got := finishes(); !slices.Equal(got, []bool{true, false, true}) {
+		t.Errorf("the last call to end: finishes marked WriteNow %v, want [true false true]", got)
 	}
 }

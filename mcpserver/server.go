@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -138,6 +139,9 @@ type Server struct {
 	states     *seal.Sealer // seals the requestState of incomplete results
 	stages     *stages      // times the stages of tool calls
 	sdk        *mcp.Server
+	// calls counts the tool calls in progress (see callTool): one that
+	// ends with none other in progress writes its outcome at once.
+	calls atomic.Int64
 
 	endpointPath  string   // the path of the endpoint
 	metadataPaths []string // the paths of the metadata document

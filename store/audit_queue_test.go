@@ -108,6 +108,39 @@ func TestPostgresAuditLazyAppendRidesAlong(t *testing.T) {
 	}
 }
 
+// How a tool call ended, marked WriteNow (no other call is in progress to
+// carry it), is written at once, however long the linger.
+func TestPostgresAuditFinishWriteNow(t *testing.T) {
+	dsn := storetest.PostgresURL(t)
+	s := openMigrated(t, dsn)
+	store.SetAuditLinger(s, time.Hour)
+	e := store.Execution{IdempotencyKey: "run-1/call-1", Principal: "alice", Tool: "notes_write", ArgumentsHash: "args"}
+	if _, started, err := s.BeginExecutionAudited(t.Context(), e, link("decision")); err != nil || !started {
+		t.Fatalf("begin: started %v, %v", started, err)
+	}
+	finished := make(chan error, 1)
+	go func() {
+		_, err := s.FinishExecutionAudited(store.WriteNow(context.Background()), e.IdempotencyKey, store.ExecutionSucceeded, nil, time.Now(), link("executed"))
+		finished <- err
+	}()
+	select {
+	case err := <-finished:
+		if err != nil {
+			t.Fatalf("finish: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the finish marked WriteNow is still waiting for a carrier")
+	}
+	records := auditLog(t, s)
+	checkChain(t, records, 2)
+	if got, err := s.GetExecution(t.Context(), e.IdempotencyKey); err != nil || got.Status != store.ExecutionSucceeded {
+		t.Errorf("execution = %+v, %v; want succeeded", got, err)
+	}
+	if store.WritesNow(t.Context()) || !store.WritesNow(store.WriteNow(t.Context())) {
+		t.Error("WritesNow does not report WriteNow's mark")
+	}
+}
+
 // A lazy append that nothing carries is written on its own once its
 // linger has passed.
 func TestPostgresAuditLazyAppendAlone(t *testing.T) {

@@ -89,7 +89,9 @@ func (s *postgresStore) BeginExecutionAudited(ctx context.Context, e Execution, 
 
 // FinishExecutionAudited finishes the execution in the append's
 // transaction. The append is lazy (see appendAudit): no caller waits for
-// how a call ended, so it may ride in the transaction of the next append.
+// how a call ended, so it may ride in the transaction of the next append;
+// unless ctx is marked WriteNow, when it is written as one that is waited
+// for.
 func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(AuditHead) (AuditRecord, error)) (Execution, error) {
 	if err := checkFinish(idempotencyKey, status, result, now); err != nil {
 		return Execution{}, err
@@ -116,11 +118,33 @@ func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyK
 			return nil
 		},
 	}
-	if _, err := s.appendAudit(ctx, step, build, true); err != nil {
+	if _, err := s.appendAudit(ctx, step, build, !writesNow(ctx)); err != nil {
 		return Execution{}, s.fail(err)
 	}
 	if refused != nil {
 		return Execution{}, refused
 	}
 	return out, nil
+}
+
+// writeNowKey marks a context of WriteNow.
+type writeNowKey struct{}
+
+// WriteNow returns ctx marked so that a write that could wait to ride in
+// the transaction of another (FinishExecutionAudited on PostgreSQL) is
+// written at once. A caller that knows no other write is coming soon marks
+// it: waiting for a carrier that does not come would only put the write,
+// and its statements, in the way of the next one, which then waits for it.
+// SQLite's store writes every such write at once anyway.
+func WriteNow(ctx context.Context) context.Context {
+	return context.WithValue(ctx, writeNowKey{}, true)
+}
+
+// WritesNow reports whether ctx is marked WriteNow.
+func WritesNow(ctx context.Context) bool { return writesNow(ctx) }
+
+// writesNow reports whether ctx is marked WriteNow.
+func writesNow(ctx context.Context) bool {
+	now, _ := ctx.Value(writeNowKey{}).(bool)
+	return now
 }
