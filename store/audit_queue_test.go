@@ -68,21 +68,35 @@ func checkChain(t *testing.T, records []store.AuditRecord, n int) {
 	}
 }
 
+// beginExecution starts an execution with its audit record.
+func beginExecution(t *testing.T, s store.Store) store.Execution {
+	t.Helper()
+	e := store.Execution{IdempotencyKey: "run-1/call-1", Principal: "alice", Tool: "notes_write", ArgumentsHash: "args"}
+	if _, started, err := s.BeginExecutionAudited(t.Context(), e, link("decision")); err != nil || !started {
+		t.Fatalf("begin: started %v, %v", started, err)
+	}
+	return e
+}
+
+// finishExecution finishes e with its audit record in the background and
+// returns where its error arrives.
+func finishExecution(ctx context.Context, s store.Store, e store.Execution) <-chan error {
+	finished := make(chan error, 1)
+	go func() {
+		_, err := s.FinishExecutionAudited(ctx, e.IdempotencyKey, store.ExecutionSucceeded, nil, time.Now(), link("executed"))
+		finished <- err
+	}()
+	return finished
+}
+
 // How a tool call ended (a lazy append) waits for the next append that a
 // caller waits for, and is written in its transaction, before it.
 func TestPostgresAuditLazyAppendRidesAlong(t *testing.T) {
 	dsn := storetest.PostgresURL(t)
 	s := openMigrated(t, dsn)
 	store.SetAuditLinger(s, time.Hour)
-	e := store.Execution{IdempotencyKey: "run-1/call-1", Principal: "alice", Tool: "notes_write", ArgumentsHash: "args"}
-	if _, started, err := s.BeginExecutionAudited(t.Context(), e, link("decision")); err != nil || !started {
-		t.Fatalf("begin: started %v, %v", started, err)
-	}
-	finished := make(chan error, 1)
-	go func() {
-		_, err := s.FinishExecutionAudited(context.Background(), e.IdempotencyKey, store.ExecutionSucceeded, nil, time.Now(), link("executed"))
-		finished <- err
-	}()
+	e := beginExecution(t, s)
+	finished := finishExecution(context.Background(), s, e)
 	waitQueued(t, s, 1)
 	select {
 	case err := <-finished:
@@ -114,15 +128,8 @@ func TestPostgresAuditFinishWriteNow(t *testing.T) {
 	dsn := storetest.PostgresURL(t)
 	s := openMigrated(t, dsn)
 	store.SetAuditLinger(s, time.Hour)
-	e := store.Execution{IdempotencyKey: "run-1/call-1", Principal: "alice", Tool: "notes_write", ArgumentsHash: "args"}
-	if _, started, err := s.BeginExecutionAudited(t.Context(), e, link("decision")); err != nil || !started {
-		t.Fatalf("begin: started %v, %v", started, err)
-	}
-	finished := make(chan error, 1)
-	go func() {
-		_, err := s.FinishExecutionAudited(store.WriteNow(context.Background()), e.IdempotencyKey, store.ExecutionSucceeded, nil, time.Now(), link("executed"))
-		finished <- err
-	}()
+	e := beginExecution(t, s)
+	finished := finishExecution(store.WriteNow(context.Background()), s, e)
 	select {
 	case err := <-finished:
 		if err != nil {
