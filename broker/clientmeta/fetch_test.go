@@ -536,6 +536,9 @@ func TestFetchTimeLimit(t *testing.T) {
 			case <-r.Context().Done():
 			case <-time.After(5 * time.Second):
 			}
+			// Never an answer, not even the empty one a returning
+			// handler would send once the client has given up.
+			panic(http.ErrAbortHandler)
 		},
 		"slow body": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
