@@ -52,9 +52,7 @@ func newStages(reg prometheus.Registerer) (*stages, error) {
 	}, nil
 }
 
-// since observes the time from t to now on o and returns now.
-func since(o prometheus.Observer, t time.Time) time.Time {
-	now := time.Now()
-	o.Observe(now.Sub(t).Seconds())
-	return now
+// since observes the time from t to now on o.
+func since(o prometheus.Observer, t time.Time) {
+	o.Observe(time.Since(t).Seconds())
 }

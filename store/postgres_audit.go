@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -282,8 +283,8 @@ const auditColumnCount = 20
 
 // insertAuditsOf holds the INSERT of n records for n up to maxAuditBatch,
 // so that each batch size is one statement text (one prepared statement
-// per connection) built once.
-var insertAuditsOf = func() []string {
+// per connection), built once, on the first write of a batch.
+var insertAuditsOf = sync.OnceValue(func() []string {
 	qs := make([]string, maxAuditBatch+1)
 	for n := 1; n <= maxAuditBatch; n++ {
 		var q strings.Builder
@@ -304,10 +305,10 @@ var insertAuditsOf = func() []string {
 		qs[n] = q.String()
 	}
 	return qs
-}()
+})
 
 // insertAuditRows is the INSERT of n records (1 ≤ n ≤ maxAuditBatch).
-func insertAuditRows(n int) string { return insertAuditsOf[n] }
+func insertAuditRows(n int) string { return insertAuditsOf()[n] }
 
 // rolledBack reports whether a transaction that failed with err is known
 // not to have committed: the database refused one of its statements (or

@@ -28,31 +28,24 @@ var (
 	// call, which the UPDATE waits for, leaves this one's snapshot with the
 	// row as it was before (awaiting input) and resumed false: the call is
 	// not run twice, and its caller is told that it awaits input.
-	resumeOrGetExecution = `
-WITH resumed AS (
-	UPDATE tool_executions SET status = 'started', approval_id = $5, started_at = $6
-	WHERE idempotency_key = $1 AND status = 'awaiting_input' AND principal = $2 AND tool = $3 AND arguments_hash = $4
-	RETURNING ` + executionColumns + `
-)
-SELECT *, true FROM resumed
-UNION ALL
-SELECT ` + executionColumns + `, false FROM tool_executions
-WHERE idempotency_key = $1 AND NOT EXISTS (SELECT 1 FROM resumed)`
+	resumeOrGetExecution = orGetExecution(resumeExecution)
 
 	// finishOrGetExecution is endExecution, the compare-and-swap from
 	// started, returning the finished row and true, or else the row as it
 	// is and false (no row: there is no execution of the key).
-	finishOrGetExecution = `
-WITH finished AS (
-	UPDATE tool_executions SET status = $2, result = $3, finished_at = $4
-	WHERE idempotency_key = $1 AND status = 'started'
-	RETURNING ` + executionColumns + `
+	finishOrGetExecution = orGetExecution(endExecution)
 )
-SELECT *, true FROM finished
+
+// orGetExecution is the statement that runs update, an UPDATE of the
+// execution of key $1 that returns executionColumns, and returns the row
+// it updated and true, or else the row as it is and false.
+func orGetExecution(update stmt) string {
+	return `WITH updated AS (` + update.pg + `)
+SELECT *, true FROM updated
 UNION ALL
 SELECT ` + executionColumns + `, false FROM tool_executions
-WHERE idempotency_key = $1 AND NOT EXISTS (SELECT 1 FROM finished)`
-)
+WHERE idempotency_key = $1 AND NOT EXISTS (SELECT 1 FROM updated)`
+}
 
 // BeginExecutionAudited inserts the execution (or resumes the same call's,
 // awaiting input) and reads it back in the append's transaction.
@@ -118,7 +111,7 @@ func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyK
 			return nil
 		},
 	}
-	if _, err := s.appendAudit(ctx, step, build, !writesNow(ctx)); err != nil {
+	if _, err := s.appendAudit(ctx, step, build, !WritesNow(ctx)); err != nil {
 		return Execution{}, s.fail(err)
 	}
 	if refused != nil {
@@ -141,10 +134,7 @@ func WriteNow(ctx context.Context) context.Context {
 }
 
 // WritesNow reports whether ctx is marked WriteNow.
-func WritesNow(ctx context.Context) bool { return writesNow(ctx) }
-
-// writesNow reports whether ctx is marked WriteNow.
-func writesNow(ctx context.Context) bool {
+func WritesNow(ctx context.Context) bool {
 	now, _ := ctx.Value(writeNowKey{}).(bool)
 	return now
 }

@@ -1,12 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // stageNames are the stages Usher times of each tools/call
@@ -52,77 +53,28 @@ func sampleStages(ctx context.Context, usherURL string) (stageSample, error) {
 		return stageSample{}, fmt.Errorf("usher's /metrics: %w", err)
 	}
 	defer resp.Body.Close()
-	s := stageSample{stages: map[string]*timeSum{}}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, labels, value, ok := metricLine(sc.Text())
-		if !ok {
-			continue
-		}
-		var t *timeSum
-		switch {
-		case strings.HasPrefix(name, "usher_mcp_tool_call_stage_seconds_"):
-			stage := labelValue(labels, "stage")
-			if s.stages[stage] == nil {
-				s.stages[stage] = &timeSum{}
-			}
-			t = s.stages[stage]
-			name = strings.TrimPrefix(name, "usher_mcp_tool_call_stage_seconds_")
-		case strings.HasPrefix(name, "usher_http_request_duration_seconds_") &&
-			labelValue(labels, "route") == "/mcp" && labelValue(labels, "method") == "POST":
-			t = &s.endpoint
-			name = strings.TrimPrefix(name, "usher_http_request_duration_seconds_")
-		default:
-			continue
-		}
-		switch name {
-		case "sum":
-			t.seconds = value
-		case "count":
-			t.count = value
-		}
-	}
-	if err := sc.Err(); err != nil {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
 		return stageSample{}, fmt.Errorf("usher's /metrics: %w", err)
+	}
+	s := stageSample{stages: map[string]*timeSum{}}
+	for _, m := range families["usher_mcp_tool_call_stage_seconds"].GetMetric() {
+		s.stages[label(m, "stage")] = &timeSum{seconds: m.GetHistogram().GetSampleSum(), count: float64(m.GetHistogram().GetSampleCount())}
+	}
+	for _, m := range families["usher_http_request_duration_seconds"].GetMetric() {
+		if label(m, "route") == "/mcp" && label(m, "method") == "POST" {
+			s.endpoint = timeSum{seconds: m.GetHistogram().GetSampleSum(), count: float64(m.GetHistogram().GetSampleCount())}
+		}
 	}
 	return s, nil
 }
 
-// metricLine splits a sample line of the Prometheus text format.
-func metricLine(line string) (name, labels string, value float64, ok bool) {
-	if line == "" || line[0] == '#' {
-		return "", "", 0, false
-	}
-	rest := line
-	if i := strings.IndexByte(line, '{'); i >= 0 {
-		j := strings.LastIndexByte(line, '}')
-		if j < i {
-			return "", "", 0, false
-		}
-		name, labels, rest = line[:i], line[i+1:j], line[j+1:]
-	} else {
-		i := strings.IndexByte(line, ' ')
-		if i < 0 {
-			return "", "", 0, false
-		}
-		name, rest = line[:i], line[i:]
-	}
-	fields := strings.Fields(rest)
-	if len(fields) == 0 {
-		return "", "", 0, false
-	}
-	v, err := strconv.ParseFloat(fields[0], 64)
-	return name, labels, v, err == nil
-}
-
-// labelValue is the value of label name in a label list (`a="x",b="y"`);
-// the values Usher's metrics carry here hold no quotes or commas.
-func labelValue(labels, name string) string {
-	for _, kv := range strings.Split(labels, ",") {
-		k, v, ok := strings.Cut(kv, "=")
-		if ok && k == name {
-			return strings.Trim(v, `"`)
+// label is the value of m's label name, or empty.
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
 		}
 	}
 	return ""
