@@ -54,11 +54,15 @@ func TestShortRun(t *testing.T) {
 			if m := regexp.MustCompile(`(?m)^seq_allocs_per_call_usher (\d+)$`).FindSubmatch(out.Bytes()); m == nil || string(m[1]) == "0" {
 				t.Errorf("seq_allocs_per_call_usher = %q, want a positive count", m)
 			}
-			// Usher's /metrics timed the stages of each tool call, and
-			// they leave time of the endpoint's requests outside them.
-			if method == "tools/call" {
-				for _, key := range []string{"seq_endpoint_mean_ms_usher", "seq_stage_decide_mean_ms_usher", "seq_stage_record_mean_ms_usher",
-					"seq_stage_upstream_mean_ms_usher", "seq_stage_rest_mean_ms_usher"} {
+			// Usher's /metrics timed the stages of each tool call, in
+			// both phases, and they leave time of the endpoint's requests
+			// outside them.
+			for _, phase := range []string{"seq", "c"} {
+				if method != "tools/call" {
+					break
+				}
+				for _, key := range []string{"endpoint", "stage_decide", "stage_record", "stage_upstream", "stage_rest"} {
+					key = phase + "_" + key + "_mean_ms_usher"
 					m := regexp.MustCompile(`(?m)^` + key + ` (\S+)$`).FindSubmatch(out.Bytes())
 					if m == nil {
 						t.Errorf("no %s in the report", key)

@@ -253,9 +253,18 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		profile = make(chan error, 1)
 		go func() { profile <- takeProfile(ctx, debugAddr, o.duration, o.profile) }()
 	}
+	c8Before, err := sampleStages(ctx, usherURL)
+	if err != nil {
+		return err
+	}
 	if r.c8Usher, err = throughput(ctx, via, o.duration, keys, procs); err != nil {
 		return err
 	}
+	c8After, err := sampleStages(ctx, usherURL)
+	if err != nil {
+		return err
+	}
+	r.c8Stages = c8After.since(c8Before)
 	if profile != nil {
 		if err := <-profile; err != nil {
 			return fmt.Errorf("CPU profile: %w", err)

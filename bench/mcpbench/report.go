@@ -22,6 +22,7 @@ type report struct {
 	seqCPU            cpuPerCall
 	seqMemory         memoryPerCall
 	seqStages         stageMeans
+	c8Stages          stageMeans // of the throughput phase through Usher
 	concurrency       int
 	duration          time.Duration
 	c8Usher, c8Direct phase
@@ -107,6 +108,13 @@ func (r report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  added at c=%d (difference of the two phases' percentiles, not paired): p50 +%s ms, p99 +%s ms\n",
 		r.concurrency, msf(r.c8Usher.p50-r.c8Direct.p50), msf(r.c8Usher.p99-r.c8Direct.p99))
+	if r.c8Stages.stages["record"] > 0 {
+		fmt.Fprintf(w, "  Inside Usher at c=%d, mean per request: %s ms at the endpoint =", r.concurrency, msf(r.c8Stages.endpoint))
+		for _, name := range stageNames {
+			fmt.Fprintf(w, " %s %s +", name, msf(r.c8Stages.stages[name]))
+		}
+		fmt.Fprintf(w, " the rest %s\n", msf(r.c8Stages.other()))
+	}
 	if r.c8Usher.cpu.pgNote != "" {
 		fmt.Fprintf(w, "  postgres: %s\n", r.c8Usher.cpu.pgNote)
 	}
@@ -153,6 +161,11 @@ func (r report) print(w io.Writer) {
 	kv("c_added_p50_ms", msf(r.c8Usher.p50-r.c8Direct.p50))
 	kv("c_added_p99_ms", msf(r.c8Usher.p99-r.c8Direct.p99))
 	kv("c_cpu_ms_per_call_usher", msf(r.c8Usher.cpu.usher))
+	kv("c_endpoint_mean_ms_usher", msf(r.c8Stages.endpoint))
+	for _, name := range stageNames {
+		kv("c_stage_"+name+"_mean_ms_usher", msf(r.c8Stages.stages[name]))
+	}
+	kv("c_stage_rest_mean_ms_usher", msf(r.c8Stages.other()))
 	kv("c_cpu_ms_per_call_upstream_via_usher", msf(r.c8Usher.cpu.upstream))
 	kv("c_cpu_ms_per_call_upstream_direct", msf(r.c8Direct.cpu.upstream))
 	kv("c_cpu_ms_per_call_postgres", pgCPU(r.c8Usher.cpu))
