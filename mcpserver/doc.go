@@ -172,5 +172,9 @@
 // in one transaction with its execution's move to awaiting input and the
 // release of the approval it used, so that the rounds are one execution
 // and only the round that completes uses the approval up. Any replica
-// takes the retry: nothing of a round stays in a process.
+// takes the retry: nothing of a round stays in a process. A call whose
+// caller never comes back is ended by the Sweeper once its state can no
+// longer be valid (DefaultInputAbandonedAfter after its latest round
+// started): failed, with a result that says so, which a retry under its
+// idempotency key gets, and audited (KindInputAbandoned).
 package mcpserver

@@ -283,6 +283,22 @@ func (x *storeExecutions) MarkAbandoned(ctx context.Context, olderThan time.Time
 	return marked, nil
 }
 
+func (x *storeExecutions) EndAwaitingInput(ctx context.Context, olderThan, now time.Time, result json.RawMessage, event func(store.Execution) Event) ([]store.Execution, error) {
+	if x.audit.failing() {
+		return nil, errors.New("the audit log is unavailable")
+	}
+	ended, err := x.s.EndAwaitingInputAudited(ctx, olderThan, now, result, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ended {
+		if err := x.audit.Record(ctx, event(e)); err != nil {
+			return nil, err
+		}
+	}
+	return ended, nil
+}
+
 // lookupCount returns how often GetExecution was called.
 func (x *storeExecutions) lookupCount() int {
 	x.mu.Lock()

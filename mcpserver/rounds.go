@@ -35,6 +35,10 @@ const (
 	// inputResponses) was refused: not Usher's, altered or expired, or
 	// another call's (Reasons say which). Nothing was sent upstream.
 	KindInputStateRefused = "input_state_refused"
+	// KindInputAbandoned: a call awaiting input was ended, failed, by the
+	// sweep: no answer came before its request state expired (see
+	// Sweeper).
+	KindInputAbandoned = "input_abandoned"
 )
 
 // DefaultInputLifetime is the default of Options.InputLifetime.

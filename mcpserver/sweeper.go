@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,14 +19,33 @@ import (
 // Options.RecordAttempts).
 const DefaultAbandonedAfter = 6 * time.Minute
 
-// AbandonedExecutions finds the executions whose process stopped mid-call;
-// cmd/usher implements it with the store and the audit log.
+// DefaultInputAbandonedAfter is how long after its latest round started
+// an execution still awaiting input is taken for one its caller gave up
+// on: the round runs for at most the catalog's CallTimeout, and the
+// request state it gave the caller expires InputLifetime after it ended
+// (DefaultInputLifetime), after which no retry can resume it.
+const DefaultInputAbandonedAfter = DefaultAbandonedAfter + DefaultInputLifetime
+
+// inputAbandonedText is the result a call that no answer came for is
+// ended with, which a retry under its idempotency key gets.
+const inputAbandonedText = "This call asked for input and no answer came before the request for it expired, " +
+	"so it did not complete. Call the tool again to run it anew."
+
+// AbandonedExecutions finds the executions whose process stopped mid-call
+// and those whose caller never answered their input requests; cmd/usher
+// implements it with the store and the audit log.
 type AbandonedExecutions interface {
 	// MarkAbandoned marks every execution still started before olderThan
 	// as outcome_unknown, records event(e) of each marked e, and returns
 	// them, in one transaction: after an error none is marked or
 	// recorded. An execution that ended meanwhile is neither.
 	MarkAbandoned(ctx context.Context, olderThan time.Time, event func(e store.Execution) Event) ([]store.Execution, error)
+	// EndAwaitingInput ends every execution still awaiting input whose
+	// latest round started before olderThan as failed, with result,
+	// finished at now, records event(e) of each ended e, and returns
+	// them, in one transaction: after an error none is ended or recorded.
+	// An execution started again meanwhile is neither.
+	EndAwaitingInput(ctx context.Context, olderThan, now time.Time, result json.RawMessage, event func(e store.Execution) Event) ([]store.Execution, error)
 }
 
 // SweeperOptions configures a Sweeper. Fields marked required have no
@@ -38,6 +58,12 @@ type SweeperOptions struct {
 	// started is marked outcome_unknown. Default DefaultAbandonedAfter;
 	// it must exceed the catalog's CallTimeout.
 	AbandonedAfter time.Duration
+	// InputAbandonedAfter is how long after its latest round started an
+	// execution still awaiting input is ended, failed. Default
+	// DefaultInputAbandonedAfter; it must exceed the catalog's
+	// CallTimeout and the server's InputLifetime together, so that no
+	// request state that could resume it is still valid.
+	InputAbandonedAfter time.Duration
 	// Interval is the time between two sweeps. Default 1 min.
 	Interval time.Duration
 	// Logger receives what was marked and what failed. Default
@@ -66,6 +92,9 @@ func NewSweeper(opts *SweeperOptions) (*Sweeper, error) {
 	if o.AbandonedAfter == 0 {
 		o.AbandonedAfter = DefaultAbandonedAfter
 	}
+	if o.InputAbandonedAfter == 0 {
+		o.InputAbandonedAfter = DefaultInputAbandonedAfter
+	}
 	if o.Interval == 0 {
 		o.Interval = time.Minute
 	}
@@ -79,8 +108,9 @@ func NewSweeper(opts *SweeperOptions) (*Sweeper, error) {
 	if o.Executions == nil {
 		errs = append(errs, errors.New("Executions are required"))
 	}
-	if o.AbandonedAfter < 0 || o.Interval < 0 {
-		errs = append(errs, fmt.Errorf("AbandonedAfter and Interval must not be negative, got %s and %s", o.AbandonedAfter, o.Interval))
+	if o.AbandonedAfter < 0 || o.InputAbandonedAfter < 0 || o.Interval < 0 {
+		errs = append(errs, fmt.Errorf("AbandonedAfter, InputAbandonedAfter and Interval must not be negative, got %s, %s and %s",
+			o.AbandonedAfter, o.InputAbandonedAfter, o.Interval))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("mcpserver: sweeper options: %w", err)
@@ -99,16 +129,14 @@ func (s *Sweeper) Start(ctx context.Context) error { return s.loop.Start(ctx) }
 func (s *Sweeper) Stop() { s.loop.Stop() }
 
 // Sweep marks the executions started more than AbandonedAfter ago and
-// still started as outcome_unknown, audits each in the same transaction,
-// and returns them.
+// still started as outcome_unknown, and ends those whose latest round
+// started more than InputAbandonedAfter ago and still awaiting input as
+// failed, each audited in the same transaction as its change, and returns
+// the executions it changed, those marked first.
 func (s *Sweeper) Sweep(ctx context.Context) ([]store.Execution, error) {
 	now := s.opts.Now()
 	lost, err := s.opts.Executions.MarkAbandoned(ctx, now.Add(-s.opts.AbandonedAfter), func(e store.Execution) Event {
-		return Event{
-			Kind: KindOutcomeUnknown, At: now, Principal: e.Principal, Tool: e.Tool, ArgumentsHash: e.ArgumentsHash,
-			ApprovalID: e.ApprovalID, RunID: e.RunID, IdempotencyKey: e.IdempotencyKey, Outcome: OutcomeUnknown,
-			Reasons: []string{"its process stopped before recording how it ended"},
-		}
+		return sweptEvent(e, now, KindOutcomeUnknown, OutcomeUnknown, "its process stopped before recording how it ended")
 	})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -119,5 +147,35 @@ func (s *Sweeper) Sweep(ctx context.Context) ([]store.Execution, error) {
 	for _, e := range lost {
 		s.opts.Logger.WarnContext(ctx, "mcpserver: a tool execution's outcome is unknown: its process stopped", "tool", e.Tool, "key", e.IdempotencyKey)
 	}
-	return lost, nil
+	ended, err := s.opts.Executions.EndAwaitingInput(ctx, now.Add(-s.opts.InputAbandonedAfter), now, inputAbandonedResult, func(e store.Execution) Event {
+		return sweptEvent(e, now, KindInputAbandoned, OutcomeFailed, "its caller did not answer its input requests before they expired")
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.opts.Logger.WarnContext(ctx, "mcpserver: the sweep of calls awaiting input failed", "err", err)
+		}
+		return lost, err
+	}
+	for _, e := range ended {
+		s.opts.Logger.InfoContext(ctx, "mcpserver: a tool call awaiting input was ended: no answer came", "tool", e.Tool, "key", e.IdempotencyKey)
+	}
+	return append(lost, ended...), nil
+}
+
+// inputAbandonedResult is inputAbandonedText as the CallToolResult stored.
+var inputAbandonedResult = func() json.RawMessage {
+	b, err := json.Marshal(errorResult(inputAbandonedText))
+	if err != nil {
+		panic(err) // a constant result
+	}
+	return b
+}()
+
+// sweptEvent is the audit event of a sweep's change of e.
+func sweptEvent(e store.Execution, now time.Time, kind, outcome, reason string) Event {
+	return Event{
+		Kind: kind, At: now, Principal: e.Principal, Tool: e.Tool, ArgumentsHash: e.ArgumentsHash,
+		ApprovalID: e.ApprovalID, RunID: e.RunID, IdempotencyKey: e.IdempotencyKey, Outcome: outcome,
+		Reasons: []string{reason},
+	}
 }

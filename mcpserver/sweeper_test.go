@@ -2,9 +2,11 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/usherhq/usher/store"
 )
 
@@ -56,6 +58,70 @@ func TestSweeperMarksAbandoned(t *testing.T) {
 			}
 			if lost, err := sw.Sweep(ctx); err != nil || len(lost) != 0 {
 				t.Errorf("Sweep again = %v, %v; want none", lost, err)
+			}
+		})
+	}
+}
+
+// TestSweeperEndsAwaitingInput checks that a sweep ends, by its own
+// clock, the calls awaiting input since their latest round started longer
+// than InputAbandonedAfter ago — failed, with the result a retry is
+// answered with — audits each, and leaves the others alone; a sweep whose
+// records fail ends none.
+func TestSweeperEndsAwaitingInput(t *testing.T) {
+	for _, eng := range engines {
+		t.Run(eng.name, func(t *testing.T) {
+			ctx := t.Context()
+			st := eng.open(t)
+			now := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
+			await := func(key string, at time.Time) {
+				t.Helper()
+				if _, _, err := st.BeginExecution(ctx, store.Execution{
+					IdempotencyKey: key, Principal: alice, Tool: "fx__echo", ArgumentsHash: "h", RunID: "run-1", StartedAt: at,
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := st.AwaitInputAudited(ctx, key, "", at.Add(time.Second), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			await("unanswered", now.Add(-DefaultInputAbandonedAfter-time.Second))
+			await("answerable", now.Add(-DefaultInputAbandonedAfter+time.Second))
+			audit := &auditLog{}
+			sw, err := NewSweeper(&SweeperOptions{Executions: &storeExecutions{s: st, audit: audit}, Now: func() time.Time { return now }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			audit.fail = true
+			if ended, err := sw.Sweep(ctx); err == nil || len(ended) != 0 {
+				t.Fatalf("Sweep with a failing audit log = %v, %v; want an error", ended, err)
+			}
+			if e, err := st.GetExecution(ctx, "unanswered"); err != nil || e.Status != store.ExecutionAwaitingInput {
+				t.Errorf("after a failed sweep the execution is %s, %v; want awaiting_input", e.Status, err)
+			}
+			audit.fail = false
+			ended, err := sw.Sweep(ctx)
+			if err != nil || len(ended) != 1 || ended[0].IdempotencyKey != "unanswered" {
+				t.Fatalf("Sweep = %v, %v; want the unanswered call", ended, err)
+			}
+			e, err := st.GetExecution(ctx, "unanswered")
+			if err != nil || e.Status != store.ExecutionFailed || !e.FinishedAt.Equal(now) {
+				t.Fatalf("the unanswered call = %s, finished %v, %v; want failed, now", e.Status, e.FinishedAt, err)
+			}
+			var res mcp.CallToolResult
+			if err := json.Unmarshal(e.Result, &res); err != nil || !res.IsError || len(res.Content) != 1 ||
+				res.Content[0].(*mcp.TextContent).Text != inputAbandonedText {
+				t.Errorf("its result = %s, %v; want the error result a retry gets", e.Result, err)
+			}
+			if e, err := st.GetExecution(ctx, "answerable"); err != nil || e.Status != store.ExecutionAwaitingInput {
+				t.Errorf("the call still answerable = %s, %v; want awaiting_input", e.Status, err)
+			}
+			if len(audit.events) != 1 || audit.events[0].Kind != KindInputAbandoned || audit.events[0].IdempotencyKey != "unanswered" ||
+				audit.events[0].Outcome != OutcomeFailed || audit.events[0].RunID != "run-1" || !audit.events[0].At.Equal(now) {
+				t.Errorf("audit = %+v, want one input_abandoned of the unanswered call, failed, now", audit.events)
+			}
+			if ended, err := sw.Sweep(ctx); err != nil || len(ended) != 0 {
+				t.Errorf("Sweep again = %v, %v; want none", ended, err)
 			}
 		})
 	}

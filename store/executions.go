@@ -160,6 +160,14 @@ RETURNING ` + executionColumns)
 UPDATE tool_executions SET status = 'outcome_unknown'
 WHERE status = 'started' AND started_at < $1
 RETURNING ` + executionColumns)
+
+	// endAwaitingInputExecutions: as markAbandonedExecutions, of the
+	// executions awaiting input; a resume of a row waits for it, then
+	// finds it no longer awaiting input.
+	endAwaitingInputExecutions = sql1(`
+UPDATE tool_executions SET status = 'failed', result = $2, finished_at = $3
+WHERE status = 'awaiting_input' AND started_at < $1
+RETURNING ` + executionColumns)
 )
 
 // newExecution is e as BeginExecution starts it: a zero StartedAt is now.
@@ -342,17 +350,39 @@ func (c *core) MarkOutcomeUnknownAudited(ctx context.Context, olderThan time.Tim
 	if err := invalid(checkTime("olderThan", olderThan)); err != nil {
 		return nil, err
 	}
+	return c.markAudited(ctx, func(x executor) ([]Execution, error) { return markOutcomeUnknown(ctx, x, olderThan) }, build)
+}
+
+func (c *core) EndAwaitingInputAudited(ctx context.Context, olderThan, now time.Time, result json.RawMessage, build func(Execution) func(AuditHead) (AuditRecord, error)) ([]Execution, error) {
+	var noResult error
+	if len(result) == 0 {
+		noResult = errors.New("an execution that no answer came for is ended with a result")
+	}
+	if err := invalid(checkTime("olderThan", olderThan), checkNow(now), checkJSON("execution result", result), noResult); err != nil {
+		return nil, err
+	}
+	return c.markAudited(ctx, func(x executor) ([]Execution, error) {
+		es, err := queryAll(ctx, x, endAwaitingInputExecutions, scanExecution, storedTime(olderThan), result, storedTime(now))
+		sortExecutions(es)
+		return es, err
+	}, build)
+}
+
+// markAudited runs mark, which changes executions and returns them, and
+// appends the record build(e) makes of each e, in one transaction; with a
+// nil build it runs mark alone.
+func (c *core) markAudited(ctx context.Context, mark func(executor) ([]Execution, error), build func(Execution) func(AuditHead) (AuditRecord, error)) ([]Execution, error) {
 	var out []Execution
-	mark := func(x executor) (err error) {
-		out, err = markOutcomeUnknown(ctx, x, olderThan)
+	run := func(x executor) (err error) {
+		out, err = mark(x)
 		return err
 	}
 	var err error
 	if build == nil {
-		err = c.writeOne(ctx, mark)
+		err = c.writeOne(ctx, run)
 	} else {
 		err = c.inTx(ctx, func(tx executor) error {
-			if err := mark(tx); err != nil {
+			if err := run(tx); err != nil {
 				return err
 			}
 			for _, e := range out {

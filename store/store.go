@@ -481,6 +481,16 @@ type Store interface {
 	// that ended meanwhile is neither marked nor recorded. build may be
 	// called more than once.
 	MarkOutcomeUnknownAudited(ctx context.Context, olderThan time.Time, build func(e Execution) func(head AuditHead) (AuditRecord, error)) ([]Execution, error)
+	// EndAwaitingInputAudited ends every execution still awaiting input
+	// whose latest round started before olderThan — a call whose caller
+	// never came back with the answers — failed, with result (a JSON
+	// value, required) and finished at now, so that a retry under its key
+	// is answered with result; it does what AppendAudit does with build(e)
+	// for each execution e it ends (nothing when build is nil), in one
+	// transaction: a failure ends and records none of them. An execution
+	// started again meanwhile is neither ended nor recorded. It returns
+	// them, oldest first. build may be called more than once.
+	EndAwaitingInputAudited(ctx context.Context, olderThan, now time.Time, result json.RawMessage, build func(e Execution) func(head AuditHead) (AuditRecord, error)) ([]Execution, error)
 	// BeginExecutionAudited does what BeginExecution does and what
 	// AppendAudit does with build, in one transaction: a failure writes
 	// neither. The record is appended whatever the key already names: an

@@ -267,13 +267,24 @@ func (x executions) AwaitInput(ctx context.Context, key, approvalID string, now 
 }
 
 func (x executions) MarkAbandoned(ctx context.Context, olderThan time.Time, event func(store.Execution) mcpserver.Event) ([]store.Execution, error) {
-	return x.store.MarkOutcomeUnknownAudited(ctx, olderThan, func(e store.Execution) func(store.AuditHead) (store.AuditRecord, error) {
+	return x.store.MarkOutcomeUnknownAudited(ctx, olderThan, x.builders(event))
+}
+
+func (x executions) EndAwaitingInput(ctx context.Context, olderThan, now time.Time, result json.RawMessage, event func(store.Execution) mcpserver.Event) ([]store.Execution, error) {
+	return x.store.EndAwaitingInputAudited(ctx, olderThan, now, result, x.builders(event))
+}
+
+// builders returns the function that makes event(e) the next audit
+// record, for each execution e a sweep changes; an event that cannot be
+// encoded fails the sweep's transaction.
+func (x executions) builders(event func(store.Execution) mcpserver.Event) func(store.Execution) func(store.AuditHead) (store.AuditRecord, error) {
+	return func(e store.Execution) func(store.AuditHead) (store.AuditRecord, error) {
 		build, err := x.builder(event(e))
 		if err != nil {
 			return func(store.AuditHead) (store.AuditRecord, error) { return store.AuditRecord{}, err }
 		}
 		return build
-	})
+	}
 }
 
 // builder returns the function that makes ev the next audit record.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -29,6 +30,15 @@ func (f *failingMarks) failed() func(store.AuditHead) (store.AuditRecord, error)
 
 func (f *failingMarks) MarkOutcomeUnknownAudited(ctx context.Context, olderThan time.Time, build func(store.Execution) func(store.AuditHead) (store.AuditRecord, error)) ([]store.Execution, error) {
 	return f.Store.MarkOutcomeUnknownAudited(ctx, olderThan, func(e store.Execution) func(store.AuditHead) (store.AuditRecord, error) {
+		if f.fail.Load() {
+			return f.failed()
+		}
+		return build(e)
+	})
+}
+
+func (f *failingMarks) EndAwaitingInputAudited(ctx context.Context, olderThan, now time.Time, result json.RawMessage, build func(store.Execution) func(store.AuditHead) (store.AuditRecord, error)) ([]store.Execution, error) {
+	return f.Store.EndAwaitingInputAudited(ctx, olderThan, now, result, func(e store.Execution) func(store.AuditHead) (store.AuditRecord, error) {
 		if f.fail.Load() {
 			return f.failed()
 		}
@@ -99,6 +109,55 @@ func TestSweepMarksWithRecords(t *testing.T) {
 				t.Errorf("Sweep again = %v, %v; want none", lost, err)
 			}
 			check("a sweep of none", store.ExecutionOutcomeUnknown, 1)
+			if rep, err := audit.Verify(ctx, st); err != nil || !rep.Intact() {
+				t.Errorf("audit.Verify = %+v, %v; want intact", rep, err)
+			}
+		})
+	}
+}
+
+// TestSweepEndsAwaitingInputWithRecords checks, on both engines, that the
+// sweep ends a call its caller never answered with its input_abandoned
+// record or not at all, and that the record is in an intact chain.
+func TestSweepEndsAwaitingInputWithRecords(t *testing.T) {
+	for name, open := range map[string]func(testing.TB) store.Store{"SQLite": storetest.NewSQLite, "PostgreSQL": storetest.NewPostgres} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			st := &failingMarks{Store: open(t)}
+			log, err := audit.New(st, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
+			key, started := "run-1/call-1", now.Add(-mcpserver.DefaultInputAbandonedAfter-time.Second)
+			if _, _, err := st.BeginExecution(ctx, store.Execution{
+				IdempotencyKey: key, Principal: "issuer|alice", Tool: "fx__echo", ArgumentsHash: "h", StartedAt: started,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.AwaitInputAudited(ctx, key, "", started.Add(time.Second), nil); err != nil {
+				t.Fatal(err)
+			}
+			sw, err := mcpserver.NewSweeper(&mcpserver.SweeperOptions{Executions: executions{st, log}, Now: func() time.Time { return now }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.fail.Store(true)
+			if _, err := sw.Sweep(ctx); !errors.Is(err, errMarkRecord) {
+				t.Fatalf("Sweep with a failing record = %v, want the injected error", err)
+			}
+			if e, err := st.GetExecution(ctx, key); err != nil || e.Status != store.ExecutionAwaitingInput {
+				t.Errorf("after a failed sweep the call is %s, %v; want awaiting_input", e.Status, err)
+			}
+			st.fail.Store(false)
+			if ended, err := sw.Sweep(ctx); err != nil || len(ended) != 1 || ended[0].Status != store.ExecutionFailed {
+				t.Fatalf("the next Sweep = %v, %v; want the call ended failed", ended, err)
+			}
+			rs, err := st.AuditRecords(ctx, 0, 10)
+			if err != nil || len(rs) != 1 || rs[0].Kind != mcpserver.KindInputAbandoned || rs[0].Outcome != mcpserver.OutcomeFailed || rs[0].Tool != "fx__echo" {
+				t.Fatalf("the log holds %+v, %v; want one input_abandoned of fx__echo, failed", rs, err)
+			}
 			if rep, err := audit.Verify(ctx, st); err != nil || !rep.Intact() {
 				t.Errorf("audit.Verify = %+v, %v; want intact", rep, err)
 			}

@@ -1,7 +1,10 @@
 package storetest
 
 import (
+	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -142,4 +145,96 @@ func testAwaitInput(t *testing.T, s store.Store) {
 		t.Errorf("the approval is %s, want approved again", got)
 	}
 	checkChain(t, s, 3+racers)
+}
+
+// testEndAwaitingInput: the executions awaiting input since before the
+// cut are ended failed, with the result given and finished at the sweep's
+// time, each with its record, in one transaction; the others (awaiting
+// input since later, started, finished) are left alone; a failed record
+// ends none; a result is required; a retry of an ended call finds it
+// ended, not started again.
+func testEndAwaitingInput(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	now := time.Date(2031, 3, 4, 5, 0, 0, 0, time.UTC)
+	for key, startedAt := range map[string]time.Time{
+		"waiting-1": now.Add(-30 * time.Minute), "waiting-2": now.Add(-20 * time.Minute), "waiting-new": now.Add(-time.Minute),
+		"started-old": now.Add(-40 * time.Minute), "finished-old": now.Add(-40 * time.Minute),
+	} {
+		if _, _, err := s.BeginExecution(ctx, testExecution(key, startedAt)); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(key, "waiting") {
+			if _, err := s.AwaitInputAudited(ctx, key, "", startedAt.Add(time.Second), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := s.FinishExecution(ctx, "finished-old", store.ExecutionSucceeded, []byte(`{}`), now.Add(-39*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	cut := now.Add(-10 * time.Minute)
+	result := json.RawMessage(`{"content":[{"type":"text","text":"no answer came"}],"isError":true}`)
+	errBuild := errors.New("hashing failed")
+	build := func(failOn string) func(store.Execution) func(store.AuditHead) (store.AuditRecord, error) {
+		return func(e store.Execution) func(store.AuditHead) (store.AuditRecord, error) {
+			if e.IdempotencyKey == failOn {
+				return func(store.AuditHead) (store.AuditRecord, error) { return store.AuditRecord{}, errBuild }
+			}
+			return chained(store.AuditRecord{At: now, Kind: "input_expired", Tool: e.Tool, Details: []byte(`{"key":"` + e.IdempotencyKey + `"}`)})
+		}
+	}
+	status := func(key string) store.Execution {
+		t.Helper()
+		e, err := s.GetExecution(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+
+	for name, r := range map[string]json.RawMessage{"no result": nil, "a result that is not JSON": []byte(`{"content":`)} {
+		if ended, err := s.EndAwaitingInputAudited(ctx, cut, now, r, build("")); !errors.Is(err, store.ErrInvalid) || len(ended) != 0 {
+			t.Errorf("EndAwaitingInputAudited with %s = %v, %v; want ErrInvalid", name, ended, err)
+		}
+	}
+	if ended, err := s.EndAwaitingInputAudited(ctx, cut, now, result, build("waiting-2")); err != errBuild || len(ended) != 0 {
+		t.Errorf("EndAwaitingInputAudited with a failing build = %v, %v; want none and its error as is", ended, err)
+	}
+	for _, key := range []string{"waiting-1", "waiting-2"} {
+		if e := status(key); e.Status != store.ExecutionAwaitingInput {
+			t.Errorf("after a failed end %s is %s, want awaiting_input", key, e.Status)
+		}
+	}
+	checkChain(t, s, 0)
+
+	ended, err := s.EndAwaitingInputAudited(ctx, cut, now, result, build(""))
+	var keys []string
+	for _, e := range ended {
+		keys = append(keys, e.IdempotencyKey)
+	}
+	if err != nil || !slices.Equal(keys, []string{"waiting-1", "waiting-2"}) {
+		t.Fatalf("EndAwaitingInputAudited = %v, %v; want [waiting-1 waiting-2], oldest first", keys, err)
+	}
+	checkChain(t, s, 2)
+	for _, key := range keys {
+		e := status(key)
+		if e.Status != store.ExecutionFailed || !e.FinishedAt.Equal(now) || !jsonEqual(e.Result, result) {
+			t.Errorf("%s = %s, finished %v, result %s; want failed at %v with the result", key, e.Status, e.FinishedAt, e.Result, now)
+		}
+	}
+	for key, want := range map[string]store.ExecutionStatus{
+		"waiting-new": store.ExecutionAwaitingInput, "started-old": store.ExecutionStarted, "finished-old": store.ExecutionSucceeded,
+	} {
+		if e := status(key); e.Status != want {
+			t.Errorf("%s is %s, want %s", key, e.Status, want)
+		}
+	}
+	// A retry of the call finds it ended; the sweep again ends nothing.
+	if got, started, err := s.BeginExecution(ctx, testExecution("waiting-1", now)); err != nil || started || got.Status != store.ExecutionFailed {
+		t.Errorf("BeginExecution of an ended call = %s, started %v, %v; want it failed, not started", got.Status, started, err)
+	}
+	if ended, err := s.EndAwaitingInputAudited(ctx, cut, now, result, build("")); err != nil || len(ended) != 0 {
+		t.Errorf("EndAwaitingInputAudited again = %v, %v; want none", ended, err)
+	}
+	checkChain(t, s, 2)
 }

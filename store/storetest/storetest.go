@@ -92,6 +92,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"BeginExecution", testBeginExecution},
 		{"BeginExecutionRace", testBeginExecutionRace},
 		{"AwaitInput", testAwaitInput},
+		{"EndAwaitingInput", testEndAwaitingInput},
 		{"MarkOutcomeUnknown", testMarkOutcomeUnknown},
 		{"MarkOutcomeUnknownAudited", testMarkOutcomeUnknownAudited},
 		{"Notes", testNotes},
