@@ -387,7 +387,7 @@ func matchReasons(rules []*rule) []string {
 	rules = slices.SortedFunc(slices.Values(rules), func(a, b *rule) int { return strings.Compare(a.id, b.id) })
 	out := make([]string, 0, len(rules))
 	for _, r := range rules {
-		out = append(out, describe(r))
+		out = append(out, r.matched)
 	}
 	return out
 }
@@ -401,6 +401,8 @@ func failureReasons(failed []failure, forbids []*rule) []string {
 	return append(out, matchReasons(forbids)...)
 }
 
+// describe is the reason a decision gives for a rule it matched; newRule
+// keeps it in the rule, so that no decision builds it again.
 func describe(r *rule) string {
 	kind := "permit"
 	if r.forbid {

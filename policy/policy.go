@@ -50,6 +50,7 @@ type rule struct {
 	outcome   Outcome  // Deny for a forbid, else Allow or Approve
 	approvers []string // approve permits only; empty: the requesting user
 	reason    string   // @reason, may be empty
+	matched   string   // the reason a decision gives when it matches (see describe)
 	position  string   // file:line:column
 	cedar     *cedar.Policy
 	// readsArguments is set when a condition may read
@@ -174,6 +175,7 @@ func newRule(cp *cedar.Policy) (*rule, []error) {
 	if len(r.reason) > 500 || !printable(r.reason) {
 		bad("@reason must be at most 500 printable characters")
 	}
+	r.matched = describe(r)
 	return r, errs
 }
 
