@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -237,4 +238,40 @@ func testEndAwaitingInput(t *testing.T, s store.Store) {
 		t.Errorf("EndAwaitingInputAudited again = %v, %v; want none", ended, err)
 	}
 	checkChain(t, s, 2)
+
+	// A retry that resumes the call races the sweep: one of them wins,
+	// never both.
+	for i := range 10 {
+		key := fmt.Sprintf("racing-%d", i)
+		started := now.Add(-time.Hour)
+		if _, _, err := s.BeginExecution(ctx, testExecution(key, started)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AwaitInputAudited(ctx, key, "", started.Add(time.Second), nil); err != nil {
+			t.Fatal(err)
+		}
+		var resumed bool
+		var ended []store.Execution
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			var err error
+			if _, resumed, err = s.BeginExecution(ctx, testExecution(key, now)); err != nil {
+				t.Errorf("BeginExecution racing the sweep: %v", err)
+			}
+		})
+		wg.Go(func() {
+			var err error
+			if ended, err = s.EndAwaitingInputAudited(ctx, cut, now, result, nil); err != nil {
+				t.Errorf("EndAwaitingInputAudited racing a retry: %v", err)
+			}
+		})
+		wg.Wait()
+		want := store.ExecutionFailed
+		if resumed {
+			want = store.ExecutionStarted
+		}
+		if resumed == (len(ended) == 1) || status(key).Status != want {
+			t.Errorf("race %d: resumed %v, ended %d, status %s; want exactly one of them to win", i, resumed, len(ended), status(key).Status)
+		}
+	}
 }
