@@ -106,13 +106,16 @@ func TestMetricsLabelByPatternNotPath(t *testing.T) {
 }
 
 // TestLatencyBucketsResolveSubMillisecond checks that the request latency
-// histogram has the buckets LatencyBuckets names, 0.1 ms to 10 s: a 0.3 ms
-// request falls in the 0.5 ms bucket and not the 0.25 ms one, which the
-// default buckets (lowest 5 ms) cannot tell apart.
+// histogram has the buckets LatencyBuckets names, 0.1 ms to 10 s: a
+// 0.25 ms request falls in the 0.3 ms bucket and not the 0.2 ms one, which
+// the default buckets (lowest 5 ms) cannot tell apart, and 1.7 and 2.6 ms
+// requests in buckets of their own.
 func TestLatencyBucketsResolveSubMillisecond(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	m.duration.WithLabelValues("GET /x", "GET").Observe(0.0003)
+	for _, d := range []float64{0.00025, 0.0017, 0.0026} {
+		m.duration.WithLabelValues("GET /x", "GET").Observe(d)
+	}
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -128,13 +131,22 @@ func TestLatencyBucketsResolveSubMillisecond(t *testing.T) {
 			counts[b.GetUpperBound()] = b.GetCumulativeCount()
 		}
 	}
-	want := []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	want := []float64{0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075,
+		0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 	if !slices.Equal(bounds, want) {
 		t.Fatalf("buckets = %v, want %v", bounds, want)
 	}
-	if counts[0.00025] != 0 || counts[0.0005] != 1 {
-		t.Errorf("a 0.3 ms request: cumulative counts le=0.00025 %d, le=0.0005 %d; want 0 and 1", counts[0.00025], counts[0.0005])
+	for le, n := range map[float64]uint64{0.0002: 0, 0.0003: 1, 0.0015: 1, 0.002: 2, 0.003: 3} {
+		if counts[le] != n {
+			t.Errorf("requests of 0.25, 1.7 and 2.6 ms: cumulative count le=%g is %d, want %d", le, counts[le], n)
+		}
 	}
+	for i := 1; i < len(want); i++ {
+		if want[i] > 0.0005 && want[i] <= 0.01 && want[i] > 2*want[i-1] {
+			t.Errorf("bucket %g is more than twice the one below it, %g", want[i], want[i-1])
+		}
+	}
+
 }
 
 func TestIsLoopbackHost(t *testing.T) {
