@@ -83,6 +83,11 @@ func (r report) print(w io.Writer) {
 			fmt.Fprintf(w, " %s %s +", name, msf(r.seqStages.stages[name]))
 		}
 		fmt.Fprintf(w, " the rest %s (authentication, the MCP session layer, the response)\n", msf(r.seqStages.other()))
+		fmt.Fprintf(w, "  ... and at p99 (from its histograms' buckets): %s ms at the endpoint;", msf(r.seqStages.endpointP99))
+		for _, name := range stageNames {
+			fmt.Fprintf(w, " %s %s", name, msf(r.seqStages.p99[name]))
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w)
 
@@ -151,6 +156,10 @@ func (r report) print(w io.Writer) {
 		kv("seq_stage_"+name+"_mean_ms_usher", msf(r.seqStages.stages[name]))
 	}
 	kv("seq_stage_rest_mean_ms_usher", msf(r.seqStages.other()))
+	kv("seq_endpoint_p99_ms_usher", msf(r.seqStages.endpointP99))
+	for _, name := range stageNames {
+		kv("seq_stage_"+name+"_p99_ms_usher", msf(r.seqStages.p99[name]))
+	}
 	kv("concurrency", r.concurrency)
 	kv("c_usher_calls_per_s", fmt.Sprintf("%.0f", r.c8Usher.rate()))
 	kv("c_direct_calls_per_s", fmt.Sprintf("%.0f", r.c8Direct.rate()))

@@ -113,3 +113,25 @@ func TestParseStatCPU(t *testing.T) {
 		t.Error("no such process, no error")
 	}
 }
+
+// TestQuantile checks the percentile read from a histogram's buckets
+// over a phase: linear within the bucket it falls in, as Prometheus's
+// histogram_quantile, the counts before the phase taken off.
+func TestQuantile(t *testing.T) {
+	before := &timeSum{count: 10, buckets: []bucket{{0.001, 10}, {0.002, 10}, {0.004, 10}}}
+	// Over the phase: 50 at most 1 ms, 40 in (1, 2] ms, 10 in (2, 4] ms.
+	after := &timeSum{count: 110, buckets: []bucket{{0.001, 60}, {0.002, 100}, {0.004, 110}}}
+	for q, want := range map[float64]time.Duration{
+		0.5:  time.Millisecond,        // the 50th of 100 ends the first bucket
+		0.7:  1500 * time.Microsecond, // half-way through the second
+		0.99: 3800 * time.Microsecond, // 9 of the last 10
+		1:    4 * time.Millisecond,
+	} {
+		if got := quantile(after, before, q); got != want {
+			t.Errorf("quantile %.2f = %v, want %v", q, got, want)
+		}
+	}
+	if got := quantile(after, after, 0.99); got != 0 {
+		t.Errorf("quantile of no observations = %v, want 0", got)
+	}
+}
