@@ -1,0 +1,101 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSweepsUseIndexes checks, on both engines, that the statements of
+// the minute sweeps of executions (markAbandonedExecutions,
+// endAwaitingInputExecutions) can find their rows by a partial index of
+// the open executions, not only by reading every execution ever
+// recorded. On PostgreSQL sequential scans are turned off for the
+// question: the plan still scans the table when no index serves it.
+func TestSweepsUseIndexes(t *testing.T) {
+	now := storedTime(time.Now())
+	sweeps := map[string]struct {
+		q     stmt
+		args  []any
+		index string
+	}{
+		"markAbandonedExecutions":    {markAbandonedExecutions, []any{now}, "tool_executions_started_idx"},
+		"endAwaitingInputExecutions": {endAwaitingInputExecutions, []any{now, json.RawMessage(`{}`), now}, "tool_executions_awaiting_idx"},
+	}
+	for _, eng := range []struct {
+		name string
+		dsn  func(testing.TB) string
+		plan func(ctx context.Context, x executor, q stmt, args []any) (string, error)
+	}{
+		{"SQLite", func(t testing.TB) string { return filepath.Join(t.TempDir(), "usher.db") }, sqlitePlan},
+		{"PostgreSQL", ownSchemaPostgresURL, postgresPlan},
+	} {
+		t.Run(eng.name, func(t *testing.T) {
+			c := parityCore(t, parityStore(t, eng.dsn(t)))
+			x := executor{q: c.write, lite: eng.name == "SQLite"}
+			for name, s := range sweeps {
+				plan, err := eng.plan(t.Context(), x, s.q, s.args)
+				if err != nil {
+					t.Fatalf("the plan of %s: %v", name, err)
+				}
+				if !strings.Contains(plan, s.index) {
+					t.Errorf("%s does not use %s:\n%s", name, s.index, plan)
+				}
+			}
+		})
+	}
+}
+
+// postgresPlan is PostgreSQL's plan of q with args, sequential scans off.
+func postgresPlan(ctx context.Context, x executor, q stmt, args []any) (string, error) {
+	conn, err := x.q.(*sql.DB).Conn(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET enable_seqscan = off"); err != nil {
+		return "", err
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "RESET enable_seqscan") //nolint:errcheck // the connection goes back to the pool either way
+	return rowsText(conn.QueryContext(ctx, "EXPLAIN "+x.text(q), x.args(args)...))
+}
+
+// sqlitePlan is SQLite's plan of q with args.
+func sqlitePlan(ctx context.Context, x executor, q stmt, args []any) (string, error) {
+	rows, err := x.q.QueryContext(ctx, "EXPLAIN QUERY PLAN "+x.text(q), x.args(args)...)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			return "", err
+		}
+		b.WriteString(detail + "\n")
+	}
+	return b.String(), rows.Err()
+}
+
+// rowsText joins the one text column of rows, one line each.
+func rowsText(rows *sql.Rows, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return "", err
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String(), rows.Err()
+}
