@@ -268,35 +268,31 @@ func (x *storeExecutions) AwaitInput(ctx context.Context, key, approvalID string
 }
 
 func (x *storeExecutions) MarkAbandoned(ctx context.Context, olderThan time.Time, event func(store.Execution) Event) ([]store.Execution, error) {
-	if x.audit.failing() {
-		return nil, errors.New("the audit log is unavailable")
-	}
-	marked, err := x.s.MarkOutcomeUnknown(ctx, olderThan)
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range marked {
-		if err := x.audit.Record(ctx, event(e)); err != nil {
-			return nil, err
-		}
-	}
-	return marked, nil
+	return x.recordChanged(ctx, event, func() ([]store.Execution, error) { return x.s.MarkOutcomeUnknown(ctx, olderThan) })
 }
 
 func (x *storeExecutions) EndAwaitingInput(ctx context.Context, olderThan, now time.Time, result json.RawMessage, event func(store.Execution) Event) ([]store.Execution, error) {
+	return x.recordChanged(ctx, event, func() ([]store.Execution, error) {
+		return x.s.EndAwaitingInputAudited(ctx, olderThan, now, result, nil)
+	})
+}
+
+// recordChanged runs change, a sweep's change of executions, unless the
+// audit log fails, and records event(e) of each execution e it changed.
+func (x *storeExecutions) recordChanged(ctx context.Context, event func(store.Execution) Event, change func() ([]store.Execution, error)) ([]store.Execution, error) {
 	if x.audit.failing() {
 		return nil, errors.New("the audit log is unavailable")
 	}
-	ended, err := x.s.EndAwaitingInputAudited(ctx, olderThan, now, result, nil)
+	changed, err := change()
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range ended {
+	for _, e := range changed {
 		if err := x.audit.Record(ctx, event(e)); err != nil {
 			return nil, err
 		}
 	}
-	return ended, nil
+	return changed, nil
 }
 
 // lookupCount returns how often GetExecution was called.
