@@ -4,12 +4,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 )
 
-// serve raises the collector's target unless the process was started with
-// GOGC, and puts the previous one back when it returns.
+// serve holds the collector's pace unless the process was started with
+// GOGC, and puts the previous target back when it returns.
 func TestTuneGC(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	current := func() int {
@@ -28,11 +30,22 @@ func TestTuneGC(t *testing.T) {
 
 	os.Unsetenv("GOGC") // t.Setenv restores it after the test
 	restore = tuneGC(log)
-	if got := current(); got != serveGCPercent {
-		t.Errorf("without GOGC, the target is %d, want %d", got, serveGCPercent)
+	runtime.GC()
+	if got := current(); got < servePace.Percent {
+		t.Errorf("without GOGC, the target is %d, want at least %d", got, servePace.Percent)
+	}
+	if got := heapGoal(); got < servePace.Floor {
+		t.Errorf("without GOGC, the heap goal is %d MiB, want at least the floor's %d", got>>20, servePace.Floor>>20)
 	}
 	restore()
 	if got := current(); got != before {
 		t.Errorf("after serve, the target is %d, want %d back", got, before)
 	}
+}
+
+// heapGoal returns the heap size the collector aims its next cycle at.
+func heapGoal() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
