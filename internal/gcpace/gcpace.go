@@ -11,7 +11,8 @@ import (
 // Pace is a collector target with a floor under the heap goal.
 type Pace struct {
 	// Percent is the target, as GOGC: the heap may grow by Percent percent
-	// of what is live before the next collection. It must be positive.
+	// of what is live before the next collection; zero or less is Go's
+	// default, 100.
 	Percent int
 	// Floor is the heap size, in bytes, below which no collection starts
 	// on account of the target.
@@ -65,6 +66,9 @@ func Hold(p Pace) (release func()) {
 	defer mu.Unlock()
 	holders++
 	if holders == 1 {
+		if p.Percent <= 0 {
+			p.Percent = 100
+		}
 		held = p
 		chain++
 		before = debug.SetGCPercent(p.Percent)

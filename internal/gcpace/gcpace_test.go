@@ -25,6 +25,7 @@ func TestPercentFor(t *testing.T) {
 		{"enough live: the target", p, 14 * mib, mib, 400},
 		{"more live than the floor: the target", p, 100 * mib, mib, 400},
 		{"a floor under the target's own minimum", Pace{Percent: 400, Floor: 8 * mib}, 0, 0, 400},
+		{"no floor", Pace{Percent: 100}, 0, 0, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := tc.p.percentFor(tc.live, tc.scan)
@@ -141,4 +142,18 @@ func waitFor(t *testing.T, cond func() bool) {
 		runtime.Gosched()
 	}
 	t.Fatalf("GOGC=%d: the adjustment after a collection did not come", gcPercent())
+}
+
+// A pace of no target is Go's default, never GOGC=0 (a collection at every
+// allocation).
+func TestHoldZeroIsTheDefault(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(300))
+	release := Hold(Pace{})
+	if got := gcPercent(); got != 100 {
+		t.Errorf("Hold(Pace{}) set GOGC=%d, want 100", got)
+	}
+	release()
+	if got := gcPercent(); got != 300 {
+		t.Errorf("after the release GOGC=%d, want 300 back", got)
+	}
 }
