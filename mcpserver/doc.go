@@ -30,7 +30,10 @@
 // replica can serve any request and no session affinity is needed. It speaks
 // every protocol version the SDK does, including the sessionless 2026-07-28.
 // Options.Stateful trades that for SDK sessions kept in one process (see
-// there).
+// there). A stateless response ends with the event that carries it, before
+// the SDK has closed the session it made for the request, so that a client
+// which stops reading after the event keeps its connection for the next
+// call (a client that finds the stream unfinished must open a new one).
 //
 // # The enforcement point
 //

@@ -118,7 +118,7 @@ func (s *Server) readBody(next http.Handler) http.Handler {
 		r2 := r.WithContext(r.Context())
 		r2.Body = io.NopCloser(bytes.NewReader(body))
 		r2.ContentLength = int64(len(body))
-		next.ServeHTTP(w, r2)
+		s.serveToResponse(w, r2, body, next)
 	})
 }
 

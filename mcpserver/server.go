@@ -133,8 +133,9 @@ type Server struct {
 	handler  http.Handler
 	metadata http.Handler
 
-	authAudits authAudits // samples the records of refused tokens
-	outcomes   *outcomes  // writes how calls ended after they answered
+	authAudits authAudits     // samples the records of refused tokens
+	outcomes   *outcomes      // writes how calls ended after they answered
+	detached   sync.WaitGroup // the SDK's handlers going on after their response (serveToResponse)
 	subs       *subscriptions
 	states     *seal.Sealer // seals the requestState of incomplete results
 	stages     *stages      // times the stages of tool calls
@@ -340,6 +341,7 @@ func (s *Server) Drain(ctx context.Context) error {
 		ss.Close()
 	}
 	s.subs.watchers.Wait() // each ends with its session
+	s.detached.Wait()      // each closing its request's session
 	return s.outcomes.wait(ctx)
 }
 

@@ -1,0 +1,198 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+)
+
+// The stateless endpoint answers each POST of a request on a stream of
+// its own (Server-Sent Events), and the Go SDK ends that stream only after
+// it has closed the session it made for the request, some time after the
+// response's event went out. An HTTP/1.1 client that has read the response
+// and closes the stream before its end arrives (the Go SDK's client does)
+// cannot use the connection again: the next call opens a new one, a TCP
+// and, in production, a TLS handshake on both sides. serveToResponse ends
+// the HTTP response with the event instead: the event and the end of the
+// chunked body go out in one write, and the SDK's session closes after,
+// its writes dropped.
+
+// errResponseEnded answers a write after the response ended.
+var errResponseEnded = errors.New("mcpserver: the response has ended")
+
+// serveToResponse serves r, a POST whose body is body, through next; when
+// the endpoint is stateless and body is one JSON-RPC request, it ends the
+// HTTP response as soon as next has written the event that carries the
+// response to that request (see the comment above), and next goes on in a
+// goroutine of its own, which Drain waits for.
+func (s *Server) serveToResponse(w http.ResponseWriter, r *http.Request, body []byte, next http.Handler) {
+	id := requestID(body)
+	if s.opts.Stateful || id == nil {
+		next.ServeHTTP(w, r)
+		return
+	}
+	ew := &endingWriter{w: w, id: id, ended: make(chan struct{})}
+	done := make(chan any, 1)
+	s.detached.Add(1)
+	go func() {
+		defer s.detached.Done()
+		defer func() { done <- recover() }()
+		next.ServeHTTP(ew, r)
+	}()
+	select {
+	case p := <-done:
+		if p != nil {
+			panic(p) // net/http's to handle, as if next had run here
+		}
+	case <-ew.ended:
+		ew.cut()
+		s.detached.Add(1)
+		go func() {
+			defer s.detached.Done()
+			if p := <-done; p != nil && p != http.ErrAbortHandler {
+				s.log.Error("mcpserver: the MCP SDK's handler panicked after the response", "panic", fmt.Sprint(p))
+			}
+		}()
+	}
+}
+
+// requestID returns the compact id of the JSON-RPC request body holds, or
+// nil if it holds none (a notification, a response, or something the SDK
+// is to refuse).
+func requestID(body []byte) []byte {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if json.Unmarshal(body, &m) != nil || m.Method == "" || len(m.ID) == 0 || string(m.ID) == "null" {
+		return nil
+	}
+	var id bytes.Buffer
+	if json.Compact(&id, m.ID) != nil {
+		return nil
+	}
+	return id.Bytes()
+}
+
+// endingWriter passes next's response through to w until the event that
+// carries the response to request id is written: it then holds back that
+// event's flush (the handler's return flushes it with the end of the body),
+// closes ended, and once cut, drops everything next writes after.
+type endingWriter struct {
+	w  http.ResponseWriter
+	id []byte
+
+	mu     sync.Mutex
+	header http.Header // next's, once cut: w's is net/http's again
+	over   bool        // the response's event has been written
+	cutOff bool
+	ended  chan struct{}
+}
+
+func (e *endingWriter) Header() http.Header {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cutOff {
+		if e.header == nil {
+			e.header = http.Header{}
+		}
+		return e.header
+	}
+	return e.w.Header()
+}
+
+func (e *endingWriter) WriteHeader(code int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.cutOff {
+		e.w.WriteHeader(code)
+	}
+}
+
+func (e *endingWriter) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cutOff || e.over {
+		return 0, errResponseEnded
+	}
+	n, err := e.w.Write(p)
+	if err == nil && isResponseEvent(p, e.id) {
+		e.over = true
+		close(e.ended)
+	}
+	return n, err
+}
+
+// Flush flushes what next wrote, but for the response's event, which the
+// end of the response flushes.
+func (e *endingWriter) Flush() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cutOff || e.over {
+		return
+	}
+	if f, ok := e.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// cut ends the writer's passing through: the handler is about to return.
+func (e *endingWriter) cut() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.cutOff = true
+}
+
+// isResponseEvent reports whether p is one Server-Sent Event whose data is
+// the JSON-RPC response (a result or an error) to request id, as the SDK
+// encodes one: "jsonrpc", then "id", then "result" or "error". It reads
+// the start of the data only, however large the result; anything written
+// otherwise is not taken for the response, and the handler's return ends
+// the response as it would without serveToResponse.
+func isResponseEvent(p, id []byte) bool {
+	body, ok := bytes.CutSuffix(p, []byte("\n\n"))
+	if !ok {
+		return false
+	}
+	var data []byte
+	if d, ok := bytes.CutPrefix(body, []byte("data: ")); ok {
+		data = d
+	} else if i := bytes.Index(body, []byte("\ndata: ")); i >= 0 {
+		if bytes.Contains(body[:i], []byte("\n\n")) {
+			return false // a second event
+		}
+		data = body[i+len("\ndata: "):]
+	} else {
+		return false
+	}
+	if bytes.IndexByte(data, '\n') >= 0 {
+		return false // more lines: more data, or another event
+	}
+	rest, ok := bytes.CutPrefix(data, []byte(`{"jsonrpc":"2.0","id":`))
+	if !ok {
+		return false
+	}
+	if rest, ok = bytes.CutPrefix(rest, id); !ok {
+		return false
+	}
+	return bytes.HasPrefix(rest, []byte(`,"result":`)) || bytes.HasPrefix(rest, []byte(`,"error":`))
+}
+
+// waitGroup waits for wg, or until ctx ends, with ctx's error.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
