@@ -340,10 +340,8 @@ func (s *Server) Drain(ctx context.Context) error {
 	for ss := range s.sdk.Sessions() {
 		ss.Close()
 	}
-	s.subs.watchers.Wait()                              // each ends with its session
-	if err := waitGroup(ctx, &s.detached); err != nil { // each closing its request's session
-		return err
-	}
+	s.subs.watchers.Wait() // each ends with its session
+	s.detached.Wait()      // each closing its request's session
 	return s.outcomes.wait(ctx)
 }
 
