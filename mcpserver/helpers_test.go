@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,7 +21,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -360,7 +358,6 @@ type env struct {
 	server     *Server
 	url        string // the public URL
 	logs       *syncBuffer
-	conns      atomic.Int64 // the TCP connections the endpoint has accepted
 }
 
 // envConfig adjusts an env before it starts.
@@ -390,13 +387,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	e := &env{t: t, store: cfg.store, policy: newPolicy(cfg.rules), audit: &auditLog{}, logs: &syncBuffer{}}
 	e.executions = &storeExecutions{s: e.store, audit: e.audit}
 	mux := http.NewServeMux()
-	ts := httptest.NewUnstartedServer(mux)
-	ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			e.conns.Add(1)
-		}
-	}
-	ts.Start()
+	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
 	e.url = ts.URL
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -40,23 +40,42 @@ func (s *Server) serveToResponse(w http.ResponseWriter, r *http.Request, body []
 	s.detached.Add(1)
 	go func() {
 		defer s.detached.Done()
-		defer func() { done <- recover() }()
+		defer func() {
+			// A panic before the cut is net/http's, raised on its
+			// goroutine as if next had run there; after, it is logged.
+			p := recover()
+			ew.mu.Lock()
+			cut := ew.cutOff
+			if !cut {
+				done <- p // buffered: sent before any cut, so a cut sees it
+			}
+			ew.mu.Unlock()
+			if cut {
+				s.logLatePanic(p)
+			}
+		}()
 		next.ServeHTTP(ew, r)
 	}()
 	select {
 	case p := <-done:
 		if p != nil {
-			panic(p) // net/http's to handle, as if next had run here
+			panic(p)
 		}
 	case <-ew.ended:
 		ew.cut()
-		s.detached.Add(1)
-		go func() {
-			defer s.detached.Done()
-			if p := <-done; p != nil && p != http.ErrAbortHandler {
-				s.log.Error("mcpserver: the MCP SDK's handler panicked after the response", "panic", fmt.Sprint(p))
-			}
-		}()
+		select {
+		case p := <-done: // next ended before the cut
+			s.logLatePanic(p)
+		default:
+		}
+	}
+}
+
+// logLatePanic logs p, a panic of the SDK's handler after its response
+// ended, if it is one.
+func (s *Server) logLatePanic(p any) {
+	if p != nil && p != http.ErrAbortHandler {
+		s.log.Error("mcpserver: the MCP SDK's handler panicked after the response", "panic", fmt.Sprint(p))
 	}
 }
 

@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -132,5 +133,23 @@ func TestRequestID(t *testing.T) {
 		if got := string(requestID([]byte(body))); got != want {
 			t.Errorf("requestID(%s) = %q, want %q", body, got, want)
 		}
+	}
+}
+
+// Drain waits for the SDK's handlers that go on after their response only
+// as long as its context allows: a handler that does not end (here, one
+// the test holds open) leaves Drain with the context's error, and a Drain
+// after it has ended returns nil.
+func TestDrainIsBoundedByItsContext(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	e.server.detached.Add(1) // a handler closing its request's session
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := e.server.Drain(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Drain while a handler goes on = %v, want context.DeadlineExceeded", err)
+	}
+	e.server.detached.Done()
+	if err := e.server.Drain(t.Context()); err != nil {
+		t.Errorf("Drain once it has ended = %v", err)
 	}
 }

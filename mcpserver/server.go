@@ -341,8 +341,14 @@ func (s *Server) Drain(ctx context.Context) error {
 		ss.Close()
 	}
 	s.subs.watchers.Wait() // each ends with its session
-	s.detached.Wait()      // each closing its request's session
-	return s.outcomes.wait(ctx)
+	// The SDK's handlers going on after their response close their
+	// requests' sessions once their calls' outcomes are written; when ctx
+	// ends first, the writes are still stopped, whatever is left of them.
+	detached := waitGroup(ctx, &s.detached)
+	if err := s.outcomes.wait(ctx); err != nil {
+		return err
+	}
+	return detached
 }
 
 // Handler returns the MCP endpoint, to serve at the path of PublicURL +

@@ -32,9 +32,22 @@ func TestPercentFor(t *testing.T) {
 			if got != tc.want {
 				t.Fatalf("percentFor(%d MiB, %d MiB) = %d, want %d", tc.live/mib, tc.scan/mib, got, tc.want)
 			}
-			goal := max(tc.live+(tc.live+tc.scan)*uint64(got)/100, runtimeHeapMinimum*uint64(got)/100)
-			if tc.live < tc.p.Floor && goal < tc.p.Floor && got < tc.p.percentFor(0, 0) {
-				t.Errorf("at %d the goal is %d MiB, under the floor", got, goal/mib)
+			// The properties, apart from the table: never under the
+			// target, never where the runtime's minimum (4 MiB per 100)
+			// passes the floor, the floor reached below that, and no
+			// lower value reaching it.
+			goal := func(percent int) uint64 {
+				return max(tc.live+(tc.live+tc.scan)*uint64(percent)/100, 4*mib*uint64(percent)/100)
+			}
+			ceiling := max(tc.p.Percent, int(tc.p.Floor/(4*mib/100)))
+			if got < tc.p.Percent || got > ceiling {
+				t.Errorf("%d is outside [%d, %d]", got, tc.p.Percent, ceiling)
+			}
+			if got < ceiling && goal(got) < tc.p.Floor {
+				t.Errorf("at %d the goal is %d MiB, under the floor", got, goal(got)/mib)
+			}
+			if got > tc.p.Percent && goal(got-1) >= tc.p.Floor {
+				t.Errorf("%d reaches the floor already", got-1)
 			}
 		})
 	}
