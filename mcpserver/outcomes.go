@@ -181,24 +181,12 @@ func (o *outcomes) retry(ctx context.Context, forever bool, f func(attempt int) 
 // first, stops the writes still retrying, waits for them to return and
 // returns ctx's error.
 func (o *outcomes) wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		o.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		select {
-		case <-done:
-			return nil
-		default:
-		}
+	err := waitGroup(ctx, &o.wg)
+	if err != nil {
 		o.cancel()
-		<-done
-		return ctx.Err()
+		o.wg.Wait()
 	}
+	return err
 }
 
 // errStartUnconfirmed: an execution's start failed in a way that may have

@@ -201,7 +201,8 @@ func isResponseEvent(p, id []byte) bool {
 	return bytes.HasPrefix(rest, []byte(`,"result":`)) || bytes.HasPrefix(rest, []byte(`,"error":`))
 }
 
-// waitGroup waits for wg, or until ctx ends, with ctx's error.
+// waitGroup waits for wg, or until ctx ends, with ctx's error; wg done by
+// then is nil.
 func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
 	done := make(chan struct{})
 	go func() {
@@ -212,6 +213,11 @@ func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		select {
+		case <-done:
+			return nil
+		default:
+			return ctx.Err()
+		}
 	}
 }
