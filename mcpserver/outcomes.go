@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/usherhq/usher/internal/workers"
 	"github.com/usherhq/usher/store"
 )
 
@@ -46,6 +47,7 @@ const (
 // than told the call is still running.
 type outcomes struct {
 	slots    chan struct{}
+	warm     *workers.Pool // runs the writes that do not hold up their caller
 	wg       sync.WaitGroup
 	attempts int
 	backoff  time.Duration
@@ -64,16 +66,16 @@ type pendingOutcome struct {
 	lost bool          // the outcome could not be recorded; set before done closes
 }
 
-func newOutcomes(attempts int, backoff time.Duration) *outcomes {
+func newOutcomes(attempts int, backoff time.Duration, warm *workers.Pool) *outcomes {
 	stop, cancel := context.WithCancel(context.Background())
 	return &outcomes{
-		slots: make(chan struct{}, maxPendingOutcomes), attempts: attempts, backoff: backoff,
+		slots: make(chan struct{}, maxPendingOutcomes), warm: warm, attempts: attempts, backoff: backoff,
 		stop: stop, cancel: cancel, pending: map[string]*pendingOutcome{},
 	}
 }
 
 // write runs w, which records the outcome of the call of key (empty for a
-// call without one), now in its own goroutine, or, when as many are being
+// call without one), now in a goroutine of o.warm, or, when as many are being
 // written as allowed, in the caller's. w's context does not end with
 // parent's, only when Drain gives up. w reports through lost that the
 // outcome could not be recorded; it may go on writing that it is unknown
@@ -114,7 +116,9 @@ func (o *outcomes) write(parent context.Context, key string, w func(ctx context.
 	}
 	select {
 	case o.slots <- struct{}{}:
-		o.wg.Go(func() {
+		o.wg.Add(1)
+		o.warm.Go(func() {
+			defer o.wg.Done()
 			defer func() { <-o.slots }()
 			run()
 		})

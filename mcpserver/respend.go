@@ -28,7 +28,7 @@ var errResponseEnded = errors.New("mcpserver: the response has ended")
 // the endpoint is stateless and body is one JSON-RPC request, it ends the
 // HTTP response as soon as next has written the event that carries the
 // response to that request (see the comment above), and next goes on in a
-// goroutine of its own, which Drain waits for.
+// goroutine of s.warm, which Drain waits for.
 func (s *Server) serveToResponse(w http.ResponseWriter, r *http.Request, body []byte, next http.Handler) {
 	id := requestID(body)
 	if s.opts.Stateful || id == nil {
@@ -38,7 +38,7 @@ func (s *Server) serveToResponse(w http.ResponseWriter, r *http.Request, body []
 	ew := &endingWriter{w: w, id: id, ended: make(chan struct{})}
 	done := make(chan any, 1)
 	s.detached.Add(1)
-	go func() {
+	s.warm.Go(func() {
 		defer s.detached.Done()
 		defer func() {
 			// A panic before the cut is net/http's, raised on its
@@ -55,7 +55,7 @@ func (s *Server) serveToResponse(w http.ResponseWriter, r *http.Request, body []
 			}
 		}()
 		next.ServeHTTP(ew, r)
-	}()
+	})
 	select {
 	case p := <-done:
 		if p != nil {

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/usherhq/usher/internal/workers"
 )
 
 // The response to a request on the stateless endpoint ends with the event
@@ -21,7 +23,8 @@ import (
 // connection; what the handler writes after is dropped, and Drain waits
 // for it.
 func TestResponseEndsWithItsEvent(t *testing.T) {
-	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil)), warm: workers.New(time.Minute)}
+	defer s.warm.Close()
 	release := make(chan struct{})
 	late := make(chan error, 1)
 	sdk := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -22,6 +22,7 @@ import (
 	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/internal/jcs"
 	"github.com/usherhq/usher/internal/seal"
+	"github.com/usherhq/usher/internal/workers"
 )
 
 // DefaultMaxBodyBytes is the default limit of a request body.
@@ -122,6 +123,12 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
+// warmIdle is how long a goroutine of Server.warm waits for its next
+// request's work before it ends: long enough to carry a steady load's
+// gaps, so that a request rarely starts a goroutine, and to let a burst's
+// goroutines go once it has passed.
+const warmIdle = 10 * time.Second
+
 // Server is Usher's MCP endpoint: a resource server that authenticates
 // broker tokens and an enforcement point in front of the catalog.
 type Server struct {
@@ -136,6 +143,7 @@ type Server struct {
 	authAudits authAudits     // samples the records of refused tokens
 	outcomes   *outcomes      // writes how calls ended after they answered
 	detached   sync.WaitGroup // the SDK's handlers going on after their response (serveToResponse)
+	warm       *workers.Pool  // runs a request's deep parts on goroutines grown to them (see dispatch)
 	subs       *subscriptions
 	states     *seal.Sealer // seals the requestState of incomplete results
 	stages     *stages      // times the stages of tool calls
@@ -253,9 +261,11 @@ func New(opts *Options) (*Server, error) {
 	origins[httpx.Origin(o.PublicURL)] = true
 	hosts[strings.ToLower(public.Hostname())] = true
 
+	warm := workers.New(warmIdle)
 	s := &Server{
-		opts: o, catalog: o.Catalog, log: o.Logger, origins: origins, hosts: hosts, outcomes: newOutcomes(o.RecordAttempts, o.RecordBackoff),
-		subs: newSubscriptions(), states: states, stages: st,
+		opts: o, catalog: o.Catalog, log: o.Logger, origins: origins, hosts: hosts, warm: warm,
+		outcomes: newOutcomes(o.RecordAttempts, o.RecordBackoff, warm),
+		subs:     newSubscriptions(), states: states, stages: st,
 		endpointPath:  strings.TrimSuffix(public.Path, "/") + "/mcp",
 		metadataPaths: []string{wellKnown, wellKnown + strings.TrimSuffix(public.Path, "/") + "/mcp"},
 	}
@@ -345,6 +355,7 @@ func (s *Server) Drain(ctx context.Context) error {
 	// requests' sessions once their calls' outcomes are written; when ctx
 	// ends first, the writes are still stopped, whatever is left of them.
 	detached := waitGroup(ctx, &s.detached)
+	defer s.warm.Close()
 	if err := s.outcomes.wait(ctx); err != nil {
 		return err
 	}
@@ -426,12 +437,17 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 		case "initialize":
 			return s.initialize(ctx, next, method, req)
 		}
+		// A call that goes through the policy, the store and an upstream
+		// runs on a goroutine of s.warm, whose stack has grown to that
+		// depth before: on the SDK's goroutine, new for each request, its
+		// stack would grow there, copied each time, every call.
 		switch r := req.(type) {
 		case *mcp.ListToolsRequest:
 			return s.listTools(ctx, c), nil
 		case *mcp.CallToolRequest:
 			ctx = withDownstream(ctx, r, s.opts.Stateful, s.record)
-			res := s.callTool(ctx, c, r.Params, r.ClientCapabilities())
+			var res *mcp.CallToolResult
+			s.warm.Run(func() { res = s.callTool(ctx, c, r.Params, r.ClientCapabilities()) })
 			if !sessionless(r.Params.Meta) || res.NeedsInput() {
 				return res, nil
 			}
@@ -441,11 +457,17 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 		case *mcp.ListResourceTemplatesRequest:
 			return s.listResourceTemplates(ctx, c), nil
 		case *mcp.ReadResourceRequest:
-			return s.readResource(ctx, c, r.Params, r.ClientCapabilities())
+			var res mcp.Result
+			var err error
+			s.warm.Run(func() { res, err = s.readResource(ctx, c, r.Params, r.ClientCapabilities()) })
+			return res, err
 		case *mcp.ListPromptsRequest:
 			return s.listPrompts(ctx, c), nil
 		case *mcp.GetPromptRequest:
-			return s.getPrompt(ctx, c, r.Params, r.ClientCapabilities())
+			var res mcp.Result
+			var err error
+			s.warm.Run(func() { res, err = s.getPrompt(ctx, c, r.Params, r.ClientCapabilities()) })
+			return res, err
 		case *mcp.CompleteRequest:
 			return s.complete(ctx, c, r.Params)
 		}
