@@ -8,7 +8,8 @@ BENCHTIME ?= 2s
 # Calls per path in BenchmarkToolsCall (PostgreSQL: TEST_DATABASE_URL).
 MCP_BENCHTIME ?= 1000x
 # Flags of the out-of-process tools/call benchmark (bench/mcpbench), e.g.
-# BENCH_MCP_FLAGS='-pairs 10000 -duration 30s -profile cpu.pprof'.
+# BENCH_MCP_FLAGS='-pairs 10000 -duration 30s -profile cpu.pprof', or, to measure
+# a change against the binary before it in the same run, '-against OTHER_USHER'.
 BENCH_MCP_FLAGS ?=
 UPSTREAM_BIN ?= bin/echoupstream
 PROXY_BIN ?= bin/passproxy

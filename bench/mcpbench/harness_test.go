@@ -38,6 +38,7 @@ func TestShortRun(t *testing.T) {
 			}
 			if method == "tools/call" {
 				o.profile = filepath.Join(dir, "cpu.pprof")
+				o.against = o.usher // a second Usher, beside the first
 			}
 			if err := run(t.Context(), o, &out); err != nil {
 				t.Fatal(err)
@@ -69,6 +70,23 @@ func TestShortRun(t *testing.T) {
 					if phase == "seq" && key != "seq_stage_rest_mean_ms_usher" {
 						checkPositive(t, out.Bytes(), strings.Replace(key, "_mean_", "_p99_", 1))
 					}
+				}
+			}
+			if o.against != "" {
+				for _, key := range []string{"against_added_p50_ms", "against_seq_cpu_ms_per_call_usher", "against_c_usher_calls_per_s",
+					"against_c_cpu_ms_per_call_usher", "against_seq_stage_record_mean_ms_usher", "against_c_stage_record_mean_ms_usher"} {
+					checkPositive(t, out.Bytes(), key)
+				}
+				for _, key := range []string{"usher_less_against_p50_ms", "usher_faster_share", "against_seq_allocs_per_call_usher"} {
+					if !regexp.MustCompile(`(?m)^` + key + ` \S+$`).Match(out.Bytes()) {
+						t.Errorf("no %s in the report", key)
+					}
+				}
+				// Each Usher has its own log: -against's calls are its own.
+				m := regexp.MustCompile(`(?m)^against_audit_records (\d+)$`).FindSubmatch(out.Bytes())
+				calls := regexp.MustCompile(`(?m)^against_usher_calls (\d+)$`).FindSubmatch(out.Bytes())
+				if m == nil || calls == nil || string(calls[1]) == "0" {
+					t.Errorf("against_audit_records = %q for against_usher_calls = %q, want records of calls", m, calls)
 				}
 			}
 			if m := regexp.MustCompile(`(?m)^pairs (\d+)$`).FindSubmatch(out.Bytes()); m == nil || string(m[1]) != "30" {

@@ -156,6 +156,7 @@ func (k *keySource) next() string { return fmt.Sprintf("%s-%d", k.prefix, k.n.Ad
 type phase struct {
 	calls    int
 	elapsed  time.Duration
+	lat      []time.Duration // each call's
 	p50, p99 time.Duration
 	cpu      cpuPerCall
 }
@@ -204,7 +205,7 @@ func throughput(ctx context.Context, p *path, d time.Duration, keys *keySource, 
 		return phase{}, err
 	}
 	return phase{
-		calls: len(lat), elapsed: elapsed, p50: median(lat), p99: percentile(lat, 0.99),
+		calls: len(lat), elapsed: elapsed, lat: lat, p50: median(lat), p99: percentile(lat, 0.99),
 		cpu: after.since(before, len(lat)),
 	}, nil
 }

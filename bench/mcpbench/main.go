@@ -21,6 +21,11 @@
 // proxy, Usher's PostgreSQL backends (when the server is on this machine)
 // and this load client, from /proc/PID/stat before and after. `make bench-mcp` builds the binaries
 // and runs it; the figures are recorded in docs/benchmarks.md.
+//
+// With -against, a second usher binary runs beside the first, its calls
+// in the same rounds (D) and its c=8 phases alternating with the first's
+// (A B B A), so that a change is measured against the revision before it
+// on the same moments of the machine.
 package main
 
 import (
@@ -33,7 +38,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/usherhq/usher/bench/child"
@@ -55,6 +59,7 @@ type options struct {
 	idempotencyKey  bool
 	profile         string
 	stateful        bool
+	against         string
 	keep            bool
 }
 
@@ -73,6 +78,7 @@ func main() {
 	flag.BoolVar(&o.idempotencyKey, "idempotency-key", true, `send a new _meta["usher/idempotency_key"] with every call, so that Usher keeps an execution record, as for the assistant's calls`)
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of Usher during its throughput phase to this file (through server.debug_addr)")
 	flag.BoolVar(&o.stateful, "stateful", false, "run Usher's MCP endpoint stateful (mcp.stateful: sessions kept in its process), not the default stateless")
+	flag.StringVar(&o.against, "against", "", "a second usher binary to measure against -usher in the same run: its calls go in the same sequential rounds (D, after C) and its c=8 phases alternate with -usher's (A B B A, each half of -duration); the report adds its figures and -usher's less its, round by round")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configuration, logs, SQLite database)")
 	flag.Parse()
 	if err := run(context.Background(), o, os.Stdout); err != nil {
@@ -131,50 +137,35 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		}()
 	}
 
-	var db *benchDatabase
 	if o.database != "" {
-		if db, err = openBenchDatabase(ctx, o.database); err != nil {
-			return err
-		}
-		defer func() {
-			if e := db.close(context.Background()); err == nil {
-				err = e
-			}
-		}()
 		r.engine = "PostgreSQL"
 	} else {
 		r.engine = "SQLite"
 	}
-	cfg, err := writeConfig(dir, upURL, db, o.stateful)
-	if err != nil {
-		return err
-	}
-	if _, err := usherCommand(ctx, o.usher, "tools", "lock", "--config", cfg); err != nil {
-		return err
-	}
-	u, usherURL, err := child.Start("usher", filepath.Join(dir, "usher.log"), o.usher, child.UsherReady, "serve", "--config", cfg, "--addr", "127.0.0.1:0")
+	ua, err := startUsher(ctx, o, o.usher, dir, upURL, up.Pid())
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if e := u.Stop(); err == nil {
+		if e := ua.stop(); err == nil {
 			err = e
 		}
 	}()
-	// Usher logs the debug listener's address before it serves.
-	log, _ := os.ReadFile(u.Log)
-	m := debugListen.FindSubmatch(log)
-	if m == nil {
-		return fmt.Errorf("usher's log names no debug listener: %s", u.Log)
-	}
-	debugAddr := string(m[1])
-	token, err := usherCommand(ctx, o.usher, "token", "mcp", "--sub", "bench-user", "--config", cfg, "--addr", strings.TrimPrefix(usherURL, "http://"))
-	if err != nil {
-		return err
+	var ub *usherRun // -against's
+	if o.against != "" {
+		if ub, err = startUsher(ctx, o, o.against, filepath.Join(dir, "against"), upURL, up.Pid()); err != nil {
+			return err
+		}
+		defer func() {
+			if e := ub.stop(); err == nil {
+				err = e
+			}
+		}()
+		r.against = &againstResult{bin: o.against}
 	}
 
 	keys := newKeySource()
-	via := &path{name: "through Usher", tool: "up__echo", method: o.method, endpoint: usherURL + "/mcp", token: token, protocol: o.protocol, idempotencyKey: o.idempotencyKey}
+	via := ua.via
 	direct := &path{name: "direct", tool: "echo", method: o.method, endpoint: upURL, protocol: o.protocol}
 	paths := []*path{via, direct}
 	var passed *path // through the proxy
@@ -182,13 +173,17 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		passed = &path{name: "through the proxy", tool: "echo", method: o.method, endpoint: proxyURL, protocol: o.protocol}
 		paths = append(paths, passed)
 	}
+	if ub != nil {
+		ub.via.name = "through -against's Usher"
+		paths = append(paths, ub.via)
+	}
 	for _, p := range paths {
 		if err := p.connect(ctx, o.concurrency); err != nil {
 			return err
 		}
 		defer p.close()
 	}
-	procs := processes{usher: u.Pid(), upstream: up.Pid(), db: db}
+	procs := ua.procs
 	if proxy != nil {
 		procs.proxy = proxy.Pid()
 	}
@@ -202,18 +197,17 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		}
 	}
 
-	// Sequential rounds: A through Usher, B direct, C through the proxy.
-	before, err := procs.sample(ctx)
+	// Sequential rounds: A through Usher, B direct, C through the proxy,
+	// D through -against's Usher.
+	before, err := ua.sample(ctx, procs)
 	if err != nil {
 		return err
 	}
-	memBefore, err := sampleMemory(ctx, debugAddr)
-	if err != nil {
-		return err
-	}
-	stagesBefore, err := sampleStages(ctx, usherURL)
-	if err != nil {
-		return err
+	var beforeB usherSample
+	if ub != nil {
+		if beforeB, err = ub.sample(ctx, ub.procs); err != nil {
+			return err
+		}
 	}
 	sides := make([][]time.Duration, len(paths))
 	for range o.pairs {
@@ -231,36 +225,50 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		r.seqProxy = summarisePairs(sides[2], sides[1])
 		r.usherOverProxy = median(pairedDiffs(sides[0], sides[2]))
 	}
-	after, err := procs.sample(ctx)
+	after, err := ua.sample(ctx, procs)
 	if err != nil {
 		return err
 	}
-	memAfter, err := sampleMemory(ctx, debugAddr)
-	if err != nil {
-		return err
+	r.seqCPU, r.seqMemory, r.seqStages = after.since(before, o.pairs)
+	if ub != nil {
+		afterB, err := ub.sample(ctx, ub.procs)
+		if err != nil {
+			return err
+		}
+		d := sides[len(sides)-1]
+		a := r.against
+		a.seq = summarisePairs(d, sides[1])
+		a.usherLess = summarisePairs(sides[0], d)
+		a.usherFaster = shareLower(sides[0], d)
+		a.seqCPU, a.seqMemory, a.seqStages = afterB.since(beforeB, o.pairs)
 	}
-	r.seqCPU = after.since(before, o.pairs)
-	r.seqMemory = memAfter.since(memBefore, o.pairs)
-	stagesAfter, err := sampleStages(ctx, usherURL)
-	if err != nil {
-		return err
-	}
-	r.seqStages = stagesAfter.since(stagesBefore)
 
-	// Throughput: each path alone, with o.concurrency clients.
+	// Throughput: each path alone, with o.concurrency clients; with
+	// -against, its Usher's phases alternate with this one's (A B B A,
+	// each half as long), so that a drift of the machine falls on both.
 	var profile chan error
 	if o.profile != "" {
 		profile = make(chan error, 1)
-		go func() { profile <- takeProfile(ctx, debugAddr, o.duration, o.profile) }()
+		d := o.duration
+		if ub != nil {
+			d /= 2 // the first phase through Usher
+		}
+		go func() { profile <- takeProfile(ctx, ua.debugAddr, d, o.profile) }()
 	}
-	c8Before, err := sampleStages(ctx, usherURL)
+	c8Before, err := sampleStages(ctx, ua.url)
 	if err != nil {
 		return err
 	}
-	if r.c8Usher, err = throughput(ctx, via, o.duration, keys, procs); err != nil {
-		return err
+	if ub == nil {
+		if r.c8Usher, err = throughput(ctx, via, o.duration, keys, procs); err != nil {
+			return err
+		}
+	} else {
+		if r.c8Usher, r.against.c8, r.against.c8Stages, err = alternate(ctx, via, ub, o.duration, keys, procs); err != nil {
+			return err
+		}
 	}
-	c8After, err := sampleStages(ctx, usherURL)
+	c8After, err := sampleStages(ctx, ua.url)
 	if err != nil {
 		return err
 	}
@@ -283,20 +291,16 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 
 	// What was measured is what Usher must do: every call through it left
 	// its records (the decision and how it ended) in an intact chain.
-	verify, err := usherCommand(ctx, o.usher, "audit", "verify", "--config", cfg)
-	if err != nil {
+	if r.auditRecords, err = ua.verifyAudit(ctx, o.usher); err != nil {
 		return err
 	}
-	intact := auditIntact.FindStringSubmatch(verify)
-	calls := via.calls.Load()
-	if intact == nil {
-		return fmt.Errorf("usher audit verify: %s", verify)
+	r.usherCalls = via.calls.Load()
+	if ub != nil {
+		if r.against.auditRecords, err = ub.verifyAudit(ctx, o.against); err != nil {
+			return fmt.Errorf("-against: %w", err)
+		}
+		r.against.usherCalls = ub.via.calls.Load()
 	}
-	fmt.Sscan(intact[1], &r.auditRecords) //nolint:errcheck // the pattern matched digits
-	if r.auditRecords < 2*calls {
-		return fmt.Errorf("%d calls through Usher left %d audit records, want at least %d", calls, r.auditRecords, 2*calls)
-	}
-	r.usherCalls = calls
 	r.loadEnd = child.LoadAverage()
 	r.print(out)
 	return nil

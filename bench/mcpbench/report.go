@@ -30,6 +30,7 @@ type report struct {
 	usherCalls        int64
 	auditRecords      int64
 	profile           string
+	against           *againstResult // with -against
 }
 
 // ratio is a / b, or 0 when b is not positive.
@@ -132,6 +133,9 @@ func (r report) print(w io.Writer) {
 		fmt.Fprintf(w, "  CPU profile of Usher during its c=%d phase: %s (go tool pprof -top %s)\n", r.concurrency, r.profile, r.profile)
 	}
 	fmt.Fprintln(w)
+	if r.against != nil {
+		r.against.print(w, r)
+	}
 
 	kv := func(k string, v any) { fmt.Fprintf(w, "%s %v\n", k, v) }
 	kv("method", r.method)
@@ -196,4 +200,7 @@ func (r report) print(w io.Writer) {
 	}
 	kv("audit_records", r.auditRecords)
 	kv("usher_calls", r.usherCalls)
+	if r.against != nil {
+		r.against.printKV(kv)
+	}
 }

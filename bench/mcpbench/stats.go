@@ -71,3 +71,22 @@ func summarisePairs(gateway, direct []time.Duration) pairedResult {
 		DirectP50: median(direct), DirectP99: percentile(direct, 0.99),
 	}
 }
+
+// shareLower returns the share of the pairs in which a's side was lower
+// than b's (a tie counts half), 0 for none.
+func shareLower(a, b []time.Duration) float64 {
+	d := pairedDiffs(a, b)
+	if len(d) == 0 {
+		return 0
+	}
+	var n float64
+	for _, x := range d {
+		switch {
+		case x < 0:
+			n++
+		case x == 0:
+			n += 0.5
+		}
+	}
+	return n / float64(len(d))
+}

@@ -135,3 +135,44 @@ func TestQuantile(t *testing.T) {
 		t.Errorf("quantile of no observations = %v, want 0", got)
 	}
 }
+
+// TestShareLower checks the share of pairs whose first side is lower,
+// ties counting half.
+func TestShareLower(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		a, b []time.Duration
+		want float64
+	}{
+		{"none", nil, nil, 0},
+		{"all lower", ms(1, 2), ms(2, 3), 1},
+		{"none lower", ms(3, 4), ms(1, 2), 0},
+		{"a tie and a lower of four", ms(1, 2, 5, 5), ms(1, 3, 4, 4), 0.375},
+	} {
+		if got := shareLower(c.a, c.b); got != c.want {
+			t.Errorf("%s: shareLower = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestPhaseJoin checks that two phases joined count both's calls and
+// time, take their percentiles from both's latencies and their CPU per
+// call weighted by their calls.
+func TestPhaseJoin(t *testing.T) {
+	p := phase{calls: 1, elapsed: time.Second, lat: ms(10), cpu: cpuPerCall{usher: 4 * time.Millisecond, pg: time.Millisecond, pgMeasured: true}}
+	q := phase{calls: 3, elapsed: time.Second, lat: ms(1, 2, 3), cpu: cpuPerCall{usher: 2 * time.Millisecond, pg: 3 * time.Millisecond, pgMeasured: true}}
+	j := p.join(q)
+	if j.calls != 4 || j.elapsed != 2*time.Second || j.rate() != 2 {
+		t.Errorf("joined: %d calls in %s, want 4 in 2s", j.calls, j.elapsed)
+	}
+	if j.p50 != 2500*time.Microsecond || j.p99 != 10*time.Millisecond {
+		t.Errorf("joined p50 %s, p99 %s, want 2.5ms and 10ms", j.p50, j.p99)
+	}
+	if j.cpu.usher != 2500*time.Microsecond || j.cpu.pg != 2500*time.Microsecond || !j.cpu.pgMeasured {
+		t.Errorf("joined CPU per call: usher %s, postgres %s (measured %v), want 2.5ms each", j.cpu.usher, j.cpu.pg, j.cpu.pgMeasured)
+	}
+	q.cpu.pgMeasured, q.cpu.pgNote = false, "not here"
+	if j := p.join(q); j.cpu.pgMeasured || j.cpu.pgNote != "not here" {
+		t.Errorf("joined with an unmeasured phase: PostgreSQL measured %v, note %q", j.cpu.pgMeasured, j.cpu.pgNote)
+	}
+}
