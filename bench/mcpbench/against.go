@@ -53,38 +53,50 @@ func (s usherSample) since(before usherSample, calls int) (cpuPerCall, memoryPer
 	return s.cpu.since(before.cpu, calls), s.memory.since(before.memory, calls), s.stages.since(before.stages)
 }
 
+// alternation is the order of the c=8 phases with -against: A for
+// -usher's Usher, B for -against's, each a quarter of -duration. Each
+// half of it (A B B A, then B A A B) cancels a steady drift of the
+// machine; the two halves together give each binary the first phase as
+// often as the last.
+const alternation = "ABBABAAB"
+
 // alternate runs the c=8 phases of -usher's path a and of -against's Usher
-// b in the order A B B A, each for half of d, and returns each one's two
-// phases together, with b's stages over its phases.
+// b in the order of alternation, together d each, and returns each one's
+// phases joined, with b's stages over its phases.
 func alternate(ctx context.Context, a *path, b *usherRun, d time.Duration, keys *keySource, procs processes) (pa, pb phase, bStages stageMeans, err error) {
-	half := max(d/2, time.Millisecond)
-	var a1, a2, b1, b2 phase
-	if a1, err = throughput(ctx, a, half, keys, procs); err != nil {
-		return
-	}
+	part := max(d/time.Duration(len(alternation)/2), time.Millisecond)
 	before, err := sampleStages(ctx, b.url)
 	if err != nil {
 		return
 	}
-	if b1, err = throughput(ctx, b.via, half, keys, b.procs); err != nil {
-		return
-	}
-	if b2, err = throughput(ctx, b.via, half, keys, b.procs); err != nil {
-		return
+	for _, which := range alternation {
+		var p phase
+		if which == 'A' {
+			if p, err = throughput(ctx, a, part, keys, procs); err != nil {
+				return
+			}
+		} else if p, err = throughput(ctx, b.via, part, keys, b.procs); err != nil {
+			return
+		}
+		if which == 'A' {
+			pa = pa.join(p)
+		} else {
+			pb = pb.join(p)
+		}
 	}
 	after, err := sampleStages(ctx, b.url)
 	if err != nil {
 		return
 	}
-	if a2, err = throughput(ctx, a, half, keys, procs); err != nil {
-		return
-	}
-	return a1.join(a2), b1.join(b2), after.since(before), nil
+	return pa, pb, after.since(before), nil
 }
 
 // join is p and q as one phase: their calls, time and latencies together,
-// and the CPU per call over both.
+// and the CPU per call over both. The zero phase joined with q is q.
 func (p phase) join(q phase) phase {
+	if p.calls == 0 && p.elapsed == 0 {
+		return q
+	}
 	lat := append(append([]time.Duration(nil), p.lat...), q.lat...)
 	return phase{
 		calls: p.calls + q.calls, elapsed: p.elapsed + q.elapsed, lat: lat,
@@ -116,7 +128,7 @@ func (c cpuPerCall) join(n int, d cpuPerCall, m int) cpuPerCall {
 // print writes what the run measured of -against's Usher: as a table
 // beside -usher's, then as `key value` lines prefixed "against_".
 func (a *againstResult) print(w io.Writer, r report) {
-	fmt.Fprintf(w, "against %s (D, in the same rounds; at c=%d, A B B A)   -usher    -against   -usher less -against (A − D)\n", a.bin, r.concurrency)
+	fmt.Fprintf(w, "against %s (D, in the same rounds; at c=%d, "+alternation+")   -usher    -against   -usher less -against (A − D)\n", a.bin, r.concurrency)
 	row := func(name, x, y, d string) { fmt.Fprintf(w, "  %-42s %9s  %9s  %9s\n", name, x, y, d) }
 	row("added p50, sequential (ms)", msf(r.seq.AddedP50), msf(a.seq.AddedP50), msf(a.usherLess.AddedP50))
 	row("added p99, sequential (ms)", msf(r.seq.AddedP99), msf(a.seq.AddedP99), "")

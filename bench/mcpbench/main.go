@@ -24,7 +24,7 @@
 //
 // With -against, a second usher binary runs beside the first, its calls
 // in the same rounds (D) and its c=8 phases alternating with the first's
-// (A B B A), so that a change is measured against the revision before it
+// (A B B A B A A B), so that a change is measured against the revision before it
 // on the same moments of the machine.
 package main
 
@@ -78,7 +78,7 @@ func main() {
 	flag.BoolVar(&o.idempotencyKey, "idempotency-key", true, `send a new _meta["usher/idempotency_key"] with every call, so that Usher keeps an execution record, as for the assistant's calls`)
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of Usher during its throughput phase to this file (through server.debug_addr)")
 	flag.BoolVar(&o.stateful, "stateful", false, "run Usher's MCP endpoint stateful (mcp.stateful: sessions kept in its process), not the default stateless")
-	flag.StringVar(&o.against, "against", "", "a second usher binary to measure against -usher in the same run: its calls go in the same sequential rounds (D, after C) and its c=8 phases alternate with -usher's (A B B A, each half of -duration); the report adds its figures and -usher's less its, round by round")
+	flag.StringVar(&o.against, "against", "", "a second usher binary to measure against -usher in the same run: its calls go in the same sequential rounds (D, after C) and its c=8 phases alternate with -usher's (A B B A B A A B, each a quarter of -duration); the report adds its figures and -usher's less its, round by round")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configuration, logs, SQLite database)")
 	flag.Parse()
 	if err := run(context.Background(), o, os.Stdout); err != nil {
@@ -244,14 +244,14 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 
 	// Throughput: each path alone, with o.concurrency clients; with
-	// -against, its Usher's phases alternate with this one's (A B B A,
-	// each half as long), so that a drift of the machine falls on both.
+	// -against, its Usher's phases alternate with this one's (see
+	// alternation), so that a drift of the machine falls on both.
 	var profile chan error
 	if o.profile != "" {
 		profile = make(chan error, 1)
 		d := o.duration
 		if ub != nil {
-			d /= 2 // the first phase through Usher
+			d /= time.Duration(len(alternation) / 2) // the first phase through Usher
 		}
 		go func() { profile <- takeProfile(ctx, ua.debugAddr, d, o.profile) }()
 	}

@@ -171,6 +171,9 @@ func TestPhaseJoin(t *testing.T) {
 	if j.cpu.usher != 2500*time.Microsecond || j.cpu.pg != 2500*time.Microsecond || !j.cpu.pgMeasured {
 		t.Errorf("joined CPU per call: usher %s, postgres %s (measured %v), want 2.5ms each", j.cpu.usher, j.cpu.pg, j.cpu.pgMeasured)
 	}
+	if z := (phase{}).join(q); z.calls != q.calls || z.cpu != q.cpu || z.p50 != q.p50 {
+		t.Errorf("the zero phase joined with q is %+v, want q", z)
+	}
 	q.cpu.pgMeasured, q.cpu.pgNote = false, "not here"
 	if j := p.join(q); j.cpu.pgMeasured || j.cpu.pgNote != "not here" {
 		t.Errorf("joined with an unmeasured phase: PostgreSQL measured %v, note %q", j.cpu.pgMeasured, j.cpu.pgNote)
