@@ -12,10 +12,10 @@ import (
 type againstResult struct {
 	bin string
 	seq pairedResult // D − B: what it adds over the direct call
-	// usherLess is A − D, round by round: what -usher's Usher takes more
-	// than -against's (negative: less); usherFaster is the share of the
-	// rounds in which -usher's call was the faster.
-	usherLess    pairedResult
+	// usherLess is the median of A − D, round by round: what -usher's
+	// Usher takes more than -against's (negative: less); usherFaster is
+	// the share of the rounds in which -usher's call was the faster.
+	usherLess    time.Duration
 	usherFaster  float64
 	seqCPU       cpuPerCall
 	seqMemory    memoryPerCall
@@ -60,29 +60,31 @@ func (s usherSample) since(before usherSample, calls int) (cpuPerCall, memoryPer
 // often as the last.
 const alternation = "ABBABAAB"
 
+// alternationPart is how long each phase of alternation runs when the
+// phases of each side together run d.
+func alternationPart(d time.Duration) time.Duration {
+	return max(d/time.Duration(len(alternation)/2), time.Millisecond)
+}
+
 // alternate runs the c=8 phases of -usher's path a and of -against's Usher
 // b in the order of alternation, together d each, and returns each one's
 // phases joined, with b's stages over its phases.
 func alternate(ctx context.Context, a *path, b *usherRun, d time.Duration, keys *keySource, procs processes) (pa, pb phase, bStages stageMeans, err error) {
-	part := max(d/time.Duration(len(alternation)/2), time.Millisecond)
+	part := alternationPart(d)
 	before, err := sampleStages(ctx, b.url)
 	if err != nil {
 		return
 	}
 	for _, which := range alternation {
-		var p phase
-		if which == 'A' {
-			if p, err = throughput(ctx, a, part, keys, procs); err != nil {
-				return
-			}
-		} else if p, err = throughput(ctx, b.via, part, keys, b.procs); err != nil {
-			return
+		via, on, joined := a, procs, &pa
+		if which == 'B' {
+			via, on, joined = b.via, b.procs, &pb
 		}
-		if which == 'A' {
-			pa = pa.join(p)
-		} else {
-			pb = pb.join(p)
+		p, err := throughput(ctx, via, part, keys, on)
+		if err != nil {
+			return pa, pb, bStages, err
 		}
+		*joined = joined.join(p)
 	}
 	after, err := sampleStages(ctx, b.url)
 	if err != nil {
@@ -130,7 +132,7 @@ func (c cpuPerCall) join(n int, d cpuPerCall, m int) cpuPerCall {
 func (a *againstResult) print(w io.Writer, r report) {
 	fmt.Fprintf(w, "against %s (D, in the same rounds; at c=%d, "+alternation+")   -usher    -against   -usher less -against (A − D)\n", a.bin, r.concurrency)
 	row := func(name, x, y, d string) { fmt.Fprintf(w, "  %-42s %9s  %9s  %9s\n", name, x, y, d) }
-	row("added p50, sequential (ms)", msf(r.seq.AddedP50), msf(a.seq.AddedP50), msf(a.usherLess.AddedP50))
+	row("added p50, sequential (ms)", msf(r.seq.AddedP50), msf(a.seq.AddedP50), msf(a.usherLess))
 	row("added p99, sequential (ms)", msf(r.seq.AddedP99), msf(a.seq.AddedP99), "")
 	row("CPU per call, sequential (ms)", msf(r.seqCPU.usher), msf(a.seqCPU.usher), msf(r.seqCPU.usher-a.seqCPU.usher))
 	row("heap allocations per call", fmt.Sprintf("%.0f", r.seqMemory.allocs), fmt.Sprintf("%.0f", a.seqMemory.allocs), fmt.Sprintf("%+.0f", r.seqMemory.allocs-a.seqMemory.allocs))
@@ -150,7 +152,7 @@ func (a *againstResult) print(w io.Writer, r report) {
 func (a *againstResult) printKV(kv func(string, any)) {
 	kv("against_added_p50_ms", msf(a.seq.AddedP50))
 	kv("against_added_p99_ms", msf(a.seq.AddedP99))
-	kv("usher_less_against_p50_ms", msf(a.usherLess.AddedP50))
+	kv("usher_less_against_p50_ms", msf(a.usherLess))
 	kv("usher_faster_share", fmt.Sprintf("%.3f", a.usherFaster))
 	kv("against_seq_cpu_ms_per_call_usher", msf(a.seqCPU.usher))
 	kv("against_seq_cpu_ms_per_call_postgres", pgCPU(a.seqCPU))

@@ -238,7 +238,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		d := sides[len(sides)-1]
 		a := r.against
 		a.seq = summarisePairs(d, sides[1])
-		a.usherLess = summarisePairs(sides[0], d)
+		a.usherLess = median(pairedDiffs(sides[0], d))
 		a.usherFaster = shareLower(sides[0], d)
 		a.seqCPU, a.seqMemory, a.seqStages = afterB.since(beforeB, o.pairs)
 	}
@@ -251,7 +251,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		profile = make(chan error, 1)
 		d := o.duration
 		if ub != nil {
-			d /= time.Duration(len(alternation) / 2) // the first phase through Usher
+			d = alternationPart(d) // the first phase through Usher
 		}
 		go func() { profile <- takeProfile(ctx, ua.debugAddr, d, o.profile) }()
 	}
