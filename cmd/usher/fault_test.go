@@ -24,10 +24,12 @@ const (
 	faultPostFor       = 10 * time.Second // a client retries a message this long
 	faultRecovery      = 15 * time.Second // lease + sweep + the work left
 	faultModelTimeout  = 8 * time.Second  // one model step, in the flaps
-	// faultTakeoverBound is the loose bound of a takeover: the fix takes
-	// over within lease + 1 s; a takeover that waits for the sweep
-	// (faultTakeoverSweep) is far beyond it.
-	faultTakeoverBound = faultLease + 5*time.Second
+	// faultTakeoverBound is the loose bound of a takeover: on a quiet
+	// machine the survivor's model request comes 5.0 s after the kill (the
+	// victim renewed its lease moments before), and under a full test
+	// suite on two cores it has come later than lease + 5 s; a takeover
+	// that waits for the sweep (faultTakeoverSweep) is still far beyond it.
+	faultTakeoverBound = faultLease + 15*time.Second
 	faultTakeoverSweep = 60 * time.Second
 )
 
@@ -251,7 +253,7 @@ func testFaultTurnOrder(t *testing.T, bin string) {
 }
 
 // testFaultTakeover kills (SIGKILL) the replica whose turn is waiting for
-// the model: the other takes the run over within lease + 5 s, although its
+// the model: the other takes the run over within faultTakeoverBound, although its
 // sweep runs only every faultTakeoverSweep, and the turn ends once.
 func testFaultTakeover(t *testing.T, bin string) {
 	c := newFaultCluster(t, bin, faultStep, "USHER_ASSISTANT_LEASE="+faultLease.String(), "USHER_ASSISTANT_SWEEP_INTERVAL="+faultTakeoverSweep.String())
@@ -285,19 +287,27 @@ func testFaultTakeover(t *testing.T, bin string) {
 	<-replicas[victim].done
 	release()
 
-	wctx, wcancel := context.WithTimeout(ctx, faultTakeoverBound)
+	wctx, wcancel := context.WithTimeout(t.Context(), faultTakeoverBound)
 	defer wcancel()
-	next, err := c.model.waitArrival(wctx, n, func(a modelArrival) bool { return a.replica == survivor && a.at.After(killed) })
+	tookOver := func(a modelArrival) bool { return a.replica == survivor && a.at.After(killed) }
+	next, err := c.model.waitArrival(wctx, n, tookOver)
 	if err != nil {
-		t.Logf("fault figures (takeover): none within %s of kill -9 of replica %s (lease %s, sweep interval %s)", faultTakeoverBound, victim, faultLease, faultTakeoverSweep)
-		t.Fatalf("replica %s did not take the run over within %s of kill -9 of replica %s (lease %s): a takeover must come at lease expiry, not at the sweep (every %s here)",
-			survivor, faultTakeoverBound, victim, faultLease, faultTakeoverSweep)
+		// Say when it did come, if it did: at the sweep, the lease's
+		// expiry did not wake the survivor; sooner, the machine was slow.
+		late := "not even by the sweep"
+		lctx, lcancel := context.WithTimeout(t.Context(), faultTakeoverSweep+5*time.Second-time.Since(killed))
+		defer lcancel()
+		if a, err := c.model.waitArrival(lctx, n, tookOver); err == nil {
+			late = "after " + a.at.Sub(killed).Round(time.Millisecond).String()
+		}
+		t.Fatalf("replica %s did not take the run over within %s of kill -9 of replica %s (lease %s), but %s: a takeover must come at lease expiry, not at the sweep (every %s here)",
+			survivor, faultTakeoverBound, victim, faultLease, late, faultTakeoverSweep)
 	}
 	took := next.at.Sub(killed)
 	t.Logf("fault figures (takeover): %s from kill -9 of replica %s to replica %s's model request (lease %s, sweep interval %s)",
 		took.Round(time.Millisecond), victim, survivor, faultLease, faultTakeoverSweep)
 	if took >= faultTakeoverBound {
-		t.Errorf("takeover took %s, want less than lease + 5 s = %s", took, faultTakeoverBound)
+		t.Errorf("takeover took %s, want less than %s", took, faultTakeoverBound)
 	}
 
 	// The taken-over turn ends once, answering the message.
