@@ -215,6 +215,24 @@ type storeExecutions struct {
 	// writeNow holds, for each finish, whether its context was marked
 	// store.WriteNow.
 	writeNow []bool
+	// sent holds, for each finish, where its call's response was when the
+	// finish began (sentState).
+	sent []string
+}
+
+// sentState says where the response of ctx's call is: "none" (its request
+// has no responseSent), "sending" or "sent".
+func sentState(ctx context.Context) string {
+	sent := responseSent(ctx)
+	if sent == nil {
+		return "none"
+	}
+	select {
+	case <-sent:
+		return "sent"
+	default:
+		return "sending"
+	}
 }
 
 func (x *storeExecutions) GetExecution(ctx context.Context, key string) (store.Execution, error) {
@@ -242,6 +260,7 @@ func (x *storeExecutions) BeginExecution(ctx context.Context, e store.Execution,
 func (x *storeExecutions) FinishExecution(ctx context.Context, key string, status store.ExecutionStatus, result json.RawMessage, now time.Time, ev Event) (store.Execution, error) {
 	x.mu.Lock()
 	x.writeNow = append(x.writeNow, store.WritesNow(ctx))
+	x.sent = append(x.sent, sentState(ctx))
 	x.mu.Unlock()
 	if x.audit.failing() {
 		return store.Execution{}, errors.New("the audit log is unavailable")

@@ -29,7 +29,9 @@ const (
 // finish and its audit record) while their results go back to the callers.
 // What must be durable before a tool runs (the decision, the execution's
 // start) is written before it runs, on the caller's time; the outcome is not
-// needed for the answer, so no caller waits for its write.
+// needed for the answer, so no caller waits for its write. On the
+// stateless endpoint the write begins once the answer is on its way
+// (afterResponse), so that it does not take the machine from the answer.
 //
 // A write is retried with backoff (see retry) until it is durable. One that
 // still fails after every attempt makes the outcome unknown: the process
@@ -51,6 +53,7 @@ type outcomes struct {
 	wg       sync.WaitGroup
 	attempts int
 	backoff  time.Duration
+	hold     time.Duration // outcomeHold
 
 	// stop ends the writes still retrying when Drain gives up.
 	stop   context.Context
@@ -69,7 +72,7 @@ type pendingOutcome struct {
 func newOutcomes(attempts int, backoff time.Duration, warm *workers.Pool) *outcomes {
 	stop, cancel := context.WithCancel(context.Background())
 	return &outcomes{
-		slots: make(chan struct{}, maxPendingOutcomes), warm: warm, attempts: attempts, backoff: backoff,
+		slots: make(chan struct{}, maxPendingOutcomes), warm: warm, attempts: attempts, backoff: backoff, hold: outcomeHold,
 		stop: stop, cancel: cancel, pending: map[string]*pendingOutcome{},
 	}
 }
@@ -117,15 +120,39 @@ func (o *outcomes) write(parent context.Context, key string, w func(ctx context.
 	select {
 	case o.slots <- struct{}{}:
 		o.wg.Add(1)
+		sent := responseSent(parent)
 		o.warm.Go(func() {
 			defer o.wg.Done()
 			defer func() { <-o.slots }()
+			o.afterResponse(sent)
 			run()
 		})
 	default:
 		run()
 	}
 }
+
+// afterResponse returns once sent closes (the response to the call is on
+// its way: see responseSent), within o.hold, or at once when Drain
+// gives up or sent is nil. Until then the outcome's write, which the
+// response does not wait for, would only take the machine from it.
+func (o *outcomes) afterResponse(sent <-chan struct{}) {
+	if sent == nil {
+		return
+	}
+	t := time.NewTimer(o.hold)
+	defer t.Stop()
+	select {
+	case <-sent:
+	case <-t.C:
+	case <-o.stop.Done():
+	}
+}
+
+// outcomeHold bounds how long an outcome's write waits for its call's
+// response to be sent: a client that reads its response slowly holds the
+// response, not the record.
+const outcomeHold = 100 * time.Millisecond
 
 // await returns once the outcome of the call of key, if this process is
 // writing one, is written or given up on, or when ctx ends.

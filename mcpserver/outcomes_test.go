@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/usherhq/usher/internal/workers"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -681,5 +683,86 @@ func TestOutcomeWrittenNowWhenAlone(t *testing.T) {
 	}
 	if got := finishes(); !slices.Equal(got, []bool{true, false, true}) {
 		t.Errorf("the last call to end: finishes marked WriteNow %v, want [true false true]", got)
+	}
+}
+
+// TestOutcomeWrittenAfterResponse checks that on the stateless endpoint a
+// call's outcome is written once its response is on its way, not while the
+// response is being made: every finish begins with the response sent.
+func TestOutcomeWrittenAfterResponse(t *testing.T) {
+	e := newEnv(t, envConfig{rules: map[string]Decision{"notes_list": Allow}})
+	cs := e.connect(alice, "", nil, "")
+	const calls = 10
+	for i := range calls {
+		if res := call(t, cs, "notes_list", map[string]any{}, mcp.Meta{MetaIdempotencyKey: fmt.Sprintf("after-%d", i)}); res.IsError {
+			t.Fatalf("notes_list: %s", text(res))
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := e.server.outcomes.wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.executions.mu.Lock()
+	got := slices.Clone(e.executions.sent)
+	e.executions.mu.Unlock()
+	if want := slices.Repeat([]string{"sent"}, calls); !slices.Equal(got, want) {
+		t.Errorf("where each call's response was when its finish began: %v, want %v", got, want)
+	}
+}
+
+// TestOutcomeWaitsForResponseWithinBound checks afterResponse: a write
+// waits for its call's response to be sent, and no longer than
+// outcomeHold when it never is; without a response to wait for, or once
+// Drain gives up, it does not wait.
+func TestOutcomeWaitsForResponseWithinBound(t *testing.T) {
+	pool := workers.New(time.Minute)
+	defer pool.Close()
+	o := newOutcomes(1, time.Millisecond, pool)
+	write := func(ctx context.Context) <-chan time.Time {
+		ran := make(chan time.Time, 1)
+		o.write(ctx, "", func(context.Context, func()) { ran <- time.Now() })
+		return ran
+	}
+	withSent := func(sent chan struct{}) context.Context {
+		return context.WithValue(t.Context(), responseSentKey{}, (<-chan struct{})(sent))
+	}
+
+	sent := make(chan struct{})
+	ran := write(withSent(sent))
+	select {
+	case <-ran:
+		t.Fatal("the outcome was written before its response was sent")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(sent)
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the outcome was not written once its response was sent")
+	}
+
+	o.hold = 50 * time.Millisecond
+	start := time.Now()
+	select {
+	case at := <-write(withSent(make(chan struct{}))):
+		if waited := at.Sub(start); waited < o.hold {
+			t.Errorf("a response never sent held its outcome %s, want the hold (%s)", waited, o.hold)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an outcome whose response was never sent was not written after the hold")
+	}
+
+	o.hold = time.Hour // from here on, only not waiting can write in time
+	select {
+	case <-write(t.Context()):
+	case <-time.After(10 * time.Second):
+		t.Fatal("an outcome without a response to wait for was not written")
+	}
+	o.cancel() // as Drain does when it gives up
+	select {
+	case <-write(withSent(make(chan struct{}))):
+	case <-time.After(10 * time.Second):
+		t.Error("after Drain gave up, an outcome still waited for its response")
 	}
 }

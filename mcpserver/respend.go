@@ -36,6 +36,9 @@ func (s *Server) serveToResponse(w http.ResponseWriter, r *http.Request, body []
 		return
 	}
 	ew := &endingWriter{w: w, id: id, ended: make(chan struct{})}
+	sent := make(chan struct{})
+	defer close(sent)
+	r = r.WithContext(context.WithValue(r.Context(), responseSentKey{}, (<-chan struct{})(sent)))
 	done := make(chan any, 1)
 	s.detached.Add(1)
 	s.warm.Go(func() {
@@ -69,6 +72,19 @@ func (s *Server) serveToResponse(w http.ResponseWriter, r *http.Request, body []
 		default:
 		}
 	}
+}
+
+// responseSentKey is the context key of the channel that closes when the
+// response to a stateless request has been handed to net/http to send
+// (serveToResponse returned).
+type responseSentKey struct{}
+
+// responseSent returns the channel that closes once the response to ctx's
+// request is on its way, or nil when ctx's request has none (a stateful
+// session, a request served without serveToResponse).
+func responseSent(ctx context.Context) <-chan struct{} {
+	sent, _ := ctx.Value(responseSentKey{}).(<-chan struct{})
+	return sent
 }
 
 // logLatePanic logs p, a panic of the SDK's handler after its response
