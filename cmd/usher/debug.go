@@ -9,8 +9,18 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
+	"sync"
 	"time"
 )
+
+// stopHeapSampling turns the runtime's heap-profile sampling off, for a
+// server without server.debug_addr: its heap profile cannot be read, and
+// the sampling costs 2-3 % of the CPU of a tools/call (the MCP SDK's
+// 32 KiB decoder buffers reach the 512 KiB sampling interval about once a
+// call; docs/benchmarks.md). Once per process: the rate is the runtime's,
+// and is set before the server serves.
+var stopHeapSampling = sync.OnceFunc(func() { runtime.MemProfileRate = 0 })
 
 // debugServer serves the Go runtime's profiles (net/http/pprof) and expvar
 // on a listener of its own, apart from the API, for server.debug_addr. It

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -49,5 +50,15 @@ func TestDebugAddrRefusedOffLoopback(t *testing.T) {
 	if d, err := startDebug(t.Context(), "0.0.0.0:0", slog.New(slog.DiscardHandler)); err == nil {
 		d.stop()
 		t.Fatal("startDebug listened on 0.0.0.0")
+	}
+}
+
+// TestNoHeapSamplingWithoutDebugAddr checks that usher serve without
+// server.debug_addr, where no heap profile can be read, turns the
+// runtime's heap-profile sampling off.
+func TestNoHeapSamplingWithoutDebugAddr(t *testing.T) {
+	startServer(t, nil)
+	if runtime.MemProfileRate != 0 {
+		t.Errorf("runtime.MemProfileRate = %d after serve without server.debug_addr, want 0 (sampling off)", runtime.MemProfileRate)
 	}
 }

@@ -46,7 +46,9 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	}
 	defer ln.Close()
 	var debugAddr string // where the profiles are served, if they are
-	if cfg.Server.DebugAddr != "" {
+	if cfg.Server.DebugAddr == "" {
+		stopHeapSampling()
+	} else {
 		debug, err := startDebug(ctx, cfg.Server.DebugAddr, log)
 		if err != nil {
 			return err
