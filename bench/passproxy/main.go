@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -35,11 +36,17 @@ func run(addr, upstream string) error {
 	if err != nil || target.Scheme != "http" || target.Host == "" {
 		return fmt.Errorf("-upstream must be an http:// URL, got %q", upstream)
 	}
+	// Concurrent calls keep their connections to the upstream, as Usher's
+	// upstream client does: http.DefaultTransport keeps 2 idle per host,
+	// and with 8 clients the proxy would dial the upstream again and again.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(&url.URL{Scheme: target.Scheme, Host: target.Host})
 			r.Out.Host = target.Host
 		},
+		Transport: tr,
 		// Server-Sent Events go through as they are written.
 		FlushInterval: -1,
 	}
