@@ -40,6 +40,9 @@ func TestShortRun(t *testing.T) {
 				o.profile = filepath.Join(dir, "cpu.pprof")
 				o.against = o.usher // a second Usher, beside the first
 			}
+			if method == "prompts/get" {
+				o.gap = time.Millisecond
+			}
 			if err := run(t.Context(), o, &out); err != nil {
 				t.Fatal(err)
 			}
@@ -91,6 +94,9 @@ func TestShortRun(t *testing.T) {
 			}
 			if m := regexp.MustCompile(`(?m)^pairs (\d+)$`).FindSubmatch(out.Bytes()); m == nil || string(m[1]) != "30" {
 				t.Errorf("pairs = %q, want 30", m)
+			}
+			if m := regexp.MustCompile(`(?m)^gap_ms (\S+)$`).FindSubmatch(out.Bytes()); m == nil || (string(m[1]) == "1.000") != (o.gap > 0) {
+				t.Errorf("gap_ms = %q, want %s", m, o.gap)
 			}
 			if !bytes.Contains(out.Bytes(), []byte("method "+method+"\n")) {
 				t.Errorf("the report does not name the method %s", method)

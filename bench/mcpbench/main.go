@@ -53,6 +53,7 @@ type options struct {
 	method          string
 	database        string
 	pairs, warmup   int
+	gap             time.Duration
 	concurrency     int
 	duration        time.Duration
 	protocol        string
@@ -71,6 +72,7 @@ func main() {
 	flag.StringVar(&o.database, "database", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL server URL (a schema of its own is created and dropped); empty: SQLite")
 	flag.StringVar(&o.method, "method", "tools/call", "what each call is: tools/call (of the echo tool), resources/read (of the echo resource template) or prompts/get (of the echo prompt)")
 	flag.IntVar(&o.pairs, "pairs", 2000, "sequential rounds (a call through Usher, then one direct, then one through the proxy)")
+	flag.DurationVar(&o.gap, "gap", 0, "a pause after each sequential call, so that what a call leaves running after its answer (its outcome's write) is over before the next call; 0: none")
 	flag.IntVar(&o.warmup, "warmup", 200, "warm-up calls on each path before anything is measured")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "clients calling at once in the throughput phases")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each throughput phase (through Usher, then direct, then through the proxy)")
@@ -95,8 +97,8 @@ var (
 )
 
 func run(ctx context.Context, o options, out io.Writer) (err error) {
-	if o.pairs < 1 || o.concurrency < 1 || o.duration <= 0 || o.warmup < 0 {
-		return fmt.Errorf("-pairs, -concurrency and -duration must be positive")
+	if o.pairs < 1 || o.concurrency < 1 || o.duration <= 0 || o.warmup < 0 || o.gap < 0 {
+		return fmt.Errorf("-pairs, -concurrency and -duration must be positive, -gap not negative")
 	}
 	dir, err := os.MkdirTemp("", "usher-mcpbench-")
 	if err != nil {
@@ -112,7 +114,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	default:
 		return fmt.Errorf("-method must be tools/call, resources/read or prompts/get, not %q", o.method)
 	}
-	r := report{loadStart: child.LoadAverage(), method: o.method, protocol: o.protocol, sdk: sdkVersion(), idempotencyKey: o.idempotencyKey && o.method == "tools/call", endpoint: endpointMode(o.stateful)}
+	r := report{loadStart: child.LoadAverage(), method: o.method, protocol: o.protocol, sdk: sdkVersion(), idempotencyKey: o.idempotencyKey && o.method == "tools/call", endpoint: endpointMode(o.stateful), gap: o.gap}
 
 	up, upURL, err := child.Start("upstream", filepath.Join(dir, "upstream.log"), o.upstream, upstreamReady)
 	if err != nil {
@@ -217,6 +219,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 				return fmt.Errorf("%s: %w", p.name, err)
 			}
 			sides[i] = append(sides[i], d)
+			if o.gap > 0 {
+				time.Sleep(o.gap)
+			}
 		}
 	}
 	r.seq = summarisePairs(sides[0], sides[1])

@@ -13,6 +13,7 @@ type report struct {
 	protocol, sdk      string
 	idempotencyKey     bool
 	loadStart, loadEnd float64
+	gap                time.Duration // the pause after each sequential call
 	seq                pairedResult
 	// Of the transparent proxy, when the run had it: what it adds (C − B
 	// per round) and what Usher adds over it (A − C per round, median).
@@ -58,6 +59,9 @@ func (r report) print(w io.Writer) {
 		r.method, r.engine, r.endpoint, r.sdk, r.protocol, r.idempotencyKey)
 	fmt.Fprintf(w, "load average (1 min): %.2f at the start, %.2f at the end\n\n", r.loadStart, r.loadEnd)
 
+	if r.gap > 0 {
+		fmt.Fprintf(w, "a pause of %s after each sequential call\n", r.gap)
+	}
 	if r.proxy {
 		fmt.Fprintf(w, "sequential, %d rounds (A through Usher, B direct, C through the proxy)   p50 ms    p99 ms\n", r.seq.Pairs)
 	} else {
@@ -144,6 +148,7 @@ func (r report) print(w io.Writer) {
 	kv("load1_start", fmt.Sprintf("%.2f", r.loadStart))
 	kv("load1_end", fmt.Sprintf("%.2f", r.loadEnd))
 	kv("pairs", r.seq.Pairs)
+	kv("gap_ms", msf(r.gap))
 	kv("added_p50_ms", msf(r.seq.AddedP50))
 	kv("added_p99_ms", msf(r.seq.AddedP99))
 	kv("usher_p50_ms", msf(r.seq.GatewayP50))
