@@ -257,8 +257,12 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 
 	sess, held, err := rt.holder.acquire(ctx, t.grant())
 	if err != nil {
+		// Retried after a backoff, as any failed slice is: a replica
+		// restarting or a connection lost at the wrong moment must not
+		// end the turn; an MCP server that stays out of reach ends it
+		// after maxFailures in a row.
 		rt.log.Error("assistant: reaching the MCP server failed", "run", t.run.ID, "err", err)
-		return ending{}, &turnFailure{message: "The assistant could not reach its tools. Try again in a moment.", unstarted: starting}
+		return ending{}, fmt.Errorf("assistant: reaching the MCP server: %w", err)
 	}
 	t.sess = sess
 	if starting {

@@ -42,6 +42,9 @@ func TestRunKeepsAGoroutine(t *testing.T) {
 		defer p.Close()
 		var first, second, later uint64
 		p.Run(func() { first = goroutineID(t) })
+		// Run returns once its function has; the goroutine then goes back
+		// to waiting, which a second Run finds once it is there.
+		synctest.Wait()
 		p.Run(func() { second = goroutineID(t) })
 		if first == goroutineID(t) {
 			t.Fatal("Run ran its function on its caller's goroutine")
