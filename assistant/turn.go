@@ -186,8 +186,6 @@ type ending struct {
 // turn's end says so.
 type turnFailure struct {
 	message string
-	// unstarted: the turn's start is not recorded yet.
-	unstarted bool
 }
 
 func (f *turnFailure) Error() string { return "assistant: the turn failed: " + f.message }
@@ -239,7 +237,7 @@ func isMessageEvent(typ string) bool {
 func (t *turn) work(ctx context.Context) (ending, error) {
 	end, err := t.slice(ctx)
 	if f := (*turnFailure)(nil); errors.As(err, &f) {
-		end, err = t.finish(TurnFailed, f.message, f.unstarted), nil
+		end, err = t.finish(TurnFailed, f.message), nil
 	}
 	if err == nil {
 		end.rel.Context = t.pending
@@ -316,7 +314,7 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		// The turn's answer is recorded, its end is not (ending it
 		// failed): end it now, rather than ask the model to go on from
 		// its own answer.
-		return t.finish(TurnCompleted, "", false), nil
+		return t.finish(TurnCompleted, ""), nil
 	}
 	steps := t.stepsSoFar()
 	// accounted: the slice has recorded the context it sends first.
@@ -369,7 +367,7 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		if len(resp.Message.ToolCalls) == 0 {
 			// The final answer, the turn's end and the release, in one
 			// transaction.
-			end := t.finish(TurnCompleted, "", false)
+			end := t.finish(TurnCompleted, "")
 			end.events = append([]store.NewEvent{reply}, end.events...)
 			return end, nil
 		}
@@ -825,17 +823,14 @@ func (t *turn) pause(approvals []string) ending {
 	}
 }
 
-// finish ends the turn with status. When the turn never started (it
-// failed before its start was recorded), it is started and ended at once,
-// so that each user message gets exactly one end. A user message that
+// finish ends the turn, whose start is recorded, with status (a slice that
+// fails before that is retried, and failedSlice starts and ends a turn that
+// never started). A user message that
 // arrived before the run was claimed, and that this turn does not answer,
 // queues the run again for its own turn (a message sent after the claim
 // queued the run itself).
-func (t *turn) finish(status, message string, unstarted bool) ending {
+func (t *turn) finish(status, message string) ending {
 	var end ending
-	if unstarted {
-		end.events = append(end.events, store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: t.seq}), StartsTurn: t.seq})
-	}
 	end.events = append(end.events, t.endEvent(status, message))
 	end.rel.Requeue = t.queued
 	return end

@@ -140,6 +140,11 @@ func (o *outcomes) afterResponse(sent <-chan struct{}) {
 	if sent == nil {
 		return
 	}
+	select {
+	case <-sent:
+		return // no timer for a response already sent
+	default:
+	}
 	t := time.NewTimer(o.hold)
 	defer t.Stop()
 	select {
