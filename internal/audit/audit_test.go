@@ -211,6 +211,43 @@ func TestVerifyDetectsTampering(t *testing.T) {
 	})
 }
 
+// A record of an event already in the log is reported, even in a chain
+// that is otherwise intact: the database's unique index keeps a second
+// record of an event out, and a log written without it is caught here.
+func TestVerifyFindsARepeatedEvent(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, st store.Store, db *sql.DB) {
+		log := appendAll(t, st)
+		if rep := verify(t, st); !rep.Intact() {
+			t.Fatalf("Verify before the repeat = %v, want intact", rep.Problems)
+		}
+		again := records(t, st)[2]
+		if again.EventID == "" {
+			t.Fatal("record 3 has no event id")
+		}
+		if _, err := db.ExecContext(t.Context(), `DROP INDEX audit_log_event_id_key`); err != nil {
+			t.Fatal(err)
+		}
+		e := entries()[0]
+		e.EventID = again.EventID
+		if err := log.Append(t.Context(), e); err != nil {
+			t.Fatalf("Append of event %s again: %v", again.EventID, err)
+		}
+		rs := records(t, st)
+		last := rs[len(rs)-1]
+		if last.EventID != again.EventID || last.Seq == again.Seq {
+			t.Fatalf("the log ends with seq %d of event %q, want a second record of event %q", last.Seq, last.EventID, again.EventID)
+		}
+		rep := verify(t, st)
+		want := audit.Problem{Seq: last.Seq, Kind: audit.ProblemRepeatedEvent}
+		if len(rep.Problems) != 1 || rep.Problems[0].Seq != want.Seq || rep.Problems[0].Kind != want.Kind {
+			t.Fatalf("Verify = %v, want only %s at seq %d", rep.Problems, want.Kind, want.Seq)
+		}
+		if d := rep.Problems[0].Detail; !strings.Contains(d, fmt.Sprintf("seq %d", again.Seq)) {
+			t.Errorf("the problem says %q, want it to name seq %d, the first record of the event", d, again.Seq)
+		}
+	})
+}
+
 // Without an anchor a truncated log verifies: the limit the package
 // documents.
 func TestVerifyCannotSeeTruncationWithoutAnchor(t *testing.T) {

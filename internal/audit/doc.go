@@ -60,7 +60,10 @@
 //   - a deleted record: a gap in the sequence, or a prev_hash that is not
 //     the hash of the record before;
 //   - reordered records: their sequence numbers are in their hashes, and
-//     their links no longer match.
+//     their links no longer match;
+//   - an event recorded twice: a record whose event id an earlier record
+//     carries (the database's unique index keeps such a record out; a log
+//     written without the index, or by hand, may hold one).
 //
 // The chain cannot show, on its own, that the newest records were deleted
 // (a truncated log is a shorter valid chain), nor that someone with write

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/usherhq/usher/store"
@@ -33,6 +34,11 @@ const (
 	// ProblemAnchor: the log does not hold the record an anchor names,
 	// with the anchor's hash: it was truncated or rewritten.
 	ProblemAnchor ProblemKind = "anchor_mismatch"
+	// ProblemRepeatedEvent: the record carries the event id of an earlier
+	// one, so the log records that event more than once. The database
+	// refuses a second record of an event (a unique index); one that got
+	// in was written without that index, or put there by hand.
+	ProblemRepeatedEvent ProblemKind = "repeated_event"
 )
 
 // Problem is one thing wrong with the chain.
@@ -71,11 +77,14 @@ func (r *Report) add(p Problem) {
 }
 
 // Verify walks the whole audit log in order and checks every record's
-// hash and its link to the record before; see the package documentation
-// for what that detects. Each anchor is a head recorded earlier: the log
-// must still hold a record with its Seq and Hash. Verify returns an error
-// only when it cannot read the log; a broken chain is a Report that is
-// not Intact.
+// hash, its link to the record before, and that no event is recorded
+// twice; see the package documentation for what that detects. Each anchor
+// is a head recorded earlier: the log must still hold a record with its
+// Seq and Hash. Verify returns an error only when it cannot read the log;
+// a broken chain is a Report that is not Intact.
+//
+// Verify keeps the event id of every record read, about 40 bytes each: some
+// 40 MB for a log of a million records.
 func Verify(ctx context.Context, st Reader, anchors ...store.AuditHead) (Report, error) {
 	var rep Report
 	want := make(map[int64]string, len(anchors))
@@ -83,6 +92,7 @@ func Verify(ctx context.Context, st Reader, anchors ...store.AuditHead) (Report,
 		want[a.Seq] = a.Hash
 	}
 	seen := make(map[int64]bool, len(anchors))
+	var events eventSet
 	var prev store.AuditHead
 	for {
 		page, err := st.AuditRecords(ctx, prev.Seq, pageSize)
@@ -99,6 +109,9 @@ func Verify(ctx context.Context, st Reader, anchors ...store.AuditHead) (Report,
 			}
 			if h, err := Hash(r); err != nil || h != r.Hash {
 				rep.add(Problem{r.Seq, ProblemEdited, "the record does not match its hash"})
+			}
+			if first, ok := events.add(r.EventID, r.Seq); !ok {
+				rep.add(Problem{r.Seq, ProblemRepeatedEvent, fmt.Sprintf("event %.16s… is already recorded at seq %d", r.EventID, first)})
 			}
 			if h, ok := want[r.Seq]; ok {
 				seen[r.Seq] = true
@@ -119,4 +132,41 @@ func Verify(ctx context.Context, st Reader, anchors ...store.AuditHead) (Report,
 		}
 	}
 	return rep, nil
+}
+
+// eventSet holds the event ids Verify has read, each with the sequence
+// number of its first record. Records written before event ids have none
+// and are not held.
+type eventSet struct {
+	ids   map[[16]byte]int64 // well-formed ids, as their 128 bits
+	other map[string]int64   // anything else a record carries
+}
+
+// add records id at seq and reports true, or, when id was added before,
+// reports the seq it was added at and false.
+func (s *eventSet) add(id string, seq int64) (int64, bool) {
+	if id == "" {
+		return 0, true
+	}
+	var k [16]byte
+	if len(id) == 2*len(k) && eventIDPattern.MatchString(id) {
+		if _, err := hex.Decode(k[:], []byte(id)); err == nil {
+			if s.ids == nil {
+				s.ids = make(map[[16]byte]int64)
+			}
+			if first, ok := s.ids[k]; ok {
+				return first, false
+			}
+			s.ids[k] = seq
+			return 0, true
+		}
+	}
+	if s.other == nil {
+		s.other = make(map[string]int64)
+	}
+	if first, ok := s.other[id]; ok {
+		return first, false
+	}
+	s.other[id] = seq
+	return 0, true
 }
