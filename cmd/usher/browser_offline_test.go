@@ -45,13 +45,23 @@ func TestBrowserServerDown(t *testing.T) {
 	if !evaluate[bool](tb, banner) || tb.text(`.conversation-title .connection`) != "Reconnecting…" {
 		t.Errorf("polling an Usher out of reach: banner shown %v, connection %q", evaluate[bool](tb, banner), tb.text(`.conversation-title .connection`))
 	}
+	// The polls back off (1, 2, 4 s … up to 30 s apart). Once three have
+	// failed the next is 4 s away, unless the person asks to try now.
+	waitFor(t, 2*conditionTimeout, func() bool { return tb.sent("GET", events) >= 3 })
+	polls := tb.sent("GET", events)
+	tb.click(".offline-banner .offline-retry")
+	waitFor(t, 2500*time.Millisecond, func() bool { return tb.sent("GET", events) > polls })
 
 	ms.Reply("Welcome back.")
 	s2 := startServerIn(t, dataDir, env, "--addr", addr)
-	// The polls back off while Usher is away (up to 30 s apart): the
-	// next one gets through.
+	// The browser says it is back online (here, with the event it would
+	// fire): the next poll goes now, not after the backoff (8 s or more by
+	// now), and gets through.
 	sentBack := `document.querySelector(` + js(composerInput) + `).value === "" && [...document.querySelectorAll("article.msg-user .msg-body")].some((e) => e.textContent === "sent while Usher was down")`
-	waitFor(t, 45*time.Second, func() bool { return evaluate[bool](tb, sentBack) })
+	polls = tb.sent("GET", events)
+	evaluate[bool](tb, `window.dispatchEvent(new Event("online"))`)
+	waitFor(t, 2500*time.Millisecond, func() bool { return tb.sent("GET", events) > polls })
+	waitFor(t, conditionTimeout, func() bool { return evaluate[bool](tb, sentBack) })
 	tb.waitUntil("the banner gone", `document.querySelector(".offline-banner").hidden`)
 	tb.waitUntil("its reply", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent === "Welcome back.")`)
 	n := 0

@@ -65,6 +65,7 @@ export class Conversation {
     this.onOnline = () => {
       if (this.composerForm && this.composerForm.retry) this.composerForm.retry();
       if (this.offline) this.offline.hidden = true;
+      if (this.stream) this.stream.retryNow();
     };
     window.addEventListener('online', this.onOnline);
   }
@@ -297,8 +298,11 @@ export class Conversation {
         h('a', { href: '/' }, 'Start a new session'), '.'));
       return;
     }
+    // Usher out of reach: the polls back off up to 30 s apart, so the
+    // person may ask for the next one now.
     this.offline = h('p', { class: 'offline-banner', role: 'status', hidden: true },
-      'You are offline. What you send is kept, and goes as soon as the connection is back.');
+      'You are offline. What you send is kept, and goes as soon as the connection is back. ',
+      h('button', { type: 'button', class: 'link-button offline-retry', onclick: () => this.stream && this.stream.retryNow() }, 'Try now'));
     // The model of later turns, changed for this run (PATCH {model}).
     this.modelPicker = modelPicker({
       current: () => (this.run && this.run.metadata && this.run.metadata.model) || '',

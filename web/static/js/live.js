@@ -105,6 +105,32 @@ export class RunStream {
     this.openStream();
   }
 
+  // retryNow makes the next poll of an Usher that was out of reach go now
+  // (the polls back off up to 30 s apart): the browser is back online, or
+  // the person asked to try now. Asked while a poll is on its way, it cuts
+  // the wait after that poll.
+  retryNow() {
+    if (this.wake) this.wake();
+    else this.retrySoon = true;
+  }
+
+  // nap waits ms, or until retryNow.
+  nap(ms) {
+    if (this.retrySoon) {
+      this.retrySoon = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        if (this.wake === done) this.wake = null;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.wake = done;
+    });
+  }
+
   deliver(ev) {
     if (!ev || typeof ev.seq !== 'number' || ev.seq <= this.after) return;
     this.after = ev.seq;
@@ -199,7 +225,7 @@ export class RunStream {
           unreachable = true;
           this.on.connection('reconnecting');
         }
-        await sleep(backoff);
+        await this.nap(backoff);
         backoff = Math.min(backoff * 2, 30_000);
       }
     }
