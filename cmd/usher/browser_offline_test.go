@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +36,10 @@ func TestBrowserServerDown(t *testing.T) {
 	}
 	banner := `document.querySelector(".offline-banner") && !document.querySelector(".offline-banner").hidden`
 	tb.waitUntil("the offline banner", banner)
+	// The browser is online: it is Usher that does not answer.
+	if got := tb.text(".offline-banner .offline-text"); !strings.HasPrefix(got, "Usher cannot be reached.") {
+		t.Errorf("the offline banner says %q, want it to say that Usher cannot be reached", got)
+	}
 	tb.trySend("sent while Usher was down")
 	tb.waitUntil("the message kept, said not sent", `document.querySelector(".composer .form-error")?.textContent.startsWith("Not sent") && document.querySelector(`+js(composerInput)+`).value.trim() === "sent while Usher was down"`)
 	// The stream gives up and the page polls: still out of reach, it says

@@ -286,6 +286,7 @@ func TestBrowserUnsentMessage(t *testing.T) {
 
 	// Offline, then back: it goes again, and is stored once.
 	call(tb, network.OverrideNetworkState, network.OverrideNetworkStateParams{Offline: true, DownloadThroughput: -1, UploadThroughput: -1})
+	tb.waitUntil("the banner saying the browser is offline", `!document.querySelector(".offline-banner").hidden && document.querySelector(".offline-banner .offline-text").textContent.startsWith("You are offline.")`)
 	call(tb, network.OverrideNetworkState, network.OverrideNetworkStateParams{Offline: false, DownloadThroughput: -1, UploadThroughput: -1})
 	tb.waitUntil("the message sent on reconnecting", `document.querySelector(`+js(composerInput)+`).value === "" && !document.querySelector(".composer .form-error").textContent`)
 	tb.waitUntil("its reply", `document.querySelectorAll("article.msg-assistant").length === 3`)

@@ -68,6 +68,8 @@ export class Conversation {
       if (this.stream) this.stream.retryNow();
     };
     window.addEventListener('online', this.onOnline);
+    this.onOffline = () => this.showOffline(true);
+    window.addEventListener('offline', this.onOffline);
   }
 
   // reload shows the run again from the start: after its active branch
@@ -182,6 +184,7 @@ export class Conversation {
   destroy() {
     this.destroyed = true;
     window.removeEventListener('online', this.onOnline);
+    window.removeEventListener('offline', this.onOffline);
     if (this.stream) this.stream.stop();
     if (this.observer) this.observer.disconnect();
     if (this.approvalBar) this.approvalBar.destroy();
@@ -300,8 +303,8 @@ export class Conversation {
     }
     // Usher out of reach: the polls back off up to 30 s apart, so the
     // person may ask for the next one now.
-    this.offline = h('p', { class: 'offline-banner', role: 'status', hidden: true },
-      'You are offline. What you send is kept, and goes as soon as the connection is back. ',
+    this.offlineText = h('span', { class: 'offline-text' });
+    this.offline = h('p', { class: 'offline-banner', role: 'status', hidden: true }, this.offlineText, ' ',
       h('button', { type: 'button', class: 'link-button offline-retry', onclick: () => this.stream && this.stream.retryNow() }, 'Try now'));
     // The model of later turns, changed for this run (PATCH {model}).
     this.modelPicker = modelPicker({
@@ -325,8 +328,19 @@ export class Conversation {
     this.connection.hidden = !text;
     // Offline: said plainly above the message box; back: what could not
     // be sent goes, once (its Idempotency-Key).
-    if (this.offline) this.offline.hidden = state !== 'reconnecting' && navigator.onLine !== false;
+    this.showOffline(state === 'reconnecting');
     if (state !== 'reconnecting' && this.composerForm && this.composerForm.retry) this.composerForm.retry();
+  }
+
+  // showOffline shows the banner above the message box while Usher is out
+  // of reach (unreachable) or the browser is offline, and says which: the
+  // browser knows when it is offline; otherwise it is Usher, or the way to
+  // it, that does not answer.
+  showOffline(unreachable) {
+    if (!this.offline) return;
+    const offline = navigator.onLine === false;
+    this.offline.hidden = !unreachable && !offline;
+    this.offlineText.textContent = `${offline ? 'You are offline.' : 'Usher cannot be reached.'} What you send is kept, and goes as soon as the connection is back.`;
   }
 
   nearBottom() {
