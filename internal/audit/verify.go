@@ -148,18 +148,18 @@ func (s *eventSet) add(id string, seq int64) (int64, bool) {
 	if id == "" {
 		return 0, true
 	}
-	var k [16]byte
-	if len(id) == 2*len(k) && eventIDPattern.MatchString(id) {
-		if _, err := hex.Decode(k[:], []byte(id)); err == nil {
-			if s.ids == nil {
-				s.ids = make(map[[16]byte]int64)
-			}
-			if first, ok := s.ids[k]; ok {
-				return first, false
-			}
-			s.ids[k] = seq
-			return 0, true
+	if eventIDPattern.MatchString(id) {
+		// 32 lowercase hex digits: they decode, and to one id only.
+		var k [16]byte
+		_, _ = hex.Decode(k[:], []byte(id))
+		if s.ids == nil {
+			s.ids = make(map[[16]byte]int64)
 		}
+		if first, ok := s.ids[k]; ok {
+			return first, false
+		}
+		s.ids[k] = seq
+		return 0, true
 	}
 	if s.other == nil {
 		s.other = make(map[string]int64)

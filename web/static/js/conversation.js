@@ -64,7 +64,7 @@ export class Conversation {
     // Back online: what could not be sent goes, once.
     this.onOnline = () => {
       if (this.composerForm && this.composerForm.retry) this.composerForm.retry();
-      if (this.offline) this.offline.hidden = true;
+      this.showOffline(false);
       if (this.stream) this.stream.retryNow();
     };
     window.addEventListener('online', this.onOnline);

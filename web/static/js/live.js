@@ -199,6 +199,7 @@ export class RunStream {
     // Usher out of reach: said as 'reconnecting' until a poll gets
     // through again (then 'polling' once more: what waits to be sent goes).
     let unreachable = false;
+    this.retrySoon = false; // asked for before this polling began
     const generation = (this.generation = (this.generation || 0) + 1);
     while (!this.stopped && generation === this.generation) {
       if (Date.now() - since > RETRY_STREAM_AFTER && this.streamFailures < 6) {
