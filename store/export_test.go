@@ -73,3 +73,22 @@ func ExecRaw(ctx context.Context, s Store, query string, args ...any) error {
 	}
 	return nil
 }
+
+// ChainedAudit returns how many audit writes of a PostgreSQL store were
+// chained on another, and how many of those were rolled back and written
+// again.
+func ChainedAudit(s Store) (writes, retries int) {
+	c := s.(*postgresStore).audit
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.chainedWrites, c.chainedRetries
+}
+
+// AuditAhead reports whether a PostgreSQL store's audit chain has a write
+// under way that the next write may be chained on.
+func AuditAhead(s Store) bool {
+	c := s.(*postgresStore).audit
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ahead != nil
+}

@@ -41,14 +41,15 @@ const maxAuditAttempts = 3
 
 // writeAuditBatch appends the records of batch (which it calls build
 // for, in order, each on the record before it), after their steps, in one
-// transaction on one connection, and finishes each append with its record
-// or error. When the process knows the head (it wrote or read it last),
-// that is one round trip: the steps' statements, the audit lock, a read of
-// the head and the INSERTs chained to the head it knows, pipelined in one
-// implicit transaction. If another process appended in between, the first
-// INSERT collides with its record on the sequence and the transaction
-// rolls back; the records are built again on the head read, and after a
-// few collisions (or when the head is not known, or for a while after a
+// transaction on one connection, as the write w, and finishes each append
+// with its record or error. When the process knows the head (it wrote or
+// read it last), that is one round trip: the steps' statements, the audit
+// lock, a read of the head and the INSERTs chained to the head it knows,
+// pipelined in one implicit transaction, once sent the chain's ahead (see
+// pgAuditChain). If another process appended in between, the first INSERT
+// collides with its record on the sequence and the transaction rolls
+// back; the records are built again on the head read, and after a few
+// collisions (or when the head is not known, or for a while after a
 // collision: see pgAuditChain) it takes two round trips: BEGIN, the steps'
 // statements, the lock and a read of the head; then the INSERTs and
 // COMMIT.
@@ -73,7 +74,7 @@ const maxAuditAttempts = 3
 // commit was acknowledged), every append gets the error and none is
 // written again: a second write would find the first one's rows and
 // records, and report a start it made as someone else's (see rolledBack).
-func (s *postgresStore) writeAuditBatch(ctx context.Context, batch []*pgAuditAppend) {
+func (s *postgresStore) writeAuditBatch(ctx context.Context, w *pgAuditWrite, batch []*pgAuditAppend) {
 	c := s.audit
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -90,17 +91,19 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, batch []*pgAuditApp
 			c.head, c.known = head, true
 			return
 		}
-		seen, err := appendAtHead(ctx, conn, batch)
+		tail := batch[len(batch)-1].head()
+		seen, err := appendAtHead(ctx, conn, batch, func() { s.sent(ctx, w, tail) })
 		if err == nil {
-			c.head, c.known = batch[len(batch)-1].head(), true
+			c.head, c.known = tail, true
 			if attempt == 0 {
 				c.backoff = 0
 			}
 			finishAppends(batch, nil)
 			return
 		}
+		c.unsent(w)
 		if !isAuditCollision(err) {
-			s.writeEachAlone(ctx, batch, err)
+			s.writeEachAlone(ctx, w, batch, err)
 			return
 		}
 		c.backoff = min(max(2*c.backoff, 1), maxAuditBackoff)
@@ -109,7 +112,7 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, batch []*pgAuditApp
 	}
 	batch, err = appendAfterHead(ctx, conn, batch)
 	if err != nil {
-		s.writeEachAlone(ctx, batch, err)
+		s.writeEachAlone(ctx, w, batch, err)
 		return
 	}
 	if len(batch) > 0 {
@@ -118,14 +121,86 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, batch []*pgAuditApp
 	finishAppends(batch, nil)
 }
 
+// writeChained makes the write w, chained on the write w.after: its
+// records are built on the head that write's records are to make, and
+// sent while it is still under way, in one implicit transaction — the
+// steps' statements, the audit lock, a check that the log's head is the
+// one w was chained on (audit_head_is, which raises otherwise), and the
+// INSERTs. The check is what makes this safe: if the write ahead rolled
+// back, or another process's records came in between, w rolls back too
+// instead of leaving a gap or a broken link. The write's appends are
+// answered only once the write ahead has ended; when w rolled back, they
+// are then written again as any write is (see writeAuditBatch), on what
+// the write ahead left the process knowing of the head, and when w may
+// have committed unacknowledged, they get its error.
+func (s *postgresStore) writeChained(ctx context.Context, w *pgAuditWrite) {
+	c := s.audit
+	batch := buildAppends(w.batch, w.afterTail)
+	if len(batch) == 0 {
+		<-w.after.done
+		return
+	}
+	tail := batch[len(batch)-1].head()
+	err := s.appendChained(ctx, w, batch, tail)
+	<-w.after.done // the write ahead has ended: what it learned is ours
+	if err == nil {
+		c.head, c.known = tail, true
+		finishAppends(batch, nil)
+		return
+	}
+	c.unsent(w)
+	if rolledBack(err) {
+		c.mu.Lock()
+		c.chainedRetries++
+		c.mu.Unlock()
+		s.writeAuditBatch(ctx, w, batch)
+		return
+	}
+	c.known = false
+	finishAppends(batch, err)
+}
+
+// appendChained sends and reads the transaction of writeChained, whose
+// records end at tail.
+func (s *postgresStore) appendChained(ctx context.Context, w *pgAuditWrite, batch []*pgAuditAppend, tail AuditHead) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer releaseAfterTx(ctx, conn)
+	b := &pgx.Batch{}
+	queueSteps(b, batch)
+	b.Queue(lockAudit.pg)
+	b.Queue(auditHeadIs, w.afterTail.Seq, w.afterTail.Hash)
+	queueInsertAudits(b, batch)
+	br := conn.SendBatch(ctx, b)
+	s.sent(ctx, w, tail)
+	return readBatch(br, func(br pgx.BatchResults) error {
+		if err := readSteps(br, batch); err != nil {
+			return err
+		}
+		for range 3 { // the lock, the check, the INSERT
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// auditHeadIs checks, under the audit lock, that the log's head is the
+// record of the sequence and hash given, raising SQLSTATE UA001 otherwise
+// (migration 00019).
+const auditHeadIs = `SELECT audit_head_is($1, $2)`
+
 // writeEachAlone finishes a batch whose transaction failed with err: a
-// lone append with err, several each in a transaction of its own. A lone
-// record refused because its event id is already in the log (a retry of
-// an append that committed unacknowledged) is answered with the record
-// there (see recordedEvent), unless it came with a step: the step's
-// statements rolled back with it, and what they found is void, so that
-// append gets the error.
-func (s *postgresStore) writeEachAlone(ctx context.Context, batch []*pgAuditAppend, err error) {
+// lone append with err, several each in a transaction of its own (each a
+// part of the write w). A lone record refused because its event id is
+// already in the log (a retry of an append that committed unacknowledged)
+// is answered with the record there (see recordedEvent), unless it came
+// with a step: the step's statements rolled back with it, and what they
+// found is void, so that append gets the error.
+func (s *postgresStore) writeEachAlone(ctx context.Context, w *pgAuditWrite, batch []*pgAuditAppend, err error) {
 	if len(batch) == 1 && batch[0].step == nil && isDuplicateEvent(err) {
 		a := batch[0]
 		a.rec, a.err = s.recordedEvent(ctx, a.rec)
@@ -137,7 +212,7 @@ func (s *postgresStore) writeEachAlone(ctx context.Context, batch []*pgAuditAppe
 		return
 	}
 	for _, a := range batch {
-		s.writeAuditBatch(ctx, []*pgAuditAppend{a})
+		s.writeAuditBatch(ctx, w, []*pgAuditAppend{a})
 	}
 }
 
@@ -160,10 +235,11 @@ func buildAppends(batch []*pgAuditAppend, head AuditHead) []*pgAuditAppend {
 }
 
 // appendAtHead appends the built records of batch, chained to a head the
-// process knows, in one round trip, and returns the head it read under the
-// lock. It fails, rolled back, with an error isAuditCollision knows if
-// another record has the first one's sequence.
-func appendAtHead(ctx context.Context, conn *pgxpool.Conn, batch []*pgAuditAppend) (AuditHead, error) {
+// process knows, in one round trip, calling sent once its statements are
+// on their way, and returns the head it read under the lock. It fails,
+// rolled back, with an error isAuditCollision knows if another record has
+// the first one's sequence.
+func appendAtHead(ctx context.Context, conn *pgxpool.Conn, batch []*pgAuditAppend, sent func()) (AuditHead, error) {
 	// No BEGIN and COMMIT: the batch is one implicit transaction, which
 	// commits at its end, or rolls back at the first error.
 	b := &pgx.Batch{}
@@ -172,7 +248,9 @@ func appendAtHead(ctx context.Context, conn *pgxpool.Conn, batch []*pgAuditAppen
 	b.Queue(auditHead.pg)
 	queueInsertAudits(b, batch)
 	var head AuditHead
-	err := readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
+	br := conn.SendBatch(ctx, b)
+	sent()
+	err := readBatch(br, func(br pgx.BatchResults) error {
 		if err := readSteps(br, batch); err != nil {
 			return err
 		}

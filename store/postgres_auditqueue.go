@@ -20,18 +20,34 @@ const maxAuditBatch = 64
 const auditWriteTimeout = 30 * time.Second
 
 // pgAuditChain is what a process knows of the audit log's head, and the
-// queue of its appends: one write at a time, of every append queued when
-// it starts, so that each write chains to the head the one before it
-// wrote, and concurrent appends share one transaction, one turn of the
-// audit lock and one flush of the log.
+// queue of its appends. Each write takes every append queued when it
+// starts, in one transaction, so that concurrent appends share one
+// transaction, one turn of the audit lock and one flush of the log.
+//
+// At most two writes are under way. The second starts once the first has
+// sent its statements on a head it knew, its records chained on the
+// records the first is to make (see writeChained): its round trip then
+// overlaps the first's, and it waits inside PostgreSQL only for the audit
+// lock. Writes end in order: a chained write takes over what the process
+// knows of the head only once the write it is chained on has ended.
 type pgAuditChain struct {
 	linger time.Duration
 
-	mu      sync.Mutex
-	queue   []*pgAuditAppend
-	writing bool // a write is under way
+	mu     sync.Mutex
+	queue  []*pgAuditAppend
+	writes int // writes under way: none, one, or one and another chained on it
+	// ahead is the write under way that the next may be chained on: it
+	// has sent its statements, chained on a head it knew, and nothing is
+	// chained on it yet. Nil for none.
+	ahead *pgAuditWrite
+	// How many writes were chained on another, and how many of those were
+	// rolled back and written again (see writeChained).
+	chainedWrites, chainedRetries int
 
-	// Of the write under way:
+	// What the process knows of the head, read and set by one write at a
+	// time: a write that is not chained starts only when no other is under
+	// way, and a chained one touches these only once the write it is
+	// chained on has ended.
 	head  AuditHead
 	known bool
 	// After a collision, the next skip writes read the head first; skip
@@ -43,6 +59,19 @@ type pgAuditChain struct {
 }
 
 func newPGAuditChain() *pgAuditChain { return &pgAuditChain{linger: auditLinger} }
+
+// pgAuditWrite is one write of queued appends.
+type pgAuditWrite struct {
+	batch []*pgAuditAppend
+	// after is the write it is chained on, nil for none, and afterTail
+	// the head its records were to make when this one started.
+	after     *pgAuditWrite
+	afterTail AuditHead
+	// tail is the head the write's records make if it commits, set when
+	// it becomes the chain's ahead.
+	tail AuditHead
+	done chan struct{} // closed when the write has ended
+}
 
 // pgAuditAppend is one append to the audit log: queued, being written, or done.
 type pgAuditAppend struct {
@@ -58,6 +87,9 @@ type pgAuditAppend struct {
 // head is the head the append's record makes.
 func (a *pgAuditAppend) head() AuditHead { return AuditHead{Seq: a.rec.Seq, Hash: a.rec.Hash} }
 
+// waitedFor reports whether a caller waits for a to answer someone.
+func (a *pgAuditAppend) waitedFor() bool { return !a.lazy }
+
 // finishAppends ends each append of batch with err (nil: written).
 func finishAppends(batch []*pgAuditAppend, err error) {
 	for _, a := range batch {
@@ -69,12 +101,12 @@ func finishAppends(batch []*pgAuditAppend, err error) {
 // appendAudit appends the record build returns, after step if there is
 // one, in one transaction (see writeAuditBatch), and returns it.
 //
-// Appends are queued and written one transaction at a time, each write
-// taking every append queued when it starts (up to maxAuditBatch): while
-// one is written, those that arrive wait and then go together. An append
-// that arrives with none under way is written at once, in its caller's
-// goroutine. A lazy append, one whose caller does not wait for it to
-// answer anyone (how a tool call ended, written after its result went
+// Appends are queued and written by the chain's writes (see pgAuditChain),
+// each taking every append queued when it starts (up to maxAuditBatch):
+// while writes are under way, those that arrive wait and then go together.
+// An append that arrives when a write may start is written at once, in its
+// caller's goroutine. A lazy append, one whose caller does not wait for it
+// to answer anyone (how a tool call ended, written after its result went
 // back), does not start a write: it waits up to the chain's linger for an
 // append that does, and rides in its transaction, or then starts one
 // itself. Writing how one call ended with the start of the next takes one
@@ -91,11 +123,11 @@ func (s *postgresStore) appendAudit(ctx context.Context, step *pgTxStep, build f
 	a := &pgAuditAppend{step: step, build: build, lazy: lazy, done: make(chan struct{})}
 	c.mu.Lock()
 	c.queue = append(c.queue, a)
-	write := c.startWriteLocked()
+	w := c.startWriteLocked()
 	wait := c.linger
 	c.mu.Unlock()
-	if write {
-		s.writeAudit(ctx)
+	if w != nil {
+		s.writeAudit(ctx, w)
 	}
 
 	var linger <-chan time.Time
@@ -112,10 +144,10 @@ func (s *postgresStore) appendAudit(ctx context.Context, step *pgTxStep, build f
 			linger = nil
 			c.mu.Lock()
 			a.lazy = false // no longer waits for a carrier
-			write := c.startWriteLocked()
+			w := c.startWriteLocked()
 			c.mu.Unlock()
-			if write {
-				s.writeAudit(ctx)
+			if w != nil {
+				s.writeAudit(ctx, w)
 			}
 		case <-ctx.Done():
 			c.mu.Lock()
@@ -133,37 +165,77 @@ func (s *postgresStore) appendAudit(ctx context.Context, step *pgTxStep, build f
 	}
 }
 
-// startWriteLocked reports whether the caller is to write the queue now:
-// no write is under way and an append that is waited for is queued. c.mu
+// startWriteLocked returns the write the caller is to make now, with the
+// queued appends it takes, or nil: one starts when an append that is
+// waited for is queued and either no write is under way or the one under
+// way is the chain's ahead, which the new one is then chained on. c.mu
 // must be held.
-func (c *pgAuditChain) startWriteLocked() bool {
-	if c.writing || !slices.ContainsFunc(c.queue, func(a *pgAuditAppend) bool { return !a.lazy }) {
-		return false
+func (c *pgAuditChain) startWriteLocked() *pgAuditWrite {
+	if !slices.ContainsFunc(c.queue, (*pgAuditAppend).waitedFor) {
+		return nil
 	}
-	c.writing = true
-	return true
+	w := &pgAuditWrite{done: make(chan struct{})}
+	switch {
+	case c.writes == 0:
+	case c.writes == 1 && c.ahead != nil:
+		w.after, w.afterTail, c.ahead = c.ahead, c.ahead.tail, nil
+		c.chainedWrites++
+	default:
+		return nil
+	}
+	c.writes++
+	n := min(len(c.queue), maxAuditBatch)
+	w.batch = slices.Clone(c.queue[:n])
+	c.queue = slices.Delete(c.queue, 0, n)
+	return w
 }
 
-// writeAudit writes the queued appends, one transaction, and when appends
-// that are waited for have been queued meanwhile, starts the next write in
-// another goroutine, so that its caller can return.
-func (s *postgresStore) writeAudit(ctx context.Context) {
+// writeAudit makes the write w, and when appends that are waited for
+// have been queued meanwhile, starts the next write in another goroutine,
+// so that its caller can return.
+func (s *postgresStore) writeAudit(ctx context.Context, w *pgAuditWrite) {
 	c := s.audit
-	c.mu.Lock()
-	n := min(len(c.queue), maxAuditBatch)
-	batch := slices.Clone(c.queue[:n])
-	c.queue = slices.Delete(c.queue, 0, n)
-	c.mu.Unlock()
-
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
-	s.writeAuditBatch(wctx, batch)
+	if w.after != nil {
+		s.writeChained(wctx, w)
+	} else {
+		s.writeAuditBatch(wctx, w, w.batch)
+	}
 	cancel()
 
 	c.mu.Lock()
-	c.writing = false
-	again := c.startWriteLocked()
-	c.mu.Unlock()
-	if again {
-		go s.writeAudit(context.WithoutCancel(ctx))
+	c.writes--
+	if c.ahead == w {
+		c.ahead = nil
 	}
+	close(w.done)
+	next := c.startWriteLocked()
+	c.mu.Unlock()
+	if next != nil {
+		go s.writeAudit(context.WithoutCancel(ctx), next)
+	}
+}
+
+// sent makes w, whose statements are on their way chained on a head the
+// process knew, the chain's ahead, its records to end at tail, and starts
+// a write chained on it if appends that are waited for are queued.
+func (s *postgresStore) sent(ctx context.Context, w *pgAuditWrite, tail AuditHead) {
+	c := s.audit
+	c.mu.Lock()
+	w.tail, c.ahead = tail, w
+	next := c.startWriteLocked()
+	c.mu.Unlock()
+	if next != nil {
+		go s.writeAudit(ctx, next)
+	}
+}
+
+// unsent withdraws w as the chain's ahead: what it sent failed, and a
+// write chained on its tail would fail too.
+func (c *pgAuditChain) unsent(w *pgAuditWrite) {
+	c.mu.Lock()
+	if c.ahead == w {
+		c.ahead = nil
+	}
+	c.mu.Unlock()
 }
