@@ -13,6 +13,7 @@ MCP_BENCHTIME ?= 1000x
 BENCH_MCP_FLAGS ?=
 UPSTREAM_BIN ?= bin/echoupstream
 PROXY_BIN ?= bin/passproxy
+NETDELAY_BIN ?= bin/netdelay
 # Flags of the Sessions UI benchmark (bench/uibench), e.g.
 # BENCH_UI_FLAGS='-messages 20000 -runs 10 -width 390 -height 844'.
 BENCH_UI_FLAGS ?=
@@ -57,7 +58,8 @@ test-short:
 bench-mcp: build
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(UPSTREAM_BIN) ./bench/echoupstream
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(PROXY_BIN) ./bench/passproxy
-	$(GO) run ./bench/mcpbench -usher $(BIN) -upstream $(UPSTREAM_BIN) -proxy $(PROXY_BIN) $(BENCH_MCP_FLAGS)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(NETDELAY_BIN) ./bench/netdelay
+	$(GO) run ./bench/mcpbench -usher $(BIN) -upstream $(UPSTREAM_BIN) -proxy $(PROXY_BIN) -netdelay $(NETDELAY_BIN) $(BENCH_MCP_FLAGS)
 
 # The Sessions UI on a conversation of 10,000 messages, in headless
 # Chromium against usher serve (PostgreSQL with TEST_DATABASE_URL, else

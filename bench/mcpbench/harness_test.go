@@ -18,11 +18,11 @@ import (
 // with every key. On PostgreSQL when TEST_DATABASE_URL is set.
 func TestShortRun(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds three binaries")
+		t.Skip("builds four binaries")
 	}
 	dir := t.TempDir()
-	// One build for all three, so that they link in parallel.
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../../cmd/usher", "../echoupstream", "../passproxy")
+	// One build for all four, so that they link in parallel.
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../../cmd/usher", "../echoupstream", "../passproxy", "../netdelay")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
@@ -32,7 +32,7 @@ func TestShortRun(t *testing.T) {
 			var out bytes.Buffer
 			start := time.Now()
 			o := options{
-				usher: filepath.Join(dir, "usher"), upstream: filepath.Join(dir, "echoupstream"), proxy: filepath.Join(dir, "passproxy"), method: method,
+				usher: filepath.Join(dir, "usher"), upstream: filepath.Join(dir, "echoupstream"), proxy: filepath.Join(dir, "passproxy"), netdelay: filepath.Join(dir, "netdelay"), method: method,
 				database: os.Getenv("TEST_DATABASE_URL"), pairs: 30, warmup: 5, concurrency: 2,
 				duration: 300 * time.Millisecond, protocol: "2025-11-25", idempotencyKey: true,
 			}
@@ -43,10 +43,16 @@ func TestShortRun(t *testing.T) {
 			if method == "prompts/get" {
 				o.gap = time.Millisecond
 			}
+			if method == "resources/read" && o.database != "" {
+				o.dbRTT = time.Millisecond // Usher's database behind the relay
+			}
 			if err := run(t.Context(), o, &out); err != nil {
 				t.Fatal(err)
 			}
 			t.Logf("run took %s\n%s", time.Since(start), out.String())
+			if o.dbRTT > 0 && !regexp.MustCompile(`(?m)^db_rtt_ms 1\.000$`).Match(out.Bytes()) {
+				t.Error("the report does not say the relay added 1 ms to PostgreSQL's round trips")
+			}
 			for _, key := range []string{"added_p50_ms", "added_p99_ms", "usher_p50_ms", "direct_p99_ms", "c_usher_calls_per_s",
 				"c_direct_calls_per_s", "c_cpu_ms_per_call_usher", "c_cpu_ms_per_call_upstream_direct", "c_cpu_ms_per_call_postgres", "load1_start",
 				"proxy_added_p50_ms", "added_p50_ratio_to_proxy", "c_proxy_calls_per_s", "c_cpu_ms_per_call_proxy"} {

@@ -34,6 +34,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -52,6 +53,9 @@ type options struct {
 	proxy           string
 	method          string
 	database        string
+	dbRTT           time.Duration
+	netdelay        string
+	dbVia           string // the address Usher reaches PostgreSQL at: netdelay's, with -db-rtt
 	pairs, warmup   int
 	gap             time.Duration
 	concurrency     int
@@ -70,6 +74,8 @@ func main() {
 	flag.StringVar(&o.upstream, "upstream", "bin/echoupstream", "the echo upstream's binary (bench/echoupstream)")
 	flag.StringVar(&o.proxy, "proxy", "bin/passproxy", "the transparent proxy's binary (bench/passproxy), the run's baseline; empty: none")
 	flag.StringVar(&o.database, "database", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL server URL (a schema of its own is created and dropped); empty: SQLite")
+	flag.DurationVar(&o.dbRTT, "db-rtt", 0, "time added to each round trip between Usher and PostgreSQL by a relay (bench/netdelay, half each way), as a database in another rack or zone adds; 0: none, Usher connects to the server directly")
+	flag.StringVar(&o.netdelay, "netdelay", "bin/netdelay", "the relay's binary (bench/netdelay), for -db-rtt")
 	flag.StringVar(&o.method, "method", "tools/call", "what each call is: tools/call (of the echo tool), resources/read (of the echo resource template) or prompts/get (of the echo prompt)")
 	flag.IntVar(&o.pairs, "pairs", 2000, "sequential rounds (a call through Usher, then one direct, then one through the proxy)")
 	flag.DurationVar(&o.gap, "gap", 0, "a pause after each sequential call, so that what a call leaves running after its answer (its outcome's write) is over before the next call; 0: none")
@@ -92,6 +98,7 @@ func main() {
 var (
 	upstreamReady = regexp.MustCompile(`^echo upstream at (http://\S+)`)
 	proxyReady    = regexp.MustCompile(`^proxy at (http://\S+)`)
+	netdelayReady = regexp.MustCompile(`^netdelay at (\S+)`)
 	debugListen   = regexp.MustCompile(`msg="debug listener \(pprof, expvar\)" listen=(\S+)`)
 	auditIntact   = regexp.MustCompile(`audit log intact: (\d+) records`)
 )
@@ -139,6 +146,25 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		}()
 	}
 
+	if o.dbRTT > 0 {
+		if o.database == "" {
+			return fmt.Errorf("-db-rtt needs a PostgreSQL server (-database or TEST_DATABASE_URL)")
+		}
+		u, err := url.Parse(o.database)
+		if err != nil {
+			return fmt.Errorf("-database: %w", err)
+		}
+		relay, addr, err := child.Start("netdelay", filepath.Join(dir, "netdelay.log"), o.netdelay, netdelayReady, "-target", u.Host, "-rtt", o.dbRTT.String())
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if e := relay.Stop(); err == nil {
+				err = e
+			}
+		}()
+		o.dbVia, r.dbRTT = addr, o.dbRTT
+	}
 	if o.database != "" {
 		r.engine = "PostgreSQL"
 	} else {

@@ -22,8 +22,9 @@ type benchDatabase struct {
 	conn    *pgx.Conn // the benchmark's own connection, for pg_stat_activity
 }
 
-// openBenchDatabase creates the run's schema.
-func openBenchDatabase(ctx context.Context, base string) (*benchDatabase, error) {
+// openBenchDatabase creates the run's schema. Usher reaches the server at
+// via when it is not empty (a relay's host:port), at base's host otherwise.
+func openBenchDatabase(ctx context.Context, base, via string) (*benchDatabase, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		return nil, fmt.Errorf("the database URL must be a postgres:// URL")
@@ -45,6 +46,9 @@ func openBenchDatabase(ctx context.Context, base string) (*benchDatabase, error)
 	q.Set("search_path", d.schema)
 	q.Set("application_name", d.appName)
 	u.RawQuery = q.Encode()
+	if via != "" {
+		u.Host = via
+	}
 	d.url = u.String()
 	return d, nil
 }

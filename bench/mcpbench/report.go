@@ -14,6 +14,7 @@ type report struct {
 	idempotencyKey     bool
 	loadStart, loadEnd float64
 	gap                time.Duration // the pause after each sequential call
+	dbRTT              time.Duration // added to each round trip to PostgreSQL
 	seq                pairedResult
 	// Of the transparent proxy, when the run had it: what it adds (C − B
 	// per round) and what Usher adds over it (A − C per round, median).
@@ -61,6 +62,9 @@ func (r report) print(w io.Writer) {
 
 	if r.gap > 0 {
 		fmt.Fprintf(w, "a pause of %s after each sequential call\n", r.gap)
+	}
+	if r.dbRTT > 0 {
+		fmt.Fprintf(w, "%s added to each round trip between Usher and PostgreSQL (bench/netdelay)\n", r.dbRTT)
 	}
 	if r.proxy {
 		fmt.Fprintf(w, "sequential, %d rounds (A through Usher, B direct, C through the proxy)   p50 ms    p99 ms\n", r.seq.Pairs)
@@ -149,6 +153,7 @@ func (r report) print(w io.Writer) {
 	kv("load1_end", fmt.Sprintf("%.2f", r.loadEnd))
 	kv("pairs", r.seq.Pairs)
 	kv("gap_ms", msf(r.gap))
+	kv("db_rtt_ms", msf(r.dbRTT))
 	kv("added_p50_ms", msf(r.seq.AddedP50))
 	kv("added_p99_ms", msf(r.seq.AddedP99))
 	kv("usher_p50_ms", msf(r.seq.GatewayP50))

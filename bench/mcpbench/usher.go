@@ -39,7 +39,7 @@ func startUsher(ctx context.Context, o options, bin, dir, upURL string, upPid in
 		}
 	}()
 	if o.database != "" {
-		if u.db, err = openBenchDatabase(ctx, o.database); err != nil {
+		if u.db, err = openBenchDatabase(ctx, o.database, o.dbVia); err != nil {
 			return u, err
 		}
 	}
