@@ -91,6 +91,19 @@ func run(addr, target string, rtt time.Duration) error {
 	}
 }
 
+// wait sleeps for d in nanosleep(2), which keeps to the microsecond
+// where Go's own timers may wake a millisecond late: they wait in
+// epoll_wait, whose timeout is in whole milliseconds. The thread blocks;
+// Go's scheduler hands its processor to another while it does.
+func wait(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	ts := syscall.NsecToTimespec(int64(d))
+	for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
+	}
+}
+
 // chunk is what one read returned, and when it is to be written.
 type chunk struct {
 	due  time.Time
@@ -117,7 +130,7 @@ func relay(dst, src net.Conn, delay time.Duration) {
 		}
 	}()
 	for c := range chunks {
-		time.Sleep(time.Until(c.due))
+		wait(time.Until(c.due))
 		if _, err := dst.Write(c.data); err != nil {
 			src.Close() // ends the reader
 			for range chunks {
