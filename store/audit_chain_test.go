@@ -36,13 +36,14 @@ END $$`, `CREATE TRIGGER hold_audit BEFORE INSERT ON audit_log FOR EACH ROW EXEC
 }
 
 // startAhead starts an append of kind after the step stmt in the
-// background, waits until its write is the chain's ahead, and returns
-// where its error arrives.
+// background, one that no one waits to be answered (as how a call ended),
+// waits until its write is the chain's ahead, and returns where its error
+// arrives.
 func startAhead(t *testing.T, s store.Store, stmt, kind string) <-chan error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
-		_, err := store.AppendAuditAfter(context.Background(), s, stmt, nil, link(kind), false)
+		_, err := store.AppendEndAfter(context.Background(), s, stmt, link(kind))
 		done <- err
 	}()
 	deadline := time.Now().Add(10 * time.Second)
@@ -285,5 +286,47 @@ func TestPostgresAuditChainedWriteOvertakes(t *testing.T) {
 	checkChain(t, records, 3)
 	if got := kinds(records); got != "first,steps,chained" {
 		t.Errorf("the log holds %s, want first,steps,chained", got)
+	}
+}
+
+// A write of appends that answer someone (a call's start) is not chained
+// on: what comes meanwhile waits for it and goes in the next write.
+func TestPostgresAuditNoChainOnAnswers(t *testing.T) {
+	dsn := storetest.PostgresURL(t)
+	s := knownHeadStore(t, dsn)
+	first := make(chan error, 1)
+	go func() {
+		_, err := store.AppendAuditAfter(context.Background(), s, "SELECT 1", nil, link("slow"), false)
+		first <- err
+	}()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(t.Context())
+	deadline := time.Now().Add(10 * time.Second)
+	for n := 0; n == 0; {
+		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'`).Scan(&n); err != nil {
+			t.Fatalf("pg_stat_activity: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first write never reached its INSERT")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if store.AuditAhead(s) {
+		t.Error("a write of an append that answers someone is the chain's ahead")
+	}
+	if _, err := s.AppendAudit(t.Context(), link("second")); err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("slow append: %v", err)
+	}
+	checkChained(t, s, 0, 0)
+	records := auditLog(t, s)
+	checkChain(t, records, 3)
+	if got := kinds(records); got != "first,slow,second" {
+		t.Errorf("the log holds %s, want first,slow,second", got)
 	}
 }

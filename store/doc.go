@@ -64,7 +64,8 @@
 //     BEGIN IMMEDIATE beside a read pool and its per-connection statement
 //     cache (sqlite_stmtcache.go), and PostgreSQL's audit group commit
 //     (postgres_audit*.go), which the start and the end of every tool
-//     call ride (postgres_executions.go) in one round trip, and the OAuth
+//     call ride (postgres_executions.go) in one round trip, a start sent
+//     while the previous outcome's write is under way, and the OAuth
 //     token endpoint's grants in two (postgres_oauth.go), whose every
 //     refusal is core's.
 //

@@ -36,7 +36,28 @@ func AppendAuditAfter(ctx context.Context, s Store, stmt string, args []any, bui
 			return err
 		},
 	}
-	r, err := s.(*postgresStore).appendAudit(ctx, step, build, lazy)
+	kind := appendAnswers
+	if lazy {
+		kind = appendLazy
+	}
+	r, err := s.(*postgresStore).appendAudit(ctx, step, build, kind)
+	if err != nil {
+		return AuditRecord{}, appendError(err, pgError)
+	}
+	return r, nil
+}
+
+// AppendEndAfter is AppendAuditAfter for an append written at once that
+// no one waits to be answered, as how a tool call ended is with WriteNow.
+func AppendEndAfter(ctx context.Context, s Store, stmt string, build func(AuditHead) (AuditRecord, error)) (AuditRecord, error) {
+	step := &pgTxStep{
+		queue: func(b *pgx.Batch) { b.Queue(stmt) },
+		read: func(br pgx.BatchResults) error {
+			_, err := br.Exec()
+			return err
+		},
+	}
+	r, err := s.(*postgresStore).appendAudit(ctx, step, build, appendAfter)
 	if err != nil {
 		return AuditRecord{}, appendError(err, pgError)
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 func (s *postgresStore) AppendAudit(ctx context.Context, build func(AuditHead) (AuditRecord, error)) (AuditRecord, error) {
-	r, err := s.appendAudit(ctx, nil, build, false)
+	r, err := s.appendAudit(ctx, nil, build, appendAnswers)
 	if err != nil {
 		return AuditRecord{}, appendError(err, pgError)
 	}
@@ -91,10 +91,9 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, w *pgAuditWrite, ba
 			c.head, c.known = head, true
 			return
 		}
-		tail := batch[len(batch)-1].head()
-		seen, err := appendAtHead(ctx, conn, batch, func() { s.sent(ctx, w, tail) })
+		seen, err := appendAtHead(ctx, conn, batch, func() { s.sent(ctx, w, batch) })
 		if err == nil {
-			c.head, c.known = tail, true
+			c.head, c.known = batch[len(batch)-1].head(), true
 			if attempt == 0 {
 				c.backoff = 0
 			}
@@ -140,11 +139,10 @@ func (s *postgresStore) writeChained(ctx context.Context, w *pgAuditWrite) {
 		<-w.after.done
 		return
 	}
-	tail := batch[len(batch)-1].head()
-	err := s.appendChained(ctx, w, batch, tail)
+	err := s.appendChained(ctx, w, batch)
 	<-w.after.done // the write ahead has ended: what it learned is ours
 	if err == nil {
-		c.head, c.known = tail, true
+		c.head, c.known = batch[len(batch)-1].head(), true
 		finishAppends(batch, nil)
 		return
 	}
@@ -160,9 +158,8 @@ func (s *postgresStore) writeChained(ctx context.Context, w *pgAuditWrite) {
 	finishAppends(batch, err)
 }
 
-// appendChained sends and reads the transaction of writeChained, whose
-// records end at tail.
-func (s *postgresStore) appendChained(ctx context.Context, w *pgAuditWrite, batch []*pgAuditAppend, tail AuditHead) error {
+// appendChained sends and reads the transaction of writeChained.
+func (s *postgresStore) appendChained(ctx context.Context, w *pgAuditWrite, batch []*pgAuditAppend) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -174,7 +171,7 @@ func (s *postgresStore) appendChained(ctx context.Context, w *pgAuditWrite, batc
 	b.Queue(auditHeadIs, w.afterTail.Seq, w.afterTail.Hash)
 	queueInsertAudits(b, batch)
 	br := conn.SendBatch(ctx, b)
-	s.sent(ctx, w, tail)
+	s.sent(ctx, w, batch)
 	return readBatch(br, func(br pgx.BatchResults) error {
 		if err := readSteps(br, batch); err != nil {
 			return err

@@ -25,11 +25,15 @@ const auditWriteTimeout = 30 * time.Second
 // transaction, one turn of the audit lock and one flush of the log.
 //
 // At most two writes are under way. The second starts once the first has
-// sent its statements on a head it knew, its records chained on the
-// records the first is to make (see writeChained): its round trip then
-// overlaps the first's, and it waits inside PostgreSQL only for the audit
-// lock. Writes end in order: a chained write takes over what the process
-// knows of the head only once the write it is chained on has ended.
+// sent its statements on a head it knew, when the first writes only
+// appends no one waits to be answered (how calls ended: see sent); its
+// records are chained on the records the first is to make (see
+// writeChained), so that its round trip overlaps the first's and it waits
+// inside PostgreSQL only for the audit lock. A call's start that comes
+// while the previous call's outcome is being written so takes one round
+// trip to the database, not up to two. Writes end in order: a chained
+// write takes over what the process knows of the head only once the write
+// it is chained on has ended.
 type pgAuditChain struct {
 	linger time.Duration
 
@@ -37,8 +41,9 @@ type pgAuditChain struct {
 	queue  []*pgAuditAppend
 	writes int // writes under way: none, one, or one and another chained on it
 	// ahead is the write under way that the next may be chained on: it
-	// has sent its statements, chained on a head it knew, and nothing is
-	// chained on it yet. Nil for none.
+	// has sent its statements, chained on a head it knew, none of its
+	// appends answers anyone, and nothing is chained on it yet. Nil for
+	// none.
 	ahead *pgAuditWrite
 	// How many writes were chained on another, and how many of those were
 	// rolled back and written again (see writeChained).
@@ -73,11 +78,27 @@ type pgAuditWrite struct {
 	done chan struct{} // closed when the write has ended
 }
 
+// appendKind says who waits for an audit append.
+type appendKind int
+
+const (
+	// appendAnswers: the caller waits for the append to answer someone
+	// (a decision, a tool call's start, before the call runs).
+	appendAnswers appendKind = iota
+	// appendAfter: written at once, but no one waits for it to be
+	// answered (how a tool call ended, its result already on its way).
+	appendAfter
+	// appendLazy: as appendAfter, and it may wait to ride in another
+	// append's transaction (see appendAudit).
+	appendLazy
+)
+
 // pgAuditAppend is one append to the audit log: queued, being written, or done.
 type pgAuditAppend struct {
-	step  *pgTxStep
-	build func(AuditHead) (AuditRecord, error)
-	lazy  bool // no caller waits for it: it may linger (see appendAudit)
+	step    *pgTxStep
+	build   func(AuditHead) (AuditRecord, error)
+	lazy    bool // it does not start a write: it may linger (see appendAudit)
+	answers bool // someone waits for it to be answered (appendAnswers)
 
 	rec  AuditRecord // built, and once done, written
 	err  error
@@ -115,12 +136,13 @@ func finishAppends(batch []*pgAuditAppend, err error) {
 //
 // When ctx ends while the append is queued, it is withdrawn and ctx's
 // error returned; once its write has begun, its result is awaited.
-func (s *postgresStore) appendAudit(ctx context.Context, step *pgTxStep, build func(AuditHead) (AuditRecord, error), lazy bool) (AuditRecord, error) {
+func (s *postgresStore) appendAudit(ctx context.Context, step *pgTxStep, build func(AuditHead) (AuditRecord, error), kind appendKind) (AuditRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return AuditRecord{}, err
 	}
 	c := s.audit
-	a := &pgAuditAppend{step: step, build: build, lazy: lazy, done: make(chan struct{})}
+	lazy := kind == appendLazy
+	a := &pgAuditAppend{step: step, build: build, lazy: lazy, answers: kind == appendAnswers, done: make(chan struct{})}
 	c.mu.Lock()
 	c.queue = append(c.queue, a)
 	w := c.startWriteLocked()
@@ -216,13 +238,23 @@ func (s *postgresStore) writeAudit(ctx context.Context, w *pgAuditWrite) {
 	}
 }
 
-// sent makes w, whose statements are on their way chained on a head the
-// process knew, the chain's ahead, its records to end at tail, and starts
-// a write chained on it if appends that are waited for are queued.
-func (s *postgresStore) sent(ctx context.Context, w *pgAuditWrite, tail AuditHead) {
+// sent is called once the statements of w, writing batch chained on a
+// head the process knew, are on their way. When no one waits for any
+// append of batch to be answered (how calls ended, their results gone),
+// w becomes the chain's ahead, and a write chained on it starts if
+// appends that are waited for are queued: a call's start then does not
+// wait for the previous call's outcome to be written. Writes of appends
+// that answer someone are not chained on: under load they carry many
+// appends each, whose steps a chained write would overtake to the lock
+// (see writeChained), and a write every round trip carries what queues
+// behind them as well as two would, in fewer transactions.
+func (s *postgresStore) sent(ctx context.Context, w *pgAuditWrite, batch []*pgAuditAppend) {
+	if slices.ContainsFunc(batch, func(a *pgAuditAppend) bool { return a.answers }) {
+		return
+	}
 	c := s.audit
 	c.mu.Lock()
-	w.tail, c.ahead = tail, w
+	w.tail, c.ahead = batch[len(batch)-1].head(), w
 	next := c.startWriteLocked()
 	c.mu.Unlock()
 	if next != nil {

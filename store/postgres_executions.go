@@ -74,7 +74,7 @@ func (s *postgresStore) BeginExecutionAudited(ctx context.Context, e Execution, 
 			return err
 		},
 	}
-	if _, err := s.appendAudit(ctx, step, build, false); err != nil {
+	if _, err := s.appendAudit(ctx, step, build, appendAnswers); err != nil {
 		return Execution{}, false, s.fail(err)
 	}
 	return begun(out, started, e)
@@ -111,7 +111,11 @@ func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyK
 			return nil
 		},
 	}
-	if _, err := s.appendAudit(ctx, step, build, !WritesNow(ctx)); err != nil {
+	kind := appendLazy
+	if WritesNow(ctx) {
+		kind = appendAfter
+	}
+	if _, err := s.appendAudit(ctx, step, build, kind); err != nil {
 		return Execution{}, s.fail(err)
 	}
 	if refused != nil {
