@@ -50,8 +50,11 @@ func TestShortRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("run took %s\n%s", time.Since(start), out.String())
-			if o.dbRTT > 0 && !regexp.MustCompile(`(?m)^db_rtt_ms 1\.000$`).Match(out.Bytes()) {
-				t.Error("the report does not say the relay added 1 ms to PostgreSQL's round trips")
+			if o.dbRTT > 0 {
+				if !regexp.MustCompile(`(?m)^db_rtt_ms 1\.000$`).Match(out.Bytes()) {
+					t.Error("the report does not say the relay added 1 ms to PostgreSQL's round trips")
+				}
+				checkPositive(t, out.Bytes(), "db_round_trip_p50_ms")
 			}
 			for _, key := range []string{"added_p50_ms", "added_p99_ms", "usher_p50_ms", "direct_p99_ms", "c_usher_calls_per_s",
 				"c_direct_calls_per_s", "c_cpu_ms_per_call_usher", "c_cpu_ms_per_call_upstream_direct", "c_cpu_ms_per_call_postgres", "load1_start",

@@ -164,6 +164,13 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			}
 		}()
 		o.dbVia, r.dbRTT = addr, o.dbRTT
+		// What the relay adds as measured, with its own hops and timers.
+		if r.dbRTTDirect, err = roundTrip(ctx, o.database, "", 200); err != nil {
+			return err
+		}
+		if r.dbRTTRelayed, err = roundTrip(ctx, o.database, addr, 200); err != nil {
+			return err
+		}
 	}
 	if o.database != "" {
 		r.engine = "PostgreSQL"

@@ -86,3 +86,29 @@ func (d *benchDatabase) backendCPU(ctx context.Context) (map[int]time.Duration, 
 	}
 	return cpu, nil
 }
+
+// roundTrip returns the median time of n `SELECT 1` round trips to the
+// server of dsn reached at via (its host:port; empty: dsn's own).
+func roundTrip(ctx context.Context, dsn, via string, n int) (time.Duration, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return 0, err
+	}
+	if via != "" {
+		u.Host = via
+	}
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	ds := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+			return 0, err
+		}
+		ds = append(ds, time.Since(start))
+	}
+	return percentile(ds, 0.5), nil
+}
