@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -289,44 +290,52 @@ func TestPostgresAuditChainedWriteOvertakes(t *testing.T) {
 	}
 }
 
-// A write of appends that answer someone (a call's start) is not chained
-// on: what comes meanwhile waits for it and goes in the next write.
-func TestPostgresAuditNoChainOnAnswers(t *testing.T) {
-	dsn := storetest.PostgresURL(t)
-	s := knownHeadStore(t, dsn)
-	first := make(chan error, 1)
-	go func() {
-		_, err := store.AppendAuditAfter(context.Background(), s, "SELECT 1", nil, link("slow"), false)
-		first <- err
-	}()
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(t.Context())
-	deadline := time.Now().Add(10 * time.Second)
-	for n := 0; n == 0; {
-		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'`).Scan(&n); err != nil {
-			t.Fatalf("pg_stat_activity: %v", err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first write never reached its INSERT")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if store.AuditAhead(s) {
-		t.Error("a write of an append that answers someone is the chain's ahead")
-	}
-	if _, err := s.AppendAudit(t.Context(), link("second")); err != nil {
-		t.Fatalf("append: %v", err)
-	}
-	if err := <-first; err != nil {
-		t.Fatalf("slow append: %v", err)
-	}
-	checkChained(t, s, 0, 0)
-	records := auditLog(t, s)
-	checkChain(t, records, 3)
-	if got := kinds(records); got != "first,slow,second" {
-		t.Errorf("the log holds %s, want first,slow,second", got)
+// Only a write of how calls ended while no other call was in progress is
+// chained on: not one of a call's start, nor one of how calls ended
+// while others were in progress (lazy appends, here written alone once
+// their linger is over). What comes meanwhile waits and goes in the next
+// write.
+func TestPostgresAuditNoChainOnOtherWrites(t *testing.T) {
+	for _, lazy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lazy %v", lazy), func(t *testing.T) {
+			dsn := storetest.PostgresURL(t)
+			s := knownHeadStore(t, dsn)
+			store.SetAuditLinger(s, 10*time.Millisecond)
+			first := make(chan error, 1)
+			go func() {
+				_, err := store.AppendAuditAfter(context.Background(), s, "SELECT 1", nil, link("slow"), lazy)
+				first <- err
+			}()
+			conn, err := pgx.Connect(t.Context(), dsn)
+			if err != nil {
+				t.Fatalf("connect: %v", err)
+			}
+			defer conn.Close(t.Context())
+			deadline := time.Now().Add(10 * time.Second)
+			for n := 0; n == 0; {
+				if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'`).Scan(&n); err != nil {
+					t.Fatalf("pg_stat_activity: %v", err)
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the first write never reached its INSERT")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if store.AuditAhead(s) {
+				t.Error("the write under way is the chain's ahead")
+			}
+			if _, err := s.AppendAudit(t.Context(), link("second")); err != nil {
+				t.Fatalf("append: %v", err)
+			}
+			if err := <-first; err != nil {
+				t.Fatalf("slow append: %v", err)
+			}
+			checkChained(t, s, 0, 0)
+			records := auditLog(t, s)
+			checkChain(t, records, 3)
+			if got := kinds(records); got != "first,slow,second" {
+				t.Errorf("the log holds %s, want first,slow,second", got)
+			}
+		})
 	}
 }

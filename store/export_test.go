@@ -47,8 +47,9 @@ func AppendAuditAfter(ctx context.Context, s Store, stmt string, args []any, bui
 	return r, nil
 }
 
-// AppendEndAfter is AppendAuditAfter for an append written at once that
-// no one waits to be answered, as how a tool call ended is with WriteNow.
+// AppendEndAfter is AppendAuditAfter for how a tool call ended while no
+// other call is in progress (WriteNow): written at once, no one waiting
+// for it to be answered.
 func AppendEndAfter(ctx context.Context, s Store, stmt string, build func(AuditHead) (AuditRecord, error)) (AuditRecord, error) {
 	step := &pgTxStep{
 		queue: func(b *pgx.Batch) { b.Queue(stmt) },
@@ -57,7 +58,7 @@ func AppendEndAfter(ctx context.Context, s Store, stmt string, build func(AuditH
 			return err
 		},
 	}
-	r, err := s.(*postgresStore).appendAudit(ctx, step, build, appendAfter)
+	r, err := s.(*postgresStore).appendAudit(ctx, step, build, appendAlone)
 	if err != nil {
 		return AuditRecord{}, appendError(err, pgError)
 	}

@@ -25,8 +25,8 @@ const auditWriteTimeout = 30 * time.Second
 // transaction, one turn of the audit lock and one flush of the log.
 //
 // At most two writes are under way. The second starts once the first has
-// sent its statements on a head it knew, when the first writes only
-// appends no one waits to be answered (how calls ended: see sent); its
+// sent its statements on a head it knew, when the first writes only how
+// calls ended while no other call was in progress (see sent); its
 // records are chained on the records the first is to make (see
 // writeChained), so that its round trip overlaps the first's and it waits
 // inside PostgreSQL only for the audit lock. A call's start that comes
@@ -41,9 +41,8 @@ type pgAuditChain struct {
 	queue  []*pgAuditAppend
 	writes int // writes under way: none, one, or one and another chained on it
 	// ahead is the write under way that the next may be chained on: it
-	// has sent its statements, chained on a head it knew, none of its
-	// appends answers anyone, and nothing is chained on it yet. Nil for
-	// none.
+	// has sent its statements, chained on a head it knew, its appends are
+	// all appendAlone, and nothing is chained on it yet. Nil for none.
 	ahead *pgAuditWrite
 	// How many writes were chained on another, and how many of those were
 	// rolled back and written again (see writeChained).
@@ -85,20 +84,22 @@ const (
 	// appendAnswers: the caller waits for the append to answer someone
 	// (a decision, a tool call's start, before the call runs).
 	appendAnswers appendKind = iota
-	// appendAfter: written at once, but no one waits for it to be
-	// answered (how a tool call ended, its result already on its way).
-	appendAfter
-	// appendLazy: as appendAfter, and it may wait to ride in another
-	// append's transaction (see appendAudit).
+	// appendAlone: how a tool call ended while no other call is in
+	// progress (WriteNow), its result already on its way: written at once,
+	// and no one waits for it to be answered. A write of only these may be
+	// chained on (see sent).
+	appendAlone
+	// appendLazy: how a tool call ended while others are in progress: it
+	// may wait to ride in another append's transaction (see appendAudit).
 	appendLazy
 )
 
 // pgAuditAppend is one append to the audit log: queued, being written, or done.
 type pgAuditAppend struct {
-	step    *pgTxStep
-	build   func(AuditHead) (AuditRecord, error)
-	lazy    bool // it does not start a write: it may linger (see appendAudit)
-	answers bool // someone waits for it to be answered (appendAnswers)
+	step  *pgTxStep
+	build func(AuditHead) (AuditRecord, error)
+	lazy  bool // it does not start a write: it may linger (see appendAudit)
+	alone bool // appendAlone
 
 	rec  AuditRecord // built, and once done, written
 	err  error
@@ -142,7 +143,7 @@ func (s *postgresStore) appendAudit(ctx context.Context, step *pgTxStep, build f
 	}
 	c := s.audit
 	lazy := kind == appendLazy
-	a := &pgAuditAppend{step: step, build: build, lazy: lazy, answers: kind == appendAnswers, done: make(chan struct{})}
+	a := &pgAuditAppend{step: step, build: build, lazy: lazy, alone: kind == appendAlone, done: make(chan struct{})}
 	c.mu.Lock()
 	c.queue = append(c.queue, a)
 	w := c.startWriteLocked()
@@ -187,11 +188,10 @@ func (s *postgresStore) appendAudit(ctx context.Context, step *pgTxStep, build f
 	}
 }
 
-// startWriteLocked returns the write the caller is to make now, with the
-// queued appends it takes, or nil: one starts when an append that is
-// waited for is queued and either no write is under way or the one under
-// way is the chain's ahead, which the new one is then chained on. c.mu
-// must be held.
+// startWriteLocked returns the write the caller is to make now, or nil:
+// one starts when an append that is waited for is queued and either no
+// write is under way or the one under way is the chain's ahead, which the
+// new one is then chained on. c.mu must be held.
 func (c *pgAuditChain) startWriteLocked() *pgAuditWrite {
 	if !slices.ContainsFunc(c.queue, (*pgAuditAppend).waitedFor) {
 		return nil
@@ -206,21 +206,29 @@ func (c *pgAuditChain) startWriteLocked() *pgAuditWrite {
 		return nil
 	}
 	c.writes++
-	n := min(len(c.queue), maxAuditBatch)
-	w.batch = slices.Clone(c.queue[:n])
-	c.queue = slices.Delete(c.queue, 0, n)
 	return w
 }
 
-// writeAudit makes the write w, and when appends that are waited for
-// have been queued meanwhile, starts the next write in another goroutine,
-// so that its caller can return.
+// writeAudit makes the write w of the appends queued when it begins
+// (those that come while a write started in another goroutine waits to
+// run go with it), and when appends that are waited for have been queued
+// meanwhile, starts the next write in another goroutine, so that its
+// caller can return.
 func (s *postgresStore) writeAudit(ctx context.Context, w *pgAuditWrite) {
 	c := s.audit
+	c.mu.Lock()
+	n := min(len(c.queue), maxAuditBatch)
+	w.batch = slices.Clone(c.queue[:n])
+	c.queue = slices.Delete(c.queue, 0, n)
+	c.mu.Unlock()
+
+	// The queue may be empty: its appends withdrawn by their callers.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
-	if w.after != nil {
+	switch {
+	case len(w.batch) == 0:
+	case w.after != nil:
 		s.writeChained(wctx, w)
-	} else {
+	default:
 		s.writeAuditBatch(wctx, w, w.batch)
 	}
 	cancel()
@@ -239,17 +247,18 @@ func (s *postgresStore) writeAudit(ctx context.Context, w *pgAuditWrite) {
 }
 
 // sent is called once the statements of w, writing batch chained on a
-// head the process knew, are on their way. When no one waits for any
-// append of batch to be answered (how calls ended, their results gone),
-// w becomes the chain's ahead, and a write chained on it starts if
-// appends that are waited for are queued: a call's start then does not
-// wait for the previous call's outcome to be written. Writes of appends
-// that answer someone are not chained on: under load they carry many
-// appends each, whose steps a chained write would overtake to the lock
-// (see writeChained), and a write every round trip carries what queues
-// behind them as well as two would, in fewer transactions.
+// head the process knew, are on their way. When batch is only how calls
+// ended while no other call was in progress (appendAlone), w becomes the
+// chain's ahead, and a write chained on it starts if appends that are
+// waited for are queued: a call's start that comes at once after the call
+// before it then does not wait for that call's outcome to be written.
+// Other writes are not chained on. Under load they carry many appends,
+// whose steps a chained write would overtake to the lock (see
+// writeChained), and one write after another carries what queues behind
+// them in fewer transactions than two in flight would: at c=8 the
+// database then did more work per call for no gain.
 func (s *postgresStore) sent(ctx context.Context, w *pgAuditWrite, batch []*pgAuditAppend) {
-	if slices.ContainsFunc(batch, func(a *pgAuditAppend) bool { return a.answers }) {
+	if slices.ContainsFunc(batch, func(a *pgAuditAppend) bool { return !a.alone }) {
 		return
 	}
 	c := s.audit

@@ -113,7 +113,7 @@ func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyK
 	}
 	kind := appendLazy
 	if WritesNow(ctx) {
-		kind = appendAfter
+		kind = appendAlone
 	}
 	if _, err := s.appendAudit(ctx, step, build, kind); err != nil {
 		return Execution{}, s.fail(err)
