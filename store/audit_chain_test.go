@@ -57,6 +57,31 @@ func startAhead(t *testing.T, s store.Store, stmt, kind string) <-chan error {
 	return done
 }
 
+// waitForBackend connects to dsn and waits until a backend waits for
+// event (pg_stat_activity.wait_event), returning the connection.
+func waitForBackend(t *testing.T, dsn, event string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event = $1`, event).Scan(&n); err != nil {
+			t.Fatalf("pg_stat_activity: %v", err)
+		}
+		if n > 0 {
+			return conn
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no backend waited for %s", event)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // knownHeadStore returns a PostgreSQL store that knows the audit log's
 // head (it has appended the first record), whose inserts are held as
 // holdInserts says.
@@ -77,6 +102,17 @@ func kinds(records []store.AuditRecord) string {
 		k = append(k, r.Kind)
 	}
 	return strings.Join(k, ",")
+}
+
+// checkLog fails unless the log of s is one gapless chain of records of
+// the kinds want lists, in order (comma-separated).
+func checkLog(t *testing.T, s store.Store, want string) {
+	t.Helper()
+	records := auditLog(t, s)
+	checkChain(t, records, strings.Count(want, ",")+1)
+	if got := kinds(records); got != want {
+		t.Errorf("the log holds %s, want %s", got, want)
+	}
 }
 
 // checkChained fails unless s chained writes writes times and wrote
@@ -102,11 +138,7 @@ func TestPostgresAuditChainedWrite(t *testing.T) {
 		t.Fatalf("slow append: %v", err)
 	}
 	checkChained(t, s, 1, 0)
-	records := auditLog(t, s)
-	checkChain(t, records, 3)
-	if got := kinds(records); got != "first,slow,chained" {
-		t.Errorf("the log holds %s, want first,slow,chained", got)
-	}
+	checkLog(t, s, "first,slow,chained")
 	if tx := auditTx(t, dsn); tx[2] == tx[3] {
 		t.Errorf("records written by transactions %v; want 2 and 3 in two", tx)
 	}
@@ -131,11 +163,7 @@ func TestPostgresAuditChainedOnRolledBackWrite(t *testing.T) {
 		t.Fatal("the failing append succeeded")
 	}
 	checkChained(t, s, 1, 1)
-	records := auditLog(t, s)
-	checkChain(t, records, 2)
-	if got := kinds(records); got != "first,chained" {
-		t.Errorf("the log holds %s, want first,chained", got)
-	}
+	checkLog(t, s, "first,chained")
 }
 
 // A write chained on one that another process's record overtook (the
@@ -157,11 +185,7 @@ func TestPostgresAuditChainedAfterAnotherProcess(t *testing.T) {
 		t.Fatalf("slow append: %v", err)
 	}
 	checkChained(t, a, 1, 1)
-	records := auditLog(t, a)
-	checkChain(t, records, 4)
-	if got := kinds(records); got != "first,other,slow,chained" {
-		t.Errorf("the log holds %s, want first,other,slow,chained", got)
-	}
+	checkLog(t, a, "first,other,slow,chained")
 }
 
 // A chained write whose own step fails is written again alone, as any
@@ -177,11 +201,7 @@ func TestPostgresAuditChainedWriteFails(t *testing.T) {
 		t.Fatalf("slow append: %v", err)
 	}
 	checkChained(t, s, 1, 1)
-	records := auditLog(t, s)
-	checkChain(t, records, 2)
-	if got := kinds(records); got != "first,slow" {
-		t.Errorf("the log holds %s, want first,slow", got)
-	}
+	checkLog(t, s, "first,slow")
 }
 
 // The write ahead commits but its commit is never acknowledged: its
@@ -206,11 +226,7 @@ func TestPostgresAuditChainedOnUnacknowledgedCommit(t *testing.T) {
 		t.Fatalf("the proxy cut %d acknowledgements, want 1: the fault was not injected", cutter.cut.Load())
 	}
 	checkChained(t, s, 1, 0)
-	records := auditLog(t, s)
-	checkChain(t, records, 3)
-	if got := kinds(records); got != "first,slow,chained" {
-		t.Errorf("the log holds %s, want first,slow,chained", got)
-	}
+	checkLog(t, s, "first,slow,chained")
 	if _, err := s.AppendAudit(t.Context(), link("after")); err != nil {
 		t.Fatalf("append: %v", err)
 	}
@@ -229,28 +245,9 @@ func TestPostgresAuditChainedOnTerminatedWrite(t *testing.T) {
 		_, err := s.AppendAudit(context.Background(), link("chained"))
 		chained <- err
 	}()
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(t.Context())
 	// Once the chained write waits for the audit lock, the stuck one is
 	// ended.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n int
-		err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'`).Scan(&n)
-		if err != nil {
-			t.Fatalf("pg_stat_activity: %v", err)
-		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the chained write never waited for the audit lock")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	conn := waitForBackend(t, dsn, "advisory")
 	var n int
 	if err := conn.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE wait_event = 'PgSleep'`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("terminated %d backends, %v; want 1", n, err)
@@ -262,11 +259,7 @@ func TestPostgresAuditChainedOnTerminatedWrite(t *testing.T) {
 		t.Fatalf("chained append: %v", err)
 	}
 	checkChained(t, s, 1, 1)
-	records := auditLog(t, s)
-	checkChain(t, records, 2)
-	if got := kinds(records); got != "first,chained" {
-		t.Errorf("the log holds %s, want first,chained", got)
-	}
+	checkLog(t, s, "first,chained")
 }
 
 // A write chained on one whose steps are still running (they come before
@@ -283,11 +276,7 @@ func TestPostgresAuditChainedWriteOvertakes(t *testing.T) {
 		t.Fatalf("append: %v", err)
 	}
 	checkChained(t, s, 1, 1)
-	records := auditLog(t, s)
-	checkChain(t, records, 3)
-	if got := kinds(records); got != "first,steps,chained" {
-		t.Errorf("the log holds %s, want first,steps,chained", got)
-	}
+	checkLog(t, s, "first,steps,chained")
 }
 
 // Only a write of how calls ended while no other call was in progress is
@@ -306,21 +295,7 @@ func TestPostgresAuditNoChainOnOtherWrites(t *testing.T) {
 				_, err := store.AppendAuditAfter(context.Background(), s, "SELECT 1", nil, link("slow"), lazy)
 				first <- err
 			}()
-			conn, err := pgx.Connect(t.Context(), dsn)
-			if err != nil {
-				t.Fatalf("connect: %v", err)
-			}
-			defer conn.Close(t.Context())
-			deadline := time.Now().Add(10 * time.Second)
-			for n := 0; n == 0; {
-				if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'`).Scan(&n); err != nil {
-					t.Fatalf("pg_stat_activity: %v", err)
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the first write never reached its INSERT")
-				}
-				time.Sleep(time.Millisecond)
-			}
+			waitForBackend(t, dsn, "PgSleep") // the first write at its INSERT
 			if store.AuditAhead(s) {
 				t.Error("the write under way is the chain's ahead")
 			}
@@ -331,11 +306,7 @@ func TestPostgresAuditNoChainOnOtherWrites(t *testing.T) {
 				t.Fatalf("slow append: %v", err)
 			}
 			checkChained(t, s, 0, 0)
-			records := auditLog(t, s)
-			checkChain(t, records, 3)
-			if got := kinds(records); got != "first,slow,second" {
-				t.Errorf("the log holds %s, want first,slow,second", got)
-			}
+			checkLog(t, s, "first,slow,second")
 		})
 	}
 }
