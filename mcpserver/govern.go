@@ -101,6 +101,8 @@ func baseEvent(c Caller, a Action, name string) Event {
 // upstream, and how that ended is recorded after the answer.
 func (s *Server) govern(ctx context.Context, g governed) (mcp.Result, error) {
 	start := s.opts.Now()
+	s.calls.Add(1)
+	defer s.calls.Add(-1)
 	v, err := s.opts.Decider.Decide(ctx, g.call)
 	if err != nil {
 		s.log.ErrorContext(ctx, "mcpserver: the policy failed; denying", "action", g.call.Action, "name", g.ev.Tool, "err", err)
@@ -183,6 +185,11 @@ func (s *Server) govern(ctx context.Context, g governed) (mcp.Result, error) {
 		err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The upstream server failed. The error has been logged."}
 	}
 	ev = s.stamp(ev, kind)
+	if s.calls.Load() == 1 {
+		// No other request is in progress: a start that comes while this
+		// outcome is written goes at once, chained on it (see callTool).
+		after = store.WriteNow(after)
+	}
 	s.outcomes.write(after, "", func(ctx context.Context, lost func()) {
 		s.recordOutcome(ctx, ev, "", nil, lost)
 	})

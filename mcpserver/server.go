@@ -148,8 +148,10 @@ type Server struct {
 	states     *seal.Sealer // seals the requestState of incomplete results
 	stages     *stages      // times the stages of tool calls
 	sdk        *mcp.Server
-	// calls counts the tool calls in progress (see callTool): one that
-	// ends with none other in progress writes its outcome at once.
+	// calls counts the tool calls and the governed requests (resource
+	// reads, prompts) in progress (see callTool, govern): one that ends
+	// with none other in progress writes its outcome at once
+	// (store.WriteNow).
 	calls atomic.Int64
 
 	endpointPath  string   // the path of the endpoint

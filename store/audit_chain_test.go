@@ -310,3 +310,30 @@ func TestPostgresAuditNoChainOnOtherWrites(t *testing.T) {
 		})
 	}
 }
+
+// A record appended alone with WriteNow (how a resource read, a prompt or
+// a call without an idempotency key ended, with no other call in
+// progress) is chained on as an execution's finish is.
+func TestPostgresAuditChainedOnWriteNowAppend(t *testing.T) {
+	s := knownHeadStore(t, storetest.PostgresURL(t))
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.AppendAudit(store.WriteNow(context.Background()), link("slow"))
+		first <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !store.AuditAhead(s) {
+		if time.Now().After(deadline) {
+			t.Fatal("the WriteNow append's write never became the chain's ahead")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := s.AppendAudit(t.Context(), link("chained")); err != nil {
+		t.Fatalf("chained append: %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("slow append: %v", err)
+	}
+	checkChained(t, s, 1, 0)
+	checkLog(t, s, "first,slow,chained")
+}

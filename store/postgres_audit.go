@@ -13,7 +13,11 @@ import (
 )
 
 func (s *postgresStore) AppendAudit(ctx context.Context, build func(AuditHead) (AuditRecord, error)) (AuditRecord, error) {
-	r, err := s.appendAudit(ctx, nil, build, appendAnswers)
+	kind := appendAnswers
+	if WritesNow(ctx) {
+		kind = appendAlone // how a call ended (see WriteNow)
+	}
+	r, err := s.appendAudit(ctx, nil, build, kind)
 	if err != nil {
 		return AuditRecord{}, appendError(err, pgError)
 	}

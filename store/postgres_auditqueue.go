@@ -84,9 +84,9 @@ const (
 	// appendAnswers: the caller waits for the append to answer someone
 	// (a decision, a tool call's start, before the call runs).
 	appendAnswers appendKind = iota
-	// appendAlone: how a tool call ended while no other call is in
-	// progress (WriteNow), its result already on its way: written at once,
-	// and no one waits for it to be answered. A write of only these may be
+	// appendAlone: how a call ended while no other call is in progress
+	// (WriteNow), its result already on its way: written at once, and no
+	// one waits for it to be answered. A write of only these may be
 	// chained on (see sent).
 	appendAlone
 	// appendLazy: how a tool call ended while others are in progress: it

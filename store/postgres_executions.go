@@ -127,12 +127,16 @@ func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyK
 // writeNowKey marks a context of WriteNow.
 type writeNowKey struct{}
 
-// WriteNow returns ctx marked so that a write that could wait to ride in
-// the transaction of another (FinishExecutionAudited on PostgreSQL) is
-// written at once. A caller that knows no other write is coming soon marks
-// it: waiting for a carrier that does not come would only put the write,
-// and its statements, in the way of the next one, which then waits for it.
-// SQLite's store writes every such write at once anyway.
+// WriteNow returns ctx marked for how a call ended when no other call is
+// in progress, which no one waits for (its result has gone). A write that
+// could wait to ride in the transaction of another
+// (FinishExecutionAudited on PostgreSQL) is then written at once: waiting
+// for a carrier that does not come would only put the write, and its
+// statements, in the way of the next one, which then waits for it. And on
+// PostgreSQL the next call's start, coming while such a write
+// (FinishExecutionAudited, or AppendAudit) is under way, is sent at once,
+// chained on its records (see pgAuditChain), rather than after it.
+// SQLite's store writes every write at once, one after another, anyway.
 func WriteNow(ctx context.Context) context.Context {
 	return context.WithValue(ctx, writeNowKey{}, true)
 }
