@@ -527,16 +527,23 @@ func (s *Server) run(ctx context.Context, t *tool, call Call, ev Event, start ti
 		}
 	}
 	ev = s.stamp(ev, kind)
-	if s.calls.Load() == 1 {
-		// No other call is in progress here, so no start is coming soon
-		// for the outcome to ride with: waiting for one would only put it
-		// in the next call's way.
-		after = store.WriteNow(after)
-	}
+	after = s.outcomeContext(after)
 	s.outcomes.write(after, key, func(ctx context.Context, lost func()) {
 		s.recordOutcome(ctx, ev, status, stored, lost)
 	})
 	return res
+}
+
+// outcomeContext is ctx for writing how a call or a governed request
+// ended: marked store.WriteNow when no other is in progress here. No start
+// is then coming soon for the outcome to ride with (waiting for one would
+// only put it in the next call's way), and a start that comes while it is
+// written goes at once, chained on it.
+func (s *Server) outcomeContext(ctx context.Context) context.Context {
+	if s.calls.Load() == 1 {
+		return store.WriteNow(ctx)
+	}
+	return ctx
 }
 
 // replayed answers a call whose idempotency key already has an execution:

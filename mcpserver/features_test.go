@@ -125,6 +125,31 @@ func twoFeatureUpstreams(t *testing.T, rules map[string]Decision) (*env, *featur
 	return e, a, b
 }
 
+// TestGovernedOutcomeWrittenNow: the outcome of a read or a get that ends
+// with no other request in progress is recorded with store.WriteNow, so
+// that the next request's decision is not held behind its write (see
+// store.WriteNow); the decision before it is not.
+func TestGovernedOutcomeWrittenNow(t *testing.T) {
+	e, _, _ := twoFeatureUpstreams(t, map[string]Decision{"a__test://static-text": Allow, "a__greet": Allow})
+	cs := e.connect(alice, "", nil, "2025-11-25")
+	ctx := t.Context()
+	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "a__test://static-text"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "a__greet", Arguments: map[string]string{"who": "Ada"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.server.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"decision now=false", "executed now=true"}
+	for _, name := range []string{"a__test://static-text", "a__greet"} {
+		if got := e.audit.writtenNow(name); !slices.Equal(got, want) {
+			t.Errorf("%s's records = %q, want %q", name, got, want)
+		}
+	}
+}
+
 // TestFederatedResourcesAndPrompts: two upstreams' colliding URIs and
 // prompt names are each offered under the upstream's prefix, each read and
 // get goes to its own upstream, and what comes back names its URIs in

@@ -185,11 +185,7 @@ func (s *Server) govern(ctx context.Context, g governed) (mcp.Result, error) {
 		err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The upstream server failed. The error has been logged."}
 	}
 	ev = s.stamp(ev, kind)
-	if s.calls.Load() == 1 {
-		// No other request is in progress: a start that comes while this
-		// outcome is written goes at once, chained on it (see callTool).
-		after = store.WriteNow(after)
-	}
+	after = s.outcomeContext(after)
 	s.outcomes.write(after, "", func(ctx context.Context, lost func()) {
 		s.recordOutcome(ctx, ev, "", nil, lost)
 	})

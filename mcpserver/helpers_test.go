@@ -155,6 +155,7 @@ func (p *policy) calls() []Call {
 type auditLog struct {
 	mu     sync.Mutex
 	events []Event
+	now    []bool // for each event, whether it was recorded with store.WriteNow
 	fail   bool
 	// unacknowledged is how many more records of that kind are kept and
 	// then answered with an error, as a commit whose acknowledgement was
@@ -163,13 +164,14 @@ type auditLog struct {
 	unacknowledgedKind string
 }
 
-func (a *auditLog) Record(_ context.Context, e Event) error {
+func (a *auditLog) Record(ctx context.Context, e Event) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.fail {
 		return fmt.Errorf("the audit log is unavailable")
 	}
 	a.events = append(a.events, e)
+	a.now = append(a.now, store.WritesNow(ctx))
 	if a.unacknowledged > 0 && e.Kind == a.unacknowledgedKind {
 		a.unacknowledged--
 		return fmt.Errorf("the connection was lost at the commit")
@@ -185,6 +187,20 @@ func (a *auditLog) kinds(tool string) []string {
 	for _, e := range a.events {
 		if e.Tool == tool {
 			out = append(out, e.Kind)
+		}
+	}
+	return out
+}
+
+// writtenNow returns, for each event recorded about tool, in order, its
+// kind and whether it was recorded with store.WriteNow.
+func (a *auditLog) writtenNow(tool string) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for i, e := range a.events {
+		if e.Tool == tool {
+			out = append(out, fmt.Sprintf("%s now=%v", e.Kind, a.now[i]))
 		}
 	}
 	return out

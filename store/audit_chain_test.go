@@ -42,11 +42,18 @@ END $$`, `CREATE TRIGGER hold_audit BEFORE INSERT ON audit_log FOR EACH ROW EXEC
 // arrives.
 func startAhead(t *testing.T, s store.Store, stmt, kind string) <-chan error {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() {
+	return runAhead(t, s, func() error {
 		_, err := store.AppendEndAfter(context.Background(), s, stmt, link(kind))
-		done <- err
-	}()
+		return err
+	})
+}
+
+// runAhead runs appendFn in the background, waits until the write it
+// starts is the chain's ahead, and returns where its error arrives.
+func runAhead(t *testing.T, s store.Store, appendFn func() error) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- appendFn() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for !store.AuditAhead(s) {
 		if time.Now().After(deadline) {
@@ -316,18 +323,10 @@ func TestPostgresAuditNoChainOnOtherWrites(t *testing.T) {
 // progress) is chained on as an execution's finish is.
 func TestPostgresAuditChainedOnWriteNowAppend(t *testing.T) {
 	s := knownHeadStore(t, storetest.PostgresURL(t))
-	first := make(chan error, 1)
-	go func() {
+	first := runAhead(t, s, func() error {
 		_, err := s.AppendAudit(store.WriteNow(context.Background()), link("slow"))
-		first <- err
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for !store.AuditAhead(s) {
-		if time.Now().After(deadline) {
-			t.Fatal("the WriteNow append's write never became the chain's ahead")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return err
+	})
 	if _, err := s.AppendAudit(t.Context(), link("chained")); err != nil {
 		t.Fatalf("chained append: %v", err)
 	}
