@@ -94,7 +94,9 @@ type CatalogOptions struct {
 	// idle, the call gets a tool error before anything is sent. Default
 	// DefaultMaxSessionsPerUser.
 	MaxSessionsPerUser int
-	// CallTimeout bounds a call of an upstream tool. Default 5 min.
+	// CallTimeout bounds a call of an upstream tool. Default
+	// DefaultCallTimeout. A Sweeper of the calls is told it
+	// (SweeperOptions.CallTimeout).
 	CallTimeout time.Duration
 	// HTTPClient is the base of the clients of HTTP upstreams; its
 	// redirect policy is replaced by one that follows none, so credentials
@@ -274,7 +276,7 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 		o.IdleTimeout = 5 * time.Minute
 	}
 	if o.CallTimeout == 0 {
-		o.CallTimeout = 5 * time.Minute
+		o.CallTimeout = DefaultCallTimeout
 	}
 	if o.MaxSessions == 0 {
 		o.MaxSessions = DefaultMaxSessions
@@ -400,6 +402,13 @@ func (c *Catalog) Definitions(ctx context.Context) ([]Definition, error) {
 	}
 	return defs, snap.listErrors
 }
+
+// DefaultCallTimeout is the default of CatalogOptions.CallTimeout.
+const DefaultCallTimeout = 5 * time.Minute
+
+// CallTimeout is the longest a call of an upstream tool runs
+// (CatalogOptions.CallTimeout).
+func (c *Catalog) CallTimeout() time.Duration { return c.opts.CallTimeout }
 
 // Close closes every upstream session and stops their processes. Calls in
 // flight fail. It is idempotent; the catalog cannot reach upstreams

@@ -177,7 +177,8 @@
 // and only the round that completes uses the approval up. Any replica
 // takes the retry: nothing of a round stays in a process. A call whose
 // caller never comes back is ended by the Sweeper once its state can no
-// longer be valid (DefaultInputAbandonedAfter after its latest round
-// started): failed, with a result that says so, which a retry under its
+// longer be valid (SweeperOptions.InputAbandonedAfter after its latest
+// round started: the CallTimeout, the InputLifetime and a minute, 16 min
+// by default): failed, with a result that says so, which a retry under its
 // idempotency key gets, and audited (KindInputAbandoned).
 package mcpserver

@@ -364,6 +364,10 @@ func (s *Server) Drain(ctx context.Context) error {
 	return detached
 }
 
+// InputLifetime is how long a caller has to answer a round's input
+// requests (Options.InputLifetime).
+func (s *Server) InputLifetime() time.Duration { return s.opts.InputLifetime }
+
 // Handler returns the MCP endpoint, to serve at the path of PublicURL +
 // "/mcp" (see Mount).
 func (s *Server) Handler() http.Handler { return s.handler }

@@ -12,18 +12,23 @@ import (
 	"github.com/usherhq/usher/store"
 )
 
+// sweepMargin is how much longer than a call can run an execution still
+// started is left before it is taken for one whose process stopped: a
+// live process records its outcome, or that it is unknown, within seconds
+// of the call's end (see Options.RecordAttempts).
+const sweepMargin = time.Minute
+
 // DefaultAbandonedAfter is how long after its start an execution still
-// started is taken for one whose process stopped: a call runs for at most
-// the catalog's CallTimeout (5 min by default), and a live process then
-// records its outcome, or that it is unknown, within seconds (see
-// Options.RecordAttempts).
-const DefaultAbandonedAfter = 6 * time.Minute
+// started is taken for one whose process stopped, when the calls run for
+// at most DefaultCallTimeout: that and a minute.
+const DefaultAbandonedAfter = DefaultCallTimeout + sweepMargin
 
 // DefaultInputAbandonedAfter is how long after its latest round started
 // an execution still awaiting input is taken for one its caller gave up
-// on: the round runs for at most the catalog's CallTimeout, and the
-// request state it gave the caller expires InputLifetime after it ended
-// (DefaultInputLifetime), after which no retry can resume it.
+// on, with the default CallTimeout and InputLifetime: the round runs for
+// at most the CallTimeout, and the request state it gave the caller
+// expires InputLifetime after it ended, after which no retry can resume
+// it; a minute more.
 const DefaultInputAbandonedAfter = DefaultAbandonedAfter + DefaultInputLifetime
 
 // inputAbandonedText is the result a call that no answer came for is
@@ -54,15 +59,24 @@ type SweeperOptions struct {
 	// Executions marks abandoned executions and records an
 	// outcome_unknown event for each. Required.
 	Executions AbandonedExecutions
+	// CallTimeout is the longest a call of the swept executions runs: the
+	// catalog's (Catalog.CallTimeout). Default DefaultCallTimeout.
+	CallTimeout time.Duration
+	// InputLifetime is how long a caller has to answer a round's input
+	// requests: the server's (Server.InputLifetime). Default
+	// DefaultInputLifetime.
+	InputLifetime time.Duration
 	// AbandonedAfter is how long after its start an execution still
-	// started is marked outcome_unknown. Default DefaultAbandonedAfter;
-	// it must exceed the catalog's CallTimeout.
+	// started is marked outcome_unknown. It must exceed CallTimeout, so
+	// that no call still running is marked. Default CallTimeout and a
+	// minute (DefaultAbandonedAfter with the default CallTimeout).
 	AbandonedAfter time.Duration
 	// InputAbandonedAfter is how long after its latest round started an
-	// execution still awaiting input is ended, failed. Default
-	// DefaultInputAbandonedAfter; it must exceed the catalog's
-	// CallTimeout and the server's InputLifetime together, so that no
-	// request state that could resume it is still valid.
+	// execution still awaiting input is ended, failed. It must exceed
+	// CallTimeout and InputLifetime together, so that no request state
+	// that could resume it is still valid. Default CallTimeout,
+	// InputLifetime and a minute (DefaultInputAbandonedAfter with the
+	// defaults).
 	InputAbandonedAfter time.Duration
 	// Interval is the time between two sweeps. Default 1 min.
 	Interval time.Duration
@@ -89,11 +103,17 @@ func NewSweeper(opts *SweeperOptions) (*Sweeper, error) {
 	if opts != nil {
 		o = *opts
 	}
+	if o.CallTimeout == 0 {
+		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.InputLifetime == 0 {
+		o.InputLifetime = DefaultInputLifetime
+	}
 	if o.AbandonedAfter == 0 {
-		o.AbandonedAfter = DefaultAbandonedAfter
+		o.AbandonedAfter = o.CallTimeout + sweepMargin
 	}
 	if o.InputAbandonedAfter == 0 {
-		o.InputAbandonedAfter = DefaultInputAbandonedAfter
+		o.InputAbandonedAfter = o.CallTimeout + o.InputLifetime + sweepMargin
 	}
 	if o.Interval == 0 {
 		o.Interval = time.Minute
@@ -108,9 +128,19 @@ func NewSweeper(opts *SweeperOptions) (*Sweeper, error) {
 	if o.Executions == nil {
 		errs = append(errs, errors.New("Executions are required"))
 	}
-	if o.AbandonedAfter < 0 || o.InputAbandonedAfter < 0 || o.Interval < 0 {
-		errs = append(errs, fmt.Errorf("AbandonedAfter, InputAbandonedAfter and Interval must not be negative, got %s, %s and %s",
-			o.AbandonedAfter, o.InputAbandonedAfter, o.Interval))
+	if o.CallTimeout < 0 || o.InputLifetime < 0 || o.Interval < 0 {
+		errs = append(errs, fmt.Errorf("CallTimeout, InputLifetime and Interval must not be negative, got %s, %s and %s",
+			o.CallTimeout, o.InputLifetime, o.Interval))
+	} else {
+		// A shorter wait would end calls that are still running, or that
+		// their callers can still resume.
+		if o.AbandonedAfter <= o.CallTimeout {
+			errs = append(errs, fmt.Errorf("AbandonedAfter (%s) must exceed CallTimeout (%s)", o.AbandonedAfter, o.CallTimeout))
+		}
+		if o.InputAbandonedAfter <= o.CallTimeout+o.InputLifetime {
+			errs = append(errs, fmt.Errorf("InputAbandonedAfter (%s) must exceed CallTimeout and InputLifetime together (%s)",
+				o.InputAbandonedAfter, o.CallTimeout+o.InputLifetime))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("mcpserver: sweeper options: %w", err)

@@ -3,12 +3,33 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/usherhq/usher/store"
 )
+
+// beginAt starts alice's execution key of run-1 in st, at.
+func beginAt(t *testing.T, st store.Store, key string, at time.Time) {
+	t.Helper()
+	if _, _, err := st.BeginExecution(t.Context(), store.Execution{
+		IdempotencyKey: key, Principal: alice, Tool: "fx__echo", ArgumentsHash: "h", RunID: "run-1", StartedAt: at,
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// awaitAt starts alice's execution key of run-1 in st, at, and moves it to
+// awaiting input a second later.
+func awaitAt(t *testing.T, st store.Store, key string, at time.Time) {
+	t.Helper()
+	beginAt(t, st, key, at)
+	if _, err := st.AwaitInputAudited(t.Context(), key, "", at.Add(time.Second), nil); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // TestSweeperMarksAbandoned checks that a sweep marks, by its own clock,
 // the executions started longer than AbandonedAfter ago and still started
@@ -19,16 +40,8 @@ func TestSweeperMarksAbandoned(t *testing.T) {
 			ctx := t.Context()
 			st := eng.open(t)
 			now := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
-			begin := func(key string, at time.Time) {
-				t.Helper()
-				if _, _, err := st.BeginExecution(ctx, store.Execution{
-					IdempotencyKey: key, Principal: alice, Tool: "fx__echo", ArgumentsHash: "h", RunID: "run-1", StartedAt: at,
-				}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			begin("abandoned", now.Add(-DefaultAbandonedAfter-time.Second))
-			begin("running", now.Add(-DefaultAbandonedAfter+time.Second))
+			beginAt(t, st, "abandoned", now.Add(-DefaultAbandonedAfter-time.Second))
+			beginAt(t, st, "running", now.Add(-DefaultAbandonedAfter+time.Second))
 			audit := &auditLog{}
 			sw, err := NewSweeper(&SweeperOptions{Executions: &storeExecutions{s: st, audit: audit}, Now: func() time.Time { return now }})
 			if err != nil {
@@ -74,19 +87,8 @@ func TestSweeperEndsAwaitingInput(t *testing.T) {
 			ctx := t.Context()
 			st := eng.open(t)
 			now := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
-			await := func(key string, at time.Time) {
-				t.Helper()
-				if _, _, err := st.BeginExecution(ctx, store.Execution{
-					IdempotencyKey: key, Principal: alice, Tool: "fx__echo", ArgumentsHash: "h", RunID: "run-1", StartedAt: at,
-				}); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := st.AwaitInputAudited(ctx, key, "", at.Add(time.Second), nil); err != nil {
-					t.Fatal(err)
-				}
-			}
-			await("unanswered", now.Add(-DefaultInputAbandonedAfter-time.Second))
-			await("answerable", now.Add(-DefaultInputAbandonedAfter+time.Second))
+			awaitAt(t, st, "unanswered", now.Add(-DefaultInputAbandonedAfter-time.Second))
+			awaitAt(t, st, "answerable", now.Add(-DefaultInputAbandonedAfter+time.Second))
 			audit := &auditLog{}
 			sw, err := NewSweeper(&SweeperOptions{Executions: &storeExecutions{s: st, audit: audit}, Now: func() time.Time { return now }})
 			if err != nil {
@@ -124,6 +126,59 @@ func TestSweeperEndsAwaitingInput(t *testing.T) {
 				t.Errorf("Sweep again = %v, %v; want none", ended, err)
 			}
 		})
+	}
+}
+
+// TestSweeperFollowsCallBounds checks that with a longer CallTimeout and
+// InputLifetime than the defaults a sweep leaves alone the calls that may
+// still be running, or that their callers may still resume, and ends them
+// once those bounds and a minute have passed; and that waits no longer
+// than the bounds are refused.
+func TestSweeperFollowsCallBounds(t *testing.T) {
+	ctx := t.Context()
+	st := engines[0].open(t)
+	now := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
+	callTimeout, inputLifetime := 20*time.Minute, 30*time.Minute
+	// Each of "running" and "resumable" is older than the default wait.
+	beginAt(t, st, "running", now.Add(-callTimeout+time.Second))
+	beginAt(t, st, "lost", now.Add(-callTimeout-time.Minute-time.Second))
+	awaitAt(t, st, "resumable", now.Add(-callTimeout-inputLifetime))
+	awaitAt(t, st, "unanswered", now.Add(-callTimeout-inputLifetime-time.Minute-time.Second))
+	executions := &storeExecutions{s: st, audit: &auditLog{}}
+	sw, err := NewSweeper(&SweeperOptions{Executions: executions, CallTimeout: callTimeout, InputLifetime: inputLifetime, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed, err := sw.Sweep(ctx)
+	var keys []string
+	for _, e := range changed {
+		keys = append(keys, e.IdempotencyKey)
+	}
+	if err != nil || !slices.Equal(keys, []string{"lost", "unanswered"}) {
+		t.Errorf("Sweep changed %q, %v; want the lost call, then the unanswered one", keys, err)
+	}
+	for key, want := range map[string]store.ExecutionStatus{
+		"running": store.ExecutionStarted, "lost": store.ExecutionOutcomeUnknown,
+		"resumable": store.ExecutionAwaitingInput, "unanswered": store.ExecutionFailed,
+	} {
+		if e, err := st.GetExecution(ctx, key); err != nil || e.Status != want {
+			t.Errorf("%s = %s, %v; want %s", key, e.Status, err, want)
+		}
+	}
+
+	for name, o := range map[string]SweeperOptions{
+		"AbandonedAfter within CallTimeout": {CallTimeout: callTimeout, AbandonedAfter: callTimeout},
+		"InputAbandonedAfter within CallTimeout and InputLifetime": {
+			CallTimeout: callTimeout, InputLifetime: inputLifetime, InputAbandonedAfter: callTimeout + inputLifetime,
+		},
+		"InputAbandonedAfter within the defaults": {InputAbandonedAfter: DefaultCallTimeout + DefaultInputLifetime},
+		"a negative CallTimeout":                  {CallTimeout: -time.Second},
+		"a negative InputLifetime":                {InputLifetime: -time.Second},
+	} {
+		o.Executions = executions
+		if _, err := NewSweeper(&o); err == nil {
+			t.Errorf("NewSweeper with %s succeeded", name)
+		}
 	}
 }
 

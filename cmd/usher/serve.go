@@ -288,7 +288,9 @@ func (in *installation) sweepers(mcp *mcpStack) (*approvals.Sweeper, *mcpserver.
 		return nil, nil, err
 	}
 	es, err := mcpserver.NewSweeper(&mcpserver.SweeperOptions{
-		Executions: executions{in.store, mcp.audit}, Logger: in.log.With("component", "mcp"),
+		Executions:  executions{in.store, mcp.audit},
+		CallTimeout: mcp.catalog.CallTimeout(), InputLifetime: mcp.server.InputLifetime(),
+		Logger: in.log.With("component", "mcp"),
 	})
 	if err != nil {
 		return nil, nil, err
