@@ -96,9 +96,7 @@ func knownHeadStore(t *testing.T, dsn string) store.Store {
 	t.Helper()
 	s := openMigrated(t, dsn)
 	holdInserts(t, s)
-	if _, err := s.AppendAudit(t.Context(), link("first")); err != nil {
-		t.Fatalf("append: %v", err)
-	}
+	appendLink(t, s, "first")
 	return s
 }
 
@@ -109,6 +107,14 @@ func kinds(records []store.AuditRecord) string {
 		k = append(k, r.Kind)
 	}
 	return strings.Join(k, ",")
+}
+
+// appendLink appends the record named name to s, failing t if it cannot.
+func appendLink(t *testing.T, s store.Store, name string) {
+	t.Helper()
+	if _, err := s.AppendAudit(t.Context(), link(name)); err != nil {
+		t.Fatalf("append %s: %v", name, err)
+	}
 }
 
 // checkLog fails unless the log of s is one gapless chain of records of
@@ -138,9 +144,7 @@ func TestPostgresAuditChainedWrite(t *testing.T) {
 	dsn := storetest.PostgresURL(t)
 	s := knownHeadStore(t, dsn)
 	first := startAhead(t, s, "SELECT 1", "slow")
-	if _, err := s.AppendAudit(t.Context(), link("chained")); err != nil {
-		t.Fatalf("chained append: %v", err)
-	}
+	appendLink(t, s, "chained")
 	if err := <-first; err != nil {
 		t.Fatalf("slow append: %v", err)
 	}
@@ -150,9 +154,7 @@ func TestPostgresAuditChainedWrite(t *testing.T) {
 		t.Errorf("records written by transactions %v; want 2 and 3 in two", tx)
 	}
 	// The next write goes on from the chained one's records.
-	if _, err := s.AppendAudit(t.Context(), link("after")); err != nil {
-		t.Fatalf("append: %v", err)
-	}
+	appendLink(t, s, "after")
 	checkChain(t, auditLog(t, s), 4)
 }
 
@@ -163,9 +165,7 @@ func TestPostgresAuditChainedWrite(t *testing.T) {
 func TestPostgresAuditChainedOnRolledBackWrite(t *testing.T) {
 	s := knownHeadStore(t, storetest.PostgresURL(t))
 	first := startAhead(t, s, "SELECT 1", "failing")
-	if _, err := s.AppendAudit(t.Context(), link("chained")); err != nil {
-		t.Fatalf("chained append: %v", err)
-	}
+	appendLink(t, s, "chained")
 	if err := <-first; err == nil {
 		t.Fatal("the failing append succeeded")
 	}
@@ -218,14 +218,10 @@ func TestPostgresAuditChainedWriteFails(t *testing.T) {
 func TestPostgresAuditChainedOnUnacknowledgedCommit(t *testing.T) {
 	cutter, s := openBehindAckCutter(t)
 	holdInserts(t, s)
-	if _, err := s.AppendAudit(t.Context(), link("first")); err != nil {
-		t.Fatalf("append: %v", err)
-	}
+	appendLink(t, s, "first")
 	cutter.armed.Store(true)
 	first := startAhead(t, s, "SELECT 1", "slow")
-	if _, err := s.AppendAudit(t.Context(), link("chained")); err != nil {
-		t.Fatalf("chained append: %v", err)
-	}
+	appendLink(t, s, "chained")
 	if err := <-first; err == nil {
 		t.Error("the slow append succeeded although its commit was never acknowledged")
 	}
@@ -234,9 +230,7 @@ func TestPostgresAuditChainedOnUnacknowledgedCommit(t *testing.T) {
 	}
 	checkChained(t, s, 1, 0)
 	checkLog(t, s, "first,slow,chained")
-	if _, err := s.AppendAudit(t.Context(), link("after")); err != nil {
-		t.Fatalf("append: %v", err)
-	}
+	appendLink(t, s, "after")
 	checkChain(t, auditLog(t, s), 4)
 }
 
@@ -276,9 +270,7 @@ func TestPostgresAuditChainedOnTerminatedWrite(t *testing.T) {
 func TestPostgresAuditChainedWriteOvertakes(t *testing.T) {
 	s := knownHeadStore(t, storetest.PostgresURL(t))
 	first := startAhead(t, s, "SELECT pg_sleep(0.3)", "steps")
-	if _, err := s.AppendAudit(t.Context(), link("chained")); err != nil {
-		t.Fatalf("chained append: %v", err)
-	}
+	appendLink(t, s, "chained")
 	if err := <-first; err != nil {
 		t.Fatalf("append: %v", err)
 	}
@@ -306,9 +298,7 @@ func TestPostgresAuditNoChainOnOtherWrites(t *testing.T) {
 			if store.AuditAhead(s) {
 				t.Error("the write under way is the chain's ahead")
 			}
-			if _, err := s.AppendAudit(t.Context(), link("second")); err != nil {
-				t.Fatalf("append: %v", err)
-			}
+			appendLink(t, s, "second")
 			if err := <-first; err != nil {
 				t.Fatalf("slow append: %v", err)
 			}
@@ -327,9 +317,7 @@ func TestPostgresAuditChainedOnWriteNowAppend(t *testing.T) {
 		_, err := s.AppendAudit(store.WriteNow(context.Background()), link("slow"))
 		return err
 	})
-	if _, err := s.AppendAudit(t.Context(), link("chained")); err != nil {
-		t.Fatalf("chained append: %v", err)
-	}
+	appendLink(t, s, "chained")
 	if err := <-first; err != nil {
 		t.Fatalf("slow append: %v", err)
 	}
