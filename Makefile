@@ -1,5 +1,6 @@
 # Usher — make targets. `make run` starts the embedded default; `make test`
-# runs the whole suite (PostgreSQL tests run when TEST_DATABASE_URL is set).
+# runs the whole suite (PostgreSQL tests run when TEST_DATABASE_URL is set;
+# under CI, where .ci/run sets it, they must).
 
 GO       ?= go
 BIN      ?= bin/usher
@@ -18,7 +19,26 @@ NETDELAY_BIN ?= bin/netdelay
 # BENCH_UI_FLAGS='-messages 20000 -runs 10 -width 390 -height 844'.
 BENCH_UI_FLAGS ?=
 
-.PHONY: all build run test test-short bench bench-mcp bench-ui lint fmt vet staticcheck clean e2e-deps
+# Every test package runs with this -timeout, and must end within
+# TEST_BUDGET of it (a share): a package near its limit fails on a busy
+# machine, so the report after the tests (internal/testreport) fails the
+# run when one is over. It also lists the slowest packages and tests, and
+# what was skipped and why, one line per reason.
+TEST_TIMEOUT ?= 10m
+TEST_BUDGET ?= 0.4
+# The run's events (go test -json), which the report reads.
+TEST_EVENTS ?= bin/test-events.json
+# The programs the process-level tests run (internal/testenv), built once
+# before the tests: usher, the benchmark's upstream, proxy and relay, and
+# the MCP fixtures.
+TESTBIN ?= bin/test
+TESTBIN_PKGS := ./cmd/usher ./bench/echoupstream ./bench/passproxy ./bench/netdelay \
+	./mcpserver/testdata/fixture github.com/modelcontextprotocol/go-sdk/conformance/everything-server
+# gotestsum prints a line as each package ends; the report follows.
+GOTESTSUM := $(GO) tool gotestsum --format pkgname --format-hide-empty-pkg --jsonfile $(TEST_EVENTS)
+REPORT := $(GO) run ./internal/testreport -timeout $(TEST_TIMEOUT) -budget $(TEST_BUDGET) $(TEST_EVENTS)
+
+.PHONY: all build run test test-short testbin bench bench-mcp bench-ui lint fmt vet staticcheck clean e2e-deps
 
 all: lint test build
 
@@ -28,8 +48,15 @@ build:
 run: build
 	./$(BIN) serve
 
-test: lint e2e-deps
-	CGO_ENABLED=1 $(GO) test -race -count=1 $(PKGS)
+# The whole suite with the race detector (which needs gcc), after lint.
+test: lint e2e-deps testbin
+	@status=0; CGO_ENABLED=1 USHER_TEST_BIN=$(abspath $(TESTBIN)) $(GOTESTSUM) -- \
+		-race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS) || status=$$?; \
+	$(REPORT) || status=1; exit $$status
+
+testbin:
+	@mkdir -p $(TESTBIN) $(dir $(TEST_EVENTS))
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(TESTBIN)/ $(TESTBIN_PKGS)
 
 # The end-to-end tests' Node.js tools (the MCP conformance suite, the MCP
 # Inspector and the Node.js that runs them), pinned in e2e/package-lock.json,
@@ -48,8 +75,13 @@ $(E2E_DEPS): e2e/package.json e2e/package-lock.json
 		echo "npm not found: the end-to-end tests will skip (and fail where CI is set)"; \
 	fi
 
-test-short:
-	$(GO) test -count=1 $(PKGS)
+# The suite without the race detector and lint: what a machine with only
+# Go runs. What it cannot run here (PostgreSQL, Chromium, Node.js) skips,
+# one line per reason in the report.
+test-short: testbin
+	@status=0; USHER_TEST_BIN=$(abspath $(TESTBIN)) $(GOTESTSUM) -- \
+		-count=1 -timeout $(TEST_TIMEOUT) $(PKGS) || status=$$?; \
+	$(REPORT) || status=1; exit $$status
 
 # The out-of-process benchmark of an allowed tools/call: usher serve (on
 # PostgreSQL when TEST_DATABASE_URL is set, else SQLite), a Go SDK echo

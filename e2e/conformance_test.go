@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // suiteTimeout bounds one run of the conformance suite.
@@ -130,7 +132,7 @@ func startTarget(t *testing.T, stateful bool) string {
 // proxy's /mcp.
 func startBehindProxy(t *testing.T, dataDir, config string) string {
 	t.Helper()
-	offline := &usher{bin: usherBinary(t), dataDir: dataDir, config: config}
+	offline := &usher{bin: testenv.Usher(t), dataDir: dataDir, config: config}
 	t.Log(offline.run(t, "tools", "lock"))
 	t.Log(offline.run(t, "policy", "check"))
 

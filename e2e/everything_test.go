@@ -3,15 +3,15 @@ package e2e
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // everythingModes are the runs of TestConformanceEverythingServer: the
@@ -68,26 +68,10 @@ func TestConformanceEverythingServer(t *testing.T) {
 	}
 }
 
-var (
-	everythingOnce sync.Once
-	everythingErr  error
-)
-
-// everythingBinary builds the everything-server once, on first use.
+// everythingBinary is the everything-server, built once.
 func everythingBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(binDir, "everything-server")
-	everythingOnce.Do(func() {
-		cmd := exec.Command("go", "build", "-o", bin, everythingPackage)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			everythingErr = fmt.Errorf("go build %s: %v\n%s", everythingPackage, err, out)
-		}
-	})
-	if everythingErr != nil {
-		t.Fatal(everythingErr)
-	}
-	return bin
+	return testenv.Path(t, everythingPackage)
 }
 
 // startEverything runs the everything-server on a free loopback port,

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // The OAuth tests drive Usher's authorization server with clients from
@@ -42,11 +44,7 @@ func requireOAuthTools(t *testing.T) nodeTools {
 	t.Helper()
 	nt := requireTools(t)
 	missing := func(msg string) {
-		msg += "\nInstall them with `make e2e-deps`."
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testenv.Missing(t, "Node.js tools: "+msg+"; install them with `make e2e-deps`")
 	}
 	b, err := os.ReadFile(filepath.Join("node_modules", "@modelcontextprotocol", "sdk", "package.json"))
 	var pkg struct{ Version string }

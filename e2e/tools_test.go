@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // nodeTools are the pinned Node.js programs of package.json, installed into
@@ -31,9 +33,8 @@ var (
 	toolsErr  error
 )
 
-// requireTools returns the installed tools. When they are missing it fails
-// the test if CI is set, where they must have been installed, and skips it
-// otherwise.
+// requireTools returns the installed tools. When they are missing the
+// test is skipped, or fails under CI (testenv.Missing).
 func requireTools(t *testing.T) nodeTools {
 	t.Helper()
 	if testing.Short() {
@@ -41,11 +42,7 @@ func requireTools(t *testing.T) nodeTools {
 	}
 	toolsOnce.Do(func() { tools, toolsErr = findTools() })
 	if toolsErr != nil {
-		msg := fmt.Sprintf("%v\nInstall them with `make e2e-deps`.", toolsErr)
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testenv.Missing(t, fmt.Sprintf("Node.js tools: %v; install them with `make e2e-deps`", toolsErr))
 	}
 	return tools
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -19,20 +18,13 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/usherhq/usher/internal/testenv"
 )
 
-// binDir holds the binary TestMain's tests build, removed when they end.
-var binDir string
-
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "usher-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
 	code := m.Run()
-	os.RemoveAll(dir)
+	testenv.Remove()
 	// Whoever starts a goroutine (a process's waiter, its log reader)
 	// stops it: none may outlive the tests.
 	if code == 0 {
@@ -42,29 +34,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-var (
-	buildOnce sync.Once
-	buildErr  error
-)
-
-// usherBinary builds cmd/usher once for all the tests, on first use, so
-// that a run whose tests all skip builds nothing.
-func usherBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(binDir, "usher")
-	buildOnce.Do(func() {
-		cmd := exec.Command("go", "build", "-o", bin, "github.com/usherhq/usher/cmd/usher")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return bin
 }
 
 // usher is one `usher serve` process with its own data directory.
@@ -116,7 +85,7 @@ func startUsher(t *testing.T, dataDir, config string) *usher {
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	u := &usher{bin: usherBinary(t), dataDir: dataDir, config: config, stderr: &lockedBuffer{}}
+	u := &usher{bin: testenv.Usher(t), dataDir: dataDir, config: config, stderr: &lockedBuffer{}}
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir}
 	if config != "" {
 		args = append(args, "--config", config)

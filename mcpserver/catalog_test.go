@@ -3,8 +3,6 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // TestUpstreamConfig covers the validation of upstreams: each case names
@@ -188,10 +188,7 @@ func TestUpstreamResultMeta(t *testing.T) {
 // offered and called, it sees only its configured environment, and each
 // caller subject has a process of its own that is reused.
 func TestStdioUpstream(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "fixture")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/fixture").CombinedOutput(); err != nil {
-		t.Fatalf("build the fixture: %v\n%s", err, out)
-	}
+	bin := testenv.Path(t, "mcpserver/testdata/fixture")
 	t.Setenv("USHER_TEST_SECRET", "do-not-pass")
 	e := newEnv(t, envConfig{
 		rules:     map[string]Decision{"local__env": Allow, "local__pid": Allow},
@@ -324,10 +321,7 @@ func TestUpstreamSessionsBounded(t *testing.T) {
 // time, before the result (the SDK hands notifications over apart from
 // results; without waiting for them, some were lost).
 func TestStdioProgressBeforeResult(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "fixture")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/fixture").CombinedOutput(); err != nil {
-		t.Fatalf("build the fixture: %v\n%s", err, out)
-	}
+	bin := testenv.Path(t, "mcpserver/testdata/fixture")
 	e := newEnv(t, envConfig{rules: map[string]Decision{"local__steps": Allow}, upstreams: []Upstream{{Name: "local", Command: bin}}})
 	var mu sync.Mutex
 	var got []float64

@@ -30,6 +30,7 @@ import (
 
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/jcs"
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -70,6 +71,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	defer testenv.Remove() // the fixture, if a test built it
 	ctx := context.Background()
 	ks, err := store.Open(ctx, filepath.Join(dir, "keys.db"), nil)
 	if err == nil {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // The schema parity test: both engines' migrations must build the same
@@ -650,17 +652,12 @@ func schemaEachRow(ctx context.Context, q querier, query string, args []any, fn 
 // package's internal tests cannot import (storetest imports store): it
 // creates a schema of the test's own on the server TEST_DATABASE_URL
 // names, drops it when the test ends, and returns a URL whose connections
-// use it. Without TEST_DATABASE_URL the test is skipped.
+// use it. Without TEST_DATABASE_URL the test is skipped, or fails under
+// CI (testenv.DatabaseURL).
 func ownSchemaPostgresURL(t testing.TB) string {
 	t.Helper()
-	base := os.Getenv("TEST_DATABASE_URL")
-	if base == "" {
-		t.Skip("TEST_DATABASE_URL is not set; set it to a PostgreSQL URL to run the PostgreSQL tests")
-	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		t.Fatal("TEST_DATABASE_URL must be a postgres:// URL")
-	}
+	base := testenv.DatabaseURL(t)
+	u, _ := url.Parse(base)
 	var b [8]byte
 	rand.Read(b[:])
 	schema := "usher_test_" + hex.EncodeToString(b[:])

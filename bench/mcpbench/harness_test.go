@@ -3,14 +3,22 @@ package main
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/usherhq/usher/internal/testenv"
 )
+
+// TestMain deletes the programs the test built, if it built them.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.Remove()
+	os.Exit(code)
+}
 
 // TestShortRun builds usher and the echo upstream and runs the whole
 // benchmark with small sizes, for each method: three processes, the paired phase, both
@@ -21,18 +29,14 @@ func TestShortRun(t *testing.T) {
 		t.Skip("builds four binaries")
 	}
 	dir := t.TempDir()
-	// One build for all four, so that they link in parallel.
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../../cmd/usher", "../echoupstream", "../passproxy", "../netdelay")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	usher, upstream := testenv.Usher(t), testenv.Path(t, "bench/echoupstream")
+	proxy, netdelay := testenv.Path(t, "bench/passproxy"), testenv.Path(t, "bench/netdelay")
 	for _, method := range []string{"tools/call", "resources/read", "prompts/get"} {
 		t.Run(method, func(t *testing.T) {
 			var out bytes.Buffer
 			start := time.Now()
 			o := options{
-				usher: filepath.Join(dir, "usher"), upstream: filepath.Join(dir, "echoupstream"), proxy: filepath.Join(dir, "passproxy"), netdelay: filepath.Join(dir, "netdelay"), method: method,
+				usher: usher, upstream: upstream, proxy: proxy, netdelay: netdelay, method: method,
 				database: os.Getenv("TEST_DATABASE_URL"), pairs: 30, warmup: 5, concurrency: 2,
 				duration: 300 * time.Millisecond, protocol: "2025-11-25", idempotencyKey: true,
 			}

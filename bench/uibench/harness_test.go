@@ -3,11 +3,18 @@ package main
 import (
 	"bytes"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"testing"
+
+	"github.com/usherhq/usher/internal/testenv"
 )
+
+// TestMain deletes the programs the test built, if it built them.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.Remove()
+	os.Exit(code)
+}
 
 // TestShortRun builds usher and runs the whole benchmark on a short
 // conversation: the sign-in, the seeding with Usher stopped, both kinds of
@@ -18,21 +25,9 @@ func TestShortRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds usher and starts Chromium")
 	}
-	const chromium = "/usr/bin/chromium"
-	if _, err := os.Stat(chromium); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI is set but Chromium is not at %s: %v", chromium, err)
-		}
-		t.Skipf("no Chromium at %s: %v", chromium, err)
-	}
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "usher"), "../../cmd/usher")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	chromium := testenv.Chromium(t)
 	var out bytes.Buffer
-	o := options{usher: filepath.Join(dir, "usher"), chromium: chromium, database: os.Getenv("TEST_DATABASE_URL"),
+	o := options{usher: testenv.Usher(t), chromium: chromium, database: os.Getenv("TEST_DATABASE_URL"),
 		messages: 400, runs: 1, width: 1280, height: 800}
 	if err := run(t.Context(), o, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())

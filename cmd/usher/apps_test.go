@@ -205,6 +205,7 @@ func apiErrorCode(body string) string {
 // refused; her DELETE disconnects one — its refresh token is refused from
 // then on, the other app's still works — and is in the audit log.
 func TestConnectedAppsThroughServe(t *testing.T) {
+	t.Parallel()
 	for name, args := range map[string]func(t *testing.T) []string{
 		"sqlite":   func(*testing.T) []string { return nil },
 		"postgres": func(t *testing.T) []string { return []string{"--database-url", storetest.PostgresURL(t)} },
@@ -297,6 +298,7 @@ func TestConnectedAppsThroughServe(t *testing.T) {
 // keyboard, sees the empty state with the focus on the page's heading, and
 // the app's refresh token refused afterwards.
 func TestBrowserConnectedApps(t *testing.T) {
+	t.Parallel()
 	// The server first: cleanups run last to first, so the browser closes
 	// before the server stops, and the page's requests never meet a
 	// closed port.
@@ -326,6 +328,11 @@ func TestBrowserConnectedApps(t *testing.T) {
 		t.Errorf("the header link's aria-current = %q, want page", got)
 	}
 	card := tb.text(".app-card")
+	// One view, loaded once: a link followed while the page still starts
+	// up is not shown a second time when it has started.
+	if n := tb.sent("GET", "/api/oauth/apps"); n != 1 {
+		t.Errorf("the page fetched the apps %d times, want once", n)
+	}
 	for _, want := range []string{"Claude Desktop <b>test</b>", "Registered itself on", "127.0.0.1:", "Last used", "mcp:invoke"} {
 		if !strings.Contains(card, want) {
 			t.Errorf("the app's card lacks %q: %q", want, card)
@@ -356,9 +363,9 @@ func TestBrowserConnectedApps(t *testing.T) {
 
 	// Then revoke, with the keyboard: Enter on the focused Revoke, Tab to
 	// the confirmation's button, Enter.
-	tb.do(chromedp.KeyEvent(kb.Enter))
+	tb.do(pressEnter)
 	tb.waitUntil("the confirmation", `document.querySelector("dialog.dialog[open]")`)
-	tb.do(chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(kb.Enter))
+	tb.do(chromedp.KeyEvent(kb.Tab), pressEnter)
 	tb.waitUntil("the empty state", `document.querySelector(".app-list .empty-state") && !document.querySelector(".app-card")`)
 	tb.waitUntil("focus on the page's heading", `document.activeElement && document.activeElement.id === "apps-title"`)
 	checkAxe(t, tb, "the connected apps")
@@ -383,6 +390,7 @@ func TestBrowserConnectedApps(t *testing.T) {
 // decides the post's Origin; form-action covers the redirect after it),
 // which a client that posts the form over plain HTTP does not show.
 func TestBrowserConsent(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	arrived := make(chan url.Values, 1)
 	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -105,6 +105,7 @@ func countType(events []map[string]any, typ string) int {
 // approval, the decision, the retried call running once, completion, and
 // the closed run refusing more.
 func TestAssistantLifecycle(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	alice := userToken(t, s, "alice")
 
@@ -269,6 +270,7 @@ func scriptedEnv(ms *modeltest.Server, extra ...string) map[string]string {
 // the system prompt, the latest 24 messages of history, and the new
 // message, with a tool call never separated from its result.
 func TestAssistantRehydration(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	ms.SetDefaultReply("ok")
 	s := startServer(t, scriptedEnv(ms))
@@ -337,6 +339,7 @@ func TestAssistantRehydration(t *testing.T) {
 
 // TestAssistantBadInput sends what a careless or hostile client might.
 func TestAssistantBadInput(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, map[string]string{"USHER_ASSISTANT_MAX_MESSAGE_BYTES": "1000"})
 	alice, bob := userToken(t, s, "alice"), userToken(t, s, "bob")
 	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"mine"}`)
@@ -396,6 +399,7 @@ func TestAssistantBadInput(t *testing.T) {
 // TestAssistantLimitAndIdempotency checks the active-run limit and the
 // Idempotency-Key header.
 func TestAssistantLimitAndIdempotency(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	alice := userToken(t, s, "alice")
 	code, first := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"one"}`, "Idempotency-Key", "k-1")
@@ -435,6 +439,7 @@ func TestAssistantLimitAndIdempotency(t *testing.T) {
 // active-run limit holds across them, and concurrent messages to one run,
 // through both, never overlap turns.
 func TestAssistantReplicasOnPostgreSQL(t *testing.T) {
+	t.Parallel()
 	dbURL := storetest.PostgresURL(t)
 	ms := modeltest.NewServer(t)
 	ms.SetDefaultReply("ok")
@@ -568,6 +573,7 @@ func runStatus(t *testing.T, s *server, token, id string) map[string]any {
 // message; a run waiting for an approval is not parked, and its MCP session
 // is held until the run goes on; quiet sessions are released.
 func TestAssistantIdleAndHeld(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, map[string]string{
 		"USHER_ASSISTANT_IDLE_AFTER": "1s", "USHER_ASSISTANT_SWEEP_INTERVAL": "1s", "USHER_ASSISTANT_HOLD_IDLE": "1s",
 	})
@@ -617,6 +623,7 @@ func TestAssistantIdleAndHeld(t *testing.T) {
 // visibly and leaves the conversation usable, and that a passing failure
 // is retried.
 func TestAssistantModelFailures(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms))
 	alice := userToken(t, s, "alice")
@@ -645,6 +652,7 @@ func TestAssistantModelFailures(t *testing.T) {
 // TestAssistantSlicesAndSteps checks that a turn yields the run after
 // max_tool_calls_per_slice calls and resumes, and stops at max_steps.
 func TestAssistantSlicesAndSteps(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms, "USHER_ASSISTANT_MAX_TOOL_CALLS_PER_SLICE", "1", "USHER_ASSISTANT_MAX_STEPS", "4"))
 	alice := userToken(t, s, "alice")
@@ -681,6 +689,7 @@ func TestAssistantSlicesAndSteps(t *testing.T) {
 // taken), its turn answers the first message, and the second gets a turn
 // of its own although it arrived before the claim.
 func TestAssistantQueuedMessages(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	ms.SetDefaultReply("ok")
 	// No sweep comes to the rescue within the test.
@@ -731,6 +740,7 @@ func TestAssistantQueuedMessages(t *testing.T) {
 // reply and starts it again on the same data: the turn resumes at once and
 // ends, with nothing lost or doubled.
 func TestAssistantRestartMidTurn(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	addr := freeAddr(t)
 	dataDir := t.TempDir()
@@ -773,6 +783,7 @@ func TestAssistantRestartMidTurn(t *testing.T) {
 // directions: every message once, in order, and no page starts with a tool
 // result or ends between a call and its results.
 func TestAssistantPaging(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	ms.SetDefaultReply("ok")
 	s := startServer(t, scriptedEnv(ms))
@@ -884,6 +895,7 @@ when { resource.server == "builtin" && principal.groups.contains("writers") };
 // assistant's calls exactly as to a direct MCP client's, and a held MCP
 // session is not reused for a message sent with other groups.
 func TestAssistantCallsCarryTheSendersGroups(t *testing.T) {
+	t.Parallel()
 	policyFile := t.TempDir() + "/policy.cedar"
 	if err := writeTestFile(policyFile, writersPolicy); err != nil {
 		t.Fatal(err)
@@ -915,6 +927,7 @@ func TestAssistantCallsCarryTheSendersGroups(t *testing.T) {
 // PostgreSQL: one message is stored, it gets one turn, and every post
 // answers with it.
 func TestAssistantMessageIdempotencyAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	dbURL := storetest.PostgresURL(t)
 	ms := modeltest.NewServer(t)
 	ms.SetDefaultReply("ok")

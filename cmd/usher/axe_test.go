@@ -72,6 +72,7 @@ func axeFindings(t *testing.T, tb *tab, screen string) ([]axeFinding, bool) {
 // TestBrowserAxeSelfCheck: the check sees what it is there for — an image
 // without a text alternative is a critical violation.
 func TestBrowserAxeSelfCheck(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	tb := startBrowser(t)
 	tb.do(chromedp.Navigate(s.url + "/"))
@@ -146,6 +147,7 @@ func (tb *tab) setVariant(v axeVariant) {
 // serious or critical violation. It also takes the README's screenshot of
 // that conversation (written to docs/ when USHER_UPDATE_SCREENSHOT=1).
 func TestBrowserAxeSizesAndThemes(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms))
 	tb := startBrowser(t)

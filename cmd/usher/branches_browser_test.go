@@ -13,6 +13,7 @@ import (
 // tab that made the change and in another on the same conversation; and
 // the conversation goes on in the line switched to.
 func TestBrowserBranches(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	alice := userToken(t, s, "alice")
 	tb := startBrowser(t)

@@ -6,9 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chromedp/chromedp"
-	"github.com/chromedp/chromedp/kb"
-
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
 )
@@ -46,6 +43,7 @@ func (tb *tab) scrollToTop() {
 // shows the first and the count, its Deny sends the reason typed in the
 // card, and the focus goes to the decided card.
 func TestBrowserApprovalBar(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms))
 	dana := userToken(t, s, "dana")
@@ -172,7 +170,7 @@ func TestBrowserApprovalBar(t *testing.T) {
 	tb.scrollToTop()
 	tb.waitUntil("the bar with the second alone", barShown+` && document.querySelector(`+js(approvalBar+` .approval-bar-brief`)+`).textContent.includes("errands") && document.querySelector(`+js(approvalBar+` .approval-bar-more`)+`).hidden`)
 	evaluate[bool](tb, `(document.querySelector(`+js(approvalBarApprove)+`).focus(), true)`)
-	tb.do(chromedp.KeyEvent(kb.Enter))
+	tb.do(pressEnter)
 	tb.waitUntil("the second approved", `document.querySelector('.tool-card[data-call="call-bar-3"] .approval-card.is-decided')`)
 	tb.waitUntil("the focus on the approved card", `document.activeElement.matches('.tool-card[data-call="call-bar-3"] .approval-card.is-decided .approval-title')`)
 	tb.waitUntil("the reply", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent === "Saved your errands, not your chores.")`)

@@ -13,6 +13,7 @@ import (
 // is there; one made in another tab appears live, and both stay after a
 // reload, newest first, with who decided, the outcome and the reason.
 func TestBrowserApprovalHistory(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	alice := userToken(t, s, "alice")
 	// request starts a run whose demo model calls notes_write, which waits

@@ -16,6 +16,7 @@ import (
 // where the conversation goes on, and the first one is completed and links
 // to it.
 func TestBrowserLongConversation(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, map[string]string{"USHER_MODEL_CONTEXT_TOKENS": "2500"})
 	alice := userToken(t, s, "alice")
 	code, run := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"Trip planning","metadata":{"compactRecentMessages":4}}`)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
-	"github.com/chromedp/chromedp/kb"
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
@@ -24,6 +23,7 @@ import (
 // model; approved from the keyboard, the focus stays on the card, folded
 // to its outcome. The inbox lists the decisions, to this person only.
 func TestBrowserMessages(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms))
 	tb := startBrowser(t)
@@ -100,7 +100,7 @@ func TestBrowserMessages(t *testing.T) {
 	evaluate[bool](tb, `navigator.clipboard.writeText("before").then(() => true)`)
 	// With the keyboard: the button is reachable and works with Enter.
 	evaluate[bool](tb, `(document.querySelector(`+js(block+` button.code-copy`)+`).focus(), true)`)
-	tb.do(chromedp.KeyEvent(kb.Enter))
+	tb.do(pressEnter)
 	tb.waitUntil("the code on the clipboard", `navigator.clipboard.readText().then((t) => t === `+js(code)+`)`)
 	tb.waitUntil("Copied, shown and announced", `getComputedStyle(document.querySelector(`+js(block+` button.code-copy`)+`), "::before").content === '"Copied"' && document.querySelector("#announcer").textContent === "Copied"`)
 	// The reply's Copy: its Markdown source.
@@ -187,7 +187,7 @@ func TestBrowserMessages(t *testing.T) {
 	// its outcome, while the call runs and the turn ends.
 	ms.Reply("Saved your groceries.")
 	evaluate[bool](tb, `(document.querySelector(`+js(approve)+`).focus(), true)`)
-	tb.do(chromedp.KeyEvent(kb.Enter))
+	tb.do(pressEnter)
 	tb.waitUntil("the reply after the approval", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent === "Saved your groceries.")`)
 	tb.waitUntil("the approval approved and used", `document.querySelector('.tool-card[data-call="call-write-1"] .approval-card .approval-head .badge')?.textContent === "Approved and used"`)
 	tb.waitBadge("Active")

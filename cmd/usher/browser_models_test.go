@@ -13,6 +13,7 @@ import (
 // session's later turns; the model server sees each name. The choice is
 // the run's, shown again after a reload.
 func TestBrowserModelPicker(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms, "USHER_MODEL_MODELS", "scripted,scripted-large"))
 	tb := startBrowser(t)

@@ -13,6 +13,7 @@ import (
 // the polls do not get through — and keeps a message typed meanwhile;
 // when Usher is back, the message goes, once.
 func TestBrowserServerDown(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	addr := freeAddr(t)
 	dataDir := t.TempDir()

@@ -14,7 +14,6 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
-	"github.com/chromedp/chromedp/kb"
 
 	"github.com/usherhq/usher/assistant/model/modeltest"
 )
@@ -32,6 +31,7 @@ func (tb *tab) more(sel string) {
 // was stopped, the session takes messages — and Retry asks again: the same
 // message, answered anew. Then Rename and Delete.
 func TestBrowserStopAndRetry(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms))
 	carol := userToken(t, s, "carol")
@@ -87,7 +87,7 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	tb.more(`button.rename-run`)
 	tb.waitUntil("the title field, its text selected", `document.activeElement?.matches("input.rename-input") && document.activeElement.selectionEnd - document.activeElement.selectionStart === document.activeElement.value.length`)
 	tb.typeText(`input.rename-input`, "Essays, short ones")
-	tb.do(chromedp.KeyEvent(kb.Enter))
+	tb.do(pressEnter)
 	tb.waitUntil("the new title", `document.querySelector("#conversation-title")?.textContent === "Essays, short ones" && !document.querySelector("input.rename-input")`)
 	tb.waitUntil("the sidebar's title", `document.querySelector(".session-item[aria-current=page] .session-title")?.textContent === "Essays, short ones"`)
 	if code, body := api(t, "GET", s.url+"/api/assistant/runs/"+runID, carol, ""); code != 200 || body["run"].(map[string]any)["title"] != "Essays, short ones" {
@@ -150,6 +150,7 @@ func TestBrowserStopAndRetry(t *testing.T) {
 // active of how many there may be; at the limit it says so before anyone
 // types, and offers to complete the oldest, after which a session starts.
 func TestBrowserActiveLimit(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	dave := userToken(t, s, "dave")
 	var first string
@@ -193,6 +194,7 @@ func TestBrowserActiveLimit(t *testing.T) {
 // below that turn's reply, live and after a reload (the order the model
 // sees); a draft typed when the session is completed elsewhere is kept.
 func TestBrowserMessageDuringTurn(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms))
 	erin := userToken(t, s, "erin")
@@ -241,6 +243,7 @@ func TestBrowserMessageDuringTurn(t *testing.T) {
 // stored it) is sent again when the browser is back online — with its
 // Idempotency-Key, so that it is stored exactly once.
 func TestBrowserUnsentMessage(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms))
 	frank := userToken(t, s, "frank")
@@ -256,7 +259,7 @@ func TestBrowserUnsentMessage(t *testing.T) {
 	tb.do(chromedp.Reload())
 	tb.waitUntil("the draft after the reload", `document.querySelector(`+js(composerInput)+`)?.value === "a thought for later"`)
 	tb.waitUntil("the run's live stream", `document.querySelector(`+js(liveConnection)+`)`)
-	tb.do(chromedp.KeyEvent(kb.Enter))
+	tb.do(pressEnter)
 	tb.waitUntil("the draft sent", `document.querySelectorAll("article.msg-user").length === 2`)
 	tb.waitUntil("the box empty", `document.querySelector(`+js(composerInput)+`).value === ""`)
 	tb.waitUntil("its reply", `document.querySelectorAll("article.msg-assistant").length === 2`)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
@@ -26,6 +26,7 @@ import (
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // The browser tests drive the Sessions UI in a real headless Chromium, the
@@ -34,9 +35,6 @@ import (
 // what must never happen — an uncaught exception, a console error, a
 // Content-Security-Policy violation, a JavaScript dialog (the sign of
 // injected script) — and fail on any.
-
-// chromiumPath is Debian's Chromium, which .ci/run installs.
-const chromiumPath = "/usr/bin/chromium"
 
 // Bounds of the browser tests: one action, one awaited condition.
 const (
@@ -92,14 +90,9 @@ type pageSSE struct{ name, data string }
 // fails: CI installs Chromium and must never skip these silently.
 func startBrowser(t *testing.T) *tab {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI is set but Chromium is not at %s (.ci/run installs it): %v", chromiumPath, err)
-		}
-		t.Skipf("no Chromium at %s: %v", chromiumPath, err)
-	}
+	chromium := testenv.Chromium(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath),
+		chromedp.ExecPath(chromium),
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
 		chromedp.Flag("disable-background-networking", true),
@@ -315,7 +308,10 @@ func (tb *tab) waitUntil(what, cond string) {
 func (tb *tab) describe() string {
 	ctx, cancel := context.WithTimeout(tb.ctx, 3*time.Second)
 	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + "\n" + (document.body ? document.body.innerText.slice(0, 3000) : "(no body)")`))
+	// innerText holds no field's value: the fields follow, by label.
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + "\n" + (document.body ? document.body.innerText.slice(0, 3000) : "(no body)") +
+		[...document.querySelectorAll("textarea, input:not([type=hidden])")].map((f) =>
+			"\nfield " + (f.labels?.[0]?.textContent || f.getAttribute("aria-label") || f.name || f.id) + ": " + JSON.stringify(f.value.slice(0, 200))).join("")`))
 	if err != nil {
 		return fmt.Sprintf("(the page could not be read: %v)", err)
 	}
@@ -394,8 +390,27 @@ func (tb *tab) trySend(text string) {
 	tb.t.Helper()
 	tb.waitUntil("the composer is ready", `document.querySelector(`+js(composerSend)+`) && !document.querySelector(`+js(composerSend)+`).disabled`)
 	tb.typeText(composerInput, text)
-	tb.do(chromedp.KeyEvent(kb.Enter))
+	tb.do(pressEnter)
 }
+
+// pressEnter presses Enter as a keyboard does: a keyDown that carries the
+// text "\r", then a keyUp. chromedp.KeyEvent(kb.Enter) sends the character
+// as an event of its own, after the keyDown, which types a new line even
+// when the page handled the keyDown (the composer sends, and prevents the
+// default): the line lands in the box after it was cleared whenever the
+// page's answer comes first, as it does on a busy machine.
+var pressEnter = chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+	key := input.DispatchKeyEventParams{Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13}
+	down, up := key, key
+	down.Type, down.Text, down.UnmodifiedText = input.DispatchKeyEventTypeKeyDown, "\r", "\r"
+	up.Type = input.DispatchKeyEventTypeKeyUp
+	for _, k := range []input.DispatchKeyEventParams{down, up} {
+		if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, k); err != nil {
+			return err
+		}
+	}
+	return nil
+})
 
 // startSession sends text from the new-session view and returns the run
 // it opened, once the page shows its conversation.
@@ -667,6 +682,7 @@ func checkNoMarkupFrom(t *testing.T, tb *tab) {
 // script injection through a message, a tool result and a title, a phone's
 // width, and sign-out — after which the API refuses the old page.
 func TestBrowserConversation(t *testing.T) {
+	t.Parallel()
 	began := time.Now()
 	s := startServer(t, nil)
 	alice := userToken(t, s, "alice")
@@ -969,6 +985,7 @@ func TestBrowserConversation(t *testing.T) {
 // the rest of the turn live, and ends up with exactly the run's messages,
 // in order, nothing lost or doubled.
 func TestBrowserReloadMidTurn(t *testing.T) {
+	t.Parallel()
 	began := time.Now()
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms))

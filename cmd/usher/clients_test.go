@@ -28,6 +28,7 @@ import (
 // and that one removed from the file is refused after a restart; and that
 // each was audited once, when created.
 func TestConfiguredClientsThroughServe(t *testing.T) {
+	t.Parallel()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 // and posted from another of hers is refused, and the same form posted
 // from its own session gives the app its code.
 func TestConsentFormBoundToBrowserSession(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, map[string]string{"USHER_BROKER_KEY_ENCRYPTION_KEY": "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80="})
 	first := signInOverHTTP(t, s, "alice")
 	second := signInOverHTTP(t, s, "alice")

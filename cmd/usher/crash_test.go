@@ -14,20 +14,10 @@ import (
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
 )
-
-// buildUsher compiles the usher binary into a temporary directory.
-func buildUsher(t testing.TB) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "usher")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // process is an `usher serve` child process.
 type process struct {
@@ -88,8 +78,9 @@ func startProcess(t testing.TB, bin string, env []string, addr string) *process 
 // run over when the lease expires and finishes the turn, with no message
 // lost or doubled and the tool run once.
 func TestAssistantTurnSurvivesAKilledProcess(t *testing.T) {
+	t.Parallel()
 	dbURL := storetest.PostgresURL(t)
-	bin := buildUsher(t)
+	bin := testenv.Usher(t)
 	ms := modeltest.NewServer(t)
 	lb := newBalancer(t)
 	env := []string{

@@ -13,6 +13,7 @@ import (
 // listed, one forbidden whatever the arguments is not, and a call is still
 // decided on its arguments.
 func TestDeciderListing(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse("test.cedar", []byte(`
 @id("approve-pay")
 permit (principal, action, resource == Usher::Tool::"pay");
@@ -59,6 +60,7 @@ forbid (principal, action, resource == Usher::Tool::"drop");
 // a permit of one kind of entity allows nothing of another, and a
 // completion of a prompt is decided on the prompt.
 func TestDeciderFeatures(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse("test.cedar", []byte(`
 @id("allow-docs") @outcome("allow")
 permit (principal, action == Usher::Action::"read_resource", resource is Usher::Resource)

@@ -25,6 +25,7 @@ const earlyCloseCalls = 300
 // the log, each once, and the chain verifies — a client that leaves early
 // loses no record.
 func TestAuditCompleteWhenClientsCloseEarly(t *testing.T) {
+	t.Parallel()
 	var ran atomic.Int64
 	// Each call takes a while upstream, so that the client is gone before
 	// it ends: the headers of the streamed answer come first.

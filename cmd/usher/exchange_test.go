@@ -76,6 +76,7 @@ func exchangeAt(t *testing.T, s *server, id, secret, subject string) (int, map[s
 // public client, an unlisted one and a broker token as the subject are
 // refused; the exchange is in the intact audit log, without a token.
 func TestTokenExchangeThroughServe(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	env := map[string]string{"USHER_BROKER_KEY_ENCRYPTION_KEY": "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80="}
 	first := startServerIn(t, dir, env)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store/storetest"
 )
 
@@ -59,19 +60,11 @@ func newFaultDB(t *testing.T) *faultDB {
 	return d
 }
 
-// faultServerURL returns TEST_DATABASE_URL. Without it the test skips,
-// except under CI, where it fails: CI runs PostgreSQL and must never skip
-// the fault-injection suite.
+// faultServerURL returns TEST_DATABASE_URL: the fault-injection suite
+// runs on PostgreSQL (testenv.DatabaseURL).
 func faultServerURL(t *testing.T) string {
 	t.Helper()
-	base := os.Getenv(storetest.DatabaseURLEnv)
-	if base == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI is set but %s is not: the fault-injection suite must run on PostgreSQL", storetest.DatabaseURLEnv)
-		}
-		t.Skipf("%s is not set; the fault-injection suite runs on PostgreSQL", storetest.DatabaseURLEnv)
-	}
-	return base
+	return testenv.DatabaseURL(t)
 }
 
 // exec runs one statement on the admin connection.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // The fault-injection suite's schedule and bounds. Every loop and wait is
@@ -40,8 +41,9 @@ const (
 // promise: every stored user message gets exactly one answer, in order,
 // and every tool outcome is recorded.
 func TestFault(t *testing.T) {
+	t.Parallel()
 	faultServerURL(t)
-	bin := buildUsher(t)
+	bin := testenv.Usher(t)
 	t.Run("Flaps", func(t *testing.T) { testFaultFlaps(t, bin) })
 	t.Run("TurnOrder", func(t *testing.T) { testFaultTurnOrder(t, bin) })
 	t.Run("Takeover", func(t *testing.T) { testFaultTakeover(t, bin) })

@@ -60,62 +60,74 @@ func trickleBody(t *testing.T, base, path string) *http.Response {
 // route, while the live-update streams (SSE and WebSocket) stay open
 // longer than that.
 func TestSlowBodiesAreCutOff(t *testing.T) {
+	t.Parallel()
 	const bound = time.Second
 	s := startServer(t, map[string]string{
 		"USHER_SERVER_READ_TIMEOUT": bound.String(),
 		"USHER_EVENTS_HEARTBEAT":    "1s",
 	})
+	// Each request and each stream on a connection of its own, at once:
+	// what is waited for is the bound, not the machine.
 	for _, path := range []string{"/mcp", "/no/such/path", "/dev/oidc/token", "/auth/logout", "/api/assistant/runs"} {
-		start := time.Now()
-		resp := trickleBody(t, s.url, path)
-		var body struct{ Error struct{ Code string } }
-		json.NewDecoder(resp.Body).Decode(&body)
-		if resp.StatusCode != http.StatusRequestTimeout || body.Error.Code != "request_timeout" || !resp.Close {
-			t.Errorf("%s = %d %q (close %v), want 408 request_timeout, closed", path, resp.StatusCode, body.Error.Code, resp.Close)
-		}
-		if took := time.Since(start); took < bound {
-			t.Errorf("%s answered after %s, before the %s bound", path, took, bound)
-		}
+		t.Run("body of "+path, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			resp := trickleBody(t, s.url, path)
+			var body struct{ Error struct{ Code string } }
+			json.NewDecoder(resp.Body).Decode(&body)
+			if resp.StatusCode != http.StatusRequestTimeout || body.Error.Code != "request_timeout" || !resp.Close {
+				t.Errorf("%s = %d %q (close %v), want 408 request_timeout, closed", path, resp.StatusCode, body.Error.Code, resp.Close)
+			}
+			if took := time.Since(start); took < bound {
+				t.Errorf("%s answered after %s, before the %s bound", path, took, bound)
+			}
+		})
 	}
 
 	alice := userToken(t, s, "alice")
 	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	id, _ := run["runId"].(string)
 	// Three heartbeats a second apart: open three times the bound.
-	start := time.Now()
-	feed := openSSE(t, s.url+"/api/assistant/updates/stream", alice, 0)
-	for range 3 {
-		feed.until(t, isType("heartbeat"))
-	}
-	if took := time.Since(start); took < 2*bound {
-		t.Errorf("the SSE stream's heartbeats came within %s", took)
-	}
-
-	ws := "ws" + strings.TrimPrefix(s.url, "http") + "/api/assistant/runs/" + id + "/events/ws"
-	conn, resp, err := websocket.DefaultDialer.Dial(ws, http.Header{"Authorization": {"Bearer " + alice}})
-	if err != nil {
-		t.Fatalf("dial: %v (%v)", err, resp)
-	}
-	defer conn.Close()
-	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-	start = time.Now()
-	for beats := 0; beats < 3; {
-		var m struct{ Event string }
-		if err := conn.ReadJSON(&m); err != nil {
-			t.Fatalf("websocket after %s: %v", time.Since(start), err)
+	t.Run("SSE stream", func(t *testing.T) {
+		t.Parallel()
+		start := time.Now()
+		feed := openSSE(t, s.url+"/api/assistant/updates/stream", alice, 0)
+		for range 3 {
+			feed.until(t, isType("heartbeat"))
 		}
-		if m.Event == "heartbeat" {
-			beats++
+		if took := time.Since(start); took < 2*bound {
+			t.Errorf("the SSE stream's heartbeats came within %s", took)
 		}
-	}
-	if took := time.Since(start); took < 2*bound {
-		t.Errorf("the WebSocket's heartbeats came within %s", took)
-	}
+	})
+	t.Run("WebSocket", func(t *testing.T) {
+		t.Parallel()
+		ws := "ws" + strings.TrimPrefix(s.url, "http") + "/api/assistant/runs/" + id + "/events/ws"
+		conn, resp, err := websocket.DefaultDialer.Dial(ws, http.Header{"Authorization": {"Bearer " + alice}})
+		if err != nil {
+			t.Fatalf("dial: %v (%v)", err, resp)
+		}
+		defer conn.Close()
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		start := time.Now()
+		for beats := 0; beats < 3; {
+			var m struct{ Event string }
+			if err := conn.ReadJSON(&m); err != nil {
+				t.Fatalf("websocket after %s: %v", time.Since(start), err)
+			}
+			if m.Event == "heartbeat" {
+				beats++
+			}
+		}
+		if took := time.Since(start); took < 2*bound {
+			t.Errorf("the WebSocket's heartbeats came within %s", took)
+		}
+	})
 }
 
 // The WebSocket route takes pages of Usher's own origin only: scheme, host
 // and port all compared.
 func TestWebSocketOriginMustMatch(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	alice := userToken(t, s, "alice")
 	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")

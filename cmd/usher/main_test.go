@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store/storetest"
 )
 
@@ -139,6 +140,7 @@ func get(t *testing.T, url, bearer string) (int, []byte) {
 }
 
 func TestEmbeddedDefaultEndToEnd(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 
 	if code, body := get(t, s.url+"/healthz", ""); code != 200 {
@@ -232,6 +234,7 @@ func TestEmbeddedDefaultEndToEnd(t *testing.T) {
 }
 
 func TestTokenUserRefusedWithExternalIssuer(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), []string{"token", "user", "--sub", "alice", "--data-dir", t.TempDir()},
 		getenv(map[string]string{"USHER_IDENTITY_ISSUER": "https://issuer.example.com", "USHER_IDENTITY_AUDIENCES": "api://usher",
@@ -242,6 +245,7 @@ func TestTokenUserRefusedWithExternalIssuer(t *testing.T) {
 }
 
 func TestBadConfigurationIsReportedByKey(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), []string{"serve", "--data-dir", t.TempDir()},
 		getenv(map[string]string{"USHER_LOG_LEVEL": "loud", "USHER_BROKER_TOKEN_LIFETIME": "1h"}), &out, &errOut)
@@ -251,6 +255,7 @@ func TestBadConfigurationIsReportedByKey(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{nil, {"frobnicate"}, {"serve", "extra"}, {"token"}, {"token", "user"}, {"migrate", "--nope"}} {
 		var out, errOut bytes.Buffer
 		if err := run(context.Background(), args, getenv(nil), &out, &errOut); err == nil {
@@ -260,6 +265,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestMigrateCommand(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	dir := t.TempDir()
 	for range 2 {
@@ -276,14 +282,11 @@ func TestMigrateCommand(t *testing.T) {
 // TestGracefulShutdownOnSIGTERM runs the real binary and stops it the way
 // an orchestrator does.
 func TestGracefulShutdownOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "usher")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir())
+	cmd := exec.Command(testenv.Usher(t), "serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir())
 	stdout, _ := cmd.StdoutPipe()
 	var stderr lockedBuffer
 	cmd.Stderr = &stderr
@@ -329,6 +332,7 @@ func TestGracefulShutdownOnSIGTERM(t *testing.T) {
 // one key encryption key: they publish the same broker keys, and a user
 // token printed by the CLI opens the API on both.
 func TestReplicasOnPostgreSQL(t *testing.T) {
+	t.Parallel()
 	dbURL := storetest.PostgresURL(t)
 	env := map[string]string{"USHER_BROKER_KEY_ENCRYPTION_KEY": "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80="}
 	a := startServer(t, env, "--database-url", dbURL)

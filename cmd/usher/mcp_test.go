@@ -89,6 +89,7 @@ func post(t *testing.T, url, bearer, body string) (int, []byte) {
 // signed-in user (never by a broker token), the retried call running once,
 // a denied tool, an intact audit chain and an explained decision.
 func TestMCPApprovalFlowThroughServe(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	userTok, err := s.cli(t, "token", "user", "--sub", "alice")
 	if err != nil {
@@ -174,6 +175,7 @@ func TestMCPApprovalFlowThroughServe(t *testing.T) {
 }
 
 func TestPolicyCommands(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	run1 := func(args ...string) (string, error) {
 		var out, errOut bytes.Buffer
@@ -215,6 +217,7 @@ func writeTestFile(path, body string) error { return os.WriteFile(path, []byte(b
 // approval of a tool revokes the open approvals bound to an older
 // definition of it.
 func TestApprovalRequestRevokesOtherDefinitions(t *testing.T) {
+	t.Parallel()
 	st := storetest.NewSQLite(t)
 	svc, err := approvals.New(st, nil)
 	if err != nil {
@@ -262,6 +265,7 @@ unless { principal.groups.contains("readers") };
 // approvers, only for members; and that `usher token mcp` refuses groups
 // a token cannot carry.
 func TestMCPGroupPolicy(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	policyFile := dir + "/policy.cedar"
 	if err := writeTestFile(policyFile, groupPolicy); err != nil {
@@ -347,6 +351,7 @@ func TestMCPGroupPolicy(t *testing.T) {
 // once approved, consumed once without an execution, its record naming
 // the action.
 func TestResourceApprovalThroughTheService(t *testing.T) {
+	t.Parallel()
 	st := storetest.NewSQLite(t)
 	svc, err := approvals.New(st, nil)
 	if err != nil {
@@ -407,6 +412,7 @@ func mcpError(t *testing.T, url, token, method string, params any) (int, json.Ra
 // under its prefix and that each read and get waits for a person's
 // approval, recorded in an intact audit chain.
 func TestDefaultPolicyHoldsUpstreamResources(t *testing.T) {
+	t.Parallel()
 	up := mcp.NewServer(&mcp.Implementation{Name: "docs", Version: "1"}, nil)
 	up.AddResource(&mcp.Resource{URI: "file:///guide.md", Name: "guide"}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		t.Error("the upstream was read")

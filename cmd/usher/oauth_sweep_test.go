@@ -20,6 +20,7 @@ import (
 // token used within it (still recognised if presented again) and a live
 // one and a live assertion are kept.
 func TestOAuthSweepThroughServe(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{"USHER_BROKER_KEY_ENCRYPTION_KEY": "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80="}
 	for _, engine := range []struct {
 		name string

@@ -24,6 +24,7 @@ import (
 // /oauth/ (after an issuer's path, stripped) and the well-known documents
 // at their RFC 8414 places — and nothing of the rest of Usher's routes.
 func TestMountOAuth(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		issuer  string
 		reached map[string]string // request path → the path the handler sees
@@ -83,6 +84,7 @@ func TestMountOAuth(t *testing.T) {
 // mount: an MCP client's discovery finds the document, and the OpenID path
 // it also tries answers 404 in OAuth error JSON.
 func TestMountOAuthMetadata(t *testing.T) {
+	t.Parallel()
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
@@ -109,6 +111,7 @@ func TestMountOAuthMetadata(t *testing.T) {
 // loopback rule: a document served over plain http on loopback is fetched
 // only when Usher's own public URL is on loopback.
 func TestClientFetcher(t *testing.T) {
+	t.Parallel()
 	doc := httptest.NewServer(nil)
 	defer doc.Close()
 	clientID := doc.URL + "/client.json"
@@ -145,6 +148,7 @@ func TestClientFetcher(t *testing.T) {
 // with a registered client whose name tries to write to the terminal, and
 // a metadata document's client.
 func TestClientsCommands(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	clients := func(args ...string) (string, error) {
 		t.Helper()
@@ -228,6 +232,7 @@ func TestClientsCommands(t *testing.T) {
 // public URL as the authorization server: the issuer the authorization
 // server's metadata is discovered from.
 func TestOAuthDiscoveryNamesPublicURL(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	for _, path := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"} {
 		code, body := get(t, s.url+path, "")

@@ -11,6 +11,7 @@ import (
 // said: a turn that failed leaves two user messages in a row, which the
 // strict profile merges into one.
 func TestAssistantSendsRepairedPayloads(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms))
 	alice := userToken(t, s, "alice")

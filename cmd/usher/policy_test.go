@@ -21,6 +21,7 @@ import (
 // definition hash the catalog reads from a real upstream, as the MCP
 // server decides them; and refusing what it cannot explain.
 func TestPolicyExplainFeatures(t *testing.T) {
+	t.Parallel()
 	up := mcp.NewServer(&mcp.Implementation{Name: "docs", Version: "1"}, &mcp.ServerOptions{
 		CompletionHandler: func(context.Context, *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
 			t.Error("the upstream was asked to complete")

@@ -87,6 +87,7 @@ func withSession(t *testing.T, method, u, cookie string) int {
 // run); and that signing out everywhere ends another person's sessions
 // not at all.
 func TestSignOutEndsCopiedCookie(t *testing.T) {
+	t.Parallel()
 	for name, args := range map[string]func(t *testing.T) []string{
 		"sqlite":   func(*testing.T) []string { return nil },
 		"postgres": func(t *testing.T) []string { return []string{"--database-url", storetest.PostgresURL(t)} },

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store/storetest"
 )
 
@@ -193,7 +194,7 @@ func fanout(b *testing.B, dbURL string, n int) (p50, p99 float64) {
 // subscriber: the growth of its resident set (VmRSS) and of its Go heap and
 // stacks in use (from its /metrics), without the clients' share.
 func idleSubscribers(b *testing.B, dbURL string, n int) (rss, heapAndStacks float64) {
-	bin := buildUsher(b)
+	bin := testenv.Usher(b)
 	addr := freeAddr(b)
 	// GOGC=10 keeps the garbage of the 1,000 sign-ins out of the figure.
 	env := []string{"USHER_LOG_LEVEL=warn", "USHER_EVENTS_HEARTBEAT=5m", "GOGC=10", "USHER_EVENTS_MAX_STREAMS_PER_USER=10000"}

@@ -131,6 +131,7 @@ func ids(ms []sseMessage) []int64 {
 // TestSSEResumesAfterADisconnect drops the stream mid-turn and resumes it
 // with Last-Event-ID: every event of the log arrives once, in order.
 func TestSSEResumesAfterADisconnect(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms))
 	alice := userToken(t, s, "alice")
@@ -166,6 +167,7 @@ func TestSSEResumesAfterADisconnect(t *testing.T) {
 // TestSSEDeltasThenCommittedMessage checks that streamed text arrives as
 // deltas while the turn runs, followed by the committed message.
 func TestSSEDeltasThenCommittedMessage(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil) // the demo model streams word by word
 	alice := userToken(t, s, "alice")
 	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
@@ -191,6 +193,7 @@ func TestSSEDeltasThenCommittedMessage(t *testing.T) {
 // TestLongPollAndWebSocketResume reads the same log through the long-poll
 // and the WebSocket, resuming from a sequence.
 func TestLongPollAndWebSocketResume(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	alice := userToken(t, s, "alice")
 	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
@@ -198,7 +201,8 @@ func TestLongPollAndWebSocketResume(t *testing.T) {
 	base := s.url + "/api/assistant/runs/" + id
 
 	// A long-poll with nothing to read waits, then answers the first
-	// events appended.
+	// events appended: the message is posted once the poll is waiting in
+	// the server (a live-update subscriber there) and has not answered.
 	type result struct {
 		code int
 		body map[string]any
@@ -208,7 +212,14 @@ func TestLongPollAndWebSocketResume(t *testing.T) {
 		code, body := api(t, "GET", base+"/events?after=0&wait=30s", alice, "")
 		polled <- result{code, body}
 	}()
-	time.Sleep(200 * time.Millisecond)
+	waitFor(t, 10*time.Second, func() bool {
+		select {
+		case r := <-polled:
+			t.Fatalf("the long-poll answered before anything was appended: %d %v", r.code, r.body)
+		default:
+		}
+		return metric(t, s, "usher_live_subscribers") == 1
+	})
 	if code, _ := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_list"}`); code != 200 {
 		t.Fatal("turn failed")
 	}
@@ -269,6 +280,7 @@ func TestLongPollAndWebSocketResume(t *testing.T) {
 
 // TestLongPollOnlyTransport turns the streams off: their URLs answer 503.
 func TestLongPollOnlyTransport(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, map[string]string{"USHER_EVENTS_TRANSPORT": "long-poll"})
 	alice := userToken(t, s, "alice")
 	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
@@ -286,6 +298,7 @@ func TestLongPollOnlyTransport(t *testing.T) {
 // TestFeedAnnouncesRunsAndApprovals follows the sidebar feed through a
 // run's creation, an approval and its decision.
 func TestFeedAnnouncesRunsAndApprovals(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, nil)
 	alice, bob := userToken(t, s, "alice"), userToken(t, s, "bob")
 	feed := openSSE(t, s.url+"/api/assistant/updates/stream", alice, 0)
@@ -328,6 +341,7 @@ func TestFeedAnnouncesRunsAndApprovals(t *testing.T) {
 // TestThousandSubscribers streams one run to 1,000 subscribers at once:
 // every one receives every event, in order.
 func TestThousandSubscribers(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("1,000 streams")
 	}
@@ -389,6 +403,7 @@ func TestThousandSubscribers(t *testing.T) {
 // TestEventsCrossProcesses appends events through one process and streams
 // them from another on the same PostgreSQL database.
 func TestEventsCrossProcesses(t *testing.T) {
+	t.Parallel()
 	dbURL := storetest.PostgresURL(t)
 	lb := newBalancer(t)
 	env := map[string]string{

@@ -58,6 +58,7 @@ func (f *failingMarks) AppendAudit(ctx context.Context, build func(store.AuditHe
 // at all: after a failed record the execution is still started, and the
 // next sweep marks it and records it, once.
 func TestSweepMarksWithRecords(t *testing.T) {
+	t.Parallel()
 	for name, open := range map[string]func(testing.TB) store.Store{"SQLite": storetest.NewSQLite, "PostgreSQL": storetest.NewPostgres} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -120,6 +121,7 @@ func TestSweepMarksWithRecords(t *testing.T) {
 // sweep ends a call its caller never answered with its input_abandoned
 // record or not at all, and that the record is in an intact chain.
 func TestSweepEndsAwaitingInputWithRecords(t *testing.T) {
+	t.Parallel()
 	for name, open := range map[string]func(testing.TB) store.Store{"SQLite": storetest.NewSQLite, "PostgreSQL": storetest.NewPostgres} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -50,6 +50,7 @@ func data(e map[string]any) map[string]any { d, _ := e["data"].(map[string]any);
 // the demo model, on SQLite and on PostgreSQL: each gets a turn of its
 // own, in the order posted, which runs its command once and replies.
 func TestAssistantQueuedCommands(t *testing.T) {
+	t.Parallel()
 	for _, engine := range []string{"sqlite", "postgres"} {
 		t.Run(engine, func(t *testing.T) {
 			policyFile := t.TempDir() + "/policy.cedar"
@@ -144,6 +145,7 @@ func TestAssistantQueuedCommands(t *testing.T) {
 // key), and a call that waited for an approval runs once after it,
 // consuming the approval.
 func TestAssistantToolCallIDsUsedAgain(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	s := startServer(t, scriptedEnv(ms))
 	alice := userToken(t, s, "alice")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store"
 )
 
@@ -20,17 +20,12 @@ import (
 // dropped when the test ends, and a function that terminates every backend
 // connected to that database, and only to it: a fault-injection test kills
 // its own connections, never those of the shared database. Without
-// TEST_DATABASE_URL the test is skipped, as with PostgresURL.
+// TEST_DATABASE_URL the test is skipped, or fails under CI (see
+// testenv.DatabaseURL).
 func NewPostgresDatabase(t testing.TB) (_ store.Store, terminate func()) {
 	t.Helper()
-	base := os.Getenv(DatabaseURLEnv)
-	if base == "" {
-		t.Skipf("%s is not set; set it to a PostgreSQL URL (postgres://user@host:port/db) to run the PostgreSQL tests", DatabaseURLEnv)
-	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		t.Fatalf("%s must be a postgres:// URL", DatabaseURLEnv)
-	}
+	base := testenv.DatabaseURL(t)
+	u, _ := url.Parse(base)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin, err := pgx.Connect(ctx, base)

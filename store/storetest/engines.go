@@ -5,20 +5,19 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/url"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store"
 )
 
 // DatabaseURLEnv names the environment variable holding the PostgreSQL URL
-// the tests run against, such as
-// postgres://postgres@127.0.0.1:5432/test?sslmode=disable.
-const DatabaseURLEnv = "TEST_DATABASE_URL"
+// the tests run against (testenv.DatabaseURLEnv).
+const DatabaseURLEnv = testenv.DatabaseURLEnv
 
 // NewSQLite returns a migrated store on a new SQLite file in t.TempDir(),
 // closed when the test ends.
@@ -54,18 +53,12 @@ func OpenPostgres(t testing.TB) store.Store {
 // ends. Tests that need two stores on one database, as two replicas would
 // share it, open this URL twice.
 //
-// Without TEST_DATABASE_URL the test is skipped. With a URL that does not
-// work it fails: a CI that sets the variable never skips silently.
+// Without TEST_DATABASE_URL the test is skipped, or fails under CI (see
+// testenv.DatabaseURL). With a URL that does not work it fails.
 func PostgresURL(t testing.TB) string {
 	t.Helper()
-	base := os.Getenv(DatabaseURLEnv)
-	if base == "" {
-		t.Skipf("%s is not set; set it to a PostgreSQL URL (postgres://user@host:port/db) to run the PostgreSQL tests", DatabaseURLEnv)
-	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		t.Fatalf("%s must be a postgres:// URL", DatabaseURLEnv)
-	}
+	base := testenv.DatabaseURL(t)
+	u, _ := url.Parse(base)
 
 	var b [8]byte
 	rand.Read(b[:])

@@ -65,7 +65,9 @@ async function boot() {
   const slow = setTimeout(() => { if (app.firstSync) syncLists(); }, FIRST_SYNC_WAIT);
   await firstSync;
   clearTimeout(slow);
-  route();
+  // A link followed meanwhile has shown its view already: showing it again
+  // would throw away what it loaded.
+  if (!app.view) route();
   // A hidden tab lets go of its streams, so that tabs in the background do
   // not use up the browser's connections to Usher; it catches up when seen.
   document.addEventListener('visibilitychange', () => {
