@@ -19,6 +19,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/usherhq/usher/broker/oauth"
+	"github.com/usherhq/usher/broker/oauth/oauthtest"
 )
 
 // TestConfiguredClientsThroughServe checks that the clients of
@@ -65,21 +66,21 @@ func TestConfiguredClientsThroughServe(t *testing.T) {
 		}
 	}
 
-	alice := signInOverHTTP(t, s, "alice")
-	desk := &oauthApp{s: s, ClientID: "desk", RedirectURI: "http://127.0.0.1:7777/cb"}
-	deskTokens := desk.connect(t, alice)
+	alice := oauthtest.SignIn(t, s.url, "alice")
+	desk := &oauthtest.App{Base: s.url, ClientID: "desk", RedirectURI: "http://127.0.0.1:7777/cb"}
+	deskTokens := desk.Connect(t, alice)
 
 	// The private_key_jwt client: the code through consent, then the token
 	// endpoint with an assertion signed by its key.
-	ci := &oauthApp{s: s, ClientID: "ci-bot", RedirectURI: "https://ci.example.com/callback"}
-	u, verifier := ci.authorizeURL()
-	resp, page := sessionRequest(t, http.MethodGet, u, alice, "", nil)
-	csrf, request := consentCSRF.FindStringSubmatch(page), consentRequest.FindStringSubmatch(page)
+	ci := &oauthtest.App{Base: s.url, ClientID: "ci-bot", RedirectURI: "https://ci.example.com/callback"}
+	u, verifier := ci.AuthorizeURL()
+	resp, page := oauthtest.SessionRequest(t, http.MethodGet, u, alice, "", nil)
+	csrf, request := oauthtest.ConsentCSRF.FindStringSubmatch(page), oauthtest.ConsentRequest.FindStringSubmatch(page)
 	if resp.StatusCode != http.StatusOK || csrf == nil || request == nil || !strings.Contains(page, "CI bot") || !strings.Contains(page, "Configured by Usher") {
 		t.Fatalf("authorize: %d %s", resp.StatusCode, page)
 	}
 	form := url.Values{"csrf_token": {html.UnescapeString(csrf[1])}, "request": {html.UnescapeString(request[1])}, "decision": {"approve"}}
-	resp, _ = sessionRequest(t, http.MethodPost, s.url+oauth.PathAuthorize, alice,
+	resp, _ = oauthtest.SessionRequest(t, http.MethodPost, s.url+oauth.PathAuthorize, alice,
 		"application/x-www-form-urlencoded", strings.NewReader(form.Encode()), "Origin", s.url)
 	loc, err := url.Parse(resp.Header.Get("Location"))
 	if err != nil || loc.Query().Get("code") == "" {
@@ -114,8 +115,8 @@ func TestConfiguredClientsThroughServe(t *testing.T) {
 	// Without desk in the file, the restarted server refuses it, and keeps
 	// it in the database.
 	s = startServerIn(t, data, env, "--config", writeConfig(false))
-	desk.s = s
-	if p := desk.refresh(t, deskTokens.RefreshToken); p.Status != http.StatusUnauthorized || p.Error != oauth.CodeInvalidClient {
+	desk.Base = s.url
+	if p := desk.Refresh(t, deskTokens.RefreshToken); p.Status != http.StatusUnauthorized || p.Error != oauth.CodeInvalidClient {
 		t.Errorf("a client removed from the file: %+v, want 401 invalid_client", p)
 	}
 	if out, _ := s.cli(t, "clients", "list"); !strings.Contains(lineOf(out, "desk"), "configured") {
@@ -138,7 +139,7 @@ func TestConfiguredClientsThroughServe(t *testing.T) {
 }
 
 // postTokenForm posts form to the token endpoint u.
-func postTokenForm(t *testing.T, u string, form url.Values) tokenPair {
+func postTokenForm(t *testing.T, u string, form url.Values) oauthtest.Tokens {
 	t.Helper()
 	resp, err := http.PostForm(u, form)
 	if err != nil {
@@ -146,7 +147,7 @@ func postTokenForm(t *testing.T, u string, form url.Values) tokenPair {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	var p tokenPair
+	var p oauthtest.Tokens
 	if err := json.Unmarshal(body, &p); err != nil {
 		t.Fatalf("token answer %d %s", resp.StatusCode, body)
 	}

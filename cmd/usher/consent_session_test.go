@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/usherhq/usher/broker/oauth/oauthtest"
 )
 
 // TestConsentFormBoundToBrowserSession runs `usher serve` with its real
@@ -15,18 +17,18 @@ import (
 func TestConsentFormBoundToBrowserSession(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, map[string]string{"USHER_BROKER_KEY_ENCRYPTION_KEY": "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80="})
-	first := signInOverHTTP(t, s, "alice")
-	second := signInOverHTTP(t, s, "alice")
-	app := registerApp(t, s, "MCP Inspector", "http://127.0.0.1:6274/oauth/callback")
-	u, _ := app.authorizeURL()
-	resp, page := sessionRequest(t, http.MethodGet, u, first, "", nil)
-	csrf, request := consentCSRF.FindStringSubmatch(page), consentRequest.FindStringSubmatch(page)
+	first := oauthtest.SignIn(t, s.url, "alice")
+	second := oauthtest.SignIn(t, s.url, "alice")
+	app := oauthtest.Register(t, s.url, "MCP Inspector", "http://127.0.0.1:6274/oauth/callback")
+	u, _ := app.AuthorizeURL()
+	resp, page := oauthtest.SessionRequest(t, http.MethodGet, u, first, "", nil)
+	csrf, request := oauthtest.ConsentCSRF.FindStringSubmatch(page), oauthtest.ConsentRequest.FindStringSubmatch(page)
 	if resp.StatusCode != http.StatusOK || csrf == nil || request == nil {
 		t.Fatalf("authorize: %d %s", resp.StatusCode, page)
 	}
 	form := url.Values{"csrf_token": {html.UnescapeString(csrf[1])}, "request": {html.UnescapeString(request[1])}, "decision": {"approve"}}
 	post := func(cookie string) *http.Response {
-		resp, _ := sessionRequest(t, http.MethodPost, s.url+"/oauth/authorize", cookie,
+		resp, _ := oauthtest.SessionRequest(t, http.MethodPost, s.url+"/oauth/authorize", cookie,
 			"application/x-www-form-urlencoded", strings.NewReader(form.Encode()), "Origin", s.url)
 		return resp
 	}

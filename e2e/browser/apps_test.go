@@ -1,17 +1,12 @@
-package main
+package browser
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/usherhq/usher/broker/oauth"
+	"github.com/usherhq/usher/broker/oauth/oauthtest"
 	"github.com/usherhq/usher/store/storetest"
 )
 
@@ -28,139 +24,6 @@ import (
 // as one does — registration (RFC 7591), the authorization request, the
 // consent page, the token endpoint — and disconnect it through the API
 // and through the Sessions UI's page.
-
-var (
-	consentCSRF    = regexp.MustCompile(`name="csrf_token" value="([^"]*)"`)
-	consentRequest = regexp.MustCompile(`name="request" value="([^"]*)"`)
-)
-
-// oauthApp is a client registered with s, as the test uses it.
-type oauthApp struct {
-	s           *server
-	ClientID    string
-	RedirectURI string
-}
-
-// registerApp registers a public client named name, sending its sign-ins
-// to redirectURI.
-func registerApp(t *testing.T, s *server, name, redirectURI string) *oauthApp {
-	t.Helper()
-	md, _ := json.Marshal(map[string]any{
-		"client_name": name, "redirect_uris": []string{redirectURI},
-		"grant_types": []string{"authorization_code", "refresh_token"}, "token_endpoint_auth_method": "none",
-	})
-	resp, err := http.Post(s.url+oauth.PathRegister, "application/json", bytes.NewReader(md))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var out struct {
-		ClientID string `json:"client_id"`
-	}
-	if err := json.Unmarshal(body, &out); resp.StatusCode != http.StatusCreated || err != nil || out.ClientID == "" {
-		t.Fatalf("register: %d %s", resp.StatusCode, body)
-	}
-	return &oauthApp{s: s, ClientID: out.ClientID, RedirectURI: redirectURI}
-}
-
-// authorizeURL is an authorization request of the app for Usher's MCP
-// endpoint, with a new PKCE pair; it returns the verifier too.
-func (a *oauthApp) authorizeURL() (u, verifier string) {
-	verifier = oauth.NewSecret()
-	sum := sha256.Sum256([]byte(verifier))
-	q := url.Values{
-		"response_type": {"code"}, "client_id": {a.ClientID}, "redirect_uri": {a.RedirectURI},
-		"state": {"apps-test"}, "scope": {"mcp:invoke"}, "resource": {a.s.url + "/mcp"},
-		"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"},
-	}
-	return a.s.url + oauth.PathAuthorize + "?" + q.Encode(), verifier
-}
-
-// sessionRequest sends a request with the session cookie, from Usher's
-// own origin as its pages do.
-func sessionRequest(t *testing.T, method, u, cookie, contentType string, body io.Reader, extra ...string) (*http.Response, string) {
-	t.Helper()
-	req, _ := http.NewRequest(method, u, body)
-	req.Header.Set("Cookie", (&http.Cookie{Name: "usher_session", Value: cookie}).String())
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	for i := 0; i+1 < len(extra); i += 2 {
-		req.Header.Set(extra[i], extra[i+1])
-	}
-	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
-}
-
-// connect takes the app through the authorization request and the consent
-// page as the person signed in with cookie, and returns its first tokens.
-func (a *oauthApp) connect(t *testing.T, cookie string) tokenPair {
-	t.Helper()
-	u, verifier := a.authorizeURL()
-	resp, page := sessionRequest(t, http.MethodGet, u, cookie, "", nil)
-	csrf, request := consentCSRF.FindStringSubmatch(page), consentRequest.FindStringSubmatch(page)
-	if resp.StatusCode != http.StatusOK || csrf == nil || request == nil {
-		t.Fatalf("authorize: %d %s", resp.StatusCode, page)
-	}
-	form := url.Values{"csrf_token": {html.UnescapeString(csrf[1])}, "request": {html.UnescapeString(request[1])}, "decision": {"approve"}}
-	resp, body := sessionRequest(t, http.MethodPost, a.s.url+oauth.PathAuthorize, cookie,
-		"application/x-www-form-urlencoded", strings.NewReader(form.Encode()), "Origin", a.s.url)
-	loc, err := url.Parse(resp.Header.Get("Location"))
-	if resp.StatusCode != http.StatusSeeOther || err != nil || loc.Query().Get("code") == "" {
-		t.Fatalf("consent: %d %s (Location %q)", resp.StatusCode, body, resp.Header.Get("Location"))
-	}
-	return a.redeem(t, loc.Query().Get("code"), verifier)
-}
-
-// tokenPair is what the token endpoint answered.
-type tokenPair struct {
-	Status       int
-	AccessToken  string `json:"access_token"`
-	RefreshToken string `json:"refresh_token"`
-	Error        string `json:"error"`
-}
-
-func (a *oauthApp) token(t *testing.T, form url.Values) tokenPair {
-	t.Helper()
-	form.Set("client_id", a.ClientID)
-	resp, err := http.PostForm(a.s.url+oauth.PathToken, form)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var p tokenPair
-	body, _ := io.ReadAll(resp.Body)
-	if err := json.Unmarshal(body, &p); err != nil {
-		t.Fatalf("token answer %d %s", resp.StatusCode, body)
-	}
-	p.Status = resp.StatusCode
-	return p
-}
-
-// redeem exchanges a code; it must succeed.
-func (a *oauthApp) redeem(t *testing.T, code, verifier string) tokenPair {
-	t.Helper()
-	p := a.token(t, url.Values{"grant_type": {"authorization_code"}, "code": {code}, "redirect_uri": {a.RedirectURI},
-		"code_verifier": {verifier}, "resource": {a.s.url + "/mcp"}})
-	if p.Status != http.StatusOK || p.AccessToken == "" || p.RefreshToken == "" {
-		t.Fatalf("redeem: %+v", p)
-	}
-	return p
-}
-
-// refresh rotates a refresh token.
-func (a *oauthApp) refresh(t *testing.T, refresh string) tokenPair {
-	t.Helper()
-	return a.token(t, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {refresh}})
-}
 
 // appsOf lists the connected apps through the API with headers (name,
 // value pairs), and returns the status, the error code and the client ids.
@@ -214,8 +77,8 @@ func TestConnectedAppsThroughServe(t *testing.T) {
 			env := map[string]string{"USHER_BROKER_KEY_ENCRYPTION_KEY": "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80="}
 			db := args(t)
 			s := startServer(t, env, db...)
-			alice := signInOverHTTP(t, s, "alice")
-			bob := signInOverHTTP(t, s, "bob")
+			alice := oauthtest.SignIn(t, s.url, "alice")
+			bob := oauthtest.SignIn(t, s.url, "bob")
 			cookie := func(v string) []string {
 				return []string{"Cookie", (&http.Cookie{Name: "usher_session", Value: v}).String(), "Sec-Fetch-Site", "same-origin"}
 			}
@@ -223,10 +86,10 @@ func TestConnectedAppsThroughServe(t *testing.T) {
 				t.Fatalf("before any app: %d %v", status, ids)
 			}
 
-			inspector := registerApp(t, s, "MCP Inspector", "http://127.0.0.1:6274/oauth/callback")
-			vscode := registerApp(t, s, "Visual Studio Code", "http://127.0.0.1:33418/")
-			inspectorTokens := inspector.connect(t, alice)
-			vscodeTokens := vscode.connect(t, alice)
+			inspector := oauthtest.Register(t, s.url, "MCP Inspector", "http://127.0.0.1:6274/oauth/callback")
+			vscode := oauthtest.Register(t, s.url, "Visual Studio Code", "http://127.0.0.1:33418/")
+			inspectorTokens := inspector.Connect(t, alice)
+			vscodeTokens := vscode.Connect(t, alice)
 
 			if status, _, ids := appsOf(t, s, cookie(alice)...); status != http.StatusOK || fmt.Sprint(ids) != fmt.Sprint([]string{vscode.ClientID, inspector.ClientID}) {
 				t.Errorf("Alice's apps: %d %v, want VS Code then the Inspector", status, ids)
@@ -242,36 +105,36 @@ func TestConnectedAppsThroughServe(t *testing.T) {
 				t.Errorf("apps with an app's access token: %d %s, want 403 broker_token_refused", status, code)
 			}
 			appURL := s.url + oauth.PathApps + "/" + url.PathEscape(inspector.ClientID)
-			if resp, body := sessionRequest(t, http.MethodDelete, appURL, alice, "", nil, bearer...); resp.StatusCode != http.StatusForbidden || apiErrorCode(body) != "broker_token_refused" {
+			if resp, body := oauthtest.SessionRequest(t, http.MethodDelete, appURL, alice, "", nil, bearer...); resp.StatusCode != http.StatusForbidden || apiErrorCode(body) != "broker_token_refused" {
 				t.Errorf("DELETE with an app's access token: %d %s, want 403 broker_token_refused", resp.StatusCode, body)
 			}
-			if resp, body := sessionRequest(t, http.MethodDelete, appURL, alice, "", nil, "Sec-Fetch-Site", "cross-site"); resp.StatusCode != http.StatusForbidden || apiErrorCode(body) != "cross_origin_refused" {
+			if resp, body := oauthtest.SessionRequest(t, http.MethodDelete, appURL, alice, "", nil, "Sec-Fetch-Site", "cross-site"); resp.StatusCode != http.StatusForbidden || apiErrorCode(body) != "cross_origin_refused" {
 				t.Errorf("a cross-site DELETE: %d %s, want 403 cross_origin_refused", resp.StatusCode, body)
 			}
-			if resp, body := sessionRequest(t, http.MethodDelete, appURL, bob, "", nil); resp.StatusCode != http.StatusNotFound || apiErrorCode(body) != "not_found" {
+			if resp, body := oauthtest.SessionRequest(t, http.MethodDelete, appURL, bob, "", nil); resp.StatusCode != http.StatusNotFound || apiErrorCode(body) != "not_found" {
 				t.Errorf("Bob's DELETE of Alice's app: %d %s, want 404 not_found", resp.StatusCode, body)
 			}
 			// A metadata document's client id is a URL: its slashes escaped,
 			// it reaches the handler as one segment (no redirect to a
 			// "cleaned" path).
 			docApp := s.url + oauth.PathApps + "/" + url.PathEscape("https://app.example.com//oauth/../client.json")
-			if resp, body := sessionRequest(t, http.MethodDelete, docApp, alice, "", nil); resp.StatusCode != http.StatusNotFound || apiErrorCode(body) != "not_found" {
+			if resp, body := oauthtest.SessionRequest(t, http.MethodDelete, docApp, alice, "", nil); resp.StatusCode != http.StatusNotFound || apiErrorCode(body) != "not_found" {
 				t.Errorf("DELETE of a URL client id never connected: %d %s, want 404 not_found", resp.StatusCode, body)
 			}
-			if resp, body := sessionRequest(t, http.MethodPost, s.url+oauth.PathApps, alice, "", nil); resp.StatusCode != http.StatusMethodNotAllowed {
+			if resp, body := oauthtest.SessionRequest(t, http.MethodPost, s.url+oauth.PathApps, alice, "", nil); resp.StatusCode != http.StatusMethodNotAllowed {
 				t.Errorf("POST %s: %d %s, want 405", oauth.PathApps, resp.StatusCode, body)
 			}
 
-			if resp, body := sessionRequest(t, http.MethodDelete, appURL, alice, "", nil); resp.StatusCode != http.StatusNoContent {
+			if resp, body := oauthtest.SessionRequest(t, http.MethodDelete, appURL, alice, "", nil); resp.StatusCode != http.StatusNoContent {
 				t.Fatalf("Alice's DELETE: %d %s, want 204", resp.StatusCode, body)
 			}
 			if _, _, ids := appsOf(t, s, cookie(alice)...); fmt.Sprint(ids) != fmt.Sprint([]string{vscode.ClientID}) {
 				t.Errorf("after the revocation: %v, want VS Code only", ids)
 			}
-			if p := inspector.refresh(t, inspectorTokens.RefreshToken); p.Status != http.StatusBadRequest || p.Error != "invalid_grant" {
+			if p := inspector.Refresh(t, inspectorTokens.RefreshToken); p.Status != http.StatusBadRequest || p.Error != "invalid_grant" {
 				t.Errorf("the revoked app's refresh: %+v, want invalid_grant", p)
 			}
-			if p := vscode.refresh(t, vscodeTokens.RefreshToken); p.Status != http.StatusOK {
+			if p := vscode.Refresh(t, vscodeTokens.RefreshToken); p.Status != http.StatusOK {
 				t.Errorf("the other app's refresh: %+v, want 200", p)
 			}
 
@@ -315,8 +178,8 @@ func TestBrowserConnectedApps(t *testing.T) {
 	if session == "" {
 		t.Fatal("the browser has no session cookie")
 	}
-	app := registerApp(t, s, "Claude Desktop <b>test</b>", "http://127.0.0.1:33418/callback")
-	tokens := app.connect(t, session)
+	app := oauthtest.Register(t, s.url, "Claude Desktop <b>test</b>", "http://127.0.0.1:33418/callback")
+	tokens := app.Connect(t, session)
 
 	tb.do(chromedp.Navigate(s.url + "/"))
 	tb.click(`.topbar a.apps-link[href="/apps"]`)
@@ -356,7 +219,7 @@ func TestBrowserConnectedApps(t *testing.T) {
 		`!document.querySelector("dialog.dialog") && document.activeElement.matches(".app-card button.revoke")`)
 	// The app still works: its token rotates, and the successor is the
 	// one to be refused after the revocation.
-	rotated := app.refresh(t, tokens.RefreshToken)
+	rotated := app.Refresh(t, tokens.RefreshToken)
 	if rotated.Status != http.StatusOK || rotated.RefreshToken == "" {
 		t.Fatalf("refresh after Cancel: %+v, want 200", rotated)
 	}
@@ -372,7 +235,7 @@ func TestBrowserConnectedApps(t *testing.T) {
 	if empty := tb.text(".app-list .empty-state"); !strings.Contains(empty, "No apps are connected") {
 		t.Errorf("empty state %q", empty)
 	}
-	if p := app.refresh(t, rotated.RefreshToken); p.Status != http.StatusBadRequest || p.Error != "invalid_grant" {
+	if p := app.Refresh(t, rotated.RefreshToken); p.Status != http.StatusBadRequest || p.Error != "invalid_grant" {
 		t.Errorf("the refresh token after Revoke: %+v, want invalid_grant", p)
 	}
 
@@ -402,8 +265,8 @@ func TestBrowserConsent(t *testing.T) {
 	}))
 	t.Cleanup(cb.Close)
 	tb := startBrowser(t) // after the servers: it closes before them
-	app := registerApp(t, s, "Browser App", cb.URL+"/callback")
-	u, verifier := app.authorizeURL()
+	app := oauthtest.Register(t, s.url, "Browser App", cb.URL+"/callback")
+	u, verifier := app.AuthorizeURL()
 
 	tb.do(chromedp.Navigate(u))
 	tb.waitUntil("the development provider's form", `location.pathname.startsWith("/dev/oidc/") && document.querySelector("#username")`)
@@ -424,7 +287,7 @@ func TestBrowserConsent(t *testing.T) {
 	if q.Get("state") != "apps-test" || q.Get("iss") != s.url || q.Get("code") == "" {
 		t.Fatalf("the redirect URI got %v, want code, state and iss", q)
 	}
-	if tok := app.redeem(t, q.Get("code"), verifier); tok.AccessToken == "" || tok.RefreshToken == "" {
+	if tok := app.Redeem(t, q.Get("code"), verifier); tok.AccessToken == "" || tok.RefreshToken == "" {
 		t.Fatalf("redeeming the code: %+v", tok)
 	}
 	tb.checkClean()

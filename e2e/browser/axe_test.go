@@ -1,4 +1,4 @@
-package main
+package browser
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 
 // axePath is axe-core, which the end-to-end tests' npm packages pin
 // (e2e/package.json; `make e2e-deps` installs them).
-const axePath = "../../e2e/node_modules/axe-core/axe.min.js"
+const axePath = "../node_modules/axe-core/axe.min.js"
 
 // axeFinding is one violation axe reports: its rule, impact, and the
 // elements it found.
