@@ -67,6 +67,11 @@ func TestShortRun(t *testing.T) {
 					t.Errorf("no %s in the report", key)
 				}
 			}
+			// Without PostgreSQL its CPU is not measured, and the report
+			// says so in one word.
+			if o.database == "" && !regexp.MustCompile(`(?m)^c_cpu_ms_per_call_postgres not_measured$`).Match(out.Bytes()) {
+				t.Error("on SQLite, the report does not say that PostgreSQL's CPU was not measured")
+			}
 			// Usher's runtime counted the calls' allocations: every call
 			// allocates, so none counted means the statistics were not read.
 			if m := regexp.MustCompile(`(?m)^seq_allocs_per_call_usher (\d+)$`).FindSubmatch(out.Bytes()); m == nil || string(m[1]) == "0" {

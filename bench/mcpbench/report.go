@@ -49,9 +49,12 @@ func msf(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64
 
 func (p phase) rate() float64 { return float64(p.calls) / p.elapsed.Seconds() }
 
+// pgCPU is PostgreSQL's CPU per call, or not_measured (on SQLite, or
+// where the backends' times cannot be read): one word, as every value of
+// the report's key value lines is.
 func pgCPU(c cpuPerCall) string {
 	if !c.pgMeasured {
-		return "not measured"
+		return "not_measured"
 	}
 	return msf(c.pg)
 }
