@@ -25,7 +25,7 @@
 //
 // Only a human session decides: the handlers sit behind the identity
 // middleware, which accepts only the organisation's identity tokens and
-// never a broker token. [RefuseBrokerTokens] answers a broker token with a
+// never a broker token. broker.RefuseTokens answers a broker token with a
 // clear 403 before that, as a courtesy.
 //
 // Every request, decision and revocation is written to the audit log when

@@ -35,9 +35,7 @@ var (
 		"The reason must be at most %d characters, without control characters.", MaxReasonRunes))
 	errBadList = httpx.Errorf(http.StatusBadRequest, "invalid_request", fmt.Sprintf(
 		"The query must be state=pending (the default) or state=decided, with state=decided an optional limit of 1 to %d and the cursor of a previous page (next_cursor), each at most once.", MaxDecidedLimit))
-	errNotJSON       = httpx.Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "Send the decision as application/json.")
-	errBrokerRefused = httpx.Errorf(http.StatusForbidden, "broker_token_refused",
-		"A broker token speaks for a user to the MCP server only: this API is for people signed in to Usher.")
+	errNotJSON = httpx.Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "Send the decision as application/json.")
 )
 
 // view is an approval as the API shows it.
@@ -130,7 +128,7 @@ func actionOf(bound string) (action, name string) {
 //
 // It expects an authenticated request: mount it behind the identity
 // middleware, which puts the principal in the context, and behind
-// RefuseBrokerTokens. A request without a principal is answered 401. An
+// broker.RefuseTokens. A request without a principal is answered 401. An
 // approval the caller may not see is 404, as if it did not exist. A
 // decision must be sent as application/json (which a cross-site form
 // cannot send), strictly: one object, no unknown or repeated members, no

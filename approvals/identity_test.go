@@ -14,7 +14,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	gojwt "github.com/golang-jwt/jwt/v5"
 
-	"github.com/usherhq/usher/approvals"
+	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/identity"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
@@ -22,8 +22,11 @@ import (
 
 // Over real HTTP, behind the real identity middleware with a real issuer's
 // keys: a signed-in person decides; a broker token is refused, politely
-// by RefuseBrokerTokens and, without it, by identity verification itself;
+// by broker.RefuseTokens and, without it, by identity verification itself;
 // an Entra app-only token is refused by identity verification.
+// brokerIssuer is the issuer of the broker tokens the tests sign.
+const brokerIssuer = "https://usher.example.com"
+
 func TestDecisionOverHTTP(t *testing.T) {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -76,7 +79,7 @@ func TestDecisionOverHTTP(t *testing.T) {
 
 	api := verifier.Middleware(e.svc.Handler(nil))
 	servers := map[string]*httptest.Server{
-		"courteous": httptest.NewServer(approvals.RefuseBrokerTokens(brokerIssuer, api)),
+		"courteous": httptest.NewServer(broker.RefuseTokens(brokerIssuer, api)),
 		"bare":      httptest.NewServer(api),
 	}
 	for _, srv := range servers {

@@ -470,6 +470,20 @@ func (s *Service) Consume(ctx context.Context, b Binding, e *store.Execution, re
 	return Approval{}, store.Execution{}, false, ErrNotApproved
 }
 
+// RequestCurrent is Request for the tool's current definition, as the MCP
+// server asks: it first revokes the tool's open approvals of any other
+// definition (RevokeChanged), so that a person is never shown a request
+// for a tool that has since changed, then records (or finds) the request.
+// Without r.Tenant, the tenant is the one in the principal's id
+// (identity.TenantOf).
+func (s *Service) RequestCurrent(ctx context.Context, r Request) (Approval, error) {
+	if _, err := s.RevokeChanged(ctx, r.Binding.Tool, r.Binding.DefinitionHash); err != nil {
+		return Approval{}, err
+	}
+	r.Tenant = cmp.Or(r.Tenant, identity.TenantOf(r.Binding.Principal))
+	return s.Request(ctx, r)
+}
+
 // RevokeChanged revokes the tool's pending and approved, unused approvals
 // that were granted for another definition than currentHash, and returns
 // how many. Call it whenever a tool's definition hash changes. The

@@ -379,6 +379,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	}{
 		{"assistant/*.go", sourceCodes(t, "*.go", errorfCode), "/api/assistant/", "too_many_active_runs"},
 		{"approvals/*.go", sourceCodes(t, "../approvals/*.go", errorfCode), "/api/approvals", "approval_decided"},
+		{"broker/refuse.go", sourceCodes(t, "../broker/refuse.go", errorfCode), "/api/approvals", "broker_token_refused"},
 		{"internal/httpx", sourceCodes(t, "../internal/httpx/error.go", httpxCode), "", "body_too_large"},
 		{"internal/identity", sourceCodes(t, "../internal/identity/middleware.go", identityCode), "/api/me", "insufficient_scope"},
 	} {
@@ -405,6 +406,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	for _, s := range []map[string]bool{
 		sourceCodes(t, "*.go", errorfCode),
 		sourceCodes(t, "../approvals/*.go", errorfCode),
+		sourceCodes(t, "../broker/refuse.go", errorfCode),
 		sourceCodes(t, "../internal/httpx/error.go", httpxCode),
 		sourceCodes(t, "../internal/identity/middleware.go", identityCode),
 	} {

@@ -1,4 +1,4 @@
-package approvals
+package broker
 
 import (
 	"encoding/base64"
@@ -11,10 +11,7 @@ import (
 	"github.com/usherhq/usher/internal/identity"
 )
 
-// BrokerScope is the scope every broker token carries.
-const BrokerScope = "mcp:invoke"
-
-// RefuseBrokerTokens answers 403 broker_token_refused to a request whose
+// RefuseTokens answers 403 broker_token_refused to a request whose
 // bearer token is a broker token, before next (the identity middleware and
 // the handlers) runs; other requests pass. A broker token is one whose
 // "iss" is brokerIssuer (when set), or whose "scope" or "scp" contains
@@ -28,12 +25,12 @@ const BrokerScope = "mcp:invoke"
 // never a broker token, with or without this check. A token this cannot
 // read (malformed, over identity.MaxTokenBytes) passes on to be refused
 // there.
-func RefuseBrokerTokens(brokerIssuer string, next http.Handler) http.Handler {
+func RefuseTokens(brokerIssuer string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, v := range r.Header.Values("Authorization") {
 			scheme, token, _ := strings.Cut(v, " ")
 			if strings.EqualFold(scheme, "Bearer") && isBrokerToken(strings.TrimSpace(token), brokerIssuer) {
-				httpx.WriteError(w, r, nil, errBrokerRefused)
+				httpx.WriteError(w, r, nil, errRefused)
 				return
 			}
 		}
@@ -43,6 +40,10 @@ func RefuseBrokerTokens(brokerIssuer string, next http.Handler) http.Handler {
 
 // isBrokerToken reads the unverified claims of a JWT and reports whether
 // they are a broker token's.
+// errRefused answers a broker token where only a person's token is taken.
+var errRefused = httpx.Errorf(http.StatusForbidden, "broker_token_refused",
+	"A broker token speaks for a user to the MCP server only: this API is for people signed in to Usher.")
+
 func isBrokerToken(token, brokerIssuer string) bool {
 	if len(token) > identity.MaxTokenBytes {
 		return false
@@ -63,7 +64,7 @@ func isBrokerToken(token, brokerIssuer string) bool {
 	if brokerIssuer != "" && json.Unmarshal(claims["iss"], &iss) == nil && iss == brokerIssuer {
 		return true
 	}
-	return hasScope(claims["scope"], BrokerScope) || hasScope(claims["scp"], BrokerScope)
+	return hasScope(claims["scope"], ScopeInvoke) || hasScope(claims["scp"], ScopeInvoke)
 }
 
 // hasScope reports whether a scope claim, a space-separated string or an

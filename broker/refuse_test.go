@@ -1,4 +1,4 @@
-package approvals_test
+package broker_test
 
 import (
 	"encoding/base64"
@@ -8,13 +8,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/usherhq/usher/approvals"
+	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/identity"
 )
 
 const brokerIssuer = "https://usher.example.com"
 
-// jwt returns an unsigned token with the given claims: RefuseBrokerTokens
+// jwt returns an unsigned token with the given claims: RefuseTokens
 // reads it without verifying.
 func jwt(claims map[string]any) string {
 	enc := func(v any) string {
@@ -24,9 +24,9 @@ func jwt(claims map[string]any) string {
 	return enc(map[string]any{"alg": "RS256", "typ": "at+jwt", "kid": "k1"}) + "." + enc(claims) + ".c2lnbmF0dXJl"
 }
 
-func TestRefuseBrokerTokens(t *testing.T) {
+func TestRefuseTokens(t *testing.T) {
 	reached := false
-	h := approvals.RefuseBrokerTokens(brokerIssuer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := broker.RefuseTokens(brokerIssuer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		reached = true
 		w.WriteHeader(http.StatusNoContent)
 	}))
@@ -71,7 +71,7 @@ func TestRefuseBrokerTokens(t *testing.T) {
 	}
 
 	// Without a configured issuer, the scope still gives a broker token away.
-	h = approvals.RefuseBrokerTokens("", http.NotFoundHandler())
+	h = broker.RefuseTokens("", http.NotFoundHandler())
 	r := httptest.NewRequest("GET", "/api/approvals", nil)
 	r.Header.Set("Authorization", "Bearer "+jwt(map[string]any{"iss": "", "scope": "mcp:invoke"}))
 	w := httptest.NewRecorder()

@@ -112,21 +112,21 @@ func testDefinitionHash(d ToolDefinition) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// policy is a Decider from a table of tools: tools it does not name need
+// tablePolicy is a Decider from a table of tools: tools it does not name need
 // approval, as under the shipped default policy. It records what it was
 // asked.
-type policy struct {
+type tablePolicy struct {
 	mu    sync.Mutex
 	rules map[string]Decision
 	fail  map[string]bool // tools whose evaluation fails
 	asked []Call
 }
 
-func newPolicy(rules map[string]Decision) *policy {
-	return &policy{rules: rules, fail: map[string]bool{}}
+func newPolicy(rules map[string]Decision) *tablePolicy {
+	return &tablePolicy{rules: rules, fail: map[string]bool{}}
 }
 
-func (p *policy) Decide(_ context.Context, c Call) (Verdict, error) {
+func (p *tablePolicy) Decide(_ context.Context, c Call) (Verdict, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.asked = append(p.asked, c)
@@ -141,7 +141,7 @@ func (p *policy) Decide(_ context.Context, c Call) (Verdict, error) {
 }
 
 // calls returns the calls (not listings) the policy was asked about.
-func (p *policy) calls() []Call {
+func (p *tablePolicy) calls() []Call {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []Call
@@ -387,7 +387,7 @@ type env struct {
 	t      *testing.T
 	store  store.Store
 	broker *broker.Broker
-	policy *policy
+	policy *tablePolicy
 	audit  *auditLog
 	// executions are the store's, audited in audit.
 	executions *storeExecutions

@@ -1,4 +1,4 @@
-package main
+package mcpserver_test
 
 import (
 	"encoding/json"
@@ -8,12 +8,11 @@ import (
 	"github.com/usherhq/usher/policy"
 )
 
-// TestDeciderListing checks that tools/list is decided by the policy's
+// TestPolicyDeciderListing checks that tools/list is decided by the policy's
 // listing decision: a tool forbidden only for some argument values is
 // listed, one forbidden whatever the arguments is not, and a call is still
 // decided on its arguments.
-func TestDeciderListing(t *testing.T) {
-	t.Parallel()
+func TestPolicyDeciderListing(t *testing.T) {
 	p, err := policy.Parse("test.cedar", []byte(`
 @id("approve-pay")
 permit (principal, action, resource == Usher::Tool::"pay");
@@ -28,7 +27,7 @@ forbid (principal, action, resource == Usher::Tool::"drop");
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := decider{policy: p}
+	d := mcpserver.PolicyDecider{Policy: p}
 	decide := func(tool string, listing bool, args string) mcpserver.Decision {
 		t.Helper()
 		c := mcpserver.Call{Principal: "https://idp.example.com|tenant|alice", Tool: tool, DefinitionHash: "h", Listing: listing}
@@ -55,12 +54,11 @@ forbid (principal, action, resource == Usher::Tool::"drop");
 	}
 }
 
-// TestDeciderFeatures checks that resource reads, prompt gets and
+// TestPolicyDeciderFeatures checks that resource reads, prompt gets and
 // completions reach the policy as their own actions on their own entities:
 // a permit of one kind of entity allows nothing of another, and a
 // completion of a prompt is decided on the prompt.
-func TestDeciderFeatures(t *testing.T) {
-	t.Parallel()
+func TestPolicyDeciderFeatures(t *testing.T) {
 	p, err := policy.Parse("test.cedar", []byte(`
 @id("allow-docs") @outcome("allow")
 permit (principal, action == Usher::Action::"read_resource", resource is Usher::Resource)
@@ -75,7 +73,7 @@ forbid (principal, action, resource == Usher::Tool::"docs__greet");
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := decider{policy: p}
+	d := mcpserver.PolicyDecider{Policy: p}
 	alice := "https://idp.example.com|tenant|alice"
 	for _, tc := range []struct {
 		call mcpserver.Call
@@ -93,5 +91,27 @@ forbid (principal, action, resource == Usher::Tool::"docs__greet");
 		if err != nil || v.Decision != tc.want {
 			t.Errorf("%s %s (ref %q, template %q) = %s %v (%v), want %s", tc.call.Action, tc.call.Tool, tc.call.Ref, tc.call.Template, v.Decision, v.Reasons, err, tc.want)
 		}
+	}
+}
+
+// TestPolicyRequest checks the caller and the tool as the policy sees
+// them: the tenant of the token, else of the principal id; reviewed only
+// at the lock's hash; the built-in server when the call names none.
+func TestPolicyRequest(t *testing.T) {
+	lock := &policy.Lock{Tools: map[string]string{"notes_write": "h1"}}
+	alice := "https://idp.example.com|contoso|alice"
+	req := mcpserver.PolicyRequest(mcpserver.Call{Principal: alice, Tool: "notes_write", DefinitionHash: "h1", Groups: []string{"g"}}, lock)
+	if req.Principal.Tenant != "contoso" || req.Principal.ID != alice || len(req.Principal.Groups) != 1 {
+		t.Errorf("principal = %+v, want alice of contoso in her group", req.Principal)
+	}
+	if !req.Tool.Reviewed || req.Tool.Server != policy.BuiltinServer {
+		t.Errorf("tool = %+v, want reviewed, built in", req.Tool)
+	}
+	req = mcpserver.PolicyRequest(mcpserver.Call{Principal: alice, Tenant: "fabrikam", Tool: "notes_write", DefinitionHash: "h2", Server: "notes"}, lock)
+	if req.Principal.Tenant != "fabrikam" || req.Tool.Reviewed || req.Tool.Server != "notes" {
+		t.Errorf("request = %+v, want the token's tenant, not reviewed at another hash, server notes", req)
+	}
+	if req := mcpserver.PolicyRequest(mcpserver.Call{Principal: "alice", Tool: "notes_write", DefinitionHash: "h1"}, nil); req.Principal.Tenant != "" || req.Tool.Reviewed {
+		t.Errorf("without a lock or a tenant: %+v", req)
 	}
 }

@@ -72,7 +72,7 @@ type App struct {
 //
 // It expects an authenticated request: mount it at PathApps and PathApps+"/"
 // behind the API's authentication, which puts the principal in the
-// context (identity.NewContext), and behind approvals.RefuseBrokerTokens,
+// context (identity.NewContext), and behind broker.RefuseTokens,
 // so that an app cannot disconnect itself or others with its own token. A
 // request without a principal is answered 401.
 func (s *Server) AppsHandler() http.Handler {

@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/broker/clientmeta"
 	"github.com/usherhq/usher/internal/httpx"
 )
@@ -136,17 +137,17 @@ const ScopeOfflineAccess = "offline_access"
 // mcp:invoke — also when none was requested. Repeated tokens collapse.
 func parseScope(s string) (string, error) {
 	if s == "" {
-		return ScopeMCPInvoke, nil
+		return broker.ScopeInvoke, nil
 	}
 	if !validScope(s) {
 		return "", newError(CodeInvalidScope, "scope is malformed.", true)
 	}
 	for _, tok := range strings.Split(s, " ") {
-		if tok != ScopeMCPInvoke && tok != ScopeOfflineAccess {
+		if tok != broker.ScopeInvoke && tok != ScopeOfflineAccess {
 			return "", newError(CodeInvalidScope, "The only scope is mcp:invoke.", true)
 		}
 	}
-	return ScopeMCPInvoke, nil
+	return broker.ScopeInvoke, nil
 }
 
 // CheckResource accepts the values of the resource parameter of an

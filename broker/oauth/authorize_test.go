@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/broker/oauth"
 	"github.com/usherhq/usher/store"
 )
@@ -269,11 +270,11 @@ func TestOfflineAccess(t *testing.T) {
 		}
 		code, verifier := e.code(c, "olga", withOffline)
 		tok := e.redeem(c, code, verifier)
-		if tok.Status != http.StatusOK || tok.Scope != oauth.ScopeMCPInvoke || tok.RefreshToken == "" {
+		if tok.Status != http.StatusOK || tok.Scope != broker.ScopeInvoke || tok.RefreshToken == "" {
 			t.Fatalf("redeem: %+v", tok)
 		}
 		consent, err := st.GetConsent(t.Context(), principal("olga").ID(), c.ID)
-		if err != nil || consent.Scope != oauth.ScopeMCPInvoke {
+		if err != nil || consent.Scope != broker.ScopeInvoke {
 			t.Errorf("consent %+v (%v), want mcp:invoke", consent, err)
 		}
 		// The consent is remembered: a request with offline_access, and
@@ -286,7 +287,7 @@ func TestOfflineAccess(t *testing.T) {
 			}
 		}
 		r := e.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tok.RefreshToken}, "scope": {"mcp:invoke offline_access"}})
-		if r.Status != http.StatusOK || r.Scope != oauth.ScopeMCPInvoke || r.RefreshToken == "" {
+		if r.Status != http.StatusOK || r.Scope != broker.ScopeInvoke || r.RefreshToken == "" {
 			t.Errorf("refresh naming offline_access: %+v", r)
 		}
 

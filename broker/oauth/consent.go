@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/usherhq/usher/broker"
 )
 
 // The consent form's fields, as the consent page posts them back.
@@ -59,7 +61,7 @@ type ConsentView struct {
 
 // scopeDescriptions say in words what a scope lets a client do.
 var scopeDescriptions = map[string]string{
-	ScopeMCPInvoke: "Use Usher's MCP tools as you, under the same policy and approvals as in Usher itself.",
+	broker.ScopeInvoke: "Use Usher's MCP tools as you, under the same policy and approvals as in Usher itself.",
 }
 
 //go:embed consent.html

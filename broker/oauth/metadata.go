@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/httpx"
 )
 
@@ -26,8 +27,6 @@ const (
 
 // Values the metadata announces, and that the endpoints accept.
 const (
-	ScopeMCPInvoke = "mcp:invoke" // the one scope: call the MCP tools as the user
-
 	GrantAuthorizationCode = "authorization_code"
 	GrantRefreshToken      = "refresh_token"
 	GrantTokenExchange     = "urn:ietf:params:oauth:grant-type:token-exchange"
@@ -101,7 +100,7 @@ func NewMetadata(issuer string) (*Metadata, error) {
 		TokenEndpointAuthSigningAlgs:           algs,
 		RevocationEndpointAuthMethodsSupported: authMethods,
 		RevocationEndpointAuthSigningAlgs:      algs,
-		ScopesSupported:                        []string{ScopeMCPInvoke},
+		ScopesSupported:                        []string{broker.ScopeInvoke},
 		ClientIDMetadataDocumentSupported:      true,
 		AuthorizationResponseISSSupported:      true,
 	}, nil

@@ -17,6 +17,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/httpx"
 )
 
@@ -122,7 +123,7 @@ func ParseRegistration(body []byte) (Registration, error) {
 	if req.Scope != nil && !validScope(*req.Scope) {
 		return reg, metadataError("scope is not a space-separated list of scope tokens.")
 	}
-	reg.Scope = ScopeMCPInvoke
+	reg.Scope = broker.ScopeInvoke
 	return reg, nil
 }
 

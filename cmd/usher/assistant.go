@@ -6,7 +6,6 @@ import (
 
 	"golang.org/x/oauth2"
 
-	"github.com/usherhq/usher/approvals"
 	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/payload"
@@ -70,5 +69,5 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker) (*
 // mountAssistant adds the Assistant API, for signed-in people only: a
 // broker token, which speaks for a user to the MCP server, is refused.
 func mountAssistant(mux *http.ServeMux, rt *assistant.Runtime, authenticated func(http.Handler) http.Handler, brokerIssuer string) {
-	mux.Handle("/api/assistant/", approvals.RefuseBrokerTokens(brokerIssuer, authenticated(rt.Handler())))
+	mux.Handle("/api/assistant/", broker.RefuseTokens(brokerIssuer, authenticated(rt.Handler())))
 }

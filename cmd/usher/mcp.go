@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,91 +78,18 @@ func (in *installation) catalog(mint *broker.Broker) (*mcpserver.Catalog, error)
 	return mcpserver.NewCatalog(opts)
 }
 
-// upstreamTokens mints broker tokens for an upstream's own audience, for the
-// caller (or, when the catalog lists tools for itself, the assistant), and
-// reuses each until shortly before it expires.
+// upstreamTokens gives an upstream a broker token for its own audience,
+// of the caller (or, when the catalog lists tools for itself, of the
+// assistant), from a bounded cache.
 func upstreamTokens(b *broker.Broker) func(ctx context.Context, audience string) (string, error) {
-	var mu sync.Mutex
-	cache := map[[2]string]func() (string, error){}
+	cache := broker.NewTokenCache(b, 0)
 	return func(ctx context.Context, audience string) (string, error) {
 		subject := "usher"
 		if c, ok := mcpserver.CallerFromContext(ctx); ok {
 			subject = c.Subject
 		}
-		key := [2]string{subject, audience}
-		mu.Lock()
-		get, ok := cache[key]
-		if !ok {
-			ts := b.TokenSource(context.WithoutCancel(ctx), broker.Grant{Subject: subject, Audience: audience})
-			get = func() (string, error) {
-				t, err := ts.Token()
-				if err != nil {
-					return "", err
-				}
-				return t.AccessToken, nil
-			}
-			cache[key] = get
-		}
-		mu.Unlock()
-		return get()
+		return cache.Token(ctx, subject, audience)
 	}
-}
-
-// decider answers the MCP server with the policy, marking a tool reviewed
-// when its definition hash matches the tool lock.
-type decider struct {
-	policy *policy.Policy
-	lock   *policy.Lock
-}
-
-func (d decider) Decide(_ context.Context, c mcpserver.Call) (mcpserver.Verdict, error) {
-	server := c.Server
-	if server == "" {
-		server = policy.BuiltinServer
-	}
-	req := policy.Request{
-		Principal: principalOf(c.Principal, c.Tenant, c.Groups),
-		Action:    policy.Action(c.Action),
-		Arguments: c.Arguments,
-		ClientID:  c.ClientID,
-	}
-	switch {
-	case c.Action == "" || c.Action == mcpserver.ActionCallTool:
-		req.Tool = policy.Tool{
-			Name: c.Tool, Server: server, DefinitionHash: c.DefinitionHash,
-			Reviewed: d.lock.Reviewed(c.Tool, c.DefinitionHash),
-		}
-	case c.Action == mcpserver.ActionGetPrompt || c.Action == mcpserver.ActionComplete && c.Ref == mcpserver.RefPrompt:
-		req.Prompt = policy.Prompt{Name: c.Tool, Server: server, DefinitionHash: c.DefinitionHash}
-	default:
-		req.Resource = policy.Resource{URI: c.Tool, Server: server, Template: c.Template, DefinitionHash: c.DefinitionHash}
-	}
-	decide := d.policy.Decide
-	if c.Listing {
-		decide = d.policy.DecideListing
-	}
-	dec := decide(req)
-	v := mcpserver.Verdict{PolicyIDs: dec.PolicyIDs, PolicyHash: dec.PolicyHash, Reasons: dec.Reasons, Approvers: dec.Approvers}
-	switch dec.Outcome {
-	case policy.Allow:
-		v.Decision = mcpserver.Allow
-	case policy.Approve:
-		v.Decision = mcpserver.Approve
-	default:
-		v.Decision = mcpserver.Deny
-	}
-	return v, nil
-}
-
-// principalOf is the policy principal of a principal id ("issuer|tenant|
-// object id") with the tenant and groups its broker token carries. Without
-// a tenant, the id's is taken.
-func principalOf(id, tenant string, groups []string) policy.Principal {
-	p := policy.Principal{ID: id, Tenant: tenant, Groups: groups}
-	if parts := strings.Split(id, "|"); p.Tenant == "" && len(parts) == 3 {
-		p.Tenant = parts[1]
-	}
-	return p
 }
 
 // approvalRequests adapts the approvals service to the MCP server.
@@ -182,15 +107,11 @@ func (a approvalRequests) Consume(ctx context.Context, b store.ApprovalBinding, 
 	return used, rec, started, err
 }
 
-// Request first revokes the tool's open approvals for any other definition,
-// so that a person is never shown a request for a tool that has since
-// changed, then records (or finds) the request for this call.
+// Request records (or finds) the request for this exact call, for the
+// tool's current definition (approvals.Service.RequestCurrent).
 func (a approvalRequests) Request(ctx context.Context, r mcpserver.ApprovalRequest) (store.Approval, error) {
-	if _, err := a.svc.RevokeChanged(ctx, r.Binding.Tool, r.Binding.DefinitionHash); err != nil {
-		return store.Approval{}, err
-	}
-	return a.svc.Request(ctx, approvals.Request{
-		Binding: r.Binding, Tenant: principalOf(r.Binding.Principal, r.Tenant, nil).Tenant,
+	return a.svc.RequestCurrent(ctx, approvals.Request{
+		Binding: r.Binding, Tenant: r.Tenant,
 		Arguments: r.Arguments, PolicyIDs: r.PolicyIDs, Reason: r.Reason, Approvers: r.Approvers,
 		ToolCallID: r.ToolCallID, IdempotencyKey: r.IdempotencyKey,
 	})
@@ -357,7 +278,7 @@ func (in *installation) buildMCP(ctx context.Context, publicURL string, keys *br
 		PublicURL:  publicURL,
 		Verifier:   verifier,
 		Catalog:    cat,
-		Decider:    decider{policy: pol, lock: lock},
+		Decider:    mcpserver.PolicyDecider{Policy: pol, Lock: lock},
 		Approvals:  approvalRequests{svc},
 		Executions: executions{in.store, auditLog},
 		Auditor:    auditor{auditLog},
@@ -402,10 +323,10 @@ func (in *installation) lockBuiltins(ctx context.Context, cat *mcpserver.Catalog
 	return lock, nil
 }
 
-// mountMCP adds the MCP endpoint, its metadata and the approvals API.
+// mount adds the MCP endpoint, its metadata and the approvals API.
 func (st *mcpStack) mount(mux *http.ServeMux, authenticated func(http.Handler) http.Handler, brokerIssuer string) {
 	st.server.Mount(mux)
-	api := approvals.RefuseBrokerTokens(brokerIssuer, authenticated(st.approvals.Handler(nil)))
+	api := broker.RefuseTokens(brokerIssuer, authenticated(st.approvals.Handler(nil)))
 	mux.Handle("/api/approvals", api)
 	mux.Handle("/api/approvals/", api)
 }

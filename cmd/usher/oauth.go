@@ -11,7 +11,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/usherhq/usher/approvals"
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/broker/clientmeta"
 	"github.com/usherhq/usher/broker/oauth"
@@ -143,7 +142,7 @@ func (in *installation) configuredClients(publicURL string) ([]oauth.ConfiguredC
 // is: people disconnect apps, and the apps' own broker tokens are refused
 // there, plainly, before the authentication would refuse them anyway.
 func mountApps(mux *http.ServeMux, authenticated func(http.Handler) http.Handler, brokerIssuer string, srv *oauth.Server) {
-	api := approvals.RefuseBrokerTokens(brokerIssuer, authenticated(srv.AppsHandler()))
+	api := broker.RefuseTokens(brokerIssuer, authenticated(srv.AppsHandler()))
 	mux.Handle(oauth.PathApps, api)
 	mux.Handle(oauth.PathApps+"/", api)
 }

@@ -141,25 +141,22 @@ func (e *environment) policyExplain(ctx context.Context, fs *flag.FlagSet, f *in
 	if err != nil {
 		return err
 	}
-	req := policy.Request{Principal: principalOf(*user, "", nil), Arguments: json.RawMessage(*argsJSON)}
+	call := mcpserver.Call{Principal: *user, Arguments: json.RawMessage(*argsJSON)}
 	if *groups != "" {
-		req.Principal.Groups = strings.Split(*groups, ",")
+		call.Groups = strings.Split(*groups, ",")
 	}
 	if a == policy.ActionCallTool {
-		if *server == "" {
-			*server = policy.BuiltinServer
-		}
 		if *hash == "" {
 			if *hash, err = e.catalogHash(ctx, f, *tool); err != nil {
 				return err
 			}
 		}
-		req.Tool = policy.Tool{Name: *tool, Server: *server, DefinitionHash: *hash, Reviewed: lock.Reviewed(*tool, *hash)}
+		call.Tool, call.Server, call.DefinitionHash = *tool, *server, *hash
+		req := mcpserver.PolicyRequest(call, lock)
 		fmt.Fprint(e.stdout, policy.Explain(req, p.Decide(req)))
 		return nil
 	}
 
-	req.Action = a
 	ref, name := mcpserver.RefResource, *resource+*template
 	if *prompt != "" {
 		ref, name = mcpserver.RefPrompt, *prompt
@@ -184,13 +181,11 @@ func (e *environment) policyExplain(ctx context.Context, fs *flag.FlagSet, f *in
 	if a == policy.ActionComplete {
 		argName, value, _ := strings.Cut(*argument, "=")
 		in := map[string]any{"argument": map[string]any{"name": argName, "value": value}}
-		req.Arguments, _ = json.Marshal(in) // strings always encode
+		call.Arguments, _ = json.Marshal(in) // strings always encode
 	}
-	if ref == mcpserver.RefPrompt {
-		req.Prompt = policy.Prompt{Name: target.Name, Server: target.Server, DefinitionHash: target.Hash}
-	} else {
-		req.Resource = policy.Resource{URI: target.Name, Template: target.Template, Server: target.Server, DefinitionHash: target.Hash}
-	}
+	call.Action, call.Ref = mcpserver.Action(a), ref
+	call.Tool, call.Server, call.DefinitionHash, call.Template = target.Name, target.Server, target.Hash, target.Template
+	req := mcpserver.PolicyRequest(call, lock)
 	fmt.Fprint(e.stdout, policy.Explain(req, p.Decide(req)))
 	return nil
 }

@@ -3,6 +3,7 @@ package identity
 import (
 	"cmp"
 	"context"
+	"strings"
 )
 
 // Principal is an authenticated caller of the API.
@@ -35,6 +36,16 @@ type Principal struct {
 // It never uses a name or an email, which can change hands.
 func (p Principal) ID() string {
 	return p.Issuer + "|" + p.Tenant + "|" + cmp.Or(p.ObjectID, p.Subject)
+}
+
+// TenantOf returns the tenant of a principal id (see Principal.ID), or ""
+// when id is not one, such as a bare user name.
+func TenantOf(id string) string {
+	parts := strings.Split(id, "|")
+	if len(parts) != 3 {
+		return ""
+	}
+	return parts[1]
 }
 
 type principalKey struct{}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/broker/oauth"
 )
 
@@ -60,7 +61,7 @@ func (a *App) AuthorizeURL() (u, verifier string) {
 	sum := sha256.Sum256([]byte(verifier))
 	q := url.Values{
 		"response_type": {"code"}, "client_id": {a.ClientID}, "redirect_uri": {a.RedirectURI},
-		"state": {"apps-test"}, "scope": {"mcp:invoke"}, "resource": {a.Base + "/mcp"},
+		"state": {"apps-test"}, "scope": {broker.ScopeInvoke}, "resource": {a.Base + "/mcp"},
 		"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"},
 	}
 	return a.Base + oauth.PathAuthorize + "?" + q.Encode(), verifier
