@@ -34,8 +34,9 @@ TEST_EVENTS ?= bin/test-events.json
 TESTBIN ?= bin/test
 TESTBIN_PKGS := ./cmd/usher ./bench/echoupstream ./bench/passproxy ./bench/netdelay \
 	./mcpserver/testdata/fixture github.com/modelcontextprotocol/go-sdk/conformance/everything-server
-# gotestsum prints a line as each package ends; the report follows.
-GOTESTSUM := $(GO) tool gotestsum --format pkgname --format-hide-empty-pkg --jsonfile $(TEST_EVENTS)
+# gotestsum prints a line as each package ends, and the failures; the report
+# follows, with the skips told once per reason.
+GOTESTSUM := $(GO) tool gotestsum --format pkgname --format-hide-empty-pkg --hide-summary=skipped --jsonfile $(TEST_EVENTS)
 REPORT := $(GO) run ./internal/testreport -timeout $(TEST_TIMEOUT) -budget $(TEST_BUDGET) $(TEST_EVENTS)
 
 .PHONY: all build run test test-short testbin bench bench-mcp bench-ui lint fmt vet staticcheck clean e2e-deps
