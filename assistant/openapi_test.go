@@ -498,6 +498,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"CompactionFailed":     CompactionFailed{},
 		"RunContinued":         RunContinued{},
 		"ContentPart":          ContentPart{},
+		"Me":                   Me{},
 		"SearchResult":         SearchResult{},
 		"RunLimits":            RunLimits{},
 		"RunMetadata":          RunMetadata{},

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/store"
 )
@@ -127,6 +129,9 @@ type Options struct {
 	// Logger receives what the runtime cannot tell users. Default:
 	// discard.
 	Logger *slog.Logger
+	// Registerer receives the runtime's metrics (see Runtime.Collectors).
+	// Default none: not exported.
+	Registerer prometheus.Registerer
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 }
@@ -252,7 +257,7 @@ func New(opts *Options) (*Runtime, error) {
 		base = &http.Client{Transport: http.DefaultTransport, Timeout: base.Timeout}
 	}
 	streams, closeStreams := context.WithCancel(context.Background())
-	return &Runtime{
+	rt := &Runtime{
 		o:            o,
 		st:           o.Store,
 		log:          o.Logger,
@@ -261,7 +266,15 @@ func New(opts *Options) (*Runtime, error) {
 		closeStreams: closeStreams,
 		holder: &holder{endpoint: o.MCPURL, tokens: o.Tokens, base: base, idle: o.HoldIdle, now: o.Now,
 			log: o.Logger, sessions: map[string]*session{}},
-	}, nil
+	}
+	if o.Registerer != nil {
+		for _, c := range rt.Collectors() {
+			if err := o.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("assistant: metrics: %w", err)
+			}
+		}
+	}
+	return rt, nil
 }
 
 func setDefault[T comparable](v *T, def T) {

@@ -6,6 +6,8 @@ import (
 
 	"golang.org/x/oauth2"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/payload"
@@ -14,7 +16,7 @@ import (
 
 // buildAssistant wires the assistant runtime: its model provider, and the
 // broker tokens its turns call Usher's own MCP endpoint with.
-func (in *installation) buildAssistant(publicURL string, mint *broker.Broker) (*assistant.Runtime, error) {
+func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, reg prometheus.Registerer) (*assistant.Runtime, error) {
 	cfg := in.cfg
 	var provider model.Provider
 	modelName := "demo"
@@ -63,6 +65,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker) (*
 		Heartbeat:            cfg.Events.Heartbeat.Std(),
 		MaxStreamsPerUser:    cfg.Events.MaxStreamsPerUser,
 		Logger:               in.log.With("component", "assistant"),
+		Registerer:           reg,
 	})
 }
 

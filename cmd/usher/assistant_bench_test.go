@@ -28,6 +28,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -625,7 +626,7 @@ func (s *assistantBench) events(b *testing.B, runID string) []benchEvent {
 // returns a function that calls notes_list once, with a new tool call id,
 // and returns how long it took.
 func (s *assistantBench) toolCaller(b *testing.B) func() time.Duration {
-	var who me
+	var who assistant.Me
 	s.call(b, "GET", "/api/me", "", http.StatusOK, &who)
 	runID := s.createRun(b)
 	token := s.cli(b, "token", "mcp", "--sub", who.ID, "--run", runID)

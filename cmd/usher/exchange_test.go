@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/broker/oauth"
 )
 
@@ -101,7 +102,7 @@ func TestTokenExchangeThroughServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var who me
+	var who assistant.Me
 	if _, body := get(t, s.url+"/api/me", userTok); json.Unmarshal(body, &who) != nil || who.ID == "" {
 		t.Fatalf("/api/me: %s", body)
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store/storetest"
@@ -176,7 +177,7 @@ func TestEmbeddedDefaultEndToEnd(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("/api/me = %d %s", code, body)
 	}
-	var who me
+	var who assistant.Me
 	if err := json.Unmarshal(body, &who); err != nil || who.ID == "" || !strings.Contains(who.ID, s.url+"/dev/oidc") {
 		t.Errorf("/api/me = %s", body)
 	}

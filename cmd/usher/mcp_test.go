@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/usherhq/usher/approvals"
+	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/mcpserver"
@@ -96,7 +97,7 @@ func TestMCPApprovalFlowThroughServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, body := get(t, s.url+"/api/me", userTok)
-	var who me
+	var who assistant.Me
 	if err := json.Unmarshal(body, &who); err != nil {
 		t.Fatal(err)
 	}

@@ -147,36 +147,13 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopWeb()
-	mux.Handle("GET /api/me", authenticated(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, _ := identity.FromContext(r.Context())
-		httpx.WriteJSON(w, http.StatusOK, me{ID: p.ID(), Issuer: p.Issuer, Tenant: p.Tenant, ObjectID: p.ObjectID, Name: p.Name, Email: p.Email, Scopes: p.Scopes})
-	})))
+	mux.Handle("GET /api/me", authenticated(assistant.MeHandler()))
 	// The API's OpenAPI document: public — it describes the API and holds no data.
 	mux.Handle("GET /api/openapi.json", assistant.OpenAPIHandler())
-	runtime, err := in.buildAssistant(publicURL, mint)
+	runtime, err := in.buildAssistant(publicURL, mint, reg)
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "usher_assistant_held_sessions",
-		Help: "MCP sessions this process holds for runs between turns.",
-	}, func() float64 { return float64(runtime.HeldSessions()) }))
-	for outcome, count := range map[string]func(assistant.Compactions) int64{
-		"written":  func(c assistant.Compactions) int64 { return c.Written },
-		"failed":   func(c assistant.Compactions) int64 { return c.Failed },
-		"invalid":  func(c assistant.Compactions) int64 { return c.Invalid },
-		"conflict": func(c assistant.Compactions) int64 { return c.Conflict },
-	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "usher_assistant_compactions_total",
-			Help:        "Context compactions of this process by outcome: a snapshot written, the model failed, a summary refused, another writer first.",
-			ConstLabels: prometheus.Labels{"outcome": outcome},
-		}, func() float64 { return float64(count(runtime.Compactions())) }))
-	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "usher_live_subscribers",
-		Help: "Open live-update streams of runs' events and of users' feeds in this process.",
-	}, func() float64 { runs, feeds := runtime.Subscribers(); return float64(runs + feeds) }))
 	in.approvalDecided = func(ctx context.Context, a store.Approval) { runtime.ApprovalDecided(ctx, a.Binding.RunID) }
 	mcp, err := in.buildMCP(ctx, publicURL, brokerKeys, mint, reg)
 	if err != nil {
@@ -296,17 +273,6 @@ func (in *installation) sweepers(mcp *mcpStack) (*approvals.Sweeper, *mcpserver.
 		return nil, nil, err
 	}
 	return as, es, nil
-}
-
-// me is the body of GET /api/me: who the API thinks the caller is.
-type me struct {
-	ID       string   `json:"id"`
-	Issuer   string   `json:"issuer"`
-	Tenant   string   `json:"tenant,omitempty"`
-	ObjectID string   `json:"objectId"`
-	Name     string   `json:"name,omitempty"`
-	Email    string   `json:"email,omitempty"`
-	Scopes   []string `json:"scopes"`
 }
 
 // banner tells a person at the terminal what to open and how to sign in.

@@ -1,0 +1,70 @@
+package assistant
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/oauth2"
+
+	"github.com/usherhq/usher/assistant/model"
+	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/store/storetest"
+)
+
+// TestMeHandler answers who the caller is, and 401 to a request without a
+// principal (one that did not pass the identity middleware).
+func TestMeHandler(t *testing.T) {
+	rec := httptest.NewRecorder()
+	MeHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/api/me", nil))
+	if rec.Code != http.StatusUnauthorized {
+		t.Errorf("without a principal: %d %s, want 401", rec.Code, rec.Body)
+	}
+	p := identity.Principal{Issuer: "https://idp.example.com", Tenant: "t1", ObjectID: "o1", Name: "Alice", Scopes: []string{"usher.api"}}
+	req := httptest.NewRequest("GET", "/api/me", nil).WithContext(identity.NewContext(t.Context(), p))
+	rec = httptest.NewRecorder()
+	MeHandler().ServeHTTP(rec, req)
+	var got Me
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); rec.Code != http.StatusOK || err != nil ||
+		got.ID != p.ID() || got.Tenant != "t1" || got.ObjectID != "o1" || got.Name != "Alice" || !slices.Equal(got.Scopes, p.Scopes) {
+		t.Errorf("GET /api/me = %d %s, want %s", rec.Code, rec.Body, p.ID())
+	}
+}
+
+// TestRuntimeMetricsRegistered checks that Options.Registerer receives the
+// runtime's metrics, and that a registry that already has them is an
+// error of New's.
+func TestRuntimeMetricsRegistered(t *testing.T) {
+	ms := modeltest.NewServer(t)
+	provider, err := model.NewOpenAI(&model.OpenAIOptions{BaseURL: ms.URL(), APIKey: "k", Model: "scripted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	opts := &Options{Store: storetest.NewSQLite(t), Model: provider, MCPURL: "http://127.0.0.1:1/mcp",
+		Tokens: func(ctx context.Context, g Grant) oauth2.TokenSource { return nil }, Registerer: reg}
+	if _, err := New(opts); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range families {
+		names = append(names, f.GetName())
+	}
+	for _, want := range []string{"usher_assistant_held_sessions", "usher_assistant_compactions_total", "usher_live_subscribers"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("the registry has %v, not %s", names, want)
+		}
+	}
+	if _, err := New(opts); err == nil {
+		t.Error("New registered its metrics twice without an error")
+	}
+}

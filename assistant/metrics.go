@@ -1,0 +1,37 @@
+package assistant
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Collectors returns the runtime's metrics: the MCP sessions held between
+// turns (usher_assistant_held_sessions), the compactions by outcome
+// (usher_assistant_compactions_total) and the open live-update streams
+// (usher_live_subscribers), each of this process. Options.Registerer
+// registers them.
+func (rt *Runtime) Collectors() []prometheus.Collector {
+	cs := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "usher_assistant_held_sessions",
+			Help: "MCP sessions this process holds for runs between turns.",
+		}, func() float64 { return float64(rt.HeldSessions()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "usher_live_subscribers",
+			Help: "Open live-update streams of runs' events and of users' feeds in this process.",
+		}, func() float64 { runs, feeds := rt.Subscribers(); return float64(runs + feeds) }),
+	}
+	for _, o := range []struct {
+		outcome string
+		count   func(Compactions) int64
+	}{
+		{"written", func(c Compactions) int64 { return c.Written }},
+		{"failed", func(c Compactions) int64 { return c.Failed }},
+		{"invalid", func(c Compactions) int64 { return c.Invalid }},
+		{"conflict", func(c Compactions) int64 { return c.Conflict }},
+	} {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "usher_assistant_compactions_total",
+			Help:        "Context compactions of this process by outcome: a snapshot written, the model failed, a summary refused, another writer first.",
+			ConstLabels: prometheus.Labels{"outcome": o.outcome},
+		}, func() float64 { return float64(o.count(rt.Compactions())) }))
+	}
+	return cs
+}
