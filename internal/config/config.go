@@ -475,88 +475,128 @@ func (c *Config) applyDerivedDefaults() {
 	}
 }
 
-// Validate checks every key and reports all problems together.
+// Validate checks every key and reports all problems together, section
+// by section.
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
 	}
-	if _, _, err := net.SplitHostPort(c.Server.Addr); err != nil {
-		bad("server.addr", "want host:port, got %q", c.Server.Addr)
+	c.Server.validate(bad)
+	c.Log.validate(bad)
+	c.Database.validate(bad)
+	c.Identity.validate(bad)
+	c.Broker.validate(bad)
+	c.Assistant.validate(bad)
+	c.Events.validate(bad)
+	c.MCP.validate(bad)
+	c.Model.validate(bad)
+	c.Approval.validate(bad)
+	c.Web.validate(bad, c.DevIdentity())
+	c.OAuth.validate(bad)
+	return errors.Join(errs...)
+}
+
+// reporter records one problem of a key.
+type reporter func(key, format string, args ...any)
+
+// validate reports the problems of the server section.
+func (s Server) validate(bad reporter) {
+	if _, _, err := net.SplitHostPort(s.Addr); err != nil {
+		bad("server.addr", "want host:port, got %q", s.Addr)
 	}
-	if c.Server.PublicURL != "" {
-		if err := checkPublicURL(c.Server.PublicURL); err != nil {
+	if s.PublicURL != "" {
+		if err := checkPublicURL(s.PublicURL); err != nil {
 			bad("server.public_url", "%v", err)
 		}
 	}
-	if c.Server.DataDir == "" {
+	if s.DataDir == "" {
 		bad("server.data_dir", "must not be empty")
 	}
-	if c.Server.ShutdownTimeout <= 0 {
+	if s.ShutdownTimeout <= 0 {
 		bad("server.shutdown_timeout", "must be positive")
 	}
-	if c.Server.MaxBodyBytes < 1024 {
+	if s.MaxBodyBytes < 1024 {
 		bad("server.max_body_bytes", "must be at least 1024")
 	}
-	if rt := c.Server.ReadTimeout.Std(); rt < time.Second || rt > 10*time.Minute {
+	if rt := s.ReadTimeout.Std(); rt < time.Second || rt > 10*time.Minute {
 		bad("server.read_timeout", "must be between 1s and 10m, got %s", rt)
 	}
-	if h := c.Server.ForwardedHeader; !strings.EqualFold(h, httpx.HeaderXForwardedFor) && !strings.EqualFold(h, httpx.HeaderForwarded) {
+	if h := s.ForwardedHeader; !strings.EqualFold(h, httpx.HeaderXForwardedFor) && !strings.EqualFold(h, httpx.HeaderForwarded) {
 		bad("server.forwarded_header", "want X-Forwarded-For or Forwarded, got %q", h)
-	} else if _, err := httpx.NewTrustedProxies(c.Server.TrustedProxies, h); err != nil {
+	} else if _, err := httpx.NewTrustedProxies(s.TrustedProxies, h); err != nil {
 		bad("server.trusted_proxies", "%v", err)
 	}
-	if c.Server.DebugAddr != "" {
-		if host, _, err := net.SplitHostPort(c.Server.DebugAddr); err != nil {
-			bad("server.debug_addr", "want host:port, got %q", c.Server.DebugAddr)
+	if s.DebugAddr != "" {
+		if host, _, err := net.SplitHostPort(s.DebugAddr); err != nil {
+			bad("server.debug_addr", "want host:port, got %q", s.DebugAddr)
 		} else if !httpx.IsLoopbackHost(host) {
-			bad("server.debug_addr", "must be on loopback (127.0.0.1, ::1 or localhost): it serves profiles without authentication, got %q", c.Server.DebugAddr)
+			bad("server.debug_addr", "must be on loopback (127.0.0.1, ::1 or localhost): it serves profiles without authentication, got %q", s.DebugAddr)
 		}
 	}
-	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
-		bad("log.level", "want debug, info, warn or error, got %q", c.Log.Level)
+}
+
+// validate reports the problems of the log section.
+func (l Log) validate(bad reporter) {
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, l.Level) {
+		bad("log.level", "want debug, info, warn or error, got %q", l.Level)
 	}
-	if !slices.Contains([]string{"text", "json"}, c.Log.Format) {
-		bad("log.format", "want text or json, got %q", c.Log.Format)
+	if !slices.Contains([]string{"text", "json"}, l.Format) {
+		bad("log.format", "want text or json, got %q", l.Format)
 	}
-	if u := c.Database.URL; u != "" && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+}
+
+// validate reports the problems of the database section.
+func (d Database) validate(bad reporter) {
+	if u := d.URL; u != "" && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
 		bad("database.url", "want a postgres:// URL (leave empty for the embedded SQLite file)")
 	}
-	if c.Database.MaxConns < 0 {
+	if d.MaxConns < 0 {
 		bad("database.max_conns", "must not be negative")
 	}
-	if c.Identity.Issuer != "" {
-		if err := checkPublicURL(c.Identity.Issuer); err != nil {
+}
+
+// validate reports the problems of the identity section.
+func (i Identity) validate(bad reporter) {
+	if i.Issuer != "" {
+		if err := checkPublicURL(i.Issuer); err != nil {
 			bad("identity.issuer", "%v", err)
 		}
-		if len(c.Identity.Audiences) == 0 {
+		if len(i.Audiences) == 0 {
 			bad("identity.audiences", "at least one audience is required with an issuer")
 		}
-		if len(c.Identity.RequiredScopes) == 0 {
+		if len(i.RequiredScopes) == 0 {
 			bad("identity.required_scopes", "name the API's delegated scope (e.g. access_as_user): without one, tokens an application obtained for itself would be accepted")
 		}
 	}
-	if slices.ContainsFunc(c.Identity.RequiredScopes, func(s string) bool { return s == "" || strings.ContainsAny(s, " \t") }) {
+	if slices.ContainsFunc(i.RequiredScopes, func(s string) bool { return s == "" || strings.ContainsAny(s, " \t") }) {
 		bad("identity.required_scopes", "must not contain an empty scope or one with spaces")
 	}
-	if slices.Contains(c.Identity.Audiences, "") {
+	if slices.Contains(i.Audiences, "") {
 		bad("identity.audiences", "must not contain an empty value")
 	}
-	if lt := c.Broker.TokenLifetime.Std(); lt < 30*time.Second || lt > 15*time.Minute {
+}
+
+// validate reports the problems of the broker section.
+func (b Broker) validate(bad reporter) {
+	if lt := b.TokenLifetime.Std(); lt < 30*time.Second || lt > 15*time.Minute {
 		bad("broker.token_lifetime", "must be between 30s and 15m, got %s", lt)
 	}
-	if c.Broker.RotationPeriod.Std() < time.Hour {
-		bad("broker.rotation_period", "must be at least 1h, got %s", c.Broker.RotationPeriod.Std())
+	if b.RotationPeriod.Std() < time.Hour {
+		bad("broker.rotation_period", "must be at least 1h, got %s", b.RotationPeriod.Std())
 	}
-	if k := c.Broker.KeyEncryptionKey; k != "" {
+	if k := b.KeyEncryptionKey; k != "" {
 		if b, err := base64.StdEncoding.DecodeString(k); err != nil || len(b) != 32 {
 			bad("broker.key_encryption_key", "must be 32 bytes, base64-encoded")
 		}
 	}
-	if c.Broker.ClientID == "" {
+	if b.ClientID == "" {
 		bad("broker.client_id", "must not be empty")
 	}
-	a := c.Assistant
+}
+
+// validate reports the problems of the assistant section.
+func (a Assistant) validate(bad reporter) {
 	for key, v := range map[string]int{"assistant.max_concurrency": a.MaxConcurrency, "assistant.max_active_runs": a.MaxActiveRuns,
 		"assistant.history_messages": a.HistoryMessages, "assistant.max_tool_calls_per_slice": a.MaxToolCallsPerSlice,
 		"assistant.max_steps": a.MaxSteps, "assistant.max_message_bytes": a.MaxMessageBytes} {
@@ -572,81 +612,29 @@ func (c *Config) Validate() error {
 			bad(key, "must not be negative, got %s", v.Std())
 		}
 	}
-	if n := c.Events.MaxStreamsPerUser; n < 1 || n > 10_000 {
+}
+
+// validate reports the problems of the events section.
+func (e Events) validate(bad reporter) {
+	if n := e.MaxStreamsPerUser; n < 1 || n > 10_000 {
 		bad("events.max_streams_per_user", "must be between 1 and 10000, got %d", n)
 	}
-	if n := c.MCP.MaxUpstreamSessionsPerUser; n < 0 || n > 10_000 {
-		bad("mcp.max_upstream_sessions_per_user", "must be between 0 (the default) and 10000, got %d", n)
-	}
-	switch c.Events.Transport {
+	switch e.Transport {
 	case "auto", "sse", "long-poll":
 	default:
-		bad("events.transport", "must be auto, sse or long-poll, got %q", c.Events.Transport)
+		bad("events.transport", "must be auto, sse or long-poll, got %q", e.Transport)
 	}
-	if c.Events.Heartbeat.Std() < time.Second || c.Events.Heartbeat.Std() > 5*time.Minute {
-		bad("events.heartbeat", "must be between 1s and 5m, got %s", c.Events.Heartbeat.Std())
+	if e.Heartbeat.Std() < time.Second || e.Heartbeat.Std() > 5*time.Minute {
+		bad("events.heartbeat", "must be between 1s and 5m, got %s", e.Heartbeat.Std())
 	}
-	switch c.Model.Provider {
-	case "demo":
-	case "openai":
-		if c.Model.BaseURL == "" {
-			bad("model.base_url", "is required for the openai provider")
-		}
-		if c.Model.Name == "" {
-			bad("model.name", "is required for the openai provider")
-		}
-	default:
-		bad("model.provider", "must be demo or openai, got %q", c.Model.Provider)
+}
+
+// validate reports the problems of the mcp section.
+func (m MCP) validate(bad reporter) {
+	if n := m.MaxUpstreamSessionsPerUser; n < 0 || n > 10_000 {
+		bad("mcp.max_upstream_sessions_per_user", "must be between 0 (the default) and 10000, got %d", n)
 	}
-	if n := len(c.Model.Models); n > MaxModels {
-		bad("model.models", "offers %d models, at most %d", n, MaxModels)
-	}
-	for i, m := range c.Model.Models {
-		if m == "" || len(m) > 200 || strings.TrimSpace(m) != m || strings.ContainsFunc(m, unicode.IsControl) {
-			bad("model.models", "model #%d (%q) must be a name of at most 200 bytes, without spaces around it or control characters", i+1, m)
-		} else if slices.Contains(c.Model.Models[:i], m) {
-			bad("model.models", "offers %q twice", m)
-		}
-	}
-	if len(c.Model.Models) > 0 && !slices.Contains(c.Model.Models, c.Model.Name) {
-		bad("model.name", "must be one of model.models (%s), got %q", strings.Join(c.Model.Models, ", "), c.Model.Name)
-	}
-	if c.Model.Timeout.Std() < time.Second {
-		bad("model.timeout", "must be at least 1s, got %s", c.Model.Timeout.Std())
-	}
-	if n := c.Model.ContextTokens; n != 0 && (n < 1000 || n > 10_000_000) {
-		bad("model.context_tokens", "must be 0 (the default, 80000) or between 1000 and 10000000, got %d", n)
-	}
-	if c.Approval.TTL.Std() < time.Minute || c.Approval.TTL.Std() > 30*24*time.Hour {
-		bad("approvals.ttl", "must be between 1m and 720h, got %s", c.Approval.TTL.Std())
-	}
-	if lt := c.Web.SessionLifetime.Std(); lt < 5*time.Minute || lt > 7*24*time.Hour {
-		bad("web.session_lifetime", "must be between 5m and 168h, got %s", lt)
-	}
-	if ttl := c.Web.RevocationTTL.Std(); ttl < time.Second || ttl > time.Minute {
-		bad("web.revocation_ttl", "must be between 1s and 1m, got %s", ttl)
-	}
-	if c.Web.ClientID != "" && !c.DevIdentity() && len(c.Web.Scopes) == 0 {
-		bad("web.scopes", "name the API's scope (e.g. api://usher/access_as_user) so that browser sign-in gets an access token for the API")
-	}
-	if slices.ContainsFunc(c.Web.Scopes, func(s string) bool { return s == "" || strings.ContainsAny(s, " \t") }) {
-		bad("web.scopes", "must not contain an empty scope or one with spaces")
-	}
-	if n := c.OAuth.RegistrationsPerHour; n < 1 || n > 10_000 {
-		bad("oauth.registrations_per_hour", "must be between 1 and 10000, got %d", n)
-	}
-	abs := c.OAuth.RefreshAbsolute.Std()
-	if abs < time.Hour || abs > 365*24*time.Hour {
-		bad("oauth.refresh_absolute", "must be between 1h and 8760h, got %s", abs)
-	}
-	if idle := c.OAuth.RefreshIdle.Std(); idle < 5*time.Minute || idle > abs {
-		bad("oauth.refresh_idle", "must be at least 5m and at most oauth.refresh_absolute (%s), got %s", abs, idle)
-	}
-	c.OAuth.validateClients(bad)
-	if slices.ContainsFunc(c.OAuth.TokenExchangeClients, func(id string) bool { return strings.TrimSpace(id) != id || id == "" }) {
-		bad("oauth.token_exchange_clients", "must not contain an empty client_id or one with surrounding spaces")
-	}
-	for i, u := range c.MCP.Upstreams {
+	for i, u := range m.Upstreams {
 		key := fmt.Sprintf("mcp.upstreams[%d]", i)
 		if u.Name == "" {
 			bad(key+".name", "must not be empty")
@@ -655,7 +643,82 @@ func (c *Config) Validate() error {
 			bad(key, "set exactly one of url and command")
 		}
 	}
-	return errors.Join(errs...)
+}
+
+// validate reports the problems of the model section.
+func (m Model) validate(bad reporter) {
+	switch m.Provider {
+	case "demo":
+	case "openai":
+		if m.BaseURL == "" {
+			bad("model.base_url", "is required for the openai provider")
+		}
+		if m.Name == "" {
+			bad("model.name", "is required for the openai provider")
+		}
+	default:
+		bad("model.provider", "must be demo or openai, got %q", m.Provider)
+	}
+	if n := len(m.Models); n > MaxModels {
+		bad("model.models", "offers %d models, at most %d", n, MaxModels)
+	}
+	for i, name := range m.Models {
+		if name == "" || len(name) > 200 || strings.TrimSpace(name) != name || strings.ContainsFunc(name, unicode.IsControl) {
+			bad("model.models", "model #%d (%q) must be a name of at most 200 bytes, without spaces around it or control characters", i+1, name)
+		} else if slices.Contains(m.Models[:i], name) {
+			bad("model.models", "offers %q twice", name)
+		}
+	}
+	if len(m.Models) > 0 && !slices.Contains(m.Models, m.Name) {
+		bad("model.name", "must be one of model.models (%s), got %q", strings.Join(m.Models, ", "), m.Name)
+	}
+	if m.Timeout.Std() < time.Second {
+		bad("model.timeout", "must be at least 1s, got %s", m.Timeout.Std())
+	}
+	if n := m.ContextTokens; n != 0 && (n < 1000 || n > 10_000_000) {
+		bad("model.context_tokens", "must be 0 (the default, 80000) or between 1000 and 10000000, got %d", n)
+	}
+}
+
+// validate reports the problems of the approvals section.
+func (a Approval) validate(bad reporter) {
+	if a.TTL.Std() < time.Minute || a.TTL.Std() > 30*24*time.Hour {
+		bad("approvals.ttl", "must be between 1m and 720h, got %s", a.TTL.Std())
+	}
+}
+
+// validate reports the problems of the web section; devIdentity: the built-in development provider signs people in.
+func (w Web) validate(bad reporter, devIdentity bool) {
+	if lt := w.SessionLifetime.Std(); lt < 5*time.Minute || lt > 7*24*time.Hour {
+		bad("web.session_lifetime", "must be between 5m and 168h, got %s", lt)
+	}
+	if ttl := w.RevocationTTL.Std(); ttl < time.Second || ttl > time.Minute {
+		bad("web.revocation_ttl", "must be between 1s and 1m, got %s", ttl)
+	}
+	if w.ClientID != "" && !devIdentity && len(w.Scopes) == 0 {
+		bad("web.scopes", "name the API's scope (e.g. api://usher/access_as_user) so that browser sign-in gets an access token for the API")
+	}
+	if slices.ContainsFunc(w.Scopes, func(s string) bool { return s == "" || strings.ContainsAny(s, " \t") }) {
+		bad("web.scopes", "must not contain an empty scope or one with spaces")
+	}
+}
+
+// validate reports the problems of the oauth section.
+func (o OAuth) validate(bad reporter) {
+	if n := o.RegistrationsPerHour; n < 1 || n > 10_000 {
+		bad("oauth.registrations_per_hour", "must be between 1 and 10000, got %d", n)
+	}
+	abs := o.RefreshAbsolute.Std()
+	if abs < time.Hour || abs > 365*24*time.Hour {
+		bad("oauth.refresh_absolute", "must be between 1h and 8760h, got %s", abs)
+	}
+	if idle := o.RefreshIdle.Std(); idle < 5*time.Minute || idle > abs {
+		bad("oauth.refresh_idle", "must be at least 5m and at most oauth.refresh_absolute (%s), got %s", abs, idle)
+	}
+	o.validateClients(bad)
+	if slices.ContainsFunc(o.TokenExchangeClients, func(id string) bool { return strings.TrimSpace(id) != id || id == "" }) {
+		bad("oauth.token_exchange_clients", "must not contain an empty client_id or one with surrounding spaces")
+	}
 }
 
 // checkPublicURL accepts an absolute https URL, or http on a loopback host.

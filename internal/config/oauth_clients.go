@@ -90,7 +90,7 @@ func (c OAuthClient) KeySet() (json.RawMessage, error) {
 }
 
 // validateClients checks oauth.clients, reporting by key.
-func (o OAuth) validateClients(bad func(key, format string, args ...any)) {
+func (o OAuth) validateClients(bad reporter) {
 	seen := map[string]bool{}
 	for i, c := range o.Clients {
 		key := fmt.Sprintf("oauth.clients[%d]", i)
