@@ -43,8 +43,14 @@ REPORT := $(GO) run ./internal/testreport -timeout $(TEST_TIMEOUT) -budget $(TES
 
 all: lint test build
 
+# The release version stamped into the binary (internal/buildinfo): the
+# nearest v* tag, as git describe says it; none (devel) without one. The
+# commit and its time are stamped by the go command from the checkout.
+VERSION ?= $(shell git describe --tags --match 'v*' 2>/dev/null)
+LDFLAGS := -X github.com/usherhq/usher/internal/buildinfo.version=$(VERSION)
+
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/usher
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=auto -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/usher
 
 run: build
 	./$(BIN) serve

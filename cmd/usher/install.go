@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
 	"github.com/usherhq/usher/broker"
@@ -160,18 +159,3 @@ func (in *installation) devProvider(publicURL string, keys *broker.Keyring) (*de
 }
 
 func (in *installation) Close() error { return in.store.Close() }
-
-// version reports the module version the binary was built from.
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " (" + s.Value[:12] + ")"
-		}
-	}
-	return v
-}

@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/usherhq/usher/internal/buildinfo"
 )
 
 const usage = `usher — an MCP-native assistant gateway with a token broker
@@ -89,7 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "clients":
 		return env.clientsCmd(ctx, args[1:])
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, "usher", version())
+		fmt.Fprintln(stdout, "usher", buildinfo.Read())
 		return nil
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)

@@ -144,8 +144,8 @@ func TestEmbeddedDefaultEndToEnd(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil)
 
-	if code, body := get(t, s.url+"/healthz", ""); code != 200 {
-		t.Errorf("healthz = %d %s", code, body)
+	if code, body := get(t, s.url+"/healthz", ""); code != 200 || !strings.Contains(string(body), `"version":`) {
+		t.Errorf("healthz = %d %s, want ok and the version", code, body)
 	}
 	if code, body := get(t, s.url+"/readyz", ""); code != 200 {
 		t.Errorf("readyz = %d %s", code, body)
@@ -223,7 +223,7 @@ func TestEmbeddedDefaultEndToEnd(t *testing.T) {
 	}
 
 	code, body = get(t, s.url+"/metrics", "")
-	for _, want := range []string{`usher_http_requests_total{code="200",method="GET",route="GET /healthz"}`, "usher_http_request_duration_seconds_bucket", `usher_assistant_compactions_total{outcome="invalid"} 0`, "go_goroutines"} {
+	for _, want := range []string{`usher_http_requests_total{code="200",method="GET",route="GET /healthz"}`, "usher_http_request_duration_seconds_bucket", `usher_assistant_compactions_total{outcome="invalid"} 0`, "go_goroutines", "usher_build_info{goversion="} {
 		if code != 200 || !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/usherhq/usher/internal/buildinfo"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usherhq/usher/approvals"
@@ -69,7 +71,7 @@ func (in *installation) catalog(mint *broker.Broker) (*mcpserver.Catalog, error)
 		MaxSessionsPerUser: in.cfg.MCP.MaxUpstreamSessionsPerUser,
 		// A stateful endpoint has a channel for requests to its callers.
 		RelayRequests: in.cfg.MCP.Stateful,
-		Version:       version(),
+		Version:       buildinfo.Read().Version,
 		Logger:        in.log.With("component", "catalog"),
 	}
 	if mint != nil {
@@ -288,7 +290,7 @@ func (in *installation) buildMCP(ctx context.Context, publicURL string, keys *br
 		Stateful:       in.cfg.MCP.Stateful,
 		AllowedOrigins: in.cfg.MCP.AllowedOrigins,
 		MaxBodyBytes:   in.cfg.Server.MaxBodyBytes,
-		Version:        version(),
+		Version:        buildinfo.Read().Version,
 		Logger:         in.log.With("component", "mcp"),
 		Registerer:     reg,
 	})

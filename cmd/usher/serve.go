@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/usherhq/usher/internal/buildinfo"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -88,11 +90,12 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 
 	mux := http.NewServeMux()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := buildinfo.Read()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build.Collector())
 	metrics := httpx.NewMetrics(reg)
 
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": build.Version})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
@@ -230,7 +233,7 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	srv.RegisterOnShutdown(runtime.CloseStreams)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("usher is serving", "url", publicURL, "listen", ln.Addr().String(), "version", version(), "database", in.engine())
+	log.Info("usher is serving", "url", publicURL, "listen", ln.Addr().String(), "version", build.String(), "database", in.engine())
 	e.banner(publicURL, cfg, &f, ln.Addr().String())
 	if debugAddr != "" {
 		fmt.Fprintf(e.stdout, "  profiles (pprof, expvar, loopback only): http://%s/debug/pprof/\n\n", debugAddr)
