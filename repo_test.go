@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -89,4 +90,37 @@ func walkGo(t *testing.T, fn func(path string)) {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// TestNoticeCarriesDependencies checks that NOTICE reproduces the NOTICE
+// file of every module the usher binary is built from that has one, as
+// the Apache License 2.0 asks of whoever distributes it: a dependency
+// added with a NOTICE fails this until its notice is in NOTICE.
+func TestNoticeCarriesDependencies(t *testing.T) {
+	notice, err := os.ReadFile("NOTICE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{with .Module}}{{.Path}} {{.Dir}}{{end}}", "./cmd/usher").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	seen := map[string]bool{}
+	for line := range strings.Lines(string(out)) {
+		path, dir, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if path == "" || dir == "" || seen[path] || strings.HasPrefix(path, "github.com/usherhq/usher") {
+			continue
+		}
+		seen[path] = true
+		theirs, err := os.ReadFile(filepath.Join(dir, "NOTICE"))
+		if err != nil {
+			continue // no NOTICE: nothing to carry
+		}
+		if !strings.Contains(string(notice), "== "+path+"\n\n"+strings.TrimRight(string(theirs), "\n")+"\n") {
+			t.Errorf("NOTICE lacks the notice of %s, as its NOTICE file says it", path)
+		}
+	}
+	if len(seen) < 10 {
+		t.Errorf("go list named %d modules: the check read too little to mean anything", len(seen))
+	}
 }
