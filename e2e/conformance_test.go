@@ -263,7 +263,7 @@ func startAuthProxy(t *testing.T, target, token string) string {
 	self := ts.Listener.Addr().String()
 	// The proxy logs each request, and its own complaints (a client that
 	// hung up, say); the log is shown when the test fails.
-	proxyLog := &lockedBuffer{}
+	proxyLog := &testenv.Output{}
 	t.Cleanup(func() {
 		if t.Failed() && proxyLog.String() != "" {
 			t.Logf("proxy log:\n%s", proxyLog)

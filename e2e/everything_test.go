@@ -100,7 +100,7 @@ func tryEverything(t *testing.T, bin string, stateful bool) (string, error) {
 	t.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	cmd := exec.Command(bin, "-http", addr, "-stateless="+strconv.FormatBool(!stateful))
-	output := &lockedBuffer{}
+	output := &testenv.Output{}
 	cmd.Stdout, cmd.Stderr = output, output
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -512,7 +512,7 @@ func TestOAuthConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout := &lockedBuffer{}
+	stdout := &testenv.Output{}
 	var stderr bytes.Buffer
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(stdout, pw), &stderr

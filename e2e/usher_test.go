@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -42,25 +41,7 @@ type usher struct {
 	url     string // as printed: http://127.0.0.1:PORT
 	dataDir string
 	config  string // the --config file, or "" for the embedded default
-	stderr  *lockedBuffer
-}
-
-// lockedBuffer collects a process's output for the failure message.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	stderr  *testenv.Output
 }
 
 var runningAt = regexp.MustCompile(`Usher is running at (http://\S+)`)
@@ -85,7 +66,7 @@ func startUsher(t *testing.T, dataDir, config string) *usher {
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	u := &usher{bin: testenv.Usher(t), dataDir: dataDir, config: config, stderr: &lockedBuffer{}}
+	u := &usher{bin: testenv.Usher(t), dataDir: dataDir, config: config, stderr: &testenv.Output{}}
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir}
 	if config != "" {
 		args = append(args, "--config", config)

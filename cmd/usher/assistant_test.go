@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store/storetest"
 )
 
@@ -140,7 +140,7 @@ func TestAssistantLifecycle(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("decision = %d", code)
 	}
-	waitFor(t, 20*time.Second, func() bool {
+	testenv.WaitFor(t, 20*time.Second, func() bool {
 		ev := runEvents(t, s, alice, id)
 		return countType(ev, "agent.turn.end") == 2
 	})
@@ -228,29 +228,6 @@ func (lb *balancer) set(urls ...string) {
 	for _, u := range urls {
 		p, _ := url.Parse(u)
 		lb.backends = append(lb.backends, p)
-	}
-}
-
-// freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -448,7 +425,7 @@ func TestAssistantReplicasOnPostgreSQL(t *testing.T) {
 	lb := newBalancer(t)
 	env := scriptedEnv(ms, "USHER_BROKER_KEY_ENCRYPTION_KEY", "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=",
 		"USHER_SERVER_PUBLIC_URL", lb.url)
-	addrA, addrB := freeAddr(t), freeAddr(t)
+	addrA, addrB := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	a := startServer(t, env, "--database-url", dbURL, "--addr", addrA)
 	b := startServer(t, env, "--database-url", dbURL, "--addr", addrB)
 	lb.set("http://"+addrA, "http://"+addrB)
@@ -584,8 +561,8 @@ func TestAssistantIdleAndHeld(t *testing.T) {
 	if code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_list"}`); code != 200 {
 		t.Fatalf("turn = %d %v", code, body)
 	}
-	waitFor(t, 20*time.Second, func() bool { return runStatus(t, s, alice, id)["status"] == "Idle" })
-	waitFor(t, 20*time.Second, func() bool { return metric(t, s, "usher_assistant_held_sessions") == 0 })
+	testenv.WaitFor(t, 20*time.Second, func() bool { return runStatus(t, s, alice, id)["status"] == "Idle" })
+	testenv.WaitFor(t, 20*time.Second, func() bool { return metric(t, s, "usher_assistant_held_sessions") == 0 })
 
 	// A message wakes it.
 	code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"hello again"}`)
@@ -718,7 +695,7 @@ func TestAssistantQueuedMessages(t *testing.T) {
 	release()
 
 	var events []map[string]any
-	waitFor(t, 20*time.Second, func() bool {
+	testenv.WaitFor(t, 20*time.Second, func() bool {
 		events = runEvents(t, s, alice, id)
 		return countType(events, "agent.turn.end") == 2
 	})
@@ -742,7 +719,7 @@ func TestAssistantQueuedMessages(t *testing.T) {
 func TestAssistantRestartMidTurn(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	dataDir := t.TempDir()
 	env := scriptedEnv(ms)
 	s1 := startServerIn(t, dataDir, env, "--addr", addr)
@@ -770,7 +747,7 @@ func TestAssistantRestartMidTurn(t *testing.T) {
 
 	s2 := startServerIn(t, dataDir, env, "--addr", addr)
 	var events []map[string]any
-	waitFor(t, 20*time.Second, func() bool {
+	testenv.WaitFor(t, 20*time.Second, func() bool {
 		events = runEvents(t, s2, alice, id)
 		return countType(events, "agent.turn.end") == 1
 	})
@@ -934,7 +911,7 @@ func TestAssistantMessageIdempotencyAcrossReplicas(t *testing.T) {
 	lb := newBalancer(t)
 	env := scriptedEnv(ms, "USHER_BROKER_KEY_ENCRYPTION_KEY", "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=",
 		"USHER_SERVER_PUBLIC_URL", lb.url)
-	addrA, addrB := freeAddr(t), freeAddr(t)
+	addrA, addrB := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	a := startServer(t, env, "--database-url", dbURL, "--addr", addrA)
 	b := startServer(t, env, "--database-url", dbURL, "--addr", addrB)
 	lb.set("http://"+addrA, "http://"+addrB)

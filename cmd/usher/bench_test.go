@@ -28,6 +28,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/mcpserver"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
@@ -365,7 +366,7 @@ policy:
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	pr, pw := io.Pipe()
-	stderr := &lockedBuffer{}
+	stderr := &testenv.Output{}
 	go func() {
 		err := run(ctx, []string{"serve", "--config", cfg, "--addr", "127.0.0.1:0"}, getenv(nil), pw, stderr)
 		pw.Close()

@@ -62,7 +62,7 @@ func startProcess(t testing.TB, bin string, env []string, addr string) *process 
 			t.Logf("log of %s:\n%s", addr, b)
 		}
 	})
-	waitFor(t, 30*time.Second, func() bool {
+	testenv.WaitFor(t, 30*time.Second, func() bool {
 		resp, err := http.Get(p.url + "/readyz")
 		if err != nil {
 			return false
@@ -90,7 +90,7 @@ func TestAssistantTurnSurvivesAKilledProcess(t *testing.T) {
 		"USHER_MODEL_PROVIDER=openai", "USHER_MODEL_BASE_URL=" + ms.URL(), "USHER_MODEL_NAME=scripted", "USHER_MODEL_API_KEY=k",
 		"USHER_ASSISTANT_LEASE=3s", "USHER_ASSISTANT_SWEEP_INTERVAL=1s",
 	}
-	addrA, addrB := freeAddr(t), freeAddr(t)
+	addrA, addrB := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	a := startProcess(t, bin, env, addrA)
 	lb.set(a.url)
 	cmd := exec.Command(bin, "token", "user", "--sub", "alice", "--data-dir", t.TempDir())
@@ -115,7 +115,7 @@ func TestAssistantTurnSurvivesAKilledProcess(t *testing.T) {
 		t.Fatalf("create = %d %v", code, run)
 	}
 	id := run["runId"].(string)
-	waitFor(t, 30*time.Second, func() bool {
+	testenv.WaitFor(t, 30*time.Second, func() bool {
 		r, err := st.GetRun(t.Context(), id)
 		return err == nil && r.Status == store.RunAwaitingApproval
 	})
@@ -153,7 +153,7 @@ func TestAssistantTurnSurvivesAKilledProcess(t *testing.T) {
 
 	// B takes the run over when A's lease expires and finishes the turn.
 	var events []store.Event
-	waitFor(t, 30*time.Second, func() bool {
+	testenv.WaitFor(t, 30*time.Second, func() bool {
 		events, err = st.ListEvents(t.Context(), id, 0, 1000)
 		if err != nil {
 			t.Fatal(err)

@@ -382,7 +382,7 @@ func newFaultCluster(t *testing.T, bin string, delay time.Duration, extraEnv ...
 // start starts the replica name and waits until it is ready.
 func (c *faultCluster) start(name string) *process {
 	c.t.Helper()
-	return startProcess(c.t, c.bin, append(c.env[:len(c.env):len(c.env)], "USHER_MODEL_BASE_URL="+c.model.baseURL(name)), freeAddr(c.t))
+	return startProcess(c.t, c.bin, append(c.env[:len(c.env):len(c.env)], "USHER_MODEL_BASE_URL="+c.model.baseURL(name)), testenv.FreeAddr(c.t))
 }
 
 // cli runs an usher command against the cluster's database.

@@ -30,7 +30,7 @@ type server struct {
 	env     map[string]string
 	done    chan error
 	stop    context.CancelFunc
-	stderr  *lockedBuffer
+	stderr  *testenv.Output
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -44,24 +44,6 @@ func (s *server) shutdown() error {
 		s.shutdownErr = <-s.done
 	})
 	return s.shutdownErr
-}
-
-// lockedBuffer collects a command's output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 var runningAt = regexp.MustCompile(`Usher is running at (http://\S+)`)
@@ -80,7 +62,7 @@ func startServerIn(t testing.TB, dataDir string, env map[string]string, args ...
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	pr, pw := io.Pipe()
-	stderr := &lockedBuffer{}
+	stderr := &testenv.Output{}
 	args = append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", s.dataDir}, args...)
 	go func() {
 		err := run(ctx, args, getenv(env), pw, stderr)
@@ -289,7 +271,7 @@ func TestGracefulShutdownOnSIGTERM(t *testing.T) {
 	}
 	cmd := exec.Command(testenv.Usher(t), "serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir())
 	stdout, _ := cmd.StdoutPipe()
-	var stderr lockedBuffer
+	var stderr testenv.Output
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -195,7 +195,7 @@ func fanout(b *testing.B, dbURL string, n int) (p50, p99 float64) {
 // stacks in use (from its /metrics), without the clients' share.
 func idleSubscribers(b *testing.B, dbURL string, n int) (rss, heapAndStacks float64) {
 	bin := testenv.Usher(b)
-	addr := freeAddr(b)
+	addr := testenv.FreeAddr(b)
 	// GOGC=10 keeps the garbage of the 1,000 sign-ins out of the figure.
 	env := []string{"USHER_LOG_LEVEL=warn", "USHER_EVENTS_HEARTBEAT=5m", "GOGC=10", "USHER_EVENTS_MAX_STREAMS_PER_USER=10000"}
 	if dbURL != "" {

@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store/storetest"
 )
 
@@ -212,7 +213,7 @@ func TestLongPollAndWebSocketResume(t *testing.T) {
 		code, body := api(t, "GET", base+"/events?after=0&wait=30s", alice, "")
 		polled <- result{code, body}
 	}()
-	waitFor(t, 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, func() bool {
 		select {
 		case r := <-polled:
 			t.Fatalf("the long-poll answered before anything was appended: %d %v", r.code, r.body)
@@ -410,7 +411,7 @@ func TestEventsCrossProcesses(t *testing.T) {
 		"USHER_BROKER_KEY_ENCRYPTION_KEY": "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=",
 		"USHER_SERVER_PUBLIC_URL":         lb.url,
 	}
-	addrA, addrB := freeAddr(t), freeAddr(t)
+	addrA, addrB := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	a := startServer(t, env, "--database-url", dbURL, "--addr", addrA)
 	b := startServer(t, env, "--database-url", dbURL, "--addr", addrB)
 	a.url, b.url = "http://"+addrA, "http://"+addrB

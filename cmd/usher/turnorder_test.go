@@ -9,6 +9,7 @@ import (
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store/storetest"
 )
 
@@ -83,7 +84,7 @@ func TestAssistantQueuedCommands(t *testing.T) {
 				posted = append(posted, r["seq"].(float64))
 			}
 			var events []map[string]any
-			waitFor(t, 60*time.Second, func() bool {
+			testenv.WaitFor(t, 60*time.Second, func() bool {
 				events = runEvents(t, s, tok, id)
 				return countType(events, "agent.turn.end") == 10
 			})
@@ -174,7 +175,7 @@ func TestAssistantToolCallIDsUsedAgain(t *testing.T) {
 	if code, _ := api(t, "POST", s.url+"/api/approvals/"+approval+"/decision", alice, `{"decision":"approve"}`); code != 200 {
 		t.Fatalf("decision = %d", code)
 	}
-	waitFor(t, 20*time.Second, func() bool { return countType(runEvents(t, s, alice, id), "agent.turn.end") == 2 })
+	testenv.WaitFor(t, 20*time.Second, func() bool { return countType(runEvents(t, s, alice, id), "agent.turn.end") == 2 })
 
 	// The first call again, twice in one turn: it runs each time, and
 	// sees the note written since.

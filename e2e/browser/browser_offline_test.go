@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // TestBrowserServerDown: Usher stops under an open conversation. The page
@@ -15,7 +16,7 @@ import (
 func TestBrowserServerDown(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	dataDir := t.TempDir()
 	env := scriptedEnv(ms)
 	s1 := startServerIn(t, dataDir, env, "--addr", addr)
@@ -46,17 +47,17 @@ func TestBrowserServerDown(t *testing.T) {
 	// The stream gives up and the page polls: still out of reach, it says
 	// so.
 	events := "/api/assistant/runs/" + runID + "/events"
-	waitFor(t, 2*conditionTimeout, func() bool { return tb.sent("GET", events) > 0 })
+	testenv.WaitFor(t, 2*conditionTimeout, func() bool { return tb.sent("GET", events) > 0 })
 	tb.waitUntil("a poll refused", `performance.getEntriesByType("resource").some((e) => new URL(e.name).pathname === `+js(events)+` && e.responseEnd > 0)`)
 	if !evaluate[bool](tb, banner) || tb.text(`.conversation-title .connection`) != "Reconnecting…" {
 		t.Errorf("polling an Usher out of reach: banner shown %v, connection %q", evaluate[bool](tb, banner), tb.text(`.conversation-title .connection`))
 	}
 	// The polls back off (1, 2, 4 s … up to 30 s apart). Once three have
 	// failed the next is 4 s away, unless the person asks to try now.
-	waitFor(t, 2*conditionTimeout, func() bool { return tb.sent("GET", events) >= 3 })
+	testenv.WaitFor(t, 2*conditionTimeout, func() bool { return tb.sent("GET", events) >= 3 })
 	polls := tb.sent("GET", events)
 	tb.click(".offline-banner .offline-retry")
-	waitFor(t, 2500*time.Millisecond, func() bool { return tb.sent("GET", events) > polls })
+	testenv.WaitFor(t, 2500*time.Millisecond, func() bool { return tb.sent("GET", events) > polls })
 
 	ms.Reply("Welcome back.")
 	s2 := startServerIn(t, dataDir, env, "--addr", addr)
@@ -66,8 +67,8 @@ func TestBrowserServerDown(t *testing.T) {
 	sentBack := `document.querySelector(` + js(composerInput) + `).value === "" && [...document.querySelectorAll("article.msg-user .msg-body")].some((e) => e.textContent === "sent while Usher was down")`
 	polls = tb.sent("GET", events)
 	evaluate[bool](tb, `window.dispatchEvent(new Event("online"))`)
-	waitFor(t, 2500*time.Millisecond, func() bool { return tb.sent("GET", events) > polls })
-	waitFor(t, conditionTimeout, func() bool { return evaluate[bool](tb, sentBack) })
+	testenv.WaitFor(t, 2500*time.Millisecond, func() bool { return tb.sent("GET", events) > polls })
+	testenv.WaitFor(t, conditionTimeout, func() bool { return evaluate[bool](tb, sentBack) })
 	tb.waitUntil("the banner gone", `document.querySelector(".offline-banner").hidden`)
 	tb.waitUntil("its reply", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent === "Welcome back.")`)
 	n := 0

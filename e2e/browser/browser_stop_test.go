@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // more clicks the conversation's action sel, under its "More" menu.
@@ -99,7 +100,7 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	call(tb, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dir})
 	tb.more(`button.export-md`)
 	var md []byte
-	waitFor(t, conditionTimeout, func() bool {
+	testenv.WaitFor(t, conditionTimeout, func() bool {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			if strings.HasSuffix(e.Name(), ".md") {
@@ -167,7 +168,7 @@ func TestBrowserActiveLimit(t *testing.T) {
 	tb.signIn(s.url, "dave")
 	tb.waitUntil("the count", `document.querySelector(".home-limits")?.textContent === "4 of 5 active sessions."`)
 	// One fetch of each list per load: the feed's first resync is it.
-	waitFor(t, conditionTimeout, func() bool { return tb.sent("GET", "/api/assistant/updates/stream") > 0 })
+	testenv.WaitFor(t, conditionTimeout, func() bool { return tb.sent("GET", "/api/assistant/updates/stream") > 0 })
 	time.Sleep(500 * time.Millisecond) // for a second fetch, were there one
 	if runs, approvals := tb.sent("GET", "/api/assistant/runs"), tb.sent("GET", "/api/approvals"); runs != 1 || approvals != 1 {
 		t.Errorf("the load fetched the sessions %d times and the approvals %d times, want once each", runs, approvals)

@@ -746,7 +746,7 @@ func TestBrowserConversation(t *testing.T) {
 	})()`); ran {
 		t.Error("an inline script ran: the CSP does not hold")
 	}
-	waitFor(t, conditionTimeout, func() bool {
+	testenv.WaitFor(t, conditionTimeout, func() bool {
 		tb.mu.Lock()
 		defer tb.mu.Unlock()
 		return len(tb.csp) == 1 && len(tb.dialogs) == 1
@@ -1069,7 +1069,7 @@ func TestBrowserReloadMidTurn(t *testing.T) {
 	tb.waitBadge("Active")
 	// The sidebar's feed has told the page the run's final state too: no
 	// later news can mend what the answer might spoil.
-	waitFor(t, conditionTimeout, func() bool {
+	testenv.WaitFor(t, conditionTimeout, func() bool {
 		if runStatus(t, s, bob, runID)["working"] != false {
 			return false
 		}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -39,28 +38,10 @@ type server struct {
 	env     map[string]string
 	cmd     *exec.Cmd
 	done    chan error // the process's exit, once
-	stderr  *lockedBuffer
+	stderr  *testenv.Output
 
 	shutdownOnce sync.Once
 	shutdownErr  error
-}
-
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 var runningAt = regexp.MustCompile(`Usher is running at (http://\S+)`)
@@ -77,7 +58,7 @@ func startServer(t testing.TB, env map[string]string, args ...string) *server {
 // startServerIn is startServer on the given data directory.
 func startServerIn(t testing.TB, dataDir string, env map[string]string, args ...string) *server {
 	t.Helper()
-	s := &server{dataDir: dataDir, env: env, done: make(chan error, 1), stderr: &lockedBuffer{}}
+	s := &server{dataDir: dataDir, env: env, done: make(chan error, 1), stderr: &testenv.Output{}}
 	args = append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir}, args...)
 	s.cmd = exec.Command(testenv.Usher(t), args...)
 	s.cmd.Env = usherEnv(env)
@@ -235,29 +216,6 @@ func runStatus(t *testing.T, s *server, token, id string) map[string]any {
 		t.Fatalf("get run = %d %v", code, body)
 	}
 	return body["run"].(map[string]any)
-}
-
-// freeAddr is a loopback address free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // scriptedEnv configures a server for the scripted model, and the extra

@@ -3,7 +3,8 @@
 // (TEST_DATABASE_URL), Debian's Chromium, the Node.js tools, and the
 // programs that process-level tests run as processes of their own
 // (`usher serve`, the benchmark's echo upstream, proxy and relay, the MCP
-// fixtures), each built once.
+// fixtures), each built once — with what running them needs: a free
+// loopback address, a buffer for their output, and a bounded wait.
 //
 // A test that needs something missing is skipped with a message that is
 // the same wherever it is needed, so that a run's skips are told as one
