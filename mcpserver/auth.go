@@ -59,10 +59,18 @@ func withCaller(ctx context.Context, c Caller) context.Context {
 	return context.WithValue(ctx, callerKey{}, c)
 }
 
+// TokenSource mints broker tokens for the upstreams that take one
+// (CatalogOptions.UpstreamTokens); broker.TokenCache implements it.
+type TokenSource interface {
+	Token(ctx context.Context, subject, audience string) (string, error)
+}
+
+// CatalogSubject is the subject of the broker tokens an upstream gets when
+// the catalog lists its tools for itself, on no caller's behalf.
+const CatalogSubject = "usher"
+
 // CallerFromContext returns the caller carried by ctx: in a tool handler,
-// the caller of the tool; in Options.UpstreamToken, the caller on whose
-// behalf the upstream is reached (none when the catalog lists an upstream's
-// tools for itself).
+// the caller of the tool.
 func CallerFromContext(ctx context.Context) (Caller, bool) {
 	c, ok := ctx.Value(callerKey{}).(Caller)
 	return c, ok

@@ -208,17 +208,13 @@ func TestUpstreamBrokerToken(t *testing.T) {
 		rules:     map[string]Decision{"fx__echo": Allow},
 		upstreams: []Upstream{{Name: "fx", URL: up.url, BrokerToken: true}},
 		catalog: func(o *CatalogOptions) {
-			o.UpstreamToken = func(ctx context.Context, audience string) (string, error) {
-				sub := "usher-catalog"
-				if c, ok := CallerFromContext(ctx); ok {
-					sub = c.Subject
-				}
+			o.UpstreamTokens = tokenFunc(func(ctx context.Context, sub, audience string) (string, error) {
 				tok, err := e.broker.Mint(ctx, broker.Grant{Subject: sub, Audience: audience})
 				mu.Lock()
 				minted = append(minted, sub+" "+audience)
 				mu.Unlock()
 				return tok.Raw, err
-			}
+			})
 		},
 	})
 	cs := e.connect(alice, "", nil, "")
@@ -242,11 +238,18 @@ func TestUpstreamBrokerToken(t *testing.T) {
 		}
 		subjects[c.Subject] = true
 	}
-	if !subjects[alice] || !subjects["usher-catalog"] {
+	if !subjects[alice] || !subjects[CatalogSubject] {
 		mu.Lock()
 		defer mu.Unlock()
 		t.Errorf("token subjects = %v (minted %q), want alice's for the call and the catalog's for listing", subjects, minted)
 	}
+}
+
+// tokenFunc is a TokenSource made of a function.
+type tokenFunc func(ctx context.Context, subject, audience string) (string, error)
+
+func (f tokenFunc) Token(ctx context.Context, subject, audience string) (string, error) {
+	return f(ctx, subject, audience)
 }
 
 // TestAuthFailureAuditsSampled checks that a flood of bad tokens is

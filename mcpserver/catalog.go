@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/usherhq/usher/policy"
 )
 
 // ToolDefinition is what a tool's definition hash covers: exactly the
@@ -40,9 +42,9 @@ type Definition struct {
 // CatalogOptions configures a Catalog. Fields marked required have no
 // default; every other zero value selects its default.
 type CatalogOptions struct {
-	// DefinitionHash returns the hash of a tool definition: the SHA-256 of
-	// its RFC 8785 canonical JSON (policy.DefinitionHash). The tool lock
-	// and approvals compare it. Required.
+	// DefinitionHash returns the hash of a tool definition, which the tool
+	// lock and approvals compare. Default: policy.DefinitionHash, the
+	// SHA-256 of its RFC 8785 canonical JSON.
 	DefinitionHash func(ToolDefinition) (string, error)
 	// Runs reads the caller's runs for sessions_list and session_read;
 	// store.Store implements it. Required.
@@ -58,13 +60,13 @@ type CatalogOptions struct {
 	Notes Notes
 	// Upstreams are the MCP servers whose tools the catalog re-exposes.
 	Upstreams []Upstream
-	// UpstreamToken returns a broker token for audience, for the upstreams
-	// with BrokerToken set. Its context carries the Caller on whose behalf
-	// the upstream is called (see CallerFromContext), or none when the
-	// catalog lists the upstream's tools. It is called for every HTTP
-	// request to such an upstream, so it should cache its tokens.
+	// UpstreamTokens gives the upstreams with BrokerToken set a broker
+	// token for their own audience: of the caller on whose behalf the
+	// upstream is called, or of CatalogSubject when the catalog lists the
+	// upstream's tools. It is asked for every HTTP request to such an
+	// upstream, so it should cache its tokens (broker.TokenCache does).
 	// Required when an upstream sets BrokerToken.
-	UpstreamToken func(ctx context.Context, audience string) (string, error)
+	UpstreamTokens TokenSource
 	// RelayRequests makes the callers' sessions to the upstreams offer
 	// sampling and elicitation, and relays an upstream's sampling and
 	// elicitation requests during a tool call to the caller, when the
@@ -297,10 +299,13 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 		o.Now = time.Now
 	}
 
-	var errs []error
 	if o.DefinitionHash == nil {
-		errs = append(errs, errors.New("a DefinitionHash function is required"))
+		o.DefinitionHash = func(d ToolDefinition) (string, error) {
+			return policy.DefinitionHash(policy.ToolDefinition(d))
+		}
 	}
+
+	var errs []error
 	if o.Runs == nil {
 		errs = append(errs, errors.New("a Runs reader is required"))
 	}
@@ -316,7 +321,7 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 	if o.MaxSessionsPerUser < 0 {
 		errs = append(errs, errors.New("MaxSessionsPerUser must not be negative"))
 	}
-	ups, err := checkUpstreams(o.Upstreams, o.UpstreamToken != nil)
+	ups, err := checkUpstreams(o.Upstreams, o.UpstreamTokens != nil)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -327,9 +332,6 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 		builtins = append(builtins, noteTools(o.Notes)...)
 	}
 	for _, b := range builtins {
-		if o.DefinitionHash == nil {
-			break
-		}
 		t, err := c.newTool(b.def, "", b.validate, b.call)
 		if err != nil {
 			errs = append(errs, err)
@@ -401,6 +403,30 @@ func (c *Catalog) Definitions(ctx context.Context) ([]Definition, error) {
 		defs = append(defs, Definition{ToolDefinition: t.def, Server: t.server, Hash: t.hash})
 	}
 	return defs, snap.listErrors
+}
+
+// Hashes is Definitions as a map from each tool's name to its definition
+// hash: what the approvals sweeper compares approvals against
+// (approvals.ToolHashes). With an error, as Definitions.
+func (c *Catalog) Hashes(ctx context.Context) (map[string]string, error) {
+	defs, err := c.Definitions(ctx)
+	hashes := make(map[string]string, len(defs))
+	for _, d := range defs {
+		hashes[d.Name] = d.Hash
+	}
+	return hashes, err
+}
+
+// BuiltinLock is a tool lock that reviews the built-in tools only, which
+// ship with the binary: what an installation without a lock starts with,
+// so that its read-only built-ins run unattended while every upstream
+// tool waits for an operator's review (`usher tools lock`).
+func (c *Catalog) BuiltinLock() *policy.Lock {
+	lock := &policy.Lock{Tools: make(map[string]string, len(c.builtins))}
+	for _, t := range c.builtins {
+		lock.Tools[t.def.Name] = t.hash
+	}
+	return lock
 }
 
 // DefaultCallTimeout is the default of CatalogOptions.CallTimeout.

@@ -40,7 +40,7 @@ func TestUpstreamConfig(t *testing.T) {
 		{"env on a url", []Upstream{{Name: "a", URL: "https://a.example.com", Env: map[string]string{"K": "v"}}}, false, "args and env are for a command"},
 		{"reserved header", []Upstream{{Name: "a", URL: "https://a.example.com", Headers: map[string]string{"Mcp-Session-Id": "x"}}}, false, "set by the transport"},
 		{"header with a newline", []Upstream{{Name: "a", URL: "https://a.example.com", Headers: map[string]string{"X-Key": "a\r\nX-Evil: 1"}}}, false, "not a valid header"},
-		{"broker token without a hook", []Upstream{{Name: "a", URL: "https://a.example.com", BrokerToken: true}}, false, "needs CatalogOptions.UpstreamToken"},
+		{"broker token without a hook", []Upstream{{Name: "a", URL: "https://a.example.com", BrokerToken: true}}, false, "needs CatalogOptions.UpstreamTokens"},
 		{"broker token and an Authorization header", []Upstream{{Name: "a", URL: "https://a.example.com", BrokerToken: true, Headers: map[string]string{"Authorization": "Bearer x"}}}, true, "exclude each other"},
 		{"bad env name", []Upstream{{Name: "a", Command: "x", Env: map[string]string{"A=B": "v"}}}, false, "not valid"},
 		{"one upstream without a prefix", []Upstream{{Name: "a", Command: "x", Prefix: PrefixNone}, {Name: "b", Command: "y"}}, false, ""},
@@ -64,10 +64,10 @@ func TestUpstreamConfig(t *testing.T) {
 }
 
 // TestCatalogOptions checks that missing dependencies are reported
-// together.
+// together (DefinitionHash has a default: policy.DefinitionHash).
 func TestCatalogOptions(t *testing.T) {
 	_, err := NewCatalog(&CatalogOptions{DemoTools: true})
-	for _, want := range []string{"DefinitionHash", "Runs", "ApprovalLister", "Notes"} {
+	for _, want := range []string{"Runs", "ApprovalLister", "Notes"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error = %v, want it to name %s", err, want)
 		}

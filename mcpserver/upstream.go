@@ -54,7 +54,7 @@ type Upstream struct {
 	// credentials, configured for it. They are never logged.
 	Headers map[string]string
 	// BrokerToken sends "Authorization: Bearer" with a broker token whose
-	// audience is URL, from CatalogOptions.UpstreamToken.
+	// audience is URL, from CatalogOptions.UpstreamTokens.
 	BrokerToken bool
 	// InsecureAllowHTTP allows a plain http URL on a host that is not
 	// loopback, where credentials travel in the clear.
@@ -157,7 +157,7 @@ func checkUpstreams(ups []Upstream, haveToken bool) ([]Upstream, error) {
 			}
 		}
 		if u.BrokerToken && !haveToken {
-			errs = append(errs, fmt.Errorf("%s: a broker token needs CatalogOptions.UpstreamToken", where))
+			errs = append(errs, fmt.Errorf("%s: a broker token needs CatalogOptions.UpstreamTokens", where))
 		}
 		out = append(out, u)
 	}
@@ -413,7 +413,7 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 			cred.headers.Set(k, v)
 		}
 		if u.cfg.BrokerToken {
-			cred.token, cred.audience = u.cat.opts.UpstreamToken, u.cfg.URL
+			cred.tokens, cred.audience = u.cat.opts.UpstreamTokens, u.cfg.URL
 		}
 		t = &mcp.StreamableClientTransport{
 			Endpoint: u.cfg.URL,
@@ -484,7 +484,7 @@ func (u *upstream) env() []string {
 type credentials struct {
 	base     http.RoundTripper
 	headers  http.Header
-	token    func(ctx context.Context, audience string) (string, error)
+	tokens   TokenSource
 	audience string
 	subject  string // the session's caller subject; empty for the catalog
 }
@@ -496,14 +496,12 @@ func (t *credentials) RoundTrip(r *http.Request) (*http.Response, error) {
 	for k, v := range t.headers {
 		r.Header[k] = slices.Clone(v)
 	}
-	if t.token != nil {
-		ctx := r.Context()
-		if c, ok := CallerFromContext(ctx); t.subject == "" {
-			ctx = withoutCaller(ctx)
-		} else if !ok || c.Subject != t.subject {
-			ctx = withCaller(ctx, Caller{Subject: t.subject})
+	if t.tokens != nil {
+		subject := t.subject
+		if subject == "" {
+			subject = CatalogSubject
 		}
-		tok, err := t.token(ctx, t.audience)
+		tok, err := t.tokens.Token(r.Context(), subject, t.audience)
 		if err != nil {
 			if r.Body != nil {
 				r.Body.Close()

@@ -32,13 +32,9 @@ func (e *environment) definitions(ctx context.Context, f *installFlags) (map[str
 		return nil, err
 	}
 	defer cat.Close()
-	defs, err := cat.Definitions(ctx)
+	out, err := cat.Hashes(ctx)
 	if err != nil {
 		return nil, err
-	}
-	out := make(map[string]string, len(defs))
-	for _, d := range defs {
-		out[d.Name] = d.Hash
 	}
 	return out, nil
 }

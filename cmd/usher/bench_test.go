@@ -158,7 +158,7 @@ func benchStoreCalls(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	x := executions{st, auditLog}
+	x := mcpserver.AuditedExecutions{Store: st, Log: auditLog}
 	var lat []time.Duration
 	result := json.RawMessage(`{"content":[{"type":"text","text":"echo: x"}]}`)
 	keys := newKeySource()

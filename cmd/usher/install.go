@@ -91,13 +91,15 @@ type installation struct {
 }
 
 // open opens the installation's store, applies pending migrations and loads
-// the seal key.
+// the seal key. The data directory is made only when something is kept in
+// it (the SQLite file, a generated seal key): a database that cannot be
+// reached leaves nothing behind.
 func open(ctx context.Context, cfg config.Config, log *slog.Logger) (*installation, error) {
-	if err := os.MkdirAll(cfg.Server.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data directory: %w", err)
-	}
 	dsn := cfg.Database.URL
 	if dsn == "" {
+		if err := makeDataDir(cfg); err != nil {
+			return nil, err
+		}
 		dsn = filepath.Join(cfg.Server.DataDir, "usher.db")
 	}
 	st, err := store.Open(ctx, dsn, &store.Options{Logger: log, MaxConns: cfg.Database.MaxConns})
@@ -111,7 +113,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger) (*installati
 	var seal []byte
 	if k := cfg.Broker.KeyEncryptionKey; k != "" {
 		seal, err = broker.ParseSealKey(k)
-	} else {
+	} else if err = makeDataDir(cfg); err == nil {
 		seal, err = broker.LoadOrCreateSealKey(filepath.Join(cfg.Server.DataDir, "broker.key"))
 	}
 	if err != nil {
@@ -119,6 +121,14 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger) (*installati
 		return nil, fmt.Errorf("key encryption key: %w", err)
 	}
 	return &installation{cfg: cfg, log: log, store: st, sealKey: seal}, nil
+}
+
+// makeDataDir makes server.data_dir, readable by this user only.
+func makeDataDir(cfg config.Config) error {
+	if err := os.MkdirAll(cfg.Server.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	return nil
 }
 
 // Keyring purposes: the broker's own keys, and the keys of the built-in

@@ -31,20 +31,7 @@ func (e *environment) policyCmd(ctx context.Context, args []string) error {
 		if err := parse(fs, args[1:]); err != nil {
 			return err
 		}
-		p, lock, err := e.policyAndLock(&f, *file, *lockFile)
-		if err != nil {
-			return err
-		}
-		findings := p.Lint(lock)
-		for _, fd := range findings {
-			fmt.Fprintln(e.stdout, fd)
-		}
-		if len(findings) > 0 {
-			fmt.Fprintf(e.stdout, "%s: valid with findings, %d finding(s), hash %s\n", p.Name(), len(findings), p.Hash())
-			return errFailed
-		}
-		fmt.Fprintf(e.stdout, "%s: valid, 0 finding(s), hash %s\n", p.Name(), p.Hash())
-		return nil
+		return e.policyCheck(&f, *file, *lockFile)
 	case "explain":
 		return e.policyExplain(ctx, fs, &f, file, lockFile, args[1:])
 	case "test":
@@ -56,62 +43,83 @@ func (e *environment) policyCmd(ctx context.Context, args []string) error {
 			fmt.Fprintln(e.stderr, "usage: usher policy test [--policy FILE] CASES.yaml")
 			return errUsage
 		}
-		p, _, err := e.policyAndLock(&f, *file, *lockFile)
-		if err != nil {
-			return err
-		}
-		cases, err := policy.LoadCases(files[0])
-		if err != nil {
-			return err
-		}
-		failed := 0
-		for _, r := range policy.RunCases(p, cases) {
-			fmt.Fprintln(e.stdout, r)
-			if !r.Passed() {
-				failed++
-			}
-		}
-		fmt.Fprintf(e.stdout, "%d passed, %d failed\n", len(cases)-failed, failed)
-		if failed > 0 {
-			return errFailed
-		}
-		return nil
+		return e.policyTest(&f, *file, *lockFile, files[0])
 	}
 	fmt.Fprintf(e.stderr, "usher policy: unknown command %q (want check, explain or test)\n", args[0])
 	return errUsage
 }
 
-// policyExplain runs `usher policy explain`: it decides one request as the
-// MCP server would, with what the catalog says of its target unless the
-// flags say it, and prints the explanation. A request is a tool call
-// (--tool), a resource read (--action read_resource --resource URI), a
-// prompt get (--action get_prompt --prompt NAME) or a completion
-// (--action complete, with --prompt NAME or --template URI-TEMPLATE, and
-// --argument NAME=VALUE).
-func (e *environment) policyExplain(ctx context.Context, fs *flag.FlagSet, f *installFlags, file, lockFile *string, args []string) error {
-	user := fs.String("user", "", "principal `id` (issuer|tenant|object id) or a user name (required)")
-	action := fs.String("action", string(policy.ActionCallTool), "the `action`: call_tool, read_resource, get_prompt or complete")
-	tool := fs.String("tool", "", "tool `name` as listed (for call_tool)")
-	resource := fs.String("resource", "", "resource `URI` as exposed (for read_resource)")
-	prompt := fs.String("prompt", "", "prompt `name` as listed (for get_prompt, or complete of a prompt's argument)")
-	template := fs.String("template", "", "resource `template` as listed (for complete of a template's variable; with read_resource and --definition-hash, the template the URI matched)")
-	argument := fs.String("argument", "", "the argument being completed, `name=value` (for complete)")
-	server := fs.String("server", "", "the `server`: builtin or an upstream's name (default: builtin for a tool, else from the catalog)")
-	argsJSON := fs.String("args", "{}", "the call's or prompt's arguments, a JSON `object`")
-	groups := fs.String("groups", "", "comma-separated `groups` of the user")
-	hash := fs.String("definition-hash", "", "the definition `hash` (default: from the catalog)")
-	if err := parse(fs, args); err != nil {
+// policyCheck lints the policy against the lock and prints the findings.
+func (e *environment) policyCheck(f *installFlags, file, lockFile string) error {
+	p, lock, err := e.policyAndLock(f, file, lockFile)
+	if err != nil {
 		return err
 	}
-	usage := func(msg string) error {
-		fmt.Fprintln(e.stderr, "usher policy explain: "+msg)
-		return errUsage
+	findings := p.Lint(lock)
+	for _, fd := range findings {
+		fmt.Fprintln(e.stdout, fd)
 	}
-	if *user == "" {
-		return usage("--user is required")
+	if len(findings) > 0 {
+		fmt.Fprintf(e.stdout, "%s: valid with findings, %d finding(s), hash %s\n", p.Name(), len(findings), p.Hash())
+		return errFailed
 	}
-	a := policy.Action(*action)
-	named := map[string]string{"--tool": *tool, "--resource": *resource, "--prompt": *prompt, "--template": *template}
+	fmt.Fprintf(e.stdout, "%s: valid, 0 finding(s), hash %s\n", p.Name(), p.Hash())
+	return nil
+}
+
+// policyTest runs the cases of casesFile against the policy and prints
+// each result.
+func (e *environment) policyTest(f *installFlags, file, lockFile, casesFile string) error {
+	p, _, err := e.policyAndLock(f, file, lockFile)
+	if err != nil {
+		return err
+	}
+	cases, err := policy.LoadCases(casesFile)
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, r := range policy.RunCases(p, cases) {
+		fmt.Fprintln(e.stdout, r)
+		if !r.Passed() {
+			failed++
+		}
+	}
+	fmt.Fprintf(e.stdout, "%d passed, %d failed\n", len(cases)-failed, failed)
+	if failed > 0 {
+		return errFailed
+	}
+	return nil
+}
+
+// explainFlags are the flags of `usher policy explain`: the request to
+// explain.
+type explainFlags struct {
+	user, action, tool, resource, prompt, template, argument, server, args, groups, hash *string
+}
+
+func (x *explainFlags) register(fs *flag.FlagSet) {
+	x.user = fs.String("user", "", "principal `id` (issuer|tenant|object id) or a user name (required)")
+	x.action = fs.String("action", string(policy.ActionCallTool), "the `action`: call_tool, read_resource, get_prompt or complete")
+	x.tool = fs.String("tool", "", "tool `name` as listed (for call_tool)")
+	x.resource = fs.String("resource", "", "resource `URI` as exposed (for read_resource)")
+	x.prompt = fs.String("prompt", "", "prompt `name` as listed (for get_prompt, or complete of a prompt's argument)")
+	x.template = fs.String("template", "", "resource `template` as listed (for complete of a template's variable; with read_resource and --definition-hash, the template the URI matched)")
+	x.argument = fs.String("argument", "", "the argument being completed, `name=value` (for complete)")
+	x.server = fs.String("server", "", "the `server`: builtin or an upstream's name (default: builtin for a tool, else from the catalog)")
+	x.args = fs.String("args", "{}", "the call's or prompt's arguments, a JSON `object`")
+	x.groups = fs.String("groups", "", "comma-separated `groups` of the user")
+	x.hash = fs.String("definition-hash", "", "the definition `hash` (default: from the catalog)")
+}
+
+// check returns the action, or what is wrong with the flags for it: a
+// usage message.
+func (x *explainFlags) check() (policy.Action, string) {
+	if *x.user == "" {
+		return "", "--user is required"
+	}
+	a := policy.Action(*x.action)
+	named := map[string]string{"--tool": *x.tool, "--resource": *x.resource, "--prompt": *x.prompt, "--template": *x.template}
 	var want []string // the flags, one of which names the target
 	switch a {
 	case policy.ActionCallTool:
@@ -123,7 +131,7 @@ func (e *environment) policyExplain(ctx context.Context, fs *flag.FlagSet, f *in
 	case policy.ActionComplete:
 		want = []string{"--prompt", "--template"}
 	default:
-		return usage(fmt.Sprintf("--action %q is not call_tool, read_resource, get_prompt or complete", *action))
+		return "", fmt.Sprintf("--action %q is not call_tool, read_resource, get_prompt or complete", *x.action)
 	}
 	var given []string
 	for _, k := range []string{"--tool", "--resource", "--prompt", "--template"} {
@@ -132,62 +140,90 @@ func (e *environment) policyExplain(ctx context.Context, fs *flag.FlagSet, f *in
 		}
 	}
 	if len(given) != 1 || !slices.Contains(want, given[0]) {
-		return usage(fmt.Sprintf("%s takes exactly one of %s", a, strings.Join(want, ", ")))
+		return "", fmt.Sprintf("%s takes exactly one of %s", a, strings.Join(want, ", "))
 	}
-	if (*argument != "") != (a == policy.ActionComplete) {
-		return usage("--argument NAME=VALUE is for complete, and complete needs it")
+	if (*x.argument != "") != (a == policy.ActionComplete) {
+		return "", "--argument NAME=VALUE is for complete, and complete needs it"
+	}
+	return a, ""
+}
+
+// policyExplain runs `usher policy explain`: it decides one request as the
+// MCP server would, with what the catalog says of its target unless the
+// flags say it, and prints the explanation. A request is a tool call
+// (--tool), a resource read (--action read_resource --resource URI), a
+// prompt get (--action get_prompt --prompt NAME) or a completion
+// (--action complete, with --prompt NAME or --template URI-TEMPLATE, and
+// --argument NAME=VALUE).
+func (e *environment) policyExplain(ctx context.Context, fs *flag.FlagSet, f *installFlags, file, lockFile *string, args []string) error {
+	var x explainFlags
+	x.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	a, problem := x.check()
+	if problem != "" {
+		fmt.Fprintln(e.stderr, "usher policy explain: "+problem)
+		return errUsage
 	}
 	p, lock, err := e.policyAndLock(f, *file, *lockFile)
 	if err != nil {
 		return err
 	}
-	call := mcpserver.Call{Principal: *user, Arguments: json.RawMessage(*argsJSON)}
-	if *groups != "" {
-		call.Groups = strings.Split(*groups, ",")
+	call := mcpserver.Call{Principal: *x.user, Arguments: json.RawMessage(*x.args)}
+	if *x.groups != "" {
+		call.Groups = strings.Split(*x.groups, ",")
 	}
 	if a == policy.ActionCallTool {
-		if *hash == "" {
-			if *hash, err = e.catalogHash(ctx, f, *tool); err != nil {
+		if *x.hash == "" {
+			if *x.hash, err = e.catalogHash(ctx, f, *x.tool); err != nil {
 				return err
 			}
 		}
-		call.Tool, call.Server, call.DefinitionHash = *tool, *server, *hash
-		req := mcpserver.PolicyRequest(call, lock)
-		fmt.Fprint(e.stdout, policy.Explain(req, p.Decide(req)))
-		return nil
+		call.Tool, call.Server, call.DefinitionHash = *x.tool, *x.server, *x.hash
+	} else if call, err = e.explainedFeature(ctx, f, &x, a, call); err != nil {
+		return err
 	}
+	req := mcpserver.PolicyRequest(call, lock)
+	fmt.Fprint(e.stdout, policy.Explain(req, p.Decide(req)))
+	return nil
+}
 
-	ref, name := mcpserver.RefResource, *resource+*template
-	if *prompt != "" {
-		ref, name = mcpserver.RefPrompt, *prompt
+// explainedFeature completes call with the resource, template or prompt
+// the flags name, and its server and hash: from the flags, or else from
+// the catalog.
+func (e *environment) explainedFeature(ctx context.Context, f *installFlags, x *explainFlags, a policy.Action, call mcpserver.Call) (mcpserver.Call, error) {
+	ref, name := mcpserver.RefResource, *x.resource+*x.template
+	if *x.prompt != "" {
+		ref, name = mcpserver.RefPrompt, *x.prompt
 	}
 	if a == policy.ActionReadResource {
-		name = *resource
+		name = *x.resource
 	}
-	target := mcpserver.Feature{Name: name, Server: *server, Hash: *hash, Template: *template}
+	target := mcpserver.Feature{Name: name, Server: *x.server, Hash: *x.hash, Template: *x.template}
 	if a == policy.ActionComplete && ref == mcpserver.RefResource {
 		target.Template = name
 	}
-	if *hash == "" {
+	if *x.hash == "" {
+		var err error
 		if target, err = e.catalogFeature(ctx, f, mcpserver.Action(a), ref, name); err != nil {
-			return err
+			return call, err
 		}
-		if *server != "" && *server != target.Server {
-			return fmt.Errorf("the catalog's %q is of server %q, not %q", name, target.Server, *server)
+		if *x.server != "" && *x.server != target.Server {
+			return call, fmt.Errorf("the catalog's %q is of server %q, not %q", name, target.Server, *x.server)
 		}
-	} else if *server == "" {
-		return usage("with --definition-hash, --server names the upstream")
+	} else if *x.server == "" {
+		fmt.Fprintln(e.stderr, "usher policy explain: with --definition-hash, --server names the upstream")
+		return call, errUsage
 	}
 	if a == policy.ActionComplete {
-		argName, value, _ := strings.Cut(*argument, "=")
+		argName, value, _ := strings.Cut(*x.argument, "=")
 		in := map[string]any{"argument": map[string]any{"name": argName, "value": value}}
 		call.Arguments, _ = json.Marshal(in) // strings always encode
 	}
 	call.Action, call.Ref = mcpserver.Action(a), ref
 	call.Tool, call.Server, call.DefinitionHash, call.Template = target.Name, target.Server, target.Hash, target.Template
-	req := mcpserver.PolicyRequest(call, lock)
-	fmt.Fprint(e.stdout, policy.Explain(req, p.Decide(req)))
-	return nil
+	return call, nil
 }
 
 // catalogFeature resolves a resource, template or prompt in the catalog.

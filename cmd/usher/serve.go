@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,216 +28,355 @@ import (
 	"github.com/usherhq/usher/store"
 )
 
+// serve runs `usher serve`: it starts the parts below in order, each
+// stopped (in reverse order) when serving ends or a later part fails to
+// start, and serves until ctx is done. What can fail without leaving state
+// behind is checked first: the listen address and an external issuer come
+// before the database is migrated or a key file is written.
 func (e *environment) serve(ctx context.Context, args []string) error {
-	var f installFlags
+	s := &serving{env: e, mux: http.NewServeMux()}
 	fs := e.flagSet("serve")
-	f.register(fs)
+	s.flags.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, log, err := e.loadConfig(&f)
+	cfg, log, err := e.loadConfig(&s.flags)
 	if err != nil {
 		return err
 	}
+	s.cfg, s.log = cfg, log
 	defer tuneGC(log)()
+	defer s.stop()
+	for _, start := range []func(context.Context) error{
+		s.listen,
+		s.debug,
+		s.externalIdentity,
+		s.open,
+		s.brokerKeys,
+		s.health,
+		s.devIdentity,
+		s.web,
+		s.assistant,
+		s.mcp,
+		s.oauth,
+		s.sweeps,
+		s.notFound,
+	} {
+		if err := start(ctx); err != nil {
+			return err
+		}
+	}
+	return s.serve(ctx)
+}
 
-	// Listen first: with port 0 the public URL is only known afterwards.
+// serving is what serve has started so far.
+type serving struct {
+	env   *environment
+	flags installFlags
+	cfg   config.Config
+	log   *slog.Logger
+	mux   *http.ServeMux
+	// stops are the started parts' stops, run last first.
+	stops []func()
+
+	ln                  net.Listener
+	localURL, publicURL string
+	debugAddr           string // where the profiles are served, if they are
+	in                  *installation
+	keys                *broker.Keyring
+	mint                *broker.Broker
+	reg                 *prometheus.Registry
+	verifier            *identity.Verifier
+	authenticated       func(http.Handler) http.Handler
+	runtime             *assistant.Runtime
+	mcpStack            *mcpStack
+	oauthSrv            *oauth.Server
+}
+
+// onStop adds f to what stop runs.
+func (s *serving) onStop(f func()) { s.stops = append(s.stops, f) }
+
+// stop stops the started parts, the last started first.
+func (s *serving) stop() {
+	for i := len(s.stops) - 1; i >= 0; i-- {
+		s.stops[i]()
+	}
+}
+
+// listen listens first: with port 0 the public URL is only known afterwards.
+func (s *serving) listen(ctx context.Context) error {
 	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", cfg.Server.Addr)
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Server.Addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	defer ln.Close()
-	var debugAddr string // where the profiles are served, if they are
-	if cfg.Server.DebugAddr == "" {
+	s.onStop(func() { ln.Close() })
+	s.ln = ln
+	s.localURL = "http://" + ln.Addr().String()
+	s.publicURL = cmp.Or(s.cfg.Server.PublicURL, s.localURL)
+	return nil
+}
+
+// debug serves the profiles on server.debug_addr, or turns heap sampling
+// off when there is none.
+func (s *serving) debug(ctx context.Context) error {
+	if s.cfg.Server.DebugAddr == "" {
 		stopHeapSampling()
-	} else {
-		debug, err := startDebug(ctx, cfg.Server.DebugAddr, log)
-		if err != nil {
-			return err
-		}
-		defer debug.stop() //nolint:errcheck // the process is stopping
-		debugAddr = debug.addr
+		return nil
 	}
-	localURL := "http://" + ln.Addr().String()
-	publicURL := cfg.Server.PublicURL
-	if publicURL == "" {
-		publicURL = localURL
-	}
-
-	in, err := open(ctx, cfg, log)
+	d, err := startDebug(ctx, s.cfg.Server.DebugAddr, s.log)
 	if err != nil {
 		return err
 	}
-	defer in.Close()
+	s.onStop(func() { d.stop() }) //nolint:errcheck // the process is stopping
+	s.debugAddr = d.addr
+	return nil
+}
 
-	brokerKeys, err := in.keyring(purposeBroker, broker.MaxTokenLifetime)
+// identityOptions are the API verifier's options from the configuration.
+func (s *serving) identityOptions() *identity.Options {
+	return &identity.Options{
+		Issuer:         s.cfg.Identity.Issuer,
+		Audiences:      s.cfg.Identity.Audiences,
+		RequiredScopes: s.cfg.Identity.RequiredScopes,
+		Tenants:        s.cfg.Identity.Tenants,
+		Logger:         s.log.With("component", "identity"),
+	}
+}
+
+// externalIdentity makes the API's verifier of a configured issuer, whose
+// discovery fails for an issuer that is wrong or unreachable: before the
+// database is touched.
+func (s *serving) externalIdentity(ctx context.Context) error {
+	if s.cfg.DevIdentity() {
+		return nil
+	}
+	v, err := identity.New(ctx, s.identityOptions())
+	if err != nil {
+		return fmt.Errorf("identity: %w", err)
+	}
+	s.verifier = v
+	return nil
+}
+
+// open opens and migrates the store and loads the seal key.
+func (s *serving) open(ctx context.Context) error {
+	in, err := open(ctx, s.cfg, s.log)
 	if err != nil {
 		return err
 	}
-	if err := brokerKeys.Start(ctx); err != nil {
+	s.onStop(func() { in.Close() })
+	s.in = in
+	return nil
+}
+
+// brokerKeys starts the broker's signing keys and the broker that mints
+// with them.
+func (s *serving) brokerKeys(ctx context.Context) error {
+	keys, err := s.in.keyring(purposeBroker, broker.MaxTokenLifetime)
+	if err != nil {
+		return err
+	}
+	if err := keys.Start(ctx); err != nil {
 		return fmt.Errorf("broker keys: %w", err)
 	}
-	defer brokerKeys.Stop()
-
-	mint, err := broker.New(brokerKeys, &broker.Options{
-		Issuer:        publicURL,
-		TokenLifetime: cfg.Broker.TokenLifetime.Std(),
-		ClientID:      cfg.Broker.ClientID,
+	s.onStop(keys.Stop)
+	s.keys = keys
+	s.mint, err = broker.New(keys, &broker.Options{
+		Issuer:        s.publicURL,
+		TokenLifetime: s.cfg.Broker.TokenLifetime.Std(),
+		ClientID:      s.cfg.Broker.ClientID,
 	})
-	if err != nil {
-		return err
-	}
+	return err
+}
 
-	mux := http.NewServeMux()
-	reg := prometheus.NewRegistry()
+// health mounts the probes, the metrics and the broker's public keys.
+func (s *serving) health(context.Context) error {
+	s.reg = prometheus.NewRegistry()
 	build := buildinfo.Read()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build.Collector())
-	metrics := httpx.NewMetrics(reg)
-
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build.Collector())
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": build.Version})
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
-		if err := in.store.Ready(ctx); err != nil {
-			log.WarnContext(ctx, "not ready", "err", err)
-			httpx.WriteError(w, r, log, httpx.Errorf(http.StatusServiceUnavailable, "not_ready", "The database is unreachable or its schema is not current."))
+		if err := s.in.store.Ready(ctx); err != nil {
+			s.log.WarnContext(ctx, "not ready", "err", err)
+			httpx.WriteError(w, r, s.log, httpx.Errorf(http.StatusServiceUnavailable, "not_ready", "The database is unreachable or its schema is not current."))
 			return
 		}
 		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.Handle("GET /.well-known/jwks.json", brokerKeys.JWKSHandler())
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	s.mux.Handle("GET /.well-known/jwks.json", s.keys.JWKSHandler())
+	return nil
+}
 
-	idOpts := &identity.Options{
-		Issuer:         cfg.Identity.Issuer,
-		Audiences:      cfg.Identity.Audiences,
-		RequiredScopes: cfg.Identity.RequiredScopes,
-		Tenants:        cfg.Identity.Tenants,
-		Logger:         log.With("component", "identity"),
+// devIdentity starts the built-in development OIDC provider, when no
+// issuer is configured, and the API's verifier of it.
+func (s *serving) devIdentity(ctx context.Context) error {
+	if !s.cfg.DevIdentity() {
+		return nil
 	}
-	if cfg.DevIdentity() {
-		devKeys, err := in.keyring(purposeDevOIDC, devoidc.DefaultTokenLifetime)
-		if err != nil {
-			return err
-		}
-		if err := devKeys.Start(ctx); err != nil {
-			return fmt.Errorf("development provider keys: %w", err)
-		}
-		defer devKeys.Stop()
-		issuer := publicURL + devOIDCPath
-		dev, err := in.devProvider(publicURL, devKeys)
-		if err != nil {
-			return err
-		}
-		mux.Handle(devOIDCPath+"/", http.StripPrefix(devOIDCPath, dev.Handler()))
-		idOpts.Issuer = issuer
-		// The provider is this very process, which is not serving yet:
-		// fetch its keys lazily, over loopback.
-		idOpts.JWKSURL = localURL + devOIDCPath + "/jwks"
-		log.Warn("DEVELOPMENT SIGN-IN IS ON: the built-in OIDC provider signs in anyone who types a user name. Configure identity.issuer for any real use.",
-			"issuer", issuer)
-	}
-	verifier, err := identity.New(ctx, idOpts)
+	keys, err := s.in.keyring(purposeDevOIDC, devoidc.DefaultTokenLifetime)
 	if err != nil {
+		return err
+	}
+	if err := keys.Start(ctx); err != nil {
+		return fmt.Errorf("development provider keys: %w", err)
+	}
+	s.onStop(keys.Stop)
+	dev, err := s.in.devProvider(s.publicURL, keys)
+	if err != nil {
+		return err
+	}
+	s.mux.Handle(devOIDCPath+"/", http.StripPrefix(devOIDCPath, dev.Handler()))
+	opts := s.identityOptions()
+	opts.Issuer = s.publicURL + devOIDCPath
+	// The provider is this very process, which is not serving yet: fetch
+	// its keys lazily, over loopback.
+	opts.JWKSURL = s.localURL + devOIDCPath + "/jwks"
+	s.log.Warn("DEVELOPMENT SIGN-IN IS ON: the built-in OIDC provider signs in anyone who types a user name. Configure identity.issuer for any real use.",
+		"issuer", opts.Issuer)
+	if s.verifier, err = identity.New(ctx, opts); err != nil {
 		return fmt.Errorf("identity: %w", err)
 	}
-	// The Sessions UI at / and its sign-in at /auth/; from here on the API
-	// takes a bearer token or a signed-in browser's session cookie.
-	authenticated, stopWeb, err := in.mountWeb(ctx, mux, publicURL, localURL, verifier)
+	return nil
+}
+
+// web mounts the Sessions UI at / and its sign-in at /auth/; from here on
+// the API takes a bearer token or a signed-in browser's session cookie.
+// It also mounts /api/me and the API's OpenAPI document (public: it
+// describes the API and holds no data).
+func (s *serving) web(ctx context.Context) error {
+	authenticated, stopWeb, err := s.in.mountWeb(ctx, s.mux, s.publicURL, s.localURL, s.verifier)
 	if err != nil {
 		return err
 	}
-	defer stopWeb()
-	mux.Handle("GET /api/me", authenticated(assistant.MeHandler()))
-	// The API's OpenAPI document: public — it describes the API and holds no data.
-	mux.Handle("GET /api/openapi.json", assistant.OpenAPIHandler())
-	runtime, err := in.buildAssistant(publicURL, mint, reg)
+	s.onStop(stopWeb)
+	s.authenticated = authenticated
+	s.mux.Handle("GET /api/me", authenticated(assistant.MeHandler()))
+	s.mux.Handle("GET /api/openapi.json", assistant.OpenAPIHandler())
+	return nil
+}
+
+// assistant builds the assistant runtime (started by sweeps, once what
+// its turns call is mounted).
+func (s *serving) assistant(context.Context) error {
+	rt, err := s.in.buildAssistant(s.publicURL, s.mint, s.reg)
 	if err != nil {
 		return err
 	}
-	in.approvalDecided = func(ctx context.Context, a store.Approval) { runtime.ApprovalDecided(ctx, a.Binding.RunID) }
-	mcp, err := in.buildMCP(ctx, publicURL, brokerKeys, mint, reg)
+	s.runtime = rt
+	s.in.approvalDecided = func(ctx context.Context, a store.Approval) { rt.ApprovalDecided(ctx, a.Binding.RunID) }
+	return nil
+}
+
+// mcp mounts the MCP endpoint, with its policy, approvals and audit log.
+// When it stops, the outcomes of calls that have answered are still being
+// written: it drains them before the store closes.
+func (s *serving) mcp(ctx context.Context) error {
+	st, err := s.in.buildMCP(s.publicURL, s.keys, s.mint, s.reg)
 	if err != nil {
 		return err
 	}
-	defer mcp.catalog.Close()
-	defer func() {
-		// Outcomes of calls that have answered are still being written;
-		// the store closes after this.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Server.ShutdownTimeout.Std())
+	s.onStop(func() { st.catalog.Close() })
+	s.onStop(func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Server.ShutdownTimeout.Std())
 		defer cancel()
-		if err := mcp.server.Drain(dctx); err != nil {
-			log.Warn("not every tool call's outcome was recorded; those executions will be reported as outcome_unknown", "err", err)
+		if err := st.server.Drain(dctx); err != nil {
+			s.log.Warn("not every tool call's outcome was recorded; those executions will be reported as outcome_unknown", "err", err)
 		}
-	}()
-	mcp.mount(mux, authenticated, publicURL)
-	oauthSrv, err := in.oauthServer(publicURL, mint, mcp.audit, verifier)
+	})
+	st.mount(s.mux, s.authenticated, s.publicURL)
+	s.mcpStack = st
+	return nil
+}
+
+// oauth mounts the authorization server external MCP clients sign in
+// with, and the API of the apps a person has let in.
+func (s *serving) oauth(ctx context.Context) error {
+	srv, err := s.in.oauthServer(s.publicURL, s.mint, s.mcpStack.audit, s.verifier)
 	if err != nil {
 		return err
 	}
-	if err := oauthSrv.PutConfiguredClients(ctx); err != nil {
+	if err := srv.PutConfiguredClients(ctx); err != nil {
 		return err
 	}
-	if err := mountOAuth(mux, publicURL, oauthSrv.Handler()); err != nil {
+	if err := mountOAuth(s.mux, s.publicURL, srv.Handler()); err != nil {
 		return err
 	}
-	mountApps(mux, authenticated, publicURL, oauthSrv)
-	// The sweeps stop (deferred after Drain) before the store closes.
-	approvalSweeper, executionSweeper, err := in.sweepers(mcp)
+	mountApps(s.mux, s.authenticated, s.publicURL, srv)
+	s.oauthSrv = srv
+	return nil
+}
+
+// sweeps starts the background work: the approvals' expiry and
+// revocation, the executions abandoned by a stopped process, the ended
+// OAuth grants, and the assistant's runs. They stop (after the MCP
+// endpoint's drain is registered, so before it runs) before the store
+// closes.
+func (s *serving) sweeps(ctx context.Context) error {
+	as, es, err := s.in.sweepers(s.mcpStack)
 	if err != nil {
 		return err
 	}
-	if err := approvalSweeper.Start(ctx); err != nil {
-		return err
-	}
-	defer approvalSweeper.Stop()
-	if err := executionSweeper.Start(ctx); err != nil {
-		return err
-	}
-	defer executionSweeper.Stop()
 	// Ended codes and refresh tokens, kept oauth.refresh_idle for the
 	// reuse detection, and expired client assertions.
-	oauthSweeper, err := oauth.NewSweeper(oauthSrv, nil)
+	oauthSweeper, err := oauth.NewSweeper(s.oauthSrv, nil)
 	if err != nil {
 		return err
 	}
-	if err := oauthSweeper.Start(ctx); err != nil {
-		return err
+	for _, sw := range []interface {
+		Start(context.Context) error
+		Stop()
+	}{as, es, oauthSweeper} {
+		if err := sw.Start(ctx); err != nil {
+			return err
+		}
+		s.onStop(sw.Stop)
 	}
-	defer oauthSweeper.Stop()
-	mountAssistant(mux, runtime, authenticated, publicURL)
-	if err := runtime.Start(ctx); err != nil {
+	mountAssistant(s.mux, s.runtime, s.authenticated, s.publicURL)
+	if err := s.runtime.Start(ctx); err != nil {
 		return fmt.Errorf("assistant: %w", err)
 	}
-	defer runtime.Stop()
+	s.onStop(s.runtime.Stop)
+	return nil
+}
 
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpx.WriteError(w, r, log, httpx.ErrNotFound)
+// notFound answers every other path.
+func (s *serving) notFound(context.Context) error {
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteError(w, r, s.log, httpx.ErrNotFound)
 	})
+	return nil
+}
 
+// serve serves until ctx is done, then shuts down within
+// server.shutdown_timeout.
+func (s *serving) serve(ctx context.Context) error {
+	metrics := httpx.NewMetrics(s.reg)
 	srv := &http.Server{
 		// No ReadTimeout: it would stay on the connection after the body,
 		// ending the context of long-lived responses; ReadBody bounds the
 		// body instead.
-		Handler:           httpx.ReadBody(cfg.Server.MaxBodyBytes, cfg.Server.ReadTimeout.Std(), metrics.Wrap(mux)),
-		ReadHeaderTimeout: cfg.Server.ReadTimeout.Std(),
+		Handler:           httpx.ReadBody(s.cfg.Server.MaxBodyBytes, s.cfg.Server.ReadTimeout.Std(), metrics.Wrap(s.mux)),
+		ReadHeaderTimeout: s.cfg.Server.ReadTimeout.Std(),
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	// Live-update streams never end on their own: close them when the
 	// server shuts down, so that draining does not wait for them.
-	srv.RegisterOnShutdown(runtime.CloseStreams)
+	srv.RegisterOnShutdown(s.runtime.CloseStreams)
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("usher is serving", "url", publicURL, "listen", ln.Addr().String(), "version", build.String(), "database", in.engine())
-	e.banner(publicURL, cfg, &f, ln.Addr().String())
-	if debugAddr != "" {
-		fmt.Fprintf(e.stdout, "  profiles (pprof, expvar, loopback only): http://%s/debug/pprof/\n\n", debugAddr)
+	go func() { serveErr <- srv.Serve(s.ln) }()
+	s.log.Info("usher is serving", "url", s.publicURL, "listen", s.ln.Addr().String(), "version", buildinfo.Read().String(), "database", s.in.engine())
+	s.env.banner(s.publicURL, s.cfg, &s.flags, s.ln.Addr().String())
+	if s.debugAddr != "" {
+		fmt.Fprintf(s.env.stdout, "  profiles (pprof, expvar, loopback only): http://%s/debug/pprof/\n\n", s.debugAddr)
 	}
 
 	select {
@@ -244,8 +384,8 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down", "timeout", cfg.Server.ShutdownTimeout.Std())
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Server.ShutdownTimeout.Std())
+	s.log.Info("shutting down", "timeout", s.cfg.Server.ShutdownTimeout.Std())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Server.ShutdownTimeout.Std())
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
@@ -253,7 +393,7 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	log.Info("stopped")
+	s.log.Info("stopped")
 	return nil
 }
 
@@ -262,13 +402,13 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 // stopped process.
 func (in *installation) sweepers(mcp *mcpStack) (*approvals.Sweeper, *mcpserver.Sweeper, error) {
 	as, err := approvals.NewSweeper(mcp.approvals, &approvals.SweeperOptions{
-		Tools: toolHashes(mcp.catalog), Logger: in.log.With("component", "approvals"),
+		Tools: mcp.catalog.Hashes, Logger: in.log.With("component", "approvals"),
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	es, err := mcpserver.NewSweeper(&mcpserver.SweeperOptions{
-		Executions:  executions{in.store, mcp.audit},
+		Executions:  mcpserver.AuditedExecutions{Store: in.store, Log: mcp.audit},
 		CallTimeout: mcp.catalog.CallTimeout(), InputLifetime: mcp.server.InputLifetime(),
 		Logger: in.log.With("component", "mcp"),
 	})

@@ -76,7 +76,7 @@ func TestSweepMarksWithRecords(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			sw, err := mcpserver.NewSweeper(&mcpserver.SweeperOptions{Executions: executions{st, log}, Now: func() time.Time { return now }})
+			sw, err := mcpserver.NewSweeper(&mcpserver.SweeperOptions{Executions: mcpserver.AuditedExecutions{Store: st, Log: log}, Now: func() time.Time { return now }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,7 +141,7 @@ func TestSweepEndsAwaitingInputWithRecords(t *testing.T) {
 			if _, err := st.AwaitInputAudited(ctx, key, "", started.Add(time.Second), nil); err != nil {
 				t.Fatal(err)
 			}
-			sw, err := mcpserver.NewSweeper(&mcpserver.SweeperOptions{Executions: executions{st, log}, Now: func() time.Time { return now }})
+			sw, err := mcpserver.NewSweeper(&mcpserver.SweeperOptions{Executions: mcpserver.AuditedExecutions{Store: st, Log: log}, Now: func() time.Time { return now }})
 			if err != nil {
 				t.Fatal(err)
 			}
