@@ -14,17 +14,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/usherhq/usher/approvals"
 	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/broker"
-	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/mcpserver"
 	"github.com/usherhq/usher/store"
-	"github.com/usherhq/usher/store/storetest"
 )
 
 // mcpCall posts one JSON-RPC request to /mcp and returns its result.
@@ -214,33 +210,6 @@ func TestPolicyCommands(t *testing.T) {
 
 func writeTestFile(path, body string) error { return os.WriteFile(path, []byte(body), 0o600) }
 
-// TestApprovalRequestRevokesOtherDefinitions shows that asking for an
-// approval of a tool revokes the open approvals bound to an older
-// definition of it.
-func TestApprovalRequestRevokesOtherDefinitions(t *testing.T) {
-	t.Parallel()
-	st := storetest.NewSQLite(t)
-	svc, err := approvals.New(st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := approvalRequests{svc}
-	b := store.ApprovalBinding{Principal: "iss|t|alice", Tool: "up__greet", Server: "up", DefinitionHash: "sha256:" + strings.Repeat("1", 64),
-		ArgumentsHash: strings.Repeat("a", 64), PolicyHash: strings.Repeat("b", 64), ClientID: "c"}
-	old, err := a.Request(t.Context(), mcpserver.ApprovalRequest{Binding: b, Arguments: json.RawMessage(`{}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.DefinitionHash = "sha256:" + strings.Repeat("2", 64)
-	if _, err := a.Request(t.Context(), mcpserver.ApprovalRequest{Binding: b, Arguments: json.RawMessage(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := st.GetApproval(t.Context(), old.ID)
-	if err != nil || got.Status != store.ApprovalRevoked {
-		t.Fatalf("old approval = %v %v, want revoked", got.Status, err)
-	}
-}
-
 // groupPolicy allows notes_write to the writers of one tenant, holds
 // notes_read of readers for the security group, and refuses it to
 // everyone else.
@@ -344,50 +313,12 @@ func TestMCPGroupPolicy(t *testing.T) {
 	if _, err := s.cli(t, "token", "mcp", "--sub", "long", "--group", strings.Repeat("g", broker.MaxClaimLength+1)); err == nil {
 		t.Error("usher token mcp minted a token with an overlong group")
 	}
-}
-
-// TestResourceApprovalThroughTheService shows that the approval of a
-// resource read, bound to its name qualified by the action, goes through
-// the approvals service as a tool call's does: requested pending, then,
-// once approved, consumed once without an execution, its record naming
-// the action.
-func TestResourceApprovalThroughTheService(t *testing.T) {
-	t.Parallel()
-	st := storetest.NewSQLite(t)
-	svc, err := approvals.New(st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := approvalRequests{svc}
-	b := store.ApprovalBinding{Principal: "iss|t|alice", Tool: "read_resource:docs__file:///guide.md", Server: "docs",
-		DefinitionHash: "sha256:" + strings.Repeat("1", 64), ArgumentsHash: strings.Repeat("a", 64), PolicyHash: strings.Repeat("b", 64), ClientID: "c"}
-	req, err := a.Request(t.Context(), mcpserver.ApprovalRequest{Binding: b, Arguments: json.RawMessage(`{}`)})
-	if err != nil || req.Status != store.ApprovalPending {
-		t.Fatalf("request = %+v, %v", req, err)
-	}
-	ev := mcpserver.Event{Kind: mcpserver.KindApprovalConsumed, At: time.Now(), Principal: b.Principal, ClientID: "c",
-		Action: mcpserver.ActionReadResource, Tool: "docs__file:///guide.md", Server: "docs"}
-	if _, _, _, err := a.Consume(t.Context(), b, nil, ev); !errors.Is(err, mcpserver.ErrNotApproved) {
-		t.Fatalf("consume before the decision: %v", err)
-	}
-	if _, err := st.DecideApproval(t.Context(), req.ID, store.ApprovalApproved, b.Principal, "", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	used, _, _, err := a.Consume(t.Context(), b, nil, ev)
-	if err != nil || used.ID != req.ID {
-		t.Fatalf("consume = %+v, %v", used, err)
-	}
-	if _, _, _, err := a.Consume(t.Context(), b, nil, ev); !errors.Is(err, mcpserver.ErrNotApproved) {
-		t.Errorf("a second consume: %v", err)
-	}
-	ev.EventID = audit.NewEventID()
-	entry, err := auditEntry(ev)
-	if err != nil || !strings.Contains(string(entry.Details), `"action":"read_resource"`) {
-		t.Errorf("the audit entry's details = %s, %v", entry.Details, err)
-	}
-	// The event's id is the entry's, which its retries share.
-	if entry.EventID != ev.EventID {
-		t.Errorf("the audit entry's event id = %q, want the event's %q", entry.EventID, ev.EventID)
+	// What a shell substitutes when the call it ran failed (jq's null, an
+	// empty string) speaks for nobody.
+	for _, sub := range []string{"null", "undefined", " "} {
+		if _, err := s.cli(t, "token", "mcp", "--sub", sub); !errors.Is(err, errUsage) {
+			t.Errorf("usher token mcp --sub %q = %v, want a usage error", sub, err)
+		}
 	}
 }
 

@@ -86,8 +86,14 @@ func (e *environment) tokenMCP(ctx context.Context, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if g.Subject == "" {
+	switch strings.TrimSpace(g.Subject) {
+	case "":
 		fmt.Fprintln(e.stderr, "usher token mcp: --sub is required")
+		return errUsage
+	case "null", "undefined":
+		// What jq prints for a field that is not there: the command that
+		// was to give the principal id failed.
+		fmt.Fprintf(e.stderr, "usher token mcp: --sub %q names no one: pass the principal id GET /api/me returns (its \"id\"); did that call fail?\n", g.Subject)
 		return errUsage
 	}
 	cfg, log, err := e.loadConfig(&f)
