@@ -159,19 +159,20 @@ func (s *sealer) seal(plaintext []byte, purpose, kid string) []byte {
 	return s.aead.Seal(out, out[1:], plaintext, sealAD(purpose, kid))
 }
 
-// errUnseal is the one error for every way opening can fail: a wrong seal
-// key and a tampered or moved blob are indistinguishable to AES-GCM.
-var errUnseal = errors.New("cannot decrypt the private key: the seal key is not the one it was sealed with, or the stored key was altered or moved")
+// ErrUnseal is the one error for every way opening a sealed private key
+// can fail: a wrong seal key and a tampered or moved blob are
+// indistinguishable to AES-GCM.
+var ErrUnseal = errors.New("cannot decrypt the private key: the seal key is not the one it was sealed with, or the stored key was altered or moved")
 
 // open decrypts a blob made by seal for the same purpose and kid.
 func (s *sealer) open(blob []byte, purpose, kid string) ([]byte, error) {
 	n := s.aead.NonceSize()
 	if len(blob) < 1+n+s.aead.Overhead() || blob[0] != sealVersion {
-		return nil, errUnseal
+		return nil, ErrUnseal
 	}
 	pt, err := s.aead.Open(nil, blob[1:1+n], blob[1+n:], sealAD(purpose, kid))
 	if err != nil {
-		return nil, errUnseal
+		return nil, ErrUnseal
 	}
 	return pt, nil
 }

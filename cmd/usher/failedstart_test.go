@@ -86,3 +86,25 @@ WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1`)
 	}
 	return tables
 }
+
+// TestSecondReplicaWithoutTheKeyNamesIt shows that a replica started
+// without the installation's key encryption key is refused with the
+// setting to mend, not only the cryptography's complaint.
+func TestSecondReplicaWithoutTheKeyNamesIt(t *testing.T) {
+	t.Parallel()
+	db := newFaultDB(t)
+	first := startServer(t, map[string]string{"USHER_DATABASE_URL": db.url, "USHER_BROKER_KEY_ENCRYPTION_KEY": "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80="})
+	if err := first.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	for name, env := range map[string]map[string]string{
+		"no key":      {"USHER_DATABASE_URL": db.url},
+		"another key": {"USHER_DATABASE_URL": db.url, "USHER_BROKER_KEY_ENCRYPTION_KEY": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="},
+	} {
+		var stderr testenv.Output
+		err := run(t.Context(), []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, getenv(env), io.Discard, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "USHER_BROKER_KEY_ENCRYPTION_KEY") {
+			t.Errorf("%s: serve = %v, want it to name USHER_BROKER_KEY_ENCRYPTION_KEY", name, err)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -147,6 +148,19 @@ func (in *installation) keyring(purpose string, maxTokenLifetime time.Duration) 
 		MaxTokenLifetime: maxTokenLifetime,
 		Logger:           in.log.With("keyring", purpose),
 	})
+}
+
+// sealHint adds to err, when the stored signing keys could not be opened
+// with this process's seal key, the setting that must be mended.
+func (in *installation) sealHint(err error) error {
+	if !errors.Is(err, broker.ErrUnseal) {
+		return err
+	}
+	if in.cfg.Broker.KeyEncryptionKey == "" {
+		return fmt.Errorf("%w; this process used the seal key in %s: every replica of an installation needs the same key encryption key, set in USHER_BROKER_KEY_ENCRYPTION_KEY (broker.key_encryption_key)",
+			err, filepath.Join(in.cfg.Server.DataDir, "broker.key"))
+	}
+	return fmt.Errorf("%w; USHER_BROKER_KEY_ENCRYPTION_KEY (broker.key_encryption_key) is not the key the installation's signing keys were sealed with", err)
 }
 
 // devOIDCPath is where the built-in development OIDC provider is mounted;

@@ -178,7 +178,7 @@ func (s *serving) brokerKeys(ctx context.Context) error {
 		return err
 	}
 	if err := keys.Start(ctx); err != nil {
-		return fmt.Errorf("broker keys: %w", err)
+		return fmt.Errorf("broker keys: %w", s.in.sealHint(err))
 	}
 	s.onStop(keys.Stop)
 	s.keys = keys
@@ -224,7 +224,7 @@ func (s *serving) devIdentity(ctx context.Context) error {
 		return err
 	}
 	if err := keys.Start(ctx); err != nil {
-		return fmt.Errorf("development provider keys: %w", err)
+		return fmt.Errorf("development provider keys: %w", s.in.sealHint(err))
 	}
 	s.onStop(keys.Stop)
 	dev, err := s.in.devProvider(s.publicURL, keys)

@@ -65,7 +65,7 @@ func (e *environment) tokenUser(ctx context.Context, args []string) error {
 	}
 	tok, err := dev.IssueAccessToken(ctx, sub, groups...)
 	if err != nil {
-		return err
+		return in.sealHint(err)
 	}
 	fmt.Fprintln(e.stdout, tok)
 	return nil
@@ -122,7 +122,7 @@ func (e *environment) tokenMCP(ctx context.Context, args []string) error {
 	}
 	tok, err := b.Mint(ctx, g)
 	if err != nil {
-		return err
+		return in.sealHint(err)
 	}
 	log.Info("minted broker token", "jti", tok.ID, "sub", g.Subject, "aud", g.Audience, "tid", g.Tenant, "groups", g.Groups, "expires", tok.Expiry)
 	fmt.Fprintln(e.stdout, tok.Raw)
