@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/identity"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
@@ -155,27 +155,10 @@ func newHarness(t *testing.T, st store.Store, m model.Provider, opts *Options) *
 	return &harness{st: st, rt: rt, api: apiSrv.URL + "/api/assistant"}
 }
 
-// call sends one API request and decodes the JSON answer.
+// call sends one API request, always as JSON, and decodes the JSON answer.
 func (h *harness) call(t *testing.T, method, path, body string, header ...string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(method, h.api+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &out); err != nil {
-			t.Fatalf("%s %s: %d, not JSON: %s", method, path, resp.StatusCode, raw)
-		}
-	}
-	return resp.StatusCode, out
+	return apitest.Call(t, method, h.api+path, "", body, append([]string{"Content-Type", "application/json"}, header...)...)
 }
 
 // openRun opens a run of testOwner with an opening message.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -16,49 +14,10 @@ import (
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store/storetest"
 )
-
-// api sends one request to the Assistant API and returns the status and
-// the decoded JSON body.
-func api(t testing.TB, method, url, token, body string, header ...string) (int, map[string]any) {
-	t.Helper()
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	req, _ := http.NewRequest(method, url, r)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &out); err != nil {
-			t.Fatalf("%s %s: %d, not JSON: %s", method, url, resp.StatusCode, raw)
-		}
-	}
-	return resp.StatusCode, out
-}
-
-// errorCode is the code of an API error body.
-func errorCode(body map[string]any) string {
-	e, _ := body["error"].(map[string]any)
-	s, _ := e["code"].(string)
-	return s
-}
 
 func userToken(t testing.TB, s *server, sub string) string {
 	t.Helper()
@@ -67,27 +26,6 @@ func userToken(t testing.TB, s *server, sub string) string {
 		t.Fatal(err)
 	}
 	return tok
-}
-
-// events returns the run's whole event log.
-func runEvents(t *testing.T, s *server, token, runID string) []map[string]any {
-	t.Helper()
-	var all []map[string]any
-	after := 0.0
-	for {
-		code, body := api(t, "GET", fmt.Sprintf("%s/api/assistant/runs/%s/events?after=%d", s.url, runID, int64(after)), token, "")
-		if code != 200 {
-			t.Fatalf("events = %d %v", code, body)
-		}
-		page, _ := body["events"].([]any)
-		for _, e := range page {
-			all = append(all, e.(map[string]any))
-			after = e.(map[string]any)["seq"].(float64)
-		}
-		if more, _ := body["hasMore"].(bool); !more {
-			return all
-		}
-	}
 }
 
 func countType(events []map[string]any, typ string) int {
@@ -109,19 +47,19 @@ func TestAssistantLifecycle(t *testing.T) {
 	s := startServer(t, nil)
 	alice := userToken(t, s, "alice")
 
-	code, run := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"Groceries"}`)
+	code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"Groceries"}`)
 	if code != 201 || run["status"] != "InProgress" || run["title"] != "Groceries" {
 		t.Fatalf("create = %d %v", code, run)
 	}
 	id := run["runId"].(string)
 	base := s.url + "/api/assistant/runs/" + id
 
-	code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_list"}`)
+	code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_list"}`)
 	if code != 200 || body["status"] != "completed" || !strings.Contains(fmt.Sprint(body["reply"]), "notes_list") {
 		t.Fatalf("unattended tool turn = %d %v", code, body)
 	}
 
-	code, body = api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_write {\"name\":\"todo\",\"body\":\"buy milk\"}"}`)
+	code, body = apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_write {\"name\":\"todo\",\"body\":\"buy milk\"}"}`)
 	if code != 202 || body["status"] != "awaiting_approval" {
 		t.Fatalf("approval turn = %d %v", code, body)
 	}
@@ -131,25 +69,25 @@ func TestAssistantLifecycle(t *testing.T) {
 	if last["status"] != "approval_pending" || approval["status"] != "pending" || !strings.Contains(approval["url"].(string), approval["id"].(string)) {
 		t.Fatalf("the paused call's result = %v", last)
 	}
-	if code, r := api(t, "GET", base, alice, ""); code != 200 || r["run"].(map[string]any)["status"] != "AwaitingApproval" {
+	if code, r := apitest.Call(t, "GET", base, alice, ""); code != 200 || r["run"].(map[string]any)["status"] != "AwaitingApproval" {
 		t.Fatalf("run while paused = %d %v", code, r)
 	}
 
 	// The decision requeues the run; the runner retries the exact call.
-	code, _ = api(t, "POST", s.url+"/api/approvals/"+approval["id"].(string)+"/decision", alice, `{"decision":"approve"}`)
+	code, _ = apitest.Call(t, "POST", s.url+"/api/approvals/"+approval["id"].(string)+"/decision", alice, `{"decision":"approve"}`)
 	if code != 200 {
 		t.Fatalf("decision = %d", code)
 	}
 	testenv.WaitFor(t, 20*time.Second, func() bool {
-		ev := runEvents(t, s, alice, id)
+		ev := apitest.Events(t, s.url, alice, id)
 		return countType(ev, "agent.turn.end") == 2
 	})
-	code, body = api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_read {\"name\":\"todo\"}"}`)
+	code, body = apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_read {\"name\":\"todo\"}"}`)
 	if code != 200 || !strings.Contains(fmt.Sprint(body["reply"]), "buy milk") {
 		t.Fatalf("reading the note = %d %v", code, body)
 	}
 
-	events := runEvents(t, s, alice, id)
+	events := apitest.Events(t, s.url, alice, id)
 	if n, m := countType(events, "agent.turn.start"), countType(events, "agent.turn.end"); n != 3 || m != 3 {
 		t.Errorf("turn starts/ends = %d/%d, want 3/3", n, m)
 	}
@@ -179,20 +117,20 @@ func TestAssistantLifecycle(t *testing.T) {
 		t.Errorf("notes_write executions in the audit log = %d, want 1", executed)
 	}
 
-	code, body = api(t, "POST", base+"/complete", alice, "")
+	code, body = apitest.Call(t, "POST", base+"/complete", alice, "")
 	if code != 200 || body["status"] != "Completed" {
 		t.Fatalf("complete = %d %v", code, body)
 	}
-	if code, body := api(t, "POST", base+"/messages", alice, `{"content":"more"}`); code != 409 || errorCode(body) != "operator_run_closed" {
+	if code, body := apitest.Call(t, "POST", base+"/messages", alice, `{"content":"more"}`); code != 409 || apitest.ErrorCode(body) != "operator_run_closed" {
 		t.Errorf("message to a completed run = %d %v", code, body)
 	}
-	if code, body := api(t, "POST", base+"/complete", alice, ""); code != 409 {
+	if code, body := apitest.Call(t, "POST", base+"/complete", alice, ""); code != 409 {
 		t.Errorf("complete twice = %d %v", code, body)
 	}
-	if code, _ := api(t, "DELETE", base, alice, ""); code != 204 {
+	if code, _ := apitest.Call(t, "DELETE", base, alice, ""); code != 204 {
 		t.Errorf("delete = %d", code)
 	}
-	if code, _ := api(t, "GET", base, alice, ""); code != 404 {
+	if code, _ := apitest.Call(t, "GET", base, alice, ""); code != 404 {
 		t.Errorf("get after delete = %d", code)
 	}
 }
@@ -231,18 +169,6 @@ func (lb *balancer) set(urls ...string) {
 	}
 }
 
-// scriptedEnv configures a server for the scripted model.
-func scriptedEnv(ms *modeltest.Server, extra ...string) map[string]string {
-	env := map[string]string{
-		"USHER_MODEL_PROVIDER": "openai", "USHER_MODEL_BASE_URL": ms.URL(), "USHER_MODEL_NAME": "scripted",
-		"USHER_MODEL_API_KEY": "test-key",
-	}
-	for i := 0; i+1 < len(extra); i += 2 {
-		env[extra[i]] = extra[i+1]
-	}
-	return env
-}
-
 // TestAssistantRehydration checks what a fresh model session is given:
 // the system prompt, the latest 24 messages of history, and the new
 // message, with a tool call never separated from its result.
@@ -250,15 +176,15 @@ func TestAssistantRehydration(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
 	ms.SetDefaultReply("ok")
-	s := startServer(t, scriptedEnv(ms))
+	s := startServer(t, ms.UsherEnv())
 	alice := userToken(t, s, "alice")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	base := s.url + "/api/assistant/runs/" + run["runId"].(string)
 
 	send := func(text string) {
 		t.Helper()
 		body, _ := json.Marshal(map[string]string{"content": text})
-		if code, r := api(t, "POST", base+"/messages?wait=30s", alice, string(body)); code != 200 || r["status"] != "completed" {
+		if code, r := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, string(body)); code != 200 || r["status"] != "completed" {
 			t.Fatalf("turn %q = %d %v", text, code, r)
 		}
 	}
@@ -319,7 +245,7 @@ func TestAssistantBadInput(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, map[string]string{"USHER_ASSISTANT_MAX_MESSAGE_BYTES": "1000"})
 	alice, bob := userToken(t, s, "alice"), userToken(t, s, "bob")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"mine"}`)
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"mine"}`)
 	base := s.url + "/api/assistant/runs/" + run["runId"].(string)
 
 	for _, tc := range []struct {
@@ -353,14 +279,14 @@ func TestAssistantBadInput(t *testing.T) {
 		{"unknown route", "GET", s.url + "/api/assistant/nothing", alice, "", 404, "not_found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, body := api(t, tc.method, tc.url, tc.token, tc.body)
-			if code != tc.code || (tc.errCode != "" && errorCode(body) != tc.errCode) {
+			code, body := apitest.Call(t, tc.method, tc.url, tc.token, tc.body)
+			if code != tc.code || (tc.errCode != "" && apitest.ErrorCode(body) != tc.errCode) {
 				t.Errorf("%s %s = %d %v, want %d %s", tc.method, tc.url, code, body, tc.code, tc.errCode)
 			}
 		})
 	}
 	// Nothing of the refused requests was stored.
-	if code, r := api(t, "GET", base, alice, ""); code != 200 || r["run"].(map[string]any)["messageCount"].(float64) != 0 {
+	if code, r := apitest.Call(t, "GET", base, alice, ""); code != 200 || r["run"].(map[string]any)["messageCount"].(float64) != 0 {
 		t.Errorf("run after refused messages = %d %v", code, r)
 	}
 	// A broker token speaks for a user to the MCP server, not to the API.
@@ -368,7 +294,7 @@ func TestAssistantBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := api(t, "GET", s.url+"/api/assistant/runs", mcpTok, ""); code != 401 && code != 403 {
+	if code, _ := apitest.Call(t, "GET", s.url+"/api/assistant/runs", mcpTok, ""); code != 401 && code != 403 {
 		t.Errorf("broker token on the API = %d, want 401 or 403", code)
 	}
 }
@@ -379,35 +305,35 @@ func TestAssistantLimitAndIdempotency(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil)
 	alice := userToken(t, s, "alice")
-	code, first := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"one"}`, "Idempotency-Key", "k-1")
+	code, first := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"one"}`, "Idempotency-Key", "k-1")
 	if code != 201 {
 		t.Fatalf("create = %d %v", code, first)
 	}
-	code, again := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"one"}`, "Idempotency-Key", "k-1")
+	code, again := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"one"}`, "Idempotency-Key", "k-1")
 	if code != 200 || again["runId"] != first["runId"] {
 		t.Fatalf("retried create = %d %v, want the first run", code, again)
 	}
 	for i := 2; i <= 5; i++ {
-		if code, body := api(t, "POST", s.url+"/api/assistant/runs", alice, ""); code != 201 {
+		if code, body := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, ""); code != 201 {
 			t.Fatalf("create %d = %d %v", i, code, body)
 		}
 	}
-	code, body := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
-	if code != 429 || errorCode(body) != "too_many_active_runs" {
+	code, body := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	if code != 429 || apitest.ErrorCode(body) != "too_many_active_runs" {
 		t.Fatalf("6th active run = %d %v", code, body)
 	}
 	// The retry of an existing run still answers.
-	if code, _ := api(t, "POST", s.url+"/api/assistant/runs", alice, "", "Idempotency-Key", "k-1"); code != 200 {
+	if code, _ := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "", "Idempotency-Key", "k-1"); code != 200 {
 		t.Errorf("retried create at the limit = %d", code)
 	}
-	if code, body := api(t, "GET", s.url+"/api/assistant/runs", alice, ""); code != 200 || len(body["runs"].([]any)) != 5 {
+	if code, body := apitest.Call(t, "GET", s.url+"/api/assistant/runs", alice, ""); code != 200 || len(body["runs"].([]any)) != 5 {
 		t.Errorf("list = %d %v", code, body)
 	}
 	// Completing one frees a place.
-	if code, _ := api(t, "POST", s.url+"/api/assistant/runs/"+first["runId"].(string)+"/complete", alice, ""); code != 200 {
+	if code, _ := apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+first["runId"].(string)+"/complete", alice, ""); code != 200 {
 		t.Fatal("complete failed")
 	}
-	if code, _ := api(t, "POST", s.url+"/api/assistant/runs", alice, ""); code != 201 {
+	if code, _ := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, ""); code != 201 {
 		t.Errorf("create after completing one = %d", code)
 	}
 }
@@ -423,7 +349,7 @@ func TestAssistantReplicasOnPostgreSQL(t *testing.T) {
 	// The replicas sit behind one load balancer, whose URL is their public
 	// URL: one issuer, one MCP resource, whichever replica answers.
 	lb := newBalancer(t)
-	env := scriptedEnv(ms, "USHER_BROKER_KEY_ENCRYPTION_KEY", "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=",
+	env := ms.UsherEnv("USHER_BROKER_KEY_ENCRYPTION_KEY", "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=",
 		"USHER_SERVER_PUBLIC_URL", lb.url)
 	addrA, addrB := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	a := startServer(t, env, "--database-url", dbURL, "--addr", addrA)
@@ -447,13 +373,13 @@ func TestAssistantReplicasOnPostgreSQL(t *testing.T) {
 			s, tok = b, tokB
 		}
 		wg.Go(func() {
-			code, body := api(t, "POST", s.url+"/api/assistant/runs", tok, "")
+			code, body := apitest.Call(t, "POST", s.url+"/api/assistant/runs", tok, "")
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case code == 201:
 				created++
-			case code == 429 && errorCode(body) == "too_many_active_runs":
+			case code == 429 && apitest.ErrorCode(body) == "too_many_active_runs":
 				limited++
 			default:
 				t.Errorf("create = %d %v", code, body)
@@ -465,7 +391,7 @@ func TestAssistantReplicasOnPostgreSQL(t *testing.T) {
 		t.Fatalf("20 concurrent creates over two replicas: %d created, %d limited; want 5 and 15", created, limited)
 	}
 
-	_, list := api(t, "GET", a.url+"/api/assistant/runs", tokA, "")
+	_, list := apitest.Call(t, "GET", a.url+"/api/assistant/runs", tokA, "")
 	id := list["runs"].([]any)[0].(map[string]any)["runId"].(string)
 	for i := range 10 {
 		s, tok := a, tokA
@@ -474,7 +400,7 @@ func TestAssistantReplicasOnPostgreSQL(t *testing.T) {
 		}
 		wg.Go(func() {
 			body, _ := json.Marshal(map[string]string{"content": fmt.Sprintf("concurrent %d", i)})
-			if code, r := api(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages", tok, string(body)); code != 202 {
+			if code, r := apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages", tok, string(body)); code != 202 {
 				t.Errorf("post = %d %v", code, r)
 			}
 		})
@@ -482,7 +408,7 @@ func TestAssistantReplicasOnPostgreSQL(t *testing.T) {
 	wg.Wait()
 	var events []map[string]any
 	deadline := time.Now().Add(60 * time.Second)
-	for events = runEvents(t, a, tokA, id); countType(events, "agent.turn.end") < 10; events = runEvents(t, a, tokA, id) {
+	for events = apitest.Events(t, a.url, tokA, id); countType(events, "agent.turn.end") < 10; events = apitest.Events(t, a.url, tokA, id) {
 		if time.Now().After(deadline) {
 			raw, _ := json.MarshalIndent(events, "", " ")
 			t.Fatalf("10 turns did not end within a minute:\n%s", raw)
@@ -536,16 +462,6 @@ func metric(t *testing.T, s *server, name string) float64 {
 	return 0
 }
 
-// runStatus reads a run's status through the API.
-func runStatus(t *testing.T, s *server, token, id string) map[string]any {
-	t.Helper()
-	code, body := api(t, "GET", s.url+"/api/assistant/runs/"+id, token, "")
-	if code != 200 {
-		t.Fatalf("get run = %d %v", code, body)
-	}
-	return body["run"].(map[string]any)
-}
-
 // TestAssistantIdleAndHeld parks quiet runs Idle and wakes them with a
 // message; a run waiting for an approval is not parked, and its MCP session
 // is held until the run goes on; quiet sessions are released.
@@ -555,36 +471,36 @@ func TestAssistantIdleAndHeld(t *testing.T) {
 		"USHER_ASSISTANT_IDLE_AFTER": "1s", "USHER_ASSISTANT_SWEEP_INTERVAL": "1s", "USHER_ASSISTANT_HOLD_IDLE": "1s",
 	})
 	alice := userToken(t, s, "alice")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	id := run["runId"].(string)
 	base := s.url + "/api/assistant/runs/" + id
-	if code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_list"}`); code != 200 {
+	if code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_list"}`); code != 200 {
 		t.Fatalf("turn = %d %v", code, body)
 	}
-	testenv.WaitFor(t, 20*time.Second, func() bool { return runStatus(t, s, alice, id)["status"] == "Idle" })
+	testenv.WaitFor(t, 20*time.Second, func() bool { return apitest.Run(t, s.url, alice, id)["status"] == "Idle" })
 	testenv.WaitFor(t, 20*time.Second, func() bool { return metric(t, s, "usher_assistant_held_sessions") == 0 })
 
 	// A message wakes it.
-	code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"hello again"}`)
+	code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"hello again"}`)
 	if code != 200 || body["status"] != "completed" || body["run"].(map[string]any)["status"] != "InProgress" {
 		t.Fatalf("message to an Idle run = %d %v", code, body)
 	}
 
 	// A run waiting for an approval stays, and so does its session.
-	_, other := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, other := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	otherID := other["runId"].(string)
-	code, body = api(t, "POST", s.url+"/api/assistant/runs/"+otherID+"/messages?wait=30s", alice, `{"content":"call notes_write {\"name\":\"a\",\"body\":\"b\"}"}`)
+	code, body = apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+otherID+"/messages?wait=30s", alice, `{"content":"call notes_write {\"name\":\"a\",\"body\":\"b\"}"}`)
 	if code != 202 || body["status"] != "awaiting_approval" {
 		t.Fatalf("approval turn = %d %v", code, body)
 	}
 	time.Sleep(3 * time.Second) // three sweeps, each past the idle and hold periods
-	if st := runStatus(t, s, alice, otherID)["status"]; st != "AwaitingApproval" {
+	if st := apitest.Run(t, s.url, alice, otherID)["status"]; st != "AwaitingApproval" {
 		t.Errorf("a run waiting for an approval went %v", st)
 	}
 	if n := metric(t, s, "usher_assistant_held_sessions"); n != 1 {
 		t.Errorf("held sessions while an approval is armed = %v, want 1", n)
 	}
-	events := runEvents(t, s, alice, otherID)
+	events := apitest.Events(t, s.url, alice, otherID)
 	var delivery []string
 	for _, e := range events {
 		if e["type"] == "agent.runtime_context" {
@@ -602,13 +518,13 @@ func TestAssistantIdleAndHeld(t *testing.T) {
 func TestAssistantModelFailures(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
-	s := startServer(t, scriptedEnv(ms))
+	s := startServer(t, ms.UsherEnv())
 	alice := userToken(t, s, "alice")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	base := s.url + "/api/assistant/runs/" + run["runId"].(string)
 
 	ms.ReplyError(401)
-	code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"hi"}`)
+	code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"hi"}`)
 	if code != 200 || body["status"] != "failed" || !strings.HasPrefix(fmt.Sprint(body["error"]), "The model failed: ") {
 		t.Fatalf("turn with a refused model = %d %v", code, body)
 	}
@@ -617,7 +533,7 @@ func TestAssistantModelFailures(t *testing.T) {
 	}
 	ms.ReplyError(503)
 	ms.Reply("back again")
-	code, body = api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"still there?"}`)
+	code, body = apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"still there?"}`)
 	if code != 200 || body["status"] != "completed" || body["reply"] != "back again" {
 		t.Fatalf("turn after a passing failure = %d %v", code, body)
 	}
@@ -631,9 +547,9 @@ func TestAssistantModelFailures(t *testing.T) {
 func TestAssistantSlicesAndSteps(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
-	s := startServer(t, scriptedEnv(ms, "USHER_ASSISTANT_MAX_TOOL_CALLS_PER_SLICE", "1", "USHER_ASSISTANT_MAX_STEPS", "4"))
+	s := startServer(t, ms.UsherEnv("USHER_ASSISTANT_MAX_TOOL_CALLS_PER_SLICE", "1", "USHER_ASSISTANT_MAX_STEPS", "4"))
 	alice := userToken(t, s, "alice")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	id := run["runId"].(string)
 	base := s.url + "/api/assistant/runs/" + id
 
@@ -641,11 +557,11 @@ func TestAssistantSlicesAndSteps(t *testing.T) {
 		ms.ReplyToolCalls(model.ToolCall{ID: fmt.Sprintf("c%d", i), Name: "notes_list", Arguments: json.RawMessage(`{}`)})
 	}
 	ms.Reply("three lists")
-	code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"list thrice"}`)
+	code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"list thrice"}`)
 	if code != 200 || body["status"] != "completed" || body["reply"] != "three lists" {
 		t.Fatalf("sliced turn = %d %v", code, body)
 	}
-	events := runEvents(t, s, alice, id)
+	events := apitest.Events(t, s.url, alice, id)
 	if countType(events, "agent.turn.start") != 1 || countType(events, "agent.turn.end") != 1 || countType(events, "message.tool") != 3 {
 		t.Errorf("a sliced turn is still one turn: starts %d, ends %d, tool results %d",
 			countType(events, "agent.turn.start"), countType(events, "agent.turn.end"), countType(events, "message.tool"))
@@ -654,7 +570,7 @@ func TestAssistantSlicesAndSteps(t *testing.T) {
 	for i := range 5 {
 		ms.ReplyToolCalls(model.ToolCall{ID: fmt.Sprintf("d%d", i), Name: "notes_list", Arguments: json.RawMessage(`{}`)})
 	}
-	code, body = api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"loop"}`)
+	code, body = apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"loop"}`)
 	if code != 200 || body["status"] != "failed" || !strings.Contains(fmt.Sprint(body["error"]), "4 model steps") {
 		t.Fatalf("turn over max_steps = %d %v", code, body)
 	}
@@ -670,33 +586,33 @@ func TestAssistantQueuedMessages(t *testing.T) {
 	ms := modeltest.NewServer(t)
 	ms.SetDefaultReply("ok")
 	// No sweep comes to the rescue within the test.
-	s := startServer(t, scriptedEnv(ms, "USHER_ASSISTANT_MAX_CONCURRENCY", "1", "USHER_ASSISTANT_SWEEP_INTERVAL", "10m"))
+	s := startServer(t, ms.UsherEnv("USHER_ASSISTANT_MAX_CONCURRENCY", "1", "USHER_ASSISTANT_SWEEP_INTERVAL", "10m"))
 	alice := userToken(t, s, "alice")
 	release := ms.Hold()
 	defer release()
 
-	_, busy := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"message":"take the slot"}`)
+	_, busy := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, `{"message":"take the slot"}`)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if err := ms.WaitHeld(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	id := run["runId"].(string)
 	for _, text := range []string{"first", "second"} {
 		body, _ := json.Marshal(map[string]string{"content": text})
-		if code, r := api(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages", alice, string(body)); code != 202 {
+		if code, r := apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages", alice, string(body)); code != 202 {
 			t.Fatalf("post %q = %d %v", text, code, r)
 		}
 	}
-	if n := countType(runEvents(t, s, alice, id), "agent.turn.start"); n != 0 {
+	if n := countType(apitest.Events(t, s.url, alice, id), "agent.turn.start"); n != 0 {
 		t.Fatalf("%d turns started while the only slot was taken", n)
 	}
 	release()
 
 	var events []map[string]any
 	testenv.WaitFor(t, 20*time.Second, func() bool {
-		events = runEvents(t, s, alice, id)
+		events = apitest.Events(t, s.url, alice, id)
 		return countType(events, "agent.turn.end") == 2
 	})
 	var answered []float64
@@ -708,7 +624,7 @@ func TestAssistantQueuedMessages(t *testing.T) {
 	if len(answered) != 2 || answered[0] != 1 || answered[1] != 2 {
 		t.Errorf("turns answered messages %v, want [1 2]", answered)
 	}
-	if n := countType(runEvents(t, s, alice, busy["runId"].(string)), "agent.turn.end"); n != 1 {
+	if n := countType(apitest.Events(t, s.url, alice, busy["runId"].(string)), "agent.turn.end"); n != 1 {
 		t.Errorf("the first run's turn ended %d times, want once", n)
 	}
 }
@@ -721,13 +637,13 @@ func TestAssistantRestartMidTurn(t *testing.T) {
 	ms := modeltest.NewServer(t)
 	addr := testenv.FreeAddr(t)
 	dataDir := t.TempDir()
-	env := scriptedEnv(ms)
+	env := ms.UsherEnv()
 	s1 := startServerIn(t, dataDir, env, "--addr", addr)
 	alice := userToken(t, s1, "alice")
 	release := ms.Hold()
 	defer release()
 	ms.Reply("after the restart")
-	code, run := api(t, "POST", s1.url+"/api/assistant/runs", alice, `{"message":"hello"}`)
+	code, run := apitest.Call(t, "POST", s1.url+"/api/assistant/runs", alice, `{"message":"hello"}`)
 	if code != 201 {
 		t.Fatalf("create = %d %v", code, run)
 	}
@@ -748,7 +664,7 @@ func TestAssistantRestartMidTurn(t *testing.T) {
 	s2 := startServerIn(t, dataDir, env, "--addr", addr)
 	var events []map[string]any
 	testenv.WaitFor(t, 20*time.Second, func() bool {
-		events = runEvents(t, s2, alice, id)
+		events = apitest.Events(t, s2.url, alice, id)
 		return countType(events, "agent.turn.end") == 1
 	})
 	if countType(events, "message.user") != 1 || countType(events, "agent.turn.start") != 1 || countType(events, "message.assistant") != 1 {
@@ -763,9 +679,9 @@ func TestAssistantPaging(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
 	ms.SetDefaultReply("ok")
-	s := startServer(t, scriptedEnv(ms))
+	s := startServer(t, ms.UsherEnv())
 	alice := userToken(t, s, "alice")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	id := run["runId"].(string)
 	base := s.url + "/api/assistant/runs/" + id
 	for i := range 12 {
@@ -775,12 +691,12 @@ func TestAssistantPaging(t *testing.T) {
 				model.ToolCall{ID: fmt.Sprintf("b%d", i), Name: "notes_list", Arguments: json.RawMessage(`{}`)})
 		}
 		body, _ := json.Marshal(map[string]string{"content": fmt.Sprintf("m%d %s", i, strings.Repeat("x", 300))})
-		if code, r := api(t, "POST", base+"/messages?wait=30s", alice, string(body)); code != 200 {
+		if code, r := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, string(body)); code != 200 {
 			t.Fatalf("turn = %d %v", code, r)
 		}
 	}
 	var all []float64
-	for _, e := range runEvents(t, s, alice, id) {
+	for _, e := range apitest.Events(t, s.url, alice, id) {
 		if strings.HasPrefix(e["type"].(string), "message.") {
 			all = append(all, e["seq"].(float64))
 		}
@@ -799,7 +715,7 @@ func TestAssistantPaging(t *testing.T) {
 		var got []float64
 		url := fmt.Sprintf("%s/messages?take=%d", base, take)
 		for {
-			code, body := api(t, "GET", url, alice, "")
+			code, body := apitest.Call(t, "GET", url, alice, "")
 			if code != 200 {
 				t.Fatalf("page = %d %v", code, body)
 			}
@@ -822,7 +738,7 @@ func TestAssistantPaging(t *testing.T) {
 		got = nil
 		after := 0.0
 		for {
-			code, body := api(t, "GET", fmt.Sprintf("%s/messages?take=%d&after=%d", base, take, int64(after)), alice, "")
+			code, body := apitest.Call(t, "GET", fmt.Sprintf("%s/messages?take=%d&after=%d", base, take, int64(after)), alice, "")
 			if code != 200 {
 				t.Fatalf("page = %d %v", code, body)
 			}
@@ -841,12 +757,12 @@ func TestAssistantPaging(t *testing.T) {
 		}
 	}
 	// A byte bound cuts at a group boundary and keeps at least one group.
-	code, body := api(t, "GET", base+"/messages?take=50&maxBytes=1024", alice, "")
+	code, body := apitest.Call(t, "GET", base+"/messages?take=50&maxBytes=1024", alice, "")
 	if code != 200 || len(body["messages"].([]any)) == 0 || !body["hasMore"].(bool) {
 		t.Errorf("byte-bounded page = %d %v", code, body)
 	}
 	// The run view: the first and last windows, without overlap.
-	code, body = api(t, "GET", base, alice, "")
+	code, body = apitest.Call(t, "GET", base, alice, "")
 	first, last := body["first"].([]any), body["last"].([]any)
 	if code != 200 || len(first)+len(last) != len(all) || body["gap"] != false {
 		t.Errorf("run view: %d first + %d last, gap %v; want all %d messages", len(first), len(last), body["gap"], len(all))
@@ -883,14 +799,14 @@ func TestAssistantCallsCarryTheSendersGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	plain := userToken(t, s, "dana") // the same user, without the groups
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", writer, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", writer, "")
 	base := s.url + "/api/assistant/runs/" + run["runId"].(string)
 
-	code, body := api(t, "POST", base+"/messages?wait=30s", writer, `{"content":"call notes_write {\"name\":\"a\",\"body\":\"by a writer\"}"}`)
+	code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", writer, `{"content":"call notes_write {\"name\":\"a\",\"body\":\"by a writer\"}"}`)
 	if code != 200 || body["status"] != "completed" {
 		t.Fatalf("a writer's write = %d %v, want it to run unattended", code, body)
 	}
-	code, body = api(t, "POST", base+"/messages?wait=30s", plain, `{"content":"call notes_write {\"name\":\"b\",\"body\":\"without the group\"}"}`)
+	code, body = apitest.Call(t, "POST", base+"/messages?wait=30s", plain, `{"content":"call notes_write {\"name\":\"b\",\"body\":\"without the group\"}"}`)
 	if code != 202 || body["status"] != "awaiting_approval" {
 		t.Fatalf("the same user's write without the group = %d %v, want an approval", code, body)
 	}
@@ -909,7 +825,7 @@ func TestAssistantMessageIdempotencyAcrossReplicas(t *testing.T) {
 	ms := modeltest.NewServer(t)
 	ms.SetDefaultReply("ok")
 	lb := newBalancer(t)
-	env := scriptedEnv(ms, "USHER_BROKER_KEY_ENCRYPTION_KEY", "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=",
+	env := ms.UsherEnv("USHER_BROKER_KEY_ENCRYPTION_KEY", "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=",
 		"USHER_SERVER_PUBLIC_URL", lb.url)
 	addrA, addrB := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	a := startServer(t, env, "--database-url", dbURL, "--addr", addrA)
@@ -920,7 +836,7 @@ func TestAssistantMessageIdempotencyAcrossReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, run := api(t, "POST", a.url+"/api/assistant/runs", tok, `{"title":"retries"}`)
+	code, run := apitest.Call(t, "POST", a.url+"/api/assistant/runs", tok, `{"title":"retries"}`)
 	if code != 201 {
 		t.Fatalf("create = %d %v", code, run)
 	}
@@ -936,7 +852,7 @@ func TestAssistantMessageIdempotencyAcrossReplicas(t *testing.T) {
 			s = b
 		}
 		wg.Go(func() {
-			code, body := api(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages?wait=30s", tok,
+			code, body := apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages?wait=30s", tok,
 				`{"content":"only once"}`, "Idempotency-Key", "retry-7")
 			if code != 200 || body["status"] != "completed" || body["reply"] != "ok" {
 				t.Errorf("post = %d %v, want 200 with the turn's reply", code, body)
@@ -950,12 +866,12 @@ func TestAssistantMessageIdempotencyAcrossReplicas(t *testing.T) {
 	if len(seqs) != 1 {
 		t.Fatalf("posts answered with the messages %v, want one", seqs)
 	}
-	events := runEvents(t, a, tok, id)
+	events := apitest.Events(t, a.url, tok, id)
 	if n, m, u := countType(events, "agent.turn.start"), countType(events, "agent.turn.end"), countType(events, "message.user"); n != 1 || m != 1 || u != 1 {
 		t.Fatalf("%d posts with one key: %d user messages, %d turn starts, %d ends; want 1, 1, 1", posts, u, n, m)
 	}
-	if code, body := api(t, "POST", b.url+"/api/assistant/runs/"+id+"/messages", tok,
-		`{"content":"another"}`, "Idempotency-Key", "retry-7"); code != 409 || errorCode(body) != "idempotency_key_reused" {
+	if code, body := apitest.Call(t, "POST", b.url+"/api/assistant/runs/"+id+"/messages", tok,
+		`{"content":"another"}`, "Idempotency-Key", "retry-7"); code != 409 || apitest.ErrorCode(body) != "idempotency_key_reused" {
 		t.Errorf("another message with the key = %d %v, want 409 idempotency_key_reused", code, body)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
@@ -110,7 +111,7 @@ func TestAssistantTurnSurvivesAKilledProcess(t *testing.T) {
 	// The model asks for a write, which waits for an approval.
 	ms.ReplyToolCalls(model.ToolCall{ID: "call-1", Name: "notes_write", Arguments: json.RawMessage(`{"name":"n","body":"written once"}`)})
 	ms.Reply("done")
-	code, run := api(t, "POST", lb.url+"/api/assistant/runs", alice, `{"message":"write the note"}`)
+	code, run := apitest.Call(t, "POST", lb.url+"/api/assistant/runs", alice, `{"message":"write the note"}`)
 	if code != 201 {
 		t.Fatalf("create = %d %v", code, run)
 	}
@@ -119,7 +120,7 @@ func TestAssistantTurnSurvivesAKilledProcess(t *testing.T) {
 		r, err := st.GetRun(t.Context(), id)
 		return err == nil && r.Status == store.RunAwaitingApproval
 	})
-	_, pending := api(t, "GET", lb.url+"/api/approvals", alice, "")
+	_, pending := apitest.Call(t, "GET", lb.url+"/api/approvals", alice, "")
 	list, _ := pending["approvals"].([]any)
 	if len(list) != 1 {
 		t.Fatalf("pending approvals = %v", pending)
@@ -130,7 +131,7 @@ func TestAssistantTurnSurvivesAKilledProcess(t *testing.T) {
 	// result and waits for the model.
 	release := ms.Hold()
 	defer release()
-	if code, body := api(t, "POST", lb.url+"/api/approvals/"+approvalID+"/decision", alice, `{"decision":"approve"}`); code != 200 {
+	if code, body := apitest.Call(t, "POST", lb.url+"/api/approvals/"+approvalID+"/decision", alice, `{"decision":"approve"}`); code != 200 {
 		t.Fatalf("decision = %d %v", code, body)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -42,13 +43,15 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	}{
 		{"an issuer without discovery, on SQLite", badIssuer, "identity", ""},
 		{"an issuer without discovery, on PostgreSQL", withDB(badIssuer, db.url), "identity", db.url},
+		{"the development sign-in on every address, in plain http", map[string]string{"USHER_SERVER_ADDR": "0.0.0.0:0"}, "identity", ""},
 		{"an unreachable database", withDB(nil, "postgres://usher@"+testenv.FreeAddr(t)+"/usher?sslmode=disable&connect_timeout=5"), "database", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			var stderr testenv.Output
-			err := run(t.Context(), []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data")},
+			addr := cmp.Or(tc.env["USHER_SERVER_ADDR"], "127.0.0.1:0")
+			err := run(t.Context(), []string{"serve", "--addr", addr, "--data-dir", filepath.Join(dir, "data")},
 				getenv(tc.env), io.Discard, &stderr)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("serve = %v, want an error about the %s\n%s", err, tc.want, &stderr)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -407,7 +408,7 @@ func (c *faultCluster) signIn() {
 func (c *faultCluster) newRun(title string) string {
 	c.t.Helper()
 	body, _ := json.Marshal(map[string]string{"title": title})
-	code, run := api(c.t, "POST", c.lb.url+"/api/assistant/runs", c.token, string(body))
+	code, run := apitest.Call(c.t, "POST", c.lb.url+"/api/assistant/runs", c.token, string(body))
 	if code != 201 {
 		c.t.Fatalf("create run = %d %v", code, run)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/testenv"
 )
 
@@ -219,7 +220,7 @@ func testFaultTurnOrder(t *testing.T, bin string) {
 	release := c.model.hold()
 	defer release()
 	n := c.model.arrived()
-	if code, body := api(t, "POST", base+"/messages", c.token, `{"content":"first question"}`); code != 202 {
+	if code, body := apitest.Call(t, "POST", base+"/messages", c.token, `{"content":"first question"}`); code != 202 {
 		t.Fatalf("post the first question = %d %v", code, body)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -229,7 +230,7 @@ func testFaultTurnOrder(t *testing.T, bin string) {
 	}
 	// The first turn's model step is in flight: the second question
 	// arrives during the turn.
-	if code, body := api(t, "POST", base+"/messages", c.token, `{"content":"second question"}`); code != 202 {
+	if code, body := apitest.Call(t, "POST", base+"/messages", c.token, `{"content":"second question"}`); code != 202 {
 		t.Fatalf("post the second question = %d %v", code, body)
 	}
 	release()
@@ -267,7 +268,7 @@ func testFaultTakeover(t *testing.T, bin string) {
 	release := c.model.hold()
 	defer release()
 	n := c.model.arrived()
-	if code, body := api(t, "POST", c.lb.url+"/api/assistant/runs/"+run+"/messages", c.token, `{"content":"survive a kill"}`); code != 202 {
+	if code, body := apitest.Call(t, "POST", c.lb.url+"/api/assistant/runs/"+run+"/messages", c.token, `{"content":"survive a kill"}`); code != 202 {
 		t.Fatalf("post = %d %v", code, body)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

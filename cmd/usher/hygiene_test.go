@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/usherhq/usher/internal/apitest"
 )
 
 // trickleBody sends a POST declaring a 4000-byte body over a real loopback
@@ -85,7 +87,7 @@ func TestSlowBodiesAreCutOff(t *testing.T) {
 	}
 
 	alice := userToken(t, s, "alice")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	id, _ := run["runId"].(string)
 	// Three heartbeats a second apart: open three times the bound.
 	t.Run("SSE stream", func(t *testing.T) {
@@ -130,7 +132,7 @@ func TestWebSocketOriginMustMatch(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil)
 	alice := userToken(t, s, "alice")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	ws := "ws" + strings.TrimPrefix(s.url, "http") + "/api/assistant/runs/" + run["runId"].(string) + "/events/ws"
 	u, err := url.Parse(s.url)
 	if err != nil {

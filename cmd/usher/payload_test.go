@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/apitest"
 )
 
 // TestAssistantSendsRepairedPayloads checks that the OpenAI-compatible
@@ -13,18 +14,18 @@ import (
 func TestAssistantSendsRepairedPayloads(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
-	s := startServer(t, scriptedEnv(ms))
+	s := startServer(t, ms.UsherEnv())
 	alice := userToken(t, s, "alice")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	id := run["runId"].(string)
 	base := s.url + "/api/assistant/runs/" + id
 
 	ms.ReplyError(401)
-	if code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"hi"}`); code != 200 || body["status"] != "failed" {
+	if code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"hi"}`); code != 200 || body["status"] != "failed" {
 		t.Fatalf("turn with a refused model = %d %v", code, body)
 	}
 	ms.Reply("here")
-	if code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"still there?"}`); code != 200 || body["reply"] != "here" {
+	if code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"still there?"}`); code != 200 || body["reply"] != "here" {
 		t.Fatalf("second turn = %d %v", code, body)
 	}
 
@@ -34,7 +35,7 @@ func TestAssistantSendsRepairedPayloads(t *testing.T) {
 		t.Errorf("the model was sent %+v, want the system prompt and the two user messages merged", msgs)
 	}
 	var said []any
-	for _, e := range runEvents(t, s, alice, id) {
+	for _, e := range apitest.Events(t, s.url, alice, id) {
 		if e["type"] == "message.user" {
 			said = append(said, data(e)["content"])
 		}

@@ -31,8 +31,9 @@ import (
 // serve runs `usher serve`: it starts the parts below in order, each
 // stopped (in reverse order) when serving ends or a later part fails to
 // start, and serves until ctx is done. What can fail without leaving state
-// behind is checked first: the listen address and an external issuer come
-// before the database is migrated or a key file is written.
+// behind is checked first: the listen address and the API's verifier (an
+// external issuer's discovery) come before the database is migrated or a
+// key file is written.
 func (e *environment) serve(ctx context.Context, args []string) error {
 	s := &serving{env: e, mux: http.NewServeMux()}
 	fs := e.flagSet("serve")
@@ -50,11 +51,11 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	for _, start := range []func(context.Context) error{
 		s.listen,
 		s.debug,
-		s.externalIdentity,
+		s.identity,
 		s.open,
 		s.brokerKeys,
 		s.health,
-		s.devIdentity,
+		s.devProvider,
 		s.web,
 		s.assistant,
 		s.mcp,
@@ -133,25 +134,24 @@ func (s *serving) debug(ctx context.Context) error {
 	return nil
 }
 
-// identityOptions are the API verifier's options from the configuration.
-func (s *serving) identityOptions() *identity.Options {
-	return &identity.Options{
+// identity makes the API's verifier: of the configured issuer, whose
+// discovery fails for one that is wrong or unreachable, or of the built-in
+// development provider, which is this very process, not serving yet (its
+// keys are fetched lazily, over loopback). Both fail before the database
+// is touched.
+func (s *serving) identity(ctx context.Context) error {
+	opts := &identity.Options{
 		Issuer:         s.cfg.Identity.Issuer,
 		Audiences:      s.cfg.Identity.Audiences,
 		RequiredScopes: s.cfg.Identity.RequiredScopes,
 		Tenants:        s.cfg.Identity.Tenants,
 		Logger:         s.log.With("component", "identity"),
 	}
-}
-
-// externalIdentity makes the API's verifier of a configured issuer, whose
-// discovery fails for an issuer that is wrong or unreachable: before the
-// database is touched.
-func (s *serving) externalIdentity(ctx context.Context) error {
 	if s.cfg.DevIdentity() {
-		return nil
+		opts.Issuer = s.publicURL + devOIDCPath
+		opts.JWKSURL = s.localURL + devOIDCPath + "/jwks"
 	}
-	v, err := identity.New(ctx, s.identityOptions())
+	v, err := identity.New(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("identity: %w", err)
 	}
@@ -213,9 +213,9 @@ func (s *serving) health(context.Context) error {
 	return nil
 }
 
-// devIdentity starts the built-in development OIDC provider, when no
-// issuer is configured, and the API's verifier of it.
-func (s *serving) devIdentity(ctx context.Context) error {
+// devProvider starts the built-in development OIDC provider when no
+// issuer is configured.
+func (s *serving) devProvider(ctx context.Context) error {
 	if !s.cfg.DevIdentity() {
 		return nil
 	}
@@ -232,16 +232,8 @@ func (s *serving) devIdentity(ctx context.Context) error {
 		return err
 	}
 	s.mux.Handle(devOIDCPath+"/", http.StripPrefix(devOIDCPath, dev.Handler()))
-	opts := s.identityOptions()
-	opts.Issuer = s.publicURL + devOIDCPath
-	// The provider is this very process, which is not serving yet: fetch
-	// its keys lazily, over loopback.
-	opts.JWKSURL = s.localURL + devOIDCPath + "/jwks"
 	s.log.Warn("DEVELOPMENT SIGN-IN IS ON: the built-in OIDC provider signs in anyone who types a user name. Configure identity.issuer for any real use.",
-		"issuer", opts.Issuer)
-	if s.verifier, err = identity.New(ctx, opts); err != nil {
-		return fmt.Errorf("identity: %w", err)
-	}
+		"issuer", s.publicURL+devOIDCPath)
 	return nil
 }
 

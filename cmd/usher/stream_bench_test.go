@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -82,7 +83,7 @@ func fanoutServer(b testing.TB, dbURL string) (*server, string, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	_, run := api(b, "POST", s.url+"/api/assistant/runs", token, "")
+	_, run := apitest.Call(b, "POST", s.url+"/api/assistant/runs", token, "")
 	return s, token, run["runId"].(string)
 }
 
@@ -159,12 +160,12 @@ func fanout(b *testing.B, dbURL string, n int) (p50, p99 float64) {
 	b.ResetTimer()
 	for i := range fanoutMessages {
 		body := fmt.Sprintf(`{"content":"message %d"}`, i)
-		if code, r := api(b, "POST", s.url+"/api/assistant/runs/"+runID+"/messages?wait=30s", token, body); code != 200 {
+		if code, r := apitest.Call(b, "POST", s.url+"/api/assistant/runs/"+runID+"/messages?wait=30s", token, body); code != 200 {
 			b.Fatalf("turn = %d %v", code, r)
 		}
 	}
 	// Wait until every subscriber has the whole log.
-	_, run := api(b, "GET", s.url+"/api/assistant/runs/"+runID, token, "")
+	_, run := apitest.Call(b, "GET", s.url+"/api/assistant/runs/"+runID, token, "")
 	want := int64(run["run"].(map[string]any)["lastSeq"].(float64))
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -209,7 +210,7 @@ func idleSubscribers(b *testing.B, dbURL string, n int) (rss, heapAndStacks floa
 		b.Fatal(err)
 	}
 	token := strings.TrimSpace(string(out))
-	_, run := api(b, "POST", p.url+"/api/assistant/runs", token, "")
+	_, run := apitest.Call(b, "POST", p.url+"/api/assistant/runs", token, "")
 	measure := func() (float64, float64) {
 		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 		if err != nil {

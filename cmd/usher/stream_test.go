@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -113,7 +114,7 @@ func isType(typ string) func(sseMessage) bool {
 // logSeqs returns the run's event sequences from the API.
 func logSeqs(t *testing.T, s *server, token, id string) []int64 {
 	var seqs []int64
-	for _, e := range runEvents(t, s, token, id) {
+	for _, e := range apitest.Events(t, s.url, token, id) {
 		seqs = append(seqs, int64(e["seq"].(float64)))
 	}
 	return seqs
@@ -134,12 +135,12 @@ func ids(ms []sseMessage) []int64 {
 func TestSSEResumesAfterADisconnect(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
-	s := startServer(t, scriptedEnv(ms))
+	s := startServer(t, ms.UsherEnv())
 	alice := userToken(t, s, "alice")
 	release := ms.Hold()
 	defer release()
 	ms.Reply("the answer, streamed")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"message":"hello"}`)
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, `{"message":"hello"}`)
 	id := run["runId"].(string)
 	url := s.url + "/api/assistant/runs/" + id + "/events/stream"
 
@@ -171,11 +172,11 @@ func TestSSEDeltasThenCommittedMessage(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil) // the demo model streams word by word
 	alice := userToken(t, s, "alice")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	id := run["runId"].(string)
 	stream := openSSE(t, s.url+"/api/assistant/runs/"+id+"/events/stream", alice, 0)
 	stream.until(t, isType("connected"))
-	if code, _ := api(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages", alice, `{"content":"what can you do for me today?"}`); code != 202 {
+	if code, _ := apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages", alice, `{"content":"what can you do for me today?"}`); code != 202 {
 		t.Fatal("post failed")
 	}
 	got := stream.until(t, isType("message.assistant"))
@@ -197,7 +198,7 @@ func TestLongPollAndWebSocketResume(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil)
 	alice := userToken(t, s, "alice")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	id := run["runId"].(string)
 	base := s.url + "/api/assistant/runs/" + id
 
@@ -210,7 +211,7 @@ func TestLongPollAndWebSocketResume(t *testing.T) {
 	}
 	polled := make(chan result, 1)
 	go func() {
-		code, body := api(t, "GET", base+"/events?after=0&wait=30s", alice, "")
+		code, body := apitest.Call(t, "GET", base+"/events?after=0&wait=30s", alice, "")
 		polled <- result{code, body}
 	}()
 	testenv.WaitFor(t, 10*time.Second, func() bool {
@@ -221,7 +222,7 @@ func TestLongPollAndWebSocketResume(t *testing.T) {
 		}
 		return metric(t, s, "usher_live_subscribers") == 1
 	})
-	if code, _ := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_list"}`); code != 200 {
+	if code, _ := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"call notes_list"}`); code != 200 {
 		t.Fatal("turn failed")
 	}
 	r := <-polled
@@ -231,7 +232,7 @@ func TestLongPollAndWebSocketResume(t *testing.T) {
 	// Nothing new: the long-poll times out empty.
 	want := logSeqs(t, s, alice, id)
 	last := want[len(want)-1]
-	code, body := api(t, "GET", fmt.Sprintf("%s/events?after=%d&wait=300ms", base, last), alice, "")
+	code, body := apitest.Call(t, "GET", fmt.Sprintf("%s/events?after=%d&wait=300ms", base, last), alice, "")
 	if code != 200 || len(body["events"].([]any)) != 0 {
 		t.Errorf("idle long-poll = %d %v", code, body)
 	}
@@ -271,10 +272,10 @@ func TestLongPollAndWebSocketResume(t *testing.T) {
 	if _, resp, err := websocket.DefaultDialer.Dial(wsURL, http.Header{"Authorization": {"Bearer " + bob}}); err == nil || resp.StatusCode != 404 {
 		t.Errorf("another user's websocket = %v, %v; want 404", resp, err)
 	}
-	if code, _ := api(t, "GET", base+"/events/stream", bob, ""); code != 404 {
+	if code, _ := apitest.Call(t, "GET", base+"/events/stream", bob, ""); code != 404 {
 		t.Errorf("another user's stream = %d, want 404", code)
 	}
-	if code, body := api(t, "GET", base+"/events?wait=forever", alice, ""); code != 400 || errorCode(body) != "invalid_wait" {
+	if code, body := apitest.Call(t, "GET", base+"/events?wait=forever", alice, ""); code != 400 || apitest.ErrorCode(body) != "invalid_wait" {
 		t.Errorf("bad wait = %d %v", code, body)
 	}
 }
@@ -284,14 +285,14 @@ func TestLongPollOnlyTransport(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, map[string]string{"USHER_EVENTS_TRANSPORT": "long-poll"})
 	alice := userToken(t, s, "alice")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	base := s.url + "/api/assistant/runs/" + run["runId"].(string)
 	for _, u := range []string{base + "/events/stream", base + "/events/ws", s.url + "/api/assistant/updates/stream"} {
-		if code, body := api(t, "GET", u, alice, ""); code != 503 || errorCode(body) != "streaming_disabled" {
+		if code, body := apitest.Call(t, "GET", u, alice, ""); code != 503 || apitest.ErrorCode(body) != "streaming_disabled" {
 			t.Errorf("%s = %d %v, want 503", u, code, body)
 		}
 	}
-	if code, _ := api(t, "GET", base+"/events?after=0&wait=100ms", alice, ""); code != 200 {
+	if code, _ := apitest.Call(t, "GET", base+"/events?after=0&wait=100ms", alice, ""); code != 200 {
 		t.Errorf("long-poll = %d", code)
 	}
 }
@@ -306,10 +307,10 @@ func TestFeedAnnouncesRunsAndApprovals(t *testing.T) {
 	bobFeed := openSSE(t, s.url+"/api/assistant/updates/stream", bob, 0)
 	feed.until(t, isType("connected"))
 	bobFeed.until(t, isType("connected"))
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"feed"}`)
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"feed"}`)
 	id := run["runId"].(string)
 	feed.until(t, func(m sseMessage) bool { return m.Event == "run" && m.Data["runId"] == id })
-	api(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages", alice, `{"content":"call notes_write {\"name\":\"f\",\"body\":\"b\"}"}`)
+	apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages", alice, `{"content":"call notes_write {\"name\":\"f\",\"body\":\"b\"}"}`)
 	// Within a moment's changes, runs come before approvals: wait for both.
 	var approvalID string
 	sawPaused := false
@@ -322,7 +323,7 @@ func TestFeedAnnouncesRunsAndApprovals(t *testing.T) {
 		}
 		return approvalID != "" && sawPaused
 	})
-	api(t, "POST", s.url+"/api/approvals/"+approvalID+"/decision", alice, `{"decision":"deny","reason":"not now"}`)
+	apitest.Call(t, "POST", s.url+"/api/approvals/"+approvalID+"/decision", alice, `{"decision":"deny","reason":"not now"}`)
 	sawDenied, sawResumed := false, false
 	feed.until(t, func(m sseMessage) bool {
 		sawDenied = sawDenied || (m.Event == "approval" && m.Data["status"] == "denied")
@@ -349,7 +350,7 @@ func TestThousandSubscribers(t *testing.T) {
 	// One user holds them all: far beyond the per-user bound's default.
 	s := startServer(t, map[string]string{"USHER_EVENTS_MAX_STREAMS_PER_USER": "1000"})
 	alice := userToken(t, s, "alice")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	id := run["runId"].(string)
 	url := s.url + "/api/assistant/runs/" + id + "/events/stream"
 	const n = 1000
@@ -389,7 +390,7 @@ func TestThousandSubscribers(t *testing.T) {
 	for range n {
 		<-ready
 	}
-	if code, _ := api(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages", alice, `{"content":"call notes_list"}`); code != 202 {
+	if code, _ := apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+id+"/messages", alice, `{"content":"call notes_list"}`); code != 202 {
 		t.Fatal("post failed")
 	}
 	wg.Wait()
@@ -420,7 +421,7 @@ func TestEventsCrossProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, run := api(t, "POST", a.url+"/api/assistant/runs", tok, "")
+	_, run := apitest.Call(t, "POST", a.url+"/api/assistant/runs", tok, "")
 	id := run["runId"].(string)
 	stream := openSSE(t, b.url+"/api/assistant/runs/"+id+"/events/stream", tok, 0)
 	stream.until(t, isType("connected"))
@@ -428,7 +429,7 @@ func TestEventsCrossProcesses(t *testing.T) {
 	feed.until(t, isType("connected"))
 	// The message is appended by A, so its event can reach B's stream only
 	// through PostgreSQL; the turn runs on either replica.
-	if code, _ := api(t, "POST", a.url+"/api/assistant/runs/"+id+"/messages", tok, `{"content":"call notes_list"}`); code != 202 {
+	if code, _ := apitest.Call(t, "POST", a.url+"/api/assistant/runs/"+id+"/messages", tok, `{"content":"call notes_list"}`); code != 202 {
 		t.Fatal("post failed")
 	}
 	got := stream.until(t, isType("agent.turn.end"))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -70,14 +71,14 @@ func TestAssistantQueuedCommands(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, run := api(t, "POST", s.url+"/api/assistant/runs", tok, "")
+			_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", tok, "")
 			id := run["runId"].(string)
 			base := s.url + "/api/assistant/runs/" + id
 
 			var posted []float64
 			for i := range 10 {
 				body, _ := json.Marshal(map[string]string{"content": fmt.Sprintf(`call notes_write {"name":"n%d","body":"body %d"}`, i, i)})
-				code, r := api(t, "POST", base+"/messages", tok, string(body))
+				code, r := apitest.Call(t, "POST", base+"/messages", tok, string(body))
 				if code != 202 {
 					t.Fatalf("post %d = %d %v", i, code, r)
 				}
@@ -85,7 +86,7 @@ func TestAssistantQueuedCommands(t *testing.T) {
 			}
 			var events []map[string]any
 			testenv.WaitFor(t, 60*time.Second, func() bool {
-				events = runEvents(t, s, tok, id)
+				events = apitest.Events(t, s.url, tok, id)
 				return countType(events, "agent.turn.end") == 10
 			})
 
@@ -148,9 +149,9 @@ func TestAssistantQueuedCommands(t *testing.T) {
 func TestAssistantToolCallIDsUsedAgain(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
-	s := startServer(t, scriptedEnv(ms))
+	s := startServer(t, ms.UsherEnv())
 	alice := userToken(t, s, "alice")
-	_, run := api(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
 	id := run["runId"].(string)
 	base := s.url + "/api/assistant/runs/" + id
 	call := func(name, args string) model.ToolCall {
@@ -159,35 +160,35 @@ func TestAssistantToolCallIDsUsedAgain(t *testing.T) {
 
 	ms.ReplyToolCalls(call("notes_list", `{}`))
 	ms.Reply("no notes")
-	if code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"list"}`); code != 200 || body["status"] != "completed" {
+	if code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"list"}`); code != 200 || body["status"] != "completed" {
 		t.Fatalf("first turn = %d %v", code, body)
 	}
 
 	// Another tool under the same id: it needs an approval.
 	ms.ReplyToolCalls(call("notes_write", `{"name":"groceries","body":"milk"}`))
 	ms.Reply("written")
-	code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"write"}`)
+	code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"write"}`)
 	if code != 202 || body["status"] != "awaiting_approval" {
 		t.Fatalf("the write = %d %v, want it to wait for an approval", code, body)
 	}
 	msgs := body["messages"].([]any)
 	approval := data(msgs[len(msgs)-1].(map[string]any))["approval"].(map[string]any)["id"].(string)
-	if code, _ := api(t, "POST", s.url+"/api/approvals/"+approval+"/decision", alice, `{"decision":"approve"}`); code != 200 {
+	if code, _ := apitest.Call(t, "POST", s.url+"/api/approvals/"+approval+"/decision", alice, `{"decision":"approve"}`); code != 200 {
 		t.Fatalf("decision = %d", code)
 	}
-	testenv.WaitFor(t, 20*time.Second, func() bool { return countType(runEvents(t, s, alice, id), "agent.turn.end") == 2 })
+	testenv.WaitFor(t, 20*time.Second, func() bool { return countType(apitest.Events(t, s.url, alice, id), "agent.turn.end") == 2 })
 
 	// The first call again, twice in one turn: it runs each time, and
 	// sees the note written since.
 	ms.ReplyToolCalls(call("notes_list", `{}`))
 	ms.ReplyToolCalls(call("notes_list", `{}`))
 	ms.Reply("listed")
-	if code, body := api(t, "POST", base+"/messages?wait=30s", alice, `{"content":"list again"}`); code != 200 || body["status"] != "completed" {
+	if code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"list again"}`); code != 200 || body["status"] != "completed" {
 		t.Fatalf("third turn = %d %v", code, body)
 	}
 
 	var results []map[string]any
-	for _, e := range runEvents(t, s, alice, id) {
+	for _, e := range apitest.Events(t, s.url, alice, id) {
 		if e["type"] == "message.tool" {
 			results = append(results, data(e))
 		}

@@ -149,7 +149,7 @@ func (tb *tab) setVariant(v axeVariant) {
 func TestBrowserAxeSizesAndThemes(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
-	s := startServer(t, scriptedEnv(ms))
+	s := startServer(t, ms.UsherEnv())
 	tb := startBrowser(t)
 	tb.do(chromedp.Navigate(s.url + "/"))
 	tb.waitUntil("the sign-in page", `document.querySelector("main.signin a.button.primary")`)

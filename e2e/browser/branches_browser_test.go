@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/usherhq/usher/internal/apitest"
 )
 
 // TestBrowserBranches drives the Sessions UI's branches in Chromium, on
@@ -77,7 +79,7 @@ func TestBrowserBranches(t *testing.T) {
 	tb.click("article.msg-user .branch-prev")
 	tb.waitUntil("the switcher reads 1/3", position+` === "1/3"`)
 	tb.waitUntil("the original line", shownUser+` === "plan a trip to Lisbon" && `+replied(`You wrote: "plan a trip to Lisbon"`))
-	if code, body := api(t, "GET", s.url+"/api/assistant/runs/"+runID, alice, ""); code != 200 || body["run"].(map[string]any)["activeBranch"] != 0.0 {
+	if code, body := apitest.Call(t, "GET", s.url+"/api/assistant/runs/"+runID, alice, ""); code != 200 || body["run"].(map[string]any)["activeBranch"] != 0.0 {
 		t.Fatalf("the run after switching back = %d %v, want branch 0 active", code, body)
 	}
 	tb.waitUntil("the run is between turns", idle)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/apitest"
 )
 
 // Selectors of the pinned approval bar.
@@ -45,7 +46,7 @@ func (tb *tab) scrollToTop() {
 func TestBrowserApprovalBar(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
-	s := startServer(t, scriptedEnv(ms))
+	s := startServer(t, ms.UsherEnv())
 	dana := userToken(t, s, "dana")
 	tb := startBrowser(t)
 	tb.signIn(s.url, "dana")
@@ -130,12 +131,12 @@ func TestBrowserApprovalBar(t *testing.T) {
 	if n := tb.sent("POST", decision); n != 1 {
 		t.Errorf("the page sent %d decisions of the approval, want 1", n)
 	}
-	code, a := api(t, "GET", s.url+"/api/approvals/"+approvalID, dana, "")
+	code, a := apitest.Call(t, "GET", s.url+"/api/approvals/"+approvalID, dana, "")
 	if code != 200 || (a["status"] != "approved" && a["status"] != "consumed") || a["decided_by"] == nil {
 		t.Errorf("the approval = %d %v, want approved", code, a)
 	}
 	ran := 0
-	for _, ev := range runEvents(t, s, dana, runID) {
+	for _, ev := range apitest.Events(t, s.url, dana, runID) {
 		if d, _ := ev["data"].(map[string]any); ev["type"] == "message.tool" && d["toolCallId"] == "call-bar-1" && d["status"] == "succeeded" {
 			ran++
 		}
@@ -163,7 +164,7 @@ func TestBrowserApprovalBar(t *testing.T) {
 	tb.click(approvalBarDeny)
 	tb.waitUntil("the first denied", `document.querySelector('.tool-card[data-call="call-bar-2"] .approval-card.is-decided .approval-head .badge')?.textContent === "Denied"`)
 	tb.waitUntil("the focus on the denied card", `document.activeElement.matches('.tool-card[data-call="call-bar-2"] .approval-card.is-decided .approval-title')`)
-	code, a = api(t, "GET", s.url+"/api/approvals/"+firstID, dana, "")
+	code, a = apitest.Call(t, "GET", s.url+"/api/approvals/"+firstID, dana, "")
 	if code != 200 || a["status"] != "denied" || a["decision_reason"] != "not today" {
 		t.Errorf("the first approval = %d %v, want denied with the reason typed in its card", code, a)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/usherhq/usher/internal/apitest"
 )
 
 // TestBrowserApprovalHistory: the inbox's Recent decisions come from the
@@ -20,15 +22,15 @@ func TestBrowserApprovalHistory(t *testing.T) {
 	// for a decision, and returns that approval's id.
 	request := func(name string) string {
 		t.Helper()
-		code, run := api(t, "POST", s.url+"/api/assistant/runs", alice, fmt.Sprintf(`{"title":%s}`, js("Note "+name)))
+		code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, fmt.Sprintf(`{"title":%s}`, js("Note "+name)))
 		if code != 201 {
 			t.Fatalf("create = %d %v", code, run)
 		}
 		msg := fmt.Sprintf(`call notes_write {"name":%s,"body":"milk"}`, js(name))
-		if code, body := api(t, "POST", s.url+"/api/assistant/runs/"+run["runId"].(string)+"/messages?wait=30s", alice, fmt.Sprintf(`{"content":%s}`, js(msg))); code != 200 && code != 202 {
+		if code, body := apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+run["runId"].(string)+"/messages?wait=30s", alice, fmt.Sprintf(`{"content":%s}`, js(msg))); code != 200 && code != 202 {
 			t.Fatalf("turn = %d %v", code, body)
 		}
-		code, list := api(t, "GET", s.url+"/api/approvals", alice, "")
+		code, list := apitest.Call(t, "GET", s.url+"/api/approvals", alice, "")
 		if code != 200 {
 			t.Fatalf("approvals = %d %v", code, list)
 		}
@@ -42,7 +44,7 @@ func TestBrowserApprovalHistory(t *testing.T) {
 		return ""
 	}
 	denied := request("groceries")
-	if code, body := api(t, "POST", s.url+"/api/approvals/"+denied+"/decision", alice, `{"decision":"deny","reason":"not now"}`); code != 200 {
+	if code, body := apitest.Call(t, "POST", s.url+"/api/approvals/"+denied+"/decision", alice, `{"decision":"deny","reason":"not now"}`); code != 200 {
 		t.Fatalf("decision = %d %v", code, body)
 	}
 	approved := request("chores")
@@ -102,23 +104,23 @@ func TestBrowserApprovalHistory(t *testing.T) {
 
 	// More than a page: Show older decisions reads the next one, and the
 	// focus goes to the first of them.
-	code, run := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"Many notes"}`)
+	code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"Many notes"}`)
 	if code != 201 {
 		t.Fatalf("create = %d %v", code, run)
 	}
 	runID := run["runId"].(string)
 	for i := range 20 {
 		msg := fmt.Sprintf(`call notes_write {"name":"n%d","body":"x"}`, i)
-		if code, body := api(t, "POST", s.url+"/api/assistant/runs/"+runID+"/messages?wait=30s", alice, fmt.Sprintf(`{"content":%s}`, js(msg))); code != 200 && code != 202 {
+		if code, body := apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+runID+"/messages?wait=30s", alice, fmt.Sprintf(`{"content":%s}`, js(msg))); code != 200 && code != 202 {
 			t.Fatalf("turn %d = %d %v", i, code, body)
 		}
-		code, list := api(t, "GET", s.url+"/api/approvals", alice, "")
+		code, list := apitest.Call(t, "GET", s.url+"/api/approvals", alice, "")
 		pending, _ := list["approvals"].([]any)
 		if code != 200 || len(pending) != 1 {
 			t.Fatalf("approvals after turn %d = %d %v", i, code, list)
 		}
 		id := pending[0].(map[string]any)["id"].(string)
-		if code, body := api(t, "POST", s.url+"/api/approvals/"+id+"/decision", alice, `{"decision":"deny"}`); code != 200 {
+		if code, body := apitest.Call(t, "POST", s.url+"/api/approvals/"+id+"/decision", alice, `{"decision":"deny"}`); code != 200 {
 			t.Fatalf("decision %d = %d %v", i, code, body)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/usherhq/usher/internal/apitest"
 )
 
 // TestBrowserLongConversation walks a long conversation in the embedded
@@ -19,7 +21,7 @@ func TestBrowserLongConversation(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, map[string]string{"USHER_MODEL_CONTEXT_TOKENS": "2500"})
 	alice := userToken(t, s, "alice")
-	code, run := api(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"Trip planning","metadata":{"compactRecentMessages":4}}`)
+	code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"Trip planning","metadata":{"compactRecentMessages":4}}`)
 	if code != 201 {
 		t.Fatalf("create = %d %v", code, run)
 	}
@@ -29,7 +31,7 @@ func TestBrowserLongConversation(t *testing.T) {
 		return fmt.Sprintf("Note %d for the trip: ", i) + strings.Repeat("we want quiet hotels near the old town, trains over flights, ", 6)
 	}
 	for i := 1; i <= 3; i++ {
-		if code, body := api(t, "POST", base+"/messages?wait=30s", alice, fmt.Sprintf(`{"content":%s}`, js(say(i)))); code != 200 {
+		if code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, fmt.Sprintf(`{"content":%s}`, js(say(i)))); code != 200 {
 			t.Fatalf("turn %d = %d %v", i, code, body)
 		}
 	}
@@ -49,7 +51,7 @@ func TestBrowserLongConversation(t *testing.T) {
 	}
 	tb.waitUntil("the mark where the summary stands in", mark+`?.textContent.includes("summarised for the model")`)
 	checkAxe(t, tb, "a compacted conversation")
-	code, body := api(t, "GET", base, alice, "")
+	code, body := apitest.Call(t, "GET", base, alice, "")
 	snap, _ := body["snapshot"].(map[string]any)
 	t.Logf("compacted after %v messages: snapshot %v covers to %v; context %v", body["messages"], snap["version"], snap["toSeq"], body["run"].(map[string]any)["context"])
 	if code != 200 || snap == nil || snap["kind"] != "automatic" {
@@ -75,7 +77,7 @@ func TestBrowserLongConversation(t *testing.T) {
 	tb.waitBadge("Active")
 
 	// The first session: completed, whole, linking to the new one.
-	code, body = api(t, "GET", base, alice, "")
+	code, body = apitest.Call(t, "GET", base, alice, "")
 	if r := body["run"].(map[string]any); code != 200 || r["status"] != "Completed" || fmt.Sprint(body["continuedIn"]) != "["+child+"]" {
 		t.Errorf("the first session = %d %v", code, body)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/apitest"
 )
 
 // TestBrowserMessages: a reply with a code block is highlighted (the
@@ -25,12 +26,12 @@ import (
 func TestBrowserMessages(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
-	s := startServer(t, scriptedEnv(ms))
+	s := startServer(t, ms.UsherEnv())
 	tb := startBrowser(t)
 	tb.do(chromedp.EmulateViewport(1280, 800))
 	// Sessions for sessions_list to list: a long JSON result.
 	for _, title := range []string{"Quarterly report", "Team offsite"} {
-		if code, run := api(t, "POST", s.url+"/api/assistant/runs", userToken(t, s, "erin"), fmt.Sprintf(`{"title":%s}`, js(title))); code != 201 {
+		if code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", userToken(t, s, "erin"), fmt.Sprintf(`{"title":%s}`, js(title))); code != 201 {
 			t.Fatalf("create = %d %v", code, run)
 		}
 	}

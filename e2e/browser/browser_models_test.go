@@ -15,7 +15,7 @@ import (
 func TestBrowserModelPicker(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
-	s := startServer(t, scriptedEnv(ms, "USHER_MODEL_MODELS", "scripted,scripted-large"))
+	s := startServer(t, ms.UsherEnv("USHER_MODEL_MODELS", "scripted,scripted-large"))
 	tb := startBrowser(t)
 	tb.signIn(s.url, "alice")
 	picker := `#main .composer .model-picker select`

@@ -18,7 +18,7 @@ func TestBrowserServerDown(t *testing.T) {
 	ms := modeltest.NewServer(t)
 	addr := testenv.FreeAddr(t)
 	dataDir := t.TempDir()
-	env := scriptedEnv(ms)
+	env := ms.UsherEnv()
 	s1 := startServerIn(t, dataDir, env, "--addr", addr)
 	gail := userToken(t, s1, "gail")
 	tb := startBrowser(t)

@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/testenv"
 )
 
@@ -34,7 +35,7 @@ func (tb *tab) more(sel string) {
 func TestBrowserStopAndRetry(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
-	s := startServer(t, scriptedEnv(ms))
+	s := startServer(t, ms.UsherEnv())
 	carol := userToken(t, s, "carol")
 	tb := startBrowser(t)
 	tb.signIn(s.url, "carol")
@@ -60,7 +61,7 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	checkAxe(t, tb, "a stopped turn")
 	tb.waitBadge("Active")
 	tb.waitUntil("the draft gone, Stop hidden", `!document.querySelector("article.streaming") && document.querySelector(".conversation-actions button.stop-turn").hidden`)
-	code, body := api(t, "GET", s.url+"/api/assistant/runs/"+runID+"/events?after=0", carol, "")
+	code, body := apitest.Call(t, "GET", s.url+"/api/assistant/runs/"+runID+"/events?after=0", carol, "")
 	if code != 200 {
 		t.Fatalf("events = %d %v", code, body)
 	}
@@ -91,7 +92,7 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	tb.do(pressEnter)
 	tb.waitUntil("the new title", `document.querySelector("#conversation-title")?.textContent === "Essays, short ones" && !document.querySelector("input.rename-input")`)
 	tb.waitUntil("the sidebar's title", `document.querySelector(".session-item[aria-current=page] .session-title")?.textContent === "Essays, short ones"`)
-	if code, body := api(t, "GET", s.url+"/api/assistant/runs/"+runID, carol, ""); code != 200 || body["run"].(map[string]any)["title"] != "Essays, short ones" {
+	if code, body := apitest.Call(t, "GET", s.url+"/api/assistant/runs/"+runID, carol, ""); code != 200 || body["run"].(map[string]any)["title"] != "Essays, short ones" {
 		t.Errorf("GET the run = %d %v", code, body)
 	}
 
@@ -141,7 +142,7 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	tb.waitUntil("the confirmation", `document.querySelector("dialog.dialog[open] button[value=ok]")`)
 	tb.click(`dialog.dialog[open] button[value=ok]`)
 	tb.waitUntil("the home view, the session gone", `location.pathname === "/" && !document.querySelector(`+js(`.session-list a[href="/runs/`+runID+`"]`)+`)`)
-	if code, _ := api(t, "GET", s.url+"/api/assistant/runs/"+runID, carol, ""); code != 404 {
+	if code, _ := apitest.Call(t, "GET", s.url+"/api/assistant/runs/"+runID, carol, ""); code != 404 {
 		t.Errorf("GET a deleted run = %d, want 404", code)
 	}
 	tb.checkClean()
@@ -156,7 +157,7 @@ func TestBrowserActiveLimit(t *testing.T) {
 	dave := userToken(t, s, "dave")
 	var first string
 	for i := 1; i <= 4; i++ {
-		code, run := api(t, "POST", s.url+"/api/assistant/runs", dave, fmt.Sprintf(`{"title":"Session %d"}`, i))
+		code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", dave, fmt.Sprintf(`{"title":"Session %d"}`, i))
 		if code != 201 {
 			t.Fatalf("create = %d %v", code, run)
 		}
@@ -173,7 +174,7 @@ func TestBrowserActiveLimit(t *testing.T) {
 	if runs, approvals := tb.sent("GET", "/api/assistant/runs"), tb.sent("GET", "/api/approvals"); runs != 1 || approvals != 1 {
 		t.Errorf("the load fetched the sessions %d times and the approvals %d times, want once each", runs, approvals)
 	}
-	if code, run := api(t, "POST", s.url+"/api/assistant/runs", dave, `{"title":"Session 5"}`); code != 201 {
+	if code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", dave, `{"title":"Session 5"}`); code != 201 {
 		t.Fatalf("create = %d %v", code, run)
 	}
 	tb.waitUntil("the limit, before typing", `document.querySelector(".home-limits.at-limit")?.textContent.includes("You have 5 active sessions")`)
@@ -183,7 +184,7 @@ func TestBrowserActiveLimit(t *testing.T) {
 	}
 	tb.click(`.home-limits button.complete-oldest`)
 	tb.waitUntil("room for one more", `document.querySelector(".home-limits")?.textContent === "4 of 5 active sessions."`)
-	if code, body := api(t, "GET", s.url+"/api/assistant/runs/"+first, dave, ""); code != 200 || body["run"].(map[string]any)["status"] != "Completed" {
+	if code, body := apitest.Call(t, "GET", s.url+"/api/assistant/runs/"+first, dave, ""); code != 200 || body["run"].(map[string]any)["status"] != "Completed" {
 		t.Errorf("the oldest = %d %v, want Completed", code, body)
 	}
 	tb.send("Hello again")
@@ -197,7 +198,7 @@ func TestBrowserActiveLimit(t *testing.T) {
 func TestBrowserMessageDuringTurn(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
-	s := startServer(t, scriptedEnv(ms))
+	s := startServer(t, ms.UsherEnv())
 	erin := userToken(t, s, "erin")
 	tb := startBrowser(t)
 	tb.signIn(s.url, "erin")
@@ -232,7 +233,7 @@ func TestBrowserMessageDuringTurn(t *testing.T) {
 	// A draft, and the session completed elsewhere: the draft stays.
 	tb.waitUntil("the run's live stream", `document.querySelector(`+js(liveConnection)+`)`)
 	tb.typeText(composerInput, "a thought I had not sent")
-	if code, body := api(t, "POST", s.url+"/api/assistant/runs/"+runID+"/complete", erin, ""); code != 200 {
+	if code, body := apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+runID+"/complete", erin, ""); code != 200 {
 		t.Fatalf("complete = %d %v", code, body)
 	}
 	tb.waitUntil("the kept draft", `document.querySelector(".kept-draft-text")?.value === "a thought I had not sent" && document.querySelector(".read-only")`)
@@ -246,7 +247,7 @@ func TestBrowserMessageDuringTurn(t *testing.T) {
 func TestBrowserUnsentMessage(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
-	s := startServer(t, scriptedEnv(ms))
+	s := startServer(t, ms.UsherEnv())
 	frank := userToken(t, s, "frank")
 	tb := startBrowser(t)
 	tb.signIn(s.url, "frank")

@@ -26,6 +26,7 @@ import (
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/testenv"
 )
 
@@ -551,7 +552,7 @@ func apiMessages(t *testing.T, s *server, token, runID string) []map[string]any 
 	var all []map[string]any
 	after := int64(0)
 	for {
-		code, body := api(t, "GET", fmt.Sprintf("%s/api/assistant/runs/%s/messages?take=50&after=%d", s.url, runID, after), token, "")
+		code, body := apitest.Call(t, "GET", fmt.Sprintf("%s/api/assistant/runs/%s/messages?take=50&after=%d", s.url, runID, after), token, "")
 		if code != 200 {
 			t.Fatalf("messages = %d %v", code, body)
 		}
@@ -689,16 +690,16 @@ func TestBrowserConversation(t *testing.T) {
 
 	// Two sessions made through the API, so the sidebar has company.
 	for _, r := range []struct{ title, message string }{{"Weekly planning", "call notes_list"}, {"Release notes for 0.4", "tools"}} {
-		code, run := api(t, "POST", s.url+"/api/assistant/runs", alice, fmt.Sprintf(`{"title":%s}`, js(r.title)))
+		code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, fmt.Sprintf(`{"title":%s}`, js(r.title)))
 		if code != 201 {
 			t.Fatalf("create = %d %v", code, run)
 		}
 		base := s.url + "/api/assistant/runs/" + run["runId"].(string)
-		if code, body := api(t, "POST", base+"/messages?wait=30s", alice, fmt.Sprintf(`{"content":%s}`, js(r.message))); code != 200 {
+		if code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, fmt.Sprintf(`{"content":%s}`, js(r.message))); code != 200 {
 			t.Fatalf("turn = %d %v", code, body)
 		}
 		if r.title == "Weekly planning" {
-			if code, body := api(t, "POST", base+"/complete", alice, ""); code != 200 {
+			if code, body := apitest.Call(t, "POST", base+"/complete", alice, ""); code != 200 {
 				t.Fatalf("complete = %d %v", code, body)
 			}
 		}
@@ -781,7 +782,7 @@ func TestBrowserConversation(t *testing.T) {
 	checkStreamed(t, tb)
 	// The size of the context the turn sent, in the header, as the API
 	// has it.
-	if code, body := api(t, "GET", s.url+"/api/assistant/runs/"+runA, alice, ""); code != 200 {
+	if code, body := apitest.Call(t, "GET", s.url+"/api/assistant/runs/"+runA, alice, ""); code != 200 {
 		t.Fatalf("GET the run = %d %v", code, body)
 	} else if c, ok := body["run"].(map[string]any)["context"].(map[string]any); !ok || c["limit"] != 80000.0 {
 		t.Errorf("the run's context = %v, want one of the default limit", body["run"])
@@ -877,7 +878,7 @@ func TestBrowserConversation(t *testing.T) {
 		t.Errorf("the approval's arguments show %q, want the text %q", args, inTool)
 	}
 	approvalID := evaluate[string](tb, `document.querySelector(`+js(pending)+`).dataset.approval`)
-	if code, body := api(t, "POST", s.url+"/api/approvals/"+approvalID+"/decision", alice, `{"decision":"approve"}`); code != 200 {
+	if code, body := apitest.Call(t, "POST", s.url+"/api/approvals/"+approvalID+"/decision", alice, `{"decision":"approve"}`); code != 200 {
 		t.Fatalf("decision = %d %v", code, body)
 	}
 	tb.waitUntil("the approval decided elsewhere shows as approved", `document.querySelector('.tool-card[data-status=succeeded] .approval-card .approval-head .badge')?.textContent.startsWith("Approved")`)
@@ -891,7 +892,7 @@ func TestBrowserConversation(t *testing.T) {
 	checkNoMarkupFrom(t, tb)
 
 	// ...and in a title set through the API, in the sidebar and the view.
-	code, runC := api(t, "POST", s.url+"/api/assistant/runs", alice, fmt.Sprintf(`{"title":%s}`, js(inTitle)))
+	code, runC := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, fmt.Sprintf(`{"title":%s}`, js(inTitle)))
 	if code != 201 {
 		t.Fatalf("create = %d %v", code, runC)
 	}
@@ -988,7 +989,7 @@ func TestBrowserReloadMidTurn(t *testing.T) {
 	t.Parallel()
 	began := time.Now()
 	ms := modeltest.NewServer(t)
-	s := startServer(t, scriptedEnv(ms))
+	s := startServer(t, ms.UsherEnv())
 	bob := userToken(t, s, "bob")
 	tb := startBrowser(t)
 	tb.signIn(s.url, "bob")
@@ -1070,7 +1071,7 @@ func TestBrowserReloadMidTurn(t *testing.T) {
 	// The sidebar's feed has told the page the run's final state too: no
 	// later news can mend what the answer might spoil.
 	testenv.WaitFor(t, conditionTimeout, func() bool {
-		if runStatus(t, s, bob, runID)["working"] != false {
+		if apitest.Run(t, s.url, bob, runID)["working"] != false {
 			return false
 		}
 		tb.mu.Lock()

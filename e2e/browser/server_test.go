@@ -3,10 +3,7 @@ package browser
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -18,7 +15,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/usherhq/usher/assistant/model/modeltest"
 	"github.com/usherhq/usher/internal/testenv"
 )
 
@@ -152,81 +148,4 @@ func userToken(t testing.TB, s *server, sub string) string {
 		t.Fatal(err)
 	}
 	return tok
-}
-
-// api sends a JSON request with token, and header's name, value pairs,
-// and returns the status and the decoded body.
-func api(t testing.TB, method, url, token, body string, header ...string) (int, map[string]any) {
-	t.Helper()
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	req, _ := http.NewRequest(method, url, r)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &out); err != nil {
-			t.Fatalf("%s %s: %d, not JSON: %s", method, url, resp.StatusCode, raw)
-		}
-	}
-	return resp.StatusCode, out
-}
-
-// runEvents returns the run's whole event log.
-func runEvents(t *testing.T, s *server, token, runID string) []map[string]any {
-	t.Helper()
-	var all []map[string]any
-	after := 0.0
-	for {
-		code, body := api(t, "GET", fmt.Sprintf("%s/api/assistant/runs/%s/events?after=%d", s.url, runID, int64(after)), token, "")
-		if code != 200 {
-			t.Fatalf("events = %d %v", code, body)
-		}
-		page, _ := body["events"].([]any)
-		for _, e := range page {
-			all = append(all, e.(map[string]any))
-			after = e.(map[string]any)["seq"].(float64)
-		}
-		if more, _ := body["hasMore"].(bool); !more {
-			return all
-		}
-	}
-}
-
-// runStatus reads a run through the API.
-func runStatus(t *testing.T, s *server, token, id string) map[string]any {
-	t.Helper()
-	code, body := api(t, "GET", s.url+"/api/assistant/runs/"+id, token, "")
-	if code != 200 {
-		t.Fatalf("get run = %d %v", code, body)
-	}
-	return body["run"].(map[string]any)
-}
-
-// scriptedEnv configures a server for the scripted model, and the extra
-// name, value pairs.
-func scriptedEnv(ms *modeltest.Server, extra ...string) map[string]string {
-	env := map[string]string{
-		"USHER_MODEL_PROVIDER": "openai", "USHER_MODEL_BASE_URL": ms.URL(), "USHER_MODEL_NAME": "scripted",
-		"USHER_MODEL_API_KEY": "test-key",
-	}
-	for i := 0; i+1 < len(extra); i += 2 {
-		env[extra[i]] = extra[i+1]
-	}
-	return env
 }

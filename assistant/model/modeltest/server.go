@@ -138,6 +138,20 @@ func NewServer(t testing.TB) *Server {
 // URL returns the base URL to configure a client with; it ends in /v1.
 func (s *Server) URL() string { return s.srv.URL + "/v1" }
 
+// UsherEnv is the environment that points usher serve at this server as
+// its model (an OpenAI-compatible provider, model "scripted"), with the
+// extra name, value pairs.
+func (s *Server) UsherEnv(extra ...string) map[string]string {
+	env := map[string]string{
+		"USHER_MODEL_PROVIDER": "openai", "USHER_MODEL_BASE_URL": s.URL(), "USHER_MODEL_NAME": "scripted",
+		"USHER_MODEL_API_KEY": "test-key",
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		env[extra[i]] = extra[i+1]
+	}
+	return env
+}
+
 // Close stops the server: held and partial replies end at once. It is
 // idempotent.
 func (s *Server) Close() {
