@@ -39,7 +39,8 @@ TESTBIN_PKGS := ./cmd/usher ./bench/echoupstream ./bench/passproxy ./bench/netde
 GOTESTSUM := $(GO) tool gotestsum --format pkgname --format-hide-empty-pkg --hide-summary=skipped --jsonfile $(TEST_EVENTS)
 REPORT := $(GO) run ./internal/testreport -timeout $(TEST_TIMEOUT) -budget $(TEST_BUDGET) $(TEST_EVENTS)
 
-.PHONY: all build run test test-short testbin bench bench-mcp bench-ui lint fmt vet staticcheck clean e2e-deps
+.PHONY: all build run test test-short testbin bench bench-mcp bench-ui lint fmt vet staticcheck clean e2e-deps \
+	image sbom
 
 all: lint test build
 
@@ -54,6 +55,51 @@ build:
 
 run: build
 	./$(BIN) serve
+
+# The OCI image (deploy/image/Containerfile; docs/image.md), built with
+# buildah from `make build`'s binary into buildah's local storage as
+# $(IMAGE):$(IMAGE_TAG). No registry is needed: the image has no base and no
+# RUN step. buildah's storage driver is its own setting (STORAGE_DRIVER=vfs
+# where overlay is not available).
+IMAGE ?= usher
+# The version the binary reports: the release tag (VERSION), else the Go
+# pseudo-version of the commit it was built from, else (devel).
+IMAGE_VERSION = $(or $(VERSION),$(shell $(GO) version -m $(BIN) | awk '$$1 == "mod" { print $$3 }'))
+# The image's tag: IMAGE_VERSION, spelled as a tag may be ("+dirty" becomes
+# "-dirty", "(devel)" "devel"). Never latest.
+lparen := (
+rparen := )
+IMAGE_TAG ?= $(subst +,-,$(subst $(lparen),,$(subst $(rparen),,$(IMAGE_VERSION))))
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+IMAGE_SOURCE ?= https://github.com/usherhq/usher
+# The build context: the binary, its SBOM, LICENSE and NOTICE, the CA
+# bundle and the empty data directory.
+IMAGE_CONTEXT ?= bin/image
+# The binary's CycloneDX SBOM, also in the image at
+# /usr/share/doc/usher/sbom.cdx.json.
+SBOM ?= bin/usher.cdx.json
+
+image: build sbom
+	rm -rf $(IMAGE_CONTEXT)
+	mkdir -p $(IMAGE_CONTEXT)/data
+	cp $(BIN) $(IMAGE_CONTEXT)/usher
+	cp $(SBOM) $(IMAGE_CONTEXT)/sbom.cdx.json
+	cp LICENSE NOTICE $(IMAGE_CONTEXT)/
+	$(GO) run ./deploy/image/cabundle > $(IMAGE_CONTEXT)/ca-certificates.crt
+	buildah build --format oci --layers=false -f deploy/image/Containerfile -t $(IMAGE):$(IMAGE_TAG) \
+		--build-arg VERSION='$(IMAGE_VERSION)' --build-arg REVISION='$(REVISION)' \
+		--build-arg SOURCE='$(IMAGE_SOURCE)' --build-arg CREATED="$$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+		$(IMAGE_CONTEXT)
+	@echo "built $(IMAGE):$(IMAGE_TAG); SBOM $(SBOM)"
+
+# The SBOM of the binary (CycloneDX JSON, by the cyclonedx-gomod Go tool):
+# its modules with their hashes and detected licences, and the Go standard
+# library. GOPROXY=off: every module is in the module cache since the
+# build, and the proxy does not serve Usher's own module at a local
+# version (its licence is in LICENSE).
+sbom: build
+	GOPROXY=off "$$($(GO) tool -n cyclonedx-gomod)" bin -json -licenses -std \
+		-version '$(IMAGE_VERSION)' -output $(SBOM) $(BIN)
 
 # The whole suite with the race detector (which needs gcc), after lint.
 test: lint e2e-deps testbin
