@@ -40,7 +40,7 @@ GOTESTSUM := $(GO) tool gotestsum --format pkgname --format-hide-empty-pkg --hid
 REPORT := $(GO) run ./internal/testreport -timeout $(TEST_TIMEOUT) -budget $(TEST_BUDGET) $(TEST_EVENTS)
 
 .PHONY: all build run test test-short testbin bench bench-mcp bench-ui lint fmt vet staticcheck clean e2e-deps \
-	image sbom
+	image sbom image-ref image-test
 
 all: lint test build
 
@@ -100,6 +100,16 @@ image: build sbom
 sbom: build
 	GOPROXY=off "$$($(GO) tool -n cyclonedx-gomod)" bin -json -licenses -std \
 		-version '$(IMAGE_VERSION)' -output $(SBOM) $(BIN)
+
+# The name and tag `make image` gives the image (.ci/run reads it).
+image-ref:
+	@echo '$(IMAGE):$(IMAGE_TAG)'
+
+# The image smoke test (deploy/image): the built image, mounted with
+# buildah, its usher run under chroot as the image's user against
+# PostgreSQL (TEST_DATABASE_URL). Needs root.
+image-test:
+	USHER_TEST_IMAGE='$(IMAGE):$(IMAGE_TAG)' $(GO) test -count=1 ./deploy/image/
 
 # The whole suite with the race detector (which needs gcc), after lint.
 test: lint e2e-deps testbin
