@@ -46,7 +46,7 @@ const benchTurnMessage = "list my notes"
 
 // BenchmarkAssistantTurn measures one turn with an instant model and one
 // allowed tool call, as the client sees it: the round trip of
-// POST /api/assistant/runs/{id}/messages?wait=30s. Each round opens a run
+// POST /api/assistant/runs/{id}/messages?wait=60s. Each round opens a run
 // and takes five turns on it one after the other: the first is cold (the
 // run's MCP session is opened: broker token, initialize, tools/list), the
 // four others warm (the session held since the first). It reports p50 and

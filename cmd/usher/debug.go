@@ -18,7 +18,7 @@ import (
 // server without server.debug_addr: its heap profile cannot be read, and
 // the sampling costs 2-3 % of the CPU of a tools/call (the MCP SDK's
 // 32 KiB decoder buffers reach the 512 KiB sampling interval about once a
-// call; docs/benchmarks.md). Once per process: the rate is the runtime's,
+// call). Once per process: the rate is the runtime's,
 // and is set before the server serves.
 var stopHeapSampling = sync.OnceFunc(func() { runtime.MemProfileRate = 0 })
 

@@ -14,8 +14,7 @@ import (
 // live heap is small (a few MiB on the MCP path) and each MCP message it
 // decodes allocates a 32 KiB buffer in the MCP SDK, so at Go's default the
 // collector runs every few calls and its work is a large share of a call's
-// time, and at GOGC=400 alone still every 25 calls: docs/benchmarks.md
-// measures both. GOGC, and GOMEMLIMIT for a hard ceiling, override it as
+// time, and at GOGC=400 alone still every few dozen. GOGC, and GOMEMLIMIT for a hard ceiling, override it as
 // they do for any Go program.
 var servePace = gcpace.Pace{Percent: 400, Floor: 64 << 20}
 
