@@ -19,7 +19,7 @@ import (
 // tokens reach the run's threshold of the model's limit, the turn
 // summarises the run's messages before a recent verbatim tail into a new
 // context snapshot (store.AppendSnapshot), then carries on, in the same
-// run, with the bounded context the snapshot makes (boundedContext). The
+// run, with the bounded context the snapshot makes (boundedTail, withSummary). The
 // summary folds the snapshot before it, so the context holds one summary,
 // never a chain. A failed or refused summary writes no snapshot: the turn
 // goes on with the context it had, and the failure is an event of the

@@ -188,7 +188,7 @@ func TestContextAccounting(t *testing.T) {
 			t.Fatalf("context before the second slice's step = %+v, want an estimate at %d above the first's %d", second, result.Seq, first.Tokens)
 		}
 		release()
-		out, err := rt.WaitTurn(ctx, owner, run.ID, msg.Seq, time.Minute)
+		out, err := waitTurn(ctx, rt, owner, run.ID, msg.Seq, time.Minute)
 		if err != nil || out.Status != TurnCompleted {
 			t.Fatalf("turn = %+v, %v", out, err)
 		}

@@ -64,21 +64,6 @@ func turnOrder(msgs []turnMessage) []store.Event {
 	return out
 }
 
-// project turns message events, in turn order, into model messages: a
-// deep copy, so the provider never touches the log. A later result of a
-// tool call replaces the earlier one (an approval-pending result, then the
-// result after the decision); tool results at the start, whose call lies
-// outside the window, are dropped; a call with no recorded result gets one
-// saying so. Results answer the calls of the assistant message before
-// them, so a call id a model used again in a later step is another call.
-func project(events []store.Event) ([]model.Message, error) {
-	msgs, err := projectSeqs(events)
-	if err != nil {
-		return nil, err
-	}
-	return messagesOf(msgs), nil
-}
-
 // contextMessage is a model message of the bounded context and the event
 // it was made from: a result that replaced an earlier one carries the
 // later result's sequence, the answer of a call with no recorded result
@@ -100,7 +85,14 @@ func messagesOf(msgs []contextMessage) []model.Message {
 	return out
 }
 
-// projectSeqs is project, each message with its event's sequence.
+// projectSeqs turns message events, in turn order, into model messages,
+// each with its event's sequence: a deep copy, so the provider never
+// touches the log. A later result of a tool call replaces the earlier one
+// (an approval-pending result, then the result after the decision); tool
+// results at the start, whose call lies outside the window, are dropped; a
+// call with no recorded result gets one saying so. Results answer the
+// calls of the assistant message before them, so a call id a model used
+// again in a later step is another call.
 func projectSeqs(events []store.Event) ([]contextMessage, error) {
 	var out []contextMessage
 	// The position in out of the answer of each call of the last

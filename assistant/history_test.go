@@ -76,12 +76,12 @@ func TestProject(t *testing.T) {
 		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := project(tc.events)
+			got, err := projectSeqs(tc.events)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s := shape(got); s != tc.want {
-				t.Errorf("project = %q, want %q", s, tc.want)
+			if s := shape(messagesOf(got)); s != tc.want {
+				t.Errorf("projectSeqs = %q, want %q", s, tc.want)
 			}
 		})
 	}
@@ -89,8 +89,8 @@ func TestProject(t *testing.T) {
 
 func TestProjectRefusesCorruptEvents(t *testing.T) {
 	for _, typ := range []string{EventUserMessage, EventAssistantMessage, EventToolResult} {
-		if _, err := project([]store.Event{{Seq: 1, Type: typ, Payload: json.RawMessage(`[1]`)}}); err == nil {
-			t.Errorf("project of a %s that is not an object = nil error", typ)
+		if _, err := projectSeqs([]store.Event{{Seq: 1, Type: typ, Payload: json.RawMessage(`[1]`)}}); err == nil {
+			t.Errorf("projectSeqs of a %s that is not an object = nil error", typ)
 		}
 	}
 }
@@ -100,7 +100,7 @@ func TestProjectRefusesCorruptEvents(t *testing.T) {
 func TestProjectIsACopy(t *testing.T) {
 	events := []store.Event{ev(1, EventAssistantMessage, AssistantMessage{ToolCalls: []ToolCall{{ID: "c1", Name: "x", Arguments: json.RawMessage(`{"a":1}`)}}})}
 	before := string(events[0].Payload)
-	msgs, err := project(events)
+	msgs, err := projectSeqs(events)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -284,17 +284,10 @@ type TurnOutcome struct {
 	Run      store.Run
 }
 
-// WaitTurn waits up to d for the turn that answers the message seq to end
-// or pause.
-func (rt *Runtime) WaitTurn(ctx context.Context, owner, id string, seq int64, d time.Duration) (TurnOutcome, error) {
-	sub, _, leave := rt.bus.joinRun(id)
-	defer leave()
-	return rt.waitTurn(ctx, sub, owner, id, seq, d, nil)
-}
-
-// waitTurn is WaitTurn for a subscriber of the run's updates that joined
-// before the message seq was posted; known, when not nil, is the run as
-// posting it left it, which spares reading it again first.
+// waitTurn waits up to d for the turn that answers the message seq to end
+// or pause, as sub, a subscriber of the run's updates that joined before
+// the message seq was posted, learns of it; known, when not nil, is the
+// run as posting it left it, which spares reading it again first.
 func (rt *Runtime) waitTurn(ctx context.Context, sub *runSub, owner, id string, seq int64, d time.Duration, known *store.Run) (TurnOutcome, error) {
 	// Turns run on any replica: the end of their leases (which ends or
 	// pauses a turn) arrives through the bus as a change of the run; a

@@ -112,6 +112,14 @@ func startRuntime(t *testing.T, st store.Store, ms *modeltest.Server, tools *cou
 	return rt, r.ID
 }
 
+// waitTurn waits up to d for the turn that answers the message seq to end
+// or pause, as the API's ?wait does.
+func waitTurn(ctx context.Context, rt *Runtime, owner, id string, seq int64, d time.Duration) (TurnOutcome, error) {
+	sub, _, leave := rt.bus.joinRun(id)
+	defer leave()
+	return rt.waitTurn(ctx, sub, owner, id, seq, d, nil)
+}
+
 // say posts a message and waits for the turn that answers it to end.
 func say(t *testing.T, rt *Runtime, runID, text string) TurnOutcome {
 	t.Helper()
@@ -119,7 +127,7 @@ func say(t *testing.T, rt *Runtime, runID, text string) TurnOutcome {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := rt.WaitTurn(t.Context(), "owner", runID, e.Seq, time.Minute)
+	out, err := waitTurn(t.Context(), rt, "owner", runID, e.Seq, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +276,7 @@ func TestTurnResumedAfterItsAnswer(t *testing.T) {
 
 	ms := modeltest.NewServer(t)
 	rt, _ := startRuntime(t, st, ms, newCountingTools(t, st), Options{})
-	out, err := rt.WaitTurn(ctx, "owner", "run_answered", 1, time.Minute)
+	out, err := waitTurn(ctx, rt, "owner", "run_answered", 1, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +313,7 @@ func TestMessageDuringATurn(t *testing.T) {
 		}
 		release()
 		for i, seq := range []int64{first.Seq, second.Seq} {
-			out, err := rt.WaitTurn(ctx, "owner", runID, seq, time.Minute)
+			out, err := waitTurn(ctx, rt, "owner", runID, seq, time.Minute)
 			if err != nil || out.Status != TurnCompleted {
 				t.Fatalf("turn of message %d = %+v %v", seq, out, err)
 			}

@@ -45,7 +45,7 @@ type turn struct {
 	past     []model.Message
 	pastMsgs []contextMessage
 	// snap is the run's latest context snapshot (nil: none), which
-	// bounds the history when set (boundedContext); snapRead reports
+	// bounds the history when set (boundedTail); snapRead reports
 	// that it was read.
 	snap     *store.ContextSnapshot
 	snapRead bool
@@ -556,7 +556,7 @@ func (t *turn) readSnapshot(ctx context.Context) error {
 // setPast makes the history of the turn from the messages logged before
 // its user message (before) and those of earlier turns logged after it.
 // With a snapshot, it is the snapshot's summary and the messages after
-// its coverage, bounded (boundedContext): before holds the latest
+// its coverage, bounded (boundedTail): before holds the latest
 // HistoryMessages messages before the turn, so those after the coverage
 // are among them.
 func (t *turn) setPast(before []store.Event) error {
@@ -569,12 +569,9 @@ func (t *turn) setPast(before []store.Event) error {
 		return err
 	}
 	if t.snap != nil {
-		t.pastMsgs = boundedTail(t.snap, past, t.rt.o.HistoryMessages)
-		t.past = append([]model.Message{summaryMessage(*t.snap)}, messagesOf(t.pastMsgs)...)
-		return nil
+		past = boundedTail(t.snap, past, t.rt.o.HistoryMessages)
 	}
-	t.pastMsgs = past
-	t.past = append([]model.Message{}, messagesOf(past)...) // not nil, even when empty
+	t.pastMsgs, t.past = past, withSummary(t.snap, past)
 	return nil
 }
 

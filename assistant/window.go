@@ -34,31 +34,28 @@ func summaryMessage(snap store.ContextSnapshot) model.Message {
 	return model.Message{Role: model.RoleSystem, Content: payload.SummaryMarker + "\n" + summaryHeading + snap.Summary}
 }
 
-// boundedContext builds the bounded model context: instructions (the
-// leading system and developer messages, copied as they are), then, with
-// snap, its summary (summaryMessage), then a tail of past, the history in
-// turn order as projectSeqs builds it. The tail is at most bound messages:
-// the last ones of past whose Seq is after snap's coverage (every message
-// with none), less those at its start that answer a call before the tail.
-// A tool call is never split from its results: when the cut falls inside
-// a call's results, it moves forward past them, so the tail holds fewer
-// messages, never more. It never modifies its arguments; the result
-// shares the messages' contents with them.
-func boundedContext(instructions []model.Message, snap *store.ContextSnapshot, past []contextMessage, bound int) []model.Message {
-	tail := boundedTail(snap, past, bound)
-	out := make([]model.Message, 0, len(instructions)+1+len(tail))
-	out = append(out, instructions...)
-	if snap != nil {
-		out = append(out, summaryMessage(*snap))
-	}
-	return append(out, messagesOf(tail)...)
-}
-
-// boundedTail is the tail of boundedContext: at most bound of the last
-// messages of past after snap's coverage, from a group's start.
+// boundedTail is the tail of the bounded context: at most bound of the
+// last messages of past (the history in turn order, as projectSeqs builds
+// it) whose Seq is after snap's coverage (every message with none), less
+// those at its start that answer a call before the tail. A tool call is
+// never split from its results: when the cut falls inside a call's
+// results, it moves forward past them, so the tail holds fewer messages,
+// never more. It never modifies past; the result shares the messages'
+// contents with it.
 func boundedTail(snap *store.ContextSnapshot, past []contextMessage, bound int) []contextMessage {
 	tail := afterCoverage(snap, past)
 	return groupStart(tail[max(0, len(tail)-max(0, bound)):])
+}
+
+// withSummary is the history the model reads from msgs: with snap, its
+// summary (summaryMessage) first, then msgs' model messages. It is never
+// nil, even when empty.
+func withSummary(snap *store.ContextSnapshot, msgs []contextMessage) []model.Message {
+	out := make([]model.Message, 0, 1+len(msgs))
+	if snap != nil {
+		out = append(out, summaryMessage(*snap))
+	}
+	return append(out, messagesOf(msgs)...)
 }
 
 // turnTail is what the turn's own messages (msgs, as projectSeqs builds

@@ -16,12 +16,10 @@ import (
 	"github.com/usherhq/usher/store"
 )
 
-// TestBoundedContext: the bounded context is the instructions, the
-// snapshot's summary and at most bound messages after its coverage, and
-// its tail never starts inside a tool call's results.
+// TestBoundedContext: the bounded history is the snapshot's summary and
+// at most bound messages after its coverage, and its tail never starts
+// inside a tool call's results.
 func TestBoundedContext(t *testing.T) {
-	sys := model.Message{Role: model.RoleSystem, Content: "Be brief."}
-	dev := model.Message{Role: model.RoleSystem, Content: "Answer in English."}
 	u := func(seq int64, text string) contextMessage {
 		return contextMessage{model.Message{Role: model.RoleUser, Content: text}, seq}
 	}
@@ -55,43 +53,42 @@ func TestBoundedContext(t *testing.T) {
 		bound int
 		want  []model.Message
 	}{
-		{"no snapshot, within the bound", nil, conv, 24, append([]model.Message{sys, dev}, msgs(conv...)...)},
-		{"no snapshot, cut at a user message", nil, conv, 2, append([]model.Message{sys, dev}, msgs(conv[10:]...)...)},
-		{"cut at a call: the group is whole", nil, conv, 7, append([]model.Message{sys, dev}, msgs(conv[5:]...)...)},
-		{"cut inside a group of one result", nil, conv[:4], 2, append([]model.Message{sys, dev}, msgs(conv[3])...)},
-		{"cut at the first of several results", nil, conv, 6, append([]model.Message{sys, dev}, msgs(conv[9:]...)...)},
-		{"cut at the last of several results", nil, conv, 4, append([]model.Message{sys, dev}, msgs(conv[9:]...)...)},
-		{"an orphan result at the start", nil, []contextMessage{r(2, "gone", "old"), u(3, "hi")}, 24, []model.Message{sys, dev, msgs(u(3, "hi"))[0]}},
-		{"bound 0", nil, conv, 0, []model.Message{sys, dev}},
-		{"no history", nil, nil, 24, []model.Message{sys, dev}},
-		{"snapshot: the tail after its coverage", snap(5), conv, 24, append([]model.Message{sys, dev, summary}, msgs(conv[4:]...)...)},
-		{"snapshot and the bound", snap(5), conv, 3, append([]model.Message{sys, dev, summary}, msgs(conv[9:]...)...)},
-		{"snapshot ending at a call", snap(9), conv, 24, append([]model.Message{sys, dev, summary}, msgs(conv[9:]...)...)},
-		{"snapshot ending inside the results", snap(10), conv, 24, append([]model.Message{sys, dev, summary}, msgs(conv[9:]...)...)},
-		{"snapshot covering everything", snap(17), conv, 24, []model.Message{sys, dev, summary}},
-		{"snapshot beyond the history", snap(99), conv, 24, []model.Message{sys, dev, summary}},
-		{"snapshot, no history", snap(5), nil, 24, []model.Message{sys, dev, summary}},
+		{"no snapshot, within the bound", nil, conv, 24, msgs(conv...)},
+		{"no snapshot, cut at a user message", nil, conv, 2, msgs(conv[10:]...)},
+		{"cut at a call: the group is whole", nil, conv, 7, msgs(conv[5:]...)},
+		{"cut inside a group of one result", nil, conv[:4], 2, msgs(conv[3])},
+		{"cut at the first of several results", nil, conv, 6, msgs(conv[9:]...)},
+		{"cut at the last of several results", nil, conv, 4, msgs(conv[9:]...)},
+		{"an orphan result at the start", nil, []contextMessage{r(2, "gone", "old"), u(3, "hi")}, 24, msgs(u(3, "hi"))},
+		{"bound 0", nil, conv, 0, []model.Message{}},
+		{"no history", nil, nil, 24, []model.Message{}},
+		{"snapshot: the tail after its coverage", snap(5), conv, 24, append([]model.Message{summary}, msgs(conv[4:]...)...)},
+		{"snapshot and the bound", snap(5), conv, 3, append([]model.Message{summary}, msgs(conv[9:]...)...)},
+		{"snapshot ending at a call", snap(9), conv, 24, append([]model.Message{summary}, msgs(conv[9:]...)...)},
+		{"snapshot ending inside the results", snap(10), conv, 24, append([]model.Message{summary}, msgs(conv[9:]...)...)},
+		{"snapshot covering everything", snap(17), conv, 24, []model.Message{summary}},
+		{"snapshot beyond the history", snap(99), conv, 24, []model.Message{summary}},
+		{"snapshot, no history", snap(5), nil, 24, []model.Message{summary}},
 		{
 			// A message that arrived during a turn follows its output in
 			// turn order: coverage is by sequence, not by position.
 			"snapshot over interleaved turns", snap(4),
 			[]contextMessage{u(1, "first"), a(2, "one"), a(5, "two"), u(4, "meanwhile"), a(6, "three")}, 24,
-			[]model.Message{sys, dev, summary, msgs(a(5, "two"))[0], msgs(a(6, "three"))[0]},
+			[]model.Message{summary, msgs(a(5, "two"))[0], msgs(a(6, "three"))[0]},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			instructions := []model.Message{sys, dev}
 			past := clonePast(tt.past)
-			got := boundedContext(instructions, tt.snap, past, tt.bound)
+			got := withSummary(tt.snap, boundedTail(tt.snap, past, tt.bound))
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("boundedContext =\n%s\nwant\n%s", dump(got), dump(tt.want))
+				t.Errorf("withSummary(boundedTail) =\n%s\nwant\n%s", dump(got), dump(tt.want))
 			}
-			if !reflect.DeepEqual(past, clonePast(tt.past)) || !reflect.DeepEqual(instructions, []model.Message{sys, dev}) {
-				t.Error("boundedContext modified its arguments")
+			if !reflect.DeepEqual(past, clonePast(tt.past)) {
+				t.Error("boundedTail modified its arguments")
 			}
 			// Never more than the bound, never a result first.
-			tail := got[len(instructions):]
+			tail := got
 			if tt.snap != nil {
 				tail = tail[1:]
 			}
@@ -128,10 +125,7 @@ func TestBoundedContextGroupsWhole(t *testing.T) {
 			if to > 0 {
 				snap = &store.ContextSnapshot{ToSeq: to, Summary: "s"}
 			}
-			got := boundedContext(nil, snap, past, bound)
-			if snap != nil {
-				got = got[1:]
-			}
+			got := messagesOf(boundedTail(snap, past, bound))
 			if len(got) > bound {
 				t.Fatalf("bound %d, coverage to %d: %d messages", bound, to, len(got))
 			}
@@ -325,7 +319,8 @@ func TestRequestSnapshotInTurn(t *testing.T) {
 		ev(9, EventAssistantMessage, AssistantMessage{Content: "Again.", ToolCalls: []ToolCall{call("c2")}, MessageSeq: 5}),
 		ev(10, EventToolResult, ToolResult{ToolCallID: "c2", Content: "counted 1", MessageSeq: 5}),
 	}
-	all, err := project(own)
+	seqs, err := projectSeqs(own)
+	all := messagesOf(seqs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@
 // Replicas sharing the database agree on one key per generation.
 //
 // Verification. A [Verifier] checks a token against a [KeySource] — the
-// Keyring in process, or a [RemoteKeySet] fetching the JWKS over HTTP, both
+// Keyring in process, or a remote key set fetching the JWKS over HTTP, both
 // kept by the module's one key set cache (internal/jwks) — with golang-jwt,
 // in one function, cheap checks first. A token verified before is
 // remembered by the SHA-256 of its bytes, so that presenting it again costs

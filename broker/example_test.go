@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/internal/jwks"
 	"github.com/usherhq/usher/store"
 )
 
@@ -73,7 +74,7 @@ func Example() {
 // broker's published key set, and tells 401, 403 and 503 apart. The error
 // details go to the log, never to the client.
 func ExampleVerifier_Verify() {
-	keys, err := broker.NewRemoteKeySet("https://usher.example.com/.well-known/jwks.json", nil)
+	keys, err := jwks.NewRemote("https://usher.example.com/.well-known/jwks.json", nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -39,7 +39,7 @@ const minKeyBits = 2048
 var (
 	// ErrUnknownKey reports that no published key has the requested kid,
 	// even after reloading the key set (at a bounded rate). It is
-	// jwks.ErrUnknownKey, so that a Keyring and a RemoteKeySet say it alike.
+	// jwks.ErrUnknownKey, so that a Keyring and a jwks.Remote say it alike.
 	ErrUnknownKey = jwks.ErrUnknownKey
 	// ErrNoSigningKey reports that no key may sign now and none could be
 	// created.

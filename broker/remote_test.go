@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/usherhq/usher/internal/jwks"
 )
 
 // countingHandler counts requests to h.
@@ -31,10 +33,10 @@ func TestRemoteKeySet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jwks := &countingHandler{h: keys.JWKSHandler()}
-	srv := newHTTPServer(t, jwks)
+	fetches := &countingHandler{h: keys.JWKSHandler()}
+	srv := newHTTPServer(t, fetches)
 
-	remote, err := NewRemoteKeySet(srv.URL, &RemoteKeySetOptions{Now: c.Now, Logger: quietLogger})
+	remote, err := jwks.NewRemote(srv.URL, &jwks.RemoteOptions{Now: c.Now, Logger: quietLogger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +58,7 @@ func TestRemoteKeySet(t *testing.T) {
 	if err := mintVerify(); err != nil {
 		t.Fatal(err)
 	}
-	if n := jwks.n.Load(); n != 1 {
+	if n := fetches.n.Load(); n != 1 {
 		t.Fatalf("%d fetches for two tokens of one key, want 1", n)
 	}
 
@@ -71,7 +73,7 @@ func TestRemoteKeySet(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := jwks.n.Load(); n != 2 {
+	if n := fetches.n.Load(); n != 2 {
 		t.Fatalf("%d fetches after a flood of unknown kids, want 2", n)
 	}
 

@@ -70,8 +70,8 @@ func (c *TokenCache) Token(ctx context.Context, subject, audience string) (strin
 	return e.tok.Raw, nil
 }
 
-// Len reports how many pairs the cache holds.
-func (c *TokenCache) Len() int {
+// len reports how many pairs the cache holds.
+func (c *TokenCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.entries)

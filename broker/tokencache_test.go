@@ -44,7 +44,7 @@ func TestTokenCache(t *testing.T) {
 
 	// Full: the least recently used pair (bob's) goes.
 	token("carol", "https://a.example.com/mcp")
-	if n := c.Len(); n != 2 {
+	if n := c.len(); n != 2 {
 		t.Errorf("Len = %d, want the size, 2", n)
 	}
 	c.mu.Lock()
@@ -57,7 +57,7 @@ func TestTokenCache(t *testing.T) {
 	// Unused for a lifetime: forgotten when the next pair comes.
 	f.clock.Advance(DefaultTokenLifetime + time.Second)
 	token("dave", "https://a.example.com/mcp")
-	if n := c.Len(); n != 1 {
+	if n := c.len(); n != 1 {
 		t.Errorf("Len = %d after a lifetime unused, want 1 (the new pair)", n)
 	}
 }

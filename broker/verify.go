@@ -29,7 +29,7 @@ var (
 
 // KeySource finds a verification key by kid. It returns an error wrapping
 // ErrUnknownKey for a kid it does not know. Keyring (in process) and
-// RemoteKeySet (over HTTP) implement it.
+// jwks.Remote (over HTTP) implement it.
 type KeySource interface {
 	Key(ctx context.Context, kid string) (*rsa.PublicKey, error)
 }

@@ -382,14 +382,6 @@ func (c *Catalog) newTool(def ToolDefinition, server string, validate func(json.
 	return &tool{def: def, server: server, hash: hash, listed: listed, validate: validate, call: call}, nil
 }
 
-// Refresh lists the upstreams' tools now. An upstream that cannot be listed
-// keeps the tools it last listed (none at first); the error says which.
-func (c *Catalog) Refresh(ctx context.Context) error {
-	c.refreshMu.Lock()
-	defer c.refreshMu.Unlock()
-	return c.refreshLocked(ctx).listErrors
-}
-
 // Definitions lists every tool with its definition hash, in name order,
 // after listing the upstreams afresh: what `usher tools lock` writes and
 // `usher tools diff` compares. With an error (naming the upstreams that

@@ -225,7 +225,7 @@ func TestListChangedFlood(t *testing.T) {
 		}
 	})
 	e := newEnv(t, envConfig{upstreams: []Upstream{{Name: "up", URL: up.url}}, catalog: func(o *CatalogOptions) { o.RefreshInterval = time.Hour }})
-	if err := e.catalog.Refresh(t.Context()); err != nil {
+	if _, err := e.catalog.Definitions(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	before := lists.Load()

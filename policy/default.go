@@ -12,12 +12,6 @@ const DefaultName = "default.cedar"
 //go:embed default.cedar
 var defaultSource []byte
 
-// DefaultSource returns the text of the default policy, for writing out as
-// a starting point.
-func DefaultSource() []byte {
-	return append([]byte(nil), defaultSource...)
-}
-
 // Default returns the default policy, shipped in the binary: the read-only
 // built-in tools (sessions_list, session_read, approvals_list, notes_list,
 // notes_read) are allowed, notes_delete is denied, and everything else —

@@ -12,7 +12,7 @@ import (
 // can be decided and linted without panicking and never allows an
 // unreviewed tool.
 func FuzzParse(f *testing.F) {
-	f.Add(string(DefaultSource()))
+	f.Add(string(defaultSource))
 	f.Add(testPolicy)
 	f.Add(`@id("a") @outcome("allow") permit (principal, action, resource) when { context.arguments.x.y like "*" };`)
 	f.Add(`@id("a") forbid (principal, action, resource) unless { principal.groups.containsAny(["a"]) && decimal("1.5").lessThan(context.arguments.n) };`)

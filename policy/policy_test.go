@@ -74,7 +74,7 @@ func TestParseAccepts(t *testing.T) {
 
 func TestLoad(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policy.cedar")
-	if err := os.WriteFile(path, DefaultSource(), 0o600); err != nil {
+	if err := os.WriteFile(path, defaultSource, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p, err := Load(path)
@@ -97,7 +97,7 @@ func TestLoad(t *testing.T) {
 }
 
 func TestPolicyHash(t *testing.T) {
-	src := DefaultSource()
+	src := defaultSource
 	sum := sha256.Sum256(src)
 	want := hex.EncodeToString(sum[:])
 	a, b := mustParse(t, string(src)), mustParse(t, string(src))

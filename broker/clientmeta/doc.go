@@ -12,7 +12,7 @@
 // refuse everything but a small JSON document on the public internet:
 //
 //   - The client_id must be an https URL with a path, without fragment, user
-//     info or dot segments ([Fetcher.CheckClientID]). Plain http is accepted
+//     info or dot segments, checked before any fetch. Plain http is accepted
 //     only with [Options].AllowLoopbackHTTP, which Usher sets only when its
 //     own public URL is on loopback, and then only to a loopback host.
 //   - Names are resolved by the Fetcher itself and every address is checked

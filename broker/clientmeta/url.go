@@ -11,20 +11,12 @@ import (
 // and no real metadata URL comes near it.
 const maxClientIDLen = 2048
 
-// CheckClientID reports whether clientID is an acceptable Client ID Metadata
+// checkClientID reports whether raw is an acceptable Client ID Metadata
 // Document URL, without fetching it: https (or http to a loopback host when
-// AllowLoopbackHTTP), with a host and a path, without fragment, user info or
-// dot segments (draft-ietf-oauth-client-id-metadata-document §3), printable
-// ASCII only. A query is allowed (the draft discourages it, but permits it).
-// The error is an *Error.
-func (f *Fetcher) CheckClientID(clientID string) error {
-	if err := checkClientID(clientID, f.opts.AllowLoopbackHTTP); err != nil {
-		return err
-	}
-	return nil
-}
-
-// checkClientID is CheckClientID's rule; allowHTTP is AllowLoopbackHTTP.
+// allowHTTP, the Fetcher's AllowLoopbackHTTP), with a host and a path,
+// without fragment, user info or dot segments
+// (draft-ietf-oauth-client-id-metadata-document §3), printable ASCII only.
+// A query is allowed (the draft discourages it, but permits it).
 func checkClientID(raw string, allowHTTP bool) *Error {
 	if raw == "" {
 		return refuse("the client_id is empty")

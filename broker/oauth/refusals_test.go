@@ -323,7 +323,7 @@ func TestRegister(t *testing.T) {
 		if resp.StatusCode != http.StatusNotFound || !strings.Contains(body, `"error"`) {
 			t.Fatalf("off: %d %s", resp.StatusCode, body)
 		}
-		if m := off.server.Metadata(); m.RegistrationEndpoint != "" {
+		if m := off.metadata(); m.RegistrationEndpoint != "" {
 			t.Errorf("registration off, but the metadata names %q", m.RegistrationEndpoint)
 		}
 	})
@@ -391,7 +391,7 @@ func TestHandlerPaths(t *testing.T) {
 // The server's metadata announces what its endpoints do.
 func TestServerMetadata(t *testing.T) {
 	e := newEnv(t, storetest.NewSQLite(t), nil)
-	m := e.server.Metadata()
+	m := e.metadata()
 	if slices.Contains(m.GrantTypesSupported, oauth.GrantTokenExchange) {
 		t.Errorf("the metadata announces what the server does not do: %+v", m)
 	}
@@ -407,10 +407,6 @@ func TestServerMetadata(t *testing.T) {
 	}
 	if m.RegistrationEndpoint != e.issuer+oauth.PathRegister || m.ClientIDMetadataDocumentSupported {
 		t.Errorf("registration %q, CIMD %v (no Fetcher)", m.RegistrationEndpoint, m.ClientIDMetadataDocumentSupported)
-	}
-	m.GrantTypesSupported[0] = "changed"
-	if e.server.Metadata().GrantTypesSupported[0] == "changed" {
-		t.Error("Metadata returns the server's own slices")
 	}
 }
 

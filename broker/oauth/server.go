@@ -265,21 +265,6 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	return s, nil
 }
 
-// Metadata returns the server's RFC 8414 metadata (a copy): NewMetadata's,
-// less what the endpoints do not do — the token exchange grant unless
-// ServerOptions.ExchangeClients names a client — and without a registration
-// endpoint when registration is off, or client ID metadata documents
-// without ServerOptions.Clients.
-func (s *Server) Metadata() Metadata {
-	m := *s.metadata
-	for _, l := range []*[]string{&m.ResponseTypesSupported, &m.ResponseModesSupported, &m.GrantTypesSupported,
-		&m.CodeChallengeMethodsSupported, &m.TokenEndpointAuthMethodsSupported, &m.RevocationEndpointAuthMethodsSupported,
-		&m.ScopesSupported, &m.TokenEndpointAuthSigningAlgs, &m.RevocationEndpointAuthSigningAlgs} {
-		*l = slices.Clone(*l)
-	}
-	return m
-}
-
 // Handler serves every endpoint: PathAuthorize (GET, and POST from the
 // consent page), PathAuthorizeContinue, PathToken, PathRegister,
 // PathRevoke — each under the issuer's path, when it has one — and the

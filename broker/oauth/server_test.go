@@ -197,6 +197,17 @@ func (e *env) get(path, user string) (*http.Response, string) {
 	return e.do(req, user)
 }
 
+// metadata reads the server's RFC 8414 metadata as clients do.
+func (e *env) metadata() oauth.Metadata {
+	e.t.Helper()
+	resp, body := e.get("/.well-known/oauth-authorization-server", "")
+	var m oauth.Metadata
+	if err := json.Unmarshal([]byte(body), &m); resp.StatusCode != http.StatusOK || err != nil {
+		e.t.Fatalf("metadata: %d %s %v", resp.StatusCode, body, err)
+	}
+	return m
+}
+
 // postForm POSTs form to path as user, with extra headers (name, value
 // pairs).
 func (e *env) postForm(path string, form url.Values, user string, headers ...string) (*http.Response, string) {

@@ -112,7 +112,7 @@ func TestUnsupportedGrantType(t *testing.T) {
 			if tok.Status != http.StatusBadRequest || tok.Error != oauth.CodeUnsupportedGrantType || tok.Description != tc.want {
 				t.Errorf("%+v, want 400 unsupported_grant_type %q", tok, tc.want)
 			}
-			if got := e.server.Metadata().GrantTypesSupported; !slices.Equal(got, strings.Split(strings.TrimSuffix(strings.TrimPrefix(tc.want, "The grant types are "), "."), ", ")) {
+			if got := e.metadata().GrantTypesSupported; !slices.Equal(got, strings.Split(strings.TrimSuffix(strings.TrimPrefix(tc.want, "The grant types are "), "."), ", ")) {
 				t.Errorf("the metadata's grant_types_supported %v differ from %q", got, tc.want)
 			}
 		})

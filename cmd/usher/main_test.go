@@ -19,6 +19,7 @@ import (
 
 	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/internal/jwks"
 	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -140,11 +141,11 @@ func TestEmbeddedDefaultEndToEnd(t *testing.T) {
 	}
 
 	code, body := get(t, s.url+"/.well-known/jwks.json", "")
-	var jwks struct{ Keys []map[string]any }
-	if err := json.Unmarshal(body, &jwks); code != 200 || err != nil || len(jwks.Keys) == 0 {
+	var published struct{ Keys []map[string]any }
+	if err := json.Unmarshal(body, &published); code != 200 || err != nil || len(published.Keys) == 0 {
 		t.Fatalf("jwks = %d %s", code, body)
 	}
-	for _, k := range jwks.Keys {
+	for _, k := range published.Keys {
 		if k["kid"] == "" || k["alg"] != "RS256" || k["use"] != "sig" || k["d"] != nil || k["p"] != nil {
 			t.Errorf("bad published key %v", k)
 		}
@@ -188,7 +189,7 @@ func TestEmbeddedDefaultEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, err := broker.NewRemoteKeySet(s.url+"/.well-known/jwks.json", nil)
+	keys, err := jwks.NewRemote(s.url+"/.well-known/jwks.json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
