@@ -60,7 +60,6 @@ const consumeAttempts = 3
 
 // Store is the part of store.Store the service uses.
 type Store interface {
-	CreateApproval(ctx context.Context, a store.Approval) (store.Approval, bool, error)
 	GetApproval(ctx context.Context, id string) (store.Approval, error)
 	ListApprovals(ctx context.Context, principal string, status ...store.ApprovalStatus) ([]store.Approval, error)
 	ListApprovalsForApprovers(ctx context.Context, tenant string, groups []string, status ...store.ApprovalStatus) ([]store.Approval, error)
@@ -429,7 +428,7 @@ func (s *Service) Decide(ctx context.Context, id string, decider identity.Princi
 // The use is written in one transaction with record, the audit entry of
 // the call that uses it (its ApprovalID is set here), and, when e is not
 // nil, with the start of the call's execution e (its ApprovalID set too;
-// see store.Store.BeginExecution): a call never runs on an approval whose
+// see store.Store.BeginExecutionAudited): a call never runs on an approval whose
 // use is not recorded, and an approval is never used up by a call that
 // did not start. When e's idempotency key already names an execution,
 // nothing is used or recorded, and that execution is returned with started

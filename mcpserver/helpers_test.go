@@ -264,7 +264,7 @@ func (x *storeExecutions) BeginExecution(ctx context.Context, e store.Execution,
 	if x.audit.failing() {
 		return store.Execution{}, false, errors.New("the audit log is unavailable")
 	}
-	rec, started, err := x.s.BeginExecution(ctx, e)
+	rec, started, err := x.s.BeginExecutionAudited(ctx, e, nil)
 	if errors.Is(err, store.ErrConflict) {
 		// As the store's BeginExecutionAudited: the event is recorded.
 		return store.Execution{}, false, errors.Join(err, x.audit.Record(ctx, ev))
@@ -283,7 +283,7 @@ func (x *storeExecutions) FinishExecution(ctx context.Context, key string, statu
 	if x.audit.failing() {
 		return store.Execution{}, errors.New("the audit log is unavailable")
 	}
-	rec, err := x.s.FinishExecution(ctx, key, status, result, now)
+	rec, err := x.s.FinishExecutionAudited(ctx, key, status, result, now, nil)
 	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 		// As the store's FinishExecutionAudited: the event is recorded.
 		return store.Execution{}, errors.Join(err, x.audit.Record(ctx, ev))
@@ -305,7 +305,7 @@ func (x *storeExecutions) AwaitInput(ctx context.Context, key, approvalID string
 }
 
 func (x *storeExecutions) MarkAbandoned(ctx context.Context, olderThan time.Time, event func(store.Execution) Event) ([]store.Execution, error) {
-	return x.recordChanged(ctx, event, func() ([]store.Execution, error) { return x.s.MarkOutcomeUnknown(ctx, olderThan) })
+	return x.recordChanged(ctx, event, func() ([]store.Execution, error) { return x.s.MarkOutcomeUnknownAudited(ctx, olderThan, nil) })
 }
 
 func (x *storeExecutions) EndAwaitingInput(ctx context.Context, olderThan, now time.Time, result json.RawMessage, event func(store.Execution) Event) ([]store.Execution, error) {
@@ -374,11 +374,11 @@ func (a storeApprovals) Consume(ctx context.Context, b store.ApprovalBinding, e 
 }
 
 func (a storeApprovals) Request(ctx context.Context, r ApprovalRequest) (store.Approval, error) {
-	ap, _, err := a.s.CreateApproval(ctx, store.Approval{
+	ap, _, err := a.s.CreateApprovalAudited(ctx, store.Approval{
 		ID: "apr-" + rand.Text()[:12], Binding: r.Binding, Arguments: r.Arguments, PolicyIDs: r.PolicyIDs,
 		Reason: r.Reason, Approvers: r.Approvers, ToolCallID: r.ToolCallID, IdempotencyKey: r.IdempotencyKey,
 		ExpiresAt: time.Now().Add(24 * time.Hour),
-	})
+	}, nil)
 	return ap, err
 }
 

@@ -15,9 +15,9 @@ import (
 // beginAt starts alice's execution key of run-1 in st, at.
 func beginAt(t *testing.T, st store.Store, key string, at time.Time) {
 	t.Helper()
-	if _, _, err := st.BeginExecution(t.Context(), store.Execution{
+	if _, _, err := st.BeginExecutionAudited(t.Context(), store.Execution{
 		IdempotencyKey: key, Principal: alice, Tool: "fx__echo", ArgumentsHash: "h", RunID: "run-1", StartedAt: at,
-	}); err != nil {
+	}, nil); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -174,7 +174,7 @@ const approvalColumns = `id, principal, tool, server, definition_hash, arguments
 // (see ConsumeApprovalAudited).
 var errKeyTaken = errors.New("store: the idempotency key names an execution")
 
-// checkNewApproval validates what CreateApproval takes from the caller;
+// checkNewApproval validates what CreateApprovalAudited takes from the caller;
 // a has its CreatedAt set.
 func checkNewApproval(a Approval) error {
 	var errs []error
@@ -230,7 +230,7 @@ func checkBinding(what string, b ApprovalBinding) error {
 	return errors.Join(errs...)
 }
 
-// checkDecision validates a decision of DecideApproval.
+// checkDecision validates a decision of DecideApprovalAudited.
 func checkDecision(to ApprovalStatus, decidedBy, reason string, now time.Time) error {
 	var errs []error
 	if to != ApprovalApproved && to != ApprovalDenied {
@@ -270,7 +270,7 @@ func statusFilter(statuses []ApprovalStatus) []string {
 	return out
 }
 
-// checkRevoke validates a revocation of RevokeApprovals.
+// checkRevoke validates a revocation of RevokeApprovalsAudited.
 func checkRevoke(tool, keepDefinitionHash string, now time.Time) error {
 	var errs []error
 	if tool == "" {
@@ -399,22 +399,17 @@ func bindingArgs(b ApprovalBinding, more ...any) []any {
 		nullString(b.RunID), b.ClientID}, more...)
 }
 
-// createApprovalAttempts bounds CreateApproval's attempts: on PostgreSQL
+// createApprovalAttempts bounds CreateApprovalAudited's attempts: on PostgreSQL
 // an identical pending approval may be decided between the insert that it
 // blocked and the read that looks for it.
 const createApprovalAttempts = 3
 
-// errPendingGone ends an attempt of CreateApproval whose insert an
+// errPendingGone ends an attempt of CreateApprovalAudited whose insert an
 // identical pending approval blocked, and which then found none pending.
 var errPendingGone = errors.New("store: the identical pending approval was decided meanwhile")
 
-func (c *core) CreateApproval(ctx context.Context, a Approval) (Approval, bool, error) {
-	return c.CreateApprovalAudited(ctx, a, nil)
-}
-
-// CreateApprovalAudited is CreateApproval when build is nil. The insert,
-// which may wait for a concurrent identical one, comes before the audit
-// lock.
+// CreateApprovalAudited: the insert, which may wait for a concurrent
+// identical one, comes before the audit lock.
 func (c *core) CreateApprovalAudited(ctx context.Context, a Approval, build func(AuditHead) (AuditRecord, error)) (Approval, bool, error) {
 	if a.CreatedAt.IsZero() {
 		a.CreatedAt = c.now()
@@ -514,11 +509,6 @@ func (c *core) ListDecidedApprovals(ctx context.Context, q DecidedApprovals) ([]
 	return out, c.fail(err)
 }
 
-func (c *core) DecideApproval(ctx context.Context, id string, to ApprovalStatus, decidedBy, reason string, now time.Time) (Approval, error) {
-	return c.DecideApprovalAudited(ctx, id, to, decidedBy, reason, now, nil)
-}
-
-// DecideApprovalAudited is DecideApproval when build is nil.
 func (c *core) DecideApprovalAudited(ctx context.Context, id string, to ApprovalStatus, decidedBy, reason string, now time.Time, build func(AuditHead) (AuditRecord, error)) (Approval, error) {
 	if err := checkDecision(to, decidedBy, reason, now); err != nil {
 		return Approval{}, err
@@ -535,7 +525,7 @@ func (c *core) DecideApprovalAudited(ctx context.Context, id string, to Approval
 }
 
 // decideApproval moves the pending approval id to to: ErrNotFound or
-// ErrConflict as DecideApproval says.
+// ErrConflict as DecideApprovalAudited says.
 func decideApproval(ctx context.Context, x executor, id string, to ApprovalStatus, decidedBy, reason string, now time.Time) (Approval, error) {
 	return swapApproval(ctx, x, id, setApprovalDecision, id, to, decidedBy, reason, storedTime(now))
 }
@@ -566,14 +556,8 @@ func (c *core) FindApproved(ctx context.Context, b ApprovalBinding, now time.Tim
 	return a, nil
 }
 
-func (c *core) ConsumeApproval(ctx context.Context, id string, b ApprovalBinding, now time.Time) (Approval, error) {
-	a, _, _, err := c.ConsumeApprovalAudited(ctx, id, b, now, nil, nil)
-	return a, err
-}
-
-// ConsumeApprovalAudited is ConsumeApproval when e and build are nil. The
-// consumption and the execution's insert, which may wait for row locks,
-// come before the audit lock.
+// ConsumeApprovalAudited: the consumption and the execution's insert,
+// which may wait for row locks, come before the audit lock.
 func (c *core) ConsumeApprovalAudited(ctx context.Context, id string, b ApprovalBinding, now time.Time, e *Execution, build func(AuditHead) (AuditRecord, error)) (Approval, Execution, bool, error) {
 	if err := invalid(checkBinding("binding", b), checkNow(now)); err != nil {
 		return Approval{}, Execution{}, false, err
@@ -614,17 +598,12 @@ func (c *core) ConsumeApprovalAudited(ctx context.Context, id string, b Approval
 }
 
 // consumeApproval uses the approval id, bound to b: ErrNotFound or
-// ErrConflict as ConsumeApproval says.
+// ErrConflict as ConsumeApprovalAudited says.
 func consumeApproval(ctx context.Context, x executor, id string, b ApprovalBinding, now time.Time) (Approval, error) {
 	return swapApproval(ctx, x, id, useApproval, bindingArgs(b, storedTime(now), id)...)
 }
 
-func (c *core) RevokeApprovals(ctx context.Context, tool, keepDefinitionHash string, now time.Time) (int, error) {
-	return c.RevokeApprovalsAudited(ctx, tool, keepDefinitionHash, now, nil)
-}
-
-// RevokeApprovalsAudited is RevokeApprovals when build is nil. The record
-// says how many were revoked, which only the update knows: it is appended
+// RevokeApprovalsAudited: the record says how many were revoked, which only the update knows: it is appended
 // after it, in its transaction.
 func (c *core) RevokeApprovalsAudited(ctx context.Context, tool, keepDefinitionHash string, now time.Time, build func(int) func(AuditHead) (AuditRecord, error)) (int, error) {
 	if err := checkRevoke(tool, keepDefinitionHash, now); err != nil {

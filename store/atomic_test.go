@@ -290,11 +290,11 @@ func newAtomicApproval(t *testing.T, s Store, id, tool string, status ApprovalSt
 	ctx := t.Context()
 	now := time.Now()
 	b := ApprovalBinding{Principal: "alice", Tool: tool, DefinitionHash: "old", ArgumentsHash: "args-" + id, PolicyHash: "p"}
-	if _, _, err := s.CreateApproval(ctx, Approval{ID: id, Binding: b, CreatedAt: now.Add(-time.Minute), ExpiresAt: now.Add(time.Hour)}); err != nil {
+	if _, _, err := s.CreateApprovalAudited(ctx, Approval{ID: id, Binding: b, CreatedAt: now.Add(-time.Minute), ExpiresAt: now.Add(time.Hour)}, nil); err != nil {
 		t.Fatalf("CreateApproval(%s): %v", id, err)
 	}
 	if status == ApprovalApproved {
-		if _, err := s.DecideApproval(ctx, id, ApprovalApproved, "bob", "", now.Add(-time.Second)); err != nil {
+		if _, err := s.DecideApprovalAudited(ctx, id, ApprovalApproved, "bob", "", now.Add(-time.Second), nil); err != nil {
 			t.Fatalf("DecideApproval(%s): %v", id, err)
 		}
 	}
@@ -414,7 +414,7 @@ func TestAtomicAudited(t *testing.T) {
 			keys := []string{"exec-abandoned-1", "exec-abandoned-2"}
 			for _, k := range keys {
 				e := Execution{IdempotencyKey: k, Principal: "alice", Tool: "notes_write", ArgumentsHash: "a", StartedAt: time.Now().Add(-time.Hour)}
-				if _, _, err := s.BeginExecution(ctx, e); err != nil {
+				if _, _, err := s.BeginExecutionAudited(ctx, e, nil); err != nil {
 					t.Fatalf("BeginExecution(%s): %v", k, err)
 				}
 			}

@@ -19,15 +19,15 @@ const (
 	ExecutionStarted ExecutionStatus = "started"
 	// ExecutionAwaitingInput marks a call whose last round ended asking
 	// its caller for input (a multi round-trip request of protocol
-	// 2026-07-28): it is not running, and BeginExecution of the same call
-	// starts it again, for the round that brings the answers. It is one
+	// 2026-07-28): it is not running, and BeginExecutionAudited of the same
+	// call starts it again, for the round that brings the answers. It is one
 	// execution however many rounds it takes.
 	ExecutionAwaitingInput ExecutionStatus = "awaiting_input"
 	ExecutionSucceeded     ExecutionStatus = "succeeded"
 	ExecutionFailed        ExecutionStatus = "failed"
 	// ExecutionOutcomeUnknown marks an execution that started but whose
 	// end was never recorded: its process stopped, or could not record the
-	// outcome and said so (FinishExecution to outcome_unknown). It is
+	// outcome and said so (FinishExecutionAudited to outcome_unknown). It is
 	// reported, never run again: the tool may or may not have acted.
 	ExecutionOutcomeUnknown ExecutionStatus = "outcome_unknown"
 )
@@ -52,9 +52,9 @@ type Execution struct {
 	// StartedAt is when the call's latest round started: its start, or
 	// when it was started again after awaiting input.
 	StartedAt time.Time
-	// FinishedAt is when FinishExecution ended it; zero while started and
-	// for an execution MarkOutcomeUnknown found abandoned (nobody knows
-	// when that one ended).
+	// FinishedAt is when FinishExecutionAudited ended it; zero while started
+	// and for an execution MarkOutcomeUnknownAudited found abandoned (nobody
+	// knows when that one ended).
 	FinishedAt time.Time
 }
 
@@ -62,8 +62,8 @@ type Execution struct {
 const executionColumns = `idempotency_key, principal, tool, arguments_hash,
 	coalesce(approval_id, ''), coalesce(run_id, ''), status, result, started_at, finished_at`
 
-// checkNewExecution validates what BeginExecution takes from the caller; e
-// has its StartedAt set.
+// checkNewExecution validates what BeginExecutionAudited takes from the
+// caller; e has its StartedAt set.
 func checkNewExecution(e Execution) error {
 	var errs []error
 	required := []struct{ name, value string }{
@@ -91,7 +91,7 @@ func checkNewExecution(e Execution) error {
 	return invalid(errs...)
 }
 
-// checkFinish validates what FinishExecution records.
+// checkFinish validates what FinishExecutionAudited records.
 func checkFinish(key string, status ExecutionStatus, result json.RawMessage, now time.Time) error {
 	var errs []error
 	if key == "" {
@@ -170,7 +170,8 @@ WHERE status = 'awaiting_input' AND started_at < $1
 RETURNING ` + executionColumns)
 )
 
-// newExecution is e as BeginExecution starts it: a zero StartedAt is now.
+// newExecution is e as BeginExecutionAudited starts it: a zero StartedAt is
+// now.
 func (c *core) newExecution(e Execution) (Execution, error) {
 	if e.StartedAt.IsZero() {
 		e.StartedAt = c.now()
@@ -197,7 +198,7 @@ func finishArgs(idempotencyKey string, status ExecutionStatus, result json.RawMe
 	return []any{idempotencyKey, status, result, storedTime(now)}
 }
 
-// begun is what BeginExecution returns for the execution found under the
+// begun is what BeginExecutionAudited returns for the execution found under the
 // key of the one it began: a key of another call is a conflict.
 func begun(found Execution, started bool, began Execution) (Execution, bool, error) {
 	if !sameCall(found, began) {
@@ -206,12 +207,8 @@ func begun(found Execution, started bool, began Execution) (Execution, bool, err
 	return found, started, nil
 }
 
-func (c *core) BeginExecution(ctx context.Context, e Execution) (Execution, bool, error) {
-	return c.BeginExecutionAudited(ctx, e, nil)
-}
-
-// BeginExecutionAudited is BeginExecution when build is nil.
-// PostgreSQL's store overrides it with its queue of appends.
+// BeginExecutionAudited: PostgreSQL's store overrides it with its queue
+// of appends, for a build.
 func (c *core) BeginExecutionAudited(ctx context.Context, e Execution, build func(AuditHead) (AuditRecord, error)) (Execution, bool, error) {
 	e, err := c.newExecution(e)
 	if err != nil {
@@ -258,30 +255,23 @@ func (c *core) GetExecution(ctx context.Context, idempotencyKey string) (Executi
 	return e, nil
 }
 
-func (c *core) FinishExecution(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time) (Execution, error) {
-	if err := checkFinish(idempotencyKey, status, result, now); err != nil {
-		return Execution{}, err
-	}
-	var out Execution
-	err := c.writeOne(ctx, func(x executor) (err error) {
-		out, err = finishExecution(ctx, x, idempotencyKey, status, result, now)
-		return err
-	})
-	if err != nil {
-		return Execution{}, c.fail(err)
-	}
-	return out, nil
-}
-
 // FinishExecutionAudited appends the record whether or not the execution
 // was finished by it. PostgreSQL's store overrides it with its queue of
-// appends.
+// appends, for a build.
 func (c *core) FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(AuditHead) (AuditRecord, error)) (Execution, error) {
-	if build == nil {
-		return c.FinishExecution(ctx, idempotencyKey, status, result, now)
-	}
 	if err := checkFinish(idempotencyKey, status, result, now); err != nil {
 		return Execution{}, err
+	}
+	if build == nil {
+		var out Execution
+		err := c.writeOne(ctx, func(x executor) (err error) {
+			out, err = finishExecution(ctx, x, idempotencyKey, status, result, now)
+			return err
+		})
+		if err != nil {
+			return Execution{}, c.fail(err)
+		}
+		return out, nil
 	}
 	var out Execution
 	var refused error
@@ -303,7 +293,7 @@ func (c *core) FinishExecutionAudited(ctx context.Context, idempotencyKey string
 }
 
 // finishExecution ends the started execution idempotencyKey:
-// ErrNotFound or ErrConflict as FinishExecution says.
+// ErrNotFound or ErrConflict as FinishExecutionAudited says.
 func finishExecution(ctx context.Context, x executor, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time) (Execution, error) {
 	e, err := scanExecution(x.row(ctx, endExecution, finishArgs(idempotencyKey, status, result, now)...))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -340,12 +330,8 @@ func (c *core) AwaitInputAudited(ctx context.Context, idempotencyKey, approvalID
 	return out, nil
 }
 
-func (c *core) MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]Execution, error) {
-	return c.MarkOutcomeUnknownAudited(ctx, olderThan, nil)
-}
-
-// MarkOutcomeUnknownAudited is MarkOutcomeUnknown when build is nil. The
-// update takes the rows' locks before the records take the audit lock.
+// MarkOutcomeUnknownAudited: the update takes the rows' locks before the
+// records take the audit lock.
 func (c *core) MarkOutcomeUnknownAudited(ctx context.Context, olderThan time.Time, build func(Execution) func(AuditHead) (AuditRecord, error)) ([]Execution, error) {
 	if err := invalid(checkTime("olderThan", olderThan)); err != nil {
 		return nil, err

@@ -50,6 +50,9 @@ WHERE idempotency_key = $1 AND NOT EXISTS (SELECT 1 FROM updated)`
 // BeginExecutionAudited inserts the execution (or resumes the same call's,
 // awaiting input) and reads it back in the append's transaction.
 func (s *postgresStore) BeginExecutionAudited(ctx context.Context, e Execution, build func(AuditHead) (AuditRecord, error)) (Execution, bool, error) {
+	if build == nil {
+		return s.core.BeginExecutionAudited(ctx, e, nil)
+	}
 	e, err := s.newExecution(e)
 	if err != nil {
 		return Execution{}, false, err
@@ -86,6 +89,9 @@ func (s *postgresStore) BeginExecutionAudited(ctx context.Context, e Execution, 
 // unless ctx is marked WriteNow, when it is written as one that is waited
 // for.
 func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(AuditHead) (AuditRecord, error)) (Execution, error) {
+	if build == nil {
+		return s.core.FinishExecutionAudited(ctx, idempotencyKey, status, result, now, nil)
+	}
 	if err := checkFinish(idempotencyKey, status, result, now); err != nil {
 		return Execution{}, err
 	}

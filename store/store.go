@@ -369,15 +369,6 @@ type Store interface {
 	// now, oldest generation first.
 	SigningKeys(ctx context.Context, purpose string, now time.Time) ([]SigningKey, error)
 
-	// CreateApproval records a pending approval, or finds the identical
-	// one. ID, every field of Binding but Server, RunID and ClientID, and ExpiresAt
-	// are required; a zero CreatedAt means now; Status must be empty or
-	// pending. When a pending approval with the same Binding exists and has
-	// not expired, it is returned with created false and nothing is
-	// written, so concurrent identical requests yield one record. One that
-	// has expired is marked expired first. A duplicate ID fails with
-	// ErrConflict; a RunID naming no run with ErrNotFound.
-	CreateApproval(ctx context.Context, a Approval) (_ Approval, created bool, _ error)
 	// GetApproval returns the approval or ErrNotFound.
 	GetApproval(ctx context.Context, id string) (Approval, error)
 	// ListApprovals returns the principal's approvals in the given states
@@ -395,72 +386,59 @@ type Store interface {
 	// when it is set. ErrInvalid when q.Limit is not 1 to
 	// MaxDecidedApprovals or q.Principal is empty.
 	ListDecidedApprovals(ctx context.Context, q DecidedApprovals) ([]Approval, error)
-	// DecideApproval moves a pending approval that has not expired at now
-	// to approved or denied, as a compare-and-swap recording who decided,
-	// why, and when: ErrNotFound when it does not exist, ErrConflict when
-	// it is not pending or has expired, ErrInvalid when to is neither.
-	DecideApproval(ctx context.Context, id string, to ApprovalStatus, decidedBy, reason string, now time.Time) (Approval, error)
 	// FindApproved returns an approved approval for exactly the binding b
 	// that has not expired at now (the oldest decided, if several), or
 	// ErrNotFound.
 	FindApproved(ctx context.Context, b ApprovalBinding, now time.Time) (Approval, error)
-	// ConsumeApproval uses the approval once: in one atomic update it moves
-	// it from approved to consumed, provided it has not expired at now and
-	// its binding equals b in every field. ErrNotFound when it does not
-	// exist; ErrConflict when it exists but is not approved, has expired,
-	// or is bound to another call. Of concurrent consumers, one succeeds.
-	ConsumeApproval(ctx context.Context, id string, b ApprovalBinding, now time.Time) (Approval, error)
-	// CreateApprovalAudited does what CreateApproval does and, when it
-	// creates the approval, what AppendAudit does with build, in one
-	// transaction: a failure writes neither. Finding the identical pending
-	// approval writes nothing (its record was written when it was
-	// created). build may be called more than once.
+	// CreateApprovalAudited records a pending approval, or finds the
+	// identical one, and, when it creates the approval, appends build's
+	// record as AppendAudit does, in one transaction: a failure writes
+	// neither. ID, every field of Binding but Server, RunID and ClientID,
+	// and ExpiresAt are required; a zero CreatedAt means now; Status must
+	// be empty or pending. When a pending approval with the same Binding
+	// exists and has not expired, it is returned with created false and
+	// nothing is written (its record was written when it was created), so
+	// concurrent identical requests yield one record. One that has expired
+	// is marked expired first. A duplicate ID fails with ErrConflict; a
+	// RunID naming no run with ErrNotFound. build may be called more than
+	// once; a nil build (a service without an audit log) appends nothing.
 	CreateApprovalAudited(ctx context.Context, a Approval, build func(head AuditHead) (AuditRecord, error)) (_ Approval, created bool, _ error)
-	// DecideApprovalAudited does what DecideApproval does and what
-	// AppendAudit does with build, in one transaction: a failure, or a
-	// decision refused (ErrNotFound, ErrConflict), writes neither. build
-	// may be called more than once.
+	// DecideApprovalAudited moves a pending approval that has not expired
+	// at now to approved or denied, as a compare-and-swap recording who
+	// decided, why, and when, and appends build's record as AppendAudit
+	// does, in one transaction: a failure, or a decision refused, writes
+	// neither. ErrNotFound when the approval does not exist, ErrConflict
+	// when it is not pending or has expired, ErrInvalid when to is
+	// neither. build may be called more than once; a nil build appends
+	// nothing.
 	DecideApprovalAudited(ctx context.Context, id string, to ApprovalStatus, decidedBy, reason string, now time.Time, build func(head AuditHead) (AuditRecord, error)) (Approval, error)
-	// ConsumeApprovalAudited does what ConsumeApproval does, what
-	// AppendAudit does with build and, when e is not nil, what
-	// BeginExecution does with *e, in one transaction: a failure, or a
-	// consumption refused (ErrNotFound, ErrConflict), writes none of them.
-	// When e's key already names an execution, nothing is written either:
-	// the approval stays approved, and that execution is returned with
-	// started false, whichever call it is of. build may be called more
-	// than once.
+	// ConsumeApprovalAudited uses the approval once: in one atomic update
+	// it moves it from approved to consumed, provided it has not expired
+	// at now and its binding equals b in every field. In the same
+	// transaction it appends build's record as AppendAudit does and, when
+	// e is not nil, starts the execution *e as BeginExecutionAudited
+	// does: a failure, or a consumption refused, writes none of them.
+	// ErrNotFound when the approval does not exist; ErrConflict when it
+	// exists but is not approved, has expired, or is bound to another
+	// call. Of concurrent consumers, one succeeds. When e's key already
+	// names an execution, nothing is written either: the approval stays
+	// approved, and that execution is returned with started false,
+	// whichever call it is of. build may be called more than once; a nil
+	// build appends nothing.
 	ConsumeApprovalAudited(ctx context.Context, id string, b ApprovalBinding, now time.Time, e *Execution, build func(head AuditHead) (AuditRecord, error)) (_ Approval, _ Execution, started bool, _ error)
-	// RevokeApprovals revokes the tool's pending and approved (not yet
-	// consumed) approvals whose definition hash is not keepDefinitionHash,
-	// and returns how many.
-	RevokeApprovals(ctx context.Context, tool, keepDefinitionHash string, now time.Time) (int, error)
-	// RevokeApprovalsAudited does what RevokeApprovals does and, when it
-	// revokes any, what AppendAudit does with build(revoked), in one
+	// RevokeApprovalsAudited revokes the tool's pending and approved (not
+	// yet consumed) approvals whose definition hash is not
+	// keepDefinitionHash, and returns how many; when it revokes any, it
+	// appends build(revoked)'s record as AppendAudit does, in the same
 	// transaction: a failure writes neither. build may be called more
-	// than once.
+	// than once; a nil build appends nothing.
 	RevokeApprovalsAudited(ctx context.Context, tool, keepDefinitionHash string, now time.Time, build func(revoked int) func(head AuditHead) (AuditRecord, error)) (int, error)
 	// ExpireApprovals marks every pending or approved approval whose
 	// ExpiresAt is not after now as expired, and returns how many.
 	ExpireApprovals(ctx context.Context, now time.Time) (int, error)
 
-	// BeginExecution starts the execution e of a tool call, or finds the
-	// one its idempotency key already names. IdempotencyKey, Principal,
-	// Tool and ArgumentsHash are required; a zero StartedAt means now. It
-	// returns started true only to the one caller that inserted the
-	// record, or that started again the same call's execution awaiting
-	// input (its StartedAt and ApprovalID then become e's); everyone else
-	// gets the record as stored, whatever its status. A key already used
-	// by another principal, tool or arguments hash fails with ErrConflict.
-	BeginExecution(ctx context.Context, e Execution) (_ Execution, started bool, _ error)
 	// GetExecution returns the execution or ErrNotFound.
 	GetExecution(ctx context.Context, idempotencyKey string) (Execution, error)
-	// FinishExecution records how a started execution ended (succeeded or
-	// failed) and its result, as a compare-and-swap from started:
-	// ErrNotFound when it does not exist, ErrConflict when it is not
-	// started (already finished, or marked outcome_unknown). A process
-	// that cannot record how its call ended finishes it outcome_unknown,
-	// without a result.
-	FinishExecution(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time) (Execution, error)
 	// AwaitInputAudited records that a round of a call ended asking its
 	// caller for input, in one transaction with what AppendAudit does with
 	// build: the started execution idempotencyKey (none when empty) now
@@ -471,15 +449,14 @@ type Store interface {
 	// completes the call uses it up. A failure writes nothing. build may
 	// be called more than once.
 	AwaitInputAudited(ctx context.Context, idempotencyKey, approvalID string, now time.Time, build func(head AuditHead) (AuditRecord, error)) (Execution, error)
-	// MarkOutcomeUnknown marks every execution still started before
-	// olderThan as outcome_unknown, the trace of a process that stopped
-	// mid-call, and returns them, oldest first, so they can be reported.
-	MarkOutcomeUnknown(ctx context.Context, olderThan time.Time) ([]Execution, error)
-	// MarkOutcomeUnknownAudited does what MarkOutcomeUnknown does and what
-	// AppendAudit does with build(e) for each execution e it marks, in one
-	// transaction: a failure marks and records none of them. An execution
-	// that ended meanwhile is neither marked nor recorded. build may be
-	// called more than once.
+	// MarkOutcomeUnknownAudited marks every execution still started
+	// before olderThan as outcome_unknown, the trace of a process that
+	// stopped mid-call, and returns them, oldest first, so they can be
+	// reported; it appends build(e)'s record as AppendAudit does for each
+	// execution e it marks, in the same transaction: a failure marks and
+	// records none of them. An execution that ended meanwhile is neither
+	// marked nor recorded. build may be called more than once; a nil
+	// build appends nothing.
 	MarkOutcomeUnknownAudited(ctx context.Context, olderThan time.Time, build func(e Execution) func(head AuditHead) (AuditRecord, error)) ([]Execution, error)
 	// EndAwaitingInputAudited ends every execution still awaiting input
 	// whose latest round started before olderThan — a call whose caller
@@ -491,19 +468,31 @@ type Store interface {
 	// started again meanwhile is neither ended nor recorded. It returns
 	// them, oldest first. build may be called more than once.
 	EndAwaitingInputAudited(ctx context.Context, olderThan, now time.Time, result json.RawMessage, build func(e Execution) func(head AuditHead) (AuditRecord, error)) ([]Execution, error)
-	// BeginExecutionAudited does what BeginExecution does and what
-	// AppendAudit does with build, in one transaction: a failure writes
-	// neither. The record is appended whatever the key already names: an
-	// execution of the same call is returned with started false, and a key
-	// of another call fails with ErrConflict, its execution untouched. It
-	// lets a caller record why a call runs and start it with one durable
-	// write. build may be called more than once.
+	// BeginExecutionAudited starts the execution e of a tool call, or
+	// finds the one its idempotency key already names, and appends
+	// build's record as AppendAudit does, in one transaction: a failure
+	// writes neither. IdempotencyKey, Principal, Tool and ArgumentsHash
+	// are required; a zero StartedAt means now. It returns started true
+	// only to the one caller that inserted the record, or that started
+	// again the same call's execution awaiting input (its StartedAt and
+	// ApprovalID then become e's); everyone else gets the record as
+	// stored, whatever its status. A key already used by another
+	// principal, tool or arguments hash fails with ErrConflict, its
+	// execution untouched. The record is appended whatever the key
+	// already names. It lets a caller record why a call runs and start it
+	// with one durable write. build may be called more than once; a nil
+	// build appends nothing.
 	BeginExecutionAudited(ctx context.Context, e Execution, build func(head AuditHead) (AuditRecord, error)) (_ Execution, started bool, _ error)
-	// FinishExecutionAudited does what FinishExecution does and what
-	// AppendAudit does with build, in one transaction: a failure writes
-	// neither. The record is appended even when the execution is not
-	// finished by it (ErrNotFound, ErrConflict), since what it records
-	// happened all the same. build may be called more than once.
+	// FinishExecutionAudited records how a started execution ended
+	// (succeeded or failed) and its result, as a compare-and-swap from
+	// started, and appends build's record as AppendAudit does, in one
+	// transaction: a failure writes neither. ErrNotFound when the
+	// execution does not exist, ErrConflict when it is not started
+	// (already finished, or marked outcome_unknown); the record is
+	// appended all the same, since what it records happened. A process
+	// that cannot record how its call ended finishes it outcome_unknown,
+	// without a result. build may be called more than once; a nil build
+	// appends nothing.
 	FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(head AuditHead) (AuditRecord, error)) (Execution, error)
 
 	// AppendSnapshot stores s as the next version of its run's context

@@ -70,10 +70,10 @@ func TestSweepMarksWithRecords(t *testing.T) {
 			}
 			now := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
 			key := "run-1/call-1"
-			if _, _, err := st.BeginExecution(ctx, store.Execution{
+			if _, _, err := st.BeginExecutionAudited(ctx, store.Execution{
 				IdempotencyKey: key, Principal: "issuer|alice", Tool: "fx__echo", ArgumentsHash: "h",
 				StartedAt: now.Add(-mcpserver.DefaultAbandonedAfter - time.Second),
-			}); err != nil {
+			}, nil); err != nil {
 				t.Fatal(err)
 			}
 			sw, err := mcpserver.NewSweeper(&mcpserver.SweeperOptions{Executions: mcpserver.AuditedExecutions{Store: st, Log: log}, Now: func() time.Time { return now }})
@@ -133,9 +133,9 @@ func TestSweepEndsAwaitingInputWithRecords(t *testing.T) {
 			}
 			now := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
 			key, started := "run-1/call-1", now.Add(-mcpserver.DefaultInputAbandonedAfter-time.Second)
-			if _, _, err := st.BeginExecution(ctx, store.Execution{
+			if _, _, err := st.BeginExecutionAudited(ctx, store.Execution{
 				IdempotencyKey: key, Principal: "issuer|alice", Tool: "fx__echo", ArgumentsHash: "h", StartedAt: started,
-			}); err != nil {
+			}, nil); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := st.AwaitInputAudited(ctx, key, "", started.Add(time.Second), nil); err != nil {

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -58,7 +59,7 @@ func (f *approvalFixture) approval(id string, b store.ApprovalBinding) store.App
 // create creates a and fails the test unless it is new.
 func (f *approvalFixture) create(a store.Approval) store.Approval {
 	f.t.Helper()
-	out, created, err := f.s.CreateApproval(f.t.Context(), a)
+	out, created, err := f.s.CreateApprovalAudited(f.t.Context(), a, nil)
 	if err != nil || !created {
 		f.t.Fatalf("CreateApproval(%s) = created %v, %v; want a new approval", a.ID, created, err)
 	}
@@ -69,11 +70,18 @@ func (f *approvalFixture) create(a store.Approval) store.Approval {
 func (f *approvalFixture) approved(id string, b store.ApprovalBinding) store.Approval {
 	f.t.Helper()
 	f.create(f.approval(id, b))
-	a, err := f.s.DecideApproval(f.t.Context(), id, store.ApprovalApproved, "issuer|tenant|alice", "fine", f.now.Add(time.Minute))
+	a, err := f.s.DecideApprovalAudited(f.t.Context(), id, store.ApprovalApproved, "issuer|tenant|alice", "fine", f.now.Add(time.Minute), nil)
 	if err != nil {
 		f.t.Fatalf("DecideApproval(%s): %v", id, err)
 	}
 	return a
+}
+
+// consume uses the approval id, bound to b, with no execution and no
+// audit record.
+func consume(ctx context.Context, s store.Store, id string, b store.ApprovalBinding, now time.Time) (store.Approval, error) {
+	a, _, _, err := s.ConsumeApprovalAudited(ctx, id, b, now, nil, nil)
+	return a, err
 }
 
 // status returns the stored status of the approval id.
@@ -119,7 +127,7 @@ func testCreateApproval(t *testing.T, s store.Store) {
 	want.UpdatedAt = want.CreatedAt
 	want.ExpiresAt = in.ExpiresAt.Truncate(time.Microsecond)
 	if !reflect.DeepEqual(a, want) {
-		t.Errorf("CreateApproval returned\n%+v\nwant\n%+v", a, want)
+		t.Errorf("CreateApprovalAudited returned\n%+v\nwant\n%+v", a, want)
 	}
 	// The arguments come back byte for byte, spaces and all.
 	if string(a.Arguments) != string(in.Arguments) {
@@ -132,9 +140,9 @@ func testCreateApproval(t *testing.T, s store.Store) {
 	// The identical call finds it, whatever else the request says.
 	again := f.approval("apr-2", testBinding())
 	again.Reason = "asked again"
-	got, created, err := s.CreateApproval(ctx, again)
+	got, created, err := s.CreateApprovalAudited(ctx, again, nil)
 	if err != nil || created || got.ID != a.ID {
-		t.Errorf("CreateApproval of the identical call = %s, created %v, %v; want %s, not created", got.ID, created, err, a.ID)
+		t.Errorf("CreateApprovalAudited of the identical call = %s, created %v, %v; want %s, not created", got.ID, created, err, a.ID)
 	}
 	if _, err := s.GetApproval(ctx, "apr-2"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetApproval(apr-2) = %v, want ErrNotFound: the identical request made no record", err)
@@ -145,21 +153,21 @@ func testCreateApproval(t *testing.T, s store.Store) {
 		b := testBinding()
 		tt.change(&b)
 		id := fmt.Sprintf("apr-other-%d", i)
-		if got, created, err := s.CreateApproval(ctx, f.approval(id, b)); err != nil || !created || got.ID != id {
-			t.Errorf("CreateApproval with %s = %s, created %v, %v; want a new approval %s", tt.name, got.ID, created, err, id)
+		if got, created, err := s.CreateApprovalAudited(ctx, f.approval(id, b), nil); err != nil || !created || got.ID != id {
+			t.Errorf("CreateApprovalAudited with %s = %s, created %v, %v; want a new approval %s", tt.name, got.ID, created, err, id)
 		}
 	}
 
 	// A taken ID is a conflict, a missing run is not found.
 	dup := f.approval("apr-1", testBinding())
 	dup.Binding.ArgumentsHash = "args-dup"
-	if _, _, err := s.CreateApproval(ctx, dup); !errors.Is(err, store.ErrConflict) {
-		t.Errorf("CreateApproval with a taken ID = %v, want ErrConflict", err)
+	if _, _, err := s.CreateApprovalAudited(ctx, dup, nil); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("CreateApprovalAudited with a taken ID = %v, want ErrConflict", err)
 	}
 	orphan := f.approval("apr-orphan", testBinding())
 	orphan.Binding.RunID = "run-missing"
-	if _, _, err := s.CreateApproval(ctx, orphan); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("CreateApproval in a missing run = %v, want ErrNotFound", err)
+	if _, _, err := s.CreateApprovalAudited(ctx, orphan, nil); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("CreateApprovalAudited in a missing run = %v, want ErrNotFound", err)
 	}
 }
 
@@ -169,9 +177,9 @@ func testCreateApprovalAfterEnd(t *testing.T, s store.Store) {
 
 	// Once the request is decided, the same call asks anew.
 	first := f.approved("apr-1", testBinding())
-	second, created, err := s.CreateApproval(ctx, f.approval("apr-2", testBinding()))
+	second, created, err := s.CreateApprovalAudited(ctx, f.approval("apr-2", testBinding()), nil)
 	if err != nil || !created || second.ID != "apr-2" {
-		t.Fatalf("CreateApproval after a decision = %s, created %v, %v; want apr-2, created", second.ID, created, err)
+		t.Fatalf("CreateApprovalAudited after a decision = %s, created %v, %v; want apr-2, created", second.ID, created, err)
 	}
 	if f.status(first.ID) != store.ApprovalApproved {
 		t.Errorf("the approved request became %s", f.status(first.ID))
@@ -181,9 +189,9 @@ func testCreateApprovalAfterEnd(t *testing.T, s store.Store) {
 	later := f.approval("apr-3", testBinding())
 	later.CreatedAt = second.ExpiresAt
 	later.ExpiresAt = later.CreatedAt.Add(time.Hour)
-	third, created, err := s.CreateApproval(ctx, later)
+	third, created, err := s.CreateApprovalAudited(ctx, later, nil)
 	if err != nil || !created || third.ID != "apr-3" {
-		t.Fatalf("CreateApproval after the pending one expired = %s, created %v, %v; want apr-3, created", third.ID, created, err)
+		t.Fatalf("CreateApprovalAudited after the pending one expired = %s, created %v, %v; want apr-3, created", third.ID, created, err)
 	}
 	if got := f.status("apr-2"); got != store.ApprovalExpired {
 		t.Errorf("the replaced pending request is %s, want expired", got)
@@ -218,8 +226,8 @@ func testCreateApprovalInvalid(t *testing.T, s store.Store) {
 			a := f.approval(fmt.Sprintf("apr-%d", i), testBinding())
 			a.Binding.ArgumentsHash = fmt.Sprintf("args-%d", i)
 			tt.change(&a)
-			if _, _, err := s.CreateApproval(t.Context(), a); !errors.Is(err, store.ErrInvalid) {
-				t.Errorf("CreateApproval = %v, want ErrInvalid", err)
+			if _, _, err := s.CreateApprovalAudited(t.Context(), a, nil); !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("CreateApprovalAudited = %v, want ErrInvalid", err)
 			}
 		})
 	}
@@ -239,7 +247,7 @@ func testCreateApprovalConcurrent(t *testing.T, s store.Store) {
 	for i := range racers {
 		wg.Go(func() {
 			<-start
-			results[i], created[i], errs[i] = s.CreateApproval(t.Context(), f.approval(fmt.Sprintf("apr-%d", i), testBinding()))
+			results[i], created[i], errs[i] = s.CreateApprovalAudited(t.Context(), f.approval(fmt.Sprintf("apr-%d", i), testBinding()), nil)
 		})
 	}
 	close(start)
@@ -299,7 +307,7 @@ func testListApprovals(t *testing.T, s store.Store) {
 	carol := testBinding()
 	carol.Principal = "issuer|fabrikam|carol"
 	mk("apr-e", carol, 5, "grp-reviewers")
-	if _, err := s.DecideApproval(ctx, "apr-c", store.ApprovalDenied, alice.Principal, "no", f.now.Add(5*time.Minute)); err != nil {
+	if _, err := s.DecideApprovalAudited(ctx, "apr-c", store.ApprovalDenied, alice.Principal, "no", f.now.Add(5*time.Minute), nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -354,9 +362,9 @@ func testDecideApproval(t *testing.T, s store.Store) {
 	a := f.create(f.approval("apr-1", testBinding()))
 	at := f.now.Add(time.Minute)
 
-	got, err := s.DecideApproval(ctx, a.ID, store.ApprovalApproved, "issuer|tenant|bob", "looks right", at)
+	got, err := s.DecideApprovalAudited(ctx, a.ID, store.ApprovalApproved, "issuer|tenant|bob", "looks right", at, nil)
 	if err != nil {
-		t.Fatalf("DecideApproval: %v", err)
+		t.Fatalf("DecideApprovalAudited: %v", err)
 	}
 	want := a
 	want.Status = store.ApprovalApproved
@@ -365,16 +373,16 @@ func testDecideApproval(t *testing.T, s store.Store) {
 	want.DecidedAt = at.Truncate(time.Microsecond)
 	want.UpdatedAt = want.DecidedAt
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("DecideApproval returned\n%+v\nwant\n%+v", got, want)
+		t.Errorf("DecideApprovalAudited returned\n%+v\nwant\n%+v", got, want)
 	}
 
 	// Decisions are final.
 	for _, to := range []store.ApprovalStatus{store.ApprovalDenied, store.ApprovalApproved} {
-		if _, err := s.DecideApproval(ctx, a.ID, to, "issuer|tenant|carol", "", at); !errors.Is(err, store.ErrConflict) {
+		if _, err := s.DecideApprovalAudited(ctx, a.ID, to, "issuer|tenant|carol", "", at, nil); !errors.Is(err, store.ErrConflict) {
 			t.Errorf("DecideApproval(%s) of a decided approval = %v, want ErrConflict", to, err)
 		}
 	}
-	if _, err := s.DecideApproval(ctx, "missing", store.ApprovalDenied, "issuer|tenant|bob", "", at); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.DecideApprovalAudited(ctx, "missing", store.ApprovalDenied, "issuer|tenant|bob", "", at, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("DecideApproval(missing) = %v, want ErrNotFound", err)
 	}
 
@@ -382,8 +390,8 @@ func testDecideApproval(t *testing.T, s store.Store) {
 	b := testBinding()
 	b.ArgumentsHash = "args-2"
 	late := f.create(f.approval("apr-2", b))
-	if _, err := s.DecideApproval(ctx, late.ID, store.ApprovalApproved, "issuer|tenant|bob", "", late.ExpiresAt); !errors.Is(err, store.ErrConflict) {
-		t.Errorf("DecideApproval at the expiry = %v, want ErrConflict", err)
+	if _, err := s.DecideApprovalAudited(ctx, late.ID, store.ApprovalApproved, "issuer|tenant|bob", "", late.ExpiresAt, nil); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("DecideApprovalAudited at the expiry = %v, want ErrConflict", err)
 	}
 	if f.status(late.ID) != store.ApprovalPending {
 		t.Errorf("a refused decision changed the status to %s", f.status(late.ID))
@@ -404,8 +412,8 @@ func testDecideApproval(t *testing.T, s store.Store) {
 		{"no time", store.ApprovalApproved, "bob", "", time.Time{}},
 	}
 	for _, tt := range invalid {
-		if _, err := s.DecideApproval(ctx, late.ID, tt.to, tt.decidedBy, tt.reason, tt.at); !errors.Is(err, store.ErrInvalid) {
-			t.Errorf("DecideApproval %s = %v, want ErrInvalid", tt.name, err)
+		if _, err := s.DecideApprovalAudited(ctx, late.ID, tt.to, tt.decidedBy, tt.reason, tt.at, nil); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("DecideApprovalAudited %s = %v, want ErrInvalid", tt.name, err)
 		}
 	}
 }
@@ -421,20 +429,20 @@ func testConsumeApproval(t *testing.T, s store.Store) {
 	for _, tt := range bindingChanges {
 		other := b
 		tt.change(&other)
-		if _, err := s.ConsumeApproval(ctx, a.ID, other, at); !errors.Is(err, store.ErrConflict) {
-			t.Errorf("ConsumeApproval with %s = %v, want ErrConflict", tt.name, err)
+		if _, err := consume(ctx, s, a.ID, other, at); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("ConsumeApprovalAudited with %s = %v, want ErrConflict", tt.name, err)
 		}
 		if _, err := s.FindApproved(ctx, other, at); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("FindApproved with %s = %v, want ErrNotFound", tt.name, err)
 		}
 	}
-	if _, err := s.ConsumeApproval(ctx, a.ID, b, a.ExpiresAt); !errors.Is(err, store.ErrConflict) {
-		t.Errorf("ConsumeApproval at the expiry = %v, want ErrConflict", err)
+	if _, err := consume(ctx, s, a.ID, b, a.ExpiresAt); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("ConsumeApprovalAudited at the expiry = %v, want ErrConflict", err)
 	}
 	if _, err := s.FindApproved(ctx, b, a.ExpiresAt); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("FindApproved at the expiry = %v, want ErrNotFound", err)
 	}
-	if _, err := s.ConsumeApproval(ctx, "missing", b, at); !errors.Is(err, store.ErrNotFound) {
+	if _, err := consume(ctx, s, "missing", b, at); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("ConsumeApproval(missing) = %v, want ErrNotFound", err)
 	}
 	if f.status(a.ID) != store.ApprovalApproved {
@@ -445,20 +453,20 @@ func testConsumeApproval(t *testing.T, s store.Store) {
 	if err != nil || found.ID != a.ID {
 		t.Fatalf("FindApproved = %s, %v; want %s", found.ID, err, a.ID)
 	}
-	used, err := s.ConsumeApproval(ctx, a.ID, b, at)
+	used, err := consume(ctx, s, a.ID, b, at)
 	if err != nil {
-		t.Fatalf("ConsumeApproval: %v", err)
+		t.Fatalf("ConsumeApprovalAudited: %v", err)
 	}
 	if used.Status != store.ApprovalConsumed || used.ConsumedAt != at.Truncate(time.Microsecond) || used.UpdatedAt != used.ConsumedAt {
-		t.Errorf("ConsumeApproval returned %+v, want consumed at %v", used, at)
+		t.Errorf("ConsumeApprovalAudited returned %+v, want consumed at %v", used, at)
 	}
 	if used.DecidedBy != a.DecidedBy || used.DecidedAt != a.DecidedAt {
-		t.Errorf("ConsumeApproval changed the decision: %+v, was %+v", used, a)
+		t.Errorf("ConsumeApprovalAudited changed the decision: %+v, was %+v", used, a)
 	}
 
 	// Single use.
-	if _, err := s.ConsumeApproval(ctx, a.ID, b, at); !errors.Is(err, store.ErrConflict) {
-		t.Errorf("second ConsumeApproval = %v, want ErrConflict", err)
+	if _, err := consume(ctx, s, a.ID, b, at); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("second ConsumeApprovalAudited = %v, want ErrConflict", err)
 	}
 	if _, err := s.FindApproved(ctx, b, at); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("FindApproved after the use = %v, want ErrNotFound", err)
@@ -471,20 +479,20 @@ func testConsumeApproval(t *testing.T, s store.Store) {
 		id := fmt.Sprintf("apr-%d", i+2)
 		f.create(f.approval(id, other))
 		if to != store.ApprovalPending {
-			if _, err := s.DecideApproval(ctx, id, to, b.Principal, "", at); err != nil {
+			if _, err := s.DecideApprovalAudited(ctx, id, to, b.Principal, "", at, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := s.ConsumeApproval(ctx, id, other, at); !errors.Is(err, store.ErrConflict) {
-			t.Errorf("ConsumeApproval of a %s approval = %v, want ErrConflict", to, err)
+		if _, err := consume(ctx, s, id, other, at); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("ConsumeApprovalAudited of a %s approval = %v, want ErrConflict", to, err)
 		}
 		if _, err := s.FindApproved(ctx, other, at); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("FindApproved of a %s approval = %v, want ErrNotFound", to, err)
 		}
 	}
 
-	if _, err := s.ConsumeApproval(ctx, a.ID, store.ApprovalBinding{}, at); !errors.Is(err, store.ErrInvalid) {
-		t.Errorf("ConsumeApproval with an empty binding = %v, want ErrInvalid", err)
+	if _, err := consume(ctx, s, a.ID, store.ApprovalBinding{}, at); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("ConsumeApprovalAudited with an empty binding = %v, want ErrInvalid", err)
 	}
 	if _, err := s.FindApproved(ctx, b, time.Time{}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("FindApproved at the zero time = %v, want ErrInvalid", err)
@@ -504,7 +512,7 @@ func testConsumeApprovalRace(t *testing.T, s store.Store) {
 	for i := range racers {
 		wg.Go(func() {
 			<-start
-			_, errs[i] = s.ConsumeApproval(t.Context(), a.ID, b, at)
+			_, errs[i] = consume(t.Context(), s, a.ID, b, at)
 		})
 	}
 	close(start)
@@ -536,20 +544,20 @@ func testRevokeApprovals(t *testing.T, s store.Store) {
 	f.approved("approved-old", with("notes_write", "def-1", "a2"))
 	consumed := with("notes_write", "def-1", "a3")
 	f.approved("consumed-old", consumed)
-	if _, err := s.ConsumeApproval(ctx, "consumed-old", consumed, at); err != nil {
+	if _, err := consume(ctx, s, "consumed-old", consumed, at); err != nil {
 		t.Fatal(err)
 	}
 	f.create(f.approval("denied-old", with("notes_write", "def-1", "a4")))
-	if _, err := s.DecideApproval(ctx, "denied-old", store.ApprovalDenied, "x", "", at); err != nil {
+	if _, err := s.DecideApprovalAudited(ctx, "denied-old", store.ApprovalDenied, "x", "", at, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.create(f.approval("pending-current", with("notes_write", "def-2", "a5")))
 	f.approved("approved-current", with("notes_write", "def-2", "a6"))
 	f.create(f.approval("pending-other-tool", with("notes_read", "def-1", "a7")))
 
-	n, err := s.RevokeApprovals(ctx, "notes_write", "def-2", at)
+	n, err := s.RevokeApprovalsAudited(ctx, "notes_write", "def-2", at, nil)
 	if err != nil || n != 2 {
-		t.Errorf("RevokeApprovals = %d, %v; want 2", n, err)
+		t.Errorf("RevokeApprovalsAudited = %d, %v; want 2", n, err)
 	}
 	want := map[string]store.ApprovalStatus{
 		"pending-old":        store.ApprovalRevoked,
@@ -562,19 +570,19 @@ func testRevokeApprovals(t *testing.T, s store.Store) {
 	}
 	for id, st := range want {
 		if got := f.status(id); got != st {
-			t.Errorf("after RevokeApprovals %s is %s, want %s", id, got, st)
+			t.Errorf("after RevokeApprovalsAudited %s is %s, want %s", id, got, st)
 		}
 	}
 	// A revoked approval is never consumed.
-	if _, err := s.ConsumeApproval(ctx, "approved-old", with("notes_write", "def-1", "a2"), at); !errors.Is(err, store.ErrConflict) {
-		t.Errorf("ConsumeApproval of a revoked approval = %v, want ErrConflict", err)
+	if _, err := consume(ctx, s, "approved-old", with("notes_write", "def-1", "a2"), at); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("ConsumeApprovalAudited of a revoked approval = %v, want ErrConflict", err)
 	}
-	if n, err := s.RevokeApprovals(ctx, "notes_write", "def-2", at); err != nil || n != 0 {
-		t.Errorf("RevokeApprovals again = %d, %v; want 0", n, err)
+	if n, err := s.RevokeApprovalsAudited(ctx, "notes_write", "def-2", at, nil); err != nil || n != 0 {
+		t.Errorf("RevokeApprovalsAudited again = %d, %v; want 0", n, err)
 	}
 	for name, args := range map[string][2]string{"no tool": {"", "def-2"}, "no hash": {"notes_write", ""}} {
-		if _, err := s.RevokeApprovals(ctx, args[0], args[1], at); !errors.Is(err, store.ErrInvalid) {
-			t.Errorf("RevokeApprovals with %s = %v, want ErrInvalid", name, err)
+		if _, err := s.RevokeApprovalsAudited(ctx, args[0], args[1], at, nil); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("RevokeApprovalsAudited with %s = %v, want ErrInvalid", name, err)
 		}
 	}
 }
@@ -646,11 +654,11 @@ func testExpireApprovals(t *testing.T, s store.Store) {
 	}
 	f.create(with("pending-due", 10))
 	f.create(with("approved-due", 10))
-	if _, err := s.DecideApproval(ctx, "approved-due", store.ApprovalApproved, "x", "", f.now); err != nil {
+	if _, err := s.DecideApprovalAudited(ctx, "approved-due", store.ApprovalApproved, "x", "", f.now, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.create(with("denied-due", 10))
-	if _, err := s.DecideApproval(ctx, "denied-due", store.ApprovalDenied, "x", "", f.now); err != nil {
+	if _, err := s.DecideApprovalAudited(ctx, "denied-due", store.ApprovalDenied, "x", "", f.now, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.create(with("pending-later", 11))

@@ -37,7 +37,7 @@ func testListDecidedApprovals(t *testing.T, s store.Store) {
 	}
 	decide := func(id string, to store.ApprovalStatus, by string, when time.Duration) {
 		t.Helper()
-		if _, err := s.DecideApproval(ctx, id, to, by, "because", at(when)); err != nil {
+		if _, err := s.DecideApprovalAudited(ctx, id, to, by, "because", at(when), nil); err != nil {
 			t.Fatalf("DecideApproval(%s): %v", id, err)
 		}
 	}
@@ -45,7 +45,7 @@ func testListDecidedApprovals(t *testing.T, s store.Store) {
 	decide("apr-1", store.ApprovalDenied, alice.Principal, 10*time.Minute)
 	mk("apr-2", alice, time.Hour)
 	decide("apr-2", store.ApprovalApproved, alice.Principal, 20*time.Minute)
-	if _, err := s.ConsumeApproval(ctx, "apr-2", bindings["apr-2"], at(30*time.Minute)); err != nil {
+	if _, err := consume(ctx, s, "apr-2", bindings["apr-2"], at(30*time.Minute)); err != nil {
 		t.Fatal(err) // used later: it stays where its decision put it
 	}
 	mk("apr-3", alice, 5*time.Hour) // still pending: never listed
@@ -55,8 +55,8 @@ func testListDecidedApprovals(t *testing.T, s store.Store) {
 	other := alice
 	other.Tool = "other_tool"
 	mk("apr-6", other, time.Hour) // revoked while pending
-	if n, err := s.RevokeApprovals(ctx, "other_tool", "def-2", at(25*time.Minute)); err != nil || n != 1 {
-		t.Fatalf("RevokeApprovals = %d, %v", n, err)
+	if n, err := s.RevokeApprovalsAudited(ctx, "other_tool", "def-2", at(25*time.Minute), nil); err != nil || n != 1 {
+		t.Fatalf("RevokeApprovalsAudited = %d, %v", n, err)
 	}
 	// Two decided at the same time: by id, descending.
 	mk("apr-7", alice, time.Hour)

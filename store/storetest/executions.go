@@ -30,21 +30,21 @@ func testBeginExecution(t *testing.T, s store.Store) {
 	now := time.Date(2031, 3, 4, 5, 6, 7, 891011121, time.UTC)
 	in := testExecution("run-1/call-1", now)
 
-	e, started, err := s.BeginExecution(ctx, in)
+	e, started, err := s.BeginExecutionAudited(ctx, in, nil)
 	if err != nil || !started {
-		t.Fatalf("BeginExecution = started %v, %v; want started", started, err)
+		t.Fatalf("BeginExecutionAudited = started %v, %v; want started", started, err)
 	}
 	want := in
 	want.Status = store.ExecutionStarted
 	want.StartedAt = now.Truncate(time.Microsecond)
 	if !reflect.DeepEqual(e, want) {
-		t.Errorf("BeginExecution returned\n%+v\nwant\n%+v", e, want)
+		t.Errorf("BeginExecutionAudited returned\n%+v\nwant\n%+v", e, want)
 	}
 
 	// The same call again finds it and does not start it.
-	again, started, err := s.BeginExecution(ctx, testExecution("run-1/call-1", now.Add(time.Second)))
+	again, started, err := s.BeginExecutionAudited(ctx, testExecution("run-1/call-1", now.Add(time.Second)), nil)
 	if err != nil || started || !reflect.DeepEqual(again, e) {
-		t.Errorf("BeginExecution again = %+v, started %v, %v; want the first record, not started", again, started, err)
+		t.Errorf("BeginExecutionAudited again = %+v, started %v, %v; want the first record, not started", again, started, err)
 	}
 
 	// A key reused for another call is a conflict, never its result.
@@ -59,33 +59,33 @@ func testBeginExecution(t *testing.T, s store.Store) {
 	for _, tt := range reuses {
 		other := testExecution("run-1/call-1", now)
 		tt.change(&other)
-		if _, _, err := s.BeginExecution(ctx, other); !errors.Is(err, store.ErrConflict) {
-			t.Errorf("BeginExecution with the key of another call (%s) = %v, want ErrConflict", tt.name, err)
+		if _, _, err := s.BeginExecutionAudited(ctx, other, nil); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("BeginExecutionAudited with the key of another call (%s) = %v, want ErrConflict", tt.name, err)
 		}
 	}
 
 	result := json.RawMessage(`{"content": [{"type":"text", "text":"saved"}]}`)
-	done, err := s.FinishExecution(ctx, e.IdempotencyKey, store.ExecutionSucceeded, result, now.Add(time.Second))
+	done, err := s.FinishExecutionAudited(ctx, e.IdempotencyKey, store.ExecutionSucceeded, result, now.Add(time.Second), nil)
 	if err != nil {
-		t.Fatalf("FinishExecution: %v", err)
+		t.Fatalf("FinishExecutionAudited: %v", err)
 	}
 	want.Status = store.ExecutionSucceeded
 	want.Result = result
 	want.FinishedAt = now.Add(time.Second).Truncate(time.Microsecond)
 	if !reflect.DeepEqual(done, want) {
-		t.Errorf("FinishExecution returned\n%+v\nwant\n%+v", done, want)
+		t.Errorf("FinishExecutionAudited returned\n%+v\nwant\n%+v", done, want)
 	}
 	if got, err := s.GetExecution(ctx, e.IdempotencyKey); err != nil || !reflect.DeepEqual(got, done) {
 		t.Errorf("GetExecution = %+v, %v; want %+v", got, err, done)
 	}
 	// A retry after the end gets the result, and runs nothing.
-	if got, started, err := s.BeginExecution(ctx, in); err != nil || started || !reflect.DeepEqual(got, done) {
-		t.Errorf("BeginExecution after the end = %+v, started %v, %v; want the finished record", got, started, err)
+	if got, started, err := s.BeginExecutionAudited(ctx, in, nil); err != nil || started || !reflect.DeepEqual(got, done) {
+		t.Errorf("BeginExecutionAudited after the end = %+v, started %v, %v; want the finished record", got, started, err)
 	}
-	if _, err := s.FinishExecution(ctx, e.IdempotencyKey, store.ExecutionFailed, nil, now); !errors.Is(err, store.ErrConflict) {
-		t.Errorf("FinishExecution of a finished execution = %v, want ErrConflict", err)
+	if _, err := s.FinishExecutionAudited(ctx, e.IdempotencyKey, store.ExecutionFailed, nil, now, nil); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("FinishExecutionAudited of a finished execution = %v, want ErrConflict", err)
 	}
-	if _, err := s.FinishExecution(ctx, "missing", store.ExecutionFailed, nil, now); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.FinishExecutionAudited(ctx, "missing", store.ExecutionFailed, nil, now, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("FinishExecution(missing) = %v, want ErrNotFound", err)
 	}
 	if _, err := s.GetExecution(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
@@ -94,13 +94,13 @@ func testBeginExecution(t *testing.T, s store.Store) {
 
 	// Without a result, approval or run.
 	bare := store.Execution{IdempotencyKey: "client/key-1", Principal: "p", Tool: "t", ArgumentsHash: "h"}
-	b, started, err := s.BeginExecution(ctx, bare)
+	b, started, err := s.BeginExecutionAudited(ctx, bare, nil)
 	if err != nil || !started || b.ApprovalID != "" || b.RunID != "" {
 		t.Fatalf("BeginExecution(bare) = %+v, started %v, %v", b, started, err)
 	}
 	checkStoreTime(t, "StartedAt set by the store", b.StartedAt)
-	if f, err := s.FinishExecution(ctx, bare.IdempotencyKey, store.ExecutionFailed, nil, now); err != nil || f.Result != nil || f.Status != store.ExecutionFailed {
-		t.Errorf("FinishExecution without a result = %+v, %v; want failed with a nil result", f, err)
+	if f, err := s.FinishExecutionAudited(ctx, bare.IdempotencyKey, store.ExecutionFailed, nil, now, nil); err != nil || f.Result != nil || f.Status != store.ExecutionFailed {
+		t.Errorf("FinishExecutionAudited without a result = %+v, %v; want failed with a nil result", f, err)
 	}
 
 	invalidBegin := []struct {
@@ -118,11 +118,11 @@ func testBeginExecution(t *testing.T, s store.Store) {
 	for i, tt := range invalidBegin {
 		e := testExecution(fmt.Sprintf("invalid-%d", i), now)
 		tt.change(&e)
-		if _, _, err := s.BeginExecution(ctx, e); !errors.Is(err, store.ErrInvalid) {
-			t.Errorf("BeginExecution %s = %v, want ErrInvalid", tt.name, err)
+		if _, _, err := s.BeginExecutionAudited(ctx, e, nil); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("BeginExecutionAudited %s = %v, want ErrInvalid", tt.name, err)
 		}
 	}
-	if _, _, err := s.BeginExecution(ctx, testExecution("open", now)); err != nil {
+	if _, _, err := s.BeginExecutionAudited(ctx, testExecution("open", now), nil); err != nil {
 		t.Fatal(err)
 	}
 	invalidFinish := []struct {
@@ -137,8 +137,8 @@ func testBeginExecution(t *testing.T, s store.Store) {
 		{"no time", store.ExecutionSucceeded, nil, time.Time{}},
 	}
 	for _, tt := range invalidFinish {
-		if _, err := s.FinishExecution(ctx, "open", tt.status, tt.result, tt.at); !errors.Is(err, store.ErrInvalid) {
-			t.Errorf("FinishExecution %s = %v, want ErrInvalid", tt.name, err)
+		if _, err := s.FinishExecutionAudited(ctx, "open", tt.status, tt.result, tt.at, nil); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("FinishExecutionAudited %s = %v, want ErrInvalid", tt.name, err)
 		}
 	}
 
@@ -146,18 +146,18 @@ func testBeginExecution(t *testing.T, s store.Store) {
 	// execution is outcome_unknown at once, with the time it gave up, and
 	// is never run again.
 	lost := testExecution("lost", now)
-	if _, _, err := s.BeginExecution(ctx, lost); err != nil {
+	if _, _, err := s.BeginExecutionAudited(ctx, lost, nil); err != nil {
 		t.Fatal(err)
 	}
-	marked, err := s.FinishExecution(ctx, "lost", store.ExecutionOutcomeUnknown, nil, now.Add(time.Second))
+	marked, err := s.FinishExecutionAudited(ctx, "lost", store.ExecutionOutcomeUnknown, nil, now.Add(time.Second), nil)
 	if err != nil || marked.Status != store.ExecutionOutcomeUnknown || marked.Result != nil || !marked.FinishedAt.Equal(now.Add(time.Second).Truncate(time.Microsecond)) {
-		t.Errorf("FinishExecution to outcome_unknown = %+v, %v; want outcome_unknown, no result, finished then", marked, err)
+		t.Errorf("FinishExecutionAudited to outcome_unknown = %+v, %v; want outcome_unknown, no result, finished then", marked, err)
 	}
-	if got, started, err := s.BeginExecution(ctx, lost); err != nil || started || got.Status != store.ExecutionOutcomeUnknown {
-		t.Errorf("BeginExecution after outcome_unknown = %s, started %v, %v; want outcome_unknown, not started", got.Status, started, err)
+	if got, started, err := s.BeginExecutionAudited(ctx, lost, nil); err != nil || started || got.Status != store.ExecutionOutcomeUnknown {
+		t.Errorf("BeginExecutionAudited after outcome_unknown = %s, started %v, %v; want outcome_unknown, not started", got.Status, started, err)
 	}
-	if _, err := s.FinishExecution(ctx, "lost", store.ExecutionSucceeded, nil, now); !errors.Is(err, store.ErrConflict) {
-		t.Errorf("FinishExecution after outcome_unknown = %v, want ErrConflict", err)
+	if _, err := s.FinishExecutionAudited(ctx, "lost", store.ExecutionSucceeded, nil, now, nil); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("FinishExecutionAudited after outcome_unknown = %v, want ErrConflict", err)
 	}
 
 	// The same with an audit record, on this store.
@@ -305,7 +305,7 @@ func testBeginExecutionRace(t *testing.T, s store.Store) {
 	for i := range racers {
 		wg.Go(func() {
 			<-start
-			_, started[i], errs[i] = s.BeginExecution(t.Context(), testExecution("run-1/call-1", time.Now()))
+			_, started[i], errs[i] = s.BeginExecutionAudited(t.Context(), testExecution("run-1/call-1", time.Now()), nil)
 		})
 	}
 	close(start)
@@ -328,21 +328,21 @@ func testMarkOutcomeUnknown(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	now := time.Date(2031, 3, 4, 5, 0, 0, 0, time.UTC)
 	begin := func(key string, startedAt time.Time) {
-		if _, _, err := s.BeginExecution(ctx, testExecution(key, startedAt)); err != nil {
+		if _, _, err := s.BeginExecutionAudited(ctx, testExecution(key, startedAt), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	begin("abandoned-2", now.Add(-2*time.Minute))
 	begin("abandoned-1", now.Add(-3*time.Minute))
 	begin("finished", now.Add(-4*time.Minute))
-	if _, err := s.FinishExecution(ctx, "finished", store.ExecutionSucceeded, nil, now.Add(-time.Minute)); err != nil {
+	if _, err := s.FinishExecutionAudited(ctx, "finished", store.ExecutionSucceeded, nil, now.Add(-time.Minute), nil); err != nil {
 		t.Fatal(err)
 	}
 	begin("running", now)
 
-	marked, err := s.MarkOutcomeUnknown(ctx, now)
+	marked, err := s.MarkOutcomeUnknownAudited(ctx, now, nil)
 	if err != nil {
-		t.Fatalf("MarkOutcomeUnknown: %v", err)
+		t.Fatalf("MarkOutcomeUnknownAudited: %v", err)
 	}
 	var keys []string
 	for _, e := range marked {
@@ -352,7 +352,7 @@ func testMarkOutcomeUnknown(t *testing.T, s store.Store) {
 		}
 	}
 	if !reflect.DeepEqual(keys, []string{"abandoned-1", "abandoned-2"}) {
-		t.Errorf("MarkOutcomeUnknown marked %v, want [abandoned-1 abandoned-2], oldest first", keys)
+		t.Errorf("MarkOutcomeUnknownAudited marked %v, want [abandoned-1 abandoned-2], oldest first", keys)
 	}
 	for key, want := range map[string]store.ExecutionStatus{
 		"abandoned-1": store.ExecutionOutcomeUnknown,
@@ -365,14 +365,14 @@ func testMarkOutcomeUnknown(t *testing.T, s store.Store) {
 	}
 	// The late end of an abandoned execution does not overwrite the mark,
 	// and a retry finds the mark rather than running again.
-	if _, err := s.FinishExecution(ctx, "abandoned-1", store.ExecutionSucceeded, nil, now); !errors.Is(err, store.ErrConflict) {
-		t.Errorf("FinishExecution after the mark = %v, want ErrConflict", err)
+	if _, err := s.FinishExecutionAudited(ctx, "abandoned-1", store.ExecutionSucceeded, nil, now, nil); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("FinishExecutionAudited after the mark = %v, want ErrConflict", err)
 	}
-	if e, started, err := s.BeginExecution(ctx, testExecution("abandoned-1", now)); err != nil || started || e.Status != store.ExecutionOutcomeUnknown {
-		t.Errorf("BeginExecution after the mark = %s, started %v, %v; want outcome_unknown, not started", e.Status, started, err)
+	if e, started, err := s.BeginExecutionAudited(ctx, testExecution("abandoned-1", now), nil); err != nil || started || e.Status != store.ExecutionOutcomeUnknown {
+		t.Errorf("BeginExecutionAudited after the mark = %s, started %v, %v; want outcome_unknown, not started", e.Status, started, err)
 	}
-	if marked, err := s.MarkOutcomeUnknown(ctx, now); err != nil || len(marked) != 0 {
-		t.Errorf("MarkOutcomeUnknown again = %d, %v; want none", len(marked), err)
+	if marked, err := s.MarkOutcomeUnknownAudited(ctx, now, nil); err != nil || len(marked) != 0 {
+		t.Errorf("MarkOutcomeUnknownAudited again = %d, %v; want none", len(marked), err)
 	}
 }
 
@@ -386,11 +386,11 @@ func testMarkOutcomeUnknownAudited(t *testing.T, s store.Store) {
 		"abandoned-1": now.Add(-3 * time.Minute), "abandoned-2": now.Add(-2 * time.Minute),
 		"finished": now.Add(-4 * time.Minute), "running": now,
 	} {
-		if _, _, err := s.BeginExecution(ctx, testExecution(key, startedAt)); err != nil {
+		if _, _, err := s.BeginExecutionAudited(ctx, testExecution(key, startedAt), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.FinishExecution(ctx, "finished", store.ExecutionSucceeded, nil, now.Add(-time.Minute)); err != nil {
+	if _, err := s.FinishExecutionAudited(ctx, "finished", store.ExecutionSucceeded, nil, now.Add(-time.Minute), nil); err != nil {
 		t.Fatal(err)
 	}
 	errBuild := errors.New("hashing failed")

@@ -16,7 +16,7 @@ import (
 // testAwaitInput: a call whose round ends asking for input is one
 // execution over its rounds. AwaitInputAudited moves the started
 // execution to awaiting input and gives back the approval the round used,
-// with its record, in one transaction; BeginExecution of the same call
+// with its record, in one transaction; BeginExecutionAudited of the same call
 // starts it again (once, of racers), of another call conflicts; the sweep
 // of abandoned executions leaves it alone; and a failed record writes
 // nothing.
@@ -74,12 +74,12 @@ func testAwaitInput(t *testing.T, s store.Store) {
 	checkChain(t, s, 2)
 
 	// The sweep of abandoned executions leaves a call awaiting input.
-	if marked, err := s.MarkOutcomeUnknown(ctx, now.Add(time.Hour)); err != nil || len(marked) != 0 {
-		t.Errorf("MarkOutcomeUnknown = %v, %v; want nothing marked", marked, err)
+	if marked, err := s.MarkOutcomeUnknownAudited(ctx, now.Add(time.Hour), nil); err != nil || len(marked) != 0 {
+		t.Errorf("MarkOutcomeUnknownAudited = %v, %v; want nothing marked", marked, err)
 	}
 	// Nor can it be finished while it awaits input.
-	if _, err := s.FinishExecution(ctx, in.IdempotencyKey, store.ExecutionSucceeded, []byte(`{}`), now); !errors.Is(err, store.ErrConflict) {
-		t.Errorf("FinishExecution of an execution awaiting input = %v, want ErrConflict", err)
+	if _, err := s.FinishExecutionAudited(ctx, in.IdempotencyKey, store.ExecutionSucceeded, []byte(`{}`), now, nil); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("FinishExecutionAudited of an execution awaiting input = %v, want ErrConflict", err)
 	}
 
 	// Another call with the key is a conflict; the same call starts it
@@ -87,8 +87,8 @@ func testAwaitInput(t *testing.T, s store.Store) {
 	// (each with its record, as every begin has).
 	other := testExecution(in.IdempotencyKey, now)
 	other.ArgumentsHash = "args-2"
-	if _, _, err := s.BeginExecution(ctx, other); !errors.Is(err, store.ErrConflict) {
-		t.Errorf("BeginExecution of another call under the key = %v, want ErrConflict", err)
+	if _, _, err := s.BeginExecutionAudited(ctx, other, nil); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("BeginExecutionAudited of another call under the key = %v, want ErrConflict", err)
 	}
 	const racers = 6
 	var wg sync.WaitGroup
@@ -103,11 +103,11 @@ func testAwaitInput(t *testing.T, s store.Store) {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				t.Errorf("BeginExecution of the next round: %v", err)
+				t.Errorf("BeginExecutionAudited of the next round: %v", err)
 				return
 			}
 			if got.Status != store.ExecutionStarted || !got.StartedAt.Equal(second.Truncate(time.Microsecond)) || got.ApprovalID != "apr-2" {
-				t.Errorf("BeginExecution of the next round = %+v; want it started at the round's start with its approval", got)
+				t.Errorf("BeginExecutionAudited of the next round = %+v; want it started at the round's start with its approval", got)
 			}
 			if started {
 				resumed++
@@ -118,8 +118,8 @@ func testAwaitInput(t *testing.T, s store.Store) {
 	if resumed != 1 {
 		t.Errorf("%d racers started the next round, want exactly 1", resumed)
 	}
-	if _, err := s.FinishExecution(ctx, in.IdempotencyKey, store.ExecutionSucceeded, []byte(`{"done":true}`), second); err != nil {
-		t.Errorf("FinishExecution of the completing round: %v", err)
+	if _, err := s.FinishExecutionAudited(ctx, in.IdempotencyKey, store.ExecutionSucceeded, []byte(`{"done":true}`), second, nil); err != nil {
+		t.Errorf("FinishExecutionAudited of the completing round: %v", err)
 	}
 
 	// Without an execution (a call without idempotency key), the
@@ -127,8 +127,8 @@ func testAwaitInput(t *testing.T, s store.Store) {
 	b2 := b
 	b2.ArgumentsHash = "args-3"
 	a2 := f.approved("apr-rounds-2", b2)
-	if _, err := s.ConsumeApproval(ctx, a2.ID, b2, now.Add(2*time.Minute)); err != nil {
-		t.Fatalf("ConsumeApproval: %v", err)
+	if _, err := consume(ctx, s, a2.ID, b2, now.Add(2*time.Minute)); err != nil {
+		t.Fatalf("ConsumeApprovalAudited: %v", err)
 	}
 	errBuild := errors.New("hashing failed")
 	if _, err := s.AwaitInputAudited(ctx, "", a2.ID, now.Add(3*time.Minute), func(store.AuditHead) (store.AuditRecord, error) {
@@ -161,7 +161,7 @@ func testEndAwaitingInput(t *testing.T, s store.Store) {
 		"waiting-1": now.Add(-30 * time.Minute), "waiting-2": now.Add(-20 * time.Minute), "waiting-new": now.Add(-time.Minute),
 		"started-old": now.Add(-40 * time.Minute), "finished-old": now.Add(-40 * time.Minute),
 	} {
-		if _, _, err := s.BeginExecution(ctx, testExecution(key, startedAt)); err != nil {
+		if _, _, err := s.BeginExecutionAudited(ctx, testExecution(key, startedAt), nil); err != nil {
 			t.Fatal(err)
 		}
 		if strings.HasPrefix(key, "waiting") {
@@ -170,7 +170,7 @@ func testEndAwaitingInput(t *testing.T, s store.Store) {
 			}
 		}
 	}
-	if _, err := s.FinishExecution(ctx, "finished-old", store.ExecutionSucceeded, []byte(`{}`), now.Add(-39*time.Minute)); err != nil {
+	if _, err := s.FinishExecutionAudited(ctx, "finished-old", store.ExecutionSucceeded, []byte(`{}`), now.Add(-39*time.Minute), nil); err != nil {
 		t.Fatal(err)
 	}
 	cut := now.Add(-10 * time.Minute)
@@ -231,8 +231,8 @@ func testEndAwaitingInput(t *testing.T, s store.Store) {
 		}
 	}
 	// A retry of the call finds it ended; the sweep again ends nothing.
-	if got, started, err := s.BeginExecution(ctx, testExecution("waiting-1", now)); err != nil || started || got.Status != store.ExecutionFailed {
-		t.Errorf("BeginExecution of an ended call = %s, started %v, %v; want it failed, not started", got.Status, started, err)
+	if got, started, err := s.BeginExecutionAudited(ctx, testExecution("waiting-1", now), nil); err != nil || started || got.Status != store.ExecutionFailed {
+		t.Errorf("BeginExecutionAudited of an ended call = %s, started %v, %v; want it failed, not started", got.Status, started, err)
 	}
 	if ended, err := s.EndAwaitingInputAudited(ctx, cut, now, result, build("")); err != nil || len(ended) != 0 {
 		t.Errorf("EndAwaitingInputAudited again = %v, %v; want none", ended, err)
@@ -244,7 +244,7 @@ func testEndAwaitingInput(t *testing.T, s store.Store) {
 	for i := range 10 {
 		key := fmt.Sprintf("racing-%d", i)
 		started := now.Add(-time.Hour)
-		if _, _, err := s.BeginExecution(ctx, testExecution(key, started)); err != nil {
+		if _, _, err := s.BeginExecutionAudited(ctx, testExecution(key, started), nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.AwaitInputAudited(ctx, key, "", started.Add(time.Second), nil); err != nil {
@@ -255,8 +255,8 @@ func testEndAwaitingInput(t *testing.T, s store.Store) {
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			var err error
-			if _, resumed, err = s.BeginExecution(ctx, testExecution(key, now)); err != nil {
-				t.Errorf("BeginExecution racing the sweep: %v", err)
+			if _, resumed, err = s.BeginExecutionAudited(ctx, testExecution(key, now), nil); err != nil {
+				t.Errorf("BeginExecutionAudited racing the sweep: %v", err)
 			}
 		})
 		wg.Go(func() {
