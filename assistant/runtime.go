@@ -48,7 +48,7 @@ const DefaultSystemPrompt = `You are Usher, an assistant that helps people throu
 // required; every other field has the default its comment gives.
 type Options struct {
 	// Store is the database: runs, their event logs, approvals.
-	Store store.Store
+	Store Store
 	// Model is the model provider.
 	Model model.Provider
 	// Tokens mints the broker tokens a turn calls the MCP server with.
@@ -140,7 +140,7 @@ type Options struct {
 // scheduler that claims queued runs and works their turns.
 type Runtime struct {
 	o      Options
-	st     store.Store
+	st     Store
 	log    *slog.Logger
 	holder *holder
 	// compactions count this process's compactions by outcome.

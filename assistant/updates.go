@@ -18,7 +18,7 @@ import (
 // subscribers. What subscribers send is read from the database (the run's
 // event log, the run row, the approval); a notification only says when.
 type bus struct {
-	st  store.Store
+	st  runLog
 	log *slog.Logger
 
 	// maxStreams is how many live-update subscribers one user may hold
@@ -31,7 +31,7 @@ type bus struct {
 	streams map[string]int                   // held streams, by owner
 }
 
-func newBus(st store.Store, log *slog.Logger, maxStreams int) *bus {
+func newBus(st runLog, log *slog.Logger, maxStreams int) *bus {
 	return &bus{st: st, log: log, maxStreams: maxStreams,
 		rooms: map[string]*room{}, feeds: map[string]map[*feedSub]struct{}{}, streams: map[string]int{}}
 }
@@ -201,7 +201,7 @@ func signal(ch chan struct{}) {
 // query per appended event, not a thousand.
 type room struct {
 	runID string
-	st    store.Store
+	st    runLog
 	subs  map[*runSub]struct{} // guarded by bus.mu
 
 	// gen counts the event notifications, and runGen the run's changes;

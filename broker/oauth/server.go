@@ -52,7 +52,7 @@ const pendingLifetime = 10 * time.Minute
 type Server struct {
 	issuer       string
 	resources    []string
-	st           store.Store
+	st           Store
 	broker       *broker.Broker
 	clients      *clientmeta.Fetcher
 	audit        *audit.Log
@@ -92,7 +92,8 @@ type ServerOptions struct {
 	// Resources are the MCP resources tokens may be issued for:
 	// <public_url>/mcp. At least one.
 	Resources []string
-	Store     store.Store
+	// Store keeps the clients, consents, codes and refresh tokens.
+	Store Store
 	// Broker mints the access tokens (broker tokens).
 	Broker *broker.Broker
 	// Clients resolves https client_ids (Client ID Metadata Documents);

@@ -1,0 +1,60 @@
+package assistant
+
+import (
+	"context"
+	"time"
+
+	"github.com/usherhq/usher/store"
+)
+
+// Store is the part of store.Store the runtime uses: its runs and their
+// event logs, the scheduling of their turns, their context snapshots, the
+// live updates, and the approvals its turns wait for.
+type Store interface {
+	runLog
+
+	// Runs: the API's operations on them.
+	OpenRun(ctx context.Context, r store.Run, maxActive int, first *store.NewEvent) (_ store.Run, created bool, _ error)
+	ListRuns(ctx context.Context, owner string) ([]store.Run, error)
+	RenameRun(ctx context.Context, runID, title string) (store.Run, error)
+	SetRunMetadata(ctx context.Context, runID, metadata string) (store.Run, error)
+	PostMessageOnce(ctx context.Context, runID string, e store.NewEvent, key string) (_ store.Event, _ store.Run, created bool, _ error)
+	StopTurn(ctx context.Context, runID string, end func(turnSeq int64, started bool) []store.NewEvent) (store.Run, error)
+	CloseRun(ctx context.Context, runID string, to store.RunStatus, turnEnd store.TurnEndFunc) (store.Run, error)
+	DeleteRun(ctx context.Context, runID string, turnEnd store.TurnEndFunc) error
+	RequeueRun(ctx context.Context, runID string) (store.Run, error)
+	ContinueRun(ctx context.Context, from string, child store.Run, first, note store.NewEvent, summary *store.ContextSnapshot, maxActive int) (_ store.Run, created bool, _ error)
+	ChildRuns(ctx context.Context, runID string) ([]string, error)
+	SearchMessages(ctx context.Context, owner, query string, limit int) ([]store.MessageMatch, error)
+	ListMessages(ctx context.Context, runID string, q store.MessageQuery) ([]store.Event, error)
+	ForkRun(ctx context.Context, runID string, f store.Fork) (store.Branch, store.Event, store.Run, error)
+	SwitchBranch(ctx context.Context, runID string, branch int64) (store.Run, error)
+	ListBranches(ctx context.Context, runID string) ([]store.Branch, error)
+
+	// The scheduler and the turns it works.
+	ClaimRuns(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]store.Run, error)
+	NextClaimAt(ctx context.Context) (time.Time, error)
+	WakeUps(ctx context.Context) (<-chan struct{}, error)
+	RenewLease(ctx context.Context, l store.Lease, leaseFor time.Duration) (store.Lease, error)
+	AppendLeased(ctx context.Context, l store.Lease, events ...store.NewEvent) ([]store.Event, error)
+	EndLease(ctx context.Context, l store.Lease, r store.Release, events ...store.NewEvent) ([]store.Event, store.Run, error)
+	RecordContext(ctx context.Context, l store.Lease, c store.RunContext, events ...store.NewEvent) ([]store.Event, error)
+	ParkIdleRuns(ctx context.Context, quietSince time.Time) ([]store.Run, error)
+	RunsToResume(ctx context.Context, limit int) ([]store.Run, error)
+
+	// Context snapshots (compaction).
+	AppendSnapshot(ctx context.Context, s store.ContextSnapshot) (store.ContextSnapshot, error)
+	LatestSnapshot(ctx context.Context, runID string) (store.ContextSnapshot, error)
+
+	// Live updates, and the approvals turns wait for.
+	Updates(ctx context.Context) (<-chan store.Notification, error)
+	Publish(ctx context.Context, n store.Notification) error
+	GetApproval(ctx context.Context, id string) (store.Approval, error)
+}
+
+// runLog is what the live-update bus reads from the store: a run and its
+// events.
+type runLog interface {
+	GetRun(ctx context.Context, id string) (store.Run, error)
+	ListEvents(ctx context.Context, runID string, after int64, limit int) ([]store.Event, error)
+}
