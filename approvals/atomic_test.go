@@ -43,12 +43,12 @@ func (f *faultyAudit) CreateApprovalAudited(ctx context.Context, a store.Approva
 	return f.Store.CreateApprovalAudited(ctx, a, f.build(build))
 }
 
-func (f *faultyAudit) DecideApprovalAudited(ctx context.Context, id string, to store.ApprovalStatus, by, reason string, now time.Time, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, error) {
-	return f.Store.DecideApprovalAudited(ctx, id, to, by, reason, now, f.build(build))
+func (f *faultyAudit) DecideApprovalAudited(ctx context.Context, p store.DecideApprovalParams, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, error) {
+	return f.Store.DecideApprovalAudited(ctx, p, f.build(build))
 }
 
-func (f *faultyAudit) ConsumeApprovalAudited(ctx context.Context, id string, b store.ApprovalBinding, now time.Time, e *store.Execution, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, store.Execution, bool, error) {
-	return f.Store.ConsumeApprovalAudited(ctx, id, b, now, e, f.build(build))
+func (f *faultyAudit) ConsumeApprovalAudited(ctx context.Context, p store.ConsumeApprovalParams, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, store.Execution, bool, error) {
+	return f.Store.ConsumeApprovalAudited(ctx, p, f.build(build))
 }
 
 // forEachFaultyEngine runs f, in parallel, on each engine's store wrapped

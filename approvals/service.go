@@ -65,9 +65,9 @@ type Store interface {
 	ListApprovalsForApprovers(ctx context.Context, tenant string, groups []string, status ...store.ApprovalStatus) ([]store.Approval, error)
 	ListDecidedApprovals(ctx context.Context, q store.DecidedApprovals) ([]store.Approval, error)
 	CreateApprovalAudited(ctx context.Context, a store.Approval, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, bool, error)
-	DecideApprovalAudited(ctx context.Context, id string, to store.ApprovalStatus, decidedBy, reason string, now time.Time, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, error)
+	DecideApprovalAudited(ctx context.Context, p store.DecideApprovalParams, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, error)
 	FindApproved(ctx context.Context, b store.ApprovalBinding, now time.Time) (store.Approval, error)
-	ConsumeApprovalAudited(ctx context.Context, id string, b store.ApprovalBinding, now time.Time, e *store.Execution, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, store.Execution, bool, error)
+	ConsumeApprovalAudited(ctx context.Context, p store.ConsumeApprovalParams, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, store.Execution, bool, error)
 	RevokeApprovalsAudited(ctx context.Context, tool, keepDefinitionHash string, now time.Time, build func(revoked int) func(store.AuditHead) (store.AuditRecord, error)) (int, error)
 	ExpireApprovals(ctx context.Context, now time.Time) (int, error)
 }
@@ -399,7 +399,7 @@ func (s *Service) Decide(ctx context.Context, id string, decider identity.Princi
 	}
 	// The decision and its record are one transaction: an approval is
 	// never approved without the record of who approved it.
-	out, err := s.st.DecideApprovalAudited(ctx, id, to, decider.ID(), reason, now, build)
+	out, err := s.st.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: id, To: to, DecidedBy: decider.ID(), Reason: reason, Now: now}, build)
 	if errors.Is(err, store.ErrConflict) {
 		// Decided or expired since it was read: say which.
 		if a, err := s.st.GetApproval(ctx, id); err == nil {
@@ -457,7 +457,7 @@ func (s *Service) Consume(ctx context.Context, b Binding, e *store.Execution, re
 			exec.ApprovalID = a.ID
 			start = &exec
 		}
-		out, exec, started, err := s.st.ConsumeApprovalAudited(ctx, a.ID, b, now, start, build)
+		out, exec, started, err := s.st.ConsumeApprovalAudited(ctx, store.ConsumeApprovalParams{ID: a.ID, Binding: b, Now: now, Execution: start}, build)
 		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 			continue // another call took it first
 		}

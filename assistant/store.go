@@ -23,7 +23,7 @@ type Store interface {
 	CloseRun(ctx context.Context, runID string, to store.RunStatus, turnEnd store.TurnEndFunc) (store.Run, error)
 	DeleteRun(ctx context.Context, runID string, turnEnd store.TurnEndFunc) error
 	RequeueRun(ctx context.Context, runID string) (store.Run, error)
-	ContinueRun(ctx context.Context, from string, child store.Run, first, note store.NewEvent, summary *store.ContextSnapshot, maxActive int) (_ store.Run, created bool, _ error)
+	ContinueRun(ctx context.Context, p store.ContinueRunParams) (_ store.Run, created bool, _ error)
 	ChildRuns(ctx context.Context, runID string) ([]string, error)
 	SearchMessages(ctx context.Context, owner, query string, limit int) ([]store.MessageMatch, error)
 	ListMessages(ctx context.Context, runID string, q store.MessageQuery) ([]store.Event, error)

@@ -39,7 +39,7 @@ func TestConsumeFailureIsNoNewApproval(t *testing.T) {
 	cs := e.connect(alice, "", nil, "")
 	args := map[string]any{"name": "n", "body": "b"}
 	id := approvalMeta(t, call(t, cs, "notes_write", args, nil))["id"]
-	if _, err := e.store.DecideApprovalAudited(t.Context(), id, store.ApprovalApproved, alice, "", time.Now(), nil); err != nil {
+	if _, err := e.store.DecideApprovalAudited(t.Context(), store.DecideApprovalParams{ID: id, To: store.ApprovalApproved, DecidedBy: alice, Now: time.Now()}, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -106,7 +106,7 @@ func newApprovedCall(t *testing.T, st store.Store) *approvedCall {
 	}})
 	ac.cs = ac.connect(alice, "", nil, "")
 	ac.id = approvalMeta(t, ac.write(t))["id"]
-	if _, err := ac.store.DecideApprovalAudited(t.Context(), ac.id, store.ApprovalApproved, alice, "", time.Now(), nil); err != nil {
+	if _, err := ac.store.DecideApprovalAudited(t.Context(), store.DecideApprovalParams{ID: ac.id, To: store.ApprovalApproved, DecidedBy: alice, Now: time.Now()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return ac

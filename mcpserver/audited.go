@@ -63,7 +63,7 @@ func (a LogAuditor) Record(ctx context.Context, e Event) error {
 type ExecutionStore interface {
 	GetExecution(ctx context.Context, key string) (store.Execution, error)
 	BeginExecutionAudited(ctx context.Context, e store.Execution, build func(head store.AuditHead) (store.AuditRecord, error)) (_ store.Execution, started bool, _ error)
-	FinishExecutionAudited(ctx context.Context, idempotencyKey string, status store.ExecutionStatus, result json.RawMessage, now time.Time, build func(head store.AuditHead) (store.AuditRecord, error)) (store.Execution, error)
+	FinishExecutionAudited(ctx context.Context, p store.FinishExecutionParams, build func(head store.AuditHead) (store.AuditRecord, error)) (store.Execution, error)
 	AwaitInputAudited(ctx context.Context, idempotencyKey, approvalID string, now time.Time, build func(head store.AuditHead) (store.AuditRecord, error)) (store.Execution, error)
 	MarkOutcomeUnknownAudited(ctx context.Context, olderThan time.Time, build func(e store.Execution) func(head store.AuditHead) (store.AuditRecord, error)) ([]store.Execution, error)
 	EndAwaitingInputAudited(ctx context.Context, olderThan, now time.Time, result json.RawMessage, build func(e store.Execution) func(head store.AuditHead) (store.AuditRecord, error)) ([]store.Execution, error)
@@ -95,7 +95,7 @@ func (x AuditedExecutions) FinishExecution(ctx context.Context, key string, stat
 	if err != nil {
 		return store.Execution{}, err
 	}
-	return x.Store.FinishExecutionAudited(ctx, key, status, result, now, build)
+	return x.Store.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: key, Status: status, Result: result, Now: now}, build)
 }
 
 func (x AuditedExecutions) AwaitInput(ctx context.Context, key, approvalID string, now time.Time, ev Event) error {

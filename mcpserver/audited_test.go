@@ -54,7 +54,7 @@ func TestResourceApprovalThroughTheService(t *testing.T) {
 	if _, _, _, err := a.Consume(t.Context(), b, nil, ev); !errors.Is(err, ErrNotApproved) {
 		t.Fatalf("consume before the decision: %v", err)
 	}
-	if _, err := st.DecideApprovalAudited(t.Context(), req.ID, store.ApprovalApproved, b.Principal, "", time.Now(), nil); err != nil {
+	if _, err := st.DecideApprovalAudited(t.Context(), store.DecideApprovalParams{ID: req.ID, To: store.ApprovalApproved, DecidedBy: b.Principal, Now: time.Now()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	used, _, _, err := a.Consume(t.Context(), b, nil, ev)

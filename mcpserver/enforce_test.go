@@ -176,7 +176,7 @@ func TestApprovalFlow(t *testing.T) {
 		t.Fatal("the note was written before approval")
 	}
 
-	if _, err := e.store.DecideApprovalAudited(t.Context(), a["id"], store.ApprovalApproved, alice, "fine", time.Now(), nil); err != nil {
+	if _, err := e.store.DecideApprovalAudited(t.Context(), store.DecideApprovalParams{ID: a["id"], To: store.ApprovalApproved, DecidedBy: alice, Reason: "fine", Now: time.Now()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Other arguments, or another user, do not match the approval.

@@ -308,7 +308,7 @@ func TestFeaturePolicy(t *testing.T) {
 	if err != nil || ap.Binding.Tool != "read_resource:b__test://static-text" || ap.Binding.Server != "b" {
 		t.Fatalf("the pending approval = %+v, %v", ap, err)
 	}
-	if _, err := e.store.DecideApprovalAudited(ctx, id, store.ApprovalApproved, alice, "", time.Now(), nil); err != nil {
+	if _, err := e.store.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: id, To: store.ApprovalApproved, DecidedBy: alice, Now: time.Now()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "b__test://static-text"})

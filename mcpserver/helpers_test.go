@@ -283,7 +283,7 @@ func (x *storeExecutions) FinishExecution(ctx context.Context, key string, statu
 	if x.audit.failing() {
 		return store.Execution{}, errors.New("the audit log is unavailable")
 	}
-	rec, err := x.s.FinishExecutionAudited(ctx, key, status, result, now, nil)
+	rec, err := x.s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: key, Status: status, Result: result, Now: now}, nil)
 	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 		// As the store's FinishExecutionAudited: the event is recorded.
 		return store.Execution{}, errors.Join(err, x.audit.Record(ctx, ev))
@@ -362,7 +362,7 @@ func (a storeApprovals) Consume(ctx context.Context, b store.ApprovalBinding, e 
 	if e != nil {
 		e.ApprovalID = found.ID
 	}
-	used, rec, started, err := a.s.ConsumeApprovalAudited(ctx, found.ID, b, time.Now(), e, nil)
+	used, rec, started, err := a.s.ConsumeApprovalAudited(ctx, store.ConsumeApprovalParams{ID: found.ID, Binding: b, Now: time.Now(), Execution: e}, nil)
 	if errors.Is(err, store.ErrConflict) {
 		return store.Approval{}, store.Execution{}, false, ErrNotApproved
 	}

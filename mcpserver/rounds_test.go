@@ -226,7 +226,7 @@ func TestInputRequestsOneApproval(t *testing.T) {
 		t.Fatalf("the first call = %+v, %v; want approval required", pending, err)
 	}
 	id, _ := pending.Meta[MetaApproval].(map[string]any)["id"].(string)
-	if _, err := e.store.DecideApprovalAudited(t.Context(), id, store.ApprovalApproved, alice, "", time.Now(), nil); err != nil {
+	if _, err := e.store.DecideApprovalAudited(t.Context(), store.DecideApprovalParams{ID: id, To: store.ApprovalApproved, DecidedBy: alice, Now: time.Now()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	status := func() store.ApprovalStatus { return approvalStatus(t, e, id) }
@@ -417,7 +417,7 @@ func TestInputRequestsFeatureApproval(t *testing.T) {
 	cs := e.connect(alice, "", rounds(), "2026-07-28")
 	_, err := cs.GetPrompt(t.Context(), &mcp.GetPromptParams{Name: "as__greet"})
 	id := approvalOf(t, err)
-	if _, err := e.store.DecideApprovalAudited(t.Context(), id, store.ApprovalApproved, alice, "", time.Now(), nil); err != nil {
+	if _, err := e.store.DecideApprovalAudited(t.Context(), store.DecideApprovalParams{ID: id, To: store.ApprovalApproved, DecidedBy: alice, Now: time.Now()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	status := func() store.ApprovalStatus { return approvalStatus(t, e, id) }

@@ -100,6 +100,30 @@ func (a Approval) EndedAt() time.Time {
 	return a.UpdatedAt
 }
 
+// DecideApprovalParams is what DecideApprovalAudited takes: the decision
+// of the approval ID.
+type DecideApprovalParams struct {
+	ID string
+	// To is approved or denied.
+	To ApprovalStatus
+	// DecidedBy is the principal id of who decides; Reason, why.
+	DecidedBy string
+	Reason    string
+	// Now is when; an approval expired at Now cannot be decided.
+	Now time.Time
+}
+
+// ConsumeApprovalParams is what ConsumeApprovalAudited takes: the use of
+// the approval ID by the call Binding, at Now.
+type ConsumeApprovalParams struct {
+	ID      string
+	Binding ApprovalBinding
+	Now     time.Time
+	// Execution, when not nil, is started with the use (its StartedAt,
+	// when zero, is Now).
+	Execution *Execution
+}
+
 // MaxDecidedApprovals bounds one page of ListDecidedApprovals.
 const MaxDecidedApprovals = 100
 
@@ -509,7 +533,8 @@ func (c *core) ListDecidedApprovals(ctx context.Context, q DecidedApprovals) ([]
 	return out, c.fail(err)
 }
 
-func (c *core) DecideApprovalAudited(ctx context.Context, id string, to ApprovalStatus, decidedBy, reason string, now time.Time, build func(AuditHead) (AuditRecord, error)) (Approval, error) {
+func (c *core) DecideApprovalAudited(ctx context.Context, p DecideApprovalParams, build func(AuditHead) (AuditRecord, error)) (Approval, error) {
+	id, to, decidedBy, reason, now := p.ID, p.To, p.DecidedBy, p.Reason, p.Now
 	if err := checkDecision(to, decidedBy, reason, now); err != nil {
 		return Approval{}, err
 	}
@@ -558,7 +583,8 @@ func (c *core) FindApproved(ctx context.Context, b ApprovalBinding, now time.Tim
 
 // ConsumeApprovalAudited: the consumption and the execution's insert,
 // which may wait for row locks, come before the audit lock.
-func (c *core) ConsumeApprovalAudited(ctx context.Context, id string, b ApprovalBinding, now time.Time, e *Execution, build func(AuditHead) (AuditRecord, error)) (Approval, Execution, bool, error) {
+func (c *core) ConsumeApprovalAudited(ctx context.Context, p ConsumeApprovalParams, build func(AuditHead) (AuditRecord, error)) (Approval, Execution, bool, error) {
+	id, b, now, e := p.ID, p.Binding, p.Now, p.Execution
 	if err := invalid(checkBinding("binding", b), checkNow(now)); err != nil {
 		return Approval{}, Execution{}, false, err
 	}

@@ -28,17 +28,17 @@ func TestPostgresApprovalRecordsInTheChain(t *testing.T) {
 	if _, err := s.AppendAudit(ctx, link("decision")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DecideApprovalAudited(ctx, "apr-1", store.ApprovalApproved, "bob", "", now, link("approval_decided")); err != nil {
+	if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: "apr-1", To: store.ApprovalApproved, DecidedBy: "bob", Now: now}, link("approval_decided")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.AppendAudit(ctx, link("decision")); err != nil {
 		t.Fatal(err)
 	}
 	e := store.Execution{IdempotencyKey: "k", Principal: b.Principal, Tool: b.Tool, ArgumentsHash: b.ArgumentsHash, ApprovalID: "apr-1"}
-	if _, _, started, err := s.ConsumeApprovalAudited(ctx, "apr-1", b, now, &e, link("approval_consumed")); err != nil || !started {
+	if _, _, started, err := s.ConsumeApprovalAudited(ctx, store.ConsumeApprovalParams{ID: "apr-1", Binding: b, Now: now, Execution: &e}, link("approval_consumed")); err != nil || !started {
 		t.Fatalf("ConsumeApprovalAudited = started %v, %v", started, err)
 	}
-	if _, err := s.FinishExecutionAudited(ctx, "k", store.ExecutionSucceeded, nil, now, link("executed")); err != nil {
+	if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: "k", Status: store.ExecutionSucceeded, Now: now}, link("executed")); err != nil {
 		t.Fatal(err)
 	}
 	records := auditLog(t, s)

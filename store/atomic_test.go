@@ -294,7 +294,7 @@ func newAtomicApproval(t *testing.T, s Store, id, tool string, status ApprovalSt
 		t.Fatalf("CreateApproval(%s): %v", id, err)
 	}
 	if status == ApprovalApproved {
-		if _, err := s.DecideApprovalAudited(ctx, id, ApprovalApproved, "bob", "", now.Add(-time.Second), nil); err != nil {
+		if _, err := s.DecideApprovalAudited(ctx, DecideApprovalParams{ID: id, To: ApprovalApproved, DecidedBy: "bob", Now: now.Add(-time.Second)}, nil); err != nil {
 			t.Fatalf("DecideApproval(%s): %v", id, err)
 		}
 	}
@@ -313,7 +313,7 @@ func TestAtomicAudited(t *testing.T) {
 			newAtomicApproval(t, s, "apr-decide", "notes_write", ApprovalPending)
 			before := atomicApprovalState(t, s, "apr-decide")
 			calls := 0
-			_, err := s.DecideApprovalAudited(ctx, "apr-decide", ApprovalApproved, "bob", "fine", time.Now(), atomicFailingBuild(&calls))
+			_, err := s.DecideApprovalAudited(ctx, DecideApprovalParams{ID: "apr-decide", To: ApprovalApproved, DecidedBy: "bob", Reason: "fine", Now: time.Now()}, atomicFailingBuild(&calls))
 			if !errors.Is(err, errAtomicFault) || calls == 0 {
 				t.Fatalf("DecideApprovalAudited with a failing build = %v after %d builds; want the build's error", err, calls)
 			}
@@ -324,7 +324,7 @@ func TestAtomicAudited(t *testing.T) {
 				t.Errorf("the audit log holds %d records, want none", n)
 			}
 
-			a, err := s.DecideApprovalAudited(ctx, "apr-decide", ApprovalApproved, "bob", "fine", time.Now(), atomicAuditBuild("approval_decided"))
+			a, err := s.DecideApprovalAudited(ctx, DecideApprovalParams{ID: "apr-decide", To: ApprovalApproved, DecidedBy: "bob", Reason: "fine", Now: time.Now()}, atomicAuditBuild("approval_decided"))
 			if err != nil || a.Status != ApprovalApproved {
 				t.Fatalf("DecideApprovalAudited = %s, %v; want approved", a.Status, err)
 			}
@@ -342,7 +342,7 @@ func TestAtomicAudited(t *testing.T) {
 			e := Execution{IdempotencyKey: "exec-consume", Principal: b.Principal, Tool: b.Tool, ArgumentsHash: b.ArgumentsHash, ApprovalID: "apr-consume"}
 			calls := 0
 			ee := e
-			_, _, _, err := s.ConsumeApprovalAudited(ctx, "apr-consume", b, time.Now(), &ee, atomicFailingBuild(&calls))
+			_, _, _, err := s.ConsumeApprovalAudited(ctx, ConsumeApprovalParams{ID: "apr-consume", Binding: b, Now: time.Now(), Execution: &ee}, atomicFailingBuild(&calls))
 			if !errors.Is(err, errAtomicFault) || calls == 0 {
 				t.Fatalf("ConsumeApprovalAudited with a failing build = %v after %d builds; want the build's error", err, calls)
 			}
@@ -357,7 +357,7 @@ func TestAtomicAudited(t *testing.T) {
 			}
 
 			ee = e
-			a, _, started, err := s.ConsumeApprovalAudited(ctx, "apr-consume", b, time.Now(), &ee, atomicAuditBuild("approval_consumed"))
+			a, _, started, err := s.ConsumeApprovalAudited(ctx, ConsumeApprovalParams{ID: "apr-consume", Binding: b, Now: time.Now(), Execution: &ee}, atomicAuditBuild("approval_consumed"))
 			if err != nil || !started || a.Status != ApprovalConsumed {
 				t.Fatalf("ConsumeApprovalAudited = %s, started %v, %v; want consumed and started", a.Status, started, err)
 			}

@@ -83,7 +83,7 @@ func beginExecution(t *testing.T, s store.Store) store.Execution {
 func finishExecution(ctx context.Context, s store.Store, e store.Execution) <-chan error {
 	finished := make(chan error, 1)
 	go func() {
-		_, err := s.FinishExecutionAudited(ctx, e.IdempotencyKey, store.ExecutionSucceeded, nil, time.Now(), link("executed"))
+		_, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: e.IdempotencyKey, Status: store.ExecutionSucceeded, Now: time.Now()}, link("executed"))
 		finished <- err
 	}()
 	return finished

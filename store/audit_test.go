@@ -70,7 +70,7 @@ func TestPostgresAuditAppendersTakeTurns(t *testing.T) {
 		if err != nil || !started || got.Status != store.ExecutionStarted {
 			t.Fatalf("begin %d = %+v, started %v, %v; want started", i, got, started, err)
 		}
-		if _, err := s.FinishExecutionAudited(t.Context(), e.IdempotencyKey, store.ExecutionSucceeded, nil, time.Now(), link(kind+"_done")); err != nil {
+		if _, err := s.FinishExecutionAudited(t.Context(), store.FinishExecutionParams{IdempotencyKey: e.IdempotencyKey, Status: store.ExecutionSucceeded, Now: time.Now()}, link(kind+"_done")); err != nil {
 			t.Fatalf("finish %d: %v", i, err)
 		}
 	}

@@ -28,8 +28,26 @@ RETURNING ` + runColumns)
 	childRuns = sql1(`SELECT id FROM runs WHERE parent_run_id = $1 AND deleted_at IS NULL ORDER BY created_at, id`)
 )
 
-// ContinueRun continues the run from in child, a new run of the same
-// owner, in one transaction: child is created InProgress with no turn
+// ContinueRunParams is what ContinueRun takes.
+type ContinueRunParams struct {
+	// From is the run continued.
+	From string
+	// Child is the new run that continues it.
+	Child Run
+	// First opens Child's log: a message event, the summary its history
+	// starts from.
+	First NewEvent
+	// Note is appended to From: the event that names the child.
+	Note NewEvent
+	// Summary, when not nil, is Child's context snapshot version 1,
+	// covering First.
+	Summary *ContextSnapshot
+	// MaxActive is how many active runs the owner may have besides From.
+	MaxActive int
+}
+
+// ContinueRun continues the run from (p.From; and so for each field of
+// p) in child, a new run of the same owner, in one transaction: child is created InProgress with no turn
 // queued, naming from as its parent (child.ParentRunID is set to from;
 // child.ParentVersion is kept), its log opened with first (a message
 // event: the summary its history starts from) and, when summary is not
@@ -43,7 +61,8 @@ RETURNING ` + runColumns)
 // child.IdempotencyKey of a run the owner has, that run is returned and
 // created is false. ErrLimit when the owner has maxActive active runs
 // besides from.
-func (c *core) ContinueRun(ctx context.Context, from string, child Run, first, note NewEvent, summary *ContextSnapshot, maxActive int) (_ Run, created bool, _ error) {
+func (c *core) ContinueRun(ctx context.Context, p ContinueRunParams) (_ Run, created bool, _ error) {
+	from, child, first, note, summary, maxActive := p.From, p.Child, p.First, p.Note, p.Summary, p.MaxActive
 	child.Status, child.ParentRunID = RunInProgress, from
 	if err := checkNewRun(child); err != nil {
 		return Run{}, false, err

@@ -58,6 +58,17 @@ type Execution struct {
 	FinishedAt time.Time
 }
 
+// FinishExecutionParams is what FinishExecutionAudited takes: how the
+// started execution IdempotencyKey ended, at Now.
+type FinishExecutionParams struct {
+	IdempotencyKey string
+	// Status is succeeded, failed or outcome_unknown.
+	Status ExecutionStatus
+	// Result is the tool's result as JSON; none for outcome_unknown.
+	Result json.RawMessage
+	Now    time.Time
+}
+
 // executionColumns is the column list of an Execution, in field order.
 const executionColumns = `idempotency_key, principal, tool, arguments_hash,
 	coalesce(approval_id, ''), coalesce(run_id, ''), status, result, started_at, finished_at`
@@ -258,7 +269,8 @@ func (c *core) GetExecution(ctx context.Context, idempotencyKey string) (Executi
 // FinishExecutionAudited appends the record whether or not the execution
 // was finished by it. PostgreSQL's store overrides it with its queue of
 // appends, for a build.
-func (c *core) FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(AuditHead) (AuditRecord, error)) (Execution, error) {
+func (c *core) FinishExecutionAudited(ctx context.Context, p FinishExecutionParams, build func(AuditHead) (AuditRecord, error)) (Execution, error) {
+	idempotencyKey, status, result, now := p.IdempotencyKey, p.Status, p.Result, p.Now
 	if err := checkFinish(idempotencyKey, status, result, now); err != nil {
 		return Execution{}, err
 	}

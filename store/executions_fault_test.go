@@ -41,7 +41,7 @@ func TestPostgresAuditedExecutionAfterTerminatedConnections(t *testing.T) {
 		if attempt == 10 {
 			t.Fatalf("the finish failed %d times in a row", attempt)
 		}
-		_, err := s.FinishExecutionAudited(ctx, "k", store.ExecutionSucceeded, result, time.Now(), build(audit.KindExecuted))
+		_, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: "k", Status: store.ExecutionSucceeded, Result: result, Now: time.Now()}, build(audit.KindExecuted))
 		if err == nil {
 			break
 		}

@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -88,10 +86,11 @@ func (s *postgresStore) BeginExecutionAudited(ctx context.Context, e Execution, 
 // how a call ended, so it may ride in the transaction of the next append;
 // unless ctx is marked WriteNow, when it is written as one that is waited
 // for.
-func (s *postgresStore) FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(AuditHead) (AuditRecord, error)) (Execution, error) {
+func (s *postgresStore) FinishExecutionAudited(ctx context.Context, p FinishExecutionParams, build func(AuditHead) (AuditRecord, error)) (Execution, error) {
 	if build == nil {
-		return s.core.FinishExecutionAudited(ctx, idempotencyKey, status, result, now, nil)
+		return s.core.FinishExecutionAudited(ctx, p, nil)
 	}
+	idempotencyKey, status, result, now := p.IdempotencyKey, p.Status, p.Result, p.Now
 	if err := checkFinish(idempotencyKey, status, result, now); err != nil {
 		return Execution{}, err
 	}

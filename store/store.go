@@ -217,14 +217,15 @@ type Store interface {
 	// is returned with created false and nothing is written (the limit is
 	// not checked). ErrLimit when the owner is at the limit.
 	OpenRun(ctx context.Context, r Run, maxActive int, first *NewEvent) (_ Run, created bool, _ error)
-	// ContinueRun continues the run from in child, a new run of the same
-	// owner whose log opens with the message first (the summary its
-	// history starts from), and, with summary, whose context snapshot 1
-	// covers it; from gets note appended and is completed — all in one
-	// transaction (continue.go). from must be the owner's and live
-	// (ErrNotFound), between turns with nothing waiting (ErrConflict);
-	// ErrLimit as OpenRun; an IdempotencyKey returns the run it made.
-	ContinueRun(ctx context.Context, from string, child Run, first, note NewEvent, summary *ContextSnapshot, maxActive int) (_ Run, created bool, _ error)
+	// ContinueRun continues the run p.From in p.Child, a new run of the
+	// same owner whose log opens with the message p.First (the summary
+	// its history starts from), and, with p.Summary, whose context
+	// snapshot 1 covers it; p.From gets p.Note appended and is completed
+	// — all in one transaction (continue.go). p.From must be the owner's
+	// and live (ErrNotFound), between turns with nothing waiting
+	// (ErrConflict); ErrLimit as OpenRun, with p.MaxActive; an
+	// IdempotencyKey returns the run it made.
+	ContinueRun(ctx context.Context, p ContinueRunParams) (_ Run, created bool, _ error)
 	// StopTurn ends the run's turn now (stop.go): the open turn, or the
 	// turn of the first user message waiting for one, which never starts;
 	// end(turnSeq, started) gives the events that end it (a turn not
@@ -403,29 +404,29 @@ type Store interface {
 	// RunID naming no run with ErrNotFound. build may be called more than
 	// once; a nil build (a service without an audit log) appends nothing.
 	CreateApprovalAudited(ctx context.Context, a Approval, build func(head AuditHead) (AuditRecord, error)) (_ Approval, created bool, _ error)
-	// DecideApprovalAudited moves a pending approval that has not expired
-	// at now to approved or denied, as a compare-and-swap recording who
-	// decided, why, and when, and appends build's record as AppendAudit
+	// DecideApprovalAudited moves the pending approval p.ID, when it has
+	// not expired at p.Now, to p.To (approved or denied), as a
+	// compare-and-swap recording who decided, why, and when, and appends build's record as AppendAudit
 	// does, in one transaction: a failure, or a decision refused, writes
 	// neither. ErrNotFound when the approval does not exist, ErrConflict
-	// when it is not pending or has expired, ErrInvalid when to is
+	// when it is not pending or has expired, ErrInvalid when p.To is
 	// neither. build may be called more than once; a nil build appends
 	// nothing.
-	DecideApprovalAudited(ctx context.Context, id string, to ApprovalStatus, decidedBy, reason string, now time.Time, build func(head AuditHead) (AuditRecord, error)) (Approval, error)
-	// ConsumeApprovalAudited uses the approval once: in one atomic update
-	// it moves it from approved to consumed, provided it has not expired
-	// at now and its binding equals b in every field. In the same
-	// transaction it appends build's record as AppendAudit does and, when
-	// e is not nil, starts the execution *e as BeginExecutionAudited
-	// does: a failure, or a consumption refused, writes none of them.
+	DecideApprovalAudited(ctx context.Context, p DecideApprovalParams, build func(head AuditHead) (AuditRecord, error)) (Approval, error)
+	// ConsumeApprovalAudited uses the approval p.ID once: in one atomic
+	// update it moves it from approved to consumed, provided it has not
+	// expired at p.Now and its binding equals p.Binding in every field. In
+	// the same transaction it appends build's record as AppendAudit does
+	// and, when p.Execution is not nil, starts that execution as
+	// BeginExecutionAudited does: a failure, or a consumption refused, writes none of them.
 	// ErrNotFound when the approval does not exist; ErrConflict when it
 	// exists but is not approved, has expired, or is bound to another
-	// call. Of concurrent consumers, one succeeds. When e's key already
-	// names an execution, nothing is written either: the approval stays
+	// call. Of concurrent consumers, one succeeds. When p.Execution's key
+	// already names an execution, nothing is written either: the approval stays
 	// approved, and that execution is returned with started false,
 	// whichever call it is of. build may be called more than once; a nil
 	// build appends nothing.
-	ConsumeApprovalAudited(ctx context.Context, id string, b ApprovalBinding, now time.Time, e *Execution, build func(head AuditHead) (AuditRecord, error)) (_ Approval, _ Execution, started bool, _ error)
+	ConsumeApprovalAudited(ctx context.Context, p ConsumeApprovalParams, build func(head AuditHead) (AuditRecord, error)) (_ Approval, _ Execution, started bool, _ error)
 	// RevokeApprovalsAudited revokes the tool's pending and approved (not
 	// yet consumed) approvals whose definition hash is not
 	// keepDefinitionHash, and returns how many; when it revokes any, it
@@ -483,9 +484,9 @@ type Store interface {
 	// with one durable write. build may be called more than once; a nil
 	// build appends nothing.
 	BeginExecutionAudited(ctx context.Context, e Execution, build func(head AuditHead) (AuditRecord, error)) (_ Execution, started bool, _ error)
-	// FinishExecutionAudited records how a started execution ended
-	// (succeeded or failed) and its result, as a compare-and-swap from
-	// started, and appends build's record as AppendAudit does, in one
+	// FinishExecutionAudited records how the started execution
+	// p.IdempotencyKey ended (p.Status: succeeded or failed) and its
+	// p.Result, at p.Now, as a compare-and-swap from started, and appends build's record as AppendAudit does, in one
 	// transaction: a failure writes neither. ErrNotFound when the
 	// execution does not exist, ErrConflict when it is not started
 	// (already finished, or marked outcome_unknown); the record is
@@ -493,7 +494,7 @@ type Store interface {
 	// that cannot record how its call ended finishes it outcome_unknown,
 	// without a result. build may be called more than once; a nil build
 	// appends nothing.
-	FinishExecutionAudited(ctx context.Context, idempotencyKey string, status ExecutionStatus, result json.RawMessage, now time.Time, build func(head AuditHead) (AuditRecord, error)) (Execution, error)
+	FinishExecutionAudited(ctx context.Context, p FinishExecutionParams, build func(head AuditHead) (AuditRecord, error)) (Execution, error)
 
 	// AppendSnapshot stores s as the next version of its run's context
 	// snapshot (snapshots.go) and returns it as stored; the store sets

@@ -365,7 +365,7 @@ func TestProcessesAppendWithExecutions(t *testing.T) {
 					if err == nil {
 						e.Kind, e.Outcome = audit.KindExecuted, "succeeded"
 						if build, err = log.Builder(e); err == nil {
-							_, err = st.FinishExecutionAudited(t.Context(), key, store.ExecutionSucceeded, nil, time.Now(), build)
+							_, err = st.FinishExecutionAudited(t.Context(), store.FinishExecutionParams{IdempotencyKey: key, Status: store.ExecutionSucceeded, Now: time.Now()}, build)
 						}
 					}
 					if err != nil {

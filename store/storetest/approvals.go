@@ -70,7 +70,7 @@ func (f *approvalFixture) create(a store.Approval) store.Approval {
 func (f *approvalFixture) approved(id string, b store.ApprovalBinding) store.Approval {
 	f.t.Helper()
 	f.create(f.approval(id, b))
-	a, err := f.s.DecideApprovalAudited(f.t.Context(), id, store.ApprovalApproved, "issuer|tenant|alice", "fine", f.now.Add(time.Minute), nil)
+	a, err := f.s.DecideApprovalAudited(f.t.Context(), store.DecideApprovalParams{ID: id, To: store.ApprovalApproved, DecidedBy: "issuer|tenant|alice", Reason: "fine", Now: f.now.Add(time.Minute)}, nil)
 	if err != nil {
 		f.t.Fatalf("DecideApproval(%s): %v", id, err)
 	}
@@ -80,7 +80,7 @@ func (f *approvalFixture) approved(id string, b store.ApprovalBinding) store.App
 // consume uses the approval id, bound to b, with no execution and no
 // audit record.
 func consume(ctx context.Context, s store.Store, id string, b store.ApprovalBinding, now time.Time) (store.Approval, error) {
-	a, _, _, err := s.ConsumeApprovalAudited(ctx, id, b, now, nil, nil)
+	a, _, _, err := s.ConsumeApprovalAudited(ctx, store.ConsumeApprovalParams{ID: id, Binding: b, Now: now}, nil)
 	return a, err
 }
 
@@ -307,7 +307,7 @@ func testListApprovals(t *testing.T, s store.Store) {
 	carol := testBinding()
 	carol.Principal = "issuer|fabrikam|carol"
 	mk("apr-e", carol, 5, "grp-reviewers")
-	if _, err := s.DecideApprovalAudited(ctx, "apr-c", store.ApprovalDenied, alice.Principal, "no", f.now.Add(5*time.Minute), nil); err != nil {
+	if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: "apr-c", To: store.ApprovalDenied, DecidedBy: alice.Principal, Reason: "no", Now: f.now.Add(5 * time.Minute)}, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -362,7 +362,7 @@ func testDecideApproval(t *testing.T, s store.Store) {
 	a := f.create(f.approval("apr-1", testBinding()))
 	at := f.now.Add(time.Minute)
 
-	got, err := s.DecideApprovalAudited(ctx, a.ID, store.ApprovalApproved, "issuer|tenant|bob", "looks right", at, nil)
+	got, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: a.ID, To: store.ApprovalApproved, DecidedBy: "issuer|tenant|bob", Reason: "looks right", Now: at}, nil)
 	if err != nil {
 		t.Fatalf("DecideApprovalAudited: %v", err)
 	}
@@ -378,11 +378,11 @@ func testDecideApproval(t *testing.T, s store.Store) {
 
 	// Decisions are final.
 	for _, to := range []store.ApprovalStatus{store.ApprovalDenied, store.ApprovalApproved} {
-		if _, err := s.DecideApprovalAudited(ctx, a.ID, to, "issuer|tenant|carol", "", at, nil); !errors.Is(err, store.ErrConflict) {
+		if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: a.ID, To: to, DecidedBy: "issuer|tenant|carol", Now: at}, nil); !errors.Is(err, store.ErrConflict) {
 			t.Errorf("DecideApproval(%s) of a decided approval = %v, want ErrConflict", to, err)
 		}
 	}
-	if _, err := s.DecideApprovalAudited(ctx, "missing", store.ApprovalDenied, "issuer|tenant|bob", "", at, nil); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: "missing", To: store.ApprovalDenied, DecidedBy: "issuer|tenant|bob", Now: at}, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("DecideApproval(missing) = %v, want ErrNotFound", err)
 	}
 
@@ -390,7 +390,7 @@ func testDecideApproval(t *testing.T, s store.Store) {
 	b := testBinding()
 	b.ArgumentsHash = "args-2"
 	late := f.create(f.approval("apr-2", b))
-	if _, err := s.DecideApprovalAudited(ctx, late.ID, store.ApprovalApproved, "issuer|tenant|bob", "", late.ExpiresAt, nil); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: late.ID, To: store.ApprovalApproved, DecidedBy: "issuer|tenant|bob", Now: late.ExpiresAt}, nil); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("DecideApprovalAudited at the expiry = %v, want ErrConflict", err)
 	}
 	if f.status(late.ID) != store.ApprovalPending {
@@ -412,7 +412,7 @@ func testDecideApproval(t *testing.T, s store.Store) {
 		{"no time", store.ApprovalApproved, "bob", "", time.Time{}},
 	}
 	for _, tt := range invalid {
-		if _, err := s.DecideApprovalAudited(ctx, late.ID, tt.to, tt.decidedBy, tt.reason, tt.at, nil); !errors.Is(err, store.ErrInvalid) {
+		if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: late.ID, To: tt.to, DecidedBy: tt.decidedBy, Reason: tt.reason, Now: tt.at}, nil); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("DecideApprovalAudited %s = %v, want ErrInvalid", tt.name, err)
 		}
 	}
@@ -479,7 +479,7 @@ func testConsumeApproval(t *testing.T, s store.Store) {
 		id := fmt.Sprintf("apr-%d", i+2)
 		f.create(f.approval(id, other))
 		if to != store.ApprovalPending {
-			if _, err := s.DecideApprovalAudited(ctx, id, to, b.Principal, "", at, nil); err != nil {
+			if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: id, To: to, DecidedBy: b.Principal, Now: at}, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -548,7 +548,7 @@ func testRevokeApprovals(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	f.create(f.approval("denied-old", with("notes_write", "def-1", "a4")))
-	if _, err := s.DecideApprovalAudited(ctx, "denied-old", store.ApprovalDenied, "x", "", at, nil); err != nil {
+	if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: "denied-old", To: store.ApprovalDenied, DecidedBy: "x", Now: at}, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.create(f.approval("pending-current", with("notes_write", "def-2", "a5")))
@@ -654,11 +654,11 @@ func testExpireApprovals(t *testing.T, s store.Store) {
 	}
 	f.create(with("pending-due", 10))
 	f.create(with("approved-due", 10))
-	if _, err := s.DecideApprovalAudited(ctx, "approved-due", store.ApprovalApproved, "x", "", f.now, nil); err != nil {
+	if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: "approved-due", To: store.ApprovalApproved, DecidedBy: "x", Now: f.now}, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.create(with("denied-due", 10))
-	if _, err := s.DecideApprovalAudited(ctx, "denied-due", store.ApprovalDenied, "x", "", f.now, nil); err != nil {
+	if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: "denied-due", To: store.ApprovalDenied, DecidedBy: "x", Now: f.now}, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.create(with("pending-later", 11))
@@ -747,21 +747,21 @@ func testApprovalsAudited(t *testing.T, s store.Store) {
 
 	// A decision.
 	decidedAt := f.now.Add(time.Minute)
-	if _, err := s.DecideApprovalAudited(ctx, "apr-1", store.ApprovalApproved, "bob", "fine", decidedAt, failing); err != errBuild {
+	if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: "apr-1", To: store.ApprovalApproved, DecidedBy: "bob", Reason: "fine", Now: decidedAt}, failing); err != errBuild {
 		t.Errorf("DecideApprovalAudited with a failing build = %v, want its error as is", err)
 	}
 	if st := f.status("apr-1"); st != store.ApprovalPending {
 		t.Errorf("after a failed audited decision the approval is %s, want pending", st)
 	}
 	records(1, "a failed decision")
-	if d, err := s.DecideApprovalAudited(ctx, "apr-1", store.ApprovalApproved, "bob", "fine", decidedAt, build("approval_decided")); err != nil || d.Status != store.ApprovalApproved || d.DecidedBy != "bob" {
+	if d, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: "apr-1", To: store.ApprovalApproved, DecidedBy: "bob", Reason: "fine", Now: decidedAt}, build("approval_decided")); err != nil || d.Status != store.ApprovalApproved || d.DecidedBy != "bob" {
 		t.Fatalf("DecideApprovalAudited = %+v, %v", d, err)
 	}
 	records(2, "a decision")
-	if _, err := s.DecideApprovalAudited(ctx, "apr-1", store.ApprovalDenied, "bob", "", decidedAt, build("approval_decided")); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: "apr-1", To: store.ApprovalDenied, DecidedBy: "bob", Now: decidedAt}, build("approval_decided")); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("a second DecideApprovalAudited = %v, want ErrConflict", err)
 	}
-	if _, err := s.DecideApprovalAudited(ctx, "missing", store.ApprovalDenied, "bob", "", decidedAt, build("approval_decided")); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: "missing", To: store.ApprovalDenied, DecidedBy: "bob", Now: decidedAt}, build("approval_decided")); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("DecideApprovalAudited(missing) = %v, want ErrNotFound", err)
 	}
 	records(2, "refused decisions")
@@ -770,7 +770,7 @@ func testApprovalsAudited(t *testing.T, s store.Store) {
 	usedAt := f.now.Add(2 * time.Minute)
 	exec := testExecution("consume/call-1", usedAt)
 	exec.ApprovalID = "apr-1"
-	if _, _, _, err := s.ConsumeApprovalAudited(ctx, "apr-1", b, usedAt, &exec, failing); err != errBuild {
+	if _, _, _, err := s.ConsumeApprovalAudited(ctx, store.ConsumeApprovalParams{ID: "apr-1", Binding: b, Now: usedAt, Execution: &exec}, failing); err != errBuild {
 		t.Errorf("ConsumeApprovalAudited with a failing build = %v, want its error as is", err)
 	}
 	if st := f.status("apr-1"); st != store.ApprovalApproved {
@@ -788,7 +788,7 @@ func testApprovalsAudited(t *testing.T, s store.Store) {
 		t.Errorf("GetExecution = %+v, %v; want %+v", got, err, startedExec)
 	}
 	records(3, "a use")
-	if _, _, _, err := s.ConsumeApprovalAudited(ctx, "apr-1", b, usedAt, nil, build("approval_consumed")); !errors.Is(err, store.ErrConflict) {
+	if _, _, _, err := s.ConsumeApprovalAudited(ctx, store.ConsumeApprovalParams{ID: "apr-1", Binding: b, Now: usedAt}, build("approval_consumed")); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("a second ConsumeApprovalAudited = %v, want ErrConflict", err)
 	}
 	records(3, "a refused use")
@@ -800,7 +800,7 @@ func testApprovalsAudited(t *testing.T, s store.Store) {
 	builds = 0
 	taken := testExecution("consume/call-1", usedAt)
 	taken.ArgumentsHash = "args-2"
-	a3, found, started, err := s.ConsumeApprovalAudited(ctx, "apr-3", b2, usedAt, &taken, build("approval_consumed"))
+	a3, found, started, err := s.ConsumeApprovalAudited(ctx, store.ConsumeApprovalParams{ID: "apr-3", Binding: b2, Now: usedAt, Execution: &taken}, build("approval_consumed"))
 	if err != nil || started || !reflect.DeepEqual(found, startedExec) || a3.ID != "" {
 		t.Errorf("ConsumeApprovalAudited with a taken key = %+v, %+v, started %v, %v; want the existing execution, not started", a3, found, started, err)
 	}
@@ -810,7 +810,7 @@ func testApprovalsAudited(t *testing.T, s store.Store) {
 	records(3, "a use with a taken key")
 
 	// Without an execution, the use and its record.
-	if used, _, _, err := s.ConsumeApprovalAudited(ctx, "apr-3", b2, usedAt, nil, build("approval_consumed")); err != nil || used.Status != store.ApprovalConsumed {
+	if used, _, _, err := s.ConsumeApprovalAudited(ctx, store.ConsumeApprovalParams{ID: "apr-3", Binding: b2, Now: usedAt}, build("approval_consumed")); err != nil || used.Status != store.ApprovalConsumed {
 		t.Errorf("ConsumeApprovalAudited without an execution = %+v, %v", used, err)
 	}
 	records(4, "a use without an execution")
@@ -819,7 +819,7 @@ func testApprovalsAudited(t *testing.T, s store.Store) {
 // consumeAudited calls ConsumeApprovalAudited, its results reordered for
 // the test's reading.
 func consumeAudited(s store.Store, t *testing.T, id string, b store.ApprovalBinding, now time.Time, e *store.Execution, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, bool, store.Execution, error) {
-	a, exec, started, err := s.ConsumeApprovalAudited(t.Context(), id, b, now, e, build)
+	a, exec, started, err := s.ConsumeApprovalAudited(t.Context(), store.ConsumeApprovalParams{ID: id, Binding: b, Now: now, Execution: e}, build)
 	return a, started, exec, err
 }
 
@@ -841,8 +841,7 @@ func testConsumeApprovalAuditedRace(t *testing.T, s store.Store) {
 		wg.Go(func() {
 			<-start
 			e := testExecution(fmt.Sprintf("race/call-%d", i), at)
-			_, _, _, errs[i] = s.ConsumeApprovalAudited(t.Context(), a.ID, b, at, &e,
-				chained(store.AuditRecord{At: at.Truncate(time.Microsecond), Kind: "approval_consumed"}))
+			_, _, _, errs[i] = s.ConsumeApprovalAudited(t.Context(), store.ConsumeApprovalParams{ID: a.ID, Binding: b, Now: at, Execution: &e}, chained(store.AuditRecord{At: at.Truncate(time.Microsecond), Kind: "approval_consumed"}))
 		})
 	}
 	close(start)

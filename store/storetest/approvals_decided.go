@@ -37,7 +37,7 @@ func testListDecidedApprovals(t *testing.T, s store.Store) {
 	}
 	decide := func(id string, to store.ApprovalStatus, by string, when time.Duration) {
 		t.Helper()
-		if _, err := s.DecideApprovalAudited(ctx, id, to, by, "because", at(when), nil); err != nil {
+		if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: id, To: to, DecidedBy: by, Reason: "because", Now: at(when)}, nil); err != nil {
 			t.Fatalf("DecideApproval(%s): %v", id, err)
 		}
 	}

@@ -197,7 +197,7 @@ func testAppendAuditConcurrent(t *testing.T, s store.Store) {
 						return
 					}
 					r.Kind = fmt.Sprintf("finish%d_%d", i, k)
-					_, err = s.FinishExecutionAudited(t.Context(), key, store.ExecutionSucceeded, nil, time.Now(), chained(r))
+					_, err = s.FinishExecutionAudited(t.Context(), store.FinishExecutionParams{IdempotencyKey: key, Status: store.ExecutionSucceeded, Now: time.Now()}, chained(r))
 					finished := err == nil
 					if err != nil && !errors.Is(err, store.ErrConflict) {
 						errs[i] = fmt.Errorf("FinishExecutionAudited: %w", err)

@@ -50,7 +50,7 @@ func testContinueRun(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	parent := continueParent(t, s, "run-p", `{"compactRecentMessages": 4}`)
 	child, first, note, summary := continueArgs("run-p", "run-c")
-	got, created, err := s.ContinueRun(ctx, "run-p", child, first, note, summary, 5)
+	got, created, err := s.ContinueRun(ctx, store.ContinueRunParams{From: "run-p", Child: child, First: first, Note: note, Summary: summary, MaxActive: 5})
 	if err != nil || !created {
 		t.Fatalf("ContinueRun = created %v, %v", created, err)
 	}
@@ -85,7 +85,7 @@ func testContinueRun(t *testing.T, s store.Store) {
 	}
 
 	// The same key again: the child, and nothing written.
-	again, created, err := s.ContinueRun(ctx, "run-p", child, first, note, summary, 5)
+	again, created, err := s.ContinueRun(ctx, store.ContinueRunParams{From: "run-p", Child: child, First: first, Note: note, Summary: summary, MaxActive: 5})
 	if err != nil || created || again.ID != "run-c" {
 		t.Errorf("ContinueRun again = %+v, created %v, %v; want the child", again, created, err)
 	}
@@ -94,7 +94,7 @@ func testContinueRun(t *testing.T, s store.Store) {
 	}
 	// A closed run may be continued again, in another child.
 	child2, first2, note2, _ := continueArgs("run-p", "run-c2")
-	if _, created, err := s.ContinueRun(ctx, "run-p", child2, first2, note2, nil, 5); err != nil || !created {
+	if _, created, err := s.ContinueRun(ctx, store.ContinueRunParams{From: "run-p", Child: child2, First: first2, Note: note2, MaxActive: 5}); err != nil || !created {
 		t.Errorf("ContinueRun of a completed run = created %v, %v", created, err)
 	}
 	if ids, _ := s.ChildRuns(ctx, "run-p"); !reflect.DeepEqual(ids, []string{"run-c", "run-c2"}) {
@@ -130,7 +130,7 @@ func testContinueRun(t *testing.T, s store.Store) {
 			if tt.change != nil {
 				tt.change(&child, &first)
 			}
-			if _, _, err := s.ContinueRun(ctx, tt.from, child, first, note, summary, 5); !errors.Is(err, tt.want) {
+			if _, _, err := s.ContinueRun(ctx, store.ContinueRunParams{From: tt.from, Child: child, First: first, Note: note, Summary: summary, MaxActive: 5}); !errors.Is(err, tt.want) {
 				t.Errorf("ContinueRun = %v, want %v", err, tt.want)
 			}
 			unchanged(t, "run-x")
@@ -145,7 +145,7 @@ func testContinueRun(t *testing.T, s store.Store) {
 		}
 		continueParent(t, s, "run-r", "")
 		child, first, note, summary := continueArgs("run-q", "run-x")
-		if _, _, err := s.ContinueRun(ctx, "run-q", child, first, note, summary, 5); !errors.Is(err, store.ErrLimit) {
+		if _, _, err := s.ContinueRun(ctx, store.ContinueRunParams{From: "run-q", Child: child, First: first, Note: note, Summary: summary, MaxActive: 5}); !errors.Is(err, store.ErrLimit) {
 			t.Errorf("ContinueRun over the limit = %v, want ErrLimit", err)
 		}
 		unchanged(t, "run-x")
@@ -156,7 +156,7 @@ func testContinueRun(t *testing.T, s store.Store) {
 		}
 		before, _ := s.GetRun(ctx, "run-r")
 		child, first, note, summary := continueArgs("run-r", "run-y")
-		if _, _, err := s.ContinueRun(ctx, "run-r", child, first, note, summary, 100); !errors.Is(err, store.ErrConflict) {
+		if _, _, err := s.ContinueRun(ctx, store.ContinueRunParams{From: "run-r", Child: child, First: first, Note: note, Summary: summary, MaxActive: 100}); !errors.Is(err, store.ErrConflict) {
 			t.Errorf("ContinueRun with a message waiting = %v, want ErrConflict", err)
 		}
 		if after, _ := s.GetRun(ctx, "run-r"); after != before {
@@ -168,7 +168,7 @@ func testContinueRun(t *testing.T, s store.Store) {
 			t.Fatal(err)
 		}
 		child, first, note, summary := continueArgs("run-l1", "run-z")
-		if _, _, err := s.ContinueRun(ctx, "run-l1", child, first, note, summary, 100); !errors.Is(err, store.ErrNotFound) {
+		if _, _, err := s.ContinueRun(ctx, store.ContinueRunParams{From: "run-l1", Child: child, First: first, Note: note, Summary: summary, MaxActive: 100}); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("ContinueRun of a deleted run = %v, want ErrNotFound", err)
 		}
 	})

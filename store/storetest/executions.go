@@ -65,7 +65,7 @@ func testBeginExecution(t *testing.T, s store.Store) {
 	}
 
 	result := json.RawMessage(`{"content": [{"type":"text", "text":"saved"}]}`)
-	done, err := s.FinishExecutionAudited(ctx, e.IdempotencyKey, store.ExecutionSucceeded, result, now.Add(time.Second), nil)
+	done, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: e.IdempotencyKey, Status: store.ExecutionSucceeded, Result: result, Now: now.Add(time.Second)}, nil)
 	if err != nil {
 		t.Fatalf("FinishExecutionAudited: %v", err)
 	}
@@ -82,10 +82,10 @@ func testBeginExecution(t *testing.T, s store.Store) {
 	if got, started, err := s.BeginExecutionAudited(ctx, in, nil); err != nil || started || !reflect.DeepEqual(got, done) {
 		t.Errorf("BeginExecutionAudited after the end = %+v, started %v, %v; want the finished record", got, started, err)
 	}
-	if _, err := s.FinishExecutionAudited(ctx, e.IdempotencyKey, store.ExecutionFailed, nil, now, nil); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: e.IdempotencyKey, Status: store.ExecutionFailed, Now: now}, nil); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("FinishExecutionAudited of a finished execution = %v, want ErrConflict", err)
 	}
-	if _, err := s.FinishExecutionAudited(ctx, "missing", store.ExecutionFailed, nil, now, nil); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: "missing", Status: store.ExecutionFailed, Now: now}, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("FinishExecution(missing) = %v, want ErrNotFound", err)
 	}
 	if _, err := s.GetExecution(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
@@ -99,7 +99,7 @@ func testBeginExecution(t *testing.T, s store.Store) {
 		t.Fatalf("BeginExecution(bare) = %+v, started %v, %v", b, started, err)
 	}
 	checkStoreTime(t, "StartedAt set by the store", b.StartedAt)
-	if f, err := s.FinishExecutionAudited(ctx, bare.IdempotencyKey, store.ExecutionFailed, nil, now, nil); err != nil || f.Result != nil || f.Status != store.ExecutionFailed {
+	if f, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: bare.IdempotencyKey, Status: store.ExecutionFailed, Now: now}, nil); err != nil || f.Result != nil || f.Status != store.ExecutionFailed {
 		t.Errorf("FinishExecutionAudited without a result = %+v, %v; want failed with a nil result", f, err)
 	}
 
@@ -137,7 +137,7 @@ func testBeginExecution(t *testing.T, s store.Store) {
 		{"no time", store.ExecutionSucceeded, nil, time.Time{}},
 	}
 	for _, tt := range invalidFinish {
-		if _, err := s.FinishExecutionAudited(ctx, "open", tt.status, tt.result, tt.at, nil); !errors.Is(err, store.ErrInvalid) {
+		if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: "open", Status: tt.status, Result: tt.result, Now: tt.at}, nil); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("FinishExecutionAudited %s = %v, want ErrInvalid", tt.name, err)
 		}
 	}
@@ -149,14 +149,14 @@ func testBeginExecution(t *testing.T, s store.Store) {
 	if _, _, err := s.BeginExecutionAudited(ctx, lost, nil); err != nil {
 		t.Fatal(err)
 	}
-	marked, err := s.FinishExecutionAudited(ctx, "lost", store.ExecutionOutcomeUnknown, nil, now.Add(time.Second), nil)
+	marked, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: "lost", Status: store.ExecutionOutcomeUnknown, Now: now.Add(time.Second)}, nil)
 	if err != nil || marked.Status != store.ExecutionOutcomeUnknown || marked.Result != nil || !marked.FinishedAt.Equal(now.Add(time.Second).Truncate(time.Microsecond)) {
 		t.Errorf("FinishExecutionAudited to outcome_unknown = %+v, %v; want outcome_unknown, no result, finished then", marked, err)
 	}
 	if got, started, err := s.BeginExecutionAudited(ctx, lost, nil); err != nil || started || got.Status != store.ExecutionOutcomeUnknown {
 		t.Errorf("BeginExecutionAudited after outcome_unknown = %s, started %v, %v; want outcome_unknown, not started", got.Status, started, err)
 	}
-	if _, err := s.FinishExecutionAudited(ctx, "lost", store.ExecutionSucceeded, nil, now, nil); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: "lost", Status: store.ExecutionSucceeded, Now: now}, nil); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("FinishExecutionAudited after outcome_unknown = %v, want ErrConflict", err)
 	}
 
@@ -255,13 +255,13 @@ func testExecutionsAudited(t *testing.T, s store.Store) {
 	}
 
 	result := json.RawMessage(`{"content":[]}`)
-	if _, err := s.FinishExecutionAudited(ctx, in.IdempotencyKey, store.ExecutionSucceeded, result, now, failing); err != errBuild {
+	if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: in.IdempotencyKey, Status: store.ExecutionSucceeded, Result: result, Now: now}, failing); err != errBuild {
 		t.Errorf("FinishExecutionAudited with a failing build = %v, want its error as is", err)
 	}
 	if got, err := s.GetExecution(ctx, in.IdempotencyKey); err != nil || got.Status != store.ExecutionStarted {
 		t.Errorf("after a failed finish the execution is %s, %v; want still started", got.Status, err)
 	}
-	done, err := s.FinishExecutionAudited(ctx, in.IdempotencyKey, store.ExecutionSucceeded, result, now.Add(time.Second), build("executed"))
+	done, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: in.IdempotencyKey, Status: store.ExecutionSucceeded, Result: result, Now: now.Add(time.Second)}, build("executed"))
 	if err != nil {
 		t.Fatalf("FinishExecutionAudited: %v", err)
 	}
@@ -278,16 +278,16 @@ func testExecutionsAudited(t *testing.T, s store.Store) {
 	}
 	// A finish that finds nothing started records what happened all the
 	// same; one the store refuses records nothing.
-	if _, err := s.FinishExecutionAudited(ctx, in.IdempotencyKey, store.ExecutionFailed, nil, now, build("executed")); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: in.IdempotencyKey, Status: store.ExecutionFailed, Now: now}, build("executed")); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("FinishExecutionAudited of a finished execution = %v, want ErrConflict", err)
 	}
 	if got, err := s.GetExecution(ctx, in.IdempotencyKey); err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("after a second finish GetExecution = %+v, %v; want the first finish, %+v", got, err, want)
 	}
-	if _, err := s.FinishExecutionAudited(ctx, "audited/missing", store.ExecutionFailed, nil, now, build("executed")); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: "audited/missing", Status: store.ExecutionFailed, Now: now}, build("executed")); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("FinishExecutionAudited(missing) = %v, want ErrNotFound", err)
 	}
-	if _, err := s.FinishExecutionAudited(ctx, in.IdempotencyKey, store.ExecutionStarted, nil, now, build("executed")); !errors.Is(err, store.ErrInvalid) {
+	if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: in.IdempotencyKey, Status: store.ExecutionStarted, Now: now}, build("executed")); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("FinishExecutionAudited to started = %v, want ErrInvalid", err)
 	}
 	if n := logLength(); n != 6 {
@@ -335,7 +335,7 @@ func testMarkOutcomeUnknown(t *testing.T, s store.Store) {
 	begin("abandoned-2", now.Add(-2*time.Minute))
 	begin("abandoned-1", now.Add(-3*time.Minute))
 	begin("finished", now.Add(-4*time.Minute))
-	if _, err := s.FinishExecutionAudited(ctx, "finished", store.ExecutionSucceeded, nil, now.Add(-time.Minute), nil); err != nil {
+	if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: "finished", Status: store.ExecutionSucceeded, Now: now.Add(-time.Minute)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	begin("running", now)
@@ -365,7 +365,7 @@ func testMarkOutcomeUnknown(t *testing.T, s store.Store) {
 	}
 	// The late end of an abandoned execution does not overwrite the mark,
 	// and a retry finds the mark rather than running again.
-	if _, err := s.FinishExecutionAudited(ctx, "abandoned-1", store.ExecutionSucceeded, nil, now, nil); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: "abandoned-1", Status: store.ExecutionSucceeded, Now: now}, nil); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("FinishExecutionAudited after the mark = %v, want ErrConflict", err)
 	}
 	if e, started, err := s.BeginExecutionAudited(ctx, testExecution("abandoned-1", now), nil); err != nil || started || e.Status != store.ExecutionOutcomeUnknown {
@@ -390,7 +390,7 @@ func testMarkOutcomeUnknownAudited(t *testing.T, s store.Store) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.FinishExecutionAudited(ctx, "finished", store.ExecutionSucceeded, nil, now.Add(-time.Minute), nil); err != nil {
+	if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: "finished", Status: store.ExecutionSucceeded, Now: now.Add(-time.Minute)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	errBuild := errors.New("hashing failed")

@@ -39,7 +39,7 @@ func testAwaitInput(t *testing.T, s store.Store) {
 	a := f.approved("apr-rounds", b)
 	in := testExecution("rounds/call-1", now)
 	in.ApprovalID = a.ID
-	_, _, started, err := s.ConsumeApprovalAudited(ctx, a.ID, b, now.Add(2*time.Minute), &in, build("approval_consumed"))
+	_, _, started, err := s.ConsumeApprovalAudited(ctx, store.ConsumeApprovalParams{ID: a.ID, Binding: b, Now: now.Add(2 * time.Minute), Execution: &in}, build("approval_consumed"))
 	if err != nil || !started {
 		t.Fatalf("ConsumeApprovalAudited = started %v, %v; want started", started, err)
 	}
@@ -78,7 +78,7 @@ func testAwaitInput(t *testing.T, s store.Store) {
 		t.Errorf("MarkOutcomeUnknownAudited = %v, %v; want nothing marked", marked, err)
 	}
 	// Nor can it be finished while it awaits input.
-	if _, err := s.FinishExecutionAudited(ctx, in.IdempotencyKey, store.ExecutionSucceeded, []byte(`{}`), now, nil); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: in.IdempotencyKey, Status: store.ExecutionSucceeded, Result: []byte(`{}`), Now: now}, nil); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("FinishExecutionAudited of an execution awaiting input = %v, want ErrConflict", err)
 	}
 
@@ -118,7 +118,7 @@ func testAwaitInput(t *testing.T, s store.Store) {
 	if resumed != 1 {
 		t.Errorf("%d racers started the next round, want exactly 1", resumed)
 	}
-	if _, err := s.FinishExecutionAudited(ctx, in.IdempotencyKey, store.ExecutionSucceeded, []byte(`{"done":true}`), second, nil); err != nil {
+	if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: in.IdempotencyKey, Status: store.ExecutionSucceeded, Result: []byte(`{"done":true}`), Now: second}, nil); err != nil {
 		t.Errorf("FinishExecutionAudited of the completing round: %v", err)
 	}
 
@@ -170,7 +170,7 @@ func testEndAwaitingInput(t *testing.T, s store.Store) {
 			}
 		}
 	}
-	if _, err := s.FinishExecutionAudited(ctx, "finished-old", store.ExecutionSucceeded, []byte(`{}`), now.Add(-39*time.Minute), nil); err != nil {
+	if _, err := s.FinishExecutionAudited(ctx, store.FinishExecutionParams{IdempotencyKey: "finished-old", Status: store.ExecutionSucceeded, Result: []byte(`{}`), Now: now.Add(-39 * time.Minute)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	cut := now.Add(-10 * time.Minute)

@@ -488,7 +488,7 @@ func testRunsToResume(t *testing.T, s store.Store) {
 	if runs, err := s.RunsToResume(ctx, 10); err != nil || len(runs) != 0 {
 		t.Fatalf("RunsToResume with a pending approval = %+v, %v; want none", runs, err)
 	}
-	if _, err := s.DecideApprovalAudited(ctx, a.ID, store.ApprovalDenied, "alice", "no", f.now, nil); err != nil {
+	if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: a.ID, To: store.ApprovalDenied, DecidedBy: "alice", Reason: "no", Now: f.now}, nil); err != nil {
 		t.Fatal(err)
 	}
 	runs, err := s.RunsToResume(ctx, 10)
