@@ -1,0 +1,195 @@
+{{/* Names and labels of every object of the chart. */}}
+
+{{- define "usher.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "usher.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "usher.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "usher.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "usher.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "usher.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "usher.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "usher.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The image: repository@digest, or repository:tag (default: appVersion). */}}
+{{- define "usher.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if eq $tag "latest" -}}
+{{- fail "image.tag must name a release, not latest" -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where the configuration and the data are mounted in the container. */}}
+{{- define "usher.configDir" -}}/etc/usher{{- end -}}
+{{- define "usher.dataDir" -}}/data{{- end -}}
+
+{{/*
+usher.yaml: the configuration `usher serve` and `usher migrate` read.
+Secrets are not in it: they come from the environment (usher.env).
+*/}}
+{{- define "usher.config" -}}
+{{- $u := .Values.usher -}}
+{{- if not $u.publicURL -}}
+{{- fail "usher.publicURL is required: the https URL Usher is reached at" -}}
+{{- end -}}
+{{- $server := dict "addr" (printf "0.0.0.0:%d" (int $u.port)) "public_url" $u.publicURL "data_dir" (include "usher.dataDir" .) "shutdown_timeout" (printf "%ds" (int $u.shutdownTimeoutSeconds)) -}}
+{{- with $u.trustedProxies }}{{ $_ := set $server "trusted_proxies" . }}{{ end -}}
+{{- $cfg := dict "server" $server "log" (dict "level" $u.log.level "format" $u.log.format) -}}
+{{- if $u.identity.issuer -}}
+{{- $id := dict "issuer" $u.identity.issuer -}}
+{{- with $u.identity.audiences }}{{ $_ := set $id "audiences" . }}{{ end -}}
+{{- with $u.identity.requiredScopes }}{{ $_ := set $id "required_scopes" . }}{{ end -}}
+{{- with $u.identity.tenants }}{{ $_ := set $id "tenants" . }}{{ end -}}
+{{- $_ := set $cfg "identity" $id -}}
+{{- else if not $u.developmentSignIn -}}
+{{- fail "usher.identity.issuer is required (or usher.developmentSignIn: true, which signs in anyone, for a trial)" -}}
+{{- end -}}
+{{- if $u.web.clientID -}}
+{{- $web := dict "client_id" $u.web.clientID -}}
+{{- with $u.web.scopes }}{{ $_ := set $web "scopes" . }}{{ end -}}
+{{- $_ := set $cfg "web" $web -}}
+{{- end -}}
+{{- $model := dict "provider" $u.model.provider -}}
+{{- with $u.model.baseURL }}{{ $_ := set $model "base_url" . }}{{ end -}}
+{{- with $u.model.name }}{{ $_ := set $model "name" . }}{{ end -}}
+{{- with $u.model.models }}{{ $_ := set $model "models" . }}{{ end -}}
+{{- $_ := set $cfg "model" $model -}}
+{{- with $u.database.maxConns }}{{ $_ := set $cfg "database" (dict "max_conns" .) }}{{ end -}}
+{{- $policy := dict -}}
+{{- if .Values.policy }}{{ $_ := set $policy "file" (printf "%s/policy.cedar" (include "usher.configDir" .)) }}{{ end -}}
+{{- if .Values.toolLock }}{{ $_ := set $policy "lock_file" (printf "%s/tools.lock" (include "usher.configDir" .)) }}{{ end -}}
+{{- with $policy }}{{ $_ := set $cfg "policy" . }}{{ end -}}
+{{- $cfg = mergeOverwrite $cfg (deepCopy $u.extraConfig) -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* The files of the configuration's ConfigMap. */}}
+{{- define "usher.configData" -}}
+usher.yaml: |
+{{- include "usher.config" . | nindent 2 }}
+{{- with .Values.policy }}
+policy.cedar: |
+{{- . | nindent 2 }}
+{{- end }}
+{{- with .Values.toolLock }}
+tools.lock: |
+{{- . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The secrets as USHER_* variables. Each comes from its existingSecret, or
+from the Secret the chart creates when it is given a value (named by the
+argument's "created"), or else from the Secret named as the release's full
+name, which the operator creates. The web client's secret is read when
+web.client_id is set, the model's key (optionally) for the openai provider.
+*/}}
+{{- define "usher.env" -}}
+{{- $root := .root -}}
+{{- $s := $root.Values.secrets -}}
+{{- $creates := include "usher.createsSecret" $root -}}
+{{- $u := $root.Values.usher -}}
+{{- range $item := list (list "keyEncryptionKey" "USHER_BROKER_KEY_ENCRYPTION_KEY" true false) (list "databaseURL" "USHER_DATABASE_URL" true false) (list "oidcClientSecret" "USHER_WEB_CLIENT_SECRET" (not (empty $u.web.clientID)) false) (list "modelAPIKey" "USHER_MODEL_API_KEY" (eq $u.model.provider "openai") true) }}
+{{- $name := index $item 0 -}}
+{{- $ref := index $s $name -}}
+{{- $secret := "" -}}
+{{- if $ref.existingSecret -}}
+{{- $secret = $ref.existingSecret -}}
+{{- else if index $s.values $name -}}
+{{- $secret = $.created -}}
+{{- else if and (index $item 2) $creates (not (index $item 3)) -}}
+{{- fail (printf "secrets.%s: give secrets.values.%s or name an existingSecret (the chart creates the Secret %s for the values it is given)" $name $name (include "usher.fullname" $root)) -}}
+{{- else if and (index $item 2) (not $creates) -}}
+{{- $secret = include "usher.fullname" $root -}}
+{{- end -}}
+{{- if $secret }}
+- name: {{ index $item 1 }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $ref.key }}
+      {{- if index $item 3 }}
+      optional: true
+      {{- end }}
+{{- end }}
+{{- end }}
+{{- with $root.Values.env }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Whether the chart creates a Secret: some value is given. */}}
+{{- define "usher.createsSecret" -}}
+{{- $s := .Values.secrets -}}
+{{- range $name, $value := $s.values }}{{ if and $value (not (index $s $name).existingSecret) }}yes{{ end }}{{ end -}}
+{{- end -}}
+
+{{/* The data of the Secret the chart creates. */}}
+{{- define "usher.secretData" -}}
+{{- $s := .Values.secrets -}}
+{{- range $name, $value := $s.values }}
+{{- if and $value (not (index $s $name).existingSecret) }}
+{{ (index $s $name).key }}: {{ $value | b64enc | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The volumes every pod mounts: the configuration, read-only, and /data. */}}
+{{- define "usher.volumes" -}}
+- name: config
+  configMap:
+    name: {{ .configMap }}
+- name: data
+  emptyDir:
+    sizeLimit: {{ .root.Values.dataSizeLimit }}
+{{- end -}}
+
+{{- define "usher.volumeMounts" -}}
+- name: config
+  mountPath: {{ include "usher.configDir" . }}
+  readOnly: true
+- name: data
+  mountPath: {{ include "usher.dataDir" . }}
+{{- end -}}
+
+{{/* The pod's security context, shared by the replicas and the migration. */}}
+{{- define "usher.podSecurity" -}}
+automountServiceAccountToken: false
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
