@@ -1,0 +1,270 @@
+package helm
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestChart lints and renders the chart with its default values and with
+// a production-like values file, and checks what an operator relies on.
+func TestChart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		replicas int32
+		// secrets: each USHER_ variable read from a Secret, and the Secret.
+		secrets map[string]string
+		ingress bool
+	}{
+		{
+			name: "default", replicas: 2,
+			secrets: map[string]string{
+				"USHER_BROKER_KEY_ENCRYPTION_KEY": "usher", "USHER_DATABASE_URL": "usher", "USHER_MODEL_API_KEY": "usher",
+			},
+		},
+		{
+			name: "production", args: []string{"-f", productionValues}, replicas: 3, ingress: true,
+			secrets: map[string]string{
+				"USHER_BROKER_KEY_ENCRYPTION_KEY": "usher-broker", "USHER_DATABASE_URL": "usher-postgres",
+				"USHER_WEB_CLIENT_SECRET": "usher-entra", "USHER_MODEL_API_KEY": "usher-model",
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if out, err := helm(append([]string{"lint", "--strict", chart}, tc.args...)...); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			r := render(t, tc.args...)
+			d := r.deployment(t)
+			if d.Spec.Replicas == nil || *d.Spec.Replicas != tc.replicas {
+				t.Errorf("replicas = %v, want %d", d.Spec.Replicas, tc.replicas)
+			}
+			if ru := d.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
+				t.Errorf("rolling update %+v: want maxUnavailable 0", ru)
+			}
+			pod := d.Spec.Template.Spec
+			checkPod(t, "Deployment", pod)
+			checkProbes(t, pod.Containers[0])
+			checkSecretEnv(t, "Deployment", pod.Containers[0], tc.secrets)
+			checkGrace(t, r, pod)
+			if len(pod.TopologySpreadConstraints) == 0 {
+				t.Error("no topology spread constraints")
+			}
+			if pod.Containers[0].Args[0] != "serve" {
+				t.Errorf("the replicas run %v, want usher serve", pod.Containers[0].Args)
+			}
+
+			job := r.migration(t)
+			if hooks := job.Annotations["helm.sh/hook"]; hooks != "pre-install,pre-upgrade" {
+				t.Errorf("the migration's hooks = %q, want pre-install,pre-upgrade", hooks)
+			}
+			jpod := job.Spec.Template.Spec
+			checkPod(t, "Job", jpod)
+			checkSecretEnv(t, "Job", jpod.Containers[0], tc.secrets)
+			if a := jpod.Containers[0].Args; len(a) == 0 || a[0] != "migrate" {
+				t.Errorf("the Job runs %v, want usher migrate", a)
+			}
+			// The Job reads a hook copy of the configuration (it runs before
+			// the release's objects exist): the same file as the replicas'.
+			_, serveCfg := r.configFile(t, pod)
+			_, migrateCfg := r.configFile(t, jpod)
+			if serveCfg == "" || serveCfg != migrateCfg {
+				t.Errorf("the migration's usher.yaml differs from the replicas':\n%s\n---\n%s", migrateCfg, serveCfg)
+			}
+			if cm := jpod.Volumes[0].ConfigMap; cm == nil || !r.hookConfigMaps[cm.Name] {
+				t.Errorf("the migration's configuration is not a hook object created before it: %+v", jpod.Volumes[0])
+			}
+			if c := parseConfig(t, serveCfg); c.Identity.Issuer == "" {
+				t.Errorf("usher.yaml names no identity.issuer: the development sign-in would be on by default\n%s", serveCfg)
+			}
+
+			if len(r.services) != 1 || r.services[0].Spec.Ports[0].TargetPort.String() != "http" {
+				t.Errorf("services %+v: want one, to the port named http", r.services)
+			}
+			if len(r.budgets) != 1 || r.budgets[0].Spec.MaxUnavailable.IntValue() != 1 {
+				t.Errorf("pod disruption budgets %+v: want one, maxUnavailable 1", r.budgets)
+			}
+			if len(r.accounts) != 1 || r.accounts[0].AutomountServiceAccountToken == nil || *r.accounts[0].AutomountServiceAccountToken {
+				t.Errorf("service accounts %+v: want one, without a mounted token", r.accounts)
+			}
+			if tc.ingress {
+				checkIngress(t, r, parseConfig(t, serveCfg).Server.PublicURL)
+				if len(r.monitoring) != 2 {
+					t.Errorf("%d Prometheus Operator objects, want a ServiceMonitor and a PrometheusRule", len(r.monitoring))
+				}
+				if len(r.secrets) != 0 {
+					t.Errorf("the production values reference Secrets, the chart creates none; it renders %v", r.kinds)
+				}
+			}
+		})
+	}
+}
+
+// checkPod checks the image and the security of a pod's containers.
+func checkPod(t *testing.T, what string, pod corev1.PodSpec) {
+	t.Helper()
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Errorf("%s: the service account token is mounted", what)
+	}
+	psc := pod.SecurityContext
+	if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: pod seccomp profile is not RuntimeDefault: %+v", what, psc)
+	}
+	writable := map[string]bool{}
+	for _, v := range pod.Volumes {
+		if v.EmptyDir != nil {
+			writable[v.Name] = true
+		}
+	}
+	for _, c := range pod.Containers {
+		if !imageTag.MatchString(c.Image) || strings.HasSuffix(c.Image, ":latest") {
+			t.Errorf("%s: image %q: want a release's tag or a digest, never latest", what, c.Image)
+		}
+		sc := c.SecurityContext
+		if sc == nil {
+			t.Fatalf("%s: container %s has no security context", what, c.Name)
+		}
+		if sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser != 65532 {
+			t.Errorf("%s: container %s: runAsNonRoot %v, runAsUser %v; want true and 65532", what, c.Name, sc.RunAsNonRoot, sc.RunAsUser)
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s: container %s: the root filesystem is writable", what, c.Name)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: container %s allows privilege escalation", what, c.Name)
+		}
+		if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("%s: container %s: capabilities %+v, want all dropped", what, c.Name, sc.Capabilities)
+		}
+		if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: container %s: seccomp is not RuntimeDefault", what, c.Name)
+		}
+		// With a read-only root, what is mounted writable is all Usher
+		// can write: an emptyDir at /data (server.data_dir).
+		for _, m := range c.VolumeMounts {
+			if !m.ReadOnly && (!writable[m.Name] || m.MountPath != "/data") {
+				t.Errorf("%s: %s is mounted writable from %s; only the /data emptyDir may be", what, m.MountPath, m.Name)
+			}
+		}
+		if c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+			t.Errorf("%s: container %s has no memory request and limit", what, c.Name)
+		}
+	}
+}
+
+// checkProbes checks liveness on /healthz and readiness on /readyz, on
+// the container's own port.
+func checkProbes(t *testing.T, c corev1.Container) {
+	t.Helper()
+	for _, p := range []struct {
+		name  string
+		probe *corev1.Probe
+		path  string
+	}{{"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}, {"startup", c.StartupProbe, "/healthz"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			t.Errorf("no %s probe over HTTP", p.name)
+			continue
+		}
+		if p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != c.Ports[0].Name {
+			t.Errorf("%s probe %s on %s, want %s on %s", p.name, p.probe.HTTPGet.Path, p.probe.HTTPGet.Port.String(), p.path, c.Ports[0].Name)
+		}
+	}
+}
+
+// checkSecretEnv checks that each secret reaches the container from the
+// named Secret, never as a plain value.
+func checkSecretEnv(t *testing.T, what string, c corev1.Container, want map[string]string) {
+	t.Helper()
+	got := map[string]string{}
+	for _, e := range c.Env {
+		if !strings.HasPrefix(e.Name, "USHER_") {
+			continue
+		}
+		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			t.Errorf("%s: %s is not read from a Secret", what, e.Name)
+			continue
+		}
+		got[e.Name] = e.ValueFrom.SecretKeyRef.Name
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s: secrets from %v, want %v", what, got, want)
+	}
+}
+
+// checkGrace checks that a stopping replica has the time to drain: the
+// preStop pause, then server.shutdown_timeout for the requests and as
+// long again for the outcomes of answered tool calls.
+func checkGrace(t *testing.T, r *release, pod corev1.PodSpec) {
+	t.Helper()
+	_, content := r.configFile(t, pod)
+	shutdown, err := time.ParseDuration(parseConfig(t, content).Server.ShutdownTimeout)
+	if err != nil {
+		t.Fatalf("server.shutdown_timeout: %v", err)
+	}
+	c := pod.Containers[0]
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil {
+		t.Fatal("no preStop pause: the Service would route to a replica after it stopped listening")
+	}
+	need := time.Duration(c.Lifecycle.PreStop.Sleep.Seconds)*time.Second + 2*shutdown
+	if pod.TerminationGracePeriodSeconds == nil || time.Duration(*pod.TerminationGracePeriodSeconds)*time.Second <= need {
+		t.Errorf("terminationGracePeriodSeconds %v, want more than %s", pod.TerminationGracePeriodSeconds, need)
+	}
+}
+
+// checkIngress checks the ingress's host, TLS and the annotations that
+// keep live-update streams (SSE, WebSocket) open through ingress-nginx.
+func checkIngress(t *testing.T, r *release, publicURL string) {
+	t.Helper()
+	if len(r.ingresses) != 1 {
+		t.Fatalf("%d Ingresses, want 1", len(r.ingresses))
+	}
+	in := r.ingresses[0]
+	host := strings.TrimPrefix(publicURL, "https://")
+	if in.Spec.Rules[0].Host != host || len(in.Spec.TLS) != 1 || in.Spec.TLS[0].Hosts[0] != host {
+		t.Errorf("ingress rules %+v, TLS %+v: want %s with TLS", in.Spec.Rules, in.Spec.TLS, host)
+	}
+	for k, v := range map[string]string{
+		"nginx.ingress.kubernetes.io/proxy-buffering":    "off",
+		"nginx.ingress.kubernetes.io/proxy-read-timeout": "3600",
+		"nginx.ingress.kubernetes.io/proxy-send-timeout": "3600",
+		"cert-manager.io/cluster-issuer":                 "letsencrypt",
+	} {
+		if in.Annotations[k] != v {
+			t.Errorf("ingress annotation %s = %q, want %q", k, in.Annotations[k], v)
+		}
+	}
+}
+
+// TestValuesRefused checks that values.schema.json and the templates
+// refuse what would deploy a broken or unsafe Usher, naming the value.
+func TestValuesRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"latest tag", []string{"--set", "image.tag=latest"}, "/image/tag"},
+		{"unknown value", []string{"--set", "usher.issuer=https://login.example.com"}, "additional properties 'issuer' not allowed"},
+		{"bad log level", []string{"--set", "usher.log.level=loud"}, "/usher/log/level"},
+		{"no replicas", []string{"--set", "replicaCount=0"}, "/replicaCount"},
+		{"short key", []string{"--set", "secrets.values.keyEncryptionKey=c2hvcnQ="}, "/secrets/values/keyEncryptionKey"},
+		{"no issuer", []string{"--set", "usher.identity.issuer="}, "usher.identity.issuer is required"},
+		{"half the secrets", []string{"--set", "secrets.values.databaseURL=postgres://db/usher"}, "secrets.keyEncryptionKey: give secrets.values.keyEncryptionKey or name an existingSecret"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := helm(append([]string{"template", "usher", chart}, tc.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("helm template %v = %v; want an error with %q", tc.args, err, tc.want)
+			}
+		})
+	}
+}
