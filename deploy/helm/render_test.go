@@ -21,10 +21,30 @@ import (
 	"github.com/usherhq/usher/internal/testenv"
 )
 
+// TestMain runs the tests with the usher of USHER_TEST_BIN (make test
+// builds it), or else one it builds from Usher's own module: testenv would
+// build it in this one, whose go.mod (with Helm's dependencies) picks other
+// versions of some modules than the released binary has.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Remove()
-	os.Exit(code)
+	if os.Getenv(testenv.EnvDir) == "" {
+		dir, err := os.MkdirTemp("", "usher-chart-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		build := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/usher")
+		build.Dir = "../.."
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build ./cmd/usher: %v\n%s", err, out)
+			os.Exit(1)
+		}
+		os.Setenv(testenv.EnvDir, dir)
+		code := m.Run()
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
 }
 
 // chart is the chart's directory, relative to this package.
@@ -62,14 +82,14 @@ type release struct {
 
 // typed are the kinds the chart renders, each with its k8s.io/api type.
 var typed = map[string]func(r *release, data []byte) error{
-	"apps/v1/Deployment":             decodeInto(func(r *release, o *appsv1.Deployment) { r.deployments = append(r.deployments, o) }),
-	"batch/v1/Job":                   decodeInto(func(r *release, o *batchv1.Job) { r.jobs = append(r.jobs, o) }),
-	"v1/ConfigMap":                   decodeInto(func(r *release, o *corev1.ConfigMap) { r.configMaps[o.Name] = o }),
-	"v1/Secret":                      decodeInto(func(r *release, o *corev1.Secret) { r.secrets[o.Name] = o }),
-	"v1/Service":                     decodeInto(func(r *release, o *corev1.Service) { r.services = append(r.services, o) }),
-	"v1/ServiceAccount":              decodeInto(func(r *release, o *corev1.ServiceAccount) { r.accounts = append(r.accounts, o) }),
-	"networking.k8s.io/v1/Ingress":   decodeInto(func(r *release, o *networkingv1.Ingress) { r.ingresses = append(r.ingresses, o) }),
-	"policy/v1/PodDisruptionBudget":  decodeInto(func(r *release, o *policyv1.PodDisruptionBudget) { r.budgets = append(r.budgets, o) }),
+	"apps/v1/Deployment":                      decodeInto(func(r *release, o *appsv1.Deployment) { r.deployments = append(r.deployments, o) }),
+	"batch/v1/Job":                            decodeInto(func(r *release, o *batchv1.Job) { r.jobs = append(r.jobs, o) }),
+	"v1/ConfigMap":                            decodeInto(func(r *release, o *corev1.ConfigMap) { r.configMaps[o.Name] = o }),
+	"v1/Secret":                               decodeInto(func(r *release, o *corev1.Secret) { r.secrets[o.Name] = o }),
+	"v1/Service":                              decodeInto(func(r *release, o *corev1.Service) { r.services = append(r.services, o) }),
+	"v1/ServiceAccount":                       decodeInto(func(r *release, o *corev1.ServiceAccount) { r.accounts = append(r.accounts, o) }),
+	"networking.k8s.io/v1/Ingress":            decodeInto(func(r *release, o *networkingv1.Ingress) { r.ingresses = append(r.ingresses, o) }),
+	"policy/v1/PodDisruptionBudget":           decodeInto(func(r *release, o *policyv1.PodDisruptionBudget) { r.budgets = append(r.budgets, o) }),
 	"monitoring.coreos.com/v1/ServiceMonitor": decodeUnstructured,
 	"monitoring.coreos.com/v1/PrometheusRule": decodeUnstructured,
 }

@@ -1,0 +1,717 @@
+package helm
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/jackc/pgx/v5"
+	"go.yaml.in/yaml/v3"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/devoidc"
+	"github.com/usherhq/usher/internal/testenv"
+)
+
+// TestChartBoots runs the rendered chart: the production-like values,
+// with the addresses of this machine's issuer, model server and load
+// balancer set as values. The migration Job's command runs once, then two
+// replicas run `usher serve` with the Deployment's arguments, environment
+// (its secretKeyRefs resolved from the Secrets the test supplies, as the
+// operator would create them) and usher.yaml, exactly as rendered, but for
+// the listen address: two processes on one machine cannot share a port,
+// so each gets a free loopback one through USHER_SERVER_ADDR (which
+// overrides the file's server.addr). The pods' volumes are directories:
+// the ConfigMap's files, and /data an empty directory of each pod's own;
+// paths in the arguments and in usher.yaml that name a mount are read as
+// the directory mounted there.
+//
+// A conversation's turns land on both replicas; then a rolling restart
+// replaces each (a new replica ready first, then the old one stopped with
+// SIGTERM) while a client sends requests in a loop, and loses none.
+func TestChartBoots(t *testing.T) {
+	t.Parallel()
+	admin := testenv.DatabaseURL(t)
+	bin := testenv.Usher(t)
+	dbURL := ownDatabase(t, admin)
+
+	ms := modeltest.NewServer(t)
+	ms.SetDefaultReply("ok")
+	ms.RequireAPIKey("model-key")
+	issuer := newIssuer(t)
+	lb := newService(t)
+
+	r := render(t, "-f", productionValues,
+		"--set", "usher.publicURL="+lb.url,
+		"--set", "usher.identity.issuer="+issuer.url,
+		"--set-json", "usher.identity.tenants=[]",
+		"--set", "usher.model.baseURL="+ms.URL(),
+		"--set", "usher.model.name=scripted",
+	)
+	kek := make([]byte, 32)
+	rand.Read(kek)
+	// The Secrets the production values name, as the operator creates them.
+	secrets := map[string]map[string]string{
+		"usher-broker":   {"key-encryption-key": base64.StdEncoding.EncodeToString(kek)},
+		"usher-postgres": {"url": dbURL},
+		"usher-entra":    {"client-secret": "web-client-secret"},
+		"usher-model":    {"api-key": "model-key"},
+	}
+
+	job := r.migration(t).Spec.Template.Spec
+	migrate := newPod(t, bin, r, job, secrets)
+	if out, err := migrate.run(); err != nil {
+		t.Fatalf("the migration Job's command: %v\n%s", err, out)
+	}
+	var tables int
+	queryRow(t, dbURL, "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'", &tables)
+	if tables == 0 {
+		t.Fatal("the migration created no table")
+	}
+
+	spec := r.deployment(t).Spec.Template.Spec
+	grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
+	preStop := time.Duration(spec.Containers[0].Lifecycle.PreStop.Sleep.Seconds) * time.Second
+	a, b := newPod(t, bin, r, spec, secrets).start(t), newPod(t, bin, r, spec, secrets).start(t)
+	lb.set(a, b)
+
+	token, err := issuer.provider.IssueAccessToken(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &client{t: t, base: lb.url, token: token}
+	run := c.createRun()
+
+	// The turns land on both replicas: a replica that ran a turn of the
+	// run holds its MCP session until assistant.hold_idle (5 min).
+	sent := 0
+	for i := 0; a.held(t) == 0 || b.held(t) == 0; i++ {
+		if i == 12 {
+			t.Fatalf("after %d turns, the replicas hold %d and %d sessions of the run: its turns did not land on both", sent, a.held(t), b.held(t))
+		}
+		to := a
+		if i%2 == 1 {
+			to = b
+		}
+		// Straight to one replica: its scheduler is woken first.
+		if code := c.post(to.url, run, fmt.Sprintf("message %d", i), "?wait=60s"); code != http.StatusOK {
+			t.Fatalf("message %d = %d, want 200 (answered)", i, code)
+		}
+		sent++
+	}
+
+	// The rolling restart. A client sends requests through the Service in
+	// a loop: the Service routes to ready endpoints only, and a pod leaves
+	// them as it starts terminating (its preStop pause covers the time
+	// the endpoints take to change, which here is none), so "no request
+	// lost" means: every request the client sends gets its answer — a
+	// read answered 200, a message accepted 202 — with no retry but the
+	// Service's own: a connection refused is tried on the next endpoint.
+	var (
+		mu     sync.Mutex
+		failed []string
+		reads  int
+	)
+	stop := make(chan struct{})
+	var loop sync.WaitGroup
+	// The loop ends before the test does, however it ends.
+	endLoop := sync.OnceFunc(func() { close(stop); loop.Wait() })
+	defer endLoop()
+	loop.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var err string
+			if i%5 == 4 {
+				if code := c.post(lb.url, run, fmt.Sprintf("during the restart %d", i), ""); code != http.StatusAccepted {
+					err = fmt.Sprintf("message %d: %d", i, code)
+				}
+			} else if code := c.get("/api/me"); code != http.StatusOK {
+				err = fmt.Sprintf("GET /api/me %d: %d", i, code)
+			}
+			mu.Lock()
+			if err != "" {
+				failed = append(failed, err)
+			} else if i%5 != 4 {
+				reads++
+			} else {
+				sent++
+			}
+			mu.Unlock()
+		}
+	})
+	// maxSurge 1, maxUnavailable 0: a new replica is ready before an old
+	// one stops.
+	current := []*pod{a, b}
+	for i, old := range []*pod{a, b} {
+		next := newPod(t, bin, r, spec, secrets).start(t)
+		current = append(slices.DeleteFunc(current, func(p *pod) bool { return p == old }), next)
+		lb.set(current...)
+		before := lb.served()
+		// The preStop pause: the Service (here at once) and the ingress
+		// stop routing to the pod, and what they sent it is answered
+		// before SIGTERM closes its listener.
+		testenv.WaitFor(t, preStop, func() bool { return lb.open(old) == 0 })
+		old.stop(t, grace)
+		// The client kept going through the restart of this replica.
+		testenv.WaitFor(t, 30*time.Second, func() bool { return lb.served() >= before+10 })
+		t.Logf("replica %d replaced", i+1)
+	}
+	endLoop()
+	if len(failed) > 0 {
+		t.Errorf("%d requests lost during the rolling restart:\n%s", len(failed), strings.Join(failed, "\n"))
+	}
+	if lb.refused() > 0 {
+		t.Logf("the Service retried %d refused connections", lb.refused())
+	}
+
+	// Every message got exactly one turn, completed, wherever it ran.
+	var events []event
+	testenv.WaitFor(t, 90*time.Second, func() bool {
+		events = c.events(run)
+		return count(events, "agent.turn.end") >= sent
+	})
+	if n := count(events, "message.user"); n != sent {
+		t.Errorf("%d user messages stored, %d sent", n, sent)
+	}
+	if n := count(events, "agent.turn.end"); n != sent {
+		t.Errorf("%d turns ended for %d messages", n, sent)
+	}
+	for _, e := range events {
+		if e.Type == "agent.turn.end" && e.Data["status"] != "completed" {
+			t.Errorf("a turn ended %v", e.Data)
+		}
+	}
+	t.Logf("%d messages answered, %d reads, across 4 replicas", sent, reads)
+}
+
+// ownDatabase creates a database of the test's own on the server of the
+// admin URL, empty (the migration Job migrates it), and drops it at the
+// end; it returns its URL.
+func ownDatabase(t *testing.T, admin string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", testenv.DatabaseURLEnv, err)
+	}
+	defer conn.Close(ctx)
+	name := "usher_chart_" + strings.ToLower(rand.Text()[:12])
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			t.Errorf("drop %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop %s: %v", name, err)
+		}
+	})
+	u, _ := url.Parse(admin)
+	u.Path = "/" + name
+	return u.String()
+}
+
+func queryRow(t *testing.T, dbURL, sql string, dest ...any) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, sql).Scan(dest...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// issuer is the organisation's OIDC issuer: Usher's development provider
+// served on its own, as an external issuer, over loopback HTTP.
+type issuer struct {
+	url      string
+	provider *devoidc.Provider
+}
+
+func newIssuer(t *testing.T) *issuer {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	// The audience and scope of the production values' API registration.
+	p, err := devoidc.New(&devoidc.Options{
+		Issuer: srv.URL, Keys: staticKey{key}, Audience: "api://usher", Scopes: []string{"access_as_user"},
+		ClientID: "0d4c8a43-42b7-4b50-a1c3-6f7fba7b8e6e", RedirectURIs: []string{"http://127.0.0.1/auth/callback"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux.Handle("/", p.Handler())
+	return &issuer{url: srv.URL, provider: p}
+}
+
+// staticKey is one signing key, published as the issuer's key set.
+type staticKey struct{ key *rsa.PrivateKey }
+
+func (k staticKey) Signer(context.Context) (string, *rsa.PrivateKey, error) {
+	return "k1", k.key, nil
+}
+
+func (k staticKey) PublicKeys(context.Context) (jose.JSONWebKeySet, error) {
+	return jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &k.key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}}, nil
+}
+
+// service is the Kubernetes Service (and the ingress) in front of the
+// replicas: its URL is Usher's public URL. It opens a connection per
+// request (no keep-alive) to the next of its endpoints in turn, and tries
+// the next one when a connection is refused — nothing was sent on it.
+type service struct {
+	url string
+
+	mu        sync.Mutex
+	endpoints []string
+	next      int
+	nServed   int
+	nRefused  int
+	conns     map[string]int // open connections by endpoint
+}
+
+func newService(t *testing.T) *service {
+	s := &service{conns: map[string]int{}}
+	tr := &http.Transport{DisableKeepAlives: true, DialContext: s.dial}
+	srv := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(&url.URL{Scheme: "http", Host: "usher.service"})
+			r.Out.Host = r.In.Host
+		},
+		Transport: tr,
+		// Streams (and the ?wait of a message) are passed on as they come.
+		FlushInterval: -1,
+	})
+	t.Cleanup(srv.Close)
+	t.Cleanup(tr.CloseIdleConnections)
+	s.url = srv.URL
+	return s
+}
+
+// set makes pods the ready endpoints.
+func (s *service) set(pods ...*pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endpoints = nil
+	for _, p := range pods {
+		s.endpoints = append(s.endpoints, p.addr)
+	}
+}
+
+func (s *service) dial(ctx context.Context, network, _ string) (net.Conn, error) {
+	s.mu.Lock()
+	eps := slices.Clone(s.endpoints)
+	first := s.next
+	s.next++
+	s.mu.Unlock()
+	var d net.Dialer
+	var err error
+	for i := range eps {
+		ep := eps[(first+i)%len(eps)]
+		var c net.Conn
+		if c, err = d.DialContext(ctx, network, ep); err == nil {
+			s.mu.Lock()
+			s.nServed++
+			s.conns[ep]++
+			s.mu.Unlock()
+			return &trackedConn{Conn: c, closed: sync.OnceFunc(func() {
+				s.mu.Lock()
+				s.conns[ep]--
+				s.mu.Unlock()
+			})}, nil
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, err
+		}
+		s.mu.Lock()
+		s.nRefused++
+		s.mu.Unlock()
+	}
+	return nil, fmt.Errorf("no endpoint accepts connections: %w", err)
+}
+
+// trackedConn tells the Service when it is closed.
+type trackedConn struct {
+	net.Conn
+	closed func()
+}
+
+func (c *trackedConn) Close() error {
+	c.closed()
+	return c.Conn.Close()
+}
+
+// open is the number of connections the Service has open to p.
+func (s *service) open(p *pod) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns[p.addr]
+}
+
+func (s *service) served() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nServed
+}
+
+func (s *service) refused() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nRefused
+}
+
+// pod is one pod of the rendered chart, as a process on this machine: its
+// container's arguments and environment, its volumes as directories.
+type pod struct {
+	bin    string
+	args   []string
+	env    []string
+	addr   string // the listen address, host:port
+	url    string
+	cmd    *exec.Cmd
+	exited chan error
+	out    *testenv.Output
+}
+
+// newPod prepares the first container of spec: its volumes (a ConfigMap's
+// files, an emptyDir) as directories, its arguments and usher.yaml with
+// the mount paths read as those directories, and its environment with
+// each secretKeyRef resolved from secrets (or from a Secret the chart
+// renders).
+func newPod(t *testing.T, bin string, r *release, spec corev1.PodSpec, secrets map[string]map[string]string) *pod {
+	t.Helper()
+	c := spec.Containers[0]
+	root := t.TempDir()
+	mounts := map[string]string{} // mount path -> directory
+	for _, m := range c.VolumeMounts {
+		dir := filepath.Join(root, m.Name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		mounts[m.MountPath] = dir
+		i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+		if i < 0 {
+			t.Fatalf("mount %s names no volume", m.Name)
+		}
+		switch v := spec.Volumes[i]; {
+		case v.EmptyDir != nil:
+		case v.ConfigMap != nil:
+			cm := r.configMaps[v.ConfigMap.Name]
+			if cm == nil {
+				t.Fatalf("ConfigMap %s is not rendered", v.ConfigMap.Name)
+			}
+			for name, data := range cm.Data {
+				if name == "usher.yaml" {
+					data = hostPaths(t, data, mounts)
+				}
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o444); err != nil {
+					t.Fatal(err)
+				}
+			}
+		default:
+			t.Fatalf("volume %s: only emptyDir and ConfigMap volumes are run here", v.Name)
+		}
+	}
+	p := &pod{bin: bin, addr: testenv.FreeAddr(t), out: &testenv.Output{}}
+	p.url = "http://" + p.addr
+	for _, a := range c.Args {
+		p.args = append(p.args, hostPath(a, mounts))
+	}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "USHER_") {
+			p.env = append(p.env, kv)
+		}
+	}
+	for _, e := range c.Env {
+		v, ok := resolve(t, r, e, secrets)
+		if ok {
+			p.env = append(p.env, e.Name+"="+v)
+		}
+	}
+	p.env = append(p.env, "USHER_SERVER_ADDR="+p.addr)
+	return p
+}
+
+// hostPath reads a path in the container as the directory mounted there.
+func hostPath(p string, mounts map[string]string) string {
+	for mp, dir := range mounts {
+		if p == mp {
+			return dir
+		}
+		if rest, ok := strings.CutPrefix(p, mp+"/"); ok {
+			return filepath.Join(dir, rest)
+		}
+	}
+	return p
+}
+
+// hostPaths rewrites the strings of a YAML document that are paths under
+// a mount; the rest of it is kept as it is.
+func hostPaths(t *testing.T, doc string, mounts map[string]string) string {
+	t.Helper()
+	var n yaml.Node
+	if err := yaml.Unmarshal([]byte(doc), &n); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(*yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+			n.Value = hostPath(n.Value, mounts)
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(&n)
+	out, err := yaml.Marshal(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// resolve is the value of one environment variable of the container.
+func resolve(t *testing.T, r *release, e corev1.EnvVar, secrets map[string]map[string]string) (string, bool) {
+	t.Helper()
+	if e.ValueFrom == nil {
+		return e.Value, true
+	}
+	ref := e.ValueFrom.SecretKeyRef
+	if ref == nil {
+		t.Fatalf("%s: only secretKeyRef is resolved here", e.Name)
+	}
+	if v, ok := secrets[ref.Name][ref.Key]; ok {
+		return v, true
+	}
+	if s := r.secrets[ref.Name]; s != nil {
+		if v, ok := s.Data[ref.Key]; ok {
+			return string(v), true
+		}
+	}
+	if ref.Optional != nil && *ref.Optional {
+		return "", false
+	}
+	t.Fatalf("%s: Secret %s has no key %s", e.Name, ref.Name, ref.Key)
+	return "", false
+}
+
+// run runs the container's command to its end (the migration Job).
+func (p *pod) run() (string, error) {
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = p.env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// start starts the container's command and waits until /readyz answers
+// 200, as the readiness probe would.
+func (p *pod) start(t *testing.T) *pod {
+	t.Helper()
+	p.cmd = exec.Command(p.bin, p.args...)
+	p.cmd.Env = p.env
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.exited = make(chan error, 1)
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(time.Minute):
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			t.Logf("usher serve at %s:\n%s", p.addr, p.out)
+		}
+	})
+	testenv.WaitFor(t, 60*time.Second, func() bool {
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+			t.Fatalf("usher serve exited before it was ready: %v\n%s", err, p.out)
+		default:
+		}
+		resp, err := http.Get(p.url + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return p
+}
+
+// stop sends SIGTERM, as the kubelet does after the preStop pause, and
+// waits for a clean exit within the grace period.
+func (p *pod) stop(t *testing.T, grace time.Duration) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		if err != nil {
+			t.Errorf("usher serve ended with %v after SIGTERM\n%s", err, p.out)
+		}
+	case <-time.After(grace):
+		t.Fatalf("usher serve did not stop within the grace period (%s): the kubelet would kill it\n%s", grace, p.out)
+	}
+}
+
+// held is the pod's usher_assistant_held_sessions.
+func (p *pod) held(t *testing.T) int {
+	t.Helper()
+	resp, err := http.Get(p.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, "usher_assistant_held_sessions "); ok {
+			var n int
+			fmt.Sscan(v, &n)
+			return n
+		}
+	}
+	t.Fatalf("no usher_assistant_held_sessions in /metrics")
+	return 0
+}
+
+// client is a person's program calling the Assistant API.
+type client struct {
+	t     *testing.T
+	base  string
+	token string
+}
+
+func (c *client) do(method, url, body string) (int, []byte) {
+	c.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func (c *client) get(path string) int {
+	code, _ := c.do("GET", c.base+path, "")
+	return code
+}
+
+func (c *client) createRun() string {
+	c.t.Helper()
+	code, body := c.do("POST", c.base+"/api/assistant/runs", "")
+	var run struct {
+		RunID string `json:"runId"`
+	}
+	if code != http.StatusCreated || json.Unmarshal(body, &run) != nil || run.RunID == "" {
+		c.t.Fatalf("create a run = %d %s", code, body)
+	}
+	return run.RunID
+}
+
+// post sends a message to the run through base (the Service or one
+// replica) and returns the status.
+func (c *client) post(base, run, content, query string) int {
+	b, _ := json.Marshal(map[string]string{"content": content})
+	code, body := c.do("POST", base+"/api/assistant/runs/"+run+"/messages"+query, string(b))
+	if code >= 300 {
+		c.t.Logf("post %q = %d %s", content, code, body)
+	}
+	return code
+}
+
+type event struct {
+	Seq  int64          `json:"seq"`
+	Type string         `json:"type"`
+	Data map[string]any `json:"data"`
+}
+
+// events is the run's whole event log.
+func (c *client) events(run string) []event {
+	c.t.Helper()
+	var all []event
+	for after := int64(0); ; {
+		code, body := c.do("GET", fmt.Sprintf("%s/api/assistant/runs/%s/events?after=%d", c.base, run, after), "")
+		var page struct {
+			Events  []event `json:"events"`
+			HasMore bool    `json:"hasMore"`
+		}
+		if code != http.StatusOK || json.Unmarshal(body, &page) != nil {
+			c.t.Fatalf("events = %d %s", code, body)
+		}
+		all = append(all, page.Events...)
+		if len(page.Events) > 0 {
+			after = page.Events[len(page.Events)-1].Seq
+		}
+		if !page.HasMore {
+			return all
+		}
+	}
+}
+
+func count(events []event, typ string) int {
+	n := 0
+	for _, e := range events {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n
+}
