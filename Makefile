@@ -38,6 +38,13 @@ TESTBIN_PKGS := ./cmd/usher ./bench/echoupstream ./bench/passproxy ./bench/netde
 # follows, with the skips told once per reason.
 GOTESTSUM := $(GO) tool gotestsum --format pkgname --format-hide-empty-pkg --hide-summary=skipped --jsonfile $(TEST_EVENTS)
 REPORT := $(GO) run ./internal/testreport -timeout $(TEST_TIMEOUT) -budget $(TEST_BUDGET) $(TEST_EVENTS)
+# The Helm chart's tests (deploy/helm, a module of its own so that Helm's
+# dependencies stay out of the binary's), with the same flags, the same
+# prebuilt programs and a report of their own.
+CHART_EVENTS ?= bin/test-events-chart.json
+CHART_TEST := $(GO) tool gotestsum --format pkgname --format-hide-empty-pkg --hide-summary=skipped --jsonfile $(CHART_EVENTS) \
+	--raw-command -- $(GO) test -C deploy/helm -json -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+CHART_REPORT := $(GO) run ./internal/testreport -timeout $(TEST_TIMEOUT) -budget $(TEST_BUDGET) $(CHART_EVENTS)
 
 .PHONY: all build run test test-short testbin bench bench-mcp bench-ui lint fmt vet staticcheck clean e2e-deps \
 	image sbom image-ref image-test
@@ -115,7 +122,9 @@ image-test:
 test: lint e2e-deps testbin
 	@status=0; CGO_ENABLED=1 USHER_TEST_BIN=$(abspath $(TESTBIN)) $(GOTESTSUM) -- \
 		-race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS) || status=$$?; \
-	$(REPORT) || status=1; exit $$status
+	$(REPORT) || status=1; \
+	CGO_ENABLED=1 USHER_TEST_BIN=$(abspath $(TESTBIN)) $(CHART_TEST) || status=$$?; \
+	$(CHART_REPORT) || status=1; exit $$status
 
 testbin:
 	@mkdir -p $(TESTBIN) $(dir $(TEST_EVENTS))
