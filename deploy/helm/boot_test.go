@@ -89,6 +89,13 @@ func TestChartBoots(t *testing.T) {
 	if tables == 0 {
 		t.Fatal("the migration created no table")
 	}
+	// The tool lock in the values reviews the tools the replicas offer:
+	// a stale one would make them wait for approvals.
+	diff := *migrate
+	diff.args = append([]string{"tools", "diff"}, migrate.args[1:]...)
+	if out, err := diff.run(); err != nil {
+		t.Errorf("usher tools diff with the rendered lock: %v\n%s", err, out)
+	}
 
 	spec := r.deployment(t).Spec.Template.Spec
 	grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
@@ -335,28 +342,31 @@ func (s *service) set(pods ...*pod) {
 	}
 }
 
+// dial connects to the next endpoint. The connection counts as open to
+// it from the moment it is chosen, under the lock that reads the
+// endpoints, so that a pod removed from them has none being opened once
+// its count is zero.
 func (s *service) dial(ctx context.Context, network, _ string) (net.Conn, error) {
-	s.mu.Lock()
-	eps := slices.Clone(s.endpoints)
-	first := s.next
-	s.next++
-	s.mu.Unlock()
 	var d net.Dialer
-	var err error
-	for i := range eps {
-		ep := eps[(first+i)%len(eps)]
+	err := errors.New("the service has no endpoints")
+	for range 3 {
+		s.mu.Lock()
+		if len(s.endpoints) == 0 {
+			s.mu.Unlock()
+			break
+		}
+		ep := s.endpoints[s.next%len(s.endpoints)]
+		s.next++
+		s.conns[ep]++
+		s.mu.Unlock()
 		var c net.Conn
 		if c, err = d.DialContext(ctx, network, ep); err == nil {
 			s.mu.Lock()
 			s.nServed++
-			s.conns[ep]++
 			s.mu.Unlock()
-			return &trackedConn{Conn: c, closed: sync.OnceFunc(func() {
-				s.mu.Lock()
-				s.conns[ep]--
-				s.mu.Unlock()
-			})}, nil
+			return &trackedConn{Conn: c, closed: sync.OnceFunc(func() { s.closed(ep) })}, nil
 		}
+		s.closed(ep)
 		if !errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, err
 		}
@@ -365,6 +375,12 @@ func (s *service) dial(ctx context.Context, network, _ string) (net.Conn, error)
 		s.mu.Unlock()
 	}
 	return nil, fmt.Errorf("no endpoint accepts connections: %w", err)
+}
+
+func (s *service) closed(ep string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conns[ep]--
 }
 
 // trackedConn tells the Service when it is closed.
