@@ -130,11 +130,13 @@ func TestChartBoots(t *testing.T) {
 
 	// The rolling restart. A client sends requests through the Service in
 	// a loop: the Service routes to ready endpoints only, and a pod leaves
-	// them as it starts terminating (its preStop pause covers the time
-	// the endpoints take to change, which here is none), so "no request
-	// lost" means: every request the client sends gets its answer — a
-	// read answered 200, a message accepted 202 — with no retry but the
-	// Service's own: a connection refused is tried on the next endpoint.
+	// them as it starts terminating; its preStop pause lets the routing
+	// change and what was already sent to it be answered before SIGTERM
+	// (here: until the Service has no connection to it open or being
+	// opened, within the rendered pause). So "no request lost" means:
+	// every request the client sends gets its answer — a read answered
+	// 200, a message accepted 202 — with no retry but the Service's own,
+	// a connection refused tried on the next endpoint.
 	var (
 		mu     sync.Mutex
 		failed []string
@@ -189,6 +191,9 @@ func TestChartBoots(t *testing.T) {
 		t.Logf("replica %d replaced", i+1)
 	}
 	endLoop()
+	for _, p := range []*pod{a, b} {
+		p.checkReadOnly(t)
+	}
 	if len(failed) > 0 {
 		t.Errorf("%d requests lost during the rolling restart:\n%s", len(failed), strings.Join(failed, "\n"))
 	}
@@ -424,6 +429,29 @@ type pod struct {
 	cmd    *exec.Cmd
 	exited chan error
 	out    *testenv.Output
+	// readOnly holds the files of the pod's read-only volumes (the
+	// ConfigMap's), by path, with their content.
+	readOnly map[string]string
+	roDirs   []string
+}
+
+// checkReadOnly checks that the pod wrote nothing to its read-only
+// volumes: with a read-only root filesystem, its emptyDir is all it may
+// write.
+func (p *pod) checkReadOnly(t *testing.T) {
+	t.Helper()
+	for _, dir := range p.roDirs {
+		filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if want, ok := p.readOnly[path]; err != nil || !ok || string(b) != want {
+				t.Errorf("usher wrote %s, in a read-only volume", path)
+			}
+			return nil
+		})
+	}
 }
 
 // newPod prepares the first container of spec: its volumes (a ConfigMap's
@@ -435,6 +463,7 @@ func newPod(t *testing.T, bin string, r *release, spec corev1.PodSpec, secrets m
 	t.Helper()
 	c := spec.Containers[0]
 	root := t.TempDir()
+	p := &pod{readOnly: map[string]string{}}
 	mounts := map[string]string{} // mount path -> directory
 	for _, m := range c.VolumeMounts {
 		dir := filepath.Join(root, m.Name)
@@ -449,6 +478,7 @@ func newPod(t *testing.T, bin string, r *release, spec corev1.PodSpec, secrets m
 		switch v := spec.Volumes[i]; {
 		case v.EmptyDir != nil:
 		case v.ConfigMap != nil:
+			p.roDirs = append(p.roDirs, dir)
 			cm := r.configMaps[v.ConfigMap.Name]
 			if cm == nil {
 				t.Fatalf("ConfigMap %s is not rendered", v.ConfigMap.Name)
@@ -460,12 +490,13 @@ func newPod(t *testing.T, bin string, r *release, spec corev1.PodSpec, secrets m
 				if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o444); err != nil {
 					t.Fatal(err)
 				}
+				p.readOnly[filepath.Join(dir, name)] = data
 			}
 		default:
 			t.Fatalf("volume %s: only emptyDir and ConfigMap volumes are run here", v.Name)
 		}
 	}
-	p := &pod{bin: bin, addr: testenv.FreeAddr(t), out: &testenv.Output{}}
+	p.bin, p.addr, p.out = bin, testenv.FreeAddr(t), &testenv.Output{}
 	p.url = "http://" + p.addr
 	for _, a := range c.Args {
 		p.args = append(p.args, hostPath(a, mounts))
