@@ -268,3 +268,31 @@ func TestValuesRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestChartCreatesSecret renders the chart with secret values: the chart
+// creates a Secret of them for the replicas and a hook copy for the
+// migration Job, which runs before the release's objects exist.
+func TestChartCreatesSecret(t *testing.T) {
+	t.Parallel()
+	const kek = "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80="
+	r := render(t, "--set", "secrets.values.keyEncryptionKey="+kek, "--set", "secrets.values.databaseURL=postgres://usher@db/usher",
+		"--set", "secrets.modelAPIKey.existingSecret=model")
+	for name, c := range map[string]corev1.Container{
+		"usher":         r.deployment(t).Spec.Template.Spec.Containers[0],
+		"usher-migrate": r.migration(t).Spec.Template.Spec.Containers[0],
+	} {
+		s := r.secrets[name]
+		if s == nil {
+			t.Fatalf("no Secret %s (%v)", name, r.kinds)
+		}
+		if string(s.Data["key-encryption-key"]) != kek || string(s.Data["database-url"]) != "postgres://usher@db/usher" || len(s.Data) != 2 {
+			t.Errorf("Secret %s holds %v", name, s.Data)
+		}
+		checkSecretEnv(t, name, c, map[string]string{
+			"USHER_BROKER_KEY_ENCRYPTION_KEY": name, "USHER_DATABASE_URL": name, "USHER_MODEL_API_KEY": "model",
+		})
+	}
+	if hook := r.secrets["usher-migrate"].Annotations["helm.sh/hook"]; hook != "pre-install,pre-upgrade" {
+		t.Errorf("the migration's Secret is not a hook created before it: %q", hook)
+	}
+}
