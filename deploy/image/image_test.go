@@ -136,6 +136,9 @@ func checkConfig(t *testing.T, cfg config) {
 	if _, ok := cfg.ExposedPorts["8080/tcp"]; !ok {
 		t.Errorf("exposed ports %v; want 8080/tcp", cfg.ExposedPorts)
 	}
+	if !slices.Contains(cfg.Env, "PATH=/usr/local/bin") {
+		t.Errorf("environment %q; want PATH=/usr/local/bin, where usher is", cfg.Env)
+	}
 	if !slices.Contains(cfg.Env, "TMPDIR=/data") {
 		t.Errorf("environment %q; want TMPDIR=/data, the only writable path", cfg.Env)
 	}
