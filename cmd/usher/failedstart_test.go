@@ -111,3 +111,16 @@ func TestSecondReplicaWithoutTheKeyNamesIt(t *testing.T) {
 		}
 	}
 }
+
+// TestStartMakesTheDirectoriesItWrites shows that a start on PostgreSQL
+// with a key encryption key, which keeps nothing else in the data
+// directory, makes it for the first tool lock it writes there.
+func TestStartMakesTheDirectoriesItWrites(t *testing.T) {
+	t.Parallel()
+	db := newFaultDB(t)
+	dataDir := filepath.Join(t.TempDir(), "not", "yet")
+	startServerIn(t, dataDir, map[string]string{"USHER_DATABASE_URL": db.url, "USHER_BROKER_KEY_ENCRYPTION_KEY": "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80="})
+	if _, err := os.Stat(filepath.Join(dataDir, "tools.lock")); err != nil {
+		t.Errorf("no tool lock in the data directory: %v", err)
+	}
+}

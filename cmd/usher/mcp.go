@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 
 	"github.com/usherhq/usher/internal/buildinfo"
 
@@ -50,6 +52,9 @@ func (in *installation) toolLock(cat *mcpserver.Catalog) (*policy.Lock, error) {
 		return lock, err
 	}
 	lock = cat.BuiltinLock()
+	if err := os.MkdirAll(filepath.Dir(in.cfg.Policy.LockFile), 0o700); err != nil {
+		return nil, fmt.Errorf("tool lock: %w", err)
+	}
 	if err := lock.Write(in.cfg.Policy.LockFile); err != nil {
 		return nil, fmt.Errorf("tool lock: %w", err)
 	}
