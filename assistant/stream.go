@@ -283,7 +283,7 @@ func (rt *Runtime) handleRunStream(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := rt.streamContext(r)
 	defer cancel()
 	err := rt.streamRun(ctx, newSSE(w), run, after)
-	rt.streamEnded(r, err)
+	rt.streamEnded(ctx, r, err)
 }
 
 // upgrader upgrades the WebSocket route. Its origin check refuses a browser
@@ -323,7 +323,7 @@ func (rt *Runtime) handleRunWebSocket(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	err = rt.streamRun(ctx, &wsEmitter{conn: conn}, run, after)
-	rt.streamEnded(r, err)
+	rt.streamEnded(ctx, r, err)
 	_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 }
 
@@ -338,10 +338,11 @@ type hijacker struct {
 func (h hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) { return h.rc.Hijack() }
 
 // streamEnded logs why a stream ended, unless the client or the server
-// simply closed it.
-func (rt *Runtime) streamEnded(r *http.Request, err error) {
-	if err != nil && !errors.Is(err, context.Canceled) && r.Context().Err() == nil {
-		rt.log.Debug("assistant: a stream ended", "path", r.URL.Path, "err", err)
+// simply closed it (ctx, the stream's context, ended): a stream the server
+// ends on its own leaves its subscriber to reconnect.
+func (rt *Runtime) streamEnded(ctx context.Context, r *http.Request, err error) {
+	if err != nil && ctx.Err() == nil {
+		rt.log.Debug("assistant: a live-update stream ended", "path", r.URL.Path, "err", err)
 	}
 }
 
@@ -425,7 +426,7 @@ func (rt *Runtime) handleFeed(w http.ResponseWriter, r *http.Request) {
 		}
 		err = rt.sendFeed(ctx, e, owner, f)
 	}
-	rt.streamEnded(r, err)
+	rt.streamEnded(ctx, r, err)
 }
 
 // sendFeed sends what changed for the owner: each changed run, and each

@@ -213,7 +213,6 @@ type room struct {
 	runMu   sync.Mutex // guards the run row, read once per change
 	runSeen int64
 	runRow  store.Run
-	runErr  error
 
 	mu      sync.Mutex // guards what follows; held while reading the log
 	init    bool
@@ -322,14 +321,20 @@ func (r *room) since(ctx context.Context, after int64) ([]roomEvent, bool, error
 }
 
 // run returns the run's row, read once per change for every subscriber.
+// A failed read is not kept: it may be the reader's own (its context
+// ended), which must not end the other subscribers' streams; the next
+// subscriber reads again.
 func (r *room) run(ctx context.Context) (store.Run, error) {
 	r.runMu.Lock()
 	defer r.runMu.Unlock()
-	if gen := r.runGen.Load(); gen != r.runSeen || (r.runRow.ID == "" && r.runErr == nil) {
-		r.runRow, r.runErr = r.st.GetRun(ctx, r.runID)
-		r.runSeen = gen
+	if gen := r.runGen.Load(); gen != r.runSeen || r.runRow.ID == "" {
+		row, err := r.st.GetRun(ctx, r.runID)
+		if err != nil {
+			return store.Run{}, err
+		}
+		r.runRow, r.runSeen = row, gen
 	}
-	return r.runRow, r.runErr
+	return r.runRow, nil
 }
 
 // lastSeq is the newest sequence the room has read. The caller holds r.mu.

@@ -176,7 +176,9 @@ func fanout(b *testing.B, dbURL string, n int) (p50, p99 float64) {
 			break
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("subscribers did not receive all %d events", want)
+			mu.Lock()
+			defer mu.Unlock()
+			b.Fatalf("subscribers did not receive all %d events: the last seq each received is %v", want, last[:min(len(last), 10)])
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
