@@ -48,7 +48,7 @@ CHART_TEST := $(GO) tool gotestsum --format pkgname --format-hide-empty-pkg --hi
 	--raw-command -- $(GO) test -C deploy/helm -json -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 CHART_REPORT := $(GO) run ./internal/testreport -timeout $(TEST_TIMEOUT) -budget $(TEST_BUDGET) $(CHART_EVENTS)
 
-.PHONY: all build run test test-short testbin bench bench-mcp bench-ui lint fmt vet staticcheck clean e2e-deps \
+.PHONY: all build run test test-short testbin bench bench-mcp bench-ui lint fmt vet staticcheck tidy clean e2e-deps \
 	image sbom image-ref image-test
 
 all: lint test build
@@ -183,7 +183,14 @@ bench: bench-mcp bench-ui
 	$(GO) test -run '^$$' -bench '^BenchmarkFanout' -benchtime 1x -cpu 2 ./cmd/usher/
 	$(GO) test -run '^$$' -bench '^BenchmarkTokenEndpoint' -benchtime 500x -cpu 2 ./broker/oauth/
 
-lint: fmt vet staticcheck
+lint: fmt vet staticcheck tidy
+
+# Both modules' go.mod and go.sum are tidy: the chart's module
+# (deploy/helm) requires this one through a replace, so a change to this
+# one's requirements needs `go mod tidy` there too.
+tidy:
+	$(GO) mod tidy -diff
+	$(GO) -C deploy/helm mod tidy -diff
 
 fmt:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

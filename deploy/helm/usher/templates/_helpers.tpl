@@ -37,9 +37,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
-{{/* The image: repository@digest, or repository:tag (default: appVersion). */}}
+{{/* The image: repository@digest, or repository:tag (default: "v" and the
+appVersion, the release's tag, as `make image` names it). */}}
 {{- define "usher.image" -}}
-{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- $tag := default (printf "v%s" .Chart.AppVersion) .Values.image.tag -}}
 {{- if eq $tag "latest" -}}
 {{- fail "image.tag must name a release, not latest" -}}
 {{- end -}}
