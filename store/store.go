@@ -570,6 +570,8 @@ type Store interface {
 	// AuditRecords returns up to limit records with Seq > afterSeq, in
 	// order; ErrInvalid when limit is not positive.
 	AuditRecords(ctx context.Context, afterSeq int64, limit int) ([]AuditRecord, error)
+	// AuditQuerier reads the audit log by what its records hold.
+	AuditQuerier
 
 	// The authorization server's clients, codes, refresh tokens and
 	// consents (oauth.go). Codes and tokens are addressed by their SHA-256

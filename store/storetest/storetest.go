@@ -113,6 +113,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"AppendAudit", testAppendAudit},
 		{"AppendAuditConcurrent", testAppendAuditConcurrent},
 		{"AppendAuditEventID", testAppendAuditEventID},
+		{"QueryAudit", testQueryAudit},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
