@@ -60,6 +60,7 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		s.assistant,
 		s.mcp,
 		s.oauth,
+		s.review,
 		s.sweeps,
 		s.notFound,
 	} {

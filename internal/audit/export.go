@@ -2,30 +2,31 @@ package audit
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+
+	"github.com/usherhq/usher/store"
 )
 
 // Export writes every record after seq after to w as JSON lines, in order:
 // each line is the record's hashed body (see the package documentation)
-// with its hash and prev_hash added, keys sorted.
+// with its hash and prev_hash added, keys sorted (see Line).
 func Export(ctx context.Context, st Reader, w io.Writer, after int64) error {
 	bw := bufio.NewWriter(w)
-	enc := json.NewEncoder(bw)
-	enc.SetEscapeHTML(false)
 	for {
 		page, err := st.AuditRecords(ctx, after, pageSize)
 		if err != nil {
 			return fmt.Errorf("audit: export: read after seq %d: %w", after, err)
 		}
 		for _, r := range page {
-			line, err := exportOf(r)
+			line, err := Line(r)
 			if err != nil {
-				return fmt.Errorf("audit: export: record %d: %w", r.Seq, err)
+				return fmt.Errorf("audit: export: %w", err)
 			}
-			if err := enc.Encode(line); err != nil {
+			if _, err := bw.Write(line); err != nil {
 				return fmt.Errorf("audit: export: %w", err)
 			}
 			after = r.Seq
@@ -38,4 +39,21 @@ func Export(ctx context.Context, st Reader, w io.Writer, after int64) error {
 		return fmt.Errorf("audit: export: %w", err)
 	}
 	return nil
+}
+
+// Line returns r as Export writes it: one JSON object, keys sorted, HTML
+// characters unescaped, and a newline. It fails only when r.Details is not
+// JSON.
+func Line(r store.AuditRecord) ([]byte, error) {
+	e, err := exportOf(r)
+	if err != nil {
+		return nil, fmt.Errorf("record %d: %w", r.Seq, err)
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
+		return nil, fmt.Errorf("record %d: %w", r.Seq, err)
+	}
+	return b.Bytes(), nil
 }

@@ -86,6 +86,23 @@ func (r *Report) add(p Problem) {
 // Verify keeps the event id of every record read, about 40 bytes each: some
 // 40 MB for a log of a million records.
 func Verify(ctx context.Context, st Reader, anchors ...store.AuditHead) (Report, error) {
+	rep, _, err := verify(ctx, st, store.AuditHead{}, 0, anchors)
+	return rep, err
+}
+
+// VerifyFrom checks, as Verify does, at most limit records (all when
+// limit is 0) after from, the first chained on from: the part of a long
+// log after a record verified before, so that a long log can be verified
+// in bounded steps. It reports whether it reached the head; the Report's
+// Head is the last record it read, where the next step starts. An event
+// recorded twice is found only when both records are in one step.
+func VerifyFrom(ctx context.Context, st Reader, from store.AuditHead, limit int64) (rep Report, done bool, err error) {
+	return verify(ctx, st, from, limit, nil)
+}
+
+// verify is Verify from the record from, of at most limit records (0: no
+// limit); done reports whether it reached the head.
+func verify(ctx context.Context, st Reader, from store.AuditHead, limit int64, anchors []store.AuditHead) (Report, bool, error) {
 	var rep Report
 	want := make(map[int64]string, len(anchors))
 	for _, a := range anchors {
@@ -93,11 +110,19 @@ func Verify(ctx context.Context, st Reader, anchors ...store.AuditHead) (Report,
 	}
 	seen := make(map[int64]bool, len(anchors))
 	var events eventSet
-	var prev store.AuditHead
+	prev := from
 	for {
-		page, err := st.AuditRecords(ctx, prev.Seq, pageSize)
+		n := pageSize
+		if limit > 0 && limit-rep.Records < int64(n) {
+			n = int(limit - rep.Records)
+		}
+		if n == 0 {
+			rep.Head = prev
+			return rep, false, nil
+		}
+		page, err := st.AuditRecords(ctx, prev.Seq, n)
 		if err != nil {
-			return rep, fmt.Errorf("audit: verify: read after seq %d: %w", prev.Seq, err)
+			return rep, false, fmt.Errorf("audit: verify: read after seq %d: %w", prev.Seq, err)
 		}
 		for _, r := range page {
 			rep.Records++
@@ -121,7 +146,7 @@ func Verify(ctx context.Context, st Reader, anchors ...store.AuditHead) (Report,
 			}
 			prev = store.AuditHead{Seq: r.Seq, Hash: r.Hash}
 		}
-		if len(page) < pageSize {
+		if len(page) < n {
 			break
 		}
 	}
@@ -131,7 +156,7 @@ func Verify(ctx context.Context, st Reader, anchors ...store.AuditHead) (Report,
 			rep.add(Problem{a.Seq, ProblemAnchor, fmt.Sprintf("the log (head %d) no longer holds the anchored record", prev.Seq)})
 		}
 	}
-	return rep, nil
+	return rep, true, nil
 }
 
 // eventSet holds the event ids Verify has read, each with the sequence

@@ -45,6 +45,8 @@ type Config struct {
 	// OAuth configures the authorization server external MCP clients sign
 	// in through (docs/api.md, "OAuth").
 	OAuth OAuth `yaml:"oauth"`
+	// Review names the security reviewers (docs/api.md, "Reviewers").
+	Review Review `yaml:"review"`
 }
 
 // Server configures the HTTP listener and the process's files.
@@ -188,6 +190,15 @@ type Policy struct {
 type Approval struct {
 	// TTL is how long an approval request stays open. Default 24h.
 	TTL Duration `yaml:"ttl"`
+}
+
+// Review configures the security reviewers' seat.
+type Review struct {
+	// Groups are the groups whose members are reviewers: a signed-in
+	// person with one of them among the groups or the app roles of their
+	// token reads their tenant's audit log, and changes nothing. Default
+	// none: nobody is a reviewer.
+	Groups []string `yaml:"groups"`
 }
 
 // Assistant configures the assistant runtime. Zero values take the
@@ -494,6 +505,7 @@ func (c *Config) Validate() error {
 	c.Approval.validate(bad)
 	c.Web.validate(bad, c.DevIdentity())
 	c.OAuth.validate(bad)
+	c.Review.validate(bad)
 	return errors.Join(errs...)
 }
 
@@ -700,6 +712,18 @@ func (w Web) validate(bad reporter, devIdentity bool) {
 	}
 	if slices.ContainsFunc(w.Scopes, func(s string) bool { return s == "" || strings.ContainsAny(s, " \t") }) {
 		bad("web.scopes", "must not contain an empty scope or one with spaces")
+	}
+}
+
+// validate reports the problems of the review section.
+func (r Review) validate(bad reporter) {
+	for i, g := range r.Groups {
+		switch {
+		case g == "" || strings.TrimSpace(g) != g || strings.ContainsAny(g, ","):
+			bad("review.groups", "must not contain an empty group, one with surrounding spaces or one with a comma, got %q", g)
+		case slices.Contains(r.Groups[:i], g):
+			bad("review.groups", "names %q twice", g)
+		}
 	}
 }
 

@@ -103,6 +103,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"oauth.registration": "false", "oauth.registrations_per_hour": "5", "oauth.refresh_idle": "1h",
 		"oauth.refresh_absolute": "48h", "oauth.client_metadata_documents": "false", "oauth.clients": "",
 		"oauth.token_exchange_clients": "usher-dcr-a, usher-dcr-b",
+		"review.groups":                "security, audit",
 	}
 	m := map[string]string{}
 	for _, k := range Keys() {
@@ -126,6 +127,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		c.OAuth.Registration || c.OAuth.RegistrationsPerHour != 5 || c.OAuth.RefreshIdle.Std() != time.Hour ||
 		c.OAuth.RefreshAbsolute.Std() != 48*time.Hour || c.OAuth.ClientMetadataDocuments ||
 		strings.Join(c.OAuth.TokenExchangeClients, "|") != "usher-dcr-a|usher-dcr-b" ||
+		strings.Join(c.Review.Groups, "|") != "security|audit" ||
 		len(c.Server.TrustedProxies) != 2 || c.Server.ForwardedHeader != "Forwarded" || c.Model.ContextTokens != 128000 {
 		t.Errorf("overrides not applied: %+v", c)
 	}
@@ -448,6 +450,24 @@ func TestModelModels(t *testing.T) {
 		_, err := Load(writeFile(t, "model:\n  models: "+list+"\n"), env(nil), Overrides{})
 		if err == nil || !strings.Contains(err.Error(), "model.models: model #2") {
 			t.Errorf("models %s: err = %v", list, err)
+		}
+	}
+}
+
+// The reviewers' groups come from the file or the environment, and an
+// empty, padded, comma-holding or repeated group is reported by key.
+func TestReviewGroups(t *testing.T) {
+	c, err := Load("", env(map[string]string{"USHER_REVIEW_GROUPS": "security"}), Overrides{})
+	if err != nil || !reflect.DeepEqual(c.Review.Groups, []string{"security"}) {
+		t.Fatalf("USHER_REVIEW_GROUPS=security: %v %q", err, c.Review.Groups)
+	}
+	if c, err := Load("", env(nil), Overrides{}); err != nil || len(c.Review.Groups) != 0 {
+		t.Fatalf("default: %v %q, want no reviewers", err, c.Review.Groups)
+	}
+	for _, groups := range []string{`[""]`, `[" security"]`, `["a,b"]`, `[security, security]`} {
+		p := writeFile(t, "review:\n  groups: "+groups+"\n")
+		if _, err := Load(p, env(nil), Overrides{}); err == nil || !strings.Contains(err.Error(), "review.groups: ") {
+			t.Errorf("groups %s: err = %v, want a review.groups error", groups, err)
 		}
 	}
 }

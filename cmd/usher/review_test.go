@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/usherhq/usher/assistant"
+)
+
+// A reviewer (USHER_REVIEW_GROUPS=security, rita signed in with the group
+// security) reads alice's calls through `usher serve`, each record as
+// `usher audit export` writes it; alice, her broker token and anyone
+// without the group are refused, and nothing but GET is answered.
+func TestReviewerReadsAliceCalls(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, map[string]string{"USHER_REVIEW_GROUPS": "security"})
+	alice, err := s.cli(t, "token", "user", "--sub", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rita, err := s.cli(t, "token", "user", "--sub", "rita", "--group", "security")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := s.cli(t, "token", "user", "--sub", "oscar", "--group", "operators")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, s.url+"/api/me", alice)
+	var who assistant.Me
+	if err := json.Unmarshal(body, &who); err != nil {
+		t.Fatal(err)
+	}
+	mcpTok, err := s.cli(t, "token", "mcp", "--sub", who.ID, "--group", "security")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcpCall(t, s.url, mcpTok, "tools/call", map[string]any{"name": "notes_list", "arguments": map[string]any{}})
+	mcpCall(t, s.url, mcpTok, "tools/call", map[string]any{"name": "notes_delete", "arguments": map[string]any{"name": "x"}})
+
+	// Every line `usher audit export` writes of alice's records.
+	out, err := s.cli(t, "audit", "export")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for line := range strings.Lines(out) {
+		var r struct{ Principal string }
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("export line %q: %v", line, err)
+		}
+		if r.Principal == who.ID {
+			want = append(want, strings.TrimSuffix(line, "\n"))
+		}
+	}
+	if len(want) < 2 {
+		t.Fatalf("the export holds %d records of alice, want her calls:\n%s", len(want), out)
+	}
+
+	code, body := get(t, s.url+"/api/audit?limit=1000&principal="+url.QueryEscape(who.ID), rita)
+	if code != 200 {
+		t.Fatalf("rita's GET /api/audit = %d %s", code, body)
+	}
+	var page struct {
+		Records []json.RawMessage `json:"records"`
+		Next    string            `json:"next"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Records) != len(want) || page.Next != "" {
+		t.Fatalf("rita got %d records (next %q), want %d:\n%s", len(page.Records), page.Next, len(want), body)
+	}
+	for i, r := range page.Records {
+		if string(r) != want[i] {
+			t.Errorf("record %d:\n got %s\nwant %s", i, r, want[i])
+		}
+	}
+	if !bytes.Contains(body, []byte(`"tool":"notes_delete"`)) {
+		t.Errorf("alice's denied call is not among her records: %s", body)
+	}
+
+	for name, tok := range map[string]string{"alice": alice, "oscar": other, "a broker token": mcpTok, "no token": ""} {
+		for _, path := range []string{"/api/audit", "/api/audit/1", "/api/audit/export", "/api/audit/verify"} {
+			code, body := get(t, s.url+path, tok)
+			wantCode := map[string]int{"alice": 403, "oscar": 403, "a broker token": 403, "no token": 401}[name]
+			if code != wantCode || (wantCode == 403 && name != "a broker token" && !strings.Contains(string(body), `"reviewer_required"`)) {
+				t.Errorf("%s: GET %s = %d %s, want %d", name, path, code, body, wantCode)
+			}
+		}
+	}
+	for _, method := range []string{"POST", "PUT", "PATCH", "DELETE"} {
+		for _, path := range []string{"/api/audit", "/api/audit/1", "/api/audit/export", "/api/audit/verify"} {
+			req, _ := http.NewRequest(method, s.url+path, strings.NewReader(`{}`))
+			req.Header.Set("Authorization", "Bearer "+rita)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 405 {
+				t.Errorf("rita: %s %s = %d, want 405", method, path, resp.StatusCode)
+			}
+		}
+	}
+	after, err := s.cli(t, "audit", "export")
+	if err != nil || after != out {
+		t.Errorf("the refused requests changed the log: %v", err)
+	}
+	code, body = get(t, s.url+"/api/audit/verify", rita)
+	if code != 200 || !bytes.Contains(body, []byte(`"intact":true`)) {
+		t.Errorf("verify = %d %s", code, body)
+	}
+}

@@ -1,0 +1,174 @@
+package review
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/internal/httpx"
+	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/store"
+)
+
+// Store is what the reviewer's API reads: the audit log in order, and by
+// what its records hold.
+type Store interface {
+	AuditRecords(ctx context.Context, afterSeq int64, limit int) ([]store.AuditRecord, error)
+	QueryAudit(ctx context.Context, q store.AuditQuery) ([]store.AuditRecord, error)
+}
+
+// DefaultVerifyLimit is how many records one GET /api/audit/verify checks
+// at most, by default.
+const DefaultVerifyLimit = 100_000
+
+// Options configures New. A nil *Options means every default.
+type Options struct {
+	// Groups are the reviewers' groups (config review.groups). Default
+	// none: nobody is a reviewer.
+	Groups []string
+	// VerifyLimit is how many records one verification step checks at
+	// most. Default DefaultVerifyLimit.
+	VerifyLimit int64
+	// Logger records the errors clients see only as a generic 500.
+	// Default slog.Default().
+	Logger *slog.Logger
+}
+
+// API is the reviewers' audit API.
+type API struct {
+	st          Store
+	groups      []string
+	verifyLimit int64
+	log         *slog.Logger
+}
+
+// New returns the reviewers' API over st.
+func New(st Store, opts *Options) (*API, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	var errs []error
+	if st == nil {
+		errs = append(errs, errors.New("review: New needs a store"))
+	}
+	if slices.Contains(o.Groups, "") {
+		errs = append(errs, errors.New("review: a reviewers' group is empty"))
+	}
+	if o.VerifyLimit < 0 {
+		errs = append(errs, fmt.Errorf("review: verify limit %d is negative", o.VerifyLimit))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if o.VerifyLimit == 0 {
+		o.VerifyLimit = DefaultVerifyLimit
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &API{st: st, groups: slices.Clone(o.Groups), verifyLimit: o.VerifyLimit, log: o.Logger}, nil
+}
+
+// IsReviewer reports whether p is a reviewer: one of the reviewers' groups
+// is among p's groups or app roles.
+func (a *API) IsReviewer(p identity.Principal) bool {
+	return slices.ContainsFunc(a.groups, func(g string) bool {
+		return slices.Contains(p.Groups, g) || slices.Contains(p.Roles, g)
+	})
+}
+
+// API errors of the handlers, in the one error shape of httpx.
+var (
+	errUnauthenticated  = httpx.Errorf(http.StatusUnauthorized, "unauthenticated", "Sign in to read the audit log.")
+	errReviewerRequired = httpx.Errorf(http.StatusForbidden, "reviewer_required", "Only security reviewers (review.groups) may read the audit log.")
+	errReadOnly         = httpx.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "The audit API is read-only: use GET.")
+	errBadSeq           = httpx.Errorf(http.StatusBadRequest, "invalid_seq", "A record's sequence number is a positive integer.")
+)
+
+// Handler serves the routes of the package documentation. It expects an
+// authenticated request (the principal in the context): mount it behind
+// the identity middleware and broker.RefuseTokens.
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/audit", a.list)
+	mux.HandleFunc("GET /api/audit/export", a.export)
+	mux.HandleFunc("GET /api/audit/verify", a.verify)
+	mux.HandleFunc("GET /api/audit/{seq}", a.get)
+	mux.HandleFunc("/api/audit", a.readOnly)
+	mux.HandleFunc("/api/audit/", a.readOnly)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, ok := identity.FromContext(r.Context())
+		switch {
+		case !ok:
+			httpx.WriteError(w, r, a.log, errUnauthenticated)
+		case !a.IsReviewer(p):
+			httpx.WriteError(w, r, a.log, errReviewerRequired)
+		default:
+			mux.ServeHTTP(w, r)
+		}
+	})
+}
+
+// readOnly answers every method but GET (and HEAD, which GET serves).
+func (a *API) readOnly(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", "GET, HEAD")
+	httpx.WriteError(w, r, a.log, errReadOnly)
+}
+
+// scope is the AuditQuery.Scope of the reviewer of r: their issuer and
+// tenant.
+func scope(r *http.Request) string {
+	p, _ := identity.FromContext(r.Context())
+	return p.Issuer + "|" + p.Tenant + "|"
+}
+
+// get answers one record of the reviewer's tenant.
+func (a *API) get(w http.ResponseWriter, r *http.Request) {
+	if len(r.URL.Query()) > 0 {
+		httpx.WriteError(w, r, a.log, unknownParameter(firstKey(r.URL.Query())))
+		return
+	}
+	seq, err := parseSeq(r.PathValue("seq"))
+	if err != nil || seq < 1 {
+		httpx.WriteError(w, r, a.log, errBadSeq)
+		return
+	}
+	rs, err := a.st.QueryAudit(r.Context(), store.AuditQuery{Scope: scope(r), After: seq - 1, Before: seq + 1, Limit: 1})
+	if err != nil {
+		httpx.WriteError(w, r, a.log, err)
+		return
+	}
+	if len(rs) == 0 {
+		httpx.WriteError(w, r, a.log, httpx.ErrNotFound)
+		return
+	}
+	line, err := audit.Line(rs[0])
+	if err != nil {
+		httpx.WriteError(w, r, a.log, err)
+		return
+	}
+	writeJSONBytes(w, line)
+}
+
+// parseSeq parses a sequence number: decimal digits only.
+func parseSeq(s string) (int64, error) {
+	if s == "" || len(s) > 19 || s[0] == '+' || s[0] == '-' {
+		return 0, errBadSeq
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// writeJSONBytes answers 200 with body, JSON already encoded.
+func writeJSONBytes(w http.ResponseWriter, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
