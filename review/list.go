@@ -44,6 +44,19 @@ func badParameter(name, want string) error {
 	return httpx.Errorf(http.StatusBadRequest, "invalid_parameter", fmt.Sprintf("The query parameter %q must be %s, at most once.", name, want))
 }
 
+// errBadQuery answers a query string that is not one.
+var errBadQuery = httpx.Errorf(http.StatusBadRequest, "invalid_query", "The query string is not well-formed: each parameter is name=value, percent-encoded.")
+
+// queryOf parses r's query strictly: a malformed pair is an error, where
+// URL.Query drops it.
+func queryOf(r *http.Request) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, errBadQuery
+	}
+	return q, nil
+}
+
 // firstKey is the first of q's keys, in byte order.
 func firstKey(q url.Values) string {
 	keys := make([]string, 0, len(q))
@@ -253,7 +266,12 @@ func (p page) query(scope string) store.AuditQuery {
 // record as audit.Line writes it; next is absent after the last page (a
 // full page may be followed by an empty one).
 func (a *API) list(w http.ResponseWriter, r *http.Request) {
-	p, err := parseList(r.URL.Query())
+	q, err := queryOf(r)
+	if err != nil {
+		httpx.WriteError(w, r, a.log, err)
+		return
+	}
+	p, err := parseList(q)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -291,7 +309,11 @@ const exportPage = 1000
 // export answers GET /api/audit/export?after=N: the reviewer's tenant's
 // records after N as JSON lines, read a page at a time.
 func (a *API) export(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q, err := queryOf(r)
+	if err != nil {
+		httpx.WriteError(w, r, a.log, err)
+		return
+	}
 	for k, v := range q {
 		if k != "after" {
 			httpx.WriteError(w, r, a.log, unknownParameter(k))

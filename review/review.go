@@ -130,8 +130,11 @@ func scope(r *http.Request) string {
 
 // get answers one record of the reviewer's tenant.
 func (a *API) get(w http.ResponseWriter, r *http.Request) {
-	if len(r.URL.Query()) > 0 {
-		httpx.WriteError(w, r, a.log, unknownParameter(firstKey(r.URL.Query())))
+	if q, err := queryOf(r); err != nil || len(q) > 0 {
+		if err == nil {
+			err = unknownParameter(firstKey(q))
+		}
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	seq, err := parseSeq(r.PathValue("seq"))
