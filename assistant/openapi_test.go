@@ -274,6 +274,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 	}{
 		{"http.go", "/api/assistant/", true},
 		{"../approvals/http.go", "/api/approvals", true},
+		{"../review/review.go", "/api/audit", true},
 		{"../broker/oauth/apps.go", "/api/oauth/", false},
 		{"../cmd/usher/serve.go", "/api/", false},
 	} {
@@ -380,6 +381,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 		{"assistant/*.go", sourceCodes(t, "*.go", errorfCode), "/api/assistant/", "too_many_active_runs"},
 		{"approvals/*.go", sourceCodes(t, "../approvals/*.go", errorfCode), "/api/approvals", "approval_decided"},
 		{"broker/refuse.go", sourceCodes(t, "../broker/refuse.go", errorfCode), "/api/approvals", "broker_token_refused"},
+		{"review/*.go", sourceCodes(t, "../review/*.go", errorfCode), "/api/audit", "reviewer_required"},
 		{"internal/httpx", sourceCodes(t, "../internal/httpx/error.go", httpxCode), "", "body_too_large"},
 		{"internal/identity", sourceCodes(t, "../internal/identity/middleware.go", identityCode), "/api/me", "insufficient_scope"},
 	} {
@@ -406,6 +408,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	for _, s := range []map[string]bool{
 		sourceCodes(t, "*.go", errorfCode),
 		sourceCodes(t, "../approvals/*.go", errorfCode),
+		sourceCodes(t, "../review/*.go", errorfCode),
 		sourceCodes(t, "../broker/refuse.go", errorfCode),
 		sourceCodes(t, "../internal/httpx/error.go", httpxCode),
 		sourceCodes(t, "../internal/identity/middleware.go", identityCode),

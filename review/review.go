@@ -87,7 +87,6 @@ func (a *API) IsReviewer(p identity.Principal) bool {
 var (
 	errUnauthenticated  = httpx.Errorf(http.StatusUnauthorized, "unauthenticated", "Sign in to read the audit log.")
 	errReviewerRequired = httpx.Errorf(http.StatusForbidden, "reviewer_required", "Only security reviewers (review.groups) may read the audit log.")
-	errReadOnly         = httpx.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "The audit API is read-only: use GET.")
 	errBadSeq           = httpx.Errorf(http.StatusBadRequest, "invalid_seq", "A record's sequence number is a positive integer.")
 )
 
@@ -118,7 +117,7 @@ func (a *API) Handler() http.Handler {
 // readOnly answers every method but GET (and HEAD, which GET serves).
 func (a *API) readOnly(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", "GET, HEAD")
-	httpx.WriteError(w, r, a.log, errReadOnly)
+	httpx.WriteError(w, r, a.log, httpx.ErrMethodNotAllowed)
 }
 
 // scope is the AuditQuery.Scope of the reviewer of r: their issuer and

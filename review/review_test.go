@@ -333,7 +333,7 @@ func TestVerifyInSteps(t *testing.T) {
 		e.seed(t, 0, 20, start)
 		tok := e.b.token(t, "rita", "security")
 		type step struct {
-			Intact      bool   `json:"intact"`
+			Intact      bool `json:"intact"`
 			Head        struct{ Seq int64 }
 			VerifiedTo  int64  `json:"verified_to"`
 			Records     int64  `json:"records"`
