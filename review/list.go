@@ -219,6 +219,24 @@ func clearParam(p *page, k string) {
 	}
 }
 
+// afterOnly reads the query of a route whose one parameter is after, a
+// sequence number (0 when absent).
+func afterOnly(r *http.Request) (int64, error) {
+	q, err := queryOf(r)
+	if err != nil {
+		return 0, err
+	}
+	for k, v := range q {
+		if k != "after" {
+			return 0, unknownParameter(k)
+		}
+		if len(v) != 1 {
+			return 0, badParameter(k, "given once")
+		}
+	}
+	return seqParam(q, "after")
+}
+
 // seqParam reads the sequence number parameter name: 0 when absent.
 func seqParam(q url.Values, name string) (int64, error) {
 	s := q.Get(name)
@@ -309,22 +327,7 @@ const exportPage = 1000
 // export answers GET /api/audit/export?after=N: the reviewer's tenant's
 // records after N as JSON lines, read a page at a time.
 func (a *API) export(w http.ResponseWriter, r *http.Request) {
-	q, err := queryOf(r)
-	if err != nil {
-		httpx.WriteError(w, r, a.log, err)
-		return
-	}
-	for k, v := range q {
-		if k != "after" {
-			httpx.WriteError(w, r, a.log, unknownParameter(k))
-			return
-		}
-		if len(v) != 1 {
-			httpx.WriteError(w, r, a.log, badParameter(k, "given once"))
-			return
-		}
-	}
-	after, err := seqParam(q, "after")
+	after, err := afterOnly(r)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return

@@ -48,22 +48,7 @@ type verification struct {
 // after record N (from the first record without it), chained on N's
 // stored hash, up to the API's bound, as audit.VerifyFrom does.
 func (a *API) verify(w http.ResponseWriter, r *http.Request) {
-	q, err := queryOf(r)
-	if err != nil {
-		httpx.WriteError(w, r, a.log, err)
-		return
-	}
-	for k, v := range q {
-		if k != "after" {
-			httpx.WriteError(w, r, a.log, unknownParameter(k))
-			return
-		}
-		if len(v) != 1 {
-			httpx.WriteError(w, r, a.log, badParameter(k, "given once"))
-			return
-		}
-	}
-	after, err := seqParam(q, "after")
+	after, err := afterOnly(r)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
