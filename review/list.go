@@ -11,7 +11,9 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/httpx"
@@ -129,6 +131,13 @@ func parseList(q url.Values) (page, error) {
 	p := page{
 		Kind: q.Get("kind"), Principal: q.Get("principal"), Tool: q.Get("tool"), Server: q.Get("server"),
 		Outcome: q.Get("outcome"), Since: q.Get("since"), Until: q.Get("until"), Limit: DefaultLimit,
+	}
+	for _, f := range []struct{ name, value string }{
+		{"kind", p.Kind}, {"principal", p.Principal}, {"tool", p.Tool}, {"server", p.Server}, {"outcome", p.Outcome},
+	} {
+		if !utf8.ValidString(f.value) || strings.ContainsRune(f.value, 0) {
+			return page{}, badParameter(f.name, "UTF-8 text without NUL")
+		}
 	}
 	for _, t := range []struct{ name, value string }{{"since", p.Since}, {"until", p.Until}} {
 		if _, err := parseTime(t.value); err != nil {

@@ -296,6 +296,8 @@ func TestHostileInput(t *testing.T) {
 			{"/api/audit?until=2031-13-01T00:00:00Z", "invalid_parameter"},
 			{"/api/audit?order=random", "invalid_parameter"},
 			{"/api/audit?kind=a&kind=b", "invalid_parameter"},
+			{"/api/audit?kind=%ff", "invalid_parameter"},
+			{"/api/audit?tool=a%00b", "invalid_parameter"},
 			{"/api/audit?bogus=1", "unknown_parameter"},
 			{"/api/audit?cursor=" + url.QueryEscape(next) + "&kind=executed", "invalid_cursor"},
 			{"/api/audit?cursor=" + tampered, "invalid_cursor"},

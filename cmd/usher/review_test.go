@@ -84,12 +84,20 @@ func TestReviewerReadsAliceCalls(t *testing.T) {
 		t.Errorf("alice's denied call is not among her records: %s", body)
 	}
 
-	for name, tok := range map[string]string{"alice": alice, "oscar": other, "a broker token": mcpTok, "no token": ""} {
+	for name, c := range map[string]struct {
+		token string
+		code  int
+		err   string
+	}{
+		"alice":          {alice, 403, "reviewer_required"},
+		"oscar":          {other, 403, "reviewer_required"},
+		"a broker token": {mcpTok, 403, "broker_token_refused"},
+		"no token":       {"", 401, "unauthenticated"},
+	} {
 		for _, path := range []string{"/api/audit", "/api/audit/1", "/api/audit/export", "/api/audit/verify"} {
-			code, body := get(t, s.url+path, tok)
-			wantCode := map[string]int{"alice": 403, "oscar": 403, "a broker token": 403, "no token": 401}[name]
-			if code != wantCode || (wantCode == 403 && name != "a broker token" && !strings.Contains(string(body), `"reviewer_required"`)) {
-				t.Errorf("%s: GET %s = %d %s, want %d", name, path, code, body, wantCode)
+			code, body := get(t, s.url+path, c.token)
+			if code != c.code || !strings.Contains(string(body), `"code":"`+c.err+`"`) {
+				t.Errorf("%s: GET %s = %d %s, want %d %s", name, path, code, body, c.code, c.err)
 			}
 		}
 	}
