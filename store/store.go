@@ -572,6 +572,8 @@ type Store interface {
 	AuditRecords(ctx context.Context, afterSeq int64, limit int) ([]AuditRecord, error)
 	// AuditQuerier reads the audit log by what its records hold.
 	AuditQuerier
+	// AuditSinks is the delivery of the audit log to sinks.
+	AuditSinks
 
 	// The authorization server's clients, codes, refresh tokens and
 	// consents (oauth.go). Codes and tokens are addressed by their SHA-256
