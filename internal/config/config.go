@@ -47,6 +47,8 @@ type Config struct {
 	OAuth OAuth `yaml:"oauth"`
 	// Review names the security reviewers (docs/api.md, "Reviewers").
 	Review Review `yaml:"review"`
+	// Audit configures the audit log's delivery (docs/audit.md).
+	Audit Audit `yaml:"audit"`
 }
 
 // Server configures the HTTP listener and the process's files.
@@ -506,6 +508,7 @@ func (c *Config) Validate() error {
 	c.Web.validate(bad, c.DevIdentity())
 	c.OAuth.validate(bad)
 	c.Review.validate(bad)
+	c.Audit.validate(bad)
 	return errors.Join(errs...)
 }
 

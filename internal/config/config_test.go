@@ -102,8 +102,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"web.session_lifetime": "1h", "web.revocation_ttl": "2s",
 		"oauth.registration": "false", "oauth.registrations_per_hour": "5", "oauth.refresh_idle": "1h",
 		"oauth.refresh_absolute": "48h", "oauth.client_metadata_documents": "false", "oauth.clients": "",
-		"oauth.token_exchange_clients": "usher-dcr-a, usher-dcr-b",
-		"review.groups":                "security, audit",
+		"oauth.token_exchange_clients": "usher-dcr-a, usher-dcr-b", "audit.sinks": "",
+		"review.groups": "security, audit",
 	}
 	m := map[string]string{}
 	for _, k := range Keys() {

@@ -1,13 +1,11 @@
 package config
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 
@@ -69,13 +67,9 @@ func (c OAuthClient) Secret() (string, error) {
 	if c.SecretFile == "" {
 		return c.SecretHash, nil
 	}
-	b, err := os.ReadFile(c.SecretFile)
+	b, err := readSecretFile(c.SecretFile)
 	if err != nil {
 		return "", fmt.Errorf("secret_file: %w", err)
-	}
-	b = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
-	if len(b) < minClientSecretLen {
-		return "", fmt.Errorf("secret_file: the secret must have at least %d characters", minClientSecretLen)
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:]), nil
