@@ -28,10 +28,10 @@ type process struct {
 	done    chan struct{} // closed when the process has exited
 }
 
-func startProcess(t testing.TB, bin string, env []string, addr string) *process {
+func startProcess(t testing.TB, bin string, env []string, addr string, args ...string) *process {
 	t.Helper()
 	dataDir := t.TempDir()
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--data-dir", dataDir)
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", addr, "--data-dir", dataDir}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "usher.log"))
 	if err != nil {

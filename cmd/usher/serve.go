@@ -20,6 +20,7 @@ import (
 	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/broker/oauth"
+	"github.com/usherhq/usher/internal/auditsink"
 	"github.com/usherhq/usher/internal/config"
 	"github.com/usherhq/usher/internal/devoidc"
 	"github.com/usherhq/usher/internal/httpx"
@@ -62,6 +63,7 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		s.oauth,
 		s.review,
 		s.sweeps,
+		s.auditSinks,
 		s.notFound,
 	} {
 		if err := start(ctx); err != nil {
@@ -335,6 +337,44 @@ func (s *serving) sweeps(ctx context.Context) error {
 		return fmt.Errorf("assistant: %w", err)
 	}
 	s.onStop(s.runtime.Stop)
+	return nil
+}
+
+// auditSinks starts the delivery of the audit log to audit.sinks. It
+// stops, giving its leases back, before the store closes.
+func (s *serving) auditSinks(ctx context.Context) error {
+	if len(s.cfg.Audit.Sinks) == 0 {
+		return nil
+	}
+	var targets []auditsink.Target
+	for _, c := range s.cfg.Audit.Sinks {
+		spec := auditsink.Spec{Name: c.Name}
+		if c.Webhook != nil {
+			secret, err := c.Webhook.Secret()
+			if err != nil {
+				return fmt.Errorf("audit.sinks %s: %w", c.Name, err)
+			}
+			spec.WebhookURL, spec.Secret = c.Webhook.URL, secret
+		}
+		if c.File != nil {
+			spec.FilePath = c.File.Path
+		}
+		t, err := auditsink.NewTarget(spec, s.env.stdout)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, t)
+	}
+	d, err := auditsink.New(s.in.store, targets, &auditsink.Options{
+		Records: auditsink.Records{Log: s.in.store}, Logger: s.log, Registerer: s.reg,
+	})
+	if err != nil {
+		return err
+	}
+	if err := d.Start(ctx); err != nil {
+		return err
+	}
+	s.onStop(d.Stop)
 	return nil
 }
 

@@ -170,3 +170,28 @@ func retryAfter(v string, now time.Time) (time.Duration, bool) {
 	}
 	return min(d, MaxRetryAfter), true
 }
+
+// Spec is a sink as configured (audit.sinks): a webhook (WebhookURL and
+// Secret) or a file (FilePath, Stdout for standard output).
+type Spec struct {
+	Name       string
+	WebhookURL string
+	Secret     []byte
+	FilePath   string
+}
+
+// NewTarget returns the target spec describes, whose File writes
+// standard output to stdout.
+func NewTarget(spec Spec, stdout io.Writer) (Target, error) {
+	t := Target{Name: spec.Name}
+	var err error
+	switch {
+	case spec.WebhookURL != "" && spec.FilePath != "":
+		err = fmt.Errorf("auditsink: sink %q is both a webhook and a file", spec.Name)
+	case spec.WebhookURL != "":
+		t.Sink, err = NewWebhook(spec.WebhookURL, spec.Secret, nil)
+	default:
+		t.Sink, err = NewFile(spec.FilePath, stdout)
+	}
+	return t, err
+}
