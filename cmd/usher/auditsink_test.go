@@ -110,10 +110,21 @@ func TestAuditSinkSurvivesAKilledProcess(t *testing.T) {
 	}
 	appendN(25)
 
-	startProcess(t, bin, env, testenv.FreeAddr(t), "--config", cfg)
+	b := startProcess(t, bin, env, testenv.FreeAddr(t), "--config", cfg)
 	testenv.WaitFor(t, 90*time.Second, func() bool {
 		s, err := st.AuditSink(t.Context(), "siem")
 		return err == nil && s.DeliveredSeq == 65
+	})
+	// Its lag, on /metrics, comes down to nothing.
+	testenv.WaitFor(t, 10*time.Second, func() bool {
+		resp, err := http.Get(b.url + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		m, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(m), "usher_audit_sink_lag_records{sink=\"siem\"} 0\n") &&
+			strings.Contains(string(m), "usher_audit_sink_lag_seconds{sink=\"siem\"} 0\n")
 	})
 	mu.Lock()
 	defer mu.Unlock()
