@@ -6,7 +6,7 @@
 // # Lines
 //
 // Each line is one record as `usher audit export` writes it (see
-// audit.Encoder), with its seq. A Source hands out lines in order after a
+// audit.Line), with its seq. A Source hands out lines in order after a
 // sequence number; Records is the audit log's, and the default. Another
 // source of lines is delivered by a Target of its own, under a cursor of
 // its own name. The lag metrics are measured against the audit log.

@@ -1,7 +1,6 @@
 package auditsink
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 
@@ -27,7 +26,7 @@ type Source interface {
 }
 
 // Records is the audit log's records as a Source: each line as
-// audit.Encoder writes it.
+// audit.Line writes it.
 type Records struct {
 	Log audit.Reader
 }
@@ -38,19 +37,18 @@ func (r Records) Batch(ctx context.Context, after int64, limit, maxBytes int) (B
 	if err != nil {
 		return Batch{}, fmt.Errorf("read the audit log after %d: %w", after, err)
 	}
-	var buf bytes.Buffer
-	enc := audit.NewEncoder(&buf)
 	var b Batch
 	for _, rec := range recs {
-		if err := enc.Encode(rec); err != nil {
+		line, err := audit.Line(rec)
+		if err != nil {
 			return Batch{}, err
 		}
+		b.Body = append(b.Body, line...)
 		b.Lines++
 		b.Last = rec.Seq
-		if buf.Len() >= maxBytes {
+		if len(b.Body) >= maxBytes {
 			break
 		}
 	}
-	b.Body = buf.Bytes()
 	return b, nil
 }
