@@ -17,9 +17,14 @@ import (
 	"github.com/usherhq/usher/store"
 )
 
-// Cursors is the store of the sinks' cursors and leases; store.Store is
-// one.
-type Cursors = store.AuditSinks
+// Cursors is the store of the sinks' cursors and leases (see
+// store.AuditSinks); store.Store is one.
+type Cursors interface {
+	AuditSink(ctx context.Context, name string) (store.AuditSink, error)
+	ClaimAuditSink(ctx context.Context, name, owner string, leaseFor time.Duration) (store.AuditSinkLease, error)
+	AdvanceAuditSink(ctx context.Context, l store.AuditSinkLease, seq int64, leaseFor time.Duration) (store.AuditSinkLease, error)
+	ReleaseAuditSink(ctx context.Context, l store.AuditSinkLease) error
+}
 
 // Target is one sink to deliver a source to.
 type Target struct {
