@@ -574,6 +574,8 @@ type Store interface {
 	AuditQuerier
 	// AuditSinks is the delivery of the audit log to sinks.
 	AuditSinks
+	// AuditCheckpoints: the audit log's head and its signed checkpoints.
+	AuditCheckpoints
 
 	// The authorization server's clients, codes, refresh tokens and
 	// consents (oauth.go). Codes and tokens are addressed by their SHA-256

@@ -117,6 +117,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"AppendAuditConcurrent", testAppendAuditConcurrent},
 		{"AppendAuditEventID", testAppendAuditEventID},
 		{"QueryAudit", testQueryAudit},
+		{"AuditCheckpoints", testAuditCheckpoints},
+		{"AuditCheckpointRace", testAuditCheckpointRace},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -690,18 +692,7 @@ func testSigningKeyRotationRace(t *testing.T, s store.Store) {
 	}
 	close(start)
 	wg.Wait()
-	won := 0
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			won++
-		case !errors.Is(err, store.ErrConflict):
-			t.Errorf("racer %d: %v, want nil or ErrConflict", i, err)
-		}
-	}
-	if won != 1 {
-		t.Errorf("%d racers inserted generation 1, want exactly 1", won)
-	}
+	exactlyOneWon(t, errs, "inserted generation 1")
 	if keys, err := s.SigningKeys(ctx, "broker", now); err != nil || len(keys) != 1 {
 		t.Errorf("SigningKeys after the race = %v, %v; want one key", keyIDs(keys), err)
 	}
