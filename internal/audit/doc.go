@@ -71,4 +71,25 @@
 // against an anchor: a head (sequence and hash) recorded outside the
 // database. [Verify] reports the head it reached so that an operator can
 // record it, and checks any anchors it is given.
+//
+// # Checkpoints
+//
+// Signed checkpoints are such anchors, made by Usher itself. A
+// [Checkpointer], run by every replica, signs the log's head at most every
+// interval (and only when records were appended since the last one) with
+// the installation's audit key ([Keys]: Ed25519, in the signed-note format
+// of golang.org/x/mod/sumdb/note, stored in the database with its private
+// half sealed under the seal key the replicas share), and stores the
+// signed note. A checkpoint's text is four lines: the origin (the
+// installation's name), the head's sequence number, its hash, and the time
+// (see [Checkpoint]). The verifier keys are published (at
+// /.well-known/usher-audit-key); a rotated key stays published.
+//
+// [VerifyWithCheckpoints] checks each stored checkpoint against verifier
+// keys the caller trusts and uses each one that verifies as an anchor: a
+// log cut short after a checkpoint, or rewritten, contradicts it, and a
+// checkpoint forged for a rewritten log does not verify against keys kept
+// from before. A checkpoint deleted with the records after it leaves no
+// trace in the database: compare the last checkpoint with one kept
+// elsewhere.
 package audit

@@ -73,19 +73,31 @@ func openDB(t *testing.T, driver, dsn string) *sql.DB {
 	return db
 }
 
-// clock is a test clock that moves one millisecond each time it is read.
+// clock is a test clock that moves step each time it is read (a
+// newClock), or only when the test advances it (a newManualClock).
 type clock struct {
-	mu  sync.Mutex
-	now time.Time
+	mu   sync.Mutex
+	now  time.Time
+	step time.Duration
 }
 
 func newClock() *clock {
-	return &clock{now: time.Date(2031, 3, 4, 5, 6, 7, 123456789, time.UTC)}
+	return &clock{now: time.Date(2031, 3, 4, 5, 6, 7, 123456789, time.UTC), step: time.Millisecond}
+}
+
+func newManualClock() *clock {
+	return &clock{now: time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)}
 }
 
 func (c *clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.now = c.now.Add(time.Millisecond)
+	c.now = c.now.Add(c.step)
 	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }

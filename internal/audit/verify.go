@@ -60,6 +60,11 @@ type Report struct {
 	// outside the database, and pass them to a later Verify as an anchor,
 	// to detect truncation and rewriting.
 	Head store.AuditHead
+	// Checkpoints is how many signed checkpoints verified (by
+	// VerifyWithCheckpoints), and LastCheckpoint the one of the highest
+	// Seq among them.
+	Checkpoints    int64
+	LastCheckpoint Checkpoint
 	// Problems lists the first problems found, in order; ProblemCount
 	// counts them all.
 	Problems     []Problem
@@ -86,7 +91,11 @@ func (r *Report) add(p Problem) {
 // Verify keeps the event id of every record read, about 40 bytes each: some
 // 40 MB for a log of a million records.
 func Verify(ctx context.Context, st Reader, anchors ...store.AuditHead) (Report, error) {
-	rep, _, err := verify(ctx, st, store.AuditHead{}, 0, anchors)
+	marks := make([]anchor, len(anchors))
+	for i, a := range anchors {
+		marks[i] = anchor{AuditHead: a, kind: ProblemAnchor, says: "the anchor"}
+	}
+	rep, _, err := verify(ctx, st, store.AuditHead{}, 0, marks)
 	return rep, err
 }
 
@@ -100,13 +109,22 @@ func VerifyFrom(ctx context.Context, st Reader, from store.AuditHead, limit int6
 	return verify(ctx, st, from, limit, nil)
 }
 
+// anchor is a head the log must still hold: an operator's, or a signed
+// checkpoint's.
+type anchor struct {
+	store.AuditHead
+	kind ProblemKind // what a log that does not hold it has
+	says string      // who says so, in a problem's detail
+}
+
 // verify is Verify from the record from, of at most limit records (0: no
-// limit); done reports whether it reached the head.
-func verify(ctx context.Context, st Reader, from store.AuditHead, limit int64, anchors []store.AuditHead) (Report, bool, error) {
+// limit), with anchors of any kind; done reports whether it reached the
+// head.
+func verify(ctx context.Context, st Reader, from store.AuditHead, limit int64, anchors []anchor) (Report, bool, error) {
 	var rep Report
-	want := make(map[int64]string, len(anchors))
+	want := make(map[int64][]anchor, len(anchors))
 	for _, a := range anchors {
-		want[a.Seq] = a.Hash
+		want[a.Seq] = append(want[a.Seq], a)
 	}
 	seen := make(map[int64]bool, len(anchors))
 	var events eventSet
@@ -138,10 +156,10 @@ func verify(ctx context.Context, st Reader, from store.AuditHead, limit int64, a
 			if first, ok := events.add(r.EventID, r.Seq); !ok {
 				rep.add(Problem{r.Seq, ProblemRepeatedEvent, fmt.Sprintf("event %.16s… is already recorded at seq %d", r.EventID, first)})
 			}
-			if h, ok := want[r.Seq]; ok {
+			for _, a := range want[r.Seq] {
 				seen[r.Seq] = true
-				if h != r.Hash {
-					rep.add(Problem{r.Seq, ProblemAnchor, fmt.Sprintf("the hash is %.16s…, the anchor says %.16s…", r.Hash, h)})
+				if a.Hash != r.Hash {
+					rep.add(Problem{r.Seq, a.kind, fmt.Sprintf("the hash is %.16s…, %s says %.16s…", r.Hash, a.says, a.Hash)})
 				}
 			}
 			prev = store.AuditHead{Seq: r.Seq, Hash: r.Hash}
@@ -153,7 +171,7 @@ func verify(ctx context.Context, st Reader, from store.AuditHead, limit int64, a
 	rep.Head = prev
 	for _, a := range anchors {
 		if !seen[a.Seq] {
-			rep.add(Problem{a.Seq, ProblemAnchor, fmt.Sprintf("the log (head %d) no longer holds the anchored record", prev.Seq)})
+			rep.add(Problem{a.Seq, a.kind, fmt.Sprintf("the log (head %d) no longer holds the record %s names", prev.Seq, a.says)})
 		}
 	}
 	return rep, true, nil
