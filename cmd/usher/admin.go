@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/policy"
@@ -86,16 +88,17 @@ func (e *environment) toolsCmd(ctx context.Context, args []string) error {
 	return nil
 }
 
-// auditCmd runs `usher audit verify|export`.
+// auditCmd runs `usher audit verify|export|rotate-key`.
 func (e *environment) auditCmd(ctx context.Context, args []string) error {
-	if len(args) == 0 || (args[0] != "verify" && args[0] != "export") {
-		fmt.Fprint(e.stderr, "usage: usher audit verify [--anchor SEQ:HASH] | usher audit export [--after SEQ]\n")
+	if len(args) == 0 || !slices.Contains([]string{"verify", "export", "rotate-key"}, args[0]) {
+		fmt.Fprint(e.stderr, "usage: usher audit verify [--keys FILE] [--anchor SEQ:HASH] | usher audit export [--after SEQ] | usher audit rotate-key\n")
 		return errUsage
 	}
 	var f installFlags
 	fs := e.flagSet("audit " + args[0])
 	f.register(fs)
 	anchor := fs.String("anchor", "", "a head recorded earlier, `SEQ:HASH`: verify also proves nothing before it was cut off or rewritten")
+	keysFile := fs.String("keys", "", "a `file` of the audit verifier keys, a copy of /.well-known/usher-audit-key kept elsewhere, to check the checkpoints against (default: the keys in the database)")
 	after := fs.Int64("after", 0, "export records after this `seq`")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
@@ -109,8 +112,11 @@ func (e *environment) auditCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer in.Close()
-	if args[0] == "export" {
+	switch args[0] {
+	case "export":
 		return audit.Export(ctx, in.store, e.stdout, *after)
+	case "rotate-key":
+		return e.auditRotateKey(ctx, in)
 	}
 	var anchors []store.AuditHead
 	if *anchor != "" {
@@ -123,7 +129,17 @@ func (e *environment) auditCmd(ctx context.Context, args []string) error {
 		h.Hash = hash
 		anchors = append(anchors, h)
 	}
-	rep, err := audit.Verify(ctx, in.store, anchors...)
+	return e.auditVerify(ctx, in, *keysFile, anchors)
+}
+
+// auditVerify runs `usher audit verify`: the chain, its checkpoints and
+// anchors.
+func (e *environment) auditVerify(ctx context.Context, in *installation, keysFile string, anchors []store.AuditHead) error {
+	keys, from, err := in.trustedAuditKeys(ctx, keysFile)
+	if err != nil {
+		return err
+	}
+	rep, err := audit.VerifyWithCheckpoints(ctx, in.store, keys, anchors...)
 	if err != nil {
 		return err
 	}
@@ -132,8 +148,35 @@ func (e *environment) auditCmd(ctx context.Context, args []string) error {
 	}
 	if !rep.Intact() {
 		fmt.Fprintf(e.stdout, "audit log BROKEN: %d problem(s) in %d records\n", rep.ProblemCount, rep.Records)
+	} else {
+		fmt.Fprintf(e.stdout, "audit log intact: %d records, head %d:%s\n", rep.Records, rep.Head.Seq, rep.Head.Hash)
+	}
+	if last := rep.LastCheckpoint; rep.Checkpoints > 0 {
+		fmt.Fprintf(e.stdout, "checkpoints: %d verified with the keys of %s; the last, of %s, names record %d at %s\n",
+			rep.Checkpoints, from, last.Origin, last.Seq, last.At.Format(time.RFC3339))
+	} else {
+		fmt.Fprintf(e.stdout, "checkpoints: none verified with the keys of %s\n", from)
+	}
+	if !rep.Intact() {
 		return errFailed
 	}
-	fmt.Fprintf(e.stdout, "audit log intact: %d records, head %d:%s\n", rep.Records, rep.Head.Seq, rep.Head.Hash)
+	return nil
+}
+
+// auditRotateKey runs `usher audit rotate-key`: a new audit key signs the
+// next checkpoints; the old ones stay published.
+func (e *environment) auditRotateKey(ctx context.Context, in *installation) error {
+	keys, _, err := in.auditKeys(in.cliURL())
+	if err != nil {
+		return err
+	}
+	if err := keys.Rotate(ctx); err != nil {
+		return fmt.Errorf("%w (is this the installation's key encryption key?)", err)
+	}
+	list, err := keys.VerifierKeys(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "the audit key %s signs from now on; %d key(s) published\n", list[0], len(list))
 	return nil
 }

@@ -31,8 +31,10 @@ Usage:
   usher policy test [--policy FILE] CASES.yaml
                                         check expected decisions; exit 1 on a mismatch
   usher tools diff|lock [--lock FILE]   compare the tool catalog with the lock, or write the lock
-  usher audit verify [--anchor SEQ:HASH] check the audit log's hash chain
+  usher audit verify [--keys FILE] [--anchor SEQ:HASH]
+                                        check the audit log's hash chain and its signed checkpoints
   usher audit export [--after SEQ]      write the audit log as JSON lines
+  usher audit rotate-key                make a new audit signing key; the old ones stay published
   usher clients list                    list the OAuth clients of external MCP apps
   usher clients revoke CLIENT_ID        revoke a client, its refresh tokens and its consents
   usher version                         print the version

@@ -20,6 +20,7 @@ import (
 	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/broker/oauth"
+	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/auditsink"
 	"github.com/usherhq/usher/internal/config"
 	"github.com/usherhq/usher/internal/devoidc"
@@ -60,6 +61,7 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		s.web,
 		s.assistant,
 		s.mcp,
+		s.auditCheckpoints,
 		s.oauth,
 		s.review,
 		s.sweeps,
@@ -286,6 +288,21 @@ func (s *serving) mcp(ctx context.Context) error {
 	})
 	st.mount(s.mux, s.authenticated, s.publicURL)
 	s.mcpStack = st
+	return nil
+}
+
+// auditCheckpoints signs checkpoints of the audit log's head every
+// audit.checkpoint_interval, and publishes the keys that verify them.
+func (s *serving) auditCheckpoints(ctx context.Context) error {
+	keys, cp, err := s.in.checkpointer(s.publicURL)
+	if err != nil {
+		return err
+	}
+	if err := cp.Start(ctx); err != nil {
+		return err
+	}
+	s.onStop(cp.Stop)
+	s.mux.Handle("GET /.well-known/usher-audit-key", audit.KeyHandler(keys, s.log))
 	return nil
 }
 

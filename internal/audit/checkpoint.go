@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -34,6 +35,22 @@ type Checkpoint struct {
 // text is c as the body of its note.
 func (c Checkpoint) text() string {
 	return fmt.Sprintf("%s\n%d\n%s\n%s\n", c.Origin, c.Seq, c.Hash, c.At.UTC().Format(timeLayout))
+}
+
+// OriginOf returns the origin of the log of the installation served at
+// publicURL, as its checkpoints and keys name it: the URL's host and path,
+// without the scheme or a trailing slash ("https://usher.example.com" →
+// "usher.example.com").
+func OriginOf(publicURL string) (string, error) {
+	u, err := url.Parse(publicURL)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("audit: %q is not an absolute URL", publicURL)
+	}
+	origin := u.Host + strings.TrimSuffix(u.EscapedPath(), "/")
+	if err := checkOrigin(origin); err != nil {
+		return "", fmt.Errorf("audit: origin: %w", err)
+	}
+	return origin, nil
 }
 
 // hashPattern is what a record's hash looks like.

@@ -333,3 +333,23 @@ func TestKeyRotation(t *testing.T) {
 		}
 	})
 }
+
+func TestOriginOf(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://usher.example.com":        "usher.example.com",
+		"https://usher.example.com/":       "usher.example.com",
+		"https://example.com/usher/":       "example.com/usher",
+		"http://127.0.0.1:8080":            "127.0.0.1:8080",
+		"https://example.com/a%20b":        "example.com/a%20b",
+		"https://user@example.com:8443/x/": "example.com:8443/x",
+	} {
+		if got, err := audit.OriginOf(in); err != nil || got != want {
+			t.Errorf("OriginOf(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "usher.example.com", "/path", "https://exa+mple.com"} {
+		if got, err := audit.OriginOf(in); err == nil {
+			t.Errorf("OriginOf(%q) = %q, want an error", in, got)
+		}
+	}
+}

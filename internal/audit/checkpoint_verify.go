@@ -38,12 +38,13 @@ type CheckpointReader interface {
 // number of the checkpoint it contradicts; a checkpoint forged or altered
 // to match a rewritten log as a ProblemCheckpointSignature. What it cannot
 // see is a checkpoint deleted along with the records after it: compare
-// LastCheckpoint with one kept outside the database (a SIEM's copy).
-func VerifyWithCheckpoints(ctx context.Context, st CheckpointReader, keys note.Verifiers) (Report, error) {
+// LastCheckpoint with one kept outside the database (a SIEM's copy). Each
+// of heads is checked as Verify checks an anchor.
+func VerifyWithCheckpoints(ctx context.Context, st CheckpointReader, keys note.Verifiers, heads ...store.AuditHead) (Report, error) {
 	if keys == nil {
 		keys = note.VerifierList()
 	}
-	var anchors []anchor
+	anchors := anchorsOf(heads)
 	var bad []Problem
 	var verified int64
 	var last Checkpoint

@@ -186,6 +186,18 @@ func (k *Keys) VerifierKeys(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// Verifiers returns the published keys as verifiers of checkpoints, or
+// nil when there is none. They are the database's: a reviewer checks
+// against a copy of the keys kept outside it (ParseVerifierKeys), which
+// whoever holds the database cannot replace.
+func (k *Keys) Verifiers(ctx context.Context) (note.Verifiers, error) {
+	list, err := k.VerifierKeys(ctx)
+	if err != nil || len(list) == 0 {
+		return nil, err
+	}
+	return ParseVerifierKeys(strings.Join(list, "\n"))
+}
+
 // rows reads the audit keys, oldest generation first, and checks that
 // each is an Ed25519 note key whose ID is its own.
 func (k *Keys) rows(ctx context.Context) ([]store.SigningKey, error) {

@@ -91,12 +91,17 @@ func (r *Report) add(p Problem) {
 // Verify keeps the event id of every record read, about 40 bytes each: some
 // 40 MB for a log of a million records.
 func Verify(ctx context.Context, st Reader, anchors ...store.AuditHead) (Report, error) {
-	marks := make([]anchor, len(anchors))
-	for i, a := range anchors {
-		marks[i] = anchor{AuditHead: a, kind: ProblemAnchor, says: "the anchor"}
-	}
-	rep, _, err := verify(ctx, st, store.AuditHead{}, 0, marks)
+	rep, _, err := verify(ctx, st, store.AuditHead{}, 0, anchorsOf(anchors))
 	return rep, err
+}
+
+// anchorsOf returns heads recorded by an operator as anchors.
+func anchorsOf(heads []store.AuditHead) []anchor {
+	marks := make([]anchor, len(heads))
+	for i, h := range heads {
+		marks[i] = anchor{AuditHead: h, kind: ProblemAnchor, says: "the anchor"}
+	}
+	return marks
 }
 
 // VerifyFrom checks, as Verify does, at most limit records (all when

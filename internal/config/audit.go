@@ -6,12 +6,22 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
+	"time"
 
 	"github.com/usherhq/usher/internal/httpx"
 )
 
-// Audit configures the audit log.
+// Audit configures the audit log: its signed checkpoints and its delivery.
 type Audit struct {
+	// CheckpointInterval is the least time between two signed checkpoints
+	// of the log's head; one is signed only when records were appended
+	// since the last. Default 1m; 1s to 24h.
+	CheckpointInterval Duration `yaml:"checkpoint_interval"`
+	// CheckpointOrigin names the log in its checkpoints and its key.
+	// Default: the host (and path) of server.public_url, or of the
+	// address served on.
+	CheckpointOrigin string `yaml:"checkpoint_origin"`
 	// Sinks are where the audit log is delivered, each record at least
 	// once (see AuditSink). Only in the file. Default none.
 	Sinks []AuditSink `yaml:"sinks"`
@@ -69,6 +79,12 @@ var sinkName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // validate reports the problems of the audit section.
 func (a Audit) validate(bad reporter) {
+	if d := a.CheckpointInterval.Std(); d < time.Second || d > 24*time.Hour {
+		bad("audit.checkpoint_interval", "must be between 1s and 24h, got %s", d)
+	}
+	if o := a.CheckpointOrigin; o != "" && strings.ContainsFunc(o, func(r rune) bool { return r <= ' ' || r == '+' || r == 0x7f }) {
+		bad("audit.checkpoint_origin", "must have no spaces, control characters or '+', got %q", o)
+	}
 	seen := map[string]bool{}
 	for i, s := range a.Sinks {
 		key := fmt.Sprintf("audit.sinks[%d]", i)

@@ -388,6 +388,7 @@ func Default() Config {
 			RefreshAbsolute:         Duration(90 * 24 * time.Hour),
 			ClientMetadataDocuments: true,
 		},
+		Audit: Audit{CheckpointInterval: Duration(time.Minute)},
 	}
 }
 

@@ -103,7 +103,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"oauth.registration": "false", "oauth.registrations_per_hour": "5", "oauth.refresh_idle": "1h",
 		"oauth.refresh_absolute": "48h", "oauth.client_metadata_documents": "false", "oauth.clients": "",
 		"oauth.token_exchange_clients": "usher-dcr-a, usher-dcr-b", "audit.sinks": "",
-		"review.groups": "security, audit",
+		"review.groups":             "security, audit",
+		"audit.checkpoint_interval": "30s", "audit.checkpoint_origin": "usher.example.com/prod",
 	}
 	m := map[string]string{}
 	for _, k := range Keys() {
@@ -128,7 +129,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		c.OAuth.RefreshAbsolute.Std() != 48*time.Hour || c.OAuth.ClientMetadataDocuments ||
 		strings.Join(c.OAuth.TokenExchangeClients, "|") != "usher-dcr-a|usher-dcr-b" ||
 		strings.Join(c.Review.Groups, "|") != "security|audit" ||
-		len(c.Server.TrustedProxies) != 2 || c.Server.ForwardedHeader != "Forwarded" || c.Model.ContextTokens != 128000 {
+		len(c.Server.TrustedProxies) != 2 || c.Server.ForwardedHeader != "Forwarded" || c.Model.ContextTokens != 128000 ||
+		c.Audit.CheckpointInterval.Std() != 30*time.Second || c.Audit.CheckpointOrigin != "usher.example.com/prod" {
 		t.Errorf("overrides not applied: %+v", c)
 	}
 }
@@ -146,6 +148,8 @@ func TestValidationReportsEveryProblemByKey(t *testing.T) {
 		"USHER_SERVER_READ_TIMEOUT":         "100ms",
 		"USHER_WEB_REVOCATION_TTL":          "1h",
 		"USHER_EVENTS_MAX_STREAMS_PER_USER": "0",
+		"USHER_AUDIT_CHECKPOINT_INTERVAL":   "500ms",
+		"USHER_AUDIT_CHECKPOINT_ORIGIN":     "usher example",
 	}), Overrides{})
 	if err == nil {
 		t.Fatal("want an error")
@@ -155,6 +159,7 @@ func TestValidationReportsEveryProblemByKey(t *testing.T) {
 		"broker.token_lifetime", "broker.key_encryption_key", "server.max_body_bytes (from USHER_SERVER_MAX_BODY_BYTES)",
 		"server.read_timeout: must be between 1s and 10m",
 		"web.revocation_ttl", "events.max_streams_per_user",
+		"audit.checkpoint_interval: must be between 1s and 24h", "audit.checkpoint_origin",
 	} {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("error does not name %s:\n%v", key, err)

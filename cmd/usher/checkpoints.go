@@ -1,0 +1,67 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"os"
+
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/usherhq/usher/internal/audit"
+)
+
+// auditKeys returns the installation's audit signing keys; a key made now
+// is named after the log's origin, that of the installation at publicURL
+// unless audit.checkpoint_origin names one.
+func (in *installation) auditKeys(publicURL string) (*audit.Keys, string, error) {
+	origin := in.cfg.Audit.CheckpointOrigin
+	if origin == "" {
+		var err error
+		if origin, err = audit.OriginOf(publicURL); err != nil {
+			return nil, "", err
+		}
+	}
+	keys, err := audit.NewKeys(in.store, in.sealKey, origin, nil)
+	return keys, origin, err
+}
+
+// checkpointer returns the audit keys and the checkpointer that signs
+// with them every audit.checkpoint_interval.
+func (in *installation) checkpointer(publicURL string) (*audit.Keys, *audit.Checkpointer, error) {
+	keys, origin, err := in.auditKeys(publicURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	cp, err := audit.NewCheckpointer(in.store, keys, &audit.CheckpointerOptions{
+		Origin: origin, Interval: in.cfg.Audit.CheckpointInterval.Std(),
+		Logger: in.log.With("component", "audit"),
+	})
+	return keys, cp, err
+}
+
+// cliURL is the URL an installation is served at, as a command that does
+// not serve it takes it: server.public_url, else the listen address.
+func (in *installation) cliURL() string {
+	return cmp.Or(in.cfg.Server.PublicURL, "http://"+in.cfg.Server.Addr)
+}
+
+// trustedAuditKeys returns the verifier keys checkpoints are checked
+// against, and where they came from: the file at path, a copy of
+// /.well-known/usher-audit-key kept outside the installation, or else the
+// keys the database holds (nil when it holds none).
+func (in *installation) trustedAuditKeys(ctx context.Context, path string) (note.Verifiers, string, error) {
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, "", err
+		}
+		keys, err := audit.ParseVerifierKeys(string(b))
+		return keys, path, err
+	}
+	keys, _, err := in.auditKeys(in.cliURL())
+	if err != nil {
+		return nil, "", err
+	}
+	v, err := keys.Verifiers(ctx)
+	return v, "the database", err
+}
