@@ -48,9 +48,19 @@ func TestAuditVerifyReportsATruncatedLog(t *testing.T) {
 	if head < 4 {
 		t.Fatalf("the log ends at record %d, want more records", head)
 	}
+	code, before := get(t, s.url+"/.well-known/usher-audit-key", "")
+	if code != 200 || !strings.HasPrefix(string(before), "127.0.0.1:") || strings.Count(string(before), "\n") != 1 {
+		t.Fatalf("GET /.well-known/usher-audit-key = %d %q, want one key named after the host", code, before)
+	}
+	// A rotation publishes a new key first and keeps the old one.
+	out, err := s.cli(t, "audit", "rotate-key")
+	if err != nil {
+		t.Fatal(err)
+	}
 	code, keys := get(t, s.url+"/.well-known/usher-audit-key", "")
-	if code != 200 || !strings.HasPrefix(string(keys), "127.0.0.1:") {
-		t.Fatalf("GET /.well-known/usher-audit-key = %d %q, want the key named after the host", code, keys)
+	newKey, oldKey, _ := strings.Cut(string(keys), "\n")
+	if code != 200 || oldKey != string(before) || !strings.Contains(out, newKey) || newKey+"\n" == string(before) {
+		t.Fatalf("after rotate-key (%q) the published keys are %q, want a new key, then %q", out, keys, before)
 	}
 	keysFile := filepath.Join(t.TempDir(), "usher-audit-key")
 	if err := os.WriteFile(keysFile, keys, 0o600); err != nil {
@@ -68,7 +78,7 @@ func TestAuditVerifyReportsATruncatedLog(t *testing.T) {
 	if _, err := db.ExecContext(t.Context(), `DELETE FROM audit_log WHERE seq > $1`, head-3); err != nil {
 		t.Fatal(err)
 	}
-	out, err := s.cli(t, "audit", "verify", "--keys", keysFile)
+	out, err = s.cli(t, "audit", "verify", "--keys", keysFile)
 	want := fmt.Sprintf("seq %d: checkpoint_mismatch: the log (head %d) no longer holds the record the checkpoint signed at", head, head-3)
 	if err != errFailed || !strings.Contains(out, want) || !strings.Contains(out, "audit log BROKEN") {
 		t.Errorf("usher audit verify of the truncated log = %v:\n%s\nwant it broken, with %q", err, out, want)

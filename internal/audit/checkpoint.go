@@ -175,8 +175,16 @@ func NewCheckpointer(st CheckpointStore, keys Signers, opts *CheckpointerOptions
 	return c, nil
 }
 
-// Start checkpoints at once and then every Interval until Stop.
-func (c *Checkpointer) Start(ctx context.Context) error { return c.loop.Start(ctx) }
+// Start makes sure the signing key exists, making the first one, so that
+// it is published before the first checkpoint and a seal key that cannot
+// open it fails here; then it checkpoints at once and every Interval until
+// Stop.
+func (c *Checkpointer) Start(ctx context.Context) error {
+	if _, err := c.keys.Signer(ctx); err != nil {
+		return err
+	}
+	return c.loop.Start(ctx)
+}
 
 // Stop ends the loop and waits for a checkpoint under way. It is
 // idempotent and safe to call without Start.

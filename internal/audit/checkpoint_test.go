@@ -13,6 +13,7 @@ import (
 
 	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/seal"
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store"
 )
 
@@ -352,4 +353,34 @@ func TestOriginOf(t *testing.T) {
 			t.Errorf("OriginOf(%q) = %q, want an error", in, got)
 		}
 	}
+}
+
+// TestCheckpointerStart: Start makes the key, so that it is published
+// before any checkpoint, then checkpoints at once in its loop; a seal key
+// that cannot open the key fails Start.
+func TestCheckpointerStart(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, st store.Store, _ *sql.DB) {
+		sealKey := newSealKey()
+		in := newInstallation(t, st, sealKey, newManualClock())
+		appendAll(t, st)
+		if err := in.cp.Start(t.Context()); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		defer in.cp.Stop()
+		if list, err := in.keys.VerifierKeys(t.Context()); err != nil || len(list) != 1 {
+			t.Errorf("VerifierKeys after Start = %q, %v; want the one key", list, err)
+		}
+		testenv.WaitFor(t, 30*time.Second, func() bool {
+			cp, err := st.LatestAuditCheckpoint(t.Context())
+			return err == nil && cp.Seq == 6
+		})
+		in.cp.Stop()
+		in.cp.Stop() // idempotent
+
+		other := newInstallation(t, st, newSealKey(), newManualClock())
+		if err := other.cp.Start(t.Context()); !errors.Is(err, seal.ErrSealed) {
+			other.cp.Stop()
+			t.Errorf("Start with another seal key = %v, want seal.ErrSealed", err)
+		}
+	})
 }
