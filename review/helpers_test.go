@@ -132,7 +132,7 @@ func forEachEngine(t *testing.T, opts *review.Options, test func(t *testing.T, e
 
 func newEnv(t *testing.T, st store.Store, opts *review.Options) *env {
 	t.Helper()
-	o := review.Options{Groups: []string{"security"}, Logger: quiet}
+	o := review.Options{Groups: []string{"security"}, Logger: quiet, Checkpoints: audit.CheckpointsHandler(st, quiet)}
 	if opts != nil {
 		o = *opts
 	}

@@ -34,6 +34,10 @@ type Options struct {
 	// VerifyLimit is how many records one verification step checks at
 	// most. Default DefaultVerifyLimit.
 	VerifyLimit int64
+	// Checkpoints lists the audit log's signed checkpoints
+	// (audit.CheckpointsHandler), served to reviewers at GET
+	// /api/audit/checkpoints. Default none: that route is not found.
+	Checkpoints http.Handler
 	// Logger records the errors clients see only as a generic 500.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -44,6 +48,7 @@ type API struct {
 	st          Store
 	groups      []string
 	verifyLimit int64
+	checkpoints http.Handler
 	log         *slog.Logger
 }
 
@@ -72,7 +77,7 @@ func New(st Store, opts *Options) (*API, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &API{st: st, groups: slices.Clone(o.Groups), verifyLimit: o.VerifyLimit, log: o.Logger}, nil
+	return &API{st: st, groups: slices.Clone(o.Groups), verifyLimit: o.VerifyLimit, checkpoints: o.Checkpoints, log: o.Logger}, nil
 }
 
 // IsReviewer reports whether p is a reviewer: one of the reviewers' groups
@@ -99,6 +104,9 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("GET /api/audit/export", a.export)
 	mux.HandleFunc("GET /api/audit/verify", a.verify)
 	mux.HandleFunc("GET /api/audit/{seq}", a.get)
+	if a.checkpoints != nil {
+		mux.Handle("GET /api/audit/checkpoints", a.checkpoints)
+	}
 	mux.HandleFunc("/api/audit", a.readOnly)
 	mux.HandleFunc("/api/audit/", a.readOnly)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -19,7 +19,7 @@ import (
 
 var start = time.Date(2031, 5, 6, 7, 0, 0, 0, time.UTC)
 
-var routes = []string{"/api/audit", "/api/audit/1", "/api/audit/export", "/api/audit/verify"}
+var routes = []string{"/api/audit", "/api/audit/1", "/api/audit/export", "/api/audit/verify", "/api/audit/checkpoints"}
 
 // Only a reviewer of the tenant reads: no token is 401, an app-only
 // token (without the API's scope) is 403 insufficient_scope from the
@@ -89,6 +89,9 @@ func TestOnlyReviewersRead(t *testing.T) {
 			if code != 200 || h.Get("Content-Type") != "application/jsonl" || string(body) != strings.Join(want, "\n")+"\n" {
 				t.Errorf("%s: export = %d %q\n%s\nwant\n%s", s.url, code, h.Get("Content-Type"), body, strings.Join(want, "\n"))
 			}
+		}
+		if code, body, _ := call(t, "GET", e.a.url+"/api/audit/checkpoints", rita); code != 200 || !strings.Contains(string(body), `"checkpoints":`) {
+			t.Errorf("reviewer: GET the checkpoints = %d %s, want their list", code, body)
 		}
 		if code, body, _ := call(t, "GET", e.a.url+"/api/audit/99", rita); code != 404 {
 			t.Errorf("GET a record that is not there = %d %s", code, body)

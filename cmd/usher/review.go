@@ -4,16 +4,19 @@ import (
 	"context"
 
 	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/review"
 )
 
-// review mounts the security reviewers' audit API, for signed-in people
+// review mounts the security reviewers' audit API (and the list of the
+// log's signed checkpoints), for signed-in people
 // only: a broker token is refused, and the API's verifier refuses tokens
 // without its required scope (an application's own).
 func (s *serving) review(context.Context) error {
 	api, err := review.New(s.in.store, &review.Options{
-		Groups: s.cfg.Review.Groups,
-		Logger: s.log.With("component", "review"),
+		Groups:      s.cfg.Review.Groups,
+		Checkpoints: audit.CheckpointsHandler(s.in.store, s.log.With("component", "audit")),
+		Logger:      s.log.With("component", "review"),
 	})
 	if err != nil {
 		return err
