@@ -380,7 +380,7 @@ func (s *serving) auditSinks(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		targets = append(targets, t)
+		targets = append(targets, t, auditsink.CheckpointsOf(t, s.in.store))
 	}
 	d, err := auditsink.New(s.in.store, targets, &auditsink.Options{
 		Records: auditsink.Records{Log: s.in.store}, Logger: s.log, Registerer: s.reg,

@@ -57,3 +57,30 @@ func Line(r store.AuditRecord) ([]byte, error) {
 	}
 	return b.Bytes(), nil
 }
+
+// KindCheckpoint is the kind of a checkpoint's line among the records'
+// lines a sink receives (CheckpointLine).
+const KindCheckpoint = "audit_checkpoint"
+
+// CheckpointLine returns c as one JSON line, with its newline, as the
+// audit sinks deliver it beside the records: its kind (KindCheckpoint),
+// the head it signs (seq, hash), when, and the signed note, keys sorted.
+// A receiver checks the note against the published audit keys
+// (GET /.well-known/usher-audit-key) and that its record seq has that
+// hash.
+func CheckpointLine(c store.AuditCheckpoint) ([]byte, error) {
+	line := struct {
+		At   string `json:"at"`
+		Hash string `json:"hash"`
+		Kind string `json:"kind"`
+		Note string `json:"note"`
+		Seq  int64  `json:"seq"`
+	}{c.At.UTC().Format(timeLayout), c.Hash, KindCheckpoint, c.Note, c.Seq}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(line); err != nil {
+		return nil, fmt.Errorf("checkpoint %d: %w", c.Seq, err)
+	}
+	return b.Bytes(), nil
+}

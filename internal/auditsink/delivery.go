@@ -34,12 +34,22 @@ type Target struct {
 	Name string
 	Sink Sink
 	// Source is what it receives; nil means Options.Records, the audit
-	// log's records.
+	// log's records, whose lag the metrics measure. Another source (the
+	// checkpoints) has no lag metrics: its cursor is not the records'.
 	Source Source
 }
 
-// namePattern is what a Target's name must look like.
-var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+// namePattern is what a Target's name must look like: a sink's name, and
+// for a second source of the same sink a suffix after a dot (which a
+// sink's own name cannot have), as CheckpointsOf names it.
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}(\.[a-z]{1,16})?$`)
+
+// CheckpointsOf is the target that delivers the audit log's signed
+// checkpoints to t's sink, beside t's records, with a cursor of its own:
+// its name is t's and ".checkpoints".
+func CheckpointsOf(t Target, log CheckpointLister) Target {
+	return Target{Name: t.Name + ".checkpoints", Sink: t.Sink, Source: Checkpoints{Log: log}}
+}
 
 // Options configures New. A nil *Options means every default.
 type Options struct {
@@ -182,9 +192,12 @@ func New(st Cursors, targets []Target, opts *Options) (*Delivery, error) {
 			src = o.Records
 		}
 		dl := &deliverer{name: t.Name, sink: t.Sink, source: src, st: st, opts: o,
-			log:        o.Logger.With("component", "auditsink", "sink", t.Name),
-			lagRecords: m.lagRecords.WithLabelValues(t.Name), lagSeconds: m.lagSeconds.WithLabelValues(t.Name),
+			log:       o.Logger.With("component", "auditsink", "sink", t.Name),
 			delivered: m.delivered.WithLabelValues(t.Name), failures: m.failures.WithLabelValues(t.Name)}
+		if t.Source == nil {
+			dl.measured = true
+			dl.lagRecords, dl.lagSeconds = m.lagRecords.WithLabelValues(t.Name), m.lagSeconds.WithLabelValues(t.Name)
+		}
 		d.sinks = append(d.sinks, dl)
 		d.loops = append(d.loops, periodic.New(o.Interval, dl.pass))
 	}
@@ -244,6 +257,7 @@ type deliverer struct {
 	failed    int                   // sends failed in a row
 	notBefore time.Time             // no send before it
 
+	measured               bool // the records' lag is measured
 	lagRecords, lagSeconds prometheus.Gauge
 	delivered, failures    prometheus.Counter
 }
@@ -255,7 +269,9 @@ func (d *deliverer) pass(ctx context.Context) {
 	if err := d.deliver(ctx); err != nil && ctx.Err() == nil {
 		d.log.WarnContext(ctx, "audit sink: delivery failed; the records stay pending", "err", err, "retry_at", d.notBefore)
 	}
-	d.measure(ctx)
+	if d.measured {
+		d.measure(ctx)
+	}
 }
 
 // deliver sends up to BatchesPerPass batches, moving the cursor after

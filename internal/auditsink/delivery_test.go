@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
@@ -421,5 +423,86 @@ func TestNewRefuses(t *testing.T) {
 	}
 	if !errors.Is(&RetryAfter{Err: context.Canceled}, context.Canceled) {
 		t.Error("RetryAfter does not unwrap")
+	}
+}
+
+// The audit log's signed checkpoints reach a sink beside its records, each
+// once, as lines of kind audit_checkpoint carrying the signed note, with a
+// cursor of their own: a checkpoint stored after its records were
+// delivered is delivered all the same. Only the records' lag is measured.
+func TestCheckpointsDeliveredBesideRecords(t *testing.T) {
+	st := storetest.NewSQLite(t)
+	appendRecords(t, st, 30)
+	checkpoint := func(seq int64) store.AuditCheckpoint {
+		t.Helper()
+		recs, err := st.AuditRecords(t.Context(), seq-1, 1)
+		if err != nil || len(recs) != 1 {
+			t.Fatalf("record %d: %v", seq, err)
+		}
+		cp := store.AuditCheckpoint{Seq: seq, Hash: recs[0].Hash, At: time.Now().UTC().Truncate(time.Microsecond),
+			Note: fmt.Sprintf("usher.example.com\n%d\n%s\n— usher.example.com sig%d\n", seq, recs[0].Hash, seq)}
+		if err := st.InsertAuditCheckpoint(t.Context(), cp); err != nil {
+			t.Fatal(err)
+		}
+		return cp
+	}
+	first := checkpoint(10)
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	sink, err := NewFile(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := Target{Name: "local", Sink: sink}
+	reg := prometheus.NewRegistry()
+	d, err := New(st, []Target{records, CheckpointsOf(records, st)}, &Options{
+		Records: Records{Log: st}, Logger: slog.New(slog.DiscardHandler), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	passAll := func() {
+		for _, dl := range d.sinks {
+			dl.pass(t.Context())
+		}
+	}
+	passAll()
+	second := checkpoint(30) // after every record was delivered
+	passAll()
+	passAll()
+
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var records30, checkpoints []string
+	for _, line := range strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n") {
+		if strings.Contains(line, `"kind":"audit_checkpoint"`) {
+			checkpoints = append(checkpoints, line)
+		} else {
+			records30 = append(records30, line)
+		}
+	}
+	if want := strings.TrimSuffix(string(exported(t, st)), "\n"); strings.Join(records30, "\n") != want {
+		t.Errorf("the records' lines are not the export's")
+	}
+	var want []string
+	for _, cp := range []store.AuditCheckpoint{first, second} {
+		line, err := audit.CheckpointLine(cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, strings.TrimSuffix(string(line), "\n"))
+	}
+	if !slices.Equal(checkpoints, want) {
+		t.Errorf("checkpoint lines =\n%s\nwant\n%s", strings.Join(checkpoints, "\n"), strings.Join(want, "\n"))
+	}
+	if !strings.Contains(want[0], `"note":"usher.example.com\n10\n`) {
+		t.Errorf("a checkpoint's line does not carry its signed note: %s", want[0])
+	}
+	if got := cursor(t, st, "local.checkpoints").DeliveredSeq; got != 30 {
+		t.Errorf("the checkpoints' cursor = %d, want 30", got)
+	}
+	if count, err := testutil.GatherAndCount(reg, "usher_audit_sink_lag_records"); err != nil || count != 1 {
+		t.Errorf("lag series = %d, %v; want the records' only", count, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/usherhq/usher/internal/httpx"
@@ -41,6 +42,7 @@ func (e *RetryAfter) Unwrap() error { return e.Err }
 type File struct {
 	path   string
 	stdout io.Writer
+	mu     sync.Mutex // one batch at a time: the records' and the checkpoints' share it
 }
 
 // Stdout is the path of a File that writes to standard output.
@@ -62,6 +64,8 @@ func NewFile(path string, stdout io.Writer) (*File, error) {
 // acknowledged is on disk. The file is opened for each batch, so that a
 // rotated file is followed by a new one.
 func (f *File) Send(_ context.Context, body []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.path == Stdout {
 		_, err := f.stdout.Write(body)
 		return err
