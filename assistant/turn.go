@@ -1,6 +1,7 @@
 package assistant
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -123,6 +124,8 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 				err = fmt.Errorf("assistant: the turn panicked: %v", p)
 			}
 		}()
+		ctx, span := startTurn(ctx, r.ID)
+		defer func() { endTurn(span, err) }()
 		return t.work(ctx)
 	}()
 	switch {
@@ -624,7 +627,9 @@ func (t *turn) complete(ctx context.Context, req model.Request) (model.Response,
 	var err error
 	for attempt := 0; ; attempt++ {
 		deltas := &deltaStream{rt: t.rt, runID: t.run.ID, messageSeq: t.seq}
-		resp, err = t.rt.o.Model.Complete(ctx, req, deltas.add)
+		mctx, span := startModel(ctx, cmp.Or(req.Model, t.rt.o.ModelName))
+		resp, err = t.rt.o.Model.Complete(mctx, req, deltas.add)
+		endModel(span, resp, err)
 		deltas.flush(ctx)
 		var me *model.Error
 		if err == nil || attempt == 2 || !errors.As(err, &me) || !me.Retryable || ctx.Err() != nil {

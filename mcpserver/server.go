@@ -263,6 +263,8 @@ func New(opts *Options) (*Server, error) {
 	origins[httpx.Origin(o.PublicURL)] = true
 	hosts[strings.ToLower(public.Hostname())] = true
 
+	// Each decision about a call and each audit write is a span.
+	o.Decider, o.Auditor, o.Executions = tracedDecider{o.Decider}, tracedAuditor{o.Auditor}, tracedExecutions{o.Executions}
 	warm := workers.New(warmIdle)
 	s := &Server{
 		opts: o, catalog: o.Catalog, log: o.Logger, origins: origins, hosts: hosts, warm: warm,
@@ -292,6 +294,8 @@ func New(opts *Options) (*Server, error) {
 	sopts.SubscribeHandler, sopts.UnsubscribeHandler = s.subscribeResource, s.unsubscribeResource
 	srv := mcp.NewServer(&mcp.Implementation{Name: "usher", Title: "Usher", Version: o.Version}, sopts)
 	srv.AddReceivingMiddleware(s.dispatch)
+	// Added last, so outermost: the span covers the whole request.
+	srv.AddReceivingMiddleware(s.traceRequests)
 	srv.AddSendingMiddleware(s.filterUpdates)
 	s.sdk = srv
 	o.Catalog.watch(s.announce)

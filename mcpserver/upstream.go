@@ -22,6 +22,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/usherhq/usher/internal/httpx"
 )
@@ -294,6 +297,8 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		if !ok {
 			return nil, errors.New("no caller in the context")
 		}
+		ctx, span := startUpstreamCall(ctx, u.cfg.Name, u.cfg.prefix()+name)
+		defer span.End()
 		ctx, cancel := context.WithTimeout(ctx, u.cat.opts.CallTimeout)
 		defer cancel()
 		r, rounds := roundOf(ctx)
@@ -333,6 +338,7 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 			conn.awaitNotes(ctx)
 		}
 		if err != nil {
+			span.SetStatus(codes.Error, "")
 			if notSent(err) {
 				// The upstream answered (it refused the call), or the
 				// request never left: the call did not run.
@@ -510,6 +516,9 @@ func (t *credentials) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		r.Header.Set("Authorization", "Bearer "+tok)
 	}
+	// The trace context of the call (W3C traceparent), when tracing is
+	// on: the upstream's spans join the caller's trace.
+	otel.GetTextMapPropagator().Inject(r.Context(), propagation.HeaderCarrier(r.Header))
 	resp, err := t.base.RoundTrip(r)
 	if f, ok := r.Context().Value(inflightKey{}).(*inflight); ok && err == nil && isEventStream(resp) {
 		resp.Body = &sseTap{body: resp.Body, f: f}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"golang.org/x/oauth2"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/payload"
 	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/internal/telemetry"
 )
 
 // buildAssistant wires the assistant runtime: its model provider, and the
@@ -66,6 +68,8 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, re
 		MaxStreamsPerUser:    cfg.Events.MaxStreamsPerUser,
 		Logger:               in.log.With("component", "assistant"),
 		Registerer:           reg,
+		// The turn's trace context reaches /mcp with each call.
+		HTTPClient: &http.Client{Timeout: 2 * time.Minute, Transport: telemetry.Transport(http.DefaultTransport)},
 	})
 }
 

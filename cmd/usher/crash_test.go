@@ -25,6 +25,7 @@ type process struct {
 	cmd     *exec.Cmd
 	url     string
 	dataDir string
+	log     string        // the file its output goes to
 	done    chan struct{} // closed when the process has exited
 }
 
@@ -41,7 +42,7 @@ func startProcess(t testing.TB, bin string, env []string, addr string, args ...s
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &process{cmd: cmd, url: "http://" + addr, dataDir: dataDir, done: make(chan struct{})}
+	p := &process{cmd: cmd, url: "http://" + addr, dataDir: dataDir, log: logFile.Name(), done: make(chan struct{})}
 	go func() {
 		cmd.Wait() //nolint:errcheck // a killed process exits with an error
 		close(p.done)

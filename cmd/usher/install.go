@@ -14,6 +14,7 @@ import (
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/config"
 	"github.com/usherhq/usher/internal/devoidc"
+	"github.com/usherhq/usher/internal/telemetry"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/web"
 )
@@ -69,10 +70,11 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level)) // validated by config
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(telemetry.LogHandler(h))
 }
 
 // installation is an opened, migrated store and the key that seals the

@@ -26,6 +26,7 @@ import (
 	"github.com/usherhq/usher/internal/devoidc"
 	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/internal/telemetry"
 	"github.com/usherhq/usher/mcpserver"
 	"github.com/usherhq/usher/store"
 )
@@ -53,6 +54,7 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 	for _, start := range []func(context.Context) error{
 		s.listen,
 		s.debug,
+		s.telemetry,
 		s.identity,
 		s.open,
 		s.brokerKeys,
@@ -136,6 +138,23 @@ func (s *serving) debug(ctx context.Context) error {
 	}
 	s.onStop(func() { d.stop() }) //nolint:errcheck // the process is stopping
 	s.debugAddr = d.addr
+	return nil
+}
+
+// telemetry exports traces when the OTEL_* variables name an OTLP
+// endpoint; the spans still batched are sent when serving ends.
+func (s *serving) telemetry(ctx context.Context) error {
+	shutdown, err := telemetry.Setup(ctx, s.env.getenv, buildinfo.Read().Version, s.log.With("component", "telemetry"))
+	if err != nil {
+		return err
+	}
+	s.onStop(func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Server.ShutdownTimeout.Std())
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			s.log.Warn("telemetry: not every span was exported", "err", err)
+		}
+	})
 	return nil
 }
 
@@ -411,7 +430,7 @@ func (s *serving) serve(ctx context.Context) error {
 		// No ReadTimeout: it would stay on the connection after the body,
 		// ending the context of long-lived responses; ReadBody bounds the
 		// body instead.
-		Handler:           httpx.ReadBody(s.cfg.Server.MaxBodyBytes, s.cfg.Server.ReadTimeout.Std(), metrics.Wrap(s.mux)),
+		Handler:           httpx.ReadBody(s.cfg.Server.MaxBodyBytes, s.cfg.Server.ReadTimeout.Std(), telemetry.Handler(metrics.Wrap(s.mux))),
 		ReadHeaderTimeout: s.cfg.Server.ReadTimeout.Std(),
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,

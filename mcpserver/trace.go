@@ -1,0 +1,175 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/usherhq/usher/store"
+)
+
+// The endpoint's spans (see package telemetry): each MCP request, each
+// policy decision about a call, each audit write and each call to an
+// upstream tool. Their attributes name methods, tools, decisions and
+// policies, never a token, an argument, a result or a message's text.
+// With telemetry off the tracer is the no-op and no attribute is built.
+var tracer = otel.Tracer("github.com/usherhq/usher/mcpserver")
+
+// The attributes of Usher's own that no semantic convention names.
+const (
+	attrDecision   = attribute.Key("usher.policy.decision")
+	attrPolicyIDs  = attribute.Key("usher.policy.ids")
+	attrAuditKind  = attribute.Key("usher.audit.kind")
+	attrUpstream   = attribute.Key("usher.upstream")
+	attrToolServer = attribute.Key("usher.tool.server")
+)
+
+// traceRequests is the SDK middleware that makes a span of each MCP
+// request, named and described by the MCP semantic conventions:
+// mcp.method.name, gen_ai.tool.name for tools/call, mcp.session.id and
+// mcp.protocol.version.
+func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		name, tool := method, ""
+		if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil {
+			tool = r.Params.Name
+			name += " " + tool
+		}
+		ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		if span.IsRecording() {
+			attrs := []attribute.KeyValue{semconv.McpMethodNameKey.String(method)}
+			if tool != "" {
+				attrs = append(attrs, semconv.GenAIToolName(tool), semconv.GenAIOperationNameExecuteTool)
+			}
+			if ss := req.GetSession(); ss != nil && ss.ID() != "" {
+				attrs = append(attrs, semconv.McpSessionID(ss.ID()))
+			}
+			if v := protocolVersion(req); v != "" {
+				attrs = append(attrs, semconv.McpProtocolVersion(v))
+			}
+			span.SetAttributes(attrs...)
+		}
+		res, err := next(ctx, method, req)
+		if err != nil {
+			span.SetStatus(codes.Error, "")
+			span.SetAttributes(semconv.ErrorTypeOther)
+		} else if r, ok := res.(*mcp.CallToolResult); ok && r.IsError {
+			span.SetStatus(codes.Error, "")
+			span.SetAttributes(semconv.ErrorTypeKey.String("tool_error"))
+		}
+		return res, err
+	}
+}
+
+// protocolVersion is the request's protocol version: in its _meta
+// (protocol 2026-07-28), else in its Mcp-Protocol-Version header.
+func protocolVersion(req mcp.Request) string {
+	if p, ok := req.GetParams().(interface{ GetMeta() map[string]any }); ok {
+		if v, _ := p.GetMeta()[mcp.MetaKeyProtocolVersion].(string); v != "" {
+			return v
+		}
+	}
+	if extra := req.GetExtra(); extra != nil {
+		return extra.Header.Get("Mcp-Protocol-Version")
+	}
+	return ""
+}
+
+// tracedDecider makes a span of each decision about a call (not about a
+// listing, of which a tools/list makes one per tool): the decision and
+// the ids of the policies that made it.
+type tracedDecider struct{ Decider }
+
+// Decide decides c in a span.
+func (d tracedDecider) Decide(ctx context.Context, c Call) (Verdict, error) {
+	if c.Listing {
+		return d.Decider.Decide(ctx, c)
+	}
+	ctx, span := tracer.Start(ctx, "policy decision")
+	defer span.End()
+	v, err := d.Decider.Decide(ctx, c)
+	if span.IsRecording() {
+		decision := v.Decision
+		if err != nil || (decision != Allow && decision != Approve) {
+			decision = Deny
+		}
+		span.SetAttributes(attrDecision.String(string(decision)), attrPolicyIDs.StringSlice(v.PolicyIDs),
+			semconv.GenAIToolName(c.Tool), attrToolServer.String(c.Server))
+		if err != nil {
+			span.SetStatus(codes.Error, "")
+		}
+	}
+	return v, err
+}
+
+// tracedAuditor makes a span of each audit record written on its own.
+type tracedAuditor struct{ Auditor }
+
+// Record records e in a span.
+func (a tracedAuditor) Record(ctx context.Context, e Event) error {
+	ctx, span := startAudit(ctx, e)
+	defer span.End()
+	return endAudit(span, a.Auditor.Record(ctx, e))
+}
+
+// tracedExecutions makes a span of each execution's change, written with
+// its audit record.
+type tracedExecutions struct{ Executions }
+
+// BeginExecution starts e in a span.
+func (x tracedExecutions) BeginExecution(ctx context.Context, e store.Execution, ev Event) (store.Execution, bool, error) {
+	ctx, span := startAudit(ctx, ev)
+	defer span.End()
+	out, started, err := x.Executions.BeginExecution(ctx, e, ev)
+	return out, started, endAudit(span, err)
+}
+
+// FinishExecution finishes the execution of key in a span.
+func (x tracedExecutions) FinishExecution(ctx context.Context, key string, status store.ExecutionStatus, result json.RawMessage, now time.Time, ev Event) (store.Execution, error) {
+	ctx, span := startAudit(ctx, ev)
+	defer span.End()
+	out, err := x.Executions.FinishExecution(ctx, key, status, result, now, ev)
+	return out, endAudit(span, err)
+}
+
+// AwaitInput records a round's end in a span.
+func (x tracedExecutions) AwaitInput(ctx context.Context, key, approvalID string, now time.Time, ev Event) error {
+	ctx, span := startAudit(ctx, ev)
+	defer span.End()
+	return endAudit(span, x.Executions.AwaitInput(ctx, key, approvalID, now, ev))
+}
+
+// startAudit starts the span of an audit write of e.
+func startAudit(ctx context.Context, e Event) (context.Context, trace.Span) {
+	ctx, span := tracer.Start(ctx, "audit write")
+	if span.IsRecording() {
+		span.SetAttributes(attrAuditKind.String(e.Kind))
+	}
+	return ctx, span
+}
+
+// endAudit marks span failed when err is not nil, and returns err.
+func endAudit(span trace.Span, err error) error {
+	if err != nil {
+		span.SetStatus(codes.Error, "")
+	}
+	return err
+}
+
+// startUpstreamCall starts the client span of a call to tool on upstream.
+func startUpstreamCall(ctx context.Context, upstream, tool string) (context.Context, trace.Span) {
+	ctx, span := tracer.Start(ctx, "tools/call "+tool, trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		span.SetAttributes(semconv.McpMethodNameKey.String("tools/call"), semconv.GenAIToolName(tool),
+			semconv.GenAIOperationNameExecuteTool, attrUpstream.String(upstream))
+	}
+	return ctx, span
+}
