@@ -13,12 +13,12 @@ import (
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/payload"
 	"github.com/usherhq/usher/broker"
-	"github.com/usherhq/usher/internal/telemetry"
 )
 
 // buildAssistant wires the assistant runtime: its model provider, and the
-// broker tokens its turns call Usher's own MCP endpoint with.
-func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, reg prometheus.Registerer) (*assistant.Runtime, error) {
+// broker tokens its turns call Usher's own MCP endpoint with, over
+// mcpTransport.
+func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, reg prometheus.Registerer, mcpTransport http.RoundTripper) (*assistant.Runtime, error) {
 	cfg := in.cfg
 	var provider model.Provider
 	modelName := "demo"
@@ -69,7 +69,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, re
 		Logger:               in.log.With("component", "assistant"),
 		Registerer:           reg,
 		// The turn's trace context reaches /mcp with each call.
-		HTTPClient: &http.Client{Timeout: 2 * time.Minute, Transport: telemetry.Transport(http.DefaultTransport)},
+		HTTPClient: &http.Client{Timeout: 2 * time.Minute, Transport: mcpTransport},
 	})
 }
 

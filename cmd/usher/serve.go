@@ -90,6 +90,7 @@ type serving struct {
 	ln                  net.Listener
 	localURL, publicURL string
 	debugAddr           string // where the profiles are served, if they are
+	tel                 *telemetry.Telemetry
 	in                  *installation
 	keys                *broker.Keyring
 	mint                *broker.Broker
@@ -144,14 +145,15 @@ func (s *serving) debug(ctx context.Context) error {
 // telemetry exports traces when the OTEL_* variables name an OTLP
 // endpoint; the spans still batched are sent when serving ends.
 func (s *serving) telemetry(ctx context.Context) error {
-	shutdown, err := telemetry.Setup(ctx, s.env.getenv, buildinfo.Read().Version, s.log.With("component", "telemetry"))
+	tel, err := telemetry.Setup(ctx, s.env.getenv, buildinfo.Read().Version, s.log.With("component", "telemetry"))
 	if err != nil {
 		return err
 	}
+	s.tel = tel
 	s.onStop(func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Server.ShutdownTimeout.Std())
 		defer cancel()
-		if err := shutdown(sctx); err != nil {
+		if err := tel.Shutdown(sctx); err != nil {
 			s.log.Warn("telemetry: not every span was exported", "err", err)
 		}
 	})
@@ -280,7 +282,7 @@ func (s *serving) web(ctx context.Context) error {
 // assistant builds the assistant runtime (started by sweeps, once what
 // its turns call is mounted).
 func (s *serving) assistant(context.Context) error {
-	rt, err := s.in.buildAssistant(s.publicURL, s.mint, s.reg)
+	rt, err := s.in.buildAssistant(s.publicURL, s.mint, s.reg, s.tel.Transport(http.DefaultTransport))
 	if err != nil {
 		return err
 	}
@@ -430,7 +432,7 @@ func (s *serving) serve(ctx context.Context) error {
 		// No ReadTimeout: it would stay on the connection after the body,
 		// ending the context of long-lived responses; ReadBody bounds the
 		// body instead.
-		Handler:           httpx.ReadBody(s.cfg.Server.MaxBodyBytes, s.cfg.Server.ReadTimeout.Std(), telemetry.Handler(metrics.Wrap(s.mux))),
+		Handler:           httpx.ReadBody(s.cfg.Server.MaxBodyBytes, s.cfg.Server.ReadTimeout.Std(), s.tel.Handler(metrics.Wrap(s.mux))),
 		ReadHeaderTimeout: s.cfg.Server.ReadTimeout.Std(),
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,

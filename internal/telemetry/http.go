@@ -11,9 +11,13 @@ import (
 // caller's trace when the request carries a traceparent. It must wrap the
 // *http.ServeMux itself, or a handler that passes it the request it was
 // given: the span is named by the route pattern the mux matched (such as
-// "POST /api/assistant/runs/{id}/messages"), never by the raw path.
-func Handler(h http.Handler) http.Handler {
-	return otelhttp.NewHandler(h, "", otelhttp.WithSpanNameFormatter(routeName))
+// "POST /api/assistant/runs/{id}/messages"), never by the raw path. With
+// tracing off it returns h itself: nothing is added to a request's path.
+func (t *Telemetry) Handler(h http.Handler) http.Handler {
+	if t.tp == nil {
+		return h
+	}
+	return otelhttp.NewHandler(h, "", otelhttp.WithSpanNameFormatter(routeName), otelhttp.WithTracerProvider(t.tp))
 }
 
 // routeName is a request's span name: its method and route pattern, or
@@ -29,7 +33,11 @@ func routeName(_ string, r *http.Request) string {
 }
 
 // Transport makes a client span of each request rt sends and passes the
-// trace context on with it (traceparent).
-func Transport(rt http.RoundTripper) http.RoundTripper {
-	return otelhttp.NewTransport(rt)
+// trace context on with it (traceparent). With tracing off it returns rt
+// itself.
+func (t *Telemetry) Transport(rt http.RoundTripper) http.RoundTripper {
+	if t.tp == nil {
+		return rt
+	}
+	return otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(t.tp))
 }

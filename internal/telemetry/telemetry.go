@@ -20,6 +20,24 @@ import (
 // otherwise.
 const ServiceName = "usher"
 
+// Telemetry is what Setup installed: the tracer provider when tracing is
+// on, nil when it is off.
+type Telemetry struct {
+	tp *sdktrace.TracerProvider
+}
+
+// On reports whether spans are exported.
+func (t *Telemetry) On() bool { return t.tp != nil }
+
+// Shutdown flushes the spans still batched and stops exporting; with
+// tracing off it does nothing.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	if t.tp == nil {
+		return nil
+	}
+	return t.tp.Shutdown(ctx)
+}
+
 // Setup turns tracing on when getenv names an OTLP endpoint
 // (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT
 // with /v1/traces appended), unless OTEL_SDK_DISABLED is true or
@@ -33,11 +51,11 @@ const ServiceName = "usher"
 // OTEL_RESOURCE_ATTRIBUTES from the process environment, as the
 // OpenTelemetry SDK does.
 //
-// Otherwise it installs nothing: the global provider stays the no-op.
-// The returned shutdown flushes the spans still batched and stops
-// exporting; it is never nil. Export errors are logged to log.
-func Setup(ctx context.Context, getenv func(string) string, version string, log *slog.Logger) (shutdown func(context.Context) error, _ error) {
-	none := func(context.Context) error { return nil }
+// Otherwise it installs nothing: the global provider stays the no-op, and
+// Handler and Transport add nothing. The Telemetry is never nil. Export
+// errors are logged to log.
+func Setup(ctx context.Context, getenv func(string) string, version string, log *slog.Logger) (*Telemetry, error) {
+	none := &Telemetry{}
 	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 	if base := getenv("OTEL_EXPORTER_OTLP_ENDPOINT"); endpoint == "" && base != "" {
 		endpoint = strings.TrimSuffix(base, "/") + "/v1/traces"
@@ -67,5 +85,5 @@ func Setup(ctx context.Context, getenv func(string) string, version string, log 
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	log.Info("telemetry: exporting traces", "endpoint", endpoint)
-	return tp.Shutdown, nil
+	return &Telemetry{tp: tp}, nil
 }

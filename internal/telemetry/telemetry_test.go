@@ -43,9 +43,13 @@ func TestOffWithoutAnEndpoint(t *testing.T) {
 		"exporter none": {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rcv.URL + "/v1/traces", "OTEL_TRACES_EXPORTER": "none"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			shutdown, err := telemetry.Setup(t.Context(), env(vars), "v1.2.3", discard)
+			tel, err := telemetry.Setup(t.Context(), env(vars), "v1.2.3", discard)
 			if err != nil {
 				t.Fatal(err)
+			}
+			mux := http.NewServeMux()
+			if tel.On() || tel.Handler(mux) != http.Handler(mux) || tel.Transport(http.DefaultTransport) != http.DefaultTransport {
+				t.Error("telemetry off wraps handlers or transports")
 			}
 			ctx, span := otel.Tracer("test").Start(t.Context(), "work")
 			if span.IsRecording() || span.SpanContext().IsValid() {
@@ -57,7 +61,7 @@ func TestOffWithoutAnEndpoint(t *testing.T) {
 			if len(h) != 0 {
 				t.Errorf("headers passed on with telemetry off: %v", h)
 			}
-			if err := shutdown(t.Context()); err != nil {
+			if err := tel.Shutdown(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -83,7 +87,7 @@ func TestExportsToTheEndpoint(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(rcv.Spans())
-			shutdown, err := telemetry.Setup(t.Context(), env(tc.vars), "v1.2.3", discard)
+			tel, err := telemetry.Setup(t.Context(), env(tc.vars), "v1.2.3", discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,7 +95,7 @@ func TestExportsToTheEndpoint(t *testing.T) {
 			h := http.Header{}
 			otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(h))
 			span.End()
-			if err := shutdown(t.Context()); err != nil { // flushes the batch
+			if err := tel.Shutdown(t.Context()); err != nil { // flushes the batch
 				t.Fatal(err)
 			}
 			spans := rcv.Spans()[before:]
@@ -148,16 +152,16 @@ func TestLogLinesCarryTheTrace(t *testing.T) {
 func TestHandlerNamesSpansByRoute(t *testing.T) {
 	rcv := otlptest.NewReceiver(t)
 	t.Cleanup(reset)
-	shutdown, err := telemetry.Setup(t.Context(), env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.URL}), "v1", discard)
+	tel, err := telemetry.Setup(t.Context(), env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.URL}), "v1", discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /runs/{id}", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("/files/", func(http.ResponseWriter, *http.Request) {})
-	srv := httptest.NewServer(telemetry.Handler(mux))
+	srv := httptest.NewServer(tel.Handler(mux))
 	defer srv.Close()
-	client := &http.Client{Transport: telemetry.Transport(http.DefaultTransport)}
+	client := &http.Client{Transport: tel.Transport(http.DefaultTransport)}
 	ctx, parent := otel.Tracer("test").Start(t.Context(), "client")
 	for _, path := range []string{"/runs/run_secret1", "/files/a/b", "/nowhere"} {
 		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+path, nil)
@@ -168,7 +172,7 @@ func TestHandlerNamesSpansByRoute(t *testing.T) {
 		resp.Body.Close()
 	}
 	parent.End()
-	if err := shutdown(t.Context()); err != nil {
+	if err := tel.Shutdown(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	names := map[string]bool{}
