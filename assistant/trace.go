@@ -39,14 +39,11 @@ func endTurn(span trace.Span, err error) {
 
 // startModel starts the span of one model request to modelName.
 func startModel(ctx context.Context, modelName string) (context.Context, trace.Span) {
-	name := "chat"
-	if modelName != "" {
-		name += " " + modelName
-	}
-	ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient))
+	ctx, span := tracer.Start(ctx, "chat", trace.WithSpanKind(trace.SpanKindClient))
 	if span.IsRecording() {
 		span.SetAttributes(semconv.GenAIOperationNameChat)
 		if modelName != "" {
+			span.SetName("chat " + modelName)
 			span.SetAttributes(semconv.GenAIRequestModel(modelName))
 		}
 	}

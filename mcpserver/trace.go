@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"time"
@@ -27,6 +28,7 @@ const (
 	attrDecision   = attribute.Key("usher.policy.decision")
 	attrPolicyIDs  = attribute.Key("usher.policy.ids")
 	attrAuditKind  = attribute.Key("usher.audit.kind")
+	attrAction     = attribute.Key("usher.policy.action")
 	attrUpstream   = attribute.Key("usher.upstream")
 	attrToolServer = attribute.Key("usher.tool.server")
 )
@@ -37,17 +39,13 @@ const (
 // mcp.protocol.version.
 func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		name, tool := method, ""
-		if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil {
-			tool = r.Params.Name
-			name += " " + tool
-		}
-		ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
+		ctx, span := tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer))
 		defer span.End()
 		if span.IsRecording() {
 			attrs := []attribute.KeyValue{semconv.McpMethodNameKey.String(method)}
-			if tool != "" {
-				attrs = append(attrs, semconv.GenAIToolName(tool), semconv.GenAIOperationNameExecuteTool)
+			if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil {
+				span.SetName(method + " " + r.Params.Name)
+				attrs = append(attrs, semconv.GenAIToolName(r.Params.Name), semconv.GenAIOperationNameExecuteTool)
 			}
 			if ss := req.GetSession(); ss != nil && ss.ID() != "" {
 				attrs = append(attrs, semconv.McpSessionID(ss.ID()))
@@ -102,7 +100,10 @@ func (d tracedDecider) Decide(ctx context.Context, c Call) (Verdict, error) {
 			decision = Deny
 		}
 		span.SetAttributes(attrDecision.String(string(decision)), attrPolicyIDs.StringSlice(v.PolicyIDs),
-			semconv.GenAIToolName(c.Tool), attrToolServer.String(c.Server))
+			attrAction.String(string(cmp.Or(c.Action, ActionCallTool))), attrToolServer.String(c.Server))
+		if c.Action == "" || c.Action == ActionCallTool {
+			span.SetAttributes(semconv.GenAIToolName(c.Tool))
+		}
 		if err != nil {
 			span.SetStatus(codes.Error, "")
 		}
@@ -164,12 +165,15 @@ func endAudit(span trace.Span, err error) error {
 	return err
 }
 
-// startUpstreamCall starts the client span of a call to tool on upstream.
-func startUpstreamCall(ctx context.Context, upstream, tool string) (context.Context, trace.Span) {
-	ctx, span := tracer.Start(ctx, "tools/call "+tool, trace.WithSpanKind(trace.SpanKindClient))
+// startUpstreamCall starts the client span of a call to u's tool name
+// (its own name, without the prefix).
+func startUpstreamCall(ctx context.Context, u *upstream, name string) (context.Context, trace.Span) {
+	ctx, span := tracer.Start(ctx, "tools/call", trace.WithSpanKind(trace.SpanKindClient))
 	if span.IsRecording() {
+		tool := u.cfg.prefix() + name
+		span.SetName("tools/call " + tool)
 		span.SetAttributes(semconv.McpMethodNameKey.String("tools/call"), semconv.GenAIToolName(tool),
-			semconv.GenAIOperationNameExecuteTool, attrUpstream.String(upstream))
+			semconv.GenAIOperationNameExecuteTool, attrUpstream.String(u.cfg.Name))
 	}
 	return ctx, span
 }

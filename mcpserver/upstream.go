@@ -297,7 +297,7 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		if !ok {
 			return nil, errors.New("no caller in the context")
 		}
-		ctx, span := startUpstreamCall(ctx, u.cfg.Name, u.cfg.prefix()+name)
+		ctx, span := startUpstreamCall(ctx, u, name)
 		defer span.End()
 		ctx, cancel := context.WithTimeout(ctx, u.cat.opts.CallTimeout)
 		defer cancel()

@@ -75,6 +75,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, re
 
 // mountAssistant adds the Assistant API, for signed-in people only: a
 // broker token, which speaks for a user to the MCP server, is refused.
-func mountAssistant(mux *http.ServeMux, rt *assistant.Runtime, authenticated func(http.Handler) http.Handler, brokerIssuer string) {
-	mux.Handle("/api/assistant/", broker.RefuseTokens(brokerIssuer, authenticated(rt.Handler())))
+// routed names its requests' spans by its own routes.
+func mountAssistant(mux *http.ServeMux, rt *assistant.Runtime, authenticated, routed func(http.Handler) http.Handler, brokerIssuer string) {
+	mux.Handle("/api/assistant/", broker.RefuseTokens(brokerIssuer, authenticated(routed(rt.Handler()))))
 }

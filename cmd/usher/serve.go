@@ -370,7 +370,7 @@ func (s *serving) sweeps(ctx context.Context) error {
 		}
 		s.onStop(sw.Stop)
 	}
-	mountAssistant(s.mux, s.runtime, s.authenticated, s.publicURL)
+	mountAssistant(s.mux, s.runtime, s.authenticated, s.tel.Routed, s.publicURL)
 	if err := s.runtime.Start(ctx); err != nil {
 		return fmt.Errorf("assistant: %w", err)
 	}

@@ -167,7 +167,7 @@ func TestTraceOfAMessage(t *testing.T) {
 		}
 		return out
 	}
-	want := []string{"POST /api/assistant/", "GET /api/approvals", "invoke_agent usher", "chat scripted", "POST /mcp",
+	want := []string{"POST /api/assistant/runs/{id}/messages", "GET /api/approvals", "invoke_agent usher", "chat scripted", "POST /mcp",
 		"tools/call up__lookup", "policy decision", "audit write"}
 	var spans []otlptest.Span
 	testenv.WaitFor(t, 30*time.Second, func() bool {

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -17,19 +18,49 @@ func (t *Telemetry) Handler(h http.Handler) http.Handler {
 	if t.tp == nil {
 		return h
 	}
-	return otelhttp.NewHandler(h, "", otelhttp.WithSpanNameFormatter(routeName), otelhttp.WithTracerProvider(t.tp))
+	traced := otelhttp.NewHandler(h, "", otelhttp.WithSpanNameFormatter(routeName), otelhttp.WithTracerProvider(t.tp))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		traced.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), routeKey{}, &route{})))
+	})
 }
 
-// routeName is a request's span name: its method and route pattern, or
-// its method alone before the mux has matched one (or when none matched).
-func routeName(_ string, r *http.Request) string {
-	switch {
-	case r.Pattern == "":
-		return r.Method
-	case strings.Contains(r.Pattern, " "):
-		return r.Pattern // "POST /api/...": the pattern names the method
+// Routed names the spans of the requests h serves by the route pattern h
+// matched, where h is a mux mounted under a prefix of the server's mux
+// (which otherwise names them by the prefix, such as "/api/assistant/").
+// It must wrap that mux itself. With tracing off it returns h itself.
+func (t *Telemetry) Routed(h http.Handler) http.Handler {
+	if t.tp == nil {
+		return h
 	}
-	return r.Method + " " + r.Pattern
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		if rt, ok := r.Context().Value(routeKey{}).(*route); ok && r.Pattern != "" {
+			rt.pattern = r.Pattern
+		}
+	})
+}
+
+// routeKey is the context key of a request's route, which Routed sets.
+type routeKey struct{}
+
+// route is the pattern a mounted mux matched.
+type route struct{ pattern string }
+
+// routeName is a request's span name: its method and route pattern (the
+// innermost one, see Routed), or its method alone before the mux has
+// matched one (or when none matched).
+func routeName(_ string, r *http.Request) string {
+	pattern := r.Pattern
+	if rt, ok := r.Context().Value(routeKey{}).(*route); ok && rt.pattern != "" {
+		pattern = rt.pattern
+	}
+	switch {
+	case pattern == "":
+		return r.Method
+	case strings.Contains(pattern, " "):
+		return pattern // "POST /api/...": the pattern names the method
+	}
+	return r.Method + " " + pattern
 }
 
 // Transport makes a client span of each request rt sends and passes the

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel"
@@ -24,6 +25,9 @@ import (
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 var discard = slog.New(slog.DiscardHandler)
+
+// middlewareKey is the context key of a value a middleware adds.
+type middlewareKey struct{}
 
 // reset puts back the globals a test's Setup installed.
 func reset() {
@@ -159,12 +163,19 @@ func TestHandlerNamesSpansByRoute(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /runs/{id}", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("/files/", func(http.ResponseWriter, *http.Request) {})
+	// A mux mounted under a prefix names its requests by its own routes.
+	api := http.NewServeMux()
+	api.HandleFunc("POST /api/runs/{id}/messages", func(http.ResponseWriter, *http.Request) {})
+	mux.Handle("/api/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tel.Routed(api).ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), middlewareKey{}, "as a middleware does")))
+	}))
 	srv := httptest.NewServer(tel.Handler(mux))
 	defer srv.Close()
 	client := &http.Client{Transport: tel.Transport(http.DefaultTransport)}
 	ctx, parent := otel.Tracer("test").Start(t.Context(), "client")
-	for _, path := range []string{"/runs/run_secret1", "/files/a/b", "/nowhere"} {
-		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+path, nil)
+	for _, path := range []string{"GET /runs/run_secret1", "GET /files/a/b", "GET /nowhere", "POST /api/runs/run_2/messages"} {
+		method, path, _ := strings.Cut(path, " ")
+		req, _ := http.NewRequestWithContext(ctx, method, srv.URL+path, nil)
 		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -185,12 +196,12 @@ func TestHandlerNamesSpansByRoute(t *testing.T) {
 		}
 	}
 	// "/nowhere" matched no route: its span is named by its method.
-	for _, want := range []string{"GET /runs/{id}", "GET /files/", "GET"} {
+	for _, want := range []string{"GET /runs/{id}", "GET /files/", "GET", "POST /api/runs/{id}/messages"} {
 		if !names[want] {
 			t.Errorf("no server span named %q: %v", want, names)
 		}
 	}
-	if len(names) != 3 {
+	if len(names) != 4 {
 		t.Errorf("server spans = %v, want one per route", names)
 	}
 }
