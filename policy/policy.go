@@ -35,6 +35,7 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
 type Policy struct {
 	name string
 	hash string
+	src  []byte // the file as parsed, for Statements
 	set  *cedar.PolicySet
 	// listing holds the statements whose conditions do not read
 	// context.arguments, which decide listings (see DecideListing).
@@ -82,6 +83,7 @@ func Parse(name string, src []byte) (*Policy, error) {
 	p := &Policy{
 		name:    name,
 		hash:    hex.EncodeToString(sum[:]),
+		src:     slices.Clone(src),
 		set:     cedar.NewPolicySet(),
 		listing: cedar.NewPolicySet(),
 		byID:    make(map[cedar.PolicyID]*rule, len(list)),
