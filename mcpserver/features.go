@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"github.com/yosida95/uritemplate/v3"
 
 	"github.com/usherhq/usher/internal/jcs"
+	"github.com/usherhq/usher/policy"
 )
 
 // maxURI bounds a resource URI or URI template, as listed or asked for.
@@ -436,28 +438,31 @@ func (c *Catalog) updated(u *upstream, uri string) {
 	}
 }
 
-// Feature is what a resources/read, prompts/get or completion/complete
-// names, as the catalog resolves it for the policy: the inputs of a
-// decision on it (see Call).
+// Feature is what a tools/call, resources/read, prompts/get or
+// completion/complete names, as the catalog resolves it for the policy:
+// the inputs of a decision on it (see Call).
 type Feature struct {
-	// Name is the exposed URI, URI template or prompt name (Call.Tool).
+	// Name is the exposed tool name, URI, URI template or prompt name
+	// (Call.Tool).
 	Name string
 	// Template is the exposed URI template a read URI matched, or the
 	// template of a completion; empty for a listed resource or a prompt.
 	Template string
-	// Server is the upstream's name.
+	// Server is the upstream's name, or policy.BuiltinServer for a
+	// built-in tool.
 	Server string
-	// Hash is the definition hash of the listed resource, template or
-	// prompt.
+	// Hash is the definition hash of the tool, or of the listed resource,
+	// template or prompt.
 	Hash string
 }
 
 // ErrNoFeature is the error of Catalog.Resolve when the catalog offers
 // nothing of that name.
-var ErrNoFeature = errors.New("mcpserver: the catalog offers no such resource, template or prompt")
+var ErrNoFeature = errors.New("mcpserver: the catalog offers no such tool, resource, template or prompt")
 
 // Resolve lists the upstreams afresh and resolves what a request of action
-// names, as the enforcement point does: for ActionReadResource a URI (a
+// names, as the enforcement point does: for ActionCallTool a tool's name;
+// for ActionReadResource a URI (a
 // listed resource, or a URI one of its upstream's templates matches); for
 // ActionGetPrompt a prompt's name; for ActionComplete a prompt's name
 // (ref RefPrompt) or a template's URI (RefResource). It is what
@@ -470,6 +475,11 @@ func (c *Catalog) Resolve(ctx context.Context, action Action, ref, name string) 
 	var f Feature
 	ok := false
 	switch {
+	case action == ActionCallTool:
+		var t *tool
+		if t, ok = c.lookup(ctx, name); ok {
+			f = Feature{Name: t.def.Name, Server: cmp.Or(t.server, policy.BuiltinServer), Hash: t.hash}
+		}
 	case action == ActionReadResource:
 		var t readTarget
 		if t, ok = c.lookupResource(ctx, name); ok {

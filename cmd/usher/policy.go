@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/usherhq/usher/mcpserver"
@@ -93,9 +92,10 @@ func (e *environment) policyTest(f *installFlags, file, lockFile, casesFile stri
 }
 
 // explainFlags are the flags of `usher policy explain`: the request to
-// explain.
+// explain (mcpserver.ExplainInput), and how to print it.
 type explainFlags struct {
 	user, action, tool, resource, prompt, template, argument, server, args, groups, hash *string
+	json                                                                                 *bool
 }
 
 func (x *explainFlags) register(fs *flag.FlagSet) {
@@ -106,46 +106,23 @@ func (x *explainFlags) register(fs *flag.FlagSet) {
 	x.prompt = fs.String("prompt", "", "prompt `name` as listed (for get_prompt, or complete of a prompt's argument)")
 	x.template = fs.String("template", "", "resource `template` as listed (for complete of a template's variable; with read_resource and --definition-hash, the template the URI matched)")
 	x.argument = fs.String("argument", "", "the argument being completed, `name=value` (for complete)")
-	x.server = fs.String("server", "", "the `server`: builtin or an upstream's name (default: builtin for a tool, else from the catalog)")
+	x.server = fs.String("server", "", "the `server`: builtin or an upstream's name (default: from the catalog)")
 	x.args = fs.String("args", "{}", "the call's or prompt's arguments, a JSON `object`")
 	x.groups = fs.String("groups", "", "comma-separated `groups` of the user")
 	x.hash = fs.String("definition-hash", "", "the definition `hash` (default: from the catalog)")
+	x.json = fs.Bool("json", false, "print the explanation as JSON, as GET /api/policy/explain answers it")
 }
 
-// check returns the action, or what is wrong with the flags for it: a
-// usage message.
-func (x *explainFlags) check() (policy.Action, string) {
-	if *x.user == "" {
-		return "", "--user is required"
+// input is the request the flags name.
+func (x *explainFlags) input() mcpserver.ExplainInput {
+	in := mcpserver.ExplainInput{
+		User: *x.user, Action: *x.action, Tool: *x.tool, Resource: *x.resource, Prompt: *x.prompt, Template: *x.template,
+		Argument: *x.argument, Server: *x.server, Args: *x.args, DefinitionHash: *x.hash,
 	}
-	a := policy.Action(*x.action)
-	named := map[string]string{"--tool": *x.tool, "--resource": *x.resource, "--prompt": *x.prompt, "--template": *x.template}
-	var want []string // the flags, one of which names the target
-	switch a {
-	case policy.ActionCallTool:
-		want = []string{"--tool"}
-	case policy.ActionReadResource:
-		want = []string{"--resource"}
-	case policy.ActionGetPrompt:
-		want = []string{"--prompt"}
-	case policy.ActionComplete:
-		want = []string{"--prompt", "--template"}
-	default:
-		return "", fmt.Sprintf("--action %q is not call_tool, read_resource, get_prompt or complete", *x.action)
+	if *x.groups != "" {
+		in.Groups = strings.Split(*x.groups, ",")
 	}
-	var given []string
-	for _, k := range []string{"--tool", "--resource", "--prompt", "--template"} {
-		if named[k] != "" && !(k == "--template" && a == policy.ActionReadResource) {
-			given = append(given, k)
-		}
-	}
-	if len(given) != 1 || !slices.Contains(want, given[0]) {
-		return "", fmt.Sprintf("%s takes exactly one of %s", a, strings.Join(want, ", "))
-	}
-	if (*x.argument != "") != (a == policy.ActionComplete) {
-		return "", "--argument NAME=VALUE is for complete, and complete needs it"
-	}
-	return a, ""
+	return in
 }
 
 // policyExplain runs `usher policy explain`: it decides one request as the
@@ -161,72 +138,31 @@ func (e *environment) policyExplain(ctx context.Context, fs *flag.FlagSet, f *in
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	a, problem := x.check()
-	if problem != "" {
-		fmt.Fprintln(e.stderr, "usher policy explain: "+problem)
-		return errUsage
-	}
 	p, lock, err := e.policyAndLock(f, *file, *lockFile)
 	if err != nil {
 		return err
 	}
-	call := mcpserver.Call{Principal: *x.user, Arguments: json.RawMessage(*x.args)}
-	if *x.groups != "" {
-		call.Groups = strings.Split(*x.groups, ",")
+	call, err := mcpserver.ExplainCall(ctx, x.input(), func(ctx context.Context, a mcpserver.Action, ref, name string) (mcpserver.Feature, error) {
+		return e.catalogFeature(ctx, f, a, ref, name)
+	})
+	var bad *mcpserver.InputError
+	if errors.As(err, &bad) && !errors.Is(err, mcpserver.ErrNoFeature) {
+		fmt.Fprintln(e.stderr, "usher policy explain: "+bad.Problem)
+		return errUsage
 	}
-	if a == policy.ActionCallTool {
-		if *x.hash == "" {
-			if *x.hash, err = e.catalogHash(ctx, f, *x.tool); err != nil {
-				return err
-			}
-		}
-		call.Tool, call.Server, call.DefinitionHash = *x.tool, *x.server, *x.hash
-	} else if call, err = e.explainedFeature(ctx, f, &x, a, call); err != nil {
+	if err != nil {
 		return err
+	}
+	if *x.json {
+		return json.NewEncoder(e.stdout).Encode(mcpserver.Explain(p, lock, call))
 	}
 	req := mcpserver.PolicyRequest(call, lock)
 	fmt.Fprint(e.stdout, policy.Explain(req, p.Decide(req)))
 	return nil
 }
 
-// explainedFeature completes call with the resource, template or prompt
-// the flags name, and its server and hash: from the flags, or else from
-// the catalog.
-func (e *environment) explainedFeature(ctx context.Context, f *installFlags, x *explainFlags, a policy.Action, call mcpserver.Call) (mcpserver.Call, error) {
-	ref, name := mcpserver.RefResource, *x.resource+*x.template
-	if *x.prompt != "" {
-		ref, name = mcpserver.RefPrompt, *x.prompt
-	}
-	if a == policy.ActionReadResource {
-		name = *x.resource
-	}
-	target := mcpserver.Feature{Name: name, Server: *x.server, Hash: *x.hash, Template: *x.template}
-	if a == policy.ActionComplete && ref == mcpserver.RefResource {
-		target.Template = name
-	}
-	if *x.hash == "" {
-		var err error
-		if target, err = e.catalogFeature(ctx, f, mcpserver.Action(a), ref, name); err != nil {
-			return call, err
-		}
-		if *x.server != "" && *x.server != target.Server {
-			return call, fmt.Errorf("the catalog's %q is of server %q, not %q", name, target.Server, *x.server)
-		}
-	} else if *x.server == "" {
-		fmt.Fprintln(e.stderr, "usher policy explain: with --definition-hash, --server names the upstream")
-		return call, errUsage
-	}
-	if a == policy.ActionComplete {
-		argName, value, _ := strings.Cut(*x.argument, "=")
-		in := map[string]any{"argument": map[string]any{"name": argName, "value": value}}
-		call.Arguments, _ = json.Marshal(in) // strings always encode
-	}
-	call.Action, call.Ref = mcpserver.Action(a), ref
-	call.Tool, call.Server, call.DefinitionHash, call.Template = target.Name, target.Server, target.Hash, target.Template
-	return call, nil
-}
-
-// catalogFeature resolves a resource, template or prompt in the catalog.
+// catalogFeature resolves a tool, resource, template or prompt in the
+// catalog.
 func (e *environment) catalogFeature(ctx context.Context, f *installFlags, a mcpserver.Action, ref, name string) (mcpserver.Feature, error) {
 	cfg, log, err := e.loadConfig(f)
 	if err != nil {
@@ -243,13 +179,11 @@ func (e *environment) catalogFeature(ctx context.Context, f *installFlags, a mcp
 	}
 	defer cat.Close()
 	feat, err := cat.Resolve(ctx, a, ref, name)
-	if errors.Is(err, mcpserver.ErrNoFeature) {
-		return feat, fmt.Errorf("the catalog offers no %q for %s; pass --server and --definition-hash to explain it anyway (%w)", name, a, err)
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, mcpserver.ErrNoFeature) {
 		log.Warn("usher policy explain: some upstreams could not be listed", "err", err)
+		err = nil
 	}
-	return feat, nil
+	return feat, err
 }
 
 // parseInterspersed parses flags that may come before or after the
@@ -287,16 +221,4 @@ func (e *environment) policyAndLock(f *installFlags, file, lockFile string) (*po
 	}
 	lock, err := in.loadLock()
 	return p, lock, err
-}
-
-// catalogHash returns the current definition hash of a tool.
-func (e *environment) catalogHash(ctx context.Context, f *installFlags, tool string) (string, error) {
-	defs, err := e.definitions(ctx, f)
-	if err != nil {
-		return "", err
-	}
-	if h, ok := defs[tool]; ok {
-		return h, nil
-	}
-	return "", fmt.Errorf("no tool %q in the catalog; pass --definition-hash to explain it anyway", tool)
 }

@@ -110,12 +110,12 @@ when { resource.template == "docs__file:///notes/{name}" };
 		args []string
 		want string
 	}{
-		{"an unknown resource", []string{"--action", "read_resource", "--resource", "docs__file:///nowhere"}, "pass --server and --definition-hash"},
+		{"an unknown resource", []string{"--action", "read_resource", "--resource", "docs__file:///nowhere"}, "give its server and definition hash"},
 		{"a resource of another server", []string{"--action", "read_resource", "--resource", "docs__file:///guide.md", "--server", "wiki"}, `of server "docs", not "wiki"`},
-		{"a hash without a server", []string{"--action", "get_prompt", "--prompt", "x", "--definition-hash", "sha256:1"}, "--server names the upstream"},
-		{"a tool and a resource", []string{"--action", "read_resource", "--resource", "docs__file:///guide.md", "--tool", "notes_list"}, "exactly one of --resource"},
-		{"a prompt for a read", []string{"--action", "read_resource", "--prompt", "docs__summarize"}, "exactly one of --resource"},
-		{"a completion without its argument", []string{"--action", "complete", "--prompt", "docs__summarize"}, "--argument NAME=VALUE"},
+		{"a hash without a server", []string{"--action", "get_prompt", "--prompt", "x", "--definition-hash", "sha256:1"}, "server names the upstream"},
+		{"a tool and a resource", []string{"--action", "read_resource", "--resource", "docs__file:///guide.md", "--tool", "notes_list"}, "exactly one of resource"},
+		{"a prompt for a read", []string{"--action", "read_resource", "--prompt", "docs__summarize"}, "exactly one of resource"},
+		{"a completion without its argument", []string{"--action", "complete", "--prompt", "docs__summarize"}, "argument NAME=VALUE"},
 		{"an unknown action", []string{"--action", "delete_resource", "--resource", "docs__file:///guide.md"}, "is not call_tool"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
