@@ -1,5 +1,6 @@
 // Package review owns the security reviewers' seat: who is a reviewer,
-// and the read-only audit API they use instead of a shell on the server.
+// and the read-only API of the audit log, the policy and the tools that
+// they use instead of a shell on the server.
 //
 // # Who is a reviewer
 //
@@ -23,11 +24,18 @@
 //
 // # The routes
 //
-//	GET /api/audit            filtered, paged records (kind, principal, tool, server, outcome, since, until; after, before, limit, order, cursor)
-//	GET /api/audit/{seq}      one record
-//	GET /api/audit/export     the records after "after" as JSON lines
-//	GET /api/audit/verify     the chain from the first record (or "after") towards the head, in bounded steps
+//	GET /api/audit               filtered, paged records (kind, principal, tool, server, outcome, since, until; after, before, limit, order, cursor)
+//	GET /api/audit/{seq}         one record
+//	GET /api/audit/export        the records after "after" as JSON lines
+//	GET /api/audit/verify        the chain from the first record (or "after") towards the head, in bounded steps
+//	GET /api/audit/checkpoints   the log's signed checkpoints
+//	GET /api/policy              the policy's statements as written, its hash, and its lint findings against the tool lock
+//	GET /api/policy/explain      the decision on one request, with the inputs of `usher policy explain`
+//	GET /api/tools               every tool, resource, template and prompt offered, each tool's state against the tool lock
 //
 // Each record is exactly as `usher audit export` writes it (audit.Line),
-// with its seq, hash and prev_hash.
+// with its seq, hash and prev_hash. The tool lock holds only definition
+// hashes, so a changed tool shows its current definition and the hash it
+// was locked with; `git log` of the lock file (and the definition the
+// tool had then) shows what was reviewed.
 package review

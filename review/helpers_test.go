@@ -21,6 +21,8 @@ import (
 	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/devoidc"
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/mcpserver"
+	"github.com/usherhq/usher/policy"
 	"github.com/usherhq/usher/review"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
@@ -81,8 +83,10 @@ func newSite(t *testing.T, h http.Handler, scopes []string) *site {
 		t.Fatal(err)
 	}
 	mux.Handle("/dev/oidc/", http.StripPrefix("/dev/oidc", p.Handler()))
-	mux.Handle("/api/audit", v.Middleware(h))
-	mux.Handle("/api/audit/", v.Middleware(h))
+	for _, p := range review.Paths {
+		mux.Handle(p, v.Middleware(h))
+		mux.Handle(p+"/", v.Middleware(h))
+	}
 	return &site{url: srv.URL, provider: p, verifier: v}
 }
 
@@ -132,7 +136,9 @@ func forEachEngine(t *testing.T, opts *review.Options, test func(t *testing.T, e
 
 func newEnv(t *testing.T, st store.Store, opts *review.Options) *env {
 	t.Helper()
-	o := review.Options{Groups: []string{"security"}, Logger: quiet, Checkpoints: audit.CheckpointsHandler(st, quiet)}
+	cat := newCatalog(t, st)
+	o := review.Options{Groups: []string{"security"}, Logger: quiet, Checkpoints: audit.CheckpointsHandler(st, quiet),
+		Policy: policy.Default(), Lock: cat.BuiltinLock(), Catalog: cat}
 	if opts != nil {
 		o = *opts
 	}
@@ -149,6 +155,20 @@ func newEnv(t *testing.T, st store.Store, opts *review.Options) *env {
 		appOnly: newSite(t, h, []string{"app.other"})}
 	e.principals = []string{e.a.id(t, "alice"), e.a.id(t, "bob"), e.b.id(t, "carol"), ""}
 	return e
+}
+
+// newCatalog is a catalog of the built-in and demo tools and of
+// upstreams, on st.
+func newCatalog(t *testing.T, st store.Store, upstreams ...mcpserver.Upstream) *mcpserver.Catalog {
+	t.Helper()
+	cat, err := mcpserver.NewCatalog(&mcpserver.CatalogOptions{
+		Runs: st, Approvals: st, DemoTools: true, Notes: st, Upstreams: upstreams, Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	return cat
 }
 
 // entry is the i-th record the tests append: it cycles through alice and

@@ -12,6 +12,7 @@ import (
 	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/policy"
 	"github.com/usherhq/usher/store"
 )
 
@@ -38,6 +39,18 @@ type Options struct {
 	// (audit.CheckpointsHandler), served to reviewers at GET
 	// /api/audit/checkpoints. Default none: that route is not found.
 	Checkpoints http.Handler
+	// Policy is the policy the MCP server decides with, served to
+	// reviewers at GET /api/policy and explained at GET
+	// /api/policy/explain. Default none: the policy and tools routes are
+	// not found. With it, Catalog is required.
+	Policy *policy.Policy
+	// Lock is the tool lock the MCP server decides with. Default nil,
+	// which reviews no tool.
+	Lock *policy.Lock
+	// Catalog is the MCP server's catalog (mcpserver.Catalog), listed at
+	// GET /api/tools and resolving what an explain names. Required with
+	// Policy.
+	Catalog Catalog
 	// Logger records the errors clients see only as a generic 500.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -49,6 +62,9 @@ type API struct {
 	groups      []string
 	verifyLimit int64
 	checkpoints http.Handler
+	policy      *policy.Policy
+	lock        *policy.Lock
+	catalog     Catalog
 	log         *slog.Logger
 }
 
@@ -68,6 +84,9 @@ func New(st Store, opts *Options) (*API, error) {
 	if o.VerifyLimit < 0 {
 		errs = append(errs, fmt.Errorf("review: verify limit %d is negative", o.VerifyLimit))
 	}
+	if (o.Policy == nil) != (o.Catalog == nil) {
+		errs = append(errs, errors.New("review: the policy and the catalog go together"))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -77,7 +96,8 @@ func New(st Store, opts *Options) (*API, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &API{st: st, groups: slices.Clone(o.Groups), verifyLimit: o.VerifyLimit, checkpoints: o.Checkpoints, log: o.Logger}, nil
+	return &API{st: st, groups: slices.Clone(o.Groups), verifyLimit: o.VerifyLimit, checkpoints: o.Checkpoints,
+		policy: o.Policy, lock: o.Lock, catalog: o.Catalog, log: o.Logger}, nil
 }
 
 // IsReviewer reports whether p is a reviewer: one of the reviewers' groups
@@ -91,7 +111,7 @@ func (a *API) IsReviewer(p identity.Principal) bool {
 // API errors of the handlers, in the one error shape of httpx.
 var (
 	errUnauthenticated  = httpx.Errorf(http.StatusUnauthorized, "unauthenticated", "Sign in to read the audit log.")
-	errReviewerRequired = httpx.Errorf(http.StatusForbidden, "reviewer_required", "Only security reviewers (review.groups) may read the audit log.")
+	errReviewerRequired = httpx.Errorf(http.StatusForbidden, "reviewer_required", "Only security reviewers (review.groups) may read the audit log, the policy and the tools.")
 	errBadSeq           = httpx.Errorf(http.StatusBadRequest, "invalid_seq", "A record's sequence number is a positive integer.")
 )
 
@@ -107,8 +127,19 @@ func (a *API) Handler() http.Handler {
 	if a.checkpoints != nil {
 		mux.Handle("GET /api/audit/checkpoints", a.checkpoints)
 	}
-	mux.HandleFunc("/api/audit", a.readOnly)
-	mux.HandleFunc("/api/audit/", a.readOnly)
+	if a.policy != nil {
+		mux.HandleFunc("GET /api/policy", a.policyDoc)
+		mux.HandleFunc("GET /api/policy/explain", a.explain)
+		mux.HandleFunc("GET /api/tools", a.tools)
+	} else {
+		mux.HandleFunc("GET /api/policy", a.notFound)
+		mux.HandleFunc("GET /api/tools", a.notFound)
+	}
+	for _, p := range Paths {
+		mux.HandleFunc("GET "+p+"/", a.notFound)
+		mux.HandleFunc(p, a.readOnly)
+		mux.HandleFunc(p+"/", a.readOnly)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, ok := identity.FromContext(r.Context())
 		switch {
@@ -120,6 +151,15 @@ func (a *API) Handler() http.Handler {
 			mux.ServeHTTP(w, r)
 		}
 	})
+}
+
+// Paths are the roots of the routes Handler serves: mount it at each,
+// and at each followed by a slash.
+var Paths = []string{"/api/audit", "/api/policy", "/api/tools"}
+
+// notFound answers a GET of no route.
+func (a *API) notFound(w http.ResponseWriter, r *http.Request) {
+	httpx.WriteError(w, r, a.log, httpx.ErrNotFound)
 }
 
 // readOnly answers every method but GET (and HEAD, which GET serves).
@@ -137,10 +177,7 @@ func scope(r *http.Request) string {
 
 // get answers one record of the reviewer's tenant.
 func (a *API) get(w http.ResponseWriter, r *http.Request) {
-	if q, err := queryOf(r); err != nil || len(q) > 0 {
-		if err == nil {
-			err = unknownParameter(firstKey(q))
-		}
+	if err := noParameters(r); err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
 	}

@@ -19,7 +19,8 @@ import (
 
 var start = time.Date(2031, 5, 6, 7, 0, 0, 0, time.UTC)
 
-var routes = []string{"/api/audit", "/api/audit/1", "/api/audit/export", "/api/audit/verify", "/api/audit/checkpoints"}
+var routes = []string{"/api/audit", "/api/audit/1", "/api/audit/export", "/api/audit/verify", "/api/audit/checkpoints",
+	"/api/policy", "/api/policy/explain?user=alice&tool=notes_list", "/api/tools"}
 
 // Only a reviewer of the tenant reads: no token is 401, an app-only
 // token (without the API's scope) is 403 insufficient_scope from the

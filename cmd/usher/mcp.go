@@ -98,6 +98,9 @@ type mcpStack struct {
 	catalog   *mcpserver.Catalog
 	approvals *approvals.Service
 	audit     *audit.Log
+	// policy and lock are what the server decides with, for reviewers.
+	policy *policy.Policy
+	lock   *policy.Lock
 }
 
 // buildMCP wires the MCP server, the policy, approvals and the audit log.
@@ -154,7 +157,7 @@ func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *brok
 		return nil, err
 	}
 	in.log.Info("policy loaded", "policy", pol.Name(), "hash", pol.Hash(), "lock", in.cfg.Policy.LockFile)
-	return &mcpStack{server: srv, catalog: cat, approvals: svc, audit: auditLog}, nil
+	return &mcpStack{server: srv, catalog: cat, approvals: svc, audit: auditLog, policy: pol, lock: lock}, nil
 }
 
 // mount adds the MCP endpoint, its metadata and the approvals API.

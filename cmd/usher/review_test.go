@@ -11,6 +11,10 @@ import (
 	"github.com/usherhq/usher/assistant"
 )
 
+// reviewRoutes are the reviewers' routes, each with a query it takes.
+var reviewRoutes = []string{"/api/audit", "/api/audit/1", "/api/audit/export", "/api/audit/verify",
+	"/api/policy", "/api/policy/explain?user=alice&tool=notes_list", "/api/tools"}
+
 // A reviewer (USHER_REVIEW_GROUPS=security, rita signed in with the group
 // security) reads alice's calls through `usher serve`, each record as
 // `usher audit export` writes it; alice, her broker token and anyone
@@ -94,7 +98,7 @@ func TestReviewerReadsAliceCalls(t *testing.T) {
 		"a broker token": {mcpTok, 403, "broker_token_refused"},
 		"no token":       {"", 401, "unauthenticated"},
 	} {
-		for _, path := range []string{"/api/audit", "/api/audit/1", "/api/audit/export", "/api/audit/verify"} {
+		for _, path := range reviewRoutes {
 			code, body := get(t, s.url+path, c.token)
 			if code != c.code || !strings.Contains(string(body), `"code":"`+c.err+`"`) {
 				t.Errorf("%s: GET %s = %d %s, want %d %s", name, path, code, body, c.code, c.err)
@@ -102,7 +106,7 @@ func TestReviewerReadsAliceCalls(t *testing.T) {
 		}
 	}
 	for _, method := range []string{"POST", "PUT", "PATCH", "DELETE"} {
-		for _, path := range []string{"/api/audit", "/api/audit/1", "/api/audit/export", "/api/audit/verify"} {
+		for _, path := range reviewRoutes {
 			req, _ := http.NewRequest(method, s.url+path, strings.NewReader(`{}`))
 			req.Header.Set("Authorization", "Bearer "+rita)
 			req.Header.Set("Content-Type", "application/json")
@@ -123,5 +127,35 @@ func TestReviewerReadsAliceCalls(t *testing.T) {
 	code, body = get(t, s.url+"/api/audit/verify", rita)
 	if code != 200 || !bytes.Contains(body, []byte(`"intact":true`)) {
 		t.Errorf("verify = %d %s", code, body)
+	}
+
+	// The policy served is the one `usher policy check` checks, and an
+	// explanation is the one `usher policy explain --json` prints for the
+	// same inputs.
+	check, _ := s.cli(t, "policy", "check")
+	code, body = get(t, s.url+"/api/policy", rita)
+	var pol struct {
+		Hash       string
+		Statements []struct{ ID string }
+	}
+	if err := json.Unmarshal(body, &pol); code != 200 || err != nil || len(pol.Statements) == 0 || !strings.Contains(check, "hash "+pol.Hash) {
+		t.Errorf("GET /api/policy = %d %s, policy check says %q", code, body, check)
+	}
+	for decision, q := range map[string]url.Values{
+		"deny":     {"user": {who.ID}, "tool": {"notes_delete"}, "args": {`{"name":"todo"}`}},
+		"approve":  {"user": {who.ID}, "tool": {"notes_write"}, "groups": {"security,staff"}},
+		"allow":    {"user": {"bob"}, "tool": {"sessions_list"}, "server": {"builtin"}},
+		"approve ": {"user": {"bob"}, "tool": {"anything"}, "definition-hash": {"sha256:1"}},
+	} {
+		args := []string{"policy", "explain", "--json"}
+		for k, v := range q {
+			args = append(args, "--"+k, v[0])
+		}
+		cli, err := s.cli(t, args...)
+		code, body := get(t, s.url+"/api/policy/explain?"+q.Encode(), rita)
+		if err != nil || code != 200 || strings.TrimSpace(string(body)) != strings.TrimSpace(cli) ||
+			!strings.HasPrefix(string(body), `{"decision":"`+strings.TrimSpace(decision)+`"`) {
+			t.Errorf("explain %v:\nAPI %d %s\nCLI %v %s", q, code, body, err, cli)
+		}
 	}
 }
