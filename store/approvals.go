@@ -154,6 +154,34 @@ type ApprovalCursor struct {
 // IsZero reports whether c is the start of the list.
 func (c ApprovalCursor) IsZero() bool { return c.EndedAt.IsZero() && c.ID == "" }
 
+// MaxTenantApprovals bounds one page of ListTenantApprovals.
+const MaxTenantApprovals = 100
+
+// TenantApprovals asks ListTenantApprovals for a page of every approval of
+// one tenant, in any state, as a security reviewer reads them.
+type TenantApprovals struct {
+	// Tenant is the requesters' tenant (Approval.Tenant), and Scope the
+	// start of their principal ids ("issuer|tenant|"): an approval is of
+	// the tenant when both match. Scope is required.
+	Tenant, Scope string
+	// Status, Tool and Principal, when set, keep only the approvals in
+	// that stored state, bound to that name (Binding.Tool) and requested
+	// by that principal.
+	Status    ApprovalStatus
+	Tool      string
+	Principal string
+	// After is where the page starts: after the approval it names, whose
+	// creation time its EndedAt holds (see CreatedCursorOf). The zero
+	// cursor starts from the newest.
+	After ApprovalCursor
+	// Limit is the page's size: 1 to MaxTenantApprovals.
+	Limit int
+}
+
+// CreatedCursorOf is the cursor just after a in the list of a tenant's
+// approvals (ListTenantApprovals), which is by creation time.
+func CreatedCursorOf(a Approval) ApprovalCursor { return ApprovalCursor{EndedAt: a.CreatedAt, ID: a.ID} }
+
 // CursorOf is the cursor just after a in the list of decided approvals.
 func CursorOf(a Approval) ApprovalCursor { return ApprovalCursor{EndedAt: a.EndedAt(), ID: a.ID} }
 
@@ -378,6 +406,16 @@ ORDER BY created_at, id`)
 		decidedApprovals(`json_each(approvals.approvers) AS g
 				WHERE g.value IN (SELECT value FROM json_each($2))`))
 
+	// listTenantApprovals takes the tenant ($1), the principals' prefix
+	// ($2), the state, tool and principal filters ("" for none: $3, $4,
+	// $5), the cursor ($6, $7) and the limit ($8).
+	listTenantApprovals = sql1(`
+SELECT ` + approvalColumns + ` FROM approvals
+WHERE tenant = $1 AND substr(principal, 1, length($2::text)) = $2::text
+	AND ($3::text = '' OR status = $3::text) AND ($4::text = '' OR tool = $4::text) AND ($5::text = '' OR principal = $5::text)
+	AND (created_at < $6 OR (created_at = $6 AND id < $7))
+ORDER BY created_at DESC, id DESC LIMIT $8`)
+
 	// setApprovalDecision is the compare-and-swap of a decision.
 	setApprovalDecision = sql1(`
 UPDATE approvals SET status = $2, decided_by = $3, decision_reason = $4, decided_at = $5, updated_at = $5
@@ -530,6 +568,35 @@ func (c *core) ListDecidedApprovals(ctx context.Context, q DecidedApprovals) ([]
 	}
 	out, err := queryAll(ctx, c.reader(), listDecidedApprovals, scanApproval,
 		q.Principal, string(encodeNames(q.Groups)), q.Tenant, storedTime(after.EndedAt), after.ID, int64(q.Limit))
+	return out, c.fail(err)
+}
+
+func (c *core) ListTenantApprovals(ctx context.Context, q TenantApprovals) ([]Approval, error) {
+	var errs []error
+	if q.Scope == "" {
+		errs = append(errs, errors.New("the scope of the tenant's approvals is empty"))
+	}
+	if q.Limit < 1 || q.Limit > MaxTenantApprovals {
+		errs = append(errs, fmt.Errorf("the limit of the tenant's approvals is %d, want 1 to %d", q.Limit, MaxTenantApprovals))
+	}
+	if q.Status != "" {
+		errs = append(errs, checkStatuses([]ApprovalStatus{q.Status}))
+	}
+	if !q.After.IsZero() {
+		errs = append(errs, checkTime("the cursor's time", q.After.EndedAt))
+	}
+	for name, v := range map[string]string{"tenant": q.Tenant, "scope": q.Scope, "tool": q.Tool, "principal": q.Principal, "cursor's id": q.After.ID} {
+		errs = append(errs, checkText("the "+name+" of the tenant's approvals", v))
+	}
+	if err := invalid(errs...); err != nil {
+		return nil, err
+	}
+	after := q.After
+	if after.IsZero() {
+		after.EndedAt = listStart
+	}
+	out, err := queryAll(ctx, c.reader(), listTenantApprovals, scanApproval,
+		q.Tenant, q.Scope, string(q.Status), q.Tool, q.Principal, storedTime(after.EndedAt), after.ID, int64(q.Limit))
 	return out, c.fail(err)
 }
 

@@ -387,6 +387,12 @@ type Store interface {
 	// when it is set. ErrInvalid when q.Limit is not 1 to
 	// MaxDecidedApprovals or q.Principal is empty.
 	ListDecidedApprovals(ctx context.Context, q DecidedApprovals) ([]Approval, error)
+	// ListTenantApprovals returns the approvals of q's tenant in any
+	// state, with q's filters: newest first by CreatedAt (then by ID,
+	// descending), at most q.Limit of them, after q.After when it is set.
+	// ErrInvalid when q.Limit is not 1 to MaxTenantApprovals, q.Scope is
+	// empty or q.Status is not a state.
+	ListTenantApprovals(ctx context.Context, q TenantApprovals) ([]Approval, error)
 	// FindApproved returns an approved approval for exactly the binding b
 	// that has not expired at now (the oldest decided, if several), or
 	// ErrNotFound.

@@ -84,6 +84,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CreateApprovalConcurrent", testCreateApprovalConcurrent},
 		{"ListApprovals", testListApprovals},
 		{"ListDecidedApprovals", testListDecidedApprovals},
+		{"ListTenantApprovals", testListTenantApprovals},
 		{"DecideApproval", testDecideApproval},
 		{"ConsumeApproval", testConsumeApproval},
 		{"ConsumeApprovalRace", testConsumeApprovalRace},
