@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -123,6 +124,8 @@ func actionOf(bound string) (action, name string) {
 //
 //	GET  /api/approvals                  the caller's open requests, and those the caller may decide
 //	GET  /api/approvals?state=decided    the decided ones the caller may see, newest first (&limit=, &cursor=)
+//	GET  /api/approvals?scope=all        every approval of the caller's tenant, to security reviewers only, newest first
+//	                                     (&status=, &tool=, &principal=, &limit=, &cursor=)
 //	GET  /api/approvals/{id}             one approval, to its requester or an eligible approver
 //	POST /api/approvals/{id}/decision    {"decision": "approve"|"deny", "reason": "…"}
 //
@@ -193,13 +196,9 @@ func parseListQuery(r *http.Request) (listQuery, error) {
 	if !q.decided && (values.Has("limit") || values.Has("cursor")) {
 		return q, errors.New("limit and cursor page the decided approvals only")
 	}
-	if values.Has("limit") {
-		text := values.Get("limit")
-		n, err := strconv.Atoi(text)
-		if err != nil || n < 1 || n > MaxDecidedLimit || strconv.Itoa(n) != text {
-			return q, fmt.Errorf("limit %q is not 1 to %d", text, MaxDecidedLimit)
-		}
-		q.limit = n
+	var err error
+	if q.limit, err = parseLimit(values); err != nil {
+		return q, err
 	}
 	if values.Has("cursor") {
 		if q.cursor = values.Get("cursor"); q.cursor == "" {
@@ -209,9 +208,27 @@ func parseListQuery(r *http.Request) (listQuery, error) {
 	return q, nil
 }
 
+// parseLimit reads the limit of a page: 1 to MaxDecidedLimit, in plain
+// decimal; 0 when absent.
+func parseLimit(values url.Values) (int, error) {
+	if !values.Has("limit") {
+		return 0, nil
+	}
+	text := values.Get("limit")
+	n, err := strconv.Atoi(text)
+	if err != nil || n < 1 || n > MaxDecidedLimit || strconv.Itoa(n) != text {
+		return 0, fmt.Errorf("limit %q is not 1 to %d", text, MaxDecidedLimit)
+	}
+	return n, nil
+}
+
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	p, ok := h.principal(w, r)
 	if !ok {
+		return
+	}
+	if r.URL.Query().Has("scope") {
+		h.listTenant(w, r, p)
 		return
 	}
 	q, err := parseListQuery(r)
@@ -246,6 +263,12 @@ func (h *handler) listDecided(w http.ResponseWriter, r *http.Request, p identity
 		h.fail(w, r, err)
 		return
 	}
+	h.writePage(w, list, p, next)
+}
+
+// writePage answers a page of approvals as p sees them, and the cursor
+// of the next page ("" after the last).
+func (h *handler) writePage(w http.ResponseWriter, list []Approval, p identity.Principal, next string) {
 	httpx.WriteJSON(w, http.StatusOK, struct {
 		Approvals  []view `json:"approvals"`
 		NextCursor string `json:"next_cursor,omitempty"`

@@ -64,6 +64,7 @@ type Store interface {
 	ListApprovals(ctx context.Context, principal string, status ...store.ApprovalStatus) ([]store.Approval, error)
 	ListApprovalsForApprovers(ctx context.Context, tenant string, groups []string, status ...store.ApprovalStatus) ([]store.Approval, error)
 	ListDecidedApprovals(ctx context.Context, q store.DecidedApprovals) ([]store.Approval, error)
+	ListTenantApprovals(ctx context.Context, q store.TenantApprovals) ([]store.Approval, error)
 	CreateApprovalAudited(ctx context.Context, a store.Approval, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, bool, error)
 	DecideApprovalAudited(ctx context.Context, p store.DecideApprovalParams, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, error)
 	FindApproved(ctx context.Context, b store.ApprovalBinding, now time.Time) (store.Approval, error)
@@ -93,6 +94,10 @@ type Options struct {
 	// the decided approval: the assistant requeues the run that waits for
 	// it. Default: nil.
 	Decided func(ctx context.Context, a Approval)
+	// IsReviewer reports whether a signed-in person is a security
+	// reviewer (review.API.IsReviewer), who lists every approval of their
+	// tenant with GET /api/approvals?scope=all. Default: nil, nobody is.
+	IsReviewer func(identity.Principal) bool
 }
 
 // Service records approval requests, decides and consumes them.
@@ -104,6 +109,8 @@ type Service struct {
 	audit     *audit.Log
 	log       *slog.Logger
 	decided   func(ctx context.Context, a Approval)
+	// isReviewer is Options.IsReviewer.
+	isReviewer func(identity.Principal) bool
 }
 
 // New returns a Service on st, or one error naming every problem of opts.
@@ -137,6 +144,8 @@ func New(st Store, opts *Options) (*Service, error) {
 		audit:     o.Audit,
 		log:       o.Logger,
 		decided:   o.Decided,
+
+		isReviewer: o.IsReviewer,
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -102,9 +102,18 @@ func New(st Store, opts *Options) (*API, error) {
 
 // IsReviewer reports whether p is a reviewer: one of the reviewers' groups
 // is among p's groups or app roles.
-func (a *API) IsReviewer(p identity.Principal) bool {
-	return slices.ContainsFunc(a.groups, func(g string) bool {
-		return slices.Contains(p.Groups, g) || slices.Contains(p.Roles, g)
+func (a *API) IsReviewer(p identity.Principal) bool { return Reviewers(a.groups).IsReviewer(p) }
+
+// Reviewers are the reviewers' groups (config review.groups), for the
+// parts that answer reviewers outside this API, such as every approval of
+// the tenant (approvals.Options.IsReviewer).
+type Reviewers []string
+
+// IsReviewer reports whether p is a reviewer: one of the groups is among
+// p's groups or app roles. An empty group names no one.
+func (r Reviewers) IsReviewer(p identity.Principal) bool {
+	return slices.ContainsFunc(r, func(g string) bool {
+		return g != "" && (slices.Contains(p.Groups, g) || slices.Contains(p.Roles, g))
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/mcpserver"
 	"github.com/usherhq/usher/policy"
+	"github.com/usherhq/usher/review"
 )
 
 // loadPolicy reads the configured policy, or the shipped default.
@@ -116,6 +117,7 @@ func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *brok
 	svc, err := approvals.New(in.store, &approvals.Options{
 		TTL: in.cfg.Approval.TTL.Std(), PublicURL: publicURL, Audit: auditLog,
 		Logger: in.log.With("component", "approvals"), Decided: in.approvalDecided,
+		IsReviewer: review.Reviewers(in.cfg.Review.Groups).IsReviewer,
 	})
 	if err != nil {
 		return nil, err

@@ -45,6 +45,7 @@ func TestReviewerReadsAliceCalls(t *testing.T) {
 	}
 	mcpCall(t, s.url, mcpTok, "tools/call", map[string]any{"name": "notes_list", "arguments": map[string]any{}})
 	mcpCall(t, s.url, mcpTok, "tools/call", map[string]any{"name": "notes_delete", "arguments": map[string]any{"name": "x"}})
+	mcpCall(t, s.url, mcpTok, "tools/call", map[string]any{"name": "notes_write", "arguments": map[string]any{"name": "x", "body": "y"}})
 
 	// Every line `usher audit export` writes of alice's records.
 	out, err := s.cli(t, "audit", "export")
@@ -157,5 +158,14 @@ func TestReviewerReadsAliceCalls(t *testing.T) {
 			!strings.HasPrefix(string(body), `{"decision":"`+strings.TrimSpace(decision)+`"`) {
 			t.Errorf("explain %v:\nAPI %d %s\nCLI %v %s", q, code, body, err, cli)
 		}
+	}
+
+	// Every approval of the tenant: alice's, to rita; not to alice.
+	code, body = get(t, s.url+"/api/approvals?scope=all&tool=notes_write", rita)
+	if code != 200 || !strings.Contains(string(body), `"requested_by":"`+who.ID+`"`) {
+		t.Errorf("rita's GET /api/approvals?scope=all = %d %s, want alice's approval", code, body)
+	}
+	if code, body := get(t, s.url+"/api/approvals?scope=all", alice); code != 403 || !strings.Contains(string(body), `"code":"reviewer_required"`) {
+		t.Errorf("alice's GET /api/approvals?scope=all = %d %s, want 403 reviewer_required", code, body)
 	}
 }
