@@ -275,6 +275,8 @@ func TestOpenAPIRoutes(t *testing.T) {
 		{"http.go", "/api/assistant/", true},
 		{"../approvals/http.go", "/api/approvals", true},
 		{"../review/review.go", "/api/audit", true},
+		{"../review/review.go", "/api/policy", true},
+		{"../review/review.go", "/api/tools", true},
 		{"../broker/oauth/apps.go", "/api/oauth/", false},
 		{"../cmd/usher/serve.go", "/api/", false},
 	} {
@@ -381,7 +383,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 		{"assistant/*.go", sourceCodes(t, "*.go", errorfCode), "/api/assistant/", "too_many_active_runs"},
 		{"approvals/*.go", sourceCodes(t, "../approvals/*.go", errorfCode), "/api/approvals", "approval_decided"},
 		{"broker/refuse.go", sourceCodes(t, "../broker/refuse.go", errorfCode), "/api/approvals", "broker_token_refused"},
-		{"review/*.go", sourceCodes(t, "../review/*.go", errorfCode), "/api/audit", "reviewer_required"},
+		{"review/*.go", sourceCodes(t, "../review/*.go", errorfCode), "/api/", "reviewer_required"},
 		{"internal/httpx", sourceCodes(t, "../internal/httpx/error.go", httpxCode), "", "body_too_large"},
 		{"internal/identity", sourceCodes(t, "../internal/identity/middleware.go", identityCode), "/api/me", "insufficient_scope"},
 	} {
