@@ -180,7 +180,9 @@ type TenantApprovals struct {
 
 // CreatedCursorOf is the cursor just after a in the list of a tenant's
 // approvals (ListTenantApprovals), which is by creation time.
-func CreatedCursorOf(a Approval) ApprovalCursor { return ApprovalCursor{EndedAt: a.CreatedAt, ID: a.ID} }
+func CreatedCursorOf(a Approval) ApprovalCursor {
+	return ApprovalCursor{EndedAt: a.CreatedAt, ID: a.ID}
+}
 
 // CursorOf is the cursor just after a in the list of decided approvals.
 func CursorOf(a Approval) ApprovalCursor { return ApprovalCursor{EndedAt: a.EndedAt(), ID: a.ID} }
