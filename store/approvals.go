@@ -410,7 +410,8 @@ ORDER BY created_at, id`)
 
 	// listTenantApprovals takes the tenant ($1), the principals' prefix
 	// ($2), the state, tool and principal filters ("" for none: $3, $4,
-	// $5), the cursor ($6, $7) and the limit ($8).
+	// $5), the cursor ($6, $7) and the limit ($8). It reads
+	// approvals_tenant_created_idx (migration 00023) in its order.
 	listTenantApprovals = sql1(`
 SELECT ` + approvalColumns + ` FROM approvals
 WHERE tenant = $1 AND substr(principal, 1, length($2::text)) = $2::text

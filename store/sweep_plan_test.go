@@ -99,3 +99,33 @@ func rowsText(rows *sql.Rows, err error) (string, error) {
 	}
 	return b.String(), rows.Err()
 }
+
+// TestTenantApprovalsUseIndex checks, on both engines, that a reviewer's
+// listing of every approval of a tenant (listTenantApprovals), filtered or
+// not, reads approvals_tenant_created_idx rather than every approval.
+func TestTenantApprovalsUseIndex(t *testing.T) {
+	after := storedTime(time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC))
+	for _, eng := range []struct {
+		name string
+		dsn  func(testing.TB) string
+		plan func(ctx context.Context, x executor, q stmt, args []any) (string, error)
+	}{
+		{"SQLite", func(t testing.TB) string { return filepath.Join(t.TempDir(), "usher.db") }, sqlitePlan},
+		{"PostgreSQL", ownSchemaPostgresURL, postgresPlan},
+	} {
+		t.Run(eng.name, func(t *testing.T) {
+			c := parityCore(t, parityStore(t, eng.dsn(t)))
+			x := executor{q: c.write, lite: eng.name == "SQLite"}
+			for _, filters := range [][3]string{{"", "", ""}, {"pending", "notes_write", "i|t|alice"}} {
+				plan, err := eng.plan(t.Context(), x, listTenantApprovals,
+					[]any{"t", "i|t|", filters[0], filters[1], filters[2], after, "", int64(20)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(plan, "approvals_tenant_created_idx") {
+					t.Errorf("filters %q: the listing does not use approvals_tenant_created_idx:\n%s", filters, plan)
+				}
+			}
+		})
+	}
+}
