@@ -26,14 +26,7 @@ func TestSweepsUseIndexes(t *testing.T) {
 		"markAbandonedExecutions":    {markAbandonedExecutions, []any{now}, "tool_executions_started_idx"},
 		"endAwaitingInputExecutions": {endAwaitingInputExecutions, []any{now, json.RawMessage(`{}`), now}, "tool_executions_awaiting_idx"},
 	}
-	for _, eng := range []struct {
-		name string
-		dsn  func(testing.TB) string
-		plan func(ctx context.Context, x executor, q stmt, args []any) (string, error)
-	}{
-		{"SQLite", func(t testing.TB) string { return filepath.Join(t.TempDir(), "usher.db") }, sqlitePlan},
-		{"PostgreSQL", ownSchemaPostgresURL, postgresPlan},
-	} {
+	for _, eng := range planEngines {
 		t.Run(eng.name, func(t *testing.T) {
 			c := parityCore(t, parityStore(t, eng.dsn(t)))
 			x := executor{q: c.write, lite: eng.name == "SQLite"}
@@ -48,6 +41,17 @@ func TestSweepsUseIndexes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// planEngines are the engines whose query plans the tests read, each
+// with its way to a fresh, migrated database and to a plan.
+var planEngines = []struct {
+	name string
+	dsn  func(testing.TB) string
+	plan func(ctx context.Context, x executor, q stmt, args []any) (string, error)
+}{
+	{"SQLite", func(t testing.TB) string { return filepath.Join(t.TempDir(), "usher.db") }, sqlitePlan},
+	{"PostgreSQL", ownSchemaPostgresURL, postgresPlan},
 }
 
 // postgresPlan is PostgreSQL's plan of q with args, sequential scans off.
@@ -105,14 +109,7 @@ func rowsText(rows *sql.Rows, err error) (string, error) {
 // not, reads approvals_tenant_created_idx rather than every approval.
 func TestTenantApprovalsUseIndex(t *testing.T) {
 	after := storedTime(time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC))
-	for _, eng := range []struct {
-		name string
-		dsn  func(testing.TB) string
-		plan func(ctx context.Context, x executor, q stmt, args []any) (string, error)
-	}{
-		{"SQLite", func(t testing.TB) string { return filepath.Join(t.TempDir(), "usher.db") }, sqlitePlan},
-		{"PostgreSQL", ownSchemaPostgresURL, postgresPlan},
-	} {
+	for _, eng := range planEngines {
 		t.Run(eng.name, func(t *testing.T) {
 			c := parityCore(t, parityStore(t, eng.dsn(t)))
 			x := executor{q: c.write, lite: eng.name == "SQLite"}
