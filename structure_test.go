@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -96,5 +97,33 @@ func TestWiringRuleFails(t *testing.T) {
 	want := "exported type Exported; exported var Shared; exported function Helper; long is 62 lines long, more than 60"
 	if got != want {
 		t.Errorf("problems = %q,\nwant       %q", got, want)
+	}
+}
+
+// TestReadmeNamesEveryPackage holds the README's architecture table to
+// the code: every directory with a Go package (tests and testdata aside)
+// is named in it, in backquotes, as the owner of something.
+func TestReadmeNamesEveryPackage(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(readme), "\n## Architecture\n")
+	if !ok {
+		t.Fatal("the README has no Architecture section")
+	}
+	dirs := map[string]bool{}
+	walkGo(t, func(path string) {
+		if strings.HasSuffix(path, "_test.go") || strings.Contains(path, "testdata") {
+			return
+		}
+		if dir := filepath.ToSlash(filepath.Dir(path)); dir != "." {
+			dirs[dir] = true
+		}
+	})
+	for dir := range dirs {
+		if !strings.Contains(table, "`"+dir+"`") {
+			t.Errorf("the README's architecture table does not name %s", dir)
+		}
 	}
 }
