@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -257,6 +259,8 @@ func TestValuesRefused(t *testing.T) {
 		{"no replicas", []string{"--set", "replicaCount=0"}, "/replicaCount"},
 		{"short key", []string{"--set", "secrets.values.keyEncryptionKey=c2hvcnQ="}, "/secrets/values/keyEncryptionKey"},
 		{"no issuer", []string{"--set", "usher.identity.issuer="}, "usher.identity.issuer is required"},
+		{"plain http webhook", []string{"--set-json", `usher.audit.sinks=[{"name":"siem","webhook":{"url":"http://siem.example","secretName":"s"}}]`}, "/usher/audit/sinks/0/webhook/url"},
+		{"sink of both kinds", []string{"--set-json", `usher.audit.sinks=[{"name":"x","file":{"path":"-"},"webhook":{"url":"https://siem.example","secretName":"s"}}]`}, "/usher/audit/sinks/0"},
 		{"half the secrets", []string{"--set", "secrets.values.databaseURL=postgres://db/usher"}, "secrets.keyEncryptionKey: give secrets.values.keyEncryptionKey or name an existingSecret"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -294,5 +298,63 @@ func TestChartCreatesSecret(t *testing.T) {
 	}
 	if hook := r.secrets["usher-migrate"].Annotations["helm.sh/hook"]; hook != "pre-install,pre-upgrade" {
 		t.Errorf("the migration's Secret is not a hook created before it: %q", hook)
+	}
+}
+
+// TestChartConfiguresReviewersAndSinks renders reviewers and two audit
+// sinks: usher.yaml names them, and the webhook's secret file is the key
+// of the operator's Secret, mounted read-only where usher.yaml says, in
+// the replicas and in the migration Job (which validates the same
+// configuration).
+func TestChartConfiguresReviewersAndSinks(t *testing.T) {
+	t.Parallel()
+	r := render(t, "--set-json", `usher.review.groups=["security"]`, "--set", "usher.audit.checkpointInterval=5m",
+		"--set-json", `usher.audit.sinks=[{"name":"siem","webhook":{"url":"https://siem.example/usher","secretName":"usher-siem","secretKey":"token"}},{"name":"local","file":{"path":"-"}}]`)
+	for name, pod := range map[string]corev1.PodSpec{"replicas": r.deployment(t).Spec.Template.Spec, "migration": r.migration(t).Spec.Template.Spec} {
+		_, content := r.configFile(t, pod)
+		var cfg struct {
+			Review struct {
+				Groups []string `json:"groups"`
+			} `json:"review"`
+			Audit struct {
+				CheckpointInterval string `json:"checkpoint_interval"`
+				Sinks              []struct {
+					Name    string `json:"name"`
+					Webhook *struct {
+						URL        string `json:"url"`
+						SecretFile string `json:"secret_file"`
+					} `json:"webhook"`
+					File *struct {
+						Path string `json:"path"`
+					} `json:"file"`
+				} `json:"sinks"`
+			} `json:"audit"`
+		}
+		if err := yaml.Unmarshal([]byte(content), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if len(cfg.Review.Groups) != 1 || cfg.Review.Groups[0] != "security" || cfg.Audit.CheckpointInterval != "5m" {
+			t.Errorf("%s: review %v, checkpoint interval %q", name, cfg.Review.Groups, cfg.Audit.CheckpointInterval)
+		}
+		if len(cfg.Audit.Sinks) != 2 || cfg.Audit.Sinks[0].Webhook == nil || cfg.Audit.Sinks[1].File == nil || cfg.Audit.Sinks[1].File.Path != "-" {
+			t.Fatalf("%s: sinks %+v", name, cfg.Audit.Sinks)
+		}
+		file := cfg.Audit.Sinks[0].Webhook.SecretFile
+		var mounted bool
+		for _, m := range pod.Containers[0].VolumeMounts {
+			key, ok := strings.CutPrefix(file, m.MountPath+"/")
+			if !ok {
+				continue
+			}
+			for _, v := range pod.Volumes {
+				if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == "usher-siem" && m.ReadOnly &&
+					len(v.Secret.Items) == 1 && v.Secret.Items[0].Key == "token" && v.Secret.Items[0].Path == key {
+					mounted = true
+				}
+			}
+		}
+		if !mounted {
+			t.Errorf("%s: the webhook's secret file %s is not the Secret usher-siem's key token, mounted read-only", name, file)
+		}
 	}
 }

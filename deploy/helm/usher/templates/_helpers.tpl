@@ -91,6 +91,21 @@ Secrets are not in it: they come from the environment (usher.env).
 {{- if .Values.policy }}{{ $_ := set $policy "file" (printf "%s/policy.cedar" (include "usher.configDir" .)) }}{{ end -}}
 {{- if .Values.toolLock }}{{ $_ := set $policy "lock_file" (printf "%s/tools.lock" (include "usher.configDir" .)) }}{{ end -}}
 {{- with $policy }}{{ $_ := set $cfg "policy" . }}{{ end -}}
+{{- with $u.review.groups }}{{ $_ := set $cfg "review" (dict "groups" .) }}{{ end -}}
+{{- $audit := dict "checkpoint_interval" $u.audit.checkpointInterval -}}
+{{- if $u.audit.sinks -}}
+{{- $sinks := list -}}
+{{- range $i, $s := $u.audit.sinks -}}
+{{- if $s.webhook -}}
+{{- $file := printf "%s/%s" (include "usher.sinkSecretDir" (dict "index" $i)) (default "secret" $s.webhook.secretKey) -}}
+{{- $sinks = append $sinks (dict "name" $s.name "webhook" (dict "url" $s.webhook.url "secret_file" $file)) -}}
+{{- else -}}
+{{- $sinks = append $sinks (dict "name" $s.name "file" (dict "path" $s.file.path)) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $audit "sinks" $sinks -}}
+{{- end -}}
+{{- $_ := set $cfg "audit" $audit -}}
 {{- $cfg = mergeOverwrite $cfg (deepCopy $u.extraConfig) -}}
 {{- toYaml $cfg -}}
 {{- end -}}
@@ -167,6 +182,9 @@ web.client_id is set, the model's key (optionally) for the openai provider.
 {{- end -}}
 
 {{/* The volumes every pod mounts: the configuration, read-only, and /data. */}}
+{{/* Where the secret of the webhook sink at index is mounted. */}}
+{{- define "usher.sinkSecretDir" -}}/etc/usher-sinks/{{ .index }}{{- end -}}
+
 {{- define "usher.volumes" -}}
 - name: config
   configMap:
@@ -174,6 +192,16 @@ web.client_id is set, the model's key (optionally) for the openai provider.
 - name: data
   emptyDir:
     sizeLimit: {{ .root.Values.dataSizeLimit }}
+{{- range $i, $s := .root.Values.usher.audit.sinks }}
+{{- if $s.webhook }}
+- name: sink-{{ $i }}
+  secret:
+    secretName: {{ $s.webhook.secretName }}
+    items:
+      - key: {{ default "secret" $s.webhook.secretKey }}
+        path: {{ default "secret" $s.webhook.secretKey }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{- define "usher.volumeMounts" -}}
@@ -182,6 +210,13 @@ web.client_id is set, the model's key (optionally) for the openai provider.
   readOnly: true
 - name: data
   mountPath: {{ include "usher.dataDir" . }}
+{{- range $i, $s := .Values.usher.audit.sinks }}
+{{- if $s.webhook }}
+- name: sink-{{ $i }}
+  mountPath: {{ include "usher.sinkSecretDir" (dict "index" $i) }}
+  readOnly: true
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* The pod's security context, shared by the replicas and the migration. */}}
