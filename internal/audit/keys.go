@@ -105,7 +105,10 @@ func (k *Keys) Signer(ctx context.Context) (note.Signer, error) {
 		return nil, err
 	}
 	if len(rows) == 0 {
-		if err := k.Rotate(ctx); err != nil {
+		// The first generation, not the one after whatever another
+		// replica stored meanwhile: of replicas that make it at once, one
+		// stores it (a second generation would be a second key).
+		if err := k.make(ctx, 1); err != nil {
 			return nil, err
 		}
 		if rows, err = k.rows(ctx); err != nil {
@@ -143,6 +146,12 @@ func (k *Keys) Rotate(ctx context.Context) error {
 	if len(rows) > 0 {
 		gen = rows[len(rows)-1].Generation + 1
 	}
+	return k.make(ctx, gen)
+}
+
+// make makes and stores a key of generation gen, which signs from now on,
+// unless another replica stored that generation first.
+func (k *Keys) make(ctx context.Context, gen int64) error {
 	skey, vkey, err := note.GenerateKey(rand.Reader, k.name)
 	if err != nil {
 		return fmt.Errorf("audit: generate key: %w", err)
