@@ -505,30 +505,10 @@ func testConsumeApprovalRace(t *testing.T, s store.Store) {
 	a := f.approved("apr-1", b)
 	at := f.now.Add(2 * time.Minute)
 
-	const racers = 8
-	start := make(chan struct{})
-	errs := make([]error, racers)
-	var wg sync.WaitGroup
-	for i := range racers {
-		wg.Go(func() {
-			<-start
-			_, errs[i] = consume(t.Context(), s, a.ID, b, at)
-		})
-	}
-	close(start)
-	wg.Wait()
-	won := 0
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			won++
-		case !errors.Is(err, store.ErrConflict):
-			t.Errorf("racer %d: %v, want nil or ErrConflict", i, err)
-		}
-	}
-	if won != 1 {
-		t.Errorf("%d racers consumed the approval, want exactly 1", won)
-	}
+	oneWins(t, 8, "consumed the approval", func(int) error {
+		_, err := consume(t.Context(), s, a.ID, b, at)
+		return err
+	})
 }
 
 func testRevokeApprovals(t *testing.T, s store.Store) {

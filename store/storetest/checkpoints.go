@@ -76,30 +76,31 @@ func testAuditCheckpoints(t *testing.T, s store.Store) {
 // checkpoint of it.
 func testAuditCheckpointRace(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	const racers = 4
+	oneWins(t, 4, "stored a checkpoint of seq 7", func(i int) error {
+		return s.InsertAuditCheckpoint(ctx, store.AuditCheckpoint{
+			Seq: 7, Hash: "h7", At: time.Now(), Note: fmt.Sprintf("note of racer %d", i),
+		})
+	})
+	if got, err := s.ListAuditCheckpoints(ctx, 0, 10); err != nil || len(got) != 1 {
+		t.Errorf("ListAuditCheckpoints after the race = %+v, %v; want one checkpoint", got, err)
+	}
+}
+
+// oneWins runs race(i) for racers goroutines started at once, of whom
+// exactly one must succeed and every other fail with ErrConflict.
+func oneWins(t *testing.T, racers int, what string, race func(i int) error) {
+	t.Helper()
 	start := make(chan struct{})
 	errs := make([]error, racers)
 	var wg sync.WaitGroup
 	for i := range racers {
 		wg.Go(func() {
 			<-start
-			errs[i] = s.InsertAuditCheckpoint(ctx, store.AuditCheckpoint{
-				Seq: 7, Hash: "h7", At: time.Now(), Note: fmt.Sprintf("note of racer %d", i),
-			})
+			errs[i] = race(i)
 		})
 	}
 	close(start)
 	wg.Wait()
-	exactlyOneWon(t, errs, "stored a checkpoint of seq 7")
-	if got, err := s.ListAuditCheckpoints(ctx, 0, 10); err != nil || len(got) != 1 {
-		t.Errorf("ListAuditCheckpoints after the race = %+v, %v; want one checkpoint", got, err)
-	}
-}
-
-// exactlyOneWon checks the errors of racers of whom exactly one must
-// succeed, and every other fail with ErrConflict.
-func exactlyOneWon(t *testing.T, errs []error, what string) {
-	t.Helper()
 	won := 0
 	for i, err := range errs {
 		switch {

@@ -677,23 +677,13 @@ func testSigningKeyRotationRace(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	now := time.Now()
 	// Replicas racing to rotate all insert generation 1: one key results.
-	const racers = 4
-	start := make(chan struct{})
-	errs := make([]error, racers)
-	var wg sync.WaitGroup
-	for i := range racers {
-		wg.Go(func() {
-			<-start
-			errs[i] = s.InsertSigningKey(ctx, store.SigningKey{
-				ID: fmt.Sprintf("kid-%d", i), Purpose: "broker", Generation: 1, Algorithm: "RS256",
-				PublicKey: []byte{1}, PrivateKey: []byte{2},
-				SignsFrom: now, PublishedUntil: now.Add(time.Hour),
-			})
+	oneWins(t, 4, "inserted generation 1", func(i int) error {
+		return s.InsertSigningKey(ctx, store.SigningKey{
+			ID: fmt.Sprintf("kid-%d", i), Purpose: "broker", Generation: 1, Algorithm: "RS256",
+			PublicKey: []byte{1}, PrivateKey: []byte{2},
+			SignsFrom: now, PublishedUntil: now.Add(time.Hour),
 		})
-	}
-	close(start)
-	wg.Wait()
-	exactlyOneWon(t, errs, "inserted generation 1")
+	})
 	if keys, err := s.SigningKeys(ctx, "broker", now); err != nil || len(keys) != 1 {
 		t.Errorf("SigningKeys after the race = %v, %v; want one key", keyIDs(keys), err)
 	}
