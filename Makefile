@@ -15,6 +15,7 @@ BENCH_MCP_FLAGS ?=
 UPSTREAM_BIN ?= bin/echoupstream
 PROXY_BIN ?= bin/passproxy
 NETDELAY_BIN ?= bin/netdelay
+COLLECTOR_BIN ?= bin/collector
 # Flags of the Sessions UI benchmark (bench/uibench), e.g.
 # BENCH_UI_FLAGS='-messages 20000 -runs 10 -width 390 -height 844'.
 BENCH_UI_FLAGS ?=
@@ -29,10 +30,10 @@ TEST_BUDGET ?= 0.4
 # The run's events (go test -json), which the report reads.
 TEST_EVENTS ?= bin/test-events.json
 # The programs the process-level tests run (internal/testenv), built once
-# before the tests: usher, the benchmark's upstream, proxy and relay, and
-# the MCP fixtures.
+# before the tests: usher, the benchmark's upstream, proxy, relay and
+# collector, and the MCP fixtures.
 TESTBIN ?= bin/test
-TESTBIN_PKGS := ./cmd/usher ./bench/echoupstream ./bench/passproxy ./bench/netdelay \
+TESTBIN_PKGS := ./cmd/usher ./bench/echoupstream ./bench/passproxy ./bench/netdelay ./bench/collector \
 	./mcpserver/testdata/fixture github.com/modelcontextprotocol/go-sdk/conformance/everything-server
 # gotestsum prints a line as each package ends, and the failures; the report
 # follows, with the skips told once per reason.
@@ -161,12 +162,16 @@ test-short: testbin
 # The out-of-process benchmark of an allowed tools/call: usher serve (on
 # PostgreSQL when TEST_DATABASE_URL is set, else SQLite), a Go SDK echo
 # upstream, the baseline (a transparent reverse proxy in front of that
-# upstream) and the load client, four processes on loopback.
+# upstream) and the load client, each a process on loopback; beside the
+# plain Usher, the same binary with an audit webhook sink and with tracing
+# on, both delivering to a receiver process (bench/collector), in the same
+# rounds.
 bench-mcp: build
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(UPSTREAM_BIN) ./bench/echoupstream
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(PROXY_BIN) ./bench/passproxy
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(NETDELAY_BIN) ./bench/netdelay
-	$(GO) run ./bench/mcpbench -usher $(BIN) -upstream $(UPSTREAM_BIN) -proxy $(PROXY_BIN) -netdelay $(NETDELAY_BIN) $(BENCH_MCP_FLAGS)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(COLLECTOR_BIN) ./bench/collector
+	$(GO) run ./bench/mcpbench -usher $(BIN) -upstream $(UPSTREAM_BIN) -proxy $(PROXY_BIN) -netdelay $(NETDELAY_BIN) -collector $(COLLECTOR_BIN) $(BENCH_MCP_FLAGS)
 
 # The Sessions UI on a conversation of 10,000 messages, in headless
 # Chromium against usher serve (PostgreSQL with TEST_DATABASE_URL, else

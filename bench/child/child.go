@@ -29,13 +29,20 @@ type Process struct {
 // Start starts path with args, its standard error (and its standard
 // output once ready matched) appended to the file logPath, and waits at
 // most 60 s until a line of its standard output matches ready; it returns
-// the line's first submatch.
+// the line's first submatch. The process inherits this one's environment.
 func Start(name, logPath, path string, ready *regexp.Regexp, args ...string) (*Process, string, error) {
+	return StartEnv(name, logPath, path, nil, ready, args...)
+}
+
+// StartEnv is Start with env as the process's whole environment (nil:
+// this one's).
+func StartEnv(name, logPath, path string, env []string, ready *regexp.Regexp, args ...string) (*Process, string, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, "", err
 	}
 	cmd := exec.Command(path, args...)
+	cmd.Env = env
 	cmd.Stderr = logFile
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -23,7 +23,8 @@ func TestMain(m *testing.M) {
 // TestShortRun builds usher and the echo upstream and runs the whole
 // benchmark with small sizes, for each method: three processes, the paired phase, both
 // throughput phases, the CPU figures and the audit check, and the report
-// with every key. On PostgreSQL when TEST_DATABASE_URL is set.
+// with every key; for tools/call with both variants (a sink, tracing on)
+// and -against as well. On PostgreSQL when TEST_DATABASE_URL is set.
 func TestShortRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds four binaries")
@@ -31,6 +32,7 @@ func TestShortRun(t *testing.T) {
 	dir := t.TempDir()
 	usher, upstream := testenv.Usher(t), testenv.Path(t, "bench/echoupstream")
 	proxy, netdelay := testenv.Path(t, "bench/passproxy"), testenv.Path(t, "bench/netdelay")
+	collector := testenv.Path(t, "bench/collector")
 	for _, method := range []string{"tools/call", "resources/read", "prompts/get"} {
 		t.Run(method, func(t *testing.T) {
 			var out bytes.Buffer
@@ -43,6 +45,7 @@ func TestShortRun(t *testing.T) {
 			if method == "tools/call" {
 				o.profile = filepath.Join(dir, "cpu.pprof")
 				o.against = o.usher // a second Usher, beside the first
+				o.variants, o.collector = variants, collector
 			}
 			if method == "prompts/get" {
 				o.gap = time.Millisecond
@@ -108,6 +111,29 @@ func TestShortRun(t *testing.T) {
 				calls := regexp.MustCompile(`(?m)^against_usher_calls (\d+)$`).FindSubmatch(out.Bytes())
 				if m == nil || calls == nil || string(calls[1]) == "0" {
 					t.Errorf("against_audit_records = %q for against_usher_calls = %q, want records of calls", m, calls)
+				}
+			}
+			for _, v := range o.variants {
+				for _, key := range []string{"added_p50_ms", "seq_cpu_ms_per_call_usher", "c_usher_calls_per_s", "c_cpu_ms_per_call_usher"} {
+					checkPositive(t, out.Bytes(), v.key+"_"+key)
+				}
+				for _, key := range []string{"less_usher_p50_ms", "less_usher_ci95_low_ms", "less_usher_ci95_high_ms", "faster_share", "seq_cpu_ratio", "c_cpu_ratio_phases_median"} {
+					if !regexp.MustCompile(`(?m)^` + v.key + "_" + key + ` \S+$`).Match(out.Bytes()) {
+						t.Errorf("no %s_%s in the report", v.key, key)
+					}
+				}
+			}
+			// What each variant's receiver got: every record through the
+			// sink, a span of every call through the traced Usher.
+			if o.variants != nil {
+				sink := regexp.MustCompile(`sink: the receiver got all (\d+) records`).FindSubmatch(out.Bytes())
+				records := regexp.MustCompile(`(?m)^sink_audit_records (\d+)$`).FindSubmatch(out.Bytes())
+				if sink == nil || records == nil || string(sink[1]) != string(records[1]) {
+					t.Errorf("the sink's receiver got %q records, want sink_audit_records %q", sink, records)
+				}
+				spans := regexp.MustCompile(`(\d+) "SERVER tools/call up__echo" spans for (\d+) calls`).FindSubmatch(out.Bytes())
+				if spans == nil || string(spans[1]) != string(spans[2]) {
+					t.Errorf("the traced Usher's spans: %q, want one per call", spans)
 				}
 			}
 			if m := regexp.MustCompile(`(?m)^pairs (\d+)$`).FindSubmatch(out.Bytes()); m == nil || string(m[1]) != "30" {

@@ -22,9 +22,22 @@
 // and this load client, from /proc/PID/stat before and after. `make bench-mcp` builds the binaries
 // and runs it; the figures are recorded in docs/benchmarks.md.
 //
-// With -against, a second usher binary runs beside the first, its calls
-// in the same rounds (D) and its c=8 phases alternating with the first's
-// (A B B A B A A B), so that a change is measured against the revision before it
+// Beside that Usher (A), -variants runs the same binary configured as an
+// operator would turn on what is measured: "sink", an audit webhook sink
+// delivering to a loopback receiver, and "traced", tracing on (every trace
+// sampled, exported over OTLP/HTTP to a loopback receiver); the receiver
+// is bench/collector, a process of its own. Each is an Usher of its own
+// (its own schema), its calls in the same sequential rounds as A's, the
+// Ushers taking turns at being first in a round (A B C S T, S B C T A,
+// T B C A S, ...), and its c=8 phases alternating with A's (see
+// alternation). The report sets each against A: the added p50 and p99, the
+// per-round difference X − A with a 95 % confidence interval of its
+// median, the CPU per call sequentially and at c=8 (with the spread of its
+// ratio phase by phase), and what the receiver got: every record of the
+// sink's log, signed, and a span of every call through the traced Usher.
+//
+// With -against, a second usher binary runs beside the first in the same
+// way (D), so that a change is measured against the revision before it
 // on the same moments of the machine.
 package main
 
@@ -65,6 +78,8 @@ type options struct {
 	profile         string
 	stateful        bool
 	against         string
+	variants        []variant
+	collector       string
 	keep            bool
 }
 
@@ -86,9 +101,16 @@ func main() {
 	flag.BoolVar(&o.idempotencyKey, "idempotency-key", true, `send a new _meta["usher/idempotency_key"] with every call, so that Usher keeps an execution record, as for the assistant's calls`)
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of Usher during its throughput phase to this file (through server.debug_addr)")
 	flag.BoolVar(&o.stateful, "stateful", false, "run Usher's MCP endpoint stateful (mcp.stateful: sessions kept in its process), not the default stateless")
-	flag.StringVar(&o.against, "against", "", "a second usher binary to measure against -usher in the same run: its calls go in the same sequential rounds (D, after C) and its c=8 phases alternate with -usher's (A B B A B A A B, each a quarter of -duration); the report adds its figures and -usher's less its, round by round")
+	flag.StringVar(&o.against, "against", "", "a second usher binary to measure against -usher in the same run: its calls go in the same sequential rounds (D) and its c=8 phases alternate with -usher's (with no variants A B B A B A A B, each a quarter of -duration); the report adds its figures and -usher's less its, round by round")
+	variantList := flag.String("variants", "sink,traced", "configurations of -usher measured beside the plain one in the same run, comma-separated: sink (an audit webhook sink delivering to a loopback receiver) and traced (tracing on, every trace sampled and exported over OTLP/HTTP to a loopback receiver); empty: none")
+	flag.StringVar(&o.collector, "collector", "bin/collector", "the receiver of the variants' spans and audit batches (bench/collector)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configuration, logs, SQLite database)")
 	flag.Parse()
+	var err error
+	if o.variants, err = parseVariants(*variantList); err != nil {
+		fmt.Fprintln(os.Stderr, "mcpbench:", err)
+		os.Exit(2)
+	}
 	if err := run(context.Background(), o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "mcpbench:", err)
 		os.Exit(1)
@@ -177,7 +199,19 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	} else {
 		r.engine = "SQLite"
 	}
-	ua, err := startUsher(ctx, o, o.usher, dir, upURL, up.Pid())
+	// A, -usher's plain Usher; then each variant of it; then -against's.
+	var coll *collectorRun
+	if len(o.variants) > 0 {
+		if coll, err = startCollector(o.collector, dir); err != nil {
+			return err
+		}
+		defer func() {
+			if e := coll.proc.Stop(); err == nil {
+				err = e
+			}
+		}()
+	}
+	ua, err := startUsher(ctx, o, o.usher, dir, upURL, up.Pid(), usherSetup{env: baseEnv()})
 	if err != nil {
 		return err
 	}
@@ -186,9 +220,24 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			err = e
 		}
 	}()
+	ushers := []*usherRun{ua}
+	for i := range o.variants {
+		v := &o.variants[i]
+		u, err := startUsher(ctx, o, o.usher, filepath.Join(dir, v.key), upURL, up.Pid(), v.setup(coll))
+		if err != nil {
+			return fmt.Errorf("%s: %w", v.key, err)
+		}
+		defer func() {
+			if e := u.stop(); err == nil {
+				err = e
+			}
+		}()
+		u.variant, u.via.name = v, "through Usher with "+v.key
+		ushers = append(ushers, u)
+	}
 	var ub *usherRun // -against's
 	if o.against != "" {
-		if ub, err = startUsher(ctx, o, o.against, filepath.Join(dir, "against"), upURL, up.Pid()); err != nil {
+		if ub, err = startUsher(ctx, o, o.against, filepath.Join(dir, "against"), upURL, up.Pid(), usherSetup{env: baseEnv()}); err != nil {
 			return err
 		}
 		defer func() {
@@ -196,21 +245,21 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 				err = e
 			}
 		}()
-		r.against = &againstResult{bin: o.against}
+		ub.via.name = "through -against's Usher"
+		ushers = append(ushers, ub)
 	}
 
 	keys := newKeySource()
 	via := ua.via
 	direct := &path{name: "direct", tool: "echo", method: o.method, endpoint: upURL, protocol: o.protocol}
-	paths := []*path{via, direct}
+	paths := []*path{direct}
 	var passed *path // through the proxy
 	if proxy != nil {
 		passed = &path{name: "through the proxy", tool: "echo", method: o.method, endpoint: proxyURL, protocol: o.protocol}
 		paths = append(paths, passed)
 	}
-	if ub != nil {
-		ub.via.name = "through -against's Usher"
-		paths = append(paths, ub.via)
+	for _, u := range ushers {
+		paths = append(paths, u.via)
 	}
 	for _, p := range paths {
 		if err := p.connect(ctx, o.concurrency); err != nil {
@@ -222,8 +271,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if proxy != nil {
 		procs.proxy = proxy.Pid()
 	}
+	ua.procs = procs
 
-	// Warm-up: connections, Usher's upstream session and tool list.
+	// Warm-up: connections, each Usher's upstream session and tool list.
 	for range o.warmup {
 		for _, p := range paths {
 			if _, err := p.call(ctx, p.sessions[0], keys.next()); err != nil {
@@ -232,85 +282,119 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		}
 	}
 
-	// Sequential rounds: A through Usher, B direct, C through the proxy,
-	// D through -against's Usher.
-	before, err := ua.sample(ctx, procs)
-	if err != nil {
-		return err
-	}
-	var beforeB usherSample
-	if ub != nil {
-		if beforeB, err = ub.sample(ctx, ub.procs); err != nil {
+	// Sequential rounds: the Ushers' calls, the first followed by one
+	// direct (B) and one through the proxy (C). The Ushers take turns at
+	// being first, round by round, so that none always follows the same
+	// call: A B C S T, S B C T A, T B C A S, ...
+	befores := make([]usherSample, len(ushers))
+	for i, u := range ushers {
+		if befores[i], err = u.sample(ctx, u.procs); err != nil {
 			return err
 		}
 	}
-	sides := make([][]time.Duration, len(paths))
-	for range o.pairs {
-		for i, p := range paths {
-			d, err := p.call(ctx, p.sessions[0], keys.next())
-			if err != nil {
-				return fmt.Errorf("%s: %w", p.name, err)
+	sides := make([][]time.Duration, len(ushers))
+	var bSide, cSide []time.Duration
+	one := func(p *path, to *[]time.Duration) error {
+		d, err := p.call(ctx, p.sessions[0], keys.next())
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+		*to = append(*to, d)
+		if o.gap > 0 {
+			time.Sleep(o.gap)
+		}
+		return nil
+	}
+	for round := range o.pairs {
+		for slot := range ushers {
+			i := (round + slot) % len(ushers)
+			if err := one(ushers[i].via, &sides[i]); err != nil {
+				return err
 			}
-			sides[i] = append(sides[i], d)
-			if o.gap > 0 {
-				time.Sleep(o.gap)
+			if slot > 0 {
+				continue
+			}
+			if err := one(direct, &bSide); err != nil {
+				return err
+			}
+			if passed != nil {
+				if err := one(passed, &cSide); err != nil {
+					return err
+				}
 			}
 		}
 	}
-	r.seq = summarisePairs(sides[0], sides[1])
+	r.seq = summarisePairs(sides[0], bSide)
 	if passed != nil {
 		r.proxy = true
-		r.seqProxy = summarisePairs(sides[2], sides[1])
-		r.usherOverProxy = median(pairedDiffs(sides[0], sides[2]))
+		r.seqProxy = summarisePairs(cSide, bSide)
+		r.usherOverProxy = median(pairedDiffs(sides[0], cSide))
 	}
-	after, err := ua.sample(ctx, procs)
-	if err != nil {
-		return err
-	}
-	r.seqCPU, r.seqMemory, r.seqStages = after.since(before, o.pairs)
-	if ub != nil {
-		afterB, err := ub.sample(ctx, ub.procs)
+	others := make([]*sideResult, len(ushers))
+	for i, u := range ushers {
+		after, err := u.sample(ctx, u.procs)
 		if err != nil {
 			return err
 		}
-		d := sides[len(sides)-1]
-		a := r.against
-		a.seq = summarisePairs(d, sides[1])
-		a.usherLess = median(pairedDiffs(sides[0], d))
-		a.usherFaster = shareLower(sides[0], d)
-		a.seqCPU, a.seqMemory, a.seqStages = afterB.since(beforeB, o.pairs)
+		if i == 0 {
+			r.seqCPU, r.seqMemory, r.seqStages = after.since(befores[0], o.pairs)
+			continue
+		}
+		s := &sideResult{key: "against", bin: o.against}
+		if u.variant != nil {
+			s.key, s.title, s.bin = u.variant.key, u.variant.title, o.usher
+		}
+		s.seq = summarisePairs(sides[i], bSide)
+		d := pairedDiffs(sides[i], sides[0])
+		s.xLessA, s.xFaster = median(d), shareLower(sides[i], sides[0])
+		s.ciLo, s.ciHi = medianCI(d)
+		s.seqCPU, s.seqMemory, s.seqStages = after.since(befores[i], o.pairs)
+		others[i] = s
 	}
 
-	// Throughput: each path alone, with o.concurrency clients; with
-	// -against, its Usher's phases alternate with this one's (see
-	// alternation), so that a drift of the machine falls on both.
+	// Throughput: each path alone, with o.concurrency clients; with more
+	// than one Usher, their phases alternate (see alternation), so that a
+	// drift of the machine falls on each alike.
 	var profile chan error
 	if o.profile != "" {
 		profile = make(chan error, 1)
 		d := o.duration
-		if ub != nil {
-			d = alternationPart(d) // the first phase through Usher
+		if len(ushers) > 1 {
+			d = alternationPart(d, len(ushers)) // the first phase through A
 		}
 		go func() { profile <- takeProfile(ctx, ua.debugAddr, d, o.profile) }()
 	}
-	c8Before, err := sampleStages(ctx, ua.url)
-	if err != nil {
-		return err
+	c8Before := make([]stageSample, len(ushers))
+	for i, u := range ushers {
+		if c8Before[i], err = sampleStages(ctx, u.url); err != nil {
+			return err
+		}
 	}
-	if ub == nil {
+	if len(ushers) == 1 {
 		if r.c8Usher, err = throughput(ctx, via, o.duration, keys, procs); err != nil {
 			return err
 		}
 	} else {
-		if r.c8Usher, r.against.c8, r.against.c8Stages, err = alternate(ctx, via, ub, o.duration, keys, procs); err != nil {
+		joined, parts, err := alternate(ctx, ushers, o.duration, keys)
+		if err != nil {
 			return err
 		}
+		r.c8Usher = joined[0]
+		for i, s := range others[1:] {
+			s.c8, s.c8CPURatios = joined[i+1], cpuRatios(parts[i+1], parts[0])
+		}
 	}
-	c8After, err := sampleStages(ctx, ua.url)
-	if err != nil {
-		return err
+	for i, u := range ushers {
+		after, err := sampleStages(ctx, u.url)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			r.c8Stages = after.since(c8Before[0])
+		} else {
+			others[i].c8Stages = after.since(c8Before[i])
+		}
 	}
-	r.c8Stages = c8After.since(c8Before)
 	if profile != nil {
 		if err := <-profile; err != nil {
 			return fmt.Errorf("CPU profile: %w", err)
@@ -327,17 +411,30 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 	r.concurrency, r.duration = o.concurrency, o.duration
 
-	// What was measured is what Usher must do: every call through it left
-	// its records (the decision and how it ended) in an intact chain.
+	// What was measured is what Usher must do: every call through each
+	// Usher left its records (the decision and how it ended) in an intact
+	// chain, and each variant's receiver got what it must have.
 	if r.auditRecords, err = ua.verifyAudit(ctx, o.usher); err != nil {
 		return err
 	}
 	r.usherCalls = via.calls.Load()
-	if ub != nil {
-		if r.against.auditRecords, err = ub.verifyAudit(ctx, o.against); err != nil {
-			return fmt.Errorf("-against: %w", err)
+	for i, u := range ushers[1:] {
+		s, bin := others[i+1], o.usher
+		if u == ub {
+			bin = o.against
 		}
-		r.against.usherCalls = ub.via.calls.Load()
+		if s.auditRecords, err = u.verifyAudit(ctx, bin); err != nil {
+			return fmt.Errorf("%s: %w", s.key, err)
+		}
+		s.usherCalls = u.via.calls.Load()
+		if u.variant != nil {
+			if s.note, err = u.variant.check(ctx, coll, s.auditRecords, s.usherCalls); err != nil {
+				return fmt.Errorf("%s: %w", s.key, err)
+			}
+			r.variants = append(r.variants, s)
+		} else {
+			r.against = s
+		}
 	}
 	r.loadEnd = child.LoadAverage()
 	r.print(out)
@@ -348,8 +445,8 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 // benchmark's policy (echo allowed unattended), the database, and the
 // debug listener (on loopback), which the run reads Usher's memory
 // statistics from and takes a profile through; the endpoint stateful when
-// stateful is set.
-func writeConfig(dir, upstreamURL string, db *benchDatabase, stateful bool) (string, error) {
+// stateful is set; audit is its audit section (YAML), if any.
+func writeConfig(dir, upstreamURL string, db *benchDatabase, stateful bool, audit string) (string, error) {
 	policyFile := filepath.Join(dir, "policy.cedar")
 	if err := os.WriteFile(policyFile, policy, 0o600); err != nil {
 		return "", err
@@ -372,7 +469,7 @@ mcp:
 policy:
   file: %q
   lock_file: %q
-`, filepath.Join(dir, "data"), database, stateful, upstreamURL, policyFile, filepath.Join(dir, "tools.lock"))
+%s`, filepath.Join(dir, "data"), database, stateful, upstreamURL, policyFile, filepath.Join(dir, "tools.lock"), audit)
 	cfg := filepath.Join(dir, "usher.yaml")
 	return cfg, os.WriteFile(cfg, []byte(yaml), 0o600)
 }

@@ -34,7 +34,8 @@ type report struct {
 	usherCalls        int64
 	auditRecords      int64
 	profile           string
-	against           *againstResult // with -against
+	variants          []*sideResult // with -variants, in its order
+	against           *sideResult   // with -against
 }
 
 // ratio is a / b, or 0 when b is not positive.
@@ -147,8 +148,11 @@ func (r report) print(w io.Writer) {
 		fmt.Fprintf(w, "  CPU profile of Usher during its c=%d phase: %s (go tool pprof -top %s)\n", r.concurrency, r.profile, r.profile)
 	}
 	fmt.Fprintln(w)
+	for _, s := range r.variants {
+		s.print(w, r)
+	}
 	if r.against != nil {
-		r.against.print(w, r)
+		r.against.printAgainst(w, r)
 	}
 
 	kv := func(k string, v any) { fmt.Fprintf(w, "%s %v\n", k, v) }
@@ -217,7 +221,10 @@ func (r report) print(w io.Writer) {
 	}
 	kv("audit_records", r.auditRecords)
 	kv("usher_calls", r.usherCalls)
+	for _, s := range r.variants {
+		s.printKV(kv, r)
+	}
 	if r.against != nil {
-		r.against.printKV(kv)
+		r.against.printAgainstKV(kv)
 	}
 }

@@ -90,3 +90,23 @@ func shareLower(a, b []time.Duration) float64 {
 	}
 	return n / float64(len(d))
 }
+
+// medianCI returns a 95 % confidence interval of the median of the
+// distribution ds are drawn from, free of any assumption about its shape:
+// the order statistics whose ranks lie 1.96 standard deviations of a
+// Binomial(n, ½) either side of n/2. A difference of two sides whose
+// interval holds 0 is not measurable with this many rounds. For fewer
+// than 6 values the interval is the whole range.
+func medianCI(ds []time.Duration) (lo, hi time.Duration) {
+	n := len(ds)
+	if n == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	half := 1.96 * math.Sqrt(float64(n)) / 2
+	// Ranks (1-based) j and k: P(X_(j) ≤ median ≤ X_(k)) ≥ 0.95.
+	j := int(math.Floor(float64(n)/2 - half))
+	k := int(math.Ceil(float64(n)/2+half)) + 1
+	return s[min(max(j, 1), n)-1], s[min(max(k, 1), n)-1]
+}

@@ -179,3 +179,32 @@ func TestPhaseJoin(t *testing.T) {
 		t.Errorf("joined with an unmeasured phase: PostgreSQL measured %v, note %q", j.cpu.pgMeasured, j.cpu.pgNote)
 	}
 }
+
+func TestMedianCI(t *testing.T) {
+	// 1..100 ms, shuffled by reversal: n/2 ± 1.96·√100/2 = 50 ± 9.8, so
+	// ranks 40 and 61.
+	var v []float64
+	for i := 100; i >= 1; i-- {
+		v = append(v, float64(i))
+	}
+	lo, hi := medianCI(ms(v...))
+	if want := ms(40, 61); lo != want[0] || hi != want[1] {
+		t.Errorf("medianCI(1..100 ms) = [%v, %v], want [%v, %v]", lo, hi, want[0], want[1])
+	}
+	// More rounds, a narrower interval around the same median.
+	v = v[:0]
+	for i := 1; i <= 10000; i++ {
+		v = append(v, float64(i)/100)
+	}
+	lo, hi = medianCI(ms(v...))
+	if want := ms(49.02, 50.99); lo != want[0] || hi != want[1] {
+		t.Errorf("medianCI(0.01..100 ms by 0.01) = [%v, %v], want [%v, %v]", lo, hi, want[0], want[1])
+	}
+	// Too few values for an interval narrower than their range.
+	if lo, hi := medianCI(ms(3, 1, 2)); lo != ms(1)[0] || hi != ms(3)[0] {
+		t.Errorf("medianCI(3 values) = [%v, %v], want their range", lo, hi)
+	}
+	if lo, hi := medianCI(nil); lo != 0 || hi != 0 {
+		t.Errorf("medianCI(nil) = [%v, %v], want zeros", lo, hi)
+	}
+}

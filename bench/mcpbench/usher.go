@@ -14,6 +14,7 @@ import (
 // usherRun is one `usher serve` of the run and what the load client needs
 // of it.
 type usherRun struct {
+	variant   *variant // nil for -usher's plain Usher and -against's
 	proc      *child.Process
 	url       string // its listener, http://host:port
 	debugAddr string // its debug listener, host:port
@@ -27,8 +28,9 @@ type usherRun struct {
 // with its configuration, log and data in dir, on a schema of its own of
 // o.database (SQLite in dir without one), as an operator would: it writes
 // the configuration, locks the tools, starts the server and mints a broker
-// token for the calls through it. Its stop ends it.
-func startUsher(ctx context.Context, o options, bin, dir, upURL string, upPid int) (u *usherRun, err error) {
+// token for the calls through it. setup is its environment and its
+// configuration's audit section. Its stop ends it.
+func startUsher(ctx context.Context, o options, bin, dir, upURL string, upPid int, setup usherSetup) (u *usherRun, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -43,13 +45,13 @@ func startUsher(ctx context.Context, o options, bin, dir, upURL string, upPid in
 			return u, err
 		}
 	}
-	if u.cfg, err = writeConfig(dir, upURL, u.db, o.stateful); err != nil {
+	if u.cfg, err = writeConfig(dir, upURL, u.db, o.stateful, setup.audit); err != nil {
 		return u, err
 	}
 	if _, err := usherCommand(ctx, bin, "tools", "lock", "--config", u.cfg); err != nil {
 		return u, err
 	}
-	if u.proc, u.url, err = child.Start("usher", filepath.Join(dir, "usher.log"), bin, child.UsherReady, "serve", "--config", u.cfg, "--addr", "127.0.0.1:0"); err != nil {
+	if u.proc, u.url, err = child.StartEnv("usher", filepath.Join(dir, "usher.log"), bin, setup.env, child.UsherReady, "serve", "--config", u.cfg, "--addr", "127.0.0.1:0"); err != nil {
 		return u, err
 	}
 	// Usher logs the debug listener's address before it serves.

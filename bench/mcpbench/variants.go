@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/usherhq/usher/bench/child"
+)
+
+// variant is a configuration of -usher's binary measured beside the plain
+// one (A: no audit sink, tracing off) in the same run, as an operator
+// would configure it, against the run's collector (bench/collector).
+type variant struct {
+	key   string // its name in -variants, and its report keys' prefix
+	title string
+	setup func(c *collectorRun) usherSetup
+	// check waits until the collector has what this Usher must have sent
+	// it, and says what it got; records is its audit log's length, calls
+	// the calls through it.
+	check func(ctx context.Context, c *collectorRun, records, calls int64) (string, error)
+}
+
+// usherSetup is what a variant changes of Usher's process.
+type usherSetup struct {
+	env   []string // its environment: baseEnv and the variant's
+	audit string   // its configuration's audit section (YAML); empty: none
+}
+
+// variants are the variants -variants names.
+var variants = []variant{
+	{
+		key:   "sink",
+		title: "an audit webhook sink delivering to a loopback receiver",
+		setup: func(c *collectorRun) usherSetup {
+			return usherSetup{env: baseEnv(), audit: fmt.Sprintf(`audit:
+  sinks:
+    - name: bench
+      webhook:
+        url: %q
+        secret_file: %q
+`, c.url+"/audit", c.secretFile)}
+		},
+		check: checkSink,
+	},
+	{
+		key:   "traced",
+		title: "tracing on: every trace sampled, exported over OTLP/HTTP to a loopback receiver",
+		setup: func(c *collectorRun) usherSetup {
+			return usherSetup{env: append(baseEnv(), "OTEL_EXPORTER_OTLP_ENDPOINT="+c.url, "OTEL_TRACES_SAMPLER=always_on")}
+		},
+		check: checkSpans,
+	},
+}
+
+// parseVariants reads -variants: keys of variants, comma-separated; empty
+// for none.
+func parseVariants(s string) ([]variant, error) {
+	var out []variant
+	seen := map[string]bool{}
+	for _, k := range strings.Split(s, ",") {
+		k = strings.TrimSpace(k)
+		if k == "" {
+			continue
+		}
+		i := -1
+		for j, v := range variants {
+			if v.key == k {
+				i = j
+			}
+		}
+		if i < 0 || seen[k] {
+			return nil, fmt.Errorf("-variants: %q is not one of sink and traced, or is named twice", k)
+		}
+		seen[k] = true
+		out = append(out, variants[i])
+	}
+	return out, nil
+}
+
+// baseEnv is this process's environment without the OTEL_* variables, so
+// that every Usher of the run has tracing off unless its variant turns it
+// on, whatever the caller's environment says.
+func baseEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OTEL_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+var collectorReady = regexp.MustCompile(`^collector at (http://\S+)`)
+
+// collectorRun is the run's receiver of spans and audit batches.
+type collectorRun struct {
+	proc       *child.Process
+	url        string
+	secretFile string
+}
+
+// startCollector starts bin (bench/collector) with a new webhook secret
+// written in dir.
+func startCollector(bin, dir string) (*collectorRun, error) {
+	c := &collectorRun{secretFile: filepath.Join(dir, "sink-secret")}
+	if err := os.WriteFile(c.secretFile, []byte(rand.Text()+rand.Text()+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	var err error
+	c.proc, c.url, err = child.Start("collector", filepath.Join(dir, "collector.log"), bin, collectorReady, "-secret-file", c.secretFile)
+	return c, err
+}
+
+// collectorCounts is what the collector answers at GET /counts.
+type collectorCounts struct {
+	TraceExports    int64            `json:"trace_exports"`
+	Spans           int64            `json:"spans"`
+	SpanNames       map[string]int64 `json:"span_names"`
+	AuditBatches    int64            `json:"audit_batches"`
+	AuditRecords    int64            `json:"audit_records"`
+	AuditDuplicates int64            `json:"audit_duplicates"`
+	AuditMaxSeq     int64            `json:"audit_max_seq"`
+	Checkpoints     int64            `json:"checkpoints"`
+	Refused         int64            `json:"refused"`
+}
+
+func (c *collectorRun) counts(ctx context.Context) (collectorCounts, error) {
+	var out collectorCounts
+	resp, err := get(ctx, c.url+"/counts")
+	if err != nil {
+		return out, fmt.Errorf("the collector's counts: %w", err)
+	}
+	defer resp.Body.Close()
+	return out, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+// waitCounts polls the collector until done says its counts are complete,
+// or the deadline passes (the sink delivers every 2 s, the exporter
+// every 5 s: in another process, so polled); it returns the last counts.
+func (c *collectorRun) waitCounts(ctx context.Context, within time.Duration, done func(collectorCounts) bool) (collectorCounts, bool, error) {
+	deadline := time.Now().Add(within)
+	for {
+		n, err := c.counts(ctx)
+		if err != nil || done(n) {
+			return n, err == nil, err
+		}
+		if time.Now().After(deadline) {
+			return n, false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return n, false, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// checkSink waits until every record of the sink Usher's log reached the
+// receiver, signed as it must be; records that do not arrive within a
+// minute fail the run.
+func checkSink(ctx context.Context, c *collectorRun, records, _ int64) (string, error) {
+	n, ok, err := c.waitCounts(ctx, time.Minute, func(n collectorCounts) bool { return n.AuditRecords >= records })
+	if err != nil {
+		return "", err
+	}
+	if n.Refused > 0 {
+		return "", fmt.Errorf("the receiver refused %d requests (a wrong signature or a line that is not a record); its log: %s", n.Refused, c.proc.Log)
+	}
+	if !ok || n.AuditMaxSeq != records {
+		return "", fmt.Errorf("the sink delivered %d records (up to #%d) of %d within a minute", n.AuditRecords, n.AuditMaxSeq, records)
+	}
+	return fmt.Sprintf("sink: the receiver got all %d records (each signature checked) in %d batches, %d again, and %d checkpoints",
+		n.AuditRecords, n.AuditBatches, n.AuditDuplicates, n.Checkpoints), nil
+}
+
+// spanCallsName is the span of each tools/call at Usher's endpoint, as
+// the collector counts it (kind, and name with the tool).
+const spanCallsName = "SERVER tools/call up__echo"
+
+// checkSpans waits until the receiver holds a tools/call span of Usher's
+// endpoint for every call through the traced Usher: tracing was on. Spans
+// missing after 20 s (the exporter sends every 5 s) are reported, not
+// failed: an exporter that drops spans under load is a finding.
+func checkSpans(ctx context.Context, c *collectorRun, _, calls int64) (string, error) {
+	n, _, err := c.waitCounts(ctx, 20*time.Second, func(n collectorCounts) bool { return n.SpanNames[spanCallsName] >= calls })
+	if err != nil {
+		return "", err
+	}
+	if n.Refused > 0 {
+		return "", fmt.Errorf("the receiver refused %d exports; its log: %s", n.Refused, c.proc.Log)
+	}
+	if n.SpanNames[spanCallsName] == 0 {
+		return "", fmt.Errorf("the traced Usher exported no %q span for %d calls (%d spans in all)", spanCallsName, calls, n.Spans)
+	}
+	return fmt.Sprintf("traces: the receiver got %d spans in %d exports, %.1f per call; %d %q spans for %d calls",
+		n.Spans, n.TraceExports, float64(n.Spans)/float64(max(calls, 1)), n.SpanNames[spanCallsName], spanCallsName, calls), nil
+}
