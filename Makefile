@@ -16,6 +16,9 @@ UPSTREAM_BIN ?= bin/echoupstream
 PROXY_BIN ?= bin/passproxy
 NETDELAY_BIN ?= bin/netdelay
 COLLECTOR_BIN ?= bin/collector
+# Flags of the audit search benchmark (bench/auditbench), e.g.
+# BENCH_AUDIT_FLAGS='-rounds 1000 -profile audit.pprof -profile-query tool'.
+BENCH_AUDIT_FLAGS ?=
 # Flags of the Sessions UI benchmark (bench/uibench), e.g.
 # BENCH_UI_FLAGS='-messages 20000 -runs 10 -width 390 -height 844'.
 BENCH_UI_FLAGS ?=
@@ -49,7 +52,7 @@ CHART_TEST := $(GO) tool gotestsum --format pkgname --format-hide-empty-pkg --hi
 	--raw-command -- $(GO) test -C deploy/helm -json -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 CHART_REPORT := $(GO) run ./internal/testreport -timeout $(TEST_TIMEOUT) -budget $(TEST_BUDGET) $(CHART_EVENTS)
 
-.PHONY: all build run test test-short testbin bench bench-mcp bench-ui lint fmt vet staticcheck tidy clean e2e-deps \
+.PHONY: all build run test test-short testbin bench bench-mcp bench-audit bench-ui lint fmt vet staticcheck tidy clean e2e-deps \
 	image sbom image-ref image-test
 
 all: lint test build
@@ -173,6 +176,13 @@ bench-mcp: build
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(COLLECTOR_BIN) ./bench/collector
 	$(GO) run ./bench/mcpbench -usher $(BIN) -upstream $(UPSTREAM_BIN) -proxy $(PROXY_BIN) -netdelay $(NETDELAY_BIN) -collector $(COLLECTOR_BIN) $(BENCH_MCP_FLAGS)
 
+# A reviewer's GET /api/audit with a filter on a log of 1,000,000 records,
+# through usher serve over loopback HTTP, against the store's SELECT alone
+# in the same run: PostgreSQL only (TEST_DATABASE_URL); without it the
+# program says it skips.
+bench-audit: build
+	$(GO) run ./bench/auditbench -usher $(BIN) $(BENCH_AUDIT_FLAGS)
+
 # The Sessions UI on a conversation of 10,000 messages, in headless
 # Chromium against usher serve (PostgreSQL with TEST_DATABASE_URL, else
 # SQLite): the navigation until the last message is visible, and the scroll
@@ -180,7 +190,7 @@ bench-mcp: build
 bench-ui: build
 	$(GO) run ./bench/uibench -usher $(BIN) $(BENCH_UI_FLAGS)
 
-bench: bench-mcp bench-ui
+bench: bench-mcp bench-audit bench-ui
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./broker/
 	@[ -n "$$TEST_DATABASE_URL" ] || echo "TEST_DATABASE_URL is not set: BenchmarkToolsCall (PostgreSQL) skips"
 	$(GO) test -run '^$$' -bench ToolsCall -benchtime $(MCP_BENCHTIME) -cpu 2 ./cmd/usher/
