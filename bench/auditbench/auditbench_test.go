@@ -69,7 +69,7 @@ func TestShortRun(t *testing.T) {
 		t.Skip("TEST_DATABASE_URL is not set: the audit search benchmark runs on PostgreSQL only")
 	}
 	var out bytes.Buffer
-	o := options{usher: testenv.Usher(t), database: dsn, records: 10_000, rounds: 20, warmup: 2, profileQuery: "principal"}
+	o := options{usher: testenv.Usher(t), database: dsn, records: 10_000, rounds: 20, warmup: 2, profileQuery: "principal", verify: true}
 	if err := run(t.Context(), o, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +89,10 @@ func TestShortRun(t *testing.T) {
 	}
 	if !bytes.Contains(out.Bytes(), []byte("audit_log_principal_idx")) {
 		t.Error("no plan names audit_log_principal_idx")
+	}
+	// The filled log is a valid chain.
+	if !bytes.Contains(out.Bytes(), []byte("usher audit verify: audit log intact: 10000 records")) {
+		t.Error("usher audit verify did not find the filled log intact")
 	}
 	if !regexp.MustCompile(`(?m)^records 10000$`).Match(out.Bytes()) {
 		t.Error("the report does not say 10000 records")

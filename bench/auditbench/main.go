@@ -43,6 +43,7 @@ type options struct {
 	rounds   int
 	warmup   int
 	keep     bool
+	verify   bool // run usher audit verify on the filled log
 	// profile is a file for a CPU profile of Usher over 10 s of
 	// profileQuery's requests, after its rounds.
 	profile, profileQuery string
@@ -57,6 +58,7 @@ func main() {
 	flag.IntVar(&o.warmup, "warmup", 30, "rounds of each query before anything is measured")
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of Usher to this file: 10 s of -profile-query's requests after its rounds (through server.debug_addr)")
 	flag.StringVar(&o.profileQuery, "profile-query", "principal", "the query -profile profiles: principal, tool or since-until")
+	flag.BoolVar(&o.verify, "verify", false, "check the filled log with usher audit verify before the measurements")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configuration, Usher's log)")
 	flag.Parse()
 	if o.database == "" {
@@ -112,6 +114,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return err
 	}
 	r.fill = time.Since(start)
+	if o.verify {
+		if r.verified, err = u.command(ctx, "audit", "verify"); err != nil {
+			return err
+		}
+	}
 
 	if err := u.start(); err != nil {
 		return err

@@ -21,6 +21,7 @@ type report struct {
 	queries            []result
 	profile            string // the CPU profile's file, if one was taken
 	profileQuery       string
+	verified           string // what usher audit verify said, with -verify
 }
 
 func loadAverage() float64 { return child.LoadAverage() }
@@ -33,6 +34,9 @@ func (r report) print(w io.Writer) {
 	fmt.Fprintf(w, "\nGET /api/audit as a reviewer, through usher serve over loopback HTTP, against the store's SELECT alone (pgx), PostgreSQL %s\n", r.server)
 	fmt.Fprintf(w, "%d records filled (a valid hash chain, by COPY, then VACUUM ANALYZE) in %.1f s; load average (1 min): %.2f at the start, %.2f at the end\n\n",
 		r.records, r.fill.Seconds(), r.loadStart, r.loadEnd)
+	if r.verified != "" {
+		fmt.Fprintf(w, "usher audit verify: %s\n\n", r.verified)
+	}
 	if r.profile != "" {
 		fmt.Fprintf(w, "CPU profile of Usher over 10 s of the %s query's requests: %s (go tool pprof -top %s)\n\n", r.profileQuery, r.profile, r.profile)
 	}
