@@ -52,6 +52,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/usherhq/usher/bench/child"
@@ -76,6 +77,7 @@ type options struct {
 	protocol        string
 	idempotencyKey  bool
 	profile         string
+	profileOf       string // the variant whose Usher -profile profiles; empty: A
 	stateful        bool
 	against         string
 	variants        []variant
@@ -100,6 +102,7 @@ func main() {
 	flag.StringVar(&o.protocol, "protocol", "2025-11-25", "MCP protocol revision the clients ask for (empty: the SDK's latest)")
 	flag.BoolVar(&o.idempotencyKey, "idempotency-key", true, `send a new _meta["usher/idempotency_key"] with every call, so that Usher keeps an execution record, as for the assistant's calls`)
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of Usher during its throughput phase to this file (through server.debug_addr)")
+	flag.StringVar(&o.profileOf, "profile-of", "", "the variant whose Usher -profile profiles (sink or traced), in a c=8 phase of -duration of its own after the measured ones; empty: -usher's plain Usher, during its first c=8 phase")
 	flag.BoolVar(&o.stateful, "stateful", false, "run Usher's MCP endpoint stateful (mcp.stateful: sessions kept in its process), not the default stateless")
 	flag.StringVar(&o.against, "against", "", "a second usher binary to measure against -usher in the same run: its calls go in the same sequential rounds (D) and its c=8 phases alternate with -usher's (with no variants A B B A B A A B, each a quarter of -duration); the report adds its figures and -usher's less its, round by round")
 	variantList := flag.String("variants", "sink,traced", "configurations of -usher measured beside the plain one in the same run, comma-separated: sink (an audit webhook sink delivering to a loopback receiver) and traced (tracing on, every trace sampled and exported over OTLP/HTTP to a loopback receiver); empty: none")
@@ -128,6 +131,9 @@ var (
 func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if o.pairs < 1 || o.concurrency < 1 || o.duration <= 0 || o.warmup < 0 || o.gap < 0 {
 		return fmt.Errorf("-pairs, -concurrency and -duration must be positive, -gap not negative")
+	}
+	if o.profileOf != "" && !slices.ContainsFunc(o.variants, func(v variant) bool { return v.key == o.profileOf }) {
+		return fmt.Errorf("-profile-of %q is not one of -variants", o.profileOf)
 	}
 	dir, err := os.MkdirTemp("", "usher-mcpbench-")
 	if err != nil {
@@ -356,7 +362,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	// than one Usher, their phases alternate (see alternation), so that a
 	// drift of the machine falls on each alike.
 	var profile chan error
-	if o.profile != "" {
+	if o.profile != "" && o.profileOf == "" {
 		profile = make(chan error, 1)
 		d := o.duration
 		if len(ushers) > 1 {
@@ -399,7 +405,13 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		if err := <-profile; err != nil {
 			return fmt.Errorf("CPU profile: %w", err)
 		}
-		r.profile = o.profile
+		r.profile, r.profileOf = o.profile, "A"
+	}
+	if o.profile != "" && o.profileOf != "" {
+		if err := profileVariant(ctx, o, ushers, keys); err != nil {
+			return err
+		}
+		r.profile, r.profileOf = o.profile, o.profileOf
 	}
 	if r.c8Direct, err = throughput(ctx, direct, o.duration, keys, procs); err != nil {
 		return err
@@ -492,6 +504,24 @@ func takeProfile(ctx context.Context, addr string, d time.Duration, file string)
 		return err
 	}
 	return f.Close()
+}
+
+// profileVariant takes o.profile of the Usher of variant o.profileOf over
+// a c=8 phase of its own, not counted in the figures.
+func profileVariant(ctx context.Context, o options, ushers []*usherRun, keys *keySource) error {
+	for _, u := range ushers {
+		if u.variant == nil || u.variant.key != o.profileOf {
+			continue
+		}
+		done := make(chan error, 1)
+		go func() { done <- takeProfile(ctx, u.debugAddr, o.duration, o.profile) }()
+		_, err := throughput(ctx, u.via, o.duration, keys, u.procs)
+		if e := <-done; err == nil && e != nil {
+			err = fmt.Errorf("CPU profile: %w", e)
+		}
+		return err
+	}
+	return fmt.Errorf("-profile-of %q: no such Usher", o.profileOf)
 }
 
 // sdkVersion is the Go SDK's version this load client (and so the

@@ -34,6 +34,7 @@ type report struct {
 	usherCalls        int64
 	auditRecords      int64
 	profile           string
+	profileOf         string        // whose: "A", or a variant's key
 	variants          []*sideResult // with -variants, in its order
 	against           *sideResult   // with -against
 }
@@ -144,8 +145,10 @@ func (r report) print(w io.Writer) {
 			r.concurrency, r.c8Usher.rate()/r.c8Proxy.rate(), ratio(r.c8Usher.cpu.usher, r.c8Proxy.cpu.proxy))
 	}
 	fmt.Fprintf(w, "  audit: %d records for %d calls through Usher, chain intact\n", r.auditRecords, r.usherCalls)
-	if r.profile != "" {
+	if r.profile != "" && r.profileOf == "A" {
 		fmt.Fprintf(w, "  CPU profile of Usher during its c=%d phase: %s (go tool pprof -top %s)\n", r.concurrency, r.profile, r.profile)
+	} else if r.profile != "" {
+		fmt.Fprintf(w, "  CPU profile of the %s variant's Usher during a c=%d phase of its own after the measured ones: %s (go tool pprof -top %s)\n", r.profileOf, r.concurrency, r.profile, r.profile)
 	}
 	fmt.Fprintln(w)
 	for _, s := range r.variants {
