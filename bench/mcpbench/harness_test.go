@@ -101,7 +101,7 @@ func TestShortRun(t *testing.T) {
 					"against_c_cpu_ms_per_call_usher", "against_seq_stage_record_mean_ms_usher", "against_c_stage_record_mean_ms_usher"} {
 					checkPositive(t, out.Bytes(), key)
 				}
-				for _, key := range []string{"usher_less_against_p50_ms", "usher_faster_share", "against_seq_allocs_per_call_usher"} {
+				for _, key := range []string{"usher_less_against_p50_ms", "usher_less_against_ci95_low_ms", "usher_faster_share", "against_seq_allocs_per_call_usher", "against_c_cpu_ratio_phases_median"} {
 					if !regexp.MustCompile(`(?m)^` + key + ` \S+$`).Match(out.Bytes()) {
 						t.Errorf("no %s in the report", key)
 					}

@@ -215,6 +215,8 @@ func (s *sideResult) printAgainst(w io.Writer, r report) {
 	row(fmt.Sprintf("CPU per call at c=%d (ms)", r.concurrency), msf(r.c8Usher.cpu.usher), msf(s.c8.cpu.usher), msf(r.c8Usher.cpu.usher-s.c8.cpu.usher))
 	row(fmt.Sprintf("PostgreSQL's CPU per call at c=%d (ms)", r.concurrency), pgCPU(r.c8Usher.cpu), pgCPU(s.c8.cpu), "")
 	fmt.Fprintf(w, "  A − D round by round: 95 %% confidence interval of the median [%s, %s] ms\n", signed(-s.ciHi), signed(-s.ciLo))
+	med, lo, hi := spread(s.c8CPURatios)
+	fmt.Fprintf(w, "  CPU per call at c=%d, D / A phase by phase (%d phases each): median %.2fx, from %.2fx to %.2fx\n", r.concurrency, len(s.c8CPURatios), med, lo, hi)
 	fmt.Fprintf(w, "  -usher's call was the faster in %.1f %% of the rounds; audit: %d records for %d calls through -against's Usher, chain intact\n\n",
 		100*usherFaster, s.auditRecords, s.usherCalls)
 }
@@ -271,6 +273,10 @@ func (s *sideResult) printAgainstKV(kv func(string, any)) {
 	for _, name := range stageNames {
 		kv("against_c_stage_"+name+"_mean_ms_usher", msf(s.c8Stages.stages[name]))
 	}
+	med, lo, hi := spread(s.c8CPURatios)
+	kv("against_c_cpu_ratio_phases_median", fmt.Sprintf("%.3f", med))
+	kv("against_c_cpu_ratio_phases_min", fmt.Sprintf("%.3f", lo))
+	kv("against_c_cpu_ratio_phases_max", fmt.Sprintf("%.3f", hi))
 	kv("against_audit_records", s.auditRecords)
 	kv("against_usher_calls", s.usherCalls)
 }
