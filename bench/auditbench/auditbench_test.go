@@ -64,10 +64,7 @@ func TestShortRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds usher")
 	}
-	dsn := os.Getenv("TEST_DATABASE_URL")
-	if dsn == "" {
-		t.Skip("TEST_DATABASE_URL is not set: the audit search benchmark runs on PostgreSQL only")
-	}
+	dsn := testenv.DatabaseURL(t)
 	var out bytes.Buffer
 	o := options{usher: testenv.Usher(t), database: dsn, records: 10_000, rounds: 20, warmup: 2, profileQuery: "principal", verify: true}
 	if err := run(t.Context(), o, &out); err != nil {
