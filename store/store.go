@@ -582,6 +582,9 @@ type Store interface {
 	AuditSinks
 	// AuditCheckpoints: the audit log's head and its signed checkpoints.
 	AuditCheckpoints
+	// Replicas: the replicas' heartbeats, the run queue and the pending
+	// approvals, for operators.
+	Replicas
 
 	// The authorization server's clients, codes, refresh tokens and
 	// consents (oauth.go). Codes and tokens are addressed by their SHA-256

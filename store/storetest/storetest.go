@@ -120,6 +120,9 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"QueryAudit", testQueryAudit},
 		{"AuditCheckpoints", testAuditCheckpoints},
 		{"AuditCheckpointRace", testAuditCheckpointRace},
+		{"Replicas", testReplicas},
+		{"RunQueue", testRunQueue},
+		{"ApprovalBacklog", testApprovalBacklog},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
