@@ -49,6 +49,9 @@ type Config struct {
 	Review Review `yaml:"review"`
 	// Audit configures the audit log's delivery (docs/audit.md).
 	Audit Audit `yaml:"audit"`
+	// Admin names the operators who read the status, and how often each
+	// replica reports to it (docs/operations.md, "Status").
+	Admin Admin `yaml:"admin"`
 }
 
 // Server configures the HTTP listener and the process's files.
@@ -201,6 +204,19 @@ type Review struct {
 	// token reads their tenant's audit log, and changes nothing. Default
 	// none: nobody is a reviewer.
 	Groups []string `yaml:"groups"`
+}
+
+// Admin configures the operators' status view.
+type Admin struct {
+	// Groups are the groups whose members are admins: a signed-in person
+	// with one of them among the groups or the app roles of their token
+	// reads the status (GET /api/admin/status, the Operator page).
+	// Default none: nobody is an admin.
+	Groups []string `yaml:"groups"`
+	// HeartbeatInterval is how often each replica records itself in the
+	// database; one silent for three intervals is no longer listed.
+	// Default 10s; between 100ms and 10m.
+	HeartbeatInterval Duration `yaml:"heartbeat_interval"`
 }
 
 // Assistant configures the assistant runtime. Zero values take the
@@ -389,6 +405,7 @@ func Default() Config {
 			ClientMetadataDocuments: true,
 		},
 		Audit: Audit{CheckpointInterval: Duration(time.Minute)},
+		Admin: Admin{HeartbeatInterval: Duration(10 * time.Second)},
 	}
 }
 
@@ -510,6 +527,7 @@ func (c *Config) Validate() error {
 	c.OAuth.validate(bad)
 	c.Review.validate(bad)
 	c.Audit.validate(bad)
+	c.Admin.validate(bad)
 	return errors.Join(errs...)
 }
 
@@ -720,13 +738,25 @@ func (w Web) validate(bad reporter, devIdentity bool) {
 }
 
 // validate reports the problems of the review section.
-func (r Review) validate(bad reporter) {
-	for i, g := range r.Groups {
+func (r Review) validate(bad reporter) { validateGroups(bad, "review.groups", r.Groups) }
+
+// validate reports the problems of the admin section.
+func (a Admin) validate(bad reporter) {
+	validateGroups(bad, "admin.groups", a.Groups)
+	if d := a.HeartbeatInterval.Std(); d < 100*time.Millisecond || d > 10*time.Minute {
+		bad("admin.heartbeat_interval", "must be between 100ms and 10m, got %s", d)
+	}
+}
+
+// validateGroups reports an empty, padded, comma-holding or repeated
+// group of the list key.
+func validateGroups(bad reporter, key string, groups []string) {
+	for i, g := range groups {
 		switch {
 		case g == "" || strings.TrimSpace(g) != g || strings.ContainsAny(g, ","):
-			bad("review.groups", "must not contain an empty group, one with surrounding spaces or one with a comma, got %q", g)
-		case slices.Contains(r.Groups[:i], g):
-			bad("review.groups", "names %q twice", g)
+			bad(key, "must not contain an empty group, one with surrounding spaces or one with a comma, got %q", g)
+		case slices.Contains(groups[:i], g):
+			bad(key, "names %q twice", g)
 		}
 	}
 }

@@ -103,7 +103,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"oauth.registration": "false", "oauth.registrations_per_hour": "5", "oauth.refresh_idle": "1h",
 		"oauth.refresh_absolute": "48h", "oauth.client_metadata_documents": "false", "oauth.clients": "",
 		"oauth.token_exchange_clients": "usher-dcr-a, usher-dcr-b", "audit.sinks": "",
-		"review.groups":             "security, audit",
+		"review.groups": "security, audit",
+		"admin.groups":  "operators", "admin.heartbeat_interval": "2s",
 		"audit.checkpoint_interval": "30s", "audit.checkpoint_origin": "usher.example.com/prod",
 	}
 	m := map[string]string{}
@@ -130,7 +131,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		strings.Join(c.OAuth.TokenExchangeClients, "|") != "usher-dcr-a|usher-dcr-b" ||
 		strings.Join(c.Review.Groups, "|") != "security|audit" ||
 		len(c.Server.TrustedProxies) != 2 || c.Server.ForwardedHeader != "Forwarded" || c.Model.ContextTokens != 128000 ||
-		c.Audit.CheckpointInterval.Std() != 30*time.Second || c.Audit.CheckpointOrigin != "usher.example.com/prod" {
+		c.Audit.CheckpointInterval.Std() != 30*time.Second || c.Audit.CheckpointOrigin != "usher.example.com/prod" ||
+		strings.Join(c.Admin.Groups, "|") != "operators" || c.Admin.HeartbeatInterval.Std() != 2*time.Second {
 		t.Errorf("overrides not applied: %+v", c)
 	}
 }
@@ -473,6 +475,30 @@ func TestReviewGroups(t *testing.T) {
 		p := writeFile(t, "review:\n  groups: "+groups+"\n")
 		if _, err := Load(p, env(nil), Overrides{}); err == nil || !strings.Contains(err.Error(), "review.groups: ") {
 			t.Errorf("groups %s: err = %v, want a review.groups error", groups, err)
+		}
+	}
+}
+
+// The admins' groups come from the file or the environment and are
+// checked as the reviewers' are; the heartbeat interval has bounds.
+func TestAdminSection(t *testing.T) {
+	c, err := Load("", env(map[string]string{"USHER_ADMIN_GROUPS": "operators, sre"}), Overrides{})
+	if err != nil || !reflect.DeepEqual(c.Admin.Groups, []string{"operators", "sre"}) {
+		t.Fatalf("USHER_ADMIN_GROUPS: %v %q", err, c.Admin.Groups)
+	}
+	if c, err := Load("", env(nil), Overrides{}); err != nil || len(c.Admin.Groups) != 0 || c.Admin.HeartbeatInterval.Std() != 10*time.Second {
+		t.Fatalf("default: %v %q %v, want no admins and a 10s heartbeat", err, c.Admin.Groups, c.Admin.HeartbeatInterval)
+	}
+	for _, groups := range []string{`[""]`, `[" ops"]`, `["a,b"]`, `[ops, ops]`} {
+		p := writeFile(t, "admin:\n  groups: "+groups+"\n")
+		if _, err := Load(p, env(nil), Overrides{}); err == nil || !strings.Contains(err.Error(), "admin.groups: ") {
+			t.Errorf("groups %s: err = %v, want an admin.groups error", groups, err)
+		}
+	}
+	for _, d := range []string{"50ms", "11m"} {
+		if _, err := Load("", env(map[string]string{"USHER_ADMIN_HEARTBEAT_INTERVAL": d}), Overrides{}); err == nil ||
+			!strings.Contains(err.Error(), "admin.heartbeat_interval: ") {
+			t.Errorf("heartbeat interval %s: err = %v, want an admin.heartbeat_interval error", d, err)
 		}
 	}
 }
