@@ -18,21 +18,32 @@ import (
 )
 
 // TestMeHandler answers who the caller is, and 401 to a request without a
-// principal (one that did not pass the identity middleware).
+// principal (one that did not pass the identity middleware); admin is
+// what the admins' check says, false without one.
 func TestMeHandler(t *testing.T) {
 	rec := httptest.NewRecorder()
-	MeHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/api/me", nil))
+	MeHandler(nil).ServeHTTP(rec, httptest.NewRequest("GET", "/api/me", nil))
 	if rec.Code != http.StatusUnauthorized {
 		t.Errorf("without a principal: %d %s, want 401", rec.Code, rec.Body)
 	}
 	p := identity.Principal{Issuer: "https://idp.example.com", Tenant: "t1", ObjectID: "o1", Name: "Alice", Scopes: []string{"usher.api"}}
 	req := httptest.NewRequest("GET", "/api/me", nil).WithContext(identity.NewContext(t.Context(), p))
-	rec = httptest.NewRecorder()
-	MeHandler().ServeHTTP(rec, req)
-	var got Me
-	if err := json.Unmarshal(rec.Body.Bytes(), &got); rec.Code != http.StatusOK || err != nil ||
-		got.ID != p.ID() || got.Tenant != "t1" || got.ObjectID != "o1" || got.Name != "Alice" || !slices.Equal(got.Scopes, p.Scopes) {
-		t.Errorf("GET /api/me = %d %s, want %s", rec.Code, rec.Body, p.ID())
+	for _, c := range []struct {
+		isAdmin func(identity.Principal) bool
+		want    bool
+	}{
+		{nil, false},
+		{func(identity.Principal) bool { return false }, false},
+		{func(q identity.Principal) bool { return q.ObjectID == "o1" }, true},
+	} {
+		rec = httptest.NewRecorder()
+		MeHandler(c.isAdmin).ServeHTTP(rec, req)
+		var got Me
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); rec.Code != http.StatusOK || err != nil ||
+			got.ID != p.ID() || got.Tenant != "t1" || got.ObjectID != "o1" || got.Name != "Alice" || !slices.Equal(got.Scopes, p.Scopes) ||
+			got.Admin != c.want {
+			t.Errorf("GET /api/me = %d %s, want %s, admin %v", rec.Code, rec.Body, p.ID(), c.want)
+		}
 	}
 }
 

@@ -277,6 +277,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 		{"../review/review.go", "/api/audit", true},
 		{"../review/review.go", "/api/policy", true},
 		{"../review/review.go", "/api/tools", true},
+		{"../status/http.go", "/api/admin", true},
 		{"../broker/oauth/apps.go", "/api/oauth/", false},
 		{"../cmd/usher/serve.go", "/api/", false},
 	} {
@@ -384,6 +385,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 		{"approvals/*.go", sourceCodes(t, "../approvals/*.go", errorfCode), "/api/approvals", "approval_decided"},
 		{"broker/refuse.go", sourceCodes(t, "../broker/refuse.go", errorfCode), "/api/approvals", "broker_token_refused"},
 		{"review/*.go", sourceCodes(t, "../review/*.go", errorfCode), "/api/", "reviewer_required"},
+		{"status/*.go", sourceCodes(t, "../status/*.go", errorfCode), "/api/admin", "admin_required"},
 		{"internal/httpx", sourceCodes(t, "../internal/httpx/error.go", httpxCode), "", "body_too_large"},
 		{"internal/identity", sourceCodes(t, "../internal/identity/middleware.go", identityCode), "/api/me", "insufficient_scope"},
 	} {
@@ -411,6 +413,7 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 		sourceCodes(t, "*.go", errorfCode),
 		sourceCodes(t, "../approvals/*.go", errorfCode),
 		sourceCodes(t, "../review/*.go", errorfCode),
+		sourceCodes(t, "../status/*.go", errorfCode),
 		sourceCodes(t, "../broker/refuse.go", errorfCode),
 		sourceCodes(t, "../internal/httpx/error.go", httpxCode),
 		sourceCodes(t, "../internal/identity/middleware.go", identityCode),
