@@ -43,8 +43,9 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, re
 	mcpURL := publicURL + "/mcp"
 	a := cfg.Assistant
 	return assistant.New(&assistant.Options{
-		Store: in.store,
-		Model: provider,
+		Store:     in.store,
+		Model:     provider,
+		ReplicaID: in.replicaID,
 		Tokens: func(ctx context.Context, g assistant.Grant) oauth2.TokenSource {
 			return mint.TokenSource(ctx, broker.Grant{Subject: g.Owner, Audience: mcpURL, RunID: g.RunID, Tenant: g.Tenant, Groups: g.Groups})
 		},

@@ -91,6 +91,9 @@ type installation struct {
 	// sign-in is off): the authorization server asks it who is signed in
 	// and where to sign in (SignedIn, LoginURL).
 	sessions *web.Sessions
+	// replicaID names this process in the runs' leases and in its
+	// heartbeat (serve sets it; empty: the assistant names itself).
+	replicaID string
 }
 
 // open opens the installation's store, applies pending migrations and loads

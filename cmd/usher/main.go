@@ -35,6 +35,8 @@ Usage:
                                         check the audit log's hash chain and its signed checkpoints
   usher audit export [--after SEQ]      write the audit log as JSON lines
   usher audit rotate-key                make a new audit signing key; the old ones stay published
+  usher status [-json]                  the replicas alive, upstreams, the run queue, the oldest
+                                        pending approval, the last audit checkpoint; exit 1 on a problem
   usher clients list                    list the OAuth clients of external MCP apps
   usher clients revoke CLIENT_ID        revoke a client, its refresh tokens and its consents
   usher version                         print the version
@@ -92,6 +94,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.auditCmd(ctx, args[1:])
 	case "clients":
 		return env.clientsCmd(ctx, args[1:])
+	case "status":
+		return env.statusCmd(ctx, args[1:])
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "usher", buildinfo.Read())
 		return nil

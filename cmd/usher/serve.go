@@ -62,6 +62,7 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		s.health,
 		s.devProvider,
 		s.web,
+		s.statusView,
 		s.assistant,
 		s.mcp,
 		s.auditCheckpoints,

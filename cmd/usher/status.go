@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/status"
+)
+
+// statusView records this replica's heartbeat every
+// admin.heartbeat_interval, under the id its runs' leases take, and mounts
+// the admins' status API, for signed-in admins only: a broker token is
+// refused, and the API's verifier refuses an application's own token. The
+// heartbeat stops, taking the replica off the list, before the store
+// closes.
+func (s *serving) statusView(ctx context.Context) error {
+	var upstreams status.UnknownUpstreams
+	for _, u := range s.cfg.MCP.Upstreams {
+		upstreams = append(upstreams, u.Name)
+	}
+	hb, err := status.NewHeartbeat(s.in.store, &status.HeartbeatOptions{
+		Addr: s.ln.Addr().String(), Interval: s.cfg.Admin.HeartbeatInterval.Std(), Upstreams: upstreams,
+		Registerer: s.reg, Logger: s.log.With("component", "status"),
+	})
+	if err != nil {
+		return err
+	}
+	if err := hb.Start(ctx); err != nil {
+		return err
+	}
+	s.onStop(hb.Stop)
+	s.in.replicaID = hb.ID()
+	api, err := status.NewAPI(s.in.store, &status.APIOptions{Admins: s.cfg.Admin.Groups, Logger: s.log.With("component", "status")})
+	if err != nil {
+		return err
+	}
+	h := broker.RefuseTokens(s.publicURL, s.authenticated(api.Handler()))
+	for _, p := range status.Paths {
+		s.mux.Handle(p, h)
+		s.mux.Handle(p+"/", h)
+	}
+	return nil
+}
+
+// statusCmd runs `usher status`: the status of the installation, read
+// from its database, as a table or (-json) as GET /api/admin/status
+// answers it. It exits 1 when the report names a problem.
+func (e *environment) statusCmd(ctx context.Context, args []string) error {
+	var f installFlags
+	fs := e.flagSet("status")
+	f.register(fs)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, log, err := e.loadConfig(&f)
+	if err != nil {
+		return err
+	}
+	in, err := open(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	rep, err := status.Read(ctx, in.store, time.Now())
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
+	} else {
+		err = status.WriteText(e.stdout, rep)
+	}
+	if err != nil {
+		return err
+	}
+	if len(rep.Problems) > 0 {
+		return errFailed
+	}
+	return nil
+}
