@@ -174,7 +174,7 @@ func TestPagePreloadsItsModules(t *testing.T) {
 	}
 	slices.Sort(got)
 	want := []string{"js/api.js", "js/approvals.js", "js/apps.js", "js/compaction.js", "js/conversation.js", "js/copy.js", "js/dom.js",
-		"js/export.js", "js/highlight.js", "js/json.js", "js/live.js", "js/markdown.js", "js/prefs.js", "js/status.js"}
+		"js/export.js", "js/highlight.js", "js/json.js", "js/live.js", "js/markdown.js", "js/operator.js", "js/prefs.js", "js/status.js"}
 	// Whatever else app.js comes to import: every script but app.js is
 	// imported by it, directly or not (and the vendored highlighter only
 	// when needed).

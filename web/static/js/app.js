@@ -1,6 +1,6 @@
 // The Sessions UI: sign-in, the sidebar of sessions, a conversation, the
-// approvals inbox, the connected apps. Paths: /, /runs/{id}, /approvals,
-// /approvals/{id}, /apps.
+// approvals inbox, the connected apps, the Operator page (admins). Paths:
+// /, /runs/{id}, /approvals, /approvals/{id}, /apps, /operator.
 
 import { h, announce, timeElement } from './dom.js';
 import { request, path, newKey, whenSignedOut, APIError } from './api.js';
@@ -9,6 +9,7 @@ import { Conversation, composer } from './conversation.js';
 import { modelPicker } from './models.js';
 import { approvalCard, loadApproval, loadApprovals, approvalHistory, rememberApprovalsOf } from './approvals.js';
 import { appsView } from './apps.js';
+import { operatorLink, operatorPath, operatorView } from './operator.js';
 import { runStatus, runTitle } from './status.js';
 import { applyTheme, themeButton, shortcuts } from './prefs.js';
 
@@ -45,6 +46,7 @@ async function boot() {
   rememberApprovalsOf(app.me && app.me.id);
   app.seen = loadSeen();
   layout();
+  showOperatorLink();
   window.addEventListener('popstate', () => route());
   document.addEventListener('click', interceptLinks);
   shortcuts({
@@ -188,6 +190,23 @@ function layout() {
   });
   root.removeAttribute('aria-busy');
   root.replaceChildren(header, h('div', { class: 'layout' }, e.sidebar, e.main));
+}
+
+// showOperatorLink adds the Operator page's link to the top bar of an
+// admin (GET /api/me says who is one); the status API decides for itself.
+async function showOperatorLink() {
+  let me;
+  try {
+    me = await request('/api/me');
+  } catch {
+    return;
+  }
+  if (!me || !me.admin || app.els.operator) return;
+  app.els.operator = operatorLink();
+  app.els.apps.after(app.els.operator);
+  // On the narrowest screens the header has no room for it: the drawer has.
+  app.els.sidebar.querySelector('.drawer-apps-link')?.after(operatorLink('button subtle drawer-apps-link'));
+  if (window.location.pathname === operatorPath) app.els.operator.setAttribute('aria-current', 'page');
 }
 
 function toggleSidebar(open) {
@@ -390,7 +409,7 @@ function interceptLinks(e) {
   if (e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
   const a = e.target.closest && e.target.closest('a[href]');
   if (!a || a.target || a.origin !== window.location.origin) return;
-  if (!/^\/($|runs\/|approvals($|\/)|apps$)/.test(a.pathname)) return;
+  if (!/^\/($|runs\/|approvals($|\/)|apps$|operator$)/.test(a.pathname)) return;
   e.preventDefault();
   navigate(a.pathname);
 }
@@ -405,7 +424,8 @@ function route() {
   if (app.view && app.view.destroy) app.view.destroy();
   app.view = null;
   toggleSidebar(false);
-  for (const [link, here] of [[app.els.inbox, p === '/approvals'], [app.els.apps, p === '/apps']]) {
+  for (const [link, here] of [[app.els.inbox, p === '/approvals'], [app.els.apps, p === '/apps'], [app.els.operator, p === operatorPath]]) {
+    if (!link) continue;
     if (here) link.setAttribute('aria-current', 'page');
     else link.removeAttribute('aria-current');
   }
@@ -426,6 +446,8 @@ function route() {
     app.view = inboxView();
   } else if (p === '/apps') {
     app.view = appsView(app.els.main);
+  } else if (p === operatorPath) {
+    app.view = operatorView(app.els.main);
   } else {
     app.view = homeView();
   }
