@@ -64,7 +64,7 @@ func WriteText(w io.Writer, rep Report) error {
 	p("\n")
 	oldest := "-"
 	if !rep.Queue.OldestQueuedAt.IsZero() {
-		oldest = since(rep.At, rep.Queue.OldestQueuedAt)
+		oldest = since(rep.At, rep.Queue.OldestQueuedAt) + " ago"
 	}
 	p("QUEUE\t%d queued, %d running, oldest queued %s\n", rep.Queue.Queued, rep.Queue.Running, oldest)
 	if o := rep.Approvals.Oldest; o != nil {
