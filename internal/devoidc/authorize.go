@@ -16,8 +16,11 @@ import (
 // them. Each may appear at most once (RFC 6749 section 3.1).
 var authParams = []string{
 	"client_id", "redirect_uri", "response_type", "response_mode", "scope",
-	"state", "nonce", "code_challenge", "code_challenge_method", "username",
+	"state", "nonce", "code_challenge", "code_challenge_method", "username", "groups",
 }
+
+// maxFormGroups bounds the groups a sign-in may name.
+const maxFormGroups = 16
 
 var (
 	// codeChallenge is an S256 challenge: 32 bytes, base64url.
@@ -101,7 +104,7 @@ func (p *Provider) authorizeForm(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, req, e)
 		return
 	}
-	p.renderForm(w, r, http.StatusOK, r.URL.Query(), "", "")
+	p.renderForm(w, r, http.StatusOK, r.URL.Query(), "", "", "")
 }
 
 // authorize signs the user in and redirects with a one-time code bound to
@@ -122,11 +125,17 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, r, req, e)
 		return
 	}
-	name := r.PostForm.Get("username")
+	name, groupsText := r.PostForm.Get("username"), r.PostForm.Get("groups")
 	user, ok := canonicalUser(name)
 	if !ok {
-		p.renderForm(w, r, http.StatusBadRequest, r.PostForm, name,
+		p.renderForm(w, r, http.StatusBadRequest, r.PostForm, name, groupsText,
 			"Use 1 to 64 letters, digits, dots, underscores or hyphens, starting with a letter or digit.")
+		return
+	}
+	groups, ok := parseGroups(groupsText)
+	if !ok {
+		p.renderForm(w, r, http.StatusBadRequest, r.PostForm, name, groupsText,
+			"Groups: at most 16, separated by commas or spaces, each 1 to 64 letters, digits, dots, underscores or hyphens, starting with a letter or digit.")
 		return
 	}
 	now := p.o.Now()
@@ -137,6 +146,7 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 		nonce:       req.Nonce,
 		scope:       req.Scope,
 		user:        user,
+		groups:      groups,
 		authTime:    now,
 		expires:     now.Add(codeLifetime),
 	})
@@ -145,8 +155,23 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.o.Logger.LogAttrs(r.Context(), slog.LevelInfo, "devoidc: development sign-in",
-		slog.String("user", user), slog.String("client_id", req.ClientID))
+		slog.String("user", user), slog.Any("groups", groups), slog.String("client_id", req.ClientID))
 	p.redirect(w, r, req, url.Values{"code": {code}})
+}
+
+// parseGroups reads the groups a person typed on the form: names as
+// userName allows, separated by commas or spaces, each once; none is fine.
+func parseGroups(text string) ([]string, bool) {
+	var groups []string
+	for _, g := range strings.FieldsFunc(text, func(r rune) bool { return r == ',' || r == ' ' }) {
+		if !userName.MatchString(g) {
+			return nil, false
+		}
+		if !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+	}
+	return groups, len(groups) <= maxFormGroups
 }
 
 // fail answers e to the browser, or sends it to the client's redirect URI.
@@ -184,10 +209,10 @@ type hiddenField struct{ Name, Value string }
 
 // renderForm writes the sign-in page. Every value is escaped by
 // html/template; the page runs no script and cannot be framed.
-func (p *Provider) renderForm(w http.ResponseWriter, r *http.Request, status int, params url.Values, username, problem string) {
+func (p *Provider) renderForm(w http.ResponseWriter, r *http.Request, status int, params url.Values, username, groups, problem string) {
 	var hidden []hiddenField
 	for _, name := range authParams {
-		if v := params.Get(name); v != "" && name != "username" {
+		if v := params.Get(name); v != "" && name != "username" && name != "groups" {
 			hidden = append(hidden, hiddenField{name, v})
 		}
 	}
@@ -202,6 +227,7 @@ func (p *Provider) renderForm(w http.ResponseWriter, r *http.Request, status int
 	err := signInPage.Execute(w, map[string]any{
 		"Hidden":      hidden,
 		"Username":    username,
+		"Groups":      groups,
 		"Error":       problem,
 		"RedirectURI": params.Get("redirect_uri"),
 	})
@@ -251,6 +277,11 @@ issuer, such as Microsoft Entra ID, for real use.</p>
  aria-describedby="username-hint{{if .Error}} username-error{{end}}"{{if .Error}} aria-invalid="true"{{end}}>
 <p id="username-hint" class="hint">Letters, digits, dots, underscores and hyphens, up to 64 characters.
 The same name always signs in as the same user.</p>
+<label for="groups">Groups <span class="hint">(optional)</span></label>
+<input id="groups" name="groups" type="text" value="{{.Groups}}" maxlength="1100"
+ autocapitalize="none" spellcheck="false" aria-describedby="groups-hint">
+<p id="groups-hint" class="hint">The groups your organisation's provider would put in your token, separated
+by commas: an approver group the policy names, or a reviewers' group (review.groups).</p>
 {{if .Error}}<p id="username-error" class="error" role="alert">{{.Error}}</p>
 {{end}}<button type="submit">Sign in</button>
 </form>

@@ -19,6 +19,7 @@ type grant struct {
 	nonce       string
 	scope       string // granted scopes, space-separated
 	user        string
+	groups      []string // the groups the person named on the form
 	authTime    time.Time
 	expires     time.Time
 }

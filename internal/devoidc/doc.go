@@ -5,7 +5,9 @@
 // through the same OIDC code path as Microsoft Entra ID's: there is no
 // authentication bypass.
 //
-// Anyone who can reach its sign-in page can sign in as any user name: it is
+// Anyone who can reach its sign-in page can sign in as any user name, with
+// any groups (which the access token carries as Entra's do, so that a
+// policy's approver groups and the reviewers' groups can be tried): it is
 // for development on one machine, never for production. Authorization
 // codes live in memory, so it serves a single process.
 package devoidc

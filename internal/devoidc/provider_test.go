@@ -557,3 +557,62 @@ func TestUnknownEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestSignInWithGroups: the groups typed on the form are in the access
+// token, as the organisation's provider would put them; bad ones are
+// refused on the form, and none is fine.
+func TestSignInWithGroups(t *testing.T) {
+	e := newEnv(t, nil)
+	v, err := identity.New(t.Context(), &identity.Options{
+		Issuer: e.issuer, Audiences: []string{devoidc.DefaultAudience}, RequiredScopes: []string{devoidc.DefaultScope},
+		JWKSURL: e.issuer + "/jwks", Now: e.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(groups string) *http.Response {
+		t.Helper()
+		verifier, challenge := pkce()
+		form := e.authParams(challenge)
+		form.Set("username", "rita")
+		form.Set("groups", groups)
+		resp, err := e.noFollow.PostForm(e.issuer+"/authorize", form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		resp.Header.Set("X-Verifier", verifier)
+		return resp
+	}
+	for _, c := range []struct {
+		typed string
+		want  []string
+	}{
+		{"security, approvers security", []string{"security", "approvers"}},
+		{"", nil},
+	} {
+		resp := post(c.typed)
+		loc, err := url.Parse(resp.Header.Get("Location"))
+		if resp.StatusCode != http.StatusSeeOther || err != nil || loc.Query().Get("code") == "" {
+			t.Fatalf("groups %q: %d, Location %q", c.typed, resp.StatusCode, resp.Header.Get("Location"))
+		}
+		_, tok := e.redeem(t, e.redeemForm(loc.Query().Get("code"), resp.Header.Get("X-Verifier")))
+		p, err := v.Verify(t.Context(), tok["access_token"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(p.Groups, c.want) {
+			t.Errorf("groups %q: the token carries %v, want %v", c.typed, p.Groups, c.want)
+		}
+	}
+	for _, bad := range []string{"<script>", "a b c d e f g h i j k l m n o p q", "-rf", "ålice", strings.Repeat("g", 65)} {
+		resp := post(bad)
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Location") != "" || !strings.Contains(string(b), `role="alert"`) {
+			t.Errorf("groups %q: %d, Location %q", bad, resp.StatusCode, resp.Header.Get("Location"))
+		}
+		if strings.Contains(string(b), "<script>") {
+			t.Errorf("groups %q reflected unescaped", bad)
+		}
+	}
+}

@@ -99,7 +99,7 @@ func pkceMatches(verifier, challenge string) bool {
 }
 
 func (p *Provider) issue(ctx context.Context, g grant, now time.Time) (*tokenResponse, error) {
-	access, err := p.accessToken(ctx, g.user, now)
+	access, err := p.accessToken(ctx, g.user, now, g.groups...)
 	if err != nil {
 		return nil, err
 	}
