@@ -17,32 +17,36 @@ import (
 	"github.com/usherhq/usher/store/storetest"
 )
 
-// TestMeHandler answers who the caller is, and 401 to a request without a
-// principal (one that did not pass the identity middleware); admin is
-// what the admins' check says, false without one.
+// TestMeHandler answers who the caller is, which roles they hold, and
+// 401 to a request without a principal (one that did not pass the
+// identity middleware).
 func TestMeHandler(t *testing.T) {
 	rec := httptest.NewRecorder()
-	MeHandler(nil).ServeHTTP(rec, httptest.NewRequest("GET", "/api/me", nil))
+	MeHandler(Roles{}).ServeHTTP(rec, httptest.NewRequest("GET", "/api/me", nil))
 	if rec.Code != http.StatusUnauthorized {
 		t.Errorf("without a principal: %d %s, want 401", rec.Code, rec.Body)
 	}
 	p := identity.Principal{Issuer: "https://idp.example.com", Tenant: "t1", ObjectID: "o1", Name: "Alice", Scopes: []string{"usher.api"}}
 	req := httptest.NewRequest("GET", "/api/me", nil).WithContext(identity.NewContext(t.Context(), p))
 	for _, c := range []struct {
-		isAdmin func(identity.Principal) bool
-		want    bool
+		name  string
+		roles Roles
+		want  [2]bool // reviewer, admin
 	}{
-		{nil, false},
-		{func(identity.Principal) bool { return false }, false},
-		{func(q identity.Principal) bool { return q.ObjectID == "o1" }, true},
+		{"no roles", Roles{}, [2]bool{}},
+		{"neither", Roles{Reviewer: func(identity.Principal) bool { return false }, Admin: func(identity.Principal) bool { return false }}, [2]bool{}},
+		{"a reviewer", Roles{Reviewer: func(q identity.Principal) bool { return q.ID() == p.ID() }}, [2]bool{true, false}},
+		{"an admin", Roles{Admin: func(q identity.Principal) bool { return q.ObjectID == "o1" }}, [2]bool{false, true}},
 	} {
 		rec = httptest.NewRecorder()
-		MeHandler(c.isAdmin).ServeHTTP(rec, req)
+		MeHandler(c.roles).ServeHTTP(rec, req)
 		var got Me
 		if err := json.Unmarshal(rec.Body.Bytes(), &got); rec.Code != http.StatusOK || err != nil ||
-			got.ID != p.ID() || got.Tenant != "t1" || got.ObjectID != "o1" || got.Name != "Alice" || !slices.Equal(got.Scopes, p.Scopes) ||
-			got.Admin != c.want {
-			t.Errorf("GET /api/me = %d %s, want %s, admin %v", rec.Code, rec.Body, p.ID(), c.want)
+			got.ID != p.ID() || got.Tenant != "t1" || got.ObjectID != "o1" || got.Name != "Alice" || !slices.Equal(got.Scopes, p.Scopes) {
+			t.Errorf("%s: GET /api/me = %d %s, want %s", c.name, rec.Code, rec.Body, p.ID())
+		}
+		if [2]bool{got.Reviewer, got.Admin} != c.want {
+			t.Errorf("%s: reviewer, admin = %v %v, want %v", c.name, got.Reviewer, got.Admin, c.want)
 		}
 	}
 }

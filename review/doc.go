@@ -31,6 +31,7 @@
 //	GET /api/audit/checkpoints   the log's signed checkpoints
 //	GET /api/policy              the policy's statements as written, its hash, and its lint findings against the tool lock
 //	GET /api/policy/explain      the decision on one request, with the inputs of `usher policy explain`
+//	GET /api/policy/matrix       the decision on each tool for a person in no group and in each approver group
 //	GET /api/tools               every tool, resource, template and prompt offered, each tool's state against the tool lock
 //
 // Each record is exactly as `usher audit export` writes it (audit.Line),

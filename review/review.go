@@ -139,6 +139,7 @@ func (a *API) Handler() http.Handler {
 	if a.policy != nil {
 		mux.HandleFunc("GET /api/policy", a.policyDoc)
 		mux.HandleFunc("GET /api/policy/explain", a.explain)
+		mux.HandleFunc("GET /api/policy/matrix", a.matrix)
 		mux.HandleFunc("GET /api/tools", a.tools)
 	} else {
 		mux.HandleFunc("GET /api/policy", a.notFound)

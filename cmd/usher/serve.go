@@ -28,6 +28,7 @@ import (
 	"github.com/usherhq/usher/internal/identity"
 	"github.com/usherhq/usher/internal/telemetry"
 	"github.com/usherhq/usher/mcpserver"
+	"github.com/usherhq/usher/review"
 	"github.com/usherhq/usher/status"
 	"github.com/usherhq/usher/store"
 )
@@ -276,7 +277,10 @@ func (s *serving) web(ctx context.Context) error {
 	}
 	s.onStop(stopWeb)
 	s.authenticated = authenticated
-	s.mux.Handle("GET /api/me", authenticated(assistant.MeHandler(status.Admins(s.cfg.Admin.Groups).IsAdmin)))
+	s.mux.Handle("GET /api/me", authenticated(assistant.MeHandler(assistant.Roles{
+		Reviewer: review.Reviewers(s.cfg.Review.Groups).IsReviewer,
+		Admin:    status.Admins(s.cfg.Admin.Groups).IsAdmin,
+	})))
 	s.mux.Handle("GET /api/openapi.json", assistant.OpenAPIHandler())
 	return nil
 }
