@@ -245,8 +245,9 @@ func acceptsGzip(values []string) bool {
 // UI returns the handler of the Sessions UI. It serves the page at the
 // paths of the UI — "/", "/runs/{id}", "/approvals", "/approvals/{id}"
 // (the link an approval-required MCP result carries), "/apps" (the
-// connected apps) and "/operator" (the status, for admins) — and the
-// assets at
+// connected apps), "/operator" (the status, for admins) and the
+// reviewers' "/review", "/review/{section}" and "/review/audit/{seq}" —
+// and the assets at
 // "/static/…"; anything else is 404. Every answer carries the security
 // headers (ContentSecurityPolicy, nosniff, no-referrer, no framing).
 func UI() (http.Handler, error) {
@@ -292,7 +293,8 @@ func UI() (http.Handler, error) {
 
 // pagePatterns are the UI's own paths; each serves the one page, whose
 // script shows what the path names.
-var pagePatterns = []string{"GET /{$}", "GET /runs/{id}", "GET /approvals", "GET /approvals/{id}", "GET /apps", "GET /operator"}
+var pagePatterns = []string{"GET /{$}", "GET /runs/{id}", "GET /approvals", "GET /approvals/{id}", "GET /apps", "GET /operator",
+	"GET /review", "GET /review/{section}", "GET /review/audit/{seq}"}
 
 // Mount adds the sign-in endpoints of s (nil: browser sign-in off) and the
 // Sessions UI to mux. It claims "/auth/", "/static/" and the page paths

@@ -38,6 +38,9 @@ func TestSecurityHeadersEverywhere(t *testing.T) {
 		{path: "/runs/01J0RUN", status: http.StatusOK, contentType: "text/html; charset=utf-8", page: true},
 		{path: "/approvals", status: http.StatusOK, contentType: "text/html; charset=utf-8", page: true},
 		{path: "/approvals/377FAJJ6LZKVVMG3UOBK3IV6DA", status: http.StatusOK, contentType: "text/html; charset=utf-8", page: true},
+		{path: "/review", status: http.StatusOK, contentType: "text/html; charset=utf-8", page: true},
+		{path: "/review/policy", status: http.StatusOK, contentType: "text/html; charset=utf-8", page: true},
+		{path: "/review/audit/42", status: http.StatusOK, contentType: "text/html; charset=utf-8", page: true},
 		{path: "/static/app.css", status: http.StatusOK, contentType: "text/css; charset=utf-8"},
 		{path: "/static/js/app.js", status: http.StatusOK, contentType: "text/javascript; charset=utf-8"},
 		{path: "/static/js/markdown.js", status: http.StatusOK, contentType: "text/javascript; charset=utf-8"},
@@ -174,7 +177,7 @@ func TestPagePreloadsItsModules(t *testing.T) {
 	}
 	slices.Sort(got)
 	want := []string{"js/api.js", "js/approvals.js", "js/apps.js", "js/compaction.js", "js/conversation.js", "js/copy.js", "js/dom.js",
-		"js/export.js", "js/highlight.js", "js/json.js", "js/live.js", "js/markdown.js", "js/operator.js", "js/prefs.js", "js/status.js"}
+		"js/export.js", "js/highlight.js", "js/json.js", "js/live.js", "js/markdown.js", "js/operator.js", "js/prefs.js", "js/review.js", "js/status.js"}
 	// Whatever else app.js comes to import: every script but app.js is
 	// imported by it, directly or not (and the vendored highlighter only
 	// when needed).

@@ -1,6 +1,7 @@
 // The Sessions UI: sign-in, the sidebar of sessions, a conversation, the
-// approvals inbox, the connected apps, the Operator page (admins). Paths:
-// /, /runs/{id}, /approvals, /approvals/{id}, /apps, /operator.
+// approvals inbox, the connected apps, the Operator page (admins), and for
+// security reviewers the Review section. Paths: /, /runs/{id}, /approvals,
+// /approvals/{id}, /apps, /operator, /review… (review.js).
 
 import { h, announce, timeElement } from './dom.js';
 import { request, path, newKey, whenSignedOut, APIError } from './api.js';
@@ -10,6 +11,7 @@ import { modelPicker } from './models.js';
 import { approvalCard, loadApproval, loadApprovals, approvalHistory, rememberApprovalsOf } from './approvals.js';
 import { appsView } from './apps.js';
 import { operatorLink, operatorPath, operatorView } from './operator.js';
+import { reviewView } from './review.js';
 import { runStatus, runTitle } from './status.js';
 import { applyTheme, themeButton, shortcuts } from './prefs.js';
 
@@ -43,6 +45,16 @@ async function boot() {
     return;
   }
   app.me = session.principal;
+  // Whether the person is a reviewer or an admin, for the Review and
+  // Operator links: those pages ask the API, which refuses anyone else.
+  try {
+    const me = await request('/api/me');
+    app.reviewer = Boolean(me.reviewer);
+    app.admin = Boolean(me.admin);
+  } catch {
+    app.reviewer = false;
+    app.admin = false;
+  }
   rememberApprovalsOf(app.me && app.me.id);
   app.seen = loadSeen();
   layout();
@@ -153,12 +165,13 @@ function layout() {
   // "Apps" on a narrow screen; its accessible name is the whole one.
   e.apps = h('a', { href: '/apps', class: 'inbox-link apps-link' },
     h('span', { class: 'apps-link-wide' }, 'Connected apps'), h('span', { class: 'apps-link-narrow', 'aria-hidden': 'true' }, 'Apps'));
+  e.review = app.reviewer ? h('a', { href: '/review', class: 'inbox-link review-link-top' }, 'Review') : null;
   const signOut = h('button', { type: 'button', class: 'button subtle', onclick: () => doSignOut(false) }, 'Sign out');
   const header = h('header', { class: 'topbar' },
     e.toggle,
     // The page's one h1 names the application; each view's title is its h2.
     h('h1', { class: 'brand-heading' }, h('a', { href: '/', class: 'brand' }, h('img', { src: new URL('../favicon.svg', import.meta.url).pathname, alt: '', width: '24', height: '24' }), h('span', { class: 'brand-name' }, 'Usher'))),
-    h('nav', { 'aria-label': 'Main', class: 'topnav' }, e.inbox, e.apps),
+    h('nav', { 'aria-label': 'Main', class: 'topnav' }, e.inbox, e.apps, e.review),
     h('div', { class: 'user' }, h('span', { class: 'user-name', title: app.me.id }, app.me.name || app.me.email || 'Signed in'), signOut));
 
   e.search = h('input', { id: 'session-search', type: 'search', autocomplete: 'off', placeholder: 'Search sessions' });
@@ -176,6 +189,7 @@ function layout() {
     h('p', { class: 'sidebar-foot' },
       // On the narrowest screens the header has no room for it.
       h('a', { href: '/apps', class: 'button subtle drawer-apps-link' }, 'Connected apps'),
+      app.reviewer ? h('a', { href: '/review', class: 'button subtle drawer-apps-link drawer-review-link' }, 'Review') : null,
       themeButton(),
       h('button', { type: 'button', class: 'button subtle sign-out-all', onclick: () => doSignOut(true) }, 'Sign out everywhere')));
   e.main = h('main', { id: 'main', class: 'main', tabindex: '-1' });
@@ -194,14 +208,8 @@ function layout() {
 
 // showOperatorLink adds the Operator page's link to the top bar of an
 // admin (GET /api/me says who is one); the status API decides for itself.
-async function showOperatorLink() {
-  let me;
-  try {
-    me = await request('/api/me');
-  } catch {
-    return;
-  }
-  if (!me || !me.admin || app.els.operator) return;
+function showOperatorLink() {
+  if (!app.admin || app.els.operator) return;
   app.els.operator = operatorLink();
   app.els.apps.after(app.els.operator);
   // On the narrowest screens the header has no room for it: the drawer has.
@@ -409,13 +417,13 @@ function interceptLinks(e) {
   if (e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
   const a = e.target.closest && e.target.closest('a[href]');
   if (!a || a.target || a.origin !== window.location.origin) return;
-  if (!/^\/($|runs\/|approvals($|\/)|apps$|operator$)/.test(a.pathname)) return;
+  if (!/^\/($|runs\/|approvals($|\/)|apps$|operator$|review($|\/))/.test(a.pathname)) return;
   e.preventDefault();
-  navigate(a.pathname);
+  navigate(a.pathname + a.search);
 }
 
 function navigate(to) {
-  if (to !== window.location.pathname) window.history.pushState(null, '', to);
+  if (to !== window.location.pathname + window.location.search) window.history.pushState(null, '', to);
   route();
 }
 
@@ -424,7 +432,7 @@ function route() {
   if (app.view && app.view.destroy) app.view.destroy();
   app.view = null;
   toggleSidebar(false);
-  for (const [link, here] of [[app.els.inbox, p === '/approvals'], [app.els.apps, p === '/apps'], [app.els.operator, p === operatorPath]]) {
+  for (const [link, here] of [[app.els.inbox, p === '/approvals'], [app.els.apps, p === '/apps'], [app.els.operator, p === operatorPath], [app.els.review, /^\/review($|\/)/.test(p)]]) {
     if (!link) continue;
     if (here) link.setAttribute('aria-current', 'page');
     else link.removeAttribute('aria-current');
@@ -448,6 +456,8 @@ function route() {
     app.view = appsView(app.els.main);
   } else if (p === operatorPath) {
     app.view = operatorView(app.els.main);
+  } else if (/^\/review($|\/)/.test(p)) {
+    app.view = reviewView(app.els.main, p);
   } else {
     app.view = homeView();
   }

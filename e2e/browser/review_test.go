@@ -1,0 +1,341 @@
+package browser
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/usherhq/usher/internal/apitest"
+	"github.com/usherhq/usher/internal/testenv"
+)
+
+// reviewPolicy allows notes_list, has finance approve each note written,
+// and denies notes_delete: the matrix has a column for finance.
+const reviewPolicy = `
+@id("allow-notes-list")
+@outcome("allow")
+@reason("notes_list only lists the caller's own notes")
+permit (principal, action == Usher::Action::"call_tool", resource == Usher::Tool::"notes_list")
+when { resource.server == "builtin" };
+
+@id("finance-approves-writes")
+@outcome("approve")
+@approvers("finance")
+@reason("a note written is kept")
+permit (principal, action == Usher::Action::"call_tool", resource == Usher::Tool::"notes_write");
+
+@id("deny-notes-delete")
+@reason("notes_delete cannot be undone")
+forbid (principal, action == Usher::Action::"call_tool", resource == Usher::Tool::"notes_delete");
+`
+
+// reviewServer is `usher serve` with reviewers (the group security), the
+// review policy, checkpoints every second, and a tool lock in which
+// sessions_list was reviewed with another definition.
+func reviewServer(t *testing.T) *server {
+	t.Helper()
+	dir := t.TempDir()
+	policyFile := filepath.Join(dir, "policy.cedar")
+	if err := os.WriteFile(policyFile, []byte(reviewPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"USHER_REVIEW_GROUPS":             "security",
+		"USHER_POLICY_FILE":               policyFile,
+		"USHER_AUDIT_CHECKPOINT_INTERVAL": "1s",
+	}
+	data := filepath.Join(dir, "data")
+	lock := exec.Command(testenv.Usher(t), "tools", "lock", "--data-dir", data)
+	lock.Env = usherEnv(env)
+	if out, err := lock.CombinedOutput(); err != nil {
+		t.Fatalf("usher tools lock: %v\n%s", err, out)
+	}
+	lockFile := filepath.Join(data, "tools.lock")
+	b, err := os.ReadFile(lockFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := regexp.MustCompile(`("sessions_list": "sha256:)[0-9a-f]{64}`).ReplaceAll(b, []byte("${1}"+strings.Repeat("0", 64)))
+	if string(changed) == string(b) {
+		t.Fatalf("no sessions_list in the lock:\n%s", b)
+	}
+	if err := os.WriteFile(lockFile, changed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startServerIn(t, data, env)
+}
+
+// signInWith signs in through the development provider's form with
+// groups.
+func (tb *tab) signInWith(base, user, groups string) {
+	tb.t.Helper()
+	tb.do(chromedp.Navigate(base + "/"))
+	tb.click(`main.signin a.button.primary[href^="/auth/login"]`)
+	tb.waitUntil("the development provider's form", `location.pathname.startsWith("/dev/oidc/") && document.querySelector("#groups")`)
+	tb.typeText("#username", user)
+	tb.typeText("#groups", groups)
+	tb.click(`form button[type=submit]`)
+	tb.waitUntil("signed in as "+user, `location.origin === `+js(base)+` && document.querySelector(".topbar .user-name")?.textContent === `+js(user))
+}
+
+// tabTo presses Tab until the focus is on an element matching sel.
+func (tb *tab) tabTo(sel string) {
+	tb.t.Helper()
+	for range 80 {
+		if evaluate[bool](tb, `Boolean(document.activeElement?.matches(`+js(sel)+`))`) {
+			return
+		}
+		tb.do(chromedp.KeyEvent(kb.Tab))
+	}
+	tb.t.Fatalf("%s: Tab never reached %s\n%s", tb.name, sel, tb.describe())
+}
+
+// checkAxeReview runs axe on a Review page at every size and theme, and
+// also fails on the moderate heading-order and landmark-unique findings,
+// which the Review pages must not have either.
+func checkAxeReview(t *testing.T, tb *tab, screen string) {
+	t.Helper()
+	checkAxeVariants(t, tb, screen)
+	findings, ok := axeFindings(t, tb, screen)
+	if !ok {
+		return
+	}
+	for _, f := range findings {
+		if f.ID == "heading-order" || f.ID == "landmark-unique" {
+			t.Errorf("%s: axe %s (%s): %s — %s", screen, f.ID, f.Impact, f.Help, strings.Join(f.Targets, "; "))
+		}
+	}
+}
+
+// alicesCall has the demo model call tool with args in a new run of
+// alice's, and waits for the turn (or its pause for an approval).
+func alicesCall(t *testing.T, s *server, alice, tool, args string) {
+	t.Helper()
+	code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"review"}`)
+	if code != 201 {
+		t.Fatalf("create = %d %v", code, run)
+	}
+	msg := fmt.Sprintf(`call %s %s`, tool, args)
+	if code, body := apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+run["runId"].(string)+"/messages?wait=30s", alice, fmt.Sprintf(`{"content":%s}`, js(msg))); code != 200 && code != 202 {
+		t.Fatalf("turn = %d %v", code, body)
+	}
+}
+
+// TestBrowserReview walks the Review section as a security reviewer would
+// — by keyboard, from the Review link: alice's calls in the audit log,
+// filtered, a new one arriving live, a record with its hashes, the chain
+// verified with its last checkpoint, the policy's statements and matrix,
+// the changed tool against the lock, and every approval of the tenant —
+// with axe on each page at each size and theme; and as a person who is
+// not a reviewer: no Review link, and the Review pages say so.
+func TestBrowserReview(t *testing.T) {
+	t.Parallel()
+	s := reviewServer(t)
+	alice := userToken(t, s, "alice")
+	rita, err := s.cli(t, "token", "user", "--sub", "rita", "--group", "security")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, me := apitest.Call(t, "GET", s.url+"/api/me", alice, "")
+	aliceID := me["id"].(string)
+	alicesCall(t, s, alice, "notes_list", `{}`)
+	alicesCall(t, s, alice, "notes_write", `{"name":"groceries","body":"milk"}`)
+	code, pending := apitest.Call(t, "GET", s.url+"/api/approvals", alice, "")
+	if code != 200 || len(pending["approvals"].([]any)) != 1 {
+		t.Fatalf("alice's approvals = %d %v", code, pending)
+	}
+	approvalID := pending["approvals"].([]any)[0].(map[string]any)["id"].(string)
+
+	tb := startBrowser(t)
+
+	// Not a reviewer: no Review link, and the pages say why; the API
+	// answers 403 reviewer_required.
+	tb.signIn(s.url, "bob")
+	tb.expectLog("status of 403 (Forbidden)")
+	tb.waitUntil("the home screen", `document.querySelector("#home-title")`)
+	if evaluate[bool](tb, `Boolean(document.querySelector('.topbar a[href^="/review"]'))`) {
+		t.Errorf("bob, no reviewer, has a Review link")
+	}
+	for _, page := range []string{"/review", "/review/policy", "/review/approvals"} {
+		tb.do(chromedp.Navigate(s.url + page))
+		tb.waitUntil("the not-a-reviewer state on "+page, `document.querySelector(".review .not-reviewer")?.textContent.includes("You are not a security reviewer")`)
+		if n := evaluate[int](tb, `document.querySelectorAll(".review .not-reviewer").length`); n != 1 {
+			t.Errorf("%s: %d not-a-reviewer notes, want 1", page, n)
+		}
+	}
+	checkAxe(t, tb, "the Review page of a non-reviewer")
+	bob := userToken(t, s, "bob")
+	if code, body := apitest.Call(t, "GET", s.url+"/api/audit", bob, ""); code != 403 || apitest.ErrorCode(body) != "reviewer_required" {
+		t.Errorf("bob's GET /api/audit = %d %v", code, body)
+	}
+	tb.mu.Lock()
+	tb.tolerate = nil // from here on, a refusal is a failure
+	tb.mu.Unlock()
+	tb.click(`.topbar .user button.button.subtle`)
+	tb.waitUntil("signed out", `document.querySelector("main.signin")`)
+
+	// A reviewer: the Review link, reached and followed by keyboard.
+	tb.signInWith(s.url, "rita", "security")
+	tb.waitUntil("the home screen", `document.querySelector("#home-title")`)
+	tb.waitUntil("the Review link", `document.querySelector('.topnav a[href="/review"]')`)
+	evaluate[bool](tb, `(document.activeElement.blur(), true)`)
+	tb.tabTo(`.topnav a[href="/review"]`)
+	tb.do(pressEnter)
+	tb.waitUntil("the audit log, its heading focused", `location.pathname === "/review" && document.activeElement?.id === "review-title" && document.querySelector(".audit-table tbody tr")`)
+
+	// Alice's calls, as the API lists them.
+	type row struct{ Seq, Kind, Principal, Tool string }
+	rows := func() []row {
+		return evaluate[[]row](tb, `[...document.querySelectorAll(".audit-table tbody tr")].map((r) => ({
+			Seq: r.dataset.seq, Kind: r.cells[2].textContent, Principal: r.cells[3].textContent, Tool: r.cells[4].textContent }))`)
+	}
+	apiSeqs := func(query string) []string {
+		t.Helper()
+		code, page := apitest.Call(t, "GET", s.url+"/api/audit?"+query, rita, "")
+		if code != 200 {
+			t.Fatalf("GET /api/audit?%s = %d %v", query, code, page)
+		}
+		var out []string
+		for _, r := range page["records"].([]any) {
+			out = append(out, fmt.Sprint(r.(map[string]any)["seq"]))
+		}
+		return out
+	}
+	tb.waitUntil("alice's notes_write in the log", `[...document.querySelectorAll(".audit-table tbody tr")].some((r) => r.cells[4].textContent === "notes_write" && r.cells[3].textContent === `+js(aliceID)+`)`)
+	shown := rows()
+	var seqs []string
+	for _, r := range shown {
+		seqs = append(seqs, r.Seq)
+	}
+	if want := apiSeqs("order=desc&limit=50"); !slices.Equal(seqs, want) {
+		t.Errorf("the log shows records %v; the API lists %v", seqs, want)
+	}
+
+	// Filtered by keyboard: tool=notes_write, as the API filters it.
+	tb.tabTo("#filter-tool")
+	tb.do(chromedp.SendKeys(chromedp.CSS("#filter-tool"), "notes_write"))
+	tb.do(pressEnter)
+	tb.waitUntil("the filtered records", `location.search === "?tool=notes_write" && [...document.querySelectorAll(".audit-table tbody tr")].every((r) => r.cells[4].textContent === "notes_write")`)
+	seqs = seqs[:0]
+	for _, r := range rows() {
+		seqs = append(seqs, r.Seq)
+	}
+	if want := apiSeqs("tool=notes_write&order=desc&limit=50"); len(want) == 0 || !slices.Equal(seqs, want) {
+		t.Errorf("filtered, the log shows %v; the API lists %v", seqs, want)
+	}
+	checkAxeReview(t, tb, "the audit log")
+
+	// Live: a call of alice's appears without a reload.
+	before := len(seqs)
+	alicesCall(t, s, alice, "notes_write", `{"name":"chores","body":"dishes"}`)
+	tb.waitUntil("the new call, live", fmt.Sprintf(`document.querySelectorAll(".audit-table tbody tr").length > %d`, before))
+	if want := apiSeqs("tool=notes_write&order=desc&limit=50"); !slices.Equal(func() []string {
+		var out []string
+		for _, r := range rows() {
+			out = append(out, r.Seq)
+		}
+		return out
+	}(), want) {
+		t.Errorf("after the live update, the log differs from the API's %v", want)
+	}
+
+	// The chain: verified to the head, and the last checkpoint.
+	tb.waitUntil("the chain verified, with a checkpoint", `document.querySelector(".chain-status .verified-to") && /last checkpoint #\d+ signed/.test(document.querySelector(".chain-status").textContent)`)
+	code, verify := apitest.Call(t, "GET", s.url+"/api/audit/verify", rita, "")
+	if code != 200 || verify["intact"] != true {
+		t.Fatalf("verify = %d %v", code, verify)
+	}
+	head := fmt.Sprint(verify["head"].(map[string]any)["seq"])
+	tb.waitUntil("the chain verified to the head", `document.querySelector(".chain-status .verified-to")?.textContent === `+js("#"+head))
+
+	// A record's detail, with its hashes.
+	first := rows()[0].Seq
+	tb.tabTo(`.audit-table tbody tr[data-seq="` + first + `"] a`)
+	tb.do(pressEnter)
+	tb.waitUntil("the record", `location.pathname === "/review/audit/`+first+`" && document.querySelector(".record-chain")`)
+	code, rec := apitest.Call(t, "GET", s.url+"/api/audit/"+first, rita, "")
+	if code != 200 {
+		t.Fatalf("GET /api/audit/%s = %d %v", first, code, rec)
+	}
+	facts := evaluate[[]string](tb, `[...document.querySelectorAll(".record-chain dd")].map((d) => d.textContent)`)
+	if want := []string{first, rec["hash"].(string), rec["prev_hash"].(string)}; !slices.Equal(facts, want) {
+		t.Errorf("the record shows %q, want seq, hash and previous hash %q", facts, want)
+	}
+	checkAxeReview(t, tb, "an audit record")
+
+	// The policy: its statements and the matrix, with finance's column.
+	tb.tabTo(`.review-nav a[href="/review/policy"]`)
+	tb.do(pressEnter)
+	tb.waitUntil("the policy and its matrix", `location.pathname === "/review/policy" && document.querySelector(".matrix-table")`)
+	ids := evaluate[[]string](tb, `[...document.querySelectorAll(".statement-card")].map((c) => c.dataset.statement)`)
+	if want := []string{"allow-notes-list", "finance-approves-writes", "deny-notes-delete"}; !slices.Equal(ids, want) {
+		t.Errorf("statements %v, want %v", ids, want)
+	}
+	if got := tb.text(`.statement-card[data-statement="finance-approves-writes"] .facts`); !strings.Contains(got, "finance") || !strings.Contains(got, "a note written is kept") {
+		t.Errorf("finance-approves-writes shows %q", got)
+	}
+	type cell struct{ Tool, Lock, NoGroup, Finance string }
+	matrix := evaluate[[]cell](tb, `[...document.querySelectorAll(".matrix-table tbody tr")].map((r) => ({
+		Tool: r.dataset.tool, Lock: r.cells[1].textContent, NoGroup: r.cells[2].dataset.decision, Finance: r.cells[3]?.dataset.decision || "" }))`)
+	headers := evaluate[[]string](tb, `[...document.querySelectorAll(".matrix-table thead th")].map((c) => c.textContent)`)
+	if !slices.Equal(headers, []string{"Tool", "Lock", "No group", "In finance"}) {
+		t.Errorf("matrix columns %q", headers)
+	}
+	want := map[string]cell{
+		"notes_list":    {"notes_list", "locked", "allow", "allow"},
+		"notes_write":   {"notes_write", "locked", "approve", "approve"},
+		"notes_delete":  {"notes_delete", "locked", "deny", "deny"},
+		"sessions_list": {"sessions_list", "changed", "approve", "approve"},
+	}
+	for _, c := range matrix {
+		if w, ok := want[c.Tool]; ok && c != w {
+			t.Errorf("matrix row %+v, want %+v", c, w)
+		}
+		delete(want, c.Tool)
+	}
+	if len(want) > 0 {
+		t.Errorf("the matrix lacks %v", want)
+	}
+	tb.tabTo(`.matrix .table-wrap`)
+	checkAxeReview(t, tb, "the policy")
+
+	// The tool lock: the changed tool, with both hashes and its definition.
+	tb.tabTo(`.review-nav a[href="/review/tools"]`)
+	tb.do(pressEnter)
+	tb.waitUntil("the tool lock", `location.pathname === "/review/tools" && document.querySelector(".tool-lock-card")`)
+	if first := evaluate[string](tb, `document.querySelector(".tool-lock-card").dataset.tool`); first != "sessions_list" {
+		t.Errorf("the first tool is %s, want the changed sessions_list", first)
+	}
+	changedCard := evaluate[string](tb, `document.querySelector('.tool-lock-card[data-lock-state="changed"]').textContent`)
+	if !strings.Contains(changedCard, "sha256:"+strings.Repeat("0", 64)) || !strings.Contains(changedCard, "Changed since reviewed") || !strings.Contains(changedCard, `"name": "sessions_list"`) {
+		t.Errorf("the changed tool's card: %q", changedCard)
+	}
+	checkAxeReview(t, tb, "the tool lock")
+
+	// Every approval of the tenant: alice's, which rita did not ask for
+	// and may not decide.
+	tb.tabTo(`.review-nav a[href="/review/approvals"]`)
+	tb.do(pressEnter)
+	tb.waitUntil("alice's approval", `location.pathname === "/review/approvals" && document.querySelector(`+js(`.approval-card[data-approval="`+approvalID+`"]`)+`)`)
+	if evaluate[bool](tb, `Boolean(document.querySelector(".review .approval-card button[value=approve]"))`) {
+		t.Errorf("a reviewer who is no approver is offered Approve")
+	}
+	tb.tabTo("#approvals-status")
+	tb.do(chromedp.SetValue(chromedp.CSS("#approvals-status"), "denied"))
+	tb.tabTo(`.review-filters button[type=submit]`)
+	tb.do(pressEnter)
+	tb.waitUntil("no denied approval", `document.querySelector(".review .empty-state")?.textContent === "No approval matches." && !document.querySelector(".review .approval-card")`)
+	tb.do(chromedp.SetValue(chromedp.CSS("#approvals-status"), "pending"))
+	tb.click(`.review-filters button[type=submit]`)
+	tb.waitUntil("the pending approvals", `document.querySelectorAll(".review .approval-card.is-pending").length === 2`)
+	checkAxeReview(t, tb, "every approval")
+	tb.checkClean()
+}
