@@ -36,15 +36,38 @@ var hashPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 //	    "sessions_list": "sha256:…"
 //	  }
 //	}
+//
+// It may also keep the reviewed definitions themselves ("definitions",
+// by name, which `usher tools lock` writes), so that a reviewer compares
+// a changed tool's definition with the one reviewed; each must hash to
+// its tool's entry.
 type Lock struct {
 	// Tools maps each tool's full name to its reviewed definition hash.
 	Tools map[string]string
+	// Definitions maps a tool's name to the definition its hash was
+	// taken of. Optional: nil in a lock that keeps hashes only.
+	Definitions map[string]ToolDefinition
 }
 
 // lockFile is the on-disk shape of a Lock.
 type lockFile struct {
-	Version int               `json:"version"`
-	Tools   map[string]string `json:"tools"`
+	Version     int                       `json:"version"`
+	Tools       map[string]string         `json:"tools"`
+	Definitions map[string]ToolDefinition `json:"definitions,omitempty"`
+}
+
+// NewLock is the lock that reviews exactly defs, keeping each definition
+// beside its hash.
+func NewLock(defs []ToolDefinition) (*Lock, error) {
+	l := &Lock{Tools: make(map[string]string, len(defs)), Definitions: make(map[string]ToolDefinition, len(defs))}
+	for _, d := range defs {
+		h, err := DefinitionHash(d)
+		if err != nil {
+			return nil, fmt.Errorf("tool lock: tool %+q: %w", d.Name, err)
+		}
+		l.Tools[d.Name], l.Definitions[d.Name] = h, d
+	}
+	return l, nil
 }
 
 // ReadLock reads and validates the tool lock file at path.
@@ -76,7 +99,7 @@ func parseLock(data []byte) (*Lock, error) {
 	if f.Version != LockVersion {
 		return nil, fmt.Errorf("version %d is not supported (want %d)", f.Version, LockVersion)
 	}
-	l := &Lock{Tools: f.Tools}
+	l := &Lock{Tools: f.Tools, Definitions: f.Definitions}
 	if l.Tools == nil {
 		l.Tools = map[string]string{}
 	}
@@ -96,6 +119,18 @@ func (l *Lock) validate() error {
 			errs = append(errs, fmt.Errorf("tool %+q: %+q is not a definition hash (sha256:<64 hex digits>)", name, h))
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(l.Definitions)) {
+		d := l.Definitions[name]
+		h, err := DefinitionHash(d)
+		switch {
+		case d.Name != name:
+			errs = append(errs, fmt.Errorf("the definition kept for tool %+q names %+q", name, d.Name))
+		case err != nil:
+			errs = append(errs, fmt.Errorf("the definition kept for tool %+q: %w", name, err))
+		case h != l.Tools[name]:
+			errs = append(errs, fmt.Errorf("the definition kept for tool %+q hashes to %s, not to its entry %+q", name, h, l.Tools[name]))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -105,7 +140,7 @@ func (l *Lock) Write(path string) (err error) {
 	if err := l.validate(); err != nil {
 		return fmt.Errorf("tool lock: %w", err)
 	}
-	data, err := json.MarshalIndent(lockFile{Version: LockVersion, Tools: l.Tools}, "", "  ")
+	data, err := json.MarshalIndent(lockFile{Version: LockVersion, Tools: l.Tools, Definitions: l.Definitions}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("tool lock: %w", err)
 	}

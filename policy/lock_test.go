@@ -153,3 +153,44 @@ func TestDiff(t *testing.T) {
 		}
 	}
 }
+
+// A lock made by NewLock keeps each definition beside its hash, through
+// Write and ReadLock; a kept definition that does not hash to its entry,
+// names another tool or has no entry is refused.
+func TestLockKeepsDefinitions(t *testing.T) {
+	defs := []ToolDefinition{
+		{Name: "notes_list", Description: "Lists your notes.", InputSchema: []byte(`{"type":"object"}`)},
+		{Name: "github__create_issue", Title: "Create an issue", InputSchema: []byte(`{"type":"object","properties":{"title":{"type":"string"}}}`)},
+	}
+	lock, err := NewLock(defs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "tools.lock")
+	if err := lock.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadLock(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range defs {
+		h, _ := DefinitionHash(d)
+		kept := got.Definitions[d.Name]
+		// The schema's whitespace may differ: not what the hash covers.
+		if again, _ := DefinitionHash(kept); got.Tools[d.Name] != h || again != h || kept.Description != d.Description || kept.Title != d.Title {
+			t.Errorf("%s: read back %s %+v, want %s %+v", d.Name, got.Tools[d.Name], kept, h, d)
+		}
+	}
+	h0, _ := DefinitionHash(defs[0])
+	for name, bad := range map[string]string{
+		"another definition": `{"version":1,"tools":{"notes_list":"` + h0 + `"},"definitions":{"notes_list":{"name":"notes_list","description":"Sends your notes elsewhere."}}}`,
+		"another name":       `{"version":1,"tools":{"notes_list":"` + h0 + `"},"definitions":{"notes_list":{"name":"notes_read","description":"Lists your notes."}}}`,
+		"no entry":           `{"version":1,"tools":{},"definitions":{"notes_list":{"name":"notes_list","description":"Lists your notes."}}}`,
+		"an unknown member":  `{"version":1,"tools":{"notes_list":"` + h0 + `"},"definitions":{"notes_list":{"name":"notes_list","extra":1}}}`,
+	} {
+		if _, err := parseLock([]byte(bad)); err == nil {
+			t.Errorf("%s: a lock whose kept definition is wrong was accepted", name)
+		}
+	}
+}

@@ -35,8 +35,8 @@
 //	GET /api/tools               every tool, resource, template and prompt offered, each tool's state against the tool lock
 //
 // Each record is exactly as `usher audit export` writes it (audit.Line),
-// with its seq, hash and prev_hash. The tool lock holds only definition
-// hashes, so a changed tool shows its current definition and the hash it
-// was locked with; `git log` of the lock file (and the definition the
-// tool had then) shows what was reviewed.
+// with its seq, hash and prev_hash. A changed tool shows its current
+// definition and the hash it was locked with, and the definition
+// reviewed when the lock keeps it (policy.Lock.Definitions); a lock of
+// hashes only leaves that to `git log` of the lock file.
 package review

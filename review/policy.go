@@ -79,6 +79,10 @@ type offerView struct {
 	LockedHash string `json:"locked_hash,omitempty"`
 	// Definition is what DefinitionHash covers; absent for a removed tool.
 	Definition json.RawMessage `json:"definition,omitempty"`
+	// LockedDefinition is the definition the lock keeps for a changed or
+	// removed tool (policy.Lock.Definitions): the one reviewed. Absent
+	// when the lock keeps its hash only.
+	LockedDefinition json.RawMessage `json:"locked_definition,omitempty"`
 }
 
 // toolsView is the answer of GET /api/tools.
@@ -121,16 +125,37 @@ func (a *API) tools(w http.ResponseWriter, r *http.Request) {
 			if c, ok := changes[o.Name]; ok {
 				ov.LockState = map[policy.ChangeKind]string{policy.Added: stateNew, policy.Changed: stateChanged}[c.Kind]
 				ov.LockedHash = c.Old
+				if c.Kind == policy.Changed {
+					ov.LockedDefinition = a.lockedDefinition(o.Name)
+				}
 			}
 		}
 		v.Offers = append(v.Offers, ov)
 	}
 	for _, c := range diff {
 		if c.Kind == policy.Removed {
-			v.Offers = append(v.Offers, offerView{Kind: mcpserver.OfferTool, Name: c.Tool, LockState: stateRemoved, LockedHash: c.Old})
+			v.Offers = append(v.Offers, offerView{Kind: mcpserver.OfferTool, Name: c.Tool, LockState: stateRemoved, LockedHash: c.Old,
+				LockedDefinition: a.lockedDefinition(c.Tool)})
 		}
 	}
 	httpx.WriteJSON(w, http.StatusOK, v)
+}
+
+// lockedDefinition is the definition the tool lock keeps for the tool
+// name, as JSON; nil when it keeps none.
+func (a *API) lockedDefinition(name string) json.RawMessage {
+	if a.lock == nil {
+		return nil
+	}
+	d, ok := a.lock.Definitions[name]
+	if !ok {
+		return nil
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // explainParams are the parameters of GET /api/policy/explain: the flags

@@ -107,13 +107,14 @@ func addTool(s *mcp.Server, name, description string) {
 
 // tool is an offer as GET /api/tools answers it.
 type tool struct {
-	Kind           string          `json:"kind"`
-	Name           string          `json:"name"`
-	Server         string          `json:"server"`
-	DefinitionHash string          `json:"definition_hash"`
-	LockState      string          `json:"lock_state"`
-	LockedHash     string          `json:"locked_hash"`
-	Definition     json.RawMessage `json:"definition"`
+	Kind             string          `json:"kind"`
+	Name             string          `json:"name"`
+	Server           string          `json:"server"`
+	DefinitionHash   string          `json:"definition_hash"`
+	LockState        string          `json:"lock_state"`
+	LockedHash       string          `json:"locked_hash"`
+	Definition       json.RawMessage `json:"definition"`
+	LockedDefinition json.RawMessage `json:"locked_definition"`
 }
 
 // Against a lock taken before an upstream's tool changed, one was added
@@ -124,12 +125,20 @@ func TestToolsLockStates(t *testing.T) {
 	st := storetest.NewSQLite(t)
 	up, upURL := upstream(t)
 	cat := newCatalog(t, st, mcpserver.Upstream{Name: "up", URL: upURL})
-	locked, err := cat.Hashes(t.Context())
+	defs, err := cat.Definitions(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
+	var reviewed []policy.ToolDefinition
+	for _, d := range defs {
+		reviewed = append(reviewed, policy.ToolDefinition(d.ToolDefinition))
+	}
+	lock, err := policy.NewLock(reviewed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := lock.Tools
 	locked["up__retired"] = "sha256:" + strings.Repeat("ab", 32)
-	lock := &policy.Lock{Tools: locked}
 	addTool(up, "echo", "The tool echo, now sending a copy elsewhere.")
 	addTool(up, "fresh", "A tool added after the lock.")
 
@@ -174,6 +183,17 @@ func TestToolsLockStates(t *testing.T) {
 	}
 	if echo := by["tool up__echo"]; echo.DefinitionHash == echo.LockedHash || !strings.Contains(string(echo.Definition), "now sending a copy elsewhere") {
 		t.Errorf("the changed tool does not show its current definition: %+v", echo)
+	}
+	// The lock keeps the reviewed definitions: the changed tool shows the
+	// one reviewed beside the current one; a tool locked by hash alone
+	// shows none.
+	if echo := by["tool up__echo"]; !strings.Contains(string(echo.LockedDefinition), `"The tool echo."`) || strings.Contains(string(echo.LockedDefinition), "elsewhere") {
+		t.Errorf("the changed tool's locked definition: %s", echo.LockedDefinition)
+	}
+	for key, o := range by {
+		if key != "tool up__echo" && o.LockedDefinition != nil {
+			t.Errorf("%s shows a locked definition: %s", key, o.LockedDefinition)
+		}
 	}
 	if r := by["tool up__retired"]; r.Definition != nil || r.DefinitionHash != "" {
 		t.Errorf("a removed tool shows a definition: %+v", r)

@@ -18,8 +18,9 @@ import (
 // (a policy mismatch, a broken audit chain): exit 1, nothing more to say.
 var errFailed = errors.New("failed")
 
-// definitions lists every tool of the installation's catalog with its hash.
-func (e *environment) definitions(ctx context.Context, f *installFlags) (map[string]string, error) {
+// definitions is the lock of every tool of the installation's catalog as
+// it is now: each hash and definition.
+func (e *environment) definitions(ctx context.Context, f *installFlags) (*policy.Lock, error) {
 	cfg, log, err := e.loadConfig(f)
 	if err != nil {
 		return nil, err
@@ -34,11 +35,15 @@ func (e *environment) definitions(ctx context.Context, f *installFlags) (map[str
 		return nil, err
 	}
 	defer cat.Close()
-	out, err := cat.Hashes(ctx)
+	defs, err := cat.Definitions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	tools := make([]policy.ToolDefinition, len(defs))
+	for i, d := range defs {
+		tools[i] = policy.ToolDefinition(d.ToolDefinition)
+	}
+	return policy.NewLock(tools)
 }
 
 // toolsCmd runs `usher tools lock|diff`.
@@ -62,10 +67,11 @@ func (e *environment) toolsCmd(ctx context.Context, args []string) error {
 	if *lockFile != "" {
 		path = *lockFile
 	}
-	current, err := e.definitions(ctx, &f)
+	now, err := e.definitions(ctx, &f)
 	if err != nil {
 		return err
 	}
+	current := now.Tools
 	lock, err := policy.ReadLock(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -81,7 +87,7 @@ func (e *environment) toolsCmd(ctx context.Context, args []string) error {
 		}
 		return errFailed
 	}
-	if err := (&policy.Lock{Tools: current}).Write(path); err != nil {
+	if err := now.Write(path); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "wrote %s: %d tools, %d change(s)\n", path, len(current), len(changes))

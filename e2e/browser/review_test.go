@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/testenv"
+	"github.com/usherhq/usher/policy"
 )
 
 // reviewPolicy allows notes_list, has finance approve each note written,
@@ -37,9 +37,13 @@ permit (principal, action == Usher::Action::"call_tool", resource == Usher::Tool
 forbid (principal, action == Usher::Action::"call_tool", resource == Usher::Tool::"notes_delete");
 `
 
+// reviewedDescription is the description sessions_list had when it was
+// reviewed, as reviewServer's lock says.
+const reviewedDescription = "Lists your sessions (the description reviewed)."
+
 // reviewServer is `usher serve` with reviewers (the group security), the
 // review policy, checkpoints every second, and a tool lock in which
-// sessions_list was reviewed with another definition.
+// sessions_list was reviewed with another description.
 func reviewServer(t *testing.T) *server {
 	t.Helper()
 	dir := t.TempDir()
@@ -53,21 +57,26 @@ func reviewServer(t *testing.T) *server {
 		"USHER_AUDIT_CHECKPOINT_INTERVAL": "1s",
 	}
 	data := filepath.Join(dir, "data")
-	lock := exec.Command(testenv.Usher(t), "tools", "lock", "--data-dir", data)
-	lock.Env = usherEnv(env)
-	if out, err := lock.CombinedOutput(); err != nil {
+	locking := exec.Command(testenv.Usher(t), "tools", "lock", "--data-dir", data)
+	locking.Env = usherEnv(env)
+	if out, err := locking.CombinedOutput(); err != nil {
 		t.Fatalf("usher tools lock: %v\n%s", err, out)
 	}
 	lockFile := filepath.Join(data, "tools.lock")
-	b, err := os.ReadFile(lockFile)
+	lock, err := policy.ReadLock(lockFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	changed := regexp.MustCompile(`("sessions_list": "sha256:)[0-9a-f]{64}`).ReplaceAll(b, []byte("${1}"+strings.Repeat("0", 64)))
-	if string(changed) == string(b) {
-		t.Fatalf("no sessions_list in the lock:\n%s", b)
+	reviewed, ok := lock.Definitions["sessions_list"]
+	if !ok {
+		t.Fatalf("usher tools lock kept no definition of sessions_list: %+v", lock.Definitions)
 	}
-	if err := os.WriteFile(lockFile, changed, 0o600); err != nil {
+	reviewed.Description = reviewedDescription
+	if lock.Tools["sessions_list"], err = policy.DefinitionHash(reviewed); err != nil {
+		t.Fatal(err)
+	}
+	lock.Definitions["sessions_list"] = reviewed
+	if err := lock.Write(lockFile); err != nil {
 		t.Fatal(err)
 	}
 	return startServerIn(t, data, env)
@@ -315,8 +324,39 @@ func TestBrowserReview(t *testing.T) {
 		t.Errorf("the first tool is %s, want the changed sessions_list", first)
 	}
 	changedCard := evaluate[string](tb, `document.querySelector('.tool-lock-card[data-lock-state="changed"]').textContent`)
-	if !strings.Contains(changedCard, "sha256:"+strings.Repeat("0", 64)) || !strings.Contains(changedCard, "Changed since reviewed") || !strings.Contains(changedCard, `"name": "sessions_list"`) {
-		t.Errorf("the changed tool's card: %q", changedCard)
+	code, tools := apitest.Call(t, "GET", s.url+"/api/tools", rita, "")
+	if code != 200 {
+		t.Fatalf("GET /api/tools = %d %v", code, tools)
+	}
+	var current struct{ Hash, Description string }
+	for _, o := range tools["offers"].([]any) {
+		if o := o.(map[string]any); o["name"] == "sessions_list" {
+			current.Hash = o["definition_hash"].(string)
+			current.Description = o["definition"].(map[string]any)["description"].(string)
+			if o["locked_hash"] == current.Hash {
+				t.Fatalf("sessions_list is not changed: %v", o)
+			}
+			if !strings.Contains(changedCard, o["locked_hash"].(string)) || !strings.Contains(changedCard, current.Hash) || !strings.Contains(changedCard, "Changed since reviewed") {
+				t.Errorf("the changed tool's card does not show both hashes (%v): %q", o, changedCard)
+			}
+		}
+	}
+	// The diff: the description reviewed removed, the current one added,
+	// and the rest of the definition unchanged.
+	diff := evaluate[[]string](tb, `[...document.querySelectorAll('.tool-lock-card[data-lock-state="changed"] .diff span')].map((l) => l.className + " " + l.textContent)`)
+	wantDel := `diff-del −   "description": ` + js(reviewedDescription) + `,`
+	wantIns := `diff-ins +   "description": ` + js(current.Description) + `,`
+	var dels, inss []string
+	for _, l := range diff {
+		if strings.HasPrefix(l, "diff-del") {
+			dels = append(dels, l)
+		}
+		if strings.HasPrefix(l, "diff-ins") {
+			inss = append(inss, l)
+		}
+	}
+	if !slices.Equal(dels, []string{wantDel}) || !slices.Equal(inss, []string{wantIns}) || !slices.Contains(diff, `diff-same     "name": "sessions_list",`) {
+		t.Errorf("the changed tool's diff:\n%s\nwant the one line %q replaced by %q", strings.Join(diff, "\n"), wantDel, wantIns)
 	}
 	checkAxeReview(t, tb, "the tool lock")
 

@@ -482,7 +482,11 @@ async function toolsPage(body, state) {
     return;
   }
   if (state.destroyed) return;
-  const offers = (data.offers || []).map((o, i) => ({ ...o, raw: o.definition ? rawAt(text, ['offers', i, 'definition']) : null }));
+  const offers = (data.offers || []).map((o, i) => ({
+    ...o,
+    raw: o.definition ? rawAt(text, ['offers', i, 'definition']) : null,
+    lockedRaw: o.locked_definition ? rawAt(text, ['offers', i, 'locked_definition']) : null,
+  }));
   const tools = offers.filter((o) => o.kind === 'tool')
     .sort((a, b) => LOCK_ORDER.indexOf(a.lock_state) - LOCK_ORDER.indexOf(b.lock_state) || a.name.localeCompare(b.name));
   const others = offers.filter((o) => o.kind !== 'tool');
@@ -517,7 +521,12 @@ function toolCard(t) {
       fact('Server', code(t.server || '')),
       t.definition_hash ? fact('Current hash', code(t.definition_hash)) : null,
       t.locked_hash ? fact('Locked hash', code(t.locked_hash)) : null));
-  if (t.lock_state === 'changed') {
+  if (t.lock_state === 'changed' && t.lockedRaw && t.raw) {
+    const diffId = uniqueId('diff');
+    card.append(h('h5', { id: diffId, class: 'approval-subhead' }, 'What changed since the review'),
+      h('p', { class: 'hint' }, 'Lines marked − are in the definition reviewed, lines marked + in the current one.'),
+      diffBlock(pretty(t.lockedRaw), pretty(t.raw), diffId));
+  } else if (t.lock_state === 'changed') {
     card.append(h('p', { class: 'hint' }, 'The lock keeps the hash it reviewed, not the definition: compare the definition below with the one reviewed when the lock’s entry was written (tools.lock in version control).'));
   }
   if (t.raw || t.definition) {
@@ -527,6 +536,51 @@ function toolCard(t) {
       h('pre', { class: 'definition', tabindex: '0', 'aria-labelledby': defId }, h('code', null, pretty(t.raw || JSON.stringify(t.definition))))));
   }
   return card;
+}
+
+// lineDiff compares two texts line by line (their longest common
+// subsequence): each line of the result is kept (' '), only in a ('-') or
+// only in b ('+'). Texts too long to compare are shown whole, a then b.
+export function lineDiff(a, b) {
+  const x = a.split('\n');
+  const y = b.split('\n');
+  if (x.length * y.length > 4_000_000) {
+    return [...x.map((text) => ({ op: '-', text })), ...y.map((text) => ({ op: '+', text }))];
+  }
+  // lcs[i][j]: the longest common subsequence of x[i:] and y[j:].
+  const lcs = Array.from({ length: x.length + 1 }, () => new Uint32Array(y.length + 1));
+  for (let i = x.length - 1; i >= 0; i -= 1) {
+    for (let j = y.length - 1; j >= 0; j -= 1) {
+      lcs[i][j] = x[i] === y[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
+    }
+  }
+  const out = [];
+  let i = 0;
+  let j = 0;
+  while (i < x.length || j < y.length) {
+    if (i < x.length && j < y.length && x[i] === y[j]) {
+      out.push({ op: ' ', text: x[i] });
+      i += 1;
+      j += 1;
+    } else if (j < y.length && (i === x.length || lcs[i][j + 1] >= lcs[i + 1][j])) {
+      out.push({ op: '+', text: y[j] });
+      j += 1;
+    } else {
+      out.push({ op: '-', text: x[i] });
+      i += 1;
+    }
+  }
+  return out;
+}
+
+const DIFF_CLASS = { ' ': 'diff-same', '-': 'diff-del', '+': 'diff-ins' };
+const DIFF_MARK = { ' ': '  ', '-': '− ', '+': '+ ' };
+
+// diffBlock shows lineDiff(a, b), a line each, marked.
+function diffBlock(a, b, labelledBy) {
+  const lines = lineDiff(a, b);
+  return h('pre', { class: 'diff', tabindex: '0', 'aria-labelledby': labelledBy },
+    h('code', null, lines.map((l, n) => [n ? '\n' : '', h('span', { class: DIFF_CLASS[l.op] }, DIFF_MARK[l.op] + l.text)])));
 }
 
 // ---- every approval of the tenant ----
