@@ -265,7 +265,39 @@ func TestBrowserReview(t *testing.T) {
 	head := fmt.Sprint(verify["head"].(map[string]any)["seq"])
 	tb.waitUntil("the chain verified to the head", `document.querySelector(".chain-status .verified-to")?.textContent === `+js("#"+head))
 
+	// Paging: more records than a page, read with the API's cursor.
+	code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, `{"title":"many calls"}`)
+	if code != 201 {
+		t.Fatalf("create = %d %v", code, run)
+	}
+	for range 25 { // two records each: a page and more
+		if code, body := apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+run["runId"].(string)+"/messages?wait=30s", alice, `{"content":"call notes_list {}"}`); code != 200 {
+			t.Fatalf("turn = %d %v", code, body)
+		}
+	}
+	code, firstPage := apitest.Call(t, "GET", s.url+"/api/audit?order=desc&limit=50", rita, "")
+	if code != 200 || firstPage["next"] == nil {
+		t.Fatalf("the first page = %d, %d records, want a full page and next", code, len(firstPage["records"].([]any)))
+	}
+	wantAll := apiSeqs("order=desc&limit=50")
+	wantAll = append(wantAll, apiSeqs("cursor="+firstPage["next"].(string))...)
+	tb.click(`.review-filters button.subtle`) // Clear
+	tb.waitUntil("the first page", `location.search === "" && document.querySelectorAll(".audit-table tbody tr").length === 50`)
+	tb.click(`.records + .button`)
+	tb.waitUntil("the older records", fmt.Sprintf(`document.querySelectorAll(".audit-table tbody tr").length === %d`, len(wantAll)))
+	var all []string
+	for _, r := range rows() {
+		all = append(all, r.Seq)
+	}
+	if !slices.Equal(all, wantAll) {
+		t.Errorf("paged, the log shows %v; the API's two pages hold %v", all, wantAll)
+	}
+	if !evaluate[bool](tb, `document.activeElement?.matches(".audit-table tbody tr:nth-child(51) a")`) {
+		t.Errorf("the focus is not on the first older record")
+	}
+
 	// A record's detail, with its hashes.
+	evaluate[bool](tb, `(document.querySelector("#review-title").focus(), true)`)
 	first := rows()[0].Seq
 	tb.tabTo(`.audit-table tbody tr[data-seq="` + first + `"] a`)
 	tb.do(pressEnter)
