@@ -180,6 +180,7 @@ function auditPage(body, state) {
       older.hidden = true;
       tableSlot.replaceChildren(failure(err, 'The records'));
       if (err instanceof APIError && err.code === 'reviewer_required') {
+        state.denied = true; // nothing to tail
         form.hidden = true;
         live.closest('p').hidden = true;
       }
@@ -208,7 +209,7 @@ function auditPage(body, state) {
   // The live tail: the records after the newest shown, with the same
   // filters, oldest first; they go on top.
   const tail = async () => {
-    if (state.destroyed) return;
+    if (state.destroyed || state.denied) return;
     if (live.checked && records.length && document.visibilityState !== 'hidden') {
       const mine = generation;
       try {
@@ -262,6 +263,9 @@ function chainStatus(state) {
     h('div', { role: 'status' }, text));
   let running = false;
   let again = false;
+  // Where the last intact verification ended: the next one checks only
+  // the records written since, chained on that record's stored hash.
+  let intactTo = 0;
   const lastCheckpoint = async () => {
     let after = 0;
     let last = null;
@@ -280,7 +284,7 @@ function chainStatus(state) {
     }
     running = true;
     try {
-      let after = 0;
+      let after = intactTo;
       let step;
       for (;;) {
         step = await request(`/api/audit/verify?after=${after}`);
@@ -289,6 +293,11 @@ function chainStatus(state) {
         if (step.resume === undefined || step.resume === null) break;
         after = step.resume;
         text.textContent = `Verifying the chain… #${step.verified_to} of #${step.head.seq}`;
+      }
+      // A step that checked nothing new ends where it began.
+      if (step.intact) {
+        step.verified_to = Math.max(step.verified_to, after);
+        intactTo = step.verified_to;
       }
       let checkpoint = null;
       let checkpointError = '';
@@ -313,9 +322,16 @@ function chainStatus(state) {
           'The chain is broken at ', h('strong', null, `#${step.first_broken}`), ` (${problems}${step.problem_count > 5 ? ', …' : ''}); `, cp, '.']);
       }
     } catch (err) {
-      // Not a reviewer: the records' place says so, once.
-      if (err instanceof APIError && err.code === 'reviewer_required') box.hidden = true;
-      else if (!state.destroyed) text.replaceChildren(failure(err, 'The chain’s status'));
+      if (intactTo > 0 && err instanceof APIError && err.status === 404) {
+        // The record verified to is gone: verify from the first again.
+        intactTo = 0;
+        again = true;
+      } else if (err instanceof APIError && err.code === 'reviewer_required') {
+        // Not a reviewer: the records' place says so, once.
+        box.hidden = true;
+      } else if (!state.destroyed) {
+        text.replaceChildren(failure(err, 'The chain’s status'));
+      }
     } finally {
       running = false;
       if (again && !state.destroyed) {
