@@ -1,6 +1,7 @@
 package browser
 
 import (
+	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	_ "modernc.org/sqlite"
 
 	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/testenv"
@@ -149,9 +151,10 @@ func alicesCall(t *testing.T, s *server, alice, tool, args string) {
 
 // TestBrowserReview walks the Review section as a security reviewer would
 // — by keyboard, from the Review link: alice's calls in the audit log,
-// filtered, a new one arriving live, a record with its hashes, the chain
-// verified with its last checkpoint, the policy's statements and matrix,
-// the changed tool against the lock, and every approval of the tenant —
+// filtered, a new one arriving live, paged, a record with its hashes, the
+// chain verified with its last checkpoint, the policy's statements and
+// matrix, the changed tool's diff against the lock, every approval of the
+// tenant, and the chain broken where a record was edited —
 // with axe on each page at each size and theme; and as a person who is
 // not a reviewer: no Review link, and the Review pages say so.
 func TestBrowserReview(t *testing.T) {
@@ -418,5 +421,18 @@ func TestBrowserReview(t *testing.T) {
 	tb.click(`.review-filters button[type=submit]`)
 	tb.waitUntil("the pending approvals", `document.querySelectorAll(".review .approval-card.is-pending").length === 2`)
 	checkAxeReview(t, tb, "every approval")
+
+	// A record edited in the database: the chain's status says where it
+	// breaks.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(s.dataDir, "usher.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(t.Context(), `UPDATE audit_log SET tool = 'notes_delete' WHERE seq = 3`); err != nil {
+		t.Fatal(err)
+	}
+	tb.click(`.review-nav a[href="/review"]`)
+	tb.waitUntil("the chain broken at #3", `document.querySelector(".chain-status.broken")?.textContent.includes("The chain is broken at #3 (#3 edited")`)
 	tb.checkClean()
 }
