@@ -399,8 +399,10 @@ func TestBrowserReview(t *testing.T) {
 			inss = append(inss, l)
 		}
 	}
-	if !slices.Equal(dels, []string{wantDel}) || !slices.Equal(inss, []string{wantIns}) || !slices.Contains(diff, `diff-same     "name": "sessions_list",`) {
-		t.Errorf("the changed tool's diff:\n%s\nwant the one line %q replaced by %q", strings.Join(diff, "\n"), wantDel, wantIns)
+	at := slices.Index(diff, wantDel)
+	if !slices.Equal(dels, []string{wantDel}) || !slices.Equal(inss, []string{wantIns}) || at < 0 || at+1 >= len(diff) || diff[at+1] != wantIns ||
+		!slices.Contains(diff, `diff-same     "name": "sessions_list",`) {
+		t.Errorf("the changed tool's diff:\n%s\nwant the one line %q followed by %q", strings.Join(diff, "\n"), wantDel, wantIns)
 	}
 	checkAxeReview(t, tb, "the tool lock")
 

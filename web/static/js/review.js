@@ -578,12 +578,13 @@ export function lineDiff(a, b) {
       out.push({ op: ' ', text: x[i] });
       i += 1;
       j += 1;
-    } else if (j < y.length && (i === x.length || lcs[i][j + 1] >= lcs[i + 1][j])) {
-      out.push({ op: '+', text: y[j] });
-      j += 1;
-    } else {
+    } else if (i < x.length && (j === y.length || lcs[i + 1][j] >= lcs[i][j + 1])) {
+      // What was removed comes before what replaced it.
       out.push({ op: '-', text: x[i] });
       i += 1;
+    } else {
+      out.push({ op: '+', text: y[j] });
+      j += 1;
     }
   }
   return out;
