@@ -35,7 +35,8 @@
 //     (64 KiB): a larger one is refused, never truncated; the Content-Type
 //     must be application/json or application/<something>+json.
 //
-// The document must be a JSON object whose client_id equals the URL exactly
+// The document must be a JSON object, nested at most [MaxDepth] deep, whose
+// client_id equals the URL exactly
 // (simple string comparison, no normalisation), with a client_name and a
 // non-empty redirect_uris, each acceptable by [RedirectURIProblem] — the
 // rule broker/oauth holds registered and configured clients to as well —,

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Limits of a document's members: generous for real clients, small enough
@@ -20,6 +21,12 @@ const (
 	maxURILen       = 2048
 	maxRedirectURIs = 32
 	maxScopeLen     = 1024
+	// MaxDepth bounds how deeply a document's objects and arrays nest,
+	// its own object counting as the first level: client metadata is
+	// flat (a jwks member is 3 deep), and the stored document must be
+	// JSON every engine's checks accept (SQLite's json_valid stops at
+	// 1,000).
+	MaxDepth = 32
 )
 
 // Document is a validated Client ID Metadata Document. A Document returned
@@ -90,6 +97,9 @@ func parseDocument(clientID string, body []byte) (*Document, *Error) {
 	if err := jsonv2.Unmarshal(body, &w); err != nil {
 		return nil, fail("the client metadata document is not valid JSON of client metadata", err)
 	}
+	if tooDeep(body) {
+		return nil, refuse("the client metadata document nests objects and arrays too deep")
+	}
 	d := &w.Document
 	d.Raw = bytes.Clone(body)
 	if d.ClientID != clientID {
@@ -102,6 +112,20 @@ func parseDocument(clientID string, body []byte) (*Document, *Error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// tooDeep reports whether the JSON body nests objects and arrays deeper
+// than MaxDepth anywhere.
+func tooDeep(body []byte) bool {
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	for {
+		if _, err := dec.ReadToken(); err != nil {
+			return false // the end, or JSON that Unmarshal has refused
+		}
+		if dec.StackDepth() > MaxDepth {
+			return true
+		}
+	}
 }
 
 // validate checks the members of d and fills in the defaults.

@@ -265,6 +265,13 @@ func TestFetchRefusesBadDocuments(t *testing.T) {
 			"the client metadata document is not a JSON object"},
 		{"trailing data", serveBody("application/json", append(valid[:len(valid):len(valid)], []byte(" {}")...)),
 			"the client metadata document is not valid JSON of client metadata"},
+		{"nested too deep", with(func(d map[string]any) {
+			var v any = "x"
+			for range clientmeta.MaxDepth {
+				v = []any{v}
+			}
+			d["extra"] = v
+		}), "the client metadata document nests objects and arrays too deep"},
 		{"not UTF-8", serveBody("application/json", []byte("{\"client_name\":\"\xff\"}")),
 			"the client metadata document is not UTF-8"},
 		{"a member twice", serveBody("application/json", []byte(`{"client_id":"`+id+`","client_name":"A","redirect_uris":["https://a.example/cb"],"redirect_uris":["https://b.example/cb"]}`)),
@@ -589,5 +596,18 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}
 	if _, err := clientmeta.New(nil); err != nil {
 		t.Errorf("New(nil) = %v", err)
+	}
+}
+
+func TestFetchAcceptsADocumentNestedToTheLimit(t *testing.T) {
+	s := newDocServer(t, false, nil)
+	id := s.id("example.com", "/client.json")
+	var v any = "x"
+	for range clientmeta.MaxDepth - 1 { // the document's own object is the first level
+		v = []any{v}
+	}
+	s.set(serveJSON(document(id, func(d map[string]any) { d["extra"] = v })))
+	if _, err := fetcher(t, s, nil).Fetch(t.Context(), id); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -31,6 +31,11 @@ const (
 	MaxClientNameLen = 100
 	// maxRedirectURIs bounds redirect_uris: a client needs a few.
 	maxRedirectURIs = 10
+	// MaxMetadataDepth bounds how deeply a registration request's objects
+	// and arrays nest, the request's own object counting as the first
+	// level: client metadata is flat, and the stored request must be JSON
+	// every engine's checks accept (SQLite's json_valid stops at 1,000).
+	MaxMetadataDepth = 32
 )
 
 // Registration is a validated RFC 7591 registration request: the client
@@ -69,7 +74,8 @@ var registrationMembers = []string{
 
 // ParseRegistration validates the body of a Dynamic Client Registration
 // request (RFC 7591 §3.1): one JSON object of at most MaxRegistrationBytes,
-// valid UTF-8, no member twice (nor in another case); redirect_uris required, 1 to 10 URIs each
+// valid UTF-8, no member twice (nor in another case), objects and arrays
+// nested at most MaxMetadataDepth deep, anywhere in it; redirect_uris required, 1 to 10 URIs each
 // passing [CheckRedirectURI] (else invalid_redirect_uri); grant_types ⊆
 // {authorization_code, refresh_token} and containing authorization_code;
 // response_types ⊆ {code}; token_endpoint_auth_method none or
@@ -133,8 +139,9 @@ func metadataError(format string, args ...any) *Error {
 }
 
 // checkObject accepts body when it is exactly one JSON object none of whose
-// members appears twice: encoding/json would keep the last of two, and the
-// stored request (Raw) must not read differently from what was checked.
+// members appears twice — encoding/json would keep the last of two, and the
+// stored request (Raw) must not read differently from what was checked —
+// and whose values nest at most MaxMetadataDepth deep.
 func checkObject(body []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
@@ -158,9 +165,8 @@ func checkObject(body []byte) error {
 		if slices.Contains(registrationMembers, folded) && folded != name {
 			return metadataError("Member names are case-sensitive: %q.", truncate(name, 40))
 		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return metadataError("The registration request is not valid JSON.")
+		if err := skipValue(dec, 1); err != nil {
+			return err
 		}
 	}
 	if _, err := dec.Token(); err != nil {
@@ -168,6 +174,37 @@ func checkObject(body []byte) error {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return metadataError("The registration request must be one JSON object.")
+	}
+	return nil
+}
+
+// skipValue reads the next value of dec, found inside depth levels of
+// objects and arrays, refusing one that opens more than MaxMetadataDepth
+// in all. The recursion is as deep as the levels, so bounded too.
+func skipValue(dec *json.Decoder, depth int) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return metadataError("The registration request is not valid JSON.")
+	}
+	open, ok := tok.(json.Delim)
+	if !ok {
+		return nil // a string, number, boolean or null
+	}
+	if depth++; depth > MaxMetadataDepth {
+		return metadataError("The registration request nests objects and arrays more than %d deep.", MaxMetadataDepth)
+	}
+	for dec.More() {
+		if open == '{' {
+			if _, err := dec.Token(); err != nil { // the member name
+				return metadataError("The registration request is not valid JSON.")
+			}
+		}
+		if err := skipValue(dec, depth); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing delimiter
+		return metadataError("The registration request is not valid JSON.")
 	}
 	return nil
 }

@@ -55,6 +55,11 @@ func TestParseRegistration(t *testing.T) {
 			RedirectURIs: []string{"https://c.example/cb"}, GrantTypes: []string{"authorization_code"}, ResponseTypes: []string{"code"},
 			AuthMethod: "client_secret_basic", ClientName: strings.Repeat("é", oauth.MaxClientNameLen), Scope: "mcp:invoke",
 		}},
+		{"nested as deep as allowed, brackets in strings not counted", `{"redirect_uris":["https://c.example/cb"],"x":` +
+			nested(oauth.MaxMetadataDepth-1, `"[[[{{{"`) + `}`, oauth.Registration{
+			RedirectURIs: []string{"https://c.example/cb"}, GrantTypes: []string{"authorization_code"}, ResponseTypes: []string{"code"},
+			AuthMethod: "client_secret_basic", Scope: "mcp:invoke",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,6 +98,9 @@ func TestParseRegistrationRefuses(t *testing.T) {
 		{"invalid UTF-8", "{" + cb + `,"client_name":"a` + "\xff" + `"}`, "invalid_client_metadata"},
 		{"too large", `{` + cb + `,"x":"` + strings.Repeat("a", oauth.MaxRegistrationBytes) + `"}`, "invalid_client_metadata"},
 		{"deeply nested", `{` + cb + `,"x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, "invalid_client_metadata"},
+		{"nested one level too deep", `{` + cb + `,"x":` + nested(oauth.MaxMetadataDepth, `1`) + `}`, "invalid_client_metadata"},
+		{"nested 1,000 deep", `{` + cb + `,"x":` + nested(1000, `1`) + `}`, "invalid_client_metadata"},
+		{"nested too deep in a known member", `{"redirect_uris":` + nested(oauth.MaxMetadataDepth, `"https://c.example/cb"`) + `}`, "invalid_client_metadata"},
 		{"no redirect_uris", `{"client_name":"x"}`, "invalid_redirect_uri"},
 		{"empty redirect_uris", `{"redirect_uris":[]}`, "invalid_redirect_uri"},
 		{"null redirect_uris", `{"redirect_uris":null}`, "invalid_redirect_uri"},
@@ -137,6 +145,7 @@ func TestParseRegistrationRefuses(t *testing.T) {
 			reg, err := oauth.ParseRegistration([]byte(tt.body))
 			var e *oauth.Error
 			if !errors.As(err, &e) {
+				reg.Raw = nil
 				t.Fatalf("got %+v, %v; want an *oauth.Error", reg, err)
 			}
 			if e.Code != tt.wantCode || e.Status != 400 || e.Description == "" {
@@ -144,6 +153,54 @@ func TestParseRegistrationRefuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nested is inner inside depth levels of arrays and objects, alternating.
+func nested(depth int, inner string) string {
+	var open, closing strings.Builder
+	for i := range depth {
+		if i%2 == 0 {
+			open.WriteString(`[`)
+			closing.WriteString(`]`)
+		} else {
+			open.WriteString(`{"k":`)
+			closing.WriteString(`}`)
+		}
+	}
+	c := []byte(closing.String())
+	slices.Reverse(c)
+	return open.String() + inner + string(c)
+}
+
+// TestRegisterRefusesDeepNesting checks that a registration request whose
+// extra member nests deeper than MaxMetadataDepth is refused with
+// invalid_client_metadata and stores nothing, on both engines (SQLite's
+// json_valid refuses 1,000 levels, PostgreSQL's json stores 5,000).
+func TestRegisterRefusesDeepNesting(t *testing.T) {
+	engines(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, nil)
+		for _, depth := range []int{oauth.MaxMetadataDepth, 1000, 5000} {
+			body := `{"redirect_uris":["https://app.example.com/cb"],"token_endpoint_auth_method":"none","x":` +
+				strings.Repeat("[", depth) + `0` + strings.Repeat("]", depth) + `}`
+			req, err := http.NewRequest(http.MethodPost, e.issuer+oauth.PathRegister, strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, answer := e.do(req, "")
+			var oe struct {
+				Error       string `json:"error"`
+				Description string `json:"error_description"`
+			}
+			if err := json.Unmarshal([]byte(answer), &oe); err != nil || resp.StatusCode != http.StatusBadRequest ||
+				oe.Error != oauth.CodeInvalidClientMetadata || oe.Description == "" {
+				t.Errorf("%d deep: %d %s, want 400 invalid_client_metadata", depth, resp.StatusCode, answer)
+			}
+		}
+		if cls, err := st.ListOAuthClients(t.Context()); err != nil || len(cls) != 0 {
+			t.Errorf("clients stored: %d (%v), want none", len(cls), err)
+		}
+	})
 }
 
 func TestRegistrationResponse(t *testing.T) {
