@@ -1,10 +1,13 @@
 package oauth
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
 	"slices"
@@ -73,7 +76,7 @@ func (s *Server) serveContinue(w http.ResponseWriter, r *http.Request) {
 		err = s.pending.Open(c.Value, s.clock(), &p)
 	}
 	if err != nil || !validPendingID(id) || p.ID != id {
-		showError(w, newError(CodeInvalidRequest, "This authorization request has expired, was used, or was started in another browser. Start again from your application.", false))
+		showError(w, r, newError(CodeInvalidRequest, "This authorization request has expired, was used, or was started in another browser. Start again from your application.", false))
 		return
 	}
 	s.authorize(w, r, p.Params.Encode(), http.StatusFound)
@@ -105,7 +108,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 	ctx := r.Context()
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		showError(w, newError(CodeInvalidRequest, "The authorization request's query is malformed.", false))
+		showError(w, r, newError(CodeInvalidRequest, "The authorization request's query is malformed.", false))
 		return
 	}
 	a, cl, perr := s.checkAuthorize(ctx, q)
@@ -116,7 +119,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 	p, session, ok, err := s.whoIsSignedIn(r)
 	if err != nil {
 		s.log.ErrorContext(ctx, "oauth: who is signed in", "err", err)
-		showError(w, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "Usher could not tell who is signed in; try again."})
+		showError(w, r, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "Usher could not tell who is signed in; try again."})
 		return
 	}
 	if ok && len(p.Groups) > broker.MaxGroups {
@@ -189,12 +192,12 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if !httpx.SameOrigin(r, s.issuer) {
-		showError(w, &Error{Status: http.StatusForbidden, Code: CodeAccessDenied, Description: "The consent form must be posted from Usher's own page."})
+		showError(w, r, &Error{Status: http.StatusForbidden, Code: CodeAccessDenied, Description: "The consent form must be posted from Usher's own page."})
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxConsentForm)
 	if err := r.ParseForm(); err != nil {
-		showError(w, newError(CodeInvalidRequest, "The consent form could not be read.", false))
+		showError(w, r, newError(CodeInvalidRequest, "The consent form could not be read.", false))
 		return
 	}
 	form := r.PostForm
@@ -203,19 +206,19 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 	decision, _ := single(form, FormDecision)
 	var pr pendingRequest
 	if err := s.pending.Open(request, s.clock(), &pr); err != nil || !validPendingID(pr.ID) {
-		showError(w, newError(CodeInvalidRequest, "This authorization request has expired or is not valid. Start again from your application.", false))
+		showError(w, r, newError(CodeInvalidRequest, "This authorization request has expired or is not valid. Start again from your application.", false))
 		return
 	}
 	p, session, ok, err := s.whoIsSignedIn(r)
 	switch {
 	case err != nil:
 		s.log.ErrorContext(ctx, "oauth: who is signed in", "err", err)
-		showError(w, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "Usher could not tell who is signed in; try again."})
+		showError(w, r, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "Usher could not tell who is signed in; try again."})
 		return
 	case !ok || !s.checkCSRF(p.ID(), session, request, token):
 		// A missing or wrong token, or a token shown to someone else than
 		// who is signed in now, or in another browser session.
-		showError(w, &Error{Status: http.StatusForbidden, Code: CodeAccessDenied, Description: "The consent form is not valid for this request, this user or this browser session. Start again from your application."})
+		showError(w, r, &Error{Status: http.StatusForbidden, Code: CodeAccessDenied, Description: "The consent form is not valid for this request, this user or this browser session. Start again from your application."})
 		return
 	}
 	q := pr.Params
@@ -232,7 +235,7 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 		s.refuseAuthorize(w, r, a, newError(CodeAccessDenied, "The user denied the request.", true), http.StatusSeeOther)
 		return
 	default:
-		showError(w, newError(CodeInvalidRequest, "The consent form has no decision.", false))
+		showError(w, r, newError(CodeInvalidRequest, "The consent form has no decision.", false))
 		return
 	}
 	now := s.clock()
@@ -246,7 +249,7 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		// The form was answered before: its code exists already.
-		showError(w, newError(CodeInvalidRequest, "This consent was already given; its answer went to the application. Start again from your application if it did not sign in.", false))
+		showError(w, r, newError(CodeInvalidRequest, "This consent was already given; its answer went to the application. Start again from your application if it did not sign in.", false))
 		return
 	case err != nil:
 		s.log.ErrorContext(ctx, "oauth: store the authorization code", "err", err)
@@ -405,30 +408,65 @@ func (s *Server) storeCode(ctx context.Context, code string, a AuthorizeRequest,
 // redirect URI when e is redirectable, else to the user.
 func (s *Server) refuseAuthorize(w http.ResponseWriter, r *http.Request, a AuthorizeRequest, e *Error, redirect int) {
 	if !e.Redirectable {
-		showError(w, e)
+		showError(w, r, e)
 		return
 	}
 	noStore(w)
 	http.Redirect(w, r, a.ErrorRedirect(e, s.issuer), redirect)
 }
 
-// showError tells the user, not the client, why an authorization request
-// was refused: a plain-text page, since the client or its redirect URI is
-// not to be trusted with it.
-func showError(w http.ResponseWriter, e *Error) {
+// showError answers an authorization request, or a consent form, whose
+// refusal must not go to the client's redirect URI (RFC 6749 §4.1.2.1: the
+// client or the redirect URI is in question, or the form itself is): with
+// e's status (400 when it has none), in the RFC 6749 §5.2 error JSON that
+// every OAuth endpoint answers with, or — to a browser, whose request
+// accepts text/html, and which is the person §4.1.2.1 says to inform — a
+// page saying the same (refused.html). Never cached, never framed.
+func showError(w http.ResponseWriter, r *http.Request, e *Error) {
+	if !acceptsHTML(r) {
+		e.Write(w)
+		return
+	}
 	status := e.Status
 	if status < 400 || status > 599 {
 		status = http.StatusBadRequest
 	}
+	var buf bytes.Buffer
+	code := errorText(e.Code)
+	if code == "" {
+		code = CodeServerError
+	}
+	// Strings only: the template cannot fail on them.
+	_ = refusedTemplate.Execute(&buf, struct{ Code, Description string }{code, errorText(e.Description)})
 	h := w.Header()
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	noStore(w)
 	w.WriteHeader(status)
-	_, _ = w.Write([]byte("Usher could not authorize this application.\n\n" + errorText(e.Description) + "\n(" + errorText(e.Code) + ")\n"))
+	_, _ = w.Write(buf.Bytes())
+}
+
+//go:embed refused.html
+var refusedHTML string
+
+var refusedTemplate = template.Must(template.New("refused").Parse(refusedHTML))
+
+// acceptsHTML reports whether r's Accept header names text/html, as every
+// browser's navigation and form post does; a client that names none, or
+// only JSON, is a program.
+func acceptsHTML(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			mt, _, _ := strings.Cut(part, ";")
+			if strings.EqualFold(strings.TrimSpace(mt), "text/html") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // noStore keeps an answer out of every cache.

@@ -23,7 +23,10 @@
 // (internal/audit), never with a secret, code or token: hashes or a jti.
 //
 //   - Errors: [Error] and [WriteError] give every OAuth endpoint the RFC 6749
-//     §5.2 error body, never the API's error shape.
+//     §5.2 error body, never the API's error shape, and [Server.RefuseBody]
+//     the bodies the router refuses before an endpoint runs. An
+//     authorization request refused without a redirect is told in that
+//     body, or to a browser (Accept: text/html) in a page saying the same.
 //   - Discovery: [NewMetadata] and [MetadataHandler] publish the RFC 8414
 //     document at the well-known paths; the endpoint paths are the Path
 //     constants.

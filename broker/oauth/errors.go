@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+
+	"github.com/usherhq/usher/internal/httpx"
 )
 
 // Error codes of RFC 6749 §4.1.2.1 and §5.2, RFC 7591 §3.2.2, RFC 7009 §2.2.1
@@ -107,4 +109,40 @@ func errorText(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// RefuseBody returns the refusal of request bodies for the router that
+// serves the server's endpoints among others ([httpx.ReadBodyFor]): a
+// request to one of the endpoints (a path under the issuer's and /oauth/)
+// is answered as an OAuth client reads it, any other by fallback (nil:
+// [httpx.WriteRefusal]). At the registration endpoint that is
+// invalid_client_metadata (RFC 7591 §3.2.2), at the authorization
+// endpoint the answer of a refusal that is not redirected, elsewhere
+// invalid_request (RFC 6749 §5.2). A body too large is a 400, as each
+// endpoint answers one over its own, smaller limit; a body too slow keeps
+// its 408.
+func (s *Server) RefuseBody(fallback httpx.Refusal) httpx.Refusal {
+	if fallback == nil {
+		fallback = httpx.WriteRefusal
+	}
+	base := s.basePath()
+	return func(w http.ResponseWriter, r *http.Request, e *httpx.Error) {
+		path := r.URL.Path
+		if !strings.HasPrefix(path, base+"/oauth/") {
+			fallback(w, r, e)
+			return
+		}
+		oe := &Error{Status: e.Status, Code: CodeInvalidRequest, Description: e.Message}
+		if e.Status == http.StatusRequestEntityTooLarge {
+			oe.Status = http.StatusBadRequest
+		}
+		switch path {
+		case base + PathRegister:
+			oe.Code = CodeInvalidClientMetadata
+		case base + PathAuthorize, base + PathAuthorizeContinue:
+			showError(w, r, oe)
+			return
+		}
+		oe.Write(w)
+	}
 }

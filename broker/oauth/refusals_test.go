@@ -2,6 +2,8 @@ package oauth_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/usherhq/usher/broker/oauth"
+	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -35,29 +38,34 @@ func TestAuthorizeRefusals(t *testing.T) {
 			name   string
 			client client
 			edit   func(url.Values)
-			code   string // "" for a refusal shown to the user, else the redirect's error
+			code   string // the error, redirected or shown
+			shown  bool   // shown to the user, not redirected
 		}{
-			{"redirect URI with a trailing slash", c, func(q url.Values) { q.Set("redirect_uri", "https://app.example.com/cb/") }, ""},
-			{"redirect URI in another case", c, func(q url.Values) { q.Set("redirect_uri", "https://APP.example.com/cb") }, ""},
-			{"redirect URI with an extra query", c, func(q url.Values) { q.Set("redirect_uri", "https://app.example.com/cb?x=1") }, ""},
-			{"unknown client", client{ID: "usher-dcr-nobody", RedirectURI: c.RedirectURI}, nil, ""},
-			{"revoked client", revoked, nil, ""},
-			{"no client_id", c, func(q url.Values) { q.Del("client_id") }, ""},
-			{"PKCE missing", c, func(q url.Values) { q.Del("code_challenge"); q.Del("code_challenge_method") }, oauth.CodeInvalidRequest},
-			{"PKCE plain", c, func(q url.Values) { q.Set("code_challenge_method", "plain") }, oauth.CodeInvalidRequest},
-			{"another resource", c, func(q url.Values) { q.Set("resource", "https://elsewhere.example.com/mcp") }, oauth.CodeInvalidTarget},
-			{"no resource", c, func(q url.Values) { q.Del("resource") }, oauth.CodeInvalidTarget},
-			{"another scope", c, func(q url.Values) { q.Set("scope", "admin") }, oauth.CodeInvalidScope},
-			{"token response type", c, func(q url.Values) { q.Set("response_type", "token") }, oauth.CodeUnsupportedResponseType},
+			{"redirect URI with a trailing slash", c, func(q url.Values) { q.Set("redirect_uri", "https://app.example.com/cb/") }, oauth.CodeInvalidRequest, true},
+			{"redirect URI in another case", c, func(q url.Values) { q.Set("redirect_uri", "https://APP.example.com/cb") }, oauth.CodeInvalidRequest, true},
+			{"redirect URI with an extra query", c, func(q url.Values) { q.Set("redirect_uri", "https://app.example.com/cb?x=1") }, oauth.CodeInvalidRequest, true},
+			{"unknown client", client{ID: "usher-dcr-nobody", RedirectURI: c.RedirectURI}, nil, oauth.CodeInvalidRequest, true},
+			{"revoked client", revoked, nil, oauth.CodeUnauthorizedClient, true},
+			{"no client_id", c, func(q url.Values) { q.Del("client_id") }, oauth.CodeInvalidRequest, true},
+			{"PKCE missing", c, func(q url.Values) { q.Del("code_challenge"); q.Del("code_challenge_method") }, oauth.CodeInvalidRequest, false},
+			{"PKCE plain", c, func(q url.Values) { q.Set("code_challenge_method", "plain") }, oauth.CodeInvalidRequest, false},
+			{"another resource", c, func(q url.Values) { q.Set("resource", "https://elsewhere.example.com/mcp") }, oauth.CodeInvalidTarget, false},
+			{"no resource", c, func(q url.Values) { q.Del("resource") }, oauth.CodeInvalidTarget, false},
+			{"another scope", c, func(q url.Values) { q.Set("scope", "admin") }, oauth.CodeInvalidScope, false},
+			{"token response type", c, func(q url.Values) { q.Set("response_type", "token") }, oauth.CodeUnsupportedResponseType, false},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				resp, body := e.get(oauth.PathAuthorize+"?"+e.authQuery(tc.client, challenge, tc.edit).Encode(), "alice")
-				if tc.code == "" {
-					if resp.StatusCode < 400 || resp.Header.Get("Location") != "" {
-						t.Fatalf("answer %d to %q, want an error page", resp.StatusCode, resp.Header.Get("Location"))
-					}
-					if !strings.Contains(body, "could not authorize") {
-						t.Errorf("page %q", body)
+				path := oauth.PathAuthorize + "?" + e.authQuery(tc.client, challenge, tc.edit).Encode()
+				resp, body := e.get(path, "alice")
+				if tc.shown {
+					// A program gets RFC 6749 error JSON, a browser a page
+					// saying the same; neither is redirected.
+					checkOAuthError(t, resp, body, http.StatusBadRequest, tc.code)
+					resp, body = e.getAccept(path, "alice", "text/html,application/xhtml+xml,*/*;q=0.8")
+					if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Location") != "" ||
+						!strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || resp.Header.Get("X-Frame-Options") != "DENY" ||
+						!strings.Contains(body, "could not authorize") || !strings.Contains(body, tc.code) {
+						t.Errorf("to a browser: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 					}
 					return
 				}
@@ -81,6 +89,23 @@ func TestAuthorizeRefusals(t *testing.T) {
 			t.Errorf("loopback redirect to another path: %d", resp.StatusCode)
 		}
 	})
+}
+
+// checkOAuthError checks that resp is an RFC 6749 §5.2 error answer: the
+// status, JSON with the error code and a description, not cached, not
+// redirected.
+func checkOAuthError(t *testing.T, resp *http.Response, body string, status int, code string) {
+	t.Helper()
+	var oe struct {
+		Error       string `json:"error"`
+		Description string `json:"error_description"`
+	}
+	err := json.Unmarshal([]byte(body), &oe)
+	if err != nil || resp.StatusCode != status || oe.Error != code || oe.Description == "" ||
+		!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") ||
+		resp.Header.Get("Cache-Control") != "no-store" || resp.Header.Get("Location") != "" {
+		t.Errorf("answer %d %q %s, want %d with OAuth error JSON %s", resp.StatusCode, resp.Header.Get("Content-Type"), body, status, code)
+	}
 }
 
 // The consent form: same-origin only, with the CSRF token of its request
@@ -466,5 +491,56 @@ func TestNewServerRefusals(t *testing.T) {
 	}
 	if _, err := oauth.NewServer(nil); err == nil {
 		t.Error("nil options accepted")
+	}
+}
+
+// TestOversizedBodiesInOAuthForm checks that the bodies Usher's router
+// refuses before any endpoint runs (httpx.ReadBodyFor, over
+// server.max_body_bytes) are answered at the OAuth endpoints as OAuth
+// clients read them — invalid_client_metadata at the registration
+// endpoint, invalid_request at the others — and elsewhere in the API's
+// shape.
+func TestOversizedBodiesInOAuthForm(t *testing.T) {
+	e := newEnv(t, storetest.NewSQLite(t), nil)
+	const limit = 64 << 10
+	api := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux := http.NewServeMux()
+	mux.Handle("/oauth/", e.server.Handler())
+	mux.Handle("/api/", api)
+	srv := httptest.NewServer(httpx.ReadBodyFor(limit, time.Minute, e.server.RefuseBody(nil), mux))
+	t.Cleanup(srv.Close)
+	huge := strings.Repeat("a", limit+1)
+	for _, tc := range []struct {
+		path, contentType string
+		status            int
+		code              string
+	}{
+		{oauth.PathRegister, "application/json", http.StatusBadRequest, oauth.CodeInvalidClientMetadata},
+		{oauth.PathToken, "application/x-www-form-urlencoded", http.StatusBadRequest, oauth.CodeInvalidRequest},
+		{oauth.PathRevoke, "application/x-www-form-urlencoded", http.StatusBadRequest, oauth.CodeInvalidRequest},
+		{oauth.PathAuthorize, "application/x-www-form-urlencoded", http.StatusBadRequest, oauth.CodeInvalidRequest},
+	} {
+		for _, chunked := range []bool{false, true} {
+			var body io.Reader = strings.NewReader(`{"x":"` + huge + `"}`)
+			if chunked {
+				body = io.MultiReader(body) // no length: read until the limit
+			}
+			resp, err := http.Post(srv.URL+tc.path, tc.contentType, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			checkOAuthError(t, resp, string(b), tc.status, tc.code)
+		}
+	}
+	resp, err := http.Post(srv.URL+"/api/x", "application/json", strings.NewReader(huge))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), `"body_too_large"`) {
+		t.Errorf("elsewhere: %d %s, want the API's 413 body_too_large", resp.StatusCode, b)
 	}
 }

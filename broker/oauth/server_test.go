@@ -197,6 +197,17 @@ func (e *env) get(path, user string) (*http.Response, string) {
 	return e.do(req, user)
 }
 
+// getAccept GETs path as user, as a client that accepts accept.
+func (e *env) getAccept(path, user, accept string) (*http.Response, string) {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, e.issuer+path, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Accept", accept)
+	return e.do(req, user)
+}
+
 // metadata reads the server's RFC 8414 metadata as clients do.
 func (e *env) metadata() oauth.Metadata {
 	e.t.Helper()

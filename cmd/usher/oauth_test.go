@@ -256,3 +256,28 @@ func lineOf(out, s string) string {
 	}
 	return ""
 }
+
+// TestOversizedOAuthBodiesInOAuthForm checks that a body over
+// server.max_body_bytes (1 MiB), which the server refuses before any
+// endpoint runs, is answered at the OAuth endpoints in OAuth's error JSON
+// and elsewhere in the API's.
+func TestOversizedOAuthBodiesInOAuthForm(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	huge := `{"x":"` + strings.Repeat("a", 1<<20) + `"}`
+	for path, want := range map[string]string{
+		"/oauth/register":     `"error":"invalid_client_metadata"`,
+		"/oauth/token":        `"error":"invalid_request"`,
+		"/api/assistant/runs": `"code":"body_too_large"`,
+	} {
+		resp, err := http.Post(s.url+path, "application/json", strings.NewReader(huge))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), want) {
+			t.Errorf("%s: %d %s, want %s", path, resp.StatusCode, body, want)
+		}
+	}
+}

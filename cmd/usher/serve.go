@@ -436,9 +436,11 @@ func (s *serving) serve(ctx context.Context) error {
 	metrics := httpx.NewMetrics(s.reg)
 	srv := &http.Server{
 		// No ReadTimeout: it would stay on the connection after the body,
-		// ending the context of long-lived responses; ReadBody bounds the
-		// body instead.
-		Handler:           httpx.ReadBody(s.cfg.Server.MaxBodyBytes, s.cfg.Server.ReadTimeout.Std(), s.tel.Handler(metrics.Wrap(s.mux))),
+		// ending the context of long-lived responses; ReadBodyFor bounds
+		// the body instead, refused at the OAuth endpoints in OAuth's
+		// error shape.
+		Handler: httpx.ReadBodyFor(s.cfg.Server.MaxBodyBytes, s.cfg.Server.ReadTimeout.Std(), s.oauthSrv.RefuseBody(nil),
+			s.tel.Handler(metrics.Wrap(s.mux))),
 		ReadHeaderTimeout: s.cfg.Server.ReadTimeout.Std(),
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,

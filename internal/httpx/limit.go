@@ -45,11 +45,34 @@ var errBodyUnreadable = &Error{Status: http.StatusBadRequest, Code: "invalid_bod
 // WebSocket's reads keep their own deadlines. Wrap the server's handler
 // with it, outside any ResponseWriter wrapper without Unwrap.
 func ReadBody(max int64, timeout time.Duration, next http.Handler) http.Handler {
-	return LimitBody(max, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return ReadBodyFor(max, timeout, nil, next)
+}
+
+// Refusal answers a request refused with e, in the shape its endpoint's
+// clients read: [ReadBodyFor] refuses bodies with it.
+type Refusal func(w http.ResponseWriter, r *http.Request, e *Error)
+
+// WriteRefusal is the Refusal in the API's error shape, [WriteError]'s.
+func WriteRefusal(w http.ResponseWriter, r *http.Request, e *Error) { WriteError(w, r, nil, e) }
+
+// ReadBodyFor is [ReadBody] whose refusals — ErrBodyTooLarge,
+// ErrRequestTimeout and an unreadable body's 400 — refuse writes, so that
+// endpoints of another protocol (OAuth's) answer in their own error
+// shape; nil is WriteRefusal.
+func ReadBodyFor(max int64, timeout time.Duration, refuse Refusal, next http.Handler) http.Handler {
+	if refuse == nil {
+		refuse = WriteRefusal
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max {
+			refuse(w, r, ErrBodyTooLarge)
+			return
+		}
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
 		}
+		r.Body = http.MaxBytesReader(w, r.Body, max)
 		rc := http.NewResponseController(w)
 		// Without a connection underneath (a recorder in a test), the body
 		// is read without a deadline.
@@ -60,12 +83,12 @@ func ReadBody(max int64, timeout time.Duration, next http.Handler) http.Handler 
 			var netErr net.Error
 			switch {
 			case errors.As(err, &tooLarge):
-				WriteError(w, r, nil, ErrBodyTooLarge)
+				refuse(w, r, ErrBodyTooLarge)
 			case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
 				w.Header().Set("Connection", "close")
-				WriteError(w, r, nil, ErrRequestTimeout)
+				refuse(w, r, ErrRequestTimeout)
 			default:
-				WriteError(w, r, nil, errBodyUnreadable)
+				refuse(w, r, errBodyUnreadable)
 			}
 			return
 		}
@@ -77,7 +100,7 @@ func ReadBody(max int64, timeout time.Duration, next http.Handler) http.Handler 
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
-	}))
+	})
 }
 
 // readAll reads body to its end, sized by its declared length when there
