@@ -195,6 +195,26 @@ type Consent struct {
 	RevokedAt time.Time
 }
 
+// ConsentAnswer is the answer given to one consent form, which a form
+// gets once (AnswerConsentForm).
+type ConsentAnswer struct {
+	// RequestHash is the SHA-256 (hex) of the form's pending request id:
+	// the key.
+	RequestHash string
+	// Decision is ConsentApprove or ConsentDeny.
+	Decision   string
+	AnsweredAt time.Time
+	// ExpiresAt is when the form could no longer be posted anyway: the
+	// answer is kept until then, and swept after (DeleteExpiredOAuth).
+	ExpiresAt time.Time
+}
+
+// The decisions of a consent form.
+const (
+	ConsentApprove = "approve"
+	ConsentDeny    = "deny"
+)
+
 const (
 	// oauthClientColumns is the column list of an OAuthClient, in field
 	// order.
@@ -368,6 +388,15 @@ WHERE principal = $1 AND client_id = $2 AND revoked_at IS NULL`)
 	revokeConsentRow = sql1(`
 UPDATE oauth_consents SET revoked_at = $3, updated_at = $3
 WHERE principal = $1 AND client_id = $2 AND revoked_at IS NULL`)
+
+	insertConsentAnswer = sql1(`
+INSERT INTO oauth_consent_answers (request_hash, decision, answered_at, expires_at) VALUES ($1, $2, $3, $4)
+ON CONFLICT (request_hash) DO NOTHING`)
+
+	getConsentAnswer = sql1(`
+SELECT request_hash, decision, answered_at, expires_at FROM oauth_consent_answers WHERE request_hash = $1`)
+
+	deleteExpiredConsentAnswers = sql1(`DELETE FROM oauth_consent_answers WHERE expires_at <= $1`)
 
 	revokeConsentRefreshTokens = sql1(`
 UPDATE oauth_refresh_tokens SET revoked_at = $3
@@ -1082,6 +1111,42 @@ func (c *core) RevokeConsent(ctx context.Context, principal, clientID string, no
 	}))
 }
 
+func (c *core) AnswerConsentForm(ctx context.Context, a ConsentAnswer) (ConsentAnswer, error) {
+	if a.AnsweredAt.IsZero() {
+		a.AnsweredAt = c.now()
+	}
+	errs := requiredTexts("consent answer", []namedText{{"request hash", a.RequestHash, true}})
+	if a.Decision != ConsentApprove && a.Decision != ConsentDeny {
+		errs = append(errs, fmt.Errorf("consent answer decision %q is neither %s nor %s", a.Decision, ConsentApprove, ConsentDeny))
+	}
+	errs = append(errs, checkLifetime("consent answer", a.AnsweredAt, a.ExpiresAt))
+	if err := invalid(errs...); err != nil {
+		return ConsentAnswer{}, err
+	}
+	a.AnsweredAt, a.ExpiresAt = storedTime(a.AnsweredAt), storedTime(a.ExpiresAt)
+	var prev ConsentAnswer
+	err := c.inTx(ctx, func(tx executor) error {
+		n, err := tx.exec(ctx, insertConsentAnswer, a.RequestHash, a.Decision, a.AnsweredAt, a.ExpiresAt)
+		if err != nil || n == 1 {
+			return err
+		}
+		// Answered before (or concurrently, and that answer committed
+		// first: the insert waited for it).
+		err = tx.row(ctx, getConsentAnswer, a.RequestHash).Scan(&prev.RequestHash, &prev.Decision, at(&prev.AnsweredAt), at(&prev.ExpiresAt))
+		if err != nil {
+			return err
+		}
+		return ErrConflict
+	})
+	switch {
+	case errors.Is(err, ErrConflict):
+		return prev, ErrConflict
+	case err != nil:
+		return ConsentAnswer{}, c.fail(err)
+	}
+	return a, nil
+}
+
 func (c *core) DeleteExpiredOAuth(ctx context.Context, before time.Time) (int, error) {
 	if err := invalid(checkNow(before)); err != nil {
 		return 0, err
@@ -1089,7 +1154,7 @@ func (c *core) DeleteExpiredOAuth(ctx context.Context, before time.Time) (int, e
 	var total int64
 	err := c.inTx(ctx, func(tx executor) error {
 		total = 0
-		for _, s := range []stmt{deleteExpiredOAuthCodes, deleteEndedRefreshTokens} {
+		for _, s := range []stmt{deleteExpiredOAuthCodes, deleteEndedRefreshTokens, deleteExpiredConsentAnswers} {
 			n, err := tx.exec(ctx, s, storedTime(before))
 			if err != nil {
 				return err

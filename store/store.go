@@ -713,8 +713,16 @@ type Store interface {
 	// concurrent call too: exactly one call revokes a standing consent),
 	// and then nothing changes (the first RevokedAt is kept).
 	RevokeConsent(ctx context.Context, principal, clientID string, now time.Time) error
+	// AnswerConsentForm records the answer a to a consent form (a.
+	// RequestHash, Decision and ExpiresAt required; AnsweredAt zero is
+	// now) and returns it as stored, unless the form was answered before:
+	// then it returns the recorded answer and ErrConflict, and nothing
+	// changes. Of concurrent answers to one form, across replicas,
+	// exactly one is recorded.
+	AnswerConsentForm(ctx context.Context, a ConsentAnswer) (ConsentAnswer, error)
 	// DeleteExpiredOAuth deletes the codes that expired at or before
-	// before, and the refresh tokens that ended then: expired (their own
+	// before, the consent forms' answers that expired then, and the
+	// refresh tokens that ended then: expired (their own
 	// end or their family's), revoked or used. It returns how many rows
 	// it deleted (the client assertions have their own:
 	// DeleteExpiredClientAssertions). A used token deleted is no longer recognised as reused,

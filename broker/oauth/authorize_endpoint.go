@@ -229,16 +229,30 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 		s.refuseAuthorize(w, r, a, perr, http.StatusSeeOther)
 		return
 	}
-	switch decision {
-	case DecisionApprove:
-	case DecisionDeny:
-		s.refuseAuthorize(w, r, a, newError(CodeAccessDenied, "The user denied the request.", true), http.StatusSeeOther)
-		return
-	default:
+	if decision != DecisionApprove && decision != DecisionDeny {
 		showError(w, r, newError(CodeInvalidRequest, "The consent form has no decision.", false))
 		return
 	}
+	// The form is answered once, whichever way: the answer is recorded
+	// before it takes effect, and a second post — Approve after Deny, a
+	// double click, a replay of the captured form — is refused.
 	now := s.clock()
+	_, err = s.st.AnswerConsentForm(ctx, store.ConsentAnswer{
+		RequestHash: HashSecret(pr.ID), Decision: decision, AnsweredAt: now, ExpiresAt: now.Add(pendingLifetime),
+	})
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		showError(w, r, errAnsweredBefore())
+		return
+	case err != nil:
+		s.log.ErrorContext(ctx, "oauth: record the consent form's answer", "err", err)
+		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), http.StatusSeeOther)
+		return
+	}
+	if decision == DecisionDeny {
+		s.refuseAuthorize(w, r, a, newError(CodeAccessDenied, "The user denied the request.", true), http.StatusSeeOther)
+		return
+	}
 	if _, err := s.st.PutConsent(ctx, store.Consent{Principal: p.ID(), ClientID: cl.ID, Scope: a.Scope, Resource: a.Resource, UpdatedAt: now}); err != nil {
 		s.log.ErrorContext(ctx, "oauth: store the consent", "err", err)
 		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), http.StatusSeeOther)
@@ -249,7 +263,7 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		// The form was answered before: its code exists already.
-		showError(w, r, newError(CodeInvalidRequest, "This consent was already given; its answer went to the application. Start again from your application if it did not sign in.", false))
+		showError(w, r, errAnsweredBefore())
 		return
 	case err != nil:
 		s.log.ErrorContext(ctx, "oauth: store the authorization code", "err", err)
@@ -265,6 +279,12 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 	}
 	noStore(w)
 	http.Redirect(w, r, a.Redirect(code, s.issuer), http.StatusSeeOther)
+}
+
+// errAnsweredBefore refuses a consent form posted again after its answer.
+func errAnsweredBefore() *Error {
+	return newError(CodeInvalidRequest,
+		"This consent form was answered already; its answer went to the application. Start again from your application if it did not sign in.", false)
 }
 
 // whoIsSignedIn asks ServerOptions.SignedIn who is signed in to r's

@@ -2,12 +2,14 @@ package oauth_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/broker/oauth"
@@ -285,25 +287,49 @@ func TestLargeRequestWaitsForSignIn(t *testing.T) {
 	}
 }
 
-// TestConsentAnsweredOnce checks that a consent form, posted again (a
-// double click, or a replay of a captured form), issues no second code
-// and records no second consent.
+// TestConsentAnsweredOnce checks that a consent form is answered once,
+// whichever way: posted again (a double click, a replay of a captured
+// form, Approve after Deny, Deny after Approve) it is refused, and no code
+// and no second consent come of it.
 func TestConsentAnsweredOnce(t *testing.T) {
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(nil)
-		_, challenge := pkce()
-		csrf, request := e.consentPage(e.authQuery(c, challenge, nil), "alice")
-		first := redirectQuery(t, e.approve(csrf, request, "alice", oauth.DecisionApprove), c.RedirectURI)
-		if first.Get("code") == "" {
-			t.Fatalf("first answer: %v", first)
-		}
-		resp := e.approve(csrf, request, "alice", oauth.DecisionApprove)
-		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Location") != "" {
-			t.Errorf("the form posted again: %d to %q, want 400 and no redirect", resp.StatusCode, resp.Header.Get("Location"))
-		}
-		if n := slices.Index(e.auditKinds(), "oauth_consent_given"); n < 0 || slices.Index(e.auditKinds()[n+1:], "oauth_consent_given") >= 0 {
-			t.Errorf("audit kinds %v: want one oauth_consent_given", e.auditKinds())
+		for _, tc := range []struct{ first, second string }{
+			{oauth.DecisionApprove, oauth.DecisionApprove},
+			{oauth.DecisionDeny, oauth.DecisionApprove},
+			{oauth.DecisionApprove, oauth.DecisionDeny},
+			{oauth.DecisionDeny, oauth.DecisionDeny},
+		} {
+			t.Run(tc.first+" then "+tc.second, func(t *testing.T) {
+				// Bob, with no remembered consent, answers each form.
+				if err := st.RevokeConsent(t.Context(), principal("bob").ID(), c.ID, time.Now()); err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrConflict) {
+					t.Fatal(err)
+				}
+				_, challenge := pkce()
+				csrf, request := e.consentPage(e.authQuery(c, challenge, nil), "bob")
+				consents := strings.Count(strings.Join(e.auditKinds(), " "), "oauth_consent_given")
+				first := redirectQuery(t, e.approve(csrf, request, "bob", tc.first), c.RedirectURI)
+				if (tc.first == oauth.DecisionApprove) != first.Has("code") {
+					t.Fatalf("first answer, %s: %v", tc.first, first)
+				}
+				resp := e.approve(csrf, request, "bob", tc.second)
+				if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Location") != "" {
+					t.Errorf("the form posted again with %s: %d to %q, want 400 and no redirect", tc.second, resp.StatusCode, resp.Header.Get("Location"))
+				}
+				want := consents
+				if tc.first == oauth.DecisionApprove {
+					want++
+				}
+				if got := strings.Count(strings.Join(e.auditKinds(), " "), "oauth_consent_given"); got != want {
+					t.Errorf("audit kinds %v: %d oauth_consent_given, want %d", e.auditKinds(), got, want)
+				}
+				if tc.first == oauth.DecisionDeny {
+					if cs, err := st.GetConsent(t.Context(), principal("bob").ID(), c.ID); err == nil && cs.RevokedAt.IsZero() {
+						t.Errorf("a consent stands after Deny: %+v", cs)
+					}
+				}
+			})
 		}
 	})
 }

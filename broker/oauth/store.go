@@ -24,6 +24,7 @@ type Store interface {
 	GetConsent(ctx context.Context, principal, clientID string) (store.Consent, error)
 	ListConsents(ctx context.Context, principal string) ([]store.Consent, error)
 	RevokeConsent(ctx context.Context, principal, clientID string, now time.Time) error
+	AnswerConsentForm(ctx context.Context, a store.ConsentAnswer) (store.ConsentAnswer, error)
 
 	// Authorization codes and refresh tokens.
 	CreateAuthorizationCode(ctx context.Context, c store.AuthorizationCode) error

@@ -37,6 +37,8 @@ type SweeperOptions struct {
 //     most the idle lifetime after its issue, which is before its use;
 //     deleted, a copy is merely unknown (invalid_grant) and revokes
 //     nothing;
+//   - the answers of consent forms, once the form could no longer be
+//     posted anyway, and the retention after;
 //   - client assertions' jti (private_key_jwt) expired for longer than
 //     AssertionLeeway, the clock skew allowed between replicas: an expired
 //     assertion is refused by its exp before its jti is looked at, and each

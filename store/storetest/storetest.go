@@ -112,6 +112,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"OAuthRevokeCascade", testOAuthRevokeCascade},
 		{"Consents", testConsents},
 		{"DeleteExpiredOAuth", testDeleteExpiredOAuth},
+		{"ConsentAnswers", testConsentAnswers},
 		{"ConfiguredClients", testConfiguredClients},
 		{"ClientAssertions", testClientAssertions},
 		{"AppendAudit", testAppendAudit},
