@@ -159,6 +159,12 @@ type Grant struct {
 	// each 1 to MaxClaimLength bytes of printable text; Mint refuses
 	// more rather than drop some, which could change a decision.
 	Groups []string
+	// GrantID names the OAuth grant the token is issued under
+	// ("grant_id"): the refresh-token family of the authorization code it
+	// came from, so that a verifier can refuse the tokens of a grant
+	// revoked since (VerifierOptions.GrantRevoked); empty for none. At
+	// most MaxClaimLength bytes of printable text.
+	GrantID string
 }
 
 // checkGrantClaims checks the tenant and groups of a grant.
@@ -166,6 +172,9 @@ func checkGrantClaims(g Grant) error {
 	var errs []error
 	if err := checkClaimText(g.Tenant); err != nil {
 		errs = append(errs, fmt.Errorf("tenant: %w", err))
+	}
+	if err := checkClaimText(g.GrantID); err != nil {
+		errs = append(errs, fmt.Errorf("grant_id: %w", err))
 	}
 	if len(g.Groups) > MaxGroups {
 		errs = append(errs, fmt.Errorf("%d groups, more than the %d a token carries", len(g.Groups), MaxGroups))
@@ -257,6 +266,7 @@ func (b *Broker) Mint(ctx context.Context, g Grant) (Token, error) {
 		RunID:     g.RunID,
 		Tenant:    g.Tenant,
 		Groups:    g.Groups,
+		GrantID:   g.GrantID,
 	}
 	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, c)
 	tok.Header["typ"] = TokenType

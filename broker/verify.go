@@ -61,6 +61,13 @@ type VerifierOptions struct {
 	CacheSize int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// GrantRevoked reports whether the OAuth grant a token names
+	// ("grant_id") is revoked: such a token is invalid, whatever else it
+	// is; an error fails the verification as a key source's does (the
+	// token cannot be checked). It is asked at every verification of a
+	// token with a grant_id, so it must be cheap (the store's
+	// GrantRevoked: one read of a primary key). Nil checks none.
+	GrantRevoked func(ctx context.Context, grantID string) (bool, error)
 }
 
 // Verifier checks broker tokens for one issuer and one audience.
@@ -73,6 +80,8 @@ type Verifier struct {
 	now         func() time.Time
 	parser      *jwt.Parser
 	verified    *verifiedCache // nil when disabled
+	// grantRevoked is VerifierOptions.GrantRevoked.
+	grantRevoked func(ctx context.Context, grantID string) (bool, error)
 }
 
 // NewVerifier returns a verifier that finds keys in keys. Nil opts is an
@@ -125,7 +134,7 @@ func NewVerifier(keys KeySource, opts *VerifierOptions) (*Verifier, error) {
 	}
 	v := &Verifier{
 		keys: keys, issuer: o.Issuer, audience: o.Audience, maxLifetime: o.MaxLifetime,
-		scope: o.RequiredScope, now: o.Now,
+		scope: o.RequiredScope, now: o.Now, grantRevoked: o.GrantRevoked,
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{Algorithm}),
 			jwt.WithStrictDecoding(),
@@ -155,6 +164,7 @@ type Claims struct {
 	RunID     string    // "run_id", empty when unset
 	Tenant    string    // "tid", empty when unset
 	Groups    []string  // "groups", nil when unset
+	GrantID   string    // "grant_id": the OAuth grant it was issued under, empty when unset
 	IssuedAt  time.Time // "iat"
 	ExpiresAt time.Time // "exp"
 }
@@ -167,19 +177,20 @@ func (c *Claims) clone() *Claims {
 }
 
 // Verify checks raw and returns its claims. A token verified before and
-// still cached is only checked for expiry and for its key still being the
-// one it was verified with. Otherwise, in order: the size and the form
+// still cached is only checked for expiry, for its key still being the
+// one it was verified with, and for its grant (below). Otherwise, in order: the size and the form
 // (golang-jwt, strict base64url, no CR or LF); alg exactly RS256; in the
 // key function, before any key lookup, the header (typ at+jwt, a kid, no
 // crit; every other header, including jku, x5u, jwk and x5c, is ignored,
 // never followed) and the claims that golang-jwt does not check (exactly
 // one aud, ours, as a string or a one-element array; exp, nbf and iat
 // present and plausible; exp − iat at most MaxLifetime; sub, jti,
-// client_id and act present; tid and groups, if any, within MaxGroups and
-// MaxClaimLength); the key, by kid, of at least 2048 bits; the signature;
+// client_id and act present; tid, groups and grant_id, if any, within
+// MaxGroups and MaxClaimLength); the key, by kid, of at least 2048 bits; the signature;
 // golang-jwt's checks of iss, exp, nbf and iat within the leeway; and last
 // the scope, so that ErrInsufficientScope is only ever said of an authentic
-// token. Only a token that names our audience can make the key source
+// token. Then, cached or not, a token with a grant_id is refused when
+// VerifierOptions.GrantRevoked says its grant is revoked. Only a token that names our audience can make the key source
 // reload, and then at its bounded rate.
 func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	if len(raw) > MaxTokenSize {
@@ -194,6 +205,9 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	if v.verified != nil {
 		sum = hashToken(raw)
 		if c, ok := v.verified.get(ctx, sum, v.now(), v.keys); ok {
+			if err := v.checkGrant(ctx, c); err != nil {
+				return nil, err
+			}
 			return c, nil
 		}
 	}
@@ -236,13 +250,33 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	claims := &Claims{
 		Issuer: c.Issuer, Subject: c.Subject, Audience: v.audience, ID: c.ID, Scopes: scopes,
 		ClientID: c.ClientID, Actor: c.Act.Subject, RunID: c.RunID, Tenant: c.Tenant, Groups: c.Groups,
-		IssuedAt: time.Unix(c.IssuedAt, 0), ExpiresAt: time.Unix(c.Expiry, 0),
+		GrantID: c.GrantID, IssuedAt: time.Unix(c.IssuedAt, 0), ExpiresAt: time.Unix(c.Expiry, 0),
+	}
+	if err := v.checkGrant(ctx, claims); err != nil {
+		return nil, err
 	}
 	if v.verified != nil {
 		v.verified.put(sum, c.kid, key, claims, v.now())
 		return claims.clone(), nil
 	}
 	return claims, nil
+}
+
+// checkGrant refuses a token whose grant is revoked. It runs at every
+// verification, a cached token's too: a revocation may come at any time,
+// from any replica.
+func (v *Verifier) checkGrant(ctx context.Context, c *Claims) error {
+	if c.GrantID == "" || v.grantRevoked == nil {
+		return nil
+	}
+	revoked, err := v.grantRevoked(ctx, c.GrantID)
+	switch {
+	case err != nil:
+		return fmt.Errorf("broker: check the token's grant: %w", err)
+	case revoked:
+		return invalid("its grant %.64q is revoked", c.GrantID)
+	}
+	return nil
 }
 
 // checkUnverified checks the header and the claims golang-jwt leaves to
@@ -275,8 +309,8 @@ func (v *Verifier) checkUnverified(t *jwt.Token, c *tokenClaims) error {
 	if err := checkClaimText(c.Act.Subject); err != nil {
 		return invalid("act: %v", err)
 	}
-	if err := checkGrantClaims(Grant{Tenant: c.Tenant, Groups: c.Groups}); err != nil {
-		return invalid("tid or groups: %v", err)
+	if err := checkGrantClaims(Grant{Tenant: c.Tenant, Groups: c.Groups, GrantID: c.GrantID}); err != nil {
+		return invalid("tid, groups or grant_id: %v", err)
 	}
 	return nil
 }
@@ -310,6 +344,7 @@ type tokenClaims struct {
 	RunID     string   `json:"run_id,omitempty"`
 	Tenant    string   `json:"tid,omitempty"`
 	Groups    []string `json:"groups,omitempty"`
+	GrantID   string   `json:"grant_id,omitempty"`
 
 	kid string // from the header, once checked
 }

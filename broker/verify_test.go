@@ -46,6 +46,54 @@ func TestVerifyAcceptsMintedToken(t *testing.T) {
 	}
 }
 
+// TestVerifyGrantRevoked checks that a token naming a grant is refused
+// once GrantRevoked says the grant is revoked — a cached token too — and
+// that a failing check is no verdict on the token (it could not be
+// checked, as with an unavailable key source); a token without a grant is
+// not looked up.
+func TestVerifyGrantRevoked(t *testing.T) {
+	f := newFixture(t)
+	revoked := map[string]bool{}
+	var checkErr error
+	var asked []string
+	v, err := NewVerifier(f.keys, &VerifierOptions{Issuer: testIssuer, Audience: testAudience, Now: f.clock.Now,
+		GrantRevoked: func(_ context.Context, grant string) (bool, error) {
+			asked = append(asked, grant)
+			return revoked[grant], checkErr
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mint := func(grant string) string {
+		tok, err := f.broker.Mint(t.Context(), Grant{Subject: "alice", Audience: testAudience, ClientID: "app", GrantID: grant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok.Raw
+	}
+	tok, plain := mint("fam-1"), mint("")
+	if c, err := v.Verify(t.Context(), tok); err != nil || c.GrantID != "fam-1" {
+		t.Fatalf("Verify = %+v, %v; want grant fam-1", c, err)
+	}
+	revoked["fam-1"] = true
+	if _, err := v.Verify(t.Context(), tok); !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("the cached token of a revoked grant: %v, want ErrInvalidToken", err)
+	}
+	if _, err := v.Verify(t.Context(), plain); err != nil {
+		t.Errorf("a token without a grant: %v", err)
+	}
+	checkErr = errors.New("the database is away")
+	if _, err := v.Verify(t.Context(), mint("fam-2")); err == nil || errors.Is(err, ErrInvalidToken) {
+		t.Errorf("a grant that cannot be checked: %v, want an error that is not ErrInvalidToken", err)
+	}
+	if strings.Join(asked, " ") != "fam-1 fam-1 fam-2" {
+		t.Errorf("grants looked up: %q, want each verification of a token with a grant", asked)
+	}
+	if _, err := f.broker.Mint(t.Context(), Grant{Subject: "alice", Audience: testAudience, GrantID: "a\x00b"}); !errors.Is(err, ErrBadGrant) {
+		t.Errorf("Mint of a grant_id with a control character: %v, want ErrBadGrant", err)
+	}
+}
+
 // TestVerifyAccepts covers the variants the verifier deliberately allows.
 func TestVerifyAccepts(t *testing.T) {
 	f := newFixture(t)
@@ -300,6 +348,9 @@ func TestVerifyRejects(t *testing.T) {
 		{"a group too long", withClaims(func(c map[string]any) { c["groups"] = []string{strings.Repeat("g", MaxClaimLength+1)} }), ErrInvalidToken},
 		{"an empty group", withClaims(func(c map[string]any) { c["groups"] = []string{""} }), ErrInvalidToken},
 		{"groups as a string", withClaims(func(c map[string]any) { c["groups"] = "finance" }), ErrInvalidToken},
+		{"a grant_id too long", withClaims(func(c map[string]any) { c["grant_id"] = strings.Repeat("g", MaxClaimLength+1) }), ErrInvalidToken},
+		{"a grant_id with a control character", withClaims(func(c map[string]any) { c["grant_id"] = "fam\n1" }), ErrInvalidToken},
+		{"a grant_id as a number", withClaims(func(c map[string]any) { c["grant_id"] = 7 }), ErrInvalidToken},
 		{"a tenant with a control character", withClaims(func(c map[string]any) { c["tid"] = "contoso\u0007" }), ErrInvalidToken},
 
 		// scope

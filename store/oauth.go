@@ -352,6 +352,15 @@ RETURNING ` + refreshTokenColumns)
 	revokeRefreshTokens = sql1(`
 UPDATE oauth_refresh_tokens SET revoked_at = $2 WHERE family_id = $1 AND revoked_at IS NULL`)
 
+	// revokeGrant records the family's revocation, keeping the first's
+	// time.
+	revokeGrant = sql1(`
+INSERT INTO oauth_revoked_grants (family_id, revoked_at) VALUES ($1, $2) ON CONFLICT (family_id) DO NOTHING`)
+
+	grantRevoked = sql1(`SELECT EXISTS (SELECT 1 FROM oauth_revoked_grants WHERE family_id = $1)`)
+
+	deleteOldRevokedGrants = sql1(`DELETE FROM oauth_revoked_grants WHERE revoked_at <= $1`)
+
 	// deleteEndedRefreshTokens deletes the tokens that can no longer be
 	// rotated: expired (a token ends with its family at the latest:
 	// insertRefresh), revoked or used; each condition has its index.
@@ -1022,7 +1031,8 @@ func (c *core) RevokeRefreshFamily(ctx context.Context, tokenHash string, now ti
 	}))
 }
 
-// revokeRefreshFamily revokes every token of the family still standing.
+// revokeRefreshFamily revokes every token of the family still standing,
+// and records the family's grant revoked.
 // The update is repeated until it changes no row: on PostgreSQL a pass
 // that waited for a rotation's lock does not see the token the rotation
 // inserted, and the next pass does. Each pass but the last revokes a
@@ -1031,6 +1041,11 @@ func (c *core) RevokeRefreshFamily(ctx context.Context, tokenHash string, now ti
 func revokeRefreshFamily(ctx context.Context, x executor, family string, now time.Time) error {
 	if family == "" {
 		return nil
+	}
+	// The grant too, so that the family's access tokens are refused
+	// (GrantRevoked).
+	if _, err := x.exec(ctx, revokeGrant, family, now); err != nil {
+		return err
 	}
 	for {
 		n, err := x.exec(ctx, revokeRefreshTokens, family, now)
@@ -1111,6 +1126,15 @@ func (c *core) RevokeConsent(ctx context.Context, principal, clientID string, no
 	}))
 }
 
+func (c *core) GrantRevoked(ctx context.Context, family string) (bool, error) {
+	if err := invalid(requiredTexts("OAuth", []namedText{{"family ID", family, true}})...); err != nil {
+		return false, err
+	}
+	var revoked bool
+	err := c.reader().row(ctx, grantRevoked, family).Scan(&revoked)
+	return revoked, c.fail(err)
+}
+
 func (c *core) AnswerConsentForm(ctx context.Context, a ConsentAnswer) (ConsentAnswer, error) {
 	if a.AnsweredAt.IsZero() {
 		a.AnsweredAt = c.now()
@@ -1154,7 +1178,7 @@ func (c *core) DeleteExpiredOAuth(ctx context.Context, before time.Time) (int, e
 	var total int64
 	err := c.inTx(ctx, func(tx executor) error {
 		total = 0
-		for _, s := range []stmt{deleteExpiredOAuthCodes, deleteEndedRefreshTokens, deleteExpiredConsentAnswers} {
+		for _, s := range []stmt{deleteExpiredOAuthCodes, deleteEndedRefreshTokens, deleteExpiredConsentAnswers, deleteOldRevokedGrants} {
 			n, err := tx.exec(ctx, s, storedTime(before))
 			if err != nil {
 				return err

@@ -686,8 +686,16 @@ type Store interface {
 	GetRefreshToken(ctx context.Context, tokenHash string) (RefreshToken, error)
 	// RevokeRefreshFamily revokes, at now, every token of the family of
 	// the token tokenHash still standing (RFC 7009), a token rotated
-	// concurrently included; ErrNotFound when there is no such token.
+	// concurrently included, and the family's grant (GrantRevoked);
+	// ErrNotFound when there is no such token. A replayed code
+	// (RedeemAuthorizationCode) and a reused refresh token
+	// (RotateRefreshToken) revoke their family so too.
 	RevokeRefreshFamily(ctx context.Context, tokenHash string, now time.Time) error
+	// GrantRevoked reports whether the refresh-token family family —
+	// an authorization code's grant, which its access tokens name — was
+	// revoked (a replayed code, a reused refresh token, a revocation) no
+	// earlier than DeleteExpiredOAuth's before: one read of a primary key.
+	GrantRevoked(ctx context.Context, family string) (bool, error)
 
 	// PutConsent records the principal's consent to the client (both
 	// required), creating it or replacing its Scope and Resource, and
@@ -721,7 +729,8 @@ type Store interface {
 	// exactly one is recorded.
 	AnswerConsentForm(ctx context.Context, a ConsentAnswer) (ConsentAnswer, error)
 	// DeleteExpiredOAuth deletes the codes that expired at or before
-	// before, the consent forms' answers that expired then, and the
+	// before, the consent forms' answers that expired then, the grants
+	// revoked then, and the
 	// refresh tokens that ended then: expired (their own
 	// end or their family's), revoked or used. It returns how many rows
 	// it deleted (the client assertions have their own:

@@ -13,11 +13,14 @@ import (
 // tokens, and with it the token's whole family. token_type_hint is
 // accepted and ignored.
 //
-// Access tokens are not revocable: they are broker tokens, short-lived
-// JWTs that MCP servers verify by signature alone, so nothing would see a
-// revocation. An access token, an unknown token, or another client's
-// refresh token all get 200 and nothing is revoked (RFC 7009 §2.2: an
-// invalid token is no error; another client's is not revealed).
+// The family's grant is revoked with it, and so are the access tokens
+// issued under it (RFC 7009 §2.1): they name the grant (grant_id), and
+// Usher's MCP endpoint refuses a revoked grant's tokens
+// (broker.VerifierOptions.GrantRevoked). An access token presented here
+// is not looked up — it is a broker token, a short-lived JWT no store
+// row stands for —: it, an unknown token, or another client's refresh
+// token all get 200 and nothing is revoked (RFC 7009 §2.2: an invalid
+// token is no error; another client's is not revealed).
 func (s *Server) serveRevoke(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	form, ferr := readForm(w, r)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/periodic"
 )
 
@@ -29,7 +30,7 @@ type SweeperOptions struct {
 //
 //   - authorization codes and refresh tokens that ended — expired, their
 //     family's end passed, revoked, or used (rotated) — once they have been
-//     ended for the retention, the server's refresh idle lifetime
+//     ended for the retention (Retention), the server's refresh idle lifetime
 //     (ServerOptions.RefreshIdle): a used token is what reuse detection
 //     recognises (a copy presented again revokes its family), and a code
 //     what replay detection does, so each is kept for as long as the token
@@ -39,6 +40,7 @@ type SweeperOptions struct {
 //     nothing;
 //   - the answers of consent forms, once the form could no longer be
 //     posted anyway, and the retention after;
+//   - revoked grants, the retention after their revocation;
 //   - client assertions' jti (private_key_jwt) expired for longer than
 //     AssertionLeeway, the clock skew allowed between replicas: an expired
 //     assertion is refused by its exp before its jti is looked at, and each
@@ -91,9 +93,14 @@ func (s *Sweeper) Start(ctx context.Context) error { return s.loop.Start(ctx) }
 // safe to call without Start; call it before the store closes.
 func (s *Sweeper) Stop() { s.loop.Stop() }
 
-// Retention is how long an ended code or refresh token is kept: the
-// server's refresh idle lifetime.
-func (s *Sweeper) Retention() time.Duration { return s.srv.refreshIdle }
+// Retention is how long an ended code or refresh token, or a revoked
+// grant, is kept: the server's refresh idle lifetime, and at least the
+// longest an access token of a revoked grant could still be unexpired
+// (broker.MaxTokenLifetime and the verifier's leeway), so that its
+// revocation is not forgotten while the token could be presented.
+func (s *Sweeper) Retention() time.Duration {
+	return max(s.srv.refreshIdle, broker.MaxTokenLifetime+broker.MaxLeeway)
+}
 
 // Sweep deletes the client assertions expired for longer than
 // AssertionLeeway, then the codes and refresh tokens ended for longer than

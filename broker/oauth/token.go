@@ -332,6 +332,10 @@ func (s *Server) issue(ctx context.Context, cl store.OAuthClient, rc refreshCont
 	}
 	tok, err := s.broker.Mint(ctx, broker.Grant{
 		Subject: rc.Principal, Audience: rc.Resource, ClientID: cl.ID, Tenant: sub.Tenant, Groups: sub.Groups,
+		// The family names the grant: its revocation (a replayed code,
+		// a reused refresh token, a revocation) refuses the token at the
+		// MCP endpoint (broker.VerifierOptions.GrantRevoked).
+		GrantID: rc.Family,
 	})
 	if err != nil {
 		return store.TokenGrant{}, fmt.Errorf("mint the access token: %w", err)

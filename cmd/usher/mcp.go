@@ -131,7 +131,11 @@ func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *brok
 		cat.Close()
 		return nil, err
 	}
-	verifier, err := broker.NewVerifier(keys, &broker.VerifierOptions{Issuer: publicURL, Audience: publicURL + "/mcp"})
+	verifier, err := broker.NewVerifier(keys, &broker.VerifierOptions{
+		Issuer: publicURL, Audience: publicURL + "/mcp",
+		// The access tokens of a revoked OAuth grant are refused.
+		GrantRevoked: in.store.GrantRevoked,
+	})
 	if err != nil {
 		cat.Close()
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/usherhq/usher/broker/clientmeta"
 	"github.com/usherhq/usher/broker/oauth"
+	"github.com/usherhq/usher/broker/oauth/oauthtest"
 	"github.com/usherhq/usher/internal/config"
 	"github.com/usherhq/usher/store"
 )
@@ -280,4 +282,34 @@ func TestOversizedOAuthBodiesInOAuthForm(t *testing.T) {
 			t.Errorf("%s: %d %s, want %s", path, resp.StatusCode, body, want)
 		}
 	}
+}
+
+// TestReplayedCodeRevokesItsAccessTokens checks RFC 6749 §4.1.2 through the
+// real server: when a code is presented again after its redemption, the
+// access tokens it issued — the first one, and one refreshed from it — stop
+// working at /mcp at once, while another grant's go on working.
+func TestReplayedCodeRevokesItsAccessTokens(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	alice := oauthtest.SignIn(t, s.url, "alice")
+	app := oauthtest.Register(t, s.url, "MCP Inspector", "http://127.0.0.1:6274/oauth/callback")
+	code, verifier := app.Code(t, alice)
+	first := app.Redeem(t, code, verifier)
+	refreshed := app.Refresh(t, first.RefreshToken)
+	other := app.Connect(t, oauthtest.SignIn(t, s.url, "bob")) // another grant of the same app
+	for _, tok := range []string{first.AccessToken, refreshed.AccessToken, other.AccessToken} {
+		mcpCall(t, s.url, tok, "tools/list", map[string]any{})
+	}
+
+	if p := app.Token(t, url.Values{"grant_type": {"authorization_code"}, "code": {code}, "redirect_uri": {app.RedirectURI},
+		"code_verifier": {verifier}, "resource": {s.url + "/mcp"}}); p.Status != http.StatusBadRequest || p.Error != "invalid_grant" {
+		t.Fatalf("the replay: %+v, want invalid_grant", p)
+	}
+	for name, tok := range map[string]string{"the code's first access token": first.AccessToken, "its refreshed one": refreshed.AccessToken} {
+		code, body := post(t, s.url+"/mcp", tok, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+		if code != http.StatusUnauthorized || !strings.Contains(string(body), "invalid_token") {
+			t.Errorf("%s after the replay: %d %s, want 401 invalid_token", name, code, body)
+		}
+	}
+	mcpCall(t, s.url, other.AccessToken, "tools/list", map[string]any{})
 }

@@ -845,9 +845,9 @@ func testDeleteExpiredOAuth(t *testing.T, s store.Store) {
 		t.Fatal(err)
 	}
 	// Codes: code-old, code-now. Tokens: rt-family-ended, rt-expired,
-	// rt-used, rt-revoked.
-	if n, err := s.DeleteExpiredOAuth(ctx, now); err != nil || n != 6 {
-		t.Errorf("DeleteExpiredOAuth = %d, %v; want 6", n, err)
+	// rt-used, rt-revoked. Revoked grants: rt-revoked's family, f4.
+	if n, err := s.DeleteExpiredOAuth(ctx, now); err != nil || n != 7 {
+		t.Errorf("DeleteExpiredOAuth = %d, %v; want 7", n, err)
 	}
 	if n, err := s.DeleteExpiredOAuth(ctx, now); err != nil || n != 0 {
 		t.Errorf("DeleteExpiredOAuth again = %d, %v; want 0", n, err)

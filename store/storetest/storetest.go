@@ -113,6 +113,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Consents", testConsents},
 		{"DeleteExpiredOAuth", testDeleteExpiredOAuth},
 		{"ConsentAnswers", testConsentAnswers},
+		{"RevokedGrants", testRevokedGrants},
 		{"ConfiguredClients", testConfiguredClients},
 		{"ClientAssertions", testClientAssertions},
 		{"AppendAudit", testAppendAudit},

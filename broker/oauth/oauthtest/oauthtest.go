@@ -94,6 +94,15 @@ func SessionRequest(t testing.TB, method, u, cookie, contentType string, body io
 // page as the person signed in with cookie, and returns its first tokens.
 func (a *App) Connect(t testing.TB, cookie string) Tokens {
 	t.Helper()
+	code, verifier := a.Code(t, cookie)
+	return a.Redeem(t, code, verifier)
+}
+
+// Code takes the app through the authorization request and the consent
+// page as the person signed in with cookie, and returns the code and its
+// PKCE verifier, not redeemed.
+func (a *App) Code(t testing.TB, cookie string) (code, verifier string) {
+	t.Helper()
 	u, verifier := a.AuthorizeURL()
 	resp, page := SessionRequest(t, http.MethodGet, u, cookie, "", nil)
 	csrf, request := ConsentCSRF.FindStringSubmatch(page), ConsentRequest.FindStringSubmatch(page)
@@ -107,7 +116,7 @@ func (a *App) Connect(t testing.TB, cookie string) Tokens {
 	if resp.StatusCode != http.StatusSeeOther || err != nil || loc.Query().Get("code") == "" {
 		t.Fatalf("consent: %d %s (Location %q)", resp.StatusCode, body, resp.Header.Get("Location"))
 	}
-	return a.Redeem(t, loc.Query().Get("code"), verifier)
+	return loc.Query().Get("code"), verifier
 }
 
 // Tokens is what the token endpoint answered.
