@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/usherhq/usher/internal/testenv"
@@ -357,5 +358,49 @@ func TestStdioProgressBeforeResult(t *testing.T) {
 	}
 	if len(got) != 3*calls || last != calls {
 		t.Errorf("%d progress notifications (%d last ones) for %d calls, want %d (%d)", len(got), last, calls, 3*calls, calls)
+	}
+}
+
+// TestUpstreamWithoutTemplatesList: an upstream that declares resources
+// but does not implement resources/templates/list (it answers -32601
+// Method not found, as servers without templates do) is listed whole —
+// its tools, for the tool lock, and its resources — with no templates,
+// and served.
+func TestUpstreamWithoutTemplatesList(t *testing.T) {
+	up := newFixture(t)
+	up.server.AddResource(&mcp.Resource{URI: "test://doc", Name: "doc", MIMEType: "text/plain"},
+		func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: "the doc"}}}, nil
+		})
+	up.server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "resources/templates/list" {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "Method not found"}
+			}
+			return next(ctx, method, req)
+		}
+	})
+	e := newEnv(t, envConfig{
+		rules:     map[string]Decision{"fx__echo": Allow, "fx__test://doc": Allow},
+		upstreams: []Upstream{{Name: "fx", URL: up.url}},
+	})
+	defs, err := e.catalog.Definitions(t.Context())
+	if err != nil || !slices.ContainsFunc(defs, func(d Definition) bool { return d.Name == "fx__echo" }) {
+		t.Fatalf("Definitions (what the tool lock holds) = %d tools, %v; want fx__echo and no error", len(defs), err)
+	}
+	cs := e.connect(alice, "", nil, "")
+	ctx := t.Context()
+	if res := call(t, cs, "fx__echo", map[string]any{"text": "hi"}, nil); text(res) != "echo: hi" {
+		t.Errorf("fx__echo = %q", text(res))
+	}
+	lr, err := cs.ListResources(ctx, nil)
+	if err != nil || len(lr.Resources) != 1 || lr.Resources[0].URI != "fx__test://doc" {
+		t.Errorf("resources/list = %+v, %v; want fx__test://doc", lr, err)
+	}
+	if lt, err := cs.ListResourceTemplates(ctx, nil); err != nil || len(lt.ResourceTemplates) != 0 {
+		t.Errorf("resources/templates/list = %+v, %v; want none", lt, err)
+	}
+	if rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "fx__test://doc"}); err != nil || rr.Contents[0].Text != "the doc" {
+		t.Errorf("read fx__test://doc = %+v, %v", rr, err)
 	}
 }

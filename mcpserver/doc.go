@@ -63,7 +63,10 @@
 // # Resources, prompts and completion
 //
 // An upstream's resources, resource templates and prompts are listed with
-// its tools and exposed under the same prefix: a prompt's name and a
+// its tools, when its capabilities declare them (a list it does not
+// implement, answered -32601 Method not found — resources/templates/list
+// of a server without templates —, is empty), and exposed under the same
+// prefix: a prompt's name and a
 // resource's URI (or URI template) are the prefix followed by the
 // upstream's own, "docs__summarize" and "docs__file:///guide.md" for the
 // upstream docs with the default prefix "docs__" (a prefix of letters,

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/yosida95/uritemplate/v3"
 
@@ -73,7 +74,11 @@ func exposedURI(uri string) bool {
 }
 
 // listFeatures lists the upstream's resources, resource templates and
-// prompts on the session cs, when its capabilities declare them.
+// prompts on the session cs, when its capabilities declare them. A list
+// the upstream does not implement although it declares the capability —
+// resources/templates/list is the one servers omit, having no templates —
+// answers -32601 (Method not found): it is empty, not a failure of the
+// upstream (optionalList).
 func (u *upstream) listFeatures(ctx context.Context, cs *mcp.ClientSession, o *offering) error {
 	var caps mcp.ServerCapabilities
 	if ir := cs.InitializeResult(); ir != nil && ir.Capabilities != nil {
@@ -81,7 +86,7 @@ func (u *upstream) listFeatures(ctx context.Context, cs *mcp.ClientSession, o *o
 	}
 	o.completions = caps.Completions != nil
 	if caps.Resources != nil {
-		if err := pages(func(cursor string) (string, error) {
+		if err := u.optionalList("resources/list", func(cursor string) (string, error) {
 			res, err := cs.ListResources(ctx, &mcp.ListResourcesParams{Cursor: cursor})
 			if err != nil {
 				return "", err
@@ -100,7 +105,7 @@ func (u *upstream) listFeatures(ctx context.Context, cs *mcp.ClientSession, o *o
 		}); err != nil {
 			return fmt.Errorf("resources/list: %w", err)
 		}
-		if err := pages(func(cursor string) (string, error) {
+		if err := u.optionalList("resources/templates/list", func(cursor string) (string, error) {
 			res, err := cs.ListResourceTemplates(ctx, &mcp.ListResourceTemplatesParams{Cursor: cursor})
 			if err != nil {
 				return "", err
@@ -121,7 +126,7 @@ func (u *upstream) listFeatures(ctx context.Context, cs *mcp.ClientSession, o *o
 		}
 	}
 	if caps.Prompts != nil {
-		if err := pages(func(cursor string) (string, error) {
+		if err := u.optionalList("prompts/list", func(cursor string) (string, error) {
 			res, err := cs.ListPrompts(ctx, &mcp.ListPromptsParams{Cursor: cursor})
 			if err != nil {
 				return "", err
@@ -142,6 +147,30 @@ func (u *upstream) listFeatures(ctx context.Context, cs *mcp.ClientSession, o *o
 		}
 	}
 	return nil
+}
+
+// optionalList pages through the upstream's list method with list, as
+// pages does; an upstream that answers its first page -32601 (Method not
+// found) has none of what it lists, which is logged, and no error. Any
+// other error, or -32601 after a first page, is one.
+func (u *upstream) optionalList(method string, list func(cursor string) (next string, _ error)) error {
+	first := true
+	err := pages(func(cursor string) (string, error) {
+		next, err := list(cursor)
+		if err != nil && first && methodNotFound(err) {
+			u.cat.log.Debug("mcpserver: an upstream does not implement a list of a capability it declares; it has none", "upstream", u.cfg.Name, "method", method)
+			return "", nil
+		}
+		first = false
+		return next, err
+	})
+	return err
+}
+
+// methodNotFound reports whether err is a JSON-RPC error -32601.
+func methodNotFound(err error) bool {
+	var rpcErr *jsonrpc.Error
+	return errors.As(err, &rpcErr) && rpcErr.Code == jsonrpc.CodeMethodNotFound
 }
 
 // pages calls list with each cursor it returns, from the first page, up to
