@@ -68,6 +68,7 @@ type Store interface {
 	CreateApprovalAudited(ctx context.Context, a store.Approval, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, bool, error)
 	DecideApprovalAudited(ctx context.Context, p store.DecideApprovalParams, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, error)
 	FindApproved(ctx context.Context, b store.ApprovalBinding, now time.Time) (store.Approval, error)
+	GetExecution(ctx context.Context, idempotencyKey string) (store.Execution, error)
 	ConsumeApprovalAudited(ctx context.Context, p store.ConsumeApprovalParams, build func(store.AuditHead) (store.AuditRecord, error)) (store.Approval, store.Execution, bool, error)
 	RevokeApprovalsAudited(ctx context.Context, tool, keepDefinitionHash string, now time.Time, build func(revoked int) func(store.AuditHead) (store.AuditRecord, error)) (int, error)
 	ExpireApprovals(ctx context.Context, now time.Time) (int, error)
@@ -439,9 +440,11 @@ func (s *Service) Decide(ctx context.Context, id string, decider identity.Princi
 // nil, with the start of the call's execution e (its ApprovalID set too;
 // see store.Store.BeginExecutionAudited): a call never runs on an approval whose
 // use is not recorded, and an approval is never used up by a call that
-// did not start. When e's idempotency key already names an execution,
-// nothing is used or recorded, and that execution is returned with started
-// false, for the caller to answer the call with it.
+// did not start. When e's idempotency key already names an execution of
+// this call, nothing is used or recorded, and that execution is returned
+// with started false, for the caller to answer the call with it: also
+// when no approval is left because that execution used it (a retry racing
+// the one that ran), so that such a retry never asks for another.
 func (s *Service) Consume(ctx context.Context, b Binding, e *store.Execution, record audit.Entry) (_ Approval, _ store.Execution, started bool, _ error) {
 	if err := checkBinding(b); err != nil {
 		return Approval{}, store.Execution{}, false, err
@@ -450,7 +453,7 @@ func (s *Service) Consume(ctx context.Context, b Binding, e *store.Execution, re
 	for range consumeAttempts {
 		a, err := s.st.FindApproved(ctx, b, now)
 		if errors.Is(err, store.ErrNotFound) {
-			return Approval{}, store.Execution{}, false, ErrNotApproved
+			return s.notApproved(ctx, b, e)
 		}
 		if err != nil {
 			return Approval{}, store.Execution{}, false, fmt.Errorf("approvals: consume: %w", err)
@@ -475,7 +478,30 @@ func (s *Service) Consume(ctx context.Context, b Binding, e *store.Execution, re
 		}
 		return out, exec, started, nil
 	}
-	return Approval{}, store.Execution{}, false, ErrNotApproved
+	return s.notApproved(ctx, b, e)
+}
+
+// notApproved is Consume's answer when no approval is left for the call
+// b: the execution e's key names, when it is this call's and has started
+// (its use of the approval and its start were one transaction, so a retry
+// that lost the race to it finds it here), or ErrNotApproved.
+func (s *Service) notApproved(ctx context.Context, b Binding, e *store.Execution) (Approval, store.Execution, bool, error) {
+	if e == nil || e.IdempotencyKey == "" {
+		return Approval{}, store.Execution{}, false, ErrNotApproved
+	}
+	rec, err := s.st.GetExecution(ctx, e.IdempotencyKey)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return Approval{}, store.Execution{}, false, ErrNotApproved
+	case err != nil:
+		return Approval{}, store.Execution{}, false, fmt.Errorf("approvals: consume: %w", err)
+	case rec.Principal != b.Principal || rec.Tool != b.Tool || rec.ArgumentsHash != b.ArgumentsHash ||
+		rec.Status == store.ExecutionAwaitingInput:
+		// Another call's, or one whose next round needs an approval of
+		// its own.
+		return Approval{}, store.Execution{}, false, ErrNotApproved
+	}
+	return Approval{}, rec, false, nil
 }
 
 // RequestCurrent is Request for the tool's current definition, as the MCP
