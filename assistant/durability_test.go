@@ -110,7 +110,8 @@ func scriptedModel(t *testing.T) (*modeltest.Server, *model.OpenAI) {
 }
 
 // newHarness starts a runtime on st. The sweep runs once an hour, so that
-// what the tests see is not the sweep's doing.
+// what the tests see is not the sweep's doing. Its turns reach the echo
+// tool's MCP server, unless opts names another (MCPURL).
 func newHarness(t *testing.T, st store.Store, m model.Provider, opts *Options) *harness {
 	t.Helper()
 	tools := mcp.NewServer(&mcp.Implementation{Name: "test-tools", Version: "1"}, nil)
@@ -134,7 +135,10 @@ func newHarness(t *testing.T, st store.Store, m model.Provider, opts *Options) *
 	if opts != nil {
 		o = *opts
 	}
-	o.Store, o.Model, o.MCPURL = st, m, mcpSrv.URL
+	o.Store, o.Model = st, m
+	if o.MCPURL == "" {
+		o.MCPURL = mcpSrv.URL
+	}
 	o.Tokens = func(context.Context, Grant) oauth2.TokenSource {
 		return oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "test-token"})
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -231,8 +232,9 @@ func callKey(seq int64, id string) string {
 
 // call runs one tool call through the MCP server, named by key (see
 // callKey), and turns its answer into a ToolResult. An error means the
-// call's fate is unknown (the connection failed); the MCP server's
-// idempotency key makes a retry safe.
+// call did not reach the MCP server, or its answer did not come back
+// (lostAfterSending tells which); the MCP server's idempotency key makes
+// a retry safe.
 func (s *session) call(ctx context.Context, key string, c ToolCall) (ToolResult, error) {
 	res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{
 		Name:      c.Name,
@@ -240,7 +242,7 @@ func (s *session) call(ctx context.Context, key string, c ToolCall) (ToolResult,
 		Meta:      mcp.Meta{metaToolCallID: key},
 	})
 	if err != nil {
-		if wire := (*jsonrpc.Error)(nil); errors.As(err, &wire) {
+		if wire := (*jsonrpc.Error)(nil); errors.As(err, &wire) && wire.Code != codeRejectedByTransport {
 			// The server refused the call as a request (an unknown
 			// tool, say): that is the call's result.
 			return ToolResult{ToolCallID: c.ID, Name: c.Name, Content: "The tool call was refused: " + wire.Message,
@@ -273,6 +275,24 @@ func (s *session) call(ctx context.Context, key string, c ToolCall) (ToolResult,
 		}
 	}
 	return r, nil
+}
+
+// codeRejectedByTransport is the go-sdk's JSON-RPC code for a request its
+// transport failed to deliver or to get an answer to: not an answer of
+// the MCP server.
+const codeRejectedByTransport = -32005
+
+// lostAfterSending reports whether err, from a call, says that the
+// connection was lost after the request went out: the MCP server may
+// have run the call. A request that could not be sent at all (no
+// connection could be made) was not.
+func lostAfterSending(err error) bool {
+	var wire *jsonrpc.Error
+	if !errors.As(err, &wire) || wire.Code != codeRejectedByTransport {
+		return false
+	}
+	var op *net.OpError
+	return !errors.As(err, &op) || op.Op != "dial"
 }
 
 // partOf describes content beyond text; false for a kind it does not

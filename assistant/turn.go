@@ -609,6 +609,9 @@ func (t *turn) request(ctx context.Context) (model.Request, error) {
 	if err != nil {
 		return model.Request{}, err
 	}
+	if err := t.connected(ctx); err != nil {
+		return model.Request{}, err
+	}
 	own, err := projectSeqs(t.messages)
 	if err != nil {
 		return model.Request{}, err
@@ -676,8 +679,32 @@ func (t *turn) callTool(ctx context.Context, seq int64, c ToolCall, argumentsErr
 	if argumentsError != "" {
 		r = ToolResult{ToolCallID: c.ID, Name: c.Name, Content: argumentsError, IsError: true, Status: ToolFailed}
 	} else {
+		if err := t.connected(ctx); err != nil {
+			return ToolResult{}, err
+		}
 		var err error
-		if r, err = t.sess.call(ctx, callKey(seq, c.ID), c); err != nil {
+		key := callKey(seq, c.ID)
+		r, err = t.sess.call(ctx, key, c)
+		// A call whose answer was lost may have run: it is asked again,
+		// under the same key, on a new connection (perhaps to another
+		// replica), and the MCP server answers from the call's execution
+		// record instead of running it twice.
+		for try := 1; err != nil && ctx.Err() == nil && lostAfterSending(err); try++ {
+			t.rt.holder.drop(t.sess)
+			t.sess = nil
+			t.rt.log.Warn("assistant: a tool call's answer was lost; asking again under its key", "run", t.run.ID, "tool", c.Name, "try", try, "err", err)
+			if try > maxLostAnswers {
+				r, err = outcomeUnknown(c), nil
+				break
+			}
+			if err = t.connected(ctx); err != nil {
+				t.rt.log.Error("assistant: reconnecting to the MCP server failed", "run", t.run.ID, "err", err)
+				r, err = outcomeUnknown(c), nil
+				break
+			}
+			r, err = t.sess.call(ctx, key, c)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return ToolResult{}, err
 			}
@@ -688,6 +715,32 @@ func (t *turn) callTool(ctx context.Context, seq int64, c ToolCall, argumentsErr
 		}
 	}
 	return r, t.record(ctx, r)
+}
+
+// connected makes sure the turn has a session with the MCP server:
+// connecting a new one when the last one was dropped.
+func (t *turn) connected(ctx context.Context) error {
+	if t.sess != nil {
+		return nil
+	}
+	sess, _, err := t.rt.holder.acquire(ctx, t.grant())
+	if err != nil {
+		return fmt.Errorf("assistant: reaching the MCP server: %w", err)
+	}
+	t.sess = sess
+	return nil
+}
+
+// maxLostAnswers bounds how often a call whose answer was lost is asked
+// again before the model is told that its outcome is unknown.
+const maxLostAnswers = 2
+
+// outcomeUnknown is the result of a call that was sent and whose answer
+// never came back, even when asked again under its key: it may have run.
+func outcomeUnknown(c ToolCall) ToolResult {
+	return ToolResult{ToolCallID: c.ID, Name: c.Name, IsError: true, Status: ToolFailed,
+		Content: "The connection to the tools was lost after this call was sent, and asking again did not get its answer: " +
+			"its outcome is unknown (it may or may not have run). Check its effect before making it again."}
 }
 
 // record appends a result of one of the turn's calls.
