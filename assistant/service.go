@@ -229,7 +229,7 @@ func (rt *Runtime) Close(ctx context.Context, owner, id string, to store.RunStat
 	if _, err := rt.Run(ctx, owner, id); err != nil {
 		return store.Run{}, err
 	}
-	r, err := rt.st.CloseRun(ctx, id, to, cancelledTurnEnd("The session was closed during the turn."))
+	r, err := rt.st.CloseRun(ctx, id, to, cancelledTurnEnd("The session was closed during the turn.", "The session was closed before this message's turn."))
 	switch {
 	case errors.Is(err, store.ErrClosed):
 		return store.Run{}, errRunClosed
@@ -244,18 +244,26 @@ func (rt *Runtime) Delete(ctx context.Context, owner, id string) error {
 	if _, err := rt.Run(ctx, owner, id); err != nil {
 		return err
 	}
-	err := rt.st.DeleteRun(ctx, id, cancelledTurnEnd("The session was deleted during the turn."))
+	err := rt.st.DeleteRun(ctx, id, cancelledTurnEnd("The session was deleted during the turn.", "The session was deleted before this message's turn."))
 	if errors.Is(err, store.ErrNotFound) {
 		return errRunNotFound
 	}
 	return err
 }
 
-// cancelledTurnEnd ends the open turn of a run closed mid-turn: the end
-// names the message the turn answered, as every turn's end does.
-func cancelledTurnEnd(why string) store.TurnEndFunc {
-	return func(turnSeq int64) json.RawMessage {
-		return mustJSON(TurnEnd{MessageSeq: turnSeq, Status: TurnCancelled, Error: why})
+// cancelledTurnEnd ends the turns of a run closed: the open one, as why
+// says, and those of the messages still waiting for a turn, which start
+// and end at once, as waiting says. Each end names the message its turn
+// answered, as every turn's end does.
+func cancelledTurnEnd(why, waiting string) store.TurnEndFunc {
+	return func(turnSeq int64, started bool) []store.NewEvent {
+		var out []store.NewEvent
+		if !started {
+			why = waiting
+			out = append(out, store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: turnSeq}), StartsTurn: turnSeq})
+		}
+		return append(out, store.NewEvent{Type: EventTurnEnd, EndsTurn: true,
+			Payload: mustJSON(TurnEnd{MessageSeq: turnSeq, Status: TurnCancelled, Error: why})})
 	}
 }
 

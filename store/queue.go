@@ -625,17 +625,21 @@ func (c *core) RequeueRun(ctx context.Context, runID string) (Run, error) {
 }
 
 // endRun ends the run r, whose row lock tx holds, with the terminal status
-// to, deleting it when deleted: it appends the end of an open turn first.
+// to, deleting it when deleted: it first ends the open turn and then the
+// turn of every user message still waiting for one, so that each user
+// message has its turn's end (with turnEnd nil: the open turn's bare end,
+// and nothing for waiting messages).
 func (c *core) endRun(ctx context.Context, tx executor, r Run, to RunStatus, deleted bool, turnEnd TurnEndFunc) (Run, error) {
 	now := storedTime(c.now())
-	if r.TurnSeq != 0 {
-		end, err := prepareEvents([]NewEvent{{Type: EventTurnEnd, Payload: turnEndPayload(turnEnd, r), EndsTurn: true}})
-		if err != nil {
-			return Run{}, err
+	if turnEnd == nil {
+		if r.TurnSeq != 0 {
+			bare := func(int64, bool) []NewEvent { return []NewEvent{{Type: EventTurnEnd, EndsTurn: true}} }
+			if _, err := endTurn(ctx, tx, r, r.TurnSeq, true, now, bare); err != nil {
+				return Run{}, err
+			}
 		}
-		if _, _, err := advanceRun(ctx, tx, appendRun, r.ID, now, planAppend(end)); err != nil {
-			return Run{}, err
-		}
+	} else if _, err := endTurns(ctx, tx, r, now, turnEnd); err != nil {
+		return Run{}, err
 	}
 	var deletedAt any
 	if deleted {
@@ -647,6 +651,48 @@ func (c *core) endRun(ctx context.Context, tx executor, r Run, to RunStatus, del
 	}
 	tx.notifyRuns(out)
 	return out, nil
+}
+
+// endTurns ends the open turn of the run r, whose row lock tx holds, and
+// the turn of every user message after it that waits for one, with the
+// events of turnEnd, and returns the run as they leave it.
+func endTurns(ctx context.Context, tx executor, r Run, now time.Time, turnEnd TurnEndFunc) (Run, error) {
+	var err error
+	if r.TurnSeq != 0 {
+		if r, err = endTurn(ctx, tx, r, r.TurnSeq, true, now, turnEnd); err != nil {
+			return Run{}, err
+		}
+	}
+	for {
+		var seq int64
+		switch err := tx.row(ctx, firstUnanswered, r.ID, r.HandledSeq).Scan(&seq); {
+		case errors.Is(err, sql.ErrNoRows):
+			return r, nil
+		case err != nil:
+			return Run{}, err
+		}
+		if r, err = endTurn(ctx, tx, r, seq, false, now, turnEnd); err != nil {
+			return Run{}, err
+		}
+	}
+}
+
+// endTurn appends the events of turnEnd that end the turn of the user
+// message seq of the run r (started: the open turn; else one that never
+// started), whose row lock tx holds, checking that they do end it, and
+// returns the run as they leave it.
+func endTurn(ctx context.Context, tx executor, r Run, seq int64, started bool, now time.Time, turnEnd TurnEndFunc) (Run, error) {
+	events, err := prepareEvents(turnEnd(seq, started))
+	if err != nil {
+		return Run{}, err
+	}
+	p := planAppend(events)
+	ends := (started && p.handled == handledFromTurn) || (!started && p.handled == handledSet && p.handledSeq == seq)
+	if !ends || p.turn != 0 {
+		return Run{}, invalid(fmt.Errorf("the events that end the turn of message %d do not end it", seq))
+	}
+	_, out, err := advanceRun(ctx, tx, appendRun, r.ID, now, p)
+	return out, err
 }
 
 func (c *core) CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd TurnEndFunc) (Run, error) {

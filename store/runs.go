@@ -27,10 +27,11 @@ const (
 	EventBranchSwitch = "agent.branch.switch"
 )
 
-// TurnEndFunc returns the payload of the agent.turn.end event that ends the
-// open turn answering the user message turnSeq, when CloseRun or DeleteRun
-// ends a run mid-turn.
-type TurnEndFunc func(turnSeq int64) json.RawMessage
+// TurnEndFunc returns the events that end the turn answering the user
+// message turnSeq, when StopTurn stops it or CloseRun or DeleteRun ends
+// its run: one event that ends the turn (EndsTurn), preceded, for a turn
+// that never started (started false), by its start (StartsTurn turnSeq).
+type TurnEndFunc func(turnSeq int64, started bool) []NewEvent
 
 // NewEvent is an event to append to a run's log; the store assigns its
 // sequence and time.
@@ -290,14 +291,6 @@ func beforeOrMax(before int64) int64 {
 		return 1<<63 - 1
 	}
 	return before
-}
-
-// turnEndPayload is turnEnd's payload for the open turn of r, or nil.
-func turnEndPayload(turnEnd TurnEndFunc, r Run) json.RawMessage {
-	if turnEnd == nil {
-		return nil
-	}
-	return turnEnd(r.TurnSeq)
 }
 
 // earliest is the earlier of two times, ignoring zero ones.

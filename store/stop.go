@@ -46,7 +46,7 @@ var ErrNothingToStop = fmt.Errorf("%w: no turn is open or waiting", ErrConflict)
 // is InProgress again; the run stays queued only for user messages after
 // the stopped one. ErrNotFound for a missing or deleted run, ErrClosed for
 // a terminal one, ErrNothingToStop when there is no turn to stop.
-func (c *core) StopTurn(ctx context.Context, runID string, end func(turnSeq int64, started bool) []NewEvent) (Run, error) {
+func (c *core) StopTurn(ctx context.Context, runID string, end TurnEndFunc) (Run, error) {
 	var out Run
 	err := c.inTx(ctx, func(tx executor) error {
 		r, err := scanRun(tx.row(ctx, lockRun, runID))
@@ -65,17 +65,8 @@ func (c *core) StopTurn(ctx context.Context, runID string, end func(turnSeq int6
 				return err
 			}
 		}
-		events, err := prepareEvents(end(seq, started))
-		if err != nil {
-			return err
-		}
-		p := planAppend(events)
-		ends := (started && p.handled == handledFromTurn) || (!started && p.handled == handledSet && p.handledSeq == seq)
-		if !ends || p.turn != 0 {
-			return invalid(fmt.Errorf("the events that stop the turn of message %d do not end it", seq))
-		}
 		now := storedTime(c.now())
-		if _, _, err := advanceRun(ctx, tx, appendRun, runID, now, p); err != nil {
+		if _, err := endTurn(ctx, tx, r, seq, started, now, end); err != nil {
 			return err
 		}
 		if out, err = scanRun(tx.row(ctx, stopLease, runID, now)); err != nil {

@@ -232,7 +232,7 @@ type Store interface {
 	// started gets its start first). The run's lease is fenced off and the
 	// run left InProgress, queued only for messages after the stopped one.
 	// ErrNotFound, ErrClosed, ErrNothingToStop.
-	StopTurn(ctx context.Context, runID string, end func(turnSeq int64, started bool) []NewEvent) (Run, error)
+	StopTurn(ctx context.Context, runID string, end TurnEndFunc) (Run, error)
 	// RenameRun sets the title of a live run (closed ones too) and returns
 	// it; ErrNotFound for a missing or deleted run.
 	RenameRun(ctx context.Context, runID, title string) (Run, error)
@@ -309,11 +309,12 @@ type Store interface {
 	RequeueRun(ctx context.Context, runID string) (Run, error)
 	// CloseRun moves a run that is not terminal to the terminal status to,
 	// revokes any lease (incrementing the fencing token, so a turn still
-	// running can write nothing more) and clears the queue. When a turn is
-	// open it appends turnEnd(TurnSeq) (the payload of an agent.turn.end
-	// event for the open turn's message) to end it; turnEnd may be nil.
-	// ErrClosed when the run is already terminal, ErrNotFound when it does
-	// not exist or is deleted.
+	// running can write nothing more) and clears the queue. It ends the
+	// open turn, and the turn of every user message still waiting for
+	// one, with the events of turnEnd, so that each user message has its
+	// turn's end; with turnEnd nil, an open turn gets a bare end and
+	// waiting messages none. ErrClosed when the run is already terminal,
+	// ErrNotFound when it does not exist or is deleted.
 	CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd TurnEndFunc) (Run, error)
 	// DeleteRun marks the run deleted (cancelling it first when it is not
 	// terminal, as CloseRun does). Its events stay, for the audit trail,

@@ -308,9 +308,89 @@ func testClaimRace(t *testing.T, s store.Store) {
 	}
 }
 
-// cancelledTurn is the end of a turn closed mid-way.
-func cancelledTurn(turnSeq int64) json.RawMessage {
-	return json.RawMessage(fmt.Sprintf(`{"status":"cancelled","messageSeq":%d}`, turnSeq))
+// cancelledTurn is the end of a turn closed mid-way, and the start and
+// end of one that never started.
+func cancelledTurn(turnSeq int64, started bool) []store.NewEvent {
+	var out []store.NewEvent
+	if !started {
+		out = append(out, store.NewEvent{Type: "agent.turn.start", Payload: json.RawMessage(fmt.Sprintf(`{"messageSeq":%d}`, turnSeq)), StartsTurn: turnSeq})
+	}
+	return append(out, store.NewEvent{Type: store.EventTurnEnd, Payload: json.RawMessage(fmt.Sprintf(`{"status":"cancelled","messageSeq":%d}`, turnSeq)), EndsTurn: true})
+}
+
+// testCloseRunEndsWaitingTurns: completing, cancelling or deleting a run
+// ends its open turn and the turn of every user message waiting for one,
+// so that each user message has exactly one turn end; events that do not
+// end a turn are refused and nothing is written.
+func testCloseRunEndsWaitingTurns(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name  string
+		close func(id string) error
+	}{
+		{"complete", func(id string) error { _, err := s.CloseRun(ctx, id, store.RunCompleted, cancelledTurn); return err }},
+		{"cancel", func(id string) error { _, err := s.CloseRun(ctx, id, store.RunCancelled, cancelledTurn); return err }},
+		{"delete", func(id string) error { return s.DeleteRun(ctx, id, cancelledTurn) }},
+	} {
+		id := "run-" + tc.name
+		first := userMessage("slow")
+		mustOpenRun(t, s, id, &first)
+		claimed, err := s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+		if err != nil || len(claimed) != 1 {
+			t.Fatalf("%s: ClaimRuns = %+v, %v", tc.name, claimed, err)
+		}
+		if _, err := s.AppendLeased(ctx, claimed[0].Lease(), store.NewEvent{Type: "agent.turn.start", StartsTurn: 1}); err != nil {
+			t.Fatal(err)
+		}
+		for _, text := range []string{"and this", "and that"} {
+			if _, _, err := s.PostMessage(ctx, id, userMessage(text)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tc.close(id); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		events, err := s.ListEvents(ctx, id, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends := map[int64]int{}
+		var users []int64
+		for _, e := range events {
+			switch e.Type {
+			case "message.user":
+				users = append(users, e.Seq)
+			case store.EventTurnEnd:
+				var end struct {
+					MessageSeq int64 `json:"messageSeq"`
+				}
+				if err := json.Unmarshal(e.Payload, &end); err != nil {
+					t.Fatal(err)
+				}
+				ends[end.MessageSeq]++
+			}
+		}
+		if len(users) != 3 || len(ends) != 3 {
+			t.Errorf("%s: user messages %v, turn ends %v; want one end for each", tc.name, users, ends)
+		}
+		for _, seq := range users {
+			if ends[seq] != 1 {
+				t.Errorf("%s: message %d has %d turn ends, want 1", tc.name, seq, ends[seq])
+			}
+		}
+	}
+
+	// Events that do not end the waiting message's turn: refused, and
+	// the run stays as it was.
+	first := userMessage("hi")
+	mustOpenRun(t, s, "run-bad", &first)
+	noEnd := func(int64, bool) []store.NewEvent { return []store.NewEvent{{Type: "agent.note"}} }
+	if _, err := s.CloseRun(ctx, "run-bad", store.RunCompleted, noEnd); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("CloseRun with events that end no turn = %v, want ErrInvalid", err)
+	}
+	if r, err := s.GetRun(ctx, "run-bad"); err != nil || r.Status.Terminal() || r.LastSeq != 1 {
+		t.Errorf("after a refused close the run is %+v, %v", r, err)
+	}
 }
 
 func testCloseRun(t *testing.T, s store.Store) {

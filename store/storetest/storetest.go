@@ -70,6 +70,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"AuditSinkClaimRace", testAuditSinkClaimRace},
 		{"ClaimRace", testClaimRace},
 		{"CloseRun", testCloseRun},
+		{"CloseRunEndsWaitingTurns", testCloseRunEndsWaitingTurns},
 		{"ParkIdleRuns", testParkIdleRuns},
 		{"ListMessages", testListMessages},
 		{"WakeUps", testWakeUps},
