@@ -40,6 +40,9 @@ var (
 	ErrDecided = errors.New("approvals: already decided")
 	// ErrExpired: the approval expired before it was decided.
 	ErrExpired = errors.New("approvals: expired")
+	// ErrWithdrawn: the turn that asked for the approval was stopped; it
+	// can no longer be decided. It wraps ErrDecided.
+	ErrWithdrawn = fmt.Errorf("%w: withdrawn", ErrDecided)
 	// ErrNotApproved: no approved, unexpired, unused approval matches the
 	// call.
 	ErrNotApproved = errors.New("approvals: no approval for this call")
@@ -374,7 +377,8 @@ func parseCursor(text string) (store.ApprovalCursor, error) {
 // with a reason for the record. See the package documentation for who may
 // decide. It fails with ErrNotFound when decider may not see the approval,
 // ErrForbidden when they may not make this decision, ErrDecided when it
-// is no longer pending, ErrExpired when its time has passed, and
+// is no longer pending (ErrWithdrawn when its turn was stopped),
+// ErrExpired when its time has passed, and
 // ErrInvalid for a reason over MaxReasonRunes or holding control
 // characters other than line breaks and tabs.
 func (s *Service) Decide(ctx context.Context, id string, decider identity.Principal, approve bool, reason string) (Approval, error) {
@@ -578,6 +582,8 @@ func openAt(a Approval, now time.Time) error {
 	switch {
 	case a.Status == store.ApprovalExpired:
 		return ErrExpired
+	case a.Status == store.ApprovalWithdrawn:
+		return ErrWithdrawn
 	case a.Status != store.ApprovalPending:
 		return ErrDecided
 	case !now.Before(a.ExpiresAt):

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usherhq/usher/assistant/model"
+	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/store"
 )
 
@@ -125,6 +126,10 @@ type Options struct {
 	// open in this process at once; the next is answered 429
 	// too_many_streams until one ends. Default: 16.
 	MaxStreamsPerUser int
+
+	// Audit records the approvals a stopped turn withdraws, in the stop's
+	// transaction. Default: nil, no record.
+	Audit *audit.Log
 
 	// Logger receives what the runtime cannot tell users. Default:
 	// discard.

@@ -2,9 +2,11 @@ package assistant
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 
+	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/store"
 )
@@ -15,7 +17,9 @@ import (
 // run change and stops at once: its model step is cancelled, a tool call
 // under way is cancelled on the caller's side and its execution is
 // recorded as ever (an outcome, or outcome_unknown), and it writes
-// nothing more. The run takes messages as before.
+// nothing more. The run's open approvals are withdrawn in the same
+// transaction: none can be decided or used after. The run takes messages
+// as before.
 
 var errNothingToStop = httpx.Errorf(http.StatusConflict, "nothing_to_stop", "Nothing is running in this session.")
 
@@ -35,7 +39,7 @@ func (rt *Runtime) StopTurn(ctx context.Context, owner, id string) (store.Run, e
 		}
 		return append(out, store.NewEvent{Type: EventTurnEnd, EndsTurn: true,
 			Payload: mustJSON(TurnEnd{MessageSeq: turnSeq, Status: TurnStopped, Error: stoppedBy})})
-	})
+	}, rt.withdrawal(owner))
 	switch {
 	case errors.Is(err, store.ErrNothingToStop):
 		return store.Run{}, errNothingToStop
@@ -60,4 +64,29 @@ func (rt *Runtime) handleStop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpx.WriteJSON(w, http.StatusOK, viewRun(run))
+}
+
+// withdrawal is how a stop by owner withdraws its run's open approvals:
+// nothing they asked for runs any more. Each withdrawal is recorded as a
+// decision, withdrawn, by the person who stopped the turn.
+func (rt *Runtime) withdrawal(owner string) store.Withdrawal {
+	w := store.Withdrawal{Reason: stoppedBy}
+	if rt.o.Audit == nil {
+		return w
+	}
+	w.Audit = func(a store.Approval) (func(store.AuditHead) (store.AuditRecord, error), error) {
+		b := a.Binding
+		details, err := json.Marshal(map[string]any{"requested_by": b.Principal, "reason": stoppedBy})
+		if err != nil {
+			return nil, err
+		}
+		return rt.o.Audit.Builder(audit.Entry{
+			Kind: audit.KindApprovalDecided, At: rt.o.Now(),
+			Principal: owner, ClientID: b.ClientID, Tool: b.Tool,
+			DefinitionHash: b.DefinitionHash, ArgumentsHash: b.ArgumentsHash,
+			Decision: string(store.ApprovalWithdrawn), PolicyIDs: a.PolicyIDs, PolicyHash: b.PolicyHash,
+			ApprovalID: a.ID, RunID: b.RunID, Details: details,
+		})
+	}
+	return w
 }

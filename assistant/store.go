@@ -19,7 +19,7 @@ type Store interface {
 	RenameRun(ctx context.Context, runID, title string) (store.Run, error)
 	SetRunMetadata(ctx context.Context, runID, metadata string) (store.Run, error)
 	PostMessageOnce(ctx context.Context, runID string, e store.NewEvent, key string) (_ store.Event, _ store.Run, created bool, _ error)
-	StopTurn(ctx context.Context, runID string, end store.TurnEndFunc) (store.Run, error)
+	StopTurn(ctx context.Context, runID string, end store.TurnEndFunc, w store.Withdrawal) (store.Run, error)
 	CloseRun(ctx context.Context, runID string, to store.RunStatus, turnEnd store.TurnEndFunc) (store.Run, error)
 	DeleteRun(ctx context.Context, runID string, turnEnd store.TurnEndFunc) error
 	RequeueRun(ctx context.Context, runID string) (store.Run, error)

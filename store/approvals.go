@@ -11,8 +11,8 @@ import (
 
 // ApprovalStatus is the state of an approval request. A request starts
 // pending; a human approves or denies it; an approved one is consumed by
-// the one call it was granted for. Expired and revoked end it without a
-// use.
+// the one call it was granted for. Expired, revoked and withdrawn (the
+// turn that asked was stopped) end it without a use.
 type ApprovalStatus string
 
 // The approval states. Only pending and approved are open: every other
@@ -24,18 +24,20 @@ const (
 	ApprovalExpired  ApprovalStatus = "expired"
 	ApprovalConsumed ApprovalStatus = "consumed"
 	ApprovalRevoked  ApprovalStatus = "revoked"
+	// ApprovalWithdrawn: the person stopped the turn that asked for it.
+	ApprovalWithdrawn ApprovalStatus = "withdrawn"
 )
 
 // approvalStatuses lists every state, for listings that filter by none.
 var approvalStatuses = []ApprovalStatus{
 	ApprovalPending, ApprovalApproved, ApprovalDenied,
-	ApprovalExpired, ApprovalConsumed, ApprovalRevoked,
+	ApprovalExpired, ApprovalConsumed, ApprovalRevoked, ApprovalWithdrawn,
 }
 
 // Valid reports whether s is one of the defined states.
 func (s ApprovalStatus) Valid() bool {
 	switch s {
-	case ApprovalPending, ApprovalApproved, ApprovalDenied, ApprovalExpired, ApprovalConsumed, ApprovalRevoked:
+	case ApprovalPending, ApprovalApproved, ApprovalDenied, ApprovalExpired, ApprovalConsumed, ApprovalRevoked, ApprovalWithdrawn:
 		return true
 	}
 	return false
@@ -452,6 +454,13 @@ RETURNING ` + approvalColumns)
 UPDATE approvals SET status = 'revoked', updated_at = $3
 WHERE tool = $1 AND definition_hash <> $2 AND status IN ('pending', 'approved')`)
 
+	// withdrawRunApprovals withdraws the open approvals of the run $1, as
+	// decided by $2 (the run's owner) for the reason $3 at $4.
+	withdrawRunApprovals = sql1(`
+UPDATE approvals SET status = 'withdrawn', decided_by = $2, decision_reason = $3, decided_at = $4, updated_at = $4
+WHERE run_id = $1 AND status IN ('pending', 'approved')
+RETURNING ` + approvalColumns)
+
 	expireOpenApprovals = sql1(`
 UPDATE approvals SET status = 'expired', updated_at = $1
 WHERE status IN ('pending', 'approved') AND expires_at <= $1`)
@@ -763,6 +772,42 @@ func expireApprovals(ctx context.Context, x executor, now time.Time) (int, error
 		x.notify(Notification{Kind: NotifyApproval})
 	}
 	return int(n), err
+}
+
+// Withdrawal is how StopTurn withdraws the open approvals (pending, or
+// approved and unused) of the run whose turn it stops: none of them can
+// be decided or used after.
+type Withdrawal struct {
+	// Reason is their decision reason.
+	Reason string
+	// Audit returns the audit record of a's withdrawal, appended in the
+	// stop's transaction; nil records none.
+	Audit func(a Approval) (func(AuditHead) (AuditRecord, error), error)
+}
+
+// withdrawApprovals withdraws the open approvals of the run r, whose row
+// lock tx holds, as w says, each with its audit record.
+func withdrawApprovals(ctx context.Context, tx executor, r Run, w Withdrawal, now time.Time) error {
+	list, err := queryAll(ctx, tx, withdrawRunApprovals, scanApproval, r.ID, r.Owner, w.Reason, storedTime(now))
+	if err != nil {
+		return err
+	}
+	for _, a := range list {
+		tx.notify(approvalNotification(a))
+		if w.Audit == nil {
+			continue
+		}
+		build, err := w.Audit(a)
+		if err != nil {
+			return err
+		}
+		if build != nil {
+			if _, err := appendAuditTx(ctx, tx, build); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // approvalNotification tells live-update subscribers that a changed:

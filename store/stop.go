@@ -44,9 +44,13 @@ var ErrNothingToStop = fmt.Errorf("%w: no turn is open or waiting", ErrConflict)
 // The run's lease is fenced off (FencingToken grows, no owner), so the
 // process working the turn writes nothing more; an AwaitingApproval run
 // is InProgress again; the run stays queued only for user messages after
-// the stopped one. ErrNotFound for a missing or deleted run, ErrClosed for
+// the stopped one. The run's open approvals are withdrawn as w says, each
+// with its audit record, in the same transaction. ErrNotFound for a missing or deleted run, ErrClosed for
 // a terminal one, ErrNothingToStop when there is no turn to stop.
-func (c *core) StopTurn(ctx context.Context, runID string, end TurnEndFunc) (Run, error) {
+func (c *core) StopTurn(ctx context.Context, runID string, end TurnEndFunc, w Withdrawal) (Run, error) {
+	if err := invalid(checkText("the reason of the withdrawal", w.Reason)); err != nil {
+		return Run{}, err
+	}
 	var out Run
 	err := c.inTx(ctx, func(tx executor) error {
 		r, err := scanRun(tx.row(ctx, lockRun, runID))
@@ -67,6 +71,11 @@ func (c *core) StopTurn(ctx context.Context, runID string, end TurnEndFunc) (Run
 		}
 		now := storedTime(c.now())
 		if _, err := endTurn(ctx, tx, r, seq, started, now, end); err != nil {
+			return err
+		}
+		// Its approvals after the turn's end, and before the audit lock
+		// that their records take.
+		if err := withdrawApprovals(ctx, tx, r, w, now); err != nil {
 			return err
 		}
 		if out, err = scanRun(tx.row(ctx, stopLease, runID, now)); err != nil {

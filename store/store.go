@@ -231,8 +231,9 @@ type Store interface {
 	// end(turnSeq, started) gives the events that end it (a turn not
 	// started gets its start first). The run's lease is fenced off and the
 	// run left InProgress, queued only for messages after the stopped one.
+	// The run's open approvals are withdrawn (w), with their audit records.
 	// ErrNotFound, ErrClosed, ErrNothingToStop.
-	StopTurn(ctx context.Context, runID string, end TurnEndFunc) (Run, error)
+	StopTurn(ctx context.Context, runID string, end TurnEndFunc, w Withdrawal) (Run, error)
 	// RenameRun sets the title of a live run (closed ones too) and returns
 	// it; ErrNotFound for a missing or deleted run.
 	RenameRun(ctx context.Context, runID, title string) (Run, error)

@@ -13,6 +13,7 @@ import (
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/payload"
 	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/internal/audit"
 )
 
 // buildAssistant wires the assistant runtime: its model provider, and the
@@ -42,6 +43,10 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, re
 	}
 	mcpURL := publicURL + "/mcp"
 	a := cfg.Assistant
+	auditLog, err := audit.New(in.store, nil)
+	if err != nil {
+		return nil, err
+	}
 	return assistant.New(&assistant.Options{
 		Store:     in.store,
 		Model:     provider,
@@ -67,6 +72,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, re
 		Transport:            cfg.Events.Transport,
 		Heartbeat:            cfg.Events.Heartbeat.Std(),
 		MaxStreamsPerUser:    cfg.Events.MaxStreamsPerUser,
+		Audit:                auditLog,
 		Logger:               in.log.With("component", "assistant"),
 		Registerer:           reg,
 		// The turn's trace context reaches /mcp with each call.

@@ -55,6 +55,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Snapshots", testSnapshots},
 		{"ContinueRun", testContinueRun},
 		{"StopTurn", testStopTurn},
+		{"StopWithdrawsApprovals", testStopWithdrawsApprovals},
 		{"RenameRun", testRenameRun},
 		{"SetRunMetadata", testSetRunMetadata},
 		{"SearchMessages", testSearchMessages},
