@@ -13,6 +13,7 @@ const STATUS = {
   expired: ['Expired', 'status-muted'],
   consumed: ['Approved and used', 'status-ok'],
   revoked: ['Revoked: the tool changed', 'status-muted'],
+  withdrawn: ['Withdrawn: the turn was stopped', 'status-muted'],
 };
 
 export function approvalStatus(status) {
@@ -249,8 +250,9 @@ function decisionNote(view) {
       view.status === 'revoked' ? 'Revoked' : 'Expired',
       view.ended_at ? [' ', timeElement(view.ended_at)] : '', ', undecided.');
   }
+  const decided = { denied: 'Denied', withdrawn: 'Withdrawn' }[view.status] || 'Approved';
   return h('p', { class: 'decision-note' },
-    view.status === 'denied' ? 'Denied' : 'Approved',
+    decided,
     view.decided_at ? [' ', timeElement(view.decided_at)] : '',
     ' by ', who(view.decided_by),
     view.decision_reason ? [': ', h('q', null, view.decision_reason)] : '.');
