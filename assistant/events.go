@@ -72,6 +72,10 @@ type AssistantMessage struct {
 	// MessageSeq is the user message whose turn wrote this one: the
 	// model sees the history grouped by turn, whatever arrived meanwhile.
 	MessageSeq int64 `json:"messageSeq,omitempty"`
+	// Stopped marks the partial reply of a turn the person stopped: what
+	// the model had written when it was cut short. It follows the turn's
+	// end in the log, and is part of the history all the same.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // ToolCall is one tool call the model made.

@@ -55,6 +55,10 @@ type turn struct {
 	// pending is the context accounting the turn's next write carries:
 	// the estimate or the reported size of its latest model request.
 	pending *store.RunContext
+	// partial is the text of the model step in flight, not yet recorded:
+	// what it streamed so far, or its whole answer. A stopped turn keeps
+	// it (keepStopped).
+	partial string
 }
 
 // work runs one claimed run until its lease is released. Every write it
@@ -137,6 +141,7 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 	switch {
 	case errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost):
 		rt.log.Info("assistant: a turn stopped: its run was taken over or closed", "run", r.ID)
+		t.keepStopped(ctx)
 		return
 	case err != nil && ctx.Err() != nil:
 		// The process is stopping: hand the run back, queued, so that
@@ -163,6 +168,7 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		rt.log.Info("assistant: a turn stopped: its run was taken over or closed", "run", r.ID)
+		t.keepStopped(ctx)
 	case err != nil && len(end.events) > 0:
 		// Release the run all the same, queued for a retry of the slice
 		// after a backoff. Should this fail too, the lease expires and
@@ -351,6 +357,9 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 			accounted = true
 		}
 		resp, err := t.complete(ctx, req)
+		if err == nil {
+			t.partial = resp.Message.Content
+		}
 		if err != nil {
 			var me *model.Error
 			if errors.As(err, &me) && ctx.Err() == nil {
@@ -377,6 +386,7 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		if _, err := t.append(ctx, reply); err != nil {
 			return ending{}, err
 		}
+		t.partial = ""
 		// The calls run up to the slice's limit; the rest run in the
 		// next slice, which resumes them as open calls.
 		done, err := t.resolveOpenCalls(ctx, budget-calls, argumentsErrors)
@@ -390,6 +400,25 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		case len(done.waiting) > 0:
 			return t.pause(done.waiting), nil
 		}
+	}
+}
+
+// keepStopped keeps the text of the model step in flight when the turn
+// was stopped: its partial reply, marked stopped, so that the person sees
+// what was streamed and the next turn's model reads it. The store keeps it
+// only after a stop that fenced off this very lease, and once; a run
+// taken over or closed keeps nothing.
+func (t *turn) keepStopped(ctx context.Context) {
+	if strings.TrimSpace(t.partial) == "" || t.seq == 0 {
+		return
+	}
+	ctx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer done()
+	msg := AssistantMessage{Content: t.partial, MessageSeq: t.seq, Stopped: true}
+	_, err := t.rt.st.KeepStoppedReply(ctx, t.currentLease(),
+		store.NewEvent{Type: EventAssistantMessage, Payload: mustJSON(msg), Preview: plainText(msg.Content)})
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		t.rt.log.Warn("assistant: keeping a stopped turn's partial reply failed", "run", t.run.ID, "err", err)
 	}
 }
 
@@ -634,6 +663,7 @@ func (t *turn) complete(ctx context.Context, req model.Request) (model.Response,
 		resp, err = t.rt.o.Model.Complete(mctx, req, deltas.add)
 		endModel(span, resp, err)
 		deltas.flush(ctx)
+		t.partial = deltas.all.String()
 		var me *model.Error
 		if err == nil || attempt == 2 || !errors.As(err, &me) || !me.Retryable || ctx.Err() != nil {
 			return resp, err
@@ -905,6 +935,8 @@ type deltaStream struct {
 	messageSeq int64
 	buf        strings.Builder
 	last       time.Time
+	// all is every piece of text streamed.
+	all strings.Builder
 }
 
 const (
@@ -913,6 +945,7 @@ const (
 )
 
 func (d *deltaStream) add(text string) {
+	d.all.WriteString(text)
 	d.buf.WriteString(text)
 	if d.buf.Len() >= deltaFlushBytes || time.Since(d.last) >= deltaFlushEvery {
 		d.flush(context.Background())

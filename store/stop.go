@@ -25,11 +25,22 @@ ORDER BY seq LIMIT 1`)
 	// queued when a user message after its HandledSeq waits.
 	stopLease = sql1(`
 UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, fencing_token = fencing_token + 1,
+	stopped_fence = fencing_token,
 	status = CASE WHEN status = 'AwaitingApproval' THEN 'InProgress' ELSE status END,
 	queued_at = CASE WHEN ` + runUnanswered + ` THEN coalesce(queued_at, $2) ELSE NULL END,
 	not_before = NULL, failures = 0, updated_at = $2
 WHERE id = $1
 RETURNING ` + runColumns)
+
+	// stoppedFence reads the fencing token a stop fenced off, and whether
+	// the run has been claimed since ($2: that token) and is still open.
+	stoppedFence = sql1(`
+SELECT stopped_fence IS NOT NULL AND stopped_fence = $2::bigint AND fencing_token = $2::bigint + 1 AND lease_owner IS NULL
+	AND deleted_at IS NULL AND status NOT IN ('Completed', 'Failed', 'Cancelled')
+FROM runs WHERE id = $1`)
+
+	// keptStoppedReply clears the fence a stop left: one reply is kept.
+	keptStoppedReply = sql1(`UPDATE runs SET stopped_fence = NULL WHERE id = $1`)
 )
 
 // ErrNothingToStop is returned by StopTurn for a run with no turn open
@@ -89,6 +100,46 @@ func (c *core) StopTurn(ctx context.Context, runID string, end TurnEndFunc, w Wi
 	})
 	if err != nil {
 		return Run{}, c.fail(err)
+	}
+	return out, nil
+}
+
+// KeepStoppedReply appends e, the partial reply of the turn StopTurn
+// stopped while l held the run (a message that neither starts nor ends a
+// turn), once: provided the stop fenced off exactly l, and nothing has
+// claimed, closed or deleted the run since. ErrConflict otherwise, and
+// nothing is written; ErrNotFound for a missing run.
+func (c *core) KeepStoppedReply(ctx context.Context, l Lease, e NewEvent) (Event, error) {
+	events, err := prepareEvents([]NewEvent{e})
+	if err != nil {
+		return Event{}, err
+	}
+	p := planAppend(events)
+	if p.turn >= 0 || p.handled != handledKeep {
+		return Event{}, invalid(errors.New("a stopped turn's reply neither starts nor ends a turn"))
+	}
+	var out Event
+	err = c.inTx(ctx, func(tx executor) error {
+		if _, err := scanRun(tx.row(ctx, lockRun, l.RunID)); err != nil {
+			return err
+		}
+		var kept bool
+		if err := tx.row(ctx, stoppedFence, l.RunID, l.Token).Scan(&kept); err != nil {
+			return err
+		}
+		if !kept {
+			return ErrConflict
+		}
+		appended, _, err := advanceRun(ctx, tx, appendRun, l.RunID, storedTime(c.now()), p)
+		if err != nil {
+			return err
+		}
+		out = appended[0]
+		_, err = tx.exec(ctx, keptStoppedReply, l.RunID)
+		return err
+	})
+	if err != nil {
+		return Event{}, c.fail(err)
 	}
 	return out, nil
 }

@@ -234,6 +234,10 @@ type Store interface {
 	// The run's open approvals are withdrawn (w), with their audit records.
 	// ErrNotFound, ErrClosed, ErrNothingToStop.
 	StopTurn(ctx context.Context, runID string, end TurnEndFunc, w Withdrawal) (Run, error)
+	// KeepStoppedReply appends e, the partial reply of the turn StopTurn
+	// stopped while l held the run, once, provided nothing claimed, closed
+	// or deleted the run since (stop.go): ErrConflict otherwise.
+	KeepStoppedReply(ctx context.Context, l Lease, e NewEvent) (Event, error)
 	// RenameRun sets the title of a live run (closed ones too) and returns
 	// it; ErrNotFound for a missing or deleted run.
 	RenameRun(ctx context.Context, runID, title string) (Run, error)

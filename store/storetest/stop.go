@@ -195,3 +195,73 @@ func testStopWithdrawsApprovals(t *testing.T, s store.Store) {
 		t.Errorf("ListApprovals(withdrawn) = %d, %v; want 2", len(list), err)
 	}
 }
+
+// testKeepStoppedReply: the process a stop fenced off keeps its turn's
+// partial reply once, after the turn's end; not twice, not with another
+// lease, not once the run was claimed again or closed, and never an event
+// that starts or ends a turn.
+func testKeepStoppedReply(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	reply := store.NewEvent{Type: "message.assistant", Payload: json.RawMessage(`{"content":"half","stopped":true,"messageSeq":1}`)}
+	stoppedRun := func(id string) store.Lease {
+		t.Helper()
+		first := userMessage("hi")
+		mustOpenRun(t, s, id, &first)
+		claimed, err := s.ClaimRuns(ctx, "replica-a", 1, time.Minute)
+		if err != nil || len(claimed) != 1 {
+			t.Fatalf("ClaimRuns = %+v, %v", claimed, err)
+		}
+		lease := claimed[0].Lease()
+		if _, err := s.AppendLeased(ctx, lease, store.NewEvent{Type: "agent.turn.start", StartsTurn: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.StopTurn(ctx, id, stopEvents, store.Withdrawal{}); err != nil {
+			t.Fatal(err)
+		}
+		return lease
+	}
+	lease := stoppedRun("run-1")
+	other := lease
+	other.Token++
+	if _, err := s.KeepStoppedReply(ctx, other, reply); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("KeepStoppedReply with another lease = %v, want ErrConflict", err)
+	}
+	bad := reply
+	bad.EndsTurn = true
+	if _, err := s.KeepStoppedReply(ctx, lease, bad); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("KeepStoppedReply of a turn's end = %v, want ErrInvalid", err)
+	}
+	e, err := s.KeepStoppedReply(ctx, lease, reply)
+	if err != nil || e.Type != "message.assistant" {
+		t.Fatalf("KeepStoppedReply = %+v, %v", e, err)
+	}
+	events, _ := s.ListEvents(ctx, "run-1", 0, 10)
+	if n := len(events); n < 2 || events[n-1].Seq != e.Seq || events[n-2].Type != store.EventTurnEnd {
+		t.Errorf("the kept reply is not right after the turn's end: %+v", events)
+	}
+	if r, _ := s.GetRun(ctx, "run-1"); r.LastSeq != e.Seq || r.TurnSeq != 0 || r.HandledSeq != 1 {
+		t.Errorf("after the kept reply the run is %+v", r)
+	}
+	if _, err := s.KeepStoppedReply(ctx, lease, reply); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("KeepStoppedReply twice = %v, want ErrConflict", err)
+	}
+
+	// Claimed again, or closed, since the stop: nothing is kept.
+	lease = stoppedRun("run-2")
+	if _, _, err := s.PostMessage(ctx, "run-2", userMessage("next")); err != nil {
+		t.Fatal(err)
+	}
+	if claimed, err := s.ClaimRuns(ctx, "replica-b", 1, time.Minute); err != nil || len(claimed) != 1 {
+		t.Fatalf("ClaimRuns = %+v, %v", claimed, err)
+	}
+	if _, err := s.KeepStoppedReply(ctx, lease, reply); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("KeepStoppedReply after a claim = %v, want ErrConflict", err)
+	}
+	lease = stoppedRun("run-3")
+	if _, err := s.CloseRun(ctx, "run-3", store.RunCompleted, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.KeepStoppedReply(ctx, lease, reply); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("KeepStoppedReply after a close = %v, want ErrConflict", err)
+	}
+}

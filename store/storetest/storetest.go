@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ContinueRun", testContinueRun},
 		{"StopTurn", testStopTurn},
 		{"StopWithdrawsApprovals", testStopWithdrawsApprovals},
+		{"KeepStoppedReply", testKeepStoppedReply},
 		{"RenameRun", testRenameRun},
 		{"SetRunMetadata", testSetRunMetadata},
 		{"SearchMessages", testSearchMessages},

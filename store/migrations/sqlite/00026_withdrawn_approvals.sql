@@ -1,10 +1,13 @@
 -- An approval whose turn a person stopped is withdrawn: it can no longer
--- be decided nor used. The same logical schema as on PostgreSQL; a CHECK
+-- be decided nor used. A stopped turn's partial reply may still be kept,
+-- once, by the process the stop fenced off: stopped_fence is its fencing
+-- token. The same logical schema as on PostgreSQL; a CHECK
 -- constraint changes only by rebuilding the table (nothing refers to it),
 -- and with it its indexes.
 
 -- +goose Up
 
+ALTER TABLE runs ADD COLUMN stopped_fence INTEGER;
 CREATE TABLE approvals_withdrawn (
     id              TEXT NOT NULL PRIMARY KEY,
     principal       TEXT NOT NULL,
@@ -58,6 +61,7 @@ CREATE INDEX approvals_tenant_ended_idx ON approvals (tenant, coalesce(decided_a
 CREATE INDEX approvals_tenant_created_idx ON approvals (tenant, created_at DESC, id DESC);
 
 -- +goose Down
+ALTER TABLE runs DROP COLUMN stopped_fence;
 CREATE TABLE approvals_six (
     id              TEXT NOT NULL PRIMARY KEY,
     principal       TEXT NOT NULL,

@@ -496,7 +496,10 @@ export class Conversation {
       inTurnOrder(parent, d.messageSeq, h('article', { class: `msg msg-assistant${body ? '' : ' tools-only'}`, 'aria-label': 'Usher', 'data-seq': ev.seq },
         body,
         cards.length ? h('div', { class: 'tool-cards' }, cards) : null,
-        h('footer', { class: 'msg-meta' }, versions, timeElement(ev.createdAt))));
+        h('footer', { class: 'msg-meta' }, versions,
+          // The partial reply of a turn you stopped.
+          d.stopped ? [h('span', { class: 'badge status-muted stopped-mark' }, 'Stopped'), ' '] : null,
+          timeElement(ev.createdAt))));
       if (body) messageCopy(parent.lastElementChild, d.content);
     } else if (ev.type === 'message.tool') {
       let call = this.calls.get(d.toolCallId);
