@@ -58,6 +58,7 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	tb.waitUntil("the Stop button", `!document.querySelector(".conversation-actions button.stop-turn").hidden`)
 	tb.click(`.conversation-actions button.stop-turn`)
 	tb.waitUntil("the turn stopped", `document.querySelector(".turn-note.stopped")?.textContent.startsWith("You stopped this turn.")`)
+	tb.waitUntil("what was streamed, kept and marked Stopped", `[...document.querySelectorAll("article.msg-assistant:not(.streaming)")].some((e) => e.querySelector(".msg-body")?.textContent.includes("Thinking") && e.querySelector(".stopped-mark")?.textContent === "Stopped")`)
 	checkAxe(t, tb, "a stopped turn")
 	tb.waitBadge("Active")
 	tb.waitUntil("the draft gone, Stop hidden", `!document.querySelector("article.streaming") && document.querySelector(".conversation-actions button.stop-turn").hidden`)
