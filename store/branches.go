@@ -299,7 +299,8 @@ func (c *core) ForkRun(ctx context.Context, runID string, f Fork) (Branch, Event
 		if _, err := scanRun(tx.row(ctx, activateBranch, runID, b.ID, true, now)); err != nil {
 			return err
 		}
-		appended, run, err := advanceRun(ctx, tx, postMessage, runID, now, planAppend(events), f.Key)
+		appended, run, err := advanceRun(ctx, tx, postMessage, runID, now, planAppend(events), f.Key,
+			nullString(f.Message.Trace.Parent), nullString(f.Message.Trace.State))
 		if err != nil {
 			return err
 		}

@@ -128,12 +128,14 @@ var (
 	// postMessage appends a user message to a run that is neither deleted
 	// nor terminal and queues it for a turn (waking it when Idle), unless
 	// the run holds a message posted with the idempotency key $10; it
-	// records the key (unless empty). Concurrent posts with one key on
+	// records the key (unless empty) and the post's trace context ($11
+	// traceparent, $12 tracestate). Concurrent posts with one key on
 	// PostgreSQL each pass the key check; the key's primary key refuses
 	// all but the first.
 	postMessage = advancing(`UPDATE runs SET `+runAdvance+`, updated_at = $2::timestamptz,
 		status = CASE WHEN status = 'Idle' THEN 'InProgress' ELSE status END,
-		queued_at = coalesce(queued_at, $2::timestamptz)
+		queued_at = coalesce(queued_at, $2::timestamptz),
+		queued_traceparent = $11::text, queued_tracestate = $12::text
 	WHERE id = $1 AND deleted_at IS NULL AND status NOT IN ('Completed', 'Failed', 'Cancelled')
 	  AND NOT EXISTS (SELECT 1 FROM run_message_keys WHERE run_id = $1 AND idempotency_key = $10::text)`,
 		[]string{`keyed AS (
@@ -191,11 +193,13 @@ INSERT INTO run_message_keys (run_id, idempotency_key, seq, created_at) VALUES (
 
 	// openRun inserts the run $1 unless its owner $2 has $8 active runs or
 	// more (then no row): the count and the insert are one statement,
-	// under lockOwnerRuns.
+	// under lockOwnerRuns. $10 and $11 are the trace context of the
+	// request that queued its first message.
 	openRun = sql1(`
 INSERT INTO runs (id, owner, title, status, idempotency_key, queued_at,
-	created_at, updated_at, last_activity_at, metadata)
-SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::timestamptz, $7::timestamptz, $7::timestamptz, $7::timestamptz, $9::jsonb
+	created_at, updated_at, last_activity_at, metadata, queued_traceparent, queued_tracestate)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::timestamptz, $7::timestamptz, $7::timestamptz, $7::timestamptz, $9::jsonb,
+	$10::text, $11::text
 WHERE (SELECT count(*) FROM runs
 	WHERE owner = $2::text AND status IN ('InProgress', 'AwaitingApproval') AND deleted_at IS NULL) < $8::bigint
 RETURNING ` + runColumns)
@@ -363,11 +367,13 @@ func (c *core) OpenRun(ctx context.Context, r Run, maxActive int, first *NewEven
 		}
 		now := storedTime(c.now())
 		var queuedAt any
+		var trace TraceContext
 		if first != nil {
-			queuedAt = now
+			queuedAt, trace = now, first.Trace
 		}
 		run, err := scanRun(tx.row(ctx, openRun,
-			r.ID, r.Owner, r.Title, string(r.Status), nullString(r.IdempotencyKey), queuedAt, now, maxActive, metadataOf(r)))
+			r.ID, r.Owner, r.Title, string(r.Status), nullString(r.IdempotencyKey), queuedAt, now, maxActive, metadataOf(r),
+			nullString(trace.Parent), nullString(trace.State)))
 		if errors.Is(err, sql.ErrNoRows) {
 			return ErrLimit
 		}
@@ -430,7 +436,7 @@ func (c *core) PostMessageOnce(ctx context.Context, runID string, e NewEvent, ke
 		var created bool
 		err := c.writeOne(ctx, func(x executor) error {
 			now := storedTime(c.now())
-			appended, r, err := advanceRun(ctx, x, postMessage, runID, now, p, key)
+			appended, r, err := advanceRun(ctx, x, postMessage, runID, now, p, key, nullString(e.Trace.Parent), nullString(e.Trace.State))
 			if errors.Is(err, sql.ErrNoRows) {
 				ev, out, err = postedOrRefused(ctx, x, runID, key)
 				return err

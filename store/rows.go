@@ -32,7 +32,8 @@ const runColumns = `id, owner, title, status, coalesce(idempotency_key, ''),
 	turn_seq, handled_seq, failures, not_before,
 	context_tokens, context_limit, context_source, context_seq, context_at,
 	metadata, coalesce(parent_run_id, ''), parent_version,
-	active_branch, branch_count`
+	active_branch, branch_count,
+	coalesce(queued_traceparent, ''), coalesce(queued_tracestate, '')`
 
 // signingKeyColumns is the column list of a SigningKey, in field order.
 const signingKeyColumns = `id, purpose, generation, algorithm, public_key, private_key,
@@ -82,7 +83,8 @@ func scanRun(row rowScanner) (Run, error) {
 		&r.TurnSeq, &r.HandledSeq, &r.Failures, at(&r.NotBefore),
 		&r.Context.Tokens, &r.Context.Limit, &source, &r.Context.Seq, at(&r.Context.At),
 		&metadata, &r.ParentRunID, &r.ParentVersion,
-		&r.ActiveBranch, &r.Branches)
+		&r.ActiveBranch, &r.Branches,
+		&r.QueuedTrace.Parent, &r.QueuedTrace.State)
 	if string(metadata) != "{}" {
 		r.Metadata = string(metadata)
 	}

@@ -48,7 +48,28 @@ type NewEvent struct {
 	// EndsTurn closes the open turn: HandledSeq becomes its TurnSeq, and
 	// TurnSeq 0.
 	EndsTurn bool
+	// Trace, on the message that queues its run (OpenRun's first event,
+	// PostMessage, PostMessageOnce, ForkRun's message), is the trace context of the request
+	// that posted it. The store keeps it on the run (Run.QueuedTrace), not
+	// in the event; other writes ignore it.
+	Trace TraceContext
 }
+
+// TraceContext is a W3C trace context as its headers carry it: the
+// traceparent (at most MaxTraceParent bytes) and the tracestate (at most
+// MaxTraceState bytes), both printable ASCII. The zero value is no trace.
+type TraceContext struct {
+	Parent string
+	State  string
+}
+
+// The most bytes of a TraceContext's parts. A traceparent of the current
+// version is 55 bytes; 512 bytes is what W3C trace context asks every
+// participant to pass on of a tracestate.
+const (
+	MaxTraceParent = 128
+	MaxTraceState  = 512
+)
 
 // MaxPreview is the most bytes of a run's Preview.
 const MaxPreview = 200
@@ -112,6 +133,9 @@ func prepareEvents(events []NewEvent) ([]preparedEvent, error) {
 		}
 		if e.StartsTurn < 0 || (e.StartsTurn > 0 && e.EndsTurn) {
 			return nil, invalid(fmt.Errorf("event %s: StartsTurn %d with EndsTurn %t", e.Type, e.StartsTurn, e.EndsTurn))
+		}
+		if err := checkTraceContext(e.Trace); err != nil {
+			return nil, invalid(fmt.Errorf("event %s: %w", e.Type, err))
 		}
 		e.Payload = p
 		e.Preview = cutPreview(e.Preview)

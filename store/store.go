@@ -124,6 +124,10 @@ type Run struct {
 	// branches the run has beyond it (0: it never branched).
 	ActiveBranch int64
 	Branches     int64
+	// QueuedTrace is the trace context of the request that last posted a
+	// message to the run (NewEvent.Trace): the turns that follow link to
+	// it. Zero when that request was not traced.
+	QueuedTrace TraceContext
 }
 
 // MaxRunMetadata bounds a Run's Metadata, in bytes.

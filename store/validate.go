@@ -209,6 +209,26 @@ func checkText(name, s string) error {
 	return nil
 }
 
+// checkTraceContext validates a trace context's bounds and characters.
+func checkTraceContext(tc TraceContext) error {
+	var errs []error
+	for _, part := range []struct {
+		name, v string
+		max     int
+	}{{"traceparent", tc.Parent, MaxTraceParent}, {"tracestate", tc.State, MaxTraceState}} {
+		switch {
+		case len(part.v) > part.max:
+			errs = append(errs, fmt.Errorf("%s is %d bytes, more than %d", part.name, len(part.v), part.max))
+		case strings.ContainsFunc(part.v, func(r rune) bool { return r < 0x20 || r > 0x7e }):
+			errs = append(errs, fmt.Errorf("%s holds a character that is not printable ASCII", part.name))
+		}
+	}
+	if tc.Parent == "" && tc.State != "" {
+		errs = append(errs, errors.New("tracestate without a traceparent"))
+	}
+	return errors.Join(errs...)
+}
+
 // checkNames validates a list of names stored as a JSON array, such as
 // policy ids or approver groups: each is set and storable as text.
 func checkNames(what string, names []string) error {

@@ -43,6 +43,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"PostMessage", testPostMessage},
 		{"PostMessageOnce", testPostMessageOnce},
 		{"PostMessageOnceRace", testPostMessageOnceRace},
+		{"QueuedTrace", testQueuedTrace},
 		{"RetryBackoff", testRetryBackoff},
 		{"ReleaseQueuesWork", testReleaseQueuesWork},
 		{"NextClaimAt", testNextClaimAt},
