@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configures Open. A nil *Options means every default.
@@ -21,6 +23,12 @@ type Options struct {
 	MaxConns int
 	// Now is the clock the store stamps rows with. Nil means time.Now.
 	Now func() time.Time
+	// TracerProvider, when not nil, makes a client span of each statement
+	// on PostgreSQL (otelpgx, by the database semantic conventions), in
+	// the trace of the context the statement runs with: its text, never
+	// its arguments. Nil (the default, and what tracing off passes) adds
+	// nothing to a statement's path. SQLite's statements have no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // Open connects to the database named by dsn. A postgres:// or

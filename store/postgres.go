@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,6 +36,11 @@ func openPostgres(ctx context.Context, dsn string, o Options) (*postgresStore, e
 	}
 	if o.MaxConns > 0 {
 		cfg.MaxConns = int32(min(o.MaxConns, math.MaxInt32))
+	}
+	if o.TracerProvider != nil {
+		// Statements' text only: bound arguments carry what users wrote.
+		cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(o.TracerProvider),
+			otelpgx.WithDisableAcquireTracer())
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/config"
 	"github.com/usherhq/usher/internal/devoidc"
@@ -101,6 +103,12 @@ type installation struct {
 // it (the SQLite file, a generated seal key): a database that cannot be
 // reached leaves nothing behind.
 func open(ctx context.Context, cfg config.Config, log *slog.Logger) (*installation, error) {
+	return openTraced(ctx, cfg, log, nil)
+}
+
+// openTraced is open whose store makes spans of its statements with tp
+// (none when nil).
+func openTraced(ctx context.Context, cfg config.Config, log *slog.Logger, tp trace.TracerProvider) (*installation, error) {
 	dsn := cfg.Database.URL
 	if dsn == "" {
 		if err := makeDataDir(cfg); err != nil {
@@ -108,7 +116,7 @@ func open(ctx context.Context, cfg config.Config, log *slog.Logger) (*installati
 		}
 		dsn = filepath.Join(cfg.Server.DataDir, "usher.db")
 	}
-	st, err := store.Open(ctx, dsn, &store.Options{Logger: log, MaxConns: cfg.Database.MaxConns})
+	st, err := store.Open(ctx, dsn, &store.Options{Logger: log, MaxConns: cfg.Database.MaxConns, TracerProvider: tp})
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}

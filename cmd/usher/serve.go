@@ -188,9 +188,10 @@ func (s *serving) identity(ctx context.Context) error {
 	return nil
 }
 
-// open opens and migrates the store and loads the seal key.
+// open opens and migrates the store, whose statements are traced when
+// telemetry is on, and loads the seal key.
 func (s *serving) open(ctx context.Context) error {
-	in, err := open(ctx, s.cfg, s.log)
+	in, err := openTraced(ctx, s.cfg, s.log, s.tel.TracerProvider())
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ServiceName is the process's service.name unless OTEL_SERVICE_NAME says
@@ -28,6 +29,16 @@ type Telemetry struct {
 
 // On reports whether spans are exported.
 func (t *Telemetry) On() bool { return t.tp != nil }
+
+// TracerProvider is the provider that exports spans, for the
+// instrumentation that takes one (the store's statement spans); nil when
+// tracing is off, so that it adds nothing.
+func (t *Telemetry) TracerProvider() trace.TracerProvider {
+	if t.tp == nil {
+		return nil
+	}
+	return t.tp
+}
 
 // Shutdown flushes the spans still batched and stops exporting; with
 // tracing off it does nothing.

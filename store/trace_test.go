@@ -1,0 +1,93 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/usherhq/usher/internal/telemetry/otlptest"
+	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
+)
+
+// TestStatementSpans: on PostgreSQL, a store opened with a tracer
+// provider makes a client span of each statement, in the trace of the
+// context it runs with, carrying the statement's text but none of its
+// arguments; a store opened without one makes none.
+func TestStatementSpans(t *testing.T) {
+	t.Parallel()
+	url := storetest.PostgresURL(t)
+	rcv := otlptest.NewReceiver(t)
+	exp, err := otlptracehttp.New(t.Context(), otlptracehttp.WithEndpointURL(rcv.URL+"/v1/traces"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background()) //nolint:errcheck // flushed below
+	open := func(o *store.Options) store.Store {
+		s, err := store.Open(t.Context(), url, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	traced, untraced := open(&store.Options{TracerProvider: tp}), open(nil)
+	if err := traced.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	const secret, untracedSecret = "statement-argument-3e1f", "untraced-argument-77ab"
+	message := func(text string) store.NewEvent {
+		p, _ := json.Marshal(map[string]string{"content": text})
+		return store.NewEvent{Type: store.EventUserMessage, Payload: p, Preview: text}
+	}
+	ctx, request := tp.Tracer("test").Start(t.Context(), "request")
+	first := message(secret)
+	if _, _, err := traced.OpenRun(ctx, store.Run{ID: "run-1", Owner: "owner", IdempotencyKey: secret}, 5, &first); err != nil {
+		t.Fatal(err)
+	}
+	// The post's statement is the only one that wakes an Idle run.
+	if _, _, err := untraced.PostMessage(ctx, "run-1", message(untracedSecret)); err != nil {
+		t.Fatal(err)
+	}
+	request.End()
+	if err := tp.ForceFlush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	var statements []string
+	for _, s := range rcv.Spans() {
+		for key, values := range s.Strings() {
+			for _, v := range values {
+				if strings.Contains(v, secret) || strings.Contains(v, untracedSecret) {
+					t.Errorf("span %q: %s carries an argument: %q", s.GetName(), key, v)
+				}
+			}
+		}
+		q, ok := s.Attr("db.query.text")
+		if !ok {
+			continue
+		}
+		statements = append(statements, q.GetStringValue())
+		if sys, _ := s.Attr("db.system.name"); sys.GetStringValue() != "postgresql" || s.GetKind() != 3 || // SPAN_KIND_CLIENT
+			s.TraceID() != request.SpanContext().TraceID().String() {
+			t.Errorf("statement span %q: kind %d, trace %s (the request's %s), attributes %v",
+				s.GetName(), s.GetKind(), s.TraceID(), request.SpanContext().TraceID(), s.GetAttributes())
+		}
+		if strings.Contains(q.GetStringValue(), "WHEN status = 'Idle'") {
+			t.Errorf("the untraced store's statement has a span: %s", q.GetStringValue())
+		}
+	}
+	inserted := false
+	for _, q := range statements {
+		inserted = inserted || strings.Contains(q, "INSERT INTO runs")
+	}
+	if !inserted {
+		t.Errorf("no span of the run's INSERT among %d statement spans: %q", len(statements), statements)
+	}
+}
