@@ -112,9 +112,12 @@ func (rt *Runtime) Regenerate(ctx context.Context, owner string, sender Sender, 
 	return rt.fork(ctx, id, store.Fork{At: last.Seq, Kind: store.BranchRegenerate, CreatedBy: owner, Message: e, Key: key})
 }
 
-// fork makes the branch f of the run id.
+// fork makes the branch f of the run id, whose message queues the run.
 func (rt *Runtime) fork(ctx context.Context, id string, f store.Fork) (store.Branch, store.Event, store.Run, error) {
+	ctx, span := startEnqueue(ctx, id)
+	f.Message.Trace = queuedTrace(ctx)
 	b, ev, r, err := rt.st.ForkRun(ctx, id, f)
+	endEnqueue(span, ev.Seq, err)
 	if err != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, branchError(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/store"
@@ -75,10 +76,20 @@ func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, n
 	}
 	r := store.Run{ID: newRunID(), Owner: owner, Title: title, IdempotencyKey: cmp.Or(idempotencyKey, ownKey()), Metadata: n.Metadata}
 	var out store.Run
+	// Only an opening message queues the run.
+	openCtx := ctx
+	var span trace.Span
+	if first != nil {
+		openCtx, span = startEnqueue(ctx, r.ID)
+		first.Trace = queuedTrace(openCtx)
+	}
 	err = rt.retryUnknown(ctx, r.ID, func() (err error) {
-		out, created, err = rt.st.OpenRun(ctx, r, rt.o.MaxActiveRuns, first)
+		out, created, err = rt.st.OpenRun(openCtx, r, rt.o.MaxActiveRuns, first)
 		return err
 	})
+	if span != nil {
+		endEnqueue(span, out.LastSeq, err)
+	}
 	switch {
 	case errors.Is(err, store.ErrLimit):
 		return store.Run{}, false, errTooManyActiveRuns
@@ -181,10 +192,13 @@ func (rt *Runtime) PostMessage(ctx context.Context, owner string, sender Sender,
 	postKey := cmp.Or(key, ownKey())
 	var ev store.Event
 	var r store.Run
-	err = rt.retryUnknown(ctx, id, func() (err error) {
-		ev, r, created, err = rt.st.PostMessageOnce(ctx, id, e, postKey)
+	postCtx, span := startEnqueue(ctx, id)
+	e.Trace = queuedTrace(postCtx)
+	err = rt.retryUnknown(postCtx, id, func() (err error) {
+		ev, r, created, err = rt.st.PostMessageOnce(postCtx, id, e, postKey)
 		return err
 	})
+	endEnqueue(span, ev.Seq, err)
 	switch {
 	case errors.Is(err, store.ErrClosed):
 		return store.Event{}, store.Run{}, false, errRunClosed

@@ -128,7 +128,7 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 				err = fmt.Errorf("assistant: the turn panicked: %v", p)
 			}
 		}()
-		ctx, span := startTurn(ctx, r.ID)
+		ctx, span := startTurn(ctx, r)
 		defer func() { endTurn(span, err) }()
 		return t.work(ctx)
 	}()
