@@ -12,14 +12,8 @@ import (
 	"github.com/usherhq/usher/store/storetest"
 )
 
-func TestSQLite(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return storetest.OpenSQLite(t) })
-}
-
-func TestPostgres(t *testing.T) {
-	storetest.PostgresURL(t) // skips without TEST_DATABASE_URL, fails if it does not work
-	storetest.Run(t, func(t *testing.T) store.Store { return storetest.OpenPostgres(t) })
-}
+// The conformance suite (storetest.Run) runs against each engine in a
+// package of its own: store/storetest/sqlite and store/storetest/postgres.
 
 // Two processes sharing one database migrate it at once: both succeed and
 // the schema is migrated once.
