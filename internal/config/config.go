@@ -89,6 +89,11 @@ type Server struct {
 	// (/debug/vars), without authentication. It must be on loopback.
 	// Default empty: no debug listener.
 	DebugAddr string `yaml:"debug_addr"`
+	// MetricsAddr, when set, is a second listen address that serves
+	// /metrics, which the public listener then no longer serves: the
+	// metrics need not be reachable by whoever reaches Usher. Default
+	// empty: /metrics is served on Addr.
+	MetricsAddr string `yaml:"metrics_addr"`
 }
 
 // Log configures structured logging.
@@ -163,6 +168,10 @@ type MCP struct {
 	// processes) one user may have open on one process, across upstreams.
 	// Default 16.
 	MaxUpstreamSessionsPerUser int `yaml:"max_upstream_sessions_per_user"`
+	// UpstreamCheckInterval is how often each replica lists every upstream
+	// to tell whether it is up (usher_upstream_up). Default 30s; between
+	// 1s and 1h.
+	UpstreamCheckInterval Duration `yaml:"upstream_check_interval"`
 }
 
 // Upstream is one federated MCP server: url for streamable HTTP, or command
@@ -393,6 +402,7 @@ func Default() Config {
 			RotationPeriod: Duration(30 * 24 * time.Hour),
 			ClientID:       "usher-assistant",
 		},
+		MCP:      MCP{UpstreamCheckInterval: Duration(30 * time.Second)},
 		Approval: Approval{TTL: Duration(24 * time.Hour)},
 		Model:    Model{Provider: "demo", Timeout: Duration(2 * time.Minute)},
 		Events:   Events{Transport: "auto", Heartbeat: Duration(15 * time.Second), MaxStreamsPerUser: 16},
@@ -568,6 +578,13 @@ func (s Server) validate(bad reporter) {
 			bad("server.debug_addr", "must be on loopback (127.0.0.1, ::1 or localhost): it serves profiles without authentication, got %q", s.DebugAddr)
 		}
 	}
+	if s.MetricsAddr != "" {
+		if _, port, err := net.SplitHostPort(s.MetricsAddr); err != nil || port == "" {
+			bad("server.metrics_addr", "want host:port, got %q", s.MetricsAddr)
+		} else if s.MetricsAddr == s.Addr || s.MetricsAddr == s.DebugAddr {
+			bad("server.metrics_addr", "must differ from server.addr and server.debug_addr, got %q", s.MetricsAddr)
+		}
+	}
 }
 
 // validate reports the problems of the log section.
@@ -665,6 +682,9 @@ func (e Events) validate(bad reporter) {
 
 // validate reports the problems of the mcp section.
 func (m MCP) validate(bad reporter) {
+	if d := m.UpstreamCheckInterval.Std(); d < time.Second || d > time.Hour {
+		bad("mcp.upstream_check_interval", "must be between 1s and 1h, got %s", d)
+	}
 	if n := m.MaxUpstreamSessionsPerUser; n < 0 || n > 10_000 {
 		bad("mcp.max_upstream_sessions_per_user", "must be between 0 (the default) and 10000, got %d", n)
 	}

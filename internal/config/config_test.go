@@ -82,14 +82,14 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"server.addr": "127.0.0.1:1", "server.public_url": "https://usher.example.com",
 		"server.data_dir": "/d", "server.shutdown_timeout": "3s", "server.max_body_bytes": "4096",
 		"server.read_timeout": "45s", "server.trusted_proxies": "10.0.0.0/8, 192.0.2.7", "server.forwarded_header": "Forwarded",
-		"server.debug_addr": "127.0.0.1:6060", "log.level": "warn", "log.format": "json",
+		"server.debug_addr": "127.0.0.1:6060", "server.metrics_addr": "0.0.0.0:9090", "log.level": "warn", "log.format": "json",
 		"database.url": "postgres://u@h/db", "database.max_conns": "3",
 		"identity.issuer": "https://issuer.example.com", "identity.audiences": "a,b",
 		"identity.required_scopes": "s", "identity.tenants": "t",
 		"broker.token_lifetime": "1m", "broker.rotation_period": "2h",
 		"broker.key_encryption_key": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", "broker.client_id": "c",
 		"mcp.stateful": "true", "mcp.demo_tools": "false", "mcp.allowed_origins": "https://a.example.com",
-		"mcp.upstreams": "", "mcp.max_upstream_sessions_per_user": "3", "policy.file": "/etc/usher/policy.cedar", "policy.lock_file": "/etc/usher/tools.lock",
+		"mcp.upstreams": "", "mcp.max_upstream_sessions_per_user": "3", "mcp.upstream_check_interval": "10s", "policy.file": "/etc/usher/policy.cedar", "policy.lock_file": "/etc/usher/tools.lock",
 		"approvals.ttl":             "2h",
 		"assistant.max_concurrency": "2", "assistant.max_active_runs": "3", "assistant.history_messages": "10",
 		"assistant.max_tool_calls_per_slice": "4", "assistant.max_steps": "20", "assistant.lease": "10s",
@@ -132,7 +132,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		strings.Join(c.Review.Groups, "|") != "security|audit" ||
 		len(c.Server.TrustedProxies) != 2 || c.Server.ForwardedHeader != "Forwarded" || c.Model.ContextTokens != 128000 ||
 		c.Audit.CheckpointInterval.Std() != 30*time.Second || c.Audit.CheckpointOrigin != "usher.example.com/prod" ||
-		strings.Join(c.Admin.Groups, "|") != "operators" || c.Admin.HeartbeatInterval.Std() != 2*time.Second {
+		strings.Join(c.Admin.Groups, "|") != "operators" || c.Admin.HeartbeatInterval.Std() != 2*time.Second ||
+		c.Server.MetricsAddr != "0.0.0.0:9090" || c.MCP.UpstreamCheckInterval.Std() != 10*time.Second {
 		t.Errorf("overrides not applied: %+v", c)
 	}
 }
@@ -276,6 +277,51 @@ func TestTrustedProxies(t *testing.T) {
 	} {
 		if _, err := Load("", env(tc.env), Overrides{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to say %q", name, err, tc.want)
+		}
+	}
+}
+
+// TestMetricsAddr checks that server.metrics_addr is off by default,
+// accepted on any host:port (Prometheus scrapes it from elsewhere), and
+// refused when it is no address or the address of another listener.
+func TestMetricsAddr(t *testing.T) {
+	c, err := Load("", env(nil), Overrides{})
+	if err != nil || c.Server.MetricsAddr != "" {
+		t.Fatalf("default = %q, %v; want none", c.Server.MetricsAddr, err)
+	}
+	for _, addr := range []string{"127.0.0.1:9090", ":9090", "0.0.0.0:9090", "[::]:0"} {
+		if c, err := Load("", env(map[string]string{"USHER_SERVER_METRICS_ADDR": addr}), Overrides{}); err != nil || c.Server.MetricsAddr != addr {
+			t.Errorf("%s: %q, %v", addr, c.Server.MetricsAddr, err)
+		}
+	}
+	for name, vars := range map[string]map[string]string{
+		"no port":      {"USHER_SERVER_METRICS_ADDR": "127.0.0.1"},
+		"empty port":   {"USHER_SERVER_METRICS_ADDR": "127.0.0.1:"},
+		"server.addr":  {"USHER_SERVER_METRICS_ADDR": "127.0.0.1:8080"},
+		"debug_addr":   {"USHER_SERVER_METRICS_ADDR": "127.0.0.1:6060", "USHER_SERVER_DEBUG_ADDR": "127.0.0.1:6060"},
+		"not hostport": {"USHER_SERVER_METRICS_ADDR": "http://127.0.0.1:9090/metrics"},
+	} {
+		if _, err := Load("", env(vars), Overrides{}); err == nil || !strings.Contains(err.Error(), "server.metrics_addr") {
+			t.Errorf("%s: err = %v, want server.metrics_addr refused", name, err)
+		}
+	}
+}
+
+// TestUpstreamCheckInterval checks mcp.upstream_check_interval's default
+// and its bounds.
+func TestUpstreamCheckInterval(t *testing.T) {
+	c, err := Load("", env(nil), Overrides{})
+	if err != nil || c.MCP.UpstreamCheckInterval.Std() != 30*time.Second {
+		t.Fatalf("default = %s, %v; want 30s", c.MCP.UpstreamCheckInterval.Std(), err)
+	}
+	for _, v := range []string{"1s", "45s", "1h"} {
+		if _, err := Load("", env(map[string]string{"USHER_MCP_UPSTREAM_CHECK_INTERVAL": v}), Overrides{}); err != nil {
+			t.Errorf("%s: %v", v, err)
+		}
+	}
+	for _, v := range []string{"0s", "-5s", "999ms", "2h", "soon"} {
+		if _, err := Load("", env(map[string]string{"USHER_MCP_UPSTREAM_CHECK_INTERVAL": v}), Overrides{}); err == nil || !strings.Contains(err.Error(), "mcp.upstream_check_interval") {
+			t.Errorf("%s: err = %v, want mcp.upstream_check_interval refused", v, err)
 		}
 	}
 }
