@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usherhq/usher/policy"
 )
@@ -115,6 +116,10 @@ type CatalogOptions struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Registerer receives the metrics of the upstream calls when not nil:
+	// usher_upstream_call_errors_total and
+	// usher_upstream_call_duration_seconds, of this process.
+	Registerer prometheus.Registerer
 }
 
 // Catalog is the set of tools the endpoint offers: the built-in tools, the
@@ -342,8 +347,12 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("mcpserver: catalog options: %w", err)
 	}
+	calls, err := newCallMetrics(o.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("mcpserver: catalog: %w", err)
+	}
 	for _, u := range ups {
-		c.upstreams = append(c.upstreams, &upstream{cfg: u, cat: c})
+		c.upstreams = append(c.upstreams, &upstream{cfg: u, cat: c, stats: newUpstreamStats(calls, u.Name)})
 	}
 	c.pool = &pool{conns: map[connKey]*conn{}, idle: o.IdleTimeout, max: o.MaxSessions,
 		maxUser: o.MaxSessionsPerUser, byUser: map[string]int{}}

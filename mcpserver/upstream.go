@@ -184,16 +184,24 @@ func checkUpstreamURL(raw string, insecure bool) error {
 
 // upstream is a configured upstream within its catalog.
 type upstream struct {
-	cfg Upstream
-	cat *Catalog
+	cfg   Upstream
+	cat   *Catalog
+	stats *upstreamStats
 }
 
 // maxUpstreamPages bounds the pages of one tools/list.
 const maxUpstreamPages = 50
 
 // list lists the upstream's tools, resources, resource templates and
-// prompts, as the catalog exposes them.
+// prompts, as the catalog exposes them, and records whether it could.
 func (u *upstream) list(ctx context.Context) (*offering, error) {
+	o, err := u.listOnce(ctx)
+	u.stats.record(u.cat.opts.Now(), o, err)
+	return o, err
+}
+
+// listOnce lists the upstream on the catalog's own session to it.
+func (u *upstream) listOnce(ctx context.Context) (*offering, error) {
 	c, err := u.cat.pool.acquire(ctx, u, connKey{upstream: u.cfg.Name})
 	if err != nil {
 		return nil, err
@@ -304,6 +312,7 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		r, rounds := roundOf(ctx)
 		conn, err := u.cat.pool.acquire(ctx, u, connKey{upstream: u.cfg.Name, subject: c.Subject, rounds: rounds})
 		if errors.Is(err, errTooManySessions) || errors.Is(err, errTooManyUserSessions) {
+			u.stats.failed(CallBusy)
 			// Nothing was sent: the call did not run, and may be tried
 			// again once a session is free (a 429, as a tool error).
 			u.cat.log.WarnContext(ctx, "mcpserver: an upstream call was refused", "upstream", u.cfg.Name, "err", err)
@@ -313,6 +322,7 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 			return errorResult("Too many upstream sessions are in use on this server. Nothing was run; try again in a moment."), nil
 		}
 		if err != nil {
+			u.stats.failed(CallNotSent)
 			// Nothing was sent: the call certainly did not run.
 			return nil, fmt.Errorf("connect to upstream %s: %w", u.cfg.Name, err)
 		}
@@ -333,11 +343,14 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 			params.Meta, params.InputResponses, params.RequestState = r.meta(meta), r.responses, r.state
 		}
 
+		sent := time.Now()
 		res, err := conn.session.CallTool(ctx, params)
 		if u.cfg.Command != "" {
 			conn.awaitNotes(ctx)
 		}
+		u.stats.duration.Observe(time.Since(sent).Seconds())
 		if err != nil {
+			u.stats.failed(callKind(ctx, err))
 			span.SetStatus(codes.Error, "")
 			if notSent(err) {
 				// The upstream answered (it refused the call), or the
@@ -357,6 +370,9 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 			if strings.HasPrefix(k, "usher/") || strings.HasPrefix(k, "io.modelcontextprotocol/") {
 				delete(res.Meta, k)
 			}
+		}
+		if res.IsError {
+			u.stats.failed(CallUpstreamError)
 		}
 		out := plainResult(res)
 		if ask := askOf(res.NeedsInput(), res.InputRequests, res.RequestState); ask != nil {

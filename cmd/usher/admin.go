@@ -30,7 +30,7 @@ func (e *environment) definitions(ctx context.Context, f *installFlags) (*policy
 		return nil, err
 	}
 	defer in.Close()
-	cat, err := in.catalog(nil)
+	cat, err := in.catalog(nil, nil)
 	if err != nil {
 		return nil, err
 	}

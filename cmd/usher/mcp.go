@@ -65,8 +65,9 @@ func (in *installation) toolLock(cat *mcpserver.Catalog) (*policy.Lock, error) {
 }
 
 // catalog builds the tool catalog from the configuration. mint mints
-// upstream broker tokens.
-func (in *installation) catalog(mint *broker.Broker) (*mcpserver.Catalog, error) {
+// upstream broker tokens; reg, when not nil, receives the metrics of the
+// upstream calls.
+func (in *installation) catalog(mint *broker.Broker, reg prometheus.Registerer) (*mcpserver.Catalog, error) {
 	var ups []mcpserver.Upstream
 	for _, u := range in.cfg.MCP.Upstreams {
 		ups = append(ups, mcpserver.Upstream{
@@ -86,6 +87,7 @@ func (in *installation) catalog(mint *broker.Broker) (*mcpserver.Catalog, error)
 		RelayRequests: in.cfg.MCP.Stateful,
 		Version:       buildinfo.Read().Version,
 		Logger:        in.log.With("component", "catalog"),
+		Registerer:    reg,
 	}
 	if mint != nil {
 		opts.UpstreamTokens = broker.NewTokenCache(mint, 0)
@@ -102,6 +104,8 @@ type mcpStack struct {
 	// policy and lock are what the server decides with, for reviewers.
 	policy *policy.Policy
 	lock   *policy.Lock
+	// health lists the upstreams every mcp.upstream_check_interval.
+	health *mcpserver.Health
 }
 
 // buildMCP wires the MCP server, the policy, approvals and the audit log.
@@ -122,11 +126,19 @@ func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *brok
 	if err != nil {
 		return nil, err
 	}
-	cat, err := in.catalog(b)
+	cat, err := in.catalog(b, reg)
 	if err != nil {
 		return nil, err
 	}
 	lock, err := in.toolLock(cat)
+	if err != nil {
+		cat.Close()
+		return nil, err
+	}
+	health, err := mcpserver.NewHealth(cat, &mcpserver.HealthOptions{
+		Interval: in.cfg.MCP.UpstreamCheckInterval.Std(), Lock: lock, Registerer: reg,
+		Logger: in.log.With("component", "catalog"),
+	})
 	if err != nil {
 		cat.Close()
 		return nil, err
@@ -163,7 +175,7 @@ func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *brok
 		return nil, err
 	}
 	in.log.Info("policy loaded", "policy", pol.Name(), "hash", pol.Hash(), "lock", in.cfg.Policy.LockFile)
-	return &mcpStack{server: srv, catalog: cat, approvals: svc, audit: auditLog, policy: pol, lock: lock}, nil
+	return &mcpStack{server: srv, catalog: cat, approvals: svc, audit: auditLog, policy: pol, lock: lock, health: health}, nil
 }
 
 // mount adds the MCP endpoint, its metadata and the approvals API.

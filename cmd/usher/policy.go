@@ -173,7 +173,7 @@ func (e *environment) catalogFeature(ctx context.Context, f *installFlags, a mcp
 		return mcpserver.Feature{}, err
 	}
 	defer in.Close()
-	cat, err := in.catalog(nil)
+	cat, err := in.catalog(nil, nil)
 	if err != nil {
 		return mcpserver.Feature{}, err
 	}

@@ -307,6 +307,10 @@ func (s *serving) mcp(ctx context.Context) error {
 		return err
 	}
 	s.onStop(func() { st.catalog.Close() })
+	if err := st.health.Start(ctx); err != nil {
+		return err
+	}
+	s.onStop(st.health.Stop)
 	s.onStop(func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Server.ShutdownTimeout.Std())
 		defer cancel()
