@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RetryBackoff", testRetryBackoff},
 		{"ReleaseQueuesWork", testReleaseQueuesWork},
 		{"NextClaimAt", testNextClaimAt},
+		{"Backlog", testBacklog},
 		{"ClaimAndFence", testClaimAndFence},
 		{"FencedWrites", testFencedWrites},
 		{"FencedAppendRace", testFencedAppendRace},
