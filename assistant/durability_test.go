@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/oauth2"
 
 	"github.com/usherhq/usher/assistant/model"
@@ -278,8 +279,12 @@ func TestFailingTurnEndsVisibly(t *testing.T) {
 		f := &faultyStore{Store: st}
 		f.failAppends.Store(1 << 20)
 		openRun(t, st, "run_failing", "hello")
-		newHarness(t, f, model.NewDemo(), &Options{RetryBackoff: 10 * time.Millisecond})
+		reg := prometheus.NewRegistry()
+		newHarness(t, f, model.NewDemo(), &Options{RetryBackoff: 10 * time.Millisecond, Registerer: reg})
 		waitHandled(t, st, "run_failing", 1, 30*time.Second)
+		if n := metricValue(t, reg, "usher_assistant_turns_retried_total"); n != maxFailures-1 {
+			t.Errorf("usher_assistant_turns_retried_total = %v, want %d: every failure but the last is retried", n, maxFailures-1)
+		}
 		ends := turnEnds(t, st, "run_failing")
 		if len(ends) != 1 || ends[0].Status != TurnFailed || ends[0].Error == "" {
 			t.Fatalf("turn ends = %+v, want one, failed, with its error", ends)

@@ -74,7 +74,7 @@ func TestRuntimeMetricsRegistered(t *testing.T) {
 	for _, f := range families {
 		names = append(names, f.GetName())
 	}
-	for _, want := range []string{"usher_assistant_held_sessions", "usher_assistant_compactions_total", "usher_live_subscribers"} {
+	for _, want := range []string{"usher_assistant_held_sessions", "usher_assistant_compactions_total", "usher_live_subscribers", "usher_assistant_turns_retried_total"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("the registry has %v, not %s", names, want)
 		}

@@ -4,9 +4,10 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Collectors returns the runtime's metrics: the MCP sessions held between
 // turns (usher_assistant_held_sessions), the compactions by outcome
-// (usher_assistant_compactions_total) and the open live-update streams
-// (usher_live_subscribers), each of this process. Options.Registerer
-// registers them.
+// (usher_assistant_compactions_total), the open live-update streams
+// (usher_live_subscribers) and the turns queued again after a failure
+// (usher_assistant_turns_retried_total), each of this process.
+// Options.Registerer registers them.
 func (rt *Runtime) Collectors() []prometheus.Collector {
 	cs := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -17,6 +18,10 @@ func (rt *Runtime) Collectors() []prometheus.Collector {
 			Name: "usher_live_subscribers",
 			Help: "Open live-update streams of runs' events and of users' feeds in this process.",
 		}, func() float64 { runs, feeds := rt.Subscribers(); return float64(runs + feeds) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "usher_assistant_turns_retried_total",
+			Help: "Slices of a turn's work that failed on this process (the database, the MCP server, the model, a panic) and were queued for a retry after a backoff.",
+		}, func() float64 { return float64(rt.retried.Load()) }),
 	}
 	for _, o := range []struct {
 		outcome string

@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -150,7 +151,9 @@ type Runtime struct {
 	holder *holder
 	// compactions count this process's compactions by outcome.
 	compactions compactionCounters
-	bus         *bus
+	// retried counts the slices of work this process queued for a retry.
+	retried atomic.Int64
+	bus     *bus
 
 	// streams ends every live-update stream when closed (at shutdown).
 	streams      context.Context

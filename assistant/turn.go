@@ -161,6 +161,9 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 		failCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer done()
 		end = rt.failedSlice(failCtx, r)
+		if end.rel.Retry > 0 {
+			rt.retried.Add(1)
+		}
 	}
 	releaseCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer done()

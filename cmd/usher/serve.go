@@ -224,7 +224,8 @@ func (s *serving) brokerKeys(ctx context.Context) error {
 func (s *serving) health(context.Context) error {
 	s.reg = prometheus.NewRegistry()
 	build := buildinfo.Read()
-	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build.Collector())
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build.Collector(),
+		assistant.BacklogCollector(s.in.store, nil, s.log.With("component", "assistant")))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": build.Version})
 	})
