@@ -526,6 +526,9 @@ func (s *Server) run(ctx context.Context, t *tool, call Call, ev Event, start ti
 			status, stored = store.ExecutionOutcomeUnknown, nil
 		}
 	}
+	if status == store.ExecutionOutcomeUnknown {
+		s.unknown.Inc()
+	}
 	ev = s.stamp(ev, kind)
 	after = s.outcomeContext(after)
 	s.outcomes.write(after, key, func(ctx context.Context, lost func()) {

@@ -399,6 +399,7 @@ func (s *Server) recordOutcome(ctx context.Context, ev Event, status store.Execu
 	lost()
 	s.log.ErrorContext(ctx, "mcpserver: a call's outcome could not be recorded; marking it outcome_unknown", "tool", ev.Tool, "key", key, "outcome", ev.Outcome)
 	if status != store.ExecutionOutcomeUnknown {
+		s.unknown.Inc()
 		ev.Reasons = append(ev.Reasons, "the call ended "+string(status)+" but that could not be recorded")
 		ev = s.stamp(ev, KindOutcomeUnknown)
 		ev.Outcome = OutcomeUnknown

@@ -132,7 +132,10 @@ const warmIdle = 10 * time.Second
 // Server is Usher's MCP endpoint: a resource server that authenticates
 // broker tokens and an enforcement point in front of the catalog.
 type Server struct {
-	opts     Options
+	opts Options
+	// unknown counts the executions this process reported
+	// outcome_unknown.
+	unknown  prometheus.Counter
 	catalog  *Catalog
 	log      *slog.Logger
 	origins  map[string]bool
@@ -260,6 +263,10 @@ func New(opts *Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mcpserver: metrics: %w", err)
 	}
+	unknown, err := newOutcomeUnknown(o.Registerer, unknownCall)
+	if err != nil {
+		return nil, fmt.Errorf("mcpserver: metrics: %w", err)
+	}
 	origins[httpx.Origin(o.PublicURL)] = true
 	hosts[strings.ToLower(public.Hostname())] = true
 
@@ -269,7 +276,7 @@ func New(opts *Options) (*Server, error) {
 	s := &Server{
 		opts: o, catalog: o.Catalog, log: o.Logger, origins: origins, hosts: hosts, warm: warm,
 		outcomes: newOutcomes(o.RecordAttempts, o.RecordBackoff, warm),
-		subs:     newSubscriptions(), states: states, stages: st,
+		subs:     newSubscriptions(), states: states, stages: st, unknown: unknown,
 		endpointPath:  strings.TrimSuffix(public.Path, "/") + "/mcp",
 		metadataPaths: []string{wellKnown, wellKnown + strings.TrimSuffix(public.Path, "/") + "/mcp"},
 	}

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/usherhq/usher/internal/periodic"
 	"github.com/usherhq/usher/store"
 )
@@ -85,6 +87,10 @@ type SweeperOptions struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Registerer receives, when not nil, the count of the executions the
+	// sweeps marked outcome_unknown (usher_mcp_outcome_unknown_total,
+	// source "sweep").
+	Registerer prometheus.Registerer
 }
 
 // Sweeper marks the executions of tool calls whose process stopped before
@@ -93,8 +99,9 @@ type SweeperOptions struct {
 // process records its own outcomes; this is the backstop for dead ones.
 // Every replica may run one: the mark is a compare-and-swap.
 type Sweeper struct {
-	opts SweeperOptions
-	loop *periodic.Loop
+	opts    SweeperOptions
+	loop    *periodic.Loop
+	unknown prometheus.Counter
 }
 
 // NewSweeper returns a Sweeper, or one error naming every problem of opts.
@@ -145,7 +152,11 @@ func NewSweeper(opts *SweeperOptions) (*Sweeper, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("mcpserver: sweeper options: %w", err)
 	}
-	s := &Sweeper{opts: o}
+	unknown, err := newOutcomeUnknown(o.Registerer, unknownSweep)
+	if err != nil {
+		return nil, fmt.Errorf("mcpserver: sweeper: metrics: %w", err)
+	}
+	s := &Sweeper{opts: o, unknown: unknown}
 	s.loop = periodic.New(o.Interval, func(ctx context.Context) { s.Sweep(ctx) })
 	return s, nil
 }
@@ -174,6 +185,7 @@ func (s *Sweeper) Sweep(ctx context.Context) ([]store.Execution, error) {
 		}
 		return nil, err
 	}
+	s.unknown.Add(float64(len(lost)))
 	for _, e := range lost {
 		s.opts.Logger.WarnContext(ctx, "mcpserver: a tool execution's outcome is unknown: its process stopped", "tool", e.Tool, "key", e.IdempotencyKey)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usherhq/usher/store"
 )
@@ -44,7 +45,8 @@ func TestSweeperMarksAbandoned(t *testing.T) {
 			beginAt(t, st, "abandoned", now.Add(-DefaultAbandonedAfter-time.Second))
 			beginAt(t, st, "running", now.Add(-DefaultAbandonedAfter+time.Second))
 			audit := &auditLog{}
-			sw, err := NewSweeper(&SweeperOptions{Executions: &storeExecutions{s: st, audit: audit}, Now: func() time.Time { return now }})
+			reg := prometheus.NewRegistry()
+			sw, err := NewSweeper(&SweeperOptions{Executions: &storeExecutions{s: st, audit: audit}, Now: func() time.Time { return now }, Registerer: reg})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,6 +74,9 @@ func TestSweeperMarksAbandoned(t *testing.T) {
 			}
 			if lost, err := sw.Sweep(ctx); err != nil || len(lost) != 0 {
 				t.Errorf("Sweep again = %v, %v; want none", lost, err)
+			}
+			if v := gauge(t, reg, "usher_mcp_outcome_unknown_total", map[string]string{"source": "sweep"}); v != 1 {
+				t.Errorf("usher_mcp_outcome_unknown_total{source=sweep} = %v, want 1", v)
 			}
 		})
 	}

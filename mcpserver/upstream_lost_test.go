@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestUpstreamLostAfterTheCallWentOut checks what a caller is told when
@@ -33,7 +34,9 @@ func TestUpstreamLostAfterTheCallWentOut(t *testing.T) {
 		conn.Close()
 	})
 
-	e := newEnv(t, envConfig{rules: map[string]Decision{"fl__charge": Allow}, upstreams: []Upstream{{Name: "fl", URL: ts.URL}}})
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, envConfig{rules: map[string]Decision{"fl__charge": Allow}, upstreams: []Upstream{{Name: "fl", URL: ts.URL}},
+		catalog: func(o *CatalogOptions) { o.Registerer = reg }, server: func(o *Options) { o.Registerer = reg }})
 	cs := e.connect(alice, "", nil, "")
 	meta := mcp.Meta{MetaIdempotencyKey: "charge-1"}
 	res := call(t, cs, "fl__charge", map[string]any{}, meta)
@@ -47,6 +50,12 @@ func TestUpstreamLostAfterTheCallWentOut(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Errorf("a retry of the same key ran the call again (%d runs)", n)
 	}
+	if v := gauge(t, reg, "usher_mcp_outcome_unknown_total", map[string]string{"source": "call"}); v != 1 {
+		t.Errorf("usher_mcp_outcome_unknown_total{source=call} = %v, want 1", v)
+	}
+	if v := gauge(t, reg, "usher_upstream_call_errors_total", map[string]string{"upstream": "fl", "kind": CallLost}); v != 1 {
+		t.Errorf("usher_upstream_call_errors_total{kind=lost} = %v, want 1", v)
+	}
 	if !again.IsError || strings.Contains(text(again), "charged") {
 		t.Errorf("the retry = %q", text(again))
 	}
@@ -59,6 +68,9 @@ func TestUpstreamLostAfterTheCallWentOut(t *testing.T) {
 	res = call(t, cs, "fl__charge", map[string]any{}, mcp.Meta{MetaIdempotencyKey: "charge-2"})
 	if !res.IsError || strings.Contains(text(res), "outcome is unknown") {
 		t.Errorf("a call to an upstream that is down = %q, want a failure that ran nothing", text(res))
+	}
+	if v := gauge(t, reg, "usher_upstream_call_errors_total", map[string]string{"upstream": "fl", "kind": CallNotSent}); v != 1 {
+		t.Errorf("usher_upstream_call_errors_total{kind=not_sent} = %v, want 1", v)
 	}
 }
 

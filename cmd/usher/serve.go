@@ -363,7 +363,7 @@ func (s *serving) oauth(ctx context.Context) error {
 // endpoint's drain is registered, so before it runs) before the store
 // closes.
 func (s *serving) sweeps(ctx context.Context) error {
-	as, es, err := s.in.sweepers(s.mcpStack)
+	as, es, err := s.in.sweepers(s.mcpStack, s.reg)
 	if err != nil {
 		return err
 	}
@@ -484,8 +484,8 @@ func (s *serving) serve(ctx context.Context) error {
 
 // sweepers builds the background sweeps of the MCP stack's records: the
 // approvals' expiry and revocation, and the executions abandoned by a
-// stopped process.
-func (in *installation) sweepers(mcp *mcpStack) (*approvals.Sweeper, *mcpserver.Sweeper, error) {
+// stopped process; reg receives the count of those.
+func (in *installation) sweepers(mcp *mcpStack, reg prometheus.Registerer) (*approvals.Sweeper, *mcpserver.Sweeper, error) {
 	as, err := approvals.NewSweeper(mcp.approvals, &approvals.SweeperOptions{
 		Tools: mcp.catalog.Hashes, Logger: in.log.With("component", "approvals"),
 	})
@@ -495,7 +495,7 @@ func (in *installation) sweepers(mcp *mcpStack) (*approvals.Sweeper, *mcpserver.
 	es, err := mcpserver.NewSweeper(&mcpserver.SweeperOptions{
 		Executions:  mcpserver.AuditedExecutions{Store: in.store, Log: mcp.audit},
 		CallTimeout: mcp.catalog.CallTimeout(), InputLifetime: mcp.server.InputLifetime(),
-		Logger: in.log.With("component", "mcp"),
+		Logger: in.log.With("component", "mcp"), Registerer: reg,
 	})
 	if err != nil {
 		return nil, nil, err
