@@ -93,6 +93,7 @@ type serving struct {
 	ln                  net.Listener
 	localURL, publicURL string
 	debugAddr           string // where the profiles are served, if they are
+	metricsURL          string // where /metrics is served
 	tel                 *telemetry.Telemetry
 	in                  *installation
 	keys                *broker.Keyring
@@ -220,8 +221,9 @@ func (s *serving) brokerKeys(ctx context.Context) error {
 	return err
 }
 
-// health mounts the probes, the metrics and the broker's public keys.
-func (s *serving) health(context.Context) error {
+// health mounts the probes, the metrics (see metrics) and the broker's
+// public keys.
+func (s *serving) health(ctx context.Context) error {
 	s.reg = prometheus.NewRegistry()
 	build := buildinfo.Read()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build.Collector(),
@@ -239,8 +241,39 @@ func (s *serving) health(context.Context) error {
 		}
 		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	s.mux.Handle("GET /.well-known/jwks.json", s.keys.JWKSHandler())
+	return s.metrics(ctx)
+}
+
+// metrics serves /metrics on server.metrics_addr, and then not on the
+// public listener, or else on the public listener.
+func (s *serving) metrics(ctx context.Context) error {
+	h := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})
+	s.metricsURL = s.publicURL + "/metrics"
+	if s.cfg.Server.MetricsAddr == "" {
+		s.mux.Handle("GET /metrics", h)
+		return nil
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Server.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("server.metrics_addr: listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	s.onStop(func() {
+		srv.Close()
+		<-done
+	})
+	s.metricsURL = "http://" + ln.Addr().String() + "/metrics"
+	s.log.Info("metrics listener", "listen", ln.Addr().String())
 	return nil
 }
 
@@ -459,7 +492,7 @@ func (s *serving) serve(ctx context.Context) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(s.ln) }()
 	s.log.Info("usher is serving", "url", s.publicURL, "listen", s.ln.Addr().String(), "version", buildinfo.Read().String(), "database", s.in.engine())
-	s.env.banner(s.publicURL, s.cfg, &s.flags, s.ln.Addr().String())
+	s.env.banner(s.publicURL, s.metricsURL, s.cfg, &s.flags, s.ln.Addr().String())
 	if s.debugAddr != "" {
 		fmt.Fprintf(s.env.stdout, "  profiles (pprof, expvar, loopback only): http://%s/debug/pprof/\n\n", s.debugAddr)
 	}
@@ -504,10 +537,10 @@ func (in *installation) sweepers(mcp *mcpStack, reg prometheus.Registerer) (*app
 }
 
 // banner tells a person at the terminal what to open and how to sign in.
-func (e *environment) banner(url string, cfg config.Config, f *installFlags, listenAddr string) {
+func (e *environment) banner(url, metricsURL string, cfg config.Config, f *installFlags, listenAddr string) {
 	fmt.Fprintf(e.stdout, "\nUsher is running at %s\n\n", url)
 	fmt.Fprintf(e.stdout, "  Open it in a browser and sign in to talk to the assistant.\n\n")
-	fmt.Fprintf(e.stdout, "  health:    %s/healthz   readiness: %s/readyz   metrics: %s/metrics\n", url, url, url)
+	fmt.Fprintf(e.stdout, "  health:    %s/healthz   readiness: %s/readyz   metrics: %s\n", url, url, metricsURL)
 	fmt.Fprintf(e.stdout, "  broker keys (JWKS): %s/.well-known/jwks.json\n", url)
 	if cfg.DevIdentity() {
 		fmt.Fprintf(e.stdout, "\n  Sign-in uses the built-in DEVELOPMENT provider at %s%s (any user name, no password).\n", url, devOIDCPath)

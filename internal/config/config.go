@@ -581,7 +581,7 @@ func (s Server) validate(bad reporter) {
 	if s.MetricsAddr != "" {
 		if _, port, err := net.SplitHostPort(s.MetricsAddr); err != nil || port == "" {
 			bad("server.metrics_addr", "want host:port, got %q", s.MetricsAddr)
-		} else if s.MetricsAddr == s.Addr || s.MetricsAddr == s.DebugAddr {
+		} else if port != "0" && (s.MetricsAddr == s.Addr || s.MetricsAddr == s.DebugAddr) {
 			bad("server.metrics_addr", "must differ from server.addr and server.debug_addr, got %q", s.MetricsAddr)
 		}
 	}

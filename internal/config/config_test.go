@@ -294,6 +294,10 @@ func TestMetricsAddr(t *testing.T) {
 			t.Errorf("%s: %q, %v", addr, c.Server.MetricsAddr, err)
 		}
 	}
+	// Port 0 is a port of its own for each listener.
+	if _, err := Load("", env(map[string]string{"USHER_SERVER_METRICS_ADDR": "127.0.0.1:0"}), Overrides{Addr: "127.0.0.1:0"}); err != nil {
+		t.Errorf("port 0 on both listeners: %v", err)
+	}
 	for name, vars := range map[string]map[string]string{
 		"no port":      {"USHER_SERVER_METRICS_ADDR": "127.0.0.1"},
 		"empty port":   {"USHER_SERVER_METRICS_ADDR": "127.0.0.1:"},
