@@ -135,19 +135,15 @@ func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *brok
 		cat.Close()
 		return nil, err
 	}
-	health, err := mcpserver.NewHealth(cat, &mcpserver.HealthOptions{
-		Interval: in.cfg.MCP.UpstreamCheckInterval.Std(), Lock: lock, Registerer: reg,
-		Logger: in.log.With("component", "catalog"),
-	})
-	if err != nil {
-		cat.Close()
-		return nil, err
-	}
 	verifier, err := broker.NewVerifier(keys, &broker.VerifierOptions{
 		Issuer: publicURL, Audience: publicURL + "/mcp",
 		// The access tokens of a revoked OAuth grant are refused.
 		GrantRevoked: in.store.GrantRevoked,
 	})
+	var health *mcpserver.Health
+	if err == nil {
+		health, err = in.upstreamHealth(cat, lock, reg)
+	}
 	if err != nil {
 		cat.Close()
 		return nil, err
@@ -176,6 +172,15 @@ func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *brok
 	}
 	in.log.Info("policy loaded", "policy", pol.Name(), "hash", pol.Hash(), "lock", in.cfg.Policy.LockFile)
 	return &mcpStack{server: srv, catalog: cat, approvals: svc, audit: auditLog, policy: pol, lock: lock, health: health}, nil
+}
+
+// upstreamHealth checks cat's upstreams every mcp.upstream_check_interval
+// against lock, with its metrics registered with reg.
+func (in *installation) upstreamHealth(cat *mcpserver.Catalog, lock *policy.Lock, reg prometheus.Registerer) (*mcpserver.Health, error) {
+	return mcpserver.NewHealth(cat, &mcpserver.HealthOptions{
+		Interval: in.cfg.MCP.UpstreamCheckInterval.Std(), Lock: lock, Registerer: reg,
+		Logger: in.log.With("component", "catalog"),
+	})
 }
 
 // mount adds the MCP endpoint, its metadata and the approvals API.
