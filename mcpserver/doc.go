@@ -184,4 +184,15 @@
 // round started: the CallTimeout, the InputLifetime and a minute, 16 min
 // by default): failed, with a result that says so, which a retry under its
 // idempotency key gets, and audited (KindInputAbandoned).
+//
+// # Upstream health
+//
+// A Health lists every upstream on an interval (HealthOptions.Interval,
+// mcp.upstream_check_interval) and keeps what each listing found, as do
+// the listings that serve callers: whether the upstream answered, when it
+// last did, and how its tools differ from the tool lock. States returns it
+// for whoever shows it; with a Registerer it is exported as the
+// usher_upstream_* gauges. The catalog counts its upstream calls' failures
+// by kind (CallBusy ... CallUpstreamError) and times them
+// (CatalogOptions.Registerer).
 package mcpserver
