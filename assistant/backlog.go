@@ -13,7 +13,8 @@ import (
 // Backlogs reads the work waiting across every replica; store.Store
 // implements it.
 type Backlogs interface {
-	Backlog(ctx context.Context) (store.Backlog, error)
+	RunQueue(ctx context.Context, when time.Time) (store.RunQueue, error)
+	ApprovalBacklog(ctx context.Context, when time.Time) (store.ApprovalBacklog, error)
 }
 
 // backlogTimeout bounds the read of a scrape: a database that does not
@@ -44,7 +45,7 @@ type backlogCollector struct {
 
 var (
 	runsQueuedDesc = prometheus.NewDesc("usher_runs_queued",
-		"Runs queued for a turn that no replica holds yet (those waiting out a retry's backoff included), across replicas.", nil, nil)
+		"Runs waiting for a replica to work their turn (queued and not leased, those waiting out a retry's backoff included, or whose lease expired), across replicas.", nil, nil)
 	runsRunningDesc = prometheus.NewDesc("usher_runs_running",
 		"Runs whose turn a replica holds (an unexpired lease), across replicas.", nil, nil)
 	runsOldestDesc = prometheus.NewDesc("usher_runs_oldest_queued_age_seconds",
@@ -66,21 +67,26 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), backlogTimeout)
 	defer cancel()
-	b, err := c.st.Backlog(ctx)
+	now := c.now()
+	q, err := c.st.RunQueue(ctx, now)
 	if err != nil {
-		c.log.Warn("assistant: reading the backlog for the metrics failed", "err", err)
+		c.log.Warn("assistant: reading the run queue for the metrics failed", "err", err)
 		return
 	}
-	now := c.now()
+	a, err := c.st.ApprovalBacklog(ctx, now)
+	if err != nil {
+		c.log.Warn("assistant: reading the pending approvals for the metrics failed", "err", err)
+		return
+	}
 	age := func(since time.Time) float64 {
 		if since.IsZero() {
 			return 0
 		}
 		return max(now.Sub(since).Seconds(), 0)
 	}
-	ch <- prometheus.MustNewConstMetric(runsQueuedDesc, prometheus.GaugeValue, float64(b.Queued))
-	ch <- prometheus.MustNewConstMetric(runsRunningDesc, prometheus.GaugeValue, float64(b.Running))
-	ch <- prometheus.MustNewConstMetric(runsOldestDesc, prometheus.GaugeValue, age(b.OldestQueued))
-	ch <- prometheus.MustNewConstMetric(approvalsPendingDesc, prometheus.GaugeValue, float64(b.PendingApprovals))
-	ch <- prometheus.MustNewConstMetric(approvalsOldestDesc, prometheus.GaugeValue, age(b.OldestPendingApproval))
+	ch <- prometheus.MustNewConstMetric(runsQueuedDesc, prometheus.GaugeValue, float64(q.Queued))
+	ch <- prometheus.MustNewConstMetric(runsRunningDesc, prometheus.GaugeValue, float64(q.Running))
+	ch <- prometheus.MustNewConstMetric(runsOldestDesc, prometheus.GaugeValue, age(q.OldestQueuedAt))
+	ch <- prometheus.MustNewConstMetric(approvalsPendingDesc, prometheus.GaugeValue, float64(a.Pending))
+	ch <- prometheus.MustNewConstMetric(approvalsOldestDesc, prometheus.GaugeValue, age(a.OldestAt))
 }

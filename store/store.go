@@ -284,9 +284,6 @@ type Store interface {
 	// or its QueuedAt, in the past, when it may be claimed now). Zero when
 	// no InProgress run is leased or queued. A scheduler sleeps until then.
 	NextClaimAt(ctx context.Context) (time.Time, error)
-	// Backlog counts the work waiting, across every replica: the runs
-	// queued for a turn and those leased, and the approvals pending.
-	Backlog(ctx context.Context) (Backlog, error)
 	// RenewLease extends a lease that is still held: ErrConflict when the
 	// run's fencing token or lease owner no longer match l (the lease was
 	// lost), ErrNotFound when the run does not exist.

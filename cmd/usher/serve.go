@@ -103,7 +103,10 @@ type serving struct {
 	authenticated       func(http.Handler) http.Handler
 	runtime             *assistant.Runtime
 	mcpStack            *mcpStack
-	oauthSrv            *oauth.Server
+	// upstreams is what the heartbeat reports of the upstreams: the
+	// configured ones until the MCP server's health check reports them.
+	upstreams *status.CheckedUpstreams
+	oauthSrv  *oauth.Server
 }
 
 // onStop adds f to what stop runs.
@@ -345,6 +348,7 @@ func (s *serving) mcp(ctx context.Context) error {
 		return err
 	}
 	s.onStop(st.health.Stop)
+	s.upstreams.Use(st.health)
 	s.onStop(func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Server.ShutdownTimeout.Std())
 		defer cancel()

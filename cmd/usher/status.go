@@ -16,12 +16,12 @@ import (
 // heartbeat stops, taking the replica off the list, before the store
 // closes.
 func (s *serving) statusView(ctx context.Context) error {
-	var upstreams status.UnknownUpstreams
+	s.upstreams = &status.CheckedUpstreams{}
 	for _, u := range s.cfg.MCP.Upstreams {
-		upstreams = append(upstreams, u.Name)
+		s.upstreams.Configured = append(s.upstreams.Configured, u.Name)
 	}
 	hb, err := status.NewHeartbeat(s.in.store, &status.HeartbeatOptions{
-		Addr: s.ln.Addr().String(), Interval: s.cfg.Admin.HeartbeatInterval.Std(), Upstreams: upstreams,
+		Addr: s.ln.Addr().String(), Interval: s.cfg.Admin.HeartbeatInterval.Std(), Upstreams: s.upstreams,
 		Registerer: s.reg, Logger: s.log.With("component", "status"),
 	})
 	if err != nil {

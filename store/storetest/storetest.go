@@ -47,7 +47,6 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RetryBackoff", testRetryBackoff},
 		{"ReleaseQueuesWork", testReleaseQueuesWork},
 		{"NextClaimAt", testNextClaimAt},
-		{"Backlog", testBacklog},
 		{"ClaimAndFence", testClaimAndFence},
 		{"FencedWrites", testFencedWrites},
 		{"FencedAppendRace", testFencedAppendRace},
