@@ -301,14 +301,15 @@ func TestChartCreatesSecret(t *testing.T) {
 	}
 }
 
-// TestChartConfiguresReviewersAndSinks renders reviewers and two audit
-// sinks: usher.yaml names them, and the webhook's secret file is the key
+// TestChartConfiguresReviewersAndSinks renders reviewers, admins and two
+// audit sinks: usher.yaml names them, and the webhook's secret file is the key
 // of the operator's Secret, mounted read-only where usher.yaml says, in
 // the replicas and in the migration Job (which validates the same
 // configuration).
 func TestChartConfiguresReviewersAndSinks(t *testing.T) {
 	t.Parallel()
 	r := render(t, "--set-json", `usher.review.groups=["security"]`, "--set", "usher.audit.checkpointInterval=5m",
+		"--set-json", `usher.admin.groups=["operators"]`, "--set", "usher.admin.heartbeatInterval=5s",
 		"--set-json", `usher.audit.sinks=[{"name":"siem","webhook":{"url":"https://siem.example/usher","secretName":"usher-siem","secretKey":"token"}},{"name":"local","file":{"path":"-"}}]`)
 	for name, pod := range map[string]corev1.PodSpec{"replicas": r.deployment(t).Spec.Template.Spec, "migration": r.migration(t).Spec.Template.Spec} {
 		_, content := r.configFile(t, pod)
@@ -316,6 +317,10 @@ func TestChartConfiguresReviewersAndSinks(t *testing.T) {
 			Review struct {
 				Groups []string `json:"groups"`
 			} `json:"review"`
+			Admin struct {
+				Groups            []string `json:"groups"`
+				HeartbeatInterval string   `json:"heartbeat_interval"`
+			} `json:"admin"`
 			Audit struct {
 				CheckpointInterval string `json:"checkpoint_interval"`
 				Sinks              []struct {
@@ -335,6 +340,9 @@ func TestChartConfiguresReviewersAndSinks(t *testing.T) {
 		}
 		if len(cfg.Review.Groups) != 1 || cfg.Review.Groups[0] != "security" || cfg.Audit.CheckpointInterval != "5m" {
 			t.Errorf("%s: review %v, checkpoint interval %q", name, cfg.Review.Groups, cfg.Audit.CheckpointInterval)
+		}
+		if !slices.Equal(cfg.Admin.Groups, []string{"operators"}) || cfg.Admin.HeartbeatInterval != "5s" {
+			t.Errorf("%s: admin %v, heartbeat interval %q", name, cfg.Admin.Groups, cfg.Admin.HeartbeatInterval)
 		}
 		if len(cfg.Audit.Sinks) != 2 || cfg.Audit.Sinks[0].Webhook == nil || cfg.Audit.Sinks[1].File == nil || cfg.Audit.Sinks[1].File.Path != "-" {
 			t.Fatalf("%s: sinks %+v", name, cfg.Audit.Sinks)

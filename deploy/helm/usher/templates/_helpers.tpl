@@ -93,6 +93,9 @@ Secrets are not in it: they come from the environment (usher.env).
 {{- if .Values.toolLock }}{{ $_ := set $policy "lock_file" (printf "%s/tools.lock" (include "usher.configDir" .)) }}{{ end -}}
 {{- with $policy }}{{ $_ := set $cfg "policy" . }}{{ end -}}
 {{- with $u.review.groups }}{{ $_ := set $cfg "review" (dict "groups" .) }}{{ end -}}
+{{- $admin := dict "heartbeat_interval" $u.admin.heartbeatInterval -}}
+{{- with $u.admin.groups }}{{ $_ := set $admin "groups" . }}{{ end -}}
+{{- $_ := set $cfg "admin" $admin -}}
 {{- $audit := dict "checkpoint_interval" $u.audit.checkpointInterval -}}
 {{- if $u.audit.sinks -}}
 {{- $sinks := list -}}
