@@ -135,11 +135,7 @@ func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *brok
 		cat.Close()
 		return nil, err
 	}
-	verifier, err := broker.NewVerifier(keys, &broker.VerifierOptions{
-		Issuer: publicURL, Audience: publicURL + "/mcp",
-		// The access tokens of a revoked OAuth grant are refused.
-		GrantRevoked: in.store.GrantRevoked,
-	})
+	verifier, err := in.mcpVerifier(keys, publicURL)
 	var health *mcpserver.Health
 	if err == nil {
 		health, err = in.upstreamHealth(cat, lock, reg)
@@ -172,6 +168,14 @@ func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *brok
 	}
 	in.log.Info("policy loaded", "policy", pol.Name(), "hash", pol.Hash(), "lock", in.cfg.Policy.LockFile)
 	return &mcpStack{server: srv, catalog: cat, approvals: svc, audit: auditLog, policy: pol, lock: lock, health: health}, nil
+}
+
+// mcpVerifier verifies the broker's tokens at publicURL's /mcp, and
+// refuses the access tokens of a revoked OAuth grant.
+func (in *installation) mcpVerifier(keys *broker.Keyring, publicURL string) (*broker.Verifier, error) {
+	return broker.NewVerifier(keys, &broker.VerifierOptions{
+		Issuer: publicURL, Audience: publicURL + "/mcp", GrantRevoked: in.store.GrantRevoked,
+	})
 }
 
 // upstreamHealth checks cat's upstreams every mcp.upstream_check_interval
