@@ -308,26 +308,37 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, a.log, err)
 		return
 	}
-	var b bytes.Buffer
-	b.WriteString(`{"records":[`)
+	b := make([]byte, 0, listBodySize(rs))
+	b = append(b, `{"records":[`...)
 	for i, rec := range rs {
-		line, err := audit.Line(rec)
-		if err != nil {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if b, err = audit.AppendRecord(b, rec); err != nil {
 			httpx.WriteError(w, r, a.log, err)
 			return
 		}
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.Write(bytes.TrimSuffix(line, []byte("\n")))
 	}
-	b.WriteByte(']')
+	b = append(b, ']')
 	if len(rs) == p.Limit {
 		p.Pos = rs[len(rs)-1].Seq
-		b.WriteString(`,"next":"` + cursorOf(p) + `"`)
+		b = append(b, `,"next":"`...)
+		b = append(b, cursorOf(p)...)
+		b = append(b, '"')
 	}
-	b.WriteString("}\n")
-	writeJSONBytes(w, b.Bytes())
+	b = append(b, "}\n"...)
+	writeJSONBytes(w, b)
+}
+
+// listBodySize is about the size of the answer of rs, so that its buffer
+// is allocated once: each record's details and the rest of its line, and
+// a cursor.
+func listBodySize(rs []store.AuditRecord) int {
+	n := 1024
+	for _, r := range rs {
+		n += 640 + len(r.Details)
+	}
+	return n
 }
 
 // exportPage is how many records export reads from the store at a time.

@@ -42,21 +42,19 @@ func Export(ctx context.Context, st Reader, w io.Writer, after int64) error {
 }
 
 // Line returns r as Export writes it: one JSON object, keys sorted, HTML
-// characters unescaped, and a newline. It fails only when r.Details is not
-// JSON.
+// characters unescaped, and a newline (see AppendRecord). It fails only
+// when r.Details is not JSON.
 func Line(r store.AuditRecord) ([]byte, error) {
-	e, err := exportOf(r)
+	b, err := AppendRecord(make([]byte, 0, lineSize+len(r.Details)), r)
 	if err != nil {
-		return nil, fmt.Errorf("record %d: %w", r.Seq, err)
+		return nil, err
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(e); err != nil {
-		return nil, fmt.Errorf("record %d: %w", r.Seq, err)
-	}
-	return b.Bytes(), nil
+	return append(b, '\n'), nil
 }
+
+// lineSize is about the length of a line without its details: the keys,
+// two hashes and a few more.
+const lineSize = 512
 
 // KindCheckpoint is the kind of a checkpoint's line among the records'
 // lines a sink receives (CheckpointLine).

@@ -40,31 +40,6 @@ type body struct {
 	Tool           string          `json:"tool"`
 }
 
-// exported is a record as Export writes it: the body with its hash and
-// prev_hash, keys still in byte order.
-type exported struct {
-	ApprovalID     string          `json:"approval_id"`
-	ArgumentsHash  string          `json:"arguments_hash"`
-	At             string          `json:"at"`
-	ClientID       string          `json:"client_id"`
-	Decision       string          `json:"decision"`
-	DefinitionHash string          `json:"definition_hash"`
-	Details        json.RawMessage `json:"details"`
-	EventID        string          `json:"event_id,omitempty"`
-	Hash           string          `json:"hash"`
-	Kind           string          `json:"kind"`
-	LatencyUS      int64           `json:"latency_us"`
-	Outcome        string          `json:"outcome"`
-	PolicyHash     string          `json:"policy_hash"`
-	PolicyIDs      []string        `json:"policy_ids"`
-	PrevHash       string          `json:"prev_hash"`
-	Principal      string          `json:"principal"`
-	RunID          string          `json:"run_id"`
-	Seq            int64           `json:"seq"`
-	TokenJTI       string          `json:"token_jti"`
-	Tool           string          `json:"tool"`
-}
-
 // Hash returns the hash of r as the package documentation defines it: over
 // r.PrevHash and every field of r but Hash. It fails only when r.Details
 // is not JSON.
@@ -125,21 +100,6 @@ func canonicalBodyOf(r store.AuditRecord, details json.RawMessage) body {
 		TokenJTI:       r.TokenJTI,
 		Tool:           r.Tool,
 	}
-}
-
-// exportOf returns r as Export writes it.
-func exportOf(r store.AuditRecord) (exported, error) {
-	b, err := bodyOf(r)
-	if err != nil {
-		return exported{}, err
-	}
-	return exported{
-		ApprovalID: b.ApprovalID, ArgumentsHash: b.ArgumentsHash, At: b.At, ClientID: b.ClientID,
-		Decision: b.Decision, DefinitionHash: b.DefinitionHash, Details: b.Details, EventID: b.EventID, Hash: r.Hash,
-		Kind: b.Kind, LatencyUS: b.LatencyUS, Outcome: b.Outcome, PolicyHash: b.PolicyHash,
-		PolicyIDs: b.PolicyIDs, PrevHash: r.PrevHash, Principal: b.Principal, RunID: b.RunID,
-		Seq: b.Seq, TokenJTI: b.TokenJTI, Tool: b.Tool,
-	}, nil
 }
 
 // canonicalDetails returns details with object keys sorted, no whitespace
