@@ -1,0 +1,103 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// QueryAudit runs the core's statement (auditQuerySQL) on the pgx pool
+// itself rather than through database/sql, and reads each row's text
+// columns as they arrive: a reviewer's page of up to
+// MaxAuditQueryLimit records is otherwise dominated by database/sql's
+// conversion of 20 columns a row.
+func (s *postgresStore) QueryAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, error) {
+	if err := q.validate(); err != nil {
+		return nil, err
+	}
+	st, args := auditQuerySQL(q)
+	rows, err := s.pool.Query(ctx, st.pg, args...)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	defer rows.Close()
+	if n := len(rows.FieldDescriptions()); n != auditColumnCount {
+		return nil, fmt.Errorf("store: audit query returned %d columns, want %d", n, auditColumnCount)
+	}
+	var sc auditScanner
+	sc.init()
+	out := make([]AuditRecord, 0, min(q.Limit, 128))
+	for rows.Next() {
+		r, err := sc.scan(rows)
+		if err != nil {
+			return nil, s.fail(err)
+		}
+		out = append(out, r)
+	}
+	return out, s.fail(rows.Err())
+}
+
+// The positions of auditColumns' columns that auditScanner reads itself
+// from the row's raw values; the others are pgx's to decode.
+// (auditColumnCount is their number.)
+const (
+	auditPolicyIDs = 10 // json
+	auditDetails   = 16 // json
+)
+
+// auditTextColumns are the text columns, in AuditRecord's field order.
+var auditTextColumns = [...]int{2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 17, 18, 19}
+
+// auditScanner reads rows of auditColumns, as scanAudit does: pgx decodes
+// the sequence number, the time and the latency into its fields; the text
+// columns, whose value in either wire format is their UTF-8 text, are
+// copied into one string that the record's fields share.
+type auditScanner struct {
+	seq, latency int64
+	at           time.Time
+	dst          [auditColumnCount]any // nil: a column pgx skips
+}
+
+func (sc *auditScanner) init() {
+	sc.dst[0], sc.dst[1], sc.dst[15] = &sc.seq, &sc.at, &sc.latency
+}
+
+func (sc *auditScanner) scan(rows pgx.Rows) (AuditRecord, error) {
+	if err := rows.Scan(sc.dst[:]...); err != nil {
+		return AuditRecord{}, err
+	}
+	r := AuditRecord{Seq: sc.seq, At: sc.at.UTC(), Latency: time.Duration(sc.latency) * time.Microsecond}
+	raw := rows.RawValues()
+
+	n := 0
+	for _, i := range auditTextColumns {
+		n += len(raw[i])
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, i := range auditTextColumns {
+		b.Write(raw[i])
+	}
+	text := b.String()
+	fields := [...]*string{&r.Kind, &r.Principal, &r.ClientID, &r.TokenJTI, &r.Tool, &r.DefinitionHash,
+		&r.ArgumentsHash, &r.Decision, &r.PolicyHash, &r.ApprovalID, &r.RunID, &r.Outcome,
+		&r.PrevHash, &r.Hash, &r.EventID}
+	off := 0
+	for k, i := range auditTextColumns {
+		*fields[k] = text[off : off+len(raw[i])]
+		off += len(raw[i])
+	}
+
+	if ids := raw[auditPolicyIDs]; string(ids) != "[]" {
+		var err error
+		if r.PolicyIDs, err = decodeNames("audit_log.policy_ids", ids); err != nil {
+			return AuditRecord{}, err
+		}
+	}
+	// RawValues are the connection's buffer until the next row: a copy.
+	r.Details = append([]byte(nil), raw[auditDetails]...)
+	return r, nil
+}
