@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -92,12 +93,50 @@ func (sc *auditScanner) scan(rows pgx.Rows) (AuditRecord, error) {
 	}
 
 	if ids := raw[auditPolicyIDs]; string(ids) != "[]" {
-		var err error
-		if r.PolicyIDs, err = decodeNames("audit_log.policy_ids", ids); err != nil {
-			return AuditRecord{}, err
+		var ok bool
+		if r.PolicyIDs, ok = plainNames(ids); !ok {
+			var err error
+			if r.PolicyIDs, err = decodeNames("audit_log.policy_ids", ids); err != nil {
+				return AuditRecord{}, err
+			}
 		}
 	}
 	// RawValues are the connection's buffer until the next row: a copy.
 	r.Details = append([]byte(nil), raw[auditDetails]...)
 	return r, nil
+}
+
+// plainNames reads a JSON array of names as encodeNames writes it, when
+// every name is plain: no whitespace between them, and no escape, control
+// character or invalid UTF-8 in them, so that each name's text is its
+// bytes. It says no to anything else, which decodeNames then reads.
+func plainNames(b []byte) ([]string, bool) {
+	if len(b) < 4 || b[0] != '[' || b[len(b)-1] != ']' {
+		return nil, false
+	}
+	var names []string
+	for i := 1; ; {
+		if b[i] != '"' {
+			return nil, false
+		}
+		j := i + 1
+		for j < len(b) && b[j] != '"' {
+			if b[j] < 0x20 || b[j] == '\\' {
+				return nil, false
+			}
+			j++
+		}
+		if j >= len(b)-1 || !utf8.Valid(b[i+1:j]) {
+			return nil, false
+		}
+		names = append(names, string(b[i+1:j]))
+		switch i = j + 1; {
+		case i == len(b)-1:
+			return names, true
+		case b[i] == ',':
+			i++
+		default:
+			return nil, false
+		}
+	}
 }

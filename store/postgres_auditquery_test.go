@@ -71,3 +71,30 @@ func TestPostgresQueryAuditReadsWhatTheCoreReads(t *testing.T) {
 		t.Error("QueryAudit with limit 0: nil error")
 	}
 }
+
+// plainNames reads exactly the arrays it takes as decodeNames reads them,
+// and leaves to decodeNames every other.
+func TestPlainNames(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		json  string
+		plain bool
+	}{
+		{`["a"]`, true}, {`["p1","p2","é 日本"]`, true}, {`[""]`, true}, {`["a",""]`, true},
+		{`[]`, false}, {`["a",]`, false}, {`[ "a"]`, false}, {`["a" ]`, false}, {`["a""b"]`, false},
+		{`["a]`, false}, {`["]`, false}, {`["a\"b"]`, false}, {`["a\u003cb"]`, false},
+		{"[\"a\tb\"]", false}, {"[\"\xff\"]", false}, {`[1]`, false}, {`{"a":1}`, false}, {`"a"`, false},
+	} {
+		got, ok := plainNames([]byte(c.json))
+		if ok != c.plain {
+			t.Errorf("plainNames(%s) ok = %v, want %v", c.json, ok, c.plain)
+		}
+		if !ok {
+			continue
+		}
+		want, err := decodeNames("test", []byte(c.json))
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("plainNames(%s) = %q, decodeNames %q, %v", c.json, got, want, err)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package audit
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
@@ -141,25 +140,32 @@ func appendString(dst []byte, s string) []byte {
 // order, and strings escaped as appendString escapes them. It may say no
 // to a value that is canonical (such as one with an escaped character in a
 // key); it never says yes to one that is not.
+// It checks that v is JSON as it goes, nested at most maxCanonicalDepth
+// deep.
 func isCanonicalJSON(v []byte) bool {
-	if len(v) == 0 || !json.Valid(v) {
-		return false
-	}
-	end, ok := canonicalValue(v, 0)
+	end, ok := canonicalValue(v, 0, 0)
 	return ok && end == len(v)
 }
 
-// canonicalValue checks the canonical value of valid JSON v at i and
-// returns where it ends.
-func canonicalValue(v []byte, i int) (int, bool) {
+// maxCanonicalDepth is the deepest nesting isCanonicalJSON takes; deeper
+// details take the long way, whose decoder has limits of its own.
+const maxCanonicalDepth = 100
+
+// canonicalValue checks the canonical value at v[i], nested depth deep,
+// and returns where it ends.
+func canonicalValue(v []byte, i, depth int) (int, bool) {
 	if i >= len(v) {
 		return i, false
 	}
 	switch c := v[i]; {
-	case c == '{':
-		return canonicalObject(v, i)
-	case c == '[':
-		return canonicalArray(v, i)
+	case c == '{' || c == '[':
+		if depth >= maxCanonicalDepth {
+			return i, false
+		}
+		if c == '{' {
+			return canonicalObject(v, i, depth+1)
+		}
+		return canonicalArray(v, i, depth+1)
 	case c == '"':
 		end, _, ok := canonicalString(v, i)
 		return end, ok
@@ -169,18 +175,56 @@ func canonicalValue(v []byte, i int) (int, bool) {
 		return literal(v, i, "false")
 	case c == 'n':
 		return literal(v, i, "null")
-	case c == '-' || ('0' <= c && c <= '9'):
-		// Numbers are kept as written; v is valid, so the number ends at
-		// the first byte that cannot be part of one.
-		for i < len(v) && (v[i] == '-' || v[i] == '+' || v[i] == '.' || v[i] == 'e' || v[i] == 'E' || ('0' <= v[i] && v[i] <= '9')) {
-			i++
-		}
-		return i, true
+	case c == '-' || isDigit(c):
+		// Numbers are kept as written.
+		return jsonNumber(v, i)
 	default:
 		// Whitespace, which the canonical form has none of.
 		return i, false
 	}
 }
+
+// jsonNumber checks the JSON number at v[i] and returns where it ends:
+// -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
+func jsonNumber(v []byte, i int) (int, bool) {
+	if i < len(v) && v[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(v) && v[i] == '0':
+		i++
+	case i < len(v) && '1' <= v[i] && v[i] <= '9':
+		i = digits(v, i)
+	default:
+		return i, false
+	}
+	if i < len(v) && v[i] == '.' {
+		if i++; i >= len(v) || !isDigit(v[i]) {
+			return i, false
+		}
+		i = digits(v, i)
+	}
+	if i < len(v) && (v[i] == 'e' || v[i] == 'E') {
+		if i++; i < len(v) && (v[i] == '+' || v[i] == '-') {
+			i++
+		}
+		if i >= len(v) || !isDigit(v[i]) {
+			return i, false
+		}
+		i = digits(v, i)
+	}
+	return i, true
+}
+
+// digits is where the run of digits at v[i] ends.
+func digits(v []byte, i int) int {
+	for i < len(v) && isDigit(v[i]) {
+		i++
+	}
+	return i
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // literal checks that v holds word at i.
 func literal(v []byte, i int, word string) (int, bool) {
@@ -190,8 +234,8 @@ func literal(v []byte, i int, word string) (int, bool) {
 	return i + len(word), true
 }
 
-// canonicalObject checks the object at v[i] == '{'.
-func canonicalObject(v []byte, i int) (int, bool) {
+// canonicalObject checks the object at v[i] == '{', nested depth deep.
+func canonicalObject(v []byte, i, depth int) (int, bool) {
 	i++
 	if i < len(v) && v[i] == '}' {
 		return i + 1, true
@@ -215,7 +259,7 @@ func canonicalObject(v []byte, i int) (int, bool) {
 		if i = end; i >= len(v) || v[i] != ':' {
 			return i, false
 		}
-		if i, ok = canonicalValue(v, i+1); !ok || i >= len(v) {
+		if i, ok = canonicalValue(v, i+1, depth); !ok || i >= len(v) {
 			return i, false
 		}
 		switch v[i] {
@@ -229,15 +273,15 @@ func canonicalObject(v []byte, i int) (int, bool) {
 	}
 }
 
-// canonicalArray checks the array at v[i] == '['.
-func canonicalArray(v []byte, i int) (int, bool) {
+// canonicalArray checks the array at v[i] == '[', nested depth deep.
+func canonicalArray(v []byte, i, depth int) (int, bool) {
 	i++
 	if i < len(v) && v[i] == ']' {
 		return i + 1, true
 	}
 	for {
 		var ok bool
-		if i, ok = canonicalValue(v, i); !ok || i >= len(v) {
+		if i, ok = canonicalValue(v, i, depth); !ok || i >= len(v) {
 			return i, false
 		}
 		switch v[i] {
