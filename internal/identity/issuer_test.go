@@ -24,6 +24,7 @@ const (
 	webClientID = "0d4c8a43-42b7-4b50-a1c3-6f7fba7b8e6e"
 	userOID     = "00000000-0000-0000-66f3-3332eca7ea81"
 	goodKID     = "key-1"
+	otherKID    = "key-2"
 )
 
 // testKeys are generated once: RSA key generation is the slow part of
@@ -46,8 +47,11 @@ var testKeys = sync.OnceValue(func() [2]*rsa.PrivateKey {
 type testIssuer struct {
 	srv      *httptest.Server
 	key      *rsa.PrivateKey // published under goodKID
-	other    *rsa.PrivateKey // never published
+	other    *rsa.PrivateKey // published under otherKID only once withdrawn
 	jwksHits atomic.Int32
+	// withdrawn makes the key set publish other under otherKID in place
+	// of key under goodKID, as an issuer rotating its keys does.
+	withdrawn atomic.Bool
 }
 
 func newTestIssuer(t testing.TB) *testIssuer {
@@ -71,9 +75,11 @@ func newTestIssuer(t testing.TB) *testIssuer {
 	})
 	keysHandler := func(w http.ResponseWriter, r *http.Request) {
 		ti.jwksHits.Add(1)
-		writeJSON(w, jose.JSONWebKeySet{Keys: []jose.JSONWebKey{
-			{Key: ti.key.Public(), KeyID: goodKID, Use: "sig"},
-		}})
+		k := jose.JSONWebKey{Key: ti.key.Public(), KeyID: goodKID, Use: "sig"}
+		if ti.withdrawn.Load() {
+			k = jose.JSONWebKey{Key: ti.other.Public(), KeyID: otherKID, Use: "sig"}
+		}
+		writeJSON(w, jose.JSONWebKeySet{Keys: []jose.JSONWebKey{k}})
 	}
 	mux.HandleFunc("GET /keys", keysHandler)
 	mux.HandleFunc("GET /common/discovery/v2.0/keys", keysHandler)

@@ -61,5 +61,12 @@ func (k *remoteKeys) VerifySignature(ctx context.Context, raw string) ([]byte, e
 	if err != nil {
 		return nil, fmt.Errorf("key %q: %w", kid, err)
 	}
-	return jws.Verify(key)
+	payload, err := jws.Verify(key)
+	if err != nil {
+		return nil, err
+	}
+	if u, ok := ctx.Value(usedKeyContext{}).(*usedKey); ok {
+		u.kid, u.key = kid, key
+	}
+	return payload, nil
 }

@@ -2,6 +2,7 @@ package identity
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,6 +56,9 @@ type Verifier struct {
 	requiredScopes []string
 	tenants        []string
 	logger         *slog.Logger
+	keys           *remoteKeys
+	now            func() time.Time
+	verified       verifiedTokens
 }
 
 // New returns a Verifier for opts. Unless opts.JWKSURL is set, it fetches
@@ -106,6 +110,8 @@ func New(ctx context.Context, opts *Options) (*Verifier, error) {
 		requiredScopes: slices.Clone(o.RequiredScopes),
 		tenants:        slices.Clone(o.Tenants),
 		logger:         o.Logger,
+		keys:           keys,
+		now:            o.Now,
 	}, nil
 }
 
@@ -142,50 +148,71 @@ func discoverKeys(ctx context.Context, issuer string, multiTenant bool, client *
 
 // Verify checks raw and returns its principal. Errors match
 // [ErrUnauthenticated], [ErrForbidden] or [ErrInsufficientScope].
+//
+// A token that passed is remembered (by its SHA-256) until the earlier of
+// its expiry and a minute later, and answered from memory while the key
+// that verified it is still in the issuer's key set; see verifiedTokens.
 func (v *Verifier) Verify(ctx context.Context, raw string) (Principal, error) {
 	if raw == "" || len(raw) > MaxTokenBytes {
 		return Principal{}, fmt.Errorf("%w: token empty or longer than %d bytes", ErrUnauthenticated, MaxTokenBytes)
 	}
+	sum := sha256.Sum256([]byte(raw))
+	now := v.now()
+	if p, ok := v.verified.get(ctx, sum, now, v.keys); ok {
+		return p, nil
+	}
+	p, expiry, used, err := v.verify(ctx, raw)
+	if err != nil {
+		return Principal{}, err
+	}
+	v.verified.put(sum, p, used, now, expiry)
+	return p, nil
+}
+
+// verify checks raw in full and returns its principal, its expiry and the
+// key that verified its signature.
+func (v *Verifier) verify(ctx context.Context, raw string) (Principal, time.Time, usedKey, error) {
+	var used usedKey
 	// RS256 only, signature by a key of the issuer's key set (by kid),
 	// expiry ("exp" required) and not-before, with go-oidc's rules.
-	tok, err := v.oidc.Verify(ctx, raw)
+	tok, err := v.oidc.Verify(withUsedKey(ctx, &used), raw)
 	if err != nil {
-		return Principal{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
 	var c claims
 	if err := tok.Claims(&c); err != nil {
-		return Principal{}, fmt.Errorf("%w: claims: %w", ErrUnauthenticated, err)
+		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: claims: %w", ErrUnauthenticated, err)
 	}
 	if !v.issuerAccepted(c.Issuer, c.Tenant) {
-		return Principal{}, fmt.Errorf("%w: issuer %q not accepted", ErrUnauthenticated, c.Issuer)
+		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: issuer %q not accepted", ErrUnauthenticated, c.Issuer)
 	}
 	if tok.IssuedAt.IsZero() {
-		return Principal{}, fmt.Errorf("%w: no iat", ErrUnauthenticated)
+		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: no iat", ErrUnauthenticated)
 	}
 	if c.ObjectID == "" && c.Subject == "" {
-		return Principal{}, fmt.Errorf("%w: neither oid nor sub", ErrUnauthenticated)
+		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: neither oid nor sub", ErrUnauthenticated)
 	}
 	if !slices.ContainsFunc(tok.Audience, v.audienceAccepted) {
-		return Principal{}, fmt.Errorf("%w: audience %q not accepted", ErrUnauthenticated, tok.Audience)
+		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: audience %q not accepted", ErrUnauthenticated, tok.Audience)
 	}
 	if len(v.tenants) > 0 && !slices.Contains(v.tenants, c.Tenant) {
-		return Principal{}, fmt.Errorf("%w: tenant %q not allowed", ErrForbidden, c.Tenant)
+		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: tenant %q not allowed", ErrForbidden, c.Tenant)
 	}
 	// Only a person's (delegated) token may call the API: an app-only
 	// token never carries a delegated scope, and Entra names it besides.
 	scopes := c.scopes()
 	if c.TokenType != "" && c.TokenType != "user" {
-		return Principal{}, fmt.Errorf("%w: idtyp %q", ErrAppToken, c.TokenType)
+		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: idtyp %q", ErrAppToken, c.TokenType)
 	}
 	if len(scopes) == 0 {
-		return Principal{}, fmt.Errorf("%w: no delegated scope (roles %q)", ErrAppToken, c.Roles)
+		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: no delegated scope (roles %q)", ErrAppToken, c.Roles)
 	}
 	for _, s := range v.requiredScopes {
 		if !slices.Contains(scopes, s) {
-			return Principal{}, fmt.Errorf("%w: scope %q missing", ErrInsufficientScope, s)
+			return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: scope %q missing", ErrInsufficientScope, s)
 		}
 	}
-	return c.principal(scopes), nil
+	return c.principal(scopes), tok.Expiry, used, nil
 }
 
 // issuerAccepted compares iss exactly with the configured issuer, or with
