@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -19,7 +20,10 @@ import (
 // A branch C forked from its parent P before P's message F sees P's line
 // with seq < F, then its own events, all later than F. So a line is the
 // segments (b0, f1), (b1, f2), …, (bk, ∞): an event is on it when its
-// branch is some bj and its seq is before fj+1. The original line,
+// branch is some bj and its seq is before fj+1. Deleting a message makes a
+// branch too, whose line is the line it leaves with that message (and, for
+// a user message, its answer) cut out: a segment may then start after the
+// cut (its From), and one branch may hold several segments. The original line,
 // branch 0, is every event of branch 0, which is every event of a run that
 // never branched; the other lines are stored, one row per segment, in
 // run_branch_lines, written once when the branch is made.
@@ -35,6 +39,10 @@ const (
 	// BranchRegenerate: a person asked for the last reply again; the
 	// branch starts with the same message again.
 	BranchRegenerate BranchKind = "regenerate"
+	// BranchDelete: a person deleted a message; the branch is the line
+	// it leaves without that message (and, for a user message, its
+	// answer), and starts with an EventBranchDelete that records it.
+	BranchDelete BranchKind = "delete"
 )
 
 // MaxSeq is the Until of a line's last segment: the branch's own events,
@@ -59,7 +67,8 @@ type Branch struct {
 	// of that message, and of each other.
 	Parent, ForkSeq int64
 	// MessageSeq is the branch's first event: its user message (the
-	// edited message, or the same message again).
+	// edited message, or the same message again), or, for a deletion,
+	// its EventBranchDelete.
 	MessageSeq int64
 	Kind       BranchKind
 	// CreatedBy is the principal who made the branch.
@@ -71,9 +80,11 @@ type Branch struct {
 }
 
 // LineSegment is one segment of a branch's line: the events of Branch
-// with seq before Until.
+// with seq from From and before Until. From is 0 but on a segment that
+// starts right after a cut a deletion made (then the first seq after it).
 type LineSegment struct {
 	Branch int64
+	From   int64
 	Until  int64
 }
 
@@ -155,7 +166,8 @@ func forkedBefore(ctx context.Context, tx executor, runID, key string) (Branch, 
 func onLine(alias, seq, target string) string {
 	return `CASE WHEN ` + target + ` = 0 THEN ` + alias + `.branch = 0 ELSE EXISTS (
 	SELECT 1 FROM run_branch_lines l WHERE l.run_id = ` + alias + `.run_id AND l.branch = ` + target + `
-	  AND l.member = ` + alias + `.branch AND l.until_seq > ` + alias + `.` + seq + `) END`
+	  AND l.member = ` + alias + `.branch AND l.until_seq > ` + alias + `.` + seq + `
+	  AND l.from_seq <= ` + alias + `.` + seq + `) END`
 }
 
 // branchOr is the SQL expression of the branch param, or, when it is NULL,
@@ -184,12 +196,9 @@ WHERE e.run_id = $1 AND e.seq = $2 AND e.type LIKE 'message.%' AND ` + onLine("e
 	insertBranch = sql1(`INSERT INTO run_branches (` + branchColumns + `)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`)
 
-	// insertBranchLine writes the line of the new branch $2: its parent
-	// $3's line with the parent's segment ending at $4, then its own.
-	insertBranchLine = sql1(`INSERT INTO run_branch_lines (run_id, branch, member, until_seq)
-SELECT run_id, $2::bigint, member, until_seq FROM run_branch_lines WHERE run_id = $1::text AND branch = $3::bigint AND member <> $3::bigint
-UNION ALL SELECT $1::text, $2::bigint, $3::bigint, $4::bigint
-UNION ALL SELECT $1::text, $2::bigint, $2::bigint, $5::bigint`)
+	// insertLineSegment writes one segment of the line of the branch $2.
+	insertLineSegment = sql1(`INSERT INTO run_branch_lines (run_id, branch, member, from_seq, until_seq)
+VALUES ($1, $2, $3, $4, $5)`)
 
 	// activateBranch makes $2 the run's active branch, and counts it when
 	// $3 (it is new).
@@ -200,7 +209,7 @@ RETURNING ` + runColumns)
 
 	listBranches = sql1(`SELECT ` + branchColumns + ` FROM run_branches WHERE run_id = $1 ORDER BY branch`)
 
-	listBranchLines = sql1(`SELECT branch, member, until_seq FROM run_branch_lines WHERE run_id = $1
+	listBranchLines = sql1(`SELECT branch, member, from_seq, until_seq FROM run_branch_lines WHERE run_id = $1
 ORDER BY branch, until_seq`)
 )
 
@@ -259,6 +268,9 @@ func (c *core) ForkRun(ctx context.Context, runID string, f Fork) (Branch, Event
 			var found bool
 			var err error
 			if b, ev, out, found, err = forkedBefore(ctx, tx, runID, f.Key); err != nil || found {
+				if err == nil && b.Kind == BranchDelete {
+					err = fmt.Errorf("%w: the idempotency key was used by a deletion", ErrConflict)
+				}
 				return err
 			}
 		}
@@ -293,7 +305,11 @@ func (c *core) ForkRun(ctx context.Context, runID string, f Fork) (Branch, Event
 		if _, err := tx.exec(ctx, insertBranch, b.RunID, b.ID, b.Parent, b.ForkSeq, b.MessageSeq, string(b.Kind), b.CreatedBy, b.CreatedAt); err != nil {
 			return err
 		}
-		if _, err := tx.exec(ctx, insertBranchLine, runID, b.ID, b.Parent, b.ForkSeq, int64(MaxSeq)); err != nil {
+		active, err := lineOf(ctx, tx, r)
+		if err != nil {
+			return err
+		}
+		if err := insertLine(ctx, tx, b, truncateLine(active, holder, f.At, holder != 0 && b.Parent != holder)); err != nil {
 			return err
 		}
 		if _, err := scanRun(tx.row(ctx, activateBranch, runID, b.ID, true, now)); err != nil {
@@ -325,7 +341,7 @@ func (c *core) ForkRun(ctx context.Context, runID string, f Fork) (Branch, Event
 }
 
 // listBranchLinesOf reads the line of the branch $2 of the run $1.
-var listBranchLinesOf = sql1(`SELECT member, until_seq FROM run_branch_lines WHERE run_id = $1 AND branch = $2
+var listBranchLinesOf = sql1(`SELECT member, from_seq, until_seq FROM run_branch_lines WHERE run_id = $1 AND branch = $2
 ORDER BY until_seq`)
 
 // SwitchBranch makes branch the run's active branch: ListMessages reads
@@ -391,7 +407,7 @@ func (c *core) ListBranches(ctx context.Context, runID string) ([]Branch, error)
 	}
 	rows, err := queryAll(ctx, x, listBranchLines, func(row rowScanner) (lineRow, error) {
 		var l lineRow
-		err := row.Scan(&l.branch, &l.seg.Branch, &l.seg.Until)
+		err := row.Scan(&l.branch, &l.seg.Branch, &l.seg.From, &l.seg.Until)
 		return l, err
 	}, runID)
 	if err != nil {
@@ -421,6 +437,240 @@ func scanBranch(row rowScanner) (Branch, error) {
 // scanLineSegment reads one segment of a line.
 func scanLineSegment(row rowScanner) (LineSegment, error) {
 	var s LineSegment
-	err := row.Scan(&s.Branch, &s.Until)
+	err := row.Scan(&s.Branch, &s.From, &s.Until)
 	return s, err
+}
+
+// lineOf reads the line of the run's active branch.
+func lineOf(ctx context.Context, tx executor, r Run) ([]LineSegment, error) {
+	if r.ActiveBranch == 0 {
+		return []LineSegment{{Branch: 0, Until: MaxSeq}}, nil
+	}
+	return queryAll(ctx, tx, listBranchLinesOf, scanLineSegment, r.ID, r.ActiveBranch)
+}
+
+// truncateLine is the part of line before the event at of branch holder:
+// the segments before the one that holds it, then that one cut at at —
+// or not at all when skip (at is the first event of holder's own line,
+// so nothing of holder comes before it).
+func truncateLine(line []LineSegment, holder, at int64, skip bool) []LineSegment {
+	var out []LineSegment
+	for _, s := range line {
+		if s.Branch == holder && s.From <= at && at < s.Until {
+			if !skip {
+				out = append(out, LineSegment{Branch: s.Branch, From: s.From, Until: at})
+			}
+			return out
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// cutLine is line without the events from cut to keep (the first seq of
+// the line it keeps after the cut; MaxSeq keeps nothing after): each
+// segment is split around the cut, and the segment that resumes at keep
+// starts there (its From), so that a snapshot covering the cut is not
+// taken for one of the line (snapshotApplies). start is the first seq of
+// each branch's events: a part that holds none of them is left out.
+func cutLine(line []LineSegment, cut, keep int64, start map[int64]int64) []LineSegment {
+	var out []LineSegment
+	for _, s := range line {
+		first := max(s.From, start[s.Branch])
+		if before := min(s.Until, cut); first < before {
+			out = append(out, LineSegment{Branch: s.Branch, From: s.From, Until: before})
+		}
+		if keep == MaxSeq {
+			continue
+		}
+		from := s.From
+		if first <= keep {
+			from = keep
+		}
+		if max(first, from) < s.Until {
+			out = append(out, LineSegment{Branch: s.Branch, From: from, Until: s.Until})
+		}
+	}
+	return out
+}
+
+// insertLine writes the line of the new branch b: line, then b's own
+// segment.
+func insertLine(ctx context.Context, tx executor, b Branch, line []LineSegment) error {
+	for _, s := range append(line, LineSegment{Branch: b.ID, Until: MaxSeq}) {
+		if _, err := tx.exec(ctx, insertLineSegment, b.RunID, b.ID, s.Branch, s.From, s.Until); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Deletion is a message to delete (DeleteMessage).
+type Deletion struct {
+	// At is the message, on the run's active line: a user message goes
+	// with its answer (every message after it up to the next user
+	// message of the line), a reply with the tool results that follow
+	// it. A tool result alone is refused: it belongs to its call.
+	At int64
+	// CreatedBy is the principal who asks.
+	CreatedBy string
+	// Key, when not empty, makes the deletion idempotent, as Fork.Key
+	// does a fork.
+	Key string
+}
+
+var (
+	// messageAfterOnLine reads the first message of the line of the
+	// branch $3 after $2 whose type is $4 (any other type when $5).
+	messageAfterOnLine = sql1(`SELECT min(e.seq) FROM run_events e
+WHERE e.run_id = $1 AND e.seq > $2 AND e.type LIKE 'message.%'
+  AND (e.type = $4::text) <> $5::boolean AND ` + onLine("e", "seq", "$3::bigint"))
+
+	// branchStarts reads the first seq of each branch of the run $1.
+	branchStarts = sql1(`SELECT branch, message_seq FROM run_branches WHERE run_id = $1`)
+
+	// insertKey records the idempotency key $2 of the event $3 of the run
+	// $1, at $4.
+	insertKey = sql1(`INSERT INTO run_message_keys (run_id, idempotency_key, seq, created_at) VALUES ($1, $2, $3, $4)`)
+)
+
+// The message types a deletion tells apart.
+const (
+	eventAssistantMessage = MessageEventPrefix + "assistant"
+	eventToolMessage      = MessageEventPrefix + "tool"
+)
+
+// DeleteMessage makes a branch of the run whose line is its active line
+// without the message d.At (and what goes with it, see Deletion), makes
+// it active, and appends its EventBranchDelete: one transaction. The line
+// left stays as it is, and SwitchBranch goes back to it. The branch's
+// parent and fork are the message's, as ForkRun's (so a deletion is one
+// more alternative of that message). It returns the branch, its event
+// and the run after. ErrNotFound when the run is missing or deleted,
+// ErrClosed when terminal, ErrBusy when it is not between turns,
+// ErrConflict when d.At is no message of the active line, ErrInvalid for
+// a bad d or a tool result. With d.Key used by an earlier deletion of the
+// run, nothing is written and that deletion's branch, event and the run
+// now are returned (ErrConflict when the key was used otherwise).
+func (c *core) DeleteMessage(ctx context.Context, runID string, d Deletion) (Branch, Event, Run, error) {
+	if err := invalid(checkText("branch creator", d.CreatedBy), checkText("deletion idempotency key", d.Key)); err != nil {
+		return Branch{}, Event{}, Run{}, err
+	}
+	if d.At < 1 {
+		return Branch{}, Event{}, Run{}, invalid(fmt.Errorf("deletion at %d is no message", d.At))
+	}
+	var b Branch
+	var ev Event
+	var out Run
+	err := c.inTx(ctx, func(tx executor) error {
+		if d.Key != "" {
+			var found bool
+			var err error
+			if b, ev, out, found, err = forkedBefore(ctx, tx, runID, d.Key); err != nil || found {
+				if err == nil && b.Kind != BranchDelete {
+					err = fmt.Errorf("%w: the idempotency key was used by a %s", ErrConflict, b.Kind)
+				}
+				return err
+			}
+		}
+		r, err := lockIdleRun(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		var holder int64
+		var typ string
+		err = tx.row(ctx, messageOnLine, runID, d.At, r.ActiveBranch).Scan(&holder, &typ)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: message %d is not on the run's active branch", ErrConflict, d.At)
+		}
+		if err != nil {
+			return err
+		}
+		// keep: the first message the line keeps after the cut.
+		var keep sql.NullInt64
+		switch typ {
+		case EventUserMessage:
+			err = tx.row(ctx, messageAfterOnLine, runID, d.At, r.ActiveBranch, EventUserMessage, false).Scan(&keep)
+		case eventAssistantMessage:
+			err = tx.row(ctx, messageAfterOnLine, runID, d.At, r.ActiveBranch, eventToolMessage, true).Scan(&keep)
+		default:
+			return invalid(fmt.Errorf("message %d is a %s, which goes with its call", d.At, typ))
+		}
+		if err != nil {
+			return err
+		}
+		now := storedTime(c.now())
+		b = Branch{RunID: runID, ID: r.Branches + 1, Parent: holder, ForkSeq: d.At, MessageSeq: r.LastSeq + 1,
+			Kind: BranchDelete, CreatedBy: d.CreatedBy, CreatedAt: now}
+		start := map[int64]int64{0: 1} // a log's first seq is 1
+		branches, err := queryAll(ctx, tx, branchStarts, func(row rowScanner) ([2]int64, error) {
+			var p [2]int64
+			err := row.Scan(&p[0], &p[1])
+			return p, err
+		}, runID)
+		if err != nil {
+			return err
+		}
+		for _, p := range branches {
+			start[p[0]] = p[1]
+			if p[0] == holder && p[1] == d.At {
+				h, err := scanBranch(tx.row(ctx, getBranch, runID, holder))
+				if err != nil {
+					return err
+				}
+				b.Parent, b.ForkSeq = h.Parent, h.ForkSeq
+			}
+		}
+		active, err := lineOf(ctx, tx, r)
+		if err != nil {
+			return err
+		}
+		// The line left goes on after this; the branch sees it as it is.
+		for i := range active {
+			active[i].Until = min(active[i].Until, r.LastSeq+1)
+		}
+		payload := map[string]int64{"deletes": d.At, "from": r.ActiveBranch}
+		until := int64(MaxSeq)
+		if keep.Valid {
+			until = keep.Int64
+			payload["untilSeq"] = until
+		}
+		if _, err := tx.exec(ctx, insertBranch, b.RunID, b.ID, b.Parent, b.ForkSeq, b.MessageSeq, string(b.Kind), b.CreatedBy, b.CreatedAt); err != nil {
+			return err
+		}
+		if err := insertLine(ctx, tx, b, cutLine(active, d.At, until, start)); err != nil {
+			return err
+		}
+		if _, err := scanRun(tx.row(ctx, activateBranch, runID, b.ID, true, now)); err != nil {
+			return err
+		}
+		body, err := json.Marshal(payload)
+		if err != nil {
+			return err
+		}
+		events, err := prepareEvents([]NewEvent{{Type: EventBranchDelete, Payload: body}})
+		if err != nil {
+			return err
+		}
+		appended, run, err := advanceRun(ctx, tx, appendRun, runID, now, planAppend(events))
+		if err != nil {
+			return err
+		}
+		if appended[0].Seq != b.MessageSeq {
+			return fmt.Errorf("store: branch %d's deletion was appended at %d, not %d", b.ID, appended[0].Seq, b.MessageSeq)
+		}
+		if d.Key != "" {
+			if _, err := tx.exec(ctx, insertKey, runID, d.Key, appended[0].Seq, now); err != nil {
+				return err
+			}
+		}
+		tx.notifyRuns(run)
+		b.Line, err = queryAll(ctx, tx, listBranchLinesOf, scanLineSegment, runID, b.ID)
+		ev, out = appended[0], run
+		return err
+	})
+	if err != nil {
+		return Branch{}, Event{}, Run{}, c.fail(err)
+	}
+	return b, ev, out, nil
 }

@@ -25,6 +25,12 @@ const (
 	// It is appended on the branch now active, so that every follower of
 	// the log learns of the switch.
 	EventBranchSwitch = "agent.branch.switch"
+	// EventBranchDelete records that DeleteMessage made a branch without
+	// a message: {"deletes": the message, "untilSeq": the first message
+	// the branch keeps after it (absent when none), "from": the branch
+	// left}. It is the new branch's first event, so that every follower
+	// of the log learns of the deletion.
+	EventBranchDelete = "agent.branch.delete"
 )
 
 // TurnEndFunc returns the events that end the turn answering the user

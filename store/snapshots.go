@@ -104,8 +104,16 @@ func checkSnapshot(s ContextSnapshot) error {
 // line of the branch target (an SQL expression): it was written on a
 // branch of that line, and covers only what the line shares with it (its
 // to_seq is before the line leaves that branch). The messages it covers
-// are then exactly the line's first ones.
-func snapshotApplies(target string) string { return onLine("s", "to_seq", target) }
+// are then exactly the line's first ones. A line cut by a deletion
+// before to_seq (a segment starting after the cut, at or before it) takes
+// only a snapshot written on a line with the same cut.
+func snapshotApplies(target string) string {
+	return onLine("s", "to_seq", target) + ` AND NOT EXISTS (
+	SELECT 1 FROM run_branch_lines c WHERE c.run_id = s.run_id AND c.branch = ` + target + `
+	  AND c.from_seq > 0 AND c.from_seq <= s.to_seq
+	  AND NOT EXISTS (SELECT 1 FROM run_branch_lines c2 WHERE c2.run_id = s.run_id AND c2.branch = s.branch
+	    AND c2.from_seq = c.from_seq))`
+}
 
 var (
 	// snapshotBounds reads what a new snapshot of the run is checked

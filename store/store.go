@@ -356,6 +356,9 @@ type Store interface {
 	// SwitchBranch makes a branch of the run its active branch and
 	// records the switch in the log (branches.go).
 	SwitchBranch(ctx context.Context, runID string, branch int64) (Run, error)
+	// DeleteMessage makes a branch of the run without a message of its
+	// active line, the line left kept, and makes it active.
+	DeleteMessage(ctx context.Context, runID string, d Deletion) (Branch, Event, Run, error)
 	// ListBranches returns the run's branches beyond the original, each
 	// with its line (branches.go).
 	ListBranches(ctx context.Context, runID string) ([]Branch, error)

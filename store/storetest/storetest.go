@@ -67,6 +67,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"BranchRefusals", testBranchRefusals},
 		{"BranchSnapshots", testBranchSnapshots},
 		{"BranchRace", testBranchRace},
+		{"DeleteMessage", testDeleteMessage},
+		{"DeleteMessageRefusals", testDeleteMessageRefusals},
 		{"LeaseTakeover", testLeaseTakeover},
 		{"AuditSinkCursor", testAuditSinkCursor},
 		{"AuditSinkLease", testAuditSinkLease},
