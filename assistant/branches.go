@@ -37,6 +37,10 @@ var (
 		"There is no message to answer again yet.")
 	errBranchNotFound = httpx.Errorf(http.StatusNotFound, "branch_not_found",
 		"There is no such branch in this session.")
+	errNotDeletable = httpx.Errorf(http.StatusBadRequest, "message_not_deletable",
+		"A tool result goes with the reply that called the tool: delete that reply.")
+	errInvalidSeq = httpx.Errorf(http.StatusBadRequest, "invalid_seq",
+		"The message's sequence must be a whole number from 1.")
 )
 
 // branchError maps the store's refusals of a branch change to the API's.
@@ -86,6 +90,42 @@ func (rt *Runtime) EditMessage(ctx context.Context, owner string, sender Sender,
 		return store.Branch{}, store.Event{}, store.Run{}, refused
 	}
 	return b, ev, r, err
+}
+
+// DeleteMessage deletes the message seq of the owner's run, on its active
+// line: a new branch, made active, whose line is the active line without
+// it (and, for a user message, without its answer up to the next user
+// message; for a reply, without the tool results that follow it). The
+// line left stays, and SwitchBranch goes back to it.
+func (rt *Runtime) DeleteMessage(ctx context.Context, owner, id string, seq int64, key string) (store.Branch, store.Event, store.Run, error) {
+	if _, err := rt.Run(ctx, owner, id); err != nil {
+		return store.Branch{}, store.Event{}, store.Run{}, err
+	}
+	msgs, err := rt.st.ListMessages(ctx, id, store.MessageQuery{After: seq - 1, Before: seq + 1, Limit: 1})
+	var refused error
+	switch {
+	case err != nil:
+		return store.Branch{}, store.Event{}, store.Run{}, err
+	case len(msgs) == 0:
+		refused = errMessageNotFound
+	case msgs[0].Type == EventToolResult:
+		refused = errNotDeletable
+	}
+	// A retry with the key finds the message off the line the deletion
+	// made active: the store answers with that deletion's branch.
+	if refused != nil && key == "" {
+		return store.Branch{}, store.Event{}, store.Run{}, refused
+	}
+	b, ev, r, err := rt.st.DeleteMessage(ctx, id, store.Deletion{At: seq, CreatedBy: owner, Key: key})
+	switch {
+	case err != nil && refused != nil:
+		return store.Branch{}, store.Event{}, store.Run{}, refused
+	case errors.Is(err, store.ErrInvalid):
+		return store.Branch{}, store.Event{}, store.Run{}, errNotDeletable
+	case err != nil:
+		return store.Branch{}, store.Event{}, store.Run{}, branchError(err)
+	}
+	return b, ev, r, nil
 }
 
 // Regenerate asks again for the reply to the last user message of the
@@ -187,7 +227,7 @@ type BranchView struct {
 	Parent     *int64    `json:"parent"`
 	ForkSeq    int64     `json:"forkSeq"`
 	MessageSeq int64     `json:"messageSeq"`
-	Kind       string    `json:"kind"` // original, edit or regenerate
+	Kind       string    `json:"kind"` // original, edit, regenerate or delete
 	CreatedAt  time.Time `json:"createdAt"`
 	Active     bool      `json:"active"`
 	// Line is what the branch reads, in order: the events of each
@@ -196,9 +236,11 @@ type BranchView struct {
 	Line []SegmentView `json:"line"`
 }
 
-// SegmentView is one segment of a branch's line.
+// SegmentView is one segment of a branch's line. FromSeq, on a segment
+// that starts right after a deleted message, is where it starts.
 type SegmentView struct {
 	Branch   int64  `json:"branch"`
+	FromSeq  int64  `json:"fromSeq,omitempty"`
 	UntilSeq *int64 `json:"untilSeq,omitempty"`
 }
 
@@ -291,7 +333,7 @@ func viewBranches(run store.Run, stored []store.Branch) BranchesView {
 // lineHolds reports whether the line holds the event seq of branch b.
 func lineHolds(line []store.LineSegment, b, seq int64) bool {
 	for _, s := range line {
-		if s.Branch == b && seq < s.Until {
+		if s.Branch == b && s.From <= seq && seq < s.Until {
 			return true
 		}
 	}
@@ -329,7 +371,7 @@ func viewBranch(b store.Branch, active int64) BranchView {
 		v.Parent = &b.Parent
 	}
 	for _, s := range b.Line {
-		sv := SegmentView{Branch: s.Branch}
+		sv := SegmentView{Branch: s.Branch, FromSeq: s.From}
 		if s.Until != store.MaxSeq {
 			sv.UntilSeq = &s.Until
 		}
@@ -365,6 +407,36 @@ func (rt *Runtime) handleEdit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	branchCreated(w, b, ev, run)
+}
+
+func (rt *Runtime) handleDeleteMessage(w http.ResponseWriter, r *http.Request) {
+	owner, ok := principal(r)
+	if !ok {
+		rt.fail(w, r, errUnauthenticated)
+		return
+	}
+	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
+	if err != nil || seq < 1 || seq > 1<<53 {
+		rt.fail(w, r, errInvalidSeq)
+		return
+	}
+	var body struct{}
+	if err := decodeOptional(r, &body); err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	b, ev, run, err := rt.DeleteMessage(r.Context(), owner, r.PathValue("id"), seq, key)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"runId": run.ID, "branch": viewBranch(b, run.ActiveBranch),
+		"event": viewEvent(ev), "run": viewRun(run)})
 }
 
 func (rt *Runtime) handleRegenerate(w http.ResponseWriter, r *http.Request) {

@@ -23,6 +23,7 @@ const (
 	EventTurnPause      = "agent.turn.pause"
 	EventTurnEnd        = "agent.turn.end"
 	EventBranchSwitch   = "agent.branch.switch"
+	EventBranchDelete   = "agent.branch.delete"
 
 	// EventCompacted and EventCompactionFailed record a compaction
 	// (compact.go); EventRunContinued that the run was continued in
@@ -146,6 +147,17 @@ type TurnStart struct {
 type BranchSwitch struct {
 	Branch int64 `json:"branch"`
 	From   int64 `json:"from"`
+}
+
+// BranchDelete is the payload of agent.branch.delete, the first event of
+// a branch that a deletion made: it leaves out the message Deletes (and
+// what went with it) up to UntilSeq, the first message it keeps after it
+// (0: none), of the line From. The store writes it (see
+// store.EventBranchDelete).
+type BranchDelete struct {
+	Deletes  int64 `json:"deletes"`
+	UntilSeq int64 `json:"untilSeq,omitempty"`
+	From     int64 `json:"from"`
 }
 
 // TurnEnd is the payload of agent.turn.end.

@@ -52,6 +52,7 @@ func (rt *Runtime) Handler() http.Handler {
 	mux.HandleFunc("POST /api/assistant/runs/{id}/compact", rt.handleCompact)
 	mux.HandleFunc("POST /api/assistant/runs/{id}/stop", rt.handleStop)
 	mux.HandleFunc("POST /api/assistant/runs/{id}/messages/{seq}/edit", rt.handleEdit)
+	mux.HandleFunc("DELETE /api/assistant/runs/{id}/messages/{seq}", rt.handleDeleteMessage)
 	mux.HandleFunc("POST /api/assistant/runs/{id}/regenerate", rt.handleRegenerate)
 	mux.HandleFunc("GET /api/assistant/runs/{id}/branches", rt.handleBranches)
 	mux.HandleFunc("PUT /api/assistant/runs/{id}/branch", rt.handleSwitchBranch)

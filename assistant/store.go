@@ -30,6 +30,7 @@ type Store interface {
 	ListMessages(ctx context.Context, runID string, q store.MessageQuery) ([]store.Event, error)
 	ForkRun(ctx context.Context, runID string, f store.Fork) (store.Branch, store.Event, store.Run, error)
 	SwitchBranch(ctx context.Context, runID string, branch int64) (store.Run, error)
+	DeleteMessage(ctx context.Context, runID string, d store.Deletion) (store.Branch, store.Event, store.Run, error)
 	ListBranches(ctx context.Context, runID string) ([]store.Branch, error)
 
 	// The scheduler and the turns it works.
