@@ -127,6 +127,7 @@ export class Conversation {
     const frag = document.createDocumentFragment();
     for (const ev of initial) this.renderInto(frag, ev);
     this.list.append(frag);
+    this.deletedMarks();
     if (data.snapshot) this.mark.place(data.snapshot.version, data.snapshot.toSeq);
     this.continued = data.continuedIn || [];
     this.firstSeq = initial.length ? initial[0].seq : 0;
@@ -479,12 +480,13 @@ export class Conversation {
     } else if (ev.type === 'message.user') {
       const article = h('article', { class: 'msg msg-user', 'aria-label': 'You', 'data-seq': ev.seq });
       const edit = h('button', { type: 'button', class: 'link-button msg-edit', onclick: () => this.startEdit(article, ev) }, 'Edit');
+      const del = h('button', { type: 'button', class: 'link-button msg-delete', onclick: () => this.confirmDeleteMessage(ev) }, 'Delete');
       // The versions of a regenerated reply show on the reply, once it
       // is on the page; those of an edited message on the message.
       const sw = this.switcher(ev);
       if (sw && sw.onReply) this.replySwitchers.set(ev.seq, sw.el);
       article.append(h('div', { class: 'msg-body plain' }, d.content || ''),
-        h('footer', { class: 'msg-meta' }, sw && sw.el, edit, ' ', timeElement(ev.createdAt)));
+        h('footer', { class: 'msg-meta' }, sw && sw.el, edit, ' ', del, ' ', timeElement(ev.createdAt)));
       parent.append(article);
       messageCopy(article, d.content);
     } else if (ev.type === 'message.assistant') {
@@ -499,7 +501,8 @@ export class Conversation {
         h('footer', { class: 'msg-meta' }, versions,
           // The partial reply of a turn you stopped.
           d.stopped ? [h('span', { class: 'badge status-muted stopped-mark' }, 'Stopped'), ' '] : null,
-          timeElement(ev.createdAt))));
+          timeElement(ev.createdAt),
+          body ? [' ', h('button', { type: 'button', class: 'link-button msg-delete', onclick: () => this.confirmDeleteMessage(ev) }, 'Delete')] : null)));
       if (body) messageCopy(parent.lastElementChild, d.content);
     } else if (ev.type === 'message.tool') {
       let call = this.calls.get(d.toolCallId);
@@ -705,7 +708,8 @@ export class Conversation {
     const b = ev.branch || 0;
     if (!this.branches) return b === ((this.run && this.run.activeBranch) || 0);
     const active = this.branches.branches.find((x) => x.id === this.branches.activeBranch);
-    return Boolean(active && active.line.some((seg) => seg.branch === b && (seg.untilSeq == null || ev.seq < seg.untilSeq)));
+    return Boolean(active && active.line.some((seg) => seg.branch === b && (seg.fromSeq == null || ev.seq >= seg.fromSeq)
+      && (seg.untilSeq == null || ev.seq < seg.untilSeq)));
   }
 
   // unknownBranch reports an event of a branch made since the page read
@@ -787,6 +791,36 @@ export class Conversation {
     }
     if (el) el.textContent = '';
     return el;
+  }
+
+  // confirmDeleteMessage asks before deleting a message (with its answer, for
+  // the user's own): a new branch without it, the old one kept.
+  confirmDeleteMessage(ev) {
+    const mine = ev.type === 'message.user';
+    confirmDialog({
+      title: mine ? 'Delete this message?' : 'Delete this reply?',
+      body: `The conversation goes on without it${mine ? ' and its answer' : ''}. The earlier version stays available: switch back to it with the ‹ › version switcher.`,
+      confirm: 'Delete',
+      onConfirm: async () => {
+        await request(`${path.run(this.runId)}/messages/${ev.seq}`, { method: 'DELETE' });
+        if (!this.destroyed) await this.reload();
+      },
+    });
+  }
+
+  // deletedMarks shows where the active line left out a deleted message:
+  // a mark with its version switcher, before the first message after it.
+  deletedMarks() {
+    if (!this.branches) return;
+    for (const fork of this.branches.forks) {
+      const alt = fork.alternatives.find((a) => a.active && a.kind === 'delete');
+      const sw = alt && this.switcher({ branch: alt.branch, seq: alt.messageSeq });
+      if (!sw) continue;
+      const mark = h('p', { class: 'deleted-note' }, 'Message deleted ', sw.el);
+      const after = [...this.list.querySelectorAll('article.msg[data-seq]')].find((a) => Number(a.dataset.seq) > fork.forkSeq);
+      if (after) after.before(mark);
+      else this.list.append(mark);
+    }
   }
 
   // startEdit turns a user message into a form to edit it.
