@@ -207,3 +207,40 @@ func mustGetRun(t *testing.T, s store.Store, id string) store.Run {
 	}
 	return r
 }
+
+// testDeleteSnapshots: a snapshot that covers a deleted message does not
+// apply to the line without it, and one written on that line applies to
+// the lines that share its cut.
+func testDeleteSnapshots(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	const id = "run-1"
+	twoTurns(t, s, id) // user 1 (reply 3), user 5 (reply 7)
+	snap := func(version, to int64, summary string) store.ContextSnapshot {
+		return store.ContextSnapshot{RunID: id, Version: version, FromSeq: 1, ToSeq: to, Summary: summary, Kind: store.SnapshotAutomatic}
+	}
+	if _, err := s.AppendSnapshot(ctx, snap(1, 7, "Lisbon, after asking where")); err != nil {
+		t.Fatal(err)
+	}
+	// Branch 1 leaves out the reply 3, which the snapshot covers.
+	if _, _, _, err := s.DeleteMessage(ctx, id, store.Deletion{At: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.LatestSnapshot(ctx, id); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("LatestSnapshot of the line without a message its snapshot covers = %+v, %v; want none", got, err)
+	}
+	on1, err := s.AppendSnapshot(ctx, snap(1, 7, "Lisbon"))
+	if err != nil || on1.Branch != 1 {
+		t.Fatalf("AppendSnapshot on the cut line = %+v, %v", on1, err)
+	}
+	// An edit of a later message keeps the cut, and so the snapshot.
+	if _, _, err := s.PostMessage(ctx, id, userMessage("a hotel?")); err != nil { // 10
+		t.Fatal(err)
+	}
+	answerTurn(t, s, id, 10, "Yes.")
+	if _, _, _, err := s.ForkRun(ctx, id, store.Fork{At: 10, Kind: store.BranchEdit, Message: userMessage("a flat?")}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.LatestSnapshot(ctx, id); err != nil || got != on1 {
+		t.Errorf("LatestSnapshot of an edit on the cut line = %+v, %v; want %+v", got, err, on1)
+	}
+}

@@ -69,6 +69,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"BranchRace", testBranchRace},
 		{"DeleteMessage", testDeleteMessage},
 		{"DeleteMessageRefusals", testDeleteMessageRefusals},
+		{"DeleteSnapshots", testDeleteSnapshots},
 		{"LeaseTakeover", testLeaseTakeover},
 		{"AuditSinkCursor", testAuditSinkCursor},
 		{"AuditSinkLease", testAuditSinkLease},
