@@ -17,7 +17,9 @@ import (
 // Branches of a conversation (see store/branches.go). Editing one of the
 // user's messages, or asking for the last reply again, starts a new branch
 // that replaces that message: the branch sees the conversation before it,
-// then its own message, which the ordinary turn machinery answers. The
+// then its own message, which the ordinary turn machinery answers.
+// Deleting a message starts a branch too, whose line is the active one
+// without it (and what went with it), and which queues nothing. The
 // line left behind stays stored and readable, and the run can switch back
 // to it; the model context is built from the active branch's line only,
 // for every read of a turn goes through store.ListMessages, which reads
