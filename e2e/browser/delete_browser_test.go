@@ -10,7 +10,6 @@ import (
 	"github.com/usherhq/usher/internal/apitest"
 )
 
-
 // TestBrowserDeleteMessage drives deleting a message in Chromium, on the
 // embedded default (the demo model echoes each message), with the
 // keyboard: Delete on the user's first message asks first, saying the
