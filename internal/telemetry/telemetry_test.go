@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/usherhq/usher/internal/telemetry"
 	"github.com/usherhq/usher/internal/telemetry/otlptest"
@@ -203,5 +208,87 @@ func TestHandlerNamesSpansByRoute(t *testing.T) {
 	}
 	if len(names) != 4 {
 		t.Errorf("server spans = %v, want one per route", names)
+	}
+}
+
+// TestHandlerSpanAttributes: a request's server span carries the HTTP
+// semantic conventions' attributes (method, scheme, path, server address
+// and port, protocol version, route, status code); an answer of 5xx marks
+// the span failed with its code as error.type, a 4xx does not; a method
+// the specifications do not define is "_OTHER", with the original beside
+// it; a flushing handler still flushes through the span's writer.
+func TestHandlerSpanAttributes(t *testing.T) {
+	rcv := otlptest.NewReceiver(t)
+	t.Cleanup(reset)
+	tel, err := telemetry.Setup(t.Context(), env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.URL}), "v1", discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /mcp", func(w http.ResponseWriter, r *http.Request) {
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			t.Errorf("flush through the span's writer: %v", err)
+		}
+	})
+	mux.HandleFunc("GET /broken", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusBadGateway) })
+	mux.HandleFunc("GET /refused", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusForbidden) })
+	mux.HandleFunc("/any", func(http.ResponseWriter, *http.Request) {})
+	srv := httptest.NewServer(tel.Handler(mux))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	for _, path := range []string{"POST /mcp", "GET /broken", "GET /refused", "BREW /any"} {
+		method, path, _ := strings.Cut(path, " ")
+		req, _ := http.NewRequestWithContext(t.Context(), method, srv.URL+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// To its end, which the server sends after the handler (and the
+		// span) ended, even when the handler flushed the header before.
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if err := tel.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	type want struct {
+		attrs  map[string]string
+		failed bool
+	}
+	wants := map[string]want{
+		"POST /mcp": {attrs: map[string]string{"http.request.method": "POST", "url.scheme": "http", "url.path": "/mcp",
+			"server.address": "127.0.0.1", "server.port": strconv.Itoa(port), "network.protocol.version": "1.1",
+			"http.route": "/mcp", "http.response.status_code": "200", "error.type": ""}},
+		"GET /broken":  {attrs: map[string]string{"http.route": "/broken", "http.response.status_code": "502", "error.type": "502"}, failed: true},
+		"GET /refused": {attrs: map[string]string{"http.response.status_code": "403", "error.type": ""}},
+		"HTTP /any":    {attrs: map[string]string{"http.request.method": "_OTHER", "http.request.method_original": "BREW", "http.route": "/any"}},
+	}
+	got := map[string]bool{}
+	for _, s := range rcv.Spans() {
+		w, ok := wants[s.GetName()]
+		if !ok {
+			t.Errorf("a server span named %q", s.GetName())
+			continue
+		}
+		got[s.GetName()] = true
+		for key, v := range w.attrs {
+			a, ok := s.Attr(key)
+			value := ""
+			if ok {
+				value = a.GetStringValue()
+				if iv, isInt := a.GetValue().(*commonpb.AnyValue_IntValue); isInt {
+					value = strconv.FormatInt(iv.IntValue, 10)
+				}
+			}
+			if value != v {
+				t.Errorf("span %q: %s = %q, want %q", s.GetName(), key, value, v)
+			}
+		}
+		if failed := s.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR; failed != w.failed {
+			t.Errorf("span %q: failed %v, want %v", s.GetName(), failed, w.failed)
+		}
+	}
+	if len(got) != len(wants) {
+		t.Errorf("server spans %v, want %d", got, len(wants))
 	}
 }
