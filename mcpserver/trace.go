@@ -20,7 +20,8 @@ import (
 // policy decision about a call, each audit write and each call to an
 // upstream tool. Their attributes name methods, tools, decisions and
 // policies, never a token, an argument, a result or a message's text.
-// With telemetry off the tracer is the no-op and no attribute is built.
+// With telemetry off no span is started and no attribute is built (see
+// startSpan).
 var tracer = otel.Tracer("github.com/usherhq/usher/mcpserver")
 
 // The attributes of Usher's own that no semantic convention names.
@@ -33,28 +34,44 @@ const (
 	attrToolServer = attribute.Key("usher.tool.server")
 )
 
+// startSpan starts a span named name under the one ctx carries, only
+// when that one is recording: with tracing off (or a trace not sampled)
+// it returns ctx and the parent as they are, without allocating, so that
+// the no-op path costs nothing. Every span of the endpoint has a
+// recording parent when tracing is on: the server span of its HTTP
+// request (see package telemetry).
+func startSpan(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.IsRecording() {
+		return ctx, parent
+	}
+	return tracer.Start(ctx, name, opts...)
+}
+
 // traceRequests is the SDK middleware that makes a span of each MCP
 // request, named and described by the MCP semantic conventions:
 // mcp.method.name, gen_ai.tool.name for tools/call, mcp.session.id and
 // mcp.protocol.version.
 func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		ctx, span := tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer))
-		defer span.End()
-		if span.IsRecording() {
-			attrs := []attribute.KeyValue{semconv.McpMethodNameKey.String(method)}
-			if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil {
-				span.SetName(method + " " + r.Params.Name)
-				attrs = append(attrs, semconv.GenAIToolName(r.Params.Name), semconv.GenAIOperationNameExecuteTool)
-			}
-			if ss := req.GetSession(); ss != nil && ss.ID() != "" {
-				attrs = append(attrs, semconv.McpSessionID(ss.ID()))
-			}
-			if v := protocolVersion(req); v != "" {
-				attrs = append(attrs, semconv.McpProtocolVersion(v))
-			}
-			span.SetAttributes(attrs...)
+		if !trace.SpanFromContext(ctx).IsRecording() {
+			return next(ctx, method, req)
 		}
+		name := method
+		attrs := make([]attribute.KeyValue, 1, 5)
+		attrs[0] = semconv.McpMethodNameKey.String(method)
+		if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil {
+			name = method + " " + r.Params.Name
+			attrs = append(attrs, semconv.GenAIToolName(r.Params.Name), semconv.GenAIOperationNameExecuteTool)
+		}
+		if ss := req.GetSession(); ss != nil && ss.ID() != "" {
+			attrs = append(attrs, semconv.McpSessionID(ss.ID()))
+		}
+		if v := protocolVersion(req); v != "" {
+			attrs = append(attrs, semconv.McpProtocolVersion(v))
+		}
+		ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+		defer span.End()
 		res, err := next(ctx, method, req)
 		if err != nil {
 			span.SetStatus(codes.Error, "")
@@ -91,22 +108,26 @@ func (d tracedDecider) Decide(ctx context.Context, c Call) (Verdict, error) {
 	if c.Listing {
 		return d.Decider.Decide(ctx, c)
 	}
-	ctx, span := tracer.Start(ctx, "policy decision")
+	ctx, span := startSpan(ctx, "policy decision")
+	if !span.IsRecording() {
+		return d.Decider.Decide(ctx, c)
+	}
 	defer span.End()
 	v, err := d.Decider.Decide(ctx, c)
-	if span.IsRecording() {
-		decision := v.Decision
-		if err != nil || (decision != Allow && decision != Approve) {
-			decision = Deny
-		}
-		span.SetAttributes(attrDecision.String(string(decision)), attrPolicyIDs.StringSlice(v.PolicyIDs),
-			attrAction.String(string(cmp.Or(c.Action, ActionCallTool))), attrToolServer.String(c.Server))
-		if c.Action == "" || c.Action == ActionCallTool {
-			span.SetAttributes(semconv.GenAIToolName(c.Tool))
-		}
-		if err != nil {
-			span.SetStatus(codes.Error, "")
-		}
+	decision := v.Decision
+	if err != nil || (decision != Allow && decision != Approve) {
+		decision = Deny
+	}
+	attrs := [5]attribute.KeyValue{attrDecision.String(string(decision)), attrPolicyIDs.StringSlice(v.PolicyIDs),
+		attrAction.String(string(cmp.Or(c.Action, ActionCallTool))), attrToolServer.String(c.Server)}
+	n := 4
+	if c.Action == "" || c.Action == ActionCallTool {
+		attrs[n] = semconv.GenAIToolName(c.Tool)
+		n++
+	}
+	span.SetAttributes(attrs[:n]...)
+	if err != nil {
+		span.SetStatus(codes.Error, "")
 	}
 	return v, err
 }
@@ -150,11 +171,10 @@ func (x tracedExecutions) AwaitInput(ctx context.Context, key, approvalID string
 
 // startAudit starts the span of an audit write of e.
 func startAudit(ctx context.Context, e Event) (context.Context, trace.Span) {
-	ctx, span := tracer.Start(ctx, "audit write")
-	if span.IsRecording() {
-		span.SetAttributes(attrAuditKind.String(e.Kind))
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, trace.SpanFromContext(ctx)
 	}
-	return ctx, span
+	return tracer.Start(ctx, "audit write", trace.WithAttributes(attrAuditKind.String(e.Kind)))
 }
 
 // endAudit marks span failed when err is not nil, and returns err.
@@ -168,12 +188,11 @@ func endAudit(span trace.Span, err error) error {
 // startUpstreamCall starts the client span of a call to u's tool name
 // (its own name, without the prefix).
 func startUpstreamCall(ctx context.Context, u *upstream, name string) (context.Context, trace.Span) {
-	ctx, span := tracer.Start(ctx, "tools/call", trace.WithSpanKind(trace.SpanKindClient))
-	if span.IsRecording() {
-		tool := u.cfg.prefix() + name
-		span.SetName("tools/call " + tool)
-		span.SetAttributes(semconv.McpMethodNameKey.String("tools/call"), semconv.GenAIToolName(tool),
-			semconv.GenAIOperationNameExecuteTool, attrUpstream.String(u.cfg.Name))
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, trace.SpanFromContext(ctx)
 	}
-	return ctx, span
+	tool := u.cfg.prefix() + name
+	return tracer.Start(ctx, "tools/call "+tool, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(semconv.McpMethodNameKey.String("tools/call"), semconv.GenAIToolName(tool),
+			semconv.GenAIOperationNameExecuteTool, attrUpstream.String(u.cfg.Name)))
 }
