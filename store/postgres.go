@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 )
 
 // postgresStore is the Store on PostgreSQL, through a pgx pool.
@@ -39,8 +40,13 @@ func openPostgres(ctx context.Context, dsn string, o Options) (*postgresStore, e
 	}
 	if o.TracerProvider != nil {
 		// Statements' text only: bound arguments carry what users wrote.
+		// Each span is named by its operation (INSERT, SELECT, …). The
+		// connection's attributes are the pool's, set once here rather
+		// than built again for each statement.
 		cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(o.TracerProvider),
-			otelpgx.WithDisableAcquireTracer())
+			otelpgx.WithDisableAcquireTracer(), otelpgx.WithDisableConnectionDetailsInAttributes(),
+			otelpgx.WithTracerAttributes(semconv.ServerAddress(cfg.ConnConfig.Host), semconv.ServerPort(int(cfg.ConnConfig.Port)),
+				semconv.DBNamespace(cfg.ConnConfig.Database)))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -17,7 +17,8 @@ import (
 // TestStatementSpans: on PostgreSQL, a store opened with a tracer
 // provider makes a client span of each statement, in the trace of the
 // context it runs with, carrying the statement's text but none of its
-// arguments; a store opened without one makes none.
+// arguments, named by its operation and naming the server and database;
+// a store opened without one makes none.
 func TestStatementSpans(t *testing.T) {
 	t.Parallel()
 	url := storetest.PostgresURL(t)
@@ -74,8 +75,12 @@ func TestStatementSpans(t *testing.T) {
 			continue
 		}
 		statements = append(statements, q.GetStringValue())
+		op, _ := s.Attr("db.operation.name")
+		addr, _ := s.Attr("server.address")
+		ns, _ := s.Attr("db.namespace")
 		if sys, _ := s.Attr("db.system.name"); sys.GetStringValue() != "postgresql" || s.GetKind() != 3 || // SPAN_KIND_CLIENT
-			s.TraceID() != request.SpanContext().TraceID().String() {
+			s.TraceID() != request.SpanContext().TraceID().String() ||
+			s.GetName() != op.GetStringValue() || addr.GetStringValue() == "" || ns.GetStringValue() == "" {
 			t.Errorf("statement span %q: kind %d, trace %s (the request's %s), attributes %v",
 				s.GetName(), s.GetKind(), s.TraceID(), request.SpanContext().TraceID(), s.GetAttributes())
 		}
