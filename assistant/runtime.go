@@ -65,6 +65,12 @@ type Options struct {
 	// ReplicaID names this process in leases. Default: host name and a
 	// random suffix.
 	ReplicaID string
+	// EarlierIncarnation reports whether a lease owner found at Start is
+	// an earlier start of this process (status.Heartbeat's), whose leases
+	// no one renews: Start requeues those runs at once, so that a process
+	// restarted after a crash resumes their turns without waiting for its
+	// own leases to expire. Default: none is.
+	EarlierIncarnation func(ctx context.Context, owner string) (bool, error)
 	// MaxConcurrency is how many turns this process runs at once.
 	// Default: 4.
 	MaxConcurrency int
@@ -309,11 +315,42 @@ func (rt *Runtime) Start(ctx context.Context) error {
 			rt.cancel()
 			return
 		}
+		rt.requeueEarlier(ctx)
 		rt.done = make(chan struct{})
 		go rt.bus.run(updates)
 		go rt.schedule(ctx, wakes)
 	})
 	return err
+}
+
+// requeueEarlier requeues the runs leased by an earlier incarnation of
+// this process (Options.EarlierIncarnation). Should that fail, their
+// leases expire and are taken over all the same.
+func (rt *Runtime) requeueEarlier(ctx context.Context) {
+	if rt.o.EarlierIncarnation == nil {
+		return
+	}
+	owners, err := rt.st.LeaseOwners(ctx)
+	if err != nil {
+		rt.log.Warn("assistant: reading the runs' lease owners at start failed", "err", err)
+		return
+	}
+	for _, owner := range owners {
+		earlier, err := rt.o.EarlierIncarnation(ctx, owner)
+		if err != nil {
+			rt.log.Warn("assistant: telling an earlier start of this process failed", "owner", owner, "err", err)
+			continue
+		}
+		if !earlier {
+			continue
+		}
+		runs, err := rt.st.RequeueLeases(ctx, owner)
+		if err != nil {
+			rt.log.Warn("assistant: requeueing the runs of an earlier start failed", "owner", owner, "err", err)
+			continue
+		}
+		rt.log.Info("assistant: requeued the runs an earlier start of this process leased", "owner", owner, "runs", len(runs))
+	}
 }
 
 // Stop stops claiming, waits for the running turns to stop (they are

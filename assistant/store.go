@@ -36,6 +36,8 @@ type Store interface {
 	// The scheduler and the turns it works.
 	ClaimRuns(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]store.Run, error)
 	NextClaimAt(ctx context.Context) (time.Time, error)
+	LeaseOwners(ctx context.Context) ([]string, error)
+	RequeueLeases(ctx context.Context, owner string) ([]store.Run, error)
 	WakeUps(ctx context.Context) (<-chan struct{}, error)
 	RenewLease(ctx context.Context, l store.Lease, leaseFor time.Duration) (store.Lease, error)
 	AppendLeased(ctx context.Context, l store.Lease, events ...store.NewEvent) ([]store.Event, error)

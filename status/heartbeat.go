@@ -42,8 +42,13 @@ type HeartbeatStore interface {
 // means every default.
 type HeartbeatOptions struct {
 	// ID names the replica; it should be the name it takes leases by.
-	// Default NewReplicaID().
+	// Default NewReplicaID(): the host name and a suffix of this start.
 	ID string
+	// Alone reports that the replica has its database to itself (the
+	// embedded default's SQLite file, which one process serves): every
+	// other replica id found in it is an earlier incarnation of this one
+	// (see EarlierIncarnation). Default false: replicas share it.
+	Alone bool
 	// Version is the replica's version. Default buildinfo.Read().Version.
 	Version string
 	// Addr is the replica's listen address. Default empty.
@@ -118,13 +123,66 @@ func NewHeartbeat(st HeartbeatStore, opts *HeartbeatOptions) (*Heartbeat, error)
 	return h, nil
 }
 
-// NewReplicaID returns a new name for this process: its host name and a
-// random suffix, so that two processes of one host differ.
+// NewReplicaID returns a new name for this process: its host name, the
+// replica's stable name, and a random suffix of this start, so that two
+// processes of one host differ, and so do two starts of one process.
 func NewReplicaID() string {
 	host, _ := os.Hostname()
-	var b [6]byte
+	var b [idSuffixBytes]byte
 	rand.Read(b[:])
 	return host + "-" + hex.EncodeToString(b[:])
+}
+
+// idSuffixBytes is the size of the random suffix of a replica id.
+const idSuffixBytes = 6
+
+// replicaName is the stable part of a replica id, without the suffix of
+// its start; ok is false for an id NewReplicaID did not make.
+func replicaName(id string) (name string, ok bool) {
+	i := len(id) - 2*idSuffixBytes - 1
+	if i < 0 || id[i] != '-' {
+		return "", false
+	}
+	if _, err := hex.DecodeString(id[i+1:]); err != nil {
+		return "", false
+	}
+	return id[:i], true
+}
+
+// EarlierIncarnation reports whether owner, a replica id found in a run's
+// lease, names an earlier start of this very replica, which cannot renew
+// that lease any more: the replica starting does not wait for it to
+// expire. It is:
+//   - with Alone, every id but this replica's;
+//   - otherwise an id of this replica's name (its host name) with another
+//     suffix, whose heartbeat is gone, or whose last heartbeat recorded
+//     this replica's listen address (two processes of one host cannot
+//     listen on one address at once, so that process is gone).
+//
+// Replicas of one host that listen on different addresses are not taken
+// for each other while their heartbeats live.
+func (h *Heartbeat) EarlierIncarnation(ctx context.Context, owner string) (bool, error) {
+	if owner == h.o.ID {
+		return false, nil
+	}
+	if h.o.Alone {
+		return true, nil
+	}
+	mine, ok := replicaName(h.o.ID)
+	theirs, ok2 := replicaName(owner)
+	if !ok || !ok2 || mine != theirs {
+		return false, nil
+	}
+	alive, err := h.st.ListReplicas(ctx, h.o.Now())
+	if err != nil {
+		return false, err
+	}
+	for _, r := range alive {
+		if r.ID == owner {
+			return h.o.Addr != "" && r.Addr == h.o.Addr, nil
+		}
+	}
+	return true, nil
 }
 
 // ID is the replica's id.

@@ -250,6 +250,16 @@ SELECT
 	(SELECT min(coalesce(not_before, queued_at)) FROM runs
 	 WHERE queued_at IS NOT NULL AND lease_owner IS NULL AND status = 'InProgress' AND deleted_at IS NULL)`)
 
+	leaseOwners = sql1(`SELECT DISTINCT lease_owner FROM runs WHERE lease_owner IS NOT NULL ORDER BY lease_owner`)
+
+	// requeueLeases ends the leases of the owner $1 at $2, queueing their
+	// runs for a claim now.
+	requeueLeases = sql1(`
+UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, fencing_token = fencing_token + 1,
+	queued_at = coalesce(queued_at, $2), not_before = NULL
+WHERE lease_owner = $1
+RETURNING ` + runColumns)
+
 	renewLease = sql1(`
 UPDATE runs SET lease_expires_at = $4
 WHERE id = $1 AND lease_owner = $2 AND fencing_token = $3
@@ -506,6 +516,40 @@ func (c *core) ClaimRuns(ctx context.Context, owner string, limit int, leaseFor 
 			x.notifyAfter(claimRuns, runNotification(r))
 		}
 		return err
+	})
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	return runs, nil
+}
+
+func (c *core) LeaseOwners(ctx context.Context) ([]string, error) {
+	out, err := queryAll(ctx, c.reader(), leaseOwners, func(row rowScanner) (string, error) {
+		var s string
+		return s, row.Scan(&s)
+	})
+	return out, c.fail(err)
+}
+
+func (c *core) RequeueLeases(ctx context.Context, owner string) ([]Run, error) {
+	if err := invalid(checkText("lease owner", owner)); err != nil {
+		return nil, err
+	}
+	if owner == "" {
+		return nil, invalid(errors.New("lease owner is empty"))
+	}
+	var runs []Run
+	err := c.writeOne(ctx, func(x executor) error {
+		var err error
+		runs, err = queryAll(ctx, x, requeueLeases, scanRun, owner, storedTime(c.now()))
+		if err != nil {
+			return err
+		}
+		x.notifyRuns(runs...)
+		if len(runs) > 0 {
+			x.wake()
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, c.fail(err)

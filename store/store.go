@@ -284,6 +284,16 @@ type Store interface {
 	// or its QueuedAt, in the past, when it may be claimed now). Zero when
 	// no InProgress run is leased or queued. A scheduler sleeps until then.
 	NextClaimAt(ctx context.Context) (time.Time, error)
+	// LeaseOwners returns the owners of the leases runs hold now (expired
+	// or not), each once, in order: what a replica that starts looks
+	// through for leases of an earlier incarnation of itself.
+	LeaseOwners(ctx context.Context) ([]string, error)
+	// RequeueLeases ends every lease owner holds, at once, whether or not
+	// it has expired: each run is queued (its fencing token incremented,
+	// which fences off any write of the old lease) and claimable now. It
+	// returns the runs requeued. It is for a replica that starts and finds
+	// leases of an earlier incarnation of itself, which cannot renew them.
+	RequeueLeases(ctx context.Context, owner string) ([]Run, error)
 	// RenewLease extends a lease that is still held: ErrConflict when the
 	// run's fencing token or lease owner no longer match l (the lease was
 	// lost), ErrNotFound when the run does not exist.

@@ -31,7 +31,12 @@ type process struct {
 
 func startProcess(t testing.TB, bin string, env []string, addr string, args ...string) *process {
 	t.Helper()
-	dataDir := t.TempDir()
+	return startProcessIn(t, bin, env, addr, t.TempDir(), args...)
+}
+
+// startProcessIn is startProcess on the data directory dataDir.
+func startProcessIn(t testing.TB, bin string, env []string, addr, dataDir string, args ...string) *process {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve", "--addr", addr, "--data-dir", dataDir}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "usher.log"))

@@ -96,6 +96,9 @@ type installation struct {
 	// replicaID names this process in the runs' leases and in its
 	// heartbeat (serve sets it; empty: the assistant names itself).
 	replicaID string
+	// earlierIncarnation tells the leases of an earlier start of this
+	// replica (serve sets it with replicaID).
+	earlierIncarnation func(ctx context.Context, owner string) (bool, error)
 }
 
 // open opens the installation's store, applies pending migrations and loads

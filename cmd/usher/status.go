@@ -22,6 +22,7 @@ func (s *serving) statusView(ctx context.Context) error {
 	}
 	hb, err := status.NewHeartbeat(s.in.store, &status.HeartbeatOptions{
 		Addr: s.ln.Addr().String(), Interval: s.cfg.Admin.HeartbeatInterval.Std(), Upstreams: s.upstreams,
+		Alone:      s.cfg.EmbeddedDatabase(),
 		Registerer: s.reg, Logger: s.log.With("component", "status"),
 	})
 	if err != nil {
@@ -32,6 +33,7 @@ func (s *serving) statusView(ctx context.Context) error {
 	}
 	s.onStop(hb.Stop)
 	s.in.replicaID = hb.ID()
+	s.in.earlierIncarnation = hb.EarlierIncarnation
 	api, err := status.NewAPI(s.in.store, &status.APIOptions{Admins: s.cfg.Admin.Groups, Logger: s.log.With("component", "status")})
 	if err != nil {
 		return err

@@ -476,6 +476,11 @@ func Load(path string, getenv func(string) string, o Overrides) (Config, error) 
 // use, i.e. no external issuer is configured.
 func (c *Config) DevIdentity() bool { return c.Identity.Issuer == "" }
 
+// EmbeddedDatabase reports whether the database is the embedded SQLite
+// file under the data directory (no database.url), which one process
+// serves.
+func (c *Config) EmbeddedDatabase() bool { return c.Database.URL == "" }
+
 // DemoTools reports whether the demo notes tools are offered: as
 // configured, else only with the development provider.
 func (c *Config) DemoTools() bool {

@@ -71,6 +71,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"DeleteMessageRefusals", testDeleteMessageRefusals},
 		{"DeleteSnapshots", testDeleteSnapshots},
 		{"LeaseTakeover", testLeaseTakeover},
+		{"RequeueLeases", testRequeueLeases},
 		{"AuditSinkCursor", testAuditSinkCursor},
 		{"AuditSinkLease", testAuditSinkLease},
 		{"AuditSinkClaimRace", testAuditSinkClaimRace},
