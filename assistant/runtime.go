@@ -279,7 +279,7 @@ func New(opts *Options) (*Runtime, error) {
 		streams:      streams,
 		closeStreams: closeStreams,
 		holder: &holder{endpoint: o.MCPURL, tokens: o.Tokens, base: base, idle: o.HoldIdle, now: o.Now,
-			log: o.Logger, sessions: map[string]*session{}},
+			log: o.Logger, st: o.Store, replica: o.ReplicaID, sessions: map[string]*session{}},
 	}
 	if o.Registerer != nil {
 		for _, c := range rt.Collectors() {
@@ -495,7 +495,7 @@ func (rt *Runtime) sweep(ctx context.Context) {
 			rt.ApprovalDecided(ctx, r.ID)
 		}
 	}
-	rt.holder.reap(func(runID string) bool {
+	rt.holder.reap(ctx, func(runID string) bool {
 		r, err := rt.st.GetRun(ctx, runID)
 		return err == nil && r.Status == store.RunAwaitingApproval
 	})

@@ -249,6 +249,11 @@ func (rt *Runtime) Close(ctx context.Context, owner, id string, to store.RunStat
 		return store.Run{}, errRunClosed
 	case errors.Is(err, store.ErrNotFound):
 		return store.Run{}, errRunNotFound
+	case err == nil:
+		// The store released the run's hold with it; a session held
+		// here closes now, one held elsewhere at its holder's next
+		// reap.
+		rt.holder.forget(id)
 	}
 	return r, err
 }
@@ -261,6 +266,9 @@ func (rt *Runtime) Delete(ctx context.Context, owner, id string) error {
 	err := rt.st.DeleteRun(ctx, id, cancelledTurnEnd("The session was deleted during the turn.", "The session was deleted before this message's turn."))
 	if errors.Is(err, store.ErrNotFound) {
 		return errRunNotFound
+	}
+	if err == nil {
+		rt.holder.forget(id)
 	}
 	return err
 }

@@ -54,6 +54,9 @@ type Store interface {
 	Updates(ctx context.Context) (<-chan store.Notification, error)
 	Publish(ctx context.Context, n store.Notification) error
 	GetApproval(ctx context.Context, id string) (store.Approval, error)
+
+	// The MCP sessions held between turns.
+	holdStore
 }
 
 // runLog is what the live-update bus reads from the store: a run and its

@@ -3,6 +3,7 @@ package assistant
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -22,6 +23,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/usherhq/usher/assistant/model"
+	"github.com/usherhq/usher/store"
 )
 
 // The _meta keys of Usher's MCP server the runner uses. They are strings
@@ -58,10 +60,13 @@ type session struct {
 	grant Grant
 	cs    *mcp.ClientSession
 	tools []model.Tool
+	// holdID names the session's hold in the store (store.HeldSession).
+	holdID string
 
 	// Guarded by holder.mu.
 	inUse    bool
 	armed    bool // an approval of the run is pending
+	gone     bool // its run was closed while a turn used it: closed on release
 	lastUsed time.Time
 
 	closeOnce sync.Once
@@ -76,8 +81,21 @@ func (s *session) close(log *slog.Logger) {
 	})
 }
 
+// holdStore is what the holder records its holds in.
+type holdStore interface {
+	HoldSession(ctx context.Context, h store.HeldSession) (store.HeldSession, error)
+	ReleaseHold(ctx context.Context, runID, holdID, reason string) (bool, error)
+	HoldsOf(ctx context.Context, replica string) ([]store.HeldSession, error)
+	ReleaseGoneHolds(ctx context.Context, except string) ([]store.HeldSession, error)
+}
+
 // holder keeps each run's session between turns and releases it after a
-// quiet period, never while an approval of the run is armed.
+// quiet period, never while an approval of the run is armed. Each hold is
+// recorded in the store under this replica's id, and released there by a
+// compare-and-swap, once, whoever releases it first: the run's close,
+// deletion or parking (in the store's own transaction), the hold's idle
+// time, a failed turn, another replica's hold of the run, or a reaper.
+// Whatever released it, the session is closed once, here.
 type holder struct {
 	endpoint string
 	tokens   TokenSource
@@ -85,14 +103,21 @@ type holder struct {
 	idle     time.Duration
 	now      func() time.Time
 	log      *slog.Logger
+	st       holdStore
+	replica  string
 
 	mu       sync.Mutex
 	sessions map[string]*session
 }
 
+// holdTimeout bounds the store writes of a release that must happen
+// whatever the caller's context.
+const holdTimeout = 10 * time.Second
+
 // acquire returns the run's held session, or connects a new one (also
 // when the held one was opened with another grant: the user's groups
-// changed). held reports which.
+// changed). held reports which. A new session is recorded as this
+// replica's hold of the run, which releases another replica's.
 func (h *holder) acquire(ctx context.Context, g Grant) (_ *session, held bool, _ error) {
 	runID := g.RunID
 	h.mu.Lock()
@@ -108,40 +133,91 @@ func (h *holder) acquire(ctx context.Context, g Grant) (_ *session, held bool, _
 		return nil, false, err
 	}
 	s.inUse = true
+	s.holdID = rand.Text()
+	// In the map before the store: a reaper that finds the hold in the
+	// store finds it here too.
 	h.mu.Lock()
 	old := h.sessions[runID]
 	h.sessions[runID] = s
 	h.mu.Unlock()
 	if old != nil && !old.inUse {
+		h.releaseHold(old, store.ReleaseMoved)
 		old.close(h.log)
+	}
+	if _, err := h.st.HoldSession(ctx, store.HeldSession{RunID: runID, Replica: h.replica, HoldID: s.holdID}); err != nil {
+		h.log.Warn("assistant: recording a held MCP session failed", "run", runID, "err", err)
 	}
 	return s, false, nil
 }
 
-// release returns a session after a turn; armed keeps it past the idle
-// period while an approval waits.
-func (h *holder) release(s *session, armed bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	s.inUse, s.armed, s.lastUsed = false, armed, h.now()
+// releaseHold releases s's hold in the store; false when it was released
+// already (by another).
+func (h *holder) releaseHold(s *session, reason string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), holdTimeout)
+	defer cancel()
+	released, err := h.st.ReleaseHold(ctx, s.runID, s.holdID, reason)
+	if err != nil {
+		h.log.Warn("assistant: releasing a held MCP session failed", "run", s.runID, "err", err)
+	}
+	return released
 }
 
-// drop closes and forgets a session that failed.
-func (h *holder) drop(s *session) {
+// release returns a session after a turn; armed keeps it past the idle
+// period while an approval waits. A session whose run was closed while
+// the turn used it is closed now.
+func (h *holder) release(s *session, armed bool) {
+	h.mu.Lock()
+	s.inUse, s.armed, s.lastUsed = false, armed, h.now()
+	gone := s.gone
+	if gone && h.sessions[s.runID] == s {
+		delete(h.sessions, s.runID)
+	}
+	h.mu.Unlock()
+	if gone {
+		s.close(h.log)
+	}
+}
+
+// drop closes and forgets a session, releasing its hold for reason.
+func (h *holder) drop(s *session, reason string) {
 	h.mu.Lock()
 	if h.sessions[s.runID] == s {
 		delete(h.sessions, s.runID)
 	}
 	h.mu.Unlock()
+	h.releaseHold(s, reason)
 	s.close(h.log)
 }
 
-// reap closes the sessions quiet for longer than the idle period and not
-// armed, and the armed ones whose run keep reports it no longer waits here.
-// It returns how many it closed.
-func (h *holder) reap(keep func(runID string) bool) int {
+// forget closes the run's session, whose hold the store released with the
+// run (closed or deleted): at once when no turn uses it, else when the
+// turn returns it.
+func (h *holder) forget(runID string) {
+	h.mu.Lock()
+	s := h.sessions[runID]
+	switch {
+	case s == nil:
+	case s.inUse:
+		s.gone, s = true, nil
+	default:
+		delete(h.sessions, runID)
+	}
+	h.mu.Unlock()
+	if s != nil {
+		s.close(h.log)
+	}
+}
+
+// reap releases the sessions quiet for longer than the idle period and not
+// armed, and the armed ones whose run keep reports it no longer waits
+// here; then it makes this process and the store agree: it closes the
+// sessions whose hold the store released (the run was closed, parked or
+// held by another replica), releases the holds the store names this
+// replica for that the process no longer has, and the holds of replicas
+// whose heartbeat is gone. It returns how many sessions it closed.
+func (h *holder) reap(ctx context.Context, keep func(runID string) bool) int {
 	now := h.now()
-	var done []*session
+	var idle []*session
 	h.mu.Lock()
 	for id, s := range h.sessions {
 		if s.inUse || now.Sub(s.lastUsed) < h.idle {
@@ -151,13 +227,55 @@ func (h *holder) reap(keep func(runID string) bool) int {
 			continue
 		}
 		delete(h.sessions, id)
-		done = append(done, s)
+		idle = append(idle, s)
 	}
 	h.mu.Unlock()
-	for _, s := range done {
+	for _, s := range idle {
+		h.releaseHold(s, store.ReleaseHoldIdle)
 		s.close(h.log)
 	}
-	return len(done)
+	closed := len(idle)
+
+	// The store's holds are read before the map: a session is in the map
+	// before its hold is in the store.
+	holds, err := h.st.HoldsOf(ctx, h.replica)
+	if err != nil {
+		h.log.Warn("assistant: reading this replica's held MCP sessions failed", "err", err)
+		return closed
+	}
+	recorded := map[string]string{}
+	for _, hs := range holds {
+		recorded[hs.RunID] = hs.HoldID
+	}
+	var released []*session
+	var lost []store.HeldSession
+	h.mu.Lock()
+	for id, s := range h.sessions {
+		if !s.inUse && recorded[id] != s.holdID {
+			delete(h.sessions, id)
+			released = append(released, s)
+		}
+	}
+	for _, hs := range holds {
+		if s := h.sessions[hs.RunID]; s == nil || s.holdID != hs.HoldID {
+			lost = append(lost, hs)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range released {
+		s.close(h.log)
+	}
+	for _, hs := range lost {
+		if _, err := h.st.ReleaseHold(ctx, hs.RunID, hs.HoldID, store.ReleaseLost); err != nil {
+			h.log.Warn("assistant: releasing a lost MCP session hold failed", "run", hs.RunID, "err", err)
+		}
+	}
+	if gone, err := h.st.ReleaseGoneHolds(ctx, h.replica); err != nil {
+		h.log.Warn("assistant: releasing the held MCP sessions of replicas gone failed", "err", err)
+	} else if len(gone) > 0 {
+		h.log.Info("assistant: released the held MCP sessions of replicas gone", "count", len(gone))
+	}
+	return closed + len(released)
 }
 
 // closeAll releases every session, when the runtime stops.
@@ -167,6 +285,7 @@ func (h *holder) closeAll() {
 	h.sessions = map[string]*session{}
 	h.mu.Unlock()
 	for _, s := range all {
+		h.releaseHold(s, store.ReleaseStopped)
 		s.close(h.log)
 	}
 }

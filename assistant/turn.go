@@ -59,6 +59,8 @@ type turn struct {
 	// what it streamed so far, or its whole answer. A stopped turn keeps
 	// it (keepStopped).
 	partial string
+	// failed reports that the turn ends as failed.
+	failed bool
 }
 
 // work runs one claimed run until its lease is released. Every write it
@@ -132,9 +134,11 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 		defer func() { endTurn(span, err) }()
 		return t.work(ctx)
 	}()
+	leaseLost := errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost)
 	switch {
-	case t.sess != nil && panicked:
-		rt.holder.drop(t.sess)
+	case t.sess != nil && (panicked || t.failed || (err != nil && !leaseLost && ctx.Err() == nil)):
+		// A failed turn releases its session: the next builds a new one.
+		rt.holder.drop(t.sess, store.ReleaseTurnFailed)
 	case t.sess != nil:
 		rt.holder.release(t.sess, err == nil && end.rel.Status == store.RunAwaitingApproval)
 	}
@@ -250,6 +254,7 @@ func (t *turn) work(ctx context.Context) (ending, error) {
 	end, err := t.slice(ctx)
 	if f := (*turnFailure)(nil); errors.As(err, &f) {
 		end, err = t.finish(TurnFailed, f.message), nil
+		t.failed = true
 	}
 	if err == nil {
 		end.rel.Context = t.pending
@@ -723,7 +728,7 @@ func (t *turn) callTool(ctx context.Context, seq int64, c ToolCall, argumentsErr
 		// replica), and the MCP server answers from the call's execution
 		// record instead of running it twice.
 		for try := 1; err != nil && ctx.Err() == nil && lostAfterSending(err); try++ {
-			t.rt.holder.drop(t.sess)
+			t.rt.holder.drop(t.sess, store.ReleaseLost)
 			t.sess = nil
 			t.rt.log.Warn("assistant: a tool call's answer was lost; asking again under its key", "run", t.run.ID, "tool", c.Name, "try", try, "err", err)
 			if try > maxLostAnswers {
@@ -741,7 +746,7 @@ func (t *turn) callTool(ctx context.Context, seq int64, c ToolCall, argumentsErr
 			if ctx.Err() != nil {
 				return ToolResult{}, err
 			}
-			t.rt.holder.drop(t.sess)
+			t.rt.holder.drop(t.sess, store.ReleaseTurnFailed)
 			t.sess = nil
 			t.rt.log.Error("assistant: a tool call failed to reach the MCP server", "run", t.run.ID, "tool", c.Name, "err", err)
 			return ToolResult{}, &turnFailure{message: "The assistant lost its connection to its tools. Send a message to try again."}

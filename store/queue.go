@@ -699,6 +699,16 @@ func (c *core) endRun(ctx context.Context, tx executor, r Run, to RunStatus, del
 	if err != nil {
 		return Run{}, err
 	}
+	reason := ReleaseCancelled
+	switch {
+	case deleted:
+		reason = ReleaseDeleted
+	case to == RunCompleted:
+		reason = ReleaseCompleted
+	}
+	if err := releaseRunHold(ctx, tx, r.ID, now, reason); err != nil {
+		return Run{}, err
+	}
 	tx.notifyRuns(out)
 	return out, nil
 }
@@ -789,11 +799,19 @@ func (c *core) DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc)
 
 func (c *core) ParkIdleRuns(ctx context.Context, quietSince time.Time) ([]Run, error) {
 	var runs []Run
-	err := c.writeOne(ctx, func(x executor) error {
+	err := c.inTx(ctx, func(x executor) error {
+		now := storedTime(c.now())
 		var err error
-		runs, err = queryAll(ctx, x, parkIdleRuns, scanRun, storedTime(quietSince), storedTime(c.now()))
+		if runs, err = queryAll(ctx, x, parkIdleRuns, scanRun, storedTime(quietSince), now); err != nil {
+			return err
+		}
+		for _, r := range runs {
+			if err := releaseRunHold(ctx, x, r.ID, now, ReleaseParked); err != nil {
+				return err
+			}
+		}
 		x.notifyRuns(runs...)
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, c.fail(err)

@@ -608,6 +608,8 @@ type Store interface {
 	// Replicas: the replicas' heartbeats, the run queue and the pending
 	// approvals, for operators.
 	Replicas
+	// Holds records the MCP sessions replicas hold for runs between turns.
+	Holds
 
 	// The authorization server's clients, codes, refresh tokens and
 	// consents (oauth.go). Codes and tokens are addressed by their SHA-256
