@@ -72,6 +72,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"DeleteSnapshots", testDeleteSnapshots},
 		{"LeaseTakeover", testLeaseTakeover},
 		{"RequeueLeases", testRequeueLeases},
+		{"Holds", testHolds},
 		{"AuditSinkCursor", testAuditSinkCursor},
 		{"AuditSinkLease", testAuditSinkLease},
 		{"AuditSinkClaimRace", testAuditSinkClaimRace},
