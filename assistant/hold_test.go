@@ -170,3 +170,25 @@ func TestOneHolderPerRun(t *testing.T) {
 		}
 	})
 }
+
+// TestTakeoverClosesTheOtherHold: when another replica takes a run's hold
+// over, the replica that held it closes its session at once (told by the
+// store's notification), not at its next sweep (an hour away here): two
+// replicas never keep one run's session.
+func TestTakeoverClosesTheOtherHold(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
+		url, ends := countingMCP(t)
+		a := newHarness(t, st, model.NewDemo(), &Options{MCPURL: url, ReplicaID: "replica-a", HoldIdle: time.Hour})
+		heldAfterTurn(t, a, "run_moved")
+		if _, err := st.HoldSession(t.Context(), store.HeldSession{RunID: "run_moved", Replica: "replica-b", HoldID: "b-hold"}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for (ends.Load() == 0 || a.rt.HeldSessions() != 0) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n, held := ends.Load(), a.rt.HeldSessions(); n != 1 || held != 0 {
+			t.Errorf("after b took the hold over: upstream sessions ended = %d, a holds %d; want 1 and 0", n, held)
+		}
+	})
+}

@@ -169,7 +169,12 @@ type Runtime struct {
 	stopOnce  sync.Once
 	cancel    context.CancelFunc
 	done      chan struct{}
+	// watching is closed when the holder's watch has returned.
+	watching chan struct{}
 }
+
+// holdChecks is how many hold checks may wait (holder.poke).
+const holdChecks = 256
 
 // New returns a Runtime, or one error naming every problem of opts.
 func New(opts *Options) (*Runtime, error) {
@@ -279,8 +284,9 @@ func New(opts *Options) (*Runtime, error) {
 		streams:      streams,
 		closeStreams: closeStreams,
 		holder: &holder{endpoint: o.MCPURL, tokens: o.Tokens, base: base, idle: o.HoldIdle, now: o.Now,
-			log: o.Logger, st: o.Store, replica: o.ReplicaID, sessions: map[string]*session{}},
+			log: o.Logger, st: o.Store, replica: o.ReplicaID, sessions: map[string]*session{}, checks: make(chan string, holdChecks)},
 	}
+	rt.bus.runChanged = rt.holder.poke
 	if o.Registerer != nil {
 		for _, c := range rt.Collectors() {
 			if err := o.Registerer.Register(c); err != nil {
@@ -317,6 +323,11 @@ func (rt *Runtime) Start(ctx context.Context) error {
 		}
 		rt.requeueEarlier(ctx)
 		rt.done = make(chan struct{})
+		rt.watching = make(chan struct{})
+		go func() {
+			defer close(rt.watching)
+			rt.holder.watch(ctx)
+		}()
 		go rt.bus.run(updates)
 		go rt.schedule(ctx, wakes)
 	})
@@ -365,6 +376,7 @@ func (rt *Runtime) Stop() {
 		rt.closeStreams()
 		rt.cancel()
 		<-rt.done
+		<-rt.watching
 		rt.holder.closeAll()
 	})
 }

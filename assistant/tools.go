@@ -85,6 +85,7 @@ func (s *session) close(log *slog.Logger) {
 type holdStore interface {
 	HoldSession(ctx context.Context, h store.HeldSession) (store.HeldSession, error)
 	ReleaseHold(ctx context.Context, runID, holdID, reason string) (bool, error)
+	GetHold(ctx context.Context, runID string) (store.HeldSession, error)
 	HoldsOf(ctx context.Context, replica string) ([]store.HeldSession, error)
 	ReleaseGoneHolds(ctx context.Context, except string) ([]store.HeldSession, error)
 }
@@ -106,8 +107,56 @@ type holder struct {
 	st       holdStore
 	replica  string
 
+	// checks are the runs whose hold to check (see poke).
+	checks chan string
+
 	mu       sync.Mutex
 	sessions map[string]*session
+}
+
+// poke asks for the run's hold to be checked, when this process holds the
+// run's session idle: the run was closed, parked or held by another
+// replica, perhaps. It never blocks: a check dropped is the reaper's.
+func (h *holder) poke(runID string) {
+	h.mu.Lock()
+	s := h.sessions[runID]
+	idle := s != nil && !s.inUse
+	h.mu.Unlock()
+	if !idle {
+		return
+	}
+	select {
+	case h.checks <- runID:
+	default:
+	}
+}
+
+// watch checks the runs poked until ctx ends: a session whose hold the
+// store released, or gave another, is closed at once.
+func (h *holder) watch(ctx context.Context) {
+	for {
+		var runID string
+		select {
+		case <-ctx.Done():
+			return
+		case runID = <-h.checks:
+		}
+		hs, err := h.st.GetHold(ctx, runID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		h.mu.Lock()
+		s := h.sessions[runID]
+		if s == nil || s.inUse || (err == nil && hs.HoldID == s.holdID && hs.ReleasedAt.IsZero()) {
+			s = nil
+		} else {
+			delete(h.sessions, runID)
+		}
+		h.mu.Unlock()
+		if s != nil {
+			s.close(h.log)
+		}
+	}
 }
 
 // holdTimeout bounds the store writes of a release that must happen

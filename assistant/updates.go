@@ -25,6 +25,10 @@ type bus struct {
 	// at once (Options.MaxStreamsPerUser).
 	maxStreams int
 
+	// runChanged, when set, is told of every run whose row or held
+	// session changed (the holder checks its hold). It must not block.
+	runChanged func(runID string)
+
 	mu      sync.Mutex
 	rooms   map[string]*room                 // by run id
 	feeds   map[string]map[*feedSub]struct{} // by owner
@@ -89,7 +93,14 @@ func (b *bus) dispatch(n store.Notification) {
 			r.eventAppended()
 		}
 		b.pokeFeeds(n.Owner, func(f *feedSub) { f.runChanged(n.RunID) })
+	case store.NotifyHold:
+		if b.runChanged != nil {
+			b.runChanged(n.RunID)
+		}
 	case store.NotifyRun:
+		if b.runChanged != nil {
+			b.runChanged(n.RunID)
+		}
 		if r := b.rooms[n.RunID]; r != nil {
 			r.statusChanged()
 		}

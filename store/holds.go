@@ -110,7 +110,8 @@ func (c *core) HoldSession(ctx context.Context, h HeldSession) (HeldSession, err
 	var out HeldSession
 	err := c.inTx(ctx, func(tx executor) error {
 		now := storedTime(c.now())
-		if _, err := scanRun(tx.row(ctx, lockRun, h.RunID)); err != nil {
+		r, err := scanRun(tx.row(ctx, lockRun, h.RunID))
+		if err != nil {
 			return err
 		}
 		// Another hold still held is released first: the replica that
@@ -118,9 +119,11 @@ func (c *core) HoldSession(ctx context.Context, h HeldSession) (HeldSession, err
 		if _, err := tx.exec(ctx, releaseHeld, h.RunID, now, ReleaseMoved); err != nil {
 			return err
 		}
-		var err error
-		out, err = scanHold(tx.row(ctx, holdSession, h.RunID, h.Replica, h.HoldID, now))
-		return err
+		if out, err = scanHold(tx.row(ctx, holdSession, h.RunID, h.Replica, h.HoldID, now)); err != nil {
+			return err
+		}
+		tx.notify(Notification{Kind: NotifyHold, RunID: r.ID, Owner: r.Owner})
+		return nil
 	})
 	return out, c.fail(err)
 }

@@ -44,6 +44,9 @@ const (
 	NotifyApproval = "approval"
 	// NotifyDelta: assistant text streamed while a turn runs.
 	NotifyDelta = "delta"
+	// NotifyHold: a replica took a run's held MCP session over (see
+	// Holds.HoldSession); the replica that held it before closes its own.
+	NotifyHold = "hold"
 	// NotifyResync: notifications may have been lost (the listener
 	// reconnected); subscribers should read the database again.
 	NotifyResync = "resync"
