@@ -50,10 +50,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, re
 	return assistant.New(&assistant.Options{
 		Store:     in.store,
 		Model:     provider,
-		ReplicaID: in.replicaID,
-		// Runs leased by an earlier start of this replica are requeued
-		// when the runtime starts.
-		EarlierIncarnation: in.earlierIncarnation,
+		ReplicaID: in.replicaID, EarlierIncarnation: in.earlierIncarnation,
 		Tokens: func(ctx context.Context, g assistant.Grant) oauth2.TokenSource {
 			return mint.TokenSource(ctx, broker.Grant{Subject: g.Owner, Audience: mcpURL, RunID: g.RunID, Tenant: g.Tenant, Groups: g.Groups})
 		},
