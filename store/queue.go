@@ -621,7 +621,12 @@ func (c *core) appendLeased(ctx context.Context, l Lease, events []preparedEvent
 	}
 	var out []Event
 	var r Run
-	err := c.writeOne(ctx, func(x executor) error {
+	// Ending a step is a second statement: a transaction of its own.
+	write := c.writeOne
+	if rel != nil && rel.Step != nil {
+		write = c.inTx
+	}
+	err := write(ctx, func(x executor) error {
 		now := storedTime(c.now())
 		var notBefore any
 		if rel != nil && rel.Retry > 0 {
@@ -639,6 +644,11 @@ func (c *core) appendLeased(ctx context.Context, l Lease, events []preparedEvent
 		}
 		if err != nil || !release {
 			return err
+		}
+		if rel.Step != nil {
+			if r, err = endOpenStep(ctx, x, r, l.Token, *rel.Step, now); err != nil {
+				return err
+			}
 		}
 		x.notifyAfter(appendLeased, runNotification(r))
 		if !r.QueuedAt.IsZero() && r.Status == RunInProgress {
@@ -689,6 +699,9 @@ func (c *core) endRun(ctx context.Context, tx executor, r Run, to RunStatus, del
 			}
 		}
 	} else if _, err := endTurns(ctx, tx, r, now, turnEnd); err != nil {
+		return Run{}, err
+	}
+	if _, err := endOpenStep(ctx, tx, r, 0, StepEnd{Outcome: StepClosed}, now); err != nil {
 		return Run{}, err
 	}
 	var deletedAt any

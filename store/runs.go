@@ -238,6 +238,10 @@ type Release struct {
 	// Context, when not nil, is recorded as the run's Context in the same
 	// write, as RecordContext does.
 	Context *RunContext
+	// Step, when not nil, ends the step the lease holds (StartStep), in
+	// the same write, and appends its EventStepEnd after the events.
+	// Nothing is ended when the lease holds no open step.
+	Step *StepEnd
 }
 
 // checkRelease validates r and returns it with its status filled in.
@@ -261,6 +265,11 @@ func checkRelease(r Release) (Release, error) {
 	}
 	if r.Context != nil {
 		if err := checkRunContext(*r.Context); err != nil {
+			return Release{}, err
+		}
+	}
+	if r.Step != nil {
+		if err := checkStepEnd(*r.Step); err != nil {
 			return Release{}, err
 		}
 	}

@@ -84,6 +84,9 @@ func (c *core) StopTurn(ctx context.Context, runID string, end TurnEndFunc, w Wi
 		if _, err := endTurn(ctx, tx, r, seq, started, now, end); err != nil {
 			return err
 		}
+		if _, err := endOpenStep(ctx, tx, r, 0, StepEnd{Outcome: StepStopped}, now); err != nil {
+			return err
+		}
 		// Its approvals after the turn's end, and before the audit lock
 		// that their records take.
 		if err := withdrawApprovals(ctx, tx, r, w, now); err != nil {

@@ -317,6 +317,15 @@ type Store interface {
 	// run is queued for another turn as well; with r.Retry it is queued
 	// for a retry after that backoff, and the failure counted.
 	EndLease(ctx context.Context, l Lease, r Release, events ...NewEvent) ([]Event, Run, error)
+	// StartStep opens the step of the slice that holds the lease l, as
+	// its first write, or continues the run's open step (steps.go);
+	// ErrLimit beyond s.Budget, ErrConflict when l no longer holds the
+	// run. EndLease ends the step (Release.Step).
+	StartStep(ctx context.Context, l Lease, s StepStart) (Step, error)
+	// ListSteps returns up to limit (1 to MaxStepsPage) of the run's
+	// steps after the sequence after, in order; ErrNotFound when the run
+	// does not exist.
+	ListSteps(ctx context.Context, runID string, after int64, limit int) ([]Step, error)
 	// RecordContext records c as the run's Context and appends events
 	// (none is fine) in one transaction, provided l still holds the run:
 	// ErrConflict otherwise, ErrNotFound for a missing run. The store

@@ -73,6 +73,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"LeaseTakeover", testLeaseTakeover},
 		{"RequeueLeases", testRequeueLeases},
 		{"Holds", testHolds},
+		{"Steps", testSteps},
+		{"CloseRunEndsStep", testCloseRunEndsStep},
 		{"AuditSinkCursor", testAuditSinkCursor},
 		{"AuditSinkLease", testAuditSinkLease},
 		{"AuditSinkClaimRace", testAuditSinkClaimRace},
