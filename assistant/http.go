@@ -44,6 +44,7 @@ func (rt *Runtime) Handler() http.Handler {
 	mux.HandleFunc("POST /api/assistant/runs/{id}/messages", rt.handlePost)
 	mux.HandleFunc("GET /api/assistant/runs/{id}/messages", rt.handleMessages)
 	mux.HandleFunc("GET /api/assistant/runs/{id}/events", rt.handleEvents)
+	mux.HandleFunc("GET /api/assistant/runs/{id}/steps", rt.handleSteps)
 	mux.HandleFunc("GET /api/assistant/runs/{id}/events/stream", rt.handleRunStream)
 	mux.HandleFunc("GET /api/assistant/runs/{id}/events/ws", rt.handleRunWebSocket)
 	mux.HandleFunc("GET /api/assistant/updates/stream", rt.handleFeed)

@@ -29,6 +29,7 @@ const (
 	DefaultHistoryMessages      = 24
 	DefaultMaxToolCallsPerSlice = 16
 	DefaultMaxSteps             = 250
+	DefaultMaxSlices            = 250
 	DefaultLease                = 30 * time.Second
 	DefaultSweepInterval        = 30 * time.Second
 	DefaultHoldIdle             = 5 * time.Minute
@@ -84,6 +85,11 @@ type Options struct {
 	MaxToolCallsPerSlice int
 	// MaxSteps is how many model steps one turn may take. Default: 250.
 	MaxSteps int
+	// MaxSlices is the run's budget: how many slices of work (steps,
+	// store.Step) it may take over its life; the slice that would take
+	// one more stops the run, failed, with an agent.run.budget event.
+	// Default: 250.
+	MaxSlices int
 	// Lease is how long a claim on a run lasts unless renewed (it is
 	// renewed every third of it). Default: 30 s.
 	Lease time.Duration
@@ -199,7 +205,7 @@ func New(opts *Options) (*Runtime, error) {
 		name string
 		v    int
 	}{{"MaxConcurrency", o.MaxConcurrency}, {"MaxActiveRuns", o.MaxActiveRuns}, {"HistoryMessages", o.HistoryMessages},
-		{"MaxToolCallsPerSlice", o.MaxToolCallsPerSlice}, {"MaxSteps", o.MaxSteps}, {"MaxMessageBytes", o.MaxMessageBytes},
+		{"MaxToolCallsPerSlice", o.MaxToolCallsPerSlice}, {"MaxSteps", o.MaxSteps}, {"MaxSlices", o.MaxSlices}, {"MaxMessageBytes", o.MaxMessageBytes},
 		{"ContextTokens", o.ContextTokens}} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("option %s is %d, want 0 (the default) or more", n.name, n.v))
@@ -243,6 +249,7 @@ func New(opts *Options) (*Runtime, error) {
 	setDefault(&o.HistoryMessages, DefaultHistoryMessages)
 	setDefault(&o.MaxToolCallsPerSlice, DefaultMaxToolCallsPerSlice)
 	setDefault(&o.MaxSteps, DefaultMaxSteps)
+	setDefault(&o.MaxSlices, DefaultMaxSlices)
 	setDefault(&o.MaxMessageBytes, DefaultMaxMessageBytes)
 	setDefault(&o.Lease, DefaultLease)
 	setDefault(&o.SweepInterval, DefaultSweepInterval)
@@ -534,7 +541,7 @@ func (rt *Runtime) retryBackoff(failures int) time.Duration {
 // message gets its one answer. It reads the run again: the slice may have
 // started the turn before it failed.
 func (rt *Runtime) failedSlice(ctx context.Context, r store.Run) ending {
-	retry := ending{rel: store.Release{Retry: rt.retryBackoff(r.Failures)}}
+	retry := ending{rel: store.Release{Retry: rt.retryBackoff(r.Failures)}, outcome: store.StepFailed}
 	if r.Failures+1 < maxFailures {
 		return retry
 	}
@@ -548,11 +555,11 @@ func (rt *Runtime) failedSlice(ctx context.Context, r store.Run) ending {
 			return retry
 		}
 		if seq == 0 {
-			return ending{} // nothing to answer
+			return ending{outcome: store.StepFailed} // nothing to answer
 		}
 	}
 	rt.log.Error("assistant: a turn failed too many times in a row; ending it", "run", r.ID, "failures", r.Failures+1)
-	var end ending
+	end := ending{outcome: store.StepEnded}
 	if !started {
 		end.events = append(end.events, store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: seq}), StartsTurn: seq})
 	}

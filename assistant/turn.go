@@ -61,6 +61,10 @@ type turn struct {
 	partial string
 	// failed reports that the turn ends as failed.
 	failed bool
+	// step is the slice's step, once its first write opened it (nil
+	// before); modelSteps and toolCalls count what the slice made.
+	step                  *store.Step
+	modelSteps, toolCalls int
 }
 
 // work runs one claimed run until its lease is released. Every write it
@@ -143,6 +147,9 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 		rt.holder.release(t.sess, err == nil && end.rel.Status == store.RunAwaitingApproval)
 	}
 	switch {
+	case errors.Is(err, errSliceBudget):
+		rt.budgetStop(ctx, r)
+		return
 	case errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost):
 		rt.log.Info("assistant: a turn stopped: its run was taken over or closed", "run", r.ID)
 		t.keepStopped(ctx)
@@ -154,7 +161,7 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 		// lease expires and the run is taken over all the same.
 		handCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer done()
-		if _, _, err := rt.st.EndLease(handCtx, t.currentLease(), store.Release{Requeue: true}); err != nil && !errors.Is(err, store.ErrConflict) {
+		if _, _, err := rt.st.EndLease(handCtx, t.currentLease(), store.Release{Requeue: true, Step: t.stepEnd(store.StepInterrupted)}); err != nil && !errors.Is(err, store.ErrConflict) {
 			rt.log.Warn("assistant: handing a run back at shutdown failed", "run", r.ID, "err", err)
 		}
 		return
@@ -171,6 +178,7 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 	}
 	releaseCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer done()
+	end.rel.Step = t.stepEnd(cmp.Or(end.outcome, store.StepEnded))
 	_, _, err = rt.st.EndLease(releaseCtx, t.currentLease(), end.rel, end.events...)
 	switch {
 	case errors.Is(err, store.ErrConflict):
@@ -181,7 +189,7 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 		// after a backoff. Should this fail too, the lease expires and
 		// the run is taken over.
 		rt.log.Error("assistant: ending a turn failed", "run", r.ID, "err", err)
-		retry := store.Release{Retry: rt.retryBackoff(r.Failures)}
+		retry := store.Release{Retry: rt.retryBackoff(r.Failures), Step: t.stepEnd(store.StepFailed)}
 		if _, _, err := rt.st.EndLease(releaseCtx, t.currentLease(), retry); err != nil && !errors.Is(err, store.ErrConflict) {
 			rt.log.Error("assistant: releasing a run failed", "run", r.ID, "err", err)
 		}
@@ -192,10 +200,12 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 
 // ending is how a slice of work on a run ends: the events its lease
 // appends as it ends (the turn's last message and end, or its pause), in
-// the same transaction, and how the run is left.
+// the same transaction, how the run is left, and the outcome of the
+// slice's step (empty: ended).
 type ending struct {
-	events []store.NewEvent
-	rel    store.Release
+	events  []store.NewEvent
+	rel     store.Release
+	outcome store.StepOutcome
 }
 
 // turnFailure ends a turn visibly: the model or the tools failed, and the
@@ -267,6 +277,10 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 	rt := t.rt
 	starting := t.run.TurnSeq == 0
 	if err := t.load(ctx); err != nil || t.seq == 0 {
+		return ending{}, err
+	}
+	// The slice's first write: its step, within the run's budget.
+	if err := t.startStep(ctx, starting); err != nil {
 		return ending{}, err
 	}
 
@@ -376,6 +390,7 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 			return ending{}, err
 		}
 		steps++
+		t.modelSteps++
 		t.pending = afterStep(est, resp.Usage)
 		msg := AssistantMessage{Content: resp.Message.Content, MessageSeq: t.seq}
 		argumentsErrors := make([]string, len(resp.Message.ToolCalls))
@@ -432,7 +447,7 @@ func (t *turn) keepStopped(ctx context.Context) {
 
 // yield ends the slice with the turn open, the run queued again as the
 // lease ends, so that it is claimable at once.
-func yield() ending { return ending{rel: store.Release{Requeue: true}} }
+func yield() ending { return ending{rel: store.Release{Requeue: true}, outcome: store.StepYielded} }
 
 // grant is what the turn's tokens say: the owner, the run, and the tenant
 // and groups the turn's user message was sent with.
@@ -848,6 +863,7 @@ func (t *turn) resolveOpenCalls(ctx context.Context, limit int, argumentsErrors 
 				return ToolResult{}, false, nil
 			}
 			out.ran++
+			t.toolCalls++
 		}
 		r, err := t.callTool(ctx, seq, c, argumentsError)
 		return r, true, err
@@ -911,8 +927,9 @@ func (t *turn) resolveOpenCalls(ctx context.Context, limit int, argumentsErrors 
 // the run goes to AwaitingApproval.
 func (t *turn) pause(approvals []string) ending {
 	return ending{
-		events: []store.NewEvent{{Type: EventTurnPause, Payload: mustJSON(TurnPause{MessageSeq: t.seq, Approvals: approvals})}},
-		rel:    store.Release{Status: store.RunAwaitingApproval},
+		events:  []store.NewEvent{{Type: EventTurnPause, Payload: mustJSON(TurnPause{MessageSeq: t.seq, Approvals: approvals})}},
+		rel:     store.Release{Status: store.RunAwaitingApproval},
+		outcome: store.StepPaused,
 	}
 }
 
@@ -923,7 +940,7 @@ func (t *turn) pause(approvals []string) ending {
 // queues the run again for its own turn (a message sent after the claim
 // queued the run itself).
 func (t *turn) finish(status, message string) ending {
-	var end ending
+	end := ending{outcome: store.StepEnded}
 	end.events = append(end.events, t.endEvent(status, message))
 	end.rel.Requeue = t.queued
 	return end
