@@ -60,6 +60,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, re
 		HistoryMessages:      a.HistoryMessages,
 		MaxToolCallsPerSlice: a.MaxToolCallsPerSlice,
 		MaxSteps:             a.MaxSteps,
+		MaxSlices:            a.MaxSlices,
 		Lease:                a.Lease.Std(),
 		SweepInterval:        a.SweepInterval.Std(),
 		HoldIdle:             a.HoldIdle.Std(),

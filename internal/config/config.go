@@ -243,6 +243,10 @@ type Assistant struct {
 	MaxToolCallsPerSlice int `yaml:"max_tool_calls_per_slice"`
 	// MaxSteps is how many model steps one turn may take. Default 250.
 	MaxSteps int `yaml:"max_steps"`
+	// MaxSlices is a run's budget: how many slices of work it may take
+	// over its life before it stops, failed, with the reason in its log.
+	// Default 250.
+	MaxSlices int `yaml:"max_slices"`
 	// Lease is how long a claim on a run lasts unless renewed. Default 30s.
 	Lease Duration `yaml:"lease"`
 	// SweepInterval is how often a process looks for runs with work that
@@ -655,7 +659,7 @@ func (b Broker) validate(bad reporter) {
 func (a Assistant) validate(bad reporter) {
 	for key, v := range map[string]int{"assistant.max_concurrency": a.MaxConcurrency, "assistant.max_active_runs": a.MaxActiveRuns,
 		"assistant.history_messages": a.HistoryMessages, "assistant.max_tool_calls_per_slice": a.MaxToolCallsPerSlice,
-		"assistant.max_steps": a.MaxSteps, "assistant.max_message_bytes": a.MaxMessageBytes} {
+		"assistant.max_steps": a.MaxSteps, "assistant.max_slices": a.MaxSlices, "assistant.max_message_bytes": a.MaxMessageBytes} {
 		if v < 0 || v > 1<<20 {
 			bad(key, "must be between 0 (the default) and 1048576, got %d", v)
 		}

@@ -92,7 +92,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"mcp.upstreams": "", "mcp.max_upstream_sessions_per_user": "3", "mcp.upstream_check_interval": "10s", "policy.file": "/etc/usher/policy.cedar", "policy.lock_file": "/etc/usher/tools.lock",
 		"approvals.ttl":             "2h",
 		"assistant.max_concurrency": "2", "assistant.max_active_runs": "3", "assistant.history_messages": "10",
-		"assistant.max_tool_calls_per_slice": "4", "assistant.max_steps": "20", "assistant.lease": "10s",
+		"assistant.max_tool_calls_per_slice": "4", "assistant.max_steps": "20", "assistant.max_slices": "30", "assistant.lease": "10s",
 		"assistant.sweep_interval": "5s", "assistant.hold_idle": "1m", "assistant.idle_after": "10m",
 		"assistant.max_message_bytes": "1000", "assistant.system_prompt": "Be brief.",
 		"model.provider": "openai", "model.base_url": "http://127.0.0.1:1/v1", "model.api_key": "k",
@@ -130,7 +130,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		c.OAuth.RefreshAbsolute.Std() != 48*time.Hour || c.OAuth.ClientMetadataDocuments ||
 		strings.Join(c.OAuth.TokenExchangeClients, "|") != "usher-dcr-a|usher-dcr-b" ||
 		strings.Join(c.Review.Groups, "|") != "security|audit" ||
-		len(c.Server.TrustedProxies) != 2 || c.Server.ForwardedHeader != "Forwarded" || c.Model.ContextTokens != 128000 ||
+		len(c.Server.TrustedProxies) != 2 || c.Server.ForwardedHeader != "Forwarded" || c.Model.ContextTokens != 128000 || c.Assistant.MaxSlices != 30 ||
 		c.Audit.CheckpointInterval.Std() != 30*time.Second || c.Audit.CheckpointOrigin != "usher.example.com/prod" ||
 		strings.Join(c.Admin.Groups, "|") != "operators" || c.Admin.HeartbeatInterval.Std() != 2*time.Second ||
 		c.Server.MetricsAddr != "0.0.0.0:9090" || c.MCP.UpstreamCheckInterval.Std() != 10*time.Second {
@@ -549,6 +549,21 @@ func TestAdminSection(t *testing.T) {
 		if _, err := Load("", env(map[string]string{"USHER_ADMIN_HEARTBEAT_INTERVAL": d}), Overrides{}); err == nil ||
 			!strings.Contains(err.Error(), "admin.heartbeat_interval: ") {
 			t.Errorf("heartbeat interval %s: err = %v, want an admin.heartbeat_interval error", d, err)
+		}
+	}
+}
+
+// TestAssistantMaxSlices: a run's budget of slices is 0 (the default,
+// 250) or a count up to 1048576; anything else names the key.
+func TestAssistantMaxSlices(t *testing.T) {
+	c, err := Load("", env(map[string]string{"USHER_ASSISTANT_MAX_SLICES": "300"}), Overrides{})
+	if err != nil || c.Assistant.MaxSlices != 300 {
+		t.Fatalf("max_slices 300 = %d, %v", c.Assistant.MaxSlices, err)
+	}
+	for _, bad := range []string{"-1", "2000000", "many"} {
+		_, err := Load("", env(map[string]string{"USHER_ASSISTANT_MAX_SLICES": bad}), Overrides{})
+		if err == nil || !strings.Contains(err.Error(), "assistant.max_slices") {
+			t.Errorf("max_slices %q = %v, want an error naming assistant.max_slices", bad, err)
 		}
 	}
 }
