@@ -31,6 +31,13 @@ const (
 	EventCompacted        = "agent.context.compacted"
 	EventCompactionFailed = "agent.context.compaction_failed"
 	EventRunContinued     = "agent.run.continued"
+
+	// EventStepEnd records the end of a slice's durable step (its
+	// payload a store.StepRecord; it is store.EventStepEnd), and
+	// EventRunBudget that the run stopped at its budget of slices
+	// (steps.go).
+	EventStepEnd   = "agent.step.end"
+	EventRunBudget = "agent.run.budget"
 )
 
 // UserMessage is the payload of a message.user event.

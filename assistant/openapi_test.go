@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/usherhq/usher/store"
 )
 
 // The OpenAPI document is written by hand. These tests hold it to the
@@ -518,6 +520,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"LineSegment":          SegmentView{},
 		"Fork":                 ForkView{},
 		"Alternative":          AlternativeView{},
+		"Step":                 StepView{},
+		"StepRecord":           store.StepRecord{},
+		"RunBudget":            RunBudget{},
 	} {
 		check(name, reflect.TypeOf(v))
 	}

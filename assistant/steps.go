@@ -22,15 +22,6 @@ import (
 // stops the run instead (budgetStop), beside the per-turn limit of model
 // steps (Options.MaxSteps).
 
-// EventStepEnd records the end of a slice's step: its payload is a
-// store.StepRecord.
-const EventStepEnd = store.EventStepEnd
-
-// EventRunBudget records that the run stopped at its budget of slices:
-// its payload is a RunBudget. The turns it ended follow it, failed, with
-// the same text.
-const EventRunBudget = "agent.run.budget"
-
 // RunBudget is the payload of an agent.run.budget event.
 type RunBudget struct {
 	// MaxSlices is the budget the run reached.

@@ -3,11 +3,15 @@ package assistant
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/identity"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -106,4 +110,92 @@ func TestSliceBudget(t *testing.T) {
 func TestSliceBudgetDefault(t *testing.T) {
 	t.Parallel()
 	checkBudgetStop(t, storetest.NewSQLite(t), Options{}, DefaultMaxSlices)
+}
+
+// TestStepEventType: the runtime's name of the step's event is the
+// store's, which writes it.
+func TestStepEventType(t *testing.T) {
+	if EventStepEnd != store.EventStepEnd {
+		t.Errorf("EventStepEnd = %q, the store writes %q", EventStepEnd, store.EventStepEnd)
+	}
+}
+
+// TestStepsRoute: GET …/steps pages through the run's steps for its
+// owner, and refuses another user (404, as every run route does) and
+// malformed paging (400 invalid_query).
+func TestStepsRoute(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := storetest.NewSQLite(t)
+	ms := modeltest.NewServer(t)
+	tools := newCountingTools(t, st)
+	rt, _ := startRuntime(t, st, ms, tools, Options{MaxSlices: 3, MaxToolCallsPerSlice: 1})
+	owner := principalID("alice")
+	run, _, err := rt.CreateRun(ctx, owner, Sender{}, NewRun{Title: "steps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools.mu.Lock()
+	tools.runID = run.ID
+	tools.mu.Unlock()
+	runaway(ms, 10)
+	e, _, _, err := rt.PostMessage(ctx, owner, Sender{}, run.ID, "count", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := waitTurn(ctx, rt, owner, run.ID, e.Seq, time.Minute); err != nil || out.Status != TurnFailed {
+		t.Fatalf("turn = %+v, %v; want failed at the budget", out, err)
+	}
+
+	api := rt.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := identity.Principal{Issuer: "https://idp.example.com", ObjectID: r.Header.Get("X-Test-User")}
+		api.ServeHTTP(w, r.WithContext(identity.NewContext(r.Context(), p)))
+	}))
+	t.Cleanup(srv.Close)
+	get := func(user, query string) (int, map[string]json.RawMessage) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/assistant/runs/"+run.ID+"/steps"+query, nil)
+		req.Header.Set("X-Test-User", user)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]json.RawMessage
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, body
+	}
+	page := func(query string) ([]StepView, bool) {
+		t.Helper()
+		code, body := get("alice", query)
+		var steps []StepView
+		var more bool
+		if code != http.StatusOK || json.Unmarshal(body["steps"], &steps) != nil || json.Unmarshal(body["hasMore"], &more) != nil {
+			t.Fatalf("GET steps%s = %d %s", query, code, body)
+		}
+		return steps, more
+	}
+	steps, more := page("?take=2")
+	if len(steps) != 2 || !more || steps[0].Sequence != 1 || steps[1].Sequence != 2 ||
+		steps[0].Key != "run:"+run.ID+":step:1" || steps[0].Kind != "turn" || steps[0].Outcome != "yielded" || steps[0].EndedAt.IsZero() {
+		t.Fatalf("first page = %+v, more %v", steps, more)
+	}
+	if steps, more = page("?after=2&take=2"); len(steps) != 1 || more || steps[0].Sequence != 3 || steps[0].Kind != "resume" {
+		t.Fatalf("second page = %+v, more %v", steps, more)
+	}
+	if steps, _ = page(""); len(steps) != 3 {
+		t.Fatalf("default page = %+v, want the 3 steps", steps)
+	}
+
+	if code, body := get("mallory", ""); code != http.StatusNotFound || !strings.Contains(string(body["error"]), `"not_found"`) {
+		t.Errorf("another user's GET = %d %s, want 404 not_found", code, body)
+	}
+	for _, bad := range []string{"?take=0", "?take=201", "?take=x", "?after=-1", "?after=1.5"} {
+		if code, body := get("alice", bad); code != http.StatusBadRequest || !strings.Contains(string(body["error"]), `"invalid_query"`) {
+			t.Errorf("GET steps%s = %d %s, want 400 invalid_query", bad, code, body)
+		}
+	}
 }
