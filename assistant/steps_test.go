@@ -105,11 +105,76 @@ func TestSliceBudget(t *testing.T) {
 	})
 }
 
-// TestSliceBudgetDefault: the same turn stops at the default budget,
-// 250 slices.
+// TestSliceBudgetDefault: a run of 300 turns of one slice each stops at
+// the default budget, 250 slices: the first 250 messages are answered,
+// and the last 50 get their turn's end, failed, with the reason. (Turns
+// of one slice keep each slice's history, and so the test, small.)
 func TestSliceBudgetDefault(t *testing.T) {
 	t.Parallel()
-	checkBudgetStop(t, storetest.NewSQLite(t), Options{}, DefaultMaxSlices)
+	ctx := t.Context()
+	st := storetest.NewSQLite(t)
+	ms := modeltest.NewServer(t)
+	ms.SetDefaultReply("ok")
+	rt, runID := startRuntime(t, st, ms, newCountingTools(t, st), Options{})
+	var last store.Event
+	for i := range 300 {
+		e, _, _, err := rt.PostMessage(ctx, "owner", Sender{}, runID, fmt.Sprintf("message %d", i), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = e
+	}
+	out, err := waitTurn(ctx, rt, "owner", runID, last.Seq, 5*time.Minute)
+	want := budgetMessage(DefaultMaxSlices)
+	if err != nil || out.Status != TurnFailed || out.End == nil || out.End.Error != want {
+		t.Fatalf("the last turn = %+v, %v; want failed: %q", out, err, want)
+	}
+	if r, err := st.GetRun(ctx, runID); err != nil || r.Status != store.RunFailed {
+		t.Fatalf("the run = %s, %v; want Failed", r.Status, err)
+	}
+	steps, err := st.ListSteps(ctx, runID, 0, store.MaxStepsPage)
+	if err != nil || len(steps) != DefaultMaxSlices {
+		t.Fatalf("%d steps (%v), want %d", len(steps), err, DefaultMaxSlices)
+	}
+	for i, s := range steps {
+		if s.Sequence != int64(i+1) || s.Kind != store.StepTurn || s.Outcome != store.StepEnded || s.ModelSteps != 1 {
+			t.Fatalf("step %d = %+v, want a turn ended after one model step", i+1, s)
+		}
+	}
+	if n := len(ms.Requests()); n != DefaultMaxSlices {
+		t.Errorf("the model was asked %d times, want %d", n, DefaultMaxSlices)
+	}
+	// Every message has its turn's end: completed up to the budget,
+	// failed with the reason after it.
+	ends := map[string]int{}
+	for after := int64(0); ; {
+		events, err := st.ListEvents(ctx, runID, after, 500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range events {
+			if e.Type == EventTurnEnd {
+				var end TurnEnd
+				if err := json.Unmarshal(e.Payload, &end); err != nil {
+					t.Fatal(err)
+				}
+				if end.Status == TurnFailed && end.Error != want {
+					t.Errorf("a failed turn says %q, want %q", end.Error, want)
+				}
+				ends[end.Status]++
+			}
+			if e.Type == EventRunBudget {
+				ends[EventRunBudget]++
+			}
+		}
+		if len(events) < 500 {
+			break
+		}
+		after = events[len(events)-1].Seq
+	}
+	if ends[TurnCompleted] != DefaultMaxSlices || ends[TurnFailed] != 300-DefaultMaxSlices || ends[EventRunBudget] != 1 {
+		t.Errorf("turn ends and budget events = %v, want %d completed, %d failed, 1 budget", ends, DefaultMaxSlices, 300-DefaultMaxSlices)
+	}
 }
 
 // TestStepEventType: the runtime's name of the step's event is the
