@@ -41,8 +41,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, re
 			modelName = cfg.Model.Name
 		}
 	}
-	mcpURL := publicURL + "/mcp"
-	a := cfg.Assistant
+	mcpURL, a := publicURL+"/mcp", cfg.Assistant
 	auditLog, err := audit.New(in.store, nil)
 	if err != nil {
 		return nil, err
