@@ -576,6 +576,38 @@ func TestAssistantSlicesAndSteps(t *testing.T) {
 	}
 }
 
+// TestAssistantSliceBudget: with assistant.max_slices 3, a turn that
+// would take five slices stops the run, failed, at the third, with the
+// reason in the turn's end and the log; GET …/steps lists the three.
+func TestAssistantSliceBudget(t *testing.T) {
+	t.Parallel()
+	ms := modeltest.NewServer(t)
+	s := startServer(t, ms.UsherEnv("USHER_ASSISTANT_MAX_TOOL_CALLS_PER_SLICE", "1", "USHER_ASSISTANT_MAX_SLICES", "3"))
+	alice := userToken(t, s, "alice")
+	_, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, "")
+	id := run["runId"].(string)
+	base := s.url + "/api/assistant/runs/" + id
+	for i := range 5 {
+		ms.ReplyToolCalls(model.ToolCall{ID: fmt.Sprintf("c%d", i), Name: "notes_list", Arguments: json.RawMessage(`{}`)})
+	}
+	code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"list for ever"}`)
+	if code != 200 || body["status"] != "failed" || !strings.Contains(fmt.Sprint(body["error"]), "limit of 3 slices") {
+		t.Fatalf("turn over max_slices = %d %v", code, body)
+	}
+	events := apitest.Events(t, s.url, alice, id)
+	if countType(events, "agent.run.budget") != 1 || countType(events, "agent.step.end") != 3 || countType(events, "message.tool") != 3 {
+		t.Errorf("budget events %d, step ends %d, tool results %d; want 1, 3, 3",
+			countType(events, "agent.run.budget"), countType(events, "agent.step.end"), countType(events, "message.tool"))
+	}
+	code, body = apitest.Call(t, "GET", base+"/steps", alice, "")
+	if steps, _ := body["steps"].([]any); code != 200 || len(steps) != 3 {
+		t.Errorf("GET steps = %d %v, want the 3 steps", code, body)
+	}
+	if code, body = apitest.Call(t, "GET", base, alice, ""); code != 200 || fmt.Sprint(body["run"].(map[string]any)["status"]) != "Failed" {
+		t.Errorf("the run = %d %v, want Failed", code, body)
+	}
+}
+
 // TestAssistantQueuedMessages fills the only turn slot of a process, then
 // sends two messages to another run, which wait unclaimed: when the slot
 // frees, the scheduler claims that run (it was woken while every slot was
