@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -165,20 +166,36 @@ func TestAssistantTurnSurvivesAKilledProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(events) > 0 && events[len(events)-1].Type == "agent.turn.end"
+		return slices.ContainsFunc(events, func(e store.Event) bool { return e.Type == "agent.turn.end" })
 	})
 	count := map[string]int{}
+	var turnEnd store.Event
 	for _, e := range events {
 		count[e.Type]++
+		if e.Type == "agent.turn.end" {
+			turnEnd = e
+		}
 	}
 	if count["message.user"] != 1 || count["agent.turn.start"] != 1 || count["agent.turn.end"] != 1 ||
 		count["agent.turn.pause"] != 1 || count["message.assistant"] != 2 || count["message.tool"] != 2 {
 		t.Errorf("event counts after the takeover = %v; want 1 user message, 1 turn start, pause and end, 2 assistant messages, 2 tool results (pending, then the result)", count)
 	}
 	var end struct{ Status string }
-	json.Unmarshal(events[len(events)-1].Payload, &end)
+	json.Unmarshal(turnEnd.Payload, &end)
 	if end.Status != "completed" {
-		t.Errorf("turn end = %s, want completed", events[len(events)-1].Payload)
+		t.Errorf("turn end = %s, want completed", turnEnd.Payload)
+	}
+	// Two slices, each one step: the first paused for the approval; the
+	// second, killed with A, was continued by B under the same sequence
+	// (its second attempt), not recorded again.
+	testenv.WaitFor(t, 30*time.Second, func() bool {
+		steps, err := st.ListSteps(t.Context(), id, 0, 10)
+		return err == nil && len(steps) == 2 && !steps[1].EndedAt.IsZero()
+	})
+	steps, err := st.ListSteps(t.Context(), id, 0, 10)
+	if err != nil || len(steps) != 2 || steps[0].Outcome != store.StepPaused || steps[0].Attempts != 1 ||
+		steps[1].Outcome != store.StepEnded || steps[1].Attempts != 2 || steps[1].Kind != store.StepResume {
+		t.Errorf("steps after the takeover = %+v, %v; want 1 paused, then 2 ended on its second attempt", steps, err)
 	}
 	// The write ran once.
 	recs, err := st.AuditRecords(t.Context(), 0, 10000)
