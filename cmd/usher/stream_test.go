@@ -111,6 +111,16 @@ func isType(typ string) func(sseMessage) bool {
 	return func(m sseMessage) bool { return m.Event == typ }
 }
 
+// turnOver stops at the end of the step that follows the turn's end in
+// the same write: the last event a one-slice turn logs.
+func turnOver() func(sseMessage) bool {
+	ended := false
+	return func(m sseMessage) bool {
+		ended = ended || m.Event == "agent.turn.end"
+		return ended && m.Event == "agent.step.end"
+	}
+}
+
 // logSeqs returns the run's event sequences from the API.
 func logSeqs(t *testing.T, s *server, token, id string) []int64 {
 	var seqs []int64
@@ -154,14 +164,14 @@ func TestSSEResumesAfterADisconnect(t *testing.T) {
 
 	last := ids(got)[len(ids(got))-1]
 	second := openSSE(t, url, alice, last)
-	more := second.until(t, isType("agent.turn.end"))
+	more := second.until(t, turnOver())
 	all := append(ids(got), ids(more)...)
 	if want := logSeqs(t, s, alice, id); fmt.Sprint(all) != fmt.Sprint(want) {
 		t.Fatalf("events over two connections = %v, want the log %v", all, want)
 	}
 	// ?after= resumes the same way.
 	third := openSSE(t, url+"?after="+strconv.FormatInt(last, 10), alice, 0)
-	if again := third.until(t, isType("agent.turn.end")); fmt.Sprint(ids(again)) != fmt.Sprint(ids(more)) {
+	if again := third.until(t, turnOver()); fmt.Sprint(ids(again)) != fmt.Sprint(ids(more)) {
 		t.Errorf("?after resume = %v, want %v", ids(again), ids(more))
 	}
 }
@@ -370,7 +380,7 @@ func TestThousandSubscribers(t *testing.T) {
 			}
 			defer resp.Body.Close()
 			sc := bufio.NewScanner(resp.Body)
-			signalled := false
+			signalled, ended := false, false
 			for sc.Scan() {
 				line := sc.Text()
 				if !signalled && line == "event: connected" {
@@ -381,7 +391,9 @@ func TestThousandSubscribers(t *testing.T) {
 					seq, _ := strconv.ParseInt(v, 10, 64)
 					results[i] = append(results[i], seq)
 				}
-				if line == "event: agent.turn.end" {
+				// The turn's last event: the end of its step, after its end.
+				ended = ended || line == "event: agent.turn.end"
+				if ended && line == "event: agent.step.end" {
 					return
 				}
 			}
@@ -432,7 +444,7 @@ func TestEventsCrossProcesses(t *testing.T) {
 	if code, _ := apitest.Call(t, "POST", a.url+"/api/assistant/runs/"+id+"/messages", tok, `{"content":"call notes_list"}`); code != 202 {
 		t.Fatal("post failed")
 	}
-	got := stream.until(t, isType("agent.turn.end"))
+	got := stream.until(t, turnOver())
 	if want := logSeqs(t, a, tok, id); fmt.Sprint(ids(got)) != fmt.Sprint(want) {
 		t.Errorf("events on the other process = %v, want %v", ids(got), want)
 	}
