@@ -111,11 +111,7 @@ type Reviewers []string
 
 // IsReviewer reports whether p is a reviewer: one of the groups is among
 // p's groups or app roles. An empty group names no one.
-func (r Reviewers) IsReviewer(p identity.Principal) bool {
-	return slices.ContainsFunc(r, func(g string) bool {
-		return g != "" && (slices.Contains(p.Groups, g) || slices.Contains(p.Roles, g))
-	})
-}
+func (r Reviewers) IsReviewer(p identity.Principal) bool { return p.InAnyOf(r) }
 
 // API errors of the handlers, in the one error shape of httpx.
 var (

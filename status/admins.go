@@ -1,10 +1,6 @@
 package status
 
-import (
-	"slices"
-
-	"github.com/usherhq/usher/internal/identity"
-)
+import "github.com/usherhq/usher/internal/identity"
 
 // Admins are the admins' groups (config admin.groups).
 type Admins []string
@@ -12,8 +8,4 @@ type Admins []string
 // IsAdmin reports whether p is an admin: one of the groups is among p's
 // groups or app roles. An empty group names no one, nor does an empty
 // list.
-func (a Admins) IsAdmin(p identity.Principal) bool {
-	return slices.ContainsFunc(a, func(g string) bool {
-		return g != "" && (slices.Contains(p.Groups, g) || slices.Contains(p.Roles, g))
-	})
-}
+func (a Admins) IsAdmin(p identity.Principal) bool { return p.InAnyOf(a) }

@@ -3,6 +3,7 @@ package identity
 import (
 	"cmp"
 	"context"
+	"slices"
 	"strings"
 )
 
@@ -36,6 +37,15 @@ type Principal struct {
 // It never uses a name or an email, which can change hands.
 func (p Principal) ID() string {
 	return p.Issuer + "|" + p.Tenant + "|" + cmp.Or(p.ObjectID, p.Subject)
+}
+
+// InAnyOf reports whether one of groups is among p's groups or app roles,
+// as a role such as review.groups or admin.groups names its members. An
+// empty group names no one, nor does an empty list.
+func (p Principal) InAnyOf(groups []string) bool {
+	return slices.ContainsFunc(groups, func(g string) bool {
+		return g != "" && (slices.Contains(p.Groups, g) || slices.Contains(p.Roles, g))
+	})
 }
 
 // TenantOf returns the tenant of a principal id (see Principal.ID), or ""
