@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/internal/identity"
 )
@@ -38,12 +41,20 @@ func RefuseTokens(brokerIssuer string, next http.Handler) http.Handler {
 	})
 }
 
-// isBrokerToken reads the unverified claims of a JWT and reports whether
-// they are a broker token's.
 // errRefused answers a broker token where only a person's token is taken.
 var errRefused = httpx.Errorf(http.StatusForbidden, "broker_token_refused",
 	"A broker token speaks for a user to the MCP server only: this API is for people signed in to Usher.")
 
+// brokerClaims are the claims isBrokerToken reads; every other claim is
+// skipped without being decoded. Names match exactly, as in a map.
+type brokerClaims struct {
+	Iss   jsontext.Value `json:"iss"`
+	Scope jsontext.Value `json:"scope"`
+	Scp   jsontext.Value `json:"scp"`
+}
+
+// isBrokerToken reads the unverified claims of a JWT and reports whether
+// they are a broker token's.
 func isBrokerToken(token, brokerIssuer string) bool {
 	if len(token) > identity.MaxTokenBytes {
 		return false
@@ -56,20 +67,20 @@ func isBrokerToken(token, brokerIssuer string) bool {
 	if err != nil {
 		return false
 	}
-	var claims map[string]json.RawMessage
-	if json.Unmarshal(payload, &claims) != nil {
+	var claims brokerClaims
+	if jsonv2.Unmarshal(payload, &claims, jsonv2.RejectUnknownMembers(false)) != nil {
 		return false
 	}
 	var iss string
-	if brokerIssuer != "" && json.Unmarshal(claims["iss"], &iss) == nil && iss == brokerIssuer {
+	if brokerIssuer != "" && json.Unmarshal(claims.Iss, &iss) == nil && iss == brokerIssuer {
 		return true
 	}
-	return hasScope(claims["scope"], ScopeInvoke) || hasScope(claims["scp"], ScopeInvoke)
+	return hasScope(claims.Scope, ScopeInvoke) || hasScope(claims.Scp, ScopeInvoke)
 }
 
 // hasScope reports whether a scope claim, a space-separated string or an
 // array of strings, holds scope.
-func hasScope(claim json.RawMessage, scope string) bool {
+func hasScope(claim []byte, scope string) bool {
 	var s string
 	if json.Unmarshal(claim, &s) == nil {
 		return slices.Contains(strings.Fields(s), scope)

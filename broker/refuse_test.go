@@ -44,6 +44,8 @@ func TestRefuseTokens(t *testing.T) {
 		{"identity token", []string{"Bearer " + jwt(map[string]any{"iss": "https://login.example.com/t/v2.0", "scp": "approvals.decide"})}, false},
 		{"a scope that only contains the words", []string{"Bearer " + jwt(map[string]any{"scope": "mcp:invoke-later"})}, false},
 		{"iss not a string", []string{"Bearer " + jwt(map[string]any{"iss": 5})}, false},
+		{"iss not a string, broker scope", []string{"Bearer " + jwt(map[string]any{"iss": 5, "scope": "mcp:invoke"})}, true},
+		{"claim names in another case", []string{"Bearer " + jwt(map[string]any{"ISS": brokerIssuer, "Scope": "mcp:invoke", "SCP": "mcp:invoke"})}, false},
 		{"not a JWT", []string{"Bearer opaque-token"}, false},
 		{"payload not base64", []string{"Bearer a.!!!.c"}, false},
 		{"payload not JSON", []string{"Bearer a." + base64.RawURLEncoding.EncodeToString([]byte("iss")) + ".c"}, false},
