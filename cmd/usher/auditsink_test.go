@@ -29,6 +29,7 @@ import (
 // after it, once the lease has lapsed, delivers that batch again and the
 // records written since: none is missing, and every batch is signed.
 func TestAuditSinkSurvivesAKilledProcess(t *testing.T) {
+	t.Parallel()
 	dbURL := storetest.PostgresURL(t)
 	st, err := store.Open(t.Context(), dbURL, nil)
 	if err != nil {
