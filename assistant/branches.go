@@ -422,14 +422,8 @@ func (rt *Runtime) handleDeleteMessage(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, errInvalidSeq)
 		return
 	}
-	var body struct{}
-	if err := decodeOptional(r, &body); err != nil {
-		rt.fail(w, r, err)
-		return
-	}
-	key, err := idempotencyKey(r)
-	if err != nil {
-		rt.fail(w, r, err)
+	key, ok := rt.emptyBodyAndKey(w, r)
+	if !ok {
 		return
 	}
 	b, ev, run, err := rt.DeleteMessage(r.Context(), owner, r.PathValue("id"), seq, key)
@@ -447,14 +441,8 @@ func (rt *Runtime) handleRegenerate(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, errUnauthenticated)
 		return
 	}
-	var body struct{}
-	if err := decodeOptional(r, &body); err != nil {
-		rt.fail(w, r, err)
-		return
-	}
-	key, err := idempotencyKey(r)
-	if err != nil {
-		rt.fail(w, r, err)
+	key, ok := rt.emptyBodyAndKey(w, r)
+	if !ok {
 		return
 	}
 	b, ev, run, err := rt.Regenerate(r.Context(), owner, senderOf(r), r.PathValue("id"), key)

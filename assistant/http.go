@@ -166,6 +166,23 @@ func decodeContent(r *http.Request) (string, error) {
 	return *body.Content, nil
 }
 
+// emptyBodyAndKey reads the request of an action that takes no body (an
+// empty one, or none) and an optional Idempotency-Key, and returns the
+// key; on a bad body or key it answers the error and returns false.
+func (rt *Runtime) emptyBodyAndKey(w http.ResponseWriter, r *http.Request) (string, bool) {
+	var body struct{}
+	if err := decodeOptional(r, &body); err != nil {
+		rt.fail(w, r, err)
+		return "", false
+	}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		rt.fail(w, r, err)
+		return "", false
+	}
+	return key, true
+}
+
 // idempotencyKey reads the request's Idempotency-Key header ("" for none).
 func idempotencyKey(r *http.Request) (string, error) {
 	key := r.Header.Get("Idempotency-Key")
@@ -296,14 +313,8 @@ func (rt *Runtime) handleCompact(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, errUnauthenticated)
 		return
 	}
-	var body struct{}
-	if err := decodeOptional(r, &body); err != nil {
-		rt.fail(w, r, err)
-		return
-	}
-	key, err := idempotencyKey(r)
-	if err != nil {
-		rt.fail(w, r, err)
+	key, ok := rt.emptyBodyAndKey(w, r)
+	if !ok {
 		return
 	}
 	child, created, err := rt.ContinueRun(r.Context(), owner, r.PathValue("id"), key)
