@@ -357,6 +357,25 @@ UPDATE oauth_refresh_tokens SET revoked_at = $2 WHERE family_id = $1 AND revoked
 	revokeGrant = sql1(`
 INSERT INTO oauth_revoked_grants (family_id, revoked_at) VALUES ($1, $2) ON CONFLICT (family_id) DO NOTHING`)
 
+	// revokeClientGrants records the revocation of every grant of the
+	// client $1 whose access tokens could still be unexpired: each family
+	// a code of it began or a refresh token of it still names (the sweep
+	// keeps both while an access token of theirs could live), keeping an
+	// earlier revocation's time.
+	revokeClientGrants = sql1(`
+INSERT INTO oauth_revoked_grants (family_id, revoked_at)
+SELECT family_id, $2::timestamptz FROM oauth_codes WHERE client_id = $1 AND family_id IS NOT NULL
+UNION SELECT family_id, $2::timestamptz FROM oauth_refresh_tokens WHERE client_id = $1
+ON CONFLICT (family_id) DO NOTHING`)
+
+	// revokeConsentGrants is revokeClientGrants for the grants of one
+	// person ($1) to one client ($2), at $3.
+	revokeConsentGrants = sql1(`
+INSERT INTO oauth_revoked_grants (family_id, revoked_at)
+SELECT family_id, $3::timestamptz FROM oauth_codes WHERE principal = $1 AND client_id = $2 AND family_id IS NOT NULL
+UNION SELECT family_id, $3::timestamptz FROM oauth_refresh_tokens WHERE principal = $1 AND client_id = $2
+ON CONFLICT (family_id) DO NOTHING`)
+
 	grantRevoked = sql1(`SELECT EXISTS (SELECT 1 FROM oauth_revoked_grants WHERE family_id = $1)`)
 
 	deleteOldRevokedGrants = sql1(`DELETE FROM oauth_revoked_grants WHERE revoked_at <= $1`)
@@ -658,7 +677,7 @@ func revokeOAuthClient(ctx context.Context, x executor, id string, now time.Time
 	if err := x.row(ctx, lockOAuthClient, id).Scan(at(&revokedAt)); err != nil {
 		return err
 	}
-	for _, s := range []stmt{revokeOAuthClientRow, revokeClientConsents, revokeClientRefreshTokens} {
+	for _, s := range []stmt{revokeOAuthClientRow, revokeClientConsents, revokeClientRefreshTokens, revokeClientGrants} {
 		if _, err := x.exec(ctx, s, id, now); err != nil {
 			return err
 		}
@@ -1117,7 +1136,7 @@ func (c *core) RevokeConsent(ctx context.Context, principal, clientID string, no
 		if !revokedAt.IsZero() {
 			return ErrConflict // revoked before: its tokens with it
 		}
-		for _, s := range []stmt{revokeConsentRow, revokeConsentRefreshTokens} {
+		for _, s := range []stmt{revokeConsentRow, revokeConsentRefreshTokens, revokeConsentGrants} {
 			if _, err := tx.exec(ctx, s, principal, clientID, storedTime(now)); err != nil {
 				return err
 			}

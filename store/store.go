@@ -652,11 +652,13 @@ type Store interface {
 	CountOAuthRegistrations(ctx context.Context, registeredBy string, since time.Time) (int, error)
 	// RevokeOAuthClient revokes the client at now (a revoked client keeps
 	// its first RevokedAt) and, in the same transaction, its refresh
-	// tokens and consents still standing; ErrNotFound when there is no
-	// such client. A refresh token issued or rotated concurrently is
-	// either refused or revoked with the others. Its codes are not
-	// touched: the token endpoint refuses a revoked client, and
-	// IssueRefreshToken refuses its tokens.
+	// tokens and consents still standing, and records every grant of it
+	// revoked (GrantRevoked), so that the access tokens already issued to
+	// it are refused too; ErrNotFound when there is no such client. A
+	// refresh token issued or rotated concurrently is either refused or
+	// revoked with the others. Its codes are not touched: the token
+	// endpoint refuses a revoked client, and IssueRefreshToken refuses its
+	// tokens.
 	RevokeOAuthClient(ctx context.Context, id string, now time.Time) error
 
 	// CreateAuthorizationCode stores an issued code. CodeHash, ClientID,
@@ -727,8 +729,9 @@ type Store interface {
 	RevokeRefreshFamily(ctx context.Context, tokenHash string, now time.Time) error
 	// GrantRevoked reports whether the refresh-token family family —
 	// an authorization code's grant, which its access tokens name — was
-	// revoked (a replayed code, a reused refresh token, a revocation) no
-	// earlier than DeleteExpiredOAuth's before: one read of a primary key.
+	// revoked (a replayed code, a reused refresh token, a revocation, its
+	// client or consent revoked) no earlier than DeleteExpiredOAuth's
+	// before: one read of a primary key.
 	GrantRevoked(ctx context.Context, family string) (bool, error)
 
 	// PutConsent records the principal's consent to the client (both
@@ -750,7 +753,8 @@ type Store interface {
 	TouchConsent(ctx context.Context, principal, clientID string, now time.Time) error
 	// RevokeConsent revokes the consent at now and, in the same
 	// transaction, that principal's refresh tokens of that client still
-	// standing, one rotated concurrently included; ErrNotFound when there
+	// standing, one rotated concurrently included, and records those
+	// grants revoked (GrantRevoked); ErrNotFound when there
 	// is no such consent, ErrConflict when it is revoked already (by a
 	// concurrent call too: exactly one call revokes a standing consent),
 	// and then nothing changes (the first RevokedAt is kept).

@@ -19,7 +19,8 @@ import (
 
 // TestRevokedGrantsAccessTokensRefused checks that the access tokens of a
 // grant stop verifying once the grant is revoked — by a replayed code (RFC
-// 6749 §4.1.2), a reused refresh token, or a revocation (RFC 7009 §2.1) —,
+// 6749 §4.1.2), a reused refresh token, a revocation (RFC 7009 §2.1), a
+// withdrawn consent or a revoked client —,
 // a token the verifier has cached included, and that another grant's do
 // not, on both engines.
 func TestRevokedGrantsAccessTokensRefused(t *testing.T) {
@@ -85,6 +86,28 @@ func TestRevokedGrantsAccessTokensRefused(t *testing.T) {
 		}
 		if err := verify(revoked.AccessToken); !errors.Is(err, broker.ErrInvalidToken) {
 			t.Errorf("the access token of a revoked refresh token's family: %v, want ErrInvalidToken", err)
+		}
+
+		// A consent withdrawn (Connected apps) and a client revoked (usher
+		// clients revoke), each on a client of its own.
+		for name, revoke := range map[string]func(c client) error{
+			"consent": func(c client) error {
+				return st.RevokeConsent(t.Context(), principal("alice").ID(), c.ID, e.clock.Now())
+			},
+			"client": func(c client) error { return st.RevokeOAuthClient(t.Context(), c.ID, e.clock.Now()) },
+		} {
+			c := e.register(nil)
+			code, verifier := e.code(c, "alice", nil)
+			tokens := e.redeem(c, code, verifier)
+			if err := verify(tokens.AccessToken); err != nil { // and cached
+				t.Fatalf("%s: a fresh grant's access token: %v", name, err)
+			}
+			if err := revoke(c); err != nil {
+				t.Fatalf("revoking the %s: %v", name, err)
+			}
+			if err := verify(tokens.AccessToken); !errors.Is(err, broker.ErrInvalidToken) {
+				t.Errorf("an access token after its %s was revoked: %v, want ErrInvalidToken", name, err)
+			}
 		}
 
 		if err := verify(other.AccessToken); err != nil {

@@ -79,3 +79,56 @@ func testRevokedGrants(t *testing.T, s store.Store) {
 			revoked("fam-code"), revoked("fam-refresh"), revoked("fam-revoked"))
 	}
 }
+
+// testRevokedGrantsOfClients checks that revoking a client records every
+// grant of it revoked — a family a code began, one only a refresh token
+// names — and that revoking a consent records that person's grants of
+// that client, and no one else's.
+func testRevokedGrantsOfClients(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	now := oauthNow()
+	revoked := func(family string) bool {
+		t.Helper()
+		r, err := s.GrantRevoked(ctx, family)
+		if err != nil {
+			t.Fatalf("GrantRevoked(%s): %v", family, err)
+		}
+		return r
+	}
+	for _, c := range []string{"gone", "kept"} {
+		mustOAuthClient(t, s, c)
+		if err := s.CreateAuthorizationCode(ctx, newCode("code-"+c, c, now)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RedeemAuthorizationCode(ctx, "code-"+c, "fam-code-"+c, now, nil); err != nil {
+			t.Fatal(err)
+		}
+		mustIssue(t, s, newRefresh("rt-"+c, "fam-refresh-"+c, c, "alice", now))
+		mustIssue(t, s, newRefresh("rt-bob-"+c, "fam-bob-"+c, c, "bob", now))
+		for _, p := range []string{"alice", "bob"} {
+			if _, err := s.PutConsent(ctx, store.Consent{Principal: p, ClientID: c, Scope: "mcp:invoke"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	if err := s.RevokeConsent(ctx, "bob", "kept", now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if !revoked("fam-bob-kept") || revoked("fam-refresh-kept") || revoked("fam-code-kept") {
+		t.Errorf("after bob's consent to kept is revoked: bob's grant revoked %v, alice's %v and %v; want true, false, false",
+			revoked("fam-bob-kept"), revoked("fam-refresh-kept"), revoked("fam-code-kept"))
+	}
+
+	if err := s.RevokeOAuthClient(ctx, "gone", now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"fam-code-gone", "fam-refresh-gone", "fam-bob-gone"} {
+		if !revoked(f) {
+			t.Errorf("after its client is revoked, grant %s does not read revoked", f)
+		}
+	}
+	if revoked("fam-refresh-kept") || revoked("fam-code-kept") {
+		t.Error("revoking one client revoked another's grants")
+	}
+}

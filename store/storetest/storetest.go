@@ -125,6 +125,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"DeleteExpiredOAuth", testDeleteExpiredOAuth},
 		{"ConsentAnswers", testConsentAnswers},
 		{"RevokedGrants", testRevokedGrants},
+		{"RevokedGrantsOfClients", testRevokedGrantsOfClients},
 		{"ConfiguredClients", testConfiguredClients},
 		{"ClientAssertions", testClientAssertions},
 		{"AppendAudit", testAppendAudit},
