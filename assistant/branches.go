@@ -390,7 +390,7 @@ func (rt *Runtime) handleEdit(w http.ResponseWriter, r *http.Request) {
 	}
 	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
 	if err != nil || seq < 1 || seq > 1<<53 {
-		rt.fail(w, r, errMessageNotFound)
+		rt.fail(w, r, errInvalidSeq)
 		return
 	}
 	content, err := decodeContent(r)
