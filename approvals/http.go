@@ -30,7 +30,7 @@ var (
 	errForbidden       = httpx.Errorf(http.StatusForbidden, "approval_forbidden", "You may not make this decision: another approver must decide this request.")
 	errDecided         = httpx.Errorf(http.StatusConflict, "approval_decided", "The approval is no longer pending: it was decided, used or revoked.")
 	errExpired         = httpx.Errorf(http.StatusGone, "approval_expired", "The approval has expired.")
-	errWithdrawn       = httpx.Errorf(http.StatusConflict, "approval_withdrawn", "The approval was withdrawn: the turn that asked for it was stopped, and the call will not run.")
+	errWithdrawn       = httpx.Errorf(http.StatusConflict, "approval_withdrawn", "The approval was withdrawn: the turn that asked for it was stopped, or its session closed, and the call will not run.")
 	errBadDecision     = httpx.Errorf(http.StatusBadRequest, "invalid_request", fmt.Sprintf(
 		`The body must be one JSON object: {"decision": "approve" or "deny", "reason": optional text of at most %d characters}.`, MaxReasonRunes))
 	errBadReason = httpx.Errorf(http.StatusBadRequest, "invalid_request", fmt.Sprintf(

@@ -40,8 +40,9 @@ var (
 	ErrDecided = errors.New("approvals: already decided")
 	// ErrExpired: the approval expired before it was decided.
 	ErrExpired = errors.New("approvals: expired")
-	// ErrWithdrawn: the turn that asked for the approval was stopped; it
-	// can no longer be decided. It wraps ErrDecided.
+	// ErrWithdrawn: the turn that asked for the approval was stopped, or
+	// its run closed or deleted; it can no longer be decided. It wraps
+	// ErrDecided.
 	ErrWithdrawn = fmt.Errorf("%w: withdrawn", ErrDecided)
 	// ErrNotApproved: no approved, unexpired, unused approval matches the
 	// call.
@@ -377,7 +378,8 @@ func parseCursor(text string) (store.ApprovalCursor, error) {
 // with a reason for the record. See the package documentation for who may
 // decide. It fails with ErrNotFound when decider may not see the approval,
 // ErrForbidden when they may not make this decision, ErrDecided when it
-// is no longer pending (ErrWithdrawn when its turn was stopped),
+// is no longer pending (ErrWithdrawn when its turn was stopped or its run
+// closed),
 // ErrExpired when its time has passed, and
 // ErrInvalid for a reason over MaxReasonRunes or holding control
 // characters other than line breaks and tabs.

@@ -82,7 +82,8 @@ func (rt *Runtime) ContinueRun(ctx context.Context, owner, runID, idempotencyKey
 	note := store.NewEvent{Type: EventRunContinued, Payload: mustJSON(RunContinued{RunID: child.ID, SnapshotVersion: snap.Version})}
 	var out store.Run
 	err = rt.retryUnknown(ctx, child.ID, func() (err error) {
-		out, created, err = rt.st.ContinueRun(ctx, store.ContinueRunParams{From: r.ID, Child: child, First: first, Note: note, Summary: &snap, MaxActive: rt.o.MaxActiveRuns})
+		out, created, err = rt.st.ContinueRun(ctx, store.ContinueRunParams{From: r.ID, Child: child, First: first, Note: note, Summary: &snap, MaxActive: rt.o.MaxActiveRuns,
+			Withdrawal: rt.withdrawal(owner, continuedBy)})
 		return err
 	})
 	switch {

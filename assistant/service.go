@@ -243,7 +243,8 @@ func (rt *Runtime) Close(ctx context.Context, owner, id string, to store.RunStat
 	if _, err := rt.Run(ctx, owner, id); err != nil {
 		return store.Run{}, err
 	}
-	r, err := rt.st.CloseRun(ctx, id, to, cancelledTurnEnd("The session was closed during the turn.", "The session was closed before this message's turn."))
+	r, err := rt.st.CloseRun(ctx, id, to, cancelledTurnEnd("The session was closed during the turn.", "The session was closed before this message's turn."),
+		rt.withdrawal(owner, closedBy(to)))
 	switch {
 	case errors.Is(err, store.ErrClosed):
 		return store.Run{}, errRunClosed
@@ -263,7 +264,8 @@ func (rt *Runtime) Delete(ctx context.Context, owner, id string) error {
 	if _, err := rt.Run(ctx, owner, id); err != nil {
 		return err
 	}
-	err := rt.st.DeleteRun(ctx, id, cancelledTurnEnd("The session was deleted during the turn.", "The session was deleted before this message's turn."))
+	err := rt.st.DeleteRun(ctx, id, cancelledTurnEnd("The session was deleted during the turn.", "The session was deleted before this message's turn."),
+		rt.withdrawal(owner, deletedBy))
 	if errors.Is(err, store.ErrNotFound) {
 		return errRunNotFound
 	}

@@ -58,7 +58,7 @@ func (rt *Runtime) budgetStop(ctx context.Context, r store.Run) {
 		}
 		return append(out, store.NewEvent{Type: EventTurnEnd, EndsTurn: true,
 			Payload: mustJSON(TurnEnd{MessageSeq: turnSeq, Status: TurnFailed, Error: text})})
-	})
+	}, rt.withdrawal(r.Owner, text))
 	if err != nil && !errors.Is(err, store.ErrClosed) && !errors.Is(err, store.ErrNotFound) {
 		rt.log.Error("assistant: stopping a run at its budget of slices failed", "run", r.ID, "err", err)
 		return

@@ -19,7 +19,9 @@ import (
 // recorded as ever (an outcome, or outcome_unknown), and it writes
 // nothing more. The run's open approvals are withdrawn in the same
 // transaction: none can be decided or used after. The run takes messages
-// as before.
+// as before. Completing, cancelling or deleting a run (and continuing it,
+// which completes it, or failing it at its budget) withdraws its open
+// approvals the same way, each with its own reason.
 
 var errNothingToStop = httpx.Errorf(http.StatusConflict, "nothing_to_stop", "Nothing is running in this session.")
 
@@ -39,7 +41,7 @@ func (rt *Runtime) StopTurn(ctx context.Context, owner, id string) (store.Run, e
 		}
 		return append(out, store.NewEvent{Type: EventTurnEnd, EndsTurn: true,
 			Payload: mustJSON(TurnEnd{MessageSeq: turnSeq, Status: TurnStopped, Error: stoppedBy})})
-	}, rt.withdrawal(owner))
+	}, rt.withdrawal(owner, stoppedBy))
 	switch {
 	case errors.Is(err, store.ErrNothingToStop):
 		return store.Run{}, errNothingToStop
@@ -66,17 +68,18 @@ func (rt *Runtime) handleStop(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, viewRun(run))
 }
 
-// withdrawal is how a stop by owner withdraws its run's open approvals:
-// nothing they asked for runs any more. Each withdrawal is recorded as a
-// decision, withdrawn, by the person who stopped the turn.
-func (rt *Runtime) withdrawal(owner string) store.Withdrawal {
-	w := store.Withdrawal{Reason: stoppedBy}
+// withdrawal is how a stop, a close or a deletion of owner's run
+// withdraws its open approvals, for reason: nothing they asked for runs
+// any more. Each withdrawal is recorded as a decision, withdrawn, by the
+// run's owner, whose stop or close it was.
+func (rt *Runtime) withdrawal(owner, reason string) store.Withdrawal {
+	w := store.Withdrawal{Reason: reason}
 	if rt.o.Audit == nil {
 		return w
 	}
 	w.Audit = func(a store.Approval) (func(store.AuditHead) (store.AuditRecord, error), error) {
 		b := a.Binding
-		details, err := json.Marshal(map[string]any{"requested_by": b.Principal, "reason": stoppedBy})
+		details, err := json.Marshal(map[string]any{"requested_by": b.Principal, "reason": reason})
 		if err != nil {
 			return nil, err
 		}
@@ -89,4 +92,19 @@ func (rt *Runtime) withdrawal(owner string) store.Withdrawal {
 		})
 	}
 	return w
+}
+
+// The reasons of the approvals a deletion and a continuation withdraw.
+const (
+	deletedBy   = "You deleted this session."
+	continuedBy = "You continued this session in a new one."
+)
+
+// closedBy is the reason of the approvals a close to the status to
+// withdraws.
+func closedBy(to store.RunStatus) string {
+	if to == store.RunCompleted {
+		return "You completed this session."
+	}
+	return "You cancelled this session."
 }

@@ -21,8 +21,8 @@ type Store interface {
 	PostMessageOnce(ctx context.Context, runID string, e store.NewEvent, key string) (_ store.Event, _ store.Run, created bool, _ error)
 	StopTurn(ctx context.Context, runID string, end store.TurnEndFunc, w store.Withdrawal) (store.Run, error)
 	KeepStoppedReply(ctx context.Context, l store.Lease, e store.NewEvent) (store.Event, error)
-	CloseRun(ctx context.Context, runID string, to store.RunStatus, turnEnd store.TurnEndFunc) (store.Run, error)
-	DeleteRun(ctx context.Context, runID string, turnEnd store.TurnEndFunc) error
+	CloseRun(ctx context.Context, runID string, to store.RunStatus, turnEnd store.TurnEndFunc, w store.Withdrawal) (store.Run, error)
+	DeleteRun(ctx context.Context, runID string, turnEnd store.TurnEndFunc, w store.Withdrawal) error
 	RequeueRun(ctx context.Context, runID string) (store.Run, error)
 	ContinueRun(ctx context.Context, p store.ContinueRunParams) (_ store.Run, created bool, _ error)
 	ChildRuns(ctx context.Context, runID string) ([]string, error)

@@ -12,7 +12,8 @@ import (
 // ApprovalStatus is the state of an approval request. A request starts
 // pending; a human approves or denies it; an approved one is consumed by
 // the one call it was granted for. Expired, revoked and withdrawn (the
-// turn that asked was stopped) end it without a use.
+// turn that asked was stopped, or its run closed or deleted) end it
+// without a use.
 type ApprovalStatus string
 
 // The approval states. Only pending and approved are open: every other
@@ -24,7 +25,8 @@ const (
 	ApprovalExpired  ApprovalStatus = "expired"
 	ApprovalConsumed ApprovalStatus = "consumed"
 	ApprovalRevoked  ApprovalStatus = "revoked"
-	// ApprovalWithdrawn: the person stopped the turn that asked for it.
+	// ApprovalWithdrawn: the person stopped the turn that asked for it,
+	// or the run was completed, cancelled, failed or deleted.
 	ApprovalWithdrawn ApprovalStatus = "withdrawn"
 )
 
@@ -774,14 +776,14 @@ func expireApprovals(ctx context.Context, x executor, now time.Time) (int, error
 	return int(n), err
 }
 
-// Withdrawal is how StopTurn withdraws the open approvals (pending, or
-// approved and unused) of the run whose turn it stops: none of them can
-// be decided or used after.
+// Withdrawal is how StopTurn, CloseRun and DeleteRun withdraw the open
+// approvals (pending, or approved and unused) of the run whose turn they
+// stop or which they close: none of them can be decided or used after.
 type Withdrawal struct {
 	// Reason is their decision reason.
 	Reason string
 	// Audit returns the audit record of a's withdrawal, appended in the
-	// stop's transaction; nil records none.
+	// stop's (or close's) transaction; nil records none.
 	Audit func(a Approval) (func(AuditHead) (AuditRecord, error), error)
 }
 

@@ -44,6 +44,9 @@ type ContinueRunParams struct {
 	Summary *ContextSnapshot
 	// MaxActive is how many active runs the owner may have besides From.
 	MaxActive int
+	// Withdrawal withdraws From's open approvals when it is completed, as
+	// CloseRun does.
+	Withdrawal Withdrawal
 }
 
 // ContinueRun continues the run from (p.From; and so for each field of
@@ -65,6 +68,9 @@ func (c *core) ContinueRun(ctx context.Context, p ContinueRunParams) (_ Run, cre
 	from, child, first, note, summary, maxActive := p.From, p.Child, p.First, p.Note, p.Summary, p.MaxActive
 	child.Status, child.ParentRunID = RunInProgress, from
 	if err := checkNewRun(child); err != nil {
+		return Run{}, false, err
+	}
+	if err := invalid(checkText("the reason of the withdrawal", p.Withdrawal.Reason)); err != nil {
 		return Run{}, false, err
 	}
 	events, err := prepareEvents([]NewEvent{first, note})
@@ -103,7 +109,7 @@ func (c *core) ContinueRun(ctx context.Context, p ContinueRunParams) (_ Run, cre
 			return err
 		}
 		if !parent.Status.Terminal() {
-			if _, err := c.endRun(ctx, tx, parent, RunCompleted, false, nil); err != nil {
+			if _, err := c.endRun(ctx, tx, parent, RunCompleted, false, nil, p.Withdrawal); err != nil {
 				return err
 			}
 		} else {

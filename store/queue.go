@@ -688,8 +688,9 @@ func (c *core) RequeueRun(ctx context.Context, runID string) (Run, error) {
 // to, deleting it when deleted: it first ends the open turn and then the
 // turn of every user message still waiting for one, so that each user
 // message has its turn's end (with turnEnd nil: the open turn's bare end,
-// and nothing for waiting messages).
-func (c *core) endRun(ctx context.Context, tx executor, r Run, to RunStatus, deleted bool, turnEnd TurnEndFunc) (Run, error) {
+// and nothing for waiting messages). Last, it withdraws the run's open
+// approvals as w says: a closed run's calls never run.
+func (c *core) endRun(ctx context.Context, tx executor, r Run, to RunStatus, deleted bool, turnEnd TurnEndFunc, w Withdrawal) (Run, error) {
 	now := storedTime(c.now())
 	if turnEnd == nil {
 		if r.TurnSeq != 0 {
@@ -720,6 +721,10 @@ func (c *core) endRun(ctx context.Context, tx executor, r Run, to RunStatus, del
 		reason = ReleaseCompleted
 	}
 	if err := releaseRunHold(ctx, tx, r.ID, now, reason); err != nil {
+		return Run{}, err
+	}
+	// The audit lock that the withdrawals' records take comes last.
+	if err := withdrawApprovals(ctx, tx, r, w, now); err != nil {
 		return Run{}, err
 	}
 	tx.notifyRuns(out)
@@ -768,9 +773,12 @@ func endTurn(ctx context.Context, tx executor, r Run, seq int64, started bool, n
 	return out, err
 }
 
-func (c *core) CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd TurnEndFunc) (Run, error) {
+func (c *core) CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd TurnEndFunc, w Withdrawal) (Run, error) {
 	if !to.Terminal() {
 		return Run{}, invalid(fmt.Errorf("run status %q is not terminal", to))
+	}
+	if err := invalid(checkText("the reason of the withdrawal", w.Reason)); err != nil {
+		return Run{}, err
 	}
 	var out Run
 	err := c.inTx(ctx, func(tx executor) error {
@@ -781,7 +789,7 @@ func (c *core) CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd
 		if err != nil {
 			return err
 		}
-		out, err = c.endRun(ctx, tx, r, to, false, turnEnd)
+		out, err = c.endRun(ctx, tx, r, to, false, turnEnd, w)
 		return err
 	})
 	if err != nil {
@@ -790,7 +798,10 @@ func (c *core) CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd
 	return out, nil
 }
 
-func (c *core) DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc) error {
+func (c *core) DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc, w Withdrawal) error {
+	if err := invalid(checkText("the reason of the withdrawal", w.Reason)); err != nil {
+		return c.fail(err)
+	}
 	return c.fail(c.inTx(ctx, func(tx executor) error {
 		r, err := scanRun(tx.row(ctx, lockRun, runID))
 		switch {
@@ -799,13 +810,19 @@ func (c *core) DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc)
 		case !r.DeletedAt.IsZero():
 			return ErrNotFound
 		case r.Status.Terminal():
-			if _, err := tx.exec(ctx, deleteClosedRun, runID, storedTime(c.now())); err != nil {
+			now := storedTime(c.now())
+			if _, err := tx.exec(ctx, deleteClosedRun, runID, now); err != nil {
+				return err
+			}
+			// A run closed before closing withdrew its approvals may
+			// still have open ones.
+			if err := withdrawApprovals(ctx, tx, r, w, now); err != nil {
 				return err
 			}
 			tx.notifyRuns(r)
 			return nil
 		}
-		_, err = c.endRun(ctx, tx, r, RunCancelled, true, turnEnd)
+		_, err = c.endRun(ctx, tx, r, RunCancelled, true, turnEnd, w)
 		return err
 	}))
 }

@@ -341,14 +341,17 @@ type Store interface {
 	// open turn, and the turn of every user message still waiting for
 	// one, with the events of turnEnd, so that each user message has its
 	// turn's end; with turnEnd nil, an open turn gets a bare end and
-	// waiting messages none. ErrClosed when the run is already terminal,
-	// ErrNotFound when it does not exist or is deleted.
-	CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd TurnEndFunc) (Run, error)
+	// waiting messages none. The run's open approvals are withdrawn (w),
+	// with their audit records, as StopTurn withdraws them. ErrClosed when
+	// the run is already terminal, ErrNotFound when it does not exist or is
+	// deleted.
+	CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd TurnEndFunc, w Withdrawal) (Run, error)
 	// DeleteRun marks the run deleted (cancelling it first when it is not
-	// terminal, as CloseRun does). Its events stay, for the audit trail,
-	// but listings and GetRun's callers no longer show it. ErrNotFound when
-	// it does not exist or is already deleted.
-	DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc) error
+	// terminal, as CloseRun does) and withdraws its open approvals (w).
+	// Its events stay, for the audit trail, but listings and GetRun's
+	// callers no longer show it. ErrNotFound when it does not exist or is
+	// already deleted.
+	DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc, w Withdrawal) error
 	// ParkIdleRuns moves InProgress runs with no lease, no queued work, no
 	// open turn, no user message after HandledSeq and no activity since
 	// quietSince to Idle, and returns them.

@@ -187,7 +187,7 @@ func testDeleteMessageRefusals(t *testing.T, s store.Store) {
 		t.Errorf("DeleteMessage of a message off the active line = %v, want ErrConflict", err)
 	}
 
-	if _, err := s.CloseRun(ctx, id, store.RunCompleted, nil); err != nil {
+	if _, err := s.CloseRun(ctx, id, store.RunCompleted, nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, _, err := s.DeleteMessage(ctx, id, store.Deletion{At: 1}); !errors.Is(err, store.ErrClosed) {

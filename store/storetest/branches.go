@@ -372,11 +372,11 @@ func testBranchRefusals(t *testing.T, s store.Store) {
 		t.Fatalf("SwitchBranch of an Idle run = %+v, %v; want it switched, still Idle", r, err)
 	}
 
-	if _, err := s.CloseRun(ctx, id, store.RunCompleted, nil); err != nil {
+	if _, err := s.CloseRun(ctx, id, store.RunCompleted, nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	refused("of a closed run", store.ErrClosed)
-	if err := s.DeleteRun(ctx, id, nil); err != nil {
+	if err := s.DeleteRun(ctx, id, nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	refused("of a deleted run", store.ErrNotFound)

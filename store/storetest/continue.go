@@ -164,7 +164,7 @@ func testContinueRun(t *testing.T, s store.Store) {
 		}
 	})
 	t.Run("deleted", func(t *testing.T) {
-		if err := s.DeleteRun(ctx, "run-l1", nil); err != nil {
+		if err := s.DeleteRun(ctx, "run-l1", nil, store.Withdrawal{}); err != nil {
 			t.Fatal(err)
 		}
 		child, first, note, summary := continueArgs("run-l1", "run-z")
@@ -190,7 +190,7 @@ func testRenameRun(t *testing.T, s store.Store) {
 	if events, _ := s.ListEvents(ctx, "run-1", before.LastSeq, 10); len(events) != 0 {
 		t.Errorf("RenameRun appended %+v", events)
 	}
-	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil); err != nil {
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := s.RenameRun(ctx, "run-1", "Lisbon, done"); err != nil || r.Title != "Lisbon, done" {
@@ -199,7 +199,7 @@ func testRenameRun(t *testing.T, s store.Store) {
 	if _, err := s.RenameRun(ctx, "run-1", "bad \x00 title"); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("RenameRun with a NUL = %v, want ErrInvalid", err)
 	}
-	if err := s.DeleteRun(ctx, "run-1", nil); err != nil {
+	if err := s.DeleteRun(ctx, "run-1", nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"run-1", "missing"} {
@@ -226,7 +226,7 @@ func testSetRunMetadata(t *testing.T, s store.Store) {
 	if events, _ := s.ListEvents(ctx, "run-1", before.LastSeq, 10); len(events) != 0 {
 		t.Errorf("SetRunMetadata appended %+v", events)
 	}
-	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil); err != nil {
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := s.SetRunMetadata(ctx, "run-1", ""); err != nil || (r.Metadata != "" && !jsonEqual([]byte(r.Metadata), []byte(`{}`))) {
@@ -237,7 +237,7 @@ func testSetRunMetadata(t *testing.T, s store.Store) {
 			t.Errorf("SetRunMetadata(%.20s) = %v, want ErrInvalid", bad, err)
 		}
 	}
-	if err := s.DeleteRun(ctx, "run-1", nil); err != nil {
+	if err := s.DeleteRun(ctx, "run-1", nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"run-1", "missing"} {

@@ -95,10 +95,10 @@ func testHolds(t *testing.T, s store.Store) {
 	hold("run-b", "replica-1", "hb")
 	hold("run-c", "replica-1", "hc")
 	hold("run-d", "replica-1", "hd")
-	if _, err := s.CloseRun(ctx, "run-b", store.RunCompleted, nil); err != nil {
+	if _, err := s.CloseRun(ctx, "run-b", store.RunCompleted, nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteRun(ctx, "run-c", nil); err != nil {
+	if err := s.DeleteRun(ctx, "run-c", nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	if h := get("run-b"); h.Reason != store.ReleaseCompleted || h.ReleasedAt.IsZero() {

@@ -63,7 +63,7 @@ func testOpenRun(t *testing.T, s store.Store) {
 	if _, _, err := s.OpenRun(ctx, store.Run{ID: "run-5", Owner: "issuer|tenant|bob"}, 3, nil); err != nil {
 		t.Fatalf("OpenRun for another owner = %v", err)
 	}
-	if _, err := s.CloseRun(ctx, "run-2", store.RunCompleted, nil); err != nil {
+	if _, err := s.CloseRun(ctx, "run-2", store.RunCompleted, nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.OpenRun(ctx, store.Run{ID: "run-6", Owner: queueOwner}, 3, nil); err != nil {
@@ -132,7 +132,7 @@ func testPostMessage(t *testing.T, s store.Store) {
 	if err != nil || r.Status != store.RunInProgress || r.MessageCount != 2 || r.LastSeq != 3 {
 		t.Fatalf("PostMessage to an Idle run = %+v, %v", r, err)
 	}
-	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil); err != nil {
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.PostMessage(ctx, "run-1", userMessage("late")); !errors.Is(err, store.ErrClosed) {
@@ -142,13 +142,13 @@ func testPostMessage(t *testing.T, s store.Store) {
 		t.Fatalf("PostMessage to a missing run = %v, want ErrNotFound", err)
 	}
 	mustOpenRun(t, s, "run-2", nil)
-	if err := s.DeleteRun(ctx, "run-2", nil); err != nil {
+	if err := s.DeleteRun(ctx, "run-2", nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.PostMessage(ctx, "run-2", userMessage("x")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("PostMessage to a deleted run = %v, want ErrNotFound", err)
 	}
-	if err := s.DeleteRun(ctx, "run-2", nil); !errors.Is(err, store.ErrNotFound) {
+	if err := s.DeleteRun(ctx, "run-2", nil, store.Withdrawal{}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("DeleteRun twice = %v, want ErrNotFound", err)
 	}
 	if runs, err := s.ListRuns(ctx, queueOwner); err != nil || len(runs) != 1 {
@@ -328,9 +328,15 @@ func testCloseRunEndsWaitingTurns(t *testing.T, s store.Store) {
 		name  string
 		close func(id string) error
 	}{
-		{"complete", func(id string) error { _, err := s.CloseRun(ctx, id, store.RunCompleted, cancelledTurn); return err }},
-		{"cancel", func(id string) error { _, err := s.CloseRun(ctx, id, store.RunCancelled, cancelledTurn); return err }},
-		{"delete", func(id string) error { return s.DeleteRun(ctx, id, cancelledTurn) }},
+		{"complete", func(id string) error {
+			_, err := s.CloseRun(ctx, id, store.RunCompleted, cancelledTurn, store.Withdrawal{})
+			return err
+		}},
+		{"cancel", func(id string) error {
+			_, err := s.CloseRun(ctx, id, store.RunCancelled, cancelledTurn, store.Withdrawal{})
+			return err
+		}},
+		{"delete", func(id string) error { return s.DeleteRun(ctx, id, cancelledTurn, store.Withdrawal{}) }},
 	} {
 		id := "run-" + tc.name
 		first := userMessage("slow")
@@ -385,7 +391,7 @@ func testCloseRunEndsWaitingTurns(t *testing.T, s store.Store) {
 	first := userMessage("hi")
 	mustOpenRun(t, s, "run-bad", &first)
 	noEnd := func(int64, bool) []store.NewEvent { return []store.NewEvent{{Type: "agent.note"}} }
-	if _, err := s.CloseRun(ctx, "run-bad", store.RunCompleted, noEnd); !errors.Is(err, store.ErrInvalid) {
+	if _, err := s.CloseRun(ctx, "run-bad", store.RunCompleted, noEnd, store.Withdrawal{}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("CloseRun with events that end no turn = %v, want ErrInvalid", err)
 	}
 	if r, err := s.GetRun(ctx, "run-bad"); err != nil || r.Status.Terminal() || r.LastSeq != 1 {
@@ -402,7 +408,7 @@ func testCloseRun(t *testing.T, s store.Store) {
 	if _, err := s.AppendLeased(ctx, lease, store.NewEvent{Type: "agent.turn.start", StartsTurn: 1}); err != nil {
 		t.Fatal(err)
 	}
-	closed, err := s.CloseRun(ctx, "run-1", store.RunCancelled, cancelledTurn)
+	closed, err := s.CloseRun(ctx, "run-1", store.RunCancelled, cancelledTurn, store.Withdrawal{})
 	if err != nil || closed.Status != store.RunCancelled || closed.CompletedAt.IsZero() || closed.LeaseOwner != "" || closed.TurnSeq != 0 || closed.HandledSeq != 1 {
 		t.Fatalf("CloseRun = %+v, %v", closed, err)
 	}
@@ -413,10 +419,10 @@ func testCloseRun(t *testing.T, s store.Store) {
 	if _, err := s.AppendLeased(ctx, lease, store.NewEvent{Type: "message.assistant"}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("AppendLeased after CloseRun = %v, want ErrConflict", err)
 	}
-	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil); !errors.Is(err, store.ErrClosed) {
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil, store.Withdrawal{}); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("CloseRun twice = %v, want ErrClosed", err)
 	}
-	if _, err := s.CloseRun(ctx, "run-1", store.RunIdle, nil); !errors.Is(err, store.ErrInvalid) {
+	if _, err := s.CloseRun(ctx, "run-1", store.RunIdle, nil, store.Withdrawal{}); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("CloseRun to Idle = %v, want ErrInvalid", err)
 	}
 	if _, err := s.RequeueRun(ctx, "run-1"); !errors.Is(err, store.ErrConflict) {
@@ -426,10 +432,10 @@ func testCloseRun(t *testing.T, s store.Store) {
 		t.Fatalf("RequeueRun of a missing run = %v, want ErrNotFound", err)
 	}
 	// Deleting a closed run hides it.
-	if err := s.DeleteRun(ctx, "run-1", nil); err != nil {
+	if err := s.DeleteRun(ctx, "run-1", nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil, store.Withdrawal{}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("CloseRun of a deleted run = %v, want ErrNotFound", err)
 	}
 
@@ -449,7 +455,7 @@ func testCloseRun(t *testing.T, s store.Store) {
 	if _, err := s.AppendLeased(ctx, claimed[0].Lease(), store.NewEvent{Type: "agent.turn.start", StartsTurn: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteRun(ctx, "run-2", cancelledTurn); err != nil {
+	if err := s.DeleteRun(ctx, "run-2", cancelledTurn, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	events, _ = s.ListEvents(ctx, "run-2", 0, 10)
@@ -799,7 +805,7 @@ func testFencedAppendRace(t *testing.T, s store.Store) {
 	}
 	close(start)
 	time.Sleep(5 * time.Millisecond)
-	if _, err := s.CloseRun(ctx, "run-1", store.RunCancelled, cancelledTurn); err != nil {
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCancelled, cancelledTurn, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
@@ -1011,7 +1017,7 @@ func testPostMessageOnce(t *testing.T, s store.Store) {
 	}
 	// A retry after the run closed still gets its message; a new post is
 	// refused.
-	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil); err != nil {
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	if again, _, created, err := s.PostMessageOnce(ctx, "run-1", userMessage("one"), "key-1"); err != nil || created || again.Seq != 1 {

@@ -41,7 +41,7 @@ func testSearchMessages(t *testing.T, s store.Store) {
 	open("run-b", queueOwner, msg("message.user", "groceries: milk, eggs"), msg("agent.note", "quarterly"))
 	open("run-c", "issuer|tenant|mallory", msg("message.user", "quarterly report of mallory"))
 	open("run-d", queueOwner, msg("message.user", "quarterly report, deleted"))
-	if err := s.DeleteRun(ctx, "run-d", nil); err != nil {
+	if err := s.DeleteRun(ctx, "run-d", nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -161,7 +161,7 @@ func testSnapshots(t *testing.T, s store.Store) {
 	if _, err := s.AppendSnapshot(ctx, empty); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("AppendSnapshot of a run without messages = %v, want ErrInvalid", err)
 	}
-	if err := s.DeleteRun(ctx, "run-2", nil); err != nil {
+	if err := s.DeleteRun(ctx, "run-2", nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	deleted := snap(2, 1, 4, "after the deletion")

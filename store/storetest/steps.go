@@ -143,7 +143,7 @@ func testCloseRunEndsStep(t *testing.T, s store.Store) {
 	if _, err := s.StartStep(ctx, claimed[0].Lease(), store.StepStart{Kind: store.StepTurn, MessageSeq: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CloseRun(ctx, "run-1", store.RunCancelled, cancelledTurn); err != nil {
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCancelled, cancelledTurn, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	steps, err := s.ListSteps(ctx, "run-1", 0, 10)

@@ -100,13 +100,13 @@ func testStopTurn(t *testing.T, s store.Store) {
 	}
 
 	// Closed, deleted, missing.
-	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil); err != nil {
+	if _, err := s.CloseRun(ctx, "run-1", store.RunCompleted, nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.StopTurn(ctx, "run-1", stopEvents, store.Withdrawal{}); !errors.Is(err, store.ErrClosed) {
 		t.Errorf("StopTurn of a completed run = %v, want ErrClosed", err)
 	}
-	if err := s.DeleteRun(ctx, "run-1", nil); err != nil {
+	if err := s.DeleteRun(ctx, "run-1", nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"run-1", "missing"} {
@@ -258,7 +258,7 @@ func testKeepStoppedReply(t *testing.T, s store.Store) {
 		t.Errorf("KeepStoppedReply after a claim = %v, want ErrConflict", err)
 	}
 	lease = stoppedRun("run-3")
-	if _, err := s.CloseRun(ctx, "run-3", store.RunCompleted, nil); err != nil {
+	if _, err := s.CloseRun(ctx, "run-3", store.RunCompleted, nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.KeepStoppedReply(ctx, lease, reply); !errors.Is(err, store.ErrConflict) {

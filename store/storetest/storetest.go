@@ -57,6 +57,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ContinueRun", testContinueRun},
 		{"StopTurn", testStopTurn},
 		{"StopWithdrawsApprovals", testStopWithdrawsApprovals},
+		{"CloseWithdrawsApprovals", testCloseWithdrawsApprovals},
 		{"KeepStoppedReply", testKeepStoppedReply},
 		{"RenameRun", testRenameRun},
 		{"SetRunMetadata", testSetRunMetadata},

@@ -13,7 +13,7 @@ const STATUS = {
   expired: ['Expired', 'status-muted'],
   consumed: ['Approved and used', 'status-ok'],
   revoked: ['Revoked: the tool changed', 'status-muted'],
-  withdrawn: ['Withdrawn: the turn was stopped', 'status-muted'],
+  withdrawn: ['Withdrawn: the turn was stopped or the session closed', 'status-muted'],
 };
 
 export function approvalStatus(status) {
