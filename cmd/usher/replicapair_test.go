@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/testenv"
+)
+
+// replicaPolicy lets the replica tests' upstream tools (server "up") run
+// unattended, so that their calls go through the policy, the audit log
+// and the upstream without waiting for a person.
+const replicaPolicy = `@id("allow-replica-test-tools")
+@outcome("allow")
+@reason("the replica tests' tools")
+permit (
+  principal,
+  action == Usher::Action::"call_tool",
+  resource
+)
+when { resource.server == "up" };
+`
+
+// replicaCluster is `usher serve` processes on one PostgreSQL database
+// of their own, with one upstream MCP server ("up", its tools locked and
+// allowed by the policy), the scripted model, and a balancer as their
+// public URL: the address of /mcp that each replica's assistant reaches
+// its tools at, and that the test points at one replica or another.
+type replicaCluster struct {
+	t     *testing.T
+	bin   string
+	cfg   string
+	env   []string
+	db    *faultDB
+	lb    *balancer
+	alice string // alice's API token
+}
+
+// newReplicaCluster writes the configuration for the upstream at upURL
+// and the model ms, locks the upstream's tools and mints alice's token.
+// Replicas are started with start.
+func newReplicaCluster(t *testing.T, upURL string, ms *modeltest.Server, extra ...string) *replicaCluster {
+	t.Helper()
+	c := &replicaCluster{t: t, bin: testenv.Usher(t), db: newFaultDB(t), lb: newBalancer(t)}
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.cedar")
+	if err := os.WriteFile(policy, []byte(replicaPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.cfg = filepath.Join(dir, "usher.yaml")
+	yaml := fmt.Sprintf("mcp:\n  upstreams:\n    - name: up\n      url: %q\npolicy:\n  file: %q\n  lock_file: %q\n",
+		upURL, policy, filepath.Join(dir, "tools.lock"))
+	if err := os.WriteFile(c.cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.env = []string{
+		"USHER_DATABASE_URL=" + c.db.url,
+		"USHER_BROKER_KEY_ENCRYPTION_KEY=q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=",
+		"USHER_SERVER_PUBLIC_URL=" + c.lb.url,
+		// A failing test prints the replicas' logs: what went wrong.
+		"USHER_LOG_LEVEL=warn",
+	}
+	for k, v := range ms.UsherEnv() {
+		c.env = append(c.env, k+"="+v)
+	}
+	c.env = append(c.env, extra...)
+	c.cli("tools", "lock")
+	c.alice = c.cli("token", "user", "--sub", "alice")
+	return c
+}
+
+// start starts one replica and waits until it is ready.
+func (c *replicaCluster) start() *process {
+	c.t.Helper()
+	return startProcess(c.t, c.bin, c.env, testenv.FreeAddr(c.t), "--config", c.cfg)
+}
+
+// cli runs an usher command with the cluster's configuration and returns
+// its output.
+func (c *replicaCluster) cli(args ...string) string {
+	c.t.Helper()
+	cmd := exec.Command(c.bin, append(args, "--config", c.cfg, "--data-dir", c.t.TempDir())...)
+	cmd.Env = append(os.Environ(), c.env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("usher %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// query runs one query on the cluster's database and scans its one row
+// into dest.
+func (c *replicaCluster) query(sql string, dest []any, args ...any) {
+	c.t.Helper()
+	ctx := c.t.Context()
+	conn, err := pgx.Connect(ctx, c.db.url)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
+		c.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// serveUpstream serves srv over streamable HTTP on loopback, with opts,
+// and closes it when the test ends (after the replicas, which are
+// stopped first: cleanups run last first).
+func serveUpstream(t *testing.T, srv *mcp.Server, opts *mcp.StreamableHTTPOptions) string {
+	t.Helper()
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, opts))
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
