@@ -129,8 +129,8 @@ func TestKilledReplicaOnTheToolsPath(t *testing.T) {
 		t.Errorf("the tool ran %d times, want once", n)
 	}
 	var records, started, unknown int
-	c.query(`SELECT count(*), count(*) FILTER (WHERE status = 'started'), count(*) FILTER (WHERE status = 'outcome_unknown')
-		FROM tool_executions WHERE run_id = $1`, []any{&records, &started, &unknown}, id)
+	queryRow(t, c.db.url, `SELECT count(*), count(*) FILTER (WHERE status = 'started'), count(*) FILTER (WHERE status = 'outcome_unknown')
+		FROM tool_executions WHERE run_id = $1`, []any{id}, &records, &started, &unknown)
 	if records != 1 || started+unknown != 1 {
 		t.Errorf("execution records of the call: %d (%d started, %d outcome_unknown), want one, started or outcome_unknown", records, started, unknown)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -99,18 +100,19 @@ func (c *replicaCluster) cli(args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// query runs one query on the cluster's database and scans its one row
-// into dest.
-func (c *replicaCluster) query(sql string, dest []any, args ...any) {
-	c.t.Helper()
-	ctx := c.t.Context()
-	conn, err := pgx.Connect(ctx, c.db.url)
+// queryRow runs one query, with args, on the database at dbURL and scans
+// its one row into dest.
+func queryRow(t *testing.T, dbURL, sql string, args []any, dest ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
-		c.t.Fatalf("%s: %v", sql, err)
+		t.Fatalf("%s: %v", sql, err)
 	}
 }
 
