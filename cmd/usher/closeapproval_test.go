@@ -11,7 +11,8 @@ import (
 // TestCloseWithdrawsTheRunsApproval: a turn paused for the approval of
 // notes_write, and then its run completed, cancelled or deleted; the
 // approval is withdrawn at once (no longer pending, recorded in the audit
-// log with the close's reason), a decision on it answers 409
+// log with the close's reason, announced on the live-update feed that the
+// inbox and the cards follow), a decision on it answers 409
 // approval_withdrawn, and the tool never runs. On the embedded default
 // and on PostgreSQL.
 func TestCloseWithdrawsTheRunsApproval(t *testing.T) {
@@ -36,6 +37,9 @@ func TestCloseWithdrawsTheRunsApproval(t *testing.T) {
 				return out
 			}
 			alice := cli("token", "user", "--sub", "alice")
+			// The inbox and the cards follow the feed.
+			feed := openSSE(t, s.url+"/api/assistant/updates/stream", alice, 0)
+			feed.until(t, isType("connected"))
 			ids := map[string]string{}
 			for _, tc := range []struct{ name, method, path, reason string }{
 				{"complete", "POST", "/complete", "You completed this session."},
@@ -58,6 +62,9 @@ func TestCloseWithdrawsTheRunsApproval(t *testing.T) {
 				if code, body := apitest.Call(t, tc.method, base+tc.path, alice, ""); code != 200 && code != 204 {
 					t.Fatalf("%s = %d %v", tc.name, code, body)
 				}
+				feed.until(t, func(m sseMessage) bool {
+					return m.Event == "approval" && m.Data["id"] == id && m.Data["status"] == "withdrawn"
+				})
 				code, list := apitest.Call(t, "GET", s.url+"/api/approvals", alice, "")
 				if code != 200 || len(list["approvals"].([]any)) != 0 {
 					t.Errorf("%s: pending approvals after it = %d %v, want none", tc.name, code, list)
