@@ -675,16 +675,9 @@ func TestAssistantRestartMidTurn(t *testing.T) {
 	release := ms.Hold()
 	defer release()
 	ms.Reply("after the restart")
-	code, run := apitest.Call(t, "POST", s1.url+"/api/assistant/runs", alice, `{"message":"hello"}`)
-	if code != 201 {
-		t.Fatalf("create = %d %v", code, run)
-	}
-	id := run["runId"].(string)
+	id := createHeld(t, ms, s1.url, alice, "hello")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	if err := ms.WaitHeld(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
 	if err := s1.shutdown(); err != nil {
 		t.Fatalf("shutdown: %v\n%s", err, s1.stderr)
 	}

@@ -71,19 +71,12 @@ func TestKilledReplicaOnTheToolsPath(t *testing.T) {
 	ms.Reply("done")
 	hold := ms.Hold()
 	defer hold()
-	code, run := apitest.Call(t, "POST", a.url+"/api/assistant/runs", c.alice, `{"message":"take your time"}`)
-	if code != 201 {
-		t.Fatalf("create = %d %v", code, run)
-	}
-	id := run["runId"].(string)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := ms.WaitHeld(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	id := createHeld(t, ms, a.url, c.alice, "take your time")
 	b := c.start()
 	c.lb.set(b.url)
 	hold()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
 	select {
 	case <-up.entered:
 	case <-ctx.Done():

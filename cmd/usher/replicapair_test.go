@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/testenv"
 )
 
@@ -124,4 +126,23 @@ func serveUpstream(t *testing.T, srv *mcp.Server, opts *mcp.StreamableHTTPOption
 	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, opts))
 	t.Cleanup(ts.Close)
 	return ts.URL
+}
+
+// createHeld creates a run with its first message, content, at base (a
+// replica's URL) as token, while ms holds its requests (ms.Hold), and
+// waits until the turn's model request is held: the turn is under way. It
+// returns the run's id.
+func createHeld(t *testing.T, ms *modeltest.Server, base, token, content string) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"message": content})
+	code, run := apitest.Call(t, "POST", base+"/api/assistant/runs", token, string(body))
+	if code != 201 {
+		t.Fatalf("create = %d %v", code, run)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := ms.WaitHeld(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	return run["runId"].(string)
 }

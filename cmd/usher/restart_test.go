@@ -38,16 +38,9 @@ func TestRestartResumesItsTurnsAtOnce(t *testing.T) {
 	ms.Reply("done")
 	release := ms.Hold()
 	defer release()
-	code, run := apitest.Call(t, "POST", a.url+"/api/assistant/runs", alice, `{"message":"hello"}`)
-	if code != 201 {
-		t.Fatalf("create = %d %v", code, run)
-	}
-	id := run["runId"].(string)
+	id := createHeld(t, ms, a.url, alice, "hello")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	if err := ms.WaitHeld(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
 	if err := a.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
