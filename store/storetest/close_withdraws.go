@@ -15,7 +15,8 @@ import (
 // record, in the close's transaction, decided by the run's owner; they can
 // be neither decided nor used after, and other runs' approvals and
 // finished ones are left as they are. A record that cannot be built
-// closes nothing.
+// closes nothing. Deleting a run closed already withdraws what is open
+// of it.
 func testCloseWithdrawsApprovals(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	f := &approvalFixture{t: t, s: s, now: time.Now().UTC().Truncate(time.Microsecond)}
@@ -120,5 +121,26 @@ func testCloseWithdrawsApprovals(t *testing.T, s store.Store) {
 	f.t = t
 	if got := f.status("run-complete-elsewhere"); got != store.ApprovalPending {
 		t.Errorf("another run's approval is %s after its neighbours closed, want pending", got)
+	}
+
+	// A run closed before closing withdrew its approvals (or whose
+	// approval came after its close) has them withdrawn by its deletion.
+	continueParent(t, s, "run-closed", "")
+	if _, err := s.CloseRun(ctx, "run-closed", store.RunCompleted, cancelledTurn, store.Withdrawal{}); err != nil {
+		t.Fatal(err)
+	}
+	late := testBinding()
+	late.RunID = "run-closed"
+	f.create(f.approval("run-closed-pending", late))
+	var recorded []string
+	w := store.Withdrawal{Reason: "You deleted this session.", Audit: func(a store.Approval) (func(store.AuditHead) (store.AuditRecord, error), error) {
+		recorded = append(recorded, a.ID)
+		return chained(store.AuditRecord{At: f.now, Kind: "approval_decided", Decision: "withdrawn", ApprovalID: a.ID, RunID: a.Binding.RunID}), nil
+	}}
+	if err := s.DeleteRun(ctx, "run-closed", cancelledTurn, w); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.status("run-closed-pending"); got != store.ApprovalWithdrawn || !slices.Equal(recorded, []string{"run-closed-pending"}) {
+		t.Errorf("the closed run's approval after its deletion: %s, recorded %v; want withdrawn, recorded", got, recorded)
 	}
 }
