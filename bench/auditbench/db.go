@@ -11,17 +11,20 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// database is a schema of its own on the PostgreSQL server, for one run.
+// database is a schema of its own on the PostgreSQL server: one run's,
+// or one that runs share (-schema).
 type database struct {
-	schema  string    // usher_auditbench_<random>
+	schema  string    // usher_auditbench_<random>, or -schema's
+	kept    bool      // the schema is -schema's: kept after the run
 	appName string    // the application_name of Usher's connections
 	url     string    // the server's URL on the schema, with appName: Usher's database.url
 	alone   string    // the same without appName: the SELECT alone's connection
 	conn    *pgx.Conn // the benchmark's own connection, on the schema
 }
 
-// openDatabase creates the run's schema on the server of base.
-func openDatabase(ctx context.Context, base string) (*database, error) {
+// openDatabase creates the run's schema on the server of base: a new one,
+// or, when schema is not empty, that one if it does not exist yet.
+func openDatabase(ctx context.Context, base, schema string) (*database, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		return nil, fmt.Errorf("the database URL must be a postgres:// URL")
@@ -30,6 +33,10 @@ func openDatabase(ctx context.Context, base string) (*database, error) {
 	rand.Read(b[:])
 	suffix := hex.EncodeToString(b[:])
 	d := &database{schema: "usher_auditbench_" + suffix, appName: "usher-auditbench-" + suffix}
+	create := "CREATE SCHEMA "
+	if schema != "" {
+		d.schema, d.kept, create = schema, true, "CREATE SCHEMA IF NOT EXISTS "
+	}
 	q := u.Query()
 	q.Set("search_path", d.schema)
 	u.RawQuery = q.Encode()
@@ -43,7 +50,7 @@ func openDatabase(ctx context.Context, base string) (*database, error) {
 	if d.conn, err = pgx.Connect(cctx, base); err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
-	if _, err := d.conn.Exec(cctx, "CREATE SCHEMA "+pgx.Identifier{d.schema}.Sanitize()); err != nil {
+	if _, err := d.conn.Exec(cctx, create+pgx.Identifier{d.schema}.Sanitize()); err != nil {
 		d.conn.Close(ctx)
 		return nil, fmt.Errorf("create the benchmark's schema: %w", err)
 	}
@@ -54,9 +61,12 @@ func openDatabase(ctx context.Context, base string) (*database, error) {
 	return d, nil
 }
 
-// close drops the run's schema.
+// close drops the run's schema, unless it is kept.
 func (d *database) close(ctx context.Context) error {
 	defer d.conn.Close(ctx)
+	if d.kept {
+		return nil
+	}
 	_, err := d.conn.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{d.schema}.Sanitize()+" CASCADE")
 	return err
 }
@@ -76,4 +86,52 @@ func (d *database) usherStatements(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// The filled log's record of a kept schema: how many records, and the
+// address Usher served on, whose issuer the principal ids hold.
+const (
+	filledTable  = "auditbench_filled"
+	createFilled = `CREATE TABLE IF NOT EXISTS ` + filledTable + ` (records bigint NOT NULL, addr text NOT NULL)`
+)
+
+// filled is the address a kept schema's log was filled for with records
+// records, or "" when it holds no such log (a new schema, or one filled
+// with another number of records).
+func (d *database) filled(ctx context.Context, records int) (string, error) {
+	if !d.kept {
+		return "", nil
+	}
+	if _, err := d.conn.Exec(ctx, createFilled); err != nil {
+		return "", err
+	}
+	var addr string
+	err := d.conn.QueryRow(ctx, `SELECT addr FROM `+filledTable+` WHERE records = $1`, records).Scan(&addr)
+	if err == pgx.ErrNoRows {
+		return "", nil
+	}
+	return addr, err
+}
+
+// markFilled records, in a kept schema, that its log holds records
+// records filled for Usher at addr.
+func (d *database) markFilled(ctx context.Context, records int, addr string) error {
+	if !d.kept {
+		return nil
+	}
+	if _, err := d.conn.Exec(ctx, `DELETE FROM `+filledTable); err != nil {
+		return err
+	}
+	_, err := d.conn.Exec(ctx, `INSERT INTO `+filledTable+` (records, addr) VALUES ($1, $2)`, records, addr)
+	return err
+}
+
+// emptyLog deletes every record of a kept schema's log before it is
+// filled again.
+func (d *database) emptyLog(ctx context.Context) error {
+	if !d.kept {
+		return nil
+	}
+	_, err := d.conn.Exec(ctx, `TRUNCATE audit_log`)
+	return err
 }

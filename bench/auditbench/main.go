@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -43,7 +44,8 @@ type options struct {
 	rounds   int
 	warmup   int
 	keep     bool
-	verify   bool // run usher audit verify on the filled log
+	schema   string // a schema kept between runs, its log filled once
+	verify   bool   // run usher audit verify on the filled log
 	// profile is a file for a CPU profile of Usher over 10 s of
 	// profileQuery's requests, after its rounds.
 	profile, profileQuery string
@@ -60,6 +62,7 @@ func main() {
 	flag.StringVar(&o.profileQuery, "profile-query", "principal", "the query -profile profiles: principal, tool or since-until")
 	flag.BoolVar(&o.verify, "verify", false, "check the filled log with usher audit verify before the measurements")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configuration, Usher's log)")
+	flag.StringVar(&o.schema, "schema", "", "a schema to keep between runs: filled by the first run (with -records records), measured again by the next ones on the same port, Usher's data directory kept beside it in the temporary directory; empty: a new schema, dropped at the end")
 	flag.Parse()
 	if o.database == "" {
 		fmt.Println("auditbench: TEST_DATABASE_URL is not set: the audit API benchmark (PostgreSQL only) skips")
@@ -92,7 +95,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	r := report{records: o.records, rounds: o.rounds}
 	r.loadStart = loadAverage()
 
-	db, err := openDatabase(ctx, o.database)
+	db, err := openDatabase(ctx, o.database, o.schema)
 	if err != nil {
 		return err
 	}
@@ -104,16 +107,36 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if r.server, err = db.serverVersion(ctx); err != nil {
 		return err
 	}
-	u, err := prepareUsher(ctx, o.usher, dir, db)
+	addr, err := db.filled(ctx, o.records)
+	if err != nil {
+		return err
+	}
+	// A kept schema's keys are sealed with the key in Usher's data
+	// directory: it is kept with it.
+	data := filepath.Join(dir, "data")
+	if o.schema != "" {
+		data = filepath.Join(os.TempDir(), "usher-auditbench-"+o.schema)
+	}
+	u, err := prepareUsher(ctx, o.usher, dir, data, addr, db)
 	if err != nil {
 		return err
 	}
 
-	start := time.Now()
-	if err := fill(ctx, db, u.scope, o.records); err != nil {
-		return err
+	if addr == "" {
+		start := time.Now()
+		if err := db.emptyLog(ctx); err != nil {
+			return err
+		}
+		if err := fill(ctx, db, u.scope, o.records); err != nil {
+			return err
+		}
+		r.fill = time.Since(start)
+		if err := db.markFilled(ctx, o.records, u.addr); err != nil {
+			return err
+		}
+	} else {
+		r.refilled = db.schema
 	}
-	r.fill = time.Since(start)
 	if o.verify {
 		if r.verified, err = u.command(ctx, "audit", "verify"); err != nil {
 			return err

@@ -17,6 +17,7 @@ type report struct {
 	server             string // PostgreSQL's version
 	records, rounds    int
 	fill               time.Duration
+	refilled           string // the kept schema whose log an earlier run filled, if so
 	loadStart, loadEnd float64
 	queries            []result
 	profile            string // the CPU profile's file, if one was taken
@@ -32,8 +33,13 @@ func msf(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64
 // `key value` lines.
 func (r report) print(w io.Writer) {
 	fmt.Fprintf(w, "\nGET /api/audit as a reviewer, through usher serve over loopback HTTP, against the store's SELECT alone (pgx), PostgreSQL %s\n", r.server)
-	fmt.Fprintf(w, "%d records filled (a valid hash chain, by COPY, then VACUUM ANALYZE) in %.1f s; load average (1 min): %.2f at the start, %.2f at the end\n\n",
-		r.records, r.fill.Seconds(), r.loadStart, r.loadEnd)
+	if r.refilled != "" {
+		fmt.Fprintf(w, "%d records filled by an earlier run (schema %s); load average (1 min): %.2f at the start, %.2f at the end\n\n",
+			r.records, r.refilled, r.loadStart, r.loadEnd)
+	} else {
+		fmt.Fprintf(w, "%d records filled (a valid hash chain, by COPY, then VACUUM ANALYZE) in %.1f s; load average (1 min): %.2f at the start, %.2f at the end\n\n",
+			r.records, r.fill.Seconds(), r.loadStart, r.loadEnd)
+	}
 	if r.verified != "" {
 		fmt.Fprintf(w, "usher audit verify: %s\n\n", r.verified)
 	}

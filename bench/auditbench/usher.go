@@ -34,19 +34,24 @@ type usherRun struct {
 	client              *http.Client
 }
 
-// prepareUsher configures Usher on db as an operator would, migrates the
-// database and mints the reviewer's token. Usher serves on a port chosen
-// now, since the development provider's issuer — and so the tenant's
-// principal ids the log is filled with — is the address served on.
-func prepareUsher(ctx context.Context, bin, dir string, db *database) (*usherRun, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+// prepareUsher configures Usher on db as an operator would, with its data
+// directory data (where its key encryption key is), migrates the database
+// and mints the reviewer's token. Usher serves on addr, or on a port
+// chosen now when addr is "": the development provider's issuer — and so
+// the tenant's principal ids the log is filled with — is the address
+// served on.
+func prepareUsher(ctx context.Context, bin, dir, data, addr string, db *database) (*usherRun, error) {
+	if addr == "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		addr = ln.Addr().String()
+		ln.Close()
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	var err error
 	u := &usherRun{bin: bin, addr: addr, log: filepath.Join(dir, "usher.log"), cfg: filepath.Join(dir, "usher.yaml")}
-	yaml := fmt.Sprintf("server:\n  data_dir: %q\n  debug_addr: 127.0.0.1:0\ndatabase:\n  url: %q\n", filepath.Join(dir, "data"), db.url)
+	yaml := fmt.Sprintf("server:\n  data_dir: %q\n  debug_addr: 127.0.0.1:0\ndatabase:\n  url: %q\n", data, db.url)
 	if err := os.WriteFile(u.cfg, []byte(yaml), 0o600); err != nil {
 		return nil, err
 	}
