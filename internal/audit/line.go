@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/usherhq/usher/store"
@@ -32,7 +33,7 @@ func AppendRecord(dst []byte, r store.AuditRecord) ([]byte, error) {
 	dst = append(dst, `,"at":"`...)
 	// The layout writes digits, '-', 'T', ':', '.' and 'Z': nothing to
 	// escape.
-	dst = r.At.UTC().AppendFormat(dst, timeLayout)
+	dst = appendTime(dst, r.At)
 	dst = append(dst, `","client_id":`...)
 	dst = appendString(dst, r.ClientID)
 	dst = append(dst, `,"decision":`...)
@@ -77,6 +78,65 @@ func AppendRecord(dst []byte, r store.AuditRecord) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
+// Constants of plainWord's tests of eight bytes at once.
+const (
+	ones   = 0x0101010101010101
+	highs  = 0x8080808080808080
+	quotes = '"' * ones
+	slashs = '\\' * ones
+)
+
+// plainWord reports whether the eight bytes of s at i are all ASCII that
+// appendString writes as themselves: none is below 0x20, '"', '\\' or
+// 0x80 and above. Each test is the bit trick of "Bit Twiddling Hacks"
+// (a byte below n; a zero byte), which is exact for "any byte".
+func plainWord(s string, i int) bool {
+	w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+	q, b := w^quotes, w^slashs
+	odd := w | // 0x80 and above
+		(w-0x20*ones) & ^w | // below 0x20
+		(q-ones) & ^q | // '"'
+		(b-ones) & ^b // '\\'
+	return odd&highs == 0
+}
+
+// appendTime appends t in UTC in timeLayout, as AppendFormat does, digit
+// by digit: the layout's general formatter is the larger part of a
+// record's line otherwise.
+func appendTime(dst []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(dst, timeLayout)
+	}
+	hour, minute, sec := t.Clock()
+	dst = appendDigits(dst, year, 4)
+	dst = append(dst, '-')
+	dst = appendDigits(dst, int(month), 2)
+	dst = append(dst, '-')
+	dst = appendDigits(dst, day, 2)
+	dst = append(dst, 'T')
+	dst = appendDigits(dst, hour, 2)
+	dst = append(dst, ':')
+	dst = appendDigits(dst, minute, 2)
+	dst = append(dst, ':')
+	dst = appendDigits(dst, sec, 2)
+	dst = append(dst, '.')
+	dst = appendDigits(dst, t.Nanosecond()/1000, 6)
+	return append(dst, 'Z')
+}
+
+// appendDigits appends n (0 or more) as exactly width decimal digits.
+func appendDigits(dst []byte, n, width int) []byte {
+	dst = append(dst, "000000"[:width]...)
+	for i := len(dst) - 1; n > 0 && i >= len(dst)-width; i-- {
+		dst[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return dst
+}
+
 // hexDigits are the digits of the \u escapes appendString writes.
 const hexDigits = "0123456789abcdef"
 
@@ -88,6 +148,14 @@ func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Most texts (hashes, ids, names) are plain ASCII: skip them a
+		// word at a time.
+		for i+8 <= len(s) && plainWord(s, i) {
+			i += 8
+		}
+		if i == len(s) {
+			break
+		}
 		b := s[i]
 		if b < utf8.RuneSelf {
 			if b >= 0x20 && b != '"' && b != '\\' {

@@ -228,3 +228,58 @@ func BenchmarkLine(b *testing.B) {
 		}
 	}
 }
+
+// appendString writes what encoding/json writes whatever byte sits
+// wherever in a text: inside, at the edges and across the eight-byte
+// words it skips whole.
+func TestAppendStringEveryByteEverywhere(t *testing.T) {
+	t.Parallel()
+	plain := "0123456789abcdefghijklmnopqrstu" // 31 bytes: words and a tail
+	for c := range 256 {
+		for at := range len(plain) {
+			s := plain[:at] + string([]byte{byte(c)}) + plain[at+1:]
+			want := jsonString(s)
+			if got := appendString(nil, s); !bytes.Equal(got, want) {
+				t.Fatalf("byte %#x at %d: appendString = %s, encoding/json %s", c, at, got, want)
+			}
+		}
+	}
+	for _, s := range awkwardStrings {
+		s = strings.Repeat(s, 3) + plain + s
+		want := jsonString(s)
+		if got := appendString(nil, s); !bytes.Equal(got, want) {
+			t.Errorf("appendString(%q) = %s, encoding/json %s", s, got, want)
+		}
+	}
+}
+
+// jsonString is s as encoding/json writes it with HTML escaping off.
+func jsonString(s string) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// appendTime writes what AppendFormat writes with the layout, in UTC,
+// for every year it may hold and the edges of each field.
+func TestAppendTimeIsAppendFormats(t *testing.T) {
+	t.Parallel()
+	cet := time.FixedZone("CET", 3600)
+	times := []time.Time{
+		{}, time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2031, 1, 1, 0, 0, 0, 1000, cet), time.Date(2031, 3, 4, 5, 6, 7, 8999, time.UTC),
+		time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2000, 2, 29, 12, 30, 45, 123456789, cet),
+	}
+	for y := 1; y < 10000; y += 37 {
+		times = append(times, time.Date(y, time.Month(y%12+1), y%28+1, y%24, y%60, (y*7)%60, y*1013, time.UTC))
+	}
+	for _, tm := range times {
+		want := tm.UTC().AppendFormat(nil, timeLayout)
+		if got := appendTime(nil, tm); !bytes.Equal(got, want) {
+			t.Errorf("appendTime(%v) = %s, AppendFormat %s", tm, got, want)
+		}
+	}
+}
