@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -80,38 +81,101 @@ func auditFilters(q AuditQuery) []struct{ expr, value string } {
 
 // auditQuerySQL is the statement of q and its arguments: one text per
 // combination of filters, so that each plan can use the filter's index.
+// Each text is written (and translated for SQLite) once, then kept: a
+// reviewer's page is otherwise paying for it on every request.
 func auditQuerySQL(q AuditQuery) (stmt, []any) {
-	var b strings.Builder
-	args := []any{q.After}
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
-	b.WriteString(`SELECT ` + auditColumns + ` FROM audit_log WHERE seq > $1`)
+	args := make([]any, 1, 12)
+	args[0] = q.After
+	shape := auditShape(0)
 	if q.Before > 0 {
-		b.WriteString(` AND seq < ` + arg(q.Before))
+		shape |= auditBefore
+		args = append(args, q.Before)
 	}
 	if q.Scope != "" {
-		p := arg(q.Scope)
-		b.WriteString(` AND (principal = '' OR substr(principal, 1, length(` + p + `::text)) = ` + p + `::text)`)
+		shape |= auditScope
+		args = append(args, q.Scope)
 	}
-	for _, f := range auditFilters(q) {
+	for i, f := range auditFilters(q) {
 		if f.value != "" {
-			b.WriteString(` AND ` + f.expr + ` = ` + arg(f.value))
+			shape |= auditKind << i
+			args = append(args, f.value)
 		}
 	}
 	if !q.Since.IsZero() {
-		b.WriteString(` AND at >= ` + arg(q.Since))
+		shape |= auditSince
+		args = append(args, q.Since)
 	}
 	if !q.Until.IsZero() {
-		b.WriteString(` AND at < ` + arg(q.Until))
+		shape |= auditUntil
+		args = append(args, q.Until)
+	}
+	if q.Descending {
+		shape |= auditDesc
+	}
+	args = append(args, q.Limit)
+	if s := auditStmts[shape].Load(); s != nil {
+		return *s, args
+	}
+	s := auditShapeSQL(shape)
+	auditStmts[shape].Store(&s)
+	return s, args
+}
+
+// auditShape is which parts an AuditQuery's statement has: one bit for
+// each, the equality filters in auditFilters' order from auditKind.
+type auditShape uint16
+
+const (
+	auditBefore auditShape = 1 << iota
+	auditScope
+	auditKind // then principal, tool, server and outcome
+	_
+	_
+	_
+	_
+	auditSince
+	auditUntil
+	auditDesc
+	auditShapes // how many shapes there are
+)
+
+// auditStmts are the statements written so far, by shape.
+var auditStmts [auditShapes]atomic.Pointer[stmt]
+
+// auditShapeSQL writes the statement of a shape; its parameters are in
+// the order auditQuerySQL appends their arguments.
+func auditShapeSQL(shape auditShape) stmt {
+	var b strings.Builder
+	n := 1
+	arg := func() string {
+		n++
+		return "$" + strconv.Itoa(n)
+	}
+	b.WriteString(`SELECT ` + auditColumns + ` FROM audit_log WHERE seq > $1`)
+	if shape&auditBefore != 0 {
+		b.WriteString(` AND seq < ` + arg())
+	}
+	if shape&auditScope != 0 {
+		p := arg()
+		b.WriteString(` AND (principal = '' OR substr(principal, 1, length(` + p + `::text)) = ` + p + `::text)`)
+	}
+	for i, f := range auditFilters(AuditQuery{}) {
+		if shape&(auditKind<<i) != 0 {
+			b.WriteString(` AND ` + f.expr + ` = ` + arg())
+		}
+	}
+	if shape&auditSince != 0 {
+		b.WriteString(` AND at >= ` + arg())
+	}
+	if shape&auditUntil != 0 {
+		b.WriteString(` AND at < ` + arg())
 	}
 	b.WriteString(` ORDER BY seq`)
-	if q.Descending {
+	if shape&auditDesc != 0 {
 		b.WriteString(` DESC`)
 	}
-	b.WriteString(` LIMIT ` + arg(q.Limit))
-	return sql1(b.String()), args
+	b.WriteString(` LIMIT ` + arg())
+	return sql1(b.String())
 }
 
 func (c *core) QueryAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, error) {

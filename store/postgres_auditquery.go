@@ -55,12 +55,18 @@ var auditTextColumns = [...]int{2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 17, 18, 
 // auditScanner reads rows of auditColumns, as scanAudit does: pgx decodes
 // the sequence number, the time and the latency into its fields; the text
 // columns, whose value in either wire format is their UTF-8 text, are
-// copied into one string that the record's fields share.
+// copied into one string that the record's fields share, with the policy
+// ids, which plain names then share too; the details of a page share
+// blocks of memory.
 type auditScanner struct {
 	seq, latency int64
 	at           time.Time
 	dst          [auditColumnCount]any // nil: a column pgx skips
+	details      []byte                // the block the next details go into
 }
+
+// detailsBlock is the size of the blocks that a page's details share.
+const detailsBlock = 16 << 10
 
 func (sc *auditScanner) init() {
 	sc.dst[0], sc.dst[1], sc.dst[15] = &sc.seq, &sc.at, &sc.latency
@@ -73,7 +79,8 @@ func (sc *auditScanner) scan(rows pgx.Rows) (AuditRecord, error) {
 	r := AuditRecord{Seq: sc.seq, At: sc.at.UTC(), Latency: time.Duration(sc.latency) * time.Microsecond}
 	raw := rows.RawValues()
 
-	n := 0
+	ids := raw[auditPolicyIDs]
+	n := len(ids)
 	for _, i := range auditTextColumns {
 		n += len(raw[i])
 	}
@@ -82,6 +89,7 @@ func (sc *auditScanner) scan(rows pgx.Rows) (AuditRecord, error) {
 	for _, i := range auditTextColumns {
 		b.Write(raw[i])
 	}
+	b.Write(ids)
 	text := b.String()
 	fields := [...]*string{&r.Kind, &r.Principal, &r.ClientID, &r.TokenJTI, &r.Tool, &r.DefinitionHash,
 		&r.ArgumentsHash, &r.Decision, &r.PolicyHash, &r.ApprovalID, &r.RunID, &r.Outcome,
@@ -92,17 +100,25 @@ func (sc *auditScanner) scan(rows pgx.Rows) (AuditRecord, error) {
 		off += len(raw[i])
 	}
 
-	if ids := raw[auditPolicyIDs]; string(ids) != "[]" {
+	if string(ids) != "[]" {
 		var ok bool
-		if r.PolicyIDs, ok = plainNames(ids); !ok {
+		if r.PolicyIDs, ok = plainNames(text[off:]); !ok {
 			var err error
 			if r.PolicyIDs, err = decodeNames("audit_log.policy_ids", ids); err != nil {
 				return AuditRecord{}, err
 			}
 		}
 	}
-	// RawValues are the connection's buffer until the next row: a copy.
-	r.Details = append([]byte(nil), raw[auditDetails]...)
+	// RawValues are the connection's buffer until the next row: a copy,
+	// into the page's current block.
+	if d := raw[auditDetails]; len(d) > 0 {
+		if cap(sc.details)-len(sc.details) < len(d) {
+			sc.details = make([]byte, 0, max(detailsBlock, len(d)))
+		}
+		start := len(sc.details)
+		sc.details = append(sc.details, d...)
+		r.Details = sc.details[start:len(sc.details):len(sc.details)]
+	}
 	return r, nil
 }
 
@@ -110,7 +126,7 @@ func (sc *auditScanner) scan(rows pgx.Rows) (AuditRecord, error) {
 // every name is plain: no whitespace between them, and no escape, control
 // character or invalid UTF-8 in them, so that each name's text is its
 // bytes. It says no to anything else, which decodeNames then reads.
-func plainNames(b []byte) ([]string, bool) {
+func plainNames(b string) ([]string, bool) {
 	if len(b) < 4 || b[0] != '[' || b[len(b)-1] != ']' {
 		return nil, false
 	}
@@ -126,10 +142,10 @@ func plainNames(b []byte) ([]string, bool) {
 			}
 			j++
 		}
-		if j >= len(b)-1 || !utf8.Valid(b[i+1:j]) {
+		if j >= len(b)-1 || !utf8.ValidString(b[i+1:j]) {
 			return nil, false
 		}
-		names = append(names, string(b[i+1:j]))
+		names = append(names, b[i+1:j])
 		switch i = j + 1; {
 		case i == len(b)-1:
 			return names, true

@@ -85,7 +85,7 @@ func TestPlainNames(t *testing.T) {
 		{`["a]`, false}, {`["]`, false}, {`["a\"b"]`, false}, {`["a\u003cb"]`, false},
 		{"[\"a\tb\"]", false}, {"[\"\xff\"]", false}, {`[1]`, false}, {`{"a":1}`, false}, {`"a"`, false},
 	} {
-		got, ok := plainNames([]byte(c.json))
+		got, ok := plainNames(c.json)
 		if ok != c.plain {
 			t.Errorf("plainNames(%s) ok = %v, want %v", c.json, ok, c.plain)
 		}

@@ -1,0 +1,57 @@
+package store
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Every combination of an AuditQuery's parts has its statement: as many
+// parameters as arguments, each used, the same text again the next time,
+// and a text of its own.
+func TestAuditQueryShapes(t *testing.T) {
+	if n := len(auditFilters(AuditQuery{})); auditSince != auditKind<<n {
+		t.Fatalf("auditShape has room for %d equality filters, auditFilters has %d", auditSince/auditKind-1, n)
+	}
+	at := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	placeholder := regexp.MustCompile(`\$(\d+)`)
+	seen := map[string]auditShape{}
+	for shape := range auditShapes {
+		q := AuditQuery{Limit: 10, After: 3}
+		set := func(bit auditShape, f func()) {
+			if shape&bit != 0 {
+				f()
+			}
+		}
+		set(auditBefore, func() { q.Before = 9 })
+		set(auditScope, func() { q.Scope = "iss|t|" })
+		set(auditKind, func() { q.Kind = "k" })
+		set(auditKind<<1, func() { q.Principal = "p" })
+		set(auditKind<<2, func() { q.Tool = "t" })
+		set(auditKind<<3, func() { q.Server = "s" })
+		set(auditKind<<4, func() { q.Outcome = "o" })
+		set(auditSince, func() { q.Since = at })
+		set(auditUntil, func() { q.Until = at.Add(time.Hour) })
+		set(auditDesc, func() { q.Descending = true })
+		s, args := auditQuerySQL(q)
+		used := map[int]bool{}
+		for _, m := range placeholder.FindAllStringSubmatch(s.pg, -1) {
+			n, _ := strconv.Atoi(m[1])
+			used[n] = true
+		}
+		if len(used) != len(args) || !used[len(args)] {
+			t.Errorf("shape %010b: %d parameters used (%v) for %d arguments: %s", shape, len(used), used, len(args), s.pg)
+		}
+		if args[len(args)-1] != 10 {
+			t.Errorf("shape %010b: the last argument is %v, want the limit", shape, args[len(args)-1])
+		}
+		if again, _ := auditQuerySQL(q); again != s {
+			t.Errorf("shape %010b: another statement the second time", shape)
+		}
+		if other, ok := seen[s.pg]; ok {
+			t.Errorf("shapes %010b and %010b have the same statement", other, shape)
+		}
+		seen[s.pg] = shape
+	}
+}
