@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -308,7 +309,8 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, a.log, err)
 		return
 	}
-	b := make([]byte, 0, listBodySize(rs))
+	bp := listBodies.Get().(*[]byte)
+	b := slices.Grow((*bp)[:0], listBodySize(rs))
 	b = append(b, `{"records":[`...)
 	for i, rec := range rs {
 		if i > 0 {
@@ -328,7 +330,18 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	}
 	b = append(b, "}\n"...)
 	writeJSONBytes(w, b)
+	if cap(b) <= maxPooledBody {
+		*bp = b[:0]
+		listBodies.Put(bp)
+	}
 }
+
+// listBodies are buffers of answers that were written, kept for the next:
+// a page of 100 records is some 60 kB.
+var listBodies = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledBody is the largest buffer kept in listBodies.
+const maxPooledBody = 1 << 20
 
 // listBodySize is about the size of the answer of rs, so that its buffer
 // is allocated once: each record's details and the rest of its line, and

@@ -217,8 +217,10 @@ func parseSeq(s string) (int64, error) {
 	return strconv.ParseInt(s, 10, 64)
 }
 
-// writeJSONBytes answers 200 with body, JSON already encoded.
+// writeJSONBytes answers 200 with body, JSON already encoded, and its
+// length (so that it is sent as it is, not in chunks).
 func writeJSONBytes(w http.ResponseWriter, body []byte) {
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")
