@@ -20,6 +20,11 @@ type AuditQuerier interface {
 	// ascending or (q.Descending) descending. ErrInvalid when q is not
 	// valid (see AuditQuery).
 	QueryAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, error)
+	// EachAudit calls fn with each record QueryAudit would return, in
+	// its order, as each is read: a caller that writes the records out
+	// does so while the next ones are still arriving. An error of fn
+	// ends the reading and is returned as it is.
+	EachAudit(ctx context.Context, q AuditQuery, fn func(AuditRecord) error) error
 }
 
 // AuditQuery selects audit records. A zero field does not filter.
@@ -179,10 +184,43 @@ func auditShapeSQL(shape auditShape) stmt {
 }
 
 func (c *core) QueryAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, error) {
+	return collectAudit(ctx, c, q)
+}
+
+func (c *core) EachAudit(ctx context.Context, q AuditQuery, fn func(AuditRecord) error) error {
 	if err := q.validate(); err != nil {
-		return nil, err
+		return err
 	}
 	s, args := auditQuerySQL(q)
-	out, err := queryAll(ctx, c.reader(), s, scanAudit, args...)
-	return out, c.fail(err)
+	rows, err := c.reader().query(ctx, s, args...)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanAudit(rows)
+		if err != nil {
+			return c.fail(err)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return c.fail(rows.Err())
+}
+
+// collectAudit is QueryAudit by EachAudit.
+func collectAudit(ctx context.Context, a AuditQuerier, q AuditQuery) ([]AuditRecord, error) {
+	var out []AuditRecord
+	err := a.EachAudit(ctx, q, func(r AuditRecord) error {
+		if out == nil {
+			out = make([]AuditRecord, 0, min(q.Limit, 128))
+		}
+		out = append(out, r)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -1,7 +1,12 @@
 package store
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -53,5 +58,52 @@ func TestAuditQueryShapes(t *testing.T) {
 			t.Errorf("shapes %010b and %010b have the same statement", other, shape)
 		}
 		seen[s.pg] = shape
+	}
+}
+
+// EachAudit hands over the records in the query's order and stops at the
+// first error of its function, which it returns as it is; the store reads
+// on afterwards. Both engines.
+func TestEachAuditStopsAtAnError(t *testing.T) {
+	t.Parallel()
+	for _, eng := range []struct {
+		name string
+		dsn  func(testing.TB) string
+	}{
+		{"SQLite", func(t testing.TB) string { return filepath.Join(t.TempDir(), "usher.db") }},
+		{"PostgreSQL", ownSchemaPostgresURL},
+	} {
+		t.Run(eng.name, func(t *testing.T) {
+			t.Parallel()
+			s := parityStore(t, eng.dsn(t))
+			ctx := t.Context()
+			for i := range 5 {
+				if _, err := s.AppendAudit(ctx, func(head AuditHead) (AuditRecord, error) {
+					return AuditRecord{Seq: head.Seq + 1, At: time.Now().Truncate(time.Microsecond), Kind: "k", PrevHash: head.Hash,
+						Hash: fmt.Sprintf("hash-%d", i), Details: json.RawMessage(`{}`)}, nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stop := errors.New("enough")
+			var seen []int64
+			err := s.EachAudit(ctx, AuditQuery{Limit: 10, Descending: true}, func(r AuditRecord) error {
+				seen = append(seen, r.Seq)
+				if len(seen) == 3 {
+					return stop
+				}
+				return nil
+			})
+			if err != stop || !slices.Equal(seen, []int64{5, 4, 3}) {
+				t.Fatalf("EachAudit = %v after %v, want the function's error after [5 4 3]", err, seen)
+			}
+			all, err := s.QueryAudit(ctx, AuditQuery{Limit: 10})
+			if err != nil || len(all) != 5 {
+				t.Fatalf("QueryAudit after = %d records, %v; want 5", len(all), err)
+			}
+			if err := s.EachAudit(ctx, AuditQuery{}, func(AuditRecord) error { return nil }); !errors.Is(err, ErrInvalid) {
+				t.Errorf("EachAudit with limit 0 = %v, want ErrInvalid", err)
+			}
+		})
 	}
 }

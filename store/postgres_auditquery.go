@@ -10,35 +10,40 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// QueryAudit runs the core's statement (auditQuerySQL) on the pgx pool
+func (s *postgresStore) QueryAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, error) {
+	return collectAudit(ctx, s, q)
+}
+
+// EachAudit runs the core's statement (auditQuerySQL) on the pgx pool
 // itself rather than through database/sql, and reads each row's text
 // columns as they arrive: a reviewer's page of up to
 // MaxAuditQueryLimit records is otherwise dominated by database/sql's
 // conversion of 20 columns a row.
-func (s *postgresStore) QueryAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, error) {
+func (s *postgresStore) EachAudit(ctx context.Context, q AuditQuery, fn func(AuditRecord) error) error {
 	if err := q.validate(); err != nil {
-		return nil, err
+		return err
 	}
 	st, args := auditQuerySQL(q)
 	rows, err := s.pool.Query(ctx, st.pg, args...)
 	if err != nil {
-		return nil, s.fail(err)
+		return s.fail(err)
 	}
 	defer rows.Close()
 	if n := len(rows.FieldDescriptions()); n != auditColumnCount {
-		return nil, fmt.Errorf("store: audit query returned %d columns, want %d", n, auditColumnCount)
+		return fmt.Errorf("store: audit query returned %d columns, want %d", n, auditColumnCount)
 	}
 	var sc auditScanner
 	sc.init()
-	out := make([]AuditRecord, 0, min(q.Limit, 128))
 	for rows.Next() {
 		r, err := sc.scan(rows)
 		if err != nil {
-			return nil, s.fail(err)
+			return s.fail(err)
 		}
-		out = append(out, r)
+		if err := fn(r); err != nil {
+			return err
+		}
 	}
-	return out, s.fail(rows.Err())
+	return s.fail(rows.Err())
 }
 
 // The positions of auditColumns' columns that auditScanner reads itself
