@@ -304,26 +304,28 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, a.log, err)
 		return
 	}
-	rs, err := a.st.QueryAudit(r.Context(), p.query(scope(r)))
+	// Each record is written as it arrives, while the next ones are on
+	// their way from the database.
+	bp := listBodies.Get().(*[]byte)
+	b := slices.Grow((*bp)[:0], listBodySize(p.Limit))
+	b = append(b, `{"records":[`...)
+	n, last := 0, int64(0)
+	err = a.st.EachAudit(r.Context(), p.query(scope(r)), func(rec store.AuditRecord) error {
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n, last = n+1, rec.Seq
+		var err error
+		b, err = audit.AppendRecord(b, rec)
+		return err
+	})
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
 	}
-	bp := listBodies.Get().(*[]byte)
-	b := slices.Grow((*bp)[:0], listBodySize(rs))
-	b = append(b, `{"records":[`...)
-	for i, rec := range rs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		if b, err = audit.AppendRecord(b, rec); err != nil {
-			httpx.WriteError(w, r, a.log, err)
-			return
-		}
-	}
 	b = append(b, ']')
-	if len(rs) == p.Limit {
-		p.Pos = rs[len(rs)-1].Seq
+	if n == p.Limit {
+		p.Pos = last
 		b = append(b, `,"next":"`...)
 		b = append(b, cursorOf(p)...)
 		b = append(b, '"')
@@ -336,23 +338,17 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// listBodySize is about the size of the answer of a page of limit
+// records, so that its buffer is allocated once: a record's line is some
+// 600 bytes.
+func listBodySize(limit int) int { return 1024 + 640*min(limit, 100) }
+
 // listBodies are buffers of answers that were written, kept for the next:
 // a page of 100 records is some 60 kB.
 var listBodies = sync.Pool{New: func() any { return new([]byte) }}
 
 // maxPooledBody is the largest buffer kept in listBodies.
 const maxPooledBody = 1 << 20
-
-// listBodySize is about the size of the answer of rs, so that its buffer
-// is allocated once: each record's details and the rest of its line, and
-// a cursor.
-func listBodySize(rs []store.AuditRecord) int {
-	n := 1024
-	for _, r := range rs {
-		n += 640 + len(r.Details)
-	}
-	return n
-}
 
 // exportPage is how many records export reads from the store at a time.
 const exportPage = 1000

@@ -21,6 +21,7 @@ import (
 type Store interface {
 	AuditRecords(ctx context.Context, afterSeq int64, limit int) ([]store.AuditRecord, error)
 	QueryAudit(ctx context.Context, q store.AuditQuery) ([]store.AuditRecord, error)
+	EachAudit(ctx context.Context, q store.AuditQuery, fn func(store.AuditRecord) error) error
 }
 
 // DefaultVerifyLimit is how many records one GET /api/audit/verify checks
