@@ -108,7 +108,7 @@ func measure(ctx context.Context, o options, u *usherRun, db *database, q query)
 		return res, fmt.Errorf("the statement read from pg_stat_activity returns records %v, the API %v (want the same, and some)", head(aloneSeqs), head(apiSeqs))
 	}
 	res.rows = len(apiSeqs)
-	if res.plan, err = explain(ctx, conn, stmt, args); err != nil {
+	if res.plan, err = explain(ctx, conn, q.name, stmt, args); err != nil {
 		return res, err
 	}
 
@@ -340,9 +340,29 @@ func selectSeqs(ctx context.Context, conn *pgx.Conn, stmt string, args []any) ([
 	return out, rows.Err()
 }
 
-// explain is the plan of the statement with its arguments, as it ran.
-func explain(ctx context.Context, conn *pgx.Conn, stmt string, args []any) ([]string, error) {
-	rows, err := conn.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+stmt, args...)
+// explain is the plan of the statement with its arguments as it runs in
+// the rounds: prepared, as pgx prepares it on both sides (its statement
+// cache), and run ten times first, after which PostgreSQL may keep a
+// generic plan for it rather than plan each run for its values. The
+// arguments are written into the EXECUTE by pgx's simple protocol, which
+// quotes them.
+func explain(ctx context.Context, conn *pgx.Conn, name, stmt string, args []any) ([]string, error) {
+	name = "auditbench_" + strings.ReplaceAll(name, "-", "_")
+	if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+stmt); err != nil {
+		return nil, fmt.Errorf("PREPARE: %w", err)
+	}
+	params := make([]string, len(args))
+	for i := range args {
+		params[i] = "$" + strconv.Itoa(i+1)
+	}
+	execute := "EXECUTE " + name + "(" + strings.Join(params, ", ") + ")"
+	simple := append([]any{pgx.QueryExecModeSimpleProtocol}, args...)
+	for range 10 {
+		if _, err := conn.Exec(ctx, execute, simple...); err != nil {
+			return nil, fmt.Errorf("EXECUTE: %w", err)
+		}
+	}
+	rows, err := conn.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+execute, simple...)
 	if err != nil {
 		return nil, fmt.Errorf("EXPLAIN: %w", err)
 	}
