@@ -421,11 +421,23 @@ func (c *Catalog) Hashes(ctx context.Context) (map[string]string, error) {
 // BuiltinLock is a tool lock that reviews the built-in tools only, which
 // ship with the binary: what an installation without a lock starts with,
 // so that its read-only built-ins run unattended while every upstream
-// tool waits for an operator's review (`usher tools lock`).
+// tool waits for an operator's review (`usher tools lock`). Like `usher
+// tools lock`, it keeps each definition beside its hash, so that a
+// built-in changed by a later release shows a reviewer what changed
+// since; a definition is kept only when its hash is the lock's own
+// (policy.DefinitionHash), which a catalog with another
+// CatalogOptions.DefinitionHash does not take.
 func (c *Catalog) BuiltinLock() *policy.Lock {
-	lock := &policy.Lock{Tools: make(map[string]string, len(c.builtins))}
+	lock := &policy.Lock{
+		Tools:       make(map[string]string, len(c.builtins)),
+		Definitions: make(map[string]policy.ToolDefinition, len(c.builtins)),
+	}
 	for _, t := range c.builtins {
 		lock.Tools[t.def.Name] = t.hash
+		d := policy.ToolDefinition(t.def)
+		if h, err := policy.DefinitionHash(d); err == nil && h == t.hash {
+			lock.Definitions[t.def.Name] = d
+		}
 	}
 	return lock
 }
