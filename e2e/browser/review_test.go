@@ -2,6 +2,7 @@ package browser
 
 import (
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
@@ -436,5 +438,167 @@ func TestBrowserReview(t *testing.T) {
 	}
 	tb.click(`.review-nav a[href="/review"]`)
 	tb.waitUntil("the chain broken at #3", `document.querySelector(".chain-status.broken")?.textContent.includes("The chain is broken at #3 (#3 edited")`)
+	tb.checkClean()
+}
+
+// TestBrowserReviewTimesAndMoreApprovals filters the audit log by time, as
+// a reviewer sets since and until in the form, and pages every approval of
+// the tenant with "Show more approvals": what the page shows is what the
+// API answers for the same query, the window leaves out records on either
+// side, and the second page of approvals follows the first, focused.
+func TestBrowserReviewTimesAndMoreApprovals(t *testing.T) {
+	t.Parallel()
+	s := reviewServer(t)
+	rita, err := s.cli(t, "token", "user", "--sub", "rita", "--group", "security")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 25 pending approvals (a page of 20 and more), five people's five
+	// runs each, as many as a person may have active.
+	for u := range 5 {
+		tok := userToken(t, s, fmt.Sprintf("writer-%d", u))
+		for n := range 5 {
+			alicesCall(t, s, tok, "notes_write", fmt.Sprintf(`{"name":"note-%d-%d","body":"b"}`, u, n))
+		}
+	}
+	type record struct {
+		Seq string
+		At  string
+	}
+	apiRecords := func(query string) []record {
+		t.Helper()
+		code, page := apitest.Call(t, "GET", s.url+"/api/audit?"+query, rita, "")
+		if code != 200 {
+			t.Fatalf("GET /api/audit?%s = %d %v", query, code, page)
+		}
+		var out []record
+		for _, r := range page["records"].([]any) {
+			r := r.(map[string]any)
+			out = append(out, record{fmt.Sprint(r["seq"]), r["at"].(string)})
+		}
+		return out
+	}
+	all := apiRecords("limit=1000")
+	if len(all) < 50 {
+		t.Fatalf("%d records, want a call's two records and more for each of 25 calls", len(all))
+	}
+	// The window: from a record a third of the way through the log to one
+	// two thirds of the way, to the millisecond (until is exclusive), so
+	// that records fall outside it on both sides.
+	at := func(r record) time.Time {
+		t.Helper()
+		v, err := time.Parse(time.RFC3339Nano, r.At)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	since := at(all[len(all)/3]).Truncate(time.Millisecond)
+	var until time.Time
+	for _, r := range all[2*len(all)/3:] {
+		if u := at(r).Truncate(time.Millisecond); u.After(since) {
+			until = u
+			break
+		}
+	}
+	if until.IsZero() {
+		t.Fatalf("the records from #%s on were all written in one millisecond: no window", all[len(all)/3].Seq)
+	}
+	iso := func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") } // as the page's toISOString
+	want := apiRecords("since=" + iso(since) + "&until=" + iso(until) + "&order=desc&limit=50")
+	var wantSeqs []string
+	for _, r := range want {
+		if at(r).Before(since) || !at(r).Before(until) {
+			t.Errorf("the API's window holds record %s at %s, outside [%s, %s)", r.Seq, r.At, iso(since), iso(until))
+		}
+		wantSeqs = append(wantSeqs, r.Seq)
+	}
+	if len(want) == 0 || want[len(want)-1].Seq == all[0].Seq || want[0].Seq == all[len(all)-1].Seq {
+		t.Fatalf("the API's window [%s, %s) holds %v: want some records, not the first nor the last", iso(since), iso(until), want)
+	}
+
+	tb := startBrowser(t)
+	tb.signInWith(s.url, "rita", "security")
+	tb.do(chromedp.Navigate(s.url + "/review"))
+	tb.waitUntil("the audit log", `document.querySelector(".audit-table tbody tr")`)
+	// The form's inputs take the browser's local time, to the millisecond.
+	setLocal := func(sel string, v time.Time) {
+		t.Helper()
+		evaluate[bool](tb, `(() => { const d = new Date(`+js(iso(v))+`); const p = (n) => String(n).padStart(2, "0");
+			const el = document.querySelector(`+js(sel)+`);
+			el.value = d.getFullYear() + "-" + p(d.getMonth() + 1) + "-" + p(d.getDate()) + "T" + p(d.getHours()) + ":" + p(d.getMinutes()) + ":" + p(d.getSeconds()) + "." + String(d.getMilliseconds()).padStart(3, "0");
+			return el.value !== ""; })()`)
+	}
+	setLocal("#filter-since", since)
+	setLocal("#filter-until", until)
+	tb.tabTo(".review-filters button[type=submit]")
+	tb.do(pressEnter)
+	params := `new URLSearchParams(location.search)`
+	tb.waitUntil("the window in the address", params+`.get("since") === `+js(iso(since))+` && `+params+`.get("until") === `+js(iso(until)))
+	wantJSON, _ := json.Marshal(wantSeqs) // as JSON.stringify writes it
+	tb.waitUntil("the records of the window, as the API lists them", params+`.get("since") === `+js(iso(since))+
+		` && `+params+`.get("until") === `+js(iso(until))+
+		` && JSON.stringify([...document.querySelectorAll(".audit-table tbody tr")].map((r) => r.dataset.seq)) === `+js(string(wantJSON)))
+	// The window's address, opened afresh, fills the form with its times
+	// and shows the same records.
+	tb.do(chromedp.Navigate(s.url + "/review?since=" + iso(since) + "&until=" + iso(until)))
+	tb.waitUntil("the window again, its times in the form", `new Date(document.querySelector("#filter-since").value).toISOString() === `+js(iso(since))+
+		` && new Date(document.querySelector("#filter-until").value).toISOString() === `+js(iso(until))+
+		` && JSON.stringify([...document.querySelectorAll(".audit-table tbody tr")].map((r) => r.dataset.seq)) === `+js(string(wantJSON)))
+	// A window after the last record holds none.
+	after := at(all[len(all)-1]).Truncate(time.Millisecond).Add(time.Millisecond)
+	setLocal("#filter-since", after)
+	evaluate[bool](tb, `(document.querySelector("#filter-until").value = "", true)`)
+	tb.tabTo(".review-filters button[type=submit]")
+	tb.do(pressEnter)
+	tb.waitUntil("no record after the last", params+`.get("since") === `+js(iso(after))+` && !`+params+`.has("until")`+
+		` && document.querySelector(".records .empty-state")?.textContent === "No record matches these filters."`)
+	if rs := apiRecords("since=" + iso(after)); len(rs) != 0 {
+		t.Errorf("after the last record the API lists %v", rs)
+	}
+
+	// Every approval of the tenant: a page of 20, then the rest.
+	approvalIDs := func(query string) ([]string, string) {
+		t.Helper()
+		code, page := apitest.Call(t, "GET", s.url+"/api/approvals?"+query, rita, "")
+		if code != 200 {
+			t.Fatalf("GET /api/approvals?%s = %d %v", query, code, page)
+		}
+		var ids []string
+		for _, a := range page["approvals"].([]any) {
+			ids = append(ids, a.(map[string]any)["id"].(string))
+		}
+		next, _ := page["next_cursor"].(string)
+		return ids, next
+	}
+	firstIDs, next := approvalIDs("scope=all&limit=20")
+	if len(firstIDs) != 20 || next == "" {
+		t.Fatalf("the first page of approvals holds %d, next %q: want 20 and more", len(firstIDs), next)
+	}
+	restIDs, last := approvalIDs("scope=all&limit=20&cursor=" + next)
+	if len(restIDs) != 5 || last != "" {
+		t.Fatalf("the second page of approvals holds %d, next %q: want the other 5 and no more", len(restIDs), last)
+	}
+	tb.do(chromedp.Navigate(s.url + "/review/approvals"))
+	tb.waitUntil("a page of approvals and the button for more", `document.querySelectorAll(".review .approval-card").length === 20 && !document.querySelector(".review .approval-list + .button").hidden`)
+	cards := func() []string {
+		return evaluate[[]string](tb, `[...document.querySelectorAll(".review .approval-card")].map((c) => c.dataset.approval)`)
+	}
+	if got := cards(); !slices.Equal(got, firstIDs) {
+		t.Errorf("the first page shows %v; the API lists %v", got, firstIDs)
+	}
+	tb.tabTo(".review .approval-list + .button")
+	if label := tb.text(".review .approval-list + .button"); label != "Show more approvals" {
+		t.Errorf("the button says %q", label)
+	}
+	tb.do(pressEnter)
+	tb.waitUntil("every approval, the button gone", `document.querySelectorAll(".review .approval-card").length === 25 && document.querySelector(".review .approval-list + .button").hidden`)
+	if got := cards(); !slices.Equal(got, append(slices.Clone(firstIDs), restIDs...)) {
+		t.Errorf("after Show more the list shows %v; the API's pages list %v then %v", got, firstIDs, restIDs)
+	}
+	if !evaluate[bool](tb, `document.activeElement?.matches(".review .approval-card:nth-child(21) .approval-title")`) {
+		t.Errorf("the focus is not on the first approval of the second page")
+	}
+	checkAxeReview(t, tb, "every approval, two pages")
 	tb.checkClean()
 }

@@ -99,12 +99,15 @@ function filtersOf() {
   return out;
 }
 
-// localInput turns an RFC 3339 time into a datetime-local input's value.
+// localInput turns an RFC 3339 time into a datetime-local input's value,
+// to the millisecond when it has one.
 function localInput(value) {
   const d = new Date(value);
   if (Number.isNaN(d.getTime())) return '';
   const p = (n) => String(n).padStart(2, '0');
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
+  const ms = d.getMilliseconds();
+  const fraction = ms ? `.${String(ms).padStart(3, '0')}` : '';
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}${fraction}`;
 }
 
 function auditPage(body, state) {
@@ -119,7 +122,8 @@ function auditPage(body, state) {
   }
   for (const [name, label] of [['since', 'Since'], ['until', 'Until']]) {
     const id = `filter-${name}`;
-    fields[name] = h('input', { id, name, type: 'datetime-local', value: filters[name] ? localInput(filters[name]) : '' });
+    // step any: a time to the second or millisecond, as records have.
+    fields[name] = h('input', { id, name, type: 'datetime-local', step: 'any', value: filters[name] ? localInput(filters[name]) : '' });
     form.append(h('div', { class: 'field' }, h('label', { for: id }, label), fields[name]));
   }
   const clear = h('button', { type: 'button', class: 'button subtle' }, 'Clear');
