@@ -2,12 +2,16 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 func (s *postgresStore) QueryAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, error) {
@@ -33,7 +37,7 @@ func (s *postgresStore) EachAudit(ctx context.Context, q AuditQuery, fn func(Aud
 		return fmt.Errorf("store: audit query returned %d columns, want %d", n, auditColumnCount)
 	}
 	var sc auditScanner
-	sc.init()
+	sc.init(rows.FieldDescriptions())
 	for rows.Next() {
 		r, err := sc.scan(rows)
 		if err != nil {
@@ -67,22 +71,50 @@ type auditScanner struct {
 	seq, latency int64
 	at           time.Time
 	dst          [auditColumnCount]any // nil: a column pgx skips
+	binary       bool                  // the numbers come in PostgreSQL's binary form
 	details      []byte                // the block the next details go into
 }
 
 // detailsBlock is the size of the blocks that a page's details share.
 const detailsBlock = 16 << 10
 
-func (sc *auditScanner) init() {
+func (sc *auditScanner) init(fields []pgconn.FieldDescription) {
 	sc.dst[0], sc.dst[1], sc.dst[15] = &sc.seq, &sc.at, &sc.latency
+	sc.binary = fields[0].Format == pgx.BinaryFormatCode && fields[1].Format == pgx.BinaryFormatCode &&
+		fields[15].Format == pgx.BinaryFormatCode && fields[0].DataTypeOID == pgtype.Int8OID &&
+		fields[1].DataTypeOID == pgtype.TimestamptzOID && fields[15].DataTypeOID == pgtype.Int8OID
+}
+
+// pgEpoch is the zero of PostgreSQL's binary timestamps, which count
+// microseconds from it.
+var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// numbers reads the sequence number, the time and the latency of a row
+// from their binary form, as pgx would (8 bytes each, big-endian; the
+// time in microseconds since pgEpoch), and says no to anything else (a
+// text form, an infinite time), which rows.Scan then reads.
+func (sc *auditScanner) numbers(raw [][]byte) bool {
+	if !sc.binary || len(raw[0]) != 8 || len(raw[1]) != 8 || len(raw[15]) != 8 {
+		return false
+	}
+	us := int64(binary.BigEndian.Uint64(raw[1]))
+	if us == math.MaxInt64 || us == math.MinInt64 {
+		return false
+	}
+	sc.seq = int64(binary.BigEndian.Uint64(raw[0]))
+	sc.at = pgEpoch.Add(time.Duration(us) * time.Microsecond)
+	sc.latency = int64(binary.BigEndian.Uint64(raw[15]))
+	return true
 }
 
 func (sc *auditScanner) scan(rows pgx.Rows) (AuditRecord, error) {
-	if err := rows.Scan(sc.dst[:]...); err != nil {
-		return AuditRecord{}, err
+	raw := rows.RawValues()
+	if !sc.numbers(raw) {
+		if err := rows.Scan(sc.dst[:]...); err != nil {
+			return AuditRecord{}, err
+		}
 	}
 	r := AuditRecord{Seq: sc.seq, At: sc.at.UTC(), Latency: time.Duration(sc.latency) * time.Microsecond}
-	raw := rows.RawValues()
 
 	ids := raw[auditPolicyIDs]
 	n := len(ids)

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"math"
 	"fmt"
 	"reflect"
 	"strings"
@@ -96,5 +98,41 @@ func TestPlainNames(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("plainNames(%s) = %q, decodeNames %q, %v", c.json, got, want, err)
 		}
+	}
+}
+
+// The scanner reads the numbers of a row from PostgreSQL's binary form as
+// pgx does, and leaves to rows.Scan the text form, an infinite time and
+// anything of another length.
+func TestAuditScannerNumbers(t *testing.T) {
+	t.Parallel()
+	be := func(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
+	at := time.Date(2031, 3, 4, 5, 6, 7, 891011000, time.UTC)
+	row := func(seq, us, latency []byte) [][]byte {
+		raw := make([][]byte, auditColumnCount)
+		raw[0], raw[1], raw[15] = seq, us, latency
+		return raw
+	}
+	good := row(be(7), be(at.Sub(pgEpoch).Microseconds()), be(1234))
+	sc := auditScanner{binary: true}
+	if !sc.numbers(good) || sc.seq != 7 || !sc.at.Equal(at) || sc.latency != 1234 {
+		t.Errorf("numbers = %d %v %d, want 7 %v 1234", sc.seq, sc.at, sc.latency, at)
+	}
+	before := row(be(8), be(-1), be(0))
+	if !sc.numbers(before) || !sc.at.Equal(pgEpoch.Add(-time.Microsecond)) {
+		t.Errorf("a time before 2000 = %v", sc.at)
+	}
+	for name, raw := range map[string][][]byte{
+		"infinity":         row(be(7), be(math.MaxInt64), be(0)),
+		"minus infinity":   row(be(7), be(math.MinInt64), be(0)),
+		"a short sequence": row(be(7)[:4], be(0), be(0)),
+		"text":             row([]byte("7"), []byte("2031-03-04 05:06:07+00"), []byte("1234")),
+	} {
+		if sc.numbers(raw) {
+			t.Errorf("%s: read as binary", name)
+		}
+	}
+	if text := (auditScanner{}); text.numbers(good) {
+		t.Error("columns not in the binary form: read as binary")
 	}
 }
