@@ -3,8 +3,8 @@ package store
 import (
 	"encoding/binary"
 	"encoding/json"
-	"math"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
