@@ -151,6 +151,21 @@ func alicesCall(t *testing.T, s *server, alice, tool, args string) {
 	}
 }
 
+// auditRecords are the records of GET /api/audit?query as token reads
+// them.
+func auditRecords(t *testing.T, s *server, token, query string) []map[string]any {
+	t.Helper()
+	code, page := apitest.Call(t, "GET", s.url+"/api/audit?"+query, token, "")
+	if code != 200 {
+		t.Fatalf("GET /api/audit?%s = %d %v", query, code, page)
+	}
+	var out []map[string]any
+	for _, r := range page["records"].([]any) {
+		out = append(out, r.(map[string]any))
+	}
+	return out
+}
+
 // TestBrowserReview walks the Review section as a security reviewer would
 // — by keyboard, from the Review link: alice's calls in the audit log,
 // filtered, a new one arriving live, paged, a record with its hashes, the
@@ -222,13 +237,9 @@ func TestBrowserReview(t *testing.T) {
 	}
 	apiSeqs := func(query string) []string {
 		t.Helper()
-		code, page := apitest.Call(t, "GET", s.url+"/api/audit?"+query, rita, "")
-		if code != 200 {
-			t.Fatalf("GET /api/audit?%s = %d %v", query, code, page)
-		}
 		var out []string
-		for _, r := range page["records"].([]any) {
-			out = append(out, fmt.Sprint(r.(map[string]any)["seq"]))
+		for _, r := range auditRecords(t, s, rita, query) {
+			out = append(out, fmt.Sprint(r["seq"]))
 		}
 		return out
 	}
@@ -467,13 +478,8 @@ func TestBrowserReviewTimesAndMoreApprovals(t *testing.T) {
 	}
 	apiRecords := func(query string) []record {
 		t.Helper()
-		code, page := apitest.Call(t, "GET", s.url+"/api/audit?"+query, rita, "")
-		if code != 200 {
-			t.Fatalf("GET /api/audit?%s = %d %v", query, code, page)
-		}
 		var out []record
-		for _, r := range page["records"].([]any) {
-			r := r.(map[string]any)
+		for _, r := range auditRecords(t, s, rita, query) {
 			out = append(out, record{fmt.Sprint(r["seq"]), r["at"].(string)})
 		}
 		return out
