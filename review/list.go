@@ -338,9 +338,9 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// listBodySize is about the size of the answer of a page of limit
-// records, so that its buffer is allocated once: a record's line is some
-// 600 bytes.
+// listBodySize is the buffer a page of limit records starts with: a
+// record's line is some 600 bytes. A page of more than 100 grows it, and
+// a buffer so grown is kept in listBodies up to maxPooledBody.
 func listBodySize(limit int) int { return 1024 + 640*min(limit, 100) }
 
 // listBodies are buffers of answers that were written, kept for the next:
