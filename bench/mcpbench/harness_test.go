@@ -70,6 +70,18 @@ func TestShortRun(t *testing.T) {
 					t.Errorf("no %s in the report", key)
 				}
 			}
+			// On PostgreSQL the floor was measured in the same rounds: a
+			// bare commit's p50, and Usher's figures as ratios of it.
+			if o.database != "" {
+				for _, key := range []string{"floor_commit_p50_ms", "floor_commit_mean_ms", "floor_ms", "added_p50_ratio_to_floor", "record_ratio_to_commit",
+					"c_cpu_per_call_with_postgres_ratio_to_proxy"} {
+					if method == "tools/call" || key != "record_ratio_to_commit" {
+						checkPositive(t, out.Bytes(), key)
+					}
+				}
+			} else if bytes.Contains(out.Bytes(), []byte("\nfloor_ms ")) {
+				t.Error("on SQLite, the report gives a floor of a PostgreSQL commit")
+			}
 			// Without PostgreSQL its CPU is not measured, and the report
 			// says so in one word.
 			if o.database == "" && !regexp.MustCompile(`(?m)^c_cpu_ms_per_call_postgres not_measured$`).Match(out.Bytes()) {

@@ -36,6 +36,13 @@
 // ratio phase by phase), and what the receiver got: every record of the
 // sink's log, signed, and a span of every call through the traced Usher.
 //
+// On PostgreSQL each sequential round ends with a bare durable commit
+// from Go against the same server (a one-row INSERT in autocommit on a
+// fresh table, see commitFloor): with the proxy's added p50 it is the
+// floor, and the report gives Usher's added p50 as a ratio of the floor,
+// its record stage as a ratio of the bare commit, and its calls/s and
+// CPU per call at c=8 as ratios of the proxy's.
+//
 // With -against, a second usher binary runs beside the first in the same
 // way (D), so that a change is measured against the revision before it
 // on the same moments of the machine.
@@ -200,8 +207,17 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			return err
 		}
 	}
+	var floor *commitFloor // the bare durable commit, on PostgreSQL
 	if o.database != "" {
 		r.engine = "PostgreSQL"
+		if floor, err = openCommitFloor(ctx, o.database, o.dbVia); err != nil {
+			return err
+		}
+		defer func() {
+			if e := floor.close(context.Background()); err == nil {
+				err = e
+			}
+		}()
 	} else {
 		r.engine = "SQLite"
 	}
@@ -286,12 +302,19 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 				return fmt.Errorf("warm-up %s: %w", p.name, err)
 			}
 		}
+		if floor != nil {
+			if err := floor.commit(ctx, false); err != nil {
+				return err
+			}
+		}
 	}
 
 	// Sequential rounds: the Ushers' calls, the first followed by one
-	// direct (B) and one through the proxy (C). The Ushers take turns at
-	// being first, round by round, so that none always follows the same
-	// call: A B C S T, S B C T A, T B C A S, ...
+	// direct (B) and one through the proxy (C), and each round ends with
+	// a bare commit (on PostgreSQL), so that the floor is measured on the
+	// same moments of the machine. The Ushers take turns at being first,
+	// round by round, so that none always follows the same call:
+	// A B C S T, S B C T A, T B C A S, ...
 	befores := make([]usherSample, len(ushers))
 	for i, u := range ushers {
 		if befores[i], err = u.sample(ctx, u.procs); err != nil {
@@ -329,8 +352,16 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 				}
 			}
 		}
+		if floor != nil {
+			if err := floor.commit(ctx, true); err != nil {
+				return err
+			}
+		}
 	}
 	r.seq = summarisePairs(sides[0], bSide)
+	if floor != nil {
+		r.floor = floor.result()
+	}
 	if passed != nil {
 		r.proxy = true
 		r.seqProxy = summarisePairs(cSide, bSide)

@@ -23,6 +23,7 @@ type report struct {
 	proxy             bool
 	seqProxy          pairedResult
 	usherOverProxy    time.Duration
+	floor             floorResult // the bare durable commit, on PostgreSQL
 	seqCPU            cpuPerCall
 	seqMemory         memoryPerCall
 	seqStages         stageMeans
@@ -145,6 +146,7 @@ func (r report) print(w io.Writer) {
 			r.concurrency, r.c8Usher.rate()/r.c8Proxy.rate(), ratio(r.c8Usher.cpu.usher, r.c8Proxy.cpu.proxy))
 	}
 	fmt.Fprintf(w, "  audit: %d records for %d calls through Usher, chain intact\n", r.auditRecords, r.usherCalls)
+	r.printFloor(w)
 	if r.profile != "" && r.profileOf == "A" {
 		fmt.Fprintf(w, "  CPU profile of Usher during its c=%d phase: %s (go tool pprof -top %s)\n", r.concurrency, r.profile, r.profile)
 	} else if r.profile != "" {
@@ -222,6 +224,7 @@ func (r report) print(w io.Writer) {
 		kv("c_calls_per_s_ratio_to_proxy", fmt.Sprintf("%.2f", r.c8Usher.rate()/r.c8Proxy.rate()))
 		kv("c_cpu_per_call_ratio_to_proxy", fmt.Sprintf("%.2f", ratio(r.c8Usher.cpu.usher, r.c8Proxy.cpu.proxy)))
 	}
+	r.printFloorKV(kv)
 	kv("audit_records", r.auditRecords)
 	kv("usher_calls", r.usherCalls)
 	for _, s := range r.variants {
