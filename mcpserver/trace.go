@@ -34,6 +34,13 @@ const (
 	attrToolServer = attribute.Key("usher.tool.server")
 )
 
+// The kinds of the endpoint's spans, as start options made once: a
+// variadic argument built at each call would be allocated at each call.
+var (
+	serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+)
+
 // startSpan starts a span named name under the one ctx carries, only
 // when that one is recording: with tracing off (or a trace not sampled)
 // it returns ctx and the parent as they are, without allocating, so that
@@ -70,7 +77,11 @@ func (s *Server) traceRequests(next mcp.MethodHandler) mcp.MethodHandler {
 		if v := protocolVersion(req); v != "" {
 			attrs = append(attrs, semconv.McpProtocolVersion(v))
 		}
-		ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+		// The attributes are set on the span rather than passed as a start
+		// option, which the SDK would copy twice more; no sampler that the
+		// OTEL_* variables configure reads them.
+		ctx, span := tracer.Start(ctx, name, serverSpan...)
+		span.SetAttributes(attrs...)
 		defer span.End()
 		res, err := next(ctx, method, req)
 		if err != nil {
@@ -174,7 +185,9 @@ func startAudit(ctx context.Context, e Event) (context.Context, trace.Span) {
 	if !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx, trace.SpanFromContext(ctx)
 	}
-	return tracer.Start(ctx, "audit write", trace.WithAttributes(attrAuditKind.String(e.Kind)))
+	ctx, span := tracer.Start(ctx, "audit write")
+	span.SetAttributes(attrAuditKind.String(e.Kind))
+	return ctx, span
 }
 
 // endAudit marks span failed when err is not nil, and returns err.
@@ -192,7 +205,8 @@ func startUpstreamCall(ctx context.Context, u *upstream, name string) (context.C
 		return ctx, trace.SpanFromContext(ctx)
 	}
 	tool := u.cfg.prefix() + name
-	return tracer.Start(ctx, "tools/call "+tool, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(semconv.McpMethodNameKey.String("tools/call"), semconv.GenAIToolName(tool),
-			semconv.GenAIOperationNameExecuteTool, attrUpstream.String(u.cfg.Name)))
+	ctx, span := tracer.Start(ctx, "tools/call "+tool, clientSpan...)
+	span.SetAttributes(semconv.McpMethodNameKey.String("tools/call"), semconv.GenAIToolName(tool),
+		semconv.GenAIOperationNameExecuteTool, attrUpstream.String(u.cfg.Name))
+	return ctx, span
 }

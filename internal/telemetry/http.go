@@ -42,33 +42,39 @@ func (t *Telemetry) Handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 		method := spanMethod(r.Method)
-		ctx, span := tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(requestAttrs(r)...))
+		ctx, span := tracer.Start(ctx, method, serverSpan...)
 		defer span.End()
 		sw := &spanWriter{ResponseWriter: w, status: http.StatusOK}
 		rc := r.WithContext(context.WithValue(ctx, routeKey{}, sw))
 		h.ServeHTTP(sw, rc)
 		if !span.IsRecording() {
-			return
+			return // a trace not sampled: no attribute is built
 		}
+		// Every attribute is set once, when the answer is known: a span
+		// given some at its start and more at its end copies them twice,
+		// and no sampler that the OTEL_* variables configure reads them.
+		attrs := requestAttrs(r)
 		pattern := routePattern(rc, sw)
 		if pattern != "" {
 			span.SetName(routeName(method, pattern))
-			span.SetAttributes(semconv.HTTPRoute(routePath(pattern)), semconv.HTTPResponseStatusCode(sw.status))
-		} else {
-			span.SetAttributes(semconv.HTTPResponseStatusCode(sw.status))
+			attrs = append(attrs, semconv.HTTPRoute(routePath(pattern)))
 		}
+		attrs = append(attrs, semconv.HTTPResponseStatusCode(sw.status))
 		if sw.status >= 500 {
 			span.SetStatus(codes.Error, "")
-			span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(sw.status)))
+			attrs = append(attrs, semconv.ErrorTypeKey.String(strconv.Itoa(sw.status)))
 		}
+		span.SetAttributes(attrs...)
 	})
 }
 
-// requestAttrs are the attributes of a request's server span known when
-// it starts.
+// serverSpan is the start option of a server span, made once.
+var serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+
+// requestAttrs are the attributes of a request's server span that the
+// request gives, with room for those of its answer.
 func requestAttrs(r *http.Request) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 7)
+	attrs := make([]attribute.KeyValue, 0, 10)
 	method, known := knownMethod(r.Method)
 	attrs = append(attrs, semconv.HTTPRequestMethodKey.String(method))
 	if !known {
