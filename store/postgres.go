@@ -43,10 +43,10 @@ func openPostgres(ctx context.Context, dsn string, o Options) (*postgresStore, e
 		// Each span is named by its operation (INSERT, SELECT, …). The
 		// connection's attributes are the pool's, set once here rather
 		// than built again for each statement.
-		cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(o.TracerProvider),
+		cfg.ConnConfig.Tracer = statementTracer{otelpgx.NewTracer(otelpgx.WithTracerProvider(o.TracerProvider),
 			otelpgx.WithDisableAcquireTracer(), otelpgx.WithDisableConnectionDetailsInAttributes(),
 			otelpgx.WithTracerAttributes(semconv.ServerAddress(cfg.ConnConfig.Host), semconv.ServerPort(int(cfg.ConnConfig.Port)),
-				semconv.DBNamespace(cfg.ConnConfig.Database)))
+				semconv.DBNamespace(cfg.ConnConfig.Database)))}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -72,6 +72,30 @@ func openPostgres(ctx context.Context, dsn string, o Options) (*postgresStore, e
 		pool: pool, sqlDB: sqlDB, migrator: migrator, audit: newPGAuditChain(),
 	}, nil
 }
+
+// statementTracer is otelpgx's tracer with a span of each statement and
+// none of the driver's own steps: a batch's statements are spans of the
+// span they run in (an audit write, say) rather than of a "batch start"
+// span between, and preparing a statement (once per connection, pgx's
+// statement cache) is no span. A tools/call's trace keeps its statements
+// and loses a span of its audit write's batch.
+type statementTracer struct{ *otelpgx.Tracer }
+
+// TraceBatchStart starts no span.
+func (statementTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+// TraceBatchEnd ends none: the span in ctx is the caller's.
+func (statementTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// TracePrepareStart starts no span.
+func (statementTracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	return ctx
+}
+
+// TracePrepareEnd ends none: the span in ctx is the caller's.
+func (statementTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
 
 // pgNotifyAll sends a transaction's notifications: $1 says of each whether
 // it goes to the queue channel (a wake-up) or the updates channel, $2

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -56,6 +57,13 @@ func TestStatementSpans(t *testing.T) {
 	if _, _, err := untraced.PostMessage(ctx, "run-1", message(untracedSecret)); err != nil {
 		t.Fatal(err)
 	}
+	// An audit record is written in a batch: its statements are spans of
+	// the request's, with no span of the batch between.
+	if _, err := traced.AppendAudit(ctx, func(head store.AuditHead) (store.AuditRecord, error) {
+		return store.AuditRecord{Seq: head.Seq + 1, PrevHash: head.Hash, Hash: "h1", Kind: "decision", At: time.Now().Truncate(time.Microsecond)}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	request.End()
 	if err := tp.ForceFlush(t.Context()); err != nil {
 		t.Fatal(err)
@@ -63,6 +71,9 @@ func TestStatementSpans(t *testing.T) {
 
 	var statements []string
 	for _, s := range rcv.Spans() {
+		if name := s.GetName(); name == "batch start" || strings.HasPrefix(name, "prepare") {
+			t.Errorf("a span of the driver's own step: %q", name)
+		}
 		for key, values := range s.Strings() {
 			for _, v := range values {
 				if strings.Contains(v, secret) || strings.Contains(v, untracedSecret) {
@@ -84,15 +95,19 @@ func TestStatementSpans(t *testing.T) {
 			t.Errorf("statement span %q: kind %d, trace %s (the request's %s), attributes %v",
 				s.GetName(), s.GetKind(), s.TraceID(), request.SpanContext().TraceID(), s.GetAttributes())
 		}
+		if s.ParentSpanID() != request.SpanContext().SpanID().String() {
+			t.Errorf("statement span %q is not a child of the request's span", s.GetName())
+		}
 		if strings.Contains(q.GetStringValue(), "WHEN status = 'Idle'") {
 			t.Errorf("the untraced store's statement has a span: %s", q.GetStringValue())
 		}
 	}
-	inserted := false
+	inserted, audited := false, false
 	for _, q := range statements {
 		inserted = inserted || strings.Contains(q, "INSERT INTO runs")
+		audited = audited || strings.Contains(q, "INSERT INTO audit_log")
 	}
-	if !inserted {
-		t.Errorf("no span of the run's INSERT among %d statement spans: %q", len(statements), statements)
+	if !inserted || !audited {
+		t.Errorf("no span of the run's INSERT or of the audit record's among %d statement spans: %q", len(statements), statements)
 	}
 }
