@@ -44,8 +44,8 @@ func TestShortRun(t *testing.T) {
 			}
 			if method == "tools/call" {
 				o.profile = filepath.Join(dir, "cpu.pprof")
-				o.against = o.usher // a second Usher, beside the first
-				o.variants, o.collector = variants, collector
+				o.against = o.usher // a second Usher, beside the first, traced
+				o.variants, o.collector, o.againstVariant = variants, collector, "traced"
 			}
 			if method == "prompts/get" {
 				o.gap = time.Millisecond
@@ -117,6 +117,9 @@ func TestShortRun(t *testing.T) {
 					if !regexp.MustCompile(`(?m)^` + key + ` \S+$`).Match(out.Bytes()) {
 						t.Errorf("no %s in the report", key)
 					}
+				}
+				if o.againstVariant != "" && !bytes.Contains(out.Bytes(), []byte(", configured as traced, in the same rounds")) {
+					t.Error("the report does not say that -against's Usher was configured as the traced variant")
 				}
 				// Each Usher has its own log: -against's calls are its own.
 				m := regexp.MustCompile(`(?m)^against_audit_records (\d+)$`).FindSubmatch(out.Bytes())

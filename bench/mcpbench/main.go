@@ -87,6 +87,7 @@ type options struct {
 	profileOf       string // the variant whose Usher -profile profiles; empty: A
 	stateful        bool
 	against         string
+	againstVariant  string // the variant whose configuration -against's Usher gets; empty: none
 	variants        []variant
 	collector       string
 	keep            bool
@@ -112,6 +113,7 @@ func main() {
 	flag.StringVar(&o.profileOf, "profile-of", "", "the variant whose Usher -profile profiles (sink or traced), in a c=8 phase of -duration of its own after the measured ones; empty: -usher's plain Usher, during its first c=8 phase")
 	flag.BoolVar(&o.stateful, "stateful", false, "run Usher's MCP endpoint stateful (mcp.stateful: sessions kept in its process), not the default stateless")
 	flag.StringVar(&o.against, "against", "", "a second usher binary to measure against -usher in the same run: its calls go in the same sequential rounds (D) and its c=8 phases alternate with -usher's (with no variants A B B A B A A B, each a quarter of -duration); the report adds its figures and -usher's less its, round by round")
+	flag.StringVar(&o.againstVariant, "against-variant", "", "configure -against's Usher as this variant rather than plain, to measure a change to what the variant turns on against the variant of -usher in the same run: traced (with -variants traced; both Ushers' spans go to the one receiver, whose counts are then of both)")
 	variantList := flag.String("variants", "sink,traced", "configurations of -usher measured beside the plain one in the same run, comma-separated: sink (an audit webhook sink delivering to a loopback receiver) and traced (tracing on, every trace sampled and exported over OTLP/HTTP to a loopback receiver); empty: none")
 	flag.StringVar(&o.collector, "collector", "bin/collector", "the receiver of the variants' spans and audit batches (bench/collector)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configuration, logs, SQLite database)")
@@ -141,6 +143,16 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 	if o.profileOf != "" && !slices.ContainsFunc(o.variants, func(v variant) bool { return v.key == o.profileOf }) {
 		return fmt.Errorf("-profile-of %q is not one of -variants", o.profileOf)
+	}
+	againstSetup := func(*collectorRun) usherSetup { return usherSetup{env: baseEnv()} }
+	if o.againstVariant != "" {
+		vs, err := parseVariants(o.againstVariant)
+		// Not sink: two sinks' records, each numbered from 1, would be
+		// one count at the receiver.
+		if err != nil || o.againstVariant != "traced" || o.against == "" || !slices.ContainsFunc(o.variants, func(v variant) bool { return v.key == o.againstVariant }) {
+			return fmt.Errorf("-against-variant %q: only traced, with -against and -variants traced", o.againstVariant)
+		}
+		againstSetup = vs[0].setup
 	}
 	dir, err := os.MkdirTemp("", "usher-mcpbench-")
 	if err != nil {
@@ -259,7 +271,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 	var ub *usherRun // -against's
 	if o.against != "" {
-		if ub, err = startUsher(ctx, o, o.against, filepath.Join(dir, "against"), upURL, up.Pid(), usherSetup{env: baseEnv()}); err != nil {
+		if ub, err = startUsher(ctx, o, o.against, filepath.Join(dir, "against"), upURL, up.Pid(), againstSetup(coll)); err != nil {
 			return err
 		}
 		defer func() {
@@ -377,7 +389,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			r.seqCPU, r.seqMemory, r.seqStages = after.since(befores[0], o.pairs)
 			continue
 		}
-		s := &sideResult{key: "against", bin: o.against}
+		s := &sideResult{key: "against", bin: o.against, title: o.againstVariant}
 		if u.variant != nil {
 			s.key, s.title, s.bin = u.variant.key, u.variant.title, o.usher
 		}
@@ -471,7 +483,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		}
 		s.usherCalls = u.via.calls.Load()
 		if u.variant != nil {
-			if s.note, err = u.variant.check(ctx, coll, s.auditRecords, s.usherCalls); err != nil {
+			calls := s.usherCalls
+			if ub != nil && o.againstVariant == u.variant.key {
+				calls += ub.via.calls.Load() // its spans reach the same receiver
+			}
+			if s.note, err = u.variant.check(ctx, coll, s.auditRecords, calls); err != nil {
 				return fmt.Errorf("%s: %w", s.key, err)
 			}
 			r.variants = append(r.variants, s)

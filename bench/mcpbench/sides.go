@@ -183,6 +183,12 @@ func (s *sideResult) print(w io.Writer, r report) {
 	row("CPU per call, sequential (ms)", r.seqCPU.usher, s.seqCPU.usher)
 	row(fmt.Sprintf("CPU per call at c=%d (ms)", r.concurrency), r.c8Usher.cpu.usher, s.c8.cpu.usher)
 	row("inside, mean per request (ms)", r.seqStages.endpoint, s.seqStages.endpoint)
+	if r.seqStages.stages["record"] > 0 { // tools/call: the stages Usher times
+		for _, name := range stageNames {
+			row("— "+name, r.seqStages.stages[name], s.seqStages.stages[name])
+		}
+		row("— the rest", r.seqStages.other(), s.seqStages.other())
+	}
 	fmt.Fprintf(w, "  %-40s %9.0f  %9.0f  %+9.0f  %6.2fx\n", fmt.Sprintf("calls/s at c=%d", r.concurrency), r.c8Usher.rate(), s.c8.rate(),
 		s.c8.rate()-r.c8Usher.rate(), s.c8.rate()/r.c8Usher.rate())
 	fmt.Fprintf(w, "  %-40s %9.0f  %9.0f  %+9.0f\n", "heap allocations per call", r.seqMemory.allocs, s.seqMemory.allocs, s.seqMemory.allocs-r.seqMemory.allocs)
@@ -200,7 +206,11 @@ func (s *sideResult) print(w io.Writer, r report) {
 // table beside -usher's.
 func (s *sideResult) printAgainst(w io.Writer, r report) {
 	usherLess, usherFaster := -s.xLessA, 1-s.xFaster
-	fmt.Fprintf(w, "against %s (D, in the same rounds; at c=%d, its phases alternating with A's)   -usher    -against   -usher less -against (A − D)\n", s.bin, r.concurrency)
+	as := ""
+	if s.title != "" {
+		as = ", configured as " + s.title
+	}
+	fmt.Fprintf(w, "against %s (D%s, in the same rounds; at c=%d, its phases alternating with A's)   -usher    -against   -usher less -against (A − D)\n", s.bin, as, r.concurrency)
 	row := func(name, x, y, d string) { fmt.Fprintf(w, "  %-42s %9s  %9s  %9s\n", name, x, y, d) }
 	row("added p50, sequential (ms)", msf(r.seq.AddedP50), msf(s.seq.AddedP50), msf(usherLess))
 	row("added p99, sequential (ms)", msf(r.seq.AddedP99), msf(s.seq.AddedP99), "")

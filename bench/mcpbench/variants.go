@@ -1,13 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -199,6 +202,21 @@ func checkSpans(ctx context.Context, c *collectorRun, _, calls int64) (string, e
 	if n.SpanNames[spanCallsName] == 0 {
 		return "", fmt.Errorf("the traced Usher exported no %q span for %d calls (%d spans in all)", spanCallsName, calls, n.Spans)
 	}
-	return fmt.Sprintf("traces: the receiver got %d spans in %d exports, %.1f per call; %d %q spans for %d calls",
-		n.Spans, n.TraceExports, float64(n.Spans)/float64(max(calls, 1)), n.SpanNames[spanCallsName], spanCallsName, calls), nil
+	return fmt.Sprintf("traces: the receiver got %d spans in %d exports, %.1f per call; %d %q spans for %d calls; per call: %s",
+		n.Spans, n.TraceExports, float64(n.Spans)/float64(max(calls, 1)), n.SpanNames[spanCallsName], spanCallsName, calls, perCall(n.SpanNames, calls)), nil
+}
+
+// perCall lists the spans by kind and name, each with its count per call,
+// the most frequent first; names of fewer than one span in 100 calls are
+// left out.
+func perCall(names map[string]int64, calls int64) string {
+	keys := slices.Collect(maps.Keys(names))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(names[b], names[a]), cmp.Compare(a, b)) })
+	var parts []string
+	for _, k := range keys {
+		if per := float64(names[k]) / float64(max(calls, 1)); per >= 0.01 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, per))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
