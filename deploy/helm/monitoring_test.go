@@ -202,3 +202,86 @@ func TestChartMonitoringOff(t *testing.T) {
 		t.Errorf("monitoring rendered by default: %v", r.kinds)
 	}
 }
+
+// TestMonitoringJudgesEachRelease: the chart's ServiceMonitor labels every
+// series of a release with its namespace and job (its Service's name), so
+// every aggregation of deploy/monitoring's rules keeps them apart (by
+// namespace and job), and every series the dashboard reads is of the
+// release its variables select.
+func TestMonitoringJudgesEachRelease(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(monitoringDir, "usher-alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules alertRules
+	if err := yaml.UnmarshalStrict(b, &rules); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			expr, err := parser.ParseExpr(r.Expr)
+			if err != nil {
+				t.Fatalf("%s: %v", r.Alert, err)
+			}
+			parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+				if a, ok := n.(*parser.AggregateExpr); ok && (a.Without || !slices.Contains(a.Grouping, "namespace") || !slices.Contains(a.Grouping, "job")) {
+					t.Errorf("%s: %s does not keep namespace and job apart", r.Alert, a)
+				}
+				return nil
+			})
+		}
+	}
+
+	b, err = os.ReadFile(filepath.Join(monitoringDir, "usher-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Templating struct {
+			List []struct {
+				Name string `json:"name"`
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	var variables []string
+	for _, v := range dash.Templating.List {
+		variables = append(variables, v.Name)
+	}
+	if !slices.Contains(variables, "namespace") || !slices.Contains(variables, "job") {
+		t.Errorf("the dashboard's variables %v: want namespace and job", variables)
+	}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			expr, err := parser.ParseExpr(tg.Expr)
+			if err != nil {
+				t.Fatalf("panel %q: %v", p.Title, err)
+			}
+			parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+				vs, ok := n.(*parser.VectorSelector)
+				if !ok {
+					return nil
+				}
+				want := map[string]string{"namespace": "$namespace", "job": "$job"}
+				for _, m := range vs.LabelMatchers {
+					if v, ok := want[m.Name]; ok && m.Value == v {
+						delete(want, m.Name)
+					}
+				}
+				if len(want) > 0 {
+					t.Errorf("panel %q: %s is not of the selected release", p.Title, vs)
+				}
+				return nil
+			})
+		}
+	}
+}
