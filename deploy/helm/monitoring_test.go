@@ -52,12 +52,9 @@ type alertRules struct {
 	} `json:"groups"`
 }
 
-// TestAlertRulesAndDashboardParse parses every expression of the alert
-// rules and of the dashboard's panels as PromQL, and checks that every
-// rule has a severity and that the rules cover what an operator is paged
-// for.
-func TestAlertRulesAndDashboardParse(t *testing.T) {
-	t.Parallel()
+// readAlertRules reads deploy/monitoring's alert rules.
+func readAlertRules(t *testing.T) alertRules {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(monitoringDir, "usher-alerts.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +63,46 @@ func TestAlertRulesAndDashboardParse(t *testing.T) {
 	if err := yaml.UnmarshalStrict(b, &rules); err != nil {
 		t.Fatal(err)
 	}
+	return rules
+}
+
+// dashboard is what the tests read of the Grafana dashboard.
+type dashboard struct {
+	UID        string `json:"uid"`
+	Templating struct {
+		List []struct {
+			Name string `json:"name"`
+		} `json:"list"`
+	} `json:"templating"`
+	Panels []struct {
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+// readDashboard reads deploy/monitoring's dashboard.
+func readDashboard(t *testing.T) dashboard {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(monitoringDir, "usher-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash dashboard
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	return dash
+}
+
+// TestAlertRulesAndDashboardParse parses every expression of the alert
+// rules and of the dashboard's panels as PromQL, and checks that every
+// rule has a severity and that the rules cover what an operator is paged
+// for.
+func TestAlertRulesAndDashboardParse(t *testing.T) {
+	t.Parallel()
+	rules := readAlertRules(t)
 	var alerts []string
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
@@ -84,22 +121,7 @@ func TestAlertRulesAndDashboardParse(t *testing.T) {
 		}
 	}
 
-	b, err = os.ReadFile(filepath.Join(monitoringDir, "usher-dashboard.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		UID    string `json:"uid"`
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatal(err)
-	}
+	dash := readDashboard(t)
 	exprs := 0
 	for _, p := range dash.Panels {
 		for _, tg := range p.Targets {
@@ -210,15 +232,7 @@ func TestChartMonitoringOff(t *testing.T) {
 // release its variables select.
 func TestMonitoringJudgesEachRelease(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(filepath.Join(monitoringDir, "usher-alerts.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rules alertRules
-	if err := yaml.UnmarshalStrict(b, &rules); err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range rules.Groups {
+	for _, g := range readAlertRules(t).Groups {
 		for _, r := range g.Rules {
 			expr, err := parser.ParseExpr(r.Expr)
 			if err != nil {
@@ -233,26 +247,7 @@ func TestMonitoringJudgesEachRelease(t *testing.T) {
 		}
 	}
 
-	b, err = os.ReadFile(filepath.Join(monitoringDir, "usher-dashboard.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Templating struct {
-			List []struct {
-				Name string `json:"name"`
-			} `json:"list"`
-		} `json:"templating"`
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatal(err)
-	}
+	dash := readDashboard(t)
 	var variables []string
 	for _, v := range dash.Templating.List {
 		variables = append(variables, v.Name)
