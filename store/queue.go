@@ -809,6 +809,12 @@ func (c *core) DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc,
 			return err
 		case !r.DeletedAt.IsZero():
 			return ErrNotFound
+		}
+		// Its attachments go with it, in the same transaction.
+		if err := deleteRunAttachments(ctx, tx, runID); err != nil {
+			return err
+		}
+		switch {
 		case r.Status.Terminal():
 			now := storedTime(c.now())
 			if _, err := tx.exec(ctx, deleteClosedRun, runID, now); err != nil {

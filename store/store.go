@@ -349,8 +349,8 @@ type Store interface {
 	// DeleteRun marks the run deleted (cancelling it first when it is not
 	// terminal, as CloseRun does) and withdraws its open approvals (w).
 	// Its events stay, for the audit trail, but listings and GetRun's
-	// callers no longer show it. ErrNotFound when it does not exist or is
-	// already deleted.
+	// callers no longer show it; its attachments are deleted with it.
+	// ErrNotFound when it does not exist or is already deleted.
 	DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc, w Withdrawal) error
 	// ParkIdleRuns moves InProgress runs with no lease, no queued work, no
 	// open turn, no user message after HandledSeq and no activity since
@@ -622,6 +622,8 @@ type Store interface {
 	Replicas
 	// Holds records the MCP sessions replicas hold for runs between turns.
 	Holds
+	// Attachments are the files people attach to their messages.
+	Attachments
 
 	// The authorization server's clients, codes, refresh tokens and
 	// consents (oauth.go). Codes and tokens are addressed by their SHA-256
