@@ -146,11 +146,11 @@ func (rt *Runtime) Regenerate(ctx context.Context, owner string, sender Sender, 
 	if err := json.Unmarshal(last.Payload, &m); err != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, err
 	}
-	e, err := rt.userMessage(m.Content, sender)
+	e, err := rt.userMessage(m.Content, sender, m.Attachments...)
 	if err != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, err
 	}
-	e.Payload = mustJSON(UserMessage{Content: m.Content, Sender: senderOrNil(sender), Regenerates: last.Seq})
+	e.Payload = mustJSON(UserMessage{Content: m.Content, Sender: senderOrNil(sender), Regenerates: last.Seq, Attachments: m.Attachments})
 	return rt.fork(ctx, id, store.Fork{At: last.Seq, Kind: store.BranchRegenerate, CreatedBy: owner, Message: e, Key: key})
 }
 

@@ -52,6 +52,9 @@ type UserMessage struct {
 	// regenerate a reply, is the message it repeats (branches.go).
 	Edits       int64 `json:"edits,omitempty"`
 	Regenerates int64 `json:"regenerates,omitempty"`
+	// Attachments are the files the message sends, by reference: their
+	// content stays in the store, never in the log.
+	Attachments []AttachmentRef `json:"attachments,omitempty"`
 }
 
 // SummaryMessage is the payload of a message.summary event: the summary

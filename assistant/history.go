@@ -107,7 +107,7 @@ func projectSeqs(events []store.Event) ([]contextMessage, error) {
 				return nil, fmt.Errorf("assistant: event %d: %w", e.Seq, err)
 			}
 			out = closeCalls(out, pending)
-			out = append(out, contextMessage{model.Message{Role: model.RoleUser, Content: m.Content}, e.Seq})
+			out = append(out, contextMessage{model.Message{Role: model.RoleUser, Content: m.Content, Parts: attachmentParts(m.Attachments)}, e.Seq})
 		case EventSummaryMessage:
 			var m SummaryMessage
 			if err := json.Unmarshal(e.Payload, &m); err != nil {

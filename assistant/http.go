@@ -57,6 +57,8 @@ func (rt *Runtime) Handler() http.Handler {
 	mux.HandleFunc("POST /api/assistant/runs/{id}/regenerate", rt.handleRegenerate)
 	mux.HandleFunc("GET /api/assistant/runs/{id}/branches", rt.handleBranches)
 	mux.HandleFunc("PUT /api/assistant/runs/{id}/branch", rt.handleSwitchBranch)
+	mux.HandleFunc("POST /api/assistant/attachments", rt.handleUpload)
+	mux.HandleFunc("GET /api/assistant/attachments/{id}", rt.handleDownload)
 	mux.HandleFunc("/api/assistant/", func(w http.ResponseWriter, r *http.Request) {
 		// A path that exists with other methods is 405, with Allow.
 		var allow []string
@@ -74,8 +76,9 @@ func (rt *Runtime) Handler() http.Handler {
 		}
 		httpx.WriteError(w, r, rt.log, httpx.ErrNotFound)
 	})
-	// Bodies: a message of MaxMessageBytes, JSON-escaped, and some room.
-	return httpx.LimitBody(int64(rt.o.MaxMessageBytes)*6+4096, mux)
+	// Bodies: a message of MaxMessageBytes, JSON-escaped, and some room;
+	// an upload, an attachment.
+	return rt.withUploadLimit(httpx.LimitBody(int64(rt.o.MaxMessageBytes)*6+4096, mux), mux)
 }
 
 // principal returns the caller's principal id.
@@ -556,11 +559,19 @@ func (rt *Runtime) handlePost(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = d
 	}
-	content, err := decodeContent(r)
-	if err != nil {
+	var body struct {
+		Content     *string  `json:"content"`
+		Attachments []string `json:"attachments"`
+	}
+	if err := decode(r, &body); err != nil {
 		rt.fail(w, r, err)
 		return
 	}
+	if body.Content == nil {
+		rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The body needs a content field."))
+		return
+	}
+	content := *body.Content
 	key, err := idempotencyKey(r)
 	if err != nil {
 		rt.fail(w, r, err)
@@ -583,7 +594,7 @@ func (rt *Runtime) handlePost(w http.ResponseWriter, r *http.Request) {
 			defer leave()
 		}
 	}
-	ev, run, _, err := rt.PostMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), content, key)
+	ev, run, _, err := rt.PostMessageWith(r.Context(), owner, senderOf(r), r.PathValue("id"), content, key, body.Attachments)
 	if err != nil {
 		rt.fail(w, r, err)
 		return

@@ -111,6 +111,12 @@ type Options struct {
 	IdleAfter time.Duration
 	// MaxMessageBytes is the largest user message. Default: 64 KiB.
 	MaxMessageBytes int
+	// AttachmentMaxBytes is the largest file a person may attach.
+	// Default: DefaultAttachmentMaxBytes (10 MiB).
+	AttachmentMaxBytes int64
+	// AttachmentQuotaBytes bounds the size of one person's attachments
+	// together. Default: DefaultAttachmentQuotaBytes (1 GiB).
+	AttachmentQuotaBytes int64
 	// SystemPrompt opens every model session. Default:
 	// DefaultSystemPrompt.
 	SystemPrompt string
@@ -224,6 +230,9 @@ func New(opts *Options) (*Runtime, error) {
 	default:
 		errs = append(errs, fmt.Errorf("option Transport is %q, want %s, %s or %s", o.Transport, TransportAuto, TransportSSE, TransportLongPoll))
 	}
+	if o.AttachmentMaxBytes < 0 || o.AttachmentQuotaBytes < 0 {
+		errs = append(errs, fmt.Errorf("options AttachmentMaxBytes and AttachmentQuotaBytes are %d and %d, want 0 (the default) or more", o.AttachmentMaxBytes, o.AttachmentQuotaBytes))
+	}
 	if o.MaxStreamsPerUser < 0 {
 		errs = append(errs, fmt.Errorf("option MaxStreamsPerUser is %d, want 0 (the default) or more", o.MaxStreamsPerUser))
 	}
@@ -251,6 +260,8 @@ func New(opts *Options) (*Runtime, error) {
 	setDefault(&o.MaxSteps, DefaultMaxSteps)
 	setDefault(&o.MaxSlices, DefaultMaxSlices)
 	setDefault(&o.MaxMessageBytes, DefaultMaxMessageBytes)
+	setDefault(&o.AttachmentMaxBytes, DefaultAttachmentMaxBytes)
+	setDefault(&o.AttachmentQuotaBytes, DefaultAttachmentQuotaBytes)
 	setDefault(&o.Lease, DefaultLease)
 	setDefault(&o.SweepInterval, DefaultSweepInterval)
 	setDefault(&o.HoldIdle, DefaultHoldIdle)
@@ -514,6 +525,7 @@ func (rt *Runtime) sweep(ctx context.Context) {
 			rt.ApprovalDecided(ctx, r.ID)
 		}
 	}
+	rt.sweepAttachments(ctx)
 	rt.holder.reap(ctx, func(runID string) bool {
 		r, err := rt.st.GetRun(ctx, runID)
 		return err == nil && r.Status == store.RunAwaitingApproval

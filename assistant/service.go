@@ -141,22 +141,23 @@ func (rt *Runtime) checkTitle(title string) error {
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
-// userMessage validates a message and makes its event.
-func (rt *Runtime) userMessage(content string, sender Sender) (store.NewEvent, error) {
+// userMessage validates a message and makes its event. A message that
+// sends attachments may have no text.
+func (rt *Runtime) userMessage(content string, sender Sender, attachments ...AttachmentRef) (store.NewEvent, error) {
 	switch {
 	case len(content) > rt.o.MaxMessageBytes:
 		return store.NewEvent{}, httpx.Errorf(http.StatusRequestEntityTooLarge, "message_too_large",
 			"The message is larger than this server accepts.")
 	case !utf8.ValidString(content) || strings.ContainsRune(content, 0):
 		return store.NewEvent{}, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The message must be text (UTF-8, without NUL).")
-	case strings.TrimSpace(content) == "":
+	case strings.TrimSpace(content) == "" && len(attachments) == 0:
 		return store.NewEvent{}, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The message is empty.")
 	}
-	m := UserMessage{Content: content}
+	m := UserMessage{Content: content, Attachments: attachments}
 	if sender.Tenant != "" || len(sender.Groups) > 0 {
 		m.Sender = &sender
 	}
-	return store.NewEvent{Type: EventUserMessage, Payload: mustJSON(m), Preview: plainText(content)}, nil
+	return store.NewEvent{Type: EventUserMessage, Payload: mustJSON(m), Preview: cmp.Or(plainText(content), attachmentNames(attachments))}, nil
 }
 
 // newRunID returns a random run id.
@@ -182,10 +183,24 @@ func (rt *Runtime) Run(ctx context.Context, owner, id string) (store.Run, error)
 // the post gets one of its own, so that a write whose outcome is unknown
 // is tried again without storing the message twice.
 func (rt *Runtime) PostMessage(ctx context.Context, owner string, sender Sender, id, content, key string) (_ store.Event, _ store.Run, created bool, _ error) {
+	return rt.PostMessageWith(ctx, owner, sender, id, content, key, nil)
+}
+
+// PostMessageWith is PostMessage of a message that sends the owner's
+// attachments ids (uploaded, and not sent in another run): they are bound
+// to the run before the message is stored, and referenced from it.
+func (rt *Runtime) PostMessageWith(ctx context.Context, owner string, sender Sender, id, content, key string, attachments []string) (_ store.Event, _ store.Run, created bool, _ error) {
 	if _, err := rt.Run(ctx, owner, id); err != nil {
 		return store.Event{}, store.Run{}, false, err
 	}
-	e, err := rt.userMessage(content, sender)
+	if _, err := rt.userMessage(content, sender, make([]AttachmentRef, len(attachments))...); err != nil {
+		return store.Event{}, store.Run{}, false, err
+	}
+	refs, err := rt.attachToRun(ctx, id, owner, attachments)
+	if err != nil {
+		return store.Event{}, store.Run{}, false, err
+	}
+	e, err := rt.userMessage(content, sender, refs...)
 	if err != nil {
 		return store.Event{}, store.Run{}, false, err
 	}

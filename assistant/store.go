@@ -59,6 +59,8 @@ type Store interface {
 
 	// The MCP sessions held between turns.
 	holdStore
+	// The files attached to messages.
+	attachmentStore
 }
 
 // runLog is what the live-update bus reads from the store: a run and its

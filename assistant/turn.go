@@ -673,6 +673,9 @@ func (t *turn) request(ctx context.Context) (model.Request, error) {
 	msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: t.rt.o.SystemPrompt})
 	msgs = append(msgs, history...)
 	msgs = append(msgs, current...)
+	if msgs, err = t.rt.withAttachments(ctx, msgs); err != nil {
+		return model.Request{}, err
+	}
 	return model.Request{Messages: msgs, Tools: t.sess.tools, Model: t.rt.requestModel(t.run)}, nil
 }
 

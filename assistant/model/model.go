@@ -34,10 +34,11 @@ type Message struct {
 	// ToolCallID is, for a tool message, the [ToolCall.ID] it answers.
 	ToolCallID string
 	// Parts is the non-text content the message carries besides Content,
-	// in order (what an MCP tool result or resource holds beyond text).
-	// No provider sends parts: a text-only provider gets a placeholder
-	// line for each (see the payload package), and [OpenAI] refuses a
-	// request that still carries any.
+	// in order (what an MCP tool result or resource holds beyond text, and
+	// the files a person attached: "image" and "file" parts). A text-only
+	// provider gets a placeholder line for each (see the payload package);
+	// [OpenAI] sends a user message's images that carry their data as
+	// image_url parts, and refuses a request that carries any other part.
 	Parts []Part
 }
 
@@ -45,7 +46,8 @@ type Message struct {
 // content types beyond text.
 type Part struct {
 	// Kind is the MCP content type: "image", "audio", "resource" (an
-	// embedded resource) or "resource_link".
+	// embedded resource) or "resource_link"; or "file", a text file a
+	// person attached.
 	Kind string
 	// MIMEType is the content's media type, if known.
 	MIMEType string

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -281,13 +283,17 @@ func (p *OpenAI) params(req Request) (openai.ChatCompletionNewParams, error) {
 	}
 	params.Messages = make([]openai.ChatCompletionMessageParamUnion, 0, len(req.Messages))
 	for i, m := range req.Messages {
-		if len(m.Parts) > 0 {
-			return invalid("message %d carries non-text parts; the provider sends text only", i)
+		if len(m.Parts) > 0 && (m.Role != RoleUser || slices.ContainsFunc(m.Parts, notImage)) {
+			return invalid("message %d carries non-text parts; the provider sends text, and images a user message carries", i)
 		}
 		switch m.Role {
 		case RoleSystem:
 			params.Messages = append(params.Messages, openai.SystemMessage(m.Content))
 		case RoleUser:
+			if len(m.Parts) > 0 {
+				params.Messages = append(params.Messages, openai.UserMessage(imageContent(m)))
+				continue
+			}
 			params.Messages = append(params.Messages, openai.UserMessage(m.Content))
 		case RoleTool:
 			if m.ToolCallID == "" {
@@ -544,4 +550,26 @@ func statusError(status int, code string) *Error {
 		e.Message += " (" + code + ")"
 	}
 	return e
+}
+
+// notImage reports a part [OpenAI] cannot send: anything but an image
+// with its data.
+func notImage(p Part) bool {
+	return p.Kind != "image" || p.Data == nil || !strings.HasPrefix(p.MIMEType, "image/")
+}
+
+// imageContent is a user message with images as Chat Completions content
+// parts: its text, then each image as an image_url part holding a data
+// URL.
+func imageContent(m Message) []openai.ChatCompletionContentPartUnionParam {
+	parts := make([]openai.ChatCompletionContentPartUnionParam, 0, 1+len(m.Parts))
+	if m.Content != "" {
+		parts = append(parts, openai.TextContentPart(m.Content))
+	}
+	for _, p := range m.Parts {
+		parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{
+			URL: "data:" + p.MIMEType + ";base64," + base64.StdEncoding.EncodeToString(p.Data),
+		}))
+	}
+	return parts
 }

@@ -352,6 +352,8 @@ func TestOpenAIInvalidRequest(t *testing.T) {
 		"unknown role":       {Messages: []model.Message{{Role: "narrator", Content: "x"}}},
 		"tool without id":    {Messages: []model.Message{{Role: model.RoleTool, Content: "x"}}},
 		"non-text parts":     {Messages: []model.Message{{Role: model.RoleUser, Content: "x", Parts: []model.Part{{Kind: "image", MIMEType: "image/png"}}}}},
+		"an assistant image": {Messages: []model.Message{{Role: model.RoleAssistant, Content: "x", Parts: []model.Part{{Kind: "image", MIMEType: "image/png", Data: []byte{1}}}}}},
+		"a file part":        {Messages: []model.Message{{Role: model.RoleUser, Content: "x", Parts: []model.Part{{Kind: "file", MIMEType: "text/plain", Data: []byte{1}}}}}},
 		"schema not object":  {Messages: userRequest("x").Messages, Tools: []model.Tool{{Name: "t", InputSchema: json.RawMessage(`[1]`)}}},
 		"schema not JSON":    {Messages: userRequest("x").Messages, Tools: []model.Tool{{Name: "t", InputSchema: json.RawMessage(`{`)}}},
 		"schema JSON string": {Messages: userRequest("x").Messages, Tools: []model.Tool{{Name: "t", InputSchema: json.RawMessage(`"object"`)}}},
@@ -667,5 +669,22 @@ func TestOpenAIRequestModel(t *testing.T) {
 	got := srv.Requests()
 	if len(got) != 2 || got[0].Model != "test-model" || got[1].Model != "other-model" {
 		t.Errorf("models requested: %+v", got)
+	}
+}
+
+// TestOpenAIImageParts: a user message's images (with their data) go as
+// image_url parts holding data URLs, after its text.
+func TestOpenAIImageParts(t *testing.T) {
+	srv := modeltest.NewServer(t)
+	p := newOpenAI(t, srv, nil)
+	req := model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: "what is it?",
+		Parts: []model.Part{{Kind: "image", MIMEType: "image/png", Data: []byte("png bytes")}}}}}
+	if _, err := complete(t, t.Context(), p, req, nil); err != nil {
+		t.Fatal(err)
+	}
+	body := string(srv.Requests()[0].Body)
+	want := `[{"text":"what is it?","type":"text"},{"image_url":{"url":"data:image/png;base64,cG5nIGJ5dGVz"},"type":"image_url"}]`
+	if !strings.Contains(body, want) {
+		t.Errorf("the request's content is not %s: %s", want, body)
 	}
 }

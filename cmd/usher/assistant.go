@@ -33,7 +33,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, re
 		}
 		// Each request goes to the server as a payload repaired for it;
 		// the history it was made from stays as it is.
-		provider = payload.NewProvider(p, payload.OpenAICompatible)
+		provider = payload.NewProvider(p, payload.OpenAICompatible|payload.ImagesIf(cfg.Model.Images))
 		modelName = cfg.Model.Name
 	default:
 		provider = model.NewDemo()
@@ -47,9 +47,9 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, re
 		return nil, err
 	}
 	return assistant.New(&assistant.Options{
-		Store:     in.store,
-		Model:     provider,
+		Store: in.store, Model: provider,
 		ReplicaID: in.replicaID, EarlierIncarnation: in.earlierIncarnation,
+		AttachmentMaxBytes: a.AttachmentsMaxBytes, AttachmentQuotaBytes: a.AttachmentsQuotaBytes,
 		Tokens: func(ctx context.Context, g assistant.Grant) oauth2.TokenSource {
 			return mint.TokenSource(ctx, broker.Grant{Subject: g.Owner, Audience: mcpURL, RunID: g.RunID, Tenant: g.Tenant, Groups: g.Groups})
 		},

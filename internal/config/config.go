@@ -261,6 +261,12 @@ type Assistant struct {
 	IdleAfter Duration `yaml:"idle_after"`
 	// MaxMessageBytes is the largest user message. Default 65536.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
+	// AttachmentsMaxBytes is the largest file a person may attach, at
+	// most MaxAttachmentBytes. Default 0: 10485760 (10 MiB).
+	AttachmentsMaxBytes int64 `yaml:"attachments_max_bytes"`
+	// AttachmentsQuotaBytes bounds one person's attachments together.
+	// Default 0: 1073741824 (1 GiB).
+	AttachmentsQuotaBytes int64 `yaml:"attachments_quota_bytes"`
 	// SystemPrompt opens every model session. Default: Usher's own.
 	SystemPrompt string `yaml:"system_prompt"`
 }
@@ -304,6 +310,10 @@ type Model struct {
 	// which each run's context use is recorded and shown. Default 0:
 	// 80000.
 	ContextTokens int `yaml:"context_tokens"`
+	// Images says that the model takes images: an attached image reaches
+	// it as an image_url part. Default false: a text-only model, which
+	// gets a placeholder naming the image instead.
+	Images bool `yaml:"images"`
 }
 
 // Web configures the browser sign-in of the Sessions UI (docs/web.md).
@@ -655,6 +665,10 @@ func (b Broker) validate(bad reporter) {
 	}
 }
 
+// MaxAttachmentBytes bounds assistant.attachments_max_bytes: an
+// attachment is read whole into memory, and stored in one row.
+const MaxAttachmentBytes = 256 << 20
+
 // validate reports the problems of the assistant section.
 func (a Assistant) validate(bad reporter) {
 	for key, v := range map[string]int{"assistant.max_concurrency": a.MaxConcurrency, "assistant.max_active_runs": a.MaxActiveRuns,
@@ -663,6 +677,12 @@ func (a Assistant) validate(bad reporter) {
 		if v < 0 || v > 1<<20 {
 			bad(key, "must be between 0 (the default) and 1048576, got %d", v)
 		}
+	}
+	if a.AttachmentsMaxBytes < 0 || a.AttachmentsMaxBytes > MaxAttachmentBytes {
+		bad("assistant.attachments_max_bytes", "must be between 0 (the default) and %d, got %d", int64(MaxAttachmentBytes), a.AttachmentsMaxBytes)
+	}
+	if a.AttachmentsQuotaBytes < 0 || (a.AttachmentsQuotaBytes > 0 && a.AttachmentsQuotaBytes < a.AttachmentsMaxBytes) {
+		bad("assistant.attachments_quota_bytes", "must be 0 (the default) or at least assistant.attachments_max_bytes, got %d", a.AttachmentsQuotaBytes)
 	}
 	if a.Lease != 0 && (a.Lease.Std() < 3*time.Second || a.Lease.Std() > time.Hour) {
 		bad("assistant.lease", "must be between 3s and 1h, got %s", a.Lease.Std())

@@ -95,6 +95,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"assistant.max_tool_calls_per_slice": "4", "assistant.max_steps": "20", "assistant.max_slices": "30", "assistant.lease": "10s",
 		"assistant.sweep_interval": "5s", "assistant.hold_idle": "1m", "assistant.idle_after": "10m",
 		"assistant.max_message_bytes": "1000", "assistant.system_prompt": "Be brief.",
+		"assistant.attachments_max_bytes": "2048", "assistant.attachments_quota_bytes": "4096", "model.images": "true",
 		"model.provider": "openai", "model.base_url": "http://127.0.0.1:1/v1", "model.api_key": "k",
 		"model.name": "m", "model.models": "m, n", "model.timeout": "30s", "model.context_tokens": "128000",
 		"events.transport": "long-poll", "events.heartbeat": "5s", "events.max_streams_per_user": "4",
@@ -133,7 +134,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		len(c.Server.TrustedProxies) != 2 || c.Server.ForwardedHeader != "Forwarded" || c.Model.ContextTokens != 128000 || c.Assistant.MaxSlices != 30 ||
 		c.Audit.CheckpointInterval.Std() != 30*time.Second || c.Audit.CheckpointOrigin != "usher.example.com/prod" ||
 		strings.Join(c.Admin.Groups, "|") != "operators" || c.Admin.HeartbeatInterval.Std() != 2*time.Second ||
-		c.Server.MetricsAddr != "0.0.0.0:9090" || c.MCP.UpstreamCheckInterval.Std() != 10*time.Second {
+		c.Server.MetricsAddr != "0.0.0.0:9090" || c.MCP.UpstreamCheckInterval.Std() != 10*time.Second ||
+		c.Assistant.AttachmentsMaxBytes != 2048 || c.Assistant.AttachmentsQuotaBytes != 4096 || !c.Model.Images {
 		t.Errorf("overrides not applied: %+v", c)
 	}
 }
@@ -565,5 +567,27 @@ func TestAssistantMaxSlices(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "assistant.max_slices") {
 			t.Errorf("max_slices %q = %v, want an error naming assistant.max_slices", bad, err)
 		}
+	}
+}
+
+// TestAttachmentLimits: the attachment limits are bounded, and the quota
+// holds at least one attachment of the largest size.
+func TestAttachmentLimits(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"USHER_ASSISTANT_ATTACHMENTS_MAX_BYTES": "-1"}, "assistant.attachments_max_bytes"},
+		{map[string]string{"USHER_ASSISTANT_ATTACHMENTS_MAX_BYTES": "300000000"}, "assistant.attachments_max_bytes"},
+		{map[string]string{"USHER_ASSISTANT_ATTACHMENTS_MAX_BYTES": "2000", "USHER_ASSISTANT_ATTACHMENTS_QUOTA_BYTES": "1000"}, "assistant.attachments_quota_bytes"},
+		{map[string]string{"USHER_MODEL_IMAGES": "maybe"}, "model.images"},
+	} {
+		if _, err := Load("", env(tc.env), Overrides{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Load(%v) = %v, want an error naming %s", tc.env, err, tc.want)
+		}
+	}
+	c, err := Load("", env(nil), Overrides{})
+	if err != nil || c.Assistant.AttachmentsMaxBytes != 0 || c.Assistant.AttachmentsQuotaBytes != 0 || c.Model.Images {
+		t.Errorf("defaults: %v, %d %d %v", err, c.Assistant.AttachmentsMaxBytes, c.Assistant.AttachmentsQuotaBytes, c.Model.Images)
 	}
 }

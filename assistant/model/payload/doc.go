@@ -9,12 +9,15 @@
 // a tool call (whose arguments are sent as {}). The event payloads' UI and
 // bookkeeping fields (a tool result's status, approval, structured content
 // and error flag; a message's sender and turn) never reach a
-// [model.Message] at all. A [Profile] adds what a provider needs beyond
-// that:
+// [model.Message] at all. Every provider gets a text file a person
+// attached (a "file" part that carries its data) as its text, in a fenced
+// block under its name ([FencedFile]), appended to its message's text. A
+// [Profile] adds what a provider needs beyond that:
 //
 //   - [TextOnly]: each non-text [model.Part] becomes a compact placeholder
 //     line in its message's text, such as "[image: image/png, 48213
-//     bytes]".
+//     bytes]". With [Images] too, an image a person attached to a user
+//     message (a part that carries its data) stays a part.
 //   - [Strict]: the conversation is repaired into the shape strict servers
 //     check (OpenAI refuses a request with an unanswered tool call or a
 //     tool result without its call): all system messages merged, in order,

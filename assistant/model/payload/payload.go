@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -67,12 +68,28 @@ const (
 	//     (an interrupted reply, whose unanswered calls the rules above
 	//     discarded) gets a last user message, [Continuation].
 	Strict
+
+	// Images is a provider that takes images in user messages: with
+	// TextOnly, an image part of a user message that carries its data
+	// (an attachment's) stays a part; every other part still becomes a
+	// placeholder.
+	Images
 )
 
 // OpenAICompatible is the profile of [model.OpenAI]: strict, as OpenAI
 // and the servers that follow it are, and text only, as the provider
-// sends text only.
+// sends text only. OpenAICompatible|[Images] is its profile for a model
+// that takes images (image_url parts).
 const OpenAICompatible = Strict | TextOnly
+
+// ImagesIf is [Images] when images is true, else no rule: the profile a
+// configuration's switch adds.
+func ImagesIf(images bool) Profile {
+	if images {
+		return Images
+	}
+	return 0
+}
 
 // Prepare returns the payload of msgs for a provider with profile p: a
 // deep copy, stripped and repaired by p's rules. It never modifies msgs
@@ -80,9 +97,9 @@ const OpenAICompatible = Strict | TextOnly
 func Prepare(p Profile, msgs []model.Message) []model.Message {
 	out := make([]model.Message, 0, len(msgs)+1)
 	for _, m := range msgs {
-		m = strip(m)
+		m = files(strip(m))
 		if p&TextOnly != 0 {
-			m = placeholders(m)
+			m = placeholders(m, p&Images != 0 && m.Role == model.RoleUser)
 		}
 		out = append(out, m)
 	}
@@ -121,8 +138,9 @@ func strip(m model.Message) model.Message {
 	return m
 }
 
-// placeholders turns m's parts into lines of its text.
-func placeholders(m model.Message) model.Message {
+// placeholders turns m's parts into lines of its text; with images, an
+// image part that carries its data stays a part.
+func placeholders(m model.Message, images bool) model.Message {
 	if len(m.Parts) == 0 {
 		m.Parts = nil
 		return m
@@ -131,12 +149,60 @@ func placeholders(m model.Message) model.Message {
 	if m.Content != "" {
 		lines = append(lines, m.Content)
 	}
+	var kept []model.Part
 	for _, part := range m.Parts {
+		if images && part.Kind == "image" && part.Data != nil {
+			kept = append(kept, part)
+			continue
+		}
 		lines = append(lines, Placeholder(part))
 	}
 	m.Content = strings.Join(lines, "\n")
-	m.Parts = nil
+	m.Parts = kept
 	return m
+}
+
+// files turns each file part of m that carries its data (a text file a
+// person attached) into its text, in a fenced block under its name,
+// appended to m's text: every provider takes text. A file without its
+// data stays a part.
+func files(m model.Message) model.Message {
+	if !slices.ContainsFunc(m.Parts, isFile) {
+		return m
+	}
+	texts := []string{}
+	if m.Content != "" {
+		texts = append(texts, m.Content)
+	}
+	var rest []model.Part
+	for _, part := range m.Parts {
+		if !isFile(part) {
+			rest = append(rest, part)
+			continue
+		}
+		texts = append(texts, FencedFile(part.Name, string(part.Data)))
+	}
+	m.Content, m.Parts = strings.Join(texts, "\n\n"), rest
+	return m
+}
+
+func isFile(p model.Part) bool { return p.Kind == "file" && p.Data != nil }
+
+// FencedFile is a text file as a model reads it: its name, then its text
+// in a fenced block whose fence is longer than any run of backticks in
+// the text, so that the text cannot close it.
+func FencedFile(name, text string) string {
+	longest, run := 0, 0
+	for _, r := range text {
+		if r == '`' {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 0
+		}
+	}
+	fence := strings.Repeat("`", max(3, longest+1))
+	return "File " + strconv.Quote(name) + ":\n" + fence + "\n" + strings.TrimSuffix(text, "\n") + "\n" + fence
 }
 
 // Placeholder describes a part in one line: "[image: image/png, 48213
