@@ -16,6 +16,7 @@ import { runStatus, runTitle, isClosed, contextUse } from './status.js';
 import { summaryCard, CompactionMark, failedNote, continuedNote } from './compaction.js';
 import { exportRun } from './export.js';
 import { modelPicker } from './models.js';
+import { AttachmentTray, attachmentList } from './attachments.js';
 
 const PAGE = 50; // older messages loaded at a time
 const NEAR_BOTTOM = 96; // px: closer than this, new content keeps the view at the bottom
@@ -315,8 +316,9 @@ export class Conversation {
     this.composerForm = composer({
       label: 'Message',
       placeholder: 'Message Usher…',
-      submit: async (text, key) => this.send(text, key),
+      submit: async (text, key, attachments) => this.send(text, key, attachments),
       draftKey: `usher.draft.${this.runId}`,
+      attach: true,
       extra: this.modelPicker,
     });
     this.footer.replaceChildren(this.offline, this.composerForm);
@@ -485,7 +487,8 @@ export class Conversation {
       // is on the page; those of an edited message on the message.
       const sw = this.switcher(ev);
       if (sw && sw.onReply) this.replySwitchers.set(ev.seq, sw.el);
-      article.append(h('div', { class: 'msg-body plain' }, d.content || ''),
+      article.append(d.content || !d.attachments ? h('div', { class: 'msg-body plain' }, d.content || '') : '',
+        attachmentList(d.attachments),
         h('footer', { class: 'msg-meta' }, sw && sw.el, edit, ' ', del, ' ', timeElement(ev.createdAt)));
       parent.append(article);
       messageCopy(article, d.content);
@@ -862,11 +865,13 @@ export class Conversation {
     input.focus();
   }
 
-  async send(text, key) {
-    const res = await request(`${path.run(this.runId)}/messages`, { method: 'POST', body: { content: text }, headers: { 'Idempotency-Key': key } });
+  async send(text, key, attachments = []) {
+    const body = attachments.length ? { content: text, attachments: attachments.map((a) => a.id) } : { content: text };
+    const res = await request(`${path.run(this.runId)}/messages`, { method: 'POST', body, headers: { 'Idempotency-Key': key } });
     if (this.destroyed) return;
     if (!this.rendered.has(res.seq)) {
-      this.keepBottom(() => this.renderInto(this.list, { seq: res.seq, type: 'message.user', createdAt: new Date().toISOString(), data: { content: text } }));
+      const data = attachments.length ? { content: text, attachments } : { content: text };
+      this.keepBottom(() => this.renderInto(this.list, { seq: res.seq, type: 'message.user', createdAt: new Date().toISOString(), data }));
     }
     this.scrollToBottom();
     if (res.run) this.applyRun(res.run);
@@ -968,17 +973,24 @@ export class Conversation {
 // draftKey, what is typed is kept in this browser (localStorage) until it
 // is sent, across reloads. The form's retry() sends again a message whose
 // last attempt could not reach Usher: call it when the connection is back.
-// extra, when given, is shown beside the hint (the model picker).
-export function composer({ label, placeholder, submit, autofocus = false, draftKey = '', extra = null }) {
+// extra, when given, is shown beside the hint (the model picker). With
+// attach, files may be attached by a button, by paste and by drop
+// (attachments.js); submit gets them as its third argument, and a message
+// of attachments alone may have no text.
+export function composer({ label, placeholder, submit, autofocus = false, draftKey = '', extra = null, attach = false }) {
   const inputId = uniqueId('composer');
   const hintId = uniqueId('composer-hint');
   const input = h('textarea', { id: inputId, rows: '2', placeholder, 'aria-describedby': hintId, autofocus, required: true });
   const button = h('button', { type: 'submit', class: 'button primary' }, 'Send');
   const error = h('p', { class: 'form-error', role: 'alert' });
-  const form = h('form', { class: 'composer' },
-    h('label', { for: inputId, class: 'visually-hidden' }, label),
-    h('div', { class: 'composer-row' }, input, button),
-    h('div', { class: 'composer-meta' }, extra, h('p', { id: hintId, class: 'hint' }, 'Enter sends, Shift+Enter starts a new line.')),
+  const form = h('form', { class: 'composer' });
+  const tray = attach ? new AttachmentTray({ input, zone: form, onChange: () => { input.required = !tray.items.length; } }) : null;
+  form.append(h('label', { for: inputId, class: 'visually-hidden' }, label),
+    tray && tray.list,
+    h('div', { class: 'composer-row' }, tray && tray.button, tray && tray.file, input, button),
+    h('div', { class: 'composer-meta' }, extra, h('p', { id: hintId, class: 'hint' },
+      attach ? 'Enter sends, Shift+Enter starts a new line. Paste or drop files to attach them.' : 'Enter sends, Shift+Enter starts a new line.')),
+    tray && tray.error,
     error);
   const store = {
     get: () => { try { return draftKey ? localStorage.getItem(draftKey) || '' : ''; } catch { return ''; } },
@@ -989,25 +1001,34 @@ export function composer({ label, placeholder, submit, autofocus = false, draftK
   let busy = false;
   let key = '';
   let keyText = null;
+  let keySig = '';
   let unsent = false; // the last attempt could not reach Usher
   const go = async () => {
     let text = input.value;
-    if (busy || !text.trim()) return;
+    const attached = tray ? tray.items.slice() : [];
+    if (busy || (!text.trim() && !attached.length)) return;
+    if (tray && tray.busy()) {
+      error.textContent = 'Wait until the files are uploaded, then send.';
+      return;
+    }
     // The same message again (whitespace aside): the same text and key,
     // so that Usher stores it once.
-    if (keyText !== null && text.trim() === keyText.trim()) {
+    const sig = attached.map((a) => a.id).join(',');
+    if (keyText !== null && text.trim() === keyText.trim() && sig === keySig) {
       text = keyText;
     } else {
       key = newKey();
       keyText = text;
+      keySig = sig;
     }
     busy = true;
     button.disabled = true;
     error.textContent = '';
     try {
-      await submit(text, key);
+      await submit(text, key, attached);
       unsent = false;
       keyText = null;
+      if (tray) tray.sent();
       // Cleared unless more was typed while it went.
       if (input.value.trim() === text.trim()) {
         input.value = '';
