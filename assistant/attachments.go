@@ -307,3 +307,21 @@ func attachmentNames(refs []AttachmentRef) string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// imagePartBytes is what an image part counts for in the context
+// estimate: about the 1,000 tokens a model's image encoder makes of a
+// typical picture, whatever its file's size.
+const imagePartBytes = 1000 * bytesPerToken
+
+// partBytes is what a part counts for in the context estimate: an image
+// imagePartBytes, a text file its size (its text goes in the message),
+// any other part the placeholder line it becomes.
+func partBytes(p model.Part) int64 {
+	switch p.Kind {
+	case "image":
+		return imagePartBytes
+	case "file":
+		return p.Size
+	}
+	return 64
+}

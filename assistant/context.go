@@ -45,6 +45,9 @@ func estimateTokens(req model.Request) int64 {
 		for _, c := range m.ToolCalls {
 			n += int64(len(c.ID) + len(c.Name) + len(c.Arguments))
 		}
+		for _, p := range m.Parts {
+			n += partBytes(p)
+		}
 	}
 	for _, tool := range req.Tools {
 		n += toolOverheadBytes + int64(len(tool.Name)+len(tool.Description)+len(tool.InputSchema))
