@@ -131,6 +131,11 @@ func TestBrowserAttachments(t *testing.T) {
 	tb.send("What are these?")
 	tb.waitUntil("the reply", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent.includes("your plan"))`)
 	tb.waitUntil("the thumbnails and the chip", userAttachments+` === "img:photo.png,img:image.png,file:notes.md"`)
+	// A message without attachments shows none, and nothing in their
+	// place.
+	if got := evaluate[string](tb, `[...document.querySelectorAll("article.msg-user")].map((a) => [...a.childNodes].filter((n) => n.nodeType === 3).map((n) => n.textContent).join("")).join("|")`); got != "|" {
+		t.Errorf("the user messages hold loose text %q", got)
+	}
 	if evaluate[bool](tb, `!!document.querySelector(`+js(composerTray+` li`)+`)`) {
 		t.Error("the tray still holds files after the message went")
 	}

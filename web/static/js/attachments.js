@@ -72,6 +72,18 @@ async function upload(file, name) {
   return data;
 }
 
+// paperclip is the Attach button's icon, drawn (no font has to have it).
+function paperclip() {
+  const ns = 'http://www.w3.org/2000/svg';
+  const svg = document.createElementNS(ns, 'svg');
+  for (const [k, v] of Object.entries({ viewBox: '0 0 24 24', width: '16', height: '16', fill: 'none', stroke: 'currentColor',
+    'stroke-width': '2', 'stroke-linecap': 'round', 'stroke-linejoin': 'round', 'aria-hidden': 'true', class: 'attach-icon' })) svg.setAttribute(k, v);
+  const path = document.createElementNS(ns, 'path');
+  path.setAttribute('d', 'M21 11.5l-8.5 8.5a5.5 5.5 0 0 1-7.8-7.8l9.2-9.2a3.7 3.7 0 0 1 5.2 5.2l-9.2 9.2a1.8 1.8 0 0 1-2.6-2.6l8.5-8.5');
+  svg.append(path);
+  return svg;
+}
+
 // attachmentView shows one attachment: a thumbnail that opens the image,
 // or a chip that downloads the file. remove, when given, adds a button that
 // takes it off the message being written.
@@ -109,7 +121,7 @@ export class AttachmentTray {
       this.file.value = '';
     });
     this.button = h('button', { type: 'button', class: 'button attach-button', title: 'Attach images or text files', onclick: () => this.file.click() },
-      h('span', { 'aria-hidden': 'true' }, '📎 '), 'Attach');
+      paperclip(), 'Attach');
     this.list = h('ul', { class: 'attachments composer-attachments', 'aria-label': 'Attached files', hidden: true });
     this.error = h('p', { class: 'form-error attachment-error', role: 'alert' });
     input.addEventListener('paste', (e) => {

@@ -488,7 +488,7 @@ export class Conversation {
       const sw = this.switcher(ev);
       if (sw && sw.onReply) this.replySwitchers.set(ev.seq, sw.el);
       article.append(d.content || !d.attachments ? h('div', { class: 'msg-body plain' }, d.content || '') : '',
-        attachmentList(d.attachments),
+        attachmentList(d.attachments) || '',
         h('footer', { class: 'msg-meta' }, sw && sw.el, edit, ' ', del, ' ', timeElement(ev.createdAt)));
       parent.append(article);
       messageCopy(article, d.content);
