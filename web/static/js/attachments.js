@@ -121,7 +121,7 @@ export class AttachmentTray {
       this.file.value = '';
     });
     this.button = h('button', { type: 'button', class: 'button attach-button', title: 'Attach images or text files', onclick: () => this.file.click() },
-      paperclip(), 'Attach');
+      paperclip(), h('span', { class: 'attach-label' }, 'Attach'));
     this.list = h('ul', { class: 'attachments composer-attachments', 'aria-label': 'Attached files', hidden: true });
     this.error = h('p', { class: 'form-error attachment-error', role: 'alert' });
     input.addEventListener('paste', (e) => {

@@ -990,8 +990,8 @@ export function composer({ label, placeholder, submit, autofocus = false, draftK
     h('div', { class: 'composer-row' }, tray && tray.button, tray && tray.file, input, button),
     h('div', { class: 'composer-meta' }, extra, h('p', { id: hintId, class: 'hint' },
       attach ? 'Enter sends, Shift+Enter starts a new line. Paste or drop files to attach them.' : 'Enter sends, Shift+Enter starts a new line.')),
-    tray && tray.error,
-    error);
+    error,
+    tray && tray.error);
   const store = {
     get: () => { try { return draftKey ? localStorage.getItem(draftKey) || '' : ''; } catch { return ''; } },
     set: (v) => { try { if (draftKey) { if (v) localStorage.setItem(draftKey, v); else localStorage.removeItem(draftKey); } } catch { /* private mode */ } },
