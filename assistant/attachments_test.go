@@ -14,6 +14,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -358,5 +359,47 @@ func TestUnsentAttachmentsSwept(t *testing.T) {
 		if _, err := st.GetAttachment(t.Context(), a["id"].(string)); err == nil {
 			t.Error("an attachment unsent for a day outlived the sweep")
 		}
+	})
+}
+
+// TestAttachmentsKeptByEdits: an edited message, and a regenerated one,
+// send the attachments of the message they replace or repeat.
+func TestAttachmentsKeptByEdits(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
+		h := newHarness(t, st, model.NewDemo(), nil)
+		_, a := upload(t, h.api, "cat.png", "image/png", testImage(t, "png"))
+		_, run := h.call(t, "POST", "/runs", `{}`)
+		runID := run["runId"].(string)
+		code, out := h.call(t, "POST", "/runs/"+runID+"/messages?wait=30s", `{"content": "look", "attachments": ["`+a["id"].(string)+`"]}`)
+		if code != http.StatusOK {
+			t.Fatalf("post: %d %v", code, out)
+		}
+		seq := int64(out["seq"].(float64))
+		attachmentsOf := func(what string) {
+			t.Helper()
+			_, msgs := h.call(t, "GET", "/runs/"+runID+"/messages", "")
+			list := msgs["messages"].([]any)
+			var last map[string]any
+			for _, m := range list {
+				if m.(map[string]any)["type"] == EventUserMessage {
+					last = m.(map[string]any)["data"].(map[string]any)
+				}
+			}
+			refs, _ := last["attachments"].([]any)
+			if len(refs) != 1 || refs[0].(map[string]any)["id"] != a["id"] {
+				t.Errorf("%s: the message's attachments = %v", what, last["attachments"])
+			}
+		}
+		code, out = h.call(t, "POST", "/runs/"+runID+"/messages/"+strconv.FormatInt(seq, 10)+"/edit?wait=30s", `{"content": "look again"}`)
+		if code != http.StatusOK && code != http.StatusCreated && code != http.StatusAccepted {
+			t.Fatalf("edit: %d %v", code, out)
+		}
+		waitHandled(t, st, runID, int64(out["seq"].(float64)), 30*time.Second)
+		attachmentsOf("edited")
+		code, out = h.call(t, "POST", "/runs/"+runID+"/regenerate?wait=30s", "")
+		if code != http.StatusOK && code != http.StatusCreated && code != http.StatusAccepted {
+			t.Fatalf("regenerate: %d %v", code, out)
+		}
+		attachmentsOf("regenerated")
 	})
 }

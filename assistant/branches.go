@@ -62,7 +62,8 @@ func branchError(err error) error {
 
 // EditMessage replaces the user message seq of the owner's run, on its
 // active line, with content: a new branch, made active, that starts with
-// the edited message, which is queued for its turn.
+// the edited message, which is queued for its turn, with the attachments
+// of the message it replaces.
 func (rt *Runtime) EditMessage(ctx context.Context, owner string, sender Sender, id string, seq int64, content, key string) (store.Branch, store.Event, store.Run, error) {
 	if _, err := rt.Run(ctx, owner, id); err != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, err
@@ -86,7 +87,15 @@ func (rt *Runtime) EditMessage(ctx context.Context, owner string, sender Sender,
 	if refused != nil && key == "" {
 		return store.Branch{}, store.Event{}, store.Run{}, refused
 	}
-	e.Payload = mustJSON(UserMessage{Content: content, Sender: senderOrNil(sender), Edits: seq})
+	// The edited message sends the attachments the message it replaces
+	// sent: an edit changes the text.
+	var orig UserMessage
+	if refused == nil {
+		if err := json.Unmarshal(msgs[0].Payload, &orig); err != nil {
+			return store.Branch{}, store.Event{}, store.Run{}, err
+		}
+	}
+	e.Payload = mustJSON(UserMessage{Content: content, Sender: senderOrNil(sender), Edits: seq, Attachments: orig.Attachments})
 	b, ev, r, err := rt.fork(ctx, id, store.Fork{At: seq, Kind: store.BranchEdit, CreatedBy: owner, Message: e, Key: key})
 	if err != nil && refused != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, refused
