@@ -202,13 +202,8 @@ func (rt *Runtime) attachToRun(ctx context.Context, runID, owner string, ids []s
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	if len(ids) > MaxAttachmentsPerMessage || slices.ContainsFunc(ids, func(id string) bool { return id == "" || len(id) > 100 }) {
-		return nil, errAttachmentRefs
-	}
-	sorted := slices.Clone(ids)
-	slices.Sort(sorted)
-	if len(slices.Compact(sorted)) != len(ids) {
-		return nil, errAttachmentRefs
+	if err := checkAttachmentIDs(ids); err != nil {
+		return nil, err
 	}
 	as, err := rt.st.AttachToRun(ctx, runID, owner, ids)
 	if errors.Is(err, store.ErrNotFound) {
@@ -324,4 +319,61 @@ func partBytes(p model.Part) int64 {
 		return p.Size
 	}
 	return 64
+}
+
+// openingAttachments checks the attachments ids a run's opening message
+// sends and returns their references: each must be the owner's, and not
+// sent yet — unless by a run this creation opened before (a retry with
+// the same idempotency key).
+func (rt *Runtime) openingAttachments(ctx context.Context, owner, key string, ids []string) ([]AttachmentRef, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	if err := checkAttachmentIDs(ids); err != nil {
+		return nil, err
+	}
+	refs := make([]AttachmentRef, len(ids))
+	for i, id := range ids {
+		a, err := rt.st.GetAttachment(ctx, id)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && a.Owner != owner) {
+			return nil, errAttachmentRefs
+		}
+		if err != nil {
+			return nil, err
+		}
+		if a.RunID != "" {
+			r, err := rt.st.GetRun(ctx, a.RunID)
+			if err != nil || key == "" || r.Owner != owner || r.IdempotencyKey != key {
+				return nil, errAttachmentRefs
+			}
+		}
+		refs[i] = refOf(a)
+	}
+	return refs, nil
+}
+
+// bindOpening binds the attachments of a run's opening message, stored
+// already, to the run. Should another run have taken one meanwhile, the
+// message keeps its reference, still the owner's alone: this is logged.
+func (rt *Runtime) bindOpening(ctx context.Context, runID, owner string, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	if _, err := rt.st.AttachToRun(ctx, runID, owner, ids); err != nil {
+		rt.log.Warn("assistant: binding the attachments of a run's opening message failed", "run", runID, "err", err)
+	}
+}
+
+// checkAttachmentIDs refuses a list of attachment ids that is too long,
+// holds an id twice, or an empty or overlong one.
+func checkAttachmentIDs(ids []string) error {
+	if len(ids) > MaxAttachmentsPerMessage || slices.ContainsFunc(ids, func(id string) bool { return id == "" || len(id) > 100 }) {
+		return errAttachmentRefs
+	}
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	if len(slices.Compact(sorted)) != len(ids) {
+		return errAttachmentRefs
+	}
+	return nil
 }

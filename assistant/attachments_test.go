@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"hash/crc32"
 	"image"
 	"image/color"
@@ -401,5 +402,45 @@ func TestAttachmentsKeptByEdits(t *testing.T) {
 			t.Fatalf("regenerate: %d %v", code, out)
 		}
 		attachmentsOf("regenerated")
+	})
+}
+
+// TestAttachmentsOpenRun: a run's opening message (POST /runs) sends
+// attachments as a later message does; a retry with its Idempotency-Key
+// answers the same run; another person's attachment is refused and
+// nothing is created.
+func TestAttachmentsOpenRun(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
+		h := newHarness(t, st, model.NewDemo(), nil)
+		_, a := upload(t, h.api, "cat.png", "image/png", testImage(t, "png"))
+		mallory := asUser(t, h, identity.Principal{Issuer: "https://issuer.test", Tenant: "t", ObjectID: "mallory"})
+		_, other := upload(t, mallory, "theirs.txt", "text/plain", []byte("mallory's"))
+		code, out := h.call(t, "POST", "/runs", `{"message": "", "attachments": ["`+other["id"].(string)+`"]}`)
+		if e, _ := out["error"].(map[string]any); code != http.StatusBadRequest || e["code"] != "invalid_attachments" {
+			t.Errorf("another's attachment: %d %v", code, out)
+		}
+		if runs, _ := st.ListRuns(t.Context(), testOwner.ID()); len(runs) != 0 {
+			t.Fatalf("a refused creation stored %d runs", len(runs))
+		}
+		body := `{"message": "", "attachments": ["` + a["id"].(string) + `"]}`
+		code, out = h.call(t, "POST", "/runs", body, "Idempotency-Key", "open-1")
+		if code != http.StatusCreated || out["title"] != "cat.png" {
+			t.Fatalf("POST /runs with an attachment: %d %v", code, out)
+		}
+		runID := out["runId"].(string)
+		if code, again := h.call(t, "POST", "/runs", body, "Idempotency-Key", "open-1"); code != http.StatusOK || again["runId"] != runID {
+			t.Errorf("the retry: %d %v, want 200 and the same run", code, again)
+		}
+		if g, _ := st.GetAttachment(t.Context(), a["id"].(string)); g.RunID != runID {
+			t.Errorf("the attachment is bound to %q, want %s", g.RunID, runID)
+		}
+		if code, out := h.call(t, "POST", "/runs", body, "Idempotency-Key", "open-2"); code != http.StatusBadRequest {
+			t.Errorf("the attachment sent again by another run: %d %v", code, out)
+		}
+		events, _ := st.ListEvents(t.Context(), runID, 0, 10)
+		var m UserMessage
+		if len(events) == 0 || json.Unmarshal(events[0].Payload, &m) != nil || len(m.Attachments) != 1 || m.Attachments[0].ID != a["id"] {
+			t.Errorf("the opening message = %s", events[0].Payload)
+		}
 	})
 }

@@ -367,10 +367,11 @@ func (rt *Runtime) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body struct {
-		Message  *string         `json:"message"`
-		Title    *string         `json:"title"`
-		Metadata json.RawMessage `json:"metadata"`
-		Model    *string         `json:"model"`
+		Message     *string         `json:"message"`
+		Title       *string         `json:"title"`
+		Metadata    json.RawMessage `json:"metadata"`
+		Model       *string         `json:"model"`
+		Attachments []string        `json:"attachments"`
 	}
 	if err := decodeOptional(r, &body); err != nil {
 		rt.fail(w, r, err)
@@ -384,7 +385,7 @@ func (rt *Runtime) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var message, title string
 	if body.Message != nil {
 		message = *body.Message
-		if strings.TrimSpace(message) == "" {
+		if strings.TrimSpace(message) == "" && len(body.Attachments) == 0 {
 			rt.fail(w, r, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The message is empty."))
 			return
 		}
@@ -415,7 +416,7 @@ func (rt *Runtime) handleCreate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	run, created, err := rt.CreateRun(r.Context(), owner, senderOf(r), NewRun{Title: title, Message: message, IdempotencyKey: key, Metadata: metadata})
+	run, created, err := rt.CreateRun(r.Context(), owner, senderOf(r), NewRun{Title: title, Message: message, IdempotencyKey: key, Metadata: metadata, Attachments: body.Attachments})
 	if err != nil {
 		rt.fail(w, r, err)
 		return

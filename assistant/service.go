@@ -42,6 +42,9 @@ type NewRun struct {
 	// Metadata is the run's settings (see RunMetadata): the text of a
 	// JSON object.
 	Metadata string
+	// Attachments are the ids of the owner's attachments the opening
+	// message sends (see PostMessageWith).
+	Attachments []string
 }
 
 // CreateRun opens a run for owner, with an opening message when
@@ -64,15 +67,19 @@ func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, n
 		}
 	}
 	var first *store.NewEvent
-	if message != "" {
-		e, err := rt.userMessage(message, sender)
+	refs, err := rt.openingAttachments(ctx, owner, idempotencyKey, n.Attachments)
+	if err != nil {
+		return store.Run{}, false, err
+	}
+	if message != "" || len(refs) > 0 {
+		e, err := rt.userMessage(message, sender, refs...)
 		if err != nil {
 			return store.Run{}, false, err
 		}
 		first = &e
 	}
-	if title == "" && message != "" {
-		title = titleFrom(message)
+	if title == "" && first != nil {
+		title = titleFrom(cmp.Or(message, attachmentNames(refs)))
 	}
 	r := store.Run{ID: newRunID(), Owner: owner, Title: title, IdempotencyKey: cmp.Or(idempotencyKey, ownKey()), Metadata: n.Metadata}
 	var out store.Run
@@ -99,6 +106,7 @@ func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, n
 	if out.Owner != owner {
 		return store.Run{}, false, errRunNotFound
 	}
+	rt.bindOpening(ctx, out.ID, owner, n.Attachments)
 	// With the creation's own key, a run found by it is the one an
 	// earlier attempt opened.
 	return out, created || idempotencyKey == "", nil

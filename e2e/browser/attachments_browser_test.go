@@ -194,21 +194,21 @@ func TestBrowserAttachments(t *testing.T) {
 }
 
 // TestBrowserAttachmentsTextOnly: with a text-only model (the default),
-// an image pasted into the message box reaches the model as a placeholder
-// naming it, and no image part.
+// an image pasted into the new-session box opens the session with it, and
+// reaches the model as a placeholder naming it, and no image part.
 func TestBrowserAttachmentsTextOnly(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
 	s := startServer(t, ms.UsherEnv())
 	tb := startBrowser(t)
 	tb.signIn(s.url, "alice")
-	tb.startSession("hello")
-	tb.waitBadge("Active")
+	tb.waitUntil("the new-session view", `document.querySelector("#home-title")`)
 
 	tb.paste("diagram.png", "image/png", testPNG(t, 12, 10))
 	tb.trayHolds(1)
 	ms.Reply("A diagram, I am told.")
 	tb.send("Describe it.")
+	tb.waitUntil("the conversation of the new run", `/^\/runs\/[^/]+$/.test(location.pathname)`)
 	tb.waitUntil("the reply", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent.includes("I am told"))`)
 	tb.waitUntil("the thumbnail", userAttachments+` === "img:diagram.png"`)
 

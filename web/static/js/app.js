@@ -474,9 +474,12 @@ function homeView() {
     label: 'Your first message',
     placeholder: 'Ask Usher anything…',
     extra: picker,
-    submit: async (text) => {
+    attach: true,
+    submit: async (text, _key, attachments) => {
       const model = picker.value();
-      const run = await request(path.runs(), { method: 'POST', body: model ? { message: text, model } : { message: text }, headers: { 'Idempotency-Key': key } });
+      const body = model ? { message: text, model } : { message: text };
+      if (attachments.length) body.attachments = attachments.map((a) => a.id);
+      const run = await request(path.runs(), { method: 'POST', body, headers: { 'Idempotency-Key': key } });
       runUpdated(run);
       navigate(`/runs/${encodeURIComponent(run.runId)}`);
     },
