@@ -444,3 +444,15 @@ func TestAttachmentsOpenRun(t *testing.T) {
 		}
 	})
 }
+
+// TestAttachmentsSummarised: the summariser reads a message's attachments
+// as placeholders naming them, never their content or where they are kept.
+func TestAttachmentsSummarised(t *testing.T) {
+	e := store.Event{Seq: 3, Type: EventUserMessage, Payload: mustJSON(UserMessage{Content: "see these",
+		Attachments: []AttachmentRef{{ID: "att_1", Name: "cat.png", Type: "image/png", Size: 10}, {ID: "att_2", Name: "a.csv", Type: "text/csv", Size: 4}}})}
+	got, err := renderEntry(e)
+	want := "[user] see these\n[image: \"cat.png\", image/png, 10 bytes]\n[file: \"a.csv\", text/csv, 4 bytes]"
+	if err != nil || got != want {
+		t.Errorf("renderEntry = %q, %v; want %q", got, err, want)
+	}
+}

@@ -229,6 +229,10 @@ func renderEntry(e store.Event) (string, error) {
 			return "", fmt.Errorf("assistant: event %d: %w", e.Seq, err)
 		}
 		b.WriteString("[user] " + bounded("message", m.Content))
+		for _, p := range attachmentParts(m.Attachments) {
+			p.URI = "" // the placeholder names the file, not where it is kept
+			b.WriteString("\n" + payload.Placeholder(p))
+		}
 	case EventSummaryMessage:
 		var m SummaryMessage
 		if err := json.Unmarshal(e.Payload, &m); err != nil {
