@@ -76,17 +76,51 @@ var (
 		`Send the file as the body (its name in ?name=), or as multipart/form-data with one part named "file".`)
 )
 
+// uploadLimit bounds an upload's body: the largest attachment, and room
+// for a multipart envelope.
+func (rt *Runtime) uploadLimit() int64 { return rt.o.AttachmentMaxBytes + 64<<10 }
+
+// isUpload reports a request to the upload route.
+func isUpload(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.URL.Path == attachmentsPath
+}
+
 // withUploadLimit serves the upload route with a body limit of its own
-// (the largest attachment, and room for a multipart envelope) and every
-// other route through limited.
+// (uploadLimit) and every other route through limited.
 func (rt *Runtime) withUploadLimit(limited, mux http.Handler) http.Handler {
-	upload := httpx.LimitBody(rt.o.AttachmentMaxBytes+64<<10, mux)
+	limit := rt.uploadLimit()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == attachmentsPath {
-			upload.ServeHTTP(w, r)
+		if !isUpload(r) {
+			limited.ServeHTTP(w, r)
 			return
 		}
-		limited.ServeHTTP(w, r)
+		if r.ContentLength > limit {
+			rt.fail(w, r, errAttachmentTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// ReadUploads is the server's reading of request bodies with uploads in
+// mind: an upload (POST /api/assistant/attachments) goes to next with its
+// body read within timeout and bounded by the largest attachment rather
+// than the server's body limit, which others (next behind that limit)
+// applies to every other request.
+func (rt *Runtime) ReadUploads(timeout time.Duration, next, others http.Handler) http.Handler {
+	uploads := httpx.ReadBodyFor(rt.uploadLimit(), timeout, func(w http.ResponseWriter, r *http.Request, e *httpx.Error) {
+		if e == httpx.ErrBodyTooLarge {
+			e = errAttachmentTooLarge
+		}
+		httpx.WriteError(w, r, rt.log, e)
+	}, next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isUpload(r) {
+			uploads.ServeHTTP(w, r)
+			return
+		}
+		others.ServeHTTP(w, r)
 	})
 }
 

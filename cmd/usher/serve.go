@@ -477,13 +477,14 @@ func (s *serving) notFound(context.Context) error {
 // server.shutdown_timeout.
 func (s *serving) serve(ctx context.Context) error {
 	metrics := httpx.NewMetrics(s.reg)
+	handler, timeout := s.tel.Handler(metrics.Wrap(s.mux)), s.cfg.Server.ReadTimeout.Std()
 	srv := &http.Server{
 		// No ReadTimeout: it would stay on the connection after the body,
 		// ending the context of long-lived responses; ReadBodyFor bounds
 		// the body instead, refused at the OAuth endpoints in OAuth's
-		// error shape.
-		Handler: httpx.ReadBodyFor(s.cfg.Server.MaxBodyBytes, s.cfg.Server.ReadTimeout.Std(), s.oauthSrv.RefuseBody(nil),
-			s.tel.Handler(metrics.Wrap(s.mux))),
+		// error shape; an attachment's upload has a bound of its own.
+		Handler: s.runtime.ReadUploads(timeout, handler,
+			httpx.ReadBodyFor(s.cfg.Server.MaxBodyBytes, timeout, s.oauthSrv.RefuseBody(nil), handler)),
 		ReadHeaderTimeout: s.cfg.Server.ReadTimeout.Std(),
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,

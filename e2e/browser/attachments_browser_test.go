@@ -190,6 +190,18 @@ func TestBrowserAttachments(t *testing.T) {
 	if code, out := apitest.Call(t, "GET", s.url+attachmentsURL+"/"+photoID, bob, ""); code != http.StatusNotFound {
 		t.Errorf("bob's download: %d %v", code, out)
 	}
+
+	// The server's limit on other bodies (server.max_body_bytes, 1 MiB)
+	// is not an attachment's: 3 MiB is taken, 11 MiB is refused as over
+	// assistant.attachments_max_bytes.
+	big := strings.Repeat("a line of a long log\n", 3<<20/21)
+	if code, out := apitest.Call(t, "POST", s.url+attachmentsURL+"?name=big.log", alice, big, "Content-Type", "text/plain"); code != http.StatusCreated {
+		t.Errorf("a 3 MiB upload: %d %v", code, out)
+	}
+	code, out := apitest.Call(t, "POST", s.url+attachmentsURL+"?name=huge.log", alice, strings.Repeat(big, 4), "Content-Type", "text/plain")
+	if e, _ := out["error"].(map[string]any); code != http.StatusRequestEntityTooLarge || e["code"] != "attachment_too_large" {
+		t.Errorf("an 11 MiB upload: %d %v", code, out)
+	}
 	tb.checkClean()
 }
 
