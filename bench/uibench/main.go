@@ -32,6 +32,7 @@ type options struct {
 	usher, chromium string
 	database        string
 	messages, runs  int
+	attachments     int
 	width, height   int
 	keep            bool
 }
@@ -42,6 +43,7 @@ func main() {
 	flag.StringVar(&o.chromium, "chromium", "/usr/bin/chromium", "the Chromium binary")
 	flag.StringVar(&o.database, "database", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL server URL (a schema of its own is created and dropped); empty: SQLite")
 	flag.IntVar(&o.messages, "messages", 10000, "messages in the conversation (a multiple of 4: turns of a message, a tool call, its result and the answer)")
+	flag.IntVar(&o.attachments, "attachments", 200, "user messages that send an image attachment, spread over the conversation")
 	flag.IntVar(&o.runs, "runs", 5, "navigations timed with an empty cache, and as many with the assets cached")
 	flag.IntVar(&o.width, "width", 1280, "the window's width")
 	flag.IntVar(&o.height, "height", 800, "the window's height")
@@ -129,7 +131,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if err := u.Stop(); err != nil {
 		return err
 	}
-	s, err := seedRun(ctx, dsn, runID, o.messages)
+	s, err := seedRun(ctx, dsn, runID, o.messages, o.attachments)
 	if err != nil {
 		return fmt.Errorf("seeding: %w", err)
 	}
@@ -167,7 +169,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return err
 	}
 
-	fmt.Fprintf(out, "\nSessions UI, a conversation of %d messages (%d events), usher on %s, Chromium %dx%d\n", s.messages, s.lastSeq, engine, o.width, o.height)
+	fmt.Fprintf(out, "\nSessions UI, a conversation of %d messages (%d events) with %d image attachments, usher on %s, Chromium %dx%d\n", s.messages, s.lastSeq, o.attachments, engine, o.width, o.height)
 	fmt.Fprintf(out, "load average (1 min): %.2f at the start, %.2f at the end; seeding took %s\n\n", loadStart, child.LoadAverage(), s.took.Round(time.Millisecond))
 	row := func(name string, v []float64, goal float64) {
 		fmt.Fprintf(out, "  %-44s median %6.0f ms  max %6.0f ms  (%s)\n", name, median(v), slices.Max(v), verdict(median(v), slices.Max(v), goal))

@@ -23,14 +23,15 @@ type seeded struct {
 	took                 time.Duration
 }
 
-// seedRun fills the run runID with messages messages (a multiple of four)
+// seedRun fills the run runID with messages messages (a multiple of four),
+// attachments of its user messages sending an image each (seedAttachments),
 // straight through the store, as the runtime records turns: the user's
 // message, the turn's start and its records, a tool call, its result, the
 // answer (Markdown; every fifth with a code block), the turn's end. It
 // writes under a lease, in transactions of seedBatch events, with Usher
 // stopped: this is the benchmark's own fast path to a long conversation,
 // not a way into the product.
-func seedRun(ctx context.Context, dsn, runID string, messages int) (seeded, error) {
+func seedRun(ctx context.Context, dsn, runID string, messages, attachments int) (seeded, error) {
 	start := time.Now()
 	st, err := store.Open(ctx, dsn, nil)
 	if err != nil {
@@ -38,9 +39,13 @@ func seedRun(ctx context.Context, dsn, runID string, messages int) (seeded, erro
 	}
 	defer st.Close()
 	turns := messages / 4
+	images, err := seedAttachments(ctx, st, runID, turns, attachments)
+	if err != nil {
+		return seeded{}, err
+	}
 	user := func(turn int) store.NewEvent {
 		text := fmt.Sprintf("Message %d: could you list my notes and tell me which ones mention the quarterly report?", turn)
-		return store.NewEvent{Type: assistant.EventUserMessage, Payload: mustJSON(assistant.UserMessage{Content: text}), Preview: text}
+		return store.NewEvent{Type: assistant.EventUserMessage, Payload: mustJSON(assistant.UserMessage{Content: text, Attachments: images[turn]}), Preview: text}
 	}
 	first, run, err := st.PostMessage(ctx, runID, user(0))
 	if err != nil {
