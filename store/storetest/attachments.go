@@ -142,7 +142,7 @@ func testAttachments(t *testing.T, s store.Store) {
 
 	// Deleting run-a deletes att-1 and att-2; bob's copy of the content
 	// stays, and att-3.
-	if err := s.DeleteRun(ctx, "run-a", nil); err != nil {
+	if err := s.DeleteRun(ctx, "run-a", nil, store.Withdrawal{}); err != nil {
 		t.Fatalf("DeleteRun: %v", err)
 	}
 	for _, id := range []string{"att-1", "att-2"} {
