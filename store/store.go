@@ -356,6 +356,13 @@ type Store interface {
 	// open turn, no user message after HandledSeq and no activity since
 	// quietSince to Idle, and returns them.
 	ParkIdleRuns(ctx context.Context, quietSince time.Time) ([]Run, error)
+	// ParkRun moves one quiet run to Idle at once, as ParkIdleRuns does
+	// after its quiet time: InProgress, with no lease, no queued work, no
+	// open turn, no user message after HandledSeq and no pending
+	// approval. Its held MCP session is released. A run already Idle is
+	// returned as it is; ErrConflict when it is not quiet or not
+	// InProgress, ErrNotFound when it does not exist or is deleted.
+	ParkRun(ctx context.Context, runID string) (Run, error)
 	// RunsToResume returns up to limit runs that can go on but are not
 	// queued: runs in AwaitingApproval none of whose approvals is still
 	// pending (decided, expired or revoked, with the requeue that should
@@ -576,6 +583,23 @@ type Store interface {
 	PutNote(ctx context.Context, n Note) (Note, error)
 	// DeleteNote deletes the owner's note, or fails with ErrNotFound.
 	DeleteNote(ctx context.Context, owner, name string) error
+
+	// GetSettings returns the principal's settings: DefaultSettings when
+	// they never saved any.
+	GetSettings(ctx context.Context, principal string) (Settings, error)
+	// PutSettings replaces the principal's settings and returns them as
+	// stored; the store sets UpdatedAt. ErrInvalid for an unknown theme
+	// or send key, or text that is not valid UTF-8 or holds NUL.
+	PutSettings(ctx context.Context, s Settings) (Settings, error)
+	// PinRun pins the run to the top of its owner principal's list (again:
+	// the first pin's time stays); ErrNotFound when the run is not theirs,
+	// is deleted or does not exist.
+	PinRun(ctx context.Context, principal, runID string) (Pin, error)
+	// UnpinRun removes the principal's pin of the run, if any.
+	UnpinRun(ctx context.Context, principal, runID string) error
+	// ListPins returns the principal's pins of runs not deleted, the
+	// latest pinned first.
+	ListPins(ctx context.Context, principal string) ([]Pin, error)
 
 	// CreateBrowserSession records a signed-in browser. IDHash, Principal
 	// and ExpiresAt (after CreatedAt) are required; a zero CreatedAt means
