@@ -59,6 +59,11 @@ func (rt *Runtime) Handler() http.Handler {
 	mux.HandleFunc("PUT /api/assistant/runs/{id}/branch", rt.handleSwitchBranch)
 	mux.HandleFunc("POST /api/assistant/attachments", rt.handleUpload)
 	mux.HandleFunc("GET /api/assistant/attachments/{id}", rt.handleDownload)
+	mux.HandleFunc("POST /api/assistant/runs/{id}/park", rt.handlePark)
+	mux.HandleFunc("PUT /api/assistant/runs/{id}/pin", rt.handlePin(true))
+	mux.HandleFunc("DELETE /api/assistant/runs/{id}/pin", rt.handlePin(false))
+	mux.HandleFunc("GET /api/assistant/settings", rt.handleGetSettings)
+	mux.HandleFunc("PUT /api/assistant/settings", rt.handlePutSettings)
 	mux.HandleFunc("/api/assistant/", func(w http.ResponseWriter, r *http.Request) {
 		// A path that exists with other methods is 405, with Allow.
 		var allow []string
@@ -218,6 +223,9 @@ type RunView struct {
 	Metadata json.RawMessage `json:"metadata,omitempty"`
 	// ContinuedFrom names the run this one continues (manual compaction).
 	ContinuedFrom *ContinuedFrom `json:"continuedFrom,omitempty"`
+	// Pinned: the caller pinned the run to the top of their list (in
+	// the list and the pin routes' answers).
+	Pinned bool `json:"pinned,omitempty"`
 }
 
 // ContinuedFrom names the run a run continues and the version of its
@@ -444,6 +452,12 @@ func (rt *Runtime) handleList(w http.ResponseWriter, r *http.Request) {
 	for i, run := range runs {
 		views[i] = viewRun(run)
 	}
+	pins, err := rt.st.ListPins(r.Context(), owner)
+	if err != nil {
+		rt.fail(w, r, err)
+		return
+	}
+	views = pinnedFirst(views, pins)
 	active := 0
 	for _, run := range runs {
 		if run.Status == store.RunInProgress || run.Status == store.RunAwaitingApproval {

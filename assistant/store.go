@@ -47,6 +47,14 @@ type Store interface {
 	ListSteps(ctx context.Context, runID string, after int64, limit int) ([]store.Step, error)
 	ParkIdleRuns(ctx context.Context, quietSince time.Time) ([]store.Run, error)
 	RunsToResume(ctx context.Context, limit int) ([]store.Run, error)
+	ParkRun(ctx context.Context, runID string) (store.Run, error)
+
+	// A person's settings and pins.
+	GetSettings(ctx context.Context, principal string) (store.Settings, error)
+	PutSettings(ctx context.Context, s store.Settings) (store.Settings, error)
+	PinRun(ctx context.Context, principal, runID string) (store.Pin, error)
+	UnpinRun(ctx context.Context, principal, runID string) error
+	ListPins(ctx context.Context, principal string) ([]store.Pin, error)
 
 	// Context snapshots (compaction).
 	AppendSnapshot(ctx context.Context, s store.ContextSnapshot) (store.ContextSnapshot, error)

@@ -65,6 +65,8 @@ type turn struct {
 	// before); modelSteps and toolCalls count what the slice made.
 	step                  *store.Step
 	modelSteps, toolCalls int
+	// system is the slice's system prompt, once read (systemPrompt).
+	system *string
 }
 
 // work runs one claimed run until its lease is released. Every write it
@@ -317,7 +319,7 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		if _, err := t.append(ctx,
 			store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: t.seq}), StartsTurn: t.seq},
 			store.NewEvent{Type: EventSystemPrompt, Payload: mustJSON(SystemPromptRecord{
-				RunID: t.run.ID, Characters: utf8.RuneCountInString(rt.o.SystemPrompt)})},
+				RunID: t.run.ID, Characters: utf8.RuneCountInString(*t.system)})},
 			store.NewEvent{Type: EventRuntimeContext, Payload: mustJSON(RuntimeContextRecord{
 				RunID: t.run.ID, Messages: len(history), Characters: chars, Tools: len(sess.tools), Delivery: delivery})},
 		); err != nil {
@@ -669,8 +671,12 @@ func (t *turn) request(ctx context.Context) (model.Request, error) {
 		return model.Request{}, err
 	}
 	current := turnTail(t.snap, own)
+	system, err := t.systemPrompt(ctx)
+	if err != nil {
+		return model.Request{}, err
+	}
 	msgs := make([]model.Message, 0, 1+len(history)+len(current))
-	msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: t.rt.o.SystemPrompt})
+	msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: system})
 	msgs = append(msgs, history...)
 	msgs = append(msgs, current...)
 	if msgs, err = t.rt.withAttachments(ctx, msgs); err != nil {
