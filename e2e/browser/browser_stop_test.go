@@ -149,9 +149,10 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	tb.checkClean()
 }
 
-// TestBrowserActiveLimit: the home screen says how many sessions are
-// active of how many there may be; at the limit it says so before anyone
-// types, and offers to complete the oldest, after which a session starts.
+// TestBrowserActiveLimit: the home screen says, in plain words, how many
+// sessions are going of how many there may be; at the limit it says so
+// before anyone types, and offers to complete the oldest, after which a
+// session starts.
 func TestBrowserActiveLimit(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil)
@@ -168,7 +169,7 @@ func TestBrowserActiveLimit(t *testing.T) {
 	}
 	tb := startBrowser(t)
 	tb.signIn(s.url, "dave")
-	tb.waitUntil("the count", `document.querySelector(".home-limits")?.textContent === "4 of 5 active sessions."`)
+	tb.waitUntil("the count", `document.querySelector(".home-limits")?.textContent.startsWith("4 of your sessions are going; you can have up to 5 at once.")`)
 	// One fetch of each list per load: the feed's first resync is it.
 	testenv.WaitFor(t, conditionTimeout, func() bool { return tb.sent("GET", "/api/assistant/updates/stream") > 0 })
 	time.Sleep(500 * time.Millisecond) // for a second fetch, were there one
@@ -178,13 +179,13 @@ func TestBrowserActiveLimit(t *testing.T) {
 	if code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", dave, `{"title":"Session 5"}`); code != 201 {
 		t.Fatalf("create = %d %v", code, run)
 	}
-	tb.waitUntil("the limit, before typing", `document.querySelector(".home-limits.at-limit")?.textContent.includes("You have 5 active sessions")`)
+	tb.waitUntil("the limit, before typing", `document.querySelector(".home-limits.at-limit")?.textContent.includes("You have 5 sessions going, as many as you can at once.")`)
 	checkAxe(t, tb, "the home screen at the limit")
 	if href := evaluate[string](tb, `document.querySelector(".home-limits.at-limit a").getAttribute("href")`); href != "/runs/"+first {
 		t.Errorf("the oldest offered is %s, want %s", href, "/runs/"+first)
 	}
 	tb.click(`.home-limits button.complete-oldest`)
-	tb.waitUntil("room for one more", `document.querySelector(".home-limits")?.textContent === "4 of 5 active sessions."`)
+	tb.waitUntil("room for one more", `document.querySelector(".home-limits")?.textContent.startsWith("4 of your sessions are going; you can have up to 5 at once.")`)
 	if code, body := apitest.Call(t, "GET", s.url+"/api/assistant/runs/"+first, dave, ""); code != 200 || body["run"].(map[string]any)["status"] != "Completed" {
 		t.Errorf("the oldest = %d %v, want Completed", code, body)
 	}

@@ -6,7 +6,7 @@
 import { h, announce, timeElement } from './dom.js';
 import { request, path, newKey, whenSignedOut, APIError } from './api.js';
 import { UpdatesFeed } from './live.js';
-import { Conversation, composer } from './conversation.js';
+import { Conversation, composer, confirmDialog } from './conversation.js';
 import { modelPicker } from './models.js';
 import { approvalCard, loadApproval, loadApprovals, approvalHistory, rememberApprovalsOf } from './approvals.js';
 import { appsView } from './apps.js';
@@ -14,6 +14,11 @@ import { operatorLink, operatorPath, operatorView } from './operator.js';
 import { reviewView } from './review.js';
 import { runStatus, runTitle } from './status.js';
 import { applyTheme, themeButton, shortcuts } from './prefs.js';
+import { menuButton, closeMenusOnOutsideClick, promptDialog } from './sidebar.js';
+import { loadSettings, saveSettings, settings, openSettings } from './settings.js';
+import { showShortcuts } from './shortcuts.js';
+import { exportRun } from './export.js';
+import { skeleton } from './skeleton.js';
 
 const app = {
   me: null,
@@ -55,13 +60,16 @@ async function boot() {
     app.reviewer = false;
     app.admin = false;
   }
+  await loadSettings();
   rememberApprovalsOf(app.me && app.me.id);
   app.seen = loadSeen();
   layout();
   showOperatorLink();
   window.addEventListener('popstate', () => route());
   document.addEventListener('click', interceptLinks);
+  closeMenusOnOutsideClick();
   shortcuts({
+    help: showShortcuts,
     search: () => {
       if (window.matchMedia('(max-width: 760px)').matches) toggleSidebar(true);
       else app.els.search.focus();
@@ -176,7 +184,7 @@ function layout() {
 
   e.search = h('input', { id: 'session-search', type: 'search', autocomplete: 'off', placeholder: 'Search sessions' });
   e.search.addEventListener('input', () => searchSessions(e.search.value));
-  e.list = h('ul', { class: 'session-list', role: 'list' });
+  e.list = h('ul', { class: 'session-list', role: 'list' }, h('li', null, skeleton('Loading the sessions…', 6, 'list')));
   e.empty = h('p', { class: 'hint empty' });
   e.sidebar = h('aside', { id: 'sidebar', class: 'sidebar', 'aria-label': 'Sessions' },
     h('a', { href: '/', class: 'button primary new-session' }, 'New session'),
@@ -190,8 +198,18 @@ function layout() {
       // On the narrowest screens the header has no room for it.
       h('a', { href: '/apps', class: 'button subtle drawer-apps-link' }, 'Connected apps'),
       app.reviewer ? h('a', { href: '/review', class: 'button subtle drawer-apps-link drawer-review-link' }, 'Review') : null,
-      themeButton(),
-      h('button', { type: 'button', class: 'button subtle sign-out-all', onclick: () => doSignOut(true) }, 'Sign out everywhere')));
+      h('button', { type: 'button', class: 'button subtle open-settings', onclick: () => openSettings() }, 'Settings'),
+      themeButton((theme) => saveSettings({ theme }).catch((err) => announce(`The theme could not be saved: ${err.message}`))),
+      h('button', { type: 'button', class: 'button subtle shortcuts-help', onclick: () => showShortcuts() }, 'Keyboard shortcuts'),
+      h('button', {
+        type: 'button', class: 'button subtle sign-out-all',
+        onclick: () => confirmDialog({
+          title: 'Sign out everywhere?',
+          body: 'This ends your sessions in every browser and on every device, this one included. Your conversations stay.',
+          confirm: 'Sign out everywhere',
+          onConfirm: () => doSignOut(true),
+        }),
+      }, 'Sign out everywhere')));
   e.main = h('main', { id: 'main', class: 'main', tabindex: '-1' });
   e.main.addEventListener('pointerdown', () => {
     if (document.body.classList.contains('sidebar-open')) toggleSidebar(false);
@@ -363,7 +381,14 @@ function dateGroup(at) {
 function renderSidebar() {
   const e = app.els;
   if (!e.list) return;
-  const runs = [...app.runs.values()].sort((a, b) => new Date(b.updatedAt) - new Date(a.updatedAt));
+  // An open menu stays as it is, with the person's focus in it: the list
+  // is drawn again when it closes.
+  if (app.menuOpen) {
+    app.redraw = true;
+    return;
+  }
+  app.redraw = false;
+  const runs = [...app.runs.values()].sort((a, b) => (Boolean(b.pinned) - Boolean(a.pinned)) || (new Date(b.updatedAt) - new Date(a.updatedAt)));
   const searching = Boolean(app.hits);
   const shown = searching ? app.hits.map((hit) => ({ run: app.runs.get(hit.run.runId) || hit.run, snippet: hit.snippet }))
     : runs.map((run) => ({ run }));
@@ -371,14 +396,15 @@ function renderSidebar() {
   const items = [];
   let group = null;
   for (const { run, snippet } of shown) {
-    if (!searching && dateGroup(run.updatedAt) !== group) {
-      group = dateGroup(run.updatedAt);
+    const inGroup = run.pinned ? 'Pinned' : dateGroup(run.updatedAt);
+    if (!searching && inGroup !== group) {
+      group = inGroup;
       items.push(h('li', { class: 'session-group' }, group));
     }
     const [label, cls] = runStatus(run);
     const unread = !isOpen(run.runId) && app.seen[run.runId] !== undefined && run.messageCount > app.seen[run.runId];
     const below = snippet || run.preview;
-    items.push(h('li', null, h('a', {
+    items.push(h('li', { class: 'session-row' }, h('a', {
       href: `/runs/${encodeURIComponent(run.runId)}`,
       class: `session-item${unread ? ' unread' : ''}${run.status === 'Completed' ? ' completed' : ''}`,
       'aria-current': run.runId === current ? 'page' : null,
@@ -388,13 +414,62 @@ function renderSidebar() {
       h('span', { class: 'session-title' }, runTitle(run))),
     h('span', { class: 'session-bottom' },
       h('span', { class: `badge small ${cls}` }, label),
-      below ? h('span', { class: `session-preview${snippet ? ' snippet' : ''}` }, below) : null))));
+      below ? h('span', { class: `session-preview${snippet ? ' snippet' : ''}` }, below) : null)),
+    sessionMenu(run)));
   }
   e.list.replaceChildren(...items);
   e.empty.textContent = runs.length === 0 ? 'No sessions yet. Start one with New session.'
     : (searching && shown.length === 0 ? (app.searchError || 'No session has those words in its title or messages.') : '');
   app.searchError = '';
   e.empty.hidden = !e.empty.textContent;
+}
+
+// sessionMenu is a session's menu in the list: rename, pin or unpin,
+// export and delete.
+function sessionMenu(run) {
+  const title = runTitle(run);
+  return menuButton({
+    label: `Actions for ${title}`,
+    className: 'session-menu',
+    onToggle: (open) => {
+      app.menuOpen = open;
+      if (!open && app.redraw) setTimeout(renderSidebar);
+    },
+    items: [
+      { label: 'Rename', class: 'menu-rename', run: () => promptDialog({
+        title: 'Rename the session', label: 'Title', value: run.title || '', confirm: 'Rename',
+        onSave: async (t) => {
+          runUpdated(await request(path.run(run.runId), { method: 'PATCH', body: { title: t } }));
+          announce(`Renamed to ${t}.`);
+        },
+      }) },
+      { label: run.pinned ? 'Unpin' : 'Pin to the top', class: 'menu-pin', run: () => pinRun(run, !run.pinned) },
+      { label: 'Export as Markdown', class: 'menu-export', run: () => exportRun(run, 'md').catch((err) => announce(`The session could not be exported: ${err.message}`)) },
+      { label: 'Delete', class: 'menu-delete', run: () => confirmDialog({
+        title: 'Delete this session?',
+        body: `“${title}” and its messages leave your list for good.`,
+        confirm: 'Delete',
+        onConfirm: async () => {
+          await request(path.run(run.runId), { method: 'DELETE' });
+          const open = isOpen(run.runId);
+          runUpdated({ runId: run.runId, deleted: true });
+          announce(`Deleted ${title}.`);
+          if (open) navigate('/');
+        },
+      }) },
+    ],
+  });
+}
+
+// pinRun pins the run to the top of the list, or unpins it.
+async function pinRun(run, pin) {
+  try {
+    const view = await request(`${path.run(run.runId)}/pin`, { method: pin ? 'PUT' : 'DELETE' });
+    runUpdated({ ...view, pinned: Boolean(view.pinned) });
+    announce(pin ? `Pinned ${runTitle(run)}.` : `Unpinned ${runTitle(run)}.`);
+  } catch (err) {
+    announce(`The session could not be ${pin ? 'pinned' : 'unpinned'}: ${err.message}`);
+  }
 }
 
 async function refreshApprovals() {
@@ -469,19 +544,33 @@ function route() {
 function homeView() {
   document.title = 'New session · Usher';
   const key = newKey(); // one draft, one run, however often Send is retried
-  const picker = modelPicker();
+  const picker = modelPicker({ current: () => settings().defaultModel });
+  const create = async (text, attachments = []) => {
+    const model = picker.value();
+    const body = model ? { message: text, model } : { message: text };
+    if (attachments.length) body.attachments = attachments.map((a) => a.id);
+    const run = await request(path.runs(), { method: 'POST', body, headers: { 'Idempotency-Key': key } });
+    runUpdated(run);
+    navigate(`/runs/${encodeURIComponent(run.runId)}`);
+  };
   const form = composer({
     label: 'Your first message',
     placeholder: 'Ask Usher anything…',
     extra: picker,
     attach: true,
     submit: async (text, _key, attachments) => {
-      const model = picker.value();
-      const body = model ? { message: text, model } : { message: text };
-      if (attachments.length) body.attachments = attachments.map((a) => a.id);
-      const run = await request(path.runs(), { method: 'POST', body, headers: { 'Idempotency-Key': key } });
-      runUpdated(run);
-      navigate(`/runs/${encodeURIComponent(run.runId)}`);
+      try {
+        await create(text, attachments);
+      } catch (err) {
+        // At the limit: the offer to set a quiet session aside, and send.
+        if (err instanceof APIError && err.code === 'too_many_active_runs') {
+          unsent = text;
+          unsentAttachments = attachments;
+          showLimits();
+          limits.querySelector('button')?.focus();
+        }
+        throw err;
+      }
     },
     draftKey: 'usher.draft.new',
   });
@@ -494,8 +583,12 @@ function homeView() {
     limits,
     form));
   form.querySelector('textarea').focus();
-  // How many sessions are active, of how many there may be; at the limit,
-  // the oldest active one offered for completion, before anyone types.
+  // How many sessions are going, in plain words; at the limit, the offer
+  // to set the least recently used quiet one aside (it picks up again on
+  // its next message) — and send the message that was refused, when there
+  // is one — or to complete the oldest, before anyone types.
+  let unsent = ''; // the message the limit refused, sent once there is room
+  let unsentAttachments = []; // and the files it carried
   const showLimits = () => {
     if (!app.maxActive) {
       limits.replaceChildren();
@@ -505,11 +598,38 @@ function homeView() {
       .sort((a, b) => new Date(a.updatedAt) - new Date(b.updatedAt));
     if (active.length < app.maxActive) {
       limits.className = 'home-limits';
-      limits.replaceChildren(h('p', { class: 'hint' }, `${active.length} of ${app.maxActive} active sessions.`));
+      limits.replaceChildren(h('p', { class: 'hint' }, active.length === 0
+        ? `You can have up to ${app.maxActive} sessions going at once.`
+        : `${active.length} of your sessions ${active.length === 1 ? 'is' : 'are'} going; you can have up to ${app.maxActive} at once. A session that stays quiet for 30 minutes is set aside by itself and picks up again when you write in it.`));
       return;
     }
-    const oldest = active[0];
+    const quiet = active.find((r) => r.status === 'InProgress' && !r.working);
     const error = h('p', { class: 'form-error', role: 'alert' });
+    const actions = h('p', { class: 'limit-actions' });
+    if (quiet) {
+      const park = h('button', { type: 'button', class: 'button primary park-quiet' },
+        unsent ? `Set aside “${runTitle(quiet)}” and start` : `Set aside “${runTitle(quiet)}”`);
+      park.addEventListener('click', async () => {
+        park.disabled = true;
+        try {
+          runUpdated(await request(`${path.run(quiet.runId)}/park`, { method: 'POST' }));
+          if (unsent) {
+            await create(unsent, unsentAttachments);
+            unsent = '';
+            unsentAttachments = [];
+            try { localStorage.removeItem('usher.draft.new'); } catch { /* private mode */ }
+            return;
+          }
+          showLimits();
+          form.querySelector('textarea').focus();
+        } catch (err) {
+          error.textContent = err.message;
+          park.disabled = false;
+        }
+      });
+      actions.append(park);
+    }
+    const oldest = active[0];
     const complete = h('button', { type: 'button', class: 'button complete-oldest' }, `Complete “${runTitle(oldest)}”`);
     complete.addEventListener('click', async () => {
       complete.disabled = true;
@@ -522,10 +642,14 @@ function homeView() {
         complete.disabled = false;
       }
     });
+    actions.append(complete);
     limits.className = 'home-limits at-limit';
-    limits.replaceChildren(h('p', null, `You have ${active.length} active sessions, as many as you may. `
-      + 'Complete one to start another; the oldest is ', h('a', { href: `/runs/${encodeURIComponent(oldest.runId)}` }, runTitle(oldest)), '.'),
-    h('p', null, complete), error);
+    limits.replaceChildren(h('p', null, `You have ${active.length} sessions going, as many as you can at once. `,
+      quiet
+        ? ['To start another, set aside ', h('a', { href: `/runs/${encodeURIComponent(quiet.runId)}` }, runTitle(quiet)),
+          ', the one you used least recently: it stays in your list and picks up again when you write in it. Or complete one.']
+        : 'Each of them is working or waiting for an approval: complete one to start another.'),
+    actions, error);
   };
   showLimits();
   return { destroy() {}, limitsChanged: showLimits };

@@ -17,6 +17,8 @@ import { summaryCard, CompactionMark, failedNote, continuedNote } from './compac
 import { exportRun } from './export.js';
 import { modelPicker } from './models.js';
 import { AttachmentTray, attachmentList } from './attachments.js';
+import { sends, sendHint } from './prefs.js';
+import { skeleton } from './skeleton.js';
 
 const PAGE = 50; // older messages loaded at a time
 const NEAR_BOTTOM = 96; // px: closer than this, new content keeps the view at the bottom
@@ -97,7 +99,7 @@ export class Conversation {
     this.main = main;
     this.root = h('section', { class: 'conversation', 'aria-labelledby': 'conversation-title' });
     main.replaceChildren(this.root);
-    this.root.append(h('p', { class: 'loading' }, 'Loading the conversation…'));
+    this.root.append(skeleton('Loading the conversation…', 5, 'conversation'));
     let data;
     try {
       data = await request(path.run(this.runId));
@@ -989,7 +991,7 @@ export function composer({ label, placeholder, submit, autofocus = false, draftK
     tray && tray.list,
     h('div', { class: 'composer-row' }, tray && tray.button, tray && tray.file, input, button),
     h('div', { class: 'composer-meta' }, extra, h('p', { id: hintId, class: 'hint' },
-      attach ? 'Enter sends, Shift+Enter starts a new line. Paste or drop files to attach them.' : 'Enter sends, Shift+Enter starts a new line.')),
+      attach ? `${sendHint()} Paste or drop files to attach them.` : sendHint())),
     error,
     tray && tray.error);
   const store = {
@@ -1037,7 +1039,7 @@ export function composer({ label, placeholder, submit, autofocus = false, draftK
     } catch (err) {
       unsent = err instanceof APIError && err.code === 'network';
       error.textContent = err instanceof APIError && err.code === 'too_many_active_runs'
-        ? 'You have too many active sessions. Complete one to start another.'
+        ? 'You have as many sessions going as you may at once: set one aside or complete one to start another.'
         : unsent
           ? 'Not sent: Usher could not be reached. Your message is kept here, and goes as soon as the connection is back.'
           : err.message || 'The message could not be sent.';
@@ -1055,7 +1057,7 @@ export function composer({ label, placeholder, submit, autofocus = false, draftK
     go();
   });
   input.addEventListener('keydown', (e) => {
-    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+    if (sends(e)) {
       e.preventDefault();
       go();
     }

@@ -1,5 +1,6 @@
 // The person's preferences in this browser: the colour theme (the
-// system's, light or dark, in localStorage) and the keyboard shortcuts.
+// system's, light or dark, in localStorage, and in their settings), the
+// key that sends a message, and the keyboard shortcuts.
 
 import { h } from './dom.js';
 
@@ -23,8 +24,40 @@ export function applyTheme(theme = storedTheme()) {
   else document.documentElement.dataset.theme = theme;
 }
 
-// themeButton cycles system → light → dark, remembering the choice.
-export function themeButton() {
+// rememberTheme keeps the theme in this browser, so that the next page
+// load shows it before the settings are read.
+export function rememberTheme(theme) {
+  if (!THEMES.includes(theme)) return;
+  try {
+    localStorage.setItem(THEME_KEY, theme);
+  } catch {
+    // Private mode: the choice lasts as long as the page.
+  }
+}
+
+let sendKey = 'enter';
+
+// setSendKey chooses the key that sends a message: "enter" (Shift+Enter
+// makes a new line) or "ctrl-enter" (Enter makes a new line).
+export function setSendKey(key) {
+  sendKey = key === 'ctrl-enter' ? 'ctrl-enter' : 'enter';
+  for (const hint of document.querySelectorAll('.composer .composer-meta .hint')) hint.textContent = sendHint();
+}
+
+// sends reports whether a keydown in the message box sends the message.
+export function sends(e) {
+  if (e.key !== 'Enter' || e.isComposing) return false;
+  return sendKey === 'ctrl-enter' ? (e.ctrlKey || e.metaKey) : !e.shiftKey;
+}
+
+// sendHint says how to send, under the message box.
+export function sendHint() {
+  return sendKey === 'ctrl-enter' ? 'Ctrl+Enter sends, Enter starts a new line.' : 'Enter sends, Shift+Enter starts a new line.';
+}
+
+// themeButton cycles system → light → dark, remembering the choice;
+// onChange(theme) saves it in the person's settings.
+export function themeButton(onChange = () => {}) {
   const button = h('button', { type: 'button', class: 'button subtle theme-toggle' });
   const show = (t) => {
     button.textContent = THEME_LABEL[t];
@@ -33,13 +66,10 @@ export function themeButton() {
   show(storedTheme());
   button.addEventListener('click', () => {
     const next = THEMES[(THEMES.indexOf(storedTheme()) + 1) % THEMES.length];
-    try {
-      localStorage.setItem(THEME_KEY, next);
-    } catch {
-      // Private mode: the choice lasts as long as the page.
-    }
+    rememberTheme(next);
     applyTheme(next);
     show(next);
+    onChange(next);
   });
   return button;
 }
@@ -51,15 +81,20 @@ function typing(e) {
   return t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName));
 }
 
-// shortcuts binds the page's keyboard shortcuts: "/" searches the
-// sessions, Ctrl+Shift+O (⌘⇧O) starts a new session, Shift+Escape goes to
-// the message box.
-export function shortcuts({ search, newSession, messageBox }) {
+// shortcuts binds the page's keyboard shortcuts: "/" and Ctrl+K (⌘K)
+// search the sessions, Ctrl+Shift+O (⌘⇧O) starts a new session,
+// Shift+Escape goes to the message box, "?" lists the shortcuts
+// (shortcuts.js).
+export function shortcuts({ search, newSession, messageBox, help }) {
   document.addEventListener('keydown', (e) => {
     if (e.defaultPrevented || e.isComposing) return;
-    if (e.key === '/' && !e.ctrlKey && !e.metaKey && !e.altKey && !typing(e)) {
+    if ((e.key === '/' && !e.ctrlKey && !e.metaKey && !e.altKey && !typing(e))
+      || ((e.ctrlKey || e.metaKey) && !e.shiftKey && !e.altKey && e.key.toLowerCase() === 'k')) {
       e.preventDefault();
       search();
+    } else if (e.key === '?' && !e.ctrlKey && !e.metaKey && !e.altKey && !typing(e) && !document.querySelector('dialog[open]')) {
+      e.preventDefault();
+      help();
     } else if ((e.ctrlKey || e.metaKey) && e.shiftKey && e.key.toLowerCase() === 'o') {
       e.preventDefault();
       newSession();

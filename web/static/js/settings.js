@@ -1,0 +1,122 @@
+// The person's settings, stored by Usher for them (GET and PUT
+// /api/assistant/settings) so that they follow them from browser to
+// browser: custom instructions (added to the system prompt of their new
+// turns), the model new sessions start with, the theme, and the key that
+// sends a message. The settings dialog edits them.
+
+import { h, announce, uniqueId } from './dom.js';
+import { request } from './api.js';
+import { loadModels } from './models.js';
+import { applyTheme, rememberTheme, setSendKey } from './prefs.js';
+
+const SETTINGS = '/api/assistant/settings';
+const MAX_INSTRUCTIONS = 4000;
+
+let current = { instructions: '', defaultModel: '', theme: 'system', sendKey: 'enter' };
+
+// settings returns the settings as last read or saved.
+export function settings() {
+  return current;
+}
+
+// apply makes the page follow s: its theme and its send key.
+function apply(s) {
+  current = s;
+  rememberTheme(s.theme);
+  applyTheme(s.theme);
+  setSendKey(s.sendKey);
+}
+
+// loadSettings reads the person's settings and applies them; the page
+// keeps this browser's while they cannot be read.
+export async function loadSettings() {
+  try {
+    apply(await request(SETTINGS));
+  } catch {
+    // Signed out, or unreachable: what this browser remembers stays.
+  }
+  return current;
+}
+
+let saving = Promise.resolve();
+
+// saveSettings saves a change of some fields and applies the result. The
+// saves go one after another, so that the last change made is the one
+// kept, and shown.
+export function saveSettings(change) {
+  const save = saving.catch(() => {}).then(() => request(SETTINGS, { method: 'PUT', body: change })).then((s) => {
+    apply(s);
+    return current;
+  });
+  saving = save;
+  return save;
+}
+
+// radios is a fieldset of radio buttons for one setting.
+function radios(legend, name, options, value) {
+  return h('fieldset', { class: 'settings-choice' }, h('legend', null, legend),
+    options.map(([v, label]) => {
+      const id = uniqueId(`settings-${name}`);
+      return h('span', { class: 'settings-option' },
+        h('input', { type: 'radio', id, name, value: v, checked: v === value }), h('label', { for: id }, label));
+    }));
+}
+
+// openSettings shows the settings dialog; Save stores every field at once,
+// Cancel or Escape keeps what was.
+export async function openSettings() {
+  const s = await loadSettings();
+  const titleId = uniqueId('dialog-title');
+  const instrId = uniqueId('settings-instructions');
+  const modelId = uniqueId('settings-model');
+  const countId = uniqueId('settings-count');
+  const instructions = h('textarea', { id: instrId, name: 'instructions', rows: '5', maxlength: String(MAX_INSTRUCTIONS), 'aria-describedby': countId });
+  instructions.value = s.instructions;
+  const count = h('p', { id: countId, class: 'hint' });
+  const counted = () => { count.textContent = `Added to what Usher is told at the start of each of your new turns. ${instructions.value.length} of ${MAX_INSTRUCTIONS} characters.`; };
+  counted();
+  instructions.addEventListener('input', counted);
+  const model = h('select', { id: modelId, name: 'defaultModel', class: 'select' }, h('option', { value: '' }, 'The default model'));
+  const models = await loadModels();
+  for (const m of models) model.append(h('option', { value: m.name }, m.default ? `${m.name} (default)` : m.name));
+  model.value = models.some((m) => m.name === s.defaultModel) ? s.defaultModel : '';
+  const error = h('p', { class: 'form-error', role: 'alert' });
+  const ok = h('button', { type: 'submit', class: 'button primary' }, 'Save');
+  const cancel = h('button', { type: 'button', class: 'button' }, 'Cancel');
+  const form = h('form', { method: 'dialog', class: 'settings-form' },
+    h('h2', { id: titleId }, 'Settings'),
+    h('p', null, h('label', { for: instrId }, 'Custom instructions')), instructions, count,
+    models.length > 1 ? h('p', { class: 'settings-row' }, h('label', { for: modelId }, 'Model for new sessions'), model) : null,
+    radios('Theme', 'theme', [['system', 'As the device'], ['light', 'Light'], ['dark', 'Dark']], s.theme),
+    radios('Send a message with', 'sendKey', [['enter', 'Enter (Shift+Enter: new line)'], ['ctrl-enter', 'Ctrl+Enter (Enter: new line)']], s.sendKey),
+    error,
+    h('div', { class: 'actions' }, cancel, ok));
+  const dialog = h('dialog', { class: 'dialog settings-dialog', 'aria-labelledby': titleId }, form);
+  const opener = document.activeElement;
+  cancel.addEventListener('click', () => dialog.close());
+  dialog.addEventListener('close', () => {
+    dialog.remove();
+    if (opener && opener.isConnected) opener.focus();
+  });
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    ok.disabled = true;
+    const data = new FormData(form);
+    try {
+      await saveSettings({
+        instructions: instructions.value,
+        defaultModel: models.length > 1 ? model.value : s.defaultModel,
+        theme: data.get('theme'),
+        sendKey: data.get('sendKey'),
+      });
+      dialog.close();
+      announce('Settings saved.');
+    } catch (err) {
+      error.textContent = err.message;
+      ok.disabled = false;
+    }
+  });
+  document.body.append(dialog);
+  dialog.showModal();
+  instructions.focus();
+}
