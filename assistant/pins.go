@@ -13,23 +13,19 @@ import (
 // caller's list) and DELETE …/runs/{id}/pin (unpin it) with the run.
 func (rt *Runtime) handlePin(pin bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		owner, ok := principal(r)
+		// The caller's run (ownRun answers 401 or 404 for anything else).
+		run, ok := rt.ownRun(w, r)
 		if !ok {
-			rt.fail(w, r, errUnauthenticated)
 			return
 		}
 		if _, ok := rt.emptyBodyAndKey(w, r); !ok {
 			return
 		}
-		run, ok := rt.ownRun(w, r)
-		if !ok {
-			return
-		}
 		var err error
 		if pin {
-			_, err = rt.st.PinRun(r.Context(), owner, run.ID)
+			_, err = rt.st.PinRun(r.Context(), run.Owner, run.ID)
 		} else {
-			err = rt.st.UnpinRun(r.Context(), owner, run.ID)
+			err = rt.st.UnpinRun(r.Context(), run.Owner, run.ID)
 		}
 		if errors.Is(err, store.ErrNotFound) {
 			err = errRunNotFound

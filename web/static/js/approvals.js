@@ -173,15 +173,15 @@ export const allowText = (view) => actionOf(view)[0];
 const doneText = (view) => actionOf(view)[1];
 const termOf = (view) => actionOf(view)[2];
 
-// approvalCard renders one approval. options: level (heading level, 2 or
-// 3), onDecided(view) after a decision, runLink (a node linking to its
+// approvalCard renders one approval. options: level (heading level, 2 to
+// 4; its subheadings are one below), onDecided(view) after a decision, runLink (a node linking to its
 // session, or null), open (a decided approval's details shown unfolded).
 export function approvalCard(item, options = {}) {
   const { view } = item;
   const level = options.level || 3;
   const titleId = uniqueId('approval-title');
   const [statusText, statusClass] = approvalStatus(view.status);
-  const card = h('section', { class: `approval-card ${view.status === 'pending' ? 'is-pending' : ''}`, 'aria-labelledby': titleId, 'data-approval': view.id });
+  const card = h('article', { class: `approval-card ${view.status === 'pending' ? 'is-pending' : ''}`, 'aria-labelledby': titleId, 'data-approval': view.id });
 
   card.append(h('div', { class: 'approval-head' },
     h(`h${level}`, { id: titleId, class: 'approval-title', tabindex: '-1' }, view.status === 'pending' ? allowText(view) : doneText(view), code(view.name ?? view.tool), view.status === 'pending' ? '?' : ''),
@@ -200,9 +200,20 @@ export function approvalCard(item, options = {}) {
   if (folded && (view.decided_by || view.decision_reason || view.ended_at)) card.append(decisionNote(view));
   const body = folded ? h('div', { class: 'approval-body' }) : card;
   if (folded) card.append(h('details', { class: 'approval-more', open: Boolean(options.open) }, h('summary', null, 'Details: the arguments, the policy, the ids'), body));
+  // A pending request shows why in a line and the call in full; what the
+  // policy matched, when and the ids are folded below it.
+  if (!folded) card.append(h('p', { class: 'approval-reason' }, view.reason || 'The policy holds this call for a decision.'));
+  const policy = folded ? body : h('div', { class: 'approval-body' });
 
   const args = pretty(readable(item.args ?? JSON.stringify(view.arguments)));
-  body.append(h('dl', { class: 'facts' },
+  const argsId = uniqueId('approval-args');
+  const argsBlock = [h(`h${Math.min(level + 1, 6)}`, { id: argsId, class: 'approval-subhead' }, 'Arguments, exactly as they will run'),
+    h('pre', { class: 'arguments', tabindex: '0', 'aria-labelledby': argsId }, h('code', null, args))];
+  if (!folded) {
+    card.append(...argsBlock);
+    card.append(h('details', { class: 'approval-more approval-policy' }, h('summary', null, 'Policy detail: the rule, the server, the ids'), policy));
+  }
+  policy.append(h('dl', { class: 'facts' },
     fact(termOf(view), code(view.name ?? view.tool)),
     fact('Server', view.server ? code(view.server) : 'Usher (built-in)'),
     fact('Why a person must decide', view.reason || 'The policy holds this call for a decision.'),
@@ -210,12 +221,9 @@ export function approvalCard(item, options = {}) {
     fact('Requested', timeElement(view.created_at), view.client_id ? [' by ', code(view.client_id)] : ''),
     view.status === 'pending' ? fact('Expires', timeElement(view.expires_at)) : null,
     options.runLink ? fact('Session', options.runLink) : null));
+  if (folded) body.append(...argsBlock);
 
-  const argsId = uniqueId('approval-args');
-  body.append(h('h4', { id: argsId, class: 'approval-subhead' }, 'Arguments, exactly as they will run'),
-    h('pre', { class: 'arguments', tabindex: '0', 'aria-labelledby': argsId }, h('code', null, args)));
-
-  body.append(h('details', { class: 'approval-ids' },
+  policy.append(h('details', { class: 'approval-ids' },
     h('summary', null, 'Ids and hashes'),
     h('dl', { class: 'facts mono' },
       fact('Approval', code(view.id)),

@@ -17,6 +17,7 @@ function dateElement(value) {
 }
 import { request, path, APIError } from './api.js';
 import { confirmDialog } from './conversation.js';
+import { copyButton } from './copy.js';
 
 // loadApps fetches the person's connected apps, newest use first.
 export async function loadApps() {
@@ -82,6 +83,29 @@ export function appCard(app, { onRevoke }) {
 }
 
 // appsView shows the connected apps in main; it returns the view.
+// clientSettings are what to give common MCP clients for url, to copy.
+function clientSettings(url) {
+  return [
+    ['VS Code (.vscode/mcp.json)', JSON.stringify({ servers: { usher: { type: 'http', url } } }, null, 2)],
+    ['Claude Code', `claude mcp add --transport http usher ${url}`],
+    ['Other clients (mcpServers)', JSON.stringify({ mcpServers: { usher: { url } } }, null, 2)],
+  ];
+}
+
+// emptyState says what to give an MCP client when none is connected: the
+// MCP endpoint's URL and settings for common clients, each to copy. The
+// client then signs the person in itself and asks for their consent.
+function emptyState(url) {
+  return h('div', { class: 'empty-state apps-empty' },
+    h('p', null, 'No apps are connected. When you allow an application such as Claude or VS Code to use Usher, it appears here.'),
+    h('p', null, 'To connect one, give it this MCP server URL; it signs you in and asks for your consent:'),
+    h('p', { class: 'mcp-url' }, h('code', null, url), ' ', copyButton({ label: 'Copy the MCP server URL', text: () => url, className: 'button subtle copy-mcp-url' })),
+    clientSettings(url).map(([name, text]) => h('details', { class: 'client-settings' },
+      h('summary', null, name),
+      h('pre', { tabindex: '0' }, h('code', null, text)),
+      copyButton({ label: `Copy the settings for ${name}`, text: () => text, className: 'button subtle' }))));
+}
+
 export function appsView(main) {
   document.title = 'Connected apps · Usher';
   const heading = h('h2', { id: 'apps-title', tabindex: '-1' }, 'Connected apps');
@@ -92,7 +116,7 @@ export function appsView(main) {
     list));
   heading.focus();
   let destroyed = false;
-  const empty = () => h('p', { class: 'empty-state' }, 'No apps are connected. When you allow an application such as Claude or VS Code to use Usher, it appears here.');
+  const empty = () => emptyState(`${window.location.origin}/mcp`);
 
   // revoked takes the app's card off the list and moves the focus to the
   // next card's title (or the one before, or the page's heading), so that

@@ -19,6 +19,7 @@ import { modelPicker } from './models.js';
 import { AttachmentTray, attachmentList } from './attachments.js';
 import { sends, sendHint } from './prefs.js';
 import { skeleton } from './skeleton.js';
+import { modalForm } from './dialog.js';
 
 const PAGE = 50; // older messages loaded at a time
 const NEAR_BOTTOM = 96; // px: closer than this, new content keeps the view at the bottom
@@ -243,7 +244,7 @@ export class Conversation {
     this.list = h('div', { class: 'message-list' });
     this.mark = new CompactionMark(this.list);
     this.working = h('div', { class: 'working', hidden: true }, h('span', { class: 'dots', 'aria-hidden': 'true' }), 'Usher is working…');
-    this.scroller = h('div', { class: 'messages', tabindex: '0', 'aria-label': 'Messages' }, this.olderBar, this.list, this.working);
+    this.scroller = h('div', { class: 'messages', role: 'group', tabindex: '0', 'aria-label': 'Messages' }, this.olderBar, this.list, this.working);
 
     // Above the message box: the approval waiting whose Approve and Deny
     // are out of view.
@@ -534,7 +535,7 @@ export class Conversation {
     // The model's arguments; while an approval is pending they are hidden:
     // its card shows them, exactly as they will run.
     const args = call.arguments !== undefined
-      ? h('div', { class: 'tool-args' }, h('h4', null, 'Arguments'), h('pre', { tabindex: '0' }, h('code', null, argsText)))
+      ? h('div', { class: 'tool-args' }, h('h3', null, 'Arguments'), h('pre', { tabindex: '0' }, h('code', null, argsText)))
       : null;
     const card = h('details', { class: 'tool-card', 'data-call': call.id || '' },
       h('summary', null, h('span', { class: 'tool-label' }, 'Tool'), ' ', h('code', null, call.name || 'unknown'), ' ', badge),
@@ -556,7 +557,7 @@ export class Conversation {
     // to retry the call): the person is shown what it means instead.
     call.result.replaceChildren(...(pending
       ? [h('p', { class: 'tool-waiting' }, 'Waiting for your decision.')]
-      : [h('h4', null, 'Result'), resultBlock(d.content)]));
+      : [h('h3', null, 'Result'), resultBlock(d.content)]));
     if (d.approval && d.approval.id) {
       call.approvalId = d.approval.id;
       if (pending) {
@@ -605,11 +606,11 @@ export class Conversation {
       const pending = item.view.status === 'pending';
       standing(item.view);
       place(item, approvalCard(item, {
-        level: 4,
+        level: 3,
         onDecided: (decided) => {
           call.shown = JSON.stringify(decided.view);
           standing(decided.view);
-          place(decided, approvalCard(decided, { level: 4 }), true);
+          place(decided, approvalCard(decided, { level: 3 }), true);
           this.app.approvalsChanged();
         },
       }), hadFocus);
@@ -1068,31 +1069,5 @@ export function composer({ label, placeholder, submit, autofocus = false, draftK
 // confirmDialog asks before something that cannot be undone, in a modal
 // <dialog> (focus is kept inside; Escape cancels).
 export function confirmDialog({ title, body, confirm, onConfirm }) {
-  const titleId = uniqueId('dialog-title');
-  const error = h('p', { class: 'form-error', role: 'alert' });
-  const ok = h('button', { type: 'submit', class: 'button primary', value: 'ok' }, confirm);
-  const cancel = h('button', { type: 'button', class: 'button' }, 'Cancel');
-  const form = h('form', { method: 'dialog' }, h('h2', { id: titleId }, title), h('p', null, body), error,
-    h('div', { class: 'actions' }, cancel, ok));
-  const dialog = h('dialog', { class: 'dialog', 'aria-labelledby': titleId }, form);
-  const opener = document.activeElement;
-  cancel.addEventListener('click', () => dialog.close());
-  dialog.addEventListener('close', () => {
-    dialog.remove();
-    if (opener && opener.isConnected) opener.focus();
-  });
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    ok.disabled = true;
-    try {
-      await onConfirm();
-      dialog.close();
-    } catch (err) {
-      error.textContent = err.message;
-      ok.disabled = false;
-    }
-  });
-  document.body.append(dialog);
-  dialog.showModal();
-  cancel.focus();
+  modalForm({ title, body: h('p', null, body), confirm, onSubmit: onConfirm });
 }

@@ -7,6 +7,7 @@
 import { h, announce, uniqueId } from './dom.js';
 import { request } from './api.js';
 import { loadModels } from './models.js';
+import { modalForm } from './dialog.js';
 import { applyTheme, rememberTheme, setSendKey } from './prefs.js';
 
 const SETTINGS = '/api/assistant/settings';
@@ -66,7 +67,6 @@ function radios(legend, name, options, value) {
 // Cancel or Escape keeps what was.
 export async function openSettings() {
   const s = await loadSettings();
-  const titleId = uniqueId('dialog-title');
   const instrId = uniqueId('settings-instructions');
   const modelId = uniqueId('settings-model');
   const countId = uniqueId('settings-count');
@@ -80,43 +80,26 @@ export async function openSettings() {
   const models = await loadModels();
   for (const m of models) model.append(h('option', { value: m.name }, m.default ? `${m.name} (default)` : m.name));
   model.value = models.some((m) => m.name === s.defaultModel) ? s.defaultModel : '';
-  const error = h('p', { class: 'form-error', role: 'alert' });
-  const ok = h('button', { type: 'submit', class: 'button primary' }, 'Save');
-  const cancel = h('button', { type: 'button', class: 'button' }, 'Cancel');
-  const form = h('form', { method: 'dialog', class: 'settings-form' },
-    h('h2', { id: titleId }, 'Settings'),
-    h('p', null, h('label', { for: instrId }, 'Custom instructions')), instructions, count,
-    models.length > 1 ? h('p', { class: 'settings-row' }, h('label', { for: modelId }, 'Model for new sessions'), model) : null,
-    radios('Theme', 'theme', [['system', 'As the device'], ['light', 'Light'], ['dark', 'Dark']], s.theme),
-    radios('Send a message with', 'sendKey', [['enter', 'Enter (Shift+Enter: new line)'], ['ctrl-enter', 'Ctrl+Enter (Enter: new line)']], s.sendKey),
-    error,
-    h('div', { class: 'actions' }, cancel, ok));
-  const dialog = h('dialog', { class: 'dialog settings-dialog', 'aria-labelledby': titleId }, form);
-  const opener = document.activeElement;
-  cancel.addEventListener('click', () => dialog.close());
-  dialog.addEventListener('close', () => {
-    dialog.remove();
-    if (opener && opener.isConnected) opener.focus();
-  });
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    ok.disabled = true;
-    const data = new FormData(form);
-    try {
+  modalForm({
+    title: 'Settings',
+    className: 'settings-dialog',
+    confirm: 'Save',
+    focus: instructions,
+    body: [
+      h('p', null, h('label', { for: instrId }, 'Custom instructions')), instructions, count,
+      models.length > 1 ? h('p', { class: 'settings-row' }, h('label', { for: modelId }, 'Model for new sessions'), model) : null,
+      radios('Theme', 'theme', [['system', 'As the device'], ['light', 'Light'], ['dark', 'Dark']], s.theme),
+      radios('Send a message with', 'sendKey', [['enter', 'Enter (Shift+Enter: new line)'], ['ctrl-enter', 'Ctrl+Enter (Enter: new line)']], s.sendKey),
+    ],
+    onSubmit: async (form) => {
+      const data = new FormData(form);
       await saveSettings({
         instructions: instructions.value,
         defaultModel: models.length > 1 ? model.value : s.defaultModel,
         theme: data.get('theme'),
         sendKey: data.get('sendKey'),
       });
-      dialog.close();
       announce('Settings saved.');
-    } catch (err) {
-      error.textContent = err.message;
-      ok.disabled = false;
-    }
+    },
   });
-  document.body.append(dialog);
-  dialog.showModal();
-  instructions.focus();
 }

@@ -2,9 +2,11 @@
 // delete) behind a menu button that follows the WAI-ARIA menu button
 // pattern — aria-expanded, arrow keys, Home and End, Escape — and closes on
 // a click outside it; and the closing of the page's other disclosure menus
-// (<details class="more-actions">) on an outside click.
+// (<details class="more-actions">) on an outside click; a dialog that asks
+// for a line of text.
 
 import { h, uniqueId } from './dom.js';
+import { modalForm } from './dialog.js';
 
 let openMenu = null; // the open menu's close function
 
@@ -81,42 +83,21 @@ export function closeMenusOnOutsideClick() {
   }, true);
 }
 
-// promptDialog asks for one line of text in a modal <dialog>: Enter or the
+// promptDialog asks for one line of text in a modal dialog: Enter or the
 // confirm button saves (onSave may throw an error to show), Escape or
 // Cancel keeps what was.
 export function promptDialog({ title, label, value, confirm, maxLength = 200, onSave }) {
-  const titleId = uniqueId('dialog-title');
   const inputId = uniqueId('dialog-input');
   const input = h('input', { id: inputId, type: 'text', maxlength: String(maxLength), required: true, value });
-  const error = h('p', { class: 'form-error', role: 'alert' });
-  const ok = h('button', { type: 'submit', class: 'button primary' }, confirm);
-  const cancel = h('button', { type: 'button', class: 'button' }, 'Cancel');
-  const form = h('form', { method: 'dialog' }, h('h2', { id: titleId }, title),
-    h('p', null, h('label', { for: inputId }, label)), h('p', null, input), error,
-    h('div', { class: 'actions' }, cancel, ok));
-  const dialog = h('dialog', { class: 'dialog', 'aria-labelledby': titleId }, form);
-  const opener = document.activeElement;
-  cancel.addEventListener('click', () => dialog.close());
-  dialog.addEventListener('close', () => {
-    dialog.remove();
-    if (opener && opener.isConnected) opener.focus();
-  });
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    if (!input.value.trim()) {
-      error.textContent = 'Type a title.';
-      return;
-    }
-    ok.disabled = true;
-    try {
+  modalForm({
+    title,
+    confirm,
+    body: [h('p', null, h('label', { for: inputId }, label)), h('p', null, input)],
+    focus: input,
+    onSubmit: async () => {
+      if (!input.value.trim()) throw new Error('Type a title.');
       await onSave(input.value.trim());
-      dialog.close();
-    } catch (err) {
-      error.textContent = err.message;
-      ok.disabled = false;
-    }
+    },
   });
-  document.body.append(dialog);
-  dialog.showModal();
   input.select();
 }

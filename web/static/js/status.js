@@ -1,5 +1,7 @@
 // How a run's status reads to a person.
 
+import { settings } from './settings.js';
+
 const CLOSED = new Set(['Completed', 'Failed', 'Cancelled']);
 
 // isClosed reports whether a run takes no more messages.
@@ -34,7 +36,8 @@ export function runTitle(run) {
 
 // contextUse returns [text, title, high] for the run's context use, as
 // "context: 61% of 128k" (a share under half a percent reads "<1%") with
-// the exact figures in title, and high when the context holds 80% of the
+// the exact figures in title (which says that the person's custom
+// instructions count in it, when they have any), and high when the context holds 80% of the
 // model's limit or more; null before a turn recorded one.
 export function contextUse(run) {
   const c = run.context;
@@ -44,7 +47,7 @@ export function contextUse(run) {
   const how = c.source === 'reported' ? 'as the model provider reported' : 'estimated';
   return [
     `context: ${percent === 0 && c.tokens > 0 ? '<1' : percent}% of ${shortTokens(c.limit)}`,
-    `${c.tokens.toLocaleString('en')} of ${c.limit.toLocaleString('en')} tokens, ${how}`,
+    `${c.tokens.toLocaleString('en')} of ${c.limit.toLocaleString('en')} tokens, ${how}${settings().instructions.trim() ? ', your custom instructions included' : ''}`,
     share >= 0.8,
   ];
 }
