@@ -400,8 +400,17 @@ func (tb *tab) trySend(text string) {
 // when the page handled the keyDown (the composer sends, and prevents the
 // default): the line lands in the box after it was cleared whenever the
 // page's answer comes first, as it does on a busy machine.
-var pressEnter = chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-	key := input.DispatchKeyEventParams{Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13}
+var pressEnter = enterKey(0)
+
+// enterKey is pressEnter with the modifiers held (kb.ModifierCtrl…).
+func enterKey(modifiers int64) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		return pressEnterWith(ctx, t, modifiers)
+	})
+}
+
+func pressEnterWith(ctx context.Context, t *chromedp.Target, modifiers int64) error {
+	key := input.DispatchKeyEventParams{Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13, Modifiers: modifiers}
 	down, up := key, key
 	down.Type, down.Text, down.UnmodifiedText = input.DispatchKeyEventTypeKeyDown, "\r", "\r"
 	up.Type = input.DispatchKeyEventTypeKeyUp
@@ -411,7 +420,7 @@ var pressEnter = chromedp.Func(func(ctx context.Context, t *chromedp.Target) err
 		}
 	}
 	return nil
-})
+}
 
 // startSession sends text from the new-session view and returns the run
 // it opened, once the page shows its conversation.

@@ -1,13 +1,10 @@
 package browser
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -57,6 +54,8 @@ func TestBrowserParkAtTheLimit(t *testing.T) {
 	tb.waitUntil("the new session", `/^\/runs\/[^/]+$/.test(location.pathname)`)
 	newID := tb.runID()
 	tb.waitUntil("the new message shown", `[...document.querySelectorAll(".msg-user .msg-body")].some((m) => m.textContent === "A new topic")`)
+	// Its answer first: the reply scripted below is the parked session's.
+	tb.waitUntil("the new session's answer", `[...document.querySelectorAll(".msg-assistant .msg-body")].some((m) => m.textContent.includes("Noted."))`)
 	if code, body := apitest.Call(t, "GET", s.url+"/api/assistant/runs/"+ids[0], erin, ""); code != 200 || body["run"].(map[string]any)["status"] != "Idle" {
 		t.Fatalf("the parked session = %d %v, want Idle", code, body)
 	}
@@ -95,7 +94,8 @@ func (tb *tab) press(key string) {
 // by keyboard — a menu button with aria-expanded, arrow keys, Escape and
 // an outside click that close it — renames, pins (pinned sessions first,
 // under Pinned, and kept by the server), and deletes after a
-// confirmation; the conversation's More menu closes on an outside click.
+// confirmation; the conversation's More menu closes on an outside click;
+// Sign out everywhere asks first.
 func TestBrowserSidebarMenus(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil)
@@ -175,22 +175,23 @@ func TestBrowserSidebarMenus(t *testing.T) {
 	tb.waitUntil("More open", `document.querySelector(".conversation-actions .more-actions").open`)
 	tb.click(`.messages`)
 	tb.waitUntil("More closed by a click outside", `!document.querySelector(".conversation-actions .more-actions").open`)
+
+	// Sign out everywhere asks first: Cancel keeps the session.
+	tb.click(`.sidebar .sign-out-all`)
+	tb.waitUntil("the confirmation", `document.querySelector("dialog.dialog[open] h2")?.textContent === "Sign out everywhere?"`)
+	tb.click(`dialog.dialog[open] .actions .button:not([type=submit])`)
+	tb.waitUntil("still signed in", `!document.querySelector("dialog.dialog") && document.querySelector(".topbar .user-name")`)
+	if code := evaluate[int](tb, `fetch("/api/me").then((r) => r.status)`); code != 200 {
+		t.Fatalf("the browser's session after Cancel: GET /api/me = %d", code)
+	}
+	tb.click(`.sidebar .sign-out-all`)
+	tb.click(`dialog.dialog[open] button[value=ok]`)
+	tb.waitUntil("signed out", `document.querySelector("main.signin")`)
 	tb.checkClean()
 }
 
 // pressCtrlEnter presses Ctrl+Enter.
-var pressCtrlEnter = chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-	key := input.DispatchKeyEventParams{Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13, Modifiers: int64(kb.ModifierCtrl)}
-	down, up := key, key
-	down.Type, down.Text, down.UnmodifiedText = input.DispatchKeyEventTypeKeyDown, "\r", "\r"
-	up.Type = input.DispatchKeyEventTypeKeyUp
-	for _, k := range []input.DispatchKeyEventParams{down, up} {
-		if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, k); err != nil {
-			return err
-		}
-	}
-	return nil
-})
+var pressCtrlEnter = enterKey(int64(kb.ModifierCtrl))
 
 // TestBrowserSettings: the settings dialog saves custom instructions, the
 // theme and Ctrl+Enter to send; the next model request carries the
@@ -236,6 +237,7 @@ func TestBrowserSettings(t *testing.T) {
 	// Out, the browser's memory cleared, and in again: the same settings.
 	evaluate[bool](tb, `(localStorage.clear(), true)`)
 	tb.click(`.topbar .user .button`)
+	tb.waitUntil("signed out", `document.querySelector("main.signin")`)
 	tb.signIn(s.url, "gina")
 	tb.waitUntil("the dark theme again", `document.documentElement.dataset.theme === "dark"`)
 	tb.click(`.sidebar .open-settings`)

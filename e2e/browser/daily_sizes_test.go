@@ -1,0 +1,120 @@
+package browser
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+
+	"github.com/usherhq/usher/broker/oauth/oauthtest"
+	"github.com/usherhq/usher/internal/apitest"
+)
+
+// TestBrowserDailyAtEverySize: the home screen at the limit, a session's
+// menu, the settings and the Connected apps' empty state pass axe with no
+// moderate finding at 1280×800 and 390×844, light and dark. At 390 px the
+// limit's buttons stay inside the screen with a long title, and a
+// conversation's header is one compact row: the title on one line, cut,
+// its buttons beside it.
+func TestBrowserDailyAtEverySize(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	ivy := userToken(t, s, "ivy")
+	long := strings.Repeat("A rather long title for a session ", 5)
+	var last string
+	for i := 1; i <= 5; i++ {
+		code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", ivy, fmt.Sprintf(`{"title":%q}`, fmt.Sprint(long, i)))
+		if code != 201 {
+			t.Fatalf("create = %d %v", code, run)
+		}
+		last = run["runId"].(string)
+	}
+	tb := startBrowser(t)
+	tb.signIn(s.url, "ivy")
+	tb.waitUntil("the limit", `document.querySelector(".home-limits.at-limit button.park-quiet")`)
+	checkAxeVariants(t, tb, "the home screen at the limit")
+	phone := axeVariants[2]
+	tb.setVariant(phone)
+	if out := evaluate[[]string](tb, `[...document.querySelectorAll(".home-limits button")].filter((b) => {
+		const r = b.getBoundingClientRect();
+		return r.left < 0 || r.right > innerWidth || b.scrollWidth > b.clientWidth + 1 && getComputedStyle(b).textOverflow !== "ellipsis";
+	}).map((b) => b.textContent)`); len(out) > 0 {
+		t.Errorf("at 390 px these buttons run off the screen: %q", out)
+	}
+	if w := evaluate[int](tb, `document.documentElement.scrollWidth`); w > phone.width {
+		t.Errorf("at 390 px the page is %d px wide", w)
+	}
+	tb.setVariant(axeVariants[0])
+
+	tb.click(menuOf(last))
+	tb.waitUntil("the menu open", `document.activeElement?.getAttribute("role") === "menuitem"`)
+	checkAxe(t, tb, "a session's menu")
+	tb.click(`#main`)
+	tb.click(`.sidebar .open-settings`)
+	tb.waitUntil("the settings dialog", `document.querySelector("dialog.settings-dialog[open]")`)
+	checkAxeVariants(t, tb, "the settings dialog")
+	tb.click(`dialog.settings-dialog .actions .button:not([type=submit])`)
+	tb.waitUntil("the dialog closed", `!document.querySelector("dialog.settings-dialog")`)
+
+	// A conversation's header at a phone's width.
+	tb.click(`.session-list a[href="/runs/` + last + `"]`)
+	tb.waitUntil("the conversation", `document.querySelector(".conversation-head h2")?.textContent.startsWith("A rather long")`)
+	tb.setVariant(phone)
+	head := evaluate[map[string]float64](tb, `(() => {
+		const head = document.querySelector(".conversation-head"), title = head.querySelector("h2");
+		const tops = new Set([...head.querySelectorAll(".conversation-actions > *:not([hidden])")].map((b) => Math.round(b.getBoundingClientRect().top)));
+		return { height: head.getBoundingClientRect().height, rows: tops.size, cut: title.scrollWidth > title.clientWidth ? 1 : 0,
+			titleHeight: title.getBoundingClientRect().height, right: head.getBoundingClientRect().right };
+	})()`)
+	if head["height"] > 64 || head["rows"] != 1 || head["cut"] != 1 || head["titleHeight"] > 30 || head["right"] > float64(phone.width) {
+		t.Errorf("the conversation's header at 390 px = %v, want one row at most 64 px high, the title on one line, cut", head)
+	}
+	checkAxe(t, tb, "a conversation with a long title at "+phone.name)
+	tb.setVariant(axeVariants[0])
+
+	// Connected apps with none: the URL to give a client, and its settings.
+	tb.do(chromedp.Navigate(s.url + "/apps"))
+	tb.waitUntil("the empty state", `document.querySelector(".apps-empty .mcp-url code")`)
+	if got := tb.text(".apps-empty .mcp-url code"); got != s.url+"/mcp" {
+		t.Errorf("the MCP URL shown = %q, want %q", got, s.url+"/mcp")
+	}
+	if got := evaluate[string](tb, `[...document.querySelectorAll(".apps-empty .client-settings pre")].map((p) => p.textContent).join("\n")`); !strings.Contains(got, `"url": "`+s.url+`/mcp"`) || !strings.Contains(got, "claude mcp add --transport http usher "+s.url+"/mcp") {
+		t.Errorf("the client settings = %s", got)
+	}
+	checkAxeVariants(t, tb, "Connected apps with none")
+	tb.checkClean()
+}
+
+// TestBrowserConsentInTheDark: the OAuth consent page follows the
+// device's dark mode, and passes axe in both.
+func TestBrowserConsentInTheDark(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(cb.Close)
+	tb := startBrowser(t)
+	app := oauthtest.Register(t, s.url, "Dark App", cb.URL+"/callback")
+	u, _ := app.AuthorizeURL()
+	tb.do(chromedp.Navigate(u))
+	tb.waitUntil("the development provider's form", `location.pathname.startsWith("/dev/oidc/") && document.querySelector("#username")`)
+	tb.typeText("#username", "alice")
+	tb.click(`form button[type=submit]`)
+	tb.waitUntil("the consent page", `location.pathname === "/oauth/authorize/continue" && document.querySelector("button[value=approve]")`)
+	background := map[string]string{}
+	for _, scheme := range []string{"light", "dark"} {
+		call(tb, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}},
+		})
+		tb.waitUntil("the "+scheme+" scheme", `matchMedia("(prefers-color-scheme: `+scheme+`)").matches`)
+		background[scheme] = evaluate[string](tb, `getComputedStyle(document.body).backgroundColor`)
+		checkAxe(t, tb, "the consent page, "+scheme)
+	}
+	if background["dark"] != "rgb(17, 19, 23)" || background["light"] == background["dark"] {
+		t.Errorf("the consent page's background: light %s, dark %s; want the Sessions UI's dark rgb(17, 19, 23)", background["light"], background["dark"])
+	}
+	tb.checkClean()
+}
