@@ -62,6 +62,7 @@ func TestParkAtTheLimit(t *testing.T) {
 		if code != http.StatusCreated {
 			t.Fatalf("POST /runs after parking: %d %v", code, out)
 		}
+		waitHandled(t, st, out["runId"].(string), 1, 10*time.Second)
 		ms.Reply("welcome back")
 		h.sayAPI(t, ids[0], "again")
 		if got := lastRequest(t, ms); got[len(got)-1] != "user: again" {

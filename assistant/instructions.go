@@ -17,11 +17,16 @@ func (t *turn) systemPrompt(ctx context.Context) (string, error) {
 	if t.system != nil {
 		return *t.system, nil
 	}
-	s, err := t.rt.st.GetSettings(ctx, t.run.Owner)
-	if err != nil {
-		return "", err
+	p := t.rt.o.SystemPrompt
+	// A turn built for no one's run (a request assembled on its own)
+	// carries no one's instructions.
+	if t.run.Owner != "" {
+		s, err := t.rt.st.GetSettings(ctx, t.run.Owner)
+		if err != nil {
+			return "", err
+		}
+		p = withInstructions(p, s.Instructions)
 	}
-	p := withInstructions(t.rt.o.SystemPrompt, s.Instructions)
 	t.system = &p
 	return p, nil
 }
