@@ -130,7 +130,7 @@ func TestBrowserSidebarMenus(t *testing.T) {
 	// An outside click closes a menu.
 	tb.click(menuOf(newer))
 	tb.waitUntil("the menu open", `document.querySelector(`+js(menuOf(newer))+`).getAttribute("aria-expanded") === "true"`)
-	tb.click(`#main`)
+	tb.click(`.home-intro .lede`)
 	tb.waitUntil("the menu closed by a click outside", `document.querySelector(`+js(menuOf(newer))+`).getAttribute("aria-expanded") === "false" && document.querySelector(`+js(menuOf(newer)+` + [role=menu]`)+`).hidden`)
 
 	// Keyboard: Enter opens it on its first item; Escape closes it, the

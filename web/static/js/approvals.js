@@ -173,6 +173,14 @@ export const allowText = (view) => actionOf(view)[0];
 const doneText = (view) => actionOf(view)[1];
 const termOf = (view) => actionOf(view)[2];
 
+// plainReason is the policy's reason in a person's words: the rules'
+// own reasons, without the "permit "id" matched (outcome approve): " the
+// policy prefixes them with (the rule ids are under Policy detail).
+function plainReason(reason) {
+  const plain = (reason || '').replace(/(?:permit|forbid) "[^"]*" matched \(outcome \w+\)(?:: )?/g, '').trim();
+  return plain || 'Your organisation’s policy asks a person to decide this call.';
+}
+
 // approvalCard renders one approval. options: level (heading level, 2 to
 // 4; its subheadings are one below), onDecided(view) after a decision, runLink (a node linking to its
 // session, or null), open (a decided approval's details shown unfolded).
@@ -202,7 +210,7 @@ export function approvalCard(item, options = {}) {
   if (folded) card.append(h('details', { class: 'approval-more', open: Boolean(options.open) }, h('summary', null, 'Details: the arguments, the policy, the ids'), body));
   // A pending request shows why in a line and the call in full; what the
   // policy matched, when and the ids are folded below it.
-  if (!folded) card.append(h('p', { class: 'approval-reason' }, view.reason || 'The policy holds this call for a decision.'));
+  if (!folded) card.append(h('p', { class: 'approval-reason' }, plainReason(view.reason)));
   const policy = folded ? body : h('div', { class: 'approval-body' });
 
   const args = pretty(readable(item.args ?? JSON.stringify(view.arguments)));
