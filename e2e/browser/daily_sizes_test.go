@@ -1,13 +1,16 @@
 package browser
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 
 	"github.com/usherhq/usher/broker/oauth/oauthtest"
@@ -117,5 +120,77 @@ func TestBrowserConsentInTheDark(t *testing.T) {
 	if background["dark"] != "rgb(17, 19, 23)" || background["light"] == background["dark"] {
 		t.Errorf("the consent page's background: light %s, dark %s; want the Sessions UI's dark rgb(17, 19, 23)", background["light"], background["dark"])
 	}
+	tb.checkClean()
+}
+
+// holdRequests pauses the page's requests whose URL matches pattern (a
+// glob) until release is called; held receives each as it is paused.
+func (tb *tab) holdRequests(pattern string) (held <-chan fetch.EventRequestPaused, release func()) {
+	tb.t.Helper()
+	ctx, cancel := context.WithCancel(tb.ctx)
+	paused := chromedp.Events(ctx, fetch.RequestPaused)
+	call(tb, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: pattern, RequestStage: fetch.RequestStageRequest}}})
+	out := make(chan fetch.EventRequestPaused, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev, err := range paused {
+			if err != nil {
+				return
+			}
+			out <- ev
+		}
+	}()
+	return out, func() {
+		cancel()
+		<-done
+		call(tb, fetch.Disable, cdp.Empty{})
+		for {
+			select {
+			case ev := <-out:
+				call(tb, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
+			default:
+				return
+			}
+		}
+	}
+}
+
+// TestBrowserLoadingPlaceholders: while the sessions list, or a
+// conversation, is slow to load, grey placeholders show where it will be
+// (after 200 ms: the CSS delays them), named for screen readers; they go
+// when it has loaded.
+func TestBrowserLoadingPlaceholders(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	jo := userToken(t, s, "jo")
+	code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", jo, `{"title":"Slow to load"}`)
+	if code != 201 {
+		t.Fatalf("create = %d %v", code, run)
+	}
+	runID := run["runId"].(string)
+	tb := startBrowser(t)
+	tb.signIn(s.url, "jo")
+	tb.waitUntil("the session listed", `document.querySelector(".session-list a[href='/runs/`+runID+`']")`)
+
+	held, release := tb.holdRequests("*/api/assistant/runs/" + runID)
+	tb.click(`.session-list a[href="/runs/` + runID + `"]`)
+	<-held
+	visible := func(sel string) string {
+		return `(() => { const e = document.querySelector(` + js(sel) + `); return e && getComputedStyle(e).visibility === "visible" && e.getBoundingClientRect().height > 0; })()`
+	}
+	tb.waitUntil("the conversation's placeholder", visible(".conversation .skeleton-conversation[role=status]"))
+	if got := tb.text(".conversation .skeleton-conversation .visually-hidden"); got != "Loading the conversation…" {
+		t.Errorf("the placeholder is named %q", got)
+	}
+	release()
+	tb.waitUntil("the conversation, the placeholder gone", `document.querySelector(".conversation-head h2")?.textContent === "Slow to load" && !document.querySelector(".skeleton")`)
+
+	held, release = tb.holdRequests("*/api/assistant/runs")
+	tb.do(chromedp.Reload())
+	<-held
+	tb.waitUntil("the list's placeholder", visible(".session-list .skeleton-list[role=status]"))
+	release()
+	tb.waitUntil("the list, the placeholder gone", `document.querySelector(".session-list a[href='/runs/`+runID+`']") && !document.querySelector(".session-list .skeleton")`)
 	tb.checkClean()
 }
