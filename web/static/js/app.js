@@ -50,6 +50,8 @@ async function boot() {
     return;
   }
   app.me = session.principal;
+  // The person's settings (theme, send key, default model) load beside.
+  const settingsLoaded = loadSettings(app.me && app.me.id);
   // Whether the person is a reviewer or an admin, for the Review and
   // Operator links: those pages ask the API, which refuses anyone else.
   try {
@@ -60,7 +62,7 @@ async function boot() {
     app.reviewer = false;
     app.admin = false;
   }
-  await loadSettings();
+  await settingsLoaded;
   rememberApprovalsOf(app.me && app.me.id);
   app.seen = loadSeen();
   layout();

@@ -28,11 +28,42 @@ function apply(s) {
   setSendKey(s.sendKey);
 }
 
-// loadSettings reads the person's settings and applies them; the page
-// keeps this browser's while they cannot be read.
-export async function loadSettings() {
+// A change not yet saved (the page was left, or reloaded, before its PUT
+// was answered) waits in this browser, marked with whose it is, and is
+// saved at the next load, so that a theme chosen just before a reload is
+// the one shown after it.
+const UNSAVED = 'usher.settings.unsaved';
+let owner = '';
+
+function unsaved() {
   try {
-    apply(await request(SETTINGS));
+    const u = JSON.parse(localStorage.getItem(UNSAVED) || 'null');
+    return u && u.owner === owner && u.change ? u.change : null;
+  } catch {
+    return null;
+  }
+}
+
+function keepUnsaved(change) {
+  try {
+    if (change) localStorage.setItem(UNSAVED, JSON.stringify({ owner, change }));
+    else localStorage.removeItem(UNSAVED);
+  } catch {
+    // Private mode: a save under way when the page is left is lost.
+  }
+}
+
+// loadSettings reads the settings of the person signed in (who: their
+// principal id) and applies them, with a change of theirs this browser
+// has not saved yet, which it saves now; the page keeps this browser's
+// settings while they cannot be read.
+export async function loadSettings(who = owner) {
+  owner = who;
+  try {
+    const s = await request(SETTINGS);
+    const change = unsaved();
+    apply({ ...s, ...change });
+    if (change) saveSettings({}).catch(() => {});
   } catch {
     // Signed out, or unreachable: what this browser remembers stays.
   }
@@ -40,14 +71,27 @@ export async function loadSettings() {
 }
 
 let saving = Promise.resolve();
+let queued = 0;
 
 // saveSettings saves a change of some fields and applies the result. The
-// saves go one after another, so that the last change made is the one
-// kept, and shown.
+// saves go one after another, each with every change not yet saved, so
+// that the last change made is the one kept, and shown.
 export function saveSettings(change) {
-  const save = saving.catch(() => {}).then(() => request(SETTINGS, { method: 'PUT', body: change })).then((s) => {
-    apply(s);
+  const all = { ...unsaved(), ...change };
+  keepUnsaved(all);
+  queued += 1;
+  const save = saving.catch(() => {}).then(() => request(SETTINGS, { method: 'PUT', body: all })).then((s) => {
+    queued -= 1;
+    // Only the last save's answer is shown: an earlier one would turn
+    // the page back to a choice already changed.
+    if (queued === 0) {
+      keepUnsaved(null);
+      apply(s);
+    }
     return current;
+  }, (err) => {
+    queued -= 1;
+    throw err;
   });
   saving = save;
   return save;
