@@ -607,44 +607,42 @@ function homeView() {
     }
     const quiet = active.find((r) => r.status === 'InProgress' && !r.working);
     const error = h('p', { class: 'form-error', role: 'alert' });
-    const actions = h('p', { class: 'limit-actions' });
-    if (quiet) {
-      const park = h('button', { type: 'button', class: 'button primary park-quiet' },
-        unsent ? `Set aside “${runTitle(quiet)}” and start` : `Set aside “${runTitle(quiet)}”`);
-      park.addEventListener('click', async () => {
-        park.disabled = true;
+    // action is a button that POSTs to the run's route, then does next.
+    const action = (run, route, cls, label, next) => {
+      const button = h('button', { type: 'button', class: `button ${cls}` }, label);
+      button.addEventListener('click', async () => {
+        button.disabled = true;
         try {
-          runUpdated(await request(`${path.run(quiet.runId)}/park`, { method: 'POST' }));
-          if (unsent) {
-            await create(unsent, unsentAttachments);
-            unsent = '';
-            unsentAttachments = [];
-            try { localStorage.removeItem('usher.draft.new'); } catch { /* private mode */ }
-            return;
-          }
-          showLimits();
-          form.querySelector('textarea').focus();
+          runUpdated(await request(`${path.run(run.runId)}/${route}`, { method: 'POST' }));
+          await next();
         } catch (err) {
           error.textContent = err.message;
-          park.disabled = false;
+          button.disabled = false;
         }
       });
-      actions.append(park);
+      return button;
+    };
+    const again = () => {
+      showLimits();
+      form.querySelector('textarea').focus();
+    };
+    const actions = h('p', { class: 'limit-actions' });
+    if (quiet) {
+      actions.append(action(quiet, 'park', 'primary park-quiet',
+        unsent ? `Set aside “${runTitle(quiet)}” and start` : `Set aside “${runTitle(quiet)}”`,
+        async () => {
+          if (!unsent) {
+            again();
+            return;
+          }
+          await create(unsent, unsentAttachments);
+          unsent = '';
+          unsentAttachments = [];
+          try { localStorage.removeItem('usher.draft.new'); } catch { /* private mode */ }
+        }));
     }
     const oldest = active[0];
-    const complete = h('button', { type: 'button', class: 'button complete-oldest' }, `Complete “${runTitle(oldest)}”`);
-    complete.addEventListener('click', async () => {
-      complete.disabled = true;
-      try {
-        runUpdated(await request(`${path.run(oldest.runId)}/complete`, { method: 'POST' }));
-        showLimits();
-        form.querySelector('textarea').focus();
-      } catch (err) {
-        error.textContent = err.message;
-        complete.disabled = false;
-      }
-    });
-    actions.append(complete);
+    actions.append(action(oldest, 'complete', 'complete-oldest', `Complete “${runTitle(oldest)}”`, again));
     limits.className = 'home-limits at-limit';
     limits.replaceChildren(h('p', null, `You have ${active.length} sessions going, as many as you can at once. `,
       quiet
