@@ -184,3 +184,17 @@ func TestSettings(t *testing.T) {
 		}
 	})
 }
+
+// TestWithInstructions: instructions with no text add nothing; others
+// follow the prompt after their introduction, as written.
+func TestWithInstructions(t *testing.T) {
+	for _, tc := range []struct{ instructions, want string }{
+		{"", "P"},
+		{" \n\t ", "P"},
+		{"Be brief.\n", "P" + instructionsIntro + "Be brief.\n"},
+	} {
+		if got := withInstructions("P", tc.instructions); got != tc.want {
+			t.Errorf("withInstructions(%q) = %q, want %q", tc.instructions, got, tc.want)
+		}
+	}
+}
