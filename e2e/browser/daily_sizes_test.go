@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
@@ -124,13 +126,16 @@ func TestBrowserConsentInTheDark(t *testing.T) {
 }
 
 // holdRequests pauses the page's requests whose URL matches pattern (a
-// glob) until release is called; held receives each as it is paused.
-func (tb *tab) holdRequests(pattern string) (held <-chan fetch.EventRequestPaused, release func()) {
+// glob): wait returns once one is held; release lets every one held go on
+// and stops holding.
+func (tb *tab) holdRequests(pattern string) (wait, release func()) {
 	tb.t.Helper()
 	ctx, cancel := context.WithCancel(tb.ctx)
 	paused := chromedp.Events(ctx, fetch.RequestPaused)
 	call(tb, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: pattern, RequestStage: fetch.RequestStageRequest}}})
-	out := make(chan fetch.EventRequestPaused, 16)
+	var mu sync.Mutex
+	var held []fetch.RequestID
+	first := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -138,21 +143,35 @@ func (tb *tab) holdRequests(pattern string) (held <-chan fetch.EventRequestPause
 			if err != nil {
 				return
 			}
-			out <- ev
+			mu.Lock()
+			held = append(held, ev.RequestID)
+			if len(held) == 1 {
+				close(first)
+			}
+			mu.Unlock()
 		}
 	}()
-	return out, func() {
+	wait = func() {
+		select {
+		case <-first:
+		case <-time.After(conditionTimeout):
+			tb.t.Fatalf("%s: no request to %s within %s", tb.name, pattern, conditionTimeout)
+		}
+	}
+	return wait, func() {
 		cancel()
 		<-done
-		call(tb, fetch.Disable, cdp.Empty{})
-		for {
-			select {
-			case ev := <-out:
-				call(tb, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
-			default:
-				return
+		for _, id := range held {
+			// A request the page gave up meanwhile (a reload) is gone:
+			// nothing to let go on.
+			ctx, cancel := context.WithTimeout(tb.ctx, actionTimeout)
+			_, err := chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id})
+			cancel()
+			if err != nil && !strings.Contains(err.Error(), "Invalid InterceptionId") {
+				tb.t.Fatalf("%s: letting a held request go on: %v", tb.name, err)
 			}
 		}
+		call(tb, fetch.Disable, cdp.Empty{})
 	}
 }
 
@@ -173,9 +192,9 @@ func TestBrowserLoadingPlaceholders(t *testing.T) {
 	tb.signIn(s.url, "jo")
 	tb.waitUntil("the session listed", `document.querySelector(".session-list a[href='/runs/`+runID+`']")`)
 
-	held, release := tb.holdRequests("*/api/assistant/runs/" + runID)
+	wait, release := tb.holdRequests("*/api/assistant/runs/" + runID)
 	tb.click(`.session-list a[href="/runs/` + runID + `"]`)
-	<-held
+	wait()
 	visible := func(sel string) string {
 		return `(() => { const e = document.querySelector(` + js(sel) + `); return e && getComputedStyle(e).visibility === "visible" && e.getBoundingClientRect().height > 0; })()`
 	}
@@ -186,9 +205,9 @@ func TestBrowserLoadingPlaceholders(t *testing.T) {
 	release()
 	tb.waitUntil("the conversation, the placeholder gone", `document.querySelector(".conversation-head h2")?.textContent === "Slow to load" && !document.querySelector(".skeleton")`)
 
-	held, release = tb.holdRequests("*/api/assistant/runs")
+	wait, release = tb.holdRequests("*/api/assistant/runs")
 	tb.do(chromedp.Reload())
-	<-held
+	wait()
 	tb.waitUntil("the list's placeholder", visible(".session-list .skeleton-list[role=status]"))
 	release()
 	tb.waitUntil("the list, the placeholder gone", `document.querySelector(".session-list a[href='/runs/`+runID+`']") && !document.querySelector(".session-list .skeleton")`)

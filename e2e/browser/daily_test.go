@@ -205,7 +205,8 @@ func TestBrowserSettings(t *testing.T) {
 	s := startServer(t, ms.UsherEnv())
 	tb := startBrowser(t)
 	tb.signIn(s.url, "gina")
-	tb.waitUntil("the home screen", `document.querySelector("#home-title")`)
+	// Once loaded: the list's placeholder no longer moves the sidebar.
+	tb.waitUntil("the home screen", `document.querySelector("#home-title") && !document.querySelector(".skeleton")`)
 	tb.click(`.sidebar .open-settings`)
 	tb.waitUntil("the settings dialog", `document.querySelector("dialog.settings-dialog[open] textarea") === document.activeElement`)
 	checkAxe(t, tb, "the settings dialog")
@@ -213,7 +214,7 @@ func TestBrowserSettings(t *testing.T) {
 	tb.click(`dialog.settings-dialog input[name=theme][value=dark]`)
 	tb.click(`dialog.settings-dialog input[name=sendKey][value=ctrl-enter]`)
 	tb.click(`dialog.settings-dialog button[type=submit]`)
-	tb.waitUntil("saved and applied", `!document.querySelector("dialog.settings-dialog") && document.documentElement.dataset.theme === "dark"`)
+	tb.waitUntil("saved and applied", `!document.querySelector("dialog.settings-dialog") && document.documentElement.dataset.theme === "dark" && document.querySelector(".sidebar .theme-toggle").textContent === "Theme: dark"`)
 	tb.waitUntil("the hint", `document.querySelector("#main .composer .hint")?.textContent.startsWith("Ctrl+Enter sends")`)
 
 	// Enter makes a new line; Ctrl+Enter sends.
@@ -239,7 +240,7 @@ func TestBrowserSettings(t *testing.T) {
 	tb.click(`.topbar .user .button`)
 	tb.waitUntil("signed out", `document.querySelector("main.signin")`)
 	tb.signIn(s.url, "gina")
-	tb.waitUntil("the dark theme again", `document.documentElement.dataset.theme === "dark"`)
+	tb.waitUntil("the dark theme again", `document.documentElement.dataset.theme === "dark" && document.querySelector("#home-title") && !document.querySelector(".skeleton")`)
 	tb.click(`.sidebar .open-settings`)
 	tb.waitUntil("the instructions kept", `document.querySelector("dialog.settings-dialog[open] textarea")?.value === "Always answer in French." && document.querySelector("dialog.settings-dialog input[name=sendKey][value=ctrl-enter]").checked`)
 	tb.press(kb.Escape)

@@ -18,10 +18,11 @@ function storedTheme() {
 }
 
 // applyTheme sets the theme on the page: data-theme on the root, none for
-// the system's.
+// the system's; the theme button says it.
 export function applyTheme(theme = storedTheme()) {
   if (theme === 'system') delete document.documentElement.dataset.theme;
   else document.documentElement.dataset.theme = theme;
+  for (const button of document.querySelectorAll('.theme-toggle')) button.textContent = THEME_LABEL[theme] || THEME_LABEL.system;
 }
 
 // rememberTheme keeps the theme in this browser, so that the next page
@@ -58,17 +59,11 @@ export function sendHint() {
 // themeButton cycles system → light → dark, remembering the choice;
 // onChange(theme) saves it in the person's settings.
 export function themeButton(onChange = () => {}) {
-  const button = h('button', { type: 'button', class: 'button subtle theme-toggle' });
-  const show = (t) => {
-    button.textContent = THEME_LABEL[t];
-    button.title = 'Change the colour theme';
-  };
-  show(storedTheme());
+  const button = h('button', { type: 'button', class: 'button subtle theme-toggle', title: 'Change the colour theme' }, THEME_LABEL[storedTheme()]);
   button.addEventListener('click', () => {
     const next = THEMES[(THEMES.indexOf(storedTheme()) + 1) % THEMES.length];
     rememberTheme(next);
     applyTheme(next);
-    show(next);
     onChange(next);
   });
   return button;
