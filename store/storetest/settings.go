@@ -82,7 +82,7 @@ func testPins(t *testing.T, s store.Store) {
 	if got := pinIDs(t, s, "issuer|tenant|bob"); len(got) != 0 {
 		t.Fatalf("bob's pins = %v, want none", got)
 	}
-	if err := s.DeleteRun(ctx, "run-3", nil); err != nil {
+	if err := s.DeleteRun(ctx, "run-3", nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.PinRun(ctx, queueOwner, "run-3"); !errors.Is(err, store.ErrNotFound) {
@@ -142,7 +142,7 @@ func testParkRun(t *testing.T, s store.Store) {
 
 	mustOpenRun(t, s, "leased", &first)
 	mustOpenRun(t, s, "closed", nil)
-	if _, err := s.CloseRun(ctx, "closed", store.RunCompleted, nil); err != nil {
+	if _, err := s.CloseRun(ctx, "closed", store.RunCompleted, nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	mustCreateRun(t, s, store.Run{ID: "waiting", Owner: queueOwner, Status: store.RunInProgress})
@@ -159,7 +159,7 @@ func testParkRun(t *testing.T, s store.Store) {
 		}
 	}
 	mustCreateRun(t, s, store.Run{ID: "gone", Owner: queueOwner, Status: store.RunInProgress})
-	if err := s.DeleteRun(ctx, "gone", nil); err != nil {
+	if err := s.DeleteRun(ctx, "gone", nil, store.Withdrawal{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"gone", "missing"} {
