@@ -618,6 +618,21 @@ type Store interface {
 	// revoked, at or before before, and returns how many.
 	DeleteBrowserSessions(ctx context.Context, before time.Time) (int, error)
 
+	// CreateMCPSession records a stateful MCP session. ID, Principal, State
+	// (at most MaxMCPSessionState bytes) and ExpiresAt (after CreatedAt) are
+	// required; a zero CreatedAt means now. The sessions that have ended by
+	// CreatedAt are deleted in the same transaction. A duplicate ID fails
+	// with ErrConflict.
+	CreateMCPSession(ctx context.Context, s MCPSession) (MCPSession, error)
+	// GetMCPSession returns the session id, ended as it may be, or
+	// ErrNotFound.
+	GetMCPSession(ctx context.Context, id string) (MCPSession, error)
+	// UpdateMCPSessionState replaces the session's state, or fails with
+	// ErrNotFound.
+	UpdateMCPSessionState(ctx context.Context, id string, state []byte) error
+	// DeleteMCPSession deletes the session, or fails with ErrNotFound.
+	DeleteMCPSession(ctx context.Context, id string) error
+
 	// AppendAudit appends one record to the audit log. It calls build with
 	// the current head inside a transaction that excludes every other
 	// appender, in this process or another, and inserts what build returns,

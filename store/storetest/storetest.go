@@ -74,6 +74,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"LeaseTakeover", testLeaseTakeover},
 		{"RequeueLeases", testRequeueLeases},
 		{"Holds", testHolds},
+		{"MCPSessions", testMCPSessions},
 		{"Steps", testSteps},
 		{"Attachments", testAttachments},
 		{"CloseRunEndsStep", testCloseRunEndsStep},

@@ -1,0 +1,82 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/store"
+)
+
+// testMCPSessions: a stateful MCP session is created, read back, its state
+// replaced and the session deleted; invalid sessions are refused and store
+// nothing; a session that has ended is deleted when the next one is
+// created.
+func testMCPSessions(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	state := []byte(`{"negotiatedProtocolVersion":"2025-11-25"}`)
+	a, err := s.CreateMCPSession(ctx, store.MCPSession{ID: "s1", Principal: "alice", State: state, CreatedAt: now, ExpiresAt: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatalf("CreateMCPSession: %v", err)
+	}
+	if a.ID != "s1" || a.Principal != "alice" || !bytes.Equal(a.State, state) || !a.CreatedAt.Equal(now) || !a.ExpiresAt.Equal(now.Add(time.Hour)) {
+		t.Errorf("CreateMCPSession returned %+v", a)
+	}
+	checkStoreTime(t, "MCPSession.CreatedAt", a.CreatedAt)
+	if !a.Active(now) || a.Active(a.ExpiresAt) {
+		t.Errorf("Active of %+v: at now %v, at its expiry %v", a, a.Active(now), a.Active(a.ExpiresAt))
+	}
+	if got, err := s.GetMCPSession(ctx, "s1"); err != nil || got.ID != "s1" || !bytes.Equal(got.State, state) || !got.ExpiresAt.Equal(a.ExpiresAt) {
+		t.Errorf("GetMCPSession = %+v, %v; want %+v", got, err, a)
+	}
+	if _, err := s.CreateMCPSession(ctx, store.MCPSession{ID: "s1", Principal: "bob", State: state, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("CreateMCPSession of a duplicate id = %v, want ErrConflict", err)
+	}
+
+	changed := []byte(`{"negotiatedProtocolVersion":"2025-11-25","logLevel":"debug"}`)
+	if err := s.UpdateMCPSessionState(ctx, "s1", changed); err != nil {
+		t.Fatalf("UpdateMCPSessionState: %v", err)
+	}
+	if got, err := s.GetMCPSession(ctx, "s1"); err != nil || !bytes.Equal(got.State, changed) || got.Principal != "alice" {
+		t.Errorf("after UpdateMCPSessionState: %+v, %v", got, err)
+	}
+	if err := s.UpdateMCPSessionState(ctx, "nope", changed); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("UpdateMCPSessionState of an unknown session = %v, want ErrNotFound", err)
+	}
+
+	big := []byte(`"` + strings.Repeat("x", store.MaxMCPSessionState) + `"`)
+	for name, bad := range map[string]store.MCPSession{
+		"no id":           {Principal: "alice", State: state, CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
+		"no principal":    {ID: "bad", State: state, CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
+		"no state":        {ID: "bad", Principal: "alice", CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
+		"state too large": {ID: "bad", Principal: "alice", State: big, CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
+		"ends at once":    {ID: "bad", Principal: "alice", State: state, CreatedAt: now, ExpiresAt: now},
+	} {
+		if _, err := s.CreateMCPSession(ctx, bad); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("CreateMCPSession (%s) = %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := s.GetMCPSession(ctx, "bad"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("an invalid session was stored: GetMCPSession = %v", err)
+	}
+	if err := s.UpdateMCPSessionState(ctx, "s1", big); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("UpdateMCPSessionState with too large a state = %v, want ErrInvalid", err)
+	}
+
+	// s1 has ended when s2 is created an hour later: it is deleted.
+	if _, err := s.CreateMCPSession(ctx, store.MCPSession{ID: "s2", Principal: "bob", State: state, CreatedAt: now.Add(time.Hour), ExpiresAt: now.Add(2 * time.Hour)}); err != nil {
+		t.Fatalf("CreateMCPSession(s2): %v", err)
+	}
+	if _, err := s.GetMCPSession(ctx, "s1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the ended session s1 is still there: GetMCPSession = %v", err)
+	}
+	if err := s.DeleteMCPSession(ctx, "s2"); err != nil {
+		t.Fatalf("DeleteMCPSession: %v", err)
+	}
+	if err := s.DeleteMCPSession(ctx, "s2"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("DeleteMCPSession again = %v, want ErrNotFound", err)
+	}
+}
