@@ -87,8 +87,19 @@ type Options struct {
 	// stateless: any replica serves any request.
 	Stateful bool
 	// SessionTimeout closes a stateful session after this long without a
-	// request. Default 30 min; ignored when stateless.
+	// request. Default 30 min; ignored when stateless. With Sessions, it
+	// closes this replica's copy of the session, not the session.
 	SessionTimeout time.Duration
+	// Sessions keeps the stateful sessions in the database, so that any
+	// replica serves any request of a session (see sessions.go): its
+	// Mcp-Session-Id is then a sealed handle of its record. Default nil:
+	// a session lives in the process that opened it. Ignored when
+	// stateless.
+	Sessions SessionStore
+	// SessionLifetime ends a session kept in Sessions this long after it
+	// began, whatever happens before. Default DefaultSessionLifetime
+	// (24 h).
+	SessionLifetime time.Duration
 	// AllowedOrigins are the browser origins (scheme://host[:port]) besides
 	// PublicURL's that may call the endpoint. A request with any other
 	// Origin is refused (403); one without an Origin (not from a browser)
@@ -148,8 +159,9 @@ type Server struct {
 	detached   sync.WaitGroup // the SDK's handlers going on after their response (serveToResponse)
 	warm       *workers.Pool  // runs a request's deep parts on goroutines grown to them (see dispatch)
 	subs       *subscriptions
-	states     *seal.Sealer // seals the requestState of incomplete results
-	stages     *stages      // times the stages of tool calls
+	durable    *durableSessions // the sessions kept in Options.Sessions; nil without
+	states     *seal.Sealer     // seals the requestState of incomplete results
+	stages     *stages          // times the stages of tool calls
 	sdk        *mcp.Server
 	// calls counts the tool calls and the governed requests (resource
 	// reads, prompts) in progress (see callTool, govern): one that ends
@@ -180,6 +192,9 @@ func New(opts *Options) (*Server, error) {
 	}
 	if o.SessionTimeout == 0 {
 		o.SessionTimeout = 30 * time.Minute
+	}
+	if o.SessionLifetime == 0 {
+		o.SessionLifetime = DefaultSessionLifetime
 	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
@@ -252,6 +267,9 @@ func New(opts *Options) (*Server, error) {
 	if o.SessionTimeout < 0 {
 		errs = append(errs, fmt.Errorf("SessionTimeout must not be negative, got %s", o.SessionTimeout))
 	}
+	if o.SessionLifetime < 0 {
+		errs = append(errs, fmt.Errorf("SessionLifetime must not be negative, got %s", o.SessionLifetime))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("mcpserver: options: %w", err)
 	}
@@ -299,6 +317,12 @@ func New(opts *Options) (*Server, error) {
 	// Subscriptions are kept per session: a stateful one's, or a
 	// stateless subscriptions/listen request's (protocol 2026-07-28).
 	sopts.SubscribeHandler, sopts.UnsubscribeHandler = s.subscribeResource, s.unsubscribeResource
+	if o.Stateful && o.Sessions != nil {
+		if s.durable, err = newDurableSessions(s, o.Sessions, o.Secret); err != nil {
+			return nil, fmt.Errorf("mcpserver: options: %w", err)
+		}
+		sopts.GetSessionID = s.durable.newHandle
+	}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "usher", Title: "Usher", Version: o.Version}, sopts)
 	srv.AddReceivingMiddleware(s.dispatch)
 	// Added last, so outermost: the span covers the whole request.
@@ -324,7 +348,12 @@ func New(opts *Options) (*Server, error) {
 		DisableLocalhostProtection: true,
 		MaxRequestBodyBytes:        o.MaxBodyBytes,
 	})
-	s.handler = s.checkHTTP(s.requireCaller(s.readBody(sdk)))
+	var endpoint http.Handler = sdk
+	if s.durable != nil {
+		s.durable.sdk, s.durable.events = sdk, events
+		endpoint = s.durable
+	}
+	s.handler = s.checkHTTP(s.requireCaller(s.readBody(endpoint)))
 	return s, nil
 }
 
@@ -364,6 +393,9 @@ func (s *Server) Drain(ctx context.Context) error {
 		ss.Close()
 	}
 	s.subs.watchers.Wait() // each ends with its session
+	if s.durable != nil {
+		s.durable.wait()
+	}
 	// The SDK's handlers going on after their response close their
 	// requests' sessions once their calls' outcomes are written; when ctx
 	// ends first, the writes are still stopped, whatever is left of them.
@@ -452,7 +484,9 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found"}
 			}
 		case "initialize":
-			return s.initialize(ctx, next, method, req)
+			return s.initialize(ctx, c, next, method, req)
+		case "logging/setLevel":
+			return s.setLevel(ctx, next, method, req)
 		}
 		// A call that goes through the policy, the store and an upstream
 		// runs on a goroutine of s.warm, whose stack has grown to that
@@ -498,9 +532,16 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 // request; a caller of the handshake protocols would need a session to
 // hear them on, which a stateless endpoint does not keep: its handshake
 // answers them without.
-func (s *Server) initialize(ctx context.Context, next mcp.MethodHandler, method string, req mcp.Request) (mcp.Result, error) {
+func (s *Server) initialize(ctx context.Context, c Caller, next mcp.MethodHandler, method string, req mcp.Request) (mcp.Result, error) {
 	res, err := next(ctx, method, req)
 	ir, ok := res.(*mcp.InitializeResult)
+	if err == nil && ok && s.durable != nil {
+		if r, isInit := req.(*mcp.ServerRequest[*mcp.InitializeParams]); isInit && r.Session != nil && r.Session.ID() != "" {
+			if err := s.durable.record(ctx, c, r, ir); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if err != nil || !ok || s.opts.Stateful || ir.Capabilities == nil {
 		return res, err
 	}

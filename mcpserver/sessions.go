@@ -1,0 +1,387 @@
+//lint:file-ignore SA1019 Logging is deprecated as of protocol 2026-07-28 (SEP-2577) but works during its deprecation window: a session of the older protocols keeps its log level.
+
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/usherhq/usher/internal/httpx"
+	"github.com/usherhq/usher/internal/seal"
+	"github.com/usherhq/usher/store"
+)
+
+// A stateful session that any replica serves. Its Mcp-Session-Id is a
+// handle sealed under Options.Secret (which every replica shares): it
+// names the session's record in the database, and no one can forge one or
+// read the id inside. The record holds what the session's handshake
+// settled (the protocol version, the client's capabilities and
+// information) and its log level. A replica that meets a session it does
+// not hold restores it from the record, through the SDK's own session
+// state (mcp.ServerSessionOptions.State), and keeps that copy until it
+// has been idle for Options.SessionTimeout. Every request of a session
+// reads its record, so that a session deleted on one replica ends on all,
+// and a copy whose record has changed since it was made (another replica
+// set the log level) is made again.
+
+// SessionStore keeps the records of stateful sessions (a store.Store
+// does).
+type SessionStore interface {
+	CreateMCPSession(ctx context.Context, s store.MCPSession) (store.MCPSession, error)
+	GetMCPSession(ctx context.Context, id string) (store.MCPSession, error)
+	UpdateMCPSessionState(ctx context.Context, id string, state []byte) error
+	DeleteMCPSession(ctx context.Context, id string) error
+}
+
+// DefaultSessionLifetime is the default of Options.SessionLifetime.
+const DefaultSessionLifetime = 24 * time.Hour
+
+// maxSessionHandle bounds an Mcp-Session-Id that is opened.
+const maxSessionHandle = 256
+
+// sessionHandle is what a session's Mcp-Session-Id seals.
+type sessionHandle struct {
+	ID string `json:"i"`
+}
+
+// Refusals of requests of a session.
+var (
+	// errSessionNotFound answers a handle that is not Usher's, altered,
+	// expired, of a session that has ended, or of another principal's
+	// session: the same answer for each.
+	errSessionNotFound = httpx.Errorf(http.StatusNotFound, "session_not_found", "The session was not found; start a new one.")
+	// errSessionsUnavailable answers when the session's record cannot
+	// be read.
+	errSessionsUnavailable = httpx.Errorf(http.StatusServiceUnavailable, "unavailable", "The session cannot be served at the moment; try again.")
+)
+
+// durableSessions serves the stateful endpoint when sessions are kept in
+// a SessionStore: the SDK's handler serves the sessions it opened (their
+// handshake came to this replica), and the sessions restored here are
+// served through transports of their own.
+type durableSessions struct {
+	s       *Server
+	store   SessionStore
+	handles *seal.Sealer
+	sdk     http.Handler // the SDK's stateful handler
+	events  mcp.EventStore
+
+	mu       sync.Mutex
+	native   map[string][]byte           // by handle: the sessions the SDK's handler holds, and the state each was made with
+	restored map[string]*restoredSession // by handle
+	watchers sync.WaitGroup              // one per session held, until it closes
+}
+
+// restoredSession is a session restored on this replica.
+type restoredSession struct {
+	session   *mcp.ServerSession
+	transport *mcp.StreamableServerTransport
+	state     []byte // the record's state it was made with
+	// Guarded by durableSessions.mu.
+	refs  int         // requests being served
+	idle  *time.Timer // closes the session once idle
+	ended bool
+}
+
+func newDurableSessions(s *Server, st SessionStore, secret []byte) (*durableSessions, error) {
+	handles, err := seal.New(secret, "usher/mcp/v1", "usher/mcp/session-id", maxSessionHandle)
+	if err != nil {
+		return nil, err
+	}
+	return &durableSessions{s: s, store: st, handles: handles, native: map[string][]byte{}, restored: map[string]*restoredSession{}}, nil
+}
+
+// newHandle is the SDK's ServerOptions.GetSessionID: a new session's
+// sealed handle, valid for Options.SessionLifetime.
+func (d *durableSessions) newHandle() string {
+	h, err := d.handles.Seal(sessionHandle{ID: rand.Text()}, d.s.opts.Now().Add(d.s.opts.SessionLifetime))
+	if err != nil {
+		return "" // unreachable: the SDK then keeps no session
+	}
+	return h
+}
+
+// open returns the session id a handle seals, or false.
+func (d *durableSessions) open(handle string) (string, bool) {
+	var h sessionHandle
+	if err := d.handles.Open(handle, d.s.opts.Now(), &h); err != nil || h.ID == "" {
+		return "", false
+	}
+	return h.ID, true
+}
+
+// ServeHTTP serves a request of the stateful endpoint. One without a
+// session (a handshake) goes to the SDK's handler, which opens the session
+// under a new handle (see record); one of a session is served by the copy
+// of it this replica holds, restored from its record if there is none.
+func (d *durableSessions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	handle := r.Header.Get("Mcp-Session-Id")
+	if handle == "" {
+		d.sdk.ServeHTTP(w, r)
+		return
+	}
+	rec, ok := d.lookup(w, r, handle)
+	if !ok {
+		return
+	}
+	if r.Method == http.MethodDelete {
+		d.delete(w, r, handle, rec)
+		return
+	}
+	d.mu.Lock()
+	if state, ok := d.native[handle]; ok && bytes.Equal(state, rec.State) {
+		d.mu.Unlock()
+		d.sdk.ServeHTTP(w, r)
+		return
+	}
+	d.mu.Unlock()
+	rs, err := d.restore(r.Context(), handle, rec)
+	if err != nil {
+		d.s.log.ErrorContext(r.Context(), "mcpserver: restoring a session failed", "err", err)
+		httpx.WriteError(w, r, d.s.log, errSessionsUnavailable)
+		return
+	}
+	defer d.release(rs)
+	rs.transport.ServeHTTP(w, r)
+}
+
+// lookup returns the record of the session handle names, if it is the
+// caller's and has not ended; otherwise it answers the request.
+func (d *durableSessions) lookup(w http.ResponseWriter, r *http.Request, handle string) (store.MCPSession, bool) {
+	id, ok := d.open(handle)
+	if !ok {
+		d.s.log.InfoContext(r.Context(), "mcpserver: a session handle was refused")
+		httpx.WriteError(w, r, d.s.log, errSessionNotFound)
+		return store.MCPSession{}, false
+	}
+	rec, err := d.store.GetMCPSession(r.Context(), id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		d.forget(handle)
+		httpx.WriteError(w, r, d.s.log, errSessionNotFound)
+		return store.MCPSession{}, false
+	case err != nil:
+		d.s.log.ErrorContext(r.Context(), "mcpserver: reading a session failed", "err", err)
+		httpx.WriteError(w, r, d.s.log, errSessionsUnavailable)
+		return store.MCPSession{}, false
+	}
+	c, ok := callerOf(auth.TokenInfoFromContext(r.Context()))
+	if !ok || c.Subject != rec.Principal || !rec.Active(d.s.opts.Now()) {
+		d.s.log.InfoContext(r.Context(), "mcpserver: a session of another principal, or ended, was refused")
+		httpx.WriteError(w, r, d.s.log, errSessionNotFound)
+		return store.MCPSession{}, false
+	}
+	return rec, true
+}
+
+// delete ends the session on every replica: its record first, then the
+// copy this replica holds. The others' copies end at their next request.
+func (d *durableSessions) delete(w http.ResponseWriter, r *http.Request, handle string, rec store.MCPSession) {
+	if err := d.store.DeleteMCPSession(r.Context(), rec.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+		d.s.log.ErrorContext(r.Context(), "mcpserver: deleting a session failed", "err", err)
+		httpx.WriteError(w, r, d.s.log, errSessionsUnavailable)
+		return
+	}
+	d.forget(handle)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// forget closes the copies of the session this replica holds, if any:
+// the SDK's handler holds one whose record was never written, too.
+func (d *durableSessions) forget(handle string) {
+	d.mu.Lock()
+	rs := d.restored[handle]
+	d.mu.Unlock()
+	if rs != nil {
+		_ = rs.session.Close()
+	}
+	if ss := d.nativeSession(handle); ss != nil {
+		_ = ss.Close()
+	}
+}
+
+// nativeSession returns the session handle of the SDK's handler, or nil.
+func (d *durableSessions) nativeSession(handle string) *mcp.ServerSession {
+	for ss := range d.s.sdk.Sessions() {
+		if ss.ID() == handle {
+			return ss
+		}
+	}
+	return nil
+}
+
+// restore returns this replica's copy of the session, made from rec if
+// there is none or the one there is was made from another state, with a
+// request counted on it (see release).
+func (d *durableSessions) restore(ctx context.Context, handle string, rec store.MCPSession) (*restoredSession, error) {
+	d.mu.Lock()
+	rs, stale, err := d.restoreLocked(ctx, handle, rec)
+	d.mu.Unlock()
+	// A copy made from another state is closed, outside the lock: its
+	// watcher takes it out of the maps.
+	if stale != nil {
+		_ = stale.Close()
+	}
+	return rs, err
+}
+
+// restoreLocked is restore under d.mu; it returns the stale copy to close.
+func (d *durableSessions) restoreLocked(ctx context.Context, handle string, rec store.MCPSession) (_ *restoredSession, stale *mcp.ServerSession, _ error) {
+	if rs := d.restored[handle]; rs != nil && !rs.ended && bytes.Equal(rs.state, rec.State) {
+		rs.refs++
+		rs.idle.Stop()
+		return rs, nil, nil
+	}
+	if old := d.restored[handle]; old != nil {
+		old.ended = true
+		stale = old.session
+	}
+	if _, ok := d.native[handle]; ok {
+		delete(d.native, handle)
+		stale = d.nativeSession(handle)
+	}
+	var st mcp.ServerSessionState
+	if err := json.Unmarshal(rec.State, &st); err != nil {
+		return nil, stale, err
+	}
+	// The record is written once the handshake is answered: the client
+	// has been told it is initialized, or is telling a replica so.
+	st.InitializedParams = &mcp.InitializedParams{}
+	t := &mcp.StreamableServerTransport{SessionID: handle, EventStore: d.events}
+	ss, err := d.s.sdk.Connect(ctx, t, &mcp.ServerSessionOptions{State: &st})
+	if err != nil {
+		return nil, stale, err
+	}
+	rs := &restoredSession{session: ss, transport: t, state: rec.State, refs: 1}
+	rs.idle = time.AfterFunc(d.s.opts.SessionTimeout, func() { _ = ss.Close() })
+	rs.idle.Stop()
+	d.restored[handle] = rs
+	d.watch(ss, func() {
+		if d.restored[handle] == rs {
+			delete(d.restored, handle)
+		}
+		rs.ended = true
+		rs.idle.Stop()
+	})
+	return rs, stale, nil
+}
+
+// release ends a request's use of a restored session: the last one starts
+// its idle time.
+func (d *durableSessions) release(rs *restoredSession) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if rs.refs--; rs.refs == 0 && !rs.ended {
+		rs.idle.Reset(d.s.opts.SessionTimeout)
+	}
+}
+
+// watch runs gone, under d.mu, once ss has closed.
+func (d *durableSessions) watch(ss *mcp.ServerSession, gone func()) {
+	d.watchers.Add(1)
+	go func() {
+		defer d.watchers.Done()
+		_ = ss.Wait()
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		gone()
+	}()
+}
+
+// record writes the record of a session whose handshake the SDK's handler
+// has just answered, before the answer leaves: from then on any replica
+// can serve the session. A session whose record cannot be written is
+// closed, and the handshake fails.
+func (d *durableSessions) record(ctx context.Context, c Caller, req *mcp.ServerRequest[*mcp.InitializeParams], res *mcp.InitializeResult) error {
+	ss := req.Session
+	handle := ss.ID()
+	id, ok := d.open(handle)
+	if !ok || req.Params == nil {
+		return errors.New("the session has no handle of Usher's")
+	}
+	state, err := json.Marshal(mcp.ServerSessionState{InitializeParams: req.Params, NegotiatedProtocolVersion: res.ProtocolVersion})
+	if err == nil {
+		now := d.s.opts.Now()
+		_, err = d.store.CreateMCPSession(ctx, store.MCPSession{
+			ID: id, Principal: c.Subject, State: state, CreatedAt: now, ExpiresAt: now.Add(d.s.opts.SessionLifetime),
+		})
+	}
+	if err != nil {
+		// The SDK's handler holds the session until a request of it
+		// finds no record (see forget).
+		if errors.Is(err, store.ErrInvalid) {
+			return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "the session's handshake is too large to be kept"}
+		}
+		d.s.log.ErrorContext(ctx, "mcpserver: recording a session failed", "err", err)
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the session could not be recorded"}
+	}
+	d.mu.Lock()
+	d.native[handle] = state
+	d.mu.Unlock()
+	d.watch(ss, func() { delete(d.native, handle) })
+	return nil
+}
+
+// setLevel records a session's new log level, for the copies of it on
+// other replicas, which are made again from the record.
+func (d *durableSessions) setLevel(ctx context.Context, ss *mcp.ServerSession, level mcp.LoggingLevel) error {
+	handle := ss.ID()
+	id, ok := d.open(handle)
+	if !ok {
+		return errors.New("the session has no handle of Usher's")
+	}
+	rec, err := d.store.GetMCPSession(ctx, id)
+	if err != nil {
+		return err
+	}
+	var st mcp.ServerSessionState
+	if err := json.Unmarshal(rec.State, &st); err != nil {
+		return err
+	}
+	st.InitializedParams, st.LogLevel = nil, level
+	state, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	if err := d.store.UpdateMCPSessionState(ctx, id, state); err != nil {
+		return err
+	}
+	// This replica's copy has the level already: it stays.
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.native[handle]; ok {
+		d.native[handle] = state
+	}
+	if rs := d.restored[handle]; rs != nil {
+		rs.state = state
+	}
+	return nil
+}
+
+// setLevel sets a session's log level and, for a session kept in
+// Options.Sessions, records it, for the other replicas.
+func (s *Server) setLevel(ctx context.Context, next mcp.MethodHandler, method string, req mcp.Request) (mcp.Result, error) {
+	res, err := next(ctx, method, req)
+	r, ok := req.(*mcp.ServerRequest[*mcp.SetLoggingLevelParams])
+	if err != nil || !ok || s.durable == nil || r.Session == nil || r.Session.ID() == "" || r.Params == nil {
+		return res, err
+	}
+	if err := s.durable.setLevel(ctx, r.Session, r.Params.Level); err != nil {
+		s.log.ErrorContext(ctx, "mcpserver: recording a session's log level failed", "err", err)
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the log level could not be recorded"}
+	}
+	return res, nil
+}
+
+// wait waits until every session held has closed.
+func (d *durableSessions) wait() { d.watchers.Wait() }

@@ -1,0 +1,252 @@
+//lint:file-ignore SA1019 Logging is deprecated as of protocol 2026-07-28 (SEP-2577) but works during its deprecation window: the test sets a session's log level.
+
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/oauth2"
+
+	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
+)
+
+// replicas are two stateful endpoints over one store, as two replicas
+// are: one is the env's, the other a Server of the same options. Both
+// are reachable directly, and through a balancer that alternates every
+// request between them.
+type replicas struct {
+	*env
+	two    *Server
+	oneURL string // the first replica's base URL
+	twoURL string // the second replica's
+	lbURL  string // the balancer's
+}
+
+func newReplicas(t *testing.T) *replicas {
+	t.Helper()
+	var opts Options
+	e := newEnv(t, envConfig{store: storetest.NewSQLite(t), server: func(o *Options) {
+		o.Stateful = true
+		o.Sessions = nil // set below, to the env's store
+		opts = *o
+	}})
+	opts.Sessions = e.store
+	// The env's own server was made without Sessions: make both anew.
+	one, err := New(&opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := New(&opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Server{one, two} {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_ = s.Drain(ctx)
+		})
+	}
+	e.server = one
+	oneTS := httptest.NewServer(one.Handler())
+	t.Cleanup(oneTS.Close)
+	twoTS := httptest.NewServer(two.Handler())
+	t.Cleanup(twoTS.Close)
+	var next atomic.Uint64
+	lb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		[]http.Handler{one.Handler(), two.Handler()}[(next.Add(1)-1)%2].ServeHTTP(w, r)
+	}))
+	t.Cleanup(lb.Close)
+	// e.url stays the public URL, the audience of e.token's tokens.
+	return &replicas{env: e, two: two, oneURL: oneTS.URL, twoURL: twoTS.URL, lbURL: lb.URL}
+}
+
+// connectLB opens a stateful client session as sub through the balancer.
+func (r *replicas) connectLB(t *testing.T, sub string) *mcp.ClientSession {
+	t.Helper()
+	src := r.broker.TokenSource(t.Context(), broker.Grant{Subject: sub, Audience: r.url + "/mcp"})
+	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{
+		Endpoint:             r.lbURL + "/mcp",
+		HTTPClient:           &http.Client{Transport: &oauth2.Transport{Source: src}},
+		DisableStandaloneSSE: true,
+		MaxRetries:           -1,
+	}, nil)
+	if err != nil {
+		t.Fatalf("connect through the balancer: %v", err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// copies counts the copies of session id that the Server s holds.
+func copies(s *Server, id string) int {
+	n := 0
+	for ss := range s.sdk.Sessions() {
+		if ss.ID() == id {
+			n++
+		}
+	}
+	return n
+}
+
+// rawPost sends a JSON-RPC body to base's /mcp with the bearer token and
+// the session handle, and returns the status and the body.
+func rawPost(t *testing.T, base, token, handle, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/mcp", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	if handle != "" {
+		req.Header.Set("Mcp-Session-Id", handle)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode, readAll(t, resp.Body)
+}
+
+const listTools = `{"jsonrpc":"2.0","id":7,"method":"tools/list"}`
+
+// sessionState decodes the record of the session handle names.
+func (r *replicas) sessionState(t *testing.T, handle string) (mcp.ServerSessionState, error) {
+	t.Helper()
+	id, ok := r.server.durable.open(handle)
+	if !ok {
+		t.Fatalf("the handle %q does not open", handle)
+	}
+	rec, err := r.store.GetMCPSession(t.Context(), id)
+	if err != nil {
+		return mcp.ServerSessionState{}, err
+	}
+	if rec.Principal != alice {
+		t.Errorf("the record's principal is %q, want alice", rec.Principal)
+	}
+	var st mcp.ServerSessionState
+	if err := json.Unmarshal(rec.State, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st, nil
+}
+
+// TestSessionsAnyReplica: a stateful session whose every request goes to
+// the other replica than the one before works as on one replica: the
+// handshake on one, its notification on the other, which restores the
+// session from its record, and each request after on either. The record
+// holds the handshake and the log level; closing the session deletes it,
+// and the session is then refused on both replicas.
+func TestSessionsAnyReplica(t *testing.T) {
+	r := newReplicas(t)
+	cs := r.connectLB(t, alice) // initialize: one; initialized: two
+	handle := cs.ID()
+	if handle == "" {
+		t.Fatal("no Mcp-Session-Id")
+	}
+	for i := range 4 { // two requests on each replica
+		if got := listed(t, cs); len(got) == 0 {
+			t.Fatalf("tools/list #%d listed nothing", i)
+		}
+	}
+	if res := call(t, cs, "notes_list", map[string]any{}, nil); res.IsError {
+		t.Fatalf("notes_list: %s", text(res))
+	}
+	if n1, n2 := copies(r.server, handle), copies(r.two, handle); n1 != 1 || n2 != 1 {
+		t.Errorf("copies of the session: %d on the first replica, %d on the second; want one each", n1, n2)
+	}
+	st, err := r.sessionState(t, handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.InitializeParams == nil || st.InitializeParams.ClientInfo == nil || st.InitializeParams.ClientInfo.Name != "test-client" ||
+		st.InitializeParams.Capabilities == nil || st.NegotiatedProtocolVersion == "" {
+		t.Errorf("the record's state %+v lacks the handshake", st)
+	}
+
+	if err := cs.SetLoggingLevel(t.Context(), &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := r.sessionState(t, handle); err != nil || st.LogLevel != "debug" {
+		t.Errorf("after logging/setLevel the record's level is %q (%v), want debug", st.LogLevel, err)
+	}
+	for range 2 { // the other replica's copy is made again, with the level
+		if got := listed(t, cs); len(got) == 0 {
+			t.Fatal("tools/list after logging/setLevel listed nothing")
+		}
+	}
+
+	if err := cs.Close(); err != nil {
+		t.Fatalf("closing the session: %v", err)
+	}
+	if _, err := r.sessionState(t, handle); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the record of a closed session: %v, want ErrNotFound", err)
+	}
+	tok := r.token(alice, "")
+	for _, base := range []string{r.oneURL, r.twoURL} {
+		if code, body := rawPost(t, base, tok, handle, listTools); code != http.StatusNotFound {
+			t.Errorf("a request of the closed session at %s: %d %s, want 404", base, code, body)
+		}
+	}
+}
+
+// TestSessionHandleRefused: a request whose Mcp-Session-Id is not a
+// handle of Usher's (made up, altered, sealed under another secret), or
+// the handle of another principal's session, is refused with 404 on a
+// replica that does not hold the session, and restores nothing.
+func TestSessionHandleRefused(t *testing.T) {
+	r := newReplicas(t)
+	code, body := rawPost(t, r.oneURL, r.token(alice, ""), "",
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if code != http.StatusOK {
+		t.Fatalf("initialize: %d %s", code, body)
+	}
+	var handle string
+	for ss := range r.server.sdk.Sessions() {
+		handle = ss.ID()
+	}
+	if _, ok := r.server.durable.open(handle); !ok {
+		t.Fatalf("the session's id %q is not a handle of Usher's", handle)
+	}
+	other, err := newDurableSessions(r.server, r.store, []byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	altered := []byte(handle)
+	altered[len(altered)/2] ^= 1
+	aliceTok, bobTok := r.token(alice, ""), r.token("bob", "")
+
+	for name, tc := range map[string]struct{ handle, token string }{
+		"made up":                   {"0123456789abcdef", aliceTok},
+		"altered":                   {string(altered), aliceTok},
+		"sealed under other secret": {other.newHandle(), aliceTok},
+		"another principal's":       {handle, bobTok},
+	} {
+		if code, body := rawPost(t, r.twoURL, tc.token, tc.handle, listTools); code != http.StatusNotFound || !strings.Contains(body, "session_not_found") {
+			t.Errorf("%s: %d %s, want 404 session_not_found", name, code, body)
+		}
+	}
+	if n := copies(r.two, handle); n != 0 {
+		t.Errorf("the second replica restored %d copies of the session for refused requests", n)
+	}
+	// The session's own principal is served there.
+	if code, body := rawPost(t, r.twoURL, aliceTok, handle, listTools); code != http.StatusOK || !strings.Contains(body, `"tools"`) {
+		t.Errorf("alice's request of her session on the second replica: %d %s", code, body)
+	}
+}
