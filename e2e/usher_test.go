@@ -63,11 +63,17 @@ func usherEnv() []string {
 // ready. It is stopped with SIGTERM when the test ends.
 func startUsher(t *testing.T, dataDir, config string) *usher {
 	t.Helper()
+	return startUsherAt(t, "127.0.0.1:0", dataDir, config)
+}
+
+// startUsherAt is startUsher listening on addr.
+func startUsherAt(t *testing.T, addr, dataDir, config string) *usher {
+	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
 	u := &usher{bin: testenv.Usher(t), dataDir: dataDir, config: config, stderr: &testenv.Output{}}
-	args := []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir}
+	args := []string{"serve", "--addr", addr, "--data-dir", dataDir}
 	if config != "" {
 		args = append(args, "--config", config)
 	}
