@@ -351,6 +351,9 @@ func New(opts *Options) (*Server, error) {
 	var endpoint http.Handler = sdk
 	if s.durable != nil {
 		s.durable.sdk, s.durable.events = sdk, events
+		if err := s.durable.start(); err != nil {
+			return nil, fmt.Errorf("mcpserver: hearing the answers of other replicas: %w", err)
+		}
 		endpoint = s.durable
 	}
 	s.handler = s.checkHTTP(s.requireCaller(s.readBody(endpoint)))

@@ -8,7 +8,9 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,13 +36,16 @@ import (
 // and a copy whose record has changed since it was made (another replica
 // set the log level) is made again.
 
-// SessionStore keeps the records of stateful sessions (a store.Store
-// does).
+// SessionStore keeps the records of stateful sessions, and passes a
+// client's answers to every replica (a store.Store does).
 type SessionStore interface {
 	CreateMCPSession(ctx context.Context, s store.MCPSession) (store.MCPSession, error)
 	GetMCPSession(ctx context.Context, id string) (store.MCPSession, error)
 	UpdateMCPSessionState(ctx context.Context, id string, state []byte) error
 	DeleteMCPSession(ctx context.Context, id string) error
+	// Publish and Updates carry store.NotifyMCPAnswer.
+	Publish(ctx context.Context, n store.Notification) error
+	Updates(ctx context.Context) (<-chan store.Notification, error)
 }
 
 // DefaultSessionLifetime is the default of Options.SessionLifetime.
@@ -76,9 +81,15 @@ type durableSessions struct {
 	sdk     http.Handler // the SDK's stateful handler
 	events  mcp.EventStore
 
+	self     string       // this replica's name in the answers it publishes
+	injector http.Handler // delivers an answer another replica received (see deliver)
+	stop     context.CancelFunc
+	answers  sync.WaitGroup // the goroutine that hears the answers (see listen)
+
 	mu       sync.Mutex
 	native   map[string][]byte           // by handle: the sessions the SDK's handler holds, and the state each was made with
 	restored map[string]*restoredSession // by handle
+	held     map[string]string           // by record id: the handle of a session held here
 	watchers sync.WaitGroup              // one per session held, until it closes
 }
 
@@ -98,7 +109,14 @@ func newDurableSessions(s *Server, st SessionStore, secret []byte) (*durableSess
 	if err != nil {
 		return nil, err
 	}
-	return &durableSessions{s: s, store: st, handles: handles, native: map[string][]byte{}, restored: map[string]*restoredSession{}}, nil
+	d := &durableSessions{s: s, store: st, handles: handles, self: rand.Text(),
+		native: map[string][]byte{}, restored: map[string]*restoredSession{}, held: map[string]string{}}
+	d.injector = auth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
+		c, _ := CallerFromContext(ctx)
+		return &auth.TokenInfo{Scopes: []string{scope}, Expiration: time.Now().Add(time.Minute), UserID: c.Subject,
+			Extra: map[string]any{tokenInfoKey: c}}, nil
+	}, &auth.RequireBearerTokenOptions{Scopes: []string{scope}})(http.HandlerFunc(d.serveHeld))
+	return d, nil
 }
 
 // newHandle is the SDK's ServerOptions.GetSessionID: a new session's
@@ -137,6 +155,9 @@ func (d *durableSessions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodDelete {
 		d.delete(w, r, handle, rec)
 		return
+	}
+	if r.Method == http.MethodPost {
+		d.passOn(r, rec)
 	}
 	d.mu.Lock()
 	if state, ok := d.native[handle]; ok && bytes.Equal(state, rec.State) {
@@ -266,12 +287,14 @@ func (d *durableSessions) restoreLocked(ctx context.Context, handle string, rec 
 	rs.idle = time.AfterFunc(d.s.opts.SessionTimeout, func() { _ = ss.Close() })
 	rs.idle.Stop()
 	d.restored[handle] = rs
+	d.held[rec.ID] = handle
 	d.watch(ss, func() {
 		if d.restored[handle] == rs {
 			delete(d.restored, handle)
 		}
 		rs.ended = true
 		rs.idle.Stop()
+		d.forgetHeldLocked(rec.ID, handle)
 	})
 	return rs, stale, nil
 }
@@ -327,8 +350,12 @@ func (d *durableSessions) record(ctx context.Context, c Caller, req *mcp.ServerR
 	}
 	d.mu.Lock()
 	d.native[handle] = state
+	d.held[id] = handle
 	d.mu.Unlock()
-	d.watch(ss, func() { delete(d.native, handle) })
+	d.watch(ss, func() {
+		delete(d.native, handle)
+		d.forgetHeldLocked(id, handle)
+	})
 	return nil
 }
 
@@ -383,5 +410,138 @@ func (s *Server) setLevel(ctx context.Context, next mcp.MethodHandler, method st
 	return res, nil
 }
 
-// wait waits until every session held has closed.
-func (d *durableSessions) wait() { d.watchers.Wait() }
+// forgetHeldLocked forgets the record id of a session once no copy of it
+// is held here. The caller holds d.mu.
+func (d *durableSessions) forgetHeldLocked(id, handle string) {
+	if _, ok := d.native[handle]; ok {
+		return
+	}
+	if _, ok := d.restored[handle]; ok {
+		return
+	}
+	delete(d.held, id)
+}
+
+// A server-to-client request (an upstream's sampling or elicitation,
+// relayed) goes to the client on the response stream of the call that
+// caused it, from the replica that serves the call, which waits for the
+// answer. The client answers in a POST of its own, which may reach
+// another replica: that one passes the answer on to every replica
+// (store.NotifyMCPAnswer; LISTEN/NOTIFY on PostgreSQL), and each that
+// holds a copy of the session delivers it to its copy, as if the POST had
+// come to it. Only the copy that sent the request has a use for it: the
+// others ignore an answer to a request they did not send.
+
+// passOn publishes the body of a POST that answers a request of the
+// session (a JSON-RPC response), for the replica that sent the request.
+func (d *durableSessions) passOn(r *http.Request, rec store.MCPSession) {
+	if r.Body == nil {
+		return
+	}
+	body, err := io.ReadAll(r.Body) // in memory: readBody read it
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil || !isAnswer(body) {
+		return
+	}
+	if len(body) > store.MaxMCPAnswer {
+		d.s.log.WarnContext(r.Context(), "mcpserver: an answer too large to pass on to other replicas", "bytes", len(body))
+		return
+	}
+	n := store.Notification{Kind: store.NotifyMCPAnswer, Session: rec.ID, Owner: rec.Principal, From: d.self, Text: string(body)}
+	if err := d.store.Publish(r.Context(), n); err != nil {
+		d.s.log.ErrorContext(r.Context(), "mcpserver: passing an answer on to other replicas failed", "err", err)
+	}
+}
+
+// isAnswer reports whether body is one JSON-RPC response.
+func isAnswer(body []byte) bool {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method *string         `json:"method"`
+		Result json.RawMessage `json:"result"`
+		Error  json.RawMessage `json:"error"`
+	}
+	return json.Unmarshal(body, &m) == nil && m.Method == nil && len(m.ID) > 0 && (m.Result != nil || m.Error != nil)
+}
+
+// start starts hearing the answers other replicas pass on; stop ends it.
+func (d *durableSessions) start() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	updates, err := d.store.Updates(ctx)
+	if err != nil {
+		cancel()
+		return err
+	}
+	d.stop = cancel
+	d.answers.Add(1)
+	go func() {
+		defer d.answers.Done()
+		for n := range updates {
+			if n.Kind == store.NotifyMCPAnswer && n.From != d.self {
+				d.deliver(ctx, n)
+			}
+		}
+	}()
+	return nil
+}
+
+// deliver hands an answer another replica received to this replica's
+// copy of its session, if it holds one. The replica that received it has
+// checked the session and its principal.
+func (d *durableSessions) deliver(ctx context.Context, n store.Notification) {
+	d.mu.Lock()
+	handle, ok := d.held[n.Session]
+	d.mu.Unlock()
+	if !ok {
+		return
+	}
+	req, err := http.NewRequestWithContext(withCaller(ctx, Caller{Subject: n.Owner}), http.MethodPost, "/mcp", strings.NewReader(n.Text))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", handle)
+	req.Header.Set("Authorization", "Bearer answer") // for the SDK's check; the principal is the record's
+	d.injector.ServeHTTP(discardResponse{}, req)
+}
+
+// serveHeld serves a request to the copy of its session this replica
+// holds, if any.
+func (d *durableSessions) serveHeld(w http.ResponseWriter, r *http.Request) {
+	handle := r.Header.Get("Mcp-Session-Id")
+	d.mu.Lock()
+	_, native := d.native[handle]
+	rs := d.restored[handle]
+	if rs != nil && !rs.ended {
+		rs.refs++
+		rs.idle.Stop()
+	} else {
+		rs = nil
+	}
+	d.mu.Unlock()
+	switch {
+	case native:
+		d.sdk.ServeHTTP(w, r)
+	case rs != nil:
+		defer d.release(rs)
+		rs.transport.ServeHTTP(w, r)
+	}
+}
+
+// discardResponse is the response to a delivered answer: no one reads it.
+type discardResponse struct{}
+
+func (discardResponse) Header() http.Header         { return http.Header{} }
+func (discardResponse) Write(b []byte) (int, error) { return len(b), nil }
+func (discardResponse) WriteHeader(int)             {}
+
+// wait stops hearing answers and waits until every session held has
+// closed.
+func (d *durableSessions) wait() {
+	if d.stop != nil {
+		d.stop()
+	}
+	d.answers.Wait()
+	d.watchers.Wait()
+}

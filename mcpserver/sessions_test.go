@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -33,14 +34,16 @@ type replicas struct {
 	lbURL  string // the balancer's
 }
 
-func newReplicas(t *testing.T) *replicas {
+func newReplicas(t *testing.T, cfg envConfig) *replicas {
 	t.Helper()
 	var opts Options
-	e := newEnv(t, envConfig{store: storetest.NewSQLite(t), server: func(o *Options) {
+	cfg.store = storetest.NewSQLite(t)
+	cfg.server = func(o *Options) {
 		o.Stateful = true
 		o.Sessions = nil // set below, to the env's store
 		opts = *o
-	}})
+	}
+	e := newEnv(t, cfg)
 	opts.Sessions = e.store
 	// The env's own server was made without Sessions: make both anew.
 	one, err := New(&opts)
@@ -73,10 +76,10 @@ func newReplicas(t *testing.T) *replicas {
 }
 
 // connectLB opens a stateful client session as sub through the balancer.
-func (r *replicas) connectLB(t *testing.T, sub string) *mcp.ClientSession {
+func (r *replicas) connectLB(t *testing.T, sub string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	src := r.broker.TokenSource(t.Context(), broker.Grant{Subject: sub, Audience: r.url + "/mcp"})
-	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
+	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, opts)
 	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{
 		Endpoint:             r.lbURL + "/mcp",
 		HTTPClient:           &http.Client{Transport: &oauth2.Transport{Source: src}},
@@ -154,8 +157,8 @@ func (r *replicas) sessionState(t *testing.T, handle string) (mcp.ServerSessionS
 // holds the handshake and the log level; closing the session deletes it,
 // and the session is then refused on both replicas.
 func TestSessionsAnyReplica(t *testing.T) {
-	r := newReplicas(t)
-	cs := r.connectLB(t, alice) // initialize: one; initialized: two
+	r := newReplicas(t, envConfig{})
+	cs := r.connectLB(t, alice, nil) // initialize: one; initialized: two
 	handle := cs.ID()
 	if handle == "" {
 		t.Fatal("no Mcp-Session-Id")
@@ -211,7 +214,7 @@ func TestSessionsAnyReplica(t *testing.T) {
 // the handle of another principal's session, is refused with 404 on a
 // replica that does not hold the session, and restores nothing.
 func TestSessionHandleRefused(t *testing.T) {
-	r := newReplicas(t)
+	r := newReplicas(t, envConfig{})
 	code, body := rawPost(t, r.oneURL, r.token(alice, ""), "",
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
 	if code != http.StatusOK {
@@ -248,5 +251,43 @@ func TestSessionHandleRefused(t *testing.T) {
 	// The session's own principal is served there.
 	if code, body := rawPost(t, r.twoURL, aliceTok, handle, listTools); code != http.StatusOK || !strings.Contains(body, `"tools"`) {
 		t.Errorf("alice's request of her session on the second replica: %d %s", code, body)
+	}
+}
+
+// TestSessionAnswerOnOtherReplica: an upstream's elicitation during a
+// tool call goes to the client on the call's stream from the replica that
+// serves the call; the client's answer reaches the other replica, which
+// passes it on, and the call completes with the upstream's answer, the
+// request and the answer audited once.
+func TestSessionAnswerOnOtherReplica(t *testing.T) {
+	up := mcp.NewServer(&mcp.Implementation{Name: "asker", Version: "1"}, nil)
+	up.AddTool(&mcp.Tool{Name: "ask", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Your name?", RequestedSchema: map[string]any{"type": "object"}})
+			if err != nil {
+				return nil, err
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hello " + res.Content["name"].(string)}}}, nil
+		})
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
+	t.Cleanup(ts.Close)
+	r := newReplicas(t, envConfig{rules: map[string]Decision{"as__ask": Allow}, upstreams: []Upstream{{Name: "as", URL: ts.URL}},
+		catalog: func(o *CatalogOptions) { o.RelayRequests = true }})
+	var asked atomic.Int32
+	cs := r.connectLB(t, alice, &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		asked.Add(1)
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Ada"}}, nil
+	}})
+	// initialize: one; initialized: two; the call: one; the answer: two.
+	// Without the answer passed on, the call would wait for ever: the
+	// deadline only ends the test.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "as__ask", Arguments: map[string]any{}})
+	if err != nil || res.IsError || text(res) != "hello Ada" || asked.Load() != 1 {
+		t.Fatalf("the call = %+v, %v (asked %d times); want hello Ada", res, err, asked.Load())
+	}
+	if kinds := r.auditKinds("as__ask"); !slices.Equal(kinds, []string{KindDecision, KindElicitationRequested, KindRequestAnswered, KindExecuted}) {
+		t.Errorf("audit %v", kinds)
 	}
 }

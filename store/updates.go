@@ -32,6 +32,10 @@ type Notification struct {
 	// streamed text.
 	MessageSeq int64  `json:"m,omitempty"`
 	Text       string `json:"t,omitempty"`
+	// Session and From are a NotifyMCPAnswer's MCP session (its record's
+	// id) and the process that published it; its Text is the answer.
+	Session string `json:"x,omitempty"`
+	From    string `json:"f,omitempty"`
 }
 
 // The kinds of Notification.
@@ -50,14 +54,29 @@ const (
 	// NotifyResync: notifications may have been lost (the listener
 	// reconnected); subscribers should read the database again.
 	NotifyResync = "resync"
+	// NotifyMCPAnswer: a client's answer to a request an MCP session sent
+	// it, received by one replica and passed to the others: the one that
+	// sent the request delivers it (see mcpserver's sessions).
+	NotifyMCPAnswer = "mcp_answer"
 )
+
+// MaxMCPAnswer bounds the Text of one NotifyMCPAnswer, in bytes, so that
+// the payload fits a PostgreSQL notification (8000 bytes) whatever its
+// escaping.
+const MaxMCPAnswer = 3500
 
 // MaxDeltaText bounds the text of one NotifyDelta, so that the payload fits
 // a PostgreSQL notification (8000 bytes) whatever its escaping.
 const MaxDeltaText = 1200
 
-// checkDelta validates a delta before it is published.
+// checkDelta validates what a caller publishes: a delta, or an MCP answer.
 func checkDelta(n Notification) error {
+	if n.Kind == NotifyMCPAnswer {
+		if n.Session == "" || n.From == "" || n.Text == "" || len(n.Text) > MaxMCPAnswer || !utf8.ValidString(n.Text) {
+			return invalid(fmt.Errorf("an MCP answer needs a session, its publisher and at most %d bytes of text", MaxMCPAnswer))
+		}
+		return nil
+	}
 	if n.Kind != NotifyDelta {
 		return invalid(fmt.Errorf("only %s notifications are published by callers, not %q", NotifyDelta, n.Kind))
 	}

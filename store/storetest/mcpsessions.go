@@ -80,3 +80,45 @@ func testMCPSessions(t *testing.T, s store.Store) {
 		t.Errorf("DeleteMCPSession again = %v, want ErrNotFound", err)
 	}
 }
+
+// testMCPAnswers: an MCP answer published by one process reaches every
+// process's Updates, whole; one without a session or publisher, or larger
+// than MaxMCPAnswer, is refused.
+func testMCPAnswers(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	updates, err := s.Updates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := store.Notification{Kind: store.NotifyMCPAnswer, Session: "s1", From: "replica-a", Owner: "alice",
+		Text: `{"jsonrpc":"2.0","id":1,"result":{"action":"accept","content":{"name":"Ada \"the first\""}}}`}
+	for name, bad := range map[string]store.Notification{
+		"no session":   {Kind: store.NotifyMCPAnswer, From: "replica-a", Text: answer.Text},
+		"no publisher": {Kind: store.NotifyMCPAnswer, Session: "s1", Text: answer.Text},
+		"no text":      {Kind: store.NotifyMCPAnswer, Session: "s1", From: "replica-a"},
+		"too large":    {Kind: store.NotifyMCPAnswer, Session: "s1", From: "replica-a", Text: strings.Repeat(`"`, store.MaxMCPAnswer+1)},
+	} {
+		if err := s.Publish(ctx, bad); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("Publish (%s) = %v, want ErrInvalid", name, err)
+		}
+	}
+	// The largest answer, all quotes: each is escaped in the payload.
+	largest := answer
+	largest.Text = strings.Repeat(`"`, store.MaxMCPAnswer)
+	for _, n := range []store.Notification{answer, largest} {
+		if err := s.Publish(ctx, n); err != nil {
+			t.Fatalf("Publish(%d bytes): %v", len(n.Text), err)
+		}
+	}
+	for _, want := range []store.Notification{answer, largest} {
+		for got := range updates {
+			if got.Kind == store.NotifyResync {
+				continue
+			}
+			if got != want {
+				t.Errorf("Updates gave %+v, want %+v", got, want)
+			}
+			break
+		}
+	}
+}
