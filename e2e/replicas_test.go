@@ -9,7 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
-	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,12 +49,7 @@ func TestConformanceReplicas(t *testing.T) {
 			t.Parallel()
 			lb, token := startReplicas(t, startEverything(t, bin, true)+"/mcp", mode == "replicas-stateful")
 			endpoint := startAuthProxy(t, lb, token) + "/mcp"
-			if mode == "replicas-stateless" {
-				compareOutcomes(t, file, mode, scenarios, runSuite(t, nt, endpoint), expected)
-				return
-			}
-			held := slices.DeleteFunc(slices.Clone(scenarios), func(name string) bool { return slices.Contains(relayedScenarios, name) })
-			compareOutcomes(t, file, mode, held, runScenarios(t, nt, endpoint, held), expected)
+			compareOutcomes(t, file, mode, scenarios, runSuite(t, nt, endpoint), expected)
 		})
 	}
 }
@@ -63,8 +58,9 @@ func TestConformanceReplicas(t *testing.T) {
 // one stateful session through two replicas behind the alternating
 // balancer (testdata/replicas-client.mjs): every request of the session is
 // served, whichever replica it reaches; the log level set on one replica
-// holds for a call on the other; the session ended on one is refused on
-// both.
+// holds for a call on the other; a tool's elicitation, sent from one
+// replica, is answered through the other; the session ended on one is
+// refused on both.
 func TestTypeScriptClientReplicas(t *testing.T) {
 	nt := requireTools(t)
 	testenv.DatabaseURL(t)
@@ -85,6 +81,8 @@ func TestTypeScriptClientReplicas(t *testing.T) {
 		Logs             int    `json:"logs"`
 		Prompts          int    `json:"prompts"`
 		ResourceText     string `json:"resourceText"`
+		ElicitationText  string `json:"elicitationText"`
+		ElicitationAsked int    `json:"elicitationAsked"`
 		AfterEnd         []int  `json:"afterEnd"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
@@ -97,39 +95,12 @@ func TestTypeScriptClientReplicas(t *testing.T) {
 	if got.SimpleText == "" || got.LoggingCallError || got.Logs == 0 || got.Prompts == 0 || got.ResourceText == "" {
 		t.Errorf("the calls of the session: %+v", got)
 	}
+	if got.ElicitationAsked != 1 || !strings.Contains(got.ElicitationText, "action=accept") || !strings.Contains(got.ElicitationText, "ada") {
+		t.Errorf("the elicitation round trip: asked %d times, the tool said %q", got.ElicitationAsked, got.ElicitationText)
+	}
 	if len(got.AfterEnd) != 2 || got.AfterEnd[0] != http.StatusNotFound || got.AfterEnd[1] != http.StatusNotFound {
 		t.Errorf("the ended session on both replicas: %v, want 404 twice", got.AfterEnd)
 	}
-}
-
-// relayedScenarios are the scenarios whose tool asks the client (sampling,
-// elicitation) during the call: the request goes out on the call's
-// response stream, from the replica that serves the call, and the client
-// answers in a request of its own, which the balancer sends to whichever
-// replica is next — the other one, unless another request of the session
-// came between. An answer on the other replica does not reach the
-// upstream yet (the call then waits for the client's timeout, a minute),
-// so their outcome depends on the order of the suite's requests: the
-// stateful run leaves them out.
-var relayedScenarios = []string{"tools-call-sampling", "tools-call-elicitation", "elicitation-sep1034-defaults", "elicitation-sep1330-enums"}
-
-// runScenarios runs the named scenarios of the suite against endpoint, one
-// run each, and returns each one's checks.
-func runScenarios(t *testing.T, nt nodeTools, endpoint string, names []string) map[string][]check {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "results")
-	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
-	defer cancel()
-	start := time.Now()
-	for _, name := range names {
-		// It exits non-zero when the scenario fails; the results say so.
-		stdout, stderr, err := nt.run(ctx, t.TempDir(), "conformance", "server", "--url", endpoint, "--scenario", name, "--output-dir", out)
-		if ctx.Err() != nil {
-			t.Fatalf("the conformance suite's %d scenarios did not finish within %s (at %s: %v)\nstdout:\n%s\nstderr:\n%s", len(names), suiteTimeout, name, err, stdout, stderr)
-		}
-	}
-	t.Logf("the conformance suite's %d scenarios ran for %s", len(names), time.Since(start).Round(time.Millisecond))
-	return readResults(t, out, "server-")
 }
 
 // startReplicas starts two `usher serve` replicas on a PostgreSQL database

@@ -7,22 +7,28 @@
 //	node replicas-client.mjs MCP_URL BROKER_TOKEN
 //	    Opens a session, lists and calls tools, sets the log level and
 //	    hears the upstream's log messages of a call, lists prompts, reads a
-//	    resource, ends the session, and tries it once more. Prints one JSON
+//	    resource, answers a tool's elicitation, ends the session, and tries
+//	    it once more. Prints one JSON
 //	    object with what each step saw.
 //
 // Failures are printed as {"error": ...} with exit status 1.
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { ElicitRequestSchema, LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const [url, token] = process.argv.slice(2);
 
 async function main() {
   const headers = { Authorization: `Bearer ${token}` };
-  const client = new Client({ name: 'replicas-client', version: '1' }, { capabilities: {} });
+  const client = new Client({ name: 'replicas-client', version: '1' }, { capabilities: { elicitation: {} } });
   const logs = [];
   client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => { logs.push(n.params.level); });
+  let asked = 0;
+  client.setRequestHandler(ElicitRequestSchema, async () => {
+    asked++;
+    return { action: 'accept', content: { username: 'ada' } };
+  });
   const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } });
   await client.connect(transport);
   const sessionId = transport.sessionId;
@@ -42,6 +48,11 @@ async function main() {
   out.prompts = (await client.listPrompts()).prompts.length;
   const read = await client.readResource({ uri: 'test://static-text' });
   out.resourceText = read.contents?.[0]?.text ?? '';
+  // The elicitation goes out on the call's stream from one replica; the
+  // answer, a request of its own, goes to the other.
+  const elicited = await client.callTool({ name: 'test_elicitation', arguments: { message: 'Your name?' } });
+  out.elicitationText = elicited.content?.[0]?.text ?? '';
+  out.elicitationAsked = asked;
 
   await transport.terminateSession();
   // The ended session, on whichever replica the balancer picks next.
