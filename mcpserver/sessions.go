@@ -10,7 +10,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -34,7 +33,7 @@ import (
 // has been idle for Options.SessionTimeout. Every request of a session
 // reads its record, so that a session deleted on one replica ends on all,
 // and a copy whose record has changed since it was made (another replica
-// set the log level) is made again.
+// set the log level) is brought to it (see sync).
 
 // SessionStore keeps the records of stateful sessions, and passes a
 // client's answers to every replica (a store.Store does).
@@ -160,12 +159,18 @@ func (d *durableSessions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.passOn(r, rec)
 	}
 	d.mu.Lock()
-	if state, ok := d.native[handle]; ok && bytes.Equal(state, rec.State) {
-		d.mu.Unlock()
+	state, native := d.native[handle]
+	if rs := d.restored[handle]; rs != nil && !rs.ended {
+		state = rs.state
+	}
+	d.mu.Unlock()
+	if state != nil && !bytes.Equal(state, rec.State) {
+		d.sync(r.Context(), handle, rec)
+	}
+	if native {
 		d.sdk.ServeHTTP(w, r)
 		return
 	}
-	d.mu.Unlock()
 	rs, err := d.restore(r.Context(), handle, rec)
 	if err != nil {
 		d.s.log.ErrorContext(r.Context(), "mcpserver: restoring a session failed", "err", err)
@@ -242,38 +247,18 @@ func (d *durableSessions) nativeSession(handle string) *mcp.ServerSession {
 }
 
 // restore returns this replica's copy of the session, made from rec if
-// there is none or the one there is was made from another state, with a
-// request counted on it (see release).
+// there is none, with a request counted on it (see release).
 func (d *durableSessions) restore(ctx context.Context, handle string, rec store.MCPSession) (*restoredSession, error) {
 	d.mu.Lock()
-	rs, stale, err := d.restoreLocked(ctx, handle, rec)
-	d.mu.Unlock()
-	// A copy made from another state is closed, outside the lock: its
-	// watcher takes it out of the maps.
-	if stale != nil {
-		_ = stale.Close()
-	}
-	return rs, err
-}
-
-// restoreLocked is restore under d.mu; it returns the stale copy to close.
-func (d *durableSessions) restoreLocked(ctx context.Context, handle string, rec store.MCPSession) (_ *restoredSession, stale *mcp.ServerSession, _ error) {
-	if rs := d.restored[handle]; rs != nil && !rs.ended && bytes.Equal(rs.state, rec.State) {
+	defer d.mu.Unlock()
+	if rs := d.restored[handle]; rs != nil && !rs.ended {
 		rs.refs++
 		rs.idle.Stop()
-		return rs, nil, nil
-	}
-	if old := d.restored[handle]; old != nil {
-		old.ended = true
-		stale = old.session
-	}
-	if _, ok := d.native[handle]; ok {
-		delete(d.native, handle)
-		stale = d.nativeSession(handle)
+		return rs, nil
 	}
 	var st mcp.ServerSessionState
 	if err := json.Unmarshal(rec.State, &st); err != nil {
-		return nil, stale, err
+		return nil, err
 	}
 	// The record is written once the handshake is answered: the client
 	// has been told it is initialized, or is telling a replica so.
@@ -281,7 +266,7 @@ func (d *durableSessions) restoreLocked(ctx context.Context, handle string, rec 
 	t := &mcp.StreamableServerTransport{SessionID: handle, EventStore: d.events}
 	ss, err := d.s.sdk.Connect(ctx, t, &mcp.ServerSessionOptions{State: &st})
 	if err != nil {
-		return nil, stale, err
+		return nil, err
 	}
 	rs := &restoredSession{session: ss, transport: t, state: rec.State, refs: 1}
 	rs.idle = time.AfterFunc(d.s.opts.SessionTimeout, func() { _ = ss.Close() })
@@ -296,7 +281,28 @@ func (d *durableSessions) restoreLocked(ctx context.Context, handle string, rec 
 		rs.idle.Stop()
 		d.forgetHeldLocked(rec.ID, handle)
 	})
-	return rs, stale, nil
+	return rs, nil
+}
+
+// sync brings this replica's copy of the session to its record, which
+// another replica has changed (it set the log level), without closing the
+// copy, whose streams and calls go on: the level is set on the copy by a
+// logging/setLevel of its own, as if the client had sent it here.
+func (d *durableSessions) sync(ctx context.Context, handle string, rec store.MCPSession) {
+	var st mcp.ServerSessionState
+	if err := json.Unmarshal(rec.State, &st); err == nil && st.LogLevel != "" {
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": "usher-sync-" + rand.Text(), "method": "logging/setLevel",
+			"params": map[string]any{"level": st.LogLevel}})
+		d.inject(ctx, handle, rec.Principal, body)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.native[handle]; ok {
+		d.native[handle] = rec.State
+	}
+	if rs := d.restored[handle]; rs != nil {
+		rs.state = rec.State
+	}
 }
 
 // release ends a request's use of a restored session: the last one starts
@@ -495,14 +501,20 @@ func (d *durableSessions) deliver(ctx context.Context, n store.Notification) {
 	if !ok {
 		return
 	}
-	req, err := http.NewRequestWithContext(withCaller(ctx, Caller{Subject: n.Owner}), http.MethodPost, "/mcp", strings.NewReader(n.Text))
+	d.inject(ctx, handle, n.Owner, []byte(n.Text))
+}
+
+// inject serves body to this replica's copy of the session handle, as a
+// POST of principal's, and discards the response.
+func (d *durableSessions) inject(ctx context.Context, handle, principal string, body []byte) {
+	req, err := http.NewRequestWithContext(withCaller(context.WithoutCancel(ctx), Caller{Subject: principal}), http.MethodPost, "/mcp", bytes.NewReader(body))
 	if err != nil {
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Mcp-Session-Id", handle)
-	req.Header.Set("Authorization", "Bearer answer") // for the SDK's check; the principal is the record's
+	req.Header.Set("Authorization", "Bearer internal") // for the SDK's check; the principal is the record's
 	d.injector.ServeHTTP(discardResponse{}, req)
 }
 

@@ -104,6 +104,16 @@ func copies(s *Server, id string) int {
 	return n
 }
 
+// copyOf returns the copy of session id that the Server s holds, or nil.
+func copyOf(s *Server, id string) *mcp.ServerSession {
+	for ss := range s.sdk.Sessions() {
+		if ss.ID() == id {
+			return ss
+		}
+	}
+	return nil
+}
+
 // rawPost sends a JSON-RPC body to base's /mcp with the bearer token and
 // the session handle, and returns the status and the body.
 func rawPost(t *testing.T, base, token, handle, body string) (int, string) {
@@ -183,16 +193,23 @@ func TestSessionsAnyReplica(t *testing.T) {
 		t.Errorf("the record's state %+v lacks the handshake", st)
 	}
 
+	before := copyOf(r.two, handle)
 	if err := cs.SetLoggingLevel(t.Context(), &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := r.sessionState(t, handle); err != nil || st.LogLevel != "debug" {
 		t.Errorf("after logging/setLevel the record's level is %q (%v), want debug", st.LogLevel, err)
 	}
-	for range 2 { // the other replica's copy is made again, with the level
+	for range 2 { // the level is set on the other replica's copy too
 		if got := listed(t, cs); len(got) == 0 {
 			t.Fatal("tools/list after logging/setLevel listed nothing")
 		}
+	}
+	if after := copyOf(r.two, handle); after != before || copies(r.two, handle) != 1 {
+		t.Errorf("the second replica's copy of the session was replaced (%p, then %p): its streams would have been cut", before, after)
+	}
+	if st, err := r.sessionState(t, handle); err != nil || st.LogLevel != "debug" {
+		t.Errorf("after both copies have the level the record's level is %q (%v), want debug", st.LogLevel, err)
 	}
 
 	if err := cs.Close(); err != nil {
