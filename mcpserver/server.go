@@ -486,6 +486,9 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 				// subscribes with subscriptions/listen.)
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found"}
 			}
+			if s.durable != nil {
+				return s.recordSubscription(ctx, next, method, req)
+			}
 		case "initialize":
 			return s.initialize(ctx, c, next, method, req)
 		case "logging/setLevel":

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,7 +41,7 @@ import (
 type SessionStore interface {
 	CreateMCPSession(ctx context.Context, s store.MCPSession) (store.MCPSession, error)
 	GetMCPSession(ctx context.Context, id string) (store.MCPSession, error)
-	UpdateMCPSessionState(ctx context.Context, id string, state []byte) error
+	UpdateMCPSessionState(ctx context.Context, id string, old, state []byte) error
 	DeleteMCPSession(ctx context.Context, id string) error
 	// Publish and Updates carry store.NotifyMCPAnswer.
 	Publish(ctx context.Context, n store.Notification) error
@@ -52,6 +53,19 @@ const DefaultSessionLifetime = 24 * time.Hour
 
 // maxSessionHandle bounds an Mcp-Session-Id that is opened.
 const maxSessionHandle = 256
+
+// sessionState is the state a session's record holds: the SDK's, and the
+// resources the session is subscribed to (each copy of the session
+// subscribes to them on its replica, so that an update reaches the
+// client's stream wherever it is held).
+type sessionState struct {
+	mcp.ServerSessionState
+	Subscriptions []string `json:"subscriptions,omitempty"`
+}
+
+// maxChangeAttempts bounds the compare-and-swaps of a change to a
+// session's record that other replicas' changes overtake.
+const maxChangeAttempts = 8
 
 // sessionHandle is what a session's Mcp-Session-Id seals.
 type sessionHandle struct {
@@ -165,19 +179,23 @@ func (d *durableSessions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d.mu.Unlock()
 	if state != nil && !bytes.Equal(state, rec.State) {
-		d.sync(r.Context(), handle, rec)
+		d.sync(r.Context(), handle, state, rec)
 	}
 	if native {
 		d.sdk.ServeHTTP(w, r)
 		return
 	}
-	rs, err := d.restore(r.Context(), handle, rec)
+	rs, made, err := d.restore(r.Context(), handle, rec)
 	if err != nil {
 		d.s.log.ErrorContext(r.Context(), "mcpserver: restoring a session failed", "err", err)
 		httpx.WriteError(w, r, d.s.log, errSessionsUnavailable)
 		return
 	}
 	defer d.release(rs)
+	if !bytes.Equal(made, rec.State) {
+		// A new copy subscribes to the record's resources.
+		d.sync(r.Context(), handle, made, rec)
+	}
 	rs.transport.ServeHTTP(w, r)
 }
 
@@ -247,28 +265,35 @@ func (d *durableSessions) nativeSession(handle string) *mcp.ServerSession {
 }
 
 // restore returns this replica's copy of the session, made from rec if
-// there is none, with a request counted on it (see release).
-func (d *durableSessions) restore(ctx context.Context, handle string, rec store.MCPSession) (*restoredSession, error) {
+// there is none, with a request counted on it (see release), and the
+// state the copy has: a new copy is not yet subscribed to the record's
+// resources.
+func (d *durableSessions) restore(ctx context.Context, handle string, rec store.MCPSession) (*restoredSession, []byte, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if rs := d.restored[handle]; rs != nil && !rs.ended {
 		rs.refs++
 		rs.idle.Stop()
-		return rs, nil
+		return rs, rs.state, nil
 	}
-	var st mcp.ServerSessionState
+	var st sessionState
 	if err := json.Unmarshal(rec.State, &st); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	st.Subscriptions = nil
+	made, err := json.Marshal(st)
+	if err != nil {
+		return nil, nil, err
 	}
 	// The record is written once the handshake is answered: the client
 	// has been told it is initialized, or is telling a replica so.
 	st.InitializedParams = &mcp.InitializedParams{}
 	t := &mcp.StreamableServerTransport{SessionID: handle, EventStore: d.events}
-	ss, err := d.s.sdk.Connect(ctx, t, &mcp.ServerSessionOptions{State: &st})
+	ss, err := d.s.sdk.Connect(ctx, t, &mcp.ServerSessionOptions{State: &st.ServerSessionState})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	rs := &restoredSession{session: ss, transport: t, state: rec.State, refs: 1}
+	rs := &restoredSession{session: ss, transport: t, state: made, refs: 1}
 	rs.idle = time.AfterFunc(d.s.opts.SessionTimeout, func() { _ = ss.Close() })
 	rs.idle.Stop()
 	d.restored[handle] = rs
@@ -281,27 +306,50 @@ func (d *durableSessions) restore(ctx context.Context, handle string, rec store.
 		rs.idle.Stop()
 		d.forgetHeldLocked(rec.ID, handle)
 	})
-	return rs, nil
+	return rs, made, nil
 }
 
-// sync brings this replica's copy of the session to its record, which
-// another replica has changed (it set the log level), without closing the
-// copy, whose streams and calls go on: the level is set on the copy by a
-// logging/setLevel of its own, as if the client had sent it here.
-func (d *durableSessions) sync(ctx context.Context, handle string, rec store.MCPSession) {
-	var st mcp.ServerSessionState
-	if err := json.Unmarshal(rec.State, &st); err == nil && st.LogLevel != "" {
-		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": "usher-sync-" + rand.Text(), "method": "logging/setLevel",
-			"params": map[string]any{"level": st.LogLevel}})
+// sync brings this replica's copy of the session, whose state is from,
+// to its record, which another replica has changed, without closing the
+// copy, whose streams and calls go on: the copy is told the record's log
+// level and subscriptions by requests of its own (logging/setLevel,
+// resources/subscribe and resources/unsubscribe), as if the client had
+// sent them here. Each is decided and recorded as the client's would be.
+func (d *durableSessions) sync(ctx context.Context, handle string, from []byte, rec store.MCPSession) {
+	var was, is sessionState
+	if json.Unmarshal(from, &was) != nil || json.Unmarshal(rec.State, &is) != nil {
+		return
+	}
+	ask := func(method string, params map[string]any) {
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": "usher-sync-" + rand.Text(), "method": method, "params": params})
 		d.inject(ctx, handle, rec.Principal, body)
 	}
+	if is.LogLevel != "" && is.LogLevel != was.LogLevel {
+		ask("logging/setLevel", map[string]any{"level": is.LogLevel})
+	}
+	for _, uri := range is.Subscriptions {
+		if !slices.Contains(was.Subscriptions, uri) {
+			ask("resources/subscribe", map[string]any{"uri": uri})
+		}
+	}
+	for _, uri := range was.Subscriptions {
+		if !slices.Contains(is.Subscriptions, uri) {
+			ask("resources/unsubscribe", map[string]any{"uri": uri})
+		}
+	}
+	d.setState(handle, from, rec.State)
+}
+
+// setState sets the state of this replica's copy of the session to state,
+// if it is from.
+func (d *durableSessions) setState(handle string, from, state []byte) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.native[handle]; ok {
-		d.native[handle] = rec.State
+	if old, ok := d.native[handle]; ok && bytes.Equal(old, from) {
+		d.native[handle] = state
 	}
-	if rs := d.restored[handle]; rs != nil {
-		rs.state = rec.State
+	if rs := d.restored[handle]; rs != nil && bytes.Equal(rs.state, from) {
+		rs.state = state
 	}
 }
 
@@ -338,7 +386,7 @@ func (d *durableSessions) record(ctx context.Context, c Caller, req *mcp.ServerR
 	if !ok || req.Params == nil {
 		return errors.New("the session has no handle of Usher's")
 	}
-	state, err := json.Marshal(mcp.ServerSessionState{InitializeParams: req.Params, NegotiatedProtocolVersion: res.ProtocolVersion})
+	state, err := json.Marshal(sessionState{ServerSessionState: mcp.ServerSessionState{InitializeParams: req.Params, NegotiatedProtocolVersion: res.ProtocolVersion}})
 	if err == nil {
 		now := d.s.opts.Now()
 		_, err = d.store.CreateMCPSession(ctx, store.MCPSession{
@@ -365,40 +413,76 @@ func (d *durableSessions) record(ctx context.Context, c Caller, req *mcp.ServerR
 	return nil
 }
 
-// setLevel records a session's new log level, for the copies of it on
-// other replicas, which are made again from the record.
-func (d *durableSessions) setLevel(ctx context.Context, ss *mcp.ServerSession, level mcp.LoggingLevel) error {
+// change applies fn to the state in the record of the session ss, by
+// compare-and-swap, and tells the other replicas, whose copies of the
+// session are brought to it (see sync). This replica's copy has made the
+// change already.
+func (d *durableSessions) change(ctx context.Context, ss *mcp.ServerSession, fn func(*sessionState)) error {
 	handle := ss.ID()
 	id, ok := d.open(handle)
 	if !ok {
 		return errors.New("the session has no handle of Usher's")
 	}
+	for range maxChangeAttempts {
+		rec, err := d.store.GetMCPSession(ctx, id)
+		if err != nil {
+			return err
+		}
+		var st sessionState
+		if err := json.Unmarshal(rec.State, &st); err != nil {
+			return err
+		}
+		fn(&st)
+		st.InitializedParams = nil
+		state, err := json.Marshal(st)
+		if err != nil {
+			return err
+		}
+		if bytes.Equal(state, rec.State) {
+			d.setState(handle, rec.State, state)
+			return nil
+		}
+		err = d.store.UpdateMCPSessionState(ctx, id, rec.State, state)
+		if errors.Is(err, store.ErrConflict) {
+			continue // another change came first: apply fn to it
+		}
+		if err != nil {
+			return err
+		}
+		d.setState(handle, rec.State, state)
+		if err := d.store.Publish(ctx, store.Notification{Kind: store.NotifyMCPSession, Session: id, From: d.self}); err != nil {
+			// The other replicas' copies are brought to the record at
+			// their next request of the session.
+			d.s.log.WarnContext(ctx, "mcpserver: telling other replicas of a session's change failed", "err", err)
+		}
+		return nil
+	}
+	return errors.New("the session's record kept changing")
+}
+
+// refresh brings this replica's copy of the session id, if it holds one,
+// to its record, which another replica has changed.
+func (d *durableSessions) refresh(ctx context.Context, id string) {
+	d.mu.Lock()
+	handle, ok := d.held[id]
+	var from []byte
+	if ok {
+		from = d.native[handle]
+		if rs := d.restored[handle]; rs != nil && !rs.ended {
+			from = rs.state
+		}
+	}
+	d.mu.Unlock()
+	if from == nil {
+		return
+	}
 	rec, err := d.store.GetMCPSession(ctx, id)
 	if err != nil {
-		return err
+		return // ended; its next request finds so
 	}
-	var st mcp.ServerSessionState
-	if err := json.Unmarshal(rec.State, &st); err != nil {
-		return err
+	if !bytes.Equal(from, rec.State) {
+		d.sync(ctx, handle, from, rec)
 	}
-	st.InitializedParams, st.LogLevel = nil, level
-	state, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	if err := d.store.UpdateMCPSessionState(ctx, id, state); err != nil {
-		return err
-	}
-	// This replica's copy has the level already: it stays.
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, ok := d.native[handle]; ok {
-		d.native[handle] = state
-	}
-	if rs := d.restored[handle]; rs != nil {
-		rs.state = state
-	}
-	return nil
 }
 
 // setLevel sets a session's log level and, for a session kept in
@@ -409,7 +493,7 @@ func (s *Server) setLevel(ctx context.Context, next mcp.MethodHandler, method st
 	if err != nil || !ok || s.durable == nil || r.Session == nil || r.Session.ID() == "" || r.Params == nil {
 		return res, err
 	}
-	if err := s.durable.setLevel(ctx, r.Session, r.Params.Level); err != nil {
+	if err := s.durable.change(ctx, r.Session, func(st *sessionState) { st.LogLevel = r.Params.Level }); err != nil {
 		s.log.ErrorContext(ctx, "mcpserver: recording a session's log level failed", "err", err)
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the log level could not be recorded"}
 	}
@@ -483,8 +567,12 @@ func (d *durableSessions) start() error {
 	go func() {
 		defer d.answers.Done()
 		for n := range updates {
-			if n.Kind == store.NotifyMCPAnswer && n.From != d.self {
+			switch {
+			case n.From == d.self:
+			case n.Kind == store.NotifyMCPAnswer:
 				d.deliver(ctx, n)
+			case n.Kind == store.NotifyMCPSession:
+				d.refresh(ctx, n.Session)
 			}
 		}
 	}()
@@ -556,4 +644,52 @@ func (d *durableSessions) wait() {
 	}
 	d.answers.Wait()
 	d.watchers.Wait()
+}
+
+// subscribed records that the session ss subscribed to uri (add) or
+// unsubscribed from it, for its copies on the other replicas.
+func (d *durableSessions) subscribed(ctx context.Context, ss *mcp.ServerSession, uri string, add bool) error {
+	return d.change(ctx, ss, func(st *sessionState) {
+		switch i := slices.Index(st.Subscriptions, uri); {
+		case add && i < 0:
+			st.Subscriptions = append(st.Subscriptions, uri)
+		case !add && i >= 0:
+			st.Subscriptions = slices.Delete(st.Subscriptions, i, i+1)
+		}
+	})
+}
+
+// recordSubscription serves resources/subscribe or resources/unsubscribe
+// and records the change in the session's record. A subscription that
+// cannot be recorded (the record would grow beyond its bound) is undone
+// and refused.
+func (s *Server) recordSubscription(ctx context.Context, next mcp.MethodHandler, method string, req mcp.Request) (mcp.Result, error) {
+	res, err := next(ctx, method, req)
+	if err != nil {
+		return res, err
+	}
+	var ss *mcp.ServerSession
+	var uri string
+	switch r := req.(type) {
+	case *mcp.SubscribeRequest:
+		if r.Params != nil {
+			ss, uri = r.Session, r.Params.URI
+		}
+	case *mcp.UnsubscribeRequest:
+		if r.Params != nil {
+			ss, uri = r.Session, r.Params.URI
+		}
+	}
+	if ss == nil || ss.ID() == "" {
+		return res, nil
+	}
+	add := method == "resources/subscribe"
+	if err := s.durable.subscribed(ctx, ss, uri, add); err != nil {
+		s.log.ErrorContext(ctx, "mcpserver: recording a session's subscription failed", "err", err)
+		if add {
+			s.unsubscribe(ctx, ss, uri)
+		}
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the subscription could not be recorded"}
+	}
+	return res, nil
 }

@@ -32,6 +32,8 @@ type replicas struct {
 	oneURL string // the first replica's base URL
 	twoURL string // the second replica's
 	lbURL  string // the balancer's
+	// splitURL sends GETs to the first replica, POSTs to the second.
+	splitURL string
 }
 
 func newReplicas(t *testing.T, cfg envConfig) *replicas {
@@ -71,19 +73,36 @@ func newReplicas(t *testing.T, cfg envConfig) *replicas {
 		[]http.Handler{one.Handler(), two.Handler()}[(next.Add(1)-1)%2].ServeHTTP(w, r)
 	}))
 	t.Cleanup(lb.Close)
+	// split sends every GET (the standalone stream) to the first replica,
+	// every POST to the second.
+	split := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			one.Handler().ServeHTTP(w, r)
+			return
+		}
+		two.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(split.Close)
 	// e.url stays the public URL, the audience of e.token's tokens.
-	return &replicas{env: e, two: two, oneURL: oneTS.URL, twoURL: twoTS.URL, lbURL: lb.URL}
+	return &replicas{env: e, two: two, oneURL: oneTS.URL, twoURL: twoTS.URL, lbURL: lb.URL, splitURL: split.URL}
 }
 
 // connectLB opens a stateful client session as sub through the balancer.
 func (r *replicas) connectLB(t *testing.T, sub string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
+	return r.connectVia(t, r.lbURL, sub, opts, true)
+}
+
+// connectVia opens a stateful client session as sub through base, with
+// the standalone stream or not.
+func (r *replicas) connectVia(t *testing.T, base, sub string, opts *mcp.ClientOptions, noStream bool) *mcp.ClientSession {
+	t.Helper()
 	src := r.broker.TokenSource(t.Context(), broker.Grant{Subject: sub, Audience: r.url + "/mcp"})
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, opts)
 	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{
-		Endpoint:             r.lbURL + "/mcp",
+		Endpoint:             base + "/mcp",
 		HTTPClient:           &http.Client{Transport: &oauth2.Transport{Source: src}},
-		DisableStandaloneSSE: true,
+		DisableStandaloneSSE: noStream,
 		MaxRetries:           -1,
 	}, nil)
 	if err != nil {
@@ -306,5 +325,59 @@ func TestSessionAnswerOnOtherReplica(t *testing.T) {
 	}
 	if kinds := r.auditKinds("as__ask"); !slices.Equal(kinds, []string{KindDecision, KindElicitationRequested, KindRequestAnswered, KindExecuted}) {
 		t.Errorf("audit %v", kinds)
+	}
+}
+
+// TestSessionSubscriptionOtherReplica: a subscription made on one replica
+// is recorded with the session, and the replica that holds the client's
+// standalone stream subscribes its copy of the session too, so that the
+// resource's update reaches the client there; an unsubscription made on
+// the first replica ends it on the other.
+func TestSessionSubscriptionOtherReplica(t *testing.T) {
+	up := newFeatureUpstream(t, "up", true)
+	const uri = "up__test://static-text"
+	r := newReplicas(t, envConfig{upstreams: []Upstream{{Name: "up", URL: up.url}}, rules: map[string]Decision{uri: Allow}})
+	updated := make(chan string, 8)
+	cs := r.connectVia(t, r.splitURL, alice, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	}, false)
+	if err := cs.Subscribe(t.Context(), &mcp.SubscribeParams{URI: uri}); err != nil { // on the second replica
+		t.Fatal(err)
+	}
+	if id, _ := r.server.durable.open(cs.ID()); id != "" {
+		var rec sessionState
+		got, err := r.store.GetMCPSession(t.Context(), id)
+		if err != nil || json.Unmarshal(got.State, &rec) != nil || !slices.Equal(rec.Subscriptions, []string{uri}) {
+			t.Fatalf("the record's subscriptions: %+v, %v", rec.Subscriptions, err)
+		}
+	}
+	// The first replica's copy (the standalone stream's) is subscribed
+	// once it has heard of the change (store.NotifyMCPSession, which
+	// refreshes it; refreshed here too, so that the test need not wait
+	// for the notification): an update reaches the client there.
+	id, _ := r.server.durable.open(cs.ID())
+	r.server.durable.refresh(t.Context(), id)
+	if err := up.server.ResourceUpdated(t.Context(), &mcp.ResourceUpdatedNotificationParams{URI: "test://static-text"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // ends only a failing test
+	defer cancel()
+	select {
+	case got := <-updated:
+		if got != uri {
+			t.Fatalf("the update names %q, want %q", got, uri)
+		}
+	case <-ctx.Done():
+		t.Fatal("no update reached the client's stream on the first replica")
+	}
+	if err := cs.Unsubscribe(t.Context(), &mcp.UnsubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := r.server.durable.open(cs.ID()); id != "" {
+		var after sessionState
+		got, err := r.store.GetMCPSession(t.Context(), id)
+		if err != nil || json.Unmarshal(got.State, &after) != nil || len(after.Subscriptions) != 0 {
+			t.Errorf("the record's subscriptions after unsubscribing: %+v, %v", after.Subscriptions, err)
+		}
 	}
 }

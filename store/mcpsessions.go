@@ -80,7 +80,8 @@ RETURNING ` + mcpSessionColumns)
 
 	getMCPSession = sql1(`SELECT ` + mcpSessionColumns + ` FROM mcp_sessions WHERE id = $1`)
 
-	updateMCPSessionState = sql1(`UPDATE mcp_sessions SET state = $2 WHERE id = $1`)
+	// updateMCPSessionState is a compare-and-swap on the state.
+	updateMCPSessionState = sql1(`UPDATE mcp_sessions SET state = $3 WHERE id = $1 AND state = $2`)
 
 	deleteMCPSession = sql1(`DELETE FROM mcp_sessions WHERE id = $1`)
 )
@@ -116,14 +117,14 @@ func (c *core) GetMCPSession(ctx context.Context, id string) (MCPSession, error)
 	return out, nil
 }
 
-func (c *core) UpdateMCPSessionState(ctx context.Context, id string, state []byte) error {
+func (c *core) UpdateMCPSessionState(ctx context.Context, id string, old, state []byte) error {
 	if err := invalid(checkMCPSessionState(state)); err != nil {
 		return err
 	}
 	return c.fail(c.writeOne(ctx, func(x executor) error {
-		n, err := x.exec(ctx, updateMCPSessionState, id, string(state))
+		n, err := x.exec(ctx, updateMCPSessionState, id, string(old), string(state))
 		if err == nil && n == 0 {
-			err = ErrNotFound
+			err = ErrConflict
 		}
 		return err
 	}))

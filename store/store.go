@@ -397,8 +397,8 @@ type Store interface {
 	// published with Publish. Notifications are hints (see Notification).
 	// The channel is closed when ctx ends.
 	Updates(ctx context.Context) (<-chan Notification, error)
-	// Publish sends a NotifyDelta or a NotifyMCPAnswer to every
-	// process's Updates.
+	// Publish sends a NotifyDelta, NotifyMCPAnswer or NotifyMCPSession to
+	// every process's Updates.
 	Publish(ctx context.Context, n Notification) error
 	// WakeUps returns a channel that receives a value (coalesced) whenever
 	// a run may have been queued, by this process or, on PostgreSQL, any
@@ -628,9 +628,10 @@ type Store interface {
 	// GetMCPSession returns the session id, ended as it may be, or
 	// ErrNotFound.
 	GetMCPSession(ctx context.Context, id string) (MCPSession, error)
-	// UpdateMCPSessionState replaces the session's state, or fails with
-	// ErrNotFound.
-	UpdateMCPSessionState(ctx context.Context, id string, state []byte) error
+	// UpdateMCPSessionState replaces the session's state if it is old (a
+	// compare-and-swap); otherwise, or when there is no such session, it
+	// fails with ErrConflict.
+	UpdateMCPSessionState(ctx context.Context, id string, old, state []byte) error
 	// DeleteMCPSession deletes the session, or fails with ErrNotFound.
 	DeleteMCPSession(ctx context.Context, id string) error
 

@@ -58,6 +58,10 @@ const (
 	// it, received by one replica and passed to the others: the one that
 	// sent the request delivers it (see mcpserver's sessions).
 	NotifyMCPAnswer = "mcp_answer"
+	// NotifyMCPSession: the record of an MCP session changed (a log level,
+	// a subscription): the replicas that hold a copy of it bring the copy
+	// to the record.
+	NotifyMCPSession = "mcp_session"
 )
 
 // MaxMCPAnswer bounds the Text of one NotifyMCPAnswer, in bytes, so that
@@ -69,8 +73,15 @@ const MaxMCPAnswer = 3500
 // a PostgreSQL notification (8000 bytes) whatever its escaping.
 const MaxDeltaText = 1200
 
-// checkDelta validates what a caller publishes: a delta, or an MCP answer.
+// checkDelta validates what a caller publishes: a delta, an MCP answer, or
+// an MCP session's change.
 func checkDelta(n Notification) error {
+	if n.Kind == NotifyMCPSession {
+		if n.Session == "" || n.From == "" {
+			return invalid(errors.New("an MCP session's change needs the session and its publisher"))
+		}
+		return nil
+	}
 	if n.Kind == NotifyMCPAnswer {
 		if n.Session == "" || n.From == "" || n.Text == "" || len(n.Text) > MaxMCPAnswer || !utf8.ValidString(n.Text) {
 			return invalid(fmt.Errorf("an MCP answer needs a session, its publisher and at most %d bytes of text", MaxMCPAnswer))

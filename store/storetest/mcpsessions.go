@@ -37,14 +37,18 @@ func testMCPSessions(t *testing.T, s store.Store) {
 	}
 
 	changed := []byte(`{"negotiatedProtocolVersion":"2025-11-25","logLevel":"debug"}`)
-	if err := s.UpdateMCPSessionState(ctx, "s1", changed); err != nil {
+	if err := s.UpdateMCPSessionState(ctx, "s1", state, changed); err != nil {
 		t.Fatalf("UpdateMCPSessionState: %v", err)
+	}
+	// A change made from the state before is refused: it would undo this.
+	if err := s.UpdateMCPSessionState(ctx, "s1", state, []byte(`{"lost":true}`)); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("UpdateMCPSessionState from a state that is not the session's = %v, want ErrConflict", err)
 	}
 	if got, err := s.GetMCPSession(ctx, "s1"); err != nil || !bytes.Equal(got.State, changed) || got.Principal != "alice" {
 		t.Errorf("after UpdateMCPSessionState: %+v, %v", got, err)
 	}
-	if err := s.UpdateMCPSessionState(ctx, "nope", changed); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("UpdateMCPSessionState of an unknown session = %v, want ErrNotFound", err)
+	if err := s.UpdateMCPSessionState(ctx, "nope", state, changed); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("UpdateMCPSessionState of an unknown session = %v, want ErrConflict", err)
 	}
 
 	big := []byte(`"` + strings.Repeat("x", store.MaxMCPSessionState) + `"`)
@@ -62,7 +66,7 @@ func testMCPSessions(t *testing.T, s store.Store) {
 	if _, err := s.GetMCPSession(ctx, "bad"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("an invalid session was stored: GetMCPSession = %v", err)
 	}
-	if err := s.UpdateMCPSessionState(ctx, "s1", big); !errors.Is(err, store.ErrInvalid) {
+	if err := s.UpdateMCPSessionState(ctx, "s1", changed, big); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("UpdateMCPSessionState with too large a state = %v, want ErrInvalid", err)
 	}
 
