@@ -77,14 +77,14 @@ type Options struct {
 	// approval id, given in approval-required results. Default
 	// PublicURL + "/approvals/" + id.
 	ApprovalURL func(id string) string
-	// Stateful keeps SDK sessions (Mcp-Session-Id) in this process. It
-	// allows a standalone GET stream (listChanged), server-to-client
-	// requests (relayed from upstreams, see CatalogOptions.RelayRequests)
-	// and resumable response streams (an event store in memory), at a
-	// price: a session lives in one replica, so several replicas need
-	// sticky routing, and a session dies with its process; the
-	// sessionless protocol 2026-07-28 is refused. The default (false) is
-	// stateless: any replica serves any request.
+	// Stateful keeps SDK sessions (Mcp-Session-Id). It allows a
+	// standalone GET stream (listChanged), server-to-client requests
+	// (relayed from upstreams, see CatalogOptions.RelayRequests) and
+	// resumable response streams (an event store in memory, in this
+	// process); the sessionless protocol 2026-07-28 is refused. Without
+	// Sessions a session lives in one process, so several replicas need
+	// sticky routing; with Sessions any replica serves it. The default
+	// (false) is stateless: any replica serves any request.
 	Stateful bool
 	// SessionTimeout closes a stateful session after this long without a
 	// request. Default 30 min; ignored when stateless. With Sessions, it
