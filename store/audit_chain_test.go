@@ -219,6 +219,10 @@ func TestPostgresAuditChainedOnUnacknowledgedCommit(t *testing.T) {
 	cutter, s := openBehindAckCutter(t)
 	holdInserts(t, s)
 	appendLink(t, s, "first")
+	// The slow write's commit is the one cut, not the chained write's,
+	// which its connection may report at the same moment.
+	marker := []byte("slow")
+	cutter.marker.Store(&marker)
 	cutter.armed.Store(true)
 	first := startAhead(t, s, "SELECT 1", "slow")
 	appendLink(t, s, "chained")

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -27,6 +28,11 @@ type ackCutter struct {
 	target string
 	armed  atomic.Bool
 	cut    atomic.Int32
+	// marker, when set before a connection is used, limits the cut to a
+	// connection whose client has sent it (such as a record's kind), so
+	// that another connection's commit, acknowledged at the same moment,
+	// is not the one cut.
+	marker atomic.Pointer[[]byte]
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -77,19 +83,41 @@ func (p *ackCutter) serve() {
 		p.mu.Lock()
 		p.conns = append(p.conns, client, server)
 		p.mu.Unlock()
+		var marked atomic.Bool
 		go func() {
-			io.Copy(server, client) //nolint:errcheck // ends with either side
+			p.copyMarking(server, client, &marked)
 			server.Close()
 		}()
-		go p.relay(client, server)
+		go p.relay(client, server, &marked)
+	}
+}
+
+// copyMarking passes what the client sends to the server, and sets marked
+// once it has sent the marker.
+func (p *ackCutter) copyMarking(server, client net.Conn, marked *atomic.Bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			if m := p.marker.Load(); m != nil && bytes.Contains(buf[:n], *m) {
+				marked.Store(true)
+			}
+			if _, werr := server.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
 // relay passes the server's messages (a type byte, then a length that
 // counts itself) to the client, one at a time, and cuts the connection
 // while armed at an idle ReadyForQuery that ends statements run
-// (CommandComplete): a commit, not the preparation of statements.
-func (p *ackCutter) relay(client, server net.Conn) {
+// (CommandComplete): a commit, not the preparation of statements — on a
+// connection that sent the marker, when there is one.
+func (p *ackCutter) relay(client, server net.Conn, marked *atomic.Bool) {
 	defer client.Close()
 	defer server.Close()
 	var header [5]byte
@@ -106,7 +134,7 @@ func (p *ackCutter) relay(client, server net.Conn) {
 		case 'C':
 			executed = true
 		case 'Z':
-			if executed && len(body) == 1 && body[0] == 'I' && p.armed.CompareAndSwap(true, false) {
+			if executed && len(body) == 1 && body[0] == 'I' && (p.marker.Load() == nil || marked.Load()) && p.armed.CompareAndSwap(true, false) {
 				p.cut.Add(1)
 				return
 			}
