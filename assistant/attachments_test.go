@@ -193,12 +193,15 @@ func TestAttachmentRefusals(t *testing.T) {
 }
 
 // TestAttachmentQuota: an upload beyond the owner's quota is refused
-// (409) and stores nothing.
+// (409) and stores nothing; the same file uploaded again counts once.
 func TestAttachmentQuota(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		h := newHarness(t, st, model.NewDemo(), &Options{AttachmentMaxBytes: 100, AttachmentQuotaBytes: 150})
 		if code, out := upload(t, h.api, "a.txt", "text/plain", bytes.Repeat([]byte("a"), 100)); code != http.StatusCreated {
 			t.Fatalf("first upload: %d %v", code, out)
+		}
+		if code, out := upload(t, h.api, "again.txt", "text/plain", bytes.Repeat([]byte("a"), 100)); code != http.StatusCreated {
+			t.Errorf("the same file again (counted once): %d %v", code, out)
 		}
 		code, out := upload(t, h.api, "b.txt", "text/plain", bytes.Repeat([]byte("b"), 60))
 		if e, _ := out["error"].(map[string]any); code != http.StatusConflict || e["code"] != "attachment_quota_exceeded" {

@@ -36,9 +36,10 @@ type Attachments interface {
 	// PutAttachment stores data, the content of a (ID, Owner, Name and
 	// ContentType required; Tenant taken as it is; RunID, Size, SHA256 and
 	// CreatedAt set by the store), and returns a as stored. The owner's
-	// attachments may hold at most quota bytes together, counted across
-	// replicas: one that would go beyond fails with ErrLimit, and nothing
-	// is stored. Empty data, or a missing field, is ErrInvalid; a
+	// contents may hold at most quota bytes together, counted across
+	// replicas, each content once: a content the owner holds already adds
+	// nothing, and one that would go beyond fails with ErrLimit, and
+	// nothing is stored. Empty data, or a missing field, is ErrInvalid; a
 	// duplicate ID ErrConflict.
 	PutAttachment(ctx context.Context, a Attachment, data []byte, quota int64) (Attachment, error)
 	// GetAttachment returns the attachment or ErrNotFound.
@@ -51,8 +52,9 @@ type Attachments interface {
 	// owner's and not sent in another run (sent in this one already is
 	// fine), else ErrNotFound and none is bound.
 	AttachToRun(ctx context.Context, runID, owner string, ids []string) ([]Attachment, error)
-	// AttachmentBytes returns the size of the owner's attachments
-	// together: what PutAttachment's quota bounds.
+	// AttachmentBytes returns the size of the owner's contents together,
+	// each counted once however many attachments name it: what
+	// PutAttachment's quota bounds.
 	AttachmentBytes(ctx context.Context, owner string) (int64, error)
 	// DeleteUnsentAttachments deletes the attachments created before
 	// before that no message sent (RunID empty), and the contents that
@@ -68,7 +70,11 @@ var (
 	// SQLite the transaction's write lock does that.
 	lockOwnerAttachments = postgresOnly(`SELECT pg_advisory_xact_lock(hashtextextended('usher.attachments.owner.' || $1, 0))`)
 
-	ownerAttachmentBytes = sql1(`SELECT coalesce(sum(size), 0)::bigint FROM attachments WHERE owner = $1`)
+	// ownerAttachmentBytes counts each of the owner's contents once,
+	// however many attachments name it.
+	ownerAttachmentBytes = sql1(`SELECT coalesce(sum(size), 0)::bigint FROM attachment_contents WHERE owner = $1`)
+
+	ownerHasContent = sql1(`SELECT count(*) FROM attachment_contents WHERE owner = $1 AND sha256 = $2`)
 
 	// putContent stores the content, or locks it when the owner has it
 	// already (the update changes nothing: a content is immutable), so
@@ -151,7 +157,11 @@ func (c *core) PutAttachment(ctx context.Context, a Attachment, data []byte, quo
 		if err := tx.row(ctx, ownerAttachmentBytes, a.Owner).Scan(&used); err != nil {
 			return err
 		}
-		if used+a.Size > quota {
+		var held int
+		if err := tx.row(ctx, ownerHasContent, a.Owner, a.SHA256).Scan(&held); err != nil {
+			return err
+		}
+		if held == 0 && used+a.Size > quota {
 			return fmt.Errorf("%w: the owner's attachments would hold %d bytes, over the quota of %d", ErrLimit, used+a.Size, quota)
 		}
 		if _, err := tx.exec(ctx, putContent, a.Owner, a.SHA256, a.Size, data); err != nil {

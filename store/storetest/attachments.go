@@ -70,8 +70,8 @@ func testAttachments(t *testing.T, s store.Store) {
 		return n
 	}
 	before := used(queueOwner)
-	if before != 2*int64(len(data)) {
-		t.Errorf("AttachmentBytes = %d, want %d", before, 2*len(data))
+	if before != int64(len(data)) {
+		t.Errorf("AttachmentBytes of one content uploaded twice = %d, want %d (counted once)", before, len(data))
 	}
 	for name, tc := range map[string]struct {
 		a    store.Attachment
@@ -117,6 +117,18 @@ func testAttachments(t *testing.T, s store.Store) {
 	wg.Wait()
 	if stored != 3 || used("issuer|tenant|carol") != 3*301 {
 		t.Errorf("of four concurrent uploads of 301 bytes under a quota of %d, %d were stored (%d bytes), want 3", quota, stored, used("issuer|tenant|carol"))
+	}
+
+	// The quota counts a content once: dave, at his quota, may upload the
+	// same bytes again, not other bytes.
+	full := make([]byte, quota)
+	put("att-d1", "issuer|tenant|dave", full)
+	put("att-d2", "issuer|tenant|dave", full)
+	if _, err := s.PutAttachment(ctx, store.Attachment{ID: "att-d3", Owner: "issuer|tenant|dave", Name: "d", ContentType: "text/plain"}, []byte("x"), quota); !errors.Is(err, store.ErrLimit) {
+		t.Errorf("PutAttachment of new bytes at the quota = %v, want ErrLimit", err)
+	}
+	if n := used("issuer|tenant|dave"); n != quota {
+		t.Errorf("dave holds %d bytes after two uploads of the same %d, want %d", n, quota, quota)
 	}
 
 	// Binding: the owner's, to one run.
@@ -167,8 +179,8 @@ func testAttachments(t *testing.T, s store.Store) {
 		t.Fatalf("AttachToRun: %v", err)
 	}
 	n, err := s.DeleteUnsentAttachments(ctx, time.Now().Add(time.Hour))
-	if err != nil || n != 5 { // att-3, att-bob and carol's three
-		t.Errorf("DeleteUnsentAttachments = %d, %v; want 5", n, err)
+	if err != nil || n != 7 { // att-3, att-bob, carol's three and dave's two
+		t.Errorf("DeleteUnsentAttachments = %d, %v; want 7", n, err)
 	}
 	if _, c, err := s.AttachmentData(ctx, "att-4"); err != nil || !bytes.Equal(c, data) {
 		t.Errorf("the sent attachment after the sweep = %q, %v", c, err)
