@@ -26,6 +26,7 @@ import (
 	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/identity"
 	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
 )
 
 // testImage encodes a small image in format (png, jpeg or gif).
@@ -190,6 +191,17 @@ func TestAttachmentRefusals(t *testing.T) {
 			t.Errorf("multipart upload: %d %v", code, out)
 		}
 	})
+}
+
+// TestAttachmentLimitListed: the runs list tells the page the largest file
+// it may attach, the server's own.
+func TestAttachmentLimitListed(t *testing.T) {
+	h := newHarness(t, storetest.NewSQLite(t), model.NewDemo(), &Options{AttachmentMaxBytes: 4096})
+	code, out := h.call(t, "GET", "/runs", "")
+	limits, _ := out["limits"].(map[string]any)
+	if code != http.StatusOK || limits["maxAttachmentBytes"] != float64(4096) {
+		t.Errorf("GET /runs: %d, limits %v; want maxAttachmentBytes 4096", code, limits)
+	}
 }
 
 // TestAttachmentQuota: an upload beyond the owner's quota is refused

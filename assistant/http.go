@@ -259,6 +259,10 @@ type RunLimits struct {
 	// too_many_active_runs, when they are as many).
 	ActiveRuns    int `json:"activeRuns"`
 	MaxActiveRuns int `json:"maxActiveRuns"`
+	// MaxAttachmentBytes is the largest file that may be attached
+	// (assistant.attachments_max_bytes): the page refuses a larger one
+	// before uploading it.
+	MaxAttachmentBytes int64 `json:"maxAttachmentBytes"`
 }
 
 // SnapshotView is a run's context snapshot as the API shows it.
@@ -464,7 +468,7 @@ func (rt *Runtime) handleList(w http.ResponseWriter, r *http.Request) {
 			active++
 		}
 	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{"runs": views, "limits": RunLimits{ActiveRuns: active, MaxActiveRuns: rt.o.MaxActiveRuns}})
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"runs": views, "limits": RunLimits{ActiveRuns: active, MaxActiveRuns: rt.o.MaxActiveRuns, MaxAttachmentBytes: rt.o.AttachmentMaxBytes}})
 }
 
 func (rt *Runtime) handleGet(w http.ResponseWriter, r *http.Request) {

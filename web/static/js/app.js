@@ -19,6 +19,7 @@ import { loadSettings, saveSettings, settings, openSettings } from './settings.j
 import { showShortcuts } from './shortcuts.js';
 import { exportRun } from './export.js';
 import { skeleton } from './skeleton.js';
+import { setMaxBytes as setAttachmentLimit } from './attachments.js';
 
 const app = {
   me: null,
@@ -310,7 +311,10 @@ async function refreshRuns() {
       if (app.seen[run.runId] === undefined) app.seen[run.runId] = run.messageCount;
     }
     app.runs = fresh;
-    if (data.limits) app.maxActive = data.limits.maxActiveRuns;
+    if (data.limits) {
+      app.maxActive = data.limits.maxActiveRuns;
+      setAttachmentLimit(data.limits.maxAttachmentBytes);
+    }
     saveSeen();
     renderSidebar();
     if (app.view && app.view.limitsChanged) app.view.limitsChanged();

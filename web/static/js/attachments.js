@@ -8,16 +8,22 @@ import { h, announce } from './dom.js';
 import { APIError } from './api.js';
 
 // The kinds the server takes, by extension, and the largest file it takes
-// by default (assistant.attachments_max_bytes); a server configured lower
-// refuses with its own message.
+// by default (assistant.attachments_max_bytes) until the runs list says
+// the server's own (setMaxBytes).
 const IMAGE_EXTS = ['png', 'jpg', 'jpeg', 'webp', 'gif'];
 const TEXT_EXTS = ['txt', 'text', 'log', 'md', 'markdown', 'csv', 'tsv', 'json', 'go', 'py', 'js', 'mjs', 'ts', 'tsx',
   'jsx', 'java', 'kt', 'c', 'h', 'cc', 'cpp', 'hpp', 'cs', 'rs', 'rb', 'php', 'swift', 'scala', 'sh', 'bash', 'ps1', 'sql',
   'yaml', 'yml', 'toml', 'ini', 'xml', 'html', 'css', 'scss', 'proto', 'graphql', 'tf', 'lua', 'r', 'm', 'pl', 'dart',
   'vue', 'svelte', 'diff', 'patch', 'cedar', 'env', 'cfg', 'conf', 'gradle', 'mk'];
-const MAX_BYTES = 10 * 1024 * 1024;
+let maxBytes = 10 * 1024 * 1024;
 const MAX_FILES = 10;
 const PASTED_TYPES = { 'image/png': 'png', 'image/jpeg': 'jpg', 'image/webp': 'webp', 'image/gif': 'gif' };
+
+// setMaxBytes sets the largest file the page lets through to the
+// server's (GET /api/assistant/runs' limits.maxAttachmentBytes).
+export function setMaxBytes(n) {
+  if (Number.isSafeInteger(n) && n > 0) maxBytes = n;
+}
 
 export const ACCEPT = [...IMAGE_EXTS, ...TEXT_EXTS].map((e) => `.${e}`).join(',');
 
@@ -47,7 +53,7 @@ export function refusal(file) {
   }
   if (IMAGE_EXTS.includes(ext) && file.type && !isImageType(file.type)) return `“${file.name}” is not the image its name says.`;
   if (file.size === 0) return `“${file.name}” is empty.`;
-  if (file.size > MAX_BYTES) return `“${file.name}” is ${formatSize(file.size)}: files up to ${formatSize(MAX_BYTES)} can be attached.`;
+  if (file.size > maxBytes) return `“${file.name}” is ${formatSize(file.size)}: files up to ${formatSize(maxBytes)} can be attached.`;
   return '';
 }
 
