@@ -23,6 +23,14 @@ const fence = (text) => {
   return `${'`'.repeat(ticks)}\n${text}\n${'`'.repeat(ticks)}`;
 };
 
+// attachmentLines lists a message's attachments as Markdown links to
+// their content (GET /api/assistant/attachments/{id}, for who may read the
+// run), each with its name, type and size.
+const attachmentLines = (list) => (list || []).map((a) => {
+  const name = String(a.name || a.id).replace(/[[\]\\]/g, '\\$&');
+  return `- Attachment: [${name}](${location.origin}/api/assistant/attachments/${encodeURIComponent(a.id)}) (${a.type || 'file'}, ${a.size ?? '?'} bytes)`;
+});
+
 // toMarkdown writes a run and its messages as Markdown.
 export function toMarkdown(run, messages) {
   const lines = [`# ${run.title || 'Untitled session'}`, '', `Exported from Usher on ${new Date().toISOString()}.`, ''];
@@ -33,6 +41,7 @@ export function toMarkdown(run, messages) {
     switch (m.type) {
       case 'message.user':
         lines.push(`## You${when}`, '', d.content || '', '');
+        if (d.attachments?.length) lines.push(...attachmentLines(d.attachments), '');
         break;
       case 'message.assistant':
         lines.push(`## Usher${when}`, '');
@@ -51,8 +60,10 @@ export function toMarkdown(run, messages) {
   return lines.join('\n');
 }
 
-// exportRun downloads the run as TITLE.md (format "md": Markdown) or
-// TITLE.json ("json": the run and its messages as the API gives them).
+// exportRun downloads the run as TITLE.md (format "md": Markdown, each
+// attachment a link by its name) or TITLE.json ("json": the run and its
+// messages as the API gives them, attachments' metadata — id, name, type,
+// size, SHA-256 — in their messages' data).
 export async function exportRun(run, format = 'md') {
   const messages = await messagesOf(run.runId);
   const body = format === 'json'
