@@ -87,9 +87,10 @@ func (tb *tab) sent(method, path string) int {
 type pageSSE struct{ name, data string }
 
 // startBrowser starts a headless Chromium with one tab, stopped when the
-// test ends. Without Chromium the test skips — except under CI, where it
-// fails: CI installs Chromium and must never skip these silently.
-func startBrowser(t *testing.T) *tab {
+// test ends, with flags added to its command line. Without Chromium the
+// test skips — except under CI, where it fails: CI installs Chromium and
+// must never skip these silently.
+func startBrowser(t *testing.T, flags ...chromedp.ExecAllocatorOption) *tab {
 	t.Helper()
 	chromium := testenv.Chromium(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
@@ -100,6 +101,7 @@ func startBrowser(t *testing.T) *tab {
 		chromedp.Headless,
 		chromedp.WindowSize(1280, 800),
 	)
+	opts = append(opts, flags...)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	tb := &tab{t: t, name: "tab 1"}
 	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithListener(tb.listen))
