@@ -15,6 +15,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -379,19 +380,24 @@ func TestUnsentAttachmentsSwept(t *testing.T) {
 }
 
 // TestAttachmentsKeptByEdits: an edited message, and a regenerated one,
-// send the attachments of the message they replace or repeat.
+// send the attachments of the message they replace or repeat; an edit
+// that names attachments sends those instead — kept, added or removed —
+// and one naming another person's attachment, or empty with none, is
+// refused and stores nothing.
 func TestAttachmentsKeptByEdits(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		h := newHarness(t, st, model.NewDemo(), nil)
 		_, a := upload(t, h.api, "cat.png", "image/png", testImage(t, "png"))
+		_, more := upload(t, h.api, "notes.md", "text/markdown", []byte("# Plan\n"))
+		catID, notesID := a["id"].(string), more["id"].(string)
 		_, run := h.call(t, "POST", "/runs", `{}`)
 		runID := run["runId"].(string)
-		code, out := h.call(t, "POST", "/runs/"+runID+"/messages?wait=30s", `{"content": "look", "attachments": ["`+a["id"].(string)+`"]}`)
+		code, out := h.call(t, "POST", "/runs/"+runID+"/messages?wait=30s", `{"content": "look", "attachments": ["`+catID+`"]}`)
 		if code != http.StatusOK {
 			t.Fatalf("post: %d %v", code, out)
 		}
 		seq := int64(out["seq"].(float64))
-		attachmentsOf := func(what string) {
+		attachmentsOf := func(what string, want ...string) {
 			t.Helper()
 			_, msgs := h.call(t, "GET", "/runs/"+runID+"/messages", "")
 			list := msgs["messages"].([]any)
@@ -402,21 +408,68 @@ func TestAttachmentsKeptByEdits(t *testing.T) {
 				}
 			}
 			refs, _ := last["attachments"].([]any)
-			if len(refs) != 1 || refs[0].(map[string]any)["id"] != a["id"] {
-				t.Errorf("%s: the message's attachments = %v", what, last["attachments"])
+			var got []string
+			for _, r := range refs {
+				got = append(got, r.(map[string]any)["id"].(string))
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: the message's attachments = %v, want %v", what, got, want)
 			}
 		}
-		code, out = h.call(t, "POST", "/runs/"+runID+"/messages/"+strconv.FormatInt(seq, 10)+"/edit?wait=30s", `{"content": "look again"}`)
-		if code != http.StatusOK && code != http.StatusCreated && code != http.StatusAccepted {
-			t.Fatalf("edit: %d %v", code, out)
+		edit := func(what, body string, want ...string) {
+			t.Helper()
+			code, out := h.call(t, "POST", "/runs/"+runID+"/messages/"+strconv.FormatInt(seq, 10)+"/edit?wait=30s", body)
+			if code != http.StatusOK && code != http.StatusCreated && code != http.StatusAccepted {
+				t.Fatalf("%s: %d %v", what, code, out)
+			}
+			seq = int64(out["seq"].(float64))
+			waitHandled(t, st, runID, seq, 30*time.Second)
+			attachmentsOf(what, want...)
 		}
-		waitHandled(t, st, runID, int64(out["seq"].(float64)), 30*time.Second)
-		attachmentsOf("edited")
+		edit("edited", `{"content": "look again"}`, catID)
 		code, out = h.call(t, "POST", "/runs/"+runID+"/regenerate?wait=30s", "")
 		if code != http.StatusOK && code != http.StatusCreated && code != http.StatusAccepted {
 			t.Fatalf("regenerate: %d %v", code, out)
 		}
-		attachmentsOf("regenerated")
+		seq = int64(out["seq"].(float64))
+		waitHandled(t, st, runID, seq, 30*time.Second)
+		attachmentsOf("regenerated", catID)
+
+		// Refused, storing nothing: another person's attachment, and an
+		// edit left with neither text nor attachments.
+		mallory := asUser(t, h, identity.Principal{Issuer: "https://issuer.test", Tenant: "t", ObjectID: "mallory"})
+		_, other := upload(t, mallory, "theirs.txt", "text/plain", []byte("mallory's"))
+		before, _ := st.GetRun(t.Context(), runID)
+		for body, want := range map[string]string{
+			`{"content": "x", "attachments": ["` + other["id"].(string) + `"]}`:   "invalid_attachments",
+			`{"content": "x", "attachments": ["` + catID + `", "` + catID + `"]}`: "invalid_attachments",
+			`{"content": " ", "attachments": []}`:                                 "invalid_message",
+			`{"content": "x", "attachments": "` + catID + `"}`:                    "invalid_json",
+		} {
+			code, out := h.call(t, "POST", "/runs/"+runID+"/messages/"+strconv.FormatInt(seq, 10)+"/edit", body)
+			if e, _ := out["error"].(map[string]any); code != http.StatusBadRequest || e["code"] != want {
+				t.Errorf("edit %s: %d %v, want 400 %s", body, code, out, want)
+			}
+		}
+		if r, _ := st.GetRun(t.Context(), runID); r.LastSeq != before.LastSeq {
+			t.Errorf("refused edits stored events: last seq %d, was %d", r.LastSeq, before.LastSeq)
+		}
+		if g, _ := st.GetAttachment(t.Context(), other["id"].(string)); g.RunID != "" {
+			t.Errorf("a refused edit bound another person's attachment to %q", g.RunID)
+		}
+
+		// Kept and added; then the image removed; then none, the text
+		// alone.
+		edit("added", `{"content": "and my notes", "attachments": ["`+catID+`", "`+notesID+`"]}`, catID, notesID)
+		edit("removed", `{"content": "just the notes", "attachments": ["`+notesID+`"]}`, notesID)
+		edit("none", `{"content": "no files", "attachments": []}`)
+		// The image removed from the line stays the run's: its URL still
+		// answers.
+		if resp, err := http.Get(h.api + "/attachments/" + catID); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("the removed image's URL: %v %v", resp, err)
+		} else {
+			resp.Body.Close()
+		}
 	})
 }
 

@@ -65,11 +65,17 @@ func branchError(err error) error {
 // the edited message, which is queued for its turn, with the attachments
 // of the message it replaces.
 func (rt *Runtime) EditMessage(ctx context.Context, owner string, sender Sender, id string, seq int64, content, key string) (store.Branch, store.Event, store.Run, error) {
+	return rt.EditMessageWith(ctx, owner, sender, id, seq, content, key, nil)
+}
+
+// EditMessageWith is EditMessage whose edited message sends the
+// attachments ids instead, when ids is not nil: any of the run's (those
+// the message it replaces sent, kept) and the owner's uploaded ones not
+// sent in another run (added, bound to the run before the edit is
+// stored); one left out is removed from the edited message, and stays on
+// the line it was sent on. An empty ids sends none.
+func (rt *Runtime) EditMessageWith(ctx context.Context, owner string, sender Sender, id string, seq int64, content, key string, ids []string) (store.Branch, store.Event, store.Run, error) {
 	if _, err := rt.Run(ctx, owner, id); err != nil {
-		return store.Branch{}, store.Event{}, store.Run{}, err
-	}
-	e, err := rt.userMessage(content, sender)
-	if err != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, err
 	}
 	msgs, err := rt.st.ListMessages(ctx, id, store.MessageQuery{After: seq - 1, Before: seq + 1, Limit: 1})
@@ -87,15 +93,31 @@ func (rt *Runtime) EditMessage(ctx context.Context, owner string, sender Sender,
 	if refused != nil && key == "" {
 		return store.Branch{}, store.Event{}, store.Run{}, refused
 	}
-	// The edited message sends the attachments the message it replaces
-	// sent: an edit changes the text.
+	// Without ids the edited message sends the attachments the message it
+	// replaces sent: an edit changes the text.
 	var orig UserMessage
 	if refused == nil {
 		if err := json.Unmarshal(msgs[0].Payload, &orig); err != nil {
 			return store.Branch{}, store.Event{}, store.Run{}, err
 		}
 	}
-	e.Payload = mustJSON(UserMessage{Content: content, Sender: senderOrNil(sender), Edits: seq, Attachments: orig.Attachments})
+	refs := orig.Attachments
+	if ids != nil {
+		refs = make([]AttachmentRef, len(ids))
+	}
+	if _, err := rt.userMessage(content, sender, refs...); err != nil {
+		return store.Branch{}, store.Event{}, store.Run{}, err
+	}
+	if ids != nil {
+		if refs, err = rt.attachToRun(ctx, id, owner, ids); err != nil {
+			return store.Branch{}, store.Event{}, store.Run{}, err
+		}
+	}
+	e, err := rt.userMessage(content, sender, refs...)
+	if err != nil {
+		return store.Branch{}, store.Event{}, store.Run{}, err
+	}
+	e.Payload = mustJSON(UserMessage{Content: content, Sender: senderOrNil(sender), Edits: seq, Attachments: refs})
 	b, ev, r, err := rt.fork(ctx, id, store.Fork{At: seq, Kind: store.BranchEdit, CreatedBy: owner, Message: e, Key: key})
 	if err != nil && refused != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, refused
@@ -402,7 +424,7 @@ func (rt *Runtime) handleEdit(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, errInvalidSeq)
 		return
 	}
-	content, err := decodeContent(r)
+	content, ids, err := decodeContent(r)
 	if err != nil {
 		rt.fail(w, r, err)
 		return
@@ -412,7 +434,7 @@ func (rt *Runtime) handleEdit(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, err)
 		return
 	}
-	b, ev, run, err := rt.EditMessage(r.Context(), owner, senderOf(r), r.PathValue("id"), seq, content, key)
+	b, ev, run, err := rt.EditMessageWith(r.Context(), owner, senderOf(r), r.PathValue("id"), seq, content, key, ids)
 	if err != nil {
 		rt.fail(w, r, err)
 		return

@@ -159,19 +159,24 @@ func decodeBody(r *http.Request, v any, optional bool) error {
 	return nil
 }
 
-// decodeContent reads a message body, {"content"}: a message sent or
-// edited.
-func decodeContent(r *http.Request) (string, error) {
+// decodeContent reads a message body, {"content", "attachments"?}: a
+// message edited. attachments is nil when the body has none, not nil (if
+// empty) when it has the field.
+func decodeContent(r *http.Request) (content string, attachments []string, _ error) {
 	var body struct {
-		Content *string `json:"content"`
+		Content     *string   `json:"content"`
+		Attachments *[]string `json:"attachments"`
 	}
 	if err := decode(r, &body); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if body.Content == nil {
-		return "", httpx.Errorf(http.StatusBadRequest, "invalid_message", "The body needs a content field.")
+		return "", nil, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The body needs a content field.")
 	}
-	return *body.Content, nil
+	if body.Attachments != nil {
+		attachments = append([]string{}, *body.Attachments...)
+	}
+	return *body.Content, attachments, nil
 }
 
 // emptyBodyAndKey reads the request of an action that takes no body (an
