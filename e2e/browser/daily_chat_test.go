@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,5 +143,92 @@ func TestBrowserMessageActionsOnHover(t *testing.T) {
 	call(tb, emulation.SetTouchEmulationEnabled, emulation.SetTouchEmulationEnabledParams{Enabled: true, MaxTouchPoints: 1})
 	tb.waitUntil("a touch screen", `matchMedia("(hover: none) and (pointer: coarse)").matches`)
 	tb.waitUntil("the actions shown on touch", metaOpacity+` === "1"`)
+	tb.checkClean()
+}
+
+// dropOn drops a file on the element sel.
+func (tb *tab) dropOn(sel, name, typ string, data []byte) {
+	tb.t.Helper()
+	evaluate[bool](tb, `(() => { const dt = `+fileJS(name, typ, data)+`; const f = document.querySelector(`+js(sel)+`);
+		f.dispatchEvent(new DragEvent("dragover", { dataTransfer: dt, bubbles: true, cancelable: true }));
+		return f.dispatchEvent(new DragEvent("drop", { dataTransfer: dt, bubbles: true, cancelable: true })); })()`)
+}
+
+// Selectors of the form that edits a message.
+const (
+	editForm = `article.msg-user .edit-form`
+	editTray = editForm + ` .composer-attachments`
+)
+
+// TestBrowserEditAttachments: editing a message keeps its attachments,
+// removes one, adds one by drop and one by the form's Attach button; the
+// edited message sends what the form held, as the API shows it.
+func TestBrowserEditAttachments(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	tb := startBrowser(t)
+	tb.signIn(s.url, "alice")
+	tb.startSession("hello")
+	tb.waitBadge("Active")
+	runID := tb.runID()
+	alice := userToken(t, s, "alice")
+
+	tb.drop("a.md", "text/markdown", []byte("# A\n"))
+	tb.trayHolds(1)
+	tb.send("first")
+	tb.waitUntil("the chip", userAttachments+` === "file:a.md"`)
+	tb.waitBadge("Active")
+	tb.waitUntil("the reply to the first", `document.querySelectorAll("article.msg-assistant").length >= 2`)
+
+	sentNames := func() []string {
+		msgs := apiMessages(t, s, alice, runID)
+		var names []string
+		for i := len(msgs) - 1; i >= 0; i-- {
+			data, _ := msgs[i]["data"].(map[string]any)
+			if msgs[i]["type"] != "message.user" {
+				continue
+			}
+			list, _ := data["attachments"].([]any)
+			for _, a := range list {
+				names = append(names, a.(map[string]any)["name"].(string))
+			}
+			break
+		}
+		return names
+	}
+	// lastEdit is the Edit button of the last user message.
+	lastEdit := func() string {
+		seq := evaluate[string](tb, `[...document.querySelectorAll("article.msg-user")].at(-1).dataset.seq`)
+		return `article.msg-user[data-seq="` + seq + `"] .msg-edit`
+	}
+	trayNames := `[...document.querySelectorAll(` + js(editTray+` li[data-attachment] .attachment-name`) + `)].map((e) => e.textContent).join(",")`
+
+	// Edit: a.md kept in the form; removed; b.md dropped on the form.
+	tb.click(lastEdit())
+	tb.waitUntil("the form holds a.md", trayNames+` === "a.md"`)
+	tb.click(editTray + ` button.attachment-remove[aria-label="Remove a.md"]`)
+	tb.waitUntil("a.md removed", trayNames+` === ""`)
+	tb.dropOn(editForm, "b.md", "text/markdown", []byte("# B\n"))
+	tb.waitUntil("b.md in the form", trayNames+` === "b.md"`)
+	tb.click(editForm + ` button[type=submit]`)
+	tb.waitUntil("the edited message with b.md", `!document.querySelector(`+js(editForm)+`) && [...document.querySelectorAll("article.msg-user")].some((a) => a.querySelector(".msg-body")?.textContent === "first" && a.querySelector(".attachment-name")?.textContent === "b.md")`)
+	if got := sentNames(); !slices.Equal(got, []string{"b.md"}) {
+		t.Errorf("the edited message sends %v, want [b.md]", got)
+	}
+	tb.waitBadge("Active")
+
+	// Edit again: b.md kept, c.txt added by the form's Attach button.
+	cPath := filepath.Join(t.TempDir(), "c.txt")
+	if err := os.WriteFile(cPath, []byte("see"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tb.click(lastEdit())
+	tb.waitUntil("the form holds b.md", trayNames+` === "b.md"`)
+	tb.do(chromedp.SetUploadFiles(chromedp.CSS(editForm+` input[type=file]`), []string{cPath}))
+	tb.waitUntil("c.txt in the form", trayNames+` === "b.md,c.txt"`)
+	checkAxe(t, tb, "editing a message with attachments")
+	tb.click(editForm + ` button[type=submit]`)
+	tb.waitUntil("the edited message with both", `!document.querySelector(`+js(editForm)+`)`)
+	testenv.WaitFor(t, conditionTimeout, func() bool { return slices.Equal(sentNames(), []string{"b.md", "c.txt"}) })
 	tb.checkClean()
 }

@@ -198,6 +198,17 @@ export class AttachmentTray {
     }
   }
 
+  // keep puts attachments sent already (a message being edited) in the
+  // tray, each with its button to remove it.
+  keep(list) {
+    for (const a of list || []) {
+      this.items.push(a);
+      this.list.append(attachmentView(a, (x) => this.remove(x)));
+    }
+    this.list.hidden = !this.list.children.length;
+    this.onChange();
+  }
+
   remove(a) {
     this.items = this.items.filter((x) => x.id !== a.id);
     const el = this.list.querySelector(`[data-attachment="${CSS.escape(a.id)}"]`);

@@ -829,24 +829,31 @@ export class Conversation {
     }
   }
 
-  // startEdit turns a user message into a form to edit it.
+  // startEdit turns a user message into a form to edit it: its text, and
+  // its attachments, kept, removed or added (by the button, paste or
+  // drop).
   startEdit(article, ev) {
     if (article.querySelector('form')) return;
     const body = article.querySelector('.msg-body');
     const meta = article.querySelector('.msg-meta');
+    const sent = article.querySelector('.attachments');
     const inputId = uniqueId('edit');
-    const input = h('textarea', { id: inputId, rows: '3', required: true });
+    const input = h('textarea', { id: inputId, rows: '3' });
     input.value = (ev.data && ev.data.content) || '';
     const error = h('p', { class: 'form-error', role: 'alert' });
     const save = h('button', { type: 'submit', class: 'button primary' }, 'Save and send');
     const cancel = h('button', { type: 'button', class: 'button' }, 'Cancel');
-    const form = h('form', { class: 'edit-form' },
+    const form = h('form', { class: 'edit-form' });
+    const tray = new AttachmentTray({ input, zone: form, onChange: () => { save.disabled = tray.busy(); } });
+    tray.keep(ev.data && ev.data.attachments);
+    form.append(
       h('label', { for: inputId, class: 'visually-hidden' }, 'Edit your message'),
-      input, error, h('div', { class: 'actions' }, cancel, save));
+      input, tray.list, tray.error, error,
+      h('div', { class: 'actions' }, tray.button, tray.file, h('span', { class: 'spacer' }), cancel, save));
+    const shown = [body, meta, sent].filter(Boolean);
     const done = () => {
       form.remove();
-      body.hidden = false;
-      meta.hidden = false;
+      for (const el of shown) el.hidden = false;
     };
     cancel.addEventListener('click', () => {
       done();
@@ -854,16 +861,20 @@ export class Conversation {
     });
     form.addEventListener('submit', async (e) => {
       e.preventDefault();
-      if (!input.value.trim()) return;
+      if (tray.busy()) return;
+      if (!input.value.trim() && !tray.items.length) {
+        error.textContent = 'Write a message or attach a file.';
+        return;
+      }
       save.disabled = true;
-      const ok = await this.branchChange(() => request(`${path.run(this.runId)}/messages/${ev.seq}/edit`, { method: 'POST', body: { content: input.value } }), error);
+      const edit = { content: input.value, attachments: tray.ids() };
+      const ok = await this.branchChange(() => request(`${path.run(this.runId)}/messages/${ev.seq}/edit`, { method: 'POST', body: edit }), error);
       if (!ok) save.disabled = false;
     });
     input.addEventListener('keydown', (e) => {
       if (e.key === 'Escape') cancel.click();
     });
-    body.hidden = true;
-    meta.hidden = true;
+    for (const el of shown) el.hidden = true;
     article.append(form);
     input.focus();
   }
