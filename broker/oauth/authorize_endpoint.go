@@ -178,6 +178,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 		Scopes:         strings.Fields(a.Scope),
 		Resource:       a.Resource,
 		User:           cmp.Or(p.Name, p.Email),
+		Theme:          s.theme(ctx, p.ID()),
 		Action:         s.basePath() + PathAuthorize,
 		CSRFToken:      s.csrfToken(p.ID(), session, sealed),
 		RequestID:      sealed,
@@ -185,6 +186,20 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 	if err != nil {
 		s.serverError(w, r, "render the consent page", err)
 	}
+}
+
+// theme is the colour theme the principal chose in their settings; "" (the
+// device's) when they chose none or it cannot be read: the page shows
+// either way.
+func (s *Server) theme(ctx context.Context, principal string) string {
+	st, err := s.st.GetSettings(ctx, principal)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			s.log.WarnContext(ctx, "oauth: read the person's theme", "err", err)
+		}
+		return ""
+	}
+	return st.Theme
 }
 
 // serveConsent is the consent page's answer: same-origin only, with the

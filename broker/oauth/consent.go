@@ -53,6 +53,10 @@ type ConsentView struct {
 	Scopes         []string
 	Resource       string // the MCP resource the tokens will be for
 	User           string // who is signed in, as the page greets them; may be empty
+	// Theme is the colour theme the person chose in their settings:
+	// "light" or "dark"; anything else (the default, "system") follows
+	// the device's.
+	Theme string
 
 	Action    string // where the form posts: a path on Usher's own origin, such as /oauth/authorize
 	CSRFToken string // posted as FormCSRFToken
@@ -78,6 +82,8 @@ type consentData struct {
 	Action, CSRFToken, RequestID                                        string
 	FieldCSRF, FieldRequest, FieldDecision                              string
 	Approve, Deny                                                       string
+	// Theme is "light", "dark" or "" (the device's).
+	Theme string
 }
 
 type scopeLine struct{ Name, Description string }
@@ -166,6 +172,9 @@ func consentDataOf(v ConsentView) consentData {
 		FieldDecision: FormDecision,
 		Approve:       DecisionApprove,
 		Deny:          DecisionDeny,
+	}
+	if v.Theme == "light" || v.Theme == "dark" {
+		d.Theme = v.Theme
 	}
 	d.RedirectHost, d.RedirectNote = redirectHost(v.RedirectURI)
 	id := truncate(displayText(v.ClientID), maxDisplayURL)

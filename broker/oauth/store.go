@@ -8,8 +8,8 @@ import (
 )
 
 // Store is the part of store.Store the authorization server uses: its
-// clients, consents, authorization codes and refresh tokens, and their
-// sweep.
+// clients, consents, authorization codes and refresh tokens, their sweep,
+// and the person's settings (the consent page's theme).
 type Store interface {
 	// Clients.
 	CreateOAuthClient(ctx context.Context, c store.OAuthClient) (store.OAuthClient, error)
@@ -33,6 +33,9 @@ type Store interface {
 	GetRefreshToken(ctx context.Context, tokenHash string) (store.RefreshToken, error)
 	RotateRefreshToken(ctx context.Context, oldHash string, now time.Time, g store.TokenGrant) (store.RefreshToken, error)
 	RevokeRefreshFamily(ctx context.Context, tokenHash string, now time.Time) error
+
+	// The theme the person chose (the consent page shows it).
+	GetSettings(ctx context.Context, principal string) (store.Settings, error)
 
 	// The sweep (Sweeper).
 	DeleteExpiredOAuth(ctx context.Context, before time.Time) (int, error)
