@@ -2,6 +2,8 @@ package browser
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,8 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 
+	"github.com/usherhq/usher/broker/oauth/oauthtest"
+	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/testenv"
 )
 
@@ -230,5 +234,61 @@ func TestBrowserEditAttachments(t *testing.T) {
 	tb.click(editForm + ` button[type=submit]`)
 	tb.waitUntil("the edited message with both", `!document.querySelector(`+js(editForm)+`)`)
 	testenv.WaitFor(t, conditionTimeout, func() bool { return slices.Equal(sentNames(), []string{"b.md", "c.txt"}) })
+	tb.checkClean()
+}
+
+// TestBrowserConsentFollowsSettings: the OAuth consent page shows the
+// theme the person chose in their settings — dark, chosen with the
+// Sessions UI's theme button, on a light device; light on a dark device —
+// and the device's own when they chose the system's.
+func TestBrowserConsentFollowsSettings(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(cb.Close)
+	app := oauthtest.Register(t, s.url, "Theme App", cb.URL+"/callback")
+	tb := startBrowser(t)
+	tb.signIn(s.url, "alice")
+	alice := userToken(t, s, "alice")
+	savedTheme := func() string {
+		_, out := apitest.Call(t, "GET", s.url+"/api/assistant/settings", alice, "")
+		theme, _ := out["theme"].(string)
+		return theme
+	}
+	// The theme button: system → light → dark, saved in the settings.
+	for _, want := range []string{"light", "dark"} {
+		tb.click(`.sidebar .theme-toggle`)
+		tb.waitUntil("the theme "+want, `document.documentElement.dataset.theme === `+js(want))
+	}
+	testenv.WaitFor(t, conditionTimeout, func() bool { return savedTheme() == "dark" })
+
+	consent := func(device string) string {
+		t.Helper()
+		call(tb, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: device}},
+		})
+		u, _ := app.AuthorizeURL()
+		tb.do(chromedp.Navigate(u))
+		tb.waitUntil("the consent page", `document.querySelector("button[value=approve]")`)
+		tb.waitUntil("a "+device+" device", `matchMedia("(prefers-color-scheme: `+device+`)").matches`)
+		return evaluate[string](tb, `getComputedStyle(document.body).backgroundColor`)
+	}
+	const dark, light = "rgb(17, 19, 23)", "rgb(245, 245, 244)"
+	if got := consent("light"); got != dark {
+		t.Errorf("dark chosen, on a light device: the consent page's background is %s, want %s", got, dark)
+	}
+	checkAxe(t, tb, "the consent page in the dark theme chosen")
+	for _, tc := range []struct{ theme, device, want string }{
+		{"light", "dark", light},
+		{"system", "dark", dark},
+		{"system", "light", light},
+	} {
+		if code, out := apitest.Call(t, "PUT", s.url+"/api/assistant/settings", alice, `{"theme": "`+tc.theme+`"}`, "Content-Type", "application/json"); code != http.StatusOK {
+			t.Fatalf("PUT settings: %d %v", code, out)
+		}
+		if got := consent(tc.device); got != tc.want {
+			t.Errorf("%s chosen, on a %s device: the consent page's background is %s, want %s", tc.theme, tc.device, got, tc.want)
+		}
+	}
 	tb.checkClean()
 }
