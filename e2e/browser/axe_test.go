@@ -144,8 +144,7 @@ func (tb *tab) setVariant(v axeVariant) {
 // conversation with a highlighted code block and an approval waiting, and
 // the approvals inbox — at 1280×800 and at 390×844, each in the light
 // and the dark theme, failing on any
-// moderate, serious or critical violation. It also takes the README's screenshot of
-// that conversation (written to docs/ when USHER_UPDATE_SCREENSHOT=1).
+// moderate, serious or critical violation.
 func TestBrowserAxeSizesAndThemes(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
@@ -185,7 +184,6 @@ func TestBrowserAxeSizesAndThemes(t *testing.T) {
 	})()`)
 	tb.waitBadge("Awaiting approval")
 	checkAxeVariants(t, tb, "a conversation with code and an approval")
-	takeScreenshot(t, tb)
 
 	tb.click(`a.inbox-link`)
 	tb.waitUntil("the inbox", `document.querySelector("#inbox-title") && document.querySelector(".inbox .approval-card.is-pending button[value=approve]")`)
@@ -206,10 +204,10 @@ const screenshotCode = `func main() {
 }`
 
 // takeScreenshot takes the README's screenshot of the conversation shown:
-// light mode, 1280×1000 (screenshotWidth, screenshotHeight), from the
-// question down through the reply with the highlighted code to the start
-// of the approval's card, whose Approve and Deny are below: the approval
-// bar pinned above the message box offers them. No focus ring.
+// light mode, 1280×800 (screenshotWidth, screenshotHeight), from the
+// question down to the start of the approval's card, whose Approve and
+// Deny are below or in view: the approval bar pinned above the message
+// box offers them. No focus ring.
 func takeScreenshot(t *testing.T, tb *tab) {
 	t.Helper()
 	tb.do(chromedp.EmulateViewport(screenshotWidth, screenshotHeight))

@@ -50,7 +50,7 @@ const (
 	screenshotPath   = "../../docs/screenshot-conversation.png"
 	updateScreenshot = "USHER_UPDATE_SCREENSHOT"
 	screenshotWidth  = 1280
-	screenshotHeight = 1000
+	screenshotHeight = 800
 )
 
 // tab is one browser tab and what its watchers saw.
