@@ -216,13 +216,7 @@ func TestBrowserAttachmentsTextOnly(t *testing.T) {
 	tb.signIn(s.url, "alice")
 	tb.waitUntil("the new-session view", `document.querySelector("#home-title")`)
 
-	tb.paste("diagram.png", "image/png", testPNG(t, 12, 10))
-	tb.trayHolds(1)
-	ms.Reply("A diagram, I am told.")
-	tb.send("Describe it.")
-	tb.waitUntil("the conversation of the new run", `/^\/runs\/[^/]+$/.test(location.pathname)`)
-	tb.waitUntil("the reply", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent.includes("I am told"))`)
-	tb.waitUntil("the thumbnail", userAttachments+` === "img:diagram.png"`)
+	tb.openWithImage(ms, "diagram.png", testPNG(t, 12, 10), "Describe it.", "A diagram, I am told.")
 
 	reqs := ms.Requests()
 	last := reqs[len(reqs)-1]

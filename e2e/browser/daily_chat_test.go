@@ -237,16 +237,23 @@ func TestBrowserEditAttachments(t *testing.T) {
 	tb.checkClean()
 }
 
+// startWithApp starts a server with an OAuth client named name registered,
+// whose redirect URI is a server of the test's that answers nothing.
+func startWithApp(t *testing.T, name string) (*server, *oauthtest.App) {
+	t.Helper()
+	s := startServer(t, nil)
+	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(cb.Close)
+	return s, oauthtest.Register(t, s.url, name, cb.URL+"/callback")
+}
+
 // TestBrowserConsentFollowsSettings: the OAuth consent page shows the
 // theme the person chose in their settings — dark, chosen with the
 // Sessions UI's theme button, on a light device; light on a dark device —
 // and the device's own when they chose the system's.
 func TestBrowserConsentFollowsSettings(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, nil)
-	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	t.Cleanup(cb.Close)
-	app := oauthtest.Register(t, s.url, "Theme App", cb.URL+"/callback")
+	s, app := startWithApp(t, "Theme App")
 	tb := startBrowser(t)
 	tb.signIn(s.url, "alice")
 	alice := userToken(t, s, "alice")

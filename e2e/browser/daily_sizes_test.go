@@ -3,8 +3,6 @@ package browser
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +13,6 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 
-	"github.com/usherhq/usher/broker/oauth/oauthtest"
 	"github.com/usherhq/usher/internal/apitest"
 )
 
@@ -99,11 +96,8 @@ func TestBrowserDailyAtEverySize(t *testing.T) {
 // device's dark mode, and passes axe in both.
 func TestBrowserConsentInTheDark(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, nil)
-	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	t.Cleanup(cb.Close)
+	_, app := startWithApp(t, "Dark App")
 	tb := startBrowser(t)
-	app := oauthtest.Register(t, s.url, "Dark App", cb.URL+"/callback")
 	u, _ := app.AuthorizeURL()
 	tb.do(chromedp.Navigate(u))
 	tb.waitUntil("the development provider's form", `location.pathname.startsWith("/dev/oidc/") && document.querySelector("#username")`)

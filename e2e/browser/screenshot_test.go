@@ -53,6 +53,21 @@ func chartPNG(t *testing.T) []byte {
 	return b.Bytes()
 }
 
+// openWithImage pastes the PNG data, named name, into the new-session box
+// and sends question with it; the model answers reply (plain text, or
+// Markdown whose first 12 characters are). It returns once the
+// conversation shows the reply and the image's thumbnail.
+func (tb *tab) openWithImage(ms *modeltest.Server, name string, data []byte, question, reply string) {
+	tb.t.Helper()
+	tb.paste(name, "image/png", data)
+	tb.trayHolds(1)
+	ms.Reply(reply)
+	tb.send(question)
+	tb.waitUntil("the conversation of the new run", `/^\/runs\/[^/]+$/.test(location.pathname)`)
+	tb.waitUntil("the reply", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent.includes(`+js(reply[:12])+`))`)
+	tb.waitUntil("the thumbnail", userAttachments+` === "img:`+name+`"`)
+}
+
 // TestBrowserREADMEScreenshot takes the README's screenshot (written to
 // docs/ when USHER_UPDATE_SCREENSHOT=1): at 1280×800, light, the sidebar
 // with a pinned conversation first and others, and a conversation whose
@@ -81,13 +96,8 @@ func TestBrowserREADMEScreenshot(t *testing.T) {
 	tb := startBrowser(t)
 	tb.signIn(s.url, "grace")
 	tb.waitUntil("the home screen", `document.querySelector("#home-title")`)
-	tb.paste("tickets-by-week.png", "image/png", chartPNG(t))
-	tb.trayHolds(1)
-	ms.Reply("Week 3 had the most support tickets: **42**, almost twice week 1's 23. Weeks 2 and 4 had 31 and 28.")
-	tb.send("Which week had the most support tickets?")
-	tb.waitUntil("the conversation of the new run", `/^\/runs\/[^/]+$/.test(location.pathname)`)
-	tb.waitUntil("the reply", `[...document.querySelectorAll("article.msg-assistant .msg-body")].some((e) => e.textContent.includes("Week 3"))`)
-	tb.waitUntil("the thumbnail", userAttachments+` === "img:tickets-by-week.png"`)
+	tb.openWithImage(ms, "tickets-by-week.png", chartPNG(t), "Which week had the most support tickets?",
+		"Week 3 had the most support tickets: **42**, almost twice week 1's 23. Weeks 2 and 4 had 31 and 28.")
 	tb.waitBadge("Active")
 	ms.ReplyToolCalls(model.ToolCall{ID: "call-save", Name: "notes_write",
 		Arguments: json.RawMessage(`{"name":"tickets-week-3","body":"Week 3 had the most tickets: 42 (week 1: 23, week 2: 31, week 4: 28)."}`)})
