@@ -458,10 +458,11 @@ func TestAttachmentsKeptByEdits(t *testing.T) {
 			t.Errorf("a refused edit bound another person's attachment to %q", g.RunID)
 		}
 
-		// Kept and added; then the image removed; then none, the text
-		// alone.
+		// Kept and added; then the image removed; the notes without
+		// text; then none, the text alone.
 		edit("added", `{"content": "and my notes", "attachments": ["`+catID+`", "`+notesID+`"]}`, catID, notesID)
 		edit("removed", `{"content": "just the notes", "attachments": ["`+notesID+`"]}`, notesID)
+		edit("no text", `{"content": "", "attachments": ["`+notesID+`"]}`, notesID)
 		edit("none", `{"content": "no files", "attachments": []}`)
 		// The image removed from the line stays the run's: its URL still
 		// answers.
