@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/usherhq/usher/internal/jcs"
@@ -337,6 +338,10 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 		if !s.record(ctx, ev, KindDecision) || !s.refuseRound(ctx, ev, refusal) {
 			return internalErrorResult()
 		}
+		if in := newRoundRequest(p.Meta, caps, nil, ""); in.modern {
+			// Protocol 2026-07-28: a JSON-RPC error, as for a prompt or a resource.
+			return reject(ctx, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: refusal.text})
+		}
 		return errorResult(refusal.text)
 	}
 	if r != nil {
@@ -500,6 +505,13 @@ func (s *Server) run(ctx context.Context, t *tool, call Call, ev Event, start ti
 			ev.Reasons = append(slices.Clip(ev.Reasons), reason)
 		}
 		res = errorResult(text)
+	case err != nil && rounds && isMissingCapability(err):
+		// The upstream did not run the tool: the caller lacks what it
+		// needs, which the caller is told as the upstream said it.
+		ev.Outcome = OutcomeFailed
+		ev.Reasons = append(slices.Clip(ev.Reasons), "the upstream server requires a client capability the caller did not declare")
+		je, _ := missingCapability(err)
+		res = reject(ctx, je)
 	case err != nil:
 		ev.Outcome = OutcomeFailed
 		s.log.ErrorContext(after, "mcpserver: a tool failed", "tool", call.Tool, "err", err)

@@ -530,3 +530,15 @@ func (c *Catalog) Resolve(ctx context.Context, action Action, ref, name string) 
 	}
 	return f, listErr
 }
+
+// resourceNotFound is the error of a resources/read of a URI the catalog
+// does not offer. Protocol 2026-07-28 standardises it as -32602 (Invalid
+// params, SEP-2164); the earlier protocols' callers get MCP's -32002, as
+// their specifications say.
+func resourceNotFound(meta mcp.Meta, uri string) *jsonrpc.Error {
+	code := int64(CodeResourceNotFound)
+	if sessionless(meta) {
+		code = jsonrpc.CodeInvalidParams
+	}
+	return &jsonrpc.Error{Code: code, Message: fmt.Sprintf("There is no resource %.128q.", uri)}
+}

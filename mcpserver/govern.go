@@ -320,7 +320,7 @@ func (s *Server) readResource(ctx context.Context, c Caller, p *mcp.ReadResource
 	t, ok := s.catalog.lookupResource(ctx, uri)
 	if !ok {
 		s.record(ctx, ev, KindUnknownResource)
-		return nil, &jsonrpc.Error{Code: CodeResourceNotFound, Message: fmt.Sprintf("There is no resource %.128q.", uri)}
+		return nil, resourceNotFound(p.Meta, uri)
 	}
 	ev.Server, ev.DefinitionHash = t.upstream.cfg.Name, t.hash
 	call := baseCall(c, ActionReadResource)

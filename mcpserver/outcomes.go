@@ -9,6 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/usherhq/usher/internal/workers"
 	"github.com/usherhq/usher/store"
 )
@@ -436,4 +439,53 @@ func (s *Server) finish(ctx context.Context, key string, status store.ExecutionS
 		s.log.WarnContext(ctx, "mcpserver: finishing an execution failed", "tool", ev.Tool, "key", key, "attempt", attempt+1, "err", err)
 		return false
 	})
+}
+
+// CodeMissingClientCapability is protocol 2026-07-28's JSON-RPC error for
+// a request that needs a capability its caller did not declare
+// (MissingRequiredClientCapabilityError, SEP-2575). An upstream's is
+// passed on to a caller of that protocol as it came, with its data (the
+// capabilities required): it is the caller's to act on, not a failure of
+// the tool.
+const CodeMissingClientCapability = -32021
+
+// A tools/call is answered with a result, except where protocol
+// 2026-07-28 says a JSON-RPC error: a retry's refused requestState and an
+// upstream's CodeMissingClientCapability. The enforcement point, which
+// returns results, puts such an error in the request's rejection (see
+// withRejection), and the handler answers with it instead of the result.
+type rejectionKey struct{}
+
+// withRejection returns ctx with a place for the JSON-RPC error that
+// answers the request instead of its result.
+func withRejection(ctx context.Context) (context.Context, *error) {
+	var err error
+	return context.WithValue(ctx, rejectionKey{}, &err), &err
+}
+
+// reject puts err in the request's rejection, if it has one, and returns
+// the tool error result with err's message, which answers a request that
+// has none (and is the result recorded for the call).
+func reject(ctx context.Context, err *jsonrpc.Error) *mcp.CallToolResult {
+	if slot, ok := ctx.Value(rejectionKey{}).(*error); ok {
+		*slot = err
+	}
+	return errorResult(err.Message)
+}
+
+// missingCapability returns an upstream's CodeMissingClientCapability
+// error, if err is one.
+func missingCapability(err error) (*jsonrpc.Error, bool) {
+	var je *jsonrpc.Error
+	if errors.As(err, &je) && je.Code == CodeMissingClientCapability {
+		return je, true
+	}
+	return nil, false
+}
+
+// isMissingCapability reports whether err is an upstream's
+// CodeMissingClientCapability error.
+func isMissingCapability(err error) bool {
+	_, ok := missingCapability(err)
+	return ok
 }

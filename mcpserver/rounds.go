@@ -157,7 +157,8 @@ func (e *inputStateError) Error() string { return e.text }
 // speak them), or the refusal of a retry's state: one not sealed by
 // Usher (or altered), expired, or of another call (another principal,
 // client, run, action, name, arguments or idempotency key). A retry's
-// answers are passed on only for the input requests of the round before.
+// answers are passed on only for the input requests of the round before;
+// answers without a state start the request over, none passed on.
 func (s *Server) openRound(call Call, key string, in roundRequest) (*round, *inputStateError) {
 	if !in.modern {
 		if in.state != "" || len(in.responses) > 0 {
@@ -168,10 +169,10 @@ func (s *Server) openRound(call Call, key string, in roundRequest) (*round, *inp
 	}
 	r := &round{caps: in.caps}
 	if in.state == "" {
-		if len(in.responses) > 0 {
-			return nil, &inputStateError{"inputResponses without a requestState",
-				"inputResponses must come with the requestState of the result that asked for them."}
-		}
+		// Answers without the state that asked for them answer nothing
+		// Usher asked: the request starts over, so the upstream asks
+		// again for the input it needs (the specification's way with a
+		// missing input response). None of them is passed on.
 		return r, nil
 	}
 	var st inputState

@@ -66,6 +66,12 @@ func newAsker(t *testing.T) *asker {
 	}
 	tool("ask", false)
 	tool("ask_anyway", true)
+	srv.AddTool(&mcp.Tool{Name: "needs_sampling", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			a.count("needs_sampling")
+			return nil, &jsonrpc.Error{Code: CodeMissingClientCapability, Message: "This tool needs sampling.",
+				Data: json.RawMessage(`{"requiredCapabilities":{"sampling":{}}}`)}
+		})
 	srv.AddPrompt(&mcp.Prompt{Name: "greet"}, func(_ context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 		a.count("greet")
 		if n := answer(req.Params.InputResponses, req.Params.RequestState); n != "" {
@@ -307,14 +313,10 @@ func TestInputStateRefused(t *testing.T) {
 		{"not Usher's", cs, map[string]any{}, accepted("Ada"), askerState, "not valid"},
 		{"another principal", e.connect(bob, "", rounds(), "2026-07-28"), map[string]any{}, accepted("Ada"), st, "another request"},
 		{"other arguments", cs, map[string]any{"other": true}, accepted("Ada"), st, "another request"},
-		{"answers without a state", cs, map[string]any{}, accepted("Ada"), "", "must come with the requestState"},
 	}
 	for _, tt := range cases {
 		before := a.called("ask")
-		res := retry(t, tt.cs, "as__ask", tt.args, nil, tt.responses, tt.state)
-		if !res.IsError || res.NeedsInput() || !strings.Contains(text(res), tt.want) {
-			t.Errorf("%s: answered %q, want a refusal saying %q", tt.name, text(res), tt.want)
-		}
+		refusedRetry(t, tt.name, tt.cs, tt.args, tt.responses, tt.state, tt.want)
 		if a.called("ask") != before {
 			t.Errorf("%s: the refused retry reached the upstream", tt.name)
 		}
@@ -322,9 +324,7 @@ func TestInputStateRefused(t *testing.T) {
 	mu.Lock()
 	now = now.Add(DefaultInputLifetime + time.Second)
 	mu.Unlock()
-	if res := retry(t, cs, "as__ask", map[string]any{}, nil, accepted("Ada"), st); !res.IsError || !strings.Contains(text(res), "expired") {
-		t.Errorf("expired: answered %q", text(res))
-	}
+	refusedRetry(t, "expired", cs, map[string]any{}, accepted("Ada"), st, "expired")
 	refused := 0
 	for _, ev := range e.events() {
 		if ev.Kind == KindInputStateRefused {
@@ -333,6 +333,74 @@ func TestInputStateRefused(t *testing.T) {
 	}
 	if refused != len(cases)+1 {
 		t.Errorf("%d refusals audited, want %d", refused, len(cases)+1)
+	}
+}
+
+// refusedRetry sends a retry of as__ask whose state must be refused: a
+// JSON-RPC error -32602 (Invalid params) saying want, in protocol
+// 2026-07-28, never a tool's result.
+func refusedRetry(t *testing.T, name string, cs *mcp.ClientSession, args any, responses mcp.InputResponseMap, state, want string) {
+	t.Helper()
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "as__ask", Arguments: args, InputResponses: responses, RequestState: state})
+	var je *jsonrpc.Error
+	if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams || !strings.Contains(je.Message, want) {
+		t.Errorf("%s: answered %+v, %v; want a JSON-RPC error -32602 saying %q", name, res, err, want)
+	}
+}
+
+// TestInputResponseMissing: answers that come without the requestState
+// that asked for them answer nothing Usher asked: the call starts over and
+// the upstream asks again for the input it needs, and none of the answers
+// reaches it.
+func TestInputResponseMissing(t *testing.T) {
+	a := newAsker(t)
+	e := askerEnv(t, a, map[string]Decision{"as__ask": Allow}, envConfig{})
+	cs := e.connect(alice, "", rounds(), "2026-07-28")
+	firstRound(t, cs, "as__ask", map[string]any{}, nil)
+	res := retry(t, cs, "as__ask", map[string]any{}, nil, accepted("Ada"), "")
+	if el, ok := res.InputRequests["name"].(*mcp.ElicitParams); !res.NeedsInput() || !ok || el.Message != "Your name?" || res.RequestState == "" {
+		t.Errorf("answers without a state: %+v, want the input asked for again", res)
+	}
+	if strings.Contains(text(res), "Ada") {
+		t.Errorf("an answer without a state reached the upstream: %q", text(res))
+	}
+}
+
+// TestMissingClientCapabilityPassedOn: an upstream's -32021 (a client
+// capability the caller did not declare) reaches a caller of protocol
+// 2026-07-28 as that JSON-RPC error, with its data, not as "the tool
+// failed"; the call is audited failed.
+func TestMissingClientCapabilityPassedOn(t *testing.T) {
+	a := newAsker(t)
+	e := askerEnv(t, a, map[string]Decision{"as__needs_sampling": Allow}, envConfig{})
+	cs := e.connect(alice, "", rounds(), "2026-07-28")
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "as__needs_sampling", Arguments: map[string]any{}})
+	var je *jsonrpc.Error
+	if !errors.As(err, &je) || je.Code != CodeMissingClientCapability || je.Message != "This tool needs sampling." ||
+		!strings.Contains(string(je.Data), "requiredCapabilities") {
+		t.Fatalf("answered %+v, %v; want the upstream's -32021 with its data", res, err)
+	}
+	if got := e.auditKinds("as__needs_sampling"); !slices.Equal(got, []string{KindDecision, KindExecutionFailed}) {
+		t.Errorf("audit %v", got)
+	}
+}
+
+// TestResourceNotFoundCode: a resources/read of a URI no upstream offers
+// is -32602 (Invalid params) in protocol 2026-07-28 (SEP-2164) and MCP's
+// -32002 in the protocols before it.
+func TestResourceNotFoundCode(t *testing.T) {
+	a := newAsker(t)
+	e := askerEnv(t, a, map[string]Decision{}, envConfig{})
+	for _, tt := range []struct {
+		version string
+		want    int64
+	}{{"2026-07-28", jsonrpc.CodeInvalidParams}, {"2025-11-25", CodeResourceNotFound}} {
+		cs := e.connect(alice, "", rounds(), tt.version)
+		_, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: "as__file:///none"})
+		var je *jsonrpc.Error
+		if !errors.As(err, &je) || je.Code != tt.want {
+			t.Errorf("protocol %s: %v, want the code %d", tt.version, err, tt.want)
+		}
 	}
 }
 

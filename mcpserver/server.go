@@ -504,7 +504,11 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 		case *mcp.CallToolRequest:
 			ctx = withDownstream(ctx, r, s.opts.Stateful, s.record)
 			var res *mcp.CallToolResult
+			ctx, rejected := withRejection(ctx)
 			s.warm.Run(func() { res = s.callTool(ctx, c, r.Params, r.ClientCapabilities()) })
+			if *rejected != nil {
+				return nil, *rejected
+			}
 			if !sessionless(r.Params.Meta) || res.NeedsInput() {
 				return res, nil
 			}
