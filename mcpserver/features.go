@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -534,11 +535,12 @@ func (c *Catalog) Resolve(ctx context.Context, action Action, ref, name string) 
 // resourceNotFound is the error of a resources/read of a URI the catalog
 // does not offer. Protocol 2026-07-28 standardises it as -32602 (Invalid
 // params, SEP-2164); the earlier protocols' callers get MCP's -32002, as
-// their specifications say.
+// their specifications say. Its data names the URI.
 func resourceNotFound(meta mcp.Meta, uri string) *jsonrpc.Error {
 	code := int64(CodeResourceNotFound)
 	if sessionless(meta) {
 		code = jsonrpc.CodeInvalidParams
 	}
-	return &jsonrpc.Error{Code: code, Message: fmt.Sprintf("There is no resource %.128q.", uri)}
+	data, _ := json.Marshal(map[string]string{"uri": uri})
+	return &jsonrpc.Error{Code: code, Message: fmt.Sprintf("There is no resource %.128q.", uri), Data: data}
 }
