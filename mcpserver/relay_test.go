@@ -8,8 +8,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/oauth2"
@@ -168,5 +171,53 @@ func TestUpstreamInputRequests(t *testing.T) {
 			[]string{KindDecision, KindElicitationRequested, KindInputRequired, KindDecision, KindRequestAnswered, KindExecuted})):
 			t.Errorf("stateless: %q, audit %v", text(res), kinds)
 		}
+	}
+}
+
+// TestRelayedAnswerRefused: the answer to a request relayed to the caller
+// (here an elicitation, through two replicas) is taken only from the
+// session's own principal, under the session's sealed handle: while the
+// request waits, another principal's answers under that handle, with any
+// request id, and answers under an altered handle are refused (404) on
+// either replica, and the upstream gets the caller's own answer.
+func TestRelayedAnswerRefused(t *testing.T) {
+	up := askingUpstream(t)
+	r := newReplicas(t, envConfig{rules: map[string]Decision{"up__ask": Allow}, upstreams: []Upstream{{Name: "up", URL: up.url}},
+		catalog: func(o *CatalogOptions) { o.RelayRequests = true }})
+	var cs *mcp.ClientSession
+	var asked atomic.Int32
+	forge := func() {
+		handle := cs.ID()
+		altered := []byte(handle)
+		altered[len(altered)/2] ^= 1
+		bobTok, aliceTok := r.token("bob", ""), r.token(alice, "")
+		for id := range 4 {
+			answer := `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"result":{"action":"accept","content":{"name":"Mallory"}}}`
+			for _, base := range []string{r.oneURL, r.twoURL} {
+				if code, body := rawPost(t, base, bobTok, handle, answer); code != http.StatusNotFound {
+					t.Errorf("another principal's answer (id %d): %d %s, want 404", id, code, body)
+				}
+				if code, body := rawPost(t, base, aliceTok, string(altered), answer); code != http.StatusNotFound {
+					t.Errorf("an answer under an altered handle (id %d): %d %s, want 404", id, code, body)
+				}
+			}
+		}
+	}
+	cs = r.connectLB(t, alice, &mcp.ClientOptions{
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return &mcp.CreateMessageResult{Role: "assistant", Model: "m", Content: &mcp.TextContent{Text: "four"}}, nil
+		},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			if asked.Add(1) == 1 {
+				forge()
+			}
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Ada"}}, nil
+		},
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // ends only a test that would hang
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "up__ask", Arguments: map[string]any{}})
+	if err != nil || res.IsError || text(res) != "model said four; user chose accept Ada" || asked.Load() != 1 {
+		t.Fatalf("the call = %+v, %v (asked %d times); want the caller's own answer", res, err, asked.Load())
 	}
 }
