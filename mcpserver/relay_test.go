@@ -179,11 +179,16 @@ func TestUpstreamInputRequests(t *testing.T) {
 // session's own principal, under the session's sealed handle: while the
 // request waits, another principal's answers under that handle, with any
 // request id, and answers under an altered handle are refused (404) on
-// either replica, and the upstream gets the caller's own answer.
+// either replica, and the upstream gets the caller's own answer. Once the
+// session has expired, even its own principal's answer is refused.
 func TestRelayedAnswerRefused(t *testing.T) {
 	up := askingUpstream(t)
 	r := newReplicas(t, envConfig{rules: map[string]Decision{"up__ask": Allow}, upstreams: []Upstream{{Name: "up", URL: up.url}},
 		catalog: func(o *CatalogOptions) { o.RelayRequests = true }})
+	var skew atomic.Int64
+	for _, s := range []*Server{r.server, r.two} { // before any request reads the clock
+		s.opts.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	}
 	var cs *mcp.ClientSession
 	var asked atomic.Int32
 	forge := func() {
@@ -219,5 +224,12 @@ func TestRelayedAnswerRefused(t *testing.T) {
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "up__ask", Arguments: map[string]any{}})
 	if err != nil || res.IsError || text(res) != "model said four; user chose accept Ada" || asked.Load() != 1 {
 		t.Fatalf("the call = %+v, %v (asked %d times); want the caller's own answer", res, err, asked.Load())
+	}
+	skew.Store(int64(DefaultSessionLifetime + time.Minute))
+	answer := `{"jsonrpc":"2.0","id":1,"result":{"action":"accept","content":{"name":"Ada"}}}`
+	for _, base := range []string{r.oneURL, r.twoURL} {
+		if code, body := rawPost(t, base, r.token(alice, ""), cs.ID(), answer); code != http.StatusNotFound || !strings.Contains(body, "session_not_found") {
+			t.Errorf("an answer in the expired session: %d %s, want 404 session_not_found", code, body)
+		}
 	}
 }
