@@ -79,8 +79,8 @@
 //
 // A resources/read names a listed resource's exact URI, or a URI in one
 // upstream's namespace that one of that upstream's listed templates
-// matches: anything else is "resource not found" (-32002) and reaches no
-// upstream. Each read, prompts/get and completion/complete goes through
+// matches: anything else is "resource not found" (-32002; in protocol
+// 2026-07-28 -32602, see resourceNotFound) and reaches no upstream. Each read, prompts/get and completion/complete goes through
 // [Server.govern], as a tool call goes through the enforcement point: the
 // Decider's verdict on a [Call] with its [Action] (the resource or prompt
 // as Call.Tool, its upstream as Call.Server), recorded before anything is
