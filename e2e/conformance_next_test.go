@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,18 +33,10 @@ func TestConformanceNext(t *testing.T) {
 	for _, mode := range nextModes {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			var endpoint string
-			switch mode {
-			case "direct":
-				endpoint = startEverything(t, bin, false) + "/mcp"
-			default:
-				dir := t.TempDir()
-				config := filepath.Join(dir, "usher.yaml")
-				writeConfigFrom(t, config, "everything.yaml.tmpl", "everything.cedar", map[string]any{
-					"ServerURL": startEverything(t, bin, mode == "usher-stateful-upstream") + "/mcp",
-					"Stateful":  false,
-				})
-				endpoint = startBehindProxy(t, filepath.Join(dir, "data"), config)
+			// Directly, the server is stateless; behind Usher, as the mode says.
+			endpoint := startEverything(t, bin, mode == "usher-stateful-upstream") + "/mcp"
+			if mode != "direct" {
+				endpoint = startUsherBefore(t, endpoint, false)
 			}
 			compareOutcomes(t, file, mode, scenarios, runNextSuite(t, nt, endpoint), expected)
 		})
@@ -89,23 +79,5 @@ func listNextScenarios(t *testing.T, nt nodeTools) []string {
 // against endpoint and returns each scenario's checks.
 func runNextSuite(t *testing.T, nt nodeTools, endpoint string) map[string][]check {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "results")
-	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
-	defer cancel()
-	start := time.Now()
-	// It exits non-zero when a scenario fails; the results say which.
-	stdout, stderr, err := nt.run(ctx, t.TempDir(), mustRel(t, nt, conformanceNext), "server", "--url", endpoint,
-		"--requirements", "2026-07-28", "--output-dir", out)
-	t.Logf("the pre-release suite ran for %s (exit: %v)", time.Since(start).Round(time.Millisecond), err)
-	if ctx.Err() != nil {
-		t.Fatalf("the pre-release suite did not finish within %s\nstdout:\n%s\nstderr:\n%s", suiteTimeout, stdout, stderr)
-	}
-	if _, rerr := os.Stat(out); rerr != nil {
-		t.Fatalf("the pre-release suite wrote no results (%v, exit %v)\nstdout:\n%s\nstderr:\n%s", rerr, err, stdout, stderr)
-	}
-	results := readResults(t, out, "server-")
-	if t.Failed() || len(results) == 0 {
-		t.Logf("pre-release suite output:\n%s\n%s", stdout, stderr)
-	}
-	return results
+	return runSuiteOf(t, nt, mustRel(t, nt, conformanceNext), endpoint, "--requirements", "2026-07-28")
 }

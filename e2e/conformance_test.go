@@ -356,12 +356,21 @@ func failedChecks(checks []check) []string {
 // returns each one's checks.
 func runSuite(t *testing.T, nt nodeTools, endpoint string) map[string][]check {
 	t.Helper()
+	return runSuiteOf(t, nt, "conformance", endpoint, "--suite", "all")
+}
+
+// runSuiteOf runs the server scenarios of the suite whose entry point is
+// suite that the arguments args select against endpoint, and returns each
+// one's checks.
+func runSuiteOf(t *testing.T, nt nodeTools, suite, endpoint string, args ...string) map[string][]check {
+	t.Helper()
 	out := filepath.Join(t.TempDir(), "results")
 	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
 	defer cancel()
 	start := time.Now()
 	// It exits non-zero when a scenario fails; the results say which.
-	stdout, stderr, err := nt.run(ctx, t.TempDir(), "conformance", "server", "--url", endpoint, "--suite", "all", "--output-dir", out)
+	args = append([]string{suite, "server", "--url", endpoint, "--output-dir", out}, args...)
+	stdout, stderr, err := nt.run(ctx, t.TempDir(), args[0], args[1:]...)
 	t.Logf("the conformance suite ran for %s (exit: %v)", time.Since(start).Round(time.Millisecond), err)
 	if ctx.Err() != nil {
 		t.Fatalf("the conformance suite did not finish within %s\nstdout:\n%s\nstderr:\n%s", suiteTimeout, stdout, stderr)

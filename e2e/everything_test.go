@@ -55,17 +55,23 @@ func TestConformanceEverythingServer(t *testing.T) {
 			case "direct-stateless":
 				endpoint = startEverything(t, bin, false) + "/mcp"
 			case "usher-stateless", "usher-stateful":
-				dir := t.TempDir()
-				config := filepath.Join(dir, "usher.yaml")
-				writeConfigFrom(t, config, "everything.yaml.tmpl", "everything.cedar", map[string]any{
-					"ServerURL": startEverything(t, bin, true) + "/mcp",
-					"Stateful":  mode == "usher-stateful",
-				})
-				endpoint = startBehindProxy(t, filepath.Join(dir, "data"), config)
+				endpoint = startUsherBefore(t, startEverything(t, bin, true)+"/mcp", mode == "usher-stateful")
 			}
 			compareOutcomes(t, file, mode, scenarios, runSuite(t, nt, endpoint), expected)
 		})
 	}
+}
+
+// startUsherBefore starts Usher, its endpoint stateful or not, with the
+// everything-server at serverURL as the upstream "everything" (prefix
+// none, testdata/everything.cedar), behind the token-adding proxy, and
+// returns the proxy's MCP endpoint.
+func startUsherBefore(t *testing.T, serverURL string, stateful bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	config := filepath.Join(dir, "usher.yaml")
+	writeConfigFrom(t, config, "everything.yaml.tmpl", "everything.cedar", map[string]any{"ServerURL": serverURL, "Stateful": stateful})
+	return startBehindProxy(t, filepath.Join(dir, "data"), config)
 }
 
 // everythingBinary is the everything-server, built once.
