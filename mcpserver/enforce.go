@@ -338,7 +338,7 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 		if !s.record(ctx, ev, KindDecision) || !s.refuseRound(ctx, ev, refusal) {
 			return internalErrorResult()
 		}
-		if in := newRoundRequest(p.Meta, caps, nil, ""); in.modern {
+		if sessionless(p.Meta) {
 			// Protocol 2026-07-28: a JSON-RPC error, as for a prompt or a resource.
 			return reject(ctx, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: refusal.text})
 		}
