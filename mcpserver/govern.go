@@ -173,7 +173,7 @@ func (s *Server) govern(ctx context.Context, g governed) (mcp.Result, error) {
 		// The upstream's refusal, in its own terms (not found, invalid
 		// arguments), but never its words at length.
 		kind, ev.Outcome = KindExecutionFailed, OutcomeFailed
-		err = &jsonrpc.Error{Code: rpcErr.Code, Message: truncate(rpcErr.Message, 256)}
+		err = upstreamRefusal(rpcErr)
 	case errors.Is(err, errStreamEnded):
 		kind, ev.Outcome = KindExecutionFailed, OutcomeFailed
 		ev.Reasons = append(slices.Clip(ev.Reasons), streamEndedReason)

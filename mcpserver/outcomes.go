@@ -489,3 +489,20 @@ func isMissingCapability(err error) bool {
 	_, ok := missingCapability(err)
 	return ok
 }
+
+// maxRefusalData bounds the data of an upstream's
+// CodeMissingClientCapability error that is passed on.
+const maxRefusalData = 4 << 10
+
+// upstreamRefusal is the JSON-RPC error an upstream's refusal of a
+// prompts/get, resources/read or completion/complete is passed on as: its
+// code and the start of its message, and for CodeMissingClientCapability
+// its data too (the capabilities required, which 2026-07-28 makes part of
+// the error), when it is short.
+func upstreamRefusal(e *jsonrpc.Error) *jsonrpc.Error {
+	out := &jsonrpc.Error{Code: e.Code, Message: truncate(e.Message, 256)}
+	if e.Code == CodeMissingClientCapability && len(e.Data) <= maxRefusalData {
+		out.Data = e.Data
+	}
+	return out
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -66,12 +67,16 @@ func newAsker(t *testing.T) *asker {
 	}
 	tool("ask", false)
 	tool("ask_anyway", true)
+	needsSampling := &jsonrpc.Error{Code: CodeMissingClientCapability, Message: "This needs sampling.",
+		Data: json.RawMessage(`{"requiredCapabilities":{"sampling":{}}}`)}
 	srv.AddTool(&mcp.Tool{Name: "needs_sampling", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			a.count("needs_sampling")
-			return nil, &jsonrpc.Error{Code: CodeMissingClientCapability, Message: "This tool needs sampling.",
-				Data: json.RawMessage(`{"requiredCapabilities":{"sampling":{}}}`)}
+			return nil, needsSampling
 		})
+	srv.AddPrompt(&mcp.Prompt{Name: "needs_sampling"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return nil, needsSampling
+	})
 	srv.AddPrompt(&mcp.Prompt{Name: "greet"}, func(_ context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 		a.count("greet")
 		if n := answer(req.Params.InputResponses, req.Params.RequestState); n != "" {
@@ -369,20 +374,26 @@ func TestInputResponseMissing(t *testing.T) {
 // TestMissingClientCapabilityPassedOn: an upstream's -32021 (a client
 // capability the caller did not declare) reaches a caller of protocol
 // 2026-07-28 as that JSON-RPC error, with its data, not as "the tool
-// failed"; the call is audited failed.
+// failed" (the call is audited failed), and so does a prompt's.
 func TestMissingClientCapabilityPassedOn(t *testing.T) {
 	a := newAsker(t)
 	e := askerEnv(t, a, map[string]Decision{"as__needs_sampling": Allow}, envConfig{})
 	cs := e.connect(alice, "", rounds(), "2026-07-28")
-	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "as__needs_sampling", Arguments: map[string]any{}})
-	var je *jsonrpc.Error
-	if !errors.As(err, &je) || je.Code != CodeMissingClientCapability || je.Message != "This tool needs sampling." ||
-		!strings.Contains(string(je.Data), "requiredCapabilities") {
-		t.Fatalf("answered %+v, %v; want the upstream's -32021 with its data", res, err)
+	isMissing := func(what string, err error) {
+		t.Helper()
+		var je *jsonrpc.Error
+		if !errors.As(err, &je) || je.Code != CodeMissingClientCapability || je.Message != "This needs sampling." ||
+			!strings.Contains(string(je.Data), "requiredCapabilities") {
+			t.Errorf("%s: %v; want the upstream's -32021 with its data", what, err)
+		}
 	}
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "as__needs_sampling", Arguments: map[string]any{}})
+	isMissing(fmt.Sprintf("tools/call (result %+v)", res), err)
 	if got := e.auditKinds("as__needs_sampling"); !slices.Equal(got, []string{KindDecision, KindExecutionFailed}) {
 		t.Errorf("audit %v", got)
 	}
+	_, err = cs.GetPrompt(t.Context(), &mcp.GetPromptParams{Name: "as__needs_sampling"})
+	isMissing("prompts/get", err)
 }
 
 // TestResourceNotFoundCode: a resources/read of a URI no upstream offers
