@@ -511,7 +511,7 @@ func (s *Server) run(ctx context.Context, t *tool, call Call, ev Event, start ti
 		ev.Outcome = OutcomeFailed
 		ev.Reasons = append(slices.Clip(ev.Reasons), "the upstream server requires a client capability the caller did not declare")
 		je, _ := missingCapability(err)
-		res = reject(ctx, je)
+		res = reject(ctx, upstreamRefusal(je))
 	case err != nil:
 		ev.Outcome = OutcomeFailed
 		s.log.ErrorContext(after, "mcpserver: a tool failed", "tool", call.Tool, "err", err)

@@ -495,7 +495,8 @@ func isMissingCapability(err error) bool {
 const maxRefusalData = 4 << 10
 
 // upstreamRefusal is the JSON-RPC error an upstream's refusal of a
-// prompts/get, resources/read or completion/complete is passed on as: its
+// prompts/get, resources/read or completion/complete (or its
+// CodeMissingClientCapability to a tools/call) is passed on as: its
 // code and the start of its message, and for CodeMissingClientCapability
 // its data too (the capabilities required, which 2026-07-28 makes part of
 // the error), when it is short.
