@@ -634,6 +634,15 @@ type Store interface {
 	UpdateMCPSessionState(ctx context.Context, id string, old, state []byte) error
 	// DeleteMCPSession deletes the session, or fails with ErrNotFound.
 	DeleteMCPSession(ctx context.Context, id string) error
+	// AppendMCPEvent appends an event to its stream, with the stream's next
+	// index (from 0), and returns it; a zero CreatedAt means now. Session
+	// is required; Data is at most MaxMCPEventData bytes. The events older
+	// than MCPEventRetention are deleted as a stream's first event is
+	// written, and a session's beyond MCPEventsPerSession as it grows.
+	AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEvent, error)
+	// MCPEventsFrom returns the events of the stream from index on, in
+	// order. Those deleted are missing: the caller checks the indexes.
+	MCPEventsFrom(ctx context.Context, session, stream string, index int) ([]MCPEvent, error)
 
 	// AppendAudit appends one record to the audit log. It calls build with
 	// the current head inside a transaction that excludes every other

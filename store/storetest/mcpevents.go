@@ -1,0 +1,100 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/store"
+)
+
+// testMCPEvents: a stream's events get consecutive indexes from 0, per
+// stream, and are read back from an index on; each session holds at most
+// store.MCPEventsPerSession of them (its oldest go), events older than
+// store.MCPEventRetention go as a new stream begins, and an invalid event
+// is refused and stores nothing.
+func testMCPEvents(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Second)
+	appendEv := func(session, stream, data string, at time.Time) store.MCPEvent {
+		t.Helper()
+		e, err := s.AppendMCPEvent(ctx, store.MCPEvent{Session: session, Stream: stream, Data: []byte(data), CreatedAt: at})
+		if err != nil {
+			t.Fatalf("AppendMCPEvent(%s, %s): %v", session, stream, err)
+		}
+		return e
+	}
+	indexes := func(session, stream string, from int) []int {
+		t.Helper()
+		evs, err := s.MCPEventsFrom(ctx, session, stream, from)
+		if err != nil {
+			t.Fatalf("MCPEventsFrom: %v", err)
+		}
+		var out []int
+		for _, e := range evs {
+			out = append(out, e.Index)
+		}
+		return out
+	}
+
+	if e := appendEv("a", "s1", "", now); e.Index != 0 {
+		t.Errorf("first event's index = %d, want 0", e.Index)
+	}
+	appendEv("a", "s1", `{"n":1}`, now)
+	appendEv("a", "s2", `{"other":true}`, now)
+	if e := appendEv("a", "s1", `{"n":2}`, now); e.Index != 2 {
+		t.Errorf("third event's index = %d, want 2", e.Index)
+	}
+	evs, err := s.MCPEventsFrom(ctx, "a", "s1", 1)
+	if err != nil || len(evs) != 2 || evs[0].Index != 1 || !bytes.Equal(evs[1].Data, []byte(`{"n":2}`)) || evs[0].Stream != "s1" {
+		t.Fatalf("MCPEventsFrom(a, s1, 1) = %+v, %v", evs, err)
+	}
+	if got := indexes("a", "s1", 0); fmt.Sprint(got) != "[0 1 2]" {
+		t.Errorf("stream s1 = %v, want [0 1 2]", got)
+	}
+	if got := indexes("b", "s1", 0); len(got) != 0 {
+		t.Errorf("another session's stream = %v, want none", got)
+	}
+	if evs, _ := s.MCPEventsFrom(ctx, "a", "s1", 0); len(evs[0].Data) != 0 {
+		t.Errorf("a priming event's data = %q, want empty", evs[0].Data)
+	}
+
+	// The bound per session: the oldest go.
+	for i := range store.MCPEventsPerSession + 70 {
+		appendEv("full", "s", "{}", now.Add(time.Duration(i)*time.Millisecond))
+	}
+	got := indexes("full", "s", 0)
+	if len(got) > store.MCPEventsPerSession+64 || len(got) < store.MCPEventsPerSession || got[0] == 0 {
+		t.Errorf("a session past its bound holds %d events from %d", len(got), got[0])
+	}
+	if got[len(got)-1] != store.MCPEventsPerSession+69 {
+		t.Errorf("the newest event is %d, want %d", got[len(got)-1], store.MCPEventsPerSession+69)
+	}
+
+	// Retention: a new stream sweeps the events past it.
+	later := now.Add(store.MCPEventRetention + time.Minute)
+	appendEv("c", "new", "", later)
+	if got := indexes("a", "s1", 0); len(got) != 0 {
+		t.Errorf("events past their retention remain: %v", got)
+	}
+	if got := indexes("c", "new", 0); len(got) != 1 {
+		t.Errorf("the new stream = %v", got)
+	}
+
+	for name, bad := range map[string]store.MCPEvent{
+		"no session":   {Stream: "s", Data: []byte("{}")},
+		"too large":    {Session: "bad", Stream: "s", Data: bytes.Repeat([]byte("x"), store.MaxMCPEventData+1)},
+		"long stream":  {Session: "bad", Stream: string(bytes.Repeat([]byte("s"), 300))},
+		"invalid text": {Session: "bad\x00", Stream: "s"},
+	} {
+		if _, err := s.AppendMCPEvent(ctx, bad); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("AppendMCPEvent (%s) = %v, want ErrInvalid", name, err)
+		}
+	}
+	if got := indexes("bad", "s", 0); len(got) != 0 {
+		t.Errorf("an invalid event was stored: %v", got)
+	}
+}
