@@ -337,6 +337,10 @@ func New(opts *Options) (*Server, error) {
 		// for protocol 2025-11-25, Last-Event-ID) within this process, as
 		// the session is. The SDK keeps at most 10 MiB of events.
 		events = mcp.NewMemoryEventStore(nil)
+		if o.Sessions != nil {
+			// Any replica resumes them, as any serves the session.
+			events = newDurableEvents(o.Sessions)
+		}
 	}
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		Stateless:      !o.Stateful,

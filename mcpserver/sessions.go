@@ -46,6 +46,9 @@ type SessionStore interface {
 	// Publish and Updates carry store.NotifyMCPAnswer.
 	Publish(ctx context.Context, n store.Notification) error
 	Updates(ctx context.Context) (<-chan store.Notification, error)
+	// EventRecords keeps the events of the sessions' response streams,
+	// which any replica replays to a client resuming one.
+	EventRecords
 }
 
 // DefaultSessionLifetime is the default of Options.SessionLifetime.

@@ -39,7 +39,9 @@ type replicas struct {
 func newReplicas(t *testing.T, cfg envConfig) *replicas {
 	t.Helper()
 	var opts Options
-	cfg.store = storetest.NewSQLite(t)
+	if cfg.store == nil {
+		cfg.store = storetest.NewSQLite(t)
+	}
 	cfg.server = func(o *Options) {
 		o.Stateful = true
 		o.Sessions = nil // set below, to the env's store
