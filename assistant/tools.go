@@ -346,6 +346,16 @@ func (h *holder) held() int {
 	return len(h.sessions)
 }
 
+// streamResumes is how often the client reconnects to resume a call's
+// response stream that broke after it carried an event id (a stateful
+// endpoint's streams begin with one, and any replica replays what the
+// stream missed), before the call is given up as lost. Without a resume
+// the SDK's client fails the whole session ("failed to reconnect"), and
+// the turn with it, where the call's answer was one reconnection away. A
+// stream without an event id (the stateless endpoint's) cannot be resumed:
+// its call fails at once and is asked again under its key (see callTool).
+const streamResumes = 2
+
 // connect opens an MCP session as the user, for the run, and lists its
 // tools.
 func (h *holder) connect(ctx context.Context, g Grant) (*session, error) {
@@ -355,7 +365,7 @@ func (h *holder) connect(ctx context.Context, g Grant) (*session, error) {
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "usher-assistant", Version: "1"}, nil)
 	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint: h.endpoint, HTTPClient: httpClient, DisableStandaloneSSE: true, MaxRetries: -1,
+		Endpoint: h.endpoint, HTTPClient: httpClient, DisableStandaloneSSE: true, MaxRetries: streamResumes,
 	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("assistant: connect to the MCP server: %w", err)
