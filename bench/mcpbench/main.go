@@ -91,6 +91,7 @@ type options struct {
 	variants        []variant
 	collector       string
 	keep            bool
+	replicas        bool
 }
 
 func main() {
@@ -117,7 +118,15 @@ func main() {
 	variantList := flag.String("variants", "sink,traced", "configurations of -usher measured beside the plain one in the same run, comma-separated: sink (an audit webhook sink delivering to a loopback receiver) and traced (tracing on, every trace sampled and exported over OTLP/HTTP to a loopback receiver); empty: none")
 	flag.StringVar(&o.collector, "collector", "bin/collector", "the receiver of the variants' spans and audit batches (bench/collector)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configuration, logs, SQLite database)")
+	flag.BoolVar(&o.replicas, "replicas", false, "instead: one stateful session through two replicas on one PostgreSQL against one replica, and a session's first call on a replica that has not seen it (see replicas.go); uses -pairs, -warmup, -method, -protocol")
 	flag.Parse()
+	if o.replicas {
+		if err := runReplicas(context.Background(), o, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "mcpbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var err error
 	if o.variants, err = parseVariants(*variantList); err != nil {
 		fmt.Fprintln(os.Stderr, "mcpbench:", err)

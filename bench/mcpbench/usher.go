@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,7 +52,7 @@ func startUsher(ctx context.Context, o options, bin, dir, upURL string, upPid in
 	if _, err := usherCommand(ctx, bin, "tools", "lock", "--config", u.cfg); err != nil {
 		return u, err
 	}
-	if u.proc, u.url, err = child.StartEnv("usher", filepath.Join(dir, "usher.log"), bin, setup.env, child.UsherReady, "serve", "--config", u.cfg, "--addr", "127.0.0.1:0"); err != nil {
+	if u.proc, u.url, err = child.StartEnv("usher", filepath.Join(dir, "usher.log"), bin, setup.env, child.UsherReady, "serve", "--config", u.cfg, "--addr", cmp.Or(setup.addr, "127.0.0.1:0")); err != nil {
 		return u, err
 	}
 	// Usher logs the debug listener's address before it serves.

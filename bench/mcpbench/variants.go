@@ -34,6 +34,7 @@ type variant struct {
 type usherSetup struct {
 	env   []string // its environment: baseEnv and the variant's
 	audit string   // its configuration's audit section (YAML); empty: none
+	addr  string   // its listener's address; empty: a free loopback port
 }
 
 // variants are the variants -variants names.
