@@ -61,6 +61,16 @@ func checkMCPEvent(e MCPEvent) error {
 }
 
 var (
+	// asyncMCPEventCommit lets an append's commit return before
+	// PostgreSQL has flushed it to disk: an event is there for a client
+	// that resumes a broken stream, and the few last ones a crash of the
+	// database server may lose cost only that resumption (it is refused,
+	// never answered with part of the stream), while waiting for the
+	// flush would add a disk write to every event a session sends. What
+	// must survive (the call's execution and audit records) is committed
+	// as before.
+	asyncMCPEventCommit = postgresOnly(`SET LOCAL synchronous_commit TO OFF`)
+
 	// insertMCPEvent gives the event the next index of its stream.
 	insertMCPEvent = sql1(`
 INSERT INTO mcp_events (session, stream, idx, data, created_at)
@@ -94,6 +104,9 @@ func (c *core) AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEvent, error)
 		e.Data = []byte{}
 	}
 	err := c.inTx(ctx, func(x executor) error {
+		if _, err := x.exec(ctx, asyncMCPEventCommit); err != nil {
+			return err
+		}
 		var idx int64
 		if err := x.row(ctx, insertMCPEvent, e.Session, e.Stream, e.Data, e.CreatedAt).Scan(&idx); err != nil {
 			return err
