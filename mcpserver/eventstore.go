@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"iter"
-	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -37,15 +36,10 @@ type EventRecords interface {
 type durableEvents struct {
 	records EventRecords
 	local   *mcp.MemoryEventStore // the standalone streams'
-
-	mu sync.Mutex
-	// primed holds, by session, the streams whose priming event was not
-	// kept, until their first event is.
-	primed map[string]map[string]bool
 }
 
 func newDurableEvents(records EventRecords) *durableEvents {
-	return &durableEvents{records: records, local: mcp.NewMemoryEventStore(nil), primed: map[string]map[string]bool{}}
+	return &durableEvents{records: records, local: mcp.NewMemoryEventStore(nil)}
 }
 
 // eventSession is the key a session's events are kept under: a digest
@@ -67,66 +61,37 @@ func (d *durableEvents) Open(ctx context.Context, session, stream string) error 
 // Append implements mcp.EventStore. The SDK appends a stream's events in
 // order (under the stream's lock), from the one replica that serves the
 // stream, beginning at its Open: so the index the store gives each, the
-// stream's next, is the one the SDK puts in its event id. The priming
-// event that begins a stream (empty data, index 0) is not kept, which
-// spares each call a write: it is only an id to resume from, and the
-// stream's first event kept then takes index 1.
+// stream's next, is the one the SDK puts in its event id.
 func (d *durableEvents) Append(ctx context.Context, session, stream string, data []byte) error {
 	if stream == "" {
 		return d.local.Append(ctx, session, stream, data)
 	}
-	d.mu.Lock()
-	primed := d.primed[session][stream]
-	if len(data) == 0 && !primed {
-		if d.primed[session] == nil {
-			d.primed[session] = map[string]bool{}
-		}
-		d.primed[session][stream] = true
-		d.mu.Unlock()
-		return nil
-	}
-	if primed {
-		delete(d.primed[session], stream)
-		if len(d.primed[session]) == 0 {
-			delete(d.primed, session)
-		}
-	}
-	d.mu.Unlock()
-	first := 0
-	if primed {
-		first = 1
-	}
-	_, err := d.records.AppendMCPEvent(ctx, store.MCPEvent{Session: eventSession(session), Stream: stream, Data: data, Index: first})
+	_, err := d.records.AppendMCPEvent(ctx, store.MCPEvent{Session: eventSession(session), Stream: stream, Data: data})
 	return err
 }
 
 // After implements mcp.EventStore: the events of the stream after index,
 // all of them or, when any was deleted, mcp.ErrEventsPurged. The event at
 // index is read too, so that a stream whose every event after it was
-// deleted is told apart from one that has none yet; index 0 may be a
-// priming event, which is not kept.
+// deleted is told apart from one that has none yet.
 func (d *durableEvents) After(ctx context.Context, session, stream string, index int) iter.Seq2[[]byte, error] {
 	if stream == "" {
 		return d.local.After(ctx, session, stream, index)
 	}
 	return func(yield func([]byte, error) bool) {
-		evs, err := d.records.MCPEventsFrom(ctx, eventSession(session), stream, max(index, 0))
+		from := max(index, 0)
+		evs, err := d.records.MCPEventsFrom(ctx, eventSession(session), stream, from)
 		if err != nil {
 			yield(nil, err)
 			return
 		}
-		want := max(index, 0) // the index of the next event read
-		if index <= 0 && (len(evs) == 0 || evs[0].Index != want) {
-			want = max(index+1, 0) // the event at index was not kept, or there is none
-		}
-		for _, e := range evs {
-			if e.Index != want {
-				yield(nil, fmt.Errorf("the event %d of stream %q: %w", want, stream, mcp.ErrEventsPurged))
+		for i, e := range evs {
+			if e.Index != from+i {
+				yield(nil, fmt.Errorf("the event %d of stream %q: %w", from+i, stream, mcp.ErrEventsPurged))
 				return
 			}
-			want++
 		}
-		if index > 0 && len(evs) == 0 {
+		if index >= 0 && len(evs) == 0 {
 			yield(nil, fmt.Errorf("the event %d of stream %q: %w", index, stream, mcp.ErrEventsPurged))
 			return
 		}
@@ -142,8 +107,5 @@ func (d *durableEvents) After(ctx context.Context, session, stream string, index
 // on this replica does not end the session, which other replicas may
 // still resume: its events in the database stay for their retention.
 func (d *durableEvents) SessionClosed(ctx context.Context, session string) error {
-	d.mu.Lock()
-	delete(d.primed, session)
-	d.mu.Unlock()
 	return d.local.SessionClosed(ctx, session)
 }

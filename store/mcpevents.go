@@ -32,9 +32,8 @@ type MCPEvent struct {
 	// Session and Stream name the stream: Session an opaque key of the
 	// session, Stream the stream's id within it.
 	Session, Stream string
-	// Index is the event's place in its stream, assigned by
-	// AppendMCPEvent: the stream's next, or the Index given if the stream
-	// has no event yet (0, or 1 after a priming event that was not kept).
+	// Index is the event's place in its stream, from 0, assigned by
+	// AppendMCPEvent.
 	Index int
 	// Data is the event's data (a JSON-RPC message); empty for a
 	// priming event. At most MaxMCPEventData bytes.
@@ -50,9 +49,6 @@ func checkMCPEvent(e MCPEvent) error {
 	}
 	if len(e.Session) > maxMCPEventKey || len(e.Stream) > maxMCPEventKey {
 		errs = append(errs, errors.New("MCP event Session or Stream is too long"))
-	}
-	if e.Index < 0 {
-		errs = append(errs, errors.New("MCP event Index is negative"))
 	}
 	if len(e.Data) > MaxMCPEventData {
 		errs = append(errs, errors.New("MCP event Data is larger than MaxMCPEventData"))
@@ -78,7 +74,7 @@ var (
 	// insertMCPEvent gives the event the next index of its stream.
 	insertMCPEvent = sql1(`
 INSERT INTO mcp_events (session, stream, idx, data, created_at)
-SELECT $1::text, $2::text, COALESCE(MAX(idx) + 1, $5::bigint), $3::bytea, $4::timestamptz
+SELECT $1::text, $2::text, COALESCE(MAX(idx) + 1, 0), $3::bytea, $4::timestamptz
   FROM mcp_events WHERE session = $1 AND stream = $2
 RETURNING idx`)
 
@@ -112,12 +108,11 @@ func (c *core) AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEvent, error)
 			return err
 		}
 		var idx int64
-		if err := x.row(ctx, insertMCPEvent, e.Session, e.Stream, e.Data, e.CreatedAt, e.Index).Scan(&idx); err != nil {
+		if err := x.row(ctx, insertMCPEvent, e.Session, e.Stream, e.Data, e.CreatedAt).Scan(&idx); err != nil {
 			return err
 		}
-		first := int(idx) == e.Index // the stream's first event kept
 		e.Index = int(idx)
-		if first {
+		if e.Index == 0 {
 			if _, err := x.exec(ctx, deleteOldMCPEvents, e.CreatedAt.Add(-MCPEventRetention)); err != nil {
 				return err
 			}

@@ -635,8 +635,7 @@ type Store interface {
 	// DeleteMCPSession deletes the session, or fails with ErrNotFound.
 	DeleteMCPSession(ctx context.Context, id string) error
 	// AppendMCPEvent appends an event to its stream, with the stream's next
-	// index (e.Index, 0 or more, for its first), and returns it; a zero
-	// CreatedAt means now. Session
+	// index (from 0), and returns it; a zero CreatedAt means now. Session
 	// is required; Data is at most MaxMCPEventData bytes. The events older
 	// than MCPEventRetention are deleted as a stream's first event is
 	// written, and a session's beyond MCPEventsPerSession as it grows.
