@@ -125,7 +125,11 @@ func runReplicas(ctx context.Context, o options, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	if o.keep {
+		fmt.Fprintf(os.Stderr, "work directory: %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
 	// Both replicas' public URL is the balancer's: the audience of the
 	// broker token either accepts.
 	lb, err := newReplicaBalancer()
