@@ -163,15 +163,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		}
 		againstSetup = vs[0].setup
 	}
-	dir, err := os.MkdirTemp("", "usher-mcpbench-")
+	dir, cleanup, err := workDir("usher-mcpbench-", o.keep)
 	if err != nil {
 		return err
 	}
-	if o.keep {
-		fmt.Fprintf(os.Stderr, "work directory: %s\n", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer cleanup()
 	switch o.method {
 	case "tools/call", "resources/read", "prompts/get":
 	default:
@@ -599,4 +595,18 @@ func endpointMode(stateful bool) string {
 		return "stateful"
 	}
 	return "stateless"
+}
+
+// workDir makes the run's work directory, and the function that removes
+// it at the end, unless keep (then it is named on stderr and stays).
+func workDir(prefix string, keep bool) (string, func(), error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	if keep {
+		fmt.Fprintf(os.Stderr, "work directory: %s\n", dir)
+		return dir, func() {}, nil
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
 }

@@ -121,15 +121,11 @@ func runReplicas(ctx context.Context, o options, out io.Writer) (err error) {
 		return errors.New("-replicas needs a PostgreSQL server (-database or TEST_DATABASE_URL): two processes share it")
 	}
 	o.stateful = true
-	dir, err := os.MkdirTemp("", "usher-mcpbench-replicas-")
+	dir, cleanup, err := workDir("usher-mcpbench-replicas-", o.keep)
 	if err != nil {
 		return err
 	}
-	if o.keep {
-		fmt.Fprintf(os.Stderr, "work directory: %s\n", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer cleanup()
 	// Both replicas' public URL is the balancer's: the audience of the
 	// broker token either accepts.
 	lb, err := newReplicaBalancer()
