@@ -56,7 +56,11 @@ for example USHER_SERVER_ADDR or USHER_IDENTITY_ISSUER.
 var errUsage = errors.New("usage")
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	interrupt, stopInterrupt := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stopInterrupt()
+	term, stopTerm := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stopTerm()
+	ctx, stop := withDrain(interrupt, term)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	switch {

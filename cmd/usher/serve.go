@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/usherhq/usher/internal/buildinfo"
@@ -51,6 +52,11 @@ func (e *environment) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	s.cfg, s.log = cfg, log
+	if d := drainOf(ctx); d != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = d.serving(cfg.Server.ShutdownDelay.Std(), s.startDraining)
+		defer cancel()
+	}
 	defer tuneGC(log)()
 	defer s.stop()
 	for _, start := range []func(context.Context) error{
@@ -89,6 +95,8 @@ type serving struct {
 	mux   *http.ServeMux
 	// stops are the started parts' stops, run last first.
 	stops []func()
+	// draining is set once SIGTERM has come: /readyz answers 503.
+	draining atomic.Bool
 
 	ln                  net.Listener
 	localURL, publicURL string
@@ -117,6 +125,13 @@ func (s *serving) stop() {
 	for i := len(s.stops) - 1; i >= 0; i-- {
 		s.stops[i]()
 	}
+}
+
+// startDraining fails the readiness probe for server.shutdown_delay
+// before the shutdown (see drain).
+func (s *serving) startDraining() {
+	s.draining.Store(true)
+	s.log.Info("draining: /readyz answers 503 until the shutdown", "delay", s.cfg.Server.ShutdownDelay.Std())
 }
 
 // listen listens first: with port 0 the public URL is only known afterwards.
@@ -235,6 +250,10 @@ func (s *serving) health(ctx context.Context) error {
 		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": build.Version})
 	})
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			httpx.WriteError(w, r, s.log, httpx.Errorf(http.StatusServiceUnavailable, "draining", "The server is shutting down."))
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		if err := s.in.store.Ready(ctx); err != nil {

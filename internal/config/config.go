@@ -68,6 +68,11 @@ type Server struct {
 	DataDir string `yaml:"data_dir"`
 	// ShutdownTimeout bounds graceful shutdown. Default 15s.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// ShutdownDelay is how long `usher serve` keeps serving after SIGTERM
+	// with /readyz answering 503, so that a balancer stops sending it new
+	// requests before its listener closes; then it shuts down within
+	// ShutdownTimeout. SIGINT does not wait. Default 5s; 0 turns it off.
+	ShutdownDelay Duration `yaml:"shutdown_delay"`
 	// MaxBodyBytes limits every request body. Default 1048576 (1 MiB).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// ReadTimeout bounds the reading of a request: its headers must arrive
@@ -406,6 +411,7 @@ func Default() Config {
 			Addr:            "127.0.0.1:8080",
 			DataDir:         "./data",
 			ShutdownTimeout: Duration(15 * time.Second),
+			ShutdownDelay:   Duration(5 * time.Second),
 			MaxBodyBytes:    1 << 20,
 			ReadTimeout:     Duration(20 * time.Second),
 			ForwardedHeader: httpx.HeaderXForwardedFor,
@@ -578,6 +584,9 @@ func (s Server) validate(bad reporter) {
 	}
 	if s.ShutdownTimeout <= 0 {
 		bad("server.shutdown_timeout", "must be positive")
+	}
+	if s.ShutdownDelay < 0 {
+		bad("server.shutdown_delay", "must not be negative")
 	}
 	if s.MaxBodyBytes < 1024 {
 		bad("server.max_body_bytes", "must be at least 1024")

@@ -80,7 +80,7 @@ identity:
 func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 	values := map[string]string{
 		"server.addr": "127.0.0.1:1", "server.public_url": "https://usher.example.com",
-		"server.data_dir": "/d", "server.shutdown_timeout": "3s", "server.max_body_bytes": "4096",
+		"server.data_dir": "/d", "server.shutdown_timeout": "3s", "server.shutdown_delay": "2s", "server.max_body_bytes": "4096",
 		"server.read_timeout": "45s", "server.trusted_proxies": "10.0.0.0/8, 192.0.2.7", "server.forwarded_header": "Forwarded",
 		"server.debug_addr": "127.0.0.1:6060", "server.metrics_addr": "0.0.0.0:9090", "log.level": "warn", "log.format": "json",
 		"database.url": "postgres://u@h/db", "database.max_conns": "3",
@@ -120,7 +120,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Server.PublicURL != "https://usher.example.com" || c.Server.ShutdownTimeout.Std() != 3*time.Second ||
+	if c.Server.PublicURL != "https://usher.example.com" || c.Server.ShutdownTimeout.Std() != 3*time.Second || c.Server.ShutdownDelay.Std() != 2*time.Second ||
 		c.Server.MaxBodyBytes != 4096 || c.Server.ReadTimeout.Std() != 45*time.Second || c.Log.Format != "json" || c.Database.URL != "postgres://u@h/db" ||
 		c.Broker.RotationPeriod.Std() != 2*time.Hour || len(c.Identity.Audiences) != 2 ||
 		!c.MCP.Stateful || c.DemoTools() || c.Policy.File == "" || c.Policy.LockFile != "/etc/usher/tools.lock" ||
@@ -151,6 +151,7 @@ func TestValidationReportsEveryProblemByKey(t *testing.T) {
 		"USHER_BROKER_KEY_ENCRYPTION_KEY":   "c2hvcnQ=",
 		"USHER_SERVER_MAX_BODY_BYTES":       "lots",
 		"USHER_SERVER_READ_TIMEOUT":         "100ms",
+		"USHER_SERVER_SHUTDOWN_DELAY":       "-1s",
 		"USHER_WEB_REVOCATION_TTL":          "1h",
 		"USHER_EVENTS_MAX_STREAMS_PER_USER": "0",
 		"USHER_AUDIT_CHECKPOINT_INTERVAL":   "500ms",
@@ -162,7 +163,7 @@ func TestValidationReportsEveryProblemByKey(t *testing.T) {
 	for _, key := range []string{
 		"server.addr", "server.public_url", "log.level", "database.url", "identity.audiences", "identity.required_scopes",
 		"broker.token_lifetime", "broker.key_encryption_key", "server.max_body_bytes (from USHER_SERVER_MAX_BODY_BYTES)",
-		"server.read_timeout: must be between 1s and 10m",
+		"server.read_timeout: must be between 1s and 10m", "server.shutdown_delay: must not be negative",
 		"web.revocation_ttl", "events.max_streams_per_user",
 		"audit.checkpoint_interval: must be between 1s and 24h", "audit.checkpoint_origin",
 	} {
