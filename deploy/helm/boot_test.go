@@ -68,6 +68,10 @@ func TestChartBoots(t *testing.T) {
 		"--set-json", "usher.identity.tenants=[]",
 		"--set", "usher.model.baseURL="+ms.URL(),
 		"--set", "usher.model.name=scripted",
+		// The restart's client sends without a pause, every message to
+		// one run, whose budget of slices (assistant.max_slices) each
+		// second of a replica's stop spends further: the drain is short.
+		"--set", "usher.shutdownDelaySeconds=1",
 	)
 	kek := make([]byte, 32)
 	rand.Read(kek)

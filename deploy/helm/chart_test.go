@@ -201,20 +201,26 @@ func checkSecretEnv(t *testing.T, what string, c corev1.Container, want map[stri
 }
 
 // checkGrace checks that a stopping replica has the time to drain: the
-// preStop pause, then server.shutdown_timeout for the requests and as
-// long again for the outcomes of answered tool calls.
+// preStop pause, server.shutdown_delay with /readyz failing, then
+// server.shutdown_timeout for the requests and as long again for the
+// outcomes of answered tool calls.
 func checkGrace(t *testing.T, r *release, pod corev1.PodSpec) {
 	t.Helper()
 	_, content := r.configFile(t, pod)
-	shutdown, err := time.ParseDuration(parseConfig(t, content).Server.ShutdownTimeout)
+	cfg := parseConfig(t, content)
+	shutdown, err := time.ParseDuration(cfg.Server.ShutdownTimeout)
 	if err != nil {
 		t.Fatalf("server.shutdown_timeout: %v", err)
+	}
+	delay, err := time.ParseDuration(cfg.Server.ShutdownDelay)
+	if err != nil {
+		t.Fatalf("server.shutdown_delay: %v", err)
 	}
 	c := pod.Containers[0]
 	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil {
 		t.Fatal("no preStop pause: the Service would route to a replica after it stopped listening")
 	}
-	need := time.Duration(c.Lifecycle.PreStop.Sleep.Seconds)*time.Second + 2*shutdown
+	need := time.Duration(c.Lifecycle.PreStop.Sleep.Seconds)*time.Second + delay + 2*shutdown
 	if pod.TerminationGracePeriodSeconds == nil || time.Duration(*pod.TerminationGracePeriodSeconds)*time.Second <= need {
 		t.Errorf("terminationGracePeriodSeconds %v, want more than %s", pod.TerminationGracePeriodSeconds, need)
 	}

@@ -221,6 +221,7 @@ type usherConfig struct {
 		PublicURL       string `json:"public_url"`
 		DataDir         string `json:"data_dir"`
 		ShutdownTimeout string `json:"shutdown_timeout"`
+		ShutdownDelay   string `json:"shutdown_delay"`
 		MetricsAddr     string `json:"metrics_addr"`
 	} `json:"server"`
 	Identity struct {

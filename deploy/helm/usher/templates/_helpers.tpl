@@ -64,7 +64,7 @@ Secrets are not in it: they come from the environment (usher.env).
 {{- if not $u.publicURL -}}
 {{- fail "usher.publicURL is required: the https URL Usher is reached at" -}}
 {{- end -}}
-{{- $server := dict "addr" (printf "0.0.0.0:%d" (int $u.port)) "public_url" $u.publicURL "data_dir" (include "usher.dataDir" .) "shutdown_timeout" (printf "%ds" (int $u.shutdownTimeoutSeconds)) -}}
+{{- $server := dict "addr" (printf "0.0.0.0:%d" (int $u.port)) "public_url" $u.publicURL "data_dir" (include "usher.dataDir" .) "shutdown_timeout" (printf "%ds" (int $u.shutdownTimeoutSeconds)) "shutdown_delay" (printf "%ds" (int $u.shutdownDelaySeconds)) -}}
 {{- with $u.trustedProxies }}{{ $_ := set $server "trusted_proxies" . }}{{ end -}}
 {{- with int .Values.metrics.port }}{{ $_ := set $server "metrics_addr" (printf "0.0.0.0:%d" .) }}{{ end -}}
 {{- $cfg := dict "server" $server "log" (dict "level" $u.log.level "format" $u.log.format) -}}
