@@ -311,6 +311,10 @@ func TestBranchRefusals(t *testing.T) {
 			wantCode(t, c.method+" "+c.path, code, body, 404, "not_found")
 		}
 
+		// The other run's opening message has a turn of its own: it ends
+		// before the hold, so that the one request held is this run's.
+		waitHandled(t, st, "run_other", 1, 10*time.Second)
+
 		// While a turn is open: refused, and nothing written.
 		release := ms.Hold()
 		ms.Reply("Still here.")

@@ -156,6 +156,10 @@ func TestDeleteMessageRefusals(t *testing.T) {
 			t.Errorf("another owner's run after the refusals = %+v", r)
 		}
 
+		// The other run's opening message has a turn of its own: it ends
+		// before the hold, so that the one request held is this run's.
+		waitHandled(t, st, "run_other", 1, 10*time.Second)
+
 		// During a turn: run_busy, as an edit.
 		release := ms.Hold()
 		ms.Reply("Still here.")
