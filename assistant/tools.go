@@ -213,16 +213,19 @@ func (h *holder) releaseHold(s *session, reason string) bool {
 
 // release returns a session after a turn; armed keeps it past the idle
 // period while an approval waits. A session whose run was closed while
-// the turn used it is closed now.
+// the turn used it is closed now, and so is one whose place another
+// session of the run took meanwhile (acquire connected anew while this
+// one was in use): nothing holds it any more, so neither the idle
+// reaper nor a stopping runtime would ever close it.
 func (h *holder) release(s *session, armed bool) {
 	h.mu.Lock()
 	s.inUse, s.armed, s.lastUsed = false, armed, h.now()
-	gone := s.gone
-	if gone && h.sessions[s.runID] == s {
+	current := h.sessions[s.runID] == s
+	if s.gone && current {
 		delete(h.sessions, s.runID)
 	}
 	h.mu.Unlock()
-	if gone {
+	if s.gone || !current {
 		s.close(h.log)
 	}
 }
