@@ -24,6 +24,9 @@ type drainingProcess struct {
 
 func startDraining(t *testing.T, delay string) *drainingProcess {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
 	cmd := exec.Command(testenv.Usher(t), "serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir())
 	cmd.Env = append(os.Environ(), "USHER_SERVER_SHUTDOWN_DELAY="+delay)
 	stdout, err := cmd.StdoutPipe()
@@ -62,6 +65,14 @@ func startDraining(t *testing.T, delay string) *drainingProcess {
 	return p
 }
 
+// signal sends sig to the process.
+func (p *drainingProcess) signal(t *testing.T, sig os.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // wait waits up to bound for the process to exit, and wants status 0.
 func (p *drainingProcess) wait(t *testing.T, bound time.Duration) {
 	t.Helper()
@@ -81,13 +92,8 @@ func (p *drainingProcess) wait(t *testing.T, bound time.Duration) {
 // the API's discovery) for server.shutdown_delay; SIGINT ends the wait.
 func TestReadinessFailsWhileDraining(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	p := startDraining(t, "10m")
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	p.signal(t, syscall.SIGTERM)
 	testenv.WaitFor(t, 30*time.Second, func() bool {
 		code, _ := get(t, p.url+"/readyz", "")
 		return code == 503
@@ -102,9 +108,7 @@ func TestReadinessFailsWhileDraining(t *testing.T) {
 		t.Errorf("a request while draining = %d %s, want 200", code, body)
 	}
 	// A person's Ctrl-C does not wait out the delay.
-	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
+	p.signal(t, os.Interrupt)
 	p.wait(t, time.Minute)
 	if !strings.Contains(p.stderr.String(), "draining") || !strings.Contains(p.stderr.String(), "stopped") {
 		t.Errorf("no drain and orderly stop in the log:\n%s", p.stderr)
@@ -115,13 +119,8 @@ func TestReadinessFailsWhileDraining(t *testing.T) {
 // without one and exits 0, within the delay and server.shutdown_timeout.
 func TestDrainEndsInShutdown(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	p := startDraining(t, "1s")
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	p.signal(t, syscall.SIGTERM)
 	p.wait(t, time.Second+2*15*time.Second)
 	if !strings.Contains(p.stderr.String(), "draining") || !strings.Contains(p.stderr.String(), "stopped") {
 		t.Errorf("no drain and orderly stop in the log:\n%s", p.stderr)
