@@ -49,7 +49,9 @@ var runningAt = regexp.MustCompile(`Usher is running at (http://\S+)`)
 // usherEnv is the environment of every usher process: this one's, without
 // USHER_ variables, which would override the configuration under test.
 func usherEnv() []string {
-	var env []string
+	// A test's server stops at once on SIGTERM: no balancer waits for its
+	// readiness to fail (server.shutdown_delay is for one).
+	env := []string{"USHER_SERVER_SHUTDOWN_DELAY=0"}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "USHER_") {
 			env = append(env, kv)

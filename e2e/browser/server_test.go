@@ -97,7 +97,9 @@ func startServerIn(t testing.TB, dataDir string, env map[string]string, args ...
 // usherEnv is env as a process environment, with this process's own
 // variables but none of its USHER_ ones, which would override env.
 func usherEnv(env map[string]string) []string {
-	var out []string
+	// A test's server stops at once on SIGTERM: no balancer waits for its
+	// readiness to fail (server.shutdown_delay is for one).
+	out := []string{"USHER_SERVER_SHUTDOWN_DELAY=0"}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "USHER_") {
 			out = append(out, kv)
