@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -23,27 +24,30 @@ import (
 
 // keyedTools is an MCP server with one tool, charge, that runs at most
 // once per idempotency key (the call's usher/tool_call_id), as Usher's
-// MCP server does: a repeated key is answered with the recorded result.
+// MCP server does: a repeated key is answered with the same result.
 // runs counts the tool's executions.
 func keyedTools(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	return keyedToolsWith(t, nil)
+}
+
+// keyedToolsWith is keyedTools served with opts; a call without a key
+// is refused.
+func keyedToolsWith(t *testing.T, opts *mcp.StreamableHTTPOptions) (*httptest.Server, *atomic.Int32) {
 	runs := new(atomic.Int32)
-	var mu sync.Mutex
-	done := map[string]string{}
+	var keys sync.Map
 	srv := mcp.NewServer(&mcp.Implementation{Name: "keyed-tools", Version: "1"}, nil)
 	srv.AddTool(&mcp.Tool{Name: "charge", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			key, _ := req.Params.Meta[metaToolCallID].(string)
-			mu.Lock()
-			defer mu.Unlock()
-			text, ok := done[key]
-			if !ok {
-				runs.Add(1)
-				text = "charged once"
-				done[key] = text
+			if key == "" {
+				return nil, errors.New("no key")
 			}
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil
+			if _, seen := keys.LoadOrStore(key, true); !seen {
+				runs.Add(1)
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "charged once"}}}, nil
 		})
-	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, opts))
 	t.Cleanup(func() {
 		ts.Close()
 		for ss := range srv.Sessions() {

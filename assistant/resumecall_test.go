@@ -3,14 +3,11 @@ package assistant
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,30 +25,7 @@ import (
 // what it missed. Its one tool, charge, runs once per key (the call's
 // usher/tool_call_id) and counts its runs.
 func resumableTools(t *testing.T) (*httptest.Server, *atomic.Int32) {
-	runs := new(atomic.Int32)
-	var keys sync.Map
-	srv := mcp.NewServer(&mcp.Implementation{Name: "resumable-tools", Version: "1"}, nil)
-	srv.AddTool(&mcp.Tool{Name: "charge", InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			// Once per key, as Usher's MCP server runs a call.
-			key, _ := req.Params.Meta[metaToolCallID].(string)
-			if key == "" {
-				return nil, errors.New("no key")
-			}
-			if _, seen := keys.LoadOrStore(key, true); !seen {
-				runs.Add(1)
-			}
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "charged once"}}}, nil
-		})
-	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
-		&mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}))
-	t.Cleanup(func() {
-		ts.Close()
-		for ss := range srv.Sessions() {
-			ss.Close()
-		}
-	})
-	return ts, runs
+	return keyedToolsWith(t, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
 }
 
 // cuttingRelay forwards requests to target, except that the response
