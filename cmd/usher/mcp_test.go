@@ -81,6 +81,26 @@ func post(t *testing.T, url, bearer, body string) (int, []byte) {
 	return resp.StatusCode, b
 }
 
+// userAndMCPTokens signs sub in through s's development provider and
+// returns the person's API token, who they are (GET /api/me), and a broker
+// token for /mcp minted for them with the extra token mcp flags.
+func userAndMCPTokens(t *testing.T, s *server, sub string, mcpFlags ...string) (userTok string, who assistant.Me, mcpTok string) {
+	t.Helper()
+	userTok, err := s.cli(t, "token", "user", "--sub", sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, s.url+"/api/me", userTok)
+	if err := json.Unmarshal(body, &who); err != nil {
+		t.Fatal(err)
+	}
+	mcpTok, err = s.cli(t, append([]string{"token", "mcp", "--sub", who.ID}, mcpFlags...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return userTok, who, mcpTok
+}
+
 // TestMCPApprovalFlowThroughServe walks the path a new user takes: an
 // unattended read, a write that waits for approval, the decision by the
 // signed-in user (never by a broker token), the retried call running once,
@@ -88,19 +108,7 @@ func post(t *testing.T, url, bearer, body string) (int, []byte) {
 func TestMCPApprovalFlowThroughServe(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil)
-	userTok, err := s.cli(t, "token", "user", "--sub", "alice")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, body := get(t, s.url+"/api/me", userTok)
-	var who assistant.Me
-	if err := json.Unmarshal(body, &who); err != nil {
-		t.Fatal(err)
-	}
-	mcpTok, err := s.cli(t, "token", "mcp", "--sub", who.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	userTok, who, mcpTok := userAndMCPTokens(t, s, "alice")
 
 	// The user's own IdP token is not a broker token.
 	req, _ := http.NewRequest("POST", s.url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))

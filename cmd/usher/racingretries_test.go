@@ -1,12 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/internal/apitest"
 )
 
@@ -18,19 +16,7 @@ import (
 func TestRacingRetriesAfterAnApproval(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil)
-	userTok, err := s.cli(t, "token", "user", "--sub", "alice")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, body := get(t, s.url+"/api/me", userTok)
-	var who assistant.Me
-	if err := json.Unmarshal(body, &who); err != nil {
-		t.Fatal(err)
-	}
-	mcpTok, err := s.cli(t, "token", "mcp", "--sub", who.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	userTok, _, mcpTok := userAndMCPTokens(t, s, "alice")
 	call := map[string]any{"name": "notes_write", "arguments": map[string]any{"name": "race", "body": "once"},
 		"_meta": map[string]any{"usher/idempotency_key": "race-1"}}
 	res := mcpCall(t, s.url, mcpTok, "tools/call", call)
