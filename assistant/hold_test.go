@@ -55,7 +55,30 @@ func heldAfterTurn(t *testing.T, h *harness, id string) store.HeldSession {
 	if n := h.rt.HeldSessions(); n != 1 {
 		t.Fatalf("HeldSessions = %d after the turn, want 1", n)
 	}
+	waitReturned(t, h.rt.holder, id)
 	return hs
+}
+
+// waitReturned waits until the turn has returned the run's session to the
+// holder. The turn ends in the store before it returns its session, so a
+// run answered may still have its session in use for a moment: closing
+// the run then closes the session only when the turn returns it.
+func waitReturned(t *testing.T, h *holder, runID string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.mu.Lock()
+		s := h.sessions[runID]
+		inUse := s != nil && s.inUse
+		h.mu.Unlock()
+		if !inUse {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the turn of %s did not return its session within 10s", runID)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // TestCompletionReleasesHeldSession: completing a run releases its held
