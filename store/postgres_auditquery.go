@@ -36,7 +36,7 @@ func (s *postgresStore) EachAudit(ctx context.Context, q AuditQuery, fn func(Aud
 	if n := len(rows.FieldDescriptions()); n != auditColumnCount {
 		return fmt.Errorf("store: audit query returned %d columns, want %d", n, auditColumnCount)
 	}
-	var sc auditScanner
+	sc := auditScanner{left: q.Limit}
 	sc.init(rows.FieldDescriptions())
 	for rows.Next() {
 		r, err := sc.scan(rows)
@@ -64,19 +64,43 @@ var auditTextColumns = [...]int{2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 17, 18, 
 // auditScanner reads rows of auditColumns, as scanAudit does: pgx decodes
 // the sequence number, the time and the latency into its fields; the text
 // columns, whose value in either wire format is their UTF-8 text, are
-// copied into one string that the record's fields share, with the policy
-// ids, which plain names then share too; the details of a page share
-// blocks of memory.
+// copied into a string that the record's fields share, with the policy
+// ids, which plain names then share too. The records of a page share
+// blocks of memory for their text, their policy ids and their details,
+// rather than allocating each row's: a block is only ever appended to, so
+// what a record holds of it does not change.
 type auditScanner struct {
 	seq, latency int64
 	at           time.Time
 	dst          [auditColumnCount]any // nil: a column pgx skips
 	binary       bool                  // the numbers come in PostgreSQL's binary form
+	left         int                   // the rows the page may still hold, this one included
+	text         *strings.Builder      // the block the next row's text goes into
+	names        []string              // the block the next policy ids go into
 	details      []byte                // the block the next details go into
 }
 
-// detailsBlock is the size of the blocks that a page's details share.
-const detailsBlock = 16 << 10
+// The largest blocks that a page's records share: their text columns (in
+// bytes), their policy ids (in names) and their details (in bytes). A
+// block is no larger than the rest of the page needs if its rows are like
+// the one that starts it (blockSize); a row larger than a block has one
+// of its own.
+const (
+	textBlock    = 16 << 10
+	namesBlock   = 256
+	detailsBlock = 16 << 10
+)
+
+// namesReserve is the room for policy ids a row starts with in the names
+// block; a row with more goes on in a larger copy of it.
+const namesReserve = 8
+
+// blockSize is the size of a new block for a row that needs need of it:
+// what the rows left would need if each needed as much, at most largest,
+// and at least need.
+func (sc *auditScanner) blockSize(largest, need int) int {
+	return max(need, min(largest, need*max(sc.left, 1)))
+}
 
 func (sc *auditScanner) init(fields []pgconn.FieldDescription) {
 	sc.dst[0], sc.dst[1], sc.dst[15] = &sc.seq, &sc.at, &sc.latency
@@ -121,13 +145,16 @@ func (sc *auditScanner) scan(rows pgx.Rows) (AuditRecord, error) {
 	for _, i := range auditTextColumns {
 		n += len(raw[i])
 	}
-	var b strings.Builder
-	b.Grow(n)
-	for _, i := range auditTextColumns {
-		b.Write(raw[i])
+	if sc.text == nil || sc.text.Cap()-sc.text.Len() < n {
+		sc.text = new(strings.Builder)
+		sc.text.Grow(sc.blockSize(textBlock, n))
 	}
-	b.Write(ids)
-	text := b.String()
+	start := sc.text.Len()
+	for _, i := range auditTextColumns {
+		sc.text.Write(raw[i])
+	}
+	sc.text.Write(ids)
+	text := sc.text.String()[start:]
 	fields := [...]*string{&r.Kind, &r.Principal, &r.ClientID, &r.TokenJTI, &r.Tool, &r.DefinitionHash,
 		&r.ArgumentsHash, &r.Decision, &r.PolicyHash, &r.ApprovalID, &r.RunID, &r.Outcome,
 		&r.PrevHash, &r.Hash, &r.EventID}
@@ -138,8 +165,14 @@ func (sc *auditScanner) scan(rows pgx.Rows) (AuditRecord, error) {
 	}
 
 	if string(ids) != "[]" {
-		var ok bool
-		if r.PolicyIDs, ok = plainNames(text[off:]); !ok {
+		if cap(sc.names)-len(sc.names) < namesReserve {
+			sc.names = make([]string, 0, sc.blockSize(namesBlock, namesReserve))
+		}
+		first := len(sc.names)
+		if names, ok := plainNames(sc.names, text[off:]); ok {
+			sc.names = names
+			r.PolicyIDs = names[first:len(names):len(names)]
+		} else {
 			var err error
 			if r.PolicyIDs, err = decodeNames("audit_log.policy_ids", ids); err != nil {
 				return AuditRecord{}, err
@@ -150,24 +183,25 @@ func (sc *auditScanner) scan(rows pgx.Rows) (AuditRecord, error) {
 	// into the page's current block.
 	if d := raw[auditDetails]; len(d) > 0 {
 		if cap(sc.details)-len(sc.details) < len(d) {
-			sc.details = make([]byte, 0, max(detailsBlock, len(d)))
+			sc.details = make([]byte, 0, sc.blockSize(detailsBlock, len(d)))
 		}
 		start := len(sc.details)
 		sc.details = append(sc.details, d...)
 		r.Details = sc.details[start:len(sc.details):len(sc.details)]
 	}
+	sc.left--
 	return r, nil
 }
 
 // plainNames reads a JSON array of names as encodeNames writes it, when
 // every name is plain: no whitespace between them, and no escape, control
 // character or invalid UTF-8 in them, so that each name's text is its
-// bytes. It says no to anything else, which decodeNames then reads.
-func plainNames(b string) ([]string, bool) {
+// bytes; it appends them to names. It says no to anything else, which
+// decodeNames then reads.
+func plainNames(names []string, b string) ([]string, bool) {
 	if len(b) < 4 || b[0] != '[' || b[len(b)-1] != ']' {
 		return nil, false
 	}
-	var names []string
 	for i := 1; ; {
 		if b[i] != '"' {
 			return nil, false
