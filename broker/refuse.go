@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -29,10 +30,14 @@ import (
 // read (malformed, over identity.MaxTokenBytes) passes on to be refused
 // there.
 func RefuseTokens(brokerIssuer string, next http.Handler) http.Handler {
+	var quoted []byte // the issuer as a JSON string without escapes
+	if brokerIssuer != "" {
+		quoted = []byte(`"` + brokerIssuer + `"`)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, v := range r.Header.Values("Authorization") {
 			scheme, token, _ := strings.Cut(v, " ")
-			if strings.EqualFold(scheme, "Bearer") && isBrokerToken(strings.TrimSpace(token), brokerIssuer) {
+			if strings.EqualFold(scheme, "Bearer") && isBrokerToken(strings.TrimSpace(token), brokerIssuer, quoted) {
 				httpx.WriteError(w, r, nil, errRefused)
 				return
 			}
@@ -54,17 +59,19 @@ type brokerClaims struct {
 }
 
 // isBrokerToken reads the unverified claims of a JWT and reports whether
-// they are a broker token's.
-func isBrokerToken(token, brokerIssuer string) bool {
+// they are a broker token's; quoted is brokerIssuer as a JSON string
+// without escapes (nil without an issuer).
+func isBrokerToken(token, brokerIssuer string, quoted []byte) bool {
 	if len(token) > identity.MaxTokenBytes {
 		return false
 	}
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
+	_, rest, ok := strings.Cut(token, ".")
+	encoded, signature, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 || strings.Contains(signature, ".") {
 		return false
 	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
+	payload, err := base64.RawURLEncoding.DecodeString(encoded)
+	if err != nil || !mayBeBroker(payload, quoted) {
 		return false
 	}
 	var claims brokerClaims
@@ -76,6 +83,17 @@ func isBrokerToken(token, brokerIssuer string) bool {
 		return true
 	}
 	return hasScope(claims.Scope, ScopeInvoke) || hasScope(claims.Scp, ScopeInvoke)
+}
+
+// mayBeBroker is isBrokerToken's shortcut past the parsing of the claims
+// of other tokens (a person's, with each request to the API): a payload
+// without a backslash has no escapes, so each of its strings is written
+// as its text, and unless the invoke scope's text or the broker issuer as
+// a whole string (quoted, its quotes included: a person's issuer may begin
+// with Usher's own URL) is in it, no claim can hold them.
+func mayBeBroker(payload, quoted []byte) bool {
+	return bytes.IndexByte(payload, '\\') >= 0 || bytes.Contains(payload, []byte(ScopeInvoke)) ||
+		(quoted != nil && bytes.Contains(payload, quoted))
 }
 
 // hasScope reports whether a scope claim, a space-separated string or an

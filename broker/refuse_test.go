@@ -24,6 +24,12 @@ func jwt(claims map[string]any) string {
 	return enc(map[string]any{"alg": "RS256", "typ": "at+jwt", "kid": "k1"}) + "." + enc(claims) + ".c2lnbmF0dXJl"
 }
 
+// rawJWT returns an unsigned token whose claims are payload as written.
+func rawJWT(payload string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc([]byte(`{"alg":"RS256","typ":"at+jwt","kid":"k1"}`)) + "." + enc([]byte(payload)) + ".c2lnbmF0dXJl"
+}
+
 func TestRefuseTokens(t *testing.T) {
 	reached := false
 	h := broker.RefuseTokens(brokerIssuer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -41,11 +47,15 @@ func TestRefuseTokens(t *testing.T) {
 		{"broker scope as scp", []string{"Bearer " + jwt(map[string]any{"scp": "mcp:invoke"})}, true},
 		{"lower-case scheme", []string{"bearer " + jwt(map[string]any{"iss": brokerIssuer})}, true},
 		{"second Authorization header", []string{"Bearer x.y.z", "Bearer " + jwt(map[string]any{"iss": brokerIssuer})}, true},
+		{"broker issuer written with escapes", []string{"Bearer " + rawJWT(`{"iss":"https:\/\/usher.example.com"}`)}, true},
+		{"broker scope written with escapes", []string{"Bearer " + rawJWT(`{"scope":"openid mcp\u003ainvoke"}`)}, true},
+		{"identity token of an issuer under Usher's URL", []string{"Bearer " + jwt(map[string]any{"iss": brokerIssuer + "/dev/oidc", "scp": "usher.api"})}, false},
 		{"identity token", []string{"Bearer " + jwt(map[string]any{"iss": "https://login.example.com/t/v2.0", "scp": "approvals.decide"})}, false},
 		{"a scope that only contains the words", []string{"Bearer " + jwt(map[string]any{"scope": "mcp:invoke-later"})}, false},
 		{"iss not a string", []string{"Bearer " + jwt(map[string]any{"iss": 5})}, false},
 		{"iss not a string, broker scope", []string{"Bearer " + jwt(map[string]any{"iss": 5, "scope": "mcp:invoke"})}, true},
 		{"claim names in another case", []string{"Bearer " + jwt(map[string]any{"ISS": brokerIssuer, "Scope": "mcp:invoke", "SCP": "mcp:invoke"})}, false},
+		{"four parts", []string{"Bearer " + jwt(map[string]any{"iss": brokerIssuer}) + ".more"}, false},
 		{"not a JWT", []string{"Bearer opaque-token"}, false},
 		{"payload not base64", []string{"Bearer a.!!!.c"}, false},
 		{"payload not JSON", []string{"Bearer a." + base64.RawURLEncoding.EncodeToString([]byte("iss")) + ".c"}, false},
