@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +17,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // postgresStore is the Store on PostgreSQL, through a pgx pool.
@@ -39,14 +43,7 @@ func openPostgres(ctx context.Context, dsn string, o Options) (*postgresStore, e
 		cfg.MaxConns = int32(min(o.MaxConns, math.MaxInt32))
 	}
 	if o.TracerProvider != nil {
-		// Statements' text only: bound arguments carry what users wrote.
-		// Each span is named by its operation (INSERT, SELECT, …). The
-		// connection's attributes are the pool's, set once here rather
-		// than built again for each statement.
-		cfg.ConnConfig.Tracer = statementTracer{otelpgx.NewTracer(otelpgx.WithTracerProvider(o.TracerProvider),
-			otelpgx.WithDisableAcquireTracer(), otelpgx.WithDisableConnectionDetailsInAttributes(),
-			otelpgx.WithTracerAttributes(semconv.ServerAddress(cfg.ConnConfig.Host), semconv.ServerPort(int(cfg.ConnConfig.Port)),
-				semconv.DBNamespace(cfg.ConnConfig.Database)))}
+		cfg.ConnConfig.Tracer = newStatementTracer(o.TracerProvider, cfg.ConnConfig)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -73,21 +70,107 @@ func openPostgres(ctx context.Context, dsn string, o Options) (*postgresStore, e
 	}, nil
 }
 
-// statementTracer is otelpgx's tracer with a span of each statement and
-// none of the driver's own steps: a batch's statements are spans of the
-// span they run in (an audit write, say) rather than of a "batch start"
-// span between, and preparing a statement (once per connection, pgx's
-// statement cache) is no span. A tools/call's trace keeps its statements
-// and loses a span of its audit write's batch.
-type statementTracer struct{ *otelpgx.Tracer }
+// statementTracer is otelpgx's tracer with a span of each statement sent
+// on its own and one span of each batch, and none of the driver's other
+// steps: a batch's statements (an audit write's, say) go to the server in
+// one round trip, as one implicit transaction, and its span is that round
+// trip, as the database conventions describe a batch — db.operation.name
+// "BATCH" (or "BATCH INSERT" when every statement is an INSERT),
+// db.operation.batch.size, and db.query.text the statements' texts joined
+// by "; ". Preparing a statement (once per connection, pgx's statement
+// cache) is no span.
+type statementTracer struct {
+	*otelpgx.Tracer
+	tracer trace.Tracer
+	attrs  []attribute.KeyValue // the pool's: system, server, database
+}
 
-// TraceBatchStart starts no span.
-func (statementTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+// newStatementTracer is the statementTracer of the pool of cfg, making
+// its spans with tp.
+func newStatementTracer(tp trace.TracerProvider, cfg *pgx.ConnConfig) statementTracer {
+	// Statements' text only: bound arguments carry what users wrote. Each
+	// span is named by its operation (INSERT, SELECT, …). The connection's
+	// attributes are the pool's, set once here rather than built again for
+	// each statement.
+	attrs := []attribute.KeyValue{semconv.DBSystemNamePostgreSQL, semconv.ServerAddress(cfg.Host),
+		semconv.ServerPort(int(cfg.Port)), semconv.DBNamespace(cfg.Database)}
+	return statementTracer{
+		Tracer: otelpgx.NewTracer(otelpgx.WithTracerProvider(tp), otelpgx.WithDisableAcquireTracer(),
+			otelpgx.WithDisableConnectionDetailsInAttributes(), otelpgx.WithTracerAttributes(attrs[1:]...)),
+		tracer: tp.Tracer(batchScope),
+		attrs:  attrs,
+	}
+}
+
+// batchScope is the instrumentation scope of the batches' spans.
+const batchScope = "github.com/usherhq/usher/store"
+
+// clientSpan is the start option of a batch's span, made once.
+var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+
+// TraceBatchStart starts the span of the batch, when the span it is sent
+// in is recording.
+func (t statementTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx
+	}
+	var queries []*pgx.QueuedQuery
+	if data.Batch != nil {
+		queries = data.Batch.QueuedQueries
+	}
+	op, text := batchOperation(ctx, queries)
+	ctx, span := t.tracer.Start(ctx, op, clientSpan...)
+	attrs := make([]attribute.KeyValue, 0, len(t.attrs)+3)
+	attrs = append(attrs, t.attrs...)
+	span.SetAttributes(append(attrs, semconv.DBOperationName(op), semconv.DBOperationBatchSize(len(queries)),
+		semconv.DBQueryText(text))...)
 	return ctx
 }
 
-// TraceBatchEnd ends none: the span in ctx is the caller's.
-func (statementTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+// batchOperation is the db.operation.name and db.query.text of a batch of
+// queries.
+func batchOperation(ctx context.Context, queries []*pgx.QueuedQuery) (op, text string) {
+	var b strings.Builder
+	for i, q := range queries {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(q.SQL)
+		switch name := otelpgx.SQLOperationName(ctx, q.SQL); {
+		case i == 0:
+			op = name
+		case op != name:
+			op = ""
+		}
+	}
+	if op == "" {
+		return "BATCH", b.String()
+	}
+	return "BATCH " + op, b.String()
+}
+
+// TraceBatchQuery marks the batch's span failed when a statement failed;
+// a statement that found no row did not.
+func (statementTracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if span := trace.SpanFromContext(ctx); data.Err != nil && !errors.Is(data.Err, sql.ErrNoRows) && span.IsRecording() {
+		span.SetStatus(codes.Error, data.Err.Error())
+		var pgErr *pgconn.PgError
+		if errors.As(data.Err, &pgErr) {
+			span.SetAttributes(otelpgx.SQLStateKey.String(pgErr.Code))
+		}
+	}
+}
+
+// TraceBatchEnd ends the batch's span: the span in ctx, which is the
+// caller's own only when that one is not recording (then ending it does
+// nothing).
+func (statementTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchEndData) {
+	span := trace.SpanFromContext(ctx)
+	if data.Err != nil && !errors.Is(data.Err, sql.ErrNoRows) {
+		span.SetStatus(codes.Error, data.Err.Error())
+	}
+	span.End()
+}
 
 // TracePrepareStart starts no span.
 func (statementTracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {

@@ -16,10 +16,11 @@ import (
 )
 
 // TestStatementSpans: on PostgreSQL, a store opened with a tracer
-// provider makes a client span of each statement, in the trace of the
-// context it runs with, carrying the statement's text but none of its
-// arguments, named by its operation and naming the server and database;
-// a store opened without one makes none.
+// provider makes a client span of each statement sent on its own, and one
+// of each batch (its statements' texts joined, its size), in the trace of
+// the context it runs with, carrying the statements' text but none of
+// their arguments, named by its operation and naming the server and
+// database; a store opened without one makes none.
 func TestStatementSpans(t *testing.T) {
 	t.Parallel()
 	url := storetest.PostgresURL(t)
@@ -57,8 +58,8 @@ func TestStatementSpans(t *testing.T) {
 	if _, _, err := untraced.PostMessage(ctx, "run-1", message(untracedSecret)); err != nil {
 		t.Fatal(err)
 	}
-	// An audit record is written in a batch: its statements are spans of
-	// the request's, with no span of the batch between.
+	// An audit record is written in batches: a span of the request's for
+	// each, with all its statements.
 	if _, err := traced.AppendAudit(ctx, func(head store.AuditHead) (store.AuditRecord, error) {
 		return store.AuditRecord{Seq: head.Seq + 1, PrevHash: head.Hash, Hash: "h1", Kind: "decision", At: time.Now().Truncate(time.Microsecond)}, nil
 	}); err != nil {
@@ -70,6 +71,7 @@ func TestStatementSpans(t *testing.T) {
 	}
 
 	var statements []string
+	batches := 0
 	for _, s := range rcv.Spans() {
 		if name := s.GetName(); name == "batch start" || strings.HasPrefix(name, "prepare") {
 			t.Errorf("a span of the driver's own step: %q", name)
@@ -98,6 +100,13 @@ func TestStatementSpans(t *testing.T) {
 		if s.ParentSpanID() != request.SpanContext().SpanID().String() {
 			t.Errorf("statement span %q is not a child of the request's span", s.GetName())
 		}
+		if size, ok := s.Attr("db.operation.batch.size"); ok {
+			batches++
+			if !strings.HasPrefix(s.GetName(), "BATCH") || size.GetIntValue() < 2 ||
+				int64(strings.Count(q.GetStringValue(), "; ")) != size.GetIntValue()-1 {
+				t.Errorf("batch span %q of %d statements: %q", s.GetName(), size.GetIntValue(), q.GetStringValue())
+			}
+		}
 		if strings.Contains(q.GetStringValue(), "WHEN status = 'Idle'") {
 			t.Errorf("the untraced store's statement has a span: %s", q.GetStringValue())
 		}
@@ -106,6 +115,9 @@ func TestStatementSpans(t *testing.T) {
 	for _, q := range statements {
 		inserted = inserted || strings.Contains(q, "INSERT INTO runs")
 		audited = audited || strings.Contains(q, "INSERT INTO audit_log")
+	}
+	if batches == 0 { // the audit record's (two round trips when the head is not known)
+		t.Error("no span of a batch")
 	}
 	if !inserted || !audited {
 		t.Errorf("no span of the run's INSERT or of the audit record's among %d statement spans: %q", len(statements), statements)
