@@ -28,8 +28,8 @@
 // sampled, exported over OTLP/HTTP to a loopback receiver); the receiver
 // is bench/collector, a process of its own. Each is an Usher of its own
 // (its own schema), its calls in the same sequential rounds as A's, the
-// Ushers taking turns at being first in a round (A B C S T, S B C T A,
-// T B C A S, ...), and its c=8 phases alternating with A's (see
+// Ushers' order changing round by round (A B C S T, T B C S A, S B C T A,
+// ..., see roundOrder), and its c=8 phases alternating with A's (see
 // alternation). The report sets each against A: the added p50 and p99, the
 // per-round difference X − A with a 95 % confidence interval of its
 // median, the CPU per call sequentially and at c=8 (with the spread of its
@@ -329,9 +329,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	// Sequential rounds: the Ushers' calls, the first followed by one
 	// direct (B) and one through the proxy (C), and each round ends with
 	// a bare commit (on PostgreSQL), so that the floor is measured on the
-	// same moments of the machine. The Ushers take turns at being first,
-	// round by round, so that none always follows the same call:
-	// A B C S T, S B C T A, T B C A S, ...
+	// same moments of the machine. The Ushers' order changes round by
+	// round, a block of the alternation at a time, so that each is first
+	// as often as any other and none always follows the same one (whose
+	// call may leave work running, such as its outcome's write):
+	// A B C S T, T B C S A, S B C T A, A B C T S, T B C A S, S B C A T, ...
 	befores := make([]usherSample, len(ushers))
 	for i, u := range ushers {
 		if befores[i], err = u.sample(ctx, u.procs); err != nil {
@@ -351,9 +353,10 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		}
 		return nil
 	}
+	orders := alternation(len(ushers))
 	for round := range o.pairs {
-		for slot := range ushers {
-			i := (round + slot) % len(ushers)
+		order := roundOrder(orders, len(ushers), round)
+		for slot, i := range order {
 			if err := one(ushers[i].via, &sides[i]); err != nil {
 				return err
 			}

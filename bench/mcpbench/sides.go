@@ -81,6 +81,15 @@ func alternation(n int) []int {
 	return order
 }
 
+// roundOrder is the order of the Ushers' calls in sequential round
+// round: the blocks of orders (an alternation of n) in turn. Each Usher
+// is first in as many rounds as any other, and follows each other one
+// (not first) as often as that one follows it.
+func roundOrder(orders []int, n, round int) []int {
+	b := round % (len(orders) / n)
+	return orders[b*n : (b+1)*n]
+}
+
 // alternationPart is how long each phase of the alternation of n Ushers
 // runs when each one's phases together run d.
 func alternationPart(d time.Duration, n int) time.Duration {

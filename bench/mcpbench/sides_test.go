@@ -33,3 +33,35 @@ func TestAlternation(t *testing.T) {
 		}
 	}
 }
+
+// TestRoundOrder: over 2n rounds each Usher is first twice, and each
+// follows every other as often as that one follows it (for three, each
+// follows each other once), where a round's first is followed by the
+// direct call and the proxy's.
+func TestRoundOrder(t *testing.T) {
+	for n := 1; n <= 4; n++ {
+		orders := alternation(n)
+		first := make([]int, n)
+		after := make([][]int, n) // after[x][y]: y right after x
+		for i := range after {
+			after[i] = make([]int, n)
+		}
+		for round := range 2 * n {
+			order := roundOrder(orders, n, round)
+			first[order[0]]++
+			for k := 2; k < n; k++ {
+				after[order[k-1]][order[k]]++
+			}
+		}
+		for x := range n {
+			if first[x] != 2 {
+				t.Errorf("n=%d: Usher %d is first in %d rounds of %d, want 2", n, x, first[x], 2*n)
+			}
+			for y := range n {
+				if after[x][y] != after[y][x] || (n == 3 && x != y && after[x][y] != 1) {
+					t.Errorf("n=%d: %d follows %d in %d rounds, %d follows %d in %d", n, y, x, after[x][y], x, y, after[y][x])
+				}
+			}
+		}
+	}
+}
