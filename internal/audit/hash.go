@@ -103,10 +103,15 @@ func canonicalBodyOf(r store.AuditRecord, details json.RawMessage) body {
 }
 
 // canonicalDetails returns details with object keys sorted, no whitespace
-// and numbers as written; {} for none.
+// and numbers as written; {} for none. Details already in that form (see
+// isCanonicalJSON), as the MCP server's are, are returned as they are,
+// not parsed and written again.
 func canonicalDetails(details json.RawMessage) (json.RawMessage, error) {
 	if len(details) == 0 {
 		return json.RawMessage(`{}`), nil
+	}
+	if isCanonicalJSON(details) {
+		return details, nil
 	}
 	if !json.Valid(details) {
 		return nil, errors.New("audit: details are not one JSON value")

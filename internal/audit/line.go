@@ -18,12 +18,9 @@ import (
 // are; only other details are parsed and written again. It fails only when
 // r.Details is not JSON, and then returns dst unchanged.
 func AppendRecord(dst []byte, r store.AuditRecord) ([]byte, error) {
-	details := []byte(r.Details)
-	if !isCanonicalJSON(details) {
-		var err error
-		if details, err = canonicalDetails(r.Details); err != nil {
-			return dst, fmt.Errorf("record %d: %w", r.Seq, err)
-		}
+	details, err := canonicalDetails(r.Details)
+	if err != nil {
+		return dst, fmt.Errorf("record %d: %w", r.Seq, err)
 	}
 	// The keys in byte order, as the exported struct's fields are.
 	dst = append(dst, `{"approval_id":`...)
