@@ -23,16 +23,23 @@ type AuditLog interface {
 	Builder(e audit.Entry) (func(store.AuditHead) (store.AuditRecord, error), error)
 }
 
+// eventDetails are the details of an event's record. The fields are in the
+// byte order of their JSON names, so that encoding/json writes the keys
+// sorted, as the audit log keeps them.
+type eventDetails struct {
+	Action         Action   `json:"action,omitempty"`
+	IdempotencyKey string   `json:"idempotency_key"`
+	Reasons        []string `json:"reasons"`
+	Server         string   `json:"server"`
+	Suppressed     int      `json:"suppressed,omitempty"`
+}
+
 // Entry is the audit log's entry of the event.
 func (e Event) Entry() (audit.Entry, error) {
-	d := map[string]any{"server": e.Server, "reasons": e.Reasons, "idempotency_key": e.IdempotencyKey}
-	if e.Action != "" {
-		d["action"] = e.Action
-	}
-	if e.Suppressed > 0 {
-		d["suppressed"] = e.Suppressed
-	}
-	details, err := json.Marshal(d)
+	details, err := json.Marshal(eventDetails{
+		Action: e.Action, IdempotencyKey: e.IdempotencyKey, Reasons: e.Reasons, Server: e.Server,
+		Suppressed: max(e.Suppressed, 0),
+	})
 	if err != nil {
 		return audit.Entry{}, err
 	}

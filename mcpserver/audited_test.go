@@ -86,3 +86,29 @@ func serviceApprovals(t *testing.T) (store.Store, ServiceApprovals) {
 	}
 	return st, ServiceApprovals{Service: svc}
 }
+
+// TestEventDetails checks the details of an event's record: its keys
+// sorted, the action and the count of suppressed failures only when there
+// are some, no reasons as null.
+func TestEventDetails(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ev   Event
+		want string
+	}{
+		{"tool call", Event{Server: "up", Reasons: []string{"allow-echo"}, IdempotencyKey: "k"},
+			`{"idempotency_key":"k","reasons":["allow-echo"],"server":"up"}`},
+		{"no reasons", Event{}, `{"idempotency_key":"","reasons":null,"server":""}`},
+		{"an action", Event{Action: ActionReadResource, Server: "docs", Reasons: []string{}},
+			`{"action":"read_resource","idempotency_key":"","reasons":[],"server":"docs"}`},
+		{"suppressed", Event{Suppressed: 3}, `{"idempotency_key":"","reasons":null,"server":"","suppressed":3}`},
+		{"none suppressed", Event{Suppressed: -1}, `{"idempotency_key":"","reasons":null,"server":""}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := tc.ev.Entry()
+			if err != nil || string(e.Details) != tc.want {
+				t.Errorf("Entry().Details = %s, %v; want %s", e.Details, err, tc.want)
+			}
+		})
+	}
+}
