@@ -84,6 +84,7 @@ type options struct {
 	protocol        string
 	idempotencyKey  bool
 	profile         string
+	memProfile      string
 	profileOf       string // the variant whose Usher -profile profiles; empty: A
 	stateful        bool
 	against         string
@@ -111,6 +112,7 @@ func main() {
 	flag.StringVar(&o.protocol, "protocol", "2025-11-25", "MCP protocol revision the clients ask for (empty: the SDK's latest)")
 	flag.BoolVar(&o.idempotencyKey, "idempotency-key", true, `send a new _meta["usher/idempotency_key"] with every call, so that Usher keeps an execution record, as for the assistant's calls`)
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of Usher during its throughput phase to this file (through server.debug_addr)")
+	flag.StringVar(&o.memProfile, "memprofile", "", "write a profile of the heap allocations Usher makes during its first throughput phase to this file (through server.debug_addr)")
 	flag.StringVar(&o.profileOf, "profile-of", "", "the variant whose Usher -profile profiles (sink or traced), in a c=8 phase of -duration of its own after the measured ones; empty: -usher's plain Usher, during its first c=8 phase")
 	flag.BoolVar(&o.stateful, "stateful", false, "run Usher's MCP endpoint stateful (mcp.stateful: sessions kept in its process), not the default stateless")
 	flag.StringVar(&o.against, "against", "", "a second usher binary to measure against -usher in the same run: its calls go in the same sequential rounds (D) and its c=8 phases alternate with -usher's (with no variants A B B A B A A B, each a quarter of -duration); the report adds its figures and -usher's less its, round by round")
@@ -419,7 +421,16 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		if len(ushers) > 1 {
 			d = alternationPart(d, len(ushers)) // the first phase through A
 		}
-		go func() { profile <- takeProfile(ctx, ua.debugAddr, d, o.profile) }()
+		go func() { profile <- takeProfile(ctx, ua.debugAddr, "profile", d, o.profile) }()
+	}
+	var memProfile chan error
+	if o.memProfile != "" {
+		memProfile = make(chan error, 1)
+		d := o.duration
+		if len(ushers) > 1 {
+			d = alternationPart(d, len(ushers))
+		}
+		go func() { memProfile <- takeProfile(ctx, ua.debugAddr, "allocs", d, o.memProfile) }()
 	}
 	c8Before := make([]stageSample, len(ushers))
 	for i, u := range ushers {
@@ -457,6 +468,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			return fmt.Errorf("CPU profile: %w", err)
 		}
 		r.profile, r.profileOf = o.profile, "A"
+	}
+	if memProfile != nil {
+		if err := <-memProfile; err != nil {
+			return fmt.Errorf("allocation profile: %w", err)
+		}
 	}
 	if o.profile != "" && o.profileOf != "" {
 		if err := profileVariant(ctx, o, ushers, keys); err != nil {
@@ -541,11 +557,12 @@ policy:
 	return cfg, os.WriteFile(cfg, []byte(yaml), 0o600)
 }
 
-// takeProfile fetches a CPU profile of Usher for most of d from its debug
+// takeProfile fetches a profile of Usher of the kind ("profile" for CPU,
+// "allocs" for the heap allocations) for most of d from its debug
 // listener and writes it to file.
-func takeProfile(ctx context.Context, addr string, d time.Duration, file string) error {
+func takeProfile(ctx context.Context, addr, kind string, d time.Duration, file string) error {
 	secs := max(int((d-time.Second)/time.Second), 1)
-	resp, err := get(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
+	resp, err := get(ctx, fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, secs))
 	if err != nil {
 		return err
 	}
@@ -569,7 +586,7 @@ func profileVariant(ctx context.Context, o options, ushers []*usherRun, keys *ke
 			continue
 		}
 		done := make(chan error, 1)
-		go func() { done <- takeProfile(ctx, u.debugAddr, o.duration, o.profile) }()
+		go func() { done <- takeProfile(ctx, u.debugAddr, "profile", o.duration, o.profile) }()
 		_, err := throughput(ctx, u.via, o.duration, keys, u.procs)
 		if e := <-done; err == nil && e != nil {
 			err = fmt.Errorf("CPU profile: %w", e)
