@@ -151,6 +151,8 @@ type Catalog struct {
 	// session to their upstream is subscribed to, with that session.
 	subscribed     map[string]*mcp.ClientSession
 	updateWatchers []func(uri string) // told of updated resources
+	// held are the upstream calls held open for their callers' rounds.
+	held heldCalls
 }
 
 // listChanges says which of the catalog's lists a refresh changed.

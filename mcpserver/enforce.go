@@ -492,6 +492,8 @@ func (s *Server) run(ctx context.Context, t *tool, call Call, ev Event, start ti
 			return incompleteTool(res.InputRequests, state)
 		}
 		s.log.WarnContext(ctx, "mcpserver: an upstream's request for input was not passed on", "tool", call.Tool, "err", askErr)
+		// A call held open for the round asks nothing more of anyone.
+		s.catalog.held.cancel(res.RequestState)
 		res = errorResult("The tool could not go on: " + askErr.Error() + ".")
 	}
 	after := context.WithoutCancel(ctx)

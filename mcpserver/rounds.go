@@ -99,6 +99,9 @@ type round struct {
 	caps      *mcp.ClientCapabilities
 	responses mcp.InputResponseMap
 	state     string
+	// lifetime is how long the caller has to answer the round's input
+	// requests (Options.InputLifetime).
+	lifetime time.Duration
 }
 
 type roundKey struct{}
@@ -167,7 +170,7 @@ func (s *Server) openRound(call Call, key string, in roundRequest) (*round, *inp
 		}
 		return nil, nil
 	}
-	r := &round{caps: in.caps}
+	r := &round{caps: in.caps, lifetime: s.opts.InputLifetime}
 	if in.state == "" {
 		// Answers without the state that asked for them answer nothing
 		// Usher asked: the request starts over, so the upstream asks

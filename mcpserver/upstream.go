@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/usherhq/usher/internal/httpx"
 )
@@ -326,62 +327,83 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 			// Nothing was sent: the call certainly did not run.
 			return nil, fmt.Errorf("connect to upstream %s: %w", u.cfg.Name, err)
 		}
-		defer u.cat.pool.release(conn)
+		held := rounds && !speaksRounds(conn.session)
+		if held && r.state != "" {
+			// A later round of a held call: the call is already open.
+			u.cat.pool.release(conn)
+			return u.resumeHeld(ctx, c.Subject, r)
+		}
 
 		ds, _ := ctx.Value(downstreamKey{}).(downstream)
 		f := &inflight{ctx: ctx, downstream: ds, id: rand.Text(), upstream: u.cfg.Name, tool: u.cfg.prefix() + name}
 		ctx = context.WithValue(ctx, inflightKey{}, f)
 		conn.track(f)
-		defer conn.untrack(f)
 		meta := mcp.Meta{}
 		if ds.progressToken != nil {
 			meta["progressToken"] = f.id
 		}
 		askForLogs(meta, ds)
 		params := &mcp.CallToolParams{Meta: meta, Name: name, Arguments: args}
-		if rounds {
+		if rounds && !held {
 			params.Meta, params.InputResponses, params.RequestState = r.meta(meta), r.responses, r.state
 		}
-
 		sent := time.Now()
+		outcome := func(ctx context.Context, res *mcp.CallToolResult, err error) (*mcp.CallToolResult, error) {
+			return u.outcome(ctx, conn, f, sent, res, err)
+		}
+		if held {
+			// The upstream asks for input on its stream, as its protocol
+			// does: the call is held open for the caller's rounds.
+			h := u.startHeld(ctx, conn, f, params, r, outcome)
+			return h.round(ctx)
+		}
+		defer u.cat.pool.release(conn)
+		defer conn.untrack(f)
 		res, err := conn.session.CallTool(ctx, params)
-		if u.cfg.Command != "" {
-			conn.awaitNotes(ctx)
-		}
-		u.stats.duration.Observe(time.Since(sent).Seconds())
-		if err != nil {
-			u.stats.failed(callKind(ctx, err))
-			span.SetStatus(codes.Error, "")
-			if notSent(err) {
-				// The upstream answered (it refused the call), or the
-				// request never left: the call did not run.
-				return nil, fmt.Errorf("upstream %s refused the call: %w", u.cfg.Name, err)
-			}
-			u.cat.pool.broken(conn)
-			if f.stream.ended.Load() {
-				return nil, fmt.Errorf("%w: upstream %s: %v", errStreamEnded, u.cfg.Name, err)
-			}
-			return nil, fmt.Errorf("%w: upstream %s: %v", errOutcomeUnknown, u.cfg.Name, err)
-		}
-		// An upstream may not speak for Usher: the "usher/" keys of
-		// _meta (an approval link, say) are Usher's alone, and the
-		// protocol's own keys described the upstream hop, not this one.
-		for k := range res.Meta {
-			if strings.HasPrefix(k, "usher/") || strings.HasPrefix(k, "io.modelcontextprotocol/") {
-				delete(res.Meta, k)
-			}
-		}
-		if res.IsError {
-			u.stats.failed(CallUpstreamError)
-		}
-		out := plainResult(res)
-		if ask := askOf(res.NeedsInput(), res.InputRequests, res.RequestState); ask != nil {
-			// A round that asks for input has no content of its own.
-			out.Content, out.StructuredContent, out.IsError = []mcp.Content{}, nil, false
-			out.InputRequests, out.RequestState = ask.requests, ask.state
-		}
-		return out, nil
+		return outcome(ctx, res, err)
 	}
+}
+
+// outcome turns how a call to the upstream on conn, sent at sent, ended
+// into the call's result or error.
+func (u *upstream) outcome(ctx context.Context, conn *conn, f *inflight, sent time.Time, res *mcp.CallToolResult, err error) (*mcp.CallToolResult, error) {
+	span := trace.SpanFromContext(ctx)
+	if u.cfg.Command != "" {
+		conn.awaitNotes(ctx)
+	}
+	u.stats.duration.Observe(time.Since(sent).Seconds())
+	if err != nil {
+		u.stats.failed(callKind(ctx, err))
+		span.SetStatus(codes.Error, "")
+		if notSent(err) {
+			// The upstream answered (it refused the call), or the
+			// request never left: the call did not run.
+			return nil, fmt.Errorf("upstream %s refused the call: %w", u.cfg.Name, err)
+		}
+		u.cat.pool.broken(conn)
+		if f.stream.ended.Load() {
+			return nil, fmt.Errorf("%w: upstream %s: %v", errStreamEnded, u.cfg.Name, err)
+		}
+		return nil, fmt.Errorf("%w: upstream %s: %v", errOutcomeUnknown, u.cfg.Name, err)
+	}
+	// An upstream may not speak for Usher: the "usher/" keys of
+	// _meta (an approval link, say) are Usher's alone, and the
+	// protocol's own keys described the upstream hop, not this one.
+	for k := range res.Meta {
+		if strings.HasPrefix(k, "usher/") || strings.HasPrefix(k, "io.modelcontextprotocol/") {
+			delete(res.Meta, k)
+		}
+	}
+	if res.IsError {
+		u.stats.failed(CallUpstreamError)
+	}
+	out := plainResult(res)
+	if ask := askOf(res.NeedsInput(), res.InputRequests, res.RequestState); ask != nil {
+		// A round that asks for input has no content of its own.
+		out.Content, out.StructuredContent, out.IsError = []mcp.Content{}, nil, false
+		out.InputRequests, out.RequestState = ask.requests, ask.state
+	}
+	return out, nil
 }
 
 // connect opens a client session to the upstream for the conn's subject.
@@ -401,6 +423,9 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 		// through the enforcement point, and each request declares the
 		// caller's capabilities (see round.meta).
 		copts.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true}
+		// An upstream of an earlier protocol asks with requests of its
+		// own, which become rounds (see heldCall).
+		c.handleHeldRequests(copts, &u.cat.held)
 	} else if u.cat.opts.RelayRequests && c.key.subject != "" {
 		c.handleRequests(copts)
 	}

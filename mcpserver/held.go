@@ -1,0 +1,351 @@
+//lint:file-ignore SA1019 Sampling is deprecated as of protocol 2026-07-28 (SEP-2577) but upstreams of the older protocols still ask for it: Usher passes it on while they do.
+
+package mcpserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// An upstream of a protocol before 2026-07-28 asks for input with a
+// request of its own (elicitation/create, sampling/createMessage) during a
+// tool call, and waits for the answer while the call stays open. A caller
+// of 2026-07-28 asks and answers in rounds instead (multi round-trip
+// requests): so Usher holds the upstream's call open, answers the
+// caller's round with the upstream's request as an input request, and
+// names the held call in the round's upstream state, which Usher's own
+// requestState seals (see askForInput). The caller's retry brings the
+// answer, which goes to the upstream's waiting request, and gets what the
+// upstream does next: its result, or its next request as the next round.
+// A held call whose request gets no answer within the round's input
+// lifetime is cancelled upstream and recorded (KindInputAbandoned).
+
+// heldPrefix begins the upstream state of a round that names a held call.
+const heldPrefix = "usher-held:"
+
+// heldCall is an upstream call held open while its caller answers the
+// upstream's request for input.
+type heldCall struct {
+	id       string // in the round's state, after heldPrefix
+	subject  string // whose call it is
+	upstream string
+	f        *inflight // the call, as its upstream session tracks it
+	lifetime time.Duration
+	ctx      context.Context    // the upstream call's
+	cancel   context.CancelFunc // ends the upstream call
+
+	mu      sync.Mutex
+	caps    *mcp.ClientCapabilities // what the latest round's caller declared
+	seq     int                     // numbers the upstream's requests
+	ask     *heldAsk                // the request awaiting an answer; nil while the upstream works
+	end     *heldEnd                // how the call ended, once it has
+	changed chan struct{}           // closed, and replaced, when ask or end changes
+	expiry  *time.Timer             // cancels the call when ask gets no answer in time
+}
+
+// heldAsk is an upstream's request awaiting the caller's answer.
+type heldAsk struct {
+	id     string // the input request's id in the round
+	req    mcp.InputRequest
+	answer chan mcp.InputResponse // buffered: the one answer
+}
+
+// heldEnd is how an upstream call ended.
+type heldEnd struct {
+	res *mcp.CallToolResult
+	err error
+}
+
+// heldCalls are the calls this process holds, by id and by the id of
+// their inflight call (which the upstream's requests find them by).
+type heldCalls struct {
+	mu         sync.Mutex
+	byID       map[string]*heldCall
+	byInflight map[string]*heldCall
+}
+
+func (h *heldCalls) add(c *heldCall) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.byID == nil {
+		h.byID, h.byInflight = map[string]*heldCall{}, map[string]*heldCall{}
+	}
+	h.byID[c.id], h.byInflight[c.f.id] = c, c
+}
+
+func (h *heldCalls) remove(c *heldCall) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.byID, c.id)
+	delete(h.byInflight, c.f.id)
+}
+
+// get returns the held call named by a round's upstream state.
+func (h *heldCalls) get(state string) (*heldCall, bool) {
+	id, ok := heldID(state)
+	if !ok {
+		return nil, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c, ok := h.byID[id]
+	return c, ok
+}
+
+// cancel ends the held call a round's upstream state names, if this
+// process holds it: its request was not passed on to the caller.
+func (h *heldCalls) cancel(state string) {
+	if c, ok := h.get(state); ok {
+		c.cancel()
+	}
+}
+
+// heldID returns the id of the held call a round's upstream state names.
+func heldID(state string) (string, bool) {
+	if len(state) <= len(heldPrefix) || state[:len(heldPrefix)] != heldPrefix {
+		return "", false
+	}
+	return state[len(heldPrefix):], true
+}
+
+// startHeld starts the call params on conn, held: it returns at once,
+// and the call's rounds follow with next. The call owns conn's use and
+// f's tracking from now on, and gives them up when it ends, after done
+// has turned its outcome into the call's (see upstream.outcome). Closing
+// the catalog cancels it.
+func (u *upstream) startHeld(ctx context.Context, conn *conn, f *inflight, params *mcp.CallToolParams, r *round,
+	done func(context.Context, *mcp.CallToolResult, error) (*mcp.CallToolResult, error)) *heldCall {
+	c, _ := CallerFromContext(ctx)
+	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(u.cat.stop, cancel)
+	h := &heldCall{id: rand.Text(), subject: c.Subject, upstream: u.cfg.Name, f: f, lifetime: r.lifetime, ctx: callCtx, cancel: cancel,
+		changed: make(chan struct{}), caps: r.caps}
+	u.cat.held.add(h)
+	u.cat.work.Add(1)
+	go func() {
+		defer u.cat.work.Done()
+		defer stop()
+		defer cancel()
+		defer u.cat.pool.release(conn)
+		defer conn.untrack(f)
+		defer u.cat.held.remove(h)
+		res, err := conn.session.CallTool(callCtx, params)
+		if err != nil && callCtx.Err() != nil {
+			// Cancelled here (see expire and next): the session is sound,
+			// and stays open for the cancellation to reach the upstream.
+			h.finish(&heldEnd{err: fmt.Errorf("%w: upstream %s: the held call was cancelled", errOutcomeUnknown, u.cfg.Name)})
+			return
+		}
+		res, err = done(callCtx, res, err)
+		h.finish(&heldEnd{res: res, err: err})
+	}()
+	return h
+}
+
+// finish records how the upstream call ended, for the round waiting for
+// it.
+func (h *heldCall) finish(e *heldEnd) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.end, h.ask = e, nil
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+	h.broadcastLocked()
+}
+
+func (h *heldCall) broadcastLocked() {
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// request is the upstream's request for input, made while the call is
+// held: it becomes the next round's input request, and waits for the
+// caller's answer, at most the lifetime, after which the call is
+// cancelled. A request the caller did not declare it answers is refused
+// to the upstream at once, audited, as the specification forbids
+// passing it on; the upstream may go on without.
+func (h *heldCall) request(req mcp.InputRequest) (mcp.InputResponse, error) {
+	h.mu.Lock()
+	if h.ask != nil || h.end != nil {
+		h.mu.Unlock()
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "another request of this call awaits the caller's answer"}
+	}
+	if _, method, declared := inputKind(req, h.caps); !declared {
+		h.mu.Unlock()
+		if h.f.record != nil {
+			h.f.record(context.WithoutCancel(h.f.ctx), h.event("", method+": the caller does not offer it"), KindRequestRefused)
+		}
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "the caller does not offer this"}
+	}
+	h.seq++
+	a := &heldAsk{id: "input-" + strconv.Itoa(h.seq), req: req, answer: make(chan mcp.InputResponse, 1)}
+	h.ask = a
+	h.expiry = time.AfterFunc(h.lifetime, h.expire)
+	h.broadcastLocked()
+	h.mu.Unlock()
+	select {
+	case v := <-a.answer:
+		return v, nil
+	case <-h.ctx.Done():
+		return nil, h.ctx.Err()
+	}
+}
+
+// expire cancels the call whose request got no answer in time.
+func (h *heldCall) expire() {
+	h.mu.Lock()
+	if h.ask == nil || h.end != nil {
+		h.mu.Unlock()
+		return
+	}
+	h.mu.Unlock()
+	if h.f.record != nil {
+		h.f.record(context.WithoutCancel(h.f.ctx), h.event(OutcomeFailed,
+			"input request: no answer came within "+h.lifetime.String()+"; the upstream call was cancelled"), KindInputAbandoned)
+	}
+	h.cancel()
+}
+
+// event is an audit record of the held call.
+func (h *heldCall) event(outcome, reason string) Event {
+	caller, _ := CallerFromContext(h.f.ctx)
+	return Event{Principal: caller.Subject, ClientID: caller.ClientID, TokenID: caller.TokenID, RunID: caller.RunID,
+		Tool: h.f.tool, Server: h.upstream, Outcome: outcome, Reasons: []string{reason}}
+}
+
+// answer delivers the caller's answer to the upstream's waiting request,
+// if r's responses hold one for it; a round without it is asked again.
+func (h *heldCall) answer(r *round) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.caps = r.caps
+	responses := r.responses
+	if h.ask == nil {
+		return
+	}
+	v, ok := responses[h.ask.id]
+	if !ok || v == nil {
+		return
+	}
+	h.ask.answer <- v
+	h.ask = nil
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+}
+
+// next waits for what the upstream does next and returns it as the
+// round's result: the call's result, or an incomplete result whose input
+// request is the upstream's and whose state names this call. A round
+// that gives up waiting (its caller went, or its time ran out) cancels
+// the call: nobody is left to take its result.
+func (h *heldCall) next(ctx context.Context) (*mcp.CallToolResult, *heldEnd) {
+	for {
+		h.mu.Lock()
+		if h.end != nil {
+			e := h.end
+			h.mu.Unlock()
+			return nil, e
+		}
+		if h.ask != nil {
+			res := &mcp.CallToolResult{Content: []mcp.Content{}, InputRequests: mcp.InputRequestMap{h.ask.id: h.ask.req},
+				RequestState: heldPrefix + h.id}
+			h.mu.Unlock()
+			return res, nil
+		}
+		ch := h.changed
+		h.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			h.cancel()
+			return nil, &heldEnd{err: fmt.Errorf("%w: waiting for the held call: %v", errOutcomeUnknown, ctx.Err())}
+		}
+	}
+}
+
+// heldRequest turns an upstream's request during a held call into the
+// next round: the handler of a session of a caller of 2026-07-28 to an
+// upstream of an older protocol.
+func heldRequest[P mcp.InputRequest, R any](c *conn, held *heldCalls, params P) (*R, error) {
+	f, err := c.relayTarget()
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: err.Error()}
+	}
+	held.mu.Lock()
+	h := held.byInflight[f.id]
+	held.mu.Unlock()
+	if h == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "the caller does not offer this"}
+	}
+	v, err := h.request(params)
+	if err != nil {
+		return nil, err
+	}
+	// The caller's answer was decoded as the protocol's union of
+	// answers; the SDK's handler answers with its own type.
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	out := new(R)
+	if err := json.Unmarshal(b, out); err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "the caller's answer is not of the request's kind"}
+	}
+	return out, nil
+}
+
+// handleHeldRequests sets the SDK handlers that turn an upstream's
+// requests into rounds (see heldCall), which makes the session offer
+// sampling and elicitation: each round still passes on only what its
+// caller declared (see askForInput).
+func (c *conn) handleHeldRequests(o *mcp.ClientOptions, held *heldCalls) {
+	o.CreateMessageHandler = func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+		return heldRequest[*mcp.CreateMessageParams, mcp.CreateMessageResult](c, held, req.Params)
+	}
+	o.ElicitationHandler = func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return heldRequest[*mcp.ElicitParams, mcp.ElicitResult](c, held, req.Params)
+	}
+}
+
+// speaksRounds reports whether an upstream session's protocol has multi
+// round-trip requests (2026-07-28 and later): an upstream of an earlier
+// one asks for input with requests of its own (see heldCall).
+func speaksRounds(cs *mcp.ClientSession) bool {
+	ir := cs.InitializeResult()
+	return ir != nil && ir.ProtocolVersion >= "2026-07-28"
+}
+
+// round waits for the held call's next round (see next).
+func (h *heldCall) round(ctx context.Context) (*mcp.CallToolResult, error) {
+	res, end := h.next(ctx)
+	if end != nil {
+		return end.res, end.err
+	}
+	return res, nil
+}
+
+// heldGoneText answers a retry whose held call is no longer held.
+const heldGoneText = "The call that asked for this input is no longer open: no answer came in time, or the server that held it stopped. " +
+	"Nothing more of it runs. Call the tool again to start over."
+
+// resumeHeld serves a later round of a held call of subject's: it
+// delivers the caller's answer to the upstream's waiting request and
+// waits for what the upstream does next.
+func (u *upstream) resumeHeld(ctx context.Context, subject string, r *round) (*mcp.CallToolResult, error) {
+	h, ok := u.cat.held.get(r.state)
+	if !ok || h.subject != subject || h.upstream != u.cfg.Name {
+		return errorResult(heldGoneText), nil
+	}
+	h.answer(r)
+	return h.round(ctx)
+}

@@ -1,0 +1,222 @@
+//lint:file-ignore SA1019 the test's upstream samples, which protocol 2026-07-28 deprecates.
+
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/usherhq/usher/store"
+)
+
+// heldEnv is a stateless endpoint federating the asking upstream (a
+// stateful Go SDK server, which speaks protocol 2025-11-25 and asks with
+// requests of its own) as "up".
+func heldEnv(t *testing.T, up *featureUpstream, cfg envConfig) *env {
+	cfg.rules, cfg.upstreams = map[string]Decision{"up__ask": Allow}, []Upstream{{Name: "up", URL: up.url}}
+	return newEnv(t, cfg)
+}
+
+// roundsBoth is the options of a caller of protocol 2026-07-28 that
+// offers sampling and elicitation and runs the rounds itself.
+func roundsBoth() *mcp.ClientOptions {
+	o := rounds()
+	o.CreateMessageHandler = func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+		return nil, errors.New("never asked: the rounds are the test's")
+	}
+	return o
+}
+
+// onlyRequest returns the one input request of an incomplete result, and
+// its id.
+func onlyRequest(t *testing.T, res *mcp.CallToolResult) (string, mcp.InputRequest) {
+	t.Helper()
+	if !res.NeedsInput() || len(res.InputRequests) != 1 || res.RequestState == "" || len(res.Content) != 0 {
+		t.Fatalf("answered %+v (needs input %v), want one input request", res, res.NeedsInput())
+	}
+	for id, ir := range res.InputRequests {
+		return id, ir
+	}
+	return "", nil
+}
+
+var (
+	four = &mcp.CreateMessageResult{Role: "assistant", Model: "m", Content: &mcp.TextContent{Text: "four"}}
+	ada  = &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Ada"}}
+)
+
+// TestHeldCallRounds: an upstream of protocol 2025-11-25 that samples and
+// then elicits during a tool call gives a caller of 2026-07-28 one round
+// for each request, as input requests under Usher's sealed state, while
+// its call is held open; each retry delivers the answer to the
+// upstream's waiting request, and the last gets the upstream's result.
+// Each request and answer is audited without its content; the call is
+// one execution. A retry whose answers name no request
+// of the round is asked the same again, and the upstream waits on.
+func TestHeldCallRounds(t *testing.T) {
+	up := askingUpstream(t)
+	e := heldEnv(t, up, envConfig{})
+	cs := e.connect(alice, "", roundsBoth(), "2026-07-28")
+	meta := mcp.Meta{MetaIdempotencyKey: "held-1"}
+
+	first := call(t, cs, "up__ask", map[string]any{}, meta)
+	sid, ir := onlyRequest(t, first)
+	if p, ok := ir.(*mcp.CreateMessageWithToolsParams); !ok || p.MaxTokens != 10 {
+		t.Fatalf("the first round asks %#v, want the upstream's sampling request", ir)
+	}
+	if strings.Contains(first.RequestState, heldPrefix) {
+		t.Fatalf("the requestState %q shows what it holds", first.RequestState)
+	}
+	again := retry(t, cs, "up__ask", map[string]any{}, meta, mcp.InputResponseMap{"bogus": four}, first.RequestState)
+	if id, _ := onlyRequest(t, again); id != sid {
+		t.Fatalf("a retry answering no request of the round was asked %q, want %q again", id, sid)
+	}
+	second := retry(t, cs, "up__ask", map[string]any{}, meta, mcp.InputResponseMap{sid: four}, again.RequestState)
+	eid, ir := onlyRequest(t, second)
+	if p, ok := ir.(*mcp.ElicitParams); !ok || p.Message != "Your name?" || eid == sid {
+		t.Fatalf("the second round asks %q: %#v, want the upstream's elicitation", eid, ir)
+	}
+	// The first round's state names the sampling request, answered: its
+	// answer does not answer the elicitation.
+	stale := retry(t, cs, "up__ask", map[string]any{}, meta, mcp.InputResponseMap{sid: four}, first.RequestState)
+	if id, _ := onlyRequest(t, stale); id != eid {
+		t.Fatalf("a stale round's retry was asked %q, want %q", id, eid)
+	}
+	res := retry(t, cs, "up__ask", map[string]any{}, meta, mcp.InputResponseMap{eid: ada}, second.RequestState)
+	if res.IsError || res.NeedsInput() || text(res) != "model said four; user chose accept Ada" {
+		t.Fatalf("the last round answered %q (needs input %v)", text(res), res.NeedsInput())
+	}
+	want := []string{
+		KindDecision, KindSamplingRequested, KindInputRequired,
+		KindDecision, KindSamplingRequested, KindInputRequired, // the retry that answered nothing
+		KindDecision, KindRequestAnswered, KindElicitationRequested, KindInputRequired,
+		KindDecision, KindRequestAnswered, KindElicitationRequested, KindInputRequired, // the stale round
+		KindDecision, KindRequestAnswered, KindExecuted,
+	}
+	if got := e.auditKinds("up__ask"); !slices.Equal(got, want) {
+		t.Errorf("audit %v,\nwant %v", got, want)
+	}
+	for _, ev := range e.events() {
+		for _, r := range ev.Reasons {
+			if strings.Contains(r, "four") || strings.Contains(r, "Ada") {
+				t.Errorf("an audit record holds an answer's content: %+v", ev)
+			}
+		}
+	}
+	if rec, err := e.store.GetExecution(t.Context(), keyOf(e, "up__ask")); err != nil || rec.Status != store.ExecutionSucceeded {
+		t.Errorf("the execution is %+v, %v; want it succeeded", rec, err)
+	}
+}
+
+// keyOf is the idempotency key the audit names for tool's decision.
+func keyOf(e *env, tool string) string {
+	for _, ev := range e.events() {
+		if ev.Kind == KindDecision && ev.Tool == tool && ev.IdempotencyKey != "" {
+			return ev.IdempotencyKey
+		}
+	}
+	return ""
+}
+
+// TestHeldCallRefused: a held call's round is resumed only by its own
+// call: an altered or foreign requestState and another principal's retry
+// are refused (JSON-RPC errors), and nothing reaches the upstream, which
+// goes on waiting for the caller's own answer. A request the caller did
+// not declare is never passed on: the upstream is refused it.
+func TestHeldCallRefused(t *testing.T) {
+	up := askingUpstream(t)
+	e := heldEnv(t, up, envConfig{})
+	cs := e.connect(alice, "", roundsBoth(), "2026-07-28")
+	first := call(t, cs, "up__ask", map[string]any{}, nil)
+	sid, _ := onlyRequest(t, first)
+	tampered := []byte(first.RequestState)
+	if mid := len(tampered) / 2; tampered[mid] == 'A' {
+		tampered[mid] = 'B'
+	} else {
+		tampered[mid] = 'A'
+	}
+	bob := e.connect(bob, "", roundsBoth(), "2026-07-28")
+	for name, tt := range map[string]struct {
+		cs    *mcp.ClientSession
+		state string
+		want  string
+	}{
+		"altered":           {cs, string(tampered), "not valid"},
+		"a held call's id":  {cs, heldPrefix + "x", "not valid"},
+		"another principal": {bob, first.RequestState, "another request"},
+	} {
+		_, err := tt.cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "up__ask", Arguments: map[string]any{},
+			InputResponses: mcp.InputResponseMap{sid: four}, RequestState: tt.state})
+		var je *jsonrpc.Error
+		if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams || !strings.Contains(je.Message, tt.want) {
+			t.Errorf("%s: %v, want a JSON-RPC error -32602 saying %q", name, err, tt.want)
+		}
+	}
+	second := retry(t, cs, "up__ask", map[string]any{}, nil, mcp.InputResponseMap{sid: four}, first.RequestState)
+	eid, _ := onlyRequest(t, second)
+	res := retry(t, cs, "up__ask", map[string]any{}, nil, mcp.InputResponseMap{eid: ada}, second.RequestState)
+	if text(res) != "model said four; user chose accept Ada" {
+		t.Errorf("after the refusals the call answered %q", text(res))
+	}
+
+	// A caller that offers elicitation only: the upstream's sampling
+	// request is refused to it, audited, and the upstream goes on.
+	plain := e.connect(alice, "", rounds(), "2026-07-28")
+	first = call(t, plain, "up__ask", map[string]any{}, nil)
+	eid, ir := onlyRequest(t, first)
+	if _, ok := ir.(*mcp.ElicitParams); !ok {
+		t.Fatalf("the caller that offers elicitation only was asked %#v", ir)
+	}
+	res = retry(t, plain, "up__ask", map[string]any{}, nil, mcp.InputResponseMap{eid: ada}, first.RequestState)
+	if got := text(res); !strings.HasPrefix(got, "sampling failed") || !strings.HasSuffix(got, "user chose accept Ada") {
+		t.Errorf("with the sampling request refused, the tool got %q", got)
+	}
+	if got := e.auditKinds("up__ask"); !slices.Contains(got, KindRequestRefused) {
+		t.Errorf("audit %v, want the refusal", got)
+	}
+}
+
+// TestHeldCallExpires: a held call whose request gets no answer within
+// the input lifetime is cancelled upstream (the upstream's handler sees
+// its context end) and recorded abandoned; a retry after that runs
+// nothing.
+func TestHeldCallExpires(t *testing.T) {
+	up := newFeatureUpstream(t, "up", true)
+	cancelled := make(chan struct{})
+	up.server.AddTool(&mcp.Tool{Name: "ask", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			_, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Your name?",
+				RequestedSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)})
+			if err != nil {
+				<-ctx.Done()
+				close(cancelled)
+				return nil, ctx.Err()
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "answered"}}}, nil
+		})
+	e := heldEnv(t, up, envConfig{server: func(o *Options) { o.InputLifetime = 50 * time.Millisecond }})
+	cs := e.connect(alice, "", rounds(), "2026-07-28")
+	first := call(t, cs, "up__ask", map[string]any{}, nil)
+	id, _ := onlyRequest(t, first)
+	select {
+	case <-cancelled:
+	case <-t.Context().Done():
+		t.Fatal("the upstream's call was never cancelled")
+	}
+	if got := e.auditKinds("up__ask"); !slices.Contains(got, KindInputAbandoned) {
+		t.Errorf("audit %v, want the abandoned call recorded", got)
+	}
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "up__ask", Arguments: map[string]any{},
+		InputResponses: mcp.InputResponseMap{id: ada}, RequestState: first.RequestState})
+	if err == nil && (!res.IsError || text(res) == "answered") {
+		t.Errorf("a retry after the call expired answered %q", text(res))
+	}
+}
