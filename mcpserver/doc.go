@@ -185,6 +185,15 @@
 // by default): failed, with a result that says so, which a retry under its
 // idempotency key gets, and audited (KindInputAbandoned).
 //
+// An upstream of an earlier protocol asks with requests of its own during
+// a tool call instead, and waits with the call open. For a caller of
+// 2026-07-28 the call is held open in the process (see heldCall): its
+// requests become the round's input requests and the upstream state names
+// the held call; the retry delivers the answers and gets what the upstream
+// does next. A request unanswered for the InputLifetime cancels the
+// upstream call (KindInputAbandoned). Such a retry must reach the process
+// that holds the call.
+//
 // # Upstream health
 //
 // A Health lists every upstream on an interval (HealthOptions.Interval,

@@ -6,8 +6,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +32,12 @@ import (
 // A held call whose request gets no answer within the round's input
 // lifetime is cancelled upstream and recorded (KindInputAbandoned).
 
+// heldSettle is how long a round waits, once an upstream has asked, for
+// more requests the upstream sends at the same time (the Go SDK's server
+// sends each input request of a handler's incomplete result as a request
+// of its own, all at once), so that they go in one round.
+const heldSettle = 25 * time.Millisecond
+
 // heldPrefix begins the upstream state of a round that names a held call.
 const heldPrefix = "usher-held:"
 
@@ -42,20 +52,22 @@ type heldCall struct {
 	ctx      context.Context    // the upstream call's
 	cancel   context.CancelFunc // ends the upstream call
 
-	mu      sync.Mutex
-	caps    *mcp.ClientCapabilities // what the latest round's caller declared
-	seq     int                     // numbers the upstream's requests
-	ask     *heldAsk                // the request awaiting an answer; nil while the upstream works
-	end     *heldEnd                // how the call ended, once it has
-	changed chan struct{}           // closed, and replaced, when ask or end changes
-	expiry  *time.Timer             // cancels the call when ask gets no answer in time
+	mu   sync.Mutex
+	caps *mcp.ClientCapabilities // what the latest round's caller declared
+	seq  int                     // numbers the upstream's requests
+	asks map[string]*heldAsk     // the requests awaiting an answer, by id; none while the upstream works
+	// handed: asks went to the caller in a round, and no answer has come
+	// since: the upstream awaits the caller and sends nothing meanwhile.
+	handed  bool
+	end     *heldEnd      // how the call ended, once it has
+	changed chan struct{} // closed, and replaced, when ask or end changes
 }
 
 // heldAsk is an upstream's request awaiting the caller's answer.
 type heldAsk struct {
-	id     string // the input request's id in the round
 	req    mcp.InputRequest
 	answer chan mcp.InputResponse // buffered: the one answer
+	expiry *time.Timer            // cancels the call when no answer comes in time
 }
 
 // heldEnd is how an upstream call ended.
@@ -155,9 +167,10 @@ func (u *upstream) startHeld(ctx context.Context, conn *conn, f *inflight, param
 func (h *heldCall) finish(e *heldEnd) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.end, h.ask = e, nil
-	if h.expiry != nil {
-		h.expiry.Stop()
+	h.end = e
+	for id, a := range h.asks {
+		a.expiry.Stop()
+		delete(h.asks, id)
 	}
 	h.broadcastLocked()
 }
@@ -168,16 +181,18 @@ func (h *heldCall) broadcastLocked() {
 }
 
 // request is the upstream's request for input, made while the call is
-// held: it becomes the next round's input request, and waits for the
-// caller's answer, at most the lifetime, after which the call is
-// cancelled. A request the caller did not declare it answers is refused
-// to the upstream at once, audited, as the specification forbids
-// passing it on; the upstream may go on without.
+// held: it becomes an input request of the next round (an upstream may
+// have several waiting at once), and waits for the caller's answer, at
+// most the lifetime, after which the call is cancelled. A request the
+// caller did not declare it answers (its session offers the upstream
+// only what the caller declared, so one whose latest round declared
+// less) is refused to the upstream at once, audited, as the
+// specification forbids passing it on; the upstream may go on without.
 func (h *heldCall) request(req mcp.InputRequest) (mcp.InputResponse, error) {
 	h.mu.Lock()
-	if h.ask != nil || h.end != nil {
+	if h.end != nil {
 		h.mu.Unlock()
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "another request of this call awaits the caller's answer"}
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "the call has ended"}
 	}
 	if _, method, declared := inputKind(req, h.caps); !declared {
 		h.mu.Unlock()
@@ -187,9 +202,11 @@ func (h *heldCall) request(req mcp.InputRequest) (mcp.InputResponse, error) {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "the caller does not offer this"}
 	}
 	h.seq++
-	a := &heldAsk{id: "input-" + strconv.Itoa(h.seq), req: req, answer: make(chan mcp.InputResponse, 1)}
-	h.ask = a
-	h.expiry = time.AfterFunc(h.lifetime, h.expire)
+	a := &heldAsk{req: req, answer: make(chan mcp.InputResponse, 1), expiry: time.AfterFunc(h.lifetime, h.expire)}
+	if h.asks == nil {
+		h.asks = map[string]*heldAsk{}
+	}
+	h.asks["input-"+strconv.Itoa(h.seq)] = a
 	h.broadcastLocked()
 	h.mu.Unlock()
 	select {
@@ -203,7 +220,7 @@ func (h *heldCall) request(req mcp.InputRequest) (mcp.InputResponse, error) {
 // expire cancels the call whose request got no answer in time.
 func (h *heldCall) expire() {
 	h.mu.Lock()
-	if h.ask == nil || h.end != nil {
+	if len(h.asks) == 0 || h.end != nil {
 		h.mu.Unlock()
 		return
 	}
@@ -222,33 +239,30 @@ func (h *heldCall) event(outcome, reason string) Event {
 		Tool: h.f.tool, Server: h.upstream, Outcome: outcome, Reasons: []string{reason}}
 }
 
-// answer delivers the caller's answer to the upstream's waiting request,
-// if r's responses hold one for it; a round without it is asked again.
+// answer delivers the caller's answers to the upstream's waiting
+// requests that r's responses answer; the others are asked again.
 func (h *heldCall) answer(r *round) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.caps = r.caps
-	responses := r.responses
-	if h.ask == nil {
-		return
-	}
-	v, ok := responses[h.ask.id]
-	if !ok || v == nil {
-		return
-	}
-	h.ask.answer <- v
-	h.ask = nil
-	if h.expiry != nil {
-		h.expiry.Stop()
+	for id, a := range h.asks {
+		if v, ok := r.responses[id]; ok && v != nil {
+			a.expiry.Stop()
+			a.answer <- v
+			delete(h.asks, id)
+			h.handed = false
+		}
 	}
 }
 
 // next waits for what the upstream does next and returns it as the
 // round's result: the call's result, or an incomplete result whose input
-// request is the upstream's and whose state names this call. A round
+// requests are the upstream's waiting ones and whose state names this
+// call. A round
 // that gives up waiting (its caller went, or its time ran out) cancels
 // the call: nobody is left to take its result.
 func (h *heldCall) next(ctx context.Context) (*mcp.CallToolResult, *heldEnd) {
+	settled := false
 	for {
 		h.mu.Lock()
 		if h.end != nil {
@@ -256,9 +270,24 @@ func (h *heldCall) next(ctx context.Context) (*mcp.CallToolResult, *heldEnd) {
 			h.mu.Unlock()
 			return nil, e
 		}
-		if h.ask != nil {
-			res := &mcp.CallToolResult{Content: []mcp.Content{}, InputRequests: mcp.InputRequestMap{h.ask.id: h.ask.req},
-				RequestState: heldPrefix + h.id}
+		if len(h.asks) > 0 && !settled {
+			// Requests an upstream sends together go in one round.
+			ch := h.changed
+			h.mu.Unlock()
+			settled = true
+			select {
+			case <-ch:
+			case <-time.After(heldSettle):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if len(h.asks) > 0 {
+			res := &mcp.CallToolResult{Content: []mcp.Content{}, InputRequests: mcp.InputRequestMap{}, RequestState: heldPrefix + h.id}
+			for id, a := range h.asks {
+				res.InputRequests[id] = a.req
+			}
+			h.handed = true
 			h.mu.Unlock()
 			return res, nil
 		}
@@ -277,15 +306,9 @@ func (h *heldCall) next(ctx context.Context) (*mcp.CallToolResult, *heldEnd) {
 // next round: the handler of a session of a caller of 2026-07-28 to an
 // upstream of an older protocol.
 func heldRequest[P mcp.InputRequest, R any](c *conn, held *heldCalls, params P) (*R, error) {
-	f, err := c.relayTarget()
+	h, err := c.heldTarget(held)
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: err.Error()}
-	}
-	held.mu.Lock()
-	h := held.byInflight[f.id]
-	held.mu.Unlock()
-	if h == nil {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "the caller does not offer this"}
 	}
 	v, err := h.request(params)
 	if err != nil {
@@ -304,17 +327,67 @@ func heldRequest[P mcp.InputRequest, R any](c *conn, held *heldCalls, params P) 
 	return out, nil
 }
 
+// heldTarget returns the held call on the session that an upstream's
+// request belongs to, as the SDK does not say which call a request
+// belongs to: the session's one held call, or of several the one whose
+// upstream may be asking. A call whose round went to its caller awaits
+// the caller's answer, so its upstream is not asking.
+func (c *conn) heldTarget(held *heldCalls) (*heldCall, error) {
+	c.mu.Lock()
+	ids := slices.Collect(maps.Keys(c.inflight))
+	c.mu.Unlock()
+	var calls, asking []*heldCall
+	for _, id := range ids {
+		held.mu.Lock()
+		h := held.byInflight[id]
+		held.mu.Unlock()
+		if h == nil {
+			continue
+		}
+		calls = append(calls, h)
+		h.mu.Lock()
+		if !h.handed && h.end == nil {
+			asking = append(asking, h)
+		}
+		h.mu.Unlock()
+	}
+	switch {
+	case len(calls) == 1:
+		return calls[0], nil
+	case len(asking) == 1:
+		return asking[0], nil
+	}
+	return nil, errors.New("a request is passed to the caller only while exactly one call of the caller's on this upstream session may be asking")
+}
+
 // handleHeldRequests sets the SDK handlers that turn an upstream's
-// requests into rounds (see heldCall), which makes the session offer
-// sampling and elicitation: each round still passes on only what its
-// caller declared (see askForInput).
-func (c *conn) handleHeldRequests(o *mcp.ClientOptions, held *heldCalls) {
-	o.CreateMessageHandler = func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-		return heldRequest[*mcp.CreateMessageParams, mcp.CreateMessageResult](c, held, req.Params)
+// requests into rounds (see heldCall), for what offers names (see
+// round.offers): the session offers the upstream sampling and
+// elicitation only as the caller does.
+func (c *conn) handleHeldRequests(o *mcp.ClientOptions, held *heldCalls, offers string) {
+	if strings.Contains(offers, "sampling") {
+		o.CreateMessageHandler = func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return heldRequest[*mcp.CreateMessageParams, mcp.CreateMessageResult](c, held, req.Params)
+		}
 	}
-	o.ElicitationHandler = func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-		return heldRequest[*mcp.ElicitParams, mcp.ElicitResult](c, held, req.Params)
+	if strings.Contains(offers, "elicitation") {
+		o.ElicitationHandler = func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return heldRequest[*mcp.ElicitParams, mcp.ElicitResult](c, held, req.Params)
+		}
 	}
+}
+
+// offers names what of sampling and elicitation the round's caller
+// declared; an upstream session of rounds offers the same.
+func (r *round) offers() string {
+	var out []string
+	if r.caps != nil && r.caps.Elicitation != nil {
+		out = append(out, "elicitation")
+	}
+	if r.caps != nil && r.caps.Sampling != nil {
+		out = append(out, "sampling")
+	}
+	return strings.Join(out, " ")
 }
 
 // speaksRounds reports whether an upstream session's protocol has multi

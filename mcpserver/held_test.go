@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
 )
 
 // heldEnv is a stateless endpoint federating the asking upstream (a
@@ -129,8 +130,8 @@ func keyOf(e *env, tool string) string {
 // TestHeldCallRefused: a held call's round is resumed only by its own
 // call: an altered or foreign requestState and another principal's retry
 // are refused (JSON-RPC errors), and nothing reaches the upstream, which
-// goes on waiting for the caller's own answer. A request the caller did
-// not declare is never passed on: the upstream is refused it.
+// goes on waiting for the caller's own answer. A caller that does not
+// offer sampling is not asked for it.
 func TestHeldCallRefused(t *testing.T) {
 	up := askingUpstream(t)
 	e := heldEnv(t, up, envConfig{})
@@ -167,8 +168,9 @@ func TestHeldCallRefused(t *testing.T) {
 		t.Errorf("after the refusals the call answered %q", text(res))
 	}
 
-	// A caller that offers elicitation only: the upstream's sampling
-	// request is refused to it, audited, and the upstream goes on.
+	// A caller that offers elicitation only: its upstream session offers
+	// no sampling either, so the upstream does not get to ask for it, and
+	// goes on.
 	plain := e.connect(alice, "", rounds(), "2026-07-28")
 	first = call(t, plain, "up__ask", map[string]any{}, nil)
 	eid, ir := onlyRequest(t, first)
@@ -177,10 +179,16 @@ func TestHeldCallRefused(t *testing.T) {
 	}
 	res = retry(t, plain, "up__ask", map[string]any{}, nil, mcp.InputResponseMap{eid: ada}, first.RequestState)
 	if got := text(res); !strings.HasPrefix(got, "sampling failed") || !strings.HasSuffix(got, "user chose accept Ada") {
-		t.Errorf("with the sampling request refused, the tool got %q", got)
+		t.Errorf("without sampling offered, the tool got %q", got)
 	}
-	if got := e.auditKinds("up__ask"); !slices.Contains(got, KindRequestRefused) {
-		t.Errorf("audit %v, want the refusal", got)
+	sampling := 0
+	for _, k := range e.auditKinds("up__ask") {
+		if k == KindSamplingRequested {
+			sampling++
+		}
+	}
+	if sampling != 1 {
+		t.Errorf("%d sampling requests passed on, want 1 (the first caller's)", sampling)
 	}
 }
 
@@ -218,5 +226,28 @@ func TestHeldCallExpires(t *testing.T) {
 		InputResponses: mcp.InputResponseMap{id: ada}, RequestState: first.RequestState})
 	if err == nil && (!res.IsError || text(res) == "answered") {
 		t.Errorf("a retry after the call expired answered %q", text(res))
+	}
+}
+
+// TestHeldCallOtherReplica: a held call lives in the process that holds
+// its upstream stream: a retry that reaches another server over the same
+// store is told the call is no longer open, nothing reaches the upstream
+// from there, and the call goes on waiting where it is held.
+func TestHeldCallOtherReplica(t *testing.T) {
+	up := askingUpstream(t)
+	shared := storetest.NewSQLite(t)
+	one := heldEnv(t, up, envConfig{store: shared})
+	two := heldEnv(t, up, envConfig{store: shared})
+	cs := one.connect(alice, "", roundsBoth(), "2026-07-28")
+	first := call(t, cs, "up__ask", map[string]any{}, nil)
+	sid, _ := onlyRequest(t, first)
+	res := retry(t, two.connect(alice, "", roundsBoth(), "2026-07-28"), "up__ask", map[string]any{}, nil,
+		mcp.InputResponseMap{sid: four}, first.RequestState)
+	if !res.IsError || text(res) != heldGoneText {
+		t.Errorf("the other server answered %q (error %v), want %q", text(res), res.IsError, heldGoneText)
+	}
+	second := retry(t, cs, "up__ask", map[string]any{}, nil, mcp.InputResponseMap{sid: four}, first.RequestState)
+	if _, ir := onlyRequest(t, second); ir == nil {
+		t.Fatal("no next round where the call is held")
 	}
 }

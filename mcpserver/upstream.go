@@ -311,7 +311,11 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		ctx, cancel := context.WithTimeout(ctx, u.cat.opts.CallTimeout)
 		defer cancel()
 		r, rounds := roundOf(ctx)
-		conn, err := u.cat.pool.acquire(ctx, u, connKey{upstream: u.cfg.Name, subject: c.Subject, rounds: rounds})
+		key := connKey{upstream: u.cfg.Name, subject: c.Subject, rounds: rounds}
+		if rounds {
+			key.offers = r.offers()
+		}
+		conn, err := u.cat.pool.acquire(ctx, u, key)
 		if errors.Is(err, errTooManySessions) || errors.Is(err, errTooManyUserSessions) {
 			u.stats.failed(CallBusy)
 			// Nothing was sent: the call did not run, and may be tried
@@ -425,7 +429,7 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 		copts.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true}
 		// An upstream of an earlier protocol asks with requests of its
 		// own, which become rounds (see heldCall).
-		c.handleHeldRequests(copts, &u.cat.held)
+		c.handleHeldRequests(copts, &u.cat.held, c.key.offers)
 	} else if u.cat.opts.RelayRequests && c.key.subject != "" {
 		c.handleRequests(copts)
 	}
@@ -586,6 +590,10 @@ type connKey struct {
 	upstream string
 	subject  string // "" for the catalog's own session
 	rounds   bool   // the upstream's incomplete results reach Usher
+	// offers is what a session of rounds offers an upstream of a protocol
+	// before 2026-07-28, which asks by the session's capabilities: the
+	// caller's (see round.offers).
+	offers string
 }
 
 // DefaultMaxSessions is the default of CatalogOptions.MaxSessions: enough
