@@ -120,6 +120,12 @@ func (h *heldCalls) cancel(state string) {
 	}
 }
 
+// resumesHeld reports whether the round is a later round of a held call.
+func (r *round) resumesHeld() bool {
+	_, ok := heldID(r.state)
+	return ok
+}
+
 // heldID returns the id of the held call a round's upstream state names.
 func heldID(state string) (string, bool) {
 	if len(state) <= len(heldPrefix) || state[:len(heldPrefix)] != heldPrefix {

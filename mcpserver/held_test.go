@@ -232,7 +232,7 @@ func TestHeldCallExpires(t *testing.T) {
 // TestHeldCallOtherReplica: a held call lives in the process that holds
 // its upstream stream: a retry that reaches another server over the same
 // store is told the call is no longer open, nothing reaches the upstream
-// from there, and the call goes on waiting where it is held.
+// from there, and the call goes on where it is held.
 func TestHeldCallOtherReplica(t *testing.T) {
 	up := askingUpstream(t)
 	shared := storetest.NewSQLite(t)
@@ -247,7 +247,53 @@ func TestHeldCallOtherReplica(t *testing.T) {
 		t.Errorf("the other server answered %q (error %v), want %q", text(res), res.IsError, heldGoneText)
 	}
 	second := retry(t, cs, "up__ask", map[string]any{}, nil, mcp.InputResponseMap{sid: four}, first.RequestState)
-	if _, ir := onlyRequest(t, second); ir == nil {
-		t.Fatal("no next round where the call is held")
+	eid, _ := onlyRequest(t, second)
+	res = retry(t, cs, "up__ask", map[string]any{}, nil, mcp.InputResponseMap{eid: ada}, second.RequestState)
+	if text(res) != "model said four; user chose accept Ada" {
+		t.Errorf("where the call is held it answered %q", text(res))
+	}
+}
+
+// TestHeldCallUpstreamRounds: a stateful Go SDK server whose tool asks in
+// rounds of its own (incomplete results) fulfils the first round with a
+// request of its own, and answers the second with the tool's input
+// requests in its result, without a resultType, to a session of an
+// earlier protocol: both reach the caller as rounds, and the retry of the
+// second brings the answer and the upstream's state to the tool.
+func TestHeldCallUpstreamRounds(t *testing.T) {
+	up := newFeatureUpstream(t, "up", true)
+	ask := func(key string) mcp.InputRequestMap {
+		return mcp.InputRequestMap{key: &mcp.ElicitParams{Message: key + "?",
+			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}}}}
+	}
+	up.server.AddTool(&mcp.Tool{Name: "ask", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			switch req.Params.RequestState {
+			case "":
+				if req.Params.InputResponses["first"] == nil {
+					return &mcp.CallToolResult{InputRequests: ask("first"), RequestState: ""}, nil
+				}
+				return &mcp.CallToolResult{InputRequests: ask("second"), RequestState: "round-2"}, nil
+			case "round-2":
+				if el, ok := req.Params.InputResponses["second"].(*mcp.ElicitResult); ok {
+					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "second: " + el.Content["name"].(string)}}}, nil
+				}
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "lost"}}, IsError: true}, nil
+		})
+	e := heldEnv(t, up, envConfig{})
+	cs := e.connect(alice, "", rounds(), "2026-07-28")
+	first := call(t, cs, "up__ask", map[string]any{}, nil)
+	id, ir := onlyRequest(t, first)
+	if p, ok := ir.(*mcp.ElicitParams); !ok || p.Message != "first?" {
+		t.Fatalf("the first round asks %#v", ir)
+	}
+	second := retry(t, cs, "up__ask", map[string]any{}, nil, mcp.InputResponseMap{id: ada}, first.RequestState)
+	if p, ok := second.InputRequests["second"].(*mcp.ElicitParams); !second.NeedsInput() || !ok || p.Message != "second?" {
+		t.Fatalf("the second round answered %+v", second)
+	}
+	res := retry(t, cs, "up__ask", map[string]any{}, nil, mcp.InputResponseMap{"second": ada}, second.RequestState)
+	if text(res) != "second: Ada" {
+		t.Errorf("the last round answered %q", text(res))
 	}
 }

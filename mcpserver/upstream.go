@@ -332,7 +332,7 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 			return nil, fmt.Errorf("connect to upstream %s: %w", u.cfg.Name, err)
 		}
 		held := rounds && !speaksRounds(conn.session)
-		if held && r.state != "" {
+		if held && r.resumesHeld() {
 			// A later round of a held call: the call is already open.
 			u.cat.pool.release(conn)
 			return u.resumeHeld(ctx, c.Subject, r)
@@ -350,6 +350,10 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		params := &mcp.CallToolParams{Meta: meta, Name: name, Arguments: args}
 		if rounds && !held {
 			params.Meta, params.InputResponses, params.RequestState = r.meta(meta), r.responses, r.state
+		} else if held && r.state != "" {
+			// The upstream's own round ended its held call (see outcome):
+			// its answers go with its state, as a new call.
+			params.InputResponses, params.RequestState = r.responses, r.state
 		}
 		sent := time.Now()
 		outcome := func(ctx context.Context, res *mcp.CallToolResult, err error) (*mcp.CallToolResult, error) {
@@ -402,7 +406,10 @@ func (u *upstream) outcome(ctx context.Context, conn *conn, f *inflight, sent ti
 		u.stats.failed(CallUpstreamError)
 	}
 	out := plainResult(res)
-	if ask := askOf(res.NeedsInput(), res.InputRequests, res.RequestState); ask != nil {
+	// An upstream of an earlier protocol has no resultType, and its SDK
+	// fulfils one round of its handler's input requests with requests of
+	// its own, then answers the next with the handler's input requests.
+	if ask := askOf(res.NeedsInput() || res.InputRequests != nil, res.InputRequests, res.RequestState); ask != nil {
 		// A round that asks for input has no content of its own.
 		out.Content, out.StructuredContent, out.IsError = []mcp.Content{}, nil, false
 		out.InputRequests, out.RequestState = ask.requests, ask.state
