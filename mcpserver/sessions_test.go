@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -296,7 +297,9 @@ func TestSessionHandleRefused(t *testing.T) {
 // tool call goes to the client on the call's stream from the replica that
 // serves the call; the client's answer reaches the other replica, which
 // passes it on, and the call completes with the upstream's answer, the
-// request and the answer audited once.
+// request and the answer audited once. On PostgreSQL an answer too large
+// for a notification is passed on too (kept in the database, its id
+// notified), whole.
 func TestSessionAnswerOnOtherReplica(t *testing.T) {
 	up := mcp.NewServer(&mcp.Implementation{Name: "asker", Version: "1"}, nil)
 	up.AddTool(&mcp.Tool{Name: "ask", InputSchema: json.RawMessage(`{"type":"object"}`)},
@@ -305,28 +308,43 @@ func TestSessionAnswerOnOtherReplica(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hello " + res.Content["name"].(string)}}}, nil
+			name := res.Content["name"].(string)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hello " + name[:min(len(name), 8)] + " (" + strconv.Itoa(len(name)) + " bytes)"}}}, nil
 		})
 	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
 	t.Cleanup(ts.Close)
-	r := newReplicas(t, envConfig{rules: map[string]Decision{"as__ask": Allow}, upstreams: []Upstream{{Name: "as", URL: ts.URL}},
-		catalog: func(o *CatalogOptions) { o.RelayRequests = true }})
-	var asked atomic.Int32
-	cs := r.connectLB(t, alice, &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-		asked.Add(1)
-		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Ada"}}, nil
-	}})
-	// initialize: one; initialized: two; the call: one; the answer: two.
-	// Without the answer passed on, the call would wait for ever: the
-	// deadline only ends the test.
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "as__ask", Arguments: map[string]any{}})
-	if err != nil || res.IsError || text(res) != "hello Ada" || asked.Load() != 1 {
-		t.Fatalf("the call = %+v, %v (asked %d times); want hello Ada", res, err, asked.Load())
-	}
-	if kinds := r.auditKinds("as__ask"); !slices.Equal(kinds, []string{KindDecision, KindElicitationRequested, KindRequestAnswered, KindExecuted}) {
-		t.Errorf("audit %v", kinds)
+	large := "Ada" + strings.Repeat("é\"", 20000) // 60 KB, beyond a notification's 8,000 bytes
+	for _, tc := range []struct {
+		name  string
+		open  func(testing.TB) store.Store
+		given string
+	}{
+		{"SQLite", storetest.NewSQLite, "Ada"},
+		{"PostgreSQL", storetest.NewPostgres, "Ada"},
+		{"PostgreSQL large", storetest.NewPostgres, large},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newReplicas(t, envConfig{rules: map[string]Decision{"as__ask": Allow}, upstreams: []Upstream{{Name: "as", URL: ts.URL}},
+				catalog: func(o *CatalogOptions) { o.RelayRequests = true }, store: tc.open(t)})
+			var asked atomic.Int32
+			cs := r.connectLB(t, alice, &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				asked.Add(1)
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": tc.given}}, nil
+			}})
+			// initialize: one; initialized: two; the call: one; the answer: two.
+			// Without the answer passed on, the call would wait for ever: the
+			// deadline only ends the test.
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "as__ask", Arguments: map[string]any{}})
+			want := "hello " + tc.given[:min(len(tc.given), 8)] + " (" + strconv.Itoa(len(tc.given)) + " bytes)"
+			if err != nil || res.IsError || text(res) != want || asked.Load() != 1 {
+				t.Fatalf("the call = %+v, %v (asked %d times); want %s", res, err, asked.Load(), want)
+			}
+			if kinds := r.auditKinds("as__ask"); !slices.Equal(kinds, []string{KindDecision, KindElicitationRequested, KindRequestAnswered, KindExecuted}) {
+				t.Errorf("audit %v", kinds)
+			}
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,11 @@ type Notification struct {
 	// id) and the process that published it; its Text is the answer.
 	Session string `json:"x,omitempty"`
 	From    string `json:"f,omitempty"`
+	// Kept names, in the PostgreSQL notification of a NotifyMCPAnswer
+	// whose Text is too large for one, the row the store kept the Text
+	// in (see MaxMCPAnswer). Updates reads the Text back: publishers
+	// never set Kept, and subscribers never see it set.
+	Kept string `json:"ka,omitempty"`
 }
 
 // The kinds of Notification.
@@ -64,10 +70,20 @@ const (
 	NotifyMCPSession = "mcp_session"
 )
 
-// MaxMCPAnswer bounds the Text of one NotifyMCPAnswer, in bytes, so that
-// the payload fits a PostgreSQL notification (8000 bytes) whatever its
-// escaping.
-const MaxMCPAnswer = 3500
+// The bounds of the answers a NotifyMCPAnswer carries.
+const (
+	// MaxMCPAnswer bounds the Text of one NotifyMCPAnswer, in bytes: as
+	// large as the MCP server's default request body.
+	MaxMCPAnswer = 1 << 20
+	// MCPAnswerRetention is how long PostgreSQL keeps an answer too large
+	// for a notification, for the other processes to read: those older
+	// are deleted as new ones are kept.
+	MCPAnswerRetention = 5 * time.Minute
+	// maxNotifiedMCPAnswer bounds the Text a notification carries itself,
+	// so that the payload fits a PostgreSQL notification (8000 bytes)
+	// whatever its escaping; a larger one is kept in mcp_answers.
+	maxNotifiedMCPAnswer = 3500
+)
 
 // MaxDeltaText bounds the text of one NotifyDelta, so that the payload fits
 // a PostgreSQL notification (8000 bytes) whatever its escaping.
@@ -83,7 +99,7 @@ func checkDelta(n Notification) error {
 		return nil
 	}
 	if n.Kind == NotifyMCPAnswer {
-		if n.Session == "" || n.From == "" || n.Text == "" || len(n.Text) > MaxMCPAnswer || !utf8.ValidString(n.Text) {
+		if n.Session == "" || n.From == "" || n.Text == "" || n.Kept != "" || len(n.Text) > MaxMCPAnswer || !utf8.ValidString(n.Text) {
 			return invalid(fmt.Errorf("an MCP answer needs a session, its publisher and at most %d bytes of text", MaxMCPAnswer))
 		}
 		return nil
@@ -178,7 +194,55 @@ func (s *postgresStore) Publish(ctx context.Context, n Notification) error {
 	if err := checkDelta(n); err != nil {
 		return err
 	}
+	if n.Kind == NotifyMCPAnswer && len(n.Text) > maxNotifiedMCPAnswer {
+		return s.publishKept(ctx, n)
+	}
 	return pgError(pgNotifyOn(ctx, s.poolExec, n))
+}
+
+var (
+	// insertMCPAnswer keeps an answer too large for a notification.
+	insertMCPAnswer = sql1(`INSERT INTO mcp_answers (id, body, created_at) VALUES ($1, $2::bytea, $3::timestamptz)`)
+	// deleteOldMCPAnswers sweeps the answers past their retention.
+	deleteOldMCPAnswers = sql1(`DELETE FROM mcp_answers WHERE created_at < $1`)
+	// selectMCPAnswer reads a kept answer back.
+	selectMCPAnswer = sql1(`SELECT body FROM mcp_answers WHERE id = $1`)
+	// notifyKept sends a notification at the commit of the answer's row.
+	notifyKept = postgresOnly(pgNotify)
+)
+
+// publishKept keeps the Text of an answer too large for a notification in
+// mcp_answers and notifies its row's id at commit, sweeping the answers
+// past MCPAnswerRetention in the same transaction.
+func (s *postgresStore) publishKept(ctx context.Context, n Notification) error {
+	now := storedTime(s.now())
+	id := rand.Text()
+	b, err := json.Marshal(Notification{Kind: n.Kind, Owner: n.Owner, Session: n.Session, From: n.From, Kept: id})
+	if err != nil {
+		return err
+	}
+	return s.fail(s.inTx(ctx, func(x executor) error {
+		if _, err := x.exec(ctx, deleteOldMCPAnswers, now.Add(-MCPAnswerRetention)); err != nil {
+			return err
+		}
+		if _, err := x.exec(ctx, insertMCPAnswer, id, []byte(n.Text), now); err != nil {
+			return err
+		}
+		_, err := x.exec(ctx, notifyKept, string(b))
+		return err
+	}))
+}
+
+// readKept fills the Text of a notification of a kept answer from its
+// row, or reports that the row is gone (swept past its retention).
+func (s *postgresStore) readKept(ctx context.Context, n *Notification) bool {
+	var body []byte
+	if err := s.reader().row(ctx, selectMCPAnswer, n.Kept).Scan(&body); err != nil {
+		s.log.WarnContext(ctx, "store: a kept MCP answer could not be read", "err", err)
+		return false
+	}
+	n.Text, n.Kept = string(body), ""
+	return true
 }
 
 // poolExec runs a statement on the pool.
@@ -240,6 +304,9 @@ func (s *postgresStore) Updates(ctx context.Context) (<-chan Notification, error
 			var n Notification
 			if err := json.Unmarshal([]byte(msg.Payload), &n); err != nil {
 				s.log.WarnContext(ctx, "store: an unreadable notification", "err", err)
+				continue
+			}
+			if n.Kept != "" && !s.readKept(ctx, &n) {
 				continue
 			}
 			if !send(n) {

@@ -86,8 +86,11 @@ func testMCPSessions(t *testing.T, s store.Store) {
 }
 
 // testMCPAnswers: an MCP answer published by one process reaches every
-// process's Updates, whole; one without a session or publisher, or larger
-// than MaxMCPAnswer, is refused.
+// process's Updates, whole, however large up to MaxMCPAnswer (on
+// PostgreSQL one too large for a notification is kept in a row whose id
+// the notification carries, and read back); one without a session or
+// publisher, larger than MaxMCPAnswer, or naming a kept row itself, is
+// refused.
 func testMCPAnswers(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	updates, err := s.Updates(ctx)
@@ -101,26 +104,30 @@ func testMCPAnswers(t *testing.T, s store.Store) {
 		"no publisher": {Kind: store.NotifyMCPAnswer, Session: "s1", Text: answer.Text},
 		"no text":      {Kind: store.NotifyMCPAnswer, Session: "s1", From: "replica-a"},
 		"too large":    {Kind: store.NotifyMCPAnswer, Session: "s1", From: "replica-a", Text: strings.Repeat(`"`, store.MaxMCPAnswer+1)},
+		"kept":         {Kind: store.NotifyMCPAnswer, Session: "s1", From: "replica-a", Text: answer.Text, Kept: "row"},
 	} {
 		if err := s.Publish(ctx, bad); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("Publish (%s) = %v, want ErrInvalid", name, err)
 		}
 	}
-	// The largest answer, all quotes: each is escaped in the payload.
-	largest := answer
+	// A larger answer than a notification carries (each quote is escaped
+	// in the payload), and the largest.
+	larger, largest := answer, answer
+	larger.Text = strings.Repeat(`"é`, 4000)
 	largest.Text = strings.Repeat(`"`, store.MaxMCPAnswer)
-	for _, n := range []store.Notification{answer, largest} {
+	all := []store.Notification{answer, larger, largest}
+	for _, n := range all {
 		if err := s.Publish(ctx, n); err != nil {
 			t.Fatalf("Publish(%d bytes): %v", len(n.Text), err)
 		}
 	}
-	for _, want := range []store.Notification{answer, largest} {
+	for _, want := range all {
 		for got := range updates {
 			if got.Kind == store.NotifyResync {
 				continue
 			}
 			if got != want {
-				t.Errorf("Updates gave %+v, want %+v", got, want)
+				t.Errorf("Updates gave %.200v, want the answer of %d bytes", got, len(want.Text))
 			}
 			break
 		}
