@@ -157,7 +157,12 @@
 // asked, for which tool, and the hash of the request) and once answered
 // (KindRequestAnswered, never the answer's content). An elicitation
 // happens while a tool runs, so after any approval the call needed: it
-// never stands for one. Roots are never offered.
+// never stands for one. Roots are never offered. With sessions kept in
+// Options.Sessions, the id of each request a session sends its client is
+// sealed with Options.Secret (the session, its principal, the session's
+// own id; expiring after Options.InputLifetime), and an answer whose id
+// does not open or is another session's or principal's is refused with a
+// JSON-RPC error (KindAnswerRefused).
 //
 // # Input requests of protocol 2026-07-28
 //

@@ -3,8 +3,10 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -176,11 +178,18 @@ func TestUpstreamInputRequests(t *testing.T) {
 
 // TestRelayedAnswerRefused: the answer to a request relayed to the caller
 // (here an elicitation, through two replicas) is taken only from the
-// session's own principal, under the session's sealed handle: while the
-// request waits, another principal's answers under that handle, with any
-// request id, and answers under an altered handle are refused (404) on
-// either replica, and the upstream gets the caller's own answer. Once the
-// session has expired, even its own principal's answer is refused.
+// session's own principal, under the session's sealed handle, with the
+// sealed request id the session sent. While the request waits, another
+// principal's answers under that handle, with any request id, and answers
+// under an altered handle are refused (404) on either replica; the
+// session's own principal's answers with a request id the session did not
+// send (its plain number), one sealed for another session of hers, for
+// another principal, or expired, are refused with a JSON-RPC error
+// (400, -32600) on either replica, each audited with its reason; and the
+// upstream gets the caller's own answer. Each refused answer names the
+// request that waits, so without its check the upstream would get it. The
+// sealed id the caller answered with expires after InputLifetime; once
+// the session has expired, even its own principal's answer is refused.
 func TestRelayedAnswerRefused(t *testing.T) {
 	up := askingUpstream(t)
 	r := newReplicas(t, envConfig{rules: map[string]Decision{"up__ask": Allow}, upstreams: []Upstream{{Name: "up", URL: up.url}},
@@ -191,13 +200,41 @@ func TestRelayedAnswerRefused(t *testing.T) {
 	}
 	var cs *mcp.ClientSession
 	var asked atomic.Int32
+	answer := func(id string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"result":{"action":"accept","content":{"name":"Mallory"}}}`
+	}
+	// refused posts the answers under alice's own handle and checks that
+	// each is refused with a JSON-RPC error on either replica.
+	refused := func(what string, ids []string) {
+		for _, id := range ids {
+			for _, base := range []string{r.oneURL, r.twoURL} {
+				code, body := rawPost(t, base, r.token(alice, ""), cs.ID(), answer(id))
+				if code != http.StatusBadRequest || !strings.Contains(body, `"code":-32600`) || !strings.Contains(body, "not delivered") {
+					t.Errorf("%s: %d %s, want 400 and a JSON-RPC error", what, code, body)
+				}
+			}
+		}
+	}
+	// sealed returns the request ids 0 to 3 sealed as d would seal them,
+	// for session and principal, valid until expires.
+	sealed := func(session, principal string, expires time.Time) []string {
+		var out []string
+		for id := range 4 {
+			v, err := r.server.durable.ids.Seal(relayedID{Session: session, Principal: principal, ID: json.RawMessage(strconv.Itoa(id))}, expires)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, strconv.Quote(v))
+		}
+		return out
+	}
 	forge := func() {
 		handle := cs.ID()
 		altered := []byte(handle)
 		altered[len(altered)/2] ^= 1
 		bobTok, aliceTok := r.token("bob", ""), r.token(alice, "")
 		for id := range 4 {
-			answer := `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"result":{"action":"accept","content":{"name":"Mallory"}}}`
+			answer := answer(strconv.Itoa(id))
 			for _, base := range []string{r.oneURL, r.twoURL} {
 				if code, body := rawPost(t, base, bobTok, handle, answer); code != http.StatusNotFound {
 					t.Errorf("another principal's answer (id %d): %d %s, want 404", id, code, body)
@@ -207,8 +244,15 @@ func TestRelayedAnswerRefused(t *testing.T) {
 				}
 			}
 		}
+		session, _ := r.server.durable.open(handle)
+		later := time.Now().Add(time.Hour)
+		refused("the session's own request id, unsealed", []string{"0", "1", "2", "3", `"1"`})
+		refused("a request id sealed for another session", sealed("another-session", alice, later))
+		refused("a request id sealed for another principal", sealed(session, "bob", later))
+		refused("an expired request id", sealed(session, alice, time.Now().Add(-time.Second)))
 	}
-	cs = r.connectLB(t, alice, &mcp.ClientOptions{
+	var answered atomic.Value // the body of the caller's answer
+	cs = r.connectWith(t, r.lbURL, alice, &mcp.ClientOptions{
 		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 			return &mcp.CreateMessageResult{Role: "assistant", Model: "m", Content: &mcp.TextContent{Text: "four"}}, nil
 		},
@@ -218,6 +262,10 @@ func TestRelayedAnswerRefused(t *testing.T) {
 			}
 			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Ada"}}, nil
 		},
+	}, func(body []byte) {
+		if bytes.Contains(body, []byte(`"Ada"`)) {
+			answered.Store(body)
+		}
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // ends only a test that would hang
 	defer cancel()
@@ -225,11 +273,34 @@ func TestRelayedAnswerRefused(t *testing.T) {
 	if err != nil || res.IsError || text(res) != "model said four; user chose accept Ada" || asked.Load() != 1 {
 		t.Fatalf("the call = %+v, %v (asked %d times); want the caller's own answer", res, err, asked.Load())
 	}
+	// The id the caller answered with is sealed, and expires.
+	var m struct{ ID json.RawMessage }
+	if b, _ := answered.Load().([]byte); json.Unmarshal(b, &m) != nil || !strings.HasPrefix(string(m.ID), `"`) || len(m.ID) < 40 {
+		t.Fatalf("the caller answered %q, want it under a sealed request id", b)
+	}
+	if code, body := rawPost(t, r.twoURL, r.token(alice, ""), cs.ID(), answer(string(m.ID))); code != http.StatusAccepted {
+		t.Errorf("the caller's answer again, in time: %d %s, want 202 (taken, and ignored)", code, body)
+	}
+	skew.Store(int64(r.server.opts.InputLifetime + time.Minute))
+	refused("the caller's request id, expired", []string{string(m.ID)})
+
 	skew.Store(int64(DefaultSessionLifetime + time.Minute))
-	answer := `{"jsonrpc":"2.0","id":1,"result":{"action":"accept","content":{"name":"Ada"}}}`
 	for _, base := range []string{r.oneURL, r.twoURL} {
-		if code, body := rawPost(t, base, r.token(alice, ""), cs.ID(), answer); code != http.StatusNotFound || !strings.Contains(body, "session_not_found") {
+		if code, body := rawPost(t, base, r.token(alice, ""), cs.ID(), answer("1")); code != http.StatusNotFound || !strings.Contains(body, "session_not_found") {
 			t.Errorf("an answer in the expired session: %d %s, want 404 session_not_found", code, body)
 		}
+	}
+	reasons := map[string]int{}
+	for _, ev := range r.events() {
+		if ev.Kind == KindAnswerRefused && ev.Principal == alice && len(ev.Reasons) == 1 {
+			reasons[ev.Reasons[0]]++
+		}
+	}
+	if want := map[string]int{
+		"the request id is not one Usher sealed, or it has expired": 20,
+		"the request id was sent to another session":                8,
+		"the request id was sent to another principal":              8,
+	}; !maps.Equal(reasons, want) {
+		t.Errorf("refusals audited %v, want %v", reasons, want)
 	}
 }

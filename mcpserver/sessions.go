@@ -94,6 +94,7 @@ type durableSessions struct {
 	s       *Server
 	store   SessionStore
 	handles *seal.Sealer
+	ids     *seal.Sealer // seals the ids of the requests the sessions send (see sealRequests)
 	sdk     http.Handler // the SDK's stateful handler
 	events  mcp.EventStore
 
@@ -125,7 +126,11 @@ func newDurableSessions(s *Server, st SessionStore, secret []byte) (*durableSess
 	if err != nil {
 		return nil, err
 	}
-	d := &durableSessions{s: s, store: st, handles: handles, self: rand.Text(),
+	ids, err := newIDSealer(secret)
+	if err != nil {
+		return nil, err
+	}
+	d := &durableSessions{s: s, store: st, handles: handles, ids: ids, self: rand.Text(),
 		native: map[string][]byte{}, restored: map[string]*restoredSession{}, held: map[string]string{}}
 	d.injector = auth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
 		c, _ := CallerFromContext(ctx)
@@ -173,8 +178,12 @@ func (d *durableSessions) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodPost {
+		if !d.openAnswer(w, r, rec) {
+			return
+		}
 		d.passOn(r, rec)
 	}
+	w = d.sealRequests(w, rec)
 	d.mu.Lock()
 	state, native := d.native[handle]
 	if rs := d.restored[handle]; rs != nil && !rs.ended {

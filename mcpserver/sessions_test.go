@@ -3,9 +3,11 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -100,11 +102,45 @@ func (r *replicas) connectLB(t *testing.T, sub string, opts *mcp.ClientOptions) 
 // the standalone stream or not.
 func (r *replicas) connectVia(t *testing.T, base, sub string, opts *mcp.ClientOptions, noStream bool) *mcp.ClientSession {
 	t.Helper()
+	return r.connectTransport(t, base, sub, opts, noStream, nil)
+}
+
+// connectWith opens a stateful client session as sub through base, and
+// passes the body of each POST the client sends to sent.
+func (r *replicas) connectWith(t *testing.T, base, sub string, opts *mcp.ClientOptions, sent func([]byte)) *mcp.ClientSession {
+	t.Helper()
+	return r.connectTransport(t, base, sub, opts, true, sent)
+}
+
+// sentBodies passes the body of each request it sends to sent.
+type sentBodies struct {
+	next http.RoundTripper
+	sent func([]byte)
+}
+
+func (s sentBodies) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		b, err := io.ReadAll(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		s.sent(b)
+		req.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	return s.next.RoundTrip(req)
+}
+
+func (r *replicas) connectTransport(t *testing.T, base, sub string, opts *mcp.ClientOptions, noStream bool, sent func([]byte)) *mcp.ClientSession {
+	t.Helper()
 	src := r.broker.TokenSource(t.Context(), broker.Grant{Subject: sub, Audience: r.url + "/mcp"})
+	var rt http.RoundTripper = &oauth2.Transport{Source: src}
+	if sent != nil {
+		rt = sentBodies{next: rt, sent: sent}
+	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, opts)
 	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{
 		Endpoint:             base + "/mcp",
-		HTTPClient:           &http.Client{Transport: &oauth2.Transport{Source: src}},
+		HTTPClient:           &http.Client{Transport: rt},
 		DisableStandaloneSSE: noStream,
 		MaxRetries:           -1,
 	}, nil)
