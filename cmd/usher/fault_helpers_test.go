@@ -427,8 +427,9 @@ type faultPost struct {
 
 // post sends a message to a run as a careful client does: with an
 // Idempotency-Key, again with the same key after a failure, until an
-// answer of 2xx or the deadline. wait, when set, is the ?wait of the
-// request.
+// answer of 2xx or the deadline, which bounds when an attempt may start;
+// each attempt has a timeout of its own (a ?wait answer comes after its
+// wait). wait, when set, is the ?wait of the request.
 func (c *faultCluster) post(ctx context.Context, runID, key, content, wait string, deadline time.Duration) faultPost {
 	out := faultPost{content: content}
 	body, _ := json.Marshal(map[string]string{"content": content})
@@ -437,9 +438,9 @@ func (c *faultCluster) post(ctx context.Context, runID, key, content, wait strin
 		u += "?wait=" + wait
 	}
 	client := &http.Client{Timeout: 15 * time.Second}
-	ctx, cancel := context.WithTimeout(ctx, deadline)
+	retries, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
-	for ctx.Err() == nil {
+	for retries.Err() == nil {
 		out.attempts++
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -464,7 +465,7 @@ func (c *faultCluster) post(ctx context.Context, runID, key, content, wait strin
 			out.last = err.Error()
 		}
 		select {
-		case <-ctx.Done():
+		case <-retries.Done():
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -166,7 +166,7 @@ func testFaultFlaps(t *testing.T, bin string) {
 				lost = append(lost, fmt.Sprintf("%q: accepted after %d attempt(s) with one Idempotency-Key, stored %d times, want once", o.content, o.attempts, stored))
 			default:
 				ok = false
-				lost = append(lost, fmt.Sprintf("%q: not accepted in %d attempt(s) over %s (last answer: %s); stored %d times", o.content, o.attempts, faultPostFor, o.last, stored))
+				lost = append(lost, fmt.Sprintf("%q: not accepted in %d attempt(s) started within %s (last answer: %s); stored %d times", o.content, o.attempts, faultPostFor, o.last, stored))
 			}
 			if l.unanswered[o.content] {
 				ok = false
