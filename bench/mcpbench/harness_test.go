@@ -150,6 +150,13 @@ func TestShortRun(t *testing.T) {
 				if spans == nil || string(spans[1]) != string(spans[2]) {
 					t.Errorf("the traced Usher's spans: %q, want one per call", spans)
 				}
+				// Each reading of the traced Ushers' CPU time (two each
+				// around the sequential phase and each c=8 phase) waited
+				// for every call's span, and got it.
+				settled := regexp.MustCompile(`each of the (\d+) readings of a traced Usher's CPU time waited until the receiver had every call's span`).FindSubmatch(out.Bytes())
+				if settled == nil || string(settled[1]) == "0" || bytes.Contains(out.Bytes(), []byte("had not arrived when a reading gave up")) {
+					t.Errorf("the readings of the traced Ushers' CPU time did not wait for every span: %q", settled)
+				}
 			}
 			if m := regexp.MustCompile(`(?m)^pairs (\d+)$`).FindSubmatch(out.Bytes()); m == nil || string(m[1]) != "30" {
 				t.Errorf("pairs = %q, want 30", m)

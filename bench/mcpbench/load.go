@@ -215,6 +215,10 @@ type processes struct {
 	usher, upstream int
 	proxy           int            // 0 without the proxy
 	db              *benchDatabase // nil on SQLite
+	// settle, when set, is waited for before each reading: the work the
+	// calls left behind (a traced Usher's spans, queued for export) done,
+	// so that the reading counts it.
+	settle func(context.Context) error
 }
 
 // cpuSample is the CPU time each process had used at one moment.
@@ -225,10 +229,16 @@ type cpuSample struct {
 	pgWhyNot                string
 }
 
-// sample reads each process's CPU time. Usher's and the upstream's must
-// be read; PostgreSQL's backends are measured when they can be.
+// sample reads each process's CPU time, after p.settle. Usher's and the
+// upstream's must be read; PostgreSQL's backends are measured when they
+// can be.
 func (p processes) sample(ctx context.Context) (cpuSample, error) {
 	var s cpuSample
+	if p.settle != nil {
+		if err := p.settle(ctx); err != nil {
+			return s, err
+		}
+	}
 	var err1, err2 error
 	s.usher, err1 = procCPU(p.usher)
 	s.upstream, err2 = procCPU(p.upstream)

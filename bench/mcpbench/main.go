@@ -290,6 +290,19 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		ushers = append(ushers, ub)
 	}
 
+	// Each reading of a traced Usher's CPU time waits for the export of
+	// its calls' spans (see spanSettler).
+	var settler *spanSettler
+	for _, u := range ushers {
+		if u.variant != nil && u.variant.spans || u == ub && o.againstVariant == "traced" {
+			if settler == nil {
+				settler = &spanSettler{coll: coll}
+			}
+			settler.paths = append(settler.paths, u.via)
+			u.procs.settle = settler.settle
+		}
+	}
+
 	keys := newKeySource()
 	via := ua.via
 	direct := &path{name: "direct", tool: "echo", method: o.method, endpoint: upURL, protocol: o.protocol}
@@ -513,6 +526,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 			}
 			if s.note, err = u.variant.check(ctx, coll, s.auditRecords, calls); err != nil {
 				return fmt.Errorf("%s: %w", s.key, err)
+			}
+			if u.variant.spans {
+				s.note += "\n  " + settler.String()
 			}
 			r.variants = append(r.variants, s)
 		} else {

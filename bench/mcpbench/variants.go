@@ -28,6 +28,10 @@ type variant struct {
 	// it, and says what it got; records is its audit log's length, calls
 	// the calls through it.
 	check func(ctx context.Context, c *collectorRun, records, calls int64) (string, error)
+	// spans says this Usher exports a span of each call to the
+	// collector: each reading of its CPU time waits until the collector
+	// has them (see spanSettler).
+	spans bool
 }
 
 // usherSetup is what a variant changes of Usher's process.
@@ -60,6 +64,7 @@ var variants = []variant{
 			return usherSetup{env: append(baseEnv(), "OTEL_EXPORTER_OTLP_ENDPOINT="+c.url, "OTEL_TRACES_SAMPLER=always_on")}
 		},
 		check: checkSpans,
+		spans: true,
 	},
 }
 
@@ -205,6 +210,55 @@ func checkSpans(ctx context.Context, c *collectorRun, _, calls int64) (string, e
 	}
 	return fmt.Sprintf("traces: the receiver got %d spans in %d exports, %.1f per call; %d %q spans for %d calls; per call: %s",
 		n.Spans, n.TraceExports, float64(n.Spans)/float64(max(calls, 1)), n.SpanNames[spanCallsName], spanCallsName, calls, perCall(n.SpanNames, calls)), nil
+}
+
+// settleWithin bounds a spanSettler's wait: the batch span processor
+// exports what it holds every 5 s (OTEL_BSP_SCHEDULE_DELAY's default).
+const settleWithin = 10 * time.Second
+
+// spanSettler makes each reading of a traced Usher's CPU time count the
+// export of every span its calls so far have ended: its settle waits
+// until the collector holds the tools/call span of every call through
+// the Ushers that export to it. A batch span processor exports up to 5 s
+// after a span ends, otherwise often when the phase that made the span is
+// over and another Usher's is running, where no reading counts it. The
+// tools/call span ends last but for its HTTP request's, and the
+// processor exports spans in the order they ended.
+type spanSettler struct {
+	coll  *collectorRun
+	paths []*path // the calls through the Ushers that export to coll
+
+	waits  int           // settles
+	waited time.Duration // their time together
+	short  int64         // spans missing when a settle gave up, summed
+}
+
+// settle waits until the collector holds a tools/call span of every call
+// so far, or settleWithin has passed (the exporter dropped spans: that
+// is counted, not failed, as checkSpans does).
+func (s *spanSettler) settle(ctx context.Context) error {
+	var want int64
+	for _, p := range s.paths {
+		want += p.calls.Load()
+	}
+	start := time.Now()
+	n, ok, err := s.coll.waitCounts(ctx, settleWithin, func(n collectorCounts) bool { return n.SpanNames[spanCallsName] >= want })
+	s.waits++
+	s.waited += time.Since(start)
+	if err == nil && !ok {
+		s.short += want - n.SpanNames[spanCallsName]
+	}
+	return err
+}
+
+// String says how the settles went, for the report's note.
+func (s *spanSettler) String() string {
+	out := fmt.Sprintf("each of the %d readings of a traced Usher's CPU time waited until the receiver had every call's span: %.2f s on average",
+		s.waits, s.waited.Seconds()/float64(max(s.waits, 1)))
+	if s.short > 0 {
+		out += fmt.Sprintf("; %d spans had not arrived when a reading gave up waiting after %s", s.short, settleWithin)
+	}
+	return out
 }
 
 // perCall lists the spans by kind and name, each with its count per call,
