@@ -76,6 +76,13 @@ type CatalogOptions struct {
 	// stateless endpoint has no channel for a request to the caller.
 	// Default false: an upstream may ask the caller for nothing.
 	RelayRequests bool
+	// Handover passes the rounds of a call held open for a caller of
+	// protocol 2026-07-28 (an older upstream's input request during the
+	// call) between replicas, so that the caller's retry may reach any
+	// of them: the one that holds the call delivers the answers and hands
+	// the result over. Without it a retry must reach the replica that
+	// holds its call. A store.Store does.
+	Handover HeldHandover
 	// RefreshInterval is how long the upstreams' tool lists are used before
 	// the next use lists them again. Default 1 min.
 	RefreshInterval time.Duration
@@ -153,6 +160,9 @@ type Catalog struct {
 	updateWatchers []func(uri string) // told of updated resources
 	// held are the upstream calls held open for their callers' rounds.
 	held heldCalls
+	// handover passes held calls' rounds between replicas; nil without
+	// CatalogOptions.Handover.
+	handover *handover
 }
 
 // listChanges says which of the catalog's lists a refresh changed.
@@ -358,6 +368,12 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 	}
 	c.pool = &pool{conns: map[connKey]*conn{}, idle: o.IdleTimeout, max: o.MaxSessions,
 		maxUser: o.MaxSessionsPerUser, byUser: map[string]int{}}
+	if o.Handover != nil {
+		if err := c.startHandover(o.Handover); err != nil {
+			c.cancel()
+			return nil, fmt.Errorf("hearing the held calls' rounds of other replicas: %w", err)
+		}
+	}
 	return c, nil
 }
 

@@ -419,9 +419,14 @@ const heldGoneText = "The call that asked for this input is no longer open: no a
 
 // resumeHeld serves a later round of a held call of subject's: it
 // delivers the caller's answer to the upstream's waiting request and
-// waits for what the upstream does next.
+// waits for what the upstream does next, here or, through the handover,
+// on the replica that holds the call.
 func (u *upstream) resumeHeld(ctx context.Context, subject string, r *round) (*mcp.CallToolResult, error) {
 	h, ok := u.cat.held.get(r.state)
+	if id, _ := heldID(r.state); !ok && u.cat.handover != nil {
+		// Another replica may hold it.
+		return u.cat.handover.resume(ctx, id, subject, u.cfg.Name, r)
+	}
 	if !ok || h.subject != subject || h.upstream != u.cfg.Name {
 		return errorResult(heldGoneText), nil
 	}

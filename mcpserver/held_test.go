@@ -230,27 +230,56 @@ func TestHeldCallExpires(t *testing.T) {
 }
 
 // TestHeldCallOtherReplica: a held call lives in the process that holds
-// its upstream stream: a retry that reaches another server over the same
-// store is told the call is no longer open, nothing reaches the upstream
-// from there, and the call goes on where it is held.
+// its upstream stream, and its caller's retries may reach any server over
+// the same store: the answers are passed to the server that holds the
+// call, which hands the next round and then the upstream's result back,
+// each answer audited where the retry came; another principal's retry
+// there is refused, nothing sent.
 func TestHeldCallOtherReplica(t *testing.T) {
-	up := askingUpstream(t)
-	shared := storetest.NewSQLite(t)
-	one := heldEnv(t, up, envConfig{store: shared})
-	two := heldEnv(t, up, envConfig{store: shared})
-	cs := one.connect(alice, "", roundsBoth(), "2026-07-28")
-	first := call(t, cs, "up__ask", map[string]any{}, nil)
-	sid, _ := onlyRequest(t, first)
-	res := retry(t, two.connect(alice, "", roundsBoth(), "2026-07-28"), "up__ask", map[string]any{}, nil,
-		mcp.InputResponseMap{sid: four}, first.RequestState)
-	if !res.IsError || text(res) != heldGoneText {
-		t.Errorf("the other server answered %q (error %v), want %q", text(res), res.IsError, heldGoneText)
-	}
-	second := retry(t, cs, "up__ask", map[string]any{}, nil, mcp.InputResponseMap{sid: four}, first.RequestState)
-	eid, _ := onlyRequest(t, second)
-	res = retry(t, cs, "up__ask", map[string]any{}, nil, mcp.InputResponseMap{eid: ada}, second.RequestState)
-	if text(res) != "model said four; user chose accept Ada" {
-		t.Errorf("where the call is held it answered %q", text(res))
+	for _, tc := range []struct {
+		name string
+		open func(testing.TB) store.Store
+	}{
+		{"SQLite", storetest.NewSQLite},
+		{"PostgreSQL", storetest.NewPostgres},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := askingUpstream(t)
+			shared := tc.open(t)
+			one := heldEnv(t, up, envConfig{store: shared})
+			two := heldEnv(t, up, envConfig{store: shared})
+			meta := mcp.Meta{MetaIdempotencyKey: "held-across"}
+			first := call(t, one.connect(alice, "", roundsBoth(), "2026-07-28"), "up__ask", map[string]any{}, meta)
+			sid, _ := onlyRequest(t, first)
+			if res, err := two.connect(bob, "", roundsBoth(), "2026-07-28").CallTool(t.Context(), &mcp.CallToolParams{Name: "up__ask",
+				Arguments: map[string]any{}, Meta: meta, InputResponses: mcp.InputResponseMap{sid: four}, RequestState: first.RequestState}); err == nil {
+				t.Fatalf("another principal's retry on the other server answered %+v", res)
+			}
+			cs := two.connect(alice, "", roundsBoth(), "2026-07-28")
+			second := retry(t, cs, "up__ask", map[string]any{}, meta, mcp.InputResponseMap{sid: four}, first.RequestState)
+			eid, ir := onlyRequest(t, second)
+			if p, ok := ir.(*mcp.ElicitParams); !ok || p.Message != "Your name?" {
+				t.Fatalf("the second round, through the other server, asks %#v", ir)
+			}
+			res := retry(t, cs, "up__ask", map[string]any{}, meta, mcp.InputResponseMap{eid: ada}, second.RequestState)
+			if res.IsError || text(res) != "model said four; user chose accept Ada" {
+				t.Fatalf("the other server answered %q (error %v)", text(res), res.IsError)
+			}
+			if got := one.auditKinds("up__ask"); !slices.Equal(got, []string{KindDecision, KindSamplingRequested, KindInputRequired}) {
+				t.Errorf("the holder's audit %v", got)
+			}
+			want := []string{
+				KindDecision, KindInputStateRefused, // bob's
+				KindDecision, KindRequestAnswered, KindElicitationRequested, KindInputRequired,
+				KindDecision, KindRequestAnswered, KindExecuted,
+			}
+			if got := two.auditKinds("up__ask"); !slices.Equal(got, want) {
+				t.Errorf("the other server's audit %v,\nwant %v", got, want)
+			}
+			if rec, err := shared.GetExecution(t.Context(), keyOf(one, "up__ask")); err != nil || rec.Status != store.ExecutionSucceeded {
+				t.Errorf("the execution is %+v, %v; want it succeeded", rec, err)
+			}
+		})
 	}
 }
 

@@ -440,7 +440,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	}
 	copts := &CatalogOptions{
 		DefinitionHash: testDefinitionHash, Runs: e.store, Approvals: e.store, DemoTools: true, Notes: e.store,
-		Upstreams: cfg.upstreams, Logger: log,
+		Upstreams: cfg.upstreams, Logger: log, Handover: e.store,
 	}
 	if cfg.catalog != nil {
 		cfg.catalog(copts)

@@ -397,8 +397,8 @@ type Store interface {
 	// published with Publish. Notifications are hints (see Notification).
 	// The channel is closed when ctx ends.
 	Updates(ctx context.Context) (<-chan Notification, error)
-	// Publish sends a NotifyDelta, NotifyMCPAnswer or NotifyMCPSession to
-	// every process's Updates.
+	// Publish sends a NotifyDelta, NotifyMCPAnswer, NotifyHeldInput,
+	// NotifyHeldOutcome or NotifyMCPSession to every process's Updates.
 	Publish(ctx context.Context, n Notification) error
 	// WakeUps returns a channel that receives a value (coalesced) whenever
 	// a run may have been queued, by this process or, on PostgreSQL, any

@@ -34,7 +34,9 @@ type Notification struct {
 	MessageSeq int64  `json:"m,omitempty"`
 	Text       string `json:"t,omitempty"`
 	// Session and From are a NotifyMCPAnswer's MCP session (its record's
-	// id) and the process that published it; its Text is the answer.
+	// id) and the process that published it; its Text is the answer. A
+	// NotifyHeldInput's Session is the held call, a NotifyHeldOutcome's
+	// the delivery it answers; their Text is what they carry.
 	Session string `json:"x,omitempty"`
 	From    string `json:"f,omitempty"`
 	// Kept names, in the PostgreSQL notification of a NotifyMCPAnswer
@@ -64,6 +66,15 @@ const (
 	// it, received by one replica and passed to the others: the one that
 	// sent the request delivers it (see mcpserver's sessions).
 	NotifyMCPAnswer = "mcp_answer"
+	// NotifyHeldInput: a caller's answers for an upstream call held open
+	// on another replica (see mcpserver's held calls), received by the
+	// replica that publishes them: the one that holds the call delivers
+	// them.
+	NotifyHeldInput = "held_input"
+	// NotifyHeldOutcome: what a held call did after a NotifyHeldInput (its
+	// receipt, then its result or its next request for input), published
+	// by the replica that holds it for the one that waits.
+	NotifyHeldOutcome = "held_outcome"
 	// NotifyMCPSession: the record of an MCP session changed (a log level,
 	// a subscription): the replicas that hold a copy of it bring the copy
 	// to the record.
@@ -98,9 +109,9 @@ func checkDelta(n Notification) error {
 		}
 		return nil
 	}
-	if n.Kind == NotifyMCPAnswer {
+	if carriesText(n.Kind) {
 		if n.Session == "" || n.From == "" || n.Text == "" || n.Kept != "" || len(n.Text) > MaxMCPAnswer || !utf8.ValidString(n.Text) {
-			return invalid(fmt.Errorf("an MCP answer needs a session, its publisher and at most %d bytes of text", MaxMCPAnswer))
+			return invalid(fmt.Errorf("an MCP answer or a held call's input or outcome needs a session, its publisher and at most %d bytes of text", MaxMCPAnswer))
 		}
 		return nil
 	}
@@ -111,6 +122,13 @@ func checkDelta(n Notification) error {
 		return invalid(errors.New("a delta needs a run ID and at most 1200 characters of text"))
 	}
 	return nil
+}
+
+// carriesText reports whether a kind of notification carries a text of
+// up to MaxMCPAnswer bytes, kept in mcp_answers on PostgreSQL when it is
+// too large for a notification.
+func carriesText(kind string) bool {
+	return kind == NotifyMCPAnswer || kind == NotifyHeldInput || kind == NotifyHeldOutcome
 }
 
 // updateHub fans notifications out to this process's subscribers. Each
@@ -194,7 +212,7 @@ func (s *postgresStore) Publish(ctx context.Context, n Notification) error {
 	if err := checkDelta(n); err != nil {
 		return err
 	}
-	if n.Kind == NotifyMCPAnswer && len(n.Text) > maxNotifiedMCPAnswer {
+	if carriesText(n.Kind) && len(n.Text) > maxNotifiedMCPAnswer {
 		return s.publishKept(ctx, n)
 	}
 	return pgError(pgNotifyOn(ctx, s.poolExec, n))

@@ -85,9 +85,11 @@ func (in *installation) catalog(mint *broker.Broker, reg prometheus.Registerer) 
 		MaxSessionsPerUser: in.cfg.MCP.MaxUpstreamSessionsPerUser,
 		// A stateful endpoint has a channel for requests to its callers.
 		RelayRequests: in.cfg.MCP.Stateful,
-		Version:       buildinfo.Read().Version,
-		Logger:        in.log.With("component", "catalog"),
-		Registerer:    reg,
+		// A retry of a held call may reach any replica.
+		Handover:   in.store,
+		Version:    buildinfo.Read().Version,
+		Logger:     in.log.With("component", "catalog"),
+		Registerer: reg,
 	}
 	if mint != nil {
 		opts.UpstreamTokens = broker.NewTokenCache(mint, 0)

@@ -85,7 +85,8 @@ func testMCPSessions(t *testing.T, s store.Store) {
 	}
 }
 
-// testMCPAnswers: an MCP answer published by one process reaches every
+// testMCPAnswers: an MCP answer (or a held call's input or outcome)
+// published by one process reaches every
 // process's Updates, whole, however large up to MaxMCPAnswer (on
 // PostgreSQL one too large for a notification is kept in a row whose id
 // the notification carries, and read back); one without a session or
@@ -105,6 +106,7 @@ func testMCPAnswers(t *testing.T, s store.Store) {
 		"no text":      {Kind: store.NotifyMCPAnswer, Session: "s1", From: "replica-a"},
 		"too large":    {Kind: store.NotifyMCPAnswer, Session: "s1", From: "replica-a", Text: strings.Repeat(`"`, store.MaxMCPAnswer+1)},
 		"kept":         {Kind: store.NotifyMCPAnswer, Session: "s1", From: "replica-a", Text: answer.Text, Kept: "row"},
+		"held no text": {Kind: store.NotifyHeldInput, Session: "h1", From: "replica-a"},
 	} {
 		if err := s.Publish(ctx, bad); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("Publish (%s) = %v, want ErrInvalid", name, err)
@@ -115,7 +117,10 @@ func testMCPAnswers(t *testing.T, s store.Store) {
 	larger, largest := answer, answer
 	larger.Text = strings.Repeat(`"é`, 4000)
 	largest.Text = strings.Repeat(`"`, store.MaxMCPAnswer)
-	all := []store.Notification{answer, larger, largest}
+	// A held call's input and outcome are carried the same way.
+	heldInput, heldOutcome := larger, answer
+	heldInput.Kind, heldOutcome.Kind = store.NotifyHeldInput, store.NotifyHeldOutcome
+	all := []store.Notification{answer, larger, largest, heldInput, heldOutcome}
 	for _, n := range all {
 		if err := s.Publish(ctx, n); err != nil {
 			t.Fatalf("Publish(%d bytes): %v", len(n.Text), err)

@@ -1,0 +1,209 @@
+package mcpserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/usherhq/usher/store"
+)
+
+// A held call (see heldCall) lives in the process that holds its
+// upstream's stream, but its caller's retry may reach any replica. The
+// replica that gets a retry of a call it does not hold passes the
+// caller's answers on to every replica (store.NotifyHeldInput;
+// LISTEN/NOTIFY on PostgreSQL); the one that holds the call confirms
+// their receipt, delivers them as a local retry would, and publishes what
+// the upstream does next (store.NotifyHeldOutcome), which the first
+// returns to the caller as its own. The retry's replica has checked the
+// sealed state and audited the answers before they go out; the holder
+// checks that the call is the principal's.
+
+// HeldHandover passes the rounds of held calls between replicas (a
+// store.Store does).
+type HeldHandover interface {
+	Publish(ctx context.Context, n store.Notification) error
+	Updates(ctx context.Context) (<-chan store.Notification, error)
+}
+
+// heldReceiptWait is how long a retry waits for the replica that holds
+// its call to confirm it got the answers: without a confirmation, no
+// replica holds the call any more.
+const heldReceiptWait = 5 * time.Second
+
+// heldDelivery is the text of a store.NotifyHeldInput: a retry's answers
+// and declared capabilities, and the id its outcome is published under.
+type heldDelivery struct {
+	Reply     string                  `json:"r"`
+	Upstream  string                  `json:"u"`
+	Caps      *mcp.ClientCapabilities `json:"c,omitempty"`
+	Responses mcp.InputResponseMap    `json:"i,omitempty"`
+}
+
+// heldOutcome is the text of a store.NotifyHeldOutcome: the receipt of a
+// delivery, or the round's result or failure.
+type heldOutcome struct {
+	Received bool            `json:"a,omitempty"`
+	Result   json.RawMessage `json:"res,omitempty"`
+	Err      string          `json:"err,omitempty"`
+	// Unknown: the failure leaves the call's outcome unknown.
+	Unknown bool `json:"unk,omitempty"`
+}
+
+// heldRemoteError is a failure of a round on the replica that holds the
+// call.
+type heldRemoteError struct {
+	text    string
+	unknown bool
+}
+
+func (e *heldRemoteError) Error() string { return e.text }
+
+func (e *heldRemoteError) Unwrap() error {
+	if e.unknown {
+		return errOutcomeUnknown
+	}
+	return nil
+}
+
+// handover passes the rounds of held calls between this catalog and the
+// other replicas' (see HeldHandover).
+type handover struct {
+	cat         *Catalog
+	pub         HeldHandover
+	self        string        // this replica's name in what it publishes
+	receiptWait time.Duration // heldReceiptWait
+
+	mu      sync.Mutex
+	waiting map[string]chan heldOutcome // the retries waiting here, by reply id
+}
+
+// startHandover hears the rounds other replicas pass on, until the
+// catalog closes.
+func (c *Catalog) startHandover(pub HeldHandover) error {
+	updates, err := pub.Updates(c.stop)
+	if err != nil {
+		return err
+	}
+	h := &handover{cat: c, pub: pub, self: rand.Text(), receiptWait: heldReceiptWait, waiting: map[string]chan heldOutcome{}}
+	c.handover = h
+	c.work.Add(1)
+	go func() {
+		defer c.work.Done()
+		for n := range updates {
+			switch {
+			case n.From == h.self:
+			case n.Kind == store.NotifyHeldInput:
+				h.deliver(n)
+			case n.Kind == store.NotifyHeldOutcome:
+				h.mu.Lock()
+				ch := h.waiting[n.Session]
+				h.mu.Unlock()
+				var o heldOutcome
+				if ch != nil && json.Unmarshal([]byte(n.Text), &o) == nil {
+					select {
+					case ch <- o:
+					default:
+					}
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// deliver serves a retry another replica received, if this one holds its
+// call: it confirms the receipt, delivers the answers and publishes what
+// the upstream does next.
+func (h *handover) deliver(n store.Notification) {
+	call, ok := h.cat.held.get(heldPrefix + n.Session)
+	var d heldDelivery
+	if !ok || call.subject != n.Owner || json.Unmarshal([]byte(n.Text), &d) != nil || d.Upstream != call.upstream || d.Reply == "" {
+		return
+	}
+	ctx := h.cat.stop
+	h.publish(ctx, d.Reply, n.Owner, heldOutcome{Received: true})
+	call.answer(&round{caps: d.Caps, responses: d.Responses})
+	h.cat.work.Add(1)
+	go func() {
+		defer h.cat.work.Done()
+		ctx, cancel := context.WithTimeout(ctx, h.cat.opts.CallTimeout)
+		defer cancel()
+		var o heldOutcome
+		res, err := call.round(ctx)
+		if err == nil {
+			o.Result, err = json.Marshal(res)
+		}
+		if err != nil {
+			o.Result, o.Err, o.Unknown = nil, err.Error(), errors.Is(err, errOutcomeUnknown)
+		}
+		h.publish(context.WithoutCancel(ctx), d.Reply, n.Owner, o)
+	}()
+}
+
+// publish sends an outcome to the retry waiting under reply.
+func (h *handover) publish(ctx context.Context, reply, owner string, o heldOutcome) {
+	b, err := json.Marshal(o)
+	if err == nil {
+		err = h.pub.Publish(ctx, store.Notification{Kind: store.NotifyHeldOutcome, Session: reply, Owner: owner, From: h.self, Text: string(b)})
+	}
+	if err != nil {
+		h.cat.log.ErrorContext(ctx, "mcpserver: publishing a held call's round failed", "err", err)
+	}
+}
+
+// resume serves a later round of a call held on another replica: it
+// passes the answers on and waits for that replica's outcome. A call no
+// replica confirms holding is no longer open.
+func (h *handover) resume(ctx context.Context, id, subject, upstream string, r *round) (*mcp.CallToolResult, error) {
+	reply := rand.Text()
+	ch := make(chan heldOutcome, 2)
+	h.mu.Lock()
+	h.waiting[reply] = ch
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.waiting, reply)
+		h.mu.Unlock()
+	}()
+	b, err := json.Marshal(heldDelivery{Reply: reply, Upstream: upstream, Caps: r.caps, Responses: r.responses})
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > store.MaxMCPAnswer {
+		return errorResult("The answers are too large to pass on to the server that holds the call. Nothing was sent."), nil
+	}
+	if err := h.pub.Publish(ctx, store.Notification{Kind: store.NotifyHeldInput, Session: id, Owner: subject, From: h.self, Text: string(b)}); err != nil {
+		return nil, fmt.Errorf("passing the answers on to the server that holds the call: %w", err)
+	}
+	receipt := time.NewTimer(h.receiptWait)
+	defer receipt.Stop()
+	unconfirmed := receipt.C
+	for {
+		select {
+		case o := <-ch:
+			switch {
+			case o.Received:
+				unconfirmed = nil
+			case o.Err != "":
+				return nil, &heldRemoteError{text: o.Err, unknown: o.Unknown}
+			default:
+				res := new(mcp.CallToolResult)
+				if err := json.Unmarshal(o.Result, res); err != nil {
+					return nil, fmt.Errorf("%w: the held call's result is unreadable: %v", errOutcomeUnknown, err)
+				}
+				return res, nil
+			}
+		case <-unconfirmed:
+			return errorResult(heldGoneText), nil
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: waiting for the server that holds the call: %v", errOutcomeUnknown, ctx.Err())
+		}
+	}
+}
