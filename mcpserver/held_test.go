@@ -326,3 +326,17 @@ func TestHeldCallUpstreamRounds(t *testing.T) {
 		t.Errorf("the last round answered %q", text(res))
 	}
 }
+
+// TestHeldCallHolderGone: a retry whose held call no replica holds (its
+// holder stopped) gets no receipt, and is told the call is no longer
+// open.
+func TestHeldCallHolderGone(t *testing.T) {
+	shared := storetest.NewPostgres(t)
+	one := heldEnv(t, askingUpstream(t), envConfig{store: shared})
+	heldEnv(t, askingUpstream(t), envConfig{store: shared}) // another replica, holding nothing
+	one.catalog.handover.receiptWait = 200 * time.Millisecond
+	res, err := one.catalog.handover.resume(t.Context(), "gone", alice, "up", &round{responses: mcp.InputResponseMap{"input-1": four}})
+	if err != nil || !res.IsError || text(res) != heldGoneText {
+		t.Errorf("the retry answered %+v, %v; want %q", res, err, heldGoneText)
+	}
+}
