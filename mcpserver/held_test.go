@@ -340,3 +340,39 @@ func TestHeldCallHolderGone(t *testing.T) {
 		t.Errorf("the retry answered %+v, %v; want %q", res, err, heldGoneText)
 	}
 }
+
+// TestHeldCallHolderChecksThePrincipal: the replica that holds a call
+// takes a retry passed on from another replica only from the call's own
+// principal — the other replica has checked the sealed state, and the
+// holder checks again — so a retry under another principal is never
+// confirmed, and the call waits on for its own caller's answer.
+func TestHeldCallHolderChecksThePrincipal(t *testing.T) {
+	up := askingUpstream(t)
+	shared := storetest.NewPostgres(t)
+	one := heldEnv(t, up, envConfig{store: shared})
+	two := heldEnv(t, up, envConfig{store: shared})
+	meta := mcp.Meta{MetaIdempotencyKey: "held-principal"}
+	cs := one.connect(alice, "", roundsBoth(), "2026-07-28")
+	first := call(t, cs, "up__ask", map[string]any{}, meta)
+	sid, _ := onlyRequest(t, first)
+	one.catalog.held.mu.Lock()
+	var id string
+	for k := range one.catalog.held.byID {
+		id = k
+	}
+	one.catalog.held.mu.Unlock()
+	if id == "" {
+		t.Fatal("no call is held")
+	}
+	two.catalog.handover.receiptWait = 500 * time.Millisecond
+	res, err := two.catalog.handover.resume(t.Context(), id, bob, "up", &round{responses: mcp.InputResponseMap{sid: four}})
+	if err != nil || !res.IsError || text(res) != heldGoneText {
+		t.Fatalf("bob's retry of alice's held call answered %+v, %v; want %q", res, err, heldGoneText)
+	}
+	second := retry(t, cs, "up__ask", map[string]any{}, meta, mcp.InputResponseMap{sid: four}, first.RequestState)
+	if _, ir := onlyRequest(t, second); ir == nil {
+		t.Fatal("alice's own retry got no second round")
+	} else if p, ok := ir.(*mcp.ElicitParams); !ok || p.Message != "Your name?" {
+		t.Fatalf("alice's own retry, after bob's, asks %#v; want the second round", ir)
+	}
+}
