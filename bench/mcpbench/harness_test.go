@@ -46,6 +46,9 @@ func TestShortRun(t *testing.T) {
 				o.profile = filepath.Join(dir, "cpu.pprof")
 				o.against = o.usher // a second Usher, beside the first, traced
 				o.variants, o.collector, o.againstVariant = variants, collector, "traced"
+				// Each CPU reading of a traced Usher waits for its spans:
+				// exported every 100 ms instead of every 5 s.
+				o.exportDelay = 100 * time.Millisecond
 			}
 			if method == "prompts/get" {
 				o.gap = time.Millisecond

@@ -91,6 +91,7 @@ type options struct {
 	againstVariant  string // the variant whose configuration -against's Usher gets; empty: none
 	variants        []variant
 	collector       string
+	exportDelay     time.Duration // the traced variants' OTEL_BSP_SCHEDULE_DELAY; zero: the SDK's default
 	keep            bool
 	replicas        bool
 }
@@ -119,6 +120,7 @@ func main() {
 	flag.StringVar(&o.againstVariant, "against-variant", "", "configure -against's Usher as this variant rather than plain, to measure a change to what the variant turns on against the variant of -usher in the same run: traced (with -variants traced; both Ushers' spans go to the one receiver, whose counts are then of both)")
 	variantList := flag.String("variants", "sink,traced", "configurations of -usher measured beside the plain one in the same run, comma-separated: sink (an audit webhook sink delivering to a loopback receiver) and traced (tracing on, every trace sampled and exported over OTLP/HTTP to a loopback receiver); empty: none")
 	flag.StringVar(&o.collector, "collector", "bin/collector", "the receiver of the variants' spans and audit batches (bench/collector)")
+	flag.DurationVar(&o.exportDelay, "export-delay", 0, "the traced Ushers' batch span processor delay (OTEL_BSP_SCHEDULE_DELAY), in whole milliseconds; 0: the SDK's default of 5 s, as an operator gets it. Each CPU reading of a traced Usher waits for its spans' export, so a shorter delay makes a run shorter")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configuration, logs, SQLite database)")
 	flag.BoolVar(&o.replicas, "replicas", false, "instead: one stateful session through two replicas on one PostgreSQL against one replica, and a session's first call on a replica that has not seen it (see replicas.go); uses -pairs, -warmup, -method, -protocol")
 	flag.Parse()
@@ -243,7 +245,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	// A, -usher's plain Usher; then each variant of it; then -against's.
 	var coll *collectorRun
 	if len(o.variants) > 0 {
-		if coll, err = startCollector(o.collector, dir); err != nil {
+		if coll, err = startCollector(o.collector, dir, o.exportDelay); err != nil {
 			return err
 		}
 		defer func() {

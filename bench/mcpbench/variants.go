@@ -61,7 +61,11 @@ var variants = []variant{
 		key:   "traced",
 		title: "tracing on: every trace sampled, exported over OTLP/HTTP to a loopback receiver",
 		setup: func(c *collectorRun) usherSetup {
-			return usherSetup{env: append(baseEnv(), "OTEL_EXPORTER_OTLP_ENDPOINT="+c.url, "OTEL_TRACES_SAMPLER=always_on")}
+			env := append(baseEnv(), "OTEL_EXPORTER_OTLP_ENDPOINT="+c.url, "OTEL_TRACES_SAMPLER=always_on")
+			if c.exportDelay > 0 {
+				env = append(env, fmt.Sprintf("OTEL_BSP_SCHEDULE_DELAY=%d", c.exportDelay.Milliseconds()))
+			}
+			return usherSetup{env: env}
 		},
 		check: checkSpans,
 		spans: true,
@@ -113,12 +117,15 @@ type collectorRun struct {
 	proc       *child.Process
 	url        string
 	secretFile string
+	// exportDelay is the traced Ushers' OTEL_BSP_SCHEDULE_DELAY (-export-delay);
+	// zero: the SDK's default (5 s).
+	exportDelay time.Duration
 }
 
 // startCollector starts bin (bench/collector) with a new webhook secret
 // written in dir.
-func startCollector(bin, dir string) (*collectorRun, error) {
-	c := &collectorRun{secretFile: filepath.Join(dir, "sink-secret")}
+func startCollector(bin, dir string, exportDelay time.Duration) (*collectorRun, error) {
+	c := &collectorRun{secretFile: filepath.Join(dir, "sink-secret"), exportDelay: exportDelay}
 	if err := os.WriteFile(c.secretFile, []byte(rand.Text()+rand.Text()+"\n"), 0o600); err != nil {
 		return nil, err
 	}
@@ -213,7 +220,8 @@ func checkSpans(ctx context.Context, c *collectorRun, _, calls int64) (string, e
 }
 
 // settleWithin bounds a spanSettler's wait: the batch span processor
-// exports what it holds every 5 s (OTEL_BSP_SCHEDULE_DELAY's default).
+// exports what it holds every 5 s (OTEL_BSP_SCHEDULE_DELAY's default,
+// unless -export-delay sets it).
 const settleWithin = 10 * time.Second
 
 // spanSettler makes each reading of a traced Usher's CPU time count the
