@@ -43,6 +43,9 @@ type core struct {
 	// own (PostgreSQL). On SQLite every write takes the write lock first,
 	// in a BEGIN IMMEDIATE transaction.
 	autocommit bool
+
+	// mcpSweep paces the sweeps of MCP events past their retention.
+	mcpSweep mcpEventSweep
 }
 
 // txState is what a transaction collects for after it commits.

@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The bounds of the MCP events kept for resumption.
@@ -16,8 +19,12 @@ const (
 	// stream, so a session may briefly hold up to 63 more).
 	MCPEventsPerSession = 1000
 	// MCPEventRetention is how long an event is kept: those older are
-	// deleted as new streams begin.
+	// deleted as new streams begin, at most once every mcpEventSweepEvery
+	// (by the events' times) in each process.
 	MCPEventRetention = time.Hour
+	// mcpEventSweepEvery is how often the events past their retention are
+	// swept at most.
+	mcpEventSweepEvery = time.Minute
 	// maxMCPEventKey bounds a session or stream key.
 	maxMCPEventKey = 256
 	// mcpEventTrimEvery is how often (in a stream's events) its session
@@ -87,12 +94,42 @@ RETURNING idx`)
 DELETE FROM mcp_events WHERE session = $1 AND created_at < (
   SELECT created_at FROM mcp_events WHERE session = $1 ORDER BY created_at DESC LIMIT 1 OFFSET $2)`)
 
+	// pgInsertMCPEvent is insertMCPEvent and, when the event's index is a
+	// multiple of $5, trimMCPEvents, in one statement: the trim does not
+	// see the new event (the statement's snapshot is from before it), so
+	// it keeps the $6+1 newest before it.
+	pgInsertMCPEvent = `
+WITH ins AS (
+  INSERT INTO mcp_events (session, stream, idx, data, created_at)
+  SELECT $1::text, $2::text, COALESCE(MAX(idx) + 1, 0), $3::bytea, $4::timestamptz
+    FROM mcp_events WHERE session = $1 AND stream = $2
+  RETURNING idx
+), trimmed AS (
+  DELETE FROM mcp_events
+   WHERE session = $1 AND (SELECT idx FROM ins) % $5 = 0 AND created_at < (
+     SELECT created_at FROM mcp_events WHERE session = $1 ORDER BY created_at DESC LIMIT 1 OFFSET $6)
+)
+SELECT idx FROM ins`
+
 	selectMCPEvents = sql1(`
 SELECT session, stream, idx, data, created_at FROM mcp_events
  WHERE session = $1 AND stream = $2 AND idx >= $3 ORDER BY idx`)
 )
 
-func (c *core) AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEvent, error) {
+// mcpEventSweep says when the events past their retention are swept
+// next: at most every mcpEventSweepEvery, by the times of the events
+// appended, in each process.
+type mcpEventSweep struct{ next atomic.Int64 }
+
+// due reports whether an event written at at sweeps, and if so takes the
+// sweep: one appender of those that come at once.
+func (w *mcpEventSweep) due(at time.Time) bool {
+	next := w.next.Load()
+	return at.UnixNano() >= next && w.next.CompareAndSwap(next, at.Add(mcpEventSweepEvery).UnixNano())
+}
+
+// prepareMCPEvent checks e and fills what AppendMCPEvent defaults.
+func (c *core) prepareMCPEvent(e MCPEvent) (MCPEvent, error) {
 	if e.CreatedAt.IsZero() {
 		e.CreatedAt = c.now()
 	}
@@ -103,7 +140,15 @@ func (c *core) AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEvent, error)
 	if e.Data == nil {
 		e.Data = []byte{}
 	}
-	err := c.inTx(ctx, func(x executor) error {
+	return e, nil
+}
+
+func (c *core) AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEvent, error) {
+	e, err := c.prepareMCPEvent(e)
+	if err != nil {
+		return MCPEvent{}, err
+	}
+	err = c.inTx(ctx, func(x executor) error {
 		if _, err := x.exec(ctx, asyncMCPEventCommit); err != nil {
 			return err
 		}
@@ -112,7 +157,7 @@ func (c *core) AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEvent, error)
 			return err
 		}
 		e.Index = int(idx)
-		if e.Index == 0 {
+		if e.Index == 0 && c.mcpSweep.due(e.CreatedAt) {
 			if _, err := x.exec(ctx, deleteOldMCPEvents, e.CreatedAt.Add(-MCPEventRetention)); err != nil {
 				return err
 			}
@@ -126,6 +171,54 @@ func (c *core) AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEvent, error)
 	})
 	if err != nil {
 		return MCPEvent{}, c.fail(err)
+	}
+	return e, nil
+}
+
+// AppendMCPEvent is core's in one round trip: BEGIN, the commit made
+// asynchronous, the event with its session's trim, the sweep when it is
+// due, and COMMIT, sent together. Its sweep does not wait for the event's
+// index (which only the INSERT tells): it is due by time alone, and a
+// stream's later event may take it.
+func (s *postgresStore) AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEvent, error) {
+	e, err := s.prepareMCPEvent(e)
+	if err != nil {
+		return MCPEvent{}, err
+	}
+	sweep := s.mcpSweep.due(e.CreatedAt)
+	b := &pgx.Batch{}
+	b.Queue("begin")
+	b.Queue(asyncMCPEventCommit.pg)
+	b.Queue(pgInsertMCPEvent, e.Session, e.Stream, e.Data, e.CreatedAt, mcpEventTrimEvery, MCPEventsPerSession-2)
+	if sweep {
+		b.Queue(deleteOldMCPEvents.pg, e.CreatedAt.Add(-MCPEventRetention))
+	}
+	b.Queue("commit")
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return MCPEvent{}, s.fail(err)
+	}
+	defer releaseAfterTx(ctx, conn)
+	err = readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
+		for range 2 { // BEGIN, SET LOCAL
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		var idx int64
+		if err := br.QueryRow().Scan(&idx); err != nil {
+			return err
+		}
+		e.Index = int(idx)
+		if sweep {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return readCommit(br)
+	})
+	if err != nil {
+		return MCPEvent{}, s.fail(err)
 	}
 	return e, nil
 }
