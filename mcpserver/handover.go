@@ -19,11 +19,19 @@ import (
 // replica that gets a retry of a call it does not hold passes the
 // caller's answers on to every replica (store.NotifyHeldInput;
 // LISTEN/NOTIFY on PostgreSQL); the one that holds the call confirms
-// their receipt, delivers them as a local retry would, and publishes what
-// the upstream does next (store.NotifyHeldOutcome), which the first
-// returns to the caller as its own. The retry's replica has checked the
-// sealed state and audited the answers before they go out; the holder
-// checks that the call is the principal's.
+// their receipt (store.NotifyHeldOutcome) and waits. The retry's replica
+// answers the receipt with "go" only while it still waits for one: once
+// it has told its caller the call is no longer open, it sends "withdraw"
+// instead, and never "go". The holder delivers the answers only after
+// "go", as a local retry would, and publishes what the upstream does next,
+// which the retry's replica returns to the caller as its own. So a caller
+// told that the call is no longer open is never wrong about its answers:
+// they were not delivered, and the holder cancels the call when the
+// withdrawal reaches it (or, without it, when its request expires
+// unanswered). The retry's replica has checked the sealed state and
+// audited the answers before they go out; the holder checks that the call
+// is the principal's, and that "go" and "withdraw" come from the replica
+// that passed the answers on.
 
 // HeldHandover passes the rounds of held calls between replicas (a
 // store.Store does).
@@ -38,13 +46,25 @@ type HeldHandover interface {
 const heldReceiptWait = 5 * time.Second
 
 // heldDelivery is the text of a store.NotifyHeldInput: a retry's answers
-// and declared capabilities, and the id its outcome is published under.
+// and declared capabilities, and the id its outcome is published under;
+// or, with a Step, what the retry's replica says of the delivery under
+// that id after its receipt.
 type heldDelivery struct {
 	Reply     string                  `json:"r"`
 	Upstream  string                  `json:"u"`
+	Step      string                  `json:"s,omitempty"` // heldGo or heldWithdraw
 	Caps      *mcp.ClientCapabilities `json:"c,omitempty"`
 	Responses mcp.InputResponseMap    `json:"i,omitempty"`
 }
+
+// The steps of a delivery after its receipt.
+const (
+	// heldGo: the retry still waits; the holder delivers the answers.
+	heldGo = "go"
+	// heldWithdraw: the retry has given up (its receipt came too late);
+	// the holder cancels the call.
+	heldWithdraw = "withdraw"
+)
 
 // heldOutcome is the text of a store.NotifyHeldOutcome: the receipt of a
 // delivery, or the round's result or failure.
@@ -82,6 +102,14 @@ type handover struct {
 
 	mu      sync.Mutex
 	waiting map[string]chan heldOutcome // the retries waiting here, by reply id
+	pending map[string]*heldPending     // the deliveries held here, by reply id
+}
+
+// heldPending is a delivery whose receipt the holder has confirmed.
+type heldPending struct {
+	from     string             // the replica that passed it on
+	goAhead  chan struct{}      // closed on heldGo
+	withdraw context.CancelFunc // on heldWithdraw
 }
 
 // startHandover hears the rounds other replicas pass on, until the
@@ -91,7 +119,8 @@ func (c *Catalog) startHandover(pub HeldHandover) error {
 	if err != nil {
 		return err
 	}
-	h := &handover{cat: c, pub: pub, self: rand.Text(), receiptWait: heldReceiptWait, waiting: map[string]chan heldOutcome{}}
+	h := &handover{cat: c, pub: pub, self: rand.Text(), receiptWait: heldReceiptWait,
+		waiting: map[string]chan heldOutcome{}, pending: map[string]*heldPending{}}
 	c.handover = h
 	c.work.Add(1)
 	go func() {
@@ -119,21 +148,54 @@ func (c *Catalog) startHandover(pub HeldHandover) error {
 }
 
 // deliver serves a retry another replica received, if this one holds its
-// call: it confirms the receipt, delivers the answers and publishes what
-// the upstream does next.
+// call: it confirms the receipt and, once the retry's replica says go,
+// delivers the answers and publishes what the upstream does next. A
+// withdrawn delivery cancels the call instead (see startHandover). Until
+// either comes, the delivery waits as long as the call is open.
 func (h *handover) deliver(n store.Notification) {
 	call, ok := h.cat.held.get(heldPrefix + n.Session)
 	var d heldDelivery
 	if !ok || call.subject != n.Owner || json.Unmarshal([]byte(n.Text), &d) != nil || d.Upstream != call.upstream || d.Reply == "" {
 		return
 	}
-	ctx := h.cat.stop
-	h.publish(ctx, d.Reply, n.Owner, heldOutcome{Received: true})
-	call.answer(&round{caps: d.Caps, responses: d.Responses})
+	if d.Step != "" {
+		h.step(n.From, d)
+		return
+	}
+	stop := h.cat.stop
+	ctx, withdraw := context.WithCancel(stop)
+	p := &heldPending{from: n.From, goAhead: make(chan struct{}), withdraw: withdraw}
+	h.mu.Lock()
+	if h.pending[d.Reply] != nil {
+		h.mu.Unlock()
+		withdraw()
+		return // the same delivery again
+	}
+	h.pending[d.Reply] = p
+	h.mu.Unlock()
+	h.publish(stop, d.Reply, n.Owner, heldOutcome{Received: true})
 	h.cat.work.Add(1)
 	go func() {
 		defer h.cat.work.Done()
-		ctx, cancel := context.WithTimeout(ctx, h.cat.opts.CallTimeout)
+		defer func() {
+			h.mu.Lock()
+			delete(h.pending, d.Reply)
+			h.mu.Unlock()
+			withdraw()
+		}()
+		select {
+		case <-p.goAhead:
+			call.answer(&round{caps: d.Caps, responses: d.Responses})
+		case <-ctx.Done():
+			if stop.Err() == nil {
+				call.cancel()
+			}
+			return
+		case <-call.ctx.Done():
+			// The call ended before the answers could go: its end is the
+			// round's outcome.
+		}
+		ctx, cancel := context.WithTimeout(stop, h.cat.opts.CallTimeout)
 		defer cancel()
 		var o heldOutcome
 		res, err := call.round(ctx)
@@ -145,6 +207,26 @@ func (h *handover) deliver(n store.Notification) {
 		}
 		h.publish(context.WithoutCancel(ctx), d.Reply, n.Owner, o)
 	}()
+}
+
+// step passes what the retry's replica says of a pending delivery to it.
+func (h *handover) step(from string, d heldDelivery) {
+	h.mu.Lock()
+	p := h.pending[d.Reply]
+	h.mu.Unlock()
+	if p == nil || p.from != from {
+		return
+	}
+	switch d.Step {
+	case heldGo:
+		select {
+		case <-p.goAhead:
+		default:
+			close(p.goAhead)
+		}
+	case heldWithdraw:
+		p.withdraw()
+	}
 }
 
 // publish sends an outcome to the retry waiting under reply.
@@ -159,8 +241,10 @@ func (h *handover) publish(ctx context.Context, reply, owner string, o heldOutco
 }
 
 // resume serves a later round of a call held on another replica: it
-// passes the answers on and waits for that replica's outcome. A call no
-// replica confirms holding is no longer open.
+// passes the answers on, says go once the holder confirms their receipt,
+// and waits for that replica's outcome. A call no replica confirms
+// holding within the receipt wait is no longer open: the delivery is
+// withdrawn, so that a receipt that comes later delivers nothing.
 func (h *handover) resume(ctx context.Context, id, subject, upstream string, r *round) (*mcp.CallToolResult, error) {
 	reply := rand.Text()
 	ch := make(chan heldOutcome, 2)
@@ -179,7 +263,23 @@ func (h *handover) resume(ctx context.Context, id, subject, upstream string, r *
 	if len(b) > store.MaxMCPAnswer {
 		return errorResult("The answers are too large to pass on to the server that holds the call. Nothing was sent."), nil
 	}
+	say := func(ctx context.Context, step string) error {
+		b, err := json.Marshal(heldDelivery{Reply: reply, Upstream: upstream, Step: step})
+		if err == nil {
+			err = h.pub.Publish(ctx, store.Notification{Kind: store.NotifyHeldInput, Session: id, Owner: subject, From: h.self, Text: string(b)})
+		}
+		return err
+	}
+	withdraw := func() {
+		if err := say(context.WithoutCancel(ctx), heldWithdraw); err != nil {
+			// Without it, the holder cancels the call once its request
+			// expires, as no answer comes.
+			h.cat.log.ErrorContext(ctx, "mcpserver: withdrawing a held call's round failed", "err", err)
+		}
+	}
 	if err := h.pub.Publish(ctx, store.Notification{Kind: store.NotifyHeldInput, Session: id, Owner: subject, From: h.self, Text: string(b)}); err != nil {
+		// It may have gone out nonetheless.
+		withdraw()
 		return nil, fmt.Errorf("passing the answers on to the server that holds the call: %w", err)
 	}
 	receipt := time.NewTimer(h.receiptWait)
@@ -190,7 +290,14 @@ func (h *handover) resume(ctx context.Context, id, subject, upstream string, r *
 		case o := <-ch:
 			switch {
 			case o.Received:
+				if unconfirmed == nil {
+					continue
+				}
 				unconfirmed = nil
+				if err := say(ctx, heldGo); err != nil {
+					withdraw()
+					return nil, fmt.Errorf("%w: telling the server that holds the call to deliver the answers: %v", errOutcomeUnknown, err)
+				}
 			case o.Err != "":
 				return nil, &heldRemoteError{text: o.Err, unknown: o.Unknown}
 			default:
@@ -201,6 +308,7 @@ func (h *handover) resume(ctx context.Context, id, subject, upstream string, r *
 				return res, nil
 			}
 		case <-unconfirmed:
+			withdraw()
 			return errorResult(heldGoneText), nil
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: waiting for the server that holds the call: %v", errOutcomeUnknown, ctx.Err())
