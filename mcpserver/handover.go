@@ -28,10 +28,15 @@ import (
 // told that the call is no longer open is never wrong about its answers:
 // they were not delivered, and the holder cancels the call when the
 // withdrawal reaches it (or, without it, when its request expires
-// unanswered). The retry's replica has checked the sealed state and
-// audited the answers before they go out; the holder checks that the call
-// is the principal's, and that "go" and "withdraw" come from the replica
-// that passed the answers on.
+// unanswered).
+//
+// A retry that stops waiting (its caller left, or its call timeout
+// passed) is withdrawn too, at any step: the holder then does what a local
+// retry that stops waiting does (see heldCall.next), so the call is
+// cancelled. The retry's replica has
+// checked the sealed state and audited the answers before they go out;
+// the holder checks that the call is the principal's, and that "go" and
+// "withdraw" come from the replica that passed the answers on.
 
 // HeldHandover passes the rounds of held calls between replicas (a
 // store.Store does).
@@ -61,8 +66,8 @@ type heldDelivery struct {
 const (
 	// heldGo: the retry still waits; the holder delivers the answers.
 	heldGo = "go"
-	// heldWithdraw: the retry has given up (its receipt came too late);
-	// the holder cancels the call.
+	// heldWithdraw: the retry has given up (its receipt came too late, or
+	// it stopped waiting); the holder cancels the call.
 	heldWithdraw = "withdraw"
 )
 
@@ -185,6 +190,12 @@ func (h *handover) deliver(n store.Notification) {
 		}()
 		select {
 		case <-p.goAhead:
+			if ctx.Err() != nil {
+				// Withdrawn as well: the retry stopped waiting, so
+				// nobody takes what the answers would bring.
+				call.cancel()
+				return
+			}
 			call.answer(&round{caps: d.Caps, responses: d.Responses})
 		case <-ctx.Done():
 			if stop.Err() == nil {
@@ -195,7 +206,9 @@ func (h *handover) deliver(n store.Notification) {
 			// The call ended before the answers could go: its end is the
 			// round's outcome.
 		}
-		ctx, cancel := context.WithTimeout(stop, h.cat.opts.CallTimeout)
+		// A withdrawal now is a retry that stops waiting mid-round,
+		// which next handles as for a local retry.
+		ctx, cancel := context.WithTimeout(ctx, h.cat.opts.CallTimeout)
 		defer cancel()
 		var o heldOutcome
 		res, err := call.round(ctx)
@@ -244,7 +257,8 @@ func (h *handover) publish(ctx context.Context, reply, owner string, o heldOutco
 // passes the answers on, says go once the holder confirms their receipt,
 // and waits for that replica's outcome. A call no replica confirms
 // holding within the receipt wait is no longer open: the delivery is
-// withdrawn, so that a receipt that comes later delivers nothing.
+// withdrawn, so that a receipt that comes later delivers nothing. A retry
+// that stops waiting is withdrawn too, and its outcome is unknown.
 func (h *handover) resume(ctx context.Context, id, subject, upstream string, r *round) (*mcp.CallToolResult, error) {
 	reply := rand.Text()
 	ch := make(chan heldOutcome, 2)
@@ -311,6 +325,7 @@ func (h *handover) resume(ctx context.Context, id, subject, upstream string, r *
 			withdraw()
 			return errorResult(heldGoneText), nil
 		case <-ctx.Done():
+			withdraw()
 			return nil, fmt.Errorf("%w: waiting for the server that holds the call: %v", errOutcomeUnknown, ctx.Err())
 		}
 	}

@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -111,6 +112,66 @@ func TestHeldCallLateReceipt(t *testing.T) {
 			if v := <-got; v != "cancelled" {
 				t.Errorf("the upstream's request was %s after the caller was told the call is no longer open", v)
 			}
+		})
+	}
+}
+
+// TestHeldCallCallerLeaves: a retry that stops waiting (its caller left,
+// or its time ran out) while the upstream works on its answer ends the
+// held call wherever the retry came: on the replica that holds the call,
+// the round gives up and cancels it; on another replica, the retry is
+// withdrawn and the holder cancels it the same way. Either way the retry
+// ends with its outcome unknown, and the upstream's call is cancelled.
+func TestHeldCallCallerLeaves(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		open   func(testing.TB) store.Store
+		remote bool
+	}{
+		{"here", nil, false},
+		{"other replica/SQLite", engines[0].open, true},
+		{"other replica/PostgreSQL", engines[1].open, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newFeatureUpstream(t, "up", true)
+			answered, cancelled := make(chan struct{}), make(chan struct{})
+			up.server.AddTool(&mcp.Tool{Name: "ask", InputSchema: json.RawMessage(`{"type":"object"}`)},
+				func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+					if _, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Your name?",
+						RequestedSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)}); err != nil {
+						return nil, err
+					}
+					close(answered)
+					<-ctx.Done() // works until it is cancelled
+					close(cancelled)
+					return nil, ctx.Err()
+				})
+			// No round times out while the test runs.
+			cfg := envConfig{catalog: func(o *CatalogOptions) { o.CallTimeout = time.Hour }}
+			if tc.open != nil {
+				cfg.store = tc.open(t)
+			}
+			one := heldEnv(t, up, cfg)
+			retrying := one
+			if tc.remote {
+				retrying = heldEnv(t, up, cfg)
+			}
+			first := call(t, one.connect(alice, "", rounds(), "2026-07-28"), "up__ask", map[string]any{}, nil)
+			eid, _ := onlyRequest(t, first)
+			id := heldCallID(t, one)
+
+			ctx, leave := context.WithCancel(t.Context())
+			defer leave()
+			go func() {
+				<-answered
+				leave()
+			}()
+			res, err := retrying.catalog.upstreams[0].resumeHeld(ctx, alice, &round{state: heldPrefix + id,
+				caps: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{}}, responses: mcp.InputResponseMap{eid: ada}})
+			if !errors.Is(err, errOutcomeUnknown) {
+				t.Errorf("the retry whose caller left answered %+v, %v; want its outcome unknown", res, err)
+			}
+			<-cancelled
 		})
 	}
 }
