@@ -71,8 +71,9 @@ const (
 	NotifyMCPAnswer = "mcp_answer"
 	// NotifyHeldInput: a caller's answers for an upstream call held open
 	// on another replica (see mcpserver's held calls), received by the
-	// replica that publishes them: the one that holds the call delivers
-	// them.
+	// replica that publishes them, and that replica's later word on them
+	// (go ahead, or withdrawn): the one that holds the call delivers the
+	// answers once told to go ahead.
 	NotifyHeldInput = "held_input"
 	// NotifyHeldOutcome: what a held call did after a NotifyHeldInput (its
 	// receipt, then its result or its next request for input), published
