@@ -50,6 +50,19 @@ type AuditRecord struct {
 	// of a record whose EventID is already in the log writes nothing and
 	// returns the record already there (see AppendAudit).
 	EventID string
+	// Link, when set by the record's builder, is its hashed form around
+	// its Seq, so that the store may link the record to the log's head
+	// itself (see AuditLink). Not stored.
+	Link *AuditLink `json:"-"`
+}
+
+// AuditLink is a built audit record's hashed form around its sequence
+// number: its Hash is the hex SHA-256 of PrevHash, Before, Seq in decimal
+// and After, one after the other. With it, a store can chain the record on
+// whatever the log's head is when it writes, in the database, without
+// building the record again.
+type AuditLink struct {
+	Before, After []byte
 }
 
 // auditColumns is the column list of an AuditRecord, in field order.
@@ -119,19 +132,28 @@ func (b buildFailed) Error() string { return b.err.Error() }
 
 // builtRecord runs build on head and checks what it returns.
 func builtRecord(build func(AuditHead) (AuditRecord, error), head AuditHead) (AuditRecord, error) {
+	r, _, err := builtLinkedRecord(build, head)
+	return r, err
+}
+
+// builtLinkedRecord is builtRecord, and the record's Link apart (nil if
+// its builder gave none): the record returned has none.
+func builtLinkedRecord(build func(AuditHead) (AuditRecord, error), head AuditHead) (AuditRecord, *AuditLink, error) {
 	r, err := build(head)
 	if err != nil {
-		return AuditRecord{}, buildFailed{err}
+		return AuditRecord{}, nil, buildFailed{err}
 	}
+	link := r.Link
+	r.Link = nil
 	if err := checkAuditRecord(r, head); err != nil {
-		return AuditRecord{}, err
+		return AuditRecord{}, nil, err
 	}
 	r.At = storedTime(r.At)
 	r.Details = jsonOr(r.Details, "{}")
 	if len(r.PolicyIDs) == 0 {
 		r.PolicyIDs = nil
 	}
-	return r, nil
+	return r, link, nil
 }
 
 // appendError returns the error of an append: the build function's as it
@@ -153,6 +175,20 @@ var (
 	lockAudit = postgresOnly(`SELECT pg_advisory_xact_lock(hashtextextended('usher.audit.' || current_schema(), 0))`)
 
 	auditHead = sql1(`SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`)
+
+	// insertLinkedAudit inserts a record that has a Link on the log's head
+	// as the statement finds it (under the audit lock), computing its seq,
+	// prev_hash and hash as the Link says: $1–$16 are the record's at to
+	// details, $17 its event id, $18 and $19 the Link's Before and After.
+	insertLinkedAudit = postgresOnly(`INSERT INTO audit_log (` + auditColumns + `)
+SELECT h.seq + 1, $1::timestamptz, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text,
+       $10::json, $11::text, $12::text, $13::text, $14::text, $15::bigint, $16::json, h.hash,
+       encode(sha256(convert_to(h.hash, 'UTF8') || $18::bytea || convert_to((h.seq + 1)::text, 'UTF8') || $19::bytea), 'hex'),
+       $17::text
+  FROM (SELECT 0::bigint AS seq, ''::text AS hash) genesis
+  LEFT JOIN LATERAL (SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1) head ON true
+  CROSS JOIN LATERAL (SELECT COALESCE(head.seq, genesis.seq) AS seq, COALESCE(head.hash, genesis.hash) AS hash) h
+RETURNING seq, prev_hash, hash`)
 
 	insertAudit = sql1(`INSERT INTO audit_log (` + auditColumns + `)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`)
@@ -269,6 +305,14 @@ func withAudit(ctx context.Context, fn func(tx executor) error, build func(Audit
 }
 
 // auditArgs are the values of insertAudit for r.
+// linkedAuditArgs are the arguments of insertLinkedAudit for r.
+func linkedAuditArgs(r AuditRecord, link *AuditLink) []any {
+	return []any{r.At, r.Kind, r.Principal, r.ClientID, r.TokenJTI, r.Tool,
+		r.DefinitionHash, r.ArgumentsHash, r.Decision, string(encodeNames(r.PolicyIDs)), r.PolicyHash,
+		r.ApprovalID, r.RunID, r.Outcome, r.Latency.Microseconds(), string(r.Details), r.EventID,
+		link.Before, link.After}
+}
+
 func auditArgs(r AuditRecord) []any {
 	return []any{r.Seq, r.At, r.Kind, r.Principal, r.ClientID, r.TokenJTI, r.Tool,
 		r.DefinitionHash, r.ArgumentsHash, r.Decision, string(encodeNames(r.PolicyIDs)), r.PolicyHash,

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -116,7 +117,9 @@ func TestPostgresAuditKeepsAGapAtTheHead(t *testing.T) {
 // PostgreSQL (with fsync, as configured): one process appending alone (it
 // knows the head: one round trip each) against two processes taking turns,
 // as busy replicas do (the head has always moved), in the same run, one
-// round of each at a time. It reports the p50 of each and their ratio.
+// round of each at a time: with records that only their builder can hash,
+// and with records that have Links, as audit.Log's do (the database links
+// them to the head). It reports the p50 of each and their ratios.
 func BenchmarkPostgresAuditAppend(b *testing.B) {
 	dsn := storetest.PostgresURL(b)
 	open := func() store.Store {
@@ -131,30 +134,101 @@ func BenchmarkPostgresAuditAppend(b *testing.B) {
 		return s
 	}
 	a, other := open(), open()
-	appendOne := func(s store.Store) time.Duration {
+	appendOne := func(s store.Store, build func(store.AuditHead) (store.AuditRecord, error)) time.Duration {
 		start := time.Now()
-		if _, err := s.AppendAudit(b.Context(), link("bench")); err != nil {
+		if _, err := s.AppendAudit(b.Context(), build); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(start)
 	}
 	const round = 10
-	var alone, turns []time.Duration
+	var alone, turns, linkedTurns []time.Duration
 	for b.Loop() {
 		for range round {
-			alone = append(alone, appendOne(a))
+			alone = append(alone, appendOne(a, link("bench")))
 		}
 		for range round / 2 {
-			turns = append(turns, appendOne(other), appendOne(a))
+			turns = append(turns, appendOne(other, link("bench")), appendOne(a, link("bench")))
+		}
+		for range round / 2 {
+			linkedTurns = append(linkedTurns, appendOne(other, linked("bench")), appendOne(a, linked("bench")))
 		}
 	}
 	p50 := func(d []time.Duration) time.Duration {
 		slices.Sort(d)
 		return d[len(d)/2]
 	}
-	al, tu := p50(alone), p50(turns)
+	al, tu, lt := p50(alone), p50(turns), p50(linkedTurns)
 	b.ReportMetric(float64(al.Microseconds()), "alone-p50-µs")
 	b.ReportMetric(float64(tu.Microseconds()), "taking-turns-p50-µs")
 	b.ReportMetric(float64(tu)/float64(al), "turns/alone")
+	b.ReportMetric(float64(lt)/float64(al), "linked-turns/alone")
 	b.ReportMetric(0, "ns/op")
+}
+
+// linked returns the builder of a record of kind with a Link, as
+// audit.Log's builders make them: its hash is over the head's hash, the
+// Link's Before, the Seq in decimal and the Link's After.
+func linked(kind string) func(store.AuditHead) (store.AuditRecord, error) {
+	l := &store.AuditLink{Before: []byte(`{"kind":"` + kind + `","seq":`), After: []byte(`}`)}
+	return func(h store.AuditHead) (store.AuditRecord, error) {
+		return store.AuditRecord{
+			Seq: h.Seq + 1, PrevHash: h.Hash, Hash: linkedHash(h.Hash, l, h.Seq+1),
+			At: time.Now().Truncate(time.Microsecond), Kind: kind, Link: l,
+		}, nil
+	}
+}
+
+// linkedHash is the hash a record of link, seq and prevHash has.
+func linkedHash(prevHash string, l *store.AuditLink, seq int64) string {
+	sum := sha256.Sum256(slices.Concat([]byte(prevHash), l.Before, []byte(strconv.FormatInt(seq, 10)), l.After))
+	return hex.EncodeToString(sum[:])
+}
+
+// Two processes taking turns append records with Links (as audit.Log's
+// are): each write that does not know the head, or finds it moved, is
+// linked to the head by the database, in one round trip, and the log is one
+// chain whose every hash is the one its Link gives.
+func TestPostgresAuditLinkedAppendersTakeTurns(t *testing.T) {
+	dsn := storetest.PostgresURL(t)
+	a, b := openMigrated(t, dsn), openMigrated(t, dsn)
+	var kinds []string
+	for i := range 12 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		kind := fmt.Sprintf("k%d", i)
+		kinds = append(kinds, kind)
+		var r store.AuditRecord
+		var err error
+		if i%3 != 2 {
+			r, err = s.AppendAudit(t.Context(), linked(kind))
+		} else {
+			e := store.Execution{IdempotencyKey: fmt.Sprintf("run-1/call-%d", i), Principal: "alice", Tool: "notes_write", ArgumentsHash: "args"}
+			var started bool
+			_, started, err = s.BeginExecutionAudited(t.Context(), e, linked(kind))
+			if err == nil && !started {
+				t.Fatalf("execution %d not started", i)
+			}
+			r.Seq = int64(i + 1)
+		}
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		if r.Seq != int64(i+1) {
+			t.Errorf("append %d answered seq %d, want %d", i, r.Seq, i+1)
+		}
+	}
+	records := auditLog(t, a)
+	checkChain(t, records, len(kinds))
+	for i, r := range records {
+		l := &store.AuditLink{Before: []byte(`{"kind":"` + kinds[i] + `","seq":`), After: []byte(`}`)}
+		if want := linkedHash(r.PrevHash, l, r.Seq); r.Hash != want || r.Kind != kinds[i] {
+			t.Errorf("record %d: %s %s, want %s %s", r.Seq, r.Kind, r.Hash, kinds[i], want)
+		}
+		if r.Link != nil {
+			t.Errorf("record %d read back with a Link", r.Seq)
+		}
+	}
 }

@@ -98,7 +98,11 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, w *pgAuditWrite, ba
 		seen, err := appendAtHead(ctx, conn, batch, func() { s.sent(ctx, w, batch) })
 		if err == nil {
 			c.head, c.known = batch[len(batch)-1].head(), true
-			if attempt == 0 {
+			switch {
+			case attempt > 0:
+			case allLinked(batch):
+				c.backoff /= 2
+			default:
 				c.backoff = 0
 			}
 			finishAppends(batch, nil)
@@ -109,11 +113,21 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, w *pgAuditWrite, ba
 			s.writeEachAlone(ctx, w, batch, err)
 			return
 		}
+		head = seen
+		if allLinked(batch) {
+			// The database links them to the head in one round trip, as
+			// it does the next maxAuditBackoff writes'.
+			c.backoff, c.skip = maxAuditBackoff, maxAuditBackoff
+			break
+		}
 		c.backoff = min(max(2*c.backoff, 1), maxAuditBackoff)
 		c.skip = c.backoff
-		head = seen
 	}
-	batch, err = appendAfterHead(ctx, conn, batch)
+	if linked, ok := buildLinked(batch, head); ok {
+		batch, err = appendLinked(ctx, conn, linked)
+	} else {
+		batch, err = appendAfterHead(ctx, conn, batch)
+	}
 	if err != nil {
 		s.writeEachAlone(ctx, w, batch, err)
 		return
@@ -223,12 +237,12 @@ func (s *postgresStore) writeEachAlone(ctx context.Context, w *pgAuditWrite, bat
 func buildAppends(batch []*pgAuditAppend, head AuditHead) []*pgAuditAppend {
 	kept := batch[:0:0]
 	for _, a := range batch {
-		r, err := builtRecord(a.build, head)
+		r, link, err := builtLinkedRecord(a.build, head)
 		if err != nil {
 			finishAppends([]*pgAuditAppend{a}, err)
 			continue
 		}
-		a.rec = r
+		a.rec, a.link = r, link
 		head = a.head()
 		kept = append(kept, a)
 	}
@@ -265,6 +279,83 @@ func appendAtHead(ctx context.Context, conn *pgxpool.Conn, batch []*pgAuditAppen
 		return err
 	})
 	return head, err
+}
+
+// allLinked reports whether every record of batch, as last built, has a
+// Link.
+func allLinked(batch []*pgAuditAppend) bool {
+	for _, a := range batch {
+		if a.link == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// buildLinked builds the records of batch to be linked to the log's head
+// by the database (see appendLinked), on head as the process knows it, if
+// every builder gives its record a Link (audit.Log's do): it returns the
+// appends whose build succeeded, the others finished with their error.
+// If one gives no Link it returns false, and has finished none.
+func buildLinked(batch []*pgAuditAppend, head AuditHead) ([]*pgAuditAppend, bool) {
+	type built struct {
+		rec  AuditRecord
+		link *AuditLink
+		err  error
+	}
+	out := make([]built, len(batch))
+	for i, a := range batch {
+		b := &out[i]
+		if b.rec, b.link, b.err = builtLinkedRecord(a.build, head); b.err == nil && b.link == nil {
+			return nil, false
+		}
+		head = AuditHead{Seq: b.rec.Seq, Hash: b.rec.Hash}
+	}
+	kept := batch[:0:0]
+	for i, a := range batch {
+		if out[i].err != nil {
+			finishAppends([]*pgAuditAppend{a}, out[i].err)
+			continue
+		}
+		a.rec, a.link = out[i].rec, out[i].link
+		kept = append(kept, a)
+	}
+	return kept, true
+}
+
+// appendLinked appends the records of batch, built with their Links, in
+// one round trip, whatever the log's head: the steps' statements, the
+// audit lock and an INSERT of each record that chains it on the head the
+// database finds under the lock (insertLinkedAudit), in one implicit
+// transaction. The database's seq, prev_hash and hash replace the ones
+// the records were built with. A process that does not know the head, or
+// whose knowledge another process's appends keep overtaking (replicas
+// taking turns), so writes in one round trip, not two.
+func appendLinked(ctx context.Context, conn *pgxpool.Conn, batch []*pgAuditAppend) ([]*pgAuditAppend, error) {
+	if len(batch) == 0 {
+		return batch, nil
+	}
+	b := &pgx.Batch{}
+	queueSteps(b, batch)
+	b.Queue(lockAudit.pg)
+	for _, a := range batch {
+		b.Queue(insertLinkedAudit.pg, linkedAuditArgs(a.rec, a.link)...)
+	}
+	err := readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
+		if err := readSteps(br, batch); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		for _, a := range batch {
+			if err := br.QueryRow().Scan(&a.rec.Seq, &a.rec.PrevHash, &a.rec.Hash); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return batch, err
 }
 
 // appendAfterHead appends the records of batch, built on the head it reads,

@@ -54,11 +54,15 @@ type pgAuditChain struct {
 	// chained on has ended.
 	head  AuditHead
 	known bool
-	// After a collision, the next skip writes read the head first; skip
-	// is set from backoff, which doubles with each collision (up to
-	// maxAuditBackoff) and is cleared by a write that does not collide.
-	// While other processes append as often as this one, most writes so
-	// take two round trips, not a failed one and then two.
+	// After a collision, the next skip writes do not chain on the head
+	// the process knows. Writes of records with Links (audit.Log's) are
+	// then linked to the head by the database (appendLinked), in one round
+	// trip as at a known head: skip and backoff go to maxAuditBackoff, and
+	// a write that does not collide halves backoff. Others read the head
+	// first, in two: skip is set from backoff, which doubles with each
+	// collision (up to maxAuditBackoff) and is cleared by a write that
+	// does not collide. While other processes append as often as this
+	// one (replicas taking turns), few writes so collide.
 	skip, backoff int
 }
 
@@ -102,6 +106,7 @@ type pgAuditAppend struct {
 	alone bool // appendAlone
 
 	rec  AuditRecord // built, and once done, written
+	link *AuditLink  // rec's, when built to be linked by the database (see appendLinked)
 	err  error
 	done chan struct{}
 }

@@ -221,16 +221,19 @@ func (l *Log) Builder(e Entry) (func(store.AuditHead) (store.AuditRecord, error)
 		Latency:        storedLatency(e.Latency),
 		Details:        details,
 	}
-	// The body is made once: only its Seq depends on the head, and the
-	// builder may run more than once, inside the append's transaction.
-	b := canonicalBodyOf(r, details)
+	// The body is encoded once, around its Seq, the only part of it that
+	// depends on the head: the builder may run more than once, inside the
+	// append's transaction, and the store may link the record to the head
+	// itself (store.AuditLink).
+	link, err := linkOf(canonicalBodyOf(r, details))
+	if err != nil {
+		return nil, err
+	}
 	return func(head store.AuditHead) (store.AuditRecord, error) {
-		r, b := r, b
-		r.Seq, b.Seq = head.Seq+1, head.Seq+1
-		r.PrevHash = head.Hash
-		var err error
-		r.Hash, err = hashBody(r.PrevHash, b)
-		return r, err
+		r := r
+		r.Seq, r.PrevHash = head.Seq+1, head.Hash
+		r.Hash, r.Link = linkedHash(r.PrevHash, link, r.Seq), link
+		return r, nil
 	}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -523,6 +524,39 @@ func TestHashRecipe(t *testing.T) {
 	same.Details = json.RawMessage(`{ "a" : [1.50,true,null] , "b":"x\u2028<y>" }`)
 	if h, _ := audit.Hash(same); h != want {
 		t.Error("respacing the details changed the hash")
+	}
+}
+
+// A builder's record has the hash Hash gives it, on any head, and a Link
+// around its Seq from which a store recomputes that hash (store.AuditLink):
+// also when its details hold what its seq's key looks like.
+func TestBuilderLink(t *testing.T) {
+	log, err := audit.New(nopAppender{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, details := range []string{`{}`, `{"a":1,"seq":0,"token_jti":"x"}`, `{"s":",\"seq\":0,\"token_jti\":"}`} {
+		build, err := log.Builder(audit.Entry{Kind: "decision", Principal: "p", TokenJTI: `,"seq":0,"token_jti":`, Tool: "t", Details: json.RawMessage(details)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, head := range []store.AuditHead{{}, {Seq: 9, Hash: "ab"}, {Seq: 123456789012, Hash: strings.Repeat("cd", 32)}} {
+			r, err := build(head)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := audit.Hash(r)
+			if err != nil || r.Hash != want {
+				t.Errorf("details %s, head %d: the record's hash is %s, Hash gives %s (%v)", details, head.Seq, r.Hash, want, err)
+			}
+			if r.Link == nil {
+				t.Fatalf("details %s: the record has no Link", details)
+			}
+			sum := sha256.Sum256([]byte(head.Hash + string(r.Link.Before) + strconv.FormatInt(head.Seq+1, 10) + string(r.Link.After)))
+			if got := hex.EncodeToString(sum[:]); got != want {
+				t.Errorf("details %s, head %d: the Link gives %s, want %s", details, head.Seq, got, want)
+			}
+		}
 	}
 }
 

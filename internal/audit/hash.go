@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/usherhq/usher/store"
@@ -61,6 +62,39 @@ func hashBody(prevHash string, b body) (string, error) {
 	h.Write([]byte(prevHash))
 	h.Write(enc)
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// seqMark is how a body's encoding writes a Seq of 0, and what follows it:
+// token_jti, the next field (never omitted), and after it only strings,
+// in which a quote is escaped, so its last occurrence is the field's.
+var seqMark = []byte(`,"seq":0,"token_jti":`)
+
+// linkOf returns the encoding of b around its Seq (see store.AuditLink):
+// the body of any Seq is link.Before, the Seq in decimal, link.After.
+func linkOf(b body) (*store.AuditLink, error) {
+	b.Seq = 0
+	enc, err := marshal(b)
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndex(enc, seqMark)
+	if i < 0 {
+		return nil, errors.New("audit: the body's encoding has no seq")
+	}
+	at := i + len(`,"seq":`)
+	return &store.AuditLink{Before: enc[:at:at], After: enc[at+1:]}, nil
+}
+
+// linkedHash is the hash of the record of seq and prevHash whose body is
+// link's: the same as hashBody's of that body.
+func linkedHash(prevHash string, link *store.AuditLink, seq int64) string {
+	var digits [20]byte
+	h := sha256.New()
+	h.Write([]byte(prevHash))
+	h.Write(link.Before)
+	h.Write(strconv.AppendInt(digits[:0], seq, 10))
+	h.Write(link.After)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // bodyOf returns the hashed form of r.
