@@ -38,6 +38,7 @@ func TestBrowserMessages(t *testing.T) {
 	for _, name := range []string{"clipboard-read", "clipboard-write"} {
 		call(tb, browser.SetPermission, browser.SetPermissionParams{
 			Permission: &browser.PermissionDescriptor{Name: name}, Setting: browser.PermissionSettingGranted, Origin: s.url,
+			BrowserContextID: tb.browserContext(),
 		})
 	}
 	tb.signIn(s.url, "erin")

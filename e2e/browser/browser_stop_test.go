@@ -99,7 +99,7 @@ func TestBrowserStopAndRetry(t *testing.T) {
 
 	// Export: a Markdown file of the conversation, downloaded.
 	dir := t.TempDir()
-	call(tb, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dir})
+	call(tb, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dir, BrowserContextID: tb.browserContext()})
 	tb.more(`button.export-md`)
 	var md []byte
 	testenv.WaitFor(t, conditionTimeout, func() bool {

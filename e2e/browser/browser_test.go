@@ -86,14 +86,38 @@ func (tb *tab) sent(method, path string) int {
 // pageSSE is one message an EventSource of the page received.
 type pageSSE struct{ name, data string }
 
-// startBrowser starts a headless Chromium with one tab, stopped when the
-// test ends, with flags added to its command line. Without Chromium the
-// test skips — except under CI, where it fails: CI installs Chromium and
-// must never skip these silently.
+// startBrowser opens a tab for the test, stopped when the test ends, in a
+// browser context of its own (cookies, storage, cache and permissions
+// apart, as in a fresh profile) of the Chromium the tests share, or — with
+// flags added to its command line — in a Chromium of its own. Without
+// Chromium the test skips — except under CI, where it fails: CI installs
+// Chromium and must never skip these silently.
 func startBrowser(t *testing.T, flags ...chromedp.ExecAllocatorOption) *tab {
 	t.Helper()
 	chromium := testenv.Chromium(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+	tb := &tab{t: t, name: "tab 1"}
+	opts := []chromedp.ContextOption{chromedp.WithListener(tb.listen)}
+	var parent context.Context
+	if len(flags) == 0 {
+		parent = shared.browser(t, chromium)
+		opts = append(opts, chromedp.WithNewBrowserContext())
+	} else {
+		allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromiumOptions(chromium), flags...)...)
+		t.Cleanup(cancelAlloc) // (after the tab's cleanup: they run last to first)
+		parent = allocCtx
+	}
+	ctx, cancel := chromedp.NewContext(parent, opts...)
+	tb.ctx = ctx
+	// Closing the tab disposes of its browser context, or stops its own
+	// Chromium: before the servers the test started earlier stop.
+	t.Cleanup(cancel)
+	tb.open()
+	return tb
+}
+
+// chromiumOptions is the command line of every Chromium the tests start.
+func chromiumOptions(chromium string) []chromedp.ExecAllocatorOption {
+	return append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium),
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
@@ -101,17 +125,61 @@ func startBrowser(t *testing.T, flags ...chromedp.ExecAllocatorOption) *tab {
 		chromedp.Headless,
 		chromedp.WindowSize(1280, 800),
 	)
-	opts = append(opts, flags...)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	tb := &tab{t: t, name: "tab 1"}
-	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithListener(tb.listen))
-	tb.ctx = ctx
-	t.Cleanup(func() {
-		cancel()
-		cancelAlloc()
+}
+
+// shared is the Chromium the tests share. Starting and stopping a Chromium
+// for each test took about a second and a half of each, and a busy
+// machine's CPU; a browser context per test keeps them as independent.
+var shared sharedBrowser
+
+// sharedBrowser is a Chromium started by the first test that needs it and
+// stopped by TestMain once every test has run.
+type sharedBrowser struct {
+	once sync.Once
+	ctx  context.Context // the browser's first tab, the parent of the tests' tabs
+	stop func()
+	err  error
+}
+
+// browser returns the shared browser's first context, starting the browser
+// if no test did yet; the test fails if it cannot start (every test, if
+// the first could not).
+func (b *sharedBrowser) browser(t *testing.T, chromium string) context.Context {
+	t.Helper()
+	b.once.Do(func() {
+		allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromiumOptions(chromium)...)
+		ctx, cancel := chromedp.NewContext(allocCtx)
+		b.ctx = ctx
+		b.stop = func() {
+			cancel()
+			cancelAlloc()
+		}
+		// As for a tab (open): no deadline on the first action, which
+		// binds the browser's life to its context; the wait is bounded.
+		started := make(chan error, 1)
+		go func() { started <- chromedp.Do(ctx) }()
+		select {
+		case err := <-started:
+			if err != nil {
+				b.err = fmt.Errorf("starting Chromium: %w", err)
+			}
+		case <-time.After(browserStartTimeout):
+			b.err = fmt.Errorf("not started within %s", browserStartTimeout)
+		}
 	})
-	tb.open()
-	return tb
+	if b.err != nil {
+		t.Fatalf("the shared browser: %v", b.err)
+	}
+	return b.ctx
+}
+
+// close stops the shared browser, if a test started it, and waits until
+// it has exited.
+func (b *sharedBrowser) close() {
+	b.once.Do(func() {}) // none can start it from now on
+	if b.stop != nil {
+		b.stop()
+	}
 }
 
 // open opens the tab — and starts the browser, for the first — in light
@@ -146,6 +214,13 @@ func (tb *tab) newTab(name string) *tab {
 	tb.t.Cleanup(cancel)
 	other.open()
 	return other
+}
+
+// browserContext is the tab's browser context, which the commands of the
+// Browser domain (permissions, downloads) must name: without it they apply
+// to the browser's default context, not the test's.
+func (tb *tab) browserContext() cdp.BrowserContextID {
+	return chromedp.FromContext(tb.ctx).BrowserContextID
 }
 
 // lightMode makes the page follow a system in light mode.
@@ -688,6 +763,38 @@ func checkNoMarkupFrom(t *testing.T, tb *tab) {
 	if len(found.Links) != 0 {
 		t.Errorf("%s: links that are not http(s): %q", tb.name, found.Links)
 	}
+}
+
+// TestBrowserTabsApart: the tests share a Chromium, not a person. Another
+// test's tab, on the same server, is signed out and sees none of the
+// first's cookies and storage; a second tab of the same test is the same
+// person.
+func TestBrowserTabsApart(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	first := startBrowser(t)
+	first.signIn(s.url, "alice")
+	evaluate[bool](first, `(localStorage.setItem("apart", "alice's"), true)`)
+	same := first.newTab("tab 2")
+	same.do(chromedp.Navigate(s.url + "/"))
+	same.waitUntil("signed in as alice", `document.querySelector(".topbar .user-name")?.textContent === "alice"`)
+
+	other := startBrowser(t)
+	other.name = "another test's tab"
+	other.do(chromedp.Navigate(s.url + "/"))
+	other.waitUntil("the signed-out page", `document.querySelector("main.signin a.button.primary")`)
+	if signedIn := evaluate[bool](other, `fetch("/auth/session").then((r) => r.json()).then((s) => s.signedIn)`); signedIn {
+		t.Error("another test's tab is signed in")
+	}
+	if got := evaluate[string](other, `String(localStorage.getItem("apart"))`); got != "null" {
+		t.Errorf("another test's tab reads the first's storage: %q", got)
+	}
+	if cookies := call(other, network.GetCookies, network.GetCookiesParams{URLs: []string{s.url + "/"}}).Cookies; len(cookies) != 0 {
+		t.Errorf("another test's tab has %d cookies of the server, want none", len(cookies))
+	}
+	first.checkClean()
+	same.checkClean()
+	other.checkClean()
 }
 
 // TestBrowserConversation walks the Sessions UI as a new user of the

@@ -77,7 +77,7 @@ func TestBrowserAttachmentLimitAndExport(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	call(tb, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dir})
+	call(tb, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: dir, BrowserContextID: tb.browserContext()})
 	tb.more(`button.export-md`)
 	md := string(downloaded(t, dir, ".md"))
 	if want := `- Attachment: [notes \[draft\].md](` + s.url + `/api/assistant/attachments/` + att["id"].(string) + `) (text/markdown`; !strings.Contains(md, want) {

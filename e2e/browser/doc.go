@@ -7,5 +7,8 @@
 // or a scripted model. It watches the page for what must never happen (an
 // uncaught exception, a console error, a Content-Security-Policy
 // violation, a JavaScript dialog) and runs axe-core on the pages people
-// use. Without Chromium the tests skip, except under CI, where they fail.
+// use. The tests share one Chromium, each in a browser context of its own
+// (its own cookies, storage and permissions, as a fresh profile); a test
+// that needs Chromium started with other flags starts its own. Without
+// Chromium the tests skip, except under CI, where they fail.
 package browser

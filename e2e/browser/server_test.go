@@ -18,13 +18,23 @@ import (
 	"github.com/usherhq/usher/internal/testenv"
 )
 
-// TestMain fails the tests when a goroutine they started outlives them,
-// and deletes the usher binary if the tests built it.
+// TestMain stops the Chromium the tests share once they have run, fails
+// the tests when a goroutine they started outlives them, and deletes the
+// usher binary if the tests built it.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(closingBrowser{m}, goleak.Cleanup(func(code int) {
 		testenv.Remove()
 		os.Exit(code)
 	}))
+}
+
+// closingBrowser runs the tests and then stops the shared browser, before
+// goleak looks for goroutines left over.
+type closingBrowser struct{ m *testing.M }
+
+func (c closingBrowser) Run() int {
+	defer shared.close()
+	return c.m.Run()
 }
 
 // server is one `usher serve` process.
