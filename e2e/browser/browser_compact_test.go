@@ -42,10 +42,11 @@ func TestBrowserLongConversation(t *testing.T) {
 	tb.waitUntil("the conversation", `document.querySelectorAll("article.msg-user").length === 3`)
 	tb.waitUntil("the context use in the header", `/^context: \d+% of 2\.5k$/.test(document.querySelector(".conversation-title .context-use")?.textContent || "")`)
 
-	// Turn after turn in the page, until the run compacts by itself.
+	// Turn after turn in the page, until the run compacts by itself. The
+	// notes are pasted: typed, each takes seconds on a busy machine.
 	mark := `document.querySelector(".message-list > .context-note")`
 	for i := 4; i <= 20 && !evaluate[bool](tb, `Boolean(`+mark+`)`); i++ {
-		tb.send(say(i))
+		tb.sendPasted(say(i))
 		tb.waitUntil(fmt.Sprintf("the reply to note %d", i), fmt.Sprintf(`document.querySelectorAll("article.msg-assistant").length === %d`, i))
 		tb.waitBadge("Active")
 	}

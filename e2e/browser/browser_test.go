@@ -429,6 +429,17 @@ func (tb *tab) typeText(sel, text string) {
 	tb.do(chromedp.SendKeys(chromedp.CSS(sel), text))
 }
 
+// pasteText puts text into the field sel at once, as a paste or an input
+// method does (one input event): for a long text whose typing is not what
+// the test is about. Typed, each character is three key events, each a
+// round trip to the page: a paragraph takes seconds on a busy machine.
+func (tb *tab) pasteText(sel, text string) {
+	tb.t.Helper()
+	tb.waitUntil(sel+" is on the page", "document.querySelector("+js(sel)+")")
+	tb.do(chromedp.Focus(chromedp.CSS(sel)))
+	call(tb, input.InsertText, input.InsertTextParams{Text: text})
+}
+
 // text returns the textContent of the first element matching sel, or "".
 func (tb *tab) text(sel string) string {
 	tb.t.Helper()
@@ -460,6 +471,15 @@ const (
 func (tb *tab) send(text string) {
 	tb.t.Helper()
 	tb.trySend(text)
+	tb.waitUntil("the message was sent", `document.querySelector(`+js(composerInput)+`)?.value === ""`)
+}
+
+// sendPasted is send with the message pasted (pasteText), not typed.
+func (tb *tab) sendPasted(text string) {
+	tb.t.Helper()
+	tb.waitUntil("the composer is ready", `document.querySelector(`+js(composerSend)+`) && !document.querySelector(`+js(composerSend)+`).disabled`)
+	tb.pasteText(composerInput, text)
+	tb.do(pressEnter)
 	tb.waitUntil("the message was sent", `document.querySelector(`+js(composerInput)+`)?.value === ""`)
 }
 
