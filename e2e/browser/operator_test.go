@@ -56,7 +56,12 @@ func TestBrowserOperator(t *testing.T) {
 	call(tb, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": "Bearer " + olga}})
 	tb.do(chromedp.Navigate(s.url + "/"))
 	tb.waitUntil("the Operator link", `document.querySelector(".topnav a.operator-link[href='/operator']")`)
-	evaluate[bool](tb, `document.querySelector(".operator-link").focus(), document.activeElement.matches(".operator-link")`)
+	// The new-session view puts the focus in its composer when it shows,
+	// which may be after the link: Enter would go to the empty composer.
+	tb.waitUntil("the new-session view, its composer focused", `document.querySelector("#home-title") && document.activeElement?.matches("#main .composer textarea")`)
+	if !evaluate[bool](tb, `document.querySelector(".operator-link").focus(), document.activeElement.matches(".operator-link")`) {
+		t.Fatal("the Operator link took no focus")
+	}
 	tb.do(pressEnter)
 	tb.waitUntil("the status", `location.pathname === "/operator" && document.querySelector("#main .status-table tbody tr")`)
 	if got := evaluate[string](tb, `document.activeElement.id`); got != "operator-title" {
