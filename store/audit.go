@@ -180,14 +180,20 @@ var (
 	// as the statement finds it (under the audit lock), computing its seq,
 	// prev_hash and hash as the Link says: $1–$16 are the record's at to
 	// details, $17 its event id, $18 and $19 the Link's Before and After.
+	// $20 and $21 are the newest head the process knows of (0 and '' for
+	// none): a log whose head is older than that has lost its newest
+	// records, and the record follows the head the process knew, so that
+	// the gap stays for the verifier to find rather than being chained
+	// over.
 	insertLinkedAudit = postgresOnly(`INSERT INTO audit_log (` + auditColumns + `)
 SELECT h.seq + 1, $1::timestamptz, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text,
        $10::json, $11::text, $12::text, $13::text, $14::text, $15::bigint, $16::json, h.hash,
        encode(sha256(convert_to(h.hash, 'UTF8') || $18::bytea || convert_to((h.seq + 1)::text, 'UTF8') || $19::bytea), 'hex'),
        $17::text
-  FROM (SELECT 0::bigint AS seq, ''::text AS hash) genesis
+  FROM (SELECT $20::bigint AS seq, $21::text AS hash) known
   LEFT JOIN LATERAL (SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1) head ON true
-  CROSS JOIN LATERAL (SELECT COALESCE(head.seq, genesis.seq) AS seq, COALESCE(head.hash, genesis.hash) AS hash) h
+  CROSS JOIN LATERAL (SELECT CASE WHEN head.seq IS NULL OR head.seq < known.seq THEN known.seq ELSE head.seq END AS seq,
+                             CASE WHEN head.seq IS NULL OR head.seq < known.seq THEN known.hash ELSE head.hash END AS hash) h
 RETURNING seq, prev_hash, hash`)
 
 	insertAudit = sql1(`INSERT INTO audit_log (` + auditColumns + `)
@@ -305,12 +311,13 @@ func withAudit(ctx context.Context, fn func(tx executor) error, build func(Audit
 }
 
 // auditArgs are the values of insertAudit for r.
-// linkedAuditArgs are the arguments of insertLinkedAudit for r.
-func linkedAuditArgs(r AuditRecord, link *AuditLink) []any {
+// linkedAuditArgs are the arguments of insertLinkedAudit for r, after
+// the newest head known.
+func linkedAuditArgs(r AuditRecord, link *AuditLink, known AuditHead) []any {
 	return []any{r.At, r.Kind, r.Principal, r.ClientID, r.TokenJTI, r.Tool,
 		r.DefinitionHash, r.ArgumentsHash, r.Decision, string(encodeNames(r.PolicyIDs)), r.PolicyHash,
 		r.ApprovalID, r.RunID, r.Outcome, r.Latency.Microseconds(), string(r.Details), r.EventID,
-		link.Before, link.After}
+		link.Before, link.After, known.Seq, known.Hash}
 }
 
 func auditArgs(r AuditRecord) []any {

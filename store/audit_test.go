@@ -232,3 +232,39 @@ func TestPostgresAuditLinkedAppendersTakeTurns(t *testing.T) {
 		}
 	}
 }
+
+// A write linked by the database (after a collision) follows the newest
+// head the process knew: if the newest records were deleted, the gap stays
+// for the verifier to find rather than being chained over.
+func TestPostgresAuditLinkedKeepsAGapAtTheHead(t *testing.T) {
+	dsn := storetest.PostgresURL(t)
+	a := openMigrated(t, dsn)
+	for i := range 3 {
+		if _, err := a.AppendAudit(t.Context(), linked(fmt.Sprintf("k%d", i))); err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(t.Context())
+	if _, err := conn.Exec(t.Context(), `DELETE FROM audit_log WHERE seq = 3`); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	store.SkipKnownAuditHead(a, 1)
+	r, err := a.AppendAudit(t.Context(), linked("after"))
+	if err != nil {
+		t.Fatalf("append after the deletion: %v", err)
+	}
+	if r.Seq != 4 {
+		t.Errorf("the append after the deletion has seq %d, want 4: the gap at 3 must stay", r.Seq)
+	}
+	var seqs []int64
+	for _, r := range auditLog(t, a) {
+		seqs = append(seqs, r.Seq)
+	}
+	if !slices.Equal(seqs, []int64{1, 2, 4}) {
+		t.Errorf("the log holds %v, want [1 2 4]", seqs)
+	}
+}

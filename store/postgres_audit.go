@@ -88,6 +88,10 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, w *pgAuditWrite, ba
 	defer releaseAfterTx(ctx, conn)
 
 	head, known := c.head, c.known && c.skip == 0
+	var floor AuditHead // the newest head the process knows of, if any
+	if c.known {
+		floor = c.head
+	}
 	c.skip = max(c.skip-1, 0)
 	c.known = false // until a write succeeds
 	for attempt := 0; known && attempt < maxAuditAttempts; attempt++ {
@@ -113,7 +117,7 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, w *pgAuditWrite, ba
 			s.writeEachAlone(ctx, w, batch, err)
 			return
 		}
-		head = seen
+		head, floor = seen, seen
 		if allLinked(batch) {
 			// The database links them to the head in one round trip, as
 			// it does the next maxAuditBackoff writes'.
@@ -124,7 +128,7 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, w *pgAuditWrite, ba
 		c.skip = c.backoff
 	}
 	if linked, ok := buildLinked(batch, head); ok {
-		batch, err = appendLinked(ctx, conn, linked)
+		batch, err = appendLinked(ctx, conn, linked, floor)
 	} else {
 		batch, err = appendAfterHead(ctx, conn, batch)
 	}
@@ -326,20 +330,24 @@ func buildLinked(batch []*pgAuditAppend, head AuditHead) ([]*pgAuditAppend, bool
 // appendLinked appends the records of batch, built with their Links, in
 // one round trip, whatever the log's head: the steps' statements, the
 // audit lock and an INSERT of each record that chains it on the head the
-// database finds under the lock (insertLinkedAudit), in one implicit
+// database finds under the lock, or on floor (the newest head the process
+// knows of) if the log's is older (insertLinkedAudit), in one implicit
 // transaction. The database's seq, prev_hash and hash replace the ones
 // the records were built with. A process that does not know the head, or
 // whose knowledge another process's appends keep overtaking (replicas
 // taking turns), so writes in one round trip, not two.
-func appendLinked(ctx context.Context, conn *pgxpool.Conn, batch []*pgAuditAppend) ([]*pgAuditAppend, error) {
+func appendLinked(ctx context.Context, conn *pgxpool.Conn, batch []*pgAuditAppend, floor AuditHead) ([]*pgAuditAppend, error) {
 	if len(batch) == 0 {
 		return batch, nil
 	}
 	b := &pgx.Batch{}
 	queueSteps(b, batch)
 	b.Queue(lockAudit.pg)
-	for _, a := range batch {
-		b.Queue(insertLinkedAudit.pg, linkedAuditArgs(a.rec, a.link)...)
+	for i, a := range batch {
+		if i > 0 {
+			floor = AuditHead{} // the head is the record before
+		}
+		b.Queue(insertLinkedAudit.pg, linkedAuditArgs(a.rec, a.link, floor)...)
 	}
 	err := readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
 		if err := readSteps(br, batch); err != nil {
