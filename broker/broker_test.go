@@ -17,6 +17,7 @@ import (
 
 // TestMintFormat checks the exact header and claims of a minted token.
 func TestMintFormat(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	kid, _ := f.signer(t)
 	tok, err := f.broker.Mint(t.Context(), Grant{Subject: "alice", Audience: testAudience, RunID: "run-7"})
@@ -92,6 +93,7 @@ func TestMintFormat(t *testing.T) {
 // TestMintInterop: a mainstream JWT library accepts minted tokens with its
 // strictest settings.
 func TestMintInterop(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	_, key := f.signer(t)
 	tok, err := f.broker.Mint(t.Context(), Grant{Subject: "alice", Audience: testAudience})
@@ -108,6 +110,7 @@ func TestMintInterop(t *testing.T) {
 }
 
 func TestMintRequiresSubjectAndAudience(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	for _, g := range []Grant{{Audience: testAudience}, {Subject: "alice"}} {
 		if _, err := f.broker.Mint(t.Context(), g); err == nil {
@@ -117,6 +120,7 @@ func TestMintRequiresSubjectAndAudience(t *testing.T) {
 }
 
 func TestMintSizeLimit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	_, err := f.broker.Mint(t.Context(), Grant{Subject: strings.Repeat("a", MaxTokenSize), Audience: testAudience})
 	if err == nil {
@@ -125,6 +129,7 @@ func TestMintSizeLimit(t *testing.T) {
 }
 
 func TestNewOptions(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	short, err := NewKeyring(&memKeyStore{}, "broker", testSealKey, &KeyringOptions{MaxTokenLifetime: time.Minute})
 	if err != nil {
@@ -169,6 +174,7 @@ func TestNewOptions(t *testing.T) {
 // TestTokenNeverPrinted: no formatting, logging or encoding of a Token
 // shows its credential.
 func TestTokenNeverPrinted(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	tok, err := f.broker.Mint(t.Context(), Grant{Subject: "alice", Audience: testAudience})
 	if err != nil {
@@ -206,6 +212,7 @@ func TestTokenNeverPrinted(t *testing.T) {
 // TestTokenSource: the source reuses its token and mints a new one a minute
 // before expiry.
 func TestTokenSource(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ts := f.broker.TokenSource(t.Context(), Grant{Subject: "alice", Audience: testAudience, RunID: "r"})
 	first, err := ts.Token()
@@ -265,6 +272,7 @@ func keys[V any](m map[string]V) []string {
 // "groups" and come out of Verify; a grant with too many or unfit groups is
 // refused at mint rather than cut, which could change a decision.
 func TestMintTenantAndGroups(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	groups := []string{"finance", "00000000-0000-0000-0000-000000000001"}
 	tok, err := f.broker.Mint(t.Context(), Grant{Subject: "alice", Audience: testAudience, Tenant: "contoso", Groups: groups})

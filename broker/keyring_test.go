@@ -28,6 +28,7 @@ var rotationOptions = KeyringOptions{
 }
 
 func TestKeyringFirstStart(t *testing.T) {
+	t.Parallel()
 	c := newClock()
 	ks := &memKeyStore{}
 	k := newTestKeyring(t, ks, c, nil)
@@ -70,6 +71,7 @@ func TestKeyringFirstStart(t *testing.T) {
 }
 
 func TestKeyringKeyBits(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("generates a 3072-bit key")
 	}
@@ -88,6 +90,7 @@ func TestKeyringKeyBits(t *testing.T) {
 // before it signs, tokens of the old key stay valid until they expire, and
 // then the old key leaves the key set.
 func TestKeyringRotation(t *testing.T) {
+	t.Parallel()
 	c := newClock()
 	ks := &memKeyStore{}
 	k := newTestKeyring(t, ks, c, &rotationOptions)
@@ -194,6 +197,7 @@ func TestKeyringRotation(t *testing.T) {
 // gap without a signer, and never signs with a key that would leave the key
 // set before its tokens expire.
 func TestKeyringLate(t *testing.T) {
+	t.Parallel()
 	t.Run("within the publish-ahead window", func(t *testing.T) {
 		c := newClock()
 		ks := &memKeyStore{}
@@ -243,6 +247,7 @@ func TestKeyringLate(t *testing.T) {
 // TestKeyringReplicasRace: replicas sharing a store that start or rotate at
 // once insert one key, and all use it.
 func TestKeyringReplicasRace(t *testing.T) {
+	t.Parallel()
 	c := newClock()
 	ks := &memKeyStore{}
 	const replicas = 4
@@ -324,6 +329,7 @@ func (a *afterFirstRead) SigningKeys(ctx context.Context, purpose string, now ti
 // TestKeyringRotateAfterStaleRead: a replica whose first read missed the key
 // another replica just inserted does not insert a second one.
 func TestKeyringRotateAfterStaleRead(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"first start", "rotation"} {
 		t.Run(name, func(t *testing.T) {
 			c := newClock()
@@ -370,6 +376,7 @@ func TestKeyringRotateAfterStaleRead(t *testing.T) {
 // verifies a token signed with a key another replica created, by reloading
 // on the unknown kid.
 func TestKeyringReplicaLearnsNewKey(t *testing.T) {
+	t.Parallel()
 	c := newClock()
 	ks := &memKeyStore{}
 	a := newTestKeyring(t, ks, c, &rotationOptions)
@@ -393,6 +400,7 @@ func TestKeyringReplicaLearnsNewKey(t *testing.T) {
 // TestKeyringUnknownKidFlood: however many unknown kids arrive, the store is
 // read at most once per MinRefreshInterval.
 func TestKeyringUnknownKidFlood(t *testing.T) {
+	t.Parallel()
 	c := newClock()
 	counting := &countingKeyStore{KeyStore: &memKeyStore{}}
 	k := newTestKeyring(t, counting, c, nil)
@@ -440,6 +448,7 @@ func TestKeyringUnknownKidFlood(t *testing.T) {
 // TestKeyringSealing: private keys are encrypted at rest, bound to their
 // row, and a wrong seal key fails loudly.
 func TestKeyringSealing(t *testing.T) {
+	t.Parallel()
 	c := newClock()
 	ks := &memKeyStore{}
 	k := newTestKeyring(t, ks, c, &rotationOptions)
@@ -548,6 +557,7 @@ func TestKeyringSealing(t *testing.T) {
 }
 
 func TestKeyringOptions(t *testing.T) {
+	t.Parallel()
 	ks := &memKeyStore{}
 	tests := []struct {
 		name    string
@@ -588,6 +598,7 @@ func TestKeyringOptions(t *testing.T) {
 // TestKeyringStartStop runs the real loop on a fake clock: it rotates on its
 // own, and Stop is idempotent.
 func TestKeyringStartStop(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ks := &memKeyStore{}
 		o := rotationOptions
@@ -623,6 +634,7 @@ func TestKeyringStartStop(t *testing.T) {
 // TestKeyringStoreDown: a keyring keeps signing and verifying with the keys
 // it loaded while the store is unreachable, until they expire.
 func TestKeyringStoreDown(t *testing.T) {
+	t.Parallel()
 	c := newClock()
 	ks := &memKeyStore{}
 	k := newTestKeyring(t, ks, c, &rotationOptions)
@@ -644,6 +656,7 @@ func TestKeyringStoreDown(t *testing.T) {
 }
 
 func TestJWKSHandler(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	srv := newHTTPServer(t, f.keys.JWKSHandler())
 

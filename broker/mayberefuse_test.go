@@ -7,6 +7,7 @@ import "testing"
 // begins with Usher's URL (the development provider's); anything escaped,
 // or holding either, is parsed.
 func TestMayBeBroker(t *testing.T) {
+	t.Parallel()
 	quoted := []byte(`"https://usher.example.com"`)
 	for _, c := range []struct {
 		payload string

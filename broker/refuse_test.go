@@ -31,6 +31,7 @@ func rawJWT(payload string) string {
 }
 
 func TestRefuseTokens(t *testing.T) {
+	t.Parallel()
 	reached := false
 	h := broker.RefuseTokens(brokerIssuer, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		reached = true

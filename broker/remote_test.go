@@ -26,6 +26,7 @@ func (c *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // TestRemoteKeySet verifies, in "another process", tokens minted by the
 // broker, through its JWKS over real HTTP.
 func TestRemoteKeySet(t *testing.T) {
+	t.Parallel()
 	c := newClock()
 	ks := &memKeyStore{}
 	keys := newTestKeyring(t, ks, c, &rotationOptions)

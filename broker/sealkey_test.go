@@ -12,6 +12,7 @@ import (
 )
 
 func TestLoadOrCreateSealKey(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "data", "nested", "broker.key")
 	k, err := LoadOrCreateSealKey(path)
 	if err != nil {
@@ -39,6 +40,7 @@ func TestLoadOrCreateSealKey(t *testing.T) {
 }
 
 func TestLoadOrCreateSealKeyRace(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "broker.key")
 	keys := make([][]byte, 8)
 	var wg sync.WaitGroup
@@ -60,6 +62,7 @@ func TestLoadOrCreateSealKeyRace(t *testing.T) {
 }
 
 func TestLoadOrCreateSealKeyRefuses(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS == "windows" {
 		t.Skip("no Unix permissions")
 	}
@@ -103,6 +106,7 @@ func TestLoadOrCreateSealKeyRefuses(t *testing.T) {
 }
 
 func TestParseSealKey(t *testing.T) {
+	t.Parallel()
 	raw := []byte("0123456789abcdef0123456789abcd\xfe\xff")
 	for _, s := range []string{
 		base64.StdEncoding.EncodeToString(raw),

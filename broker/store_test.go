@@ -54,8 +54,10 @@ func openMigrated(t *testing.T, dsn string) store.Store {
 // racing to create and rotate, sealing at rest, the old key leaving the key
 // set, generations continuing after every key expired, and bounded reloads.
 func TestKeyringOnStores(t *testing.T) {
+	t.Parallel()
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
 			a, b := e.open(t)
 			c := newClock()
 			var rings []*Keyring

@@ -9,6 +9,7 @@ import (
 // expiry, and that the cache holds at most its size of pairs, forgetting
 // the least recently used first and any unused for a token's lifetime.
 func TestTokenCache(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	c := NewTokenCache(f.broker, 2)
 	ctx := t.Context()

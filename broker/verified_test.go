@@ -52,6 +52,7 @@ func cachedVerifier(t *testing.T, key *rsa.PrivateKey, c *clock, size int) (*Ver
 // TestVerifiedCacheRechecksExpiry: a cached token is refused once it
 // expires (past the leeway), however recently it was verified.
 func TestVerifiedCacheRechecksExpiry(t *testing.T) {
+	t.Parallel()
 	c := newClock()
 	key := attackerKey() // any 2048-bit key
 	v, _ := cachedVerifier(t, key, c, 0)
@@ -82,6 +83,7 @@ func TestVerifiedCacheRechecksExpiry(t *testing.T) {
 // withdraws it), the token is checked afresh and refused, and the cache is
 // dropped.
 func TestVerifiedCacheDroppedWhenKeysChange(t *testing.T) {
+	t.Parallel()
 	other, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +129,7 @@ func TestVerifiedCacheDroppedWhenKeysChange(t *testing.T) {
 // TestVerifiedCacheBounded: however many distinct tokens arrive, the cache
 // holds at most its size, and every token still verifies.
 func TestVerifiedCacheBounded(t *testing.T) {
+	t.Parallel()
 	c := newClock()
 	key := attackerKey()
 	const size = 16
@@ -149,6 +152,7 @@ func TestVerifiedCacheBounded(t *testing.T) {
 // TestVerifiedCacheReturnsCopies: changing the claims Verify returned does
 // not change what the next Verify of the same token returns.
 func TestVerifiedCacheReturnsCopies(t *testing.T) {
+	t.Parallel()
 	c := newClock()
 	key := attackerKey()
 	v, _ := cachedVerifier(t, key, c, 0)
@@ -169,6 +173,7 @@ func TestVerifiedCacheReturnsCopies(t *testing.T) {
 
 // TestVerifiedCacheDisabled: a negative size caches nothing.
 func TestVerifiedCacheDisabled(t *testing.T) {
+	t.Parallel()
 	c := newClock()
 	v, _ := cachedVerifier(t, attackerKey(), c, -1)
 	if v.verified != nil {

@@ -24,6 +24,7 @@ import (
 )
 
 func TestVerifyAcceptsMintedToken(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	tok, err := f.broker.Mint(t.Context(), Grant{Subject: "alice", Audience: testAudience, RunID: "run-1"})
 	if err != nil {
@@ -52,6 +53,7 @@ func TestVerifyAcceptsMintedToken(t *testing.T) {
 // checked, as with an unavailable key source); a token without a grant is
 // not looked up.
 func TestVerifyGrantRevoked(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	revoked := map[string]bool{}
 	var checkErr error
@@ -96,6 +98,7 @@ func TestVerifyGrantRevoked(t *testing.T) {
 
 // TestVerifyAccepts covers the variants the verifier deliberately allows.
 func TestVerifyAccepts(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	kid, key := f.signer(t)
 	now := f.clock.Now()
@@ -145,6 +148,7 @@ func TestVerifyAccepts(t *testing.T) {
 // valid one (signed by our key, when the check is not about the key) only
 // in what its check covers.
 func TestVerifyRejects(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	kid, key := f.signer(t)
 	now := f.clock.Now()
@@ -399,6 +403,7 @@ func TestVerifyRejects(t *testing.T) {
 // TestVerifyCheapChecksBeforeKeyLookup: a token that fails a claim check
 // never reaches the key source, so it cannot make the store reload.
 func TestVerifyCheapChecksBeforeKeyLookup(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	counting := &countingKeyStore{KeyStore: f.ks}
 	keys, err := NewKeyring(counting, "broker", testSealKey, &KeyringOptions{Now: f.clock.Now, Logger: quietLogger})
@@ -444,6 +449,7 @@ func (s staticKeys) Key(_ context.Context, kid string) (*rsa.PublicKey, error) {
 // TestVerifyRefusesSmallKey: whatever the key source, a key under 2048
 // bits never verifies.
 func TestVerifyRefusesSmallKey(t *testing.T) {
+	t.Parallel()
 	small, err := rsa.GenerateKey(rand.Reader, 1024)
 	if err != nil {
 		t.Fatal(err)
@@ -462,6 +468,7 @@ func TestVerifyRefusesSmallKey(t *testing.T) {
 // TestVerifyKeySourceUnavailable: a key source that cannot answer is
 // neither an invalid token nor a pass.
 func TestVerifyKeySourceUnavailable(t *testing.T) {
+	t.Parallel()
 	c := newClock()
 	ks := &memKeyStore{}
 	ks.unavailable.Store(true)
@@ -481,6 +488,7 @@ func TestVerifyKeySourceUnavailable(t *testing.T) {
 }
 
 func TestVerifierOptions(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	tests := []struct {
 		name string
@@ -554,6 +562,7 @@ func FuzzVerify(f *testing.F) {
 // TestPlausibleDate: times outside 1970 to 9999 are refused before any
 // arithmetic on them can overflow.
 func TestPlausibleDate(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		v  int64
 		ok bool
