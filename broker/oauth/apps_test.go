@@ -76,6 +76,7 @@ func appPath(clientID string) string {
 }
 
 func TestAppsListAndRevoke(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		ctx := context.Background()
@@ -190,6 +191,7 @@ func TestAppsListAndRevoke(t *testing.T) {
 }
 
 func TestAppsMetadataDocumentClient(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		id, f := docServer(t, func(clientID string) map[string]any {
 			return map[string]any{
@@ -223,6 +225,7 @@ func TestAppsMetadataDocumentClient(t *testing.T) {
 }
 
 func TestAppsRefusals(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(nil)
@@ -280,6 +283,7 @@ func (failingAudit) AppendAudit(context.Context, func(store.AuditHead) (store.Au
 }
 
 func TestAppsRevokeWithoutAuditIs500(t *testing.T) {
+	t.Parallel()
 	st := storetest.NewSQLite(t)
 	e := newEnv(t, st, nil)
 	c := e.register(nil)
@@ -300,6 +304,7 @@ func TestAppsRevokeWithoutAuditIs500(t *testing.T) {
 // click would — is revoked once and audited once: one request gets 204,
 // the others 404, and the log has one consent-revoked record.
 func TestAppsConcurrentRevocations(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		replica := newEnv(t, st, nil) // another server on the same store

@@ -35,6 +35,7 @@ func auditRecords(t *testing.T, st store.Store, kind audit.Kind) []store.AuditRe
 // assertion is refused and audited, once per replay, by its client and
 // the jti's hash — never the assertion or the jti itself.
 func TestClientAssertionReplayAudited(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newJWTEnv(t, st, nil)
 		claims := e.goodClaims()
@@ -69,6 +70,7 @@ func TestClientAssertionReplayAudited(t *testing.T) {
 // a start are audited when created or changed, with what changed and
 // never a secret's hash, and not at a start that changes nothing.
 func TestConfiguredClientsAudited(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		var opts oauth.ServerOptions
 		newJWTEnv(t, st, func(o *oauth.ServerOptions) { opts = *o })

@@ -44,6 +44,7 @@ func authorizeQuery(changes map[string]string) url.Values {
 }
 
 func TestParseAuthorize(t *testing.T) {
+	t.Parallel()
 	got, err := oauth.ParseAuthorize(authorizeQuery(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +88,7 @@ func TestParseAuthorize(t *testing.T) {
 }
 
 func TestParseAuthorizeRefuses(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name         string
 		changes      map[string]string
@@ -158,6 +160,7 @@ func TestParseAuthorizeRefuses(t *testing.T) {
 }
 
 func TestCheckResource(t *testing.T) {
+	t.Parallel()
 	if r, err := oauth.CheckResource([]string{"https://usher.example/mcp"}); err != nil || r != "https://usher.example/mcp" {
 		t.Errorf("%q, %v", r, err)
 	}
@@ -171,6 +174,7 @@ func TestCheckResource(t *testing.T) {
 }
 
 func TestAuthorizeRedirect(t *testing.T) {
+	t.Parallel()
 	const iss = "https://usher.example"
 	tests := []struct {
 		name        string
@@ -217,6 +221,7 @@ func TestAuthorizeRedirect(t *testing.T) {
 }
 
 func TestErrorRedirectNil(t *testing.T) {
+	t.Parallel()
 	a := oauth.AuthorizeRequest{RedirectURI: "https://client.example/cb", State: "s"}
 	if got, want := a.ErrorRedirect(nil, "https://usher.example"), "https://client.example/cb?error=server_error&iss=https%3A%2F%2Fusher.example&state=s"; got != want {
 		t.Errorf("ErrorRedirect(nil) = %s, want %s", got, want)
@@ -259,6 +264,7 @@ func FuzzParseAuthorize(f *testing.F) {
 // remembered consent to mcp:invoke answers it, the refresh token comes
 // from the client's grant types, and a refresh naming it is accepted.
 func TestOfflineAccess(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(nil)

@@ -170,6 +170,7 @@ func (e *env) redeemForm(c client, code, verifier string) url.Values {
 // Every refusal of a client assertion is 401 invalid_client and issues
 // nothing: the code each case presents is still good afterwards.
 func TestClientAssertionRefusals(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newJWTEnv(t, st, nil)
 		k := testKeys()
@@ -296,6 +297,7 @@ func must[T any](v T, err error) T {
 // A client assertion is single use across replicas: two servers of one
 // issuer over one store.
 func TestClientAssertionReplayAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		var opts oauth.ServerOptions
 		e := newJWTEnv(t, st, func(o *oauth.ServerOptions) { opts = *o })
@@ -356,6 +358,7 @@ func TestClientAssertionReplayAcrossReplicas(t *testing.T) {
 // authenticated by an assertion; the issuer is as good an aud as the token
 // endpoint.
 func TestPrivateKeyJWTFlow(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newJWTEnv(t, st, nil)
 		c := client{ID: jwtClient, RedirectURI: jwtRedirect}
@@ -395,6 +398,7 @@ func TestPrivateKeyJWTFlow(t *testing.T) {
 // A jwks_uri key set is fetched through the SSRF-guarded Fetcher, cached,
 // and fetched again for a kid not in it: a client rotates its key.
 func TestPrivateKeyJWTKeySetURI(t *testing.T) {
+	t.Parallel()
 	k := testKeys()
 	var mu sync.Mutex
 	keys := map[string]crypto.PublicKey{"rsa-1": &k.rsa.PublicKey}
@@ -461,6 +465,7 @@ func TestPrivateKeyJWTKeySetURI(t *testing.T) {
 // yet on this replica) is unknown to it, at the token and authorization
 // endpoints, though the store keeps it.
 func TestRetiredConfiguredClient(t *testing.T) {
+	t.Parallel()
 	st := storetest.NewSQLite(t)
 	newJWTEnv(t, st, nil)
 	e := newEnv(t, st, nil) // configured with no client
@@ -479,6 +484,7 @@ func TestRetiredConfiguredClient(t *testing.T) {
 
 // NewServer refuses bad configured clients, saying which and why.
 func TestConfiguredClientsRefused(t *testing.T) {
+	t.Parallel()
 	k := testKeys()
 	private, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: k.rsa, KeyID: "p"}}})
 	if err != nil {
@@ -534,6 +540,7 @@ func TestConfiguredClientsRefused(t *testing.T) {
 
 // An id a client of another kind holds is refused at start.
 func TestConfiguredClientIDTaken(t *testing.T) {
+	t.Parallel()
 	st := storetest.NewSQLite(t)
 	if _, err := st.CreateOAuthClient(context.Background(), store.OAuthClient{ID: jwtClient, Kind: store.OAuthClientRegistered, AuthMethod: "none"}); err != nil {
 		t.Fatal(err)

@@ -56,6 +56,7 @@ func render(t *testing.T, v oauth.ConsentView) (*http.Response, string) {
 }
 
 func TestRenderConsent(t *testing.T) {
+	t.Parallel()
 	resp, body := render(t, consentView())
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
@@ -95,6 +96,7 @@ func TestRenderConsent(t *testing.T) {
 }
 
 func TestRenderConsentSources(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		modify func(*oauth.ConsentView)
@@ -144,6 +146,7 @@ func TestRenderConsentSources(t *testing.T) {
 }
 
 func TestRenderConsentHostile(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("W", 5000)
 	tests := []struct {
 		name     string
@@ -206,6 +209,7 @@ func TestRenderConsentHostile(t *testing.T) {
 }
 
 func TestRenderConsentRefuses(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name   string
 		modify func(*oauth.ConsentView)
@@ -235,6 +239,7 @@ func TestRenderConsentRefuses(t *testing.T) {
 // origin or the private-use scheme, and nothing a hostile URI could use to
 // widen or end the policy.
 func TestRedirectSource(t *testing.T) {
+	t.Parallel()
 	for uri, want := range map[string]string{
 		"http://127.0.0.1:33418/callback":          "http://127.0.0.1:33418",
 		"https://client.example.com/cb?x=1":        "https://client.example.com",
@@ -258,6 +263,7 @@ func TestRedirectSource(t *testing.T) {
 // refused, and nothing is stored; and that a sign-in without a session is
 // refused rather than given a form bound to nothing.
 func TestConsentBoundToBrowserSession(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(nil)

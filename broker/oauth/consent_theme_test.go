@@ -10,6 +10,7 @@ import (
 // follows the device's dark mode otherwise; a theme that is not one of
 // the two is the device's.
 func TestRenderConsentTheme(t *testing.T) {
+	t.Parallel()
 	const darkRule = "body { background: #111317;"
 	for _, tc := range []struct {
 		theme, colorScheme string

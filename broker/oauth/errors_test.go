@@ -12,6 +12,7 @@ import (
 )
 
 func TestWriteError(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name                string
 		status              int
@@ -59,6 +60,7 @@ func TestWriteError(t *testing.T) {
 }
 
 func TestErrorWriteAndAs(t *testing.T) {
+	t.Parallel()
 	e := &oauth.Error{Status: http.StatusBadRequest, Code: oauth.CodeInvalidTarget, Description: "No such resource.", URI: "https://usher.example/docs/oauth"}
 	rec := httptest.NewRecorder()
 	e.Write(rec)

@@ -249,6 +249,7 @@ func (e *env) exchangedRecords() []store.AuditRecord {
 // client as client_id and act; no refresh token; audited by jti, without
 // a token in the record.
 func TestTokenExchange(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		ai := newAPIIssuer(t)
 		e := exchangeEnv(t, st, ai)
@@ -321,6 +322,7 @@ func TestTokenExchange(t *testing.T) {
 // Refused exchanges: each a clear OAuth error, no token, nothing audited
 // as issued or exchanged.
 func TestTokenExchangeRefusals(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		ai := newAPIIssuer(t)
 		e := exchangeEnv(t, st, ai)
@@ -408,6 +410,7 @@ func TestTokenExchangeRefusals(t *testing.T) {
 // unsupported and the metadata does not announce it; and a list of
 // clients without a verifier of subject tokens is a configuration error.
 func TestTokenExchangeOff(t *testing.T) {
+	t.Parallel()
 	st := storetest.NewSQLite(t)
 	ai := newAPIIssuer(t)
 	v := ai.verifier(t)

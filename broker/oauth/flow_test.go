@@ -21,6 +21,7 @@ import (
 // code → token → the access token verifies for the resource → refresh →
 // the rotated token's reuse is detected and revokes the family.
 func TestFlow(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(nil)
@@ -137,6 +138,7 @@ func assertNoSecretsAudited(t *testing.T, st store.Store, secrets ...string) {
 // A client whose client_id is the URL of its metadata document: fetched,
 // stored, shown on the consent page, and issued tokens.
 func TestMetadataDocumentClient(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		id, f := docServer(t, func(id string) map[string]any {
 			return map[string]any{
@@ -172,6 +174,7 @@ func TestMetadataDocumentClient(t *testing.T) {
 
 // A confidential client authenticates with client_secret_basic.
 func TestConfidentialClient(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(func(md map[string]any) {
@@ -204,6 +207,7 @@ func TestConfidentialClient(t *testing.T) {
 // redemptions of one code, at most one succeeds, and its tokens are
 // revoked by the others (a replay).
 func TestConcurrentRedemptions(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(nil)
@@ -256,6 +260,7 @@ func TestConcurrentRedemptions(t *testing.T) {
 // that one too large for a cookie is refused to the client rather than
 // lost in the sign-in.
 func TestLargeRequestWaitsForSignIn(t *testing.T) {
+	t.Parallel()
 	st := storetest.NewSQLite(t)
 	e := newEnv(t, st, nil)
 	long := "http://127.0.0.1:41234/" + strings.Repeat("callback/", 20)
@@ -292,6 +297,7 @@ func TestLargeRequestWaitsForSignIn(t *testing.T) {
 // form, Approve after Deny, Deny after Approve) it is refused, and no code
 // and no second consent come of it.
 func TestConsentAnsweredOnce(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(nil)

@@ -60,6 +60,7 @@ const wantMetadata = `{
 `
 
 func TestNewMetadata(t *testing.T) {
+	t.Parallel()
 	m, err := oauth.NewMetadata("https://usher.example")
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +83,7 @@ func TestNewMetadata(t *testing.T) {
 }
 
 func TestNewMetadataRefuses(t *testing.T) {
+	t.Parallel()
 	for _, issuer := range []string{
 		"",
 		"usher.example",
@@ -108,6 +110,7 @@ func TestNewMetadataRefuses(t *testing.T) {
 }
 
 func TestWellKnownPaths(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		issuer string
 		want   []string
@@ -131,6 +134,7 @@ func TestWellKnownPaths(t *testing.T) {
 }
 
 func TestMetadataHandler(t *testing.T) {
+	t.Parallel()
 	root, err := oauth.NewMetadata("http://127.0.0.1:8080")
 	if err != nil {
 		t.Fatal(err)

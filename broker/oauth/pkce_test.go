@@ -15,6 +15,7 @@ const (
 )
 
 func TestCheckChallenge(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, method, challenge string
 		wantDescription         string // "" for success
@@ -55,6 +56,7 @@ func TestCheckChallenge(t *testing.T) {
 }
 
 func TestVerifyPKCE(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("a", 128)
 	longChallenge := "aDbPE7rEAOkQUHHNavRwhN-srU5eMCyUv-0k4BOvtz4" // S256 of long
 	tests := []struct {

@@ -9,6 +9,7 @@ import (
 )
 
 func TestCheckRedirectURI(t *testing.T) {
+	t.Parallel()
 	accepted := []string{
 		"https://client.example/callback",
 		"https://client.example:8443/cb?tenant=a",
@@ -106,6 +107,7 @@ func TestCheckRedirectURI(t *testing.T) {
 }
 
 func TestMatchRedirect(t *testing.T) {
+	t.Parallel()
 	web := []string{"https://client.example/cb", "https://client.example/other?a=1"}
 	native := []string{"http://127.0.0.1/callback", "http://[::1]:8080/cb", "http://localhost:6274/oauth/callback", "com.example.app:/cb"}
 	tests := []struct {

@@ -22,6 +22,7 @@ import (
 // its redirect URI is in question, else redirected with error, state and
 // iss.
 func TestAuthorizeRefusals(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(func(md map[string]any) {
@@ -111,6 +112,7 @@ func checkOAuthError(t *testing.T, resp *http.Response, body string, status int,
 // The consent form: same-origin only, with the CSRF token of its request
 // and the user it was shown to; deny redirects access_denied.
 func TestConsentRefusals(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(nil)
@@ -175,6 +177,7 @@ func TestConsentRefusals(t *testing.T) {
 
 // Refused token requests.
 func TestTokenRefusals(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(nil)
@@ -322,6 +325,7 @@ func TestTokenRefusals(t *testing.T) {
 // Dynamic Client Registration: the rate limit per address, the refusals,
 // and off.
 func TestRegister(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, func(o *oauth.ServerOptions) { o.RegistrationsPerHour = 3 })
 		for range 3 {
@@ -357,6 +361,7 @@ func TestRegister(t *testing.T) {
 // Revocation (RFC 7009): a refresh token's family is revoked; anything
 // else is 200 all the same.
 func TestRevoke(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(nil)
@@ -398,6 +403,7 @@ func TestRevoke(t *testing.T) {
 // The handler serves the metadata, and the CORS preflight of the token
 // endpoint.
 func TestHandlerPaths(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, storetest.NewSQLite(t), nil)
 	resp, body := e.get(oauth.PathMetadata, "")
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"issuer": "`+e.issuer+`"`) {
@@ -415,6 +421,7 @@ func TestHandlerPaths(t *testing.T) {
 
 // The server's metadata announces what its endpoints do.
 func TestServerMetadata(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, storetest.NewSQLite(t), nil)
 	m := e.metadata()
 	if slices.Contains(m.GrantTypesSupported, oauth.GrantTokenExchange) {
@@ -438,6 +445,7 @@ func TestServerMetadata(t *testing.T) {
 // An issuer with a path: the endpoints are under it, the metadata at the
 // path-inserted well-known place.
 func TestIssuerWithPath(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, storetest.NewSQLite(t), nil)
 	var opts oauth.ServerOptions
 	newEnv(t, e.st, func(o *oauth.ServerOptions) { opts = *o })
@@ -465,6 +473,7 @@ func TestIssuerWithPath(t *testing.T) {
 
 // NewServer refuses incomplete or unsafe options.
 func TestNewServerRefusals(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, storetest.NewSQLite(t), nil)
 	var base oauth.ServerOptions
 	newEnv(t, e.st, func(o *oauth.ServerOptions) { base = *o })
@@ -501,6 +510,7 @@ func TestNewServerRefusals(t *testing.T) {
 // endpoint, invalid_request at the others — and elsewhere in the API's
 // shape.
 func TestOversizedBodiesInOAuthForm(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, storetest.NewSQLite(t), nil)
 	const limit = 64 << 10
 	api := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })

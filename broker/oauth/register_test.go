@@ -18,6 +18,7 @@ import (
 )
 
 func TestParseRegistration(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		body string
@@ -79,6 +80,7 @@ func TestParseRegistration(t *testing.T) {
 }
 
 func TestParseRegistrationRefuses(t *testing.T) {
+	t.Parallel()
 	cb := `"redirect_uris":["https://client.example/cb"]`
 	tests := []struct {
 		name, body, wantCode string
@@ -177,6 +179,7 @@ func nested(depth int, inner string) string {
 // invalid_client_metadata and stores nothing, on both engines (SQLite's
 // json_valid refuses 1,000 levels, PostgreSQL's json stores 5,000).
 func TestRegisterRefusesDeepNesting(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		for _, depth := range []int{oauth.MaxMetadataDepth, 1000, 5000} {
@@ -204,6 +207,7 @@ func TestRegisterRefusesDeepNesting(t *testing.T) {
 }
 
 func TestRegistrationResponse(t *testing.T) {
+	t.Parallel()
 	issued := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	public, err := oauth.ParseRegistration([]byte(`{"redirect_uris":["http://127.0.0.1/cb"],"token_endpoint_auth_method":"none","client_name":"Inspector","grant_types":["authorization_code","refresh_token"]}`))
 	if err != nil {
@@ -252,6 +256,7 @@ func TestRegistrationResponse(t *testing.T) {
 }
 
 func TestSecrets(t *testing.T) {
+	t.Parallel()
 	ids := map[string]bool{}
 	for range 100 {
 		id := oauth.NewClientID()
@@ -330,6 +335,7 @@ func FuzzParseRegistration(f *testing.F) {
 // forwarding header that is not a trusted proxy — and that a header sent
 // by a peer that is not a trusted proxy changes nothing.
 func TestRegisterBehindProxy(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		// The test's requests come from 127.0.0.1: the proxy.
 		proxy, err := httpx.NewTrustedProxies([]string{"127.0.0.0/8"}, httpx.HeaderXForwardedFor)
@@ -399,6 +405,7 @@ func registerFrom(e *env, xff string) (*http.Response, string) {
 // name — and an authorization that ends at that scheme, the consent page
 // naming it an application on this device.
 func TestRegisterCursor(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, storetest.NewSQLite(t), nil)
 	const callback = "cursor://anysphere.cursor-mcp/oauth/callback"
 	c := e.register(func(md map[string]any) {

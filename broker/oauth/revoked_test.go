@@ -24,6 +24,7 @@ import (
 // a token the verifier has cached included, and that another grant's do
 // not, on both engines.
 func TestRevokedGrantsAccessTokensRefused(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(nil)
@@ -121,6 +122,7 @@ func TestRevokedGrantsAccessTokensRefused(t *testing.T) {
 // token's, the sweep keeps a revoked grant until no access token of it
 // can be unexpired: its token stays refused until it expires.
 func TestSweepKeepsRevokedGrantsWhileTheirTokensLive(t *testing.T) {
+	t.Parallel()
 	st := storetest.NewSQLite(t)
 	e := newEnv(t, st, func(o *oauth.ServerOptions) { o.RefreshIdle = time.Minute; o.RefreshAbsolute = time.Hour })
 	sw, err := oauth.NewSweeper(e.server, nil)

@@ -31,11 +31,17 @@ import (
 	"github.com/usherhq/usher/store/storetest"
 )
 
-// engines runs test on a fresh store of each engine: SQLite, and
-// PostgreSQL when TEST_DATABASE_URL is set.
+// engines runs test on a fresh store of each engine, in parallel: SQLite,
+// and PostgreSQL when TEST_DATABASE_URL is set.
 func engines(t *testing.T, test func(t *testing.T, st store.Store)) {
-	t.Run("SQLite", func(t *testing.T) { test(t, storetest.NewSQLite(t)) })
-	t.Run("Postgres", func(t *testing.T) { test(t, storetest.NewPostgres(t)) })
+	t.Run("SQLite", func(t *testing.T) {
+		t.Parallel()
+		test(t, storetest.NewSQLite(t))
+	})
+	t.Run("Postgres", func(t *testing.T) {
+		t.Parallel()
+		test(t, storetest.NewPostgres(t))
+	})
 }
 
 // testClock is a settable clock, starting at the real time (the verifier

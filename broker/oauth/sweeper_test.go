@@ -18,6 +18,7 @@ import (
 // again within it is still recognised as reused; a client assertion's jti
 // AssertionLeeway after it expired; and nothing still in use.
 func TestSweeper(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		e := newEnv(t, st, nil)
@@ -97,6 +98,7 @@ func (s sweptStore) DeleteExpiredOAuth(ctx context.Context, before time.Time) (i
 // and that Stop, idempotent, joins its goroutine (TestMain finds any
 // left); and that NewSweeper refuses bad options together.
 func TestSweeperLifecycle(t *testing.T) {
+	t.Parallel()
 	st := sweptStore{Store: storetest.NewSQLite(t), swept: make(chan struct{}, 1)}
 	e := newEnv(t, st, nil)
 	c := e.register(nil)

@@ -22,6 +22,7 @@ import (
 // invalid_grant, not a server error, and issues nothing: the code is used
 // up as by any refused redemption, the refresh token is left as it was.
 func TestTokenRefusesUnfitGrant(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		e := newEnv(t, st, nil)
@@ -95,6 +96,7 @@ func TestTokenRefusesUnfitGrant(t *testing.T) {
 // answered with the grant types the server supports: the token exchange
 // only when it is on.
 func TestUnsupportedGrantType(t *testing.T) {
+	t.Parallel()
 	refuse := func(o *oauth.ServerOptions) { o.VerifySubjectToken = refuseSubjectTokens }
 	for _, tc := range []struct {
 		name string
@@ -129,6 +131,7 @@ func refuseSubjectTokens(context.Context, string) (identity.Principal, error) {
 // before any consent, in an access_denied redirect, and that nothing is
 // stored for them.
 func TestAuthorizeRefusesUnfitPerson(t *testing.T) {
+	t.Parallel()
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(nil)
