@@ -122,6 +122,7 @@ func asUser(t *testing.T, h *harness, p identity.Principal) string {
 // oversized file, a name with a path or control characters, a type that
 // is not taken — while good ones of each kind are stored with their hash.
 func TestAttachmentRefusals(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		h := newHarness(t, st, model.NewDemo(), &Options{AttachmentMaxBytes: 4096})
 		pngData := testImage(t, "png")
@@ -197,6 +198,7 @@ func TestAttachmentRefusals(t *testing.T) {
 // TestAttachmentLimitListed: the runs list tells the page the largest file
 // it may attach, the server's own.
 func TestAttachmentLimitListed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, storetest.NewSQLite(t), model.NewDemo(), &Options{AttachmentMaxBytes: 4096})
 	code, out := h.call(t, "GET", "/runs", "")
 	limits, _ := out["limits"].(map[string]any)
@@ -208,6 +210,7 @@ func TestAttachmentLimitListed(t *testing.T) {
 // TestAttachmentQuota: an upload beyond the owner's quota is refused
 // (409) and stores nothing; the same file uploaded again counts once.
 func TestAttachmentQuota(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		h := newHarness(t, st, model.NewDemo(), &Options{AttachmentMaxBytes: 100, AttachmentQuotaBytes: 150})
 		if code, out := upload(t, h.api, "a.txt", "text/plain", bytes.Repeat([]byte("a"), 100)); code != http.StatusCreated {
@@ -233,6 +236,7 @@ func TestAttachmentQuota(t *testing.T) {
 // owner's, another user and a deleted run get 404; a message cannot send
 // another person's attachment, nor one sent in another run.
 func TestAttachmentsSent(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		profile payload.Profile
@@ -358,6 +362,7 @@ func testAttachmentsSent(t *testing.T, st store.Store, profile payload.Profile) 
 // TestUnsentAttachmentsSwept: the sweep deletes the attachments no message
 // sent within a day.
 func TestUnsentAttachmentsSwept(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		var later atomic.Bool
 		h := newHarness(t, st, model.NewDemo(), &Options{Now: func() time.Time {
@@ -385,6 +390,7 @@ func TestUnsentAttachmentsSwept(t *testing.T) {
 // and one naming another person's attachment, or empty with none, is
 // refused and stores nothing.
 func TestAttachmentsKeptByEdits(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		h := newHarness(t, st, model.NewDemo(), nil)
 		_, a := upload(t, h.api, "cat.png", "image/png", testImage(t, "png"))
@@ -479,6 +485,7 @@ func TestAttachmentsKeptByEdits(t *testing.T) {
 // answers the same run; another person's attachment is refused and
 // nothing is created.
 func TestAttachmentsOpenRun(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		h := newHarness(t, st, model.NewDemo(), nil)
 		_, a := upload(t, h.api, "cat.png", "image/png", testImage(t, "png"))
@@ -517,6 +524,7 @@ func TestAttachmentsOpenRun(t *testing.T) {
 // TestAttachmentsSummarised: the summariser reads a message's attachments
 // as placeholders naming them, never their content or where they are kept.
 func TestAttachmentsSummarised(t *testing.T) {
+	t.Parallel()
 	e := store.Event{Seq: 3, Type: EventUserMessage, Payload: mustJSON(UserMessage{Content: "see these",
 		Attachments: []AttachmentRef{{ID: "att_1", Name: "cat.png", Type: "image/png", Size: 10}, {ID: "att_2", Name: "a.csv", Type: "text/csv", Size: 4}}})}
 	got, err := renderEntry(e)

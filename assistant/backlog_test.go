@@ -38,6 +38,7 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // engines: two runs queued, one running, one approval pending, with the
 // ages of the oldest.
 func TestBacklogMetrics(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		first := openRun(t, st, "run_b1", "one")

@@ -75,6 +75,7 @@ func jsonNumber(v any) int64 {
 // alternatives; and the event log still holds every event, the ones
 // before the branches byte for byte.
 func TestBranches(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
 		ms, provider := scriptedModel(t)
 		h := newHarness(t, st, provider, nil)
@@ -242,6 +243,7 @@ func TestBranches(t *testing.T) {
 // TestBranchRefusals: what the branch API refuses, and that a refusal
 // writes nothing.
 func TestBranchRefusals(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
 		ms, provider := scriptedModel(t)
 		h := newHarness(t, st, provider, &Options{MaxMessageBytes: 1000})
@@ -384,6 +386,7 @@ func TestBranchRefusals(t *testing.T) {
 // nested in it — each with its alternatives in order, the one on the
 // active line, and the branch to switch to for each.
 func TestViewBranches(t *testing.T) {
+	t.Parallel()
 	seg := func(b, until int64) store.LineSegment { return store.LineSegment{Branch: b, Until: until} }
 	run := store.Run{ID: "run_x", ActiveBranch: 4, Branches: 4}
 	v := viewBranches(run, []store.Branch{

@@ -20,6 +20,7 @@ import (
 // work, another owner's, or a malformed body is refused and parks
 // nothing.
 func TestParkAtTheLimit(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
 		ms, provider := scriptedModel(t)
 		ms.SetDefaultReply("ok")
@@ -78,6 +79,7 @@ func TestParkAtTheLimit(t *testing.T) {
 // the latest pinned first; DELETE unpins it; another owner's run is not
 // found.
 func TestPins(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		h := newHarness(t, st, model.NewDemo(), nil)
 		var ids []string
@@ -134,6 +136,7 @@ func settingsAPI(t *testing.T, rt *Runtime, who identity.Principal) string {
 // next model request of the owner's turn carries the instructions after
 // the system prompt.
 func TestSettings(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
 		ms, provider := scriptedModel(t)
 		ms.SetDefaultReply("ok")
@@ -188,6 +191,7 @@ func TestSettings(t *testing.T) {
 // TestWithInstructions: instructions with no text add nothing; others
 // follow the prompt after their introduction, as written.
 func TestWithInstructions(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ instructions, want string }{
 		{"", "P"},
 		{" \n\t ", "P"},

@@ -17,6 +17,7 @@ import (
 // message — and the client waiting for the queued message's turn is told
 // its end.
 func TestClosingARunEndsQueuedTurns(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		for _, to := range []string{"complete", "cancel"} {
 			t.Run(to, func(t *testing.T) {

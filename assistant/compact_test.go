@@ -174,6 +174,7 @@ func eventsOfType(t *testing.T, st store.Store, runID, typ string) []json.RawMes
 // unchanged byte for byte and holds every message; the summariser's calls
 // are no conversation.
 func TestCompactionLongConversation(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		ms := modeltest.NewServer(t)
@@ -318,6 +319,7 @@ func TestCompactionLongConversation(t *testing.T) {
 // that is refused, writes no snapshot: the turn completes with the context
 // it had, and the failure is an event and a metric.
 func TestCompactionFailsSafe(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		answer  func(n int, text string) modeltest.Answer

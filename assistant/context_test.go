@@ -19,6 +19,7 @@ import (
 )
 
 func TestEstimateTokens(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name string
 		req  model.Request
@@ -100,6 +101,7 @@ func promptWords(r modeltest.RecordedRequest) int64 {
 // reported prompt tokens after each step, against the configured limit;
 // GET /runs/{id} shows the latest.
 func TestContextAccounting(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		ms := modeltest.NewServer(t)

@@ -58,6 +58,7 @@ func (h *harness) sayAPI(t *testing.T, runID, text string) {
 // holds the summary; a retry with the key returns the child; what cannot
 // be compacted is refused, and a failing summariser writes nothing.
 func TestContinueRun(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		m := &recordingProvider{Provider: model.NewDemo()}
@@ -192,6 +193,7 @@ func TestContinueRun(t *testing.T) {
 // TestContinueRunDuringATurn: a run whose turn is queued or open is not
 // compacted.
 func TestContinueRunDuringATurn(t *testing.T) {
+	t.Parallel()
 	st := storetest.NewSQLite(t)
 	release := make(chan struct{})
 	called := make(chan struct{}, 1)

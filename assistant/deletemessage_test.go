@@ -15,6 +15,7 @@ import (
 // and is switched back to, the listing offers both, and a retry with the
 // Idempotency-Key answers the same deletion.
 func TestDeleteMessage(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
 		ms, provider := scriptedModel(t)
 		h := newHarness(t, st, provider, nil)
@@ -118,6 +119,7 @@ func TestDeleteMessage(t *testing.T) {
 // a running turn, and a closed run are refused with their codes, and
 // write nothing.
 func TestDeleteMessageRefusals(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
 		ms, provider := scriptedModel(t)
 		h := newHarness(t, st, provider, nil)

@@ -37,9 +37,14 @@ var engines = []struct {
 	open func(testing.TB) store.Store
 }{{"sqlite", storetest.NewSQLite}, {"postgres", storetest.NewPostgres}}
 
+// forEachEngine runs test on each engine, in parallel: each gets a store
+// of its own.
 func forEachEngine(t *testing.T, test func(t *testing.T, st store.Store)) {
 	for _, e := range engines {
-		t.Run(e.name, func(t *testing.T) { test(t, e.open(t)) })
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, e.open(t))
+		})
 	}
 }
 
@@ -233,6 +238,7 @@ func turnEnds(t *testing.T, st store.Store, id string) []TurnEnd {
 // leaves its run queued for a retry after a backoff, and the message gets
 // its one answer, without the sweep.
 func TestFailedTurnIsRetried(t *testing.T) {
+	t.Parallel()
 	for _, fault := range []struct {
 		name   string
 		inject func(f *faultyStore)
@@ -263,6 +269,7 @@ func TestFailedTurnIsRetried(t *testing.T) {
 // TestFailedClaimIsRetried: a claim the database fails is tried again
 // soon, not at the next sweep or the next message.
 func TestFailedClaimIsRetried(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		f := &faultyStore{Store: st}
 		f.failClaims.Store(2)
@@ -275,6 +282,7 @@ func TestFailedClaimIsRetried(t *testing.T) {
 // TestFailingTurnEndsVisibly: a turn that keeps failing ends, after a
 // bounded number of tries, with a visible failed end for its message.
 func TestFailingTurnEndsVisibly(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		f := &faultyStore{Store: st}
 		f.failAppends.Store(1 << 20)
@@ -299,6 +307,7 @@ func TestFailingTurnEndsVisibly(t *testing.T) {
 // on a run neither queued nor leased (as a worker that failed without
 // queueing left one), is found by the sweep and answered.
 func TestSweepFindsUnansweredMessage(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		r, _, err := st.OpenRun(ctx, store.Run{ID: "run_stranded", Owner: testOwner.ID()}, DefaultMaxActiveRuns, nil)
@@ -319,40 +328,46 @@ func TestSweepFindsUnansweredMessage(t *testing.T) {
 
 // TestTakeoverAtLeaseExpiry: a run whose replica died holding its lease
 // is taken over as the lease expires, not at the next sweep (an hour
-// away).
+// away). It measures how late the takeover comes, so it runs alone, one
+// engine after the other.
 func TestTakeoverAtLeaseExpiry(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, st store.Store) {
-		const lease = 3 * time.Second
-		openRun(t, st, "run_orphaned", "hello")
-		claimed, err := st.ClaimRuns(t.Context(), "dead-replica", 1, lease)
-		if err != nil || len(claimed) != 1 {
-			t.Fatalf("ClaimRuns = %+v, %v", claimed, err)
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) { testTakeoverAtLeaseExpiry(t, e.open(t)) })
+	}
+}
+
+func testTakeoverAtLeaseExpiry(t *testing.T, st store.Store) {
+	const lease = 3 * time.Second
+	openRun(t, st, "run_orphaned", "hello")
+	claimed, err := st.ClaimRuns(t.Context(), "dead-replica", 1, lease)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("ClaimRuns = %+v, %v", claimed, err)
+	}
+	newHarness(t, st, model.NewDemo(), &Options{Lease: lease})
+	waitHandled(t, st, "run_orphaned", 1, 20*time.Second)
+	ends := turnEnds(t, st, "run_orphaned")
+	if len(ends) != 1 || ends[0].Status != TurnCompleted {
+		t.Fatalf("turn ends = %+v, want one, completed", ends)
+	}
+	events, _ := st.ListEvents(t.Context(), "run_orphaned", 0, 100)
+	var started time.Time
+	for _, e := range events {
+		if e.Type == EventTurnStart {
+			started = e.CreatedAt
 		}
-		newHarness(t, st, model.NewDemo(), &Options{Lease: lease})
-		waitHandled(t, st, "run_orphaned", 1, 20*time.Second)
-		ends := turnEnds(t, st, "run_orphaned")
-		if len(ends) != 1 || ends[0].Status != TurnCompleted {
-			t.Fatalf("turn ends = %+v, want one, completed", ends)
-		}
-		events, _ := st.ListEvents(t.Context(), "run_orphaned", 0, 100)
-		var started time.Time
-		for _, e := range events {
-			if e.Type == EventTurnStart {
-				started = e.CreatedAt
-			}
-		}
-		late := started.Sub(claimed[0].LeaseExpiresAt)
-		t.Logf("the turn started %s after the dead replica's lease expired", late)
-		if late < 0 || late > 5*time.Second {
-			t.Errorf("the turn started %s after the lease expired, want within 5s", late)
-		}
-	})
+	}
+	late := started.Sub(claimed[0].LeaseExpiresAt)
+	t.Logf("the turn started %s after the dead replica's lease expired", late)
+	if late < 0 || late > 5*time.Second {
+		t.Errorf("the turn started %s after the lease expired, want within 5s", late)
+	}
 }
 
 // TestIdempotentMessages: a message posted with an Idempotency-Key is
 // stored once, however often and however concurrently it is posted, and
 // gets one turn; the same key with another message is refused.
 func TestIdempotentMessages(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		h := newHarness(t, st, model.NewDemo(), nil)
 		code, run := h.call(t, "POST", "/runs", `{"title":"keys"}`)
@@ -441,6 +456,7 @@ func (s *slowFollowStore) PostMessageOnce(ctx context.Context, runID string, e s
 // fails (?wait reads the run back), the answer is the stored message
 // (202), not an error.
 func TestStoredMessageIsNeverA500(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		slow := &slowFollowStore{Store: st}
 		m := modeltest.NewServer(t)
@@ -495,6 +511,7 @@ func (s *lostAnswerStore) PostMessageOnce(ctx context.Context, runID string, e s
 // what was stored: one run, one message each, not a 500 and not a second
 // one.
 func TestLostPostAnswerIsRetried(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		lossy := &lostAnswerStore{Store: st}
 		h := newHarness(t, lossy, model.NewDemo(), nil)
@@ -530,6 +547,7 @@ func TestLostPostAnswerIsRetried(t *testing.T) {
 // TestCloseMidTurnEndsItsMessage: a run completed, cancelled or deleted
 // mid-turn ends the turn with the messageSeq of the turn's start.
 func TestCloseMidTurnEndsItsMessage(t *testing.T) {
+	t.Parallel()
 	for _, close := range []struct{ method, path string }{
 		{"POST", "/complete"}, {"POST", "/cancel"}, {"DELETE", ""},
 	} {
@@ -572,6 +590,7 @@ func TestCloseMidTurnEndsItsMessage(t *testing.T) {
 
 // TestRetryBackoff: the backoff doubles up to its cap.
 func TestRetryBackoff(t *testing.T) {
+	t.Parallel()
 	rt := &Runtime{o: Options{RetryBackoff: time.Second}}
 	var got []string
 	for f := range 9 {

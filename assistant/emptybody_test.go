@@ -20,6 +20,7 @@ type chunked struct{ io.Reader }
 // with Content-Length: 0 or chunked with no bytes, and refuse one with
 // members either way.
 func TestOptionalBodies(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
 		ms, provider := scriptedModel(t)
 		h := newHarness(t, st, provider, nil)

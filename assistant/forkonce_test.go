@@ -13,6 +13,7 @@ import (
 // Idempotency-Key makes no second branch, even once the first one's turn
 // has run: the retry answers with the first one's branch and message.
 func TestForkIdempotent(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		h := newHarness(t, st, model.NewDemo(), nil)
 		code, out := h.call(t, "POST", "/runs", "")

@@ -37,6 +37,7 @@ func shape(msgs []model.Message) string {
 }
 
 func TestProject(t *testing.T) {
+	t.Parallel()
 	call := func(id string) ToolCall {
 		return ToolCall{ID: id, Name: "notes_list", Arguments: json.RawMessage(`{}`)}
 	}
@@ -88,6 +89,7 @@ func TestProject(t *testing.T) {
 }
 
 func TestProjectRefusesCorruptEvents(t *testing.T) {
+	t.Parallel()
 	for _, typ := range []string{EventUserMessage, EventAssistantMessage, EventToolResult} {
 		if _, err := projectSeqs([]store.Event{{Seq: 1, Type: typ, Payload: json.RawMessage(`[1]`)}}); err == nil {
 			t.Errorf("projectSeqs of a %s that is not an object = nil error", typ)
@@ -98,6 +100,7 @@ func TestProjectRefusesCorruptEvents(t *testing.T) {
 // TestProjectIsACopy checks that the provider's messages share nothing
 // with the log: changing them changes no event.
 func TestProjectIsACopy(t *testing.T) {
+	t.Parallel()
 	events := []store.Event{ev(1, EventAssistantMessage, AssistantMessage{ToolCalls: []ToolCall{{ID: "c1", Name: "x", Arguments: json.RawMessage(`{"a":1}`)}}})}
 	before := string(events[0].Payload)
 	msgs, err := projectSeqs(events)
@@ -139,6 +142,7 @@ func requestFor(t *testing.T, events []store.Event, seq int64, n int) []model.Me
 // turn wrote, the turn's own message last of the history, and a request
 // that never ends with an assistant message.
 func TestTurnOrder(t *testing.T) {
+	t.Parallel()
 	user := func(seq int64, text string) store.Event { return ev(seq, EventUserMessage, UserMessage{Content: text}) }
 	say := func(seq, turn int64, text string) store.Event {
 		return ev(seq, EventAssistantMessage, AssistantMessage{Content: text, MessageSeq: turn})
@@ -226,6 +230,7 @@ func TestTurnOrder(t *testing.T) {
 // and every call is followed by its results; with a short history, the
 // same holds of its window.
 func TestTurnOrderOfSimulatedRuns(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(11, 2))
 	steps := 0
 	for range 40 {

@@ -85,6 +85,7 @@ func waitReturned(t *testing.T, h *holder, runID string) {
 // MCP session at once (the upstream session ends before the API answers),
 // not when the hold time runs out, and the store records why.
 func TestCompletionReleasesHeldSession(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		url, ends := countingMCP(t)
 		h := newHarness(t, st, model.NewDemo(), &Options{MCPURL: url, HoldIdle: time.Hour})
@@ -114,6 +115,7 @@ func TestCompletionReleasesHeldSession(t *testing.T) {
 // and the reapers race to release one held session: it is released once
 // in the store and its upstream session ends exactly once.
 func TestHeldSessionReleasedOnce(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		url, ends := countingMCP(t)
 		now := time.Now()
@@ -160,6 +162,7 @@ func TestHeldSessionReleasedOnce(t *testing.T) {
 // over, and the other, at its reap, closes its session. Both replicas'
 // heartbeats are alive, so neither takes the other for gone.
 func TestOneHolderPerRun(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		url, ends := countingMCP(t)
 		for _, id := range []string{"replica-a", "replica-b"} {
@@ -199,6 +202,7 @@ func TestOneHolderPerRun(t *testing.T) {
 // store's notification), not at its next sweep (an hour away here): two
 // replicas never keep one run's session.
 func TestTakeoverClosesTheOtherHold(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		url, ends := countingMCP(t)
 		a := newHarness(t, st, model.NewDemo(), &Options{MCPURL: url, ReplicaID: "replica-a", HoldIdle: time.Hour})

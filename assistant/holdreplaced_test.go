@@ -14,6 +14,7 @@ import (
 // rather than leaving its MCP session open for as long as the process
 // lives.
 func TestReplacedSessionClosedOnRelease(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
 		url, ends := countingMCP(t)
 		h := newHarness(t, st, model.NewDemo(), &Options{MCPURL: url, HoldIdle: time.Hour})

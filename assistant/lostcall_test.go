@@ -93,6 +93,7 @@ func losingRelay(t *testing.T, target string) *httptest.Server {
 // key, on a new connection, and the model gets the call's one outcome —
 // not "refused" — and the tool ran once.
 func TestLostAnswerIsNotARefusal(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		tools, runs := keyedTools(t)
 		relay := losingRelay(t, tools.URL)

@@ -21,6 +21,7 @@ import (
 // 401 to a request without a principal (one that did not pass the
 // identity middleware).
 func TestMeHandler(t *testing.T) {
+	t.Parallel()
 	rec := httptest.NewRecorder()
 	MeHandler(Roles{}).ServeHTTP(rec, httptest.NewRequest("GET", "/api/me", nil))
 	if rec.Code != http.StatusUnauthorized {
@@ -55,6 +56,7 @@ func TestMeHandler(t *testing.T) {
 // runtime's metrics, and that a registry that already has them is an
 // error of New's.
 func TestRuntimeMetricsRegistered(t *testing.T) {
+	t.Parallel()
 	ms := modeltest.NewServer(t)
 	provider, err := model.NewOpenAI(&model.OpenAIOptions{BaseURL: ms.URL(), APIKey: "k", Model: "scripted"})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 // name; a model not offered is refused with 400 and changes nothing; a
 // run that chose none names none (the provider's own, the default).
 func TestModelChoice(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ms := modeltest.NewServer(t)
 		ms.SetDefaultReply("ok")
@@ -122,6 +123,7 @@ func TestModelChoice(t *testing.T) {
 // Without a list of models, the one configured is offered alone, a run
 // may name only it, and requests name none.
 func TestModelSingle(t *testing.T) {
+	t.Parallel()
 	st := storetest.NewSQLite(t)
 	ms := modeltest.NewServer(t)
 	ms.SetDefaultReply("ok")

@@ -157,6 +157,7 @@ func operations(doc map[string]any) map[string]map[string]any {
 }
 
 func TestOpenAPIDocumentIsValid(t *testing.T) {
+	t.Parallel()
 	doc := loadOpenAPI(t)
 	if v, _ := doc["openapi"].(string); !regexp.MustCompile(`^3\.1\.\d+$`).MatchString(v) {
 		t.Errorf("openapi = %q, want 3.1.x", v)
@@ -266,6 +267,7 @@ func sourceRoutes(t *testing.T, file, prefix string) []string {
 }
 
 func TestOpenAPIRoutes(t *testing.T) {
+	t.Parallel()
 	doc := loadOpenAPI(t)
 	ops := operations(doc)
 	for _, c := range []struct {
@@ -371,6 +373,7 @@ func pathsUnder(doc map[string]any, prefix string) []any {
 }
 
 func TestOpenAPIErrorCodes(t *testing.T) {
+	t.Parallel()
 	doc := loadOpenAPI(t)
 	all := documentedCodes(doc, doc)
 	for _, c := range []struct {
@@ -464,6 +467,7 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 func TestOpenAPISchemasMatchTypes(t *testing.T) {
+	t.Parallel()
 	doc := loadOpenAPI(t)
 	schemas := doc["components"].(map[string]any)["schemas"].(map[string]any)
 	check := func(name string, typ reflect.Type) {
@@ -594,6 +598,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 }
 
 func TestOpenAPIHandler(t *testing.T) {
+	t.Parallel()
 	h := OpenAPIHandler()
 	serve := func(method string, header http.Header) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(method, "/api/openapi.json", nil)

@@ -22,6 +22,7 @@ import (
 // in its event (kind, media type, URI, name, size; never the bytes) and
 // reaches a text-only provider as placeholder lines after the text.
 func TestToolResultParts(t *testing.T) {
+	t.Parallel()
 	st := storetest.NewSQLite(t)
 	srv := mcp.NewServer(&mcp.Implementation{Name: "media", Version: "1"}, nil)
 	size := int64(900)

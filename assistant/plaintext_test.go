@@ -3,6 +3,7 @@ package assistant
 import "testing"
 
 func TestPlainText(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ in, want string }{
 		{"", ""},
 		{"plain words", "plain words"},
@@ -22,6 +23,7 @@ func TestPlainText(t *testing.T) {
 }
 
 func TestTitleFrom(t *testing.T) {
+	t.Parallel()
 	long := ""
 	for range 100 {
 		long += "é"

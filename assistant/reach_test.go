@@ -18,6 +18,7 @@ import (
 // moment would: the slice is retried after its backoff and the turn
 // completes, instead of ending at once as failed.
 func TestToolsOutOfReachOnceAreRetried(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
 		tools := newCountingTools(t, st)
 		target, err := url.Parse(tools.url)

@@ -14,6 +14,7 @@ import (
 // run or a missing one is refused and changes nothing. New runs take a
 // plain-text title and preview from their Markdown.
 func TestRenameRun(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		h := newHarness(t, st, model.NewDemo(), nil)
 		code, out := h.call(t, "POST", "/runs", `{"message": "## Plan the **offsite**\n\nfor May"}`)

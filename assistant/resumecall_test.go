@@ -96,6 +96,7 @@ func (f flushWriter) Write(p []byte) (int, error) {
 // asked again under its key, on a new session, as a call whose connection
 // broke is (TestLostAnswerIsNotARefusal), and the turn still completes.
 func TestResumedCallStream(t *testing.T) {
+	t.Parallel()
 	for _, refuse := range []bool{false, true} {
 		t.Run(map[bool]string{false: "resumed", true: "lost"}[refuse], func(t *testing.T) { testResumedCallStream(t, refuse) })
 	}

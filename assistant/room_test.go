@@ -14,6 +14,7 @@ import (
 // kept failure ended every other live-update stream of the run, silently,
 // as the context.Canceled of a long-poll that had just answered.)
 func TestRoomKeepsNoSubscribersFailure(t *testing.T) {
+	t.Parallel()
 	st := storetest.NewSQLite(t)
 	run := openRun(t, st, "run-room", "hello")
 	b := newBus(st, slog.New(slog.DiscardHandler), DefaultMaxStreamsPerUser)

@@ -15,6 +15,7 @@ import (
 // plain-text snippet of the latest matching message; someone else's runs
 // never; a query without words is refused.
 func TestSearch(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		h := newHarness(t, st, model.NewDemo(), nil)
 		open := func(body string) string {

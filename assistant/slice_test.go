@@ -137,9 +137,17 @@ func say(t *testing.T, rt *Runtime, runID, text string) TurnOutcome {
 	return out
 }
 
+// onEngines runs f on each engine, in parallel: each gets a store of its
+// own.
 func onEngines(t *testing.T, f func(t *testing.T, st store.Store)) {
-	t.Run("sqlite", func(t *testing.T) { f(t, storetest.NewSQLite(t)) })
-	t.Run("postgres", func(t *testing.T) { f(t, storetest.NewPostgres(t)) })
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		f(t, storetest.NewSQLite(t))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		f(t, storetest.NewPostgres(t))
+	})
 }
 
 // TestToolLimitInsideOneResponse has the model ask for 50 tool calls in
@@ -147,6 +155,7 @@ func onEngines(t *testing.T, f func(t *testing.T, st store.Store)) {
 // 2 in four slices, each exactly once and in order, and the turn goes on
 // to the model's answer.
 func TestToolLimitInsideOneResponse(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
 		ms := modeltest.NewServer(t)
 		tools := newCountingTools(t, st)
@@ -188,6 +197,7 @@ func TestToolLimitInsideOneResponse(t *testing.T) {
 // each call runs as itself, named to the MCP server by its own assistant
 // message, and the model sees each result after its own call.
 func TestToolCallIDsUsedAgain(t *testing.T) {
+	t.Parallel()
 	st := storetest.NewSQLite(t)
 	ms := modeltest.NewServer(t)
 	tools := newCountingTools(t, st)
@@ -231,6 +241,7 @@ func TestToolCallIDsUsedAgain(t *testing.T) {
 // assistant message's sequence and the model's id, distinct for distinct
 // pairs, within the MCP server's limit and free of control characters.
 func TestCallKey(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 300)
 	cases := []struct {
 		seq int64
@@ -254,6 +265,7 @@ func TestCallKey(t *testing.T) {
 // with that answer, and the model is not asked to go on from an assistant
 // message.
 func TestTurnResumedAfterItsAnswer(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	st := storetest.NewSQLite(t)
 	first := store.NewEvent{Type: EventUserMessage, Payload: mustJSON(UserMessage{Content: "hi"})}
@@ -292,6 +304,7 @@ func TestTurnResumedAfterItsAnswer(t *testing.T) {
 // answer to the first: the first turn answers only the first, and the
 // second turn's request is in turn order, ending with the second message.
 func TestMessageDuringATurn(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		ms := modeltest.NewServer(t)

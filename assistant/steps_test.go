@@ -99,8 +99,8 @@ func checkBudgetStop(t *testing.T, st store.Store, o Options, maxSlices int) {
 // TestSliceBudget: a turn that would take 300 slices stops at a budget
 // of 7, on both engines.
 func TestSliceBudget(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
-		t.Parallel()
 		checkBudgetStop(t, st, Options{MaxSlices: 7}, 7)
 	})
 }
@@ -180,6 +180,7 @@ func TestSliceBudgetDefault(t *testing.T) {
 // TestStepEventType: the runtime's name of the step's event is the
 // store's, which writes it.
 func TestStepEventType(t *testing.T) {
+	t.Parallel()
 	if EventStepEnd != store.EventStepEnd {
 		t.Errorf("EventStepEnd = %q, the store writes %q", EventStepEnd, store.EventStepEnd)
 	}

@@ -16,6 +16,7 @@ import (
 // the run answers the next message as ever; with nothing running, or a
 // closed or someone else's run, it is refused.
 func TestStopTurn(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		stepping := make(chan struct{}, 1)

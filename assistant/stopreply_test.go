@@ -15,6 +15,7 @@ import (
 // API), and the next turn's model request holds it, in the stopped turn's
 // place.
 func TestStopKeepsThePartialReply(t *testing.T) {
+	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		const full = "Here is the first half of a long answer"

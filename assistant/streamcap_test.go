@@ -163,6 +163,7 @@ func (s *capServer) refused(t *testing.T, user, path string) {
 // answered 429 whatever its transport; another user is not affected; and
 // closing one makes room for a new one.
 func TestStreamCapPerUser(t *testing.T) {
+	t.Parallel()
 	const max = 3
 	s := newCapServer(t, max)
 	run, bobs := s.newRun(t, "alice"), s.newRun(t, "bob")
@@ -238,6 +239,7 @@ func TestStreamCapPerUser(t *testing.T) {
 
 // TestStreamCapOptions checks the option's default and validation.
 func TestStreamCapOptions(t *testing.T) {
+	t.Parallel()
 	opts := func(n int) *Options {
 		return &Options{Store: storetest.NewSQLite(t), Model: model.NewDemo(), MCPURL: "http://127.0.0.1:1/mcp", MaxStreamsPerUser: n,
 			Tokens: func(context.Context, Grant) oauth2.TokenSource { return nil }}

@@ -17,6 +17,7 @@ import (
 // sits between a call and its result, or a later step uses a call id
 // again.
 func TestExchangeEnd(t *testing.T) {
+	t.Parallel()
 	user := func(seq int64) store.Event {
 		return store.Event{Seq: seq, Type: EventUserMessage, Payload: mustJSON(UserMessage{Content: "hi"})}
 	}
@@ -59,6 +60,7 @@ func TestExchangeEnd(t *testing.T) {
 // batches plus one per reduction pass, every call is a real reduction,
 // and the result is one summary.
 func TestSummarizerBatches(t *testing.T) {
+	t.Parallel()
 	counter := &countingProvider{Provider: model.NewDemo()}
 	s := newSummarizer(counter, MinCompactChunkTokens)
 	entry := "[user] " + strings.Repeat("a line the user wrote about the plan ", 10)
@@ -92,6 +94,7 @@ func TestSummarizerBatches(t *testing.T) {
 // maxSummaryPasses passes, or that calls tools, fails; a context error is
 // no summaryFailure.
 func TestSummarizerRefuses(t *testing.T) {
+	t.Parallel()
 	// Each summary is just under three quarters of its input: valid, but
 	// two of them never fit in one batch.
 	slow := providerFunc(func(_ context.Context, req model.Request) (model.Response, error) {
@@ -136,6 +139,7 @@ func TestSummarizerRefuses(t *testing.T) {
 // TestBounded: a huge value becomes a placeholder with its size and its
 // start, cut on a character boundary.
 func TestBounded(t *testing.T) {
+	t.Parallel()
 	if got := bounded("tool result", "small"); got != "small" {
 		t.Errorf("bounded(small) = %q", got)
 	}
@@ -150,6 +154,7 @@ func TestBounded(t *testing.T) {
 // TestRunMetadata: the compaction overrides, their bounds, and unknown
 // keys refused with a reason.
 func TestRunMetadata(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		metadata string
 		want     CompactSettings

@@ -19,6 +19,7 @@ import (
 // arriving while turns ran, turns resumed with few and with many messages
 // of their own, and nothing to answer.
 func TestTurnLoad(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	st := storetest.NewSQLite(t)
 	rt := &Runtime{st: st, o: Options{HistoryMessages: DefaultHistoryMessages}}

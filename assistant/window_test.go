@@ -20,6 +20,7 @@ import (
 // at most bound messages after its coverage, and its tail never starts
 // inside a tool call's results.
 func TestBoundedContext(t *testing.T) {
+	t.Parallel()
 	u := func(seq int64, text string) contextMessage {
 		return contextMessage{model.Message{Role: model.RoleUser, Content: text}, seq}
 	}
@@ -103,6 +104,7 @@ func TestBoundedContext(t *testing.T) {
 // the tail follows its call's message, through results of that call's
 // message only.
 func TestBoundedContextGroupsWhole(t *testing.T) {
+	t.Parallel()
 	var past []contextMessage
 	seq := int64(0)
 	next := func() int64 { seq++; return seq }
@@ -181,6 +183,7 @@ func dump(msgs []model.Message) string {
 // coverage, the latest snapshot winning; a run without one sends its
 // history as before; the run's events are never touched.
 func TestTurnWithSnapshot(t *testing.T) {
+	t.Parallel()
 	onEngines(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		ms := modeltest.NewServer(t)
@@ -306,6 +309,7 @@ func TestTurnWithSnapshot(t *testing.T) {
 // during it) leaves of the turn's own messages those after its coverage,
 // from a group's start; one before the turn leaves them all.
 func TestRequestSnapshotInTurn(t *testing.T) {
+	t.Parallel()
 	call := func(id string) ToolCall {
 		return ToolCall{ID: id, Name: "count", Arguments: json.RawMessage(`{"n":1}`)}
 	}
