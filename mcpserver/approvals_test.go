@@ -32,6 +32,7 @@ func (b brokenConsume) Consume(ctx context.Context, bd store.ApprovalBinding, e 
 // error: it neither runs nor asks for another approval, and once the
 // error is gone, the same call uses the approval granted.
 func TestConsumeFailureIsNoNewApproval(t *testing.T) {
+	t.Parallel()
 	var fail atomic.Bool
 	e := newEnv(t, envConfig{server: func(o *Options) {
 		o.Approvals = brokenConsume{o.Approvals.(storeApprovals), &fail}
@@ -160,8 +161,10 @@ func (ac *approvedCall) state(t *testing.T) (store.ApprovalStatus, store.Executi
 // approval whose answer was lost after it committed (the approval used,
 // the execution started) is read back and the call runs, once.
 func TestConsumeThatCommittedRuns(t *testing.T) {
+	t.Parallel()
 	for _, eng := range engines {
 		t.Run(eng.name, func(t *testing.T) {
+			t.Parallel()
 			ac := newApprovedCall(t, eng.open(t))
 			ac.consume.Store(int32(failAfter))
 			ac.wantRun(t, "the call whose use committed")
@@ -173,6 +176,7 @@ func TestConsumeThatCommittedRuns(t *testing.T) {
 // failed without committing is answered as a server error, nothing run,
 // and that the retry uses the approval.
 func TestConsumeThatFailedKeepsApproval(t *testing.T) {
+	t.Parallel()
 	ac := newApprovedCall(t, nil)
 	ac.consume.Store(int32(failBefore))
 	if res := ac.write(t); !res.IsError || !strings.Contains(text(res), "error on the server") {
@@ -189,6 +193,7 @@ func TestConsumeThatFailedKeepsApproval(t *testing.T) {
 // truthfully (not run, unconfirmed), runs nothing, and that the
 // execution, once readable, is finished failed, not run.
 func TestConsumeUnconfirmed(t *testing.T) {
+	t.Parallel()
 	ac := newApprovedCall(t, nil)
 	ac.consume.Store(int32(failAfter))
 	// The call's first read, before its approval is looked for, succeeds.

@@ -13,6 +13,7 @@ import (
 // the policy is asked, at any depth, with a tool error the caller can read
 // and an audit record of the refusal, and that nothing runs.
 func TestCaseFoldedNamesRefused(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	e := newEnv(t, envConfig{
 		rules:     map[string]Decision{"fx__echo": Allow, "notes_read": Allow},
@@ -56,6 +57,7 @@ func TestCaseFoldedNamesRefused(t *testing.T) {
 // their exact names: "NAME" is no "name" (encoding/json would take it for
 // one), so the tool is not run with it.
 func TestBuiltinNamesExact(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{})
 	if _, err := e.store.PutNote(t.Context(), store.Note{Owner: alice, Name: "keep", Body: "secret"}); err != nil {
 		t.Fatal(err)
@@ -75,6 +77,7 @@ func TestBuiltinNamesExact(t *testing.T) {
 // TestDecodeArgumentsExact checks the decoder of built-in arguments on its
 // own: exact names, unknown members and wrong types named.
 func TestDecodeArgumentsExact(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args, want string
 	}{

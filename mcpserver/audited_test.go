@@ -91,6 +91,7 @@ func serviceApprovals(t *testing.T) (store.Store, ServiceApprovals) {
 // sorted, the action and the count of suppressed failures only when there
 // are some, no reasons as null.
 func TestEventDetails(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		ev   Event

@@ -18,6 +18,7 @@ import (
 // exact status and challenge, a generic body, and its reason in the log
 // only.
 func TestAuthentication(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{})
 	metadata := `resource_metadata="` + e.url + `/.well-known/oauth-protected-resource/mcp", scope="mcp:invoke"`
 	now := time.Now()
@@ -133,6 +134,7 @@ func TestAuthentication(t *testing.T) {
 
 // TestMetadata checks the RFC 9728 document at both well-known paths.
 func TestMetadata(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{})
 	for _, path := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"} {
 		t.Run(path, func(t *testing.T) {
@@ -165,6 +167,7 @@ func TestMetadata(t *testing.T) {
 // the verified token (here, whose notes it reads), and that nothing of the
 // token reaches an upstream.
 func TestCallerReachesToolsNotToken(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	e := newEnv(t, envConfig{
 		rules:     map[string]Decision{"notes_list": Allow, "fx__echo": Allow},
@@ -200,6 +203,7 @@ func TestCallerReachesToolsNotToken(t *testing.T) {
 // tokens gets one for its own audience and the caller's subject, never the
 // caller's token.
 func TestUpstreamBrokerToken(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	var e *env
 	var mu sync.Mutex
@@ -256,6 +260,7 @@ func (f tokenFunc) Token(ctx context.Context, subject, audience string) (string,
 // answered in full but recorded only as the bucket allows, and that the
 // records left out are counted in the next record.
 func TestAuthFailureAuditsSampled(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	now := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
@@ -311,6 +316,7 @@ func TestAuthFailureAuditsSampled(t *testing.T) {
 // token reach tool handlers as the Caller and the Decider as the Call, for
 // listing and for calling.
 func TestCallerTenantAndGroups(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{})
 	tok, err := e.broker.Mint(t.Context(), broker.Grant{Subject: alice, Audience: e.url + "/mcp", Tenant: "contoso", Groups: []string{"finance", "staff"}})
 	if err != nil {

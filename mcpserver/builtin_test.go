@@ -16,6 +16,7 @@ func storeNote(owner, name, body string) store.Note {
 // TestSessionTools checks that the session tools show the caller's runs
 // only, and answer another user's run exactly as a missing one.
 func TestSessionTools(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{})
 	ctx := t.Context()
 	for _, r := range []store.Run{
@@ -57,6 +58,7 @@ func TestSessionTools(t *testing.T) {
 
 // TestNotesTools exercises the demo tools under a policy that allows them.
 func TestNotesTools(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{rules: map[string]Decision{
 		"notes_list": Allow, "notes_read": Allow, "notes_write": Allow, "notes_delete": Allow,
 	}})
@@ -84,6 +86,7 @@ func TestNotesTools(t *testing.T) {
 // TestApprovalsList checks that approvals_list shows the caller's pending
 // approvals only.
 func TestApprovalsList(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{})
 	cs := e.connect(alice, "", nil, "")
 	id := approvalMeta(t, call(t, cs, "notes_write", map[string]any{"name": "n", "body": "b"}, nil))["id"]
@@ -100,6 +103,7 @@ func TestApprovalsList(t *testing.T) {
 // contract: an object input that admits no other properties, bounded
 // strings, an output schema and annotations.
 func TestBuiltinSchemas(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{})
 	defs := definitions(t, e.catalog)
 	if len(defs) != 7 {

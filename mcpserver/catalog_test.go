@@ -18,6 +18,7 @@ import (
 // TestUpstreamConfig covers the validation of upstreams: each case names
 // the rule that refuses it.
 func TestUpstreamConfig(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		upstreams []Upstream
@@ -67,6 +68,7 @@ func TestUpstreamConfig(t *testing.T) {
 // TestCatalogOptions checks that missing dependencies are reported
 // together (DefinitionHash has a default: policy.DefinitionHash).
 func TestCatalogOptions(t *testing.T) {
+	t.Parallel()
 	_, err := NewCatalog(&CatalogOptions{DemoTools: true})
 	for _, want := range []string{"Runs", "ApprovalLister", "Notes"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -98,6 +100,7 @@ func TestCatalogOptions(t *testing.T) {
 // its upstream changes its description, that no other tool's does, and
 // that the Decider sees the new hash.
 func TestDefinitionHashFollowsUpstream(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	e := newEnv(t, envConfig{rules: map[string]Decision{"fx__echo": Allow}, upstreams: []Upstream{{Name: "fx", URL: up.url}}})
 	before := definitions(t, e.catalog)
@@ -129,6 +132,7 @@ func TestDefinitionHashFollowsUpstream(t *testing.T) {
 // TestCatalogNames checks that an upstream tool never shadows a built-in
 // one, and that a name that does not fit is not offered.
 func TestCatalogNames(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	up.addTool(&mcp.Tool{Name: "list", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -156,6 +160,7 @@ func TestCatalogNames(t *testing.T) {
 // TestUpstreamDown checks that an unreachable upstream is reported and
 // keeps its last known tools, while the rest of the catalog works.
 func TestUpstreamDown(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	e := newEnv(t, envConfig{upstreams: []Upstream{{Name: "fx", URL: up.url}}})
 	if _, ok := definitions(t, e.catalog)["fx__echo"]; !ok {
@@ -174,6 +179,7 @@ func TestUpstreamDown(t *testing.T) {
 // TestUpstreamResultMeta checks that an upstream cannot forge Usher's
 // _meta in a result.
 func TestUpstreamResultMeta(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	e := newEnv(t, envConfig{rules: map[string]Decision{"fx__echo": Allow}, upstreams: []Upstream{{Name: "fx", URL: up.url}}})
 	res := call(t, e.connect(alice, "", nil, ""), "fx__echo", map[string]any{"text": "x"}, nil)
@@ -232,6 +238,7 @@ func definitions(t *testing.T, c *Catalog) map[string]Definition {
 // and when every session is in use a call fails without reaching the
 // upstream, to succeed again once a session is free.
 func TestUpstreamSessionsBounded(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	started, release := addHoldTool(up, 2)
 	e := newEnv(t, envConfig{
@@ -322,6 +329,7 @@ func TestUpstreamSessionsBounded(t *testing.T) {
 // time, before the result (the SDK hands notifications over apart from
 // results; without waiting for them, some were lost).
 func TestStdioProgressBeforeResult(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Path(t, "mcpserver/testdata/fixture")
 	e := newEnv(t, envConfig{rules: map[string]Decision{"local__steps": Allow}, upstreams: []Upstream{{Name: "local", Command: bin}}})
 	var mu sync.Mutex
@@ -367,6 +375,7 @@ func TestStdioProgressBeforeResult(t *testing.T) {
 // its tools, for the tool lock, and its resources — with no templates,
 // and served.
 func TestUpstreamWithoutTemplatesList(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	up.server.AddResource(&mcp.Resource{URI: "test://doc", Name: "doc", MIMEType: "text/plain"},
 		func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {

@@ -23,6 +23,7 @@ import (
 // TestProtocolVersions checks that the stateless endpoint serves both the
 // sessionless protocol and the handshake ones.
 func TestProtocolVersions(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{})
 	for _, version := range []string{"", "2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"} {
 		t.Run("version "+version, func(t *testing.T) {
@@ -41,6 +42,7 @@ func TestProtocolVersions(t *testing.T) {
 // it: case variants and look-alikes are unknown tools, never decided and
 // never executed.
 func TestUnknownToolsNeverRun(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	e := newEnv(t, envConfig{
 		rules:     map[string]Decision{"fx__echo": Allow, "notes_list": Allow},
@@ -76,6 +78,7 @@ func TestUnknownToolsNeverRun(t *testing.T) {
 // TestDeniedToolsHiddenAndRefused checks deny, and that a failing policy
 // denies.
 func TestDeniedToolsHiddenAndRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{})
 	e.policy.fail["notes_read"] = true
 	if _, err := e.store.PutNote(t.Context(), storeNote(alice, "keep", "x")); err != nil {
@@ -113,6 +116,7 @@ func TestDeniedToolsHiddenAndRefused(t *testing.T) {
 // never reaches the Decider, so under a policy that allows nothing of it
 // the call needs approval and does not run.
 func TestAnnotationsAreNotEvidence(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	e := newEnv(t, envConfig{rules: map[string]Decision{}, upstreams: []Upstream{{Name: "fx", URL: up.url}}})
 	cs := e.connect(alice, "", nil, "")
@@ -154,6 +158,7 @@ func TestAnnotationsAreNotEvidence(t *testing.T) {
 // the identical pending approval on retry, the run after a human approves,
 // the replay of the same tool call, and single use.
 func TestApprovalFlow(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{})
 	if _, err := e.store.CreateRun(t.Context(), store.Run{ID: "run-1", Owner: alice, Status: store.RunInProgress}); err != nil {
 		t.Fatal(err)
@@ -227,6 +232,7 @@ func TestApprovalFlow(t *testing.T) {
 // once however often it is made, and that a key cannot be reused for
 // another call.
 func TestIdempotency(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	e := newEnv(t, envConfig{rules: map[string]Decision{"fx__echo": Allow}, upstreams: []Upstream{{Name: "fx", URL: up.url}}})
 	cs := e.connect(alice, "", nil, "")
@@ -284,6 +290,7 @@ func TestIdempotency(t *testing.T) {
 // TestNoAuditNoCall checks that a decision that cannot be audited is not
 // acted on.
 func TestNoAuditNoCall(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{rules: map[string]Decision{"notes_write": Allow}})
 	cs := e.connect(alice, "", nil, "")
 	e.audit.setFail(true)
@@ -318,6 +325,7 @@ func TestNoAuditNoCall(t *testing.T) {
 // are validated before the decision, so no approval is ever asked for a
 // call that could not run.
 func TestInvalidArgumentsNeverDecided(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{})
 	cs := e.connect(alice, "", nil, "")
 	for _, tc := range []struct {
@@ -374,6 +382,7 @@ func countOf(list []string, s string) int {
 // identity is still taken from each request's token, and one user cannot
 // use another's session.
 func TestStatefulMode(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{server: func(o *Options) { o.Stateful = true }})
 	cs := e.connect(alice, "", nil, "")
 	if res := call(t, cs, "notes_list", map[string]any{}, nil); res.IsError {
@@ -434,6 +443,7 @@ func TestStatefulMode(t *testing.T) {
 // answered it (a tool, an approval, an unknown name, a replay), and that
 // older revisions get no resultType.
 func TestResultTypeOnSessionlessProtocol(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	e := newEnv(t, envConfig{
 		rules:     map[string]Decision{"notes_list": Allow, "fx__echo": Allow},
@@ -536,6 +546,7 @@ func (b *bodyRecorder) body() string {
 // TestCompleteResult checks that completeResult adds the resultType and
 // keeps every field Usher passes on, on the wire.
 func TestCompleteResult(t *testing.T) {
+	t.Parallel()
 	res := &mcp.CallToolResult{
 		Meta:              mcp.Meta{"fixture/kept": true},
 		Content:           []mcp.Content{&mcp.TextContent{Text: "hi"}, &mcp.ImageContent{Data: []byte{1, 2}, MIMEType: "image/png"}},
@@ -605,6 +616,7 @@ func (g *gatedExecutions) FinishExecution(ctx context.Context, key string, statu
 // outcome is recorded, that a retry meanwhile waits for the record and is
 // answered from it (the tool runs once), and that Drain waits for it.
 func TestOutcomeRecordedAfterAnswer(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	g := &gatedExecutions{gate: make(chan struct{}), entered: make(chan struct{}, 4)}
 	e := newEnv(t, envConfig{

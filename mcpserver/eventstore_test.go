@@ -82,6 +82,7 @@ func cutAfterFirstEvent(t *testing.T, base string) string {
 // database; a resumption from an event that is not kept is refused; and
 // another principal cannot resume the session's stream. On both engines.
 func TestResumeOnOtherReplica(t *testing.T) {
+	t.Parallel()
 	for name, open := range map[string]func(testing.TB) store.Store{"SQLite": storetest.NewSQLite, "PostgreSQL": storetest.NewPostgres} {
 		t.Run(name, func(t *testing.T) { testResumeOnOtherReplica(t, open(t)) })
 	}

@@ -130,6 +130,7 @@ func twoFeatureUpstreams(t *testing.T, rules map[string]Decision) (*env, *featur
 // that the next request's decision is not held behind its write (see
 // store.WriteNow); the decision before it is not.
 func TestGovernedOutcomeWrittenNow(t *testing.T) {
+	t.Parallel()
 	e, _, _ := twoFeatureUpstreams(t, map[string]Decision{"a__test://static-text": Allow, "a__greet": Allow})
 	cs := e.connect(alice, "", nil, "2025-11-25")
 	ctx := t.Context()
@@ -155,6 +156,7 @@ func TestGovernedOutcomeWrittenNow(t *testing.T) {
 // get goes to its own upstream, and what comes back names its URIs in
 // that namespace.
 func TestFederatedResourcesAndPrompts(t *testing.T) {
+	t.Parallel()
 	allowAll := map[string]Decision{}
 	for _, l := range []string{"a", "b"} {
 		for _, n := range []string{"__test://static-text", "__test://secret", "__test://items/{id}", "__test://items/7", "__greet", "__secret"} {
@@ -256,6 +258,7 @@ func TestFederatedResourcesAndPrompts(t *testing.T) {
 // that is not allowed answers no values; a failing audit log stops a read
 // before it reaches the upstream.
 func TestFeaturePolicy(t *testing.T) {
+	t.Parallel()
 	e, a, _ := twoFeatureUpstreams(t, map[string]Decision{
 		"a__test://static-text": Allow, "a__test://secret": Deny, "b__test://secret": Deny, "a__secret": Deny,
 		"a__greet": Allow,
@@ -351,6 +354,7 @@ func TestFeaturePolicy(t *testing.T) {
 // try to leave their upstream's namespace, that are oversized or malformed,
 // are refused and audited, and reach no upstream.
 func TestFeatureHostileInputs(t *testing.T) {
+	t.Parallel()
 	e, a, b := twoFeatureUpstreams(t, map[string]Decision{})
 	// A protocol without the Mcp-Name header, which would not carry some
 	// of these names.
@@ -413,6 +417,7 @@ func TestFeatureHostileInputs(t *testing.T) {
 // other's namespace, or is a built-in tool's, is not offered, and a second
 // upstream without a prefix is refused at start.
 func TestPrefixNone(t *testing.T) {
+	t.Parallel()
 	ev, b := newFeatureUpstream(t, "ev", false), newFeatureUpstream(t, "b", false)
 	for _, name := range []string{"echo", "b-shadow", "notes_list"} {
 		ev.server.AddTool(&mcp.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`)},
@@ -471,6 +476,7 @@ func TestPrefixNone(t *testing.T) {
 // prompts/get result say "resultType": "complete", as that revision
 // requires of them; older revisions get none.
 func TestFeatureResultTypes(t *testing.T) {
+	t.Parallel()
 	e, _, _ := twoFeatureUpstreams(t, map[string]Decision{"a__test://static-text": Allow, "a__greet": Allow})
 	for _, version := range []string{"2026-07-28", "2025-11-25"} {
 		rec := &bodyRecorder{base: &oauth2.Transport{Source: e.broker.TokenSource(t.Context(), broker.Grant{Subject: alice, Audience: e.url + "/mcp"})}}

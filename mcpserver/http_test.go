@@ -10,6 +10,7 @@ import (
 // TestHTTPChecks covers the checks made before and around authentication:
 // Origin, Host, body size and batches.
 func TestHTTPChecks(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	e := newEnv(t, envConfig{
 		rules:     map[string]Decision{"fx__echo": Allow},

@@ -54,7 +54,7 @@ func policyHash(d ToolDefinition) (string, error) {
 // refresh interval, here an hour), a stateful caller is told within a
 // second, and a new tool, which the tool lock does not know, needs a
 // person's approval even under a policy that allows every tool of its
-// upstream.
+// upstream. It allows a second, so it does not run in parallel.
 func TestUpstreamListChanged(t *testing.T) {
 	up := newFeatureUpstream(t, "up", true)
 	up.server.AddTool(&mcp.Tool{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`)},
@@ -154,6 +154,7 @@ permit (principal, action == Usher::Action::"call_tool", resource) when { resour
 // TestListChangedStateless: a stateless endpoint announces no listChanged
 // but still lists an upstream again as soon as it says its list changed.
 func TestListChangedStateless(t *testing.T) {
+	t.Parallel()
 	up := newFeatureUpstream(t, "up", true)
 	// With a tool from the start, so that it declares the tools capability.
 	up.server.AddTool(&mcp.Tool{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`)},
@@ -188,6 +189,7 @@ func TestListChangedStateless(t *testing.T) {
 // carry event ids and start with a priming event, so that a client can
 // resume one (Last-Event-ID); a stateless one's carry none.
 func TestStatefulStreamsResumable(t *testing.T) {
+	t.Parallel()
 	for _, stateful := range []bool{true, false} {
 		e := newEnv(t, envConfig{server: func(o *Options) { o.Stateful = stateful }})
 		h := bearer(e.token(alice, ""))
@@ -214,6 +216,7 @@ func TestStatefulStreamsResumable(t *testing.T) {
 // TestListChangedFlood: an upstream that floods Usher with list_changed
 // notifications gets a few listings, not one each.
 func TestListChangedFlood(t *testing.T) {
+	t.Parallel()
 	up := newFeatureUpstream(t, "up", true)
 	var lists atomic.Int32
 	up.server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -250,7 +253,8 @@ func TestListChangedFlood(t *testing.T) {
 // an upstream's resource under its exposed URI, Usher subscribes upstream
 // once, and an update reaches the subscribed caller, under the exposed
 // URI, within a second; a resource the policy hides cannot be subscribed
-// to, and a stateless endpoint offers no subscriptions.
+// to, and a stateless endpoint offers no subscriptions. It allows a
+// second, so it does not run in parallel.
 func TestResourceSubscriptions(t *testing.T) {
 	up := newFeatureUpstream(t, "up", true)
 	e := newEnv(t, envConfig{

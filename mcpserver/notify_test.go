@@ -15,6 +15,7 @@ import (
 // notifications reach the caller of the call that caused them, on the
 // stateless endpoint, before its result.
 func TestProgressAndLogsPassThrough(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	e := newEnv(t, envConfig{rules: map[string]Decision{"fx__slow_work": Allow}, upstreams: []Upstream{{Name: "fx", URL: up.url}}})
 	// The client SDK hands notifications to these handlers apart from the

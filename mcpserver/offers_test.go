@@ -17,6 +17,7 @@ import (
 // hash of the definition it shows, and Resolve finds each with the same
 // server and hash.
 func TestOffered(t *testing.T) {
+	t.Parallel()
 	e, _, _ := twoFeatureUpstreams(t, nil)
 	ctx := t.Context()
 	offers, err := e.catalog.Offered(ctx)
@@ -82,6 +83,7 @@ func TestOffered(t *testing.T) {
 // decide, with what the catalog says unless the input gives the hash, and
 // refuses what it cannot explain with an InputError.
 func TestExplainCall(t *testing.T) {
+	t.Parallel()
 	e, _, _ := twoFeatureUpstreams(t, nil)
 	ctx := t.Context()
 	resolve := e.catalog.Resolve

@@ -209,8 +209,10 @@ func wantEcho(t *testing.T, what string, res *mcp.CallToolResult) {
 // again until it is durable: the execution ends succeeded with its result,
 // recorded once, and a retry is answered from it.
 func TestFinishRetriedUntilDurable(t *testing.T) {
+	t.Parallel()
 	for _, eng := range engines {
 		t.Run(eng.name, func(t *testing.T) {
+			t.Parallel()
 			oe := newOutcomeEnv(t, eng.open(t), func(method string, n int, _ store.ExecutionStatus) fault {
 				if method == "finish" && n <= 2 {
 					return failBefore
@@ -242,6 +244,7 @@ func TestFinishRetriedUntilDurable(t *testing.T) {
 // commit succeeded but answered an error is read back, not written (and
 // audited) a second time.
 func TestFinishThatCommittedIsNotWrittenAgain(t *testing.T) {
+	t.Parallel()
 	oe := newOutcomeEnv(t, nil, func(method string, n int, _ store.ExecutionStatus) fault {
 		if method == "finish" && n == 1 {
 			return failAfter
@@ -266,8 +269,10 @@ func TestFinishThatCommittedIsNotWrittenAgain(t *testing.T) {
 // seconds (not at the next sweep), audited so, and that a retry is told the
 // outcome is unknown and does not run the tool again.
 func TestOutcomeUnknownWithinSeconds(t *testing.T) {
+	t.Parallel()
 	for _, eng := range engines {
 		t.Run(eng.name, func(t *testing.T) {
+			t.Parallel()
 			oe := newOutcomeEnv(t, eng.open(t), func(method string, _ int, status store.ExecutionStatus) fault {
 				if method == "finish" && status == store.ExecutionSucceeded {
 					return failBefore
@@ -309,6 +314,7 @@ func TestOutcomeUnknownWithinSeconds(t *testing.T) {
 // outcome could not be recorded) although the record still says started,
 // and that outcome_unknown is written once the database is back.
 func TestRetryWhileOutcomeCannotBeRecorded(t *testing.T) {
+	t.Parallel()
 	down := func(method string, _ int, _ store.ExecutionStatus) fault {
 		if method == "finish" {
 			return failBefore
@@ -342,6 +348,7 @@ func TestRetryWhileOutcomeCannotBeRecorded(t *testing.T) {
 // the writes still being retried and joins them: the execution stays
 // started, for a Sweeper to report.
 func TestDrainStopsRetries(t *testing.T) {
+	t.Parallel()
 	oe := newOutcomeEnv(t, nil, func(method string, _ int, _ store.ExecutionStatus) fault {
 		if method == "finish" {
 			return failBefore
@@ -367,8 +374,10 @@ func TestDrainStopsRetries(t *testing.T) {
 // but answered an error is read back: the call is this one's, so the tool
 // runs and the caller gets its result, never "nothing was run".
 func TestStartThatCommittedRuns(t *testing.T) {
+	t.Parallel()
 	for _, eng := range engines {
 		t.Run(eng.name, func(t *testing.T) {
+			t.Parallel()
 			oe := newOutcomeEnv(t, eng.open(t), func(method string, n int, _ store.ExecutionStatus) fault {
 				if method == "begin" && n == 1 {
 					return failAfter
@@ -393,6 +402,7 @@ func TestStartThatCommittedRuns(t *testing.T) {
 // TestStartThatFailedIsWrittenAgain checks that a start that failed
 // without committing is found absent and written again, and the tool runs.
 func TestStartThatFailedIsWrittenAgain(t *testing.T) {
+	t.Parallel()
 	oe := newOutcomeEnv(t, nil, func(method string, n int, _ store.ExecutionStatus) fault {
 		if method == "begin" && n == 1 {
 			return failBefore
@@ -413,6 +423,7 @@ func TestStartThatFailedIsWrittenAgain(t *testing.T) {
 // cannot be read back is answered truthfully (not run, unconfirmed), that
 // the tool does not run, and that the record, once readable, says so too.
 func TestStartUnconfirmed(t *testing.T) {
+	t.Parallel()
 	oe := newOutcomeEnv(t, nil, func(method string, n int, _ store.ExecutionStatus) fault {
 		switch {
 		case method == "begin" && n == 1:
@@ -448,6 +459,7 @@ func TestStartUnconfirmed(t *testing.T) {
 // execution's start and once before its finish: the start is reconciled
 // and the tool runs once, and the finish is written again until durable.
 func TestOutcomesSurviveTerminatedConnections(t *testing.T) {
+	t.Parallel()
 	st, terminate := storetest.NewPostgresDatabase(t)
 	for _, at := range []string{"begin", "finish"} {
 		t.Run(at, func(t *testing.T) {
@@ -539,6 +551,7 @@ func (k *killingExecutions) FinishExecution(ctx context.Context, key string, sta
 // failing, while the store can be read, is answered with the truth: it was
 // read back absent, so nothing was run.
 func TestStartThatNeverCommitsRunsNothing(t *testing.T) {
+	t.Parallel()
 	oe := newOutcomeEnv(t, nil, func(method string, _ int, _ store.ExecutionStatus) fault {
 		if method == "begin" {
 			return failBefore
@@ -567,6 +580,7 @@ func TestStartThatNeverCommitsRunsNothing(t *testing.T) {
 // attempt of a finish committed but answered an error, the execution is
 // read back ended and is neither marked nor audited outcome_unknown.
 func TestLastFinishThatCommittedIsNotMarkedUnknown(t *testing.T) {
+	t.Parallel()
 	oe := newOutcomeEnv(t, nil, func(method string, n int, status store.ExecutionStatus) fault {
 		switch {
 		case method != "finish" || status != store.ExecutionSucceeded:
@@ -592,6 +606,7 @@ func TestLastFinishThatCommittedIsNotMarkedUnknown(t *testing.T) {
 // not acknowledged, is the same event both times (one event id, which the
 // audit log keeps once), and that each event has an id of its own.
 func TestOutcomeRetryKeepsEventID(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	e := newEnv(t, envConfig{rules: map[string]Decision{"fx__echo": Allow}, upstreams: []Upstream{{Name: "fx", URL: up.url}}, server: fastRetries})
 	e.audit.mu.Lock()
@@ -628,6 +643,7 @@ func TestOutcomeRetryKeepsEventID(t *testing.T) {
 // on the server, whose start or end may carry it. A call that ends alone
 // has its outcome written at once (store.WriteNow).
 func TestOutcomeWrittenNowWhenAlone(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
@@ -690,6 +706,7 @@ func TestOutcomeWrittenNowWhenAlone(t *testing.T) {
 // call's outcome is written once its response is on its way, not while the
 // response is being made: every finish begins with the response sent.
 func TestOutcomeWrittenAfterResponse(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{rules: map[string]Decision{"notes_list": Allow}})
 	cs := e.connect(alice, "", nil, "")
 	const calls = 10
@@ -716,6 +733,7 @@ func TestOutcomeWrittenAfterResponse(t *testing.T) {
 // outcomeHold when it never is; without a response to wait for, or once
 // Drain gives up, it does not wait.
 func TestOutcomeWaitsForResponseWithinBound(t *testing.T) {
+	t.Parallel()
 	pool := workers.New(time.Minute)
 	defer pool.Close()
 	o := newOutcomes(1, time.Millisecond, pool)

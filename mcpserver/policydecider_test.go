@@ -13,6 +13,7 @@ import (
 // listed, one forbidden whatever the arguments is not, and a call is still
 // decided on its arguments.
 func TestPolicyDeciderListing(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse("test.cedar", []byte(`
 @id("approve-pay")
 permit (principal, action, resource == Usher::Tool::"pay");
@@ -59,6 +60,7 @@ forbid (principal, action, resource == Usher::Tool::"drop");
 // a permit of one kind of entity allows nothing of another, and a
 // completion of a prompt is decided on the prompt.
 func TestPolicyDeciderFeatures(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse("test.cedar", []byte(`
 @id("allow-docs") @outcome("allow")
 permit (principal, action == Usher::Action::"read_resource", resource is Usher::Resource)
@@ -98,6 +100,7 @@ forbid (principal, action, resource == Usher::Tool::"docs__greet");
 // them: the tenant of the token, else of the principal id; reviewed only
 // at the lock's hash; the built-in server when the call names none.
 func TestPolicyRequest(t *testing.T) {
+	t.Parallel()
 	lock := &policy.Lock{Tools: map[string]string{"notes_write": "h1"}}
 	alice := "https://idp.example.com|contoso|alice"
 	req := mcpserver.PolicyRequest(mcpserver.Call{Principal: alice, Tool: "notes_write", DefinitionHash: "h1", Groups: []string{"g"}}, lock)

@@ -53,6 +53,7 @@ func askingUpstream(t *testing.T) *featureUpstream {
 // them, and its answers reach the upstream, each audited without its
 // content; a caller that offers neither has them refused, audited too.
 func TestRelayRequests(t *testing.T) {
+	t.Parallel()
 	up := askingUpstream(t)
 	e := newEnv(t, envConfig{
 		rules:     map[string]Decision{"up__ask": Allow},
@@ -118,6 +119,7 @@ func TestRelayRequests(t *testing.T) {
 // TestNoRelayByDefault: without RelayRequests an upstream's session offers
 // neither sampling nor elicitation.
 func TestNoRelayByDefault(t *testing.T) {
+	t.Parallel()
 	up := askingUpstream(t)
 	e := newEnv(t, envConfig{rules: map[string]Decision{"up__ask": Allow}, upstreams: []Upstream{{Name: "up", URL: up.url}},
 		server: func(o *Options) { o.Stateful = true }})
@@ -140,6 +142,7 @@ func TestNoRelayByDefault(t *testing.T) {
 // of 2026-07-28 is passed the input requests (see TestInputRequestsPassThrough),
 // and its SDK's retry completes the call.
 func TestUpstreamInputRequests(t *testing.T) {
+	t.Parallel()
 	up := mcp.NewServer(&mcp.Implementation{Name: "asker", Version: "1"}, nil)
 	up.AddTool(&mcp.Tool{Name: "ask", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -191,6 +194,7 @@ func TestUpstreamInputRequests(t *testing.T) {
 // sealed id the caller answered with expires after InputLifetime; once
 // the session has expired, even its own principal's answer is refused.
 func TestRelayedAnswerRefused(t *testing.T) {
+	t.Parallel()
 	up := askingUpstream(t)
 	r := newReplicas(t, envConfig{rules: map[string]Decision{"up__ask": Allow}, upstreams: []Upstream{{Name: "up", URL: up.url}},
 		catalog: func(o *CatalogOptions) { o.RelayRequests = true }})

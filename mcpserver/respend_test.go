@@ -23,6 +23,7 @@ import (
 // connection; what the handler writes after is dropped, and Drain waits
 // for it.
 func TestResponseEndsWithItsEvent(t *testing.T) {
+	t.Parallel()
 	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil)), warm: workers.New(time.Minute)}
 	defer s.warm.Close()
 	release := make(chan struct{})
@@ -95,6 +96,7 @@ func TestResponseEndsWithItsEvent(t *testing.T) {
 }
 
 func TestIsResponseEvent(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		event string
@@ -124,6 +126,7 @@ func TestIsResponseEvent(t *testing.T) {
 }
 
 func TestRequestID(t *testing.T) {
+	t.Parallel()
 	for body, want := range map[string]string{
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}`: "1",
 		`{"jsonrpc":"2.0","id": "x y" ,"method":"ping"}`:             `"x y"`,
@@ -144,6 +147,7 @@ func TestRequestID(t *testing.T) {
 // the test holds open) leaves Drain with the context's error, and a Drain
 // after it has ended returns nil.
 func TestDrainIsBoundedByItsContext(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{})
 	e.server.detached.Add(1) // a handler closing its request's session
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)

@@ -166,6 +166,7 @@ func retry(t *testing.T, cs *mcp.ClientSession, tool string, args any, meta mcp.
 // and the answer's content is never recorded. A caller that lets the SDK
 // run the rounds gets the final result at once.
 func TestInputRequestsPassThrough(t *testing.T) {
+	t.Parallel()
 	a := newAsker(t)
 	e := askerEnv(t, a, map[string]Decision{"as__ask": Allow}, envConfig{})
 	cs := e.connect(alice, "", rounds(), "2026-07-28")
@@ -226,6 +227,7 @@ func TestInputRequestsPassThrough(t *testing.T) {
 // and the round that completes uses it up. Every round is decided again,
 // so a call that the policy denies by the retry is denied.
 func TestInputRequestsOneApproval(t *testing.T) {
+	t.Parallel()
 	a := newAsker(t)
 	rules := map[string]Decision{}
 	e := askerEnv(t, a, rules, envConfig{})
@@ -289,6 +291,7 @@ func TestInputRequestsOneApproval(t *testing.T) {
 // another principal's, or of other arguments, and answers without a
 // state, are refused with a clear error, audited, and reach no upstream.
 func TestInputStateRefused(t *testing.T) {
+	t.Parallel()
 	a := newAsker(t)
 	now := time.Now()
 	var mu sync.Mutex
@@ -358,6 +361,7 @@ func refusedRetry(t *testing.T, name string, cs *mcp.ClientSession, args any, re
 // the upstream asks again for the input it needs, and none of the answers
 // reaches it.
 func TestInputResponseMissing(t *testing.T) {
+	t.Parallel()
 	a := newAsker(t)
 	e := askerEnv(t, a, map[string]Decision{"as__ask": Allow}, envConfig{})
 	cs := e.connect(alice, "", rounds(), "2026-07-28")
@@ -376,6 +380,7 @@ func TestInputResponseMissing(t *testing.T) {
 // 2026-07-28 as that JSON-RPC error, with its data, not as "the tool
 // failed" (the call is audited failed), and so does a prompt's.
 func TestMissingClientCapabilityPassedOn(t *testing.T) {
+	t.Parallel()
 	a := newAsker(t)
 	e := askerEnv(t, a, map[string]Decision{"as__needs_sampling": Allow}, envConfig{})
 	cs := e.connect(alice, "", rounds(), "2026-07-28")
@@ -400,6 +405,7 @@ func TestMissingClientCapabilityPassedOn(t *testing.T) {
 // is -32602 (Invalid params) in protocol 2026-07-28 (SEP-2164) and MCP's
 // -32002 in the protocols before it.
 func TestResourceNotFoundCode(t *testing.T) {
+	t.Parallel()
 	a := newAsker(t)
 	e := askerEnv(t, a, map[string]Decision{}, envConfig{})
 	for _, tt := range []struct {
@@ -420,6 +426,7 @@ func TestResourceNotFoundCode(t *testing.T) {
 // declares what the caller declared (so the upstream does not ask), and a
 // request the upstream sends all the same fails the call, audited.
 func TestInputRequestsUndeclared(t *testing.T) {
+	t.Parallel()
 	a := newAsker(t)
 	e := askerEnv(t, a, map[string]Decision{"as__ask": Allow, "as__ask_anyway": Allow}, envConfig{})
 	cs := e.connect(alice, "", &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true}}, "2026-07-28")
@@ -439,6 +446,7 @@ func TestInputRequestsUndeclared(t *testing.T) {
 // second Server over the same store, with the same secret) completes the
 // call, as one execution.
 func TestInputRequestsOtherReplica(t *testing.T) {
+	t.Parallel()
 	a := newAsker(t)
 	shared := storetest.NewSQLite(t)
 	rules := map[string]Decision{"as__ask": Allow}
@@ -459,6 +467,7 @@ func TestInputRequestsOtherReplica(t *testing.T) {
 // upstream's requests for input on as tools/call does, and complete on
 // the retry; a state of one is refused for the other.
 func TestInputRequestsFeatures(t *testing.T) {
+	t.Parallel()
 	a := newAsker(t)
 	e := askerEnv(t, a, map[string]Decision{"as__greet": Allow, "as__file:///secret": Allow}, envConfig{})
 	cs := e.connect(alice, "", rounds(), "2026-07-28")
@@ -491,6 +500,7 @@ func TestInputRequestsFeatures(t *testing.T) {
 // TestInputRequestsFeatureApproval: a prompt that needs approval needs one
 // for all its rounds, used up by the round that completes.
 func TestInputRequestsFeatureApproval(t *testing.T) {
+	t.Parallel()
 	a := newAsker(t)
 	e := askerEnv(t, a, map[string]Decision{}, envConfig{})
 	cs := e.connect(alice, "", rounds(), "2026-07-28")
@@ -519,6 +529,7 @@ func TestInputRequestsFeatureApproval(t *testing.T) {
 // TestSecretRequired: a Server without a secret for its request states
 // does not start.
 func TestSecretRequired(t *testing.T) {
+	t.Parallel()
 	for _, secret := range [][]byte{nil, []byte("too short")} {
 		if _, err := New(&Options{Secret: secret}); err == nil || !strings.Contains(err.Error(), "Secret") {
 			t.Errorf("New with a secret of %d bytes: %v, want it refused", len(secret), err)

@@ -12,6 +12,7 @@ import (
 // Debug, only when Debug is on, and its warnings as they are; stateful, the
 // logger is Usher's.
 func TestSDKLogger(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		level slog.Level

@@ -12,6 +12,7 @@ import (
 // Registerer: every call that reaches a verdict is decided, and only one
 // that is allowed is recorded and calls its tool.
 func TestStageMetrics(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, envConfig{server: func(o *Options) { o.Registerer = reg }})
 	cs := e.connect(alice, "", nil, "")
@@ -58,6 +59,7 @@ func TestStageMetrics(t *testing.T) {
 // Registerer is refused with a clear error rather than sharing or
 // replacing the first one's histogram.
 func TestStageMetricsRegisteredOnce(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, envConfig{server: func(o *Options) { o.Registerer = reg }})
 	opts := e.server.opts

@@ -26,6 +26,7 @@ import (
 // that reason, told apart from a lost connection; a retry of the same key
 // does not run it again.
 func TestUpstreamStreamEndsWithoutAnswer(t *testing.T) {
+	t.Parallel()
 	up, runs := chargeServer("closer")
 	up.AddResource(&mcp.Resource{URI: "test://doc", Name: "doc"}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "test://doc", Text: "doc"}}}, nil
@@ -84,6 +85,7 @@ func TestUpstreamStreamEndsWithoutAnswer(t *testing.T) {
 // TestLostConnectionIsNotAStreamEnd: a connection lost before the
 // answer is the general unknown outcome, without the stream's reason.
 func TestLostConnectionIsNotAStreamEnd(t *testing.T) {
+	t.Parallel()
 	up, _ := chargeServer("flaky")
 	ts := interceptedUpstream(t, up, []string{"tools/call"}, func(_ http.Handler, w http.ResponseWriter, r *http.Request) {
 		// A response stream begun, then the connection lost mid-event.
@@ -116,6 +118,7 @@ func TestLostConnectionIsNotAStreamEnd(t *testing.T) {
 // protocol 2025-11-25 with the upstream's retry field, and the caller, the
 // Go SDK's client, reconnects with Last-Event-ID and gets the answer.
 func TestUpstreamPollingReachesTheCaller(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	up := mcp.NewServer(&mcp.Implementation{Name: "poller", Version: "1"}, nil)
 	up.AddTool(&mcp.Tool{Name: "slow", InputSchema: json.RawMessage(`{"type":"object"}`)},

@@ -25,6 +25,7 @@ import (
 // is, unsubscribes upstream when the last one unsubscribes or ends, and
 // subscribes again for the next subscriber.
 func TestSubscriptionsPerCaller(t *testing.T) {
+	t.Parallel()
 	up := newFeatureUpstream(t, "up", true)
 	const uri, item = "up__test://static-text", "up__test://items/1"
 	var denyBob atomic.Bool
@@ -152,6 +153,7 @@ func TestSubscriptionsPerCaller(t *testing.T) {
 // resource with one: Usher subscribes upstream, passes the update on, and
 // unsubscribes upstream when the listen request ends. A caller of the
 // handshake protocols is offered neither (no session to send them on).
+// It allows a second, so it does not run in parallel.
 func TestSubscriptionsListen(t *testing.T) {
 	up := newFeatureUpstream(t, "up", true)
 	up.server.AddTool(&mcp.Tool{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`)},
@@ -230,6 +232,7 @@ func TestSubscriptionsListen(t *testing.T) {
 // maxSessionSubscriptions resources; past them it is refused, and
 // nothing more is subscribed upstream.
 func TestSessionSubscriptionsBounded(t *testing.T) {
+	t.Parallel()
 	up := newFeatureUpstream(t, "up", true)
 	e := newEnv(t, envConfig{
 		rules:     map[string]Decision{},

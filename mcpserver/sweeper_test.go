@@ -37,8 +37,10 @@ func awaitAt(t *testing.T, st store.Store, key string, at time.Time) {
 // the executions started longer than AbandonedAfter ago and still started
 // as outcome_unknown, audits each, and leaves the others alone.
 func TestSweeperMarksAbandoned(t *testing.T) {
+	t.Parallel()
 	for _, eng := range engines {
 		t.Run(eng.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := t.Context()
 			st := eng.open(t)
 			now := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -88,8 +90,10 @@ func TestSweeperMarksAbandoned(t *testing.T) {
 // answered with — audits each, and leaves the others alone; a sweep whose
 // records fail ends none.
 func TestSweeperEndsAwaitingInput(t *testing.T) {
+	t.Parallel()
 	for _, eng := range engines {
 		t.Run(eng.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := t.Context()
 			st := eng.open(t)
 			now := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -141,6 +145,7 @@ func TestSweeperEndsAwaitingInput(t *testing.T) {
 // once those bounds and a minute have passed; and that waits no longer
 // than the bounds are refused.
 func TestSweeperFollowsCallBounds(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	st := engines[0].open(t)
 	now := time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -206,6 +211,7 @@ func (c countingMarks) MarkAbandoned(ctx context.Context, olderThan time.Time, e
 // once, that Stop, idempotent, joins its goroutine (TestMain finds any
 // left), and that bad options are refused together.
 func TestSweeperLifecycle(t *testing.T) {
+	t.Parallel()
 	marks := countingMarks{AbandonedExecutions: &storeExecutions{s: engines[0].open(t), audit: &auditLog{}}, swept: make(chan struct{}, 1)}
 	sw, err := NewSweeper(&SweeperOptions{Executions: marks, Interval: time.Hour})
 	if err != nil {

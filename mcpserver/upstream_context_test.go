@@ -20,6 +20,7 @@ import (
 // request values, so the caller's protocol version is not sent in the
 // upstream's handshake.
 func TestNewProtocolClientFirstToStatefulUpstream(t *testing.T) {
+	t.Parallel()
 	up := mcp.NewServer(&mcp.Implementation{Name: "stateful", Version: "1"}, nil)
 	up.AddTool(&mcp.Tool{
 		Name: "echo", InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string","maxLength":100}}}`),
@@ -54,6 +55,7 @@ func TestNewProtocolClientFirstToStatefulUpstream(t *testing.T) {
 // TestConnectContext checks the context upstream sessions are opened with:
 // none of the request's values, its deadline, and its cancellation.
 func TestConnectContext(t *testing.T) {
+	t.Parallel()
 	type key struct{}
 	deadline := time.Now().Add(time.Hour)
 	parent, cancelParent := context.WithDeadline(context.WithValue(t.Context(), key{}, "caller's"), deadline)

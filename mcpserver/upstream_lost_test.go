@@ -22,6 +22,7 @@ import (
 // and not "the tool failed" — and a retry of the same key does not run it
 // again. A call that cannot reach the upstream at all was not run.
 func TestUpstreamLostAfterTheCallWentOut(t *testing.T) {
+	t.Parallel()
 	up, runs := chargeServer("flaky")
 	ts := interceptedUpstream(t, up, []string{"tools/call"}, func(sdk http.Handler, w http.ResponseWriter, r *http.Request) {
 		// Run the call, then lose the connection before any answer.

@@ -17,6 +17,7 @@ import (
 // a tool error that says why, before anything is sent; another user is not
 // affected; and once a session is free the call succeeds.
 func TestUpstreamSessionsPerUser(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	started, release := addHoldTool(up, 1)
 	// Two upstreams, both the fixture: a user's sessions to each count
@@ -116,6 +117,7 @@ func addHoldTool(up *fixture, n int) (started chan struct{}, release chan struct
 // TestUpstreamSessionsPerUserOptions checks the option's default and its
 // validation.
 func TestUpstreamSessionsPerUserOptions(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envConfig{})
 	if e.catalog.pool.maxUser != DefaultMaxSessionsPerUser {
 		t.Errorf("default per-user bound %d, want %d", e.catalog.pool.maxUser, DefaultMaxSessionsPerUser)
@@ -130,6 +132,7 @@ func TestUpstreamSessionsPerUserOptions(t *testing.T) {
 // that call lets go of it: failing calls cannot pile up sessions (for
 // stdio, processes) beyond the bound.
 func TestUpstreamSessionsPerUserCountsFailed(t *testing.T) {
+	t.Parallel()
 	up := newFixture(t)
 	e := newEnv(t, envConfig{
 		upstreams: []Upstream{{Name: "fx", URL: up.url}},
