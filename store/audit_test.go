@@ -78,38 +78,52 @@ func TestPostgresAuditAppendersTakeTurns(t *testing.T) {
 	checkChain(t, auditLog(t, a), len(order)+3) // three executions, each with a finish
 }
 
-// A process that knows the head does not read it again: if the newest
-// records are deleted, its next record follows the last one it saw, and the
-// gap stays for the verifier to find rather than being chained over.
+// A process that knows the head does not chain over a truncated tail: if
+// the newest records are deleted, its next record follows the last one it
+// saw, and the gap stays for the verifier to find rather than being
+// chained over — written at the head it knows, or, after a collision,
+// linked to the head by the database (which takes the newest head the
+// process knew when the log's is older).
 func TestPostgresAuditKeepsAGapAtTheHead(t *testing.T) {
-	dsn := storetest.PostgresURL(t)
-	a := openMigrated(t, dsn)
-	for i := range 3 {
-		if _, err := a.AppendAudit(t.Context(), link(fmt.Sprintf("k%d", i))); err != nil {
-			t.Fatalf("append %d: %v", i, err)
-		}
-	}
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(t.Context())
-	if _, err := conn.Exec(t.Context(), `DELETE FROM audit_log WHERE seq = 3`); err != nil {
-		t.Fatalf("delete: %v", err)
-	}
-	r, err := a.AppendAudit(t.Context(), link("after"))
-	if err != nil {
-		t.Fatalf("append after the deletion: %v", err)
-	}
-	if r.Seq != 4 {
-		t.Errorf("the append after the deletion has seq %d, want 4: the gap at 3 must stay", r.Seq)
-	}
-	var seqs []int64
-	for _, r := range auditLog(t, a) {
-		seqs = append(seqs, r.Seq)
-	}
-	if !slices.Equal(seqs, []int64{1, 2, 4}) {
-		t.Errorf("the log holds %v, want [1 2 4]", seqs)
+	for name, c := range map[string]struct {
+		build func(kind string) func(store.AuditHead) (store.AuditRecord, error)
+		skip  int
+	}{
+		"at the known head":      {link, 0},
+		"linked by the database": {linked, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dsn := storetest.PostgresURL(t)
+			a := openMigrated(t, dsn)
+			for i := range 3 {
+				if _, err := a.AppendAudit(t.Context(), c.build(fmt.Sprintf("k%d", i))); err != nil {
+					t.Fatalf("append %d: %v", i, err)
+				}
+			}
+			conn, err := pgx.Connect(t.Context(), dsn)
+			if err != nil {
+				t.Fatalf("connect: %v", err)
+			}
+			defer conn.Close(t.Context())
+			if _, err := conn.Exec(t.Context(), `DELETE FROM audit_log WHERE seq = 3`); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+			store.SkipKnownAuditHead(a, c.skip)
+			r, err := a.AppendAudit(t.Context(), c.build("after"))
+			if err != nil {
+				t.Fatalf("append after the deletion: %v", err)
+			}
+			if r.Seq != 4 {
+				t.Errorf("the append after the deletion has seq %d, want 4: the gap at 3 must stay", r.Seq)
+			}
+			var seqs []int64
+			for _, r := range auditLog(t, a) {
+				seqs = append(seqs, r.Seq)
+			}
+			if !slices.Equal(seqs, []int64{1, 2, 4}) {
+				t.Errorf("the log holds %v, want [1 2 4]", seqs)
+			}
+		})
 	}
 }
 
@@ -230,41 +244,5 @@ func TestPostgresAuditLinkedAppendersTakeTurns(t *testing.T) {
 		if r.Link != nil {
 			t.Errorf("record %d read back with a Link", r.Seq)
 		}
-	}
-}
-
-// A write linked by the database (after a collision) follows the newest
-// head the process knew: if the newest records were deleted, the gap stays
-// for the verifier to find rather than being chained over.
-func TestPostgresAuditLinkedKeepsAGapAtTheHead(t *testing.T) {
-	dsn := storetest.PostgresURL(t)
-	a := openMigrated(t, dsn)
-	for i := range 3 {
-		if _, err := a.AppendAudit(t.Context(), linked(fmt.Sprintf("k%d", i))); err != nil {
-			t.Fatalf("append %d: %v", i, err)
-		}
-	}
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(t.Context())
-	if _, err := conn.Exec(t.Context(), `DELETE FROM audit_log WHERE seq = 3`); err != nil {
-		t.Fatalf("delete: %v", err)
-	}
-	store.SkipKnownAuditHead(a, 1)
-	r, err := a.AppendAudit(t.Context(), linked("after"))
-	if err != nil {
-		t.Fatalf("append after the deletion: %v", err)
-	}
-	if r.Seq != 4 {
-		t.Errorf("the append after the deletion has seq %d, want 4: the gap at 3 must stay", r.Seq)
-	}
-	var seqs []int64
-	for _, r := range auditLog(t, a) {
-		seqs = append(seqs, r.Seq)
-	}
-	if !slices.Equal(seqs, []int64{1, 2, 4}) {
-		t.Errorf("the log holds %v, want [1 2 4]", seqs)
 	}
 }

@@ -11,9 +11,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/oauth2"
-
-	"github.com/usherhq/usher/assistant"
-	"github.com/usherhq/usher/assistant/model/modeltest"
 )
 
 // TestKilledReplicaHoldingCall: in the default (stateless) mode, a caller
@@ -43,24 +40,7 @@ func TestKilledReplicaHoldingCall(t *testing.T) {
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "user chose " + el.Action}}}, nil
 		})
-	upURL := serveUpstream(t, srv, nil)
-	c := newReplicaCluster(t, upURL, modeltest.NewServer(t))
-	// The upstream's sessions end with the test: the one A opened, whose
-	// client died, and its tool call, which waits for an answer, too.
-	t.Cleanup(func() {
-		end()
-		for ss := range srv.Sessions() {
-			_ = ss.Close()
-		}
-	})
-	a, b := c.start(), c.start()
-	c.lb.set(a.url)
-	_, body := get(t, a.url+"/api/me", c.alice)
-	var who assistant.Me
-	if err := json.Unmarshal(body, &who); err != nil {
-		t.Fatal(err)
-	}
-	mcpTok := c.cli("token", "mcp", "--sub", who.ID)
+	c, a, b, mcpTok := startKilledPair(t, srv, end)
 
 	// A caller that runs the rounds itself, and offers elicitation.
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, &mcp.ClientOptions{

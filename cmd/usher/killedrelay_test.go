@@ -12,9 +12,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/oauth2"
-
-	"github.com/usherhq/usher/assistant"
-	"github.com/usherhq/usher/assistant/model/modeltest"
 )
 
 // TestKilledReplicaDuringSampling: in the stateful mode, an upstream's
@@ -44,24 +41,7 @@ func TestKilledReplicaDuringSampling(t *testing.T) {
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "model said " + msg.Content.(*mcp.TextContent).Text}}}, nil
 		})
-	upURL := serveUpstream(t, srv, nil)
-	c := newReplicaCluster(t, upURL, modeltest.NewServer(t), "USHER_MCP_STATEFUL=true")
-	// The upstream's sessions end with the test: the one A opened, whose
-	// client died, and its tool call, which waits for an answer, too.
-	t.Cleanup(func() {
-		end()
-		for ss := range srv.Sessions() {
-			_ = ss.Close()
-		}
-	})
-	a, b := c.start(), c.start()
-	c.lb.set(a.url)
-	_, body := get(t, a.url+"/api/me", c.alice)
-	var who assistant.Me
-	if err := json.Unmarshal(body, &who); err != nil {
-		t.Fatal(err)
-	}
-	mcpTok := c.cli("token", "mcp", "--sub", who.ID)
+	c, a, b, mcpTok := startKilledPair(t, srv, end, "USHER_MCP_STATEFUL=true")
 
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, &mcp.ClientOptions{
 		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/usherhq/usher/assistant"
 	"github.com/usherhq/usher/assistant/model/modeltest"
 	"github.com/usherhq/usher/internal/apitest"
 	"github.com/usherhq/usher/internal/testenv"
@@ -145,4 +146,31 @@ func createHeld(t *testing.T, ms *modeltest.Server, base, token, content string)
 		t.Fatal(err)
 	}
 	return run["runId"].(string)
+}
+
+// startKilledPair starts two replicas of a cluster (extra: their
+// environment) in front of the upstream srv, whose sessions, and the
+// tool calls waiting on ended, end with the test (end); the balancer
+// sends to the first. It returns the cluster, both replicas and an MCP
+// token of alice's.
+func startKilledPair(t *testing.T, srv *mcp.Server, end context.CancelFunc, extra ...string) (c *replicaCluster, a, b *process, mcpTok string) {
+	t.Helper()
+	upURL := serveUpstream(t, srv, nil)
+	c = newReplicaCluster(t, upURL, modeltest.NewServer(t), extra...)
+	// The upstream's sessions end with the test: the one A opened, whose
+	// client died, and its tool call, which waits for an answer, too.
+	t.Cleanup(func() {
+		end()
+		for ss := range srv.Sessions() {
+			_ = ss.Close()
+		}
+	})
+	a, b = c.start(), c.start()
+	c.lb.set(a.url)
+	_, body := get(t, a.url+"/api/me", c.alice)
+	var who assistant.Me
+	if err := json.Unmarshal(body, &who); err != nil {
+		t.Fatal(err)
+	}
+	return c, a, b, c.cli("token", "mcp", "--sub", who.ID)
 }
