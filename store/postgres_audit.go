@@ -92,6 +92,10 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, w *pgAuditWrite, ba
 	if c.known {
 		floor = c.head
 	}
+	// The process's last write had Links: this one is likely to, and is
+	// built to be linked by the database when it does not chain on the
+	// head the process knows (a process that knows no head reads it).
+	linkedBefore := c.known && c.linked
 	c.skip = max(c.skip-1, 0)
 	c.known = false // until a write succeeds
 	for attempt := 0; known && attempt < maxAuditAttempts; attempt++ {
@@ -101,7 +105,7 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, w *pgAuditWrite, ba
 		}
 		seen, err := appendAtHead(ctx, conn, batch, func() { s.sent(ctx, w, batch) })
 		if err == nil {
-			c.head, c.known = batch[len(batch)-1].head(), true
+			c.head, c.known, c.linked = batch[len(batch)-1].head(), true, allLinked(batch)
 			switch {
 			case attempt > 0:
 			case allLinked(batch):
@@ -127,9 +131,16 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, w *pgAuditWrite, ba
 		c.backoff = min(max(2*c.backoff, 1), maxAuditBackoff)
 		c.skip = c.backoff
 	}
-	if linked, ok := buildLinked(batch, head); ok {
+	switch linked, ok := batch, known && allLinked(batch); {
+	case ok: // built at the head the process knew, which another overtook
 		batch, err = appendLinked(ctx, conn, linked, floor)
-	} else {
+	case linkedBefore:
+		if linked, ok = buildLinked(batch, head); ok {
+			batch, err = appendLinked(ctx, conn, linked, floor)
+		} else {
+			batch, err = appendAfterHead(ctx, conn, batch)
+		}
+	default:
 		batch, err = appendAfterHead(ctx, conn, batch)
 	}
 	if err != nil {
@@ -137,7 +148,7 @@ func (s *postgresStore) writeAuditBatch(ctx context.Context, w *pgAuditWrite, ba
 		return
 	}
 	if len(batch) > 0 {
-		c.head, c.known = batch[len(batch)-1].head(), true
+		c.head, c.known, c.linked = batch[len(batch)-1].head(), true, allLinked(batch)
 	}
 	finishAppends(batch, nil)
 }
@@ -164,7 +175,7 @@ func (s *postgresStore) writeChained(ctx context.Context, w *pgAuditWrite) {
 	err := s.appendChained(ctx, w, batch)
 	<-w.after.done // the write ahead has ended: what it learned is ours
 	if err == nil {
-		c.head, c.known = batch[len(batch)-1].head(), true
+		c.head, c.known, c.linked = batch[len(batch)-1].head(), true, allLinked(batch)
 		finishAppends(batch, nil)
 		return
 	}

@@ -54,6 +54,9 @@ type pgAuditChain struct {
 	// chained on has ended.
 	head  AuditHead
 	known bool
+	// linked: the records of the last write that set head had Links
+	// (see buildLinked).
+	linked bool
 	// After a collision, the next skip writes do not chain on the head
 	// the process knows. Writes of records with Links (audit.Log's) are
 	// then linked to the head by the database (appendLinked), in one round
