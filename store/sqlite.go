@@ -196,7 +196,6 @@ func (s *sqliteStore) pending(ctx context.Context) error {
 func (s *sqliteStore) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
-		s.updates.close()
 		err = errors.Join(s.read.Close(), s.write.Close())
 	})
 	return err
