@@ -314,10 +314,8 @@ func withAudit(ctx context.Context, fn func(tx executor) error, build func(Audit
 // linkedAuditArgs are the arguments of insertLinkedAudit for r, after
 // the newest head known.
 func linkedAuditArgs(r AuditRecord, link *AuditLink, known AuditHead) []any {
-	return []any{r.At, r.Kind, r.Principal, r.ClientID, r.TokenJTI, r.Tool,
-		r.DefinitionHash, r.ArgumentsHash, r.Decision, string(encodeNames(r.PolicyIDs)), r.PolicyHash,
-		r.ApprovalID, r.RunID, r.Outcome, r.Latency.Microseconds(), string(r.Details), r.EventID,
-		link.Before, link.After, known.Seq, known.Hash}
+	args := auditArgs(r)[1:17] // at to details: the chain's columns are the database's
+	return append(args, r.EventID, link.Before, link.After, known.Seq, known.Hash)
 }
 
 func auditArgs(r AuditRecord) []any {

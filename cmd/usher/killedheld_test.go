@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,23 +23,14 @@ import (
 // record; and the tool ran once: nothing ran it again.
 func TestKilledReplicaHoldingCall(t *testing.T) {
 	t.Parallel()
-	var calls atomic.Int32
-	ended, end := context.WithCancel(context.Background())
-	srv := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
-	srv.AddTool(&mcp.Tool{Name: "ask", InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			calls.Add(1)
-			ctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			defer context.AfterFunc(ended, cancel)()
-			el, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Your name?",
-				RequestedSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)})
-			if err != nil {
-				return nil, err
-			}
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "user chose " + el.Action}}}, nil
-		})
-	c, a, b, mcpTok := startKilledPair(t, srv, end)
+	c, a, b, mcpTok, calls := startKilledPair(t, func(ctx context.Context, ss *mcp.ServerSession) (*mcp.CallToolResult, error) {
+		el, err := ss.Elicit(ctx, &mcp.ElicitParams{Message: "Your name?",
+			RequestedSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)})
+		if err != nil {
+			return nil, err
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "user chose " + el.Action}}}, nil
+	})
 
 	// A caller that runs the rounds itself, and offers elicitation.
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, &mcp.ClientOptions{

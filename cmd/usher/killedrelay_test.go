@@ -4,9 +4,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,24 +22,15 @@ import (
 // ran once: nothing ran it again.
 func TestKilledReplicaDuringSampling(t *testing.T) {
 	t.Parallel()
-	var calls atomic.Int32
 	asked, switched := make(chan struct{}, 1), make(chan struct{})
-	ended, end := context.WithCancel(context.Background())
-	srv := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
-	srv.AddTool(&mcp.Tool{Name: "ask", InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			calls.Add(1)
-			ctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			defer context.AfterFunc(ended, cancel)()
-			msg, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 10,
-				Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "2+2?"}}}})
-			if err != nil {
-				return nil, err
-			}
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "model said " + msg.Content.(*mcp.TextContent).Text}}}, nil
-		})
-	c, a, b, mcpTok := startKilledPair(t, srv, end, "USHER_MCP_STATEFUL=true")
+	c, a, b, mcpTok, calls := startKilledPair(t, func(ctx context.Context, ss *mcp.ServerSession) (*mcp.CallToolResult, error) {
+		msg, err := ss.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 10,
+			Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "2+2?"}}}})
+		if err != nil {
+			return nil, err
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "model said " + msg.Content.(*mcp.TextContent).Text}}}, nil
+	}, "USHER_MCP_STATEFUL=true")
 
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, &mcp.ClientOptions{
 		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {

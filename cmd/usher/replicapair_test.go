@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,12 +150,24 @@ func createHeld(t *testing.T, ms *modeltest.Server, base, token, content string)
 }
 
 // startKilledPair starts two replicas of a cluster (extra: their
-// environment) in front of the upstream srv, whose sessions, and the
-// tool calls waiting on ended, end with the test (end); the balancer
-// sends to the first. It returns the cluster, both replicas and an MCP
-// token of alice's.
-func startKilledPair(t *testing.T, srv *mcp.Server, end context.CancelFunc, extra ...string) (c *replicaCluster, a, b *process, mcpTok string) {
+// environment) in front of an upstream whose tool "ask" calls ask with the
+// call's session, under a context that also ends with the test (so do the
+// upstream's sessions); the balancer sends to the first replica. It returns
+// the cluster, both replicas, an MCP token of alice's and the count of the
+// tool's calls.
+func startKilledPair(t *testing.T, ask func(context.Context, *mcp.ServerSession) (*mcp.CallToolResult, error), extra ...string) (c *replicaCluster, a, b *process, mcpTok string, calls *atomic.Int32) {
 	t.Helper()
+	calls = new(atomic.Int32)
+	ended, end := context.WithCancel(context.Background())
+	srv := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "ask", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			calls.Add(1)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			defer context.AfterFunc(ended, cancel)()
+			return ask(ctx, req.Session)
+		})
 	upURL := serveUpstream(t, srv, nil)
 	c = newReplicaCluster(t, upURL, modeltest.NewServer(t), extra...)
 	// The upstream's sessions end with the test: the one A opened, whose
@@ -172,5 +185,5 @@ func startKilledPair(t *testing.T, srv *mcp.Server, end context.CancelFunc, extr
 	if err := json.Unmarshal(body, &who); err != nil {
 		t.Fatal(err)
 	}
-	return c, a, b, c.cli("token", "mcp", "--sub", who.ID)
+	return c, a, b, c.cli("token", "mcp", "--sub", who.ID), calls
 }
