@@ -76,7 +76,7 @@ func jsonNumber(v any) int64 {
 // before the branches byte for byte.
 func TestBranches(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ms, provider := scriptedModel(t)
 		h := newHarness(t, st, provider, nil)
 		ctx := t.Context()
@@ -244,7 +244,7 @@ func TestBranches(t *testing.T) {
 // writes nothing.
 func TestBranchRefusals(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ms, provider := scriptedModel(t)
 		h := newHarness(t, st, provider, &Options{MaxMessageBytes: 1000})
 		ctx := t.Context()

@@ -21,7 +21,7 @@ import (
 // nothing.
 func TestParkAtTheLimit(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ms, provider := scriptedModel(t)
 		ms.SetDefaultReply("ok")
 		h := newHarness(t, st, provider, &Options{MaxActiveRuns: 2})
@@ -137,7 +137,7 @@ func settingsAPI(t *testing.T, rt *Runtime, who identity.Principal) string {
 // the system prompt.
 func TestSettings(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ms, provider := scriptedModel(t)
 		ms.SetDefaultReply("ok")
 		h := newHarness(t, st, provider, &Options{ModelName: "small", Models: []string{"large", "small"}})

@@ -175,7 +175,7 @@ func eventsOfType(t *testing.T, st store.Store, runID, typ string) []json.RawMes
 // are no conversation.
 func TestCompactionLongConversation(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		ms := modeltest.NewServer(t)
 		sums := &summaries{}

@@ -102,7 +102,7 @@ func promptWords(r modeltest.RecordedRequest) int64 {
 // GET /runs/{id} shows the latest.
 func TestContextAccounting(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		ms := modeltest.NewServer(t)
 		tool := newGatedTool(t)

@@ -16,7 +16,7 @@ import (
 // Idempotency-Key answers the same deletion.
 func TestDeleteMessage(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ms, provider := scriptedModel(t)
 		h := newHarness(t, st, provider, nil)
 
@@ -120,7 +120,7 @@ func TestDeleteMessage(t *testing.T) {
 // write nothing.
 func TestDeleteMessageRefusals(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ms, provider := scriptedModel(t)
 		h := newHarness(t, st, provider, nil)
 		ctx := t.Context()

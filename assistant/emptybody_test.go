@@ -21,7 +21,7 @@ type chunked struct{ io.Reader }
 // members either way.
 func TestOptionalBodies(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ms, provider := scriptedModel(t)
 		h := newHarness(t, st, provider, nil)
 		ms.Reply("Hello.")

@@ -15,7 +15,7 @@ import (
 // lives.
 func TestReplacedSessionClosedOnRelease(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		url, ends := countingMCP(t)
 		h := newHarness(t, st, model.NewDemo(), &Options{MCPURL: url, HoldIdle: time.Hour})
 		heldAfterTurn(t, h, "run_replaced")

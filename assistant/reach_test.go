@@ -19,7 +19,7 @@ import (
 // completes, instead of ending at once as failed.
 func TestToolsOutOfReachOnceAreRetried(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		tools := newCountingTools(t, st)
 		target, err := url.Parse(tools.url)
 		if err != nil {

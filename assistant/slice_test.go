@@ -137,26 +137,13 @@ func say(t *testing.T, rt *Runtime, runID, text string) TurnOutcome {
 	return out
 }
 
-// onEngines runs f on each engine, in parallel: each gets a store of its
-// own.
-func onEngines(t *testing.T, f func(t *testing.T, st store.Store)) {
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		f(t, storetest.NewSQLite(t))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		f(t, storetest.NewPostgres(t))
-	})
-}
-
 // TestToolLimitInsideOneResponse has the model ask for 50 tool calls in
 // one response with a limit of 16 calls per slice: they run 16, 16, 16 and
 // 2 in four slices, each exactly once and in order, and the turn goes on
 // to the model's answer.
 func TestToolLimitInsideOneResponse(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ms := modeltest.NewServer(t)
 		tools := newCountingTools(t, st)
 		rt, runID := startRuntime(t, st, ms, tools, Options{MaxToolCallsPerSlice: 16})
@@ -305,7 +292,7 @@ func TestTurnResumedAfterItsAnswer(t *testing.T) {
 // second turn's request is in turn order, ending with the second message.
 func TestMessageDuringATurn(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		ms := modeltest.NewServer(t)
 		rt, runID := startRuntime(t, st, ms, newCountingTools(t, st), Options{})

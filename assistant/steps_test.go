@@ -100,7 +100,7 @@ func checkBudgetStop(t *testing.T, st store.Store, o Options, maxSlices int) {
 // of 7, on both engines.
 func TestSliceBudget(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		checkBudgetStop(t, st, Options{MaxSlices: 7}, 7)
 	})
 }

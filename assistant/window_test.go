@@ -184,7 +184,7 @@ func dump(msgs []model.Message) string {
 // history as before; the run's events are never touched.
 func TestTurnWithSnapshot(t *testing.T) {
 	t.Parallel()
-	onEngines(t, func(t *testing.T, st store.Store) {
+	forEachEngine(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		ms := modeltest.NewServer(t)
 		tools := newCountingTools(t, st)
