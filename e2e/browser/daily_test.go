@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -158,6 +159,22 @@ func TestBrowserSidebarMenus(t *testing.T) {
 		t.Errorf("the renamed run = %v", body["run"])
 	}
 
+	// A live update while the mouse button is down on a row (the other
+	// session renamed elsewhere) leaves that row where it is: the click
+	// opens it.
+	olderLink := `.session-list a[href="/runs/` + older + `"]`
+	at := evaluate[[]float64](tb, `(() => { const r = document.querySelector(`+js(olderLink)+`).getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()`)
+	button := func(typ input.DispatchMouseEventType) {
+		call(tb, input.DispatchMouseEvent, input.DispatchMouseEventParams{Type: typ, X: at[0], Y: at[1], Button: input.MouseButtonLeft, Buttons: 1, ClickCount: 1})
+	}
+	button(input.DispatchMouseEventTypeMousePressed)
+	if code, _ := apitest.Call(t, "PATCH", s.url+"/api/assistant/runs/"+newer, frank, `{"title":"Renamed elsewhere"}`); code != 200 {
+		t.Fatalf("PATCH the other run = %d", code)
+	}
+	tb.waitUntil("the other title listed", `[...document.querySelectorAll(".session-list .session-title")].some((e) => e.textContent === "Renamed elsewhere")`)
+	button(input.DispatchMouseEventTypeMouseReleased)
+	tb.waitUntil("the older session open", `location.pathname === "/runs/`+older+`" && document.querySelector(".conversation-actions .more-actions > summary")`)
+
 	// Delete, after the confirmation.
 	tb.click(menuOf(newer))
 	tb.click(menuOf(newer) + ` + [role=menu] .menu-delete`)
@@ -168,9 +185,8 @@ func TestBrowserSidebarMenus(t *testing.T) {
 		t.Errorf("GET the deleted run = %d, want 404", code)
 	}
 
-	// The conversation's More menu closes on a click outside it, and on
-	// Escape.
-	tb.click(`.session-list a[href="/runs/` + older + `"]`)
+	// The conversation's More menu (the older session's, open since the
+	// click above) closes on a click outside it.
 	tb.click(`.conversation-actions .more-actions > summary`)
 	tb.waitUntil("More open", `document.querySelector(".conversation-actions .more-actions").open`)
 	tb.click(`.messages`)

@@ -3,7 +3,7 @@
 // security reviewers the Review section. Paths: /, /runs/{id}, /approvals,
 // /approvals/{id}, /apps, /operator, /review… (review.js).
 
-import { h, announce, timeElement } from './dom.js';
+import { h, announce, timeElement, keyedChildren } from './dom.js';
 import { request, path, newKey, whenSignedOut, APIError } from './api.js';
 import { UpdatesFeed } from './live.js';
 import { Conversation, composer, confirmDialog } from './conversation.js';
@@ -405,12 +405,16 @@ function renderSidebar() {
     const inGroup = run.pinned ? 'Pinned' : dateGroup(run.updatedAt);
     if (!searching && inGroup !== group) {
       group = inGroup;
-      items.push(h('li', { class: 'session-group' }, group));
+      const text = group;
+      items.push({ key: `group:${text}`, sig: '', make: () => h('li', { class: 'session-group' }, text) });
     }
     const [label, cls] = runStatus(run);
     const unread = !isOpen(run.runId) && app.seen[run.runId] !== undefined && run.messageCount > app.seen[run.runId];
     const below = snippet || run.preview;
-    items.push(h('li', { class: 'session-row' }, h('a', {
+    // What the row shows, and what its menu acts on: the row is drawn
+    // again only when one of these changes.
+    const sig = JSON.stringify([runTitle(run), run.title, run.pinned, label, cls, unread, run.status, run.runId === current, below, Boolean(snippet)]);
+    items.push({ key: `run:${run.runId}`, sig, make: () => h('li', { class: 'session-row' }, h('a', {
       href: `/runs/${encodeURIComponent(run.runId)}`,
       class: `session-item${unread ? ' unread' : ''}${run.status === 'Completed' ? ' completed' : ''}`,
       'aria-current': run.runId === current ? 'page' : null,
@@ -421,9 +425,9 @@ function renderSidebar() {
     h('span', { class: 'session-bottom' },
       h('span', { class: `badge small ${cls}` }, label),
       below ? h('span', { class: `session-preview${snippet ? ' snippet' : ''}` }, below) : null)),
-    sessionMenu(run)));
+    sessionMenu(run)) });
   }
-  e.list.replaceChildren(...items);
+  keyedChildren(e.list, items);
   e.empty.textContent = runs.length === 0 ? 'No sessions yet. Start one with New session.'
     : (searching && shown.length === 0 ? (app.searchError || 'No session has those words in its title or messages.') : '');
   app.searchError = '';

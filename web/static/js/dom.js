@@ -62,3 +62,32 @@ export function uniqueId(prefix) {
   ids += 1;
   return `${prefix}-${ids}`;
 }
+
+// keyedChildren keeps what is drawn in parent: one node per item
+// ({key, sig, make}), reused while its key and sig stay the same and made
+// again by make() when sig changes; nodes no longer listed leave, and the
+// rest are put in order without moving those already in place. A live
+// update then leaves the nodes the person is pointing at where they are,
+// so a click that began on one is not lost.
+const drawn = new WeakMap(); // parent -> Map(key -> {sig, node})
+export function keyedChildren(parent, items) {
+  const before = drawn.get(parent) || new Map();
+  const now = new Map();
+  for (const { key, sig, make } of items) {
+    const had = before.get(key);
+    now.set(key, had && had.sig === sig ? had : { sig, node: make() });
+  }
+  const keep = new Set([...now.values()].map((d) => d.node));
+  for (const child of [...parent.children]) {
+    if (!keep.has(child)) child.remove();
+  }
+  let at = parent.firstElementChild;
+  for (const { node } of now.values()) {
+    if (node === at) {
+      at = at.nextElementSibling;
+    } else {
+      parent.insertBefore(node, at);
+    }
+  }
+  drawn.set(parent, now);
+}
