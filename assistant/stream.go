@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -156,9 +157,10 @@ func (rt *Runtime) streamRun(ctx context.Context, e emitter, run store.Run, afte
 		return err
 	}
 	cursor := after
-	flush := func() error {
+	// flush sends the events after the cursor up to upTo.
+	flush := func(upTo int64) error {
 		for {
-			events, more, err := room.since(ctx, cursor)
+			events, more, err := room.since(ctx, cursor, upTo)
 			if err != nil {
 				return err
 			}
@@ -173,7 +175,13 @@ func (rt *Runtime) streamRun(ctx context.Context, e emitter, run store.Run, afte
 			}
 		}
 	}
-	sendDelta := func(d store.Notification) error {
+	// sendDelta sends a delta after the events announced before it.
+	sendDelta := func(d roomDelta) error {
+		if d.after > cursor {
+			if err := flush(d.after); err != nil {
+				return err
+			}
+		}
 		return e.send("delta", 0, map[string]any{"runId": d.RunID, "messageSeq": d.MessageSeq, "text": d.Text})
 	}
 	sendDeltas := func() error {
@@ -188,7 +196,11 @@ func (rt *Runtime) streamRun(ctx context.Context, e emitter, run store.Run, afte
 			}
 		}
 	}
-	if err := flush(); err != nil {
+	// The log as it is: its events were appended before the subscription
+	// heard of any, and deltas still on their way stream what follows
+	// them.
+	resyncs := room.resyncs.Load()
+	if err := flush(math.MaxInt64); err != nil {
 		return err
 	}
 	status := run.Status
@@ -199,13 +211,18 @@ func (rt *Runtime) streamRun(ctx context.Context, e emitter, run store.Run, afte
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-sub.poke:
-			// Deltas queued before this wake-up stream text that the
-			// events being flushed may commit: send them first, so that
-			// no delta follows its committed message.
+			// The events announced so far, after the deltas queued before
+			// their announcement: those stream text the events may
+			// commit, and no delta follows its committed message. After
+			// a resync, every event in the log counts as announced.
+			upTo := room.announced.Load()
+			if n := room.resyncs.Load(); n != resyncs {
+				resyncs, upTo = n, math.MaxInt64
+			}
 			if err := sendDeltas(); err != nil {
 				return err
 			}
-			if err := flush(); err != nil {
+			if err := flush(upTo); err != nil {
 				return err
 			}
 		case d := <-sub.deltas:
@@ -362,7 +379,7 @@ func (rt *Runtime) longPoll(w http.ResponseWriter, r *http.Request, run store.Ru
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
-		events, more, err := room.since(ctx, after)
+		events, more, err := room.read(ctx, after)
 		if err != nil && ctx.Err() == nil {
 			rt.fail(w, r, err)
 			return

@@ -90,7 +90,7 @@ func (b *bus) dispatch(n store.Notification) {
 	switch n.Kind {
 	case store.NotifyEvent:
 		if r := b.rooms[n.RunID]; r != nil {
-			r.eventAppended()
+			r.eventAppended(n.Seq)
 		}
 		b.pokeFeeds(n.Owner, func(f *feedSub) { f.runChanged(n.RunID) })
 	case store.NotifyHold:
@@ -113,7 +113,7 @@ func (b *bus) dispatch(n store.Notification) {
 		}
 	case store.NotifyResync:
 		for _, r := range b.rooms {
-			r.eventAppended()
+			r.resynced()
 			r.statusChanged()
 		}
 		b.pokeFeeds("", func(f *feedSub) { f.resync() })
@@ -138,7 +138,7 @@ func (b *bus) pokeFeeds(owner string, poke func(*feedSub)) {
 
 // joinRun subscribes to a run's updates; leave ends the subscription.
 func (b *bus) joinRun(runID string) (_ *runSub, _ *room, leave func()) {
-	sub := &runSub{poke: make(chan struct{}, 1), status: make(chan struct{}, 1), deltas: make(chan store.Notification, deltaQueue)}
+	sub := &runSub{poke: make(chan struct{}, 1), status: make(chan struct{}, 1), deltas: make(chan roomDelta, deltaQueue)}
 	b.mu.Lock()
 	r := b.rooms[runID]
 	if r == nil {
@@ -197,7 +197,18 @@ const deltaQueue = 8
 type runSub struct {
 	poke   chan struct{}
 	status chan struct{}
-	deltas chan store.Notification
+	deltas chan roomDelta
+}
+
+// roomDelta is a delta and where it stands among the run's events: the
+// newest event announced before it. The store announces an event after
+// the deltas published before it was committed, in order, so a
+// subscriber that sends every event up to after before the delta, and a
+// delta before any event announced after it, sends them in the order
+// they happened: no delta follows the message it streamed.
+type roomDelta struct {
+	store.Notification
+	after int64
 }
 
 func signal(ch chan struct{}) {
@@ -220,6 +231,11 @@ type room struct {
 	// the database.
 	gen    atomic.Int64
 	runGen atomic.Int64
+	// announced is the newest event announced, resyncs counts the times
+	// notifications may have been lost (then every event in the log
+	// counts as announced).
+	announced atomic.Int64
+	resyncs   atomic.Int64
 
 	runMu   sync.Mutex // guards the run row, read once per change
 	runSeen int64
@@ -271,7 +287,20 @@ func (r *room) removeLocked(s *runSub) int {
 	return len(r.subs)
 }
 
-func (r *room) eventAppended() {
+// eventAppended is the announcement of the event seq.
+func (r *room) eventAppended(seq int64) {
+	if seq > r.announced.Load() {
+		r.announced.Store(seq) // only the bus, under its lock, stores
+	}
+	r.gen.Add(1)
+	for s := range r.subs {
+		signal(s.poke)
+	}
+}
+
+// resynced says that announcements may have been lost.
+func (r *room) resynced() {
+	r.resyncs.Add(1)
 	r.gen.Add(1)
 	for s := range r.subs {
 		signal(s.poke)
@@ -286,19 +315,34 @@ func (r *room) statusChanged() {
 }
 
 func (r *room) delta(n store.Notification) {
+	d := roomDelta{Notification: n, after: r.announced.Load()}
 	for s := range r.subs {
 		select {
-		case s.deltas <- n:
+		case s.deltas <- d:
 		default:
 		}
 	}
 }
 
-// since returns the events after the sequence after, and whether more
-// follow them. It serves from the room's window when the window covers
+// since returns the events after the sequence after up to upTo, and
+// whether more follow them. It serves from the room's window when the window covers
 // after, reading the log once per change for every subscriber; a
 // subscriber further behind reads the log itself.
-func (r *room) since(ctx context.Context, after int64) ([]roomEvent, bool, error) {
+func (r *room) since(ctx context.Context, after, upTo int64) ([]roomEvent, bool, error) {
+	events, more, err := r.read(ctx, after)
+	if n := len(events); n > 0 && events[n-1].Seq > upTo {
+		i := 0
+		for i < n && events[i].Seq <= upTo {
+			i++
+		}
+		events, more = events[:i], false
+	}
+	return events, more, err
+}
+
+// read returns the events after the sequence after, and whether more
+// follow them.
+func (r *room) read(ctx context.Context, after int64) ([]roomEvent, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if gen := r.gen.Load(); !r.init || r.more || r.seen != gen {
