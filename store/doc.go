@@ -60,7 +60,9 @@
 //     core configured with their pools, error translation (pgError,
 //     sqliteError: the one place each knows its driver's codes) and
 //     notification delivery, and add only what is theirs: opening,
-//     migrating, LISTEN (notify.go, updates.go), SQLite's one writer with
+//     migrating, LISTEN (notify.go; updates.go, one listener per store
+//     whose notifications the hub both engines share fans out to every
+//     subscriber, updatehub.go), SQLite's one writer with
 //     BEGIN IMMEDIATE beside a read pool and its per-connection statement
 //     cache (sqlite_stmtcache.go), and PostgreSQL's audit group commit
 //     (postgres_audit*.go), which the start and the end of every tool

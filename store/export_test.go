@@ -121,3 +121,12 @@ func AuditAhead(s Store) bool {
 	defer c.mu.Unlock()
 	return c.ahead != nil
 }
+
+// ListenBackends counts the backends of a PostgreSQL store's database
+// whose last statement was the LISTEN of its updates channel.
+func ListenBackends(ctx context.Context, s Store) (int, error) {
+	var n int
+	err := s.(*postgresStore).pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND query = 'LISTEN ' || quote_ident(`+pgUpdatesChannel+`)`).Scan(&n)
+	return n, err
+}

@@ -30,6 +30,7 @@ type postgresStore struct {
 	sqlDB    *sql.DB // the same pool through database/sql: core's, and goose's
 	migrator *goose.Provider
 	audit    *pgAuditChain
+	updates  pgUpdates // the listener of Updates (updates.go)
 
 	closeOnce sync.Once
 }
@@ -265,6 +266,7 @@ func (s *postgresStore) Ready(ctx context.Context) error {
 func (s *postgresStore) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
+		s.closeUpdates()
 		err = s.sqlDB.Close()
 		s.pool.Close()
 	})

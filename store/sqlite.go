@@ -196,6 +196,7 @@ func (s *sqliteStore) pending(ctx context.Context) error {
 func (s *sqliteStore) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
+		s.updates.close()
 		err = errors.Join(s.read.Close(), s.write.Close())
 	})
 	return err

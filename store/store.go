@@ -395,7 +395,15 @@ type Store interface {
 	// process (on PostgreSQL, through LISTEN/NOTIFY) or this one (SQLite)
 	// changed in runs, their event logs and approvals, and the deltas
 	// published with Publish. Notifications are hints (see Notification).
-	// The channel is closed when ctx ends.
+	// The subscriber gets every notification sent after Updates returned,
+	// in order. On PostgreSQL all of a store's subscribers share one
+	// LISTEN connection, opened by the first and closed when the last
+	// leaves; after it is lost and restored, every subscriber gets
+	// NotifyResync. Each subscriber has UpdateBuffer notifications of
+	// room, so that a slow one holds up no other: what does not fit is
+	// dropped, and the subscriber gets NotifyResync as soon as it has room
+	// again, after those it had. The channel is closed when ctx ends or
+	// the store closes.
 	Updates(ctx context.Context) (<-chan Notification, error)
 	// Publish sends a NotifyDelta, NotifyMCPAnswer, NotifyHeldInput,
 	// NotifyHeldOutcome or NotifyMCPSession to every process's Updates.

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Notification tells live-update subscribers that something changed. It
@@ -60,7 +62,8 @@ const (
 	// Holds.HoldSession); the replica that held it before closes its own.
 	NotifyHold = "hold"
 	// NotifyResync: notifications may have been lost (the listener
-	// reconnected); subscribers should read the database again.
+	// reconnected, or the subscriber fell UpdateBuffer behind);
+	// subscribers should read the database again.
 	NotifyResync = "resync"
 	// NotifyMCPAnswer: a client's answer to a request an MCP session sent
 	// it, received by one replica and passed to the others: the one that
@@ -132,56 +135,8 @@ func carriesText(kind string) bool {
 	return kind == NotifyMCPAnswer || kind == NotifyHeldInput || kind == NotifyHeldOutcome
 }
 
-// updateHub fans notifications out to this process's subscribers. Each
-// subscriber has a buffered channel; one that falls behind gets a resync
-// instead of the notifications it missed.
-type updateHub struct {
-	mu   sync.Mutex
-	subs map[chan Notification]bool // value: a resync is owed
-}
-
-// updateBuffer is each subscriber's channel capacity.
-const updateBuffer = 1024
-
-func (h *updateHub) subscribe(ctx context.Context) <-chan Notification {
-	ch := make(chan Notification, updateBuffer)
-	h.mu.Lock()
-	if h.subs == nil {
-		h.subs = map[chan Notification]bool{}
-	}
-	h.subs[ch] = false
-	h.mu.Unlock()
-	context.AfterFunc(ctx, func() {
-		h.mu.Lock()
-		delete(h.subs, ch)
-		close(ch)
-		h.mu.Unlock()
-	})
-	return ch
-}
-
-func (h *updateHub) publish(n Notification) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for ch, owed := range h.subs {
-		if owed {
-			select {
-			case ch <- Notification{Kind: NotifyResync}:
-				h.subs[ch] = false
-			default:
-				continue
-			}
-		}
-		select {
-		case ch <- n:
-		default:
-			h.subs[ch] = true
-		}
-	}
-}
-
 func (s *sqliteStore) Updates(ctx context.Context) (<-chan Notification, error) {
-	return s.updates.subscribe(ctx), nil
+	return s.updates.subscribe(ctx, nil)
 }
 
 func (s *sqliteStore) Publish(_ context.Context, n Notification) error {
@@ -270,68 +225,136 @@ func (s *postgresStore) poolExec(ctx context.Context, sql string, args ...any) e
 	return err
 }
 
-// Updates listens on the schema's updates channel on a connection of its
-// own and decodes each notification. After the connection is lost and
-// restored, it sends NotifyResync.
+// pgUpdates is a PostgreSQL store's listener of its updates channel: one
+// connection outside the pool, shared by every subscriber of Updates. The
+// first subscriber starts it, and it stops when the last one leaves or the
+// store closes; the next subscriber starts it again.
+type pgUpdates struct {
+	hub updateHub
+
+	// mu is held while the listener starts or stops, so that two never
+	// run at once and a subscriber joins a listener that listens.
+	mu          sync.Mutex
+	subscribers int
+	closed      bool
+	stop        context.CancelFunc // the running listener's; nil when none runs
+	stopped     chan struct{}      // closed when the running listener has stopped
+}
+
+// Updates subscribes to the store's listener, which it starts if no other
+// subscriber has: Updates returns once the listener LISTENs, so the
+// subscriber gets every notification sent after it returned. The listener
+// decodes each notification once for all subscribers (reading a kept
+// answer's row once) and, after its connection is lost and restored, sends
+// them NotifyResync: a subscriber that joins while it is lost gets that
+// resync.
 func (s *postgresStore) Updates(ctx context.Context) (<-chan Notification, error) {
-	conn, err := s.listenOn(ctx, `SELECT `+pgUpdatesChannel)
+	u := &s.updates
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return nil, errStoreClosed
+	}
+	if u.subscribers == 0 {
+		// The listener's connection is opened for this caller, and its
+		// failure is this caller's; then the listener lives on its own.
+		conn, err := s.listenOn(ctx, `SELECT `+pgUpdatesChannel)
+		if err != nil {
+			return nil, err
+		}
+		var listen context.Context
+		listen, u.stop = context.WithCancel(context.Background())
+		u.stopped = make(chan struct{})
+		go s.listenUpdates(listen, conn, u.stopped)
+	}
+	ch, err := u.hub.subscribe(ctx, s.leaveUpdates)
 	if err != nil {
+		if u.subscribers == 0 {
+			u.stopListener()
+		}
 		return nil, err
 	}
-	out := make(chan Notification, updateBuffer)
-	go func() {
-		defer close(out)
-		defer func() {
-			if conn != nil {
-				closeConn(conn)
-			}
-		}()
-		send := func(n Notification) bool {
-			select {
-			case out <- n:
-				return true
-			case <-ctx.Done():
-				return false
-			}
+	u.subscribers++
+	return ch, nil
+}
+
+// leaveUpdates counts a subscriber out, and stops the listener when it
+// was the last one.
+func (s *postgresStore) leaveUpdates() {
+	u := &s.updates
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.subscribers--; u.subscribers == 0 {
+		u.stopListener()
+	}
+}
+
+// closeUpdates stops the listener and closes every subscriber's channel.
+func (s *postgresStore) closeUpdates() {
+	u := &s.updates
+	u.mu.Lock()
+	u.closed = true
+	u.stopListener()
+	u.mu.Unlock()
+	u.hub.close()
+}
+
+// stopListener stops the listener, if one runs, and waits until it has
+// closed its connection. The caller holds u.mu.
+func (u *pgUpdates) stopListener() {
+	if u.stop == nil {
+		return
+	}
+	u.stop()
+	<-u.stopped
+	u.stop, u.stopped = nil, nil
+}
+
+// listenUpdates is the listener: it publishes what conn hears to the
+// subscribers until ctx ends, reconnecting when the connection is lost.
+func (s *postgresStore) listenUpdates(ctx context.Context, conn *pgx.Conn, stopped chan<- struct{}) {
+	defer close(stopped)
+	defer func() {
+		if conn != nil {
+			closeConn(conn)
 		}
-		for {
-			if conn == nil {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(pgListenRetry):
-				}
-				if conn, err = s.listenOn(ctx, `SELECT `+pgUpdatesChannel); err != nil {
-					s.log.WarnContext(ctx, "store: reconnecting the updates listener failed", "err", err)
-					conn = nil
-					continue
-				}
-				if !send(Notification{Kind: NotifyResync}) {
-					return
-				}
+	}()
+	hub := &s.updates.hub
+	for {
+		if conn == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(pgListenRetry):
 			}
-			msg, err := conn.WaitForNotification(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
+			var err error
+			if conn, err = s.listenOn(ctx, `SELECT `+pgUpdatesChannel); err != nil {
+				if ctx.Err() == nil {
+					s.log.WarnContext(ctx, "store: reconnecting the updates listener failed", "err", err)
 				}
-				s.log.WarnContext(ctx, "store: the updates listener lost its connection", "err", err)
-				closeConn(conn)
 				conn = nil
 				continue
 			}
-			var n Notification
-			if err := json.Unmarshal([]byte(msg.Payload), &n); err != nil {
-				s.log.WarnContext(ctx, "store: an unreadable notification", "err", err)
-				continue
-			}
-			if n.Kept != "" && !s.readKept(ctx, &n) {
-				continue
-			}
-			if !send(n) {
+			hub.publish(Notification{Kind: NotifyResync})
+		}
+		msg, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
 				return
 			}
+			s.log.WarnContext(ctx, "store: the updates listener lost its connection", "err", err)
+			closeConn(conn)
+			conn = nil
+			continue
 		}
-	}()
-	return out, nil
+		var n Notification
+		if err := json.Unmarshal([]byte(msg.Payload), &n); err != nil {
+			s.log.WarnContext(ctx, "store: an unreadable notification", "err", err)
+			continue
+		}
+		if n.Kept != "" && !s.readKept(ctx, &n) {
+			continue
+		}
+		hub.publish(n)
+	}
 }

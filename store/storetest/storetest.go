@@ -94,6 +94,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"WakeUps", testWakeUps},
 		{"RunsToResume", testRunsToResume},
 		{"Updates", testUpdates},
+		{"UpdatesFanOut", testUpdatesFanOut},
+		{"UpdatesSlowSubscriber", testUpdatesSlowSubscriber},
 		{"Times", testTimes},
 		{"SigningKeys", testSigningKeys},
 		{"SigningKeyRotationRace", testSigningKeyRotationRace},
