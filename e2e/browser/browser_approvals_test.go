@@ -18,31 +18,7 @@ func TestBrowserApprovalHistory(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil)
 	alice := userToken(t, s, "alice")
-	// request starts a run whose demo model calls notes_write, which waits
-	// for a decision, and returns that approval's id.
-	request := func(name string) string {
-		t.Helper()
-		code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", alice, fmt.Sprintf(`{"title":%s}`, js("Note "+name)))
-		if code != 201 {
-			t.Fatalf("create = %d %v", code, run)
-		}
-		msg := fmt.Sprintf(`call notes_write {"name":%s,"body":"milk"}`, js(name))
-		if code, body := apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+run["runId"].(string)+"/messages?wait=30s", alice, fmt.Sprintf(`{"content":%s}`, js(msg))); code != 200 && code != 202 {
-			t.Fatalf("turn = %d %v", code, body)
-		}
-		code, list := apitest.Call(t, "GET", s.url+"/api/approvals", alice, "")
-		if code != 200 {
-			t.Fatalf("approvals = %d %v", code, list)
-		}
-		for _, v := range list["approvals"].([]any) {
-			a := v.(map[string]any)
-			if args, _ := a["arguments"].(map[string]any); args["name"] == name {
-				return a["id"].(string)
-			}
-		}
-		t.Fatalf("no pending approval of %s in %v", name, list)
-		return ""
-	}
+	request := func(name string) string { return requestApproval(t, s, alice, name) }
 	denied := request("groceries")
 	if code, body := apitest.Call(t, "POST", s.url+"/api/approvals/"+denied+"/decision", alice, `{"decision":"deny","reason":"not now"}`); code != 200 {
 		t.Fatalf("decision = %d %v", code, body)
@@ -134,4 +110,65 @@ func TestBrowserApprovalHistory(t *testing.T) {
 	tb.waitUntil("the focus on the first older one", `document.activeElement.closest("[data-approval]")?.dataset.approval === `+js(approved))
 	tb.checkClean()
 	other.checkClean()
+}
+
+// requestApproval starts a run of token's whose demo model calls
+// notes_write, which waits for a decision, and returns that approval's id.
+func requestApproval(t *testing.T, s *server, token, name string) string {
+	t.Helper()
+	code, run := apitest.Call(t, "POST", s.url+"/api/assistant/runs", token, fmt.Sprintf(`{"title":%s}`, js("Note "+name)))
+	if code != 201 {
+		t.Fatalf("create = %d %v", code, run)
+	}
+	msg := fmt.Sprintf(`call notes_write {"name":%s,"body":"milk"}`, js(name))
+	if code, body := apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+run["runId"].(string)+"/messages?wait=30s", token, fmt.Sprintf(`{"content":%s}`, js(msg))); code != 200 && code != 202 {
+		t.Fatalf("turn = %d %v", code, body)
+	}
+	code, list := apitest.Call(t, "GET", s.url+"/api/approvals", token, "")
+	if code != 200 {
+		t.Fatalf("approvals = %d %v", code, list)
+	}
+	for _, v := range list["approvals"].([]any) {
+		a := v.(map[string]any)
+		if args, _ := a["arguments"].(map[string]any); args["name"] == name {
+			return a["id"].(string)
+		}
+	}
+	t.Fatalf("no pending approval of %s in %v", name, list)
+	return ""
+}
+
+// TestBrowserInboxKeepsWhatIsTyped: a request arriving live, or another
+// one decided elsewhere, leaves the card of a request that did not
+// change as it is: the reason being typed in it, and the focus.
+func TestBrowserInboxKeepsWhatIsTyped(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	alice := userToken(t, s, "alice")
+	first := requestApproval(t, s, alice, "first")
+	second := requestApproval(t, s, alice, "second")
+	tb := startBrowser(t)
+	tb.signIn(s.url, "alice")
+	tb.click(`a.inbox-link`)
+	card := func(id string) string { return `.inbox .approval-card.is-pending[data-approval="` + id + `"]` }
+	tb.waitUntil("both requests waiting", `document.querySelector(`+js(card(first))+`) && document.querySelector(`+js(card(second))+`)`)
+	tb.typeText(card(first)+" textarea[name=reason]", "half a thou")
+	reason := `document.querySelector(` + js(card(first)+" textarea[name=reason]") + `)`
+
+	third := requestApproval(t, s, alice, "third")
+	tb.waitUntil("the new request, live", `document.querySelector(`+js(card(third))+`)`)
+	if got := evaluate[string](tb, reason+`.value`); got != "half a thou" {
+		t.Errorf("after a request arrived, the reason typed = %q", got)
+	}
+	if code, body := apitest.Call(t, "POST", s.url+"/api/approvals/"+second+"/decision", alice, `{"decision":"deny"}`); code != 200 {
+		t.Fatalf("decision = %d %v", code, body)
+	}
+	tb.waitUntil("the request decided elsewhere gone", `!document.querySelector(`+js(card(second))+`)`)
+	if got := evaluate[string](tb, reason+`.value`); got != "half a thou" {
+		t.Errorf("after another request was decided, the reason typed = %q", got)
+	}
+	if !evaluate[bool](tb, reason+` === document.activeElement`) {
+		t.Errorf("the focus left the reason being typed")
+	}
+	tb.checkClean()
 }

@@ -688,10 +688,10 @@ function inboxView() {
       list.replaceChildren(h('p', { class: 'empty-state' }, 'Nothing is waiting for you.'));
       return;
     }
-    // The same requests: the cards stay as they are, with the person's
-    // focus and the reason they may be typing.
-    if ([...list.children].map((c) => c.dataset.approval).join(' ') === items.map((i) => i.view.id).join(' ')) return;
-    list.replaceChildren(...items.map((item) => approvalCard(item, {
+    // A request that did not change keeps its card as it is, with the
+    // person's focus and the reason they may be typing, whatever else
+    // arrives or leaves.
+    keyedChildren(list, items.map((item) => ({ key: item.view.id, sig: JSON.stringify(item.view), make: () => approvalCard(item, {
       level: 3,
       runLink: runLink(item.view.run_id),
       // The decided request moves to Recent decisions; so does the focus.
@@ -700,7 +700,7 @@ function inboxView() {
         history.reload({ focus: decided.view.id });
         load().then(() => { if (!section.contains(document.activeElement)) heading.focus(); });
       },
-    })));
+    }) })));
   };
   load();
   return {
