@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"iter"
+	"slices"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -21,8 +23,10 @@ import (
 // there. The store bounds them (store.MCPEventsPerSession per session,
 // store.MCPEventRetention old). A session's standalone stream (its GET,
 // the stream id "") is the exception: each copy of the session has one of
-// its own, numbered from 0 on its replica, so its events are kept in the
-// memory of the replica that sent them, and it resumes there.
+// its own, so its events are kept in the memory of the replica that sent
+// them (see standaloneLog). A client may take it up on any replica: there
+// it goes on from the event the client names, and what the stream's
+// earlier replica sent meanwhile is not replayed.
 
 // EventRecords keeps the events of stateful sessions' response streams
 // (a store.Store does).
@@ -35,11 +39,11 @@ type EventRecords interface {
 // Options.Sessions.
 type durableEvents struct {
 	records EventRecords
-	local   *mcp.MemoryEventStore // the standalone streams'
+	local   standaloneLog // the standalone streams'
 }
 
 func newDurableEvents(records EventRecords) *durableEvents {
-	return &durableEvents{records: records, local: mcp.NewMemoryEventStore(nil)}
+	return &durableEvents{records: records}
 }
 
 // eventSession is the key a session's events are kept under: a digest
@@ -51,9 +55,9 @@ func eventSession(handle string) string {
 
 // Open implements mcp.EventStore. A stream of a request needs nothing
 // before its first event.
-func (d *durableEvents) Open(ctx context.Context, session, stream string) error {
+func (d *durableEvents) Open(_ context.Context, session, stream string) error {
 	if stream == "" {
-		return d.local.Open(ctx, session, stream)
+		d.local.open(session)
 	}
 	return nil
 }
@@ -64,7 +68,8 @@ func (d *durableEvents) Open(ctx context.Context, session, stream string) error 
 // stream's next, is the one the SDK puts in its event id.
 func (d *durableEvents) Append(ctx context.Context, session, stream string, data []byte) error {
 	if stream == "" {
-		return d.local.Append(ctx, session, stream, data)
+		d.local.append(session, data)
+		return nil
 	}
 	_, err := d.records.AppendMCPEvent(ctx, store.MCPEvent{Session: eventSession(session), Stream: stream, Data: data})
 	return err
@@ -76,7 +81,14 @@ func (d *durableEvents) Append(ctx context.Context, session, stream string, data
 // deleted is told apart from one that has none yet.
 func (d *durableEvents) After(ctx context.Context, session, stream string, index int) iter.Seq2[[]byte, error] {
 	if stream == "" {
-		return d.local.After(ctx, session, stream, index)
+		events := d.local.after(session, index)
+		return func(yield func([]byte, error) bool) {
+			for _, e := range events {
+				if !yield(e, nil) {
+					return
+				}
+			}
+		}
 	}
 	return func(yield func([]byte, error) bool) {
 		from := max(index, 0)
@@ -106,6 +118,90 @@ func (d *durableEvents) After(ctx context.Context, session, stream string, index
 // SessionClosed implements mcp.EventStore. A copy of the session closing
 // on this replica does not end the session, which other replicas may
 // still resume: its events in the database stay for their retention.
-func (d *durableEvents) SessionClosed(ctx context.Context, session string) error {
-	return d.local.SessionClosed(ctx, session)
+func (d *durableEvents) SessionClosed(_ context.Context, session string) error {
+	d.local.closed(session)
+	return nil
+}
+
+// The bounds of the events of one copy's standalone stream kept for its
+// resumption: the oldest go first.
+const (
+	maxStandaloneEvents = 256
+	maxStandaloneBytes  = 1 << 20
+)
+
+// standaloneLog keeps the events of the standalone streams of this
+// replica's copies of sessions, each under the index the SDK gave it in
+// its event id. The SDK numbers a stream's events on from the event id a
+// client resumes it with, which another replica may have given: the log
+// then starts again at that index, so that every event it keeps is found
+// under the id the client saw, and a resumption from an event it does not
+// hold — another replica's, or one no longer kept — is answered with the
+// stream going on from there, never refused (a refusal ends the Go SDK
+// client's whole session). The events of a standalone stream are
+// notifications: a list changed, a resource updated, a log message.
+type standaloneLog struct {
+	mu       sync.Mutex
+	sessions map[string]*standaloneEvents
+}
+
+// standaloneEvents is one copy's standalone stream: events[i] has the
+// index first+i; size is their bytes.
+type standaloneEvents struct {
+	first  int
+	events [][]byte
+	size   int
+}
+
+func (l *standaloneLog) get(session string) *standaloneEvents {
+	if l.sessions == nil {
+		l.sessions = map[string]*standaloneEvents{}
+	}
+	e := l.sessions[session]
+	if e == nil {
+		e = &standaloneEvents{}
+		l.sessions[session] = e
+	}
+	return e
+}
+
+func (l *standaloneLog) open(session string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.get(session)
+}
+
+func (l *standaloneLog) append(session string, data []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.get(session)
+	e.events = append(e.events, data)
+	e.size += len(data)
+	n := 0
+	for len(e.events)-n > maxStandaloneEvents || (e.size > maxStandaloneBytes && n < len(e.events)) {
+		e.size -= len(e.events[n])
+		n++
+	}
+	e.events = slices.Delete(e.events, 0, n)
+	e.first += n
+}
+
+// after returns the events after index, or none when the log does not
+// hold the event after it: it then starts again at that index.
+func (l *standaloneLog) after(session string, index int) [][]byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.get(session)
+	next := index + 1
+	if next < e.first || next > e.first+len(e.events) {
+		e.first, e.events, e.size = next, nil, 0
+		return nil
+	}
+	return slices.Clone(e.events[next-e.first:])
+}
+
+func (l *standaloneLog) closed(session string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.sessions, session)
 }
