@@ -642,6 +642,18 @@ type Store interface {
 	UpdateMCPSessionState(ctx context.Context, id string, old, state []byte) error
 	// DeleteMCPSession deletes the session, or fails with ErrNotFound.
 	DeleteMCPSession(ctx context.Context, id string) error
+	// PutUpstreamSession records the shared upstream session s under
+	// s.Key if the record there now holds the session old (a
+	// compare-and-swap): old "" when there is none; a record that has
+	// ended by s.CreatedAt counts as none, and every record that has ended
+	// by then is deleted in the same transaction. Otherwise it fails with
+	// ErrConflict and writes nothing. Key, Session, ProtocolVersion,
+	// InitializeResult and ExpiresAt (after CreatedAt) are required, within
+	// their bounds (MaxUpstreamSessionKey, …); a zero CreatedAt means now.
+	PutUpstreamSession(ctx context.Context, s UpstreamSession, old string) (UpstreamSession, error)
+	// GetUpstreamSession returns the record of key, ended as it may be,
+	// or ErrNotFound.
+	GetUpstreamSession(ctx context.Context, key string) (UpstreamSession, error)
 	// AppendMCPEvent appends an event to its stream, with the stream's next
 	// index (from 0), and returns it; a zero CreatedAt means now. Session
 	// is required; Data is at most MaxMCPEventData bytes. The events older

@@ -75,6 +75,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RequeueLeases", testRequeueLeases},
 		{"Holds", testHolds},
 		{"MCPSessions", testMCPSessions},
+		{"UpstreamSessions", testUpstreamSessions},
 		{"MCPAnswers", testMCPAnswers},
 		{"MCPEvents", testMCPEvents},
 		{"Steps", testSteps},

@@ -1,0 +1,23 @@
+-- The sessions the replicas share to the stateful HTTP upstreams: one row
+-- per pool key (its SHA-256, naming the upstream, the caller and how the
+-- session meets the upstream's requests), the upstream's Mcp-Session-Id
+-- sealed under the replicas' secret, the protocol version and the
+-- upstream's InitializeResult (JSON, bounded by the store), and when the
+-- record ends. A replica that needs the key and holds no session of its own
+-- joins this one instead of initializing another.
+
+-- +goose Up
+CREATE TABLE mcp_upstream_sessions (
+    pool_key          TEXT NOT NULL PRIMARY KEY,
+    session           TEXT NOT NULL,
+    protocol_version  TEXT NOT NULL,
+    initialize_result TEXT NOT NULL,
+    created_at        TEXT NOT NULL,
+    expires_at        TEXT NOT NULL
+) STRICT;
+
+-- The records that have ended, deleted as new ones are written.
+CREATE INDEX mcp_upstream_sessions_expires_idx ON mcp_upstream_sessions (expires_at);
+
+-- +goose Down
+DROP TABLE mcp_upstream_sessions;
