@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/usherhq/usher/internal/seal"
 	"github.com/usherhq/usher/policy"
 )
 
@@ -83,6 +84,21 @@ type CatalogOptions struct {
 	// the result over. Without it a retry must reach the replica that
 	// holds its call. A store.Store does.
 	Handover HeldHandover
+	// UpstreamSessions records the callers' sessions to HTTP upstreams so
+	// that the replicas share them: a replica that needs a caller's
+	// session to an upstream and holds none joins the one another replica
+	// recorded (its Mcp-Session-Id, protocol version and InitializeResult)
+	// instead of initializing another, so that an upstream that keeps
+	// state per session sees one session of the caller whichever replica
+	// calls it. A store.Store does. Set it with Options.Stateful; it needs
+	// UpstreamSessionSecret. The catalog's own sessions (which list the
+	// upstreams) and stdio upstreams (a process per replica) are not
+	// shared. Without it each replica opens sessions of its own.
+	UpstreamSessions UpstreamSessions
+	// UpstreamSessionSecret seals the upstreams' session ids recorded in
+	// UpstreamSessions: key material every replica shares (Options.Secret
+	// will do), at least 32 bytes. Required with UpstreamSessions.
+	UpstreamSessionSecret []byte
 	// RefreshInterval is how long the upstreams' tool lists are used before
 	// the next use lists them again. Default 1 min.
 	RefreshInterval time.Duration
@@ -163,6 +179,9 @@ type Catalog struct {
 	// handover passes held calls' rounds between replicas; nil without
 	// CatalogOptions.Handover.
 	handover *handover
+	// sessionSealer seals the upstream session ids recorded in
+	// CatalogOptions.UpstreamSessions; nil without.
+	sessionSealer *seal.Sealer
 }
 
 // listChanges says which of the catalog's lists a refresh changed.
@@ -338,11 +357,18 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 	if o.MaxSessionsPerUser < 0 {
 		errs = append(errs, errors.New("MaxSessionsPerUser must not be negative"))
 	}
+	var sessionSealer *seal.Sealer
+	if o.UpstreamSessions != nil {
+		var err error
+		if sessionSealer, err = newUpstreamSessionSealer(o.UpstreamSessionSecret); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	ups, err := checkUpstreams(o.Upstreams, o.UpstreamTokens != nil)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	c := &Catalog{opts: o, log: o.Logger}
+	c := &Catalog{opts: o, log: o.Logger, sessionSealer: sessionSealer}
 	c.stop, c.cancel = context.WithCancel(context.Background())
 	builtins := builtinTools(o)
 	if o.DemoTools {

@@ -274,7 +274,9 @@ func definitionOf(exposed string, t *mcp.Tool) (ToolDefinition, error) {
 
 // notSent reports whether err, from a call to an upstream, says that the
 // call did not run: the upstream answered it with a JSON-RPC error, or the
-// request could not be sent at all (no connection could be made). The SDK
+// request could not be sent at all (no connection could be made, or the
+// upstream had forgotten the shared session it went out on and no other
+// could be opened: see sharedSession). The SDK
 // reports every failure of its HTTP round trip as "rejected by transport",
 // also a connection lost after the request went out, when the upstream
 // may have run the call: that is not a refusal.
@@ -283,7 +285,7 @@ func notSent(err error) bool {
 	if !errors.As(err, &rpcErr) {
 		return false
 	}
-	if rpcErr.Code != codeRejectedByTransport {
+	if rpcErr.Code != codeRejectedByTransport || errors.Is(err, errUpstreamNotSent) {
 		return true
 	}
 	var op *net.OpError
@@ -473,9 +475,15 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 		if u.cfg.BrokerToken {
 			cred.tokens, cred.audience = u.cat.opts.UpstreamTokens, u.cfg.URL
 		}
+		var transport http.RoundTripper = cred
+		if shared := u.sharedSession(c.key, cred); shared != nil {
+			// The replicas share the caller's session to the upstream
+			// (see sharedSession).
+			transport = shared
+		}
 		t = &mcp.StreamableClientTransport{
 			Endpoint: u.cfg.URL,
-			HTTPClient: &http.Client{Transport: cred, Timeout: base.Timeout,
+			HTTPClient: &http.Client{Transport: transport, Timeout: base.Timeout,
 				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 			// Notifications are passed on only on the stream of the call
 			// that caused them; the catalog's own session keeps the

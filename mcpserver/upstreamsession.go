@@ -1,0 +1,543 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/usherhq/usher/internal/seal"
+	"github.com/usherhq/usher/store"
+)
+
+// A caller's session to an HTTP upstream that the replicas share. The SDK's
+// client has no way to join a session another process opened, so the
+// joining happens beneath it, in its HTTP transport (sharedSession): the
+// client's initialize is answered with the recorded InitializeResult, its
+// notifications/initialized is answered here, and each later request is
+// sent with the recorded session id. The client only ever sees a stand-in
+// id (sharedSessionStandIn), so the upstream's id, a capability, is in no
+// log of the SDK's. When the upstream answers 404 (it has forgotten the
+// session: it expired, or the upstream restarted) the request did not run:
+// the transport joins the session another replica recorded since, or opens
+// a new one and records it in place of the one that failed (a
+// compare-and-swap, so that two replicas that see it fail at once end on
+// one session), and sends the request again, once.
+
+// UpstreamSessions keeps the records of the shared upstream sessions (a
+// store.Store does).
+type UpstreamSessions interface {
+	PutUpstreamSession(ctx context.Context, s store.UpstreamSession, old string) (store.UpstreamSession, error)
+	GetUpstreamSession(ctx context.Context, key string) (store.UpstreamSession, error)
+}
+
+// upstreamSessionLifetime is how long a record of a shared upstream session
+// is joined: then a replica that needs the session opens a new one, records
+// it, and ends the old one, whose other holders then join the new one.
+const upstreamSessionLifetime = DefaultSessionLifetime
+
+// sharedSessionStandIn is the session id the SDK's client sees.
+const sharedSessionStandIn = "usher-shared-session"
+
+// maxInitializeAnswer bounds the upstream's answer to initialize that is
+// read to be recorded.
+const maxInitializeAnswer = store.MaxUpstreamSessionResult + 4096
+
+// newUpstreamSessionSealer returns the sealer of the upstream session ids
+// recorded in CatalogOptions.UpstreamSessions.
+func newUpstreamSessionSealer(secret []byte) (*seal.Sealer, error) {
+	if len(secret) < minSecretBytes {
+		return nil, fmt.Errorf("UpstreamSessions needs an UpstreamSessionSecret of at least %d bytes, got %d", minSecretBytes, len(secret))
+	}
+	return seal.New(secret, "usher/mcp/v1", "usher/mcp/upstream-session", store.MaxUpstreamSessionID)
+}
+
+// sealedUpstreamSession is what a record's Session seals: the upstream's
+// session id, and the key of the record, so that it opens under no other.
+type sealedUpstreamSession struct {
+	Key string `json:"k"`
+	ID  string `json:"i"`
+}
+
+// sharedKey is the record key of a pool key: what tells one upstream
+// session of a caller from another (see connKey), and the upstream's URL.
+func (u *upstream) sharedKey(key connKey) string {
+	h := sha256.New()
+	for _, part := range []string{"usher/upstream-session/v1", u.cfg.Name, u.cfg.URL, key.subject, strconv.FormatBool(key.rounds), key.offers} {
+		fmt.Fprintf(h, "%d:%s\n", len(part), part)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// sharedSession returns the transport that shares the session of key
+// among the replicas, over next; nil when that session is not shared: the
+// catalog's own (each replica's listens on its own standalone stream) and
+// those to stdio upstreams.
+func (u *upstream) sharedSession(key connKey, next http.RoundTripper) *sharedSession {
+	if u.cat.opts.UpstreamSessions == nil || key.subject == "" || u.cfg.URL == "" {
+		return nil
+	}
+	return &sharedSession{
+		next: next, endpoint: u.cfg.URL, key: u.sharedKey(key), store: u.cat.opts.UpstreamSessions, sealer: u.cat.sessionSealer,
+		now: u.cat.opts.Now, log: u.cat.log.With("upstream", u.cfg.Name),
+	}
+}
+
+// sharedSession is the HTTP transport of one client session to an upstream
+// whose session the replicas share.
+type sharedSession struct {
+	next     http.RoundTripper
+	endpoint string // the upstream's URL
+	key      string
+	store    UpstreamSessions
+	sealer   *seal.Sealer
+	now      func() time.Time
+	log      *slog.Logger
+
+	// recovering serializes the recoveries from a 404 (see recover).
+	recovering sync.Mutex
+
+	mu sync.Mutex
+	// id is the upstream's session id, "" before the handshake and for
+	// an upstream that keeps no sessions; sealed is its record's Session
+	// ("" when it could not be recorded).
+	id, sealed string
+	// version is the protocol version the client and the session speak.
+	version string
+	// joined: the session was opened by another; the client's
+	// notifications/initialized is answered here.
+	joined bool
+	// initialize is the client's initialize request (header and body),
+	// with which a new session is opened when the upstream forgets this
+	// one.
+	initHeader http.Header
+	initBody   []byte
+}
+
+// RoundTrip sends r on the shared session.
+func (s *sharedSession) RoundTrip(r *http.Request) (*http.Response, error) {
+	switch r.Method {
+	case http.MethodPost:
+	case http.MethodDelete:
+		if s.current() != "" {
+			// The client closes its session: the upstream's stays
+			// open for the other replicas.
+			closeBody(r)
+			return localResponse(r, http.StatusNoContent, "", nil), nil
+		}
+		return s.next.RoundTrip(r)
+	default:
+		// A GET resumes a call's stream (callers' sessions have no
+		// standalone stream): on the session the call went out on,
+		// which a 404 has not yet replaced.
+		return s.send(r, nil, s.current())
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	_ = json.Unmarshal(body, &msg) // a batch or a response has no method
+	switch {
+	case msg.Method == "initialize":
+		return s.handshake(r, body, msg.ID)
+	case msg.Method == "notifications/initialized" && s.isJoined():
+		return localResponse(r, http.StatusAccepted, "", nil), nil
+	}
+	id := s.current()
+	resp, err := s.send(r, body, id)
+	if err != nil || resp.StatusCode != http.StatusNotFound || id == "" {
+		return resp, err
+	}
+	// The upstream has forgotten the session: the request did not run.
+	drain(resp)
+	next, err := s.recover(r, id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the upstream's session ended and no other could be opened: %w", errUpstreamNotSent, err)
+	}
+	resp, err = s.send(r, body, next)
+	if err == nil && resp.StatusCode == http.StatusNotFound {
+		// Forgotten again at once: still not run, and the next request
+		// tries again.
+		drain(resp)
+		return nil, fmt.Errorf("%w: the upstream forgot its new session at once", errUpstreamNotSent)
+	}
+	return resp, err
+}
+
+// errUpstreamNotSent marks a request to an upstream that certainly did not
+// run (see notSent).
+var errUpstreamNotSent = errors.New("not sent to the upstream")
+
+func (s *sharedSession) current() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id
+}
+
+func (s *sharedSession) isJoined() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.joined
+}
+
+// send sends r (with body, for a POST) on the upstream's session id, and
+// shows the client the stand-in id in its place.
+func (s *sharedSession) send(r *http.Request, body []byte, id string) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if body != nil {
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	if id != "" {
+		r.Header.Set("Mcp-Session-Id", id)
+	}
+	resp, err := s.next.RoundTrip(r)
+	if err == nil && resp.Header.Get("Mcp-Session-Id") != "" {
+		resp.Header.Set("Mcp-Session-Id", sharedSessionStandIn)
+	}
+	return resp, err
+}
+
+// handshake answers the client's initialize: with the recorded session of
+// the key when there is one, else with a new session of the upstream,
+// recorded.
+func (s *sharedSession) handshake(r *http.Request, body, reqID json.RawMessage) (*http.Response, error) {
+	s.mu.Lock()
+	s.initHeader, s.initBody = r.Header.Clone(), body
+	s.mu.Unlock()
+	ctx := withoutInflight(r.Context())
+	rec, err := s.store.GetUpstreamSession(ctx, s.key)
+	old := ""
+	switch {
+	case err == nil:
+		old = rec.Session
+		if id, ok := s.open(rec); ok && rec.Active(s.now()) {
+			s.join(rec, id)
+			return s.initialized(r, reqID, rec.InitializeResult), nil
+		}
+	case !errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("%w: the record of the upstream's session: %w", errUpstreamNotSent, err)
+	}
+	opened, resp, err := s.initialize(r.WithContext(ctx), r.Header, body)
+	if err != nil || opened == nil {
+		// The upstream refused, or keeps no sessions: the client sees
+		// its answer as it is.
+		return resp, err
+	}
+	joined, err := s.record(ctx, opened, old, "")
+	if err != nil {
+		// The session works, unshared: the next replica to need it
+		// opens its own.
+		s.log.Warn("mcpserver: an upstream session could not be recorded for the other replicas", "err", err)
+	}
+	if joined != nil {
+		return s.initialized(r, reqID, joined.result), nil
+	}
+	return resp, nil
+}
+
+// openedSession is an upstream session this replica opened.
+type openedSession struct {
+	id, version string
+	result      json.RawMessage
+}
+
+// initialize sends an initialize request (header, body) to the upstream
+// without a session, and returns the session it opens, with the answer to
+// give the client. A session is nil when the upstream refused (its answer
+// is returned) or gave no session id.
+func (s *sharedSession) initialize(r *http.Request, header http.Header, body []byte) (*openedSession, *http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header = header.Clone()
+	r.Header.Del("Mcp-Session-Id")
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	resp, err := s.next.RoundTrip(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	id := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || id == "" {
+		return nil, resp, nil
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxInitializeAnswer+1))
+	resp.Body.Close()
+	if err != nil {
+		return nil, nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(raw))
+	resp.ContentLength = int64(len(raw))
+	resp.Header.Set("Mcp-Session-Id", sharedSessionStandIn)
+	result, ok := initializeResultOf(resp.Header.Get("Content-Type"), raw)
+	var ir struct {
+		ProtocolVersion string `json:"protocolVersion"`
+	}
+	if !ok || len(raw) > maxInitializeAnswer || json.Unmarshal(result, &ir) != nil || ir.ProtocolVersion == "" {
+		// Not an answer to record (an error, or too large): the client
+		// makes of it what it can, on a session of this replica alone.
+		s.use(&openedSession{id: id}, "", false)
+		return nil, resp, nil
+	}
+	return &openedSession{id: id, version: ir.ProtocolVersion, result: result}, resp, nil
+}
+
+// record records the session this replica opened in place of the record
+// that held old ("" for none), and uses it; the session old held is ended
+// unless it is gone (the id gone). When another replica recorded a
+// session of the key first, the one recorded is joined (and returned) and
+// the one opened here ended.
+func (s *sharedSession) record(ctx context.Context, opened *openedSession, old, gone string) (*openedSession, error) {
+	now := s.now()
+	sealed, err := s.sealer.Seal(sealedUpstreamSession{Key: s.key, ID: opened.id}, now.Add(2*upstreamSessionLifetime))
+	if err == nil {
+		_, err = s.store.PutUpstreamSession(ctx, store.UpstreamSession{Key: s.key, Session: sealed, ProtocolVersion: opened.version,
+			InitializeResult: opened.result, CreatedAt: now, ExpiresAt: now.Add(upstreamSessionLifetime)}, old)
+	}
+	if errors.Is(err, store.ErrConflict) {
+		if rec, gerr := s.store.GetUpstreamSession(ctx, s.key); gerr == nil {
+			if id, ok := s.open(rec); ok && rec.ProtocolVersion == opened.version {
+				s.end(ctx, opened.id, opened.version)
+				s.join(rec, id)
+				return &openedSession{id: id, version: rec.ProtocolVersion, result: rec.InitializeResult}, nil
+			}
+		}
+	}
+	if err != nil {
+		s.use(opened, "", false)
+		return nil, err
+	}
+	s.use(opened, sealed, false)
+	if old != "" {
+		// The record this one replaces had ended, or holds a session
+		// this replica could not join: so does its session, and the
+		// replicas still on it join this one.
+		var prev sealedUpstreamSession
+		if s.sealer.Open(old, now, &prev) == nil && prev.Key == s.key && prev.ID != opened.id && prev.ID != gone {
+			s.end(ctx, prev.ID, opened.version)
+		}
+	}
+	return nil, nil
+}
+
+// open returns the upstream session id a record seals, or false.
+func (s *sharedSession) open(rec store.UpstreamSession) (string, bool) {
+	var v sealedUpstreamSession
+	if err := s.sealer.Open(rec.Session, s.now(), &v); err != nil || v.Key != s.key || v.ID == "" {
+		return "", false
+	}
+	return v.ID, true
+}
+
+// join uses the recorded session rec, whose id is id.
+func (s *sharedSession) join(rec store.UpstreamSession, id string) {
+	s.use(&openedSession{id: id, version: rec.ProtocolVersion}, rec.Session, true)
+}
+
+func (s *sharedSession) use(o *openedSession, sealed string, joined bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.id, s.sealed, s.version, s.joined = o.id, sealed, o.version, joined
+}
+
+// initialized is the answer to the client's initialize (id reqID) from a
+// session that is already open: its InitializeResult.
+func (s *sharedSession) initialized(r *http.Request, reqID, result json.RawMessage) *http.Response {
+	if len(reqID) == 0 {
+		reqID = json.RawMessage("null")
+	}
+	body := `{"jsonrpc":"2.0","id":` + string(reqID) + `,"result":` + string(result) + `}`
+	return localResponse(r, http.StatusOK, body, http.Header{"Content-Type": {"application/json"}, "Mcp-Session-Id": {sharedSessionStandIn}})
+}
+
+// recover replaces the session failed, which the upstream has forgotten:
+// with the session another replica recorded since, or else with a new
+// one, recorded in place of failed. It returns the id to send on.
+func (s *sharedSession) recover(r *http.Request, failed string) (string, error) {
+	s.recovering.Lock()
+	defer s.recovering.Unlock()
+	s.mu.Lock()
+	id, sealed, version, header, body := s.id, s.sealed, s.version, s.initHeader, s.initBody
+	s.mu.Unlock()
+	if id != failed {
+		return id, nil // another request recovered first
+	}
+	if body == nil {
+		return "", errors.New("no handshake to open a session with")
+	}
+	ctx := withoutInflight(r.Context())
+	rec, err := s.store.GetUpstreamSession(ctx, s.key)
+	switch {
+	case err == nil:
+		if other, ok := s.open(rec); ok && other != failed && rec.Active(s.now()) && rec.ProtocolVersion == version {
+			s.join(rec, other)
+			return other, nil
+		}
+		if rec.Session != sealed {
+			// The record holds another session this replica cannot
+			// join (or none it could): replace what is there.
+			sealed = rec.Session
+		}
+	case errors.Is(err, store.ErrNotFound):
+		sealed = ""
+	default:
+		return "", err
+	}
+	opened, resp, err := s.initialize(r.WithContext(ctx), header, body)
+	if err != nil {
+		return "", err
+	}
+	if opened == nil {
+		drain(resp)
+		return "", fmt.Errorf("the upstream answered initialize with status %d", resp.StatusCode)
+	}
+	drain(resp)
+	if opened.version != version {
+		s.end(ctx, opened.id, opened.version)
+		return "", fmt.Errorf("the upstream's new session speaks protocol %s, not %s", opened.version, version)
+	}
+	if err := s.notifyInitialized(ctx, r, header, opened); err != nil {
+		return "", err
+	}
+	joined, err := s.record(ctx, opened, sealed, failed)
+	if err != nil {
+		s.log.Warn("mcpserver: an upstream session could not be recorded for the other replicas", "err", err)
+	}
+	if joined != nil {
+		return joined.id, nil
+	}
+	return opened.id, nil
+}
+
+// notifyInitialized ends the handshake of a session opened in recover.
+func (s *sharedSession) notifyInitialized(ctx context.Context, r *http.Request, header http.Header, o *openedSession) error {
+	body := []byte(`{"jsonrpc":"2.0","method":"notifications/initialized","params":{}}`)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL.String(), bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header = header.Clone()
+	req.Header.Set("Mcp-Session-Id", o.id)
+	req.Header.Set("Mcp-Protocol-Version", o.version)
+	resp, err := s.next.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	drain(resp)
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("the upstream answered notifications/initialized with status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// end ends an upstream session (best effort): one opened here that is not
+// used, or one whose record has ended.
+func (s *sharedSession) end(ctx context.Context, id, version string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, s.endpoint, nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set("Mcp-Session-Id", id)
+	if version != "" {
+		req.Header.Set("Mcp-Protocol-Version", version)
+	}
+	if resp, err := s.next.RoundTrip(req); err == nil {
+		drain(resp)
+	}
+}
+
+// initializeResultOf returns the result of the JSON-RPC response in an
+// answer to initialize: a JSON body, or the data of an event of a stream.
+func initializeResultOf(contentType string, raw []byte) (json.RawMessage, bool) {
+	var bodies [][]byte
+	mt, _, _ := mime.ParseMediaType(contentType)
+	switch mt {
+	case "application/json":
+		bodies = [][]byte{raw}
+	case "text/event-stream":
+		var data []byte
+		for line := range strings.Lines(strings.ReplaceAll(string(raw), "\r\n", "\n")) {
+			line = strings.TrimRight(line, "\r\n")
+			switch {
+			case line == "":
+				if data != nil {
+					bodies = append(bodies, data)
+				}
+				data = nil
+			case strings.HasPrefix(line, "data:"):
+				v := strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")
+				if data != nil {
+					data = append(data, '\n')
+				}
+				data = append(data, v...)
+			}
+		}
+		if data != nil {
+			bodies = append(bodies, data)
+		}
+	}
+	for _, b := range bodies {
+		var msg struct {
+			Result json.RawMessage `json:"result"`
+		}
+		if json.Unmarshal(b, &msg) == nil && len(msg.Result) > 0 && msg.Result[0] == '{' {
+			return msg.Result, true
+		}
+	}
+	return nil, false
+}
+
+// withoutInflight is ctx without the call it may carry: the requests of a
+// handshake are not the call's, whose stream they must not end (see
+// sseTap).
+func withoutInflight(ctx context.Context) context.Context {
+	return context.WithValue(ctx, inflightKey{}, nil)
+}
+
+// readBody reads r's body, which the SDK's client sends from memory.
+func readBody(r *http.Request) ([]byte, error) {
+	if r.Body == nil {
+		return nil, nil
+	}
+	defer r.Body.Close()
+	return io.ReadAll(r.Body)
+}
+
+func closeBody(r *http.Request) {
+	if r.Body != nil {
+		r.Body.Close()
+	}
+}
+
+// drain reads what is left of a response's body (a little) and closes it,
+// so that its connection is used again.
+func drain(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+}
+
+// localResponse is an answer made here, to r.
+func localResponse(r *http.Request, status int, body string, header http.Header) *http.Response {
+	if header == nil {
+		header = http.Header{}
+	}
+	return &http.Response{
+		Status: fmt.Sprintf("%d %s", status, http.StatusText(status)), StatusCode: status,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: header, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: r,
+	}
+}

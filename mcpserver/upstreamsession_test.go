@@ -1,0 +1,294 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
+)
+
+// statefulUpstream is an upstream MCP server over streamable HTTP that
+// keeps sessions (of protocol 2025-11-25, the last with sessions), and a
+// tool that counts its calls per session. restart forgets every session,
+// as a restarted upstream does.
+type statefulUpstream struct {
+	server  *mcp.Server
+	url     string
+	handler atomic.Pointer[http.Handler]
+
+	mu          sync.Mutex
+	initializes int
+	calls       map[string]int // by upstream session id
+	ran         int
+	ids         map[string]bool            // the session ids the upstream gave
+	methods     map[string]map[string]bool // the methods of each session's requests
+}
+
+func newStatefulUpstream(t *testing.T) *statefulUpstream {
+	t.Helper()
+	u := &statefulUpstream{calls: map[string]int{}, ids: map[string]bool{}, methods: map[string]map[string]bool{}}
+	u.server = mcp.NewServer(&mcp.Implementation{Name: "stateful", Version: "1"},
+		&mcp.ServerOptions{SupportedProtocolVersions: []string{"2025-11-25"}})
+	u.server.AddTool(&mcp.Tool{Name: "count", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			u.mu.Lock()
+			defer u.mu.Unlock()
+			u.ran++
+			u.calls[req.Session.ID()]++
+			n := u.calls[req.Session.ID()]
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strconv.Itoa(n)}}}, nil
+		})
+	u.restart()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var msg struct{ Method string }
+			_ = json.Unmarshal(body, &msg)
+			u.mu.Lock()
+			if msg.Method == "initialize" {
+				u.initializes++
+			}
+			if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+				if u.methods[id] == nil {
+					u.methods[id] = map[string]bool{}
+				}
+				u.methods[id][msg.Method] = true
+			}
+			u.mu.Unlock()
+		}
+		(*u.handler.Load()).ServeHTTP(&sessionIDs{ResponseWriter: w, u: u}, r)
+	}))
+	t.Cleanup(ts.Close)
+	t.Cleanup(func() {
+		// The replicas leave the sessions they share open, for each
+		// other: the upstream ends them here.
+		for ss := range u.server.Sessions() {
+			ss.Close()
+		}
+	})
+	u.url = ts.URL + "/mcp"
+	return u
+}
+
+// sessionIDs notes the session ids the upstream gives.
+type sessionIDs struct {
+	http.ResponseWriter
+	u *statefulUpstream
+}
+
+func (s *sessionIDs) WriteHeader(code int) {
+	if id := s.Header().Get("Mcp-Session-Id"); id != "" {
+		s.u.mu.Lock()
+		s.u.ids[id] = true
+		s.u.mu.Unlock()
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *sessionIDs) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s *sessionIDs) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// restart forgets every session: a new handler holds none.
+func (u *statefulUpstream) restart() {
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.server }, nil)
+	u.handler.Store(&h)
+}
+
+// counts returns the initializes of the callers' sessions the upstream
+// answered, the tool's runs, and the callers' sessions that called it. The
+// catalog's own sessions (one per replica) are those that list the tools:
+// their initializes are not counted.
+func (u *statefulUpstream) counts() (initializes, ran int, ids []string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	initializes = u.initializes
+	for id, methods := range u.methods {
+		if methods["tools/list"] {
+			initializes--
+		}
+		if methods["tools/call"] {
+			ids = append(ids, id)
+		}
+	}
+	return initializes, u.ran, ids
+}
+
+// newSharingReplicas starts two stateful replicas over st as
+// newReplicas does, but each with a catalog of its own, as two processes
+// have, sharing their callers' sessions to up through the store.
+func newSharingReplicas(t *testing.T, st store.Store, up *statefulUpstream) (r *replicas, one, two *Catalog) {
+	t.Helper()
+	var opts Options
+	var copts CatalogOptions
+	e := newEnv(t, envConfig{
+		store:     st,
+		rules:     map[string]Decision{"up__count": Allow},
+		upstreams: []Upstream{{Name: "up", URL: up.url}},
+		catalog: func(o *CatalogOptions) {
+			o.UpstreamSessions, o.UpstreamSessionSecret = st, testSecret
+			o.RelayRequests = true
+			copts = *o
+		},
+		server: func(o *Options) {
+			o.Stateful = true
+			o.Sessions = nil // set below, to the store
+			opts = *o
+		},
+	})
+	opts.Sessions = st
+	second, err := NewCatalog(&copts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { second.Close() })
+	opts2 := opts
+	opts2.Catalog = second
+	s1, err := New(&opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := New(&opts2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Server{s1, s2} {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_ = s.Drain(ctx)
+		})
+	}
+	e.server = s1
+	var next atomic.Uint64
+	lb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		[]http.Handler{s1.Handler(), s2.Handler()}[(next.Add(1)-1)%2].ServeHTTP(w, r)
+	}))
+	t.Cleanup(lb.Close)
+	return &replicas{env: e, two: s2, lbURL: lb.URL}, e.catalog, second
+}
+
+// holdsSession reports whether cat's pool holds a session of alice to up.
+func holdsSession(cat *Catalog) bool {
+	cat.pool.mu.Lock()
+	defer cat.pool.mu.Unlock()
+	for k := range cat.pool.conns {
+		if k.upstream == "up" && k.subject == alice {
+			return true
+		}
+	}
+	return false
+}
+
+// onEngines runs fn with a store of each engine: SQLite, and PostgreSQL
+// (TEST_DATABASE_URL; skipped without it, failed under CI).
+func onEngines(t *testing.T, fn func(t *testing.T, st store.Store)) {
+	t.Run("SQLite", func(t *testing.T) { fn(t, storetest.NewSQLite(t)) })
+	t.Run("PostgreSQL", func(t *testing.T) { fn(t, storetest.NewPostgres(t)) })
+}
+
+// TestUpstreamSessionSharedByReplicas: a stateful session whose requests
+// alternate between two replicas (each with its own catalog and pool, as
+// two processes) reaches one session of the upstream: it sees one
+// initialize, and its tool that counts calls per session counts across
+// both replicas. The record holds the upstream's session id sealed, and
+// no log holds it.
+func TestUpstreamSessionSharedByReplicas(t *testing.T) {
+	onEngines(t, func(t *testing.T, st store.Store) {
+		up := newStatefulUpstream(t)
+		r, one, two := newSharingReplicas(t, st, up)
+		cs := r.connectLB(t, alice, nil)
+		for i := 1; i <= 4; i++ {
+			res := call(t, cs, "up__count", map[string]any{}, nil)
+			if res.IsError || text(res) != strconv.Itoa(i) {
+				t.Fatalf("call %d: %q (error %v), want the upstream session's count %d", i, text(res), res.IsError, i)
+			}
+		}
+		if !holdsSession(one) || !holdsSession(two) {
+			t.Errorf("the replicas hold sessions to the upstream: first %v, second %v; want both", holdsSession(one), holdsSession(two))
+		}
+		initializes, ran, ids := up.counts()
+		if initializes != 1 || ran != 4 || len(ids) != 1 {
+			t.Fatalf("the upstream saw %d initializes, %d calls, sessions %d; want 1, 4, 1", initializes, ran, len(ids))
+		}
+		rec, err := st.GetUpstreamSession(t.Context(), one.upstreams[0].sharedKey(connKeyOf(t, one)))
+		if err != nil {
+			t.Fatalf("the record of the shared session: %v", err)
+		}
+		if strings.Contains(rec.Session, ids[0]) || rec.ProtocolVersion != "2025-11-25" || !strings.Contains(string(rec.InitializeResult), `"stateful"`) {
+			t.Errorf("the record %+v: want the session sealed, protocol 2025-11-25, the upstream's InitializeResult", rec)
+		}
+		if strings.Contains(r.logs.String(), ids[0]) {
+			t.Error("the logs hold the upstream's session id")
+		}
+	})
+}
+
+// connKeyOf returns the key of alice's session to up in cat's pool.
+func connKeyOf(t *testing.T, cat *Catalog) connKey {
+	t.Helper()
+	cat.pool.mu.Lock()
+	defer cat.pool.mu.Unlock()
+	for k := range cat.pool.conns {
+		if k.upstream == "up" && k.subject == alice {
+			return k
+		}
+	}
+	t.Fatal("no session of alice to up")
+	return connKey{}
+}
+
+// TestUpstreamSessionForgotten: when the upstream forgets the shared
+// session (it restarted), the replica whose call meets the 404 opens a
+// new session, records it in place of the old, and sends the call on it:
+// the call runs once. The other replica, whose next call meets the 404
+// too, joins the new session rather than opening a third.
+func TestUpstreamSessionForgotten(t *testing.T) {
+	onEngines(t, func(t *testing.T, st store.Store) {
+		up := newStatefulUpstream(t)
+		r, one, _ := newSharingReplicas(t, st, up)
+		cs := r.connectLB(t, alice, nil)
+		for i := 1; i <= 2; i++ { // one on each replica
+			if res := call(t, cs, "up__count", map[string]any{}, nil); res.IsError || text(res) != strconv.Itoa(i) {
+				t.Fatalf("call %d: %q, want %d", i, text(res), i)
+			}
+		}
+		key := one.upstreams[0].sharedKey(connKeyOf(t, one))
+		before, err := st.GetUpstreamSession(t.Context(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		up.restart()
+		for i := 1; i <= 2; i++ { // one on each replica, on the new session
+			if res := call(t, cs, "up__count", map[string]any{}, nil); res.IsError || text(res) != strconv.Itoa(i) {
+				t.Fatalf("call %d after the restart: %q (error %v), want the new session's count %d", i, text(res), res.IsError, i)
+			}
+		}
+		initializes, ran, ids := up.counts()
+		if initializes != 2 || ran != 4 || len(ids) != 2 {
+			t.Errorf("the upstream saw %d initializes, %d calls, sessions %d; want 2, 4 (none lost or run twice), 2", initializes, ran, len(ids))
+		}
+		after, err := st.GetUpstreamSession(t.Context(), key)
+		if err != nil || after.Session == before.Session {
+			t.Errorf("the record after the restart: %v, replaced %v; want the new session recorded", err, after.Session != before.Session)
+		}
+	})
+}
