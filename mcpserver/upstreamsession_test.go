@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -28,6 +29,10 @@ type statefulUpstream struct {
 	server  *mcp.Server
 	url     string
 	handler atomic.Pointer[http.Handler]
+	// refuse answers initialize with 503; beforeInitialize, when set, is
+	// called before an initialize is served.
+	refuse           atomic.Bool
+	beforeInitialize func()
 
 	mu          sync.Mutex
 	initializes int
@@ -58,6 +63,15 @@ func newStatefulUpstream(t *testing.T) *statefulUpstream {
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			var msg struct{ Method string }
 			_ = json.Unmarshal(body, &msg)
+			if msg.Method == "initialize" {
+				if u.refuse.Load() {
+					http.Error(w, "not now", http.StatusServiceUnavailable)
+					return
+				}
+				if u.beforeInitialize != nil {
+					u.beforeInitialize()
+				}
+			}
 			u.mu.Lock()
 			if msg.Method == "initialize" {
 				u.initializes++
@@ -289,6 +303,103 @@ func TestUpstreamSessionForgotten(t *testing.T) {
 		after, err := st.GetUpstreamSession(t.Context(), key)
 		if err != nil || after.Session == before.Session {
 			t.Errorf("the record after the restart: %v, replaced %v; want the new session recorded", err, after.Session != before.Session)
+		}
+	})
+}
+
+// sharedClients returns n client sessions to up, each through a
+// sharedSession of alice's key over st, as n replicas have.
+func sharedClients(t *testing.T, st store.Store, up *statefulUpstream, n int) []*mcp.ClientSession {
+	t.Helper()
+	sealer, err := newUpstreamSessionSealer(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &upstream{cfg: Upstream{Name: "up", URL: up.url}, cat: &Catalog{
+		opts: CatalogOptions{UpstreamSessions: st, Now: time.Now}, log: slog.New(slog.DiscardHandler), sessionSealer: sealer}}
+	out := make([]*mcp.ClientSession, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			shared := u.sharedSession(connKey{upstream: "up", subject: alice}, http.DefaultTransport)
+			client := mcp.NewClient(&mcp.Implementation{Name: "usher", Version: "test"}, nil)
+			out[i], errs[i] = client.Connect(t.Context(), &mcp.StreamableClientTransport{
+				Endpoint: up.url, HTTPClient: &http.Client{Transport: shared}, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("connect %d: %v", i, err)
+		}
+		t.Cleanup(func() { out[i].Close() })
+	}
+	return out
+}
+
+// countOn calls the upstream's count tool on cs.
+func countOn(t *testing.T, cs *mcp.ClientSession) (string, error) {
+	t.Helper()
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "count", Arguments: map[string]any{}})
+	if err != nil {
+		return "", err
+	}
+	return text(res), nil
+}
+
+// TestUpstreamSessionRecordRace: two replicas that open the first session
+// of a key at once (both initialize before either records) end on one:
+// the second to record joins the first's and ends its own.
+func TestUpstreamSessionRecordRace(t *testing.T) {
+	onEngines(t, func(t *testing.T, st store.Store) {
+		up := newStatefulUpstream(t)
+		var both sync.WaitGroup
+		both.Add(2)
+		up.beforeInitialize = func() { both.Done(); both.Wait() }
+		clients := sharedClients(t, st, up, 2)
+		for i, cs := range []*mcp.ClientSession{clients[0], clients[1], clients[0]} {
+			if got, err := countOn(t, cs); err != nil || got != strconv.Itoa(i+1) {
+				t.Fatalf("call %d: %q, %v; want %d on the one session", i+1, got, err, i+1)
+			}
+		}
+		initializes, _, ids := up.counts()
+		open := 0
+		for range up.server.Sessions() {
+			open++
+		}
+		if initializes != 2 || len(ids) != 1 || open != 1 {
+			t.Errorf("the upstream saw %d initializes, %d sessions called, %d open; want 2, 1, 1 (the loser's ended)", initializes, len(ids), open)
+		}
+	})
+}
+
+// TestUpstreamSessionNotSent: when the upstream has forgotten the session
+// and refuses a new one, the call fails as not sent (it did not run, and
+// may be tried again), and is not sent again by itself; the next call,
+// once the upstream takes a new session, runs on it.
+func TestUpstreamSessionNotSent(t *testing.T) {
+	onEngines(t, func(t *testing.T, st store.Store) {
+		up := newStatefulUpstream(t)
+		cs := sharedClients(t, st, up, 1)[0]
+		if got, err := countOn(t, cs); err != nil || got != "1" {
+			t.Fatalf("the first call: %q, %v", got, err)
+		}
+		up.restart()
+		up.refuse.Store(true)
+		_, err := countOn(t, cs)
+		if err == nil || !notSent(err) {
+			t.Fatalf("a call on a forgotten session with no new one to be had: %v; want an error of a call not sent", err)
+		}
+		if _, ran, _ := up.counts(); ran != 1 {
+			t.Errorf("the tool ran %d times, want 1", ran)
+		}
+		up.refuse.Store(false)
+		if got, err := countOn(t, cs); err != nil || got != "1" {
+			t.Errorf("the call once the upstream takes a new session: %q, %v; want 1 on the new session", got, err)
+		}
+		if initializes, ran, ids := up.counts(); initializes != 2 || ran != 2 || len(ids) != 2 {
+			t.Errorf("the upstream saw %d initializes, %d runs, %d sessions called; want 2, 2, 2", initializes, ran, len(ids))
 		}
 	})
 }

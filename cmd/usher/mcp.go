@@ -94,6 +94,11 @@ func (in *installation) catalog(mint *broker.Broker, reg prometheus.Registerer) 
 	if mint != nil {
 		opts.UpstreamTokens = broker.NewTokenCache(mint, 0)
 	}
+	if in.cfg.MCP.Stateful {
+		// Any replica serves a stateful session: the replicas share its
+		// caller's sessions to the HTTP upstreams too.
+		opts.UpstreamSessions, opts.UpstreamSessionSecret = in.store, in.sealKey
+	}
 	return mcpserver.NewCatalog(opts)
 }
 
