@@ -1,8 +1,10 @@
 package mcpserver
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"mime"
 	"net/http"
 	"strconv"
@@ -90,7 +93,7 @@ func (u *upstream) sharedSession(key connKey, next http.RoundTripper) *sharedSes
 	}
 	return &sharedSession{
 		next: next, endpoint: u.cfg.URL, key: u.sharedKey(key), store: u.cat.opts.UpstreamSessions, sealer: u.cat.sessionSealer,
-		now: u.cat.opts.Now, log: u.cat.log.With("upstream", u.cfg.Name),
+		now: u.cat.opts.Now, log: u.cat.log.With("upstream", u.cfg.Name), ids: newRequestIDs(),
 	}
 }
 
@@ -104,6 +107,10 @@ type sharedSession struct {
 	sealer   *seal.Sealer
 	now      func() time.Time
 	log      *slog.Logger
+
+	// ids keeps this client's request ids apart from the other
+	// replicas' on the session.
+	ids requestIDs
 
 	// recovering serializes the recoveries from a 404 (see recover).
 	recovering sync.Mutex
@@ -199,6 +206,9 @@ func (s *sharedSession) isJoined() bool {
 // shows the client the stand-in id in its place.
 func (s *sharedSession) send(r *http.Request, body []byte, id string) (*http.Response, error) {
 	r = r.Clone(r.Context())
+	if id != "" && body != nil {
+		body = s.ids.out(body)
+	}
 	if body != nil {
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -207,10 +217,16 @@ func (s *sharedSession) send(r *http.Request, body []byte, id string) (*http.Res
 		r.Header.Set("Mcp-Session-Id", id)
 	}
 	resp, err := s.next.RoundTrip(r)
-	if err == nil && resp.Header.Get("Mcp-Session-Id") != "" {
+	if err != nil {
+		return nil, err
+	}
+	if resp.Header.Get("Mcp-Session-Id") != "" {
 		resp.Header.Set("Mcp-Session-Id", sharedSessionStandIn)
 	}
-	return resp, err
+	if id != "" {
+		s.ids.answers(resp)
+	}
+	return resp, nil
 }
 
 // handshake answers the client's initialize: with the recorded session of
@@ -541,3 +557,191 @@ func localResponse(r *http.Request, status int, body string, header http.Header)
 		Header: header, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: r,
 	}
 }
+
+// requestIDs keeps the JSON-RPC ids of one client's requests on a shared
+// session apart from every other's. Each replica's client numbers its
+// requests from 1, and an upstream refuses a request whose id is in
+// flight on the session, and would take a notifications/cancelled of one
+// replica's request for the other's: so a request's id n goes out as
+// base+n, and the answer's comes back as n. The base is random, a multiple
+// of 2^32 below 2^52 (an id stays exact in a JSON number, for an upstream
+// in JavaScript): two clients' ranges meet with odds of one in 2^20.
+type requestIDs struct{ base int64 }
+
+// idRange is how many request ids of one client are kept apart.
+const idRange = 1 << 32
+
+func newRequestIDs() requestIDs {
+	n, _ := rand.Int(rand.Reader, big.NewInt(1<<20-1)) // crypto/rand never fails
+	return requestIDs{base: (n.Int64() + 1) * idRange}
+}
+
+// out returns the message body with its request id (and the id a
+// notifications/cancelled names) moved into the client's range.
+func (ids requestIDs) out(body []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil || m["method"] == nil {
+		return body // a batch, or an answer to the upstream's request
+	}
+	changed := false
+	if id, ok := ids.shift(m["id"], ids.base); ok {
+		m["id"], changed = id, true
+	}
+	var method string
+	_ = json.Unmarshal(m["method"], &method)
+	if method == "notifications/cancelled" {
+		var p map[string]json.RawMessage
+		if json.Unmarshal(m["params"], &p) == nil {
+			if id, ok := ids.shift(p["requestId"], ids.base); ok {
+				p["requestId"] = id
+				if params, err := json.Marshal(p); err == nil {
+					m["params"], changed = params, true
+				}
+			}
+		}
+	}
+	if !changed {
+		return body
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return body
+	}
+	return out
+}
+
+// in returns a message from the upstream with the id of an answer to one
+// of the client's requests moved back.
+func (ids requestIDs) in(msg []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(msg, &m) != nil || m["method"] != nil {
+		return msg // a batch, or the upstream's own request or notification
+	}
+	id, ok := ids.shift(m["id"], -ids.base)
+	if !ok {
+		return msg
+	}
+	m["id"] = id
+	out, err := json.Marshal(m)
+	if err != nil {
+		return msg
+	}
+	return out
+}
+
+// shift returns the integer id raw moved by by, if it is in the range it
+// moves from: [0, idRange) out, the client's range back.
+func (ids requestIDs) shift(raw json.RawMessage, by int64) (json.RawMessage, bool) {
+	var n int64
+	if raw == nil || json.Unmarshal(raw, &n) != nil || bytes.ContainsAny(raw, ".eE") {
+		return nil, false
+	}
+	from := int64(0)
+	if by < 0 {
+		from = ids.base
+	}
+	if n < from || n >= from+idRange {
+		return nil, false
+	}
+	return json.RawMessage(strconv.FormatInt(n+by, 10)), true
+}
+
+// answers makes the upstream's answers in resp's body carry the client's
+// own request ids (see requestIDs.in): a JSON body whole, a stream event
+// by event as it is read.
+func (ids requestIDs) answers(resp *http.Response) {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch mt {
+	case "application/json":
+		resp.Body = &jsonAnswer{body: resp.Body, ids: ids}
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+	case "text/event-stream":
+		resp.Body = &sseAnswers{r: bufio.NewReader(resp.Body), body: resp.Body, ids: ids}
+	}
+}
+
+// jsonAnswer is a JSON body with its answer's id moved back, once read.
+type jsonAnswer struct {
+	body io.ReadCloser
+	ids  requestIDs
+	rest *bytes.Reader
+}
+
+func (j *jsonAnswer) Read(p []byte) (int, error) {
+	if j.rest == nil {
+		raw, err := io.ReadAll(j.body)
+		if err != nil {
+			return 0, err
+		}
+		j.rest = bytes.NewReader(j.ids.in(raw))
+	}
+	return j.rest.Read(p)
+}
+
+func (j *jsonAnswer) Close() error { return j.body.Close() }
+
+// sseAnswers is a stream whose events' data have their answers' ids moved
+// back; every other line passes as it is.
+type sseAnswers struct {
+	r    *bufio.Reader
+	body io.Closer
+	ids  requestIDs
+	out  bytes.Buffer
+	data []byte // the data of the current event
+	err  error
+}
+
+func (s *sseAnswers) Read(p []byte) (int, error) {
+	for s.out.Len() == 0 && s.err == nil {
+		line, err := s.r.ReadBytes('\n')
+		if len(line) > 0 {
+			s.line(line)
+		}
+		if err != nil {
+			s.flush()
+			s.err = err
+		}
+	}
+	if s.out.Len() > 0 {
+		return s.out.Read(p)
+	}
+	return 0, s.err
+}
+
+func (s *sseAnswers) line(line []byte) {
+	text := bytes.TrimRight(line, "\r\n")
+	switch {
+	case len(text) == 0:
+		s.flush()
+		s.out.Write(line)
+	case bytes.HasPrefix(text, []byte("data:")):
+		if s.data != nil {
+			s.data = append(s.data, '\n')
+		}
+		s.data = append(s.data, bytes.TrimPrefix(bytes.TrimPrefix(text, []byte("data:")), []byte(" "))...)
+		if s.data == nil {
+			s.data = []byte{}
+		}
+	default:
+		s.out.Write(line)
+	}
+}
+
+// flush writes the current event's data, its answer's id moved back.
+func (s *sseAnswers) flush() {
+	if s.data == nil {
+		return
+	}
+	if len(s.data) == 0 {
+		s.out.WriteString("data:\n") // an event of no data (a stream's first, to be resumed from)
+	}
+	for l := range bytes.Lines(s.ids.in(s.data)) {
+		s.out.WriteString("data: ")
+		s.out.Write(bytes.TrimRight(l, "\n"))
+		s.out.WriteByte('\n')
+	}
+	s.data = nil
+}
+
+func (s *sseAnswers) Close() error { return s.body.Close() }

@@ -33,6 +33,8 @@ type statefulUpstream struct {
 	// called before an initialize is served.
 	refuse           atomic.Bool
 	beforeInitialize func()
+	// meet holds the calls of the meet tool (see meeting).
+	meet meeting
 
 	mu          sync.Mutex
 	initializes int
@@ -55,6 +57,21 @@ func newStatefulUpstream(t *testing.T) *statefulUpstream {
 			u.calls[req.Session.ID()]++
 			n := u.calls[req.Session.ID()]
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strconv.Itoa(n)}}}, nil
+		})
+	u.server.AddTool(&mcp.Tool{Name: "meet", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct{ Who string }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			u.mu.Lock()
+			meet := u.meet
+			u.mu.Unlock()
+			meet.arrived <- struct{}{}
+			select {
+			case <-meet.all:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Who}}}, nil
 		})
 	u.restart()
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -119,6 +136,13 @@ func (s *sessionIDs) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// meeting holds the calls of the meet tool: each tells arrived, and
+// answers once all is closed.
+type meeting struct {
+	arrived chan struct{}
+	all     chan struct{}
 }
 
 // restart forgets every session: a new handler holds none.
@@ -402,4 +426,78 @@ func TestUpstreamSessionNotSent(t *testing.T) {
 			t.Errorf("the upstream saw %d initializes, %d runs, %d sessions called; want 2, 2, 2", initializes, ran, len(ids))
 		}
 	})
+}
+
+// TestUpstreamSessionCallsAtOnce: two replicas' calls in flight at once
+// on the one shared session (each replica's client numbers its requests
+// alike) both run, and each replica gets its own call's answer.
+func TestUpstreamSessionCallsAtOnce(t *testing.T) {
+	st := storetest.NewSQLite(t)
+	up := newStatefulUpstream(t)
+	up.meet = meeting{arrived: make(chan struct{}, 2), all: make(chan struct{})}
+	clients := sharedClients(t, st, up, 2)
+	type answer struct {
+		text string
+		err  error
+	}
+	answers := make([]chan answer, 2)
+	for i, cs := range clients {
+		answers[i] = make(chan answer, 1)
+		go func() {
+			res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "meet", Arguments: map[string]any{"who": strconv.Itoa(i)}})
+			if err == nil {
+				answers[i] <- answer{text: text(res)}
+				return
+			}
+			answers[i] <- answer{err: err}
+		}()
+		// The first call is in flight before the second is sent.
+		select {
+		case <-up.meet.arrived:
+		case a := <-answers[i]:
+			t.Errorf("call %d answered before the other was in flight: %q, %v", i, a.text, a.err)
+			answers[i] <- a
+		}
+	}
+	close(up.meet.all)
+	for i := range clients {
+		if a := <-answers[i]; a.err != nil || a.text != strconv.Itoa(i) {
+			t.Errorf("call %d: %q, %v; want its own answer %d", i, a.text, a.err, i)
+		}
+	}
+	if _, _, ids := up.counts(); len(ids) != 1 {
+		t.Errorf("the calls went out on %d sessions, want 1", len(ids))
+	}
+}
+
+// TestRequestIDs: a client's request ids, and the id a cancellation
+// names, go out in its range and come back in answers, on a stream event
+// by event; the upstream's own requests, notifications and the client's
+// answers to them, and events of no data, pass as they are.
+func TestRequestIDs(t *testing.T) {
+	ids := requestIDs{base: 7 * idRange}
+	base := strconv.FormatInt(ids.base, 10)
+	for _, tc := range []struct{ name, in, want string }{
+		{"call", `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{}}`, `{"id":` + strconv.FormatInt(ids.base+3, 10) + `,"jsonrpc":"2.0","method":"tools/call","params":{}}`},
+		{"cancel", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}`, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + strconv.FormatInt(ids.base+3, 10) + `}}`},
+		{"answer to the upstream", `{"jsonrpc":"2.0","id":3,"result":{}}`, `{"jsonrpc":"2.0","id":3,"result":{}}`},
+		{"notification", `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"x"}}`, `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"x"}}`},
+	} {
+		if got := string(ids.out([]byte(tc.in))); got != tc.want {
+			t.Errorf("out(%s) = %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	stream := "id: e1\ndata:\n\n" +
+		`data: {"jsonrpc":"2.0","id":5,"method":"sampling/createMessage","params":{}}` + "\n\n" +
+		`data: {"jsonrpc":"2.0","id":` + base + `3,"result":{}}` + "\n\n" + // not in the range: as it is
+		"id: e2\n" + `data: {"jsonrpc":"2.0","id":` + strconv.FormatInt(ids.base+3, 10) + `,"result":{"content":[]}}` + "\n\n"
+	want := "id: e1\ndata:\n\n" +
+		`data: {"jsonrpc":"2.0","id":5,"method":"sampling/createMessage","params":{}}` + "\n\n" +
+		`data: {"jsonrpc":"2.0","id":` + base + `3,"result":{}}` + "\n\n" +
+		"id: e2\n" + `data: {"id":3,"jsonrpc":"2.0","result":{"content":[]}}` + "\n\n"
+	resp := &http.Response{Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(strings.NewReader(stream))}
+	ids.answers(resp)
+	if got := readAll(t, resp.Body); got != want {
+		t.Errorf("the stream read:\n%s\nwant:\n%s", got, want)
+	}
 }
