@@ -172,8 +172,9 @@ func (u *statefulUpstream) counts() (initializes, ran int, ids []string) {
 
 // newSharingReplicas starts two stateful replicas over st as
 // newReplicas does, but each with a catalog of its own, as two processes
-// have, sharing their callers' sessions to up through the store.
-func newSharingReplicas(t *testing.T, st store.Store, up *statefulUpstream) (r *replicas, one, two *Catalog) {
+// have, sharing their callers' sessions to up: the second replica's
+// catalog through other.
+func newSharingReplicas(t *testing.T, st, other store.Store, up *statefulUpstream) (r *replicas, one, two *Catalog) {
 	t.Helper()
 	var opts Options
 	var copts CatalogOptions
@@ -193,6 +194,7 @@ func newSharingReplicas(t *testing.T, st store.Store, up *statefulUpstream) (r *
 		},
 	})
 	opts.Sessions = st
+	copts.UpstreamSessions = other
 	second, err := NewCatalog(&copts)
 	if err != nil {
 		t.Fatal(err)
@@ -236,11 +238,30 @@ func holdsSession(cat *Catalog) bool {
 	return false
 }
 
-// onEngines runs fn with a store of each engine: SQLite, and PostgreSQL
-// (TEST_DATABASE_URL; skipped without it, failed under CI).
-func onEngines(t *testing.T, fn func(t *testing.T, st store.Store)) {
-	t.Run("SQLite", func(t *testing.T) { fn(t, storetest.NewSQLite(t)) })
-	t.Run("PostgreSQL", func(t *testing.T) { fn(t, storetest.NewPostgres(t)) })
+// onEngines runs fn with two stores on one database of each engine, as
+// two replicas have: SQLite (one store, as one process has), and
+// PostgreSQL (TEST_DATABASE_URL; skipped without it, failed under CI).
+func onEngines(t *testing.T, fn func(t *testing.T, st, other store.Store)) {
+	t.Run("SQLite", func(t *testing.T) {
+		st := storetest.NewSQLite(t)
+		fn(t, st, st)
+	})
+	t.Run("PostgreSQL", func(t *testing.T) {
+		url := storetest.PostgresURL(t)
+		var stores [2]store.Store
+		for i := range stores {
+			st, err := store.Open(t.Context(), url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			stores[i] = st
+		}
+		if err := stores[0].Migrate(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		fn(t, stores[0], stores[1])
+	})
 }
 
 // TestUpstreamSessionSharedByReplicas: a stateful session whose requests
@@ -250,9 +271,9 @@ func onEngines(t *testing.T, fn func(t *testing.T, st store.Store)) {
 // both replicas. The record holds the upstream's session id sealed, and
 // no log holds it.
 func TestUpstreamSessionSharedByReplicas(t *testing.T) {
-	onEngines(t, func(t *testing.T, st store.Store) {
+	onEngines(t, func(t *testing.T, st, other store.Store) {
 		up := newStatefulUpstream(t)
-		r, one, two := newSharingReplicas(t, st, up)
+		r, one, two := newSharingReplicas(t, st, other, up)
 		cs := r.connectLB(t, alice, nil)
 		for i := 1; i <= 4; i++ {
 			res := call(t, cs, "up__count", map[string]any{}, nil)
@@ -300,9 +321,9 @@ func connKeyOf(t *testing.T, cat *Catalog) connKey {
 // the call runs once. The other replica, whose next call meets the 404
 // too, joins the new session rather than opening a third.
 func TestUpstreamSessionForgotten(t *testing.T) {
-	onEngines(t, func(t *testing.T, st store.Store) {
+	onEngines(t, func(t *testing.T, st, other store.Store) {
 		up := newStatefulUpstream(t)
-		r, one, _ := newSharingReplicas(t, st, up)
+		r, one, _ := newSharingReplicas(t, st, other, up)
 		cs := r.connectLB(t, alice, nil)
 		for i := 1; i <= 2; i++ { // one on each replica
 			if res := call(t, cs, "up__count", map[string]any{}, nil); res.IsError || text(res) != strconv.Itoa(i) {
@@ -331,21 +352,23 @@ func TestUpstreamSessionForgotten(t *testing.T) {
 	})
 }
 
-// sharedClients returns n client sessions to up, each through a
-// sharedSession of alice's key over st, as n replicas have.
-func sharedClients(t *testing.T, st store.Store, up *statefulUpstream, n int) []*mcp.ClientSession {
+// sharedClients returns a client session to up for each store, each
+// through a sharedSession of alice's key over its store, as replicas
+// have.
+func sharedClients(t *testing.T, up *statefulUpstream, stores ...store.Store) []*mcp.ClientSession {
 	t.Helper()
 	sealer, err := newUpstreamSessionSealer(testSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &upstream{cfg: Upstream{Name: "up", URL: up.url}, cat: &Catalog{
-		opts: CatalogOptions{UpstreamSessions: st, Now: time.Now}, log: slog.New(slog.DiscardHandler), sessionSealer: sealer}}
+	n := len(stores)
 	out := make([]*mcp.ClientSession, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
+			u := &upstream{cfg: Upstream{Name: "up", URL: up.url}, cat: &Catalog{
+				opts: CatalogOptions{UpstreamSessions: stores[i], Now: time.Now}, log: slog.New(slog.DiscardHandler), sessionSealer: sealer}}
 			shared := u.sharedSession(connKey{upstream: "up", subject: alice}, http.DefaultTransport)
 			client := mcp.NewClient(&mcp.Implementation{Name: "usher", Version: "test"}, nil)
 			out[i], errs[i] = client.Connect(t.Context(), &mcp.StreamableClientTransport{
@@ -376,12 +399,12 @@ func countOn(t *testing.T, cs *mcp.ClientSession) (string, error) {
 // of a key at once (both initialize before either records) end on one:
 // the second to record joins the first's and ends its own.
 func TestUpstreamSessionRecordRace(t *testing.T) {
-	onEngines(t, func(t *testing.T, st store.Store) {
+	onEngines(t, func(t *testing.T, st, other store.Store) {
 		up := newStatefulUpstream(t)
 		var both sync.WaitGroup
 		both.Add(2)
 		up.beforeInitialize = func() { both.Done(); both.Wait() }
-		clients := sharedClients(t, st, up, 2)
+		clients := sharedClients(t, up, st, other)
 		for i, cs := range []*mcp.ClientSession{clients[0], clients[1], clients[0]} {
 			if got, err := countOn(t, cs); err != nil || got != strconv.Itoa(i+1) {
 				t.Fatalf("call %d: %q, %v; want %d on the one session", i+1, got, err, i+1)
@@ -403,9 +426,9 @@ func TestUpstreamSessionRecordRace(t *testing.T) {
 // may be tried again), and is not sent again by itself; the next call,
 // once the upstream takes a new session, runs on it.
 func TestUpstreamSessionNotSent(t *testing.T) {
-	onEngines(t, func(t *testing.T, st store.Store) {
+	onEngines(t, func(t *testing.T, st, _ store.Store) {
 		up := newStatefulUpstream(t)
-		cs := sharedClients(t, st, up, 1)[0]
+		cs := sharedClients(t, up, st)[0]
 		if got, err := countOn(t, cs); err != nil || got != "1" {
 			t.Fatalf("the first call: %q, %v", got, err)
 		}
@@ -435,7 +458,7 @@ func TestUpstreamSessionCallsAtOnce(t *testing.T) {
 	st := storetest.NewSQLite(t)
 	up := newStatefulUpstream(t)
 	up.meet = meeting{arrived: make(chan struct{}, 2), all: make(chan struct{})}
-	clients := sharedClients(t, st, up, 2)
+	clients := sharedClients(t, up, st, st)
 	type answer struct {
 		text string
 		err  error
