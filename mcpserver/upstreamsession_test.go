@@ -352,37 +352,43 @@ func TestUpstreamSessionForgotten(t *testing.T) {
 	})
 }
 
-// sharedClients returns a client session to up for each store, each
-// through a sharedSession of alice's key over its store, as replicas
-// have.
+// sharedClients returns a client session to up for each store, opened at
+// once, each through a sharedSession of alice's key over its store, as
+// replicas have.
 func sharedClients(t *testing.T, up *statefulUpstream, stores ...store.Store) []*mcp.ClientSession {
 	t.Helper()
-	sealer, err := newUpstreamSessionSealer(testSecret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := len(stores)
-	out := make([]*mcp.ClientSession, n)
-	errs := make([]error, n)
+	out := make([]*mcp.ClientSession, len(stores))
+	errs := make([]error, len(stores))
 	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			u := &upstream{cfg: Upstream{Name: "up", URL: up.url}, cat: &Catalog{
-				opts: CatalogOptions{UpstreamSessions: stores[i], Now: time.Now}, log: slog.New(slog.DiscardHandler), sessionSealer: sealer}}
-			shared := u.sharedSession(connKey{upstream: "up", subject: alice}, http.DefaultTransport)
-			client := mcp.NewClient(&mcp.Implementation{Name: "usher", Version: "test"}, nil)
-			out[i], errs[i] = client.Connect(t.Context(), &mcp.StreamableClientTransport{
-				Endpoint: up.url, HTTPClient: &http.Client{Transport: shared}, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
-		})
+	for i, st := range stores {
+		wg.Go(func() { out[i], errs[i] = sharedClient(t, up, st, time.Now) })
 	}
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("connect %d: %v", i, err)
 		}
-		t.Cleanup(func() { out[i].Close() })
 	}
 	return out
+}
+
+// sharedClient returns a client session to up through a sharedSession of
+// alice's key over st, whose clock is now, as a replica has.
+func sharedClient(t *testing.T, up *statefulUpstream, st store.Store, now func() time.Time) (*mcp.ClientSession, error) {
+	sealer, err := newUpstreamSessionSealer(testSecret)
+	if err != nil {
+		return nil, err
+	}
+	u := &upstream{cfg: Upstream{Name: "up", URL: up.url}, cat: &Catalog{
+		opts: CatalogOptions{UpstreamSessions: st, Now: now}, log: slog.New(slog.DiscardHandler), sessionSealer: sealer}}
+	shared := u.sharedSession(connKey{upstream: "up", subject: alice}, http.DefaultTransport)
+	client := mcp.NewClient(&mcp.Implementation{Name: "usher", Version: "test"}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{
+		Endpoint: up.url, HTTPClient: &http.Client{Transport: shared}, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
+	if err == nil {
+		t.Cleanup(func() { cs.Close() })
+	}
+	return cs, err
 }
 
 // countOn calls the upstream's count tool on cs.
@@ -523,4 +529,41 @@ func TestRequestIDs(t *testing.T) {
 	if got := readAll(t, resp.Body); got != want {
 		t.Errorf("the stream read:\n%s\nwant:\n%s", got, want)
 	}
+}
+
+// TestUpstreamSessionRecordEnds: a record that has ended is not joined:
+// the replica that needs the session then opens a new one, records it in
+// place of the old, and ends the old one upstream; a replica still on the
+// old one meets the 404 and joins the new one, its call run once.
+func TestUpstreamSessionRecordEnds(t *testing.T) {
+	onEngines(t, func(t *testing.T, st, other store.Store) {
+		up := newStatefulUpstream(t)
+		a, err := sharedClient(t, up, st, time.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := countOn(t, a); err != nil || got != "1" {
+			t.Fatalf("the first call: %q, %v", got, err)
+		}
+		later := func() time.Time { return time.Now().Add(upstreamSessionLifetime + time.Hour) }
+		b, err := sharedClient(t, up, other, later)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i <= 2; i++ {
+			if got, err := countOn(t, b); err != nil || got != strconv.Itoa(i) {
+				t.Fatalf("call %d once the record has ended: %q, %v; want %d on a new session", i, got, err, i)
+			}
+		}
+		if got, err := countOn(t, a); err != nil || got != "3" {
+			t.Errorf("a call of the replica on the old session: %q, %v; want 3 on the new one", got, err)
+		}
+		open := 0
+		for range up.server.Sessions() {
+			open++
+		}
+		if initializes, ran, ids := up.counts(); initializes != 2 || ran != 4 || len(ids) != 2 || open != 1 {
+			t.Errorf("the upstream saw %d initializes, %d runs, %d sessions called, %d open; want 2, 4, 2, 1", initializes, ran, len(ids), open)
+		}
+	})
 }
