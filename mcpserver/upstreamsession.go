@@ -117,9 +117,8 @@ type sharedSession struct {
 
 	mu sync.Mutex
 	// id is the upstream's session id, "" before the handshake and for
-	// an upstream that keeps no sessions; sealed is its record's Session
-	// ("" when it could not be recorded).
-	id, sealed string
+	// an upstream that keeps no sessions.
+	id string
 	// version is the protocol version the client and the session speak.
 	version string
 	// joined: the session was opened by another; the client's
@@ -255,6 +254,12 @@ func (s *sharedSession) handshake(r *http.Request, body, reqID json.RawMessage) 
 		// its answer as it is.
 		return resp, err
 	}
+	if opened.result == nil {
+		// The client makes of the answer what it can, on a session of
+		// this replica alone.
+		s.use(opened, false)
+		return resp, nil
+	}
 	joined, err := s.record(ctx, opened, old, "")
 	if err != nil {
 		// The session works, unshared: the next replica to need it
@@ -275,8 +280,9 @@ type openedSession struct {
 
 // initialize sends an initialize request (header, body) to the upstream
 // without a session, and returns the session it opens, with the answer to
-// give the client. A session is nil when the upstream refused (its answer
-// is returned) or gave no session id.
+// give the client. The session is nil when the upstream refused (its
+// answer is returned) or gave no session id, and has no result when its
+// answer is not one to record.
 func (s *sharedSession) initialize(r *http.Request, header http.Header, body []byte) (*openedSession, *http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header = header.Clone()
@@ -304,10 +310,8 @@ func (s *sharedSession) initialize(r *http.Request, header http.Header, body []b
 		ProtocolVersion string `json:"protocolVersion"`
 	}
 	if !ok || len(raw) > maxInitializeAnswer || json.Unmarshal(result, &ir) != nil || ir.ProtocolVersion == "" {
-		// Not an answer to record (an error, or too large): the client
-		// makes of it what it can, on a session of this replica alone.
-		s.use(&openedSession{id: id}, "", false)
-		return nil, resp, nil
+		// Not an answer to record (an error, or too large).
+		return &openedSession{id: id}, resp, nil
 	}
 	return &openedSession{id: id, version: ir.ProtocolVersion, result: result}, resp, nil
 }
@@ -334,10 +338,10 @@ func (s *sharedSession) record(ctx context.Context, opened *openedSession, old, 
 		}
 	}
 	if err != nil {
-		s.use(opened, "", false)
+		s.use(opened, false)
 		return nil, err
 	}
-	s.use(opened, sealed, false)
+	s.use(opened, false)
 	if old != "" {
 		// The record this one replaces had ended, or holds a session
 		// this replica could not join: so does its session, and the
@@ -361,13 +365,14 @@ func (s *sharedSession) open(rec store.UpstreamSession) (string, bool) {
 
 // join uses the recorded session rec, whose id is id.
 func (s *sharedSession) join(rec store.UpstreamSession, id string) {
-	s.use(&openedSession{id: id, version: rec.ProtocolVersion}, rec.Session, true)
+	s.use(&openedSession{id: id, version: rec.ProtocolVersion}, true)
 }
 
-func (s *sharedSession) use(o *openedSession, sealed string, joined bool) {
+// use sends the client's requests on the session o from now on.
+func (s *sharedSession) use(o *openedSession, joined bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.id, s.sealed, s.version, s.joined = o.id, sealed, o.version, joined
+	s.id, s.version, s.joined = o.id, o.version, joined
 }
 
 // initialized is the answer to the client's initialize (id reqID) from a
@@ -387,7 +392,7 @@ func (s *sharedSession) recover(r *http.Request, failed string) (string, error) 
 	s.recovering.Lock()
 	defer s.recovering.Unlock()
 	s.mu.Lock()
-	id, sealed, version, header, body := s.id, s.sealed, s.version, s.initHeader, s.initBody
+	id, version, header, body := s.id, s.version, s.initHeader, s.initBody
 	s.mu.Unlock()
 	if id != failed {
 		return id, nil // another request recovered first
@@ -397,19 +402,17 @@ func (s *sharedSession) recover(r *http.Request, failed string) (string, error) 
 	}
 	ctx := withoutInflight(r.Context())
 	rec, err := s.store.GetUpstreamSession(ctx, s.key)
+	sealed := ""
 	switch {
 	case err == nil:
 		if other, ok := s.open(rec); ok && other != failed && rec.Active(s.now()) && rec.ProtocolVersion == version {
 			s.join(rec, other)
 			return other, nil
 		}
-		if rec.Session != sealed {
-			// The record holds another session this replica cannot
-			// join (or none it could): replace what is there.
-			sealed = rec.Session
-		}
+		// The record holds the session that failed, or one this
+		// replica cannot join: the new one replaces what is there.
+		sealed = rec.Session
 	case errors.Is(err, store.ErrNotFound):
-		sealed = ""
 	default:
 		return "", err
 	}
@@ -417,11 +420,14 @@ func (s *sharedSession) recover(r *http.Request, failed string) (string, error) 
 	if err != nil {
 		return "", err
 	}
+	drain(resp)
 	if opened == nil {
-		drain(resp)
 		return "", fmt.Errorf("the upstream answered initialize with status %d", resp.StatusCode)
 	}
-	drain(resp)
+	if opened.result == nil {
+		s.end(ctx, opened.id, "")
+		return "", errors.New("the upstream's answer to initialize is not one to record")
+	}
 	if opened.version != version {
 		s.end(ctx, opened.id, opened.version)
 		return "", fmt.Errorf("the upstream's new session speaks protocol %s, not %s", opened.version, version)
