@@ -36,7 +36,10 @@ import (
 // the transport joins the session another replica recorded since, or opens
 // a new one and records it in place of the one that failed (a
 // compare-and-swap, so that two replicas that see it fail at once end on
-// one session), and sends the request again, once.
+// one session), and sends the request again, once. Each client's requests
+// go out under JSON-RPC ids of a range of its own (requestIDs), and its
+// DELETE ends nothing upstream: the other replicas go on using the
+// session.
 
 // UpstreamSessions keeps the records of the shared upstream sessions (a
 // store.Store does).

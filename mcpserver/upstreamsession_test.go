@@ -567,3 +567,20 @@ func TestUpstreamSessionRecordEnds(t *testing.T) {
 		}
 	})
 }
+
+// TestUpstreamSessionsNeedSecret: a catalog that shares upstream sessions
+// needs the secret that seals their ids.
+func TestUpstreamSessionsNeedSecret(t *testing.T) {
+	st := storetest.NewSQLite(t)
+	for name, secret := range map[string][]byte{"none": nil, "short": []byte("too short")} {
+		_, err := NewCatalog(&CatalogOptions{Runs: st, Approvals: st, UpstreamSessions: st, UpstreamSessionSecret: secret})
+		if err == nil || !strings.Contains(err.Error(), "UpstreamSessionSecret") {
+			t.Errorf("secret %s: %v, want UpstreamSessionSecret refused", name, err)
+		}
+	}
+	c, err := NewCatalog(&CatalogOptions{Runs: st, Approvals: st, UpstreamSessions: st, UpstreamSessionSecret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}
