@@ -142,8 +142,8 @@ func (s *sharedSession) RoundTrip(r *http.Request) (*http.Response, error) {
 		if s.current() != "" {
 			// The client closes its session: the upstream's stays
 			// open for the other replicas.
-			closeBody(r)
-			return localResponse(r, http.StatusNoContent, "", nil), nil
+			closeRequestBody(r)
+			return answerHere(r, http.StatusNoContent, "", nil), nil
 		}
 		return s.next.RoundTrip(r)
 	default:
@@ -152,7 +152,7 @@ func (s *sharedSession) RoundTrip(r *http.Request) (*http.Response, error) {
 		// which a 404 has not yet replaced.
 		return s.send(r, nil, s.current())
 	}
-	body, err := readBody(r)
+	body, err := readRequestBody(r)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +165,7 @@ func (s *sharedSession) RoundTrip(r *http.Request) (*http.Response, error) {
 	case msg.Method == "initialize":
 		return s.handshake(r, body, msg.ID)
 	case msg.Method == "notifications/initialized" && s.isJoined():
-		return localResponse(r, http.StatusAccepted, "", nil), nil
+		return answerHere(r, http.StatusAccepted, "", nil), nil
 	}
 	id := s.current()
 	resp, err := s.send(r, body, id)
@@ -173,7 +173,7 @@ func (s *sharedSession) RoundTrip(r *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	// The upstream has forgotten the session: the request did not run.
-	drain(resp)
+	drainResponse(resp)
 	next, err := s.recover(r, id)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the upstream's session ended and no other could be opened: %w", errUpstreamNotSent, err)
@@ -182,7 +182,7 @@ func (s *sharedSession) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err == nil && resp.StatusCode == http.StatusNotFound {
 		// Forgotten again at once: still not run, and the next request
 		// tries again.
-		drain(resp)
+		drainResponse(resp)
 		return nil, fmt.Errorf("%w: the upstream forgot its new session at once", errUpstreamNotSent)
 	}
 	return resp, err
@@ -385,7 +385,7 @@ func (s *sharedSession) initialized(r *http.Request, reqID, result json.RawMessa
 		reqID = json.RawMessage("null")
 	}
 	body := `{"jsonrpc":"2.0","id":` + string(reqID) + `,"result":` + string(result) + `}`
-	return localResponse(r, http.StatusOK, body, http.Header{"Content-Type": {"application/json"}, "Mcp-Session-Id": {sharedSessionStandIn}})
+	return answerHere(r, http.StatusOK, body, http.Header{"Content-Type": {"application/json"}, "Mcp-Session-Id": {sharedSessionStandIn}})
 }
 
 // recover replaces the session failed, which the upstream has forgotten:
@@ -423,7 +423,7 @@ func (s *sharedSession) recover(r *http.Request, failed string) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	drain(resp)
+	drainResponse(resp)
 	if opened == nil {
 		return "", fmt.Errorf("the upstream answered initialize with status %d", resp.StatusCode)
 	}
@@ -462,7 +462,7 @@ func (s *sharedSession) notifyInitialized(ctx context.Context, r *http.Request, 
 	if err != nil {
 		return err
 	}
-	drain(resp)
+	drainResponse(resp)
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("the upstream answered notifications/initialized with status %d", resp.StatusCode)
 	}
@@ -481,7 +481,7 @@ func (s *sharedSession) end(ctx context.Context, id, version string) {
 		req.Header.Set("Mcp-Protocol-Version", version)
 	}
 	if resp, err := s.next.RoundTrip(req); err == nil {
-		drain(resp)
+		drainResponse(resp)
 	}
 }
 
@@ -533,8 +533,8 @@ func withoutInflight(ctx context.Context) context.Context {
 	return context.WithValue(ctx, inflightKey{}, nil)
 }
 
-// readBody reads r's body, which the SDK's client sends from memory.
-func readBody(r *http.Request) ([]byte, error) {
+// readRequestBody reads r's body, which the SDK's client sends from memory.
+func readRequestBody(r *http.Request) ([]byte, error) {
 	if r.Body == nil {
 		return nil, nil
 	}
@@ -542,21 +542,22 @@ func readBody(r *http.Request) ([]byte, error) {
 	return io.ReadAll(r.Body)
 }
 
-func closeBody(r *http.Request) {
+// closeRequestBody closes the body of a request answered here.
+func closeRequestBody(r *http.Request) {
 	if r.Body != nil {
 		r.Body.Close()
 	}
 }
 
-// drain reads what is left of a response's body (a little) and closes it,
+// drainResponse reads what is left of a response's body (a little) and closes it,
 // so that its connection is used again.
-func drain(resp *http.Response) {
+func drainResponse(resp *http.Response) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 }
 
-// localResponse is an answer made here, to r.
-func localResponse(r *http.Request, status int, body string, header http.Header) *http.Response {
+// answerHere is an answer made here, to r.
+func answerHere(r *http.Request, status int, body string, header http.Header) *http.Response {
 	if header == nil {
 		header = http.Header{}
 	}
