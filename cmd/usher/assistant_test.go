@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -136,9 +139,17 @@ func TestAssistantLifecycle(t *testing.T) {
 }
 
 // balancer is a round-robin reverse proxy in front of replicas, keeping
-// the Host header as a load balancer does.
+// the Host header as a load balancer does. It reads a request's body whole
+// before it forwards the request, as nginx does by default: Go's HTTP/1
+// server closes a request's body once its handler begins the response,
+// and the proxy's transport reads the body once more after the declared
+// length, to check that it ends there. A replica that had answered before
+// that read (a response stream's headers) made it fail, and the transport
+// closed its connection to the replica, cutting the stream
+// (golang/go#40747).
 type balancer struct {
 	url      string
+	proxy    *httputil.ReverseProxy
 	mu       sync.Mutex
 	backends []*url.URL
 	next     int
@@ -146,17 +157,29 @@ type balancer struct {
 
 func newBalancer(t *testing.T) *balancer {
 	lb := &balancer{}
-	srv := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+	lb.proxy = &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
 		lb.mu.Lock()
 		target := lb.backends[lb.next%len(lb.backends)]
 		lb.next++
 		lb.mu.Unlock()
 		r.SetURL(target)
 		r.Out.Host = r.In.Host
-	}})
+	}}
+	srv := httptest.NewServer(http.HandlerFunc(lb.serve))
 	t.Cleanup(srv.Close)
 	lb.url = srv.URL
 	return lb
+}
+
+// serve forwards r once its body is read (see balancer).
+func (lb *balancer) serve(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	lb.proxy.ServeHTTP(w, r)
 }
 
 func (lb *balancer) set(urls ...string) {
