@@ -41,6 +41,13 @@ import (
 // Both sides pass through the same balancer, so its hop cancels out.
 
 // replicaBalancer is the balancer: its three routes, over two replicas.
+// It reads a request's body whole before it forwards the request, as nginx
+// does by default: Go's HTTP/1 server closes a request's body once its
+// handler begins the response, and the proxy's transport reads the body
+// once more after the declared length, to check that it ends there. A
+// replica that had answered before that read (a response stream's
+// headers) made it fail, and the transport closed its connection to the
+// replica, cutting the stream (golang/go#40747).
 type replicaBalancer struct {
 	one, two *httputil.ReverseProxy
 	next     atomic.Uint64
@@ -79,8 +86,15 @@ func (b *replicaBalancer) route(oneURL, twoURL string) error {
 	return err
 }
 
-// ServeHTTP routes a request by its path's first segment (see above).
+// ServeHTTP routes a request by its path's first segment (see above),
+// once its body is read (see replicaBalancer).
 func (b *replicaBalancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	route, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	if route == "alt" || route == "one" || route == "split" {
 		r.URL.Path = "/" + rest
@@ -92,8 +106,6 @@ func (b *replicaBalancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			target = b.two
 		}
 	case "split":
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
 		if r.Header.Get("Mcp-Session-Id") != "" && bytes.Contains(body, []byte(`"id"`)) && !bytes.Contains(body, []byte(`"result"`)) {
 			target = b.two
 		}
