@@ -298,6 +298,9 @@ func startAuthProxy(t *testing.T, target, token string) string {
 		defer func() {
 			logger.Printf("end %s %s: %d after %s", r.Method, r.URL.Path, rw.status, time.Since(start).Round(time.Microsecond))
 		}()
+		if !readWhole(rw, r) {
+			return
+		}
 		rp.ServeHTTP(rw, r)
 	})
 	ts.Config.SetKeepAlivesEnabled(false)

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
@@ -184,8 +186,28 @@ func (lb *balancer) start(t *testing.T, targets ...string) {
 		defer func() {
 			logger.Printf("%s %s session=%q: %d after %s", r.Method, r.URL.Path, r.Header.Get("Mcp-Session-Id"), rw.status, time.Since(start).Round(time.Microsecond))
 		}()
+		if !readWhole(rw, r) {
+			return
+		}
 		rp.ServeHTTP(rw, r)
 	})
 	lb.ts.Config.SetKeepAlivesEnabled(false)
 	lb.ts.Start()
+}
+
+// readWhole reads r's body whole before a proxy forwards r, as nginx does
+// by default, and answers 400 itself when it cannot. Go's HTTP/1 server
+// closes a request's body once its handler begins the response, and the
+// proxy's transport reads the body once more after its declared length:
+// a response stream begun before that read made it fail, and the
+// transport closed its connection to the upstream, cutting the stream
+// (golang/go#40747).
+func readWhole(w http.ResponseWriter, r *http.Request) bool {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return true
 }

@@ -1,6 +1,7 @@
 package helm
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -330,7 +331,7 @@ type service struct {
 func newService(t *testing.T) *service {
 	s := &service{conns: map[string]int{}}
 	tr := &http.Transport{DisableKeepAlives: true, DialContext: s.dial}
-	srv := httptest.NewServer(&httputil.ReverseProxy{
+	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(&url.URL{Scheme: "http", Host: "usher.service"})
 			r.Out.Host = r.In.Host
@@ -338,7 +339,22 @@ func newService(t *testing.T) *service {
 		Transport: tr,
 		// Streams (and the ?wait of a message) are passed on as they come.
 		FlushInterval: -1,
-	})
+	}
+	// A request's body is read whole before it is forwarded, as a
+	// Kubernetes ingress (nginx) does by default: Go's HTTP/1 server
+	// closes the body once the response begins, and the proxy's
+	// transport, reading it once more after its declared length, then
+	// closed its connection to the pod, cutting a response stream
+	// (golang/go#40747).
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rp.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	t.Cleanup(tr.CloseIdleConnections)
 	s.url = srv.URL
