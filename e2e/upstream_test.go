@@ -38,10 +38,21 @@ const (
 // and returns its base URL.
 func startFixture(t *testing.T) string {
 	mux := http.NewServeMux()
-	for path, server := range map[string]*mcp.Server{
+	servers := map[string]*mcp.Server{
 		fixtureTestPath: fixtureTestServer(),
 		fixtureJSONPath: fixtureJSONServer(),
-	} {
+	}
+	// A server that stops ends its sessions: the replicas of a stateful
+	// Usher share their callers' sessions to it, and none ends one that
+	// another may still use.
+	t.Cleanup(func() {
+		for _, server := range servers {
+			for ss := range server.Sessions() {
+				_ = ss.Close()
+			}
+		}
+	})
+	for path, server := range servers {
 		mux.Handle(path, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 			// Keeps each stream's events, so that a client can resume a
 			// stream the server closed (the reconnection tool does).
