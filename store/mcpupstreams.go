@@ -42,6 +42,9 @@ type UpstreamSession struct {
 	// ExpiresAt is when the record ends: a replica then opens a session
 	// of its own, and records it.
 	ExpiresAt time.Time
+	// UsedAt is when a replica last used the session, coarsely (see
+	// TouchUpstreamSession); PutUpstreamSession sets it to CreatedAt.
+	UsedAt time.Time
 }
 
 // Active reports whether the record may still be joined at now.
@@ -49,7 +52,7 @@ func (s UpstreamSession) Active(now time.Time) bool { return now.Before(s.Expire
 
 // upstreamSessionColumns is the column list of an UpstreamSession, in
 // field order.
-const upstreamSessionColumns = `pool_key, session, protocol_version, initialize_result, created_at, expires_at`
+const upstreamSessionColumns = `pool_key, session, protocol_version, initialize_result, created_at, expires_at, used_at`
 
 // checkUpstreamSession validates a record PutUpstreamSession writes.
 func checkUpstreamSession(s UpstreamSession) error {
@@ -91,19 +94,30 @@ func checkUpstreamSession(s UpstreamSession) error {
 }
 
 var (
-	// deleteEndedUpstreamSessions deletes the records that have ended, as
-	// a record is written: the table holds no more than those in use.
-	deleteEndedUpstreamSessions = sql1(`DELETE FROM mcp_upstream_sessions WHERE expires_at <= $1`)
-
 	// replaceUpstreamSession is the compare-and-swap of a record.
 	replaceUpstreamSession = sql1(`
-UPDATE mcp_upstream_sessions SET session = $3, protocol_version = $4, initialize_result = $5, created_at = $6, expires_at = $7
+UPDATE mcp_upstream_sessions SET session = $3, protocol_version = $4, initialize_result = $5, created_at = $6, expires_at = $7, used_at = $6
 WHERE pool_key = $1 AND session = $2`)
 
 	insertUpstreamSession = sql1(`
-INSERT INTO mcp_upstream_sessions (` + upstreamSessionColumns + `) VALUES ($1, $2, $3, $4, $5, $6)`)
+INSERT INTO mcp_upstream_sessions (` + upstreamSessionColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $5)`)
 
 	getUpstreamSession = sql1(`SELECT ` + upstreamSessionColumns + ` FROM mcp_upstream_sessions WHERE pool_key = $1`)
+
+	// touchUpstreamSession moves a record's used_at forward, never back.
+	touchUpstreamSession = sql1(`
+UPDATE mcp_upstream_sessions SET used_at = $3 WHERE pool_key = $1 AND session = $2 AND used_at < $3`)
+
+	// claimIdleUpstreamSessions deletes, and returns, up to $2 of the
+	// records last used at or before $1, the idlest first (reading
+	// mcp_upstream_sessions_used_idx). The outer condition is checked
+	// again on the row deleted: on PostgreSQL a sweep that waited for
+	// another's delete, or for a touch, of a row skips it.
+	claimIdleUpstreamSessions = sql1(`
+DELETE FROM mcp_upstream_sessions
+WHERE pool_key IN (SELECT pool_key FROM mcp_upstream_sessions WHERE used_at <= $1 ORDER BY used_at LIMIT $2)
+	AND used_at <= $1
+RETURNING ` + upstreamSessionColumns)
 )
 
 func (c *core) PutUpstreamSession(ctx context.Context, s UpstreamSession, old string) (UpstreamSession, error) {
@@ -111,13 +125,11 @@ func (c *core) PutUpstreamSession(ctx context.Context, s UpstreamSession, old st
 		s.CreatedAt = c.now()
 	}
 	s.CreatedAt, s.ExpiresAt = storedTime(s.CreatedAt), storedTime(s.ExpiresAt)
+	s.UsedAt = s.CreatedAt
 	if err := checkUpstreamSession(s); err != nil {
 		return UpstreamSession{}, err
 	}
 	err := c.inTx(ctx, func(x executor) error {
-		if _, err := x.exec(ctx, deleteEndedUpstreamSessions, s.CreatedAt); err != nil {
-			return err
-		}
 		if old != "" {
 			n, err := x.exec(ctx, replaceUpstreamSession, s.Key, old,
 				s.Session, s.ProtocolVersion, string(s.InitializeResult), s.CreatedAt, s.ExpiresAt)
@@ -125,8 +137,8 @@ func (c *core) PutUpstreamSession(ctx context.Context, s UpstreamSession, old st
 				return err
 			}
 		}
-		// No record, or the one replaced has ended (and is gone): a
-		// record there now is another's, and the insert conflicts.
+		// No record (the one replaced is gone): a record there now is
+		// another's, and the insert conflicts.
 		_, err := x.exec(ctx, insertUpstreamSession,
 			s.Key, s.Session, s.ProtocolVersion, string(s.InitializeResult), s.CreatedAt, s.ExpiresAt)
 		return err
@@ -138,11 +150,62 @@ func (c *core) PutUpstreamSession(ctx context.Context, s UpstreamSession, old st
 }
 
 func (c *core) GetUpstreamSession(ctx context.Context, key string) (UpstreamSession, error) {
-	var s UpstreamSession
-	var result string
-	err := c.reader().row(ctx, getUpstreamSession, key).Scan(&s.Key, &s.Session, &s.ProtocolVersion, &result, at(&s.CreatedAt), at(&s.ExpiresAt))
+	s, err := scanUpstreamSession(c.reader().row(ctx, getUpstreamSession, key))
 	if err != nil {
 		return UpstreamSession{}, c.fail(err)
+	}
+	return s, nil
+}
+
+func (c *core) TouchUpstreamSession(ctx context.Context, key, session string, at time.Time) error {
+	at = storedTime(at)
+	if err := checkTime("upstream session UsedAt", at); err != nil {
+		return invalid(err)
+	}
+	err := c.inTx(ctx, func(x executor) error {
+		_, err := x.exec(ctx, touchUpstreamSession, key, session, at)
+		return err
+	})
+	if err != nil {
+		return c.fail(err)
+	}
+	return nil
+}
+
+func (c *core) ClaimIdleUpstreamSessions(ctx context.Context, usedBefore time.Time, limit int) ([]UpstreamSession, error) {
+	usedBefore = storedTime(usedBefore)
+	if limit <= 0 {
+		return nil, invalid(errors.New("ClaimIdleUpstreamSessions needs a positive limit"))
+	}
+	var out []UpstreamSession
+	err := c.inTx(ctx, func(x executor) error {
+		out = nil
+		rows, err := x.query(ctx, claimIdleUpstreamSessions, usedBefore, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			s, err := scanUpstreamSession(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, s)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	return out, nil
+}
+
+// scanUpstreamSession scans a row of upstreamSessionColumns.
+func scanUpstreamSession(row interface{ Scan(...any) error }) (UpstreamSession, error) {
+	var s UpstreamSession
+	var result string
+	if err := row.Scan(&s.Key, &s.Session, &s.ProtocolVersion, &result, at(&s.CreatedAt), at(&s.ExpiresAt), at(&s.UsedAt)); err != nil {
+		return UpstreamSession{}, err
 	}
 	s.InitializeResult = []byte(result)
 	return s, nil

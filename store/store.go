@@ -644,16 +644,26 @@ type Store interface {
 	DeleteMCPSession(ctx context.Context, id string) error
 	// PutUpstreamSession records the shared upstream session s under
 	// s.Key if the record there now holds the session old (a
-	// compare-and-swap): old "" when there is none; a record that has
-	// ended by s.CreatedAt counts as none, and every record that has ended
-	// by then is deleted in the same transaction. Otherwise it fails with
-	// ErrConflict and writes nothing. Key, Session, ProtocolVersion,
-	// InitializeResult and ExpiresAt (after CreatedAt) are required, within
-	// their bounds (MaxUpstreamSessionKey, …); a zero CreatedAt means now.
+	// compare-and-swap): old "" when there is none, or when the record of
+	// old is gone. A record that has ended is still there: it is replaced
+	// only by naming its session, whose holder is to end it upstream.
+	// Otherwise it fails with ErrConflict and writes nothing. Key,
+	// Session, ProtocolVersion, InitializeResult and ExpiresAt (after
+	// CreatedAt) are required, within their bounds (MaxUpstreamSessionKey,
+	// …); a zero CreatedAt means now, and UsedAt is set to CreatedAt.
 	PutUpstreamSession(ctx context.Context, s UpstreamSession, old string) (UpstreamSession, error)
 	// GetUpstreamSession returns the record of key, ended as it may be,
 	// or ErrNotFound.
 	GetUpstreamSession(ctx context.Context, key string) (UpstreamSession, error)
+	// TouchUpstreamSession moves the UsedAt of key's record forward to at
+	// if the record holds session (never back); it is no error when it
+	// does not, or when there is no record.
+	TouchUpstreamSession(ctx context.Context, key, session string, at time.Time) error
+	// ClaimIdleUpstreamSessions deletes up to limit records last used at
+	// or before usedBefore, ended or not, the idlest first, and returns
+	// them: their sessions are the caller's to end upstream. Of callers
+	// claiming at once, each record goes to one.
+	ClaimIdleUpstreamSessions(ctx context.Context, usedBefore time.Time, limit int) ([]UpstreamSession, error)
 	// AppendMCPEvent appends an event to its stream, with the stream's next
 	// index (from 0), and returns it; a zero CreatedAt means now. Session
 	// is required; Data is at most MaxMCPEventData bytes. The events older

@@ -2,7 +2,9 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,8 +15,8 @@ import (
 // key; a second first record of the key conflicts, a replacement of the
 // session it holds succeeds, and one of a session it no longer holds
 // conflicts (two replicas replacing one session: the second loses). A
-// record that has ended counts as none and is deleted as another is
-// written; invalid records are refused and store nothing.
+// record that has ended stays until its session is named; invalid
+// records are refused and store nothing.
 func testUpstreamSessions(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -77,25 +79,126 @@ func testUpstreamSessions(t *testing.T, s store.Store) {
 		t.Errorf("an invalid record was stored: GetUpstreamSession = %v", err)
 	}
 
-	// An hour later k1's record has ended: a first record of k1 is
-	// written in its place, and a record of k2 deletes it.
+	// An hour later k1's record has ended: it stays, to be ended upstream
+	// before it goes. A first record of k1 conflicts with it; naming its
+	// session replaces it.
 	later := rec
 	later.Session, later.CreatedAt, later.ExpiresAt = "sealed-4", now.Add(time.Hour), now.Add(2*time.Hour)
-	if _, err := s.PutUpstreamSession(ctx, later, ""); err != nil {
-		t.Fatalf("a first record in place of one that has ended: %v", err)
+	if _, err := s.PutUpstreamSession(ctx, later, ""); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a first record in place of one that has ended = %v, want ErrConflict", err)
 	}
-	// Replacing a session whose record has ended (and is gone) records
-	// the new one.
+	if got, err := s.GetUpstreamSession(ctx, "k1"); err != nil || got.Session != "sealed-2" || got.Active(later.CreatedAt) {
+		t.Fatalf("the ended record of k1 = %+v, %v; want it there, ended", got, err)
+	}
+	if _, err := s.PutUpstreamSession(ctx, later, "sealed-2"); err != nil {
+		t.Fatalf("replacing a record that has ended: %v", err)
+	}
+	// Replacing a session whose record is gone records the new one.
 	k2 := later
 	k2.Key, k2.Session = "k2", "sealed-5"
 	if _, err := s.PutUpstreamSession(ctx, k2, "sealed-gone"); err != nil {
 		t.Fatalf("replacing a record that is gone: %v", err)
 	}
-	k2.Session, k2.CreatedAt, k2.ExpiresAt = "sealed-6", now.Add(3*time.Hour), now.Add(4*time.Hour)
-	if _, err := s.PutUpstreamSession(ctx, k2, "sealed-5"); err != nil {
-		t.Fatalf("replacing k2 after k1 has ended: %v", err)
+}
+
+// testUpstreamSessionsIdle: a record is last used when written, and a
+// touch moves that forward (never back, and only for the session it
+// names); a claim deletes and returns the records used at or before its
+// time, ended or not, and leaves the others; of claims at once, each
+// record goes to one.
+func testUpstreamSessionsIdle(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	result := []byte(`{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"up","version":"1"}}`)
+	put := func(key, session string, created time.Time, life time.Duration) {
+		t.Helper()
+		rec := store.UpstreamSession{Key: key, Session: session, ProtocolVersion: "2025-11-25", InitializeResult: result,
+			CreatedAt: created, ExpiresAt: created.Add(life)}
+		if _, err := s.PutUpstreamSession(ctx, rec, ""); err != nil {
+			t.Fatalf("PutUpstreamSession(%s): %v", key, err)
+		}
 	}
-	if _, err := s.GetUpstreamSession(ctx, "k1"); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("the ended record of k1 is still there: GetUpstreamSession = %v", err)
+	put("idle-a", "sa", now, 24*time.Hour)
+	put("idle-b", "sb", now, 24*time.Hour)
+	put("ended", "se", now.Add(-25*time.Hour), 24*time.Hour)
+	if got, err := s.GetUpstreamSession(ctx, "idle-a"); err != nil || !got.UsedAt.Equal(now) {
+		t.Fatalf("a new record's UsedAt = %v, %v; want its CreatedAt %v", got.UsedAt, err, now)
+	}
+	// idle-b is used a minute later; a touch naming another session, or
+	// an earlier time, changes nothing.
+	for _, touch := range []struct {
+		session string
+		at      time.Time
+	}{{"sb", now.Add(time.Minute)}, {"other", now.Add(time.Hour)}, {"sb", now.Add(time.Second)}} {
+		if err := s.TouchUpstreamSession(ctx, "idle-b", touch.session, touch.at); err != nil {
+			t.Fatalf("TouchUpstreamSession: %v", err)
+		}
+	}
+	if err := s.TouchUpstreamSession(ctx, "none", "x", now); err != nil {
+		t.Fatalf("TouchUpstreamSession of no record: %v", err)
+	}
+	if got, err := s.GetUpstreamSession(ctx, "idle-b"); err != nil || !got.UsedAt.Equal(now.Add(time.Minute)) {
+		t.Fatalf("idle-b's UsedAt = %v, %v; want %v", got.UsedAt, err, now.Add(time.Minute))
+	}
+	// Claiming what was used by now takes idle-a and the ended record,
+	// not idle-b, used since.
+	claimed, err := s.ClaimIdleUpstreamSessions(ctx, now, 10)
+	if err != nil {
+		t.Fatalf("ClaimIdleUpstreamSessions: %v", err)
+	}
+	got := map[string]string{}
+	for _, c := range claimed {
+		got[c.Key] = c.Session
+	}
+	if len(claimed) != 2 || got["idle-a"] != "sa" || got["ended"] != "se" {
+		t.Fatalf("claimed %+v, want idle-a and ended", got)
+	}
+	for _, key := range []string{"idle-a", "ended"} {
+		if _, err := s.GetUpstreamSession(ctx, key); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("claimed record %s still there: %v", key, err)
+		}
+	}
+	if _, err := s.GetUpstreamSession(ctx, "idle-b"); err != nil {
+		t.Errorf("the record used since is gone: %v", err)
+	}
+	if _, err := s.ClaimIdleUpstreamSessions(ctx, now, 0); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("a claim of no records = %v, want ErrInvalid", err)
+	}
+
+	// Claims at once: every record goes to exactly one.
+	const n = 20
+	for i := range n {
+		put(fmt.Sprintf("race-%d", i), fmt.Sprintf("sr-%d", i), now.Add(-time.Hour), 24*time.Hour)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				c, err := s.ClaimIdleUpstreamSessions(ctx, now.Add(2*time.Minute), 3)
+				if err != nil {
+					t.Errorf("ClaimIdleUpstreamSessions at once: %v", err)
+					return
+				}
+				if len(c) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, r := range c {
+					seen[r.Key]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != n+1 { // the race records and idle-b
+		t.Errorf("claims at once took %d records, want %d", len(seen), n+1)
+	}
+	for key, times := range seen {
+		if times != 1 {
+			t.Errorf("record %s was claimed %d times", key, times)
+		}
 	}
 }

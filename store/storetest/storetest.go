@@ -76,6 +76,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Holds", testHolds},
 		{"MCPSessions", testMCPSessions},
 		{"UpstreamSessions", testUpstreamSessions},
+		{"UpstreamSessionsIdle", testUpstreamSessionsIdle},
 		{"MCPAnswers", testMCPAnswers},
 		{"MCPEvents", testMCPEvents},
 		{"Steps", testSteps},
