@@ -394,6 +394,12 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 	}
 	c.pool = &pool{conns: map[connKey]*conn{}, idle: o.IdleTimeout, max: o.MaxSessions,
 		maxUser: o.MaxSessionsPerUser, byUser: map[string]int{}}
+	if o.UpstreamSessions != nil {
+		// The shared sessions no replica uses any more are ended
+		// upstream (see sweepUpstreamSessions).
+		c.work.Add(1)
+		go c.sweepUpstreamSessionsEvery()
+	}
 	if o.Handover != nil {
 		if err := c.startHandover(o.Handover); err != nil {
 			c.cancel()

@@ -464,17 +464,7 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 	var t mcp.Transport
 	if u.cfg.URL != "" {
 		base := u.cat.opts.HTTPClient
-		rt := base.Transport
-		if rt == nil {
-			rt = http.DefaultTransport
-		}
-		cred := &credentials{base: rt, headers: http.Header{}, subject: c.key.subject}
-		for k, v := range u.cfg.Headers {
-			cred.headers.Set(k, v)
-		}
-		if u.cfg.BrokerToken {
-			cred.tokens, cred.audience = u.cat.opts.UpstreamTokens, u.cfg.URL
-		}
+		cred := u.credentials(c.key.subject)
 		var transport http.RoundTripper = cred
 		if shared := u.sharedSession(c.key, cred); shared != nil {
 			// The replicas share the caller's session to the upstream
@@ -505,6 +495,24 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 		u.cat.log.Debug("mcpserver: an upstream refused a logging level", "upstream", u.cfg.Name, "err", err)
 	}
 	return cs, nil
+}
+
+// credentials returns the transport of the HTTP requests to the upstream
+// on behalf of subject ("" for the catalog's own): the upstream's headers
+// and, with BrokerToken, the subject's token.
+func (u *upstream) credentials(subject string) *credentials {
+	rt := u.cat.opts.HTTPClient.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	cred := &credentials{base: rt, headers: http.Header{}, subject: subject}
+	for k, v := range u.cfg.Headers {
+		cred.headers.Set(k, v)
+	}
+	if u.cfg.BrokerToken {
+		cred.tokens, cred.audience = u.cat.opts.UpstreamTokens, u.cfg.URL
+	}
+	return cred
 }
 
 // connectContext returns the context an upstream session is opened with:

@@ -40,13 +40,39 @@ import (
 // go out under JSON-RPC ids of a range of its own (requestIDs), and its
 // DELETE ends nothing upstream: the other replicas go on using the
 // session.
+//
+// A replica that sends on a shared session moves its record's UsedAt
+// forward, at most once every upstreamSessionTouchEvery (a write a minute,
+// not one per call). Each replica's catalog sweeps the records every
+// upstreamSessionSweepEvery (Catalog.sweepUpstreamSessions): a session
+// that no replica has used for longer than any replica can still need it
+// (upstreamSessionIdle: the pools' IdleTimeout and CallTimeout and two
+// minutes), ended record or not, is claimed (its row deleted, by one
+// sweep of all that run at once) and ended upstream with a DELETE,
+// through the credentials transport of the caller it serves, which its
+// record seals. A replica that still holds it then meets the 404, and
+// opens or joins another as above. A row is deleted only by the sweep
+// that ends its session, or replaced by the replica that ends it.
 
 // UpstreamSessions keeps the records of the shared upstream sessions (a
 // store.Store does).
 type UpstreamSessions interface {
 	PutUpstreamSession(ctx context.Context, s store.UpstreamSession, old string) (store.UpstreamSession, error)
 	GetUpstreamSession(ctx context.Context, key string) (store.UpstreamSession, error)
+	TouchUpstreamSession(ctx context.Context, key, session string, at time.Time) error
+	ClaimIdleUpstreamSessions(ctx context.Context, usedBefore time.Time, limit int) ([]store.UpstreamSession, error)
 }
+
+// upstreamSessionTouchEvery is how often, at most, a replica that uses a
+// shared session moves its record's UsedAt forward.
+const upstreamSessionTouchEvery = time.Minute
+
+// upstreamSessionSweepEvery is the time between two sweeps of the shared
+// sessions no replica uses any more.
+const upstreamSessionSweepEvery = time.Minute
+
+// upstreamSessionSweepBatch bounds the records one claim takes.
+const upstreamSessionSweepBatch = 100
 
 // upstreamSessionLifetime is how long a record of a shared upstream session
 // is joined: then a replica that needs the session opens a new one, records
@@ -70,10 +96,14 @@ func newUpstreamSessionSealer(secret []byte) (*seal.Sealer, error) {
 }
 
 // sealedUpstreamSession is what a record's Session seals: the upstream's
-// session id, and the key of the record, so that it opens under no other.
+// session id, and the key of the record, so that it opens under no other;
+// and the upstream's name and the caller's subject, with whose
+// credentials a sweep ends the session.
 type sealedUpstreamSession struct {
-	Key string `json:"k"`
-	ID  string `json:"i"`
+	Key      string `json:"k"`
+	ID       string `json:"i"`
+	Upstream string `json:"u,omitempty"`
+	Subject  string `json:"s,omitempty"`
 }
 
 // sharedKey is the record key of a pool key: what tells one upstream
@@ -95,8 +125,8 @@ func (u *upstream) sharedSession(key connKey, next http.RoundTripper) *sharedSes
 		return nil
 	}
 	return &sharedSession{
-		next: next, endpoint: u.cfg.URL, key: u.sharedKey(key), store: u.cat.opts.UpstreamSessions, sealer: u.cat.sessionSealer,
-		now: u.cat.opts.Now, log: u.cat.log.With("upstream", u.cfg.Name), ids: newRequestIDs(),
+		next: next, endpoint: u.cfg.URL, key: u.sharedKey(key), upstream: u.cfg.Name, subject: key.subject,
+		store: u.cat.opts.UpstreamSessions, sealer: u.cat.sessionSealer, now: u.cat.opts.Now, log: u.cat.log.With("upstream", u.cfg.Name), ids: newRequestIDs(),
 	}
 }
 
@@ -106,6 +136,8 @@ type sharedSession struct {
 	next     http.RoundTripper
 	endpoint string // the upstream's URL
 	key      string
+	upstream string // the upstream's name
+	subject  string // the caller's
 	store    UpstreamSessions
 	sealer   *seal.Sealer
 	now      func() time.Time
@@ -122,6 +154,11 @@ type sharedSession struct {
 	// id is the upstream's session id, "" before the handshake and for
 	// an upstream that keeps no sessions.
 	id string
+	// sealed is the record's Session of id, "" when id is not
+	// recorded; touched is when this replica last moved the record's
+	// UsedAt (see touch).
+	sealed  string
+	touched time.Time
 	// version is the protocol version the client and the session speak.
 	version string
 	// joined: the session was opened by another; the client's
@@ -167,6 +204,7 @@ func (s *sharedSession) RoundTrip(r *http.Request) (*http.Response, error) {
 	case msg.Method == "notifications/initialized" && s.isJoined():
 		return answerHere(r, http.StatusAccepted, "", nil), nil
 	}
+	s.touch(r.Context())
 	id := s.current()
 	resp, err := s.send(r, body, id)
 	if err != nil || resp.StatusCode != http.StatusNotFound || id == "" {
@@ -196,6 +234,30 @@ func (s *sharedSession) current() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.id
+}
+
+// touch moves the UsedAt of the record of the session in use forward, to
+// now, unless this replica did so less than upstreamSessionTouchEvery
+// ago: the sweeps leave a session in use open. A failure is logged; the
+// next request tries again.
+func (s *sharedSession) touch(ctx context.Context) {
+	now := s.now()
+	s.mu.Lock()
+	sealed := s.sealed
+	due := sealed != "" && now.Sub(s.touched) >= upstreamSessionTouchEvery
+	if due {
+		s.touched = now
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	if err := s.store.TouchUpstreamSession(withoutInflight(ctx), s.key, sealed, now); err != nil {
+		s.mu.Lock()
+		s.touched = time.Time{}
+		s.mu.Unlock()
+		s.log.Warn("mcpserver: the use of a shared upstream session could not be recorded", "err", err)
+	}
 }
 
 func (s *sharedSession) isJoined() bool {
@@ -275,10 +337,12 @@ func (s *sharedSession) handshake(r *http.Request, body, reqID json.RawMessage) 
 	return resp, nil
 }
 
-// openedSession is an upstream session this replica opened.
+// openedSession is an upstream session this replica opened, or joined.
 type openedSession struct {
 	id, version string
 	result      json.RawMessage
+	// sealed is its record's Session once recorded.
+	sealed string
 }
 
 // initialize sends an initialize request (header, body) to the upstream
@@ -326,7 +390,8 @@ func (s *sharedSession) initialize(r *http.Request, header http.Header, body []b
 // the one opened here ended.
 func (s *sharedSession) record(ctx context.Context, opened *openedSession, old, gone string) (*openedSession, error) {
 	now := s.now()
-	sealed, err := s.sealer.Seal(sealedUpstreamSession{Key: s.key, ID: opened.id}, now.Add(2*upstreamSessionLifetime))
+	sealed, err := s.sealer.Seal(sealedUpstreamSession{Key: s.key, ID: opened.id, Upstream: s.upstream, Subject: s.subject},
+		now.Add(2*upstreamSessionLifetime))
 	if err == nil {
 		_, err = s.store.PutUpstreamSession(ctx, store.UpstreamSession{Key: s.key, Session: sealed, ProtocolVersion: opened.version,
 			InitializeResult: opened.result, CreatedAt: now, ExpiresAt: now.Add(upstreamSessionLifetime)}, old)
@@ -336,7 +401,7 @@ func (s *sharedSession) record(ctx context.Context, opened *openedSession, old, 
 			if id, ok := s.open(rec); ok && rec.ProtocolVersion == opened.version {
 				s.end(ctx, opened.id, opened.version)
 				s.join(rec, id)
-				return &openedSession{id: id, version: rec.ProtocolVersion, result: rec.InitializeResult}, nil
+				return &openedSession{id: id, version: rec.ProtocolVersion, result: rec.InitializeResult, sealed: rec.Session}, nil
 			}
 		}
 	}
@@ -344,6 +409,7 @@ func (s *sharedSession) record(ctx context.Context, opened *openedSession, old, 
 		s.use(opened, false)
 		return nil, err
 	}
+	opened.sealed = sealed
 	s.use(opened, false)
 	if old != "" {
 		// The record this one replaces had ended, or holds a session
@@ -368,14 +434,20 @@ func (s *sharedSession) open(rec store.UpstreamSession) (string, bool) {
 
 // join uses the recorded session rec, whose id is id.
 func (s *sharedSession) join(rec store.UpstreamSession, id string) {
-	s.use(&openedSession{id: id, version: rec.ProtocolVersion}, true)
+	s.use(&openedSession{id: id, version: rec.ProtocolVersion, sealed: rec.Session}, true)
 }
 
-// use sends the client's requests on the session o from now on.
+// use sends the client's requests on the session o from now on. A session
+// recorded here was used as recorded; a joined one is touched on its
+// first request.
 func (s *sharedSession) use(o *openedSession, joined bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.id, s.version, s.joined = o.id, o.version, joined
+	s.id, s.version, s.joined, s.sealed = o.id, o.version, joined, o.sealed
+	s.touched = time.Time{}
+	if !joined && o.sealed != "" {
+		s.touched = s.now()
+	}
 }
 
 // initialized is the answer to the client's initialize (id reqID) from a
@@ -472,16 +544,116 @@ func (s *sharedSession) notifyInitialized(ctx context.Context, r *http.Request, 
 // end ends an upstream session (best effort): one opened here that is not
 // used, or one whose record has ended.
 func (s *sharedSession) end(ctx context.Context, id, version string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, s.endpoint, nil)
+	_ = endUpstreamSession(ctx, s.next, s.endpoint, id, version)
+}
+
+// endUpstreamSession ends the upstream session id (of protocol version,
+// when known) at endpoint with a DELETE sent through next. The upstream
+// having forgotten the session (404) is no error.
+func endUpstreamSession(ctx context.Context, next http.RoundTripper, endpoint, id, version string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, endpoint, nil)
 	if err != nil {
-		return
+		return err
 	}
 	req.Header.Set("Mcp-Session-Id", id)
 	if version != "" {
 		req.Header.Set("Mcp-Protocol-Version", version)
 	}
-	if resp, err := s.next.RoundTrip(req); err == nil {
-		drainResponse(resp)
+	resp, err := next.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	drainResponse(resp)
+	if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusNotFound {
+		return fmt.Errorf("the upstream answered DELETE with status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// upstreamSessionIdle is how long after its last use a shared session is
+// ended: no replica can still need it by then. A replica moves UsedAt
+// forward at most upstreamSessionTouchEvery before it sends on the
+// session; its call runs for at most CallTimeout; its pool then closes
+// the session after IdleTimeout unused; and a minute more, for the
+// replicas' clocks.
+func (c *Catalog) upstreamSessionIdle() time.Duration {
+	return c.opts.IdleTimeout + c.opts.CallTimeout + upstreamSessionTouchEvery + time.Minute
+}
+
+// sweepUpstreamSessions ends upstream the shared sessions no replica has
+// used for upstreamSessionIdle, ended records or not, and deletes their
+// records: each record is claimed (deleted) first, so that of the
+// replicas sweeping at once one ends it. A session whose record does not
+// say whose it is (written by an earlier version), or whose upstream is
+// no longer configured, is only forgotten. It returns how many sessions
+// were ended upstream.
+func (c *Catalog) sweepUpstreamSessions(ctx context.Context) (int, error) {
+	st := c.opts.UpstreamSessions
+	if st == nil {
+		return 0, nil
+	}
+	now := c.opts.Now()
+	ended := 0
+	for {
+		claimed, err := st.ClaimIdleUpstreamSessions(ctx, now.Add(-c.upstreamSessionIdle()), upstreamSessionSweepBatch)
+		if err != nil {
+			return ended, err
+		}
+		for _, rec := range claimed {
+			if c.endSharedSession(ctx, now, rec) {
+				ended++
+			}
+		}
+		if len(claimed) < upstreamSessionSweepBatch {
+			return ended, nil
+		}
+	}
+}
+
+// endSharedSession ends upstream the session of a claimed record, and
+// reports whether it did.
+func (c *Catalog) endSharedSession(ctx context.Context, now time.Time, rec store.UpstreamSession) bool {
+	var v sealedUpstreamSession
+	if err := c.sessionSealer.Open(rec.Session, now, &v); err != nil || v.Key != rec.Key || v.ID == "" {
+		c.log.Warn("mcpserver: an idle shared upstream session could not be ended: its record does not open", "err", err)
+		return false
+	}
+	if v.Upstream == "" || v.Subject == "" {
+		c.log.Warn("mcpserver: an idle shared upstream session could not be ended: its record does not say whose it is")
+		return false
+	}
+	for _, u := range c.upstreams {
+		if u.cfg.Name != v.Upstream || u.cfg.URL == "" {
+			continue
+		}
+		if err := endUpstreamSession(ctx, u.credentials(v.Subject), u.cfg.URL, v.ID, rec.ProtocolVersion); err != nil {
+			c.log.Warn("mcpserver: an idle shared upstream session could not be ended", "upstream", u.cfg.Name, "err", err)
+			return false
+		}
+		return true
+	}
+	c.log.Warn("mcpserver: an idle shared upstream session could not be ended: its upstream is not configured", "upstream", v.Upstream)
+	return false
+}
+
+// sweepUpstreamSessionsEvery runs sweepUpstreamSessions every
+// upstreamSessionSweepEvery until the catalog closes; its first sweep is
+// one interval after the catalog starts.
+func (c *Catalog) sweepUpstreamSessionsEvery() {
+	defer c.work.Done()
+	tick := time.NewTicker(upstreamSessionSweepEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.stop.Done():
+			return
+		case <-tick.C:
+		}
+		if n, err := c.sweepUpstreamSessions(c.stop); err != nil && c.stop.Err() == nil {
+			c.log.Warn("mcpserver: sweeping the idle shared upstream sessions", "err", err)
+		} else if n > 0 {
+			c.log.Debug("mcpserver: ended idle shared upstream sessions", "sessions", n)
+		}
 	}
 }
 

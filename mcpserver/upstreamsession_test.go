@@ -38,6 +38,7 @@ type statefulUpstream struct {
 
 	mu          sync.Mutex
 	initializes int
+	deletes     int            // the DELETEs of a session it was sent
 	calls       map[string]int // by upstream session id
 	ran         int
 	ids         map[string]bool            // the session ids the upstream gave
@@ -75,6 +76,11 @@ func newStatefulUpstream(t *testing.T) *statefulUpstream {
 		})
 	u.restart()
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete && r.Header.Get("Mcp-Session-Id") != "" {
+			u.mu.Lock()
+			u.deletes++
+			u.mu.Unlock()
+		}
 		if r.Method == http.MethodPost {
 			body, _ := io.ReadAll(r.Body)
 			r.Body = io.NopCloser(bytes.NewReader(body))

@@ -1,0 +1,236 @@
+package mcpserver
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/usherhq/usher/store"
+)
+
+// sweepClock is a clock the tests move by hand.
+type sweepClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *sweepClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *sweepClock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// sweepCatalog returns a replica's catalog over st, of the upstream up,
+// on the clock now: what sweeps the shared sessions.
+func sweepCatalog(t *testing.T, st store.Store, up *statefulUpstream, now func() time.Time) *Catalog {
+	t.Helper()
+	c, err := NewCatalog(&CatalogOptions{Runs: st, Approvals: st, UpstreamSessions: st, UpstreamSessionSecret: testSecret,
+		Upstreams: []Upstream{{Name: "up", URL: up.url}}, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// openSessions counts the sessions the upstream holds open.
+func (u *statefulUpstream) openSessions() int {
+	n := 0
+	for range u.server.Sessions() {
+		n++
+	}
+	return n
+}
+
+// deleted returns how many DELETEs of a session the upstream was sent.
+func (u *statefulUpstream) deleted() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.deletes
+}
+
+// aliceKey is the record key of alice's session to up.
+func aliceKey(cat *Catalog) string {
+	return cat.upstreams[0].sharedKey(connKey{upstream: "up", subject: alice})
+}
+
+// TestUpstreamSessionSweepEndsIdle: a shared session no replica has used
+// for the idle time is ended upstream (a DELETE, its session gone) and
+// its record deleted by a replica's sweep; one used more recently than
+// that is not. The replica still holding the swept session recovers on
+// its next call: one new session, the call run once.
+func TestUpstreamSessionSweepEndsIdle(t *testing.T) {
+	onEngines(t, func(t *testing.T, st, other store.Store) {
+		up := newStatefulUpstream(t)
+		start := time.Now()
+		clk := &sweepClock{t: start}
+		a, err := sharedClient(t, up, st, clk.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := countOn(t, a); err != nil || got != "1" {
+			t.Fatalf("the first call: %q, %v", got, err)
+		}
+		sweeper := sweepCatalog(t, other, up, clk.now)
+		idle := sweeper.upstreamSessionIdle()
+		if idle <= sweeper.opts.IdleTimeout+sweeper.opts.CallTimeout {
+			t.Errorf("the idle time %v does not exceed the pool's IdleTimeout and CallTimeout", idle)
+		}
+
+		clk.set(start.Add(idle - time.Second))
+		if n, err := sweeper.sweepUpstreamSessions(t.Context()); err != nil || n != 0 {
+			t.Fatalf("a sweep before the session is idle long enough ended %d, %v; want none", n, err)
+		}
+		if open, deletes := up.openSessions(), up.deleted(); open != 1 || deletes != 0 {
+			t.Fatalf("before it is idle long enough the upstream holds %d sessions and saw %d DELETEs; want 1, 0", open, deletes)
+		}
+
+		clk.set(start.Add(idle + time.Second))
+		if n, err := sweeper.sweepUpstreamSessions(t.Context()); err != nil || n != 1 {
+			t.Fatalf("a sweep of the idle session ended %d, %v; want 1", n, err)
+		}
+		if open, deletes := up.openSessions(), up.deleted(); open != 0 || deletes != 1 {
+			t.Errorf("after the sweep the upstream holds %d sessions and saw %d DELETEs; want 0, 1", open, deletes)
+		}
+		if _, err := st.GetUpstreamSession(t.Context(), aliceKey(sweeper)); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the swept session's record: %v, want ErrNotFound", err)
+		}
+
+		// The replica still on the swept session meets the 404 and opens
+		// a new one, on which its call runs once.
+		if got, err := countOn(t, a); err != nil || got != "1" {
+			t.Fatalf("the call after the sweep: %q, %v; want 1 on a new session", got, err)
+		}
+		if initializes, ran, ids := up.counts(); initializes != 2 || ran != 2 || len(ids) != 2 {
+			t.Errorf("the upstream saw %d initializes, %d runs, %d sessions called; want 2, 2 (none lost or run twice), 2", initializes, ran, len(ids))
+		}
+		if _, err := st.GetUpstreamSession(t.Context(), aliceKey(sweeper)); err != nil {
+			t.Errorf("the new session is not recorded: %v", err)
+		}
+	})
+}
+
+// TestUpstreamSessionSweepSparesUsed: a session that another replica used
+// since the first stopped is not ended by a sweep that would have ended
+// it idle from the first's use: the second replica's use moved the
+// record's UsedAt forward. Both replicas go on on it.
+func TestUpstreamSessionSweepSparesUsed(t *testing.T) {
+	onEngines(t, func(t *testing.T, st, other store.Store) {
+		up := newStatefulUpstream(t)
+		start := time.Now()
+		clk := &sweepClock{t: start}
+		a, err := sharedClient(t, up, st, clk.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := countOn(t, a); err != nil || got != "1" {
+			t.Fatalf("the first call: %q, %v", got, err)
+		}
+		sweeper := sweepCatalog(t, st, up, clk.now)
+		idle := sweeper.upstreamSessionIdle()
+		clk.set(start.Add(idle - 2*time.Minute))
+		b, err := sharedClient(t, up, other, clk.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := countOn(t, b); err != nil || got != "2" {
+			t.Fatalf("the second replica's call: %q, %v; want 2 on the shared session", got, err)
+		}
+		clk.set(start.Add(idle + time.Second))
+		if n, err := sweeper.sweepUpstreamSessions(t.Context()); err != nil || n != 0 {
+			t.Fatalf("a sweep of a session used %v ago ended %d, %v; want none", 2*time.Minute, n, err)
+		}
+		if open, deletes := up.openSessions(), up.deleted(); open != 1 || deletes != 0 {
+			t.Errorf("the upstream holds %d sessions and saw %d DELETEs; want 1, 0", open, deletes)
+		}
+		if got, err := countOn(t, a); err != nil || got != "3" {
+			t.Errorf("the first replica's call after the sweep: %q, %v; want 3 on the same session", got, err)
+		}
+		if initializes, _, ids := up.counts(); initializes != 1 || len(ids) != 1 {
+			t.Errorf("the upstream saw %d initializes, %d sessions called; want 1, 1", initializes, len(ids))
+		}
+	})
+}
+
+// TestUpstreamSessionSweepAtOnce: two replicas sweeping at once end an
+// idle session once: one DELETE upstream.
+func TestUpstreamSessionSweepAtOnce(t *testing.T) {
+	onEngines(t, func(t *testing.T, st, other store.Store) {
+		up := newStatefulUpstream(t)
+		start := time.Now()
+		clk := &sweepClock{t: start}
+		a, err := sharedClient(t, up, st, clk.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := countOn(t, a); err != nil || got != "1" {
+			t.Fatalf("the first call: %q, %v", got, err)
+		}
+		sweepers := []*Catalog{sweepCatalog(t, st, up, clk.now), sweepCatalog(t, other, up, clk.now)}
+		clk.set(start.Add(sweepers[0].upstreamSessionIdle() + time.Second))
+		ended := make([]int, len(sweepers))
+		errs := make([]error, len(sweepers))
+		var ready, wg sync.WaitGroup
+		ready.Add(len(sweepers))
+		for i, c := range sweepers {
+			wg.Go(func() {
+				ready.Done()
+				ready.Wait()
+				ended[i], errs[i] = c.sweepUpstreamSessions(t.Context())
+			})
+		}
+		wg.Wait()
+		if errors.Join(errs...) != nil || ended[0]+ended[1] != 1 {
+			t.Errorf("the sweeps ended %v, %v; want one session in all", ended, errs)
+		}
+		if open, deletes := up.openSessions(), up.deleted(); open != 0 || deletes != 1 {
+			t.Errorf("the upstream holds %d sessions and saw %d DELETEs; want 0, 1", open, deletes)
+		}
+	})
+}
+
+// TestUpstreamSessionSweepEndedRecord: a record that has ended (its
+// lifetime over) is not deleted as another record is written, which would
+// lose the only handle to its session: the sweep ends the session
+// upstream, then deletes the record.
+func TestUpstreamSessionSweepEndedRecord(t *testing.T) {
+	onEngines(t, func(t *testing.T, st, other store.Store) {
+		up := newStatefulUpstream(t)
+		start := time.Now()
+		clk := &sweepClock{t: start}
+		a, err := sharedClient(t, up, st, clk.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := countOn(t, a); err != nil || got != "1" {
+			t.Fatalf("the first call: %q, %v", got, err)
+		}
+		// A day and an hour later another caller's session is recorded.
+		later := start.Add(upstreamSessionLifetime + time.Hour)
+		clk.set(later)
+		if _, err := other.PutUpstreamSession(t.Context(), store.UpstreamSession{Key: "another", Session: "sealed",
+			ProtocolVersion: "2025-11-25", InitializeResult: []byte(`{}`), CreatedAt: later, ExpiresAt: later.Add(time.Hour)}, ""); err != nil {
+			t.Fatal(err)
+		}
+		sweeper := sweepCatalog(t, other, up, clk.now)
+		if n, err := sweeper.sweepUpstreamSessions(t.Context()); err != nil || n != 1 {
+			t.Fatalf("the sweep ended %d, %v; want the ended record's session", n, err)
+		}
+		if open, deletes := up.openSessions(), up.deleted(); open != 0 || deletes != 1 {
+			t.Errorf("the upstream holds %d sessions and saw %d DELETEs; want 0, 1", open, deletes)
+		}
+		if _, err := st.GetUpstreamSession(t.Context(), aliceKey(sweeper)); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the ended record after the sweep: %v, want ErrNotFound", err)
+		}
+		if _, err := st.GetUpstreamSession(t.Context(), "another"); err != nil {
+			t.Errorf("the other record, in use: %v", err)
+		}
+	})
+}
