@@ -93,7 +93,10 @@ type CatalogOptions struct {
 	// calls it. A store.Store does. Set it with Options.Stateful; it needs
 	// UpstreamSessionSecret. The catalog's own sessions (which list the
 	// upstreams) and stdio upstreams (a process per replica) are not
-	// shared. Without it each replica opens sessions of its own.
+	// shared. Without it each replica opens sessions of its own. With
+	// it the catalog sweeps the records every minute: a session no
+	// replica has used for IdleTimeout, CallTimeout and two minutes is
+	// ended upstream and its record deleted (see sweepUpstreamSessions).
 	UpstreamSessions UpstreamSessions
 	// UpstreamSessionSecret seals the upstreams' session ids recorded in
 	// UpstreamSessions: key material every replica shares (Options.Secret
