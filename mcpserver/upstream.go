@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -470,6 +471,7 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 			// The replicas share the caller's session to the upstream
 			// (see sharedSession).
 			transport = shared
+			c.shared.Store(shared)
 		}
 		t = &mcp.StreamableClientTransport{
 			Endpoint: u.cfg.URL,
@@ -644,6 +646,10 @@ type conn struct {
 	failed   bool
 	lastUsed uint64 // pool.uses when it was last released
 	retired  bool   // no longer counted against its subject's bound
+
+	// shared is the transport of a session the replicas share, set
+	// as it is opened; nil for any other.
+	shared atomic.Pointer[sharedSession]
 
 	mu       sync.Mutex
 	inflight map[string]*inflight // by the id given to the upstream as progress token

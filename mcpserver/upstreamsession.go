@@ -43,7 +43,9 @@ import (
 //
 // A replica that sends on a shared session moves its record's UsedAt
 // forward, at most once every upstreamSessionTouchEvery (a write a minute,
-// not one per call). Each replica's catalog sweeps the records every
+// not one per call), and so, every minute, does a replica whose call is
+// on it (touchSharedInUse: a call held open for its caller's answers may
+// send nothing for longer than a sweep waits). Each replica's catalog sweeps the records every
 // upstreamSessionSweepEvery (Catalog.sweepUpstreamSessions): a session
 // that no replica has used for longer than any replica can still need it
 // (upstreamSessionIdle: the pools' IdleTimeout and CallTimeout and two
@@ -636,9 +638,28 @@ func (c *Catalog) endSharedSession(ctx context.Context, now time.Time, rec store
 	return false
 }
 
-// sweepUpstreamSessionsEvery runs sweepUpstreamSessions every
-// upstreamSessionSweepEvery until the catalog closes; its first sweep is
-// one interval after the catalog starts.
+// touchSharedInUse moves forward the UsedAt of the shared sessions that
+// calls of this replica are using now: a call may be quiet for longer
+// than the sweeps' idle time (one held open for its caller's answers
+// sends nothing while it waits), and its session must not be ended under
+// it.
+func (c *Catalog) touchSharedInUse(ctx context.Context) {
+	var inUse []*sharedSession
+	c.pool.mu.Lock()
+	for _, conn := range c.pool.conns {
+		if s := conn.shared.Load(); s != nil && conn.refs > 0 {
+			inUse = append(inUse, s)
+		}
+	}
+	c.pool.mu.Unlock()
+	for _, s := range inUse {
+		s.touch(ctx)
+	}
+}
+
+// sweepUpstreamSessionsEvery runs touchSharedInUse and
+// sweepUpstreamSessions every upstreamSessionSweepEvery until the catalog
+// closes; the first time one interval after the catalog starts.
 func (c *Catalog) sweepUpstreamSessionsEvery() {
 	defer c.work.Done()
 	tick := time.NewTicker(upstreamSessionSweepEvery)
@@ -649,6 +670,7 @@ func (c *Catalog) sweepUpstreamSessionsEvery() {
 			return
 		case <-tick.C:
 		}
+		c.touchSharedInUse(c.stop)
 		if n, err := c.sweepUpstreamSessions(c.stop); err != nil && c.stop.Err() == nil {
 			c.log.Warn("mcpserver: sweeping the idle shared upstream sessions", "err", err)
 		} else if n > 0 {

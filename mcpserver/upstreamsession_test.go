@@ -381,9 +381,15 @@ func sharedClients(t *testing.T, up *statefulUpstream, stores ...store.Store) []
 // sharedClient returns a client session to up through a sharedSession of
 // alice's key over st, whose clock is now, as a replica has.
 func sharedClient(t *testing.T, up *statefulUpstream, st store.Store, now func() time.Time) (*mcp.ClientSession, error) {
+	cs, _, err := sharedClientOn(t, up, st, now)
+	return cs, err
+}
+
+// sharedClientOn is sharedClient, and returns the sharedSession too.
+func sharedClientOn(t *testing.T, up *statefulUpstream, st store.Store, now func() time.Time) (*mcp.ClientSession, *sharedSession, error) {
 	sealer, err := newUpstreamSessionSealer(testSecret)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	u := &upstream{cfg: Upstream{Name: "up", URL: up.url}, cat: &Catalog{
 		opts: CatalogOptions{UpstreamSessions: st, Now: now}, log: slog.New(slog.DiscardHandler), sessionSealer: sealer}}
@@ -394,7 +400,7 @@ func sharedClient(t *testing.T, up *statefulUpstream, st store.Store, now func()
 	if err == nil {
 		t.Cleanup(func() { cs.Close() })
 	}
-	return cs, err
+	return cs, shared, err
 }
 
 // countOn calls the upstream's count tool on cs.

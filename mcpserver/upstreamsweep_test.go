@@ -234,3 +234,58 @@ func TestUpstreamSessionSweepEndedRecord(t *testing.T) {
 		}
 	})
 }
+
+// TestUpstreamSessionSweepSparesCallInFlight: a session a call of a
+// replica is on is not ended however long the call is quiet (one held
+// open for its caller's answers sends nothing while it waits): each
+// minute the replica moves the record's UsedAt forward. Once the call
+// has ended, the session is ended when idle.
+func TestUpstreamSessionSweepSparesCallInFlight(t *testing.T) {
+	onEngines(t, func(t *testing.T, st, other store.Store) {
+		up := newStatefulUpstream(t)
+		start := time.Now()
+		clk := &sweepClock{t: start}
+		cs, shared, err := sharedClientOn(t, up, st, clk.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := countOn(t, cs); err != nil || got != "1" {
+			t.Fatalf("the first call: %q, %v", got, err)
+		}
+		// The replica holding the session has a call on it, and sweeps;
+		// so does another.
+		holder, sweeper := sweepCatalog(t, st, up, clk.now), sweepCatalog(t, other, up, clk.now)
+		c := &conn{key: connKey{upstream: "up", subject: alice}, refs: 1}
+		c.shared.Store(shared)
+		holder.pool.mu.Lock()
+		holder.pool.conns[c.key] = c
+		holder.pool.mu.Unlock()
+		tick := func() int {
+			t.Helper()
+			holder.touchSharedInUse(t.Context())
+			n, err := sweeper.sweepUpstreamSessions(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		idle := sweeper.upstreamSessionIdle()
+		for at := time.Minute; at <= 2*idle; at += time.Minute {
+			clk.set(start.Add(at))
+			if n := tick(); n != 0 {
+				t.Fatalf("%v into the call, a sweep ended the session it is on", at)
+			}
+		}
+		holder.pool.mu.Lock()
+		c.refs = 0
+		holder.pool.mu.Unlock()
+		ended := 0
+		for at := 2*idle + time.Minute; at <= 4*idle && ended == 0; at += time.Minute {
+			clk.set(start.Add(at))
+			ended = tick()
+		}
+		if open := up.openSessions(); ended != 1 || open != 0 {
+			t.Errorf("once the call ended the sweeps ended %d sessions, the upstream holds %d; want 1, 0", ended, open)
+		}
+	})
+}
