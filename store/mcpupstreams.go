@@ -110,15 +110,23 @@ UPDATE mcp_upstream_sessions SET used_at = $3 WHERE pool_key = $1 AND session = 
 
 	// claimIdleUpstreamSessions deletes, and returns, up to $2 of the
 	// records last used at or before $1, the idlest first (reading
-	// mcp_upstream_sessions_used_idx). The outer condition is checked
-	// again on the row deleted: on PostgreSQL a sweep that waited for
-	// another's delete, or for a touch, of a row skips it.
-	claimIdleUpstreamSessions = sql1(`
-DELETE FROM mcp_upstream_sessions
-WHERE pool_key IN (SELECT pool_key FROM mcp_upstream_sessions WHERE used_at <= $1 ORDER BY used_at LIMIT $2)
-	AND used_at <= $1
-RETURNING ` + upstreamSessionColumns)
+	// mcp_upstream_sessions_used_idx). On PostgreSQL the rows another
+	// claim holds are skipped rather than waited for, and the outer
+	// condition is checked again on each row deleted, so that a row a
+	// touch moved forward meanwhile is left; SQLite runs one writer at a
+	// time.
+	claimIdleUpstreamSessions = perEngine(claimIdle(" FOR UPDATE SKIP LOCKED"), claimIdle(""))
 )
+
+// claimIdle is the text of claimIdleUpstreamSessions, with the locking
+// clause of its choice of rows.
+func claimIdle(lock string) string {
+	return `
+DELETE FROM mcp_upstream_sessions
+WHERE pool_key IN (SELECT pool_key FROM mcp_upstream_sessions WHERE used_at <= $1 ORDER BY used_at LIMIT $2` + lock + `)
+	AND used_at <= $1
+RETURNING ` + upstreamSessionColumns
+}
 
 func (c *core) PutUpstreamSession(ctx context.Context, s UpstreamSession, old string) (UpstreamSession, error) {
 	if s.CreatedAt.IsZero() {
