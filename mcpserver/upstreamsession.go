@@ -45,8 +45,9 @@ import (
 // forward, at most once every upstreamSessionTouchEvery (a write a minute,
 // not one per call), and so, every minute, does a replica whose call is
 // on it (touchSharedInUse: a call held open for its caller's answers may
-// send nothing for longer than a sweep waits). Each replica's catalog sweeps the records every
-// upstreamSessionSweepEvery (Catalog.sweepUpstreamSessions): a session
+// send nothing for longer than a sweep waits). Each replica's catalog
+// sweeps the records every upstreamSessionSweepEvery
+// (Catalog.sweepUpstreamSessions): a session
 // that no replica has used for longer than any replica can still need it
 // (upstreamSessionIdle: the pools' IdleTimeout and CallTimeout and two
 // minutes), ended record or not, is claimed (its row deleted, by one
@@ -128,7 +129,8 @@ func (u *upstream) sharedSession(key connKey, next http.RoundTripper) *sharedSes
 	}
 	return &sharedSession{
 		next: next, endpoint: u.cfg.URL, key: u.sharedKey(key), upstream: u.cfg.Name, subject: key.subject,
-		store: u.cat.opts.UpstreamSessions, sealer: u.cat.sessionSealer, now: u.cat.opts.Now, log: u.cat.log.With("upstream", u.cfg.Name), ids: newRequestIDs(),
+		store: u.cat.opts.UpstreamSessions, sealer: u.cat.sessionSealer, now: u.cat.opts.Now,
+		log: u.cat.log.With("upstream", u.cfg.Name), ids: newRequestIDs(),
 	}
 }
 
