@@ -2,9 +2,15 @@
 -- per pool key (its SHA-256, naming the upstream, the caller and how the
 -- session meets the upstream's requests), the upstream's Mcp-Session-Id
 -- sealed under the replicas' secret, the protocol version and the
--- upstream's InitializeResult (JSON, bounded by the store), and when the
--- record ends. A replica that needs the key and holds no session of its own
--- joins this one instead of initializing another.
+-- upstream's InitializeResult (JSON, bounded by the store), when the
+-- record ends, and when the session was last used, coarsely (a replica that
+-- sends on the session moves used_at forward at most once a minute). A
+-- replica that needs the key and holds no session of its own joins this one
+-- instead of initializing another. The replicas' sweeps end upstream the
+-- sessions no replica has used for a while (their pools' idle timeout and
+-- call timeout and more), and the records that have ended once idle, and
+-- delete their rows: a row is deleted only by the sweep that ends its
+-- session.
 
 -- +goose Up
 CREATE TABLE mcp_upstream_sessions (
@@ -13,11 +19,12 @@ CREATE TABLE mcp_upstream_sessions (
     protocol_version  text        NOT NULL,
     initialize_result text        NOT NULL,
     created_at        timestamptz NOT NULL,
-    expires_at        timestamptz NOT NULL
+    expires_at        timestamptz NOT NULL,
+    used_at           timestamptz NOT NULL
 );
 
--- The records that have ended, deleted as new ones are written.
-CREATE INDEX mcp_upstream_sessions_expires_idx ON mcp_upstream_sessions (expires_at);
+-- The sessions idle longest, which the sweeps claim.
+CREATE INDEX mcp_upstream_sessions_used_idx ON mcp_upstream_sessions (used_at);
 
 -- +goose Down
 DROP TABLE mcp_upstream_sessions;
