@@ -28,7 +28,7 @@ BENCH_UI_FLAGS ?=
 # machine, so the report after the tests (internal/testreport) fails the
 # run when one is over. It also lists the slowest packages and tests, and
 # what was skipped and why, one line per reason.
-TEST_TIMEOUT ?= 15m
+TEST_TIMEOUT ?= 20m
 TEST_BUDGET ?= 0.4
 # The run's events (go test -json), which the report reads.
 TEST_EVENTS ?= bin/test-events.json
