@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/usherhq/usher/store"
 )
 
@@ -25,6 +27,24 @@ func (c *sweepClock) set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = t
+}
+
+// sweepStart starts an upstream and a replica's client over st on a
+// clock the test moves, and makes the client's first call: the shared
+// session a sweep test sweeps.
+func sweepStart(t *testing.T, st store.Store) (*statefulUpstream, time.Time, *sweepClock, *mcp.ClientSession) {
+	t.Helper()
+	up := newStatefulUpstream(t)
+	start := time.Now()
+	clk := &sweepClock{t: start}
+	a, err := sharedClient(t, up, st, clk.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := countOn(t, a); err != nil || got != "1" {
+		t.Fatalf("the first call: %q, %v", got, err)
+	}
+	return up, start, clk, a
 }
 
 // sweepCatalog returns a replica's catalog over st, of the upstream up,
@@ -68,16 +88,7 @@ func aliceKey(cat *Catalog) string {
 // its next call: one new session, the call run once.
 func TestUpstreamSessionSweepEndsIdle(t *testing.T) {
 	onEngines(t, func(t *testing.T, st, other store.Store) {
-		up := newStatefulUpstream(t)
-		start := time.Now()
-		clk := &sweepClock{t: start}
-		a, err := sharedClient(t, up, st, clk.now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, err := countOn(t, a); err != nil || got != "1" {
-			t.Fatalf("the first call: %q, %v", got, err)
-		}
+		up, start, clk, a := sweepStart(t, st)
 		sweeper := sweepCatalog(t, other, up, clk.now)
 		idle := sweeper.upstreamSessionIdle()
 		if idle <= sweeper.opts.IdleTimeout+sweeper.opts.CallTimeout {
@@ -123,16 +134,7 @@ func TestUpstreamSessionSweepEndsIdle(t *testing.T) {
 // record's UsedAt forward. Both replicas go on on it.
 func TestUpstreamSessionSweepSparesUsed(t *testing.T) {
 	onEngines(t, func(t *testing.T, st, other store.Store) {
-		up := newStatefulUpstream(t)
-		start := time.Now()
-		clk := &sweepClock{t: start}
-		a, err := sharedClient(t, up, st, clk.now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, err := countOn(t, a); err != nil || got != "1" {
-			t.Fatalf("the first call: %q, %v", got, err)
-		}
+		up, start, clk, a := sweepStart(t, st)
 		sweeper := sweepCatalog(t, st, up, clk.now)
 		idle := sweeper.upstreamSessionIdle()
 		clk.set(start.Add(idle - 2*time.Minute))
@@ -163,16 +165,7 @@ func TestUpstreamSessionSweepSparesUsed(t *testing.T) {
 // idle session once: one DELETE upstream.
 func TestUpstreamSessionSweepAtOnce(t *testing.T) {
 	onEngines(t, func(t *testing.T, st, other store.Store) {
-		up := newStatefulUpstream(t)
-		start := time.Now()
-		clk := &sweepClock{t: start}
-		a, err := sharedClient(t, up, st, clk.now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, err := countOn(t, a); err != nil || got != "1" {
-			t.Fatalf("the first call: %q, %v", got, err)
-		}
+		up, start, clk, _ := sweepStart(t, st)
 		sweepers := []*Catalog{sweepCatalog(t, st, up, clk.now), sweepCatalog(t, other, up, clk.now)}
 		clk.set(start.Add(sweepers[0].upstreamSessionIdle() + time.Second))
 		ended := make([]int, len(sweepers))
@@ -202,16 +195,7 @@ func TestUpstreamSessionSweepAtOnce(t *testing.T) {
 // upstream, then deletes the record.
 func TestUpstreamSessionSweepEndedRecord(t *testing.T) {
 	onEngines(t, func(t *testing.T, st, other store.Store) {
-		up := newStatefulUpstream(t)
-		start := time.Now()
-		clk := &sweepClock{t: start}
-		a, err := sharedClient(t, up, st, clk.now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, err := countOn(t, a); err != nil || got != "1" {
-			t.Fatalf("the first call: %q, %v", got, err)
-		}
+		up, start, clk, _ := sweepStart(t, st)
 		// A day and an hour later another caller's session is recorded.
 		later := start.Add(upstreamSessionLifetime + time.Hour)
 		clk.set(later)
