@@ -387,13 +387,26 @@ func sharedClient(t *testing.T, up *statefulUpstream, st store.Store, now func()
 
 // sharedClientOn is sharedClient, and returns the sharedSession too.
 func sharedClientOn(t *testing.T, up *statefulUpstream, st store.Store, now func() time.Time) (*mcp.ClientSession, *sharedSession, error) {
+	return sharedClientAs(t, up, st, now, alice)
+}
+
+// sharingUpstream is a replica's upstream up, sharing its sessions in st.
+func sharingUpstream(up *statefulUpstream, st store.Store, now func() time.Time) (*upstream, error) {
 	sealer, err := newUpstreamSessionSealer(testSecret)
+	if err != nil {
+		return nil, err
+	}
+	return &upstream{cfg: Upstream{Name: "up", URL: up.url}, cat: &Catalog{
+		opts: CatalogOptions{UpstreamSessions: st, Now: now}, log: slog.New(slog.DiscardHandler), sessionSealer: sealer}}, nil
+}
+
+// sharedClientAs is sharedClientOn for the caller subject.
+func sharedClientAs(t *testing.T, up *statefulUpstream, st store.Store, now func() time.Time, subject string) (*mcp.ClientSession, *sharedSession, error) {
+	u, err := sharingUpstream(up, st, now)
 	if err != nil {
 		return nil, nil, err
 	}
-	u := &upstream{cfg: Upstream{Name: "up", URL: up.url}, cat: &Catalog{
-		opts: CatalogOptions{UpstreamSessions: st, Now: now}, log: slog.New(slog.DiscardHandler), sessionSealer: sealer}}
-	shared := u.sharedSession(connKey{upstream: "up", subject: alice}, http.DefaultTransport)
+	shared := u.sharedSession(connKey{upstream: "up", subject: subject}, http.DefaultTransport)
 	client := mcp.NewClient(&mcp.Implementation{Name: "usher", Version: "test"}, nil)
 	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{
 		Endpoint: up.url, HTTPClient: &http.Client{Transport: shared}, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
@@ -595,4 +608,43 @@ func TestUpstreamSessionsNeedSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+}
+
+// TestUpstreamSessionRecordOfAnotherKey: a record whose sealed session was
+// copied from another caller's record (by whoever may write the database)
+// is not joined: the caller opens a session of its own, and the other
+// caller's session is not used.
+func TestUpstreamSessionRecordOfAnotherKey(t *testing.T) {
+	onEngines(t, func(t *testing.T, st, _ store.Store) {
+		up := newStatefulUpstream(t)
+		a, aliceShared, err := sharedClientAs(t, up, st, time.Now, alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := countOn(t, a); err != nil || got != "1" {
+			t.Fatalf("alice's first call: %q, %v", got, err)
+		}
+		rec, err := st.GetUpstreamSession(t.Context(), aliceShared.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, err := sharingUpstream(up, st, time.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Key = u.sharedKey(connKey{upstream: "up", subject: bob})
+		if _, err := st.PutUpstreamSession(t.Context(), rec, ""); err != nil {
+			t.Fatal(err)
+		}
+		b, _, err := sharedClientAs(t, up, st, time.Now, bob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := countOn(t, b); err != nil || got != "1" {
+			t.Fatalf("bob's first call: %q, %v; want 1, on a session of his own", got, err)
+		}
+		if initializes, ran, ids := up.counts(); initializes != 2 || ran != 2 || len(ids) != 2 {
+			t.Errorf("the upstream saw %d initializes, %d runs, %d sessions called; want 2, 2, 2", initializes, ran, len(ids))
+		}
+	})
 }
