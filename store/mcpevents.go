@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"sync/atomic"
 	"time"
 
@@ -15,8 +16,8 @@ const (
 	// (AppendMCPEvent fails with ErrInvalid).
 	MaxMCPEventData = 4 << 20
 	// MCPEventsPerSession bounds the events kept per session: a session's
-	// oldest are deleted beyond it (checked at every 64th event of a
-	// stream, so a session may briefly hold up to 63 more).
+	// oldest are deleted beyond it, checked as some of its events are
+	// appended (see trimsAt), so a session may hold some more for a while.
 	MCPEventsPerSession = 1000
 	// MCPEventRetention is how long an event is kept: those older are
 	// deleted as new streams begin, at most once every mcpEventSweepEvery
@@ -27,8 +28,8 @@ const (
 	mcpEventSweepEvery = time.Minute
 	// maxMCPEventKey bounds a session or stream key.
 	maxMCPEventKey = 256
-	// mcpEventTrimEvery is how often (in a stream's events) its session
-	// is trimmed to MCPEventsPerSession.
+	// mcpEventTrimEvery is how often (in a stream's events, and in
+	// streams begun) a session is trimmed to MCPEventsPerSession.
 	mcpEventTrimEvery = 64
 )
 
@@ -94,10 +95,11 @@ RETURNING idx`)
 DELETE FROM mcp_events WHERE session = $1 AND created_at < (
   SELECT created_at FROM mcp_events WHERE session = $1 ORDER BY created_at DESC LIMIT 1 OFFSET $2)`)
 
-	// pgInsertMCPEvent is insertMCPEvent and, when the event's index is a
-	// multiple of $5, trimMCPEvents, in one statement: the trim does not
-	// see the new event (the statement's snapshot is from before it), so
-	// it keeps the $6+1 newest before it.
+	// pgInsertMCPEvent is insertMCPEvent and, when trimsAt says so of the
+	// event ($5: whether a stream's first event trims, $6 the period),
+	// trimMCPEvents, in one statement: the trim does not see the new event
+	// (the statement's snapshot is from before it), so it keeps the $7+1
+	// newest before it.
 	pgInsertMCPEvent = `
 WITH ins AS (
   INSERT INTO mcp_events (session, stream, idx, data, created_at)
@@ -106,8 +108,10 @@ WITH ins AS (
   RETURNING idx
 ), trimmed AS (
   DELETE FROM mcp_events
-   WHERE session = $1 AND (SELECT idx FROM ins) % $5 = 0 AND created_at < (
-     SELECT created_at FROM mcp_events WHERE session = $1 ORDER BY created_at DESC LIMIT 1 OFFSET $6)
+   WHERE session = $1
+     AND CASE WHEN (SELECT idx FROM ins) = 0 THEN $5::boolean ELSE (SELECT idx FROM ins) % $6 = 0 END
+     AND created_at < (
+       SELECT created_at FROM mcp_events WHERE session = $1 ORDER BY created_at DESC LIMIT 1 OFFSET $7)
 )
 SELECT idx FROM ins`
 
@@ -126,6 +130,31 @@ type mcpEventSweep struct{ next atomic.Int64 }
 func (w *mcpEventSweep) due(at time.Time) bool {
 	next := w.next.Load()
 	return at.UnixNano() >= next && w.next.CompareAndSwap(next, at.Add(mcpEventSweepEvery).UnixNano())
+}
+
+// trimsAt reports whether appending the event at index idx of stream
+// trims its session to MCPEventsPerSession. The trim reads the session's
+// newest MCPEventsPerSession events, so it is done at one event in
+// mcpEventTrimEvery: every such event of a long stream, and the first
+// event of one stream in mcpEventTrimEvery begun, chosen by a hash of the
+// stream's id. A stateful session's every request is a stream of its own
+// with one or two events, so a trim at each stream's first would read a
+// full session's thousand events for each request. Stream ids are the
+// server's random ones, so a session is trimmed, on average, once in
+// every mcpEventTrimEvery streams it begins, whoever begins them.
+func trimsAt(stream string, idx int) bool {
+	if idx > 0 {
+		return idx%mcpEventTrimEvery == 0
+	}
+	return streamStartTrims(stream)
+}
+
+// streamStartTrims reports whether the first event of stream trims its
+// session (see trimsAt).
+func streamStartTrims(stream string) bool {
+	h := fnv.New32a()
+	h.Write([]byte(stream))
+	return h.Sum32()%mcpEventTrimEvery == 0
 }
 
 // prepareMCPEvent checks e and fills what AppendMCPEvent defaults.
@@ -162,7 +191,7 @@ func (c *core) AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEvent, error)
 				return err
 			}
 		}
-		if e.Index%mcpEventTrimEvery == 0 {
+		if trimsAt(e.Stream, e.Index) {
 			if _, err := x.exec(ctx, trimMCPEvents, e.Session, MCPEventsPerSession-1); err != nil {
 				return err
 			}
@@ -189,7 +218,7 @@ func (s *postgresStore) AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEven
 	b := &pgx.Batch{}
 	b.Queue("begin")
 	b.Queue(asyncMCPEventCommit.pg)
-	b.Queue(pgInsertMCPEvent, e.Session, e.Stream, e.Data, e.CreatedAt, mcpEventTrimEvery, MCPEventsPerSession-2)
+	b.Queue(pgInsertMCPEvent, e.Session, e.Stream, e.Data, e.CreatedAt, streamStartTrims(e.Stream), mcpEventTrimEvery, MCPEventsPerSession-2)
 	if sweep {
 		b.Queue(deleteOldMCPEvents.pg, e.CreatedAt.Add(-MCPEventRetention))
 	}

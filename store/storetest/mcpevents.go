@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"testing"
 	"time"
 
@@ -72,6 +73,45 @@ func testMCPEvents(t *testing.T, s store.Store) {
 	}
 	if got[len(got)-1] != store.MCPEventsPerSession+69 {
 		t.Errorf("the newest event is %d, want %d", got[len(got)-1], store.MCPEventsPerSession+69)
+	}
+
+	// A session of many short streams (a stateful session's requests) is
+	// trimmed at one stream begun in 64, by its id's FNV-1a hash, not at
+	// each: a trim reads the session's newest events.
+	streamName := func(trims bool, from int) (string, int) {
+		for i := from; ; i++ {
+			name := fmt.Sprintf("r%d", i)
+			h := fnv.New32a()
+			h.Write([]byte(name))
+			if (h.Sum32()%64 == 0) == trims {
+				return name, i + 1
+			}
+		}
+	}
+	var streams []string
+	held := func() int {
+		t.Helper()
+		n := 0
+		for _, st := range streams {
+			n += len(indexes("short", st, 0))
+		}
+		return n
+	}
+	next := 0
+	for i := range store.MCPEventsPerSession + 100 {
+		var name string
+		name, next = streamName(false, next)
+		streams = append(streams, name)
+		appendEv("short", name, "{}", now.Add(time.Duration(i)*time.Millisecond))
+	}
+	if n := held(); n != store.MCPEventsPerSession+100 {
+		t.Errorf("a session of streams that do not trim holds %d events, want all %d", n, store.MCPEventsPerSession+100)
+	}
+	name, _ := streamName(true, 0)
+	streams = append(streams, name)
+	appendEv("short", name, "{}", now.Add(time.Hour/2))
+	if n := held(); n > store.MCPEventsPerSession || n < store.MCPEventsPerSession-1 {
+		t.Errorf("after a stream that trims, the session holds %d events, want %d", n, store.MCPEventsPerSession)
 	}
 
 	// Retention: a new stream sweeps the events past it.
