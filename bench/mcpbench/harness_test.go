@@ -23,7 +23,8 @@ func TestMain(m *testing.M) {
 // TestShortRun builds usher and the echo upstream and runs the whole
 // benchmark with small sizes, for each method: three processes, the paired phase, both
 // throughput phases, the CPU figures and the audit check, and the report
-// with every key; for tools/call with both variants (a sink, tracing on)
+// with every key; for tools/call with every variant (a sink, tracing on,
+// the stateful endpoint)
 // and -against as well. On PostgreSQL when TEST_DATABASE_URL is set.
 func TestShortRun(t *testing.T) {
 	if testing.Short() {
@@ -148,6 +149,9 @@ func TestShortRun(t *testing.T) {
 				records := regexp.MustCompile(`(?m)^sink_audit_records (\d+)$`).FindSubmatch(out.Bytes())
 				if sink == nil || records == nil || string(sink[1]) != string(records[1]) {
 					t.Errorf("the sink's receiver got %q records, want sink_audit_records %q", sink, records)
+				}
+				if !regexp.MustCompile(`stateful: each of its 2 clients held a session of its own`).Match(out.Bytes()) {
+					t.Error("the stateful variant's clients were not each given a session")
 				}
 				spans := regexp.MustCompile(`(\d+) "SERVER tools/call up__echo" spans for (\d+) calls`).FindSubmatch(out.Bytes())
 				if spans == nil || string(spans[1]) != string(spans[2]) {

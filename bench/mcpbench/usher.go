@@ -46,7 +46,7 @@ func startUsher(ctx context.Context, o options, bin, dir, upURL string, upPid in
 			return u, err
 		}
 	}
-	if u.cfg, err = writeConfig(dir, upURL, u.db, o.stateful, setup.audit); err != nil {
+	if u.cfg, err = writeConfig(dir, upURL, u.db, o.stateful || setup.stateful, setup.audit); err != nil {
 		return u, err
 	}
 	if _, err := usherCommand(ctx, bin, "tools", "lock", "--config", u.cfg); err != nil {

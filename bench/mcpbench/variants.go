@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -27,7 +28,8 @@ type variant struct {
 	// check waits until the collector has what this Usher must have sent
 	// it, and says what it got; records is its audit log's length, calls
 	// the calls through it.
-	check func(ctx context.Context, c *collectorRun, records, calls int64) (string, error)
+	// u is its Usher.
+	check func(ctx context.Context, c *collectorRun, u *usherRun, records, calls int64) (string, error)
 	// spans says this Usher exports a span of each call to the
 	// collector: each reading of its CPU time waits until the collector
 	// has them (see spanSettler).
@@ -39,6 +41,9 @@ type usherSetup struct {
 	env   []string // its environment: baseEnv and the variant's
 	audit string   // its configuration's audit section (YAML); empty: none
 	addr  string   // its listener's address; empty: a free loopback port
+	// stateful turns the endpoint stateful (mcp.stateful), whatever
+	// -stateful says.
+	stateful bool
 }
 
 // variants are the variants -variants names.
@@ -70,6 +75,14 @@ var variants = []variant{
 		check: checkSpans,
 		spans: true,
 	},
+	{
+		key:   "stateful",
+		title: "the stateful endpoint (mcp.stateful: each client's session recorded in the database, its responses kept for resumption)",
+		setup: func(*collectorRun) usherSetup {
+			return usherSetup{env: baseEnv(), stateful: true}
+		},
+		check: checkStateful,
+	},
 }
 
 // parseVariants reads -variants: keys of variants, comma-separated; empty
@@ -89,7 +102,7 @@ func parseVariants(s string) ([]variant, error) {
 			}
 		}
 		if i < 0 || seen[k] {
-			return nil, fmt.Errorf("-variants: %q is not one of sink and traced, or is named twice", k)
+			return nil, fmt.Errorf("-variants: %q is not one of sink, traced and stateful, or is named twice", k)
 		}
 		seen[k] = true
 		out = append(out, variants[i])
@@ -181,7 +194,7 @@ func (c *collectorRun) waitCounts(ctx context.Context, within time.Duration, don
 // checkSink waits until every record of the sink Usher's log reached the
 // receiver, signed as it must be; records that do not arrive within a
 // minute fail the run.
-func checkSink(ctx context.Context, c *collectorRun, records, _ int64) (string, error) {
+func checkSink(ctx context.Context, c *collectorRun, _ *usherRun, records, _ int64) (string, error) {
 	n, ok, err := c.waitCounts(ctx, time.Minute, func(n collectorCounts) bool { return n.AuditRecords >= records })
 	if err != nil {
 		return "", err
@@ -204,7 +217,7 @@ const spanCallsName = "SERVER tools/call up__echo"
 // endpoint for every call through the traced Usher: tracing was on. Spans
 // missing after 20 s (the exporter sends every 5 s) are reported, not
 // failed: an exporter that drops spans under load is a finding.
-func checkSpans(ctx context.Context, c *collectorRun, _, calls int64) (string, error) {
+func checkSpans(ctx context.Context, c *collectorRun, _ *usherRun, _, calls int64) (string, error) {
 	n, _, err := c.waitCounts(ctx, 20*time.Second, func(n collectorCounts) bool { return n.SpanNames[spanCallsName] >= calls })
 	if err != nil {
 		return "", err
@@ -282,4 +295,17 @@ func perCall(names map[string]int64, calls int64) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// checkStateful checks that every client of the stateful Usher was given
+// a session (Mcp-Session-Id), as only the stateful endpoint gives one.
+func checkStateful(_ context.Context, _ *collectorRun, u *usherRun, _, _ int64) (string, error) {
+	ids := map[string]bool{}
+	for _, cs := range u.via.sessions {
+		if cs.ID() == "" {
+			return "", errors.New("stateful: a client of its Usher was given no session: the endpoint is stateless")
+		}
+		ids[cs.ID()] = true
+	}
+	return fmt.Sprintf("stateful: each of its %d clients held a session of its own", len(ids)), nil
 }
