@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"iter"
+	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -31,19 +33,48 @@ import (
 // EventRecords keeps the events of stateful sessions' response streams
 // (a store.Store does).
 type EventRecords interface {
-	AppendMCPEvent(ctx context.Context, e store.MCPEvent) (store.MCPEvent, error)
+	AppendMCPEvents(ctx context.Context, events ...store.MCPEvent) ([]store.MCPEvent, error)
 	MCPEventsFrom(ctx context.Context, session, stream string, index int) ([]store.MCPEvent, error)
 }
+
+// primeDelay is how long a stream's priming event waits to be written
+// with the stream's next event, in one transaction, before it is written
+// alone. Each request of a stateful session is a stream with a priming
+// event (protocol 2025-11-25) and, most often soon after, its answer:
+// written together they cost one round trip to the database, not two.
+// A stream that runs longer has its priming event written by then, so
+// that a client may resume it from any replica.
+const primeDelay = time.Second
 
 // durableEvents is the mcp.EventStore of the stateful endpoint with
 // Options.Sessions.
 type durableEvents struct {
 	records EventRecords
+	log     *slog.Logger
 	local   standaloneLog // the standalone streams'
+
+	mu     sync.Mutex
+	primes map[streamKey]*prime // the priming events not written yet
+	delay  time.Duration        // primeDelay; shorter in tests
 }
 
-func newDurableEvents(records EventRecords) *durableEvents {
-	return &durableEvents{records: records}
+// streamKey names a stream of a session, by their keys in the store.
+type streamKey struct{ session, stream string }
+
+// prime is a stream's priming event waiting for the stream's next event
+// (see primeDelay). Whoever takes it writes it: the stream's next Append,
+// a resumption of the stream (After), or its timer.
+type prime struct {
+	event store.MCPEvent
+	timer *time.Timer
+	taken bool
+	// written is closed once the one that took it has written it, or
+	// failed to.
+	written chan struct{}
+}
+
+func newDurableEvents(records EventRecords, log *slog.Logger) *durableEvents {
+	return &durableEvents{records: records, log: log, primes: map[streamKey]*prime{}, delay: primeDelay}
 }
 
 // eventSession is the key a session's events are kept under: a digest
@@ -65,14 +96,94 @@ func (d *durableEvents) Open(_ context.Context, session, stream string) error {
 // Append implements mcp.EventStore. The SDK appends a stream's events in
 // order (under the stream's lock), from the one replica that serves the
 // stream, beginning at its Open: so the index the store gives each, the
-// stream's next, is the one the SDK puts in its event id.
+// stream's next, is the one the SDK puts in its event id. A priming event
+// (no data) waits for the stream's next event, up to primeDelay.
 func (d *durableEvents) Append(ctx context.Context, session, stream string, data []byte) error {
 	if stream == "" {
 		d.local.append(session, data)
 		return nil
 	}
-	_, err := d.records.AppendMCPEvent(ctx, store.MCPEvent{Session: eventSession(session), Stream: stream, Data: data})
+	key := streamKey{eventSession(session), stream}
+	e := store.MCPEvent{Session: key.session, Stream: stream, Data: data}
+	if len(data) == 0 {
+		d.deferPrime(key, e)
+		return nil
+	}
+	events := []store.MCPEvent{e}
+	if p := d.take(key); p != nil {
+		events = []store.MCPEvent{p.event, e}
+		defer close(p.written)
+	}
+	_, err := d.records.AppendMCPEvents(ctx, events...)
 	return err
+}
+
+// deferPrime keeps a stream's priming event e for its next event, and
+// writes it alone after primeDelay if nothing has taken it by then.
+func (d *durableEvents) deferPrime(key streamKey, e store.MCPEvent) {
+	p := &prime{event: e, written: make(chan struct{})}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.primes[key] = p
+	p.timer = time.AfterFunc(d.delay, func() { d.writePrime(key, p) })
+}
+
+// take returns the priming event of a stream waiting to be written, taken
+// from the timer, or waits until the timer has written it. It returns nil
+// when the caller has nothing to write but its own.
+func (d *durableEvents) take(key streamKey) *prime {
+	d.mu.Lock()
+	p := d.primes[key]
+	if p == nil {
+		d.mu.Unlock()
+		return nil
+	}
+	delete(d.primes, key)
+	if !p.taken {
+		p.taken = true
+		p.timer.Stop()
+		d.mu.Unlock()
+		return p
+	}
+	d.mu.Unlock()
+	<-p.written
+	return nil
+}
+
+// writePrime writes a priming event that waited primeDelay (or was
+// resumed), unless the stream's next event took it.
+func (d *durableEvents) writePrime(key streamKey, p *prime) {
+	d.mu.Lock()
+	if p.taken {
+		d.mu.Unlock()
+		return
+	}
+	p.taken = true
+	d.mu.Unlock()
+	defer close(p.written)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := d.records.AppendMCPEvents(ctx, p.event); err != nil {
+		d.log.Warn("mcpserver: storing a stream's priming event failed", "err", err)
+	}
+	d.mu.Lock()
+	if d.primes[key] == p {
+		delete(d.primes, key)
+	}
+	d.mu.Unlock()
+}
+
+// flushPrime writes the stream's priming event now if it is waiting, so
+// that a resumption reads it: the stream's replica resumes a stream whose
+// answer has not come yet.
+func (d *durableEvents) flushPrime(key streamKey) {
+	d.mu.Lock()
+	p := d.primes[key]
+	d.mu.Unlock()
+	if p != nil {
+		d.writePrime(key, p)
+		<-p.written
+	}
 }
 
 // After implements mcp.EventStore: the events of the stream after index,
@@ -92,6 +203,7 @@ func (d *durableEvents) After(ctx context.Context, session, stream string, index
 	}
 	return func(yield func([]byte, error) bool) {
 		from := max(index, 0)
+		d.flushPrime(streamKey{eventSession(session), stream})
 		evs, err := d.records.MCPEventsFrom(ctx, eventSession(session), stream, from)
 		if err != nil {
 			yield(nil, err)

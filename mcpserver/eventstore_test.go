@@ -2,11 +2,16 @@ package mcpserver
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
@@ -168,4 +173,119 @@ func resume(t *testing.T, base, token, handle, lastEventID string) (int, []sseEv
 		out = append(out, e)
 	}
 	return resp.StatusCode, out
+}
+
+// countedRecords is a store's EventRecords that counts its appends.
+type countedRecords struct {
+	EventRecords
+	mu      sync.Mutex
+	appends [][]store.MCPEvent
+}
+
+func (c *countedRecords) AppendMCPEvents(ctx context.Context, events ...store.MCPEvent) ([]store.MCPEvent, error) {
+	c.mu.Lock()
+	c.appends = append(c.appends, events)
+	c.mu.Unlock()
+	return c.EventRecords.AppendMCPEvents(ctx, events...)
+}
+
+func (c *countedRecords) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.appends)
+}
+
+// TestPrimingEventDeferred: a stream's priming event is written with the
+// stream's next event, in one append (one round trip); a resumption of the
+// stream before that event writes it first, so the stream is found; and
+// one that waits longer than the delay is written alone. The indexes stay
+// the SDK's. On both engines.
+func TestPrimingEventDeferred(t *testing.T) {
+	t.Parallel()
+	for name, open := range map[string]func(testing.TB) store.Store{"SQLite": storetest.NewSQLite, "PostgreSQL": storetest.NewPostgres} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rec := &countedRecords{EventRecords: open(t)}
+			d := newDurableEvents(rec, slog.New(slog.DiscardHandler))
+			ctx := t.Context()
+			stored := func(stream string) []int {
+				t.Helper()
+				evs, err := rec.MCPEventsFrom(ctx, eventSession("s"), stream, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var idx []int
+				for _, e := range evs {
+					idx = append(idx, e.Index)
+				}
+				return idx
+			}
+			replay := func(stream string, from int) ([]string, error) {
+				var out []string
+				for data, err := range d.After(ctx, "s", stream, from) {
+					if err != nil {
+						return out, err
+					}
+					out = append(out, string(data))
+				}
+				return out, nil
+			}
+
+			// The priming event and the answer: one append.
+			if err := d.Append(ctx, "s", "a", nil); err != nil {
+				t.Fatal(err)
+			}
+			if rec.count() != 0 || len(stored("a")) != 0 {
+				t.Fatalf("the priming event was written at once (%d appends)", rec.count())
+			}
+			if err := d.Append(ctx, "s", "a", []byte(`{"answer":1}`)); err != nil {
+				t.Fatal(err)
+			}
+			if rec.count() != 1 || len(rec.appends[0]) != 2 || fmt.Sprint(stored("a")) != "[0 1]" {
+				t.Fatalf("%d appends (%v), stored %v; want one of both, indexes 0 and 1", rec.count(), rec.appends, stored("a"))
+			}
+			if got, err := replay("a", 0); err != nil || fmt.Sprint(got) != `[{"answer":1}]` {
+				t.Errorf("replay after the priming event = %q, %v", got, err)
+			}
+
+			// Resumed before its answer: the priming event is written
+			// first, and the stream is found, with nothing to replay.
+			if err := d.Append(ctx, "s", "b", nil); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := replay("b", 0); err != nil || len(got) != 0 || fmt.Sprint(stored("b")) != "[0]" {
+				t.Fatalf("resumed before its answer: %q, %v; stored %v, want nothing, no error, [0]", got, err, stored("b"))
+			}
+			if err := d.Append(ctx, "s", "b", []byte(`{"answer":2}`)); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(stored("b")) != "[0 1]" {
+				t.Errorf("stream b stored %v, want [0 1]", stored("b"))
+			}
+
+			// A stream whose answer takes longer than the delay: its
+			// priming event is written alone.
+			d.delay = 20 * time.Millisecond
+			n := rec.count()
+			if err := d.Append(ctx, "s", "c", nil); err != nil {
+				t.Fatal(err)
+			}
+			d.mu.Lock()
+			p := d.primes[streamKey{eventSession("s"), "c"}]
+			d.mu.Unlock()
+			if p == nil {
+				t.Fatal("no priming event waiting")
+			}
+			<-p.written
+			if rec.count() != n+1 || fmt.Sprint(stored("c")) != "[0]" {
+				t.Fatalf("after the delay: %d appends, stored %v; want the priming event alone", rec.count()-n, stored("c"))
+			}
+			if err := d.Append(ctx, "s", "c", []byte(`{"answer":3}`)); err != nil {
+				t.Fatal(err)
+			}
+			if rec.count() != n+2 || fmt.Sprint(stored("c")) != "[0 1]" {
+				t.Errorf("the answer: %d appends, stored %v; want it alone, [0 1]", rec.count()-n, stored("c"))
+			}
+		})
+	}
 }

@@ -339,7 +339,7 @@ func New(opts *Options) (*Server, error) {
 		events = mcp.NewMemoryEventStore(nil)
 		if o.Sessions != nil {
 			// Any replica resumes them, as any serves the session.
-			events = newDurableEvents(o.Sessions)
+			events = newDurableEvents(o.Sessions, s.log)
 		}
 	}
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{

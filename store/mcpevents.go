@@ -13,7 +13,7 @@ import (
 // The bounds of the MCP events kept for resumption.
 const (
 	// MaxMCPEventData bounds one event's data; a larger event is not kept
-	// (AppendMCPEvent fails with ErrInvalid).
+	// (AppendMCPEvents fails with ErrInvalid).
 	MaxMCPEventData = 4 << 20
 	// MCPEventsPerSession bounds the events kept per session: a session's
 	// oldest are deleted beyond it, checked as some of its events are
@@ -41,7 +41,7 @@ type MCPEvent struct {
 	// session, Stream the stream's id within it.
 	Session, Stream string
 	// Index is the event's place in its stream, from 0, assigned by
-	// AppendMCPEvent.
+	// AppendMCPEvents.
 	Index int
 	// Data is the event's data (a JSON-RPC message); empty for a
 	// priming event. At most MaxMCPEventData bytes.
@@ -49,7 +49,7 @@ type MCPEvent struct {
 	CreatedAt time.Time
 }
 
-// checkMCPEvent validates an event AppendMCPEvent writes.
+// checkMCPEvent validates an event AppendMCPEvents writes.
 func checkMCPEvent(e MCPEvent) error {
 	var errs []error
 	if e.Session == "" {
@@ -157,7 +157,7 @@ func streamStartTrims(stream string) bool {
 	return h.Sum32()%mcpEventTrimEvery == 0
 }
 
-// prepareMCPEvent checks e and fills what AppendMCPEvent defaults.
+// prepareMCPEvent checks e and fills what AppendMCPEvents defaults.
 func (c *core) prepareMCPEvent(e MCPEvent) (MCPEvent, error) {
 	if e.CreatedAt.IsZero() {
 		e.CreatedAt = c.now()
@@ -172,60 +172,79 @@ func (c *core) prepareMCPEvent(e MCPEvent) (MCPEvent, error) {
 	return e, nil
 }
 
-func (c *core) AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEvent, error) {
-	e, err := c.prepareMCPEvent(e)
+// prepareMCPEvents checks events and fills what AppendMCPEvents defaults.
+func (c *core) prepareMCPEvents(events []MCPEvent) ([]MCPEvent, error) {
+	if len(events) == 0 {
+		return nil, invalid(errors.New("no MCP event to append"))
+	}
+	out := make([]MCPEvent, len(events))
+	for i, e := range events {
+		var err error
+		if out[i], err = c.prepareMCPEvent(e); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (c *core) AppendMCPEvents(ctx context.Context, events ...MCPEvent) ([]MCPEvent, error) {
+	events, err := c.prepareMCPEvents(events)
 	if err != nil {
-		return MCPEvent{}, err
+		return nil, err
 	}
 	err = c.inTx(ctx, func(x executor) error {
 		if _, err := x.exec(ctx, asyncMCPEventCommit); err != nil {
 			return err
 		}
-		var idx int64
-		if err := x.row(ctx, insertMCPEvent, e.Session, e.Stream, e.Data, e.CreatedAt).Scan(&idx); err != nil {
-			return err
-		}
-		e.Index = int(idx)
-		if e.Index == 0 && c.mcpSweep.due(e.CreatedAt) {
-			if _, err := x.exec(ctx, deleteOldMCPEvents, e.CreatedAt.Add(-MCPEventRetention)); err != nil {
+		for i, e := range events {
+			var idx int64
+			if err := x.row(ctx, insertMCPEvent, e.Session, e.Stream, e.Data, e.CreatedAt).Scan(&idx); err != nil {
 				return err
 			}
-		}
-		if trimsAt(e.Stream, e.Index) {
-			if _, err := x.exec(ctx, trimMCPEvents, e.Session, MCPEventsPerSession-1); err != nil {
-				return err
+			events[i].Index = int(idx)
+			if idx == 0 && c.mcpSweep.due(e.CreatedAt) {
+				if _, err := x.exec(ctx, deleteOldMCPEvents, e.CreatedAt.Add(-MCPEventRetention)); err != nil {
+					return err
+				}
+			}
+			if trimsAt(e.Stream, int(idx)) {
+				if _, err := x.exec(ctx, trimMCPEvents, e.Session, MCPEventsPerSession-1); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return MCPEvent{}, c.fail(err)
+		return nil, c.fail(err)
 	}
-	return e, nil
+	return events, nil
 }
 
-// AppendMCPEvent is core's in one round trip: BEGIN, the commit made
-// asynchronous, the event with its session's trim, the sweep when it is
-// due, and COMMIT, sent together. Its sweep does not wait for the event's
+// AppendMCPEvents is core's in one round trip: BEGIN, the commit made
+// asynchronous, each event with its session's trim, the sweep when it is
+// due, and COMMIT, sent together. Its sweep does not wait for an event's
 // index (which only the INSERT tells): it is due by time alone, and a
 // stream's later event may take it.
-func (s *postgresStore) AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEvent, error) {
-	e, err := s.prepareMCPEvent(e)
+func (s *postgresStore) AppendMCPEvents(ctx context.Context, events ...MCPEvent) ([]MCPEvent, error) {
+	events, err := s.prepareMCPEvents(events)
 	if err != nil {
-		return MCPEvent{}, err
+		return nil, err
 	}
-	sweep := s.mcpSweep.due(e.CreatedAt)
+	sweep := s.mcpSweep.due(events[0].CreatedAt)
 	b := &pgx.Batch{}
 	b.Queue("begin")
 	b.Queue(asyncMCPEventCommit.pg)
-	b.Queue(pgInsertMCPEvent, e.Session, e.Stream, e.Data, e.CreatedAt, streamStartTrims(e.Stream), mcpEventTrimEvery, MCPEventsPerSession-2)
+	for _, e := range events {
+		b.Queue(pgInsertMCPEvent, e.Session, e.Stream, e.Data, e.CreatedAt, streamStartTrims(e.Stream), mcpEventTrimEvery, MCPEventsPerSession-2)
+	}
 	if sweep {
-		b.Queue(deleteOldMCPEvents.pg, e.CreatedAt.Add(-MCPEventRetention))
+		b.Queue(deleteOldMCPEvents.pg, events[0].CreatedAt.Add(-MCPEventRetention))
 	}
 	b.Queue("commit")
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return MCPEvent{}, s.fail(err)
+		return nil, s.fail(err)
 	}
 	defer releaseAfterTx(ctx, conn)
 	err = readBatch(conn.SendBatch(ctx, b), func(br pgx.BatchResults) error {
@@ -234,11 +253,13 @@ func (s *postgresStore) AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEven
 				return err
 			}
 		}
-		var idx int64
-		if err := br.QueryRow().Scan(&idx); err != nil {
-			return err
+		for i := range events {
+			var idx int64
+			if err := br.QueryRow().Scan(&idx); err != nil {
+				return err
+			}
+			events[i].Index = int(idx)
 		}
-		e.Index = int(idx)
 		if sweep {
 			if _, err := br.Exec(); err != nil {
 				return err
@@ -247,9 +268,9 @@ func (s *postgresStore) AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEven
 		return readCommit(br)
 	})
 	if err != nil {
-		return MCPEvent{}, s.fail(err)
+		return nil, s.fail(err)
 	}
-	return e, nil
+	return events, nil
 }
 
 func (c *core) MCPEventsFrom(ctx context.Context, session, stream string, index int) ([]MCPEvent, error) {

@@ -664,12 +664,14 @@ type Store interface {
 	// them: their sessions are the caller's to end upstream. Of callers
 	// claiming at once, each record goes to one.
 	ClaimIdleUpstreamSessions(ctx context.Context, usedBefore time.Time, limit int) ([]UpstreamSession, error)
-	// AppendMCPEvent appends an event to its stream, with the stream's next
-	// index (from 0), and returns it; a zero CreatedAt means now. Session
-	// is required; Data is at most MaxMCPEventData bytes. The events older
-	// than MCPEventRetention are deleted as a stream's first event is
-	// written, and a session's beyond MCPEventsPerSession as it grows.
-	AppendMCPEvent(ctx context.Context, e MCPEvent) (MCPEvent, error)
+	// AppendMCPEvents appends events, in order and in one transaction,
+	// each to its stream with the stream's next index (from 0), and
+	// returns them with their indexes; a zero CreatedAt means now. Each
+	// must have a Session, and Data of at most MaxMCPEventData bytes; an
+	// invalid one appends none. The events older than MCPEventRetention
+	// are deleted as a stream's first event is written, and a session's
+	// beyond MCPEventsPerSession as it grows.
+	AppendMCPEvents(ctx context.Context, events ...MCPEvent) ([]MCPEvent, error)
 	// MCPEventsFrom returns the events of the stream from index on, in
 	// order. Those deleted are missing: the caller checks the indexes.
 	MCPEventsFrom(ctx context.Context, session, stream string, index int) ([]MCPEvent, error)

@@ -22,11 +22,11 @@ func testMCPEvents(t *testing.T, s store.Store) {
 	now := time.Now().UTC().Truncate(time.Second)
 	appendEv := func(session, stream, data string, at time.Time) store.MCPEvent {
 		t.Helper()
-		e, err := s.AppendMCPEvent(ctx, store.MCPEvent{Session: session, Stream: stream, Data: []byte(data), CreatedAt: at})
-		if err != nil {
-			t.Fatalf("AppendMCPEvent(%s, %s): %v", session, stream, err)
+		evs, err := s.AppendMCPEvents(ctx, store.MCPEvent{Session: session, Stream: stream, Data: []byte(data), CreatedAt: at})
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("AppendMCPEvents(%s, %s) = %v, %v", session, stream, evs, err)
 		}
-		return e
+		return evs[0]
 	}
 	indexes := func(session, stream string, from int) []int {
 		t.Helper()
@@ -61,6 +61,22 @@ func testMCPEvents(t *testing.T, s store.Store) {
 	}
 	if evs, _ := s.MCPEventsFrom(ctx, "a", "s1", 0); len(evs[0].Data) != 0 {
 		t.Errorf("a priming event's data = %q, want empty", evs[0].Data)
+	}
+
+	// Several events at once, in order: a stream's priming event and its
+	// first message, and another stream's.
+	evs, err = s.AppendMCPEvents(ctx,
+		store.MCPEvent{Session: "a", Stream: "s3", CreatedAt: now},
+		store.MCPEvent{Session: "a", Stream: "s3", Data: []byte(`{"n":1}`), CreatedAt: now},
+		store.MCPEvent{Session: "a", Stream: "s1", Data: []byte(`{"n":3}`), CreatedAt: now})
+	if err != nil || len(evs) != 3 || evs[0].Index != 0 || evs[1].Index != 1 || evs[2].Index != 3 {
+		t.Fatalf("AppendMCPEvents of three = %+v, %v; want indexes 0, 1 and 3", evs, err)
+	}
+	if got := indexes("a", "s3", 0); fmt.Sprint(got) != "[0 1]" {
+		t.Errorf("stream s3 = %v, want [0 1]", got)
+	}
+	if _, err := s.AppendMCPEvents(ctx); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("AppendMCPEvents of none = %v, want ErrInvalid", err)
 	}
 
 	// The bound per session: the oldest go.
@@ -130,8 +146,12 @@ func testMCPEvents(t *testing.T, s store.Store) {
 		"long stream":  {Session: "bad", Stream: string(bytes.Repeat([]byte("s"), 300))},
 		"invalid text": {Session: "bad\x00", Stream: "s"},
 	} {
-		if _, err := s.AppendMCPEvent(ctx, bad); !errors.Is(err, store.ErrInvalid) {
-			t.Errorf("AppendMCPEvent (%s) = %v, want ErrInvalid", name, err)
+		if _, err := s.AppendMCPEvents(ctx, bad); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("AppendMCPEvents (%s) = %v, want ErrInvalid", name, err)
+		}
+		// With a valid event before it: neither is stored.
+		if _, err := s.AppendMCPEvents(ctx, store.MCPEvent{Session: "bad", Stream: "s", Data: []byte("{}")}, bad); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("AppendMCPEvents (valid, %s) = %v, want ErrInvalid", name, err)
 		}
 	}
 	if got := indexes("bad", "s", 0); len(got) != 0 {
