@@ -157,8 +157,9 @@ type Broker struct {
 
 // MCP configures Usher's MCP server and the upstream servers it federates.
 type MCP struct {
-	// Stateful keeps MCP sessions in the process (single replica only).
-	// Default false: stateless, any replica serves any request.
+	// Stateful keeps MCP sessions (Mcp-Session-Id), recorded in the
+	// database so that any replica serves any request of one. Default
+	// false: stateless, each request on its own.
 	Stateful bool `yaml:"stateful"`
 	// DemoTools offers the per-user notes tools. Default true with the
 	// development provider, else false.
