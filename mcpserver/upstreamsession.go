@@ -565,13 +565,17 @@ func endUpstreamSession(ctx context.Context, next http.RoundTripper, endpoint, i
 	}
 	resp, err := next.RoundTrip(req)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errEndAgain, err)
 	}
 	drainResponse(resp)
-	if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusNotFound {
-		return fmt.Errorf("the upstream answered DELETE with status %d", resp.StatusCode)
+	switch code := resp.StatusCode; {
+	case code/100 == 2 || code == http.StatusNotFound:
+		return nil
+	case code >= 500 || code == http.StatusTooManyRequests:
+		return fmt.Errorf("%w: the upstream answered DELETE with status %d", errEndAgain, code)
+	default:
+		return fmt.Errorf("the upstream answered DELETE with status %d", code)
 	}
-	return nil
 }
 
 // upstreamSessionIdle is how long after its last use a shared session is
@@ -604,8 +608,11 @@ func (c *Catalog) sweepUpstreamSessions(ctx context.Context) (int, error) {
 			return ended, err
 		}
 		for _, rec := range claimed {
-			if c.endSharedSession(ctx, now, rec) {
+			switch err := c.endSharedSession(ctx, now, rec); {
+			case err == nil:
 				ended++
+			case errors.Is(err, errEndAgain):
+				c.putBackSharedSession(ctx, rec)
 			}
 		}
 		if len(claimed) < upstreamSessionSweepBatch {
@@ -614,30 +621,49 @@ func (c *Catalog) sweepUpstreamSessions(ctx context.Context) (int, error) {
 	}
 }
 
-// endSharedSession ends upstream the session of a claimed record, and
-// reports whether it did.
-func (c *Catalog) endSharedSession(ctx context.Context, now time.Time, rec store.UpstreamSession) bool {
+// errEndAgain says that a session could not be ended upstream for now
+// (the upstream unreachable, or answering with a server error): its record
+// is put back, for a later sweep.
+var errEndAgain = errors.New("the upstream could not end the session now")
+
+// endSharedSession ends upstream the session of a claimed record. Its
+// error wraps errEndAgain when a later sweep may succeed.
+func (c *Catalog) endSharedSession(ctx context.Context, now time.Time, rec store.UpstreamSession) error {
 	var v sealedUpstreamSession
 	if err := c.sessionSealer.Open(rec.Session, now, &v); err != nil || v.Key != rec.Key || v.ID == "" {
 		c.log.Warn("mcpserver: an idle shared upstream session could not be ended: its record does not open", "err", err)
-		return false
+		return errors.New("the record does not open")
 	}
 	if v.Upstream == "" || v.Subject == "" {
 		c.log.Warn("mcpserver: an idle shared upstream session could not be ended: its record does not say whose it is")
-		return false
+		return errors.New("the record does not say whose it is")
 	}
 	for _, u := range c.upstreams {
 		if u.cfg.Name != v.Upstream || u.cfg.URL == "" {
 			continue
 		}
-		if err := endUpstreamSession(ctx, u.credentials(v.Subject), u.cfg.URL, v.ID, rec.ProtocolVersion); err != nil {
+		err := endUpstreamSession(ctx, u.credentials(v.Subject), u.cfg.URL, v.ID, rec.ProtocolVersion)
+		if err != nil {
 			c.log.Warn("mcpserver: an idle shared upstream session could not be ended", "upstream", u.cfg.Name, "err", err)
-			return false
 		}
-		return true
+		return err
 	}
 	c.log.Warn("mcpserver: an idle shared upstream session could not be ended: its upstream is not configured", "upstream", v.Upstream)
-	return false
+	return errors.New("its upstream is not configured")
+}
+
+// putBackSharedSession records again a claimed session that could not be
+// ended for now, as it was and still idle (UsedAt is its CreatedAt), so
+// that the next sweep tries again; until the record's seal no longer
+// opens (twice upstreamSessionLifetime after it was made), when it is
+// forgotten. A replica may
+// join it meanwhile: the session is still open upstream. If another
+// session of the same key was recorded meanwhile, the record cannot be
+// put back, and the session is left to the upstream's own timeout.
+func (c *Catalog) putBackSharedSession(ctx context.Context, rec store.UpstreamSession) {
+	if _, err := c.opts.UpstreamSessions.PutUpstreamSession(ctx, rec, ""); err != nil {
+		c.log.Warn("mcpserver: a shared upstream session that could not be ended could not be recorded again", "err", err)
+	}
 }
 
 // touchSharedInUse moves forward the UsedAt of the shared sessions that

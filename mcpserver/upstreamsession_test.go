@@ -33,6 +33,8 @@ type statefulUpstream struct {
 	// called before an initialize is served.
 	refuse           atomic.Bool
 	beforeInitialize func()
+	// failDeletes answers that many DELETEs of a session with 503.
+	failDeletes atomic.Int32
 	// meet holds the calls of the meet tool (see meeting).
 	meet meeting
 
@@ -80,6 +82,10 @@ func newStatefulUpstream(t *testing.T) *statefulUpstream {
 			u.mu.Lock()
 			u.deletes++
 			u.mu.Unlock()
+			if u.failDeletes.Add(-1) >= 0 {
+				http.Error(w, "not now", http.StatusServiceUnavailable)
+				return
+			}
 		}
 		if r.Method == http.MethodPost {
 			body, _ := io.ReadAll(r.Body)

@@ -273,3 +273,41 @@ func TestUpstreamSessionSweepSparesCallInFlight(t *testing.T) {
 		}
 	})
 }
+
+// TestUpstreamSessionSweepRetriesFailedEnd: a sweep whose DELETE the
+// upstream fails (503) puts the record back, still idle, so that the next
+// sweep ends the session; a sweep that gives up would leave the session
+// open upstream with nothing left to end it.
+func TestUpstreamSessionSweepRetriesFailedEnd(t *testing.T) {
+	onEngines(t, func(t *testing.T, st, other store.Store) {
+		up, start, clk, _ := sweepStart(t, st)
+		sweeper := sweepCatalog(t, other, up, clk.now)
+		before, err := st.GetUpstreamSession(t.Context(), aliceKey(sweeper))
+		if err != nil {
+			t.Fatal(err)
+		}
+		up.failDeletes.Store(1)
+		clk.set(start.Add(sweeper.upstreamSessionIdle() + time.Second))
+		if n, err := sweeper.sweepUpstreamSessions(t.Context()); err != nil || n != 0 {
+			t.Fatalf("a sweep whose DELETE failed ended %d, %v; want none", n, err)
+		}
+		back, err := st.GetUpstreamSession(t.Context(), aliceKey(sweeper))
+		if err != nil || back.Session != before.Session || !back.ExpiresAt.Equal(before.ExpiresAt) {
+			t.Fatalf("after the failed DELETE the record is %+v, %v; want it back as it was", back, err)
+		}
+		if open, deletes := up.openSessions(), up.deleted(); open != 1 || deletes != 1 {
+			t.Fatalf("the upstream holds %d sessions and saw %d DELETEs; want 1, 1", open, deletes)
+		}
+
+		clk.set(start.Add(sweeper.upstreamSessionIdle() + time.Minute + time.Second))
+		if n, err := sweeper.sweepUpstreamSessions(t.Context()); err != nil || n != 1 {
+			t.Fatalf("the next sweep ended %d, %v; want the session", n, err)
+		}
+		if open, deletes := up.openSessions(), up.deleted(); open != 0 || deletes != 2 {
+			t.Errorf("the upstream holds %d sessions and saw %d DELETEs; want 0, 2", open, deletes)
+		}
+		if _, err := st.GetUpstreamSession(t.Context(), aliceKey(sweeper)); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the record after the session ended: %v, want ErrNotFound", err)
+		}
+	})
+}
