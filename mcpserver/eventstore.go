@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -159,6 +160,7 @@ func (d *durableEvents) writePrime(key streamKey, p *prime) {
 		return
 	}
 	p.taken = true
+	p.timer.Stop() // when flushed before it fired
 	d.mu.Unlock()
 	defer close(p.written)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -181,6 +183,18 @@ func (d *durableEvents) flushPrime(key streamKey) {
 	p := d.primes[key]
 	d.mu.Unlock()
 	if p != nil {
+		d.writePrime(key, p)
+		<-p.written
+	}
+}
+
+// flushPrimes writes now every priming event still waiting: the replica
+// is going away, and a client may resume those streams on another.
+func (d *durableEvents) flushPrimes() {
+	d.mu.Lock()
+	waiting := maps.Clone(d.primes)
+	d.mu.Unlock()
+	for key, p := range waiting {
 		d.writePrime(key, p)
 		<-p.written
 	}

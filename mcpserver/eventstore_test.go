@@ -198,8 +198,9 @@ func (c *countedRecords) count() int {
 // TestPrimingEventDeferred: a stream's priming event is written with the
 // stream's next event, in one append (one round trip); a resumption of the
 // stream before that event writes it first, so the stream is found; and
-// one that waits longer than the delay is written alone. The indexes stay
-// the SDK's. On both engines.
+// one that waits longer than the delay is written alone, as is one still
+// waiting when the replica drains. The indexes stay the SDK's. On both
+// engines.
 func TestPrimingEventDeferred(t *testing.T) {
 	t.Parallel()
 	for name, open := range map[string]func(testing.TB) store.Store{"SQLite": storetest.NewSQLite, "PostgreSQL": storetest.NewPostgres} {
@@ -285,6 +286,17 @@ func TestPrimingEventDeferred(t *testing.T) {
 			}
 			if rec.count() != n+2 || fmt.Sprint(stored("c")) != "[0 1]" {
 				t.Errorf("the answer: %d appends, stored %v; want it alone, [0 1]", rec.count()-n, stored("c"))
+			}
+
+			// A replica going away writes the priming events still
+			// waiting, for the clients that resume elsewhere.
+			d.delay = time.Hour
+			if err := d.Append(ctx, "s", "d", nil); err != nil {
+				t.Fatal(err)
+			}
+			d.flushPrimes()
+			if fmt.Sprint(stored("d")) != "[0]" {
+				t.Errorf("after flushPrimes stream d stored %v, want [0]", stored("d"))
 			}
 		})
 	}

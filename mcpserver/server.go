@@ -387,7 +387,8 @@ func checkPublicURL(field, raw string) (*url.URL, error) {
 }
 
 // Drain ends the Server's work: it closes the stateful sessions it holds
-// (their subscriptions end, unsubscribed upstream), and waits until the
+// (their subscriptions end, unsubscribed upstream), writes the priming
+// events of their streams still waiting (see primeDelay), and waits until the
 // records of every call that has answered are written (a call's outcome
 // is recorded after its result is sent). When ctx ends
 // first, it stops the writes still being retried, waits for them to
@@ -402,6 +403,9 @@ func (s *Server) Drain(ctx context.Context) error {
 	s.subs.watchers.Wait() // each ends with its session
 	if s.durable != nil {
 		s.durable.wait()
+		if events, ok := s.durable.events.(*durableEvents); ok {
+			events.flushPrimes()
+		}
 	}
 	// The SDK's handlers going on after their response close their
 	// requests' sessions once their calls' outcomes are written; when ctx
