@@ -79,9 +79,17 @@ func testMCPEvents(t *testing.T, s store.Store) {
 		t.Errorf("AppendMCPEvents of none = %v, want ErrInvalid", err)
 	}
 
-	// The bound per session: the oldest go.
-	for i := range store.MCPEventsPerSession + 70 {
-		appendEv("full", "s", "{}", now.Add(time.Duration(i)*time.Millisecond))
+	// The bound per session: the oldest go. The events are appended a
+	// batch of 107 at a time; each is trimmed as if it came alone.
+	for b := range 10 {
+		batch := make([]store.MCPEvent, (store.MCPEventsPerSession+70)/10)
+		for i := range batch {
+			batch[i] = store.MCPEvent{Session: "full", Stream: "s", Data: []byte("{}"),
+				CreatedAt: now.Add(time.Duration(b*len(batch)+i) * time.Millisecond)}
+		}
+		if _, err := s.AppendMCPEvents(ctx, batch...); err != nil {
+			t.Fatal(err)
+		}
 	}
 	got := indexes("full", "s", 0)
 	if len(got) > store.MCPEventsPerSession+64 || len(got) < store.MCPEventsPerSession || got[0] == 0 {
@@ -104,30 +112,35 @@ func testMCPEvents(t *testing.T, s store.Store) {
 			}
 		}
 	}
+	// The streams, a batch of 100 at a time: the oldest is still there
+	// when none of them trimmed.
 	var streams []string
-	held := func() int {
-		t.Helper()
-		n := 0
-		for _, st := range streams {
-			n += len(indexes("short", st, 0))
-		}
-		return n
-	}
 	next := 0
-	for i := range store.MCPEventsPerSession + 100 {
-		var name string
-		name, next = streamName(false, next)
-		streams = append(streams, name)
-		appendEv("short", name, "{}", now.Add(time.Duration(i)*time.Millisecond))
+	for b := range (store.MCPEventsPerSession + 100) / 100 {
+		batch := make([]store.MCPEvent, 100)
+		for i := range batch {
+			var name string
+			name, next = streamName(false, next)
+			streams = append(streams, name)
+			batch[i] = store.MCPEvent{Session: "short", Stream: name, Data: []byte("{}"),
+				CreatedAt: now.Add(time.Duration(b*100+i) * time.Millisecond)}
+		}
+		if _, err := s.AppendMCPEvents(ctx, batch...); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if n := held(); n != store.MCPEventsPerSession+100 {
-		t.Errorf("a session of streams that do not trim holds %d events, want all %d", n, store.MCPEventsPerSession+100)
+	kept := func(i int) bool { return len(indexes("short", streams[i], 0)) == 1 }
+	if !kept(0) || !kept(len(streams)-1) {
+		t.Errorf("a session of %d streams that do not trim lost its oldest (%v) or newest (%v) event, want all kept",
+			len(streams), kept(0), kept(len(streams)-1))
 	}
+	// One that trims keeps the session's newest: of the 1,101 events the
+	// 101 oldest go.
 	name, _ := streamName(true, 0)
-	streams = append(streams, name)
 	appendEv("short", name, "{}", now.Add(time.Hour/2))
-	if n := held(); n > store.MCPEventsPerSession || n < store.MCPEventsPerSession-1 {
-		t.Errorf("after a stream that trims, the session holds %d events, want %d", n, store.MCPEventsPerSession)
+	if kept(100) || !kept(101) || !kept(len(streams)-1) {
+		t.Errorf("after a stream that trims: the 101st oldest kept %v, the 102nd %v, the newest %v; want false, true, true",
+			kept(100), kept(101), kept(len(streams)-1))
 	}
 
 	// Retention: a new stream sweeps the events past it.
