@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net/url"
+	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,10 +23,75 @@ import (
 const DatabaseURLEnv = testenv.DatabaseURLEnv
 
 // NewSQLite returns a migrated store on a new SQLite file in t.TempDir(),
-// closed when the test ends.
+// closed when the test ends. The file is a copy of one the store's own
+// migrations made once in this process (see sqliteTemplate): migrating
+// a file takes a second and a half under the race detector, copying one
+// a few milliseconds.
 func NewSQLite(t testing.TB) store.Store {
 	t.Helper()
-	return migrated(t, OpenSQLite(t))
+	files, err := sqliteTemplate.get()
+	if err != nil {
+		t.Fatalf("a migrated SQLite file: %v", err)
+	}
+	dir := t.TempDir()
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return open(t, filepath.Join(dir, sqliteFile))
+}
+
+// sqliteFile is the name of a test's SQLite file.
+const sqliteFile = "usher.db"
+
+// sqliteTemplate is the migrated SQLite database the process's NewSQLite
+// copies: its files' contents by name, made at the first call.
+var sqliteTemplate = templateFiles{make: migrateSQLiteTemplate}
+
+// templateFiles makes a set of files once, and keeps their contents.
+type templateFiles struct {
+	once  sync.Once
+	make  func() (map[string][]byte, error)
+	files map[string][]byte
+	err   error
+}
+
+func (f *templateFiles) get() (map[string][]byte, error) {
+	f.once.Do(func() { f.files, f.err = f.make() })
+	return f.files, f.err
+}
+
+// migrateSQLiteTemplate migrates a new SQLite file in a directory of its
+// own, closes it, and returns the directory's files (the database, and
+// its write-ahead log if closing left one), then removes the directory.
+func migrateSQLiteTemplate() (map[string][]byte, error) {
+	dir, err := os.MkdirTemp("", "usher-storetest-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	s, err := store.Open(ctx, filepath.Join(dir, sqliteFile), nil)
+	if err != nil {
+		return nil, err
+	}
+	err = s.Migrate(ctx)
+	if err := errors.Join(err, s.Close()); err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	for _, name := range []string{sqliteFile, sqliteFile + "-wal"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		switch {
+		case errors.Is(err, os.ErrNotExist) && name != sqliteFile:
+		case err != nil:
+			return nil, err
+		default:
+			files[name] = b
+		}
+	}
+	return files, nil
 }
 
 // OpenSQLite returns a store on a new, empty SQLite file in t.TempDir(),

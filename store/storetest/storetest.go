@@ -15,16 +15,36 @@ import (
 	"github.com/usherhq/usher/store"
 )
 
+// Engine is how the conformance suite gets stores of an engine, each on a
+// fresh database of its own and closed when the test ends.
+type Engine struct {
+	// Open returns a store whose database is empty, not yet migrated
+	// (the suite tests migrating it): OpenSQLite and OpenPostgres do that.
+	Open func(t *testing.T) store.Store
+	// Migrated, if set, returns a store whose database is migrated, as
+	// NewSQLite's copy of a migrated file; else the suite migrates one
+	// that Open returns.
+	Migrated func(t *testing.T) store.Store
+}
+
 // Run runs the conformance suite: the behaviour every store.Store engine
-// must have. Each call of newStore must return a store on a fresh, empty
-// database that is not yet migrated (the suite tests migrating it), closed
-// when the test ends: OpenSQLite and OpenPostgres do that. The subtests run
-// in parallel, each on a store of its own.
-func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+// must have. The subtests run in parallel, each on a store of its own.
+func Run(t *testing.T, e Engine) {
 	t.Run("Migrate", func(t *testing.T) {
 		t.Parallel()
-		testMigrate(t, newStore(t))
+		testMigrate(t, e.Open(t))
 	})
+	newStore := func(t *testing.T) store.Store {
+		t.Helper()
+		if e.Migrated != nil {
+			return e.Migrated(t)
+		}
+		s := e.Open(t)
+		if err := s.Migrate(t.Context()); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		return s
+	}
 
 	tests := []struct {
 		name string
@@ -153,11 +173,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t)
-			if err := s.Migrate(t.Context()); err != nil {
-				t.Fatalf("Migrate: %v", err)
-			}
-			tt.test(t, s)
+			tt.test(t, newStore(t))
 		})
 	}
 }

@@ -21,5 +21,5 @@ func TestMain(m *testing.M) {
 
 func TestPostgres(t *testing.T) {
 	storetest.PostgresURL(t) // skips without TEST_DATABASE_URL, fails if it does not work
-	storetest.Run(t, func(t *testing.T) store.Store { return storetest.OpenPostgres(t) })
+	storetest.Run(t, storetest.Engine{Open: func(t *testing.T) store.Store { return storetest.OpenPostgres(t) }})
 }

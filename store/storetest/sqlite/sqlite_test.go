@@ -20,5 +20,8 @@ func TestMain(m *testing.M) {
 }
 
 func TestSQLite(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return storetest.OpenSQLite(t) })
+	storetest.Run(t, storetest.Engine{
+		Open:     func(t *testing.T) store.Store { return storetest.OpenSQLite(t) },
+		Migrated: func(t *testing.T) store.Store { return storetest.NewSQLite(t) },
+	})
 }
