@@ -63,13 +63,13 @@ type durableEvents struct {
 type streamKey struct{ session, stream string }
 
 // prime is a stream's priming event waiting for the stream's next event
-// (see primeDelay). Whoever takes it writes it: the stream's next Append,
-// a resumption of the stream (After), or its timer.
+// (see primeDelay). Whoever claims it writes it: the stream's next
+// Append, a resumption of the stream (After), its timer, or a drain.
 type prime struct {
 	event store.MCPEvent
 	timer *time.Timer
-	taken bool
-	// written is closed once the one that took it has written it, or
+	taken bool // claimed; guarded by durableEvents.mu
+	// written is closed once the one that claimed it has written it, or
 	// failed to.
 	written chan struct{}
 }
@@ -111,9 +111,13 @@ func (d *durableEvents) Append(ctx context.Context, session, stream string, data
 		return nil
 	}
 	events := []store.MCPEvent{e}
-	if p := d.take(key); p != nil {
-		events = []store.MCPEvent{p.event, e}
-		defer close(p.written)
+	if p := d.waiting(key); p != nil {
+		if d.claim(p) {
+			events = []store.MCPEvent{p.event, e}
+			defer d.done(key, p)
+		} else {
+			<-p.written // by its timer: it comes first
+		}
 	}
 	_, err := d.records.AppendMCPEvents(ctx, events...)
 	return err
@@ -129,62 +133,51 @@ func (d *durableEvents) deferPrime(key streamKey, e store.MCPEvent) {
 	p.timer = time.AfterFunc(d.delay, func() { d.writePrime(key, p) })
 }
 
-// take returns the priming event of a stream waiting to be written, taken
-// from the timer, or waits until the timer has written it. It returns nil
-// when the caller has nothing to write but its own.
-func (d *durableEvents) take(key streamKey) *prime {
+// waiting returns the stream's priming event not written yet, if any.
+func (d *durableEvents) waiting(key streamKey) *prime {
 	d.mu.Lock()
-	p := d.primes[key]
-	if p == nil {
-		d.mu.Unlock()
-		return nil
-	}
-	delete(d.primes, key)
-	if !p.taken {
-		p.taken = true
-		p.timer.Stop()
-		d.mu.Unlock()
-		return p
-	}
-	d.mu.Unlock()
-	<-p.written
-	return nil
+	defer d.mu.Unlock()
+	return d.primes[key]
 }
 
-// writePrime writes a priming event that waited primeDelay (or was
-// resumed), unless the stream's next event took it.
-func (d *durableEvents) writePrime(key streamKey, p *prime) {
+// claim takes p for the caller to write, and reports whether it did: it
+// is false when another has taken p, and p.written then closes once that
+// one has written it.
+func (d *durableEvents) claim(p *prime) bool {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	if p.taken {
-		d.mu.Unlock()
-		return
+		return false
 	}
 	p.taken = true
-	p.timer.Stop() // when flushed before it fired
-	d.mu.Unlock()
-	defer close(p.written)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := d.records.AppendMCPEvents(ctx, p.event); err != nil {
-		d.log.Warn("mcpserver: storing a stream's priming event failed", "err", err)
-	}
+	p.timer.Stop()
+	return true
+}
+
+// done ends p once the one that claimed it has written it (or failed to):
+// it is no longer waiting.
+func (d *durableEvents) done(key streamKey, p *prime) {
 	d.mu.Lock()
 	if d.primes[key] == p {
 		delete(d.primes, key)
 	}
 	d.mu.Unlock()
+	close(p.written)
 }
 
-// flushPrime writes the stream's priming event now if it is waiting, so
-// that a resumption reads it: the stream's replica resumes a stream whose
-// answer has not come yet.
-func (d *durableEvents) flushPrime(key streamKey) {
-	d.mu.Lock()
-	p := d.primes[key]
-	d.mu.Unlock()
-	if p != nil {
-		d.writePrime(key, p)
+// writePrime writes p alone, once: at its timer, when its stream is
+// resumed (After) or when the replica drains. If another has taken it, it
+// waits until that one has written it.
+func (d *durableEvents) writePrime(key streamKey, p *prime) {
+	if !d.claim(p) {
 		<-p.written
+		return
+	}
+	defer d.done(key, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := d.records.AppendMCPEvents(ctx, p.event); err != nil {
+		d.log.Warn("mcpserver: storing a stream's priming event failed", "err", err)
 	}
 }
 
@@ -196,7 +189,6 @@ func (d *durableEvents) flushPrimes() {
 	d.mu.Unlock()
 	for key, p := range waiting {
 		d.writePrime(key, p)
-		<-p.written
 	}
 }
 
@@ -217,8 +209,14 @@ func (d *durableEvents) After(ctx context.Context, session, stream string, index
 	}
 	return func(yield func([]byte, error) bool) {
 		from := max(index, 0)
-		d.flushPrime(streamKey{eventSession(session), stream})
-		evs, err := d.records.MCPEventsFrom(ctx, eventSession(session), stream, from)
+		// The stream's replica resumes a stream whose answer has not
+		// come yet: its priming event is written first, so that it is
+		// read.
+		key := streamKey{eventSession(session), stream}
+		if p := d.waiting(key); p != nil {
+			d.writePrime(key, p)
+		}
+		evs, err := d.records.MCPEventsFrom(ctx, key.session, stream, from)
 		if err != nil {
 			yield(nil, err)
 			return

@@ -29,7 +29,7 @@ const DatabaseURLEnv = testenv.DatabaseURLEnv
 // a few milliseconds.
 func NewSQLite(t testing.TB) store.Store {
 	t.Helper()
-	files, err := sqliteTemplate.get()
+	files, err := sqliteTemplate()
 	if err != nil {
 		t.Fatalf("a migrated SQLite file: %v", err)
 	}
@@ -47,20 +47,7 @@ const sqliteFile = "usher.db"
 
 // sqliteTemplate is the migrated SQLite database the process's NewSQLite
 // copies: its files' contents by name, made at the first call.
-var sqliteTemplate = templateFiles{make: migrateSQLiteTemplate}
-
-// templateFiles makes a set of files once, and keeps their contents.
-type templateFiles struct {
-	once  sync.Once
-	make  func() (map[string][]byte, error)
-	files map[string][]byte
-	err   error
-}
-
-func (f *templateFiles) get() (map[string][]byte, error) {
-	f.once.Do(func() { f.files, f.err = f.make() })
-	return f.files, f.err
-}
+var sqliteTemplate = sync.OnceValues(migrateSQLiteTemplate)
 
 // migrateSQLiteTemplate migrates a new SQLite file in a directory of its
 // own, closes it, and returns the directory's files (the database, and
