@@ -368,9 +368,10 @@ func (c *conn) heldTarget(held *heldCalls) (*heldCall, error) {
 
 // handleHeldRequests sets the SDK handlers that turn an upstream's
 // requests into rounds (see heldCall), for what offers names (see
-// round.offers): the session offers the upstream sampling and
-// elicitation only as the caller does.
-func (c *conn) handleHeldRequests(o *mcp.ClientOptions, held *heldCalls, offers string) {
+// round.offers): the session offers the upstream sampling, elicitation
+// and roots only as the caller does. It returns the session's handler of
+// roots/list, or nil.
+func (c *conn) handleHeldRequests(o *mcp.ClientOptions, held *heldCalls, offers string) rootsHandler {
 	if strings.Contains(offers, "sampling") {
 		o.CreateMessageHandler = func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 			return heldRequest[*mcp.CreateMessageParams, mcp.CreateMessageResult](c, held, req.Params)
@@ -381,10 +382,17 @@ func (c *conn) handleHeldRequests(o *mcp.ClientOptions, held *heldCalls, offers 
 			return heldRequest[*mcp.ElicitParams, mcp.ElicitResult](c, held, req.Params)
 		}
 	}
+	if !strings.Contains(offers, "roots") {
+		return nil
+	}
+	o.Capabilities.RootsV2 = &mcp.RootCapabilities{}
+	return func(_ context.Context, req *mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
+		return heldRequest[*mcp.ListRootsParams, mcp.ListRootsResult](c, held, req.Params)
+	}
 }
 
-// offers names what of sampling and elicitation the round's caller
-// declared; an upstream session of rounds offers the same.
+// offers names what of sampling, elicitation and roots the round's
+// caller declared; an upstream session of rounds offers the same.
 func (r *round) offers() string {
 	var out []string
 	if r.caps != nil && r.caps.Elicitation != nil {
@@ -392,6 +400,9 @@ func (r *round) offers() string {
 	}
 	if r.caps != nil && r.caps.Sampling != nil {
 		out = append(out, "sampling")
+	}
+	if r.caps != nil && r.caps.RootsV2 != nil {
+		out = append(out, "roots")
 	}
 	return strings.Join(out, " ")
 }

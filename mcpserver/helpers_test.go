@@ -515,8 +515,20 @@ func (e *env) token(sub, runID string) string {
 // and streamable HTTP transport, with its token from the broker.
 func (e *env) connect(sub, runID string, opts *mcp.ClientOptions, version string) *mcp.ClientSession {
 	e.t.Helper()
+	return e.connectAs(sub, runID, mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, opts), version)
+}
+
+// connectClient connects client as sub, with the SDK's newest protocol
+// before 2026-07-28.
+func (e *env) connectClient(sub string, client *mcp.Client) *mcp.ClientSession {
+	e.t.Helper()
+	return e.connectAs(sub, "", client, "")
+}
+
+// connectAs connects client as sub (of run runID) with protocol version.
+func (e *env) connectAs(sub, runID string, client *mcp.Client, version string) *mcp.ClientSession {
+	e.t.Helper()
 	src := e.broker.TokenSource(e.t.Context(), broker.Grant{Subject: sub, Audience: e.url + "/mcp", RunID: runID})
-	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, opts)
 	cs, err := client.Connect(e.t.Context(), &mcp.StreamableClientTransport{
 		Endpoint:             e.url + "/mcp",
 		HTTPClient:           &http.Client{Transport: &oauth2.Transport{Source: src}},

@@ -7,6 +7,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strconv"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -25,6 +27,9 @@ const (
 	// KindElicitationRequested: an upstream asked the caller's user for
 	// input (elicitation/create), relayed to the caller.
 	KindElicitationRequested = "elicitation_requested"
+	// KindRootsRequested: an upstream asked the caller for its roots
+	// (roots/list), relayed to the caller.
+	KindRootsRequested = "roots_requested"
 	// KindRequestAnswered: the caller answered a relayed request (Outcome
 	// succeeded, with the elicitation's action in Reasons), or did not
 	// (Outcome failed).
@@ -114,9 +119,78 @@ func (c *conn) relayElicitation(_ context.Context, req *mcp.ElicitRequest) (*mcp
 		})
 }
 
+// relayRoots passes an upstream's roots/list to the caller.
+func (c *conn) relayRoots(_ context.Context, req *mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
+	return relay(c, KindRootsRequested, req.Params,
+		func(caps *mcp.ClientCapabilities) bool { return caps.RootsV2 != nil },
+		func(ctx context.Context, ss *mcp.ServerSession) (*mcp.ListRootsResult, error) {
+			return ss.ListRoots(ctx, req.Params)
+		},
+		func(r *mcp.ListRootsResult) string {
+			return KindRootsRequested + ": answered with " + strconv.Itoa(len(r.Roots)) + " roots"
+		})
+}
+
 // handleRequests sets the SDK handlers that relay an upstream's requests
-// to the caller, which makes the session offer sampling and elicitation.
-func (c *conn) handleRequests(o *mcp.ClientOptions) {
+// to the caller, which makes the session offer sampling and elicitation,
+// and roots when offers names them (the caller's session declared roots,
+// see relayOffers). It returns the session's handler of roots/list, or
+// nil.
+func (c *conn) handleRequests(o *mcp.ClientOptions, offers string) rootsHandler {
 	o.CreateMessageHandler = c.relaySampling
 	o.ElicitationHandler = c.relayElicitation
+	if !strings.Contains(offers, "roots") {
+		return nil
+	}
+	o.Capabilities.RootsV2 = &mcp.RootCapabilities{}
+	return c.relayRoots
+}
+
+// relayOffers is what an upstream session that relays requests to a
+// stateful caller offers beyond sampling and elicitation: roots, when
+// the caller's session declared them.
+func relayOffers(ds downstream) string {
+	if ds.session == nil {
+		return ""
+	}
+	if p := ds.session.InitializeParams(); p != nil && p.Capabilities != nil && p.Capabilities.RootsV2 != nil {
+		return "roots"
+	}
+	return ""
+}
+
+// rootsHandler answers an upstream's roots/list on Usher's session with
+// it, by asking the caller.
+type rootsHandler func(context.Context, *mcp.ListRootsRequest) (*mcp.ListRootsResult, error)
+
+// answerRoots is the receiving middleware of an upstream session that
+// passes roots/list to h, or with h nil refuses it as a method the
+// session does not offer: the SDK's client would answer it itself, from a
+// list of its own, which Usher leaves empty.
+func answerRoots(h rootsHandler) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			r, ok := req.(*mcp.ListRootsRequest)
+			switch {
+			case !ok || method != "roots/list":
+				return next(ctx, method, req)
+			case h == nil:
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "roots/list: this client offers no roots"}
+			}
+			return h(ctx, r)
+		}
+	}
+}
+
+// relayMeta sets on the _meta of a request to an upstream of protocol
+// 2026-07-28, whose input requests the SDK meets itself, the capabilities
+// an upstream session that relays requests offers it: sampling and
+// elicitation (relayed through the session's handlers), and no roots,
+// which the SDK would answer from its own empty list.
+func relayMeta(m mcp.Meta) mcp.Meta {
+	if m == nil {
+		m = mcp.Meta{}
+	}
+	m[mcp.MetaKeyClientCapabilities] = map[string]any{"sampling": map[string]any{}, "elicitation": map[string]any{"form": map[string]any{}}}
+	return m
 }

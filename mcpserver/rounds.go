@@ -22,8 +22,9 @@ import (
 )
 
 // The audit kinds of multi round-trip requests (protocol 2026-07-28).
-// An input request passed on is recorded as KindElicitationRequested or
-// KindSamplingRequested (Reasons name its id), one refused as
+// An input request passed on is recorded as KindElicitationRequested,
+// KindSamplingRequested or KindRootsRequested (Reasons name its id), one
+// refused as
 // KindRequestRefused, and a retry's answer as KindRequestAnswered: never
 // the content of a request's answer.
 const (
@@ -93,7 +94,7 @@ func newRoundRequest(meta mcp.Meta, caps *mcp.ClientCapabilities, responses mcp.
 
 // round is what one round of a caller of protocol 2026-07-28 sends its
 // upstream, carried in the context: the capabilities the caller declared
-// (only elicitation and sampling are passed on), and on a retry the
+// (only elicitation, sampling and roots are passed on), and on a retry the
 // caller's answers and the upstream's own state of the round before.
 type round struct {
 	caps      *mcp.ClientCapabilities
@@ -114,8 +115,8 @@ func roundOf(ctx context.Context) (*round, bool) {
 }
 
 // meta sets, on an upstream request's _meta, the capabilities the caller
-// declared that an upstream may ask for (elicitation, sampling), so that
-// the upstream asks only for those: roots Usher never offers.
+// declared that an upstream may ask for (elicitation, sampling, roots), so
+// that the upstream asks only for those.
 func (r *round) meta(m mcp.Meta) mcp.Meta {
 	if m == nil {
 		m = mcp.Meta{}
@@ -126,6 +127,11 @@ func (r *round) meta(m mcp.Meta) mcp.Meta {
 	}
 	if r.caps != nil && r.caps.Sampling != nil {
 		caps["sampling"] = r.caps.Sampling
+	}
+	if r.caps != nil && r.caps.RootsV2 != nil {
+		// The roots the caller gives are its answer to this round: the
+		// upstream hears of no change to them.
+		caps["roots"] = map[string]any{}
 	}
 	m[mcp.MetaKeyClientCapabilities] = caps
 	return m
@@ -225,8 +231,7 @@ func (s *Server) recordAnswers(ctx context.Context, ev Event, r *round) {
 
 // inputKind returns the audit kind of an input request and whether the
 // caller's capabilities let it be passed on: the specification forbids
-// sending a request the caller did not declare. Roots are never passed
-// on: Usher offers none.
+// sending a request the caller did not declare.
 func inputKind(ir mcp.InputRequest, caps *mcp.ClientCapabilities) (kind, method string, declared bool) {
 	switch p := ir.(type) {
 	case *mcp.ElicitParams:
@@ -244,7 +249,7 @@ func inputKind(ir mcp.InputRequest, caps *mcp.ClientCapabilities) (kind, method 
 		ok := caps != nil && caps.Sampling != nil && (len(p.Tools) == 0 || caps.Sampling.Tools != nil)
 		return KindSamplingRequested, "sampling/createMessage", ok
 	case *mcp.ListRootsParams:
-		return "", "roots/list", false
+		return KindRootsRequested, "roots/list", caps != nil && caps.RootsV2 != nil
 	}
 	return "", "an unknown request", false
 }

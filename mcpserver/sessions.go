@@ -57,13 +57,15 @@ const DefaultSessionLifetime = 24 * time.Hour
 // maxSessionHandle bounds an Mcp-Session-Id that is opened.
 const maxSessionHandle = 256
 
-// sessionState is the state a session's record holds: the SDK's, and the
+// sessionState is the state a session's record holds: the SDK's, the
 // resources the session is subscribed to (each copy of the session
 // subscribes to them on its replica, so that an update reaches the
-// client's stream wherever it is held).
+// client's stream wherever it is held), and whether the client declared
+// roots, which the SDK's capabilities keep in a field that JSON skips.
 type sessionState struct {
 	mcp.ServerSessionState
-	Subscriptions []string `json:"subscriptions,omitempty"`
+	Subscriptions []string              `json:"subscriptions,omitempty"`
+	Roots         *mcp.RootCapabilities `json:"roots,omitempty"`
 }
 
 // maxChangeAttempts bounds the compare-and-swaps of a change to a
@@ -293,6 +295,9 @@ func (d *durableSessions) restore(ctx context.Context, handle string, rec store.
 		return nil, nil, err
 	}
 	st.Subscriptions = nil
+	if st.InitializeParams != nil && st.InitializeParams.Capabilities != nil {
+		st.InitializeParams.Capabilities.RootsV2 = st.Roots
+	}
 	made, err := json.Marshal(st)
 	if err != nil {
 		return nil, nil, err
@@ -398,7 +403,11 @@ func (d *durableSessions) record(ctx context.Context, c Caller, req *mcp.ServerR
 	if !ok || req.Params == nil {
 		return errors.New("the session has no handle of Usher's")
 	}
-	state, err := json.Marshal(sessionState{ServerSessionState: mcp.ServerSessionState{InitializeParams: req.Params, NegotiatedProtocolVersion: res.ProtocolVersion}})
+	st := sessionState{ServerSessionState: mcp.ServerSessionState{InitializeParams: req.Params, NegotiatedProtocolVersion: res.ProtocolVersion}}
+	if req.Params.Capabilities != nil {
+		st.Roots = req.Params.Capabilities.RootsV2
+	}
+	state, err := json.Marshal(st)
 	if err == nil {
 		now := d.s.opts.Now()
 		_, err = d.store.CreateMCPSession(ctx, store.MCPSession{

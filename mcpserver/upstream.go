@@ -314,9 +314,13 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		ctx, cancel := context.WithTimeout(ctx, u.cat.opts.CallTimeout)
 		defer cancel()
 		r, rounds := roundOf(ctx)
+		ds, _ := ctx.Value(downstreamKey{}).(downstream)
 		key := connKey{upstream: u.cfg.Name, subject: c.Subject, rounds: rounds}
-		if rounds {
+		switch {
+		case rounds:
 			key.offers = r.offers()
+		case u.cat.opts.RelayRequests:
+			key.offers = relayOffers(ds)
 		}
 		conn, err := u.cat.pool.acquire(ctx, u, key)
 		if errors.Is(err, errTooManySessions) || errors.Is(err, errTooManyUserSessions) {
@@ -341,7 +345,6 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 			return u.resumeHeld(ctx, c.Subject, r)
 		}
 
-		ds, _ := ctx.Value(downstreamKey{}).(downstream)
 		f := &inflight{ctx: ctx, downstream: ds, id: rand.Text(), upstream: u.cfg.Name, tool: u.cfg.prefix() + name}
 		ctx = context.WithValue(ctx, inflightKey{}, f)
 		conn.track(f)
@@ -353,6 +356,11 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		params := &mcp.CallToolParams{Meta: meta, Name: name, Arguments: args}
 		if rounds && !held {
 			params.Meta, params.InputResponses, params.RequestState = r.meta(meta), r.responses, r.state
+		} else if !rounds && key.offers != "" && speaksRounds(conn.session) {
+			// The SDK meets an upstream's input requests itself here, and
+			// roots from a list of its own (empty): such an upstream is
+			// told of no roots, so it asks for none.
+			params.Meta = relayMeta(params.Meta)
 		} else if held && r.state != "" {
 			// The upstream's own round ended its held call (see outcome):
 			// its answers go with its state, as a new call.
@@ -425,12 +433,13 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 	ctx, cancel := connectContext(ctx)
 	defer cancel()
 	copts := &mcp.ClientOptions{
-		// No roots, and sampling and elicitation only when relayed to
-		// the caller: otherwise an upstream may not ask the caller for
+		// Sampling, elicitation and roots only when passed on to the
+		// caller: otherwise an upstream may not ask the caller for
 		// anything.
 		Capabilities: &mcp.ClientCapabilities{},
 		Logger:       u.cat.log.With("upstream", u.cfg.Name),
 	}
+	var roots rootsHandler
 	if c.key.rounds {
 		// The caller speaks protocol 2026-07-28: the upstream's requests
 		// for input reach Usher as incomplete results, to be passed on
@@ -439,9 +448,9 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 		copts.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true}
 		// An upstream of an earlier protocol asks with requests of its
 		// own, which become rounds (see heldCall).
-		c.handleHeldRequests(copts, &u.cat.held, c.key.offers)
+		roots = c.handleHeldRequests(copts, &u.cat.held, c.key.offers)
 	} else if u.cat.opts.RelayRequests && c.key.subject != "" {
-		c.handleRequests(copts)
+		roots = c.handleRequests(copts, c.key.offers)
 	}
 	if u.cfg.Command != "" {
 		// Over HTTP, the credentials transport passes notifications on
@@ -462,6 +471,7 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 		}
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "usher", Version: u.cat.opts.Version}, copts)
+	client.AddReceivingMiddleware(answerRoots(roots))
 	var t mcp.Transport
 	if u.cfg.URL != "" {
 		base := u.cat.opts.HTTPClient
