@@ -148,16 +148,20 @@
 // its stream without answering, apart from a lost connection. A
 // resources/read, prompts/get or completion/complete that ends so fails
 // (KindExecutionFailed) with the same reason.
-// Requests from an upstream to the client (sampling, elicitation) are
-// relayed only with CatalogOptions.RelayRequests, for a stateful endpoint:
+// Requests from an upstream to the client (sampling, elicitation, roots)
+// are relayed only with CatalogOptions.RelayRequests, for a stateful endpoint:
 // during a tool call, to that call's caller when its session offers them
 // and it has no other call in flight on that upstream session (the SDK
 // does not say which call a request belongs to), each audited before it
-// is relayed (KindSamplingRequested, KindElicitationRequested: who was
-// asked, for which tool, and the hash of the request) and once answered
-// (KindRequestAnswered, never the answer's content). An elicitation
-// happens while a tool runs, so after any approval the call needed: it
-// never stands for one. Roots are never offered. With sessions kept in
+// is relayed (KindSamplingRequested, KindElicitationRequested,
+// KindRootsRequested: who was asked, for which tool, and the hash of the
+// request) and once answered (KindRequestAnswered, never the answer's
+// content). An elicitation happens while a tool runs, so after any
+// approval the call needed: it never stands for one. Roots are offered to
+// an upstream only on a session of a caller that declared them (the
+// session's record keeps that declaration for every replica), and an
+// upstream of protocol 2026-07-28, whose input requests the SDK's client
+// would meet from an empty list of its own, is told of none. With sessions kept in
 // Options.Sessions, the id of each request a session sends its client is
 // sealed with Options.Secret (the session, its principal, the session's
 // own id; expiring after Options.InputLifetime), and an answer whose id
@@ -170,10 +174,10 @@
 // results (multi round-trip requests): its upstream sessions leave an
 // upstream's incomplete result of tools/call, prompts/get or
 // resources/read to the enforcement point, and declare upstream the
-// caller's own elicitation and sampling capabilities. An input request of
+// caller's own elicitation, sampling and roots capabilities. An input request of
 // a kind the caller did not declare fails the request (KindRequestRefused);
 // the others are audited before they go out (KindElicitationRequested,
-// KindSamplingRequested) and passed on under Usher's own requestState,
+// KindSamplingRequested, KindRootsRequested) and passed on under Usher's own requestState,
 // sealed with Options.Secret: the call it belongs to (principal, client,
 // run, action, name, arguments hash, idempotency key), an expiry
 // (Options.InputLifetime) and the upstream's state. A retry whose state

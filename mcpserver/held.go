@@ -35,8 +35,13 @@ import (
 // heldSettle is how long a round waits, once an upstream has asked, for
 // more requests the upstream sends at the same time (the Go SDK's server
 // sends each input request of a handler's incomplete result as a request
-// of its own, all at once), so that they go in one round.
-const heldSettle = 25 * time.Millisecond
+// of its own, all at once), so that they go in one round: the round goes
+// when no request has come for heldSettle, or heldSettleMax after the
+// first.
+const (
+	heldSettle    = 25 * time.Millisecond
+	heldSettleMax = 8 * heldSettle
+)
 
 // heldPrefix begins the upstream state of a round that names a held call.
 const heldPrefix = "usher-held:"
@@ -269,6 +274,7 @@ func (h *heldCall) answer(r *round) {
 // the call: nobody is left to take its result.
 func (h *heldCall) next(ctx context.Context) (*mcp.CallToolResult, *heldEnd) {
 	settled := false
+	var settleBy time.Time
 	for {
 		h.mu.Lock()
 		if h.end != nil {
@@ -278,14 +284,20 @@ func (h *heldCall) next(ctx context.Context) (*mcp.CallToolResult, *heldEnd) {
 		}
 		if len(h.asks) > 0 && !settled {
 			// Requests an upstream sends together go in one round.
+			if settleBy.IsZero() {
+				settleBy = time.Now().Add(heldSettleMax)
+			}
 			ch := h.changed
 			h.mu.Unlock()
-			settled = true
+			quiet := time.NewTimer(min(heldSettle, time.Until(settleBy)))
 			select {
-			case <-ch:
-			case <-time.After(heldSettle):
+			case <-ch: // another request, or the end: wait on
+			case <-quiet.C:
+				settled = true
 			case <-ctx.Done():
+				settled = true
 			}
+			quiet.Stop()
 			continue
 		}
 		if len(h.asks) > 0 {

@@ -380,3 +380,43 @@ func TestHeldCallHolderChecksThePrincipal(t *testing.T) {
 		t.Errorf("alice's last round answered %q", text(res))
 	}
 }
+
+// TestHeldCallOneRoundForRequestsSentTogether: an upstream of protocol
+// 2025-11-25 whose tool's incomplete result asks for three inputs at once
+// (its SDK sends each as a request of its own) gives the caller one round
+// with all three, and the retry answering them completes the call.
+func TestHeldCallOneRoundForRequestsSentTogether(t *testing.T) {
+	t.Parallel()
+	up := newFeatureUpstream(t, "up", true)
+	up.server.AddTool(&mcp.Tool{Name: "ask", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if len(req.Params.InputResponses) == 3 {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "all answered"}}}, nil
+			}
+			return &mcp.CallToolResult{RequestState: "three", InputRequests: mcp.InputRequestMap{
+				"name":  &mcp.ElicitParams{Message: "Your name?", RequestedSchema: map[string]any{"type": "object"}},
+				"sum":   &mcp.CreateMessageParams{MaxTokens: 10, Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "2+2?"}}}},
+				"roots": &mcp.ListRootsParams{},
+			}}, nil
+		})
+	e := heldEnv(t, up, envConfig{})
+	cs := e.connect(alice, "", roundsBoth(), "2026-07-28")
+	first := call(t, cs, "up__ask", map[string]any{}, nil)
+	answers := mcp.InputResponseMap{}
+	for id, ir := range first.InputRequests {
+		switch ir.(type) {
+		case *mcp.ElicitParams:
+			answers[id] = ada
+		case *mcp.CreateMessageWithToolsParams:
+			answers[id] = four
+		case *mcp.ListRootsParams:
+			answers[id] = workRoots
+		}
+	}
+	if !first.NeedsInput() || len(first.InputRequests) != 3 || len(answers) != 3 {
+		t.Fatalf("the first round asks %v, want the upstream's three requests", first.InputRequests)
+	}
+	if res := retry(t, cs, "up__ask", map[string]any{}, nil, answers, first.RequestState); res.NeedsInput() || text(res) != "all answered" {
+		t.Errorf("the retry answered %q (needs input %v)", text(res), res.NeedsInput())
+	}
+}
