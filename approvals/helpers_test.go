@@ -1,13 +1,13 @@
 package approvals_test
 
 import (
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/usherhq/usher/approvals"
 	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -41,29 +41,11 @@ func binding() approvals.Binding {
 	}
 }
 
-// clock is a test clock that moves only when told to.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // env is a service on a real store, with its clock and audit log.
 type env struct {
 	st    store.Store
 	svc   *approvals.Service
-	clock *clock
+	clock *testenv.Clock
 }
 
 // forEachEngine runs test against a service on each engine.
@@ -85,7 +67,7 @@ func newEnv(t *testing.T, st store.Store) *env {
 			t.Fatal(err)
 		}
 	}
-	c := &clock{now: time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)}
+	c := testenv.NewClock(time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC))
 	log, err := audit.New(st, &audit.Options{Now: c.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store"
 )
 
@@ -108,32 +109,9 @@ func (c *countingKeyStore) SigningKeys(ctx context.Context, purpose string, now 
 	return c.KeyStore.SigningKeys(ctx, purpose, now)
 }
 
-// clock is a settable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock {
-	return &clock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
+// newClock returns a clock at a fixed time, which the test moves by hand.
+func newClock() *testenv.Clock {
+	return testenv.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 var testSealKey = bytes.Repeat([]byte{7}, SealKeySize)
@@ -141,7 +119,7 @@ var testSealKey = bytes.Repeat([]byte{7}, SealKeySize)
 var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // newTestKeyring returns a started keyring of purpose "broker" on ks.
-func newTestKeyring(t testing.TB, ks KeyStore, c *clock, opts *KeyringOptions) *Keyring {
+func newTestKeyring(t testing.TB, ks KeyStore, c *testenv.Clock, opts *KeyringOptions) *Keyring {
 	t.Helper()
 	var o KeyringOptions
 	if opts != nil {
@@ -169,7 +147,7 @@ const (
 
 // fixture is a started keyring, a broker and a verifier sharing one clock.
 type fixture struct {
-	clock    *clock
+	clock    *testenv.Clock
 	ks       *memKeyStore
 	keys     *Keyring
 	broker   *Broker

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // swappableKeys is a KeySource whose keys a test can change, as a key set
@@ -39,7 +41,7 @@ func (s *swappableKeys) set(kid string, k *rsa.PublicKey) {
 
 // cachedVerifier returns a verifier with a cache of size over keys that
 // hold key under kid "k1", on clock c.
-func cachedVerifier(t *testing.T, key *rsa.PrivateKey, c *clock, size int) (*Verifier, *swappableKeys) {
+func cachedVerifier(t *testing.T, key *rsa.PrivateKey, c *testenv.Clock, size int) (*Verifier, *swappableKeys) {
 	t.Helper()
 	keys := &swappableKeys{keys: map[string]*rsa.PublicKey{"k1": &key.PublicKey}}
 	v, err := NewVerifier(keys, &VerifierOptions{Issuer: testIssuer, Audience: testAudience, CacheSize: size, Now: c.Now})

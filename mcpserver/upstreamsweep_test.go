@@ -8,36 +8,19 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store"
 )
-
-// sweepClock is a clock the tests move by hand.
-type sweepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *sweepClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *sweepClock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
 
 // sweepStart starts an upstream and a replica's client over st on a
 // clock the test moves, and makes the client's first call: the shared
 // session a sweep test sweeps.
-func sweepStart(t *testing.T, st store.Store) (*statefulUpstream, time.Time, *sweepClock, *mcp.ClientSession) {
+func sweepStart(t *testing.T, st store.Store) (*statefulUpstream, time.Time, *testenv.Clock, *mcp.ClientSession) {
 	t.Helper()
 	up := newStatefulUpstream(t)
 	start := time.Now()
-	clk := &sweepClock{t: start}
-	a, err := sharedClient(t, up, st, clk.now)
+	clk := testenv.NewClock(start)
+	a, err := sharedClient(t, up, st, clk.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,13 +72,13 @@ func aliceKey(cat *Catalog) string {
 func TestUpstreamSessionSweepEndsIdle(t *testing.T) {
 	onEngines(t, func(t *testing.T, st, other store.Store) {
 		up, start, clk, a := sweepStart(t, st)
-		sweeper := sweepCatalog(t, other, up, clk.now)
+		sweeper := sweepCatalog(t, other, up, clk.Now)
 		idle := sweeper.upstreamSessionIdle()
 		if idle <= sweeper.opts.IdleTimeout+sweeper.opts.CallTimeout {
 			t.Errorf("the idle time %v does not exceed the pool's IdleTimeout and CallTimeout", idle)
 		}
 
-		clk.set(start.Add(idle - time.Second))
+		clk.Set(start.Add(idle - time.Second))
 		if n, err := sweeper.sweepUpstreamSessions(t.Context()); err != nil || n != 0 {
 			t.Fatalf("a sweep before the session is idle long enough ended %d, %v; want none", n, err)
 		}
@@ -103,7 +86,7 @@ func TestUpstreamSessionSweepEndsIdle(t *testing.T) {
 			t.Fatalf("before it is idle long enough the upstream holds %d sessions and saw %d DELETEs; want 1, 0", open, deletes)
 		}
 
-		clk.set(start.Add(idle + time.Second))
+		clk.Set(start.Add(idle + time.Second))
 		if n, err := sweeper.sweepUpstreamSessions(t.Context()); err != nil || n != 1 {
 			t.Fatalf("a sweep of the idle session ended %d, %v; want 1", n, err)
 		}
@@ -135,17 +118,17 @@ func TestUpstreamSessionSweepEndsIdle(t *testing.T) {
 func TestUpstreamSessionSweepSparesUsed(t *testing.T) {
 	onEngines(t, func(t *testing.T, st, other store.Store) {
 		up, start, clk, a := sweepStart(t, st)
-		sweeper := sweepCatalog(t, st, up, clk.now)
+		sweeper := sweepCatalog(t, st, up, clk.Now)
 		idle := sweeper.upstreamSessionIdle()
-		clk.set(start.Add(idle - 2*time.Minute))
-		b, err := sharedClient(t, up, other, clk.now)
+		clk.Set(start.Add(idle - 2*time.Minute))
+		b, err := sharedClient(t, up, other, clk.Now)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got, err := countOn(t, b); err != nil || got != "2" {
 			t.Fatalf("the second replica's call: %q, %v; want 2 on the shared session", got, err)
 		}
-		clk.set(start.Add(idle + time.Second))
+		clk.Set(start.Add(idle + time.Second))
 		if n, err := sweeper.sweepUpstreamSessions(t.Context()); err != nil || n != 0 {
 			t.Fatalf("a sweep of a session used %v ago ended %d, %v; want none", 2*time.Minute, n, err)
 		}
@@ -166,8 +149,8 @@ func TestUpstreamSessionSweepSparesUsed(t *testing.T) {
 func TestUpstreamSessionSweepAtOnce(t *testing.T) {
 	onEngines(t, func(t *testing.T, st, other store.Store) {
 		up, start, clk, _ := sweepStart(t, st)
-		sweepers := []*Catalog{sweepCatalog(t, st, up, clk.now), sweepCatalog(t, other, up, clk.now)}
-		clk.set(start.Add(sweepers[0].upstreamSessionIdle() + time.Second))
+		sweepers := []*Catalog{sweepCatalog(t, st, up, clk.Now), sweepCatalog(t, other, up, clk.Now)}
+		clk.Set(start.Add(sweepers[0].upstreamSessionIdle() + time.Second))
 		ended := make([]int, len(sweepers))
 		errs := make([]error, len(sweepers))
 		var ready, wg sync.WaitGroup
@@ -198,12 +181,12 @@ func TestUpstreamSessionSweepEndedRecord(t *testing.T) {
 		up, start, clk, _ := sweepStart(t, st)
 		// A day and an hour later another caller's session is recorded.
 		later := start.Add(upstreamSessionLifetime + time.Hour)
-		clk.set(later)
+		clk.Set(later)
 		if _, err := other.PutUpstreamSession(t.Context(), store.UpstreamSession{Key: "another", Session: "sealed",
 			ProtocolVersion: "2025-11-25", InitializeResult: []byte(`{}`), CreatedAt: later, ExpiresAt: later.Add(time.Hour)}, ""); err != nil {
 			t.Fatal(err)
 		}
-		sweeper := sweepCatalog(t, other, up, clk.now)
+		sweeper := sweepCatalog(t, other, up, clk.Now)
 		if n, err := sweeper.sweepUpstreamSessions(t.Context()); err != nil || n != 1 {
 			t.Fatalf("the sweep ended %d, %v; want the ended record's session", n, err)
 		}
@@ -228,8 +211,8 @@ func TestUpstreamSessionSweepSparesCallInFlight(t *testing.T) {
 	onEngines(t, func(t *testing.T, st, other store.Store) {
 		up := newStatefulUpstream(t)
 		start := time.Now()
-		clk := &sweepClock{t: start}
-		cs, shared, err := sharedClientOn(t, up, st, clk.now)
+		clk := testenv.NewClock(start)
+		cs, shared, err := sharedClientOn(t, up, st, clk.Now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +221,7 @@ func TestUpstreamSessionSweepSparesCallInFlight(t *testing.T) {
 		}
 		// The replica holding the session has a call on it, and sweeps;
 		// so does another.
-		holder, sweeper := sweepCatalog(t, st, up, clk.now), sweepCatalog(t, other, up, clk.now)
+		holder, sweeper := sweepCatalog(t, st, up, clk.Now), sweepCatalog(t, other, up, clk.Now)
 		c := &conn{key: connKey{upstream: "up", subject: alice}, refs: 1}
 		c.shared.Store(shared)
 		holder.pool.mu.Lock()
@@ -255,7 +238,7 @@ func TestUpstreamSessionSweepSparesCallInFlight(t *testing.T) {
 		}
 		idle := sweeper.upstreamSessionIdle()
 		for at := time.Minute; at <= 2*idle; at += time.Minute {
-			clk.set(start.Add(at))
+			clk.Set(start.Add(at))
 			if n := tick(); n != 0 {
 				t.Fatalf("%v into the call, a sweep ended the session it is on", at)
 			}
@@ -265,7 +248,7 @@ func TestUpstreamSessionSweepSparesCallInFlight(t *testing.T) {
 		holder.pool.mu.Unlock()
 		ended := 0
 		for at := 2*idle + time.Minute; at <= 4*idle && ended == 0; at += time.Minute {
-			clk.set(start.Add(at))
+			clk.Set(start.Add(at))
 			ended = tick()
 		}
 		if open := up.openSessions(); ended != 1 || open != 0 {
@@ -281,13 +264,13 @@ func TestUpstreamSessionSweepSparesCallInFlight(t *testing.T) {
 func TestUpstreamSessionSweepRetriesFailedEnd(t *testing.T) {
 	onEngines(t, func(t *testing.T, st, other store.Store) {
 		up, start, clk, _ := sweepStart(t, st)
-		sweeper := sweepCatalog(t, other, up, clk.now)
+		sweeper := sweepCatalog(t, other, up, clk.Now)
 		before, err := st.GetUpstreamSession(t.Context(), aliceKey(sweeper))
 		if err != nil {
 			t.Fatal(err)
 		}
 		up.failDeletes.Store(1)
-		clk.set(start.Add(sweeper.upstreamSessionIdle() + time.Second))
+		clk.Set(start.Add(sweeper.upstreamSessionIdle() + time.Second))
 		if n, err := sweeper.sweepUpstreamSessions(t.Context()); err != nil || n != 0 {
 			t.Fatalf("a sweep whose DELETE failed ended %d, %v; want none", n, err)
 		}
@@ -299,7 +282,7 @@ func TestUpstreamSessionSweepRetriesFailedEnd(t *testing.T) {
 			t.Fatalf("the upstream holds %d sessions and saw %d DELETEs; want 1, 1", open, deletes)
 		}
 
-		clk.set(start.Add(sweeper.upstreamSessionIdle() + time.Minute + time.Second))
+		clk.Set(start.Add(sweeper.upstreamSessionIdle() + time.Minute + time.Second))
 		if n, err := sweeper.sweepUpstreamSessions(t.Context()); err != nil || n != 1 {
 			t.Fatalf("the next sweep ended %d, %v; want the session", n, err)
 		}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/usherhq/usher/internal/devoidc"
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -51,25 +52,6 @@ var testKey = sync.OnceValue(func() *rsa.PrivateKey {
 	return k
 })
 
-// clock is an injectable clock, shared by the provider, the API's
-// verifier and the sessions.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // env is one Usher-like server on loopback, as serve wires it: the
@@ -79,7 +61,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 type env struct {
 	url      string
 	mux      *http.ServeMux
-	clock    *clock
+	clock    *testenv.Clock // shared by the provider, the API's verifier and the sessions
 	provider *devoidc.Provider
 	verifier *identity.Verifier
 	sessions *Sessions
@@ -96,7 +78,7 @@ func newEnv(t *testing.T) *env {
 // newEnvOn is a server whose sessions are kept in st.
 func newEnvOn(t *testing.T, st store.Store) *env {
 	t.Helper()
-	e := &env{clock: &clock{t: time.Now().Truncate(time.Second)}, store: st}
+	e := &env{clock: testenv.NewClock(time.Now().Truncate(time.Second)), store: st}
 	mux := http.NewServeMux()
 	e.mux = mux
 	srv := httptest.NewServer(mux)

@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/usherhq/usher/broker/clientmeta"
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // cachedFetcher returns a Fetcher of s on clk with a 1 min floor and a 1 h
 // ceiling.
-func cachedFetcher(t *testing.T, s *docServer, clk *clock, edit func(*clientmeta.Options)) *clientmeta.Fetcher {
+func cachedFetcher(t *testing.T, s *docServer, clk *testenv.Clock, edit func(*clientmeta.Options)) *clientmeta.Fetcher {
 	return fetcher(t, s, func(o *clientmeta.Options) {
 		o.Now = clk.Now
 		o.MinTTL = time.Minute
@@ -59,9 +60,9 @@ func TestCacheLifetime(t *testing.T) {
 			clk := newClock()
 			f := cachedFetcher(t, s, clk, nil)
 			fetchN(t, f, s, id, 1)
-			clk.advance(c.fresh)
+			clk.Advance(c.fresh)
 			fetchN(t, f, s, id, 1)
-			clk.advance(c.stale - c.fresh)
+			clk.Advance(c.stale - c.fresh)
 			fetchN(t, f, s, id, 2)
 		})
 	}
@@ -84,7 +85,7 @@ func TestCacheDropsAnEntryServedNoStoreLater(t *testing.T) {
 	clk := newClock()
 	f := cachedFetcher(t, s, clk, nil)
 	fetchN(t, f, s, id, 1)
-	clk.advance(61 * time.Second)
+	clk.Advance(61 * time.Second)
 	s.set(serveJSON(document(id, nil), "Cache-Control", "no-store"))
 	fetchN(t, f, s, id, 2)
 	fetchN(t, f, s, id, 3)
@@ -133,7 +134,7 @@ func TestCacheRevalidatesWithETag(t *testing.T) {
 	if doc := fetchN(t, f, s, id, 1); doc.ClientName != "First Name" {
 		t.Fatalf("client_name = %q", doc.ClientName)
 	}
-	clk.advance(61 * time.Second)
+	clk.Advance(61 * time.Second)
 	if doc := fetchN(t, f, s, id, 2); doc.ClientName != "First Name" {
 		t.Fatalf("after a 304, client_name = %q", doc.ClientName)
 	}
@@ -141,14 +142,14 @@ func TestCacheRevalidatesWithETag(t *testing.T) {
 		t.Fatalf("%d 304 answers, want 1: the stale entry was not revalidated", notModified)
 	}
 	// The 304 renewed the entry's lifetime.
-	clk.advance(59 * time.Second)
+	clk.Advance(59 * time.Second)
 	fetchN(t, f, s, id, 2)
 
 	// A changed document replaces the entry.
 	mu.Lock()
 	version, name = `"v2"`, "Second Name"
 	mu.Unlock()
-	clk.advance(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	if doc := fetchN(t, f, s, id, 3); doc.ClientName != "Second Name" {
 		t.Fatalf("after a change, client_name = %q", doc.ClientName)
 	}

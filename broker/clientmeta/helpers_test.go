@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/usherhq/usher/broker/clientmeta"
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // docServer is a real TLS server on loopback serving one handler, which a
@@ -94,24 +95,9 @@ func resolver(table map[string][]string) clientmeta.Resolver {
 	}
 }
 
-// clock is a settable Options.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
+// newClock returns a clock for Options.Now, at a fixed time.
+func newClock() *testenv.Clock {
+	return testenv.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 // fetcher returns a Fetcher trusting s's certificate, resolving example.com

@@ -97,7 +97,7 @@ func TestAppsListAndRevoke(t *testing.T) {
 		if firstTokens.Status != http.StatusOK || firstTokens.RefreshToken == "" {
 			t.Fatalf("redeem: %+v", firstTokens)
 		}
-		e.clock.advance(time.Minute)
+		e.clock.Advance(time.Minute)
 		code, verifier = e.code(second, "alice", nil)
 		secondTokens := e.redeem(second, code, verifier)
 		if secondTokens.Status != http.StatusOK {
@@ -182,7 +182,7 @@ func TestAppsListAndRevoke(t *testing.T) {
 		}
 
 		// Consenting again connects the app again, as the newest used.
-		e.clock.advance(time.Minute)
+		e.clock.Advance(time.Minute)
 		e.code(first, "alice", nil)
 		if got := e.listApps("alice"); len(got) != 2 || got[0]["client_id"] != first.ID {
 			t.Errorf("after consenting again: %v, want the first app back, first", got)

@@ -441,7 +441,7 @@ func TestPrivateKeyJWTKeySetURI(t *testing.T) {
 	mu.Lock()
 	keys = map[string]crypto.PublicKey{"rsa-2": &k.rsa2.PublicKey}
 	mu.Unlock()
-	e.clock.advance(11 * time.Second)
+	e.clock.Advance(11 * time.Second)
 	rotated := func() string {
 		return assertion(t, jwt.SigningMethodRS256, k.rsa2, "rsa-2", e.goodClaims())
 	}

@@ -168,7 +168,7 @@ func TestConsentRefusals(t *testing.T) {
 			t.Fatalf("revoked while consenting: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
 		}
 		// An expired pending request.
-		e.clock.advance(11 * time.Minute)
+		e.clock.Advance(11 * time.Minute)
 		if resp := e.approve(csrf, request, "alice", oauth.DecisionApprove); resp.StatusCode != http.StatusBadRequest {
 			t.Fatalf("expired request: %d", resp.StatusCode)
 		}
@@ -214,7 +214,7 @@ func TestTokenRefusals(t *testing.T) {
 		})
 		t.Run("expired code", func(t *testing.T) {
 			code, verifier := e.code(c, "alice", nil)
-			e.clock.advance(61 * time.Second)
+			e.clock.Advance(61 * time.Second)
 			if tok := e.redeem(c, code, verifier); tok.Error != oauth.CodeInvalidGrant {
 				t.Fatalf("%+v", tok)
 			}
@@ -335,7 +335,7 @@ func TestRegister(t *testing.T) {
 		if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "error") {
 			t.Fatalf("flood: %d %s", resp.StatusCode, body)
 		}
-		e.clock.advance(time.Hour + time.Second)
+		e.clock.Advance(time.Hour + time.Second)
 		e.register(nil)
 
 		resp, body = e.registerRaw(map[string]any{"redirect_uris": []string{"javascript:alert(1)"}})

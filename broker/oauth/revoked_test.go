@@ -144,7 +144,7 @@ func TestSweepKeepsRevokedGrantsWhileTheirTokensLive(t *testing.T) {
 	if a := e.redeem(c, code, verifier); a.Error != oauth.CodeInvalidGrant {
 		t.Fatalf("the replay: %+v", a)
 	}
-	e.clock.advance(2 * time.Minute) // past the refresh idle lifetime, within the token's
+	e.clock.Advance(2 * time.Minute) // past the refresh idle lifetime, within the token's
 	if _, err := sw.Sweep(t.Context()); err != nil {
 		t.Fatal(err)
 	}

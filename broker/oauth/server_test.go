@@ -18,7 +18,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/usherhq/usher/broker/oauth"
 	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -42,25 +42,6 @@ func engines(t *testing.T, test func(t *testing.T, st store.Store)) {
 		t.Parallel()
 		test(t, storetest.NewPostgres(t))
 	})
-}
-
-// testClock is a settable clock, starting at the real time (the verifier
-// of the flow test checks the tokens against it).
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
 }
 
 // testWriter sends the server's log to the test's, shown when it fails.
@@ -117,14 +98,14 @@ type env struct {
 	issuer   string
 	resource string
 	keys     *broker.Keyring
-	clock    *testClock
+	clock    *testenv.Clock // from the real time: the flow test's verifier checks the tokens against it
 	http     *http.Client
 }
 
 // newEnv starts a server on st; edit may change its options.
 func newEnv(t *testing.T, st store.Store, edit func(*oauth.ServerOptions)) *env {
 	t.Helper()
-	e := &env{t: t, st: st, clock: &testClock{now: time.Now().UTC().Truncate(time.Second)}}
+	e := &env{t: t, st: st, clock: testenv.NewClock(time.Now().UTC().Truncate(time.Second))}
 	var h http.Handler = http.NotFoundHandler()
 	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
 	t.Cleanup(e.srv.Close)

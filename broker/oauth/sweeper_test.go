@@ -50,7 +50,7 @@ func TestSweeper(t *testing.T) {
 		// A minute before the retention has passed: only the assertion,
 		// long expired, goes; the used token is still known, and its reuse
 		// revokes the family.
-		e.clock.advance(sw.Retention() - time.Minute)
+		e.clock.Advance(sw.Retention() - time.Minute)
 		// Another client's: a client's own use deletes its expired ones.
 		d := e.register(nil)
 		if err := st.UseClientAssertion(ctx, d.ID, "jti-b", e.clock.Now().Add(10*time.Second), e.clock.Now()); err != nil {
@@ -63,7 +63,7 @@ func TestSweeper(t *testing.T) {
 
 		// Past it: the code and the used token go, with the assertion
 		// expired since; the token revoked a moment ago stays.
-		e.clock.advance(2 * time.Minute)
+		e.clock.Advance(2 * time.Minute)
 		sweep("past the retention", 3)
 		if _, err := st.GetAuthorizationCode(ctx, oauth.HashSecret(code)); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("the code past the retention: %v, want it deleted", err)
@@ -103,7 +103,7 @@ func TestSweeperLifecycle(t *testing.T) {
 	e := newEnv(t, st, nil)
 	c := e.register(nil)
 	code, _ := e.code(c, "alice", nil)
-	e.clock.advance(oauth.DefaultRefreshIdle + time.Hour)
+	e.clock.Advance(oauth.DefaultRefreshIdle + time.Hour)
 	sw, err := oauth.NewSweeper(e.server, &oauth.SweeperOptions{Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)

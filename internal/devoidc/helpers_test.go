@@ -22,6 +22,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/usherhq/usher/internal/devoidc"
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // staticKeys is a KeySource with one fixed RSA key.
@@ -48,31 +49,13 @@ var testKey = sync.OnceValue(func() *rsa.PrivateKey {
 	return k
 })
 
-// clock is an injectable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // env is a provider mounted at /dev/oidc on a loopback server, and a
 // client callback on another loopback server.
 type env struct {
 	provider *devoidc.Provider
 	issuer   string
 	callback string // the registered redirect URI
-	clock    *clock
+	clock    *testenv.Clock
 	client   *http.Client // follows redirects, like a browser
 	noFollow *http.Client // stops at the first redirect
 
@@ -82,7 +65,7 @@ type env struct {
 
 func newEnv(t *testing.T, edit func(*devoidc.Options)) *env {
 	t.Helper()
-	e := &env{clock: &clock{t: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}}
+	e := &env{clock: testenv.NewClock(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))}
 	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
 		e.received = r.URL.Query()

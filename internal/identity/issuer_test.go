@@ -13,6 +13,8 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // Entra-shaped identifiers of the test tenant and applications.
@@ -162,22 +164,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// clock is an injectable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newClock returns an injectable clock at a fixed time.
+func newClock() *testenv.Clock {
+	return testenv.NewClock(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
 }

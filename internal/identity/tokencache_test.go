@@ -5,10 +5,11 @@ import (
 	"time"
 
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // newCachingVerifier is a verifier of ti's tokens on clk.
-func newCachingVerifier(t *testing.T, ti *testIssuer, clk *clock) *identity.Verifier {
+func newCachingVerifier(t *testing.T, ti *testIssuer, clk *testenv.Clock) *identity.Verifier {
 	t.Helper()
 	opts := singleTenantOptions(ti, clk)
 	opts.JWKSURL = ti.URL() + "/keys"

@@ -13,6 +13,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/usherhq/usher/internal/identity"
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // outcome names how Verify answered, so that a test also fails when a
@@ -34,7 +35,7 @@ func outcome(err error) string {
 	}
 }
 
-func singleTenantOptions(ti *testIssuer, c *clock) *identity.Options {
+func singleTenantOptions(ti *testIssuer, c *testenv.Clock) *identity.Options {
 	return &identity.Options{
 		Issuer:         ti.URL(),
 		Audiences:      []string{apiClientID, apiAppIDURI},

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
+
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 var testKey = sync.OnceValue(func() *rsa.PrivateKey {
@@ -31,24 +33,9 @@ var testKey = sync.OnceValue(func() *rsa.PrivateKey {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// clock is a settable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newClock returns a clock at a fixed time, which the test moves by hand.
+func newClock() *testenv.Clock {
+	return testenv.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 // jwksServer is a real JWKS endpoint on loopback that serves key k1 and
@@ -92,7 +79,7 @@ func newJWKSServer(t *testing.T, gated bool) *jwksServer {
 	return s
 }
 
-func newTestRemote(t *testing.T, url string, c *clock) *Remote {
+func newTestRemote(t *testing.T, url string, c *testenv.Clock) *Remote {
 	t.Helper()
 	r, err := NewRemote(url, &RemoteOptions{Now: c.Now, Logger: quiet})
 	if err != nil {
