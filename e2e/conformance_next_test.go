@@ -12,8 +12,10 @@ import (
 // federated through Usher's default (stateless) endpoint with the server
 // behind it, stateless (an upstream of protocol 2026-07-28: usher) and
 // stateful (an upstream that speaks only 2025-11-25 to Usher's client:
-// usher-stateful-upstream).
-var nextModes = []string{"direct", "usher", "usher-stateful-upstream"}
+// usher-stateful-upstream), and through Usher's stateful endpoint, which
+// serves the sessionless protocol's requests as the stateless one does,
+// with the server stateless behind it (usher-stateful-endpoint).
+var nextModes = []string{"direct", "usher", "usher-stateful-upstream", "usher-stateful-endpoint"}
 
 // TestConformanceNext runs the server scenarios that the conformance
 // suite's pre-release (conformance-next) requires of protocol 2026-07-28
@@ -36,7 +38,7 @@ func TestConformanceNext(t *testing.T) {
 			// Directly, the server is stateless; behind Usher, as the mode says.
 			endpoint := startEverything(t, bin, mode == "usher-stateful-upstream") + "/mcp"
 			if mode != "direct" {
-				endpoint = startUsherBefore(t, endpoint, false)
+				endpoint = startUsherBefore(t, endpoint, mode == "usher-stateful-endpoint")
 			}
 			compareOutcomes(t, file, mode, scenarios, runNextSuite(t, nt, endpoint), expected)
 		})

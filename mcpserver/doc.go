@@ -29,8 +29,9 @@
 // The endpoint is stateless by default: every POST stands alone, so any
 // replica can serve any request and no session affinity is needed. It speaks
 // every protocol version the SDK does, including the sessionless 2026-07-28.
-// Options.Stateful trades that for SDK sessions kept in one process (see
-// there). A stateless response ends with the event that carries it, before
+// Options.Stateful adds SDK sessions for the protocols with a handshake
+// (see there), and serves a request of 2026-07-28 that names no session as
+// the stateless endpoint does. A stateless response ends with the event that carries it, before
 // the SDK has closed the session it made for the request, so that a client
 // which stops reading after the event keeps its connection for the next
 // call (a client that finds the stream unfinished must open a new one).

@@ -525,9 +525,18 @@ func (e *env) connectClient(sub string, client *mcp.Client) *mcp.ClientSession {
 	return e.connectAs(sub, "", client, "")
 }
 
-// connectAs connects client as sub (of run runID) with protocol version.
+// sessionVersion is the protocol of the stateful tests' sessions: the
+// newest with a handshake. A client of 2026-07-28 has no session.
+const sessionVersion = "2025-11-25"
+
+// connectAs connects client as sub (of run runID) with protocol version:
+// "" is the SDK's newest, or sessionVersion when the endpoint is
+// stateful.
 func (e *env) connectAs(sub, runID string, client *mcp.Client, version string) *mcp.ClientSession {
 	e.t.Helper()
+	if version == "" && e.server.opts.Stateful {
+		version = sessionVersion
+	}
 	src := e.broker.TokenSource(e.t.Context(), broker.Grant{Subject: sub, Audience: e.url + "/mcp", RunID: runID})
 	cs, err := client.Connect(e.t.Context(), &mcp.StreamableClientTransport{
 		Endpoint:             e.url + "/mcp",

@@ -64,7 +64,7 @@ func TestRelayRequests(t *testing.T) {
 	connect := func(sub string, opts *mcp.ClientOptions) *mcp.ClientSession {
 		src := e.broker.TokenSource(t.Context(), broker.Grant{Subject: sub, Audience: e.url + "/mcp"})
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, opts).Connect(t.Context(),
-			&mcp.StreamableClientTransport{Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: &oauth2.Transport{Source: src}}, MaxRetries: -1}, nil)
+			&mcp.StreamableClientTransport{Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: &oauth2.Transport{Source: src}}, MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: sessionVersion})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,13 +25,13 @@ import (
 var errResponseEnded = errors.New("mcpserver: the response has ended")
 
 // serveToResponse serves r, a POST whose body is body, through next; when
-// the endpoint is stateless and body is one JSON-RPC request, it ends the
+// r is served statelessly (see sessionlessRequest) and body is one JSON-RPC request, it ends the
 // HTTP response as soon as next has written the event that carries the
 // response to that request (see the comment above), and next goes on in a
 // goroutine of s.warm, which Drain waits for.
 func (s *Server) serveToResponse(w http.ResponseWriter, r *http.Request, body []byte, next http.Handler) {
 	id := requestID(body)
-	if s.opts.Stateful || id == nil {
+	if !s.sessionlessRequest(r) || id == nil {
 		next.ServeHTTP(w, r)
 		return
 	}

@@ -215,7 +215,7 @@ func TestRootsRelayedThroughReplicas(t *testing.T) {
 	client.AddRoots(workRoots.Roots...)
 	src := r.broker.TokenSource(t.Context(), broker.Grant{Subject: alice, Audience: r.url + "/mcp"})
 	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: r.lbURL + "/mcp",
-		HTTPClient: &http.Client{Transport: &oauth2.Transport{Source: src}}, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
+		HTTPClient: &http.Client{Transport: &oauth2.Transport{Source: src}}, DisableStandaloneSSE: true, MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: sessionVersion})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,8 @@ type Options struct {
 	// standalone GET stream (listChanged), server-to-client requests
 	// (relayed from upstreams, see CatalogOptions.RelayRequests) and
 	// resumable response streams (an event store in memory, in this
-	// process); the sessionless protocol 2026-07-28 is refused. Without
+	// process). A request of the sessionless protocol 2026-07-28, which
+	// names no session, is served as the stateless endpoint serves it. Without
 	// Sessions a session lives in one process, so several replicas need
 	// sticky routing; with Sessions any replica serves it. The default
 	// (false) is stateless: any replica serves any request.
@@ -342,16 +343,20 @@ func New(opts *Options) (*Server, error) {
 			events = newDurableEvents(o.Sessions, s.log)
 		}
 	}
-	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
-		Stateless:      !o.Stateful,
-		EventStore:     events,
-		SessionTimeout: o.SessionTimeout,
-		Logger:         sdkLogger(o.Logger, o.Stateful),
-		// checkHTTP does this check, and also allows the public host,
-		// which a reverse proxy in front of a loopback listener sends.
-		DisableLocalhostProtection: true,
-		MaxRequestBodyBytes:        o.MaxBodyBytes,
-	})
+	handler := func(stateless bool, events mcp.EventStore) *mcp.StreamableHTTPHandler {
+		return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
+			Stateless:      stateless,
+			EventStore:     events,
+			SessionTimeout: o.SessionTimeout,
+			Logger:         sdkLogger(o.Logger, !stateless),
+			// checkHTTP does this check, and also allows the public
+			// host, which a reverse proxy in front of a loopback
+			// listener sends.
+			DisableLocalhostProtection: true,
+			MaxRequestBodyBytes:        o.MaxBodyBytes,
+		})
+	}
+	sdk := handler(!o.Stateful, events)
 	var endpoint http.Handler = sdk
 	if s.durable != nil {
 		s.durable.sdk, s.durable.events = sdk, events
@@ -360,8 +365,46 @@ func New(opts *Options) (*Server, error) {
 		}
 		endpoint = s.durable
 	}
+	if o.Stateful {
+		// The sessionless protocol's requests carry no session: they
+		// are served as the stateless endpoint serves them.
+		endpoint = s.route(endpoint, handler(true, nil))
+	}
 	s.handler = s.checkHTTP(s.requireCaller(s.readBody(endpoint)))
 	return s, nil
+}
+
+// sessionlessVersion is the first protocol version without sessions.
+const sessionlessVersion = "2026-07-28"
+
+// sessionlessRequest reports whether r is served as the stateless
+// endpoint serves it: every request when the endpoint is stateless, and
+// on a stateful one a request of protocol 2026-07-28 or later (its
+// MCP-Protocol-Version header) that names no session. A client of an
+// earlier protocol begins with initialize, which names no version in
+// that header, and gets a session.
+func (s *Server) sessionlessRequest(r *http.Request) bool {
+	return !s.opts.Stateful ||
+		r.Header.Get("Mcp-Session-Id") == "" && r.Header.Get("Mcp-Protocol-Version") >= sessionlessVersion
+}
+
+// route sends the sessionless requests (see sessionlessRequest) to
+// sessionless and the others to sessions.
+func (s *Server) route(sessions, sessionless http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.sessionlessRequest(r) {
+			sessionless.ServeHTTP(w, r)
+			return
+		}
+		sessions.ServeHTTP(w, r)
+	})
+}
+
+// inSession reports whether a request belongs to a session that outlives
+// it (a stateful endpoint's session, not a sessionless request's).
+func inSession(req mcp.Request) bool {
+	ss, ok := req.GetSession().(*mcp.ServerSession)
+	return ok && ss != nil && ss.ID() != ""
 }
 
 // wellKnown is the RFC 9728 well-known path of resource metadata.
@@ -488,7 +531,7 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 		ctx = withCaller(ctx, c)
 		switch method {
 		case "resources/subscribe", "resources/unsubscribe":
-			if !s.opts.Stateful {
+			if !inSession(req) {
 				// A stateless session ends with its request: it has
 				// nothing to send updates on. (Protocol 2026-07-28
 				// subscribes with subscriptions/listen.)
@@ -510,7 +553,7 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 		case *mcp.ListToolsRequest:
 			return s.listTools(ctx, c), nil
 		case *mcp.CallToolRequest:
-			ctx = withDownstream(ctx, r, s.opts.Stateful, s.record)
+			ctx = withDownstream(ctx, r, inSession(r), s.record)
 			var res *mcp.CallToolResult
 			ctx, rejected := withRejection(ctx)
 			s.warm.Run(func() { res = s.callTool(ctx, c, r.Params, r.ClientCapabilities()) })
@@ -560,7 +603,7 @@ func (s *Server) initialize(ctx context.Context, c Caller, next mcp.MethodHandle
 			}
 		}
 	}
-	if err != nil || !ok || s.opts.Stateful || ir.Capabilities == nil {
+	if err != nil || !ok || inSession(req) || ir.Capabilities == nil {
 		return res, err
 	}
 	out := *ir

@@ -143,7 +143,7 @@ func (r *replicas) connectTransport(t *testing.T, base, sub string, opts *mcp.Cl
 		HTTPClient:           &http.Client{Transport: rt},
 		DisableStandaloneSSE: noStream,
 		MaxRetries:           -1,
-	}, nil)
+	}, &mcp.ClientSessionOptions{ProtocolVersion: sessionVersion})
 	if err != nil {
 		t.Fatalf("connect through the balancer: %v", err)
 	}

@@ -72,7 +72,7 @@ func TestStandaloneStreamResumedOnOtherReplica(t *testing.T) {
 	})
 	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{
 		Endpoint: lb.URL + "/mcp", HTTPClient: &http.Client{Transport: &oauth2.Transport{Source: src}},
-	}, nil)
+	}, &mcp.ClientSessionOptions{ProtocolVersion: sessionVersion})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func TestSubscriptionsPerCaller(t *testing.T) {
 			ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { s.updated <- req.Params.URI },
 		}).Connect(t.Context(), &mcp.StreamableClientTransport{
 			Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: &oauth2.Transport{Source: src}}, MaxRetries: -1,
-		}, nil)
+		}, &mcp.ClientSessionOptions{ProtocolVersion: sessionVersion})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,7 +245,7 @@ func TestSessionSubscriptionsBounded(t *testing.T) {
 	src := e.broker.TokenSource(t.Context(), broker.Grant{Subject: alice, Audience: e.url + "/mcp"})
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil).Connect(t.Context(), &mcp.StreamableClientTransport{
 		Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: &oauth2.Transport{Source: src}}, MaxRetries: -1,
-	}, nil)
+	}, &mcp.ClientSessionOptions{ProtocolVersion: sessionVersion})
 	if err != nil {
 		t.Fatal(err)
 	}

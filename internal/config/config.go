@@ -157,9 +157,11 @@ type Broker struct {
 
 // MCP configures Usher's MCP server and the upstream servers it federates.
 type MCP struct {
-	// Stateful keeps MCP sessions (Mcp-Session-Id), recorded in the
-	// database so that any replica serves any request of one. Default
-	// false: stateless, each request on its own.
+	// Stateful keeps MCP sessions (Mcp-Session-Id) for the clients of
+	// the protocols with a handshake, recorded in the database so that
+	// any replica serves any request of one; a client of the sessionless
+	// protocol 2026-07-28 is served as without it. Default false:
+	// stateless, each request on its own.
 	Stateful bool `yaml:"stateful"`
 	// DemoTools offers the per-user notes tools. Default true with the
 	// development provider, else false.
