@@ -9,12 +9,13 @@ import (
 
 // nextModes are the runs of TestConformanceNext: the everything-server
 // directly (stateless, as protocol 2026-07-28 is sessionless), and
-// federated through Usher's default (stateless) endpoint with the server
-// behind it, stateless (an upstream of protocol 2026-07-28: usher) and
-// stateful (an upstream that speaks only 2025-11-25 to Usher's client:
-// usher-stateful-upstream), and through Usher's stateful endpoint, which
-// serves the sessionless protocol's requests as the stateless one does,
-// with the server stateless behind it (usher-stateful-endpoint).
+// federated through Usher's stateless endpoint (mcp.stateful: false) with
+// the server behind it, stateless (an upstream of protocol 2026-07-28:
+// usher) and stateful (an upstream that speaks only 2025-11-25 to Usher's
+// client: usher-stateful-upstream), and through Usher's default, stateful
+// endpoint, which serves the sessionless protocol's requests as the
+// stateless one does, with the server stateless behind it
+// (usher-stateful-endpoint).
 var nextModes = []string{"direct", "usher", "usher-stateful-upstream", "usher-stateful-endpoint"}
 
 // TestConformanceNext runs the server scenarios that the conformance

@@ -90,12 +90,18 @@ func (s *Server) hostAllowed(r *http.Request) bool {
 	return httpx.IsLoopbackHost(host) || s.hosts[host]
 }
 
-// readBody reads a POST body within Options.MaxBodyBytes (413 beyond) and
-// refuses a JSON-RPC batch (a top-level array) before the SDK sees it.
-func (s *Server) readBody(next http.Handler) http.Handler {
+// readBody reads a POST body within Options.MaxBodyBytes (413 beyond),
+// refuses a JSON-RPC batch (a top-level array) before the SDK sees it, and
+// passes the request to sessions or to sessionless (see sessionless); on
+// a stateless endpoint the two are the same.
+func (s *Server) readBody(sessions, sessionless http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Body == nil {
-			next.ServeHTTP(w, r)
+			if s.sessionless(r, "") {
+				sessionless.ServeHTTP(w, r)
+			} else {
+				sessions.ServeHTTP(w, r)
+			}
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
@@ -118,8 +124,36 @@ func (s *Server) readBody(next http.Handler) http.Handler {
 		r2 := r.WithContext(r.Context())
 		r2.Body = io.NopCloser(bytes.NewReader(body))
 		r2.ContentLength = int64(len(body))
-		s.serveToResponse(w, r2, body, next)
+		id, method := peekRequest(body)
+		if !s.sessionless(r, method) {
+			s.serveToResponse(w, r2, nil, sessions)
+			return
+		}
+		s.serveToResponse(w, r2, id, sessionless)
 	})
+}
+
+// sessionless reports whether r (a POST of method, or "" for another HTTP
+// method) is served as the stateless endpoint serves it: every request
+// when the endpoint is stateless; on a stateful one, a request that names
+// no session (Mcp-Session-Id) and is not a handshake of the protocols
+// before 2026-07-28 (initialize, with no MCP-Protocol-Version of
+// 2026-07-28 or later). A client of those protocols begins with
+// initialize and gets a session; a client of 2026-07-28, or one that
+// sends its requests without a handshake, is served as before sessions,
+// one request at a time, with no session left behind.
+func (s *Server) sessionless(r *http.Request, method string) bool {
+	if !s.opts.Stateful {
+		return true
+	}
+	if r.Header.Get("Mcp-Session-Id") != "" {
+		return false
+	}
+	modern := r.Header.Get("Mcp-Protocol-Version") >= sessionlessVersion
+	if r.Method != http.MethodPost {
+		return modern
+	}
+	return method != "initialize" || modern
 }
 
 // hostOnly returns the host of a host[:port], without brackets.

@@ -24,14 +24,13 @@ import (
 // errResponseEnded answers a write after the response ended.
 var errResponseEnded = errors.New("mcpserver: the response has ended")
 
-// serveToResponse serves r, a POST whose body is body, through next; when
-// r is served statelessly (see sessionlessRequest) and body is one JSON-RPC request, it ends the
+// serveToResponse serves r, a POST, through next; when id is not nil (r
+// is one JSON-RPC request with that id, served statelessly), it ends the
 // HTTP response as soon as next has written the event that carries the
 // response to that request (see the comment above), and next goes on in a
 // goroutine of s.warm, which Drain waits for.
-func (s *Server) serveToResponse(w http.ResponseWriter, r *http.Request, body []byte, next http.Handler) {
-	id := requestID(body)
-	if !s.sessionlessRequest(r) || id == nil {
+func (s *Server) serveToResponse(w http.ResponseWriter, r *http.Request, id []byte, next http.Handler) {
+	if id == nil {
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -95,22 +94,25 @@ func (s *Server) logLatePanic(p any) {
 	}
 }
 
-// requestID returns the compact id of the JSON-RPC request body holds, or
-// nil if it holds none (a notification, a response, or something the SDK
-// is to refuse).
-func requestID(body []byte) []byte {
+// peekRequest returns the id of body's JSON-RPC request (nil for a
+// notification, a response, or what is not one JSON-RPC message), compact,
+// and its method ("" for a response).
+func peekRequest(body []byte) (id []byte, method string) {
 	var m struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
 	}
-	if json.Unmarshal(body, &m) != nil || m.Method == "" || len(m.ID) == 0 || string(m.ID) == "null" {
-		return nil
+	if json.Unmarshal(body, &m) != nil {
+		return nil, ""
 	}
-	var id bytes.Buffer
-	if json.Compact(&id, m.ID) != nil {
-		return nil
+	if m.Method == "" || len(m.ID) == 0 || string(m.ID) == "null" {
+		return nil, m.Method
 	}
-	return id.Bytes()
+	var compact bytes.Buffer
+	if json.Compact(&compact, m.ID) != nil {
+		return nil, m.Method
+	}
+	return compact.Bytes(), m.Method
 }
 
 // endingWriter passes next's response through to w until the event that

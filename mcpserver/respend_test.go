@@ -41,7 +41,8 @@ func TestResponseEndsWithItsEvent(t *testing.T) {
 	var conns atomic.Int64
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		s.serveToResponse(w, r, body, sdk)
+		id, _ := peekRequest(body)
+		s.serveToResponse(w, r, id, sdk)
 	}))
 	ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
 		if st == http.StateNew {
@@ -125,7 +126,9 @@ func TestIsResponseEvent(t *testing.T) {
 	}
 }
 
-func TestRequestID(t *testing.T) {
+// TestPeekRequest: a request's compact id, and its method, which routes a
+// request of a stateful endpoint (see Server.sessionless).
+func TestPeekRequest(t *testing.T) {
 	t.Parallel()
 	for body, want := range map[string]string{
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}`: "1",
@@ -136,8 +139,18 @@ func TestRequestID(t *testing.T) {
 		`not json`:                                                   "",
 		`{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`:             `{"a":1}`,
 	} {
-		if got := string(requestID([]byte(body))); got != want {
-			t.Errorf("requestID(%s) = %q, want %q", body, got, want)
+		if got, _ := peekRequest([]byte(body)); string(got) != want {
+			t.Errorf("peekRequest(%s) = %q, want %q", body, got, want)
+		}
+	}
+	for body, want := range map[string]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`: "initialize",
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`:     "notifications/initialized",
+		`{"jsonrpc":"2.0","id":1,"result":{}}`:                       "",
+		`not json`:                                                   "",
+	} {
+		if _, got := peekRequest([]byte(body)); got != want {
+			t.Errorf("peekRequest(%s) method = %q, want %q", body, got, want)
 		}
 	}
 }

@@ -81,8 +81,9 @@ type Options struct {
 	// standalone GET stream (listChanged), server-to-client requests
 	// (relayed from upstreams, see CatalogOptions.RelayRequests) and
 	// resumable response streams (an event store in memory, in this
-	// process). A request of the sessionless protocol 2026-07-28, which
-	// names no session, is served as the stateless endpoint serves it. Without
+	// process). A request that names no session and begins none (not an
+	// initialize; a request of the sessionless protocol 2026-07-28, say)
+	// is served as the stateless endpoint serves it. Without
 	// Sessions a session lives in one process, so several replicas need
 	// sticky routing; with Sessions any replica serves it. The default
 	// (false) is stateless: any replica serves any request.
@@ -365,40 +366,18 @@ func New(opts *Options) (*Server, error) {
 		}
 		endpoint = s.durable
 	}
+	sessionless := endpoint
 	if o.Stateful {
-		// The sessionless protocol's requests carry no session: they
-		// are served as the stateless endpoint serves them.
-		endpoint = s.route(endpoint, handler(true, nil))
+		// The requests that name no session and begin none are served
+		// as the stateless endpoint serves them (see Server.sessionless).
+		sessionless = handler(true, nil)
 	}
-	s.handler = s.checkHTTP(s.requireCaller(s.readBody(endpoint)))
+	s.handler = s.checkHTTP(s.requireCaller(s.readBody(endpoint, sessionless)))
 	return s, nil
 }
 
 // sessionlessVersion is the first protocol version without sessions.
 const sessionlessVersion = "2026-07-28"
-
-// sessionlessRequest reports whether r is served as the stateless
-// endpoint serves it: every request when the endpoint is stateless, and
-// on a stateful one a request of protocol 2026-07-28 or later (its
-// MCP-Protocol-Version header) that names no session. A client of an
-// earlier protocol begins with initialize, which names no version in
-// that header, and gets a session.
-func (s *Server) sessionlessRequest(r *http.Request) bool {
-	return !s.opts.Stateful ||
-		r.Header.Get("Mcp-Session-Id") == "" && r.Header.Get("Mcp-Protocol-Version") >= sessionlessVersion
-}
-
-// route sends the sessionless requests (see sessionlessRequest) to
-// sessionless and the others to sessions.
-func (s *Server) route(sessions, sessionless http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.sessionlessRequest(r) {
-			sessionless.ServeHTTP(w, r)
-			return
-		}
-		sessions.ServeHTTP(w, r)
-	})
-}
 
 // inSession reports whether a request belongs to a session that outlives
 // it (a stateful endpoint's session, not a sessionless request's).

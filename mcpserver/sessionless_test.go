@@ -3,7 +3,9 @@
 package mcpserver
 
 import (
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -65,5 +67,31 @@ func TestStatefulEndpointServesSessionless(t *testing.T) {
 				t.Errorf("the session's next request: %v", err)
 			}
 		})
+	}
+
+	// A request that begins no session (no initialize before it) is
+	// served on its own, and leaves no session behind.
+	sessions := func() int {
+		n := 0
+		for range one.server.sdk.Sessions() {
+			n++
+		}
+		return n
+	}
+	before := sessions()
+	for _, version := range []string{"", "2025-11-25"} {
+		h := bearer(one.token(alice, ""))
+		if version != "" {
+			h.Set("Mcp-Protocol-Version", version)
+		}
+		resp := one.post(t, "/mcp", h, `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") != "" || !strings.Contains(string(b), `"tools"`) {
+			t.Errorf("a tools/list without a session (protocol %q): %d, session %q, %s", version, resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), b)
+		}
+	}
+	if after := sessions(); after != before {
+		t.Errorf("requests without a handshake left %d sessions, want none", after-before)
 	}
 }

@@ -116,10 +116,10 @@ func main() {
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of Usher during its throughput phase to this file (through server.debug_addr)")
 	flag.StringVar(&o.memProfile, "memprofile", "", "write a profile of the heap allocations Usher makes during its first throughput phase to this file (through server.debug_addr)")
 	flag.StringVar(&o.profileOf, "profile-of", "", "the variant whose Usher -profile profiles (sink or traced), in a c=8 phase of -duration of its own after the measured ones; empty: -usher's plain Usher, during its first c=8 phase")
-	flag.BoolVar(&o.stateful, "stateful", false, "run Usher's MCP endpoint stateful (mcp.stateful: sessions kept in its process), not the default stateless")
+	flag.BoolVar(&o.stateful, "stateful", false, "run Usher's MCP endpoint stateful (mcp.stateful, the default: each client's session recorded), not stateless")
 	flag.StringVar(&o.against, "against", "", "a second usher binary to measure against -usher in the same run: its calls go in the same sequential rounds (D) and its c=8 phases alternate with -usher's (with no variants A B B A B A A B, each a quarter of -duration); the report adds its figures and -usher's less its, round by round")
 	flag.StringVar(&o.againstVariant, "against-variant", "", "configure -against's Usher as this variant rather than plain, to measure a change to what the variant turns on against the variant of -usher in the same run: traced (with -variants traced; both Ushers' spans go to the one receiver, whose counts are then of both)")
-	variantList := flag.String("variants", "sink,traced", "configurations of -usher measured beside the plain one in the same run, comma-separated: sink (an audit webhook sink delivering to a loopback receiver) and traced (tracing on, every trace sampled and exported over OTLP/HTTP to a loopback receiver) and stateful (the endpoint stateful, to measure it against the default); empty: none")
+	variantList := flag.String("variants", "sink,traced", "configurations of -usher measured beside the plain one in the same run, comma-separated: sink (an audit webhook sink delivering to a loopback receiver) and traced (tracing on, every trace sampled and exported over OTLP/HTTP to a loopback receiver) and stateful (the endpoint stateful, as by default, to measure it against the stateless one); empty: none")
 	flag.StringVar(&o.collector, "collector", "bin/collector", "the receiver of the variants' spans and audit batches (bench/collector)")
 	flag.DurationVar(&o.exportDelay, "export-delay", 0, "the traced Ushers' batch span processor delay (OTEL_BSP_SCHEDULE_DELAY), in whole milliseconds; 0: the SDK's default of 5 s, as an operator gets it. Each CPU reading of a traced Usher waits for its spans' export, so a shorter delay makes a run shorter")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (configuration, logs, SQLite database)")
@@ -159,7 +159,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return fmt.Errorf("-profile-of %q is not one of -variants", o.profileOf)
 	}
 	if o.stateful && slices.ContainsFunc(o.variants, func(v variant) bool { return v.key == "stateful" }) {
-		return errors.New("-variants stateful measures the stateful endpoint against the default: not with -stateful")
+		return errors.New("-variants stateful measures the stateful endpoint against the stateless one: not with -stateful")
 	}
 	againstSetup := func(*collectorRun) usherSetup { return usherSetup{env: baseEnv()} }
 	if o.againstVariant != "" {

@@ -160,8 +160,10 @@ type MCP struct {
 	// Stateful keeps MCP sessions (Mcp-Session-Id) for the clients of
 	// the protocols with a handshake, recorded in the database so that
 	// any replica serves any request of one; a client of the sessionless
-	// protocol 2026-07-28 is served as without it. Default false:
-	// stateless, each request on its own.
+	// protocol 2026-07-28 is served as without it. Default true; false
+	// keeps no sessions (each request on its own), which costs a tool
+	// call less and gives the clients of the protocols with a handshake
+	// no requests from upstreams, subscriptions or change notifications.
 	Stateful bool `yaml:"stateful"`
 	// DemoTools offers the per-user notes tools. Default true with the
 	// development provider, else false.
@@ -425,7 +427,7 @@ func Default() Config {
 			RotationPeriod: Duration(30 * 24 * time.Hour),
 			ClientID:       "usher-assistant",
 		},
-		MCP:      MCP{UpstreamCheckInterval: Duration(30 * time.Second)},
+		MCP:      MCP{Stateful: true, UpstreamCheckInterval: Duration(30 * time.Second)},
 		Approval: Approval{TTL: Duration(24 * time.Hour)},
 		Model:    Model{Provider: "demo", Timeout: Duration(2 * time.Minute)},
 		Events:   Events{Transport: "auto", Heartbeat: Duration(15 * time.Second), MaxStreamsPerUser: 16},

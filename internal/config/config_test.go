@@ -88,7 +88,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"identity.required_scopes": "s", "identity.tenants": "t",
 		"broker.token_lifetime": "1m", "broker.rotation_period": "2h",
 		"broker.key_encryption_key": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", "broker.client_id": "c",
-		"mcp.stateful": "true", "mcp.demo_tools": "false", "mcp.allowed_origins": "https://a.example.com",
+		"mcp.stateful": "false", "mcp.demo_tools": "false", "mcp.allowed_origins": "https://a.example.com",
 		"mcp.upstreams": "", "mcp.max_upstream_sessions_per_user": "3", "mcp.upstream_check_interval": "10s", "policy.file": "/etc/usher/policy.cedar", "policy.lock_file": "/etc/usher/tools.lock",
 		"approvals.ttl":             "2h",
 		"assistant.max_concurrency": "2", "assistant.max_active_runs": "3", "assistant.history_messages": "10",
@@ -123,7 +123,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 	if c.Server.PublicURL != "https://usher.example.com" || c.Server.ShutdownTimeout.Std() != 3*time.Second || c.Server.ShutdownDelay.Std() != 2*time.Second ||
 		c.Server.MaxBodyBytes != 4096 || c.Server.ReadTimeout.Std() != 45*time.Second || c.Log.Format != "json" || c.Database.URL != "postgres://u@h/db" ||
 		c.Broker.RotationPeriod.Std() != 2*time.Hour || len(c.Identity.Audiences) != 2 ||
-		!c.MCP.Stateful || c.DemoTools() || c.Policy.File == "" || c.Policy.LockFile != "/etc/usher/tools.lock" ||
+		c.MCP.Stateful || c.DemoTools() || c.Policy.File == "" || c.Policy.LockFile != "/etc/usher/tools.lock" ||
 		c.Approval.TTL.Std() != 2*time.Hour || len(c.MCP.AllowedOrigins) != 1 ||
 		c.Web.ClientID != "w" || c.Web.ClientSecret != "ws" || len(c.Web.Scopes) != 1 || c.Web.SessionLifetime.Std() != time.Hour ||
 		c.Web.RevocationTTL.Std() != 2*time.Second || c.Events.MaxStreamsPerUser != 4 || c.MCP.MaxUpstreamSessionsPerUser != 3 ||
