@@ -157,6 +157,61 @@ func TestHeldSessionReleasedOnce(t *testing.T) {
 	})
 }
 
+// pausedIdleRelease is a store whose first release of a hold for idleness
+// waits, once it has begun, until proceed is closed.
+type pausedIdleRelease struct {
+	store.Store
+	once             sync.Once
+	entered, proceed chan struct{}
+}
+
+func (p *pausedIdleRelease) ReleaseHold(ctx context.Context, runID, holdID, reason string) (bool, error) {
+	if reason == store.ReleaseHoldIdle {
+		first := false
+		p.once.Do(func() { first = true })
+		if first {
+			close(p.entered)
+			<-p.proceed
+		}
+	}
+	return p.Store.ReleaseHold(ctx, runID, holdID, reason)
+}
+
+// TestHoldBeingReleasedIsNotLost: a sweep that finds an idle session takes
+// it out of the process before the store has released its hold; another
+// sweep meanwhile sees the hold and no session, and must not release the
+// hold as lost: it is released once, for idleness.
+func TestHoldBeingReleasedIsNotLost(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, st store.Store) {
+		paused := &pausedIdleRelease{Store: st, entered: make(chan struct{}), proceed: make(chan struct{})}
+		url, ends := countingMCP(t)
+		var clock atomic.Int64
+		clock.Store(time.Now().UnixNano())
+		h := newHarness(t, paused, model.NewDemo(), &Options{MCPURL: url, HoldIdle: time.Minute,
+			Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+		heldAfterTurn(t, h, "run_idle")
+		clock.Add(int64(2 * time.Minute))
+
+		first := make(chan struct{})
+		go func() {
+			defer close(first)
+			h.rt.sweep(t.Context())
+		}()
+		<-paused.entered // the first sweep releases the hold, and waits
+		h.rt.sweep(t.Context())
+		close(paused.proceed)
+		<-first
+		hs, err := st.GetHold(t.Context(), "run_idle")
+		if err != nil || hs.ReleasedAt.IsZero() || hs.Reason != store.ReleaseHoldIdle {
+			t.Errorf("the hold = %+v, %v; want released for idleness", hs, err)
+		}
+		if n := ends.Load(); n != 1 {
+			t.Errorf("upstream sessions ended = %d, want 1", n)
+		}
+	})
+}
+
 // TestOneHolderPerRun: a run whose turns alternate between two replicas
 // is held by one at a time: the replica that connects takes the hold
 // over, and the other, at its reap, closes its session. Both replicas'

@@ -112,6 +112,10 @@ type holder struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	// releasing are the holds (by hold id) of sessions taken out of
+	// sessions whose release the store has not yet answered: reap does
+	// not count them lost meanwhile.
+	releasing map[string]bool
 }
 
 // poke asks for the run's hold to be checked, when this process holds the
@@ -204,6 +208,11 @@ func (h *holder) acquire(ctx context.Context, g Grant) (_ *session, held bool, _
 func (h *holder) releaseHold(s *session, reason string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), holdTimeout)
 	defer cancel()
+	defer func() {
+		h.mu.Lock()
+		delete(h.releasing, s.holdID)
+		h.mu.Unlock()
+	}()
 	released, err := h.st.ReleaseHold(ctx, s.runID, s.holdID, reason)
 	if err != nil {
 		h.log.Warn("assistant: releasing a held MCP session failed", "run", s.runID, "err", err)
@@ -234,11 +243,21 @@ func (h *holder) release(s *session, armed bool) {
 func (h *holder) drop(s *session, reason string) {
 	h.mu.Lock()
 	if h.sessions[s.runID] == s {
-		delete(h.sessions, s.runID)
+		h.takeLocked(s)
 	}
 	h.mu.Unlock()
 	h.releaseHold(s, reason)
 	s.close(h.log)
+}
+
+// takeLocked takes s out of the sessions to release its hold, which is
+// releasing until releaseHold has its answer. h.mu is held.
+func (h *holder) takeLocked(s *session) {
+	delete(h.sessions, s.runID)
+	if h.releasing == nil {
+		h.releasing = map[string]bool{}
+	}
+	h.releasing[s.holdID] = true
 }
 
 // forget closes the run's session, whose hold the store released with the
@@ -278,7 +297,7 @@ func (h *holder) reap(ctx context.Context, keep func(runID string) bool) int {
 		if s.armed && keep(id) {
 			continue
 		}
-		delete(h.sessions, id)
+		h.takeLocked(s)
 		idle = append(idle, s)
 	}
 	h.mu.Unlock()
@@ -309,7 +328,7 @@ func (h *holder) reap(ctx context.Context, keep func(runID string) bool) int {
 		}
 	}
 	for _, hs := range holds {
-		if s := h.sessions[hs.RunID]; s == nil || s.holdID != hs.HoldID {
+		if s := h.sessions[hs.RunID]; (s == nil || s.holdID != hs.HoldID) && !h.releasing[hs.HoldID] {
 			lost = append(lost, hs)
 		}
 	}

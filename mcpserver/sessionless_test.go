@@ -70,11 +70,15 @@ func TestStatefulEndpointServesSessionless(t *testing.T) {
 	}
 
 	// A request that begins no session (no initialize before it) is
-	// served on its own, and leaves no session behind.
+	// served on its own, and leaves no session behind. (A stateless
+	// request's own session, which has no id, may still be closing after
+	// its answer: it is not counted.)
 	sessions := func() int {
 		n := 0
-		for range one.server.sdk.Sessions() {
-			n++
+		for ss := range one.server.sdk.Sessions() {
+			if ss.ID() != "" {
+				n++
+			}
 		}
 		return n
 	}
@@ -91,7 +95,7 @@ func TestStatefulEndpointServesSessionless(t *testing.T) {
 			t.Errorf("a tools/list without a session (protocol %q): %d, session %q, %s", version, resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), b)
 		}
 	}
-	if after := sessions(); after != before {
+	if after := sessions(); after > before {
 		t.Errorf("requests without a handshake left %d sessions, want none", after-before)
 	}
 }
