@@ -24,8 +24,13 @@ const (
 	faultStep          = 300 * time.Millisecond // the scripted model's time per step
 	faultLease         = 5 * time.Second
 	faultPostFor       = 10 * time.Second // a client retries a message this long
-	faultRecovery      = 15 * time.Second // lease + sweep + the work left
-	faultModelTimeout  = 8 * time.Second  // one model step, in the flaps
+	// faultRecovery bounds the wait, after the flaps, until every message
+	// is answered: the lease, the longest retry backoff a run whose slices
+	// failed flap after flap may be in (it doubles from a second with each
+	// failure in a row, to the runtime's cap of a minute), and the work
+	// left.
+	faultRecovery     = faultLease + time.Minute + 10*time.Second
+	faultModelTimeout = 8 * time.Second // one model step, in the flaps
 	// faultTakeoverBound is the loose bound of a takeover: on a quiet
 	// machine the survivor's model request comes 5.0 s after the kill (the
 	// victim renewed its lease moments before), and under a full test
