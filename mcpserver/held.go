@@ -424,7 +424,7 @@ func (r *round) offers() string {
 // one asks for input with requests of its own (see heldCall).
 func speaksRounds(cs *mcp.ClientSession) bool {
 	ir := cs.InitializeResult()
-	return ir != nil && ir.ProtocolVersion >= "2026-07-28"
+	return ir != nil && ir.ProtocolVersion >= sessionlessVersion
 }
 
 // round waits for the held call's next round (see next).

@@ -515,31 +515,31 @@ func (e *env) token(sub, runID string) string {
 // and streamable HTTP transport, with its token from the broker.
 func (e *env) connect(sub, runID string, opts *mcp.ClientOptions, version string) *mcp.ClientSession {
 	e.t.Helper()
-	return e.connectAs(sub, runID, mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, opts), version)
+	return e.connectAs(e.url, sub, runID, mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, opts), version)
 }
 
 // connectClient connects client as sub, with the SDK's newest protocol
 // before 2026-07-28.
 func (e *env) connectClient(sub string, client *mcp.Client) *mcp.ClientSession {
 	e.t.Helper()
-	return e.connectAs(sub, "", client, "")
+	return e.connectAs(e.url, sub, "", client, "")
 }
 
 // sessionVersion is the protocol of the stateful tests' sessions: the
 // newest with a handshake. A client of 2026-07-28 has no session.
 const sessionVersion = "2025-11-25"
 
-// connectAs connects client as sub (of run runID) with protocol version:
-// "" is the SDK's newest, or sessionVersion when the endpoint is
-// stateful.
-func (e *env) connectAs(sub, runID string, client *mcp.Client, version string) *mcp.ClientSession {
+// connectAs connects client as sub (of run runID) through base (the
+// endpoint's URL or a balancer's) with protocol version: "" is the SDK's
+// newest, or sessionVersion when the endpoint is stateful.
+func (e *env) connectAs(base, sub, runID string, client *mcp.Client, version string) *mcp.ClientSession {
 	e.t.Helper()
 	if version == "" && e.server.opts.Stateful {
 		version = sessionVersion
 	}
 	src := e.broker.TokenSource(e.t.Context(), broker.Grant{Subject: sub, Audience: e.url + "/mcp", RunID: runID})
 	cs, err := client.Connect(e.t.Context(), &mcp.StreamableClientTransport{
-		Endpoint:             e.url + "/mcp",
+		Endpoint:             base + "/mcp",
 		HTTPClient:           &http.Client{Transport: &oauth2.Transport{Source: src}},
 		DisableStandaloneSSE: true,
 		MaxRetries:           -1,

@@ -92,16 +92,16 @@ func (s *Server) hostAllowed(r *http.Request) bool {
 
 // readBody reads a POST body within Options.MaxBodyBytes (413 beyond),
 // refuses a JSON-RPC batch (a top-level array) before the SDK sees it, and
-// passes the request to sessions or to sessionless (see sessionless); on
-// a stateless endpoint the two are the same.
+// passes the request to sessions or to sessionless (see servedStateless);
+// on a stateless endpoint the two are the same.
 func (s *Server) readBody(sessions, sessionless http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Body == nil {
-			if s.sessionless(r, "") {
-				sessionless.ServeHTTP(w, r)
-			} else {
-				sessions.ServeHTTP(w, r)
+			next := sessions
+			if s.servedStateless(r, "") {
+				next = sessionless
 			}
+			next.ServeHTTP(w, r)
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
@@ -125,7 +125,7 @@ func (s *Server) readBody(sessions, sessionless http.Handler) http.Handler {
 		r2.Body = io.NopCloser(bytes.NewReader(body))
 		r2.ContentLength = int64(len(body))
 		id, method := peekRequest(body)
-		if !s.sessionless(r, method) {
+		if !s.servedStateless(r, method) {
 			s.serveToResponse(w, r2, nil, sessions)
 			return
 		}
@@ -133,7 +133,7 @@ func (s *Server) readBody(sessions, sessionless http.Handler) http.Handler {
 	})
 }
 
-// sessionless reports whether r (a POST of method, or "" for another HTTP
+// servedStateless reports whether r (a POST of method, or "" for another HTTP
 // method) is served as the stateless endpoint serves it: every request
 // when the endpoint is stateless; on a stateful one, a request that names
 // no session (Mcp-Session-Id) and is not a handshake of the protocols
@@ -142,7 +142,7 @@ func (s *Server) readBody(sessions, sessionless http.Handler) http.Handler {
 // initialize and gets a session; a client of 2026-07-28, or one that
 // sends its requests without a handshake, is served as before sessions,
 // one request at a time, with no session left behind.
-func (s *Server) sessionless(r *http.Request, method string) bool {
+func (s *Server) servedStateless(r *http.Request, method string) bool {
 	if !s.opts.Stateful {
 		return true
 	}

@@ -277,7 +277,7 @@ func askForLogs(meta mcp.Meta, ds downstream) {
 // level then filters what it gets.
 func askSessionForLogs(ctx context.Context, cs *mcp.ClientSession) error {
 	ir := cs.InitializeResult()
-	if ir == nil || ir.ProtocolVersion >= "2026-07-28" || ir.Capabilities == nil || ir.Capabilities.Logging == nil {
+	if ir == nil || ir.ProtocolVersion >= sessionlessVersion || ir.Capabilities == nil || ir.Capabilities.Logging == nil {
 		return nil
 	}
 	return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "debug"})

@@ -127,7 +127,7 @@ func TestIsResponseEvent(t *testing.T) {
 }
 
 // TestPeekRequest: a request's compact id, and its method, which routes a
-// request of a stateful endpoint (see Server.sessionless).
+// request of a stateful endpoint (see Server.servedStateless).
 func TestPeekRequest(t *testing.T) {
 	t.Parallel()
 	for body, want := range map[string]string{

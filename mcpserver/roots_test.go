@@ -12,9 +12,6 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/oauth2"
-
-	"github.com/usherhq/usher/broker"
 )
 
 // workRoots is the caller's answer to a roots/list.
@@ -213,13 +210,7 @@ func TestRootsRelayedThroughReplicas(t *testing.T) {
 		catalog: func(o *CatalogOptions) { o.RelayRequests = true }})
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
 	client.AddRoots(workRoots.Roots...)
-	src := r.broker.TokenSource(t.Context(), broker.Grant{Subject: alice, Audience: r.url + "/mcp"})
-	cs, err := client.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: r.lbURL + "/mcp",
-		HTTPClient: &http.Client{Transport: &oauth2.Transport{Source: src}}, DisableStandaloneSSE: true, MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: sessionVersion})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
+	cs := r.connectAs(r.lbURL, alice, "", client, "")
 	for i := range 3 {
 		// A call and the client's answer are two requests: a ping
 		// between calls sends the next call to the other replica.

@@ -369,15 +369,12 @@ func New(opts *Options) (*Server, error) {
 	sessionless := endpoint
 	if o.Stateful {
 		// The requests that name no session and begin none are served
-		// as the stateless endpoint serves them (see Server.sessionless).
+		// as the stateless endpoint serves them (see Server.servedStateless).
 		sessionless = handler(true, nil)
 	}
 	s.handler = s.checkHTTP(s.requireCaller(s.readBody(endpoint, sessionless)))
 	return s, nil
 }
-
-// sessionlessVersion is the first protocol version without sessions.
-const sessionlessVersion = "2026-07-28"
 
 // inSession reports whether a request belongs to a session that outlives
 // it (a stateful endpoint's session, not a sessionless request's).
@@ -592,11 +589,14 @@ func (s *Server) initialize(ctx context.Context, c Caller, next mcp.MethodHandle
 	return &out, nil
 }
 
+// sessionlessVersion is the first protocol version without sessions.
+const sessionlessVersion = "2026-07-28"
+
 // sessionless reports whether a request's _meta names protocol 2026-07-28
 // or later, as the SDK decides it.
 func sessionless(meta mcp.Meta) bool {
 	v, _ := meta[mcp.MetaKeyProtocolVersion].(string)
-	return v >= "2026-07-28"
+	return v >= sessionlessVersion
 }
 
 // completeResult returns res with "resultType": "complete", which protocol

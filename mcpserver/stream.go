@@ -78,7 +78,7 @@ func (f *inflight) streamEnd(resumable bool, retry time.Duration) {
 // the caller holds an event id to resume from. Otherwise the stream stays
 // open until the answer: closing it would lose the answer.
 func (d downstream) pause(retry time.Duration) {
-	if d.closeStream == nil || d.protocol < "2025-11-25" || d.protocol >= "2026-07-28" {
+	if d.closeStream == nil || d.protocol < "2025-11-25" || d.protocol >= sessionlessVersion {
 		return
 	}
 	d.closeStream(mcp.CloseSSEStreamArgs{RetryAfter: retry})
