@@ -163,23 +163,53 @@ func relayOffers(ds downstream) string {
 // it, by asking the caller.
 type rootsHandler func(context.Context, *mcp.ListRootsRequest) (*mcp.ListRootsResult, error)
 
-// answerRoots is the receiving middleware of an upstream session that
-// passes roots/list to h, or with h nil refuses it as a method the
-// session does not offer: the SDK's client would answer it itself, from a
-// list of its own, which Usher leaves empty.
-func answerRoots(h rootsHandler) mcp.Middleware {
+// elicitHandler answers an upstream's elicitation/create on Usher's
+// session with it, by asking the caller.
+type elicitHandler func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)
+
+// upstreamRequests is the receiving middleware of an upstream session for
+// the requests Usher passes on as they came rather than as the SDK's
+// client would answer them:
+//
+//   - roots/list goes to roots, or with roots nil is refused as a method
+//     the session does not offer: the SDK's client would answer it
+//     itself, from a list of its own, which Usher leaves empty;
+//   - elicitation/create goes to elicit unchecked when the session offers
+//     elicitation (elicit non-nil). The SDK's client checks the requested
+//     schema against its own reading of the forms the specification
+//     allows, and refuses some that a client renders (a multi-select
+//     whose items carry both "type" and "anyOf"); the two ends check the
+//     schema and the answer, each as its SDK does, and Usher, which
+//     renders nothing, is no stricter than they are.
+func upstreamRequests(roots rootsHandler, elicit elicitHandler) mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			r, ok := req.(*mcp.ListRootsRequest)
-			switch {
-			case !ok || method != "roots/list":
-				return next(ctx, method, req)
-			case h == nil:
-				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "roots/list: this client offers no roots"}
+			switch r := req.(type) {
+			case *mcp.ListRootsRequest:
+				if method != "roots/list" {
+					break
+				}
+				if roots == nil {
+					return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "roots/list: this client offers no roots"}
+				}
+				return result(roots(ctx, r))
+			case *mcp.ElicitRequest:
+				if method == "elicitation/create" && elicit != nil && r.Params != nil {
+					return result(elicit(ctx, r))
+				}
 			}
-			return h(ctx, r)
+			return next(ctx, method, req)
 		}
 	}
+}
+
+// result is a handler's answer as a middleware returns it: no result
+// (rather than a typed nil) with an error.
+func result[R mcp.Result](r R, err error) (mcp.Result, error) {
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // relayMeta sets on the _meta of a request to an upstream of protocol

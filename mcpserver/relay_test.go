@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -307,4 +309,101 @@ func TestRelayedAnswerRefused(t *testing.T) {
 	}; !maps.Equal(reasons, want) {
 		t.Errorf("refusals audited %v, want %v", reasons, want)
 	}
+}
+
+// titledMulti is an elicitation schema of the form the Go SDK's
+// conformance server sends for a titled multi-select: items with both a
+// type and anyOf. The SDK's client refuses it ("items must specify enum
+// for untitled enums"); a client that renders it gets it through Usher.
+const titledMulti = `{"type":"object","properties":{"colors":{"type":"array","items":{"type":"string","anyOf":[{"const":"r","title":"Red"},{"const":"g","title":"Green"}]}}}}`
+
+// TestElicitationSchemaPassedOn: an upstream's elicitation reaches the
+// caller with its requested schema as the upstream sent it, relayed to a
+// stateful caller and as an input request of a held call, even where the
+// SDK's client would refuse the schema; the caller's answer reaches the
+// upstream. Without upstreamRequests the upstream's request is refused
+// before the caller is asked.
+func TestElicitationSchemaPassedOn(t *testing.T) {
+	t.Parallel()
+	up := newFeatureUpstream(t, "up", true)
+	up.server.AddTool(&mcp.Tool{Name: "ask", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			el, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Colours?", RequestedSchema: json.RawMessage(titledMulti)})
+			if err != nil {
+				return nil, err
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "user chose " + el.Action}}}, nil
+		})
+	sameSchema := func(t *testing.T, got any) {
+		t.Helper()
+		b, err := json.Marshal(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g, w any
+		if err := json.Unmarshal(b, &g); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(titledMulti), &w); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("the caller was asked with the schema %s, want %s", b, titledMulti)
+		}
+	}
+
+	t.Run("relayed", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, envConfig{
+			rules:     map[string]Decision{"up__ask": Allow},
+			upstreams: []Upstream{{Name: "up", URL: up.url}},
+			catalog:   func(o *CatalogOptions) { o.RelayRequests = true },
+			server:    func(o *Options) { o.Stateful = true },
+		})
+		// The caller's own SDK would refuse the schema as Usher's did: the
+		// test's caller reads the request before its SDK does, as a client
+		// that renders the schema would.
+		var asked atomic.Pointer[mcp.ElicitParams]
+		client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, &mcp.ClientOptions{
+			ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				return nil, errors.New("never asked: the middleware answers")
+			},
+		})
+		client.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if r, ok := req.(*mcp.ElicitRequest); ok {
+					asked.Store(r.Params)
+					return &mcp.ElicitResult{Action: "decline"}, nil
+				}
+				return next(ctx, method, req)
+			}
+		})
+		cs := e.connectClient(alice, client)
+		if got := text(call(t, cs, "up__ask", map[string]any{}, nil)); got != "user chose decline" {
+			t.Errorf("the tool got %q", got)
+		}
+		p := asked.Load()
+		if p == nil {
+			t.Fatal("the caller was not asked")
+		}
+		sameSchema(t, p.RequestedSchema)
+	})
+
+	t.Run("held", func(t *testing.T) {
+		t.Parallel()
+		e := heldEnv(t, up, envConfig{})
+		cs := e.connect(alice, "", rounds(), "2026-07-28")
+		meta := mcp.Meta{MetaIdempotencyKey: "colours-1"}
+		first := call(t, cs, "up__ask", map[string]any{}, meta)
+		id, ir := onlyRequest(t, first)
+		p, ok := ir.(*mcp.ElicitParams)
+		if !ok {
+			t.Fatalf("the round asks %#v, want the upstream's elicitation", ir)
+		}
+		sameSchema(t, p.RequestedSchema)
+		res := retry(t, cs, "up__ask", map[string]any{}, meta, mcp.InputResponseMap{id: &mcp.ElicitResult{Action: "decline"}}, first.RequestState)
+		if res.IsError || res.NeedsInput() || text(res) != "user chose decline" {
+			t.Errorf("the last round answered %q (needs input %v)", text(res), res.NeedsInput())
+		}
+	})
 }

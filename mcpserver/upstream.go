@@ -471,7 +471,7 @@ func (u *upstream) connect(ctx context.Context, c *conn) (*mcp.ClientSession, er
 		}
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "usher", Version: u.cat.opts.Version}, copts)
-	client.AddReceivingMiddleware(answerRoots(roots))
+	client.AddReceivingMiddleware(upstreamRequests(roots, copts.ElicitationHandler))
 	var t mcp.Transport
 	if u.cfg.URL != "" {
 		base := u.cat.opts.HTTPClient
