@@ -62,7 +62,8 @@ import (
 type UpstreamSessions interface {
 	PutUpstreamSession(ctx context.Context, s store.UpstreamSession, old string) (store.UpstreamSession, error)
 	GetUpstreamSession(ctx context.Context, key string) (store.UpstreamSession, error)
-	TouchUpstreamSession(ctx context.Context, key, session string, at time.Time) error
+	TouchUpstreamSession(ctx context.Context, key, session string, at time.Time) (bool, error)
+	ResealUpstreamSession(ctx context.Context, key, old, session string, at time.Time) (bool, error)
 	ClaimIdleUpstreamSessions(ctx context.Context, usedBefore time.Time, limit int) ([]store.UpstreamSession, error)
 }
 
@@ -242,12 +243,17 @@ func (s *sharedSession) current() string {
 
 // touch moves the UsedAt of the record of the session in use forward, to
 // now, unless this replica did so less than upstreamSessionTouchEvery
-// ago: the sweeps leave a session in use open. A failure is logged; the
-// next request tries again.
+// ago: the sweeps leave a session in use open. A record's seal opens for
+// twice upstreamSessionLifetime: when it opens for less than one lifetime
+// more, the touch seals the session anew in the same write, so that a
+// session in use for days can still be opened, and ended, by the sweep
+// that finds it idle. A replica whose seal the record no longer holds
+// takes the record's (see adopt). A failure is logged; the next request
+// tries again.
 func (s *sharedSession) touch(ctx context.Context) {
 	now := s.now()
 	s.mu.Lock()
-	sealed := s.sealed
+	sealed, id := s.sealed, s.id
 	due := sealed != "" && now.Sub(s.touched) >= upstreamSessionTouchEvery
 	if due {
 		s.touched = now
@@ -256,11 +262,78 @@ func (s *sharedSession) touch(ctx context.Context) {
 	if !due {
 		return
 	}
-	if err := s.store.TouchUpstreamSession(withoutInflight(ctx), s.key, sealed, now); err != nil {
+	ctx = withoutInflight(ctx)
+	var held bool
+	var err error
+	if fresh := s.resealed(sealed, id, now); fresh != "" {
+		if held, err = s.store.ResealUpstreamSession(ctx, s.key, sealed, fresh, now); held {
+			s.replaceSeal(sealed, fresh)
+		}
+	} else {
+		held, err = s.store.TouchUpstreamSession(ctx, s.key, sealed, now)
+	}
+	if err == nil && !held {
+		err = s.adopt(ctx, sealed, id, now)
+	}
+	if err != nil {
 		s.mu.Lock()
 		s.touched = time.Time{}
 		s.mu.Unlock()
 		s.log.Warn("mcpserver: the use of a shared upstream session could not be recorded", "err", err)
+	}
+}
+
+// seal seals the upstream's session id for this session's record, to
+// open until twice upstreamSessionLifetime after now.
+func (s *sharedSession) seal(id string, now time.Time) (string, error) {
+	return s.sealer.Seal(sealedUpstreamSession{Key: s.key, ID: id, Upstream: s.upstream, Subject: s.subject},
+		now.Add(2*upstreamSessionLifetime))
+}
+
+// resealed returns a new seal of the session id when sealed, its seal,
+// opens for less than upstreamSessionLifetime more; "" when it opens for
+// longer, or cannot be sealed anew (the touch then touches).
+func (s *sharedSession) resealed(sealed, id string, now time.Time) string {
+	var v sealedUpstreamSession
+	if s.sealer.Open(sealed, now.Add(upstreamSessionLifetime), &v) == nil {
+		return ""
+	}
+	fresh, err := s.seal(id, now)
+	if err != nil {
+		return ""
+	}
+	return fresh
+}
+
+// adopt reads the record of a session whose seal sealed the record no
+// longer holds: when it holds the same upstream session id under a new
+// seal (another replica sealed it anew), this replica uses that seal from
+// now on, and moves the record's UsedAt forward. A record of another
+// session, or none, is left as it is: the upstream answers 404 to a
+// session that has been replaced and ended, and the request recovers.
+func (s *sharedSession) adopt(ctx context.Context, sealed, id string, now time.Time) error {
+	rec, err := s.store.GetUpstreamSession(ctx, s.key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	if got, ok := s.open(rec); !ok || got != id || rec.Session == sealed {
+		return nil
+	}
+	s.replaceSeal(sealed, rec.Session)
+	_, err = s.store.TouchUpstreamSession(ctx, s.key, rec.Session, now)
+	return err
+}
+
+// replaceSeal uses fresh as the record's seal of the session in place of
+// old, unless the session in use has changed meanwhile.
+func (s *sharedSession) replaceSeal(old, fresh string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sealed == old {
+		s.sealed = fresh
 	}
 }
 
@@ -394,8 +467,7 @@ func (s *sharedSession) initialize(r *http.Request, header http.Header, body []b
 // the one opened here ended.
 func (s *sharedSession) record(ctx context.Context, opened *openedSession, old, gone string) (*openedSession, error) {
 	now := s.now()
-	sealed, err := s.sealer.Seal(sealedUpstreamSession{Key: s.key, ID: opened.id, Upstream: s.upstream, Subject: s.subject},
-		now.Add(2*upstreamSessionLifetime))
+	sealed, err := s.seal(opened.id, now)
 	if err == nil {
 		_, err = s.store.PutUpstreamSession(ctx, store.UpstreamSession{Key: s.key, Session: sealed, ProtocolVersion: opened.version,
 			InitializeResult: opened.result, CreatedAt: now, ExpiresAt: now.Add(upstreamSessionLifetime)}, old)
@@ -655,7 +727,7 @@ func (c *Catalog) endSharedSession(ctx context.Context, now time.Time, rec store
 // putBackSharedSession records again a claimed session that could not be
 // ended for now, as it was and still idle (UsedAt is its CreatedAt), so
 // that the next sweep tries again; until the record's seal no longer
-// opens (twice upstreamSessionLifetime after it was made), when it is
+// opens (twice upstreamSessionLifetime after it was last sealed), when it is
 // forgotten. A replica may
 // join it meanwhile: the session is still open upstream. If another
 // session of the same key was recorded meanwhile, the record cannot be

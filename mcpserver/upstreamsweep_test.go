@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -291,6 +292,59 @@ func TestUpstreamSessionSweepRetriesFailedEnd(t *testing.T) {
 		}
 		if _, err := st.GetUpstreamSession(t.Context(), aliceKey(sweeper)); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("the record after the session ended: %v, want ErrNotFound", err)
+		}
+	})
+}
+
+// TestUpstreamSessionSweepEndsLongUsed: a shared session two replicas use
+// for three days, longer than its record's first seal opens, stays one
+// session upstream and is ended by the sweep once idle: a touch seals it
+// anew when its seal has less than a lifetime left, and the other
+// replica, whose seal the record then no longer holds, takes the new one
+// (see sharedSession.adopt), so that its use alone keeps the session from
+// the sweep. Without the new seal the sweep cannot open the record, and
+// the session is left open upstream; without taking it, the second
+// replica's use is not recorded and the sweep ends the session under it.
+func TestUpstreamSessionSweepEndsLongUsed(t *testing.T) {
+	onEngines(t, func(t *testing.T, st, other store.Store) {
+		up, start, clk, a := sweepStart(t, st)
+		b, err := sharedClient(t, up, other, clk.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := 1
+		count := func(cs *mcp.ClientSession, who string) {
+			t.Helper()
+			calls++
+			if got, err := countOn(t, cs); err != nil || got != strconv.Itoa(calls) {
+				t.Fatalf("%s's call at %v: %q, %v; want %d on the one session", who, clk.Now().Sub(start), got, err, calls)
+			}
+		}
+		count(b, "b")
+		for h := 6; h <= 72; h += 6 {
+			clk.Set(start.Add(time.Duration(h) * time.Hour))
+			count(a, "a")
+			count(b, "b")
+		}
+		last := start.Add(73 * time.Hour)
+		clk.Set(last)
+		count(b, "b")
+
+		sweeper := sweepCatalog(t, other, up, clk.Now)
+		idle := sweeper.upstreamSessionIdle()
+		clk.Set(last.Add(idle - time.Minute))
+		if n, err := sweeper.sweepUpstreamSessions(t.Context()); err != nil || n != 0 {
+			t.Fatalf("a sweep while b still uses the session ended %d, %v; want none", n, err)
+		}
+		clk.Set(last.Add(idle + time.Second))
+		if n, err := sweeper.sweepUpstreamSessions(t.Context()); err != nil || n != 1 {
+			t.Fatalf("a sweep of the idle session ended %d, %v; want 1", n, err)
+		}
+		if open, deletes := up.openSessions(), up.deleted(); open != 0 || deletes != 1 {
+			t.Errorf("after the sweep the upstream holds %d sessions and saw %d DELETEs; want 0, 1", open, deletes)
+		}
+		if initializes, ran, ids := up.counts(); initializes != 1 || ran != calls || len(ids) != 1 {
+			t.Errorf("the upstream saw %d initializes, %d runs, %d sessions called; want 1, %d, 1", initializes, ran, len(ids), calls)
 		}
 	})
 }

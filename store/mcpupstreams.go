@@ -104,9 +104,17 @@ INSERT INTO mcp_upstream_sessions (` + upstreamSessionColumns + `) VALUES ($1, $
 
 	getUpstreamSession = sql1(`SELECT ` + upstreamSessionColumns + ` FROM mcp_upstream_sessions WHERE pool_key = $1`)
 
-	// touchUpstreamSession moves a record's used_at forward, never back.
-	touchUpstreamSession = sql1(`
-UPDATE mcp_upstream_sessions SET used_at = $3 WHERE pool_key = $1 AND session = $2 AND used_at < $3`)
+	// touchUpstreamSession moves a record's used_at forward, never back,
+	// and matches the record whenever it holds the session.
+	touchUpstreamSession = perEngine(`
+UPDATE mcp_upstream_sessions SET used_at = GREATEST(used_at, $3) WHERE pool_key = $1 AND session = $2`, `
+UPDATE mcp_upstream_sessions SET used_at = MAX(used_at, $3) WHERE pool_key = $1 AND session = $2`)
+
+	// resealUpstreamSession puts a new seal of a record's session in
+	// place of the old, and moves its used_at forward as a touch does.
+	resealUpstreamSession = perEngine(`
+UPDATE mcp_upstream_sessions SET session = $3, used_at = GREATEST(used_at, $4) WHERE pool_key = $1 AND session = $2`, `
+UPDATE mcp_upstream_sessions SET session = $3, used_at = MAX(used_at, $4) WHERE pool_key = $1 AND session = $2`)
 
 	// claimIdleUpstreamSessions deletes, and returns, up to $2 of the
 	// records last used at or before $1, the idlest first (reading
@@ -165,19 +173,43 @@ func (c *core) GetUpstreamSession(ctx context.Context, key string) (UpstreamSess
 	return s, nil
 }
 
-func (c *core) TouchUpstreamSession(ctx context.Context, key, session string, at time.Time) error {
+func (c *core) TouchUpstreamSession(ctx context.Context, key, session string, at time.Time) (bool, error) {
 	at = storedTime(at)
 	if err := checkTime("upstream session UsedAt", at); err != nil {
-		return invalid(err)
+		return false, invalid(err)
 	}
+	return c.updateUpstreamSession(ctx, touchUpstreamSession, key, session, at)
+}
+
+func (c *core) ResealUpstreamSession(ctx context.Context, key, old, session string, at time.Time) (bool, error) {
+	at = storedTime(at)
+	var errs []error
+	switch {
+	case session == "":
+		errs = append(errs, errors.New("upstream session Session is empty"))
+	case len(session) > MaxUpstreamSessionID:
+		errs = append(errs, errors.New("upstream session Session is longer than MaxUpstreamSessionID"))
+	}
+	errs = append(errs, checkText("upstream session Session", session), checkTime("upstream session UsedAt", at))
+	if err := invalid(errs...); err != nil {
+		return false, err
+	}
+	return c.updateUpstreamSession(ctx, resealUpstreamSession, key, old, session, at)
+}
+
+// updateUpstreamSession runs an update of one record (its pool key and
+// session the first arguments) and reports whether it matched one.
+func (c *core) updateUpstreamSession(ctx context.Context, q stmt, args ...any) (bool, error) {
+	var n int64
 	err := c.inTx(ctx, func(x executor) error {
-		_, err := x.exec(ctx, touchUpstreamSession, key, session, at)
+		var err error
+		n, err = x.exec(ctx, q, args...)
 		return err
 	})
 	if err != nil {
-		return c.fail(err)
+		return false, c.fail(err)
 	}
-	return nil
+	return n == 1, nil
 }
 
 func (c *core) ClaimIdleUpstreamSessions(ctx context.Context, usedBefore time.Time, limit int) ([]UpstreamSession, error) {

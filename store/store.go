@@ -656,9 +656,14 @@ type Store interface {
 	// or ErrNotFound.
 	GetUpstreamSession(ctx context.Context, key string) (UpstreamSession, error)
 	// TouchUpstreamSession moves the UsedAt of key's record forward to at
-	// if the record holds session (never back); it is no error when it
-	// does not, or when there is no record.
-	TouchUpstreamSession(ctx context.Context, key, session string, at time.Time) error
+	// if the record holds session (never back), and reports whether it
+	// does; it is no error when it does not, or when there is no record.
+	TouchUpstreamSession(ctx context.Context, key, session string, at time.Time) (bool, error)
+	// ResealUpstreamSession puts session, the same upstream session sealed
+	// anew, in place of old in key's record if the record holds old, moves
+	// its UsedAt forward to at as TouchUpstreamSession does, and reports
+	// whether it did. CreatedAt and ExpiresAt stay as they are.
+	ResealUpstreamSession(ctx context.Context, key, old, session string, at time.Time) (bool, error)
 	// ClaimIdleUpstreamSessions deletes up to limit records last used at
 	// or before usedBefore, ended or not, the idlest first, and returns
 	// them: their sessions are the caller's to end upstream. Of callers

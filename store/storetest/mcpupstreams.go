@@ -125,17 +125,19 @@ func testUpstreamSessionsIdle(t *testing.T, s store.Store) {
 		t.Fatalf("a new record's UsedAt = %v, %v; want its CreatedAt %v", got.UsedAt, err, now)
 	}
 	// idle-b is used a minute later; a touch naming another session, or
-	// an earlier time, changes nothing.
+	// an earlier time, changes nothing. A touch reports whether the
+	// record holds its session, earlier or not.
 	for _, touch := range []struct {
 		session string
 		at      time.Time
-	}{{"sb", now.Add(time.Minute)}, {"other", now.Add(time.Hour)}, {"sb", now.Add(time.Second)}} {
-		if err := s.TouchUpstreamSession(ctx, "idle-b", touch.session, touch.at); err != nil {
-			t.Fatalf("TouchUpstreamSession: %v", err)
+		holds   bool
+	}{{"sb", now.Add(time.Minute), true}, {"other", now.Add(time.Hour), false}, {"sb", now.Add(time.Second), true}} {
+		if holds, err := s.TouchUpstreamSession(ctx, "idle-b", touch.session, touch.at); err != nil || holds != touch.holds {
+			t.Fatalf("TouchUpstreamSession(%s, %v) = %v, %v; want %v", touch.session, touch.at, holds, err, touch.holds)
 		}
 	}
-	if err := s.TouchUpstreamSession(ctx, "none", "x", now); err != nil {
-		t.Fatalf("TouchUpstreamSession of no record: %v", err)
+	if holds, err := s.TouchUpstreamSession(ctx, "none", "x", now); err != nil || holds {
+		t.Fatalf("TouchUpstreamSession of no record: %v, %v", holds, err)
 	}
 	if got, err := s.GetUpstreamSession(ctx, "idle-b"); err != nil || !got.UsedAt.Equal(now.Add(time.Minute)) {
 		t.Fatalf("idle-b's UsedAt = %v, %v; want %v", got.UsedAt, err, now.Add(time.Minute))
@@ -199,6 +201,45 @@ func testUpstreamSessionsIdle(t *testing.T, s store.Store) {
 	for key, times := range seen {
 		if times != 1 {
 			t.Errorf("record %s was claimed %d times", key, times)
+		}
+	}
+}
+
+// testUpstreamSessionsReseal: a record's session is sealed anew only in
+// place of the seal it holds, keeping its other fields, with its UsedAt
+// moved forward (never back); a reseal naming another seal, or no
+// record, changes nothing; an invalid seal is refused.
+func testUpstreamSessionsReseal(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	rec := store.UpstreamSession{Key: "reseal", Session: "s1", ProtocolVersion: "2025-11-25",
+		InitializeResult: []byte(`{"protocolVersion":"2025-11-25"}`), CreatedAt: now, ExpiresAt: now.Add(24 * time.Hour)}
+	if _, err := s.PutUpstreamSession(ctx, rec, ""); err != nil {
+		t.Fatalf("PutUpstreamSession: %v", err)
+	}
+	if done, err := s.ResealUpstreamSession(ctx, "reseal", "s1", "s2", now.Add(time.Hour)); err != nil || !done {
+		t.Fatalf("ResealUpstreamSession of the seal held = %v, %v; want done", done, err)
+	}
+	for _, r := range []struct{ key, old string }{{"reseal", "s1"}, {"none", "s2"}} {
+		if done, err := s.ResealUpstreamSession(ctx, r.key, r.old, "s3", now.Add(2*time.Hour)); err != nil || done {
+			t.Errorf("ResealUpstreamSession(%s, %s) = %v, %v; want nothing done", r.key, r.old, done, err)
+		}
+	}
+	// A reseal at an earlier time keeps the later UsedAt.
+	if done, err := s.ResealUpstreamSession(ctx, "reseal", "s2", "s4", now.Add(time.Minute)); err != nil || !done {
+		t.Fatalf("ResealUpstreamSession at an earlier time = %v, %v; want done", done, err)
+	}
+	got, err := s.GetUpstreamSession(ctx, "reseal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Session != "s4" || !got.UsedAt.Equal(now.Add(time.Hour)) || !got.CreatedAt.Equal(now) ||
+		!got.ExpiresAt.Equal(rec.ExpiresAt) || got.ProtocolVersion != rec.ProtocolVersion || string(got.InitializeResult) != string(rec.InitializeResult) {
+		t.Errorf("after the reseals the record is %+v; want session s4, used at %v, the rest as written", got, now.Add(time.Hour))
+	}
+	for name, seal := range map[string]string{"empty": "", "too long": strings.Repeat("x", store.MaxUpstreamSessionID+1), "not text": "s\x00"} {
+		if _, err := s.ResealUpstreamSession(ctx, "reseal", "s4", seal, now); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("a reseal with a seal %s = %v, want ErrInvalid", name, err)
 		}
 	}
 }

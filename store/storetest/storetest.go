@@ -97,6 +97,7 @@ func Run(t *testing.T, e Engine) {
 		{"MCPSessions", testMCPSessions},
 		{"UpstreamSessions", testUpstreamSessions},
 		{"UpstreamSessionsIdle", testUpstreamSessionsIdle},
+		{"UpstreamSessionsReseal", testUpstreamSessionsReseal},
 		{"MCPAnswers", testMCPAnswers},
 		{"MCPEvents", testMCPEvents},
 		{"Steps", testSteps},
