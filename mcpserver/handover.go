@@ -259,7 +259,7 @@ func (h *handover) publish(ctx context.Context, reply, owner string, o heldOutco
 // holding within the receipt wait is no longer open: the delivery is
 // withdrawn, so that a receipt that comes later delivers nothing. A retry
 // that stops waiting is withdrawn too, and its outcome is unknown.
-func (h *handover) resume(ctx context.Context, id, subject, upstream string, r *round) (*mcp.CallToolResult, error) {
+func (h *handover) resume(ctx context.Context, id, subject, upstream string, r *round, decode heldDecoder, refuse heldRefusal) (mcp.Result, error) {
 	reply := rand.Text()
 	ch := make(chan heldOutcome, 2)
 	h.mu.Lock()
@@ -275,7 +275,7 @@ func (h *handover) resume(ctx context.Context, id, subject, upstream string, r *
 		return nil, err
 	}
 	if len(b) > store.MaxMCPAnswer {
-		return errorResult("The answers are too large to pass on to the server that holds the call. Nothing was sent."), nil
+		return refuse("The answers are too large to pass on to the server that holds the call. Nothing was sent.")
 	}
 	say := func(ctx context.Context, step string) error {
 		b, err := json.Marshal(heldDelivery{Reply: reply, Upstream: upstream, Step: step})
@@ -315,15 +315,15 @@ func (h *handover) resume(ctx context.Context, id, subject, upstream string, r *
 			case o.Err != "":
 				return nil, &heldRemoteError{text: o.Err, unknown: o.Unknown}
 			default:
-				res := new(mcp.CallToolResult)
-				if err := json.Unmarshal(o.Result, res); err != nil {
+				res, err := decode(o.Result)
+				if err != nil {
 					return nil, fmt.Errorf("%w: the held call's result is unreadable: %v", errOutcomeUnknown, err)
 				}
 				return res, nil
 			}
 		case <-unconfirmed:
 			withdraw()
-			return errorResult(heldGoneText), nil
+			return refuse(heldGoneText)
 		case <-ctx.Done():
 			withdraw()
 			return nil, fmt.Errorf("%w: waiting for the server that holds the call: %v", errOutcomeUnknown, ctx.Err())

@@ -70,7 +70,7 @@ func TestHeldCallLateReceipt(t *testing.T) {
 				t.Fatal(err)
 			}
 			two.catalog.handover.receiptWait = time.Millisecond
-			res, err := two.catalog.handover.resume(t.Context(), "elsewhere", alice, "up",
+			res, err := resumeTool(t.Context(), two.catalog.handover, "elsewhere", alice, "up",
 				&round{caps: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{}}, responses: mcp.InputResponseMap{eid: ada}})
 			if err != nil || !res.IsError || text(res) != heldGoneText {
 				t.Fatalf("the retry answered %+v, %v; want %q", res, err, heldGoneText)
@@ -166,12 +166,19 @@ func TestHeldCallCallerLeaves(t *testing.T) {
 				<-answered
 				leave()
 			}()
-			res, err := retrying.catalog.upstreams[0].resumeHeld(ctx, alice, &round{state: heldPrefix + id,
-				caps: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{}}, responses: mcp.InputResponseMap{eid: ada}})
+			res, err := toolRound(retrying.catalog.upstreams[0].resumeHeld(ctx, alice, &round{state: heldPrefix + id,
+				caps: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{}}, responses: mcp.InputResponseMap{eid: ada}},
+				heldResult[mcp.CallToolResult], refuseTool))
 			if !errors.Is(err, errOutcomeUnknown) {
 				t.Errorf("the retry whose caller left answered %+v, %v; want its outcome unknown", res, err)
 			}
 			<-cancelled
 		})
 	}
+}
+
+// resumeTool resumes, through h, a held tool call another replica holds,
+// as a tools/call retry does.
+func resumeTool(ctx context.Context, h *handover, id, subject, upstream string, r *round) (*mcp.CallToolResult, error) {
+	return toolRound(h.resume(ctx, id, subject, upstream, r, heldResult[mcp.CallToolResult], refuseTool))
 }

@@ -75,9 +75,10 @@ type heldAsk struct {
 	expiry *time.Timer            // cancels the call when no answer comes in time
 }
 
-// heldEnd is how an upstream call ended.
+// heldEnd is how an upstream call ended: its result (of the request's
+// own type), or its failure.
 type heldEnd struct {
-	res *mcp.CallToolResult
+	res mcp.Result
 	err error
 }
 
@@ -139,13 +140,13 @@ func heldID(state string) (string, bool) {
 	return state[len(heldPrefix):], true
 }
 
-// startHeld starts the call params on conn, held: it returns at once,
-// and the call's rounds follow with next. The call owns conn's use and
-// f's tracking from now on, and gives them up when it ends, after done
-// has turned its outcome into the call's (see upstream.outcome). Closing
-// the catalog cancels it.
-func (u *upstream) startHeld(ctx context.Context, conn *conn, f *inflight, params *mcp.CallToolParams, r *round,
-	done func(context.Context, *mcp.CallToolResult, error) (*mcp.CallToolResult, error)) *heldCall {
+// startHeld starts a request on conn, held, as send sends it: it returns
+// at once, and the request's rounds follow with next. The request owns
+// conn's use and f's tracking from now on, and gives them up when it
+// ends; send turns how the request ended into its result (see
+// upstream.outcome). Closing the catalog cancels it.
+func (u *upstream) startHeld(ctx context.Context, conn *conn, f *inflight, r *round,
+	send func(context.Context) (mcp.Result, error)) *heldCall {
 	c, _ := CallerFromContext(ctx)
 	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(u.cat.stop, cancel)
@@ -160,17 +161,20 @@ func (u *upstream) startHeld(ctx context.Context, conn *conn, f *inflight, param
 		defer u.cat.pool.release(conn)
 		defer conn.untrack(f)
 		defer u.cat.held.remove(h)
-		res, err := conn.session.CallTool(callCtx, params)
-		if err != nil && callCtx.Err() != nil {
-			// Cancelled here (see expire and next): the session is sound,
-			// and stays open for the cancellation to reach the upstream.
-			h.finish(&heldEnd{err: fmt.Errorf("%w: upstream %s: the held call was cancelled", errOutcomeUnknown, u.cfg.Name)})
-			return
-		}
-		res, err = done(callCtx, res, err)
+		res, err := send(callCtx)
 		h.finish(&heldEnd{res: res, err: err})
 	}()
 	return h
+}
+
+// heldCancelled is the failure of a held request whose send failed after
+// it was cancelled here (see expire and next): the session is sound, and
+// stays open for the cancellation to reach the upstream.
+func heldCancelled(ctx context.Context, upstream string, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w: upstream %s: the held call was cancelled", errOutcomeUnknown, upstream)
+	}
+	return nil
 }
 
 // finish records how the upstream call ended, for the round waiting for
@@ -427,13 +431,25 @@ func speaksRounds(cs *mcp.ClientSession) bool {
 	return ir != nil && ir.ProtocolVersion >= sessionlessVersion
 }
 
-// round waits for the held call's next round (see next).
-func (h *heldCall) round(ctx context.Context) (*mcp.CallToolResult, error) {
+// round waits for the held call's next round (see next): an incomplete
+// tools/call result whose input requests are the upstream's (whatever the
+// held request; see heldAsk), or the request's own result.
+func (h *heldCall) round(ctx context.Context) (mcp.Result, error) {
 	res, end := h.next(ctx)
 	if end != nil {
 		return end.res, end.err
 	}
 	return res, nil
+}
+
+// heldAskOf returns the input requests of a held request's round, nil
+// for its result: a round is an incomplete tools/call result (see next),
+// whatever the request; the request's result is of its own type.
+func heldAskOf(res mcp.Result) *inputAsk {
+	if r, ok := res.(*mcp.CallToolResult); ok && r.InputRequests != nil {
+		return askOf(true, r.InputRequests, r.RequestState)
+	}
+	return nil
 }
 
 // heldGoneText answers a retry whose held call is no longer held.
@@ -443,16 +459,54 @@ const heldGoneText = "The call that asked for this input is no longer open: no a
 // resumeHeld serves a later round of a held call of subject's: it
 // delivers the caller's answer to the upstream's waiting request and
 // waits for what the upstream does next, here or, through the handover,
-// on the replica that holds the call.
-func (u *upstream) resumeHeld(ctx context.Context, subject string, r *round) (*mcp.CallToolResult, error) {
+// on the replica that holds the call, whose result decode reads (see
+// heldResult). What cannot go on (the call is no longer held) is answered
+// with refuse's answer to the caller, which says why.
+func (u *upstream) resumeHeld(ctx context.Context, subject string, r *round, decode heldDecoder, refuse heldRefusal) (mcp.Result, error) {
 	h, ok := u.cat.held.get(r.state)
 	if id, _ := heldID(r.state); !ok && u.cat.handover != nil {
 		// Another replica may hold it.
-		return u.cat.handover.resume(ctx, id, subject, u.cfg.Name, r)
+		return u.cat.handover.resume(ctx, id, subject, u.cfg.Name, r, decode, refuse)
 	}
 	if !ok || h.subject != subject || h.upstream != u.cfg.Name {
-		return errorResult(heldGoneText), nil
+		return refuse(heldGoneText)
 	}
 	h.answer(r)
 	return h.round(ctx)
+}
+
+// heldRefusal answers a retry of a held request that cannot go on, with
+// the text that tells its caller why: a tool call with a tool error, a
+// request of another kind with an error.
+type heldRefusal func(text string) (mcp.Result, error)
+
+// heldDecoder reads a held request's round or result as the replica that
+// holds it passes it on (JSON).
+type heldDecoder func(json.RawMessage) (mcp.Result, error)
+
+// heldResult is the heldDecoder of a request whose result is a *T: a
+// round, which has input requests, is read as the incomplete tools/call
+// result it is (see heldAskOf).
+func heldResult[T any, P interface {
+	*T
+	mcp.Result
+}](b json.RawMessage) (mcp.Result, error) {
+	var probe struct {
+		InputRequests json.RawMessage `json:"inputRequests"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, err
+	}
+	if probe.InputRequests != nil {
+		res := new(mcp.CallToolResult)
+		if err := json.Unmarshal(b, res); err != nil {
+			return nil, err
+		}
+		return res, nil
+	}
+	res := P(new(T))
+	if err := json.Unmarshal(b, res); err != nil {
+		return nil, err
+	}
+	return res, nil
 }

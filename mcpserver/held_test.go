@@ -335,7 +335,7 @@ func TestHeldCallHolderGone(t *testing.T) {
 	one := heldEnv(t, askingUpstream(t), envConfig{store: shared})
 	heldEnv(t, askingUpstream(t), envConfig{store: shared}) // another replica, holding nothing
 	one.catalog.handover.receiptWait = 200 * time.Millisecond
-	res, err := one.catalog.handover.resume(t.Context(), "gone", alice, "up", &round{responses: mcp.InputResponseMap{"input-1": four}})
+	res, err := resumeTool(t.Context(), one.catalog.handover, "gone", alice, "up", &round{responses: mcp.InputResponseMap{"input-1": four}})
 	if err != nil || !res.IsError || text(res) != heldGoneText {
 		t.Errorf("the retry answered %+v, %v; want %q", res, err, heldGoneText)
 	}
@@ -365,7 +365,7 @@ func TestHeldCallHolderChecksThePrincipal(t *testing.T) {
 		t.Fatal("no call is held")
 	}
 	two.catalog.handover.receiptWait = 500 * time.Millisecond
-	res, err := two.catalog.handover.resume(t.Context(), id, bob, "up", &round{responses: mcp.InputResponseMap{sid: four}})
+	res, err := resumeTool(t.Context(), two.catalog.handover, id, bob, "up", &round{responses: mcp.InputResponseMap{sid: four}})
 	if err != nil || !res.IsError || text(res) != heldGoneText {
 		t.Fatalf("bob's retry of alice's held call answered %+v, %v; want %q", res, err, heldGoneText)
 	}

@@ -342,7 +342,7 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		if held && r.resumesHeld() {
 			// A later round of a held call: the call is already open.
 			u.cat.pool.release(conn)
-			return u.resumeHeld(ctx, c.Subject, r)
+			return toolRound(u.resumeHeld(ctx, c.Subject, r, heldResult[mcp.CallToolResult], refuseTool))
 		}
 
 		f := &inflight{ctx: ctx, downstream: ds, id: rand.Text(), upstream: u.cfg.Name, tool: u.cfg.prefix() + name}
@@ -373,8 +373,14 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		if held {
 			// The upstream asks for input on its stream, as its protocol
 			// does: the call is held open for the caller's rounds.
-			h := u.startHeld(ctx, conn, f, params, r, outcome)
-			return h.round(ctx)
+			h := u.startHeld(ctx, conn, f, r, func(ctx context.Context) (mcp.Result, error) {
+				res, err := conn.session.CallTool(ctx, params)
+				if cancelled := heldCancelled(ctx, u.cfg.Name, err); cancelled != nil {
+					return nil, cancelled
+				}
+				return result(outcome(ctx, res, err))
+			})
+			return toolRound(h.round(ctx))
 		}
 		defer u.cat.pool.release(conn)
 		defer conn.untrack(f)
@@ -382,6 +388,23 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		return outcome(ctx, res, err)
 	}
 }
+
+// toolRound is a held tool call's round or result as a tools/call
+// result.
+func toolRound(res mcp.Result, err error) (*mcp.CallToolResult, error) {
+	if err != nil {
+		return nil, err
+	}
+	r, ok := res.(*mcp.CallToolResult)
+	if !ok {
+		return nil, fmt.Errorf("%w: a held tool call ended with a result of another kind (%T)", errOutcomeUnknown, res)
+	}
+	return r, nil
+}
+
+// refuseTool answers a retry of a held tool call that cannot go on with a
+// tool error.
+func refuseTool(text string) (mcp.Result, error) { return errorResult(text), nil }
 
 // outcome turns how a call to the upstream on conn, sent at sent, ended
 // into the call's result or error.
