@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -373,16 +374,93 @@ func (u *upstream) session(ctx context.Context, f func(context.Context, *mcp.Cli
 	// Its response stream is watched (see sseTap) for an end without the
 	// answer; nothing of it is passed on.
 	watch := &inflight{ctx: ctx, upstream: u.cfg.Name}
-	if err := f(context.WithValue(ctx, inflightKey{}, watch), conn.session); err != nil {
-		if !notSent(err) {
-			u.cat.pool.broken(conn)
-		}
-		if watch.stream.ended.Load() {
-			return fmt.Errorf("%w: upstream %s: %v", errStreamEnded, u.cfg.Name, err)
-		}
-		return fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
+	return u.requestFailed(conn, watch, f(context.WithValue(ctx, inflightKey{}, watch), conn.session))
+}
+
+// request sends a request that may ask the caller for input (prompts/get,
+// resources/read) on the caller's session to u, as send sends it, within
+// CallTimeout; action and name say what it asks for (name as exposed).
+// For a caller of protocol 2026-07-28 the session offers the upstream
+// what the caller declared (see round.offers), and an upstream's round
+// comes back as an incomplete tools/call result (see heldAskOf), whatever
+// the request.
+// An upstream of an earlier protocol asks for input with requests of its
+// own: the request is then held open for the caller's rounds, as a tool
+// call is (see heldCall), and a retry of such a round resumes it — here,
+// or on the replica that holds it, whose result decode reads.
+func (u *upstream) request(ctx context.Context, action Action, name string, send func(context.Context, *mcp.ClientSession) (mcp.Result, error), decode heldDecoder) (mcp.Result, error) {
+	c, ok := CallerFromContext(ctx)
+	if !ok {
+		return nil, errors.New("no caller in the context")
 	}
-	return nil
+	ctx, cancel := context.WithTimeout(ctx, u.cat.opts.CallTimeout)
+	defer cancel()
+	r, rounds := roundOf(ctx)
+	key := connKey{upstream: u.cfg.Name, subject: c.Subject, rounds: rounds}
+	if rounds {
+		key.offers = r.offers()
+	}
+	conn, err := u.cat.pool.acquire(ctx, u, key)
+	if err != nil {
+		return nil, fmt.Errorf("connect to upstream %s: %w", u.cfg.Name, err)
+	}
+	held := rounds && !speaksRounds(conn.session)
+	if held && r.resumesHeld() {
+		// A later round of a held request: it is already open.
+		u.cat.pool.release(conn)
+		return u.resumeHeld(ctx, c.Subject, r, decode, refuseRequest)
+	}
+	// Its response stream is watched (see sseTap) for an end without the
+	// answer; nothing of it is passed on.
+	ds, _ := ctx.Value(downstreamKey{}).(downstream)
+	f := &inflight{ctx: ctx, downstream: ds, id: rand.Text(), upstream: u.cfg.Name, action: action, tool: name}
+	run := func(ctx context.Context) (mcp.Result, error) {
+		res, err := send(context.WithValue(ctx, inflightKey{}, f), conn.session)
+		if cancelled := heldCancelled(ctx, u.cfg.Name, err); held && cancelled != nil {
+			return nil, cancelled
+		}
+		if err := u.requestFailed(conn, f, err); err != nil {
+			return nil, err
+		}
+		return res, nil
+	}
+	if held {
+		// The upstream's requests find the request by its session's
+		// requests in flight (see heldTarget).
+		conn.track(f)
+		return u.startHeld(ctx, conn, f, r, run).round(ctx)
+	}
+	defer u.cat.pool.release(conn)
+	return run(ctx)
+}
+
+// requestFailed is the error of a request to u on conn that failed with
+// err (nil for none), which f watched: a conn whose request may have been
+// sent is not used again.
+func (u *upstream) requestFailed(conn *conn, f *inflight, err error) error {
+	if err == nil {
+		return nil
+	}
+	if !notSent(err) {
+		u.cat.pool.broken(conn)
+	}
+	if f.stream.ended.Load() {
+		return fmt.Errorf("%w: upstream %s: %v", errStreamEnded, u.cfg.Name, err)
+	}
+	return fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
+}
+
+// refuseRequest answers a retry of a held request other than a tool call
+// that cannot go on.
+func refuseRequest(text string) (mcp.Result, error) {
+	return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: text}
+}
+
+// roundResult is an upstream's round of a request other than a tool call
+// (its input requests and its own state), as request returns it: an
+// incomplete tools/call result (see heldAskOf).
+func roundResult(ask *inputAsk) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{}, InputRequests: ask.requests, RequestState: ask.state}
 }
 
 // maxSubscriptions bounds the resources the catalog subscribes to at its

@@ -161,6 +161,8 @@ func (s *Server) govern(ctx context.Context, g governed) (mcp.Result, error) {
 			return out, nil
 		}
 		s.log.WarnContext(ctx, "mcpserver: an upstream's request for input was not passed on", "action", g.call.Action, "name", ev.Tool, "err", err)
+		// A request held open for the round asks nothing more of anyone.
+		s.catalog.held.cancel(ask.state)
 		err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The upstream server asked for input that could not be passed on: " + err.Error() + "."}
 	}
 	after := context.WithoutCancel(ctx)
@@ -332,21 +334,17 @@ func (s *Server) readResource(ctx context.Context, c Caller, p *mcp.ReadResource
 	g.incomplete = func(requests mcp.InputRequestMap, state string) (mcp.Result, error) {
 		return incompleteFeature(&mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{}}, requests, state)
 	}
-	g.run = func(ctx context.Context) (mcp.Result, *inputAsk, error) {
-		var res *mcp.ReadResourceResult
-		err := t.upstream.session(ctx, func(ctx context.Context, cs *mcp.ClientSession) (err error) {
-			params := &mcp.ReadResourceParams{URI: t.orig}
-			if r, ok := roundOf(ctx); ok {
-				params.Meta, params.InputResponses, params.RequestState = r.meta(nil), r.responses, r.state
-			}
-			res, err = cs.ReadResource(ctx, params)
-			return err
-		})
+	g.run = requestRun(t.upstream, ActionReadResource, uri, heldResult[mcp.ReadResourceResult], func(ctx context.Context, cs *mcp.ClientSession) (mcp.Result, error) {
+		params := &mcp.ReadResourceParams{URI: t.orig}
+		if r, ok := roundOf(ctx); ok {
+			params.Meta, params.InputResponses, params.RequestState = r.meta(nil), r.responses, r.state
+		}
+		res, err := cs.ReadResource(ctx, params)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if ask := askOf(res.NeedsInput(), res.InputRequests, res.RequestState); ask != nil {
-			return nil, ask, nil
+			return roundResult(ask), nil
 		}
 		out := &mcp.ReadResourceResult{Meta: upstreamMeta(res.Meta), Cacheable: mcp.Cacheable{CacheScope: "private"}, Contents: []*mcp.ResourceContents{}}
 		prefix := t.upstream.cfg.prefix()
@@ -358,8 +356,8 @@ func (s *Server) readResource(ctx context.Context, c Caller, p *mcp.ReadResource
 			cp.URI = prefix + rc.URI
 			out.Contents = append(out.Contents, &cp)
 		}
-		return withResultType(out, modern), nil, nil
-	}
+		return withResultType(out, modern), nil
+	})
 	return s.govern(ctx, g)
 }
 
@@ -393,21 +391,17 @@ func (s *Server) getPrompt(ctx context.Context, c Caller, p *mcp.GetPromptParams
 	g.incomplete = func(requests mcp.InputRequestMap, state string) (mcp.Result, error) {
 		return incompleteFeature(&mcp.GetPromptResult{Messages: []*mcp.PromptMessage{}}, requests, state)
 	}
-	g.run = func(ctx context.Context) (mcp.Result, *inputAsk, error) {
-		var res *mcp.GetPromptResult
-		err := pr.upstream.session(ctx, func(ctx context.Context, cs *mcp.ClientSession) (err error) {
-			params := &mcp.GetPromptParams{Name: pr.orig, Arguments: p.Arguments}
-			if r, ok := roundOf(ctx); ok {
-				params.Meta, params.InputResponses, params.RequestState = r.meta(nil), r.responses, r.state
-			}
-			res, err = cs.GetPrompt(ctx, params)
-			return err
-		})
+	g.run = requestRun(pr.upstream, ActionGetPrompt, name, heldResult[mcp.GetPromptResult], func(ctx context.Context, cs *mcp.ClientSession) (mcp.Result, error) {
+		params := &mcp.GetPromptParams{Name: pr.orig, Arguments: p.Arguments}
+		if r, ok := roundOf(ctx); ok {
+			params.Meta, params.InputResponses, params.RequestState = r.meta(nil), r.responses, r.state
+		}
+		res, err := cs.GetPrompt(ctx, params)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if ask := askOf(res.NeedsInput(), res.InputRequests, res.RequestState); ask != nil {
-			return nil, ask, nil
+			return roundResult(ask), nil
 		}
 		out := &mcp.GetPromptResult{Meta: upstreamMeta(res.Meta), Description: res.Description, Messages: []*mcp.PromptMessage{}}
 		prefix := pr.upstream.cfg.prefix()
@@ -417,9 +411,25 @@ func (s *Server) getPrompt(ctx context.Context, c Caller, p *mcp.GetPromptParams
 			}
 			out.Messages = append(out.Messages, &mcp.PromptMessage{Role: m.Role, Content: namespaced(m.Content, prefix)})
 		}
-		return withResultType(out, modern), nil, nil
-	}
+		return withResultType(out, modern), nil
+	})
 	return s.govern(ctx, g)
+}
+
+// requestRun is the run of a governed request that may ask the caller for
+// input, sent to u as send sends it (see upstream.request): its result,
+// or the round that asks.
+func requestRun(u *upstream, action Action, name string, decode heldDecoder, send func(context.Context, *mcp.ClientSession) (mcp.Result, error)) func(context.Context) (mcp.Result, *inputAsk, error) {
+	return func(ctx context.Context) (mcp.Result, *inputAsk, error) {
+		res, err := u.request(ctx, action, name, send, decode)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ask := heldAskOf(res); ask != nil {
+			return nil, ask, nil
+		}
+		return res, nil, nil
+	}
 }
 
 // namespaced returns content with the URIs it names put in the upstream's

@@ -251,7 +251,7 @@ func (h *heldCall) expire() {
 func (h *heldCall) event(outcome, reason string) Event {
 	caller, _ := CallerFromContext(h.f.ctx)
 	return Event{Principal: caller.Subject, ClientID: caller.ClientID, TokenID: caller.TokenID, RunID: caller.RunID,
-		Tool: h.f.tool, Server: h.upstream, Outcome: outcome, Reasons: []string{reason}}
+		Action: h.f.action, Tool: h.f.tool, Server: h.upstream, Outcome: outcome, Reasons: []string{reason}}
 }
 
 // answer delivers the caller's answers to the upstream's waiting

@@ -46,13 +46,22 @@ func withDownstream(ctx context.Context, r *mcp.CallToolRequest, resumable bool,
 	return context.WithValue(ctx, downstreamKey{}, d)
 }
 
+// withRecord returns ctx carrying the downstream of a request other than
+// a tool call: nothing of the upstream's is passed on to the caller
+// during it but its requests for input, as rounds of protocol 2026-07-28,
+// which record audits (see heldCall).
+func withRecord(ctx context.Context, record func(context.Context, Event, string) bool) context.Context {
+	return context.WithValue(ctx, downstreamKey{}, downstream{record: record})
+}
+
 // inflight is a call in flight to an upstream.
 type inflight struct {
 	ctx context.Context // the handler context of the caller's request
 	downstream
 	id       string // the progress token given to the upstream
 	upstream string
-	tool     string      // the tool called, as exposed
+	action   Action      // what it does; "" for a tool call
+	tool     string      // the tool called (or prompt, resource), as exposed
 	stream   streamState // what the call's response streams showed
 }
 
