@@ -102,14 +102,14 @@ func (r *replicas) connectLB(t *testing.T, sub string, opts *mcp.ClientOptions) 
 // the standalone stream or not.
 func (r *replicas) connectVia(t *testing.T, base, sub string, opts *mcp.ClientOptions, noStream bool) *mcp.ClientSession {
 	t.Helper()
-	return r.connectTransport(t, base, sub, opts, noStream, nil)
+	return r.connectTransport(t, base, sub, opts, noStream, nil, sessionVersion)
 }
 
 // connectWith opens a stateful client session as sub through base, and
 // passes the body of each POST the client sends to sent.
 func (r *replicas) connectWith(t *testing.T, base, sub string, opts *mcp.ClientOptions, sent func([]byte)) *mcp.ClientSession {
 	t.Helper()
-	return r.connectTransport(t, base, sub, opts, true, sent)
+	return r.connectTransport(t, base, sub, opts, true, sent, sessionVersion)
 }
 
 // sentBodies passes the body of each request it sends to sent.
@@ -130,7 +130,7 @@ func (s sentBodies) RoundTrip(req *http.Request) (*http.Response, error) {
 	return s.next.RoundTrip(req)
 }
 
-func (r *replicas) connectTransport(t *testing.T, base, sub string, opts *mcp.ClientOptions, noStream bool, sent func([]byte)) *mcp.ClientSession {
+func (r *replicas) connectTransport(t *testing.T, base, sub string, opts *mcp.ClientOptions, noStream bool, sent func([]byte), version string) *mcp.ClientSession {
 	t.Helper()
 	src := r.broker.TokenSource(t.Context(), broker.Grant{Subject: sub, Audience: r.url + "/mcp"})
 	var rt http.RoundTripper = &oauth2.Transport{Source: src}
@@ -143,7 +143,7 @@ func (r *replicas) connectTransport(t *testing.T, base, sub string, opts *mcp.Cl
 		HTTPClient:           &http.Client{Transport: rt},
 		DisableStandaloneSSE: noStream,
 		MaxRetries:           -1,
-	}, &mcp.ClientSessionOptions{ProtocolVersion: sessionVersion})
+	}, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatalf("connect through the balancer: %v", err)
 	}
@@ -379,6 +379,39 @@ func TestSessionAnswerOnOtherReplica(t *testing.T) {
 			}
 			if kinds := r.auditKinds("as__ask"); !slices.Equal(kinds, []string{KindDecision, KindElicitationRequested, KindRequestAnswered, KindExecuted}) {
 				t.Errorf("audit %v", kinds)
+			}
+		})
+	}
+}
+
+// TestSessionProtocolsAnyReplica: a client of each protocol with a
+// handshake holds a stateful session through two replicas behind the
+// alternating balancer: the session keeps the protocol it negotiated on
+// the replica that did not answer its handshake, and an upstream's
+// sampling request during a tool call (a request every one of these
+// protocols has), sent from one replica, is answered through the other.
+func TestSessionProtocolsAnyReplica(t *testing.T) {
+	t.Parallel()
+	up := askingUpstream(t)
+	r := newReplicas(t, envConfig{rules: map[string]Decision{"up__ask": Allow}, upstreams: []Upstream{{Name: "up", URL: up.url}},
+		catalog: func(o *CatalogOptions) { o.RelayRequests = true }})
+	for _, version := range []string{"2025-03-26", "2025-06-18", "2025-11-25"} {
+		t.Run(version, func(t *testing.T) {
+			var sampled atomic.Int32
+			cs := r.connectTransport(t, r.lbURL, alice, &mcp.ClientOptions{
+				CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+					sampled.Add(1)
+					return &mcp.CreateMessageResult{Role: "assistant", Model: "m", Content: &mcp.TextContent{Text: "four"}}, nil
+				},
+			}, true, nil, version)
+			if got := cs.InitializeResult().ProtocolVersion; got != version {
+				t.Fatalf("the session negotiated %s, want %s", got, version)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "up__ask", Arguments: map[string]any{}})
+			if err != nil || res.IsError || !strings.HasPrefix(text(res), "model said four") || sampled.Load() != 1 {
+				t.Fatalf("the call = %+v, %v (sampled %d times); want the model's answer", res, err, sampled.Load())
 			}
 		})
 	}
