@@ -26,12 +26,14 @@
 // recorded with the next record (see [KindAuthFailuresSuppressed]); every
 // refusal is still answered and logged.
 //
-// The endpoint is stateless by default: every POST stands alone, so any
-// replica can serve any request and no session affinity is needed. It speaks
-// every protocol version the SDK does, including the sessionless 2026-07-28.
-// Options.Stateful adds SDK sessions for the protocols with a handshake
-// (see there), and serves a request of 2026-07-28 that names no session as
-// the stateless endpoint does. A stateless response ends with the event that carries it, before
+// Without Options.Stateful the endpoint is stateless: every POST stands
+// alone, so any replica can serve any request and no session affinity is
+// needed. It speaks every protocol version the SDK does, including the
+// sessionless 2026-07-28. Options.Stateful (usher serve's default,
+// mcp.stateful) adds SDK sessions for the protocols with a handshake,
+// recorded so that any replica serves them (see there), and serves a
+// request that names no session and begins none as the stateless endpoint
+// does. A stateless response ends with the event that carries it, before
 // the SDK has closed the session it made for the request, so that a client
 // which stops reading after the event keeps its connection for the next
 // call (a client that finds the stream unfinished must open a new one).
