@@ -19,36 +19,13 @@ func TestInspectorCLI(t *testing.T) {
 	token := u.brokerToken(t, "alice")
 	home := t.TempDir()
 
-	// inspect runs the Inspector CLI against Usher's endpoint and decodes
-	// its JSON output: the result on stdout, or an error on stderr.
-	type output struct {
-		Result json.RawMessage `json:"result"`
-		Error  *struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	inspect := func(t *testing.T, withToken bool, request ...string) (output, error) {
+	inspect := func(t *testing.T, withToken bool, request ...string) (inspectorOutput, error) {
 		t.Helper()
-		args := append([]string{"--cli", u.url + "/mcp", "--transport", "http", "--format", "json"}, request...)
+		bearer := ""
 		if withToken {
-			args = append(args, "--header", "Authorization: Bearer "+token)
+			bearer = token
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		stdout, stderr, err := nt.run(ctx, home, "mcp-inspector", args...)
-		var out output
-		text := stdout
-		if strings.TrimSpace(text) == "" {
-			text = stderr
-		}
-		// The JSON object is the last line; a warning may come before it.
-		lines := strings.Split(strings.TrimSpace(text), "\n")
-		if jerr := json.Unmarshal([]byte(lines[len(lines)-1]), &out); jerr != nil {
-			t.Fatalf("inspector %s: %v; its output is not JSON: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(request, " "), err, jerr, stdout, stderr)
-		}
-		t.Logf("inspector %s (token: %v): exit %v\n%s", strings.Join(request, " "), withToken, err, lines[len(lines)-1])
-		return out, err
+		return runInspector(t, nt, home, u.url+"/mcp", bearer, request...)
 	}
 
 	t.Run("tools/list", func(t *testing.T) {
@@ -158,4 +135,39 @@ func TestInspectorCLI(t *testing.T) {
 			t.Errorf("notes_list = %s, want the notes and no error", out.Result)
 		}
 	})
+}
+
+// inspectorOutput is what the Inspector CLI prints with --format json: the
+// result on stdout, or an error on stderr.
+type inspectorOutput struct {
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// runInspector runs the Inspector CLI against the MCP endpoint, with the
+// bearer token unless it is "", and decodes its JSON output.
+func runInspector(t *testing.T, nt nodeTools, home, endpoint, token string, request ...string) (inspectorOutput, error) {
+	t.Helper()
+	args := append([]string{"--cli", endpoint, "--transport", "http", "--format", "json"}, request...)
+	if token != "" {
+		args = append(args, "--header", "Authorization: Bearer "+token)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stdout, stderr, err := nt.run(ctx, home, "mcp-inspector", args...)
+	var out inspectorOutput
+	text := stdout
+	if strings.TrimSpace(text) == "" {
+		text = stderr
+	}
+	// The JSON object is the last line; a warning may come before it.
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	if jerr := json.Unmarshal([]byte(lines[len(lines)-1]), &out); jerr != nil {
+		t.Fatalf("inspector %s: %v; its output is not JSON: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(request, " "), err, jerr, stdout, stderr)
+	}
+	t.Logf("inspector %s (token: %v): exit %v\n%s", strings.Join(request, " "), token != "", err, lines[len(lines)-1])
+	return out, err
 }

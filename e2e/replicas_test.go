@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -102,6 +103,48 @@ func TestTypeScriptClientReplicas(t *testing.T) {
 	}
 	if len(got.AfterEnd) != 2 || got.AfterEnd[0] != http.StatusNotFound || got.AfterEnd[1] != http.StatusNotFound {
 		t.Errorf("the ended session on both replicas: %v, want 404 twice", got.AfterEnd)
+	}
+}
+
+// TestInspectorCLIReplicas: the MCP Inspector's command-line client,
+// against two replicas behind the alternating balancer (the stateful
+// default): each invocation is a session whose handshake and request
+// reach different replicas; it lists the everything-server's tools and
+// calls one, in the handshake protocols and in the sessionless 2026-07-28.
+func TestInspectorCLIReplicas(t *testing.T) {
+	nt := requireTools(t)
+	testenv.DatabaseURL(t)
+	t.Parallel()
+	lb, token := startReplicas(t, startEverything(t, everythingBinary(t), true)+"/mcp", true)
+	home := t.TempDir()
+	for _, era := range [][]string{nil, {"--protocol-era", "modern"}} {
+		out, err := runInspector(t, nt, home, lb+"/mcp", token, append(slices.Clone(era), "--method", "tools/list")...)
+		if err != nil {
+			t.Fatalf("tools/list %v: %v (%+v)", era, err, out.Error)
+		}
+		var list struct {
+			Tools []struct{ Name string } `json:"tools"`
+		}
+		if err := json.Unmarshal(out.Result, &list); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(list.Tools, func(tool struct{ Name string }) bool { return tool.Name == "test_simple_text" }) {
+			t.Errorf("tools/list %v lists %d tools, without test_simple_text", era, len(list.Tools))
+		}
+		out, err = runInspector(t, nt, home, lb+"/mcp", token, append(slices.Clone(era), "--method", "tools/call", "--tool-name", "test_simple_text")...)
+		if err != nil {
+			t.Fatalf("tools/call test_simple_text %v: %v (%+v)", era, err, out.Error)
+		}
+		var res struct {
+			IsError bool                    `json:"isError"`
+			Content []struct{ Text string } `json:"content"`
+		}
+		if err := json.Unmarshal(out.Result, &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError || len(res.Content) == 0 || res.Content[0].Text == "" {
+			t.Errorf("tools/call test_simple_text %v = %s, want its text", era, out.Result)
+		}
 	}
 }
 
