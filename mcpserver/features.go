@@ -383,7 +383,9 @@ func (u *upstream) session(ctx context.Context, f func(context.Context, *mcp.Cli
 // For a caller of protocol 2026-07-28 the session offers the upstream
 // what the caller declared (see round.offers), and an upstream's round
 // comes back as an incomplete tools/call result (see heldAskOf), whatever
-// the request.
+// the request; with CatalogOptions.RelayRequests, a stateful caller of an
+// earlier protocol has the upstream's requests relayed, as during a tool
+// call (see relay).
 // An upstream of an earlier protocol asks for input with requests of its
 // own: the request is then held open for the caller's rounds, as a tool
 // call is (see heldCall), and a retry of such a round resumes it — here,
@@ -396,9 +398,13 @@ func (u *upstream) request(ctx context.Context, action Action, name string, send
 	ctx, cancel := context.WithTimeout(ctx, u.cat.opts.CallTimeout)
 	defer cancel()
 	r, rounds := roundOf(ctx)
+	ds, _ := ctx.Value(downstreamKey{}).(downstream)
 	key := connKey{upstream: u.cfg.Name, subject: c.Subject, rounds: rounds}
-	if rounds {
+	switch {
+	case rounds:
 		key.offers = r.offers()
+	case u.cat.opts.RelayRequests:
+		key.offers = relayOffers(ds)
 	}
 	conn, err := u.cat.pool.acquire(ctx, u, key)
 	if err != nil {
@@ -411,9 +417,10 @@ func (u *upstream) request(ctx context.Context, action Action, name string, send
 		return u.resumeHeld(ctx, c.Subject, r, decode, refuseRequest)
 	}
 	// Its response stream is watched (see sseTap) for an end without the
-	// answer; nothing of it is passed on.
-	ds, _ := ctx.Value(downstreamKey{}).(downstream)
-	f := &inflight{ctx: ctx, downstream: ds, id: rand.Text(), upstream: u.cfg.Name, action: action, tool: name}
+	// answer; of what the upstream sends during it, only its requests are
+	// passed on.
+	f := &inflight{ctx: ctx, downstream: ds, id: rand.Text(), upstream: u.cfg.Name, action: action, tool: name,
+		relayMeta: !rounds && key.offers != "" && speaksRounds(conn.session)}
 	run := func(ctx context.Context) (mcp.Result, error) {
 		res, err := send(context.WithValue(ctx, inflightKey{}, f), conn.session)
 		if cancelled := heldCancelled(ctx, u.cfg.Name, err); held && cancelled != nil {
@@ -431,7 +438,28 @@ func (u *upstream) request(ctx context.Context, action Action, name string, send
 		return u.startHeld(ctx, conn, f, r, run).round(ctx)
 	}
 	defer u.cat.pool.release(conn)
+	if key.offers != "" {
+		// So do the requests relayed to a stateful caller (see
+		// relayTarget).
+		conn.track(f)
+		defer conn.untrack(f)
+	}
 	return run(ctx)
+}
+
+// requestParams returns the _meta, input responses and request state of
+// a request other than a tool call that request sends: a round's, or for
+// an upstream of protocol 2026-07-28 on a session that relays its
+// requests for input, the capabilities that session offers (see
+// relayMeta).
+func requestParams(ctx context.Context) (mcp.Meta, mcp.InputResponseMap, string) {
+	if r, ok := roundOf(ctx); ok {
+		return r.meta(nil), r.responses, r.state
+	}
+	if f, _ := ctx.Value(inflightKey{}).(*inflight); f != nil && f.relayMeta {
+		return relayMeta(nil), nil, ""
+	}
+	return nil, nil, ""
 }
 
 // requestFailed is the error of a request to u on conn that failed with

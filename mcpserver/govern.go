@@ -336,9 +336,7 @@ func (s *Server) readResource(ctx context.Context, c Caller, p *mcp.ReadResource
 	}
 	g.run = requestRun(t.upstream, ActionReadResource, uri, heldResult[mcp.ReadResourceResult], func(ctx context.Context, cs *mcp.ClientSession) (mcp.Result, error) {
 		params := &mcp.ReadResourceParams{URI: t.orig}
-		if r, ok := roundOf(ctx); ok {
-			params.Meta, params.InputResponses, params.RequestState = r.meta(nil), r.responses, r.state
-		}
+		params.Meta, params.InputResponses, params.RequestState = requestParams(ctx)
 		res, err := cs.ReadResource(ctx, params)
 		if err != nil {
 			return nil, err
@@ -393,9 +391,7 @@ func (s *Server) getPrompt(ctx context.Context, c Caller, p *mcp.GetPromptParams
 	}
 	g.run = requestRun(pr.upstream, ActionGetPrompt, name, heldResult[mcp.GetPromptResult], func(ctx context.Context, cs *mcp.ClientSession) (mcp.Result, error) {
 		params := &mcp.GetPromptParams{Name: pr.orig, Arguments: p.Arguments}
-		if r, ok := roundOf(ctx); ok {
-			params.Meta, params.InputResponses, params.RequestState = r.meta(nil), r.responses, r.state
-		}
+		params.Meta, params.InputResponses, params.RequestState = requestParams(ctx)
 		res, err := cs.GetPrompt(ctx, params)
 		if err != nil {
 			return nil, err

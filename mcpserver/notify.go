@@ -46,12 +46,13 @@ func withDownstream(ctx context.Context, r *mcp.CallToolRequest, resumable bool,
 	return context.WithValue(ctx, downstreamKey{}, d)
 }
 
-// withRecord returns ctx carrying the downstream of a request other than
-// a tool call: nothing of the upstream's is passed on to the caller
-// during it but its requests for input, as rounds of protocol 2026-07-28,
-// which record audits (see heldCall).
-func withRecord(ctx context.Context, record func(context.Context, Event, string) bool) context.Context {
-	return context.WithValue(ctx, downstreamKey{}, downstream{record: record})
+// withRequestDownstream returns ctx carrying the downstream of a request
+// other than a tool call (prompts/get, resources/read) of session: of
+// what the upstream sends during it, only its requests reach the caller,
+// relayed on a stateful session or as rounds of protocol 2026-07-28, each
+// audited with record (see relay and heldCall).
+func withRequestDownstream(ctx context.Context, session *mcp.ServerSession, record func(context.Context, Event, string) bool) context.Context {
+	return context.WithValue(ctx, downstreamKey{}, downstream{session: session, record: record})
 }
 
 // inflight is a call in flight to an upstream.
@@ -63,6 +64,9 @@ type inflight struct {
 	action   Action      // what it does; "" for a tool call
 	tool     string      // the tool called (or prompt, resource), as exposed
 	stream   streamState // what the call's response streams showed
+	// relayMeta: the request goes to an upstream of protocol 2026-07-28 on
+	// a session that relays its requests for input (see relayMeta).
+	relayMeta bool
 }
 
 type inflightKey struct{}

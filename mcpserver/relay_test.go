@@ -407,3 +407,87 @@ func TestElicitationSchemaPassedOn(t *testing.T) {
 		}
 	})
 }
+
+// TestRelayRequestsDuringPromptAndRead: in the stateful mode an
+// upstream's elicitation during a prompts/get or a resources/read reaches
+// the caller that offers it, as during a tool call (TestRelayRequests),
+// audited under the request's action, and its answer reaches the
+// upstream; one server, and two behind a balancer that alternates every
+// request, so that the answer reaches the other one.
+func TestRelayRequestsDuringPromptAndRead(t *testing.T) {
+	t.Parallel()
+	up := askingFeatures(t)
+	cfg := envConfig{rules: featureRules, upstreams: []Upstream{{Name: "up", URL: up.url}},
+		catalog: func(o *CatalogOptions) { o.RelayRequests = true }}
+	answer := &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return ada, nil
+	}}
+	check := func(t *testing.T, e *env, cs *mcp.ClientSession) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		pr, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "up__ask"})
+		if err != nil || len(pr.Messages) != 1 || pr.Messages[0].Content.(*mcp.TextContent).Text != "Greet accept Ada" {
+			t.Fatalf("prompts/get = %+v, %v; want the greeting of the name the caller gave", pr, err)
+		}
+		rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "up__test://ask"})
+		if err != nil || len(rr.Contents) != 1 || rr.Contents[0].Text != "for accept Ada" {
+			t.Fatalf("resources/read = %+v, %v; want the text for the name the caller gave", rr, err)
+		}
+		want := []string{KindDecision, KindElicitationRequested, KindRequestAnswered, KindExecuted}
+		for name, action := range map[string]Action{"up__ask": ActionGetPrompt, "up__test://ask": ActionReadResource} {
+			if got := e.auditKinds(name); !slices.Equal(got, want) {
+				t.Errorf("%s: audit %v, want %v", name, got, want)
+			}
+			for _, ev := range e.events() {
+				if ev.Tool == name && ev.Action != action {
+					t.Errorf("%s: a record has the action %q, want %q: %+v", name, ev.Action, action, ev)
+				}
+			}
+		}
+	}
+	t.Run("one server", func(t *testing.T) {
+		t.Parallel()
+		c := cfg
+		c.server = func(o *Options) { o.Stateful = true }
+		e := newEnv(t, c)
+		check(t, e, e.connect(alice, "", answer, ""))
+	})
+	t.Run("two servers", func(t *testing.T) {
+		t.Parallel()
+		r := newReplicas(t, cfg)
+		check(t, r.env, r.connectLB(t, alice, answer))
+	})
+}
+
+// TestUpstreamInputRequestsDuringPromptAndRead: an upstream of protocol
+// 2026-07-28 that asks for input with an incomplete result of a
+// prompts/get or a resources/read has it met, for a stateful caller of an
+// earlier protocol that offers elicitation, by Usher's upstream session,
+// which relays the request to the caller and retries (as for a tool call,
+// TestUpstreamInputRequests).
+func TestUpstreamInputRequestsDuringPromptAndRead(t *testing.T) {
+	t.Parallel()
+	a := newAsker(t)
+	e := askerEnv(t, a, map[string]Decision{"as__greet": Allow, "as__file:///secret": Allow}, envConfig{
+		catalog: func(o *CatalogOptions) { o.RelayRequests = true },
+		server:  func(o *Options) { o.Stateful = true },
+	})
+	cs := e.connect(alice, "", &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Alice"}}, nil
+	}}, "")
+	pr, err := cs.GetPrompt(t.Context(), &mcp.GetPromptParams{Name: "as__greet"})
+	if err != nil || len(pr.Messages) != 1 || pr.Messages[0].Content.(*mcp.TextContent).Text != "Greet Alice" {
+		t.Errorf("prompts/get = %+v, %v; want the greeting of the name the caller gave", pr, err)
+	}
+	rr, err := cs.ReadResource(t.Context(), &mcp.ReadResourceParams{URI: "as__file:///secret"})
+	if err != nil || len(rr.Contents) != 1 || rr.Contents[0].Text != "for Alice" {
+		t.Errorf("resources/read = %+v, %v; want the text for the name the caller gave", rr, err)
+	}
+	want := []string{KindDecision, KindElicitationRequested, KindRequestAnswered, KindExecuted}
+	for _, name := range []string{"as__greet", "as__file:///secret"} {
+		if got := e.auditKinds(name); !slices.Equal(got, want) {
+			t.Errorf("%s: audit %v, want %v", name, got, want)
+		}
+	}
+}

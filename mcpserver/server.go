@@ -545,7 +545,7 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 		case *mcp.ListResourceTemplatesRequest:
 			return s.listResourceTemplates(ctx, c), nil
 		case *mcp.ReadResourceRequest:
-			ctx = withRecord(ctx, s.record)
+			ctx = withRequestDownstream(ctx, r.Session, s.record)
 			var res mcp.Result
 			var err error
 			s.warm.Run(func() { res, err = s.readResource(ctx, c, r.Params, r.ClientCapabilities()) })
@@ -553,7 +553,7 @@ func (s *Server) dispatch(next mcp.MethodHandler) mcp.MethodHandler {
 		case *mcp.ListPromptsRequest:
 			return s.listPrompts(ctx, c), nil
 		case *mcp.GetPromptRequest:
-			ctx = withRecord(ctx, s.record)
+			ctx = withRequestDownstream(ctx, r.Session, s.record)
 			var res mcp.Result
 			var err error
 			s.warm.Run(func() { res, err = s.getPrompt(ctx, c, r.Params, r.ClientCapabilities()) })
