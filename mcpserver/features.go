@@ -380,16 +380,16 @@ func (u *upstream) session(ctx context.Context, f func(context.Context, *mcp.Cli
 // request sends a request that may ask the caller for input (prompts/get,
 // resources/read) on the caller's session to u, as send sends it, within
 // CallTimeout; action and name say what it asks for (name as exposed).
-// For a caller of protocol 2026-07-28 the session offers the upstream
-// what the caller declared (see round.offers), and an upstream's round
-// comes back as an incomplete tools/call result (see heldAskOf), whatever
-// the request; with CatalogOptions.RelayRequests, a stateful caller of an
-// earlier protocol has the upstream's requests relayed, as during a tool
-// call (see relay).
-// An upstream of an earlier protocol asks for input with requests of its
-// own: the request is then held open for the caller's rounds, as a tool
-// call is (see heldCall), and a retry of such a round resumes it — here,
-// or on the replica that holds it, whose result decode reads.
+// The upstream's requests for input go to the caller as during a tool
+// call. With CatalogOptions.RelayRequests, a stateful caller of a
+// protocol with a handshake has them relayed (see relay). For a caller of
+// protocol 2026-07-28 the session offers the upstream what the caller
+// declared (see round.offers), and an upstream's round comes back as an
+// incomplete tools/call result (see heldAskOf), whatever the request; an
+// upstream of an earlier protocol asks with requests of its own, and the
+// request is then held open for the caller's rounds (see heldCall): a
+// retry of such a round resumes it, here or on the replica that holds
+// it, whose result decode reads.
 func (u *upstream) request(ctx context.Context, action Action, name string, send func(context.Context, *mcp.ClientSession) (mcp.Result, error), decode heldDecoder) (mcp.Result, error) {
 	c, ok := CallerFromContext(ctx)
 	if !ok {
