@@ -397,15 +397,7 @@ func (u *upstream) request(ctx context.Context, action Action, name string, send
 	}
 	ctx, cancel := context.WithTimeout(ctx, u.cat.opts.CallTimeout)
 	defer cancel()
-	r, rounds := roundOf(ctx)
-	ds, _ := ctx.Value(downstreamKey{}).(downstream)
-	key := connKey{upstream: u.cfg.Name, subject: c.Subject, rounds: rounds}
-	switch {
-	case rounds:
-		key.offers = r.offers()
-	case u.cat.opts.RelayRequests:
-		key.offers = relayOffers(ds)
-	}
+	key, r, rounds, ds := u.sessionOf(ctx, c)
 	conn, err := u.cat.pool.acquire(ctx, u, key)
 	if err != nil {
 		return nil, fmt.Errorf("connect to upstream %s: %w", u.cfg.Name, err)

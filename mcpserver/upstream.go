@@ -313,15 +313,7 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		defer span.End()
 		ctx, cancel := context.WithTimeout(ctx, u.cat.opts.CallTimeout)
 		defer cancel()
-		r, rounds := roundOf(ctx)
-		ds, _ := ctx.Value(downstreamKey{}).(downstream)
-		key := connKey{upstream: u.cfg.Name, subject: c.Subject, rounds: rounds}
-		switch {
-		case rounds:
-			key.offers = r.offers()
-		case u.cat.opts.RelayRequests:
-			key.offers = relayOffers(ds)
-		}
+		key, r, rounds, ds := u.sessionOf(ctx, c)
 		conn, err := u.cat.pool.acquire(ctx, u, key)
 		if errors.Is(err, errTooManySessions) || errors.Is(err, errTooManyUserSessions) {
 			u.stats.failed(CallBusy)
@@ -387,6 +379,24 @@ func (u *upstream) caller(name string) func(context.Context, json.RawMessage) (*
 		res, err := conn.session.CallTool(ctx, params)
 		return outcome(ctx, res, err)
 	}
+}
+
+// sessionOf returns the pool key of the session on which a request of
+// caller c goes to u, with the round the request is (and whether c speaks
+// rounds) and the downstream it serves: the session offers the upstream
+// what a caller of rounds declared (see round.offers), or what a stateful
+// caller's requests are relayed for (see relayOffers).
+func (u *upstream) sessionOf(ctx context.Context, c Caller) (connKey, *round, bool, downstream) {
+	r, rounds := roundOf(ctx)
+	ds, _ := ctx.Value(downstreamKey{}).(downstream)
+	key := connKey{upstream: u.cfg.Name, subject: c.Subject, rounds: rounds}
+	switch {
+	case rounds:
+		key.offers = r.offers()
+	case u.cat.opts.RelayRequests:
+		key.offers = relayOffers(ds)
+	}
+	return key, r, rounds, ds
 }
 
 // toolRound is a held tool call's round or result as a tools/call
