@@ -249,9 +249,9 @@ func (h *heldCall) expire() {
 
 // event is an audit record of the held call.
 func (h *heldCall) event(outcome, reason string) Event {
-	caller, _ := CallerFromContext(h.f.ctx)
-	return Event{Principal: caller.Subject, ClientID: caller.ClientID, TokenID: caller.TokenID, RunID: caller.RunID,
-		Action: h.f.action, Tool: h.f.tool, Server: h.upstream, Outcome: outcome, Reasons: []string{reason}}
+	ev := h.f.event()
+	ev.Outcome, ev.Reasons = outcome, []string{reason}
+	return ev
 }
 
 // answer delivers the caller's answers to the upstream's waiting

@@ -69,6 +69,14 @@ type inflight struct {
 	relayMeta bool
 }
 
+// event is the audit event of what f's upstream asks of the caller
+// during it: who called, and what, on which upstream.
+func (f *inflight) event() Event {
+	caller, _ := CallerFromContext(f.ctx)
+	return Event{Principal: caller.Subject, ClientID: caller.ClientID, TokenID: caller.TokenID, RunID: caller.RunID,
+		Action: f.action, Tool: f.tool, Server: f.upstream}
+}
+
 type inflightKey struct{}
 
 // progress passes on progress reported under the call's token.

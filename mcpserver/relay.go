@@ -65,9 +65,7 @@ func relay[R any](c *conn, kind string, params any, declared func(*mcp.ClientCap
 	if err != nil {
 		return zero, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: err.Error()}
 	}
-	caller, _ := CallerFromContext(f.ctx)
-	ev := Event{Principal: caller.Subject, ClientID: caller.ClientID, TokenID: caller.TokenID, RunID: caller.RunID,
-		Action: f.action, Tool: f.tool, Server: f.upstream}
+	ev := f.event()
 	if b, err := jcs.Marshal(params); err == nil {
 		sum := sha256.Sum256(b)
 		ev.ArgumentsHash = hex.EncodeToString(sum[:])
