@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -423,14 +424,15 @@ type faultPost struct {
 	serverErrs int // 5xx answers
 	netErrs    int // no answer: the connection failed or timed out
 	last       string
+	tries      []string // each attempt: when it started, after the first, and how long its answer took
 }
 
 // post sends a message to a run as a careful client does: with an
 // Idempotency-Key, again with the same key after a failure, until an
-// answer of 2xx or the deadline, which bounds when an attempt may start;
-// each attempt has a timeout of its own (a ?wait answer comes after its
-// wait). wait, when set, is the ?wait of the request.
-func (c *faultCluster) post(ctx context.Context, runID, key, content, wait string, deadline time.Duration) faultPost {
+// answer of 2xx or the end of retries, which bounds when an attempt may
+// start; each attempt has a timeout of its own (a ?wait answer comes after
+// its wait). wait, when set, is the ?wait of the request.
+func (c *faultCluster) post(ctx, retries context.Context, runID, key, content, wait string) faultPost {
 	out := faultPost{content: content}
 	body, _ := json.Marshal(map[string]string{"content": content})
 	u := c.lb.url + "/api/assistant/runs/" + runID + "/messages"
@@ -438,15 +440,20 @@ func (c *faultCluster) post(ctx context.Context, runID, key, content, wait strin
 		u += "?wait=" + wait
 	}
 	client := &http.Client{Timeout: 15 * time.Second}
-	retries, cancel := context.WithTimeout(ctx, deadline)
-	defer cancel()
+	first := time.Now()
 	for retries.Err() == nil {
 		out.attempts++
+		began := time.Now()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+c.token)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
 		resp, err := client.Do(req)
+		answer := "no answer"
+		if err == nil {
+			answer = strconv.Itoa(resp.StatusCode)
+		}
+		out.tries = append(out.tries, fmt.Sprintf("+%.1fs: %s in %.1fs", began.Sub(first).Seconds(), answer, time.Since(began).Seconds()))
 		if err == nil {
 			raw, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
