@@ -222,6 +222,11 @@ func TestAtomicPostgresTerminated(t *testing.T) {
 				t.Errorf("the transaction ran %d times, want 1", attempts)
 			}
 			t.Logf("inTx: %v", err)
+			// What the store's methods return of it says the database is
+			// unavailable, which the API answers with 503.
+			if !errors.Is(c.fail(err), ErrUnavailable) {
+				t.Errorf("the terminated transaction's error, translated, is %v; want ErrUnavailable", c.fail(err))
+			}
 			atomicNoteAbsent(t, s, owner, "a")
 			atomicNoteAbsent(t, s, owner, "b")
 

@@ -3,10 +3,13 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -33,8 +36,17 @@ func TestPgError(t *testing.T) {
 		{"NUL in jsonb", &pgconn.PgError{Code: "22P05"}, ErrInvalid},
 		{"NUL in text", &pgconn.PgError{Code: "22021"}, ErrInvalid},
 		{"undefined table", &pgconn.PgError{Code: "42P01"}, nil},
-		{"connection lost", io.ErrUnexpectedEOF, nil},
+		{"connection lost", io.ErrUnexpectedEOF, ErrUnavailable},
+		{"backend terminated", &pgconn.PgError{Code: "57P01"}, ErrUnavailable},
+		{"server crashed", &pgconn.PgError{Code: "57P02"}, ErrUnavailable},
+		{"server starting", &pgconn.PgError{Code: "57P03"}, ErrUnavailable},
+		{"connection failure", &pgconn.PgError{Code: "08006"}, ErrUnavailable},
+		{"terminated, then the cleanup failed", errors.Join(&pgconn.PgError{Code: "57P01"}, errors.New("conn closed")), ErrUnavailable},
+		{"broken connection", fmt.Errorf("begin: %w", driver.ErrBadConn), ErrUnavailable},
+		{"refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, ErrUnavailable},
 		{"canceled", context.Canceled, nil},
+		{"deadline", fmt.Errorf("query: %w", context.DeadlineExceeded), nil},
+		{"query canceled", &pgconn.PgError{Code: "57014"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,7 +118,7 @@ func checkTranslation(t *testing.T, got, err, want error) {
 	if !errors.Is(got, want) {
 		t.Errorf("translated %v into %v, want %v", err, got, want)
 	}
-	for _, other := range []error{ErrNotFound, ErrConflict, ErrInvalid} {
+	for _, other := range []error{ErrNotFound, ErrConflict, ErrInvalid, ErrUnavailable} {
 		if other != want && errors.Is(got, other) {
 			t.Errorf("translated %v into %v, which is also %v", err, got, other)
 		}

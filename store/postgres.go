@@ -3,10 +3,13 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -285,7 +288,34 @@ const (
 	pgInvalidTextRepr          = "22P02"
 	pgUntranslatableCharacter  = "22P05"
 	pgCharacterNotInRepertoire = "22021"
+	pgAdminShutdown            = "57P01"
+	pgCrashShutdown            = "57P02"
+	pgCannotConnectNow         = "57P03"
+	pgConnectionExceptionClass = "08"
 )
+
+// pgUnavailable reports whether err is the database being out of reach:
+// the server shutting the connection down or not taking it, a connection
+// exception, the connection found broken, or a failure to connect or to
+// talk to the server at all. A context that ended, whatever the driver
+// made of it, is not.
+func pgUnavailable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case pgAdminShutdown, pgCrashShutdown, pgCannotConnectNow:
+			return true
+		}
+		return strings.HasPrefix(pgErr.Code, pgConnectionExceptionClass)
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, io.ErrUnexpectedEOF)
+}
 
 // pgDuplicateEvent reports whether err is PostgreSQL refusing an audit
 // record whose event id another record has.
@@ -303,6 +333,9 @@ func pgError(err error) error {
 	}
 	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) {
 		return ErrNotFound
+	}
+	if pgUnavailable(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {

@@ -30,7 +30,22 @@ var (
 	// was rotated: its family is revoked (see RotateRefreshToken). It is a
 	// conflict too: errors.Is(ErrReused, ErrConflict) holds.
 	ErrReused = fmt.Errorf("store: refresh token reused: %w", ErrConflict)
+	// ErrUnavailable reports that the database could not be reached or
+	// dropped the connection mid-operation (PostgreSQL shutting a backend
+	// down, a network failure): the same operation may succeed a moment
+	// later. A write that failed so may or may not have committed, so only
+	// an idempotent write is tried again. Its Unavailable method tells the
+	// HTTP layer to answer 503 rather than a generic 500.
+	ErrUnavailable error = unavailableError{}
 )
+
+// unavailableError is ErrUnavailable's type.
+type unavailableError struct{}
+
+func (unavailableError) Error() string { return "store: database unavailable" }
+
+// Unavailable reports true: see ErrUnavailable.
+func (unavailableError) Unavailable() bool { return true }
 
 // RunStatus is the lifecycle state of a run (a conversation).
 type RunStatus string

@@ -422,6 +422,7 @@ type faultPost struct {
 	acked      bool // a 2xx answer came, at last
 	attempts   int
 	serverErrs int // 5xx answers
+	retryLater int // of them, 503 unavailable with a Retry-After: the database was out of reach
 	netErrs    int // no answer: the connection failed or timed out
 	last       string
 	tries      []string // each attempt: when it started, after the first, and how long its answer took
@@ -464,6 +465,10 @@ func (c *faultCluster) post(ctx, retries context.Context, runID, key, content, w
 				return out
 			case resp.StatusCode >= 500:
 				out.serverErrs++
+				if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" &&
+					bytes.Contains(raw, []byte(`"code":"unavailable"`)) {
+					out.retryLater++
+				}
 			default:
 				return out // refused: retrying the same request cannot help
 			}

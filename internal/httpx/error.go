@@ -31,7 +31,21 @@ var (
 	ErrRequestTimeout   = &Error{Status: http.StatusRequestTimeout, Code: "request_timeout", Message: "The request was not received in time."}
 	ErrMethodNotAllowed = &Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "The method is not allowed here."}
 	errInternal         = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "Something went wrong on our side. It has been logged."}
+	errUnavailable      = &Error{Status: http.StatusServiceUnavailable, Code: "unavailable",
+		Message: "The service cannot reach its database just now. Try again in a moment; a request with an Idempotency-Key is safe to send again."}
 )
+
+// unavailable is an error of a dependency that is out of reach for a
+// while, such as store.ErrUnavailable: the request may succeed if sent
+// again.
+type unavailable interface {
+	error
+	Unavailable() bool
+}
+
+// retryAfter is the Retry-After, in seconds, of a 503 for an unavailable
+// dependency.
+const retryAfter = "1"
 
 // errorBody is the one error shape of every Usher API response.
 type errorBody struct {
@@ -39,7 +53,8 @@ type errorBody struct {
 }
 
 // WriteError answers with err's shape when it is (or wraps) an *Error, and
-// otherwise logs err and answers a generic 500.
+// otherwise logs err and answers a generic 500, or a 503 with Retry-After
+// when err says a dependency is unavailable for a while.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var e *Error
 	if !errors.As(err, &e) {
@@ -47,6 +62,10 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 			log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		}
 		e = errInternal
+		if u, ok := errors.AsType[unavailable](err); ok && u.Unavailable() {
+			e = errUnavailable
+			w.Header().Set("Retry-After", retryAfter)
+		}
 	}
 	WriteJSON(w, e.Status, errorBody{Error: e})
 }

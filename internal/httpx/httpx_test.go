@@ -37,6 +37,38 @@ func TestWriteErrorNeverEchoesInternalText(t *testing.T) {
 	}
 }
 
+// downError is a dependency's error that says whether it is unavailable.
+type downError bool
+
+func (e downError) Error() string     { return "database: connection refused" }
+func (e downError) Unavailable() bool { return bool(e) }
+
+// TestWriteErrorUnavailable answers an error that says a dependency is out
+// of reach for a while with 503, code unavailable and a Retry-After, logged
+// and without its text; one that says it is not is still a 500.
+func TestWriteErrorUnavailable(t *testing.T) {
+	for _, down := range []bool{true, false} {
+		var logs bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		rec := httptest.NewRecorder()
+		WriteError(rec, httptest.NewRequest("POST", "/x", nil), log, fmt.Errorf("post: %w", downError(down)))
+		var body struct{ Error Error }
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("body = %s (%v)", rec.Body, err)
+		}
+		want, code, after := http.StatusInternalServerError, "internal", ""
+		if down {
+			want, code, after = http.StatusServiceUnavailable, "unavailable", "1"
+		}
+		if rec.Code != want || body.Error.Code != code || rec.Header().Get("Retry-After") != after {
+			t.Errorf("unavailable %v: %d %q, Retry-After %q; want %d %q, %q", down, rec.Code, body.Error.Code, rec.Header().Get("Retry-After"), want, code, after)
+		}
+		if strings.Contains(rec.Body.String(), "refused") || !strings.Contains(logs.String(), "refused") {
+			t.Errorf("unavailable %v: the error's text was sent (%s) or not logged (%s)", down, rec.Body, logs.String())
+		}
+	}
+}
+
 func TestWriteErrorUsesWrappedAPIError(t *testing.T) {
 	rec := httptest.NewRecorder()
 	err := fmt.Errorf("lookup: %w", Errorf(http.StatusConflict, "operator_run_closed", "The run is closed."))
