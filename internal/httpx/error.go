@@ -32,7 +32,7 @@ var (
 	ErrMethodNotAllowed = &Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "The method is not allowed here."}
 	errInternal         = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "Something went wrong on our side. It has been logged."}
 	errUnavailable      = &Error{Status: http.StatusServiceUnavailable, Code: "unavailable",
-		Message: "The service cannot reach its database just now. Try again in a moment; a request with an Idempotency-Key is safe to send again."}
+		Message: "Usher cannot reach its database just now. Try again in a moment."}
 )
 
 // unavailable is an error of a dependency that is out of reach for a
