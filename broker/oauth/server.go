@@ -317,9 +317,16 @@ func (s *Server) clock() time.Time {
 }
 
 // serverError logs err and answers server_error, telling the client
-// nothing of it.
+// nothing of it; or, when err says the database is out of reach for a
+// while, 503 temporarily_unavailable with a Retry-After, so that a client
+// tries again rather than giving up its grant.
 func (s *Server) serverError(w http.ResponseWriter, r *http.Request, what string, err error) {
 	s.log.ErrorContext(r.Context(), "oauth: "+what, "path", r.URL.Path, "err", err)
+	if httpx.Unavailable(err) {
+		w.Header().Set("Retry-After", httpx.RetryAfter)
+		WriteError(w, http.StatusServiceUnavailable, CodeTemporarilyUnavailable, "The authorization server cannot reach its database just now; try again in a moment.")
+		return
+	}
 	WriteError(w, http.StatusInternalServerError, CodeServerError, "The authorization server failed; try again.")
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -151,4 +152,53 @@ func TestAuthorizeRefusesUnfitPerson(t *testing.T) {
 			t.Error("alice got no code")
 		}
 	})
+}
+
+// refreshTokensFail is a store whose reads of refresh tokens fail with err.
+type refreshTokensFail struct {
+	store.Store
+	err error
+}
+
+func (s refreshTokensFail) GetRefreshToken(context.Context, string) (store.RefreshToken, error) {
+	return store.RefreshToken{}, s.err
+}
+
+// TestTokenWhenTheDatabaseIsOutOfReach checks the token endpoint's answer
+// when the store fails: the database out of reach (store.ErrUnavailable) is
+// 503 temporarily_unavailable with a Retry-After, so that a client tries
+// again rather than giving up its grant; any other failure is 500
+// server_error. Neither tells the store's error, and the refresh token
+// still works once the store does.
+func TestTokenWhenTheDatabaseIsOutOfReach(t *testing.T) {
+	t.Parallel()
+	st := storetest.NewSQLite(t)
+	e := newEnv(t, st, nil)
+	c := e.register(nil)
+	code, verifier := e.code(c, "alice", nil)
+	tokens := e.redeem(c, code, verifier)
+	if tokens.Status != http.StatusOK {
+		t.Fatalf("redeem: %+v", tokens)
+	}
+	for _, tt := range []struct {
+		err         error
+		status      int
+		code, after string
+	}{
+		{fmt.Errorf("read: %w", store.ErrUnavailable), http.StatusServiceUnavailable, "temporarily_unavailable", "1"},
+		{errors.New("read: disk on fire"), http.StatusInternalServerError, "server_error", ""},
+	} {
+		failing := newEnv(t, st, func(o *oauth.ServerOptions) { o.Store = refreshTokensFail{st, tt.err} })
+		got := failing.refresh(c, tokens.RefreshToken)
+		if got.Status != tt.status || got.Error != tt.code || got.header.Get("Retry-After") != tt.after {
+			t.Errorf("refresh when reading it fails with %q: %d %q, Retry-After %q; want %d %q, %q",
+				tt.err, got.Status, got.Error, got.header.Get("Retry-After"), tt.status, tt.code, tt.after)
+		}
+		if strings.Contains(got.Description, "fire") || strings.Contains(got.Description, "store:") {
+			t.Errorf("the answer tells the store's error: %q", got.Description)
+		}
+	}
+	if got := e.refresh(c, tokens.RefreshToken); got.Status != http.StatusOK {
+		t.Errorf("refresh once the store works: %+v, want 200", got)
+	}
 }

@@ -43,9 +43,18 @@ type unavailable interface {
 	Unavailable() bool
 }
 
-// retryAfter is the Retry-After, in seconds, of a 503 for an unavailable
+// Unavailable reports whether err says that a dependency is out of reach
+// for a while (it is or wraps an error whose Unavailable method reports
+// true, as store.ErrUnavailable does): a handler answers it 503 with
+// RetryAfter rather than a generic 500.
+func Unavailable(err error) bool {
+	u, ok := errors.AsType[unavailable](err)
+	return ok && u.Unavailable()
+}
+
+// RetryAfter is the Retry-After, in seconds, of a 503 for an unavailable
 // dependency.
-const retryAfter = "1"
+const RetryAfter = "1"
 
 // errorBody is the one error shape of every Usher API response.
 type errorBody struct {
@@ -62,9 +71,9 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 			log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		}
 		e = errInternal
-		if u, ok := errors.AsType[unavailable](err); ok && u.Unavailable() {
+		if Unavailable(err) {
 			e = errUnavailable
-			w.Header().Set("Retry-After", retryAfter)
+			w.Header().Set("Retry-After", RetryAfter)
 		}
 	}
 	WriteJSON(w, e.Status, errorBody{Error: e})
