@@ -69,10 +69,16 @@ func faultServerURL(t *testing.T) string {
 	return testenv.DatabaseURL(t)
 }
 
+// faultAdminTimeout bounds a statement on the admin connection. DROP
+// DATABASE waits for a checkpoint (PostgreSQL requests one, immediate, and
+// waits for it), which on a server busy with a whole test suite's writes
+// has taken more than 30 seconds.
+const faultAdminTimeout = 2 * time.Minute
+
 // exec runs one statement on the admin connection.
 func (d *faultDB) exec(t *testing.T, sql string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), faultAdminTimeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, d.admin)
 	if err != nil {
