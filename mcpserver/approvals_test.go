@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,16 +14,17 @@ import (
 	"github.com/usherhq/usher/store"
 )
 
-// brokenConsume is the store's approvals, whose Consume fails while fail
-// is set, as a database that is down would.
+// brokenConsume is the store's approvals, whose Consume fails with err
+// while fail is set, before anything commits, as a failing database does.
 type brokenConsume struct {
 	storeApprovals
 	fail *atomic.Bool
+	err  error
 }
 
 func (b brokenConsume) Consume(ctx context.Context, bd store.ApprovalBinding, e *store.Execution, ev Event) (store.Approval, store.Execution, bool, error) {
 	if b.fail.Load() {
-		return store.Approval{}, store.Execution{}, false, errors.New("the database is unavailable")
+		return store.Approval{}, store.Execution{}, false, b.err
 	}
 	return b.storeApprovals.Consume(ctx, bd, e, ev)
 }
@@ -35,7 +37,7 @@ func TestConsumeFailureIsNoNewApproval(t *testing.T) {
 	t.Parallel()
 	var fail atomic.Bool
 	e := newEnv(t, envConfig{server: func(o *Options) {
-		o.Approvals = brokenConsume{o.Approvals.(storeApprovals), &fail}
+		o.Approvals = brokenConsume{o.Approvals.(storeApprovals), &fail, errors.New("the database failed")}
 	}})
 	cs := e.connect(alice, "", nil, "")
 	args := map[string]any{"name": "n", "body": "b"}
@@ -216,4 +218,57 @@ func TestConsumeUnconfirmed(t *testing.T) {
 	if a, e := ac.state(t); a != store.ApprovalConsumed || e != store.ExecutionFailed {
 		t.Errorf("approval %s, execution %q; want consumed, failed (not run)", a, e)
 	}
+}
+
+// errOutOfReach is the error of a store whose database cannot be reached.
+var errOutOfReach = fmt.Errorf("audit: append: %w", store.ErrUnavailable)
+
+// TestCallWhenTheDatabaseIsOutOfReach checks what a call is told when its
+// records cannot be written because the database is out of reach: that it
+// was not run and may be tried again shortly (unavailableText), where a
+// failure of another kind is the generic server error; nothing runs.
+func TestCallWhenTheDatabaseIsOutOfReach(t *testing.T) {
+	t.Parallel()
+	args := map[string]any{"name": "n", "body": "b"}
+	t.Run("decision record", func(t *testing.T) {
+		t.Parallel()
+		for _, tt := range []struct {
+			err  error
+			want string
+		}{
+			{errOutOfReach, unavailableText},
+			{errors.New("audit: append: disk full"), "error on the server"},
+		} {
+			e := newEnv(t, envConfig{server: func(o *Options) {
+				o.Auditor = recordFunc(func(context.Context, Event) error { return tt.err })
+			}})
+			cs := e.connect(alice, "", nil, "")
+			if res := call(t, cs, "notes_write", args, nil); !res.IsError || !strings.Contains(text(res), tt.want) || res.Meta[MetaApproval] != nil {
+				t.Errorf("a call whose decision's record fails with %q = %s %v, want %q and no approval", tt.err, text(res), res.Meta, tt.want)
+			}
+			if _, err := e.store.GetNote(t.Context(), alice, "n"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("the call ran: %v", err)
+			}
+		}
+	})
+	t.Run("approval's use", func(t *testing.T) {
+		t.Parallel()
+		var fail atomic.Bool
+		e := newEnv(t, envConfig{server: func(o *Options) {
+			o.Approvals = brokenConsume{o.Approvals.(storeApprovals), &fail, fmt.Errorf("consume: %w", store.ErrUnavailable)}
+		}})
+		cs := e.connect(alice, "", nil, "")
+		id := approvalMeta(t, call(t, cs, "notes_write", args, nil))["id"]
+		if _, err := e.store.DecideApprovalAudited(t.Context(), store.DecideApprovalParams{ID: id, To: store.ApprovalApproved, DecidedBy: alice, Now: time.Now()}, nil); err != nil {
+			t.Fatal(err)
+		}
+		fail.Store(true)
+		if res := call(t, cs, "notes_write", args, nil); !res.IsError || text(res) != unavailableText {
+			t.Errorf("the call whose approval's use fails with the database out of reach = %s, want %q", text(res), unavailableText)
+		}
+		fail.Store(false)
+		if res := call(t, cs, "notes_write", args, nil); res.IsError {
+			t.Errorf("the call once the database is back = %s, want it run with the approval granted", text(res))
+		}
+	})
 }

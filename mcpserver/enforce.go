@@ -318,16 +318,16 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 	since(s.stages.decide, deciding)
 	ev.Decision, ev.PolicyIDs, ev.PolicyHash, ev.Reasons = v.Decision, v.PolicyIDs, v.PolicyHash, v.Reasons
 	if v.Decision != Allow && v.Decision != Approve {
-		if !s.record(ctx, ev, KindDecision) {
-			return internalErrorResult()
+		if res := s.recordOrFail(ctx, ev, KindDecision); res != nil {
+			return res
 		}
 		return deniedResult(v)
 	}
 	key, toolCallID, err := idempotencyKey(c, p.Meta)
 	ev.IdempotencyKey = key
 	if err != nil {
-		if !s.record(ctx, ev, KindDecision) {
-			return internalErrorResult()
+		if res := s.recordOrFail(ctx, ev, KindDecision); res != nil {
+			return res
 		}
 		return errorResult(err.Error() + ".")
 	}
@@ -355,8 +355,8 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 		return s.execute(ctx, t, call, ev, KindDecision, start)
 	}
 
-	if !s.record(ctx, ev, KindDecision) {
-		return internalErrorResult()
+	if res := s.recordOrFail(ctx, ev, KindDecision); res != nil {
+		return res
 	}
 	if key != "" {
 		// A retry of a call that has run is answered before an approval is
@@ -368,7 +368,7 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 			return s.replayed(rec, call)
 		} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 			s.log.ErrorContext(ctx, "mcpserver: reading an execution failed", "err", err)
-			return internalErrorResult()
+			return failedResult(err)
 		}
 	}
 	// The approval's use, its record and the execution's start are one
@@ -391,7 +391,7 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 			"either runs it (its approval was not used) or reports that it was not run.")
 	case err != nil:
 		s.log.ErrorContext(ctx, "mcpserver: using an approval failed", "tool", call.Tool, "err", err)
-		return internalErrorResult()
+		return failedResult(err)
 	case begin != nil && !started:
 		// The key's execution started meanwhile: the approval is unused.
 		s.record(ctx, ev, KindReplayed)
@@ -426,7 +426,7 @@ func (s *Server) requestApproval(ctx context.Context, ev Event, call Call, v Ver
 	})
 	if err != nil {
 		s.log.ErrorContext(ctx, "mcpserver: requesting an approval failed", "tool", call.Tool, "err", err)
-		return internalErrorResult()
+		return failedResult(err)
 	}
 	ev.ApprovalID = a.ID
 	s.record(ctx, ev, KindApprovalRequired)
@@ -446,10 +446,10 @@ func (s *Server) execute(ctx context.Context, t *tool, call Call, ev Event, kind
 	key := ev.IdempotencyKey
 	recording := time.Now()
 	if key == "" {
-		recorded := s.record(ctx, ev, kind)
+		res := s.recordOrFail(ctx, ev, kind)
 		since(s.stages.record, recording)
-		if !recorded {
-			return internalErrorResult()
+		if res != nil {
+			return res
 		}
 	} else {
 		rec, started, err := s.begin(ctx, newExecution(call, key, ev.ApprovalID), s.stamp(ev, kind))
@@ -464,7 +464,7 @@ func (s *Server) execute(ctx context.Context, t *tool, call Call, ev Event, kind
 				"either runs it (its start was never recorded) or reports that it was not run.")
 		case err != nil:
 			s.log.ErrorContext(ctx, "mcpserver: starting an execution failed", "err", err)
-			return internalErrorResult()
+			return failedResult(err)
 		case !started:
 			s.record(ctx, ev, KindReplayed)
 			return s.replayed(rec, call)
@@ -706,11 +706,17 @@ func (s *Server) stamp(ev Event, kind string) Event {
 
 // record appends an audit event and reports whether it was recorded.
 func (s *Server) record(ctx context.Context, ev Event, kind string) bool {
+	return s.recordOrFail(ctx, ev, kind) == nil
+}
+
+// recordOrFail appends an audit event: nil when it was recorded, else the
+// result of a call that is not run for want of its record (failedResult).
+func (s *Server) recordOrFail(ctx context.Context, ev Event, kind string) *mcp.CallToolResult {
 	if err := s.opts.Auditor.Record(ctx, s.stamp(ev, kind)); err != nil {
 		s.log.ErrorContext(ctx, "mcpserver: writing the audit log failed", "kind", kind, "tool", ev.Tool, "err", err)
-		return false
+		return failedResult(err)
 	}
-	return true
+	return nil
 }
 
 // errorResult is a tool result reporting a problem the model can read.
@@ -722,6 +728,21 @@ func errorResult(text string) *mcp.CallToolResult {
 // detail is in the log.
 func internalErrorResult() *mcp.CallToolResult {
 	return errorResult("The call could not be processed because of an error on the server. It has been logged; nothing was run.")
+}
+
+// unavailableText is the result of a call not run because the database
+// was out of reach (store.ErrUnavailable): the model, or the person, may
+// try it again shortly.
+const unavailableText = "The call was not run: Usher cannot reach its database just now. Try it again in a moment."
+
+// failedResult is the result of a call that failed on Usher's side before
+// anything ran, for err: unavailableText when the database was out of
+// reach, else internalErrorResult.
+func failedResult(err error) *mcp.CallToolResult {
+	if errors.Is(err, store.ErrUnavailable) {
+		return errorResult(unavailableText)
+	}
+	return internalErrorResult()
 }
 
 // deniedResult is the result of a denied call: a generic reason and the
