@@ -426,12 +426,11 @@ func (c *faultCluster) newRun(title string) string {
 type faultPost struct {
 	content    string
 	acked      bool // a 2xx answer came, at last
-	attempts   int
-	serverErrs int // 5xx answers
-	retryLater int // of them, 503 unavailable with a Retry-After: the database was out of reach
-	netErrs    int // no answer: the connection failed or timed out
+	serverErrs int  // 5xx answers
+	retryLater int  // of them, 503 unavailable with a Retry-After: the database was out of reach
+	netErrs    int  // no answer: the connection failed or timed out
 	last       string
-	tries      []string // each attempt: when it started, after the first, and how long its answer took
+	tries      []string // each attempt (their number is the attempts): when it started, after the first, and how long its answer took
 }
 
 // post sends a message to a run as a careful client does: with an
@@ -449,7 +448,6 @@ func (c *faultCluster) post(ctx, retries context.Context, runID, key, content, w
 	client := &http.Client{Timeout: 15 * time.Second}
 	first := time.Now()
 	for retries.Err() == nil {
-		out.attempts++
 		began := time.Now()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+c.token)
