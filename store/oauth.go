@@ -34,7 +34,9 @@ import (
 //     sees the token the rotation inserted.
 //
 // Every transaction takes its locks in the order client, consent, code,
-// token, so that none waits for another in a cycle. Only two statements
+// token — a token's predecessor before it (a rotation clears the
+// predecessor's repeat, a repeat reads the successor) —, so that none
+// waits for another in a cycle. Only two statements
 // each updating many tokens (a family's, a consent's) may lock shared
 // ones in different orders: PostgreSQL breaks such a deadlock by failing
 // one transaction, and inTx runs it again. SQLite's one writer serialises
@@ -157,6 +159,16 @@ type RefreshToken struct {
 	UsedAt time.Time
 	// RevokedAt is zero unless the token is revoked.
 	RevokedAt time.Time
+	// SuccessorHash is the hash of the token this one was rotated to;
+	// empty until it is rotated.
+	SuccessorHash string
+	// SuccessorSalt is what the caller derived the successor from, with
+	// this token (TokenGrant.RepeatSalt), kept until RepeatUntil while
+	// the successor is neither used nor revoked; empty otherwise. Until
+	// RepeatUntil this token, presented again, is a repeat rather than a
+	// reuse (see RotateRefreshToken).
+	SuccessorSalt string
+	RepeatUntil   time.Time
 }
 
 // TokenGrant is what a grant at the token endpoint writes along with the
@@ -178,6 +190,17 @@ type TokenGrant struct {
 	// Audit builds the record of the issued token, appended last; nil
 	// appends none.
 	Audit func(AuditHead) (AuditRecord, error)
+	// RepeatSalt and RepeatUntil, in a rotation, are kept on the rotated
+	// token (RefreshToken.SuccessorSalt and RepeatUntil): what the caller
+	// derived Refresh from, with the rotated token, and until when that
+	// token presented again is answered with the same successor, a
+	// repeat (see RotateRefreshToken). A zero RepeatUntil allows none,
+	// and then RepeatSalt is empty.
+	RepeatSalt  string
+	RepeatUntil time.Time
+	// RepeatAudit builds the record of a repeat, appended instead of
+	// Audit; nil appends none.
+	RepeatAudit func(AuditHead) (AuditRecord, error)
 }
 
 // Consent is a user's remembered consent to a client.
@@ -229,7 +252,8 @@ const (
 	// refreshTokenColumns is the column list of a RefreshToken, in field
 	// order.
 	refreshTokenColumns = `token_hash, family_id, client_id, principal, subject, resource, scope,
-	created_at, expires_at, family_expires_at, used_at, revoked_at`
+	created_at, expires_at, family_expires_at, used_at, revoked_at,
+	coalesce(successor_hash, ''), coalesce(successor_salt, ''), repeat_until`
 
 	// consentColumns is the column list of a Consent, in field order.
 	consentColumns = `principal, client_id, scope, resource, created_at, updated_at, last_used_at, revoked_at`
@@ -293,7 +317,7 @@ SELECT count(*) FROM oauth_clients WHERE registered_by = $1 AND created_at >= $2
 UPDATE oauth_clients SET revoked_at = $2, updated_at = $2 WHERE id = $1 AND revoked_at IS NULL`)
 
 	revokeClientRefreshTokens = sql1(`
-UPDATE oauth_refresh_tokens SET revoked_at = $2 WHERE client_id = $1 AND revoked_at IS NULL`)
+UPDATE oauth_refresh_tokens SET revoked_at = $2, successor_salt = NULL WHERE client_id = $1 AND revoked_at IS NULL`)
 
 	revokeClientConsents = sql1(`
 UPDATE oauth_consents SET revoked_at = $2, updated_at = $2 WHERE client_id = $1 AND revoked_at IS NULL`)
@@ -341,16 +365,26 @@ WHERE t.token_hash = $1`, "c")
 	lockRefreshToken = sql1(`SELECT ` + refreshTokenColumns + ` FROM oauth_refresh_tokens WHERE token_hash = $1 FOR UPDATE`)
 
 	// useRefreshToken uses the token if it is unused, not revoked and
-	// live at $2.
+	// live at $2, naming its successor $3 and keeping the successor's
+	// salt $4 until $5 (NULL, NULL for no repeat).
 	useRefreshToken = sql1(`
-UPDATE oauth_refresh_tokens SET used_at = $2
+UPDATE oauth_refresh_tokens SET used_at = $2, successor_hash = $3, successor_salt = $4, repeat_until = $5
 WHERE token_hash = $1 AND used_at IS NULL AND revoked_at IS NULL AND expires_at > $2 AND family_expires_at > $2
 RETURNING ` + refreshTokenColumns)
+
+	// endRepeatsOf clears the salt of the token $1 was rotated from: a
+	// used token's predecessor can no longer be repeated.
+	endRepeatsOf = sql1(`
+UPDATE oauth_refresh_tokens SET successor_salt = NULL WHERE successor_hash = $1 AND successor_salt IS NOT NULL`)
+
+	// endRepeats clears the salts whose repeats ended at or before $1.
+	endRepeats = sql1(`
+UPDATE oauth_refresh_tokens SET successor_salt = NULL WHERE repeat_until <= $1 AND successor_salt IS NOT NULL`)
 
 	refreshTokenFamily = sql1(`SELECT family_id FROM oauth_refresh_tokens WHERE token_hash = $1`)
 
 	revokeRefreshTokens = sql1(`
-UPDATE oauth_refresh_tokens SET revoked_at = $2 WHERE family_id = $1 AND revoked_at IS NULL`)
+UPDATE oauth_refresh_tokens SET revoked_at = $2, successor_salt = NULL WHERE family_id = $1 AND revoked_at IS NULL`)
 
 	// revokeGrant records the family's revocation, keeping the first's
 	// time.
@@ -427,7 +461,7 @@ SELECT request_hash, decision, answered_at, expires_at FROM oauth_consent_answer
 	deleteExpiredConsentAnswers = sql1(`DELETE FROM oauth_consent_answers WHERE expires_at <= $1`)
 
 	revokeConsentRefreshTokens = sql1(`
-UPDATE oauth_refresh_tokens SET revoked_at = $3
+UPDATE oauth_refresh_tokens SET revoked_at = $3, successor_salt = NULL
 WHERE principal = $1 AND client_id = $2 AND revoked_at IS NULL`)
 )
 
@@ -515,10 +549,30 @@ func checkRefreshToken(t RefreshToken, rotated bool) error {
 	if !rotated || !t.FamilyExpiresAt.IsZero() {
 		errs = append(errs, checkLifetime("refresh token family", t.CreatedAt, t.FamilyExpiresAt))
 	}
-	if !t.UsedAt.IsZero() || !t.RevokedAt.IsZero() {
-		errs = append(errs, errors.New("a new refresh token is neither used nor revoked"))
+	if !t.UsedAt.IsZero() || !t.RevokedAt.IsZero() || t.SuccessorHash != "" || t.SuccessorSalt != "" || !t.RepeatUntil.IsZero() {
+		errs = append(errs, errors.New("a new refresh token is neither used nor revoked, and has no successor"))
 	}
 	return invalid(errs...)
+}
+
+// maxRepeatSalt bounds TokenGrant.RepeatSalt.
+const maxRepeatSalt = 256
+
+// checkRepeat validates the repeat a rotation at now allows
+// (TokenGrant.RepeatSalt and RepeatUntil): none, or a salt until a time
+// after now.
+func checkRepeat(g TokenGrant, now time.Time) error {
+	switch {
+	case g.RepeatUntil.IsZero() && g.RepeatSalt == "":
+		return nil
+	case g.RepeatUntil.IsZero() || g.RepeatSalt == "":
+		return invalid(errors.New("a rotation's repeat needs both its salt and its end"))
+	case !storedTime(g.RepeatUntil).After(now):
+		return invalid(errors.New("a rotation's repeat must end after the rotation"))
+	case len(g.RepeatSalt) > maxRepeatSalt:
+		return invalid(fmt.Errorf("a rotation's repeat salt has %d bytes, more than %d", len(g.RepeatSalt), maxRepeatSalt))
+	}
+	return nil
 }
 
 // checkConsent validates a consent PutConsent writes.
@@ -922,6 +976,9 @@ func (c *core) RotateRefreshToken(ctx context.Context, oldHash string, now time.
 	if err := checkRefreshToken(next, true); err != nil {
 		return RefreshToken{}, err
 	}
+	if err := checkRepeat(g, now); err != nil {
+		return RefreshToken{}, err
+	}
 	var old RefreshToken
 	var reused bool
 	err = c.inTx(ctx, func(tx executor) (err error) {
@@ -957,7 +1014,13 @@ func rotateRefreshToken(ctx context.Context, x executor, oldHash string, now tim
 	}
 	var old RefreshToken
 	if refusal == nil {
-		old, err = scanRefreshToken(x.row(ctx, useRefreshToken, oldHash, now))
+		// The token presented, used or not, ends its predecessor's repeat
+		// (the predecessor's row first, as a repeat of it locks them).
+		if _, err := x.exec(ctx, endRepeatsOf, oldHash); err != nil {
+			return RefreshToken{}, false, err
+		}
+		old, err = scanRefreshToken(x.row(ctx, useRefreshToken, oldHash, now,
+			next.TokenHash, nullString(g.RepeatSalt), nullTime(g.RepeatUntil)))
 		if err == nil {
 			err = checkSuccessor(old, &next)
 			if err == nil {
@@ -965,7 +1028,7 @@ func rotateRefreshToken(ctx context.Context, x executor, oldHash string, now tim
 			}
 			if err != nil {
 				// Rolled back: the token as it stays.
-				old.UsedAt = time.Time{}
+				old.UsedAt, old.SuccessorHash, old.SuccessorSalt, old.RepeatUntil = time.Time{}, "", "", time.Time{}
 			}
 			return old, false, err
 		}
@@ -976,16 +1039,49 @@ func rotateRefreshToken(ctx context.Context, x executor, oldHash string, now tim
 	if old, err = scanRefreshToken(x.row(ctx, lockRefreshToken, oldHash)); err != nil {
 		return RefreshToken{}, false, err
 	}
-	switch {
-	case !old.UsedAt.IsZero():
-		// Reuse: the old token's holder and someone else both have it, and
-		// the store cannot tell which is the thief (RFC 9700 §4.14.2).
-		return old, true, revokeRefreshFamily(ctx, x, old.FamilyID, now)
-	case refusal != nil:
-		return old, false, refusal
+	if old.UsedAt.IsZero() {
+		if refusal != nil {
+			return old, false, refusal
+		}
+		// Revoked or expired: nothing to write.
+		return old, false, ErrConflict
 	}
-	// Revoked or expired: nothing to write.
-	return old, false, ErrConflict
+	repeat, err := repeatable(ctx, x, old, now)
+	switch {
+	case err != nil:
+		return old, false, err
+	case repeat && refusal != nil:
+		// Its client or consent is gone since: refused as the rotation
+		// would be, and no one's copy.
+		return old, false, refusal
+	case repeat:
+		// The rotation's own client again, before the successor was used:
+		// its answer again (the same successor, a new access token).
+		g.Audit = g.RepeatAudit
+		return old, false, writeGrant(ctx, x, g, nil, clientID, now)
+	}
+	// Reuse: the old token's holder and someone else both have it, and
+	// the store cannot tell which is the thief (RFC 9700 §4.14.2).
+	return old, true, revokeRefreshFamily(ctx, x, old.FamilyID, now)
+}
+
+// repeatable reports whether old, a rotated token presented again at
+// now, is a repeat: not revoked, its repeat not ended, and its successor
+// neither used nor revoked nor expired. The successor is locked, as a
+// rotation would lock it, so that its own rotation waits for the repeat
+// or the repeat for it.
+func repeatable(ctx context.Context, x executor, old RefreshToken, now time.Time) (bool, error) {
+	if !old.RevokedAt.IsZero() || old.SuccessorSalt == "" || !old.RepeatUntil.After(now) {
+		return false, nil
+	}
+	next, err := scanRefreshToken(x.row(ctx, lockRefreshToken, old.SuccessorHash))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return next.UsedAt.IsZero() && next.RevokedAt.IsZero() && next.ExpiresAt.After(now) && next.FamilyExpiresAt.After(now), nil
 }
 
 // checkSuccessor completes next, the token rotated from old, with old's
@@ -1190,6 +1286,21 @@ func (c *core) AnswerConsentForm(ctx context.Context, a ConsentAnswer) (ConsentA
 	return a, nil
 }
 
+func (c *core) EndRefreshRepeats(ctx context.Context, now time.Time) (int, error) {
+	if err := invalid(checkNow(now)); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := c.writeOne(ctx, func(x executor) (err error) {
+		n, err = x.exec(ctx, endRepeats, storedTime(now))
+		return err
+	})
+	if err != nil {
+		return 0, c.fail(err)
+	}
+	return int(n), nil
+}
+
 func (c *core) DeleteExpiredOAuth(ctx context.Context, before time.Time) (int, error) {
 	if err := invalid(checkNow(before)); err != nil {
 		return 0, err
@@ -1248,7 +1359,8 @@ func scanRefreshToken(row rowScanner) (RefreshToken, error) {
 	var t RefreshToken
 	var subject []byte
 	err := row.Scan(&t.TokenHash, &t.FamilyID, &t.ClientID, &t.Principal, &subject, &t.Resource, &t.Scope,
-		at(&t.CreatedAt), at(&t.ExpiresAt), at(&t.FamilyExpiresAt), at(&t.UsedAt), at(&t.RevokedAt))
+		at(&t.CreatedAt), at(&t.ExpiresAt), at(&t.FamilyExpiresAt), at(&t.UsedAt), at(&t.RevokedAt),
+		&t.SuccessorHash, &t.SuccessorSalt, at(&t.RepeatUntil))
 	t.Subject = rawJSON(subject)
 	return t, err
 }

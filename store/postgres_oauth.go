@@ -126,6 +126,9 @@ func (s *postgresStore) RotateRefreshToken(ctx context.Context, oldHash string, 
 	if err := checkRefreshToken(next, true); err != nil {
 		return RefreshToken{}, err
 	}
+	if err := checkRepeat(g, now); err != nil {
+		return RefreshToken{}, err
+	}
 	var old RefreshToken
 	granted, err := s.grantFast(ctx, g.Audit, func(b *pgx.Batch) {
 		var familyEnd any
@@ -134,12 +137,16 @@ func (s *postgresStore) RotateRefreshToken(ctx context.Context, oldHash string, 
 		}
 		b.Queue(shareTokenClient.pg, oldHash)
 		b.Queue(touchTokenConsent.pg, oldHash, now)
-		b.Queue(useRefreshToken.pg, oldHash, now)
+		b.Queue(endRepeatsOf.pg, oldHash)
+		b.Queue(useRefreshToken.pg, oldHash, now, next.TokenHash, nullString(g.RepeatSalt), nullTime(g.RepeatUntil))
 		b.Queue(insertNextRefresh.pg, oldHash, next.TokenHash, now, next.CreatedAt, next.ExpiresAt, familyEnd)
 		b.Queue(touchTokenClient.pg, oldHash, now)
 	}, func(br pgx.BatchResults) (bool, error) {
 		ok, err := readGrantHold(br)
 		if err != nil {
+			return false, err
+		}
+		if _, err := br.Exec(); err != nil {
 			return false, err
 		}
 		used, err := scanRefreshToken(br.QueryRow())
@@ -161,7 +168,7 @@ func (s *postgresStore) RotateRefreshToken(ctx context.Context, oldHash string, 
 	})
 	if err != nil {
 		// Rolled back: the token as it stays.
-		old.UsedAt = time.Time{}
+		old.UsedAt, old.SuccessorHash, old.SuccessorSalt, old.RepeatUntil = time.Time{}, "", "", time.Time{}
 	}
 	if err != nil || granted {
 		return old, err

@@ -820,10 +820,23 @@ type Store interface {
 	// one is ErrInvalid: a rotation never extends the family); a zero
 	// CreatedAt is now; the caller sets TokenHash and ExpiresAt. With an
 	// error the old token is returned too, when it was read, for the
-	// audit. Of concurrent rotations of one token, exactly one succeeds,
-	// and the others get ErrReused, the family revoked, the successor
-	// included.
+	// audit. A rotation keeps g.RepeatSalt on the old token until
+	// g.RepeatUntil, with the successor's hash. Before then, the old
+	// token presented again while its successor is neither used nor
+	// revoked nor expired, and neither revoked itself, is a repeat, not a
+	// reuse: refused as a rotation would be when its client or consent is
+	// gone, else the grant's consent use and g.RepeatAudit are written,
+	// not g.Refresh, and the old token is returned as it was rotated
+	// (its SuccessorHash the earlier successor's, which the caller
+	// answers again, derived from SuccessorSalt). The successor's use or
+	// revocation ends the repeat. Of concurrent rotations of one token,
+	// exactly one rotates it, and the others are repeats when the
+	// rotation allowed them, else get ErrReused, the family revoked, the
+	// successor included.
 	RotateRefreshToken(ctx context.Context, oldHash string, now time.Time, g TokenGrant) (RefreshToken, error)
+	// EndRefreshRepeats clears the salts (RefreshToken.SuccessorSalt) of
+	// the repeats ended at or before now, and returns how many.
+	EndRefreshRepeats(ctx context.Context, now time.Time) (int, error)
 	// GetRefreshToken returns the token whose hash is tokenHash, used,
 	// revoked or expired as it may be, or ErrNotFound.
 	GetRefreshToken(ctx context.Context, tokenHash string) (RefreshToken, error)

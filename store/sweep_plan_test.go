@@ -14,7 +14,8 @@ import (
 // the minute sweeps of executions (markAbandonedExecutions,
 // endAwaitingInputExecutions) can find their rows by a partial index of
 // the open executions, not only by reading every execution ever
-// recorded. On PostgreSQL sequential scans are turned off for the
+// recorded, and those that end refresh tokens' repeats by a partial index
+// of the salts kept. On PostgreSQL sequential scans are turned off for the
 // question: the plan still scans the table when no index serves it.
 func TestSweepsUseIndexes(t *testing.T) {
 	now := storedTime(time.Now())
@@ -25,6 +26,10 @@ func TestSweepsUseIndexes(t *testing.T) {
 	}{
 		"markAbandonedExecutions":    {markAbandonedExecutions, []any{now}, "tool_executions_started_idx"},
 		"endAwaitingInputExecutions": {endAwaitingInputExecutions, []any{now, json.RawMessage(`{}`), now}, "tool_executions_awaiting_idx"},
+		// A rotation's (endRepeatsOf) and the hourly OAuth sweep's
+		// (endRepeats) clearing of repeats' salts.
+		"endRepeatsOf": {endRepeatsOf, []any{"hash"}, "oauth_refresh_tokens_successor_idx"},
+		"endRepeats":   {endRepeats, []any{now}, "oauth_refresh_tokens_repeat_idx"},
 	}
 	for _, eng := range planEngines {
 		t.Run(eng.name, func(t *testing.T) {

@@ -36,6 +36,10 @@ const (
 	MaxCodeLifetime             = 60 * time.Second
 	DefaultRefreshIdle          = 14 * 24 * time.Hour
 	DefaultRefreshAbsolute      = 90 * 24 * time.Hour
+	// MaxRefreshReuseInterval bounds ServerOptions.RefreshReuseInterval:
+	// a client repeats a refresh within seconds, and an access token
+	// lasts at most broker.MaxTokenLifetime.
+	MaxRefreshReuseInterval = 5 * time.Minute
 	// MinSecretLen is the shortest ServerOptions.Secret accepted.
 	MinSecretLen = 32
 )
@@ -64,6 +68,7 @@ type Server struct {
 	codeLife     time.Duration
 	refreshIdle  time.Duration
 	refreshAbs   time.Duration
+	reuse        time.Duration
 	now          func() time.Time
 	log          *slog.Logger
 	metadata     *Metadata
@@ -80,6 +85,9 @@ type Server struct {
 	pending *seal.Sealer // pending authorization requests
 	csrfKey []byte       // HMAC key of the consent form's CSRF tokens
 	codeKey []byte       // HMAC key of the codes of answered consent forms
+	// successorKey derives a rotated refresh token's successor
+	// (refreshSuccessor).
+	successorKey []byte
 }
 
 // ServerOptions configures a Server. Issuer, Resources, Store, Broker,
@@ -127,6 +135,16 @@ type ServerOptions struct {
 	// RefreshIdle is how long a refresh token lives unused, RefreshAbsolute
 	// how long its family lives at most. Defaults 14 and 90 days.
 	RefreshIdle, RefreshAbsolute time.Duration
+	// RefreshReuseInterval is how long after a refresh token's rotation
+	// its client may present it again and be answered with the same
+	// next refresh token (and a new access token), as long as that one
+	// is unused: two refreshes of one client at once, or a retry whose
+	// answer was lost, rather than a copy in someone else's hands, whose
+	// use revokes the family. The next token is derived from the rotated
+	// one and a salt (refreshSuccessor), so that it can be answered again
+	// without being stored. Zero, the default, allows none; at most
+	// MaxRefreshReuseInterval.
+	RefreshReuseInterval time.Duration
 	// ConfiguredClients are the clients of Usher's configuration, which
 	// PutConfiguredClients writes to the store; a configured client in the
 	// store but not here is refused.
@@ -212,6 +230,9 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	if o.RefreshIdle < time.Minute || o.RefreshAbsolute < o.RefreshIdle {
 		errs = append(errs, errors.New("RefreshIdle must be at least 1m and RefreshAbsolute at least RefreshIdle"))
 	}
+	if o.RefreshReuseInterval < 0 || o.RefreshReuseInterval > MaxRefreshReuseInterval {
+		errs = append(errs, fmt.Errorf("RefreshReuseInterval must be between 0 and %s", MaxRefreshReuseInterval))
+	}
 	configured, err := checkConfiguredClients(o.ConfiguredClients)
 	if err != nil {
 		errs = append(errs, err)
@@ -246,7 +267,7 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 		issuer: o.Issuer, resources: slices.Clone(o.Resources), st: o.Store, broker: o.Broker,
 		clients: o.Clients, audit: o.Audit, signedIn: o.SignedIn, loginURL: o.LoginURL,
 		registration: o.Registration, perHour: o.RegistrationsPerHour, clientAddr: o.ClientAddr, codeLife: o.CodeLifetime,
-		refreshIdle: o.RefreshIdle, refreshAbs: o.RefreshAbsolute, now: o.Now, log: o.Logger, metadata: m,
+		refreshIdle: o.RefreshIdle, refreshAbs: o.RefreshAbsolute, reuse: o.RefreshReuseInterval, now: o.Now, log: o.Logger, metadata: m,
 		verifySubject: o.VerifySubjectToken, exchangers: slices.Clone(o.ExchangeClients),
 		configuredClients: configured, configured: map[string]bool{},
 		keys: &keySets{fetch: keySetFetcher, now: o.Now, log: o.Logger},
@@ -261,6 +282,9 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 		return nil, err
 	}
 	if s.codeKey, err = hkdf.Key(sha256.New, o.Secret, []byte(hkdfSalt), "usher/oauth/consent-code", 32); err != nil {
+		return nil, err
+	}
+	if s.successorKey, err = hkdf.Key(sha256.New, o.Secret, []byte(hkdfSalt), "usher/oauth/refresh-successor", 32); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -39,5 +39,6 @@ type Store interface {
 
 	// The sweep (Sweeper).
 	DeleteExpiredOAuth(ctx context.Context, before time.Time) (int, error)
+	EndRefreshRepeats(ctx context.Context, now time.Time) (int, error)
 	DeleteExpiredClientAssertions(ctx context.Context, before time.Time) (int, error)
 }

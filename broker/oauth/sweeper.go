@@ -104,13 +104,17 @@ func (s *Sweeper) Retention() time.Duration {
 
 // Sweep deletes the client assertions expired for longer than
 // AssertionLeeway, then the codes and refresh tokens ended for longer than
-// the retention, and returns how many rows it deleted. A failed deletion
-// does not keep the other from running; the next sweep tries again.
+// the retention, and returns how many rows it deleted; and it clears the
+// salts of the refresh tokens whose repeats have ended
+// (ServerOptions.RefreshReuseInterval), which a successor's use or
+// revocation has not cleared before. A failed deletion does not keep the
+// others from running; the next sweep tries again.
 func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 	now := s.srv.clock()
 	assertions, err1 := s.srv.st.DeleteExpiredClientAssertions(ctx, now.Add(-AssertionLeeway))
 	ended, err2 := s.srv.st.DeleteExpiredOAuth(ctx, now.Add(-s.Retention()))
-	err := errors.Join(err1, err2)
+	_, err3 := s.srv.st.EndRefreshRepeats(ctx, now)
+	err := errors.Join(err1, err2, err3)
 	if err != nil && ctx.Err() == nil {
 		s.log.WarnContext(ctx, "oauth: the sweep of ended codes, refresh tokens and client assertions failed", "err", err)
 	}

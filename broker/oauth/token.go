@@ -2,6 +2,9 @@ package oauth
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -202,7 +205,9 @@ func (s *Server) codeGrant(w http.ResponseWriter, r *http.Request, cl store.OAut
 // refreshGrant rotates a refresh token (RFC 6749 §6, OAuth 2.1 §4.3.1)
 // and answers it, in one store transaction (see issue): the old token is
 // used up, a new one of its family issued with the access token. A token
-// presented again after its rotation revokes the family. A request that
+// presented again after its rotation revokes the family, unless it is a
+// repeat (ServerOptions.RefreshReuseInterval): then the same next token
+// is answered again, with a new access token. A request that
 // does not match the token (another client, resource or scope) uses
 // nothing up.
 func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.OAuthClient, form url.Values) {
@@ -268,8 +273,21 @@ func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.O
 		s.serverError(w, r, "answer the refresh token grant", err)
 		return
 	}
+	if s.reuse > 0 && g.Refresh != nil {
+		if err := s.allowRepeat(&g, &out, raw, old, now); err != nil {
+			s.serverError(w, r, "answer the refresh token grant", err)
+			return
+		}
+	}
 	old, err = s.st.RotateRefreshToken(ctx, hash, now, g)
 	switch {
+	case err == nil && g.Refresh != nil && old.SuccessorHash != g.Refresh.TokenHash:
+		// A repeat: the successor the rotation answered, again.
+		if out.refresh = refreshSuccessor(s.successorKey, raw, old.SuccessorSalt); HashSecret(out.refresh) != old.SuccessorHash {
+			s.serverError(w, r, "answer a repeated refresh", errors.New("the successor derived is not the one stored: was the server's secret changed?"))
+			return
+		}
+		s.writeTokens(w, now, out)
 	case err == nil:
 		s.writeTokens(w, now, out)
 	case errors.Is(err, store.ErrReused):
@@ -283,6 +301,38 @@ func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.O
 	default:
 		s.serverError(w, r, "answer the refresh token grant", err)
 	}
+}
+
+// allowRepeat makes the rotation g of the token raw (read as old) one
+// that may be repeated for s.reuse (ServerOptions.RefreshReuseInterval):
+// its next token, out's, derived from raw and a new salt rather than
+// drawn at random, so that a repeat can answer it again; and the record
+// a repeat appends instead of g's own.
+func (s *Server) allowRepeat(g *store.TokenGrant, out *issued, raw string, old store.RefreshToken, now time.Time) error {
+	salt := randomText(16)
+	out.refresh = refreshSuccessor(s.successorKey, raw, salt)
+	g.Refresh.TokenHash = HashSecret(out.refresh)
+	g.RepeatSalt, g.RepeatUntil = salt, now.Add(s.reuse)
+	build, err := s.builder(audit.Entry{Kind: audit.KindOAuthTokenIssued, Principal: old.Principal, ClientID: old.ClientID, TokenJTI: out.token.ID, At: now},
+		map[string]any{"grant": GrantRefreshToken, "resource": old.Resource, "family": old.FamilyID, "repeat": true})
+	if err != nil {
+		return fmt.Errorf("audit the token: %w", err)
+	}
+	g.RepeatAudit = build
+	return nil
+}
+
+// refreshSuccessor is the refresh token a rotation of raw issues, with
+// salt: an HMAC of both under key, base64url as NewSecret's. The store
+// keeps the salt on the rotated token only while a repeat may need it,
+// and the token by its hash only: who has the database and the key still
+// needs the rotated token to derive its successor.
+func refreshSuccessor(key []byte, raw, salt string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(raw))
+	m.Write([]byte{0})
+	m.Write([]byte(salt))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
 // refreshEnd is when a refresh token issued at now dies unused: after the

@@ -102,6 +102,7 @@ func (in *installation) oauthServer(publicURL string, mint *broker.Broker, audit
 		ClientAddr:           proxies.ClientAddr,
 		RefreshIdle:          in.cfg.OAuth.RefreshIdle.Std(),
 		RefreshAbsolute:      in.cfg.OAuth.RefreshAbsolute.Std(),
+		RefreshReuseInterval: in.cfg.OAuth.RefreshReuseInterval.Std(),
 		Logger:               in.log.With("component", "oauth"),
 		VerifySubjectToken:   api.Verify,
 		ExchangeClients:      in.cfg.OAuth.TokenExchangeClients,

@@ -370,6 +370,13 @@ type OAuth struct {
 	// however often its refresh tokens are used; then the person signs in
 	// again. Default 2160h (90 days); between 1h and 8760h (365 days).
 	RefreshAbsolute Duration `yaml:"refresh_absolute"`
+	// RefreshReuseInterval is how long after a refresh token's rotation
+	// its client may present it again and get the same next refresh token
+	// (and a new access token): a retry whose answer was lost, or two
+	// refreshes at once, rather than a copy of the token, which revokes
+	// the sign-in. Default 30s; between 0 (every second use revokes) and
+	// 5m.
+	RefreshReuseInterval Duration `yaml:"refresh_reuse_interval"`
 	// ClientMetadataDocuments accepts clients whose client_id is the https
 	// URL of their Client ID Metadata Document, fetched with SSRF
 	// protection. Default true.
@@ -437,6 +444,7 @@ func Default() Config {
 			RegistrationsPerHour:    20,
 			RefreshIdle:             Duration(14 * 24 * time.Hour),
 			RefreshAbsolute:         Duration(90 * 24 * time.Hour),
+			RefreshReuseInterval:    Duration(30 * time.Second),
 			ClientMetadataDocuments: true,
 		},
 		Audit: Audit{CheckpointInterval: Duration(time.Minute)},
@@ -835,6 +843,9 @@ func (o OAuth) validate(bad reporter) {
 	}
 	if idle := o.RefreshIdle.Std(); idle < 5*time.Minute || idle > abs {
 		bad("oauth.refresh_idle", "must be at least 5m and at most oauth.refresh_absolute (%s), got %s", abs, idle)
+	}
+	if d := o.RefreshReuseInterval.Std(); d < 0 || d > 5*time.Minute {
+		bad("oauth.refresh_reuse_interval", "must be between 0s and 5m, got %s", d)
 	}
 	o.validateClients(bad)
 	if slices.ContainsFunc(o.TokenExchangeClients, func(id string) bool { return strings.TrimSpace(id) != id || id == "" }) {

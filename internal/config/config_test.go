@@ -102,7 +102,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"web.client_id": "w", "web.client_secret": "ws", "web.scopes": "api://usher/access_as_user",
 		"web.session_lifetime": "1h", "web.revocation_ttl": "2s",
 		"oauth.registration": "false", "oauth.registrations_per_hour": "5", "oauth.refresh_idle": "1h",
-		"oauth.refresh_absolute": "48h", "oauth.client_metadata_documents": "false", "oauth.clients": "",
+		"oauth.refresh_absolute": "48h", "oauth.refresh_reuse_interval": "0s", "oauth.client_metadata_documents": "false", "oauth.clients": "",
 		"oauth.token_exchange_clients": "usher-dcr-a, usher-dcr-b", "audit.sinks": "",
 		"review.groups": "security, audit",
 		"admin.groups":  "operators", "admin.heartbeat_interval": "2s",
@@ -128,7 +128,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		c.Web.ClientID != "w" || c.Web.ClientSecret != "ws" || len(c.Web.Scopes) != 1 || c.Web.SessionLifetime.Std() != time.Hour ||
 		c.Web.RevocationTTL.Std() != 2*time.Second || c.Events.MaxStreamsPerUser != 4 || c.MCP.MaxUpstreamSessionsPerUser != 3 ||
 		c.OAuth.Registration || c.OAuth.RegistrationsPerHour != 5 || c.OAuth.RefreshIdle.Std() != time.Hour ||
-		c.OAuth.RefreshAbsolute.Std() != 48*time.Hour || c.OAuth.ClientMetadataDocuments ||
+		c.OAuth.RefreshAbsolute.Std() != 48*time.Hour || c.OAuth.RefreshReuseInterval != 0 || c.OAuth.ClientMetadataDocuments ||
 		strings.Join(c.OAuth.TokenExchangeClients, "|") != "usher-dcr-a|usher-dcr-b" ||
 		strings.Join(c.Review.Groups, "|") != "security|audit" ||
 		len(c.Server.TrustedProxies) != 2 || c.Server.ForwardedHeader != "Forwarded" || c.Model.ContextTokens != 128000 || c.Assistant.MaxSlices != 30 ||
@@ -206,7 +206,7 @@ func TestOAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := OAuth{Registration: true, RegistrationsPerHour: 20, RefreshIdle: Duration(336 * time.Hour),
-		RefreshAbsolute: Duration(2160 * time.Hour), ClientMetadataDocuments: true}
+		RefreshAbsolute: Duration(2160 * time.Hour), RefreshReuseInterval: Duration(30 * time.Second), ClientMetadataDocuments: true}
 	if !reflect.DeepEqual(c.OAuth, want) {
 		t.Errorf("defaults = %+v, want %+v", c.OAuth, want)
 	}
@@ -228,9 +228,12 @@ func TestOAuth(t *testing.T) {
 		"long absolute":    {map[string]string{"USHER_OAUTH_REFRESH_ABSOLUTE": "8761h"}, "oauth.refresh_absolute"},
 		"idle past absolute": {map[string]string{"USHER_OAUTH_REFRESH_IDLE": "100h", "USHER_OAUTH_REFRESH_ABSOLUTE": "99h"},
 			"oauth.refresh_idle: must be at least 5m and at most oauth.refresh_absolute"},
-		"short idle":   {map[string]string{"USHER_OAUTH_REFRESH_IDLE": "1m"}, "oauth.refresh_idle"},
-		"not a bool":   {map[string]string{"USHER_OAUTH_REGISTRATION": "sometimes"}, "oauth.registration (from USHER_OAUTH_REGISTRATION): want true or false"},
-		"not a number": {map[string]string{"USHER_OAUTH_REGISTRATIONS_PER_HOUR": "many"}, "oauth.registrations_per_hour (from USHER_OAUTH_REGISTRATIONS_PER_HOUR)"},
+		"short idle": {map[string]string{"USHER_OAUTH_REFRESH_IDLE": "1m"}, "oauth.refresh_idle"},
+		"negative reuse interval": {map[string]string{"USHER_OAUTH_REFRESH_REUSE_INTERVAL": "-1s"},
+			"oauth.refresh_reuse_interval: must be between 0s and 5m"},
+		"long reuse interval": {map[string]string{"USHER_OAUTH_REFRESH_REUSE_INTERVAL": "301s"}, "oauth.refresh_reuse_interval"},
+		"not a bool":          {map[string]string{"USHER_OAUTH_REGISTRATION": "sometimes"}, "oauth.registration (from USHER_OAUTH_REGISTRATION): want true or false"},
+		"not a number":        {map[string]string{"USHER_OAUTH_REGISTRATIONS_PER_HOUR": "many"}, "oauth.registrations_per_hour (from USHER_OAUTH_REGISTRATIONS_PER_HOUR)"},
 	} {
 		if _, err := Load("", env(tc.env), Overrides{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to say %q", name, err, tc.want)

@@ -673,6 +673,37 @@ func auditCount(t *testing.T, s store.Store) int {
 	return len(records)
 }
 
+// logCount follows how many records the audit log holds: want checks
+// that it gained n since the last check, skip that it may have gained n
+// unchecked.
+type logCount struct {
+	t       *testing.T
+	s       store.Store
+	records int
+}
+
+// countLog starts a logCount at the log's present length.
+func countLog(t *testing.T, s store.Store) *logCount {
+	t.Helper()
+	return &logCount{t: t, s: s, records: auditCount(t, s)}
+}
+
+// want checks that the log gained n records since the last check, after
+// what.
+func (c *logCount) want(n int, after string) {
+	c.t.Helper()
+	c.records += n
+	if got := auditCount(c.t, c.s); got != c.records {
+		c.t.Errorf("after %s the log has %d records, want %d", after, got, c.records)
+	}
+}
+
+// reset takes the log's present length as the next check's start.
+func (c *logCount) reset() {
+	c.t.Helper()
+	c.records = auditCount(c.t, c.s)
+}
+
 // testApprovalsAudited checks that each approval write and its audit
 // record are one transaction: a failure between them (the record's build
 // fails, or a constraint refuses the write) leaves neither.

@@ -429,7 +429,7 @@ func testRefreshTokens(t *testing.T, s store.Store) {
 		t.Fatalf("RotateRefreshToken: %v", err)
 	}
 	wantOld := first
-	wantOld.UsedAt = at
+	wantOld.UsedAt, wantOld.SuccessorHash = at, "rt-2"
 	if !reflect.DeepEqual(old, wantOld) {
 		t.Errorf("RotateRefreshToken returned\n%+v, want\n%+v", old, wantOld)
 	}
@@ -440,7 +440,7 @@ func testRefreshTokens(t *testing.T, s store.Store) {
 	}
 	wantNext := store.RefreshToken{TokenHash: "rt-2", FamilyID: "fam", ClientID: "c", Principal: "alice",
 		Subject: first.Subject, Resource: first.Resource, Scope: first.Scope,
-		CreatedAt: at, ExpiresAt: next.ExpiresAt, FamilyExpiresAt: first.FamilyExpiresAt, UsedAt: at2}
+		CreatedAt: at, ExpiresAt: next.ExpiresAt, FamilyExpiresAt: first.FamilyExpiresAt, UsedAt: at2, SuccessorHash: "rt-3"}
 	if !reflect.DeepEqual(old2, wantNext) {
 		t.Errorf("the successor as stored:\n%+v, want\n%+v (family, client, principal, grant and family end inherited)", old2, wantNext)
 	}

@@ -59,14 +59,7 @@ func testOAuthGrants(t *testing.T, s store.Store) {
 				after, cs.LastUsedAt, cl.LastUsedAt, at)
 		}
 	}
-	records := auditCount(t, s)
-	wantRecords := func(n int, after string) {
-		t.Helper()
-		records += n
-		if got := auditCount(t, s); got != records {
-			t.Errorf("after %s the log has %d records, want %d", after, got, records)
-		}
-	}
+	log := countLog(t, s)
 
 	// A code grant: the code, the family's first token, the consent's use
 	// and the record in one commit.
@@ -89,12 +82,12 @@ func testOAuthGrants(t *testing.T, s store.Store) {
 		t.Errorf("the grant's token is %+v; want the code's family, client, principal, subject, resource and scope, created at %v", tok, at)
 	}
 	lastUsed(at, "a code grant")
-	wantRecords(1, "a code grant")
+	log.want(1, "a code grant")
 	if _, err := s.RedeemAuthorizationCode(ctx, "code-1", "fam-1b", at, &store.TokenGrant{Consent: true, Audit: record("jti-x", at)}); !errors.Is(err, store.ErrReused) {
 		t.Errorf("a code grant of a used code = %v, want ErrReused", err)
 	}
 	checkRevokedToken(t, s, "rt-1", at)
-	wantRecords(0, "a replayed code grant")
+	log.want(0, "a replayed code grant")
 
 	// The record's build fails: nothing is written, the code not used.
 	code("code-3", "c")
@@ -105,13 +98,13 @@ func testOAuthGrants(t *testing.T, s store.Store) {
 	}
 	missing("rt-3", "a code grant whose record failed")
 	lastUsed(at, "a code grant whose record failed")
-	wantRecords(0, "a code grant whose record failed")
+	log.want(0, "a code grant whose record failed")
 	if _, err := s.RedeemAuthorizationCode(ctx, "code-3", "fam-3", at3,
 		&store.TokenGrant{Refresh: first("rt-3", at3), Consent: true, Audit: record("jti-3", at3)}); err != nil {
 		t.Errorf("RedeemAuthorizationCode after a failed record: %v; want the code unused and redeemed now", err)
 	}
 	lastUsed(at3, "the code grant retried")
-	wantRecords(1, "the code grant retried")
+	log.want(1, "the code grant retried")
 
 	// A grant needs a consent that stands, when it asks for one (none:
 	// ErrNotFound; revoked: ErrConflict), and a client that stands. The
@@ -150,7 +143,7 @@ func testOAuthGrants(t *testing.T, s store.Store) {
 		t.Fatalf("PutConsent: %v", err)
 	}
 	refused("code-8", "e", store.TokenGrant{Refresh: first("rt-code-8", at), Consent: true}, store.ErrConflict, "of a revoked client with a consent")
-	wantRecords(0, "the refused code grants")
+	log.want(0, "the refused code grants")
 
 	// A rotation: the old token's use, the next token, the consent's use
 	// and the record in one commit.
@@ -164,7 +157,7 @@ func testOAuthGrants(t *testing.T, s store.Store) {
 		t.Errorf("the rotation's token = %+v, %v; want it in fam-3, ending with its family", tok, err)
 	}
 	lastUsed(at4, "a rotation")
-	wantRecords(1, "a rotation")
+	log.want(1, "a rotation")
 
 	// The record fails, or there is no next token: nothing is written,
 	// the token stays unused.
@@ -184,12 +177,12 @@ func testOAuthGrants(t *testing.T, s store.Store) {
 		missing("rt-3c", "a rotation with "+name)
 	}
 	lastUsed(at4, "the refused rotations")
-	wantRecords(0, "the refused rotations")
+	log.want(0, "the refused rotations")
 	if _, err := s.RotateRefreshToken(ctx, "rt-3b", at5, store.TokenGrant{Refresh: &next, Consent: true, Audit: record("jti-3c", at5)}); err != nil {
 		t.Errorf("RotateRefreshToken after the refusals: %v", err)
 	}
 	lastUsed(at5, "the rotation after the refusals")
-	wantRecords(1, "the rotation after the refusals")
+	log.want(1, "the rotation after the refusals")
 
 	// A rotation that asks for a consent there is not: nothing written.
 	mustOAuthClient(t, s, "f")

@@ -151,6 +151,7 @@ func Run(t *testing.T, e Engine) {
 		{"AuthorizationCodeRace", testAuthorizationCodeRace},
 		{"RefreshTokens", testRefreshTokens},
 		{"RefreshTokenRotateRace", testRefreshTokenRotateRace},
+		{"RefreshRepeats", testRefreshRepeats},
 		{"OAuthGrants", testOAuthGrants},
 		{"OAuthGrantRace", testOAuthGrantRace},
 		{"OAuthRevokeCascade", testOAuthRevokeCascade},
