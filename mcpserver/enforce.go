@@ -335,8 +335,11 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 	// state must be this very call's.
 	r, refusal := s.openRound(call, key, newRoundRequest(p.Meta, caps, p.InputResponses, p.RequestState))
 	if refusal != nil {
-		if !s.record(ctx, ev, KindDecision) || !s.refuseRound(ctx, ev, refusal) {
-			return internalErrorResult()
+		if res := s.recordOrFail(ctx, ev, KindDecision); res != nil {
+			return res
+		}
+		if err := s.refuseRound(ctx, ev, refusal); err != nil {
+			return failedResult(err)
 		}
 		if sessionless(p.Meta) {
 			// Protocol 2026-07-28: a JSON-RPC error, as for a prompt or a resource.
@@ -495,6 +498,9 @@ func (s *Server) run(ctx context.Context, t *tool, call Call, ev Event, start ti
 		// A call held open for the round asks nothing more of anyone.
 		s.catalog.held.cancel(res.RequestState)
 		res = errorResult("The tool could not go on: " + askErr.Error() + ".")
+		if errors.Is(askErr, store.ErrUnavailable) {
+			res = errorResult(inputUnavailableText)
+		}
 	}
 	after := context.WithoutCancel(ctx)
 	ev.Latency = s.opts.Now().Sub(start)
@@ -706,15 +712,25 @@ func (s *Server) stamp(ev Event, kind string) Event {
 
 // record appends an audit event and reports whether it was recorded.
 func (s *Server) record(ctx context.Context, ev Event, kind string) bool {
-	return s.recordOrFail(ctx, ev, kind) == nil
+	return s.recordErr(ctx, ev, kind) == nil
 }
 
 // recordOrFail appends an audit event: nil when it was recorded, else the
 // result of a call that is not run for want of its record (failedResult).
 func (s *Server) recordOrFail(ctx context.Context, ev Event, kind string) *mcp.CallToolResult {
+	if err := s.recordErr(ctx, ev, kind); err != nil {
+		return failedResult(err)
+	}
+	return nil
+}
+
+// recordErr appends an audit event: nil when it was recorded, else the
+// failure, logged, for the answer to tell (failedResult, failedError)
+// and never to quote.
+func (s *Server) recordErr(ctx context.Context, ev Event, kind string) error {
 	if err := s.opts.Auditor.Record(ctx, s.stamp(ev, kind)); err != nil {
 		s.log.ErrorContext(ctx, "mcpserver: writing the audit log failed", "kind", kind, "tool", ev.Tool, "err", err)
-		return failedResult(err)
+		return err
 	}
 	return nil
 }
@@ -730,10 +746,21 @@ func internalErrorResult() *mcp.CallToolResult {
 	return errorResult("The call could not be processed because of an error on the server. It has been logged; nothing was run.")
 }
 
+// outageText ends the answer to a request that failed because the
+// database was out of reach (store.ErrUnavailable): the model, or the
+// person, may try it again shortly.
+const outageText = "Usher cannot reach its database just now. Try it again in a moment."
+
 // unavailableText is the result of a call not run because the database
-// was out of reach (store.ErrUnavailable): the model, or the person, may
-// try it again shortly.
-const unavailableText = "The call was not run: Usher cannot reach its database just now. Try it again in a moment."
+// was out of reach.
+const unavailableText = "The call was not run: " + outageText
+
+// inputUnavailableText is the result of a call whose upstream asked for
+// input that was not passed on because the database was out of reach (its
+// request, or the round's end, could not be recorded): the held call is
+// cancelled, and a new call starts over.
+const inputUnavailableText = "The tool could not go on: its request for input was not passed on, as Usher cannot reach its database just now. " +
+	"Nothing more of this call runs. Call the tool again in a moment to start over."
 
 // failedResult is the result of a call that failed on Usher's side before
 // anything ran, for err: unavailableText when the database was out of

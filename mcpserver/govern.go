@@ -110,15 +110,15 @@ func (s *Server) govern(ctx context.Context, g governed) (mcp.Result, error) {
 	}
 	ev := g.ev
 	ev.Decision, ev.PolicyIDs, ev.PolicyHash, ev.Reasons = v.Decision, v.PolicyIDs, v.PolicyHash, v.Reasons
-	if !s.record(ctx, ev, KindDecision) {
-		return nil, internalError()
+	if err := s.recordErr(ctx, ev, KindDecision); err != nil {
+		return nil, failedError(err)
 	}
 	var r *round
 	if v.Decision == Allow || v.Decision == Approve {
 		var refusal *inputStateError
 		if r, refusal = s.openRound(g.call, "", g.in); refusal != nil {
-			if !s.refuseRound(ctx, ev, refusal) {
-				return nil, internalError()
+			if err := s.refuseRound(ctx, ev, refusal); err != nil {
+				return nil, failedError(err)
 			}
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: refusal.text}
 		}
@@ -138,7 +138,7 @@ func (s *Server) govern(ctx context.Context, g governed) (mcp.Result, error) {
 			return nil, s.requestFeatureApproval(ctx, ev, g.call, v)
 		case err != nil:
 			s.log.ErrorContext(ctx, "mcpserver: using an approval failed", "action", g.call.Action, "name", ev.Tool, "err", err)
-			return nil, internalError()
+			return nil, failedError(err)
 		}
 		ev.ApprovalID = a.ID
 	default:
@@ -163,7 +163,11 @@ func (s *Server) govern(ctx context.Context, g governed) (mcp.Result, error) {
 		s.log.WarnContext(ctx, "mcpserver: an upstream's request for input was not passed on", "action", g.call.Action, "name", ev.Tool, "err", err)
 		// A request held open for the round asks nothing more of anyone.
 		s.catalog.held.cancel(ask.state)
-		err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The upstream server asked for input that could not be passed on: " + err.Error() + "."}
+		msg := "The upstream server asked for input that could not be passed on: " + err.Error() + "."
+		if errors.Is(err, store.ErrUnavailable) {
+			msg = inputUnavailableRequestText
+		}
+		err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msg}
 	}
 	after := context.WithoutCancel(ctx)
 	ev.Latency = s.opts.Now().Sub(start)
@@ -228,7 +232,7 @@ func (s *Server) requestFeatureApproval(ctx context.Context, ev Event, call Call
 	})
 	if err != nil {
 		s.log.ErrorContext(ctx, "mcpserver: requesting an approval failed", "action", call.Action, "name", ev.Tool, "err", err)
-		return internalError()
+		return failedError(err)
 	}
 	ev.ApprovalID = a.ID
 	s.record(ctx, ev, KindApprovalRequired)
@@ -242,6 +246,28 @@ func (s *Server) requestFeatureApproval(ctx context.Context, ev Event, call Call
 // in the log.
 func internalError() error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The request could not be processed because of an error on the server. It has been logged; nothing was sent upstream."}
+}
+
+// unavailableRequestText is the message of a request other than a tool
+// call not sent upstream because the database was out of reach
+// (store.ErrUnavailable): it may be sent again shortly.
+const unavailableRequestText = "The request was not sent upstream: " + outageText
+
+// inputUnavailableRequestText is the message of a request other than a
+// tool call whose upstream asked for input that was not passed on because
+// the database was out of reach (see inputUnavailableText).
+const inputUnavailableRequestText = "The upstream server asked for input that was not passed on, as Usher cannot reach its database just now. " +
+	"Nothing more of this request runs. Send it again in a moment to start over."
+
+// failedError is the error of a request other than a tool call that
+// failed on Usher's side before anything was sent upstream, for err:
+// unavailableRequestText when the database was out of reach, else
+// internalError; the code is the same.
+func failedError(err error) error {
+	if errors.Is(err, store.ErrUnavailable) {
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: unavailableRequestText}
+	}
+	return internalError()
 }
 
 // shown reports whether a listing decision shows the item; a failing one
@@ -604,8 +630,8 @@ func (s *Server) subscribeResource(ctx context.Context, req *mcp.SubscribeReques
 		v = Verdict{Decision: Deny, Reasons: []string{"the policy could not be evaluated"}}
 	}
 	ev.Decision, ev.PolicyIDs, ev.PolicyHash, ev.Reasons = v.Decision, v.PolicyIDs, v.PolicyHash, v.Reasons
-	if !s.record(ctx, ev, KindSubscribed) {
-		return internalError()
+	if err := s.recordErr(ctx, ev, KindSubscribed); err != nil {
+		return failedError(err)
 	}
 	if v.Decision != Allow && v.Decision != Approve {
 		return &jsonrpc.Error{Code: CodeDenied, Message: "The policy denies this resource."}

@@ -208,10 +208,11 @@ func (s *Server) openRound(call Call, key string, in roundRequest) (*round, *inp
 	return r, nil
 }
 
-// refuseRound records the refusal of a retry's state, after its decision.
-func (s *Server) refuseRound(ctx context.Context, ev Event, refusal *inputStateError) bool {
+// refuseRound records the refusal of a retry's state, after its decision:
+// nil, or the record's failure (see recordErr).
+func (s *Server) refuseRound(ctx context.Context, ev Event, refusal *inputStateError) error {
 	ev.Reasons = append(slices.Clip(ev.Reasons), refusal.reason)
-	return s.record(ctx, ev, KindInputStateRefused)
+	return s.recordErr(ctx, ev, KindInputStateRefused)
 }
 
 // recordAnswers records that a retry brings the caller's answers, one
@@ -254,9 +255,13 @@ func inputKind(ir mcp.InputRequest, caps *mcp.ClientCapabilities) (kind, method 
 	return "", "an unknown request", false
 }
 
-// errInputNotRecorded: an input request or the end of its round could not
-// be recorded, so nothing was passed on.
-var errInputNotRecorded = errors.New("the request for input could not be recorded")
+// inputNotRecorded: an input request or the end of its round could not
+// be recorded, so nothing was passed on. Its text does not say why; the
+// failure it wraps does, to errors.Is (store.ErrUnavailable).
+type inputNotRecorded struct{ err error }
+
+func (e inputNotRecorded) Error() string { return "the request for input could not be recorded" }
+func (e inputNotRecorded) Unwrap() error { return e.err }
 
 // askForInput passes an upstream's input requests on to the caller, for
 // the call whose round ended with them: each request is checked against
@@ -299,8 +304,8 @@ func (s *Server) askForInput(ctx context.Context, call Call, ev Event, key strin
 			sum := sha256.Sum256(b)
 			e.ArgumentsHash = hex.EncodeToString(sum[:])
 		}
-		if !s.record(ctx, e, kind) {
-			return "", errInputNotRecorded
+		if err := s.recordErr(ctx, e, kind); err != nil {
+			return "", inputNotRecorded{err}
 		}
 	}
 	state, err := s.states.Seal(inputState{
@@ -322,7 +327,7 @@ func (s *Server) askForInput(ctx context.Context, call Call, ev Event, key strin
 	}
 	if err != nil {
 		s.log.ErrorContext(ctx, "mcpserver: recording a round that asks for input failed", "tool", call.Tool, "err", err)
-		return "", errInputNotRecorded
+		return "", inputNotRecorded{err}
 	}
 	return state, nil
 }

@@ -421,7 +421,7 @@ func (d *durableSessions) record(ctx context.Context, c Caller, req *mcp.ServerR
 			return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "the session's handshake is too large to be kept"}
 		}
 		d.s.log.ErrorContext(ctx, "mcpserver: recording a session failed", "err", err)
-		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the session could not be recorded"}
+		return unrecorded(err, "the session could not be recorded", "The session was not started: "+outageText)
 	}
 	d.mu.Lock()
 	d.native[handle] = state
@@ -516,7 +516,7 @@ func (s *Server) setLevel(ctx context.Context, next mcp.MethodHandler, method st
 	}
 	if err := s.durable.change(ctx, r.Session, func(st *sessionState) { st.LogLevel = r.Params.Level }); err != nil {
 		s.log.ErrorContext(ctx, "mcpserver: recording a session's log level failed", "err", err)
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the log level could not be recorded"}
+		return nil, unrecorded(err, "the log level could not be recorded", "The log level could not be recorded: "+outageText)
 	}
 	return res, nil
 }
@@ -710,7 +710,19 @@ func (s *Server) recordSubscription(ctx context.Context, next mcp.MethodHandler,
 		if add {
 			s.unsubscribe(ctx, ss, uri)
 		}
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the subscription could not be recorded"}
+		return nil, unrecorded(err, "the subscription could not be recorded", "The subscription could not be recorded: "+outageText)
 	}
 	return res, nil
+}
+
+// unrecorded is the error of a request whose change to its session's
+// record failed with err: its message is outage when the database was out
+// of reach (store.ErrUnavailable), else generic; its code is internal
+// either way.
+func unrecorded(err error, generic, outage string) error {
+	msg := generic
+	if errors.Is(err, store.ErrUnavailable) {
+		msg = outage
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msg}
 }
