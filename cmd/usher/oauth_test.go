@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -312,4 +313,77 @@ func TestReplayedCodeRevokesItsAccessTokens(t *testing.T) {
 		}
 	}
 	mcpCall(t, s.url, other.AccessToken, "tools/list", map[string]any{})
+}
+
+// TestRefreshAnswerLost checks, through the real server with its default
+// oauth.refresh_reuse_interval, a refresh whose answer is lost on the
+// way: a proxy passes the request on, and closes the client's connection
+// once the server has begun to answer, so the rotation has committed and
+// the client holds only the old token. Its retry with that token keeps
+// the sign-in: a new access token that /mcp takes, and a refresh token
+// that rotates on; the log records the retry as a repeat.
+func TestRefreshAnswerLost(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil)
+	app := oauthtest.Register(t, s.url, "MCP Inspector", "http://127.0.0.1:6274/oauth/callback")
+	tokens := app.Connect(t, oauthtest.SignIn(t, s.url, "alice"))
+
+	lossy := *app
+	lossy.Base = losingAnswers(t, strings.TrimPrefix(s.url, "http://"))
+	form := url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tokens.RefreshToken}, "client_id": {app.ClientID}}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	if resp, err := client.PostForm(lossy.Base+oauth.PathToken, form); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the refresh through the proxy was answered %d; want its answer lost", resp.StatusCode)
+	}
+
+	retry := app.Refresh(t, tokens.RefreshToken)
+	if retry.Status != http.StatusOK || retry.AccessToken == "" || retry.RefreshToken == "" {
+		t.Fatalf("the retry after a lost answer: %+v, want new tokens", retry)
+	}
+	mcpCall(t, s.url, retry.AccessToken, "tools/list", map[string]any{})
+	if next := app.Refresh(t, retry.RefreshToken); next.Status != http.StatusOK {
+		t.Fatalf("rotating the retry's refresh token: %+v", next)
+	}
+	repeats := 0
+	for _, r := range auditRecords(t, s) {
+		if d, _ := r["details"].(map[string]any); r["kind"] == "oauth_token_issued" && d["repeat"] == true {
+			repeats++
+		}
+	}
+	if repeats != 1 {
+		t.Errorf("the log records %d repeats, want the retry's one (the lost answer committed)", repeats)
+	}
+}
+
+// losingAnswers starts a loopback proxy to addr that passes each
+// request on and, once the server's answer begins to arrive, closes the
+// client's connection without passing it on; it returns its base URL.
+func losingAnswers(t *testing.T, addr string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go io.Copy(up, c) //nolint:errcheck // ends when either side closes
+				var first [1]byte
+				_, _ = up.Read(first[:])
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
 }
