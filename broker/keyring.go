@@ -92,6 +92,10 @@ type KeyringOptions struct {
 	// Logger receives rotation events and background errors. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// PreviousSealKeys are seal keys the private keys may still be sealed
+	// with, from before the seal key was replaced: they open keys, never
+	// seal them, until Reseal has sealed every key with the seal key.
+	PreviousSealKeys [][]byte
 }
 
 // Keyring holds one purpose's RS256 signing keys: it generates them, stores
@@ -107,7 +111,9 @@ type Keyring struct {
 	ks      KeyStore
 	purpose string
 	sealer  *sealer
-	opts    KeyringOptions
+	// previous open what an earlier seal key sealed (PreviousSealKeys).
+	previous []*sealer
+	opts     KeyringOptions
 
 	keys *jwks.Cache[*keySnapshot]
 
@@ -164,6 +170,14 @@ func NewKeyring(ks KeyStore, purpose string, sealKey []byte, opts *KeyringOption
 	if err != nil {
 		errs = append(errs, err)
 	}
+	var previous []*sealer
+	for i, key := range o.PreviousSealKeys {
+		p, err := newSealer(key)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("previous seal key %d: %w", i+1, err))
+		}
+		previous = append(previous, p)
+	}
 	if o.KeyBits != 2048 && o.KeyBits != 3072 && o.KeyBits != 4096 {
 		errs = append(errs, fmt.Errorf("KeyBits must be 2048, 3072 or 4096, got %d", o.KeyBits))
 	}
@@ -179,7 +193,7 @@ func NewKeyring(ks KeyStore, purpose string, sealKey []byte, opts *KeyringOption
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("broker: keyring options: %w", err)
 	}
-	k := &Keyring{ks: ks, purpose: purpose, sealer: s, opts: o}
+	k := &Keyring{ks: ks, purpose: purpose, sealer: s, previous: previous, opts: o}
 	k.keys, err = jwks.NewCache(k.load, &jwks.CacheOptions{
 		MaxAge: o.CheckInterval, MinRefreshInterval: o.MinRefreshInterval,
 		Now: o.Now, Logger: o.Logger, Name: "signing keys " + purpose,
@@ -516,7 +530,7 @@ func (k *Keyring) openKey(prev *keySnapshot, row store.SigningKey) (*signingKey,
 	if kid, err := thumbprint(pub); err != nil || kid != row.ID {
 		return nil, errors.New("kid is not the thumbprint of the public key")
 	}
-	der, err := k.sealer.open(row.PrivateKey, k.purpose, row.ID)
+	der, _, err := k.open(row)
 	if err != nil {
 		return nil, err
 	}
@@ -531,6 +545,62 @@ func (k *Keyring) openKey(prev *keySnapshot, row store.SigningKey) (*signingKey,
 	}
 	key.pub, key.priv = pub, priv
 	return key, nil
+}
+
+// open opens the private half of row with the seal key, or else with
+// the first previous seal key that opens it (resealed true).
+func (k *Keyring) open(row store.SigningKey) (der []byte, resealed bool, err error) {
+	der, err = k.sealer.open(row.PrivateKey, k.purpose, row.ID)
+	if err == nil {
+		return der, false, nil
+	}
+	for _, p := range k.previous {
+		if der, err := p.open(row.PrivateKey, k.purpose, row.ID); err == nil {
+			return der, true, nil
+		}
+	}
+	return nil, false, err
+}
+
+// A Resealer replaces the sealed private half of a stored key while it
+// is still the one read (store.Store is one).
+type Resealer interface {
+	ResealSigningKey(ctx context.Context, id string, old, sealed []byte) (bool, error)
+}
+
+// Reseal seals again with the seal key, in rs, every published key of
+// the purpose that a previous seal key sealed (PreviousSealKeys), and
+// returns how many it resealed. A key that no seal key opens is an
+// error (ErrUnseal), and so is one resealed by another process meanwhile
+// with other bytes: run it again. Once it returns nil, the previous seal
+// keys are no longer needed.
+func (k *Keyring) Reseal(ctx context.Context, rs Resealer) (int, error) {
+	rows, err := k.ks.SigningKeys(ctx, k.purpose, k.opts.Now())
+	if err != nil {
+		return 0, fmt.Errorf("broker: read %s signing keys: %w", k.purpose, err)
+	}
+	n := 0
+	for _, row := range rows {
+		der, resealed, err := k.open(row)
+		if err != nil {
+			return n, fmt.Errorf("broker: %s signing key %s (generation %d): %w", k.purpose, row.ID, row.Generation, err)
+		}
+		if !resealed {
+			clear(der)
+			continue
+		}
+		sealed := k.sealer.seal(der, k.purpose, row.ID)
+		clear(der)
+		ok, err := rs.ResealSigningKey(ctx, row.ID, row.PrivateKey, sealed)
+		if err != nil {
+			return n, fmt.Errorf("broker: reseal %s signing key %s: %w", k.purpose, row.ID, err)
+		}
+		if !ok {
+			return n, fmt.Errorf("broker: %s signing key %s was changed while it was resealed: run the reseal again", k.purpose, row.ID)
+		}
+		n++
+	}
+	return n, nil
 }
 
 // thumbprint is the RFC 7638 JWK thumbprint (SHA-256, base64url) of pub:

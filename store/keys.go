@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -19,6 +20,11 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`)
 SELECT ` + signingKeyColumns + ` FROM signing_keys
 WHERE purpose = $1 AND published_until > $2
 ORDER BY generation`)
+
+	// resealSigningKey replaces a key's sealed private half, only while
+	// it is still the one the caller read.
+	resealSigningKey = sql1(`
+UPDATE signing_keys SET private_key = $3 WHERE id = $1 AND private_key = $2`)
 )
 
 func (c *core) InsertSigningKey(ctx context.Context, k SigningKey) error {
@@ -42,6 +48,24 @@ func (c *core) SigningKeys(ctx context.Context, purpose string, now time.Time) (
 		return nil, c.fail(err)
 	}
 	return keys, nil
+}
+
+func (c *core) ResealSigningKey(ctx context.Context, id string, old, sealed []byte) (bool, error) {
+	if err := invalid(requiredTexts("signing key", []namedText{{"ID", id, true}})...); err != nil {
+		return false, err
+	}
+	if len(old) == 0 || len(sealed) == 0 {
+		return false, invalid(errors.New("a signing key's reseal needs its old and its new private half"))
+	}
+	var n int64
+	err := c.writeOne(ctx, func(x executor) (err error) {
+		n, err = x.exec(ctx, resealSigningKey, id, old, sealed)
+		return err
+	})
+	if err != nil {
+		return false, c.fail(err)
+	}
+	return n == 1, nil
 }
 
 // scanSigningKey reads one row of signingKeyColumns.

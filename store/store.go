@@ -435,6 +435,11 @@ type Store interface {
 	// SigningKeys returns the purpose's keys whose PublishedUntil is after
 	// now, oldest generation first.
 	SigningKeys(ctx context.Context, purpose string, now time.Time) ([]SigningKey, error)
+	// ResealSigningKey replaces the sealed private half of the key id
+	// with sealed, the same key sealed again (under a new key-encryption
+	// key), if it is still old; it reports whether it did. Nothing else
+	// of the key changes.
+	ResealSigningKey(ctx context.Context, id string, old, sealed []byte) (bool, error)
 
 	// GetApproval returns the approval or ErrNotFound.
 	GetApproval(ctx context.Context, id string) (Approval, error)

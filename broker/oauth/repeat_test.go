@@ -149,6 +149,38 @@ func TestRefreshRepeat(t *testing.T) {
 	})
 }
 
+// TestRefreshRepeatAcrossASecret checks a repeat of a rotation made
+// before the server's Secret was replaced: answered with the same token
+// while the old secret is among PreviousSecrets, a server error (and no
+// other token) without it.
+func TestRefreshRepeatAcrossASecret(t *testing.T) {
+	t.Parallel()
+	engines(t, func(t *testing.T, st store.Store) {
+		reuse := func(o *oauth.ServerOptions) { o.RefreshReuseInterval = reuseInterval }
+		before := newEnv(t, st, reuse)
+		c := before.register(nil)
+		code, verifier := before.code(c, "alice", nil)
+		tok := before.redeem(c, code, verifier)
+		first := before.refresh(c, tok.RefreshToken)
+		if first.Status != http.StatusOK {
+			t.Fatalf("refresh: %+v", first)
+		}
+		newSecret := bytes.Repeat([]byte{10}, 32)
+		alone := newEnv(t, st, func(o *oauth.ServerOptions) { reuse(o); o.Secret = newSecret })
+		if a := alone.refresh(c, tok.RefreshToken); a.Status != http.StatusInternalServerError || a.RefreshToken != "" {
+			t.Errorf("a repeat under a new secret alone: %+v, want a server error and no token", a)
+		}
+		both := newEnv(t, st, func(o *oauth.ServerOptions) {
+			reuse(o)
+			o.PreviousSecrets = [][]byte{o.Secret}
+			o.Secret = newSecret
+		})
+		if a := both.refresh(c, tok.RefreshToken); a.Status != http.StatusOK || a.RefreshToken != first.RefreshToken {
+			t.Errorf("a repeat with the old secret among the previous ones: %+v, want the same refresh token", a)
+		}
+	})
+}
+
 // TestRefreshWithoutRepeats checks that with no RefreshReuseInterval a
 // refresh presented again at once is a reuse, and that the option's
 // bounds are enforced.

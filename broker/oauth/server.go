@@ -86,8 +86,11 @@ type Server struct {
 	csrfKey []byte       // HMAC key of the consent form's CSRF tokens
 	codeKey []byte       // HMAC key of the codes of answered consent forms
 	// successorKey derives a rotated refresh token's successor
-	// (refreshSuccessor).
-	successorKey []byte
+	// (refreshSuccessor); previousSuccessorKeys are those of the
+	// PreviousSecrets, for a repeat of a rotation made before the
+	// Secret was replaced.
+	successorKey          []byte
+	previousSuccessorKeys [][]byte
 }
 
 // ServerOptions configures a Server. Issuer, Resources, Store, Broker,
@@ -117,6 +120,11 @@ type ServerOptions struct {
 	// to returnTo (a local path, PathAuthorizeContinue with its query).
 	SignedIn func(r *http.Request) (p identity.Principal, session string, ok bool, err error)
 	LoginURL func(returnTo string) string
+	// PreviousSecrets are secrets Secret replaced: a refresh repeated
+	// (RefreshReuseInterval) after a rotation made under one of them
+	// is answered with the token that rotation issued. Everything else
+	// the Secret seals or keys lives minutes, and starts over.
+	PreviousSecrets [][]byte
 	// Secret seals the pending authorization requests and keys the CSRF
 	// tokens: at least MinSecretLen bytes, shared by the replicas.
 	Secret []byte
@@ -221,6 +229,11 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	if len(o.Secret) < MinSecretLen {
 		errs = append(errs, fmt.Errorf("the Secret must have at least %d bytes", MinSecretLen))
 	}
+	for i, p := range o.PreviousSecrets {
+		if len(p) < MinSecretLen {
+			errs = append(errs, fmt.Errorf("previous secret %d must have at least %d bytes", i+1, MinSecretLen))
+		}
+	}
 	if o.RegistrationsPerHour < 0 {
 		errs = append(errs, errors.New("RegistrationsPerHour must not be negative"))
 	}
@@ -284,8 +297,15 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	if s.codeKey, err = hkdf.Key(sha256.New, o.Secret, []byte(hkdfSalt), "usher/oauth/consent-code", 32); err != nil {
 		return nil, err
 	}
-	if s.successorKey, err = hkdf.Key(sha256.New, o.Secret, []byte(hkdfSalt), "usher/oauth/refresh-successor", 32); err != nil {
+	if s.successorKey, err = successorKeyOf(o.Secret); err != nil {
 		return nil, err
+	}
+	for _, secret := range o.PreviousSecrets {
+		k, err := successorKeyOf(secret)
+		if err != nil {
+			return nil, err
+		}
+		s.previousSuccessorKeys = append(s.previousSuccessorKeys, k)
 	}
 	return s, nil
 }
@@ -426,6 +446,12 @@ const hkdfSalt = "usher/oauth/v1"
 // maxSealedChars bounds a sealed value before it is decoded: room for a
 // pending request of the longest URIs and state ParseAuthorize accepts.
 const maxSealedChars = 32 << 10
+
+// successorKeyOf is the key that derives refresh tokens' successors
+// under secret.
+func successorKeyOf(secret []byte) ([]byte, error) {
+	return hkdf.Key(sha256.New, secret, []byte(hkdfSalt), "usher/oauth/refresh-successor", 32)
+}
 
 // newSealer returns the sealer of one of the server's purposes.
 func newSealer(secret []byte, purpose string) (*seal.Sealer, error) {

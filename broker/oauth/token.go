@@ -283,8 +283,9 @@ func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.O
 	switch {
 	case err == nil && g.Refresh != nil && old.SuccessorHash != g.Refresh.TokenHash:
 		// A repeat: the successor the rotation answered, again.
-		if out.refresh = refreshSuccessor(s.successorKey, raw, old.SuccessorSalt); HashSecret(out.refresh) != old.SuccessorHash {
-			s.serverError(w, r, "answer a repeated refresh", errors.New("the successor derived is not the one stored: was the server's secret changed?"))
+		var ok bool
+		if out.refresh, ok = s.successorOf(raw, old); !ok {
+			s.serverError(w, r, "answer a repeated refresh", errors.New("no secret of the server derives the successor stored"))
 			return
 		}
 		s.writeTokens(w, now, out)
@@ -320,6 +321,18 @@ func (s *Server) allowRepeat(g *store.TokenGrant, out *issued, raw string, old s
 	}
 	g.RepeatAudit = build
 	return nil
+}
+
+// successorOf derives again the successor of raw, rotated as old says,
+// under the Secret or else a previous one; false when none derives the
+// token old names.
+func (s *Server) successorOf(raw string, old store.RefreshToken) (string, bool) {
+	for _, key := range append([][]byte{s.successorKey}, s.previousSuccessorKeys...) {
+		if next := refreshSuccessor(key, raw, old.SuccessorSalt); HashSecret(next) == old.SuccessorHash {
+			return next, true
+		}
+	}
+	return "", false
 }
 
 // refreshSuccessor is the refresh token a rotation of raw issues, with

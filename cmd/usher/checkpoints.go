@@ -21,7 +21,7 @@ func (in *installation) auditKeys(publicURL string) (*audit.Keys, string, error)
 			return nil, "", err
 		}
 	}
-	keys, err := audit.NewKeys(in.store, in.sealKey, origin, nil)
+	keys, err := audit.NewKeys(in.store, in.sealKey, origin, &audit.KeysOptions{PreviousSealKeys: in.previousSealKeys})
 	return keys, origin, err
 }
 

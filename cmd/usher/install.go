@@ -68,6 +68,17 @@ func (e *environment) loadConfig(f *installFlags) (config.Config, *slog.Logger, 
 	return cfg, newLogger(cfg.Log, e.stderr), nil
 }
 
+// openInstallation loads the configuration f names and opens the
+// installation it describes: what a command that reads or writes the
+// database begins with. The caller closes it.
+func (e *environment) openInstallation(ctx context.Context, f *installFlags) (*installation, error) {
+	cfg, log, err := e.loadConfig(f)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, cfg, log)
+}
+
 func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level)) // validated by config
@@ -86,6 +97,10 @@ type installation struct {
 	log     *slog.Logger
 	store   store.Store
 	sealKey []byte
+	// previousSealKeys are the keys sealKey replaced
+	// (broker.previous_key_encryption_keys), which still open the stored
+	// signing keys until `usher keys reseal`.
+	previousSealKeys [][]byte
 	// approvalDecided is told of every approval decision (serve sets it
 	// to requeue the run that waits).
 	approvalDecided func(ctx context.Context, a store.Approval)
@@ -137,7 +152,16 @@ func openTraced(ctx context.Context, cfg config.Config, log *slog.Logger, tp tra
 		st.Close()
 		return nil, fmt.Errorf("key encryption key: %w", err)
 	}
-	return &installation{cfg: cfg, log: log, store: st, sealKey: seal}, nil
+	var previous [][]byte
+	for i, k := range cfg.Broker.PreviousKeyEncryptionKeys {
+		key, err := broker.ParseSealKey(k)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("previous key encryption key %d: %w", i+1, err)
+		}
+		previous = append(previous, key)
+	}
+	return &installation{cfg: cfg, log: log, store: st, sealKey: seal, previousSealKeys: previous}, nil
 }
 
 // makeDataDir makes server.data_dir, readable by this user only.
@@ -163,6 +187,7 @@ func (in *installation) keyring(purpose string, maxTokenLifetime time.Duration) 
 		RotationPeriod:   in.cfg.Broker.RotationPeriod.Std(),
 		MaxTokenLifetime: maxTokenLifetime,
 		Logger:           in.log.With("keyring", purpose),
+		PreviousSealKeys: in.previousSealKeys,
 	})
 }
 

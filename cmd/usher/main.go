@@ -39,6 +39,8 @@ Usage:
                                         pending approval, the last audit checkpoint; exit 1 on a problem
   usher clients list                    list the OAuth clients of external MCP apps
   usher clients revoke CLIENT_ID        revoke a client, its refresh tokens and its consents
+  usher keys reseal                     seal the stored signing keys again with broker.key_encryption_key
+                                        (after it replaced the keys in broker.previous_key_encryption_keys)
   usher version                         print the version
 
 Flags shared by every subcommand that opens the installation:
@@ -100,6 +102,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.clientsCmd(ctx, args[1:])
 	case "status":
 		return env.statusCmd(ctx, args[1:])
+	case "keys":
+		return env.keysCmd(ctx, args[1:])
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "usher", buildinfo.Read())
 		return nil

@@ -14,11 +14,7 @@ func (e *environment) migrate(ctx context.Context, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, log, err := e.loadConfig(&f)
-	if err != nil {
-		return err
-	}
-	in, err := open(ctx, cfg, log)
+	in, err := e.openInstallation(ctx, &f)
 	if err != nil {
 		return err
 	}

@@ -97,6 +97,7 @@ func (in *installation) oauthServer(publicURL string, mint *broker.Broker, audit
 		SignedIn:             in.sessions.SignedIn,
 		LoginURL:             in.sessions.LoginURL,
 		Secret:               in.sealKey,
+		PreviousSecrets:      in.previousSealKeys,
 		Registration:         in.cfg.OAuth.Registration,
 		RegistrationsPerHour: in.cfg.OAuth.RegistrationsPerHour,
 		ClientAddr:           proxies.ClientAddr,
@@ -168,11 +169,7 @@ func (e *environment) clientsCmd(ctx context.Context, args []string) error {
 		fmt.Fprint(e.stderr, "usage: usher clients list | usher clients revoke CLIENT_ID [flags]\n")
 		return errUsage
 	}
-	cfg, log, err := e.loadConfig(&f)
-	if err != nil {
-		return err
-	}
-	in, err := open(ctx, cfg, log)
+	in, err := e.openInstallation(ctx, &f)
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,16 @@ func TestChart(t *testing.T) {
 				"USHER_WEB_CLIENT_SECRET": "usher-entra", "USHER_MODEL_API_KEY": "usher-model",
 			},
 		},
+		{
+			// While the key-encryption key is replaced: the keys it
+			// replaced, from a Secret of their own.
+			name: "replacing the key-encryption key", replicas: 2,
+			args: []string{"--set", "secrets.previousKeyEncryptionKeys.existingSecret=usher-kek-old"},
+			secrets: map[string]string{
+				"USHER_BROKER_KEY_ENCRYPTION_KEY": "usher", "USHER_DATABASE_URL": "usher", "USHER_MODEL_API_KEY": "usher",
+				"USHER_BROKER_PREVIOUS_KEY_ENCRYPTION_KEYS": "usher-kek-old",
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -46,6 +46,11 @@ type KeyStore interface {
 type KeysOptions struct {
 	// Now is the clock that stamps new keys. Default: time.Now.
 	Now func() time.Time
+	// PreviousSealKeys are seal keys the private halves may still be
+	// sealed with, from before the seal key was replaced: they open keys,
+	// never seal them, until Reseal has sealed every key with the seal
+	// key.
+	PreviousSealKeys [][]byte
 }
 
 // Keys are the installation's audit signing keys: Ed25519 keys in the
@@ -55,10 +60,11 @@ type KeysOptions struct {
 // newest generation signs; every older one stays published, so that the
 // checkpoints it signed still verify.
 type Keys struct {
-	ks      KeyStore
-	sealKey []byte
-	name    string
-	now     func() time.Time
+	ks       KeyStore
+	sealKey  []byte
+	previous [][]byte
+	name     string
+	now      func() time.Time
 }
 
 // NewKeys returns the audit keys stored in ks. sealKey (32 bytes, the
@@ -74,6 +80,13 @@ func NewKeys(ks KeyStore, sealKey []byte, name string, opts *KeysOptions) (*Keys
 	if len(sealKey) != 32 {
 		errs = append(errs, fmt.Errorf("the seal key is %d bytes, want 32", len(sealKey)))
 	}
+	if opts != nil {
+		for i, p := range opts.PreviousSealKeys {
+			if len(p) != 32 {
+				errs = append(errs, fmt.Errorf("previous seal key %d is %d bytes, want 32", i+1, len(p)))
+			}
+		}
+	}
 	if err := checkOrigin(name); err != nil {
 		errs = append(errs, fmt.Errorf("key name: %w", err))
 	}
@@ -83,6 +96,9 @@ func NewKeys(ks KeyStore, sealKey []byte, name string, opts *KeysOptions) (*Keys
 	k := &Keys{ks: ks, sealKey: sealKey, name: name, now: time.Now}
 	if opts != nil && opts.Now != nil {
 		k.now = opts.Now
+	}
+	if opts != nil {
+		k.previous = opts.PreviousSealKeys
 	}
 	return k, nil
 }
@@ -119,13 +135,9 @@ func (k *Keys) Signer(ctx context.Context) (note.Signer, error) {
 		return nil, errors.New("audit: no audit signing key")
 	}
 	newest := rows[len(rows)-1]
-	sl, err := k.sealer(newest.ID)
+	skey, _, err := k.open(newest)
 	if err != nil {
 		return nil, err
-	}
-	var skey string
-	if err := sl.Open(string(newest.PrivateKey), k.now(), &skey); err != nil {
-		return nil, fmt.Errorf("audit: signing key %s (generation %d): %w", newest.ID, newest.Generation, err)
 	}
 	s, err := note.NewSigner(skey)
 	if err != nil {
@@ -226,11 +238,76 @@ func (k *Keys) rows(ctx context.Context) ([]store.SigningKey, error) {
 // sealer seals and opens the private half of the key with id: the id is
 // in the purpose, so a sealed key moved to another row does not open.
 func (k *Keys) sealer(id string) (*seal.Sealer, error) {
-	s, err := seal.New(k.sealKey, keySalt, "usher audit signing key "+id, 4096)
+	return sealerOf(k.sealKey, id)
+}
+
+// sealerOf is the sealer of the key id under sealKey.
+func sealerOf(sealKey []byte, id string) (*seal.Sealer, error) {
+	s, err := seal.New(sealKey, keySalt, "usher audit signing key "+id, 4096)
 	if err != nil {
 		return nil, fmt.Errorf("audit: seal: %w", err)
 	}
 	return s, nil
+}
+
+// open opens the private half of row with the seal key, or else with the
+// first previous seal key that opens it (resealed true).
+func (k *Keys) open(row store.SigningKey) (skey string, resealed bool, err error) {
+	for i, key := range append([][]byte{k.sealKey}, k.previous...) {
+		sl, serr := sealerOf(key, row.ID)
+		if serr != nil {
+			return "", false, serr
+		}
+		if err = sl.Open(string(row.PrivateKey), k.now(), &skey); err == nil {
+			return skey, i > 0, nil
+		}
+	}
+	return "", false, fmt.Errorf("audit: signing key %s (generation %d): %w", row.ID, row.Generation, err)
+}
+
+// A Resealer replaces the sealed private half of a stored key while it
+// is still the one read (store.Store is one).
+type Resealer interface {
+	ResealSigningKey(ctx context.Context, id string, old, sealed []byte) (bool, error)
+}
+
+// Reseal seals again with the seal key, in rs, every audit key that a
+// previous seal key sealed (KeysOptions.PreviousSealKeys), and returns
+// how many it resealed. A key that no seal key opens is an error, and so
+// is one resealed by another process meanwhile: run it again. Once it
+// returns nil, the previous seal keys are no longer needed.
+func (k *Keys) Reseal(ctx context.Context, rs Resealer) (int, error) {
+	rows, err := k.rows(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, row := range rows {
+		skey, resealed, err := k.open(row)
+		if err != nil {
+			return n, err
+		}
+		if !resealed {
+			continue
+		}
+		sl, err := k.sealer(row.ID)
+		if err != nil {
+			return n, err
+		}
+		sealed, err := sl.Seal(skey, keysPublishedUntil)
+		if err != nil {
+			return n, fmt.Errorf("audit: seal key: %w", err)
+		}
+		ok, err := rs.ResealSigningKey(ctx, row.ID, row.PrivateKey, []byte(sealed))
+		if err != nil {
+			return n, fmt.Errorf("audit: reseal key %s: %w", row.ID, err)
+		}
+		if !ok {
+			return n, fmt.Errorf("audit: key %s was changed while it was resealed: run the reseal again", row.ID)
+		}
+		n++
+	}
+	return n, nil
 }
 
 // keyID is the stored ID of the key v verifies: its name and hash, as a

@@ -150,6 +150,11 @@ type Broker struct {
 	// base64. Default "": a key generated into <data_dir>/broker.key
 	// (mode 0600). Replicas sharing PostgreSQL must share this key.
 	KeyEncryptionKey string `yaml:"key_encryption_key"`
+	// PreviousKeyEncryptionKeys are the keys that sealed the signing keys
+	// before key_encryption_key replaced them (each 32 bytes, base64):
+	// they open keys, never seal them, until `usher keys reseal` has
+	// sealed every key with key_encryption_key. Default none.
+	PreviousKeyEncryptionKeys []string `yaml:"previous_key_encryption_keys"`
 	// ClientID names the assistant in the tokens it is minted ("client_id"
 	// and "act"). Default "usher-assistant".
 	ClientID string `yaml:"client_id"`
@@ -681,6 +686,15 @@ func (b Broker) validate(bad reporter) {
 		if b, err := base64.StdEncoding.DecodeString(k); err != nil || len(b) != 32 {
 			bad("broker.key_encryption_key", "must be 32 bytes, base64-encoded")
 		}
+	}
+	for _, k := range b.PreviousKeyEncryptionKeys {
+		if b, err := base64.StdEncoding.DecodeString(k); err != nil || len(b) != 32 {
+			bad("broker.previous_key_encryption_keys", "must each be 32 bytes, base64-encoded")
+			break
+		}
+	}
+	if len(b.PreviousKeyEncryptionKeys) > 0 && b.KeyEncryptionKey == "" {
+		bad("broker.previous_key_encryption_keys", "need broker.key_encryption_key, the key that replaces them")
 	}
 	if b.ClientID == "" {
 		bad("broker.client_id", "must not be empty")

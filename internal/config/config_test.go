@@ -88,7 +88,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"identity.required_scopes": "s", "identity.tenants": "t",
 		"broker.token_lifetime": "1m", "broker.rotation_period": "2h",
 		"broker.key_encryption_key": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", "broker.client_id": "c",
-		"mcp.stateful": "false", "mcp.demo_tools": "false", "mcp.allowed_origins": "https://a.example.com",
+		"broker.previous_key_encryption_keys": "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=, AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=",
+		"mcp.stateful":                        "false", "mcp.demo_tools": "false", "mcp.allowed_origins": "https://a.example.com",
 		"mcp.upstreams": "", "mcp.max_upstream_sessions_per_user": "3", "mcp.upstream_check_interval": "10s", "policy.file": "/etc/usher/policy.cedar", "policy.lock_file": "/etc/usher/tools.lock",
 		"approvals.ttl":             "2h",
 		"assistant.max_concurrency": "2", "assistant.max_active_runs": "3", "assistant.history_messages": "10",
@@ -122,7 +123,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 	}
 	if c.Server.PublicURL != "https://usher.example.com" || c.Server.ShutdownTimeout.Std() != 3*time.Second || c.Server.ShutdownDelay.Std() != 2*time.Second ||
 		c.Server.MaxBodyBytes != 4096 || c.Server.ReadTimeout.Std() != 45*time.Second || c.Log.Format != "json" || c.Database.URL != "postgres://u@h/db" ||
-		c.Broker.RotationPeriod.Std() != 2*time.Hour || len(c.Identity.Audiences) != 2 ||
+		c.Broker.RotationPeriod.Std() != 2*time.Hour || len(c.Identity.Audiences) != 2 || len(c.Broker.PreviousKeyEncryptionKeys) != 2 ||
 		c.MCP.Stateful || c.DemoTools() || c.Policy.File == "" || c.Policy.LockFile != "/etc/usher/tools.lock" ||
 		c.Approval.TTL.Std() != 2*time.Hour || len(c.MCP.AllowedOrigins) != 1 ||
 		c.Web.ClientID != "w" || c.Web.ClientSecret != "ws" || len(c.Web.Scopes) != 1 || c.Web.SessionLifetime.Std() != time.Hour ||
@@ -142,27 +143,28 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 
 func TestValidationReportsEveryProblemByKey(t *testing.T) {
 	_, err := Load("", env(map[string]string{
-		"USHER_SERVER_ADDR":                 "nope",
-		"USHER_SERVER_PUBLIC_URL":           "http://usher.example.com",
-		"USHER_LOG_LEVEL":                   "loud",
-		"USHER_DATABASE_URL":                "mysql://x",
-		"USHER_IDENTITY_ISSUER":             "https://issuer.example.com",
-		"USHER_BROKER_TOKEN_LIFETIME":       "1h",
-		"USHER_BROKER_KEY_ENCRYPTION_KEY":   "c2hvcnQ=",
-		"USHER_SERVER_MAX_BODY_BYTES":       "lots",
-		"USHER_SERVER_READ_TIMEOUT":         "100ms",
-		"USHER_SERVER_SHUTDOWN_DELAY":       "-1s",
-		"USHER_WEB_REVOCATION_TTL":          "1h",
-		"USHER_EVENTS_MAX_STREAMS_PER_USER": "0",
-		"USHER_AUDIT_CHECKPOINT_INTERVAL":   "500ms",
-		"USHER_AUDIT_CHECKPOINT_ORIGIN":     "usher example",
+		"USHER_SERVER_ADDR":                         "nope",
+		"USHER_SERVER_PUBLIC_URL":                   "http://usher.example.com",
+		"USHER_LOG_LEVEL":                           "loud",
+		"USHER_DATABASE_URL":                        "mysql://x",
+		"USHER_IDENTITY_ISSUER":                     "https://issuer.example.com",
+		"USHER_BROKER_TOKEN_LIFETIME":               "1h",
+		"USHER_BROKER_KEY_ENCRYPTION_KEY":           "c2hvcnQ=",
+		"USHER_BROKER_PREVIOUS_KEY_ENCRYPTION_KEYS": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=, c2hvcnQ=",
+		"USHER_SERVER_MAX_BODY_BYTES":               "lots",
+		"USHER_SERVER_READ_TIMEOUT":                 "100ms",
+		"USHER_SERVER_SHUTDOWN_DELAY":               "-1s",
+		"USHER_WEB_REVOCATION_TTL":                  "1h",
+		"USHER_EVENTS_MAX_STREAMS_PER_USER":         "0",
+		"USHER_AUDIT_CHECKPOINT_INTERVAL":           "500ms",
+		"USHER_AUDIT_CHECKPOINT_ORIGIN":             "usher example",
 	}), Overrides{})
 	if err == nil {
 		t.Fatal("want an error")
 	}
 	for _, key := range []string{
 		"server.addr", "server.public_url", "log.level", "database.url", "identity.audiences", "identity.required_scopes",
-		"broker.token_lifetime", "broker.key_encryption_key", "server.max_body_bytes (from USHER_SERVER_MAX_BODY_BYTES)",
+		"broker.token_lifetime", "broker.key_encryption_key", "broker.previous_key_encryption_keys: must each be 32 bytes", "server.max_body_bytes (from USHER_SERVER_MAX_BODY_BYTES)",
 		"server.read_timeout: must be between 1s and 10m", "server.shutdown_delay: must not be negative",
 		"web.revocation_ttl", "events.max_streams_per_user",
 		"audit.checkpoint_interval: must be between 1s and 24h", "audit.checkpoint_origin",

@@ -689,6 +689,27 @@ func testSigningKeys(t *testing.T, s store.Store) {
 		t.Errorf("SigningKeys(unknown) = %v, %v; want none", keyIDs(got), err)
 	}
 
+	// A reseal replaces the private half only while it is the one read.
+	if ok, err := s.ResealSigningKey(ctx, "kid-2", []byte("sealed kid-2"), []byte("resealed kid-2")); err != nil || !ok {
+		t.Errorf("ResealSigningKey = %v, %v; want it resealed", ok, err)
+	}
+	if ok, err := s.ResealSigningKey(ctx, "kid-2", []byte("sealed kid-2"), []byte("again")); err != nil || ok {
+		t.Errorf("ResealSigningKey of a private half resealed since = %v, %v; want nothing done", ok, err)
+	}
+	if ok, err := s.ResealSigningKey(ctx, "kid-none", []byte("x"), []byte("y")); err != nil || ok {
+		t.Errorf("ResealSigningKey of an unknown key = %v, %v; want nothing done", ok, err)
+	}
+	resealed := stored(current)
+	resealed.PrivateKey = []byte("resealed kid-2")
+	if got, err := s.SigningKeys(ctx, "broker", now); err != nil || len(got) != 2 || !reflect.DeepEqual(got[0], resealed) {
+		t.Errorf("after the reseal SigningKeys = %+v, %v; want kid-2 resealed, the rest as it was", got, err)
+	}
+	for name, args := range map[string][3]string{"no ID": {"", "a", "b"}, "no old half": {"kid-2", "", "b"}, "no new half": {"kid-2", "resealed kid-2", ""}} {
+		if _, err := s.ResealSigningKey(ctx, args[0], []byte(args[1]), []byte(args[2])); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("ResealSigningKey with %s = %v, want ErrInvalid", name, err)
+		}
+	}
+
 	unstamped := key("kid-6", "stamp", 1, now.Add(time.Hour))
 	unstamped.CreatedAt = time.Time{}
 	if err := s.InsertSigningKey(ctx, unstamped); err != nil {

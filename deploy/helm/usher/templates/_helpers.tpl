@@ -140,7 +140,7 @@ web.client_id is set, the model's key (optionally) for the openai provider.
 {{- $s := $root.Values.secrets -}}
 {{- $creates := include "usher.createsSecret" $root -}}
 {{- $u := $root.Values.usher -}}
-{{- range $item := list (list "keyEncryptionKey" "USHER_BROKER_KEY_ENCRYPTION_KEY" true false) (list "databaseURL" "USHER_DATABASE_URL" true false) (list "oidcClientSecret" "USHER_WEB_CLIENT_SECRET" (not (empty $u.web.clientID)) false) (list "modelAPIKey" "USHER_MODEL_API_KEY" (eq $u.model.provider "openai") true) }}
+{{- range $item := list (list "keyEncryptionKey" "USHER_BROKER_KEY_ENCRYPTION_KEY" true false) (list "databaseURL" "USHER_DATABASE_URL" true false) (list "oidcClientSecret" "USHER_WEB_CLIENT_SECRET" (not (empty $u.web.clientID)) false) (list "modelAPIKey" "USHER_MODEL_API_KEY" (eq $u.model.provider "openai") true) (list "previousKeyEncryptionKeys" "USHER_BROKER_PREVIOUS_KEY_ENCRYPTION_KEYS" false true) }}
 {{- $name := index $item 0 -}}
 {{- $ref := index $s $name -}}
 {{- $secret := "" -}}
