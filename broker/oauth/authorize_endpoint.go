@@ -138,7 +138,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 			return
 		case err != nil && !errors.Is(err, store.ErrNotFound):
 			s.log.ErrorContext(ctx, "oauth: read the consent", "err", err)
-			s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), redirect)
+			s.refuseAuthorize(w, r, a, authorizeFailed(err, true), redirect)
 			return
 		}
 	}
@@ -261,7 +261,7 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		s.log.ErrorContext(ctx, "oauth: record the consent form's answer", "err", err)
-		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), http.StatusSeeOther)
+		s.refuseAuthorize(w, r, a, authorizeFailed(err, true), http.StatusSeeOther)
 		return
 	}
 	if decision == DecisionDeny {
@@ -270,7 +270,7 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, err := s.st.PutConsent(ctx, store.Consent{Principal: p.ID(), ClientID: cl.ID, Scope: a.Scope, Resource: a.Resource, UpdatedAt: now}); err != nil {
 		s.log.ErrorContext(ctx, "oauth: store the consent", "err", err)
-		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), http.StatusSeeOther)
+		s.refuseAuthorize(w, r, a, authorizeFailed(err, true), http.StatusSeeOther)
 		return
 	}
 	code := s.consentCode(pr.ID)
@@ -282,14 +282,14 @@ func (s *Server) serveConsent(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		s.log.ErrorContext(ctx, "oauth: store the authorization code", "err", err)
-		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), http.StatusSeeOther)
+		s.refuseAuthorize(w, r, a, authorizeFailed(err, true), http.StatusSeeOther)
 		return
 	}
 	err = s.record(ctx, audit.Entry{Kind: audit.KindOAuthConsentGiven, Principal: p.ID(), ClientID: cl.ID},
 		map[string]any{"scope": a.Scope, "resource": a.Resource, "redirect_uri": a.RedirectURI})
 	if err != nil {
 		s.log.ErrorContext(ctx, "oauth: audit the consent", "err", err)
-		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), http.StatusSeeOther)
+		s.refuseAuthorize(w, r, a, authorizeFailed(err, true), http.StatusSeeOther)
 		return
 	}
 	noStore(w)
@@ -371,7 +371,7 @@ func (s *Server) resolveClient(ctx context.Context, id string) (store.OAuthClien
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
 		s.log.ErrorContext(ctx, "oauth: read the client", "err", err)
-		return cl, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "The authorization server failed; try again."}
+		return cl, authorizeFailed(err, false)
 	case cl.Kind != store.OAuthClientMetadataDocument:
 		if s.retired(cl) {
 			return store.OAuthClient{}, newError(CodeInvalidRequest, "Unknown client_id.", false)
@@ -408,7 +408,7 @@ func (s *Server) resolveClient(ctx context.Context, id string) (store.OAuthClien
 		return cl, newError(CodeInvalidRequest, "Unknown client_id.", false)
 	case err != nil:
 		s.log.ErrorContext(ctx, "oauth: store the metadata document's client", "err", err)
-		return cl, &Error{Status: http.StatusInternalServerError, Code: CodeServerError, Description: "The authorization server failed; try again."}
+		return cl, authorizeFailed(err, false)
 	case !cl.RevokedAt.IsZero():
 		return cl, newError(CodeUnauthorizedClient, "This application's access to Usher has been revoked.", false)
 	}
@@ -421,7 +421,7 @@ func (s *Server) issueCode(w http.ResponseWriter, r *http.Request, a AuthorizeRe
 	code := NewSecret()
 	if err := s.storeCode(r.Context(), code, a, cl, p); err != nil {
 		s.log.ErrorContext(r.Context(), "oauth: store the authorization code", "err", err)
-		s.refuseAuthorize(w, r, a, newError(CodeServerError, "The authorization server failed; try again.", true), redirect)
+		s.refuseAuthorize(w, r, a, authorizeFailed(err, true), redirect)
 		return
 	}
 	noStore(w)
@@ -450,6 +450,20 @@ func (s *Server) refuseAuthorize(w http.ResponseWriter, r *http.Request, a Autho
 	http.Redirect(w, r, a.ErrorRedirect(e, s.issuer), redirect)
 }
 
+// authorizeFailed is the error of an authorization request, or a consent
+// form, that Usher could not answer because of err: temporarily_unavailable
+// (503 when shown, with a Retry-After) when the database is out of reach
+// for a while — RFC 6749 §4.1.2.1's code for what a redirect cannot carry
+// as a 503 —, else server_error (500). Neither tells what err says.
+func authorizeFailed(err error, redirectable bool) *Error {
+	if httpx.Unavailable(err) {
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeTemporarilyUnavailable,
+			Description: "Usher cannot reach its database just now; try again in a moment.", Redirectable: redirectable}
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: CodeServerError,
+		Description: "The authorization server failed; try again.", Redirectable: redirectable}
+}
+
 // showError answers an authorization request, or a consent form, whose
 // refusal must not go to the client's redirect URI (RFC 6749 §4.1.2.1: the
 // client or the redirect URI is in question, or the form itself is): with
@@ -458,6 +472,9 @@ func (s *Server) refuseAuthorize(w http.ResponseWriter, r *http.Request, a Autho
 // accepts text/html, and which is the person §4.1.2.1 says to inform — a
 // page saying the same (refused.html). Never cached, never framed.
 func showError(w http.ResponseWriter, r *http.Request, e *Error) {
+	if e.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", httpx.RetryAfter)
+	}
 	if !acceptsHTML(r) {
 		e.Write(w)
 		return

@@ -202,3 +202,71 @@ func TestTokenWhenTheDatabaseIsOutOfReach(t *testing.T) {
 		t.Errorf("refresh once the store works: %+v, want 200", got)
 	}
 }
+
+// authorizeReadsFail is a store whose reads of consents, or of clients,
+// fail with err.
+type authorizeReadsFail struct {
+	store.Store
+	consent, client error
+}
+
+func (s authorizeReadsFail) GetConsent(ctx context.Context, principal, clientID string) (store.Consent, error) {
+	if s.consent != nil {
+		return store.Consent{}, s.consent
+	}
+	return s.Store.GetConsent(ctx, principal, clientID)
+}
+
+func (s authorizeReadsFail) GetOAuthClient(ctx context.Context, id string) (store.OAuthClient, error) {
+	if s.client != nil {
+		return store.OAuthClient{}, s.client
+	}
+	return s.Store.GetOAuthClient(ctx, id)
+}
+
+// TestAuthorizeWhenTheDatabaseIsOutOfReach checks the authorization
+// endpoint's answer when the store fails: the database out of reach is
+// temporarily_unavailable — sent to the client's redirect URI with the
+// state and iss when the request may be, else answered 503 with a
+// Retry-After —, any other failure server_error; neither tells the
+// store's error, and the same request succeeds once the store works.
+func TestAuthorizeWhenTheDatabaseIsOutOfReach(t *testing.T) {
+	t.Parallel()
+	st := storetest.NewSQLite(t)
+	e := newEnv(t, st, nil)
+	c := e.register(nil)
+	e.code(c, "alice", nil) // alice consents: the next request reads her consent
+	for _, tt := range []struct {
+		err    error
+		code   string
+		status int
+	}{
+		{fmt.Errorf("read: %w", store.ErrUnavailable), "temporarily_unavailable", http.StatusServiceUnavailable},
+		{errors.New("read: disk on fire"), "server_error", http.StatusInternalServerError},
+	} {
+		_, challenge := pkce()
+		failing := newEnv(t, st, func(o *oauth.ServerOptions) { o.Store = authorizeReadsFail{Store: st, consent: tt.err} })
+		resp, _ := failing.get(oauth.PathAuthorize+"?"+failing.authQuery(c, challenge, nil).Encode(), "alice")
+		rq := redirectQuery(t, resp, c.RedirectURI)
+		if rq.Get("error") != tt.code || rq.Get("state") != "xyz-state" || rq.Get("iss") != failing.issuer || rq.Get("code") != "" {
+			t.Errorf("the consent's read failing with %q: redirected with %v, want error %s, the state and iss", tt.err, rq, tt.code)
+		}
+		if d := rq.Get("error_description"); strings.Contains(d, "fire") || strings.Contains(d, "store:") {
+			t.Errorf("the redirect tells the store's error: %q", d)
+		}
+
+		failing = newEnv(t, st, func(o *oauth.ServerOptions) { o.Store = authorizeReadsFail{Store: st, client: tt.err} })
+		resp, body := failing.get(oauth.PathAuthorize+"?"+failing.authQuery(c, challenge, nil).Encode(), "alice")
+		after := map[bool]string{true: "1"}[tt.status == http.StatusServiceUnavailable]
+		if resp.StatusCode != tt.status || !strings.Contains(body, tt.code) || resp.Header.Get("Retry-After") != after || resp.Header.Get("Location") != "" {
+			t.Errorf("the client's read failing with %q: %d %s, Retry-After %q; want %d %s shown, not redirected, Retry-After %q",
+				tt.err, resp.StatusCode, body, resp.Header.Get("Retry-After"), tt.status, tt.code, after)
+		}
+		if strings.Contains(body, "fire") {
+			t.Errorf("the answer tells the store's error: %s", body)
+		}
+	}
+	if code, _ := e.code(c, "alice", nil); code == "" {
+		t.Error("no code once the store works")
+	}
+}
