@@ -102,6 +102,9 @@ type CatalogOptions struct {
 	// UpstreamSessions: key material every replica shares (Options.Secret
 	// will do), at least 32 bytes. Required with UpstreamSessions.
 	UpstreamSessionSecret []byte
+	// PreviousUpstreamSessionSecrets are secrets UpstreamSessionSecret
+	// replaced: the records they sealed still open, until they end.
+	PreviousUpstreamSessionSecrets [][]byte
 	// RefreshInterval is how long the upstreams' tool lists are used before
 	// the next use lists them again. Default 1 min.
 	RefreshInterval time.Duration
@@ -363,7 +366,7 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 	var sessionSealer *seal.Sealer
 	if o.UpstreamSessions != nil {
 		var err error
-		if sessionSealer, err = newUpstreamSessionSealer(o.UpstreamSessionSecret); err != nil {
+		if sessionSealer, err = newUpstreamSessionSealer(o.UpstreamSessionSecret, o.PreviousUpstreamSessionSecrets...); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -43,8 +43,8 @@ type relayedID struct {
 }
 
 // newIDSealer returns the sealer of the relayed requests' ids.
-func newIDSealer(secret []byte) (*seal.Sealer, error) {
-	return seal.New(secret, "usher/mcp/v1", "usher/mcp/request-id", maxRelayedID)
+func newIDSealer(secret []byte, previous ...[]byte) (*seal.Sealer, error) {
+	return seal.NewRotated(secret, previous, "usher/mcp/v1", "usher/mcp/request-id", maxRelayedID)
 }
 
 // errAnswerRefused is the message of a refused answer: the same whatever

@@ -55,9 +55,10 @@ const (
 )
 
 // newStateSealer is the sealer of Usher's request states, under a key
-// derived from secret that every replica shares.
-func newStateSealer(secret []byte) (*seal.Sealer, error) {
-	return seal.New(secret, "usher/mcp/v1", "usher/mcp/request-state", maxRequestState)
+// derived from secret that every replica shares (and opening those the
+// previous secrets sealed).
+func newStateSealer(secret []byte, previous ...[]byte) (*seal.Sealer, error) {
+	return seal.NewRotated(secret, previous, "usher/mcp/v1", "usher/mcp/request-state", maxRequestState)
 }
 
 // inputState is what Usher's requestState holds, sealed (encrypted and

@@ -66,6 +66,11 @@ type Options struct {
 	// another. Required: at least 32 bytes (cmd/usher gives the broker's
 	// key encryption key).
 	Secret []byte
+	// PreviousSecrets are secrets Secret replaced (cmd/usher gives
+	// broker.previous_key_encryption_keys): what they sealed — request
+	// states, session handles, relayed requests' ids — still opens, until
+	// it expires; nothing is sealed under them.
+	PreviousSecrets [][]byte
 	// InputLifetime is how long the caller has to answer a round's input
 	// requests: a requestState older than that is refused. Default
 	// DefaultInputLifetime (10 min).
@@ -263,6 +268,11 @@ func New(opts *Options) (*Server, error) {
 	if len(o.Secret) < minSecretBytes {
 		errs = append(errs, fmt.Errorf("a Secret of at least %d bytes is required, got %d", minSecretBytes, len(o.Secret)))
 	}
+	for i, p := range o.PreviousSecrets {
+		if len(p) < minSecretBytes {
+			errs = append(errs, fmt.Errorf("previous secret %d has %d bytes, want at least %d", i+1, len(p), minSecretBytes))
+		}
+	}
 	if o.InputLifetime < 0 {
 		errs = append(errs, fmt.Errorf("InputLifetime must not be negative, got %s", o.InputLifetime))
 	}
@@ -275,7 +285,7 @@ func New(opts *Options) (*Server, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("mcpserver: options: %w", err)
 	}
-	states, err := newStateSealer(o.Secret)
+	states, err := newStateSealer(o.Secret, o.PreviousSecrets...)
 	if err != nil {
 		return nil, fmt.Errorf("mcpserver: options: %w", err)
 	}

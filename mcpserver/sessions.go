@@ -124,11 +124,11 @@ type restoredSession struct {
 }
 
 func newDurableSessions(s *Server, st SessionStore, secret []byte) (*durableSessions, error) {
-	handles, err := seal.New(secret, "usher/mcp/v1", "usher/mcp/session-id", maxSessionHandle)
+	handles, err := seal.NewRotated(secret, s.opts.PreviousSecrets, "usher/mcp/v1", "usher/mcp/session-id", maxSessionHandle)
 	if err != nil {
 		return nil, err
 	}
-	ids, err := newIDSealer(secret)
+	ids, err := newIDSealer(secret, s.opts.PreviousSecrets...)
 	if err != nil {
 		return nil, err
 	}

@@ -470,3 +470,31 @@ func TestSessionSubscriptionOtherReplica(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionHandlesAcrossASecret: a session's handle sealed under a
+// secret that Options.Secret replaced opens while that secret is among
+// Options.PreviousSecrets, and not without it; new handles are sealed
+// under Secret.
+func TestSessionHandlesAcrossASecret(t *testing.T) {
+	r := newReplicas(t, envConfig{})
+	oldSecret := []byte(strings.Repeat("o", 32))
+	before, err := newDurableSessions(r.server, r.store, oldSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle := before.newHandle()
+	if _, ok := r.server.durable.open(handle); ok {
+		t.Fatal("a handle sealed under another secret opened without it among the previous ones")
+	}
+	r.server.opts.PreviousSecrets = [][]byte{oldSecret}
+	after, err := newDurableSessions(r.server, r.store, r.server.opts.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := after.open(handle); !ok {
+		t.Error("a handle sealed under the previous secret does not open")
+	}
+	if _, ok := before.open(after.newHandle()); ok {
+		t.Error("a new handle was sealed under the previous secret")
+	}
+}

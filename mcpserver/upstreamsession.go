@@ -92,11 +92,11 @@ const maxInitializeAnswer = store.MaxUpstreamSessionResult + 4096
 
 // newUpstreamSessionSealer returns the sealer of the upstream session ids
 // recorded in CatalogOptions.UpstreamSessions.
-func newUpstreamSessionSealer(secret []byte) (*seal.Sealer, error) {
+func newUpstreamSessionSealer(secret []byte, previous ...[]byte) (*seal.Sealer, error) {
 	if len(secret) < minSecretBytes {
 		return nil, fmt.Errorf("UpstreamSessions needs an UpstreamSessionSecret of at least %d bytes, got %d", minSecretBytes, len(secret))
 	}
-	return seal.New(secret, "usher/mcp/v1", "usher/mcp/upstream-session", store.MaxUpstreamSessionID)
+	return seal.NewRotated(secret, previous, "usher/mcp/v1", "usher/mcp/upstream-session", store.MaxUpstreamSessionID)
 }
 
 // sealedUpstreamSession is what a record's Session seals: the upstream's

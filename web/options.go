@@ -102,6 +102,10 @@ type Options struct {
 	// Secret is the key material the cookie keys are derived from (HKDF):
 	// at least 32 random bytes, the same on every replica. Required.
 	Secret []byte
+	// PreviousSecrets are secrets Secret replaced: the cookies they
+	// sealed still open, until they expire, so that replacing the secret
+	// signs no one out. Nothing is sealed under them.
+	PreviousSecrets [][]byte
 
 	// SessionLifetime is how long a sign-in lasts; it is not extended by
 	// use. Default DefaultSessionLifetime (8h); between 5m and 168h.
@@ -188,6 +192,11 @@ func (o *Options) validate() error {
 	}
 	if o.VerifyAccessToken == nil {
 		errs = append(errs, errors.New("an access token verifier is required"))
+	}
+	for i, p := range o.PreviousSecrets {
+		if len(p) < MinSecretBytes {
+			errs = append(errs, fmt.Errorf("previous secret %d: at least %d bytes are required", i+1, MinSecretBytes))
+		}
 	}
 	if len(o.Secret) < MinSecretBytes {
 		errs = append(errs, fmt.Errorf("secret: at least %d bytes are required", MinSecretBytes))

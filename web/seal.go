@@ -9,7 +9,7 @@ const hkdfSalt = "usher/web/v1"
 const maxSealedChars = maxChunks * maxChunkChars
 
 // newSealer returns the sealer of one of web's purposes (a session, a
-// sign-in in progress).
-func newSealer(secret []byte, purpose string) (*seal.Sealer, error) {
-	return seal.New(secret, hkdfSalt, purpose, maxSealedChars)
+// sign-in in progress), opening what the previous secrets sealed too.
+func newSealer(secret []byte, previous [][]byte, purpose string) (*seal.Sealer, error) {
+	return seal.NewRotated(secret, previous, hkdfSalt, purpose, maxSealedChars)
 }

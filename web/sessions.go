@@ -91,11 +91,11 @@ func New(ctx context.Context, opts *Options) (*Sessions, error) {
 		}
 	}
 
-	session, err := newSealer(o.Secret, "usher web session")
+	session, err := newSealer(o.Secret, o.PreviousSecrets, "usher web session")
 	if err != nil {
 		return nil, err
 	}
-	login, err := newSealer(o.Secret, "usher web sign-in")
+	login, err := newSealer(o.Secret, o.PreviousSecrets, "usher web sign-in")
 	if err != nil {
 		return nil, err
 	}

@@ -230,7 +230,7 @@ func TestAuthenticate(t *testing.T) {
 			good = c.Value
 		}
 	}
-	other, err := newSealer([]byte("another installation's secret..."), "usher web session")
+	other, err := newSealer([]byte("another installation's secret..."), nil, "usher web session")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,10 +120,12 @@ type ServerOptions struct {
 	// to returnTo (a local path, PathAuthorizeContinue with its query).
 	SignedIn func(r *http.Request) (p identity.Principal, session string, ok bool, err error)
 	LoginURL func(returnTo string) string
-	// PreviousSecrets are secrets Secret replaced: a refresh repeated
-	// (RefreshReuseInterval) after a rotation made under one of them
-	// is answered with the token that rotation issued. Everything else
-	// the Secret seals or keys lives minutes, and starts over.
+	// PreviousSecrets are secrets Secret replaced: a pending
+	// authorization request they sealed still opens, and a refresh
+	// repeated (RefreshReuseInterval) after a rotation made under one of
+	// them is answered with the token that rotation issued. A consent
+	// form open while the secret is replaced (its CSRF token) is sent
+	// again.
 	PreviousSecrets [][]byte
 	// Secret seals the pending authorization requests and keys the CSRF
 	// tokens: at least MinSecretLen bytes, shared by the replicas.
@@ -288,7 +290,7 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	for _, c := range configured {
 		s.configured[c.ID] = true
 	}
-	if s.pending, err = newSealer(o.Secret, "usher/oauth/pending"); err != nil {
+	if s.pending, err = seal.NewRotated(o.Secret, o.PreviousSecrets, hkdfSalt, "usher/oauth/pending", maxSealedChars); err != nil {
 		return nil, err
 	}
 	if s.csrfKey, err = hkdf.Key(sha256.New, o.Secret, []byte(hkdfSalt), "usher/oauth/csrf", 32); err != nil {
@@ -451,11 +453,6 @@ const maxSealedChars = 32 << 10
 // under secret.
 func successorKeyOf(secret []byte) ([]byte, error) {
 	return hkdf.Key(sha256.New, secret, []byte(hkdfSalt), "usher/oauth/refresh-successor", 32)
-}
-
-// newSealer returns the sealer of one of the server's purposes.
-func newSealer(secret []byte, purpose string) (*seal.Sealer, error) {
-	return seal.New(secret, hkdfSalt, purpose, maxSealedChars)
 }
 
 // csrfToken is the consent form's CSRF token for the pending request

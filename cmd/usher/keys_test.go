@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/base64"
+	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/usherhq/usher/broker/oauth/oauthtest"
 )
 
 // TestKeyEncryptionKeyRotation replaces broker.key_encryption_key as the
@@ -12,8 +15,10 @@ import (
 // reseal`, then the new key alone. The broker's, the development
 // provider's and the audit keys stay the same throughout — the published
 // key sets do not change, a token signed before still opens the API, the
-// audit log's checkpoints still verify — and the new key alone opens
-// nothing before the reseal.
+// audit log's checkpoints still verify —, and the new key alone opens
+// nothing before the reseal. A browser session signed in before the
+// switch lasts while the old key is among the previous ones; one signed
+// in after it, beyond.
 func TestKeyEncryptionKeyRotation(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -37,6 +42,12 @@ func TestKeyEncryptionKeyRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	me := func(s *server, cookie string) int {
+		t.Helper()
+		resp, _ := oauthtest.SessionRequest(t, http.MethodGet, s.url+"/api/me", cookie, "", nil)
+		return resp.StatusCode
+	}
+	signedInBefore := oauthtest.SignIn(t, before.url, "carol")
 	if out, err := before.cli(t, "audit", "rotate-key"); err != nil {
 		t.Fatalf("audit rotate-key: %v %s", err, out)
 	}
@@ -60,6 +71,10 @@ func TestKeyEncryptionKeyRotation(t *testing.T) {
 	if code, body := get(t, both.url+"/api/me", tok); code != 200 {
 		t.Errorf("a token signed before, with the old key among the previous ones: %d %s", code, body)
 	}
+	if code := me(both, signedInBefore); code != http.StatusOK {
+		t.Errorf("a browser session of before, with the old key among the previous ones: %d, want 200", code)
+	}
+	signedInAfter := oauthtest.SignIn(t, both.url, "dave")
 	out, err := both.cli(t, "keys", "reseal")
 	if err != nil || !strings.Contains(out, "audit signing keys: 2 resealed") || !strings.Contains(out, "broker signing keys: ") {
 		t.Fatalf("keys reseal: %v\n%s", err, out)
@@ -77,6 +92,12 @@ func TestKeyEncryptionKeyRotation(t *testing.T) {
 	}
 	if code, body := get(t, after.url+"/api/me", tok); code != 200 {
 		t.Errorf("a token signed before the rotation, after it: %d %s", code, body)
+	}
+	if code := me(after, signedInAfter); code != http.StatusOK {
+		t.Errorf("a browser session signed in under the new key, with it alone: %d, want 200", code)
+	}
+	if code := me(after, signedInBefore); code != http.StatusUnauthorized {
+		t.Errorf("a browser session sealed under the old key, once it is dropped: %d, want 401", code)
 	}
 	if out, err := after.cli(t, "audit", "verify"); err != nil || !strings.Contains(out, "audit log intact") {
 		t.Errorf("audit verify after the rotation: %v\n%s", err, out)

@@ -98,6 +98,7 @@ func (in *installation) catalog(mint *broker.Broker, reg prometheus.Registerer) 
 		// Any replica serves a stateful session: the replicas share its
 		// caller's sessions to the HTTP upstreams too.
 		opts.UpstreamSessions, opts.UpstreamSessionSecret = in.store, in.sealKey
+		opts.PreviousUpstreamSessionSecrets = in.previousSealKeys
 	}
 	return mcpserver.NewCatalog(opts)
 }
@@ -160,9 +161,10 @@ func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *brok
 		Executions: mcpserver.AuditedExecutions{Store: in.store, Log: auditLog},
 		Auditor:    mcpserver.LogAuditor{Log: auditLog},
 		// The replicas share it: a round's requestState opens on any.
-		Secret:      in.sealKey,
-		ApprovalURL: svc.URL,
-		Stateful:    in.cfg.MCP.Stateful, Sessions: in.store, // sessions any replica serves
+		Secret:          in.sealKey,
+		PreviousSecrets: in.previousSealKeys,
+		ApprovalURL:     svc.URL,
+		Stateful:        in.cfg.MCP.Stateful, Sessions: in.store, // sessions any replica serves
 		AllowedOrigins: in.cfg.MCP.AllowedOrigins,
 		MaxBodyBytes:   in.cfg.Server.MaxBodyBytes,
 		Version:        buildinfo.Read().Version,

@@ -33,6 +33,7 @@ func (in *installation) mountWeb(ctx context.Context, mux *http.ServeMux, public
 		Scopes:            cfg.Web.Scopes,
 		VerifyAccessToken: verifier.Verify,
 		Secret:            in.sealKey,
+		PreviousSecrets:   in.previousSealKeys,
 		SessionLifetime:   cfg.Web.SessionLifetime.Std(),
 		Store:             in.store,
 		RevocationTTL:     cfg.Web.RevocationTTL.Std(),

@@ -150,10 +150,11 @@ type Broker struct {
 	// base64. Default "": a key generated into <data_dir>/broker.key
 	// (mode 0600). Replicas sharing PostgreSQL must share this key.
 	KeyEncryptionKey string `yaml:"key_encryption_key"`
-	// PreviousKeyEncryptionKeys are the keys that sealed the signing keys
-	// before key_encryption_key replaced them (each 32 bytes, base64):
-	// they open keys, never seal them, until `usher keys reseal` has
-	// sealed every key with key_encryption_key. Default none.
+	// PreviousKeyEncryptionKeys open what they sealed and seal nothing
+	// (each 32 bytes, base64): while key_encryption_key is replaced, the
+	// old key — the stored signing keys until `usher keys reseal`, the
+	// sealed sessions and states until they expire — or, in the roll
+	// before the swap, the new one. Default none.
 	PreviousKeyEncryptionKeys []string `yaml:"previous_key_encryption_keys"`
 	// ClientID names the assistant in the tokens it is minted ("client_id"
 	// and "act"). Default "usher-assistant".
@@ -694,7 +695,7 @@ func (b Broker) validate(bad reporter) {
 		}
 	}
 	if len(b.PreviousKeyEncryptionKeys) > 0 && b.KeyEncryptionKey == "" {
-		bad("broker.previous_key_encryption_keys", "need broker.key_encryption_key, the key that replaces them")
+		bad("broker.previous_key_encryption_keys", "need broker.key_encryption_key, the key that seals")
 	}
 	if b.ClientID == "" {
 		bad("broker.client_id", "must not be empty")

@@ -26,7 +26,10 @@ var ErrSealed = errors.New("seal: sealed value is malformed, forged, for another
 // so a value sealed for one purpose never opens as another; the salt
 // separates one component's keys from another's.
 type Sealer struct {
-	aead     cipher.AEAD
+	aead cipher.AEAD
+	// previous open what the secrets the secret replaced sealed
+	// (NewRotated).
+	previous []cipher.AEAD
 	purpose  []byte
 	maxChars int
 }
@@ -34,6 +37,30 @@ type Sealer struct {
 // New returns the sealer of purpose. Open refuses a value of more than
 // maxChars characters before decoding it.
 func New(secret []byte, salt, purpose string, maxChars int) (*Sealer, error) {
+	return NewRotated(secret, nil, salt, purpose, maxChars)
+}
+
+// NewRotated is New for a secret that replaced the previous ones: it
+// seals under secret, and opens what it or any of previous sealed, until
+// those values expire.
+func NewRotated(secret []byte, previous [][]byte, salt, purpose string, maxChars int) (*Sealer, error) {
+	aead, err := aeadOf(secret, salt, purpose)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sealer{aead: aead, purpose: []byte(purpose), maxChars: maxChars}
+	for _, p := range previous {
+		a, err := aeadOf(p, salt, purpose)
+		if err != nil {
+			return nil, err
+		}
+		s.previous = append(s.previous, a)
+	}
+	return s, nil
+}
+
+// aeadOf is the AES-256-GCM of purpose's key under secret.
+func aeadOf(secret []byte, salt, purpose string) (cipher.AEAD, error) {
 	key, err := hkdf.Key(sha256.New, secret, []byte(salt), purpose, 32)
 	if err != nil {
 		return nil, err
@@ -42,11 +69,7 @@ func New(secret []byte, salt, purpose string, maxChars int) (*Sealer, error) {
 	if err != nil {
 		return nil, err
 	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, err
-	}
-	return &Sealer{aead: aead, purpose: []byte(purpose), maxChars: maxChars}, nil
+	return cipher.NewGCM(block)
 }
 
 // envelope is what is sealed: the value and its expiry.
@@ -86,6 +109,9 @@ func (s *Sealer) Open(raw string, now time.Time, v any) error {
 		return ErrSealed
 	}
 	plain, err := s.aead.Open(nil, b[1:1+n], b[1+n:], s.purpose)
+	for i := 0; err != nil && i < len(s.previous); i++ {
+		plain, err = s.previous[i].Open(nil, b[1:1+n], b[1+n:], s.purpose)
+	}
 	if err != nil {
 		return ErrSealed
 	}

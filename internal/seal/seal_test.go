@@ -41,3 +41,40 @@ func TestSealer(t *testing.T) {
 		}
 	}
 }
+
+// TestNewRotated checks a sealer whose secret replaced another: it opens
+// what either sealed (not for another purpose, not expired), seals under
+// the new secret only, and a sealer of the new secret alone does not open
+// what the old one sealed.
+func TestNewRotated(t *testing.T) {
+	oldSecret, newSecret := []byte(strings.Repeat("o", 32)), []byte(strings.Repeat("n", 32))
+	now := time.Unix(1_800_000_000, 0)
+	before, _ := New(oldSecret, "usher/test/v1", "a purpose", 4096)
+	rotated, err := NewRotated(newSecret, [][]byte{[]byte(strings.Repeat("x", 32)), oldSecret}, "usher/test/v1", "a purpose", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone, _ := New(newSecret, "usher/test/v1", "a purpose", 4096)
+	other, _ := NewRotated(newSecret, [][]byte{oldSecret}, "usher/test/v1", "another purpose", 4096)
+	sealedBefore, _ := before.Seal("v", now.Add(time.Minute))
+	var got string
+	if err := rotated.Open(sealedBefore, now, &got); err != nil || got != "v" {
+		t.Errorf("the rotated sealer opening the old secret's value: %q, %v", got, err)
+	}
+	if err := alone.Open(sealedBefore, now, &got); err != ErrSealed {
+		t.Errorf("the new secret alone opening the old one's value: %v, want ErrSealed", err)
+	}
+	if err := other.Open(sealedBefore, now, &got); err != ErrSealed {
+		t.Errorf("the old secret's value opened for another purpose: %v, want ErrSealed", err)
+	}
+	if err := rotated.Open(sealedBefore, now.Add(time.Minute), &got); err != ErrSealed {
+		t.Errorf("the old secret's value opened after it expired: %v, want ErrSealed", err)
+	}
+	sealedAfter, _ := rotated.Seal("w", now.Add(time.Minute))
+	if err := alone.Open(sealedAfter, now, &got); err != nil || got != "w" {
+		t.Errorf("the new secret alone opening the rotated sealer's value: %q, %v; want it sealed under the new secret", got, err)
+	}
+	if err := before.Open(sealedAfter, now, &got); err != ErrSealed {
+		t.Errorf("the old secret opening the rotated sealer's value: %v, want ErrSealed", err)
+	}
+}
