@@ -201,6 +201,9 @@ func (in *installation) sealHint(err error) error {
 		return fmt.Errorf("%w; this process used the seal key in %s: every replica of an installation needs the same key encryption key, set in USHER_BROKER_KEY_ENCRYPTION_KEY (broker.key_encryption_key)",
 			err, filepath.Join(in.cfg.Server.DataDir, "broker.key"))
 	}
+	if len(in.previousSealKeys) > 0 {
+		return fmt.Errorf("%w; neither USHER_BROKER_KEY_ENCRYPTION_KEY (broker.key_encryption_key) nor USHER_BROKER_PREVIOUS_KEY_ENCRYPTION_KEYS (broker.previous_key_encryption_keys) holds the key the installation's signing keys were sealed with", err)
+	}
 	return fmt.Errorf("%w; USHER_BROKER_KEY_ENCRYPTION_KEY (broker.key_encryption_key) is not the key the installation's signing keys were sealed with", err)
 }
 

@@ -60,6 +60,10 @@ func TestKeyEncryptionKeyRotation(t *testing.T) {
 	if _, err := alone.cli(t, "token", "user", "--sub", "alice"); err == nil || !strings.Contains(err.Error(), "cannot decrypt") {
 		t.Fatalf("the new key alone, before the reseal: %v; want the keys refused", err)
 	}
+	wrong := &server{dataDir: dir, url: before.url, env: env(newKey, base64.StdEncoding.EncodeToString([]byte(strings.Repeat("w", 32))))}
+	if _, err := wrong.cli(t, "token", "user", "--sub", "alice"); err == nil || !strings.Contains(err.Error(), "nor USHER_BROKER_PREVIOUS_KEY_ENCRYPTION_KEYS") {
+		t.Fatalf("the new key and a wrong previous one: %v; want the keys refused, naming both settings", err)
+	}
 
 	// The same address again, so the same issuer: a token signed before is
 	// one the server issued.
