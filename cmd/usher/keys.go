@@ -53,6 +53,6 @@ func (e *environment) keysCmd(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "audit signing keys: %d resealed\n", n)
 	total += n
-	fmt.Fprintf(e.stdout, "every stored signing key is sealed with broker.key_encryption_key (%d resealed now)\n", total)
+	fmt.Fprintf(e.stdout, "every published signing key is sealed with broker.key_encryption_key (%d resealed now)\n", total)
 	return nil
 }
