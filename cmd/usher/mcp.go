@@ -160,11 +160,10 @@ func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *brok
 		Approvals:  mcpserver.ServiceApprovals{Service: svc},
 		Executions: mcpserver.AuditedExecutions{Store: in.store, Log: auditLog},
 		Auditor:    mcpserver.LogAuditor{Log: auditLog},
-		// The replicas share it: a round's requestState opens on any.
-		Secret:          in.sealKey,
-		PreviousSecrets: in.previousSealKeys,
-		ApprovalURL:     svc.URL,
-		Stateful:        in.cfg.MCP.Stateful, Sessions: in.store, // sessions any replica serves
+		// The replicas share them: a round's requestState opens on any.
+		Secret: in.sealKey, PreviousSecrets: in.previousSealKeys,
+		ApprovalURL: svc.URL,
+		Stateful:    in.cfg.MCP.Stateful, Sessions: in.store, // sessions any replica serves
 		AllowedOrigins: in.cfg.MCP.AllowedOrigins,
 		MaxBodyBytes:   in.cfg.Server.MaxBodyBytes,
 		Version:        buildinfo.Read().Version,
