@@ -143,6 +143,7 @@ func (rt *Runtime) handleUpload(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, err)
 		return
 	}
+	data = stripMetadata(typ, data)
 	a, err := rt.st.PutAttachment(r.Context(), store.Attachment{
 		ID: newAttachmentID(), Owner: p.ID(), Tenant: p.Tenant, Name: name, ContentType: typ,
 	}, data, rt.o.AttachmentQuotaBytes)

@@ -9,7 +9,9 @@ import (
 
 // FuzzClassify: whatever an upload holds, classify never panics, and what
 // it takes is a type it names, with a plain name, and — for an image — a
-// header that decodes within MaxImagePixels, or — for text — UTF-8.
+// header that decodes within MaxImagePixels, or — for text — UTF-8; and
+// an image without its metadata (stripMetadata, which never panics
+// either) is still one it takes, as the same type.
 func FuzzClassify(f *testing.F) {
 	f.Add("cat.png", "image/png", testImage(f, "png"))
 	f.Add("cat.gif", "", testImage(f, "gif"))
@@ -22,6 +24,11 @@ func FuzzClassify(f *testing.F) {
 		typ, err := classify(name, declared, data)
 		if err != nil {
 			return
+		}
+		if strings.HasPrefix(typ, "image/") {
+			if again, err := classify(name, declared, stripMetadata(typ, data)); err != nil || again != typ {
+				t.Fatalf("the %s without its metadata is taken as %q, %v", typ, again, err)
+			}
 		}
 		if checkAttachmentName(name) != nil || len(data) == 0 {
 			t.Fatalf("took %q (%d bytes) with a bad name or no content", name, len(data))
