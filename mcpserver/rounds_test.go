@@ -535,6 +535,9 @@ func TestSecretRequired(t *testing.T) {
 			t.Errorf("New with a secret of %d bytes: %v, want it refused", len(secret), err)
 		}
 	}
+	if _, err := New(&Options{Secret: make([]byte, 32), PreviousSecrets: [][]byte{[]byte("too short")}}); err == nil || !strings.Contains(err.Error(), "previous secret 1") {
+		t.Errorf("New with a previous secret of 9 bytes: %v, want it refused", err)
+	}
 }
 
 // approvalOf returns the id of the approval a request's error asks for.

@@ -84,6 +84,9 @@ func TestNewOptions(t *testing.T) {
 	if err == nil {
 		t.Fatal("nil options accepted")
 	}
+	if _, err := New(t.Context(), &Options{PreviousSecrets: [][]byte{[]byte("short")}}); err == nil || !strings.Contains(err.Error(), "previous secret 1") {
+		t.Errorf("a previous secret of 5 bytes: %v, want it refused", err)
+	}
 	for _, want := range []string{"public url is required", "issuer is required", "client id is required", "access token verifier", "secret", "session store"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)

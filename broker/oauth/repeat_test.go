@@ -28,15 +28,6 @@ func TestRefreshRepeat(t *testing.T) {
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, func(o *oauth.ServerOptions) { o.RefreshReuseInterval = reuseInterval })
 		c := e.register(nil)
-		signIn := func() tokenAnswer {
-			t.Helper()
-			code, verifier := e.code(c, "alice", nil)
-			tok := e.redeem(c, code, verifier)
-			if tok.Status != http.StatusOK {
-				t.Fatalf("redeem: %+v", tok)
-			}
-			return tok
-		}
 		refreshed := func(a tokenAnswer, what string) tokenAnswer {
 			t.Helper()
 			if a.Status != http.StatusOK || a.AccessToken == "" || a.RefreshToken == "" {
@@ -58,7 +49,7 @@ func TestRefreshRepeat(t *testing.T) {
 		// The answer is lost; the client retries a few seconds later, with
 		// the token it still holds: the same next token, a new access token
 		// that verifies, and a record saying it was a repeat.
-		tok := signIn()
+		tok := e.connect(c, "alice")
 		first := refreshed(e.refresh(c, tok.RefreshToken), "the first refresh")
 		e.clock.Advance(5 * time.Second)
 		again := refreshed(e.refresh(c, tok.RefreshToken), "the retry")
@@ -96,14 +87,14 @@ func TestRefreshRepeat(t *testing.T) {
 		revoked(next.RefreshToken, "the newest token of a family revoked by a reuse")
 
 		// After the interval: a reuse, as without repeats.
-		tok = signIn()
+		tok = e.connect(c, "alice")
 		first = refreshed(e.refresh(c, tok.RefreshToken), "a refresh")
 		e.clock.Advance(reuseInterval)
 		revoked(tok.RefreshToken, "the token presented again at the interval's end")
 		revoked(first.RefreshToken, "the successor of a token reused after the interval")
 
 		// Refreshes at once: one rotates the token, the others repeat it.
-		tok = signIn()
+		tok = e.connect(c, "alice")
 		const n = 4
 		answers := make([]tokenAnswer, n)
 		var wg sync.WaitGroup
@@ -125,7 +116,7 @@ func TestRefreshRepeat(t *testing.T) {
 		refreshed(e.refresh(c, answers[0].RefreshToken), "the rotation of the token the refreshes at once answered")
 
 		// The sweep clears the salt of a repeat that ended unused.
-		tok = signIn()
+		tok = e.connect(c, "alice")
 		refreshed(e.refresh(c, tok.RefreshToken), "a refresh")
 		sw, err := oauth.NewSweeper(e.server, nil)
 		if err != nil {
@@ -159,8 +150,7 @@ func TestRefreshRepeatAcrossASecret(t *testing.T) {
 		reuse := func(o *oauth.ServerOptions) { o.RefreshReuseInterval = reuseInterval }
 		before := newEnv(t, st, reuse)
 		c := before.register(nil)
-		code, verifier := before.code(c, "alice", nil)
-		tok := before.redeem(c, code, verifier)
+		tok := before.connect(c, "alice")
 		first := before.refresh(c, tok.RefreshToken)
 		if first.Status != http.StatusOK {
 			t.Fatalf("refresh: %+v", first)
@@ -189,8 +179,7 @@ func TestRefreshWithoutRepeats(t *testing.T) {
 	engines(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st, nil)
 		c := e.register(nil)
-		code, verifier := e.code(c, "alice", nil)
-		tok := e.redeem(c, code, verifier)
+		tok := e.connect(c, "alice")
 		first := e.refresh(c, tok.RefreshToken)
 		if first.Status != http.StatusOK {
 			t.Fatalf("refresh: %+v", first)
@@ -202,6 +191,9 @@ func TestRefreshWithoutRepeats(t *testing.T) {
 			t.Errorf("the successor of a reused token: %+v, want invalid_grant", a)
 		}
 	})
+	if _, err := oauth.NewServer(&oauth.ServerOptions{PreviousSecrets: [][]byte{[]byte("short")}}); err == nil || !strings.Contains(err.Error(), "previous secret 1") {
+		t.Errorf("NewServer with a previous secret of 5 bytes = %v, want it refused", err)
+	}
 	for _, d := range []time.Duration{-time.Second, oauth.MaxRefreshReuseInterval + time.Second} {
 		_, err := oauth.NewServer(&oauth.ServerOptions{RefreshReuseInterval: d, Secret: bytes.Repeat([]byte{1}, 32)})
 		if err == nil || !strings.Contains(err.Error(), "RefreshReuseInterval") {

@@ -416,6 +416,17 @@ func (e *env) redeem(c client, code, verifier string) tokenAnswer {
 	})
 }
 
+// connect takes c through a code grant as user, and requires its tokens.
+func (e *env) connect(c client, user string) tokenAnswer {
+	e.t.Helper()
+	code, verifier := e.code(c, user, nil)
+	tok := e.redeem(c, code, verifier)
+	if tok.Status != http.StatusOK {
+		e.t.Fatalf("redeem: %+v", tok)
+	}
+	return tok
+}
+
 // refresh rotates a refresh token.
 func (e *env) refresh(c client, refresh string) tokenAnswer {
 	e.t.Helper()

@@ -27,9 +27,14 @@ const maxTokenForm = 16 << 10
 
 // refreshContext is the grant a refresh token family carries on: from
 // the authorization code that started it, or from the stored token being
-// rotated. A refresh token itself is 256 random bits (NewSecret), stored
-// by its hash: the store is the only authority on it.
+// rotated. A refresh token itself is 256 random bits (NewSecret), or,
+// rotated from Rotated while repeats are allowed, an HMAC of it and a
+// salt (refreshSuccessor); it is stored by its hash: the store is the
+// only authority on it.
 type refreshContext struct {
+	// Rotated is the refresh token being rotated, as the client sent it;
+	// empty for a code.
+	Rotated   string
 	Family    string
 	ClientID  string
 	Principal string
@@ -260,7 +265,7 @@ func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.O
 	// A token's grant is immutable: what was read is what the rotation
 	// carries on, if it still may.
 	g, err := s.issue(ctx, cl, refreshContext{
-		Family: old.FamilyID, ClientID: old.ClientID, Principal: old.Principal, Subject: old.Subject,
+		Rotated: raw, Family: old.FamilyID, ClientID: old.ClientID, Principal: old.Principal, Subject: old.Subject,
 		Resource: old.Resource, Scope: old.Scope, FamilyEnd: old.FamilyExpiresAt,
 	}, GrantRefreshToken, now, &out)
 	switch {
@@ -272,12 +277,6 @@ func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.O
 	case err != nil:
 		s.serverError(w, r, "answer the refresh token grant", err)
 		return
-	}
-	if s.reuse > 0 && g.Refresh != nil {
-		if err := s.allowRepeat(&g, &out, raw, old, now); err != nil {
-			s.serverError(w, r, "answer the refresh token grant", err)
-			return
-		}
 	}
 	old, err = s.st.RotateRefreshToken(ctx, hash, now, g)
 	switch {
@@ -302,25 +301,6 @@ func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.O
 	default:
 		s.serverError(w, r, "answer the refresh token grant", err)
 	}
-}
-
-// allowRepeat makes the rotation g of the token raw (read as old) one
-// that may be repeated for s.reuse (ServerOptions.RefreshReuseInterval):
-// its next token, out's, derived from raw and a new salt rather than
-// drawn at random, so that a repeat can answer it again; and the record
-// a repeat appends instead of g's own.
-func (s *Server) allowRepeat(g *store.TokenGrant, out *issued, raw string, old store.RefreshToken, now time.Time) error {
-	salt := randomText(16)
-	out.refresh = refreshSuccessor(s.successorKey, raw, salt)
-	g.Refresh.TokenHash = HashSecret(out.refresh)
-	g.RepeatSalt, g.RepeatUntil = salt, now.Add(s.reuse)
-	build, err := s.builder(audit.Entry{Kind: audit.KindOAuthTokenIssued, Principal: old.Principal, ClientID: old.ClientID, TokenJTI: out.token.ID, At: now},
-		map[string]any{"grant": GrantRefreshToken, "resource": old.Resource, "family": old.FamilyID, "repeat": true})
-	if err != nil {
-		return fmt.Errorf("audit the token: %w", err)
-	}
-	g.RepeatAudit = build
-	return nil
 }
 
 // successorOf derives again the successor of raw, rotated as old says,
@@ -403,18 +383,33 @@ func (s *Server) issue(ctx context.Context, cl store.OAuthClient, rc refreshCont
 	if err != nil {
 		return store.TokenGrant{}, fmt.Errorf("mint the access token: %w", err)
 	}
-	build, err := s.builder(audit.Entry{Kind: audit.KindOAuthTokenIssued, Principal: rc.Principal, ClientID: cl.ID, TokenJTI: tok.ID, At: now},
-		map[string]any{"grant": grant, "resource": rc.Resource, "family": rc.Family})
+	entry := audit.Entry{Kind: audit.KindOAuthTokenIssued, Principal: rc.Principal, ClientID: cl.ID, TokenJTI: tok.ID, At: now}
+	details := map[string]any{"grant": grant, "resource": rc.Resource, "family": rc.Family}
+	build, err := s.builder(entry, details)
 	if err != nil {
 		return store.TokenGrant{}, fmt.Errorf("audit the token: %w", err)
 	}
 	*out = issued{token: tok, scope: rc.Scope}
 	g := store.TokenGrant{Consent: true, Audit: build}
-	if slices.Contains(cl.GrantTypes, GrantRefreshToken) {
+	if !slices.Contains(cl.GrantTypes, GrantRefreshToken) {
+		return g, nil
+	}
+	if rc.Rotated == "" || s.reuse == 0 {
 		out.refresh = NewSecret()
-		g.Refresh = &store.RefreshToken{
-			TokenHash: HashSecret(out.refresh), ExpiresAt: s.refreshEnd(now, rc), FamilyExpiresAt: rc.FamilyEnd,
+	} else {
+		// A rotation that may be repeated for s.reuse
+		// (ServerOptions.RefreshReuseInterval): its next token derived
+		// from the rotated one and a new salt, so that a repeat can answer
+		// it again, and the record a repeat appends instead of g's own.
+		g.RepeatSalt, g.RepeatUntil = randomText(16), now.Add(s.reuse)
+		out.refresh = refreshSuccessor(s.successorKey, rc.Rotated, g.RepeatSalt)
+		details["repeat"] = true
+		if g.RepeatAudit, err = s.builder(entry, details); err != nil {
+			return store.TokenGrant{}, fmt.Errorf("audit the token: %w", err)
 		}
+	}
+	g.Refresh = &store.RefreshToken{
+		TokenHash: HashSecret(out.refresh), ExpiresAt: s.refreshEnd(now, rc), FamilyExpiresAt: rc.FamilyEnd,
 	}
 	return g, nil
 }
