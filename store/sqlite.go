@@ -28,8 +28,10 @@ import (
 type sqliteStore struct {
 	core
 	migrator *goose.Provider
-	wakes    wakeHub
-	updates  updateHub
+	// path is the database file, which Backup will not write over.
+	path    string
+	wakes   wakeHub
+	updates updateHub
 
 	closeOnce sync.Once
 }
@@ -98,7 +100,7 @@ func openSQLite(ctx context.Context, path string, o Options) (*sqliteStore, erro
 		write.Close()
 		return nil, err
 	}
-	s := &sqliteStore{migrator: migrator}
+	s := &sqliteStore{migrator: migrator, path: path}
 	s.core = core{
 		read: read, write: write, lite: true,
 		now: o.Now, log: o.Logger,

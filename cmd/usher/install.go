@@ -132,7 +132,7 @@ func openTraced(ctx context.Context, cfg config.Config, log *slog.Logger, tp tra
 		if err := makeDataDir(cfg); err != nil {
 			return nil, err
 		}
-		dsn = filepath.Join(cfg.Server.DataDir, "usher.db")
+		dsn = sqlitePath(cfg)
 	}
 	st, err := store.Open(ctx, dsn, &store.Options{Logger: log, MaxConns: cfg.Database.MaxConns, TracerProvider: tp})
 	if err != nil {

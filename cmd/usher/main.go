@@ -41,6 +41,10 @@ Usage:
   usher clients revoke CLIENT_ID        revoke a client, its refresh tokens and its consents
   usher keys reseal                     seal the stored signing keys again with broker.key_encryption_key
                                         (after it replaced the keys in broker.previous_key_encryption_keys)
+  usher backup FILE                     copy the embedded SQLite database while it serves, and print
+                                        the copy's audit head (PostgreSQL: use its own tools)
+  usher restore FILE                    put such a copy in place of the database, with no server running;
+                                        the database it replaces is moved aside
   usher version                         print the version
 
 Flags shared by every subcommand that opens the installation:
@@ -104,6 +108,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.statusCmd(ctx, args[1:])
 	case "keys":
 		return env.keysCmd(ctx, args[1:])
+	case "backup":
+		return env.backupCmd(ctx, args[1:])
+	case "restore":
+		return env.restoreCmd(ctx, args[1:])
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "usher", buildinfo.Read())
 		return nil
