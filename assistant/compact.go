@@ -434,7 +434,7 @@ type compactResult struct {
 // *summaryFailure says why no snapshot was written; store.ErrConflict
 // that another writer's came first.
 func (rt *Runtime) compact(ctx context.Context, runID string, prev *store.ContextSnapshot, toSeq int64, chunkTokens int, kind store.SnapshotKind) (store.ContextSnapshot, compactResult, error) {
-	sum := newSummarizer(rt.o.Model, chunkTokens)
+	sum := newSummarizer(rt.compactModel, chunkTokens)
 	var res compactResult
 	after, from := int64(0), int64(0)
 	if prev != nil {

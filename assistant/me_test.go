@@ -76,7 +76,8 @@ func TestRuntimeMetricsRegistered(t *testing.T) {
 	for _, f := range families {
 		names = append(names, f.GetName())
 	}
-	for _, want := range []string{"usher_assistant_held_sessions", "usher_assistant_compactions_total", "usher_live_subscribers", "usher_assistant_turns_retried_total"} {
+	for _, want := range []string{"usher_assistant_held_sessions", "usher_assistant_compactions_total", "usher_live_subscribers", "usher_assistant_turns_retried_total",
+		"usher_model_requests_total", "usher_model_request_duration_seconds", "usher_model_time_to_first_token_seconds", "usher_model_tokens_total"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("the registry has %v, not %s", names, want)
 		}

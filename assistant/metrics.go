@@ -6,7 +6,8 @@ import "github.com/prometheus/client_golang/prometheus"
 // turns (usher_assistant_held_sessions), the compactions by outcome
 // (usher_assistant_compactions_total), the open live-update streams
 // (usher_live_subscribers) and the turns queued again after a failure
-// (usher_assistant_turns_retried_total), each of this process.
+// (usher_assistant_turns_retried_total), and the model requests
+// (usher_model_*, see modelMetrics), each of this process.
 // Options.Registerer registers them.
 func (rt *Runtime) Collectors() []prometheus.Collector {
 	cs := []prometheus.Collector{
@@ -23,6 +24,7 @@ func (rt *Runtime) Collectors() []prometheus.Collector {
 			Help: "Slices of a turn's work that failed on this process (the database, the MCP server, the model, a panic) and were queued for a retry after a backoff.",
 		}, func() float64 { return float64(rt.retried.Load()) }),
 	}
+	cs = append(cs, rt.models.collectors()...)
 	for _, o := range []struct {
 		outcome string
 		count   func(Compactions) int64

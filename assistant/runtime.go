@@ -171,7 +171,11 @@ type Runtime struct {
 	compactions compactionCounters
 	// retried counts the slices of work this process queued for a retry.
 	retried atomic.Int64
-	bus     *bus
+	// models counts the model requests; turnModel and compactModel are
+	// Options.Model counted as a turn's and a compaction's.
+	models                  *modelMetrics
+	turnModel, compactModel model.Provider
+	bus                     *bus
 
 	// streams ends every live-update stream when closed (at shutdown).
 	streams      context.Context
@@ -305,6 +309,13 @@ func New(opts *Options) (*Runtime, error) {
 			log: o.Logger, st: o.Store, replica: o.ReplicaID, sessions: map[string]*session{}, checks: make(chan string, holdChecks)},
 	}
 	rt.bus.runChanged = rt.holder.poke
+	offered := o.Models
+	if len(offered) == 0 {
+		offered = []string{o.ModelName}
+	}
+	rt.models = newModelMetrics(offered)
+	rt.turnModel = rt.models.provider(o.Model, purposeTurn, o.ModelName, o.Now)
+	rt.compactModel = rt.models.provider(o.Model, purposeCompaction, o.ModelName, o.Now)
 	if o.Registerer != nil {
 		for _, c := range rt.Collectors() {
 			if err := o.Registerer.Register(c); err != nil {

@@ -15,11 +15,14 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/usherhq/usher/internal/apitest"
 )
 
 // TestMetricsOnThePublicListenerByDefault checks that without
 // server.metrics_addr the public listener serves /metrics, with the
-// backlog read from the database.
+// backlog read from the database, and that a turn's model request is
+// counted there.
 func TestMetricsOnThePublicListenerByDefault(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil)
@@ -27,9 +30,22 @@ func TestMetricsOnThePublicListenerByDefault(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("/metrics = %d", code)
 	}
-	for _, want := range []string{"usher_build_info", "usher_runs_queued 0", "usher_approvals_pending 0", "usher_mcp_outcome_unknown_total{source=\"call\"} 0"} {
+	for _, want := range []string{"usher_build_info", "usher_runs_queued 0", "usher_approvals_pending 0", "usher_mcp_outcome_unknown_total{source=\"call\"} 0",
+		`usher_model_requests_total{model="demo",outcome="ok",purpose="turn"} 0`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	alice := userToken(t, s, "alice")
+	if code, body := apitest.Call(t, "POST", s.url+"/api/assistant/runs?wait=30s", alice, `{"message":"hello there"}`); code != 201 {
+		t.Fatalf("a run with an opening message = %d %v", code, body)
+	}
+	series := `usher_model_requests_total{model="demo",outcome="ok",purpose="turn"} `
+	body2 := awaitMetric(t, s.url+"/metrics", series+"1")
+	for _, want := range []string{`usher_model_tokens_total{model="demo",purpose="turn",type="output"} `, `usher_model_time_to_first_token_seconds_count{model="demo"} 1`} {
+		line := grepLines(body2, want)
+		if line == "" || strings.HasSuffix(strings.TrimSpace(line), " 0") {
+			t.Errorf("after one turn /metrics has %q for %q, want a count", strings.TrimSpace(line), want)
 		}
 	}
 }
