@@ -524,6 +524,11 @@ func (s *Server) run(ctx context.Context, t *tool, call Call, ev Event, start ti
 		ev.Outcome = OutcomeFailed
 		s.log.ErrorContext(after, "mcpserver: a tool failed", "tool", call.Tool, "err", err)
 		res = errorResult("The tool failed. The error has been logged.")
+		if errors.Is(err, store.ErrUnavailable) {
+			// A built-in tool's store: each is idempotent, so trying
+			// again is safe even when a write had committed.
+			res = errorResult(builtinUnavailableText)
+		}
 	case res.IsError:
 		ev.Outcome = OutcomeFailed
 	default:
@@ -761,6 +766,10 @@ const unavailableText = "The call was not run: " + outageText
 // cancelled, and a new call starts over.
 const inputUnavailableText = "The tool could not go on: its request for input was not passed on, as Usher cannot reach its database just now. " +
 	"Nothing more of this call runs. Call the tool again in a moment to start over."
+
+// builtinUnavailableText is the result of a built-in tool that failed
+// because the database was out of reach.
+const builtinUnavailableText = "The tool failed: " + outageText
 
 // failedResult is the result of a call that failed on Usher's side before
 // anything ran, for err: unavailableText when the database was out of

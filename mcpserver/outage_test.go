@@ -283,3 +283,34 @@ func TestSessionRecordsWhenTheDatabaseIsOutOfReach(t *testing.T) {
 		wantRPCError(t, "initialize with "+tt.err.Error(), err, jsonrpc.CodeInternalError, tt.start)
 	}
 }
+
+// outageNotes are notes whose store is out of reach while out is set.
+type outageNotes struct {
+	Notes
+	out *atomic.Bool
+}
+
+func (n outageNotes) GetNote(ctx context.Context, owner, name string) (store.Note, error) {
+	if n.out.Load() {
+		return store.Note{}, errors.Join(errors.New("get note"), store.ErrUnavailable)
+	}
+	return n.Notes.GetNote(ctx, owner, name)
+}
+
+// TestBuiltinToolWhenTheDatabaseIsOutOfReach checks that a built-in tool
+// whose own store is out of reach says so, and that it runs again once
+// the database is back.
+func TestBuiltinToolWhenTheDatabaseIsOutOfReach(t *testing.T) {
+	t.Parallel()
+	var out atomic.Bool
+	e := newEnv(t, envConfig{catalog: func(o *CatalogOptions) { o.Notes = outageNotes{o.Notes, &out} }})
+	cs := e.connect(alice, "", nil, "")
+	out.Store(true)
+	if res := call(t, cs, "notes_read", map[string]any{"name": "n"}, nil); !res.IsError || text(res) != builtinUnavailableText {
+		t.Errorf("notes_read with its store out of reach = %s, want %q", text(res), builtinUnavailableText)
+	}
+	out.Store(false)
+	if res := call(t, cs, "notes_read", map[string]any{"name": "n"}, nil); !res.IsError || text(res) != "There is no note with this name." {
+		t.Errorf("notes_read once the database is back = %s, want the tool's own answer", text(res))
+	}
+}
