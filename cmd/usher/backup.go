@@ -45,7 +45,10 @@ func (e *environment) backupCmd(ctx context.Context, args []string) error {
 	if cfg.Database.URL != "" {
 		return errPostgres
 	}
-	db := sqlitePath(cfg)
+	db, err := absoluteSQLitePath(cfg)
+	if err != nil {
+		return err
+	}
 	if _, err := os.Stat(db); errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("no database at %s (is --data-dir, or server.data_dir, the server's?)", db)
 	}
@@ -74,10 +77,14 @@ func (e *environment) printBackup(cfg config.Config, db string, info store.Backu
 	}
 	kek := "broker.key_encryption_key, as configured"
 	if cfg.Broker.KeyEncryptionKey == "" {
-		kek = filepath.Join(cfg.Server.DataDir, "broker.key")
+		kek = filepath.Join(filepath.Dir(db), "broker.key")
 	}
 	fmt.Fprintf(e.stdout, "not in the copy, keep them too: the key-encryption key (%s), without which the copy's signing keys\n", kek)
-	fmt.Fprintf(e.stdout, "  cannot be opened, and the tool lock (%s)\n", cfg.Policy.LockFile)
+	lock, err := filepath.Abs(cfg.Policy.LockFile)
+	if err != nil {
+		lock = cfg.Policy.LockFile
+	}
+	fmt.Fprintf(e.stdout, "  cannot be opened, and the tool lock (%s)\n", lock)
 }
 
 // restoreCmd runs `usher restore FILE`: the copy `usher backup` wrote put
@@ -106,7 +113,10 @@ func (e *environment) restoreCmd(ctx context.Context, args []string) error {
 	if err := makeDataDir(cfg); err != nil {
 		return err
 	}
-	db := sqlitePath(cfg)
+	db, err := absoluteSQLitePath(cfg)
+	if err != nil {
+		return err
+	}
 	info, err := store.RestoreSQLite(ctx, pos[0], db, time.Now())
 	if err != nil {
 		return err
@@ -129,4 +139,10 @@ func (e *environment) restoreCmd(ctx context.Context, args []string) error {
 // directory.
 func sqlitePath(cfg config.Config) string {
 	return filepath.Join(cfg.Server.DataDir, "usher.db")
+}
+
+// absoluteSQLitePath is sqlitePath as an absolute path, which backup and
+// restore print: the data directory is often relative (./data).
+func absoluteSQLitePath(cfg config.Config) (string, error) {
+	return filepath.Abs(sqlitePath(cfg))
 }

@@ -53,7 +53,9 @@ type config struct {
 // usher as the image would: `version`, `migrate` and `serve` (its command,
 // on a loopback address of the test's) against a PostgreSQL schema of the
 // test's own, until /readyz answers 200; SIGTERM must end it with status
-// 0. Nothing outside /data may have changed in the image's files.
+// 0. Then the embedded default: `serve` on SQLite under /data, `backup`
+// while it serves, `restore` and `audit verify` after. Nothing outside
+// /data may have changed in the image's files.
 func TestImage(t *testing.T) {
 	image := os.Getenv(ImageEnv)
 	if image == "" {
@@ -96,7 +98,23 @@ func TestImage(t *testing.T) {
 		t.Errorf("/data/broker.key is owned by %d with mode %v; want %d and 0600", st.Uid, fi.Mode().Perm(), uid)
 	}
 
-	serve(t, root, env, cfg)
+	serve(t, root, env, cfg, nil)
+
+	// The embedded default on the image's /data: a backup while it
+	// serves, and a restore once it stopped, as the image's user.
+	embedded := slices.Clone(cfg.Env)
+	serve(t, root, embedded, cfg, func() {
+		out := run(t, root, embedded, "backup", "/data/usher-backup.db")
+		if !strings.Contains(out, "backed up /data/usher.db to /data/usher-backup.db") {
+			t.Errorf("usher backup in the image printed %q", out)
+		}
+	})
+	if out := run(t, root, embedded, "restore", "/data/usher-backup.db"); !strings.Contains(out, "restored /data/usher.db") {
+		t.Errorf("usher restore in the image printed %q", out)
+	}
+	if out := run(t, root, embedded, "audit", "verify"); !strings.Contains(out, "audit log intact") {
+		t.Errorf("usher audit verify after the restore printed %q", out)
+	}
 
 	if after := listing(t, root); !slices.Equal(before, after) {
 		t.Errorf("files outside /data changed while usher ran:\n%s", diff(before, after))
@@ -303,9 +321,10 @@ func run(t *testing.T, root string, env []string, args ...string) string {
 }
 
 // serve runs the image's command with a loopback address of the test's
-// appended (the last --addr wins), waits for /readyz to answer 200, then
-// stops it with SIGTERM and checks that it exits with status 0.
-func serve(t *testing.T, root string, env []string, cfg config) {
+// appended (the last --addr wins), waits for /readyz to answer 200, runs
+// during (when not nil), then stops it with SIGTERM and checks that it
+// exits with status 0.
+func serve(t *testing.T, root string, env []string, cfg config, during func()) {
 	t.Helper()
 	addr := testenv.FreeAddr(t)
 	cmd := command(root, env, append(slices.Clone(cfg.Cmd), "--addr", addr)...)
@@ -342,6 +361,9 @@ func serve(t *testing.T, root string, env []string, cfg config) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+	if during != nil {
+		during()
+	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
