@@ -204,12 +204,14 @@ type RestoreInfo struct {
 
 // RestoreSQLite puts the copy at backup (as Backup wrote it) in place of
 // the SQLite database at database, which no process may have open: it
-// checks the copy's integrity, takes the database's exclusive lock to
-// make sure nothing uses it (a server still running fails the restore),
-// moves the database aside to database + ".replaced-" + a timestamp, and
-// writes the copy into place — to a temporary file first, synced, then
-// renamed — so that an interrupted restore leaves either the old database
-// or the new one. The copy itself is left as it is.
+// checks the copy's integrity and writes it beside the database under a
+// temporary name, synced; takes the database's exclusive lock to make sure
+// nothing uses it (a server still running fails the restore); gives the
+// database a second name, database + ".replaced-" + a timestamp; and
+// renames the copy over it. The path names a whole database throughout —
+// the old one until the rename, the restored one after it — so that an
+// interrupted restore leaves one or the other. The copy itself is left
+// as it is.
 func RestoreSQLite(ctx context.Context, backup, database string, now time.Time) (RestoreInfo, error) {
 	if _, err := os.Stat(backup); err != nil {
 		return RestoreInfo{}, fmt.Errorf("store: restore: %w", err)
@@ -218,25 +220,36 @@ func RestoreSQLite(ctx context.Context, backup, database string, now time.Time) 
 	if err != nil {
 		return RestoreInfo{}, fmt.Errorf("store: restore: %s: %w", backup, err)
 	}
-	var info RestoreInfo
-	info.Head = head
+	tmp, err := copyBeside(backup, database)
+	if err != nil {
+		return RestoreInfo{}, fmt.Errorf("store: restore: %w", err)
+	}
+	defer os.Remove(tmp) // after the rename, a name no longer there
+	info := RestoreInfo{Head: head}
 	if _, err := os.Stat(database); err == nil {
 		if err := checkUnused(ctx, database); err != nil {
 			return RestoreInfo{}, err
 		}
 		info.Replaced = database + ".replaced-" + now.UTC().Format("20060102T150405Z")
 		// The write-ahead log and its index go with the file they belong
-		// to: left beside the restored one, SQLite would apply them to it.
-		for _, suffix := range []string{"-wal", "-shm", ""} {
-			err := os.Rename(database+suffix, info.Replaced+suffix)
-			if err != nil && (suffix == "" || !errors.Is(err, fs.ErrNotExist)) {
+		// to (closing the last connection removes them, so there are
+		// none unless that failed): left beside the restored file,
+		// SQLite would apply them to it.
+		for _, suffix := range []string{"-wal", "-shm"} {
+			if err := os.Rename(database+suffix, info.Replaced+suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return RestoreInfo{}, fmt.Errorf("store: restore: move the database aside: %w", err)
 			}
+		}
+		if err := os.Link(database, info.Replaced); err != nil {
+			return RestoreInfo{}, fmt.Errorf("store: restore: keep the database: %w", err)
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return RestoreInfo{}, fmt.Errorf("store: restore: %w", err)
 	}
-	if err := copyInto(backup, database); err != nil {
+	if err := os.Rename(tmp, database); err != nil {
+		return RestoreInfo{}, fmt.Errorf("store: restore: %w", err)
+	}
+	if err := syncDir(filepath.Dir(database)); err != nil {
 		return RestoreInfo{}, fmt.Errorf("store: restore: %w", err)
 	}
 	return info, nil
@@ -267,32 +280,28 @@ func checkUnused(ctx context.Context, path string) error {
 	return nil
 }
 
-// copyInto writes a copy of the file from to the path to: into a
-// temporary file beside it, synced and renamed, then the directory synced.
-func copyInto(from, to string) error {
+// copyBeside writes a copy of the file from beside the path to, under a
+// temporary name it returns, synced.
+func copyBeside(from, to string) (string, error) {
 	src, err := os.Open(from)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer src.Close()
 	tmp, err := os.CreateTemp(filepath.Dir(to), "."+filepath.Base(to)+".*.partial")
 	if err != nil {
-		return err
+		return "", err
 	}
-	defer os.Remove(tmp.Name()) // after the rename, a name no longer there
-	if _, err := io.Copy(tmp, src); err != nil {
-		tmp.Close()
-		return err
+	_, err = io.Copy(tmp, src)
+	if err == nil {
+		err = tmp.Sync()
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", err
 	}
-	if err := os.Rename(tmp.Name(), to); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(to))
+	return tmp.Name(), nil
 }
