@@ -13,7 +13,7 @@ import (
 )
 
 const (
-	backupUsage  = "usage: usher backup FILE [flags]\n"
+	backupUsage  = "usage: usher backup FILE|DIRECTORY [flags]\n"
 	restoreUsage = "usage: usher restore FILE [flags]\n"
 )
 
@@ -57,12 +57,22 @@ func (e *environment) backupCmd(ctx context.Context, args []string) error {
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer st.Close()
-	info, err := store.Backup(ctx, st, pos[0])
+	info, err := store.Backup(ctx, st, backupFile(pos[0], time.Now()))
 	if err != nil {
 		return err
 	}
 	e.printBackup(cfg, db, info)
 	return nil
+}
+
+// backupFile is the file a backup to dest writes: dest itself, or in a
+// directory a new file named by the time, as a timer or cron job backing
+// up into one directory wants.
+func backupFile(dest string, now time.Time) string {
+	if fi, err := os.Stat(dest); err == nil && fi.IsDir() {
+		return filepath.Join(dest, "usher-"+now.UTC().Format("20060102T150405Z")+".db")
+	}
+	return dest
 }
 
 // printBackup says what backupCmd wrote and what else to keep.

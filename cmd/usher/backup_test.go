@@ -47,6 +47,11 @@ func TestBackupAndRestore(t *testing.T) {
 	}
 	anchor := m[1]
 	after := converse(s, alice, "after")
+	// Into a directory: a new file named by the time.
+	dir := t.TempDir()
+	if out, err := s.cli(t, "backup", dir); err != nil || !regexp.MustCompile(`to `+regexp.QuoteMeta(dir)+`/usher-\d{8}T\d{6}Z\.db `).MatchString(out) {
+		t.Errorf("backup into a directory: %v\n%s", err, out)
+	}
 
 	if _, err := s.cli(t, "restore", backup); err == nil || !strings.Contains(err.Error(), "open in another process") {
 		t.Fatalf("restore while serving: %v; want it refused", err)
@@ -91,7 +96,7 @@ func TestBackupAndRestoreRefuse(t *testing.T) {
 		{[]string{"restore", "copy.db", "--database-url", "postgres://usher@127.0.0.1:1/usher"}, "is PostgreSQL"},
 		{[]string{"backup", filepath.Join(dir, "copy.db"), "--data-dir", filepath.Join(dir, "none")}, "no database at"},
 		{[]string{"restore", filepath.Join(dir, "missing.db"), "--data-dir", dir}, "no such file"},
-		{[]string{"backup"}, "usage: usher backup FILE"},
+		{[]string{"backup"}, "usage: usher backup FILE|DIRECTORY"},
 		{[]string{"restore", "a.db", "b.db"}, "usage: usher restore FILE"},
 	} {
 		var stdout, stderr bytes.Buffer

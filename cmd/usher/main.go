@@ -41,7 +41,7 @@ Usage:
   usher clients revoke CLIENT_ID        revoke a client, its refresh tokens and its consents
   usher keys reseal                     seal the stored signing keys again with broker.key_encryption_key
                                         (after it replaced the keys in broker.previous_key_encryption_keys)
-  usher backup FILE                     copy the embedded SQLite database while it serves, and print
+  usher backup FILE|DIRECTORY           copy the embedded SQLite database while it serves, and print
                                         the copy's audit head (PostgreSQL: use its own tools)
   usher restore FILE                    put such a copy in place of the database, with no server running;
                                         the database it replaces is moved aside
