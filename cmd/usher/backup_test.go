@@ -3,14 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/usherhq/usher/internal/apitest"
+	"github.com/usherhq/usher/internal/testenv"
+	"github.com/usherhq/usher/store"
 )
 
 // TestBackupAndRestore backs up the embedded default while it serves,
@@ -110,5 +116,71 @@ func TestBackupAndRestoreRefuse(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "none")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("backup of a missing database made its directory: %v", err)
+	}
+}
+
+// TestBackupKilled kills `usher backup` (SIGKILL) while it writes the
+// copy of a database of some 160 MiB: no file is left at the name it was
+// given — only its hidden temporary file, which a backup never takes for
+// a copy — and the next backup to that name succeeds.
+func TestBackupKilled(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	st, err := store.Open(t.Context(), filepath.Join(dataDir, "usher.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	content := make([]byte, 4<<20)
+	for i := range 40 {
+		rand.Read(content) // incompressible, each its own
+		a := store.Attachment{ID: fmt.Sprintf("att-%d", i), Owner: "alice", Name: "blob.bin", ContentType: "application/octet-stream"}
+		if _, err := st.PutAttachment(t.Context(), a, content, 1<<30); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	backups := t.TempDir()
+	dest := filepath.Join(backups, "usher-backup.db")
+	cmd := exec.Command(testenv.Usher(t), "backup", dest, "--data-dir", dataDir)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Killed once the copy has begun to be written.
+	testenv.WaitFor(t, 30*time.Second, func() bool {
+		partial, _ := filepath.Glob(filepath.Join(backups, ".usher-backup.db.*.partial"))
+		if len(partial) == 0 {
+			return false
+		}
+		fi, err := os.Stat(partial[0])
+		return err == nil && fi.Size() > 0
+	})
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err == nil {
+		t.Fatal("usher backup ended by itself before it was killed: the database is too small to catch it writing")
+	}
+	if _, err := os.Stat(dest); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a backup killed while writing left a file at its name: %v", err)
+	}
+
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"backup", dest, "--data-dir", dataDir}, getenv(nil), &stdout, &stderr); err != nil {
+		t.Fatalf("the backup after the killed one: %v\n%s", err, stderr.String())
+	}
+	copied, err := store.Open(t.Context(), dest, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer copied.Close()
+	if _, data, err := copied.AttachmentData(t.Context(), "att-39"); err != nil || !bytes.Equal(data, content) {
+		t.Errorf("the last attachment in the copy: %d bytes, %v", len(data), err)
 	}
 }
