@@ -299,7 +299,7 @@ func (t *turn) maybeCompact(ctx context.Context, est *store.RunContext) (bool, e
 	if err != nil || toSeq == 0 {
 		return false, err
 	}
-	snap, res, err := t.rt.compact(ctx, t.run.ID, t.snap, toSeq, set.ChunkTokens, store.SnapshotAutomatic)
+	snap, res, err := t.rt.compact(withUsageOwner(ctx, t.run.Owner), t.run.ID, t.snap, toSeq, set.ChunkTokens, store.SnapshotAutomatic)
 	var f *summaryFailure
 	switch {
 	case errors.As(err, &f):

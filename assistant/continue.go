@@ -119,7 +119,7 @@ func (rt *Runtime) summarizeAll(ctx context.Context, r store.Run) (store.Context
 			return store.ContextSnapshot{}, err
 		}
 		set, _ := compactSettingsOf(r.Metadata)
-		snap, _, err := rt.compact(ctx, r.ID, prev, last[0].Seq, set.ChunkTokens, store.SnapshotManual)
+		snap, _, err := rt.compact(withUsageOwner(ctx, r.Owner), r.ID, prev, last[0].Seq, set.ChunkTokens, store.SnapshotManual)
 		var f *summaryFailure
 		switch {
 		case errors.As(err, &f):

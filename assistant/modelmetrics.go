@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usherhq/usher/assistant/model"
+	"github.com/usherhq/usher/store"
 )
 
 // Purposes of a model request, the purpose label of the model metrics: a
@@ -92,19 +93,31 @@ func (m *modelMetrics) collectors() []prometheus.Collector {
 }
 
 // metered is a model.Provider that counts the requests of one purpose
-// in m; a request that names no model is counted under fallback, the
-// model the provider answers with.
+// in m, and hands what a successful one used to use with the person its
+// context names (withUsageOwner); a request that names no model is
+// counted under fallback, the model the provider answers with.
 type metered struct {
 	model.Provider
 	m        *modelMetrics
 	purpose  string
 	fallback string
 	now      func() time.Time
+	use      func(context.Context, store.ModelUsage)
 }
 
-// provider wraps p to count its requests of purpose.
-func (m *modelMetrics) provider(p model.Provider, purpose, fallback string, now func() time.Time) model.Provider {
-	return &metered{Provider: p, m: m, purpose: purpose, fallback: cmp.Or(fallback, defaultModelLabel), now: now}
+// provider wraps p to count its requests of purpose, and to hand their
+// usage to use.
+func (m *modelMetrics) provider(p model.Provider, purpose, fallback string, now func() time.Time, use func(context.Context, store.ModelUsage)) model.Provider {
+	return &metered{Provider: p, m: m, purpose: purpose, fallback: cmp.Or(fallback, defaultModelLabel), now: now, use: use}
+}
+
+// usageOwnerKey is the context key of the person whose model requests a
+// context's requests are.
+type usageOwnerKey struct{}
+
+// withUsageOwner makes the model requests made with ctx principal's.
+func withUsageOwner(ctx context.Context, principal string) context.Context {
+	return context.WithValue(ctx, usageOwnerKey{}, principal)
 }
 
 // Complete completes req with the provider and counts it.
@@ -123,8 +136,13 @@ func (p *metered) Complete(ctx context.Context, req model.Request, onDelta func(
 	p.m.duration.WithLabelValues(name, p.purpose).Observe(p.now().Sub(start).Seconds())
 	p.m.requests.WithLabelValues(name, p.purpose, outcomeOf(ctx, err)).Inc()
 	if err == nil {
-		p.m.tokens.WithLabelValues(name, p.purpose, "input").Add(float64(max(resp.Usage.PromptTokens, 0)))
-		p.m.tokens.WithLabelValues(name, p.purpose, "output").Add(float64(max(resp.Usage.CompletionTokens, 0)))
+		in, out := max(resp.Usage.PromptTokens, 0), max(resp.Usage.CompletionTokens, 0)
+		p.m.tokens.WithLabelValues(name, p.purpose, "input").Add(float64(in))
+		p.m.tokens.WithLabelValues(name, p.purpose, "output").Add(float64(out))
+		if owner, _ := ctx.Value(usageOwnerKey{}).(string); owner != "" && p.use != nil {
+			p.use(ctx, store.ModelUsage{Principal: owner, Day: store.UsageDay(start), Model: name, Purpose: p.purpose,
+				Requests: 1, InputTokens: int64(in), OutputTokens: int64(out)})
+		}
 	}
 	return resp, err
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
+	"github.com/usherhq/usher/store"
 )
 
 // TestModelMetrics sends requests to a scripted OpenAI-compatible server
@@ -36,14 +37,20 @@ func TestModelMetrics(t *testing.T) {
 	if n := testutil.CollectAndCount(m.requests); n != 2*2*7 {
 		t.Errorf("%d request series before any request, want one per model, purpose and outcome (28)", n)
 	}
-	turn := m.provider(openai, purposeTurn, "scripted", time.Now)
+	var used []store.ModelUsage
+	use := func(_ context.Context, u store.ModelUsage) { used = append(used, u) }
+	turn := m.provider(openai, purposeTurn, "scripted", time.Now, use)
 	req := model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: "three words here"}}}
 	ctx := t.Context()
 
 	ms.Reply("a reply of five words")
 	var deltas []string
-	if _, err := turn.Complete(ctx, req, func(d string) { deltas = append(deltas, d) }); err != nil {
+	if _, err := turn.Complete(withUsageOwner(ctx, "iss|t|alice"), req, func(d string) { deltas = append(deltas, d) }); err != nil {
 		t.Fatal(err)
+	}
+	if len(used) != 1 || used[0].Principal != "iss|t|alice" || used[0].Model != "scripted" || used[0].Purpose != purposeTurn ||
+		used[0].Requests != 1 || used[0].InputTokens <= 0 || used[0].OutputTokens <= 0 || used[0].Day != store.UsageDay(time.Now()) {
+		t.Errorf("the usage handed on for alice's request: %+v", used)
 	}
 	for _, status := range []int{http.StatusTooManyRequests, http.StatusBadGateway, http.StatusBadRequest} {
 		ms.ReplyError(status)
@@ -57,7 +64,7 @@ func TestModelMetrics(t *testing.T) {
 		t.Fatal("a cancelled request: no error")
 	}
 	ms.Reply("a summary")
-	if _, err := m.provider(openai, purposeCompaction, "scripted", time.Now).Complete(ctx, model.Request{Model: "other", Messages: req.Messages}, nil); err != nil {
+	if _, err := m.provider(openai, purposeCompaction, "scripted", time.Now, use).Complete(ctx, model.Request{Model: "other", Messages: req.Messages}, nil); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -70,7 +77,7 @@ func TestModelMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.provider(gone, purposeTurn, "scripted", time.Now).Complete(ctx, req, nil); err == nil {
+	if _, err := m.provider(gone, purposeTurn, "scripted", time.Now, use).Complete(ctx, req, nil); err == nil {
 		t.Fatal("a request to a closed port: no error")
 	}
 
@@ -109,6 +116,9 @@ func TestModelMetrics(t *testing.T) {
 	}
 	if !strings.Contains(string(body), `usher_model_time_to_first_token_seconds_count{model="scripted"} 1`) {
 		t.Errorf("the time to the first token was not observed once for the streamed request:\n%s", body)
+	}
+	if len(used) != 1 {
+		t.Errorf("usage handed on %d times, want once: only the successful request whose context names a person (%+v)", len(used), used)
 	}
 	if n := testutil.CollectAndCount(m.duration); n != 4 {
 		t.Errorf("%d duration series, want one per model and purpose (4)", n)

@@ -314,8 +314,8 @@ func New(opts *Options) (*Runtime, error) {
 		offered = []string{o.ModelName}
 	}
 	rt.models = newModelMetrics(offered)
-	rt.turnModel = rt.models.provider(o.Model, purposeTurn, o.ModelName, o.Now)
-	rt.compactModel = rt.models.provider(o.Model, purposeCompaction, o.ModelName, o.Now)
+	rt.turnModel = rt.models.provider(o.Model, purposeTurn, o.ModelName, o.Now, rt.addUsage)
+	rt.compactModel = rt.models.provider(o.Model, purposeCompaction, o.ModelName, o.Now, rt.addUsage)
 	if o.Registerer != nil {
 		for _, c := range rt.Collectors() {
 			if err := o.Registerer.Register(c); err != nil {
@@ -324,6 +324,15 @@ func New(opts *Options) (*Runtime, error) {
 		}
 	}
 	return rt, nil
+}
+
+// addUsage records what a person's model request used (GET
+// /api/admin/usage, usher usage). The request has been answered: a
+// failure to record it is logged, and fails nothing.
+func (rt *Runtime) addUsage(ctx context.Context, u store.ModelUsage) {
+	if err := rt.st.AddModelUsage(context.WithoutCancel(ctx), u); err != nil {
+		rt.log.WarnContext(ctx, "assistant: recording a model request's usage failed", "model", u.Model, "err", err)
+	}
 }
 
 func setDefault[T comparable](v *T, def T) {

@@ -43,6 +43,8 @@ type Store interface {
 	AppendLeased(ctx context.Context, l store.Lease, events ...store.NewEvent) ([]store.Event, error)
 	EndLease(ctx context.Context, l store.Lease, r store.Release, events ...store.NewEvent) ([]store.Event, store.Run, error)
 	RecordContext(ctx context.Context, l store.Lease, c store.RunContext, events ...store.NewEvent) ([]store.Event, error)
+	// AddModelUsage adds what a person's model request used to its day.
+	AddModelUsage(ctx context.Context, u store.ModelUsage) error
 	StartStep(ctx context.Context, l store.Lease, s store.StepStart) (store.Step, error)
 	ListSteps(ctx context.Context, runID string, after int64, limit int) ([]store.Step, error)
 	ParkIdleRuns(ctx context.Context, quietSince time.Time) ([]store.Run, error)

@@ -692,7 +692,7 @@ func (t *turn) complete(ctx context.Context, req model.Request) (model.Response,
 	for attempt := 0; ; attempt++ {
 		deltas := &deltaStream{rt: t.rt, runID: t.run.ID, messageSeq: t.seq}
 		mctx, span := startModel(ctx, cmp.Or(req.Model, t.rt.o.ModelName))
-		resp, err = t.rt.turnModel.Complete(mctx, req, deltas.add)
+		resp, err = t.rt.turnModel.Complete(withUsageOwner(mctx, t.run.Owner), req, deltas.add)
 		endModel(span, resp, err)
 		deltas.flush(ctx)
 		t.partial = deltas.all.String()

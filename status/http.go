@@ -22,16 +22,23 @@ type APIOptions struct {
 	Now func() time.Time
 }
 
+// APIStore is what the admins' API reads: the report's and the usage's
+// store.
+type APIStore interface {
+	ReportStore
+	UsageStore
+}
+
 // API is the admins' status API.
 type API struct {
-	st     ReportStore
+	st     APIStore
 	admins Admins
 	log    *slog.Logger
 	now    func() time.Time
 }
 
 // NewAPI returns the admins' API over st.
-func NewAPI(st ReportStore, opts *APIOptions) (*API, error) {
+func NewAPI(st APIStore, opts *APIOptions) (*API, error) {
 	var o APIOptions
 	if opts != nil {
 		o = *opts
@@ -60,16 +67,18 @@ var Paths = []string{"/api/admin"}
 // API errors of the handler, in the one error shape of httpx.
 var (
 	errUnauthenticated = httpx.Errorf(http.StatusUnauthorized, "unauthenticated", "Sign in to read the status.")
-	errAdminRequired   = httpx.Errorf(http.StatusForbidden, "admin_required", "Only admins (admin.groups) may read the status of the installation.")
+	errAdminRequired   = httpx.Errorf(http.StatusForbidden, "admin_required", "Only admins (admin.groups) may read the status and the usage of the installation.")
 	errNoParameters    = httpx.Errorf(http.StatusBadRequest, "unknown_parameter", "GET /api/admin/status takes no query parameters.")
 )
 
-// Handler serves GET /api/admin/status, to admins only. It expects an
+// Handler serves GET /api/admin/status and GET /api/admin/usage (what
+// each person's model requests used), to admins only. It expects an
 // authenticated request (the principal in the context): mount it behind
 // the identity middleware and broker.RefuseTokens.
 func (a *API) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/admin/status", a.status)
+	mux.HandleFunc("GET /api/admin/usage", a.usage)
 	for _, p := range Paths {
 		mux.HandleFunc("GET "+p+"/", a.notFound)
 		mux.HandleFunc(p, a.readOnly)

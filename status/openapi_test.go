@@ -41,6 +41,8 @@ func TestOpenAPISchemasMatchReport(t *testing.T) {
 		"ApprovalsStatus":   status.Approvals{},
 		"OldestApproval":    status.PendingApproval{},
 		"CheckpointStatus":  status.Checkpoint{},
+		"AdminUsage":        status.Usage{},
+		"UsageRow":          status.UsageRow{},
 	} {
 		s, ok := doc.Components.Schemas[name]
 		if !ok {

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 )
 
 // WriteText writes rep for a person at a terminal: a summary line and the
@@ -108,4 +110,38 @@ func plural(n int) string {
 // spaces.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// WriteUsageText writes u for a person at a terminal: a line naming the
+// range, then a table, the most tokens first.
+func WriteUsageText(w io.Writer, u Usage) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
+	var requests, in, out int64
+	for _, r := range u.Rows {
+		requests, in, out = requests+r.Requests, in+r.InputTokens, out+r.OutputTokens
+	}
+	p("Model usage %s to %s (UTC): %d request%s, %d input and %d output tokens in the rows below\n\n",
+		u.Since, u.Until, requests, plural(int(requests)), in, out)
+	p("PRINCIPAL\tMODEL\tPURPOSE\tREQUESTS\tINPUT TOKENS\tOUTPUT TOKENS\n")
+	for _, r := range u.Rows {
+		p("%s\t%s\t%s\t%d\t%d\t%d\n", shown(r.Principal), shown(r.Model), r.Purpose,
+			r.Requests, r.InputTokens, r.OutputTokens)
+	}
+	if len(u.Rows) == 0 {
+		p("(none)\n")
+	}
+	if u.More {
+		p("\n(more rows: ask for a larger --limit, up to %d, or a shorter range)\n", MaxUsageLimit)
+	}
+	return tw.Flush()
+}
+
+// shown is s as a table shows it: itself when every rune is graphic (no
+// tab, newline or escape sequence can move the terminal), else quoted.
+func shown(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsGraphic(r) }) < 0 {
+		return s
+	}
+	return strconv.QuoteToGraphic(s)
 }

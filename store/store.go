@@ -724,6 +724,8 @@ type Store interface {
 	AuditSinks
 	// AuditCheckpoints: the audit log's head and its signed checkpoints.
 	AuditCheckpoints
+	// ModelUsages: what each person's model requests used, by day.
+	ModelUsages
 	// Replicas: the replicas' heartbeats, the run queue and the pending
 	// approvals, for operators.
 	Replicas

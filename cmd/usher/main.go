@@ -37,6 +37,8 @@ Usage:
   usher audit rotate-key                make a new audit signing key; the old ones stay published
   usher status [-json]                  the replicas alive, upstreams, the run queue, the oldest
                                         pending approval, the last audit checkpoint; exit 1 on a problem
+  usher usage [--since DAY] [--until DAY] [--limit N] [-json]
+                                        what each person's model requests used, by model (default: 30 days)
   usher clients list                    list the OAuth clients of external MCP apps
   usher clients revoke CLIENT_ID        revoke a client, its refresh tokens and its consents
   usher keys reseal                     seal the stored signing keys again with broker.key_encryption_key
@@ -106,6 +108,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.clientsCmd(ctx, args[1:])
 	case "status":
 		return env.statusCmd(ctx, args[1:])
+	case "usage":
+		return env.usageCmd(ctx, args[1:])
 	case "keys":
 		return env.keysCmd(ctx, args[1:])
 	case "backup":

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/usherhq/usher/broker"
@@ -80,4 +81,40 @@ func (e *environment) statusCmd(ctx context.Context, args []string) error {
 		return errFailed
 	}
 	return nil
+}
+
+// usageCmd runs `usher usage`: what each person's model requests used
+// over a range of days, read from the database, as a table or (-json) as
+// GET /api/admin/usage answers it.
+func (e *environment) usageCmd(ctx context.Context, args []string) error {
+	var f installFlags
+	fs := e.flagSet("usage")
+	f.register(fs)
+	since := fs.String("since", "", "the first `day`, YYYY-MM-DD (UTC); default: the 30 days that end with --until")
+	until := fs.String("until", "", "the last `day`, YYYY-MM-DD (UTC); default: today")
+	limit := fs.Int("limit", status.DefaultUsageLimit, "at most this many rows (1 to 1000)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	q, err := status.ParseUsageQuery(*since, *until, *limit, time.Now())
+	if err != nil {
+		fmt.Fprintf(e.stderr, "usher usage: %v\n", err)
+		return errUsage
+	}
+	in, err := e.openInstallation(ctx, &f)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	u, err := status.ReadUsage(ctx, in.store, q)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(u)
+	}
+	return status.WriteUsageText(e.stdout, u)
 }

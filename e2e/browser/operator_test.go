@@ -1,11 +1,14 @@
 package browser
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"github.com/usherhq/usher/internal/apitest"
 )
 
 // meLoaded holds once the page's GET /api/me has answered and two frames
@@ -18,7 +21,7 @@ const meLoaded = `performance.getEntriesByName(location.origin + "/api/me").leng
 // /operator says the status is not hers to read. Olga, an admin, follows
 // the link with the keyboard and reads the status — this replica alive,
 // no problem, the queue, the approvals, the audit log — which the page
-// reads again every few seconds; axe finds no serious violation at either
+// reads again every few seconds, and the model usage with her turn's; axe finds no serious violation at either
 // size, in either theme.
 //
 // The development sign-in form names no groups: Olga's requests carry the
@@ -32,6 +35,10 @@ func TestBrowserOperator(t *testing.T) {
 	olga, err := s.cli(t, "token", "user", "--sub", "olga", "--group", "operators")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A turn of olga's, whose model request the page's usage shows.
+	if code, body := apitest.Call(t, "POST", s.url+"/api/assistant/runs?wait=30s", olga, `{"message":"hello"}`); code != http.StatusCreated {
+		t.Fatalf("olga's run = %d %v", code, body)
 	}
 	tb := startBrowser(t)
 
@@ -75,6 +82,10 @@ func TestBrowserOperator(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("the Operator page lacks %q:\n%s", want, page)
 		}
+	}
+	tb.waitUntil("the model usage", `document.querySelector("#main .status-usage tbody tr")?.textContent.includes("demo")`)
+	if usage := tb.text("#main .status-usage"); !strings.Contains(usage, "Model usage,") || !strings.Contains(usage, "turn") {
+		t.Errorf("the Operator page's model usage:\n%s", usage)
 	}
 	tb.waitUntil("the status read again", `performance.getEntriesByName(location.origin + "/api/admin/status").length >= 2`)
 	checkAxeVariants(t, tb, "the Operator page")

@@ -51,6 +51,7 @@ func Run(t *testing.T, e Engine) {
 		test func(t *testing.T, s store.Store)
 	}{
 		{"CreateGetList", testCreateGetList},
+		{"ModelUsage", testModelUsage},
 		{"CreateRunInvalid", testCreateRunInvalid},
 		{"NotFound", testNotFound},
 		{"CreateRunConflict", testCreateRunConflict},

@@ -2,14 +2,18 @@
 // installation as GET /api/admin/status reads it from the database — the
 // problems first, then the replicas alive, the upstream MCP servers, the
 // run queue, the oldest pending approval and the audit log's last
-// checkpoint — refreshed every few seconds. Everything a replica or an
-// upstream says of itself is shown as text.
+// checkpoint — refreshed every few seconds; and what each person's model
+// requests used over the last 30 days (GET /api/admin/usage), read again
+// every minute. Everything a replica or an upstream says of itself is
+// shown as text.
 
 import { h, timeElement } from './dom.js';
 import { request } from './api.js';
 
-// REFRESH_MS is how often the page reads the status again.
+// REFRESH_MS is how often the page reads the status again, and
+// USAGE_REFRESH_MS the model usage.
 const REFRESH_MS = 5000;
+const USAGE_REFRESH_MS = 60000;
 
 // operatorPath is the page's path.
 export const operatorPath = '/operator';
@@ -97,6 +101,21 @@ function render(rep) {
   ];
 }
 
+// count shows a count with the reader's grouping of digits.
+function count(n) {
+  return Number(n || 0).toLocaleString();
+}
+
+// renderUsage builds the model usage section from a report.
+function renderUsage(u) {
+  const rows = u.usage || [];
+  return section('status-usage', `Model usage, ${u.since} to ${u.until} (UTC)`,
+    table('Model usage by person', ['Person', 'Model', 'Purpose', 'Requests', 'Input tokens', 'Output tokens'],
+      rows.map((r) => [h('code', null, r.principal), r.model, r.purpose, count(r.requests), count(r.inputTokens), count(r.outputTokens)]),
+      'No model request in these days.'),
+    u.more ? h('p', { class: 'hint' }, `The ${rows.length} people and models who used the most are shown; \`usher usage --limit\` lists more.`) : '');
+}
+
 // operatorView shows the status in main and reads it again every
 // REFRESH_MS while shown; it returns the view.
 export function operatorView(main) {
@@ -104,11 +123,13 @@ export function operatorView(main) {
   const heading = h('h2', { id: 'operator-title', tabindex: '-1' }, 'Operator');
   const updated = h('p', { class: 'hint status-updated' });
   const body = h('div', { class: 'status-body', 'aria-busy': 'true' }, h('p', { class: 'loading' }, 'Loading the status…'));
+  const usage = h('div', { class: 'status-usage', 'aria-busy': 'true' });
   main.replaceChildren(h('section', { class: 'inbox operator', 'aria-labelledby': 'operator-title' },
     heading,
-    h('p', { class: 'lede' }, 'The installation as its database holds it: the replicas alive, the upstream MCP servers, the queue of turns, the approvals waiting and the audit log. The same as `usher status`.'),
+    h('p', { class: 'lede' }, 'The installation as its database holds it: the replicas alive, the upstream MCP servers, the queue of turns, the approvals waiting, the audit log, and what each person\'s model requests used. The same as `usher status` and `usher usage`.'),
     updated,
-    body));
+    body,
+    usage));
   heading.focus();
   let destroyed = false;
   let timer = null;
@@ -126,11 +147,27 @@ export function operatorView(main) {
     body.removeAttribute('aria-busy');
     if (!destroyed) timer = setTimeout(load, REFRESH_MS);
   };
+  let usageTimer = null;
+  const loadUsage = async () => {
+    usageTimer = null;
+    try {
+      const u = await request('/api/admin/usage');
+      if (destroyed) return;
+      usage.replaceChildren(renderUsage(u));
+    } catch (err) {
+      if (destroyed) return;
+      usage.replaceChildren(h('p', { class: 'form-error' }, `The model usage could not be read: ${err.message}`));
+    }
+    usage.removeAttribute('aria-busy');
+    if (!destroyed) usageTimer = setTimeout(loadUsage, USAGE_REFRESH_MS);
+  };
   load();
+  loadUsage();
   return {
     destroy() {
       destroyed = true;
       if (timer) clearTimeout(timer);
+      if (usageTimer) clearTimeout(usageTimer);
     },
   };
 }
