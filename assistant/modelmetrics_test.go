@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/usherhq/usher/assistant/model"
 	"github.com/usherhq/usher/assistant/model/modeltest"
 	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
 )
 
 // TestModelMetrics sends requests to a scripted OpenAI-compatible server
@@ -122,5 +124,34 @@ func TestModelMetrics(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(m.duration); n != 4 {
 		t.Errorf("%d duration series, want one per model and purpose (4)", n)
+	}
+}
+
+// usageFailingStore is a real store whose AddModelUsage fails.
+type usageFailingStore struct {
+	store.Store
+	tried atomic.Int32
+}
+
+func (u *usageFailingStore) AddModelUsage(context.Context, store.ModelUsage) error {
+	u.tried.Add(1)
+	return errInjected
+}
+
+// TestUsageFailureFailsNoTurn: a turn whose usage cannot be recorded (the
+// database refuses the write after the model answered) still completes,
+// once, with its reply; the failure is only logged.
+func TestUsageFailureFailsNoTurn(t *testing.T) {
+	t.Parallel()
+	st := storetest.NewSQLite(t)
+	f := &usageFailingStore{Store: st}
+	openRun(t, st, "run_usage", "hello")
+	newHarness(t, f, model.NewDemo(), &Options{RetryBackoff: 50 * time.Millisecond})
+	r := waitHandled(t, st, "run_usage", 1, 20*time.Second)
+	if ends := turnEnds(t, st, "run_usage"); len(ends) != 1 || ends[0].Status != TurnCompleted || r.Failures != 0 {
+		t.Fatalf("turn ends = %+v, failures %d; want one, completed, none failed", ends, r.Failures)
+	}
+	if f.tried.Load() == 0 {
+		t.Fatal("the turn's usage was never handed to the store")
 	}
 }
