@@ -44,8 +44,8 @@ type BackupInfo struct {
 // must not exist yet: an interrupted or failed backup leaves no file at
 // path, and an existing file is never replaced. It is readable by its
 // owner only, like the database, which holds the sealed signing keys.
-// The copy is a database as Usher migrates it: restore it by putting it
-// in place of the database while no process has that open.
+// The copy is a database as Usher migrates it: RestoreSQLite puts it in
+// place of the database while no process has that open.
 //
 // On PostgreSQL it fails with ErrNoOnlineBackup.
 func Backup(ctx context.Context, s Store, path string) (BackupInfo, error) {

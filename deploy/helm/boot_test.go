@@ -53,36 +53,9 @@ import (
 // SIGTERM) while a client sends requests in a loop, and loses none.
 func TestChartBoots(t *testing.T) {
 	t.Parallel()
-	admin := testenv.DatabaseURL(t)
-	bin := testenv.Usher(t)
-	dbURL := ownDatabase(t, admin)
-
-	ms := modeltest.NewServer(t)
-	ms.SetDefaultReply("ok")
-	ms.RequireAPIKey("model-key")
-	issuer := newIssuer(t)
-	lb := newService(t)
-
-	r := render(t, "-f", productionValues,
-		"--set", "usher.publicURL="+lb.url,
-		"--set", "usher.identity.issuer="+issuer.url,
-		"--set-json", "usher.identity.tenants=[]",
-		"--set", "usher.model.baseURL="+ms.URL(),
-		"--set", "usher.model.name=scripted",
-		// The restart's client sends without a pause, every message to
-		// one run, whose budget of slices (assistant.max_slices) each
-		// second of a replica's stop spends further: the drain is short.
-		"--set", "usher.shutdownDelaySeconds=1",
-	)
-	kek := make([]byte, 32)
-	rand.Read(kek)
-	// The Secrets the production values name, as the operator creates them.
-	secrets := map[string]map[string]string{
-		"usher-broker":   {"key-encryption-key": base64.StdEncoding.EncodeToString(kek)},
-		"usher-postgres": {"url": dbURL},
-		"usher-entra":    {"client-secret": "web-client-secret"},
-		"usher-model":    {"api-key": "model-key"},
-	}
+	f := newChartFixture(t)
+	bin, r, issuer, lb, dbURL := f.bin, f.r, f.issuer, f.lb, f.dbURL
+	secrets := f.secrets(freshKEK())
 
 	job := r.migration(t).Spec.Template.Spec
 	migrate := newPod(t, bin, r, job, secrets)
@@ -228,6 +201,61 @@ func TestChartBoots(t *testing.T) {
 		}
 	}
 	t.Logf("%d messages answered, %d reads, across 4 replicas", sent, reads)
+}
+
+// chartFixture is what a test of the running chart starts from: the
+// usher binary, a database of its own, the organisation's issuer and
+// model server, the Service, and the production values rendered with
+// their addresses (and the test's own values).
+type chartFixture struct {
+	bin, dbURL string
+	issuer     *issuer
+	lb         *service
+	r          *release
+}
+
+func newChartFixture(t *testing.T, values ...string) *chartFixture {
+	t.Helper()
+	f := &chartFixture{bin: testenv.Usher(t), dbURL: ownDatabase(t, testenv.DatabaseURL(t)), issuer: newIssuer(t), lb: newService(t)}
+	ms := modeltest.NewServer(t)
+	ms.SetDefaultReply("ok")
+	ms.RequireAPIKey("model-key")
+	f.r = render(t, append([]string{"-f", productionValues,
+		"--set", "usher.publicURL=" + f.lb.url,
+		"--set", "usher.identity.issuer=" + f.issuer.url,
+		"--set-json", "usher.identity.tenants=[]",
+		"--set", "usher.model.baseURL=" + ms.URL(),
+		"--set", "usher.model.name=scripted",
+		// A client that sends without a pause, every message to one
+		// run, whose budget of slices (assistant.max_slices) each second
+		// of a replica's stop spends further: the drain is short.
+		"--set", "usher.shutdownDelaySeconds=1",
+	}, values...)...)
+	return f
+}
+
+// freshKEK is a new key-encryption key, as `openssl rand -base64 32` makes.
+func freshKEK() string {
+	k := make([]byte, 32)
+	rand.Read(k)
+	return base64.StdEncoding.EncodeToString(k)
+}
+
+// secrets are the Secrets the production values name, as the operator
+// creates them, with the key-encryption key kek, and the previous keys in
+// the Secret usher-kek-previous when there are any (the chart reads it
+// when present).
+func (f *chartFixture) secrets(kek string, previous ...string) map[string]map[string]string {
+	s := map[string]map[string]string{
+		"usher-broker":   {"key-encryption-key": kek},
+		"usher-postgres": {"url": f.dbURL},
+		"usher-entra":    {"client-secret": "web-client-secret"},
+		"usher-model":    {"api-key": "model-key"},
+	}
+	if len(previous) > 0 {
+		s["usher-kek-previous"] = map[string]string{"previous-key-encryption-keys": strings.Join(previous, ",")}
+	}
+	return s
 }
 
 // ownDatabase creates a database of the test's own on the server of the

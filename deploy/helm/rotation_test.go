@@ -1,8 +1,6 @@
 package helm
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usherhq/usher/assistant/model/modeltest"
 	"github.com/usherhq/usher/internal/testenv"
 )
 
@@ -31,42 +28,9 @@ import (
 // early) while a new one is served.
 func TestChartRotatesTheKeyEncryptionKey(t *testing.T) {
 	t.Parallel()
-	admin := testenv.DatabaseURL(t)
-	bin := testenv.Usher(t)
-	dbURL := ownDatabase(t, admin)
-	ms := modeltest.NewServer(t)
-	ms.SetDefaultReply("ok")
-	ms.RequireAPIKey("model-key")
-	issuer := newIssuer(t)
-	lb := newService(t)
-	r := render(t, "-f", productionValues,
-		"--set", "usher.publicURL="+lb.url,
-		"--set", "usher.identity.issuer="+issuer.url,
-		"--set-json", "usher.identity.tenants=[]",
-		"--set", "usher.model.baseURL="+ms.URL(),
-		"--set", "usher.model.name=scripted",
-		"--set", "usher.shutdownDelaySeconds=1",
-		"--set", "secrets.previousKeyEncryptionKeys.existingSecret=usher-kek-previous",
-	)
-	newKey := func() string {
-		k := make([]byte, 32)
-		rand.Read(k)
-		return base64.StdEncoding.EncodeToString(k)
-	}
-	oldKEK, newKEK := newKey(), newKey()
-	// The Secrets at each step; the previous keys' Secret is optional.
-	secrets := func(current string, previous ...string) map[string]map[string]string {
-		s := map[string]map[string]string{
-			"usher-broker":   {"key-encryption-key": current},
-			"usher-postgres": {"url": dbURL},
-			"usher-entra":    {"client-secret": "web-client-secret"},
-			"usher-model":    {"api-key": "model-key"},
-		}
-		if len(previous) > 0 {
-			s["usher-kek-previous"] = map[string]string{"previous-key-encryption-keys": strings.Join(previous, ",")}
-		}
-		return s
-	}
+	f := newChartFixture(t, "--set", "secrets.previousKeyEncryptionKeys.existingSecret=usher-kek-previous")
+	bin, r, issuer, lb, secrets := f.bin, f.r, f.issuer, f.lb, f.secrets
+	oldKEK, newKEK := freshKEK(), freshKEK()
 	spec := r.deployment(t).Spec.Template.Spec
 	job := r.migration(t).Spec.Template.Spec
 	grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
