@@ -108,6 +108,9 @@ func (rt *Runtime) EditMessageWith(ctx context.Context, owner string, sender Sen
 	if _, err := rt.userMessage(content, sender, refs...); err != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, err
 	}
+	if err := rt.checkTokens(ctx, owner, sender, limitedRequest); err != nil {
+		return store.Branch{}, store.Event{}, store.Run{}, err
+	}
 	if ids != nil {
 		if refs, err = rt.attachToRun(ctx, id, owner, ids); err != nil {
 			return store.Branch{}, store.Event{}, store.Run{}, err
@@ -181,6 +184,9 @@ func (rt *Runtime) Regenerate(ctx context.Context, owner string, sender Sender, 
 	if err != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, err
 	}
+	if err := rt.checkTokens(ctx, owner, sender, limitedRequest); err != nil {
+		return store.Branch{}, store.Event{}, store.Run{}, err
+	}
 	e.Payload = mustJSON(UserMessage{Content: m.Content, Sender: senderOrNil(sender), Regenerates: last.Seq, Attachments: m.Attachments})
 	return rt.fork(ctx, id, store.Fork{At: last.Seq, Kind: store.BranchRegenerate, CreatedBy: owner, Message: e, Key: key})
 }
@@ -199,7 +205,7 @@ func (rt *Runtime) fork(ctx context.Context, id string, f store.Fork) (store.Bra
 
 // senderOrNil is the Sender a message records: none when it says nothing.
 func senderOrNil(s Sender) *Sender {
-	if s.Tenant == "" && len(s.Groups) == 0 {
+	if s.Tenant == "" && len(s.Groups) == 0 && len(s.Roles) == 0 {
 		return nil
 	}
 	return &s

@@ -2,7 +2,6 @@ package assistant
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -122,12 +121,7 @@ func TestPins(t *testing.T) {
 // settingsAPI serves the runtime's API signed in as who, and returns the
 // URL of its settings.
 func settingsAPI(t *testing.T, rt *Runtime, who identity.Principal) string {
-	h := rt.Handler()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(identity.NewContext(r.Context(), who)))
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL + "/api/assistant/settings"
+	return signedInAs(t, rt, who) + "/settings"
 }
 
 // TestSettings: GET /api/assistant/settings is the defaults until PUT saves; a

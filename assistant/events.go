@@ -74,6 +74,10 @@ type SummaryMessage struct {
 type Sender struct {
 	Tenant string   `json:"tenant,omitempty"`
 	Groups []string `json:"groups,omitempty"`
+	// Roles are the app roles, which the turn's daily token limit
+	// (TokenLimits) reads with the groups; the broker token does not
+	// carry them.
+	Roles []string `json:"roles,omitempty"`
 }
 
 // AssistantMessage is the payload of a message.assistant event.

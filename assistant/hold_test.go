@@ -234,11 +234,12 @@ func TestOneHolderPerRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := newHarness(t, st, model.NewDemo(), &Options{MCPURL: url, ReplicaID: "replica-b", HoldIdle: time.Hour})
-		if _, _, err := st.PostMessage(t.Context(), "run_shared", store.NewEvent{Type: EventUserMessage, Payload: mustJSON(UserMessage{Content: "again"})}); err != nil {
+		// The message's own seq: the run's last may already be b's turn's.
+		msg, _, err := st.PostMessage(t.Context(), "run_shared", store.NewEvent{Type: EventUserMessage, Payload: mustJSON(UserMessage{Content: "again"})})
+		if err != nil {
 			t.Fatal(err)
 		}
-		r, _ := st.GetRun(t.Context(), "run_shared")
-		waitHandled(t, st, "run_shared", r.LastSeq, 20*time.Second)
+		waitHandled(t, st, "run_shared", msg.Seq, 20*time.Second)
 		hs, err := st.GetHold(t.Context(), "run_shared")
 		if err != nil || hs.Replica != "replica-b" || !hs.ReleasedAt.IsZero() {
 			t.Errorf("the hold after b's turn = %+v, %v; want b's", hs, err)

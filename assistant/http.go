@@ -38,6 +38,7 @@ func (rt *Runtime) Handler() http.Handler {
 	mux.HandleFunc("GET /api/assistant/runs", rt.handleList)
 	mux.HandleFunc("GET /api/assistant/search", rt.handleSearch)
 	mux.HandleFunc("GET /api/assistant/models", rt.handleModels)
+	mux.HandleFunc("GET /api/assistant/usage", rt.handleUsage)
 	mux.HandleFunc("GET /api/assistant/runs/{id}", rt.handleGet)
 	mux.HandleFunc("DELETE /api/assistant/runs/{id}", rt.handleDelete)
 	mux.HandleFunc("PATCH /api/assistant/runs/{id}", rt.handleRename)
@@ -98,7 +99,7 @@ func principal(r *http.Request) (string, bool) {
 // senderOf is the caller's identity beyond its id, for the turn's tokens.
 func senderOf(r *http.Request) Sender {
 	p, _ := identity.FromContext(r.Context())
-	return Sender{Tenant: p.Tenant, Groups: p.Groups}
+	return Sender{Tenant: p.Tenant, Groups: p.Groups, Roles: p.Roles}
 }
 
 // ownRun answers for the run the path names, which must be the caller's:
@@ -335,6 +336,10 @@ func (rt *Runtime) handleCompact(w http.ResponseWriter, r *http.Request) {
 	}
 	key, ok := rt.emptyBodyAndKey(w, r)
 	if !ok {
+		return
+	}
+	if err := rt.checkTokens(r.Context(), owner, senderOf(r), limitedRequest); err != nil {
+		rt.fail(w, r, err)
 		return
 	}
 	child, created, err := rt.ContinueRun(r.Context(), owner, r.PathValue("id"), key)

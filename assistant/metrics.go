@@ -6,7 +6,8 @@ import "github.com/prometheus/client_golang/prometheus"
 // turns (usher_assistant_held_sessions), the compactions by outcome
 // (usher_assistant_compactions_total), the open live-update streams
 // (usher_live_subscribers) and the turns queued again after a failure
-// (usher_assistant_turns_retried_total), and the model requests
+// (usher_assistant_turns_retried_total), the requests refused by a daily
+// token limit (usher_assistant_token_limit_refusals_total), and the model requests
 // (usher_model_*, see modelMetrics), each of this process.
 // Options.Registerer registers them.
 func (rt *Runtime) Collectors() []prometheus.Collector {
@@ -23,6 +24,13 @@ func (rt *Runtime) Collectors() []prometheus.Collector {
 			Name: "usher_assistant_turns_retried_total",
 			Help: "Slices of a turn's work that failed on this process (the database, the MCP server, the model, a panic) and were queued for a retry after a backoff.",
 		}, func() float64 { return float64(rt.retried.Load()) }),
+	}
+	for at, where := range [...]string{limitedRequest: "request", limitedTurn: "turn"} {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "usher_assistant_token_limit_refusals_total",
+			Help:        "Model requests this process did not make because their person had used the day's token limit: at a request of the API, or at a turn's next step.",
+			ConstLabels: prometheus.Labels{"at": where},
+		}, func() float64 { return float64(rt.tokenLimited[at].Load()) }))
 	}
 	cs = append(cs, rt.models.collectors()...)
 	for _, o := range []struct {

@@ -517,6 +517,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"RunLimits":            RunLimits{},
 		"RunMetadata":          RunMetadata{},
 		"Model":                ModelView{},
+		"TokenUsage":           TokenUsage{},
 		"Snapshot":             SnapshotView{},
 		"BranchList":           BranchesView{},
 		"BranchSwitch":         BranchSwitch{},

@@ -117,6 +117,9 @@ type Options struct {
 	// AttachmentQuotaBytes bounds the size of one person's attachments
 	// together. Default: DefaultAttachmentQuotaBytes (1 GiB).
 	AttachmentQuotaBytes int64
+	// TokenLimits bound the model tokens one person may use in a day.
+	// Default: none.
+	TokenLimits TokenLimits
 	// SystemPrompt opens every model session. Default:
 	// DefaultSystemPrompt.
 	SystemPrompt string
@@ -171,6 +174,9 @@ type Runtime struct {
 	compactions compactionCounters
 	// retried counts the slices of work this process queued for a retry.
 	retried atomic.Int64
+	// tokenLimited counts the model requests refused by a daily token
+	// limit, by where (limitedRequest, limitedTurn).
+	tokenLimited [2]atomic.Int64
 	// models counts the model requests; turnModel and compactModel are
 	// Options.Model counted as a turn's and a compaction's.
 	models                  *modelMetrics
@@ -236,6 +242,14 @@ func New(opts *Options) (*Runtime, error) {
 	}
 	if o.AttachmentMaxBytes < 0 || o.AttachmentQuotaBytes < 0 {
 		errs = append(errs, fmt.Errorf("options AttachmentMaxBytes and AttachmentQuotaBytes are %d and %d, want 0 (the default) or more", o.AttachmentMaxBytes, o.AttachmentQuotaBytes))
+	}
+	if o.TokenLimits.Daily < 0 {
+		errs = append(errs, fmt.Errorf("option TokenLimits.Daily is %d, want 0 (none) or more", o.TokenLimits.Daily))
+	}
+	for g, n := range o.TokenLimits.Groups {
+		if g == "" || n < 0 {
+			errs = append(errs, fmt.Errorf("option TokenLimits.Groups has %q: %d, want a group and 0 (none) or more", g, n))
+		}
 	}
 	if o.MaxStreamsPerUser < 0 {
 		errs = append(errs, fmt.Errorf("option MaxStreamsPerUser is %d, want 0 (the default) or more", o.MaxStreamsPerUser))

@@ -76,6 +76,9 @@ func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, n
 		if err != nil {
 			return store.Run{}, false, err
 		}
+		if err := rt.checkTokens(ctx, owner, sender, limitedRequest); err != nil {
+			return store.Run{}, false, err
+		}
 		first = &e
 	}
 	if title == "" && first != nil {
@@ -161,10 +164,7 @@ func (rt *Runtime) userMessage(content string, sender Sender, attachments ...Att
 	case strings.TrimSpace(content) == "" && len(attachments) == 0:
 		return store.NewEvent{}, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The message is empty.")
 	}
-	m := UserMessage{Content: content, Attachments: attachments}
-	if sender.Tenant != "" || len(sender.Groups) > 0 {
-		m.Sender = &sender
-	}
+	m := UserMessage{Content: content, Sender: senderOrNil(sender), Attachments: attachments}
 	return store.NewEvent{Type: EventUserMessage, Payload: mustJSON(m), Preview: cmp.Or(plainText(content), attachmentNames(attachments))}, nil
 }
 
@@ -202,6 +202,9 @@ func (rt *Runtime) PostMessageWith(ctx context.Context, owner string, sender Sen
 		return store.Event{}, store.Run{}, false, err
 	}
 	if _, err := rt.userMessage(content, sender, make([]AttachmentRef, len(attachments))...); err != nil {
+		return store.Event{}, store.Run{}, false, err
+	}
+	if err := rt.checkTokens(ctx, owner, sender, limitedRequest); err != nil {
 		return store.Event{}, store.Run{}, false, err
 	}
 	refs, err := rt.attachToRun(ctx, id, owner, attachments)

@@ -45,6 +45,8 @@ type Store interface {
 	RecordContext(ctx context.Context, l store.Lease, c store.RunContext, events ...store.NewEvent) ([]store.Event, error)
 	// AddModelUsage adds what a person's model request used to its day.
 	AddModelUsage(ctx context.Context, u store.ModelUsage) error
+	// ModelTokensOn is a person's tokens of a day (TokenLimits).
+	ModelTokensOn(ctx context.Context, principal, day string) (int64, error)
 	StartStep(ctx context.Context, l store.Lease, s store.StepStart) (store.Step, error)
 	ListSteps(ctx context.Context, runID string, after int64, limit int) ([]store.Step, error)
 	ParkIdleRuns(ctx context.Context, quietSince time.Time) ([]store.Run, error)

@@ -359,6 +359,9 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		if calls >= budget {
 			return yield(), nil
 		}
+		if err := t.rt.checkTokens(ctx, t.run.Owner, t.sender(), limitedTurn); err != nil {
+			return ending{}, err
+		}
 		req, err := t.request(ctx)
 		if err != nil {
 			return ending{}, err
@@ -454,14 +457,19 @@ func yield() ending { return ending{rel: store.Release{Requeue: true}, outcome: 
 // grant is what the turn's tokens say: the owner, the run, and the tenant
 // and groups the turn's user message was sent with.
 func (t *turn) grant() Grant {
-	g := Grant{Owner: t.run.Owner, RunID: t.run.ID}
+	s := t.sender()
+	return Grant{Owner: t.run.Owner, RunID: t.run.ID, Tenant: s.Tenant, Groups: s.Groups}
+}
+
+// sender is who sent the turn's user message, as it records them.
+func (t *turn) sender() Sender {
 	if len(t.messages) > 0 && t.messages[0].Type == EventUserMessage {
 		var m UserMessage
 		if json.Unmarshal(t.messages[0].Payload, &m) == nil && m.Sender != nil {
-			g.Tenant, g.Groups = m.Sender.Tenant, m.Sender.Groups
+			return *m.Sender
 		}
 	}
-	return g
+	return Sender{}
 }
 
 // nextUserMessage finds the first user message after the last handled

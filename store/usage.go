@@ -36,6 +36,11 @@ type ModelUsages interface {
 	// is empty in each. ErrInvalid when a date is not one, to is before
 	// from, or limit is not positive.
 	ModelUsageBetween(ctx context.Context, from, to string, limit int) ([]ModelUsage, error)
+	// ModelTokensOn is the tokens, input and output, of every request
+	// of principal's added to day (a date), whatever the model and
+	// purpose: 0 when none was. ErrInvalid when principal is empty or
+	// day is not a date.
+	ModelTokensOn(ctx context.Context, principal, day string) (int64, error)
 }
 
 // UsageDay is the day, as ModelUsage.Day holds it, of the instant t.
@@ -55,6 +60,11 @@ FROM model_usage WHERE day >= $1 AND day <= $2
 GROUP BY principal, model, purpose
 ORDER BY sum(input_tokens) + sum(output_tokens) DESC, principal, model, purpose
 LIMIT $3`)
+
+	// modelTokensOn reads one person's rows of one day by the primary
+	// key's first two columns.
+	modelTokensOn = sql1(`SELECT CAST(coalesce(sum(input_tokens + output_tokens), 0) AS BIGINT)
+FROM model_usage WHERE principal = $1 AND day = $2`)
 )
 
 func (c *core) AddModelUsage(ctx context.Context, u ModelUsage) error {
@@ -91,6 +101,19 @@ func (c *core) ModelUsageBetween(ctx context.Context, from, to string, limit int
 		return u, err
 	}, from, to, limit)
 	return out, c.fail(err)
+}
+
+func (c *core) ModelTokensOn(ctx context.Context, principal, day string) (int64, error) {
+	var errs []error
+	if principal == "" {
+		errs = append(errs, errors.New("model usage: principal is empty"))
+	}
+	if err := invalid(append(errs, checkUsageDay(day))...); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := c.reader().row(ctx, modelTokensOn, principal, day).Scan(&n)
+	return n, c.fail(err)
 }
 
 // checkUsageDay checks that day is a date as UsageDay writes it.

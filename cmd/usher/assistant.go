@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/usherhq/usher/assistant/model/payload"
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/internal/config"
 )
 
 // buildAssistant wires the assistant runtime: its model provider, and the
@@ -21,25 +23,9 @@ import (
 // mcpTransport.
 func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, reg prometheus.Registerer, mcpTransport http.RoundTripper) (*assistant.Runtime, error) {
 	cfg := in.cfg
-	var provider model.Provider
-	modelName := "demo"
-	switch cfg.Model.Provider {
-	case "openai":
-		p, err := model.NewOpenAI(&model.OpenAIOptions{
-			BaseURL: cfg.Model.BaseURL, APIKey: cfg.Model.APIKey, Model: cfg.Model.Name, Timeout: cfg.Model.Timeout.Std(),
-		})
-		if err != nil {
-			return nil, err
-		}
-		// Each request goes to the server as a payload repaired for it;
-		// the history it was made from stays as it is.
-		provider = payload.NewProvider(p, payload.OpenAICompatible|payload.ImagesIf(cfg.Model.Images))
-		modelName = cfg.Model.Name
-	default:
-		provider = model.NewDemo()
-		if cfg.Model.Name != "" {
-			modelName = cfg.Model.Name
-		}
+	provider, modelName, err := modelProvider(cfg.Model)
+	if err != nil {
+		return nil, err
 	}
 	mcpURL, a := publicURL+"/mcp", cfg.Assistant
 	auditLog, err := audit.New(in.store, nil)
@@ -50,6 +36,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, re
 		Store: in.store, Model: provider,
 		ReplicaID: in.replicaID, EarlierIncarnation: in.earlierIncarnation,
 		AttachmentMaxBytes: a.AttachmentsMaxBytes, AttachmentQuotaBytes: a.AttachmentsQuotaBytes,
+		TokenLimits: assistant.TokenLimits{Daily: a.DailyTokens, Groups: a.DailyTokensByGroup},
 		Tokens: func(ctx context.Context, g assistant.Grant) oauth2.TokenSource {
 			return mint.TokenSource(ctx, broker.Grant{Subject: g.Owner, Audience: mcpURL, RunID: g.RunID, Tenant: g.Tenant, Groups: g.Groups})
 		},
@@ -78,6 +65,21 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, re
 		// The turn's trace context reaches /mcp with each call.
 		HTTPClient: &http.Client{Timeout: 2 * time.Minute, Transport: mcpTransport},
 	})
+}
+
+// modelProvider is the configured model provider, and the name of the
+// model runs use unless they choose another.
+func modelProvider(m config.Model) (model.Provider, string, error) {
+	if m.Provider != "openai" {
+		return model.NewDemo(), cmp.Or(m.Name, "demo"), nil
+	}
+	p, err := model.NewOpenAI(&model.OpenAIOptions{BaseURL: m.BaseURL, APIKey: m.APIKey, Model: m.Name, Timeout: m.Timeout.Std()})
+	if err != nil {
+		return nil, "", err
+	}
+	// Each request goes to the server as a payload repaired for it; the
+	// history it was made from stays as it is.
+	return payload.NewProvider(p, payload.OpenAICompatible|payload.ImagesIf(m.Images)), m.Name, nil
 }
 
 // mountAssistant adds the Assistant API, for signed-in people only: a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -283,6 +284,14 @@ type Assistant struct {
 	// AttachmentsQuotaBytes bounds one person's attachments together.
 	// Default 0: 1073741824 (1 GiB).
 	AttachmentsQuotaBytes int64 `yaml:"attachments_quota_bytes"`
+	// DailyTokens bounds the model tokens, input and output, one
+	// person's requests may use in a day (UTC), counted across replicas.
+	// Default 0: no limit.
+	DailyTokens int64 `yaml:"daily_tokens"`
+	// DailyTokensByGroup are the limits, instead of DailyTokens, of the
+	// people in these groups or app roles: the largest of a person's,
+	// 0 for none. In the environment: group=tokens,group=tokens.
+	DailyTokensByGroup map[string]int64 `yaml:"daily_tokens_by_group"`
 	// SystemPrompt opens every model session. Default: Usher's own.
 	SystemPrompt string `yaml:"system_prompt"`
 }
@@ -721,6 +730,14 @@ func (a Assistant) validate(bad reporter) {
 	if a.AttachmentsQuotaBytes < 0 || (a.AttachmentsQuotaBytes > 0 && a.AttachmentsQuotaBytes < a.AttachmentsMaxBytes) {
 		bad("assistant.attachments_quota_bytes", "must be 0 (the default) or at least assistant.attachments_max_bytes, got %d", a.AttachmentsQuotaBytes)
 	}
+	if a.DailyTokens < 0 {
+		bad("assistant.daily_tokens", "must be 0 (no limit) or more, got %d", a.DailyTokens)
+	}
+	for _, g := range slices.Sorted(maps.Keys(a.DailyTokensByGroup)) {
+		if n := a.DailyTokensByGroup[g]; strings.TrimSpace(g) == "" || n < 0 {
+			bad("assistant.daily_tokens_by_group", "must map groups to 0 (no limit) or more tokens, got %q: %d", g, n)
+		}
+	}
 	if a.Lease != 0 && (a.Lease.Std() < 3*time.Second || a.Lease.Std() > time.Hour) {
 		bad("assistant.lease", "must be between 3s and 1h, got %s", a.Lease.Std())
 	}
@@ -955,6 +972,20 @@ func (k Key) set(c *Config, v string) error {
 			return fmt.Errorf("want true or false, got %q", v)
 		}
 		*p = b
+	case *map[string]int64:
+		m := map[string]int64{}
+		for s := range strings.SplitSeq(v, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				continue
+			}
+			k, n, ok := strings.Cut(s, "=")
+			limit, err := strconv.ParseInt(strings.TrimSpace(n), 10, 64)
+			if !ok || err != nil || strings.TrimSpace(k) == "" {
+				return fmt.Errorf("want name=integer pairs separated by commas, got %q", s)
+			}
+			m[strings.TrimSpace(k)] = limit
+		}
+		*p = m
 	case *[]string:
 		var list []string
 		for s := range strings.SplitSeq(v, ",") {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -97,6 +98,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"assistant.sweep_interval": "5s", "assistant.hold_idle": "1m", "assistant.idle_after": "10m",
 		"assistant.max_message_bytes": "1000", "assistant.system_prompt": "Be brief.",
 		"assistant.attachments_max_bytes": "2048", "assistant.attachments_quota_bytes": "4096", "model.images": "true",
+		"assistant.daily_tokens": "500000", "assistant.daily_tokens_by_group": "research = 2000000, ops=0",
 		"model.provider": "openai", "model.base_url": "http://127.0.0.1:1/v1", "model.api_key": "k",
 		"model.name": "m", "model.models": "m, n", "model.timeout": "30s", "model.context_tokens": "128000",
 		"events.transport": "long-poll", "events.heartbeat": "5s", "events.max_streams_per_user": "4",
@@ -136,7 +138,8 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		c.Audit.CheckpointInterval.Std() != 30*time.Second || c.Audit.CheckpointOrigin != "usher.example.com/prod" ||
 		strings.Join(c.Admin.Groups, "|") != "operators" || c.Admin.HeartbeatInterval.Std() != 2*time.Second ||
 		c.Server.MetricsAddr != "0.0.0.0:9090" || c.MCP.UpstreamCheckInterval.Std() != 10*time.Second ||
-		c.Assistant.AttachmentsMaxBytes != 2048 || c.Assistant.AttachmentsQuotaBytes != 4096 || !c.Model.Images {
+		c.Assistant.AttachmentsMaxBytes != 2048 || c.Assistant.AttachmentsQuotaBytes != 4096 || !c.Model.Images ||
+		c.Assistant.DailyTokens != 500000 || !maps.Equal(c.Assistant.DailyTokensByGroup, map[string]int64{"research": 2000000, "ops": 0}) {
 		t.Errorf("overrides not applied: %+v", c)
 	}
 }
@@ -595,5 +598,38 @@ func TestAttachmentLimits(t *testing.T) {
 	c, err := Load("", env(nil), Overrides{})
 	if err != nil || c.Assistant.AttachmentsMaxBytes != 0 || c.Assistant.AttachmentsQuotaBytes != 0 || c.Model.Images {
 		t.Errorf("defaults: %v, %d %d %v", err, c.Assistant.AttachmentsMaxBytes, c.Assistant.AttachmentsQuotaBytes, c.Model.Images)
+	}
+}
+
+// The daily token limits: none by default; a negative limit, a group
+// without a name or a pair that is not one is refused by its key; the
+// file's map is read as written.
+func TestDailyTokens(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"USHER_ASSISTANT_DAILY_TOKENS": "-1"}, "assistant.daily_tokens: must be 0"},
+		{map[string]string{"USHER_ASSISTANT_DAILY_TOKENS": "many"}, "assistant.daily_tokens (from USHER_ASSISTANT_DAILY_TOKENS)"},
+		{map[string]string{"USHER_ASSISTANT_DAILY_TOKENS_BY_GROUP": "research=-5"}, "assistant.daily_tokens_by_group: must map groups"},
+		{map[string]string{"USHER_ASSISTANT_DAILY_TOKENS_BY_GROUP": "research"}, "want name=integer pairs"},
+		{map[string]string{"USHER_ASSISTANT_DAILY_TOKENS_BY_GROUP": "=5"}, "want name=integer pairs"},
+		{map[string]string{"USHER_ASSISTANT_DAILY_TOKENS_BY_GROUP": "research=lots"}, "want name=integer pairs"},
+	} {
+		if _, err := Load("", env(tc.env), Overrides{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Load(%v) = %v, want an error naming %s", tc.env, err, tc.want)
+		}
+	}
+	c, err := Load("", env(nil), Overrides{})
+	if err != nil || c.Assistant.DailyTokens != 0 || c.Assistant.DailyTokensByGroup != nil {
+		t.Errorf("defaults: %v, %d %v", err, c.Assistant.DailyTokens, c.Assistant.DailyTokensByGroup)
+	}
+	f := filepath.Join(t.TempDir(), "usher.yaml")
+	if err := os.WriteFile(f, []byte("assistant:\n  daily_tokens: 100000\n  daily_tokens_by_group:\n    research: 2000000\n    \"app role\": 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err = Load(f, env(nil), Overrides{})
+	if err != nil || c.Assistant.DailyTokens != 100000 || !maps.Equal(c.Assistant.DailyTokensByGroup, map[string]int64{"research": 2000000, "app role": 0}) {
+		t.Errorf("from the file: %v, %d %v", err, c.Assistant.DailyTokens, c.Assistant.DailyTokensByGroup)
 	}
 }

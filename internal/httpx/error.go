@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 )
 
 // Error is an error a client may see: a stable machine-readable Code, a
@@ -15,6 +16,9 @@ type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// RetryAfter, when positive, is sent as the Retry-After header: the
+	// seconds after which the request may succeed.
+	RetryAfter int `json:"-"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -75,6 +79,9 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 			e = errUnavailable
 			w.Header().Set("Retry-After", RetryAfter)
 		}
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
 	WriteJSON(w, e.Status, errorBody{Error: e})
 }

@@ -55,6 +55,22 @@ func testModelUsage(t *testing.T, s store.Store) {
 		t.Errorf("ModelUsageBetween of days with none = %+v, %v; want none", got, err)
 	}
 
+	// One person's day, every model and purpose: alice's 2026-12-02 is
+	// 220 of turns and 5,300 of a compaction; bob's day is his alone.
+	for _, c := range []struct {
+		principal, day string
+		want           int64
+	}{{alice, "2026-12-02", 5520}, {alice, "2026-12-01", 880}, {bob, "2026-12-02", 33}, {bob, "2026-12-01", 0}, {"iss|t|carol", "2026-12-02", 0}} {
+		if got, err := s.ModelTokensOn(ctx, c.principal, c.day); err != nil || got != c.want {
+			t.Errorf("ModelTokensOn(%s, %s) = %d, %v; want %d", c.principal, c.day, got, err, c.want)
+		}
+	}
+	for _, c := range [][2]string{{"", "2026-12-02"}, {alice, "2026-12-2"}, {alice, ""}} {
+		if _, err := s.ModelTokensOn(ctx, c[0], c[1]); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("ModelTokensOn(%q, %q) = %v, want ErrInvalid", c[0], c[1], err)
+		}
+	}
+
 	for _, bad := range []store.ModelUsage{
 		{Day: "2026-12-01", Model: "m", Purpose: "turn"},
 		{Principal: alice, Day: "2026-12-1", Model: "m", Purpose: "turn"},

@@ -60,6 +60,7 @@ export const path = {
   eventStream: (id, after) => `/api/assistant/runs/${encodeURIComponent(id)}/events/stream?after=${encodeURIComponent(after)}`,
   updates: () => '/api/assistant/updates/stream',
   models: () => '/api/assistant/models',
+  usage: () => '/api/assistant/usage',
   approvals: () => '/api/approvals',
   approval: (id) => `/api/approvals/${encodeURIComponent(id)}`,
   apps: () => '/api/oauth/apps',

@@ -20,6 +20,7 @@ import { AttachmentTray, attachmentList } from './attachments.js';
 import { sends, sendHint } from './prefs.js';
 import { skeleton } from './skeleton.js';
 import { modalForm } from './dialog.js';
+import { usageNote, refreshUsage } from './usage.js';
 
 const PAGE = 50; // older messages loaded at a time
 const NEAR_BOTTOM = 96; // px: closer than this, new content keeps the view at the bottom
@@ -415,6 +416,7 @@ export class Conversation {
         return;
       case 'agent.turn.end':
         this.settled.add(d.messageSeq);
+        refreshUsage();
         this.dropDraft(false);
         this.applyRun({ working: false, status: this.run.status === 'AwaitingApproval' ? 'InProgress' : this.run.status });
         if (d.status === 'failed' || d.status === 'cancelled' || d.status === 'stopped') {
@@ -1004,6 +1006,7 @@ export function composer({ label, placeholder, submit, autofocus = false, draftK
     h('div', { class: 'composer-row' }, tray && tray.button, tray && tray.file, input, button),
     h('div', { class: 'composer-meta' }, extra, h('p', { id: hintId, class: 'hint' },
       attach ? `${sendHint()} Paste or drop files to attach them.` : sendHint())),
+    usageNote(),
     error,
     tray && tray.error);
   const store = {
@@ -1050,6 +1053,7 @@ export function composer({ label, placeholder, submit, autofocus = false, draftK
       }
     } catch (err) {
       unsent = err instanceof APIError && err.code === 'network';
+      if (err instanceof APIError && err.code === 'token_limit_reached') refreshUsage();
       error.textContent = err instanceof APIError && err.code === 'too_many_active_runs'
         ? 'You have as many sessions going as you may at once: set one aside or complete one to start another.'
         : unsent

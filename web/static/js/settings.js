@@ -7,6 +7,7 @@
 import { h, announce, uniqueId } from './dom.js';
 import { request } from './api.js';
 import { loadModels } from './models.js';
+import { readUsage, usageText } from './usage.js';
 import { modalForm } from './dialog.js';
 import { applyTheme, rememberTheme, setSendKey } from './prefs.js';
 
@@ -121,7 +122,7 @@ export async function openSettings() {
   counted();
   instructions.addEventListener('input', counted);
   const model = h('select', { id: modelId, name: 'defaultModel', class: 'select' }, h('option', { value: '' }, 'The default model'));
-  const models = await loadModels();
+  const [models, usage] = await Promise.all([loadModels(), readUsage()]);
   for (const m of models) model.append(h('option', { value: m.name }, m.default ? `${m.name} (default)` : m.name));
   model.value = models.some((m) => m.name === s.defaultModel) ? s.defaultModel : '';
   modalForm({
@@ -134,6 +135,7 @@ export async function openSettings() {
       models.length > 1 ? h('p', { class: 'settings-row' }, h('label', { for: modelId }, 'Model for new sessions'), model) : null,
       radios('Theme', 'theme', [['system', 'As the device'], ['light', 'Light'], ['dark', 'Dark']], s.theme),
       radios('Send a message with', 'sendKey', [['enter', 'Enter (Shift+Enter: new line)'], ['ctrl-enter', 'Ctrl+Enter (Enter: new line)']], s.sendKey),
+      usage ? h('p', { class: 'hint settings-usage' }, usageText(usage, true)) : null,
     ],
     onSubmit: async (form) => {
       const data = new FormData(form);
