@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/usherhq/usher/internal/httpx"
@@ -251,17 +252,11 @@ func acceptsGzip(values []string) bool {
 // "/static/…"; anything else is 404. Every answer carries the security
 // headers (ContentSecurityPolicy, nosniff, no-referrer, no framing).
 func UI() (http.Handler, error) {
-	files, err := loadAssets()
+	p, err := servedAssets()
 	if err != nil {
-		return nil, fmt.Errorf("web: embedded assets: %w", err)
+		return nil, err
 	}
-	if _, ok := files["index.html"]; !ok {
-		return nil, errors.New("web: embedded assets: no index.html")
-	}
-	build := files.build()
-	if err := files.versionPage(build); err != nil {
-		return nil, fmt.Errorf("web: embedded assets: %w", err)
-	}
+	files, build := p.files, p.build
 	mux := http.NewServeMux()
 	page := func(w http.ResponseWriter, r *http.Request) { files.serve(w, r, "index.html", revalidate) }
 	for _, p := range pagePatterns {
@@ -290,6 +285,31 @@ func UI() (http.Handler, error) {
 	})
 	return withSecurityHeaders(mux), nil
 }
+
+// served are the embedded assets as the UI serves them, and the name of
+// their build.
+type served struct {
+	files assets
+	build string
+}
+
+// servedAssets reads, compresses and hashes the embedded assets once per
+// process (they are compiled in): every UI shares them, and only reads
+// them.
+var servedAssets = sync.OnceValues(func() (served, error) {
+	files, err := loadAssets()
+	if err != nil {
+		return served{}, fmt.Errorf("web: embedded assets: %w", err)
+	}
+	if _, ok := files["index.html"]; !ok {
+		return served{}, errors.New("web: embedded assets: no index.html")
+	}
+	build := files.build()
+	if err := files.versionPage(build); err != nil {
+		return served{}, fmt.Errorf("web: embedded assets: %w", err)
+	}
+	return served{files: files, build: build}, nil
+})
 
 // pagePatterns are the UI's own paths; each serves the one page, whose
 // script shows what the path names.
