@@ -96,14 +96,14 @@ func (rt *Runtime) checkTokens(ctx context.Context, owner string, sender Sender,
 		return err
 	}
 	rt.tokenLimited[at].Add(1)
-	reached := fmt.Sprintf("you have used today's %s model tokens, your daily limit. More are available at 00:00 UTC",
-		digits(u.DailyLimit))
+	limit := digits(u.DailyLimit)
 	if at == limitedTurn {
-		return &turnFailure{message: "The turn stopped: " + reached + "."}
+		return &turnFailure{message: fmt.Sprintf("You have used today's %s model tokens, your daily limit. More are available at 00:00 UTC.", limit)}
 	}
 	wait := u.ResetsAt.Sub(rt.o.Now())
-	e := httpx.Errorf(http.StatusTooManyRequests, "token_limit_reached",
-		"You cannot ask the assistant more today: "+reached+", in "+untilReset(wait)+".")
+	e := httpx.Errorf(http.StatusTooManyRequests, "token_limit_reached", fmt.Sprintf(
+		"You cannot ask the assistant more today: you have used today's %s model tokens, your daily limit. More are available at 00:00 UTC, in %s.",
+		limit, untilReset(wait)))
 	e.RetryAfter = max(1, int((wait+time.Second-1)/time.Second))
 	return e
 }

@@ -42,6 +42,22 @@ func TestTokenLimitsFor(t *testing.T) {
 	}
 }
 
+// TestLimitWords: the numbers and times the refusals write.
+func TestLimitWords(t *testing.T) {
+	t.Parallel()
+	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 500000: "500,000", 1234567: "1,234,567", 10000000000: "10,000,000,000"} {
+		if got := digits(n); got != want {
+			t.Errorf("digits(%d) = %q, want %q", n, got, want)
+		}
+	}
+	for d, want := range map[time.Duration]string{time.Second: "1 min", 59 * time.Minute: "59 min", time.Hour: "1 h",
+		3*time.Hour + 11*time.Minute + time.Second: "3 h 12 min", 24 * time.Hour: "24 h", 0: "1 min"} {
+		if got := untilReset(d); got != want {
+			t.Errorf("untilReset(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
+
 // TestDailyTokenLimit: on both engines, a person's turn that reaches the
 // day's limit stops before its next step (one model request made, its
 // tool call run, no second), their next message is refused 429 with
@@ -72,7 +88,7 @@ func TestDailyTokenLimit(t *testing.T) {
 		runID := out["runId"].(string)
 		waitHandled(t, st, runID, 1, 20*time.Second)
 		ends := turnEnds(t, st, runID)
-		if len(ends) != 1 || ends[0].Status != TurnFailed || !strings.Contains(ends[0].Error, "The turn stopped: you have used today's 10 model tokens, your daily limit.") {
+		if len(ends) != 1 || ends[0].Status != TurnFailed || ends[0].Error != "You have used today's 10 model tokens, your daily limit. More are available at 00:00 UTC." {
 			t.Fatalf("turn ends = %+v; want one, failed at the limit", ends)
 		}
 		if n := len(ms.Requests()); n != 1 {

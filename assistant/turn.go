@@ -350,6 +350,7 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		return t.finish(TurnCompleted, ""), nil
 	}
 	steps := t.stepsSoFar()
+	sender := t.sender() // whose daily token limit the steps count against
 	// accounted: the slice has recorded the context it sends first.
 	accounted := starting
 	for {
@@ -359,7 +360,7 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		if calls >= budget {
 			return yield(), nil
 		}
-		if err := t.rt.checkTokens(ctx, t.run.Owner, t.sender(), limitedTurn); err != nil {
+		if err := t.rt.checkTokens(ctx, t.run.Owner, sender, limitedTurn); err != nil {
 			return ending{}, err
 		}
 		req, err := t.request(ctx)

@@ -1,6 +1,7 @@
 // Today's model tokens and the person's daily limit (GET
 // /api/assistant/usage): a note by every message box once most of the
-// day's tokens are used, read again as turns end, and a line in Settings.
+// day's tokens are used, read again as a view opens and as turns end, and
+// a line in Settings.
 // Without a limit nothing is shown, and nothing is read again.
 
 import { h } from './dom.js';
@@ -8,6 +9,7 @@ import { request, path } from './api.js';
 
 let usage = null; // the last answer, or null before the first
 let reading = null; // the read in flight
+let again = false; // read once more when it ends: asked for while it went
 const notes = new Set(); // the notes on the page
 
 // The share of the limit from which the note is shown.
@@ -46,17 +48,27 @@ function show(note) {
   note.classList.toggle('at-limit', Boolean(usage && usage.dailyLimit && usage.tokens >= usage.dailyLimit));
 }
 
-// readUsage reads today's tokens again (once at a time) and shows them in
-// every note; it returns the answer, or null when it could not be read.
+// readUsage reads today's tokens again and shows them in every note; it
+// returns the answer, or null when it could not be read. One read goes at
+// a time: asked for while one goes, another follows it, since what it
+// answers may be from before what asked.
 export function readUsage() {
-  if (!reading) {
-    reading = request(path.usage()).then((u) => {
-      usage = u;
-      // A note no longer on the page (its view left) is forgotten.
-      notes.forEach((n) => (n.isConnected ? show(n) : notes.delete(n)));
-      return u;
-    }).catch(() => null).finally(() => { reading = null; });
+  if (reading) {
+    again = true;
+    return reading;
   }
+  reading = request(path.usage()).then((u) => {
+    usage = u;
+    // A note no longer on the page (its view left) is forgotten.
+    notes.forEach((n) => (n.isConnected ? show(n) : notes.delete(n)));
+    return u;
+  }).catch(() => null).finally(() => {
+    reading = null;
+    if (again) {
+      again = false;
+      readUsage();
+    }
+  });
   return reading;
 }
 
@@ -67,10 +79,12 @@ export function refreshUsage() {
 }
 
 // usageNote returns a note for a message box, hidden until most of the
-// day's tokens are used.
+// day's tokens are used. A new view's box reads them again where a limit
+// applies: turns that ended while no view followed them count too.
 export function usageNote() {
   const note = h('p', { class: 'usage-note', role: 'status', hidden: true });
   notes.add(note);
-  if (usage) show(note); else readUsage();
+  if (usage) show(note);
+  if (!usage || usage.dailyLimit) readUsage();
   return note;
 }
