@@ -171,6 +171,38 @@ func TestRefreshRepeatAcrossASecret(t *testing.T) {
 	})
 }
 
+// TestConsentAcrossASecret checks a consent form rendered before the
+// server's Secret was replaced: answered, with a code, by the server of
+// the new Secret that keeps the old among PreviousSecrets; refused by
+// one without it, which can open neither its request nor its CSRF token.
+func TestConsentAcrossASecret(t *testing.T) {
+	t.Parallel()
+	engines(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, nil)
+		c := e.register(nil)
+		_, challenge := pkce()
+		q := e.authQuery(c, challenge, nil)
+		csrf, request := e.consentPage(q, "alice")
+		newSecret := bytes.Repeat([]byte{10}, 32)
+
+		e.replace(func(o *oauth.ServerOptions) { o.Secret = newSecret })
+		if resp := e.approve(csrf, request, "alice", oauth.DecisionApprove); resp.StatusCode/100 == 3 {
+			t.Fatalf("the form under a new secret alone: %d to %s, want it refused", resp.StatusCode, resp.Header.Get("Location"))
+		}
+		e.replace(func(o *oauth.ServerOptions) {
+			o.PreviousSecrets = [][]byte{o.Secret}
+			o.Secret = newSecret
+		})
+		rq := redirectQuery(t, e.approve(csrf, request, "alice", oauth.DecisionApprove), c.RedirectURI)
+		if rq.Get("code") == "" || rq.Get("state") != q.Get("state") {
+			t.Errorf("the form with the old secret among the previous ones: %v, want a code", rq)
+		}
+		if bad := e.approve(csrf+"x", request, "alice", oauth.DecisionApprove); bad.StatusCode/100 == 3 {
+			t.Errorf("an altered CSRF token under either secret: %d, want it refused", bad.StatusCode)
+		}
+	})
+}
+
 // TestRefreshWithoutRepeats checks that with no RefreshReuseInterval a
 // refresh presented again at once is a reuse, and that the option's
 // bounds are enforced.

@@ -83,8 +83,11 @@ type Server struct {
 	keys              *keySets
 
 	pending *seal.Sealer // pending authorization requests
-	csrfKey []byte       // HMAC key of the consent form's CSRF tokens
-	codeKey []byte       // HMAC key of the codes of answered consent forms
+	// csrfKeys are the HMAC keys of the consent form's CSRF tokens: the
+	// Secret's, which makes them, then the PreviousSecrets', which are
+	// accepted too.
+	csrfKeys [][]byte
+	codeKey  []byte // HMAC key of the codes of answered consent forms
 	// successorKey derives a rotated refresh token's successor
 	// (refreshSuccessor); previousSuccessorKeys are those of the
 	// PreviousSecrets, for a repeat of a rotation made before the
@@ -121,11 +124,10 @@ type ServerOptions struct {
 	SignedIn func(r *http.Request) (p identity.Principal, session string, ok bool, err error)
 	LoginURL func(returnTo string) string
 	// PreviousSecrets are secrets Secret replaced: a pending
-	// authorization request they sealed still opens, and a refresh
-	// repeated (RefreshReuseInterval) after a rotation made under one of
-	// them is answered with the token that rotation issued. A consent
-	// form open while the secret is replaced (its CSRF token) is sent
-	// again.
+	// authorization request they sealed still opens, a consent form whose
+	// CSRF token one of them keyed is answered, and a refresh repeated
+	// (RefreshReuseInterval) after a rotation made under one of them is
+	// answered with the token that rotation issued.
 	PreviousSecrets [][]byte
 	// Secret seals the pending authorization requests and keys the CSRF
 	// tokens: at least MinSecretLen bytes, shared by the replicas.
@@ -293,8 +295,12 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	if s.pending, err = seal.NewRotated(o.Secret, o.PreviousSecrets, hkdfSalt, "usher/oauth/pending", maxSealedChars); err != nil {
 		return nil, err
 	}
-	if s.csrfKey, err = hkdf.Key(sha256.New, o.Secret, []byte(hkdfSalt), "usher/oauth/csrf", 32); err != nil {
-		return nil, err
+	for _, secret := range append([][]byte{o.Secret}, o.PreviousSecrets...) {
+		k, err := hkdf.Key(sha256.New, secret, []byte(hkdfSalt), "usher/oauth/csrf", 32)
+		if err != nil {
+			return nil, err
+		}
+		s.csrfKeys = append(s.csrfKeys, k)
 	}
 	if s.codeKey, err = hkdf.Key(sha256.New, o.Secret, []byte(hkdfSalt), "usher/oauth/consent-code", 32); err != nil {
 		return nil, err
@@ -462,7 +468,13 @@ func successorKeyOf(secret []byte) ([]byte, error) {
 // another browser, nor after signing in again —, and a page of another
 // site cannot know it.
 func (s *Server) csrfToken(principal, session, request string) string {
-	mac := hmac.New(sha256.New, s.csrfKey)
+	return csrfToken(s.csrfKeys[0], principal, session, request)
+}
+
+// csrfToken is the CSRF token under key of request for principal in
+// session.
+func csrfToken(key []byte, principal, session, request string) string {
+	mac := hmac.New(sha256.New, key)
 	for _, part := range []string{principal, session} {
 		mac.Write([]byte(strconv.Itoa(len(part))))
 		mac.Write([]byte{0})
@@ -484,7 +496,16 @@ func (s *Server) consentCode(id string) string {
 }
 
 // checkCSRF reports, in constant time, whether token is the CSRF token of
-// request for principal in session.
+// request for principal in session, under the Secret or one it replaced:
+// a form rendered by a replica before the Secret was replaced is
+// answered.
 func (s *Server) checkCSRF(principal, session, request, token string) bool {
-	return session != "" && hmac.Equal([]byte(token), []byte(s.csrfToken(principal, session, request)))
+	if session == "" {
+		return false
+	}
+	ok := false
+	for _, k := range s.csrfKeys {
+		ok = hmac.Equal([]byte(token), []byte(csrfToken(k, principal, session, request))) || ok
+	}
+	return ok
 }

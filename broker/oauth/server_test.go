@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,14 +101,15 @@ type env struct {
 	keys     *broker.Keyring
 	clock    *testenv.Clock // from the real time: the flow test's verifier checks the tokens against it
 	http     *http.Client
+	opts     oauth.ServerOptions           // the server's, as newEnv's edit left them
+	handler  *atomic.Pointer[http.Handler] // the server's, which replace swaps; shared by copies (another browser)
 }
 
 // newEnv starts a server on st; edit may change its options.
 func newEnv(t *testing.T, st store.Store, edit func(*oauth.ServerOptions)) *env {
 	t.Helper()
-	e := &env{t: t, st: st, clock: testenv.NewClock(time.Now().UTC().Truncate(time.Second))}
-	var h http.Handler = http.NotFoundHandler()
-	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
+	e := &env{t: t, st: st, clock: testenv.NewClock(time.Now().UTC().Truncate(time.Second)), handler: new(atomic.Pointer[http.Handler])}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*e.handler.Load()).ServeHTTP(w, r) }))
 	t.Cleanup(e.srv.Close)
 	e.issuer = e.srv.URL
 	e.resource = e.issuer + "/mcp"
@@ -141,11 +143,8 @@ func newEnv(t *testing.T, st store.Store, edit func(*oauth.ServerOptions)) *env 
 	if edit != nil {
 		edit(opts)
 	}
-	e.server, err = oauth.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h = e.server.Handler()
+	e.opts = *opts
+	e.replace(nil)
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -154,6 +153,24 @@ func newEnv(t *testing.T, st store.Store, edit func(*oauth.ServerOptions)) *env 
 	// from the authorization request to its continuation.
 	e.http = &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return e
+}
+
+// replace serves the issuer's address with a new server of the env's
+// options, as edit changes them (nil: as they are): a replica rolled
+// with other settings.
+func (e *env) replace(edit func(*oauth.ServerOptions)) {
+	e.t.Helper()
+	opts := e.opts
+	if edit != nil {
+		edit(&opts)
+	}
+	s, err := oauth.NewServer(&opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	h := s.Handler()
+	e.server = s
+	e.handler.Store(&h)
 }
 
 // do sends req as user (none: "") and returns the answer and its body.
