@@ -63,12 +63,12 @@ type TokenUsage struct {
 	ResetsAt time.Time `json:"resetsAt"`
 }
 
-// tokenUsage reads owner's tokens of today and their limit as sender.
-func (rt *Runtime) tokenUsage(ctx context.Context, owner string, sender Sender) (TokenUsage, error) {
+// tokenUsage reads owner's tokens of today, whose limit is limit.
+func (rt *Runtime) tokenUsage(ctx context.Context, owner string, limit int64) (TokenUsage, error) {
 	now := rt.o.Now().UTC()
 	u := TokenUsage{
 		Day:        store.UsageDay(now),
-		DailyLimit: rt.o.TokenLimits.For(sender.Groups, sender.Roles),
+		DailyLimit: limit,
 		ResetsAt:   time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC),
 	}
 	var err error
@@ -88,22 +88,23 @@ const (
 // failure before its next step (at limitedTurn). Without a limit it reads
 // nothing.
 func (rt *Runtime) checkTokens(ctx context.Context, owner string, sender Sender, at int) error {
-	if rt.o.TokenLimits.For(sender.Groups, sender.Roles) == 0 {
+	limit := rt.o.TokenLimits.For(sender.Groups, sender.Roles)
+	if limit == 0 {
 		return nil
 	}
-	u, err := rt.tokenUsage(ctx, owner, sender)
+	u, err := rt.tokenUsage(ctx, owner, limit)
 	if err != nil || u.Tokens < u.DailyLimit {
 		return err
 	}
 	rt.tokenLimited[at].Add(1)
-	limit := digits(u.DailyLimit)
+	used := digits(limit)
 	if at == limitedTurn {
-		return &turnFailure{message: fmt.Sprintf("You have used today's %s model tokens, your daily limit. More are available at 00:00 UTC.", limit)}
+		return &turnFailure{message: fmt.Sprintf("You have used today's %s model tokens, your daily limit. More are available at 00:00 UTC.", used)}
 	}
 	wait := u.ResetsAt.Sub(rt.o.Now())
 	e := httpx.Errorf(http.StatusTooManyRequests, "token_limit_reached", fmt.Sprintf(
 		"You cannot ask the assistant more today: you have used today's %s model tokens, your daily limit. More are available at 00:00 UTC, in %s.",
-		limit, untilReset(wait)))
+		used, untilReset(wait)))
 	e.RetryAfter = max(1, int((wait+time.Second-1)/time.Second))
 	return e
 }
@@ -136,7 +137,8 @@ func (rt *Runtime) handleUsage(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, r, errUnauthenticated)
 		return
 	}
-	u, err := rt.tokenUsage(r.Context(), owner, senderOf(r))
+	s := senderOf(r)
+	u, err := rt.tokenUsage(r.Context(), owner, rt.o.TokenLimits.For(s.Groups, s.Roles))
 	if err != nil {
 		rt.fail(w, r, err)
 		return

@@ -119,41 +119,20 @@ func TestChartBoots(t *testing.T) {
 	// every request the client sends gets its answer — a read answered
 	// 200, a message accepted 202 — with no retry but the Service's own,
 	// a connection refused tried on the next endpoint.
-	var (
-		mu     sync.Mutex
-		failed []string
-		reads  int
-	)
-	stop := make(chan struct{})
-	var loop sync.WaitGroup
-	// The loop ends before the test does, however it ends.
-	endLoop := sync.OnceFunc(func() { close(stop); loop.Wait() })
-	defer endLoop()
-	loop.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
+	reads := 0
+	endLoop := requestLoop(t, func(i int) string {
+		if i%5 == 4 {
+			if code := c.post(lb.url, run, fmt.Sprintf("during the restart %d", i), ""); code != http.StatusAccepted {
+				return fmt.Sprintf("message %d: %d", i, code)
 			}
-			var err string
-			if i%5 == 4 {
-				if code := c.post(lb.url, run, fmt.Sprintf("during the restart %d", i), ""); code != http.StatusAccepted {
-					err = fmt.Sprintf("message %d: %d", i, code)
-				}
-			} else if code := c.get("/api/me"); code != http.StatusOK {
-				err = fmt.Sprintf("GET /api/me %d: %d", i, code)
-			}
-			mu.Lock()
-			if err != "" {
-				failed = append(failed, err)
-			} else if i%5 != 4 {
-				reads++
-			} else {
-				sent++
-			}
-			mu.Unlock()
+			sent++
+			return ""
 		}
+		if code := c.get("/api/me"); code != http.StatusOK {
+			return fmt.Sprintf("GET /api/me %d: %d", i, code)
+		}
+		reads++
+		return ""
 	})
 	// maxSurge 1, maxUnavailable 0: a new replica is ready before an old
 	// one stops.
@@ -172,7 +151,7 @@ func TestChartBoots(t *testing.T) {
 		testenv.WaitFor(t, 30*time.Second, func() bool { return lb.served() >= before+10 })
 		t.Logf("replica %d replaced", i+1)
 	}
-	endLoop()
+	failed := endLoop()
 	for _, p := range []*pod{a, b} {
 		p.checkReadOnly(t)
 	}
@@ -201,6 +180,37 @@ func TestChartBoots(t *testing.T) {
 		}
 	}
 	t.Logf("%d messages answered, %d reads, across 4 replicas", sent, reads)
+}
+
+// requestLoop sends a client's requests in a loop, request(0), request(1),
+// …, one at a time, until the function it returns is called; that stops
+// the loop, waits for the request under way, and returns what the
+// requests reported failed (request returns "" for none). The loop ends
+// before the test does, however it ends. What request writes is the
+// test's to read once the loop has stopped.
+func requestLoop(t *testing.T, request func(i int) string) (stop func() []string) {
+	t.Helper()
+	done := make(chan struct{})
+	var loop sync.WaitGroup
+	var failed []string
+	end := sync.OnceFunc(func() { close(done); loop.Wait() })
+	t.Cleanup(end)
+	loop.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if err := request(i); err != "" {
+				failed = append(failed, err)
+			}
+		}
+	})
+	return func() []string {
+		end()
+		return failed
+	}
 }
 
 // chartFixture is what a test of the running chart starts from: the

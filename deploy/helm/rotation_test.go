@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -88,46 +87,29 @@ func TestChartRotatesTheKeyEncryptionKey(t *testing.T) {
 	// lists the tools in the MCP session through the Service.
 	roll := func(step string, s map[string]map[string]string) {
 		t.Helper()
-		var mu sync.Mutex
-		var failed []string
-		stop := make(chan struct{})
-		var loop sync.WaitGroup
-		endLoop := sync.OnceFunc(func() { close(stop); loop.Wait() })
-		defer endLoop()
-		loop.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
+		endLoop := requestLoop(t, func(i int) string {
+			switch i % 3 {
+			case 0:
+				if code := c.get("/api/me"); code != http.StatusOK {
+					return fmt.Sprintf("GET /api/me: %d", code)
 				}
-				var err string
-				switch i % 3 {
-				case 0:
-					if code := c.get("/api/me"); code != http.StatusOK {
-						err = fmt.Sprintf("GET /api/me: %d", code)
-					}
-				case 1:
-					if code, body := mcp.listTools(session); code != http.StatusOK {
-						err = fmt.Sprintf("tools/list in the session of before: %d %s", code, body)
-					}
-				case 2:
-					// A session begun now, sealed by one replica, used on
-					// the next (the Service takes turns): a replica not
-					// yet rolled opens what a rolled one sealed.
-					fresh, ierr := mcp.tryInitialize()
-					if ierr != "" {
-						err = "initialize: " + ierr
-					} else if code, body := mcp.listTools(fresh); code != http.StatusOK {
-						err = fmt.Sprintf("tools/list in a session begun during the roll: %d %s", code, body)
-					}
+			case 1:
+				if code, body := mcp.listTools(session); code != http.StatusOK {
+					return fmt.Sprintf("tools/list in the session of before: %d %s", code, body)
 				}
-				if err != "" {
-					mu.Lock()
-					failed = append(failed, err)
-					mu.Unlock()
+			case 2:
+				// A session begun now, sealed by one replica, used on the
+				// next (the Service takes turns): a replica not yet rolled
+				// opens what a rolled one sealed.
+				fresh, ierr := mcp.tryInitialize()
+				if ierr != "" {
+					return "initialize: " + ierr
+				}
+				if code, body := mcp.listTools(fresh); code != http.StatusOK {
+					return fmt.Sprintf("tools/list in a session begun during the roll: %d %s", code, body)
 				}
 			}
+			return ""
 		})
 		for _, old := range slices.Clone(pods) {
 			next := newPod(t, bin, r, spec, s).start(t)
@@ -136,8 +118,7 @@ func TestChartRotatesTheKeyEncryptionKey(t *testing.T) {
 			testenv.WaitFor(t, 5*time.Second, func() bool { return lb.open(old) == 0 })
 			old.stop(t, grace)
 		}
-		endLoop()
-		if len(failed) > 0 {
+		if failed := endLoop(); len(failed) > 0 {
 			t.Errorf("%s: %d requests failed during the roll:\n%s", step, len(failed), strings.Join(failed, "\n"))
 		}
 		if got := keySet(); got != published {
