@@ -108,7 +108,7 @@ func (rt *Runtime) EditMessageWith(ctx context.Context, owner string, sender Sen
 	if _, err := rt.userMessage(content, sender, refs...); err != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, err
 	}
-	if err := rt.checkTokens(ctx, owner, sender, limitedRequest); err != nil {
+	if err := rt.checkTokens(ctx, owner, sender, limitedRequest, rt.messageKeyUsed(id, key)); err != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, err
 	}
 	if ids != nil {
@@ -184,7 +184,7 @@ func (rt *Runtime) Regenerate(ctx context.Context, owner string, sender Sender, 
 	if err != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, err
 	}
-	if err := rt.checkTokens(ctx, owner, sender, limitedRequest); err != nil {
+	if err := rt.checkTokens(ctx, owner, sender, limitedRequest, rt.messageKeyUsed(id, key)); err != nil {
 		return store.Branch{}, store.Event{}, store.Run{}, err
 	}
 	e.Payload = mustJSON(UserMessage{Content: m.Content, Sender: senderOrNil(sender), Regenerates: last.Seq, Attachments: m.Attachments})

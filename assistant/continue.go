@@ -47,8 +47,9 @@ func continuedTitle(title string) string {
 // the child it made). The run must be between turns with nothing waiting
 // (409 turn_in_progress) and hold messages (409 nothing_to_compact); a
 // summary the model fails to write, or that is refused, is 502
-// compaction_failed and writes nothing.
-func (rt *Runtime) ContinueRun(ctx context.Context, owner, runID, idempotencyKey string) (_ store.Run, created bool, _ error) {
+// compaction_failed and writes nothing. The summary is a model request of
+// sender's: past sender's daily token limit, only a retry is answered.
+func (rt *Runtime) ContinueRun(ctx context.Context, owner string, sender Sender, runID, idempotencyKey string) (_ store.Run, created bool, _ error) {
 	r, err := rt.Run(ctx, owner, runID)
 	if err != nil {
 		return store.Run{}, false, err
@@ -66,6 +67,9 @@ func (rt *Runtime) ContinueRun(ctx context.Context, owner, runID, idempotencyKey
 				return c, false, nil
 			}
 		}
+	}
+	if err := rt.checkTokens(ctx, owner, sender, limitedRequest, nil); err != nil {
+		return store.Run{}, false, err
 	}
 	if r.TurnSeq != 0 || !r.QueuedAt.IsZero() || (r.LeaseOwner != "" && r.LeaseExpiresAt.After(rt.o.Now())) {
 		// Working: a turn is open or queued, or a replica holds the run

@@ -338,11 +338,7 @@ func (rt *Runtime) handleCompact(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := rt.checkTokens(r.Context(), owner, senderOf(r), limitedRequest); err != nil {
-		rt.fail(w, r, err)
-		return
-	}
-	child, created, err := rt.ContinueRun(r.Context(), owner, r.PathValue("id"), key)
+	child, created, err := rt.ContinueRun(r.Context(), owner, senderOf(r), r.PathValue("id"), key)
 	if err != nil {
 		rt.fail(w, r, err)
 		return

@@ -76,7 +76,7 @@ func (rt *Runtime) CreateRun(ctx context.Context, owner string, sender Sender, n
 		if err != nil {
 			return store.Run{}, false, err
 		}
-		if err := rt.checkTokens(ctx, owner, sender, limitedRequest); err != nil {
+		if err := rt.checkTokens(ctx, owner, sender, limitedRequest, rt.runKeyUsed(owner, idempotencyKey)); err != nil {
 			return store.Run{}, false, err
 		}
 		first = &e
@@ -204,7 +204,7 @@ func (rt *Runtime) PostMessageWith(ctx context.Context, owner string, sender Sen
 	if _, err := rt.userMessage(content, sender, make([]AttachmentRef, len(attachments))...); err != nil {
 		return store.Event{}, store.Run{}, false, err
 	}
-	if err := rt.checkTokens(ctx, owner, sender, limitedRequest); err != nil {
+	if err := rt.checkTokens(ctx, owner, sender, limitedRequest, rt.messageKeyUsed(id, key)); err != nil {
 		return store.Event{}, store.Run{}, false, err
 	}
 	refs, err := rt.attachToRun(ctx, id, owner, attachments)

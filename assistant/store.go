@@ -47,6 +47,10 @@ type Store interface {
 	AddModelUsage(ctx context.Context, u store.ModelUsage) error
 	// ModelTokensOn is a person's tokens of a day (TokenLimits).
 	ModelTokensOn(ctx context.Context, principal, day string) (int64, error)
+	// RunKeyUsed and MessageKeyUsed tell a retry at the token limit
+	// from a new request.
+	RunKeyUsed(ctx context.Context, owner, key string) (bool, error)
+	MessageKeyUsed(ctx context.Context, runID, key string) (bool, error)
 	StartStep(ctx context.Context, l store.Lease, s store.StepStart) (store.Step, error)
 	ListSteps(ctx context.Context, runID string, after int64, limit int) ([]store.Step, error)
 	ParkIdleRuns(ctx context.Context, quietSince time.Time) ([]store.Run, error)

@@ -86,8 +86,11 @@ const (
 // the API's refusal (429 token_limit_reached, Retry-After the day's end)
 // for a request that would ask the model (at limitedRequest), a turn's
 // failure before its next step (at limitedTurn). Without a limit it reads
-// nothing.
-func (rt *Runtime) checkTokens(ctx context.Context, owner string, sender Sender, at int) error {
+// nothing. A request whose idempotency key already stored what it writes
+// (stored, when not nil, reads that, and only at the limit) passes: it is
+// a retry of one sent before the limit was reached, answered with what
+// its first attempt stored.
+func (rt *Runtime) checkTokens(ctx context.Context, owner string, sender Sender, at int, stored func(context.Context) (bool, error)) error {
 	limit := rt.o.TokenLimits.For(sender.Groups, sender.Roles)
 	if limit == 0 {
 		return nil
@@ -95,6 +98,11 @@ func (rt *Runtime) checkTokens(ctx context.Context, owner string, sender Sender,
 	u, err := rt.tokenUsage(ctx, owner, limit)
 	if err != nil || u.Tokens < u.DailyLimit {
 		return err
+	}
+	if stored != nil {
+		if retry, err := stored(ctx); err != nil || retry {
+			return err
+		}
 	}
 	rt.tokenLimited[at].Add(1)
 	used := digits(limit)
@@ -107,6 +115,24 @@ func (rt *Runtime) checkTokens(ctx context.Context, owner string, sender Sender,
 		used, untilReset(wait)))
 	e.RetryAfter = max(1, int((wait+time.Second-1)/time.Second))
 	return e
+}
+
+// runKeyUsed reads, for checkTokens, whether owner's run creation with
+// key was stored; nil (nothing to read) without a key.
+func (rt *Runtime) runKeyUsed(owner, key string) func(context.Context) (bool, error) {
+	if key == "" {
+		return nil
+	}
+	return func(ctx context.Context) (bool, error) { return rt.st.RunKeyUsed(ctx, owner, key) }
+}
+
+// messageKeyUsed reads, for checkTokens, whether the run's message (a
+// post, an edit or a regeneration) with key was stored; nil without a key.
+func (rt *Runtime) messageKeyUsed(runID, key string) func(context.Context) (bool, error) {
+	if key == "" {
+		return nil
+	}
+	return func(ctx context.Context) (bool, error) { return rt.st.MessageKeyUsed(ctx, runID, key) }
 }
 
 // digits writes n with its thousands grouped by commas: 500,000.

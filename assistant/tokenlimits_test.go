@@ -168,6 +168,73 @@ func TestDailyTokenLimit(t *testing.T) {
 	})
 }
 
+// TestTokenLimitAnswersRetries: past the limit, a write whose
+// Idempotency-Key stored it before the limit was reached is answered with
+// what it stored (a retry whose first answer was lost), while the same
+// write with a new key is refused.
+func TestTokenLimitAnswersRetries(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, st store.Store) {
+		ms, provider := scriptedModel(t)
+		h := newHarness(t, st, provider, &Options{TokenLimits: TokenLimits{Daily: 10, Groups: map[string]int64{"unlimited": 0}}})
+		// The same person, first as a member of a group without a limit:
+		// the writes are stored and answered, and use the day's tokens.
+		free := signedInAs(t, h.rt, identity.Principal{Issuer: testOwner.Issuer, Tenant: testOwner.Tenant, ObjectID: testOwner.ObjectID, Roles: []string{"unlimited"}})
+		long := `"` + strings.Repeat("many words ", 10) + `"`
+		type write struct{ name, path, body, key string }
+		var writes []write
+		first := map[string]map[string]any{}
+		send := func(w write) {
+			ms.Reply(strings.Repeat("an answer of many words ", 3))
+			code, out := apitest.Call(t, "POST", free+w.path, "", w.body, "Content-Type", "application/json", "Idempotency-Key", w.key)
+			if code/100 != 2 {
+				t.Fatalf("%s as a member of the group without a limit: %d %v", w.name, code, out)
+			}
+			first[w.name] = out
+			writes = append(writes, w)
+		}
+		send(write{"open", "/runs", `{"message": ` + long + `}`, "open-1"})
+		runID := first["open"]["runId"].(string)
+		waitHandled(t, st, runID, 1, 20*time.Second)
+		steps := []write{
+			{"post", "/runs/" + runID + "/messages", `{"content": ` + long + `}`, "post-1"},
+			{"edit", "/runs/" + runID + "/messages/1/edit", `{"content": ` + long + `}`, "edit-1"},
+			{"regenerate", "/runs/" + runID + "/regenerate", ``, "regenerate-1"},
+		}
+		for _, w := range steps {
+			send(w)
+			waitHandled(t, st, runID, int64(first[w.name]["seq"].(float64)), 20*time.Second)
+		}
+		send(write{"compact", "/runs/" + runID + "/compact", ``, "compact-1"})
+		if code, u := h.call(t, "GET", "/usage", ""); code != http.StatusOK || u["tokens"].(float64) < 10 {
+			t.Fatalf("GET /usage after the writes: %d %v; want the limit used", code, u)
+		}
+		runs, _ := st.ListRuns(t.Context(), testOwner.ID())
+		before := messageTypes(t, st, runID)
+
+		// Then without the group: each retry is answered as the first
+		// attempt was, a new key refused.
+		for _, w := range writes {
+			code, out := h.call(t, "POST", w.path, w.body, "Idempotency-Key", w.key)
+			if code/100 != 2 || out["runId"] != first[w.name]["runId"] || out["seq"] != first[w.name]["seq"] || out["id"] != first[w.name]["id"] {
+				t.Errorf("%s retried at the limit = %d %v; want the first answer's %v", w.name, code, out, first[w.name])
+			}
+			if code, out := h.call(t, "POST", w.path, w.body, "Idempotency-Key", w.key+"-new"); code != http.StatusTooManyRequests {
+				t.Errorf("%s with a new key at the limit = %d %v, want 429", w.name, code, out)
+			}
+		}
+		if after, _ := st.ListRuns(t.Context(), testOwner.ID()); len(after) != len(runs) {
+			t.Errorf("%d runs after the retries, %d before", len(after), len(runs))
+		}
+		if after := messageTypes(t, st, runID); len(after) != len(before) {
+			t.Errorf("messages after the retries = %v, before %v", after, before)
+		}
+		if n := h.rt.tokenLimited[limitedRequest].Load(); n != int64(len(writes)) {
+			t.Errorf("%d refusals counted, want %d (the new keys only)", n, len(writes))
+		}
+	})
+}
+
 // TestNoTokenLimitReadsNothing: without a limit the runtime reads no
 // usage before a request or a step (a store that fails the read changes
 // nothing), and GET /usage says none.

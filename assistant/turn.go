@@ -360,7 +360,7 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		if calls >= budget {
 			return yield(), nil
 		}
-		if err := t.rt.checkTokens(ctx, t.run.Owner, sender, limitedTurn); err != nil {
+		if err := t.rt.checkTokens(ctx, t.run.Owner, sender, limitedTurn, nil); err != nil {
 			return ending{}, err
 		}
 		req, err := t.request(ctx)

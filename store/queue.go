@@ -492,6 +492,34 @@ func postedOrRefused(ctx context.Context, x executor, runID, key string) (Event,
 	return Event{}, Run{}, cmp.Or(closedError(r), ErrConflict)
 }
 
+var (
+	runKeyUsed     = sql1(`SELECT EXISTS (SELECT 1 FROM runs WHERE owner = $1 AND idempotency_key = $2)`)
+	messageKeyUsed = sql1(`SELECT EXISTS (SELECT 1 FROM run_message_keys WHERE run_id = $1 AND idempotency_key = $2)`)
+)
+
+func (c *core) RunKeyUsed(ctx context.Context, owner, key string) (bool, error) {
+	return c.exists(ctx, runKeyUsed, owner, key)
+}
+
+func (c *core) MessageKeyUsed(ctx context.Context, runID, key string) (bool, error) {
+	return c.exists(ctx, messageKeyUsed, runID, key)
+}
+
+// exists answers the query q, a SELECT EXISTS, of args; false for an
+// empty argument, which names nothing.
+func (c *core) exists(ctx context.Context, q stmt, args ...string) (bool, error) {
+	a := make([]any, len(args))
+	for i, v := range args {
+		if v == "" {
+			return false, nil
+		}
+		a[i] = v
+	}
+	var found bool
+	err := c.reader().row(ctx, q, a...).Scan(&found)
+	return found, c.fail(err)
+}
+
 func (c *core) NextClaimAt(ctx context.Context) (time.Time, error) {
 	var lease, queued time.Time
 	if err := c.reader().row(ctx, nextClaim).Scan(at(&lease), at(&queued)); err != nil {

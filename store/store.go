@@ -273,6 +273,14 @@ type Store interface {
 	// ChildRuns returns the ids of the live runs continuing runID,
 	// oldest first.
 	ChildRuns(ctx context.Context, runID string) ([]string, error)
+	// RunKeyUsed reports whether owner has a run created with the
+	// idempotency key key (OpenRun, ContinueRun), deleted or not: a
+	// retry of that creation would return it. It writes nothing.
+	RunKeyUsed(ctx context.Context, owner, key string) (bool, error)
+	// MessageKeyUsed reports whether the run holds a message posted or
+	// forked with the idempotency key key (PostMessageOnce, ForkRun): a
+	// retry of that write would return it. It writes nothing.
+	MessageKeyUsed(ctx context.Context, runID, key string) (bool, error)
 	// PostMessage appends the user message e to the run and queues the run
 	// for a turn, in one transaction. An Idle run wakes (InProgress, as a
 	// compare-and-swap; the active-run limit is not checked again).

@@ -575,6 +575,9 @@ func testForkOnce(t *testing.T, s store.Store) {
 	if got, _ := s.ListBranches(ctx, id); len(got) != 1 {
 		t.Errorf("%d branches after the retries, want 1", len(got))
 	}
+	if used, err := s.MessageKeyUsed(ctx, id, f.Key); err != nil || !used {
+		t.Errorf("MessageKeyUsed(%q) after the fork = %v, %v; want true", f.Key, used, err)
+	}
 	// Without the key, the busy run refuses a fork.
 	if _, _, _, err := s.ForkRun(ctx, id, store.Fork{At: 5, Kind: store.BranchEdit, CreatedBy: queueOwner, Message: userMessage("to Faro")}); !errors.Is(err, store.ErrBusy) {
 		t.Errorf("ForkRun of a busy run = %v, want ErrBusy", err)

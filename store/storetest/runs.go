@@ -46,8 +46,19 @@ func testOpenRun(t *testing.T, s store.Store) {
 
 	// The idempotency key returns the first run, without a new one.
 	keyed := store.Run{ID: "run-3", Owner: queueOwner, Title: "keyed", IdempotencyKey: "key-1"}
+	if used, err := s.RunKeyUsed(ctx, queueOwner, "key-1"); err != nil || used {
+		t.Fatalf("RunKeyUsed(key-1) before the run = %v, %v", used, err)
+	}
 	if _, created, err := s.OpenRun(ctx, keyed, 5, nil); err != nil || !created {
 		t.Fatalf("OpenRun(key-1) = %v, %v", created, err)
+	}
+	for _, c := range []struct {
+		owner, key string
+		want       bool
+	}{{queueOwner, "key-1", true}, {queueOwner, "key-2", false}, {"someone-else", "key-1", false}, {queueOwner, "", false}} {
+		if used, err := s.RunKeyUsed(ctx, c.owner, c.key); err != nil || used != c.want {
+			t.Errorf("RunKeyUsed(%q, %q) = %v, %v; want %v", c.owner, c.key, used, err, c.want)
+		}
 	}
 	keyed.ID = "run-4"
 	again, created, err := s.OpenRun(ctx, keyed, 5, nil)
@@ -1003,6 +1014,14 @@ func testPostMessageOnce(t *testing.T, s store.Store) {
 	again, r2, created, err := s.PostMessageOnce(ctx, "run-1", userMessage("one"), "key-1")
 	if err != nil || created || again.Seq != 1 || again.Type != ev.Type || !jsonEqual(again.Payload, ev.Payload) || r2.MessageCount != 1 || r2.LastSeq != 1 {
 		t.Fatalf("PostMessageOnce again = %+v, %+v, created %v, %v; want the first message, nothing written", again, r2, created, err)
+	}
+	for _, c := range []struct {
+		run, key string
+		want     bool
+	}{{"run-1", "key-1", true}, {"run-1", "key-2", false}, {"run-2", "key-1", false}, {"run-1", "", false}} {
+		if used, err := s.MessageKeyUsed(ctx, c.run, c.key); err != nil || used != c.want {
+			t.Errorf("MessageKeyUsed(%q, %q) = %v, %v; want %v", c.run, c.key, used, err, c.want)
+		}
 	}
 	// Another key, or none, posts; a key is the run's own.
 	if ev, _, created, err := s.PostMessageOnce(ctx, "run-1", userMessage("two"), "key-2"); err != nil || !created || ev.Seq != 2 {
