@@ -273,6 +273,7 @@ func TestValuesRefused(t *testing.T) {
 		{"unknown value", []string{"--set", "usher.issuer=https://login.example.com"}, "additional properties 'issuer' not allowed"},
 		{"bad log level", []string{"--set", "usher.log.level=loud"}, "/usher/log/level"},
 		{"no replicas", []string{"--set", "replicaCount=0"}, "/replicaCount"},
+		{"public URL with a path", []string{"--set", "usher.publicURL=https://example.com/usher"}, "/usher/publicURL"},
 		{"short key", []string{"--set", "secrets.values.keyEncryptionKey=c2hvcnQ="}, "/secrets/values/keyEncryptionKey"},
 		{"no issuer", []string{"--set", "usher.identity.issuer="}, "usher.identity.issuer is required"},
 		{"plain http webhook", []string{"--set-json", `usher.audit.sinks=[{"name":"siem","webhook":{"url":"http://siem.example","secretName":"s"}}]`}, "/usher/audit/sinks/0/webhook/url"},

@@ -19,8 +19,8 @@ type Audit struct {
 	// since the last. Default 1m; 1s to 24h.
 	CheckpointInterval Duration `yaml:"checkpoint_interval"`
 	// CheckpointOrigin names the log in its checkpoints and its key.
-	// Default: the host (and path) of server.public_url, or of the
-	// address served on.
+	// Default: the host of server.public_url, or of the address served
+	// on.
 	CheckpointOrigin string `yaml:"checkpoint_origin"`
 	// Sinks are where the audit log is delivered, each record at least
 	// once (see AuditSink). Only in the file. Default none.

@@ -62,7 +62,9 @@ type Server struct {
 	// PublicURL is the URL clients use to reach this server; it is the
 	// broker's issuer, the authorization server's issuer and the base of
 	// every link Usher hands out; a trailing slash is dropped. Default:
-	// http:// + the listen address. Plain http is accepted only on loopback.
+	// http:// + the listen address. Plain http is accepted only on
+	// loopback, and a path not at all: Usher is served at the root of an
+	// origin of its own (checkOwnOrigin).
 	PublicURL string `yaml:"public_url"`
 	// DataDir holds the SQLite database and generated key files. Default
 	// "./data".
@@ -605,6 +607,8 @@ func (s Server) validate(bad reporter) {
 	if s.PublicURL != "" {
 		if err := checkPublicURL(s.PublicURL); err != nil {
 			bad("server.public_url", "%v", err)
+		} else if err := checkOwnOrigin(s.PublicURL); err != nil {
+			bad("server.public_url", "%v", err)
 		}
 	}
 	if s.DataDir == "" {
@@ -901,6 +905,23 @@ func checkPublicURL(s string) error {
 		return fmt.Errorf("plain http is allowed only on loopback, got %q", s)
 	}
 	return fmt.Errorf("want an http(s) URL, got %q", s)
+}
+
+// checkOwnOrigin refuses a public URL with a path: Usher is served at the
+// root of an origin of its own. Its sign-in cookie and its checks of a
+// request's Origin are the origin's, so an application beside it on the
+// same host and port would be sent the cookie and pass the checks; and
+// the Sessions UI, its sign-in and the discovery documents of its
+// authorization server are at fixed paths from the root.
+func checkOwnOrigin(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSuffix(u.EscapedPath(), "/") != "" {
+		return fmt.Errorf("want an origin of Usher's own, such as https://usher.example.com: Usher is served at the root of its host, not under a path; got %q", s)
+	}
+	return nil
 }
 
 // Key describes one configuration key, for environment overrides and for the

@@ -432,6 +432,22 @@ func TestPublicURL(t *testing.T) {
 	}
 }
 
+// TestPublicURLWithAPath: a public URL with a path is refused at start,
+// with the reason; its trailing slash alone is no path.
+func TestPublicURLWithAPath(t *testing.T) {
+	for _, u := range []string{"https://example.com/usher", "https://example.com/usher/", "http://127.0.0.1:8080/a/b", "https://example.com/%2F"} {
+		_, err := Load("", env(map[string]string{"USHER_SERVER_PUBLIC_URL": u}), Overrides{})
+		if err == nil || !strings.Contains(err.Error(), "server.public_url") || !strings.Contains(err.Error(), "not under a path") {
+			t.Errorf("public URL %q: %v; want it refused, saying why", u, err)
+		}
+	}
+	for _, u := range []string{"https://usher.example.com/", "http://127.0.0.1:8080"} {
+		if _, err := Load("", env(map[string]string{"USHER_SERVER_PUBLIC_URL": u}), Overrides{}); err != nil {
+			t.Errorf("public URL %q: %v", u, err)
+		}
+	}
+}
+
 // A trailing slash on the public URL is dropped, so that the broker's and
 // the authorization server's issuer is one string.
 func TestPublicURLTrailingSlash(t *testing.T) {
