@@ -7,7 +7,8 @@ import "github.com/prometheus/client_golang/prometheus"
 // (usher_assistant_compactions_total), the open live-update streams
 // (usher_live_subscribers) and the turns queued again after a failure
 // (usher_assistant_turns_retried_total), the requests refused by a daily
-// token limit (usher_assistant_token_limit_refusals_total), and the model requests
+// token limit (usher_assistant_token_limit_refusals_total), the deleted
+// conversations erased (usher_assistant_runs_purged_total), and the model requests
 // (usher_model_*, see modelMetrics), each of this process.
 // Options.Registerer registers them.
 func (rt *Runtime) Collectors() []prometheus.Collector {
@@ -24,6 +25,10 @@ func (rt *Runtime) Collectors() []prometheus.Collector {
 			Name: "usher_assistant_turns_retried_total",
 			Help: "Slices of a turn's work that failed on this process (the database, the MCP server, the model, a panic) and were queued for a retry after a backoff.",
 		}, func() float64 { return float64(rt.retried.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "usher_assistant_runs_purged_total",
+			Help: "Deleted conversations this process erased, past assistant.purge_deleted_after.",
+		}, func() float64 { return float64(rt.purged.Load()) }),
 	}
 	for at, where := range [...]string{limitedRequest: "request", limitedTurn: "turn"} {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{

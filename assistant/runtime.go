@@ -120,6 +120,10 @@ type Options struct {
 	// TokenLimits bound the model tokens one person may use in a day.
 	// Default: none.
 	TokenLimits TokenLimits
+	// PurgeDeletedAfter is how long a deleted conversation keeps its
+	// content (its messages, tool calls and results, approvals) before the
+	// sweep erases it; its audit records stay. Default 0: kept for good.
+	PurgeDeletedAfter time.Duration
 	// SystemPrompt opens every model session. Default:
 	// DefaultSystemPrompt.
 	SystemPrompt string
@@ -177,6 +181,9 @@ type Runtime struct {
 	// tokenLimited counts the model requests refused by a daily token
 	// limit, by where (limitedRequest, limitedTurn).
 	tokenLimited [2]atomic.Int64
+	// purged counts the deleted runs this process erased; lastPurge is
+	// when it last looked for them (UnixNano; 0: never).
+	purged, lastPurge atomic.Int64
 	// models counts the model requests; turnModel and compactModel are
 	// Options.Model counted as a turn's and a compaction's.
 	models                  *modelMetrics
@@ -263,7 +270,7 @@ func New(opts *Options) (*Runtime, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"SweepInterval", o.SweepInterval}, {"HoldIdle", o.HoldIdle}, {"IdleAfter", o.IdleAfter}, {"RetryBackoff", o.RetryBackoff}} {
+	}{{"SweepInterval", o.SweepInterval}, {"HoldIdle", o.HoldIdle}, {"IdleAfter", o.IdleAfter}, {"RetryBackoff", o.RetryBackoff}, {"PurgeDeletedAfter", o.PurgeDeletedAfter}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("option %s is %s, want 0 (the default) or more", d.name, d.v))
 		}
@@ -560,6 +567,7 @@ func (rt *Runtime) sweep(ctx context.Context) {
 		}
 	}
 	rt.sweepAttachments(ctx)
+	rt.purgeDeleted(ctx)
 	rt.holder.reap(ctx, func(runID string) bool {
 		r, err := rt.st.GetRun(ctx, runID)
 		return err == nil && r.Status == store.RunAwaitingApproval

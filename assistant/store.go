@@ -77,6 +77,8 @@ type Store interface {
 	holdStore
 	// The files attached to messages.
 	attachmentStore
+	// The deleted runs' erasure.
+	purgeStore
 }
 
 // runLog is what the live-update bus reads from the store: a run and its

@@ -371,10 +371,19 @@ type Store interface {
 	CloseRun(ctx context.Context, runID string, to RunStatus, turnEnd TurnEndFunc, w Withdrawal) (Run, error)
 	// DeleteRun marks the run deleted (cancelling it first when it is not
 	// terminal, as CloseRun does) and withdraws its open approvals (w).
-	// Its events stay, for the audit trail, but listings and GetRun's
-	// callers no longer show it; its attachments are deleted with it.
-	// ErrNotFound when it does not exist or is already deleted.
+	// Its events stay until PurgeDeletedRuns erases them, but listings
+	// and GetRun's callers no longer show it; its attachments are deleted
+	// with it. ErrNotFound when it does not exist or is already deleted.
 	DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc, w Withdrawal) error
+	// PurgeDeletedRuns erases up to limit (1 to MaxPurgeBatch) runs
+	// deleted before deletedBefore, the oldest deletion first, with all
+	// they hold — events, message keys, branches, snapshots, steps,
+	// approvals, the executions of their tool calls — in one transaction
+	// with the audit record audit builds of each erasure (none when audit
+	// is nil), and returns them as they were. Runs that continue one keep
+	// their own history and name no parent afterwards. The audit log's
+	// records are kept. Concurrent purges erase different runs.
+	PurgeDeletedRuns(ctx context.Context, deletedBefore time.Time, limit int, audit PurgeAudit) ([]Run, error)
 	// ParkIdleRuns moves InProgress runs with no lease, no queued work, no
 	// open turn, no user message after HandledSeq and no activity since
 	// quietSince to Idle, and returns them.

@@ -39,6 +39,9 @@ const (
 	// KindOutcomeUnknown: a tool call started but its end was never
 	// recorded; it may or may not have acted.
 	KindOutcomeUnknown Kind = "outcome_unknown"
+	// KindRunErased: a deleted conversation was erased, its content
+	// gone (assistant.purge_deleted_after); Principal is its owner.
+	KindRunErased Kind = "run_erased"
 
 	// The authorization server's (broker/oauth). None records a secret,
 	// code or token: a token's jti, or nothing.

@@ -294,6 +294,12 @@ type Assistant struct {
 	// people in these groups or app roles: the largest of a person's,
 	// 0 for none. In the environment: group=tokens,group=tokens.
 	DailyTokensByGroup map[string]int64 `yaml:"daily_tokens_by_group"`
+	// PurgeDeletedAfter is how long a deleted conversation keeps its
+	// content before it is erased: its messages, tool calls and their
+	// results, approvals and summaries (its attachments go when it is
+	// deleted; its audit records stay). Default 0: kept for good; else
+	// 1h or more.
+	PurgeDeletedAfter Duration `yaml:"purge_deleted_after"`
 	// SystemPrompt opens every model session. Default: Usher's own.
 	SystemPrompt string `yaml:"system_prompt"`
 }
@@ -741,6 +747,9 @@ func (a Assistant) validate(bad reporter) {
 		if n := a.DailyTokensByGroup[g]; strings.TrimSpace(g) == "" || n < 0 {
 			bad("assistant.daily_tokens_by_group", "must map groups to 0 (no limit) or more tokens, got %q: %d", g, n)
 		}
+	}
+	if p := a.PurgeDeletedAfter.Std(); p < 0 || (p > 0 && p < time.Hour) {
+		bad("assistant.purge_deleted_after", "must be 0 (keep deleted conversations) or 1h or more, got %s", p)
 	}
 	if a.Lease != 0 && (a.Lease.Std() < 3*time.Second || a.Lease.Std() > time.Hour) {
 		bad("assistant.lease", "must be between 3s and 1h, got %s", a.Lease.Std())

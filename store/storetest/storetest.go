@@ -76,6 +76,7 @@ func Run(t *testing.T, e Engine) {
 		{"RunContext", testRunContext},
 		{"Snapshots", testSnapshots},
 		{"ContinueRun", testContinueRun},
+		{"PurgeDeletedRuns", testPurgeDeletedRuns},
 		{"StopTurn", testStopTurn},
 		{"StopWithdrawsApprovals", testStopWithdrawsApprovals},
 		{"CloseWithdrawsApprovals", testCloseWithdrawsApprovals},

@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// MaxPurgeBatch bounds the runs one PurgeDeletedRuns erases.
+const MaxPurgeBatch = 1000
+
+var (
+	// deletedRunsBefore are the runs deleted before $1, the oldest
+	// deletion first, at most $2 of them; each one's row is locked (a
+	// concurrent purge skips it).
+	deletedRunsBefore = sql1(`
+SELECT ` + runColumns + ` FROM runs WHERE deleted_at IS NOT NULL AND deleted_at < $1
+ORDER BY deleted_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`)
+
+	// purgeRunExecutions erases the results of the tool calls the run
+	// made: nothing calls under its keys any more.
+	purgeRunExecutions = sql1(`DELETE FROM tool_executions WHERE run_id = $1`)
+
+	// purgeRunsSearch erases the words of the runs $1 (a JSON array of
+	// their ids) from SQLite's search table, which no foreign key ties to
+	// their events (PostgreSQL searches the events themselves): one pass
+	// over the table, whose run_id it cannot index, for the whole batch.
+	purgeRunsSearch = perEngine(``, `DELETE FROM run_search WHERE run_id IN (SELECT value FROM json_each($1))`)
+
+	// purgeRun erases the run, and with it (ON DELETE CASCADE) its
+	// events, message keys, branches, context snapshots, steps, held
+	// session, pins and approvals; runs that continue it keep their own
+	// history and name no parent any more (ON DELETE SET NULL).
+	purgeRun = sql1(`DELETE FROM runs WHERE id = $1 AND deleted_at IS NOT NULL`)
+)
+
+// PurgeAudit returns the builder of the audit record of a run's erasure,
+// which PurgeDeletedRuns appends in the erasure's transaction.
+type PurgeAudit func(Run) (func(AuditHead) (AuditRecord, error), error)
+
+// PurgeDeletedRuns erases the runs deleted before deletedBefore, at most
+// limit (1 to MaxPurgeBatch) of them, the oldest deletion first, in one
+// transaction with the audit record audit builds for each (none when
+// audit, or what it returns, is nil), and returns them as they were. A deleted run keeps its
+// content until then (its events, the results of its tool calls, its
+// approvals); afterwards nothing of it is left but the audit log's
+// records, which name it. Its attachments went when it was deleted.
+// ErrInvalid when limit is out of range.
+func (c *core) PurgeDeletedRuns(ctx context.Context, deletedBefore time.Time, limit int, audit PurgeAudit) ([]Run, error) {
+	if limit < 1 || limit > MaxPurgeBatch {
+		return nil, c.fail(invalid(errors.New("purge: limit must be 1 to 1000")))
+	}
+	var runs []Run
+	err := c.inTx(ctx, func(tx executor) error {
+		var err error
+		if runs, err = queryAll(ctx, tx, deletedRunsBefore, scanRun, storedTime(deletedBefore), limit); err != nil || len(runs) == 0 {
+			return err
+		}
+		ids := make([]string, len(runs))
+		for i, r := range runs {
+			ids[i] = r.ID
+			for _, s := range []stmt{purgeRunExecutions, purgeRun} {
+				if _, err := tx.exec(ctx, s, r.ID); err != nil {
+					return err
+				}
+			}
+		}
+		list, err := json.Marshal(ids)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.exec(ctx, purgeRunsSearch, string(list)); err != nil {
+			return err
+		}
+		if audit == nil {
+			return nil
+		}
+		// After the deletions, which take row locks: the audit lock last
+		// (see appendAuditTx).
+		for _, r := range runs {
+			build, err := audit(r)
+			if err != nil {
+				return err
+			}
+			if build == nil {
+				continue
+			}
+			if _, err := appendAuditTx(ctx, tx, build); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	return runs, nil
+}
