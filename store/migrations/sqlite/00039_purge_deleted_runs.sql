@@ -2,8 +2,7 @@
 -- finds the runs deleted before a time, and the results of their tool
 -- calls. The first index holds the deleted runs only, the second the
 -- calls a conversation made: an MCP client's call adds nothing to it.
--- Both are built in the migration's transaction, which holds off writes to
--- the two tables meanwhile (see 00014 for why not concurrently).
+-- Both are built in the migration's transaction.
 
 -- +goose Up
 CREATE INDEX runs_deleted_idx ON runs (deleted_at) WHERE deleted_at IS NOT NULL;
