@@ -7,8 +7,10 @@ import "github.com/prometheus/client_golang/prometheus"
 // (usher_assistant_compactions_total), the open live-update streams
 // (usher_live_subscribers) and the turns queued again after a failure
 // (usher_assistant_turns_retried_total), the requests refused by a daily
-// token limit (usher_assistant_token_limit_refusals_total), the deleted
-// conversations erased (usher_assistant_runs_purged_total), and the model requests
+// token limit (usher_assistant_token_limit_refusals_total), the inactive
+// conversations deleted and the deleted ones erased
+// (usher_assistant_runs_expired_total, usher_assistant_runs_purged_total),
+// and the model requests
 // (usher_model_*, see modelMetrics), each of this process.
 // Options.Registerer registers them.
 func (rt *Runtime) Collectors() []prometheus.Collector {
@@ -25,6 +27,10 @@ func (rt *Runtime) Collectors() []prometheus.Collector {
 			Name: "usher_assistant_turns_retried_total",
 			Help: "Slices of a turn's work that failed on this process (the database, the MCP server, the model, a panic) and were queued for a retry after a backoff.",
 		}, func() float64 { return float64(rt.retried.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "usher_assistant_runs_expired_total",
+			Help: "Conversations this process deleted after assistant.delete_inactive_after without activity.",
+		}, func() float64 { return float64(rt.expired.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "usher_assistant_runs_purged_total",
 			Help: "Deleted conversations this process erased, past assistant.purge_deleted_after.",

@@ -120,6 +120,10 @@ type Options struct {
 	// TokenLimits bound the model tokens one person may use in a day.
 	// Default: none.
 	TokenLimits TokenLimits
+	// DeleteInactiveAfter is how long a conversation may go without
+	// activity (Idle or closed) before the sweep deletes it, as its owner
+	// could. Default 0: never.
+	DeleteInactiveAfter time.Duration
 	// PurgeDeletedAfter is how long a deleted conversation keeps its
 	// content (its messages, tool calls and results, approvals) before the
 	// sweep erases it; its audit records stay. Default 0: kept for good.
@@ -181,9 +185,10 @@ type Runtime struct {
 	// tokenLimited counts the model requests refused by a daily token
 	// limit, by where (limitedRequest, limitedTurn).
 	tokenLimited [2]atomic.Int64
-	// purged counts the deleted runs this process erased; lastPurge is
-	// when it last looked for them (UnixNano; 0: never).
-	purged, lastPurge atomic.Int64
+	// expired and purged count the inactive runs this process deleted and
+	// the deleted runs it erased; lastRetain is when it last looked for
+	// them (UnixNano; 0: never).
+	expired, purged, lastRetain atomic.Int64
 	// models counts the model requests; turnModel and compactModel are
 	// Options.Model counted as a turn's and a compaction's.
 	models                  *modelMetrics
@@ -270,7 +275,7 @@ func New(opts *Options) (*Runtime, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"SweepInterval", o.SweepInterval}, {"HoldIdle", o.HoldIdle}, {"IdleAfter", o.IdleAfter}, {"RetryBackoff", o.RetryBackoff}, {"PurgeDeletedAfter", o.PurgeDeletedAfter}} {
+	}{{"SweepInterval", o.SweepInterval}, {"HoldIdle", o.HoldIdle}, {"IdleAfter", o.IdleAfter}, {"RetryBackoff", o.RetryBackoff}, {"DeleteInactiveAfter", o.DeleteInactiveAfter}, {"PurgeDeletedAfter", o.PurgeDeletedAfter}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("option %s is %s, want 0 (the default) or more", d.name, d.v))
 		}
@@ -567,7 +572,7 @@ func (rt *Runtime) sweep(ctx context.Context) {
 		}
 	}
 	rt.sweepAttachments(ctx)
-	rt.purgeDeleted(ctx)
+	rt.retain(ctx)
 	rt.holder.reap(ctx, func(runID string) bool {
 		r, err := rt.st.GetRun(ctx, runID)
 		return err == nil && r.Status == store.RunAwaitingApproval

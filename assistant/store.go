@@ -77,8 +77,8 @@ type Store interface {
 	holdStore
 	// The files attached to messages.
 	attachmentStore
-	// The deleted runs' erasure.
-	purgeStore
+	// Retention: inactive runs deleted, deleted runs erased.
+	retentionStore
 }
 
 // runLog is what the live-update bus reads from the store: a run and its

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"time"
@@ -96,4 +97,72 @@ func (c *core) PurgeDeletedRuns(ctx context.Context, deletedBefore time.Time, li
 		return nil, c.fail(err)
 	}
 	return runs, nil
+}
+
+// inactiveRuns are the runs not deleted, with no turn under way or
+// waiting (Idle, or closed), and no activity since $1, the oldest
+// activity first, at most $2 of them. No index serves it: a sweep reads
+// the runs' table at most every few minutes.
+var inactiveRuns = sql1(`
+SELECT id FROM runs
+WHERE deleted_at IS NULL AND status NOT IN ('InProgress', 'AwaitingApproval') AND last_activity_at < $1
+ORDER BY last_activity_at, id LIMIT $2`)
+
+// InactiveRuns returns the ids of up to limit (1 to MaxPurgeBatch) runs
+// that DeleteInactiveRun would delete for before, the oldest activity
+// first.
+func (c *core) InactiveRuns(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	if limit < 1 || limit > MaxPurgeBatch {
+		return nil, c.fail(invalid(errors.New("inactive runs: limit must be 1 to 1000")))
+	}
+	ids, err := queryAll(ctx, c.reader(), inactiveRuns, func(r rowScanner) (string, error) {
+		var id string
+		return id, r.Scan(&id)
+	}, storedTime(before), limit)
+	return ids, c.fail(err)
+}
+
+// DeleteInactiveRun deletes the run as DeleteRun does (w withdraws its
+// open approvals), if it is still not deleted, with no turn under way or
+// waiting, and no activity since before, and then appends the audit
+// record audit builds of it (none when audit, or what it returns, is
+// nil), in one transaction. It returns the run as it was and whether it
+// deleted it: false, and nothing written, when the run no longer
+// qualifies (a message came meanwhile) or is gone.
+func (c *core) DeleteInactiveRun(ctx context.Context, runID string, before time.Time, w Withdrawal, audit PurgeAudit) (Run, bool, error) {
+	if err := invalid(checkText("the reason of the withdrawal", w.Reason)); err != nil {
+		return Run{}, false, c.fail(err)
+	}
+	var r Run
+	var deleted bool
+	err := c.inTx(ctx, func(tx executor) error {
+		var err error
+		deleted = false
+		r, err = scanRun(tx.row(ctx, lockRun, runID))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil
+		case err != nil:
+			return err
+		case !r.DeletedAt.IsZero() || r.Status == RunInProgress || r.Status == RunAwaitingApproval || !r.LastActivityAt.Before(storedTime(before)):
+			return nil
+		}
+		if err := c.deleteLocked(ctx, tx, r, nil, w); err != nil {
+			return err
+		}
+		deleted = true
+		if audit == nil {
+			return nil
+		}
+		build, err := audit(r)
+		if err != nil || build == nil {
+			return err
+		}
+		_, err = appendAuditTx(ctx, tx, build)
+		return err
+	})
+	if err != nil {
+		return Run{}, false, c.fail(err)
+	}
+	return r, deleted, nil
 }

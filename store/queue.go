@@ -838,27 +838,32 @@ func (c *core) DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc,
 		case !r.DeletedAt.IsZero():
 			return ErrNotFound
 		}
-		// Its attachments go with it, in the same transaction.
-		if err := deleteRunAttachments(ctx, tx, runID); err != nil {
+		return c.deleteLocked(ctx, tx, r, turnEnd, w)
+	}))
+}
+
+// deleteLocked deletes the run r, not deleted, whose row lock tx holds,
+// as DeleteRun describes.
+func (c *core) deleteLocked(ctx context.Context, tx executor, r Run, turnEnd TurnEndFunc, w Withdrawal) error {
+	// Its attachments go with it, in the same transaction.
+	if err := deleteRunAttachments(ctx, tx, r.ID); err != nil {
+		return err
+	}
+	if r.Status.Terminal() {
+		now := storedTime(c.now())
+		if _, err := tx.exec(ctx, deleteClosedRun, r.ID, now); err != nil {
 			return err
 		}
-		switch {
-		case r.Status.Terminal():
-			now := storedTime(c.now())
-			if _, err := tx.exec(ctx, deleteClosedRun, runID, now); err != nil {
-				return err
-			}
-			// A run closed before closing withdrew its approvals may
-			// still have open ones.
-			if err := withdrawApprovals(ctx, tx, r, w, now); err != nil {
-				return err
-			}
-			tx.notifyRuns(r)
-			return nil
+		// A run closed before closing withdrew its approvals may still
+		// have open ones.
+		if err := withdrawApprovals(ctx, tx, r, w, now); err != nil {
+			return err
 		}
-		_, err = c.endRun(ctx, tx, r, RunCancelled, true, turnEnd, w)
-		return err
-	}))
+		tx.notifyRuns(r)
+		return nil
+	}
+	_, err := c.endRun(ctx, tx, r, RunCancelled, true, turnEnd, w)
+	return err
 }
 
 func (c *core) ParkIdleRuns(ctx context.Context, quietSince time.Time) ([]Run, error) {

@@ -384,6 +384,14 @@ type Store interface {
 	// their own history and name no parent afterwards. The audit log's
 	// records are kept. Concurrent purges erase different runs.
 	PurgeDeletedRuns(ctx context.Context, deletedBefore time.Time, limit int, audit PurgeAudit) ([]Run, error)
+	// InactiveRuns returns the ids of up to limit (1 to MaxPurgeBatch)
+	// runs not deleted, Idle or closed, whose last activity was before
+	// before, the oldest first.
+	InactiveRuns(ctx context.Context, before time.Time, limit int) ([]string, error)
+	// DeleteInactiveRun deletes the run as DeleteRun does, with audit's
+	// record of it, in one transaction, if it is still such a run; false
+	// and nothing written when it is not, or is gone.
+	DeleteInactiveRun(ctx context.Context, runID string, before time.Time, w Withdrawal, audit PurgeAudit) (Run, bool, error)
 	// ParkIdleRuns moves InProgress runs with no lease, no queued work, no
 	// open turn, no user message after HandledSeq and no activity since
 	// quietSince to Idle, and returns them.

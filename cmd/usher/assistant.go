@@ -51,6 +51,7 @@ func (in *installation) buildAssistant(publicURL string, mint *broker.Broker, re
 		SweepInterval:        a.SweepInterval.Std(),
 		HoldIdle:             a.HoldIdle.Std(),
 		IdleAfter:            a.IdleAfter.Std(),
+		DeleteInactiveAfter:  a.DeleteInactiveAfter.Std(),
 		PurgeDeletedAfter:    a.PurgeDeletedAfter.Std(),
 		MaxMessageBytes:      a.MaxMessageBytes,
 		SystemPrompt:         a.SystemPrompt,

@@ -39,6 +39,10 @@ const (
 	// KindOutcomeUnknown: a tool call started but its end was never
 	// recorded; it may or may not have acted.
 	KindOutcomeUnknown Kind = "outcome_unknown"
+	// KindRunExpired: a conversation without activity for
+	// assistant.delete_inactive_after was deleted; Principal is its
+	// owner.
+	KindRunExpired Kind = "run_expired"
 	// KindRunErased: a deleted conversation was erased, its content
 	// gone (assistant.purge_deleted_after); Principal is its owner.
 	KindRunErased Kind = "run_erased"

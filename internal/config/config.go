@@ -294,6 +294,11 @@ type Assistant struct {
 	// people in these groups or app roles: the largest of a person's,
 	// 0 for none. In the environment: group=tokens,group=tokens.
 	DailyTokensByGroup map[string]int64 `yaml:"daily_tokens_by_group"`
+	// DeleteInactiveAfter is how long a conversation may go without
+	// activity — Idle, or closed — before it is deleted, as its owner
+	// could delete it (its open approvals withdrawn). Default 0: never;
+	// else 24h or more.
+	DeleteInactiveAfter Duration `yaml:"delete_inactive_after"`
 	// PurgeDeletedAfter is how long a deleted conversation keeps its
 	// content before it is erased: its messages, tool calls and their
 	// results, approvals and summaries (its attachments go when it is
@@ -747,6 +752,9 @@ func (a Assistant) validate(bad reporter) {
 		if n := a.DailyTokensByGroup[g]; strings.TrimSpace(g) == "" || n < 0 {
 			bad("assistant.daily_tokens_by_group", "must map groups to 0 (no limit) or more tokens, got %q: %d", g, n)
 		}
+	}
+	if d := a.DeleteInactiveAfter.Std(); d < 0 || (d > 0 && d < 24*time.Hour) {
+		bad("assistant.delete_inactive_after", "must be 0 (keep conversations) or 24h or more, got %s", d)
 	}
 	if p := a.PurgeDeletedAfter.Std(); p < 0 || (p > 0 && p < time.Hour) {
 		bad("assistant.purge_deleted_after", "must be 0 (keep deleted conversations) or 1h or more, got %s", p)

@@ -98,7 +98,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		"assistant.sweep_interval": "5s", "assistant.hold_idle": "1m", "assistant.idle_after": "10m",
 		"assistant.max_message_bytes": "1000", "assistant.system_prompt": "Be brief.",
 		"assistant.attachments_max_bytes": "2048", "assistant.attachments_quota_bytes": "4096", "model.images": "true",
-		"assistant.daily_tokens": "500000", "assistant.daily_tokens_by_group": "research = 2000000, ops=0", "assistant.purge_deleted_after": "720h",
+		"assistant.daily_tokens": "500000", "assistant.daily_tokens_by_group": "research = 2000000, ops=0", "assistant.purge_deleted_after": "720h", "assistant.delete_inactive_after": "2160h",
 		"model.provider": "openai", "model.base_url": "http://127.0.0.1:1/v1", "model.api_key": "k",
 		"model.name": "m", "model.models": "m, n", "model.timeout": "30s", "model.context_tokens": "128000",
 		"events.transport": "long-poll", "events.heartbeat": "5s", "events.max_streams_per_user": "4",
@@ -139,7 +139,7 @@ func TestEveryKeyHasAWorkingEnvironmentOverride(t *testing.T) {
 		strings.Join(c.Admin.Groups, "|") != "operators" || c.Admin.HeartbeatInterval.Std() != 2*time.Second ||
 		c.Server.MetricsAddr != "0.0.0.0:9090" || c.MCP.UpstreamCheckInterval.Std() != 10*time.Second ||
 		c.Assistant.AttachmentsMaxBytes != 2048 || c.Assistant.AttachmentsQuotaBytes != 4096 || !c.Model.Images ||
-		c.Assistant.DailyTokens != 500000 || c.Assistant.PurgeDeletedAfter.Std() != 720*time.Hour || !maps.Equal(c.Assistant.DailyTokensByGroup, map[string]int64{"research": 2000000, "ops": 0}) {
+		c.Assistant.DailyTokens != 500000 || c.Assistant.PurgeDeletedAfter.Std() != 720*time.Hour || c.Assistant.DeleteInactiveAfter.Std() != 2160*time.Hour || !maps.Equal(c.Assistant.DailyTokensByGroup, map[string]int64{"research": 2000000, "ops": 0}) {
 		t.Errorf("overrides not applied: %+v", c)
 	}
 }
@@ -620,6 +620,20 @@ func TestAttachmentLimits(t *testing.T) {
 // The daily token limits: none by default; a negative limit, a group
 // without a name or a pair that is not one is refused by its key; the
 // file's map is read as written.
+func TestDeleteInactiveAfter(t *testing.T) {
+	for _, v := range []string{"-24h", "23h", "1m"} {
+		if _, err := Load("", env(map[string]string{"USHER_ASSISTANT_DELETE_INACTIVE_AFTER": v}), Overrides{}); err == nil || !strings.Contains(err.Error(), "assistant.delete_inactive_after: must be 0") {
+			t.Errorf("delete_inactive_after %s: %v, want refused", v, err)
+		}
+	}
+	for v, want := range map[string]time.Duration{"": 0, "24h": 24 * time.Hour, "2160h": 90 * 24 * time.Hour} {
+		c, err := Load("", env(map[string]string{"USHER_ASSISTANT_DELETE_INACTIVE_AFTER": v}), Overrides{})
+		if err != nil || c.Assistant.DeleteInactiveAfter.Std() != want {
+			t.Errorf("delete_inactive_after %q: %v, %v; want %s", v, c.Assistant.DeleteInactiveAfter.Std(), err, want)
+		}
+	}
+}
+
 func TestPurgeDeletedAfter(t *testing.T) {
 	for _, v := range []string{"-1h", "30m", "1s"} {
 		if _, err := Load("", env(map[string]string{"USHER_ASSISTANT_PURGE_DELETED_AFTER": v}), Overrides{}); err == nil || !strings.Contains(err.Error(), "assistant.purge_deleted_after: must be 0") {

@@ -122,3 +122,89 @@ func testPurgeDeletedRuns(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testDeleteInactiveRuns: the runs with no activity since a time, Idle or
+// closed, are found oldest first and deleted one by one, with their open
+// approvals withdrawn and an audit record each; a run with a turn under
+// way, one with activity since, and one deleted already are not.
+func testDeleteInactiveRuns(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	start := time.Now().Add(-time.Minute)
+	f := newApprovalFixture(t, s) // run-1 and run-2, InProgress
+	mustCreateRun(t, s, store.Run{ID: "run-done", Owner: "alice", Status: store.RunCompleted})
+	b := testBinding()
+	b.RunID = "run-done"
+	f.create(f.approval("apr-d", b))
+	mustOpenRun(t, s, "run-idle", nil)
+	if _, err := s.ParkRun(ctx, "run-idle"); err != nil {
+		t.Fatal(err)
+	}
+	mustOpenRun(t, s, "run-gone", nil)
+	if err := s.DeleteRun(ctx, "run-gone", nil, store.Withdrawal{}); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour)
+
+	if ids, err := s.InactiveRuns(ctx, start, 10); err != nil || len(ids) != 0 {
+		t.Errorf("InactiveRuns before any activity = %v, %v; want none", ids, err)
+	}
+	ids, err := s.InactiveRuns(ctx, later, 10)
+	if err != nil || len(ids) != 2 || ids[0] != "run-done" || ids[1] != "run-idle" {
+		t.Fatalf("InactiveRuns = %v, %v; want run-done and run-idle, the oldest activity first", ids, err)
+	}
+	if ids, err := s.InactiveRuns(ctx, later, 1); err != nil || len(ids) != 1 || ids[0] != "run-done" {
+		t.Errorf("InactiveRuns(limit 1) = %v, %v", ids, err)
+	}
+
+	w := store.Withdrawal{Reason: "This session was deleted after a year without activity."}
+	for _, id := range []string{"run-1", "run-gone", "missing"} {
+		if _, deleted, err := s.DeleteInactiveRun(ctx, id, later, w, erasedRecord); err != nil || deleted {
+			t.Errorf("DeleteInactiveRun(%s) = %v, %v; want nothing deleted", id, deleted, err)
+		}
+	}
+	if _, deleted, err := s.DeleteInactiveRun(ctx, "run-idle", start, w, erasedRecord); err != nil || deleted {
+		t.Errorf("DeleteInactiveRun of a run active since = %v, %v; want nothing deleted", deleted, err)
+	}
+	records := func() []store.AuditRecord {
+		recs, err := s.AuditRecords(ctx, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs
+	}
+	before := len(records())
+	for _, id := range []string{"run-done", "run-idle"} {
+		r, deleted, err := s.DeleteInactiveRun(ctx, id, later, w, erasedRecord)
+		if err != nil || !deleted || r.ID != id {
+			t.Fatalf("DeleteInactiveRun(%s) = %+v, %v, %v; want it deleted", id, r, deleted, err)
+		}
+		if got, err := s.GetRun(ctx, id); err != nil || got.DeletedAt.IsZero() {
+			t.Errorf("GetRun(%s) after = %+v, %v; want it deleted", id, got, err)
+		}
+	}
+	if st := f.status("apr-d"); st != store.ApprovalWithdrawn {
+		t.Errorf("the deleted run's open approval is %s, want withdrawn", st)
+	}
+	if recs := records(); len(recs) != before+2 || recs[len(recs)-1].RunID != "run-idle" || recs[len(recs)-2].RunID != "run-done" {
+		t.Errorf("audit records after the deletions: %d (was %d); want one for each", len(recs), before)
+	}
+	if ids, err := s.InactiveRuns(ctx, later, 10); err != nil || len(ids) != 0 {
+		t.Errorf("InactiveRuns after = %v, %v; want none", ids, err)
+	}
+	// A failing audit builder deletes nothing.
+	mustCreateRun(t, s, store.Run{ID: "run-old", Owner: "alice", Status: store.RunCompleted})
+	errAudit := errors.New("no record")
+	if _, _, err := s.DeleteInactiveRun(ctx, "run-old", later, w, func(store.Run) (func(store.AuditHead) (store.AuditRecord, error), error) {
+		return nil, errAudit
+	}); !errors.Is(err, errAudit) {
+		t.Errorf("DeleteInactiveRun with a failing audit builder = %v, want its error", err)
+	}
+	if r, err := s.GetRun(ctx, "run-old"); err != nil || !r.DeletedAt.IsZero() {
+		t.Errorf("run-old after a deletion whose record failed = %+v, %v; want it kept", r, err)
+	}
+	for _, limit := range []int{0, store.MaxPurgeBatch + 1} {
+		if _, err := s.InactiveRuns(ctx, later, limit); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("InactiveRuns(limit %d) = %v, want ErrInvalid", limit, err)
+		}
+	}
+}

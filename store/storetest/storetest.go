@@ -77,6 +77,7 @@ func Run(t *testing.T, e Engine) {
 		{"Snapshots", testSnapshots},
 		{"ContinueRun", testContinueRun},
 		{"PurgeDeletedRuns", testPurgeDeletedRuns},
+		{"DeleteInactiveRuns", testDeleteInactiveRuns},
 		{"StopTurn", testStopTurn},
 		{"StopWithdrawsApprovals", testStopWithdrawsApprovals},
 		{"CloseWithdrawsApprovals", testCloseWithdrawsApprovals},
