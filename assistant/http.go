@@ -269,6 +269,11 @@ type RunLimits struct {
 	// (assistant.attachments_max_bytes): the page refuses a larger one
 	// before uploading it.
 	MaxAttachmentBytes int64 `json:"maxAttachmentBytes"`
+	// DeleteInactiveAfter and PurgeDeletedAfter, in seconds, are the
+	// retention of runs (assistant.delete_inactive_after,
+	// assistant.purge_deleted_after); absent: never.
+	DeleteInactiveAfter int64 `json:"deleteInactiveAfterSeconds,omitempty"`
+	PurgeDeletedAfter   int64 `json:"purgeDeletedAfterSeconds,omitempty"`
 }
 
 // SnapshotView is a run's context snapshot as the API shows it.
@@ -474,7 +479,10 @@ func (rt *Runtime) handleList(w http.ResponseWriter, r *http.Request) {
 			active++
 		}
 	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{"runs": views, "limits": RunLimits{ActiveRuns: active, MaxActiveRuns: rt.o.MaxActiveRuns, MaxAttachmentBytes: rt.o.AttachmentMaxBytes}})
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"runs": views, "limits": RunLimits{
+		ActiveRuns: active, MaxActiveRuns: rt.o.MaxActiveRuns, MaxAttachmentBytes: rt.o.AttachmentMaxBytes,
+		DeleteInactiveAfter: int64(rt.o.DeleteInactiveAfter / time.Second), PurgeDeletedAfter: int64(rt.o.PurgeDeletedAfter / time.Second),
+	}})
 }
 
 func (rt *Runtime) handleGet(w http.ResponseWriter, r *http.Request) {

@@ -99,7 +99,7 @@ func (tb *tab) press(key string) {
 // Sign out everywhere asks first.
 func TestBrowserSidebarMenus(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, nil)
+	s := startServer(t, map[string]string{"USHER_ASSISTANT_DELETE_INACTIVE_AFTER": "2160h", "USHER_ASSISTANT_PURGE_DELETED_AFTER": "720h"})
 	frank := userToken(t, s, "frank")
 	var ids []string
 	for _, title := range []string{"Older one", "Newer one"} {
@@ -175,10 +175,14 @@ func TestBrowserSidebarMenus(t *testing.T) {
 	button(input.DispatchMouseEventTypeMouseReleased)
 	tb.waitUntil("the older session open", `location.pathname === "/runs/`+older+`" && document.querySelector(".conversation-actions .more-actions > summary")`)
 
-	// Delete, after the confirmation.
+	// Delete, after the confirmation, which says when the messages are
+	// erased (assistant.purge_deleted_after).
 	tb.click(menuOf(newer))
 	tb.click(menuOf(newer) + ` + [role=menu] .menu-delete`)
 	tb.waitUntil("the confirmation", `document.querySelector("dialog.dialog[open] button[value=ok]")`)
+	if text := tb.text("dialog.dialog[open]"); !strings.Contains(text, "Its messages are erased 30 days later") {
+		t.Errorf("the confirmation says %q, want when the messages are erased", text)
+	}
 	tb.click(`dialog.dialog[open] button[value=ok]`)
 	tb.waitUntil("the session gone from the list", `!document.querySelector(".session-list a[href='/runs/`+newer+`']")`)
 	if code, _ := apitest.Call(t, "GET", s.url+"/api/assistant/runs/"+newer, frank, ""); code != 404 {
@@ -191,6 +195,15 @@ func TestBrowserSidebarMenus(t *testing.T) {
 	tb.waitUntil("More open", `document.querySelector(".conversation-actions .more-actions").open`)
 	tb.click(`.messages`)
 	tb.waitUntil("More closed by a click outside", `!document.querySelector(".conversation-actions .more-actions").open`)
+
+	// Settings say how long sessions are kept.
+	tb.click(`.sidebar .open-settings`)
+	tb.waitUntil("the settings dialog", `document.querySelector("dialog.settings-dialog[open]")`)
+	if text := tb.text("dialog.settings-dialog .settings-retention"); text != "A session without activity for 90 days is deleted. A deleted session's messages are erased 30 days after its deletion." {
+		t.Errorf("Settings say %q about keeping sessions", text)
+	}
+	tb.click(`dialog.settings-dialog .actions .button:not([type=submit])`)
+	tb.waitUntil("the dialog closed", `!document.querySelector("dialog.settings-dialog")`)
 
 	// Sign out everywhere asks first: Cancel keeps the session.
 	tb.click(`.sidebar .sign-out-all`)

@@ -20,6 +20,7 @@ import { showShortcuts } from './shortcuts.js';
 import { exportRun } from './export.js';
 import { skeleton } from './skeleton.js';
 import { setMaxBytes as setAttachmentLimit } from './attachments.js';
+import { setRetention, afterDeletion } from './retention.js';
 
 const app = {
   me: null,
@@ -314,6 +315,7 @@ async function refreshRuns() {
     if (data.limits) {
       app.maxActive = data.limits.maxActiveRuns;
       setAttachmentLimit(data.limits.maxAttachmentBytes);
+      setRetention(data.limits);
     }
     saveSeen();
     renderSidebar();
@@ -457,7 +459,7 @@ function sessionMenu(run) {
       { label: 'Export as Markdown', class: 'menu-export', run: () => exportRun(run, 'md').catch((err) => announce(`The session could not be exported: ${err.message}`)) },
       { label: 'Delete', class: 'menu-delete', run: () => confirmDialog({
         title: 'Delete this session?',
-        body: `“${title}” and its messages leave your list for good.`,
+        body: `“${title}” and its messages leave your list for good. ${afterDeletion()}`,
         confirm: 'Delete',
         onConfirm: async () => {
           await request(path.run(run.runId), { method: 'DELETE' });

@@ -21,6 +21,7 @@ import { sends, sendHint } from './prefs.js';
 import { skeleton } from './skeleton.js';
 import { modalForm } from './dialog.js';
 import { usageNote, refreshUsage } from './usage.js';
+import { afterDeletion } from './retention.js';
 
 const PAGE = 50; // older messages loaded at a time
 const NEAR_BOTTOM = 96; // px: closer than this, new content keeps the view at the bottom
@@ -947,7 +948,7 @@ export class Conversation {
   confirmDelete() {
     confirmDialog({
       title: 'Delete this session?',
-      body: 'It disappears from your sessions and can no longer be opened. A turn still running is ended. (Its record stays in the audit trail.)',
+      body: `It disappears from your sessions and can no longer be opened. A turn still running is ended. ${afterDeletion()}`,
       confirm: 'Delete session',
       onConfirm: async () => {
         await request(path.run(this.runId), { method: 'DELETE' });

@@ -8,6 +8,7 @@ import { h, announce, uniqueId } from './dom.js';
 import { request } from './api.js';
 import { loadModels } from './models.js';
 import { readUsage, usageText } from './usage.js';
+import { retentionText } from './retention.js';
 import { modalForm } from './dialog.js';
 import { applyTheme, rememberTheme, setSendKey } from './prefs.js';
 
@@ -136,6 +137,7 @@ export async function openSettings() {
       radios('Theme', 'theme', [['system', 'As the device'], ['light', 'Light'], ['dark', 'Dark']], s.theme),
       radios('Send a message with', 'sendKey', [['enter', 'Enter (Shift+Enter: new line)'], ['ctrl-enter', 'Ctrl+Enter (Enter: new line)']], s.sendKey),
       usage ? h('p', { class: 'hint settings-usage' }, usageText(usage, true)) : null,
+      retentionText() ? h('p', { class: 'hint settings-retention' }, retentionText()) : null,
     ],
     onSubmit: async (form) => {
       const data = new FormData(form);
