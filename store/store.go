@@ -384,6 +384,10 @@ type Store interface {
 	// their own history and name no parent afterwards. The audit log's
 	// records are kept. Concurrent purges erase different runs.
 	PurgeDeletedRuns(ctx context.Context, deletedBefore time.Time, limit int, audit PurgeAudit) ([]Run, error)
+	// ErasePrincipal erases everything of the person principal but the
+	// audit log's records, with audit's record of it, in one transaction
+	// (see erase.go), and returns what it erased.
+	ErasePrincipal(ctx context.Context, principal string, audit ErasureAudit) (PrincipalErasure, error)
 	// InactiveRuns returns the ids of up to limit (1 to MaxPurgeBatch)
 	// runs not deleted, Idle or closed, whose last activity was before
 	// before, the oldest first.

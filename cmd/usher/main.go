@@ -41,6 +41,8 @@ Usage:
                                         what each person's model requests used, by model (default: 30 days)
   usher clients list                    list the OAuth clients of external MCP apps
   usher clients revoke CLIENT_ID        revoke a client, its refresh tokens and its consents
+  usher erase PRINCIPAL [--yes]         erase everything kept of a person but the audit log, audited;
+                                        without --yes, print what would be erased
   usher keys reseal                     seal the stored signing keys again with broker.key_encryption_key
                                         (after it replaced the keys in broker.previous_key_encryption_keys)
   usher backup FILE|DIRECTORY           copy the embedded SQLite database while it serves, and print
@@ -112,6 +114,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.usageCmd(ctx, args[1:])
 	case "keys":
 		return env.keysCmd(ctx, args[1:])
+	case "erase":
+		return env.eraseCmd(ctx, args[1:])
 	case "backup":
 		return env.backupCmd(ctx, args[1:])
 	case "restore":

@@ -46,6 +46,10 @@ const (
 	// KindRunErased: a deleted conversation was erased, its content
 	// gone (assistant.purge_deleted_after); Principal is its owner.
 	KindRunErased Kind = "run_erased"
+	// KindPrincipalErased: everything Usher kept of a person but the
+	// audit log was erased (usher erase); Principal is the person, the
+	// details count what was erased.
+	KindPrincipalErased Kind = "principal_erased"
 
 	// The authorization server's (broker/oauth). None records a secret,
 	// code or token: a token's jti, or nothing.

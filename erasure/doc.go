@@ -1,0 +1,16 @@
+// Package erasure owns erasing a person from Usher: everything it keeps
+// of them — their conversations, deleted or not, the approvals and
+// records of their tool calls, their notes, attachments, settings, pins
+// and model usage, their browser, OAuth and MCP sessions — in one
+// transaction with an audit record of it (principal_erased), for an
+// organisation that must honour a request to erase a person's data.
+//
+// The audit log itself is kept: it is the tamper-evident account of what
+// happened, and names people by their principal id, not by what they
+// wrote. Decisions a person took on other people's approvals stay with
+// those approvals. Erasing a person does not stop them signing in again:
+// disable them at the identity provider first.
+//
+// A dry run counts what an erasure would erase, in the same transaction,
+// rolled back.
+package erasure
