@@ -26,8 +26,8 @@ const (
 // store.Store does).
 type retentionStore interface {
 	InactiveRuns(ctx context.Context, before time.Time, limit int) ([]string, error)
-	DeleteInactiveRun(ctx context.Context, runID string, before time.Time, w store.Withdrawal, audit store.PurgeAudit) (store.Run, bool, error)
-	PurgeDeletedRuns(ctx context.Context, deletedBefore time.Time, limit int, audit store.PurgeAudit) ([]store.Run, error)
+	DeleteInactiveRun(ctx context.Context, runID string, before time.Time, w store.Withdrawal, audit store.RunAudit) (store.Run, bool, error)
+	PurgeDeletedRuns(ctx context.Context, deletedBefore time.Time, limit int, audit store.RunAudit) ([]store.Run, error)
 }
 
 // retain deletes the inactive conversations and erases the deleted ones,

@@ -36,19 +36,20 @@ ORDER BY deleted_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`)
 	purgeRun = sql1(`DELETE FROM runs WHERE id = $1 AND deleted_at IS NOT NULL`)
 )
 
-// PurgeAudit returns the builder of the audit record of a run's erasure,
-// which PurgeDeletedRuns appends in the erasure's transaction.
-type PurgeAudit func(Run) (func(AuditHead) (AuditRecord, error), error)
+// RunAudit returns the builder of the audit record of what is done to a
+// run (its erasure, its deletion for inactivity), which the store appends
+// in that write's transaction.
+type RunAudit func(Run) (func(AuditHead) (AuditRecord, error), error)
 
 // PurgeDeletedRuns erases the runs deleted before deletedBefore, at most
 // limit (1 to MaxPurgeBatch) of them, the oldest deletion first, in one
 // transaction with the audit record audit builds for each (none when
-// audit, or what it returns, is nil), and returns them as they were. A deleted run keeps its
-// content until then (its events, the results of its tool calls, its
-// approvals); afterwards nothing of it is left but the audit log's
-// records, which name it. Its attachments went when it was deleted.
-// ErrInvalid when limit is out of range.
-func (c *core) PurgeDeletedRuns(ctx context.Context, deletedBefore time.Time, limit int, audit PurgeAudit) ([]Run, error) {
+// audit, or what it returns, is nil), and returns them as they were. A
+// deleted run keeps its content until then (its events, the results of
+// its tool calls, its approvals); afterwards nothing of it is left but
+// the audit log's records, which name it. Its attachments went when it
+// was deleted. ErrInvalid when limit is out of range.
+func (c *core) PurgeDeletedRuns(ctx context.Context, deletedBefore time.Time, limit int, audit RunAudit) ([]Run, error) {
 	if limit < 1 || limit > MaxPurgeBatch {
 		return nil, c.fail(invalid(errors.New("purge: limit must be 1 to 1000")))
 	}
@@ -129,7 +130,7 @@ func (c *core) InactiveRuns(ctx context.Context, before time.Time, limit int) ([
 // nil), in one transaction. It returns the run as it was and whether it
 // deleted it: false, and nothing written, when the run no longer
 // qualifies (a message came meanwhile) or is gone.
-func (c *core) DeleteInactiveRun(ctx context.Context, runID string, before time.Time, w Withdrawal, audit PurgeAudit) (Run, bool, error) {
+func (c *core) DeleteInactiveRun(ctx context.Context, runID string, before time.Time, w Withdrawal, audit RunAudit) (Run, bool, error) {
 	if err := invalid(checkText("the reason of the withdrawal", w.Reason)); err != nil {
 		return Run{}, false, c.fail(err)
 	}

@@ -383,7 +383,7 @@ type Store interface {
 	// is nil), and returns them as they were. Runs that continue one keep
 	// their own history and name no parent afterwards. The audit log's
 	// records are kept. Concurrent purges erase different runs.
-	PurgeDeletedRuns(ctx context.Context, deletedBefore time.Time, limit int, audit PurgeAudit) ([]Run, error)
+	PurgeDeletedRuns(ctx context.Context, deletedBefore time.Time, limit int, audit RunAudit) ([]Run, error)
 	// ErasePrincipal erases everything of the person principal but the
 	// audit log's records, with audit's record of it, in one transaction
 	// (see erase.go), and returns what it erased.
@@ -395,7 +395,7 @@ type Store interface {
 	// DeleteInactiveRun deletes the run as DeleteRun does, with audit's
 	// record of it, in one transaction, if it is still such a run; false
 	// and nothing written when it is not, or is gone.
-	DeleteInactiveRun(ctx context.Context, runID string, before time.Time, w Withdrawal, audit PurgeAudit) (Run, bool, error)
+	DeleteInactiveRun(ctx context.Context, runID string, before time.Time, w Withdrawal, audit RunAudit) (Run, bool, error)
 	// ParkIdleRuns moves InProgress runs with no lease, no queued work, no
 	// open turn, no user message after HandledSeq and no activity since
 	// quietSince to Idle, and returns them.
