@@ -8,7 +8,11 @@
 // The audit log itself is kept: it is the tamper-evident account of what
 // happened, and names people by their principal id, not by what they
 // wrote. Decisions a person took on other people's approvals stay with
-// those approvals. Erasing a person does not stop them signing in again:
+// those approvals. Two kinds of short-lived rows name no one in the
+// clear and go by themselves: the events an MCP stream keeps for its
+// resumption (keyed by a digest of the session handle, kept an hour), and
+// the records of the upstream sessions opened for a caller (keyed by a
+// digest, sealed, ended when idle). Erasing a person does not stop them signing in again:
 // disable them at the identity provider first.
 //
 // A dry run counts what an erasure would erase, in the same transaction,
