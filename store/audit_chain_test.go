@@ -144,6 +144,7 @@ func TestPostgresAuditChainedWrite(t *testing.T) {
 	dsn := storetest.PostgresURL(t)
 	s := knownHeadStore(t, dsn)
 	first := startAhead(t, s, "SELECT 1", "slow")
+	waitForBackend(t, dsn, "PgSleep") // the lock held (see TestPostgresAuditChainedOnWriteNowAppend)
 	appendLink(t, s, "chained")
 	if err := <-first; err != nil {
 		t.Fatalf("slow append: %v", err)
@@ -316,11 +317,16 @@ func TestPostgresAuditNoChainOnOtherWrites(t *testing.T) {
 // a call without an idempotency key ended, with no other call in
 // progress) is chained on as an execution's finish is.
 func TestPostgresAuditChainedOnWriteNowAppend(t *testing.T) {
-	s := knownHeadStore(t, storetest.PostgresURL(t))
+	dsn := storetest.PostgresURL(t)
+	s := knownHeadStore(t, dsn)
 	first := runAhead(t, s, func() error {
 		_, err := s.AppendAudit(store.WriteNow(context.Background()), link("slow"))
 		return err
 	})
+	// Sent is not yet locked: on a busy machine the next write's batch,
+	// on another connection, could take the audit lock first, find the
+	// head short of the one it chained on, and be written again.
+	waitForBackend(t, dsn, "PgSleep") // the first write at its INSERT, the lock held
 	appendLink(t, s, "chained")
 	if err := <-first; err != nil {
 		t.Fatalf("slow append: %v", err)
