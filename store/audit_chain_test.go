@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/usherhq/usher/internal/testenv"
 	"github.com/usherhq/usher/store"
 	"github.com/usherhq/usher/store/storetest"
 )
@@ -226,6 +227,7 @@ func TestPostgresAuditChainedOnUnacknowledgedCommit(t *testing.T) {
 	cutter.marker.Store(&marker)
 	cutter.armed.Store(true)
 	first := startAhead(t, s, "SELECT 1", "slow")
+	waitForBackend(t, testenv.DatabaseURL(t), "PgSleep") // the lock held (see TestPostgresAuditChainedOnWriteNowAppend)
 	appendLink(t, s, "chained")
 	if err := <-first; err == nil {
 		t.Error("the slow append succeeded although its commit was never acknowledged")
