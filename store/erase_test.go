@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -62,6 +63,24 @@ func seedPerson(t *testing.T, s Store, p string) {
 	_, err = s.CreateMCPSession(ctx, MCPSession{ID: "mcp-" + p, Principal: p, State: []byte(`{}`), ExpiresAt: now.Add(time.Hour)})
 	must("MCP session", err)
 	must("delete", s.DeleteRun(ctx, p+"-gone", nil, Withdrawal{Reason: "gone"}))
+}
+
+// seedTwo seeds alice-7f3e and bob-91ad (seedPerson), with the OAuth
+// client they share, and an audit record naming alice.
+func seedTwo(t *testing.T, s Store) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := s.CreateOAuthClient(ctx, OAuthClient{ID: "shared-client", Kind: OAuthClientRegistered, Name: "shared",
+		RedirectURIs: []string{"https://shared-client.example/cb"}, GrantTypes: []string{"authorization_code", "refresh_token"}, AuthMethod: "none"}); err != nil {
+		t.Fatal(err)
+	}
+	seedPerson(t, s, "alice-7f3e")
+	seedPerson(t, s, "bob-91ad")
+	if _, err := s.AppendAudit(ctx, func(h AuditHead) (AuditRecord, error) {
+		return AuditRecord{Seq: h.Seq + 1, PrevHash: h.Hash, Hash: fmt.Sprintf("%064d", h.Seq+1), At: time.Now().Truncate(time.Microsecond), Kind: "executed", Principal: "alice-7f3e"}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // rowsNaming returns, for each table of the store's schema, how many of
@@ -137,17 +156,7 @@ func TestErasePrincipal(t *testing.T) {
 	t.Parallel()
 	atomicEngines(t, func(t *testing.T, s Store, c *core) {
 		ctx := t.Context()
-		if _, err := s.CreateOAuthClient(ctx, OAuthClient{ID: "shared-client", Kind: OAuthClientRegistered, Name: "shared",
-			RedirectURIs: []string{"https://shared-client.example/cb"}, GrantTypes: []string{"authorization_code", "refresh_token"}, AuthMethod: "none"}); err != nil {
-			t.Fatal(err)
-		}
-		seedPerson(t, s, "alice-7f3e")
-		seedPerson(t, s, "bob-91ad")
-		if _, err := s.AppendAudit(ctx, func(h AuditHead) (AuditRecord, error) {
-			return AuditRecord{Seq: h.Seq + 1, PrevHash: h.Hash, Hash: fmt.Sprintf("%064d", h.Seq+1), At: time.Now().Truncate(time.Microsecond), Kind: "executed", Principal: "alice-7f3e"}, nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		seedTwo(t, s)
 		bobBefore := rowsNaming(t, c, "bob-91ad")
 		aliceBefore := rowsNaming(t, c, "alice-7f3e")
 		for _, table := range []string{"runs", "run_events", "approvals", "tool_executions", "notes", "attachments", "user_settings", "run_pins", "model_usage", "browser_sessions", "oauth_codes", "oauth_refresh_tokens", "oauth_consents", "mcp_sessions"} {
@@ -188,6 +197,47 @@ func TestErasePrincipal(t *testing.T) {
 		}
 		if _, err := s.ErasePrincipal(ctx, "", nil); err == nil {
 			t.Error("an erasure of no one succeeded")
+		}
+	})
+}
+
+// TestExportPrincipal: a person's export holds, table by table, at least
+// every row that names them (the rows of their conversations that do not
+// name them come too), the audit log's included, and nothing of another
+// person's; it encodes as JSON.
+func TestExportPrincipal(t *testing.T) {
+	t.Parallel()
+	atomicEngines(t, func(t *testing.T, s Store, c *core) {
+		ctx := t.Context()
+		seedTwo(t, s)
+		exported := map[string][]map[string]any{}
+		if err := s.ExportPrincipal(ctx, "alice-7f3e", func(table string, row map[string]any) error {
+			exported[table] = append(exported[table], row)
+			return nil
+		}); err != nil {
+			t.Fatalf("ExportPrincipal: %v", err)
+		}
+		b, err := json.Marshal(exported)
+		if err != nil {
+			t.Fatalf("the export does not encode: %v", err)
+		}
+		if strings.Contains(string(b), "bob-91ad") {
+			t.Error("the export of alice holds something of bob's")
+		}
+		for table, n := range rowsNaming(t, c, "alice-7f3e") {
+			if strings.HasPrefix(table, "run_search") {
+				continue // SQLite's search index: the words of the events exported
+			}
+			if len(exported[table]) < n {
+				t.Errorf("%s: %d rows exported, %d name alice", table, len(exported[table]), n)
+			}
+		}
+		if len(exported["run_events"]) < 3 || !strings.Contains(string(b), "the secret plans of alice-7f3e") || !strings.Contains(string(b), "a file of alice-7f3e") {
+			t.Errorf("the export lacks alice's messages or her file's content: %d events", len(exported["run_events"]))
+		}
+		errStop := errors.New("stop")
+		if err := s.ExportPrincipal(ctx, "alice-7f3e", func(string, map[string]any) error { return errStop }); !errors.Is(err, errStop) {
+			t.Errorf("an export whose row fails = %v, want its error", err)
 		}
 	})
 }

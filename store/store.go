@@ -388,6 +388,10 @@ type Store interface {
 	// audit log's records, with audit's record of it, in one transaction
 	// (see erase.go), and returns what it erased.
 	ErasePrincipal(ctx context.Context, principal string, audit ErasureAudit) (PrincipalErasure, error)
+	// ExportPrincipal reads everything of the person principal that
+	// ErasePrincipal would erase, and the audit records that name them,
+	// in one snapshot, giving each row to row (see export.go).
+	ExportPrincipal(ctx context.Context, principal string, row func(table string, columns map[string]any) error) error
 	// InactiveRuns returns the ids of up to limit (1 to MaxPurgeBatch)
 	// runs not deleted, Idle or closed, whose last activity was before
 	// before, the oldest first.

@@ -2,46 +2,70 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 
-	"github.com/usherhq/usher/erasure"
 	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/privacy"
 )
 
 // eraseCmd runs `usher erase PRINCIPAL [--yes]`: everything Usher keeps
-// of a person but the audit log, erased and audited (package erasure);
+// of a person but the audit log, erased and audited (package privacy);
 // without --yes, only what would be erased.
 func (e *environment) eraseCmd(ctx context.Context, args []string) error {
-	var f installFlags
-	fs := e.flagSet("erase")
-	f.register(fs)
-	yes := fs.Bool("yes", false, "erase; without it, print what would be erased and change nothing")
-	pos, err := parseInterspersed(fs, args)
+	var yes *bool
+	p, err := e.openForPerson(ctx, "erase", "[--yes]", args, func(fs *flag.FlagSet) {
+		yes = fs.Bool("yes", false, "erase; without it, print what would be erased and change nothing")
+	})
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 || pos[0] == "" {
-		fmt.Fprint(e.stderr, "usage: usher erase PRINCIPAL [--yes] [flags]\n  PRINCIPAL: the person's id as GET /api/me, usher usage and the audit log give it\n")
-		return errUsage
-	}
-	in, err := e.openInstallation(ctx, &f)
+	defer p.in.Close()
+	out, err := privacy.Erase(ctx, p.in.store, p.log, p.principal, "usher erase", !*yes)
 	if err != nil {
 		return err
 	}
-	defer in.Close()
-	log, err := audit.New(in.store, nil)
-	if err != nil {
-		return err
-	}
-	out, err := erasure.Erase(ctx, in.store, log, pos[0], "usher erase", !*yes)
-	if err != nil {
-		return err
-	}
-	if err := erasure.WriteText(e.stdout, out, !*yes); err != nil {
+	if err := privacy.WriteText(e.stdout, out, !*yes); err != nil {
 		return err
 	}
 	if !*yes {
 		fmt.Fprintln(e.stdout, "nothing was changed: run again with --yes to erase (disable the person at the identity provider first, or they can sign in again)")
 	}
 	return nil
+}
+
+// personCommand is an opened installation, its audit log, and the
+// principal a command about one person (erase, export) names.
+type personCommand struct {
+	in        *installation
+	log       *audit.Log
+	principal string
+}
+
+// openForPerson parses `usher NAME PRINCIPAL USAGE [flags]`, with the
+// command's own flags (flags registers them), and opens the installation;
+// the caller closes p.in.
+func (e *environment) openForPerson(ctx context.Context, name, usage string, args []string, flags func(*flag.FlagSet)) (personCommand, error) {
+	var f installFlags
+	fs := e.flagSet(name)
+	f.register(fs)
+	flags(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return personCommand{}, err
+	}
+	if len(pos) != 1 || pos[0] == "" {
+		fmt.Fprintf(e.stderr, "usage: usher %s PRINCIPAL %s [flags]\n  PRINCIPAL: the person's id as GET /api/me, usher usage and the audit log give it\n", name, usage)
+		return personCommand{}, errUsage
+	}
+	in, err := e.openInstallation(ctx, &f)
+	if err != nil {
+		return personCommand{}, err
+	}
+	log, err := audit.New(in.store, nil)
+	if err != nil {
+		in.Close()
+		return personCommand{}, err
+	}
+	return personCommand{in: in, log: log, principal: pos[0]}, nil
 }

@@ -43,6 +43,8 @@ Usage:
   usher clients revoke CLIENT_ID        revoke a client, its refresh tokens and its consents
   usher erase PRINCIPAL [--yes]         erase everything kept of a person but the audit log, audited;
                                         without --yes, print what would be erased
+  usher export PRINCIPAL [--output FILE]
+                                        everything kept of a person, as JSON, audited
   usher keys reseal                     seal the stored signing keys again with broker.key_encryption_key
                                         (after it replaced the keys in broker.previous_key_encryption_keys)
   usher backup FILE|DIRECTORY           copy the embedded SQLite database while it serves, and print
@@ -116,6 +118,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.keysCmd(ctx, args[1:])
 	case "erase":
 		return env.eraseCmd(ctx, args[1:])
+	case "export":
+		return env.exportCmd(ctx, args[1:])
 	case "backup":
 		return env.backupCmd(ctx, args[1:])
 	case "restore":

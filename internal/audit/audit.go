@@ -50,6 +50,10 @@ const (
 	// audit log was erased (usher erase); Principal is the person, the
 	// details count what was erased.
 	KindPrincipalErased Kind = "principal_erased"
+	// KindPrincipalExported: everything Usher keeps of a person was
+	// exported (usher export), recorded before it is read; Principal is
+	// the person.
+	KindPrincipalExported Kind = "principal_exported"
 
 	// The authorization server's (broker/oauth). None records a secret,
 	// code or token: a token's jti, or nothing.

@@ -1,4 +1,4 @@
-package erasure
+package privacy
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package erasure
+package privacy
 
 import (
 	"bytes"
@@ -12,11 +12,11 @@ import (
 	"github.com/usherhq/usher/store/storetest"
 )
 
-// TestErase: a dry run counts what an erasure would erase and leaves it
-// all; the erasure erases it, once, with a principal_erased record that
-// counts it and says by what; another person's data stays.
-func TestErase(t *testing.T) {
-	t.Parallel()
+// twoPeople returns a store with, for alice and for bob, a note of each
+// name ("the note of" its owner) and a run whose message is "hello from"
+// its owner, and an audit log on it.
+func twoPeople(t *testing.T, notes ...string) (store.Store, *audit.Log) {
+	t.Helper()
 	ctx := t.Context()
 	st := storetest.NewSQLite(t)
 	log, err := audit.New(st, nil)
@@ -24,14 +24,26 @@ func TestErase(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"alice", "bob"} {
-		if _, err := st.PutNote(ctx, store.Note{Owner: p, Name: "todo", Body: "milk"}); err != nil {
-			t.Fatal(err)
+		for _, name := range notes {
+			if _, err := st.PutNote(ctx, store.Note{Owner: p, Name: name, Body: "the note of " + p}); err != nil {
+				t.Fatal(err)
+			}
 		}
-		first := store.NewEvent{Type: "message.user", Payload: json.RawMessage(`{"content":"hello"}`)}
+		first := store.NewEvent{Type: "message.user", Payload: json.RawMessage(`{"content":"hello from ` + p + `"}`)}
 		if _, _, err := st.OpenRun(ctx, store.Run{ID: "run-" + p, Owner: p}, 5, &first); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return st, log
+}
+
+// TestErase: a dry run counts what an erasure would erase and leaves it
+// all; the erasure erases it, once, with a principal_erased record that
+// counts it and says by what; another person's data stays.
+func TestErase(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st, log := twoPeople(t, "todo")
 
 	dry, err := Erase(ctx, st, log, "alice", "usher erase", true)
 	if err != nil || dry.Runs != 1 || dry.Notes != 1 || dry.Principal != "alice" {
