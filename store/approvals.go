@@ -796,17 +796,8 @@ func withdrawApprovals(ctx context.Context, tx executor, r Run, w Withdrawal, no
 	}
 	for _, a := range list {
 		tx.notify(approvalNotification(a))
-		if w.Audit == nil {
-			continue
-		}
-		build, err := w.Audit(a)
-		if err != nil {
+		if err := appendAuditOf(ctx, tx, a, w.Audit); err != nil {
 			return err
-		}
-		if build != nil {
-			if _, err := appendAuditTx(ctx, tx, build); err != nil {
-				return err
-			}
 		}
 	}
 	return nil

@@ -283,6 +283,22 @@ func appendAuditTx(ctx context.Context, tx executor, build func(AuditHead) (Audi
 	return r, err
 }
 
+// appendAuditOf appends within tx, as appendAuditTx does, the record that
+// record builds of what, if record is not nil and gives a builder (a nil
+// one records nothing): how a composed write (an erasure, a withdrawal)
+// records each thing it did, after its other statements.
+func appendAuditOf[T any](ctx context.Context, tx executor, what T, record func(T) (func(AuditHead) (AuditRecord, error), error)) error {
+	if record == nil {
+		return nil
+	}
+	build, err := record(what)
+	if err != nil || build == nil {
+		return err
+	}
+	_, err = appendAuditTx(ctx, tx, build)
+	return err
+}
+
 // writeAudited runs write, one write statement (and the reads that
 // explain why it matched no row), and then, when build is not nil,
 // appends build's record, in one transaction. Without a record it runs

@@ -115,15 +115,7 @@ func (c *core) ErasePrincipal(ctx context.Context, principal string, audit Erasu
 			}
 		}
 		tx.notifyRuns(runs...)
-		if audit == nil {
-			return nil
-		}
-		build, err := audit(out)
-		if err != nil || build == nil {
-			return err
-		}
-		_, err = appendAuditTx(ctx, tx, build)
-		return err
+		return appendAuditOf(ctx, tx, out, audit)
 	})
 	if err != nil {
 		return PrincipalErasure{}, c.fail(err)

@@ -75,20 +75,10 @@ func (c *core) PurgeDeletedRuns(ctx context.Context, deletedBefore time.Time, li
 		if _, err := tx.exec(ctx, purgeRunsSearch, string(list)); err != nil {
 			return err
 		}
-		if audit == nil {
-			return nil
-		}
 		// After the deletions, which take row locks: the audit lock last
 		// (see appendAuditTx).
 		for _, r := range runs {
-			build, err := audit(r)
-			if err != nil {
-				return err
-			}
-			if build == nil {
-				continue
-			}
-			if _, err := appendAuditTx(ctx, tx, build); err != nil {
+			if err := appendAuditOf(ctx, tx, r, audit); err != nil {
 				return err
 			}
 		}
@@ -152,15 +142,7 @@ func (c *core) DeleteInactiveRun(ctx context.Context, runID string, before time.
 			return err
 		}
 		deleted = true
-		if audit == nil {
-			return nil
-		}
-		build, err := audit(r)
-		if err != nil || build == nil {
-			return err
-		}
-		_, err = appendAuditTx(ctx, tx, build)
-		return err
+		return appendAuditOf(ctx, tx, r, audit)
 	})
 	if err != nil {
 		return Run{}, false, c.fail(err)
