@@ -116,6 +116,9 @@ type holder struct {
 	// sessions whose release the store has not yet answered: reap does
 	// not count them lost meanwhile.
 	releasing map[string]bool
+	// closing are the sessions taken out of sessions to be closed outside
+	// h.mu: forget waits for those of its run (see closeTaken).
+	closing map[*session]bool
 }
 
 // poke asks for the run's hold to be checked, when this process holds the
@@ -155,10 +158,11 @@ func (h *holder) watch(ctx context.Context) {
 			s = nil
 		} else {
 			delete(h.sessions, runID)
+			h.closingLocked(s)
 		}
 		h.mu.Unlock()
 		if s != nil {
-			s.close(h.log)
+			h.closeTaken(s)
 		}
 	}
 }
@@ -245,9 +249,10 @@ func (h *holder) drop(s *session, reason string) {
 	if h.sessions[s.runID] == s {
 		h.takeLocked(s)
 	}
+	h.closingLocked(s)
 	h.mu.Unlock()
 	h.releaseHold(s, reason)
-	s.close(h.log)
+	h.closeTaken(s)
 }
 
 // takeLocked takes s out of the sessions to release its hold, which is
@@ -260,11 +265,36 @@ func (h *holder) takeLocked(s *session) {
 	h.releasing[s.holdID] = true
 }
 
+// closingLocked notes that s, out of the sessions, is about to be closed
+// outside h.mu (by closeTaken). h.mu is held.
+func (h *holder) closingLocked(s *session) {
+	if h.closing == nil {
+		h.closing = map[*session]bool{}
+	}
+	h.closing[s] = true
+}
+
+// closeTaken closes s, noted by closingLocked, and forgets it.
+func (h *holder) closeTaken(s *session) {
+	s.close(h.log)
+	h.mu.Lock()
+	delete(h.closing, s)
+	h.mu.Unlock()
+}
+
 // forget closes the run's session, whose hold the store released with the
 // run (closed or deleted): at once when no turn uses it, else when the
-// turn returns it.
+// turn returns it. A session of the run that another is closing already
+// (the store's notice of the release reached watch first, say) is closed
+// when forget returns, as one it closes itself is.
 func (h *holder) forget(runID string) {
 	h.mu.Lock()
+	var closing []*session
+	for c := range h.closing {
+		if c.runID == runID {
+			closing = append(closing, c)
+		}
+	}
 	s := h.sessions[runID]
 	switch {
 	case s == nil:
@@ -276,6 +306,11 @@ func (h *holder) forget(runID string) {
 	h.mu.Unlock()
 	if s != nil {
 		s.close(h.log)
+	}
+	// session.close returns once the session is closed, whoever closes
+	// it (sync.Once).
+	for _, c := range closing {
+		c.close(h.log)
 	}
 }
 
@@ -298,12 +333,13 @@ func (h *holder) reap(ctx context.Context, keep func(runID string) bool) int {
 			continue
 		}
 		h.takeLocked(s)
+		h.closingLocked(s)
 		idle = append(idle, s)
 	}
 	h.mu.Unlock()
 	for _, s := range idle {
 		h.releaseHold(s, store.ReleaseHoldIdle)
-		s.close(h.log)
+		h.closeTaken(s)
 	}
 	closed := len(idle)
 
@@ -324,6 +360,7 @@ func (h *holder) reap(ctx context.Context, keep func(runID string) bool) int {
 	for id, s := range h.sessions {
 		if !s.inUse && recorded[id] != s.holdID {
 			delete(h.sessions, id)
+			h.closingLocked(s)
 			released = append(released, s)
 		}
 	}
@@ -334,7 +371,7 @@ func (h *holder) reap(ctx context.Context, keep func(runID string) bool) int {
 	}
 	h.mu.Unlock()
 	for _, s := range released {
-		s.close(h.log)
+		h.closeTaken(s)
 	}
 	for _, hs := range lost {
 		if _, err := h.st.ReleaseHold(ctx, hs.RunID, hs.HoldID, store.ReleaseLost); err != nil {
