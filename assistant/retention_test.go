@@ -1,6 +1,7 @@
 package assistant
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -178,4 +179,61 @@ func TestInDays(t *testing.T) {
 			t.Errorf("inDays(%s) = %q, want %q", d, got, want)
 		}
 	}
+}
+
+// TestLegalHoldKeepsConversations: a conversation its owner deletes while
+// a legal hold stands on them is gone from their view — its attachment's
+// URL answers 404 — but the sweep's purge keeps it, with the attachment's
+// content; once the hold is lifted, the next purge erases both.
+func TestLegalHoldKeepsConversations(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, st store.Store) {
+		ctx := t.Context()
+		h, ahead := retentionHarness(t, st, Options{PurgeDeletedAfter: time.Hour})
+		image := testImage(t, "png")
+		_, a := upload(t, h.api, "exhibit.png", "image/png", image)
+		attID := a["id"].(string)
+		code, out := h.call(t, "POST", "/runs", `{"message": "see the exhibit", "attachments": ["`+attID+`"]}`)
+		if code != http.StatusCreated {
+			t.Fatalf("POST /runs = %d %v", code, out)
+		}
+		runID := out["runId"].(string)
+		waitHandled(t, st, runID, 1, 20*time.Second)
+		if _, err := st.PlaceLegalHold(ctx, store.LegalHold{Principal: testOwner.ID(), Reason: "matter 7", PlacedBy: "test"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if code, out := h.call(t, "DELETE", "/runs/"+runID, ""); code != http.StatusNoContent {
+			t.Fatalf("DELETE = %d %v", code, out)
+		}
+		if resp, err := http.Get(h.api + "/attachments/" + attID); err != nil || resp.StatusCode != http.StatusNotFound {
+			t.Errorf("the deleted conversation's attachment under a hold: %v %v; want 404", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+
+		ahead.Store(int64(2 * time.Hour))
+		h.rt.lastRetain.Store(0)
+		h.rt.retain(ctx)
+		if r, err := st.GetRun(ctx, runID); err != nil || r.DeletedAt.IsZero() {
+			t.Fatalf("the held person's deleted conversation after a purge: %+v, %v; want it kept, deleted", r, err)
+		}
+		if _, data, err := st.AttachmentData(ctx, attID); err != nil || !bytes.Equal(data, image) {
+			t.Errorf("its attachment after the purge: %d bytes, %v; want it kept", len(data), err)
+		}
+
+		if _, err := st.LiftLegalHold(ctx, testOwner.ID(), nil); err != nil {
+			t.Fatal(err)
+		}
+		h.rt.lastRetain.Store(0)
+		h.rt.retain(ctx)
+		if _, err := st.GetRun(ctx, runID); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the conversation after the lift and a purge: %v, want erased", err)
+		}
+		if _, _, err := st.AttachmentData(ctx, attID); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("its attachment after the lift and a purge: %v, want erased", err)
+		}
+		if n := h.rt.purged.Load(); n != 1 {
+			t.Errorf("purged = %d, want 1", n)
+		}
+	})
 }

@@ -19,4 +19,11 @@
 //
 // A dry run counts what an erasure would erase, in the same transaction,
 // rolled back.
+//
+// A legal hold (PlaceHold, `usher hold`) keeps a person's data whatever
+// the retention policy says: while it stands the purge of deleted
+// conversations skips theirs, deleting a conversation of theirs keeps its
+// attachments until that purge, and Erase is refused (store.ErrLegalHold).
+// Placing and lifting one are audited in the same transaction
+// (legal_hold_placed, legal_hold_lifted).
 package privacy

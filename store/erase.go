@@ -82,6 +82,13 @@ func (c *core) ErasePrincipal(ctx context.Context, principal string, audit Erasu
 		if _, err := tx.exec(ctx, lockOwnerRuns, principal); err != nil {
 			return err
 		}
+		// Nor is a legal hold placed (PlaceLegalHold takes that lock too).
+		switch held, err := underLegalHold(ctx, tx, principal); {
+		case err != nil:
+			return err
+		case held:
+			return ErrLegalHold
+		}
 		runs, err := queryAll(ctx, tx, ownRuns, scanRun, principal)
 		if err != nil {
 			return err

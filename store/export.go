@@ -37,6 +37,7 @@ var principalTables = []struct {
 	{"oauth_refresh_tokens", sql1(`SELECT * FROM oauth_refresh_tokens WHERE principal = $1 ORDER BY created_at`)},
 	{"oauth_consents", sql1(`SELECT * FROM oauth_consents WHERE principal = $1 ORDER BY client_id`)},
 	{"mcp_sessions", sql1(`SELECT * FROM mcp_sessions WHERE principal = $1 ORDER BY created_at`)},
+	{"legal_holds", sql1(`SELECT * FROM legal_holds WHERE principal = $1`)},
 	{"audit_log", sql1(`SELECT * FROM audit_log WHERE principal = $1 ORDER BY seq`)},
 }
 

@@ -12,11 +12,13 @@ import (
 const MaxPurgeBatch = 1000
 
 var (
-	// deletedRunsBefore are the runs deleted before $1, the oldest
-	// deletion first, at most $2 of them; each one's row is locked (a
-	// concurrent purge skips it).
+	// deletedRunsBefore are the runs deleted before $1 whose owner is not
+	// under a legal hold, the oldest deletion first, at most $2 of them;
+	// each one's row is locked (a concurrent purge skips it, and so does
+	// one while a legal hold is being placed on its owner).
 	deletedRunsBefore = sql1(`
 SELECT ` + runColumns + ` FROM runs WHERE deleted_at IS NOT NULL AND deleted_at < $1
+AND NOT EXISTS (SELECT 1 FROM legal_holds h WHERE h.principal = runs.owner)
 ORDER BY deleted_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`)
 
 	// purgeRunExecutions erases the results of the tool calls the run
@@ -48,7 +50,9 @@ type RunAudit func(Run) (func(AuditHead) (AuditRecord, error), error)
 // deleted run keeps its content until then (its events, the results of
 // its tool calls, its approvals); afterwards nothing of it is left but
 // the audit log's records, which name it. Its attachments went when it
-// was deleted. ErrInvalid when limit is out of range.
+// was deleted, or now, when it was deleted under a legal hold. The runs
+// of a person under a legal hold are not erased. ErrInvalid when limit is
+// out of range.
 func (c *core) PurgeDeletedRuns(ctx context.Context, deletedBefore time.Time, limit int, audit RunAudit) ([]Run, error) {
 	if limit < 1 || limit > MaxPurgeBatch {
 		return nil, c.fail(invalid(errors.New("purge: limit must be 1 to 1000")))
@@ -62,6 +66,10 @@ func (c *core) PurgeDeletedRuns(ctx context.Context, deletedBefore time.Time, li
 		ids := make([]string, len(runs))
 		for i, r := range runs {
 			ids[i] = r.ID
+			// A run deleted under a legal hold kept its attachments.
+			if err := deleteRunAttachments(ctx, tx, r.ID); err != nil {
+				return err
+			}
 			for _, s := range []stmt{purgeRunExecutions, purgeRun} {
 				if _, err := tx.exec(ctx, s, r.ID); err != nil {
 					return err

@@ -845,9 +845,16 @@ func (c *core) DeleteRun(ctx context.Context, runID string, turnEnd TurnEndFunc,
 // deleteLocked deletes the run r, not deleted, whose row lock tx holds,
 // as DeleteRun describes.
 func (c *core) deleteLocked(ctx context.Context, tx executor, r Run, turnEnd TurnEndFunc, w Withdrawal) error {
-	// Its attachments go with it, in the same transaction.
-	if err := deleteRunAttachments(ctx, tx, r.ID); err != nil {
+	// Its attachments go with it, in the same transaction — unless its
+	// owner is under a legal hold: then they stay until the run is
+	// purged (PurgeDeletedRuns).
+	switch held, err := underLegalHold(ctx, tx, r.Owner); {
+	case err != nil:
 		return err
+	case !held:
+		if err := deleteRunAttachments(ctx, tx, r.ID); err != nil {
+			return err
+		}
 	}
 	if r.Status.Terminal() {
 		now := storedTime(c.now())

@@ -392,6 +392,13 @@ type Store interface {
 	// ErasePrincipal would erase, and the audit records that name them,
 	// in one snapshot, giving each row to row (see export.go).
 	ExportPrincipal(ctx context.Context, principal string, row func(table string, columns map[string]any) error) error
+	// PlaceLegalHold places a legal hold on a person's data, or gives
+	// theirs a new reason, with audit's record of it, in one transaction
+	// (see legalholds.go); LiftLegalHold lifts it (ErrNotFound when there
+	// is none), and LegalHolds lists those that stand.
+	PlaceLegalHold(ctx context.Context, h LegalHold, audit LegalHoldAudit) (LegalHold, error)
+	LiftLegalHold(ctx context.Context, principal string, audit LegalHoldAudit) (LegalHold, error)
+	LegalHolds(ctx context.Context) ([]LegalHold, error)
 	// InactiveRuns returns the ids of up to limit (1 to MaxPurgeBatch)
 	// runs not deleted, Idle or closed, whose last activity was before
 	// before, the oldest first.

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 
 	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/privacy"
+	"github.com/usherhq/usher/store"
 )
 
 // eraseCmd runs `usher erase PRINCIPAL [--yes]`: everything Usher keeps
@@ -22,6 +24,9 @@ func (e *environment) eraseCmd(ctx context.Context, args []string) error {
 	}
 	defer p.in.Close()
 	out, err := privacy.Erase(ctx, p.in.store, p.log, p.principal, "usher erase", !*yes)
+	if errors.Is(err, store.ErrLegalHold) {
+		return fmt.Errorf("%s is under a legal hold (usher hold list): nothing was erased; the hold must be lifted first (usher hold lift)", terminalSafe(p.principal, 120))
+	}
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,10 @@ Usage:
                                         without --yes, print what would be erased
   usher export PRINCIPAL [--output FILE]
                                         everything kept of a person, as JSON, audited
+  usher hold place PRINCIPAL --reason TEXT [--by NAME]
+                                        keep a person's data: no purge, deletion or erasure erases it
+  usher hold lift PRINCIPAL [--by NAME] lift it: the retention policy applies again
+  usher hold list [-json]               the legal holds that stand
   usher keys reseal                     seal the stored signing keys again with broker.key_encryption_key
                                         (after it replaced the keys in broker.previous_key_encryption_keys)
   usher backup FILE|DIRECTORY           copy the embedded SQLite database while it serves, and print
@@ -120,6 +124,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.eraseCmd(ctx, args[1:])
 	case "export":
 		return env.exportCmd(ctx, args[1:])
+	case "hold":
+		return env.holdCmd(ctx, args[1:])
 	case "backup":
 		return env.backupCmd(ctx, args[1:])
 	case "restore":

@@ -54,6 +54,13 @@ const (
 	// exported (usher export), recorded before it is read; Principal is
 	// the person.
 	KindPrincipalExported Kind = "principal_exported"
+	// KindLegalHoldPlaced: a legal hold was placed on a person's data, or
+	// its reason changed (usher hold place); Principal is the person, the
+	// details give the reason and who placed it.
+	KindLegalHoldPlaced Kind = "legal_hold_placed"
+	// KindLegalHoldLifted: a person's legal hold was lifted (usher hold
+	// lift); the details give the hold as it stood and who lifted it.
+	KindLegalHoldLifted Kind = "legal_hold_lifted"
 
 	// The authorization server's (broker/oauth). None records a secret,
 	// code or token: a token's jti, or nothing.

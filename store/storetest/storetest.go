@@ -78,6 +78,7 @@ func Run(t *testing.T, e Engine) {
 		{"ContinueRun", testContinueRun},
 		{"PurgeDeletedRuns", testPurgeDeletedRuns},
 		{"DeleteInactiveRuns", testDeleteInactiveRuns},
+		{"LegalHolds", testLegalHolds},
 		{"StopTurn", testStopTurn},
 		{"StopWithdrawsApprovals", testStopWithdrawsApprovals},
 		{"CloseWithdrawsApprovals", testCloseWithdrawsApprovals},

@@ -1,0 +1,16 @@
+-- Legal holds: the people whose data must be kept (a lawsuit, an
+-- investigation), one row each. While a person's hold stands nothing
+-- erases their data: the retention purge skips their deleted
+-- conversations, deleting a conversation keeps its attachments until that
+-- purge, and erasing the person is refused.
+
+-- +goose Up
+CREATE TABLE legal_holds (
+    principal TEXT PRIMARY KEY,
+    reason    TEXT NOT NULL,
+    placed_by TEXT NOT NULL,
+    placed_at TEXT NOT NULL
+) STRICT;
+
+-- +goose Down
+DROP TABLE legal_holds;
