@@ -1,0 +1,117 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/usherhq/usher/store"
+	"github.com/usherhq/usher/store/storetest"
+)
+
+// TestPostgresLegalHoldWaitsForErasures: on PostgreSQL, a legal hold
+// placed while a purge of the person's deleted run, or an erasure of the
+// person, is under way waits until that has committed — so that no
+// placement returns while something it stops may still erase their data
+// — and then stands. (On SQLite the write transactions serialise them.)
+func TestPostgresLegalHoldWaitsForErasures(t *testing.T) {
+	type erasure func(ctx context.Context, s store.Store, owner string, wait func()) error
+	for name, erase := range map[string]erasure{
+		"purge": func(ctx context.Context, s store.Store, _ string, wait func()) error {
+			_, err := s.PurgeDeletedRuns(ctx, time.Now().Add(time.Hour), 10, func(store.Run) (func(store.AuditHead) (store.AuditRecord, error), error) {
+				wait()
+				return nil, nil
+			})
+			return err
+		},
+		"erasure": func(ctx context.Context, s store.Store, owner string, wait func()) error {
+			_, err := s.ErasePrincipal(ctx, owner, func(store.PrincipalErasure) (func(store.AuditHead) (store.AuditRecord, error), error) {
+				wait()
+				return nil, nil
+			})
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			dsn := storetest.PostgresURL(t)
+			s := openMigrated(t, dsn)
+			owner := "issuer|tenant|held-" + name
+			if _, _, err := s.OpenRun(ctx, store.Run{ID: "run-1", Owner: owner}, 5, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.DeleteRun(ctx, "run-1", nil, store.Withdrawal{}); err != nil {
+				t.Fatal(err)
+			}
+			// The erasure holds its locks while its record is built, after
+			// its deletions.
+			inside, release := make(chan struct{}), make(chan struct{})
+			// Released on a failure too, before the store closes.
+			var once sync.Once
+			let := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(let)
+			erased := make(chan error, 1)
+			go func() {
+				erased <- erase(context.Background(), s, owner, func() { close(inside); <-release })
+			}()
+			<-inside
+			placed := make(chan error, 1)
+			go func() {
+				_, err := s.PlaceLegalHold(context.Background(), store.LegalHold{Principal: owner, Reason: "matter 7", PlacedBy: "test"}, nil)
+				placed <- err
+			}()
+			waitForLockWait(t, dsn, placed)
+			let()
+			if err := <-erased; err != nil {
+				t.Fatalf("the %s: %v", name, err)
+			}
+			if err := <-placed; err != nil {
+				t.Fatalf("PlaceLegalHold after the %s: %v", name, err)
+			}
+			if _, err := s.GetRun(ctx, "run-1"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("the run after the %s that began first: %v, want erased", name, err)
+			}
+			if holds, err := s.LegalHolds(ctx); err != nil || len(holds) != 1 || holds[0].Principal != owner {
+				t.Errorf("LegalHolds = %+v, %v; want the hold placed after the %s", holds, err, name)
+			}
+		})
+	}
+}
+
+// waitForLockWait waits until a backend of the database dsn names waits
+// for a lock (the placement of a legal hold, behind the erasure); it fails
+// the test if placed has an answer first: the placement did not wait.
+func waitForLockWait(t *testing.T, dsn string, placed <-chan error) {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case err := <-placed:
+			t.Fatalf("PlaceLegalHold returned (%v) while the erasure was under way", err)
+		default:
+		}
+		var n int
+		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock'
+AND (query LIKE '%usher.runs.owner.%' OR query LIKE '%FROM runs WHERE owner = $1 FOR UPDATE%')`).Scan(&n); err != nil {
+			t.Fatalf("pg_stat_activity: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the placement never waited for a lock")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
