@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -238,6 +239,73 @@ func TestExportPrincipal(t *testing.T) {
 		errStop := errors.New("stop")
 		if err := s.ExportPrincipal(ctx, "alice-7f3e", func(string, map[string]any) error { return errStop }); !errors.Is(err, errStop) {
 			t.Errorf("an export whose row fails = %v, want its error", err)
+		}
+	})
+}
+
+// TestExportKeepsText: an export gives the JSON columns as JSON and every
+// other text as the string it is — a note and a text file whose content
+// looks like JSON come back byte for byte — and jsonColumns names exactly
+// the json and jsonb columns of the tables an export reads (PostgreSQL's
+// schema says which).
+func TestExportKeepsText(t *testing.T) {
+	t.Parallel()
+	atomicEngines(t, func(t *testing.T, s Store, c *core) {
+		ctx := t.Context()
+		const p, body, file = "alice-7f3e", `{"milk": 2,  "eggs": [1]}`, "[1, 2,\n 3]\n"
+		if _, err := s.PutNote(ctx, Note{Owner: p, Name: "list", Body: body}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.PutAttachment(ctx, Attachment{ID: "att-j", Owner: p, Tenant: "t", Name: "n.json", ContentType: "application/json"}, []byte(file), 1<<10); err != nil {
+			t.Fatal(err)
+		}
+		first := NewEvent{Type: "message.user", Payload: json.RawMessage(`{"content":"{\"not\": \"json\"}"}`)}
+		if _, _, err := s.OpenRun(ctx, Run{ID: "run-j", Owner: p}, 5, &first); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]any{}
+		if err := s.ExportPrincipal(ctx, p, func(table string, row map[string]any) error {
+			switch table {
+			case "notes":
+				got["note"] = row["body"]
+			case "attachment_contents":
+				got["file"] = row["data"]
+			case "run_events":
+				got["payload"] = row["payload"]
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if got["note"] != body || got["file"] != file {
+			t.Errorf("the note's body and the file's content exported as %#v and %#v; want the strings %q and %q", got["note"], got["file"], body, file)
+		}
+		if raw, ok := got["payload"].(json.RawMessage); !ok || !json.Valid(raw) {
+			t.Errorf("the event's payload exported as %#v, want JSON", got["payload"])
+		}
+		if c.lite {
+			return
+		}
+		var tables []string
+		for _, pt := range principalTables {
+			tables = append(tables, pt.table)
+		}
+		rows, err := c.read.QueryContext(ctx, `SELECT table_name || '.' || column_name FROM information_schema.columns
+WHERE table_schema = current_schema() AND data_type IN ('json', 'jsonb') AND table_name = ANY($1)`, tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		schema := map[string]bool{}
+		for rows.Next() {
+			var col string
+			if err := rows.Scan(&col); err != nil {
+				t.Fatal(err)
+			}
+			schema[col] = true
+		}
+		if rows.Err() != nil || !maps.Equal(schema, jsonColumns) {
+			t.Errorf("the JSON columns of the exported tables = %v (%v); jsonColumns = %v", schema, rows.Err(), jsonColumns)
 		}
 	})
 }

@@ -45,8 +45,8 @@ var principalTables = []struct {
 // the rows ErasePrincipal would erase, and the audit log's records that
 // name them — in one read-only transaction (one snapshot of the
 // database), and gives each row to row, table by table, as its columns'
-// values: text as it is, JSON as JSON, times in RFC 3339, other bytes in
-// base64. An error from row ends the export with it. ErrInvalid for an
+// values: JSON columns as JSON, other text as it is, times in RFC 3339,
+// other bytes in base64. An error from row ends the export with it. ErrInvalid for an
 // empty principal.
 func (c *core) ExportPrincipal(ctx context.Context, principal string, row func(table string, columns map[string]any) error) error {
 	if principal == "" {
@@ -92,7 +92,7 @@ func exportRows(ctx context.Context, x executor, table string, q stmt, principal
 		}
 		out := make(map[string]any, len(cols))
 		for i, col := range cols {
-			out[col] = exportValue(vals[i])
+			out[col] = exportValue(vals[i], jsonColumns[table+"."+col])
 		}
 		if err := row(table, out); err != nil {
 			return err
@@ -101,11 +101,31 @@ func exportRows(ctx context.Context, x executor, table string, q stmt, principal
 	return rows.Err()
 }
 
-// exportValue is a column's value as an export gives it.
-func exportValue(v any) any {
+// jsonColumns are the columns of principalTables that hold JSON
+// (PostgreSQL's json and jsonb; SQLite keeps them as text), by
+// "table.column": an export gives their values as JSON. Every other text,
+// a message's or a file's that looks like JSON included, is given as the
+// string it is, so that it comes back exactly as stored.
+var jsonColumns = map[string]bool{
+	"runs.metadata":                true,
+	"run_events.payload":           true,
+	"approvals.arguments":          true,
+	"approvals.policy_ids":         true,
+	"approvals.approvers":          true,
+	"tool_executions.result":       true,
+	"oauth_codes.subject":          true,
+	"oauth_refresh_tokens.subject": true,
+	"audit_log.policy_ids":         true,
+	"audit_log.details":            true,
+}
+
+// exportValue is a column's value as an export gives it: a JSON column's
+// as JSON, other text as a string, other bytes in base64, times in RFC
+// 3339.
+func exportValue(v any, isJSON bool) any {
 	switch v := v.(type) {
 	case []byte:
-		if json.Valid(v) && len(v) > 0 && (v[0] == '{' || v[0] == '[') {
+		if isJSON && json.Valid(v) {
 			return json.RawMessage(v)
 		}
 		if utf8.Valid(v) {
@@ -113,7 +133,7 @@ func exportValue(v any) any {
 		}
 		return map[string]string{"base64": base64.StdEncoding.EncodeToString(v)}
 	case string:
-		if json.Valid([]byte(v)) && len(v) > 0 && (v[0] == '{' || v[0] == '[') {
+		if isJSON && json.Valid([]byte(v)) {
 			return json.RawMessage(v)
 		}
 		return v
