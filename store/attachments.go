@@ -58,7 +58,8 @@ type Attachments interface {
 	AttachmentBytes(ctx context.Context, owner string) (int64, error)
 	// DeleteUnsentAttachments deletes the attachments created before
 	// before that no message sent (RunID empty), and the contents that
-	// go with them, and returns how many it deleted.
+	// go with them, and returns how many it deleted. Those of a person
+	// under a legal hold are kept.
 	DeleteUnsentAttachments(ctx context.Context, before time.Time) (int, error)
 }
 
@@ -110,12 +111,16 @@ ORDER BY c.owner, c.sha256 FOR UPDATE`)
 
 	deleteRunAttachmentRows = sql1(`DELETE FROM attachments WHERE run_id = $1`)
 
+	// The unsent attachments are those created before $1 that no message
+	// sent, of people under no legal hold.
 	unsentContents = sql1(`
 SELECT c.owner, c.sha256 FROM attachment_contents c
-WHERE (c.owner, c.sha256) IN (SELECT owner, sha256 FROM attachments WHERE run_id IS NULL AND created_at < $1)
+WHERE (c.owner, c.sha256) IN (SELECT owner, sha256 FROM attachments WHERE run_id IS NULL AND created_at < $1
+  AND owner NOT IN (SELECT principal FROM legal_holds))
 ORDER BY c.owner, c.sha256 FOR UPDATE`)
 
-	deleteUnsentAttachmentRows = sql1(`DELETE FROM attachments WHERE run_id IS NULL AND created_at < $1`)
+	deleteUnsentAttachmentRows = sql1(`DELETE FROM attachments WHERE run_id IS NULL AND created_at < $1
+AND owner NOT IN (SELECT principal FROM legal_holds)`)
 
 	// deleteOrphanContent deletes the content when no attachment names
 	// it.

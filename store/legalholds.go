@@ -43,17 +43,20 @@ RETURNING principal, reason, placed_by, placed_at`)
 	listLegalHolds = sql1(`SELECT principal, reason, placed_by, placed_at FROM legal_holds ORDER BY placed_at, principal`)
 	// heldOwner gives a row when the person $1 is under a legal hold.
 	heldOwner = sql1(`SELECT 1 FROM legal_holds WHERE principal = $1`)
-	// lockOwnRuns locks the rows of the person $1's runs (on SQLite the
+	// lockOwnRuns locks the rows of the person $1's runs, and
+	// lockOwnContents those of their attachments' contents (on SQLite the
 	// write transaction does).
-	lockOwnRuns = postgresOnly(`SELECT id FROM runs WHERE owner = $1 FOR UPDATE`)
+	lockOwnRuns     = postgresOnly(`SELECT id FROM runs WHERE owner = $1 FOR UPDATE`)
+	lockOwnContents = postgresOnly(`SELECT sha256 FROM attachment_contents WHERE owner = $1 FOR UPDATE`)
 )
 
 // lockForLegalHold serialises a legal hold's placement with what it stops:
-// an erasure of the person (which takes lockOwnerRuns), and a purge or a
-// deletion of one of their runs (which lock its row). One that began
+// an erasure of the person (which takes lockOwnerRuns), a purge or a
+// deletion of one of their runs (which lock its row), and the sweep of
+// their unsent attachments (which locks the contents). One that began
 // first ends first; one that comes after sees the hold.
 func lockForLegalHold(ctx context.Context, tx executor, principal string) error {
-	for _, s := range []stmt{lockOwnerRuns, lockOwnRuns} {
+	for _, s := range []stmt{lockOwnerRuns, lockOwnRuns, lockOwnContents} {
 		if _, err := tx.exec(ctx, s, principal); err != nil {
 			return err
 		}
@@ -67,7 +70,8 @@ func lockForLegalHold(ctx context.Context, tx executor, principal string) error 
 // transaction, and returns the hold. While it stands the retention purge
 // (PurgeDeletedRuns) skips the person's deleted runs, a deletion of their
 // run (DeleteRun, DeleteInactiveRun) keeps its attachments until that
-// purge, and ErasePrincipal refuses with ErrLegalHold. ErrInvalid for an
+// purge, DeleteUnsentAttachments keeps theirs, and ErasePrincipal refuses
+// with ErrLegalHold. ErrInvalid for an
 // empty principal, reason or placer, or a reason over MaxLegalHoldReason.
 func (c *core) PlaceLegalHold(ctx context.Context, h LegalHold, audit LegalHoldAudit) (LegalHold, error) {
 	var errs []error

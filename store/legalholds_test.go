@@ -14,26 +14,54 @@ import (
 )
 
 // TestPostgresLegalHoldWaitsForErasures: on PostgreSQL, a legal hold
-// placed while a purge of the person's deleted run, or an erasure of the
-// person, is under way waits until that has committed — so that no
+// placed while a purge of the person's deleted run, an erasure of the
+// person, or a sweep of their unsent attachments is under way waits until
+// that has committed — so that no
 // placement returns while something it stops may still erase their data
 // — and then stands. (On SQLite the write transactions serialise them.)
 func TestPostgresLegalHoldWaitsForErasures(t *testing.T) {
-	type erasure func(ctx context.Context, s store.Store, owner string, wait func()) error
+	type erasure func(ctx context.Context, s store.Store, dsn, owner string, wait func()) error
 	for name, erase := range map[string]erasure{
-		"purge": func(ctx context.Context, s store.Store, _ string, wait func()) error {
+		"purge": func(ctx context.Context, s store.Store, _, _ string, wait func()) error {
 			_, err := s.PurgeDeletedRuns(ctx, time.Now().Add(time.Hour), 10, func(store.Run) (func(store.AuditHead) (store.AuditRecord, error), error) {
 				wait()
 				return nil, nil
 			})
 			return err
 		},
-		"erasure": func(ctx context.Context, s store.Store, owner string, wait func()) error {
+		"erasure": func(ctx context.Context, s store.Store, _, owner string, wait func()) error {
 			_, err := s.ErasePrincipal(ctx, owner, func(store.PrincipalErasure) (func(store.AuditHead) (store.AuditRecord, error), error) {
 				wait()
 				return nil, nil
 			})
 			return err
+		},
+		// The sweep of unsent attachments locks their contents first, as
+		// this transaction does, then deletes them.
+		"sweep": func(ctx context.Context, _ store.Store, dsn, owner string, wait func()) error {
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				return err
+			}
+			defer conn.Close(context.Background())
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback(context.Background())
+			for i, q := range []string{
+				`SELECT owner, sha256 FROM attachment_contents WHERE owner = $1 ORDER BY sha256 FOR UPDATE`,
+				`DELETE FROM attachments WHERE owner = $1 AND run_id IS NULL`,
+				`DELETE FROM attachment_contents WHERE owner = $1`,
+			} {
+				if _, err := tx.Exec(ctx, q, owner); err != nil {
+					return err
+				}
+				if i == 0 {
+					wait()
+				}
+			}
+			return tx.Commit(ctx)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -48,6 +76,9 @@ func TestPostgresLegalHoldWaitsForErasures(t *testing.T) {
 			if err := s.DeleteRun(ctx, "run-1", nil, store.Withdrawal{}); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := s.PutAttachment(ctx, store.Attachment{ID: "att-draft", Owner: owner, Tenant: "tenant", Name: "draft.txt", ContentType: "text/plain"}, []byte("a draft"), 1<<10); err != nil {
+				t.Fatal(err)
+			}
 			// The erasure holds its locks while its record is built, after
 			// its deletions.
 			inside, release := make(chan struct{}), make(chan struct{})
@@ -57,7 +88,7 @@ func TestPostgresLegalHoldWaitsForErasures(t *testing.T) {
 			t.Cleanup(let)
 			erased := make(chan error, 1)
 			go func() {
-				erased <- erase(context.Background(), s, owner, func() { close(inside); <-release })
+				erased <- erase(context.Background(), s, dsn, owner, func() { close(inside); <-release })
 			}()
 			<-inside
 			placed := make(chan error, 1)
@@ -73,8 +104,14 @@ func TestPostgresLegalHoldWaitsForErasures(t *testing.T) {
 			if err := <-placed; err != nil {
 				t.Fatalf("PlaceLegalHold after the %s: %v", name, err)
 			}
-			if _, err := s.GetRun(ctx, "run-1"); !errors.Is(err, store.ErrNotFound) {
-				t.Errorf("the run after the %s that began first: %v, want erased", name, err)
+			gone, what := "run-1", error(nil)
+			if name == "sweep" {
+				_, _, what = s.AttachmentData(ctx, "att-draft")
+			} else {
+				_, what = s.GetRun(ctx, gone)
+			}
+			if !errors.Is(what, store.ErrNotFound) {
+				t.Errorf("what the %s that began first erases: %v, want erased", name, what)
 			}
 			if holds, err := s.LegalHolds(ctx); err != nil || len(holds) != 1 || holds[0].Principal != owner {
 				t.Errorf("LegalHolds = %+v, %v; want the hold placed after the %s", holds, err, name)
@@ -103,7 +140,7 @@ func waitForLockWait(t *testing.T, dsn string, placed <-chan error) {
 		var n int
 		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND wait_event_type = 'Lock'
-AND (query LIKE '%usher.runs.owner.%' OR query LIKE '%FROM runs WHERE owner = $1 FOR UPDATE%')`).Scan(&n); err != nil {
+AND (query LIKE '%usher.runs.owner.%' OR query LIKE '%WHERE owner = $1 FOR UPDATE%')`).Scan(&n); err != nil {
 			t.Fatalf("pg_stat_activity: %v", err)
 		}
 		if n > 0 {

@@ -75,8 +75,14 @@ func testLegalHolds(t *testing.T, s store.Store) {
 		t.Fatalf("LegalHolds = %+v, %v; want the one hold, as placed again", holds, err)
 	}
 
-	// Held: the deletion keeps the attachment, the purge skips the run,
-	// the erasure is refused.
+	// Held: the sweep keeps the unsent attachment, the deletion the sent
+	// one, the purge skips the run, the erasure is refused.
+	if _, err := s.PutAttachment(ctx, store.Attachment{ID: "att-draft", Owner: queueOwner, Tenant: "tenant", Name: "draft.txt", ContentType: "text/plain"}, []byte("a draft"), 1<<10); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.DeleteUnsentAttachments(ctx, time.Now().Add(time.Hour)); err != nil || n != 0 {
+		t.Errorf("DeleteUnsentAttachments under the hold = %d, %v; want none deleted", n, err)
+	}
 	for _, id := range []string{"run-a", "run-bob"} {
 		if err := s.DeleteRun(ctx, id, nil, store.Withdrawal{}); err != nil {
 			t.Fatalf("DeleteRun(%s) = %v", id, err)
@@ -129,6 +135,9 @@ func testLegalHolds(t *testing.T, s store.Store) {
 	}
 	if _, _, err := s.AttachmentData(ctx, "att-held"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the attachment of the run purged after the lift = %v, want ErrNotFound", err)
+	}
+	if n, err := s.DeleteUnsentAttachments(ctx, time.Now().Add(time.Hour)); err != nil || n != 1 {
+		t.Errorf("DeleteUnsentAttachments after the lift = %d, %v; want the draft deleted", n, err)
 	}
 	// Its content went with it: storing it again stores it anew.
 	if _, err := s.PutAttachment(ctx, store.Attachment{ID: "att-new", Owner: queueOwner, Tenant: "tenant", Name: "contract.txt", ContentType: "text/plain"}, data, int64(len(data))); err != nil {
