@@ -58,6 +58,14 @@ type faultyStore struct {
 	failAppends atomic.Int32 // AppendLeased and RecordContext calls still to fail
 	failReads   atomic.Int32 // ListMessages calls still to fail
 	panicReads  atomic.Int32 // ListMessages calls still to panic
+	failEnds    atomic.Int32 // EndLease calls still to fail
+}
+
+func (f *faultyStore) EndLease(ctx context.Context, l store.Lease, r store.Release, events ...store.NewEvent) ([]store.Event, store.Run, error) {
+	if f.failEnds.Add(-1) >= 0 {
+		return nil, store.Run{}, errInjected
+	}
+	return f.Store.EndLease(ctx, l, r, events...)
 }
 
 func (f *faultyStore) ClaimRuns(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]store.Run, error) {
@@ -264,6 +272,28 @@ func TestFailedTurnIsRetried(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestFailedReleaseIsHandedBack: a turn whose end the database fails to
+// record, and then the run's release too, hands the run back as soon as
+// the database answers again — its message answered once, within seconds —
+// rather than leaving it leased until the lease expires (30 s here).
+func TestFailedReleaseIsHandedBack(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, st store.Store) {
+		f := &faultyStore{Store: st}
+		// The turn's end, the release after it, and the first hand-back.
+		f.failEnds.Store(3)
+		openRun(t, st, "run_handed", "hello")
+		newHarness(t, f, model.NewDemo(), &Options{Lease: 30 * time.Second, RetryBackoff: 50 * time.Millisecond})
+		waitHandled(t, st, "run_handed", 1, 10*time.Second)
+		if ends := turnEnds(t, st, "run_handed"); len(ends) != 1 || ends[0].Status != TurnCompleted {
+			t.Errorf("turn ends = %+v, want one, completed", ends)
+		}
+		if n := f.failEnds.Load(); n >= 0 {
+			t.Errorf("EndLease failures left to inject: %d; want all three used", n+1)
+		}
+	})
 }
 
 // TestFailedClaimIsRetried: a claim the database fails is tried again

@@ -188,15 +188,47 @@ func (rt *Runtime) work(ctx context.Context, r store.Run) {
 		t.keepStopped(ctx)
 	case err != nil && len(end.events) > 0:
 		// Release the run all the same, queued for a retry of the slice
-		// after a backoff. Should this fail too, the lease expires and
-		// the run is taken over.
+		// after a backoff. Should this fail too, it is handed back once
+		// the database answers, or the lease expires and the run is taken
+		// over.
 		rt.log.Error("assistant: ending a turn failed", "run", r.ID, "err", err)
 		retry := store.Release{Retry: rt.retryBackoff(r.Failures), Step: t.stepEnd(store.StepFailed)}
 		if _, _, err := rt.st.EndLease(releaseCtx, t.currentLease(), retry); err != nil && !errors.Is(err, store.ErrConflict) {
 			rt.log.Error("assistant: releasing a run failed", "run", r.ID, "err", err)
+			rt.handBack(ctx, t.currentLease(), retry)
 		}
 	case err != nil:
 		rt.log.Error("assistant: releasing a run failed", "run", r.ID, "err", err)
+		rt.handBack(ctx, t.currentLease(), end.rel)
+	}
+}
+
+// handBackEvery bounds the wait between handBack's attempts.
+const handBackEvery = time.Second
+
+// handBack keeps trying to end the lease l with rel, which the store could
+// not be reached to end, until it answers, the lease expires or ctx ends:
+// a run whose release failed in a database outage is queued again as soon
+// as the database is back, not only once its lease has expired (up to
+// Options.Lease later). A release that did commit, its answer lost, is
+// met with ErrConflict, as is one after another replica took the run.
+func (rt *Runtime) handBack(ctx context.Context, l store.Lease, rel store.Release) {
+	for wait := handBackEvery / 10; rt.o.Now().Before(l.ExpiresAt); wait = min(2*wait, handBackEvery) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		try, cancel := context.WithTimeout(ctx, 5*handBackEvery)
+		_, _, err := rt.st.EndLease(try, l, rel)
+		cancel()
+		switch {
+		case err == nil:
+			rt.log.Info("assistant: a run whose release failed was released once the database answered", "run", l.RunID)
+			return
+		case errors.Is(err, store.ErrConflict):
+			return
+		}
 	}
 }
 
