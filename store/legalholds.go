@@ -71,8 +71,8 @@ func lockForLegalHold(ctx context.Context, tx executor, principal string) error 
 // (PurgeDeletedRuns) skips the person's deleted runs, a deletion of their
 // run (DeleteRun, DeleteInactiveRun) keeps its attachments until that
 // purge, DeleteUnsentAttachments keeps theirs, and ErasePrincipal refuses
-// with ErrLegalHold. ErrInvalid for an
-// empty principal, reason or placer, or a reason over MaxLegalHoldReason.
+// with ErrLegalHold. ErrInvalid for an empty principal, reason or placer,
+// or a reason over MaxLegalHoldReason.
 func (c *core) PlaceLegalHold(ctx context.Context, h LegalHold, audit LegalHoldAudit) (LegalHold, error) {
 	var errs []error
 	for _, f := range []struct{ name, v string }{{"principal", h.Principal}, {"reason", h.Reason}, {"placer", h.PlacedBy}} {
