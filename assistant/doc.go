@@ -27,7 +27,10 @@
 //   - a slice of work that fails (the database, the MCP server, a panic,
 //     which the worker recovers) is released queued for a retry after a
 //     backoff that doubles to a minute, and after maxFailures in a row the
-//     turn ends, visibly, as failed;
+//     turn ends, visibly, as failed; a release the database could not take
+//     is tried again until it answers (handBack), and the first claim that
+//     succeeds after failed ones ends every backoff (wakeRetries), so that
+//     an outage delays no run past its end;
 //   - a lease that is not released (the process died) expires, and every
 //     replica's scheduler sleeps until the earliest lease expiry it knows
 //     of (Store.NextClaimAt, read after every claim and wake-up), so the

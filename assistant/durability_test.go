@@ -296,6 +296,43 @@ func TestFailedReleaseIsHandedBack(t *testing.T) {
 	})
 }
 
+// TestOutageWakesRetries: a run waiting out a retry's backoff (an hour
+// here) waits while the store answers, and goes as soon as a claim
+// succeeds after failed ones (the database is back), its message answered
+// once — not an hour later.
+func TestOutageWakesRetries(t *testing.T) {
+	t.Parallel()
+	forEachEngine(t, func(t *testing.T, st store.Store) {
+		ctx := t.Context()
+		openRun(t, st, "run_backoff", "hello")
+		claimed, err := st.ClaimRuns(ctx, "replica-gone", 1, time.Minute)
+		if err != nil || len(claimed) != 1 {
+			t.Fatalf("ClaimRuns = %+v, %v", claimed, err)
+		}
+		if _, _, err := st.EndLease(ctx, claimed[0].Lease(), store.Release{Retry: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		f := &faultyStore{Store: st}
+		newHarness(t, f, model.NewDemo(), nil)
+
+		// The store answers: another run is answered, this one waits.
+		openRun(t, st, "run_other", "hello")
+		waitHandled(t, st, "run_other", 1, 20*time.Second)
+		if r, err := st.GetRun(ctx, "run_backoff"); err != nil || r.HandledSeq != 0 || r.NotBefore.Before(time.Now().Add(50*time.Minute)) {
+			t.Fatalf("the run waiting out its backoff, with no outage = %+v, %v; want it waiting", r, err)
+		}
+
+		// Claims fail, then succeed: the run goes.
+		f.failClaims.Store(2)
+		openRun(t, st, "run_during", "hello")
+		waitHandled(t, st, "run_during", 1, 20*time.Second)
+		r := waitHandled(t, st, "run_backoff", 1, 20*time.Second)
+		if ends := turnEnds(t, st, "run_backoff"); len(ends) != 1 || ends[0].Status != TurnCompleted || r.Failures != 0 {
+			t.Errorf("the woken run's turn ends = %+v, failures %d; want one, completed, none left", ends, r.Failures)
+		}
+	})
+}
+
 // TestFailedClaimIsRetried: a claim the database fails is tried again
 // soon, not at the next sweep or the next message.
 func TestFailedClaimIsRetried(t *testing.T) {

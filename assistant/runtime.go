@@ -491,8 +491,9 @@ func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
 		}
 	}
 
-	// more: the last claim may have left claimable runs behind.
-	more := false
+	// more: the last claim may have left claimable runs behind; outage:
+	// the last claim failed.
+	more, outage := false, false
 	claim := func() {
 		more = false
 		for {
@@ -506,7 +507,7 @@ func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
 				if ctx.Err() == nil {
 					rt.log.Error("assistant: claiming runs failed", "err", err)
 				}
-				more = true
+				more, outage = true, true
 				next.Reset(claimRetry)
 				return
 			}
@@ -522,6 +523,14 @@ func (rt *Runtime) schedule(ctx context.Context, wakes <-chan struct{}) {
 					}()
 					rt.work(ctx, r)
 				})
+			}
+			if outage {
+				// The store answers again: the runs waiting out a retry's
+				// backoff go now, and are claimed with the others.
+				outage = false
+				if rt.wakeRetries(ctx) > 0 {
+					continue
+				}
 			}
 			if len(runs) < free {
 				plan()
@@ -587,6 +596,23 @@ const (
 	retryCap    = time.Minute
 	maxFailures = 8
 )
+
+// wakeRetries makes the runs waiting out a retry's backoff claimable at
+// once. It is called when the store answers a claim again after failing
+// one: their slices most likely failed in the same outage, and would
+// otherwise wait up to retryCap after it ended. It returns how many it
+// woke.
+func (rt *Runtime) wakeRetries(ctx context.Context) int {
+	n, err := rt.st.WakeRetries(ctx)
+	if err != nil {
+		rt.log.Warn("assistant: waking the runs waiting out a retry failed", "err", err)
+		return 0
+	}
+	if n > 0 {
+		rt.log.Info("assistant: the database answers again; runs waiting out a retry are queued now", "count", n)
+	}
+	return n
+}
 
 // retryBackoff is the backoff after a failure that follows failures others
 // in a row.

@@ -36,6 +36,7 @@ type Store interface {
 	// The scheduler and the turns it works.
 	ClaimRuns(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]store.Run, error)
 	NextClaimAt(ctx context.Context) (time.Time, error)
+	WakeRetries(ctx context.Context) (int, error)
 	LeaseOwners(ctx context.Context) ([]string, error)
 	RequeueLeases(ctx context.Context, owner string) ([]store.Run, error)
 	WakeUps(ctx context.Context) (<-chan struct{}, error)

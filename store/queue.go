@@ -252,6 +252,11 @@ SELECT
 
 	leaseOwners = sql1(`SELECT DISTINCT lease_owner FROM runs WHERE lease_owner IS NOT NULL ORDER BY lease_owner`)
 
+	// wakeRetries makes the runs queued for a retry after $1 claimable.
+	wakeRetries = sql1(`
+UPDATE runs SET not_before = NULL
+WHERE queued_at IS NOT NULL AND lease_owner IS NULL AND not_before > $1 AND status = 'InProgress' AND deleted_at IS NULL`)
+
 	// requeueLeases ends the leases of the owner $1 at $2, queueing their
 	// runs for a claim now.
 	requeueLeases = sql1(`
@@ -526,6 +531,16 @@ func (c *core) NextClaimAt(ctx context.Context) (time.Time, error) {
 		return time.Time{}, c.fail(err)
 	}
 	return earliest(lease, queued), nil
+}
+
+func (c *core) WakeRetries(ctx context.Context) (int, error) {
+	var n int64
+	err := c.writeOne(ctx, func(x executor) error {
+		var err error
+		n, err = x.exec(ctx, wakeRetries, storedTime(c.now()))
+		return err
+	})
+	return int(n), c.fail(err)
 }
 
 func (c *core) ClaimRuns(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Run, error) {

@@ -307,6 +307,10 @@ type Store interface {
 	// or its QueuedAt, in the past, when it may be claimed now). Zero when
 	// no InProgress run is leased or queued. A scheduler sleeps until then.
 	NextClaimAt(ctx context.Context) (time.Time, error)
+	// WakeRetries makes the runs queued for a retry after a backoff (see
+	// EndLease) claimable now, their failures still counted, and returns
+	// how many it woke.
+	WakeRetries(ctx context.Context) (int, error)
 	// LeaseOwners returns the owners of the leases runs hold now (expired
 	// or not), each once, in order: what a replica that starts looks
 	// through for leases of an earlier incarnation of itself.

@@ -1147,6 +1147,19 @@ func testRetryBackoff(t *testing.T, s store.Store) {
 	if err != nil || r.Failures != 0 || !r.NotBefore.IsZero() || !r.QueuedAt.IsZero() {
 		t.Fatalf("EndLease that ends the turn = %+v, %v; want the failures reset, nothing queued", r, err)
 	}
+
+	// Woken: run-1, still an hour from its retry, is claimable now, its
+	// failure counted; nothing else is woken, nor is it twice.
+	if n, err := s.WakeRetries(ctx); err != nil || n != 1 {
+		t.Fatalf("WakeRetries = %d, %v; want run-1", n, err)
+	}
+	claimed, err = s.ClaimRuns(ctx, "replica-a", 10, time.Minute)
+	if err != nil || len(claimed) != 1 || claimed[0].ID != "run-1" || claimed[0].Failures != 1 {
+		t.Fatalf("ClaimRuns after WakeRetries = %+v, %v; want run-1, its failure counted", claimed, err)
+	}
+	if n, err := s.WakeRetries(ctx); err != nil || n != 0 {
+		t.Errorf("WakeRetries again = %d, %v; want none", n, err)
+	}
 }
 
 // testReleaseQueuesWork: a release that leaves the run with work (an open
