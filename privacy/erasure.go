@@ -2,7 +2,6 @@ package privacy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,14 +29,10 @@ func Erase(ctx context.Context, st Store, log *audit.Log, principal, by string, 
 			counted = e
 			return nil, errDryRun
 		}
-		details, err := json.Marshal(struct {
+		return record(log, audit.KindPrincipalErased, principal, struct {
 			store.PrincipalErasure
 			By string `json:"by"`
 		}{e, by})
-		if err != nil {
-			return nil, err
-		}
-		return log.Builder(audit.Entry{Kind: audit.KindPrincipalErased, Principal: principal, Details: details})
 	})
 	if dryRun && errors.Is(err, errDryRun) {
 		return counted, nil

@@ -23,7 +23,7 @@ type Holds interface {
 // keeps its attachments), not Erase.
 func PlaceHold(ctx context.Context, st Holds, log *audit.Log, principal, reason, by string) (store.LegalHold, error) {
 	return st.PlaceLegalHold(ctx, store.LegalHold{Principal: principal, Reason: reason, PlacedBy: by}, func(h store.LegalHold) (func(store.AuditHead) (store.AuditRecord, error), error) {
-		return holdRecord(log, audit.KindLegalHoldPlaced, h, map[string]string{"reason": h.Reason, "by": by})
+		return record(log, audit.KindLegalHoldPlaced, h.Principal, map[string]string{"reason": h.Reason, "by": by})
 	})
 }
 
@@ -33,16 +33,17 @@ func PlaceHold(ctx context.Context, st Holds, log *audit.Log, principal, reason,
 // it kept goes as the retention policy would have let it go.
 func LiftHold(ctx context.Context, st Holds, log *audit.Log, principal, by string) (store.LegalHold, error) {
 	return st.LiftLegalHold(ctx, principal, func(h store.LegalHold) (func(store.AuditHead) (store.AuditRecord, error), error) {
-		return holdRecord(log, audit.KindLegalHoldLifted, h, map[string]string{
+		return record(log, audit.KindLegalHoldLifted, h.Principal, map[string]string{
 			"reason": h.Reason, "placedBy": h.PlacedBy, "placedAt": h.PlacedAt.UTC().Format(time.RFC3339), "by": by})
 	})
 }
 
-// holdRecord is the builder of the audit record of kind about h.
-func holdRecord(log *audit.Log, kind audit.Kind, h store.LegalHold, details map[string]string) (func(store.AuditHead) (store.AuditRecord, error), error) {
+// record is the builder of the audit record of kind about the person
+// principal, with details as JSON.
+func record(log *audit.Log, kind audit.Kind, principal string, details any) (func(store.AuditHead) (store.AuditRecord, error), error) {
 	b, err := json.Marshal(details)
 	if err != nil {
 		return nil, err
 	}
-	return log.Builder(audit.Entry{Kind: kind, Principal: h.Principal, Details: b})
+	return log.Builder(audit.Entry{Kind: kind, Principal: principal, Details: b})
 }

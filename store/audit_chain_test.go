@@ -69,6 +69,15 @@ func runAhead(t *testing.T, s store.Store, appendFn func() error) <-chan error {
 // event (pg_stat_activity.wait_event), returning the connection.
 func waitForBackend(t *testing.T, dsn, event string) *pgx.Conn {
 	t.Helper()
+	return waitForActivity(t, dsn, nil, `wait_event = $1`, event)
+}
+
+// waitForActivity connects to dsn and waits, at most 10 s, until a backend
+// of pg_stat_activity matches where (with args), returning the
+// connection; check, unless nil, runs before each look and may fail the
+// test.
+func waitForActivity(t *testing.T, dsn string, check func(), where string, args ...any) *pgx.Conn {
+	t.Helper()
 	conn, err := pgx.Connect(t.Context(), dsn)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
@@ -76,15 +85,18 @@ func waitForBackend(t *testing.T, dsn, event string) *pgx.Conn {
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		if check != nil {
+			check()
+		}
 		var n int
-		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event = $1`, event).Scan(&n); err != nil {
+		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE `+where, args...).Scan(&n); err != nil {
 			t.Fatalf("pg_stat_activity: %v", err)
 		}
 		if n > 0 {
 			return conn
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no backend waited for %s", event)
+			t.Fatalf("no backend of pg_stat_activity matched %s %v", where, args)
 		}
 		time.Sleep(time.Millisecond)
 	}

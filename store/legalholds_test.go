@@ -125,30 +125,12 @@ func TestPostgresLegalHoldWaitsForErasures(t *testing.T) {
 // the test if placed has an answer first: the placement did not wait.
 func waitForLockWait(t *testing.T, dsn string, placed <-chan error) {
 	t.Helper()
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(context.Background())
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitForActivity(t, dsn, func() {
 		select {
 		case err := <-placed:
 			t.Fatalf("PlaceLegalHold returned (%v) while the erasure was under way", err)
 		default:
 		}
-		var n int
-		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event_type = 'Lock'
-AND (query LIKE '%usher.runs.owner.%' OR query LIKE '%WHERE owner = $1 FOR UPDATE%')`).Scan(&n); err != nil {
-			t.Fatalf("pg_stat_activity: %v", err)
-		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the placement never waited for a lock")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	}, `datname = current_database() AND wait_event_type = 'Lock'
+AND (query LIKE '%usher.runs.owner.%' OR query LIKE '%WHERE owner = $1 FOR UPDATE%')`)
 }
