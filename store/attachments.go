@@ -72,10 +72,18 @@ var (
 	lockOwnerAttachments = postgresOnly(`SELECT pg_advisory_xact_lock(hashtextextended('usher.attachments.owner.' || $1, 0))`)
 
 	// ownerAttachmentBytes counts each of the owner's contents once,
-	// however many attachments name it.
-	ownerAttachmentBytes = sql1(`SELECT coalesce(sum(size), 0)::bigint FROM attachment_contents WHERE owner = $1`)
-
-	ownerHasContent = sql1(`SELECT count(*) FROM attachment_contents WHERE owner = $1 AND sha256 = $2`)
+	// however many attachments name it, and only those an attachment of
+	// theirs names that is unsent or in a conversation not deleted: what
+	// a legal hold keeps of their deleted conversations until it is
+	// lifted is not theirs to use any more, and does not fill their quota
+	// (they would learn of the hold from it). $2 is a content's SHA-256,
+	// of which the second column says whether it is counted.
+	ownerAttachmentBytes = sql1(`
+SELECT coalesce(sum(c.size), 0)::bigint, coalesce(sum(CASE WHEN c.sha256 = $2 THEN 1 ELSE 0 END), 0)::bigint
+FROM attachment_contents c
+WHERE c.owner = $1 AND EXISTS (
+  SELECT 1 FROM attachments a LEFT JOIN runs r ON r.id = a.run_id
+  WHERE a.owner = c.owner AND a.sha256 = c.sha256 AND (a.run_id IS NULL OR r.deleted_at IS NULL))`)
 
 	// putContent stores the content, or locks it when the owner has it
 	// already (the update changes nothing: a content is immutable), so
@@ -158,12 +166,8 @@ func (c *core) PutAttachment(ctx context.Context, a Attachment, data []byte, quo
 		if _, err := tx.exec(ctx, lockOwnerAttachments, a.Owner); err != nil {
 			return err
 		}
-		var used int64
-		if err := tx.row(ctx, ownerAttachmentBytes, a.Owner).Scan(&used); err != nil {
-			return err
-		}
-		var held int
-		if err := tx.row(ctx, ownerHasContent, a.Owner, a.SHA256).Scan(&held); err != nil {
+		var used, held int64
+		if err := tx.row(ctx, ownerAttachmentBytes, a.Owner, a.SHA256).Scan(&used, &held); err != nil {
 			return err
 		}
 		if held == 0 && used+a.Size > quota {
@@ -228,7 +232,8 @@ func (c *core) AttachToRun(ctx context.Context, runID, owner string, ids []strin
 
 func (c *core) AttachmentBytes(ctx context.Context, owner string) (int64, error) {
 	var n int64
-	if err := c.reader().row(ctx, ownerAttachmentBytes, owner).Scan(&n); err != nil {
+	var held int64
+	if err := c.reader().row(ctx, ownerAttachmentBytes, owner, "").Scan(&n, &held); err != nil {
 		return 0, c.fail(err)
 	}
 	return n, nil

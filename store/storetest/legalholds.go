@@ -20,8 +20,8 @@ func holdRecord(kind string) store.LegalHoldAudit {
 
 // testLegalHolds: a legal hold is placed (again, with a new reason),
 // listed and lifted, each with its audit record in the same transaction;
-// while it stands the person's deleted run keeps its attachments and is
-// not purged, and erasing the person is refused with nothing erased;
+// while it stands the person's deleted run keeps its attachments, which
+// do not count toward the person's quota, and is not purged, and erasing the person is refused with nothing erased;
 // another person's deleted run is purged all the same; once it is
 // lifted, the purge erases the run with its attachments, and the erasure
 // goes ahead. Bad holds and a failing record write nothing.
@@ -91,6 +91,19 @@ func testLegalHolds(t *testing.T, s store.Store) {
 	if _, c, err := s.AttachmentData(ctx, "att-held"); err != nil || !bytes.Equal(c, data) {
 		t.Errorf("the held person's attachment after their run's deletion = %q, %v; want it kept", c, err)
 	}
+	// What the hold keeps is not the person's to use, and does not fill
+	// their quota: a new upload fits beside the draft alone, and the kept
+	// content uploaded again counts anew.
+	draft := int64(len("a draft"))
+	if n, err := s.AttachmentBytes(ctx, queueOwner); err != nil || n != draft {
+		t.Errorf("AttachmentBytes under the hold after the deletion = %d, %v; want %d (the draft only)", n, err, draft)
+	}
+	if _, err := s.PutAttachment(ctx, store.Attachment{ID: "att-after", Owner: queueOwner, Tenant: "tenant", Name: "notes.txt", ContentType: "text/plain"}, []byte("notes"), draft+5); err != nil {
+		t.Errorf("an upload within the quota beside what the hold keeps = %v", err)
+	}
+	if _, err := s.PutAttachment(ctx, store.Attachment{ID: "att-again", Owner: queueOwner, Tenant: "tenant", Name: "contract.txt", ContentType: "text/plain"}, data, draft+5+int64(len(data))-1); !errors.Is(err, store.ErrLimit) {
+		t.Errorf("the kept content uploaded again one byte over the quota = %v, want ErrLimit", err)
+	}
 	runs, err := s.PurgeDeletedRuns(ctx, time.Now().Add(time.Hour), 10, erasedRecord)
 	if ids := runIDs(runs); err != nil || len(ids) != 1 || ids[0] != "run-bob" {
 		t.Fatalf("PurgeDeletedRuns under alice's hold = %v, %v; want bob's run only", ids, err)
@@ -136,8 +149,8 @@ func testLegalHolds(t *testing.T, s store.Store) {
 	if _, _, err := s.AttachmentData(ctx, "att-held"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the attachment of the run purged after the lift = %v, want ErrNotFound", err)
 	}
-	if n, err := s.DeleteUnsentAttachments(ctx, time.Now().Add(time.Hour)); err != nil || n != 1 {
-		t.Errorf("DeleteUnsentAttachments after the lift = %d, %v; want the draft deleted", n, err)
+	if n, err := s.DeleteUnsentAttachments(ctx, time.Now().Add(time.Hour)); err != nil || n != 2 {
+		t.Errorf("DeleteUnsentAttachments after the lift = %d, %v; want the draft and the notes deleted", n, err)
 	}
 	// Its content went with it: storing it again stores it anew.
 	if _, err := s.PutAttachment(ctx, store.Attachment{ID: "att-new", Owner: queueOwner, Tenant: "tenant", Name: "contract.txt", ContentType: "text/plain"}, data, int64(len(data))); err != nil {
