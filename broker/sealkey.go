@@ -37,6 +37,17 @@ func ParseSealKey(s string) ([]byte, error) {
 	return nil, errors.New("broker: seal key is not valid base64")
 }
 
+// LoadSealKey reads the seal key stored base64-encoded in the file at
+// path, as LoadOrCreateSealKey does, but creates none: a missing file is
+// an error that wraps fs.ErrNotExist.
+func LoadSealKey(path string) ([]byte, error) {
+	k, err := readSealKey(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("broker: seal key: %w", err)
+	}
+	return k, err
+}
+
 // LoadOrCreateSealKey reads the seal key stored base64-encoded in the file at
 // path, or, when the file does not exist, creates it with a new random key
 // (mode 0600, its directory 0700). It refuses a file that its group or

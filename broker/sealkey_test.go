@@ -3,6 +3,8 @@ package broker
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -36,6 +38,28 @@ func TestLoadOrCreateSealKey(t *testing.T) {
 	entries, _ := os.ReadDir(filepath.Dir(path))
 	if len(entries) != 1 {
 		t.Errorf("%d files beside the key, want none", len(entries)-1)
+	}
+}
+
+// TestLoadSealKey: LoadSealKey reads the key LoadOrCreateSealKey made,
+// and of a missing file makes nothing and says it does not exist.
+func TestLoadSealKey(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "data", "broker.key")
+	if _, err := LoadSealKey(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("LoadSealKey of a missing file = %v, want fs.ErrNotExist", err)
+	}
+	if _, err := os.Stat(filepath.Dir(missing)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("LoadSealKey of a missing file made its directory (%v)", err)
+	}
+	path := filepath.Join(dir, "broker.key")
+	k, err := LoadOrCreateSealKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := LoadSealKey(path); err != nil || !bytes.Equal(got, k) {
+		t.Errorf("LoadSealKey = %x, %v; want the key made", got, err)
 	}
 }
 

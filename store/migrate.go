@@ -76,6 +76,13 @@ func notMigrated(versions []int64) error {
 	if len(versions) == 0 {
 		return nil
 	}
+	const hint = `run "usher migrate"`
+	if n := len(versions); n > 3 && versions[n-1]-versions[0] == int64(n-1) {
+		// A run of versions, such as every one of a database never
+		// migrated, by its ends.
+		return fmt.Errorf("store: database schema is not up to date: %d migrations pending (%d to %d; %s)",
+			n, versions[0], versions[n-1], hint)
+	}
 	names := make([]string, len(versions))
 	for i, v := range versions {
 		names[i] = strconv.FormatInt(v, 10)
@@ -84,8 +91,8 @@ func notMigrated(versions []int64) error {
 	if len(versions) > 1 {
 		noun = "migrations"
 	}
-	return fmt.Errorf("store: database schema is not up to date: %s %s pending (run \"usher migrate\")",
-		noun, strings.Join(names, ", "))
+	return fmt.Errorf("store: database schema is not up to date: %s %s pending (%s)",
+		noun, strings.Join(names, ", "), hint)
 }
 
 // logApplied reports each migration Migrate applied.

@@ -19,13 +19,15 @@ import (
 var errFailed = errors.New("failed")
 
 // definitions is the lock of every tool of the installation's catalog as
-// it is now: each hash and definition.
+// it is now: each hash and definition. The catalog is the configuration's
+// and the binary's: an operator reviews it (usher tools diff, lock) before
+// the first start too, so the installation is set up as serve would.
 func (e *environment) definitions(ctx context.Context, f *installFlags) (*policy.Lock, error) {
 	cfg, log, err := e.loadConfig(f)
 	if err != nil {
 		return nil, err
 	}
-	in, err := open(ctx, cfg, log)
+	in, err := setUp(ctx, cfg, log, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -3,10 +3,12 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"os"
 
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/audit"
 )
 
@@ -14,6 +16,15 @@ import (
 // is named after the log's origin, that of the installation at publicURL
 // unless audit.checkpoint_origin names one.
 func (in *installation) auditKeys(publicURL string) (*audit.Keys, string, error) {
+	if in.sealKey == nil {
+		return nil, "", in.errNoSealKey()
+	}
+	return in.auditKeysSealedWith(publicURL, in.sealKey)
+}
+
+// auditKeysSealedWith is auditKeys whose private keys sealKey opens and
+// seals.
+func (in *installation) auditKeysSealedWith(publicURL string, sealKey []byte) (*audit.Keys, string, error) {
 	origin := in.cfg.Audit.CheckpointOrigin
 	if origin == "" {
 		var err error
@@ -21,7 +32,7 @@ func (in *installation) auditKeys(publicURL string) (*audit.Keys, string, error)
 			return nil, "", err
 		}
 	}
-	keys, err := audit.NewKeys(in.store, in.sealKey, origin, &audit.KeysOptions{PreviousSealKeys: in.previousSealKeys})
+	keys, err := audit.NewKeys(in.store, sealKey, origin, &audit.KeysOptions{PreviousSealKeys: in.previousSealKeys})
 	return keys, origin, err
 }
 
@@ -58,7 +69,15 @@ func (in *installation) trustedAuditKeys(ctx context.Context, path string) (note
 		keys, err := audit.ParseVerifierKeys(string(b))
 		return keys, path, err
 	}
-	keys, _, err := in.auditKeys(in.cliURL())
+	// The verifier keys are public: reading them opens no private key, so
+	// a command without the seal key reads them with a key of its own,
+	// which seals and opens nothing.
+	seal := in.sealKey
+	if seal == nil {
+		seal = make([]byte, broker.SealKeySize)
+		rand.Read(seal)
+	}
+	keys, _, err := in.auditKeysSealedWith(in.cliURL(), seal)
 	if err != nil {
 		return nil, "", err
 	}

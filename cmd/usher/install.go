@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -90,7 +91,7 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	return slog.New(telemetry.LogHandler(h))
 }
 
-// installation is an opened, migrated store and the key that seals the
+// installation is an opened store at the newest schema and the key that seals the
 // private signing keys in it.
 type installation struct {
 	cfg     config.Config
@@ -116,38 +117,58 @@ type installation struct {
 	earlierIncarnation func(ctx context.Context, owner string) (bool, error)
 }
 
-// open opens the installation's store, applies pending migrations and loads
-// the seal key. The data directory is made only when something is kept in
-// it (the SQLite file, a generated seal key): a database that cannot be
-// reached leaves nothing behind.
+// open opens an installation that serve or migrate made, and changes
+// nothing of it: a command run with a configuration or data directory that
+// names no installation fails, rather than making an empty one and acting
+// on that. The SQLite file must exist, the schema must be at the newest
+// migration (Ready: migrating is serve's and migrate's), and the seal key
+// is read, never made: without broker.key_encryption_key and the data
+// directory's broker.key, sealKey is nil, and what needs it says so
+// (keyring, auditKeys).
 func open(ctx context.Context, cfg config.Config, log *slog.Logger) (*installation, error) {
-	return openTraced(ctx, cfg, log, nil)
+	return openWith(ctx, cfg, log, nil, false)
 }
 
-// openTraced is open whose store makes spans of its statements with tp
-// (none when nil).
-func openTraced(ctx context.Context, cfg config.Config, log *slog.Logger, tp trace.TracerProvider) (*installation, error) {
+// setUp opens the installation as serve and migrate do: it makes the data
+// directory when something is kept in it (the SQLite file, a generated
+// seal key), applies pending migrations, and loads or makes the seal key.
+// A database that cannot be reached leaves nothing behind. Its store
+// makes spans of its statements with tp (none when nil).
+func setUp(ctx context.Context, cfg config.Config, log *slog.Logger, tp trace.TracerProvider) (*installation, error) {
+	return openWith(ctx, cfg, log, tp, true)
+}
+
+// openWith is open, or setUp when create is true.
+func openWith(ctx context.Context, cfg config.Config, log *slog.Logger, tp trace.TracerProvider, create bool) (*installation, error) {
 	dsn := cfg.Database.URL
 	if dsn == "" {
-		if err := makeDataDir(cfg); err != nil {
-			return nil, err
-		}
 		dsn = sqlitePath(cfg)
+		if create {
+			if err := makeDataDir(cfg); err != nil {
+				return nil, err
+			}
+		} else if _, err := os.Stat(dsn); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				abs, _ := filepath.Abs(dsn)
+				return nil, fmt.Errorf("no database at %s: the data directory (--data-dir, server.data_dir) or --database-url must name the installation's; usher serve or usher migrate makes a new one", abs)
+			}
+			return nil, fmt.Errorf("open database: %w", err)
+		}
 	}
 	st, err := store.Open(ctx, dsn, &store.Options{Logger: log, MaxConns: cfg.Database.MaxConns, TracerProvider: tp})
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	if err := st.Migrate(ctx); err != nil {
+	if create {
+		err = st.Migrate(ctx)
+	} else {
+		err = st.Ready(ctx)
+	}
+	if err != nil {
 		st.Close()
-		return nil, fmt.Errorf("migrate database: %w", err)
+		return nil, fmt.Errorf("database: %w", err)
 	}
-	var seal []byte
-	if k := cfg.Broker.KeyEncryptionKey; k != "" {
-		seal, err = broker.ParseSealKey(k)
-	} else if err = makeDataDir(cfg); err == nil {
-		seal, err = broker.LoadOrCreateSealKey(filepath.Join(cfg.Server.DataDir, "broker.key"))
-	}
+	seal, err := sealKey(cfg, create)
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("key encryption key: %w", err)
@@ -162,6 +183,39 @@ func openTraced(ctx context.Context, cfg config.Config, log *slog.Logger, tp tra
 		previous = append(previous, key)
 	}
 	return &installation{cfg: cfg, log: log, store: st, sealKey: seal, previousSealKeys: previous}, nil
+}
+
+// sealKey is the key that seals the installation's signing keys:
+// broker.key_encryption_key, else the data directory's broker.key, which
+// create makes when there is none. Without create, a missing file is no
+// key (nil) and no error.
+func sealKey(cfg config.Config, create bool) ([]byte, error) {
+	if k := cfg.Broker.KeyEncryptionKey; k != "" {
+		return broker.ParseSealKey(k)
+	}
+	path := sealKeyPath(cfg)
+	if !create {
+		k, err := broker.LoadSealKey(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return k, err
+	}
+	if err := makeDataDir(cfg); err != nil {
+		return nil, err
+	}
+	return broker.LoadOrCreateSealKey(path)
+}
+
+// sealKeyPath is where the seal key is kept when broker.key_encryption_key
+// is not set.
+func sealKeyPath(cfg config.Config) string { return filepath.Join(cfg.Server.DataDir, "broker.key") }
+
+// errNoSealKey is the error of a command that needs the seal key where
+// open found none.
+func (in *installation) errNoSealKey() error {
+	abs, _ := filepath.Abs(sealKeyPath(in.cfg))
+	return fmt.Errorf("no key encryption key: broker.key_encryption_key is not set and there is no %s; give this command the servers' key (USHER_BROKER_KEY_ENCRYPTION_KEY) or run it with their data directory (--data-dir)", abs)
 }
 
 // makeDataDir makes server.data_dir, readable by this user only.
@@ -183,6 +237,9 @@ const (
 // longest-lived token they sign: an old key stays published that long after
 // it stops signing.
 func (in *installation) keyring(purpose string, maxTokenLifetime time.Duration) (*broker.Keyring, error) {
+	if in.sealKey == nil {
+		return nil, in.errNoSealKey()
+	}
 	return broker.NewKeyring(in.store, purpose, in.sealKey, &broker.KeyringOptions{
 		RotationPeriod:   in.cfg.Broker.RotationPeriod.Std(),
 		MaxTokenLifetime: maxTokenLifetime,
@@ -199,7 +256,7 @@ func (in *installation) sealHint(err error) error {
 	}
 	if in.cfg.Broker.KeyEncryptionKey == "" {
 		return fmt.Errorf("%w; this process used the seal key in %s: every replica of an installation needs the same key encryption key, set in USHER_BROKER_KEY_ENCRYPTION_KEY (broker.key_encryption_key)",
-			err, filepath.Join(in.cfg.Server.DataDir, "broker.key"))
+			err, sealKeyPath(in.cfg))
 	}
 	if len(in.previousSealKeys) > 0 {
 		return fmt.Errorf("%w; neither USHER_BROKER_KEY_ENCRYPTION_KEY (broker.key_encryption_key) nor USHER_BROKER_PREVIOUS_KEY_ENCRYPTION_KEYS (broker.previous_key_encryption_keys) holds the key the installation's signing keys were sealed with", err)

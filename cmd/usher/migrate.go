@@ -5,8 +5,9 @@ import (
 	"fmt"
 )
 
-// migrate applies pending migrations to the installation's database (open
-// does it) and reports readiness.
+// migrate applies pending migrations to the installation's database
+// (setUp does it), making the installation if there is none, and reports
+// readiness.
 func (e *environment) migrate(ctx context.Context, args []string) error {
 	var f installFlags
 	fs := e.flagSet("migrate")
@@ -14,7 +15,11 @@ func (e *environment) migrate(ctx context.Context, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	in, err := e.openInstallation(ctx, &f)
+	cfg, log, err := e.loadConfig(&f)
+	if err != nil {
+		return err
+	}
+	in, err := setUp(ctx, cfg, log, nil)
 	if err != nil {
 		return err
 	}

@@ -159,6 +159,9 @@ func TestClientsCommands(t *testing.T) {
 		err := run(context.Background(), append(append([]string{"clients"}, args...), "--data-dir", dir), getenv(nil), &out, &errOut)
 		return out.String(), err
 	}
+	if err := run(context.Background(), []string{"migrate", "--data-dir", dir}, getenv(nil), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := clients("list"); err != nil || !strings.Contains(out, "no OAuth clients") {
 		t.Fatalf("empty list: %v %q", err, out)
 	}

@@ -162,13 +162,14 @@ func (e *environment) policyExplain(ctx context.Context, fs *flag.FlagSet, f *in
 }
 
 // catalogFeature resolves a tool, resource, template or prompt in the
-// catalog.
+// catalog, which is the configuration's and the binary's (the
+// installation set up as for definitions).
 func (e *environment) catalogFeature(ctx context.Context, f *installFlags, a mcpserver.Action, ref, name string) (mcpserver.Feature, error) {
 	cfg, log, err := e.loadConfig(f)
 	if err != nil {
 		return mcpserver.Feature{}, err
 	}
-	in, err := open(ctx, cfg, log)
+	in, err := setUp(ctx, cfg, log, nil)
 	if err != nil {
 		return mcpserver.Feature{}, err
 	}

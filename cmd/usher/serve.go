@@ -210,7 +210,7 @@ func (s *serving) identity(ctx context.Context) error {
 // open opens and migrates the store, whose statements are traced when
 // telemetry is on, and loads the seal key.
 func (s *serving) open(ctx context.Context) error {
-	in, err := openTraced(ctx, s.cfg, s.log, s.tel.TracerProvider())
+	in, err := setUp(ctx, s.cfg, s.log, s.tel.TracerProvider())
 	if err != nil {
 		return err
 	}
