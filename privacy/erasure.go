@@ -40,15 +40,30 @@ func Erase(ctx context.Context, st Store, log *audit.Log, principal, by string, 
 	return out, err
 }
 
-// WriteText tells what an erasure erased, or with dryRun would erase.
+// WriteText tells what an erasure erased, or with dryRun would erase,
+// in a line that names no one: the caller names the person, as its
+// output needs (a terminal's must not carry their id's control
+// characters).
 func WriteText(w io.Writer, e store.PrincipalErasure, dryRun bool) error {
 	verb := "erased"
 	if dryRun {
 		verb = "would erase"
 	}
-	_, err := fmt.Fprintf(w, "%s: %s %d conversations (with their messages and approvals), %d approvals of calls outside them, "+
-		"%d tool call records, %d notes, %d attachments, %d settings, %d days of model usage, %d browser sessions, "+
-		"%d OAuth codes, tokens and consents, %d MCP sessions\n",
-		e.Principal, verb, e.Runs, e.Approvals, e.Executions, e.Notes, e.Attachments, e.Settings, e.UsageDays, e.Sessions, e.OAuth, e.MCPSessions)
+	_, err := fmt.Fprintf(w, "%s %s (with their messages and approvals), %s of calls outside them, "+
+		"%s, %s, %s, %s, %s of model usage, %s, %s, %s\n",
+		verb, count(e.Runs, "conversation", "conversations"), count(e.Approvals, "approval", "approvals"),
+		count(e.Executions, "tool call record", "tool call records"), count(e.Notes, "note", "notes"),
+		count(e.Attachments, "attachment", "attachments"), count(e.Settings, "setting", "settings"),
+		count(e.UsageDays, "day", "days"), count(e.Sessions, "browser session", "browser sessions"),
+		count(e.OAuth, "OAuth code, token or consent", "OAuth codes, tokens and consents"),
+		count(e.MCPSessions, "MCP session", "MCP sessions"))
 	return err
+}
+
+// count is n and the noun, one or many.
+func count(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -87,14 +87,16 @@ func TestErase(t *testing.T) {
 
 func TestWriteText(t *testing.T) {
 	t.Parallel()
-	e := store.PrincipalErasure{Principal: "alice", Runs: 3, Notes: 2, OAuth: 1}
+	e := store.PrincipalErasure{Principal: "alice", Runs: 3, Notes: 2, OAuth: 1, UsageDays: 1}
 	for _, dry := range []bool{true, false} {
 		var b bytes.Buffer
 		if err := WriteText(&b, e, dry); err != nil {
 			t.Fatal(err)
 		}
-		verb := map[bool]string{true: "alice: would erase 3 conversations", false: "alice: erased 3 conversations"}[dry]
-		if !strings.HasPrefix(b.String(), verb) || !strings.Contains(b.String(), "2 notes") {
+		verb := map[bool]string{true: "would erase 3 conversations", false: "erased 3 conversations"}[dry]
+		if !strings.HasPrefix(b.String(), verb) || !strings.Contains(b.String(), ", 2 notes, 0 attachments,") ||
+			!strings.Contains(b.String(), ", 1 day of model usage,") || !strings.Contains(b.String(), ", 1 OAuth code, token or consent,") ||
+			strings.Contains(b.String(), "alice") {
 			t.Errorf("WriteText(dry %v) = %q", dry, b.String())
 		}
 	}

@@ -20,8 +20,8 @@ type LegalHold struct {
 	// Reason says why (a matter's name or number), as the one who placed
 	// it wrote it.
 	Reason string `json:"reason"`
-	// PlacedBy says who placed it (or last changed its reason), and
-	// PlacedAt when.
+	// PlacedBy says who placed it, and PlacedAt when: a new reason given
+	// later keeps both (the audit log records who gave it).
 	PlacedBy string    `json:"placedBy"`
 	PlacedAt time.Time `json:"placedAt"`
 }
@@ -37,7 +37,7 @@ type LegalHoldAudit func(LegalHold) (func(AuditHead) (AuditRecord, error), error
 var (
 	placeLegalHold = sql1(`
 INSERT INTO legal_holds (principal, reason, placed_by, placed_at) VALUES ($1, $2, $3, $4)
-ON CONFLICT (principal) DO UPDATE SET reason = excluded.reason, placed_by = excluded.placed_by, placed_at = excluded.placed_at
+ON CONFLICT (principal) DO UPDATE SET reason = excluded.reason
 RETURNING principal, reason, placed_by, placed_at`)
 	liftLegalHold  = sql1(`DELETE FROM legal_holds WHERE principal = $1 RETURNING principal, reason, placed_by, placed_at`)
 	listLegalHolds = sql1(`SELECT principal, reason, placed_by, placed_at FROM legal_holds ORDER BY placed_at, principal`)
@@ -65,7 +65,7 @@ func lockForLegalHold(ctx context.Context, tx executor, principal string) error 
 }
 
 // PlaceLegalHold places a legal hold on the person h.Principal, or gives
-// theirs a new reason (PlacedAt is now), with the audit record audit
+// theirs a new reason (keeping when and by whom it was placed), with the audit record audit
 // builds of it (none when audit, or what it returns, is nil), in one
 // transaction, and returns the hold. While it stands the retention purge
 // (PurgeDeletedRuns) skips the person's deleted runs, a deletion of their

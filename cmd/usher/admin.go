@@ -105,11 +105,21 @@ func (e *environment) auditCmd(ctx context.Context, args []string) error {
 	var f installFlags
 	fs := e.flagSet("audit " + args[0])
 	f.register(fs)
-	anchor := fs.String("anchor", "", "a head recorded earlier, `SEQ:HASH`: verify also proves nothing before it was cut off or rewritten")
-	keysFile := fs.String("keys", "", "a `file` of the audit verifier keys, a copy of /.well-known/usher-audit-key kept elsewhere, to check the checkpoints against (default: the keys in the database)")
-	after := fs.Int64("after", 0, "export records after this `seq`")
+	var anchor, keysFile *string
+	var after *int64
+	switch args[0] {
+	case "verify":
+		anchor = fs.String("anchor", "", "a head recorded earlier, `SEQ:HASH`: verify also proves nothing before it was cut off or rewritten")
+		keysFile = fs.String("keys", "", "a `file` of the audit verifier keys, a copy of /.well-known/usher-audit-key kept elsewhere, to check the checkpoints against (default: the keys in the database)")
+	case "export":
+		after = fs.Int64("after", 0, "export records after this `seq`")
+	}
 	if err := parse(fs, args[1:]); err != nil {
 		return err
+	}
+	if after != nil && *after < 0 {
+		fmt.Fprintf(e.stderr, "usher audit export: --after is a sequence number, 0 or more, not %d\n", *after)
+		return errUsage
 	}
 	in, err := e.openInstallation(ctx, &f)
 	if err != nil {

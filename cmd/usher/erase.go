@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
+	"unicode"
 
 	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/privacy"
@@ -25,13 +27,18 @@ func (e *environment) eraseCmd(ctx context.Context, args []string) error {
 	defer p.in.Close()
 	out, err := privacy.Erase(ctx, p.in.store, p.log, p.principal, "usher erase", !*yes)
 	if errors.Is(err, store.ErrLegalHold) {
-		return fmt.Errorf("%s is under a legal hold (usher hold list): nothing was erased; the hold must be lifted first (usher hold lift)", terminalSafe(p.principal, 120))
+		return fmt.Errorf("%s is under a legal hold (usher hold list): nothing was erased; the hold must be lifted first (usher hold lift)", terminalSafe(p.principal, 0))
 	}
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(e.stdout, "%s: ", terminalSafe(p.principal, 0))
 	if err := privacy.WriteText(e.stdout, out, !*yes); err != nil {
 		return err
+	}
+	if out.Principal = ""; out == (store.PrincipalErasure{}) {
+		fmt.Fprintf(e.stderr, "note: Usher keeps nothing of %s: if you meant someone who used Usher, check the id %s\n",
+			terminalSafe(p.principal, 0), principalSource)
 	}
 	if !*yes {
 		fmt.Fprintln(e.stdout, "nothing was changed: run again with --yes to erase (disable the person at the identity provider first, or they can sign in again)")
@@ -60,7 +67,11 @@ func (e *environment) openForPerson(ctx context.Context, name, usage string, arg
 		return personCommand{}, err
 	}
 	if len(pos) != 1 || pos[0] == "" {
-		fmt.Fprintf(e.stderr, "usage: usher %s PRINCIPAL %s [flags]\n  PRINCIPAL: the person's id as GET /api/me, usher usage and the audit log give it\n", name, usage)
+		fmt.Fprintf(e.stderr, "usage: usher %s PRINCIPAL %s [flags]\n  PRINCIPAL: the person's id %s\n", name, usage, principalSource)
+		return personCommand{}, errUsage
+	}
+	if why := notAnID(pos[0]); why != "" {
+		fmt.Fprintf(e.stderr, "usher %s: PRINCIPAL %q %s: a principal id has none (give the id %s)\n", name, pos[0], why, principalSource)
 		return personCommand{}, errUsage
 	}
 	in, err := e.openInstallation(ctx, &f)
@@ -73,4 +84,19 @@ func (e *environment) openForPerson(ctx context.Context, name, usage string, arg
 		return personCommand{}, err
 	}
 	return personCommand{in: in, log: log, principal: pos[0]}, nil
+}
+
+// principalSource says where a person's principal id is found.
+const principalSource = "as GET /api/me, usher usage and the audit log give it"
+
+// notAnID says what in s no principal id has (spaces at its ends, a
+// character that is not printable), or "" when nothing.
+func notAnID(s string) string {
+	if strings.TrimSpace(s) != s {
+		return "has spaces at its ends"
+	}
+	if !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return ""
+	}
+	return "holds a character that is not printable"
 }

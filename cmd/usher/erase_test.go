@@ -66,8 +66,8 @@ func TestEraseCommand(t *testing.T) {
 		if err := run(ctx, c.args, getenv(nil), &out, &errOut); err != nil {
 			t.Fatalf("usher %v: %v\n%s", c.args, err, errOut.String())
 		}
-		if !strings.HasPrefix(out.String(), c.want) || !strings.Contains(out.String(), "1 notes") {
-			t.Errorf("usher %v said %q, want %q… 1 notes", c.args, out.String(), c.want)
+		if !strings.HasPrefix(out.String(), c.want) || !strings.Contains(out.String(), ", 1 note,") {
+			t.Errorf("usher %v said %q, want %q… 1 note", c.args, out.String(), c.want)
 		}
 		if err := note(); c.gone != errors.Is(err, store.ErrNotFound) {
 			t.Errorf("after usher %v the note: %v (want gone: %v)", c.args, err, c.gone)

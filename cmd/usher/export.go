@@ -24,6 +24,10 @@ func (e *environment) exportCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer p.in.Close()
+	known, err := privacy.Known(ctx, p.in.store, p.principal)
+	if err != nil {
+		return err
+	}
 	w, done := io.Writer(e.stdout), func(error) error { return nil }
 	if *output != "" {
 		file, err := os.OpenFile(*output, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -51,6 +55,10 @@ func (e *environment) exportCmd(ctx context.Context, args []string) error {
 			n += c
 		}
 		fmt.Fprintf(e.stderr, "wrote %d rows of %d tables to %s\n", n, len(counts), *output)
+	}
+	if !known {
+		fmt.Fprintf(e.stderr, "note: Usher keeps nothing of %s but the record of this export: if you meant someone who used Usher, check the id %s\n",
+			terminalSafe(p.principal, 0), principalSource)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/usherhq/usher/privacy"
@@ -41,28 +42,49 @@ func (e *environment) holdCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer p.in.Close()
+	if strings.TrimSpace(*by) == "" {
+		fmt.Fprintf(e.stderr, "usher hold %s: --by must name who %s the hold\n%s", args[0], map[string]string{"place": "places", "lift": "lifts"}[args[0]], holdUsage)
+		return errUsage
+	}
 	if args[0] == "lift" {
 		h, err := privacy.LiftHold(ctx, p.in.store, p.log, p.principal, *by)
 		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("%s is under no legal hold (see usher hold list)", terminalSafe(p.principal, 120))
+			return fmt.Errorf("%s is under no legal hold (see usher hold list)", terminalSafe(p.principal, 0))
 		}
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "lifted the legal hold on %s (%s, placed %s by %s): the retention policy applies to their data again\n",
-			terminalSafe(h.Principal, 120), terminalSafe(h.Reason, 120), day(h.PlacedAt), terminalSafe(h.PlacedBy, 64))
+			terminalSafe(h.Principal, 0), terminalSafe(h.Reason, 120), day(h.PlacedAt), terminalSafe(h.PlacedBy, 64))
 		return nil
 	}
-	if *reason == "" {
-		fmt.Fprint(e.stderr, "usher hold place: --reason is required\n"+holdUsage)
+	if strings.TrimSpace(*reason) == "" {
+		fmt.Fprint(e.stderr, "usher hold place: --reason is required: the matter's name or number\n"+holdUsage)
 		return errUsage
+	}
+	known, err := privacy.Known(ctx, p.in.store, p.principal)
+	if err != nil {
+		return err
+	}
+	before, err := p.in.store.LegalHolds(ctx)
+	if err != nil {
+		return err
 	}
 	h, err := privacy.PlaceHold(ctx, p.in.store, p.log, p.principal, *reason, *by)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "placed a legal hold on %s (%s): nothing erases their data until it is lifted\n",
-		terminalSafe(h.Principal, 120), terminalSafe(h.Reason, 120))
+	if slices.ContainsFunc(before, func(b store.LegalHold) bool { return b.Principal == h.Principal }) {
+		fmt.Fprintf(e.stdout, "the legal hold on %s (placed %s by %s) now has the reason %s\n",
+			terminalSafe(h.Principal, 0), day(h.PlacedAt), terminalSafe(h.PlacedBy, 64), terminalSafe(h.Reason, 120))
+	} else {
+		fmt.Fprintf(e.stdout, "placed a legal hold on %s (%s): nothing erases their data until it is lifted\n",
+			terminalSafe(h.Principal, 0), terminalSafe(h.Reason, 120))
+	}
+	if !known {
+		fmt.Fprintf(e.stderr, "note: Usher keeps nothing of %s yet: the hold keeps what they do from now on; if you meant someone who used Usher, check the id %s\n",
+			terminalSafe(h.Principal, 0), principalSource)
+	}
 	return nil
 }
 
@@ -101,7 +123,7 @@ func (e *environment) listHolds(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PRINCIPAL\tPLACED\tBY\tREASON")
 	for _, h := range holds {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", terminalSafe(h.Principal, 120), day(h.PlacedAt), terminalSafe(h.PlacedBy, 64), terminalSafe(h.Reason, 120))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", terminalSafe(h.Principal, 0), day(h.PlacedAt), terminalSafe(h.PlacedBy, 64), terminalSafe(h.Reason, 120))
 	}
 	return tw.Flush()
 }

@@ -50,7 +50,7 @@ func (e *environment) flagSet(name string) *flag.FlagSet {
 
 // parse parses args and rejects positional leftovers.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -59,6 +59,17 @@ func parse(fs *flag.FlagSet, args []string) error {
 		return errUsage
 	}
 	return nil
+}
+
+// parseFlags parses args with fs. A flag fs does not know, or a value it
+// cannot take, is a usage error, which fs has printed with its usage;
+// -h and -help are flag.ErrHelp, after the usage.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errUsage, err)
 }
 
 func (e *environment) loadConfig(f *installFlags) (config.Config, *slog.Logger, error) {

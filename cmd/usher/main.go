@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/usherhq/usher/internal/buildinfo"
@@ -22,7 +23,7 @@ Usage:
   usher serve   [flags]                 run the server
   usher migrate [flags]                 apply database migrations and exit
   usher token user --sub NAME [flags]   print an API access token from the built-in development provider
-  usher token mcp --sub PRINCIPAL --audience URL [flags]
+  usher token mcp --sub PRINCIPAL [--audience URL] [flags]
                                         print a broker token (mcp:invoke) for an MCP server
   usher policy check [--policy FILE] [--lock FILE]
                                         validate and lint the approval policy
@@ -81,7 +82,9 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	switch {
 	case err == nil:
-	case errors.Is(err, errUsage), errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, flag.ErrHelp):
+		// -h asked for the usage it printed: not a failure.
+	case errors.Is(err, errUsage):
 		os.Exit(2)
 	case errors.Is(err, errFailed):
 		os.Exit(1)
@@ -134,9 +137,38 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, "usher", buildinfo.Read())
 		return nil
 	case "help", "-h", "--help", "-help":
+		if len(args) > 1 {
+			return help(stdout, stderr, args[1])
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
 	fmt.Fprintf(stderr, "usher: unknown command %q\n\n%s", args[0], usage)
 	return errUsage
+}
+
+// help prints the lines of the usage about the command topic (such as
+// "hold" or "audit"), and the flags every command that opens the
+// installation takes; a topic that names no command is a usage error.
+func help(stdout, stderr io.Writer, topic string) error {
+	var b strings.Builder
+	in := false
+	for line := range strings.Lines(usage) {
+		switch {
+		case strings.HasPrefix(line, "  usher "+topic+" ") || line == "  usher "+topic+"\n":
+			in = true
+		case !strings.HasPrefix(line, "    "):
+			in = false
+		}
+		if in {
+			b.WriteString(line)
+		}
+	}
+	if b.Len() == 0 {
+		fmt.Fprintf(stderr, "usher: no command %q\n\n%s", topic, usage)
+		return errUsage
+	}
+	_, shared, _ := strings.Cut(usage, "\nFlags shared")
+	fmt.Fprintf(stdout, "Usage:\n%s\nFlags shared%s", b.String(), shared)
+	return nil
 }

@@ -275,12 +275,12 @@ func redirectHosts(uris []string) string {
 
 // terminalSafe returns s with control, formatting (such as right-to-left
 // overrides) and other invisible characters replaced by U+FFFD, and cut to
-// max runes.
+// max runes; with max 0, whole (an id, which a cut would make another).
 func terminalSafe(s string, max int) string {
 	var b strings.Builder
 	n := 0
 	for _, r := range s {
-		if n == max {
+		if n == max && max > 0 {
 			b.WriteString("…")
 			break
 		}

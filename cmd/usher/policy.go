@@ -192,7 +192,7 @@ func (e *environment) catalogFeature(ctx context.Context, f *installFlags, a mcp
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return nil, err
 		}
 		if fs.NArg() == 0 {

@@ -18,7 +18,8 @@ func holdRecord(kind string) store.LegalHoldAudit {
 	}
 }
 
-// testLegalHolds: a legal hold is placed (again, with a new reason),
+// testLegalHolds: a legal hold is placed (again, with a new reason, which
+// keeps when and by whom it was placed),
 // listed and lifted, each with its audit record in the same transaction;
 // while it stands the person's deleted run keeps its attachments, which
 // do not count toward the person's quota, and is not purged, and erasing the person is refused with nothing erased;
@@ -68,8 +69,8 @@ func testLegalHolds(t *testing.T, s store.Store) {
 		t.Fatalf("PlaceLegalHold = %+v, %v", placed, err)
 	}
 	again, err := s.PlaceLegalHold(ctx, store.LegalHold{Principal: queueOwner, Reason: "matter 7 and 9", PlacedBy: "counsel"}, holdRecord("legal_hold_placed"))
-	if err != nil || again.Reason != "matter 7 and 9" || again.PlacedBy != "counsel" {
-		t.Fatalf("PlaceLegalHold again = %+v, %v; want the new reason", again, err)
+	if want := (store.LegalHold{Principal: queueOwner, Reason: "matter 7 and 9", PlacedBy: "usher hold", PlacedAt: placed.PlacedAt}); err != nil || again != want {
+		t.Fatalf("PlaceLegalHold again = %+v, %v; want %+v: the new reason, placed when and by whom it was", again, err, want)
 	}
 	if holds, err := s.LegalHolds(ctx); err != nil || len(holds) != 1 || holds[0] != again {
 		t.Fatalf("LegalHolds = %+v, %v; want the one hold, as placed again", holds, err)
