@@ -62,6 +62,12 @@ func (e *environment) holdCmd(ctx context.Context, args []string) error {
 		fmt.Fprint(e.stderr, "usher hold place: --reason is required: the matter's name or number\n"+holdUsage)
 		return errUsage
 	}
+	return e.placeHold(ctx, p, *reason, *by)
+}
+
+// placeHold places the hold, or gives it the new reason, and says which;
+// with a note when Usher keeps nothing of the person yet.
+func (e *environment) placeHold(ctx context.Context, p personCommand, reason, by string) error {
 	known, err := privacy.Known(ctx, p.in.store, p.principal)
 	if err != nil {
 		return err
@@ -70,7 +76,7 @@ func (e *environment) holdCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	h, err := privacy.PlaceHold(ctx, p.in.store, p.log, p.principal, *reason, *by)
+	h, err := privacy.PlaceHold(ctx, p.in.store, p.log, p.principal, reason, by)
 	if err != nil {
 		return err
 	}
