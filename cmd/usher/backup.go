@@ -52,12 +52,18 @@ func (e *environment) backupCmd(ctx context.Context, args []string) error {
 	if _, err := os.Stat(db); errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("no database at %s (is --data-dir, or server.data_dir, the server's?)", db)
 	}
+	dest := backupFile(pos[0], time.Now())
+	if dir, err := filepath.Abs(filepath.Dir(dest)); err != nil {
+		return err
+	} else if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("no directory %s to write the backup in", dir)
+	}
 	st, err := store.Open(ctx, db, &store.Options{Logger: log})
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer st.Close()
-	info, err := store.Backup(ctx, st, backupFile(pos[0], time.Now()))
+	info, err := store.Backup(ctx, st, dest)
 	if err != nil {
 		return err
 	}

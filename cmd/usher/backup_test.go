@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,10 +91,15 @@ func TestBackupAndRestore(t *testing.T) {
 }
 
 // TestBackupAndRestoreRefuse checks the commands' answers to a PostgreSQL
-// installation, a missing database and a wrong command line.
+// installation, a missing database, a backup into a directory that does
+// not exist and a wrong command line.
 func TestBackupAndRestoreRefuse(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if err := run(context.Background(), []string{"migrate", "--data-dir", data}, getenv(nil), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -101,6 +107,7 @@ func TestBackupAndRestoreRefuse(t *testing.T) {
 		{[]string{"backup", "copy.db", "--database-url", "postgres://usher@127.0.0.1:1/usher"}, "is PostgreSQL"},
 		{[]string{"restore", "copy.db", "--database-url", "postgres://usher@127.0.0.1:1/usher"}, "is PostgreSQL"},
 		{[]string{"backup", filepath.Join(dir, "copy.db"), "--data-dir", filepath.Join(dir, "none")}, "no database at"},
+		{[]string{"backup", filepath.Join(dir, "missing", "copy.db"), "--data-dir", data}, "no directory " + filepath.Join(dir, "missing") + " to write the backup in"},
 		{[]string{"restore", filepath.Join(dir, "missing.db"), "--data-dir", dir}, "no such file"},
 		{[]string{"backup"}, "usage: usher backup FILE|DIRECTORY"},
 		{[]string{"restore", "a.db", "b.db"}, "usage: usher restore FILE"},
