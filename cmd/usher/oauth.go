@@ -208,7 +208,7 @@ func (e *environment) listClients(ctx context.Context, st store.Store) error {
 		if c.RegisteredBy != "" {
 			created += " from " + terminalSafe(c.RegisteredBy, 64)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", terminalSafe(c.ID, 120), c.Kind, terminalSafe(c.Name, 40),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", terminalSafe(c.ID, 0), c.Kind, terminalSafe(c.Name, 40),
 			redirectHosts(c.RedirectURIs), created, lastUsed, status)
 	}
 	return tw.Flush()
@@ -220,7 +220,7 @@ func (e *environment) listClients(ctx context.Context, st store.Store) error {
 func (e *environment) revokeClient(ctx context.Context, in *installation, id string) error {
 	c, err := in.store.GetOAuthClient(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("no OAuth client %q (see usher clients list)", terminalSafe(id, 120))
+		return fmt.Errorf("no OAuth client %q (see usher clients list)", terminalSafe(id, 0))
 	}
 	if err != nil {
 		return err
@@ -238,11 +238,11 @@ func (e *environment) revokeClient(ctx context.Context, in *installation, id str
 		return fmt.Errorf("the client is revoked, but the audit record was not written: %w", err)
 	}
 	if !c.RevokedAt.IsZero() {
-		fmt.Fprintf(e.stdout, "%s was already revoked on %s; its refresh tokens and consents are revoked\n", terminalSafe(id, 120), day(c.RevokedAt))
+		fmt.Fprintf(e.stdout, "%s was already revoked on %s; its refresh tokens and consents are revoked\n", terminalSafe(id, 0), day(c.RevokedAt))
 		return nil
 	}
 	fmt.Fprintf(e.stdout, "revoked %s (%s): its refresh tokens and consents are revoked; access tokens already issued expire within %s\n",
-		terminalSafe(id, 120), terminalSafe(c.Name, 40), in.cfg.Broker.TokenLifetime.Std())
+		terminalSafe(id, 0), terminalSafe(c.Name, 40), in.cfg.Broker.TokenLifetime.Std())
 	return nil
 }
 

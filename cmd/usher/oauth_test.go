@@ -147,6 +147,10 @@ func TestClientFetcher(t *testing.T) {
 	}
 }
 
+// documentClient is a client id of a metadata document longer than the
+// 120 characters a line of a list may cut a name to.
+const documentClient = "https://app.example.com/oauth/tenants/7f3c2a9e-0d41-4b8e-9a55-1c2d3e4f5a6b/applications/assistant-integration/clients/production/client.json"
+
 // TestClientsCommands runs `usher clients list|revoke` on an installation
 // with a registered client whose name tries to write to the terminal, and
 // a metadata document's client.
@@ -176,7 +180,7 @@ func TestClientsCommands(t *testing.T) {
 		RedirectURIs: []string{"http://127.0.0.1/callback", "http://127.0.0.1:3000/cb"}, GrantTypes: []string{"authorization_code"},
 		Metadata: json.RawMessage(`{}`), RegisteredBy: "192.0.2.7", CreatedAt: now, UpdatedAt: now,
 	}, {
-		ID: "https://app.example.com/oauth/client.json", Kind: store.OAuthClientMetadataDocument, Name: "Example App", AuthMethod: "none",
+		ID: documentClient, Kind: store.OAuthClientMetadataDocument, Name: "Example App", AuthMethod: "none",
 		RedirectURIs: []string{"https://app.example.com/cb"}, Metadata: json.RawMessage(`{}`), CreatedAt: now.Add(time.Second), UpdatedAt: now.Add(time.Second),
 	}} {
 		if _, err := st.CreateOAuthClient(t.Context(), c); err != nil {
@@ -190,7 +194,7 @@ func TestClientsCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"CLIENT ID", "dcr-1", "registered", "from 192.0.2.7", "http://127.0.0.1", "never", "active",
-		"https://app.example.com/oauth/client.json", "metadata_document", "Example App", "https://app.example.com"} {
+		documentClient, "metadata_document", "Example App", "https://app.example.com"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("list lacks %q:\n%s", want, out)
 		}
@@ -200,6 +204,13 @@ func TestClientsCommands(t *testing.T) {
 	}
 	if strings.Index(out, "dcr-1") > strings.Index(out, "app.example.com/oauth") {
 		t.Errorf("not oldest first:\n%s", out)
+	}
+	// The document's id, longer than a line, is listed whole: the id
+	// copied from the list revokes it.
+	if listed := strings.Fields(lineOf(out, "Example App"))[0]; listed != documentClient {
+		t.Errorf("list names the document's client %q, want its whole id", listed)
+	} else if out, err := clients("revoke", listed); err != nil || !strings.Contains(out, "revoked "+documentClient) {
+		t.Errorf("revoke of the listed id: %v %q", err, out)
 	}
 
 	if out, err := clients("revoke", "dcr-1"); err != nil || !strings.Contains(out, "revoked dcr-1") {
@@ -211,7 +222,7 @@ func TestClientsCommands(t *testing.T) {
 	if _, err := clients("revoke", "no-such-client"); err == nil || !strings.Contains(err.Error(), `no OAuth client "no-such-client"`) {
 		t.Errorf("revoke of an unknown client: %v", err)
 	}
-	if out, _ := clients("list"); !strings.Contains(lineOf(out, "dcr-1"), "revoked ") || !strings.Contains(lineOf(out, "Example App"), "active") {
+	if out, _ := clients("list"); !strings.Contains(lineOf(out, "dcr-1"), "revoked ") || !strings.Contains(lineOf(out, "Example App"), "revoked ") {
 		t.Errorf("after revoke:\n%s", out)
 	}
 
@@ -219,7 +230,7 @@ func TestClientsCommands(t *testing.T) {
 	if err := run(context.Background(), []string{"audit", "export", "--data-dir", dir}, getenv(nil), &export, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(export.String(), `"oauth_client_revoked"`); n != 2 || !strings.Contains(export.String(), `"dcr-1"`) {
+	if n := strings.Count(export.String(), `"oauth_client_revoked"`); n != 3 || !strings.Contains(export.String(), `"dcr-1"`) || !strings.Contains(export.String(), `"`+documentClient+`"`) {
 		t.Errorf("audit records of the revocations: %d\n%s", n, export.String())
 	}
 	if err := run(context.Background(), []string{"audit", "verify", "--data-dir", dir}, getenv(nil), io.Discard, io.Discard); err != nil {
