@@ -133,12 +133,8 @@ func parseList(q url.Values) (page, error) {
 		Kind: q.Get("kind"), Principal: q.Get("principal"), Tool: q.Get("tool"), Server: q.Get("server"),
 		Outcome: q.Get("outcome"), Since: q.Get("since"), Until: q.Get("until"), Limit: DefaultLimit,
 	}
-	for _, f := range []struct{ name, value string }{
-		{"kind", p.Kind}, {"principal", p.Principal}, {"tool", p.Tool}, {"server", p.Server}, {"outcome", p.Outcome},
-	} {
-		if !utf8.ValidString(f.value) || strings.ContainsRune(f.value, 0) {
-			return page{}, badParameter(f.name, "UTF-8 text without NUL")
-		}
+	if name := badText(p); name != "" {
+		return page{}, badParameter(name, "UTF-8 text without NUL")
 	}
 	for _, t := range []struct{ name, value string }{{"since", p.Since}, {"until", p.Until}} {
 		if _, err := parseTime(t.value); err != nil {
@@ -197,10 +193,23 @@ func parseList(q url.Values) (page, error) {
 	if _, err := parseTime(cp.Until); err != nil {
 		return page{}, errBadCursor
 	}
-	if cp.Limit < 1 || cp.Limit > store.MaxAuditQueryLimit || cp.After < 0 || cp.Before < 0 || cp.Pos < 0 {
+	if cp.Limit < 1 || cp.Limit > store.MaxAuditQueryLimit || cp.After < 0 || cp.Before < 0 || cp.Pos < 0 || badText(cp) != "" {
 		return page{}, errBadCursor
 	}
 	return cp, nil
+}
+
+// badText names the first text filter of p that is not UTF-8 text
+// without NUL, which no record holds; "" when none.
+func badText(p page) string {
+	for _, f := range [...]struct{ name, value string }{
+		{"kind", p.Kind}, {"principal", p.Principal}, {"tool", p.Tool}, {"server", p.Server}, {"outcome", p.Outcome},
+	} {
+		if !utf8.ValidString(f.value) || strings.ContainsRune(f.value, 0) {
+			return f.name
+		}
+	}
+	return ""
 }
 
 // clearParam zeroes the field of p that parameter k sets.
@@ -272,10 +281,24 @@ func parseTime(s string) (time.Time, error) {
 	return t, nil
 }
 
+// upToMicrosecond is t, or the next whole microsecond after it when it
+// has digits below one. A record's time is kept in whole microseconds, so
+// a record is at or after t, or before t, exactly when it is so of that
+// microsecond; the store, which keeps times to the microsecond, would cut
+// t down to the one before, and take a record before since, or leave out
+// one before until.
+func upToMicrosecond(t time.Time) time.Time {
+	if c := t.Truncate(time.Microsecond); c.Before(t) {
+		return c.Add(time.Microsecond)
+	}
+	return t
+}
+
 // query is the store's query of p for the reviewer's tenant scope.
 func (p page) query(scope string) store.AuditQuery {
 	since, _ := parseTime(p.Since)
 	until, _ := parseTime(p.Until)
+	since, until = upToMicrosecond(since), upToMicrosecond(until)
 	q := store.AuditQuery{
 		Scope: scope, Kind: p.Kind, Principal: p.Principal, Tool: p.Tool, Server: p.Server, Outcome: p.Outcome,
 		Since: since, Until: until, After: p.After, Before: p.Before, Descending: p.Desc, Limit: p.Limit,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -193,7 +194,16 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, a.log, errBadSeq)
 		return
 	}
-	rs, err := a.st.QueryAudit(r.Context(), store.AuditQuery{Scope: scope(r), After: seq - 1, Before: seq + 1, Limit: 1})
+	// Before is seq + 1 but for the greatest seq, where it is none: the
+	// record after it could not be numbered.
+	q := store.AuditQuery{Scope: scope(r), After: seq - 1, Limit: 1}
+	if seq < math.MaxInt64 {
+		q.Before = seq + 1
+	}
+	rs, err := a.st.QueryAudit(r.Context(), q)
+	if len(rs) == 1 && rs[0].Seq != seq {
+		rs = nil
+	}
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return

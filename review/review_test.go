@@ -2,7 +2,9 @@ package review_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -136,6 +138,12 @@ func TestFiltersMatchTheExport(t *testing.T) {
 		tok := e.a.token(t, "rita", "security")
 		bob := e.a.id(t, "bob")
 		at := func(m int) string { return start.Add(time.Duration(m) * time.Minute).Format(time.RFC3339) }
+		var edge time.Time // the time of a record of rita's tenant, in the middle
+		for _, x := range all {
+			if x.inScope(e.a) && x.rec.Seq > 10 && edge.IsZero() {
+				edge = x.rec.At
+			}
+		}
 		for _, c := range []struct {
 			query string
 			keep  func(x exported) bool
@@ -150,6 +158,10 @@ func TestFiltersMatchTheExport(t *testing.T) {
 			{"since=" + at(10), func(x exported) bool { return !x.rec.At.Before(start.Add(10 * time.Minute)) }},
 			{"until=" + at(10), func(x exported) bool { return x.rec.At.Before(start.Add(10 * time.Minute)) }},
 			{"after=5&before=30", func(x exported) bool { return x.rec.Seq > 5 && x.rec.Seq < 30 }},
+			// Finer than the microseconds a record's time is kept to: the
+			// record at edge is before since, and before until.
+			{"since=" + url.QueryEscape(edge.Add(100).Format(time.RFC3339Nano)), func(x exported) bool { return x.rec.At.After(edge) }},
+			{"until=" + url.QueryEscape(edge.Add(100).Format(time.RFC3339Nano)), func(x exported) bool { return !x.rec.At.After(edge) }},
 			{"kind=decision&server=demo&since=" + at(3) + "&until=" + at(33), func(x exported) bool {
 				return x.rec.Kind == "decision" && x.rec.Details.Server == "demo" &&
 					!x.rec.At.Before(start.Add(3*time.Minute)) && x.rec.At.Before(start.Add(33*time.Minute))
@@ -289,6 +301,12 @@ func TestHostileInput(t *testing.T) {
 		next := *p.Next
 		raw, _ := base64.RawURLEncoding.DecodeString(next)
 		tampered := base64.RawURLEncoding.EncodeToString(bytes.Replace(raw, []byte(`"limit":1`), []byte(`"limit":2`), 1))
+		// A cursor made with its checksum, as anyone can make one, holding
+		// a filter no parameter may hold.
+		forged := func(body string) string {
+			sum := sha256.Sum256([]byte(body))
+			return base64.RawURLEncoding.EncodeToString(append([]byte(body), hex.EncodeToString(sum[:8])...))
+		}
 		for _, c := range []struct{ path, code string }{
 			{"/api/audit?limit=1001", "invalid_parameter"},
 			{"/api/audit?limit=0", "invalid_parameter"},
@@ -309,6 +327,7 @@ func TestHostileInput(t *testing.T) {
 			{"/api/audit?cursor=%%%", "invalid_query"},
 			{"/api/audit?kind=%zz", "invalid_query"},
 			{"/api/audit?cursor=" + strings.Repeat("A", 5000), "invalid_cursor"},
+			{"/api/audit?cursor=" + forged(`{"kind":"a\u0000b","limit":3}`), "invalid_cursor"},
 			{"/api/audit/-1", "invalid_seq"},
 			{"/api/audit/0", "invalid_seq"},
 			{"/api/audit/1x", "invalid_seq"},
@@ -323,6 +342,10 @@ func TestHostileInput(t *testing.T) {
 			if code != 400 || errorCode(body) != c.code {
 				t.Errorf("GET %s = %d %s, want 400 %s", c.path, code, body, c.code)
 			}
+		}
+		// The greatest sequence number is one no record has: not found.
+		if code, body, _ := call(t, "GET", e.a.url+"/api/audit/9223372036854775807", tok); code != 404 {
+			t.Errorf("GET /api/audit/9223372036854775807 = %d %s, want 404", code, body)
 		}
 		// The cursor with its own query, or alone, goes on.
 		for _, q := range []string{"cursor=" + url.QueryEscape(next), "kind=decision&cursor=" + url.QueryEscape(next), "cursor=" + url.QueryEscape(next) + "&limit=5"} {
