@@ -146,8 +146,8 @@ func (s *Service) Handler(log *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /api/approvals", h.list)
 	mux.HandleFunc("GET /api/approvals/{id}", h.get)
 	mux.HandleFunc("POST /api/approvals/{id}/decision", h.decide)
-	for _, p := range []string{"/api/approvals", "/api/approvals/{id}", "/api/approvals/{id}/decision"} {
-		mux.HandleFunc(p, h.methodNotAllowed)
+	for p, allow := range map[string]string{"/api/approvals": "GET, HEAD", "/api/approvals/{id}": "GET, HEAD", "/api/approvals/{id}/decision": "POST"} {
+		mux.HandleFunc(p, h.methodNotAllowed(allow))
 	}
 	mux.HandleFunc("/api/approvals/", h.notFound)
 	return mux
@@ -337,8 +337,13 @@ func (h *handler) decide(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, h.s.viewOf(a, p, h.s.now()))
 }
 
-func (h *handler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
-	httpx.WriteError(w, r, h.log, httpx.ErrMethodNotAllowed)
+// methodNotAllowed answers a method a route does not take, with the
+// methods it takes (allow).
+func (h *handler) methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		httpx.WriteError(w, r, h.log, httpx.ErrMethodNotAllowed)
+	}
 }
 
 func (h *handler) notFound(w http.ResponseWriter, r *http.Request) {

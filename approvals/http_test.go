@@ -19,6 +19,7 @@ import (
 type response struct {
 	status int
 	body   map[string]any
+	header http.Header
 }
 
 // code returns the error code of an error answer.
@@ -49,7 +50,7 @@ func serve(t *testing.T, h http.Handler, p *identity.Principal, method, path, co
 	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
 		t.Fatalf("%s %s: body %q is not JSON: %v", method, path, w.Body, err)
 	}
-	res := response{w.Code, out}
+	res := response{w.Code, out, w.Header()}
 	if w.Code >= 400 {
 		e, ok := out["error"].(map[string]any)
 		if len(out) != 1 || !ok || len(e) != 2 || res.code() == "" || e["message"] == "" {
@@ -258,14 +259,15 @@ func TestHTTPHostileBodies(t *testing.T) {
 func TestHTTPMethods(t *testing.T) {
 	e, h := newHTTPEnv(t)
 	a := e.request(t, binding())
-	for _, tt := range []struct{ method, path string }{
-		{"POST", "/api/approvals"},
-		{"DELETE", "/api/approvals/" + a.ID},
-		{"PUT", "/api/approvals/" + a.ID},
-		{"GET", "/api/approvals/" + a.ID + "/decision"},
+	for _, tt := range []struct{ method, path, allow string }{
+		{"POST", "/api/approvals", "GET, HEAD"},
+		{"DELETE", "/api/approvals?scope=all", "GET, HEAD"},
+		{"DELETE", "/api/approvals/" + a.ID, "GET, HEAD"},
+		{"PUT", "/api/approvals/" + a.ID, "GET, HEAD"},
+		{"GET", "/api/approvals/" + a.ID + "/decision", "POST"},
 	} {
-		if res := serve(t, h, &alice, tt.method, tt.path, "application/json", `{}`); res.status != 405 {
-			t.Errorf("%s %s = %d, want 405", tt.method, tt.path, res.status)
+		if res := serve(t, h, &alice, tt.method, tt.path, "application/json", `{}`); res.status != 405 || res.header.Get("Allow") != tt.allow {
+			t.Errorf("%s %s = %d, Allow %q; want 405, Allow %q", tt.method, tt.path, res.status, res.header.Get("Allow"), tt.allow)
 		}
 	}
 }

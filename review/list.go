@@ -241,19 +241,28 @@ func clearParam(p *page, k string) {
 // afterOnly reads the query of a route whose one parameter is after, a
 // sequence number (0 when absent).
 func afterOnly(r *http.Request) (int64, error) {
-	q, err := queryOf(r)
+	q, err := onlyParams(r, "after")
 	if err != nil {
 		return 0, err
 	}
+	return seqParam(q, "after")
+}
+
+// onlyParams is r's query, each parameter among names and given once.
+func onlyParams(r *http.Request, names ...string) (url.Values, error) {
+	q, err := queryOf(r)
+	if err != nil {
+		return nil, err
+	}
 	for k, v := range q {
-		if k != "after" {
-			return 0, unknownParameter(k)
+		if !slices.Contains(names, k) {
+			return nil, unknownParameter(k)
 		}
 		if len(v) != 1 {
-			return 0, badParameter(k, "given once")
+			return nil, badParameter(k, "given once")
 		}
 	}
-	return seqParam(q, "after")
+	return q, nil
 }
 
 // seqParam reads the sequence number parameter name: 0 when absent.

@@ -132,7 +132,7 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("GET /api/audit/verify", a.verify)
 	mux.HandleFunc("GET /api/audit/{seq}", a.get)
 	if a.checkpoints != nil {
-		mux.Handle("GET /api/audit/checkpoints", a.checkpoints)
+		mux.HandleFunc("GET /api/audit/checkpoints", a.listCheckpoints)
 	}
 	if a.policy != nil {
 		mux.HandleFunc("GET /api/policy", a.policyDoc)
@@ -181,6 +181,26 @@ func (a *API) readOnly(w http.ResponseWriter, r *http.Request) {
 func scope(r *http.Request) string {
 	p, _ := identity.FromContext(r.Context())
 	return p.Issuer + "|" + p.Tenant + "|"
+}
+
+// listCheckpoints serves the audit log's checkpoints (Options.Checkpoints)
+// under this API's rules for a query: after (a sequence number) and limit
+// (1 to audit.MaxCheckpointsPage) only, each at most once.
+func (a *API) listCheckpoints(w http.ResponseWriter, r *http.Request) {
+	q, err := onlyParams(r, "after", "limit")
+	if err == nil {
+		_, err = seqParam(q, "after")
+	}
+	if s := q.Get("limit"); err == nil && q.Has("limit") {
+		if n, perr := strconv.Atoi(s); perr != nil || n < 1 || n > audit.MaxCheckpointsPage || s[0] == '+' {
+			err = badParameter("limit", fmt.Sprintf("an integer from 1 to %d", audit.MaxCheckpointsPage))
+		}
+	}
+	if err != nil {
+		httpx.WriteError(w, r, a.log, err)
+		return
+	}
+	a.checkpoints.ServeHTTP(w, r)
 }
 
 // get answers one record of the reviewer's tenant.

@@ -337,6 +337,15 @@ func TestHostileInput(t *testing.T) {
 			{"/api/audit/export?kind=x", "unknown_parameter"},
 			{"/api/audit/verify?after=x", "invalid_parameter"},
 			{"/api/audit/verify?from=1", "unknown_parameter"},
+			{"/api/audit/checkpoints?foo=1", "unknown_parameter"},
+			{"/api/audit/checkpoints?after=1&after=2", "invalid_parameter"},
+			{"/api/audit/checkpoints?limit=1&limit=1", "invalid_parameter"},
+			{"/api/audit/checkpoints?after=", "invalid_parameter"},
+			{"/api/audit/checkpoints?after=-1", "invalid_parameter"},
+			{"/api/audit/checkpoints?limit=0", "invalid_parameter"},
+			{"/api/audit/checkpoints?limit=1001", "invalid_parameter"},
+			{"/api/audit/checkpoints?limit=abc", "invalid_parameter"},
+			{"/api/audit/checkpoints?%zz", "invalid_query"},
 		} {
 			code, body, _ := call(t, "GET", e.a.url+c.path, tok)
 			if code != 400 || errorCode(body) != c.code {
