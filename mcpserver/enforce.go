@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/usherhq/usher/internal/jcs"
+	"github.com/usherhq/usher/policy"
 	"github.com/usherhq/usher/store"
 )
 
@@ -297,7 +299,9 @@ func (s *Server) callTool(ctx context.Context, c Caller, p *mcp.CallToolParamsRa
 		s.record(ctx, ev, KindUnknownTool)
 		return errorResult(fmt.Sprintf("There is no tool named %.64q.", p.Name))
 	}
-	ev.Server, ev.DefinitionHash = t.server, t.hash
+	// A built-in tool's records name its server as the policy, the tool
+	// lock and the reviewers' API do: builtin.
+	ev.Server, ev.DefinitionHash = cmp.Or(t.server, policy.BuiltinServer), t.hash
 	args, argsHash, err := s.canonicalArguments(p.Arguments)
 	if err == nil && t.validate != nil {
 		err = t.validate(args)

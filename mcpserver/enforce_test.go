@@ -17,6 +17,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/usherhq/usher/broker"
+	"github.com/usherhq/usher/policy"
 	"github.com/usherhq/usher/store"
 )
 
@@ -701,5 +702,28 @@ func TestOutcomeRecordedAfterAnswer(t *testing.T) {
 	}
 	if got := e.auditKinds("fx__echo"); len(got) != len(want)+2 || got[len(got)-1] != KindExecuted {
 		t.Errorf("after Drain the audit is %v, want the second call's outcome recorded", got)
+	}
+}
+
+// TestBuiltinRecordsNameTheirServer: a built-in tool's records name its
+// server builtin, as the policy, the tool lock and the reviewers' API do,
+// so that a reviewer's filter server=builtin finds them.
+func TestBuiltinRecordsNameTheirServer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{})
+	cs := e.connect(alice, "", nil, "")
+	if res := call(t, cs, "notes_list", map[string]any{}, nil); res.IsError {
+		t.Fatal(text(res))
+	}
+	e.audit.mu.Lock()
+	defer e.audit.mu.Unlock()
+	var servers []string
+	for _, ev := range e.audit.events {
+		if ev.Tool == "notes_list" {
+			servers = append(servers, ev.Server)
+		}
+	}
+	if len(servers) == 0 || slices.ContainsFunc(servers, func(s string) bool { return s != policy.BuiltinServer }) {
+		t.Errorf("the servers of notes_list's records = %q, want %q each", servers, policy.BuiltinServer)
 	}
 }
