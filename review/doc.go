@@ -27,7 +27,7 @@
 //	GET /api/audit               filtered, paged records (kind, principal, tool, server, outcome, since, until; after, before, limit, order, cursor)
 //	GET /api/audit/{seq}         one record
 //	GET /api/audit/export        the records after "after" as JSON lines
-//	GET /api/audit/verify        the chain from the first record (or "after") towards the head, in bounded steps
+//	GET /api/audit/verify        the chain and its checkpoints from the first record (or "after") towards the head, in bounded steps
 //	GET /api/audit/checkpoints   the log's signed checkpoints
 //	GET /api/policy              the policy's statements as written, its hash, and its lint findings against the tool lock
 //	GET /api/policy/explain      the decision on one request, with the inputs of `usher policy explain`

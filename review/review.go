@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/mod/sumdb/note"
 	"log/slog"
 	"math"
 	"net/http"
@@ -21,8 +22,15 @@ import (
 // what its records hold.
 type Store interface {
 	AuditRecords(ctx context.Context, afterSeq int64, limit int) ([]store.AuditRecord, error)
+	ListAuditCheckpoints(ctx context.Context, afterSeq int64, limit int) ([]store.AuditCheckpoint, error)
 	QueryAudit(ctx context.Context, q store.AuditQuery) ([]store.AuditRecord, error)
 	EachAudit(ctx context.Context, q store.AuditQuery, fn func(store.AuditRecord) error) error
+}
+
+// Verifiers gives the audit verifier keys, as
+// /.well-known/usher-audit-key publishes them; *audit.Keys is one.
+type Verifiers interface {
+	Verifiers(ctx context.Context) (note.Verifiers, error)
 }
 
 // DefaultVerifyLimit is how many records one GET /api/audit/verify checks
@@ -41,6 +49,10 @@ type Options struct {
 	// (audit.CheckpointsHandler), served to reviewers at GET
 	// /api/audit/checkpoints. Default none: that route is not found.
 	Checkpoints http.Handler
+	// AuditKeys gives the published audit verifier keys (*audit.Keys),
+	// which GET /api/audit/verify checks the checkpoints of each step's
+	// records against. Default none: a step checks the chain alone.
+	AuditKeys Verifiers
 	// Policy is the policy the MCP server decides with, served to
 	// reviewers at GET /api/policy and explained at GET
 	// /api/policy/explain. Default none: the policy and tools routes are
@@ -64,6 +76,7 @@ type API struct {
 	groups      []string
 	verifyLimit int64
 	checkpoints http.Handler
+	auditKeys   Verifiers
 	policy      *policy.Policy
 	lock        *policy.Lock
 	catalog     Catalog
@@ -98,7 +111,7 @@ func New(st Store, opts *Options) (*API, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &API{st: st, groups: slices.Clone(o.Groups), verifyLimit: o.VerifyLimit, checkpoints: o.Checkpoints,
+	return &API{st: st, groups: slices.Clone(o.Groups), verifyLimit: o.VerifyLimit, checkpoints: o.Checkpoints, auditKeys: o.AuditKeys,
 		policy: o.Policy, lock: o.Lock, catalog: o.Catalog, log: o.Logger}, nil
 }
 

@@ -2,18 +2,22 @@ package review_test
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/usherhq/usher/internal/audit"
 	"github.com/usherhq/usher/internal/identity"
 	"github.com/usherhq/usher/review"
 	"github.com/usherhq/usher/store/storetest"
@@ -421,4 +425,87 @@ func joinRaw(rs []json.RawMessage) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// TestVerifyChecksCheckpoints: with the audit keys, a verification step
+// checks the signed checkpoints of its records against them, and the
+// step that reaches the head those after it: the steps of an intact log
+// verify the checkpoint once, and a log cut short after its checkpoint is
+// broken at the checkpoint's sequence number, as `usher audit verify`
+// reports it.
+func TestVerifyChecksCheckpoints(t *testing.T) {
+	t.Parallel()
+	for name, dsnOf := range map[string]func(t *testing.T) string{
+		"SQLite":     func(t *testing.T) string { return filepath.Join(t.TempDir(), "usher.db") },
+		"PostgreSQL": func(t *testing.T) string { return storetest.PostgresURL(t) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dsn := dsnOf(t)
+			st := storetest.Migrated(t, dsn)
+			seal := make([]byte, 32)
+			rand.Read(seal)
+			const origin = "usher.example/audit"
+			keys, err := audit.NewKeys(st, seal, origin, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cp, err := audit.NewCheckpointer(st, keys, &audit.CheckpointerOptions{Origin: origin, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := newEnv(t, st, &review.Options{Groups: []string{"security"}, VerifyLimit: 7, AuditKeys: keys, Logger: quiet})
+			e.seed(t, 0, 20, start)
+			if _, stored, err := cp.Checkpoint(t.Context()); err != nil || !stored {
+				t.Fatalf("Checkpoint = %v, %v", stored, err)
+			}
+			tok := e.a.token(t, "rita", "security")
+			steps := func() (intact bool, checkpoints int64, broken []int64) {
+				intact = true
+				q := ""
+				for range 10 {
+					code, body, _ := call(t, "GET", e.a.url+"/api/audit/verify"+q, tok)
+					var s struct {
+						Intact      bool   `json:"intact"`
+						Checkpoints int64  `json:"checkpoints"`
+						Resume      *int64 `json:"resume"`
+						Problems    []struct {
+							Seq  int64  `json:"seq"`
+							Kind string `json:"kind"`
+						} `json:"problems"`
+					}
+					if code != 200 || json.Unmarshal(body, &s) != nil {
+						t.Fatalf("verify%s = %d %s", q, code, body)
+					}
+					intact, checkpoints = intact && s.Intact, checkpoints+s.Checkpoints
+					for _, p := range s.Problems {
+						if p.Kind == string(audit.ProblemCheckpoint) {
+							broken = append(broken, p.Seq)
+						}
+					}
+					if s.Resume == nil {
+						return intact, checkpoints, broken
+					}
+					q = fmt.Sprintf("?after=%d", *s.Resume)
+				}
+				t.Fatal("the steps did not reach the head")
+				return
+			}
+			if intact, n, broken := steps(); !intact || n != 1 || len(broken) != 0 {
+				t.Fatalf("the steps of the intact log: intact %v, %d checkpoints, broken at %v; want intact, 1, none", intact, n, broken)
+			}
+
+			db, err := sql.Open(map[string]string{"SQLite": "sqlite", "PostgreSQL": "pgx"}[name], dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if _, err := db.ExecContext(t.Context(), `DELETE FROM audit_log WHERE seq > 16`); err != nil {
+				t.Fatal(err)
+			}
+			if intact, _, broken := steps(); intact || !slices.Equal(broken, []int64{20}) {
+				t.Errorf("the steps of the log cut short at 16: intact %v, checkpoint_mismatch at %v; want broken at 20", intact, broken)
+			}
+		})
+	}
 }

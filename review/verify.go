@@ -1,6 +1,7 @@
 package review
 
 import (
+	"golang.org/x/mod/sumdb/note"
 	"net/http"
 
 	"github.com/usherhq/usher/internal/audit"
@@ -33,6 +34,9 @@ type verification struct {
 	VerifiedTo int64 `json:"verified_to"`
 	// Records is how many records the step checked.
 	Records int64 `json:"records"`
+	// Checkpoints is how many signed checkpoints of those records (and,
+	// in the step that reaches the head, after it) verified.
+	Checkpoints int64 `json:"checkpoints"`
 	// Resume, when present, is where the next step starts (its after):
 	// the step stopped at its bound before the head.
 	Resume *int64 `json:"resume,omitempty"`
@@ -46,7 +50,10 @@ type verification struct {
 
 // verify answers GET /api/audit/verify[?after=N]: it checks the chain
 // after record N (from the first record without it), chained on N's
-// stored hash, up to the API's bound, as audit.VerifyFrom does.
+// stored hash, up to the API's bound, and the signed checkpoints of those
+// records against the published keys, as
+// audit.VerifyFromWithCheckpoints does (the chain alone, as
+// audit.VerifyFrom does, without Options.AuditKeys).
 func (a *API) verify(w http.ResponseWriter, r *http.Request) {
 	after, err := afterOnly(r)
 	if err != nil {
@@ -76,12 +83,22 @@ func (a *API) verify(w http.ResponseWriter, r *http.Request) {
 		}
 		from = store.AuditHead{Seq: rs[0].Seq, Hash: rs[0].Hash}
 	}
-	rep, done, err := audit.VerifyFrom(ctx, a.st, from, a.verifyLimit)
+	var rep audit.Report
+	var done bool
+	if a.auditKeys == nil {
+		rep, done, err = audit.VerifyFrom(ctx, a.st, from, a.verifyLimit)
+	} else {
+		var keys note.Verifiers
+		if keys, err = a.auditKeys.Verifiers(ctx); err == nil {
+			rep, done, err = audit.VerifyFromWithCheckpoints(ctx, a.st, keys, from, a.verifyLimit)
+		}
+	}
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	v.Intact, v.From, v.VerifiedTo, v.Records = rep.Intact(), from.Seq, rep.Head.Seq, rep.Records
+	v.Checkpoints = rep.Checkpoints
 	v.ProblemCount = rep.ProblemCount
 	v.Problems = make([]problem, 0, len(rep.Problems))
 	for _, p := range rep.Problems {

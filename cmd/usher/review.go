@@ -16,6 +16,7 @@ func (s *serving) review(context.Context) error {
 	api, err := review.New(s.in.store, &review.Options{
 		Groups:      s.cfg.Review.Groups,
 		Checkpoints: audit.CheckpointsHandler(s.in.store, s.log.With("component", "audit")),
+		AuditKeys:   s.auditKeys,
 		Policy:      s.mcpStack.policy,
 		Lock:        s.mcpStack.lock,
 		Catalog:     s.mcpStack.catalog,

@@ -111,6 +111,10 @@ type serving struct {
 	authenticated       func(http.Handler) http.Handler
 	runtime             *assistant.Runtime
 	mcpStack            *mcpStack
+	// auditKeys sign the audit checkpoints and publish their verifier
+	// keys (auditCheckpoints sets them; review checks the checkpoints
+	// against them).
+	auditKeys *audit.Keys
 	// upstreams is what the heartbeat reports of the upstreams: the
 	// configured ones until the MCP server's health check reports them.
 	upstreams *status.CheckedUpstreams
@@ -391,6 +395,7 @@ func (s *serving) auditCheckpoints(ctx context.Context) error {
 		return err
 	}
 	s.onStop(cp.Stop)
+	s.auditKeys = keys
 	s.mux.Handle("GET /.well-known/usher-audit-key", audit.KeyHandler(keys, s.log))
 	return nil
 }

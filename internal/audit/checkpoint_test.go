@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -149,6 +150,9 @@ func TestCheckpointTampering(t *testing.T) {
 				if !rep.Intact() || rep.Checkpoints != 2 || rep.LastCheckpoint.Seq != 30 || rep.LastCheckpoint.Origin != origin {
 					t.Fatalf("VerifyWithCheckpoints before tampering = %+v, want intact with 2 checkpoints, the last of seq 30", rep)
 				}
+				if problems, n := verifyInSteps(t, st, trusted, 7); len(problems) != 0 || n != 2 {
+					t.Fatalf("VerifyFromWithCheckpoints in steps before tampering: %v, %d checkpoints; want none, 2", problems, n)
+				}
 
 				tt.tamper(t, dsn, db)
 				rep = verifyCheckpoints(t, st, trusted)
@@ -159,9 +163,38 @@ func TestCheckpointTampering(t *testing.T) {
 				if rep.Intact() || !found {
 					t.Errorf("VerifyWithCheckpoints after tampering found %v, want %s at seq %d", rep.Problems, tt.want.Kind, tt.want.Seq)
 				}
+				// In steps of 7 records, as the reviewers' API verifies, the
+				// same problem is found in one of them.
+				problems, _ := verifyInSteps(t, st, trusted, 7)
+				if !slices.ContainsFunc(problems, func(p audit.Problem) bool { return p.Seq == tt.want.Seq && p.Kind == tt.want.Kind }) {
+					t.Errorf("VerifyFromWithCheckpoints in steps after tampering found %v, want %s at seq %d", problems, tt.want.Kind, tt.want.Seq)
+				}
 			})
 		})
 	}
+}
+
+// verifyInSteps verifies the log with VerifyFromWithCheckpoints in steps
+// of limit records, each from the head the one before reached, and returns
+// the problems of every step and how many checkpoints verified in all.
+func verifyInSteps(t *testing.T, st audit.CheckpointReader, keys note.Verifiers, limit int64) ([]audit.Problem, int64) {
+	t.Helper()
+	var problems []audit.Problem
+	var checkpoints int64
+	from := store.AuditHead{}
+	for range 100 {
+		rep, done, err := audit.VerifyFromWithCheckpoints(t.Context(), st, keys, from, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		problems, checkpoints = append(problems, rep.Problems...), checkpoints+rep.Checkpoints
+		if done {
+			return problems, checkpoints
+		}
+		from = rep.Head
+	}
+	t.Fatal("verification in steps did not reach the head")
+	return nil, 0
 }
 
 // rewrite replaces the whole log with another one whose chain holds

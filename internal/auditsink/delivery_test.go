@@ -252,15 +252,7 @@ func TestTwoReplicasDeliverOnce(t *testing.T) {
 	dsn := storetest.PostgresURL(t)
 	var stores []store.Store
 	for range 2 {
-		st, err := store.Open(t.Context(), dsn, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		if err := st.Migrate(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		stores = append(stores, st)
+		stores = append(stores, storetest.Migrated(t, dsn))
 	}
 	rc := newReceiver(t)
 	srv := httptest.NewServer(rc)

@@ -150,6 +150,14 @@ func PostgresURL(t testing.TB) string {
 	return u.String()
 }
 
+// Migrated returns a migrated store on dsn (a SQLite file's path, made if
+// missing, or a PostgresURL), closed when the test ends: for a test that
+// reaches the database under the store too, as whoever holds it could.
+func Migrated(t testing.TB, dsn string) store.Store {
+	t.Helper()
+	return migrated(t, open(t, dsn))
+}
+
 // open opens dsn and closes the store when the test ends.
 func open(t testing.TB, dsn string) store.Store {
 	t.Helper()
