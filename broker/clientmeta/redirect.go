@@ -68,7 +68,7 @@ func RedirectURIProblem(uri string) string {
 		return ""
 	case scheme == "http":
 		if !httpx.IsLoopbackHost(u.Hostname()) {
-			return "An http redirect URI must be on a loopback host (127.0.0.1, [::1] or localhost); use https."
+			return "An http redirect URI must be on a loopback host (an IP address of 127.0.0.0/8, [::1], or localhost); use https."
 		}
 		return ""
 	case privateUseRefused(scheme):

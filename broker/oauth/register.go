@@ -159,11 +159,11 @@ func checkObject(body []byte) error {
 		// would read twice, and the case variants of the members it reads.
 		folded := strings.ToLower(name)
 		if seen[folded] {
-			return metadataError("The member %q appears twice.", truncate(name, 40))
+			return metadataError("The member '%s' appears twice.", truncate(name, 40))
 		}
 		seen[folded] = true
 		if slices.Contains(registrationMembers, folded) && folded != name {
-			return metadataError("Member names are case-sensitive: %q.", truncate(name, 40))
+			return metadataError("Member names are case-sensitive: '%s'.", truncate(name, 40))
 		}
 		if err := skipValue(dec, 1); err != nil {
 			return err

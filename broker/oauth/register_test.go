@@ -153,6 +153,11 @@ func TestParseRegistrationRefuses(t *testing.T) {
 			if e.Code != tt.wantCode || e.Status != 400 || e.Description == "" {
 				t.Errorf("got %+v, want %s", e, tt.wantCode)
 			}
+			// RFC 6749 keeps '"' and '\\' out of error_description: one
+			// there would reach the client as '?'.
+			if strings.ContainsAny(e.Description, `"\`) {
+				t.Errorf("description %q holds a character error_description cannot carry", e.Description)
+			}
 		})
 	}
 }

@@ -241,8 +241,8 @@ func (e *environment) revokeClient(ctx context.Context, in *installation, id str
 		fmt.Fprintf(e.stdout, "%s was already revoked on %s; its refresh tokens and consents are revoked\n", terminalSafe(id, 0), day(c.RevokedAt))
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "revoked %s (%s): its refresh tokens and consents are revoked; access tokens already issued expire within %s\n",
-		terminalSafe(id, 0), terminalSafe(c.Name, 40), in.cfg.Broker.TokenLifetime.Std())
+	fmt.Fprintf(e.stdout, "revoked %s (%s): its refresh tokens and consents are revoked, and /mcp refuses the access tokens already issued to it\n",
+		terminalSafe(id, 0), terminalSafe(c.Name, 40))
 	return nil
 }
 
