@@ -131,6 +131,10 @@ type AuthorizationCode struct {
 	// redemption; zero unless it was. A replayed code's family can be
 	// issued no refresh token.
 	ReplayedAt time.Time
+	// IssuedAt is when its redemption issued tokens: zero until then,
+	// and for a code whose redemption was refused (RedeemAuthorizationCode
+	// with no grant, or a grant held back), which issued nothing.
+	IssuedAt time.Time
 }
 
 // RefreshToken is one token of a rotating family, stored by its hash only.
@@ -247,7 +251,7 @@ const (
 	// oauthCodeColumns is the column list of an AuthorizationCode, in
 	// field order.
 	oauthCodeColumns = `code_hash, client_id, principal, subject, redirect_uri, code_challenge, resource, scope,
-	created_at, expires_at, used_at, coalesce(family_id, ''), replayed_at`
+	created_at, expires_at, used_at, coalesce(family_id, ''), replayed_at, issued_at`
 
 	// refreshTokenColumns is the column list of a RefreshToken, in field
 	// order.
@@ -342,6 +346,18 @@ RETURNING ` + oauthCodeColumns)
 	replayOAuthCode = sql1(`
 UPDATE oauth_codes SET replayed_at = coalesce(replayed_at, $2) WHERE code_hash = $1
 RETURNING ` + oauthCodeColumns)
+
+	// redeemIssuedOAuthCode is redeemOAuthCode in a transaction that goes
+	// on to issue the grant's tokens, or rolls back (PostgreSQL's grant in
+	// one round trip): it records their issue with the redemption.
+	redeemIssuedOAuthCode = sql1(`
+UPDATE oauth_codes SET used_at = $2, family_id = $3, issued_at = $2
+WHERE code_hash = $1 AND used_at IS NULL AND expires_at > $2
+RETURNING ` + oauthCodeColumns)
+
+	// issuedOAuthCode records that the code's redemption at $2 issued
+	// tokens.
+	issuedOAuthCode = sql1(`UPDATE oauth_codes SET issued_at = $2 WHERE code_hash = $1`)
 
 	shareFamilyCodes = keyShared(`SELECT replayed_at FROM oauth_codes WHERE family_id = $1`)
 
@@ -793,6 +809,10 @@ func (c *core) RedeemAuthorizationCode(ctx context.Context, codeHash, family str
 			}
 			next = &n
 		}
+		if _, err := tx.exec(ctx, issuedOAuthCode, codeHash, now); err != nil {
+			return err
+		}
+		out.IssuedAt = now
 		return writeGrant(ctx, tx, *g, next, out.ClientID, now)
 	})
 	switch {
@@ -1349,7 +1369,7 @@ func scanOAuthCode(row rowScanner) (AuthorizationCode, error) {
 	var a AuthorizationCode
 	var subject []byte
 	err := row.Scan(&a.CodeHash, &a.ClientID, &a.Principal, &subject, &a.RedirectURI, &a.CodeChallenge,
-		&a.Resource, &a.Scope, at(&a.CreatedAt), at(&a.ExpiresAt), at(&a.UsedAt), &a.FamilyID, at(&a.ReplayedAt))
+		&a.Resource, &a.Scope, at(&a.CreatedAt), at(&a.ExpiresAt), at(&a.UsedAt), &a.FamilyID, at(&a.ReplayedAt), at(&a.IssuedAt))
 	a.Subject = rawJSON(subject)
 	return a, err
 }

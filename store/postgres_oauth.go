@@ -80,7 +80,7 @@ func (s *postgresStore) RedeemAuthorizationCode(ctx context.Context, codeHash, f
 	granted, err := s.grantFast(ctx, g.Audit, func(b *pgx.Batch) {
 		b.Queue(shareCodeClient.pg, codeHash)
 		b.Queue(touchCodeConsent.pg, codeHash, now)
-		b.Queue(redeemOAuthCode.pg, codeHash, now, family)
+		b.Queue(redeemIssuedOAuthCode.pg, codeHash, now, family)
 		if t := g.Refresh; t != nil {
 			b.Queue(insertCodeRefresh.pg, codeHash, family, t.TokenHash, createdAt(*t, now), t.ExpiresAt, t.FamilyExpiresAt)
 		}

@@ -184,10 +184,18 @@ func TestTokenRefusals(t *testing.T) {
 		other := e.register(nil)
 
 		t.Run("wrong verifier", func(t *testing.T) {
-			code, _ := e.code(c, "alice", nil)
+			code, verifier := e.code(c, "alice", nil)
 			wrong, _ := pkce()
 			if tok := e.redeem(c, code, wrong); tok.Error != oauth.CodeInvalidGrant {
 				t.Fatalf("%+v", tok)
+			}
+			// The first presentation used the code up, issuing nothing: the
+			// right verifier after it is refused, as no replay of tokens.
+			if tok := e.redeem(c, code, verifier); tok.Error != oauth.CodeInvalidGrant || !strings.Contains(tok.Description, "already presented, and refused") {
+				t.Fatalf("the right verifier after a wrong one: %+v", tok)
+			}
+			if slices.Contains(e.auditKinds(), "oauth_code_replayed") {
+				t.Error("a code whose first presentation was refused was recorded replayed")
 			}
 		})
 		t.Run("no verifier", func(t *testing.T) {

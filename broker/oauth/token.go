@@ -190,6 +190,10 @@ func (s *Server) codeGrant(w http.ResponseWriter, r *http.Request, cl store.OAut
 		s.writeTokens(w, now, out)
 	case errors.Is(err, store.ErrNotFound) && ac.UsedAt.IsZero():
 		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The authorization code is unknown.")
+	case errors.Is(err, store.ErrReused) && ac.IssuedAt.IsZero():
+		// Presented again after a first presentation that was refused:
+		// nothing was issued, so nothing is revoked or replayed.
+		WriteError(w, http.StatusBadRequest, CodeInvalidGrant, "The authorization code was already presented, and refused: start the sign-in again.")
 	case errors.Is(err, store.ErrReused):
 		// A replay: the store revoked what the code issued.
 		if err := s.record(ctx, audit.Entry{Kind: audit.KindOAuthCodeReplayed, Principal: ac.Principal, ClientID: ac.ClientID},

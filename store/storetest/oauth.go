@@ -277,8 +277,8 @@ func testAuthorizationCodes(t *testing.T, s store.Store) {
 	if err := s.IssueRefreshToken(ctx, newRefresh("rt-2", "fam-1", "c", "alice", replayAt)); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("IssueRefreshToken to a replayed code's family = %v, want ErrConflict", err)
 	}
-	if got, err := s.RedeemAuthorizationCode(ctx, "code-1", "fam-3", replayAt.Add(time.Second), nil); !errors.Is(err, store.ErrConflict) || !got.ReplayedAt.Equal(replayAt) {
-		t.Errorf("a second replay = %+v, %v; want ErrConflict with the first ReplayedAt", got, err)
+	if got, err := s.RedeemAuthorizationCode(ctx, "code-1", "fam-3", replayAt.Add(time.Second), nil); !errors.Is(err, store.ErrConflict) || !got.ReplayedAt.Equal(replayAt) || !got.IssuedAt.IsZero() {
+		t.Errorf("a second replay = %+v, %v; want ErrConflict with the first ReplayedAt, no tokens issued (none was granted)", got, err)
 	}
 
 	// An expired code is refused, and nothing is written.

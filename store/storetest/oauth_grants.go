@@ -70,8 +70,8 @@ func testOAuthGrants(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatalf("RedeemAuthorizationCode with a grant: %v", err)
 	}
-	if !got.UsedAt.Equal(at) || got.FamilyID != "fam-1" {
-		t.Errorf("RedeemAuthorizationCode returned %+v; want the code used at %v in fam-1", got, at)
+	if !got.UsedAt.Equal(at) || got.FamilyID != "fam-1" || !got.IssuedAt.Equal(at) {
+		t.Errorf("RedeemAuthorizationCode returned %+v; want the code used and its tokens issued at %v in fam-1", got, at)
 	}
 	tok, err := s.GetRefreshToken(ctx, "rt-1")
 	if err != nil {
@@ -83,8 +83,8 @@ func testOAuthGrants(t *testing.T, s store.Store) {
 	}
 	lastUsed(at, "a code grant")
 	log.want(1, "a code grant")
-	if _, err := s.RedeemAuthorizationCode(ctx, "code-1", "fam-1b", at, &store.TokenGrant{Consent: true, Audit: record("jti-x", at)}); !errors.Is(err, store.ErrReused) {
-		t.Errorf("a code grant of a used code = %v, want ErrReused", err)
+	if got, err := s.RedeemAuthorizationCode(ctx, "code-1", "fam-1b", at, &store.TokenGrant{Consent: true, Audit: record("jti-x", at)}); !errors.Is(err, store.ErrReused) || !got.IssuedAt.Equal(at) {
+		t.Errorf("a code grant of a used code = %+v, %v; want ErrReused, the code's tokens issued at %v", got, err, at)
 	}
 	checkRevokedToken(t, s, "rt-1", at)
 	log.want(0, "a replayed code grant")
