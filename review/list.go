@@ -290,24 +290,10 @@ func parseTime(s string) (time.Time, error) {
 	return t, nil
 }
 
-// upToMicrosecond is t, or the next whole microsecond after it when it
-// has digits below one. A record's time is kept in whole microseconds, so
-// a record is at or after t, or before t, exactly when it is so of that
-// microsecond; the store, which keeps times to the microsecond, would cut
-// t down to the one before, and take a record before since, or leave out
-// one before until.
-func upToMicrosecond(t time.Time) time.Time {
-	if c := t.Truncate(time.Microsecond); c.Before(t) {
-		return c.Add(time.Microsecond)
-	}
-	return t
-}
-
 // query is the store's query of p for the reviewer's tenant scope.
 func (p page) query(scope string) store.AuditQuery {
 	since, _ := parseTime(p.Since)
 	until, _ := parseTime(p.Until)
-	since, until = upToMicrosecond(since), upToMicrosecond(until)
 	q := store.AuditQuery{
 		Scope: scope, Kind: p.Kind, Principal: p.Principal, Tool: p.Tool, Server: p.Server, Outcome: p.Outcome,
 		Since: since, Until: until, After: p.After, Before: p.Before, Descending: p.Desc, Limit: p.Limit,

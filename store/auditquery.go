@@ -36,7 +36,8 @@ type AuditQuery struct {
 	// Kind, Principal, Tool, Server and Outcome keep the records whose
 	// field is exactly this; Server is the "server" member of Details.
 	Kind, Principal, Tool, Server, Outcome string
-	// Since keeps the records at or after it; Until those before it.
+	// Since keeps the records at or after it; Until those before it, to
+	// the nanosecond (a record's time is kept to the microsecond).
 	Since, Until time.Time
 	// After keeps the records with Seq > After; Before (when not 0)
 	// those with Seq < Before.
@@ -108,11 +109,11 @@ func auditQuerySQL(q AuditQuery) (stmt, []any) {
 	}
 	if !q.Since.IsZero() {
 		shape |= auditSince
-		args = append(args, q.Since)
+		args = append(args, boundTime(q.Since))
 	}
 	if !q.Until.IsZero() {
 		shape |= auditUntil
-		args = append(args, q.Until)
+		args = append(args, boundTime(q.Until))
 	}
 	if q.Descending {
 		shape |= auditDesc

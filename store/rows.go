@@ -14,6 +14,18 @@ func storedTime(t time.Time) time.Time {
 	return t.UTC().Truncate(time.Microsecond)
 }
 
+// boundTime is t as a bound on stored times: storedTime, or the next
+// whole microsecond when t has digits below one. A stored time is at or
+// after t, or before t, exactly when it is so of boundTime(t); storedTime
+// would cut t down, and take one before it for one after.
+func boundTime(t time.Time) time.Time {
+	b := storedTime(t)
+	if b.Before(t) {
+		b = b.Add(time.Microsecond)
+	}
+	return b
+}
+
 // nullString maps the empty string to SQL NULL, for optional text columns
 // whose uniqueness must not count absent values.
 func nullString(s string) any {

@@ -88,7 +88,7 @@ func VerifyFromWithCheckpoints(ctx context.Context, st CheckpointReader, keys no
 			return rep, false, err
 		}
 		for _, a := range past.anchors {
-			rep.add(Problem{a.Seq, a.kind, fmt.Sprintf("the log (head %d) no longer holds the record %s names", rep.Head.Seq, a.says)})
+			rep.add(a.missing(rep.Head.Seq))
 		}
 		bad = append(bad, past.bad...)
 		cps.verified += past.verified

@@ -122,6 +122,11 @@ type anchor struct {
 	says string      // who says so, in a problem's detail
 }
 
+// missing is the problem of a log, of head head, that does not hold a.
+func (a anchor) missing(head int64) Problem {
+	return Problem{a.Seq, a.kind, fmt.Sprintf("the log (head %d) no longer holds the record %s names", head, a.says)}
+}
+
 // verify is Verify from the record from, of at most limit records (0: no
 // limit), with anchors of any kind; done reports whether it reached the
 // head.
@@ -176,7 +181,7 @@ func verify(ctx context.Context, st Reader, from store.AuditHead, limit int64, a
 	rep.Head = prev
 	for _, a := range anchors {
 		if !seen[a.Seq] {
-			rep.add(Problem{a.Seq, a.kind, fmt.Sprintf("the log (head %d) no longer holds the record %s names", prev.Seq, a.says)})
+			rep.add(a.missing(prev.Seq))
 		}
 	}
 	return rep, true, nil
