@@ -189,7 +189,10 @@ type Request struct {
 }
 
 // Request records that the call r.Binding needs a human decision, or
-// finds the identical pending request, and returns it. A new request and
+// finds the identical pending request, and returns it. For a call outside
+// a run, an identical denial the caller has not been told of comes first:
+// it is returned (status denied), once, and nothing is requested (see
+// store.Store.CreateApprovalAudited). A new request and
 // its audit record are written together, in one transaction: when the
 // record cannot be written, neither is the request, and the call may be
 // made again.

@@ -148,7 +148,8 @@ type Approvals interface {
 	// execution is returned with started false.
 	Consume(ctx context.Context, b store.ApprovalBinding, e *store.Execution, ev Event) (_ store.Approval, _ store.Execution, started bool, _ error)
 	// Request records a pending approval for the call, or returns the
-	// identical pending one.
+	// identical pending one, or, for a call outside a run, the identical
+	// denied one whose denial the caller has not been told of (once).
 	Request(ctx context.Context, r ApprovalRequest) (store.Approval, error)
 }
 
@@ -211,6 +212,9 @@ const (
 	// KindApprovalRequired: a call that needs approval was answered with
 	// its pending approval (created or found by Approvals.Request).
 	KindApprovalRequired = "approval_required"
+	// KindApprovalDenied: a call was answered with the denial of the
+	// identical call's approval, which it had not been told of.
+	KindApprovalDenied = "approval_denied"
 	// KindApprovalConsumed: a call used its approval.
 	KindApprovalConsumed = "approval_consumed"
 	// KindExecuted: a tool ran and succeeded.
@@ -436,12 +440,28 @@ func (s *Server) requestApproval(ctx context.Context, ev Event, call Call, v Ver
 		return failedResult(err)
 	}
 	ev.ApprovalID = a.ID
-	s.record(ctx, ev, KindApprovalRequired)
 	url := s.opts.ApprovalURL(a.ID)
-	res := errorResult(fmt.Sprintf("This call of %s needs a person's approval before it runs. "+
-		"Approval %s is %s: ask the user to review it at %s, then retry exactly the same call.", call.Tool, a.ID, a.Status, url))
+	var res *mcp.CallToolResult
+	if a.Status == store.ApprovalDenied {
+		s.record(ctx, ev, KindApprovalDenied)
+		res = errorResult(fmt.Sprintf("A person denied this call of %s (approval %s, %s); it did not run.%s "+
+			"Calling it again asks for a new approval.", call.Tool, a.ID, url, theirReason(a)))
+	} else {
+		s.record(ctx, ev, KindApprovalRequired)
+		res = errorResult(fmt.Sprintf("This call of %s needs a person's approval before it runs. "+
+			"Approval %s is %s: ask the user to review it at %s, then retry exactly the same call.", call.Tool, a.ID, a.Status, url))
+	}
 	res.Meta = mcp.Meta{MetaApproval: map[string]any{"id": a.ID, "status": string(a.Status), "url": url}}
 	return res
+}
+
+// theirReason is the sentence that gives the reason of a denial, if
+// the person gave one.
+func theirReason(a store.Approval) string {
+	if a.DecisionReason == "" {
+		return ""
+	}
+	return " Their reason: " + a.DecisionReason
 }
 
 // execute runs the tool, at most once per idempotency key, after recording

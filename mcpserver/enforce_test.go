@@ -229,6 +229,36 @@ func TestApprovalFlow(t *testing.T) {
 	}
 }
 
+// TestDenialToldOnce: an MCP client's retry after a person denied its
+// approval is told of the denial (with the reason and the approval, and
+// an approval_denied record), once; the next retry asks anew. Nothing
+// runs.
+func TestDenialToldOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{})
+	cs := e.connect(alice, "", nil, "")
+	args := map[string]any{"name": "todo", "body": "milk"}
+	first := approvalMeta(t, call(t, cs, "notes_write", args, nil))
+	if _, err := e.store.DecideApprovalAudited(t.Context(), store.DecideApprovalParams{ID: first["id"], To: store.ApprovalDenied, DecidedBy: alice, Reason: "not that note", Now: time.Now()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	told := call(t, cs, "notes_write", args, nil)
+	if a := approvalMeta(t, told); !told.IsError || a["id"] != first["id"] || a["status"] != "denied" ||
+		!strings.Contains(text(told), "denied") || !strings.Contains(text(told), "not that note") {
+		t.Errorf("the retry after the denial = %v %q, want the denial of %s with its reason", a, text(told), first["id"])
+	}
+	again := approvalMeta(t, call(t, cs, "notes_write", args, nil))
+	if again["status"] != "pending" || again["id"] == first["id"] {
+		t.Errorf("the retry after the denial was told = %v, want a new pending approval", again)
+	}
+	if _, err := e.store.GetNote(t.Context(), alice, "todo"); err == nil {
+		t.Error("the denied call wrote the note")
+	}
+	if got := e.auditKinds("notes_write"); countOf(got, KindApprovalDenied) != 1 || countOf(got, KindApprovalRequired) != 2 {
+		t.Errorf("audit = %v, want one approval_denied and two approval_required", got)
+	}
+}
+
 // TestIdempotency checks that an allowed call with an idempotency key runs
 // once however often it is made, and that a key cannot be reused for
 // another call.

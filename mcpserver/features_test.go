@@ -259,7 +259,7 @@ func TestFederatedResourcesAndPrompts(t *testing.T) {
 // before it reaches the upstream.
 func TestFeaturePolicy(t *testing.T) {
 	t.Parallel()
-	e, a, _ := twoFeatureUpstreams(t, map[string]Decision{
+	e, a, b := twoFeatureUpstreams(t, map[string]Decision{
 		"a__test://static-text": Allow, "a__test://secret": Deny, "b__test://secret": Deny, "a__secret": Deny,
 		"a__greet": Allow,
 	})
@@ -328,6 +328,26 @@ func TestFeaturePolicy(t *testing.T) {
 	if len(got) != 7 || !slices.Equal(got[:4], []string{"decision", "approval_required", "decision", "approval_consumed"}) ||
 		!slices.Equal(slices.DeleteFunc(slices.Clone(got[4:]), func(k string) bool { return k == "executed" }), []string{"decision", "approval_required"}) {
 		t.Errorf("the approved read's audit = %v", got)
+	}
+	// Denied: the next read is told so, once (CodeDenied, the approval in
+	// the data); the one after asks anew.
+	pending, err := e.store.ListApprovals(ctx, alice, store.ApprovalPending)
+	if err != nil || len(pending) != 1 {
+		t.Fatalf("pending approvals = %+v, %v", pending, err)
+	}
+	if _, err := e.store.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: pending[0].ID, To: store.ApprovalDenied, DecidedBy: alice, Reason: "not now", Now: time.Now()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "b__test://static-text"})
+	if !errors.As(err, &rpcErr) || rpcErr.Code != CodeDenied || !strings.Contains(rpcErr.Message, "not now") ||
+		json.Unmarshal(rpcErr.Data, &data) != nil || data[MetaApproval]["id"] != pending[0].ID || data[MetaApproval]["status"] != "denied" {
+		t.Fatalf("the read after a denial: %v (data %s), want code %d with the denied approval", err, rpcErr.Data, CodeDenied)
+	}
+	if _, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "b__test://static-text"}); rpcCode(err) != CodeApprovalRequired {
+		t.Errorf("the read after the denial was told: %v, want code %d", err, CodeApprovalRequired)
+	}
+	if n := b.count("read test://static-text"); n != 1 {
+		t.Errorf("the upstream read the resource %d times, want 1", n)
 	}
 
 	// Completions: allowed for a__greet, not for b__greet (approve: no

@@ -57,7 +57,8 @@ const (
 const (
 	// CodeResourceNotFound is MCP's code for an unknown resource.
 	CodeResourceNotFound = -32002
-	// CodeDenied: the policy denies the request.
+	// CodeDenied: the policy denies the request, or a person denied its
+	// approval (then the error's data is as CodeApprovalRequired's).
 	CodeDenied = -32010
 	// CodeApprovalRequired: the request needs a person's approval first;
 	// the error's data is {"usher/approval": {"id", "status", "url"}}.
@@ -235,9 +236,14 @@ func (s *Server) requestFeatureApproval(ctx context.Context, ev Event, call Call
 		return failedError(err)
 	}
 	ev.ApprovalID = a.ID
-	s.record(ctx, ev, KindApprovalRequired)
 	url := s.opts.ApprovalURL(a.ID)
 	data, _ := json.Marshal(map[string]any{MetaApproval: map[string]any{"id": a.ID, "status": string(a.Status), "url": url}})
+	if a.Status == store.ApprovalDenied {
+		s.record(ctx, ev, KindApprovalDenied)
+		return &jsonrpc.Error{Code: CodeDenied, Data: data, Message: fmt.Sprintf(
+			"A person denied this request (approval %s, %s); nothing was sent upstream.%s Sending it again asks for a new approval.", a.ID, url, theirReason(a))}
+	}
+	s.record(ctx, ev, KindApprovalRequired)
 	return &jsonrpc.Error{Code: CodeApprovalRequired, Data: data, Message: fmt.Sprintf(
 		"This request needs a person's approval first. Approval %s is %s: ask the user to review it at %s, then send exactly the same request again.", a.ID, a.Status, url)}
 }

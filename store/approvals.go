@@ -372,6 +372,18 @@ ON CONFLICT (principal, tool, server, definition_hash, arguments_hash, policy_ha
 	WHERE status = 'pending' DO NOTHING
 RETURNING ` + approvalColumns)
 
+	// reportDenial marks the newest identical approval denied, unexpired
+	// and not yet reported as reported, and returns it: the denial a
+	// retry of the call is told of, once. Of concurrent retries on
+	// PostgreSQL, the first takes the row lock; the others re-check
+	// denial_reported_at after it commits and find none.
+	reportDenial = sql1(`
+UPDATE approvals SET denial_reported_at = $9
+WHERE denial_reported_at IS NULL AND id = (SELECT id FROM approvals
+	WHERE status = 'denied' AND denial_reported_at IS NULL AND expires_at > $9 AND ` + approvalBindingMatch + `
+	ORDER BY decided_at DESC, id DESC LIMIT 1)
+RETURNING ` + approvalColumns)
+
 	findPendingApproval = sql1(`SELECT ` + approvalColumns + ` FROM approvals WHERE status = 'pending' AND ` + approvalBindingMatch)
 
 	getApproval = sql1(`SELECT ` + approvalColumns + ` FROM approvals WHERE id = $1`)
@@ -516,11 +528,22 @@ func (c *core) CreateApprovalAudited(ctx context.Context, a Approval, build func
 
 // createApproval creates a, first expiring an identical pending approval
 // whose time has passed, or finds the identical pending one (created
-// false); errPendingGone when that one is no longer pending.
+// false); errPendingGone when that one is no longer pending. Outside a
+// run, an identical denial not yet reported comes first: it is marked
+// reported and returned (created false).
 func createApproval(ctx context.Context, x executor, a Approval) (_ Approval, created bool, _ error) {
 	now := storedTime(a.CreatedAt)
 	if _, err := x.exec(ctx, expireStalePending, bindingArgs(a.Binding, now)...); err != nil {
 		return Approval{}, false, err
+	}
+	if a.Binding.RunID == "" {
+		denied, err := scanApproval(x.row(ctx, reportDenial, bindingArgs(a.Binding, now)...))
+		if err == nil {
+			return denied, false, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return Approval{}, false, err
+		}
 	}
 	out, err := scanApproval(x.row(ctx, insertApproval, bindingArgs(a.Binding,
 		a.ID, string(jsonOr(a.Arguments, "{}")), string(encodeNames(a.PolicyIDs)), a.Reason,

@@ -521,7 +521,13 @@ type Store interface {
 	// exists and has not expired, it is returned with created false and
 	// nothing is written (its record was written when it was created), so
 	// concurrent identical requests yield one record. One that has expired
-	// is marked expired first. A duplicate ID fails with ErrConflict; a
+	// is marked expired first. When the Binding names no run (the call of
+	// an MCP client, which learns of a decision only by calling again) and
+	// an identical approval was denied, has not expired and its denial has
+	// not been reported, that one is returned instead, with created false,
+	// and marked reported: the next identical call is told of the denial,
+	// once, and the one after it asks anew. (A run's turn reads the
+	// decision itself.) A duplicate ID fails with ErrConflict; a
 	// RunID naming no run with ErrNotFound. build may be called more than
 	// once; a nil build (a service without an audit log) appends nothing.
 	CreateApprovalAudited(ctx context.Context, a Approval, build func(head AuditHead) (AuditRecord, error)) (_ Approval, created bool, _ error)

@@ -198,6 +198,101 @@ func testCreateApprovalAfterEnd(t *testing.T, s store.Store) {
 	}
 }
 
+// testCreateApprovalAfterDenial: outside a run, the first identical
+// request after a denial is answered with it, once, and writes nothing
+// else; the next asks anew. In a run, whose turn reads the decision
+// itself, and after the denied approval's expiry, the request is new.
+func testCreateApprovalAfterDenial(t *testing.T, s store.Store) {
+	f := newApprovalFixture(t, s)
+	ctx := t.Context()
+	deny := func(id string, b store.ApprovalBinding, at time.Time) {
+		t.Helper()
+		if _, err := s.DecideApprovalAudited(ctx, store.DecideApprovalParams{ID: id, To: store.ApprovalDenied, DecidedBy: "issuer|tenant|bob", Reason: "not today", Now: at}, nil); err != nil {
+			t.Fatalf("DecideApproval(%s): %v", id, err)
+		}
+	}
+	b := testBinding()
+	b.RunID = ""
+	f.create(f.approval("apr-1", b))
+	deny("apr-1", b, f.now.Add(time.Minute))
+	// Another call is not told of it.
+	for i, tt := range bindingChanges {
+		other := b
+		if tt.change(&other); other == b {
+			continue // already outside the run
+		}
+		id := fmt.Sprintf("apr-other-%d", i)
+		if got, created, err := s.CreateApprovalAudited(ctx, f.approval(id, other), nil); err != nil || !created || got.ID != id {
+			t.Errorf("CreateApprovalAudited with %s after a denial = %s, created %v, %v; want a new approval %s", tt.name, got.ID, created, err, id)
+		}
+	}
+	retry := f.approval("apr-2", b)
+	retry.CreatedAt = f.now.Add(2 * time.Minute)
+	got, created, err := s.CreateApprovalAudited(ctx, retry, nil)
+	if err != nil || created || got.ID != "apr-1" || got.Status != store.ApprovalDenied || got.DecisionReason != "not today" {
+		t.Fatalf("CreateApprovalAudited after a denial = %s %s %q, created %v, %v; want apr-1 denied \"not today\", not created",
+			got.ID, got.Status, got.DecisionReason, created, err)
+	}
+	if _, err := s.GetApproval(ctx, "apr-2"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetApproval(apr-2) = %v, want ErrNotFound: the retry told of the denial made no request", err)
+	}
+	// Told once: the next identical request is new, and so is one after
+	// its denial's expiry.
+	if got, created, err := s.CreateApprovalAudited(ctx, retry, nil); err != nil || !created || got.ID != "apr-2" {
+		t.Errorf("CreateApprovalAudited after the denial was told = %s, created %v, %v; want apr-2, created", got.ID, created, err)
+	}
+	deny("apr-2", b, retry.CreatedAt.Add(time.Minute))
+	late := f.approval("apr-3", b)
+	late.CreatedAt = retry.ExpiresAt
+	late.ExpiresAt = late.CreatedAt.Add(time.Hour)
+	if got, created, err := s.CreateApprovalAudited(ctx, late, nil); err != nil || !created || got.ID != "apr-3" {
+		t.Errorf("CreateApprovalAudited after the denial expired = %s, created %v, %v; want apr-3, created", got.ID, created, err)
+	}
+
+	// In a run, the turn read the decision: the same call asks anew.
+	inRun := testBinding()
+	f.create(f.approval("apr-run-1", inRun))
+	deny("apr-run-1", inRun, f.now.Add(time.Minute))
+	again := f.approval("apr-run-2", inRun)
+	again.CreatedAt = f.now.Add(2 * time.Minute)
+	if got, created, err := s.CreateApprovalAudited(ctx, again, nil); err != nil || !created || got.ID != "apr-run-2" {
+		t.Errorf("CreateApprovalAudited in a run after a denial = %s, created %v, %v; want apr-run-2, created", got.ID, created, err)
+	}
+
+	// Of concurrent retries, one is told of the denial; the others share
+	// one new request.
+	race := b
+	race.ArgumentsHash = "args-race"
+	f.create(f.approval("apr-race", race))
+	deny("apr-race", race, f.now.Add(time.Minute))
+	const retries = 8
+	answers := make([]store.Approval, retries)
+	var wg sync.WaitGroup
+	for i := range retries {
+		wg.Go(func() {
+			a := f.approval(fmt.Sprintf("apr-race-%d", i), race)
+			a.CreatedAt = f.now.Add(2 * time.Minute)
+			var err error
+			if answers[i], _, err = s.CreateApprovalAudited(ctx, a, nil); err != nil {
+				t.Errorf("CreateApprovalAudited of concurrent retry %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	told, asked := 0, map[string]bool{}
+	for _, a := range answers {
+		switch a.Status {
+		case store.ApprovalDenied:
+			told++
+		case store.ApprovalPending:
+			asked[a.ID] = true
+		}
+	}
+	if told != 1 || len(asked) != 1 {
+		t.Errorf("concurrent retries after a denial: %d told of it, %d new requests; want 1 and 1", told, len(asked))
+	}
+}
+
 func testCreateApprovalInvalid(t *testing.T, s store.Store) {
 	f := newApprovalFixture(t, s)
 	tests := []struct {

@@ -128,6 +128,7 @@ func Run(t *testing.T, e Engine) {
 		{"SigningKeyRotationRace", testSigningKeyRotationRace},
 		{"CreateApproval", testCreateApproval},
 		{"CreateApprovalAfterEnd", testCreateApprovalAfterEnd},
+		{"CreateApprovalAfterDenial", testCreateApprovalAfterDenial},
 		{"CreateApprovalInvalid", testCreateApprovalInvalid},
 		{"CreateApprovalConcurrent", testCreateApprovalConcurrent},
 		{"ListApprovals", testListApprovals},
