@@ -509,6 +509,10 @@ func (p *OpenAI) toError(parent, step context.Context, err error, resp *http.Res
 	case errors.As(err, &syntaxErr), errors.As(err, &typeErr):
 		return &Error{Provider: providerOpenAI,
 			Message: "the model provider sent an answer that is not OpenAI Chat Completions JSON; check the base URL"}
+	case resp != nil && (errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)):
+		// The provider answered, then the connection broke.
+		return &Error{Provider: providerOpenAI, Retryable: true,
+			Message: fmt.Sprintf("the connection to the model provider at %s broke off during its answer", p.host)}
 	case errors.As(err, &netErr), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return &Error{Provider: providerOpenAI, Retryable: true,
 			Message: fmt.Sprintf("could not reach the model provider at %s", p.host)}

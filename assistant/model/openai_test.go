@@ -519,6 +519,21 @@ func TestOpenAITruncatedStream(t *testing.T) {
 	}
 }
 
+// TestOpenAIBrokenStream: a connection dropped in the middle of the
+// answer is said to have broken off, not that the provider could not be
+// reached, and may be retried.
+func TestOpenAIBrokenStream(t *testing.T) {
+	srv := modeltest.NewServer(t)
+	srv.ReplyBroken("half an")
+	p := newOpenAI(t, srv, nil)
+	var deltas []string
+	_, err := complete(t, t.Context(), p, userRequest("hi"), func(s string) { deltas = append(deltas, s) })
+	me := asModelError(t, err)
+	if !me.Retryable || !strings.Contains(me.Message, "broke off during its answer") || len(deltas) == 0 {
+		t.Errorf("error = %+v after %d deltas, want a retryable break after some text", me, len(deltas))
+	}
+}
+
 // TestOpenAIHistoryRejected shows the scripted server refusing history
 // whose tool call has no answer, as OpenAI does, and the provider reporting
 // it as a non-retryable 400.

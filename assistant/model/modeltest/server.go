@@ -56,6 +56,7 @@ const (
 	replyError
 	replyPartial
 	replyTruncated
+	replyBroken
 )
 
 // reply is one scripted answer.
@@ -193,6 +194,11 @@ func (s *Server) ReplyPartial(text string) { s.push(reply{kind: replyPartial, te
 // response cleanly without a finish reason or [DONE], as a failing proxy
 // would. Not streamed, it is an empty 200 response.
 func (s *Server) ReplyTruncated(text string) { s.push(reply{kind: replyTruncated, text: text}) }
+
+// ReplyBroken scripts an answer that streams text and then drops the
+// connection in the middle of the response, as a provider that crashes or
+// a network cut does.
+func (s *Server) ReplyBroken(text string) { s.push(reply{kind: replyBroken, text: text}) }
 
 // SetDefaultReply sets the text answered when the script is empty.
 func (s *Server) SetDefaultReply(text string) {
@@ -433,6 +439,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		case <-s.closing:
 		}
+	case replyBroken:
+		if req.Stream {
+			s.stream(w, &req, rep, n)
+		}
+		panic(http.ErrAbortHandler) // net/http drops the connection mid-response
 	default:
 		if req.Stream {
 			s.stream(w, &req, rep, n)
@@ -740,7 +751,7 @@ func (s *Server) stream(w http.ResponseWriter, req *wireRequest, rep reply, n in
 			}
 		}
 	}
-	if rep.kind == replyPartial || rep.kind == replyTruncated {
+	if rep.kind == replyPartial || rep.kind == replyTruncated || rep.kind == replyBroken {
 		return
 	}
 	send(map[string]any{}, finishReason(rep), nil)
