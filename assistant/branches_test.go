@@ -296,6 +296,10 @@ func TestBranchRefusals(t *testing.T) {
 			code, body := h.call(t, c.method, c.path, c.body)
 			wantCode(t, c.what, code, body, c.status, c.code)
 		}
+		// A message too large says how large it is and what is taken.
+		if _, body := h.call(t, "POST", run+"/messages/1/edit", `{"content":"`+strings.Repeat("x", 1001)+`"}`); !strings.Contains(fmt.Sprint(body["error"]), "The message is 1001 bytes; this server takes messages of up to 1000 bytes.") {
+			t.Errorf("an oversized edit = %s, want its size and the limit", body)
+		}
 
 		// Another owner's run is not found, whatever the call.
 		other := store.NewEvent{Type: EventUserMessage, Payload: mustJSON(UserMessage{Content: "mine"})}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -152,13 +153,29 @@ func (rt *Runtime) checkTitle(title string) error {
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
+// byteSize says how large n bytes are, as a person reads it: "900 bytes",
+// "64 KiB", "68.4 KiB", "1.5 MiB".
+func byteSize(n int) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d bytes", n)
+	case n < 1<<20:
+		return trimZero(fmt.Sprintf("%.1f", float64(n)/(1<<10))) + " KiB"
+	}
+	return trimZero(fmt.Sprintf("%.1f", float64(n)/(1<<20))) + " MiB"
+}
+
+// trimZero drops a decimal ".0".
+func trimZero(s string) string { return strings.TrimSuffix(s, ".0") }
+
 // userMessage validates a message and makes its event. A message that
 // sends attachments may have no text.
 func (rt *Runtime) userMessage(content string, sender Sender, attachments ...AttachmentRef) (store.NewEvent, error) {
 	switch {
 	case len(content) > rt.o.MaxMessageBytes:
 		return store.NewEvent{}, httpx.Errorf(http.StatusRequestEntityTooLarge, "message_too_large",
-			"The message is larger than this server accepts.")
+			fmt.Sprintf("The message is %s; this server takes messages of up to %s. Shorten it, or attach the text as a file.",
+				byteSize(len(content)), byteSize(rt.o.MaxMessageBytes)))
 	case !utf8.ValidString(content) || strings.ContainsRune(content, 0):
 		return store.NewEvent{}, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The message must be text (UTF-8, without NUL).")
 	case strings.TrimSpace(content) == "" && len(attachments) == 0:
