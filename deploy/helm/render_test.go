@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,7 +17,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"github.com/usherhq/usher/internal/testenv"
@@ -53,9 +57,18 @@ const chart = "usher"
 // productionValues is the production-like values file.
 const productionValues = "usher/ci/production-values.yaml"
 
+// kubeVersion is the Kubernetes version the chart is rendered and linted
+// for, unless a test names another: the oldest it supports. (Without
+// --kube-version, a Helm built without its release's link flags, as
+// `go tool helm` is, assumes 1.20.)
+const kubeVersion = "v1.30.0"
+
 // helm runs the pinned Helm (the tool of this module's go.mod) and
 // returns its output, or an error holding its standard error.
 func helm(args ...string) (string, error) {
+	if len(args) > 0 && (args[0] == "template" || args[0] == "lint") && !slices.Contains(args, "--kube-version") {
+		args = append(args, "--kube-version", kubeVersion)
+	}
 	cmd := exec.Command("go", append([]string{"tool", "helm"}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -240,3 +253,87 @@ func parseConfig(t *testing.T, content string) usherConfig {
 
 // imageTag matches an image reference's tag or digest.
 var imageTag = regexp.MustCompile(`^[^@]+(:[^:/@]+|@sha256:[0-9a-f]{64})$`)
+
+// TestChartSelectors checks what selects the replicas' pods: the Service
+// and the PodDisruptionBudget select them and not the migration Job's
+// pods (a budget with maxUnavailable over Job-owned pods allows no
+// disruption, and the Service would route to a pod that does not serve),
+// and the Deployment's selector, immutable across upgrades, is the one of
+// the chart's first release.
+func TestChartSelectors(t *testing.T) {
+	t.Parallel()
+	r := render(t)
+	d := r.deployment(t)
+	if want := map[string]string{"app.kubernetes.io/name": "usher", "app.kubernetes.io/instance": "usher"}; d.Spec.Selector == nil ||
+		len(d.Spec.Selector.MatchExpressions) > 0 || !maps.Equal(d.Spec.Selector.MatchLabels, want) {
+		t.Errorf("the Deployment's selector is %+v, want %v: it cannot change across upgrades", d.Spec.Selector, want)
+	}
+	server := labels.Set(d.Spec.Template.Labels)
+	migrate := labels.Set(r.migration(t).Spec.Template.Labels)
+	if len(r.services) != 1 || len(r.budgets) != 1 {
+		t.Fatalf("%d Services and %d PodDisruptionBudgets, want one of each", len(r.services), len(r.budgets))
+	}
+	budget, err := metav1.LabelSelectorAsSelector(r.budgets[0].Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, s := range map[string]labels.Selector{
+		"the Deployment":          mustSelector(t, d.Spec.Selector),
+		"the Service":             labels.SelectorFromSet(r.services[0].Spec.Selector),
+		"the PodDisruptionBudget": budget,
+	} {
+		if !s.Matches(server) {
+			t.Errorf("%s's selector %s does not select the replicas' pods %v", what, s, server)
+		}
+		if what != "the Deployment" && s.Matches(migrate) {
+			t.Errorf("%s's selector %s selects the migration Job's pods %v", what, s, migrate)
+		}
+	}
+	for _, c := range d.Spec.Template.Spec.TopologySpreadConstraints {
+		if s := mustSelector(t, c.LabelSelector); !s.Matches(server) || s.Matches(migrate) {
+			t.Errorf("the spread over %s selects %s: want the replicas' pods only", c.TopologyKey, s)
+		}
+	}
+}
+
+func mustSelector(t *testing.T, ls *metav1.LabelSelector) labels.Selector {
+	t.Helper()
+	s, err := metav1.LabelSelectorAsSelector(ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestChartIngressHost checks that the Ingress's host is the host name of
+// usher.publicURL: a rule's host has no port.
+func TestChartIngressHost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ publicURL, host string }{
+		{"https://usher.example.com", "usher.example.com"},
+		{"https://usher.example.com:8443", "usher.example.com"},
+		{"https://usher.example.com:8443/", "usher.example.com"},
+	} {
+		r := render(t, "--set", "usher.publicURL="+tc.publicURL, "--set", "ingress.enabled=true", "--set", "ingress.tlsSecretName=usher-tls")
+		if len(r.ingresses) != 1 {
+			t.Fatalf("%d Ingresses, want 1", len(r.ingresses))
+		}
+		in := r.ingresses[0]
+		if in.Spec.Rules[0].Host != tc.host || in.Spec.TLS[0].Hosts[0] != tc.host {
+			t.Errorf("publicURL %s: the Ingress's host %q, TLS hosts %v; want %q", tc.publicURL, in.Spec.Rules[0].Host, in.Spec.TLS[0].Hosts, tc.host)
+		}
+	}
+}
+
+// TestChartKubeVersion checks that the chart refuses a cluster older than
+// 1.30, whose pods have no sleep action for the preStop pause, and takes a
+// managed cluster's version with a suffix.
+func TestChartKubeVersion(t *testing.T) {
+	t.Parallel()
+	if _, err := helm("template", "usher", chart, "--kube-version", "v1.29.9"); err == nil || !strings.Contains(err.Error(), "chart requires kubeVersion") {
+		t.Errorf("helm template for Kubernetes 1.29 = %v; want the chart's kubeVersion refused", err)
+	}
+	for _, v := range []string{"v1.30.0", "v1.30.2-eks-1552ad0", "v1.34.1"} {
+		render(t, "--kube-version", v)
+	}
+}

@@ -22,6 +22,15 @@ app.kubernetes.io/name: {{ include "usher.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The replicas' pods: the selector's labels and the component, which the
+migration Job's pods (component migrate) do not share. The Service, the
+PodDisruptionBudget and the spread constraints select by it; the
+Deployment's selector, immutable, stays the selector's labels alone. */}}
+{{- define "usher.serverLabels" -}}
+{{ include "usher.selectorLabels" . }}
+app.kubernetes.io/component: server
+{{- end -}}
+
 {{- define "usher.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "usher.selectorLabels" . }}
