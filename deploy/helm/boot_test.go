@@ -268,6 +268,19 @@ func (f *chartFixture) secrets(kek string, previous ...string) map[string]map[st
 	return s
 }
 
+// releaseSecrets are the Secrets of secrets, but for the key-encryption
+// key and the previous ones, which are in the Secret named after the
+// release (usher), as the chart reads them without an existingSecret.
+func (f *chartFixture) releaseSecrets(kek string, previous ...string) map[string]map[string]string {
+	s := f.secrets(kek)
+	delete(s, "usher-broker")
+	s["usher"] = map[string]string{"key-encryption-key": kek}
+	if len(previous) > 0 {
+		s["usher"]["previous-key-encryption-keys"] = strings.Join(previous, ",")
+	}
+	return s
+}
+
 // ownDatabase creates a database of the test's own on the server of the
 // admin URL, empty (the migration Job migrates it), and drops it at the
 // end; it returns its URL.

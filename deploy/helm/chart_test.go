@@ -28,6 +28,7 @@ func TestChart(t *testing.T) {
 			name: "default", replicas: 2,
 			secrets: map[string]string{
 				"USHER_BROKER_KEY_ENCRYPTION_KEY": "usher", "USHER_DATABASE_URL": "usher", "USHER_MODEL_API_KEY": "usher",
+				"USHER_BROKER_PREVIOUS_KEY_ENCRYPTION_KEYS": "usher",
 			},
 		},
 		{
@@ -35,6 +36,7 @@ func TestChart(t *testing.T) {
 			secrets: map[string]string{
 				"USHER_BROKER_KEY_ENCRYPTION_KEY": "usher-broker", "USHER_DATABASE_URL": "usher-postgres",
 				"USHER_WEB_CLIENT_SECRET": "usher-entra", "USHER_MODEL_API_KEY": "usher-model",
+				"USHER_BROKER_PREVIOUS_KEY_ENCRYPTION_KEYS": "usher",
 			},
 		},
 		{
@@ -204,6 +206,12 @@ func checkSecretEnv(t *testing.T, what string, c corev1.Container, want map[stri
 			continue
 		}
 		got[e.Name] = e.ValueFrom.SecretKeyRef.Name
+		// The keys a key replaced are there only during its replacement,
+		// the model's key only for an endpoint that wants one.
+		optional := e.Name == "USHER_BROKER_PREVIOUS_KEY_ENCRYPTION_KEYS" || e.Name == "USHER_MODEL_API_KEY"
+		if o := e.ValueFrom.SecretKeyRef.Optional; (o != nil && *o) != optional {
+			t.Errorf("%s: %s is optional: %v, want %v", what, e.Name, o != nil && *o, optional)
+		}
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("%s: secrets from %v, want %v", what, got, want)

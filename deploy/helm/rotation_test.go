@@ -25,10 +25,34 @@ import (
 // verifies, the old key alone opens nothing, and a session sealed under
 // the old key is refused (docs: removed sooner than its lifetime, it ends
 // early) while a new one is served.
+//
+// It runs with the keys in Secrets of their own (existingSecret), and in
+// the Secret named after the release, which the chart reads when no
+// existingSecret is named.
 func TestChartRotatesTheKeyEncryptionKey(t *testing.T) {
 	t.Parallel()
-	f := newChartFixture(t, "--set", "secrets.previousKeyEncryptionKeys.existingSecret=usher-kek-previous")
-	bin, r, issuer, lb, secrets := f.bin, f.r, f.issuer, f.lb, f.secrets
+	for _, tc := range []struct {
+		name    string
+		values  []string
+		secrets func(f *chartFixture, kek string, previous ...string) map[string]map[string]string
+	}{
+		{"existing secrets", []string{"--set", "secrets.previousKeyEncryptionKeys.existingSecret=usher-kek-previous"}, (*chartFixture).secrets},
+		{"the release's secret", []string{"--set", "secrets.keyEncryptionKey.existingSecret="}, (*chartFixture).releaseSecrets},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newChartFixture(t, tc.values...)
+			rotate(t, f, func(kek string, previous ...string) map[string]map[string]string {
+				return tc.secrets(f, kek, previous...)
+			})
+		})
+	}
+}
+
+// rotate runs the four steps on f, whose Secrets, as the operator creates
+// them at each step, secrets makes.
+func rotate(t *testing.T, f *chartFixture, secrets func(kek string, previous ...string) map[string]map[string]string) {
+	bin, r, issuer, lb := f.bin, f.r, f.issuer, f.lb
 	oldKEK, newKEK := freshKEK(), freshKEK()
 	spec := r.deployment(t).Spec.Template.Spec
 	job := r.migration(t).Spec.Template.Spec

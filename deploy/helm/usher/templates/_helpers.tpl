@@ -142,14 +142,16 @@ The secrets as USHER_* variables. Each comes from its existingSecret, or
 from the Secret the chart creates when it is given a value (named by the
 argument's "created"), or else from the Secret named as the release's full
 name, which the operator creates. The web client's secret is read when
-web.client_id is set, the model's key (optionally) for the openai provider.
+web.client_id is set, the model's key (optionally) for the openai provider,
+the previous key-encryption keys always, optionally (they are there only
+while the key-encryption key is replaced).
 */}}
 {{- define "usher.env" -}}
 {{- $root := .root -}}
 {{- $s := $root.Values.secrets -}}
 {{- $creates := include "usher.createsSecret" $root -}}
 {{- $u := $root.Values.usher -}}
-{{- range $item := list (list "keyEncryptionKey" "USHER_BROKER_KEY_ENCRYPTION_KEY" true false) (list "databaseURL" "USHER_DATABASE_URL" true false) (list "oidcClientSecret" "USHER_WEB_CLIENT_SECRET" (not (empty $u.web.clientID)) false) (list "modelAPIKey" "USHER_MODEL_API_KEY" (eq $u.model.provider "openai") true) (list "previousKeyEncryptionKeys" "USHER_BROKER_PREVIOUS_KEY_ENCRYPTION_KEYS" false true) }}
+{{- range $item := list (list "keyEncryptionKey" "USHER_BROKER_KEY_ENCRYPTION_KEY" true false) (list "databaseURL" "USHER_DATABASE_URL" true false) (list "oidcClientSecret" "USHER_WEB_CLIENT_SECRET" (not (empty $u.web.clientID)) false) (list "modelAPIKey" "USHER_MODEL_API_KEY" (eq $u.model.provider "openai") true) (list "previousKeyEncryptionKeys" "USHER_BROKER_PREVIOUS_KEY_ENCRYPTION_KEYS" true true) }}
 {{- $name := index $item 0 -}}
 {{- $ref := index $s $name -}}
 {{- $secret := "" -}}
