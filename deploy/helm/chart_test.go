@@ -2,6 +2,8 @@ package helm
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -52,7 +54,7 @@ func TestChart(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if out, err := helm(append([]string{"lint", "--strict", chart}, tc.args...)...); err != nil {
+			if out, err := helm(slices.Concat([]string{"lint", "--strict", chart}, required, tc.args)...); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
 			r := render(t, tc.args...)
@@ -277,7 +279,7 @@ func TestValuesRefused(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"latest tag", []string{"--set", "image.tag=latest"}, "/image/tag"},
+		{"latest tag", []string{"--set", "image.tag=latest"}, "image.tag: latest is refused"},
 		{"unknown value", []string{"--set", "usher.issuer=https://login.example.com"}, "additional properties 'issuer' not allowed"},
 		{"bad log level", []string{"--set", "usher.log.level=loud"}, "/usher/log/level"},
 		{"no replicas", []string{"--set", "replicaCount=0"}, "/replicaCount"},
@@ -290,7 +292,7 @@ func TestValuesRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := helm(append([]string{"template", "usher", chart}, tc.args...)...)
+			_, err := helm(slices.Concat([]string{"template", "usher", chart}, required, tc.args)...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("helm template %v = %v; want an error with %q", tc.args, err, tc.want)
 			}
@@ -389,5 +391,64 @@ func TestChartConfiguresReviewersAndSinks(t *testing.T) {
 		if !mounted {
 			t.Errorf("%s: the webhook's secret file %s is not the Secret usher-siem's key token, mounted read-only", name, file)
 		}
+	}
+}
+
+// TestChartImage checks the image the chart runs: a chart of a release
+// runs that release's image by default; a chart between releases, which
+// writes configuration no released binary takes, requires image.tag or
+// image.digest; latest is refused, with a message that says what to give.
+func TestChartImage(t *testing.T) {
+	t.Parallel()
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	meta, err := os.ReadFile(filepath.Join(chart, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(meta, &c); err != nil {
+		t.Fatal(err)
+	}
+	// Between releases the chart is of the next one, as CHANGELOG's
+	// [Unreleased] is.
+	if !strings.Contains(c.AppVersion, "-") || c.Version != c.AppVersion {
+		t.Errorf("Chart.yaml: version %s, appVersion %s; want both the next release's with a pre-release (0.2.0-dev)", c.Version, c.AppVersion)
+	}
+	if _, err := helm("template", "usher", chart); err == nil || !strings.Contains(err.Error(), "image.tag is required: this chart is of Usher "+c.AppVersion) {
+		t.Errorf("helm template without image.tag = %v; want image.tag required", err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "image.tag=v0.2.0-dev-5-gabcdef0"}, "ghcr.io/usherhq/usher:v0.2.0-dev-5-gabcdef0"},
+		{[]string{"--set", "image.digest=" + digest}, "ghcr.io/usherhq/usher@" + digest},
+	} {
+		r := render(t, append([]string{"--set", "image.tag="}, tc.args...)...)
+		for what, pod := range map[string]corev1.PodSpec{"Deployment": r.deployment(t).Spec.Template.Spec, "Job": r.migration(t).Spec.Template.Spec} {
+			if got := pod.Containers[0].Image; got != tc.want {
+				t.Errorf("%v: the %s's image is %s, want %s", tc.args, what, got, tc.want)
+			}
+		}
+	}
+
+	// The same chart as a release's: its image by default.
+	release := t.TempDir()
+	if err := os.CopyFS(release, os.DirFS(chart)); err != nil {
+		t.Fatal(err)
+	}
+	tagged := strings.ReplaceAll(string(meta), c.AppVersion, "0.2.0")
+	if err := os.WriteFile(filepath.Join(release, "Chart.yaml"), []byte(tagged), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := helm("template", "usher", release, "--show-only", "templates/deployment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "image: ghcr.io/usherhq/usher:v0.2.0\n") {
+		t.Errorf("the chart of release 0.2.0 runs, by default:\n%s\nwant ghcr.io/usherhq/usher:v0.2.0", out)
 	}
 }

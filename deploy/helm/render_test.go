@@ -78,6 +78,11 @@ func helm(args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
+// required are the values every rendering in these tests gives, before
+// its own: the chart, between releases, requires the tag of an image built
+// from its commit (TestChartImage renders without it).
+var required = []string{"--set", "image.tag=v0.0.0-20261207000000-0123456789ab"}
+
 // release is a rendered chart: every object decoded into its type.
 type release struct {
 	deployments    []*appsv1.Deployment
@@ -141,7 +146,7 @@ func decodeUnstructured(r *release, data []byte) error {
 // field its type does not have, fails the test.
 func render(t *testing.T, args ...string) *release {
 	t.Helper()
-	out, err := helm(append([]string{"template", "usher", chart, "--namespace", "usher"}, args...)...)
+	out, err := helm(slices.Concat([]string{"template", "usher", chart, "--namespace", "usher"}, required, args)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +335,7 @@ func TestChartIngressHost(t *testing.T) {
 // managed cluster's version with a suffix.
 func TestChartKubeVersion(t *testing.T) {
 	t.Parallel()
-	if _, err := helm("template", "usher", chart, "--kube-version", "v1.29.9"); err == nil || !strings.Contains(err.Error(), "chart requires kubeVersion") {
+	if _, err := helm(slices.Concat([]string{"template", "usher", chart, "--kube-version", "v1.29.9"}, required)...); err == nil || !strings.Contains(err.Error(), "chart requires kubeVersion") {
 		t.Errorf("helm template for Kubernetes 1.29 = %v; want the chart's kubeVersion refused", err)
 	}
 	for _, v := range []string{"v1.30.0", "v1.30.2-eks-1552ad0", "v1.34.1"} {

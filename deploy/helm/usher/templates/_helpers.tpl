@@ -46,17 +46,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
-{{/* The image: repository@digest, or repository:tag (default: "v" and the
-appVersion, the release's tag, as `make image` names it). */}}
+{{/* The image: repository@digest, or repository:tag. The tag defaults to
+"v" and the appVersion, the release's tag as `make image` names it, when
+the chart is of a release; a chart between releases (appVersion with a
+pre-release, e.g. 0.2.0-dev) renders configuration keys that no released
+binary takes, so it requires image.tag (or image.digest). */}}
 {{- define "usher.image" -}}
-{{- $tag := default (printf "v%s" .Chart.AppVersion) .Values.image.tag -}}
-{{- if eq $tag "latest" -}}
-{{- fail "image.tag must name a release, not latest" -}}
+{{- $img := .Values.image -}}
+{{- if eq $img.tag "latest" -}}
+{{- fail "image.tag: latest is refused, it names no particular build: give a release's tag (v1.2.3), the tag of your own build (`make image-ref` prints it), or image.digest" -}}
 {{- end -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- else if $img.tag -}}
+{{- printf "%s:%s" $img.repository $img.tag -}}
+{{- else if contains "-" .Chart.AppVersion -}}
+{{- fail (printf "image.tag is required: this chart is of Usher %s, not of a release, and writes configuration only a binary built from the same commit takes; set image.tag to the tag `make image` gave such a build (`make image-ref` prints it), or image.digest" .Chart.AppVersion) -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- printf "%s:v%s" $img.repository .Chart.AppVersion -}}
 {{- end -}}
 {{- end -}}
 
