@@ -288,6 +288,18 @@ func TestValuesRefused(t *testing.T) {
 		{"no issuer", []string{"--set", "usher.identity.issuer="}, "usher.identity.issuer is required"},
 		{"plain http webhook", []string{"--set-json", `usher.audit.sinks=[{"name":"siem","webhook":{"url":"http://siem.example","secretName":"s"}}]`}, "/usher/audit/sinks/0/webhook/url"},
 		{"sink of both kinds", []string{"--set-json", `usher.audit.sinks=[{"name":"x","file":{"path":"-"},"webhook":{"url":"https://siem.example","secretName":"s"}}]`}, "/usher/audit/sinks/0"},
+		{"http public URL", []string{"--set", "usher.publicURL=http://usher.example.com"}, "/usher/publicURL"},
+		{"http issuer", []string{"--set", "usher.identity.issuer=http://login.example.com/tenant/v2.0"}, "/usher/identity/issuer"},
+		{"no model", []string{"--set", "usher.model.name="}, "usher.model.name is required with the openai provider"},
+		{"no model endpoint", []string{"--set", "usher.model.baseURL="}, "usher.model.baseURL is required with the openai provider"},
+		{"model not offered", []string{"--set-json", `usher.model.models=["gpt-a","gpt-b"]`}, "usher.model.name (gpt-test) must be one of usher.model.models"},
+		{"web client without scopes", []string{"--set", "usher.web.clientID=web"}, "usher.web.scopes: the API's scope"},
+		{"issuer without audiences", []string{"--set-json", "usher.identity.audiences=[]"}, "usher.identity.audiences: at least one audience is required"},
+		{"issuer without audiences, cleared", []string{"--set", "usher.identity.audiences=null"}, "usher.identity.audiences: at least one audience is required"},
+		{"issuer without scopes", []string{"--set-json", "usher.identity.requiredScopes=[]"}, "usher.identity.requiredScopes: the API's delegated scope"},
+		{"a value and an existing secret", []string{"--set", "secrets.values.databaseURL=postgres://db/usher", "--set", "secrets.databaseURL.existingSecret=db"},
+			"secrets.values.databaseURL is given, and secrets.databaseURL.existingSecret (db) names the Secret it is read from"},
+		{"every problem at once", []string{"--set", "usher.model.name=", "--set", "usher.web.clientID=web"}, "usher.web.scopes: the API's scope as the web client requests it (e.g. api://usher/access_as_user) is required with usher.web.clientID\n- usher.model.name is required"},
 		{"half the secrets", []string{"--set", "secrets.values.databaseURL=postgres://db/usher"}, "secrets.keyEncryptionKey: give secrets.values.keyEncryptionKey or name an existingSecret"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -417,7 +429,7 @@ func TestChartImage(t *testing.T) {
 	if !strings.Contains(c.AppVersion, "-") || c.Version != c.AppVersion {
 		t.Errorf("Chart.yaml: version %s, appVersion %s; want both the next release's with a pre-release (0.2.0-dev)", c.Version, c.AppVersion)
 	}
-	if _, err := helm("template", "usher", chart); err == nil || !strings.Contains(err.Error(), "image.tag is required: this chart is of Usher "+c.AppVersion) {
+	if _, err := helm("template", "usher", chart, "--set", "usher.model.name=gpt-test"); err == nil || !strings.Contains(err.Error(), "image.tag is required: this chart is of Usher "+c.AppVersion) {
 		t.Errorf("helm template without image.tag = %v; want image.tag required", err)
 	}
 	for _, tc := range []struct {
@@ -444,11 +456,33 @@ func TestChartImage(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(release, "Chart.yaml"), []byte(tagged), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := helm("template", "usher", release, "--show-only", "templates/deployment.yaml")
+	out, err := helm("template", "usher", release, "--show-only", "templates/deployment.yaml", "--set", "usher.model.name=gpt-test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out, "image: ghcr.io/usherhq/usher:v0.2.0\n") {
 		t.Errorf("the chart of release 0.2.0 runs, by default:\n%s\nwant ghcr.io/usherhq/usher:v0.2.0", out)
+	}
+}
+
+// TestChartClearsLists checks that a list of values may be cleared the
+// Helm way, with null (--set usher.identity.tenants=null), where none is
+// a choice: usher.yaml then names none.
+func TestChartClearsLists(t *testing.T) {
+	t.Parallel()
+	r := render(t, "--set", "usher.identity.tenants=null", "--set", "usher.model.models=null", "--set", "usher.review.groups=null",
+		"--set", "usher.admin.groups=null", "--set", "usher.audit.sinks=null", "--set", "usher.web.scopes=null", "--set", "topologySpread.topologyKeys=null")
+	_, content := r.configFile(t, r.deployment(t).Spec.Template.Spec)
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(content), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"tenants", "models", "review", "sinks"} {
+		if strings.Contains(content, key+":") {
+			t.Errorf("usher.yaml names %s, cleared:\n%s", key, content)
+		}
+	}
+	if n := len(r.deployment(t).Spec.Template.Spec.TopologySpreadConstraints); n != 0 {
+		t.Errorf("%d spread constraints without topology keys", n)
 	}
 }

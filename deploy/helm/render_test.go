@@ -79,9 +79,10 @@ func helm(args ...string) (string, error) {
 }
 
 // required are the values every rendering in these tests gives, before
-// its own: the chart, between releases, requires the tag of an image built
-// from its commit (TestChartImage renders without it).
-var required = []string{"--set", "image.tag=v0.0.0-20261207000000-0123456789ab"}
+// its own, which the defaults leave for the operator to give: the chart,
+// between releases, requires the tag of an image built from its commit
+// (TestChartImage renders without it), and the openai provider a model.
+var required = []string{"--set", "image.tag=v0.0.0-20261207000000-0123456789ab", "--set", "usher.model.name=gpt-test"}
 
 // release is a rendered chart: every object decoded into its type.
 type release struct {

@@ -76,6 +76,7 @@ usher.yaml: the configuration `usher serve` and `usher migrate` read.
 Secrets are not in it: they come from the environment (usher.env).
 */}}
 {{- define "usher.config" -}}
+{{- include "usher.validate" . -}}
 {{- $u := .Values.usher -}}
 {{- if not $u.publicURL -}}
 {{- fail "usher.publicURL is required: the https URL Usher is reached at" -}}
@@ -128,6 +129,45 @@ Secrets are not in it: they come from the environment (usher.env).
 {{- $_ := set $cfg "audit" $audit -}}
 {{- $cfg = mergeOverwrite $cfg (deepCopy $u.extraConfig) -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/*
+Refuses values the schema cannot judge alone, which `usher migrate` would
+refuse in the Job, and values the chart would ignore: every problem at
+once, each naming its value.
+*/}}
+{{- define "usher.validate" -}}
+{{- $u := .Values.usher -}}
+{{- $problems := list -}}
+{{- if and $u.identity.issuer (not $u.identity.audiences) -}}
+{{- $problems = append $problems "usher.identity.audiences: at least one audience is required with usher.identity.issuer (the API's client id and/or App ID URI)" -}}
+{{- end -}}
+{{- if and $u.identity.issuer (not $u.identity.requiredScopes) -}}
+{{- $problems = append $problems "usher.identity.requiredScopes: the API's delegated scope (e.g. access_as_user) is required with usher.identity.issuer" -}}
+{{- end -}}
+{{- if and $u.identity.issuer $u.web.clientID (not $u.web.scopes) -}}
+{{- $problems = append $problems "usher.web.scopes: the API's scope as the web client requests it (e.g. api://usher/access_as_user) is required with usher.web.clientID" -}}
+{{- end -}}
+{{- if eq $u.model.provider "openai" -}}
+{{- if not $u.model.baseURL -}}
+{{- $problems = append $problems "usher.model.baseURL is required with the openai provider" -}}
+{{- end -}}
+{{- if and (not $u.model.name) (not $u.model.models) -}}
+{{- $problems = append $problems "usher.model.name is required with the openai provider: the model runs use (or usher.model.models, whose first is then the default)" -}}
+{{- end -}}
+{{- end -}}
+{{- if and $u.model.name $u.model.models (not (has $u.model.name $u.model.models)) -}}
+{{- $problems = append $problems (printf "usher.model.name (%s) must be one of usher.model.models" $u.model.name) -}}
+{{- end -}}
+{{- $s := .Values.secrets -}}
+{{- range $name := keys $s.values | sortAlpha -}}
+{{- if and (index $s.values $name) (index $s $name).existingSecret -}}
+{{- $problems = append $problems (printf "secrets.values.%s is given, and secrets.%s.existingSecret (%s) names the Secret it is read from, which the value would not reach: give one of them" $name $name (index $s $name).existingSecret) -}}
+{{- end -}}
+{{- end -}}
+{{- with $problems -}}
+{{- fail (printf "the values are refused:\n- %s" (join "\n- " .)) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The files of the configuration's ConfigMap. */}}
