@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -100,6 +102,7 @@ type serving struct {
 
 	ln                  net.Listener
 	localURL, publicURL string
+	selfURL             string // where the process calls itself: see selfURL
 	debugAddr           string // where the profiles are served, if they are
 	metricsURL          string // where /metrics is served
 	tel                 *telemetry.Telemetry
@@ -149,6 +152,31 @@ func (s *serving) listen(ctx context.Context) error {
 	s.ln = ln
 	s.localURL = "http://" + ln.Addr().String()
 	s.publicURL = cmp.Or(s.cfg.Server.PublicURL, s.localURL)
+	s.selfURL = selfURL(ln.Addr())
+	return nil
+}
+
+// selfURL is where this process calls itself (the development provider's
+// keys and tokens): the listener's address, or loopback on its port when
+// it listens on every address (0.0.0.0, ::), as in a container. Go's
+// wildcard listener takes IPv4 as well, so 127.0.0.1 reaches either.
+func selfURL(addr net.Addr) string {
+	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+		return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp.Port))
+	}
+	return "http://" + addr.String()
+}
+
+// checkDevIdentity explains, before the verifier's own checks would in
+// terms of its options, why the development provider cannot run here: it
+// is its own issuer at the public URL, and calls itself at selfURL.
+func checkDevIdentity(publicURL, selfURL string) error {
+	if u, err := url.Parse(publicURL); err != nil || (u.Scheme != "https" && !httpx.IsLoopbackHost(u.Hostname())) {
+		return fmt.Errorf("the development sign-in (no identity.issuer) is its own issuer at the public URL, %s, which must be https or http on a loopback host: set server.public_url (e.g. http://127.0.0.1:8080, reached through a port forward), or identity.issuer", publicURL)
+	}
+	if u, err := url.Parse(selfURL); err != nil || !httpx.IsLoopbackHost(u.Hostname()) {
+		return fmt.Errorf("the development sign-in (no identity.issuer) calls this process at %s, which is not loopback: listen on loopback or on every address (server.addr), or set identity.issuer", selfURL)
+	}
 	return nil
 }
 
@@ -200,8 +228,11 @@ func (s *serving) identity(ctx context.Context) error {
 		Logger:         s.log.With("component", "identity"),
 	}
 	if s.cfg.DevIdentity() {
+		if err := checkDevIdentity(s.publicURL, s.selfURL); err != nil {
+			return fmt.Errorf("identity: %w", err)
+		}
 		opts.Issuer = s.publicURL + devOIDCPath
-		opts.JWKSURL = s.localURL + devOIDCPath + "/jwks"
+		opts.JWKSURL = s.selfURL + devOIDCPath + "/jwks"
 	}
 	v, err := identity.New(ctx, opts)
 	if err != nil {
@@ -332,7 +363,7 @@ func (s *serving) devProvider(ctx context.Context) error {
 // It also mounts /api/me and the API's OpenAPI document (public: it
 // describes the API and holds no data).
 func (s *serving) web(ctx context.Context) error {
-	authenticated, stopWeb, err := s.in.mountWeb(ctx, s.mux, s.publicURL, s.localURL, s.verifier)
+	authenticated, stopWeb, err := s.in.mountWeb(ctx, s.mux, s.publicURL, s.selfURL, s.verifier)
 	if err != nil {
 		return err
 	}

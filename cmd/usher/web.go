@@ -15,7 +15,7 @@ import (
 // sweep of ended browser sessions, and returns how the API authenticates
 // from then on — a bearer token as before, or a signed-in browser's
 // session cookie (CSRF-protected) — and the function that stops the
-// sweep. localURL reaches this very process, for the development
+// sweep. selfURL reaches this very process, for the development
 // provider's endpoints. It keeps the sign-in in in.sessions, for the
 // authorization server.
 //
@@ -23,7 +23,7 @@ import (
 // principal a bearer token of the same person would be. With an external
 // issuer and no web.client_id, browser sign-in is off and the API takes
 // bearer tokens only.
-func (in *installation) mountWeb(ctx context.Context, mux *http.ServeMux, publicURL, localURL string, verifier *identity.Verifier) (func(http.Handler) http.Handler, func(), error) {
+func (in *installation) mountWeb(ctx context.Context, mux *http.ServeMux, publicURL, selfURL string, verifier *identity.Verifier) (func(http.Handler) http.Handler, func(), error) {
 	cfg := in.cfg
 	opts := &web.Options{
 		PublicURL:         publicURL,
@@ -50,8 +50,8 @@ func (in *installation) mountWeb(ctx context.Context, mux *http.ServeMux, public
 		}
 		opts.Endpoints = &web.Endpoints{
 			AuthURL:  issuer + "/authorize",
-			TokenURL: localURL + devOIDCPath + "/token",
-			JWKSURL:  localURL + devOIDCPath + "/jwks",
+			TokenURL: selfURL + devOIDCPath + "/token",
+			JWKSURL:  selfURL + devOIDCPath + "/jwks",
 		}
 	}
 	var sessions *web.Sessions // nil: browser sign-in off

@@ -300,6 +300,12 @@ func TestValuesRefused(t *testing.T) {
 		{"a value and an existing secret", []string{"--set", "secrets.values.databaseURL=postgres://db/usher", "--set", "secrets.databaseURL.existingSecret=db"},
 			"secrets.values.databaseURL is given, and secrets.databaseURL.existingSecret (db) names the Secret it is read from"},
 		{"every problem at once", []string{"--set", "usher.model.name=", "--set", "usher.web.clientID=web"}, "usher.web.scopes: the API's scope as the web client requests it (e.g. api://usher/access_as_user) is required with usher.web.clientID\n- usher.model.name is required"},
+		{"development sign-in published", []string{"--set", "usher.identity.issuer=", "--set", "usher.developmentSignIn=true"},
+			"usher.publicURL (https://usher.example.com): usher.developmentSignIn signs in anyone who types a user name, so it is reached only through kubectl port-forward"},
+		{"development sign-in behind an Ingress", []string{"--set", "usher.identity.issuer=", "--set", "usher.developmentSignIn=true", "--set", "usher.publicURL=http://127.0.0.1:8080", "--set", "ingress.enabled=true"},
+			"ingress.enabled: an Ingress would publish the development sign-in"},
+		{"development sign-in on a load balancer", []string{"--set", "usher.identity.issuer=", "--set", "usher.developmentSignIn=true", "--set", "usher.publicURL=http://localhost:8080", "--set", "service.type=LoadBalancer"},
+			"service.type (LoadBalancer) would publish the development sign-in"},
 		{"half the secrets", []string{"--set", "secrets.values.databaseURL=postgres://db/usher"}, "secrets.keyEncryptionKey: give secrets.values.keyEncryptionKey or name an existingSecret"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

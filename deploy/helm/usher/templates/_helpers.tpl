@@ -159,6 +159,20 @@ once, each naming its value.
 {{- if and $u.model.name $u.model.models (not (has $u.model.name $u.model.models)) -}}
 {{- $problems = append $problems (printf "usher.model.name (%s) must be one of usher.model.models" $u.model.name) -}}
 {{- end -}}
+{{- if and (not $u.identity.issuer) $u.developmentSignIn -}}
+{{- /* It signs in anyone who types a user name: reached only through a
+port forward, at a loopback URL, which its issuer (the public URL) is. */ -}}
+{{- $public := urlParse $u.publicURL -}}
+{{- if not (and (eq $public.scheme "http") (or (eq $public.hostname "localhost") (hasPrefix "127." $public.hostname) (eq $public.hostname "::1"))) -}}
+{{- $problems = append $problems (printf "usher.publicURL (%s): usher.developmentSignIn signs in anyone who types a user name, so it is reached only through kubectl port-forward, at an http URL on loopback, e.g. http://127.0.0.1:8080; set usher.identity.issuer to serve people" $u.publicURL) -}}
+{{- end -}}
+{{- if .Values.ingress.enabled -}}
+{{- $problems = append $problems "ingress.enabled: an Ingress would publish the development sign-in (usher.developmentSignIn); turn one of them off" -}}
+{{- end -}}
+{{- if ne .Values.service.type "ClusterIP" -}}
+{{- $problems = append $problems (printf "service.type (%s) would publish the development sign-in (usher.developmentSignIn); use ClusterIP and kubectl port-forward" .Values.service.type) -}}
+{{- end -}}
+{{- end -}}
 {{- $s := .Values.secrets -}}
 {{- range $name := keys $s.values | sortAlpha -}}
 {{- if and (index $s.values $name) (index $s $name).existingSecret -}}
