@@ -306,6 +306,7 @@ func TestValuesRefused(t *testing.T) {
 			"ingress.enabled: an Ingress would publish the development sign-in"},
 		{"development sign-in on a load balancer", []string{"--set", "usher.identity.issuer=", "--set", "usher.developmentSignIn=true", "--set", "usher.publicURL=http://localhost:8080", "--set", "service.type=LoadBalancer"},
 			"service.type (LoadBalancer) would publish the development sign-in"},
+		{"a mount without a path", []string{"--set-json", `extraVolumeMounts=[{"name":"usher-files"}]`}, "/extraVolumeMounts/0"},
 		{"half the secrets", []string{"--set", "secrets.values.databaseURL=postgres://db/usher"}, "secrets.keyEncryptionKey: give secrets.values.keyEncryptionKey or name an existingSecret"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -490,5 +491,44 @@ func TestChartClearsLists(t *testing.T) {
 	}
 	if n := len(r.deployment(t).Spec.Template.Spec.TopologySpreadConstraints); n != 0 {
 		t.Errorf("%d spread constraints without topology keys", n)
+	}
+}
+
+// TestChartExtraVolumesAndEnv renders the extension points for what
+// usher.yaml names but must not hold: a Secret's file mounted read-only
+// where oauth.clients[].secret_file and the database's sslrootcert say,
+// and variables from a Secret of the operator's, in the replicas and in
+// the migration Job (which validates the same configuration).
+func TestChartExtraVolumesAndEnv(t *testing.T) {
+	t.Parallel()
+	r := render(t,
+		"--set-json", `extraVolumes=[{"name":"usher-files","secret":{"secretName":"usher-files","items":[{"key":"ops-console","path":"ops-console"},{"key":"ca.crt","path":"db-ca.crt"}]}}]`,
+		"--set-json", `extraVolumeMounts=[{"name":"usher-files","mountPath":"/etc/usher-files","readOnly":true}]`,
+		"--set-json", `envFrom=[{"secretRef":{"name":"usher-extra"}}]`,
+		"--set-json", `env=[{"name":"GOMEMLIMIT","value":"450MiB"}]`,
+		"--set-json", `usher.extraConfig={"oauth":{"clients":[{"id":"ops-console","name":"Ops console","redirect_uris":["https://ops.example.com/callback"],"auth":"client_secret_basic","secret_file":"/etc/usher-files/ops-console"}]}}`)
+	for what, pod := range map[string]corev1.PodSpec{"Deployment": r.deployment(t).Spec.Template.Spec, "Job": r.migration(t).Spec.Template.Spec} {
+		checkPod(t, what, pod)
+		c := pod.Containers[0]
+		i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "usher-files" })
+		if i < 0 || pod.Volumes[i].Secret == nil || pod.Volumes[i].Secret.SecretName != "usher-files" || len(pod.Volumes[i].Secret.Items) != 2 {
+			t.Errorf("%s: volumes %+v: want the Secret usher-files", what, pod.Volumes)
+		}
+		if pod.Volumes[0].ConfigMap == nil {
+			t.Errorf("%s: the configuration is no longer the first volume: %+v", what, pod.Volumes[0])
+		}
+		j := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "usher-files" })
+		if j < 0 || c.VolumeMounts[j].MountPath != "/etc/usher-files" || !c.VolumeMounts[j].ReadOnly {
+			t.Errorf("%s: mounts %+v: want usher-files read-only at /etc/usher-files", what, c.VolumeMounts)
+		}
+		if len(c.EnvFrom) != 1 || c.EnvFrom[0].SecretRef == nil || c.EnvFrom[0].SecretRef.Name != "usher-extra" {
+			t.Errorf("%s: envFrom %+v: want the Secret usher-extra", what, c.EnvFrom)
+		}
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "GOMEMLIMIT" && e.Value == "450MiB" }) {
+			t.Errorf("%s: env %+v: want GOMEMLIMIT", what, c.Env)
+		}
+		if _, content := r.configFile(t, pod); !strings.Contains(content, "secret_file: /etc/usher-files/ops-console") {
+			t.Errorf("%s: usher.yaml names no secret file:\n%s", what, content)
+		}
 	}
 }

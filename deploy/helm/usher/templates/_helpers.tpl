@@ -257,10 +257,11 @@ while the key-encryption key is replaced).
 {{- end }}
 {{- end -}}
 
-{{/* The volumes every pod mounts: the configuration, read-only, and /data. */}}
 {{/* Where the secret of the webhook sink at index is mounted. */}}
 {{- define "usher.sinkSecretDir" -}}/etc/usher-sinks/{{ .index }}{{- end -}}
 
+{{/* The volumes every pod mounts: the configuration, read-only, /data,
+the webhook sinks' secrets and extraVolumes. */}}
 {{- define "usher.volumes" -}}
 - name: config
   configMap:
@@ -278,6 +279,9 @@ while the key-encryption key is replaced).
         path: {{ default "secret" $s.webhook.secretKey }}
 {{- end }}
 {{- end }}
+{{- with .root.Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "usher.volumeMounts" -}}
@@ -292,6 +296,9 @@ while the key-encryption key is replaced).
   mountPath: {{ include "usher.sinkSecretDir" (dict "index" $i) }}
   readOnly: true
 {{- end }}
+{{- end }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
 {{- end }}
 {{- end -}}
 
