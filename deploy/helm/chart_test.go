@@ -532,3 +532,50 @@ func TestChartExtraVolumesAndEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsHelmTimeout checks that every helm install and helm upgrade of
+// the docs waits longer than the migration Job may run
+// (migration.activeDeadlineSeconds): with Helm's default --timeout of 5
+// minutes, the release would fail while the Job still migrates.
+func TestDocsHelmTimeout(t *testing.T) {
+	t.Parallel()
+	values, err := os.ReadFile(filepath.Join(chart, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Migration struct {
+			ActiveDeadlineSeconds int `json:"activeDeadlineSeconds"`
+		} `json:"migration"`
+	}
+	if err := yaml.Unmarshal(values, &v); err != nil || v.Migration.ActiveDeadlineSeconds == 0 {
+		t.Fatalf("values.yaml: migration.activeDeadlineSeconds: %v", err)
+	}
+	deadline := time.Duration(v.Migration.ActiveDeadlineSeconds) * time.Second
+	var commands int
+	for _, doc := range []string{"../../docs/deploy.md", "../../README.md", "usher/README.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.ReplaceAll(string(b), "\\\n", " ")
+		for line := range strings.Lines(text) {
+			fields := strings.Fields(line)
+			if len(fields) < 2 || fields[0] != "helm" || (fields[1] != "install" && fields[1] != "upgrade") {
+				continue
+			}
+			commands++
+			i := slices.Index(fields, "--timeout")
+			if i < 0 || i+1 == len(fields) {
+				t.Errorf("%s: %s: no --timeout; Helm's 5m is shorter than the migration's deadline, %s", doc, strings.TrimSpace(line), deadline)
+				continue
+			}
+			if d, err := time.ParseDuration(fields[i+1]); err != nil || d <= deadline {
+				t.Errorf("%s: %s: --timeout %s, want longer than the migration's deadline, %s", doc, strings.TrimSpace(line), fields[i+1], deadline)
+			}
+		}
+	}
+	if commands < 3 {
+		t.Errorf("%d helm install or upgrade commands in the docs; the test reads none of them?", commands)
+	}
+}
