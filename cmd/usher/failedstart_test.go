@@ -43,7 +43,7 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	}{
 		{"an issuer without discovery, on SQLite", badIssuer, "identity", ""},
 		{"an issuer without discovery, on PostgreSQL", withDB(badIssuer, db.url), "identity", db.url},
-		{"the development sign-in on every address, in plain http", map[string]string{"USHER_SERVER_ADDR": "0.0.0.0:0"}, "identity", ""},
+		{"the development sign-in on every address, in plain http", map[string]string{"USHER_SERVER_ADDR": "0.0.0.0:0"}, "must be https or http on a loopback host: set server.public_url", ""},
 		{"an unreachable database", withDB(nil, "postgres://usher@"+testenv.FreeAddr(t)+"/usher?sslmode=disable&connect_timeout=5"), "database", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
