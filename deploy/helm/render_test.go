@@ -264,8 +264,8 @@ var imageTag = regexp.MustCompile(`^[^@]+(:[^:/@]+|@sha256:[0-9a-f]{64})$`)
 // and the PodDisruptionBudget select them and not the migration Job's
 // pods (a budget with maxUnavailable over Job-owned pods allows no
 // disruption, and the Service would route to a pod that does not serve),
-// and the Deployment's selector, immutable across upgrades, is the one of
-// the chart's first release.
+// and the Deployment's selector, immutable across upgrades, and the
+// Service's are the ones of the chart's first release.
 func TestChartSelectors(t *testing.T) {
 	t.Parallel()
 	r := render(t)
@@ -294,6 +294,12 @@ func TestChartSelectors(t *testing.T) {
 		if what != "the Deployment" && s.Matches(migrate) {
 			t.Errorf("%s's selector %s selects the migration Job's pods %v", what, s, migrate)
 		}
+	}
+	// The Service's selector is the first release's: a Service whose
+	// selector changed would route to no pod on the upgrade until a new
+	// replica is ready.
+	if !maps.Equal(r.services[0].Spec.Selector, d.Spec.Selector.MatchLabels) {
+		t.Errorf("the Service selects %v, want %v, as the chart's first release", r.services[0].Spec.Selector, d.Spec.Selector.MatchLabels)
 	}
 	for _, c := range d.Spec.Template.Spec.TopologySpreadConstraints {
 		if s := mustSelector(t, c.LabelSelector); !s.Matches(server) || s.Matches(migrate) {

@@ -22,10 +22,13 @@ app.kubernetes.io/name: {{ include "usher.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* The replicas' pods: the selector's labels and the component, which the
-migration Job's pods (component migrate) do not share. The Service, the
-PodDisruptionBudget and the spread constraints select by it; the
-Deployment's selector, immutable, stays the selector's labels alone. */}}
+{{/* The replicas' pods: the selector's labels, by which the Deployment, the
+Service, the PodDisruptionBudget and the spread constraints select them
+(as in the chart's first release: the Deployment's selector is immutable,
+and a Service whose selector changed would route to no pod until a new
+replica is ready), and their component. The migration Job's pods carry
+not the selector's labels but the instance, part-of and component
+migrate, so that nothing selects them. */}}
 {{- define "usher.serverLabels" -}}
 {{ include "usher.selectorLabels" . }}
 app.kubernetes.io/component: server
