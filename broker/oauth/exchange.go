@@ -184,6 +184,8 @@ func subjectTokenError(err error) *Error {
 		description = "The subject_token speaks for an application, not a person: only a person's token may be exchanged."
 	case errors.Is(err, identity.ErrInsufficientScope):
 		description = "The subject_token lacks the API's scope."
+	case errors.Is(err, identity.ErrTooManyGroups):
+		description = "The subject_token does not list its person's groups (there are too many): the identity provider must send only the groups assigned to the application."
 	case errors.Is(err, identity.ErrForbidden):
 		description = "The subject_token's tenant is not allowed."
 	}

@@ -340,6 +340,11 @@ func TestTokenExchangeRefusals(t *testing.T) {
 		})
 		appOnly := ai.token(t, func(c map[string]any) { c["idtyp"] = "app"; c["roles"] = []string{"Usher.Admin"} })
 		rolesOnly := ai.token(t, func(c map[string]any) { delete(c, "scp"); c["roles"] = []string{"Usher.Admin"} })
+		groupsOverage := ai.token(t, func(c map[string]any) {
+			delete(c, "groups")
+			c["_claim_names"] = map[string]string{"groups": "src1"}
+			c["_claim_sources"] = map[string]any{"src1": map[string]string{"endpoint": "https://graph.windows.net/t/users/u/getMemberObjects"}}
+		})
 		badSignature := sign(t, ai.other, apiKID, ai.claims())
 		setParam := func(k, v string) func(url.Values) { return func(f url.Values) { f.Set(k, v) } }
 		for _, tc := range []struct {
@@ -363,6 +368,7 @@ func TestTokenExchangeRefusals(t *testing.T) {
 			{"bad signature", exchanger, badSignature, nil, 400, oauth.CodeInvalidRequest, "not a valid access token"},
 			{"garbage", exchanger, "not-a-token", nil, 400, oauth.CodeInvalidRequest, "not a valid access token"},
 			{"oversized", exchanger, good + strings.Repeat("A", 20<<10), nil, 400, oauth.CodeInvalidRequest, "larger than"},
+			{"groups overage: too many groups to list", exchanger, groupsOverage, nil, 400, oauth.CodeInvalidRequest, "does not list its person's groups"},
 			{"more groups than a broker token carries", exchanger, claim("groups", manyGroups), nil, 400, oauth.CodeInvalidRequest, "at most 64 groups"},
 			// The parameters.
 			{"no subject_token", exchanger, "", nil, 400, oauth.CodeInvalidRequest, "subject_token is required"},

@@ -25,6 +25,8 @@ var (
 //   - 401 invalid_token for [ErrUnauthenticated];
 //   - 403 insufficient_scope for [ErrInsufficientScope];
 //   - 403 user_token_required for [ErrAppToken];
+//   - 403 too_many_groups for [ErrTooManyGroups], logged as a warning:
+//     the issuer's configuration must change (see [GroupOverageRemedy]);
 //   - 403 forbidden for [ErrForbidden].
 //
 // Bodies are generic JSON errors; the reason is logged, never the token.
@@ -67,7 +69,11 @@ func bearerToken(h http.Header) (string, error) {
 }
 
 func (v *Verifier) refuse(w http.ResponseWriter, r *http.Request, err error) {
-	v.logger.LogAttrs(r.Context(), slog.LevelInfo, "identity: request refused",
+	level := slog.LevelInfo
+	if errors.Is(err, ErrTooManyGroups) {
+		level = slog.LevelWarn // not the caller's doing: the issuer's configuration
+	}
+	v.logger.LogAttrs(r.Context(), level, "identity: request refused",
 		slog.String("method", r.Method),
 		slog.String("path", r.URL.Path),
 		slog.String("reason", err.Error()))
@@ -84,6 +90,9 @@ func (v *Verifier) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, ErrAppToken):
 		writeError(w, http.StatusForbidden, v.scopeChallenge(),
 			"user_token_required", "an application's own token cannot be used here: sign in as a person")
+	case errors.Is(err, ErrTooManyGroups):
+		writeError(w, http.StatusForbidden, "",
+			"too_many_groups", "this account is in more groups than a token lists, so its groups cannot be checked: an administrator must have the identity provider send only the groups assigned to this application")
 	case errors.Is(err, ErrForbidden):
 		writeError(w, http.StatusForbidden, "",
 			"forbidden", "this account is not allowed to use this service")

@@ -63,6 +63,7 @@ func TestMiddleware(t *testing.T) {
 	otherTenant := token(func(c map[string]any) { c["tid"] = tenantB })
 	noScope := token(func(c map[string]any) { c["scp"] = "Sessions.Read" })
 	wrongAudience := token(func(c map[string]any) { c["aud"] = webClientID })
+	overage := token(groupsOverage)
 
 	tests := []struct {
 		name         string
@@ -92,6 +93,9 @@ func TestMiddleware(t *testing.T) {
 			challenge: `Bearer error="insufficient_scope", scope="usher.api"`, code: "insufficient_scope", loggedReason: "scope", leakedToken: noScope},
 		{name: "tenant not allowed", header: []string{"Bearer " + otherTenant}, status: 403,
 			code: "forbidden", loggedReason: "tenant", leakedToken: otherTenant},
+		{name: "groups overage", header: []string{"Bearer " + overage}, status: 403,
+			code: "too_many_groups", loggedReason: `level=WARN msg="identity: request refused" method=GET path=/api/assistant/runs reason="identity: forbidden: groups overage: the token does not list the person's groups because there are too many; in Entra ID, set the API app registration's groupMembershipClaims to \"ApplicationGroup\"`,
+			leakedToken: overage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

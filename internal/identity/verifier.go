@@ -44,7 +44,24 @@ var (
 	// issues with application roles and no delegated scope. It also
 	// matches [ErrForbidden]. HTTP: 403.
 	ErrAppToken = fmt.Errorf("%w: app-only token", ErrForbidden)
+
+	// ErrTooManyGroups means the token is authentic and meant for this
+	// API but does not list its holder's groups: the person is in more
+	// groups than the issuer puts in a token (Entra: over 200), and the
+	// token says so ("_claim_names" naming "groups", or "hasgroups")
+	// instead of carrying "groups". Such a person is refused rather than
+	// let in without groups, which would drop every group-based rule
+	// (a forbid, an approver group, a role) without a word. The remedy is
+	// the issuer's: see [GroupOverageRemedy]. It also matches
+	// [ErrForbidden]. HTTP: 403.
+	ErrTooManyGroups = fmt.Errorf("%w: groups overage", ErrForbidden)
 )
+
+// GroupOverageRemedy tells an operator how to stop [ErrTooManyGroups].
+const GroupOverageRemedy = "the token does not list the person's groups because there are too many; " +
+	`in Entra ID, set the API app registration's groupMembershipClaims to "ApplicationGroup" and assign ` +
+	"the groups the policy names to the application (Enterprise applications → Users and groups), so that " +
+	"tokens carry only those, or name app roles instead of groups"
 
 // Verifier verifies access tokens of one issuer. It is safe for concurrent
 // use.
@@ -212,6 +229,11 @@ func (v *Verifier) verify(ctx context.Context, raw string) (Principal, time.Time
 			return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: scope %q missing", ErrInsufficientScope, s)
 		}
 	}
+	// Last: a token of a person whose groups the issuer left out would
+	// otherwise pass as a person in no group.
+	if c.groupsLeftOut() {
+		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: %s", ErrTooManyGroups, GroupOverageRemedy)
+	}
 	return c.principal(scopes), tok.Expiry, used, nil
 }
 
@@ -242,6 +264,19 @@ type claims struct {
 	Scope             *scopeSet `json:"scope"`
 	Groups            []string  `json:"groups"`
 	Roles             []string  `json:"roles"`
+	// ClaimNames and HasGroups are how Entra says that it left "groups"
+	// out, the person being in too many: "_claim_names": {"groups":
+	// "src1"} (with "_claim_sources" naming where to read them), or
+	// "hasgroups": true.
+	ClaimNames map[string]json.RawMessage `json:"_claim_names"`
+	HasGroups  bool                       `json:"hasgroups"`
+}
+
+// groupsLeftOut reports whether the token says the person's groups are
+// elsewhere: whatever "groups" it may carry besides is not all of them.
+func (c *claims) groupsLeftOut() bool {
+	_, named := c.ClaimNames["groups"]
+	return named || c.HasGroups
 }
 
 // scopes returns "scp" (Entra) when present, else "scope" (RFC 9068): a

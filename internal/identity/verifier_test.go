@@ -26,6 +26,8 @@ func outcome(err error) string {
 		return "insufficient_scope"
 	case errors.Is(err, identity.ErrAppToken):
 		return "app_token"
+	case errors.Is(err, identity.ErrTooManyGroups):
+		return "too_many_groups"
 	case errors.Is(err, identity.ErrForbidden):
 		return "forbidden"
 	case errors.Is(err, identity.ErrUnauthenticated):
@@ -94,6 +96,26 @@ func TestVerify(t *testing.T) {
 		{name: "neither oid nor sub", edit: func(c map[string]any) { delete(c, "oid"); delete(c, "sub") }, want: "unauthenticated"},
 		{name: "scp of the wrong type", edit: func(c map[string]any) { c["scp"] = 42 }, want: "unauthenticated"},
 
+		// Entra's groups overage: a person in more groups than a token
+		// lists gets none, and a pointer to where they are.
+		{name: "groups overage: _claim_names instead of groups", edit: groupsOverage, want: "too_many_groups"},
+		{name: "groups overage next to some groups", edit: func(c map[string]any) {
+			groupsOverage(c)
+			c["groups"] = []string{"b1f4a0c5-4c7e-4a0e-9a2b-2c4f0f5d3e11"}
+		}, want: "too_many_groups"},
+		{name: "groups overage: hasgroups", edit: func(c map[string]any) {
+			delete(c, "groups")
+			c["hasgroups"] = true
+		}, want: "too_many_groups"},
+		{name: "_claim_names of another claim only", edit: func(c map[string]any) {
+			c["_claim_names"] = map[string]string{"other": "src1"}
+			c["_claim_sources"] = map[string]any{"src1": map[string]string{"endpoint": "https://graph.example/other"}}
+		}, want: "accepted"},
+		{name: "groups overage in another tenant is the tenant's refusal", edit: func(c map[string]any) {
+			groupsOverage(c)
+			c["tid"] = tenantB
+		}, want: "forbidden"},
+
 		{name: "signed by an unknown key", token: func(t *testing.T, c map[string]any) string {
 			return sign(t, keys[1], "key-2", c)
 		}, want: "unauthenticated"},
@@ -160,6 +182,15 @@ func TestVerify(t *testing.T) {
 			}
 		})
 	}
+}
+
+// groupsOverage makes c a token of a person in more groups than Entra
+// lists (over 200): no "groups", and where to read them instead.
+func groupsOverage(c map[string]any) {
+	delete(c, "groups")
+	c["_claim_names"] = map[string]string{"groups": "src1"}
+	c["_claim_sources"] = map[string]any{"src1": map[string]string{
+		"endpoint": "https://graph.windows.net/" + tenantA + "/users/" + userOID + "/getMemberObjects"}}
 }
 
 func TestVerifyExpiredIsTokenExpiredError(t *testing.T) {
