@@ -51,6 +51,18 @@ func validChallenge(c string) bool {
 	return err == nil && len(b) == sha256.Size
 }
 
+// CheckVerifier accepts a token request's code_verifier of RFC 7636
+// §4.1's form: 43 to 128 characters of the unreserved set [A-Za-z0-9-._~].
+// It returns the invalid_request *Error the token endpoint answers with,
+// or nil: a verifier of another form is a malformed request (RFC 6749
+// §5.2), whatever challenge it might hash to, not one that failed to match.
+func CheckVerifier(verifier string) error {
+	if !validVerifier(verifier) {
+		return newError(CodeInvalidRequest, "code_verifier must be 43 to 128 characters of A-Z, a-z, 0-9 and '-', '.', '_', '~' (RFC 7636).", false)
+	}
+	return nil
+}
+
 // VerifyPKCE reports whether verifier answers the S256 challenge (RFC 7636
 // §4.6): verifier is 43 to 128 characters of the unreserved set
 // [A-Za-z0-9-._~] (§4.1), and the base64url SHA-256 of it equals challenge,

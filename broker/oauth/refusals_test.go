@@ -2,6 +2,8 @@ package oauth_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -202,6 +204,29 @@ func TestTokenRefusals(t *testing.T) {
 			code, _ := e.code(c, "alice", nil)
 			if tok := e.redeem(c, code, ""); tok.Error != oauth.CodeInvalidRequest {
 				t.Fatalf("%+v", tok)
+			}
+		})
+		t.Run("malformed verifier", func(t *testing.T) {
+			// 42 characters: one short of RFC 7636's 43, though its S256
+			// is the code's challenge.
+			short := strings.Repeat("v", 42)
+			sum := sha256.Sum256([]byte(short))
+			code, _ := e.code(c, "alice", func(q url.Values) { q.Set("code_challenge", base64.RawURLEncoding.EncodeToString(sum[:])) })
+			tok := e.redeem(c, code, short)
+			if tok.Status != http.StatusBadRequest || tok.Error != oauth.CodeInvalidRequest ||
+				tok.Description != "code_verifier must be 43 to 128 characters of A-Z, a-z, 0-9 and '-', '.', '_', '~' (RFC 7636)." {
+				t.Fatalf("%+v", tok)
+			}
+			for _, v := range []string{strings.Repeat("v", 129), strings.Repeat("v", 42) + "+", strings.Repeat("v", 42) + "é"} {
+				if tok := e.redeem(c, code, v); tok.Error != oauth.CodeInvalidRequest {
+					t.Errorf("verifier %q: %+v", v, tok)
+				}
+			}
+			// A malformed request uses nothing up: the code is still
+			// unpresented, and a well-formed wrong verifier is what is
+			// refused as not matching.
+			if tok := e.redeem(c, code, strings.Repeat("v", 43)); tok.Error != oauth.CodeInvalidGrant || !strings.Contains(tok.Description, "does not match") {
+				t.Fatalf("a well-formed wrong verifier after: %+v", tok)
 			}
 		})
 		t.Run("code replay revokes the family", func(t *testing.T) {

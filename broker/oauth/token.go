@@ -127,6 +127,12 @@ func (s *Server) codeGrant(w http.ResponseWriter, r *http.Request, cl store.OAut
 		WriteError(w, http.StatusBadRequest, CodeInvalidRequest, "code_verifier is required (PKCE).")
 		return
 	}
+	// A malformed verifier is refused as such, before the code is read:
+	// it matches no challenge, so the code is not used up by it.
+	if e := (*Error)(nil); errors.As(CheckVerifier(verifier), &e) {
+		e.Write(w)
+		return
+	}
 	var resource string
 	if form.Has("resource") {
 		var err error
