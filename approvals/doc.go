@@ -16,7 +16,9 @@
 //
 // An approval without approver groups is decided by the principal who made
 // the call. An approval that names approver groups is decided by members of
-// those groups (Principal.Groups) in the requester's tenant (a group of
+// those groups — a group or an app role of theirs (Principal.Groups,
+// Principal.Roles), as review.groups and admin.groups name their members —
+// in the requester's tenant (a group of
 // the same name in another tenant is another group), with one restriction,
 // the four-eyes rule: the requester never approves their own request, even
 // as a member of an approver group; they may still deny (withdraw) it.

@@ -21,7 +21,15 @@ var (
 	mallory = person("mallory", "grp-other")
 	// aliceReviewer is Alice as a member of the reviewers.
 	aliceReviewer = person("alice", "grp-reviewers")
+	// rose holds the app role Usher.Admin (Entra "roles"), in no group.
+	rose = withRoles(person("rose"), "Usher.Admin")
 )
+
+// withRoles is p holding the app roles roles.
+func withRoles(p identity.Principal, roles ...string) identity.Principal {
+	p.Roles = roles
+	return p
+}
 
 func person(oid string, groups ...string) identity.Principal {
 	return identity.Principal{Issuer: "https://idp.example.com", Tenant: "tenant-1", ObjectID: oid, Groups: groups}

@@ -270,7 +270,7 @@ func (s *Service) Pending(ctx context.Context, p identity.Principal) ([]Approval
 	if err != nil {
 		return nil, fmt.Errorf("approvals: list: %w", err)
 	}
-	theirs, err := s.st.ListApprovalsForApprovers(ctx, p.Tenant, p.Groups, store.ApprovalPending)
+	theirs, err := s.st.ListApprovalsForApprovers(ctx, p.Tenant, memberships(p), store.ApprovalPending)
 	if err != nil {
 		return nil, fmt.Errorf("approvals: list: %w", err)
 	}
@@ -317,15 +317,9 @@ func (s *Service) Decided(ctx context.Context, p identity.Principal, cursor stri
 		return nil, "", nil
 	}
 	limit = cmp.Or(limit, DefaultDecidedLimit)
-	var groups []string
-	for _, g := range p.Groups {
-		if g != "" {
-			groups = append(groups, g)
-		}
-	}
 	// One more than the page: whether there is a next one.
 	list, err := s.st.ListDecidedApprovals(ctx, store.DecidedApprovals{
-		Principal: p.ID(), Tenant: p.Tenant, Groups: groups, After: after, Limit: limit + 1,
+		Principal: p.ID(), Tenant: p.Tenant, Groups: memberships(p), After: after, Limit: limit + 1,
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("approvals: decided: %w", err)
@@ -638,9 +632,24 @@ func mayDecide(a Approval, p identity.Principal, approve bool) bool {
 	return approver(a, p)
 }
 
-// inGroups reports whether p is a member of one of groups.
+// inGroups reports whether p is a member of one of groups: one of p's
+// groups or app roles, as review.groups and admin.groups name theirs, so
+// that a policy's @approvers("Usher.Admin") names the role's holders.
 func inGroups(p identity.Principal, groups []string) bool {
-	return slices.ContainsFunc(p.Groups, func(g string) bool { return g != "" && slices.Contains(groups, g) })
+	return p.InAnyOf(groups)
+}
+
+// memberships are what p is a member of, for the store to select the
+// approvals whose approver groups name one: p's groups and app roles,
+// without empty names.
+func memberships(p identity.Principal) []string {
+	var out []string
+	for _, g := range slices.Concat(p.Groups, p.Roles) {
+		if g != "" && !slices.Contains(out, g) {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // checkBinding requires what a binding needs to be exact; only Server and

@@ -182,6 +182,11 @@ func TestDecideAuthorization(t *testing.T) {
 			{"group member approves", []string{"grp-reviewers"}, bob, true, nil},
 			{"group member denies", []string{"grp-reviewers"}, bob, false, nil},
 			{"member of a second group approves", []string{"grp-other-team", "grp-admins"}, dave, true, nil},
+			{"app role holder approves", []string{"Usher.Admin"}, rose, true, nil},
+			{"app role holder denies", []string{"Usher.Admin"}, rose, false, nil},
+			{"group member approves, an app role named", []string{"Usher.Admin"}, bob, true, approvals.ErrNotFound},
+			{"requester holding the app role approves her own", []string{"Usher.Admin"}, withRoles(alice, "Usher.Admin"), true, approvals.ErrForbidden},
+			{"app role holder in another tenant approves", []string{"Usher.Admin"}, withRoles(identity.Principal{Issuer: alice.Issuer, Tenant: "tenant-2", ObjectID: "rose"}, "Usher.Admin"), true, approvals.ErrNotFound},
 			{"requester approves, approvers named", []string{"grp-reviewers"}, alice, true, approvals.ErrForbidden},
 			{"requester in the group approves her own", []string{"grp-reviewers"}, aliceReviewer, true, approvals.ErrForbidden},
 			{"requester withdraws, approvers named", []string{"grp-reviewers"}, alice, false, nil},
@@ -371,6 +376,43 @@ func TestPending(t *testing.T) {
 		}
 		if got := ids(carol); len(got) != 0 {
 			t.Errorf("Carol's pending = %v, want none", got)
+		}
+		// An approver group may be an app role: its holders see the
+		// request, and decide it (TestDecideAuthorization); others do not.
+		d := binding()
+		d.ArgumentsHash = "args-4"
+		byRole := e.request(t, d, "Usher.Admin")
+		if got := ids(rose); !slices.Equal(got, []string{byRole.ID}) {
+			t.Errorf("Rose's pending = %v, want the one her app role approves", got)
+		}
+		if got := ids(bob); !slices.Equal(got, []string{reviewed.ID}) {
+			t.Errorf("Bob's pending = %v, still want only the one his group reviews", got)
+		}
+		if _, err := e.svc.Get(t.Context(), byRole.ID, rose); err != nil {
+			t.Errorf("Get by the app role's holder: %v", err)
+		}
+		if _, err := e.svc.Get(t.Context(), byRole.ID, carol); !errors.Is(err, approvals.ErrNotFound) {
+			t.Errorf("Get by someone without the app role: %v, want ErrNotFound", err)
+		}
+		if _, err := e.svc.Decide(t.Context(), byRole.ID, rose, false, "no"); err != nil {
+			t.Fatalf("Decide by the app role's holder: %v", err)
+		}
+		decided := func(p identity.Principal) []string {
+			list, _, err := e.svc.Decided(t.Context(), p, "", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, a := range list {
+				out = append(out, a.ID)
+			}
+			return out
+		}
+		if got := decided(rose); !slices.Equal(got, []string{byRole.ID}) {
+			t.Errorf("Rose's decided = %v, want the one her app role approved", got)
+		}
+		if got := decided(carol); len(got) != 0 {
+			t.Errorf("Carol's decided = %v, want none", got)
 		}
 		e.clock.Advance(approvals.DefaultTTL)
 		if got := ids(alice); len(got) != 0 {
