@@ -68,6 +68,14 @@ type VerifierOptions struct {
 	// token with a grant_id, so it must be cheap (the store's
 	// GrantRevoked: one read of a primary key). Nil checks none.
 	GrantRevoked func(ctx context.Context, grantID string) (bool, error)
+	// SubjectAdmitted reports whether the person a token speaks for
+	// ("sub") is still let in by the API's identity configuration — its
+	// issuer and tenant allow-list (identity.Verifier.AdmitsSubject) —:
+	// an error makes the token invalid, whatever else it is, so that a
+	// tenant taken off the allow-list is refused at once, not when its
+	// tokens expire. It is asked at every verification, a cached token's
+	// too, so it must be cheap. Nil checks none.
+	SubjectAdmitted func(subject string) error
 }
 
 // Verifier checks broker tokens for one issuer and one audience.
@@ -80,8 +88,10 @@ type Verifier struct {
 	now         func() time.Time
 	parser      *jwt.Parser
 	verified    *verifiedCache // nil when disabled
-	// grantRevoked is VerifierOptions.GrantRevoked.
-	grantRevoked func(ctx context.Context, grantID string) (bool, error)
+	// grantRevoked is VerifierOptions.GrantRevoked, subjectAdmitted
+	// VerifierOptions.SubjectAdmitted.
+	grantRevoked    func(ctx context.Context, grantID string) (bool, error)
+	subjectAdmitted func(subject string) error
 }
 
 // NewVerifier returns a verifier that finds keys in keys. Nil opts is an
@@ -134,7 +144,7 @@ func NewVerifier(keys KeySource, opts *VerifierOptions) (*Verifier, error) {
 	}
 	v := &Verifier{
 		keys: keys, issuer: o.Issuer, audience: o.Audience, maxLifetime: o.MaxLifetime,
-		scope: o.RequiredScope, now: o.Now, grantRevoked: o.GrantRevoked,
+		scope: o.RequiredScope, now: o.Now, grantRevoked: o.GrantRevoked, subjectAdmitted: o.SubjectAdmitted,
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{Algorithm}),
 			jwt.WithStrictDecoding(),
@@ -189,8 +199,9 @@ func (c *Claims) clone() *Claims {
 // MaxGroups and MaxClaimLength); the key, by kid, of at least 2048 bits; the signature;
 // golang-jwt's checks of iss, exp, nbf and iat within the leeway; and last
 // the scope, so that ErrInsufficientScope is only ever said of an authentic
-// token. Then, cached or not, a token with a grant_id is refused when
-// VerifierOptions.GrantRevoked says its grant is revoked. Only a token that names our audience can make the key source
+// token. Then, cached or not, a token is refused when
+// VerifierOptions.SubjectAdmitted refuses its subject, and one with a
+// grant_id when VerifierOptions.GrantRevoked says its grant is revoked. Only a token that names our audience can make the key source
 // reload, and then at its bounded rate.
 func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	if len(raw) > MaxTokenSize {
@@ -205,7 +216,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	if v.verified != nil {
 		sum = hashToken(raw)
 		if c, ok := v.verified.get(ctx, sum, v.now(), v.keys); ok {
-			if err := v.checkGrant(ctx, c); err != nil {
+			if err := v.checkStanding(ctx, c); err != nil {
 				return nil, err
 			}
 			return c, nil
@@ -252,7 +263,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 		ClientID: c.ClientID, Actor: c.Act.Subject, RunID: c.RunID, Tenant: c.Tenant, Groups: c.Groups,
 		GrantID: c.GrantID, IssuedAt: time.Unix(c.IssuedAt, 0), ExpiresAt: time.Unix(c.Expiry, 0),
 	}
-	if err := v.checkGrant(ctx, claims); err != nil {
+	if err := v.checkStanding(ctx, claims); err != nil {
 		return nil, err
 	}
 	if v.verified != nil {
@@ -262,10 +273,15 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	return claims, nil
 }
 
-// checkGrant refuses a token whose grant is revoked. It runs at every
-// verification, a cached token's too: a revocation may come at any time,
-// from any replica.
-func (v *Verifier) checkGrant(ctx context.Context, c *Claims) error {
+// checkStanding refuses a token whose subject is no longer admitted or
+// whose grant is revoked. It runs at every verification, a cached token's
+// too: a revocation may come at any time, from any replica.
+func (v *Verifier) checkStanding(ctx context.Context, c *Claims) error {
+	if v.subjectAdmitted != nil {
+		if err := v.subjectAdmitted(c.Subject); err != nil {
+			return invalid("its subject is not admitted: %v", err)
+		}
+	}
 	if c.GrantID == "" || v.grantRevoked == nil {
 		return nil
 	}

@@ -21,6 +21,8 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/usherhq/usher/internal/identity"
 )
 
 func TestVerifyAcceptsMintedToken(t *testing.T) {
@@ -93,6 +95,59 @@ func TestVerifyGrantRevoked(t *testing.T) {
 	}
 	if _, err := f.broker.Mint(t.Context(), Grant{Subject: "alice", Audience: testAudience, GrantID: "a\x00b"}); !errors.Is(err, ErrBadGrant) {
 		t.Errorf("Mint of a grant_id with a control character: %v, want ErrBadGrant", err)
+	}
+}
+
+// TestVerifySubjectAdmitted checks that a token of a person the API's
+// identity configuration no longer admits (their tenant taken off the
+// allow-list) is refused at once — a cached token too —, and that a bare
+// subject an operator minted is not the identity configuration's to
+// refuse.
+func TestVerifySubjectAdmitted(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	admitting := func(tenants ...string) *identity.Verifier {
+		v, err := identity.New(t.Context(), &identity.Options{
+			Issuer: "https://idp.example.com", JWKSURL: "https://idp.example.com/keys",
+			Audiences: []string{"api://usher"}, RequiredScopes: []string{"access_as_user"}, Tenants: tenants,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	var api atomic.Pointer[identity.Verifier]
+	api.Store(admitting("tenant-1"))
+	v, err := NewVerifier(f.keys, &VerifierOptions{Issuer: testIssuer, Audience: testAudience, Now: f.clock.Now,
+		SubjectAdmitted: func(sub string) error { return api.Load().AdmitsSubject(sub) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mint := func(sub string) string {
+		tok, err := f.broker.Mint(t.Context(), Grant{Subject: sub, Audience: testAudience, Tenant: identity.TenantOf(sub)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok.Raw
+	}
+	alice, bare := mint("https://idp.example.com|tenant-1|alice"), mint("alice")
+	for _, tok := range []string{alice, bare} {
+		if _, err := v.Verify(t.Context(), tok); err != nil {
+			t.Fatalf("Verify while the tenant is allowed: %v", err)
+		}
+	}
+	api.Store(admitting("tenant-2")) // tenant-1 taken off the allow-list
+	if _, err := v.Verify(t.Context(), alice); !errors.Is(err, ErrInvalidToken) || !strings.Contains(err.Error(), `tenant "tenant-1" not allowed`) {
+		t.Errorf("the cached token of a tenant no longer allowed: %v, want ErrInvalidToken", err)
+	}
+	if _, err := v.Verify(t.Context(), mint("https://idp.example.com|tenant-1|bob")); !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("a new token of a tenant no longer allowed: %v, want ErrInvalidToken", err)
+	}
+	if _, err := v.Verify(t.Context(), mint("https://other-idp.example.com|tenant-2|carol")); !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("a token of another issuer's person: %v, want ErrInvalidToken", err)
+	}
+	if _, err := v.Verify(t.Context(), bare); err != nil {
+		t.Errorf("an operator's token with a bare subject: %v", err)
 	}
 }
 

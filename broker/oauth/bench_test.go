@@ -213,6 +213,7 @@ func newBenchEnv(tb testing.TB, st store.Store) *benchEnv {
 		Audit:        log,
 		SignedIn:     signedIn,
 		LoginURL:     func(returnTo string) string { return "/login?return_to=" + url.QueryEscape(returnTo) },
+		Admits:       admitting(tb, "tenant-1"),
 		Secret:       bytes.Repeat([]byte{9}, 32),
 		Registration: true,
 		Logger:       slog.New(slog.NewTextHandler(tbWriter{tb}, nil)),

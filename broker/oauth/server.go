@@ -62,6 +62,7 @@ type Server struct {
 	audit        *audit.Log
 	signedIn     func(r *http.Request) (p identity.Principal, session string, ok bool, err error)
 	loginURL     func(returnTo string) string
+	admits       func(principal string) error
 	registration bool
 	perHour      int
 	clientAddr   func(r *http.Request) string
@@ -97,7 +98,7 @@ type Server struct {
 }
 
 // ServerOptions configures a Server. Issuer, Resources, Store, Broker,
-// Audit, SignedIn, LoginURL and Secret are required; the zero value of
+// Audit, SignedIn, LoginURL, Admits and Secret are required; the zero value of
 // every other field selects its default.
 type ServerOptions struct {
 	// Issuer is Usher's public URL: the metadata's issuer, the iss of the
@@ -123,6 +124,13 @@ type ServerOptions struct {
 	// to returnTo (a local path, PathAuthorizeContinue with its query).
 	SignedIn func(r *http.Request) (p identity.Principal, session string, ok bool, err error)
 	LoginURL func(returnTo string) string
+	// Admits reports whether the person a grant speaks for, by principal
+	// id, is still let in by the API's identity configuration — its
+	// issuer and tenant allow-list: identity.Verifier.Admits —, asked
+	// at every code and refresh token redeemed, so that a tenant taken
+	// off the allow-list gets no more access tokens, as the API refuses
+	// its tokens. A refusal is invalid_grant, recorded auth_failed.
+	Admits func(principal string) error
 	// PreviousSecrets are secrets Secret replaced: a pending
 	// authorization request they sealed still opens, a consent form whose
 	// CSRF token one of them keyed is answered, and a refresh repeated
@@ -224,7 +232,7 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	}
 	for name, missing := range map[string]bool{
 		"Store": o.Store == nil, "Broker": o.Broker == nil, "Audit": o.Audit == nil,
-		"SignedIn": o.SignedIn == nil, "LoginURL": o.LoginURL == nil,
+		"SignedIn": o.SignedIn == nil, "LoginURL": o.LoginURL == nil, "Admits": o.Admits == nil,
 	} {
 		if missing {
 			errs = append(errs, errors.New(name+" is required"))
@@ -282,7 +290,7 @@ func NewServer(opts *ServerOptions) (*Server, error) {
 	}
 	s := &Server{
 		issuer: o.Issuer, resources: slices.Clone(o.Resources), st: o.Store, broker: o.Broker,
-		clients: o.Clients, audit: o.Audit, signedIn: o.SignedIn, loginURL: o.LoginURL,
+		clients: o.Clients, audit: o.Audit, signedIn: o.SignedIn, loginURL: o.LoginURL, admits: o.Admits,
 		registration: o.Registration, perHour: o.RegistrationsPerHour, clientAddr: o.ClientAddr, codeLife: o.CodeLifetime,
 		refreshIdle: o.RefreshIdle, refreshAbs: o.RefreshAbsolute, reuse: o.RefreshReuseInterval, now: o.Now, log: o.Logger, metadata: m,
 		verifySubject: o.VerifySubjectToken, exchangers: slices.Clone(o.ExchangeClients),

@@ -68,6 +68,22 @@ func principal(user string) identity.Principal {
 	return p
 }
 
+// admitting is the identity configuration of the test people's issuer
+// (principal's) that lets in the tenants named: a real API verifier, whose
+// Admits a server asks at each code and refresh token. It makes no
+// request: its keys would be fetched at a first Verify, which none does.
+func admitting(t testing.TB, tenants ...string) func(string) error {
+	t.Helper()
+	v, err := identity.New(context.Background(), &identity.Options{
+		Issuer: "https://idp.example.com", JWKSURL: "https://idp.example.com/keys",
+		Audiences: []string{"api://usher"}, RequiredScopes: []string{"access_as_user"}, Tenants: tenants,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Admits
+}
+
 // crowdUser is a test user in more groups than a broker token carries.
 const crowdUser = "crowd"
 
@@ -135,6 +151,7 @@ func newEnv(t *testing.T, st store.Store, edit func(*oauth.ServerOptions)) *env 
 		Audit:        log,
 		SignedIn:     signedIn,
 		LoginURL:     func(returnTo string) string { return "/login?return_to=" + url.QueryEscape(returnTo) },
+		Admits:       admitting(t, "tenant-1"),
 		Secret:       bytes.Repeat([]byte{9}, 32),
 		Registration: true,
 		Now:          e.clock.Now,

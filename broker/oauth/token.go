@@ -162,6 +162,8 @@ func (s *Server) codeGrant(w http.ResponseWriter, r *http.Request, cl store.OAut
 		refusal = newError(CodeInvalidGrant, "code_verifier does not match the code challenge.", false)
 	case resource != "" && resource != ac.Resource:
 		refusal = newError(CodeInvalidTarget, "resource differs from the authorization request's.", false)
+	default:
+		refusal = s.admitted(ctx, ac.Principal, cl.ID, GrantAuthorizationCode, "")
 	}
 	family := randomText(16)
 	var out issued
@@ -270,6 +272,12 @@ func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, cl store.O
 		WriteError(w, http.StatusBadRequest, CodeInvalidScope, "scope may only be the refresh token's.")
 		return
 	}
+	if e := s.admitted(ctx, old.Principal, cl.ID, GrantRefreshToken, old.FamilyID); e != nil {
+		// Nothing is used up: the token stays as it was, refused while
+		// the person is not admitted.
+		e.Write(w)
+		return
+	}
 	now := s.clock()
 	var out issued
 	// A token's grant is immutable: what was read is what the rotation
@@ -354,6 +362,29 @@ func (s *Server) refreshEnd(now time.Time, rc refreshContext) time.Time {
 func errUnfitGrant() *Error {
 	return newError(CodeInvalidGrant, "The person's tenant or groups do not fit in an access token (at most "+
 		strconv.Itoa(broker.MaxGroups)+" groups of at most "+strconv.Itoa(broker.MaxClaimLength)+" bytes).", false)
+}
+
+// admitted refuses a grant of principal, redeemed by client, when the
+// API's identity configuration no longer lets the person in
+// (ServerOptions.Admits): their tenant was taken off the allow-list, or
+// the issuer replaced. The refusal is logged and recorded auth_failed,
+// with the grant type and, for a refresh token, its family; it says
+// nothing of the configuration to the client but that the account is not
+// allowed.
+func (s *Server) admitted(ctx context.Context, principal, client, grant, family string) *Error {
+	err := s.admits(principal)
+	if err == nil {
+		return nil
+	}
+	s.log.InfoContext(ctx, "oauth: grant refused: the person is not admitted", "client_id", client, "grant", grant, "err", err)
+	details := map[string]any{"endpoint": "token", "grant": grant, "reason": "principal_not_admitted"}
+	if family != "" {
+		details["family"] = family
+	}
+	if aerr := s.record(ctx, audit.Entry{Kind: audit.KindAuthFailed, Principal: principal, ClientID: client}, details); aerr != nil {
+		s.log.ErrorContext(ctx, "oauth: audit a refused grant", "err", aerr)
+	}
+	return newError(CodeInvalidGrant, "This account, or its organisation, is no longer allowed on this server.", false)
 }
 
 // errNoConsent reports that the user's consent to the client is gone.

@@ -15,6 +15,7 @@ import (
 	"github.com/usherhq/usher/approvals"
 	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/internal/identity"
 	"github.com/usherhq/usher/mcpserver"
 	"github.com/usherhq/usher/policy"
 	"github.com/usherhq/usher/review"
@@ -117,7 +118,7 @@ type mcpStack struct {
 }
 
 // buildMCP wires the MCP server, the policy, approvals and the audit log.
-func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *broker.Broker, reg prometheus.Registerer) (*mcpStack, error) {
+func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *broker.Broker, reg prometheus.Registerer, api *identity.Verifier) (*mcpStack, error) {
 	pol, err := in.loadPolicy()
 	if err != nil {
 		return nil, err
@@ -143,7 +144,7 @@ func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *brok
 		cat.Close()
 		return nil, err
 	}
-	verifier, err := in.mcpVerifier(keys, publicURL)
+	verifier, err := in.mcpVerifier(keys, publicURL, api)
 	var health *mcpserver.Health
 	if err == nil {
 		health, err = in.upstreamHealth(cat, lock, reg)
@@ -179,10 +180,12 @@ func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *brok
 }
 
 // mcpVerifier verifies the broker's tokens at publicURL's /mcp, and
-// refuses the access tokens of a revoked OAuth grant.
-func (in *installation) mcpVerifier(keys *broker.Keyring, publicURL string) (*broker.Verifier, error) {
+// refuses the access tokens of a revoked OAuth grant and of a person the
+// API's verifier no longer admits.
+func (in *installation) mcpVerifier(keys *broker.Keyring, publicURL string, api *identity.Verifier) (*broker.Verifier, error) {
 	return broker.NewVerifier(keys, &broker.VerifierOptions{
 		Issuer: publicURL, Audience: publicURL + "/mcp", GrantRevoked: in.store.GrantRevoked,
+		SubjectAdmitted: api.AdmitsSubject,
 	})
 }
 

@@ -71,7 +71,8 @@ func (in *installation) clientFetcher(publicURL string) (*clientmeta.Fetcher, er
 // configuration: its Handler is for mountOAuth, its AppsHandler for
 // mountApps. Its access tokens are the broker's tokens for the MCP
 // endpoint, as the assistant's are. api is the API's verifier: the token
-// exchange takes exactly the access tokens the API takes.
+// exchange takes exactly the access tokens the API takes, and codes and
+// refresh tokens are redeemed only for the people it admits.
 func (in *installation) oauthServer(publicURL string, mint *broker.Broker, auditLog *audit.Log, api *identity.Verifier) (*oauth.Server, error) {
 	clients, err := in.clientFetcher(publicURL)
 	if err != nil {
@@ -96,6 +97,7 @@ func (in *installation) oauthServer(publicURL string, mint *broker.Broker, audit
 		Audit:                auditLog,
 		SignedIn:             in.sessions.SignedIn,
 		LoginURL:             in.sessions.LoginURL,
+		Admits:               api.Admits,
 		Secret:               in.sealKey,
 		PreviousSecrets:      in.previousSealKeys,
 		Registration:         in.cfg.OAuth.Registration,

@@ -393,7 +393,7 @@ func (s *serving) assistant(context.Context) error {
 // When it stops, the outcomes of calls that have answered are still being
 // written: it drains them before the store closes.
 func (s *serving) mcp(ctx context.Context) error {
-	st, err := s.in.buildMCP(s.publicURL, s.keys, s.mint, s.reg)
+	st, err := s.in.buildMCP(s.publicURL, s.keys, s.mint, s.reg, s.verifier)
 	if err != nil {
 		return err
 	}

@@ -237,6 +237,42 @@ func (v *Verifier) verify(ctx context.Context, raw string) (Principal, time.Time
 	return c.principal(scopes), tok.Expiry, used, nil
 }
 
+// Admits reports whether this verifier still lets in the person whose
+// principal id (see [Principal.ID]) is id: its issuer is the configured
+// one (of a multi-tenant issuer, the tenant's own) and its tenant is on
+// the allow-list. It serves what carries on a person's access after a
+// token of theirs was verified — an MCP client's refresh token, say — so
+// that a tenant taken off [Options.Tenants] (or an issuer replaced) is
+// refused there as the API refuses its tokens. Errors match
+// [ErrForbidden]; their text names the issuer or tenant, for logs.
+func (v *Verifier) Admits(id string) error {
+	parts := strings.Split(id, "|")
+	if len(parts) != 3 || parts[2] == "" {
+		return fmt.Errorf("%w: %q is not a principal id", ErrForbidden, id)
+	}
+	iss, tenant := parts[0], parts[1]
+	if !v.issuerAccepted(iss, tenant) {
+		return fmt.Errorf("%w: issuer %q not accepted", ErrForbidden, iss)
+	}
+	if len(v.tenants) > 0 && !slices.Contains(v.tenants, tenant) {
+		return fmt.Errorf("%w: tenant %q not allowed", ErrForbidden, tenant)
+	}
+	return nil
+}
+
+// AdmitsSubject is [Verifier.Admits] for the subject of a token Usher
+// minted (a broker token's "sub"): a principal id is admitted as Admits
+// says; a subject that is not one — the bare name of an operator's
+// "usher token mcp --sub NAME", which no issuer vouched for and only
+// whoever holds the signing keys can mint — is not this verifier's to
+// refuse.
+func (v *Verifier) AdmitsSubject(sub string) error {
+	if strings.Count(sub, "|") != 2 {
+		return nil
+	}
+	return v.Admits(sub)
+}
+
 // issuerAccepted compares iss exactly with the configured issuer, or with
 // the multi-tenant template filled with the token's tenant.
 func (v *Verifier) issuerAccepted(iss, tenant string) bool {

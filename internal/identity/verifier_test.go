@@ -453,3 +453,62 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// Admits applies today's issuer and tenant allow-list to a principal id
+// verified earlier, as Verify applies them to a token.
+func TestAdmits(t *testing.T) {
+	ti := newTestIssuer(t)
+	clk := newClock()
+	single, err := identity.New(t.Context(), singleTenantOptions(ti, clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anyTenant := singleTenantOptions(ti, clk)
+	anyTenant.Tenants = nil
+	open, err := identity.New(t.Context(), anyTenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	multi, err := identity.New(t.Context(), &identity.Options{
+		Issuer: ti.MultiTenantIssuer(), Audiences: []string{apiAppIDURI}, RequiredScopes: []string{"usher.api"},
+		Tenants: []string{tenantA}, Now: clk.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(iss, tenant string) string { return iss + "|" + tenant + "|" + userOID }
+	tests := []struct {
+		name string
+		v    *identity.Verifier
+		id   string
+		want string
+	}{
+		{"allowed tenant", single, id(ti.URL(), tenantA), "accepted"},
+		{"tenant taken off the allow-list", single, id(ti.URL(), tenantB), "forbidden"},
+		{"no tenant, with an allow-list", single, id(ti.URL(), ""), "forbidden"},
+		{"another issuer", single, id("https://login.example.com/"+tenantA+"/v2.0", tenantA), "forbidden"},
+		{"any tenant without an allow-list", open, id(ti.URL(), tenantB), "accepted"},
+		{"multi-tenant: allowed tenant, its own issuer", multi, id(ti.TenantIssuer(tenantA), tenantA), "accepted"},
+		{"multi-tenant: tenant taken off the allow-list", multi, id(ti.TenantIssuer(tenantB), tenantB), "forbidden"},
+		{"multi-tenant: allowed tenant under another's issuer", multi, id(ti.TenantIssuer(tenantB), tenantA), "forbidden"},
+		{"not a principal id", single, "alice", "forbidden"},
+		{"no object id", single, ti.URL() + "|" + tenantA + "|", "forbidden"},
+		{"a part too many", single, id(ti.URL(), tenantA) + "|x", "forbidden"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := outcome(tt.v.Admits(tt.id)); got != tt.want {
+				t.Errorf("Admits(%q) = %s, want %s", tt.id, got, tt.want)
+			}
+			// A broker token's subject is a principal id, checked alike,
+			// or an operator's bare name, which is not the issuer's.
+			want := tt.want
+			if strings.Count(tt.id, "|") != 2 {
+				want = "accepted"
+			}
+			if got := outcome(tt.v.AdmitsSubject(tt.id)); got != want {
+				t.Errorf("AdmitsSubject(%q) = %s, want %s", tt.id, got, want)
+			}
+		})
+	}
+}
