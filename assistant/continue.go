@@ -68,6 +68,9 @@ func (rt *Runtime) ContinueRun(ctx context.Context, owner string, sender Sender,
 			}
 		}
 	}
+	if err := checkSender(sender); err != nil {
+		return store.Run{}, false, err
+	}
 	if err := rt.checkTokens(ctx, owner, sender, limitedRequest, nil); err != nil {
 		return store.Run{}, false, err
 	}

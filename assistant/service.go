@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/usherhq/usher/broker"
 	"github.com/usherhq/usher/internal/httpx"
 	"github.com/usherhq/usher/store"
 )
@@ -181,8 +182,32 @@ func (rt *Runtime) userMessage(content string, sender Sender, attachments ...Att
 	case strings.TrimSpace(content) == "" && len(attachments) == 0:
 		return store.NewEvent{}, httpx.Errorf(http.StatusBadRequest, "invalid_message", "The message is empty.")
 	}
+	if err := checkSender(sender); err != nil {
+		return store.NewEvent{}, err
+	}
 	m := UserMessage{Content: content, Sender: senderOrNil(sender), Attachments: attachments}
 	return store.NewEvent{Type: EventUserMessage, Payload: mustJSON(m), Preview: cmp.Or(plainText(content), attachmentNames(attachments))}, nil
+}
+
+// checkSender refuses a message of a sender the turn's broker tokens
+// cannot carry (broker.CheckSubject): 403 too_many_groups for more groups
+// than a token carries, 403 groups_not_carried for a tenant or group a
+// token cannot hold. Every tool call of the turn would be refused, so the
+// sender is told now, and why, rather than after the turn's retries; a
+// turn of such a sender's message ends with the same words.
+func checkSender(s Sender) *httpx.Error {
+	switch {
+	case len(s.Groups) > broker.MaxGroups:
+		return httpx.Errorf(http.StatusForbidden, "too_many_groups", fmt.Sprintf(
+			"Your account is in %d groups, more than the %d the assistant's tool calls can carry, so the assistant cannot act for you. "+
+				"An administrator can have the identity provider send only the groups assigned to Usher.",
+			len(s.Groups), broker.MaxGroups))
+	case broker.CheckSubject(s.Tenant, s.Groups) != nil:
+		return httpx.Errorf(http.StatusForbidden, "groups_not_carried", fmt.Sprintf(
+			"Your account's tenant or one of its groups cannot be carried by the assistant's tool calls "+
+				"(at most %d bytes of printable text each), so the assistant cannot act for you.", broker.MaxClaimLength))
+	}
+	return nil
 }
 
 // newRunID returns a random run id.

@@ -318,6 +318,18 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		return ending{}, err
 	}
 
+	// A sender the turn's tokens cannot carry (a message stored before
+	// the API refused such senders) ends the turn at once, saying why,
+	// started first if it was not: every attempt to reach the MCP server
+	// would be refused alike, and retrying would only make them wait.
+	if unfit := checkSender(t.sender()); unfit != nil {
+		end := t.finish(TurnFailed, unfit.Message)
+		if starting {
+			start := store.NewEvent{Type: EventTurnStart, Payload: mustJSON(TurnStart{MessageSeq: t.seq}), StartsTurn: t.seq}
+			end.events = append([]store.NewEvent{start}, end.events...)
+		}
+		return end, nil
+	}
 	sess, held, err := rt.holder.acquire(ctx, t.grant())
 	if err != nil {
 		// Retried after a backoff, as any failed slice is: a replica

@@ -167,6 +167,18 @@ type Grant struct {
 	GrantID string
 }
 
+// CheckSubject reports whether a token can carry tenant and groups as
+// Mint requires of a Grant's: nil, or an error wrapping ErrBadGrant that
+// says why (for logs). A caller that will have tokens minted for a person
+// checks them up front, so that the person is told at once rather than
+// at the first Mint.
+func CheckSubject(tenant string, groups []string) error {
+	if err := checkGrantClaims(Grant{Tenant: tenant, Groups: groups}); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadGrant, err)
+	}
+	return nil
+}
+
 // checkGrantClaims checks the tenant and groups of a grant.
 func checkGrantClaims(g Grant) error {
 	var errs []error
