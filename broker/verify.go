@@ -68,14 +68,14 @@ type VerifierOptions struct {
 	// token with a grant_id, so it must be cheap (the store's
 	// GrantRevoked: one read of a primary key). Nil checks none.
 	GrantRevoked func(ctx context.Context, grantID string) (bool, error)
-	// SubjectAdmitted reports whether the person a token speaks for
-	// ("sub") is still let in by the API's identity configuration — its
-	// issuer and tenant allow-list (identity.Verifier.AdmitsSubject) —:
-	// an error makes the token invalid, whatever else it is, so that a
-	// tenant taken off the allow-list is refused at once, not when its
-	// tokens expire. It is asked at every verification, a cached token's
+	// TenantAdmitted reports whether the tenant a token names ("tid") is
+	// still let in by the API's identity configuration — its tenant
+	// allow-list (identity.Verifier.AdmitsTenant) —: an error makes the
+	// token invalid, whatever else it is, so that a tenant taken off the
+	// allow-list is refused at once, not when its tokens expire. It is
+	// asked at every verification of a token with a tid, a cached one's
 	// too, so it must be cheap. Nil checks none.
-	SubjectAdmitted func(subject string) error
+	TenantAdmitted func(tenant string) error
 }
 
 // Verifier checks broker tokens for one issuer and one audience.
@@ -88,10 +88,10 @@ type Verifier struct {
 	now         func() time.Time
 	parser      *jwt.Parser
 	verified    *verifiedCache // nil when disabled
-	// grantRevoked is VerifierOptions.GrantRevoked, subjectAdmitted
-	// VerifierOptions.SubjectAdmitted.
-	grantRevoked    func(ctx context.Context, grantID string) (bool, error)
-	subjectAdmitted func(subject string) error
+	// grantRevoked is VerifierOptions.GrantRevoked, tenantAdmitted
+	// VerifierOptions.TenantAdmitted.
+	grantRevoked   func(ctx context.Context, grantID string) (bool, error)
+	tenantAdmitted func(tenant string) error
 }
 
 // NewVerifier returns a verifier that finds keys in keys. Nil opts is an
@@ -144,7 +144,7 @@ func NewVerifier(keys KeySource, opts *VerifierOptions) (*Verifier, error) {
 	}
 	v := &Verifier{
 		keys: keys, issuer: o.Issuer, audience: o.Audience, maxLifetime: o.MaxLifetime,
-		scope: o.RequiredScope, now: o.Now, grantRevoked: o.GrantRevoked, subjectAdmitted: o.SubjectAdmitted,
+		scope: o.RequiredScope, now: o.Now, grantRevoked: o.GrantRevoked, tenantAdmitted: o.TenantAdmitted,
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{Algorithm}),
 			jwt.WithStrictDecoding(),
@@ -199,8 +199,8 @@ func (c *Claims) clone() *Claims {
 // MaxGroups and MaxClaimLength); the key, by kid, of at least 2048 bits; the signature;
 // golang-jwt's checks of iss, exp, nbf and iat within the leeway; and last
 // the scope, so that ErrInsufficientScope is only ever said of an authentic
-// token. Then, cached or not, a token is refused when
-// VerifierOptions.SubjectAdmitted refuses its subject, and one with a
+// token. Then, cached or not, a token with a tid is refused when
+// VerifierOptions.TenantAdmitted refuses its tenant, and one with a
 // grant_id when VerifierOptions.GrantRevoked says its grant is revoked. Only a token that names our audience can make the key source
 // reload, and then at its bounded rate.
 func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
@@ -273,13 +273,13 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	return claims, nil
 }
 
-// checkStanding refuses a token whose subject is no longer admitted or
+// checkStanding refuses a token whose tenant is no longer admitted or
 // whose grant is revoked. It runs at every verification, a cached token's
 // too: a revocation may come at any time, from any replica.
 func (v *Verifier) checkStanding(ctx context.Context, c *Claims) error {
-	if v.subjectAdmitted != nil {
-		if err := v.subjectAdmitted(c.Subject); err != nil {
-			return invalid("its subject is not admitted: %v", err)
+	if c.Tenant != "" && v.tenantAdmitted != nil {
+		if err := v.tenantAdmitted(c.Tenant); err != nil {
+			return invalid("its tenant is not admitted: %v", err)
 		}
 	}
 	if c.GrantID == "" || v.grantRevoked == nil {

@@ -98,12 +98,11 @@ func TestVerifyGrantRevoked(t *testing.T) {
 	}
 }
 
-// TestVerifySubjectAdmitted checks that a token of a person the API's
-// identity configuration no longer admits (their tenant taken off the
-// allow-list) is refused at once — a cached token too —, and that a bare
-// subject an operator minted is not the identity configuration's to
-// refuse.
-func TestVerifySubjectAdmitted(t *testing.T) {
+// TestVerifyTenantAdmitted checks that a token of a tenant the API's
+// identity configuration no longer admits (taken off the allow-list) is
+// refused at once — a cached token too —, and that a token without a
+// tenant is not asked about.
+func TestVerifyTenantAdmitted(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	admitting := func(tenants ...string) *identity.Verifier {
@@ -119,18 +118,18 @@ func TestVerifySubjectAdmitted(t *testing.T) {
 	var api atomic.Pointer[identity.Verifier]
 	api.Store(admitting("tenant-1"))
 	v, err := NewVerifier(f.keys, &VerifierOptions{Issuer: testIssuer, Audience: testAudience, Now: f.clock.Now,
-		SubjectAdmitted: func(sub string) error { return api.Load().AdmitsSubject(sub) }})
+		TenantAdmitted: func(tenant string) error { return api.Load().AdmitsTenant(tenant) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mint := func(sub string) string {
-		tok, err := f.broker.Mint(t.Context(), Grant{Subject: sub, Audience: testAudience, Tenant: identity.TenantOf(sub)})
+	mint := func(sub, tenant string) string {
+		tok, err := f.broker.Mint(t.Context(), Grant{Subject: sub, Audience: testAudience, Tenant: tenant})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return tok.Raw
 	}
-	alice, bare := mint("https://idp.example.com|tenant-1|alice"), mint("alice")
+	alice, bare := mint("https://idp.example.com|tenant-1|alice", "tenant-1"), mint("alice", "")
 	for _, tok := range []string{alice, bare} {
 		if _, err := v.Verify(t.Context(), tok); err != nil {
 			t.Fatalf("Verify while the tenant is allowed: %v", err)
@@ -140,14 +139,14 @@ func TestVerifySubjectAdmitted(t *testing.T) {
 	if _, err := v.Verify(t.Context(), alice); !errors.Is(err, ErrInvalidToken) || !strings.Contains(err.Error(), `tenant "tenant-1" not allowed`) {
 		t.Errorf("the cached token of a tenant no longer allowed: %v, want ErrInvalidToken", err)
 	}
-	if _, err := v.Verify(t.Context(), mint("https://idp.example.com|tenant-1|bob")); !errors.Is(err, ErrInvalidToken) {
+	if _, err := v.Verify(t.Context(), mint("https://idp.example.com|tenant-1|bob", "tenant-1")); !errors.Is(err, ErrInvalidToken) {
 		t.Errorf("a new token of a tenant no longer allowed: %v, want ErrInvalidToken", err)
 	}
-	if _, err := v.Verify(t.Context(), mint("https://other-idp.example.com|tenant-2|carol")); !errors.Is(err, ErrInvalidToken) {
-		t.Errorf("a token of another issuer's person: %v, want ErrInvalidToken", err)
+	if _, err := v.Verify(t.Context(), mint("https://idp.example.com|tenant-2|carol", "tenant-2")); err != nil {
+		t.Errorf("a token of the tenant allowed now: %v", err)
 	}
 	if _, err := v.Verify(t.Context(), bare); err != nil {
-		t.Errorf("an operator's token with a bare subject: %v", err)
+		t.Errorf("a token without a tenant: %v", err)
 	}
 }
 

@@ -180,12 +180,12 @@ func (in *installation) buildMCP(publicURL string, keys *broker.Keyring, b *brok
 }
 
 // mcpVerifier verifies the broker's tokens at publicURL's /mcp, and
-// refuses the access tokens of a revoked OAuth grant and of a person the
+// refuses the access tokens of a revoked OAuth grant and of a tenant the
 // API's verifier no longer admits.
 func (in *installation) mcpVerifier(keys *broker.Keyring, publicURL string, api *identity.Verifier) (*broker.Verifier, error) {
 	return broker.NewVerifier(keys, &broker.VerifierOptions{
 		Issuer: publicURL, Audience: publicURL + "/mcp", GrantRevoked: in.store.GrantRevoked,
-		SubjectAdmitted: api.AdmitsSubject,
+		TenantAdmitted: api.AdmitsTenant,
 	})
 }
 

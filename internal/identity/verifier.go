@@ -254,23 +254,19 @@ func (v *Verifier) Admits(id string) error {
 	if !v.issuerAccepted(iss, tenant) {
 		return fmt.Errorf("%w: issuer %q not accepted", ErrForbidden, iss)
 	}
+	return v.AdmitsTenant(tenant)
+}
+
+// AdmitsTenant reports whether tenant is on the allow-list (any tenant
+// is, without one): [Verifier.Admits] for a token Usher minted itself,
+// which names its person's tenant ("tid") but whose subject an operator
+// may have made up ("usher token mcp"), so only the tenant is compared.
+// Errors match [ErrForbidden].
+func (v *Verifier) AdmitsTenant(tenant string) error {
 	if len(v.tenants) > 0 && !slices.Contains(v.tenants, tenant) {
 		return fmt.Errorf("%w: tenant %q not allowed", ErrForbidden, tenant)
 	}
 	return nil
-}
-
-// AdmitsSubject is [Verifier.Admits] for the subject of a token Usher
-// minted (a broker token's "sub"): a principal id is admitted as Admits
-// says; a subject that is not one — the bare name of an operator's
-// "usher token mcp --sub NAME", which no issuer vouched for and only
-// whoever holds the signing keys can mint — is not this verifier's to
-// refuse.
-func (v *Verifier) AdmitsSubject(sub string) error {
-	if strings.Count(sub, "|") != 2 {
-		return nil
-	}
-	return v.Admits(sub)
 }
 
 // issuerAccepted compares iss exactly with the configured issuer, or with

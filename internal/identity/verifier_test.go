@@ -500,15 +500,24 @@ func TestAdmits(t *testing.T) {
 			if got := outcome(tt.v.Admits(tt.id)); got != tt.want {
 				t.Errorf("Admits(%q) = %s, want %s", tt.id, got, tt.want)
 			}
-			// A broker token's subject is a principal id, checked alike,
-			// or an operator's bare name, which is not the issuer's.
-			want := tt.want
-			if strings.Count(tt.id, "|") != 2 {
-				want = "accepted"
-			}
-			if got := outcome(tt.v.AdmitsSubject(tt.id)); got != want {
-				t.Errorf("AdmitsSubject(%q) = %s, want %s", tt.id, got, want)
-			}
 		})
+	}
+	// A token Usher minted is compared by its tenant only.
+	for _, tt := range []struct {
+		v      *identity.Verifier
+		tenant string
+		want   string
+	}{
+		{single, tenantA, "accepted"},
+		{single, tenantB, "forbidden"},
+		{single, "", "forbidden"},
+		{multi, tenantA, "accepted"},
+		{multi, tenantB, "forbidden"},
+		{open, tenantB, "accepted"},
+		{open, "", "accepted"},
+	} {
+		if got := outcome(tt.v.AdmitsTenant(tt.tenant)); got != tt.want {
+			t.Errorf("AdmitsTenant(%q) = %s, want %s", tt.tenant, got, tt.want)
+		}
 	}
 }
