@@ -25,14 +25,14 @@ func manyGroups() []string {
 // TestSenderWithTooManyGroups: a person in more groups than the turn's
 // broker tokens carry is refused at once — 403 too_many_groups, saying
 // how many and the limit — by every write that would start a turn, and
-// nothing is stored; a message stored with such a sender anyway (before
-// the API refused them) ends its turn at once, failed with the same
-// words, without asking the model or retrying.
+// nothing is stored; a stored message that names such a sender ends its
+// turn at once, failed with the same words, without asking the model or
+// retrying.
 func TestSenderWithTooManyGroups(t *testing.T) {
 	t.Parallel()
 	forEachEngine(t, func(t *testing.T, st store.Store) {
-		// A message stored with the crowded sender, as the API stored it
-		// before it refused them.
+		// A stored message that names the crowded sender, written to the
+		// store directly: the API refuses to store one.
 		crowd := Sender{Tenant: testOwner.Tenant, Groups: manyGroups()}
 		first := store.NewEvent{Type: EventUserMessage, Payload: mustJSON(UserMessage{Content: "hello", Sender: &crowd}), Preview: "hello"}
 		if _, _, err := st.OpenRun(t.Context(), store.Run{ID: "run_crowd", Owner: testOwner.ID()}, DefaultMaxActiveRuns, &first); err != nil {

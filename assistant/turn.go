@@ -318,10 +318,11 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		return ending{}, err
 	}
 
-	// A sender the turn's tokens cannot carry (a message stored before
-	// the API refused such senders) ends the turn at once, saying why,
-	// started first if it was not: every attempt to reach the MCP server
-	// would be refused alike, and retrying would only make them wait.
+	// A sender the turn's tokens cannot carry — whom the API refuses, but
+	// whom a stored message may still name — ends the turn at once,
+	// saying why, started first if it was not: every attempt to reach the
+	// MCP server would be refused alike, and retrying would only make
+	// the person wait.
 	if unfit := checkSender(t.sender()); unfit != nil {
 		end := t.finish(TurnFailed, unfit.Message)
 		if starting {
