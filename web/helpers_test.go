@@ -78,6 +78,12 @@ func newEnv(t *testing.T) *env {
 // newEnvOn is a server whose sessions are kept in st.
 func newEnvOn(t *testing.T, st store.Store) *env {
 	t.Helper()
+	return newEnvWith(t, st, nil)
+}
+
+// newEnvWith is newEnvOn whose sessions' options edit may change.
+func newEnvWith(t *testing.T, st store.Store, edit func(*Options)) *env {
+	t.Helper()
 	e := &env{clock: testenv.NewClock(time.Now().Truncate(time.Second)), store: st}
 	mux := http.NewServeMux()
 	e.mux = mux
@@ -121,6 +127,9 @@ func newEnvOn(t *testing.T, st store.Store) *env {
 		Store:             st,
 		Now:               e.clock.Now,
 		Logger:            quiet,
+	}
+	if edit != nil {
+		edit(&e.opts)
 	}
 	e.sessions, err = New(t.Context(), &e.opts)
 	if err != nil {
@@ -245,6 +254,14 @@ func (b *browser) signIn(e *env, user, returnTo string) response {
 		b.t.Fatalf("callback: %d %s", cb.status, cb.body)
 	}
 	return cb
+}
+
+// noSession fails t when r set a session cookie.
+func noSession(t *testing.T, r response) {
+	t.Helper()
+	if c := r.cookie("usher_session"); c != nil && c.MaxAge >= 0 {
+		t.Fatal("a refused sign-in set a session cookie")
+	}
 }
 
 // apiError decodes the API's error shape and returns its code.

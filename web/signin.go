@@ -174,9 +174,34 @@ func (s *Sessions) startSession(w http.ResponseWriter, r *http.Request, p identi
 	return sess, s.cookies.set(w, r, sessionCookie, sealed, s.o.SessionLifetime)
 }
 
-// errUnreachable is a token endpoint that did not answer, as opposed to
-// one that refused the code.
-var errUnreachable = errors.New("the token endpoint did not answer")
+// errUnreachable is a token endpoint that did not answer, or failed
+// itself, as opposed to one that refused the code.
+var errUnreachable = errors.New("the token endpoint is unavailable")
+
+// exchangeError is the error of a token request that failed with err: a
+// refusal when the token endpoint answered 4xx, errUnreachable when it
+// did not answer or failed itself (5xx). The detail names the status and
+// the OAuth error, never the body, which may be an HTML page.
+func exchangeError(err error) error {
+	var re *oauth2.RetrieveError
+	if !errors.As(err, &re) {
+		return fmt.Errorf("%w: %w", errUnreachable, err)
+	}
+	detail := "no response"
+	if re.Response != nil {
+		detail = re.Response.Status
+	}
+	if re.ErrorCode != "" {
+		detail += ": " + truncate(re.ErrorCode, 64)
+		if re.ErrorDescription != "" {
+			detail += ": " + truncate(re.ErrorDescription, 256)
+		}
+	}
+	if re.Response == nil || re.Response.StatusCode >= 500 {
+		return fmt.Errorf("%w: it answered %s", errUnreachable, detail)
+	}
+	return errors.New("the token endpoint refused the code: " + detail)
+}
 
 // idClaims are the ID token claims compared with the access token's.
 type idClaims struct {
@@ -191,11 +216,7 @@ func (s *Sessions) redeem(ctx context.Context, code string, st loginState) (iden
 	ctx = context.WithValue(ctx, oauth2.HTTPClient, s.o.HTTPClient)
 	tok, err := s.oauth.Exchange(ctx, code, oauth2.VerifierOption(st.Verifier))
 	if err != nil {
-		var refused *oauth2.RetrieveError
-		if !errors.As(err, &refused) {
-			err = fmt.Errorf("%w: %w", errUnreachable, err)
-		}
-		return identity.Principal{}, fmt.Errorf("token exchange: %w", err)
+		return identity.Principal{}, fmt.Errorf("token exchange: %w", exchangeError(err))
 	}
 	rawID, _ := tok.Extra("id_token").(string)
 	if rawID == "" {
