@@ -207,14 +207,23 @@ func (s *Sessions) SignedIn(r *http.Request) (p identity.Principal, session stri
 // LoginURL is where to send a browser to sign in and come back to
 // returnTo, a path on this site such as "/oauth/authorize/continue?r=…":
 // /auth/login on the public URL, which accepts only a local path of at
-// most MaxReturnPath bytes outside /auth/ and returns anywhere else to "/". With
-// browser sign-in off (a nil *Sessions) the page it leads to says so.
-func (s *Sessions) LoginURL(returnTo string) string {
+// most MaxReturnPath bytes outside /auth/ and returns anywhere else to "/".
+// refusedTo, when not "", is where the browser goes instead of the
+// refusal page when the identity provider refuses the account
+// (access_denied) or the API's verifier does (identity.ErrForbidden: a
+// tenant not on the allow-list): a path like returnTo, ignored unless it
+// is one. With browser sign-in off (a nil *Sessions) the page it leads to
+// says so.
+func (s *Sessions) LoginURL(returnTo, refusedTo string) string {
 	base := ""
 	if s != nil {
 		base = s.o.PublicURL
 	}
-	return base + "/auth/login?" + url.Values{"return": {returnTo}}.Encode()
+	q := url.Values{"return": {returnTo}}
+	if refusedTo != "" {
+		q.Set("refused", refusedTo)
+	}
+	return base + "/auth/login?" + q.Encode()
 }
 
 // current returns the session of r's cookie, if it carries one that opens

@@ -127,7 +127,7 @@ func TestLoginURL(t *testing.T) {
 	e := newEnv(t)
 	b := e.browser(t)
 	returnTo := "/oauth/authorize/continue?r=" + url.QueryEscape("sealed+/request=")
-	u := e.sessions.LoginURL(returnTo)
+	u := e.sessions.LoginURL(returnTo, "")
 	if want := e.url + "/auth/login?return=" + url.QueryEscape(returnTo); u != want {
 		t.Fatalf("LoginURL = %q, want %q", u, want)
 	}
@@ -143,7 +143,7 @@ func TestLoginURL(t *testing.T) {
 	// carries it stays within a browser's 4 KiB for a cookie.
 	long := "/oauth/authorize/continue?r=" + strings.Repeat("A", MaxReturnPath-len("/oauth/authorize/continue?r="))
 	b2 := e.browser(t)
-	login = b2.get(e.sessions.LoginURL(long))
+	login = b2.get(e.sessions.LoginURL(long, long))
 	for _, c := range login.setCookies {
 		if n := len(c.String()); n > 4096 {
 			t.Errorf("a login cookie of %d bytes, more than a browser keeps", n)
@@ -152,7 +152,7 @@ func TestLoginURL(t *testing.T) {
 	if cb := b2.get(b2.authorize(login.location(), "gina")); cb.location() != long {
 		t.Errorf("a return path of %d bytes came back as %q", len(long), cb.location())
 	}
-	if got := e.sessions.LoginURL("https://evil.example.com/"); b.get(got).status != http.StatusSeeOther {
+	if got := e.sessions.LoginURL("https://evil.example.com/", "https://evil.example.com/"); b.get(got).status != http.StatusSeeOther {
 		t.Errorf("a foreign return address must still start a sign-in (that returns to /)")
 	}
 }
@@ -166,7 +166,7 @@ func TestSignedInOff(t *testing.T) {
 	if p, sid, ok, err := s.SignedIn(req); ok || err != nil || p.Issuer != "" || p.ObjectID != "" || p.Subject != "" || sid != "" {
 		t.Errorf("SignedIn = %v %q %v %v", p, sid, ok, err)
 	}
-	if got, want := s.LoginURL("/x?y=1"), "/auth/login?return=%2Fx%3Fy%3D1"; got != want {
+	if got, want := s.LoginURL("/x?y=1", "/x?y=1&no=1"), "/auth/login?refused=%2Fx%3Fy%3D1%26no%3D1&return=%2Fx%3Fy%3D1"; got != want {
 		t.Errorf("LoginURL = %q, want %q", got, want)
 	}
 }

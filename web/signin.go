@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
@@ -25,6 +27,7 @@ import (
 // Handler serves the sign-in endpoints; mount it at "/auth/":
 //
 //	GET  /auth/login?return=/path   starts a sign-in: redirects to the issuer
+//	     [&refused=/path]            where to go instead of the refusal page when the account is refused
 //	GET  /auth/callback              ends it: sets the session cookie
 //	POST /auth/logout                signs this session out, everywhere, and deletes its cookie (CSRF-protected)
 //	POST /auth/logout-all            signs out every session of the caller (CSRF-protected): {"revoked": n}
@@ -56,6 +59,11 @@ type loginState struct {
 	Nonce    string `json:"n"`
 	Verifier string `json:"v"` // PKCE code_verifier
 	Return   string `json:"r"` // the local path to go back to
+	// Refused is the local path to go to, instead of the refusal page,
+	// when the identity provider or the allow-list refuses the account:
+	// an OAuth authorization request waiting for this sign-in, which
+	// tells its client so. "": the page.
+	Refused string `json:"f,omitempty"`
 }
 
 // handleLogin sends the browser to the issuer with a fresh state, nonce and
@@ -70,6 +78,9 @@ func (s *Sessions) handleLogin(w http.ResponseWriter, r *http.Request) {
 		Nonce:    rand.Text() + rand.Text(),
 		Verifier: oauth2.GenerateVerifier(),
 		Return:   localPath(r.URL.Query().Get("return")),
+	}
+	if refused := r.URL.Query().Get("refused"); refused != "" && localPath(refused) == refused {
+		st.Refused = refused
 	}
 	now := s.o.Now()
 	sealed, err := s.login.Seal(st, now.Add(loginLifetime))
@@ -108,14 +119,17 @@ func (s *Sessions) handleCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	retry := problemRetry(st.Return)
-	if e := q.Get("error"); e != "" {
-		s.refuse(r, "the issuer answered "+truncate(e, 64)+": "+truncate(q.Get("error_description"), 256))
-		renderProblem(w, http.StatusBadRequest, retry(problemIssuer))
-		return
-	}
+	// The state comes first, for an error too: what the page shows of an
+	// error must come from the issuer this browser was sent to, not from
+	// a link someone else made.
 	if subtle.ConstantTimeCompare([]byte(q.Get("state")), []byte(st.State)) != 1 {
 		s.refuse(r, "state does not match this browser's sign-in")
 		renderProblem(w, http.StatusBadRequest, retry(problemState))
+		return
+	}
+	if e := q.Get("error"); e != "" {
+		s.refuse(r, "the issuer answered "+truncate(e, 64)+": "+truncate(q.Get("error_description"), 256))
+		s.issuerRefused(w, r, st, e, q.Get("error_description"))
 		return
 	}
 	// RFC 9207: an issuer that names itself must be ours (a template's
@@ -136,7 +150,9 @@ func (s *Sessions) handleCallback(w http.ResponseWriter, r *http.Request) {
 		s.refuse(r, err.Error())
 		switch {
 		case errors.Is(err, identity.ErrForbidden):
-			renderProblem(w, http.StatusForbidden, problemForbidden)
+			if !s.toRefused(w, r, st) {
+				renderProblem(w, http.StatusForbidden, problemForbidden)
+			}
 		case errors.Is(err, errUnreachable):
 			renderProblem(w, http.StatusBadGateway, retry(problemUnreachable))
 		default:
@@ -154,6 +170,74 @@ func (s *Sessions) handleCallback(w http.ResponseWriter, r *http.Request) {
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "web: signed in",
 		slog.String("principal", p.ID()), slog.String("session", sess.logID()), slog.Int64("expires", sess.Expires))
 	http.Redirect(w, r, st.Return, http.StatusSeeOther)
+}
+
+// issuerRefused answers a callback that carries the issuer's error
+// (RFC 6749 §4.1.2.1) instead of a code. access_denied — the account may
+// not sign in to this application (Entra: AADSTS50105, a user not
+// assigned to it) — goes where the sign-in's refusals go; an issuer that
+// is down is worth another try; anything else is the issuer refusing
+// this sign-in, usually for a setting of the application, which trying
+// again would not change. The issuer's description is shown as text.
+func (s *Sessions) issuerRefused(w http.ResponseWriter, r *http.Request, st loginState, code, description string) {
+	detail := issuerText(description)
+	switch code {
+	case "access_denied":
+		if !s.toRefused(w, r, st) {
+			p := problemForbidden
+			p.Message, p.Detail = "The sign-in service refused this account for Usher.", detail
+			renderProblem(w, http.StatusForbidden, p)
+		}
+	case "temporarily_unavailable", "server_error":
+		p := problemRetry(st.Return)(problemIssuerDown)
+		p.Detail = detail
+		renderProblem(w, http.StatusBadGateway, p)
+	default:
+		p := problemIssuerRefused
+		p.Message = "The sign-in service refused the sign-in (" + issuerCode(code) + "). " + p.Message
+		p.Detail = detail
+		renderProblem(w, http.StatusBadRequest, p)
+	}
+}
+
+// toRefused sends the browser to the sign-in's Refused path, when it has
+// one, and reports whether it did.
+func (s *Sessions) toRefused(w http.ResponseWriter, r *http.Request, st loginState) bool {
+	if st.Refused == "" {
+		return false
+	}
+	http.Redirect(w, r, st.Refused, http.StatusSeeOther)
+	return true
+}
+
+// maxIssuerText bounds the issuer's error description a page shows: an
+// Entra AADSTS message with its trace and correlation ids fits.
+const maxIssuerText = 400
+
+// issuerText is an issuer's error description as a page may show it: one
+// line of printable text, at most maxIssuerText bytes.
+func issuerText(s string) string {
+	s = strings.Join(strings.FieldsFunc(s, func(c rune) bool {
+		return unicode.IsSpace(c) || !unicode.IsPrint(c)
+	}), " ")
+	if len(s) <= maxIssuerText {
+		return s
+	}
+	cut := maxIssuerText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// issuerCode is an issuer's error code as a page may show it: RFC 6749's
+// error codes are a short run of printable ASCII; anything else is named
+// generically.
+func issuerCode(code string) string {
+	if len(code) > 64 || strings.ContainsFunc(code, func(c rune) bool { return c < 0x21 || c > 0x7e }) {
+		return "an unknown error"
+	}
+	return code
 }
 
 // startSession records a session of p, signed in at now, and sets its
@@ -400,6 +484,9 @@ type problem struct {
 	Title   string
 	Message string
 	Retry   string // where "Try again" leads; "" for no such link
+	// Detail is what the sign-in service said, shown as its words: only
+	// from an answer that carried this browser's state.
+	Detail string
 }
 
 var (
@@ -413,6 +500,10 @@ var (
 		Message: "The sign-in service did not confirm who you are."}
 	problemUnreachable = problem{Title: "Sign-in did not complete",
 		Message: "The sign-in service could not be reached. Try again in a moment."}
+	problemIssuerDown = problem{Title: "Sign-in did not complete",
+		Message: "The sign-in service is not available just now. Try again in a moment."}
+	problemIssuerRefused = problem{Title: "Sign-in did not complete",
+		Message: "Trying again will not help: this is usually a setting of Usher's app registration with the sign-in service. Tell your administrator what it said."}
 	problemForbidden = problem{Title: "This account may not use Usher",
 		Message: "You are signed in with the identity provider, but this account or its organisation is not allowed here."}
 	problemInternal = problem{Title: "Sign-in did not complete",
@@ -440,7 +531,8 @@ var problemPage = template.Must(template.New("problem").Parse(`<!doctype html>
 <main class="standalone-card">
 <h1>{{.Title}}</h1>
 <p>{{.Message}}</p>
-<p class="actions">{{if .Retry}}<a class="button primary" href="{{.Retry}}">Try again</a> {{end}}<a class="button" href="/">Back to Usher</a></p>
+{{if .Detail}}<p>The sign-in service said: <q>{{.Detail}}</q></p>
+{{end}}<p class="actions">{{if .Retry}}<a class="button primary" href="{{.Retry}}">Try again</a> {{end}}<a class="button" href="/">Back to Usher</a></p>
 </main>
 </body>
 </html>

@@ -202,8 +202,18 @@ func TestCallbackRefusals(t *testing.T) {
 		b := e.browser(t)
 		login := b.get(e.url + "/auth/login")
 		st := mustURL(t, login.location()).Query().Get("state")
-		r := b.get(e.url + "/auth/callback?" + url.Values{"error": {"access_denied"}, "state": {st}}.Encode())
+		r := b.get(e.url + "/auth/callback?" + url.Values{"error": {"invalid_scope"}, "state": {st}}.Encode())
 		refused(t, r, http.StatusBadRequest)
+	})
+	t.Run("issuer error, another state", func(t *testing.T) {
+		// A link someone made: its description is not shown.
+		b := e.browser(t)
+		b.get(e.url + "/auth/login")
+		r := b.get(e.url + "/auth/callback?" + url.Values{"error": {"access_denied"}, "error_description": {"Call 555-0100"}, "state": {"guess"}}.Encode())
+		refused(t, r, http.StatusBadRequest)
+		if strings.Contains(r.body, "555-0100") {
+			t.Errorf("the page shows the text of a callback of another state: %s", r.body)
+		}
 	})
 	t.Run("code forged", func(t *testing.T) {
 		b, cb := start(t)

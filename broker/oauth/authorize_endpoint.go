@@ -62,6 +62,9 @@ const maxPendingCookie = 3800
 // serveContinue resumes an authorization request after the user signed
 // in: its id parameter names the cookie authorize sealed it into, which
 // only this browser has. The cookie is deleted: a request continues once.
+// After a refused sign-in (ParamSignIn=SignInRefused) the request is
+// refused to its client with access_denied (RFC 6749 §4.1.2.1), which
+// would otherwise wait for an answer that never comes.
 func (s *Server) serveContinue(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
@@ -77,6 +80,14 @@ func (s *Server) serveContinue(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil || !validPendingID(id) || p.ID != id {
 		showError(w, r, newError(CodeInvalidRequest, "This authorization request has expired, was used, or was started in another browser. Start again from your application.", false))
+		return
+	}
+	if r.URL.Query().Get(ParamSignIn) == SignInRefused {
+		a, _, perr := s.checkAuthorize(r.Context(), p.Params)
+		if perr == nil {
+			perr = newError(CodeAccessDenied, "The sign-in was refused: this account may not use Usher.", true)
+		}
+		s.refuseAuthorize(w, r, a, perr, http.StatusFound)
 		return
 	}
 	s.authorize(w, r, p.Params.Encode(), http.StatusFound)
@@ -158,7 +169,8 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, rawQuery stri
 		}
 		s.setPendingCookie(w, r, id, sealed, int(pendingLifetime/time.Second))
 		noStore(w)
-		http.Redirect(w, r, s.loginURL(s.basePath()+PathAuthorizeContinue+"?id="+id), http.StatusFound)
+		next := s.basePath() + PathAuthorizeContinue + "?id=" + id
+		http.Redirect(w, r, s.loginURL(next, next+"&"+ParamSignIn+"="+SignInRefused), http.StatusFound)
 		return
 	}
 	// The request waits for the consent in the form, sealed, with an id

@@ -206,13 +206,15 @@ func newBenchEnv(tb testing.TB, st store.Store) *benchEnv {
 		tb.Fatal(err)
 	}
 	server, err := oauth.NewServer(&oauth.ServerOptions{
-		Issuer:       e.issuer,
-		Resources:    []string{e.resource},
-		Store:        st,
-		Broker:       e.broker,
-		Audit:        log,
-		SignedIn:     signedIn,
-		LoginURL:     func(returnTo string) string { return "/login?return_to=" + url.QueryEscape(returnTo) },
+		Issuer:    e.issuer,
+		Resources: []string{e.resource},
+		Store:     st,
+		Broker:    e.broker,
+		Audit:     log,
+		SignedIn:  signedIn,
+		LoginURL: func(returnTo, refusedTo string) string {
+			return "/login?" + url.Values{"return_to": {returnTo}, "refused_to": {refusedTo}}.Encode()
+		},
 		Admits:       admitting(tb, "tenant-1"),
 		Secret:       bytes.Repeat([]byte{9}, 32),
 		Registration: true,

@@ -432,7 +432,7 @@ func TestTokenExchangeOff(t *testing.T) {
 	opts := func(edit func(*oauth.ServerOptions)) error {
 		o := &oauth.ServerOptions{
 			Issuer: "https://usher.example.com", Resources: []string{"https://usher.example.com/mcp"}, Store: st,
-			Broker: &broker.Broker{}, SignedIn: signedIn, LoginURL: func(string) string { return "/login" },
+			Broker: &broker.Broker{}, SignedIn: signedIn, LoginURL: func(string, string) string { return "/login" },
 			Secret: make([]byte, oauth.MinSecretLen),
 		}
 		edit(o)

@@ -339,3 +339,40 @@ func TestConsentAnsweredOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestRefusedSignIn checks that an authorization request whose sign-in is
+// refused — the identity provider's access_denied, a tenant not on the
+// allow-list — is refused to its client with access_denied and its state
+// (RFC 6749 §4.1.2.1), which would otherwise wait for an answer, and that
+// the request is spent.
+func TestRefusedSignIn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, storetest.NewSQLite(t), nil)
+	c := e.register(nil)
+	_, challenge := pkce()
+	resp, _ := e.get(oauth.PathAuthorize+"?"+e.authQuery(c, challenge, nil).Encode(), "")
+	login, err := url.Parse(resp.Header.Get("Location"))
+	if resp.StatusCode != http.StatusFound || err != nil {
+		t.Fatalf("authorize signed out: %d", resp.StatusCode)
+	}
+	returnTo, refusedTo := login.Query().Get("return_to"), login.Query().Get("refused_to")
+	if want := returnTo + "&" + oauth.ParamSignIn + "=" + oauth.SignInRefused; refusedTo != want {
+		t.Fatalf("refused_to = %q, want %q", refusedTo, want)
+	}
+
+	// Another browser, without the request's cookie, learns nothing.
+	other := *e
+	other.http = &http.Client{CheckRedirect: e.http.CheckRedirect}
+	if resp, _ := other.get(refusedTo, ""); resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Location") != "" {
+		t.Errorf("refused in another browser: %d to %q, want 400", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp, _ = e.get(refusedTo, "")
+	rq := redirectQuery(t, resp, c.RedirectURI)
+	if rq.Get("error") != oauth.CodeAccessDenied || rq.Get("state") != "xyz-state" || rq.Get("iss") != e.issuer ||
+		rq.Get("error_description") == "" || rq.Has("code") {
+		t.Fatalf("refused sign-in: %v, want access_denied with state, iss and a description", rq)
+	}
+	if resp, _ := e.get(returnTo, "alice"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("the request continued after its refusal: %d, want 400", resp.StatusCode)
+	}
+}

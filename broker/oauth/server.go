@@ -25,9 +25,18 @@ import (
 )
 
 // PathAuthorizeContinue is where a user comes back to after signing in in
-// the middle of an authorization request: its r parameter is the pending
-// request, sealed (see [ServerOptions].LoginURL).
+// the middle of an authorization request: its id parameter names the
+// pending request, which waits in a cookie of the browser (see
+// [ServerOptions].LoginURL). With ParamSignIn=SignInRefused as well, the
+// sign-in was refused, and the request is refused to its client.
 const PathAuthorizeContinue = PathAuthorize + "/continue"
+
+// ParamSignIn and SignInRefused mark a return to PathAuthorizeContinue
+// after a refused sign-in.
+const (
+	ParamSignIn   = "signin"
+	SignInRefused = "refused"
+)
 
 // Defaults and bounds of [ServerOptions].
 const (
@@ -61,7 +70,7 @@ type Server struct {
 	clients      *clientmeta.Fetcher
 	audit        *audit.Log
 	signedIn     func(r *http.Request) (p identity.Principal, session string, ok bool, err error)
-	loginURL     func(returnTo string) string
+	loginURL     func(returnTo, refusedTo string) string
 	admits       func(principal string) error
 	registration bool
 	perHour      int
@@ -121,9 +130,12 @@ type ServerOptions struct {
 	// same on every request of it and different for any other, which the
 	// consent form's CSRF token is bound to; a signed-in person without one
 	// is refused —, and LoginURL where to send one who is not, to come back
-	// to returnTo (a local path, PathAuthorizeContinue with its query).
+	// to returnTo (a local path, PathAuthorizeContinue with its query), or
+	// to refusedTo (the same with ParamSignIn=SignInRefused) when the
+	// identity provider or the allow-list refuses the account, so that the
+	// client is told access_denied rather than left waiting.
 	SignedIn func(r *http.Request) (p identity.Principal, session string, ok bool, err error)
-	LoginURL func(returnTo string) string
+	LoginURL func(returnTo, refusedTo string) string
 	// Admits reports whether the person a grant speaks for, by principal
 	// id, is still let in by the API's identity configuration — its
 	// issuer and tenant allow-list: identity.Verifier.Admits —, asked

@@ -144,13 +144,15 @@ func newEnv(t *testing.T, st store.Store, edit func(*oauth.ServerOptions)) *env 
 		t.Fatal(err)
 	}
 	opts := &oauth.ServerOptions{
-		Issuer:       e.issuer,
-		Resources:    []string{e.resource},
-		Store:        st,
-		Broker:       b,
-		Audit:        log,
-		SignedIn:     signedIn,
-		LoginURL:     func(returnTo string) string { return "/login?return_to=" + url.QueryEscape(returnTo) },
+		Issuer:    e.issuer,
+		Resources: []string{e.resource},
+		Store:     st,
+		Broker:    b,
+		Audit:     log,
+		SignedIn:  signedIn,
+		LoginURL: func(returnTo, refusedTo string) string {
+			return "/login?" + url.Values{"return_to": {returnTo}, "refused_to": {refusedTo}}.Encode()
+		},
 		Admits:       admitting(t, "tenant-1"),
 		Secret:       bytes.Repeat([]byte{9}, 32),
 		Registration: true,
