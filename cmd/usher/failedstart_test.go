@@ -41,8 +41,8 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 		want string // in the error
 		db   string // the database that must stay empty
 	}{
-		{"an issuer without discovery, on SQLite", badIssuer, "identity", ""},
-		{"an issuer without discovery, on PostgreSQL", withDB(badIssuer, db.url), "identity", db.url},
+		{"an issuer without discovery, on SQLite", badIssuer, "identity: discovery for " + issuer.URL, ""},
+		{"an issuer without discovery, on PostgreSQL", withDB(badIssuer, db.url), "identity: discovery for " + issuer.URL, db.url},
 		{"the development sign-in on every address, in plain http", map[string]string{"USHER_SERVER_ADDR": "0.0.0.0:0"}, "must be https or http on a loopback host: set server.public_url", ""},
 		{"an unreachable database", withDB(nil, "postgres://usher@"+testenv.FreeAddr(t)+"/usher?sslmode=disable&connect_timeout=5"), "database", ""},
 	} {
@@ -55,6 +55,9 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 				getenv(tc.env), io.Discard, &stderr)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("serve = %v, want an error about the %s\n%s", err, tc.want, &stderr)
+			}
+			if strings.Contains(err.Error(), "identity: identity") {
+				t.Errorf("serve = %v, which says where it failed twice", err)
 			}
 			if left, _ := os.ReadDir(dir); len(left) != 0 {
 				t.Errorf("the failed start left %v in its directory", left)

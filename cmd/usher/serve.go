@@ -234,9 +234,9 @@ func (s *serving) identity(ctx context.Context) error {
 		opts.Issuer = s.publicURL + devOIDCPath
 		opts.JWKSURL = s.selfURL + devOIDCPath + "/jwks"
 	}
-	v, err := identity.New(ctx, opts)
+	v, err := identity.New(ctx, opts) // its errors say "identity: " already
 	if err != nil {
-		return fmt.Errorf("identity: %w", err)
+		return err
 	}
 	s.verifier = v
 	return nil

@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/usherhq/usher/internal/httpx"
+	"github.com/usherhq/usher/internal/identity"
 )
 
 // Config is the whole configuration of one Usher process. The yaml tag of
@@ -137,7 +138,9 @@ type Identity struct {
 	// Required with an issuer; default ["usher.api"] for the development
 	// provider.
 	RequiredScopes []string `yaml:"required_scopes"`
-	// Tenants is the allow-list of "tid" values. Default empty: any tenant.
+	// Tenants is the allow-list of "tid" values. Default empty: any tenant
+	// of a single-tenant issuer; required when Issuer contains
+	// identity.TenantPlaceholder ("{tenantid}").
 	Tenants []string `yaml:"tenants"`
 }
 
@@ -696,6 +699,15 @@ func (i Identity) validate(bad reporter) {
 	}
 	if slices.Contains(i.Audiences, "") {
 		bad("identity.audiences", "must not contain an empty value")
+	}
+	if n := strings.Count(i.Issuer, identity.TenantPlaceholder); n > 1 {
+		bad("identity.issuer", "%s may appear only once", identity.TenantPlaceholder)
+	} else if n == 1 && len(i.Tenants) == 0 {
+		bad("identity.tenants", "list the tenant ids (tid) whose people may sign in: "+
+			"a multi-tenant issuer (containing %s) would otherwise accept every Entra tenant", identity.TenantPlaceholder)
+	}
+	if slices.ContainsFunc(i.Tenants, func(t string) bool { return strings.TrimSpace(t) == "" }) {
+		bad("identity.tenants", "must not contain an empty tenant id")
 	}
 }
 

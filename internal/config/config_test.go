@@ -202,6 +202,30 @@ func TestIssuerRequiresADelegatedScope(t *testing.T) {
 	}
 }
 
+// A multi-tenant issuer is reported with the other problems, by key.
+func TestMultiTenantIssuerRequiresTenants(t *testing.T) {
+	issuer := map[string]string{"USHER_IDENTITY_ISSUER": "https://login.microsoftonline.com/{tenantid}/v2.0",
+		"USHER_IDENTITY_AUDIENCES": "api://usher", "USHER_IDENTITY_REQUIRED_SCOPES": "access_as_user", "USHER_LOG_LEVEL": "loud"}
+	_, err := Load("", env(issuer), Overrides{})
+	if err == nil || !strings.Contains(err.Error(), "identity.tenants: list the tenant ids") || !strings.Contains(err.Error(), "log.level") {
+		t.Fatalf("multi-tenant issuer without tenants: err = %v, want identity.tenants beside log.level", err)
+	}
+	issuer["USHER_LOG_LEVEL"] = "info"
+	issuer["USHER_IDENTITY_ISSUER"] = "https://login.microsoftonline.com/{tenantid}/{tenantid}/v2.0"
+	if _, err := Load("", env(issuer), Overrides{}); err == nil || !strings.Contains(err.Error(), "identity.issuer: {tenantid} may appear only once") {
+		t.Fatalf("two placeholders: err = %v", err)
+	}
+	issuer["USHER_IDENTITY_ISSUER"] = "https://login.microsoftonline.com/{tenantid}/v2.0"
+	issuer["USHER_IDENTITY_TENANTS"] = "t1"
+	if _, err := Load("", env(issuer), Overrides{}); err != nil {
+		t.Fatalf("multi-tenant issuer with tenants: %v", err)
+	}
+	p := writeFile(t, "identity:\n  tenants: [\" \"]\n")
+	if _, err := Load(p, env(nil), Overrides{}); err == nil || !strings.Contains(err.Error(), "identity.tenants: must not contain an empty tenant id") {
+		t.Fatalf("blank tenant: err = %v", err)
+	}
+}
+
 // The authorization server is on by default, registration and Client ID
 // Metadata Documents included, with the lifetimes the issue names; its keys
 // come from the file like any other, and bad lifetimes are reported by key.
