@@ -133,8 +133,9 @@ type Identity struct {
 	// the development provider.
 	Audiences []string `yaml:"audiences"`
 	// RequiredScopes must all be present in the token's "scp": the API's
-	// delegated scope (Entra: the scope its app registration exposes, e.g.
-	// access_as_user), which only a token for a signed-in person carries.
+	// delegated scope (Entra: the scope its app registration exposes, by
+	// its name, e.g. access_as_user: "scp" carries no App ID URI), which
+	// only a token for a signed-in person carries.
 	// Required with an issuer; default ["usher.api"] for the development
 	// provider.
 	RequiredScopes []string `yaml:"required_scopes"`
@@ -697,6 +698,16 @@ func (i Identity) validate(bad reporter) {
 	if slices.ContainsFunc(i.RequiredScopes, func(s string) bool { return s == "" || strings.ContainsAny(s, " \t") }) {
 		bad("identity.required_scopes", "must not contain an empty scope or one with spaces")
 	}
+	for _, s := range i.RequiredScopes {
+		if name, ok := fullScopeName(i.Issuer, s); ok {
+			want := "its name"
+			if name != "" {
+				want = strconv.Quote(name)
+			}
+			bad("identity.required_scopes", "%q is the scope's full name, which web.scopes requests; "+
+				"the access token's scp carries the scope's name without the App ID URI: want %s", s, want)
+		}
+	}
 	if slices.Contains(i.Audiences, "") {
 		bad("identity.audiences", "must not contain an empty value")
 	}
@@ -709,6 +720,28 @@ func (i Identity) validate(bad reporter) {
 	if slices.ContainsFunc(i.Tenants, func(t string) bool { return strings.TrimSpace(t) == "" }) {
 		bad("identity.tenants", "must not contain an empty tenant id")
 	}
+}
+
+// entraHosts are the hosts of Microsoft Entra ID's issuers, in the public
+// and the national clouds.
+var entraHosts = []string{"login.microsoftonline.com", "login.microsoftonline.us", "login.partner.microsoftonline.cn",
+	"login.chinacloudapi.cn", "sts.windows.net"}
+
+// fullScopeName reports whether the required scope s is a scope's full
+// name, as Entra's clients request it ("api://usher/access_as_user"),
+// where the access token's scp carries only the name ("access_as_user"),
+// which it returns: any scope in Entra's api:// App ID URI form, and any
+// URI for an issuer of Entra's. (Other issuers may name scopes by URIs
+// and carry them so.) The name is "" when s has none.
+func fullScopeName(issuer, s string) (string, bool) {
+	entra := strings.Contains(issuer, identity.TenantPlaceholder)
+	if u, err := url.Parse(issuer); err == nil && slices.Contains(entraHosts, strings.ToLower(u.Hostname())) {
+		entra = true
+	}
+	if !strings.HasPrefix(strings.ToLower(s), "api://") && !(entra && strings.Contains(s, "://")) {
+		return "", false
+	}
+	return s[strings.LastIndex(s, "/")+1:], true
 }
 
 // validate reports the problems of the broker section.

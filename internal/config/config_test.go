@@ -202,6 +202,31 @@ func TestIssuerRequiresADelegatedScope(t *testing.T) {
 	}
 }
 
+// An Entra scope's full name (what web.scopes requests) in
+// required_scopes is refused with the name the access token's scp
+// carries; another issuer's URI scopes are its own.
+func TestRequiredScopeByItsName(t *testing.T) {
+	for _, tc := range []struct{ issuer, scope, want string }{
+		{"https://login.microsoftonline.com/t/v2.0", "api://usher/access_as_user", `want "access_as_user"`},
+		{"https://login.microsoftonline.com/t/v2.0", "https://contoso.example/usher/access_as_user", `want "access_as_user"`},
+		{"https://login.microsoftonline.com/{tenantid}/v2.0", "api://usher/access_as_user", `want "access_as_user"`},
+		{"http://127.0.0.1:9999/t/v2.0", "API://usher/access_as_user", `want "access_as_user"`},
+		{"https://login.microsoftonline.com/t/v2.0", "api://usher/", "want its name"},
+		{"https://login.microsoftonline.com/t/v2.0", "access_as_user", ""},
+		{"https://cognito-idp.eu-west-1.amazonaws.com/pool", "https://api.example.com/read", ""},
+	} {
+		_, err := Load("", env(map[string]string{"USHER_IDENTITY_ISSUER": tc.issuer, "USHER_IDENTITY_AUDIENCES": "api://usher",
+			"USHER_IDENTITY_REQUIRED_SCOPES": tc.scope, "USHER_IDENTITY_TENANTS": "t"}), Overrides{})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s at %s: %v", tc.scope, tc.issuer, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), "identity.required_scopes: ") ||
+			!strings.Contains(err.Error(), "scp carries the scope's name without the App ID URI: "+tc.want)):
+			t.Errorf("%s at %s: err = %v, want %s", tc.scope, tc.issuer, err, tc.want)
+		}
+	}
+}
+
 // A multi-tenant issuer is reported with the other problems, by key.
 func TestMultiTenantIssuerRequiresTenants(t *testing.T) {
 	issuer := map[string]string{"USHER_IDENTITY_ISSUER": "https://login.microsoftonline.com/{tenantid}/v2.0",
