@@ -80,25 +80,25 @@ func (v *Verifier) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, errTokenInQuery):
 		writeError(w, http.StatusBadRequest, `Bearer error="invalid_request"`,
-			"invalid_request", "send the access token in the Authorization header, never in the URL")
+			"invalid_request", "Send the access token in the Authorization header, never in the URL.")
 	case errors.Is(err, errNoToken):
 		writeError(w, http.StatusUnauthorized, "Bearer",
-			"unauthenticated", "an access token is required")
+			"unauthenticated", "An access token is required.")
 	case errors.Is(err, ErrInsufficientScope):
 		writeError(w, http.StatusForbidden, v.scopeChallenge(),
-			"insufficient_scope", "the access token lacks a required scope")
+			"insufficient_scope", "The access token lacks a required scope.")
 	case errors.Is(err, ErrAppToken):
 		writeError(w, http.StatusForbidden, v.scopeChallenge(),
-			"user_token_required", "an application's own token cannot be used here: sign in as a person")
+			"user_token_required", "An application's own token cannot be used here: sign in as a person.")
 	case errors.Is(err, ErrTooManyGroups):
 		writeError(w, http.StatusForbidden, "",
-			"too_many_groups", "this account is in more groups than a token lists, so its groups cannot be checked: an administrator must have the identity provider send only the groups assigned to this application")
+			"too_many_groups", "This account is in more groups than a token lists, so its groups cannot be checked: an administrator must have the identity provider send only the groups assigned to this application.")
 	case errors.Is(err, ErrForbidden):
 		writeError(w, http.StatusForbidden, "",
-			"forbidden", "this account is not allowed to use this service")
+			"forbidden", "This account is not allowed to use this service.")
 	default:
 		writeError(w, http.StatusUnauthorized, `Bearer error="invalid_token"`,
-			"unauthenticated", "the access token is invalid or expired")
+			"unauthenticated", "The access token is invalid or expired.")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode"
 
 	"github.com/usherhq/usher/internal/identity"
 )
@@ -129,6 +130,14 @@ func TestMiddleware(t *testing.T) {
 			}
 			if err := json.Unmarshal(body, &e); err != nil || e.Error.Code != tt.code || e.Error.Message == "" {
 				t.Errorf("body %s, want error code %q", body, tt.code)
+			}
+			// A sentence, as every API error's message is; an invalid token
+			// is told what /mcp tells it.
+			if m := e.Error.Message; m == "" || !unicode.IsUpper([]rune(m)[0]) || !strings.HasSuffix(m, ".") {
+				t.Errorf("message %q is not a sentence", m)
+			}
+			if want := "The access token is invalid or expired."; tt.challenge == `Bearer error="invalid_token"` && e.Error.Message != want {
+				t.Errorf("message %q, want %q", e.Error.Message, want)
 			}
 			for _, secret := range []string{tt.leakedToken, good} {
 				if secret != "" && (strings.Contains(string(body), secret) || strings.Contains(logs.String(), secret)) {
