@@ -194,14 +194,14 @@ func (v *Verifier) verify(ctx context.Context, raw string) (Principal, time.Time
 	// expiry ("exp" required) and not-before, with go-oidc's rules.
 	tok, err := v.oidc.Verify(withUsedKey(ctx, &used), raw)
 	if err != nil {
-		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: %w", ErrUnauthenticated, v.issuerError(raw, err))
 	}
 	var c claims
 	if err := tok.Claims(&c); err != nil {
 		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: claims: %w", ErrUnauthenticated, err)
 	}
 	if !v.issuerAccepted(c.Issuer, c.Tenant) {
-		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: issuer %q not accepted", ErrUnauthenticated, c.Issuer)
+		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: issuer %q not accepted%s", ErrUnauthenticated, c.Issuer, issuerHint(c.Issuer))
 	}
 	if tok.IssuedAt.IsZero() {
 		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: no iat", ErrUnauthenticated)
