@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -596,10 +597,17 @@ func (in *installation) sweepers(mcp *mcpStack, reg prometheus.Registerer) (*app
 	return as, es, nil
 }
 
-// banner tells a person at the terminal what to open and how to sign in.
+// banner tells a person at the terminal what to open and how to sign in:
+// in a browser, when browser sign-in is on (the development provider, or
+// web.client_id); else with an access token of the issuer.
 func (e *environment) banner(url, metricsURL string, cfg config.Config, f *installFlags, listenAddr string) {
 	fmt.Fprintf(e.stdout, "\nUsher is running at %s\n\n", url)
-	fmt.Fprintf(e.stdout, "  Open it in a browser and sign in to talk to the assistant.\n\n")
+	if cfg.DevIdentity() || cfg.Web.ClientID != "" {
+		fmt.Fprintf(e.stdout, "  Open it in a browser and sign in to talk to the assistant.\n\n")
+	} else {
+		fmt.Fprintf(e.stdout, "  Browser sign-in is off: the API takes access tokens only, and MCP clients cannot sign in.\n")
+		fmt.Fprintf(e.stdout, "  Set web.client_id (and web.client_secret, web.scopes) to sign in in a browser.\n\n")
+	}
 	fmt.Fprintf(e.stdout, "  health:    %s/healthz   readiness: %s/readyz   metrics: %s\n", url, url, metricsURL)
 	fmt.Fprintf(e.stdout, "  broker keys (JWKS): %s/.well-known/jwks.json\n", url)
 	if cfg.DevIdentity() {
@@ -607,9 +615,19 @@ func (e *environment) banner(url, metricsURL string, cfg config.Config, f *insta
 		fmt.Fprintf(e.stdout, "  Get an API token and call the API:\n\n")
 		fmt.Fprintf(e.stdout, "    TOKEN=$(usher token user --sub alice%s)\n", f.echo(listenAddr))
 		fmt.Fprintf(e.stdout, "    curl -H \"Authorization: Bearer $TOKEN\" %s/api/me\n\n", url)
-	} else {
-		fmt.Fprintf(e.stdout, "\n  Sign-in: %s\n\n", cfg.Identity.Issuer)
+		return
 	}
+	fmt.Fprintf(e.stdout, "\n  Identity provider: %s\n\n", issuerLine(cfg.Identity))
+}
+
+// issuerLine names the identity provider: its issuer, or for a
+// multi-tenant template the tenants whose issuers it stands for.
+func issuerLine(id config.Identity) string {
+	if !strings.Contains(id.Issuer, identity.TenantPlaceholder) {
+		return id.Issuer
+	}
+	return strings.Replace(id.Issuer, identity.TenantPlaceholder, "<tenant>", 1) +
+		" for the tenants " + strings.Join(id.Tenants, ", ")
 }
 
 // echo repeats the installation flags serve was given, so that a printed
