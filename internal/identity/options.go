@@ -66,6 +66,14 @@ type Options struct {
 	// host.
 	JWKSURL string
 
+	// DiscoveryRetry is how long New keeps trying the issuer's discovery
+	// while the issuer is unavailable — it does not answer, or answers
+	// 5xx, 408 or 429 —, with backoff from 1 s to 15 s, so that a replica
+	// starting during a blip of the issuer or of DNS waits for it rather
+	// than exits; any other failure is returned at once. Default
+	// DefaultDiscoveryRetry (90 s); negative: one attempt.
+	DiscoveryRetry time.Duration
+
 	// HTTPClient fetches the discovery document and the key set.
 	// Default: a client with a 10 s timeout.
 	HTTPClient *http.Client

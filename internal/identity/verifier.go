@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
-
-	"github.com/usherhq/usher/internal/httpx"
 )
 
 // MaxTokenBytes is the longest access token accepted. Entra tokens with the
@@ -79,8 +77,9 @@ type Verifier struct {
 }
 
 // New returns a Verifier for opts. Unless opts.JWKSURL is set, it fetches
-// the issuer's discovery document, so ctx bounds that request. Keys are
-// fetched on first use.
+// the issuer's discovery document — trying again for up to
+// opts.DiscoveryRetry while the issuer is unavailable —, so ctx bounds
+// that. Keys are fetched on first use.
 func New(ctx context.Context, opts *Options) (*Verifier, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -98,11 +97,14 @@ func New(ctx context.Context, opts *Options) (*Verifier, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.DiscoveryRetry == 0 {
+		o.DiscoveryRetry = DefaultDiscoveryRetry
+	}
 	multiTenant := strings.Contains(o.Issuer, TenantPlaceholder)
 	jwksURL := o.JWKSURL
 	if jwksURL == "" {
 		var err error
-		if jwksURL, err = discoverKeys(ctx, o.Issuer, multiTenant, o.HTTPClient); err != nil {
+		if jwksURL, err = discoverWithRetry(ctx, &o, multiTenant); err != nil {
 			return nil, fmt.Errorf("identity: discovery for %s: %w", o.Issuer, err)
 		}
 	}
@@ -130,37 +132,6 @@ func New(ctx context.Context, opts *Options) (*Verifier, error) {
 		keys:           keys,
 		now:            o.Now,
 	}, nil
-}
-
-// discoverKeys returns the jwks_uri of the issuer's discovery document after
-// checking that the document names the configured issuer.
-func discoverKeys(ctx context.Context, issuer string, multiTenant bool, client *http.Client) (string, error) {
-	ctx = oidc.ClientContext(ctx, client)
-	base := issuer
-	if multiTenant {
-		base = strings.Replace(issuer, TenantPlaceholder, multiTenantDiscovery, 1)
-		// The discovery URL differs from the issuer; the issuer the
-		// document names is compared below instead.
-		ctx = oidc.InsecureIssuerURLContext(ctx, issuer)
-	}
-	provider, err := oidc.NewProvider(ctx, base)
-	if err != nil {
-		return "", err
-	}
-	var meta struct {
-		Issuer  string `json:"issuer"`
-		JWKSURI string `json:"jwks_uri"`
-	}
-	if err := provider.Claims(&meta); err != nil {
-		return "", err
-	}
-	if meta.Issuer != issuer {
-		return "", fmt.Errorf("discovery document names issuer %q", meta.Issuer)
-	}
-	if err := httpx.CheckEndpoint(meta.JWKSURI); err != nil {
-		return "", fmt.Errorf("jwks_uri %q: %w", meta.JWKSURI, err)
-	}
-	return meta.JWKSURI, nil
 }
 
 // Verify checks raw and returns its principal. Errors match
