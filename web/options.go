@@ -126,6 +126,11 @@ type Options struct {
 	// (10m).
 	SweepInterval time.Duration
 
+	// DiscoveryRetry is how long New keeps trying the issuer's discovery
+	// while the issuer is unavailable (see identity.Discover). Default
+	// identity.DefaultDiscoveryRetry (90 s); negative: one attempt.
+	DiscoveryRetry time.Duration
+
 	// HTTPClient makes discovery, token and key set requests.
 	// Default: a client with a 10 s timeout.
 	HTTPClient *http.Client

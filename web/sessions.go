@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -79,16 +80,19 @@ func New(ctx context.Context, opts *Options) (*Sessions, error) {
 			Algorithms: []string{oidc.RS256},
 		}).NewProvider(clientCtx)
 	} else {
-		discovery := o.Issuer
-		if multiTenant {
-			// Entra's common metadata names the template as its issuer.
-			discovery = strings.Replace(o.Issuer, identity.TenantPlaceholder, "common", 1)
-			clientCtx = oidc.InsecureIssuerURLContext(clientCtx, o.Issuer)
+		// Entra's common metadata names a multi-tenant template as its
+		// issuer; an issuer away for a moment is waited for.
+		d, err := identity.Discover(ctx, o.Issuer, o.HTTPClient, o.DiscoveryRetry, o.Logger)
+		if err == nil && (d.AuthorizationEndpoint == "" || d.TokenEndpoint == "") {
+			err = errors.New("the discovery document names no authorization_endpoint or token_endpoint")
 		}
-		var err error
-		if provider, err = oidc.NewProvider(clientCtx, discovery); err != nil {
+		if err != nil {
 			return nil, fmt.Errorf("web: discovery for %s: %w", o.Issuer, err)
 		}
+		provider = (&oidc.ProviderConfig{
+			IssuerURL: o.Issuer, AuthURL: d.AuthorizationEndpoint, TokenURL: d.TokenEndpoint, JWKSURL: d.JWKSURI,
+			Algorithms: []string{oidc.RS256},
+		}).NewProvider(clientCtx)
 	}
 
 	session, err := newSealer(o.Secret, o.PreviousSecrets, "usher web session")

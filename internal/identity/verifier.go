@@ -97,16 +97,14 @@ func New(ctx context.Context, opts *Options) (*Verifier, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.DiscoveryRetry == 0 {
-		o.DiscoveryRetry = DefaultDiscoveryRetry
-	}
 	multiTenant := strings.Contains(o.Issuer, TenantPlaceholder)
 	jwksURL := o.JWKSURL
 	if jwksURL == "" {
-		var err error
-		if jwksURL, err = discoverWithRetry(ctx, &o, multiTenant); err != nil {
+		d, err := Discover(ctx, o.Issuer, o.HTTPClient, o.DiscoveryRetry, o.Logger)
+		if err != nil {
 			return nil, fmt.Errorf("identity: discovery for %s: %w", o.Issuer, err)
 		}
+		jwksURL = d.JWKSURI
 	}
 	keys, err := newRemoteKeys(jwksURL, o.HTTPClient, o.Now, o.Logger)
 	if err != nil {
