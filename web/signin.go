@@ -503,7 +503,7 @@ var (
 	problemIssuerDown = problem{Title: "Sign-in did not complete",
 		Message: "The sign-in service is not available just now. Try again in a moment."}
 	problemIssuerRefused = problem{Title: "Sign-in did not complete",
-		Message: "Trying again will not help: this is usually a setting of Usher's app registration with the sign-in service. Tell your administrator what it said."}
+		Message: "This is usually a setting of Usher's app registration with it, which trying again does not change: tell your administrator."}
 	problemForbidden = problem{Title: "This account may not use Usher",
 		Message: "You are signed in with the identity provider, but this account or its organisation is not allowed here."}
 	problemInternal = problem{Title: "Sign-in did not complete",
