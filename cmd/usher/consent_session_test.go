@@ -2,8 +2,11 @@ package main
 
 import (
 	"html"
+	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -40,4 +43,53 @@ func TestConsentFormBoundToBrowserSession(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || err != nil || loc.Query().Get("code") == "" {
 		t.Fatalf("posted from its own session: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
+}
+
+// TestRefusedSignInTellsTheClient runs `usher serve` with its real
+// browser sign-in and a tenant allow-list the development provider's
+// people are not on: an MCP client's authorization request whose sign-in
+// is refused ends at the client's redirect URI with access_denied and its
+// state, not on a page the client never sees.
+func TestRefusedSignInTellsTheClient(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, map[string]string{"USHER_IDENTITY_TENANTS": "another-tenant"})
+	app := oauthtest.Register(t, s.url, "MCP Inspector", "http://127.0.0.1:6274/oauth/callback")
+	u, _ := app.AuthorizeURL()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	devForm := regexp.MustCompile(`<form method="post" action="([^"]+)">`)
+	devHidden := regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
+	for range 8 {
+		resp, err := c.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if action := devForm.FindSubmatch(body); resp.StatusCode == http.StatusOK && action != nil {
+			// The development provider's sign-in page: sign in as alice.
+			form := url.Values{"username": {"alice"}}
+			for _, m := range devHidden.FindAllSubmatch(body, -1) {
+				form.Set(html.UnescapeString(string(m[1])), html.UnescapeString(string(m[2])))
+			}
+			target, _ := resp.Request.URL.Parse(html.UnescapeString(string(action[1])))
+			if resp, err = c.PostForm(target.String(), form); err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		next := resp.Header.Get("Location")
+		if next == "" {
+			t.Fatalf("stopped at %s: %d %s", u, resp.StatusCode, body)
+		}
+		loc, _ := resp.Request.URL.Parse(next)
+		if strings.HasPrefix(loc.String(), app.RedirectURI) {
+			if q := loc.Query(); q.Get("error") != "access_denied" || q.Get("state") != "apps-test" || q.Has("code") {
+				t.Fatalf("the client was told %q, want access_denied with its state", loc)
+			}
+			return
+		}
+		u = loc.String()
+	}
+	t.Fatalf("no answer to the client after 8 steps, at %s", u)
 }
