@@ -29,9 +29,11 @@ func (tb *tab) more(sel string) {
 }
 
 // TestBrowserStopAndRetry: while the model streams a reply that does not
-// end, Stop ends the turn at once — the draft goes, the page says the turn
-// was stopped, the session takes messages — and Retry asks again: the same
-// message, answered anew. Then Rename and Delete.
+// end, Stop ends the turn at once — what was streamed stays, marked
+// Stopped, the page says below it that the turn was stopped, the session
+// takes messages — and after a reload the note and its Retry are still
+// there; Retry asks again: the same message, answered anew. A failed turn says so, after a reload too. Then Rename and
+// Delete.
 func TestBrowserStopAndRetry(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
@@ -62,6 +64,17 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	checkAxe(t, tb, "a stopped turn")
 	tb.waitBadge("Active")
 	tb.waitUntil("the draft gone, Stop hidden", `!document.querySelector("article.streaming") && document.querySelector(".conversation-actions button.stop-turn").hidden`)
+	// The note follows the partial reply, live and after a reload (the
+	// page reads the latest turn's end from the log).
+	lastTwo := `[...document.querySelectorAll(".message-list > *")].slice(-2).map((e) => e.matches(".turn-note") ? "note" : e.matches("article.msg-assistant") ? "reply" : e.className).join(",")`
+	if got := evaluate[string](tb, lastTwo); got != "reply,note" {
+		t.Errorf("live, the conversation ends %q, want the stopped reply then the note", got)
+	}
+	tb.do(chromedp.Reload())
+	tb.waitUntil("the stopped turn's note and Retry after a reload", `document.querySelector(".turn-note.stopped button.turn-retry") && document.querySelector(`+js(liveConnection)+`)`)
+	if got := evaluate[string](tb, lastTwo); got != "reply,note" {
+		t.Errorf("after a reload, the conversation ends %q, want the stopped reply then the note", got)
+	}
 	code, body := apitest.Call(t, "GET", s.url+"/api/assistant/runs/"+runID+"/events?after=0", carol, "")
 	if code != 200 {
 		t.Fatalf("events = %d %v", code, body)
@@ -85,6 +98,14 @@ func TestBrowserStopAndRetry(t *testing.T) {
 		t.Errorf("the page shows the retried message %d times, want once", n)
 	}
 	checkShownMatchesAPI(t, tb, s, carol, runID)
+
+	// A turn that fails says so, and offers Retry (after a reload too:
+	// below, after the theme's).
+	tb.waitBadge("Active")
+	ms.ReplyError(400)
+	tb.send("this one fails")
+	tb.waitUntil("the failed turn's note", `document.querySelector(".turn-note.failed button.turn-retry")`)
+	tb.waitBadge("Active")
 
 	// Rename: the header and the sidebar follow.
 	tb.more(`button.rename-run`)
@@ -134,6 +155,10 @@ func TestBrowserStopAndRetry(t *testing.T) {
 	// "/" searches the sessions (when no field has the focus: the page
 	// gives it to the composer, so leave it first).
 	tb.waitUntil("the conversation after the reload", `document.querySelector(`+js(liveConnection)+`)`)
+	tb.waitUntil("the failed turn's note and Retry, after the reload", `document.querySelector(".message-list > :last-child")?.matches(".turn-note.failed") && document.querySelector(".turn-note.failed button.turn-retry")`)
+	if n := evaluate[int](tb, `document.querySelectorAll(".turn-note").length`); n != 1 {
+		t.Errorf("after a reload, the page shows %d turn notes, want the latest turn's alone", n)
+	}
 	evaluate[bool](tb, `(document.activeElement.blur(), true)`)
 	tb.do(chromedp.KeyEvent("/"))
 	tb.waitUntil("the search field focused", `document.activeElement?.id === "session-search"`)
@@ -196,7 +221,8 @@ func TestBrowserActiveLimit(t *testing.T) {
 
 // TestBrowserMessageDuringTurn: a message sent while a turn runs stays
 // below that turn's reply, live and after a reload (the order the model
-// sees); a draft typed when the session is completed elsewhere is kept.
+// sees), each reply with its own Copy; a draft typed when the session is
+// completed elsewhere is kept.
 func TestBrowserMessageDuringTurn(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)

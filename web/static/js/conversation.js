@@ -42,11 +42,21 @@ function summarize(text, n) {
 // message turnSeq), to parent in turn order: before the first user
 // message of a later turn, so that a message sent while the turn ran
 // stays below its reply, as the model sees them; at the end otherwise.
+// The note of how the turn ended (turnNote) stays below the turn's
+// messages: the partial reply of a stopped turn is logged after its end.
 function inTurnOrder(parent, turnSeq, el) {
-  const later = turnSeq ? [...parent.children].find((m) => m.matches('article.msg-user[data-seq]') && Number(m.dataset.seq) > turnSeq) : null;
+  const later = turnSeq ? [...parent.children].find((m) => (m.matches('article.msg-user[data-seq]') && Number(m.dataset.seq) > turnSeq)
+    || (m.matches('.turn-note[data-turn]') && Number(m.dataset.turn) === turnSeq)) : null;
   if (later) later.before(el);
   else parent.append(el);
 }
+
+// TURN_ENDS says how a turn that did not complete ended.
+const TURN_ENDS = {
+  failed: (d) => `The turn failed${d.error ? `: ${d.error}` : '.'}`,
+  cancelled: () => 'The turn was cancelled.',
+  stopped: () => 'You stopped this turn.',
+};
 
 export class Conversation {
   // app: {runUpdated(run), seen(run), approvalsChanged(), isMine(runId), navigate(path)}
@@ -162,6 +172,43 @@ export class Conversation {
     this.stream.start();
     if (document.visibilityState === 'hidden') this.stream.pause();
     this.observeOlder();
+    if (!this.run.working && !isClosed(this.run)) this.lastTurnEnd();
+  }
+
+  // lastTurnEnd shows how the latest turn ended, when it failed or was
+  // stopped: the note and its Retry, as the page showed them live. Older
+  // turns' notes are not read again: Retry is for the latest turn only.
+  async lastTurnEnd() {
+    const users = this.list.querySelectorAll('article.msg-user[data-seq]');
+    const last = users[users.length - 1];
+    if (!last) return;
+    const seq = Number(last.dataset.seq);
+    let page;
+    try {
+      page = await request(path.events(this.runId, { after: seq - 1 }));
+    } catch {
+      return; // the note is a courtesy: the conversation stands without it
+    }
+    const end = (page.events || []).find((ev) => ev.type === 'agent.turn.end' && ev.data && ev.data.messageSeq === seq && this.onActiveLine(ev));
+    // Still the latest turn, and not shown meanwhile (the live stream).
+    const now = this.list.querySelectorAll('article.msg-user[data-seq]');
+    if (this.destroyed || !end || now[now.length - 1] !== last || this.list.querySelector(`.turn-note[data-turn="${seq}"]`)) return;
+    const note = this.turnNote(end.data);
+    if (note) this.keepBottom(() => this.list.append(note));
+  }
+
+  // turnNote is the note of a turn that failed, was cancelled or was
+  // stopped (d: the agent.turn.end's data), with Retry where it applies,
+  // or null.
+  turnNote(d) {
+    const text = TURN_ENDS[d.status];
+    if (!text) return null;
+    // Retry: the same message again, answered anew (a regenerate: the
+    // failed reply stays one of the message's versions).
+    const retry = d.status !== 'cancelled'
+      ? h('button', { type: 'button', class: 'link-button turn-retry', onclick: (e) => this.regenerate(e.currentTarget) }, 'Retry')
+      : null;
+    return h('p', { class: `turn-note ${d.status}`, role: 'status', 'data-turn': d.messageSeq || '' }, text(d), retry ? ' ' : '', retry);
   }
 
   // deleted shows that the run was deleted (here or elsewhere).
@@ -420,14 +467,9 @@ export class Conversation {
         refreshUsage();
         this.dropDraft(false);
         this.applyRun({ working: false, status: this.run.status === 'AwaitingApproval' ? 'InProgress' : this.run.status });
-        if (d.status === 'failed' || d.status === 'cancelled' || d.status === 'stopped') {
-          const text = { failed: `The turn failed${d.error ? `: ${d.error}` : '.'}`, cancelled: 'The turn was cancelled.', stopped: 'You stopped this turn.' }[d.status];
-          // Retry: the same message again, answered anew (a regenerate:
-          // the failed reply stays one of the message's versions).
-          const retry = d.status !== 'cancelled'
-            ? h('button', { type: 'button', class: 'link-button turn-retry', onclick: (e) => this.regenerate(e.currentTarget) }, 'Retry')
-            : null;
-          this.keepBottom(() => this.list.append(h('p', { class: `turn-note ${d.status}`, role: 'status' }, text, retry ? ' ' : '', retry)));
+        if (this.onActiveLine(ev) && !this.list.querySelector(`.turn-note[data-turn="${d.messageSeq}"]`)) {
+          const note = this.turnNote(d);
+          if (note) this.keepBottom(() => this.list.append(note));
         }
         return;
       default:
