@@ -754,11 +754,38 @@ func (t *turn) complete(ctx context.Context, req model.Request) (model.Response,
 		if err == nil || attempt == 2 || !errors.As(err, &me) || !me.Retryable || ctx.Err() != nil {
 			return resp, err
 		}
+		// What the failed attempt streamed is void: the retry streams
+		// its reply anew, which the pages following the run show in its
+		// place.
+		if deltas.all.Len() > 0 {
+			t.restarted(ctx, attempt+2)
+		}
 		select {
 		case <-ctx.Done():
 			return resp, err
 		case <-time.After(time.Duration(attempt+1) * 500 * time.Millisecond):
 		}
+	}
+}
+
+// EventStepRestart records that a model step that had streamed text is
+// tried again (attempt, from 2): the text streamed since the turn's last
+// message is void, and the retry streams its own.
+const EventStepRestart = "agent.step.restart"
+
+// StepRestart is the payload of an agent.step.restart event.
+type StepRestart struct {
+	MessageSeq int64 `json:"messageSeq"`
+	Attempt    int   `json:"attempt"`
+}
+
+// restarted appends an agent.step.restart before the step's next attempt.
+// The context accounting stays pending, and a failure to append is only
+// logged: the retry goes on without it.
+func (t *turn) restarted(ctx context.Context, attempt int) {
+	ev := store.NewEvent{Type: EventStepRestart, Payload: mustJSON(StepRestart{MessageSeq: t.seq, Attempt: attempt})}
+	if _, err := t.rt.st.AppendLeased(ctx, t.currentLease(), ev); err != nil {
+		t.rt.log.Debug("assistant: recording a model step's restart failed", "run", t.run.ID, "err", err)
 	}
 }
 

@@ -1,8 +1,10 @@
 package assistant
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"reflect"
 	"testing"
 	"time"
@@ -148,4 +150,54 @@ func seqs(events []store.Event) []int64 {
 		out[i] = e.Seq
 	}
 	return out
+}
+
+// TestStepRestart: a model request that streamed text and then failed is
+// tried again, after an agent.step.restart that voids what it streamed,
+// for the pages that showed it; the reply is the retry's alone. A retry of
+// a request that streamed nothing appends none.
+func TestStepRestart(t *testing.T) {
+	t.Parallel()
+	st := storetest.NewSQLite(t)
+	ms, provider := scriptedModel(t)
+	ms.ReplyTruncated("Starting my answer: alpha.")
+	ms.Reply("Starting my answer: alpha. And the rest.")
+	ms.ReplyError(http.StatusServiceUnavailable)
+	ms.Reply("Fine.")
+	h := newHarness(t, st, provider, &Options{Lease: time.Minute})
+	code, out := h.call(t, "POST", "/runs", `{}`)
+	if code != http.StatusCreated {
+		t.Fatalf("POST /runs = %d %v", code, out)
+	}
+	runID := out["runId"].(string)
+	h.sayAPI(t, runID, "hello")
+	h.sayAPI(t, runID, "once more")
+	events, err := st.ListEvents(t.Context(), runID, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	var restart StepRestart
+	for _, e := range events {
+		switch e.Type {
+		case EventStepRestart:
+			if err := json.Unmarshal(e.Payload, &restart); err != nil {
+				t.Fatal(err)
+			}
+		case EventUserMessage, EventAssistantMessage:
+		default:
+			continue
+		}
+		types = append(types, e.Type)
+	}
+	want := []string{EventUserMessage, EventStepRestart, EventAssistantMessage, EventUserMessage, EventAssistantMessage}
+	if !reflect.DeepEqual(types, want) {
+		t.Errorf("the log holds %v, want %v", types, want)
+	}
+	if restart != (StepRestart{MessageSeq: 1, Attempt: 2}) {
+		t.Errorf("the restart = %+v, want message 1's attempt 2", restart)
+	}
+	if n := len(ms.Requests()); n != 4 {
+		t.Errorf("model requests = %d, want 4", n)
+	}
 }

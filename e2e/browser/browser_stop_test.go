@@ -32,7 +32,9 @@ func (tb *tab) more(sel string) {
 // end, Stop ends the turn at once — what was streamed stays, marked
 // Stopped, the page says below it that the turn was stopped, the session
 // takes messages — and after a reload the note and its Retry are still
-// there; Retry asks again: the same message, answered anew. A failed turn says so, after a reload too. Then Rename and
+// there; Retry asks again: the same message, answered anew. A model
+// request retried after it streamed part of its reply shows the retry's
+// text alone; a failed turn says so, after a reload too. Then Rename and
 // Delete.
 func TestBrowserStopAndRetry(t *testing.T) {
 	t.Parallel()
@@ -98,6 +100,23 @@ func TestBrowserStopAndRetry(t *testing.T) {
 		t.Errorf("the page shows the retried message %d times, want once", n)
 	}
 	checkShownMatchesAPI(t, tb, s, carol, runID)
+
+	// A model request that streamed part of its reply and broke off is
+	// tried again: the retry's text replaces what the first attempt showed.
+	tb.watchStreaming()
+	ms.ReplyTruncated("Starting my answer: alpha.")
+	ms.Reply("Starting my answer: alpha. And the rest.")
+	tb.send("answer in two tries")
+	tb.waitUntil("the retried answer", `[...document.querySelectorAll("article.msg-assistant:not(.streaming) .msg-body")].some((e) => e.textContent.includes("And the rest."))`)
+	drafts := tb.streamed()
+	for _, d := range drafts {
+		if strings.Count(d, "alpha") > 1 {
+			t.Errorf("a draft showed the first attempt's text and the retry's: %q", d)
+		}
+	}
+	if len(drafts) == 0 {
+		t.Error("no reply was streamed")
+	}
 
 	// A turn that fails says so, and offers Retry (after a reload too:
 	// below, after the theme's).

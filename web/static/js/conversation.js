@@ -472,6 +472,15 @@ export class Conversation {
           if (note) this.keepBottom(() => this.list.append(note));
         }
         return;
+      case 'agent.step.restart':
+        // The model step is tried again: what it streamed is void, and
+        // the retry streams its reply anew.
+        if (this.draft && this.draft.messageSeq === d.messageSeq) {
+          this.dropDraft(false);
+          this.working.hidden = !(this.run.status === 'InProgress' && this.run.working);
+        }
+        this.resumed = false;
+        return;
       default:
     }
   }

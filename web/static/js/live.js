@@ -12,7 +12,7 @@ export const RUN_EVENT_TYPES = [
   'message.user', 'message.assistant', 'message.tool', 'message.summary',
   'agent.turn.start', 'agent.turn.pause', 'agent.turn.end',
   'agent.system_prompt', 'agent.runtime_context', 'agent.branch.switch',
-  'agent.context.compacted', 'agent.context.compaction_failed', 'agent.run.continued',
+  'agent.context.compacted', 'agent.context.compaction_failed', 'agent.run.continued', 'agent.step.restart',
 ];
 
 const SILENCE_LIMIT = 75_000; // no word from a stream this long: reopen it
