@@ -240,8 +240,8 @@ func TestBrowserActiveLimit(t *testing.T) {
 
 // TestBrowserMessageDuringTurn: a message sent while a turn runs stays
 // below that turn's reply, live and after a reload (the order the model
-// sees), each reply with its own Copy; a draft typed when the session is
-// completed elsewhere is kept.
+// sees), each message with its own Copy, Edit and Delete; a draft typed when the session is completed elsewhere
+// is kept.
 func TestBrowserMessageDuringTurn(t *testing.T) {
 	t.Parallel()
 	ms := modeltest.NewServer(t)
@@ -275,6 +275,11 @@ func TestBrowserMessageDuringTurn(t *testing.T) {
 	tb.waitUntil("the conversation after the reload", `document.querySelectorAll("article.msg-assistant").length === 2`)
 	if got := evaluate[string](tb, order); got != want {
 		t.Errorf("after a reload, the page shows %q, want %q", got, want)
+	}
+	// Each message's Copy is in its own footer.
+	copies := `[...document.querySelectorAll(".message-list > article")].map((e) => [...e.querySelectorAll(".msg-copy")].map((b) => b.getAttribute("aria-label").split(":")[0]).join(" + ")).join(" | ")`
+	if got, want := evaluate[string](tb, copies), "Copy your message | Copy the reply | Copy your message | Copy the reply"; got != want {
+		t.Errorf("after a reload, the messages' Copy buttons are %q, want %q", got, want)
 	}
 
 	// A draft, and the session completed elsewhere: the draft stays.

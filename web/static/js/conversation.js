@@ -555,15 +555,16 @@ export class Conversation {
       if (!body && !cards.length) return;
       const versions = body ? this.replySwitchers.get(d.messageSeq) : null;
       if (versions) this.replySwitchers.delete(d.messageSeq);
-      inTurnOrder(parent, d.messageSeq, h('article', { class: `msg msg-assistant${body ? '' : ' tools-only'}`, 'aria-label': 'Usher', 'data-seq': ev.seq },
+      const reply = h('article', { class: `msg msg-assistant${body ? '' : ' tools-only'}`, 'aria-label': 'Usher', 'data-seq': ev.seq },
         body,
         cards.length ? h('div', { class: 'tool-cards' }, cards) : null,
         h('footer', { class: 'msg-meta' }, versions,
           // The partial reply of a turn you stopped.
           d.stopped ? [h('span', { class: 'badge status-muted stopped-mark' }, 'Stopped'), ' '] : null,
           timeElement(ev.createdAt),
-          body ? [' ', h('button', { type: 'button', class: 'link-button msg-delete', onclick: () => this.confirmDeleteMessage(ev) }, 'Delete')] : null)));
-      if (body) messageCopy(parent.lastElementChild, d.content);
+          body ? [' ', h('button', { type: 'button', class: 'link-button msg-delete', onclick: () => this.confirmDeleteMessage(ev) }, 'Delete')] : null));
+      inTurnOrder(parent, d.messageSeq, reply);
+      if (body) messageCopy(reply, d.content);
     } else if (ev.type === 'message.tool') {
       let call = this.calls.get(d.toolCallId);
       if (!call) { // its call is not on the page (yet): show the result alone
