@@ -240,7 +240,9 @@ func TestBrowserActiveLimit(t *testing.T) {
 
 // TestBrowserMessageDuringTurn: a message sent while a turn runs stays
 // below that turn's reply, live and after a reload (the order the model
-// sees), each message with its own Copy, Edit and Delete; a draft typed when the session is completed elsewhere
+// sees), each message with its own Copy, Edit and Delete; a
+// second tab, left on the list, shows no new messages in a session the
+// first tab read; a draft typed when the session is completed elsewhere
 // is kept.
 func TestBrowserMessageDuringTurn(t *testing.T) {
 	t.Parallel()
@@ -263,6 +265,10 @@ func TestBrowserMessageDuringTurn(t *testing.T) {
 	tb.waitUntil("the run's live stream", `document.querySelector(`+js(liveConnection)+`)`)
 	tb.send("second question, sent meanwhile")
 	tb.waitUntil("the second message", `document.querySelectorAll("article.msg-user").length === 2`)
+	// A second tab, on the list, while the first reads the answers.
+	other := tb.newTab("tab 2")
+	other.do(chromedp.Navigate(s.url + "/apps"))
+	other.waitUntil("the session in the list", `document.querySelector(`+js(`.session-list a[href="/runs/`+runID+`"]`)+`)`)
 	release()
 	tb.waitUntil("both answers", `document.querySelectorAll("article.msg-assistant").length === 2`)
 	tb.waitBadge("Active")
@@ -281,6 +287,9 @@ func TestBrowserMessageDuringTurn(t *testing.T) {
 	if got, want := evaluate[string](tb, copies), "Copy your message | Copy the reply | Copy your message | Copy the reply"; got != want {
 		t.Errorf("after a reload, the messages' Copy buttons are %q, want %q", got, want)
 	}
+	// The other tab took in what this one read.
+	other.waitUntil("no new messages in the session read", `document.querySelector(`+js(`.session-list a[href="/runs/`+runID+`"]`)+`) && !document.querySelector(`+js(`.session-list a[href="/runs/`+runID+`"] .unread-dot`)+`)`)
+	other.checkClean()
 
 	// A draft, and the session completed elsewhere: the draft stays.
 	tb.waitUntil("the run's live stream", `document.querySelector(`+js(liveConnection)+`)`)

@@ -67,6 +67,7 @@ async function boot() {
   await settingsLoaded;
   rememberApprovalsOf(app.me && app.me.id);
   app.seen = loadSeen();
+  followSeen();
   layout();
   showOperatorLink();
   window.addEventListener('popstate', () => route());
@@ -280,12 +281,43 @@ function loadSeen() {
   }
 }
 
+// mergeSeen takes in what another tab saw (a map like app.seen): per
+// session, the most messages either saw. It reports whether app.seen grew.
+function mergeSeen(other) {
+  let grew = false;
+  for (const [runId, n] of Object.entries(other || {})) {
+    if (typeof n === 'number' && !(app.seen[runId] >= n)) {
+      app.seen[runId] = n;
+      grew = true;
+    }
+  }
+  return grew;
+}
+
+// saveSeen stores what this tab saw, merged with what the others stored
+// meanwhile: a tab never takes back what another marked as read.
 function saveSeen() {
   try {
+    mergeSeen(loadSeen());
     localStorage.setItem(seenKey(), JSON.stringify(app.seen));
   } catch {
     // Storage may be full or off: unread markers then last for the page.
   }
+}
+
+// followSeen takes in, as they happen, the sessions the person reads in
+// the other tabs of this browser.
+function followSeen() {
+  window.addEventListener('storage', (e) => {
+    if (e.key !== seenKey() || !e.newValue) return;
+    let other;
+    try {
+      other = JSON.parse(e.newValue);
+    } catch {
+      return;
+    }
+    if (mergeSeen(other)) renderSidebar();
+  });
 }
 
 // markSeen records that the person saw run's messages (it is open).
