@@ -95,7 +95,7 @@ func (tb *tab) press(key string) {
 // by keyboard — a menu button with aria-expanded, arrow keys, Escape and
 // an outside click that close it — renames, pins (pinned sessions first,
 // under Pinned, and kept by the server), and deletes after a
-// confirmation; the conversation's More menu closes on an outside click;
+// confirmation, the focus then on the session beside; the conversation's More menu closes on an outside click;
 // Sign out everywhere asks first.
 func TestBrowserSidebarMenus(t *testing.T) {
 	t.Parallel()
@@ -185,6 +185,8 @@ func TestBrowserSidebarMenus(t *testing.T) {
 	}
 	tb.click(`dialog.dialog[open] button[value=ok]`)
 	tb.waitUntil("the session gone from the list", `!document.querySelector(".session-list a[href='/runs/`+newer+`']")`)
+	// The focus, whose menu left with the row, is on the session beside it.
+	tb.waitUntil("the focus on the session left", `document.activeElement === document.querySelector(`+js(olderLink)+`)`)
 	if code, _ := apitest.Call(t, "GET", s.url+"/api/assistant/runs/"+newer, frank, ""); code != 404 {
 		t.Errorf("GET the deleted run = %d, want 404", code)
 	}

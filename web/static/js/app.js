@@ -494,11 +494,26 @@ function sessionMenu(run) {
         body: `“${title}” and its messages leave your list for good. ${afterDeletion()}`,
         confirm: 'Delete',
         onConfirm: async () => {
+          // Where the focus goes once the row is gone: the next session
+          // in the list (the one before, for the last), or New session.
+          const rows = [...document.querySelectorAll('.session-list a.session-item')];
+          const at = rows.findIndex((a) => a.getAttribute('href') === `/runs/${encodeURIComponent(run.runId)}`);
+          const near = at < 0 ? null : rows[at + 1] || rows[at - 1];
+          const nearHref = near ? near.getAttribute('href') : null;
           await request(path.run(run.runId), { method: 'DELETE' });
           const open = isOpen(run.runId);
           runUpdated({ runId: run.runId, deleted: true });
           announce(`Deleted ${title}.`);
-          if (open) navigate('/');
+          if (open) {
+            navigate('/');
+            return;
+          }
+          // After the dialog closed (it gives the focus back to its
+          // opener, which left with the row).
+          setTimeout(() => {
+            const next = nearHref && document.querySelector(`.session-list a.session-item[href="${CSS.escape(nearHref)}"]`);
+            (next || document.querySelector('.sidebar .new-session')).focus();
+          });
         },
       }) },
     ],
