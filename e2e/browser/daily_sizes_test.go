@@ -21,7 +21,8 @@ import (
 // moderate finding at 1280×800 and 390×844, light and dark. At 390 px the
 // limit's buttons stay inside the screen with a long title, and a
 // conversation's header is compact: the title on one line, cut, and its
-// buttons on one row.
+// buttons on one row. In a short window the sessions list scrolls and the
+// sidebar's foot stays in view.
 func TestBrowserDailyAtEverySize(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil)
@@ -49,6 +50,17 @@ func TestBrowserDailyAtEverySize(t *testing.T) {
 	}
 	if w := evaluate[int](tb, `document.documentElement.scrollWidth`); w > phone.width {
 		t.Errorf("at 390 px the page is %d px wide", w)
+	}
+	// A short window: the list scrolls, the sidebar's foot stays at its
+	// foot, in view.
+	tb.setVariant(axeVariant{"1280×560, light", 1280, 560, false, "light"})
+	foot := `(() => {
+		const side = document.querySelector(".sidebar"), nav = side.querySelector("nav"), out = document.querySelector(".sidebar .sign-out-all");
+		return { listScrolls: nav.scrollHeight > nav.clientHeight + 1 ? 1 : 0, sidebarScrolls: side.scrollHeight > side.clientHeight + 1 ? 1 : 0,
+			signOutBottom: out.getBoundingClientRect().bottom, sidebarBottom: side.getBoundingClientRect().bottom };
+	})()`
+	if got := evaluate[map[string]float64](tb, foot); got["listScrolls"] != 1 || got["sidebarScrolls"] != 0 || got["signOutBottom"] > got["sidebarBottom"] || got["sidebarBottom"]-got["signOutBottom"] > 24 {
+		t.Errorf("in a 560 px high window the sidebar = %v, want the list scrolling and Sign out everywhere at the sidebar's foot", got)
 	}
 	tb.setVariant(axeVariants[0])
 
