@@ -13,7 +13,8 @@ import (
 // TestBrowserApprovalHistory: the inbox's Recent decisions come from the
 // server. (With one model offered, the home shows no model picker.) A decision made through the API, never shown in this browser,
 // is there; one made in another tab appears live, and both stay after a
-// reload, newest first, with who decided, the outcome and the reason.
+// reload, newest first, with who decided, the outcome and the reason, and
+// the session, its title the link.
 func TestBrowserApprovalHistory(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, nil)
@@ -36,6 +37,11 @@ func TestBrowserApprovalHistory(t *testing.T) {
 	tb.waitUntil("the inbox with one request waiting", `document.querySelector(`+js(`.inbox .approval-card.is-pending[data-approval="`+approved+`"] button[value=approve]`)+`)`)
 	tb.waitUntil("the decision made through the API", `document.querySelector(`+js(`.approval-history .approval-card[data-approval="`+denied+`"] .decision-note`)+`)`)
 	checkAxe(t, tb, "the approvals inbox with its history")
+	// Its session: the title alone is the link, when it began set apart.
+	brief := `document.querySelector(` + js(`.approval-history .approval-card[data-approval="`+denied+`"] .approval-brief`) + `)`
+	if got := evaluate[[]string](tb, `[`+brief+`.querySelector("a")?.textContent, `+brief+`.querySelector(".run-started")?.textContent.replace(/\d+:\d+.*M|\d+:\d+/, "TIME")]`); got[0] != "Note groceries" || got[1] != " (started TIME)" {
+		t.Errorf("the denial's session reads %q, want its title as the link and when it started apart", got)
+	}
 
 	// Decided in another tab: this one shows it live.
 	other := tb.newTab("tab 2")

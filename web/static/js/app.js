@@ -800,7 +800,9 @@ function runLink(runId) {
   if (!runId) return null;
   const run = app.runs.get(runId);
   if (!run) return h('code', null, runId);
-  return h('a', { href: `/runs/${encodeURIComponent(runId)}` }, runTitle(run), ' ', timeElement(run.createdAt));
+  // The title alone is the link; when the session began is set apart.
+  return h('span', { class: 'run-ref' }, h('a', { href: `/runs/${encodeURIComponent(runId)}` }, runTitle(run)),
+    h('span', { class: 'run-started' }, ' (started ', timeElement(run.createdAt), ')'));
 }
 
 boot();
