@@ -240,7 +240,7 @@ func TestBrowserActiveLimit(t *testing.T) {
 
 // TestBrowserMessageDuringTurn: a message sent while a turn runs stays
 // below that turn's reply, live and after a reload (the order the model
-// sees), each message with its own Copy, Edit and Delete; a
+// sees), each message with its own Copy, Edit and Delete, named for it; a
 // second tab, left on the list, shows no new messages in a session the
 // first tab read; a draft typed when the session is completed elsewhere
 // is kept.
@@ -286,6 +286,15 @@ func TestBrowserMessageDuringTurn(t *testing.T) {
 	copies := `[...document.querySelectorAll(".message-list > article")].map((e) => [...e.querySelectorAll(".msg-copy")].map((b) => b.getAttribute("aria-label").split(":")[0]).join(" + ")).join(" | ")`
 	if got, want := evaluate[string](tb, copies), "Copy your message | Copy the reply | Copy your message | Copy the reply"; got != want {
 		t.Errorf("after a reload, the messages' Copy buttons are %q, want %q", got, want)
+	}
+	// Each message's buttons are named for it.
+	buttons := `[...document.querySelectorAll(".message-list > article")].map((e) => [...e.querySelectorAll(".msg-meta button")].map((b) => b.getAttribute("aria-label") || b.textContent).join(" / ")).join(" | ")`
+	wantButtons := "Copy your message: first question / Edit your message: first question / Delete your message: first question" +
+		" | Copy the reply: The answer to the first. / Delete the reply: The answer to the first." +
+		" | Copy your message: second question, sent meanwhile / Edit your message: second question, sent meanwhile / Delete your message: second question, sent meanwhile" +
+		" | Copy the reply: The answer to the second. / Delete the reply: The answer to the second. / Regenerate the last reply"
+	if got := evaluate[string](tb, buttons); got != wantButtons {
+		t.Errorf("after a reload, the messages' buttons are\n%s\nwant\n%s", got, wantButtons)
 	}
 	// The other tab took in what this one read.
 	other.waitUntil("no new messages in the session read", `document.querySelector(`+js(`.session-list a[href="/runs/`+runID+`"]`)+`) && !document.querySelector(`+js(`.session-list a[href="/runs/`+runID+`"] .unread-dot`)+`)`)

@@ -538,8 +538,11 @@ export class Conversation {
       parent.append(summaryCard(ev));
     } else if (ev.type === 'message.user') {
       const article = h('article', { class: 'msg msg-user', 'aria-label': 'You', 'data-seq': ev.seq });
-      const edit = h('button', { type: 'button', class: 'link-button msg-edit', onclick: () => this.startEdit(article, ev) }, 'Edit');
-      const del = h('button', { type: 'button', class: 'link-button msg-delete', onclick: () => this.confirmDeleteMessage(ev) }, 'Delete');
+      // Named for their message: a screen reader's list of buttons
+      // tells one message's Edit from another's.
+      const about = summarize(d.content || (d.attachments || []).map((a) => a.name).join(', '), 40);
+      const edit = h('button', { type: 'button', class: 'link-button msg-edit', 'aria-label': `Edit your message${about ? `: ${about}` : ''}`, onclick: () => this.startEdit(article, ev) }, 'Edit');
+      const del = h('button', { type: 'button', class: 'link-button msg-delete', 'aria-label': `Delete your message${about ? `: ${about}` : ''}`, onclick: () => this.confirmDeleteMessage(ev) }, 'Delete');
       // The versions of a regenerated reply show on the reply, once it
       // is on the page; those of an edited message on the message.
       const sw = this.switcher(ev);
@@ -562,7 +565,7 @@ export class Conversation {
           // The partial reply of a turn you stopped.
           d.stopped ? [h('span', { class: 'badge status-muted stopped-mark' }, 'Stopped'), ' '] : null,
           timeElement(ev.createdAt),
-          body ? [' ', h('button', { type: 'button', class: 'link-button msg-delete', onclick: () => this.confirmDeleteMessage(ev) }, 'Delete')] : null));
+          body ? [' ', h('button', { type: 'button', class: 'link-button msg-delete', 'aria-label': `Delete the reply: ${summarize(d.content, 40)}`, onclick: () => this.confirmDeleteMessage(ev) }, 'Delete')] : null));
       inTurnOrder(parent, d.messageSeq, reply);
       if (body) messageCopy(reply, d.content);
     } else if (ev.type === 'message.tool') {
@@ -813,7 +816,7 @@ export class Conversation {
     if (!last || !last.classList.contains('msg-assistant') || last.classList.contains('tools-only')) return;
     const meta = last.querySelector('.msg-meta');
     if (!meta) return;
-    meta.append(' ', h('button', { type: 'button', class: 'link-button msg-regenerate', onclick: (e) => this.regenerate(e.currentTarget) }, 'Regenerate'));
+    meta.append(' ', h('button', { type: 'button', class: 'link-button msg-regenerate', 'aria-label': 'Regenerate the last reply', onclick: (e) => this.regenerate(e.currentTarget) }, 'Regenerate'));
   }
 
   // branchChange runs a change of the active branch, then shows the run

@@ -32,10 +32,13 @@ export function copyButton({ label, text, className = 'link-button copy', visibl
 }
 
 // messageCopy puts a Copy button in a message's footer: it copies text
-// (the message as written: Markdown for a reply).
+// (the message as written: Markdown for a reply). Its accessible name
+// says which message, by its first words.
 export function messageCopy(article, text) {
   const meta = article && article.querySelector('.msg-meta');
   if (!meta || !text) return;
-  const label = article.classList.contains('msg-user') ? 'Copy your message' : 'Copy the reply';
+  const words = text.replace(/\s+/g, ' ').trim();
+  const about = words.length > 40 ? `${words.slice(0, 39)}…` : words;
+  const label = `${article.classList.contains('msg-user') ? 'Copy your message' : 'Copy the reply'}: ${about}`;
   meta.prepend(copyButton({ label, text: () => text, className: 'link-button msg-copy' }), ' ');
 }
