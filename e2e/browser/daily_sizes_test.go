@@ -21,7 +21,8 @@ import (
 // moderate finding at 1280×800 and 390×844, light and dark. At 390 px the
 // limit's buttons stay inside the screen with a long title, and a
 // conversation's header is compact: the title on one line, cut, and its
-// buttons on one row. In a short window the sessions list scrolls and the
+// buttons on one row. At 1280 px the header is one line too, Stop
+// appearing or not; in a short window the sessions list scrolls and the
 // sidebar's foot stays in view.
 func TestBrowserDailyAtEverySize(t *testing.T) {
 	t.Parallel()
@@ -77,6 +78,21 @@ func TestBrowserDailyAtEverySize(t *testing.T) {
 	// A conversation's header at a phone's width.
 	tb.click(`.session-list a[href="/runs/` + last + `"]`)
 	tb.waitUntil("the conversation", `document.querySelector(".conversation-head h2")?.textContent.startsWith("A rather long")`)
+	// At 1280 px: one line, the title cut (whole in its title attribute),
+	// and no jump when Stop shows (as while a turn runs).
+	desk := `(() => {
+		const head = document.querySelector(".conversation-head"), title = head.querySelector("h2");
+		return { height: Math.round(head.getBoundingClientRect().height), titleHeight: title.getBoundingClientRect().height,
+			cut: title.scrollWidth > title.clientWidth ? 1 : 0, whole: title.title === title.textContent ? 1 : 0,
+			list: Math.round(document.querySelector(".messages").getBoundingClientRect().top) };
+	})()`
+	idle := evaluate[map[string]float64](tb, desk)
+	evaluate[bool](tb, `(document.querySelector(".conversation-actions .stop-turn").hidden = false, true)`)
+	working := evaluate[map[string]float64](tb, desk)
+	evaluate[bool](tb, `(document.querySelector(".conversation-actions .stop-turn").hidden = true, true)`)
+	if idle["titleHeight"] > 32 || idle["cut"] != 1 || idle["whole"] != 1 || working["height"] != idle["height"] || working["list"] != idle["list"] {
+		t.Errorf("the conversation's header at 1280 px = %v, with Stop %v: want the title on one line, cut, whole in its title attribute, and Stop moving nothing", idle, working)
+	}
 	tb.setVariant(phone)
 	head := evaluate[map[string]float64](tb, `(() => {
 		const head = document.querySelector(".conversation-head"), title = head.querySelector("h2");

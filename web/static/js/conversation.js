@@ -318,6 +318,7 @@ export class Conversation {
     const r = this.run;
     const [label, cls] = runStatus(r);
     this.title.textContent = runTitle(r);
+    this.title.title = runTitle(r); // whole, where the header cuts it
     document.title = `${runTitle(r)} · Usher`;
     this.badge.textContent = label;
     this.badge.className = `badge ${cls}`;
