@@ -242,7 +242,8 @@ func TestBrowserActiveLimit(t *testing.T) {
 // below that turn's reply, live and after a reload (the order the model
 // sees), each message with its own Copy, Edit and Delete, named for it; a
 // second tab, left on the list, shows no new messages in a session the
-// first tab read; a draft typed when the session is completed elsewhere
+// first tab read; after a turn the page joined late and saw none of, the
+// next turn's draft is not marked as joined late; a draft typed when the session is completed elsewhere
 // is kept.
 func TestBrowserMessageDuringTurn(t *testing.T) {
 	t.Parallel()
@@ -299,6 +300,33 @@ func TestBrowserMessageDuringTurn(t *testing.T) {
 	// The other tab took in what this one read.
 	other.waitUntil("no new messages in the session read", `document.querySelector(`+js(`.session-list a[href="/runs/`+runID+`"]`)+`) && !document.querySelector(`+js(`.session-list a[href="/runs/`+runID+`"] .unread-dot`)+`)`)
 	other.checkClean()
+
+	// A page loaded while a turn runs marks that turn's draft as joined
+	// late ("… "); a turn that ends before the page got any of its text
+	// (stopped while its model is held) leaves the next turn's draft as
+	// it is.
+	hold := ms.Hold()
+	defer hold()
+	tb.send("third question")
+	if err := ms.WaitHeld(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	tb.do(chromedp.Reload())
+	tb.waitUntil("the run's live stream, the turn running", `document.querySelector(`+js(liveConnection)+`) && document.querySelector(".conversation").classList.contains("busy")`)
+	if code, body := apitest.Call(t, "POST", s.url+"/api/assistant/runs/"+runID+"/stop", erin, ""); code != 200 {
+		t.Fatalf("stop = %d %v", code, body)
+	}
+	tb.waitUntil("the turn stopped", `document.querySelector(".turn-note.stopped") && !document.querySelector(".conversation").classList.contains("busy")`)
+	hold()
+	ms.Reply("The answer to the fourth.")
+	tb.watchStreaming()
+	tb.send("fourth question")
+	tb.waitUntil("the fourth answer", `[...document.querySelectorAll("article.msg-assistant:not(.streaming) .msg-body")].some((e) => e.textContent.includes("The answer to the fourth."))`)
+	for _, d := range evaluate[[]string](tb, `(window.__drafts || []).map((n) => n.querySelector(".msg-body").textContent)`) {
+		if strings.HasPrefix(d, "…") {
+			t.Errorf("the next turn's draft is marked as joined late: %q", d)
+		}
+	}
 
 	// A draft, and the session completed elsewhere: the draft stays.
 	tb.waitUntil("the run's live stream", `document.querySelector(`+js(liveConnection)+`)`)

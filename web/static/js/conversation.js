@@ -467,6 +467,9 @@ export class Conversation {
         this.settled.add(d.messageSeq);
         refreshUsage();
         this.dropDraft(false);
+        // Whatever of this turn the page missed, the next one it sees
+        // from its start: its draft begins without "…".
+        this.resumed = false;
         this.applyRun({ working: false, status: this.run.status === 'AwaitingApproval' ? 'InProgress' : this.run.status });
         if (this.onActiveLine(ev) && !this.list.querySelector(`.turn-note[data-turn="${d.messageSeq}"]`)) {
           const note = this.turnNote(d);
