@@ -749,6 +749,9 @@ func checkShownMatchesAPI(t *testing.T, tb *tab, s *server, token, runID string)
 		if strings.Contains(m.Class, "deleted-note") {
 			continue // the mark where a deleted message was: no message
 		}
+		if strings.Contains(m.Class, "turn-note") {
+			continue // how a turn ended (failed, stopped): no message
+		}
 		if !strings.Contains(m.Class, "msg") {
 			t.Errorf("%s: unexpected item in the conversation: %+v", tb.name, m)
 			continue
