@@ -1,6 +1,8 @@
 package web
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -54,6 +56,36 @@ func TestTenantRefused(t *testing.T) {
 	noSession(t, r)
 	if r.status != http.StatusSeeOther || r.location() != pendingRefused {
 		t.Errorf("OAuth sign-in refused: %d to %q, want 303 to %q", r.status, r.location(), pendingRefused)
+	}
+}
+
+// TestTooManyGroupsRefused: an account whose token leaves its groups out
+// (identity.ErrTooManyGroups, Entra's groups overage) is told that its
+// groups cannot be checked and that it is the administrator's to fix,
+// without a Try again; an OAuth client's sign-in is refused to the client.
+func TestTooManyGroupsRefused(t *testing.T) {
+	e := newEnvWith(t, storetest.NewSQLite(t), func(o *Options) {
+		verify := o.VerifyAccessToken
+		o.VerifyAccessToken = func(ctx context.Context, raw string) (identity.Principal, error) {
+			p, err := verify(ctx, raw)
+			if err == nil && p.Name == "carol" {
+				return identity.Principal{}, fmt.Errorf("%w: %s", identity.ErrTooManyGroups, identity.GroupOverageRemedy)
+			}
+			return p, err
+		}
+	})
+	b := e.browser(t)
+	login := b.get(e.url + "/auth/login?" + url.Values{"return": {"/sessions"}}.Encode())
+	r := b.get(b.authorize(login.location(), "carol"))
+	noSession(t, r)
+	if r.status != http.StatusForbidden || !strings.Contains(r.body, "cannot check this account") || strings.Contains(r.body, "Try again") {
+		t.Errorf("web sign-in with too many groups: %d %s", r.status, r.body)
+	}
+	b = e.browser(t)
+	login = b.get(e.sessions.LoginURL(pendingReturn, pendingRefused))
+	r = b.get(b.authorize(login.location(), "carol"))
+	if r.status != http.StatusSeeOther || r.location() != pendingRefused {
+		t.Errorf("OAuth sign-in with too many groups: %d to %q, want 303 to %q", r.status, r.location(), pendingRefused)
 	}
 }
 

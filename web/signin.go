@@ -149,6 +149,10 @@ func (s *Sessions) handleCallback(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.refuse(r, err.Error())
 		switch {
+		case errors.Is(err, identity.ErrTooManyGroups):
+			if !s.toRefused(w, r, st) {
+				renderProblem(w, http.StatusForbidden, problemTooManyGroups)
+			}
 		case errors.Is(err, identity.ErrForbidden):
 			if !s.toRefused(w, r, st) {
 				renderProblem(w, http.StatusForbidden, problemForbidden)
@@ -506,6 +510,9 @@ var (
 		Message: "This is usually a setting of Usher's app registration with it, which trying again does not change: tell your administrator."}
 	problemForbidden = problem{Title: "This account may not use Usher",
 		Message: "You are signed in with the identity provider, but this account or its organisation is not allowed here."}
+	problemTooManyGroups = problem{Title: "Usher cannot check this account's groups",
+		Message: "You are in more groups than the identity provider lists in a sign-in, so Usher cannot tell which of its rules apply to you. " +
+			"This is a setting of Usher's app registration, which trying again does not change: tell your administrator."}
 	problemInternal = problem{Title: "Sign-in did not complete",
 		Message: "Something went wrong on our side. It has been logged.", Retry: "/auth/login"}
 )
