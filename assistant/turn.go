@@ -436,7 +436,7 @@ func (t *turn) slice(ctx context.Context) (ending, error) {
 		if err != nil {
 			var me *model.Error
 			if errors.As(err, &me) && ctx.Err() == nil {
-				return ending{}, &turnFailure{message: "The model failed: " + me.Message}
+				return ending{}, &turnFailure{message: modelFailure(me)}
 			}
 			return ending{}, err
 		}
@@ -739,6 +739,25 @@ func (t *turn) request(ctx context.Context) (model.Request, error) {
 	return model.Request{Messages: msgs, Tools: t.sess.tools, Model: t.rt.requestModel(t.run)}, nil
 }
 
+// modelFailure is what a turn whose model step failed with me says: the
+// failure, as a sentence, and, when it was worth retrying, that complete
+// tried it three times ("The model did not finish within 2m0s. Tried 3
+// times.").
+func modelFailure(me *model.Error) string {
+	text := "The model failed."
+	if me.Message != "" {
+		text = strings.ToUpper(me.Message[:1]) + me.Message[1:] + "."
+	}
+	if me.Retryable {
+		text += fmt.Sprintf(" Tried %d times.", modelAttempts)
+	}
+	return text
+}
+
+// modelAttempts is how many times complete tries a model step whose
+// failure is worth retrying.
+const modelAttempts = 3
+
 // complete runs one model step, retrying a retryable failure twice.
 func (t *turn) complete(ctx context.Context, req model.Request) (model.Response, error) {
 	var resp model.Response
@@ -751,7 +770,7 @@ func (t *turn) complete(ctx context.Context, req model.Request) (model.Response,
 		deltas.flush(ctx)
 		t.partial = deltas.all.String()
 		var me *model.Error
-		if err == nil || attempt == 2 || !errors.As(err, &me) || !me.Retryable || ctx.Err() != nil {
+		if err == nil || attempt == modelAttempts-1 || !errors.As(err, &me) || !me.Retryable || ctx.Err() != nil {
 			return resp, err
 		}
 		// What the failed attempt streamed is void: the retry streams

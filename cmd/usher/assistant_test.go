@@ -548,7 +548,7 @@ func TestAssistantModelFailures(t *testing.T) {
 
 	ms.ReplyError(401)
 	code, body := apitest.Call(t, "POST", base+"/messages?wait=30s", alice, `{"content":"hi"}`)
-	if code != 200 || body["status"] != "failed" || !strings.HasPrefix(fmt.Sprint(body["error"]), "The model failed: ") {
+	if code != 200 || body["status"] != "failed" || !strings.HasPrefix(fmt.Sprint(body["error"]), "HTTP 401: the model provider rejected the API key") || strings.Contains(fmt.Sprint(body["error"]), "Tried") {
 		t.Fatalf("turn with a refused model = %d %v", code, body)
 	}
 	if strings.Contains(fmt.Sprint(body), "test-key") {

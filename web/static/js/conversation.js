@@ -53,7 +53,7 @@ function inTurnOrder(parent, turnSeq, el) {
 
 // TURN_ENDS says how a turn that did not complete ended.
 const TURN_ENDS = {
-  failed: (d) => `The turn failed${d.error ? `: ${d.error}` : '.'}`,
+  failed: (d) => `The turn failed.${d.error ? ` ${d.error}` : ''}`,
   cancelled: () => 'The turn was cancelled.',
   stopped: () => 'You stopped this turn.',
 };
