@@ -20,6 +20,7 @@ import (
 
 	"github.com/usherhq/usher/broker/oauth"
 	"github.com/usherhq/usher/broker/oauth/oauthtest"
+	"github.com/usherhq/usher/internal/testenv"
 )
 
 // TestConfiguredClientsThroughServe checks that the clients of
@@ -54,7 +55,10 @@ func TestConfiguredClientsThroughServe(t *testing.T) {
 	}
 	env := map[string]string{"USHER_BROKER_KEY_ENCRYPTION_KEY": "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80="}
 	data := t.TempDir()
-	s := startServerIn(t, data, env, "--config", writeConfig(true))
+	// One address across the restart: the development issuer is the
+	// server's URL, and a grant of another issuer's person is refused.
+	addr := testenv.FreeAddr(t)
+	s := startServerIn(t, data, env, "--config", writeConfig(true), "--addr", addr)
 
 	out, err := s.cli(t, "clients", "list")
 	if err != nil {
@@ -114,7 +118,7 @@ func TestConfiguredClientsThroughServe(t *testing.T) {
 
 	// Without desk in the file, the restarted server refuses it, and keeps
 	// it in the database.
-	s = startServerIn(t, data, env, "--config", writeConfig(false))
+	s = startServerIn(t, data, env, "--config", writeConfig(false), "--addr", addr)
 	desk.Base = s.url
 	if p := desk.Refresh(t, deskTokens.RefreshToken); p.Status != http.StatusUnauthorized || p.Error != oauth.CodeInvalidClient {
 		t.Errorf("a client removed from the file: %+v, want 401 invalid_client", p)
