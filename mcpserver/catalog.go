@@ -173,9 +173,16 @@ type Catalog struct {
 	work   sync.WaitGroup
 
 	changeMu   sync.Mutex
-	refreshing bool                // a refresh for a change is running
-	again      bool                // another change came meanwhile
-	watchers   []func(listChanges) // told what a refresh changed
+	refreshing bool // a refresh for a change is running
+	again      bool // another change came meanwhile
+	// announced counts the upstreams' announcements of changed lists;
+	// covered is how many of them the latest listing installed had heard
+	// of when it began; covering is closed (and replaced) when covered
+	// grows. A call waits for the listing that covers what was announced
+	// before it (see settle).
+	announced, covered uint64
+	covering           chan struct{}
+	watchers           []func(listChanges) // told what a refresh changed
 	// subscribed names the resources (upstream and URI) the catalog's
 	// session to their upstream is subscribed to, with that session.
 	subscribed     map[string]*mcp.ClientSession
@@ -216,6 +223,7 @@ func (c *Catalog) watch(f func(listChanges)) {
 func (c *Catalog) changed() {
 	c.changeMu.Lock()
 	defer c.changeMu.Unlock()
+	c.announced++
 	if c.refreshing {
 		c.again = true
 		return
@@ -234,15 +242,10 @@ func (c *Catalog) changed() {
 			}
 			c.refreshMu.Unlock()
 			c.changeMu.Lock()
-			watchers := slices.Clone(c.watchers)
 			again := c.again && c.stop.Err() == nil
 			c.refreshing, c.again = again, false
 			c.changeMu.Unlock()
-			if ch := diff(prev, next); next != nil && ch.any() {
-				for _, w := range watchers {
-					w(ch)
-				}
-			}
+			c.tell(prev, next)
 			if !again {
 				return
 			}
@@ -254,6 +257,47 @@ func (c *Catalog) changed() {
 			t.Stop()
 		}
 	})
+}
+
+// tell tells the watchers what changed from prev to next, when anything
+// did.
+func (c *Catalog) tell(prev, next *catalogSnapshot) {
+	if ch := diff(prev, next); next != nil && ch.any() {
+		c.changeMu.Lock()
+		watchers := slices.Clone(c.watchers)
+		c.changeMu.Unlock()
+		for _, w := range watchers {
+			w(ch)
+		}
+	}
+}
+
+// settle waits, for a call, until a listing that began after every
+// change the upstreams announced before it has been installed, so that
+// the call is decided on the definitions offered after the change, not
+// before: an announced change counts from its announcement, not from the
+// listing it causes. It waits at most for that listing (each upstream's
+// bounded by listTimeout), and not at all when ctx ends or the catalog
+// closes.
+func (c *Catalog) settle(ctx context.Context) {
+	c.changeMu.Lock()
+	target := c.announced
+	c.changeMu.Unlock()
+	for {
+		c.changeMu.Lock()
+		done, covering := c.covered >= target, c.covering
+		c.changeMu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-covering:
+		case <-ctx.Done():
+			return
+		case <-c.stop.Done():
+			return
+		}
+	}
 }
 
 // changeSpacing is the least time between two listings that changes
@@ -374,7 +418,7 @@ func NewCatalog(opts *CatalogOptions) (*Catalog, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	c := &Catalog{opts: o, log: o.Logger, sessionSealer: sessionSealer}
+	c := &Catalog{opts: o, log: o.Logger, sessionSealer: sessionSealer, covering: make(chan struct{})}
 	c.stop, c.cancel = context.WithCancel(context.Background())
 	builtins := builtinTools(o)
 	if o.DemoTools {
@@ -520,6 +564,11 @@ func (c *Catalog) Close() error {
 // lookup returns the tool of exactly this name. There is no folding of case
 // or of look-alike characters: any other spelling is an unknown tool.
 func (c *Catalog) lookup(ctx context.Context, name string) (*tool, bool) {
+	if t, ok := c.snapshot(ctx).byName[name]; !ok || t.server != "" {
+		// Not a built-in tool: an upstream may have announced a change
+		// of it.
+		c.settle(ctx)
+	}
 	t, ok := c.snapshot(ctx).byName[name]
 	return t, ok
 }
@@ -554,14 +603,36 @@ const listTimeout = 30 * time.Second
 // catalog. The listing runs for the catalog, not for whoever triggered it:
 // its context keeps no cancellation and no caller.
 func (c *Catalog) refreshLocked(ctx context.Context) *catalogSnapshot {
+	return c.listAll(withoutCaller(context.WithoutCancel(ctx)), listTimeout)
+}
+
+// recheck lists every upstream, each within timeout, installs the new
+// catalog and tells the watchers what changed: the health check's listing
+// (see Health), which so serves the calls too. It ends when ctx does.
+func (c *Catalog) recheck(ctx context.Context, timeout time.Duration) {
+	c.refreshMu.Lock()
 	prev := c.current.Load()
-	ctx = withoutCaller(context.WithoutCancel(ctx))
+	next := c.listAll(withoutCaller(ctx), timeout)
+	c.refreshMu.Unlock()
+	if prev != nil {
+		c.tell(prev, next)
+	}
+}
+
+// listAll lists every upstream (concurrently, each within timeout) and
+// installs the new catalog. It must be called with refreshMu held.
+func (c *Catalog) listAll(ctx context.Context, timeout time.Duration) *catalogSnapshot {
+	prev := c.current.Load()
+	c.changeMu.Lock()
+	covers := c.announced
+	unheard := c.covered < covers // a change was announced since the last listing began
+	c.changeMu.Unlock()
 	listed := make([]*offering, len(c.upstreams))
 	failed := make([]error, len(c.upstreams))
 	var wg sync.WaitGroup
 	for i, u := range c.upstreams {
 		wg.Go(func() {
-			lctx, cancel := context.WithTimeout(ctx, listTimeout)
+			lctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			listed[i], failed[i] = u.list(lctx)
 		})
@@ -573,30 +644,40 @@ func (c *Catalog) refreshLocked(ctx context.Context) *catalogSnapshot {
 		snap.byName[t.def.Name] = t
 	}
 	var errs []error
+	refused := make([][]refusal, len(c.upstreams))
 	offered := map[string]int{} // how many upstream tools claim a name
 	for i, u := range c.upstreams {
 		o := listed[i]
 		if failed[i] != nil {
-			c.log.Error("mcpserver: listing an upstream failed; keeping its last list", "upstream", u.cfg.Name, "err", failed[i])
 			errs = append(errs, fmt.Errorf("upstream %s: %w", u.cfg.Name, failed[i]))
 			o = &offering{}
-			if prev != nil && prev.upstream[u.cfg.Name] != nil {
+			switch {
+			case unheard:
+				// What it listed last may be what it announced it changed:
+				// none of it is offered until it is listed again.
+				c.log.Warn("mcpserver: listing an upstream failed after a change was announced; none of its last list is offered until it is listed", "upstream", u.cfg.Name, "err", failed[i])
+			case prev != nil && prev.upstream[u.cfg.Name] != nil:
 				o = prev.upstream[u.cfg.Name]
+				fallthrough
+			default:
+				c.log.Debug("mcpserver: listing an upstream failed; keeping its last list", "upstream", u.cfg.Name, "err", failed[i])
 			}
+		} else {
+			refused[i] = o.refused
 		}
-		o = c.unshadowed(u, o)
+		o, refused[i] = c.unshadowed(u, o, refused[i])
 		snap.upstream[u.cfg.Name] = o
 		for _, t := range o.tools {
 			offered[t.def.Name]++
 		}
 	}
-	for _, u := range c.upstreams {
+	for i, u := range c.upstreams {
 		for _, t := range snap.upstream[u.cfg.Name].tools {
 			switch {
 			case snap.byName[t.def.Name] != nil && snap.byName[t.def.Name].server == "":
-				c.log.Error("mcpserver: an upstream tool has the name of a built-in tool; it is not offered", "upstream", u.cfg.Name, "tool", t.def.Name)
+				refused[i] = append(refused[i], refusal{kind: "tool", name: t.def.Name, why: "it has the name of a built-in tool"})
 			case offered[t.def.Name] > 1:
-				c.log.Error("mcpserver: several upstream tools have one name; none of them is offered", "tool", t.def.Name)
+				refused[i] = append(refused[i], refusal{kind: "tool", name: t.def.Name, why: "another upstream offers a tool of the same name; neither is offered"})
 			default:
 				snap.byName[t.def.Name] = t
 			}
@@ -608,47 +689,82 @@ func (c *Catalog) refreshLocked(ctx context.Context) *catalogSnapshot {
 	}
 	slices.SortFunc(snap.tools, func(a, b *tool) int { return strings.Compare(a.def.Name, b.def.Name) })
 	snap.listErrors = errors.Join(errs...)
+	for i, u := range c.upstreams {
+		if failed[i] == nil {
+			c.offered(u, snap, refused[i])
+		}
+	}
 	c.current.Store(snap)
+	c.changeMu.Lock()
+	if covers > c.covered {
+		c.covered = covers
+		close(c.covering)
+		c.covering = make(chan struct{})
+	}
+	c.changeMu.Unlock()
 	return snap
+}
+
+// refusal is a tool, resource or prompt an upstream listed that the
+// catalog does not offer, and why.
+type refusal struct {
+	kind string // "tool", "resource" or "prompt"
+	name string // as exposed; for a resource, its URI
+	why  string
+}
+
+// offered records what u offers in snap, for its health (the tools, by
+// definition hash, and what was refused), and logs each refusal once: when
+// it first appears, or its reason changes.
+func (c *Catalog) offered(u *upstream, snap *catalogSnapshot, refused []refusal) {
+	tools := map[string]string{}
+	for _, t := range snap.upstream[u.cfg.Name].tools {
+		if snap.byName[t.def.Name] == t {
+			tools[t.def.Name] = t.hash
+		}
+	}
+	for _, r := range u.stats.offered(tools, refused) {
+		c.log.Error("mcpserver: an upstream's "+r.kind+" is not offered", "upstream", u.cfg.Name, r.kind, truncate(fmt.Sprintf("%+q", r.name), 256), "why", r.why)
+	}
 }
 
 // unshadowed returns what u offers without the names and URIs that lie in
 // another upstream's namespace, which only an upstream without a prefix
-// can list: a name that begins with another's prefix would be routed
-// there.
-func (c *Catalog) unshadowed(u *upstream, o *offering) *offering {
+// can list (a name that begins with another's prefix would be routed
+// there), and refused with those added.
+func (c *Catalog) unshadowed(u *upstream, o *offering, refused []refusal) (*offering, []refusal) {
 	if u.cfg.prefix() != "" {
-		return o
+		return o, refused
 	}
-	other := func(name string) bool {
+	other := func(kind, name string) bool {
 		r, _, ok := c.route(name)
 		if ok && r != u {
-			c.log.Error("mcpserver: a name of the upstream without a prefix begins with another upstream's prefix; it is not offered", "upstream", u.cfg.Name, "name", truncate(name, 256), "other", r.cfg.Name)
+			refused = append(refused, refusal{kind: kind, name: name, why: "it begins with another upstream's prefix (upstream " + r.cfg.Name + ")"})
 		}
 		return ok && r != u
 	}
 	out := &offering{completions: o.completions}
 	for _, t := range o.tools {
-		if !other(t.def.Name) {
+		if !other("tool", t.def.Name) {
 			out.tools = append(out.tools, t)
 		}
 	}
 	for _, r := range o.resources {
-		if !other(r.uri) {
+		if !other("resource", r.uri) {
 			out.resources = append(out.resources, r)
 		}
 	}
 	for _, r := range o.templates {
-		if !other(r.uri) {
+		if !other("resource", r.uri) {
 			out.templates = append(out.templates, r)
 		}
 	}
 	for _, p := range o.prompts {
-		if !other(p.name) {
+		if !other("prompt", p.name) {
 			out.prompts = append(out.prompts, p)
 		}
 	}
-	return out
+	return out, refused
 }
 
 type noCallerKey struct{}

@@ -31,6 +31,9 @@ type offering struct {
 	templates   []*resource
 	prompts     []*prompt
 	completions bool // the upstream declared the completions capability
+	// refused are the tools listed that cannot be offered as they are
+	// (a name that does not fit, a definition that cannot be hashed).
+	refused []refusal
 }
 
 // resource is an upstream resource, or resource template, under its

@@ -87,7 +87,8 @@ type upstreamStats struct {
 	listed  time.Time // the latest successful listing's end
 	up      bool
 	lastErr string
-	tools   map[string]string // exposed name → definition hash, as last listed
+	tools   map[string]string // exposed name → definition hash, as offered at the latest successful listing
+	refused map[refusal]bool  // what that listing listed and the catalog does not offer
 }
 
 func newUpstreamStats(m *callMetrics, name string) *upstreamStats {
@@ -98,8 +99,8 @@ func newUpstreamStats(m *callMetrics, name string) *upstreamStats {
 	return s
 }
 
-// record records the end of a listing: o when it succeeded, else err.
-func (s *upstreamStats) record(now time.Time, o *offering, err error) {
+// record records the end of a listing: whether it succeeded, else err.
+func (s *upstreamStats) record(now time.Time, _ *offering, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.checked = now
@@ -108,10 +109,24 @@ func (s *upstreamStats) record(now time.Time, o *offering, err error) {
 		return
 	}
 	s.up, s.lastErr, s.listed = true, "", now
-	s.tools = make(map[string]string, len(o.tools))
-	for _, t := range o.tools {
-		s.tools[t.def.Name] = t.hash
+}
+
+// offered records what the catalog offers of the upstream after a
+// successful listing: its tools, by definition hash, and what it refused.
+// It returns the refusals the previous listing did not have.
+func (s *upstreamStats) offered(tools map[string]string, refused []refusal) []refusal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var fresh []refusal
+	now := make(map[refusal]bool, len(refused))
+	for _, r := range refused {
+		if !s.refused[r] && !now[r] {
+			fresh = append(fresh, r)
+		}
+		now[r] = true
 	}
+	s.tools, s.refused = tools, now
+	return fresh
 }
 
 // failed counts a failed call of kind.
@@ -151,9 +166,15 @@ type UpstreamState struct {
 	// Error is why the latest listing failed; empty when it succeeded.
 	// It may name the upstream's address, never a credential.
 	Error string
-	// Tools is how many tools it offered at its latest successful
-	// listing.
+	// Tools is how many of its tools the catalog offered after its
+	// latest successful listing.
 	Tools int
+	// Refused is how many tools that listing listed that the catalog
+	// does not offer: a name that does not fit MCP's grammar (a
+	// look-alike), a built-in tool's name, a name another upstream's
+	// tool has too, a name in another upstream's prefix, a definition
+	// that cannot be hashed. Each is logged once, when it first appears.
+	Refused int
 	// Added, Changed and Removed count its tools that differ from the
 	// tool lock (as `usher tools diff` shows them): offered and not in the
 	// lock, offered with another definition hash, in the lock and no
@@ -170,8 +191,8 @@ type HealthOptions struct {
 	// no tool is reviewed.
 	Lock *policy.Lock
 	// Registerer receives the upstreams' health metrics when not nil:
-	// usher_upstream_up, usher_upstream_last_list_timestamp_seconds and
-	// usher_upstream_tools_changed.
+	// usher_upstream_up, usher_upstream_last_list_timestamp_seconds,
+	// usher_upstream_tools_changed and usher_upstream_tools_refused.
 	Registerer prometheus.Registerer
 	// Logger receives the upstreams that go down or come up. Default
 	// slog.Default().
@@ -183,7 +204,10 @@ const DefaultCheckInterval = 30 * time.Second
 
 // Health lists a catalog's upstreams every interval and keeps what each
 // listing found, for the metrics and for whoever shows the upstreams'
-// state (States). Listings that serve callers count as checks too.
+// state (States). Each check is the catalog's listing too: what it finds
+// is what the next call is decided on, so that a change an upstream does
+// not announce is seen within the interval. Listings that serve callers
+// count as checks too.
 type Health struct {
 	cat  *Catalog
 	opts HealthOptions
@@ -248,29 +272,34 @@ func (h *Health) Start(ctx context.Context) error { return h.loop.Start(ctx) }
 func (h *Health) Stop() { h.loop.Stop() }
 
 // check lists every upstream, concurrently, each within the interval (and
-// at most listTimeout).
+// at most listTimeout), as the catalog's listing (Catalog.recheck).
 func (h *Health) check(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, u := range h.cat.upstreams {
-		wg.Go(func() {
-			before := u.stats.state()
-			lctx, cancel := context.WithTimeout(withoutCaller(ctx), min(h.opts.Interval, listTimeout))
-			defer cancel()
-			if _, err := u.list(lctx); err != nil && ctx.Err() == nil && before.Up {
-				h.opts.Logger.Warn("mcpserver: an upstream is down", "upstream", u.cfg.Name, "err", err)
-			} else if err == nil && !before.Up {
-				h.opts.Logger.Info("mcpserver: an upstream is up", "upstream", u.cfg.Name)
-			}
-		})
+	before := make([]UpstreamState, len(h.cat.upstreams))
+	for i, u := range h.cat.upstreams {
+		before[i] = u.stats.state()
 	}
-	wg.Wait()
+	h.cat.recheck(ctx, min(h.opts.Interval, listTimeout))
+	for i, u := range h.cat.upstreams {
+		switch after := u.stats.state(); {
+		case !after.Up && ctx.Err() == nil && before[i].Up:
+			h.opts.Logger.Warn("mcpserver: an upstream is down", "upstream", u.cfg.Name, "err", after.Error)
+		case after.Up && !before[i].Up:
+			h.opts.Logger.Info("mcpserver: an upstream is up", "upstream", u.cfg.Name)
+		}
+	}
 }
 
 // state copies what the latest listing found.
 func (s *upstreamStats) state() UpstreamState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return UpstreamState{Up: s.up, Checked: s.checked, Listed: s.listed, Error: s.lastErr, Tools: len(s.tools)}
+	refused := 0
+	for r := range s.refused {
+		if r.kind == "tool" {
+			refused++
+		}
+	}
+	return UpstreamState{Up: s.up, Checked: s.checked, Listed: s.listed, Error: s.lastErr, Tools: len(s.tools), Refused: refused}
 }
 
 // States returns every upstream's state, in the catalog's order, with its
@@ -308,7 +337,9 @@ var (
 	upstreamListedDesc = prometheus.NewDesc("usher_upstream_last_list_timestamp_seconds",
 		"When this process last listed the upstream successfully, in seconds since the Unix epoch; 0 before the first.", []string{"upstream"}, nil)
 	upstreamChangedDesc = prometheus.NewDesc("usher_upstream_tools_changed",
-		"The upstream's tools that differ from the tool lock at this process's latest successful listing, by change: added (not in the lock), changed (another definition hash), removed (in the lock, no longer offered).", []string{"upstream", "change"}, nil)
+		"The upstream's tools that differ from the tool lock at this process's latest successful listing, by change: added (not in the lock), changed (another definition hash), removed (in the lock, no longer offered). Only what is offered counts (see usher_upstream_tools_refused).", []string{"upstream", "change"}, nil)
+	upstreamRefusedDesc = prometheus.NewDesc("usher_upstream_tools_refused",
+		"The tools the upstream listed at this process's latest successful listing that are not offered: a name that does not fit MCP's grammar, a built-in tool's name, a name another upstream's tool has too, a name in another upstream's prefix, a definition that cannot be hashed. Each is logged once, when it first appears.", []string{"upstream"}, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -316,6 +347,7 @@ func (c healthCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- upstreamUpDesc
 	ch <- upstreamListedDesc
 	ch <- upstreamChangedDesc
+	ch <- upstreamRefusedDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -330,6 +362,7 @@ func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(upstreamUpDesc, prometheus.GaugeValue, up, s.Name)
 		ch <- prometheus.MustNewConstMetric(upstreamListedDesc, prometheus.GaugeValue, listed, s.Name)
+		ch <- prometheus.MustNewConstMetric(upstreamRefusedDesc, prometheus.GaugeValue, float64(s.Refused), s.Name)
 		for _, ch2 := range []struct {
 			change string
 			n      int

@@ -235,7 +235,7 @@ func (u *upstream) listTools(ctx context.Context, cs *mcp.ClientSession, o *offe
 		for _, t := range res.Tools {
 			exposed := u.cfg.prefix() + t.Name
 			if !toolName.MatchString(exposed) {
-				u.cat.log.Warn("mcpserver: an upstream tool's name does not fit; it is not offered", "upstream", u.cfg.Name, "tool", t.Name)
+				o.refused = append(o.refused, refusal{kind: "tool", name: exposed, why: "its name does not fit " + toolName.String()})
 				continue
 			}
 			def, err := definitionOf(exposed, t)
@@ -246,7 +246,7 @@ func (u *upstream) listTools(ctx context.Context, cs *mcp.ClientSession, o *offe
 					continue
 				}
 			}
-			u.cat.log.Warn("mcpserver: an upstream tool's definition is not usable; it is not offered", "upstream", u.cfg.Name, "tool", t.Name, "err", err)
+			o.refused = append(o.refused, refusal{kind: "tool", name: exposed, why: "its definition is not usable: " + truncate(err.Error(), 256)})
 		}
 		return res.NextCursor, nil
 	})
