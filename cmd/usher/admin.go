@@ -1,15 +1,21 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/usherhq/usher/internal/audit"
+	"github.com/usherhq/usher/internal/jcs"
 	"github.com/usherhq/usher/policy"
 	"github.com/usherhq/usher/store"
 )
@@ -51,13 +57,20 @@ func (e *environment) definitions(ctx context.Context, f *installFlags) (*policy
 // toolsCmd runs `usher tools lock|diff`.
 func (e *environment) toolsCmd(ctx context.Context, args []string) error {
 	if len(args) == 0 || (args[0] != "lock" && args[0] != "diff") {
-		fmt.Fprint(e.stderr, "usage: usher tools lock|diff [--lock FILE] [flags]\n")
+		fmt.Fprint(e.stderr, "usage: usher tools diff [--lock FILE] [-json] | usher tools lock [--lock FILE] [--expect DIGEST]\n")
 		return errUsage
 	}
 	var f installFlags
 	fs := e.flagSet("tools " + args[0])
 	f.register(fs)
 	lockFile := fs.String("lock", "", "tool lock `file` (default: policy.lock_file)")
+	var asJSON *bool
+	var expect *string
+	if args[0] == "diff" {
+		asJSON = fs.Bool("json", false, "print the review as JSON: the digest, and each change with its definitions")
+	} else {
+		expect = fs.String("expect", "", "the review `digest` `usher tools diff` printed: lock only if the tools offered now are the ones reviewed")
+	}
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
@@ -65,34 +78,66 @@ func (e *environment) toolsCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	path := cfg.Policy.LockFile
-	if *lockFile != "" {
-		path = *lockFile
-	}
+	path := cmp.Or(*lockFile, cfg.Policy.LockFile)
 	now, err := e.definitions(ctx, &f)
 	if err != nil {
 		return err
 	}
-	current := now.Tools
 	lock, err := policy.ReadLock(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	changes := policy.Diff(lock, current)
-	for _, c := range changes {
-		fmt.Fprintln(e.stdout, c)
+	rev, err := newReview(lock, now)
+	if err != nil {
+		return err
 	}
 	if args[0] == "diff" {
-		if len(changes) == 0 {
-			fmt.Fprintf(e.stdout, "%s matches all %d tools\n", path, len(current))
-			return nil
+		return e.toolsDiff(path, rev, *asJSON)
+	}
+	return e.toolsLock(path, rev, now, *expect)
+}
+
+// toolsDiff prints a review of the tools offered now against the lock at
+// path; it fails when they differ.
+func (e *environment) toolsDiff(path string, rev *toolReview, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rev); err != nil {
+			return err
 		}
+	} else {
+		rev.print(e.stdout, path)
+	}
+	if len(rev.Changes) > 0 {
 		return errFailed
+	}
+	return nil
+}
+
+// toolsLock writes now to path, after checking that it is what was
+// reviewed (expect, when given).
+func (e *environment) toolsLock(path string, rev *toolReview, now *policy.Lock, expect string) error {
+	if expect != "" && expect != rev.Digest {
+		fmt.Fprintf(e.stdout, "not locked: the tools offered now (review digest %s) are not the ones reviewed (%s).\n", rev.Digest, expect)
+		fmt.Fprintf(e.stdout, "An upstream changed since the review. What is offered now, against %s:\n", path)
+		for _, c := range rev.Changes {
+			fmt.Fprintln(e.stdout, c.Change)
+		}
+		fmt.Fprintln(e.stdout, "Review it again with `usher tools diff`, then lock with the digest it prints.")
+		return errFailed
+	}
+	for _, c := range rev.Changes {
+		fmt.Fprintln(e.stdout, c.Change)
 	}
 	if err := now.Write(path); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "wrote %s: %d tools, %d change(s)\n", path, len(current), len(changes))
+	fmt.Fprintf(e.stdout, "wrote %s: %d tools, %d change(s), review digest %s\n", path, len(now.Tools), len(rev.Changes), rev.Digest)
+	if expect == "" {
+		fmt.Fprintln(e.stdout, "locked without --expect: what the upstreams offered at this moment, reviewed or not; pass the digest `usher tools diff` printed to lock only what was reviewed")
+	}
+	fmt.Fprintln(e.stdout, "a running `usher serve` reads the lock at its start: restart it (each replica, a rolling restart) to apply this one")
 	return nil
 }
 
@@ -193,4 +238,75 @@ func (e *environment) auditRotateKey(ctx context.Context, in *installation) erro
 	}
 	fmt.Fprintf(e.stdout, "the audit key %s signs from now on; %d key(s) published\n", list[0], len(list))
 	return nil
+}
+
+// toolReview is what `usher tools diff` shows a reviewer: how the tools
+// offered now differ from the lock, with their definitions, and the
+// digest of every tool offered now, which `usher tools lock --expect`
+// compares so that it locks only what was reviewed.
+type toolReview struct {
+	// Digest is "sha256:" and the hex SHA-256 of the RFC 8785 canonical
+	// JSON of the tools a lock written now would hold (its "tools"
+	// member: each name and definition hash).
+	Digest  string         `json:"digest"`
+	Tools   int            `json:"tools"`
+	Changes []reviewChange `json:"changes"`
+}
+
+// reviewChange is one change with the definitions behind it.
+type reviewChange struct {
+	policy.Change `json:"-"`
+	Tool          string            `json:"tool"`
+	Kind          policy.ChangeKind `json:"kind"`
+	LockedHash    string            `json:"locked_hash,omitempty"`
+	Hash          string            `json:"hash,omitempty"`
+	// Definition is the one offered now; LockedDefinition the one the
+	// lock keeps, when it keeps it.
+	Definition       *policy.ToolDefinition `json:"definition,omitempty"`
+	LockedDefinition *policy.ToolDefinition `json:"locked_definition,omitempty"`
+}
+
+// newReview compares now, a lock of every tool offered now, with lock
+// (nil: none).
+func newReview(lock, now *policy.Lock) (*toolReview, error) {
+	canonical, err := jcs.Marshal(now.Tools)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(canonical)
+	rev := &toolReview{Digest: "sha256:" + hex.EncodeToString(sum[:]), Tools: len(now.Tools), Changes: []reviewChange{}}
+	for _, c := range policy.Diff(lock, now.Tools) {
+		rc := reviewChange{Change: c, Tool: c.Tool, Kind: c.Kind, LockedHash: c.Old, Hash: c.New}
+		if d, ok := now.Definitions[c.Tool]; ok && c.Kind != policy.Removed {
+			rc.Definition = &d
+		}
+		if lock != nil && c.Kind != policy.Added {
+			if d, ok := lock.Definitions[c.Tool]; ok {
+				rc.LockedDefinition = &d
+			}
+		}
+		rev.Changes = append(rev.Changes, rc)
+	}
+	return rev, nil
+}
+
+// print writes the review as text: each change, the definitions to read
+// before locking, and the digest to lock them with.
+func (r *toolReview) print(w io.Writer, path string) {
+	for _, c := range r.Changes {
+		fmt.Fprintln(w, c.Change)
+		for _, d := range []struct {
+			label string
+			def   *policy.ToolDefinition
+		}{{"locked: ", c.LockedDefinition}, {"offered:", c.Definition}} {
+			if d.def != nil {
+				b, _ := json.MarshalIndent(d.def, "      ", "  ")
+				fmt.Fprintf(w, "    %s %s\n", d.label, b)
+			}
+		}
+	}
+	if len(r.Changes) == 0 {
+		fmt.Fprintf(w, "%s matches all %d tools\n", path, r.Tools)
+	}
+	fmt.Fprintf(w, "review digest %s: `usher tools lock --expect %s` locks these %d tools only if they are still what is offered\n", r.Digest, r.Digest, r.Tools)
 }

@@ -31,7 +31,12 @@ Usage:
                                         explain the decision for one call
   usher policy test [--policy FILE] CASES.yaml
                                         check expected decisions; exit 1 on a mismatch
-  usher tools diff|lock [--lock FILE]   compare the tool catalog with the lock, or write the lock
+  usher tools diff [--lock FILE] [-json]
+                                        compare the tool catalog with the lock: each change with its
+                                        definitions, and the review digest; exit 1 on a change
+  usher tools lock [--lock FILE] [--expect DIGEST]
+                                        write the lock from the tools offered now; with --expect, only
+                                        if they are still those of the review digest
   usher audit verify [--keys FILE] [--anchor SEQ:HASH]
                                         check the audit log's hash chain and its signed checkpoints
   usher audit export [--after SEQ]      write the audit log as JSON lines
