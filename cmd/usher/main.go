@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/usherhq/usher/internal/buildinfo"
+	"github.com/usherhq/usher/internal/config"
 )
 
 const usage = `usher — an MCP-native assistant gateway with a token broker
@@ -84,6 +85,9 @@ func main() {
 	defer stopTerm()
 	ctx, stop := withDrain(interrupt, term)
 	defer stop()
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		defer ignoreHangups(os.Getenv, os.Stderr)()
+	}
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	switch {
 	case err == nil:
@@ -96,6 +100,30 @@ func main() {
 	default:
 		fmt.Fprintln(os.Stderr, "usher:", err)
 		os.Exit(1)
+	}
+}
+
+// ignoreHangups keeps SIGHUP from ending `usher serve` (by default it ends
+// a Go program at once, without a drain) and logs each one: the server
+// reloads nothing, since the policy file and the tool lock are read when
+// it starts. The log line is in the format of USHER_LOG_FORMAT (text by
+// default). It returns the function that stops ignoring.
+func ignoreHangups(getenv func(string) string, stderr io.Writer) func() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		log := newLogger(config.Log{Level: "info", Format: getenv("USHER_LOG_FORMAT")}, stderr)
+		for range hup {
+			log.Warn("SIGHUP ignored: the policy file and the tool lock are read when usher serve starts, and nothing is reloaded; " +
+				"restart the server (each replica: a rolling restart) to apply a change")
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(hup)
+		<-done
 	}
 }
 
