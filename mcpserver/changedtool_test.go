@@ -301,3 +301,38 @@ func TestRefusedToolsCountedApart(t *testing.T) {
 		}
 	}
 }
+
+// TestAnnouncedChangeThenListingFails: an upstream announces a change and
+// cannot be listed after it: its last list, which the change may have made
+// wrong, is not offered until it is listed again. A listing that fails
+// without an announcement keeps it (TestHealthSaysDown…).
+func TestAnnouncedChangeThenListingFails(t *testing.T) {
+	t.Parallel()
+	up := newStoppable(t, upstreamServer())
+	st := storetest.NewSQLite(t)
+	cat, err := NewCatalog(&CatalogOptions{
+		DefinitionHash: testDefinitionHash, Runs: st, Approvals: st, RefreshInterval: time.Hour,
+		Upstreams: []Upstream{{Name: "fx", URL: up.url()}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	if _, ok := cat.lookup(t.Context(), "fx__echo"); !ok {
+		t.Fatal("fx__echo is not offered")
+	}
+	up.stop()
+	cat.recheck(t.Context(), listTimeout)
+	if _, ok := cat.lookup(t.Context(), "fx__echo"); !ok {
+		t.Error("a failed listing without an announcement dropped the last list")
+	}
+	cat.changed()
+	if _, ok := cat.lookup(t.Context(), "fx__echo"); ok {
+		t.Error("after an announced change and a failed listing, the last list is still offered")
+	}
+	up.start()
+	cat.recheck(t.Context(), listTimeout)
+	if _, ok := cat.lookup(t.Context(), "fx__echo"); !ok {
+		t.Error("listed again, fx__echo is not offered")
+	}
+}
