@@ -506,16 +506,20 @@ func (c *Catalog) Definitions(ctx context.Context) ([]Definition, error) {
 	return defs, snap.listErrors
 }
 
-// Hashes is Definitions as a map from each tool's name to its definition
-// hash: what the approvals sweeper compares approvals against
-// (approvals.ToolHashes). With an error, as Definitions.
+// Hashes maps each tool's name to its definition hash in the catalog as
+// it is: what the approvals sweeper compares approvals against
+// (approvals.ToolHashes). It lists the upstreams only when the catalog's
+// listing is older than RefreshInterval: a Health's checks and the
+// upstreams' announcements keep it current, so that the sweeper adds no
+// listing of its own. With an error (naming the upstreams the latest
+// listing could not list) the map lacks their tools or has old ones.
 func (c *Catalog) Hashes(ctx context.Context) (map[string]string, error) {
-	defs, err := c.Definitions(ctx)
-	hashes := make(map[string]string, len(defs))
-	for _, d := range defs {
-		hashes[d.Name] = d.Hash
+	snap := c.snapshot(ctx)
+	hashes := make(map[string]string, len(snap.tools))
+	for _, t := range snap.tools {
+		hashes[t.def.Name] = t.hash
 	}
-	return hashes, err
+	return hashes, snap.listErrors
 }
 
 // BuiltinLock is a tool lock that reviews the built-in tools only, which

@@ -30,8 +30,9 @@ type changingUpstream struct {
 	url string
 	mu  sync.Mutex
 	// tools by name.
-	tools map[string]*mcp.Tool
-	ran   atomic.Int32 // tool calls run
+	tools  map[string]*mcp.Tool
+	ran    atomic.Int32 // tool calls run
+	listed atomic.Int32 // tools/list requests answered
 }
 
 func newChangingUpstream(t *testing.T, tools ...*mcp.Tool) *changingUpstream {
@@ -42,6 +43,14 @@ func newChangingUpstream(t *testing.T, tools ...*mcp.Tool) *changingUpstream {
 	}
 	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server {
 		s := mcp.NewServer(&mcp.Implementation{Name: "changing", Version: "1"}, nil)
+		s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if method == "tools/list" {
+					u.listed.Add(1)
+				}
+				return next(ctx, method, req)
+			}
+		})
 		u.mu.Lock()
 		defer u.mu.Unlock()
 		for _, tl := range u.tools {
@@ -334,5 +343,45 @@ func TestAnnouncedChangeThenListingFails(t *testing.T) {
 	cat.recheck(t.Context(), listTimeout)
 	if _, ok := cat.lookup(t.Context(), "fx__echo"); !ok {
 		t.Error("listed again, fx__echo is not offered")
+	}
+}
+
+// TestHashesUseTheChecksListing: the approvals sweeper's hashes
+// (Catalog.Hashes) are those of the health check's latest listing, which
+// keeps the catalog current: they cost no listing of their own, and they
+// have a change the check found.
+func TestHashesUseTheChecksListing(t *testing.T) {
+	t.Parallel()
+	up := newChangingUpstream(t, payV1)
+	st := storetest.NewSQLite(t)
+	cat, err := NewCatalog(&CatalogOptions{
+		DefinitionHash: testDefinitionHash, Runs: st, Approvals: st, RefreshInterval: time.Hour,
+		Upstreams: []Upstream{{Name: "up", URL: up.url}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	h, err := NewHealth(cat, &HealthOptions{Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.check(t.Context())
+	before, err := cat.Hashes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.set(payV2)
+	h.check(t.Context())
+	n := up.listed.Load()
+	after, err := cat.Hashes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after["up__pay"] == before["up__pay"] {
+		t.Error("the hashes after the check that found the change have the old definition's")
+	}
+	if got := up.listed.Load(); got != n {
+		t.Errorf("Hashes listed the upstream %d more times; want none", got-n)
 	}
 }
