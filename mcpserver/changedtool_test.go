@@ -385,3 +385,31 @@ func TestHashesUseTheChecksListing(t *testing.T) {
 		t.Errorf("Hashes listed the upstream %d more times; want none", got-n)
 	}
 }
+
+// TestHealthSaysDownAnUpstreamNeverUp: an upstream that does not answer
+// from the start is logged down at the first check (the catalog's own
+// listings no longer log each failure), and once only.
+func TestHealthSaysDownAnUpstreamNeverUp(t *testing.T) {
+	t.Parallel()
+	up := newStoppable(t, upstreamServer())
+	up.stop()
+	st := storetest.NewSQLite(t)
+	cat, err := NewCatalog(&CatalogOptions{
+		DefinitionHash: testDefinitionHash, Runs: st, Approvals: st,
+		Upstreams: []Upstream{{Name: "fx", URL: up.url()}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	logs := &syncBuffer{}
+	h, err := NewHealth(cat, &HealthOptions{Interval: time.Hour, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.check(t.Context())
+	h.check(t.Context())
+	if n := strings.Count(logs.String(), "an upstream is down"); n != 1 {
+		t.Errorf("%d down lines after two checks of an upstream never up; want 1:\n%s", n, logs)
+	}
+}

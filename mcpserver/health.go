@@ -281,7 +281,8 @@ func (h *Health) check(ctx context.Context) {
 	h.cat.recheck(ctx, min(h.opts.Interval, listTimeout))
 	for i, u := range h.cat.upstreams {
 		switch after := u.stats.state(); {
-		case !after.Up && ctx.Err() == nil && before[i].Up:
+		case !after.Up && ctx.Err() == nil && (before[i].Up || before[i].Checked.IsZero()):
+			// Down since the previous check, or since the start.
 			h.opts.Logger.Warn("mcpserver: an upstream is down", "upstream", u.cfg.Name, "err", after.Error)
 		case after.Up && !before[i].Up:
 			h.opts.Logger.Info("mcpserver: an upstream is up", "upstream", u.cfg.Name)
