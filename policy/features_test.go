@@ -165,8 +165,8 @@ permit (principal, action == Usher::Action::"read_resource", resource == Usher::
 @id("one-template") @outcome("allow")
 permit (principal, action in [Usher::Action::"read_resource", Usher::Action::"complete"], resource is Usher::Resource)
 when { resource.server == "docs" && resource.template == "docs__file:///{path}" };
-@id("a-template-for-tools-too") @outcome("allow")
-permit (principal, action, resource)
+@id("a-template-for-every-action") @outcome("allow")
+permit (principal, action, resource is Usher::Resource)
 when { resource.template == "docs__file:///{path}" };
 @id("every-resource") @outcome("allow")
 permit (principal, action == Usher::Action::"read_resource", resource)
@@ -179,7 +179,7 @@ when { resource.server == "docs" };
 	for _, f := range p.Lint(&Lock{Tools: map[string]string{}}) {
 		got = append(got, f.PolicyID+" "+string(f.Kind))
 	}
-	if want := []string{"a-template-for-tools-too wildcard-allow", "every-resource wildcard-allow"}; !slices.Equal(got, want) {
+	if want := []string{"a-template-for-every-action wildcard-allow", "every-resource wildcard-allow"}; !slices.Equal(got, want) {
 		t.Errorf("findings %q, want %q", got, want)
 	}
 }

@@ -36,11 +36,11 @@ when { context.client_id == "untrusted-client" };
 
 @id("broken")
 forbid (principal, action, resource == Usher::Tool::"broken")
-when { principal.no_such_attribute == 1 };
+when { principal.tenant == "" || 9223372036854775807 + 1 > 0 }; // overflows: an error whatever the request
 
 @id("broken-permit")
 permit (principal, action, resource == Usher::Tool::"flaky")
-when { resource.no_such_attribute == 1 };
+when { resource.server == "" || 9223372036854775807 + 1 > 0 };
 `
 
 // TestDecideListing checks which tools a listing hides: only those denied

@@ -92,6 +92,9 @@ func Parse(name string, src []byte) (*Policy, error) {
 	for _, cp := range list {
 		r, ruleErrs := newRule(cp)
 		errs = append(errs, ruleErrs...)
+		for _, m := range checkModel(cp) {
+			errs = append(errs, fmt.Errorf("%s: %s", locate(name, src, cp.Position().Offset, m.token, r.position), m.message))
+		}
 		if r.id == "" {
 			continue
 		}

@@ -133,8 +133,6 @@ func TestLint(t *testing.T) {
 			[]FindingKind{WildcardAllow}},
 		{"reviewed guard is still a wildcard", `@id("a") @outcome("allow") permit (principal, action, resource) when { resource.reviewed };`, lock,
 			[]FindingKind{WildcardAllow}},
-		{"entity of another type", `@id("a") @outcome("allow") permit (principal, action, resource == Usher::User::"read");`, lock,
-			[]FindingKind{WildcardAllow}},
 		{"approve wildcard is fine", `@id("a") permit (principal, action, resource);`, lock, nil},
 		{"forbid wildcard is fine", `@id("a") forbid (principal, action, resource);`, lock, nil},
 		{"several", `@id("a") @outcome("allow") permit (principal, action, resource);
