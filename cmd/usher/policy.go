@@ -54,6 +54,13 @@ func (e *environment) policyCheck(f *installFlags, file, lockFile string) error 
 	if err != nil {
 		return err
 	}
+	if lock == nil {
+		cfg, _, err := e.loadConfig(f)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "no tool lock at %s (policy.lock_file): every tool is unreviewed, and allows are not checked against a lock\n", cfg.Policy.LockFile)
+	}
 	findings := p.Lint(lock)
 	for _, fd := range findings {
 		fmt.Fprintln(e.stdout, fd)
@@ -204,6 +211,8 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // policyAndLock loads the policy and lock named by flags or configuration.
+// The configured lock may be absent (it reviews nothing); a lock file named
+// by --lock must exist.
 func (e *environment) policyAndLock(f *installFlags, file, lockFile string) (*policy.Policy, *policy.Lock, error) {
 	cfg, _, err := e.loadConfig(f)
 	if err != nil {
@@ -212,13 +221,16 @@ func (e *environment) policyAndLock(f *installFlags, file, lockFile string) (*po
 	if file != "" {
 		cfg.Policy.File = file
 	}
-	if lockFile != "" {
-		cfg.Policy.LockFile = lockFile
-	}
 	in := &installation{cfg: cfg}
 	p, err := in.loadPolicy()
 	if err != nil {
 		return nil, nil, err
+	}
+	if lockFile != "" {
+		// A lock named on the command line must be there: a typo must not
+		// pass for "no lock".
+		lock, err := policy.ReadLock(lockFile)
+		return p, lock, err
 	}
 	lock, err := in.loadLock()
 	return p, lock, err

@@ -129,3 +129,23 @@ when { resource.template == "docs__file:///notes/{name}" };
 		})
 	}
 }
+
+// TestPolicyCheckLock: a lock named with --lock must exist, while the
+// configured one may be absent, which the output says.
+func TestPolicyCheckLock(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	check := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := run(t.Context(), append(append([]string{"policy", "check"}, args...), "--data-dir", dir), getenv(nil), &out, &errOut)
+		return out.String() + errOut.String(), err
+	}
+	typo := filepath.Join(dir, "typo.lok")
+	if out, err := check("--lock", typo); err == nil || !strings.Contains(out+err.Error(), "typo.lok: no such file") {
+		t.Errorf("a missing --lock file passed: %v\n%s", err, out)
+	}
+	out, err := check()
+	if want := "no tool lock at " + filepath.Join(dir, "tools.lock"); err != nil || !strings.Contains(out, want) || !strings.Contains(out, "default.cedar: valid") {
+		t.Errorf("without a lock: %v, want %q:\n%s", err, want, out)
+	}
+}
