@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/x/exp/ast"
@@ -38,8 +39,9 @@ func (f Finding) String() string {
 // permit must name exactly one tool, prompt or resource in its scope
 // (resource == Usher::Tool::"name", or resource in that entity, which is
 // the same since they have no parents), or, for a permit only of
-// read_resource or complete, one resource template in a condition
-// (resource.template == "..."), which stands for the URIs it matches;
+// read_resource or complete, one resource template in a when condition
+// that is a conjunction with resource.template == "..." among its terms
+// (see pinsTemplate), which stands for the URIs it matches;
 // anything else — including a condition on resource.name — is a wildcard.
 // With a lock, each named tool must be in it. Problems that make a policy
 // invalid (a missing or duplicate @id, an unknown @outcome) are Parse
@@ -87,26 +89,43 @@ func scopeEntity(scope ast.IsResourceScopeNode) (typ, name string, ok bool) {
 	return "", "", false
 }
 
-// pinsTemplate reports whether a condition of cp compares
-// resource.template with a string: resource.template == "...".
+// pinsTemplate reports whether a when condition of cp is a conjunction
+// (&&) one of whose terms is resource.template == "<string>". It is
+// conservative: a pin under ||, !, if or in an unless clause pins nothing
+// (`unless { resource.template == "…" }` allows every other resource), and
+// further conditions can only narrow a statement, never widen it.
 func pinsTemplate(cp *cedar.Policy) bool {
-	pins := false
 	for _, c := range (*ast.Policy)(cp.AST()).Conditions {
-		ast.Inspect(ast.NewNode(c.Body), func(n ast.IsNode) bool {
-			eq, ok := n.(ast.NodeTypeEquals)
-			if !ok {
-				return !pins
-			}
-			for _, side := range [][2]ast.IsNode{{eq.Left, eq.Right}, {eq.Right, eq.Left}} {
-				acc, isAcc := side[0].(ast.NodeTypeAccess)
-				v, isVar := acc.Arg.(ast.NodeTypeVariable)
-				_, isLit := side[1].(ast.NodeValue)
-				if isAcc && isVar && v.Name == "resource" && acc.Value == "template" && isLit {
-					pins = true
-				}
-			}
-			return !pins
-		})
+		if c.Condition == ast.ConditionWhen && slices.ContainsFunc(conjuncts(c.Body), isTemplatePin) {
+			return true
+		}
 	}
-	return pins
+	return false
+}
+
+// conjuncts returns the terms of n, a conjunction of one or more.
+func conjuncts(n ast.IsNode) []ast.IsNode {
+	if and, ok := n.(ast.NodeTypeAnd); ok {
+		return append(conjuncts(and.Left), conjuncts(and.Right)...)
+	}
+	return []ast.IsNode{n}
+}
+
+// isTemplatePin reports whether n is resource.template == "<string>", or
+// the same written the other way round.
+func isTemplatePin(n ast.IsNode) bool {
+	eq, ok := n.(ast.NodeTypeEquals)
+	if !ok {
+		return false
+	}
+	for _, side := range [][2]ast.IsNode{{eq.Left, eq.Right}, {eq.Right, eq.Left}} {
+		acc, isAcc := side[0].(ast.NodeTypeAccess)
+		v, isVar := acc.Arg.(ast.NodeTypeVariable)
+		lit, isLit := side[1].(ast.NodeValue)
+		_, isString := lit.Value.(cedar.String)
+		if isAcc && isVar && v.Name == "resource" && acc.Value == "template" && isLit && isString {
+			return true
+		}
+	}
+	return false
 }
