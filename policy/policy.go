@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -63,7 +64,7 @@ type rule struct {
 func Load(path string) (*Policy, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return nil, err // names the path
 	}
 	return Parse(path, src)
 }
@@ -75,9 +76,12 @@ func Load(path string) (*Policy, error) {
 // "allow" or "approve" on a permit (or other than "deny" on a forbid), and
 // @approvers anywhere but on an approve permit or with an empty group name.
 func Parse(name string, src []byte) (*Policy, error) {
+	if bytes.HasPrefix(src, byteOrderMark) {
+		return nil, fmt.Errorf("%s:1:1: the file starts with a byte order mark (U+FEFF, an invisible character), which Cedar does not accept: save it as UTF-8 without one", name)
+	}
 	list, err := cedar.NewPolicyListFromBytes(name, src)
 	if err != nil {
-		return nil, fmt.Errorf("policy %s: %w", name, err)
+		return nil, syntaxError(name, src, err)
 	}
 	sum := sha256.Sum256(src)
 	p := &Policy{
@@ -110,7 +114,7 @@ func Parse(name string, src []byte) (*Policy, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("policy %s is invalid:\n%w", name, errors.Join(errs...))
+		return nil, fmt.Errorf("%s is invalid:\n%w", name, errors.Join(errs...))
 	}
 	return p, nil
 }

@@ -38,7 +38,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{`@approvers("x,,y") names an empty`}},
 		{"@reason with a newline", `@id("a") @reason("fine\nforged line") permit (principal, action, resource);`,
 			[]string{"@reason must be"}},
-		{"syntax error", `@id("a") permit (principal, action, resource)`, []string{"policy test.cedar: parser error"}},
+		{"syntax error", `@id("a") permit (principal, action, resource)`, []string{`test.cedar:1:46: syntax error: expected ";" here`}},
 		{"duplicate annotation", `@id("a") @id("b") permit (principal, action, resource);`, []string{"duplicate annotation"}},
 		{"every problem at once", `permit (principal, action, resource);
 @id("b") @outcome("maybe") permit (principal, action, resource);`,
