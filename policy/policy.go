@@ -181,11 +181,32 @@ func newRule(cp *cedar.Policy) (*rule, []error) {
 		}
 	}
 	r.reason = string(ann[annotationReason])
-	if len(r.reason) > 500 || !printable(r.reason) {
-		bad("@reason must be at most 500 printable characters")
+	if n := utf8.RuneCountInString(r.reason); n > maxReason {
+		bad("@reason is %d characters long; at most %d are allowed", n, maxReason)
+	}
+	if c, ok := hiddenRune(r.reason); ok {
+		bad("@reason holds U+%04X, an invisible or control character (a bidi control can make text read otherwise than it is): remove it", c)
+	} else if !utf8.ValidString(r.reason) {
+		bad("@reason is not valid UTF-8")
 	}
 	r.matched = describe(r)
 	return r, errs
+}
+
+// maxReason is the most characters a @reason may have.
+const maxReason = 500
+
+// hiddenRune returns the first control or format character of s (a
+// newline, a bidi control such as U+202E, a zero-width space), which
+// could forge lines or make the text read otherwise in explanations and
+// logs.
+func hiddenRune(s string) (rune, bool) {
+	for _, c := range s {
+		if unicode.IsControl(c) || unicode.Is(unicode.Cf, c) {
+			return c, true
+		}
+	}
+	return 0, false
 }
 
 // printable reports whether s is valid UTF-8 without control characters,

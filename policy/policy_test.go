@@ -37,7 +37,13 @@ func TestParseErrors(t *testing.T) {
 		{"@approvers with an empty group", `@id("a") @approvers("x,,y") permit (principal, action, resource);`,
 			[]string{`@approvers("x,,y") names an empty`}},
 		{"@reason with a newline", `@id("a") @reason("fine\nforged line") permit (principal, action, resource);`,
-			[]string{"@reason must be"}},
+			[]string{"@reason holds U+000A"}},
+		{"@reason with a bidi control", "@id(\"a\") @reason(\"harmless \u202Eetirw\") permit (principal, action, resource);",
+			[]string{"@reason holds U+202E, an invisible or control character"}},
+		{"@reason with a zero-width space", "@id(\"a\") @reason(\"a\u200Bb\") permit (principal, action, resource);",
+			[]string{"@reason holds U+200B"}},
+		{"@reason too long", `@id("a") @reason("` + strings.Repeat("é", 501) + `") permit (principal, action, resource);`,
+			[]string{"@reason is 501 characters long; at most 500"}},
 		{"syntax error", `@id("a") permit (principal, action, resource)`, []string{`test.cedar:1:46: syntax error: expected ";" here`}},
 		{"duplicate annotation", `@id("a") @id("b") permit (principal, action, resource);`, []string{"duplicate annotation"}},
 		{"every problem at once", `permit (principal, action, resource);
@@ -65,6 +71,8 @@ func TestParseAccepts(t *testing.T) {
 		`// only a comment`,
 		`@id("deny-x") @outcome("deny") forbid (principal, action, resource == Usher::Tool::"x");`,
 		`@id("a.b:c/d-e_f") @outcome("approve") @approvers(" security , finance ") @reason("because") permit (principal, action, resource);`,
+		`@id("r") @reason("` + strings.Repeat("é", 500) + `") permit (principal, action, resource);`,
+		`@id("r2") @reason("naïve café — 日本語 ✓") permit (principal, action, resource);`,
 	} {
 		if _, err := Parse("test.cedar", []byte(src)); err != nil {
 			t.Errorf("%q: %v", src, err)
