@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"regexp"
@@ -60,11 +61,17 @@ type rule struct {
 	readsArguments bool
 }
 
-// Load reads and parses the policy file at path.
+// Load reads and parses the policy file at path, of at most MaxFileSize
+// bytes.
 func Load(path string) (*Policy, error) {
-	src, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err // names the path
+	}
+	defer f.Close()
+	src, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, err
 	}
 	return Parse(path, src)
 }
@@ -76,6 +83,9 @@ func Load(path string) (*Policy, error) {
 // "allow" or "approve" on a permit (or other than "deny" on a forbid), and
 // @approvers anywhere but on an approve permit or with an empty group name.
 func Parse(name string, src []byte) (*Policy, error) {
+	if err := checkShape(name, src); err != nil {
+		return nil, err
+	}
 	if bytes.HasPrefix(src, byteOrderMark) {
 		return nil, fmt.Errorf("%s:1:1: the file starts with a byte order mark (U+FEFF, an invisible character), which Cedar does not accept: save it as UTF-8 without one", name)
 	}

@@ -121,3 +121,47 @@ func showInvisible(s string) string {
 func invisible(c rune) bool {
 	return unicode.Is(unicode.Cf, c) || !unicode.IsGraphic(c) || unicode.IsSpace(c)
 }
+
+// MaxFileSize is the largest policy file Load and Parse accept, 1 MiB:
+// far more than any policy a person reviews, and a bound on the work of
+// parsing one.
+const MaxFileSize = 1 << 20
+
+// maxNesting is how deep brackets ((, [, {) and unary operators (!, -)
+// may nest in a policy file. Cedar's parser, validator and evaluator
+// recurse per level, so a file of a million "(" would exhaust the stack
+// and take the process down instead of being refused.
+const maxNesting = 64
+
+// checkShape refuses, before Cedar parses src, a file larger than
+// MaxFileSize or nested deeper than maxNesting.
+func checkShape(name string, src []byte) error {
+	if len(src) > MaxFileSize {
+		return fmt.Errorf("%s is larger than %d bytes (1 MiB), the most a policy file may have", name, MaxFileSize)
+	}
+	depth, unary := 0, 0
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		switch {
+		case c == '"':
+			i = skipString(src, i)
+		case c == '/' && i+1 < len(src) && src[i+1] == '/':
+			for i < len(src) && src[i] != '\n' {
+				i++
+			}
+		case c == '(' || c == '[' || c == '{':
+			depth++
+		case c == ')' || c == ']' || c == '}':
+			depth--
+		case c == '!' || c == '-':
+			unary++
+		}
+		if c != '!' && c != '-' && c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			unary = 0
+		}
+		if depth+unary > maxNesting {
+			return fmt.Errorf("%s:%s: brackets and unary operators nest more than %d deep here; a policy may nest at most %d", name, lineColumn(src, i), maxNesting, maxNesting)
+		}
+	}
+	return nil
+}

@@ -63,3 +63,46 @@ func TestLoadNamesTheFile(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+// TestShapeLimits: a file larger than 1 MiB, or nested deeper than
+// maxNesting, is refused before Cedar parses it, instead of exhausting
+// the stack.
+func TestShapeLimits(t *testing.T) {
+	const head = `@id("a") permit (principal, action, resource) when { `
+	nested := func(open, closing string, n int) string {
+		return head + strings.Repeat(open, n) + "true" + strings.Repeat(closing, n) + " };"
+	}
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"a million parentheses", nested("(", ")", 1_000_000), "is larger than 1048576 bytes (1 MiB)"},
+		{"parentheses", nested("(", ")", maxNesting), "test.cedar:1:117: brackets and unary operators nest more than 64 deep"},
+		{"negations", nested("!", "", 500_000), "nest more than 64 deep"},
+		{"sets", head + strings.Repeat("[", 100) + "1" + strings.Repeat("]", 100) + ".contains(1) };", "nest more than 64 deep"},
+		{"records", head + strings.Repeat(`{"a": `, 100) + "1" + strings.Repeat("}", 100) + ` == context };`, "nest more than 64 deep"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("test.cedar", []byte(tc.src))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+	// Up to the bound, and in strings and comments, nesting is fine.
+	for _, src := range []string{
+		nested("(", ")", maxNesting-1),
+		nested("!", "", maxNesting-1),
+		head + `resource.name == "` + strings.Repeat("(", 1000) + `" } // ` + strings.Repeat("(", 1000) + "\n;",
+	} {
+		if _, err := Parse("test.cedar", []byte(src)); err != nil {
+			t.Errorf("%.80s…: %v", src, err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "big.cedar")
+	if err := os.WriteFile(path, []byte(strings.Repeat(" ", MaxFileSize+1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), "larger than 1048576 bytes") {
+		t.Errorf("Load of a file over 1 MiB: %v", err)
+	}
+}
