@@ -85,7 +85,7 @@ func (p *Policy) Lint(lock *Lock) []Finding {
 			}
 		}
 	}
-	return out
+	return append(out, p.lintGroupCase()...)
 }
 
 // lintToolName checks the tool an allow permit names against the tool

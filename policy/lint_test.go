@@ -88,3 +88,27 @@ func TestLintToolNames(t *testing.T) {
 		t.Errorf("without a lock: %v", f)
 	}
 }
+
+// TestLintGroupCase: a group name that differs only in case from another
+// one of the file is flagged, in @approvers and in conditions alike.
+func TestLintGroupCase(t *testing.T) {
+	p := mustParse(t, `@id("a") @approvers("finance") permit (principal, action, resource == Usher::Tool::"pay");
+@id("b") @approvers("Finance, security") permit (principal, action, resource == Usher::Tool::"refund");
+@id("c") forbid (principal, action, resource == Usher::Tool::"pay") unless { principal.groups.containsAny(["FINANCE", "staff"]) };
+@id("d") forbid (principal, action, resource == Usher::Tool::"x") unless { principal.groups.contains("security") && principal.groups.contains("staff") };`)
+	var got []string
+	for _, f := range p.Lint(nil) {
+		if f.Kind != GroupCase {
+			t.Errorf("unexpected %v", f)
+			continue
+		}
+		got = append(got, f.PolicyID+": "+f.Message)
+	}
+	want := []string{
+		`b: group "Finance" differs only in case from "finance" (test.cedar:1:1): group names match case-sensitively, so these are two groups`,
+		`c: group "FINANCE" differs only in case from "finance" (test.cedar:1:1): group names match case-sensitively, so these are two groups`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
