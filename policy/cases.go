@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -86,13 +87,19 @@ func LoadCases(path string) ([]Case, error) {
 
 func parseCases(data []byte) ([]Case, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	var f caseFile
-	if err := dec.Decode(&f); err != nil {
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
 		return nil, err
 	}
 	if err := dec.Decode(new(yaml.Node)); !errors.Is(err, io.EOF) {
 		return nil, errors.New("more than one YAML document")
+	}
+	if err := unknownKeys(&doc); err != nil {
+		return nil, err
+	}
+	var f caseFile
+	if err := doc.Decode(&f); err != nil {
+		return nil, err
 	}
 	if len(f.Cases) == 0 {
 		return nil, errors.New("no cases")
@@ -299,4 +306,46 @@ func RunCases(p *Policy, cases []Case) []Result {
 		out[i] = Result{Case: c, Decision: p.Decide(c.Request)}
 	}
 	return out
+}
+
+// caseKeys are the keys a case may have: caseEntry's.
+var caseKeys = func() []string {
+	var out []string
+	t := reflect.TypeFor[caseEntry]()
+	for i := range t.NumField() {
+		out = append(out, t.Field(i).Tag.Get("yaml"))
+	}
+	return out
+}()
+
+// unknownKeys reports every key of doc, a case file, that is neither
+// "cases" at the top nor a key of a case, with its case and line, and the
+// known key it most likely means.
+func unknownKeys(doc *yaml.Node) error {
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil // not a mapping: decoding says what it is
+	}
+	var errs []error
+	top := doc.Content[0].Content
+	for i := 0; i+1 < len(top); i += 2 {
+		key, val := top[i], top[i+1]
+		if key.Value != "cases" {
+			errs = append(errs, fmt.Errorf("unknown key %q (line %d)%s; a case file has only cases", key.Value, key.Line, didYouMean(key.Value, []string{"cases"})))
+			continue
+		}
+		if val.Kind != yaml.SequenceNode {
+			continue
+		}
+		for n, c := range val.Content {
+			if c.Kind != yaml.MappingNode {
+				continue
+			}
+			for j := 0; j+1 < len(c.Content); j += 2 {
+				if k := c.Content[j]; !slices.Contains(caseKeys, k.Value) {
+					errs = append(errs, fmt.Errorf("unknown key %q in case %d (line %d)%s", k.Value, n+1, k.Line, didYouMean(k.Value, caseKeys)))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

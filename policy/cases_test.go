@@ -117,7 +117,11 @@ func TestLoadCasesErrors(t *testing.T) {
 	tests := []struct {
 		name, yaml, want string
 	}{
-		{"unknown key", "cases:\n  - {name: a, user: u, tool: t, expect: allow, reviewd: true}", "reviewd"},
+		{"unknown key", "cases:\n  - {name: a, user: u, tool: t, expect: allow}\n  - name: b\n    user: u\n    tool: t\n    reviewd: true\n    expect: allow",
+			`unknown key "reviewd" in case 2 (line 6) (did you mean "reviewed"?)`},
+		{"unknown top-level key", "case:\n  - {name: a, user: u, tool: t, expect: allow}", `unknown key "case" (line 1) (did you mean "cases"?)`},
+		{"several unknown keys", "cases:\n  - {name: a, usr: u, tool: t, expect: allow, argz: {}}",
+			"unknown key \"usr\" in case 1 (line 2) (did you mean \"user\"?)\nunknown key \"argz\" in case 1 (line 2) (did you mean \"args\"?)"},
 		{"missing user", "cases:\n  - {name: a, tool: t, expect: allow}", "user is required"},
 		{"missing tool", "cases:\n  - {name: a, user: u, expect: allow}", "tool is required"},
 		{"missing name", "cases:\n  - {user: u, tool: t, expect: allow}", "name is required"},

@@ -120,6 +120,26 @@ func (x *explainFlags) register(fs *flag.FlagSet) {
 	x.json = fs.Bool("json", false, "print the explanation as JSON, as GET /api/policy/explain answers it")
 }
 
+// missingTarget says which flag the action needs when no flag names what
+// it acts on; "" when one does, or for an unknown action (ExplainCall
+// says what is wrong then).
+func (x *explainFlags) missingTarget() string {
+	if *x.tool != "" || *x.resource != "" || *x.prompt != "" || *x.template != "" {
+		return ""
+	}
+	switch policy.Action(*x.action) {
+	case policy.ActionCallTool:
+		return "--tool is required: the tool's name as tools/list shows it"
+	case policy.ActionReadResource:
+		return "--resource is required with --action read_resource: the resource's URI as exposed"
+	case policy.ActionGetPrompt:
+		return "--prompt is required with --action get_prompt: the prompt's name as listed"
+	case policy.ActionComplete:
+		return "--prompt or --template is required with --action complete"
+	}
+	return ""
+}
+
 // input is the request the flags name.
 func (x *explainFlags) input() mcpserver.ExplainInput {
 	in := mcpserver.ExplainInput{
@@ -144,6 +164,10 @@ func (e *environment) policyExplain(ctx context.Context, fs *flag.FlagSet, f *in
 	x.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if msg := x.missingTarget(); msg != "" {
+		fmt.Fprintln(e.stderr, "usher policy explain: "+msg)
+		return errUsage
 	}
 	p, lock, err := e.policyAndLock(f, *file, *lockFile)
 	if err != nil {

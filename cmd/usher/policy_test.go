@@ -117,6 +117,10 @@ when { resource.template == "docs__file:///notes/{name}" };
 		{"a prompt for a read", []string{"--action", "read_resource", "--prompt", "docs__summarize"}, "exactly one of resource"},
 		{"a completion without its argument", []string{"--action", "complete", "--prompt", "docs__summarize"}, "argument NAME=VALUE"},
 		{"an unknown action", []string{"--action", "delete_resource", "--resource", "docs__file:///guide.md"}, "is not call_tool"},
+		{"no tool", nil, "--tool is required"},
+		{"no resource", []string{"--action", "read_resource"}, "--resource is required with --action read_resource"},
+		{"no prompt", []string{"--action", "get_prompt"}, "--prompt is required"},
+		{"nothing to complete", []string{"--action", "complete", "--argument", "a=b"}, "--prompt or --template is required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := explain(tc.args...)
