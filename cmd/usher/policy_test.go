@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -151,5 +153,31 @@ func TestPolicyCheckLock(t *testing.T) {
 	out, err := check()
 	if want := "no tool lock at " + filepath.Join(dir, "tools.lock"); err != nil || !strings.Contains(out, want) || !strings.Contains(out, "default.cedar: valid") {
 		t.Errorf("without a lock: %v, want %q:\n%s", err, want, out)
+	}
+}
+
+// TestServeRefusesAPolicyOffTheModel: serve refuses to start with a
+// statement that would error on every request (and so deny it), with the
+// finding `usher policy check` prints, by line.
+func TestServeRefusesAPolicyOffTheModel(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policy.cedar")
+	if err := writeTestFile(pol, "@id(\"deny-hr\")\nforbid (principal, action, resource) when { resource.sever == \"hr\" };\n"); err != nil {
+		t.Fatal(err)
+	}
+	want := pol + `:2:54: Usher::Prompt, Usher::Resource and Usher::Tool have no attribute "sever" (did you mean "server"?)`
+	var out, errOut bytes.Buffer
+	err := run(t.Context(), []string{"policy", "check", "--policy", pol, "--data-dir", filepath.Join(dir, "check")}, getenv(nil), &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("policy check = %v, want %q\n%s%s", err, want, &out, &errOut)
+	}
+	// Bounded, so that a serve that wrongly starts ends the test.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err = run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data")},
+		getenv(map[string]string{"USHER_POLICY_FILE": pol}), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("serve = %v, want it refused with %q", err, want)
 	}
 }
