@@ -26,6 +26,11 @@
 //   - context: {arguments: <the call's or prompt's arguments as a record>,
 //     client_id}; a completion's arguments are {argument: {name, value}}.
 //
+// Parse validates every statement against this model with Cedar's
+// validator and the schema schema.cedarschema (context.arguments, whose
+// shape is the tool's, is left to each call): a statement that would error
+// whenever it is evaluated, or can never match, makes the file invalid.
+//
 // Tool annotations (readOnlyHint and the like) come from the tool's server
 // and are never an input: they appear in no entity and no context.
 //
