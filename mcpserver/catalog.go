@@ -282,14 +282,9 @@ func (c *Catalog) tell(prev, next *catalogSnapshot) {
 func (c *Catalog) settle(ctx context.Context) {
 	c.changeMu.Lock()
 	target := c.announced
+	done, covering := c.covered >= target, c.covering
 	c.changeMu.Unlock()
-	for {
-		c.changeMu.Lock()
-		done, covering := c.covered >= target, c.covering
-		c.changeMu.Unlock()
-		if done {
-			return
-		}
+	for !done {
 		select {
 		case <-covering:
 		case <-ctx.Done():
@@ -297,6 +292,9 @@ func (c *Catalog) settle(ctx context.Context) {
 		case <-c.stop.Done():
 			return
 		}
+		c.changeMu.Lock()
+		done, covering = c.covered >= target, c.covering
+		c.changeMu.Unlock()
 	}
 }
 
@@ -655,15 +653,14 @@ func (c *Catalog) listAll(ctx context.Context, timeout time.Duration) *catalogSn
 		if failed[i] != nil {
 			errs = append(errs, fmt.Errorf("upstream %s: %w", u.cfg.Name, failed[i]))
 			o = &offering{}
-			switch {
-			case unheard:
+			if unheard {
 				// What it listed last may be what it announced it changed:
 				// none of it is offered until it is listed again.
 				c.log.Warn("mcpserver: listing an upstream failed after a change was announced; none of its last list is offered until it is listed", "upstream", u.cfg.Name, "err", failed[i])
-			case prev != nil && prev.upstream[u.cfg.Name] != nil:
-				o = prev.upstream[u.cfg.Name]
-				fallthrough
-			default:
+			} else {
+				if prev != nil && prev.upstream[u.cfg.Name] != nil {
+					o = prev.upstream[u.cfg.Name]
+				}
 				c.log.Debug("mcpserver: listing an upstream failed; keeping its last list", "upstream", u.cfg.Name, "err", failed[i])
 			}
 		} else {

@@ -22,7 +22,9 @@ import (
 //go:embed schema.cedarschema
 var schemaSource []byte
 
-// modelValidator is Cedar's validator (strict mode) for schemaSource.
+// modelValidator is Cedar's validator for schemaSource, in permissive
+// mode: strict mode also refuses types that do not mix, which evaluate
+// without error (see typesIncompatible).
 var modelValidator = sync.OnceValue(func() *validate.Validator {
 	var s schema.Schema
 	s.SetFilename("schema.cedarschema")
