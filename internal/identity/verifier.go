@@ -181,8 +181,8 @@ func (v *Verifier) verify(ctx context.Context, raw string) (Principal, time.Time
 	if !slices.ContainsFunc(tok.Audience, v.audienceAccepted) {
 		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: audience %q not accepted", ErrUnauthenticated, tok.Audience)
 	}
-	if len(v.tenants) > 0 && !slices.Contains(v.tenants, c.Tenant) {
-		return Principal{}, time.Time{}, usedKey{}, fmt.Errorf("%w: tenant %q not allowed", ErrForbidden, c.Tenant)
+	if err := v.AdmitsTenant(c.Tenant); err != nil {
+		return Principal{}, time.Time{}, usedKey{}, err
 	}
 	// Only a person's (delegated) token may call the API: an app-only
 	// token never carries a delegated scope, and Entra names it besides.
